@@ -1,0 +1,1193 @@
+//! The lease state machine: one `Client` per session to one lock service, any number of
+//! leases. Pure: inputs in (each with `now`), outputs polled out, no clock, no IO.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::config::{AcquireOptions, Config};
+use crate::error::Error;
+use crate::hash::KeyedState;
+use crate::rng::Rng;
+use crate::types::{
+    AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
+    LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+};
+use crate::{MAX_BACKEND_DATA_LEN, MAX_NAME_LEN};
+
+/// "No deadline" inside the core.
+const NEVER: u64 = u64::MAX;
+const NS_PER_MS: u64 = 1_000_000;
+/// Low bits of a `LeaseId` address the slot, high bits count reuses of that slot.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// A slot whose generation reaches this is retired, so no id is ever reused.
+const MAX_GEN: u64 = (1 << (64 - SLOT_BITS)) - 1;
+/// Superseded acquire attempts remembered per lease (to release a late grant of a dead lease).
+const MAX_SUPERSEDED: usize = 16;
+/// Waiters use the holder's remaining TTL only after this many quick attempts, so a release
+/// that raced the first subscription is not missed for a whole TTL.
+const QUICK_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReqKind {
+    Acquire,
+    Renew,
+    Release,
+}
+
+#[derive(Debug)]
+struct Lease {
+    name: Arc<str>,
+    token: Token,
+    backend_data: Option<Arc<[u8]>>,
+    /// Acquire attempts that timed out while still possibly in flight.
+    superseded: Option<Box<Vec<u64>>>,
+    ttl_ms: u64,
+    valid_until: u64,
+    fencing_token: u64,
+    /// Acquiring: wait deadline. Cleanup: give-up time.
+    limit: u64,
+    /// Next retry / renew time.
+    next_at: u64,
+    inflight_req: u64,
+    inflight_sent: u64,
+    holders: u32,
+    /// Acquire attempts, consecutive renew failures, or release attempts, by phase.
+    attempts: u32,
+    state: LeaseState,
+    inflight_kind: ReqKind,
+    granted: bool,
+    reentrant: bool,
+    /// An attempt's outcome is unknown: the service may hold a grant for our token.
+    uncertain: bool,
+    /// Counted in its name's `watchers`.
+    watching: bool,
+    /// Sitting in its name's wake queue.
+    queued: bool,
+    cleanup: bool,
+    cleanup_best_effort: bool,
+    cleanup_again: bool,
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u64,
+    version: u32,
+    scheduled: u64,
+    lease: Option<Lease>,
+}
+
+#[derive(Debug, Default)]
+struct NameEntry {
+    reentrant: Option<u32>,
+    watchers: u32,
+    queue: VecDeque<u32>,
+    pending_wake: bool,
+}
+
+/// The sans-IO lease core. See the crate docs for the run loop a host implements.
+///
+/// Methods fall in four groups: getters (`&self`), application calls (`acquire`, `release`),
+/// inputs from the host (`handle_*`, `reseed`), and outputs (`poll_output`, `poll_timeout`).
+/// After every application call or input, drain `poll_output` until it returns `None`, then
+/// wait no later than `poll_timeout`.
+pub struct Client {
+    config: Config,
+    rng: Rng,
+    now: u64,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    records: u32,
+    timers: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    requests: HashMap<u64, u32, KeyedState>,
+    names: HashMap<Arc<str>, NameEntry, KeyedState>,
+    outputs: VecDeque<Output>,
+    next_request: u64,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("now", &self.now)
+            .field("records", &self.records)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::EmptyName);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::NameTooLong { len: name.len() });
+    }
+    if name.as_bytes().contains(&0) {
+        return Err(Error::NameHasNul);
+    }
+    Ok(())
+}
+
+impl Client {
+    /// Creates a core. `seed` (at least 16 bytes, from the OS in production, fixed in tests)
+    /// drives ownership tokens and jitter, so identical seeds and inputs replay identically.
+    pub fn new(config: Config, seed: &[u8]) -> Result<Self, Error> {
+        config.validate()?;
+        let mut rng = Rng::new(seed)?;
+        let requests = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
+        let names = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
+        Ok(Self {
+            config,
+            rng,
+            now: 0,
+            slots: Vec::new(),
+            free: Vec::new(),
+            records: 0,
+            timers: BinaryHeap::new(),
+            requests,
+            names,
+            outputs: VecDeque::new(),
+            next_request: 1,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Mixes fresh entropy into the token stream. Hosts call it in a forked child so parent
+    /// and child never mint the same ownership tokens.
+    pub fn reseed(&mut self, seed: &[u8]) -> Result<(), Error> {
+        self.rng.reseed(seed)
+    }
+
+    /// The configuration this core runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Latest `now` seen (time never runs backwards inside the core).
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    // ---------------------------------------------------------------- application calls
+
+    /// Starts acquiring `name`. The result arrives as an `Acquired` or `AcquireFailed` event
+    /// for the returned id. A reentrant acquire of a name with a live reentrant lease in this
+    /// core joins it (same id, one more holder, no network call).
+    pub fn acquire(
+        &mut self,
+        now: u64,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<LeaseId, Error> {
+        validate_name(name)?;
+        self.config.check_ttl(opts.ttl_ms)?;
+        self.advance(now);
+        let now = self.now;
+
+        if opts.reentrant {
+            if let Some(slot) = self.names.get(name).and_then(|e| e.reentrant) {
+                let id = self.id_of(slot);
+                let lease = self.lease_mut(slot);
+                lease.holders = lease.holders.checked_add(1).ok_or(Error::TooManyLeases)?;
+                if lease.state == LeaseState::Held {
+                    let ev = Event::Acquired {
+                        lease: id,
+                        fencing_token: lease.fencing_token,
+                        valid_until: lease.valid_until,
+                    };
+                    self.outputs.push_back(Output::Event(ev));
+                }
+                return Ok(id);
+            }
+        }
+
+        if self.records >= self.config.max_leases {
+            return Err(Error::TooManyLeases);
+        }
+        let name: Arc<str> = Arc::from(name);
+        let lease = Lease {
+            name: name.clone(),
+            token: self.rng.token(),
+            backend_data: None,
+            superseded: None,
+            ttl_ms: opts.ttl_ms,
+            valid_until: 0,
+            fencing_token: 0,
+            limit: now.saturating_add(opts.wait_ns),
+            next_at: NEVER,
+            inflight_req: 0,
+            inflight_sent: 0,
+            holders: 1,
+            attempts: 0,
+            state: LeaseState::Acquiring,
+            inflight_kind: ReqKind::Acquire,
+            granted: false,
+            reentrant: opts.reentrant,
+            uncertain: false,
+            watching: false,
+            queued: false,
+            cleanup: false,
+            cleanup_best_effort: false,
+            cleanup_again: false,
+        };
+        let slot = self.alloc(lease)?;
+        if opts.reentrant {
+            self.names.entry(name).or_default().reentrant = Some(slot);
+        }
+        self.send_acquire(slot);
+        self.settle(slot);
+        Ok(self.id_of(slot))
+    }
+
+    /// Releases one holder of `lease`. The last holder ends the lease: `Released` (or
+    /// `AcquireFailed{Cancelled}` while acquiring) is emitted at once, and the service-side
+    /// release is retried with the same token until it is confirmed or the TTL has run out.
+    pub fn release(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
+        self.resolve(lease)?;
+        self.advance(now);
+        let slot = self.resolve(lease)?;
+        let l = self.lease_mut(slot);
+        match l.state {
+            LeaseState::Acquiring | LeaseState::Held if l.holders > 1 => {
+                l.holders -= 1;
+                Ok(())
+            }
+            LeaseState::Acquiring => {
+                self.fail_acquire(slot, AcquireFailReason::Cancelled);
+                self.settle(slot);
+                Ok(())
+            }
+            LeaseState::Held => {
+                self.unregister_reentrant(slot);
+                self.drop_inflight(slot);
+                let l = self.lease_mut(slot);
+                l.state = LeaseState::Released;
+                l.holders = 0;
+                self.outputs
+                    .push_back(Output::Event(Event::Released { lease }));
+                self.start_cleanup(slot, false);
+                self.settle(slot);
+                Ok(())
+            }
+            _ => Err(Error::LeaseEnded(lease)),
+        }
+    }
+
+    // ------------------------------------------------------------------------- inputs
+
+    /// Feeds the service's answer to an `Acquire` command.
+    pub fn handle_acquire_result(
+        &mut self,
+        now: u64,
+        request: RequestId,
+        result: AcquireResult<'_>,
+    ) -> Result<(), Error> {
+        if let AcquireResult::Granted { backend_data, .. } = result {
+            if backend_data.len() > MAX_BACKEND_DATA_LEN {
+                return Err(Error::BackendDataTooLong {
+                    len: backend_data.len(),
+                });
+            }
+        }
+        self.advance(now);
+        let Some(slot) = self.take_request(request.0, ReqKind::Acquire) else {
+            self.counters.stale_results += 1;
+            return Ok(());
+        };
+        let l = self.lease_mut(slot);
+        let current = l.inflight_req == request.0;
+        if !current {
+            // A superseded attempt: never changes a live lease (rule 5), but a grant for a
+            // lease that already ended must be released (rule 6).
+            if let Some(list) = l.superseded.as_mut() {
+                list.retain(|&r| r != request.0);
+            }
+            let terminal = l.state.is_terminal();
+            self.counters.stale_results += 1;
+            if terminal && !matches!(result, AcquireResult::HeldByOther { .. }) {
+                self.start_cleanup(slot, false);
+            }
+            self.settle(slot);
+            return Ok(());
+        }
+        l.inflight_req = 0;
+        if l.state == LeaseState::Acquiring {
+            match result {
+                AcquireResult::Granted {
+                    fencing_token,
+                    ttl_ms,
+                    backend_data,
+                } => self.on_granted(slot, fencing_token, ttl_ms, backend_data),
+                AcquireResult::HeldByOther { retry_after_ms } => {
+                    self.on_held_by_other(slot, retry_after_ms)
+                }
+                AcquireResult::TransportError => self.on_acquire_uncertain(slot),
+            }
+        } else {
+            // The lease ended while this attempt was in flight.
+            if !matches!(result, AcquireResult::HeldByOther { .. }) {
+                l.uncertain = true;
+                self.start_cleanup(slot, false);
+            } else if l.cleanup {
+                self.send_release(slot);
+            }
+        }
+        self.settle(slot);
+        Ok(())
+    }
+
+    /// Feeds the service's answer to a `Renew` command.
+    pub fn handle_renew_result(
+        &mut self,
+        now: u64,
+        request: RequestId,
+        result: RenewResult,
+    ) -> Result<(), Error> {
+        self.advance(now);
+        let Some(slot) = self.take_request(request.0, ReqKind::Renew) else {
+            self.counters.stale_results += 1;
+            return Ok(());
+        };
+        let now = self.now;
+        let config = self.config;
+        let l = self.lease_mut(slot);
+        if l.inflight_req != request.0 || l.state != LeaseState::Held {
+            self.counters.stale_results += 1;
+            self.settle(slot);
+            return Ok(());
+        }
+        l.inflight_req = 0;
+        match result {
+            RenewResult::Renewed => {
+                let ttl_ns = l.ttl_ms * NS_PER_MS;
+                let until = l
+                    .inflight_sent
+                    .saturating_add(ttl_ns)
+                    .saturating_sub(config.drift_ns(ttl_ns));
+                l.valid_until = l.valid_until.max(until);
+                l.attempts = 0;
+                let sent = l.inflight_sent;
+                let interval = self.renew_interval(ttl_ns);
+                self.lease_mut(slot).next_at = sent.saturating_add(interval);
+                self.counters.renewals_ok += 1;
+                if now >= self.lease_mut(slot).valid_until {
+                    self.lose(slot, LostReason::Expired);
+                }
+            }
+            RenewResult::Rejected => {
+                self.counters.renewals_failed += 1;
+                self.lose(slot, LostReason::Rejected);
+            }
+            RenewResult::TransportError => self.renew_failed(slot),
+        }
+        self.settle(slot);
+        Ok(())
+    }
+
+    /// Feeds the service's answer to a `Release` command.
+    pub fn handle_release_result(
+        &mut self,
+        now: u64,
+        request: RequestId,
+        result: ReleaseResult,
+    ) -> Result<(), Error> {
+        self.advance(now);
+        let Some(slot) = self.take_request(request.0, ReqKind::Release) else {
+            self.counters.stale_results += 1;
+            return Ok(());
+        };
+        let l = self.lease_mut(slot);
+        if l.inflight_req != request.0 {
+            self.counters.stale_results += 1;
+            self.settle(slot);
+            return Ok(());
+        }
+        l.inflight_req = 0;
+        match result {
+            ReleaseResult::Released | ReleaseResult::NotOwner => {
+                if l.cleanup_again {
+                    l.cleanup_again = false;
+                    self.send_release(slot);
+                } else {
+                    self.finish_cleanup(slot);
+                }
+            }
+            ReleaseResult::TransportError => self.release_attempt_failed(slot),
+        }
+        self.settle(slot);
+        Ok(())
+    }
+
+    /// A release notification for `name` from a watch: wakes one local waiter (rule 7).
+    pub fn handle_released(&mut self, now: u64, name: &str) -> Result<(), Error> {
+        validate_name(name)?;
+        self.advance(now);
+        let Some(entry) = self.names.get_mut(name) else {
+            return Ok(());
+        };
+        match entry.queue.pop_front() {
+            Some(slot) => {
+                let l = self.lease_mut(slot);
+                l.queued = false;
+                self.send_acquire(slot);
+                self.settle(slot);
+            }
+            None if entry.watchers > 0 => entry.pending_wake = true,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// The deadline from `poll_timeout` passed. Early or repeated calls are harmless.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.advance(now);
+    }
+
+    // ------------------------------------------------------------------------ outputs
+
+    /// Next command or event, in the order they arose; `None` once drained.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When the host must call `handle_timeout` at the latest; `None` when nothing is
+    /// scheduled. May be in the past: then call `handle_timeout` at once.
+    pub fn poll_timeout(&mut self) -> Option<u64> {
+        while let Some(&Reverse((deadline, slot, version))) = self.timers.peek() {
+            if self.timer_is_current(slot, version) {
+                return Some(deadline);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    // ------------------------------------------------------------------------ getters
+
+    /// Lifecycle position of a lease whose record still exists.
+    pub fn lease_state(&self, lease: LeaseId) -> Result<LeaseState, Error> {
+        Ok(self.lease_ref(lease)?.state)
+    }
+
+    /// Snapshot of a lease.
+    pub fn lease_info(&self, lease: LeaseId) -> Result<LeaseInfo, Error> {
+        let l = self.lease_ref(lease)?;
+        Ok(LeaseInfo {
+            state: l.state,
+            name: l.name.clone(),
+            fencing_token: l.granted.then_some(l.fencing_token),
+            valid_until: l.granted.then_some(l.valid_until),
+            holders: l.holders,
+        })
+    }
+
+    /// Fencing token of the grant; `None` before a grant. Pass it with every protected write.
+    pub fn fencing_token(&self, lease: LeaseId) -> Result<Option<u64>, Error> {
+        let l = self.lease_ref(lease)?;
+        Ok(l.granted.then_some(l.fencing_token))
+    }
+
+    /// End of validity (host-monotonic ns); `None` before a grant.
+    pub fn valid_until(&self, lease: LeaseId) -> Result<Option<u64>, Error> {
+        let l = self.lease_ref(lease)?;
+        Ok(l.granted.then_some(l.valid_until))
+    }
+
+    /// Advice only: true while the lease is held and `now` is before `valid_until`. Storage
+    /// must still check the fencing token; this cannot see a pause that happens after it.
+    pub fn is_held(&self, lease: LeaseId, now: u64) -> Result<bool, Error> {
+        let l = self.lease_ref(lease)?;
+        let now = now.max(self.now);
+        Ok(l.state == LeaseState::Held && now < l.valid_until)
+    }
+
+    /// Counters and gauges.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters;
+        c.live_leases = u64::from(self.records);
+        c
+    }
+
+    // ---------------------------------------------------------------------- internals
+
+    fn id_of(&self, slot: u32) -> LeaseId {
+        LeaseId((self.slots[slot as usize].generation << SLOT_BITS) | u64::from(slot))
+    }
+
+    fn resolve(&self, lease: LeaseId) -> Result<u32, Error> {
+        let slot = (lease.0 & SLOT_MASK) as usize;
+        let generation = lease.0 >> SLOT_BITS;
+        let Some(s) = self.slots.get(slot) else {
+            return Err(Error::UnknownLease(lease));
+        };
+        if generation == 0 || generation > s.generation {
+            return Err(Error::UnknownLease(lease));
+        }
+        if generation < s.generation || s.lease.is_none() {
+            return Err(Error::LeaseEnded(lease));
+        }
+        Ok(slot as u32)
+    }
+
+    fn lease_ref(&self, lease: LeaseId) -> Result<&Lease, Error> {
+        let slot = self.resolve(lease)?;
+        self.slots[slot as usize]
+            .lease
+            .as_ref()
+            .ok_or(Error::LeaseEnded(lease))
+    }
+
+    /// Only called with slots known to hold a record.
+    fn lease_mut(&mut self, slot: u32) -> &mut Lease {
+        match self.slots[slot as usize].lease.as_mut() {
+            Some(l) => l,
+            None => unreachable!("slot {slot} has no lease record"),
+        }
+    }
+
+    fn alloc(&mut self, lease: Lease) -> Result<u32, Error> {
+        let slot = if let Some(slot) = self.free.pop() {
+            let s = &mut self.slots[slot as usize];
+            s.generation += 1;
+            s.lease = Some(lease);
+            slot
+        } else {
+            let slot = u32::try_from(self.slots.len()).map_err(|_| Error::TooManyLeases)?;
+            if u64::from(slot) > SLOT_MASK {
+                return Err(Error::TooManyLeases);
+            }
+            self.slots.push(Slot {
+                generation: 1,
+                version: 0,
+                scheduled: NEVER,
+                lease: Some(lease),
+            });
+            slot
+        };
+        self.records += 1;
+        Ok(slot)
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if let Some(l) = s.lease.take() {
+            if let Some(list) = l.superseded {
+                for r in list.iter() {
+                    self.requests.remove(r);
+                }
+            }
+            if l.inflight_req != 0 {
+                self.requests.remove(&l.inflight_req);
+            }
+        }
+        let s = &mut self.slots[slot as usize];
+        s.version = s.version.wrapping_add(1);
+        s.scheduled = NEVER;
+        self.records -= 1;
+        if s.generation < MAX_GEN {
+            self.free.push(slot);
+        }
+    }
+
+    fn next_request(&mut self) -> u64 {
+        let r = self.next_request;
+        self.next_request += 1;
+        r
+    }
+
+    /// Looks up a request; a result of the wrong kind is left in place for the real answer.
+    fn take_request(&mut self, req: u64, kind: ReqKind) -> Option<u32> {
+        let slot = *self.requests.get(&req)?;
+        let l = self.slots[slot as usize].lease.as_ref()?;
+        let expected = if l.inflight_req == req {
+            l.inflight_kind
+        } else {
+            ReqKind::Acquire // only acquire attempts are ever superseded
+        };
+        if expected != kind {
+            return None;
+        }
+        self.requests.remove(&req);
+        Some(slot)
+    }
+
+    fn clamp(&mut self, now: u64) {
+        if now < self.now {
+            self.counters.time_clamped += 1;
+        } else {
+            self.now = now;
+        }
+    }
+
+    /// Moves time forward and runs every due timer in deadline order. After a long pause,
+    /// validity checks therefore run before anything new is sent (rule 3).
+    fn advance(&mut self, now: u64) {
+        self.clamp(now);
+        while let Some(&Reverse((deadline, slot, version))) = self.timers.peek() {
+            if deadline > self.now {
+                break;
+            }
+            self.timers.pop();
+            if !self.timer_is_current(slot, version) {
+                continue;
+            }
+            self.slots[slot as usize].scheduled = NEVER;
+            self.on_timer(slot);
+            self.settle(slot);
+        }
+    }
+
+    fn timer_is_current(&self, slot: u32, version: u32) -> bool {
+        let s = &self.slots[slot as usize];
+        s.version == version && s.lease.is_some()
+    }
+
+    fn request_timeout(&self, l: &Lease) -> u64 {
+        match (l.state, l.inflight_kind) {
+            (LeaseState::Held, ReqKind::Renew) => self
+                .config
+                .request_timeout_ns
+                .min(l.ttl_ms * NS_PER_MS / 3)
+                .max(1),
+            _ => self.config.request_timeout_ns,
+        }
+    }
+
+    fn deadline_of(&self, l: &Lease) -> u64 {
+        let inflight_deadline = || l.inflight_sent.saturating_add(self.request_timeout(l));
+        match l.state {
+            LeaseState::Acquiring => {
+                if l.inflight_req != 0 {
+                    inflight_deadline()
+                } else {
+                    l.next_at.min(l.limit)
+                }
+            }
+            LeaseState::Held => {
+                let d = if l.inflight_req != 0 {
+                    inflight_deadline()
+                } else {
+                    l.next_at
+                };
+                d.min(l.valid_until)
+            }
+            _ => {
+                if l.inflight_req != 0 {
+                    inflight_deadline()
+                } else if l.cleanup {
+                    l.next_at
+                } else {
+                    NEVER
+                }
+            }
+        }
+    }
+
+    /// After any change to a lease: free a finished record, or (re)schedule its deadline.
+    fn settle(&mut self, slot: u32) {
+        let Some(l) = self.slots[slot as usize].lease.as_ref() else {
+            return;
+        };
+        if l.state.is_terminal() && l.inflight_req == 0 && !l.cleanup {
+            let superseded_pending = l.superseded.as_ref().is_some_and(|v| !v.is_empty());
+            if !superseded_pending || l.limit <= self.now {
+                self.free_slot(slot);
+                return;
+            }
+        }
+        let mut deadline = self.deadline_of(l);
+        if l.state.is_terminal() && deadline == NEVER && l.superseded.is_some() {
+            // Keep the record (to release a late grant) until its give-up time.
+            deadline = l.limit;
+        }
+        let s = &mut self.slots[slot as usize];
+        if deadline == s.scheduled {
+            return;
+        }
+        s.version = s.version.wrapping_add(1);
+        s.scheduled = deadline;
+        if deadline != NEVER {
+            self.timers.push(Reverse((deadline, slot, s.version)));
+            self.maybe_compact_timers();
+        }
+    }
+
+    /// Stale heap entries are dropped lazily; rebuild when they dominate, so the heap stays
+    /// O(live leases) whatever the input sequence (I7).
+    fn maybe_compact_timers(&mut self) {
+        let live = self.records as usize;
+        if self.timers.len() <= 4 * live + 64 {
+            return;
+        }
+        let entries: Vec<_> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.lease.is_some() && s.scheduled != NEVER)
+            .map(|(i, s)| Reverse((s.scheduled, i as u32, s.version)))
+            .collect();
+        self.timers = BinaryHeap::from(entries);
+    }
+
+    fn on_timer(&mut self, slot: u32) {
+        let now = self.now;
+        let timed_out = {
+            let l = self.slots[slot as usize].lease.as_ref();
+            l.is_some_and(|l| {
+                l.inflight_req != 0
+                    && now >= l.inflight_sent.saturating_add(self.request_timeout(l))
+            })
+        };
+        let l = self.lease_mut(slot);
+        match l.state {
+            LeaseState::Acquiring => {
+                if l.inflight_req != 0 {
+                    if timed_out {
+                        self.supersede_inflight(slot);
+                        self.on_acquire_uncertain(slot);
+                    }
+                } else if now >= l.limit {
+                    let reason = if l.uncertain {
+                        AcquireFailReason::Unavailable
+                    } else {
+                        AcquireFailReason::WaitExhausted
+                    };
+                    self.fail_acquire(slot, reason);
+                } else if now >= l.next_at {
+                    self.send_acquire(slot);
+                }
+            }
+            LeaseState::Held => {
+                if now >= l.valid_until {
+                    self.lose(slot, LostReason::Expired);
+                } else if l.inflight_req != 0 {
+                    if timed_out {
+                        let req = l.inflight_req;
+                        l.inflight_req = 0;
+                        self.requests.remove(&req);
+                        self.renew_failed(slot);
+                    }
+                } else if now >= l.next_at {
+                    self.send_renew(slot);
+                }
+            }
+            _ => {
+                if l.inflight_req != 0 {
+                    if timed_out {
+                        match l.inflight_kind {
+                            ReqKind::Acquire => {
+                                self.supersede_inflight(slot);
+                                let l = self.lease_mut(slot);
+                                l.uncertain = true;
+                                self.start_cleanup(slot, false);
+                            }
+                            ReqKind::Release => {
+                                let req = l.inflight_req;
+                                l.inflight_req = 0;
+                                self.requests.remove(&req);
+                                self.release_attempt_failed(slot);
+                            }
+                            ReqKind::Renew => {
+                                let req = l.inflight_req;
+                                l.inflight_req = 0;
+                                self.requests.remove(&req);
+                            }
+                        }
+                    }
+                } else if l.cleanup && now >= l.next_at {
+                    self.send_release(slot);
+                }
+            }
+        }
+    }
+
+    /// A timed-out acquire attempt may still be applied by the service; remember its id so a
+    /// late grant can be recognised (and released if the lease has ended by then).
+    fn supersede_inflight(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        let req = l.inflight_req;
+        l.inflight_req = 0;
+        l.uncertain = true;
+        let list = l.superseded.get_or_insert_with(Default::default);
+        list.push(req);
+        if list.len() > MAX_SUPERSEDED {
+            let old = list.remove(0);
+            self.requests.remove(&old);
+        }
+    }
+
+    fn drop_inflight(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        if l.inflight_req != 0 && l.inflight_kind != ReqKind::Acquire {
+            let req = l.inflight_req;
+            l.inflight_req = 0;
+            self.requests.remove(&req);
+        }
+    }
+
+    fn send_acquire(&mut self, slot: u32) {
+        let req = self.next_request();
+        let now = self.now;
+        let id = self.id_of(slot);
+        if self.lease_mut(slot).queued {
+            self.dequeue(slot);
+        }
+        let l = self.lease_mut(slot);
+        l.inflight_req = req;
+        l.inflight_sent = now;
+        l.inflight_kind = ReqKind::Acquire;
+        l.attempts = l.attempts.saturating_add(1);
+        let cmd = Command::Acquire {
+            request: RequestId(req),
+            lease: id,
+            name: l.name.clone(),
+            token: l.token,
+            ttl_ms: l.ttl_ms,
+        };
+        self.requests.insert(req, slot);
+        self.outputs.push_back(Output::Command(cmd));
+        self.counters.acquires_sent += 1;
+    }
+
+    fn send_renew(&mut self, slot: u32) {
+        let req = self.next_request();
+        let now = self.now;
+        let id = self.id_of(slot);
+        let l = self.lease_mut(slot);
+        l.inflight_req = req;
+        l.inflight_sent = now;
+        l.inflight_kind = ReqKind::Renew;
+        let cmd = Command::Renew {
+            request: RequestId(req),
+            lease: id,
+            name: l.name.clone(),
+            token: l.token,
+            ttl_ms: l.ttl_ms,
+            backend_data: l.backend_data.clone(),
+        };
+        self.requests.insert(req, slot);
+        self.outputs.push_back(Output::Command(cmd));
+        self.counters.renewals_sent += 1;
+    }
+
+    fn send_release(&mut self, slot: u32) {
+        let req = self.next_request();
+        let now = self.now;
+        let id = self.id_of(slot);
+        let l = self.lease_mut(slot);
+        l.inflight_req = req;
+        l.inflight_sent = now;
+        l.inflight_kind = ReqKind::Release;
+        let cmd = Command::Release {
+            request: RequestId(req),
+            lease: id,
+            name: l.name.clone(),
+            token: l.token,
+            backend_data: l.backend_data.clone(),
+        };
+        self.requests.insert(req, slot);
+        self.outputs.push_back(Output::Command(cmd));
+        self.counters.releases_sent += 1;
+    }
+
+    fn renew_interval(&mut self, ttl_ns: u64) -> u64 {
+        let base = ttl_ns / 3;
+        let jitter =
+            (u128::from(base) * u128::from(self.config.renew_jitter_ppm) / 1_000_000) as u64;
+        base - jitter + self.rng.up_to(2 * jitter)
+    }
+
+    /// Full-jitter exponential backoff: `random(0, min(cap, base × 2^attempt))`.
+    fn backoff(&mut self, attempt: u32) -> u64 {
+        let exp = self
+            .config
+            .backoff_base_ns
+            .saturating_mul(1u64 << attempt.min(32));
+        self.rng.up_to(exp.min(self.config.backoff_cap_ns))
+    }
+
+    fn on_granted(&mut self, slot: u32, fencing_token: u64, ttl_ms: u64, backend_data: &[u8]) {
+        let now = self.now;
+        let config = self.config;
+        let l = self.lease_mut(slot);
+        let ttl_ns = ttl_ms.min(l.ttl_ms) * NS_PER_MS;
+        let valid_until = l
+            .inflight_sent
+            .saturating_add(ttl_ns)
+            .saturating_sub(config.drift_ns(ttl_ns));
+        if ttl_ns == 0 || valid_until <= now {
+            // The grant was already stale when it arrived: it is ours at the service, but no
+            // validity is left. Retry (idempotent for our token) or give up and clean up.
+            l.uncertain = true;
+            if now >= l.limit {
+                self.fail_acquire(slot, AcquireFailReason::Unavailable);
+            } else {
+                let attempts = l.attempts;
+                let delay = self.backoff(attempts);
+                self.lease_mut(slot).next_at = now.saturating_add(delay);
+            }
+            return;
+        }
+        let sent = l.inflight_sent;
+        l.state = LeaseState::Held;
+        l.granted = true;
+        l.fencing_token = fencing_token;
+        l.valid_until = valid_until;
+        l.backend_data = (!backend_data.is_empty()).then(|| Arc::from(backend_data));
+        l.attempts = 0;
+        let interval = self.renew_interval(ttl_ns);
+        self.lease_mut(slot).next_at = sent.saturating_add(interval);
+        self.leave_waiting(slot);
+        self.counters.grants += 1;
+        let id = self.id_of(slot);
+        self.outputs.push_back(Output::Event(Event::Acquired {
+            lease: id,
+            fencing_token,
+            valid_until,
+        }));
+    }
+
+    fn on_held_by_other(&mut self, slot: u32, retry_after_ms: Option<u64>) {
+        let now = self.now;
+        let l = self.lease_mut(slot);
+        if now >= l.limit {
+            let reason = AcquireFailReason::WaitExhausted;
+            self.fail_acquire(slot, reason);
+            return;
+        }
+        l.uncertain = false;
+        let attempts = l.attempts;
+        self.enter_waiting(slot);
+        let name = self.lease_mut(slot).name.clone();
+        let woken = self
+            .names
+            .get_mut(&*name)
+            .map(|e| std::mem::take(&mut e.pending_wake))
+            .unwrap_or(false);
+        let sleep = if woken {
+            0
+        } else {
+            let hint_ns = retry_after_ms
+                .filter(|&h| h > 0)
+                .map(|h| h.saturating_mul(NS_PER_MS));
+            match hint_ns {
+                Some(h) if self.config.notifications && attempts >= QUICK_ATTEMPTS => {
+                    // Sleep until a dead holder's grant runs out; a notification wakes us
+                    // earlier. A little jitter keeps co-waiters from colliding.
+                    let spread = self.config.backoff_base_ns.min(h / 16);
+                    h.saturating_add(self.rng.up_to(spread))
+                }
+                Some(h) => self.backoff(attempts).min(h),
+                None => self.backoff(attempts),
+            }
+        };
+        let l = self.lease_mut(slot);
+        l.next_at = now.saturating_add(sleep);
+        self.enqueue(slot);
+    }
+
+    fn on_acquire_uncertain(&mut self, slot: u32) {
+        let now = self.now;
+        let l = self.lease_mut(slot);
+        l.uncertain = true;
+        if now >= l.limit {
+            self.fail_acquire(slot, AcquireFailReason::Unavailable);
+            return;
+        }
+        let attempts = l.attempts;
+        let delay = self.backoff(attempts);
+        self.lease_mut(slot).next_at = now.saturating_add(delay);
+    }
+
+    fn fail_acquire(&mut self, slot: u32, reason: AcquireFailReason) {
+        self.leave_waiting(slot);
+        self.unregister_reentrant(slot);
+        let id = self.id_of(slot);
+        let l = self.lease_mut(slot);
+        l.state = LeaseState::AcquireFailed;
+        l.holders = 0;
+        let uncertain = l.uncertain;
+        let ttl_ns = l.ttl_ms * NS_PER_MS;
+        let limit = self
+            .now
+            .saturating_add(ttl_ns)
+            .saturating_add(self.config.request_timeout_ns);
+        self.lease_mut(slot).limit = limit;
+        self.counters.acquire_failed += 1;
+        self.outputs
+            .push_back(Output::Event(Event::AcquireFailed { lease: id, reason }));
+        if uncertain {
+            self.start_cleanup(slot, false);
+        }
+    }
+
+    fn renew_failed(&mut self, slot: u32) {
+        self.counters.renewals_failed += 1;
+        let now = self.now;
+        let budget = self.config.fail_budget;
+        let base = self.config.backoff_base_ns;
+        let l = self.lease_mut(slot);
+        l.attempts = l.attempts.saturating_add(1);
+        if l.attempts >= budget {
+            self.lose(slot, LostReason::FailBudget);
+            return;
+        }
+        // Retry promptly while validity remains: short exponential steps, at most TTL/10.
+        let step = base
+            .saturating_mul(1u64 << (l.attempts - 1).min(32))
+            .min(l.ttl_ms * NS_PER_MS / 10)
+            .max(1);
+        let delay = step / 2 + self.rng.up_to(step / 2);
+        self.lease_mut(slot).next_at = now.saturating_add(delay);
+    }
+
+    fn lose(&mut self, slot: u32, reason: LostReason) {
+        self.unregister_reentrant(slot);
+        self.drop_inflight(slot);
+        let id = self.id_of(slot);
+        let l = self.lease_mut(slot);
+        l.state = LeaseState::Lost;
+        l.holders = 0;
+        match reason {
+            LostReason::Rejected => self.counters.lost_rejected += 1,
+            LostReason::Expired => self.counters.lost_expired += 1,
+            LostReason::FailBudget => self.counters.lost_fail_budget += 1,
+        }
+        self.outputs
+            .push_back(Output::Event(Event::Lost { lease: id, reason }));
+        if reason != LostReason::Rejected {
+            // One best-effort release: ownership is checked by the service, so it can only
+            // delete our own (possibly still live) grant (rule 6).
+            self.start_cleanup(slot, true);
+        }
+    }
+
+    fn start_cleanup(&mut self, slot: u32, best_effort: bool) {
+        let now = self.now;
+        let rt = self.config.request_timeout_ns;
+        let l = self.lease_mut(slot);
+        let give_up = now.saturating_add(l.ttl_ms * NS_PER_MS).saturating_add(rt);
+        if !l.cleanup {
+            l.cleanup = true;
+            l.cleanup_best_effort = best_effort;
+            l.attempts = 0;
+            l.limit = give_up;
+            l.next_at = NEVER;
+            self.counters.pending_cleanups += 1;
+        } else {
+            if l.inflight_req != 0 && l.inflight_kind == ReqKind::Release {
+                l.cleanup_again = true;
+            }
+            if !best_effort {
+                l.cleanup_best_effort = false;
+                l.limit = l.limit.max(give_up);
+            }
+        }
+        if self.lease_mut(slot).inflight_req == 0 {
+            self.send_release(slot);
+        }
+    }
+
+    fn release_attempt_failed(&mut self, slot: u32) {
+        let now = self.now;
+        let l = self.lease_mut(slot);
+        if l.cleanup_best_effort || now >= l.limit {
+            self.finish_cleanup(slot);
+            return;
+        }
+        l.attempts = l.attempts.saturating_add(1);
+        let attempts = l.attempts;
+        let delay = self.backoff(attempts);
+        self.lease_mut(slot).next_at = now.saturating_add(delay);
+    }
+
+    fn finish_cleanup(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        if l.cleanup {
+            l.cleanup = false;
+            l.cleanup_again = false;
+            self.counters.pending_cleanups -= 1;
+        }
+    }
+
+    fn unregister_reentrant(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        if !l.reentrant {
+            return;
+        }
+        let name = l.name.clone();
+        if let Some(e) = self.names.get_mut(&*name) {
+            if e.reentrant == Some(slot) {
+                e.reentrant = None;
+            }
+        }
+        self.gc_name(&name);
+    }
+
+    fn enter_waiting(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        if l.watching {
+            return;
+        }
+        l.watching = true;
+        let name = l.name.clone();
+        let e = self.names.entry(name.clone()).or_default();
+        e.watchers += 1;
+        if e.watchers == 1 {
+            self.outputs
+                .push_back(Output::Command(Command::Watch { name }));
+        }
+    }
+
+    fn enqueue(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        if l.queued {
+            return;
+        }
+        l.queued = true;
+        let name = l.name.clone();
+        self.names.entry(name).or_default().queue.push_back(slot);
+    }
+
+    fn dequeue(&mut self, slot: u32) {
+        let l = self.lease_mut(slot);
+        l.queued = false;
+        let name = l.name.clone();
+        if let Some(e) = self.names.get_mut(&*name) {
+            e.queue.retain(|&s| s != slot);
+        }
+    }
+
+    fn leave_waiting(&mut self, slot: u32) {
+        if self.lease_mut(slot).queued {
+            self.dequeue(slot);
+        }
+        let l = self.lease_mut(slot);
+        if !l.watching {
+            return;
+        }
+        l.watching = false;
+        let name = l.name.clone();
+        if let Some(e) = self.names.get_mut(&*name) {
+            e.watchers -= 1;
+            if e.watchers == 0 {
+                e.pending_wake = false;
+                self.outputs
+                    .push_back(Output::Command(Command::Unwatch { name: name.clone() }));
+            }
+        }
+        self.gc_name(&name);
+    }
+
+    fn gc_name(&mut self, name: &str) {
+        let empty = self
+            .names
+            .get(name)
+            .is_some_and(|e| e.reentrant.is_none() && e.watchers == 0 && e.queue.is_empty());
+        if empty {
+            self.names.remove(name);
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The values that cross the core's boundary: ids, tokens, command results, outputs, getters.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Names one lease inside one core. Ids are never reused, so a stale id can only ever yield
+/// "unknown" or "ended", never another lease's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u64);
+
+/// Matches a command's result to the command. Never reused inside one core, so a late answer
+/// to an old request can always be recognised as stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The ownership token a lease stores on the service: 128 random bits chosen per lease and
+/// reused by every retry of that lease, so a retried acquire finds its own grant (rule 9) and
+/// release/renew can only ever touch this lease's grant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(pub(crate) [u8; 16]);
+
+impl Token {
+    /// The raw 16 bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// Lowercase hex, the form every backend stores (a plain string in Redis, SQL and etcd).
+    pub fn to_hex(&self) -> [u8; 32] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = HEX[usize::from(b >> 4)];
+            out[2 * i + 1] = HEX[usize::from(b & 0x0f)];
+        }
+        out
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hex = self.to_hex();
+        // Hex digits are ASCII, so this conversion cannot fail.
+        f.write_str(std::str::from_utf8(&hex).unwrap_or("?"))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
+
+/// What the service answered to an `Acquire` command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireResult<'a> {
+    /// The lock is ours. `ttl_ms` is what the service granted (the core uses the smaller of it
+    /// and what was asked); `backend_data` is echoed in later commands (an etcd lease id, say).
+    Granted {
+        /// Strictly increasing per name across all clients; the storage layer checks it.
+        fencing_token: u64,
+        /// Granted time to live in milliseconds.
+        ttl_ms: u64,
+        /// Backend-specific ownership bytes, possibly empty.
+        backend_data: &'a [u8],
+    },
+    /// Someone else holds it; `retry_after_ms` is the holder's remaining TTL, when known, so a
+    /// waiter can sleep until a dead holder's lock runs out instead of polling.
+    HeldByOther {
+        /// Remaining TTL of the current holder in milliseconds.
+        retry_after_ms: Option<u64>,
+    },
+    /// The request may or may not have reached the service.
+    TransportError,
+}
+
+/// What the service answered to a `Renew` command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewResult {
+    /// The TTL was extended from the service's receipt of the request.
+    Renewed,
+    /// The service no longer records us as the owner: the lease is lost.
+    Rejected,
+    /// The request may or may not have reached the service.
+    TransportError,
+}
+
+/// What the service answered to a `Release` command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseResult {
+    /// Our grant was deleted.
+    Released,
+    /// Nothing of ours was there (expired, or never applied): nothing left to clean up.
+    NotOwner,
+    /// The request may or may not have reached the service; the core retries.
+    TransportError,
+}
+
+/// Why an acquisition ended without the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AcquireFailReason {
+    /// The wait budget ran out while someone else held the lock.
+    WaitExhausted = 1,
+    /// The application released the lease before it was granted.
+    Cancelled = 2,
+    /// The wait budget ran out and the last attempt failed in transport.
+    Unavailable = 3,
+}
+
+/// Why a held lease was lost. Each is detected by the core, never assumed by the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum LostReason {
+    /// The service rejected a renewal: someone else may hold the lock now.
+    Rejected = 4,
+    /// `valid_until` passed without a confirmed renewal (network hang, paused process).
+    Expired = 5,
+    /// `fail_budget` consecutive renewals failed in transport.
+    FailBudget = 6,
+}
+
+/// A lease's lifecycle position. The last three are terminal and sticky (rule 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum LeaseState {
+    /// Waiting for a grant (attempting or backing off).
+    Acquiring = 1,
+    /// Granted and not yet known to be lost; see `is_held` for the time-aware answer.
+    Held = 2,
+    /// Released by the application.
+    Released = 3,
+    /// Lost while held.
+    Lost = 4,
+    /// Never granted.
+    AcquireFailed = 5,
+}
+
+impl LeaseState {
+    /// Terminal states never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Released | Self::Lost | Self::AcquireFailed)
+    }
+}
+
+/// A command for the host to execute against the lock service. Commands with a `request`
+/// expect exactly one result fed back with that id (a missing answer times out by itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Try to take `name` for `ttl_ms` with our ownership `token` (idempotent per token).
+    Acquire {
+        /// Id to answer with.
+        request: RequestId,
+        /// The lease this attempt belongs to.
+        lease: LeaseId,
+        /// Lock name.
+        name: Arc<str>,
+        /// Ownership token (the same for every attempt of this lease).
+        token: Token,
+        /// Requested TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Extend our grant to `ttl_ms` from the service's receipt, if `token` still owns it.
+    Renew {
+        /// Id to answer with.
+        request: RequestId,
+        /// The lease being renewed.
+        lease: LeaseId,
+        /// Lock name.
+        name: Arc<str>,
+        /// Ownership token.
+        token: Token,
+        /// TTL in milliseconds.
+        ttl_ms: u64,
+        /// Backend ownership bytes from the grant, if any.
+        backend_data: Option<Arc<[u8]>>,
+    },
+    /// Delete our grant, if `token` still owns it, and notify waiters.
+    Release {
+        /// Id to answer with.
+        request: RequestId,
+        /// The lease being released (possibly already terminal: cleanup).
+        lease: LeaseId,
+        /// Lock name.
+        name: Arc<str>,
+        /// Ownership token.
+        token: Token,
+        /// Backend ownership bytes from the grant, if any.
+        backend_data: Option<Arc<[u8]>>,
+    },
+    /// Start delivering release notifications for `name` (first local waiter).
+    Watch {
+        /// Lock name.
+        name: Arc<str>,
+    },
+    /// Stop delivering them (last local waiter left).
+    Unwatch {
+        /// Lock name.
+        name: Arc<str>,
+    },
+}
+
+/// Something the application should learn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The lease is held; the token must accompany every protected write.
+    Acquired {
+        /// The lease.
+        lease: LeaseId,
+        /// Fencing token for the storage layer.
+        fencing_token: u64,
+        /// Host-monotonic ns after which the lease must be assumed lost.
+        valid_until: u64,
+    },
+    /// Terminal: the lock was not obtained.
+    AcquireFailed {
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: AcquireFailReason,
+    },
+    /// Terminal: the lock was held and is no longer; stop protected work now.
+    Lost {
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: LostReason,
+    },
+    /// Terminal: the application released the lease.
+    Released {
+        /// The lease.
+        lease: LeaseId,
+    },
+}
+
+/// One item drained by `Client::poll_output`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Execute against the service.
+    Command(Command),
+    /// Deliver to the application.
+    Event(Event),
+}
+
+/// A snapshot of one lease, for getters and diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// Lifecycle position.
+    pub state: LeaseState,
+    /// Lock name.
+    pub name: Arc<str>,
+    /// Fencing token of the grant, once granted.
+    pub fencing_token: Option<u64>,
+    /// End of validity, once granted.
+    pub valid_until: Option<u64>,
+    /// Number of in-process holders (reentrancy).
+    pub holders: u32,
+}
+
+/// Monotonic counters (and two gauges) for observability; never reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Gauge: lease records in the table (live plus those finishing cleanup).
+    pub live_leases: u64,
+    /// Gauge: leases whose release the core still wants confirmed.
+    pub pending_cleanups: u64,
+    /// Acquire commands emitted.
+    pub acquires_sent: u64,
+    /// Grants accepted.
+    pub grants: u64,
+    /// Leases that ended in AcquireFailed.
+    pub acquire_failed: u64,
+    /// Renew commands emitted.
+    pub renewals_sent: u64,
+    /// Renewals confirmed.
+    pub renewals_ok: u64,
+    /// Renewals rejected, failed in transport or timed out.
+    pub renewals_failed: u64,
+    /// Release commands emitted (including cleanup retries).
+    pub releases_sent: u64,
+    /// Leases lost because the service rejected a renewal.
+    pub lost_rejected: u64,
+    /// Leases lost because validity elapsed.
+    pub lost_expired: u64,
+    /// Leases lost because the renew failure budget ran out.
+    pub lost_fail_budget: u64,
+    /// Results ignored as unknown, duplicate, superseded or of the wrong kind.
+    pub stale_results: u64,
+    /// Inputs whose `now` was older than one already seen (clamped).
+    pub time_clamped: u64,
+}
