@@ -1,0 +1,1207 @@
+//! One test (or a few) per lease rule of design §3, and per kind of bad input.
+//! Every test drives the public API exactly as a host would.
+
+use leasehold::{
+    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
+    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+};
+
+const MS: u64 = 1_000_000;
+const SEED: [u8; 32] = [42; 32];
+
+fn client() -> Client {
+    Client::new(Config::default(), &SEED).unwrap()
+}
+
+fn drain(c: &mut Client) -> Vec<Output> {
+    std::iter::from_fn(|| c.poll_output()).collect()
+}
+
+fn commands(out: &[Output]) -> Vec<Command> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Command(c) => Some(c.clone()),
+            Output::Event(_) => None,
+        })
+        .collect()
+}
+
+fn events(out: &[Output]) -> Vec<Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(*e),
+            Output::Command(_) => None,
+        })
+        .collect()
+}
+
+fn acquire_req(out: &[Output]) -> (RequestId, Token) {
+    for c in commands(out) {
+        if let Command::Acquire { request, token, .. } = c {
+            return (request, token);
+        }
+    }
+    panic!("no Acquire command in {out:?}")
+}
+
+fn renew_req(out: &[Output]) -> Option<RequestId> {
+    commands(out).into_iter().find_map(|c| match c {
+        Command::Renew { request, .. } => Some(request),
+        _ => None,
+    })
+}
+
+fn release_req(out: &[Output]) -> Option<(RequestId, Token)> {
+    commands(out).into_iter().find_map(|c| match c {
+        Command::Release { request, token, .. } => Some((request, token)),
+        _ => None,
+    })
+}
+
+fn grant(fence: u64, ttl_ms: u64) -> AcquireResult<'static> {
+    AcquireResult::Granted {
+        fencing_token: fence,
+        ttl_ms,
+        backend_data: &[],
+    }
+}
+
+/// Acquires `name` at t=0 and grants it at `t_grant`; returns the lease.
+fn held(c: &mut Client, name: &str, ttl_ms: u64, t_grant: u64) -> LeaseId {
+    let lease = c.acquire(0, name, AcquireOptions::new(ttl_ms)).unwrap();
+    let out = drain(c);
+    let (req, _) = acquire_req(&out);
+    c.handle_acquire_result(t_grant, req, grant(7, ttl_ms))
+        .unwrap();
+    let out = drain(c);
+    assert!(
+        matches!(events(&out)[..], [Event::Acquired { .. }]),
+        "{out:?}"
+    );
+    lease
+}
+
+/// Runs timeouts until the next command appears (or `limit` passes); returns outputs and time.
+fn run_until_output(c: &mut Client, limit: u64) -> (Vec<Output>, u64) {
+    loop {
+        let Some(d) = c.poll_timeout() else {
+            return (vec![], c.now());
+        };
+        if d > limit {
+            return (vec![], c.now());
+        }
+        c.handle_timeout(d);
+        let out = drain(c);
+        if !out.is_empty() {
+            return (out, d);
+        }
+    }
+}
+
+fn terminal_events(evs: &[Event], lease: LeaseId) -> usize {
+    evs.iter()
+        .filter(|e| match e {
+            Event::AcquireFailed { lease: l, .. }
+            | Event::Lost { lease: l, .. }
+            | Event::Released { lease: l } => *l == lease,
+            Event::Acquired { .. } => false,
+        })
+        .count()
+}
+
+// ------------------------------------------------------------------ rule 1: sticky terminals
+
+#[test]
+fn rule1_terminal_states_are_sticky() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let renew = renew_req(&out).unwrap();
+    c.handle_renew_result(c.now() + MS, renew, RenewResult::Rejected)
+        .unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Rejected
+        }]
+    );
+    // A duplicate answer, a late success, a timeout: nothing revives it.
+    c.handle_renew_result(c.now() + MS, renew, RenewResult::Renewed)
+        .unwrap();
+    c.handle_timeout(c.now() + 10_000 * MS);
+    let out = drain(&mut c);
+    assert_eq!(terminal_events(&events(&out), lease), 0);
+    assert!(!c.is_held(lease, c.now()).unwrap_or(false));
+    assert!(matches!(
+        c.release(c.now(), lease),
+        Err(Error::LeaseEnded(_))
+    ));
+    assert_eq!(c.counters().stale_results, 1);
+}
+
+#[test]
+fn rule1_exactly_one_terminal_event_on_release_after_loss_race() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 300, MS);
+    // No renewal answer ever: the lease expires locally; a later release is an error.
+    c.handle_timeout(10_000 * MS);
+    let out = drain(&mut c);
+    assert_eq!(terminal_events(&events(&out), lease), 1);
+    assert!(c.release(10_001 * MS, lease).is_err());
+    assert_eq!(terminal_events(&events(&drain(&mut c)), lease), 0);
+}
+
+// ------------------------------------------------------------------ rule 2: validity from send
+
+#[test]
+fn rule2_validity_counts_from_send_time_minus_drift() {
+    let mut c = client();
+    let lease = c
+        .acquire(100 * MS, "a", AcquireOptions::new(10_000))
+        .unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    // The answer takes 900 ms: validity must still start at the send time (100 ms).
+    c.handle_acquire_result(1_000 * MS, req, grant(1, 10_000))
+        .unwrap();
+    let drift = 10_000 * MS / 100 + 2 * MS;
+    let expected = 100 * MS + 10_000 * MS - drift;
+    assert_eq!(c.valid_until(lease).unwrap(), Some(expected));
+    let ev = events(&drain(&mut c));
+    assert_eq!(
+        ev,
+        vec![Event::Acquired {
+            lease,
+            fencing_token: 1,
+            valid_until: expected
+        }]
+    );
+}
+
+#[test]
+fn rule2_granted_ttl_below_request_is_honoured_and_drift_is_configurable() {
+    let cfg = Config {
+        drift_ppm: 50_000,
+        drift_fixed_ns: 5 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c.acquire(0, "a", AcquireOptions::new(10_000)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(MS, req, grant(1, 4_000)).unwrap();
+    let expected = 4_000 * MS - (4_000 * MS / 20 + 5 * MS);
+    assert_eq!(c.valid_until(lease).unwrap(), Some(expected));
+}
+
+#[test]
+fn rule2_renewal_moves_validity_to_renew_send_time() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    let (out, t_sent) = run_until_output(&mut c, u64::MAX);
+    let req = renew_req(&out).unwrap();
+    c.handle_renew_result(t_sent + 500 * MS, req, RenewResult::Renewed)
+        .unwrap();
+    let drift = 3_000 * MS / 100 + 2 * MS;
+    assert_eq!(
+        c.valid_until(lease).unwrap(),
+        Some(t_sent + 3_000 * MS - drift)
+    );
+}
+
+#[test]
+fn grant_that_arrives_after_its_validity_is_not_reported_as_acquired() {
+    let mut c = client();
+    let lease = c.acquire(0, "a", AcquireOptions::new(100)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    // Answer arrives after the whole TTL: no validity left → never Acquired.
+    c.handle_acquire_result(150 * MS, req, grant(1, 100))
+        .unwrap();
+    let out = drain(&mut c);
+    assert!(
+        events(&out)
+            .iter()
+            .all(|e| !matches!(e, Event::Acquired { .. })),
+        "{out:?}"
+    );
+    assert_eq!(
+        events(&out),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    // …and the grant, which is ours at the service, is released.
+    assert!(release_req(&out).is_some());
+}
+
+// ------------------------------------------------------------------ rule 3: local loss detection
+
+#[test]
+fn rule3_loss_detected_at_valid_until_without_any_response() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    let valid_until = c.valid_until(lease).unwrap().unwrap();
+    // Renewals are sent but never answered. Drive the loop by deadlines only.
+    let mut lost_at = None;
+    while lost_at.is_none() {
+        let d = c
+            .poll_timeout()
+            .expect("a held lease always has a deadline");
+        assert!(
+            d <= valid_until,
+            "deadline {d} beyond validity {valid_until}"
+        );
+        assert!(c.is_held(lease, d.saturating_sub(1)).unwrap() || d == valid_until);
+        c.handle_timeout(d);
+        for e in events(&drain(&mut c)) {
+            if let Event::Lost { reason, .. } = e {
+                lost_at = Some((d, reason));
+            }
+        }
+    }
+    let (t, reason) = lost_at.unwrap();
+    assert!(t <= valid_until);
+    assert!(matches!(
+        reason,
+        LostReason::Expired | LostReason::FailBudget
+    ));
+    assert!(!c.is_held(lease, t).unwrap_or(false));
+}
+
+#[test]
+fn rule3_after_a_long_pause_loss_comes_before_any_renew() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    // The process was paused for a minute: the first input after waking is a late timeout.
+    c.handle_timeout(60_000 * MS);
+    let out = drain(&mut c);
+    assert!(
+        renew_req(&out).is_none(),
+        "a paused process must not renew first: {out:?}"
+    );
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Expired
+        }]
+    );
+}
+
+#[test]
+fn rule3_renew_answer_after_pause_is_not_believed() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let req = renew_req(&out).unwrap();
+    // The answer arrives after a pause longer than the validity: loss first, answer stale.
+    c.handle_renew_result(60_000 * MS, req, RenewResult::Renewed)
+        .unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Expired
+        }]
+    );
+    assert_eq!(c.counters().stale_results, 1);
+}
+
+// ------------------------------------------------------------------ rule 4: renewal cadence
+
+#[test]
+fn rule4_renew_cadence_is_a_third_of_ttl_with_bounded_jitter() {
+    let mut seen = Vec::new();
+    for seed in 0..50u8 {
+        let mut c = Client::new(Config::default(), &[seed; 16]).unwrap();
+        let _lease = held(&mut c, "a", 3_000, 0);
+        let (out, t) = run_until_output(&mut c, u64::MAX);
+        assert!(renew_req(&out).is_some());
+        // Sent at t=0: renew at 1000 ms ± 10%.
+        assert!((900 * MS..=1_100 * MS).contains(&t), "renew at {t}");
+        seen.push(t);
+    }
+    seen.sort_unstable();
+    seen.dedup();
+    assert!(seen.len() > 10, "jitter must vary with the seed: {seen:?}");
+}
+
+#[test]
+fn rule4_at_most_one_renew_in_flight_and_per_request_timeout() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    let (out, t1) = run_until_output(&mut c, u64::MAX);
+    assert_eq!(commands(&out).len(), 1);
+    // Before the request timeout (min(2 s, TTL/3) = 1 s) nothing else is sent.
+    c.handle_timeout(t1 + 999 * MS);
+    assert!(drain(&mut c).is_empty());
+    // At t1 + TTL/3 (the renew timeout: min(2 s, TTL/3)) the attempt counts as failed and
+    // a retry follows promptly (within TTL/10).
+    c.handle_timeout(t1 + 1_000 * MS);
+    assert!(renew_req(&drain(&mut c)).is_none());
+    assert_eq!(c.counters().renewals_failed, 1);
+    let (out, t3) = run_until_output(&mut c, u64::MAX);
+    assert!(renew_req(&out).is_some(), "{out:?}");
+    assert!(
+        t3 - (t1 + 1_000 * MS) <= 300 * MS,
+        "retry should be prompt (≤ TTL/10)"
+    );
+    assert_eq!(c.counters().renewals_failed, 1);
+    assert!(c.is_held(lease, t3).unwrap());
+}
+
+#[test]
+fn rule4_transport_failures_exhaust_the_budget() {
+    let cfg = Config {
+        fail_budget: 2,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = held(&mut c, "a", 30_000, 0);
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    c.handle_renew_result(
+        t + MS,
+        renew_req(&out).unwrap(),
+        RenewResult::TransportError,
+    )
+    .unwrap();
+    assert!(
+        events(&drain(&mut c)).is_empty(),
+        "one failure is within budget"
+    );
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    c.handle_renew_result(
+        t + MS,
+        renew_req(&out).unwrap(),
+        RenewResult::TransportError,
+    )
+    .unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::FailBudget
+        }]
+    );
+    assert_eq!(c.counters().lost_fail_budget, 1);
+}
+
+#[test]
+fn rule4_success_resets_the_failure_budget() {
+    let cfg = Config {
+        fail_budget: 2,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = held(&mut c, "a", 30_000, 0);
+    for _ in 0..5 {
+        let (out, t) = run_until_output(&mut c, u64::MAX);
+        c.handle_renew_result(
+            t + MS,
+            renew_req(&out).unwrap(),
+            RenewResult::TransportError,
+        )
+        .unwrap();
+        let (out, t) = run_until_output(&mut c, u64::MAX);
+        c.handle_renew_result(t + MS, renew_req(&out).unwrap(), RenewResult::Renewed)
+            .unwrap();
+        assert!(events(&drain(&mut c)).is_empty());
+    }
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Held);
+}
+
+#[test]
+fn rule4_rejection_loses_at_once() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    c.handle_renew_result(t + MS, renew_req(&out).unwrap(), RenewResult::Rejected)
+        .unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Rejected
+        }]
+    );
+    // A rejection means the service holds nothing of ours: no cleanup release needed.
+    assert!(release_req(&out).is_none());
+}
+
+// ------------------------------------------------------------------ rule 5: stale results
+
+#[test]
+fn rule5_unknown_duplicate_wrong_kind_and_superseded_results_are_ignored() {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let (req1, _) = acquire_req(&drain(&mut c));
+    // Unknown id.
+    c.handle_acquire_result(MS, RequestId(999_999), grant(1, 3_000))
+        .unwrap();
+    // Wrong kind for a live id.
+    c.handle_renew_result(MS, req1, RenewResult::Renewed)
+        .unwrap();
+    c.handle_release_result(MS, req1, ReleaseResult::Released)
+        .unwrap();
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    assert_eq!(c.counters().stale_results, 3);
+    // Let the attempt time out (2 s): it is superseded by a retry.
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let (out, t) = if commands(&out).is_empty() {
+        run_until_output(&mut c, u64::MAX)
+    } else {
+        (out, c.now())
+    };
+    let (req2, _) = acquire_req(&out);
+    assert_ne!(req1, req2);
+    // The superseded attempt's grant does not change state.
+    c.handle_acquire_result(t + MS, req1, grant(5, 3_000))
+        .unwrap();
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    assert!(events(&drain(&mut c)).is_empty());
+    // The current attempt's does; a duplicate of it is ignored.
+    c.handle_acquire_result(t + 2 * MS, req2, grant(5, 3_000))
+        .unwrap();
+    c.handle_acquire_result(t + 3 * MS, req2, grant(6, 3_000))
+        .unwrap();
+    assert_eq!(c.fencing_token(lease).unwrap(), Some(5));
+    assert_eq!(c.counters().stale_results, 5);
+}
+
+// ------------------------------------------------------------------ rule 6: nothing leaks
+
+#[test]
+fn rule6_late_grant_after_cancel_is_released_at_once() {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
+        .unwrap();
+    let (req, token) = acquire_req(&drain(&mut c));
+    c.release(MS, lease).unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Cancelled
+        }]
+    );
+    assert!(release_req(&out).is_none(), "nothing granted yet");
+    c.handle_acquire_result(2 * MS, req, grant(9, 3_000))
+        .unwrap();
+    let out = drain(&mut c);
+    let (_, rel_token) = release_req(&out).expect("the late grant must be released");
+    assert_eq!(rel_token, token);
+    assert!(events(&out).is_empty(), "no second terminal event");
+}
+
+#[test]
+fn rule6_late_grant_after_acquire_timed_out_is_released() {
+    let mut c = client();
+    let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (req, token) = acquire_req(&drain(&mut c));
+    // wait = 0 and no answer within the request timeout: AcquireFailed(Unavailable).
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    assert_eq!(
+        events(&out),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    // The attempt may have been applied: a cleanup release goes out with our token.
+    let (rel, rel_token) = release_req(&out).unwrap();
+    assert_eq!(rel_token, token);
+    c.handle_release_result(t + MS, rel, ReleaseResult::NotOwner)
+        .unwrap();
+    // Then the grant shows up late after all: released again.
+    c.handle_acquire_result(t + 2 * MS, req, grant(3, 3_000))
+        .unwrap();
+    let (_, tok) = release_req(&drain(&mut c)).expect("late grant released");
+    assert_eq!(tok, token);
+}
+
+#[test]
+fn rule6_lost_lease_gets_one_best_effort_release() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 300, 0);
+    let mut releases = 0;
+    let mut lost = 0;
+    while let Some(d) = c.poll_timeout() {
+        let t = d;
+        c.handle_timeout(d);
+        for o in drain(&mut c) {
+            match o {
+                Output::Command(Command::Release { .. }) => releases += 1,
+                Output::Event(Event::Lost { .. }) => lost += 1,
+                _ => {}
+            }
+        }
+        if t > 100_000 * MS {
+            break;
+        }
+    }
+    assert_eq!((lost, releases), (1, 1));
+    assert_eq!(c.counters().pending_cleanups, 0);
+    assert!(matches!(c.lease_state(lease), Err(Error::LeaseEnded(_))));
+}
+
+#[test]
+fn rule6_failed_release_is_retried_with_same_token_until_confirmed() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    c.release(10 * MS, lease).unwrap();
+    let out = drain(&mut c);
+    assert_eq!(events(&out), vec![Event::Released { lease }]);
+    let (mut req, token) = release_req(&out).unwrap();
+    for _ in 0..3 {
+        c.handle_release_result(c.now() + MS, req, ReleaseResult::TransportError)
+            .unwrap();
+        let (out, _) = run_until_output(&mut c, u64::MAX);
+        let (r, t) = release_req(&out).expect("retried");
+        assert_eq!(t, token);
+        req = r;
+    }
+    assert_eq!(c.counters().pending_cleanups, 1);
+    c.handle_release_result(c.now() + MS, req, ReleaseResult::Released)
+        .unwrap();
+    assert_eq!(c.counters().pending_cleanups, 0);
+    assert_eq!(c.counters().live_leases, 0);
+}
+
+#[test]
+fn rule6_release_retries_stop_once_ttl_has_certainly_run_out() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 300, 0);
+    c.release(10 * MS, lease).unwrap();
+    let mut sent = 0;
+    let mut last = 0;
+    loop {
+        for o in drain(&mut c) {
+            if let Output::Command(Command::Release { request, .. }) = o {
+                sent += 1;
+                c.handle_release_result(c.now(), request, ReleaseResult::TransportError)
+                    .unwrap();
+            }
+        }
+        let Some(d) = c.poll_timeout() else { break };
+        last = d;
+        c.handle_timeout(d);
+    }
+    assert!(sent > 1);
+    assert!(last <= 10 * MS + 300 * MS + Config::default().request_timeout_ns + 1_000 * MS);
+    assert_eq!(c.counters().pending_cleanups, 0);
+}
+
+// ------------------------------------------------------------------ rule 7: bounded waits
+
+#[test]
+fn rule7_wait_is_bounded_and_backoff_never_passes_the_deadline() {
+    let cfg = Config {
+        notifications: false,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let wait = 1_000 * MS;
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(wait))
+        .unwrap();
+    let mut attempts = 0;
+    let mut failed_at = None;
+    let mut out = drain(&mut c);
+    loop {
+        for cmd in commands(&out) {
+            if let Command::Acquire { request, .. } = cmd {
+                attempts += 1;
+                let t = c.now();
+                c.handle_acquire_result(
+                    t,
+                    request,
+                    AcquireResult::HeldByOther {
+                        retry_after_ms: None,
+                    },
+                )
+                .unwrap();
+            }
+        }
+        for e in events(&out) {
+            if let Event::AcquireFailed { reason, .. } = e {
+                assert_eq!(reason, AcquireFailReason::WaitExhausted);
+                failed_at = Some(c.now());
+            }
+        }
+        out = drain(&mut c);
+        if failed_at.is_some() {
+            break;
+        }
+        if out.is_empty() {
+            let d = c.poll_timeout().expect("waiting lease has a deadline");
+            assert!(d <= wait, "deadline {d} past the wait budget");
+            c.handle_timeout(d);
+            out = drain(&mut c);
+        }
+    }
+    assert_eq!(failed_at, Some(wait));
+    assert!(
+        attempts >= 3,
+        "exponential backoff retries several times: {attempts}"
+    );
+    assert!(matches!(c.lease_state(lease), Err(Error::LeaseEnded(_))));
+}
+
+#[test]
+fn rule7_backoff_grows_exponentially_with_full_jitter() {
+    // Average over seeds: later gaps are larger than early ones, and never above the cap.
+    let cfg = Config {
+        notifications: false,
+        backoff_base_ns: MS,
+        backoff_cap_ns: 64 * MS,
+        ..Config::default()
+    };
+    let mut early = 0u64;
+    let mut late = 0u64;
+    for seed in 0..40u8 {
+        let mut c = Client::new(cfg, &[seed; 16]).unwrap();
+        c.acquire(0, "a", AcquireOptions::new(3_000).wait_ns(100_000 * MS))
+            .unwrap();
+        let mut gaps = Vec::new();
+        let mut last = 0;
+        for _ in 0..10 {
+            let out = drain(&mut c);
+            let (req, _) = acquire_req(&out);
+            let now = c.now();
+            gaps.push(now - last);
+            last = now;
+            c.handle_acquire_result(
+                now,
+                req,
+                AcquireResult::HeldByOther {
+                    retry_after_ms: None,
+                },
+            )
+            .unwrap();
+            let d = c.poll_timeout().unwrap();
+            assert!(d - now <= 64 * MS, "gap above cap");
+            c.handle_timeout(d);
+        }
+        early += gaps[1] + gaps[2];
+        late += gaps[8] + gaps[9];
+    }
+    assert!(late > 4 * early, "late {late} early {early}");
+}
+
+#[test]
+fn rule7_notification_wakes_one_waiter_and_waiters_share_one_watch() {
+    let mut c = client();
+    let opts = AcquireOptions::new(3_000).wait_ns(60_000 * MS);
+    let a = c.acquire(0, "n", opts).unwrap();
+    let b = c.acquire(0, "n", opts).unwrap();
+    let out = drain(&mut c);
+    let reqs: Vec<_> = commands(&out)
+        .into_iter()
+        .filter_map(|c| {
+            if let Command::Acquire { request, .. } = c {
+                Some(request)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    for r in reqs {
+        c.handle_acquire_result(
+            MS,
+            r,
+            AcquireResult::HeldByOther {
+                retry_after_ms: Some(2_000),
+            },
+        )
+        .unwrap();
+    }
+    let out = drain(&mut c);
+    let watches = commands(&out)
+        .iter()
+        .filter(|c| matches!(c, Command::Watch { .. }))
+        .count();
+    assert_eq!(watches, 1, "one watch shared by both waiters: {out:?}");
+    // One release notification → exactly one new attempt.
+    c.handle_released(2 * MS, "n").unwrap();
+    let out = drain(&mut c);
+    let attempts: Vec<_> = commands(&out)
+        .into_iter()
+        .filter(|c| matches!(c, Command::Acquire { .. }))
+        .collect();
+    assert_eq!(attempts.len(), 1, "{out:?}");
+    let Command::Acquire { request, lease, .. } = attempts[0].clone() else {
+        unreachable!()
+    };
+    assert_eq!(lease, a, "first waiter first");
+    c.handle_acquire_result(3 * MS, request, grant(1, 3_000))
+        .unwrap();
+    assert_eq!(c.lease_state(a).unwrap(), LeaseState::Held);
+    assert_eq!(c.lease_state(b).unwrap(), LeaseState::Acquiring);
+    // b still watches; when b gets the lock, the watch ends.
+    c.release(4 * MS, a).unwrap();
+    drain(&mut c);
+    c.handle_released(5 * MS, "n").unwrap();
+    let out = drain(&mut c);
+    let (req, _) = acquire_req(&out);
+    c.handle_acquire_result(6 * MS, req, grant(2, 3_000))
+        .unwrap();
+    let out = drain(&mut c);
+    assert!(
+        commands(&out)
+            .iter()
+            .any(|c| matches!(c, Command::Unwatch { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn rule7_waiter_with_notifications_sleeps_for_the_holders_remaining_ttl() {
+    let mut c = client();
+    c.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(600_000 * MS))
+        .unwrap();
+    // A few quick attempts first (a release may race the subscription)...
+    let mut out = drain(&mut c);
+    let mut gaps = Vec::new();
+    for _ in 0..5 {
+        let (req, _) = acquire_req(&out);
+        let now = c.now();
+        c.handle_acquire_result(
+            now,
+            req,
+            AcquireResult::HeldByOther {
+                retry_after_ms: Some(20_000),
+            },
+        )
+        .unwrap();
+        drain(&mut c);
+        let d = c.poll_timeout().unwrap();
+        gaps.push(d - now);
+        c.handle_timeout(d);
+        out = drain(&mut c);
+    }
+    assert!(gaps[0] < 100 * MS, "first retries are quick: {gaps:?}");
+    // ...then it sleeps for the hint (holder's remaining TTL), not polling.
+    assert!(gaps[4] >= 20_000 * MS, "{gaps:?}");
+}
+
+#[test]
+fn rule7_notification_while_waiter_in_flight_is_not_lost() {
+    let mut c = client();
+    c.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(600_000 * MS))
+        .unwrap();
+    let (r1, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(
+        MS,
+        r1,
+        AcquireResult::HeldByOther {
+            retry_after_ms: Some(20_000),
+        },
+    )
+    .unwrap();
+    drain(&mut c);
+    let d = c.poll_timeout().unwrap();
+    c.handle_timeout(d);
+    let (r2, _) = acquire_req(&drain(&mut c));
+    // The release arrives while the second attempt is in flight, which then says "held".
+    c.handle_released(d + MS, "n").unwrap();
+    assert!(drain(&mut c).is_empty());
+    c.handle_acquire_result(
+        d + 2 * MS,
+        r2,
+        AcquireResult::HeldByOther {
+            retry_after_ms: Some(20_000),
+        },
+    )
+    .unwrap();
+    drain(&mut c);
+    // It retries at once instead of sleeping 20 s.
+    assert_eq!(c.poll_timeout(), Some(d + 2 * MS));
+}
+
+// ------------------------------------------------------------------ rule 8: reentrancy
+
+#[test]
+fn rule8_reentrant_acquire_bumps_refcount_without_network() {
+    let mut c = client();
+    let opts = AcquireOptions::new(3_000).reentrant(true);
+    let lease = c.acquire(0, "r", opts).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(MS, req, grant(4, 3_000)).unwrap();
+    drain(&mut c);
+    let again = c.acquire(2 * MS, "r", opts).unwrap();
+    assert_eq!(again, lease);
+    let out = drain(&mut c);
+    assert!(commands(&out).is_empty(), "no network call: {out:?}");
+    assert!(matches!(
+        events(&out)[..],
+        [Event::Acquired {
+            fencing_token: 4,
+            ..
+        }]
+    ));
+    assert_eq!(c.lease_info(lease).unwrap().holders, 2);
+    // First release only decrements.
+    c.release(3 * MS, lease).unwrap();
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Held);
+    // Last release touches the network.
+    c.release(4 * MS, lease).unwrap();
+    let out = drain(&mut c);
+    assert_eq!(events(&out), vec![Event::Released { lease }]);
+    assert!(release_req(&out).is_some());
+}
+
+#[test]
+fn rule8_loss_reaches_every_nested_holder_and_non_reentrant_contends() {
+    let mut c = client();
+    let opts = AcquireOptions::new(3_000).reentrant(true);
+    let lease = c.acquire(0, "r", opts).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(MS, req, grant(4, 3_000)).unwrap();
+    c.acquire(2 * MS, "r", opts).unwrap();
+    // A non-reentrant acquire of the same name is a separate lease that must contend.
+    let other = c.acquire(2 * MS, "r", AcquireOptions::new(3_000)).unwrap();
+    assert_ne!(other, lease);
+    drain(&mut c);
+    c.handle_timeout(60_000 * MS);
+    let evs = events(&drain(&mut c));
+    assert_eq!(
+        evs.iter()
+            .filter(|e| matches!(e, Event::Lost { lease: l, .. } if *l == lease))
+            .count(),
+        1
+    );
+    // After the loss, a reentrant acquire starts a new lease.
+    let fresh = c.acquire(60_001 * MS, "r", opts).unwrap();
+    assert_ne!(fresh, lease);
+}
+
+// ------------------------------------------------------------------ rule 9: idempotent acquire
+
+#[test]
+fn rule9_retries_reuse_the_ownership_token_and_leases_differ() {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "i", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let (r1, t1) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(MS, r1, AcquireResult::TransportError)
+        .unwrap();
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let (r2, t2) = acquire_req(&out);
+    assert_ne!(r1, r2);
+    assert_eq!(t1, t2, "a retry must present the same ownership token");
+    let other = c.acquire(2 * MS, "j", AcquireOptions::new(3_000)).unwrap();
+    let (_, t3) = acquire_req(&drain(&mut c));
+    assert_ne!(t1, t3);
+    assert_ne!(lease, other);
+}
+
+// ------------------------------------------------------------------ time
+
+#[test]
+fn time_running_backwards_is_clamped_and_counted() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 1_000 * MS);
+    c.handle_timeout(500 * MS);
+    assert_eq!(c.now(), 1_000 * MS);
+    assert_eq!(c.counters().time_clamped, 1);
+    assert!(
+        c.is_held(lease, 0).unwrap(),
+        "an older now is clamped, not believed"
+    );
+    // An old `now` never extends validity.
+    let vu = c.valid_until(lease).unwrap().unwrap();
+    assert!(!c.is_held(lease, vu).unwrap());
+}
+
+#[test]
+fn same_seed_same_inputs_same_outputs() {
+    let run = |seed: &[u8]| {
+        let mut c = Client::new(Config::default(), seed).unwrap();
+        let mut log = Vec::new();
+        let _l = held(&mut c, "a", 3_000, MS);
+        for _ in 0..20 {
+            let (out, t) = run_until_output(&mut c, u64::MAX);
+            if let Some(r) = renew_req(&out) {
+                c.handle_renew_result(t + MS, r, RenewResult::Renewed)
+                    .unwrap();
+            }
+            log.push(format!("{t} {out:?}"));
+        }
+        log
+    };
+    assert_eq!(run(&SEED), run(&SEED));
+    assert_ne!(run(&SEED), run(&[1u8; 32]));
+}
+
+#[test]
+fn reseed_changes_future_tokens() {
+    let mut a = client();
+    let mut b = client();
+    b.reseed(&[9u8; 32]).unwrap();
+    a.acquire(0, "x", AcquireOptions::new(3_000)).unwrap();
+    b.acquire(0, "x", AcquireOptions::new(3_000)).unwrap();
+    let (_, ta) = acquire_req(&drain(&mut a));
+    let (_, tb) = acquire_req(&drain(&mut b));
+    assert_ne!(ta, tb);
+    assert!(matches!(
+        b.reseed(&[1u8; 4]),
+        Err(Error::SeedTooShort { len: 4 })
+    ));
+}
+
+// ------------------------------------------------------------------ bad input
+
+#[test]
+fn bad_names_are_refused_and_change_nothing() {
+    let mut c = client();
+    assert_eq!(
+        c.acquire(0, "", AcquireOptions::new(3_000)),
+        Err(Error::EmptyName)
+    );
+    let long = "x".repeat(513);
+    assert_eq!(
+        c.acquire(0, &long, AcquireOptions::new(3_000)),
+        Err(Error::NameTooLong { len: 513 })
+    );
+    assert!(
+        c.acquire(0, &"x".repeat(512), AcquireOptions::new(3_000))
+            .is_ok()
+    );
+    drain(&mut c);
+    assert_eq!(
+        c.acquire(0, "a\0b", AcquireOptions::new(3_000)),
+        Err(Error::NameHasNul)
+    );
+    assert_eq!(c.handle_released(0, ""), Err(Error::EmptyName));
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.counters().live_leases, 1);
+}
+
+#[test]
+fn bad_ttls_are_refused() {
+    let mut c = client();
+    assert!(matches!(
+        c.acquire(0, "a", AcquireOptions::new(0)),
+        Err(Error::InvalidTtl { .. })
+    ));
+    assert!(matches!(
+        c.acquire(0, "a", AcquireOptions::new(u64::MAX)),
+        Err(Error::InvalidTtl { .. })
+    ));
+    // "negative" TTLs from C arrive as huge unsigned values.
+    assert!(matches!(
+        c.acquire(0, "a", AcquireOptions::new(-1i64 as u64)),
+        Err(Error::InvalidTtl { .. })
+    ));
+    assert!(matches!(
+        c.acquire(0, "a", AcquireOptions::new(5)),
+        Err(Error::InvalidTtl { .. })
+    ));
+    assert!(c.acquire(0, "a", AcquireOptions::new(10)).is_ok());
+    assert_eq!(c.counters().live_leases, 1);
+}
+
+#[test]
+fn bad_configs_and_seeds_are_refused() {
+    let bad = [
+        Config {
+            backoff_base_ns: 0,
+            ..Config::default()
+        },
+        Config {
+            backoff_base_ns: 10,
+            backoff_cap_ns: 5,
+            ..Config::default()
+        },
+        Config {
+            fail_budget: 0,
+            ..Config::default()
+        },
+        Config {
+            request_timeout_ns: 0,
+            ..Config::default()
+        },
+        Config {
+            drift_ppm: 600_000,
+            ..Config::default()
+        },
+        Config {
+            max_leases: 0,
+            ..Config::default()
+        },
+        Config {
+            max_leases: u32::MAX,
+            ..Config::default()
+        },
+        Config {
+            max_ttl_ms: 0,
+            ..Config::default()
+        },
+    ];
+    for cfg in bad {
+        assert!(
+            matches!(Client::new(cfg, &SEED), Err(Error::InvalidConfig(_))),
+            "{cfg:?}"
+        );
+    }
+    assert!(matches!(
+        Client::new(Config::default(), &[0u8; 15]),
+        Err(Error::SeedTooShort { len: 15 })
+    ));
+    assert!(Client::new(Config::default(), &[0u8; 16]).is_ok());
+}
+
+#[test]
+fn unknown_and_ended_lease_ids_are_distinguished() {
+    let mut c = client();
+    assert!(matches!(
+        c.lease_state(LeaseId(0)),
+        Err(Error::UnknownLease(_))
+    ));
+    assert!(matches!(
+        c.release(0, LeaseId(12345 << 24)),
+        Err(Error::UnknownLease(_))
+    ));
+    let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(
+        MS,
+        req,
+        AcquireResult::HeldByOther {
+            retry_after_ms: None,
+        },
+    )
+    .unwrap();
+    assert!(matches!(c.lease_state(lease), Err(Error::LeaseEnded(_))));
+    // The slot is reused by the next lease, but the old id never aliases it.
+    let next = c.acquire(2 * MS, "b", AcquireOptions::new(3_000)).unwrap();
+    assert_ne!(next, lease);
+    assert!(matches!(
+        c.release(2 * MS, lease),
+        Err(Error::LeaseEnded(_))
+    ));
+    assert_eq!(c.lease_state(next).unwrap(), LeaseState::Acquiring);
+    // An id with a generation from the future is unknown, not "ended".
+    assert!(matches!(
+        c.lease_state(LeaseId(next.0 + (1 << 24))),
+        Err(Error::UnknownLease(_))
+    ));
+}
+
+#[test]
+fn too_many_leases_is_refused_and_backend_data_bounded() {
+    let cfg = Config {
+        max_leases: 2,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.acquire(0, "b", AcquireOptions::new(3_000)).unwrap();
+    assert_eq!(
+        c.acquire(0, "c", AcquireOptions::new(3_000)),
+        Err(Error::TooManyLeases)
+    );
+    let big = vec![0u8; 2_000];
+    let r = c.handle_acquire_result(
+        MS,
+        req,
+        AcquireResult::Granted {
+            fencing_token: 1,
+            ttl_ms: 3_000,
+            backend_data: &big,
+        },
+    );
+    assert_eq!(r, Err(Error::BackendDataTooLong { len: 2_000 }));
+    // Refused input changed nothing: the real answer still works.
+    c.handle_acquire_result(
+        MS,
+        req,
+        AcquireResult::Granted {
+            fencing_token: 1,
+            ttl_ms: 3_000,
+            backend_data: b"etcd-lease-7",
+        },
+    )
+    .unwrap();
+    let out = drain(&mut c);
+    assert!(matches!(
+        events(&out)[..],
+        [Event::Acquired {
+            fencing_token: 1,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn backend_data_is_echoed_in_renew_and_release() {
+    let mut c = client();
+    let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(
+        MS,
+        req,
+        AcquireResult::Granted {
+            fencing_token: 1,
+            ttl_ms: 3_000,
+            backend_data: b"lease-99",
+        },
+    )
+    .unwrap();
+    drain(&mut c);
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    match &commands(&out)[..] {
+        [
+            Command::Renew {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"lease-99"),
+        other => panic!("{other:?}"),
+    }
+    c.release(c.now(), lease).unwrap();
+    match &commands(&drain(&mut c))[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"lease-99"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn tables_stay_bounded_under_churn() {
+    let mut c = client();
+    for i in 0..10_000u64 {
+        let t = i * MS;
+        let lease = c.acquire(t, "churn", AcquireOptions::new(3_000)).unwrap();
+        let (req, _) = acquire_req(&drain(&mut c));
+        c.handle_acquire_result(t, req, grant(i, 3_000)).unwrap();
+        c.release(t, lease).unwrap();
+        let out = drain(&mut c);
+        let (rel, _) = release_req(&out).unwrap();
+        c.handle_release_result(t, rel, ReleaseResult::Released)
+            .unwrap();
+        // Garbage results, too.
+        c.handle_renew_result(t, RequestId(i * 7 + 3), RenewResult::Renewed)
+            .unwrap();
+    }
+    let k = c.counters();
+    assert_eq!(k.live_leases, 0);
+    assert_eq!(k.pending_cleanups, 0);
+    assert_eq!(c.poll_timeout(), None);
+}
