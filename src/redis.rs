@@ -1,0 +1,539 @@
+//! The Redis protocol of leasehold (design §6): the canonical Lua scripts and the key layout.
+//!
+//! Every host (Python, Go, C++, C) runs these exact bytes, read from the library through
+//! `lh_redis_script` / `lh_redis_key`, so clients written in different languages contend
+//! correctly for the same lock on the same server. Nothing here performs IO.
+//!
+//! # Keys (hash-tagged so Redis Cluster keeps one lock's keys in one slot)
+//!
+//! | kind      | key                  | contents                                           |
+//! |-----------|----------------------|----------------------------------------------------|
+//! | lock      | `lh:{NAME}`          | hash `{token, fence}` with a PX expiry              |
+//! | fence     | `lh:{NAME}:fence`    | decimal integer text, no expiry: the last fence     |
+//! | channel   | `lh:{NAME}:released` | pub/sub channel; RELEASE publishes `NAME` on it     |
+//!
+//! The three keys of one name never collide with the keys of another name (the lock key ends
+//! in `}`, the others in `}:fence` / `}:released`). Redis Cluster hashes the text between the
+//! first `{` and the first `}` after it; that is a prefix of `NAME` (or all of it) in all three
+//! keys, so they share a slot — except for a name that starts with `}`, whose hash tag is empty
+//! (Cluster then hashes whole keys). Single-instance Redis is unaffected.
+//!
+//! # Calling convention (EVALSHA, falling back to EVAL on NOSCRIPT)
+//!
+//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]` →
+//!   `[1, fencing_token, ttl_ms]` granted, or `[0, retry_after_ms]` held by another token
+//!   (`-1` = no hint). Idempotent: the token that already holds the lock gets its own fencing
+//!   token back and its TTL refreshed. A new grant's fencing token is
+//!   `max(previous + 1, server TIME in µs)`, persisted in the fence key, so tokens keep
+//!   increasing even when a restart without persistence lost the fence key.
+//! - RENEW: `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed, `0` rejected. Never
+//!   re-creates an expired lock (renewing a lock that is gone is a loss, not a new grant).
+//! - RELEASE: `KEYS = [lock]`, `ARGV = [token, channel, name]` → `1` released (and
+//!   `PUBLISH channel name`), `0` not owner.
+//!
+//! Garbage in the keyspace (a lock key of another type or a hash without a valid
+//! token/fence, a lock without expiry, a fence key holding anything but a decimal integer)
+//! and malformed arguments make the scripts return a Redis error reply whose message starts
+//! with `lh: `. Hosts report it as a transport error; it is never a grant.
+
+use crate::{Error, MAX_NAME_LEN};
+
+/// Bumped whenever the script semantics change in a way other hosts must know about.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Prefix of every key: `lh:{`.
+pub const KEY_PREFIX: &str = "lh:{";
+/// Suffix of the lock key.
+pub const LOCK_SUFFIX: &str = "}";
+/// Suffix of the fence key.
+pub const FENCE_SUFFIX: &str = "}:fence";
+/// Suffix of the release channel.
+pub const CHANNEL_SUFFIX: &str = "}:released";
+
+/// Largest fencing token the scripts hand out: Lua numbers are doubles, exact up to 2^53.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
+
+// The script texts are macros so that the NUL-terminated copies for the C ABI are built from
+// the same literal at compile time (one copy of the source text).
+macro_rules! lua_acquire {
+    () => {
+        r#"-- leasehold ACQUIRE (protocol 1)
+-- KEYS[1] lock key  (hash {token, fence}, PX expiry)
+-- KEYS[2] fence key (decimal integer text, no expiry)
+-- ARGV[1] ownership token, ARGV[2] ttl in ms
+-- -> {1, fencing_token, ttl_ms} granted | {0, retry_after_ms or -1} held by another token
+if redis.replicate_commands then redis.replicate_commands() end
+local MAX_FENCE = 9007199254740991
+local function show(v)
+  local s = tostring(v)
+  if #s > 32 then s = string.sub(s, 1, 32) .. '...' end
+  return '"' .. string.gsub(s, '[^%w%p ]', '?') .. '"'
+end
+local function as_fence(s)
+  if type(s) ~= 'string' or #s > 16 or not string.match(s, '^%d+$') then return nil end
+  local n = tonumber(s)
+  if n > MAX_FENCE then return nil end
+  return n
+end
+if #KEYS ~= 2 then return redis.error_reply('lh: ACQUIRE expects 2 keys (lock, fence), got ' .. #KEYS) end
+local lock, fence = KEYS[1], KEYS[2]
+local token, ttl_s = ARGV[1], ARGV[2]
+if type(token) ~= 'string' or #token == 0 or #token > 256 then
+  return redis.error_reply('lh: ACQUIRE needs an ownership token of 1..256 bytes')
+end
+if type(ttl_s) ~= 'string' or #ttl_s > 15 or not string.match(ttl_s, '^[1-9]%d*$') then
+  return redis.error_reply('lh: ACQUIRE needs ttl_ms as a positive integer, got ' .. show(ttl_s))
+end
+local ttl = tonumber(ttl_s)
+local kind = redis.call('TYPE', lock)['ok']
+if kind == 'hash' then
+  local cur = redis.call('HMGET', lock, 'token', 'fence')
+  local f = as_fence(cur[2])
+  if type(cur[1]) ~= 'string' or not f then
+    return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a valid token and fence (not written by leasehold?); refusing to grant')
+  end
+  if cur[1] == token then
+    redis.call('PEXPIRE', lock, ttl_s)
+    return {1, f, ttl}
+  end
+  local left = redis.call('PTTL', lock)
+  if left < 0 then
+    return redis.error_reply('lh: lock key ' .. lock .. ' has no expiry (not written by leasehold?); refusing to wait on it forever')
+  end
+  return {0, left}
+elseif kind ~= 'none' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash; refusing to grant')
+end
+local prev = 0
+local fkind = redis.call('TYPE', fence)['ok']
+if fkind == 'string' then
+  local s = redis.call('GET', fence)
+  prev = as_fence(s)
+  if not prev then
+    return redis.error_reply('lh: fence key ' .. fence .. ' holds ' .. show(s) .. ', expected a decimal integer below 2^53; refusing to grant')
+  end
+elseif fkind ~= 'none' then
+  return redis.error_reply('lh: fence key ' .. fence .. ' holds a ' .. fkind .. ', expected a string; refusing to grant')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nxt = prev + 1
+if now > nxt then nxt = now end
+if nxt > MAX_FENCE then
+  return redis.error_reply('lh: fence key ' .. fence .. ' is exhausted (2^53); refusing to grant')
+end
+local ns = string.format('%.0f', nxt)
+redis.call('SET', fence, ns)
+redis.call('HSET', lock, 'token', token, 'fence', ns)
+redis.call('PEXPIRE', lock, ttl_s)
+return {1, nxt, ttl}
+"#
+    };
+}
+
+macro_rules! lua_renew {
+    () => {
+        r#"-- leasehold RENEW (protocol 1)
+-- KEYS[1] lock key; ARGV[1] ownership token, ARGV[2] ttl in ms
+-- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
+if #KEYS ~= 1 then return redis.error_reply('lh: RENEW expects 1 key (lock), got ' .. #KEYS) end
+local lock = KEYS[1]
+local token, ttl_s = ARGV[1], ARGV[2]
+if type(token) ~= 'string' or #token == 0 or #token > 256 then
+  return redis.error_reply('lh: RENEW needs an ownership token of 1..256 bytes')
+end
+if type(ttl_s) ~= 'string' or #ttl_s > 15 or not string.match(ttl_s, '^[1-9]%d*$') then
+  return redis.error_reply('lh: RENEW needs ttl_ms as a positive integer')
+end
+local kind = redis.call('TYPE', lock)['ok']
+if kind == 'none' then return 0 end
+if kind ~= 'hash' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash')
+end
+local owner = redis.call('HGET', lock, 'token')
+if type(owner) ~= 'string' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
+end
+if owner ~= token then return 0 end
+redis.call('PEXPIRE', lock, ttl_s)
+return 1
+"#
+    };
+}
+
+macro_rules! lua_release {
+    () => {
+        r#"-- leasehold RELEASE (protocol 1)
+-- KEYS[1] lock key; ARGV[1] ownership token, ARGV[2] release channel, ARGV[3] lock name
+-- -> 1 released (and PUBLISH channel name) | 0 not the owner (nothing changed)
+if #KEYS ~= 1 then return redis.error_reply('lh: RELEASE expects 1 key (lock), got ' .. #KEYS) end
+local lock = KEYS[1]
+local token, channel, name = ARGV[1], ARGV[2], ARGV[3]
+if type(token) ~= 'string' or #token == 0 or #token > 256 then
+  return redis.error_reply('lh: RELEASE needs an ownership token of 1..256 bytes')
+end
+if type(channel) ~= 'string' or #channel == 0 or type(name) ~= 'string' or #name == 0 then
+  return redis.error_reply('lh: RELEASE needs a channel and a lock name')
+end
+local kind = redis.call('TYPE', lock)['ok']
+if kind == 'none' then return 0 end
+if kind ~= 'hash' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash')
+end
+local owner = redis.call('HGET', lock, 'token')
+if type(owner) ~= 'string' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
+end
+if owner ~= token then return 0 end
+redis.call('DEL', lock)
+redis.call('PUBLISH', channel, name)
+return 1
+"#
+    };
+}
+
+/// The ACQUIRE script (see the module docs for its calling convention).
+pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
+/// The RENEW script.
+pub const RENEW_SCRIPT: &str = lua_renew!();
+/// The RELEASE script.
+pub const RELEASE_SCRIPT: &str = lua_release!();
+
+const ACQUIRE_SCRIPT_NUL: &str = concat!(lua_acquire!(), "\0");
+const RENEW_SCRIPT_NUL: &str = concat!(lua_renew!(), "\0");
+const RELEASE_SCRIPT_NUL: &str = concat!(lua_release!(), "\0");
+
+/// Which script (values match `LH_REDIS_SCRIPT_*`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScriptKind {
+    /// `LH_REDIS_SCRIPT_ACQUIRE`
+    Acquire = 1,
+    /// `LH_REDIS_SCRIPT_RENEW`
+    Renew = 2,
+    /// `LH_REDIS_SCRIPT_RELEASE`
+    Release = 3,
+}
+
+impl ScriptKind {
+    /// All kinds, in value order.
+    pub const ALL: [ScriptKind; 3] = [ScriptKind::Acquire, ScriptKind::Renew, ScriptKind::Release];
+
+    /// The kind for a C ABI value; `None` for unknown values.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(ScriptKind::Acquire),
+            2 => Some(ScriptKind::Renew),
+            3 => Some(ScriptKind::Release),
+            _ => None,
+        }
+    }
+
+    /// The script text (no trailing NUL).
+    pub fn text(self) -> &'static str {
+        match self {
+            ScriptKind::Acquire => ACQUIRE_SCRIPT,
+            ScriptKind::Renew => RENEW_SCRIPT,
+            ScriptKind::Release => RELEASE_SCRIPT,
+        }
+    }
+
+    /// The script text followed by one NUL byte (for C callers; the length excludes it).
+    pub fn text_with_nul(self) -> &'static str {
+        match self {
+            ScriptKind::Acquire => ACQUIRE_SCRIPT_NUL,
+            ScriptKind::Renew => RENEW_SCRIPT_NUL,
+            ScriptKind::Release => RELEASE_SCRIPT_NUL,
+        }
+    }
+
+    /// Number of KEYS the script takes.
+    pub fn num_keys(self) -> usize {
+        match self {
+            ScriptKind::Acquire => 2,
+            ScriptKind::Renew | ScriptKind::Release => 1,
+        }
+    }
+}
+
+/// Which key (values match `LH_REDIS_KEY_*`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyKind {
+    /// `lh:{NAME}` (`LH_REDIS_KEY_LOCK`)
+    Lock = 1,
+    /// `lh:{NAME}:fence` (`LH_REDIS_KEY_FENCE`)
+    Fence = 2,
+    /// `lh:{NAME}:released` (`LH_REDIS_KEY_CHANNEL`)
+    Channel = 3,
+}
+
+impl KeyKind {
+    /// All kinds, in value order.
+    pub const ALL: [KeyKind; 3] = [KeyKind::Lock, KeyKind::Fence, KeyKind::Channel];
+
+    /// The kind for a C ABI value; `None` for unknown values.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(KeyKind::Lock),
+            2 => Some(KeyKind::Fence),
+            3 => Some(KeyKind::Channel),
+            _ => None,
+        }
+    }
+
+    /// What follows the name.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            KeyKind::Lock => LOCK_SUFFIX,
+            KeyKind::Fence => FENCE_SUFFIX,
+            KeyKind::Channel => CHANNEL_SUFFIX,
+        }
+    }
+}
+
+/// Checks a lock name with the core's rules: non-empty, at most `MAX_NAME_LEN` bytes, no NUL.
+pub fn validate_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::EmptyName);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::NameTooLong { len: name.len() });
+    }
+    if name.as_bytes().contains(&0) {
+        return Err(Error::NameHasNul);
+    }
+    Ok(())
+}
+
+/// Length in bytes of the key of `kind` for `name` (the name is not validated).
+pub fn key_len(kind: KeyKind, name: &str) -> usize {
+    KEY_PREFIX.len() + name.len() + kind.suffix().len()
+}
+
+/// Writes the key of `kind` for `name` into the front of `buf`.
+///
+/// Returns `Ok(Ok(len))` when it fits, `Ok(Err(needed))` when `buf` is too small (nothing
+/// written), and `Err` for an invalid name.
+pub fn write_key(kind: KeyKind, name: &str, buf: &mut [u8]) -> Result<Result<usize, usize>, Error> {
+    validate_name(name)?;
+    let needed = key_len(kind, name);
+    let Some(dst) = buf.get_mut(..needed) else {
+        return Ok(Err(needed));
+    };
+    let (prefix, rest) = dst.split_at_mut(KEY_PREFIX.len());
+    prefix.copy_from_slice(KEY_PREFIX.as_bytes());
+    let (middle, suffix) = rest.split_at_mut(name.len());
+    middle.copy_from_slice(name.as_bytes());
+    suffix.copy_from_slice(kind.suffix().as_bytes());
+    Ok(Ok(needed))
+}
+
+/// The key of `kind` for `name`, e.g. `key(KeyKind::Fence, "jobs")` = `"lh:{jobs}:fence"`.
+pub fn key(kind: KeyKind, name: &str) -> Result<String, Error> {
+    validate_name(name)?;
+    let mut s = String::with_capacity(key_len(kind, name));
+    s.push_str(KEY_PREFIX);
+    s.push_str(name);
+    s.push_str(kind.suffix());
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384).
+    fn slot(key: &[u8]) -> u16 {
+        let tagged = key
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &key[open + 1..];
+                rest.iter()
+                    .position(|&b| b == b'}')
+                    .filter(|&close| close > 0)
+                    .map(|close| &rest[..close])
+            })
+            .unwrap_or(key);
+        let mut crc: u16 = 0;
+        for &b in tagged {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn slot_function_matches_redis_reference_values() {
+        // Values from the Redis Cluster specification / CLUSTER KEYSLOT.
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn keys_have_the_documented_layout() {
+        assert_eq!(key(KeyKind::Lock, "jobs").unwrap(), "lh:{jobs}");
+        assert_eq!(key(KeyKind::Fence, "jobs").unwrap(), "lh:{jobs}:fence");
+        assert_eq!(key(KeyKind::Channel, "jobs").unwrap(), "lh:{jobs}:released");
+        assert_eq!(key(KeyKind::Lock, "é/ü x").unwrap(), "lh:{é/ü x}");
+    }
+
+    #[test]
+    fn keys_of_one_name_share_a_cluster_slot() {
+        for name in [
+            "jobs",
+            "a",
+            "x{y}z",
+            "a}b",
+            "{",
+            "{}",
+            "räksmörgås",
+            "n:1:fence",
+            "a b",
+        ] {
+            let slots: Vec<u16> = KeyKind::ALL
+                .iter()
+                .map(|&k| slot(key(k, name).unwrap().as_bytes()))
+                .collect();
+            assert!(slots.iter().all(|&s| s == slots[0]), "{name}: {slots:?}");
+        }
+    }
+
+    #[test]
+    fn keys_of_different_names_never_collide() {
+        let names = [
+            "x",
+            "x}",
+            "x}:fence",
+            "x:fence",
+            "x}:released",
+            "x:released",
+            "}",
+            "}}",
+            "x{",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for name in names {
+            for kind in KeyKind::ALL {
+                let k = key(kind, name).unwrap();
+                if let Some(prev) = seen.insert(k.clone(), (kind, name)) {
+                    panic!("{k} produced by {prev:?} and {:?}", (kind, name));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_names_are_refused() {
+        assert!(matches!(key(KeyKind::Lock, ""), Err(Error::EmptyName)));
+        assert!(matches!(key(KeyKind::Lock, "a\0b"), Err(Error::NameHasNul)));
+        let long = "n".repeat(MAX_NAME_LEN + 1);
+        assert!(
+            matches!(key(KeyKind::Lock, &long), Err(Error::NameTooLong { len }) if len == MAX_NAME_LEN + 1)
+        );
+        let max = "n".repeat(MAX_NAME_LEN);
+        assert_eq!(
+            key(KeyKind::Channel, &max).unwrap().len(),
+            key_len(KeyKind::Channel, &max)
+        );
+        let mut buf = [0u8; 8];
+        assert!(matches!(
+            write_key(KeyKind::Lock, "", &mut buf),
+            Err(Error::EmptyName)
+        ));
+    }
+
+    #[test]
+    fn write_key_reports_the_needed_size_and_writes_nothing_when_short() {
+        for kind in KeyKind::ALL {
+            let want = key(kind, "jobs").unwrap();
+            let mut short = vec![0xAAu8; want.len() - 1];
+            assert_eq!(
+                write_key(kind, "jobs", &mut short).unwrap(),
+                Err(want.len())
+            );
+            assert!(short.iter().all(|&b| b == 0xAA));
+            let mut exact = vec![0u8; want.len()];
+            assert_eq!(write_key(kind, "jobs", &mut exact).unwrap(), Ok(want.len()));
+            assert_eq!(exact, want.as_bytes());
+            let mut big = vec![0xAAu8; want.len() + 5];
+            assert_eq!(write_key(kind, "jobs", &mut big).unwrap(), Ok(want.len()));
+            assert_eq!(&big[..want.len()], want.as_bytes());
+            assert!(big[want.len()..].iter().all(|&b| b == 0xAA));
+            assert_eq!(write_key(kind, "jobs", &mut []).unwrap(), Err(want.len()));
+        }
+    }
+
+    #[test]
+    fn kinds_round_trip_through_their_abi_values() {
+        for kind in ScriptKind::ALL {
+            assert_eq!(ScriptKind::from_u32(kind as u32), Some(kind));
+        }
+        for kind in KeyKind::ALL {
+            assert_eq!(KeyKind::from_u32(kind as u32), Some(kind));
+        }
+        for bad in [0, 4, 99, u32::MAX] {
+            assert_eq!(ScriptKind::from_u32(bad), None);
+            assert_eq!(KeyKind::from_u32(bad), None);
+        }
+    }
+
+    #[test]
+    fn scripts_are_distinct_text_without_nul_and_c_copies_match() {
+        for kind in ScriptKind::ALL {
+            let text = kind.text();
+            assert!(!text.is_empty());
+            assert!(!text.as_bytes().contains(&0), "{kind:?}");
+            let c = kind.text_with_nul();
+            assert_eq!(c.len(), text.len() + 1);
+            assert_eq!(&c[..text.len()], text);
+            assert!(c.ends_with('\0'));
+            assert!(text.is_ascii(), "{kind:?}");
+        }
+        assert_ne!(ACQUIRE_SCRIPT, RENEW_SCRIPT);
+        assert_ne!(RENEW_SCRIPT, RELEASE_SCRIPT);
+    }
+
+    #[test]
+    fn scripts_follow_the_calling_convention() {
+        // Cheap structural checks; the behaviour is tested against a real redis-server in
+        // bindings/python/tests/redis/test_scripts.py.
+        let acquire = ScriptKind::Acquire.text();
+        assert!(acquire.contains("redis.call('TIME')"));
+        assert!(
+            acquire.contains("return {1, f, ttl}"),
+            "idempotent re-grant returns the same fence"
+        );
+        assert!(acquire.contains("return {0, left}"));
+        assert!(acquire.contains("'PEXPIRE', lock, ttl_s"));
+        let renew = ScriptKind::Renew.text();
+        assert!(!renew.contains("HSET"), "RENEW must never re-create a lock");
+        assert!(!renew.contains("'SET'"));
+        let release = ScriptKind::Release.text();
+        assert!(release.contains("redis.call('PUBLISH', channel, name)"));
+        for kind in ScriptKind::ALL {
+            let text = kind.text();
+            assert_eq!(
+                text.matches("redis.error_reply('lh: ").count(),
+                text.matches("redis.error_reply(").count()
+            );
+            assert!(text.contains(&format!("#KEYS ~= {}", kind.num_keys())));
+        }
+    }
+
+    #[test]
+    fn max_fence_matches_the_lua_constant() {
+        assert_eq!(MAX_FENCE, 9_007_199_254_740_991);
+        assert!(ACQUIRE_SCRIPT.contains(&format!("local MAX_FENCE = {MAX_FENCE}")));
+    }
+}
