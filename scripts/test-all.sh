@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test suite: Rust core, C ABI (+ sanitizers, valgrind),
+# Python (+ SQLite, CLI, real Redis), Go (+ race detector, real Redis, interop), C++
+# (+ ASan/UBSan, TSan, real Redis) and smoke fuzzing. Installs what it needs.
+# Exits non-zero if any suite fails; the summary at the end says which.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/ensure-deps.sh || exit 1
+
+suites=(
+    scripts/test-rust.sh
+    bindings/c/test.sh
+    bindings/python/test.sh
+    bindings/go/test.sh
+    bindings/cpp/test.sh
+    fuzz/smoke.sh
+)
+passed=0
+failed=0
+summary=()
+for suite in "${suites[@]}"; do
+    echo
+    echo "=================== $suite ==================="
+    start=$(date +%s)
+    if bash "$suite"; then
+        passed=$((passed + 1))
+        summary+=("PASS  $suite  ($(( $(date +%s) - start ))s)")
+    else
+        failed=$((failed + 1))
+        summary+=("FAIL  $suite  ($(( $(date +%s) - start ))s)")
+    fi
+done
+echo
+echo "=================== summary ==================="
+printf '%s\n' "${summary[@]}"
+echo "suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
