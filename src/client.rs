@@ -61,8 +61,11 @@ struct Lease {
     inflight_kind: ReqKind,
     granted: bool,
     reentrant: bool,
-    /// An attempt's outcome is unknown: the service may hold a grant for our token.
+    /// An attempt's outcome is unknown: the service may hold a grant for our token. Sticky,
+    /// because a delayed attempt can still be applied after a later one was refused.
     uncertain: bool,
+    /// The latest acquire attempt failed in transport (decides Unavailable vs WaitExhausted).
+    last_attempt_failed: bool,
     /// Counted in its name's `watchers`.
     watching: bool,
     /// Sitting in its name's wake queue.
@@ -228,6 +231,7 @@ impl Client {
             granted: false,
             reentrant: opts.reentrant,
             uncertain: false,
+            last_attempt_failed: false,
             watching: false,
             queued: false,
             cleanup: false,
@@ -751,7 +755,7 @@ impl Client {
                         self.on_acquire_uncertain(slot);
                     }
                 } else if now >= l.limit {
-                    let reason = if l.uncertain {
+                    let reason = if l.last_attempt_failed {
                         AcquireFailReason::Unavailable
                     } else {
                         AcquireFailReason::WaitExhausted
@@ -923,6 +927,7 @@ impl Client {
             // The grant was already stale when it arrived: it is ours at the service, but no
             // validity is left. Retry (idempotent for our token) or give up and clean up.
             l.uncertain = true;
+            l.last_attempt_failed = true;
             if now >= l.limit {
                 self.fail_acquire(slot, AcquireFailReason::Unavailable);
             } else {
@@ -933,6 +938,8 @@ impl Client {
             return;
         }
         let sent = l.inflight_sent;
+        // Renewals ask for (and count validity from) what the service actually granted.
+        l.ttl_ms = ttl_ns / NS_PER_MS;
         l.state = LeaseState::Held;
         l.granted = true;
         l.fencing_token = fencing_token;
@@ -959,7 +966,7 @@ impl Client {
             self.fail_acquire(slot, reason);
             return;
         }
-        l.uncertain = false;
+        l.last_attempt_failed = false;
         let attempts = l.attempts;
         self.enter_waiting(slot);
         let name = self.lease_mut(slot).name.clone();
@@ -994,6 +1001,7 @@ impl Client {
         let now = self.now;
         let l = self.lease_mut(slot);
         l.uncertain = true;
+        l.last_attempt_failed = true;
         if now >= l.limit {
             self.fail_acquire(slot, AcquireFailReason::Unavailable);
             return;
