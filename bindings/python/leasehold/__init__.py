@@ -1,0 +1,71 @@
+"""leasehold — distributed locks with renewal, loss detection and fencing tokens.
+
+A pure, IO-free Rust core decides all lease timing (renewal cadence, local expiry with a
+drift margin, failure budget, backoff, reentrancy); this package drives it over ctypes and
+runs the backend IO::
+
+    from leasehold import LockClient, LockTimeout
+    from leasehold.backends.memory import MemoryLockService
+
+    with LockClient(MemoryLockService()) as client:
+        try:
+            with client.acquire("reports", ttl=30, wait=5) as lock:
+                write_report(fencing_token=lock.fencing_token)
+        except LockTimeout:
+            print("someone else is writing the report")
+
+The client can only *detect* that it lost a lock (``lock.lost``, ``on_lost``,
+``lock.is_held()``); the resource must *enforce* exclusivity with the fencing token — see
+:mod:`leasehold.fencing`.
+"""
+
+from ._core import Config, Counters
+from ._ffi import VERSION as CORE_VERSION
+from ._ffi import library_path
+from .aio import AsyncLockClient, AsyncLockHandle
+from .client import LockClient, LockHandle, Subscription
+from .errors import (
+    AcquireCancelled,
+    BackendUnavailable,
+    ClientClosed,
+    CoreError,
+    InvalidArgument,
+    LeaseholdError,
+    LibraryError,
+    LockNotHeld,
+    LockTimeout,
+    StaleFencingToken,
+)
+from .fencing import FencingGate
+from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LockClient",
+    "LockHandle",
+    "Subscription",
+    "AsyncLockClient",
+    "AsyncLockHandle",
+    "Config",
+    "Counters",
+    "LockService",
+    "AsyncLockService",
+    "Granted",
+    "HeldByOther",
+    "to_async",
+    "FencingGate",
+    "LeaseholdError",
+    "LibraryError",
+    "CoreError",
+    "InvalidArgument",
+    "LockTimeout",
+    "BackendUnavailable",
+    "AcquireCancelled",
+    "ClientClosed",
+    "LockNotHeld",
+    "StaleFencingToken",
+    "CORE_VERSION",
+    "library_path",
+    "__version__",
+]

@@ -1,0 +1,340 @@
+"""A thin, typed wrapper of one ``lh_client`` core handle.
+
+:class:`Core` is **not** thread-safe (neither is the C handle): callers serialize every call
+(``LockClient`` holds a mutex; ``AsyncLockClient`` only calls it from its event loop). Every
+mutating call reads ``now`` from the clock given at construction (``time.monotonic_ns`` by
+default). Outputs are copied out of the borrowed C buffers immediately, so an :class:`Output`
+stays valid forever.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import _ffi, errors
+from ._ffi import lib
+
+__all__ = ["Config", "Core", "Output", "LeaseInfo", "Counters", "ClockFn"]
+
+ClockFn = Callable[[], int]
+"""A monotonic clock in integer nanoseconds."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Core configuration. ``None`` fields keep the core's defaults (``lh_config_default``).
+
+    Times are nanoseconds, TTLs milliseconds, ratios parts per million, as in the core.
+    ``notifications`` is normally taken from the service (``LockService.notifications``).
+    """
+
+    drift_ppm: int | None = None
+    drift_fixed_ns: int | None = None
+    renew_jitter_ppm: int | None = None
+    request_timeout_ns: int | None = None
+    fail_budget: int | None = None
+    backoff_base_ns: int | None = None
+    backoff_cap_ns: int | None = None
+    max_ttl_ms: int | None = None
+    max_leases: int | None = None
+    notifications: bool | None = None
+
+    def to_c(self) -> _ffi.lh_config:
+        """The C struct with defaults filled in and overrides applied."""
+        c = _ffi.lh_config()
+        lib.lh_config_default(ctypes.byref(c))
+        c.struct_size = ctypes.sizeof(_ffi.lh_config)
+        for name in (
+            "drift_ppm",
+            "drift_fixed_ns",
+            "renew_jitter_ppm",
+            "request_timeout_ns",
+            "fail_budget",
+            "backoff_base_ns",
+            "backoff_cap_ns",
+            "max_ttl_ms",
+            "max_leases",
+        ):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Config.{name} must be an int, not {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"Config.{name} must be >= 0, got {value}")
+            setattr(c, name, value)
+        if self.notifications is not None:
+            c.notifications = 1 if self.notifications else 0
+        return c
+
+    @staticmethod
+    def defaults() -> dict[str, int]:
+        """The core's default values (from ``lh_config_default``)."""
+        c = _ffi.lh_config()
+        lib.lh_config_default(ctypes.byref(c))
+        return {name: int(getattr(c, name)) for name, _ in _ffi.lh_config._fields_ if name != "struct_size"}
+
+
+@dataclass(frozen=True)
+class Output:
+    """One polled output (a command for the host or an event for the application)."""
+
+    kind: int
+    reason: int = 0
+    request_id: int = 0
+    lease_id: int = 0
+    name: str = ""
+    token: str = ""
+    backend_data: bytes = b""
+    ttl_ms: int = 0
+    fencing_token: int = 0
+    valid_until_ns: int = 0
+
+    @property
+    def reason_name(self) -> str:
+        return _ffi.REASON_NAMES.get(self.reason, str(self.reason))
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    state: int
+    holders: int
+    fencing_token: int | None
+    valid_until_ns: int | None
+
+    @property
+    def state_name(self) -> str:
+        return _ffi.STATE_NAMES.get(self.state, str(self.state))
+
+
+@dataclass(frozen=True)
+class Counters:
+    live_leases: int = 0
+    pending_cleanups: int = 0
+    acquires_sent: int = 0
+    grants: int = 0
+    acquire_failed: int = 0
+    renewals_sent: int = 0
+    renewals_ok: int = 0
+    renewals_failed: int = 0
+    releases_sent: int = 0
+    lost_rejected: int = 0
+    lost_expired: int = 0
+    lost_fail_budget: int = 0
+    stale_results: int = 0
+    time_clamped: int = 0
+
+
+def _bytes_at(ptr: "ctypes._Pointer[ctypes.c_uint8]", n: int) -> bytes:
+    if n == 0 or not ptr:
+        return b""
+    return ctypes.string_at(ptr, n)
+
+
+def _as_u8p(data: bytes) -> "ctypes._Pointer[ctypes.c_uint8]":
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+
+
+def _encode_name(name: str) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"lock name must be a str, not {type(name).__name__}")
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates
+        raise ValueError(f"lock name is not valid UTF-8: {e}") from None
+
+
+def _u64(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not 0 <= value <= _ffi.U64_MAX:
+        raise ValueError(f"{what} must be in 0..2**64-1, got {value}")
+    return value
+
+
+@dataclass
+class _Handle:
+    ptr: _ffi.lh_client_p | None = field(default=None)
+
+
+class Core:
+    """One core handle. Not thread-safe: serialize calls.
+
+    :param config: core configuration (defaults from the core when omitted)
+    :param seed: at least 16 bytes; ``os.urandom(32)`` when omitted
+    :param clock: monotonic nanoseconds; ``time.monotonic_ns`` when omitted
+    """
+
+    def __init__(self, config: Config | None = None, seed: bytes | None = None, clock: ClockFn | None = None) -> None:
+        self._clock: ClockFn = clock or time.monotonic_ns
+        cfg = (config or Config()).to_c()
+        seed = os.urandom(32) if seed is None else seed
+        if not isinstance(seed, (bytes, bytearray)):
+            raise TypeError("seed must be bytes")
+        seed = bytes(seed)
+        out = _ffi.lh_client_p()
+        lib.lh_client_new(ctypes.byref(cfg), _as_u8p(seed), len(seed), ctypes.byref(out))
+        self._h = _Handle(out)
+        self._out = _ffi.lh_output()
+        self.notifications = bool(cfg.notifications)
+        self.request_timeout_ns = int(cfg.request_timeout_ns)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._h.ptr is None
+
+    def _p(self) -> _ffi.lh_client_p:
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        return p
+
+    def close(self) -> None:
+        """Free the handle (idempotent)."""
+        p, self._h.ptr = self._h.ptr, None
+        if p is not None:
+            lib.lh_client_free(p)
+
+    def __del__(self) -> None:  # safety net; close() is the way
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def now(self) -> int:
+        """The clock's current reading (ns)."""
+        return int(self._clock())
+
+    def reseed(self, seed: bytes | None = None) -> None:
+        """Reseed the token/jitter generator (call in a forked child)."""
+        seed = os.urandom(32) if seed is None else bytes(seed)
+        lib.lh_client_reseed(self._p(), _as_u8p(seed), len(seed))
+
+    # -- application inputs -----------------------------------------------------------------------
+    def acquire(self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False) -> int:
+        """Start acquiring ``name``; returns the new (or, reentrant, the existing) lease id."""
+        raw = _encode_name(name)
+        opts = _ffi.lh_acquire_options()
+        lib.lh_acquire_options_default(ctypes.byref(opts))
+        opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
+        opts.flags = _ffi.LH_ACQUIRE_REENTRANT if reentrant else 0
+        opts.ttl_ms = _u64(ttl_ms, "ttl_ms")
+        opts.wait_ns = _u64(wait_ns, "wait_ns")
+        lease = ctypes.c_uint64()
+        lib.lh_acquire(self._p(), self.now(), _as_u8p(raw), len(raw), ctypes.byref(opts), ctypes.byref(lease))
+        return int(lease.value)
+
+    def release(self, lease: int) -> None:
+        lib.lh_release(self._p(), self.now(), _u64(lease, "lease"))
+
+    # -- results -------------------------------------------------------------------------------------
+    def acquire_result(
+        self,
+        request_id: int,
+        outcome: int,
+        fencing_token: int = 0,
+        ttl_ms: int = 0,
+        retry_after_ms: int | None = None,
+        backend_data: bytes = b"",
+    ) -> None:
+        retry = _ffi.LH_NO_RETRY_HINT if retry_after_ms is None else _u64(retry_after_ms, "retry_after_ms")
+        data = bytes(backend_data)
+        lib.lh_acquire_result(
+            self._p(),
+            self.now(),
+            request_id,
+            outcome,
+            _u64(fencing_token, "fencing_token"),
+            _u64(ttl_ms, "ttl_ms"),
+            retry,
+            _as_u8p(data) if data else None,
+            len(data),
+        )
+
+    def renew_result(self, request_id: int, outcome: int) -> None:
+        lib.lh_renew_result(self._p(), self.now(), request_id, outcome)
+
+    def release_result(self, request_id: int, outcome: int) -> None:
+        lib.lh_release_result(self._p(), self.now(), request_id, outcome)
+
+    def released(self, name: str) -> None:
+        """A release notification for ``name`` arrived from the service."""
+        raw = _encode_name(name)
+        lib.lh_released(self._p(), self.now(), _as_u8p(raw), len(raw))
+
+    def timeout(self) -> None:
+        lib.lh_timeout(self._p(), self.now())
+
+    # -- outputs ---------------------------------------------------------------------------------------
+    def poll_output(self) -> Output | None:
+        """The next output, copied; ``None`` when drained."""
+        o = self._out
+        lib.lh_poll_output(self._p(), ctypes.byref(o))
+        if o.kind == _ffi.LH_OUTPUT_NONE:
+            return None
+        return Output(
+            kind=int(o.kind),
+            reason=int(o.reason),
+            request_id=int(o.request_id),
+            lease_id=int(o.lease_id),
+            name=_bytes_at(o.name, o.name_len).decode("utf-8"),
+            token=_bytes_at(o.token, o.token_len).decode("ascii"),
+            backend_data=_bytes_at(o.backend_data, o.backend_data_len),
+            ttl_ms=int(o.ttl_ms),
+            fencing_token=int(o.fencing_token),
+            valid_until_ns=int(o.valid_until_ns),
+        )
+
+    def poll_timeout(self) -> int | None:
+        """The next deadline (ns on this core's clock), ``None`` when there is none."""
+        v = ctypes.c_uint64()
+        lib.lh_poll_timeout(self._p(), ctypes.byref(v))
+        return None if v.value == _ffi.LH_NO_DEADLINE else int(v.value)
+
+    # -- getters -------------------------------------------------------------------------------------------
+    def lease_state(self, lease: int) -> int:
+        v = ctypes.c_uint32()
+        lib.lh_lease_state(self._p(), _u64(lease, "lease"), ctypes.byref(v))
+        return int(v.value)
+
+    def lease_info(self, lease: int) -> LeaseInfo:
+        info = _ffi.lh_lease_info()
+        info.struct_size = ctypes.sizeof(_ffi.lh_lease_info)
+        lib.lh_lease_info_get(self._p(), _u64(lease, "lease"), ctypes.byref(info))
+        has = bool(info.has_token)
+        return LeaseInfo(
+            state=int(info.state),
+            holders=int(info.holders),
+            fencing_token=int(info.fencing_token) if has else None,
+            valid_until_ns=int(info.valid_until_ns) if has else None,
+        )
+
+    def fencing_token(self, lease: int) -> int:
+        v = ctypes.c_uint64()
+        lib.lh_fencing_token(self._p(), _u64(lease, "lease"), ctypes.byref(v))
+        return int(v.value)
+
+    def valid_until(self, lease: int) -> int:
+        v = ctypes.c_uint64()
+        lib.lh_valid_until(self._p(), _u64(lease, "lease"), ctypes.byref(v))
+        return int(v.value)
+
+    def is_held(self, lease: int) -> bool:
+        v = ctypes.c_bool()
+        lib.lh_is_held(self._p(), _u64(lease, "lease"), self.now(), ctypes.byref(v))
+        return bool(v.value)
+
+    def counters(self) -> Counters:
+        c = _ffi.lh_counters()
+        c.struct_size = ctypes.sizeof(_ffi.lh_counters)
+        lib.lh_counters_get(self._p(), ctypes.byref(c))
+        return Counters(**{f: int(getattr(c, f)) for f in _ffi.COUNTER_FIELDS})
+
+    def debug_panic(self) -> None:
+        """Test hook: make the core panic inside the ABI boundary (poisons the handle)."""
+        lib.lh_client_debug_panic(self._p())

@@ -1,0 +1,367 @@
+"""ctypes declarations of the leasehold C ABI (include/leasehold.h).
+
+The library is located in this order:
+
+1. ``$LEASEHOLD_LIBRARY`` (a full path to the shared library);
+2. a copy shipped inside the package (``leasehold/_lib/libleasehold.so``);
+3. the repository's build output (``<repo>/target/release``, then ``target/debug``).
+
+At import the ABI version (``lh_abi_version()``) is compared with :data:`ABI_VERSION`; a
+mismatch raises :class:`~leasehold.errors.LibraryError` with both numbers and the path.
+
+Every fallible function is declared once in :data:`_SIGNATURES` with ``argtypes``/``restype``
+and an ``errcheck`` that turns a non-zero ``lh_status`` into a typed exception carrying the
+status name and the handle's detail message (``lh_client_last_error``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import errors
+
+ABI_VERSION = 1
+
+# ---- constants (mirror include/leasehold.h) ---------------------------------------------
+LH_OK = 0
+LH_ERR_NULL_ARGUMENT = 1
+LH_ERR_INVALID_UTF8 = 2
+LH_ERR_EMPTY_NAME = 3
+LH_ERR_NAME_TOO_LONG = 4
+LH_ERR_NAME_HAS_NUL = 5
+LH_ERR_INVALID_TTL = 6
+LH_ERR_INVALID_CONFIG = 7
+LH_ERR_SEED_TOO_SHORT = 8
+LH_ERR_UNKNOWN_LEASE = 9
+LH_ERR_LEASE_ENDED = 10
+LH_ERR_TOO_MANY_LEASES = 11
+LH_ERR_INVALID_ENUM = 12
+LH_ERR_BACKEND_DATA_TOO_LONG = 13
+LH_ERR_BUFFER_TOO_SMALL = 14
+LH_ERR_NOT_GRANTED = 15
+LH_ERR_STRUCT_SIZE = 16
+LH_ERR_PANIC = 900
+LH_ERR_POISONED = 901
+
+LH_OUTPUT_NONE = 0
+LH_OUTPUT_ACQUIRE = 1
+LH_OUTPUT_RENEW = 2
+LH_OUTPUT_RELEASE = 3
+LH_OUTPUT_WATCH = 4
+LH_OUTPUT_UNWATCH = 5
+LH_OUTPUT_ACQUIRED = 6
+LH_OUTPUT_ACQUIRE_FAILED = 7
+LH_OUTPUT_LOST = 8
+LH_OUTPUT_RELEASED = 9
+
+LH_REASON_NONE = 0
+LH_REASON_WAIT_EXHAUSTED = 1
+LH_REASON_CANCELLED = 2
+LH_REASON_UNAVAILABLE = 3
+LH_REASON_REJECTED = 4
+LH_REASON_EXPIRED = 5
+LH_REASON_FAIL_BUDGET = 6
+
+LH_ACQUIRE_GRANTED = 1
+LH_ACQUIRE_HELD_BY_OTHER = 2
+LH_ACQUIRE_TRANSPORT_ERROR = 3
+LH_RENEW_RENEWED = 1
+LH_RENEW_REJECTED = 2
+LH_RENEW_TRANSPORT_ERROR = 3
+LH_RELEASE_RELEASED = 1
+LH_RELEASE_NOT_OWNER = 2
+LH_RELEASE_TRANSPORT_ERROR = 3
+
+LH_STATE_ACQUIRING = 1
+LH_STATE_HELD = 2
+LH_STATE_RELEASED = 3
+LH_STATE_LOST = 4
+LH_STATE_ACQUIRE_FAILED = 5
+
+LH_NO_DEADLINE = 2**64 - 1
+LH_NO_RETRY_HINT = 2**64 - 1
+LH_ACQUIRE_REENTRANT = 1
+
+U64_MAX = 2**64 - 1
+
+REASON_NAMES = {
+    LH_REASON_NONE: "none",
+    LH_REASON_WAIT_EXHAUSTED: "wait_exhausted",
+    LH_REASON_CANCELLED: "cancelled",
+    LH_REASON_UNAVAILABLE: "unavailable",
+    LH_REASON_REJECTED: "rejected",
+    LH_REASON_EXPIRED: "expired",
+    LH_REASON_FAIL_BUDGET: "fail_budget",
+}
+
+STATE_NAMES = {
+    LH_STATE_ACQUIRING: "acquiring",
+    LH_STATE_HELD: "held",
+    LH_STATE_RELEASED: "released",
+    LH_STATE_LOST: "lost",
+    LH_STATE_ACQUIRE_FAILED: "acquire_failed",
+}
+
+
+# ---- structs -------------------------------------------------------------------------------
+class lh_client(ctypes.Structure):
+    """Opaque core handle."""
+
+
+lh_client_p = ctypes.POINTER(lh_client)
+
+
+class lh_config(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("drift_ppm", ctypes.c_uint32),
+        ("drift_fixed_ns", ctypes.c_uint64),
+        ("renew_jitter_ppm", ctypes.c_uint32),
+        ("fail_budget", ctypes.c_uint32),
+        ("request_timeout_ns", ctypes.c_uint64),
+        ("backoff_base_ns", ctypes.c_uint64),
+        ("backoff_cap_ns", ctypes.c_uint64),
+        ("max_ttl_ms", ctypes.c_uint64),
+        ("max_leases", ctypes.c_uint32),
+        ("notifications", ctypes.c_uint32),
+    ]
+
+
+class lh_acquire_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ttl_ms", ctypes.c_uint64),
+        ("wait_ns", ctypes.c_uint64),
+    ]
+
+
+class lh_output(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("reason", ctypes.c_uint32),
+        ("request_id", ctypes.c_uint64),
+        ("lease_id", ctypes.c_uint64),
+        ("name", ctypes.POINTER(ctypes.c_uint8)),
+        ("name_len", ctypes.c_size_t),
+        ("token", ctypes.POINTER(ctypes.c_uint8)),
+        ("token_len", ctypes.c_size_t),
+        ("backend_data", ctypes.POINTER(ctypes.c_uint8)),
+        ("backend_data_len", ctypes.c_size_t),
+        ("ttl_ms", ctypes.c_uint64),
+        ("fencing_token", ctypes.c_uint64),
+        ("valid_until_ns", ctypes.c_uint64),
+    ]
+
+
+class lh_lease_info(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("state", ctypes.c_uint32),
+        ("holders", ctypes.c_uint32),
+        ("has_token", ctypes.c_uint32),
+        ("fencing_token", ctypes.c_uint64),
+        ("valid_until_ns", ctypes.c_uint64),
+    ]
+
+
+COUNTER_FIELDS = (
+    "live_leases",
+    "pending_cleanups",
+    "acquires_sent",
+    "grants",
+    "acquire_failed",
+    "renewals_sent",
+    "renewals_ok",
+    "renewals_failed",
+    "releases_sent",
+    "lost_rejected",
+    "lost_expired",
+    "lost_fail_budget",
+    "stale_results",
+    "time_clamped",
+)
+
+
+class lh_counters(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("_reserved", ctypes.c_uint32)] + [
+        (f, ctypes.c_uint64) for f in COUNTER_FIELDS
+    ]
+
+
+# ---- loading ---------------------------------------------------------------------------------
+def _lib_filenames() -> list[str]:
+    if sys.platform == "darwin":
+        return ["libleasehold.dylib"]
+    if sys.platform == "win32":
+        return ["leasehold.dll", "libleasehold.dll"]
+    return ["libleasehold.so"]
+
+
+def candidate_paths() -> list[Path]:
+    """The places searched for the shared library, in order (the env override first)."""
+    out: list[Path] = []
+    env = os.environ.get("LEASEHOLD_LIBRARY")
+    if env:
+        out.append(Path(env))
+    pkg = Path(__file__).resolve().parent
+    for fn in _lib_filenames():
+        out.append(pkg / "_lib" / fn)
+    # bindings/python/leasehold/_ffi.py -> repo root is three levels above the package dir.
+    repo = pkg.parent.parent.parent
+    for profile in ("release", "debug"):
+        for fn in _lib_filenames():
+            out.append(repo / "target" / profile / fn)
+    return out
+
+
+def _load() -> tuple[ctypes.CDLL, Path]:
+    env = os.environ.get("LEASEHOLD_LIBRARY")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise errors.LibraryError(f"LEASEHOLD_LIBRARY={env!r} does not name a file")
+        try:
+            return ctypes.CDLL(str(path)), path
+        except OSError as e:
+            raise errors.LibraryError(f"cannot load LEASEHOLD_LIBRARY={env!r}: {e}") from e
+    tried = candidate_paths()
+    for path in tried:
+        if path.is_file():
+            try:
+                return ctypes.CDLL(str(path)), path
+            except OSError as e:
+                raise errors.LibraryError(f"cannot load the leasehold library at {path}: {e}") from e
+    listing = "\n  ".join(str(p) for p in tried)
+    raise errors.LibraryError(
+        "the leasehold shared library was not found. Build it with `cargo build --release` at the "
+        "repository root, or set LEASEHOLD_LIBRARY to its full path. Searched:\n  " + listing
+    )
+
+
+lib, library_path = _load()
+
+# ---- status names and errcheck ---------------------------------------------------------------
+lib.lh_status_str.argtypes = [ctypes.c_uint32]
+lib.lh_status_str.restype = ctypes.c_char_p
+lib.lh_client_last_error.argtypes = [lh_client_p]
+lib.lh_client_last_error.restype = ctypes.c_char_p
+lib.lh_abi_version.argtypes = []
+lib.lh_abi_version.restype = ctypes.c_uint32
+lib.lh_version.argtypes = []
+lib.lh_version.restype = ctypes.c_char_p
+
+_STATUS_CLASSES: dict[int, type[errors.CoreError]] = {
+    LH_ERR_NULL_ARGUMENT: errors.InvalidArgument,
+    LH_ERR_INVALID_UTF8: errors.InvalidArgument,
+    LH_ERR_EMPTY_NAME: errors.InvalidArgument,
+    LH_ERR_NAME_TOO_LONG: errors.InvalidArgument,
+    LH_ERR_NAME_HAS_NUL: errors.InvalidArgument,
+    LH_ERR_INVALID_TTL: errors.InvalidArgument,
+    LH_ERR_INVALID_CONFIG: errors.InvalidArgument,
+    LH_ERR_SEED_TOO_SHORT: errors.InvalidArgument,
+    LH_ERR_UNKNOWN_LEASE: errors.UnknownLease,
+    LH_ERR_LEASE_ENDED: errors.LeaseEnded,
+    LH_ERR_TOO_MANY_LEASES: errors.TooManyLeases,
+    LH_ERR_INVALID_ENUM: errors.InvalidArgument,
+    LH_ERR_BACKEND_DATA_TOO_LONG: errors.InvalidArgument,
+    LH_ERR_BUFFER_TOO_SMALL: errors.InvalidArgument,
+    LH_ERR_NOT_GRANTED: errors.NotGranted,
+    LH_ERR_STRUCT_SIZE: errors.InvalidArgument,
+    LH_ERR_PANIC: errors.CorePanic,
+    LH_ERR_POISONED: errors.CorePoisoned,
+}
+
+
+def status_name(status: int) -> str:
+    """The symbolic name of an ``lh_status`` (``"LH_ERR_EMPTY_NAME"``, ...)."""
+    raw = lib.lh_status_str(status)
+    return raw.decode("ascii", "replace") if raw else f"LH_STATUS_{status}"
+
+
+def make_error(status: int, detail: str = "", function: str = "") -> errors.CoreError:
+    """Build the typed exception for a non-zero status."""
+    cls = _STATUS_CLASSES.get(status, errors.CoreError)
+    return cls(status, status_name(status), detail, function)
+
+
+def _errcheck(result: int, func: Any, args: tuple[Any, ...]) -> int:
+    if result == LH_OK:
+        return result
+    detail = ""
+    if args and isinstance(args[0], lh_client_p) and args[0]:
+        raw = lib.lh_client_last_error(args[0])
+        if raw:
+            detail = raw.decode("utf-8", "replace")
+    raise make_error(result, detail, getattr(func, "__name__", ""))
+
+
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_u64 = ctypes.c_uint64
+_u32 = ctypes.c_uint32
+_sz = ctypes.c_size_t
+
+# name: (argtypes, restype, checked)
+_SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
+    "lh_config_default": ([ctypes.POINTER(lh_config)], None, False),
+    "lh_acquire_options_default": ([ctypes.POINTER(lh_acquire_options)], None, False),
+    "lh_client_new": (
+        [ctypes.POINTER(lh_config), _u8p, _sz, ctypes.POINTER(lh_client_p)],
+        _u32,
+        True,
+    ),
+    "lh_client_free": ([lh_client_p], None, False),
+    "lh_client_reseed": ([lh_client_p, _u8p, _sz], _u32, True),
+    "lh_acquire": (
+        [lh_client_p, _u64, _u8p, _sz, ctypes.POINTER(lh_acquire_options), ctypes.POINTER(_u64)],
+        _u32,
+        True,
+    ),
+    "lh_release": ([lh_client_p, _u64, _u64], _u32, True),
+    "lh_acquire_result": ([lh_client_p, _u64, _u64, _u32, _u64, _u64, _u64, _u8p, _sz], _u32, True),
+    "lh_renew_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
+    "lh_release_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
+    "lh_released": ([lh_client_p, _u64, _u8p, _sz], _u32, True),
+    "lh_timeout": ([lh_client_p, _u64], _u32, True),
+    "lh_poll_output": ([lh_client_p, ctypes.POINTER(lh_output)], _u32, True),
+    "lh_poll_timeout": ([lh_client_p, ctypes.POINTER(_u64)], _u32, True),
+    "lh_lease_state": ([lh_client_p, _u64, ctypes.POINTER(_u32)], _u32, True),
+    "lh_lease_info_get": ([lh_client_p, _u64, ctypes.POINTER(lh_lease_info)], _u32, True),
+    "lh_fencing_token": ([lh_client_p, _u64, ctypes.POINTER(_u64)], _u32, True),
+    "lh_valid_until": ([lh_client_p, _u64, ctypes.POINTER(_u64)], _u32, True),
+    "lh_is_held": ([lh_client_p, _u64, _u64, ctypes.POINTER(ctypes.c_bool)], _u32, True),
+    "lh_counters_get": ([lh_client_p, ctypes.POINTER(lh_counters)], _u32, True),
+    "lh_client_debug_panic": ([lh_client_p], _u32, True),
+}
+
+
+def _declare() -> None:
+    for name, (argtypes, restype, checked) in _SIGNATURES.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            if name == "lh_client_debug_panic":
+                continue  # optional test hook
+            raise errors.LibraryError(f"{library_path} does not export {name}; is it a leasehold build?")
+        fn.argtypes = argtypes
+        fn.restype = restype
+        if checked:
+            fn.errcheck = _errcheck
+
+
+def _check_abi() -> None:
+    found = int(lib.lh_abi_version())
+    if found != ABI_VERSION:
+        raise errors.LibraryError(
+            f"leasehold ABI mismatch: this Python package speaks ABI {ABI_VERSION}, but {library_path} "
+            f"reports ABI {found}. Rebuild the library (cargo build --release) or install a matching package."
+        )
+
+
+_check_abi()
+_declare()
+
+VERSION: str = lib.lh_version().decode("ascii", "replace")

@@ -1,0 +1,651 @@
+"""asyncio flavour: :class:`AsyncLockClient` drives the same core from an event loop.
+
+Everything runs on the loop the client is first used from (calling it from another loop
+raises ``RuntimeError``): a driver task waits for the earliest of the core's deadline, a
+finished backend call and a release notification; backend calls run as their own tasks
+(a synchronous service is adapted with ``asyncio.to_thread``, see
+:func:`leasehold.service.to_async`), so a hung backend never delays loss detection.
+
+::
+
+    async with AsyncLockClient(service) as client:
+        async with client.acquire("job", ttl=30, wait=5) as lock:
+            await do_work(lock.fencing_token)
+
+``acquire`` returns an object that is both awaitable (``h = await client.acquire(...)``) and
+an async context manager. Not getting the lock within ``wait`` raises
+:class:`~leasehold.errors.LockTimeout`, as in the threaded client. Cancelling the awaiting
+task cancels the acquire (a grant that arrives later is released by the core).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+import weakref
+from collections import deque
+from dataclasses import replace
+from typing import Any, Awaitable, Callable, Generator
+
+from . import _ffi, errors
+from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
+from ._clock import resolve_clock
+from ._core import Config, Core, Counters, Output
+from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
+
+__all__ = ["AsyncLockClient", "AsyncLockHandle"]
+
+log = logging.getLogger("leasehold")
+
+_ACQUIRING, _HELD, _RELEASED, _LOST, _FAILED = "acquiring", "held", "released", "lost", "failed"
+_ACQUIRE_SAFETY_S = 30.0
+
+OnLost = Callable[["AsyncLockHandle"], Any]
+
+
+class AsyncLockHandle:
+    """A lock held through :class:`AsyncLockClient` (the asyncio twin of ``LockHandle``).
+
+    ``lost`` is an :class:`asyncio.Event`; ``await handle.lost.wait()`` wakes on loss.
+    """
+
+    def __init__(self, client: "AsyncLockClient", lease_id: int, name: str, ttl_ms: int, wait_s: float,
+                 reentrant: bool, on_lost: OnLost | None) -> None:
+        self._client = client
+        self.lease_id = lease_id
+        self.name = name
+        self.ttl = ttl_ms / 1000.0
+        self.reentrant = reentrant
+        self._wait_s = wait_s
+        self._on_lost = on_lost
+        self.lost = asyncio.Event()
+        self.lost_reason: str | None = None
+        self._state = _ACQUIRING
+        self._fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fencing_token: int | None = None
+
+    @property
+    def fencing_token(self) -> int:
+        if self._fencing_token is None:
+            raise errors.LockNotHeld(f"lock {self.name!r} was never granted")
+        return self._fencing_token
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def valid_until_ns(self) -> int | None:
+        return self._client._valid_until_ns(self)
+
+    @property
+    def valid_until(self) -> float | None:
+        ns = self.valid_until_ns
+        return None if ns is None else ns / 1e9
+
+    def remaining(self) -> float:
+        ns = self.valid_until_ns
+        return 0.0 if ns is None else max(0.0, (ns - self._client._core.now()) / 1e9)
+
+    def is_held(self) -> bool:
+        """Advisory: is the lease valid right now?"""
+        return self._client._is_held(self)
+
+    async def release(self, timeout: float | None = None) -> None:
+        """Release (idempotent); waits at most ``timeout`` for the service's answer."""
+        await self._client._release_handle(self, timeout)
+
+    async def __aenter__(self) -> "AsyncLockHandle":
+        if self._state != _HELD:
+            raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<AsyncLockHandle name={self.name!r} state={self._state} fencing_token={self._fencing_token}>"
+
+
+class _Acquire:
+    """Awaitable and async context manager returned by :meth:`AsyncLockClient.acquire`."""
+
+    def __init__(self, coro_fn: Callable[[], Awaitable[AsyncLockHandle]]) -> None:
+        self._fn = coro_fn
+        self._handle: AsyncLockHandle | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncLockHandle]:
+        return self._fn().__await__()
+
+    async def __aenter__(self) -> AsyncLockHandle:
+        self._handle = await self._fn()
+        return self._handle
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            await self._handle.release()
+
+
+_aclients: "weakref.WeakSet[AsyncLockClient]" = weakref.WeakSet()
+
+
+class AsyncLockClient:
+    """An asyncio lock client: one core driven by one task on one event loop.
+
+    Parameters as for :class:`leasehold.LockClient`; ``service`` may be an
+    :class:`~leasehold.service.AsyncLockService` or a synchronous ``LockService``.
+    """
+
+    def __init__(
+        self,
+        service: AsyncLockService | LockService,
+        *,
+        clock: Any = None,
+        config: Config | None = None,
+        seed: bytes | None = None,
+        owns_service: bool = True,
+        release_timeout: float | None = None,
+    ) -> None:
+        self._service = to_async(service)
+        self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
+        cfg = config or Config()
+        if not isinstance(cfg, Config):
+            raise TypeError("config must be a leasehold.Config")
+        if cfg.notifications is None:
+            cfg = replace(cfg, notifications=bool(getattr(self._service, "notifications", True)))
+        self._core = Core(cfg, seed, self._now_fn)
+        self._owns_service = owns_service
+        self._release_timeout = (
+            seconds(release_timeout, "release_timeout") if release_timeout is not None
+            else self._core.request_timeout_ns / 1e9
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._inputs: deque[Callable[[], None]] = deque()
+        self._handles: dict[int, list[AsyncLockHandle]] = {}
+        self._requests: dict[int, tuple[int, int]] = {}
+        self._release_waiters: dict[int, asyncio.Future[None]] = {}
+        self._watch_refs: dict[str, int] = {}
+        self._core_watching: set[str] = set()
+        self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watch_tail: asyncio.Task[None] | None = None
+        self._deadline: int | None = None
+        self._paused = False
+        self._closing = False
+        self._closed = False
+        self._unsub_clock: Callable[[], None] | None = None
+        _aclients.add(self)
+
+    # -- public API ------------------------------------------------------------------------------
+    def acquire(self, name: str, ttl: float, *, wait: float = 0.0, reentrant: bool = False,
+                on_lost: OnLost | None = None) -> _Acquire:
+        """Acquire ``name`` for ``ttl`` seconds; see ``LockClient.acquire``.
+
+        ``on_lost(handle)`` may be a plain function or return an awaitable; it runs as its own
+        callback/task on the loop, and an exception in it is logged.
+        """
+        check_name(name)
+        ttl_ms = ttl_to_ms(ttl)
+        wait_s = seconds(wait, "wait")
+        wait_ns = wait_to_ns(wait)
+        if not isinstance(reentrant, bool):
+            raise TypeError("reentrant must be a bool")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError("on_lost must be callable or None")
+        return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost))
+
+    def on_release(self, name: str, callback: Callable[[str], Any]) -> Callable[[], None]:
+        """Call ``callback(name)`` for every release notification of ``name``; returns a
+        function that cancels the subscription. Call from the loop."""
+        check_name(name)
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        self._ensure_loop()
+        self._check_open()
+        self._subscribers.setdefault(name, []).append(callback)
+        self._watch_ref(name, +1)
+
+        def cancel() -> None:
+            subs = self._subscribers.get(name)
+            if subs and callback in subs:
+                subs.remove(callback)
+                if not subs:
+                    del self._subscribers[name]
+                if not self._closed:
+                    self._watch_ref(name, -1)
+
+        return cancel
+
+    def counters(self) -> Counters:
+        if self._closed:
+            raise errors.ClientClosed("the AsyncLockClient is closed")
+        return self._core.counters()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Release held locks, cancel pending acquires, wait (bounded) for cleanup, stop."""
+        timeout = seconds(timeout, "timeout")
+        if self._closing or self._closed:
+            return
+        self._closing = True
+        if self._loop is not None:
+            self._ensure_loop()
+            for hs in list(self._handles.values()):
+                for h in list(hs):
+                    if h._state in (_ACQUIRING, _HELD):
+                        self._release_in_core(h)
+            self._drain()
+            end = time.monotonic() + timeout
+            while self._core.counters().pending_cleanups > 0 and time.monotonic() < end:
+                assert self._wake is not None
+                await asyncio.sleep(min(0.01, max(0.0, end - time.monotonic())))
+            if self._driver is not None:
+                self._driver.cancel()
+            for t in list(self._tasks):
+                t.cancel()
+            for n in [n for n, c in self._watch_refs.items() if c > 0]:
+                try:
+                    await asyncio.wait_for(self._service.unwatch(n), 1.0)
+                except Exception:
+                    log.exception("leasehold: service.unwatch failed")
+        if self._unsub_clock is not None:
+            self._unsub_clock()
+        self._closed = True
+        for hs in self._handles.values():
+            for h in hs:
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, errors.ClientClosed("the client was closed"))
+        self._handles.clear()
+        for f in self._release_waiters.values():
+            if not f.done():
+                f.set_result(None)
+        self._core.close()
+        if self._owns_service:
+            try:
+                await self._service.close()
+            except Exception:
+                log.exception("leasehold: service.close() raised")
+
+    async def __aenter__(self) -> "AsyncLockClient":
+        self._ensure_loop()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Testing aid: wait until nothing is queued or in flight and no deadline is due."""
+        end = time.monotonic() + seconds(timeout, "timeout")
+        while time.monotonic() < end:
+            if self._is_idle():
+                return True
+            await asyncio.sleep(0.001)
+        return self._is_idle()
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closing or self._closed:
+            raise errors.ClientClosed("the AsyncLockClient is closed")
+
+    def _ensure_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._wake = asyncio.Event()
+            self._driver = loop.create_task(self._run(), name="leasehold-driver")
+            if self._clock_sub is not None:
+                wake = self._wake
+
+                def on_clock() -> None:
+                    if not loop.is_closed():
+                        loop.call_soon_threadsafe(wake.set)
+
+                self._unsub_clock = self._clock_sub.subscribe(on_clock)
+        elif self._loop is not loop:
+            raise RuntimeError("this AsyncLockClient is bound to another event loop")
+
+    def _is_idle(self) -> bool:
+        if self._paused or self._inputs or self._tasks:
+            return False
+        if self._closed:
+            return True
+        dl = self._deadline
+        return dl is None or self._core.now() < dl
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while True:
+            if not self._paused:
+                if self._inputs:
+                    self._feed(self._inputs.popleft())
+                    continue
+                now = self._core.now()
+                dl = self._deadline
+                if dl is not None and now >= dl:
+                    self._feed(self._core.timeout)
+                    continue
+                wait_s: float | None = None if dl is None else (dl - now) / 1e9
+                if not self._real_clock:
+                    wait_s = None if self._clock_sub is not None else 0.01
+            else:
+                wait_s = None
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), wait_s)
+            except TimeoutError:
+                pass
+
+    def _feed(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except errors.LeaseholdError:
+            log.exception("leasehold: the core refused an input")
+        self._drain()
+
+    def _drain(self) -> None:
+        if self._core.closed:
+            return
+        while True:
+            out = self._core.poll_output()
+            if out is None:
+                break
+            try:
+                self._dispatch(out)
+            except Exception:
+                log.exception("leasehold: failed to dispatch %r", out)
+        self._deadline = self._core.poll_timeout()
+        self._poke()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        assert self._loop is not None
+        t = self._loop.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def _dispatch(self, out: Output) -> None:
+        k = out.kind
+        if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
+            self._requests[out.request_id] = (k, out.lease_id)
+            self._spawn(self._do_io(out))
+        elif k == _ffi.LH_OUTPUT_WATCH:
+            if out.name not in self._core_watching:
+                self._core_watching.add(out.name)
+                self._watch_ref(out.name, +1)
+        elif k == _ffi.LH_OUTPUT_UNWATCH:
+            if out.name in self._core_watching:
+                self._core_watching.discard(out.name)
+                self._watch_ref(out.name, -1)
+        elif k == _ffi.LH_OUTPUT_ACQUIRED:
+            for h in self._handles.get(out.lease_id, ()):
+                if h._state == _ACQUIRING:
+                    h._fencing_token = out.fencing_token
+                    h._state = _HELD
+                    if not h._fut.done():
+                        h._fut.set_result(None)
+        elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, self._acquire_error(h, out.reason))
+        elif k == _ffi.LH_OUTPUT_LOST:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _HELD:
+                    self._mark_lost(h, out.reason_name)
+        elif k == _ffi.LH_OUTPUT_RELEASED:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _HELD:
+                    h._state = _RELEASED
+
+    def _acquire_error(self, h: AsyncLockHandle, reason: int) -> BaseException:
+        if reason == _ffi.LH_REASON_WAIT_EXHAUSTED:
+            return errors.LockTimeout(h.name, h._wait_s)
+        if reason == _ffi.LH_REASON_UNAVAILABLE:
+            return errors.BackendUnavailable(h.name, h._wait_s)
+        if self._closing or self._closed:
+            return errors.ClientClosed(f"acquire of {h.name!r} cancelled: the client was closed")
+        return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")
+
+    def _settle_error(self, h: AsyncLockHandle, e: BaseException) -> None:
+        h._state = _FAILED
+        if not h._fut.done():
+            h._fut.set_exception(e)
+
+    def _mark_lost(self, h: AsyncLockHandle, reason: str) -> None:
+        h._state = _LOST
+        h.lost_reason = reason
+        h.lost.set()
+        log.warning("leasehold: lock %r (fencing token %s) lost: %s", h.name, h._fencing_token, reason)
+        if h._on_lost is not None:
+            self._run_callback(h._on_lost, h)
+
+    def _run_callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        async def run() -> None:
+            try:
+                r = fn(*args)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception:
+                log.exception("leasehold: callback %r raised", fn)
+
+        self._spawn(run())
+
+    async def _do_io(self, out: Output) -> None:
+        core, k, req = self._core, out.kind, out.request_id
+        fn: Callable[[], None]
+        try:
+            if k == _ffi.LH_OUTPUT_ACQUIRE:
+                r = await self._service.acquire(out.name, out.token, out.ttl_ms)
+                if isinstance(r, Granted):
+                    g = r
+
+                    def fn() -> None:
+                        try:
+                            core.acquire_result(req, _ffi.LH_ACQUIRE_GRANTED, g.fencing_token, g.ttl_ms, None,
+                                                bytes(g.backend_data))
+                        except (errors.InvalidArgument, TypeError, ValueError) as e:
+                            log.error("leasehold: invalid grant %r (%s); treated as a transport error", g, e)
+                            core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
+                elif isinstance(r, HeldByOther):
+                    hint = r.retry_after_ms
+                    if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
+                        hint = None
+                    fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)  # noqa: E731
+                else:
+                    raise TypeError(f"acquire() returned {type(r).__name__}")
+            elif k == _ffi.LH_OUTPUT_RENEW:
+                ok = await self._service.renew(out.name, out.token, out.ttl_ms, out.backend_data)
+                if not isinstance(ok, bool):
+                    raise TypeError(f"renew() returned {type(ok).__name__}")
+                outcome = _ffi.LH_RENEW_RENEWED if ok else _ffi.LH_RENEW_REJECTED
+                fn = lambda: core.renew_result(req, outcome)  # noqa: E731
+            else:
+                ok = await self._service.release(out.name, out.token, out.backend_data)
+                if not isinstance(ok, bool):
+                    raise TypeError(f"release() returned {type(ok).__name__}")
+                routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
+                lease = out.lease_id
+
+                def fn() -> None:
+                    core.release_result(req, routcome)
+                    f = self._release_waiters.pop(lease, None)
+                    if f is not None and not f.done():
+                        f.set_result(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("leasehold: %s %r failed (transport error): %s", k, out.name, e)
+            if k == _ffi.LH_OUTPUT_ACQUIRE:
+                fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)  # noqa: E731
+            elif k == _ffi.LH_OUTPUT_RENEW:
+                fn = lambda: core.renew_result(req, _ffi.LH_RENEW_TRANSPORT_ERROR)  # noqa: E731
+            else:
+                fn = lambda: core.release_result(req, _ffi.LH_RELEASE_TRANSPORT_ERROR)  # noqa: E731
+        self._requests.pop(req, None)
+        if not self._closed:
+            self._inputs.append(fn)
+            self._poke()
+
+    def _watch_ref(self, name: str, delta: int) -> None:
+        before = self._watch_refs.get(name, 0)
+        after = max(0, before + delta)
+        if after:
+            self._watch_refs[name] = after
+        else:
+            self._watch_refs.pop(name, None)
+        if before == 0 and after > 0:
+            self._chain_watch(lambda: self._service.watch(name, self._notified_threadsafe))
+        elif before > 0 and after == 0:
+            self._chain_watch(lambda: self._service.unwatch(name))
+
+    def _chain_watch(self, op: Callable[[], Awaitable[None]]) -> None:
+        prev = self._watch_tail
+
+        async def run() -> None:
+            if prev is not None:
+                try:
+                    await prev
+                except BaseException:
+                    pass
+            try:
+                await op()
+            except Exception:
+                log.exception("leasehold: service watch/unwatch failed")
+
+        assert self._loop is not None
+        t = self._loop.create_task(run())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        self._watch_tail = t
+
+    def _notified_threadsafe(self, name: str) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._notified, name)
+        except RuntimeError:  # loop closed meanwhile
+            pass
+
+    def _notified(self, name: str) -> None:
+        if self._closed:
+            return
+        core = self._core
+        if name in self._core_watching:
+            self._inputs.append(lambda: core.released(name))
+            self._poke()
+        for cb in list(self._subscribers.get(name, ())):
+            self._run_callback(cb, name)
+
+    async def _acquire(self, name: str, ttl_ms: int, wait_s: float, wait_ns: int, reentrant: bool,
+                       on_lost: OnLost | None) -> AsyncLockHandle:
+        self._ensure_loop()
+        self._check_open()
+        lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
+        h = AsyncLockHandle(self, lease, name, ttl_ms, wait_s, reentrant, on_lost)
+        self._handles.setdefault(lease, []).append(h)
+        self._drain()
+        bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
+        try:
+            await asyncio.wait_for(asyncio.shield(h._fut), bound)
+        except TimeoutError:
+            if h._fut.done() and not h._fut.cancelled() and h._fut.exception() is not None:
+                raise
+            self._cancel(h)
+            raise errors.LockTimeout(name, wait_s, f"lock {name!r}: the driver did not answer within {bound:g}s")
+        except asyncio.CancelledError:
+            self._cancel(h)
+            raise
+        return h
+
+    def _cancel(self, h: AsyncLockHandle) -> None:
+        if self._closed:
+            return
+        if h._state == _ACQUIRING:
+            self._release_in_core(h)
+            self._drain()
+            if not h._fut.done():
+                h._fut.cancel()
+        elif h._state == _HELD:
+            self._release_in_core(h)
+            self._drain()
+        if h._fut.done() and not h._fut.cancelled():
+            h._fut.exception()  # mark retrieved
+
+    def _release_in_core(self, h: AsyncLockHandle) -> None:
+        hs = self._handles.get(h.lease_id)
+        if hs is not None and h in hs:
+            hs.remove(h)
+            if not hs:
+                del self._handles[h.lease_id]
+        was = h._state
+        if was == _HELD:
+            h._state = _RELEASED
+        try:
+            self._core.release(h.lease_id)
+        except (errors.LeaseEnded, errors.UnknownLease, errors.ClientClosed):
+            pass
+        if was == _ACQUIRING and h._state == _ACQUIRING:
+            self._settle_error(h, self._acquire_error(h, _ffi.LH_REASON_CANCELLED))
+
+    async def _release_handle(self, h: AsyncLockHandle, timeout: float | None) -> None:
+        wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
+        if h._state != _HELD or self._closed or self._closing:
+            if h._state == _HELD:
+                h._state = _RELEASED
+            return
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._release_waiters[h.lease_id] = fut
+        self._release_in_core(h)
+        self._drain()
+        if not any(k == _ffi.LH_OUTPUT_RELEASE and lease == h.lease_id for k, lease in self._requests.values()):
+            self._release_waiters.pop(h.lease_id, None)
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), wait_s)
+        except TimeoutError:
+            pass
+
+    def _is_held(self, h: AsyncLockHandle) -> bool:
+        if h._state != _HELD or self._closed:
+            return False
+        try:
+            return self._core.is_held(h.lease_id)
+        except errors.LeaseholdError:
+            return False
+
+    def _valid_until_ns(self, h: AsyncLockHandle) -> int | None:
+        if h._state != _HELD or self._closed:
+            return None
+        try:
+            return self._core.valid_until(h.lease_id)
+        except errors.LeaseholdError:
+            return None
+
+    def _set_paused(self, paused: bool) -> None:
+        self._paused = paused
+        self._poke()
+
+
+def _after_fork_child() -> None:
+    for c in list(_aclients):
+        if not c._closed and not c._core.closed:
+            try:
+                c._core.reseed(os.urandom(32))
+            except errors.LeaseholdError:
+                log.exception("leasehold: reseed after fork failed")
+
+
+os.register_at_fork(after_in_child=_after_fork_child)

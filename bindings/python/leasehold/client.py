@@ -1,0 +1,921 @@
+"""The thread-safe :class:`LockClient` and its :class:`LockHandle`.
+
+Threads of one client:
+
+* **the driver** (``leasehold-driver``): the canonical loop of the core. It waits for the
+  earliest of the core's deadline, a completed backend call and a release notification, feeds
+  that one input to the core and drains every output. It never performs IO, so a hung backend
+  cannot delay loss detection.
+* **the IO pool** (``leasehold-io``, a small ``ThreadPoolExecutor``): executes the core's
+  acquire/renew/release commands against the service; each result goes back to the driver.
+* **the watch worker** (``leasehold-watch``): ``service.watch``/``unwatch``, in order.
+* **the callback worker** (``leasehold-callbacks``): runs ``on_lost`` and ``on_release``
+  callbacks, one at a time, off the application thread. An exception in a callback is logged
+  (logger ``leasehold``) and never reaches the driver.
+
+Application calls (``acquire``, ``release``) feed the core directly under the client's mutex
+(the mutex serializes every call on the core handle) and wake the driver. No application call
+blocks without a bound.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import replace
+from typing import Any, Callable
+
+from . import _ffi, errors
+from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
+from ._clock import resolve_clock
+from ._core import Config, Core, Counters, Output
+from .service import Granted, HeldByOther, LockService
+
+__all__ = ["LockClient", "LockHandle", "Subscription"]
+
+log = logging.getLogger("leasehold")
+
+_ACQUIRING = "acquiring"
+_HELD = "held"
+_RELEASED = "released"
+_LOST = "lost"
+_FAILED = "failed"
+
+# Real-time safety margin added to the core's own bound on an acquire (wait + one request
+# timeout). The core guarantees a terminal event by then; this only guards against a stuck
+# driver (for example one paused by leasehold.testing.pause_driver).
+_ACQUIRE_SAFETY_S = 30.0
+
+
+class LockHandle:
+    """A lock acquired through :meth:`LockClient.acquire`.
+
+    Use it as a context manager (``with client.acquire(...) as h:``) or call
+    :meth:`release` (idempotent). Attributes:
+
+    * ``name`` – the lock name; ``fencing_token`` – the token to pass to the resource (the
+      only authority: see :mod:`leasehold.fencing`);
+    * ``lost`` – a :class:`threading.Event` set when the lock is lost (renewal rejected,
+      validity elapsed, or too many failed renewals); ``lost_reason`` says which;
+    * :meth:`is_held` – advisory: ``True`` while the core believes the lease is valid *now*.
+    """
+
+    def __init__(
+        self,
+        client: "LockClient",
+        lease_id: int,
+        name: str,
+        ttl_ms: int,
+        reentrant: bool,
+        on_lost: Callable[["LockHandle"], Any] | None,
+    ) -> None:
+        self._client = client
+        self.lease_id = lease_id
+        self.name = name
+        self.ttl = ttl_ms / 1000.0
+        self.reentrant = reentrant
+        self._on_lost = on_lost
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self._state = _ACQUIRING
+        self._settled = threading.Event()
+        self._error: BaseException | None = None
+        self._fencing_token: int | None = None
+        self._valid_until_ns: int | None = None
+        self._wait_s = 0.0
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def fencing_token(self) -> int:
+        """The fencing token of this grant; strictly larger than any earlier grant's of this name."""
+        if self._fencing_token is None:
+            raise errors.LockNotHeld(f"lock {self.name!r} was never granted")
+        return self._fencing_token
+
+    @property
+    def valid_until_ns(self) -> int | None:
+        """End of the current validity window (clock ns), ``None`` once released or lost."""
+        return self._client._valid_until_ns(self)
+
+    @property
+    def valid_until(self) -> float | None:
+        """End of the current validity window in seconds on the client's clock
+        (``time.monotonic()`` for the default clock), ``None`` once released or lost."""
+        ns = self.valid_until_ns
+        return None if ns is None else ns / 1e9
+
+    def remaining(self) -> float:
+        """Seconds of validity left now (0.0 when not held). Advisory, like :meth:`is_held`."""
+        ns = self.valid_until_ns
+        if ns is None:
+            return 0.0
+        return max(0.0, (ns - self._client._now()) / 1e9)
+
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"released"`` or ``"lost"`` (``"acquiring"``/``"failed"`` internally)."""
+        return self._state
+
+    def is_held(self) -> bool:
+        """Advisory: is the lease valid right now? The fencing token is the real authority."""
+        return self._client._is_held(self)
+
+    def release(self, timeout: float | None = None) -> None:
+        """Release the lock. Idempotent; never raises for a lost or already released handle.
+
+        The lease stops being held at once; the release command is sent to the service and
+        retried by the core until the service answers. This call waits for that first answer
+        at most ``timeout`` seconds (default: the client's ``release_timeout``), so that, in
+        the normal case, the lock is free on the service when it returns.
+        """
+        self._client._release_handle(self, timeout)
+
+    def __enter__(self) -> "LockHandle":
+        if self._state != _HELD:
+            raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"<LockHandle name={self.name!r} state={self._state} "
+            f"fencing_token={self._fencing_token} lease={self.lease_id}>"
+        )
+
+
+class Subscription:
+    """Returned by :meth:`LockClient.on_release`; :meth:`cancel` stops the callback."""
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self._cancel: Callable[[], None] | None = cancel
+
+    def cancel(self) -> None:
+        c, self._cancel = self._cancel, None
+        if c is not None:
+            c()
+
+
+_clients: "weakref.WeakSet[LockClient]" = weakref.WeakSet()
+_fork_locked: list["LockClient"] = []
+
+
+class LockClient:
+    """A thread-safe lock client: one core, one driver thread, one service.
+
+    :param service: the backend (:class:`~leasehold.service.LockService`)
+    :param clock: ``None`` for ``time.monotonic_ns``; or an object with ``monotonic_ns()``
+        (``leasehold.testing.FakeClock``), or a callable returning nanoseconds
+    :param config: core configuration (``notifications`` defaults to the service's)
+    :param seed: core seed (≥16 bytes); ``os.urandom(32)`` by default — tests only
+    :param io_workers: size of the IO pool that runs backend calls
+    :param owns_service: ``close()`` also closes the service
+    :param release_timeout: default bound (seconds) ``LockHandle.release`` waits for the
+        service's answer; default: the core's request timeout
+    """
+
+    def __init__(
+        self,
+        service: LockService,
+        *,
+        clock: Any = None,
+        config: Config | None = None,
+        seed: bytes | None = None,
+        io_workers: int = 4,
+        owns_service: bool = True,
+        release_timeout: float | None = None,
+    ) -> None:
+        if not isinstance(service, LockService):
+            raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
+        if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
+            raise ValueError("io_workers must be an int >= 1")
+        self._service = service
+        self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
+        cfg = config or Config()
+        if not isinstance(cfg, Config):
+            raise TypeError("config must be a leasehold.Config")
+        if cfg.notifications is None:
+            cfg = replace(cfg, notifications=bool(getattr(service, "notifications", True)))
+        self._core = Core(cfg, seed, self._now_fn)
+        self._io_workers = io_workers
+        self._owns_service = owns_service
+        self._release_timeout = (
+            seconds(release_timeout, "release_timeout")
+            if release_timeout is not None
+            else self._core.request_timeout_ns / 1e9
+        )
+        self._mu = threading.RLock()
+        self._cond = threading.Condition(self._mu)
+        self._init_runtime_state()
+        self._abandoned: set[int] = set()
+        self._closing = False
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self._unsub_clock: Callable[[], None] | None = None
+        if self._clock_sub is not None:
+            ref = weakref.ref(self)
+
+            def _on_clock() -> None:
+                c = ref()
+                if c is not None:
+                    c._wake()
+
+            self._unsub_clock = self._clock_sub.subscribe(_on_clock)
+        _clients.add(self)
+        with self._mu:
+            self._ensure_started()
+
+    def _init_runtime_state(self) -> None:
+        self._inputs: deque[Callable[[], None]] = deque()
+        self._handles: dict[int, list[LockHandle]] = {}
+        self._requests: dict[int, tuple[int, int]] = {}
+        self._release_waiters: dict[int, threading.Event] = {}
+        self._watch_refs: dict[str, int] = {}
+        self._core_watching: set[str] = set()
+        self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
+        self._inflight = 0
+        self._side_pending = 0
+        self._deadline: int | None = None
+        self._paused = False
+        self._stop = False
+        self._driver: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._watch_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+
+    # -- public API ------------------------------------------------------------------------------
+    def acquire(
+        self,
+        name: str,
+        ttl: float,
+        *,
+        wait: float = 0.0,
+        reentrant: bool = False,
+        on_lost: Callable[[LockHandle], Any] | None = None,
+    ) -> LockHandle:
+        """Acquire ``name`` for ``ttl`` seconds (renewed automatically until released).
+
+        :param wait: seconds to keep trying while someone else holds it (0 = one attempt)
+        :param reentrant: a second reentrant acquire of a name this client already holds
+            reentrantly returns at once (same fencing token); the lock is released by the
+            last holder's release
+        :param on_lost: called as ``on_lost(handle)`` on the callback thread when the lock is
+            lost (at most once per handle); exceptions are logged
+        :returns: a held :class:`LockHandle`
+        :raises LockTimeout: not acquired within ``wait`` (``BackendUnavailable`` if the
+            backend kept failing)
+        :raises ClientClosed: the client is closed
+        :raises TypeError, ValueError: bad arguments (``InvalidArgument`` from the core)
+        """
+        check_name(name)
+        ttl_ms = ttl_to_ms(ttl)
+        wait_s = seconds(wait, "wait")
+        wait_ns = wait_to_ns(wait)
+        if not isinstance(reentrant, bool):
+            raise TypeError("reentrant must be a bool")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError("on_lost must be callable or None")
+        with self._cond:
+            self._check_open()
+            self._ensure_started()
+            lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
+            h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost)
+            h._wait_s = wait_s
+            self._handles.setdefault(lease, []).append(h)
+            self._drain()
+        bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
+        try:
+            settled = h._settled.wait(bound)
+        except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
+            self._cancel(h)
+            raise
+        if not settled:
+            self._cancel(h)
+            raise errors.LockTimeout(name, wait_s, f"lock {name!r}: the driver did not answer within {bound:g}s")
+        if h._error is not None:
+            raise h._error
+        return h
+
+    def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
+        """Call ``callback(name)`` (on the callback thread) for every release notification of
+        ``name`` the service delivers. Returns a :class:`Subscription` to cancel it.
+
+        Only services with ``notifications = True`` deliver them.
+        """
+        check_name(name)
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        with self._cond:
+            self._check_open()
+            self._ensure_started()
+            self._subscribers.setdefault(name, []).append(callback)
+            self._watch_ref(name, +1)
+
+        def cancel() -> None:
+            with self._cond:
+                subs = self._subscribers.get(name)
+                if subs and callback in subs:
+                    subs.remove(callback)
+                    if not subs:
+                        del self._subscribers[name]
+                    if not self._closed:
+                        self._watch_ref(name, -1)
+
+        return Subscription(cancel)
+
+    def counters(self) -> Counters:
+        """The core's counters (renewals sent/ok/failed, losses by reason, ...)."""
+        with self._mu:
+            self._check_not_freed()
+            return self._core.counters()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def service(self) -> LockService:
+        """The service this client drives."""
+        return self._service
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Release every held lock, cancel pending acquires, and stop the client.
+
+        Waits (at most ``timeout`` seconds) until the core has no pending cleanup release,
+        so that locks are free on the service when it returns. Idempotent.
+        """
+        timeout = seconds(timeout, "timeout")
+        with self._cond:
+            if self._closing or self._closed:
+                return
+            self._closing = True
+            if self._fatal is None and os.getpid() == self._pid:
+                self._ensure_started()
+                for lease, hs in list(self._handles.items()):
+                    for h in list(hs):
+                        if h._state in (_ACQUIRING, _HELD):
+                            self._release_in_core(h)
+                self._drain()
+                end = time.monotonic() + timeout
+                while self._pending_cleanups() > 0:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        log.warning(
+                            "leasehold: close() gave up on %d pending release(s) after %.3gs; "
+                            "they expire with their TTL",
+                            self._pending_cleanups(),
+                            timeout,
+                        )
+                        break
+                    self._cond.wait(min(left, 0.05))
+            self._stop = True
+            self._cond.notify_all()
+            driver = self._driver
+            pools = (self._pool, self._watch_pool, self._cb_pool)
+            watching = [n for n, c in self._watch_refs.items() if c > 0]
+            self._watch_refs.clear()
+        if driver is not None and driver is not threading.current_thread():
+            driver.join(timeout=5.0)
+        pool, watch_pool, cb_pool = pools
+        if watch_pool is not None:
+            for n in watching:
+                try:
+                    watch_pool.submit(self._safe_call, "unwatch", self._service.unwatch, n)
+                except RuntimeError:
+                    break
+            watch_pool.shutdown(wait=False)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if cb_pool is not None:
+            cb_pool.shutdown(wait=False)
+        if self._unsub_clock is not None:
+            self._unsub_clock()
+            self._unsub_clock = None
+        with self._cond:
+            self._closed = True
+            for hs in self._handles.values():
+                for h in hs:
+                    if h._state == _ACQUIRING:
+                        self._settle_error(h, errors.ClientClosed("the client was closed"))
+                    elif h._state == _HELD:
+                        h._state = _RELEASED
+            self._handles.clear()
+            for ev in self._release_waiters.values():
+                ev.set()
+            self._release_waiters.clear()
+            self._core.close()
+        if self._owns_service:
+            try:
+                self._service.close()
+            except Exception:
+                log.exception("leasehold: service.close() raised")
+
+    def __enter__(self) -> "LockClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Testing aid: wait until the client is quiescent — no queued input, no backend call
+        or callback in flight, and no core deadline already due. Returns False on timeout.
+
+        With a :class:`~leasehold.testing.FakeClock` this is how a test lets every
+        consequence of ``clock.advance()`` happen before looking.
+        """
+        end = time.monotonic() + seconds(timeout, "timeout")
+        with self._cond:
+            while True:
+                if self._is_idle():
+                    return True
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<LockClient {state} service={type(self._service).__name__}>"
+
+    # -- internals: lifecycle ----------------------------------------------------------------------
+    def _now(self) -> int:
+        return int(self._now_fn())
+
+    def _check_open(self) -> None:
+        if self._closing or self._closed:
+            raise errors.ClientClosed("the LockClient is closed")
+        if self._fatal is not None:
+            raise errors.ClientClosed(f"the LockClient stopped after a core failure: {self._fatal}")
+
+    def _check_not_freed(self) -> None:
+        if self._closed:
+            raise errors.ClientClosed("the LockClient is closed")
+
+    def _ensure_started(self) -> None:
+        """(mutex held) Start the driver and pools; after a fork, in the child, restart them."""
+        if self._driver is not None and self._driver.is_alive():
+            return
+        if self._stop:
+            return
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._io_workers, thread_name_prefix="leasehold-io")
+        self._watch_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-watch")
+        self._cb_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-callbacks")
+        self._driver = threading.Thread(target=self._run, name="leasehold-driver", daemon=True)
+        self._driver.start()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _pending_cleanups(self) -> int:
+        try:
+            return self._core.counters().pending_cleanups
+        except errors.LeaseholdError:
+            return 0
+
+    def _is_idle(self) -> bool:
+        if self._paused or self._inputs or self._inflight or self._side_pending:
+            return False
+        if self._fatal is not None or self._closed:
+            return True
+        dl = self._deadline
+        return dl is None or self._now() < dl
+
+    # -- internals: the driver -----------------------------------------------------------------------
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stop:
+                if self._paused or self._fatal is not None:
+                    self._cond.wait()
+                    continue
+                if self._inputs:
+                    fn = self._inputs.popleft()
+                    self._feed(fn)
+                    continue
+                now = self._now()
+                dl = self._deadline
+                if dl is not None and now >= dl:
+                    self._feed(self._core.timeout)
+                    continue
+                wait_s: float | None = None if dl is None else (dl - now) / 1e9
+                if not self._real_clock:
+                    # An injected clock: a subscribable one wakes us when it moves; any other
+                    # is polled.
+                    wait_s = None if self._clock_sub is not None else 0.01
+                self._cond.notify_all()  # idle waiters
+                self._cond.wait(wait_s)
+
+    def _feed(self, fn: Callable[[], None]) -> None:
+        """(mutex held) Feed one input and drain."""
+        try:
+            fn()
+        except (errors.CorePanic, errors.CorePoisoned) as e:
+            self._on_fatal(e)
+            return
+        except errors.LeaseholdError:
+            log.exception("leasehold: the core refused an input")
+        self._drain()
+
+    def _on_fatal(self, e: BaseException) -> None:
+        log.critical("leasehold: the core failed (%s); every lock of this client is considered lost", e)
+        self._fatal = e
+        for hs in self._handles.values():
+            for h in hs:
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, errors.ClientClosed(f"core failure: {e}"))
+                elif h._state == _HELD:
+                    self._mark_lost(h, "core_failure")
+        self._handles.clear()
+        for ev in self._release_waiters.values():
+            ev.set()
+        self._release_waiters.clear()
+        self._cond.notify_all()
+
+    def _drain(self) -> None:
+        """(mutex held) Drain every output, then refresh the deadline and wake waiters."""
+        if self._fatal is not None or self._core.closed:
+            return
+        try:
+            while True:
+                out = self._core.poll_output()
+                if out is None:
+                    break
+                try:
+                    self._dispatch(out)
+                except Exception:
+                    log.exception("leasehold: failed to dispatch %r", out)
+            self._deadline = self._core.poll_timeout()
+        except (errors.CorePanic, errors.CorePoisoned) as e:
+            self._on_fatal(e)
+        self._cond.notify_all()
+
+    def _dispatch(self, out: Output) -> None:
+        k = out.kind
+        if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
+            self._requests[out.request_id] = (k, out.lease_id)
+            if out.lease_id in self._abandoned:
+                self._answer_abandoned(out)
+            else:
+                self._submit_io(out)
+        elif k == _ffi.LH_OUTPUT_WATCH:
+            if out.name not in self._core_watching:
+                self._core_watching.add(out.name)
+                self._watch_ref(out.name, +1)
+        elif k == _ffi.LH_OUTPUT_UNWATCH:
+            if out.name in self._core_watching:
+                self._core_watching.discard(out.name)
+                self._watch_ref(out.name, -1)
+        elif k == _ffi.LH_OUTPUT_ACQUIRED:
+            for h in self._handles.get(out.lease_id, ()):
+                if h._state == _ACQUIRING:
+                    h._fencing_token = out.fencing_token
+                    h._valid_until_ns = out.valid_until_ns
+                    h._state = _HELD
+                    h._settled.set()
+        elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, self._acquire_error(h, out.reason))
+        elif k == _ffi.LH_OUTPUT_LOST:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _HELD:
+                    self._mark_lost(h, out.reason_name)
+        elif k == _ffi.LH_OUTPUT_RELEASED:
+            for h in self._handles.pop(out.lease_id, ()):
+                if h._state == _HELD:
+                    h._state = _RELEASED
+        else:
+            log.error("leasehold: unknown output kind %d", k)
+
+    def _acquire_error(self, h: LockHandle, reason: int) -> BaseException:
+        wait_s = h._wait_s
+        if reason == _ffi.LH_REASON_WAIT_EXHAUSTED:
+            return errors.LockTimeout(h.name, wait_s)
+        if reason == _ffi.LH_REASON_UNAVAILABLE:
+            return errors.BackendUnavailable(h.name, wait_s)
+        if self._closing or self._closed:
+            return errors.ClientClosed(f"acquire of {h.name!r} cancelled: the client was closed")
+        return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")
+
+    def _settle_error(self, h: LockHandle, e: BaseException) -> None:
+        h._state = _FAILED
+        h._error = e
+        h._settled.set()
+
+    def _mark_lost(self, h: LockHandle, reason: str) -> None:
+        h._state = _LOST
+        h.lost_reason = reason
+        h._valid_until_ns = None
+        h.lost.set()
+        log.warning("leasehold: lock %r (fencing token %s) lost: %s", h.name, h._fencing_token, reason)
+        if h._on_lost is not None:
+            self._callback(h._on_lost, h)
+
+    def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        pool = self._cb_pool
+        if pool is None:
+            return
+        self._side_pending += 1
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("leasehold: callback %r raised", fn)
+            finally:
+                with self._cond:
+                    self._side_pending -= 1
+                    self._cond.notify_all()
+
+        try:
+            pool.submit(run)
+        except RuntimeError:
+            self._side_pending -= 1
+
+    # -- internals: IO -------------------------------------------------------------------------------
+    def _submit_io(self, out: Output) -> None:
+        pool = self._pool
+        if pool is None:
+            return
+        self._inflight += 1
+        try:
+            pool.submit(self._do_io, out)
+        except RuntimeError:  # shut down
+            self._inflight -= 1
+
+    def _do_io(self, out: Output) -> None:
+        """(IO pool thread) Run one command against the service; queue its result."""
+        core = self._core
+        k, req = out.kind, out.request_id
+        fn: Callable[[], None]
+        try:
+            if k == _ffi.LH_OUTPUT_ACQUIRE:
+                r = self._service.acquire(out.name, out.token, out.ttl_ms)
+                if isinstance(r, Granted):
+                    fn = self._granted_input(req, r)
+                elif isinstance(r, HeldByOther):
+                    hint = r.retry_after_ms
+                    if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
+                        hint = None
+                    fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)  # noqa: E731
+                else:
+                    raise TypeError(f"acquire() returned {type(r).__name__}, expected Granted or HeldByOther")
+            elif k == _ffi.LH_OUTPUT_RENEW:
+                ok = self._service.renew(out.name, out.token, out.ttl_ms, out.backend_data)
+                if not isinstance(ok, bool):
+                    raise TypeError(f"renew() returned {type(ok).__name__}, expected bool")
+                outcome = _ffi.LH_RENEW_RENEWED if ok else _ffi.LH_RENEW_REJECTED
+                fn = lambda: core.renew_result(req, outcome)  # noqa: E731
+            else:
+                ok = self._service.release(out.name, out.token, out.backend_data)
+                if not isinstance(ok, bool):
+                    raise TypeError(f"release() returned {type(ok).__name__}, expected bool")
+                routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
+                fn = lambda: self._release_answered(req, out.lease_id, routcome)  # noqa: E731
+        except Exception as e:
+            log.warning("leasehold: %s %r failed (transport error): %s", _KIND_NAMES.get(k, k), out.name, e)
+            fn = self._transport_error_input(k, req)
+
+        with self._cond:
+            self._inflight -= 1
+            self._requests.pop(req, None)
+            if not self._closed and not self._stop:
+                self._inputs.append(fn)
+            self._cond.notify_all()
+
+    def _granted_input(self, req: int, r: Granted) -> Callable[[], None]:
+        core = self._core
+
+        def fn() -> None:
+            try:
+                core.acquire_result(
+                    req, _ffi.LH_ACQUIRE_GRANTED, r.fencing_token, r.ttl_ms, None, bytes(r.backend_data)
+                )
+            except (errors.InvalidArgument, TypeError, ValueError) as e:
+                log.error("leasehold: the service returned an invalid grant %r (%s); treated as a transport error", r, e)
+                core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
+
+        return fn
+
+    def _transport_error_input(self, k: int, req: int) -> Callable[[], None]:
+        core = self._core
+        if k == _ffi.LH_OUTPUT_ACQUIRE:
+            return lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
+        if k == _ffi.LH_OUTPUT_RENEW:
+            return lambda: core.renew_result(req, _ffi.LH_RENEW_TRANSPORT_ERROR)
+        return lambda: core.release_result(req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
+
+    def _release_answered(self, req: int, lease: int, outcome: int) -> None:
+        self._core.release_result(req, outcome)
+        ev = self._release_waiters.pop(lease, None)
+        if ev is not None:
+            ev.set()
+
+    def _answer_abandoned(self, out: Output) -> None:
+        """(after fork, in the child) Commands for the parent's leases never reach the service:
+        they are answered locally so the child's core forgets them without touching the lock."""
+        core, req = self._core, out.request_id
+        self._requests.pop(req, None)
+        if out.kind == _ffi.LH_OUTPUT_ACQUIRE:
+            self._inputs.append(lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER))
+        elif out.kind == _ffi.LH_OUTPUT_RENEW:
+            self._inputs.append(lambda: core.renew_result(req, _ffi.LH_RENEW_REJECTED))
+        else:
+            self._inputs.append(lambda: core.release_result(req, _ffi.LH_RELEASE_NOT_OWNER))
+
+    # -- internals: watches ----------------------------------------------------------------------------
+    def _watch_ref(self, name: str, delta: int) -> None:
+        """(mutex held) Reference-count watches (core waiters + on_release subscribers)."""
+        before = self._watch_refs.get(name, 0)
+        after = max(0, before + delta)
+        if after:
+            self._watch_refs[name] = after
+        else:
+            self._watch_refs.pop(name, None)
+        pool = self._watch_pool
+        if pool is None:
+            return
+        if before == 0 and after > 0:
+            self._side_call(pool, "watch", self._service.watch, name, self._notified)
+        elif before > 0 and after == 0:
+            self._side_call(pool, "unwatch", self._service.unwatch, name)
+
+    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        self._side_pending += 1
+
+        def run() -> None:
+            try:
+                self._safe_call(what, fn, *args)
+            finally:
+                with self._cond:
+                    self._side_pending -= 1
+                    self._cond.notify_all()
+
+        try:
+            pool.submit(run)
+        except RuntimeError:
+            self._side_pending -= 1
+
+    @staticmethod
+    def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("leasehold: service.%s failed", what)
+
+    def _notified(self, name: str) -> None:
+        """(any thread) A release notification from the service."""
+        with self._cond:
+            if self._closed or self._stop or self._fatal is not None:
+                return
+            core = self._core
+            if name in self._core_watching:
+                self._inputs.append(lambda: core.released(name))
+            for cb in list(self._subscribers.get(name, ())):
+                self._callback(cb, name)
+            self._cond.notify_all()
+
+    # -- internals: handle operations -------------------------------------------------------------
+    def _release_in_core(self, h: LockHandle) -> None:
+        """(mutex held) Give one holder of ``h``'s lease back to the core."""
+        hs = self._handles.get(h.lease_id)
+        if hs is not None and h in hs:
+            hs.remove(h)
+            if not hs:
+                del self._handles[h.lease_id]
+        was = h._state
+        if was == _HELD:
+            h._state = _RELEASED
+            h._valid_until_ns = None
+        try:
+            self._core.release(h.lease_id)
+        except (errors.LeaseEnded, errors.UnknownLease, errors.ClientClosed):
+            pass
+        except (errors.CorePanic, errors.CorePoisoned) as e:
+            self._on_fatal(e)
+        if was == _ACQUIRING and h._state == _ACQUIRING:
+            # Another reentrant holder keeps the lease alive; this waiter alone is cancelled.
+            self._settle_error(h, self._acquire_error(h, _ffi.LH_REASON_CANCELLED))
+
+    def _release_handle(self, h: LockHandle, timeout: float | None) -> None:
+        wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
+        with self._cond:
+            if h._state != _HELD or self._closed or self._closing or self._fatal is not None:
+                if h._state == _HELD:
+                    h._state = _RELEASED
+                return
+            ev = threading.Event()
+            self._release_waiters[h.lease_id] = ev
+            self._release_in_core(h)
+            self._drain()
+            sent = any(k == _ffi.LH_OUTPUT_RELEASE and lease == h.lease_id for k, lease in self._requests.values())
+            if not sent:
+                self._release_waiters.pop(h.lease_id, None)
+                return
+        ev.wait(wait_s)
+
+    def _cancel(self, h: LockHandle) -> None:
+        """Cancel a waiting acquire (or release a grant that raced the cancellation)."""
+        with self._cond:
+            if self._closed:
+                return
+            if h._state == _ACQUIRING:
+                self._release_in_core(h)
+                self._drain()
+                return
+        if h._state == _HELD:
+            h.release()
+
+    def _is_held(self, h: LockHandle) -> bool:
+        with self._mu:
+            if h._state != _HELD or self._closed or self._fatal is not None:
+                return False
+            try:
+                return self._core.is_held(h.lease_id)
+            except errors.LeaseholdError:
+                return False
+
+    def _valid_until_ns(self, h: LockHandle) -> int | None:
+        with self._mu:
+            if h._state != _HELD or self._closed or self._fatal is not None:
+                return None
+            try:
+                return self._core.valid_until(h.lease_id)
+            except errors.LeaseholdError:
+                return None
+
+    # -- testing hooks -------------------------------------------------------------------------------------
+    def _set_paused(self, paused: bool) -> None:
+        with self._cond:
+            self._paused = paused
+            self._cond.notify_all()
+
+    # -- fork safety -------------------------------------------------------------------------------------
+    def _after_fork_in_child(self) -> None:
+        self._mu = threading.RLock()
+        self._cond = threading.Condition(self._mu)
+        handles, requests = self._handles, self._requests
+        core_watching = self._core_watching
+        self._init_runtime_state()
+        if self._closed or self._core.closed:
+            self._stop = True
+            return
+        try:
+            self._core.reseed(os.urandom(32))
+        except errors.LeaseholdError as e:
+            self._fatal = e
+            return
+        # Everything in flight belongs to the parent: abandon those leases in the child.
+        for lease, hs in handles.items():
+            self._abandoned.add(lease)
+            for h in hs:
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
+                elif h._state == _HELD:
+                    h._state = _LOST
+                    h.lost_reason = "forked"
+                    h.lost.set()
+        for _k, lease in requests.values():
+            self._abandoned.add(lease)
+        # The core still tracks these waiters' watches; the child does not watch them (the
+        # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
+        self._core_watching = core_watching
+
+
+_KIND_NAMES = {
+    _ffi.LH_OUTPUT_ACQUIRE: "acquire",
+    _ffi.LH_OUTPUT_RENEW: "renew",
+    _ffi.LH_OUTPUT_RELEASE: "release",
+}
+
+
+def _before_fork() -> None:
+    _fork_locked.clear()
+    for c in list(_clients):
+        c._mu.acquire()
+        _fork_locked.append(c)
+
+
+def _after_fork_parent() -> None:
+    for c in _fork_locked:
+        c._mu.release()
+    _fork_locked.clear()
+
+
+def _after_fork_child() -> None:
+    for c in _fork_locked:
+        try:
+            c._after_fork_in_child()
+        except Exception:  # never break the child
+            log.exception("leasehold: after-fork reinit failed")
+    _fork_locked.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)

@@ -1,0 +1,128 @@
+"""The backend interface: what a lock service must do for the core's commands.
+
+A service maps the core's three commands (acquire, renew, release) and the watch onto a real
+store. It never decides timing: the core does. ``LockClient`` calls a :class:`LockService`
+from a small IO thread pool (so calls may block, and several may run concurrently);
+``AsyncLockClient`` awaits an :class:`AsyncLockService` on its event loop.
+
+**Any exception** raised by ``acquire``/``renew``/``release`` is a *transport error* for the
+core (it is logged and retried by the core's policy); it is never a grant.
+
+``token`` is the lease's ownership token (32 lowercase hex chars, unique per lease); the
+service must store it with the lock and compare it on renew/release. Acquire is idempotent
+for the same token (a retried acquire whose answer was lost finds its own grant and returns
+the same fencing token). Fencing tokens of successive grants of one name strictly increase
+and are never reset.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["Granted", "HeldByOther", "LockService", "AsyncLockService", "to_async"]
+
+
+@dataclass(frozen=True)
+class Granted:
+    """The lock was granted (or, same token, was already ours: TTL refreshed)."""
+
+    fencing_token: int
+    ttl_ms: int
+    backend_data: bytes = b""
+
+
+@dataclass(frozen=True)
+class HeldByOther:
+    """Someone else holds the lock; ``retry_after_ms`` is its remaining TTL if known."""
+
+    retry_after_ms: int | None = None
+
+
+class LockService(abc.ABC):
+    """A synchronous lock service; called from the driver's IO pool, may block."""
+
+    notifications: bool = True
+    """True when ``watch`` delivers release notifications (→ ``Config.notifications``)."""
+
+    @abc.abstractmethod
+    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        """Try to take ``name`` for ``token`` for ``ttl_ms`` milliseconds."""
+
+    @abc.abstractmethod
+    def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
+        """Extend our hold to ``ttl_ms`` from now; ``False`` if we no longer own it."""
+
+    @abc.abstractmethod
+    def release(self, name: str, token: str, backend_data: bytes) -> bool:
+        """Delete our hold and notify watchers; ``False`` if we did not own it."""
+
+    def watch(self, name: str, on_released: Callable[[str], None]) -> None:
+        """Start delivering release notifications of ``name`` to ``on_released`` (default: none)."""
+
+    def unwatch(self, name: str) -> None:
+        """Stop delivering release notifications of ``name``."""
+
+    def close(self) -> None:
+        """Release connections and threads owned by the service."""
+
+
+class AsyncLockService(abc.ABC):
+    """The asyncio twin of :class:`LockService` (used by ``AsyncLockClient``)."""
+
+    notifications: bool = True
+
+    @abc.abstractmethod
+    async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther: ...
+
+    @abc.abstractmethod
+    async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool: ...
+
+    @abc.abstractmethod
+    async def release(self, name: str, token: str, backend_data: bytes) -> bool: ...
+
+    async def watch(self, name: str, on_released: Callable[[str], None]) -> None:
+        """Start delivering release notifications (``on_released`` is thread-safe)."""
+
+    async def unwatch(self, name: str) -> None:
+        """Stop delivering release notifications of ``name``."""
+
+    async def close(self) -> None:
+        """Release connections owned by the service."""
+
+
+class _SyncToAsync(AsyncLockService):
+    """Runs a synchronous service's calls in worker threads (``asyncio.to_thread``)."""
+
+    def __init__(self, inner: LockService) -> None:
+        self.inner = inner
+        self.notifications = inner.notifications
+
+    async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        return await asyncio.to_thread(self.inner.acquire, name, token, ttl_ms)
+
+    async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
+        return await asyncio.to_thread(self.inner.renew, name, token, ttl_ms, backend_data)
+
+    async def release(self, name: str, token: str, backend_data: bytes) -> bool:
+        return await asyncio.to_thread(self.inner.release, name, token, backend_data)
+
+    async def watch(self, name: str, on_released: Callable[[str], None]) -> None:
+        await asyncio.to_thread(self.inner.watch, name, on_released)
+
+    async def unwatch(self, name: str) -> None:
+        await asyncio.to_thread(self.inner.unwatch, name)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.inner.close)
+
+
+def to_async(service: LockService | AsyncLockService) -> AsyncLockService:
+    """Adapt a synchronous service for ``AsyncLockClient`` (an async one is returned as is)."""
+    if isinstance(service, AsyncLockService):
+        return service
+    if not isinstance(service, LockService):
+        raise TypeError(f"expected a LockService or AsyncLockService, not {type(service).__name__}")
+    return _SyncToAsync(service)

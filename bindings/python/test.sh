@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The Python suite: builds the Rust library, sets up the venv, runs pytest over every test
+# directory (core, sqlite, cli, redis). Exits non-zero on any failure, and when pytest
+# collects no test at all (pytest exit code 5).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+echo "== python: cargo build --release"
+(cd "$repo" && cargo build --release)
+
+if [ -x "$repo/scripts/ensure-redis.sh" ]; then
+    # Redis tests start their own redis-server; make sure the binary exists (apt-get).
+    "$repo/scripts/ensure-redis.sh"
+fi
+
+echo "== python: venv"
+"$here/setup-venv.sh"
+
+lib="$repo/target/release/libleasehold.so"
+if [ "$(uname)" = "Darwin" ]; then lib="$repo/target/release/libleasehold.dylib"; fi
+export LEASEHOLD_LIBRARY="$lib"
+
+echo "== python: pytest"
+cd "$here"
+set +e
+.venv/bin/python -m pytest tests "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "python: pytest collected no tests; that is a failure" >&2
+    exit 1
+fi
+exit "$rc"
