@@ -1,0 +1,375 @@
+"""Redis lock service on redis-py (design §6).
+
+``RedisLockService`` maps the core's commands onto the canonical Lua scripts read from the
+native library (EVALSHA, falling back to EVAL when the server does not know the script yet) and
+delivers release notifications through one pub/sub connection per service::
+
+    from leasehold import LockClient
+    from leasehold.backends.redis import RedisLockService
+
+    with LockClient(RedisLockService.from_url("redis://127.0.0.1:6379/0")) as client:
+        with client.lock("reports", ttl_ms=10_000) as lease:
+            write_report(fencing_token=lease.fencing_token)
+
+What this service does *not* do: decide anything about time. Connection errors, timeouts and
+script errors (garbage in the keyspace: ``ResponseError("lh: ...")``) are raised as exceptions,
+which the core counts as transport failures of that one request; it retries, backs off, or
+declares the lease lost by its own rules.
+
+Notifications: ``watch(name, on_released)`` subscribes the service's pub/sub thread to the
+name's channel. The thread reconnects by itself (capped exponential backoff) and re-subscribes;
+because messages published while it was disconnected are lost, every (re)confirmed subscription
+also delivers one ``on_released(name)`` — a spurious wake-up that makes one waiter re-check the
+lock at once instead of sleeping until the holder's TTL hint. A waiter never depends on a
+notification to make progress: it always retries at the holder's remaining TTL or with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from typing import Any, Callable
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from ..service import Granted, HeldByOther, LockService
+from . import redis_protocol as proto
+from .redis_protocol import ProtocolError
+
+__all__ = ["RedisLockService", "ProtocolError"]
+
+log = logging.getLogger("leasehold.redis")
+
+#: Defaults used by :meth:`RedisLockService.from_url` (seconds).
+DEFAULT_SOCKET_TIMEOUT = 2.0
+DEFAULT_CONNECT_TIMEOUT = 2.0
+#: Idle pub/sub connections are PINGed this often; an unanswered PING means reconnect.
+DEFAULT_PUBSUB_PING_INTERVAL = 30.0
+_RECONNECT_BASE = 0.05
+_RECONNECT_CAP = 1.0
+
+
+class RedisLockService(LockService):
+    """A :class:`~leasehold.service.LockService` on one Redis server (or one Cluster slot owner).
+
+    ``client`` is a ``redis.Redis`` (thread-safe, with a connection pool); it is used from the
+    LockClient's IO pool and, for pub/sub, from this service's notification thread. Replies must
+    not be decoded differently from redis-py's defaults except by ``decode_responses``, which
+    is supported either way.
+
+    ``close()`` stops the notification thread and, if the service created the client
+    (:meth:`from_url`), disconnects its pool.
+    """
+
+    notifications = True
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        owns_client: bool = False,
+    ) -> None:
+        if pubsub_ping_interval <= 0:
+            raise ValueError("pubsub_ping_interval must be positive")
+        self._client = client
+        self._owns_client = owns_client
+        self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
+        self._renew = proto.script(proto.SCRIPT_RENEW)
+        self._release = proto.script(proto.SCRIPT_RELEASE)
+        self._sub = _Subscriber(client, pubsub_ping_interval)
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        **redis_kwargs: Any,
+    ) -> RedisLockService:
+        """Connect to ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
+
+        Socket timeouts bound every call (a hung server becomes a transport error, never a hung
+        IO thread); a dropped pooled connection is retried once at once (all three scripts are
+        safe to repeat), longer outages are the core's business (its own retries and budget).
+        """
+        redis_kwargs.setdefault("retry", Retry(NoBackoff(), 1))
+        redis_kwargs.setdefault("socket_keepalive", True)
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            **redis_kwargs,
+        )
+        return cls(client, pubsub_ping_interval=pubsub_ping_interval, owns_client=True)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client this service runs on."""
+        return self._client
+
+    # ---- commands ------------------------------------------------------------------------
+    def _run(self, script: proto.Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return self._client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # First use on this server (or after a restart / SCRIPT FLUSH): EVAL sends the text
+            # and caches it, so the next call's EVALSHA hits.
+            return self._client.eval(script.text, len(keys), *keys, *args)
+
+    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        k = proto.keys_for(name)
+        reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        return proto.parse_acquire(reply)
+
+    def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
+        k = proto.keys_for(name)
+        return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
+
+    def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        k = proto.keys_for(name)
+        return proto.parse_flag(self._run(self._release, [k.lock], [token, k.channel, name]), "RELEASE")
+
+    # ---- notifications ---------------------------------------------------------------------
+    def watch(self, name: str, on_released: Callable[[str], None]) -> None:
+        if self._closed:
+            return
+        self._sub.watch(proto.keys_for(name).channel, name, on_released)
+
+    def unwatch(self, name: str) -> None:
+        self._sub.unwatch(proto.keys_for(name).channel)
+
+    @property
+    def subscriber_reconnects(self) -> int:
+        """How many times the pub/sub connection was re-established (diagnostics, tests)."""
+        return self._sub.reconnects
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sub.close()
+        if self._owns_client:
+            try:
+                self._client.close()
+            except Exception:  # pragma: no cover - best effort
+                log.debug("closing the redis client failed", exc_info=True)
+
+    def __enter__(self) -> RedisLockService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Subscriber:
+    """One pub/sub connection on its own daemon thread.
+
+    The thread owns the redis-py ``PubSub`` object (which is not thread-safe); ``watch`` and
+    ``unwatch`` only edit the wanted set and poke a self-pipe, and the thread reconciles the
+    subscriptions. It waits with ``select`` on the pub/sub socket and the pipe, so a new watch
+    is subscribed at once and an idle subscriber costs no CPU and one PING per
+    ``ping_interval``.
+    """
+
+    def __init__(self, client: redis.Redis, ping_interval: float) -> None:
+        self._client = client
+        self._ping_interval = ping_interval
+        self._lock = threading.Lock()
+        self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
+        self._thread: threading.Thread | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        self.reconnects = 0
+
+    # -- called from any thread --
+    def watch(self, channel: str, name: str, cb: Callable[[str], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._reset_after_fork_locked()
+            self._wanted[channel] = (name, cb)
+            if self._thread is None or not self._thread.is_alive():
+                self._pipe = os.pipe()
+                os.set_blocking(self._pipe[0], False)
+                os.set_blocking(self._pipe[1], False)
+                self._thread = threading.Thread(target=self._run, name="leasehold-redis-pubsub", daemon=True)
+                self._thread.start()
+        self._poke()
+
+    def unwatch(self, channel: str) -> None:
+        with self._lock:
+            self._reset_after_fork_locked()
+            if self._wanted.pop(channel, None) is None:
+                return
+        self._poke()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wanted.clear()
+            thread = self._thread if self._pid == os.getpid() else None
+        self._poke()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None and (thread is None or not thread.is_alive()):
+            for fd in pipe:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _reset_after_fork_locked(self) -> None:
+        # In a forked child the thread does not exist and the pipe is shared with the parent:
+        # start over (the connection pool of redis-py resets itself after a fork).
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread = None
+            self._pipe = None
+            self._wanted.clear()
+
+    def _poke(self) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        try:
+            os.write(pipe[1], b"x")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wake-up is already pending) or closed
+
+    # -- the thread --
+    def _drain_pipe(self) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        try:
+            while os.read(pipe[0], 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _wait(self, timeout: float, sock: Any = None) -> bool:
+        """Sleep until the pipe or ``sock`` is readable or ``timeout``; True if ``sock`` is."""
+        pipe = self._pipe
+        fds = [pipe[0]] if pipe is not None else []
+        if sock is not None:
+            fds.append(sock)
+        if not fds:
+            time.sleep(timeout)
+            return False
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except (OSError, ValueError):
+            return sock is not None  # a closed socket: let the read raise
+        return sock is not None and sock in ready
+
+    def _run(self) -> None:
+        backoff = _RECONNECT_BASE
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+            ps = self._client.pubsub()
+            try:
+                self._serve(ps)
+                return  # closed
+            except Exception as e:  # noqa: BLE001 - any failure: reconnect
+                with self._lock:
+                    if self._closed:
+                        return
+                log.warning("leasehold redis pub/sub connection failed (%s: %s); reconnecting", type(e).__name__, e)
+                if getattr(ps, "_lh_confirmed", False):
+                    backoff = _RECONNECT_BASE  # it worked for a while: retry promptly
+            finally:
+                try:
+                    ps.reset()
+                except Exception:  # pragma: no cover
+                    pass
+            self._wait(backoff)
+            self._drain_pipe()
+            backoff = min(backoff * 2, _RECONNECT_CAP)
+            self.reconnects += 1
+
+    def _serve(self, ps: Any) -> None:
+        subscribed: set[str] = set()
+        ping_pending = False
+        last_traffic = time.monotonic()
+        while True:
+            self._drain_pipe()
+            with self._lock:
+                if self._closed:
+                    return
+                wanted = set(self._wanted)
+            add = wanted - subscribed
+            drop = subscribed - wanted
+            if add:
+                ps.subscribe(*sorted(add))
+                subscribed |= add
+            if drop:
+                ps.unsubscribe(*sorted(drop))
+                subscribed -= drop
+            conn = ps.connection
+            if conn is None:
+                # Never subscribed on this connection yet and nothing wanted: just wait.
+                self._wait(self._ping_interval)
+                continue
+            # Deliver everything already buffered or readable without blocking.
+            while True:
+                msg = ps.get_message(timeout=0)
+                if msg is None:
+                    break
+                last_traffic = time.monotonic()
+                ping_pending = False
+                self._handle(ps, msg)
+            sock = getattr(conn, "_sock", None)
+            if sock is None:
+                raise redis.ConnectionError("pub/sub connection lost")
+            idle = time.monotonic() - last_traffic
+            if idle >= self._ping_interval:
+                if ping_pending:
+                    raise redis.TimeoutError(f"no answer to PING within {self._ping_interval:.1f}s")
+                ps.ping()
+                ping_pending = True
+                last_traffic = time.monotonic()
+                continue
+            self._wait(self._ping_interval - idle, sock)
+
+    def _handle(self, ps: Any, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        channel = msg.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode("utf-8", "replace")
+        if kind == "message":
+            with self._lock:
+                entry = self._wanted.get(channel) if channel is not None else None
+            if entry is not None:
+                self._deliver(entry)
+        elif kind == "subscribe":
+            ps._lh_confirmed = True
+            # The subscription is live from here on; anything published before it (while we
+            # were disconnected, or between the waiter's failed attempt and this moment) was
+            # missed, so wake one waiter to re-check now rather than at its retry hint.
+            with self._lock:
+                entry = self._wanted.get(channel) if channel is not None else None
+            if entry is not None:
+                self._deliver(entry)
+
+    @staticmethod
+    def _deliver(entry: tuple[str, Callable[[str], None]]) -> None:
+        name, cb = entry
+        try:
+            cb(name)
+        except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
+            log.exception("leasehold redis on_released callback failed for %r", name)

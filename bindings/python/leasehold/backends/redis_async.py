@@ -1,0 +1,259 @@
+"""asyncio twin of :mod:`leasehold.backends.redis`, on ``redis.asyncio``.
+
+``AsyncRedisLockService`` implements :class:`~leasehold.service.AsyncLockService` for
+``AsyncLockClient``: the same canonical scripts (EVALSHA with EVAL fallback), the same keys,
+and one pub/sub task per service that subscribes to watched names' release channels,
+reconnects by itself with capped backoff, re-subscribes, and wakes one waiter per
+(re)confirmed subscription because messages published while it was away are lost.
+
+Connection errors, timeouts and script errors (``ResponseError("lh: ...")``) are raised; the
+core treats them as transport failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..service import AsyncLockService, Granted, HeldByOther
+from . import redis_protocol as proto
+from .redis import DEFAULT_CONNECT_TIMEOUT, DEFAULT_PUBSUB_PING_INTERVAL, DEFAULT_SOCKET_TIMEOUT
+from .redis_protocol import ProtocolError
+
+__all__ = ["AsyncRedisLockService", "ProtocolError"]
+
+log = logging.getLogger("leasehold.redis")
+
+_RECONNECT_BASE = 0.05
+_RECONNECT_CAP = 1.0
+
+
+async def _aclose(obj: Any) -> None:
+    fn = getattr(obj, "aclose", None) or getattr(obj, "close", None)
+    if fn is None:
+        return
+    r = fn()
+    if asyncio.iscoroutine(r):
+        await r
+
+
+class AsyncRedisLockService(AsyncLockService):
+    """An :class:`~leasehold.service.AsyncLockService` on one Redis server.
+
+    Use it from one event loop (the one ``AsyncLockClient`` runs on). ``close()`` stops the
+    pub/sub task and, when the service created the client (:meth:`from_url`), closes it.
+    """
+
+    notifications = True
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        owns_client: bool = False,
+    ) -> None:
+        if pubsub_ping_interval <= 0:
+            raise ValueError("pubsub_ping_interval must be positive")
+        self._client = client
+        self._owns_client = owns_client
+        self._ping_interval = pubsub_ping_interval
+        self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
+        self._renew = proto.script(proto.SCRIPT_RENEW)
+        self._release = proto.script(proto.SCRIPT_RELEASE)
+        self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.subscriber_reconnects = 0
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        **redis_kwargs: Any,
+    ) -> AsyncRedisLockService:
+        """Like :meth:`leasehold.backends.redis.RedisLockService.from_url` (no IO until used)."""
+        redis_kwargs.setdefault("retry", Retry(NoBackoff(), 1))
+        redis_kwargs.setdefault("socket_keepalive", True)
+        client = aioredis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            **redis_kwargs,
+        )
+        return cls(client, pubsub_ping_interval=pubsub_ping_interval, owns_client=True)
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._client
+
+    # ---- commands ------------------------------------------------------------------------
+    async def _run(self, script: proto.Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await self._client.eval(script.text, len(keys), *keys, *args)
+
+    async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        k = proto.keys_for(name)
+        reply = await self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        return proto.parse_acquire(reply)
+
+    async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
+        k = proto.keys_for(name)
+        reply = await self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)])
+        return proto.parse_flag(reply, "RENEW")
+
+    async def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        k = proto.keys_for(name)
+        reply = await self._run(self._release, [k.lock], [token, k.channel, name])
+        return proto.parse_flag(reply, "RELEASE")
+
+    # ---- notifications ---------------------------------------------------------------------
+    async def watch(self, name: str, on_released: Callable[[str], None]) -> None:
+        if self._closed:
+            return
+        self._wanted[proto.keys_for(name).channel] = (name, on_released)
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._subscriber(), name="leasehold-redis-pubsub")
+
+    async def unwatch(self, name: str) -> None:
+        if self._wanted.pop(proto.keys_for(name).channel, None) is not None and self._changed is not None:
+            self._changed.set()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wanted.clear()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._owns_client:
+            try:
+                await _aclose(self._client)
+            except Exception:  # pragma: no cover - best effort
+                log.debug("closing the redis client failed", exc_info=True)
+
+    async def __aenter__(self) -> AsyncRedisLockService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- the pub/sub task --------------------------------------------------------------------
+    async def _subscriber(self) -> None:
+        backoff = _RECONNECT_BASE
+        while not self._closed:
+            ps = self._client.pubsub()
+            confirmed = [False]
+            try:
+                await self._serve(ps, confirmed)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure: reconnect
+                if self._closed:
+                    return
+                log.warning("leasehold redis pub/sub connection failed (%s: %s); reconnecting", type(e).__name__, e)
+                if confirmed[0]:
+                    backoff = _RECONNECT_BASE
+            finally:
+                try:
+                    await _aclose(ps)
+                except Exception:  # pragma: no cover
+                    pass
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _RECONNECT_CAP)
+            self.subscriber_reconnects += 1
+
+    async def _serve(self, ps: Any, confirmed: list[bool]) -> None:
+        assert self._changed is not None
+        changed = self._changed
+        subscribed: set[str] = set()
+        read: asyncio.Task[Any] | None = None
+        ping_pending = False
+        last_traffic = time.monotonic()
+        try:
+            while not self._closed:
+                changed.clear()
+                wanted = set(self._wanted)
+                add, drop = wanted - subscribed, subscribed - wanted
+                if add:
+                    await ps.subscribe(*sorted(add))
+                    subscribed |= add
+                if drop:
+                    await ps.unsubscribe(*sorted(drop))
+                    subscribed -= drop
+                if ps.connection is None:
+                    try:
+                        await asyncio.wait_for(changed.wait(), self._ping_interval)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                if read is None:
+                    # One read at a time, never cancelled mid-message: a change of the wanted
+                    # set is handled while this read stays pending.
+                    read = asyncio.ensure_future(ps.get_message(timeout=self._ping_interval))
+                waiter = asyncio.ensure_future(changed.wait())
+                try:
+                    done, _ = await asyncio.wait({read, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not waiter.done():
+                        waiter.cancel()
+                if read not in done:
+                    continue
+                task, read = read, None
+                msg = task.result()  # a connection error raises here → reconnect
+                if msg is None:
+                    if time.monotonic() - last_traffic >= self._ping_interval:
+                        if ping_pending:
+                            raise RedisTimeoutError(f"no answer to PING within {self._ping_interval:.1f}s")
+                        await ps.ping()
+                        ping_pending = True
+                        last_traffic = time.monotonic()
+                    continue
+                last_traffic = time.monotonic()
+                ping_pending = False
+                self._handle(msg, confirmed)
+        finally:
+            if read is not None and not read.done():
+                read.cancel()
+
+    def _handle(self, msg: dict[str, Any], confirmed: list[bool]) -> None:
+        kind = msg.get("type")
+        channel = msg.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode("utf-8", "replace")
+        if kind not in ("message", "subscribe"):
+            return
+        if kind == "subscribe":
+            confirmed[0] = True
+        entry = self._wanted.get(channel) if channel is not None else None
+        if entry is None:
+            return
+        name, cb = entry
+        try:
+            cb(name)
+        except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
+            log.exception("leasehold redis on_released callback failed for %r", name)

@@ -1,0 +1,207 @@
+"""The Redis protocol shared by :mod:`.redis` and :mod:`.redis_async`.
+
+Nothing here is retyped from the design: the Lua scripts and the key layout are read from the
+native library through the C ABI (``lh_redis_script`` / ``lh_redis_key``), so the Python, Go
+and C++ transports run the same bytes against the same keys.
+
+Calling convention (design §6, src/redis.rs):
+
+- ACQUIRE ``KEYS=[lock, fence] ARGV=[token, ttl_ms]`` → ``[1, fencing_token, ttl_ms]`` or
+  ``[0, retry_after_ms | -1]``;
+- RENEW ``KEYS=[lock] ARGV=[token, ttl_ms]`` → ``1 | 0``;
+- RELEASE ``KEYS=[lock] ARGV=[token, channel, name]`` → ``1 | 0`` (1 also publishes ``name``).
+
+Garbage in the keyspace makes a script answer with a Redis error whose message starts with
+``lh:``; redis-py raises it as ``ResponseError``, which the core treats as a transport error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from dataclasses import dataclass
+
+from .. import _ffi
+from ..service import Granted, HeldByOther
+
+__all__ = [
+    "SCRIPT_ACQUIRE",
+    "SCRIPT_RENEW",
+    "SCRIPT_RELEASE",
+    "KEY_LOCK",
+    "KEY_FENCE",
+    "KEY_CHANNEL",
+    "Script",
+    "ProtocolError",
+    "script",
+    "key",
+    "keys_for",
+    "parse_acquire",
+    "parse_flag",
+]
+
+SCRIPT_ACQUIRE = 1
+SCRIPT_RENEW = 2
+SCRIPT_RELEASE = 3
+KEY_LOCK = 1
+KEY_FENCE = 2
+KEY_CHANNEL = 3
+
+_LH_OK = 0
+_LH_ERR_BUFFER_TOO_SMALL = 14
+
+
+class ProtocolError(Exception):
+    """Redis answered a script with a reply of the wrong shape (a transport error for the core)."""
+
+
+def _declare() -> ctypes.CDLL:
+    lib = _ffi.lib
+    try:
+        script_fn = lib.lh_redis_script
+        key_fn = lib.lh_redis_key
+    except AttributeError as e:  # pragma: no cover - only with a library built without src/ffi/redis.rs
+        raise _ffi.errors.LibraryError(
+            f"{_ffi.library_path} does not export lh_redis_script/lh_redis_key; rebuild it with "
+            "`cargo build --release`"
+        ) from e
+    script_fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+    script_fn.restype = ctypes.c_uint32
+    key_fn.argtypes = [
+        ctypes.c_uint32,
+        ctypes.POINTER(ctypes.c_uint8),
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_uint8),
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    key_fn.restype = ctypes.c_uint32
+    return lib
+
+
+_lib = _declare()
+
+
+@dataclass(frozen=True)
+class Script:
+    """One canonical script: its kind, text, SHA1 (for EVALSHA) and number of KEYS."""
+
+    kind: int
+    text: str
+    sha: str
+    num_keys: int
+
+
+def _read_script(kind: int) -> Script:
+    text_p = ctypes.c_char_p()
+    length = ctypes.c_size_t()
+    status = _lib.lh_redis_script(kind, ctypes.byref(text_p), ctypes.byref(length))
+    if status != _LH_OK:
+        raise _ffi.make_error(status, f"script kind {kind}", "lh_redis_script")
+    raw = ctypes.string_at(text_p, length.value)
+    text = raw.decode("utf-8")
+    return Script(
+        kind=kind,
+        text=text,
+        sha=hashlib.sha1(raw).hexdigest(),
+        num_keys=2 if kind == SCRIPT_ACQUIRE else 1,
+    )
+
+
+_SCRIPTS: dict[int, Script] = {k: _read_script(k) for k in (SCRIPT_ACQUIRE, SCRIPT_RENEW, SCRIPT_RELEASE)}
+
+
+def script(kind: int) -> Script:
+    """The canonical script of ``kind`` (``SCRIPT_ACQUIRE`` / ``SCRIPT_RENEW`` / ``SCRIPT_RELEASE``)."""
+    try:
+        return _SCRIPTS[kind]
+    except KeyError:
+        raise ValueError(f"unknown Redis script kind {kind!r}") from None
+
+
+def key(kind: int, name: str) -> str:
+    """The Redis key of ``kind`` for lock ``name``, formatted by the library (``lh_redis_key``).
+
+    Raises :class:`leasehold.errors.InvalidArgument` for names the core refuses (empty, over
+    512 bytes, containing NUL).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"lock names are str, not {type(name).__name__}")
+    raw = name.encode("utf-8")
+    src = (ctypes.c_uint8 * max(len(raw), 1)).from_buffer_copy(raw or b"\0")
+    size = len(raw) + 32
+    for _ in range(2):
+        buf = (ctypes.c_uint8 * size)()
+        out_len = ctypes.c_size_t()
+        status = _lib.lh_redis_key(kind, src, len(raw), buf, size, ctypes.byref(out_len))
+        if status == _LH_OK:
+            return bytes(buf[: out_len.value]).decode("utf-8")
+        if status == _LH_ERR_BUFFER_TOO_SMALL and out_len.value > size:
+            size = out_len.value
+            continue
+        raise _ffi.make_error(status, f"name {name[:64]!r}", "lh_redis_key")
+    raise ProtocolError("lh_redis_key kept asking for a larger buffer")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Keys:
+    lock: str
+    fence: str
+    channel: str
+
+
+_CACHE_MAX = 4096
+_cache: dict[str, Keys] = {}
+_cache_lock = threading.Lock()
+
+
+def keys_for(name: str) -> Keys:
+    """The three keys of ``name`` (cached: one C call per new name, bounded memory)."""
+    found = _cache.get(name)
+    if found is not None:
+        return found
+    keys = Keys(key(KEY_LOCK, name), key(KEY_FENCE, name), key(KEY_CHANNEL, name))
+    with _cache_lock:
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[name] = keys
+    return keys
+
+
+def _as_int(v: object, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProtocolError(f"{what}: expected an integer, got {v!r}")
+    return v
+
+
+def parse_acquire(reply: object) -> Granted | HeldByOther:
+    """Turn an ACQUIRE reply into the service result (or raise :class:`ProtocolError`)."""
+    if not isinstance(reply, (list, tuple)) or not reply:
+        raise ProtocolError(f"ACQUIRE: expected an array reply, got {reply!r}")
+    flag = _as_int(reply[0], "ACQUIRE status")
+    if flag == 1 and len(reply) == 3:
+        fence = _as_int(reply[1], "ACQUIRE fencing token")
+        ttl = _as_int(reply[2], "ACQUIRE ttl")
+        if fence <= 0 or ttl <= 0:
+            raise ProtocolError(f"ACQUIRE: nonsensical grant {reply!r}")
+        return Granted(fencing_token=fence, ttl_ms=ttl)
+    if flag == 0 and len(reply) == 2:
+        retry = _as_int(reply[1], "ACQUIRE retry hint")
+        return HeldByOther(retry_after_ms=None if retry < 0 else retry)
+    raise ProtocolError(f"ACQUIRE: unexpected reply {reply!r}")
+
+
+def parse_flag(reply: object, what: str) -> bool:
+    """Turn a RENEW/RELEASE reply (1 or 0) into a bool (or raise :class:`ProtocolError`)."""
+    v = _as_int(reply, what)
+    if v not in (0, 1):
+        raise ProtocolError(f"{what}: expected 0 or 1, got {v!r}")
+    return v == 1
+
+
+def ttl_arg(ttl_ms: int) -> int:
+    """Validate a TTL before it goes on the wire (the script refuses anything else anyway)."""
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be a positive int, got {ttl_ms!r}")
+    return ttl_ms

@@ -1,0 +1,315 @@
+"""The canonical Lua scripts, run directly with redis-py against a real redis-server.
+
+The script texts and keys come from the native library (lh_redis_script / lh_redis_key), as
+every transport gets them. No LockClient here: these tests pin the wire protocol itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+import pytest
+import redis
+
+from leasehold import errors
+from leasehold.backends import redis_protocol as proto
+
+ACQ = proto.script(proto.SCRIPT_ACQUIRE)
+REN = proto.script(proto.SCRIPT_RENEW)
+REL = proto.script(proto.SCRIPT_RELEASE)
+
+
+def tok() -> str:
+    return uuid.uuid4().hex
+
+
+def acquire(r: redis.Redis, name: str, token: str, ttl_ms: int | str):
+    k = proto.keys_for(name)
+    return r.eval(ACQ.text, 2, k.lock, k.fence, token, ttl_ms)
+
+
+def renew(r: redis.Redis, name: str, token: str, ttl_ms: int | str):
+    return r.eval(REN.text, 1, proto.keys_for(name).lock, token, ttl_ms)
+
+
+def release(r: redis.Redis, name: str, token: str):
+    k = proto.keys_for(name)
+    return r.eval(REL.text, 1, k.lock, token, k.channel, name)
+
+
+def server_time_us(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return sec * 1_000_000 + usec
+
+
+# ---- texts and keys ------------------------------------------------------------------------
+def test_script_texts_come_from_the_library_and_their_sha_is_what_redis_computes(r):
+    for s in (ACQ, REN, REL):
+        assert s.text.startswith("-- leasehold ")
+        assert s.sha == hashlib.sha1(s.text.encode()).hexdigest()
+        assert r.script_load(s.text) == s.sha
+    assert (ACQ.num_keys, REN.num_keys, REL.num_keys) == (2, 1, 1)
+
+
+def test_keys_are_hash_tagged_and_share_a_cluster_slot(r):
+    k = proto.keys_for("jobs")
+    assert (k.lock, k.fence, k.channel) == ("lh:{jobs}", "lh:{jobs}:fence", "lh:{jobs}:released")
+    assert proto.key(proto.KEY_LOCK, "é x") == "lh:{é x}"
+    # CLUSTER KEYSLOT is not available on a non-cluster server; compare with redis-py's CRC16.
+    from redis.crc import key_slot
+
+    for name in ("jobs", "x{y}", "a}b", "räksmörgås"):
+        k = proto.keys_for(name)
+        assert key_slot(k.lock.encode()) == key_slot(k.fence.encode()) == key_slot(k.channel.encode())
+
+
+@pytest.mark.parametrize("bad", ["", "a\0b", "n" * 513])
+def test_invalid_names_are_refused_by_the_library(bad):
+    with pytest.raises(errors.InvalidArgument):
+        proto.key(proto.KEY_LOCK, bad)
+
+
+# ---- ACQUIRE -------------------------------------------------------------------------------
+def test_acquire_grants_a_free_lock_with_a_time_based_fence_and_a_ttl(r):
+    t = tok()
+    before = server_time_us(r)
+    flag, fence, ttl = acquire(r, "a", t, 30_000)
+    after = server_time_us(r)
+    assert (flag, ttl) == (1, 30_000)
+    assert before <= fence <= after, "fresh fence = server TIME in µs"
+    k = proto.keys_for("a")
+    assert r.hgetall(k.lock) == {b"token": t.encode(), b"fence": str(fence).encode()}
+    assert 0 < r.pttl(k.lock) <= 30_000
+    assert int(r.get(k.fence)) == fence
+    assert r.ttl(k.fence) == -1, "the fence key never expires"
+
+
+def test_acquire_is_idempotent_for_the_same_token_and_refreshes_the_ttl(r):
+    t = tok()
+    first = acquire(r, "a", t, 1_000)
+    again = acquire(r, "a", t, 60_000)
+    assert again == [1, first[1], 60_000]
+    assert r.pttl(proto.keys_for("a").lock) > 1_000
+    assert int(r.get(proto.keys_for("a").fence)) == first[1], "no new fence minted"
+
+
+def test_acquire_by_another_token_reports_the_remaining_ttl(r):
+    acquire(r, "a", tok(), 20_000)
+    flag, left = acquire(r, "a", tok(), 5_000)
+    assert flag == 0
+    assert 0 < left <= 20_000
+    assert r.hget(proto.keys_for("a").lock, "token") != b""
+
+
+def test_fences_strictly_increase_across_grants(r):
+    fences = []
+    for _ in range(200):
+        t = tok()
+        flag, fence, _ = acquire(r, "inc", t, 10_000)
+        assert flag == 1
+        fences.append(fence)
+        assert release(r, "inc", t) == 1
+    assert all(b > a for a, b in zip(fences, fences[1:])), fences
+
+
+def test_fence_is_previous_plus_one_when_the_counter_is_ahead_of_the_clock(r):
+    ahead = server_time_us(r) + 10**12
+    r.set(proto.keys_for("a").fence, ahead)
+    assert acquire(r, "a", tok(), 1_000)[1] == ahead + 1
+
+
+def test_fence_keeps_increasing_when_the_fence_key_was_lost(r):
+    t = tok()
+    fence = acquire(r, "a", t, 1_000)[1]
+    release(r, "a", t)
+    r.delete(proto.keys_for("a").fence)  # what a restart without persistence does
+    assert acquire(r, "a", tok(), 1_000)[1] > fence
+
+
+def test_a_different_name_does_not_interfere(r):
+    acquire(r, "a", tok(), 10_000)
+    assert acquire(r, "b", tok(), 10_000)[0] == 1
+
+
+def test_an_expired_lock_is_granted_to_the_next_token(r):
+    t1 = tok()
+    f1 = acquire(r, "a", t1, 30)[1]
+    lock = proto.keys_for("a").lock
+    for _ in range(500):
+        if not r.exists(lock):
+            break
+        time.sleep(0.01)
+    assert not r.exists(lock)
+    flag, f2, _ = acquire(r, "a", tok(), 1_000)
+    assert flag == 1 and f2 > f1
+    assert renew(r, "a", t1, 1_000) == 0, "the old holder cannot renew someone else's lock"
+
+
+# ---- RENEW ---------------------------------------------------------------------------------
+def test_renew_by_the_owner_extends_the_ttl(r):
+    t = tok()
+    acquire(r, "a", t, 1_000)
+    assert renew(r, "a", t, 60_000) == 1
+    assert r.pttl(proto.keys_for("a").lock) > 1_000
+
+
+def test_renew_by_another_token_is_rejected_and_changes_nothing(r):
+    t = tok()
+    acquire(r, "a", t, 5_000)
+    before = r.hgetall(proto.keys_for("a").lock)
+    assert renew(r, "a", tok(), 60_000) == 0
+    assert r.pttl(proto.keys_for("a").lock) <= 5_000
+    assert r.hgetall(proto.keys_for("a").lock) == before
+
+
+def test_renew_never_recreates_a_lock_that_is_gone(r):
+    # redsync's WithSetNXOnExtend bug: an extend that silently re-acquires hides a gap.
+    assert renew(r, "gone", tok(), 5_000) == 0
+    assert not r.exists(proto.keys_for("gone").lock)
+
+
+# ---- RELEASE -------------------------------------------------------------------------------
+def test_release_by_the_owner_deletes_the_lock_keeps_the_fence_and_publishes(r):
+    t = tok()
+    fence = acquire(r, "a", t, 5_000)[1]
+    k = proto.keys_for("a")
+    ps = r.pubsub(ignore_subscribe_messages=True)
+    ps.subscribe(k.channel)
+    ps.get_message(timeout=1.0)  # the subscribe confirmation
+    assert release(r, "a", t) == 1
+    assert not r.exists(k.lock)
+    assert int(r.get(k.fence)) == fence
+    msg = None
+    for _ in range(100):
+        msg = ps.get_message(timeout=0.1)
+        if msg:
+            break
+    assert msg is not None and msg["type"] == "message"
+    assert (msg["channel"], msg["data"]) == (k.channel.encode(), b"a")
+    ps.close()
+
+
+def test_release_by_another_token_is_refused_and_publishes_nothing(r):
+    t = tok()
+    acquire(r, "a", t, 5_000)
+    k = proto.keys_for("a")
+    ps = r.pubsub(ignore_subscribe_messages=True)
+    ps.subscribe(k.channel)
+    ps.get_message(timeout=1.0)
+    assert release(r, "a", tok()) == 0
+    assert release(r, "nobody-holds-this", tok()) == 0
+    assert r.hget(k.lock, "token") == t.encode()
+    r.publish(k.channel, "marker")  # the first message to arrive must be our own marker
+    msg = None
+    for _ in range(100):
+        msg = ps.get_message(timeout=0.1)
+        if msg:
+            break
+    assert msg is not None and msg["data"] == b"marker"
+    ps.close()
+
+
+def test_a_retried_release_is_a_harmless_not_owner(r):
+    t = tok()
+    acquire(r, "a", t, 5_000)
+    assert release(r, "a", t) == 1
+    t2 = tok()
+    assert acquire(r, "a", t2, 5_000)[0] == 1
+    assert release(r, "a", t) == 0, "a late retry of the first release must not free the next grant"
+    assert r.hget(proto.keys_for("a").lock, "token") == t2.encode()
+
+
+# ---- garbage and malformed arguments ---------------------------------------------------------
+def _plant(r: redis.Redis, key: str, kind: str) -> None:
+    if kind == "string":
+        r.set(key, "hello")
+    elif kind == "list":
+        r.rpush(key, "x")
+    elif kind == "set":
+        r.sadd(key, "x")
+    elif kind == "zset":
+        r.zadd(key, {"x": 1})
+    elif kind == "stream":
+        r.xadd(key, {"x": "1"})
+    elif kind == "hash-without-token":
+        r.hset(key, mapping={"owner": "someone"})
+    elif kind == "hash-with-bad-fence":
+        r.hset(key, mapping={"token": "t", "fence": "not-a-number"})
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind", ["string", "list", "set", "zset", "stream", "hash-without-token", "hash-with-bad-fence"]
+)
+def test_a_lock_key_of_the_wrong_shape_is_a_clear_error_never_a_grant(r, kind):
+    k = proto.keys_for("g")
+    _plant(r, k.lock, kind)
+    dump = r.dump(k.lock)
+    with pytest.raises(redis.ResponseError, match=r"^lh: lock key lh:\{g\}"):
+        acquire(r, "g", tok(), 5_000)
+    if kind != "hash-with-bad-fence":  # renew/release only read the token
+        with pytest.raises(redis.ResponseError, match=r"^lh: lock key lh:\{g\}"):
+            renew(r, "g", tok(), 5_000)
+        with pytest.raises(redis.ResponseError, match=r"^lh: lock key lh:\{g\}"):
+            release(r, "g", tok())
+    assert r.dump(k.lock) == dump, "garbage is reported, not modified"
+    assert not r.exists(k.fence), "no fence minted"
+
+
+def test_a_lock_hash_without_expiry_is_an_error_not_an_endless_wait(r):
+    k = proto.keys_for("g")
+    r.hset(k.lock, mapping={"token": "someone", "fence": "5"})
+    with pytest.raises(redis.ResponseError, match="^lh: .*no expiry"):
+        acquire(r, "g", tok(), 5_000)
+
+
+@pytest.mark.parametrize(
+    "text", ["hello", "12abc", "-5", "1e5", "1.5", " 7", "", "99999999999999999999", "9007199254740992"]
+)
+def test_a_fence_key_holding_text_is_a_clear_error_never_a_grant(r, text):
+    k = proto.keys_for("g")
+    r.set(k.fence, text)
+    with pytest.raises(redis.ResponseError, match=r"^lh: fence key lh:\{g\}:fence holds"):
+        acquire(r, "g", tok(), 5_000)
+    assert not r.exists(k.lock)
+    assert r.get(k.fence) == text.encode()
+
+
+def test_a_fence_key_of_another_type_is_a_clear_error(r):
+    k = proto.keys_for("g")
+    r.rpush(k.fence, "1")
+    with pytest.raises(redis.ResponseError, match=r"^lh: fence key .* holds a list"):
+        acquire(r, "g", tok(), 5_000)
+    assert not r.exists(k.lock)
+
+
+def test_the_fence_space_running_out_is_an_error_not_a_repeat(r):
+    k = proto.keys_for("g")
+    r.set(k.fence, str(2**53 - 1))
+    with pytest.raises(redis.ResponseError, match="^lh: .*exhausted"):
+        acquire(r, "g", tok(), 5_000)
+    assert not r.exists(k.lock)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-1", "abc", "1.5", "1e3", "", "9999999999999999"])
+def test_malformed_ttls_are_refused(r, ttl):
+    for call in (lambda: acquire(r, "a", tok(), ttl), lambda: renew(r, "a", tok(), ttl)):
+        with pytest.raises(redis.ResponseError, match="^lh: .*ttl_ms"):
+            call()
+    assert not r.exists(proto.keys_for("a").lock)
+
+
+def test_empty_tokens_and_missing_arguments_are_refused(r):
+    k = proto.keys_for("a")
+    with pytest.raises(redis.ResponseError, match="^lh: .*token"):
+        acquire(r, "a", "", 1_000)
+    with pytest.raises(redis.ResponseError, match="^lh: .*token"):
+        r.eval(REN.text, 1, k.lock, "", 1_000)
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys"):
+        r.eval(ACQ.text, 1, k.lock, tok(), 1_000)
+    with pytest.raises(redis.ResponseError, match="^lh: RELEASE needs a channel"):
+        r.eval(REL.text, 1, k.lock, tok())
+    assert not r.exists(k.lock)

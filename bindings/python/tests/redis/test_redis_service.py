@@ -1,0 +1,275 @@
+"""RedisLockService / AsyncRedisLockService on their own (no LockClient): result mapping,
+EVALSHA fallback, errors as exceptions, and the pub/sub subscriber's reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from leasehold.backends import redis_protocol as proto
+from leasehold.backends.redis import RedisLockService
+from leasehold.backends.redis_async import AsyncRedisLockService
+from leasehold.service import AsyncLockService, Granted, HeldByOther, LockService
+
+
+def tok() -> str:
+    return uuid.uuid4().hex
+
+
+class Notes:
+    """Thread-safe collector of on_released calls."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, name: str) -> None:
+        with self.cond:
+            self.names.append(name)
+            self.cond.notify_all()
+
+    def wait_count(self, n: int, timeout: float = 10.0) -> bool:
+        end = time.monotonic() + timeout
+        with self.cond:
+            while len(self.names) < n:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+
+
+def commandstats(r: redis.Redis) -> dict[str, int]:
+    info = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in info.items()}
+
+
+@pytest.fixture
+def svc(redis_server, r):
+    s = RedisLockService.from_url(redis_server.url)
+    yield s
+    s.close()
+
+
+def test_service_types():
+    assert issubclass(RedisLockService, LockService)
+    assert issubclass(AsyncRedisLockService, AsyncLockService)
+    assert RedisLockService.notifications is True
+
+
+def test_acquire_renew_release_map_to_the_service_interface(svc, r):
+    t, other = tok(), tok()
+    g = svc.acquire("jobs", t, 10_000)
+    assert isinstance(g, Granted) and g.ttl_ms == 10_000 and g.fencing_token > 0
+    assert svc.acquire("jobs", t, 10_000) == g, "idempotent for the same token"
+    h = svc.acquire("jobs", other, 10_000)
+    assert isinstance(h, HeldByOther) and h.retry_after_ms is not None and 0 < h.retry_after_ms <= 10_000
+    assert svc.renew("jobs", t, 10_000, b"") is True
+    assert svc.renew("jobs", other, 10_000, b"") is False
+    assert svc.release("jobs", other, b"") is False
+    assert svc.release("jobs", t, b"") is True
+    assert svc.release("jobs", t, b"") is False
+    g2 = svc.acquire("jobs", other, 10_000)
+    assert isinstance(g2, Granted) and g2.fencing_token > g.fencing_token
+
+
+def test_evalsha_falls_back_to_eval_once_and_then_hits_the_cache(svc, r):
+    r.config_resetstat()
+    svc.acquire("a", tok(), 1_000)  # the server has no scripts (the fixture flushed them)
+    stats = commandstats(r)
+    assert stats.get("eval") == 1 and stats.get("evalsha") == 1  # NOSCRIPT, then EVAL
+    for _ in range(5):
+        svc.acquire("a", tok(), 1_000)
+    stats = commandstats(r)
+    assert stats.get("eval") == 1 and stats.get("evalsha") == 6
+    r.script_flush()
+    svc.acquire("b", tok(), 1_000)
+    assert commandstats(r).get("eval") == 2
+
+
+def test_script_errors_are_raised_with_the_lh_message(svc, r):
+    r.set("lh:{bad}", "garbage")
+    with pytest.raises(redis.ResponseError, match=r"^lh: lock key lh:\{bad\} holds a string"):
+        svc.acquire("bad", tok(), 1_000)
+    with pytest.raises(redis.ResponseError, match="^lh: "):
+        svc.renew("bad", tok(), 1_000, b"")
+    with pytest.raises(redis.ResponseError, match="^lh: "):
+        svc.release("bad", tok(), b"")
+    assert r.get("lh:{bad}") == b"garbage"
+
+
+def test_bad_arguments_are_refused_before_the_wire(svc):
+    with pytest.raises(ValueError):
+        svc.acquire("a", tok(), 0)
+    with pytest.raises(ValueError):
+        svc.acquire("", tok(), 1_000)
+
+
+def test_a_dead_server_is_an_exception_promptly_not_a_hang(redis_factory):
+    srv = redis_factory()
+    svc = RedisLockService.from_url(srv.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        assert isinstance(svc.acquire("a", tok(), 1_000), Granted)
+        srv.kill()
+        for call in (
+            lambda: svc.acquire("a", tok(), 1_000),
+            lambda: svc.renew("a", tok(), 1_000, b""),
+            lambda: svc.release("a", tok(), b""),
+        ):
+            with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
+                call()
+        srv.start()
+        assert isinstance(svc.acquire("b", tok(), 1_000), Granted), "the pool reconnects by itself"
+    finally:
+        svc.close()
+
+
+def test_a_stopped_server_is_a_timeout_exception_not_a_hang(redis_factory):
+    import os
+    import signal
+
+    srv = redis_factory()
+    svc = RedisLockService.from_url(srv.url, socket_timeout=0.3, socket_connect_timeout=0.3)
+    try:
+        svc.acquire("a", tok(), 1_000)
+        os.kill(srv.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+                svc.acquire("a", tok(), 1_000)
+        finally:
+            os.kill(srv.pid, signal.SIGCONT)
+        assert isinstance(svc.acquire("c", tok(), 1_000), Granted)
+    finally:
+        svc.close()
+
+
+# ---- notifications ---------------------------------------------------------------------------
+def _wait_subscribed(r: redis.Redis, channel: str, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if r.pubsub_numsub(channel)[0][1] >= 1:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"nobody subscribed to {channel}")
+
+
+def test_watch_delivers_release_notifications_and_unwatch_stops_them(svc, r):
+    notes = Notes()
+    svc.watch("jobs", notes)
+    channel = proto.keys_for("jobs").channel
+    _wait_subscribed(r, channel)
+    assert notes.wait_count(1), "a confirmed subscription wakes one waiter"
+    t = tok()
+    svc.acquire("jobs", t, 10_000)
+    svc.release("jobs", t, b"")
+    assert notes.wait_count(2)
+    assert notes.names == ["jobs", "jobs"]
+    svc.unwatch("jobs")
+    end = time.monotonic() + 10
+    while r.pubsub_numsub(channel)[0][1] and time.monotonic() < end:
+        time.sleep(0.01)
+    assert r.pubsub_numsub(channel)[0][1] == 0
+    t = tok()
+    svc.acquire("jobs", t, 10_000)
+    svc.release("jobs", t, b"")
+    r.publish(channel, "jobs")
+    svc.watch("other", lambda n: None)  # proves the subscriber thread is still alive and serving
+    _wait_subscribed(r, proto.keys_for("other").channel)
+    assert notes.names == ["jobs", "jobs"]
+
+
+def test_the_subscriber_reconnects_after_client_kill_and_resubscribes(svc, r):
+    notes = Notes()
+    svc.watch("jobs", notes)
+    channel = proto.keys_for("jobs").channel
+    _wait_subscribed(r, channel)
+    assert notes.wait_count(1)
+    killed = r.client_kill_filter(_type="pubsub")
+    assert killed >= 1
+    # Re-subscribed: the confirmation wakes a waiter again (messages may have been missed)...
+    assert notes.wait_count(2)
+    _wait_subscribed(r, channel)
+    # ...and real notifications flow again.
+    t = tok()
+    svc.acquire("jobs", t, 10_000)
+    svc.release("jobs", t, b"")
+    assert notes.wait_count(3)
+
+
+def test_the_subscriber_survives_a_server_restart(redis_factory):
+    srv = redis_factory()
+    svc = RedisLockService.from_url(srv.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        notes = Notes()
+        svc.watch("jobs", notes)
+        assert notes.wait_count(1)
+        srv.kill()
+        time.sleep(0.2)  # let the subscriber notice and retry against the dead port
+        srv.start()
+        assert notes.wait_count(2, timeout=20), "re-subscribed after the restart"
+        t = tok()
+        assert isinstance(svc.acquire("jobs", t, 10_000), Granted)
+        assert svc.release("jobs", t, b"") is True
+        assert notes.wait_count(3)
+        assert svc.subscriber_reconnects >= 1
+    finally:
+        svc.close()
+
+
+def test_close_stops_the_subscriber_thread(redis_server, r):
+    svc = RedisLockService.from_url(redis_server.url)
+    svc.watch("jobs", lambda n: None)
+    _wait_subscribed(r, proto.keys_for("jobs").channel)
+    svc.close()
+    end = time.monotonic() + 10
+    while any(t.name == "leasehold-redis-pubsub" for t in threading.enumerate()) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert not any(t.name == "leasehold-redis-pubsub" for t in threading.enumerate())
+    assert r.pubsub_numsub(proto.keys_for("jobs").channel)[0][1] == 0
+    svc.close()  # idempotent
+
+
+# ---- asyncio twin ------------------------------------------------------------------------------
+def test_async_service_maps_results_and_notifies(redis_server, r):
+    async def main() -> None:
+        svc = AsyncRedisLockService.from_url(redis_server.url)
+        notes = Notes()
+        try:
+            t, other = tok(), tok()
+            g = await svc.acquire("jobs", t, 10_000)
+            assert isinstance(g, Granted)
+            assert await svc.acquire("jobs", t, 10_000) == g
+            h = await svc.acquire("jobs", other, 10_000)
+            assert isinstance(h, HeldByOther) and h.retry_after_ms and h.retry_after_ms > 0
+            assert await svc.renew("jobs", t, 10_000, b"") is True
+            assert await svc.renew("jobs", other, 10_000, b"") is False
+            await svc.watch("jobs", notes)
+            while not notes.names:
+                await asyncio.sleep(0.01)
+            assert await svc.release("jobs", other, b"") is False
+            assert await svc.release("jobs", t, b"") is True
+            while len(notes.names) < 2:
+                await asyncio.sleep(0.01)
+            # reconnect after CLIENT KILL, then a notification still arrives
+            assert r.client_kill_filter(_type="pubsub") >= 1
+            while len(notes.names) < 3:
+                await asyncio.sleep(0.01)
+            t3 = tok()
+            await svc.acquire("jobs", t3, 10_000)
+            await svc.release("jobs", t3, b"")
+            while len(notes.names) < 4:
+                await asyncio.sleep(0.01)
+            assert set(notes.names) == {"jobs"}
+            r.set("lh:{bad}", "x")
+            with pytest.raises(redis.ResponseError, match="^lh: lock key"):
+                await svc.acquire("bad", tok(), 1_000)
+            await svc.unwatch("jobs")
+        finally:
+            await svc.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
