@@ -1,0 +1,801 @@
+/*
+ * test_leasehold.c -- C tests of the leasehold C ABI (include/leasehold.h).
+ *
+ * Hostile inputs (each documented code, client still usable afterwards), the full lease
+ * lifecycle on virtual time, borrowed-pointer lifetimes, per-handle error detail, panics and
+ * poisoning. Built twice by bindings/c/test.sh: with -fsanitize=address,undefined and plain
+ * under valgrind. Prints "N passed, N failed"; exit status 1 on any failure.
+ * Time is virtual (now is an argument), so nothing here depends on how fast the machine is.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leasehold.h"
+
+#define MS 1000000ull
+
+static int passed, failed;
+static int test_ok;
+static const char *test_name;
+
+#define EXPECT(cond)                                                                     \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "  %s:%d: %s: expected %s\n", __FILE__, __LINE__, test_name, #cond); \
+            test_ok = 0;                                                                 \
+        }                                                                                \
+    } while (0)
+
+#define EXPECT_ST(call, want)                                                            \
+    do {                                                                                 \
+        lh_status got_ = (call);                                                         \
+        if (got_ != (lh_status)(want)) {                                                 \
+            fprintf(stderr, "  %s:%d: %s: %s returned %s, expected %s\n", __FILE__, __LINE__, \
+                    test_name, #call, lh_status_str(got_), lh_status_str(want));         \
+            test_ok = 0;                                                                 \
+        }                                                                                \
+    } while (0)
+
+#define RUN(fn)                                                          \
+    do {                                                                 \
+        test_name = #fn;                                                 \
+        test_ok = 1;                                                     \
+        fn();                                                            \
+        if (test_ok) passed++; else { failed++; fprintf(stderr, "FAIL %s\n", #fn); } \
+    } while (0)
+
+static const uint8_t SEED[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const uint8_t NAME[] = "orders";
+#define NAME_LEN (sizeof NAME - 1)
+
+static lh_client *mk(void) {
+    lh_config cfg;
+    lh_client *c = NULL;
+    lh_config_default(&cfg);
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_OK);
+    EXPECT(c != NULL);
+    return c;
+}
+
+static lh_acquire_options opts_ttl(uint64_t ttl_ms) {
+    lh_acquire_options o;
+    lh_acquire_options_default(&o);
+    o.ttl_ms = ttl_ms;
+    return o;
+}
+
+static lh_counters counters(const lh_client *c) {
+    lh_counters k;
+    memset(&k, 0, sizeof k);
+    k.struct_size = sizeof k;
+    EXPECT_ST(lh_counters_get(c, &k), LH_OK);
+    return k;
+}
+
+/* Polls one output (copying nothing). */
+static lh_output poll1(lh_client *c) {
+    lh_output o;
+    memset(&o, 0xAB, sizeof o);
+    EXPECT_ST(lh_poll_output(c, &o), LH_OK);
+    return o;
+}
+
+/* Drains all outputs, keeping their kinds, lease ids and request ids (not the borrowed bytes). */
+typedef struct drained {
+    size_t n;
+    lh_output o[32];
+} drained;
+
+static drained drain_all(lh_client *c) {
+    drained d;
+    d.n = 0;
+    for (int guard = 0; guard < 1000; guard++) {
+        lh_output o = poll1(c);
+        if (o.kind == LH_OUTPUT_NONE) return d;
+        o.name = o.token = o.backend_data = NULL; /* borrowed: invalid after the next call */
+        if (d.n < 32) d.o[d.n++] = o;
+    }
+    EXPECT(!"output queue did not drain");
+    return d;
+}
+
+static const lh_output *find(const drained *d, uint32_t kind) {
+    for (size_t i = 0; i < d->n; i++)
+        if (d->o[i].kind == kind) return &d->o[i];
+    return NULL;
+}
+
+/* acquire + grant at t=now; returns the lease id; *req receives the acquire request id. */
+static uint64_t acquire_granted(lh_client *c, uint64_t now, uint64_t ttl_ms, uint64_t fence) {
+    lh_acquire_options o = opts_ttl(ttl_ms);
+    uint64_t lease = 0;
+    EXPECT_ST(lh_acquire(c, now, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT(a.kind == LH_OUTPUT_ACQUIRE);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    EXPECT_ST(lh_acquire_result(c, now + 1 * MS, a.request_id, LH_ACQUIRE_GRANTED, fence, ttl_ms,
+                                LH_NO_RETRY_HINT, NULL, 0), LH_OK);
+    drained d = drain_all(c);
+    const lh_output *ev = find(&d, LH_OUTPUT_ACQUIRED);
+    EXPECT(ev != NULL && ev->lease_id == lease && ev->fencing_token == fence);
+    return lease;
+}
+
+/* Feeds timeouts at the core's deadlines until an output of `kind` appears (bounded). */
+static int advance_until(lh_client *c, uint64_t *now, uint32_t kind, lh_output *found) {
+    for (int i = 0; i < 50; i++) {
+        uint64_t d;
+        EXPECT_ST(lh_poll_timeout(c, &d), LH_OK);
+        if (d == LH_NO_DEADLINE) return 0;
+        if (d > *now) *now = d;
+        EXPECT_ST(lh_timeout(c, *now), LH_OK);
+        drained dr = drain_all(c);
+        const lh_output *f = find(&dr, kind);
+        if (f != NULL) {
+            if (found) *found = *f;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void version_macros_match_library(void) {
+    EXPECT(strcmp(lh_version(), LH_VERSION) == 0);
+    EXPECT(lh_abi_version() == LH_ABI_VERSION);
+    EXPECT(LH_ABI_VERSION == 1);
+}
+
+static void status_str_names_every_code(void) {
+    static const struct { uint32_t code; const char *name; } table[] = {
+        {LH_OK, "LH_OK"}, {LH_ERR_NULL_ARGUMENT, "LH_ERR_NULL_ARGUMENT"},
+        {LH_ERR_INVALID_UTF8, "LH_ERR_INVALID_UTF8"}, {LH_ERR_EMPTY_NAME, "LH_ERR_EMPTY_NAME"},
+        {LH_ERR_NAME_TOO_LONG, "LH_ERR_NAME_TOO_LONG"}, {LH_ERR_NAME_HAS_NUL, "LH_ERR_NAME_HAS_NUL"},
+        {LH_ERR_INVALID_TTL, "LH_ERR_INVALID_TTL"}, {LH_ERR_INVALID_CONFIG, "LH_ERR_INVALID_CONFIG"},
+        {LH_ERR_SEED_TOO_SHORT, "LH_ERR_SEED_TOO_SHORT"}, {LH_ERR_UNKNOWN_LEASE, "LH_ERR_UNKNOWN_LEASE"},
+        {LH_ERR_LEASE_ENDED, "LH_ERR_LEASE_ENDED"}, {LH_ERR_TOO_MANY_LEASES, "LH_ERR_TOO_MANY_LEASES"},
+        {LH_ERR_INVALID_ENUM, "LH_ERR_INVALID_ENUM"},
+        {LH_ERR_BACKEND_DATA_TOO_LONG, "LH_ERR_BACKEND_DATA_TOO_LONG"},
+        {LH_ERR_BUFFER_TOO_SMALL, "LH_ERR_BUFFER_TOO_SMALL"}, {LH_ERR_NOT_GRANTED, "LH_ERR_NOT_GRANTED"},
+        {LH_ERR_STRUCT_SIZE, "LH_ERR_STRUCT_SIZE"}, {LH_ERR_PANIC, "LH_ERR_PANIC"},
+        {LH_ERR_POISONED, "LH_ERR_POISONED"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        EXPECT(strcmp(lh_status_str(table[i].code), table[i].name) == 0);
+    EXPECT(strcmp(lh_status_str(17), "LH_UNKNOWN_STATUS") == 0);
+    EXPECT(strcmp(lh_status_str(899), "LH_UNKNOWN_STATUS") == 0);
+    EXPECT(strcmp(lh_status_str(UINT32_MAX), "LH_UNKNOWN_STATUS") == 0);
+}
+
+static void defaults_fill_structs(void) {
+    lh_config cfg;
+    lh_acquire_options o;
+    memset(&cfg, 0, sizeof cfg);
+    lh_config_default(&cfg);
+    EXPECT(cfg.struct_size == sizeof cfg);
+    EXPECT(cfg.drift_ppm == 10000 && cfg.drift_fixed_ns == 2 * MS && cfg.renew_jitter_ppm == 100000);
+    EXPECT(cfg.fail_budget == 3 && cfg.request_timeout_ns == 2000 * MS && cfg.notifications == 1);
+    EXPECT(cfg.max_ttl_ms == 604800000ull && cfg.max_leases == 1048576u);
+    lh_acquire_options_default(&o);
+    EXPECT(o.struct_size == sizeof o && o.flags == 0 && o.ttl_ms == LH_DEFAULT_TTL_MS && o.wait_ns == 0);
+    lh_config_default(NULL);          /* ignored */
+    lh_acquire_options_default(NULL); /* ignored */
+}
+
+static void client_new_rejects_hostile_arguments(void) {
+    lh_config cfg;
+    lh_client *sentinel = (lh_client *)(uintptr_t)0x1234;
+    lh_client *c = sentinel;
+    lh_config_default(&cfg);
+    EXPECT_ST(lh_client_new(NULL, SEED, sizeof SEED, &c), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_new(&cfg, NULL, sizeof SEED, &c), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_new(&cfg, NULL, 0, &c), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_new(&cfg, SEED, LH_MIN_SEED_LEN - 1, &c), LH_ERR_SEED_TOO_SHORT);
+    EXPECT_ST(lh_client_new(&cfg, SEED, 0, &c), LH_ERR_SEED_TOO_SHORT);
+    EXPECT_ST(lh_client_new(&cfg, SEED, SIZE_MAX, &c), LH_ERR_INVALID_CONFIG);
+    EXPECT_ST(lh_client_new(&cfg, SEED, LH_MAX_SEED_LEN + 1, &c), LH_ERR_INVALID_CONFIG);
+    cfg.notifications = 2;
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_ERR_INVALID_CONFIG);
+    lh_config_default(&cfg);
+    cfg.struct_size = 0;
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_ERR_STRUCT_SIZE);
+    cfg.struct_size = sizeof cfg - 1;
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_ERR_STRUCT_SIZE);
+    lh_config_default(&cfg);
+    cfg.max_leases = 0;
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_ERR_INVALID_CONFIG);
+    EXPECT(c == sentinel); /* out-param untouched on every failure */
+    lh_config_default(&cfg);
+    EXPECT_ST(lh_client_new(&cfg, SEED, LH_MIN_SEED_LEN, &c), LH_OK);
+    EXPECT(c != sentinel && c != NULL);
+    lh_client_free(c);
+    lh_client_free(NULL);
+}
+
+static void null_handle_is_an_error_everywhere(void) {
+    lh_acquire_options o = opts_ttl(1000);
+    lh_output out;
+    lh_lease_info info;
+    lh_counters k;
+    uint64_t u64 = 7;
+    uint32_t u32 = 7;
+    bool b = false;
+    info.struct_size = sizeof info;
+    k.struct_size = sizeof k;
+    EXPECT_ST(lh_client_reseed(NULL, SEED, sizeof SEED), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_acquire(NULL, 0, NAME, NAME_LEN, &o, &u64), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_release(NULL, 0, 1), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_acquire_result(NULL, 0, 1, LH_ACQUIRE_GRANTED, 1, 1000, 0, NULL, 0), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_renew_result(NULL, 0, 1, LH_RENEW_RENEWED), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_release_result(NULL, 0, 1, LH_RELEASE_RELEASED), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_released(NULL, 0, NAME, NAME_LEN), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_timeout(NULL, 0), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_poll_output(NULL, &out), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_poll_timeout(NULL, &u64), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_lease_state(NULL, 1, &u32), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_lease_info_get(NULL, 1, &info), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_fencing_token(NULL, 1, &u64), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_valid_until(NULL, 1, &u64), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_is_held(NULL, 1, 0, &b), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_counters_get(NULL, &k), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_debug_panic(NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT(strcmp(lh_client_last_error(NULL), "") == 0);
+    EXPECT(u64 == 7 && u32 == 7 && b == false);
+}
+
+static void null_out_params_are_errors_and_change_nothing(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(1000);
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT(counters(c).acquires_sent == 0);
+    EXPECT(strlen(lh_client_last_error(c)) > 0);
+    EXPECT_ST(lh_poll_timeout(c, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_lease_state(c, 1, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_lease_info_get(c, 1, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_fencing_token(c, 1, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_valid_until(c, 1, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_is_held(c, 1, 0, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_counters_get(c, NULL), LH_ERR_NULL_ARGUMENT);
+    /* A NULL out for poll_output must not consume the output. */
+    uint64_t lease = 0;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    EXPECT_ST(lh_poll_output(c, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT(poll1(c).kind == LH_OUTPUT_ACQUIRE);
+    lh_client_free(c);
+}
+
+static void acquire_rejects_hostile_names_and_options(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(1000);
+    uint64_t lease = 99;
+    uint8_t long_name[LH_MAX_NAME_LEN + 1];
+    memset(long_name, 'a', sizeof long_name);
+    static const uint8_t bad_utf8_1[] = {0xff};
+    static const uint8_t bad_utf8_2[] = {'a', 0xc3, 0x28};
+    static const uint8_t overlong_slash[] = {0xc0, 0xaf};
+    static const uint8_t surrogate[] = {0xed, 0xa0, 0x80};
+    static const uint8_t with_nul[] = {'a', 0, 'b'};
+
+    EXPECT_ST(lh_acquire(c, 0, NULL, NAME_LEN, &o, &lease), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_acquire(c, 0, NULL, 0, &o, &lease), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, NULL, &lease), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_acquire(c, 0, bad_utf8_1, sizeof bad_utf8_1, &o, &lease), LH_ERR_INVALID_UTF8);
+    EXPECT_ST(lh_acquire(c, 0, bad_utf8_2, sizeof bad_utf8_2, &o, &lease), LH_ERR_INVALID_UTF8);
+    EXPECT_ST(lh_acquire(c, 0, overlong_slash, sizeof overlong_slash, &o, &lease), LH_ERR_INVALID_UTF8);
+    EXPECT_ST(lh_acquire(c, 0, surrogate, sizeof surrogate, &o, &lease), LH_ERR_INVALID_UTF8);
+    EXPECT_ST(lh_acquire(c, 0, NAME, 0, &o, &lease), LH_ERR_EMPTY_NAME);
+    EXPECT_ST(lh_acquire(c, 0, long_name, sizeof long_name, &o, &lease), LH_ERR_NAME_TOO_LONG);
+    EXPECT_ST(lh_acquire(c, 0, NAME, SIZE_MAX, &o, &lease), LH_ERR_NAME_TOO_LONG);
+    EXPECT_ST(lh_acquire(c, 0, NAME, (size_t)1 << 62, &o, &lease), LH_ERR_NAME_TOO_LONG);
+    EXPECT_ST(lh_acquire(c, 0, with_nul, sizeof with_nul, &o, &lease), LH_ERR_NAME_HAS_NUL);
+    o.ttl_ms = 0;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_TTL);
+    o.ttl_ms = UINT64_MAX; /* "-1" from a careless host */
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_TTL);
+    o.ttl_ms = 604800000ull + 1;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_TTL);
+    o = opts_ttl(1000);
+    o.flags = 2;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_ENUM);
+    o.flags = UINT32_MAX;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_ENUM);
+    o = opts_ttl(1000);
+    o.struct_size = 4;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_STRUCT_SIZE);
+    EXPECT(strstr(lh_client_last_error(c), "struct_size") != NULL);
+
+    /* Nothing happened: no lease, no command, out-param untouched; the client still works. */
+    EXPECT(lease == 99);
+    lh_counters k = counters(c);
+    EXPECT(k.acquires_sent == 0 && k.live_leases == 0);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    o = opts_ttl(1000);
+    EXPECT_ST(lh_acquire(c, 0, long_name, LH_MAX_NAME_LEN, &o, &lease), LH_OK);
+    EXPECT(lease != 99);
+    lh_output a = poll1(c);
+    EXPECT(a.kind == LH_OUTPUT_ACQUIRE && a.name_len == LH_MAX_NAME_LEN);
+    lh_client_free(c);
+}
+
+static void unknown_lease_ids_are_errors(void) {
+    lh_client *c = mk();
+    uint64_t u64 = 5;
+    uint32_t u32 = 5;
+    bool b = true;
+    lh_lease_info info;
+    info.struct_size = sizeof info;
+    const uint64_t ids[] = {0, 1, 12345, UINT64_MAX};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        EXPECT_ST(lh_release(c, 0, ids[i]), LH_ERR_UNKNOWN_LEASE);
+        EXPECT_ST(lh_lease_state(c, ids[i], &u32), LH_ERR_UNKNOWN_LEASE);
+        EXPECT_ST(lh_lease_info_get(c, ids[i], &info), LH_ERR_UNKNOWN_LEASE);
+        EXPECT_ST(lh_fencing_token(c, ids[i], &u64), LH_ERR_UNKNOWN_LEASE);
+        EXPECT_ST(lh_valid_until(c, ids[i], &u64), LH_ERR_UNKNOWN_LEASE);
+        EXPECT_ST(lh_is_held(c, ids[i], 0, &b), LH_ERR_UNKNOWN_LEASE);
+    }
+    EXPECT(u64 == 5 && u32 == 5 && b == true);
+    EXPECT(strlen(lh_client_last_error(c)) > 0);
+    lh_client_free(c);
+}
+
+static void unknown_enum_values_are_errors(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(1000);
+    uint64_t lease;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    const uint32_t bad[] = {0, 4, 17, UINT32_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_ST(lh_acquire_result(c, 1, a.request_id, bad[i], 1, 1000, LH_NO_RETRY_HINT, NULL, 0),
+                  LH_ERR_INVALID_ENUM);
+        EXPECT_ST(lh_renew_result(c, 1, a.request_id, bad[i]), LH_ERR_INVALID_ENUM);
+        EXPECT_ST(lh_release_result(c, 1, a.request_id, bad[i]), LH_ERR_INVALID_ENUM);
+    }
+    /* The acquire is still pending and still answerable. */
+    uint32_t st = 0;
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_ACQUIRING);
+    EXPECT(counters(c).stale_results == 0);
+    EXPECT_ST(lh_acquire_result(c, 1, a.request_id, LH_ACQUIRE_GRANTED, 9, 1000, LH_NO_RETRY_HINT, NULL, 0), LH_OK);
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_HELD);
+    lh_client_free(c);
+}
+
+static void stale_and_unknown_request_ids_are_ignored(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 7);
+    lh_counters before = counters(c);
+    /* never issued */
+    EXPECT_ST(lh_acquire_result(c, 2 * MS, 999999, LH_ACQUIRE_GRANTED, 8, 3000, 0, NULL, 0), LH_OK);
+    EXPECT_ST(lh_renew_result(c, 2 * MS, 999999, LH_RENEW_REJECTED), LH_OK);
+    EXPECT_ST(lh_release_result(c, 2 * MS, 999999, LH_RELEASE_RELEASED), LH_OK);
+    EXPECT_ST(lh_acquire_result(c, 2 * MS, 0, LH_ACQUIRE_GRANTED, 8, 3000, 0, NULL, 0), LH_OK);
+    EXPECT_ST(lh_renew_result(c, 2 * MS, UINT64_MAX, LH_RENEW_REJECTED), LH_OK);
+    lh_counters after = counters(c);
+    EXPECT(after.stale_results >= before.stale_results + 5);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    uint32_t st = 0;
+    uint64_t fence = 0;
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_HELD);
+    EXPECT_ST(lh_fencing_token(c, lease, &fence), LH_OK);
+    EXPECT(fence == 7);
+    lh_client_free(c);
+}
+
+static void already_answered_request_is_stale(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease, fence = 0;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT_ST(lh_acquire_result(c, 1 * MS, a.request_id, LH_ACQUIRE_GRANTED, 5, 3000, 0, NULL, 0), LH_OK);
+    drain_all(c);
+    uint64_t stale = counters(c).stale_results;
+    /* The same answer again, a different answer, and an answer of the wrong kind. */
+    EXPECT_ST(lh_acquire_result(c, 2 * MS, a.request_id, LH_ACQUIRE_GRANTED, 6, 3000, 0, NULL, 0), LH_OK);
+    EXPECT_ST(lh_acquire_result(c, 2 * MS, a.request_id, LH_ACQUIRE_TRANSPORT_ERROR, 0, 0, 0, NULL, 0), LH_OK);
+    EXPECT_ST(lh_renew_result(c, 2 * MS, a.request_id, LH_RENEW_REJECTED), LH_OK);
+    EXPECT_ST(lh_release_result(c, 2 * MS, a.request_id, LH_RELEASE_NOT_OWNER), LH_OK);
+    EXPECT(counters(c).stale_results == stale + 4);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    EXPECT_ST(lh_fencing_token(c, lease, &fence), LH_OK);
+    EXPECT(fence == 5);
+    lh_client_free(c);
+}
+
+static int is_lower_hex(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f'))) return 0;
+    return 1;
+}
+
+static void full_lifecycle_with_backend_data(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease = 0, now = 0, fence = 0, vu = 0, deadline = 0;
+    uint8_t token[32];
+    static const uint8_t bd[] = {0x00, 0x01, 0xfe, 0xff, 'e', 't', 'c', 'd'};
+    EXPECT_ST(lh_acquire(c, now, NAME, NAME_LEN, &o, &lease), LH_OK);
+    EXPECT(lease != 0);
+    uint32_t st = 0;
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_ACQUIRING);
+    EXPECT_ST(lh_fencing_token(c, lease, &fence), LH_ERR_NOT_GRANTED);
+    EXPECT_ST(lh_valid_until(c, lease, &vu), LH_ERR_NOT_GRANTED);
+
+    lh_output a = poll1(c);
+    EXPECT(a.kind == LH_OUTPUT_ACQUIRE && a.reason == LH_REASON_NONE);
+    EXPECT(a.lease_id == lease && a.request_id != 0 && a.ttl_ms == 3000);
+    EXPECT(a.name_len == NAME_LEN && a.name != NULL && memcmp(a.name, NAME, NAME_LEN) == 0);
+    EXPECT(a.token_len == 32 && a.token != NULL && is_lower_hex(a.token, 32));
+    EXPECT(a.backend_data_len == 0);
+    if (a.token_len == 32) memcpy(token, a.token, 32); /* copy: borrowed until the next call */
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+
+    now = 1 * MS;
+    EXPECT_ST(lh_acquire_result(c, now, a.request_id, LH_ACQUIRE_GRANTED, 42, 3000, LH_NO_RETRY_HINT,
+                                bd, sizeof bd), LH_OK);
+    lh_output ev = poll1(c);
+    EXPECT(ev.kind == LH_OUTPUT_ACQUIRED && ev.lease_id == lease && ev.fencing_token == 42);
+    EXPECT(ev.valid_until_ns > now && ev.valid_until_ns <= 0 + 3000 * MS); /* counted from send */
+    EXPECT(ev.name == NULL && ev.token == NULL && ev.request_id == 0);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    EXPECT_ST(lh_fencing_token(c, lease, &fence), LH_OK);
+    EXPECT(fence == 42);
+    EXPECT_ST(lh_valid_until(c, lease, &vu), LH_OK);
+    EXPECT(vu == ev.valid_until_ns);
+    bool held = false;
+    EXPECT_ST(lh_is_held(c, lease, now, &held), LH_OK);
+    EXPECT(held);
+    EXPECT_ST(lh_is_held(c, lease, vu, &held), LH_OK);
+    EXPECT(!held);
+    lh_lease_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info + 64; /* a newer, larger struct is fine */
+    EXPECT_ST(lh_lease_info_get(c, lease, &info), LH_OK);
+    EXPECT(info.struct_size == sizeof info);
+    EXPECT(info.state == LH_STATE_HELD && info.holders == 1 && info.has_token == 1);
+    EXPECT(info.fencing_token == 42 && info.valid_until_ns == vu);
+
+    /* Renew: comes before validity ends, carries the same token and the backend data. */
+    EXPECT_ST(lh_poll_timeout(c, &deadline), LH_OK);
+    EXPECT(deadline != LH_NO_DEADLINE && deadline < vu);
+    lh_output r;
+    int got_renew = 0;
+    for (int i = 0; i < 20 && !got_renew; i++) {
+        EXPECT_ST(lh_poll_timeout(c, &deadline), LH_OK);
+        if (deadline > now) now = deadline;
+        EXPECT_ST(lh_timeout(c, now), LH_OK);
+        for (;;) {
+            r = poll1(c);
+            if (r.kind == LH_OUTPUT_NONE) break;
+            if (r.kind == LH_OUTPUT_RENEW) {
+                got_renew = 1;
+                EXPECT(r.lease_id == lease && r.ttl_ms == 3000);
+                EXPECT(r.token_len == 32 && memcmp(r.token, token, 32) == 0);
+                EXPECT(r.name_len == NAME_LEN && memcmp(r.name, NAME, NAME_LEN) == 0);
+                EXPECT(r.backend_data_len == sizeof bd && memcmp(r.backend_data, bd, sizeof bd) == 0);
+                break;
+            }
+        }
+    }
+    EXPECT(got_renew);
+    EXPECT(now < vu);
+    drain_all(c);
+    EXPECT_ST(lh_renew_result(c, now + 1 * MS, r.request_id, LH_RENEW_RENEWED), LH_OK);
+    drain_all(c);
+    uint64_t vu2 = 0;
+    EXPECT_ST(lh_valid_until(c, lease, &vu2), LH_OK);
+    EXPECT(vu2 > vu);
+    lh_counters k = counters(c);
+    EXPECT(k.renewals_sent >= 1 && k.renewals_ok == 1 && k.grants == 1 && k.acquires_sent == 1);
+
+    /* Release: RELEASED at once, plus a RELEASE command with the same token and data. */
+    now += 2 * MS;
+    EXPECT_ST(lh_release(c, now, lease), LH_OK);
+    int saw_released = 0, saw_release = 0;
+    uint64_t rel_req = 0;
+    for (;;) {
+        lh_output x = poll1(c);
+        if (x.kind == LH_OUTPUT_NONE) break;
+        if (x.kind == LH_OUTPUT_RELEASED) saw_released = (x.lease_id == lease);
+        if (x.kind == LH_OUTPUT_RELEASE) {
+            saw_release = 1;
+            rel_req = x.request_id;
+            EXPECT(x.token_len == 32 && memcmp(x.token, token, 32) == 0);
+            EXPECT(x.backend_data_len == sizeof bd && memcmp(x.backend_data, bd, sizeof bd) == 0);
+        }
+    }
+    EXPECT(saw_released && saw_release);
+    lh_status s = lh_lease_state(c, lease, &st);
+    EXPECT(s == LH_ERR_LEASE_ENDED || (s == LH_OK && st == LH_STATE_RELEASED));
+    EXPECT_ST(lh_is_held(c, lease, now, &held), LH_OK);
+    EXPECT(!held);
+    EXPECT(counters(c).pending_cleanups == 1);
+    EXPECT_ST(lh_release_result(c, now + 1 * MS, rel_req, LH_RELEASE_RELEASED), LH_OK);
+    EXPECT(counters(c).pending_cleanups == 0);
+    lh_client_free(c);
+}
+
+static void double_release_is_lease_ended(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 1);
+    EXPECT_ST(lh_release(c, 2 * MS, lease), LH_OK);
+    drain_all(c);
+    EXPECT_ST(lh_release(c, 3 * MS, lease), LH_ERR_LEASE_ENDED);
+    EXPECT(strlen(lh_client_last_error(c)) > 0);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE); /* no second event, no second command */
+    lh_client_free(c);
+}
+
+static void release_while_acquiring_is_cancelled(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    drain_all(c);
+    EXPECT_ST(lh_release(c, 1 * MS, lease), LH_OK);
+    drained d = drain_all(c);
+    const lh_output *f = find(&d, LH_OUTPUT_ACQUIRE_FAILED);
+    EXPECT(f != NULL && f->lease_id == lease && f->reason == LH_REASON_CANCELLED);
+    EXPECT(find(&d, LH_OUTPUT_RELEASED) == NULL);
+    lh_client_free(c);
+}
+
+static void backend_data_hostile_inputs(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease;
+    static uint8_t big[LH_MAX_BACKEND_DATA_LEN + 1];
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT_ST(lh_acquire_result(c, 1, a.request_id, LH_ACQUIRE_GRANTED, 1, 3000, 0, big, sizeof big),
+              LH_ERR_BACKEND_DATA_TOO_LONG);
+    EXPECT_ST(lh_acquire_result(c, 1, a.request_id, LH_ACQUIRE_GRANTED, 1, 3000, 0, big, SIZE_MAX),
+              LH_ERR_BACKEND_DATA_TOO_LONG);
+    EXPECT_ST(lh_acquire_result(c, 1, a.request_id, LH_ACQUIRE_GRANTED, 1, 3000, 0, NULL, 5),
+              LH_ERR_NULL_ARGUMENT);
+    uint32_t st = 0;
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_ACQUIRING);
+    EXPECT_ST(lh_acquire_result(c, 1, a.request_id, LH_ACQUIRE_GRANTED, 1, 3000, 0, big,
+                                LH_MAX_BACKEND_DATA_LEN), LH_OK);
+    EXPECT_ST(lh_lease_state(c, lease, &st), LH_OK);
+    EXPECT(st == LH_STATE_HELD);
+    lh_client_free(c);
+}
+
+static void released_notification_hostile_inputs(void) {
+    lh_client *c = mk();
+    static const uint8_t bad[] = {0xfe};
+    EXPECT_ST(lh_released(c, 0, NULL, 3), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_released(c, 0, bad, 1), LH_ERR_INVALID_UTF8);
+    EXPECT_ST(lh_released(c, 0, NAME, SIZE_MAX), LH_ERR_NAME_TOO_LONG);
+    EXPECT_ST(lh_released(c, 0, NAME, 0), LH_ERR_EMPTY_NAME);
+    EXPECT_ST(lh_released(c, 0, NAME, NAME_LEN), LH_OK); /* nobody waits: harmless */
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    lh_client_free(c);
+}
+
+static void reseed_hostile_inputs(void) {
+    lh_client *c = mk();
+    EXPECT_ST(lh_client_reseed(c, NULL, 32), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_client_reseed(c, SEED, 3), LH_ERR_SEED_TOO_SHORT);
+    EXPECT_ST(lh_client_reseed(c, SEED, SIZE_MAX), LH_ERR_INVALID_CONFIG);
+    EXPECT_ST(lh_client_reseed(c, SEED, sizeof SEED), LH_OK);
+    lh_client_free(c);
+}
+
+static void struct_size_checks_on_out_structs(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 3);
+    lh_lease_info info;
+    lh_counters k;
+    memset(&info, 0x5a, sizeof info);
+    info.struct_size = sizeof info - 8;
+    EXPECT_ST(lh_lease_info_get(c, lease, &info), LH_ERR_STRUCT_SIZE);
+    EXPECT(info.state == 0x5a5a5a5au); /* untouched */
+    memset(&k, 0x5a, sizeof k);
+    k.struct_size = 8;
+    EXPECT_ST(lh_counters_get(c, &k), LH_ERR_STRUCT_SIZE);
+    EXPECT(k.live_leases == 0x5a5a5a5a5a5a5a5aull);
+    k.struct_size = sizeof k;
+    EXPECT_ST(lh_counters_get(c, &k), LH_OK);
+    EXPECT(k.struct_size == sizeof k && k._reserved == 0 && k.live_leases == 1);
+    lh_client_free(c);
+}
+
+static void time_running_backwards_is_clamped(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 1000 * MS, 3000, 11);
+    uint64_t before = counters(c).time_clamped;
+    EXPECT_ST(lh_timeout(c, 5 * MS), LH_OK);  /* earlier than anything seen */
+    EXPECT_ST(lh_timeout(c, 0), LH_OK);
+    EXPECT_ST(lh_release(c, 1, lease), LH_OK); /* still a valid input */
+    drained d = drain_all(c);
+    EXPECT(find(&d, LH_OUTPUT_RELEASED) != NULL);
+    EXPECT(counters(c).time_clamped > before);
+    lh_client_free(c);
+}
+
+static void renew_rejected_is_lost(void) {
+    lh_client *c = mk();
+    uint64_t now = 0;
+    uint64_t lease = acquire_granted(c, now, 3000, 5);
+    lh_output r;
+    EXPECT(advance_until(c, &now, LH_OUTPUT_RENEW, &r));
+    EXPECT_ST(lh_renew_result(c, now + 1 * MS, r.request_id, LH_RENEW_REJECTED), LH_OK);
+    drained d = drain_all(c);
+    const lh_output *l = find(&d, LH_OUTPUT_LOST);
+    EXPECT(l != NULL && l->lease_id == lease && l->reason == LH_REASON_REJECTED);
+    /* Terminal: LOST while its cleanup is pending, LEASE_ENDED once the record is dropped. */
+    uint32_t st = 0;
+    lh_status s = lh_lease_state(c, lease, &st);
+    EXPECT(s == LH_ERR_LEASE_ENDED || (s == LH_OK && st == LH_STATE_LOST));
+    EXPECT_ST(lh_release(c, now + 2 * MS, lease), LH_ERR_LEASE_ENDED);
+    lh_client_free(c);
+}
+
+static void unanswered_renew_expires(void) {
+    lh_client *c = mk();
+    uint64_t now = 0, vu = 0;
+    uint64_t lease = acquire_granted(c, now, 3000, 5);
+    EXPECT_ST(lh_valid_until(c, lease, &vu), LH_OK);
+    lh_output lost;
+    /* Never answer anything: the core must declare the loss on its own, on time. */
+    EXPECT(advance_until(c, &now, LH_OUTPUT_LOST, &lost));
+    EXPECT(lost.lease_id == lease);
+    EXPECT(lost.reason == LH_REASON_EXPIRED || lost.reason == LH_REASON_FAIL_BUDGET);
+    EXPECT(now <= vu);
+    bool held = true;
+    EXPECT_ST(lh_is_held(c, lease, now, &held), LH_OK);
+    EXPECT(!held);
+    lh_client_free(c);
+}
+
+static void time_jump_forward_loses_the_lease(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 5);
+    EXPECT_ST(lh_timeout(c, 3600000 * MS), LH_OK); /* a suspended VM wakes up an hour later */
+    drained d = drain_all(c);
+    const lh_output *l = find(&d, LH_OUTPUT_LOST);
+    EXPECT(l != NULL && l->lease_id == lease);
+    EXPECT(find(&d, LH_OUTPUT_RENEW) == NULL || find(&d, LH_OUTPUT_LOST) < find(&d, LH_OUTPUT_RENEW));
+    lh_client_free(c);
+}
+
+static void reentrant_acquire_shares_the_lease(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    o.flags = LH_ACQUIRE_REENTRANT;
+    uint64_t l1 = 0, l2 = 0;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &l1), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT_ST(lh_acquire_result(c, 1 * MS, a.request_id, LH_ACQUIRE_GRANTED, 3, 3000, 0, NULL, 0), LH_OK);
+    drain_all(c);
+    EXPECT_ST(lh_acquire(c, 2 * MS, NAME, NAME_LEN, &o, &l2), LH_OK);
+    EXPECT(l1 == l2);
+    drained d = drain_all(c);
+    EXPECT(find(&d, LH_OUTPUT_ACQUIRE) == NULL); /* no network call */
+    EXPECT(find(&d, LH_OUTPUT_ACQUIRED) != NULL);
+    lh_lease_info info;
+    info.struct_size = sizeof info;
+    EXPECT_ST(lh_lease_info_get(c, l1, &info), LH_OK);
+    EXPECT(info.holders == 2);
+    EXPECT_ST(lh_release(c, 3 * MS, l1), LH_OK);
+    d = drain_all(c);
+    EXPECT(d.n == 0);
+    EXPECT_ST(lh_release(c, 4 * MS, l1), LH_OK);
+    d = drain_all(c);
+    EXPECT(find(&d, LH_OUTPUT_RELEASED) != NULL && find(&d, LH_OUTPUT_RELEASE) != NULL);
+    lh_client_free(c);
+}
+
+static void last_error_is_per_handle(void) {
+    lh_client *a = mk(), *b = mk();
+    lh_acquire_options o = opts_ttl(0);
+    uint64_t lease;
+    EXPECT(strcmp(lh_client_last_error(a), "") == 0);
+    EXPECT_ST(lh_acquire(a, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_TTL);
+    char saved[256];
+    snprintf(saved, sizeof saved, "%s", lh_client_last_error(a));
+    EXPECT(strlen(saved) > 0);
+    EXPECT_ST(lh_release(b, 0, 777), LH_ERR_UNKNOWN_LEASE);
+    EXPECT(strcmp(lh_client_last_error(a), saved) == 0); /* b's error did not touch a */
+    EXPECT(strcmp(lh_client_last_error(b), saved) != 0);
+    lh_client_free(a);
+    lh_client_free(b);
+}
+
+static void panic_poisons_only_that_handle(void) {
+    lh_client *c = mk(), *other = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease = 0, u64 = 1;
+    uint32_t u32 = 1;
+    bool b = false;
+    lh_output out;
+    lh_lease_info info;
+    lh_counters k;
+    info.struct_size = sizeof info;
+    k.struct_size = sizeof k;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    EXPECT_ST(lh_client_debug_panic(c), LH_ERR_PANIC);
+    EXPECT(strstr(lh_client_last_error(c), "panic") != NULL);
+    EXPECT_ST(lh_client_debug_panic(c), LH_ERR_POISONED);
+    EXPECT_ST(lh_client_reseed(c, SEED, sizeof SEED), LH_ERR_POISONED);
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_POISONED);
+    EXPECT_ST(lh_release(c, 0, lease), LH_ERR_POISONED);
+    EXPECT_ST(lh_acquire_result(c, 0, 1, LH_ACQUIRE_GRANTED, 1, 3000, 0, NULL, 0), LH_ERR_POISONED);
+    EXPECT_ST(lh_renew_result(c, 0, 1, LH_RENEW_RENEWED), LH_ERR_POISONED);
+    EXPECT_ST(lh_release_result(c, 0, 1, LH_RELEASE_RELEASED), LH_ERR_POISONED);
+    EXPECT_ST(lh_released(c, 0, NAME, NAME_LEN), LH_ERR_POISONED);
+    EXPECT_ST(lh_timeout(c, 0), LH_ERR_POISONED);
+    EXPECT_ST(lh_poll_output(c, &out), LH_ERR_POISONED);
+    EXPECT_ST(lh_poll_timeout(c, &u64), LH_ERR_POISONED);
+    EXPECT_ST(lh_lease_state(c, lease, &u32), LH_ERR_POISONED);
+    EXPECT_ST(lh_lease_info_get(c, lease, &info), LH_ERR_POISONED);
+    EXPECT_ST(lh_fencing_token(c, lease, &u64), LH_ERR_POISONED);
+    EXPECT_ST(lh_valid_until(c, lease, &u64), LH_ERR_POISONED);
+    EXPECT_ST(lh_is_held(c, lease, 0, &b), LH_ERR_POISONED);
+    EXPECT_ST(lh_counters_get(c, &k), LH_ERR_POISONED);
+    EXPECT(strstr(lh_client_last_error(c), "poisoned") != NULL);
+    EXPECT(u64 == 1 && u32 == 1);
+    /* Another handle is unaffected. */
+    lh_client_free(c);
+    uint64_t l2 = acquire_granted(other, 0, 3000, 4);
+    EXPECT(l2 != 0);
+    lh_client_free(other);
+}
+
+static void many_leases_and_free_with_pending_work(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    char name[32];
+    for (int i = 0; i < 200; i++) {
+        uint64_t lease;
+        int n = snprintf(name, sizeof name, "lock-%d", i);
+        EXPECT_ST(lh_acquire(c, (uint64_t)i, (const uint8_t *)name, (size_t)n, &o, &lease), LH_OK);
+    }
+    EXPECT(counters(c).live_leases == 200);
+    /* Free with 200 unpolled outputs and unanswered requests: no leak (valgrind checks). */
+    lh_client_free(c);
+}
+
+int main(void) {
+    RUN(version_macros_match_library);
+    RUN(status_str_names_every_code);
+    RUN(defaults_fill_structs);
+    RUN(client_new_rejects_hostile_arguments);
+    RUN(null_handle_is_an_error_everywhere);
+    RUN(null_out_params_are_errors_and_change_nothing);
+    RUN(acquire_rejects_hostile_names_and_options);
+    RUN(unknown_lease_ids_are_errors);
+    RUN(unknown_enum_values_are_errors);
+    RUN(stale_and_unknown_request_ids_are_ignored);
+    RUN(already_answered_request_is_stale);
+    RUN(full_lifecycle_with_backend_data);
+    RUN(double_release_is_lease_ended);
+    RUN(release_while_acquiring_is_cancelled);
+    RUN(backend_data_hostile_inputs);
+    RUN(released_notification_hostile_inputs);
+    RUN(reseed_hostile_inputs);
+    RUN(struct_size_checks_on_out_structs);
+    RUN(time_running_backwards_is_clamped);
+    RUN(renew_rejected_is_lost);
+    RUN(unanswered_renew_expires);
+    RUN(time_jump_forward_loses_the_lease);
+    RUN(reentrant_acquire_shares_the_lease);
+    RUN(last_error_is_per_handle);
+    RUN(panic_poisons_only_that_handle);
+    RUN(many_leases_and_free_with_pending_work);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,866 @@
+//! The `lh_*` exports: one function per core input and getter.
+//!
+//! Each export checks every pointer and enum argument before it touches the core (so an error
+//! leaves the client unchanged and out-params are written only on success), then runs inside
+//! the panic boundary of [`super::boundary`].
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use super::boundary::{
+    Diag, Failure, check_sized_out, guard_mut, guard_ref, guard_static, name_arg,
+    optional_bytes_arg, read_sized, require_out, write_out,
+};
+use super::types::*;
+use crate::{
+    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
+    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+};
+
+/// Opaque client handle: one core session plus the memory that borrowed outputs point into.
+///
+/// Created by `lh_client_new`, destroyed by `lh_client_free`. Not thread-safe: one thread at a
+/// time (hosts guard it with a mutex).
+pub struct lh_client {
+    pub(crate) state: ClientState,
+    pub(crate) diag: Diag,
+}
+
+impl std::fmt::Debug for lh_client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("lh_client")
+            .field("diag", &self.diag)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The mutable part of a handle the exports work on.
+pub(crate) struct ClientState {
+    core: Client,
+    /// Name of the last polled output; `lh_output.name` points into it.
+    out_name: Option<Arc<str>>,
+    /// Hex token of the last polled output; `lh_output.token` points into it.
+    out_token: [u8; 32],
+    /// Backend data of the last polled output; `lh_output.backend_data` points into it.
+    out_backend_data: Option<Arc<[u8]>>,
+}
+
+const VERSION_C: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+) {
+    Ok(s) => s,
+    Err(_) => panic!("crate version contains NUL"),
+};
+
+/// Library version as a static NUL-terminated string (equal to `LH_VERSION` of the header the
+/// library was built with); lets a host detect a header/library mismatch at run time.
+#[unsafe(no_mangle)]
+pub extern "C" fn lh_version() -> *const c_char {
+    VERSION_C.as_ptr()
+}
+
+/// ABI version of the loaded library; wrappers compare it with `LH_ABI_VERSION` (or their own
+/// constant, for ctypes) at load time and refuse to run on a mismatch.
+#[unsafe(no_mangle)]
+pub extern "C" fn lh_abi_version() -> u32 {
+    LH_ABI_VERSION
+}
+
+/// Static name of a status code ("LH_OK", "LH_ERR_NULL_ARGUMENT", ...), or
+/// "LH_UNKNOWN_STATUS" for a value this library does not know. Never NULL; never freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn lh_status_str(status: u32) -> *const c_char {
+    status_name(status).as_ptr()
+}
+
+/// Static name of a status code (see `lh_status_str`).
+pub fn status_name(status: u32) -> &'static std::ffi::CStr {
+    match status {
+        LH_OK => c"LH_OK",
+        LH_ERR_NULL_ARGUMENT => c"LH_ERR_NULL_ARGUMENT",
+        LH_ERR_INVALID_UTF8 => c"LH_ERR_INVALID_UTF8",
+        LH_ERR_EMPTY_NAME => c"LH_ERR_EMPTY_NAME",
+        LH_ERR_NAME_TOO_LONG => c"LH_ERR_NAME_TOO_LONG",
+        LH_ERR_NAME_HAS_NUL => c"LH_ERR_NAME_HAS_NUL",
+        LH_ERR_INVALID_TTL => c"LH_ERR_INVALID_TTL",
+        LH_ERR_INVALID_CONFIG => c"LH_ERR_INVALID_CONFIG",
+        LH_ERR_SEED_TOO_SHORT => c"LH_ERR_SEED_TOO_SHORT",
+        LH_ERR_UNKNOWN_LEASE => c"LH_ERR_UNKNOWN_LEASE",
+        LH_ERR_LEASE_ENDED => c"LH_ERR_LEASE_ENDED",
+        LH_ERR_TOO_MANY_LEASES => c"LH_ERR_TOO_MANY_LEASES",
+        LH_ERR_INVALID_ENUM => c"LH_ERR_INVALID_ENUM",
+        LH_ERR_BACKEND_DATA_TOO_LONG => c"LH_ERR_BACKEND_DATA_TOO_LONG",
+        LH_ERR_BUFFER_TOO_SMALL => c"LH_ERR_BUFFER_TOO_SMALL",
+        LH_ERR_NOT_GRANTED => c"LH_ERR_NOT_GRANTED",
+        LH_ERR_STRUCT_SIZE => c"LH_ERR_STRUCT_SIZE",
+        LH_ERR_PANIC => c"LH_ERR_PANIC",
+        LH_ERR_POISONED => c"LH_ERR_POISONED",
+        _ => c"LH_UNKNOWN_STATUS",
+    }
+}
+
+/// Converts a core configuration into its C mirror.
+fn config_to_c(c: &Config) -> lh_config {
+    lh_config {
+        struct_size: size_of::<lh_config>() as u32,
+        drift_ppm: c.drift_ppm,
+        drift_fixed_ns: c.drift_fixed_ns,
+        renew_jitter_ppm: c.renew_jitter_ppm,
+        fail_budget: c.fail_budget,
+        request_timeout_ns: c.request_timeout_ns,
+        backoff_base_ns: c.backoff_base_ns,
+        backoff_cap_ns: c.backoff_cap_ns,
+        max_ttl_ms: c.max_ttl_ms,
+        max_leases: c.max_leases,
+        notifications: u32::from(c.notifications),
+    }
+}
+
+fn config_from_c(c: &lh_config) -> Result<Config, Failure> {
+    let notifications = match c.notifications {
+        0 => false,
+        1 => true,
+        n => {
+            return Err(Failure::new(
+                LH_ERR_INVALID_CONFIG,
+                format!("notifications must be 0 or 1, got {n}"),
+            ));
+        }
+    };
+    Ok(Config {
+        drift_ppm: c.drift_ppm,
+        drift_fixed_ns: c.drift_fixed_ns,
+        renew_jitter_ppm: c.renew_jitter_ppm,
+        request_timeout_ns: c.request_timeout_ns,
+        fail_budget: c.fail_budget,
+        backoff_base_ns: c.backoff_base_ns,
+        backoff_cap_ns: c.backoff_cap_ns,
+        max_ttl_ms: c.max_ttl_ms,
+        max_leases: c.max_leases,
+        notifications,
+    })
+}
+
+/// Fills `*out` with the default configuration (and `struct_size = sizeof(lh_config)`), so a
+/// host only sets the fields it cares about. NULL is ignored.
+///
+/// # Safety
+/// `out` is NULL or valid for writing one `lh_config`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_config_default(out: *mut lh_config) {
+    if out.is_null() {
+        return;
+    }
+    let _ = guard_static(|| {
+        // SAFETY: non-NULL; valid per the caller's contract.
+        unsafe { write_out(out, config_to_c(&Config::default())) };
+        Ok(())
+    });
+}
+
+/// Fills `*out` with default acquire options: no flags, `ttl_ms = LH_DEFAULT_TTL_MS`,
+/// `wait_ns = 0` (one attempt). NULL is ignored.
+///
+/// # Safety
+/// `out` is NULL or valid for writing one `lh_acquire_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_acquire_options_default(out: *mut lh_acquire_options) {
+    if out.is_null() {
+        return;
+    }
+    let value = lh_acquire_options {
+        struct_size: size_of::<lh_acquire_options>() as u32,
+        flags: 0,
+        ttl_ms: LH_DEFAULT_TTL_MS,
+        wait_ns: 0,
+    };
+    // SAFETY: non-NULL; valid per the caller's contract.
+    unsafe { write_out(out, value) };
+}
+
+unsafe fn seed_arg<'a>(seed: *const u8, seed_len: usize) -> Result<&'a [u8], Failure> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        super::boundary::bytes_arg(
+            seed,
+            seed_len,
+            LH_MAX_SEED_LEN,
+            "seed",
+            LH_ERR_INVALID_CONFIG,
+        )
+    }
+}
+
+/// Creates a client. The seed (at least `LH_MIN_SEED_LEN`, at most `LH_MAX_SEED_LEN` bytes;
+/// hosts pass 32 bytes of OS entropy, tests a fixed seed) drives tokens and jitter; it is
+/// copied, not retained. On success `*out` receives a handle to free with `lh_client_free`.
+///
+/// Errors: NULL `cfg`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `cfg->struct_size` →
+/// `LH_ERR_STRUCT_SIZE`; bad config → `LH_ERR_INVALID_CONFIG`; short seed →
+/// `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
+///
+/// # Safety
+/// `cfg` points to a readable `lh_config` of `cfg->struct_size` bytes; `seed` to `seed_len`
+/// readable bytes; `out` is valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_new(
+    cfg: *const lh_config,
+    seed: *const u8,
+    seed_len: usize,
+    out: *mut *mut lh_client,
+) -> lh_status {
+    guard_static(|| {
+        require_out(out, "out")?;
+        // SAFETY: per the caller's contract.
+        let cfg = unsafe { read_sized(cfg, "cfg")? };
+        // SAFETY: per the caller's contract.
+        let seed = unsafe { seed_arg(seed, seed_len)? };
+        let config = config_from_c(&cfg)?;
+        let core = Client::new(config, seed)?;
+        let handle = Box::new(lh_client {
+            state: ClientState {
+                core,
+                out_name: None,
+                out_token: [0; 32],
+                out_backend_data: None,
+            },
+            diag: Diag::new(),
+        });
+        // SAFETY: checked non-NULL above; valid per the caller's contract.
+        unsafe { write_out(out, Box::into_raw(handle)) };
+        Ok(())
+    })
+}
+
+/// Destroys a client and everything it owns (borrowed output pointers become invalid).
+/// NULL is a no-op. Freeing a handle twice is undefined behaviour, as with `free()`.
+///
+/// # Safety
+/// `c` is NULL or a handle from `lh_client_new` that is not used again afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_free(c: *mut lh_client) {
+    if c.is_null() {
+        return;
+    }
+    // SAFETY: a live handle from Box::into_raw, given up by the caller.
+    let handle = unsafe { Box::from_raw(c) };
+    // Dropping cannot reasonably panic; if it did, unwinding must still not cross the ABI.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handle)));
+}
+
+/// NUL-terminated detail of the last error reported on this handle, "" if none yet. Never
+/// NULL ("" for a NULL handle). Valid until the next call on this handle; copy it to keep it.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_last_error(c: *const lh_client) -> *const c_char {
+    // SAFETY: per the caller's contract.
+    match unsafe { c.as_ref() } {
+        Some(h) => h.diag.message_ptr(),
+        None => c"".as_ptr(),
+    }
+}
+
+/// Mixes a fresh seed into the client's random generator. Call it in a forked child before
+/// using an inherited handle, so parent and child never generate the same ownership tokens.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `seed` points to `seed_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_reseed(
+    c: *mut lh_client,
+    seed: *const u8,
+    seed_len: usize,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let seed = seed_arg(seed, seed_len)?;
+            s.core.reseed(seed)?;
+            Ok(())
+        })
+    }
+}
+
+/// Starts acquiring `name` (UTF-8, `name_len` bytes, no NUL needed or allowed). On success
+/// `*out_lease` receives the new lease id (or, for a reentrant acquire of a name already
+/// leased here, the existing id) and outputs are ready to poll.
+///
+/// Errors: NULL pointers, small `opts->struct_size`, unknown `opts->flags` bits
+/// (`LH_ERR_INVALID_ENUM`), bad names (`LH_ERR_INVALID_UTF8`, `EMPTY_NAME`, `NAME_TOO_LONG`,
+/// `NAME_HAS_NUL`), bad TTL (`LH_ERR_INVALID_TTL`), `LH_ERR_TOO_MANY_LEASES`.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `opts` to a
+/// readable `lh_acquire_options`; `out_lease` is valid for writing a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_acquire(
+    c: *mut lh_client,
+    now: u64,
+    name: *const u8,
+    name_len: usize,
+    opts: *const lh_acquire_options,
+    out_lease: *mut u64,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            require_out(out_lease, "out_lease")?;
+            let opts = read_sized(opts, "opts")?;
+            if opts.flags & !LH_ACQUIRE_REENTRANT != 0 {
+                return Err(Failure::invalid_enum(
+                    "lh_acquire_options.flags",
+                    opts.flags,
+                ));
+            }
+            let name = name_arg(name, name_len)?;
+            let options = AcquireOptions {
+                ttl_ms: opts.ttl_ms,
+                wait_ns: opts.wait_ns,
+                reentrant: opts.flags & LH_ACQUIRE_REENTRANT != 0,
+            };
+            let lease = s.core.acquire(now, name, options)?;
+            write_out(out_lease, lease.0);
+            Ok(())
+        })
+    }
+}
+
+/// Releases a lease (idempotence is the wrapper's business: a second release returns
+/// `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_release(c: *mut lh_client, now: u64, lease: u64) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            s.core.release(now, LeaseId(lease))?;
+            Ok(())
+        })
+    }
+}
+
+/// Feeds the answer to an ACQUIRE command. `outcome` is `LH_ACQUIRE_*`. For GRANTED,
+/// `fencing_token`, `ttl_ms` and the backend data (NULL allowed when the length is 0; copied,
+/// at most `LH_MAX_BACKEND_DATA_LEN` bytes) are read; for HELD_BY_OTHER, `retry_after_ms`
+/// (`LH_NO_RETRY_HINT` if unknown); otherwise they are ignored. Unknown or already answered
+/// request ids are counted as stale and return `LH_OK`.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `backend_data` points to `backend_data_len` readable bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn lh_acquire_result(
+    c: *mut lh_client,
+    now: u64,
+    request_id: u64,
+    outcome: u32,
+    fencing_token: u64,
+    ttl_ms: u64,
+    retry_after_ms: u64,
+    backend_data: *const u8,
+    backend_data_len: usize,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let result = match outcome {
+                LH_ACQUIRE_GRANTED => AcquireResult::Granted {
+                    fencing_token,
+                    ttl_ms,
+                    backend_data: optional_bytes_arg(
+                        backend_data,
+                        backend_data_len,
+                        LH_MAX_BACKEND_DATA_LEN,
+                        "backend_data",
+                        LH_ERR_BACKEND_DATA_TOO_LONG,
+                    )?,
+                },
+                LH_ACQUIRE_HELD_BY_OTHER => AcquireResult::HeldByOther {
+                    retry_after_ms: (retry_after_ms != LH_NO_RETRY_HINT).then_some(retry_after_ms),
+                },
+                LH_ACQUIRE_TRANSPORT_ERROR => AcquireResult::TransportError,
+                other => return Err(Failure::invalid_enum("acquire outcome", other)),
+            };
+            s.core
+                .handle_acquire_result(now, RequestId(request_id), result)?;
+            Ok(())
+        })
+    }
+}
+
+/// Feeds the answer to a RENEW command (`LH_RENEW_*`). Stale request ids return `LH_OK`.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_renew_result(
+    c: *mut lh_client,
+    now: u64,
+    request_id: u64,
+    outcome: u32,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let result = match outcome {
+                LH_RENEW_RENEWED => RenewResult::Renewed,
+                LH_RENEW_REJECTED => RenewResult::Rejected,
+                LH_RENEW_TRANSPORT_ERROR => RenewResult::TransportError,
+                other => return Err(Failure::invalid_enum("renew outcome", other)),
+            };
+            s.core
+                .handle_renew_result(now, RequestId(request_id), result)?;
+            Ok(())
+        })
+    }
+}
+
+/// Feeds the answer to a RELEASE command (`LH_RELEASE_*`). Stale request ids return `LH_OK`.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_release_result(
+    c: *mut lh_client,
+    now: u64,
+    request_id: u64,
+    outcome: u32,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let result = match outcome {
+                LH_RELEASE_RELEASED => ReleaseResult::Released,
+                LH_RELEASE_NOT_OWNER => ReleaseResult::NotOwner,
+                LH_RELEASE_TRANSPORT_ERROR => ReleaseResult::TransportError,
+                other => return Err(Failure::invalid_enum("release outcome", other)),
+            };
+            s.core
+                .handle_release_result(now, RequestId(request_id), result)?;
+            Ok(())
+        })
+    }
+}
+
+/// Delivers one release notification for a watched `name` (wakes one local waiter).
+///
+/// # Safety
+/// `c` is NULL or a live handle; `name` points to `name_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_released(
+    c: *mut lh_client,
+    now: u64,
+    name: *const u8,
+    name_len: usize,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let name = name_arg(name, name_len)?;
+            s.core.handle_released(now, name)?;
+            Ok(())
+        })
+    }
+}
+
+/// Tells the core that time has passed (call it when the deadline from `lh_poll_timeout`
+/// arrives; early or spurious calls are harmless).
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_timeout(c: *mut lh_client, now: u64) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            s.core.handle_timeout(now);
+            Ok(())
+        })
+    }
+}
+
+fn lost_reason(r: LostReason) -> u32 {
+    match r {
+        LostReason::Rejected => LH_REASON_REJECTED,
+        LostReason::Expired => LH_REASON_EXPIRED,
+        LostReason::FailBudget => LH_REASON_FAIL_BUDGET,
+    }
+}
+
+fn fail_reason(r: AcquireFailReason) -> u32 {
+    match r {
+        AcquireFailReason::WaitExhausted => LH_REASON_WAIT_EXHAUSTED,
+        AcquireFailReason::Cancelled => LH_REASON_CANCELLED,
+        AcquireFailReason::Unavailable => LH_REASON_UNAVAILABLE,
+    }
+}
+
+fn state_code(s: LeaseState) -> u32 {
+    match s {
+        LeaseState::Acquiring => LH_STATE_ACQUIRING,
+        LeaseState::Held => LH_STATE_HELD,
+        LeaseState::Released => LH_STATE_RELEASED,
+        LeaseState::Lost => LH_STATE_LOST,
+        LeaseState::AcquireFailed => LH_STATE_ACQUIRE_FAILED,
+    }
+}
+
+const EMPTY_OUTPUT: lh_output = lh_output {
+    kind: LH_OUTPUT_NONE,
+    reason: LH_REASON_NONE,
+    request_id: 0,
+    lease_id: 0,
+    name: std::ptr::null(),
+    name_len: 0,
+    token: std::ptr::null(),
+    token_len: 0,
+    backend_data: std::ptr::null(),
+    backend_data_len: 0,
+    ttl_ms: 0,
+    fencing_token: 0,
+    valid_until_ns: 0,
+};
+
+impl ClientState {
+    /// Converts one core output into its flat C form, keeping the bytes it points to alive in
+    /// the handle until the next poll.
+    fn flatten(&mut self, output: Option<Output>) -> lh_output {
+        self.out_name = None;
+        self.out_backend_data = None;
+        let mut o = EMPTY_OUTPUT;
+        let Some(output) = output else {
+            return o;
+        };
+        match output {
+            Output::Command(cmd) => match cmd {
+                Command::Acquire {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    ttl_ms,
+                } => {
+                    o.kind = LH_OUTPUT_ACQUIRE;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    o.ttl_ms = ttl_ms;
+                    self.out_token = token.to_hex();
+                    self.out_name = Some(name);
+                }
+                Command::Renew {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    ttl_ms,
+                    backend_data,
+                } => {
+                    o.kind = LH_OUTPUT_RENEW;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    o.ttl_ms = ttl_ms;
+                    self.out_token = token.to_hex();
+                    self.out_name = Some(name);
+                    self.out_backend_data = backend_data;
+                }
+                Command::Release {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    backend_data,
+                } => {
+                    o.kind = LH_OUTPUT_RELEASE;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    self.out_token = token.to_hex();
+                    self.out_name = Some(name);
+                    self.out_backend_data = backend_data;
+                }
+                Command::Watch { name } => {
+                    o.kind = LH_OUTPUT_WATCH;
+                    self.out_name = Some(name);
+                }
+                Command::Unwatch { name } => {
+                    o.kind = LH_OUTPUT_UNWATCH;
+                    self.out_name = Some(name);
+                }
+            },
+            Output::Event(ev) => match ev {
+                Event::Acquired {
+                    lease,
+                    fencing_token,
+                    valid_until,
+                } => {
+                    o.kind = LH_OUTPUT_ACQUIRED;
+                    o.lease_id = lease.0;
+                    o.fencing_token = fencing_token;
+                    o.valid_until_ns = valid_until;
+                }
+                Event::AcquireFailed { lease, reason } => {
+                    o.kind = LH_OUTPUT_ACQUIRE_FAILED;
+                    o.lease_id = lease.0;
+                    o.reason = fail_reason(reason);
+                }
+                Event::Lost { lease, reason } => {
+                    o.kind = LH_OUTPUT_LOST;
+                    o.lease_id = lease.0;
+                    o.reason = lost_reason(reason);
+                }
+                Event::Released { lease } => {
+                    o.kind = LH_OUTPUT_RELEASED;
+                    o.lease_id = lease.0;
+                }
+            },
+        }
+        if matches!(
+            o.kind,
+            LH_OUTPUT_ACQUIRE | LH_OUTPUT_RENEW | LH_OUTPUT_RELEASE
+        ) {
+            o.token = self.out_token.as_ptr();
+            o.token_len = self.out_token.len();
+        }
+        if let Some(name) = &self.out_name {
+            o.name = name.as_ptr();
+            o.name_len = name.len();
+        }
+        if let Some(data) = &self.out_backend_data {
+            o.backend_data = data.as_ptr();
+            o.backend_data_len = data.len();
+        }
+        o
+    }
+}
+
+/// Takes the next output into `*out`. `out->kind == LH_OUTPUT_NONE` when nothing is left;
+/// drain until then after every input. Pointers in `*out` borrow handle memory and stay valid
+/// until the next call on this handle.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out` is valid for writing one `lh_output`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_poll_output(c: *mut lh_client, out: *mut lh_output) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            require_out(out, "out")?;
+            let next = s.core.poll_output();
+            let flat = s.flatten(next);
+            write_out(out, flat);
+            Ok(())
+        })
+    }
+}
+
+/// Writes the monotonic ns at which `lh_timeout` must be called at the latest, or
+/// `LH_NO_DEADLINE` if the core has nothing scheduled.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out_deadline_ns` is valid for writing a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_poll_timeout(
+    c: *mut lh_client,
+    out_deadline_ns: *mut u64,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            require_out(out_deadline_ns, "out_deadline_ns")?;
+            let deadline = s.core.poll_timeout().unwrap_or(LH_NO_DEADLINE);
+            write_out(out_deadline_ns, deadline);
+            Ok(())
+        })
+    }
+}
+
+/// Writes the lease's `LH_STATE_*`.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out_state` is valid for writing a `uint32_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_lease_state(
+    c: *const lh_client,
+    lease: u64,
+    out_state: *mut u32,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            require_out(out_state, "out_state")?;
+            let state = s.core.lease_state(LeaseId(lease))?;
+            write_out(out_state, state_code(state));
+            Ok(())
+        })
+    }
+}
+
+/// Fills `*out` with a snapshot of the lease (`out->struct_size` must be set by the caller;
+/// on return it holds the library's size).
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_lease_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_lease_info_get(
+    c: *const lh_client,
+    lease: u64,
+    out: *mut lh_lease_info,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            check_sized_out(out, "out")?;
+            let info = s.core.lease_info(LeaseId(lease))?;
+            write_out(
+                out,
+                lh_lease_info {
+                    struct_size: size_of::<lh_lease_info>() as u32,
+                    state: state_code(info.state),
+                    holders: info.holders,
+                    has_token: u32::from(info.fencing_token.is_some()),
+                    fencing_token: info.fencing_token.unwrap_or(0),
+                    valid_until_ns: info.valid_until.unwrap_or(0),
+                },
+            );
+            Ok(())
+        })
+    }
+}
+
+/// Writes the fencing token of the lease's grant; `LH_ERR_NOT_GRANTED` if it was never
+/// granted. Pass it with every protected write: it, not `lh_is_held`, is the authority.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out` is valid for writing a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_fencing_token(
+    c: *const lh_client,
+    lease: u64,
+    out: *mut u64,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            require_out(out, "out")?;
+            match s.core.fencing_token(LeaseId(lease))? {
+                Some(t) => {
+                    write_out(out, t);
+                    Ok(())
+                }
+                None => Err(Failure::new(
+                    LH_ERR_NOT_GRANTED,
+                    format!("lease {lease} has no fencing token (never granted)"),
+                )),
+            }
+        })
+    }
+}
+
+/// Writes the monotonic ns until which the lease is believed valid; `LH_ERR_NOT_GRANTED` if
+/// it was never granted.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out_ns` is valid for writing a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_valid_until(
+    c: *const lh_client,
+    lease: u64,
+    out_ns: *mut u64,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            require_out(out_ns, "out_ns")?;
+            match s.core.valid_until(LeaseId(lease))? {
+                Some(t) => {
+                    write_out(out_ns, t);
+                    Ok(())
+                }
+                None => Err(Failure::new(
+                    LH_ERR_NOT_GRANTED,
+                    format!("lease {lease} has no validity window (never granted)"),
+                )),
+            }
+        })
+    }
+}
+
+/// Writes whether the lease is held and still valid at `now`. Advice for stopping work early;
+/// the fencing token checked by the resource is the only authority.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out_held` is valid for writing a `bool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_is_held(
+    c: *const lh_client,
+    lease: u64,
+    now: u64,
+    out_held: *mut bool,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            require_out(out_held, "out_held")?;
+            let held = s.core.is_held(LeaseId(lease), now)?;
+            write_out(out_held, held);
+            Ok(())
+        })
+    }
+}
+
+fn counters_to_c(k: &Counters) -> lh_counters {
+    lh_counters {
+        struct_size: size_of::<lh_counters>() as u32,
+        _reserved: 0,
+        live_leases: k.live_leases,
+        pending_cleanups: k.pending_cleanups,
+        acquires_sent: k.acquires_sent,
+        grants: k.grants,
+        acquire_failed: k.acquire_failed,
+        renewals_sent: k.renewals_sent,
+        renewals_ok: k.renewals_ok,
+        renewals_failed: k.renewals_failed,
+        releases_sent: k.releases_sent,
+        lost_rejected: k.lost_rejected,
+        lost_expired: k.lost_expired,
+        lost_fail_budget: k.lost_fail_budget,
+        stale_results: k.stale_results,
+        time_clamped: k.time_clamped,
+    }
+}
+
+/// Fills `*out` with the client's counters (`out->struct_size` must be set by the caller; on
+/// return it holds the library's size).
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_counters_get(c: *const lh_client, out: *mut lh_counters) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_ref(c, |s| {
+            check_sized_out(out, "out")?;
+            write_out(out, counters_to_c(&s.core.counters()));
+            Ok(())
+        })
+    }
+}
+
+/// Test hook: panics inside the panic boundary, so hosts can check that they handle
+/// `LH_ERR_PANIC` and that the handle reports `LH_ERR_POISONED` afterwards.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_debug_panic(c: *mut lh_client) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |_| {
+            panic!("lh_client_debug_panic: deliberate panic for tests")
+        })
+    }
+}

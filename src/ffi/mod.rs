@@ -1,0 +1,29 @@
+//! The C ABI of leasehold (`include/leasehold.h`, generated from this module by cbindgen).
+//!
+//! Every other binding (Python ctypes, Go cgo, C++, plain C) drives the core through exactly
+//! these `lh_*` functions, so this module is the one place where the crate meets raw pointers.
+//! It is also the only place allowed to contain `unsafe` code: the crate root denies it and this
+//! module opts back in, so an audit of the FFI surface is an audit of `src/ffi/` alone.
+//!
+//! Layout:
+//! - [`types`]: status codes, output kinds, reasons and the flat `#[repr(C)]` structs;
+//! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
+//!   checked conversion of C pointers into Rust slices and strings;
+//! - [`client`]: one `extern "C"` function per core input and getter;
+//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`).
+//!
+//! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
+//! are written once, at the top of the generated header (see `cbindgen.toml`).
+#![allow(unsafe_code)]
+
+// `types` first: cbindgen emits items in module order, so the header starts with the codes.
+pub mod types;
+
+pub(crate) mod boundary;
+pub mod client;
+/// Redis protocol exports (`lh_redis_*`); written by the redis helper.
+pub mod redis;
+
+pub use client::*;
+pub use redis::*;
+pub use types::*;

@@ -1,0 +1,308 @@
+//! Constants and `#[repr(C)]` structs of the C ABI.
+//!
+//! Values are part of the ABI: they are never renumbered and never reused. Codes that a host
+//! passes *in* (outcomes, flags) are taken as plain `u32` and validated, so an unknown value is
+//! an error code (`LH_ERR_INVALID_ENUM`) instead of undefined behaviour, which a Rust enum
+//! parameter would be.
+#![allow(non_camel_case_types)]
+
+/// Status returned by every fallible function (`LH_OK` or one of `LH_ERR_*`).
+///
+/// A plain `uint32_t` rather than a C enum so that the width is fixed for ctypes and cgo and so
+/// that codes added later cannot be undefined behaviour in an older host.
+pub type lh_status = u32;
+
+/// Success.
+pub const LH_OK: lh_status = 0;
+/// A required pointer argument was NULL (or NULL with a non-zero length).
+pub const LH_ERR_NULL_ARGUMENT: lh_status = 1;
+/// A name was not valid UTF-8.
+pub const LH_ERR_INVALID_UTF8: lh_status = 2;
+/// A name was empty.
+pub const LH_ERR_EMPTY_NAME: lh_status = 3;
+/// A name was longer than `LH_MAX_NAME_LEN` bytes.
+pub const LH_ERR_NAME_TOO_LONG: lh_status = 4;
+/// A name contained a NUL byte.
+pub const LH_ERR_NAME_HAS_NUL: lh_status = 5;
+/// A TTL was zero, too short for the renew cadence and margins, or above `max_ttl_ms`.
+pub const LH_ERR_INVALID_TTL: lh_status = 6;
+/// A configuration value was out of range (also: a seed longer than `LH_MAX_SEED_LEN`).
+pub const LH_ERR_INVALID_CONFIG: lh_status = 7;
+/// A seed was shorter than `LH_MIN_SEED_LEN` bytes.
+pub const LH_ERR_SEED_TOO_SHORT: lh_status = 8;
+/// A lease id was never issued by this client.
+pub const LH_ERR_UNKNOWN_LEASE: lh_status = 9;
+/// A lease id names a lease that has already ended (released, lost, failed).
+pub const LH_ERR_LEASE_ENDED: lh_status = 10;
+/// The client already holds `max_leases` live lease records.
+pub const LH_ERR_TOO_MANY_LEASES: lh_status = 11;
+/// An enum value or flag bit passed in is not one this library knows.
+pub const LH_ERR_INVALID_ENUM: lh_status = 12;
+/// Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
+pub const LH_ERR_BACKEND_DATA_TOO_LONG: lh_status = 13;
+/// A caller-provided buffer was too small (the needed size is reported where documented).
+pub const LH_ERR_BUFFER_TOO_SMALL: lh_status = 14;
+/// The fencing token or validity was asked for a lease that was never granted.
+pub const LH_ERR_NOT_GRANTED: lh_status = 15;
+/// The `struct_size` field of a struct passed in is smaller than this library's struct.
+pub const LH_ERR_STRUCT_SIZE: lh_status = 16;
+/// A panic was caught inside the library; the handle is now poisoned.
+pub const LH_ERR_PANIC: lh_status = 900;
+/// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
+pub const LH_ERR_POISONED: lh_status = 901;
+
+/// `lh_output.kind`: nothing left to poll.
+pub const LH_OUTPUT_NONE: u32 = 0;
+/// Command: send an acquire (name, token, ttl_ms; answer with `lh_acquire_result`).
+pub const LH_OUTPUT_ACQUIRE: u32 = 1;
+/// Command: send a renew (name, token, ttl_ms, backend data; answer with `lh_renew_result`).
+pub const LH_OUTPUT_RENEW: u32 = 2;
+/// Command: send a release (name, token, backend data; answer with `lh_release_result`).
+pub const LH_OUTPUT_RELEASE: u32 = 3;
+/// Command: start delivering release notifications of `name` (via `lh_released`).
+pub const LH_OUTPUT_WATCH: u32 = 4;
+/// Command: stop delivering release notifications of `name`.
+pub const LH_OUTPUT_UNWATCH: u32 = 5;
+/// Event: the lease is held (lease_id, fencing_token, valid_until_ns).
+pub const LH_OUTPUT_ACQUIRED: u32 = 6;
+/// Event (terminal): the acquire did not succeed (lease_id, reason).
+pub const LH_OUTPUT_ACQUIRE_FAILED: u32 = 7;
+/// Event (terminal): a held lease was lost (lease_id, reason).
+pub const LH_OUTPUT_LOST: u32 = 8;
+/// Event (terminal): the lease was released by the application (lease_id).
+pub const LH_OUTPUT_RELEASED: u32 = 9;
+
+/// `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED and LOST).
+pub const LH_REASON_NONE: u32 = 0;
+/// ACQUIRE_FAILED: the wait budget ran out while someone else held the lock.
+pub const LH_REASON_WAIT_EXHAUSTED: u32 = 1;
+/// ACQUIRE_FAILED: the application released the lease while it was being acquired.
+pub const LH_REASON_CANCELLED: u32 = 2;
+/// ACQUIRE_FAILED: the service could not be reached within the wait budget.
+pub const LH_REASON_UNAVAILABLE: u32 = 3;
+/// LOST: the service rejected a renew (someone else owns the lock now).
+pub const LH_REASON_REJECTED: u32 = 4;
+/// LOST: the validity window elapsed without a confirmed renewal.
+pub const LH_REASON_EXPIRED: u32 = 5;
+/// LOST: too many consecutive renew transport failures (`fail_budget`).
+pub const LH_REASON_FAIL_BUDGET: u32 = 6;
+
+/// `lh_acquire_result` outcome: granted (fencing_token, ttl_ms, backend data are read).
+pub const LH_ACQUIRE_GRANTED: u32 = 1;
+/// `lh_acquire_result` outcome: held by someone else (retry_after_ms or `LH_NO_RETRY_HINT`).
+pub const LH_ACQUIRE_HELD_BY_OTHER: u32 = 2;
+/// `lh_acquire_result` outcome: the request failed in transit or the service errored.
+pub const LH_ACQUIRE_TRANSPORT_ERROR: u32 = 3;
+/// `lh_renew_result` outcome: renewed.
+pub const LH_RENEW_RENEWED: u32 = 1;
+/// `lh_renew_result` outcome: the service refused (token no longer owns the lock).
+pub const LH_RENEW_REJECTED: u32 = 2;
+/// `lh_renew_result` outcome: the request failed in transit or the service errored.
+pub const LH_RENEW_TRANSPORT_ERROR: u32 = 3;
+/// `lh_release_result` outcome: released.
+pub const LH_RELEASE_RELEASED: u32 = 1;
+/// `lh_release_result` outcome: the token did not own the lock (already expired or taken).
+pub const LH_RELEASE_NOT_OWNER: u32 = 2;
+/// `lh_release_result` outcome: the request failed in transit (the core retries).
+pub const LH_RELEASE_TRANSPORT_ERROR: u32 = 3;
+
+/// Lease state: an acquire is in progress.
+pub const LH_STATE_ACQUIRING: u32 = 1;
+/// Lease state: granted and believed valid.
+pub const LH_STATE_HELD: u32 = 2;
+/// Lease state (terminal): released by the application.
+pub const LH_STATE_RELEASED: u32 = 3;
+/// Lease state (terminal): lost after a grant.
+pub const LH_STATE_LOST: u32 = 4;
+/// Lease state (terminal): never granted.
+pub const LH_STATE_ACQUIRE_FAILED: u32 = 5;
+
+/// `lh_poll_timeout`: the core has no deadline; wait for other inputs only.
+pub const LH_NO_DEADLINE: u64 = u64::MAX;
+/// `lh_acquire_result`: the holder's remaining TTL is not known.
+pub const LH_NO_RETRY_HINT: u64 = u64::MAX;
+/// `lh_acquire_options.flags` bit: in-process reentrant acquire.
+pub const LH_ACQUIRE_REENTRANT: u32 = 1;
+
+/// Default requested TTL of `lh_acquire_options_default`, in ms.
+pub const LH_DEFAULT_TTL_MS: u64 = 30_000;
+
+/// Longest accepted name in bytes (equals the core's `MAX_NAME_LEN`).
+pub const LH_MAX_NAME_LEN: usize = 512;
+/// Longest accepted backend data in bytes (equals the core's `MAX_BACKEND_DATA_LEN`).
+pub const LH_MAX_BACKEND_DATA_LEN: usize = 1024;
+/// Shortest accepted seed in bytes (equals the core's `MIN_SEED_LEN`).
+pub const LH_MIN_SEED_LEN: usize = 16;
+/// Longest accepted seed in bytes: bounds how far the library reads from a seed pointer, so a
+/// garbage length is an error instead of an out-of-bounds read of gigabytes.
+pub const LH_MAX_SEED_LEN: usize = 1024;
+
+/// ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
+/// at load time.
+pub const LH_ABI_VERSION: u32 = 1;
+/// Library version (the crate version in Cargo.toml; a test keeps them equal). cbindgen cannot
+/// emit string constants, so the header gets `LH_VERSION` from `after_includes` in cbindgen.toml.
+///
+/// cbindgen:ignore
+pub const LH_VERSION: &str = "0.1.0";
+
+const _: () = {
+    assert!(LH_MAX_NAME_LEN == crate::MAX_NAME_LEN);
+    assert!(LH_MAX_BACKEND_DATA_LEN == crate::MAX_BACKEND_DATA_LEN);
+    assert!(LH_MIN_SEED_LEN == crate::MIN_SEED_LEN);
+    assert!(LH_MIN_SEED_LEN <= LH_MAX_SEED_LEN);
+    assert!(const_str_eq(LH_VERSION, env!("CARGO_PKG_VERSION")));
+};
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Client configuration. Fill it with `lh_config_default`, then change fields.
+///
+/// `struct_size` comes first so that the struct can grow: the library reads only the fields it
+/// knows and rejects a `struct_size` smaller than its own struct with `LH_ERR_STRUCT_SIZE`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct lh_config {
+    /// `sizeof(lh_config)` as compiled by the caller.
+    pub struct_size: u32,
+    /// Clock drift allowance in parts per million of the TTL (default 10000 = 1%).
+    pub drift_ppm: u32,
+    /// Fixed drift allowance in ns (default 2 ms).
+    pub drift_fixed_ns: u64,
+    /// Jitter of the renew cadence (TTL/3) in ppm (default 100000 = ±10%).
+    pub renew_jitter_ppm: u32,
+    /// Consecutive renew transport failures before the lease is lost (default 3).
+    pub fail_budget: u32,
+    /// Timeout of each request in ns (renews use min(this, TTL/3); default 2 s).
+    pub request_timeout_ns: u64,
+    /// Base of the capped exponential acquire backoff in ns (default 5 ms).
+    pub backoff_base_ns: u64,
+    /// Cap of the acquire backoff in ns (default 500 ms).
+    pub backoff_cap_ns: u64,
+    /// Largest TTL accepted by `lh_acquire` in ms (default 7 days).
+    pub max_ttl_ms: u64,
+    /// Most live lease records (default 1048576).
+    pub max_leases: u32,
+    /// 1 if the host delivers release notifications (`LH_OUTPUT_WATCH` / `lh_released`),
+    /// 0 to make waiters poll with capped backoff. Any other value is `LH_ERR_INVALID_CONFIG`.
+    pub notifications: u32,
+}
+
+/// Options of one `lh_acquire`. Fill with `lh_acquire_options_default`, then change fields.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct lh_acquire_options {
+    /// `sizeof(lh_acquire_options)` as compiled by the caller.
+    pub struct_size: u32,
+    /// `LH_ACQUIRE_REENTRANT` or 0; unknown bits are `LH_ERR_INVALID_ENUM`.
+    pub flags: u32,
+    /// Requested TTL in ms (default 30000).
+    pub ttl_ms: u64,
+    /// Wait budget in ns; 0 means one attempt (default 0).
+    pub wait_ns: u64,
+}
+
+/// One polled output: a command for the host to execute or an event for the application.
+///
+/// Flat and union-free so that ctypes and cgo mirror it field for field. Fields that do not
+/// apply to `kind` are 0 (pointers NULL with length 0). The pointers borrow memory owned by the
+/// handle; they stay valid until the next call on that handle, so copy what you keep.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lh_output {
+    /// `LH_OUTPUT_*`.
+    pub kind: u32,
+    /// `LH_REASON_*` (ACQUIRE_FAILED, LOST), else `LH_REASON_NONE`.
+    pub reason: u32,
+    /// Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0.
+    pub request_id: u64,
+    /// Lease the output concerns (every kind except WATCH, UNWATCH, NONE), else 0.
+    pub lease_id: u64,
+    /// Lock name, UTF-8, not NUL-terminated (commands).
+    pub name: *const u8,
+    /// Length of `name` in bytes.
+    pub name_len: usize,
+    /// Ownership token: 32 lowercase hex characters, not NUL-terminated (ACQUIRE, RENEW, RELEASE).
+    pub token: *const u8,
+    /// Length of `token` (32, or 0 when absent).
+    pub token_len: usize,
+    /// Backend-specific bytes from the grant, echoed in RENEW and RELEASE (may be empty).
+    pub backend_data: *const u8,
+    /// Length of `backend_data`.
+    pub backend_data_len: usize,
+    /// TTL to request in ms (ACQUIRE, RENEW).
+    pub ttl_ms: u64,
+    /// Fencing token of the grant (ACQUIRED).
+    pub fencing_token: u64,
+    /// Monotonic ns until which the lease is valid (ACQUIRED).
+    pub valid_until_ns: u64,
+}
+
+/// Snapshot of one lease, filled by `lh_lease_info_get`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct lh_lease_info {
+    /// `sizeof(lh_lease_info)` as compiled by the caller; set to the library's size on return.
+    pub struct_size: u32,
+    /// `LH_STATE_*`.
+    pub state: u32,
+    /// Number of reentrant holders (1 for a plain lease).
+    pub holders: u32,
+    /// 1 if the lease was granted (then `fencing_token` is meaningful), else 0.
+    pub has_token: u32,
+    /// Fencing token of the grant, 0 if none.
+    pub fencing_token: u64,
+    /// Monotonic ns until which the lease is valid, 0 if not known.
+    pub valid_until_ns: u64,
+}
+
+/// Counters of one client, filled by `lh_counters_get`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct lh_counters {
+    /// `sizeof(lh_counters)` as compiled by the caller; set to the library's size on return.
+    pub struct_size: u32,
+    /// Always 0; keeps the u64 fields 8-byte aligned.
+    pub _reserved: u32,
+    /// Lease records not yet terminal.
+    pub live_leases: u64,
+    /// Release commands the core still wants answered (drive the loop until 0 on close).
+    pub pending_cleanups: u64,
+    /// Acquire commands emitted.
+    pub acquires_sent: u64,
+    /// Grants received.
+    pub grants: u64,
+    /// Leases that ended in ACQUIRE_FAILED.
+    pub acquire_failed: u64,
+    /// Renew commands emitted.
+    pub renewals_sent: u64,
+    /// Renews confirmed.
+    pub renewals_ok: u64,
+    /// Renews that failed in transit.
+    pub renewals_failed: u64,
+    /// Release commands emitted.
+    pub releases_sent: u64,
+    /// Leases lost because a renew was rejected.
+    pub lost_rejected: u64,
+    /// Leases lost because validity elapsed.
+    pub lost_expired: u64,
+    /// Leases lost because the renew failure budget ran out.
+    pub lost_fail_budget: u64,
+    /// Results ignored as unknown, already answered, superseded or of the wrong kind.
+    pub stale_results: u64,
+    /// Inputs whose `now` was older than one already seen (clamped).
+    pub time_clamped: u64,
+}
