@@ -1,0 +1,147 @@
+"""Worker process for the multi-process Redis tests (run as a script, one mode per process).
+
+Modes (all print one line per event, flushed, so the parent can follow):
+
+``contend URL NAME ITERATIONS WORKDIR``
+    ITERATIONS times: acquire NAME (wait up to 60 s), read WORKDIR/counter, sleep a little,
+    write counter+1 (a deliberately racy read-modify-write that only the lock protects), append
+    the fencing token to WORKDIR/grants, release. Prints ``DONE``.
+
+``hold URL NAME TTL DB``
+    Kleppmann's paused holder: acquire NAME with TTL seconds, print ``ACQUIRED <fence>``, then
+    block on stdin. On a line ``write`` it tries to write through a FencingGate on the SQLite
+    database DB and prints ``WRITE-OK`` or ``WRITE-REJECTED <hwm>``; then waits for its
+    handle's loss signal and prints ``LOST <reason>`` / ``STILL-HELD``.
+
+``write URL NAME TTL DB``
+    The next holder: acquire NAME (wait up to 60 s), write through the gate, print
+    ``WROTE <fence>``, release.
+
+``loop URL NAME SECONDS WORKDIR``
+    Keep acquiring/releasing NAME (short waits, short TTL) for SECONDS while Redis may be
+    killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
+    its fence appended to WORKDIR/grants-<pid>; every failure is counted. Prints
+    ``DONE grants=<n> failures=<m> lost=<k>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from leasehold import LockClient, errors
+from leasehold.backends.redis import RedisLockService
+from leasehold.fencing import FencingGate
+
+logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+
+
+def say(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+def client_for(url: str, timeout: float = 1.0) -> LockClient:
+    return LockClient(RedisLockService.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout))
+
+
+def gate_for(db: str) -> FencingGate:
+    conn = sqlite3.connect(db, timeout=30)
+    conn.execute("CREATE TABLE IF NOT EXISTS writes (token INTEGER, pid INTEGER)")
+    conn.commit()
+    gate = FencingGate(conn)
+    gate.ensure_schema()
+    return gate
+
+
+def contend(url: str, name: str, iterations: int, workdir: str) -> None:
+    counter = Path(workdir) / "counter"
+    grants = Path(workdir) / "grants"
+    rnd = random.Random(os.getpid())
+    with client_for(url) as client:
+        for _ in range(iterations):
+            with client.acquire(name, ttl=10.0, wait=60.0) as lock:
+                value = int(counter.read_text() or "0")
+                time.sleep(rnd.random() * 0.002)
+                counter.write_text(str(value + 1))
+                with grants.open("a") as f:
+                    f.write(f"{lock.fencing_token} {os.getpid()}\n")
+    say("DONE")
+
+
+def hold(url: str, name: str, ttl: float, db: str) -> None:
+    gate = gate_for(db)
+    with client_for(url) as client:
+        lock = client.acquire(name, ttl=ttl, wait=30.0)
+        say("ACQUIRED", lock.fencing_token)
+        line = sys.stdin.readline().strip()  # the parent SIGSTOPs us while we wait here
+        if line == "write":
+            try:
+                with gate.guard(name, lock.fencing_token) as cur:
+                    cur.execute("INSERT INTO writes VALUES (?, ?)", (lock.fencing_token, os.getpid()))
+                say("WRITE-OK")
+            except errors.StaleFencingToken as e:
+                say("WRITE-REJECTED", gate.high_water_mark(name), type(e).__name__)
+        if lock.lost.wait(30.0):
+            say("LOST", lock.lost_reason, "held" if lock.is_held() else "not-held")
+        else:
+            say("STILL-HELD")
+        lock.release()
+
+
+def write(url: str, name: str, ttl: float, db: str) -> None:
+    gate = gate_for(db)
+    with client_for(url) as client:
+        with client.acquire(name, ttl=ttl, wait=60.0) as lock:
+            with gate.guard(name, lock.fencing_token) as cur:
+                cur.execute("INSERT INTO writes VALUES (?, ?)", (lock.fencing_token, os.getpid()))
+            say("WROTE", lock.fencing_token)
+
+
+def loop(url: str, name: str, seconds: float, workdir: str) -> None:
+    gate = gate_for(str(Path(workdir) / "gate.db"))
+    out = Path(workdir) / f"grants-{os.getpid()}"
+    grants = failures = lost = stale = 0
+    end = time.monotonic() + seconds
+    with client_for(url, timeout=0.5) as client:
+        while time.monotonic() < end:
+            try:
+                lock = client.acquire(name, ttl=1.0, wait=1.0)
+            except (errors.LockTimeout, errors.AcquireCancelled):
+                failures += 1
+                continue
+            grants += 1
+            with out.open("a") as f:
+                f.write(f"{lock.fencing_token}\n")
+            try:
+                with gate.guard(name, lock.fencing_token) as cur:
+                    cur.execute("INSERT INTO writes VALUES (?, ?)", (lock.fencing_token, os.getpid()))
+            except errors.StaleFencingToken:
+                stale += 1
+            time.sleep(0.01)
+            if lock.lost.is_set():
+                lost += 1
+            lock.release()
+    say(f"DONE grants={grants} failures={failures} lost={lost} stale={stale}")
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[1]
+    if mode == "contend":
+        contend(argv[2], argv[3], int(argv[4]), argv[5])
+    elif mode == "hold":
+        hold(argv[2], argv[3], float(argv[4]), argv[5])
+    elif mode == "write":
+        write(argv[2], argv[3], float(argv[4]), argv[5])
+    elif mode == "loop":
+        loop(argv[2], argv[3], float(argv[4]), argv[5])
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

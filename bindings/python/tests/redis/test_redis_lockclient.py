@@ -1,0 +1,205 @@
+"""LockClient / AsyncLockClient on Redis in one process: handoff through pub/sub, missed
+notifications survived by the retry hint and backoff, garbage keys, and a Redis restart.
+
+The bounds below are chosen so that a test can only pass through the mechanism it names: e.g.
+the holder's TTL (120 s) exceeds the waiter's budget (60 s), so a waiter that got no release
+notification would time out rather than pass by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+from leasehold import LockClient, errors
+from leasehold.aio import AsyncLockClient
+from leasehold.backends import redis_protocol as proto
+from leasehold.backends.redis import RedisLockService
+from leasehold.backends.redis_async import AsyncRedisLockService
+
+
+def service(url: str, **kw) -> RedisLockService:  # type: ignore[no-untyped-def]
+    kw.setdefault("socket_timeout", 1.0)
+    kw.setdefault("socket_connect_timeout", 1.0)
+    return RedisLockService.from_url(url, **kw)
+
+
+class DeafRedisLockService(RedisLockService):
+    """Claims notifications but never delivers one: every waiter must rely on the retry hint."""
+
+    def watch(self, name, on_released):  # type: ignore[no-untyped-def]
+        pass
+
+
+class Acquirer(threading.Thread):
+    def __init__(self, client: LockClient, name: str, ttl: float, wait: float) -> None:
+        super().__init__(daemon=True)
+        self.client, self.name, self.ttl, self.wait = client, name, ttl, wait
+        self.handle = None
+        self.error: BaseException | None = None
+        self.started_waiting = threading.Event()
+
+    def run(self) -> None:
+        self.started_waiting.set()
+        try:
+            self.handle = self.client.acquire(self.name, ttl=self.ttl, wait=self.wait)
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+
+def wait_for(pred, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_uncontended_acquire_release_and_renewal_on_redis(redis_server, r):
+    with LockClient(service(redis_server.url)) as c:
+        with c.acquire("solo", ttl=1.0) as h:
+            assert h.is_held()
+            k = proto.keys_for("solo")
+            assert int(r.hget(k.lock, "fence")) == h.fencing_token
+            wait_for(lambda: c.counters().renewals_ok >= 2, what="two renewals")
+            assert h.is_held() and not h.lost.is_set()
+        assert not r.exists(proto.keys_for("solo").lock), "released on the server when release() returned"
+        with c.acquire("solo", ttl=1.0) as h2:
+            assert h2.fencing_token > h.fencing_token
+
+
+def test_handoff_through_pubsub(redis_server, r):
+    holder = LockClient(service(redis_server.url))
+    waiter_client = LockClient(service(redis_server.url))
+    try:
+        h = holder.acquire("handoff", ttl=120.0)
+        w = Acquirer(waiter_client, "handoff", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: r.pubsub_numsub(proto.keys_for("handoff").channel)[0][1] >= 1, what="the waiter's SUBSCRIBE")
+        h.release()
+        w.join(90)
+        assert w.error is None, w.error
+        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        w.handle.release()
+    finally:
+        waiter_client.close()
+        holder.close()
+
+
+def test_many_waiters_in_one_client_share_one_subscription_and_all_get_the_lock(redis_server, r):
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("q", ttl=120.0)
+        ws = [Acquirer(c, "q", ttl=10.0, wait=60.0) for _ in range(4)]
+        for w in ws:
+            w.start()
+        wait_for(lambda: r.pubsub_numsub(proto.keys_for("q").channel)[0][1] >= 1, what="SUBSCRIBE")
+        assert r.pubsub_numsub(proto.keys_for("q").channel)[0][1] == 1, "one subscription per client and name"
+        h.release()
+        fences = []
+        done: set[int] = set()
+        for _ in ws:
+            # Each release wakes the next waiter (120 s TTLs: only notifications can do this).
+            def next_holder():  # type: ignore[no-untyped-def]
+                return next((w for w in ws if id(w) not in done and w.handle is not None), None)
+
+            wait_for(lambda: next_holder() is not None or any(w.error for w in ws), timeout=60, what="next holder")
+            nxt = next_holder()
+            assert nxt is not None, [w.error for w in ws]
+            fences.append(nxt.handle.fencing_token)
+            done.add(id(nxt))
+            nxt.handle.release()
+        for w in ws:
+            w.join(60)
+            assert w.error is None, w.error
+        assert len(fences) == 4 and fences == sorted(fences) and len(set(fences)) == 4
+
+
+def test_missed_notifications_are_survived_by_the_retry_hint(redis_server, r):
+    with LockClient(service(redis_server.url)) as holder, LockClient(
+        DeafRedisLockService.from_url(redis_server.url)
+    ) as deaf:
+        h = holder.acquire("deaf", ttl=2.0)
+        w = Acquirer(deaf, "deaf", ttl=5.0, wait=60.0)
+        w.start()
+        wait_for(lambda: deaf.counters().acquires_sent >= 1, what="a first attempt")
+        h.release()  # published, but the deaf waiter never hears it
+        w.join(90)
+        assert w.error is None, w.error
+        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        w.handle.release()
+
+
+def test_subscriber_connection_killed_as_the_holder_releases(redis_server, r):
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("killed", ttl=3.0)
+        w = Acquirer(c, "killed", ttl=5.0, wait=60.0)
+        w.start()
+        k = proto.keys_for("killed")
+        wait_for(lambda: r.pubsub_numsub(k.channel)[0][1] >= 1, what="SUBSCRIBE")
+        # Kill every subscriber connection and publish the release in one atomic step, so the
+        # notification is certainly lost. The holder's core then releases (NotOwner: gone).
+        token = r.hget(k.lock, "token").decode()
+        pipe = r.pipeline(transaction=True)
+        pipe.client_kill_filter(_type="pubsub")
+        pipe.evalsha(proto.script(proto.SCRIPT_RELEASE).sha, 1, k.lock, token, k.channel, "killed")
+        r.script_load(proto.script(proto.SCRIPT_RELEASE).text)
+        killed, released = pipe.execute()
+        assert killed >= 1 and released == 1
+        w.join(90)
+        assert w.error is None, w.error
+        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        w.handle.release()
+        h.release()
+
+
+def test_garbage_keys_fail_the_acquire_with_a_clear_error(redis_server, r, caplog):
+    caplog.set_level(logging.WARNING, logger="leasehold")
+    r.set(proto.keys_for("bad").lock, "not a lock")
+    r.set(proto.keys_for("badfence").fence, "hello")
+    with LockClient(service(redis_server.url)) as c:
+        for name in ("bad", "badfence"):
+            with pytest.raises(errors.LockTimeout):
+                c.acquire(name, ttl=1.0, wait=0.3)
+    text = caplog.text
+    assert "lh: lock key lh:{bad} holds a string" in text
+    assert 'lh: fence key lh:{badfence}:fence holds "hello"' in text
+    assert r.get(proto.keys_for("bad").lock) == b"not a lock"
+    assert not r.exists(proto.keys_for("badfence").lock)
+
+
+@pytest.mark.parametrize("persistence", [False, True], ids=["no-persistence", "aof"])
+def test_holder_loses_its_lease_when_redis_dies_and_reacquires_after_restart(redis_factory, persistence):
+    srv = redis_factory(persistence=persistence)
+    with LockClient(service(srv.url, socket_timeout=0.3, socket_connect_timeout=0.3)) as c:
+        h = c.acquire("job", ttl=1.0)
+        first = h.fencing_token
+        srv.kill()
+        assert h.lost.wait(60), "the holder must learn it lost the lock"
+        assert not h.is_held()
+        with pytest.raises(errors.LockTimeout):
+            c.acquire("job", ttl=1.0, wait=0.5)  # Redis is down: bounded, then an error
+        srv.start()
+        h2 = c.acquire("job", ttl=1.0, wait=30.0)
+        assert h2.fencing_token > first, "fencing tokens never go backwards across a restart"
+        h2.release()
+
+
+def test_async_client_on_the_async_service(redis_server, r):
+    async def main() -> None:
+        async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(
+            AsyncRedisLockService.from_url(redis_server.url)
+        ) as b:
+            h = await a.acquire("aio", ttl=120.0)
+            task = asyncio.ensure_future(b.acquire("aio", ttl=5.0, wait=60.0))
+            while r.pubsub_numsub(proto.keys_for("aio").channel)[0][1] < 1:
+                await asyncio.sleep(0.01)
+            await h.release()
+            h2 = await asyncio.wait_for(task, 90)
+            assert h2.fencing_token > h.fencing_token
+            await h2.release()
+            assert not r.exists(proto.keys_for("aio").lock)
+
+    asyncio.run(asyncio.wait_for(main(), 120))

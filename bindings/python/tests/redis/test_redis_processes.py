@@ -1,0 +1,181 @@
+"""Several OS processes against one real redis-server: contention, Kleppmann's paused holder,
+and Redis killed and restarted while they run."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from leasehold.backends import redis_protocol as proto
+
+WORKER = str(Path(__file__).resolve().parent / "lh_redis_worker.py")
+
+
+class Proc:
+    """A worker process whose stdout lines are collected by a reader thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str], stdin: bool = False) -> None:
+        self.p = subprocess.Popen(
+            [sys.executable, WORKER, *args],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.err: list[str] = []
+        threading.Thread(target=self._pump, args=(self.p.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, q) -> None:  # type: ignore[no-untyped-def]
+        for line in stream:
+            q.put(line.rstrip("\n"))
+
+    def _pump_err(self) -> None:
+        assert self.p.stderr is not None
+        for line in self.p.stderr:
+            self.err.append(line)
+
+    def expect(self, prefix: str, timeout: float = 90.0) -> str:
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no line starting with {prefix!r}; got {self.seen}; stderr:\n{''.join(self.err)}")
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def send(self, line: str) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def finish(self, timeout: float = 120.0) -> int:
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"worker {self.p.pid} hung; saw {self.seen}; stderr:\n{''.join(self.err)}")
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            try:
+                os.kill(self.p.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.p.kill()
+            self.p.wait(timeout=10)
+
+
+@pytest.fixture
+def procs():
+    made: list[Proc] = []
+    yield made
+    for p in made:
+        p.kill()
+
+
+def test_processes_contending_get_increasing_fences_and_lose_no_update(redis_server, r, tmp_path, worker_env, procs):
+    workers, iterations = 3, 15
+    (tmp_path / "counter").write_text("0")
+    for _ in range(workers):
+        procs.append(Proc(["contend", redis_server.url, "counter", str(iterations), str(tmp_path)], worker_env))
+    for p in procs:
+        p.expect("DONE", timeout=180)
+        assert p.finish() == 0, "".join(p.err)
+    assert int((tmp_path / "counter").read_text()) == workers * iterations, "an update was lost"
+    lines = (tmp_path / "grants").read_text().split("\n")[:-1]
+    fences = [int(line.split()[0]) for line in lines]
+    pids = {line.split()[1] for line in lines}
+    assert len(fences) == workers * iterations and len(pids) == workers
+    assert all(b > a for a, b in zip(fences, fences[1:])), "fencing tokens must increase grant after grant"
+    assert not r.exists(proto.keys_for("counter").lock), "every lock was released"
+
+
+def test_kleppmann_paused_holder_is_fenced_off_and_learns_it_lost(redis_server, r, tmp_path, worker_env, procs):
+    db = str(tmp_path / "gate.db")
+    holder = Proc(["hold", redis_server.url, "resource", "1.0", db], worker_env, stdin=True)
+    procs.append(holder)
+    fence_a = int(holder.expect("ACQUIRED").split()[1])
+    os.kill(holder.p.pid, signal.SIGSTOP)  # a GC pause / VM stall past the TTL
+    try:
+        # Its lease runs out in Redis while it is frozen; the next process takes over and writes.
+        writer = Proc(["write", redis_server.url, "resource", "5.0", db], worker_env)
+        procs.append(writer)
+        fence_b = int(writer.expect("WROTE").split()[1])
+        assert writer.finish() == 0, "".join(writer.err)
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    assert fence_b > fence_a
+    holder.send("write")  # it resumes and carries on with the write it was about to do
+    rejected = holder.expect("WRITE-")
+    assert rejected.startswith("WRITE-REJECTED"), rejected
+    assert int(rejected.split()[1]) == fence_b
+    lost = holder.expect("LOST")
+    assert lost.split()[1] in ("expired", "rejected", "fail_budget"), lost
+    assert lost.split()[2] == "not-held"
+    assert holder.finish() == 0, "".join(holder.err)
+    rows = sqlite3.connect(db).execute("SELECT token FROM writes ORDER BY rowid").fetchall()
+    assert rows == [(fence_b,)], "only the current holder's write got through"
+
+
+@pytest.mark.parametrize("persistence", [False, True], ids=["no-persistence", "aof"])
+def test_redis_killed_and_restarted_mid_run(redis_factory, tmp_path, worker_env, procs, persistence):
+    srv = redis_factory(persistence=persistence)
+    rc = srv.client()
+    fence_key = proto.keys_for("busy").fence
+    for _ in range(2):
+        procs.append(Proc(["loop", srv.url, "busy", "8", str(tmp_path)], worker_env))
+    # Let them work, then kill Redis without warning.
+    end = time.monotonic() + 60
+    while rc.get(fence_key) is None or int(rc.get(fence_key)) == 0:
+        assert time.monotonic() < end, "no grant before the kill"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    before = int(rc.get(fence_key))
+    srv.kill()
+    time.sleep(1.0)  # an outage: every call fails (connection refused)
+    srv.start()
+    rc = srv.client()
+    end = time.monotonic() + 60
+    while True:
+        v = rc.get(fence_key)
+        if v is not None and int(v) > before:
+            break
+        if not persistence:
+            assert v is None or int(v) > before, "the fence went backwards"
+        assert time.monotonic() < end, "nobody re-acquired after the restart"
+        time.sleep(0.05)
+    results = []
+    for p in procs:
+        results.append(p.expect("DONE", timeout=120))
+        assert p.finish() == 0, "".join(p.err)
+    print("workers:", results, "fence before kill:", before)
+    grants_total = sum(int(line.split()[1].split("=")[1]) for line in results)
+    assert grants_total > 0
+    all_fences: list[int] = []
+    for f in tmp_path.glob("grants-*"):
+        fences = [int(x) for x in f.read_text().split()]
+        assert all(b > a for a, b in zip(fences, fences[1:])), f"{f.name}: tokens went backwards"
+        all_fences += fences
+    assert len(all_fences) == len(set(all_fences)), "two grants shared a fencing token"
+    assert any(x > before for x in all_fences), "leases were re-acquired after the restart"
+    rows = [t for (t,) in sqlite3.connect(str(tmp_path / "gate.db")).execute("SELECT token FROM writes ORDER BY rowid")]
+    assert rows and all(b >= a for a, b in zip(rows, rows[1:])), "the gate accepted an older token"
