@@ -1,0 +1,219 @@
+"""AsyncLockClient: the same model on an event loop (fake clock, memory service)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from leasehold import AsyncLockClient, AsyncLockHandle, ClientClosed, LockNotHeld, LockTimeout
+from leasehold.service import AsyncLockService, Granted, HeldByOther
+from leasehold.testing import FakeClock, MemoryLockService, MemoryStore
+
+
+def run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro_fn(), 60))
+
+
+async def asettle(clock: FakeClock, clients: list[AsyncLockClient], seconds: float, step: float) -> None:
+    left = seconds
+    for c in clients:
+        assert await c.wait_idle()
+    while left > 1e-12:
+        d = min(step, left)
+        clock.advance(d)
+        left -= d
+        for c in clients:
+            assert await c.wait_idle()
+
+
+def test_async_acquire_release_and_context_manager() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        async with AsyncLockClient(MemoryLockService(store), clock=clock) as c:
+            async with c.acquire("a", ttl=3) as h:
+                assert isinstance(h, AsyncLockHandle)
+                assert h.fencing_token == 1 and h.is_held()
+                assert store.holder("a") is not None
+            assert store.holder("a") is None
+            h2 = await c.acquire("a", ttl=3)
+            assert h2.fencing_token == 2
+            await h2.release()
+            await h2.release()
+            with pytest.raises(LockNotHeld):
+                async with h2:
+                    pass
+
+    run(main)
+
+
+def test_async_renewal_and_contention() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        a = AsyncLockClient(MemoryLockService(store), clock=clock)
+        b = AsyncLockClient(MemoryLockService(store), clock=clock)
+        h = await a.acquire("r", ttl=2)
+        await asettle(clock, [a, b], seconds=10, step=0.2)
+        assert h.is_held() and a.counters().renewals_ok >= 12
+        with pytest.raises(LockTimeout):
+            await b.acquire("r", ttl=2)
+        # a bounded wait that runs out while the holder keeps renewing
+        t = asyncio.ensure_future(b.acquire("r", ttl=2, wait=3))
+        await asyncio.sleep(0)
+        await asettle(clock, [a, b], seconds=4, step=0.2)
+        with pytest.raises(LockTimeout):
+            await t
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_async_loss_fires_on_lost_once() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        svc = MemoryLockService(clock=clock)
+        seen: list[AsyncLockHandle] = []
+
+        async def on_lost(h: AsyncLockHandle) -> None:
+            seen.append(h)
+            raise RuntimeError("logged, not fatal")
+
+        async with AsyncLockClient(svc, clock=clock) as c:
+            h = await c.acquire("l", ttl=3, on_lost=on_lost)
+            svc.reject_renewals = True
+            await asettle(clock, [c], seconds=6, step=0.1)
+            assert h.lost.is_set() and h.lost_reason == "rejected"
+            await asyncio.wait_for(h.lost.wait(), 5)
+            assert seen == [h]
+            assert not h.is_held()
+            svc.reject_renewals = False
+            h2 = await c.acquire("other", ttl=3)  # the driver survived the callback's exception
+            assert h2.is_held()
+
+    run(main)
+
+
+def test_async_waiter_wakes_on_release() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        async with AsyncLockClient(MemoryLockService(store), clock=clock) as a, AsyncLockClient(
+            MemoryLockService(store), clock=clock
+        ) as b:
+            ha = await a.acquire("w", ttl=30)
+            t = asyncio.ensure_future(b.acquire("w", ttl=3, wait=60))
+            await asyncio.sleep(0)
+            assert await b.wait_idle()
+            assert not t.done()
+            await ha.release()
+            hb = await asyncio.wait_for(t, 10)
+            assert hb.fencing_token == ha.fencing_token + 1
+
+    run(main)
+
+
+def test_async_cancellation_releases_late_grant() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        svc = MemoryLockService(store)
+        async with AsyncLockClient(svc, clock=clock) as c:
+            svc.hang()
+            t = asyncio.ensure_future(c.acquire("late", ttl=3, wait=30))
+            await asyncio.to_thread(svc.called["acquire"].wait, 5)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            svc.unhang()  # the hung acquire completes with a grant nobody wants
+            await asettle(clock, [c], seconds=1, step=0.1)
+            assert store.holder("late") is None
+            h = await c.acquire("late", ttl=3)
+            assert h.is_held()
+
+    run(main)
+
+
+def test_async_closed_client_and_bad_inputs() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        c = AsyncLockClient(MemoryLockService(clock=clock), clock=clock)
+        with pytest.raises(TypeError):
+            c.acquire(5, ttl=3)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            c.acquire("x", ttl=-1)
+        with pytest.raises(ValueError):
+            await c.acquire("", ttl=3)
+        h = await c.acquire("x", ttl=3)
+        await c.close()
+        await c.close()
+        assert not h.is_held()
+        with pytest.raises(ClientClosed):
+            await c.acquire("x", ttl=3)
+
+    run(main)
+
+
+def test_async_close_cancels_waiter() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        a = AsyncLockClient(MemoryLockService(store), clock=clock)
+        b = AsyncLockClient(MemoryLockService(store), clock=clock)
+        await a.acquire("c", ttl=30)
+        t = asyncio.ensure_future(b.acquire("c", ttl=3, wait=60))
+        await asyncio.sleep(0)
+        assert await b.wait_idle()
+        await b.close(timeout=1)
+        with pytest.raises(ClientClosed):
+            await t
+        await a.close()
+
+    run(main)
+
+
+class NativeAsyncService(AsyncLockService):
+    """A minimal native-async service over a MemoryStore (no threads)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        return self.store.acquire(name, token, ttl_ms)
+
+    async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
+        return self.store.renew(name, token, ttl_ms)
+
+    async def release(self, name: str, token: str, backend_data: bytes) -> bool:
+        return self.store.release(name, token)
+
+
+def test_async_with_native_async_service() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        async with AsyncLockClient(NativeAsyncService(store), clock=clock) as c:
+            async with c.acquire("n", ttl=3) as h:
+                await asettle(clock, [c], seconds=9, step=0.25)
+                assert h.is_held()
+                assert store.holder("n") is not None
+            assert store.holder("n") is None
+
+    run(main)
+
+
+def test_async_client_is_bound_to_one_loop() -> None:
+    clock = FakeClock()
+    c = AsyncLockClient(MemoryLockService(clock=clock), clock=clock)
+
+    async def use() -> None:
+        h = await c.acquire("x", ttl=3)
+        await h.release()
+
+    asyncio.run(use())
+    with pytest.raises(RuntimeError, match="another event loop"):
+        asyncio.run(use())
