@@ -108,31 +108,49 @@ impl Diag {
         }
     }
 
+    /// Turns the outcome of a guarded body into a status. The success path is inlined into
+    /// every export; the error paths are cold so they cost nothing on the hot path.
+    #[inline]
     fn finish(&self, outcome: std::thread::Result<Result<(), Failure>>) -> lh_status {
         match outcome {
             Ok(Ok(())) => LH_OK,
-            Ok(Err(f)) => {
-                self.set_message(&f.detail);
-                f.status
-            }
-            Err(payload) => {
-                self.poisoned.set(true);
-                self.set_message(&format!(
-                    "panic inside leasehold (handle poisoned): {}",
-                    panic_text(payload.as_ref())
-                ));
-                LH_ERR_PANIC
-            }
+            Ok(Err(f)) => self.fail(f),
+            Err(payload) => self.panicked(payload),
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn fail(&self, f: Failure) -> lh_status {
+        self.set_message(&f.detail);
+        f.status
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn panicked(&self, payload: Box<dyn Any + Send>) -> lh_status {
+        self.poisoned.set(true);
+        self.set_message(&format!(
+            "panic inside leasehold (handle poisoned): {}",
+            panic_text(payload.as_ref())
+        ));
+        LH_ERR_PANIC
+    }
+
+    #[inline]
     fn check_poisoned(&self) -> Result<(), lh_status> {
         if self.poisoned.get() {
-            self.set_message("handle poisoned by an earlier panic; free it and create a new one");
-            Err(LH_ERR_POISONED)
+            Err(self.report_poisoned())
         } else {
             Ok(())
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn report_poisoned(&self) -> lh_status {
+        self.set_message("handle poisoned by an earlier panic; free it and create a new one");
+        LH_ERR_POISONED
     }
 }
 
@@ -150,6 +168,7 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 ///
 /// # Safety
 /// `c` is NULL or a live pointer from `lh_client_new` not used concurrently by another thread.
+#[inline]
 pub(crate) unsafe fn guard_mut(
     c: *mut lh_client,
     f: impl FnOnce(&mut ClientState) -> Result<(), Failure>,
@@ -170,6 +189,7 @@ pub(crate) unsafe fn guard_mut(
 ///
 /// # Safety
 /// `c` is NULL or a live pointer from `lh_client_new` not used concurrently by another thread.
+#[inline]
 pub(crate) unsafe fn guard_ref(
     c: *const lh_client,
     f: impl FnOnce(&ClientState) -> Result<(), Failure>,

@@ -15,7 +15,7 @@ use super::boundary::{
 use super::types::*;
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
-    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
 };
 
 /// Opaque client handle: one core session plus the memory that borrowed outputs point into.
@@ -42,6 +42,9 @@ pub(crate) struct ClientState {
     out_name: Option<Arc<str>>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
     out_token: [u8; 32],
+    /// Raw token whose hex is in `out_token`: successive outputs of one lease (every renew)
+    /// carry the same token, so the hex is only recomputed when the token changes.
+    out_token_raw: Option<Token>,
     /// Backend data of the last polled output; `lh_output.backend_data` points into it.
     out_backend_data: Option<Arc<[u8]>>,
 }
@@ -223,6 +226,7 @@ pub unsafe extern "C" fn lh_client_new(
                 core,
                 out_name: None,
                 out_token: [0; 32],
+                out_token_raw: None,
                 out_backend_data: None,
             },
             diag: Diag::new(),
@@ -527,6 +531,15 @@ const EMPTY_OUTPUT: lh_output = lh_output {
 };
 
 impl ClientState {
+    /// Makes `out_token` the hex of `token`, reusing the previous conversion when unchanged.
+    #[inline]
+    fn set_token(&mut self, token: Token) {
+        if self.out_token_raw != Some(token) {
+            self.out_token = token.to_hex();
+            self.out_token_raw = Some(token);
+        }
+    }
+
     /// Converts one core output into its flat C form, keeping the bytes it points to alive in
     /// the handle until the next poll.
     fn flatten(&mut self, output: Option<Output>) -> lh_output {
@@ -549,7 +562,7 @@ impl ClientState {
                     o.request_id = request.0;
                     o.lease_id = lease.0;
                     o.ttl_ms = ttl_ms;
-                    self.out_token = token.to_hex();
+                    self.set_token(token);
                     self.out_name = Some(name);
                 }
                 Command::Renew {
@@ -564,7 +577,7 @@ impl ClientState {
                     o.request_id = request.0;
                     o.lease_id = lease.0;
                     o.ttl_ms = ttl_ms;
-                    self.out_token = token.to_hex();
+                    self.set_token(token);
                     self.out_name = Some(name);
                     self.out_backend_data = backend_data;
                 }
@@ -578,7 +591,7 @@ impl ClientState {
                     o.kind = LH_OUTPUT_RELEASE;
                     o.request_id = request.0;
                     o.lease_id = lease.0;
-                    self.out_token = token.to_hex();
+                    self.set_token(token);
                     self.out_name = Some(name);
                     self.out_backend_data = backend_data;
                 }
