@@ -19,7 +19,8 @@
  *   errors, never undefined behaviour. Names are UTF-8 byte strings with an explicit length
  *   (no NUL terminator needed; an embedded NUL is an error). Results for unknown or already
  *   answered request ids are not errors: they are counted (stale_results) and ignored.
- *   Out-parameters are written only when LH_OK is returned.
+ *   Out-parameters are written only when LH_OK is returned. Non-NULL pointers must point to
+ *   valid, suitably aligned memory of the documented size (the library cannot check that).
  *
  * Ownership and lifetimes. The library allocates and frees every handle: lh_client_new()
  *   creates one, lh_client_free() destroys it (NULL allowed; double free is undefined).

@@ -7,13 +7,31 @@
  * under valgrind. Prints "N passed, N failed"; exit status 1 on any failure.
  * Time is virtual (now is an argument), so nothing here depends on how fast the machine is.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "leasehold.h"
+
+/* The layouts ctypes and cgo mirror (LP64): a change here is an ABI break. */
+_Static_assert(sizeof(lh_config) == 64, "lh_config layout");
+_Static_assert(offsetof(lh_config, drift_fixed_ns) == 8, "lh_config layout");
+_Static_assert(offsetof(lh_config, max_leases) == 56, "lh_config layout");
+_Static_assert(sizeof(lh_acquire_options) == 24, "lh_acquire_options layout");
+_Static_assert(sizeof(lh_output) == 96, "lh_output layout");
+_Static_assert(offsetof(lh_output, request_id) == 8, "lh_output layout");
+_Static_assert(offsetof(lh_output, name) == 24, "lh_output layout");
+_Static_assert(offsetof(lh_output, backend_data_len) == 64, "lh_output layout");
+_Static_assert(offsetof(lh_output, valid_until_ns) == 88, "lh_output layout");
+_Static_assert(sizeof(lh_lease_info) == 32, "lh_lease_info layout");
+_Static_assert(sizeof(lh_counters) == 120, "lh_counters layout");
+_Static_assert(offsetof(lh_counters, time_clamped) == 112, "lh_counters layout");
 
 #define MS 1000000ull
 
@@ -769,6 +787,56 @@ static void many_leases_and_free_with_pending_work(void) {
     lh_client_free(c);
 }
 
+/* Copies the token of the next ACQUIRE command of a fresh acquire of `name`. */
+static void acquire_token(lh_client *c, const char *name, uint8_t token[32]) {
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease;
+    EXPECT_ST(lh_acquire(c, 0, (const uint8_t *)name, strlen(name), &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT(a.kind == LH_OUTPUT_ACQUIRE && a.token_len == 32);
+    if (a.token_len == 32) memcpy(token, a.token, 32);
+}
+
+static void same_seed_is_deterministic(void) {
+    lh_client *a = mk(), *b = mk();
+    uint8_t ta[32] = {0}, tb[32] = {1};
+    acquire_token(a, "x", ta);
+    acquire_token(b, "x", tb);
+    EXPECT(memcmp(ta, tb, 32) == 0); /* tests and fuzzers replay runs from a seed */
+    lh_client_free(a);
+    lh_client_free(b);
+}
+
+static void reseed_after_fork_gives_distinct_tokens(void) {
+    lh_client *c = mk();
+    uint8_t parent[32] = {0}, child[32] = {0};
+    int fds[2];
+    EXPECT(pipe(fds) == 0);
+    pid_t pid = fork();
+    EXPECT(pid >= 0);
+    if (pid == 0) {
+        /* Child: what Python's os.register_at_fork(after_in_child=...) does. */
+        uint8_t fresh[32];
+        for (size_t i = 0; i < sizeof fresh; i++) fresh[i] = (uint8_t)(0xc0 + i);
+        int ok = lh_client_reseed(c, fresh, sizeof fresh) == LH_OK;
+        uint8_t tok[32] = {0};
+        acquire_token(c, "x", tok);
+        ok = ok && test_ok;
+        ssize_t w = write(fds[1], tok, 32);
+        lh_client_free(c);
+        _exit(ok && w == 32 ? 0 : 1);
+    }
+    close(fds[1]);
+    acquire_token(c, "x", parent);
+    EXPECT(read(fds[0], child, 32) == 32);
+    close(fds[0]);
+    int status = 0;
+    EXPECT(waitpid(pid, &status, 0) == pid);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(memcmp(parent, child, 32) != 0);
+    lh_client_free(c);
+}
+
 int main(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
@@ -796,6 +864,8 @@ int main(void) {
     RUN(last_error_is_per_handle);
     RUN(panic_poisons_only_that_handle);
     RUN(many_leases_and_free_with_pending_work);
+    RUN(same_seed_is_deterministic);
+    RUN(reseed_after_fork_gives_distinct_tokens);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
