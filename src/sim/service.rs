@@ -1,0 +1,383 @@
+//! The reference lock service the simulated clients talk to.
+//!
+//! It has the semantics every real backend must have (design §6, the Redis
+//! scripts): one holder per name, identified by the client's ownership token;
+//! expiry after the granted TTL on the *service's* clock; a fencing token per
+//! name that strictly increases across grants and is never forgotten; an
+//! idempotent acquire (the same token asking again keeps its fencing token and
+//! refreshes the TTL); renew and release that check ownership first; and a
+//! release notification to every watcher of the name on an explicit release
+//! (expiry publishes nothing, as with Redis key expiry).
+//!
+//! It also keeps a history of every grant so the simulator can check what the
+//! core reports against what the service actually decided, and it records
+//! protocol violations by the client (a renew/release echoing backend data the
+//! service never handed to that token).
+
+use std::collections::{BTreeSet, HashMap};
+
+/// A client's ownership token, in the lowercase hex form a backend stores.
+pub type OwnerToken = [u8; 32];
+
+/// Deliberate service bugs, used only to prove that the oracles can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceFault {
+    /// A correct service.
+    None,
+    /// Grants even while someone else holds the name (breaks I5).
+    IgnoreHolder,
+    /// Hands out fencing tokens that go down (breaks I4).
+    DecreasingFence,
+}
+
+/// What an acquire produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// The token holds the name.
+    Granted {
+        /// Fencing token of this grant.
+        fence: u64,
+        /// TTL granted, in ms.
+        ttl_ms: u64,
+        /// Backend ownership bytes the client must echo on renew/release.
+        backend_data: Vec<u8>,
+    },
+    /// Someone else holds it; `retry_after_ms` is their remaining TTL if the
+    /// service is configured to tell.
+    HeldByOther {
+        /// Remaining TTL of the holder.
+        retry_after_ms: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Holder {
+    token: OwnerToken,
+    fence: u64,
+    expires_at: u64,
+    backend_data: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct LockRow {
+    holder: Option<Holder>,
+    /// Highest fencing token ever issued for this name (never deleted).
+    last_fence: u64,
+}
+
+/// Everything the service ever granted to one token (for the oracles).
+#[derive(Clone, Debug, Default)]
+pub struct GrantHistory {
+    /// Name the token was used for.
+    pub name: String,
+    /// Fencing tokens granted to this token, in order.
+    pub fences: Vec<u64>,
+    /// Backend data handed out with the latest grant.
+    pub backend_data: Vec<u8>,
+}
+
+/// The in-memory reference lock service. Times are readings of the service's
+/// own clock in ns.
+#[derive(Debug)]
+pub struct LockService {
+    rows: HashMap<String, LockRow>,
+    watchers: HashMap<String, BTreeSet<usize>>,
+    history: HashMap<OwnerToken, GrantHistory>,
+    fault: ServiceFault,
+    retry_hints: bool,
+    fence_stride: u64,
+    violations: Vec<String>,
+    grants: u64,
+}
+
+/// Ceil-divides ns into whole ms.
+fn ms_ceil(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000)
+}
+
+impl LockService {
+    /// A service. `retry_hints` decides whether held-by-other replies carry
+    /// the holder's remaining TTL; `fence_stride` (≥ 1) is the gap between
+    /// successive fencing tokens (real backends may skip, e.g. Redis uses
+    /// server time in µs).
+    pub fn new(fault: ServiceFault, retry_hints: bool, fence_stride: u64) -> Self {
+        LockService {
+            rows: HashMap::new(),
+            watchers: HashMap::new(),
+            history: HashMap::new(),
+            fault,
+            retry_hints,
+            fence_stride: fence_stride.max(1),
+            violations: Vec::new(),
+            grants: 0,
+        }
+    }
+
+    /// Acquire `name` for `token` at service time `now` for `ttl_ms`.
+    pub fn acquire(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        ttl_ms: u64,
+    ) -> AcquireReply {
+        let ttl_ns = ttl_ms.saturating_mul(1_000_000);
+        let row = self.rows.entry(name.to_owned()).or_default();
+        if let Some(h) = &mut row.holder {
+            if now < h.expires_at {
+                if h.token == token {
+                    // Idempotent: the same owner asking again (a retry whose
+                    // first answer was lost) keeps its fencing token.
+                    h.expires_at = now.saturating_add(ttl_ns);
+                    return AcquireReply::Granted {
+                        fence: h.fence,
+                        ttl_ms,
+                        backend_data: h.backend_data.clone(),
+                    };
+                }
+                if self.fault != ServiceFault::IgnoreHolder {
+                    let retry_after_ms = self.retry_hints.then(|| ms_ceil(h.expires_at - now));
+                    return AcquireReply::HeldByOther { retry_after_ms };
+                }
+            }
+        }
+        let fence = match self.fault {
+            ServiceFault::DecreasingFence if row.last_fence > 2 => row.last_fence - 2,
+            _ => row.last_fence + self.fence_stride,
+        };
+        row.last_fence = row.last_fence.max(fence);
+        self.grants += 1;
+        let backend_data = {
+            let mut d = b"grant:".to_vec();
+            d.extend_from_slice(&self.grants.to_le_bytes());
+            d
+        };
+        row.holder = Some(Holder {
+            token,
+            fence,
+            expires_at: now.saturating_add(ttl_ns),
+            backend_data: backend_data.clone(),
+        });
+        let hist = self.history.entry(token).or_default();
+        if hist.name.is_empty() {
+            hist.name = name.to_owned();
+        } else if hist.name != name {
+            self.violations.push(format!(
+                "token {} used for two names: {:?} and {:?}",
+                String::from_utf8_lossy(&token),
+                hist.name,
+                name
+            ));
+        }
+        hist.fences.push(fence);
+        hist.backend_data.clone_from(&backend_data);
+        AcquireReply::Granted {
+            fence,
+            ttl_ms,
+            backend_data,
+        }
+    }
+
+    /// A renew or release must carry the backend data of the grant it acts on.
+    /// Only checked while `token` is the live holder: otherwise the service
+    /// refuses the command anyway, whatever data it carries.
+    fn check_echo(
+        &mut self,
+        what: &str,
+        now: u64,
+        name: &str,
+        token: &OwnerToken,
+        sent: Option<&[u8]>,
+    ) {
+        let Some(sent) = sent else {
+            return;
+        };
+        let live = self
+            .rows
+            .get(name)
+            .and_then(|r| r.holder.as_ref())
+            .filter(|h| h.token == *token && now < h.expires_at);
+        if let Some(h) = live {
+            if sent != h.backend_data.as_slice() {
+                let msg = format!(
+                    "{what} for token {} echoed backend data {:?}, but its live grant has {:?}",
+                    String::from_utf8_lossy(token),
+                    String::from_utf8_lossy(sent),
+                    String::from_utf8_lossy(&h.backend_data)
+                );
+                self.violations.push(msg);
+            }
+        } else if !self.history.contains_key(token) {
+            let msg = format!(
+                "{what} for token {} carries backend data {:?} that was never granted",
+                String::from_utf8_lossy(token),
+                String::from_utf8_lossy(sent)
+            );
+            self.violations.push(msg);
+        }
+    }
+
+    /// Extends the TTL if `token` holds `name` and has not expired.
+    pub fn renew(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        ttl_ms: u64,
+        backend_data: Option<&[u8]>,
+    ) -> bool {
+        self.check_echo("renew", now, name, &token, backend_data);
+        match self.rows.get_mut(name).and_then(|r| r.holder.as_mut()) {
+            Some(h) if h.token == token && now < h.expires_at => {
+                h.expires_at = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Deletes the lock if `token` holds it; returns whether it did and the
+    /// watchers to notify.
+    pub fn release(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        backend_data: Option<&[u8]>,
+    ) -> (bool, Vec<usize>) {
+        self.check_echo("release", now, name, &token, backend_data);
+        let Some(row) = self.rows.get_mut(name) else {
+            return (false, Vec::new());
+        };
+        match &row.holder {
+            Some(h) if h.token == token && now < h.expires_at => {
+                row.holder = None;
+                let w = self
+                    .watchers
+                    .get(name)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                (true, w)
+            }
+            _ => (false, Vec::new()),
+        }
+    }
+
+    /// Subscribes `client` to release notifications of `name`.
+    pub fn watch(&mut self, client: usize, name: &str) {
+        self.watchers
+            .entry(name.to_owned())
+            .or_default()
+            .insert(client);
+    }
+
+    /// Unsubscribes `client` from `name`.
+    pub fn unwatch(&mut self, client: usize, name: &str) {
+        if let Some(s) = self.watchers.get_mut(name) {
+            s.remove(&client);
+        }
+    }
+
+    /// The unexpired holder of `name` at service time `now`: (token, fence).
+    pub fn holder(&self, now: u64, name: &str) -> Option<(OwnerToken, u64)> {
+        self.rows
+            .get(name)
+            .and_then(|r| r.holder.as_ref())
+            .filter(|h| now < h.expires_at)
+            .map(|h| (h.token, h.fence))
+    }
+
+    /// Everything granted to `token`.
+    pub fn history(&self, token: &OwnerToken) -> Option<&GrantHistory> {
+        self.history.get(token)
+    }
+
+    /// Protocol violations by clients observed so far.
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// Number of fresh grants (not counting idempotent re-grants).
+    pub fn grants(&self) -> u64 {
+        self.grants
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: OwnerToken = [b'a'; 32];
+    const B: OwnerToken = [b'b'; 32];
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn exclusive_idempotent_expiring_and_fenced() {
+        let mut s = LockService::new(ServiceFault::None, true, 1);
+        let AcquireReply::Granted {
+            fence: f1,
+            backend_data,
+            ..
+        } = s.acquire(0, "n", A, 100)
+        else {
+            panic!("first acquire must be granted")
+        };
+        assert_eq!(
+            s.acquire(10 * MS, "n", B, 100),
+            AcquireReply::HeldByOther {
+                retry_after_ms: Some(90)
+            }
+        );
+        // idempotent: same token, same fence, TTL refreshed from now
+        let again = s.acquire(50 * MS, "n", A, 100);
+        assert!(matches!(again, AcquireReply::Granted { fence, .. } if fence == f1));
+        assert!(s.holder(149 * MS, "n").is_some());
+        assert!(s.holder(150 * MS, "n").is_none());
+        assert!(s.renew(60 * MS, "n", A, 100, Some(&backend_data)));
+        assert!(!s.renew(60 * MS, "n", B, 100, None));
+        let AcquireReply::Granted { fence: f2, .. } = s.acquire(161 * MS, "n", B, 100) else {
+            panic!("expired lock must be granted to the next owner")
+        };
+        assert!(f2 > f1);
+        assert!(
+            !s.renew(170 * MS, "n", A, 100, None),
+            "old owner cannot renew"
+        );
+        s.watch(3, "n");
+        assert_eq!(s.release(170 * MS, "n", A, None), (false, vec![]));
+        assert_eq!(s.release(170 * MS, "n", B, None), (true, vec![3]));
+        assert!(s.violations().is_empty());
+        s.renew(170 * MS, "n", B, 1, Some(b"forged"));
+        assert_eq!(
+            s.violations().len(),
+            0,
+            "B no longer holds: nothing to check"
+        );
+        s.acquire(200 * MS, "n", A, 100);
+        s.renew(210 * MS, "n", A, 100, Some(b"forged"));
+        assert_eq!(s.violations().len(), 1);
+    }
+
+    #[test]
+    fn faults_break_what_they_say() {
+        let mut s = LockService::new(ServiceFault::IgnoreHolder, false, 1);
+        s.acquire(0, "n", A, 100);
+        assert!(matches!(
+            s.acquire(1, "n", B, 100),
+            AcquireReply::Granted { .. }
+        ));
+        let mut s = LockService::new(ServiceFault::DecreasingFence, false, 1);
+        let mut last = 0;
+        let mut went_down = false;
+        for i in 0..6u8 {
+            let tok = [b'0' + i; 32];
+            if let AcquireReply::Granted { fence, .. } =
+                s.acquire(u64::from(i) * 200 * MS, "n", tok, 100)
+            {
+                went_down |= fence < last;
+                last = fence;
+            }
+        }
+        assert!(went_down);
+    }
+}
