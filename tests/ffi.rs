@@ -1024,3 +1024,29 @@ fn same_seed_same_tokens_and_reseed_changes_them() {
         "a reseeded (forked) client must not repeat tokens"
     );
 }
+
+#[test]
+fn hostile_granted_ttls_and_fences_never_extend_validity() {
+    // A service (or a buggy transport) answers with a zero or "negative" (huge) TTL/fence.
+    for (ttl, fence) in [(0, 0), (u64::MAX, u64::MAX), (u64::MAX / 1_000_000 + 1, 1)] {
+        let h = client();
+        let lease = acquire(&h, 10 * MS, NAME, &opts(3000)).unwrap();
+        let req = poll(&h).unwrap().raw.request_id;
+        expect(grant(&h, 11 * MS, req, fence, ttl, &[]), LH_OK);
+        for o in drain(&h) {
+            if o.raw.kind == LH_OUTPUT_ACQUIRED {
+                // Validity counts from the send (10 ms) and never exceeds the requested TTL.
+                assert!(o.raw.valid_until_ns <= 10 * MS + 3000 * MS, "ttl {ttl}");
+            }
+        }
+        let mut held_now = true;
+        // SAFETY: valid pointer.
+        expect(
+            unsafe { lh_is_held(h.0, lease, 10 * MS + 3000 * MS, &mut held_now) },
+            LH_OK,
+        );
+        assert!(!held_now);
+        // Still usable afterwards.
+        acquire(&h, 12 * MS, b"other", &opts(3000)).unwrap();
+    }
+}

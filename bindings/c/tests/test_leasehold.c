@@ -787,6 +787,27 @@ static void many_leases_and_free_with_pending_work(void) {
     lh_client_free(c);
 }
 
+static void hostile_granted_ttls_never_extend_validity(void) {
+    static const uint64_t ttls[] = {0, UINT64_MAX, UINT64_MAX / 1000000 + 1};
+    for (size_t i = 0; i < sizeof ttls / sizeof ttls[0]; i++) {
+        lh_client *c = mk();
+        lh_acquire_options o = opts_ttl(3000);
+        uint64_t lease = 0;
+        bool held = true;
+        EXPECT_ST(lh_acquire(c, 10 * MS, NAME, NAME_LEN, &o, &lease), LH_OK);
+        lh_output a = poll1(c);
+        EXPECT_ST(lh_acquire_result(c, 11 * MS, a.request_id, LH_ACQUIRE_GRANTED, UINT64_MAX, ttls[i],
+                                    LH_NO_RETRY_HINT, NULL, 0), LH_OK);
+        drained d = drain_all(c);
+        const lh_output *ev = find(&d, LH_OUTPUT_ACQUIRED);
+        if (ev != NULL) EXPECT(ev->valid_until_ns <= 10 * MS + 3000 * MS);
+        EXPECT_ST(lh_is_held(c, lease, 10 * MS + 3000 * MS, &held), LH_OK);
+        EXPECT(!held);
+        EXPECT_ST(lh_acquire(c, 12 * MS, (const uint8_t *)"other", 5, &o, &lease), LH_OK);
+        lh_client_free(c);
+    }
+}
+
 /* Copies the token of the next ACQUIRE command of a fresh acquire of `name`. */
 static void acquire_token(lh_client *c, const char *name, uint8_t token[32]) {
     lh_acquire_options o = opts_ttl(3000);
@@ -864,6 +885,7 @@ int main(void) {
     RUN(last_error_is_per_handle);
     RUN(panic_poisons_only_that_handle);
     RUN(many_leases_and_free_with_pending_work);
+    RUN(hostile_granted_ttls_never_extend_validity);
     RUN(same_seed_is_deterministic);
     RUN(reseed_after_fork_gives_distinct_tokens);
     printf("%d passed, %d failed\n", passed, failed);
