@@ -86,6 +86,101 @@
 
 
 /**
+ * Success.
+ */
+#define LH_OK 0
+
+/**
+ * A required pointer argument was NULL (or NULL with a non-zero length).
+ */
+#define LH_ERR_NULL_ARGUMENT 1
+
+/**
+ * A name was not valid UTF-8.
+ */
+#define LH_ERR_INVALID_UTF8 2
+
+/**
+ * A name was empty.
+ */
+#define LH_ERR_EMPTY_NAME 3
+
+/**
+ * A name was longer than `LH_MAX_NAME_LEN` bytes.
+ */
+#define LH_ERR_NAME_TOO_LONG 4
+
+/**
+ * A name contained a NUL byte.
+ */
+#define LH_ERR_NAME_HAS_NUL 5
+
+/**
+ * A TTL was zero, too short for the renew cadence and margins, or above `max_ttl_ms`.
+ */
+#define LH_ERR_INVALID_TTL 6
+
+/**
+ * A configuration value was out of range (also: a seed longer than `LH_MAX_SEED_LEN`).
+ */
+#define LH_ERR_INVALID_CONFIG 7
+
+/**
+ * A seed was shorter than `LH_MIN_SEED_LEN` bytes.
+ */
+#define LH_ERR_SEED_TOO_SHORT 8
+
+/**
+ * A lease id was never issued by this client.
+ */
+#define LH_ERR_UNKNOWN_LEASE 9
+
+/**
+ * A lease id names a lease that has already ended (released, lost, failed).
+ */
+#define LH_ERR_LEASE_ENDED 10
+
+/**
+ * The client already holds `max_leases` live lease records.
+ */
+#define LH_ERR_TOO_MANY_LEASES 11
+
+/**
+ * An enum value or flag bit passed in is not one this library knows.
+ */
+#define LH_ERR_INVALID_ENUM 12
+
+/**
+ * Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
+ */
+#define LH_ERR_BACKEND_DATA_TOO_LONG 13
+
+/**
+ * A caller-provided buffer was too small (the needed size is reported where documented).
+ */
+#define LH_ERR_BUFFER_TOO_SMALL 14
+
+/**
+ * The fencing token or validity was asked for a lease that was never granted.
+ */
+#define LH_ERR_NOT_GRANTED 15
+
+/**
+ * The `struct_size` field of a struct passed in is smaller than this library's struct.
+ */
+#define LH_ERR_STRUCT_SIZE 16
+
+/**
+ * A panic was caught inside the library; the handle is now poisoned.
+ */
+#define LH_ERR_PANIC 900
+
+/**
+ * The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
+ */
+#define LH_ERR_POISONED 901
+
+/**
  * `lh_output.kind`: nothing left to poll.
  */
 #define LH_OUTPUT_NONE 0
@@ -574,101 +669,6 @@ typedef struct lh_counters {
    */
   uint64_t time_clamped;
 } lh_counters;
-
-/**
- * Success.
- */
-#define LH_OK 0
-
-/**
- * A required pointer argument was NULL (or NULL with a non-zero length).
- */
-#define LH_ERR_NULL_ARGUMENT 1
-
-/**
- * A name was not valid UTF-8.
- */
-#define LH_ERR_INVALID_UTF8 2
-
-/**
- * A name was empty.
- */
-#define LH_ERR_EMPTY_NAME 3
-
-/**
- * A name was longer than `LH_MAX_NAME_LEN` bytes.
- */
-#define LH_ERR_NAME_TOO_LONG 4
-
-/**
- * A name contained a NUL byte.
- */
-#define LH_ERR_NAME_HAS_NUL 5
-
-/**
- * A TTL was zero, too short for the renew cadence and margins, or above `max_ttl_ms`.
- */
-#define LH_ERR_INVALID_TTL 6
-
-/**
- * A configuration value was out of range (also: a seed longer than `LH_MAX_SEED_LEN`).
- */
-#define LH_ERR_INVALID_CONFIG 7
-
-/**
- * A seed was shorter than `LH_MIN_SEED_LEN` bytes.
- */
-#define LH_ERR_SEED_TOO_SHORT 8
-
-/**
- * A lease id was never issued by this client.
- */
-#define LH_ERR_UNKNOWN_LEASE 9
-
-/**
- * A lease id names a lease that has already ended (released, lost, failed).
- */
-#define LH_ERR_LEASE_ENDED 10
-
-/**
- * The client already holds `max_leases` live lease records.
- */
-#define LH_ERR_TOO_MANY_LEASES 11
-
-/**
- * An enum value or flag bit passed in is not one this library knows.
- */
-#define LH_ERR_INVALID_ENUM 12
-
-/**
- * Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
- */
-#define LH_ERR_BACKEND_DATA_TOO_LONG 13
-
-/**
- * A caller-provided buffer was too small (the needed size is reported where documented).
- */
-#define LH_ERR_BUFFER_TOO_SMALL 14
-
-/**
- * The fencing token or validity was asked for a lease that was never granted.
- */
-#define LH_ERR_NOT_GRANTED 15
-
-/**
- * The `struct_size` field of a struct passed in is smaller than this library's struct.
- */
-#define LH_ERR_STRUCT_SIZE 16
-
-/**
- * A panic was caught inside the library; the handle is now poisoned.
- */
-#define LH_ERR_PANIC 900
-
-/**
- * The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
- */
-#define LH_ERR_POISONED 901
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,44 +12,46 @@
 /// that codes added later cannot be undefined behaviour in an older host.
 pub type lh_status = u32;
 
+// Status codes are typed `u32` (= `lh_status`) so cbindgen emits them first in the header.
+
 /// Success.
-pub const LH_OK: lh_status = 0;
+pub const LH_OK: u32 = 0;
 /// A required pointer argument was NULL (or NULL with a non-zero length).
-pub const LH_ERR_NULL_ARGUMENT: lh_status = 1;
+pub const LH_ERR_NULL_ARGUMENT: u32 = 1;
 /// A name was not valid UTF-8.
-pub const LH_ERR_INVALID_UTF8: lh_status = 2;
+pub const LH_ERR_INVALID_UTF8: u32 = 2;
 /// A name was empty.
-pub const LH_ERR_EMPTY_NAME: lh_status = 3;
+pub const LH_ERR_EMPTY_NAME: u32 = 3;
 /// A name was longer than `LH_MAX_NAME_LEN` bytes.
-pub const LH_ERR_NAME_TOO_LONG: lh_status = 4;
+pub const LH_ERR_NAME_TOO_LONG: u32 = 4;
 /// A name contained a NUL byte.
-pub const LH_ERR_NAME_HAS_NUL: lh_status = 5;
+pub const LH_ERR_NAME_HAS_NUL: u32 = 5;
 /// A TTL was zero, too short for the renew cadence and margins, or above `max_ttl_ms`.
-pub const LH_ERR_INVALID_TTL: lh_status = 6;
+pub const LH_ERR_INVALID_TTL: u32 = 6;
 /// A configuration value was out of range (also: a seed longer than `LH_MAX_SEED_LEN`).
-pub const LH_ERR_INVALID_CONFIG: lh_status = 7;
+pub const LH_ERR_INVALID_CONFIG: u32 = 7;
 /// A seed was shorter than `LH_MIN_SEED_LEN` bytes.
-pub const LH_ERR_SEED_TOO_SHORT: lh_status = 8;
+pub const LH_ERR_SEED_TOO_SHORT: u32 = 8;
 /// A lease id was never issued by this client.
-pub const LH_ERR_UNKNOWN_LEASE: lh_status = 9;
+pub const LH_ERR_UNKNOWN_LEASE: u32 = 9;
 /// A lease id names a lease that has already ended (released, lost, failed).
-pub const LH_ERR_LEASE_ENDED: lh_status = 10;
+pub const LH_ERR_LEASE_ENDED: u32 = 10;
 /// The client already holds `max_leases` live lease records.
-pub const LH_ERR_TOO_MANY_LEASES: lh_status = 11;
+pub const LH_ERR_TOO_MANY_LEASES: u32 = 11;
 /// An enum value or flag bit passed in is not one this library knows.
-pub const LH_ERR_INVALID_ENUM: lh_status = 12;
+pub const LH_ERR_INVALID_ENUM: u32 = 12;
 /// Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
-pub const LH_ERR_BACKEND_DATA_TOO_LONG: lh_status = 13;
+pub const LH_ERR_BACKEND_DATA_TOO_LONG: u32 = 13;
 /// A caller-provided buffer was too small (the needed size is reported where documented).
-pub const LH_ERR_BUFFER_TOO_SMALL: lh_status = 14;
+pub const LH_ERR_BUFFER_TOO_SMALL: u32 = 14;
 /// The fencing token or validity was asked for a lease that was never granted.
-pub const LH_ERR_NOT_GRANTED: lh_status = 15;
+pub const LH_ERR_NOT_GRANTED: u32 = 15;
 /// The `struct_size` field of a struct passed in is smaller than this library's struct.
-pub const LH_ERR_STRUCT_SIZE: lh_status = 16;
+pub const LH_ERR_STRUCT_SIZE: u32 = 16;
 /// A panic was caught inside the library; the handle is now poisoned.
-pub const LH_ERR_PANIC: lh_status = 900;
+pub const LH_ERR_PANIC: u32 = 900;
 /// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
-pub const LH_ERR_POISONED: lh_status = 901;
+pub const LH_ERR_POISONED: u32 = 901;
 
 /// `lh_output.kind`: nothing left to poll.
 pub const LH_OUTPUT_NONE: u32 = 0;
