@@ -1,0 +1,1231 @@
+// leasehold.hpp — header-only C++20 binding for the leasehold lease core.
+//
+// Two layers:
+//   * leasehold::Core      — a move-only RAII owner of one `lh_client` (the sans-IO core).
+//                            Inputs in, typed outputs (a std::variant) out; misuse throws
+//                            leasehold::Error. Not thread-safe (like the C handle).
+//   * leasehold::LockClient — a thread-safe client that runs the canonical host loop on a
+//                            driver thread and executes commands on an IO pool beside it,
+//                            through a leasehold::Transport (see leasehold/memory_transport.hpp
+//                            and leasehold/redis_transport.hpp).
+//
+// Threads of a LockClient:
+//   driver     — owns every call into the core (under one mutex), waits for the earliest of
+//                the core's deadline / a transport result / an application call / a release
+//                notification. It never calls the transport, so a hung transport cannot delay
+//                loss detection.
+//   io pool    — runs Transport::acquire/renew/release (ClientOptions::io_threads threads).
+//   watcher    — runs Transport::watch/unwatch in order (one thread).
+//   callbacks  — runs on_lost callbacks and stops the lease's stop_token (one thread). A callback
+//                that throws is logged, never fatal. Callbacks never run on the application
+//                thread that called acquire()/release().
+//
+// Time is std::chrono::steady_clock in nanoseconds; the seed comes from std::random_device.
+#pragma once
+
+#include <leasehold.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace leasehold {
+
+// ---------------------------------------------------------------------------------------------
+// Status codes and errors
+// ---------------------------------------------------------------------------------------------
+
+using Status = lh_status;
+
+// Codes raised by the C++ layer itself; they never collide with LH_ERR_* (< 1000 by contract).
+namespace status {
+inline constexpr Status closed = 1000;            // the LockClient was closed
+inline constexpr Status invalid_argument = 1001;  // e.g. a negative wait duration
+inline constexpr Status abi_mismatch = 1002;      // header and library disagree on LH_ABI_VERSION
+}  // namespace status
+
+inline std::string_view status_name(Status code) noexcept {
+  switch (code) {
+    case status::closed: return "LEASEHOLD_CLOSED";
+    case status::invalid_argument: return "LEASEHOLD_INVALID_ARGUMENT";
+    case status::abi_mismatch: return "LEASEHOLD_ABI_MISMATCH";
+    default: {
+      const char* s = lh_status_str(code);
+      return s != nullptr ? std::string_view(s) : std::string_view("LH_UNKNOWN_STATUS");
+    }
+  }
+}
+
+// Thrown for caller misuse (and for a poisoned handle). Faults of the service or the network are
+// never errors: they become events (AcquireFailed / Lost).
+class Error : public std::runtime_error {
+ public:
+  Error(Status code, std::string_view detail)
+      : std::runtime_error(format(code, detail)), code_(code), detail_(detail) {}
+  [[nodiscard]] Status code() const noexcept { return code_; }
+  // The handle's detail message (lh_client_last_error) or the C++ layer's explanation.
+  [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
+
+ private:
+  static std::string format(Status code, std::string_view detail) {
+    std::string s(status_name(code));
+    if (!detail.empty()) {
+      s += ": ";
+      s += detail;
+    }
+    return s;
+  }
+  Status code_;
+  std::string detail_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Small value types
+// ---------------------------------------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+// Monotonic nanoseconds: the `now` every core input takes.
+inline std::uint64_t now_ns() noexcept {
+  auto d = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch());
+  return d.count() < 0 ? 0 : static_cast<std::uint64_t>(d.count());
+}
+
+inline Clock::time_point to_time_point(std::uint64_t ns) noexcept {
+  constexpr auto max_ns = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 2);
+  const auto clamped = ns > max_ns ? max_ns : ns;
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::nanoseconds(static_cast<std::int64_t>(clamped))));
+}
+
+enum class AcquireFailReason : std::uint32_t {
+  WaitExhausted = LH_REASON_WAIT_EXHAUSTED,
+  Cancelled = LH_REASON_CANCELLED,
+  Unavailable = LH_REASON_UNAVAILABLE,
+};
+enum class LostReason : std::uint32_t {
+  Rejected = LH_REASON_REJECTED,
+  Expired = LH_REASON_EXPIRED,
+  FailBudget = LH_REASON_FAIL_BUDGET,
+};
+enum class LeaseState : std::uint32_t {
+  Acquiring = LH_STATE_ACQUIRING,
+  Held = LH_STATE_HELD,
+  Released = LH_STATE_RELEASED,
+  Lost = LH_STATE_LOST,
+  AcquireFailed = LH_STATE_ACQUIRE_FAILED,
+};
+
+inline std::string_view to_string(AcquireFailReason r) noexcept {
+  switch (r) {
+    case AcquireFailReason::WaitExhausted: return "wait_exhausted";
+    case AcquireFailReason::Cancelled: return "cancelled";
+    case AcquireFailReason::Unavailable: return "unavailable";
+  }
+  return "unknown";
+}
+inline std::string_view to_string(LostReason r) noexcept {
+  switch (r) {
+    case LostReason::Rejected: return "rejected";
+    case LostReason::Expired: return "expired";
+    case LostReason::FailBudget: return "fail_budget";
+  }
+  return "unknown";
+}
+inline std::string_view to_string(LeaseState s) noexcept {
+  switch (s) {
+    case LeaseState::Acquiring: return "acquiring";
+    case LeaseState::Held: return "held";
+    case LeaseState::Released: return "released";
+    case LeaseState::Lost: return "lost";
+    case LeaseState::AcquireFailed: return "acquire_failed";
+  }
+  return "unknown";
+}
+
+// Core configuration; Config::defaults() asks the library (lh_config_default).
+struct Config {
+  std::uint32_t drift_ppm = 0;
+  std::uint64_t drift_fixed_ns = 0;
+  std::uint32_t renew_jitter_ppm = 0;
+  std::uint32_t fail_budget = 0;
+  std::uint64_t request_timeout_ns = 0;
+  std::uint64_t backoff_base_ns = 0;
+  std::uint64_t backoff_cap_ns = 0;
+  std::uint64_t max_ttl_ms = 0;
+  std::uint32_t max_leases = 0;
+  bool notifications = true;
+
+  static Config defaults() {
+    lh_config c{};
+    lh_config_default(&c);
+    return from_c(c);
+  }
+  static Config from_c(const lh_config& c) {
+    Config r;
+    r.drift_ppm = c.drift_ppm;
+    r.drift_fixed_ns = c.drift_fixed_ns;
+    r.renew_jitter_ppm = c.renew_jitter_ppm;
+    r.fail_budget = c.fail_budget;
+    r.request_timeout_ns = c.request_timeout_ns;
+    r.backoff_base_ns = c.backoff_base_ns;
+    r.backoff_cap_ns = c.backoff_cap_ns;
+    r.max_ttl_ms = c.max_ttl_ms;
+    r.max_leases = c.max_leases;
+    r.notifications = c.notifications != 0;
+    return r;
+  }
+  [[nodiscard]] lh_config to_c() const {
+    lh_config c{};
+    lh_config_default(&c);  // sets struct_size and any field this header does not know yet
+    c.drift_ppm = drift_ppm;
+    c.drift_fixed_ns = drift_fixed_ns;
+    c.renew_jitter_ppm = renew_jitter_ppm;
+    c.fail_budget = fail_budget;
+    c.request_timeout_ns = request_timeout_ns;
+    c.backoff_base_ns = backoff_base_ns;
+    c.backoff_cap_ns = backoff_cap_ns;
+    c.max_ttl_ms = max_ttl_ms;
+    c.max_leases = max_leases;
+    c.notifications = notifications ? 1u : 0u;
+    return c;
+  }
+};
+
+struct LeaseInfo {
+  LeaseState state = LeaseState::Acquiring;
+  std::uint32_t holders = 0;
+  std::optional<std::uint64_t> fencing_token;  // nullopt before the first grant
+  std::optional<std::uint64_t> valid_until_ns;
+};
+
+struct Counters {
+  std::uint64_t live_leases = 0, pending_cleanups = 0, acquires_sent = 0, grants = 0,
+                acquire_failed = 0, renewals_sent = 0, renewals_ok = 0, renewals_failed = 0,
+                releases_sent = 0, lost_rejected = 0, lost_expired = 0, lost_fail_budget = 0,
+                stale_results = 0, time_clamped = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Typed outputs (owned copies of the borrowed lh_output fields)
+// ---------------------------------------------------------------------------------------------
+
+using Bytes = std::vector<std::uint8_t>;
+
+struct AcquireCommand {
+  std::uint64_t request = 0;
+  std::uint64_t lease = 0;
+  std::string name;
+  std::string token;  // 32 lowercase hex chars
+  std::uint64_t ttl_ms = 0;
+};
+struct RenewCommand {
+  std::uint64_t request = 0;
+  std::uint64_t lease = 0;
+  std::string name;
+  std::string token;
+  std::uint64_t ttl_ms = 0;
+  Bytes backend_data;
+};
+struct ReleaseCommand {
+  std::uint64_t request = 0;
+  std::uint64_t lease = 0;
+  std::string name;
+  std::string token;
+  Bytes backend_data;
+};
+struct WatchCommand {
+  std::string name;
+};
+struct UnwatchCommand {
+  std::string name;
+};
+struct AcquiredEvent {
+  std::uint64_t lease = 0;
+  std::uint64_t fencing_token = 0;
+  std::uint64_t valid_until_ns = 0;
+};
+struct AcquireFailedEvent {
+  std::uint64_t lease = 0;
+  AcquireFailReason reason = AcquireFailReason::WaitExhausted;
+};
+struct LostEvent {
+  std::uint64_t lease = 0;
+  LostReason reason = LostReason::Expired;
+};
+struct ReleasedEvent {
+  std::uint64_t lease = 0;
+};
+
+using Output = std::variant<AcquireCommand, RenewCommand, ReleaseCommand, WatchCommand,
+                            UnwatchCommand, AcquiredEvent, AcquireFailedEvent, LostEvent,
+                            ReleasedEvent>;
+
+template <class... Fs>
+struct overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+overloaded(Fs...) -> overloaded<Fs...>;
+
+// Results a host feeds back.
+struct Granted {
+  std::uint64_t fencing_token = 0;
+  std::uint64_t ttl_ms = 0;
+  Bytes backend_data;
+};
+struct HeldByOther {
+  std::optional<std::uint64_t> retry_after_ms;  // remaining TTL of the holder, if known
+};
+struct TransportError {
+  std::string message;
+};
+using AcquireResult = std::variant<Granted, HeldByOther, TransportError>;
+enum class RenewResult : std::uint32_t {
+  Renewed = LH_RENEW_RENEWED,
+  Rejected = LH_RENEW_REJECTED,
+  TransportError = LH_RENEW_TRANSPORT_ERROR,
+};
+enum class ReleaseResult : std::uint32_t {
+  Released = LH_RELEASE_RELEASED,
+  NotOwner = LH_RELEASE_NOT_OWNER,
+  TransportError = LH_RELEASE_TRANSPORT_ERROR,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Core: RAII owner of one lh_client
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+struct ClientDeleter {
+  void operator()(lh_client* c) const noexcept { lh_client_free(c); }
+};
+
+// A non-NULL pointer for empty spans: the C ABI treats NULL as an error even with length 0.
+inline const std::uint8_t* bytes_ptr(const void* p) noexcept {
+  static const std::uint8_t empty = 0;
+  return p != nullptr ? static_cast<const std::uint8_t*>(p) : &empty;
+}
+
+inline std::string copy_str(const std::uint8_t* p, std::size_t n) {
+  return (p == nullptr || n == 0) ? std::string() : std::string(reinterpret_cast<const char*>(p), n);
+}
+inline Bytes copy_bytes(const std::uint8_t* p, std::size_t n) {
+  return (p == nullptr || n == 0) ? Bytes() : Bytes(p, p + n);
+}
+
+inline std::uint64_t to_u64_ns(std::chrono::nanoseconds d, const char* what) {
+  if (d.count() < 0) throw Error(status::invalid_argument, std::string(what) + " must not be negative");
+  return static_cast<std::uint64_t>(d.count());
+}
+
+inline std::array<std::uint8_t, 32> os_seed() {
+  std::random_device rd;  // getrandom(2) / /dev/urandom on Linux
+  std::array<std::uint8_t, 32> seed{};
+  for (std::size_t i = 0; i < seed.size(); i += 4) {
+    const auto v = static_cast<std::uint32_t>(rd());
+    for (std::size_t j = 0; j < 4; ++j) seed[i + j] = static_cast<std::uint8_t>(v >> (8 * j));
+  }
+  return seed;
+}
+}  // namespace detail
+
+inline std::string_view library_version() noexcept { return lh_version(); }
+inline std::uint32_t library_abi_version() noexcept { return lh_abi_version(); }
+
+class Core {
+ public:
+  using LeaseId = std::uint64_t;
+  using RequestId = std::uint64_t;
+
+  // Seeded from the OS.
+  explicit Core(const Config& config = Config::defaults()) {
+    const auto seed = detail::os_seed();
+    init(config, seed);
+  }
+  // Deterministic seed (tests, replays); at least 16 bytes.
+  Core(const Config& config, std::span<const std::uint8_t> seed) { init(config, seed); }
+
+  Core(Core&&) noexcept = default;
+  Core& operator=(Core&&) noexcept = default;
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+  ~Core() = default;
+
+  [[nodiscard]] lh_client* handle() const noexcept { return h_.get(); }
+
+  void reseed(std::span<const std::uint8_t> seed) {
+    check(lh_client_reseed(h(), detail::bytes_ptr(seed.data()), seed.size()));
+  }
+  void reseed() {
+    const auto seed = detail::os_seed();
+    reseed(seed);
+  }
+
+  LeaseId acquire(std::uint64_t now, std::string_view name, std::chrono::milliseconds ttl,
+                  std::chrono::nanoseconds wait = std::chrono::nanoseconds{0}, bool reentrant = false) {
+    if (ttl.count() < 0) throw Error(LH_ERR_INVALID_TTL, "ttl must not be negative");
+    lh_acquire_options o{};
+    lh_acquire_options_default(&o);
+    o.ttl_ms = static_cast<std::uint64_t>(ttl.count());
+    o.wait_ns = detail::to_u64_ns(wait, "wait");
+    o.flags = reentrant ? LH_ACQUIRE_REENTRANT : 0u;
+    std::uint64_t id = 0;
+    check(lh_acquire(h(), now, detail::bytes_ptr(name.data()), name.size(), &o, &id));
+    return id;
+  }
+  void release(std::uint64_t now, LeaseId lease) { check(lh_release(h(), now, lease)); }
+
+  void acquire_result(std::uint64_t now, RequestId req, const AcquireResult& r) {
+    std::visit(overloaded{
+                   [&](const Granted& g) {
+                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_GRANTED, g.fencing_token,
+                                             g.ttl_ms, LH_NO_RETRY_HINT,
+                                             detail::bytes_ptr(g.backend_data.data()),
+                                             g.backend_data.size()));
+                   },
+                   [&](const HeldByOther& o) {
+                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_HELD_BY_OTHER, 0, 0,
+                                             o.retry_after_ms.value_or(LH_NO_RETRY_HINT),
+                                             detail::bytes_ptr(nullptr), 0));
+                   },
+                   [&](const TransportError&) {
+                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_TRANSPORT_ERROR, 0, 0,
+                                             LH_NO_RETRY_HINT, detail::bytes_ptr(nullptr), 0));
+                   },
+               },
+               r);
+  }
+  void renew_result(std::uint64_t now, RequestId req, RenewResult r) {
+    check(lh_renew_result(h(), now, req, static_cast<std::uint32_t>(r)));
+  }
+  void release_result(std::uint64_t now, RequestId req, ReleaseResult r) {
+    check(lh_release_result(h(), now, req, static_cast<std::uint32_t>(r)));
+  }
+  // A release notification for `name` (watch).
+  void released(std::uint64_t now, std::string_view name) {
+    check(lh_released(h(), now, detail::bytes_ptr(name.data()), name.size()));
+  }
+  void timeout(std::uint64_t now) { check(lh_timeout(h(), now)); }
+
+  // Next output, or nullopt when drained.
+  std::optional<Output> poll_output() {
+    lh_output o{};
+    check(lh_poll_output(h(), &o));
+    switch (o.kind) {
+      case LH_OUTPUT_NONE: return std::nullopt;
+      case LH_OUTPUT_ACQUIRE:
+        return AcquireCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
+                              detail::copy_str(o.token, o.token_len), o.ttl_ms};
+      case LH_OUTPUT_RENEW:
+        return RenewCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
+                            detail::copy_str(o.token, o.token_len), o.ttl_ms,
+                            detail::copy_bytes(o.backend_data, o.backend_data_len)};
+      case LH_OUTPUT_RELEASE:
+        return ReleaseCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
+                              detail::copy_str(o.token, o.token_len),
+                              detail::copy_bytes(o.backend_data, o.backend_data_len)};
+      case LH_OUTPUT_WATCH: return WatchCommand{detail::copy_str(o.name, o.name_len)};
+      case LH_OUTPUT_UNWATCH: return UnwatchCommand{detail::copy_str(o.name, o.name_len)};
+      case LH_OUTPUT_ACQUIRED: return AcquiredEvent{o.lease_id, o.fencing_token, o.valid_until_ns};
+      case LH_OUTPUT_ACQUIRE_FAILED:
+        return AcquireFailedEvent{o.lease_id, static_cast<AcquireFailReason>(o.reason)};
+      case LH_OUTPUT_LOST: return LostEvent{o.lease_id, static_cast<LostReason>(o.reason)};
+      case LH_OUTPUT_RELEASED: return ReleasedEvent{o.lease_id};
+      default:
+        throw Error(LH_ERR_INVALID_ENUM, "unknown output kind " + std::to_string(o.kind));
+    }
+  }
+  // Deadline (monotonic ns) by which timeout() must be called; nullopt = none.
+  [[nodiscard]] std::optional<std::uint64_t> poll_timeout() {
+    std::uint64_t d = LH_NO_DEADLINE;
+    check(lh_poll_timeout(h(), &d));
+    if (d == LH_NO_DEADLINE) return std::nullopt;
+    return d;
+  }
+
+  [[nodiscard]] LeaseState lease_state(LeaseId lease) const {
+    std::uint32_t s = 0;
+    check(lh_lease_state(h(), lease, &s));
+    return static_cast<LeaseState>(s);
+  }
+  [[nodiscard]] LeaseInfo lease_info(LeaseId lease) const {
+    lh_lease_info i{};
+    i.struct_size = sizeof(i);
+    check(lh_lease_info_get(h(), lease, &i));
+    LeaseInfo r;
+    r.state = static_cast<LeaseState>(i.state);
+    r.holders = i.holders;
+    if (i.has_token != 0) r.fencing_token = i.fencing_token;
+    if (i.valid_until_ns != 0) r.valid_until_ns = i.valid_until_ns;
+    return r;
+  }
+  // nullopt before the first grant.
+  [[nodiscard]] std::optional<std::uint64_t> fencing_token(LeaseId lease) const {
+    std::uint64_t v = 0;
+    const auto st = lh_fencing_token(h(), lease, &v);
+    if (st == LH_ERR_NOT_GRANTED) return std::nullopt;
+    check(st);
+    return v;
+  }
+  [[nodiscard]] std::optional<std::uint64_t> valid_until(LeaseId lease) const {
+    std::uint64_t v = 0;
+    const auto st = lh_valid_until(h(), lease, &v);
+    if (st == LH_ERR_NOT_GRANTED) return std::nullopt;
+    check(st);
+    return v;
+  }
+  [[nodiscard]] bool is_held(LeaseId lease, std::uint64_t now) const {
+    bool held = false;
+    check(lh_is_held(h(), lease, now, &held));
+    return held;
+  }
+  [[nodiscard]] Counters counters() const {
+    lh_counters c{};
+    c.struct_size = sizeof(c);
+    check(lh_counters_get(h(), &c));
+    return Counters{c.live_leases,   c.pending_cleanups, c.acquires_sent,   c.grants,
+                    c.acquire_failed, c.renewals_sent,   c.renewals_ok,     c.renewals_failed,
+                    c.releases_sent,  c.lost_rejected,   c.lost_expired,    c.lost_fail_budget,
+                    c.stale_results,  c.time_clamped};
+  }
+
+  // Test hook: panics inside the C boundary; the handle is poisoned afterwards.
+  void debug_panic() { check(lh_client_debug_panic(h())); }
+
+ private:
+  void init(const Config& config, std::span<const std::uint8_t> seed) {
+    if (lh_abi_version() != LH_ABI_VERSION) {
+      throw Error(status::abi_mismatch, "header LH_ABI_VERSION " + std::to_string(LH_ABI_VERSION) +
+                                            " but library reports " + std::to_string(lh_abi_version()));
+    }
+    const lh_config c = config.to_c();
+    lh_client* raw = nullptr;
+    const auto st = lh_client_new(&c, detail::bytes_ptr(seed.data()), seed.size(), &raw);
+    if (st != LH_OK) throw Error(st, "lh_client_new failed");
+    h_.reset(raw);
+  }
+  lh_client* h() const {
+    if (!h_) throw Error(LH_ERR_NULL_ARGUMENT, "use of a moved-from leasehold::Core");
+    return h_.get();
+  }
+  void check(lh_status st) const {
+    if (st == LH_OK) return;
+    const char* msg = h_ ? lh_client_last_error(h_.get()) : nullptr;
+    throw Error(st, msg != nullptr ? std::string_view(msg) : std::string_view());
+  }
+
+  std::unique_ptr<lh_client, detail::ClientDeleter> h_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Transport: executes commands against a lock service (called from the IO pool; may block)
+// ---------------------------------------------------------------------------------------------
+
+class Transport {
+ public:
+  using ReleasedCallback = std::function<void(std::string_view name)>;
+
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+  virtual ~Transport() = default;
+
+  // An exception thrown by acquire/renew/release is a transport error for the core (logged).
+  virtual AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) = 0;
+  virtual RenewResult renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms,
+                            std::span<const std::uint8_t> backend_data) = 0;
+  virtual ReleaseResult release(std::string_view name, std::string_view token,
+                                std::span<const std::uint8_t> backend_data) = 0;
+  // Deliver every release notification of `name` to on_released (any thread) until unwatch.
+  virtual void watch(std::string_view /*name*/, ReleasedCallback /*on_released*/) {}
+  virtual void unwatch(std::string_view /*name*/) {}
+  // True when watch() delivers notifications (→ Config::notifications).
+  [[nodiscard]] virtual bool notifications() const { return false; }
+  // Called once by LockClient::close() after the driver stopped: make in-flight calls return
+  // promptly (they become transport errors) and stop delivering notifications.
+  virtual void close() {}
+};
+
+// ---------------------------------------------------------------------------------------------
+// LockClient
+// ---------------------------------------------------------------------------------------------
+
+using LogFn = std::function<void(std::string_view message)>;
+
+struct ClientOptions {
+  Config config = Config::defaults();
+  std::size_t io_threads = 4;
+  // close() keeps driving releases for at most this long, then abandons them (the TTL frees them).
+  std::chrono::milliseconds close_timeout{5000};
+  // Transport errors and callback exceptions; default: stderr.
+  LogFn log;
+};
+
+struct AcquireOptions {
+  std::chrono::nanoseconds wait{0};  // acquisition budget; 0 = one attempt
+  bool reentrant = false;            // in-process reentrancy on this LockClient
+  // Called once, on the callback thread, when this lease is lost (not on release).
+  std::function<void(LostReason)> on_lost;
+};
+
+class Lease;
+class LockClient;
+
+namespace detail {
+
+class Executor {
+ public:
+  explicit Executor(std::size_t threads) {
+    if (threads == 0) threads = 1;
+    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  }
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  ~Executor() { shutdown(true); }
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard g(mu_);
+      if (stop_) return;
+      q_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  // Stops accepting work; runs (drop_pending=false) or discards what is queued; joins.
+  void shutdown(bool drop_pending) {
+    {
+      std::lock_guard g(mu_);
+      if (stop_ && workers_.empty()) return;
+      stop_ = true;
+      drop_ = drop_pending;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_)
+      if (t.joinable()) t.join();
+    workers_.clear();
+    std::lock_guard g(mu_);
+    q_.clear();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty() || (stop_ && drop_)) return;
+        f = std::move(q_.front());
+        q_.pop_front();
+      }
+      f();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+  bool stop_ = false;
+  bool drop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+struct LeaseRecord {
+  LeaseRecord(std::uint64_t i, std::string n) : id(i), name(std::move(n)) {}
+  std::uint64_t id;
+  std::string name;
+  LeaseState state = LeaseState::Acquiring;
+  std::uint64_t fencing_token = 0;
+  std::atomic<std::uint64_t> valid_until_ns{0};  // last known; read without the lock after release
+  std::optional<LostReason> lost_reason;
+  std::stop_source stop;
+  std::vector<std::pair<std::uint64_t, std::function<void(LostReason)>>> on_lost;
+};
+
+struct InAcquire {
+  std::uint64_t request;
+  AcquireResult result;
+};
+struct InRenew {
+  std::uint64_t request;
+  RenewResult result;
+};
+struct InRelease {
+  std::uint64_t request;
+  ReleaseResult result;
+};
+struct InReleased {
+  std::string name;
+};
+using Input = std::variant<InAcquire, InRenew, InRelease, InReleased>;
+
+class ClientState : public std::enable_shared_from_this<ClientState> {
+ public:
+  ClientState(std::shared_ptr<Transport> transport, ClientOptions opts)
+      : transport_(std::move(transport)), opts_(std::move(opts)) {
+    if (!transport_) throw Error(LH_ERR_NULL_ARGUMENT, "LockClient needs a transport");
+    if (!opts_.log) {
+      opts_.log = [](std::string_view m) {
+        std::fprintf(stderr, "leasehold: %.*s\n", static_cast<int>(m.size()), m.data());
+      };
+    }
+    Config cfg = opts_.config;
+    transport_notifications_ = transport_->notifications();
+    cfg.notifications = cfg.notifications && transport_notifications_;
+    core_.emplace(cfg);  // throws on an invalid config; nothing started yet
+    request_timeout_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
+        std::min<std::uint64_t>(cfg.request_timeout_ns, std::uint64_t{1} << 50)));
+  }
+  ClientState(const ClientState&) = delete;
+  ClientState& operator=(const ClientState&) = delete;
+  ~ClientState() = default;
+
+  void start() {
+    io_ = std::make_unique<Executor>(opts_.io_threads);
+    watcher_ = std::make_unique<Executor>(1);
+    callbacks_ = std::make_unique<Executor>(1);
+    driver_ = std::thread([this] { drive(); });
+  }
+
+  std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl, AcquireOptions opts);
+  void release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder) noexcept;
+  bool is_held(const LeaseRecord& rec) const;
+  std::uint64_t valid_until(LeaseRecord& rec) const;
+  LeaseState state(const LeaseRecord& rec) const {
+    std::lock_guard g(mu_);
+    return rec.state;
+  }
+  std::optional<LostReason> lost_reason(const LeaseRecord& rec) const {
+    std::lock_guard g(mu_);
+    return rec.lost_reason;
+  }
+  Counters counters() const {
+    std::lock_guard g(mu_);
+    if (!core_) throw Error(status::closed, "LockClient is closed");
+    return core_->counters();
+  }
+  void close() noexcept;
+
+ private:
+  void log(std::string_view m) const noexcept {
+    try {
+      opts_.log(m);
+    } catch (...) {
+    }
+  }
+  void push_input(Input in) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_) return;
+      inputs_.push_back(std::move(in));
+    }
+    driver_cv_.notify_one();
+  }
+  void poke_locked() {
+    dirty_ = true;
+    driver_cv_.notify_one();
+  }
+  void drive() noexcept;
+  void feed_locked(Input& in);
+  void drain_locked();
+  void dispatch_locked(Output& out);
+  void end_record_locked(LeaseRecord& rec, LeaseState st);
+  void fail_all_locked(std::string_view why);
+  void release_everything_locked();
+
+  std::shared_ptr<Transport> transport_;
+  ClientOptions opts_;
+  std::chrono::nanoseconds request_timeout_{0};
+  bool transport_notifications_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable driver_cv_;   // driver waits here
+  std::condition_variable waiters_cv_;  // acquirers and close() wait here
+  std::optional<Core> core_;            // guarded by mu_; reset at close
+  std::deque<Input> inputs_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> records_;
+  std::uint64_t next_holder_ = 0;
+  std::size_t active_acquires_ = 0;
+  bool dirty_ = false;
+  bool closing_ = false;   // no new acquires; everything being released
+  bool stopping_ = false;  // the driver is asked to exit
+  bool closed_ = false;    // all threads joined
+  bool broken_ = false;    // the core handle failed (poisoned)
+
+  std::thread driver_;
+  std::unique_ptr<Executor> io_, watcher_, callbacks_;
+  std::mutex close_mu_;  // serializes close()
+};
+
+}  // namespace detail
+
+// A held lease. Move-only; releases in its destructor (idempotent release()).
+class Lease {
+ public:
+  Lease(Lease&& o) noexcept
+      : st_(std::move(o.st_)), rec_(std::move(o.rec_)), holder_(o.holder_), fencing_(o.fencing_) {}
+  Lease& operator=(Lease&& o) noexcept {
+    if (this != &o) {
+      release();
+      st_ = std::move(o.st_);
+      rec_ = std::move(o.rec_);
+      holder_ = o.holder_;
+      fencing_ = o.fencing_;
+    }
+    return *this;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() { release(); }
+
+  // Releases this holder (the core retries the release command in the background until the
+  // service answers). Idempotent; never throws.
+  void release() noexcept {
+    if (st_) st_->release(rec_, holder_);
+    st_.reset();
+  }
+  // The fencing token of the grant; carry it on every protected write.
+  [[nodiscard]] std::uint64_t fencing_token() const noexcept { return fencing_; }
+  // Advice only: true while this handle is unreleased and the core believes the lease valid now.
+  [[nodiscard]] bool is_held() const { return st_ && st_->is_held(*rec_); }
+  // End of the current validity window (moves forward with each confirmed renewal).
+  [[nodiscard]] Clock::time_point valid_until() const {
+    if (st_) return to_time_point(st_->valid_until(*rec_));
+    return to_time_point(rec_ ? rec_->valid_until_ns.load() : 0);
+  }
+  // Stopped when the lease is lost (and when the LockClient closes under it).
+  [[nodiscard]] std::stop_token stop_token() const noexcept {
+    return rec_ ? rec_->stop.get_token() : std::stop_token();
+  }
+  [[nodiscard]] bool lost() const { return lost_reason().has_value(); }
+  [[nodiscard]] std::optional<LostReason> lost_reason() const {
+    if (!rec_) return std::nullopt;
+    if (st_) return st_->lost_reason(*rec_);
+    return std::nullopt;
+  }
+  [[nodiscard]] const std::string& name() const noexcept {
+    static const std::string empty;
+    return rec_ ? rec_->name : empty;
+  }
+  [[nodiscard]] std::uint64_t id() const noexcept { return rec_ ? rec_->id : 0; }
+  // False after release() or a move.
+  [[nodiscard]] bool owns() const noexcept { return st_ != nullptr; }
+
+ private:
+  friend class detail::ClientState;
+  Lease(std::shared_ptr<detail::ClientState> st, std::shared_ptr<detail::LeaseRecord> rec,
+        std::uint64_t holder, std::uint64_t fencing)
+      : st_(std::move(st)), rec_(std::move(rec)), holder_(holder), fencing_(fencing) {}
+
+  std::shared_ptr<detail::ClientState> st_;
+  std::shared_ptr<detail::LeaseRecord> rec_;
+  std::uint64_t holder_ = 0;
+  std::uint64_t fencing_ = 0;
+};
+
+// Thread-safe lock client: one core handle, one driver thread, one transport.
+class LockClient {
+ public:
+  explicit LockClient(std::shared_ptr<Transport> transport, ClientOptions options = {})
+      : st_(std::make_shared<detail::ClientState>(std::move(transport), std::move(options))) {
+    st_->start();
+  }
+  LockClient(const LockClient&) = delete;
+  LockClient& operator=(const LockClient&) = delete;
+  LockClient(LockClient&&) = delete;
+  LockClient& operator=(LockClient&&) = delete;
+  // Closes: releases every lease (bounded by close_timeout), stops all threads.
+  ~LockClient() { st_->close(); }
+
+  // Acquires `name` for `ttl`, waiting at most options.wait (plus one request timeout) for a
+  // grant. nullopt when the wait budget ran out, the service was unavailable, or the client
+  // closed meanwhile. Throws leasehold::Error on misuse (bad name/ttl, too many leases, closed).
+  std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl,
+                               AcquireOptions options = {}) {
+    return st_->acquire(name, ttl, std::move(options));
+  }
+  [[nodiscard]] Counters counters() const { return st_->counters(); }
+  // Idempotent. Also called by the destructor.
+  void close() noexcept { st_->close(); }
+
+ private:
+  std::shared_ptr<detail::ClientState> st_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ClientState implementation
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chrono::milliseconds ttl,
+                                                 AcquireOptions opts) {
+  if (ttl.count() < 0) throw Error(LH_ERR_INVALID_TTL, "ttl must not be negative");
+  const auto wait = std::chrono::nanoseconds(static_cast<std::int64_t>(to_u64_ns(opts.wait, "wait")));
+
+  std::unique_lock lk(mu_);
+  if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
+  if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
+  const std::uint64_t id = core_->acquire(now_ns(), name, ttl, wait, opts.reentrant);  // throws on misuse
+  auto& slot = records_[id];
+  if (!slot) slot = std::make_shared<LeaseRecord>(id, std::string(name));
+  std::shared_ptr<LeaseRecord> rec = slot;
+  const std::uint64_t holder = ++next_holder_;
+  if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
+  ++active_acquires_;
+  poke_locked();
+
+  // I3: terminal by the wait deadline + one request timeout. The extra slack only matters when
+  // the driver itself is starved; past it we cancel.
+  const auto budget = std::min<std::chrono::nanoseconds>(wait, std::chrono::hours(24 * 365));
+  const auto bound = Clock::now() + budget + 2 * request_timeout_ + std::chrono::milliseconds(500);
+  const bool settled = waiters_cv_.wait_until(lk, bound, [&] { return rec->state != LeaseState::Acquiring; });
+  if (!settled && core_) {
+    try {
+      core_->release(now_ns(), id);  // cancel (or drop our reentrant share)
+    } catch (const Error&) {
+    }
+    poke_locked();
+  }
+  --active_acquires_;
+  if (closing_) waiters_cv_.notify_all();
+  if (rec->state == LeaseState::Held) return Lease(shared_from_this(), rec, holder, rec->fencing_token);
+  std::erase_if(rec->on_lost, [&](const auto& p) { return p.first == holder; });
+  return std::nullopt;
+}
+
+inline void ClientState::release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder) noexcept {
+  std::lock_guard g(mu_);
+  std::erase_if(rec->on_lost, [&](const auto& p) { return p.first == holder; });
+  if (!core_ || broken_) return;
+  if (rec->state != LeaseState::Held && rec->state != LeaseState::Acquiring) return;  // already ended
+  try {
+    core_->release(now_ns(), rec->id);
+  } catch (const Error& e) {
+    if (e.code() != LH_ERR_LEASE_ENDED && e.code() != LH_ERR_UNKNOWN_LEASE)
+      log(std::string("release: ") + e.what());
+  } catch (...) {
+  }
+  poke_locked();
+}
+
+inline bool ClientState::is_held(const LeaseRecord& rec) const {
+  std::lock_guard g(mu_);
+  if (!core_ || broken_ || rec.state != LeaseState::Held) return false;
+  try {
+    return core_->is_held(rec.id, now_ns());
+  } catch (const Error& e) {
+    if (e.code() == LH_ERR_LEASE_ENDED || e.code() == LH_ERR_UNKNOWN_LEASE) return false;
+    throw;
+  }
+}
+
+inline std::uint64_t ClientState::valid_until(LeaseRecord& rec) const {
+  std::lock_guard g(mu_);
+  if (core_ && !broken_ && rec.state == LeaseState::Held) {
+    try {
+      if (auto v = core_->valid_until(rec.id)) rec.valid_until_ns = *v;
+    } catch (const Error&) {
+    }
+  }
+  return rec.valid_until_ns.load();
+}
+
+inline void ClientState::end_record_locked(LeaseRecord& rec, LeaseState st) {
+  rec.state = st;
+  records_.erase(rec.id);
+  waiters_cv_.notify_all();
+}
+
+inline void ClientState::dispatch_locked(Output& out) {
+  auto find = [&](std::uint64_t id) -> std::shared_ptr<LeaseRecord> {
+    auto it = records_.find(id);
+    return it == records_.end() ? nullptr : it->second;
+  };
+  std::visit(
+      overloaded{
+          [&](AcquireCommand& c) {
+            io_->post([this, c = std::move(c)] {
+              AcquireResult r = TransportError{};
+              try {
+                r = transport_->acquire(c.name, c.token, c.ttl_ms);
+              } catch (const std::exception& e) {
+                log(std::string("acquire ") + c.name + ": " + e.what());
+                r = TransportError{e.what()};
+              } catch (...) {
+                r = TransportError{"unknown exception"};
+              }
+              if (auto* te = std::get_if<TransportError>(&r); te && !te->message.empty())
+                log("acquire " + c.name + ": " + te->message);
+              push_input(InAcquire{c.request, std::move(r)});
+            });
+          },
+          [&](RenewCommand& c) {
+            io_->post([this, c = std::move(c)] {
+              RenewResult r = RenewResult::TransportError;
+              try {
+                r = transport_->renew(c.name, c.token, c.ttl_ms, c.backend_data);
+              } catch (const std::exception& e) {
+                log(std::string("renew ") + c.name + ": " + e.what());
+              } catch (...) {
+              }
+              push_input(InRenew{c.request, r});
+            });
+          },
+          [&](ReleaseCommand& c) {
+            io_->post([this, c = std::move(c)] {
+              ReleaseResult r = ReleaseResult::TransportError;
+              try {
+                r = transport_->release(c.name, c.token, c.backend_data);
+              } catch (const std::exception& e) {
+                log(std::string("release ") + c.name + ": " + e.what());
+              } catch (...) {
+              }
+              push_input(InRelease{c.request, r});
+            });
+          },
+          [&](WatchCommand& c) {
+            if (!transport_notifications_) return;  // nothing would be delivered
+            std::weak_ptr<ClientState> weak = weak_from_this();
+            watcher_->post([this, weak, name = std::move(c.name)] {
+              try {
+                transport_->watch(name, [weak](std::string_view n) {
+                  if (auto s = weak.lock()) s->push_input(InReleased{std::string(n)});
+                });
+              } catch (const std::exception& e) {
+                log(std::string("watch ") + name + ": " + e.what());
+              } catch (...) {
+              }
+            });
+          },
+          [&](UnwatchCommand& c) {
+            if (!transport_notifications_) return;
+            watcher_->post([this, name = std::move(c.name)] {
+              try {
+                transport_->unwatch(name);
+              } catch (const std::exception& e) {
+                log(std::string("unwatch ") + name + ": " + e.what());
+              } catch (...) {
+              }
+            });
+          },
+          [&](AcquiredEvent& e) {
+            if (auto rec = find(e.lease)) {
+              rec->state = LeaseState::Held;
+              rec->fencing_token = e.fencing_token;
+              rec->valid_until_ns = e.valid_until_ns;
+              waiters_cv_.notify_all();
+            }
+          },
+          [&](AcquireFailedEvent& e) {
+            if (auto rec = find(e.lease)) end_record_locked(*rec, LeaseState::AcquireFailed);
+          },
+          [&](LostEvent& e) {
+            if (auto rec = find(e.lease)) {
+              rec->lost_reason = e.reason;
+              auto callbacks = std::move(rec->on_lost);
+              rec->on_lost.clear();
+              end_record_locked(*rec, LeaseState::Lost);
+              callbacks_->post([this, rec, callbacks = std::move(callbacks), reason = e.reason] {
+                rec->stop.request_stop();
+                for (const auto& [holder, cb] : callbacks) {
+                  try {
+                    cb(reason);
+                  } catch (const std::exception& ex) {
+                    log(std::string("on_lost callback threw: ") + ex.what());
+                  } catch (...) {
+                    log("on_lost callback threw");
+                  }
+                }
+              });
+            }
+          },
+          [&](ReleasedEvent& e) {
+            if (auto rec = find(e.lease)) {
+              end_record_locked(*rec, LeaseState::Released);
+              // Released by close() under a live handle: tell the holder's work to stop.
+              if (closing_) callbacks_->post([rec] { rec->stop.request_stop(); });
+            }
+          },
+      },
+      out);
+}
+
+inline void ClientState::drain_locked() {
+  while (auto out = core_->poll_output()) dispatch_locked(*out);
+}
+
+inline void ClientState::feed_locked(Input& in) {
+  const auto now = now_ns();
+  try {
+    std::visit(overloaded{
+                   [&](InAcquire& i) { core_->acquire_result(now, i.request, i.result); },
+                   [&](InRenew& i) { core_->renew_result(now, i.request, i.result); },
+                   [&](InRelease& i) { core_->release_result(now, i.request, i.result); },
+                   [&](InReleased& i) { core_->released(now, i.name); },
+               },
+               in);
+  } catch (const Error& e) {
+    if (e.code() == LH_ERR_PANIC || e.code() == LH_ERR_POISONED) throw;
+    // A transport answered something the core refuses (e.g. oversized backend data): log it
+    // and treat that answer as a transport error.
+    log(std::string("result refused by the core: ") + e.what());
+    if (auto* a = std::get_if<InAcquire>(&in)) {
+      core_->acquire_result(now, a->request, TransportError{});
+    }
+  }
+}
+
+// The handle failed (panic → poisoned). Nothing it says can be trusted any more: every waiter
+// fails, every held lease is reported lost (Expired: we can no longer vouch for it).
+inline void ClientState::fail_all_locked(std::string_view why) {
+  broken_ = true;
+  log(std::string("core failed, client unusable: ") + std::string(why));
+  auto recs = std::move(records_);
+  records_.clear();
+  for (auto& [id, rec] : recs) {
+    if (rec->state == LeaseState::Held) {
+      rec->state = LeaseState::Lost;
+      rec->lost_reason = LostReason::Expired;
+      auto callbacks = std::move(rec->on_lost);
+      rec->on_lost.clear();
+      callbacks_->post([this, rec, callbacks = std::move(callbacks)] {
+        rec->stop.request_stop();
+        for (const auto& [holder, cb] : callbacks) {
+          try {
+            cb(LostReason::Expired);
+          } catch (...) {
+            log("on_lost callback threw");
+          }
+        }
+      });
+    } else {
+      rec->state = LeaseState::AcquireFailed;
+    }
+  }
+  waiters_cv_.notify_all();
+}
+
+inline void ClientState::drive() noexcept {
+  std::unique_lock lk(mu_);
+  while (!broken_) {
+    try {
+      while (!inputs_.empty()) {
+        Input in = std::move(inputs_.front());
+        inputs_.pop_front();
+        feed_locked(in);
+        drain_locked();
+      }
+      if (dirty_) {
+        dirty_ = false;
+        drain_locked();
+      }
+      const auto deadline = core_->poll_timeout();
+      const auto now = now_ns();
+      if (deadline && *deadline <= now) {
+        core_->timeout(now);
+        drain_locked();
+        continue;
+      }
+      if (closing_) waiters_cv_.notify_all();  // close() watches pending_cleanups
+      if (stopping_) break;
+      auto ready = [&] { return !inputs_.empty() || dirty_ || stopping_; };
+      if (deadline) {
+        driver_cv_.wait_until(lk, to_time_point(*deadline), ready);
+      } else {
+        driver_cv_.wait(lk, ready);
+      }
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+  }
+}
+
+inline void ClientState::release_everything_locked() {
+  if (!core_ || broken_) return;
+  const auto now = now_ns();
+  for (auto& [id, rec] : records_) {
+    // A reentrant lease needs one release per holder; bounded by max_leases-sized refcounts.
+    for (int guard = 0; guard < (1 << 22); ++guard) {
+      try {
+        const auto s = core_->lease_state(id);
+        if (s != LeaseState::Held && s != LeaseState::Acquiring) break;
+        core_->release(now, id);
+      } catch (const Error&) {
+        break;
+      }
+    }
+  }
+  poke_locked();
+}
+
+inline void ClientState::close() noexcept {
+  std::lock_guard serial(close_mu_);
+  {
+    std::unique_lock lk(mu_);
+    if (closed_) return;
+    closing_ = true;
+    release_everything_locked();
+    waiters_cv_.notify_all();
+    const auto deadline = Clock::now() + opts_.close_timeout;
+    waiters_cv_.wait_until(lk, deadline, [&] {
+      if (broken_ || !core_) return active_acquires_ == 0;
+      try {
+        return active_acquires_ == 0 && records_.empty() && core_->counters().pending_cleanups == 0;
+      } catch (...) {
+        return true;
+      }
+    });
+    stopping_ = true;
+    driver_cv_.notify_all();
+  }
+  if (driver_.joinable()) driver_.join();
+  try {
+    transport_->close();
+  } catch (...) {
+  }
+  io_->shutdown(true);
+  watcher_->shutdown(true);
+  {
+    std::unique_lock lk(mu_);
+    // Anything still open (the driver was stopped before its events arrived) ends now.
+    for (auto& [id, rec] : records_) {
+      rec->state = rec->state == LeaseState::Held ? LeaseState::Released : LeaseState::AcquireFailed;
+      auto r = rec;
+      callbacks_->post([r] { r->stop.request_stop(); });
+    }
+    records_.clear();
+    waiters_cv_.notify_all();
+    waiters_cv_.wait(lk, [&] { return active_acquires_ == 0; });
+    core_.reset();
+    inputs_.clear();
+    closed_ = true;
+  }
+  callbacks_->shutdown(false);
+}
+
+}  // namespace detail
+}  // namespace leasehold

@@ -1,0 +1,506 @@
+// Tests of leasehold::LockClient driven against MemoryService through MemoryTransport (with faults).
+// No timing assertions: waits are bounded only so that a broken build fails instead of hanging.
+#include <leasehold.hpp>
+#include <leasehold/memory_transport.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using leasehold::AcquireOptions;
+using leasehold::ClientOptions;
+using leasehold::Error;
+using leasehold::Lease;
+using leasehold::LockClient;
+using leasehold::LostReason;
+using leasehold::MemoryService;
+using leasehold::MemoryTransport;
+
+namespace {
+
+// Upper bound for "eventually": only reached when something is broken.
+constexpr auto kPatience = 60s;
+
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds limit = kPatience) {
+  const auto end = leasehold::Clock::now() + limit;
+  while (!pred()) {
+    if (leasehold::Clock::now() > end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+ClientOptions quiet(std::chrono::milliseconds request_timeout = 500ms) {
+  ClientOptions o;
+  o.config.request_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(request_timeout).count());
+  o.close_timeout = 10s;
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+struct World {
+  std::shared_ptr<MemoryService> service = std::make_shared<MemoryService>();
+  std::shared_ptr<MemoryTransport> transport(bool notifications = true) {
+    return std::make_shared<MemoryTransport>(service, notifications);
+  }
+};
+
+template <class F>
+Error catch_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected leasehold::Error";
+  return Error(0, "none");
+}
+
+AcquireOptions wait_for(std::chrono::nanoseconds w) {
+  AcquireOptions o;
+  o.wait = w;
+  return o;
+}
+
+}  // namespace
+
+TEST(LockClient, Lifecycle) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::uint64_t first_fence = 0;
+  {
+    auto lease = client.acquire("jobs", 5s);
+    ASSERT_TRUE(lease.has_value());
+    EXPECT_TRUE(lease->owns());
+    EXPECT_TRUE(lease->is_held());
+    EXPECT_FALSE(lease->lost());
+    EXPECT_EQ(lease->name(), "jobs");
+    EXPECT_GT(lease->fencing_token(), 0u);
+    EXPECT_GT(lease->valid_until(), leasehold::Clock::now());
+    EXPECT_FALSE(lease->stop_token().stop_requested());
+    auto holder = w.service->holder("jobs");
+    ASSERT_TRUE(holder.has_value());
+    EXPECT_EQ(holder->fencing_token, lease->fencing_token());
+    first_fence = lease->fencing_token();
+
+    lease->release();
+    EXPECT_FALSE(lease->owns());
+    EXPECT_FALSE(lease->is_held());
+    lease->release();  // idempotent
+  }
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("jobs"); }));
+  auto again = client.acquire("jobs", 5s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_GT(again->fencing_token(), first_fence);
+  EXPECT_FALSE(again->stop_token().stop_requested());  // released, never lost
+}
+
+TEST(LockClient, LeaseDestructorReleases) {
+  World w;
+  LockClient a(w.transport(), quiet());
+  LockClient b(w.transport(), quiet());
+  {
+    auto lease = a.acquire("d", 30s);
+    ASSERT_TRUE(lease.has_value());
+    EXPECT_FALSE(b.acquire("d", 30s).has_value());  // held by a (wait 0: one attempt)
+  }
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("d"); }));
+  auto lb = b.acquire("d", 30s);
+  ASSERT_TRUE(lb.has_value());
+  EXPECT_TRUE(eventually([&] { return a.counters().pending_cleanups == 0; }));
+}
+
+TEST(LockClient, MoveOnlyLease) {
+  World w;
+  LockClient client(w.transport(), quiet());
+  auto l1 = client.acquire("m1", 5s);
+  auto l2 = client.acquire("m2", 5s);
+  ASSERT_TRUE(l1 && l2);
+  static_assert(!std::is_copy_constructible_v<Lease> && std::is_nothrow_move_constructible_v<Lease>);
+  Lease moved = std::move(*l1);
+  EXPECT_FALSE(l1->owns());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(moved.owns());
+  EXPECT_EQ(moved.name(), "m1");
+  moved = std::move(*l2);  // releases m1
+  EXPECT_EQ(moved.name(), "m2");
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("m1"); }));
+  EXPECT_TRUE(w.service->holder("m2").has_value());
+}
+
+class Renewal : public ::testing::TestWithParam<int> {};
+
+TEST_P(Renewal, KeepsTheLeaseAcrossRenewals) {
+  const auto ttl = std::chrono::milliseconds(GetParam());
+  World w;
+  LockClient client(w.transport(), quiet(2s));
+  std::atomic<int> lost{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason) { ++lost; };
+  auto lease = client.acquire("renew", ttl, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  const auto first_valid = lease->valid_until();
+  // Wait for three confirmed renewals (≈ one TTL); fail, not hang, if they never come.
+  ASSERT_TRUE(eventually([&] { return client.counters().renewals_ok >= 3 || lease->lost(); }));
+  EXPECT_FALSE(lease->lost()) << "lost: " << leasehold::to_string(lease->lost_reason().value_or(LostReason::Expired));
+  EXPECT_EQ(lost.load(), 0);
+  EXPECT_TRUE(lease->is_held());
+  EXPECT_GT(lease->valid_until(), first_valid);
+  auto holder = w.service->holder("renew");
+  ASSERT_TRUE(holder.has_value());  // still ours on the service, past the original TTL
+  EXPECT_EQ(holder->fencing_token, lease->fencing_token());
+  EXPECT_EQ(w.service->grants(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ttls, Renewal, ::testing::Values(150, 300, 600, 1000, 2500));
+
+TEST(LockClient, LossDetectedWhileTransportHangs) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(2s));
+  std::atomic<int> calls{0};
+  std::atomic<int> reason{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason r) {
+    reason = static_cast<int>(r);
+    ++calls;
+  };
+  auto lease = client.acquire("hang", 600ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  std::atomic<bool> stopped_cb{false};
+  std::stop_callback on_stop(lease->stop_token(), [&] { stopped_cb = true; });
+
+  t->set_hang(true);  // every renew from now on blocks forever
+  ASSERT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
+  EXPECT_GE(t->hung(), 1u);  // the renew is still stuck in the transport: detection did not wait for it
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(stopped_cb.load());
+  EXPECT_TRUE(lease->lost());
+  const auto r = *lease->lost_reason();
+  EXPECT_TRUE(r == LostReason::Expired || r == LostReason::FailBudget) << leasehold::to_string(r);
+  EXPECT_EQ(reason.load(), static_cast<int>(r));
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_LE(lease->valid_until(), leasehold::Clock::now());
+  lease->release();  // no-op on a lost lease
+  t->set_hang(false);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(LockClient, LossWhenRenewRejected) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::atomic<int> calls{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason r) {
+    EXPECT_EQ(r, LostReason::Rejected);
+    ++calls;
+  };
+  auto lease = client.acquire("rej", 600ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  w.service->drop_lock("rej");  // the service forgot us (failover)
+  ASSERT_TRUE(eventually([&] { return lease->lost(); }));
+  EXPECT_EQ(lease->lost_reason(), LostReason::Rejected);
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(lease->stop_token().stop_requested());
+
+  auto l2 = client.acquire("rej2", 600ms);
+  ASSERT_TRUE(l2.has_value());
+  t->set_reject(true);
+  EXPECT_TRUE(eventually([&] { return l2->lost(); }));
+  EXPECT_EQ(l2->lost_reason(), LostReason::Rejected);
+  EXPECT_GE(client.counters().lost_rejected, 2u);
+}
+
+TEST(LockClient, LossWhenPartitioned) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  auto lease = client.acquire("part", 600ms);
+  ASSERT_TRUE(lease.has_value());
+  t->set_partition(true);
+  ASSERT_TRUE(eventually([&] { return lease->lost(); }));
+  const auto r = *lease->lost_reason();
+  EXPECT_TRUE(r == LostReason::Expired || r == LostReason::FailBudget) << leasehold::to_string(r);
+  EXPECT_FALSE(lease->is_held());
+}
+
+TEST(LockClient, OnLostExceptionIsLoggedNotFatal) {
+  World w;
+  std::atomic<int> logged{0};
+  auto opts = quiet();
+  opts.log = [&](std::string_view m) {
+    if (m.find("on_lost") != std::string_view::npos) ++logged;
+  };
+  LockClient client(w.transport(), opts);
+  AcquireOptions o;
+  o.on_lost = [](LostReason) { throw std::runtime_error("boom"); };
+  auto lease = client.acquire("throws", 600ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  w.service->drop_lock("throws");
+  ASSERT_TRUE(eventually([&] { return logged.load() == 1; }));
+  auto next = client.acquire("after", 5s);  // the driver is alive
+  EXPECT_TRUE(next.has_value());
+}
+
+TEST(LockClient, BoundedWaitWhenHeldByOther) {
+  World w;
+  LockClient a(w.transport(), quiet());
+  LockClient b(w.transport(), quiet());
+  auto held = a.acquire("bw", 30s);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_FALSE(b.acquire("bw", 30s).has_value());                // one attempt
+  EXPECT_FALSE(b.acquire("bw", 30s, wait_for(300ms)).has_value());  // budget runs out first
+  EXPECT_GE(b.counters().acquire_failed, 2u);
+  EXPECT_EQ(w.service->holder("bw")->fencing_token, held->fencing_token());
+}
+
+TEST(LockClient, BoundedWaitWhenTransportHangs) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(200ms));
+  t->set_hang(true);
+  EXPECT_FALSE(client.acquire("hung", 5s, wait_for(300ms)).has_value());
+  EXPECT_FALSE(client.acquire("hung", 5s).has_value());
+  EXPECT_GE(t->hung(), 1u);
+  t->set_hang(false);  // hung calls fail without being executed
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("hung"); }));
+}
+
+TEST(LockClient, BoundedWaitWhenPartitioned) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(200ms));
+  t->set_partition(true);
+  EXPECT_FALSE(client.acquire("p", 5s, wait_for(300ms)).has_value());
+  t->set_partition(false);
+  EXPECT_TRUE(client.acquire("p", 5s, wait_for(5s)).has_value());
+}
+
+TEST(LockClient, WaiterIsWokenByRelease) {
+  World w;
+  LockClient a(w.transport(), quiet());
+  LockClient b(w.transport(), quiet());
+  auto held = a.acquire("wake", 60s);  // would only expire after the waiter's budget
+  ASSERT_TRUE(held.has_value());
+  std::optional<Lease> got;
+  std::thread waiter([&] { got = b.acquire("wake", 60s, wait_for(30s)); });
+  ASSERT_TRUE(eventually([&] { return w.service->subscriptions() >= 1; }));  // b watches "wake"
+  const auto old_fence = held->fencing_token();
+  held.reset();  // release → notification → b retries
+  waiter.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_GT(got->fencing_token(), old_fence);
+  got.reset();
+  EXPECT_TRUE(eventually([&] { return w.service->subscriptions() == 0; }));  // unwatched
+}
+
+TEST(LockClient, DuplicateRepliesLostAcquireIsIdempotent) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(200ms));
+  t->set_drop(true);  // grants are executed, replies lost
+  std::optional<Lease> got;
+  std::thread th([&] { got = client.acquire("idem", 10s, wait_for(30s)); });
+  ASSERT_TRUE(eventually([&] { return w.service->holder("idem").has_value(); }));
+  t->set_drop(false);
+  th.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(w.service->grants(), 1u);  // the retry found its own grant
+  EXPECT_EQ(got->fencing_token(), w.service->holder("idem")->fencing_token);
+}
+
+TEST(LockClient, Reentrant) {
+  World w;
+  LockClient client(w.transport(), quiet());
+  AcquireOptions r;
+  r.reentrant = true;
+  auto a = client.acquire("re", 5s, r);
+  auto b = client.acquire("re", 5s, r);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->id(), b->id());
+  EXPECT_EQ(a->fencing_token(), b->fencing_token());
+  EXPECT_EQ(w.service->grants(), 1u);
+  EXPECT_FALSE(client.acquire("re", 5s).has_value());  // non-reentrant: a different lease, held
+  a.reset();
+  EXPECT_TRUE(b->is_held());
+  EXPECT_TRUE(w.service->holder("re").has_value());
+  b.reset();
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("re"); }));
+}
+
+TEST(LockClient, DestroyWhileAcquiring) {
+  World w;
+  LockClient a(w.transport(), quiet());
+  auto held = a.acquire("dwa", 60s);
+  ASSERT_TRUE(held.has_value());
+  auto b = std::make_unique<LockClient>(w.transport(), quiet());
+  std::optional<Lease> got;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    got = b->acquire("dwa", 60s, wait_for(60s));
+    returned = true;
+  });
+  ASSERT_TRUE(eventually([&] { return w.service->subscriptions() >= 1; }));
+  b.reset();  // destroy while the waiter is inside acquire()
+  waiter.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_FALSE(got.has_value());
+  EXPECT_EQ(w.service->subscriptions(), 0u);
+  held.reset();
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("dwa"); }));
+  LockClient c(w.transport(), quiet());
+  EXPECT_TRUE(c.acquire("dwa", 5s).has_value());  // nothing leaked by b
+}
+
+TEST(LockClient, DestroyWhileAcquiringOverHungTransport) {
+  World w;
+  auto t = w.transport();
+  auto opts = quiet(5s);
+  opts.close_timeout = 200ms;
+  auto client = std::make_unique<LockClient>(t, opts);
+  t->set_hang(true);
+  std::optional<Lease> got;
+  std::thread waiter([&] { got = client->acquire("dh", 5s, wait_for(60s)); });
+  ASSERT_TRUE(eventually([&] { return t->hung() >= 1; }));
+  client.reset();  // close() must not wait for the hung call forever
+  waiter.join();
+  EXPECT_FALSE(got.has_value());
+  EXPECT_EQ(t->hung(), 0u);  // close() unblocked it
+  EXPECT_FALSE(w.service->holder("dh").has_value());
+}
+
+TEST(LockClient, DestroyClientWhileHeld) {
+  World w;
+  auto client = std::make_unique<LockClient>(w.transport(), quiet());
+  auto lease = client->acquire("dch", 60s);
+  ASSERT_TRUE(lease.has_value());
+  std::atomic<bool> stopped{false};
+  std::stop_callback cb(lease->stop_token(), [&] { stopped = true; });
+  client.reset();  // releases every lease on the way out
+  EXPECT_FALSE(w.service->holder("dch").has_value());
+  EXPECT_TRUE(stopped.load());
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_FALSE(lease->lost());
+  lease->release();  // harmless after the client is gone
+  lease.reset();
+}
+
+TEST(LockClient, CloseIsIdempotentAndFinal) {
+  World w;
+  LockClient client(w.transport(), quiet());
+  client.close();
+  client.close();
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("x", 1s); }).code(), leasehold::status::closed);
+  EXPECT_EQ(catch_error([&] { (void)client.counters(); }).code(), leasehold::status::closed);
+}
+
+TEST(LockClient, ManyThreadsAcquireAndRelease) {
+  World w;
+  constexpr int kClients = 2, kThreads = 4, kIters = 25;
+  const std::vector<std::string> names{"n0", "n1", "n2"};
+  std::vector<std::unique_ptr<LockClient>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<LockClient>(w.transport(), quiet(2s)));
+
+  std::mutex mu;
+  std::map<std::string, std::uint64_t> last_fence;
+  std::map<std::string, int> inside;
+  std::atomic<int> violations{0}, acquired{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, c, t] {
+        for (int i = 0; i < kIters; ++i) {
+          const auto& name = names[static_cast<std::size_t>(i + t) % names.size()];
+          auto lease = clients[static_cast<std::size_t>(c)]->acquire(name, 10s, wait_for(60s));
+          if (!lease) {
+            ++failed;
+            continue;
+          }
+          ++acquired;
+          {
+            std::lock_guard g(mu);
+            if (++inside[name] != 1) ++violations;
+            if (lease->fencing_token() <= last_fence[name]) ++violations;
+            last_fence[name] = lease->fencing_token();
+          }
+          std::this_thread::yield();
+          {
+            std::lock_guard g(mu);
+            --inside[name];
+          }
+          lease->release();
+        }
+      });
+    }
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(acquired.load(), kClients * kThreads * kIters);
+  for (auto& c : clients) EXPECT_TRUE(eventually([&] { return c->counters().pending_cleanups == 0; }));
+  clients.clear();
+  for (const auto& n : names) EXPECT_FALSE(w.service->holder(n).has_value());
+}
+
+TEST(LockClient, PollingWithoutNotifications) {
+  World w;
+  LockClient a(w.transport(false), quiet());
+  LockClient b(w.transport(false), quiet());
+  auto held = a.acquire("poll", 60s);
+  ASSERT_TRUE(held.has_value());
+  std::optional<Lease> got;
+  std::thread waiter([&] { got = b.acquire("poll", 5s, wait_for(30s)); });
+  ASSERT_TRUE(eventually([&] { return b.counters().acquires_sent >= 2; }));
+  EXPECT_EQ(w.service->subscriptions(), 0u);
+  held.reset();
+  waiter.join();
+  EXPECT_TRUE(got.has_value());
+}
+
+// ---- every bad input ----------------------------------------------------------------------
+
+TEST(LockClientBadInput, Names) {
+  World w;
+  LockClient client(w.transport(), quiet());
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("", 1s); }).code(), LH_ERR_EMPTY_NAME);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire(std::string(513, 'x'), 1s); }).code(), LH_ERR_NAME_TOO_LONG);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire(std::string_view("a\0b", 3), 1s); }).code(), LH_ERR_NAME_HAS_NUL);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("\xc3\x28", 1s); }).code(), LH_ERR_INVALID_UTF8);
+  EXPECT_TRUE(client.acquire("\xc3\xa9t\xc3\xa9", 1s).has_value());  // valid UTF-8 works
+}
+
+TEST(LockClientBadInput, TtlsAndWaits) {
+  World w;
+  LockClient client(w.transport(), quiet());
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("t", 0ms); }).code(), LH_ERR_INVALID_TTL);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("t", -1ms); }).code(), LH_ERR_INVALID_TTL);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("t", std::chrono::hours(24 * 365)); }).code(), LH_ERR_INVALID_TTL);
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("t", 1s, wait_for(-1ms)); }).code(),
+            leasehold::status::invalid_argument);
+  EXPECT_EQ(client.counters().acquires_sent, 0u);  // nothing reached the network
+}
+
+TEST(LockClientBadInput, ConfigTransportAndLimits) {
+  World w;
+  EXPECT_EQ(catch_error([&] { LockClient c(nullptr, quiet()); }).code(), LH_ERR_NULL_ARGUMENT);
+  auto bad = quiet();
+  bad.config.max_leases = 0;
+  EXPECT_EQ(catch_error([&] { LockClient c(w.transport(), bad); }).code(), LH_ERR_INVALID_CONFIG);
+  auto small = quiet();
+  small.config.max_leases = 1;
+  LockClient client(w.transport(), small);
+  auto one = client.acquire("one", 5s);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(catch_error([&] { (void)client.acquire("two", 5s); }).code(), LH_ERR_TOO_MANY_LEASES);
+  EXPECT_TRUE(one->is_held());  // state unchanged
+}

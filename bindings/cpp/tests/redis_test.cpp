@@ -1,0 +1,522 @@
+// Real-Redis tests: RedisTransport against a redis-server this test starts on a free loopback
+// port (stopped by its pid), and a C++ client contending with a Python client for the same names.
+// Under CI=true a missing redis-server or Python environment is a failure, never a skip.
+#include <leasehold.hpp>
+#include <leasehold/redis_transport.hpp>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using leasehold::AcquireOptions;
+using leasehold::ClientOptions;
+using leasehold::Lease;
+using leasehold::LockClient;
+using leasehold::LostReason;
+using leasehold::RedisOptions;
+using leasehold::RedisTransport;
+namespace lr = leasehold::redis;
+
+namespace {
+
+constexpr auto kPatience = 60s;
+
+bool ci() {
+  const char* v = std::getenv("CI");
+  return v != nullptr && std::string_view(v) == "true";
+}
+
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds limit = kPatience) {
+  const auto end = leasehold::Clock::now() + limit;
+  while (!pred()) {
+    if (leasehold::Clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+bool executable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0; }
+
+std::string find_in_path(const std::string& prog) {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  path += ":/usr/sbin:/usr/bin:/usr/local/bin:/sbin";
+  std::stringstream ss(path);
+  std::string dir;
+  while (std::getline(ss, dir, ':'))
+    if (!dir.empty() && executable(dir + "/" + prog)) return dir + "/" + prog;
+  return {};
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A child process started with posix_spawn; optional pipes to its stdin/stdout.
+struct Child {
+  pid_t pid = -1;
+  int in_fd = -1;   // write end → child's stdin
+  int out_fd = -1;  // read end ← child's stdout
+
+  static Child spawn(const std::vector<std::string>& argv, bool pipes, const std::string& stderr_path) {
+    Child c;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1};
+    if (pipes) {
+      if (::pipe2(in_p, O_CLOEXEC) != 0 || ::pipe2(out_p, O_CLOEXEC) != 0) return c;
+      posix_spawn_file_actions_adddup2(&fa, in_p[0], 0);
+      posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
+    } else {
+      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    }
+    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (pipes) {
+      ::close(in_p[0]);
+      ::close(out_p[1]);
+      c.in_fd = in_p[1];
+      c.out_fd = out_p[0];
+    }
+    if (rc == 0) c.pid = pid;
+    return c;
+  }
+
+  // One line from the child's stdout, or nullopt when nothing arrives within `limit`.
+  std::optional<std::string> read_line(std::chrono::milliseconds limit) {
+    const auto end = leasehold::Clock::now() + limit;
+    while (true) {
+      if (auto nl = buf.find('\n'); nl != std::string::npos) {
+        std::string line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - leasehold::Clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{out_fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char tmp[512];
+      const auto n = ::read(out_fd, tmp, sizeof(tmp));
+      if (n <= 0) return std::nullopt;
+      buf.append(tmp, static_cast<std::size_t>(n));
+    }
+  }
+  void write_line(const std::string& s) {
+    std::string l = s + "\n";
+    [[maybe_unused]] auto n = ::write(in_fd, l.data(), l.size());
+  }
+  // Exit status, or nullopt if still running after `limit` (then killed).
+  std::optional<int> wait_exit(std::chrono::milliseconds limit) {
+    const auto end = leasehold::Clock::now() + limit;
+    while (pid > 0) {
+      int st = 0;
+      const pid_t r = ::waitpid(pid, &st, WNOHANG);
+      if (r == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+      }
+      if (leasehold::Clock::now() > end) {
+        stop();
+        return std::nullopt;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::nullopt;
+  }
+  bool running() {
+    if (pid <= 0) return false;
+    int st = 0;
+    if (::waitpid(pid, &st, WNOHANG) == pid) {
+      pid = -1;
+      return false;
+    }
+    return true;
+  }
+  // SIGCONT (in case a test stopped it), SIGTERM, bounded wait, then SIGKILL.
+  void stop() {
+    if (pid > 0) {
+      ::kill(pid, SIGCONT);
+      ::kill(pid, SIGTERM);
+      for (int i = 0; i < 500 && pid > 0; ++i) {
+        int st = 0;
+        if (::waitpid(pid, &st, WNOHANG) == pid) pid = -1;
+        else std::this_thread::sleep_for(10ms);
+      }
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        pid = -1;
+      }
+    }
+    if (in_fd >= 0) ::close(in_fd);
+    if (out_fd >= 0) ::close(out_fd);
+    in_fd = out_fd = -1;
+  }
+  std::string buf;
+};
+
+struct RedisServer {
+  Child proc;
+  int port = -1;
+  std::string error;
+
+  bool start() {
+    const auto bin = find_in_path("redis-server");
+    if (bin.empty()) {
+      error = "redis-server not found (install it: scripts/ensure-redis.sh or apt-get install redis-server)";
+      return false;
+    }
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      port = free_port();
+      if (port <= 0) continue;
+      proc = Child::spawn({bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                           "no", "--daemonize", "no"},
+                          false, "/dev/null");
+      if (proc.pid <= 0) {
+        error = "cannot spawn " + bin;
+        continue;
+      }
+      const bool up = eventually(
+          [&] {
+            if (!proc.running()) return true;
+            redisContext* c = redisConnectWithTimeout("127.0.0.1", port, lr::to_timeval(200ms));
+            bool ok = false;
+            if (c != nullptr && c->err == 0) {
+              auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
+              ok = r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "PONG";
+              if (r) freeReplyObject(r);
+            }
+            if (c) redisFree(c);
+            return ok;
+          },
+          20s);
+      if (up && proc.running()) return true;
+      proc.stop();
+      error = "redis-server did not answer PING on port " + std::to_string(port);
+    }
+    return false;
+  }
+  ~RedisServer() { proc.stop(); }
+};
+
+// Shared across the suite: one server.
+RedisServer* g_server = nullptr;
+
+class Redis : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (g_server == nullptr) {
+      g_server = new RedisServer();
+      if (!g_server->start()) {
+        // keep g_server with its error; each test reports it
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    delete g_server;
+    g_server = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(g_server, nullptr);
+    if (g_server->proc.pid <= 0) {
+      if (ci()) FAIL() << "CI=true and no Redis: " << g_server->error;
+      GTEST_SKIP() << g_server->error;
+    }
+    conn_ = lr::connect("127.0.0.1", g_server->port, 1000ms);
+    cmd({"FLUSHALL"});
+  }
+  lr::ReplyPtr cmd(const std::vector<std::string>& args) { return lr::command(conn_.get(), args); }
+  long long integer(const std::vector<std::string>& args) {
+    auto r = cmd(args);
+    EXPECT_EQ(r->type, REDIS_REPLY_INTEGER) << (r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "");
+    return r->integer;
+  }
+  std::vector<std::string> lrange(const std::string& key) {
+    auto r = cmd({"LRANGE", key, "0", "-1"});
+    std::vector<std::string> v;
+    for (std::size_t i = 0; i < r->elements; ++i) v.emplace_back(r->element[i]->str, r->element[i]->len);
+    return v;
+  }
+  std::shared_ptr<RedisTransport> transport(std::chrono::milliseconds command_timeout = 2000ms) {
+    RedisOptions o;
+    o.port = g_server->port;
+    o.command_timeout = command_timeout;
+    return std::make_shared<RedisTransport>(o);
+  }
+  static ClientOptions quiet(std::vector<std::string>* logs = nullptr, std::mutex* mu = nullptr) {
+    ClientOptions o;
+    o.close_timeout = 10s;
+    o.log = [logs, mu](std::string_view m) {
+      if (logs && mu) {
+        std::lock_guard g(*mu);
+        logs->emplace_back(m);
+      }
+    };
+    return o;
+  }
+  lr::ContextPtr conn_;
+};
+
+AcquireOptions wait_for(std::chrono::nanoseconds w) {
+  AcquireOptions o;
+  o.wait = w;
+  return o;
+}
+
+// "cpp:123" / "py:456" → 123 / 456
+std::uint64_t token_of(const std::string& entry) {
+  return std::stoull(entry.substr(entry.find(':') + 1));
+}
+
+}  // namespace
+
+TEST_F(Redis, KeysAndScriptsComeFromTheLibrary) {
+  EXPECT_EQ(lr::key(lr::Key::Lock, "orders"), "lh:{orders}");
+  EXPECT_EQ(lr::key(lr::Key::Fence, "orders"), "lh:{orders}:fence");
+  EXPECT_EQ(lr::key(lr::Key::Channel, "orders"), "lh:{orders}:released");
+  const std::string long_name(400, 'z');
+  EXPECT_EQ(lr::key(lr::Key::Channel, long_name), "lh:{" + long_name + "}:released");  // buffer regrowth
+  EXPECT_FALSE(lr::script(lr::Script::Acquire).empty());
+  EXPECT_NE(lr::script(lr::Script::Release).find("PUBLISH"), std::string_view::npos);
+  EXPECT_THROW(lr::key(static_cast<lr::Key>(99), "x"), leasehold::Error);
+  EXPECT_THROW(lr::script(static_cast<lr::Script>(0)), leasehold::Error);
+}
+
+TEST_F(Redis, Lifecycle) {
+  LockClient client(transport(), quiet());
+  std::uint64_t fence = 0;
+  {
+    auto lease = client.acquire("life", 5s);
+    ASSERT_TRUE(lease.has_value());
+    fence = lease->fencing_token();
+    EXPECT_GT(fence, 0u);
+    EXPECT_TRUE(lease->is_held());
+    EXPECT_EQ(integer({"EXISTS", "lh:{life}"}), 1);
+    EXPECT_FALSE(client.acquire("life", 5s).has_value());  // a second lease of the same client
+  }
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{life}"}) == 0; }));
+  auto again = client.acquire("life", 5s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_GT(again->fencing_token(), fence);
+}
+
+TEST_F(Redis, RenewsAndDetectsRejection) {
+  LockClient client(transport(), quiet());
+  std::atomic<int> lost{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason r) {
+    EXPECT_EQ(r, LostReason::Rejected);
+    ++lost;
+  };
+  auto lease = client.acquire("renew", 600ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  ASSERT_TRUE(eventually([&] { return client.counters().renewals_ok >= 3 || lease->lost(); }));
+  EXPECT_FALSE(lease->lost());
+  EXPECT_EQ(integer({"EXISTS", "lh:{renew}"}), 1);  // alive past the original TTL
+  cmd({"DEL", "lh:{renew}"});                        // the server forgets us
+  ASSERT_TRUE(eventually([&] { return lease->lost(); }));
+  EXPECT_EQ(lease->lost_reason(), LostReason::Rejected);
+  EXPECT_TRUE(eventually([&] { return lost.load() == 1; }));
+  EXPECT_TRUE(lease->stop_token().stop_requested());
+}
+
+TEST_F(Redis, WaiterWokenByPubSub) {
+  auto tb = transport();
+  LockClient a(transport(), quiet());
+  LockClient b(tb, quiet());
+  auto held = a.acquire("wake", 60s);
+  ASSERT_TRUE(held.has_value());
+  std::optional<Lease> got;
+  std::thread waiter([&] { got = b.acquire("wake", 10s, wait_for(45s)); });
+  ASSERT_TRUE(eventually([&] { return tb->subscribed() >= 1; }));
+  const auto old = held->fencing_token();
+  held.reset();
+  waiter.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_GT(got->fencing_token(), old);
+}
+
+TEST_F(Redis, ErrorReplyIsATransportErrorNeverAGrant) {
+  std::vector<std::string> logs;
+  std::mutex mu;
+  LockClient client(transport(), quiet(&logs, &mu));
+  cmd({"SET", "lh:{wrong}", "not-a-hash"});
+  EXPECT_FALSE(client.acquire("wrong", 5s).has_value());
+  std::lock_guard g(mu);
+  bool saw = false;
+  for (const auto& l : logs) saw = saw || l.find("redis error: lh: ") != std::string::npos;
+  EXPECT_TRUE(saw) << "the script's error reply should be logged";
+  auto kind = cmd({"TYPE", "lh:{wrong}"});
+  EXPECT_EQ(std::string(kind->str, kind->len), "string");  // untouched, never granted
+}
+
+TEST_F(Redis, LossDetectedWhileServerHangs) {
+  RedisServer hung;  // a private server we can SIGSTOP
+  ASSERT_TRUE(hung.start()) << hung.error;
+  RedisOptions o;
+  o.port = hung.port;
+  o.command_timeout = 5000ms;  // calls block for a long time once the server is stopped
+  LockClient client(std::make_shared<RedisTransport>(o), quiet());
+  auto lease = client.acquire("h", 900ms);
+  ASSERT_TRUE(lease.has_value());
+  ASSERT_EQ(::kill(hung.proc.pid, SIGSTOP), 0);
+  const bool lost = eventually([&] { return lease->stop_token().stop_requested(); });
+  ::kill(hung.proc.pid, SIGCONT);
+  ASSERT_TRUE(lost);
+  const auto r = *lease->lost_reason();
+  EXPECT_TRUE(r == LostReason::Expired || r == LostReason::FailBudget) << leasehold::to_string(r);
+  EXPECT_FALSE(lease->is_held());
+}
+
+TEST_F(Redis, ManyThreadsFencingStrictlyIncreases) {
+  constexpr int kClients = 2, kThreads = 3, kIters = 15;
+  const std::vector<std::string> names{"mt0", "mt1"};
+  std::vector<std::unique_ptr<LockClient>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<LockClient>(transport(), quiet()));
+  std::atomic<int> acquired{0}, violations{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, c, t] {
+        auto conn = lr::connect("127.0.0.1", g_server->port, 1000ms);
+        for (int i = 0; i < kIters; ++i) {
+          const auto& name = names[static_cast<std::size_t>(i + t) % names.size()];
+          auto lease = clients[static_cast<std::size_t>(c)]->acquire(name, 5s, wait_for(30s));
+          if (!lease) continue;
+          ++acquired;
+          auto in = lr::command(conn.get(), {"INCR", "test:inside:" + name});
+          if (in->integer != 1) ++violations;
+          lr::command(conn.get(), {"RPUSH", "test:log:" + name, "cpp:" + std::to_string(lease->fencing_token())});
+          lr::command(conn.get(), {"DECR", "test:inside:" + name});
+        }
+      });
+    }
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(acquired.load(), kClients * kThreads * kIters);
+  EXPECT_EQ(violations.load(), 0);
+  for (const auto& n : names) {
+    const auto log = lrange("test:log:" + n);
+    EXPECT_FALSE(log.empty());
+    for (std::size_t i = 1; i < log.size(); ++i)
+      EXPECT_LT(token_of(log[i - 1]), token_of(log[i])) << n << " at " << i;
+  }
+}
+
+TEST_F(Redis, CppAndPythonContendFencingStrictlyIncreases) {
+  const std::string python = std::string(LEASEHOLD_REPO_ROOT) + "/bindings/python/.venv/bin/python";
+  if (!executable(python)) {
+    const std::string why = "Python environment missing: " + python + " (run bindings/python/setup-venv.sh)";
+    if (ci()) FAIL() << "CI=true: " << why;
+    GTEST_SKIP() << why;
+  }
+  const std::string lib = std::string(LEASEHOLD_REPO_ROOT) + "/target/release/libleasehold.so";
+  if (executable(lib) || ::access(lib.c_str(), R_OK) == 0) ::setenv("LEASEHOLD_LIBRARY", lib.c_str(), 1);
+
+  const std::vector<std::string> names{"pc0", "pc1", "pc2"};
+  constexpr int kPyIters = 30, kCppThreads = 2, kCppIters = 15;
+  char errpath[] = "/tmp/leasehold-pyworker-XXXXXX";
+  const int efd = ::mkstemp(errpath);
+  ASSERT_GE(efd, 0);
+  ::close(efd);
+  auto py = Child::spawn({python, LEASEHOLD_PY_WORKER, "--port", std::to_string(g_server->port), "--names",
+                          "pc0,pc1,pc2", "--iterations", std::to_string(kPyIters)},
+                         true, errpath);
+  auto stderr_text = [&] {
+    std::ifstream f(errpath);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  ASSERT_GT(py.pid, 0) << "cannot start " << python;
+  const auto ready = py.read_line(120s);
+  if (!ready || *ready != "ready") {
+    py.stop();
+    FAIL() << "Python worker did not start (" << ready.value_or("<no output>") << ")\n" << stderr_text();
+  }
+
+  LockClient client(transport(), quiet());
+  py.write_line("go");
+  std::atomic<int> acquired{0}, violations{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kCppThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto conn = lr::connect("127.0.0.1", g_server->port, 1000ms);
+      for (int i = 0; i < kCppIters; ++i) {
+        const auto& name = names[static_cast<std::size_t>(i + t) % names.size()];
+        auto lease = client.acquire(name, 5s, wait_for(30s));
+        if (!lease) continue;
+        ++acquired;
+        auto in = lr::command(conn.get(), {"INCR", "test:inside:" + name});
+        if (in->integer != 1) ++violations;
+        lr::command(conn.get(), {"RPUSH", "test:log:" + name, "cpp:" + std::to_string(lease->fencing_token())});
+        std::this_thread::sleep_for(2ms);
+        lr::command(conn.get(), {"DECR", "test:inside:" + name});
+        if (!lease->is_held()) ++violations;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto summary = py.read_line(180s);
+  const auto status = py.wait_exit(30s);
+  const auto err = stderr_text();
+  ::unlink(errpath);
+  ASSERT_TRUE(status.has_value()) << "Python worker did not exit\n" << err;
+  ASSERT_EQ(*status, 0) << err;
+  ASSERT_TRUE(summary.has_value()) << err;
+  EXPECT_NE(summary->find("\"acquired\": " + std::to_string(kPyIters)), std::string::npos) << *summary << "\n" << err;
+
+  EXPECT_EQ(acquired.load(), kCppThreads * kCppIters);
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(integer({"LLEN", "test:violations"}), 0) << "the Python side saw overlapping holders";
+  std::size_t py_entries = 0, cpp_entries = 0;
+  for (const auto& n : names) {
+    const auto log = lrange("test:log:" + n);
+    for (const auto& e : log) (e.rfind("py:", 0) == 0 ? py_entries : cpp_entries)++;
+    for (std::size_t i = 1; i < log.size(); ++i)
+      EXPECT_LT(token_of(log[i - 1]), token_of(log[i])) << n << ": " << log[i - 1] << " then " << log[i];
+  }
+  EXPECT_EQ(py_entries, static_cast<std::size_t>(kPyIters));
+  EXPECT_EQ(cpp_entries, static_cast<std::size_t>(kCppThreads * kCppIters));
+}
