@@ -13,7 +13,7 @@ import ctypes
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from . import _ffi, errors
 from ._ffi import lib
@@ -76,7 +76,8 @@ class Config:
         """The core's default values (from ``lh_config_default``)."""
         c = _ffi.lh_config()
         lib.lh_config_default(ctypes.byref(c))
-        return {name: int(getattr(c, name)) for name, _ in _ffi.lh_config._fields_ if name != "struct_size"}
+        names = [f[0] for f in _ffi.lh_config._fields_]
+        return {n: int(getattr(c, n)) for n in names if n != "struct_size"}
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _u64(value: int, what: str) -> int:
 
 @dataclass
 class _Handle:
-    ptr: _ffi.lh_client_p | None = field(default=None)
+    ptr: Any = field(default=None)  # ctypes pointer to lh_client, None once freed
 
 
 class Core:
@@ -188,7 +189,7 @@ class Core:
     def closed(self) -> bool:
         return self._h.ptr is None
 
-    def _p(self) -> _ffi.lh_client_p:
+    def _p(self) -> Any:
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")

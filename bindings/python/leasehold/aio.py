@@ -28,7 +28,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import replace
-from typing import Any, Awaitable, Callable, Generator
+from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
@@ -369,9 +369,9 @@ class AsyncLockClient:
         self._deadline = self._core.poll_timeout()
         self._poke()
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         assert self._loop is not None
-        t = self._loop.create_task(coro)  # type: ignore[arg-type]
+        t: asyncio.Task[Any] = self._loop.create_task(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
