@@ -1,0 +1,57 @@
+"""The ctypes mirrors of the C structs match include/leasehold.h (sizes and offsets).
+
+Compiles a tiny C program against the header with the system C compiler (present wherever
+the Rust library is built) and compares its sizeof/offsetof output with ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from leasehold import _ffi
+
+HEADER_DIR = Path(__file__).resolve().parents[4] / "include"
+STRUCTS = {
+    "lh_config": _ffi.lh_config,
+    "lh_acquire_options": _ffi.lh_acquire_options,
+    "lh_output": _ffi.lh_output,
+    "lh_lease_info": _ffi.lh_lease_info,
+    "lh_counters": _ffi.lh_counters,
+}
+
+
+def _cc() -> str | None:
+    for name in ("cc", "gcc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.mark.skipif(not (HEADER_DIR / "leasehold.h").is_file(), reason="header not in this checkout")
+def test_struct_layouts_match_header(tmp_path: Path) -> None:
+    cc = _cc()
+    if cc is None:
+        pytest.skip("no C compiler")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "leasehold.h"', "int main(void) {"]
+    expected = []
+    for cname, cls in STRUCTS.items():
+        lines.append(f'  printf("{cname} %zu\\n", sizeof({cname}));')
+        expected.append(f"{cname} {ctypes.sizeof(cls)}")
+        for fname, _ in cls._fields_:
+            lines.append(f'  printf("{cname}.{fname} %zu\\n", offsetof({cname}, {fname}));')
+            expected.append(f"{cname}.{fname} {getattr(cls, fname).offset}")
+    lines.append(f'  printf("abi %u\\n", (unsigned)LH_ABI_VERSION);')
+    expected.append(f"abi {_ffi.ABI_VERSION}")
+    lines += ["  return 0;", "}"]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", f"-I{HEADER_DIR}", str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    assert [line for line in out if line] == expected
