@@ -251,9 +251,26 @@ impl Client {
     /// `AcquireFailed{Cancelled}` while acquiring) is emitted at once, and the service-side
     /// release is retried with the same token until it is confirmed or the TTL has run out.
     pub fn release(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
-        self.resolve(lease)?;
-        self.advance(now);
         let slot = self.resolve(lease)?;
+        self.clamp(now);
+        // A held lease that is still valid is released before other timers run, so a renew
+        // that happens to be due right now is not sent only to be thrown away. A lease whose
+        // validity has passed is reported Lost by `advance` first: that is what it was.
+        let t = self.now;
+        let l = self.lease_mut(slot);
+        let still_valid = l.state == LeaseState::Held && t < l.valid_until;
+        if !still_valid {
+            self.advance(now);
+        }
+        let slot = self.resolve(lease)?;
+        let result = self.release_slot(slot, lease);
+        if still_valid {
+            self.advance(now);
+        }
+        result
+    }
+
+    fn release_slot(&mut self, slot: u32, lease: LeaseId) -> Result<(), Error> {
         let l = self.lease_mut(slot);
         match l.state {
             LeaseState::Acquiring | LeaseState::Held if l.holders > 1 => {

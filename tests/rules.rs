@@ -1205,3 +1205,31 @@ fn tables_stay_bounded_under_churn() {
     assert_eq!(k.pending_cleanups, 0);
     assert_eq!(c.poll_timeout(), None);
 }
+
+#[test]
+fn release_when_a_renew_is_due_sends_no_wasted_renew() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    let due = c.poll_timeout().unwrap();
+    c.release(due, lease).unwrap();
+    let out = drain(&mut c);
+    assert!(renew_req(&out).is_none(), "{out:?}");
+    assert_eq!(events(&out), vec![Event::Released { lease }]);
+    assert!(release_req(&out).is_some());
+}
+
+#[test]
+fn release_after_validity_passed_reports_the_loss() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    let vu = c.valid_until(lease).unwrap().unwrap();
+    assert!(matches!(c.release(vu, lease), Err(Error::LeaseEnded(_))));
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Expired
+        }]
+    );
+}
