@@ -19,6 +19,7 @@ Fault switches (attributes of a service, change them at any time):
 * ``partitioned`` – every call raises ``ConnectionError`` before reaching the store;
 * ``drop_requests`` – same, but counted separately (a lost request);
 * ``drop_responses`` – the call is applied, then ``ConnectionError`` (a lost answer);
+  :meth:`MemoryLockService.drop_next_responses` does that for the next *n* calls only;
 * ``reject_renewals`` – renew answers ``False`` (the service refuses: the lease is lost);
 * ``reject_acquires`` – acquire answers "held by another";
 * ``delay`` – seconds every call takes, measured on the store's clock (with a
@@ -163,6 +164,7 @@ class MemoryLockService(LockService):
         self.reject_renewals = False
         self.reject_acquires = False
         self.delay = 0.0
+        self._drop_next = 0
         self._open = threading.Event()
         self._open.set()
         self._closed = threading.Event()
@@ -186,7 +188,13 @@ class MemoryLockService(LockService):
         self.partitioned = self.drop_requests = self.drop_responses = False
         self.reject_renewals = self.reject_acquires = False
         self.delay = 0.0
+        self._drop_next = 0
         self._open.set()
+
+    def drop_next_responses(self, n: int = 1) -> None:
+        """Apply the next ``n`` calls, then lose their answers (``ConnectionError``)."""
+        with self._wlock:
+            self._drop_next = n
 
     def hang(self) -> None:
         """Make every call block until :meth:`unhang` or :meth:`close` (a hung backend)."""
@@ -220,6 +228,12 @@ class MemoryLockService(LockService):
 
     def _exit(self, op: str) -> None:
         if self.drop_responses:
+            raise ConnectionError(f"response dropped ({op})")
+        with self._wlock:
+            drop = self._drop_next > 0
+            if drop:
+                self._drop_next -= 1
+        if drop:
             raise ConnectionError(f"response dropped ({op})")
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:

@@ -380,3 +380,49 @@ def test_log_mentions_lost_lock(make_client, clock: FakeClock, caplog: pytest.Lo
     svc(c).reject_renewals = True
     settle(clock, [c], seconds=3)
     assert any("logme" in r.getMessage() and "lost" in r.getMessage() for r in caplog.records)
+
+
+def test_lost_acquire_answer_is_retried_idempotently(make_client, clock: FakeClock, store: MemoryStore) -> None:
+    c = make_client()
+    s = svc(c)
+    s.drop_next_responses(1)  # the grant happens on the store, its answer is lost
+    r = Result(lambda: c.acquire("idem", ttl=3, wait=5))
+    assert s.called["acquire"].wait(5)
+    settle(clock, [c], seconds=1, step=0.05)
+    h = r.get()
+    assert s.calls["acquire"] >= 2
+    assert h.fencing_token == 1  # the retry found its own grant: same token, not locked out
+    assert store.grants == [("idem", s.tokens[0], 1)]
+
+
+def test_failed_release_keeps_token_and_is_retried(make_client, clock: FakeClock, store: MemoryStore) -> None:
+    c = make_client()
+    h = c.acquire("rel", ttl=30)
+    svc(c).partition()
+    h.release(timeout=0.1)  # the lease is no longer held locally; the service did not answer
+    assert not h.is_held()
+    assert store.holder("rel") is not None
+    assert c.counters().pending_cleanups == 1
+    svc(c).heal()
+    settle(clock, [c], seconds=2)
+    assert store.holder("rel") is None  # retried with the same token until it succeeded
+    assert c.counters().pending_cleanups == 0
+
+
+def test_release_from_another_thread(make_client, store: MemoryStore) -> None:
+    c = make_client()
+    h = c.acquire("t", ttl=3)
+    t = threading.Thread(target=h.release)
+    t.start()
+    t.join(10)
+    assert store.holder("t") is None and h.state == "released"
+
+
+def test_on_lost_never_fires_for_a_lock_never_held(make_client, clock: FakeClock) -> None:
+    a, b = make_client(), make_client()
+    ha = a.acquire("n", ttl=3)
+    fired: list[LockHandle] = []
+    with pytest.raises(LockTimeout):
+        b.acquire("n", ttl=3, on_lost=fired.append)
+    settle(clock, [a, b], seconds=3)
+    assert fired == [] and ha.is_held()
