@@ -247,10 +247,14 @@ class AsyncLockClient:
             while self._core.counters().pending_cleanups > 0 and time.monotonic() < end:
                 assert self._wake is not None
                 await asyncio.sleep(min(0.01, max(0.0, end - time.monotonic())))
+            pending: list[asyncio.Task[Any]] = list(self._tasks)
             if self._driver is not None:
                 self._driver.cancel()
-            for t in list(self._tasks):
+                pending.append(self._driver)
+            for t in pending:
                 t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
             for n in [n for n, c in self._watch_refs.items() if c > 0]:
                 try:
                     await asyncio.wait_for(self._service.unwatch(n), 1.0)

@@ -377,6 +377,10 @@ class LockClient:
                     self._cond.wait(min(left, 0.05))
             self._stop = True
             self._cond.notify_all()
+            # Let backend calls still in flight finish (bounded) before the service is closed.
+            end = time.monotonic() + min(1.0, timeout)
+            while self._inflight > 0 and time.monotonic() < end:
+                self._cond.wait(max(0.0, min(0.05, end - time.monotonic())))
             driver = self._driver
             pools = (self._pool, self._watch_pool, self._cb_pool)
             watching = [n for n, c in self._watch_refs.items() if c > 0]
