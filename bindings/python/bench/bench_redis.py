@@ -1,0 +1,433 @@
+"""leasehold on Redis vs redis-py's Lock vs python-redis-lock, on one real redis-server.
+
+Run (from bindings/python, after `cargo build --release` and ./setup-venv.sh)::
+
+    .venv/bin/python bench/bench_redis.py            # full run (~3 minutes)
+    .venv/bin/python bench/bench_redis.py --quick    # smoke run (~40 s, fewer samples)
+    .venv/bin/python bench/bench_redis.py --json out.json
+
+It starts its own redis-server on a free loopback port (no persistence) and measures, for each
+library, in one run:
+
+1. uncontended acquire+release cycles per second (one thread, one name);
+2. handoff latency (the releasing thread's ``release()`` call → the next holder's
+   ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; every handoff goes to
+   another waiter: the releaser only queues again once somebody else got the lock);
+   leasehold twice: one LockClient per waiter (like separate processes) and one shared client;
+3. Redis commands per second caused by 8 idle waiters while the lock is held (INFO
+   commandstats delta over a window; the benchmark's own INFO calls and the holder's renewals
+   are subtracted);
+4. takeover time after the holder process is SIGKILLed: from the moment its TTL runs out in
+   Redis (PTTL read right after the kill) to the waiter's ``acquire()`` returning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+PKG = HERE.parent
+sys.path.insert(0, str(PKG))
+sys.path.insert(0, str(PKG / "tests" / "redis"))
+sys.path.insert(0, str(HERE))
+
+import redis  # noqa: E402
+import redis_lock  # noqa: E402
+from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
+
+from leasehold import LockClient  # noqa: E402
+from leasehold.backends.redis import RedisLockService  # noqa: E402
+
+clock = time.perf_counter
+
+
+# ---- adapters: one "locker" per waiter ---------------------------------------------------------
+class Locker:
+    def acquire(self, name: str, ttl: float, wait: float) -> Any: ...
+    def release(self, h: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class LeaseholdLocker(Locker):
+    def __init__(self, url: str, client: LockClient | None = None, own: bool | None = None) -> None:
+        self.own = client is None if own is None else own
+        self.client = client or LockClient(RedisLockService.from_url(url))
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        return self.client.acquire(name, ttl=ttl, wait=wait)
+
+    def release(self, h: Any) -> None:
+        h.release()
+
+    def close(self) -> None:
+        if self.own:
+            self.client.close()
+
+
+class RedisPyLocker(Locker):
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        lock = self.r.lock(name, timeout=ttl, sleep=0.1, blocking_timeout=wait)
+        if not lock.acquire(blocking=wait > 0):
+            raise TimeoutError(name)
+        return lock
+
+    def release(self, h: Any) -> None:
+        h.release()
+
+
+class PRLLocker(Locker):
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        lock = redis_lock.Lock(self.r, name, expire=max(1, int(ttl)))
+        if not lock.acquire(blocking=wait > 0):
+            raise TimeoutError(name)
+        return lock
+
+    def release(self, h: Any) -> None:
+        h.release()
+
+
+class Impl:
+    def __init__(self, label: str, make: Callable[[], Locker], holder_code: str) -> None:
+        self.label = label
+        self.make = make
+        self.holder_code = holder_code
+
+
+def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
+    lh_holder = (
+        "from leasehold import LockClient\n"
+        "from leasehold.backends.redis import RedisLockService\n"
+        "c = LockClient(RedisLockService.from_url(URL))\n"
+        "h = c.acquire(NAME, ttl=TTL)\n"
+    )
+    rp_holder = "import redis\nr = redis.Redis.from_url(URL)\nassert r.lock(NAME, timeout=TTL).acquire()\n"
+    prl_holder = (
+        "import redis, redis_lock\nr = redis.Redis.from_url(URL)\n"
+        "assert redis_lock.Lock(r, NAME, expire=int(TTL)).acquire()\n"
+    )
+    return [
+        Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
+        Impl("leasehold (1 shared client)", lambda: LeaseholdLocker(url, shared_client), lh_holder),
+        Impl("redis-py Lock", lambda: RedisPyLocker(r), rp_holder),
+        Impl("python-redis-lock", lambda: PRLLocker(r), prl_holder),
+    ]
+
+
+# ---- 1. uncontended throughput ------------------------------------------------------------------
+def bench_throughput(impls_: list[Impl], rounds: int, seconds: float) -> dict[str, Any]:
+    """Interleaved rounds (A B C D A B C D ...) so that load from other processes on the machine
+    hits every library alike; reports the median and the best round."""
+    lockers = {impl.label: impl.make() for impl in impls_}
+    rates: dict[str, list[float]] = {impl.label: [] for impl in impls_}
+    try:
+        for label, locker in lockers.items():
+            for _ in range(50):  # warm-up (script cache, connections, threads)
+                locker.release(locker.acquire(f"tp-{label}", 10.0, 0.0))
+        for _ in range(rounds):
+            for label, locker in lockers.items():
+                name = f"tp-{label}"
+                n = 0
+                start = clock()
+                end = start + seconds
+                while clock() < end:
+                    for _ in range(10):
+                        locker.release(locker.acquire(name, 10.0, 0.0))
+                    n += 10
+                rates[label].append(n / (clock() - start))
+    finally:
+        for locker in lockers.values():
+            locker.close()
+    return {
+        label: {"median_ops_per_s": statistics.median(v), "best_ops_per_s": max(v), "rounds": [round(x) for x in v]}
+        for label, v in rates.items()
+    }
+
+
+# ---- 2. handoff latency ---------------------------------------------------------------------------
+def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float) -> dict[str, Any]:
+    name = f"ho-{waiters}-{impl.label}"
+    lockers = [impl.make() for _ in range(waiters + 1)]
+    cond = threading.Condition()
+    state: dict[str, Any] = {"released_at": None, "gen": 0, "holder": None, "stop": False}
+    lat: list[float] = []
+    errors: list[BaseException] = []
+
+    def run(i: int, locker: Locker) -> None:
+        try:
+            while True:
+                with cond:
+                    if state["stop"]:
+                        return
+                try:
+                    h = locker.acquire(name, 10.0, 60.0)
+                except TimeoutError:
+                    continue
+                t = clock()
+                with cond:
+                    if state["released_at"] is not None and not state["stop"]:
+                        lat.append(t - state["released_at"])
+                        if len(lat) >= handoffs:
+                            state["stop"] = True
+                    state["gen"] += 1
+                    state["holder"] = i
+                    gen = state["gen"]
+                    cond.notify_all()
+                    if state["released_at"] is None:
+                        # first holder: give everybody time to queue up
+                        cond.wait(1.5)
+                    state["released_at"] = clock()
+                locker.release(h)
+                with cond:
+                    # only queue again once somebody else holds it (each handoff goes elsewhere)
+                    end = clock() + timeout
+                    while state["gen"] == gen and not state["stop"] and clock() < end:
+                        cond.wait(0.5)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            with cond:
+                state["stop"] = True
+                cond.notify_all()
+
+    threads = [threading.Thread(target=run, args=(i, lk), daemon=True) for i, lk in enumerate(lockers)]
+    t0 = clock()
+    for t in threads:
+        t.start()
+    end = t0 + timeout
+    with cond:
+        while not state["stop"] and clock() < end:
+            cond.wait(0.5)
+        state["stop"] = True
+        cond.notify_all()
+    # the last holder releases; waiters still blocked get the lock once each and exit
+    for t in threads:
+        t.join(max(0.1, end + 90 - clock()))
+    for lk in lockers:
+        lk.close()
+    if errors:
+        raise errors[0]
+    lat.sort()
+    return summarize(lat)
+
+
+def summarize(xs: list[float]) -> dict[str, Any]:
+    if not xs:
+        return {"n": 0}
+    xs = sorted(xs)
+
+    def pct(p: float) -> float:
+        return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] * 1000
+
+    return {"n": len(xs), "p50_ms": pct(50), "p99_ms": pct(99), "max_ms": xs[-1] * 1000, "mean_ms": statistics.mean(xs) * 1000}
+
+
+# ---- 3. idle waiters' load on Redis ------------------------------------------------------------------
+def total_calls(r: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+
+
+def bench_idle(impl: Impl, r: redis.Redis, url: str, waiters: int, window: float, warmup: float) -> dict[str, Any]:
+    name = f"idle-{impl.label}"
+    # the holder is always its own client, so that its renewals can be told apart
+    holder = LeaseholdLocker(url) if "shared" in impl.label else impl.make()
+    h = holder.acquire(name, 30.0, 0.0)
+    lockers = [impl.make() for _ in range(waiters)]
+    got: list[Any] = []
+
+    def wait_one(lk: Locker) -> None:
+        try:
+            hh = lk.acquire(name, 30.0, 120.0)
+            lk.release(hh)
+            got.append(1)
+        except Exception as e:  # noqa: BLE001
+            got.append(e)
+
+    threads = [threading.Thread(target=wait_one, args=(lk,), daemon=True) for lk in lockers]
+    for t in threads:
+        t.start()
+    time.sleep(warmup)
+    renew_before = holder.client.counters().renewals_sent if isinstance(holder, LeaseholdLocker) else 0
+    a = total_calls(r)
+    time.sleep(window)
+    b = total_calls(r)
+    renew_after = holder.client.counters().renewals_sent if isinstance(holder, LeaseholdLocker) else 0
+    delta = {k: b.get(k, 0) - a.get(k, 0) for k in b}
+    delta["info"] = delta.get("info", 0) - 1  # the second INFO call itself
+    delta = {k: v for k, v in delta.items() if v > 0}
+    renewals = renew_after - renew_before
+    waiter_cmds = sum(delta.values()) - delta.get("info", 0) - renewals
+    holder.release(h)
+    for t in threads:
+        t.join(60)
+    for lk in lockers:
+        lk.close()
+    holder.close()
+    return {
+        "cmds_per_s_total": waiter_cmds / window,
+        "cmds_per_s_per_waiter": waiter_cmds / window / waiters,
+        "breakdown": delta,
+        "holder_renewals_subtracted": renewals,
+        "waiters_completed": sum(1 for g in got if g == 1),
+    }
+
+
+# ---- 4. takeover after SIGKILL -------------------------------------------------------------------------
+def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) -> dict[str, Any]:
+    out: list[float] = []
+    for i in range(runs):
+        name = f"tk-{impl.label}-{i}".replace(" ", "_")
+        code = impl.holder_code.replace("URL", repr(url)).replace("NAME", repr(name)).replace("TTL", repr(ttl))
+        code += "print('HELD', flush=True)\nimport time\ntime.sleep(3600)\n"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PKG), os.environ.get("PYTHONPATH", "")]))
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            line = p.stdout.readline() if p.stdout else ""
+            if not line.startswith("HELD"):
+                raise RuntimeError(f"holder did not start: {line!r}")
+            locker = impl.make()
+            res: dict[str, Any] = {}
+
+            def waiter() -> None:
+                try:
+                    h = locker.acquire(name, ttl, 60.0)
+                    res["t"] = clock()
+                    locker.release(h)
+                except BaseException as e:  # noqa: BLE001
+                    res["e"] = e
+
+            t = threading.Thread(target=waiter, daemon=True)
+            t.start()
+            time.sleep(0.5)  # the waiter is blocked/subscribed/sleeping by now
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            key = _lock_key(impl, name)
+            pttl = r.pttl(key)
+            t_exp = clock() + max(pttl, 0) / 1000.0
+            t.join(90)
+            locker.close()
+            if "e" in res:
+                raise res["e"]
+            out.append(res["t"] - t_exp)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return {"runs_ms": [round(x * 1000, 1) for x in out], "median_ms": statistics.median(out) * 1000}
+
+
+def _lock_key(impl: Impl, name: str) -> str:
+    if impl.label.startswith("leasehold"):
+        from leasehold.backends.redis_protocol import keys_for
+
+        return keys_for(name).lock
+    if impl.label.startswith("python-redis-lock"):
+        return f"lock:{name}"
+    return name
+
+
+def inline_prototype(url: str) -> Impl | None:
+    """leasehold with the measurement-only inline fast path (bench/fastpath_prototype.py)."""
+    try:
+        from fastpath_prototype import InlineLockClient
+
+        c = InlineLockClient(RedisLockService.from_url(url))
+        c.acquire("proto-check", ttl=5.0).release()
+        c.close()
+    except Exception as e:  # noqa: BLE001 - the prototype leans on client.py internals
+        print(f"(inline fast-path prototype unavailable: {type(e).__name__}: {e})", flush=True)
+        return None
+    return Impl(
+        "leasehold + inline (prototype)",
+        lambda: LeaseholdLocker(url, InlineLockClient(RedisLockService.from_url(url)), own=True),
+        "",
+    )
+
+
+# ---- main ----------------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover")
+    args = ap.parse_args()
+    q = args.quick
+    parts = set((args.only or "throughput,handoff,idle,takeover").split(","))
+    binary = ensure_redis_server()
+    if binary is None:
+        sys.exit("redis-server not found (apt-get install redis-server)")
+    results: dict[str, Any] = {"python": sys.version.split()[0], "redis_py": redis.__version__}
+    with RedisServer(binary) as srv:
+        r = srv.client()
+        results["redis_server"] = r.info("server")["redis_version"]
+        shared = LockClient(RedisLockService.from_url(srv.url))
+        all_impls = impls(srv.url, r, shared)
+        try:
+            if "throughput" in parts:
+                tp_impls = [i for i in all_impls if "shared" not in i.label]
+                proto_impl = inline_prototype(srv.url)
+                if proto_impl is not None:
+                    tp_impls.insert(1, proto_impl)
+                results["throughput"] = tp = bench_throughput(tp_impls, rounds=3 if q else 7, seconds=0.7)
+                for label, res in tp.items():
+                    print(
+                        f"throughput  {label:30s} median {res['median_ops_per_s']:6.0f}  best {res['best_ops_per_s']:6.0f}"
+                        " acquire+release/s",
+                        flush=True,
+                    )
+            if "handoff" in parts:
+                results["handoff"] = {}
+                for waiters in (8, 32):
+                    for impl in all_impls:
+                        n = (30 if q else 150) if "redis-py" not in impl.label else (20 if q else 80)
+                        r.flushall()
+                        res = bench_handoff(impl, waiters, n, timeout=120.0)
+                        results["handoff"][f"{impl.label} / {waiters} waiters"] = res
+                        print(
+                            f"handoff     {impl.label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
+                            f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
+                            flush=True,
+                        )
+            if "idle" in parts:
+                results["idle"] = {}
+                for impl in all_impls:
+                    r.flushall()
+                    res = bench_idle(impl, r, srv.url, 8, window=4.0 if q else 30.0, warmup=1.5)
+                    results["idle"][impl.label] = res
+                    print(
+                        f"idle        {impl.label:30s} 8 waiters  {res['cmds_per_s_total']:7.2f} cmd/s"
+                        f"  ({res['cmds_per_s_per_waiter']:.3f} per waiter)  {res['breakdown']}",
+                        flush=True,
+                    )
+            if "takeover" in parts:
+                results["takeover"] = {}
+                for impl in all_impls:
+                    if "shared" in impl.label:
+                        continue
+                    r.flushall()
+                    res = bench_takeover(impl, r, srv.url, runs=1 if q else 3, ttl=2.0)
+                    results["takeover"][impl.label] = res
+                    print(f"takeover    {impl.label:30s} median {res['median_ms']:8.1f} ms  runs {res['runs_ms']}", flush=True)
+        finally:
+            shared.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
