@@ -11,8 +11,9 @@ library, in one run:
 
 1. uncontended acquire+release cycles per second (one thread, one name);
 2. handoff latency (the releasing thread's ``release()`` call → the next holder's
-   ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; every handoff goes to
-   another waiter: the releaser only queues again once somebody else got the lock);
+   ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; each holder keeps the
+   lock 10 ms so that the others are settled waiters when it releases, and only queues again
+   once somebody else got the lock, so every handoff goes to another waiter);
    leasehold twice: one LockClient per waiter (like separate processes) and one shared client;
 3. Redis commands per second caused by 8 idle waiters while the lock is held (INFO
    commandstats delta over a window; the benchmark's own INFO calls and the holder's renewals
@@ -160,7 +161,7 @@ def bench_throughput(impls_: list[Impl], rounds: int, seconds: float) -> dict[st
 
 
 # ---- 2. handoff latency ---------------------------------------------------------------------------
-def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float) -> dict[str, Any]:
+def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold: float = 0.01) -> dict[str, Any]:
     name = f"ho-{waiters}-{impl.label}"
     lockers = [impl.make() for _ in range(waiters + 1)]
     cond = threading.Condition()
@@ -188,9 +189,10 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float) -> di
                     state["holder"] = i
                     gen = state["gen"]
                     cond.notify_all()
-                    if state["released_at"] is None:
-                        # first holder: give everybody time to queue up
-                        cond.wait(1.5)
+                    # Hold a moment (the first holder: long enough for everybody to queue up), so
+                    # that at release time every other thread is settled in its waiting state
+                    # (blocked / subscribed / sleeping) rather than racing a first attempt.
+                    cond.wait(1.5 if state["released_at"] is None else hold)
                     state["released_at"] = clock()
                 locker.release(h)
                 with cond:

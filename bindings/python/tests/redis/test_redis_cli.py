@@ -1,0 +1,35 @@
+"""`leasehold run --backend redis://...` runs COMMAND under a Redis lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+from leasehold.backends import redis_protocol as proto
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leasehold", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_run_gets_a_redis_fencing_token_and_releases(redis_server, r, worker_env):
+    url = redis_server.url
+    cmd = ["run", "jobs", "--backend", url, "--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"']
+    first = run_cli(cmd, worker_env)
+    assert first.returncode == 0, first.stderr
+    second = run_cli(cmd, worker_env)
+    assert second.returncode == 0, second.stderr
+    t1, t2 = int(first.stdout.strip()), int(second.stdout.strip())
+    assert t2 > t1
+    assert int(r.get(proto.keys_for("jobs").fence)) == t2
+    assert not r.exists(proto.keys_for("jobs").lock), "released when COMMAND exited"
+
+
+def test_run_with_wait_0_gives_up_when_held_in_redis(redis_server, r, worker_env):
+    k = proto.keys_for("busy")
+    r.eval(proto.script(proto.SCRIPT_ACQUIRE).text, 2, k.lock, k.fence, uuid.uuid4().hex, 60_000)
+    res = run_cli(["run", "--wait", "0", "busy", "--backend", redis_server.url, "--", "true"], worker_env)
+    assert res.returncode == 75, (res.returncode, res.stderr)
