@@ -287,3 +287,10 @@ def test_loader_reports_abi_mismatch(tmp_path) -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "ERR leasehold ABI mismatch" in p.stdout and "999" in p.stdout
+
+
+def test_config_values_out_of_range_are_not_truncated(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="drift_ppm"):
+        LockClient(MemoryLockService(clock=clock), config=Config(drift_ppm=2**32 + 5))
+    with pytest.raises(ValueError, match="request_timeout_ns"):
+        LockClient(MemoryLockService(clock=clock), config=Config(request_timeout_ns=-1))
