@@ -1,0 +1,790 @@
+"""The ``leasehold`` command line: run a command while holding a lock, or inspect a lock.
+
+``leasehold run NAME [options] -- COMMAND [ARG...]`` works like ``flock(1)`` or
+``etcdctl lock``, with lease renewal and fencing: see ``leasehold run --help`` and
+``bindings/python/CLI.md``. ``leasehold status NAME`` prints whether a lock is held.
+
+Process model of ``run``: the CLI's main thread only supervises. It waits for the lock on a
+helper thread (so signals are handled while waiting), then starts COMMAND and waits for one
+of: COMMAND exited, a signal arrived (forwarded to COMMAND), the lock was lost (COMMAND gets
+SIGTERM, then SIGKILL after the grace period). The lock is renewed by the
+:class:`~leasehold.client.LockClient` driver meanwhile and released when COMMAND exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["main", "open_backend", "EXIT_CODES"]
+
+log = logging.getLogger("leasehold.cli")
+
+# Exit codes (sysexits.h where one fits). Documented in --help and CLI.md.
+EX_OK = 0
+EX_FREE = 1  # status: the lock is not held
+EX_USAGE = 64  # bad arguments
+EX_UNAVAILABLE = 69  # the backend cannot be opened or keeps failing
+EX_SOFTWARE = 70  # internal error (a bug)
+EX_NOT_ACQUIRED = 75  # not acquired within --wait (EX_TEMPFAIL)
+EX_LOST = 76  # the lock was lost while COMMAND ran
+EX_NOT_EXECUTABLE = 126
+EX_NOT_FOUND = 127
+
+EXIT_CODES = {
+    "child": "COMMAND's own exit status (128+N if COMMAND was killed by signal N)",
+    EX_USAGE: "usage error (bad option, bad NAME, bad --ttl/--wait/--grace, bad --backend URL)",
+    EX_UNAVAILABLE: "backend unavailable (cannot open or write the database, server unreachable)",
+    EX_SOFTWARE: "internal error",
+    EX_NOT_ACQUIRED: "the lock was not acquired within --wait; COMMAND was not started",
+    EX_LOST: "the lock was lost while COMMAND ran; COMMAND got SIGTERM (then SIGKILL after --grace)",
+    EX_NOT_EXECUTABLE: "COMMAND was found but could not be executed",
+    EX_NOT_FOUND: "COMMAND was not found",
+}
+
+DEFAULT_TTL = 30.0
+DEFAULT_GRACE = 10.0
+_WAIT_CHUNK = 60.0  # an infinite --wait is a loop of bounded acquires (a broken backend shows up)
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_TTY_SIGNALS = ("SIGINT", "SIGQUIT")
+
+_RUN_VALUE_OPTS = {"--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", "-g"}
+
+_EXIT_TEXT = """\
+exit status:
+  COMMAND's own   COMMAND ran; its exit status (128+N if it was killed by signal N)
+  64              usage error (bad option, NAME, duration or --backend URL)
+  69              backend unavailable (cannot open/write the database, server down)
+  75              not acquired within --wait; COMMAND was not started
+  76              the lock was lost while COMMAND ran (COMMAND got SIGTERM, then
+                  SIGKILL after --grace); wins over COMMAND's own status
+  126 / 127       COMMAND could not be executed / was not found (lock not taken)
+  128+N           leasehold got signal N while waiting for the lock
+"""
+
+_BACKEND_TEXT = """\
+backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below):
+  sqlite:///ABS/PATH   a SQLite file shared by the processes of one host
+  sqlite:REL/PATH      the same, relative to the working directory
+  sqlite://            the default file: $XDG_CACHE_HOME/leasehold/locks.sqlite3
+                       (~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset)
+  redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://..., unix:///PATH.sock
+                       a Redis server (needs the 'redis' extra: pip install leasehold[redis])
+  memory://            in-process only: no other process sees the lock (for tests)
+"""
+
+_RUN_DESCRIPTION = """\
+Run COMMAND while holding the lock NAME, like flock(1) or etcdctl lock, but with a lease:
+the lock is renewed every TTL/3 while COMMAND runs and released when it exits. If it is
+lost (renewal refused, backend unreachable until the lease ran out, process paused past
+the TTL), COMMAND gets SIGTERM, then SIGKILL after --grace seconds.
+
+COMMAND's environment gets:
+  LEASEHOLD_LOCK_NAME       NAME
+  LEASEHOLD_FENCING_TOKEN   the fencing token of this grant (a decimal integer that
+                            strictly increases with every grant of NAME): pass it to the
+                            resource you protect and let it reject tokens lower than the
+                            highest it has seen; that, not the lock, is what keeps a
+                            paused or partitioned holder from doing harm.
+
+Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
+forwarded to COMMAND; the lock is released when COMMAND exits. While waiting for the
+lock they cancel the wait (exit 128+N). COMMAND runs in its own process group, and
+forwarded signals and the loss signals go to that whole group; with --foreground
+COMMAND stays in leasehold's process group (so it can use the terminal), only COMMAND
+itself is signalled, and SIGINT/SIGQUIT typed at the terminal reach it directly (they
+are not forwarded a second time). On Linux COMMAND also gets SIGTERM if leasehold
+itself dies (parent-death signal).
+"""
+
+_RUN_EPILOG = (
+    _EXIT_TEXT
+    + "\n"
+    + _BACKEND_TEXT
+    + """
+examples:
+  leasehold run nightly-backup -- ./backup.sh
+  leasehold run --wait 0 cron-job -- ./job.sh          # give up at once if held (exit 75)
+  leasehold run --ttl 10 --grace 5 deploy -- make deploy
+  leasehold run jobs --backend redis://localhost:6379/0 -- sh -c 'echo "$LEASEHOLD_FENCING_TOKEN"'
+"""
+)
+
+
+class UsageError(Exception):
+    """Bad command-line input (exit 64)."""
+
+
+class BackendError(Exception):
+    """The backend could not be opened or used (exit 69)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
+# ---------------------------------------------------------------------- argument parsing
+
+
+def _duration(what: str, *, allow_inf: bool = False, positive: bool = False) -> Any:
+    def parse(text: str) -> float:
+        t = text.strip().lower()
+        if allow_inf and t in ("inf", "infinity", "forever", "none"):
+            return math.inf
+        try:
+            v = float(t[:-1]) if t.endswith("s") and t not in ("inf",) else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number of seconds, got {text!r}") from None
+        if math.isnan(v) or math.isinf(v) or v < 0 or (positive and v == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise argparse.ArgumentTypeError(f"{what} must be a finite number of seconds {bound}, got {text!r}")
+        return v
+
+    parse.__name__ = what
+    return parse
+
+
+def _add_backend(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-b", "--backend", metavar="URL", default=None,
+        help="lock service URL (default: $LEASEHOLD_BACKEND, else the SQLite file in the cache directory)",
+    )
+
+
+def build_parser() -> _Parser:
+    top = _Parser(
+        prog="leasehold",
+        description="Distributed locks with renewal, loss detection and fencing tokens.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'leasehold run --help' or 'leasehold status --help' for details.\n\n" + _BACKEND_TEXT,
+    )
+    top.add_argument("--version", action="version", version=f"leasehold {_version()}")
+    sub = top.add_subparsers(dest="cmd", metavar="{run,status}")
+    sub.required = True
+
+    run = sub.add_parser(
+        "run",
+        help="run a command while holding a lock",
+        usage="leasehold run [-h] [-b URL] [-t S] [-w S] [-g S] [--foreground] [-v] NAME [--] COMMAND [ARG ...]",
+        description=_RUN_DESCRIPTION,
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("name", metavar="NAME", help="the lock name (non-empty UTF-8, at most 512 bytes)")
+    _add_backend(run)
+    run.add_argument(
+        "-t", "--ttl", metavar="S", type=_duration("--ttl", positive=True), default=DEFAULT_TTL,
+        help=f"lease TTL in seconds, renewed every TTL/3 (default {DEFAULT_TTL:g}); if leasehold "
+        "dies without releasing, the lock frees after at most this long",
+    )
+    run.add_argument(
+        "-w", "--wait", metavar="S", type=_duration("--wait", allow_inf=True), default=math.inf,
+        help="give up if the lock is not acquired within S seconds (exit 75); 0 = one attempt; "
+        "default: wait forever (like flock)",
+    )
+    run.add_argument(
+        "-g", "--grace", metavar="S", type=_duration("--grace"), default=DEFAULT_GRACE,
+        help=f"seconds between SIGTERM and SIGKILL when the lock is lost (default {DEFAULT_GRACE:g})",
+    )
+    run.add_argument(
+        "--foreground", action="store_true",
+        help="keep COMMAND in leasehold's process group (interactive commands that use the "
+        "terminal); only COMMAND itself is signalled, not its children",
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="report acquire, release and renewal trouble on stderr")
+
+    st = sub.add_parser(
+        "status",
+        help="show whether a lock is held",
+        description="Show whether NAME is held, its fencing token and remaining TTL, read "
+        "directly from the backend (advisory: it can change right after).",
+        epilog="exit status:\n  0   NAME is held\n  1   NAME is free\n  64  usage error\n  69  backend unavailable\n\n"
+        + _BACKEND_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    st.add_argument("name", metavar="NAME", help="the lock name")
+    _add_backend(st)
+    st.add_argument("--json", action="store_true", help="print one JSON object instead of a sentence")
+    return top
+
+
+def split_run_argv(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``run``'s arguments into (options + NAME, COMMAND).
+
+    ``--`` ends the options; without it COMMAND starts at the first argument after NAME that
+    is not an option of ``run`` (so ``leasehold run NAME ls -l`` works like flock).
+    """
+    opts: list[str] = []
+    seen_name = False
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--":
+            return opts, list(tokens[i + 1 :])
+        if tok.startswith("-") and tok != "-":
+            opts.append(tok)
+            if tok in _RUN_VALUE_OPTS and i + 1 < len(tokens):
+                opts.append(tokens[i + 1])
+                i += 1
+            i += 1
+            continue
+        if not seen_name:
+            opts.append(tok)
+            seen_name = True
+            i += 1
+            continue
+        return opts, list(tokens[i:])
+    return opts, []
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("leasehold")
+    except Exception:
+        return "0.1.0"
+
+
+# ---------------------------------------------------------------------- backends
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def backend_url(arg: str | None) -> str:
+    url = arg if arg is not None else os.environ.get("LEASEHOLD_BACKEND") or "sqlite://"
+    return url.strip()
+
+
+def open_backend(url: str) -> Any:
+    """Open the lock service for a ``--backend`` URL.
+
+    :raises UsageError: the URL is malformed or its scheme unknown
+    :raises BackendError: the backend cannot be opened
+    """
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "sqlite":
+        from .backends.sqlite import SQLiteLockService, SQLiteServiceError, default_path, path_from_url
+
+        try:
+            path = path_from_url(url)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if path == default_path():
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as e:
+                raise BackendError(f"cannot create {path.parent}: {e.strerror or e}") from None
+        try:
+            return SQLiteLockService(path)
+        except SQLiteServiceError as e:
+            raise BackendError(str(e)) from None
+    if scheme == "memory":
+        if url.rstrip("/") not in ("memory:", "memory:/", "memory://"):
+            raise UsageError(f"memory URLs take no host or path: {url!r}")
+        from .backends.memory import MemoryLockService
+
+        return MemoryLockService()
+    if scheme in ("redis", "rediss", "unix"):
+        try:
+            from .backends.redis import RedisLockService
+        except ImportError as e:
+            raise BackendError(f"the Redis backend needs the 'redis' package (pip install 'leasehold[redis]'): {e}") from None
+        try:
+            svc = RedisLockService.from_url(url)
+        except ValueError as e:
+            raise UsageError(f"bad Redis URL {redact(url)!r}: {e}") from None
+        except Exception as e:
+            raise BackendError(f"cannot connect to {redact(url)}: {e}") from None
+        ping = getattr(svc, "ping", None)
+        if callable(ping):
+            try:
+                ping()
+            except Exception as e:
+                svc.close()
+                raise BackendError(f"cannot reach {redact(url)}: {e}") from None
+        return svc
+    raise UsageError(f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, or memory://)")
+
+
+# ---------------------------------------------------------------------- status
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    url = backend_url(args.backend)
+    name = args.name
+    if not name:
+        raise UsageError("NAME must not be empty")
+    st: Any
+    if url.lower().startswith("sqlite:"):
+        from .backends.sqlite import LockStatus, path_from_url
+
+        try:
+            path = path_from_url(url)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if not path.exists():  # never create a database just to say "free"
+            st = LockStatus(name, False, None, None, None, None)
+        else:
+            st = _status_from(open_backend(url), name, url)
+    else:
+        st = _status_from(open_backend(url), name, url)
+    info = {
+        "name": name,
+        "held": bool(_field(st, "held")),
+        "fencing_token": _field(st, "fencing_token"),
+        "remaining_ttl_ms": _field(st, "remaining_ttl_ms"),
+        "holder_pid": _field(st, "holder_pid"),
+        "last_fencing_token": _field(st, "last_fencing_token"),
+        "backend": redact(url),
+    }
+    if args.json:
+        print(json.dumps(info))
+    elif info["held"]:
+        extra = f", holder pid {info['holder_pid']}" if info["holder_pid"] else ""
+        ttl = info["remaining_ttl_ms"]
+        ttl_text = f", expires in {ttl / 1000:.3f}s unless renewed" if ttl is not None else ""
+        print(f"{name}: held, fencing token {info['fencing_token']}{ttl_text}{extra}")
+    else:
+        last = info["last_fencing_token"]
+        print(f"{name}: free" + (f" (last fencing token {last})" if last is not None else " (never acquired)"))
+    return EX_OK if info["held"] else EX_FREE
+
+
+def _field(st: Any, key: str) -> Any:
+    if isinstance(st, dict):
+        return st.get(key)
+    return getattr(st, key, None)
+
+
+def _status_from(svc: Any, name: str, url: str) -> Any:
+    try:
+        status = getattr(svc, "status", None)
+        if not callable(status):
+            raise BackendError(f"status is not supported by the backend {redact(url)}")
+        try:
+            return status(name)
+        except BackendError:
+            raise
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        except Exception as e:
+            raise BackendError(f"{redact(url)}: {e}") from None
+    finally:
+        svc.close()
+
+
+# ---------------------------------------------------------------------- run: signals
+
+
+class _Wakeup:
+    """Signals and cross-thread wake-ups, turned into one readable pipe for ``select``.
+
+    Python runs signal handlers on the main thread only; the C-level handler writes to the
+    wake-up fd at once, so ``select`` returns even when the handler has not run yet.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+        self.pending: deque[int] = deque()
+        self._saved: dict[int, Any] = {}
+        self._saved_fd = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        for n in names:
+            sig = getattr(signal, n, None)
+            if sig is None:
+                continue
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored by whoever started us (nohup, background job): keep it so
+            self._saved[sig] = signal.signal(sig, self._on_signal)
+        if hasattr(signal, "SIGCHLD"):
+            self._saved[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.pending.append(signum)
+
+    def _on_child(self, signum: int, frame: Any) -> None:
+        pass  # the wake-up fd already woke the loop
+
+    def poke(self) -> None:
+        """Wake the main loop (any thread)."""
+        try:
+            os.write(self.w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def wait(self, timeout: float | None) -> None:
+        try:
+            select.select([self.r], [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            pass
+        try:
+            while os.read(self.r, 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        for sig, old in self._saved.items():
+            try:
+                signal.signal(sig, old)
+            except (TypeError, ValueError, OSError):
+                pass
+        signal.set_wakeup_fd(self._saved_fd)
+        os.close(self.r)
+        os.close(self.w)
+
+
+def _tty_foreground() -> bool:
+    """Is leasehold in the foreground process group of its terminal?"""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+# ---------------------------------------------------------------------- run: the child
+
+# Started instead of COMMAND on Linux: sets the parent-death signal (so COMMAND gets SIGTERM if
+# leasehold itself dies, e.g. SIGKILL or OOM), restores SIGPIPE/SIGXFSZ, then execs COMMAND
+# (same pid). Tiny and isolated (-I -S) so it starts quickly.
+_SHIM = r"""
+import os, signal, sys
+ppid, deathsig, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+argv = sys.argv[4:]
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, deathsig, 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+if os.getppid() != ppid:
+    os._exit(128 + deathsig)  # leasehold died before the death signal was armed
+for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ"):
+    if hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+try:
+    os.execv(path, argv)
+except OSError as e:
+    sys.stderr.write("leasehold: cannot execute %s: %s\n" % (argv[0], e.strerror or e))
+    os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+"""
+
+
+def resolve_command(argv: Sequence[str], env: dict[str, str]) -> str:
+    """The executable COMMAND runs (PATH lookup like a shell); exits 127/126 if unusable."""
+    cmd = argv[0]
+    if "/" in cmd:
+        if not os.path.exists(cmd):
+            _die(EX_NOT_FOUND, f"{cmd}: no such file")
+        if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
+            _die(EX_NOT_EXECUTABLE, f"{cmd}: not executable")
+        return cmd
+    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
+    if found is None:
+        _die(EX_NOT_FOUND, f"{cmd}: command not found")
+    return found
+
+
+def _spawn(path: str, argv: Sequence[str], env: dict[str, str], own_group: bool) -> subprocess.Popen[bytes]:
+    kwargs: dict[str, Any] = {"env": env, "close_fds": True, "restore_signals": True}
+    if own_group:
+        kwargs["process_group"] = 0
+    if sys.platform.startswith("linux") and sys.executable:
+        shim = [sys.executable, "-I", "-S", "-c", _SHIM, str(os.getpid()), str(int(signal.SIGTERM)), path, *argv]
+        return subprocess.Popen(shim, **kwargs)
+    return subprocess.Popen(list(argv), executable=path, **kwargs)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Child:
+    def __init__(self, proc: subprocess.Popen[bytes], own_group: bool) -> None:
+        self.proc = proc
+        self.own_group = own_group
+
+    def signal(self, sig: int) -> None:
+        try:
+            if self.own_group:
+                os.killpg(self.proc.pid, sig)
+            elif self.proc.returncode is None:
+                self.proc.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        if not self.own_group:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+
+# ---------------------------------------------------------------------- run
+
+
+def _die(code: int, message: str) -> NoReturn:
+    sys.stderr.write(f"leasehold: {message}\n")
+    raise SystemExit(code)
+
+
+def _acquire(client: Any, name: str, ttl: float, wait: float, on_lost: Any) -> Any:
+    from .errors import BackendUnavailable, LockTimeout
+
+    if not math.isinf(wait):
+        return client.acquire(name, ttl, wait=wait, on_lost=on_lost)
+    while True:
+        try:
+            return client.acquire(name, ttl, wait=_WAIT_CHUNK, on_lost=on_lost)
+        except BackendUnavailable:
+            raise
+        except LockTimeout:
+            continue
+
+
+def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
+    if not command:
+        raise UsageError("missing COMMAND (leasehold run NAME -- COMMAND [ARG...])")
+    name: str = args.name
+    if not name:
+        raise UsageError("NAME must not be empty")
+    if "\0" in name or len(name.encode("utf-8", "surrogateescape")) > 512:
+        raise UsageError("NAME must be at most 512 bytes of UTF-8 without NUL")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("NAME is not valid UTF-8") from None
+    url = backend_url(args.backend)
+    verbose = args.verbose
+
+    env = dict(os.environ)
+    path = resolve_command(command, env)  # before taking the lock: fail fast, hold nothing
+
+    # Signals first: a SIGINT while the backend opens or while waiting must cancel cleanly.
+    wake = _Wakeup(_FORWARDED)
+    try:
+        service = open_backend(url)
+        try:
+            from .client import LockClient
+        except ImportError as e:  # the native library is missing
+            service.close()
+            raise BackendError(f"cannot load the leasehold library: {e}") from None
+        client = LockClient(service, owns_service=True)
+        try:
+            return _run_locked(client, wake, args, name, command, path, env, url, verbose)
+        finally:
+            client.close()
+    finally:
+        wake.close()
+
+
+def _run_locked(
+    client: Any, wake: _Wakeup, args: argparse.Namespace, name: str, command: list[str],
+    path: str, env: dict[str, str], url: str, verbose: bool,
+) -> int:
+    from .errors import BackendUnavailable, ClientClosed, LockTimeout
+
+    lost = threading.Event()
+    lost_reason: list[str] = []
+
+    def on_lost(handle: Any) -> None:
+        lost_reason.append(str(getattr(handle, "lost_reason", None) or "lost"))
+        lost.set()
+        wake.poke()
+
+    # ---- wait for the lock on a helper thread; the main thread keeps handling signals
+    box: dict[str, Any] = {}
+
+    def acquirer() -> None:
+        try:
+            box["handle"] = _acquire(client, name, args.ttl, args.wait, on_lost)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            box["error"] = e
+        finally:
+            wake.poke()
+
+    if verbose:
+        _note(f"waiting for lock {name!r} on {redact(url)}")
+    t = threading.Thread(target=acquirer, name="leasehold-cli-acquire", daemon=True)
+    t.start()
+    while t.is_alive():
+        if wake.pending:
+            sig = wake.pending.popleft()
+            if verbose:
+                _note(f"{_signame(sig)} while waiting for {name!r}: giving up")
+            client.close()  # cancels the pending acquire (or releases a grant that just came)
+            t.join(10)
+            return 128 + sig
+        wake.wait(1.0)
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, BackendUnavailable):
+            raise BackendError(f"lock {name!r}: backend {redact(url)} unavailable: {e}")
+        if isinstance(e, LockTimeout):
+            _note(f"lock {name!r} not acquired within {args.wait:g}s")
+            return EX_NOT_ACQUIRED
+        if isinstance(e, ClientClosed):
+            raise BackendError(f"lock client closed while acquiring {name!r}")
+        if isinstance(e, (TypeError, ValueError)):
+            raise UsageError(str(e))
+        raise e
+    handle = box["handle"]
+    token = handle.fencing_token
+    if verbose:
+        _note(f"acquired {name!r} (fencing token {token}, ttl {args.ttl:g}s)")
+
+    # ---- run COMMAND
+    env["LEASEHOLD_FENCING_TOKEN"] = str(token)
+    env["LEASEHOLD_LOCK_NAME"] = name
+    own_group = not args.foreground
+    try:
+        proc = _spawn(path, command, env, own_group)
+    except OSError as e:
+        handle.release()
+        _note(f"cannot execute {command[0]}: {e.strerror or e}")
+        return EX_NOT_FOUND if isinstance(e, FileNotFoundError) else EX_NOT_EXECUTABLE
+    child = _Child(proc, own_group)
+    term_at: float | None = None
+    killed = False
+    signalled_tty = set(getattr(signal, n) for n in _TTY_SIGNALS if hasattr(signal, n))
+
+    while True:
+        while wake.pending:
+            sig = wake.pending.popleft()
+            if not own_group and sig in signalled_tty and _tty_foreground():
+                continue  # typed at the terminal: COMMAND, in our process group, got it too
+            if verbose:
+                _note(f"forwarding {_signame(sig)} to the command")
+            child.signal(sig)
+        if lost.is_set() and term_at is None and proc.poll() is None:
+            reason = lost_reason[0] if lost_reason else "lost"
+            _note(
+                f"lost lock {name!r} ({reason}); sending SIGTERM to the command"
+                + (f", SIGKILL in {args.grace:g}s" if args.grace > 0 else "")
+            )
+            term_at = time.monotonic()
+            child.signal(signal.SIGTERM)
+            if args.grace <= 0:
+                child.signal(signal.SIGKILL)
+                killed = True
+        if term_at is not None and not killed and time.monotonic() >= term_at + args.grace:
+            if proc.poll() is None or child.group_alive():
+                _note(f"the command did not stop within {args.grace:g}s: SIGKILL")
+                child.signal(signal.SIGKILL)
+            killed = True
+        rc = proc.poll()
+        if rc is not None:
+            if term_at is None or killed or not child.group_alive():
+                break
+        if term_at is not None and not killed:
+            timeout = max(0.0, term_at + args.grace - time.monotonic())
+            timeout = min(timeout, 0.1 if rc is not None else timeout)
+        else:
+            timeout = 1.0
+        wake.wait(timeout)
+
+    was_lost = lost.is_set() or term_at is not None
+    handle.release()
+    code = EX_LOST if was_lost else _exit_status(proc.returncode)
+    if verbose:
+        what = "lost" if was_lost else "released"
+        _note(f"{what} {name!r}; command exited with status {_exit_status(proc.returncode)}")
+    return code
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _note(msg: str) -> None:
+    sys.stderr.write(f"leasehold: {msg}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``leasehold`` console script and ``python -m leasehold``."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    command: list[str] = []
+    if tokens and tokens[0] == "run":
+        opts, command = split_run_argv(tokens[1:])
+        tokens = ["run", *opts]
+    try:
+        args = parser.parse_args(tokens)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EX_USAGE
+    verbose = bool(getattr(args, "verbose", False))
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.cmd == "run":
+            return cmd_run(args, command)
+        return cmd_status(args)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"leasehold: error: {e}\n")
+        return EX_USAGE
+    except BackendError as e:
+        sys.stderr.write(f"leasehold: {e}\n")
+        return EX_UNAVAILABLE
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EX_SOFTWARE
+    except KeyboardInterrupt:
+        return 128 + int(signal.SIGINT)
+    except Exception as e:  # a bug: say so, with the traceback when asked for
+        if verbose:
+            log.exception("internal error")
+        sys.stderr.write(f"leasehold: internal error: {type(e).__name__}: {e}\n")
+        return EX_SOFTWARE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
