@@ -1,0 +1,791 @@
+package leasehold
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Options configures a Client. Zero fields take the core's defaults.
+type Options struct {
+	// RequestTimeout bounds each backend request (renewals use
+	// min(RequestTimeout, TTL/3)). Default 2s.
+	RequestTimeout time.Duration
+	// FailBudget is the number of consecutive failed renewals after which
+	// a lease is declared lost. Default 3.
+	FailBudget uint32
+	// DriftPPM and DriftFixed make up the clock-drift margin subtracted
+	// from every lease: TTL*DriftPPM/1e6 + DriftFixed. Defaults 10000, 2ms.
+	DriftPPM   uint32
+	DriftFixed time.Duration
+	// RenewJitterPPM spreads renewals around TTL/3. Default 100000 (10%).
+	RenewJitterPPM uint32
+	// BackoffBase and BackoffCap bound the retry backoff. Defaults 5ms, 500ms.
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	// MaxTTL is the largest TTL accepted. Default 7 days.
+	MaxTTL time.Duration
+	// MaxLeases bounds the number of live lease records. Default 1<<20.
+	MaxLeases uint32
+	// DisableNotifications makes waiters poll instead of relying on the
+	// transport's release notifications.
+	DisableNotifications bool
+	// CloseTimeout bounds how long Close keeps driving outstanding releases.
+	// Default: RequestTimeout.
+	CloseTimeout time.Duration
+	// Logger receives transport errors (debug) and anomalies (warn).
+	// Default: a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// AcquireOptions are the per-call options of Client.Acquire.
+type AcquireOptions struct {
+	// TTL of the lease, a whole number of milliseconds (required). The
+	// client renews the lease every TTL/3 until it is released.
+	TTL time.Duration
+	// Wait bounds how long Acquire waits for a lock held by someone else;
+	// 0 makes a single attempt. The ctx deadline bounds it too.
+	Wait time.Duration
+	// Reentrant makes a second Acquire of a name this Client already holds
+	// reentrantly succeed at once, sharing the lease (and its fencing
+	// token); the lock is released when every holder released it.
+	Reentrant bool
+}
+
+// Client is a lock client: it owns one core handle, one driver goroutine
+// and a Transport. It is safe for concurrent use by many goroutines. Call
+// Close when done; a Client that becomes unreachable without Close is
+// closed by a cleanup, which releases its leases.
+type Client struct {
+	c       *client
+	cleanup runtime.Cleanup
+}
+
+// client is the part of a Client that its goroutines reference, so that a
+// forgotten Client can become unreachable and be cleaned up.
+type client struct {
+	mu     sync.Mutex
+	core   *core // nil once closed
+	closed bool
+	broken error
+
+	t            Transport
+	log          *slog.Logger
+	reqTimeout   time.Duration
+	closeTimeout time.Duration
+
+	closing    chan struct{} // closed when Close starts
+	stop       chan struct{} // stops the driver and the watcher
+	driverDone chan struct{}
+	watchDone  chan struct{}
+	timer      *time.Timer // fires at the core's next deadline (armed under mu)
+	armed      uint64
+
+	recs     map[uint64]*leaseRec
+	relWaits map[uint64][]chan struct{}
+
+	watchQ    []watchOp
+	watchKick chan struct{}
+
+	ioCtx    context.Context
+	ioCancel context.CancelFunc
+	ioWG     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type watchOp struct {
+	watch bool
+	name  string
+}
+
+type acqWaiter struct {
+	owner *Client
+	ch    chan acqResult
+}
+
+type acqResult struct {
+	lease *Lease
+	err   error
+}
+
+// leaseRec is the state shared by the handles of one core lease (several
+// handles when reentrant).
+type leaseRec struct {
+	id         uint64
+	name       string
+	ttl        time.Duration
+	waiters    map[*acqWaiter]struct{}
+	handles    map[*Lease]struct{}
+	lost       chan struct{}
+	lostErr    error
+	ended      bool
+	fence      uint64
+	validUntil uint64
+}
+
+// NewClient starts a Client on transport t. opts may be nil.
+func NewClient(t Transport, opts *Options) (*Client, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	if t == nil {
+		return nil, invalidArg("nil transport")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	cfg := defaultCoreConfig()
+	if o.RequestTimeout < 0 || o.DriftFixed < 0 || o.BackoffBase < 0 || o.BackoffCap < 0 || o.MaxTTL < 0 || o.CloseTimeout < 0 {
+		return nil, invalidArg("negative duration in Options")
+	}
+	if o.RequestTimeout > 0 {
+		cfg.requestTimeoutNs = uint64(o.RequestTimeout)
+	}
+	if o.FailBudget > 0 {
+		cfg.failBudget = o.FailBudget
+	}
+	if o.DriftPPM > 0 {
+		cfg.driftPPM = o.DriftPPM
+	}
+	if o.DriftFixed > 0 {
+		cfg.driftFixedNs = uint64(o.DriftFixed)
+	}
+	if o.RenewJitterPPM > 0 {
+		cfg.renewJitterPPM = o.RenewJitterPPM
+	}
+	if o.BackoffBase > 0 {
+		cfg.backoffBaseNs = uint64(o.BackoffBase)
+	}
+	if o.BackoffCap > 0 {
+		cfg.backoffCapNs = uint64(o.BackoffCap)
+	}
+	if o.MaxTTL > 0 {
+		if o.MaxTTL%time.Millisecond != 0 {
+			return nil, invalidArg("MaxTTL %v is not a whole number of milliseconds", o.MaxTTL)
+		}
+		cfg.maxTTLms = uint64(o.MaxTTL / time.Millisecond)
+	}
+	if o.MaxLeases > 0 {
+		cfg.maxLeases = o.MaxLeases
+	}
+	cfg.notifications = !o.DisableNotifications
+	if p, ok := t.(PollingTransport); ok && !p.Notifications() {
+		cfg.notifications = false
+	}
+	seed := make([]byte, 32)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("leasehold: seeding: %w", err)
+	}
+	k, err := newCore(cfg, seed)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c := &client{
+		core:         k,
+		t:            t,
+		log:          log,
+		reqTimeout:   time.Duration(cfg.requestTimeoutNs),
+		closeTimeout: o.CloseTimeout,
+		closing:      make(chan struct{}),
+		stop:         make(chan struct{}),
+		driverDone:   make(chan struct{}),
+		watchDone:    make(chan struct{}),
+		timer:        time.NewTimer(time.Hour),
+		armed:        noDeadline,
+		recs:         map[uint64]*leaseRec{},
+		relWaits:     map[uint64][]chan struct{}{},
+		watchKick:    make(chan struct{}, 1),
+	}
+	if c.closeTimeout == 0 {
+		c.closeTimeout = c.reqTimeout
+	}
+	c.timer.Stop()
+	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
+	go c.driver()
+	go c.watcher()
+	cl := &Client{c: c}
+	cl.cleanup = runtime.AddCleanup(cl, func(c *client) { go c.close() }, c)
+	return cl, nil
+}
+
+// Close releases every lease of the Client (bounded by Options.CloseTimeout),
+// stops its goroutines and frees the core handle. It is idempotent; the
+// Transport is not closed (it belongs to the caller).
+func (cl *Client) Close() error {
+	cl.cleanup.Stop()
+	return cl.c.close()
+}
+
+// Counters returns the core's counters.
+func (cl *Client) Counters() (Counters, error) {
+	c := cl.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return Counters{}, ErrClosed
+	}
+	return c.core.counters()
+}
+
+// Acquire takes the lock name. It waits up to opts.Wait (and no longer than
+// ctx allows) while someone else holds it. On success the lease is renewed
+// in the background until Release; watch Lease.Context or Lease.Lost for
+// loss. Errors: ErrInvalidArgument, ErrNotAcquired (an *AcquireError, also
+// ErrUnavailable when the backend was unreachable), ErrClosed, or ctx's
+// error (joined with ErrNotAcquired).
+func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	c := cl.c
+	if ctx == nil {
+		return nil, invalidArg("nil context")
+	}
+	if opts.TTL <= 0 {
+		return nil, invalidArg("TTL %v must be positive", opts.TTL)
+	}
+	if opts.TTL%time.Millisecond != 0 {
+		return nil, invalidArg("TTL %v is not a whole number of milliseconds", opts.TTL)
+	}
+	if opts.Wait < 0 {
+		return nil, invalidArg("Wait %v is negative", opts.Wait)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
+	}
+	wait := opts.Wait
+	if dl, ok := ctx.Deadline(); ok {
+		if rem := time.Until(dl); rem < wait {
+			wait = max(rem, 0)
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if c.broken != nil {
+		err := c.broken
+		c.mu.Unlock()
+		return nil, err
+	}
+	id, err := c.core.acquire(monoNow(), name, uint64(opts.TTL/time.Millisecond), uint64(wait), opts.Reentrant)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	rec := c.recs[id]
+	if rec == nil {
+		rec = &leaseRec{id: id, name: name, ttl: opts.TTL, waiters: map[*acqWaiter]struct{}{},
+			handles: map[*Lease]struct{}{}, lost: make(chan struct{})}
+		c.recs[id] = rec
+	}
+	w := &acqWaiter{owner: cl, ch: make(chan acqResult, 1)}
+	rec.waiters[w] = struct{}{}
+	// The first attempt runs on this goroutine, which waits anyway: no
+	// goroutine handoff on the uncontended path. The driver is not involved,
+	// so loss detection for other leases is not delayed.
+	j := c.drainTake(outAcquire, id)
+	c.mu.Unlock()
+	if j != nil {
+		c.runInline(ctx, j)
+	}
+
+	select {
+	case r := <-w.ch:
+		return r.lease, r.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	delete(rec.waiters, w)
+	select {
+	case r := <-w.ch:
+		// Resolved while we were cancelled: give a granted lease back.
+		c.mu.Unlock()
+		if r.lease != nil {
+			if _, j := r.lease.releaseCh(); j != nil {
+				c.spawn(j)
+			}
+		}
+	default:
+		if c.core != nil && !rec.ended {
+			if err := c.core.release(monoNow(), id); err != nil && !isEnded(err) {
+				c.log.Warn("leasehold: cancelling acquire", "name", name, "err", err)
+			}
+			c.drainLocked()
+		}
+		c.mu.Unlock()
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+}
+
+func isEnded(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Status == statusLeaseEnded || se.Status == statusUnknownLease)
+}
+
+// armLocked points the driver's timer at the core's next deadline.
+func (c *client) armLocked(dl uint64) {
+	if dl == c.armed {
+		return
+	}
+	c.armed = dl
+	if dl == noDeadline {
+		c.timer.Stop()
+		return
+	}
+	now := monoNow()
+	d := time.Duration(dl - min(now, dl))
+	c.timer.Reset(max(d, 20*time.Microsecond))
+}
+
+// driver feeds the core's timeouts. Every other input is fed by the
+// goroutine that has it, under c.mu, and drained at once (which re-arms the
+// timer); the driver never touches the network.
+func (c *client) driver() {
+	defer close(c.driverDone)
+	for {
+		select {
+		case <-c.timer.C:
+		case <-c.stop:
+			return
+		}
+		c.mu.Lock()
+		if c.core == nil {
+			c.mu.Unlock()
+			return
+		}
+		c.armed = noDeadline // the timer fired: nothing is armed
+		if err := c.core.timeout(monoNow()); err != nil {
+			c.breakLocked(err)
+		}
+		c.drainLocked()
+		c.mu.Unlock()
+	}
+}
+
+// input feeds one input to the core under the mutex and drains its outputs.
+func (c *client) input(f func(now uint64) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return
+	}
+	if err := f(monoNow()); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && (se.Status == statusPanic || se.Status == statusPoisoned) {
+			c.breakLocked(err)
+			return
+		}
+		c.log.Warn("leasehold: core refused an input", "err", err)
+	}
+	c.drainLocked()
+}
+
+// drainLocked drains every output of the core: commands start in their own
+// goroutines, events complete waiters and signal losses; then the driver's
+// timer is re-armed.
+func (c *client) drainLocked() { _ = c.drainTake(0, 0) }
+
+// job is one backend call produced by a command.
+type job struct {
+	kind    uint32
+	lease   uint64
+	timeout time.Duration
+	run     func(ctx context.Context)
+}
+
+// drainTake is drainLocked, except that the first command of the given kind
+// for the given lease is returned instead of started, for the caller to run
+// on its own goroutine (runInline) after unlocking.
+func (c *client) drainTake(kind uint32, lease uint64) *job {
+	var taken *job
+	for c.core != nil {
+		o, err := c.core.pollOutput()
+		if err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+		if o.kind == outNone {
+			break
+		}
+		if j := c.dispatchLocked(o); j != nil {
+			if taken == nil && kind != 0 && j.kind == kind && j.lease == lease {
+				taken = j
+			} else {
+				c.spawn(j)
+			}
+		}
+	}
+	if c.core == nil {
+		return taken
+	}
+	c.checkReleaseWaitsLocked()
+	dl, err := c.core.pollTimeout()
+	if err != nil {
+		c.breakLocked(err)
+		return taken
+	}
+	c.armLocked(dl)
+	return taken
+}
+
+func ttlMillis(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func (c *client) dispatchLocked(o output) *job {
+	switch o.kind {
+	case outAcquire:
+		return &job{kind: o.kind, lease: o.lease, timeout: c.reqTimeout, run: func(ctx context.Context) {
+			r, err := callAcquire(ctx, c.t, o.name, o.token, ttlMillis(o.ttlMs))
+			c.input(func(now uint64) error {
+				if err != nil {
+					c.log.Debug("leasehold: acquire failed", "name", o.name, "err", err)
+					return c.core.acquireResult(now, o.request, acquireTransportError, 0, 0, noRetryHint, nil)
+				}
+				if !r.Granted {
+					retry := noRetryHint
+					if r.RetryAfter >= 0 {
+						retry = uint64((r.RetryAfter + time.Millisecond - 1) / time.Millisecond)
+					}
+					return c.core.acquireResult(now, o.request, acquireHeldByOther, 0, 0, retry, nil)
+				}
+				ttl := o.ttlMs
+				if r.TTL > 0 {
+					ttl = uint64(r.TTL / time.Millisecond)
+				}
+				err := c.core.acquireResult(now, o.request, acquireGranted, r.FencingToken, ttl, noRetryHint, r.BackendData)
+				if err != nil && errors.Is(err, ErrInvalidArgument) {
+					c.log.Warn("leasehold: transport returned an invalid grant", "name", o.name, "err", err)
+					return c.core.acquireResult(now, o.request, acquireTransportError, 0, 0, noRetryHint, nil)
+				}
+				return err
+			})
+		}}
+	case outRenew:
+		timeout := min(c.reqTimeout, max(ttlMillis(o.ttlMs)/3, time.Millisecond))
+		return &job{kind: o.kind, lease: o.lease, timeout: timeout, run: func(ctx context.Context) {
+			ok, err := callRenew(ctx, c.t, o.name, o.token, ttlMillis(o.ttlMs), o.backendData)
+			c.input(func(now uint64) error {
+				switch {
+				case err != nil:
+					c.log.Debug("leasehold: renew failed", "name", o.name, "err", err)
+					return c.core.renewResult(now, o.request, renewTransportError)
+				case ok:
+					return c.core.renewResult(now, o.request, renewRenewed)
+				default:
+					return c.core.renewResult(now, o.request, renewRejected)
+				}
+			})
+		}}
+	case outRelease:
+		return &job{kind: o.kind, lease: o.lease, timeout: c.reqTimeout, run: func(ctx context.Context) {
+			ok, err := callRelease(ctx, c.t, o.name, o.token, o.backendData)
+			c.input(func(now uint64) error {
+				if err != nil {
+					c.log.Debug("leasehold: release failed", "name", o.name, "err", err)
+					return c.core.releaseResult(now, o.request, releaseTransportError)
+				}
+				if ok {
+					return c.core.releaseResult(now, o.request, releaseReleased)
+				}
+				return c.core.releaseResult(now, o.request, releaseNotOwner)
+			})
+		}}
+	case outWatch, outUnwatch:
+		c.watchQ = append(c.watchQ, watchOp{watch: o.kind == outWatch, name: o.name})
+		select {
+		case c.watchKick <- struct{}{}:
+		default:
+		}
+	case outAcquired:
+		rec := c.recs[o.lease]
+		if rec == nil {
+			c.log.Warn("leasehold: Acquired for an unknown lease", "lease", o.lease)
+			return nil
+		}
+		rec.fence = o.fencingToken
+		rec.validUntil = o.validUntil
+		for w := range rec.waiters {
+			l := newLease(w.owner, rec)
+			rec.handles[l] = struct{}{}
+			w.ch <- acqResult{lease: l}
+			delete(rec.waiters, w)
+		}
+	case outAcquireFailed:
+		rec := c.recs[o.lease]
+		if rec == nil {
+			return nil
+		}
+		err := &AcquireError{Name: rec.name, Reason: reasonString(o.reason), code: o.reason}
+		for w := range rec.waiters {
+			w.ch <- acqResult{err: err}
+			delete(rec.waiters, w)
+		}
+		if len(rec.handles) == 0 {
+			rec.ended = true
+			delete(c.recs, o.lease)
+		}
+	case outLost:
+		rec := c.recs[o.lease]
+		if rec == nil {
+			return nil
+		}
+		c.loseLocked(rec, &LostError{Name: rec.name, Reason: reasonString(o.reason)})
+	case outReleased:
+		rec := c.recs[o.lease]
+		if rec == nil {
+			return nil
+		}
+		rec.ended = true
+		for h := range rec.handles {
+			h.cancel(ErrReleased)
+		}
+		delete(c.recs, o.lease)
+	default:
+		c.log.Warn("leasehold: unknown output kind", "kind", o.kind)
+	}
+	return nil
+}
+
+func (c *client) loseLocked(rec *leaseRec, err error) {
+	rec.ended = true
+	rec.lostErr = err
+	for h := range rec.handles {
+		h.cancel(err)
+	}
+	for w := range rec.waiters {
+		w.ch <- acqResult{err: err}
+		delete(rec.waiters, w)
+	}
+	close(rec.lost)
+	delete(c.recs, rec.id)
+}
+
+// breakLocked handles a poisoned core: every waiter fails and every lease
+// is reported lost, since its state can no longer be known.
+func (c *client) breakLocked(err error) {
+	if c.broken != nil {
+		return
+	}
+	c.broken = fmt.Errorf("%w: %w", ErrBroken, err)
+	c.log.Warn("leasehold: core handle broken", "err", err)
+	for _, rec := range c.recs {
+		c.loseLocked(rec, &LostError{Name: rec.name, Reason: "core handle poisoned"})
+	}
+	for id, chans := range c.relWaits {
+		for _, ch := range chans {
+			close(ch)
+		}
+		delete(c.relWaits, id)
+	}
+}
+
+func (c *client) confirmReleaseLocked(lease uint64) {
+	for _, ch := range c.relWaits[lease] {
+		close(ch)
+	}
+	delete(c.relWaits, lease)
+}
+
+func (c *client) checkReleaseWaitsLocked() {
+	for id := range c.relWaits {
+		if _, err := c.core.leaseState(id); err != nil {
+			c.confirmReleaseLocked(id)
+		}
+	}
+}
+
+// spawn runs one backend call in its own goroutine with a timeout.
+func (c *client) spawn(j *job) {
+	c.ioWG.Add(1)
+	go func() {
+		defer c.ioWG.Done()
+		ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
+		defer cancel()
+		j.run(ctx)
+	}()
+}
+
+// runInline runs a job on the calling goroutine; the call is abandoned
+// (a transport error for the core) when caller's ctx ends.
+func (c *client) runInline(caller context.Context, j *job) {
+	c.ioWG.Add(1)
+	defer c.ioWG.Done()
+	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
+	defer cancel()
+	stop := context.AfterFunc(caller, cancel)
+	defer stop()
+	j.run(ctx)
+}
+
+func callAcquire(ctx context.Context, t Transport, name, token string, ttl time.Duration) (r AcquireReply, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("leasehold: transport panicked: %v", p)
+		}
+	}()
+	return t.Acquire(ctx, name, token, ttl)
+}
+
+func callRenew(ctx context.Context, t Transport, name, token string, ttl time.Duration, data []byte) (ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("leasehold: transport panicked: %v", p)
+		}
+	}()
+	return t.Renew(ctx, name, token, ttl, data)
+}
+
+func callRelease(ctx context.Context, t Transport, name, token string, data []byte) (ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("leasehold: transport panicked: %v", p)
+		}
+	}()
+	return t.Release(ctx, name, token, data)
+}
+
+// watcher executes Watch/Unwatch commands in order, off the driver.
+func (c *client) watcher() {
+	defer close(c.watchDone)
+	unwatch := map[string]func(){}
+	defer func() {
+		for _, f := range unwatch {
+			safeCall(f)
+		}
+	}()
+	notify := func(name string) {
+		c.input(func(now uint64) error { return c.core.released(now, name) })
+	}
+	for {
+		select {
+		case <-c.watchKick:
+		case <-c.stop:
+			return
+		}
+		for {
+			c.mu.Lock()
+			if len(c.watchQ) == 0 {
+				c.mu.Unlock()
+				break
+			}
+			op := c.watchQ[0]
+			c.watchQ = c.watchQ[1:]
+			c.mu.Unlock()
+			if op.watch {
+				if _, dup := unwatch[op.name]; dup {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(c.ioCtx, c.reqTimeout)
+				f, err := callWatch(ctx, c.t, op.name, notify)
+				cancel()
+				if err != nil {
+					c.log.Debug("leasehold: watch failed; waiters fall back to retry hints", "name", op.name, "err", err)
+					continue
+				}
+				if f == nil {
+					f = func() {}
+				}
+				unwatch[op.name] = f
+			} else if f, ok := unwatch[op.name]; ok {
+				delete(unwatch, op.name)
+				safeCall(f)
+			}
+		}
+	}
+}
+
+func callWatch(ctx context.Context, t Transport, name string, notify func(string)) (f func(), err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("leasehold: transport panicked: %v", p)
+		}
+	}()
+	return t.Watch(ctx, name, notify)
+}
+
+func safeCall(f func()) {
+	defer func() { _ = recover() }()
+	f()
+}
+
+func (c *client) close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		close(c.closing)
+		if c.core != nil && c.broken == nil {
+			now := monoNow()
+			for id, rec := range c.recs {
+				for w := range rec.waiters {
+					w.ch <- acqResult{err: ErrClosed}
+					delete(rec.waiters, w)
+				}
+				for h := range rec.handles {
+					h.cancel(ErrClosed)
+				}
+				// Release every holder (reentrant leases count holders).
+				for i := 0; i < 1<<20; i++ {
+					if err := c.core.release(now, id); err != nil {
+						break
+					}
+				}
+			}
+			c.drainLocked()
+		}
+		c.mu.Unlock()
+
+		// Keep the loop running until the releases were answered (bounded).
+		deadline := time.Now().Add(c.closeTimeout)
+		for time.Now().Before(deadline) {
+			c.mu.Lock()
+			var k Counters
+			var err error
+			if c.core != nil && c.broken == nil {
+				k, err = c.core.counters()
+			}
+			c.mu.Unlock()
+			if err != nil || k.PendingCleanups == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+
+		close(c.stop)
+		c.ioCancel()
+		<-c.driverDone
+		<-c.watchDone
+
+		c.mu.Lock()
+		for id, rec := range c.recs {
+			for w := range rec.waiters {
+				w.ch <- acqResult{err: ErrClosed}
+				delete(rec.waiters, w)
+			}
+			for h := range rec.handles {
+				h.cancel(ErrClosed)
+			}
+			rec.ended = true
+			delete(c.recs, id)
+		}
+		for id := range c.relWaits {
+			c.confirmReleaseLocked(id)
+		}
+		if c.core != nil {
+			c.core.free()
+			c.core = nil
+		}
+		c.mu.Unlock()
+	})
+	return c.closeErr
+}

@@ -1,0 +1,635 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newTestClient(t testing.TB, tr Transport, opts *Options) *Client {
+	t.Helper()
+	c, err := NewClient(tr, opts)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitFor polls cond until it holds; it fails the test after a generous
+// bound (a liveness failure, not a timing assertion).
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestABIVersion(t *testing.T) {
+	if abiErr != nil {
+		t.Fatal(abiErr)
+	}
+	if Version == "" {
+		t.Fatal("empty library version")
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "orders", AcquireOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if l.FencingToken() == 0 {
+		t.Fatal("zero fencing token")
+	}
+	if !l.IsHeld() {
+		t.Fatal("fresh lease not held")
+	}
+	if !l.ValidUntil().After(time.Now()) {
+		t.Fatalf("ValidUntil %v not in the future", l.ValidUntil())
+	}
+	if l.Err() != nil || l.Context().Err() != nil {
+		t.Fatalf("lease context done while held: %v", l.Err())
+	}
+	if _, fence, ok := tr.Server().Holder("orders"); !ok || fence != l.FencingToken() {
+		t.Fatalf("server holder fence %d ok=%v, lease token %d", fence, ok, l.FencingToken())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if l.IsHeld() {
+		t.Fatal("released lease still held")
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrReleased) || !errors.Is(l.Err(), ErrReleased) {
+		t.Fatalf("context cause after release = %v", context.Cause(l.Context()))
+	}
+	if _, _, ok := tr.Server().Holder("orders"); ok {
+		t.Fatal("server still has a holder after a confirmed Release")
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("Lost closed by Release")
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	// A second grant gets a strictly larger token.
+	l2, err := c.Acquire(ctx, "orders", AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.FencingToken() <= l.FencingToken() {
+		t.Fatalf("token %d not above %d", l2.FencingToken(), l.FencingToken())
+	}
+	_ = l2.Release(ctx)
+}
+
+func TestRenewalAcrossTTLs(t *testing.T) {
+	for _, ttl := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 600 * time.Millisecond, 1500 * time.Millisecond} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			t.Parallel()
+			tr := NewMemoryTransport()
+			c := newTestClient(t, tr, nil)
+			l, err := c.Acquire(context.Background(), "renew", AcquireOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := l.ValidUntil()
+			// Without renewals the server would drop the lock after one TTL.
+			time.Sleep(3 * ttl)
+			waitFor(t, "three renewals", func() bool {
+				k, _ := c.Counters()
+				return k.RenewalsOK >= 3
+			})
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease lost: %v", err)
+			}
+			if !l.IsHeld() {
+				t.Fatal("lease not held after renewals")
+			}
+			if _, fence, ok := tr.Server().Holder("renew"); !ok || fence != l.FencingToken() {
+				t.Fatalf("server lost the lock (ok=%v fence=%d)", ok, fence)
+			}
+			if !l.ValidUntil().After(first) {
+				t.Fatalf("ValidUntil did not move: %v then %v", first, l.ValidUntil())
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestLossDetectedBeforeServerExpiryWhenBackendHangs(t *testing.T) {
+	for _, fault := range []Fault{FaultHang, FaultPartition, FaultDrop} {
+		t.Run(fmt.Sprint(fault), func(t *testing.T) {
+			t.Parallel()
+			srv := NewMemoryServer()
+			tr := srv.Transport()
+			// A wide drift margin keeps the safety check independent of
+			// scheduler noise on a loaded machine.
+			c := newTestClient(t, tr, &Options{DriftFixed: 150 * time.Millisecond, RequestTimeout: time.Second})
+			ttl := 900 * time.Millisecond
+			l, err := c.Acquire(context.Background(), "hang", AcquireOptions{TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.SetFault(fault)
+			var lostAt time.Time
+			select {
+			case <-l.Context().Done():
+				lostAt = time.Now()
+			case <-time.After(30 * time.Second):
+				t.Fatal("loss never detected")
+			}
+			_, _, stillThere := srv.Holder("hang")
+			expiry := srv.expiry("hang")
+			if !errors.Is(l.Err(), ErrLost) {
+				t.Fatalf("cause = %v, want ErrLost", l.Err())
+			}
+			var le *LostError
+			if !errors.As(l.Err(), &le) || le.Name != "hang" {
+				t.Fatalf("cause %v is not a *LostError for hang", l.Err())
+			}
+			select {
+			case <-l.Lost():
+			default:
+				t.Fatal("Lost() not closed")
+			}
+			if l.IsHeld() {
+				t.Fatal("lost lease reported held")
+			}
+			// The server still considered us the holder when we gave up.
+			if !stillThere || !lostAt.Before(expiry) {
+				t.Fatalf("loss observed at %v, server expiry %v (holder present: %v)", lostAt, expiry, stillThere)
+			}
+			tr.SetFault(FaultNone)
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatalf("Release after loss: %v", err)
+			}
+		})
+	}
+}
+
+func TestRejectedRenewalLosesLease(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	l, err := c.Acquire(context.Background(), "rej", AcquireOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone else took the lock server-side (e.g. after an expiry).
+	tr.Server().Expire("rej")
+	other := tr.Server().Transport()
+	if r, err := other.Acquire(context.Background(), "rej", strings.Repeat("b", 32), time.Minute); err != nil || !r.Granted {
+		t.Fatalf("other acquire: %+v %v", r, err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("rejection not detected")
+	}
+	var le *LostError
+	if !errors.As(l.Err(), &le) || !strings.Contains(le.Reason, "reject") {
+		t.Fatalf("cause %v, want a rejection", l.Err())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _, _ := tr.Server().Holder("rej"); tok != strings.Repeat("b", 32) {
+		t.Fatalf("our release removed the other holder (holder %q)", tok)
+	}
+}
+
+func TestBoundedWait(t *testing.T) {
+	tr := NewMemoryTransport()
+	a := newTestClient(t, tr, nil)
+	b := newTestClient(t, tr.Server().Transport(), nil)
+	ctx := context.Background()
+	la, err := a.Acquire(ctx, "busy", AcquireOptions{TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One attempt.
+	if _, err := b.Acquire(ctx, "busy", AcquireOptions{TTL: time.Second}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("try-acquire of a held lock: %v", err)
+	}
+	// A bounded wait gives up well before the holder's TTL runs out.
+	start := time.Now()
+	_, err = b.Acquire(ctx, "busy", AcquireOptions{TTL: time.Second, Wait: 200 * time.Millisecond})
+	var ae *AcquireError
+	if !errors.As(err, &ae) || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("bounded wait: %v", err)
+	}
+	if time.Since(start) >= 20*time.Second {
+		t.Fatal("bounded wait outlived the holder's TTL")
+	}
+	// The ctx deadline bounds the wait as well.
+	dctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	if _, err := b.Acquire(dctx, "busy", AcquireOptions{TTL: time.Second, Wait: time.Hour}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("ctx deadline: %v", err)
+	}
+	// A waiter gets the lock when the holder releases.
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "busy", AcquireOptions{TTL: time.Second, Wait: time.Minute})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = la.Release(ctx)
+	lb := <-got
+	if lb == nil || lb.FencingToken() <= la.FencingToken() {
+		t.Fatalf("waiter lease %v", lb)
+	}
+	_ = lb.Release(ctx)
+	waitFor(t, "unwatch", func() bool { return tr.Server().Watchers("busy") == 0 })
+}
+
+func TestUnavailableBackend(t *testing.T) {
+	tr := NewMemoryTransport()
+	tr.SetFault(FaultDrop)
+	c := newTestClient(t, tr, nil)
+	_, err := c.Acquire(context.Background(), "down", AcquireOptions{TTL: time.Second, Wait: 300 * time.Millisecond})
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("acquire on a dead backend: %v", err)
+	}
+}
+
+func TestCtxCancelWhileWaiting(t *testing.T) {
+	tr := NewMemoryTransport()
+	a := newTestClient(t, tr, nil)
+	b := newTestClient(t, tr.Server().Transport(), nil)
+	bg := context.Background()
+	la, err := a.Acquire(bg, "cancel", AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, "cancel", AcquireOptions{TTL: time.Second, Wait: time.Hour})
+		errc <- err
+	}()
+	waitFor(t, "waiter watching", func() bool { return tr.Server().Watchers("cancel") > 0 })
+	cancel()
+	err = <-errc
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("cancelled acquire: %v", err)
+	}
+	waitFor(t, "cancelled waiter to stop watching", func() bool { return tr.Server().Watchers("cancel") == 0 })
+	_ = la.Release(bg)
+	// Nobody holds it: the cancelled waiter did not take it behind our back.
+	time.Sleep(50 * time.Millisecond)
+	if _, _, ok := tr.Server().Holder("cancel"); ok {
+		t.Fatal("cancelled waiter holds the lock")
+	}
+	k, _ := b.Counters()
+	if k.LiveLeases != 0 {
+		t.Fatalf("cancelled waiter left %d live leases", k.LiveLeases)
+	}
+	// An already-cancelled ctx fails at once.
+	if _, err := b.Acquire(ctx, "cancel", AcquireOptions{TTL: time.Second}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire with a done ctx: %v", err)
+	}
+}
+
+func TestConcurrentAcquireRelease(t *testing.T) {
+	srv := NewMemoryServer()
+	clients := []*Client{newTestClient(t, srv.Transport(), nil), newTestClient(t, srv.Transport(), nil)}
+	names := []string{"n0", "n1", "n2"}
+	var inside [3]atomic.Int32
+	var mu [3]sync.Mutex
+	last := [3]uint64{}
+	const workers, iters = 24, 15
+	var wg sync.WaitGroup
+	errc := make(chan error, workers*iters)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			for i := 0; i < iters; i++ {
+				k := (w + i) % len(names)
+				l, err := c.Acquire(context.Background(), names[k], AcquireOptions{TTL: 10 * time.Second, Wait: time.Minute})
+				if err != nil {
+					errc <- fmt.Errorf("worker %d: %w", w, err)
+					return
+				}
+				if n := inside[k].Add(1); n != 1 {
+					errc <- fmt.Errorf("%d holders of %s", n, names[k])
+				}
+				mu[k].Lock()
+				if l.FencingToken() <= last[k] {
+					errc <- fmt.Errorf("token %d after %d on %s", l.FencingToken(), last[k], names[k])
+				}
+				last[k] = l.FencingToken()
+				mu[k].Unlock()
+				runtime.Gosched()
+				inside[k].Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					errc <- err
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	for _, c := range clients {
+		k, err := c.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.LiveLeases != 0 {
+			t.Errorf("live leases left: %+v", k)
+		}
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	if _, err := NewClient(nil, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("nil transport: %v", err)
+	}
+	if _, err := NewClient(NewMemoryTransport(), &Options{RequestTimeout: -1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("negative timeout: %v", err)
+	}
+	if _, err := NewClient(NewMemoryTransport(), &Options{MaxTTL: 1500 * time.Microsecond}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("sub-ms MaxTTL: %v", err)
+	}
+	c := newTestClient(t, NewMemoryTransport(), &Options{MaxTTL: time.Hour})
+	ok := AcquireOptions{TTL: time.Second}
+	cases := []struct {
+		name   string
+		lock   string
+		opts   AcquireOptions
+		status uint32 // expected C status, 0 when checked in Go
+	}{
+		{"empty name", "", ok, statusEmptyName},
+		{"NUL in name", "a\x00b", ok, statusNameHasNul},
+		{"name too long", strings.Repeat("x", 513), ok, statusNameTooLong},
+		{"invalid UTF-8", "bad\xff\xfe", ok, statusInvalidUTF8},
+		{"zero TTL", "n", AcquireOptions{}, 0},
+		{"negative TTL", "n", AcquireOptions{TTL: -time.Second}, 0},
+		{"sub-millisecond TTL", "n", AcquireOptions{TTL: 1500 * time.Microsecond}, 0},
+		{"TTL above MaxTTL", "n", AcquireOptions{TTL: 2 * time.Hour}, statusInvalidTTL},
+		{"negative wait", "n", AcquireOptions{TTL: time.Second, Wait: -1}, 0},
+	}
+	for _, tc := range cases {
+		_, err := c.Acquire(context.Background(), tc.lock, tc.opts)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", tc.name, err)
+			continue
+		}
+		if tc.status != 0 {
+			var se *StatusError
+			if !errors.As(err, &se) || se.Status != tc.status {
+				t.Errorf("%s: err = %#v, want status %d", tc.name, err, tc.status)
+			} else if se.Name == "" || !strings.HasPrefix(se.Name, "LH_") {
+				t.Errorf("%s: status name %q", tc.name, se.Name)
+			}
+		}
+	}
+	// A maximal name is fine.
+	l, err := c.Acquire(context.Background(), strings.Repeat("x", 512), ok)
+	if err != nil {
+		t.Fatalf("512-byte name: %v", err)
+	}
+	_ = l.Release(context.Background())
+	var nilCtx context.Context // a nil context is a bad input too
+	if _, err := c.Acquire(nilCtx, "n", ok); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("nil ctx: %v", err)
+	}
+	// Nothing leaked from the refused calls.
+	k, _ := c.Counters()
+	if k.LiveLeases != 0 {
+		t.Fatalf("refused calls left %d live leases", k.LiveLeases)
+	}
+}
+
+func TestCloseReleasesAndIsIdempotent(t *testing.T) {
+	tr := NewMemoryTransport()
+	c, err := NewClient(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newTestClient(t, tr.Server().Transport(), nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "close", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A goroutine of the closing client waits for a lock someone else holds.
+	lo, err := other.Acquire(ctx, "close2", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "close2", AcquireOptions{TTL: time.Second, Wait: time.Hour})
+		errc <- err
+	}()
+	waitFor(t, "waiter", func() bool { return tr.Server().Watchers("close2") > 0 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiter during Close: %v", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), ErrClosed) {
+		t.Fatalf("lease context after Close: %v", context.Cause(l.Context()))
+	}
+	if _, _, ok := tr.Server().Holder("close"); ok {
+		t.Fatal("Close did not release the lock")
+	}
+	if l.IsHeld() {
+		t.Fatal("lease held after Close")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after Close: %v", err)
+	}
+	if _, err := c.Acquire(ctx, "close", AcquireOptions{TTL: time.Second}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close: %v", err)
+	}
+	if _, err := c.Counters(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Counters after Close: %v", err)
+	}
+	_ = lo.Release(ctx)
+}
+
+func TestForgottenClientIsCleanedUp(t *testing.T) {
+	tr := NewMemoryTransport()
+	before := handlesFreed.Load()
+	func() {
+		c, err := NewClient(tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Acquire(context.Background(), "forgotten", AcquireOptions{TTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(context.Background())
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for handlesFreed.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the cleanup never freed the forgotten client's handle")
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLeaseKeepsClientAlive(t *testing.T) {
+	tr := NewMemoryTransport()
+	var l *Lease
+	func() {
+		c, err := NewClient(tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err = c.Acquire(context.Background(), "alive", AcquireOptions{TTL: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !l.IsHeld() || l.Err() != nil {
+		t.Fatalf("a reachable lease lost its client: %v", l.Err())
+	}
+	_ = l.Release(context.Background())
+	_ = l.owner.Close()
+}
+
+func TestReentrant(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	ctx := context.Background()
+	opts := AcquireOptions{TTL: 5 * time.Second, Reentrant: true}
+	l1, err := c.Acquire(ctx, "re", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Acquire(ctx, "re", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.FencingToken() != l2.FencingToken() {
+		t.Fatalf("reentrant tokens differ: %d %d", l1.FencingToken(), l2.FencingToken())
+	}
+	// A non-reentrant acquire by the same client contends.
+	if _, err := c.Acquire(ctx, "re", AcquireOptions{TTL: time.Second}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("non-reentrant acquire of a held name: %v", err)
+	}
+	_ = l1.Release(ctx)
+	if !l2.IsHeld() || l1.IsHeld() {
+		t.Fatalf("after one release: l1 held=%v l2 held=%v", l1.IsHeld(), l2.IsHeld())
+	}
+	if _, _, ok := tr.Server().Holder("re"); !ok {
+		t.Fatal("lock released while a holder remains")
+	}
+	_ = l2.Release(ctx)
+	if _, _, ok := tr.Server().Holder("re"); ok {
+		t.Fatal("lock still held after the last release")
+	}
+}
+
+func TestReentrantLossReachesAllHolders(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	opts := AcquireOptions{TTL: 300 * time.Millisecond, Reentrant: true}
+	l1, err := c.Acquire(context.Background(), "rl", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Acquire(context.Background(), "rl", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetFault(FaultReject)
+	for _, l := range []*Lease{l1, l2} {
+		select {
+		case <-l.Context().Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("loss not signalled to every holder")
+		}
+		if !errors.Is(l.Err(), ErrLost) {
+			t.Fatalf("cause %v", l.Err())
+		}
+	}
+}
+
+func TestPoisonedCoreFailsEverything(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	l, err := c.Acquire(context.Background(), "p", AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.c.input(func(uint64) error { return c.c.core.debugPanic() })
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("panic in the core did not end the lease")
+	}
+	if _, err := c.Acquire(context.Background(), "q", AcquireOptions{TTL: time.Second}); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Acquire on a poisoned core: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStatusErrorDetail(t *testing.T) {
+	c := newTestClient(t, NewMemoryTransport(), nil)
+	_, err := c.Acquire(context.Background(), "", AcquireOptions{TTL: time.Second})
+	var se *StatusError
+	if !errors.As(err, &se) {
+		t.Fatalf("%T %v", err, err)
+	}
+	if se.Op != "lh_acquire" || se.Name != "LH_ERR_EMPTY_NAME" || !strings.Contains(err.Error(), "LH_ERR_EMPTY_NAME") {
+		t.Fatalf("status error %+v", se)
+	}
+}
+
+// panicTransport panics in every call: the client must treat that as a
+// transport error, not crash.
+type panicTransport struct{ *MemoryTransport }
+
+func (panicTransport) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
+	panic("boom")
+}
+
+func TestTransportPanicIsATransportError(t *testing.T) {
+	c := newTestClient(t, panicTransport{NewMemoryTransport()}, nil)
+	_, err := c.Acquire(context.Background(), "x", AcquireOptions{TTL: time.Second, Wait: 100 * time.Millisecond})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("acquire through a panicking transport: %v", err)
+	}
+}

@@ -1,0 +1,489 @@
+package leasehold
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: ${SRCDIR}/../../target/release/libleasehold.a -lm -ldl -lpthread
+#include <stdlib.h>
+#include "leasehold.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// ABIVersion is the C ABI version this package was written against.
+const ABIVersion = 1
+
+// C status codes (lh_status); the values are part of the stable ABI.
+const (
+	statusOK                 = 0
+	statusNullArgument       = 1
+	statusInvalidUTF8        = 2
+	statusEmptyName          = 3
+	statusNameTooLong        = 4
+	statusNameHasNul         = 5
+	statusInvalidTTL         = 6
+	statusInvalidConfig      = 7
+	statusSeedTooShort       = 8
+	statusUnknownLease       = 9
+	statusLeaseEnded         = 10
+	statusTooManyLeases      = 11
+	statusInvalidEnum        = 12
+	statusBackendDataTooLong = 13
+	statusBufferTooSmall     = 14
+	statusNotGranted         = 15
+	statusStructSize         = 16
+	statusPanic              = 900
+	statusPoisoned           = 901
+)
+
+const (
+	outNone          = 0
+	outAcquire       = 1
+	outRenew         = 2
+	outRelease       = 3
+	outWatch         = 4
+	outUnwatch       = 5
+	outAcquired      = 6
+	outAcquireFailed = 7
+	outLost          = 8
+	outReleased      = 9
+)
+
+// Reasons carried by AcquireFailed and Lost events.
+const (
+	reasonNone          = 0
+	reasonWaitExhausted = 1
+	reasonCancelled     = 2
+	reasonUnavailable   = 3
+	reasonRejected      = 4
+	reasonExpired       = 5
+	reasonFailBudget    = 6
+)
+
+const (
+	acquireGranted        = 1
+	acquireHeldByOther    = 2
+	acquireTransportError = 3
+	renewRenewed          = 1
+	renewRejected         = 2
+	renewTransportError   = 3
+	releaseReleased       = 1
+	releaseNotOwner       = 2
+	releaseTransportError = 3
+)
+
+const (
+	stateAcquiring     = 1
+	stateHeld          = 2
+	stateReleased      = 3
+	stateLost          = 4
+	stateAcquireFailed = 5
+)
+
+const (
+	noDeadline    = ^uint64(0)
+	noRetryHint   = ^uint64(0)
+	flagReentrant = 1
+)
+
+const (
+	redisScriptAcquire = 1
+	redisScriptRenew   = 2
+	redisScriptRelease = 3
+	redisKeyLock       = 1
+	redisKeyFence      = 2
+	redisKeyChannel    = 3
+)
+
+// abiErr is set at package initialisation when the linked library has a
+// different ABI version; NewClient then refuses to run.
+var abiErr error
+
+// Version is the version string of the linked Rust library.
+var Version string
+
+func init() {
+	v := uint32(C.lh_abi_version())
+	Version = C.GoString(C.lh_version())
+	if v != ABIVersion {
+		abiErr = fmt.Errorf("leasehold: linked library has ABI version %d, this package needs %d (library %s)", v, ABIVersion, Version)
+	}
+}
+
+// clockBase is the origin of the monotonic nanosecond clock handed to the
+// core. time.Since uses the monotonic reading carried by clockBase.
+var clockBase = time.Now()
+
+// clockOffset keeps the core's clock away from zero.
+const clockOffset = uint64(time.Second)
+
+func monoNow() uint64 { return uint64(time.Since(clockBase)) + clockOffset }
+
+func monoToTime(ns uint64) time.Time {
+	if ns < clockOffset {
+		return clockBase
+	}
+	return clockBase.Add(time.Duration(ns - clockOffset))
+}
+
+// handlesFreed counts core handles freed (tests observe the GC cleanup).
+var handlesFreed atomic.Int64
+
+// core wraps one lh_client. It is not safe for concurrent use: the Client
+// serialises every call with its mutex.
+type core struct {
+	p *C.lh_client
+}
+
+// cbytes returns a pointer suitable for passing a Go byte string to C. An
+// empty string gets a pointer to a static byte so the C side sees a
+// non-NULL pointer with length zero.
+var emptyByte [1]byte
+
+func strPtr(s string) (*C.uint8_t, C.size_t) {
+	if len(s) == 0 {
+		return (*C.uint8_t)(unsafe.Pointer(&emptyByte[0])), 0
+	}
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
+}
+
+func bytesPtr(b []byte) (*C.uint8_t, C.size_t) {
+	if len(b) == 0 {
+		return (*C.uint8_t)(unsafe.Pointer(&emptyByte[0])), 0
+	}
+	return (*C.uint8_t)(unsafe.Pointer(&b[0])), C.size_t(len(b))
+}
+
+func statusName(st uint32) string {
+	return C.GoString(C.lh_status_str(C.uint32_t(st)))
+}
+
+type coreConfig struct {
+	driftPPM         uint32
+	driftFixedNs     uint64
+	renewJitterPPM   uint32
+	failBudget       uint32
+	requestTimeoutNs uint64
+	backoffBaseNs    uint64
+	backoffCapNs     uint64
+	maxTTLms         uint64
+	maxLeases        uint32
+	notifications    bool
+}
+
+func defaultCoreConfig() coreConfig {
+	var c C.lh_config
+	C.lh_config_default(&c)
+	return coreConfig{
+		driftPPM:         uint32(c.drift_ppm),
+		driftFixedNs:     uint64(c.drift_fixed_ns),
+		renewJitterPPM:   uint32(c.renew_jitter_ppm),
+		failBudget:       uint32(c.fail_budget),
+		requestTimeoutNs: uint64(c.request_timeout_ns),
+		backoffBaseNs:    uint64(c.backoff_base_ns),
+		backoffCapNs:     uint64(c.backoff_cap_ns),
+		maxTTLms:         uint64(c.max_ttl_ms),
+		maxLeases:        uint32(c.max_leases),
+		notifications:    c.notifications != 0,
+	}
+}
+
+func newCore(cfg coreConfig, seed []byte) (*core, error) {
+	var c C.lh_config
+	C.lh_config_default(&c)
+	c.drift_ppm = C.uint32_t(cfg.driftPPM)
+	c.drift_fixed_ns = C.uint64_t(cfg.driftFixedNs)
+	c.renew_jitter_ppm = C.uint32_t(cfg.renewJitterPPM)
+	c.fail_budget = C.uint32_t(cfg.failBudget)
+	c.request_timeout_ns = C.uint64_t(cfg.requestTimeoutNs)
+	c.backoff_base_ns = C.uint64_t(cfg.backoffBaseNs)
+	c.backoff_cap_ns = C.uint64_t(cfg.backoffCapNs)
+	c.max_ttl_ms = C.uint64_t(cfg.maxTTLms)
+	c.max_leases = C.uint32_t(cfg.maxLeases)
+	if cfg.notifications {
+		c.notifications = 1
+	} else {
+		c.notifications = 0
+	}
+	sp, sn := bytesPtr(seed)
+	var out *C.lh_client
+	st := uint32(C.lh_client_new(&c, sp, sn, &out))
+	runtime.KeepAlive(seed)
+	if st != statusOK {
+		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
+	}
+	return &core{p: out}, nil
+}
+
+func (c *core) free() {
+	if c.p != nil {
+		C.lh_client_free(c.p)
+		c.p = nil
+		handlesFreed.Add(1)
+	}
+}
+
+func (c *core) err(op string, st uint32) error {
+	if st == statusOK {
+		return nil
+	}
+	detail := ""
+	if c.p != nil {
+		detail = C.GoString(C.lh_client_last_error(c.p))
+	}
+	return &StatusError{Status: st, Name: statusName(st), Op: op, Detail: detail}
+}
+
+func (c *core) reseed(seed []byte) error {
+	sp, sn := bytesPtr(seed)
+	st := uint32(C.lh_client_reseed(c.p, sp, sn))
+	runtime.KeepAlive(seed)
+	runtime.KeepAlive(c)
+	return c.err("lh_client_reseed", st)
+}
+
+func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, reentrant bool) (uint64, error) {
+	var o C.lh_acquire_options
+	C.lh_acquire_options_default(&o)
+	o.ttl_ms = C.uint64_t(ttlMs)
+	o.wait_ns = C.uint64_t(waitNs)
+	o.flags = 0
+	if reentrant {
+		o.flags = flagReentrant
+	}
+	np, nn := strPtr(name)
+	var lease C.uint64_t
+	st := uint32(C.lh_acquire(c.p, C.uint64_t(now), np, nn, &o, &lease))
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_acquire", st)
+	}
+	return uint64(lease), nil
+}
+
+func (c *core) release(now, lease uint64) error {
+	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease)))
+	runtime.KeepAlive(c)
+	return c.err("lh_release", st)
+}
+
+func (c *core) acquireResult(now, req uint64, outcome uint32, fence, ttlMs, retryMs uint64, data []byte) error {
+	dp, dn := bytesPtr(data)
+	st := uint32(C.lh_acquire_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome),
+		C.uint64_t(fence), C.uint64_t(ttlMs), C.uint64_t(retryMs), dp, dn))
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(c)
+	return c.err("lh_acquire_result", st)
+}
+
+func (c *core) renewResult(now, req uint64, outcome uint32) error {
+	st := uint32(C.lh_renew_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome)))
+	runtime.KeepAlive(c)
+	return c.err("lh_renew_result", st)
+}
+
+func (c *core) releaseResult(now, req uint64, outcome uint32) error {
+	st := uint32(C.lh_release_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome)))
+	runtime.KeepAlive(c)
+	return c.err("lh_release_result", st)
+}
+
+func (c *core) released(now uint64, name string) error {
+	np, nn := strPtr(name)
+	st := uint32(C.lh_released(c.p, C.uint64_t(now), np, nn))
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(c)
+	return c.err("lh_released", st)
+}
+
+func (c *core) timeout(now uint64) error {
+	st := uint32(C.lh_timeout(c.p, C.uint64_t(now)))
+	runtime.KeepAlive(c)
+	return c.err("lh_timeout", st)
+}
+
+// output is a copy of one lh_output: it owns its memory.
+type output struct {
+	kind         uint32
+	reason       uint32
+	request      uint64
+	lease        uint64
+	name         string
+	token        string
+	backendData  []byte
+	ttlMs        uint64
+	fencingToken uint64
+	validUntil   uint64
+}
+
+func (c *core) pollOutput() (output, error) {
+	var o C.lh_output
+	st := uint32(C.lh_poll_output(c.p, &o))
+	if st != statusOK {
+		runtime.KeepAlive(c)
+		return output{}, c.err("lh_poll_output", st)
+	}
+	out := output{
+		kind:         uint32(o.kind),
+		reason:       uint32(o.reason),
+		request:      uint64(o.request_id),
+		lease:        uint64(o.lease_id),
+		ttlMs:        uint64(o.ttl_ms),
+		fencingToken: uint64(o.fencing_token),
+		validUntil:   uint64(o.valid_until_ns),
+	}
+	// Borrowed pointers are valid until the next call on the handle: copy now.
+	if o.name != nil && o.name_len > 0 {
+		out.name = C.GoStringN((*C.char)(unsafe.Pointer(o.name)), C.int(o.name_len))
+	}
+	if o.token != nil && o.token_len > 0 {
+		out.token = C.GoStringN((*C.char)(unsafe.Pointer(o.token)), C.int(o.token_len))
+	}
+	if o.backend_data != nil && o.backend_data_len > 0 {
+		out.backendData = C.GoBytes(unsafe.Pointer(o.backend_data), C.int(o.backend_data_len))
+	}
+	runtime.KeepAlive(c)
+	return out, nil
+}
+
+func (c *core) pollTimeout() (uint64, error) {
+	var d C.uint64_t
+	st := uint32(C.lh_poll_timeout(c.p, &d))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return noDeadline, c.err("lh_poll_timeout", st)
+	}
+	return uint64(d), nil
+}
+
+func (c *core) leaseState(lease uint64) (uint32, error) {
+	var s C.uint32_t
+	st := uint32(C.lh_lease_state(c.p, C.uint64_t(lease), &s))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_lease_state", st)
+	}
+	return uint32(s), nil
+}
+
+func (c *core) fencingToken(lease uint64) (uint64, error) {
+	var v C.uint64_t
+	st := uint32(C.lh_fencing_token(c.p, C.uint64_t(lease), &v))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_fencing_token", st)
+	}
+	return uint64(v), nil
+}
+
+func (c *core) validUntil(lease uint64) (uint64, error) {
+	var v C.uint64_t
+	st := uint32(C.lh_valid_until(c.p, C.uint64_t(lease), &v))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_valid_until", st)
+	}
+	return uint64(v), nil
+}
+
+func (c *core) isHeld(lease, now uint64) (bool, error) {
+	var v C.bool
+	st := uint32(C.lh_is_held(c.p, C.uint64_t(lease), C.uint64_t(now), &v))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return false, c.err("lh_is_held", st)
+	}
+	return bool(v), nil
+}
+
+// Counters mirrors the core's lh_counters.
+type Counters struct {
+	LiveLeases      uint64
+	PendingCleanups uint64
+	AcquiresSent    uint64
+	Grants          uint64
+	AcquireFailed   uint64
+	RenewalsSent    uint64
+	RenewalsOK      uint64
+	RenewalsFailed  uint64
+	ReleasesSent    uint64
+	LostRejected    uint64
+	LostExpired     uint64
+	LostFailBudget  uint64
+	StaleResults    uint64
+	TimeClamped     uint64
+}
+
+func (c *core) counters() (Counters, error) {
+	var k C.lh_counters
+	k.struct_size = C.uint32_t(unsafe.Sizeof(k))
+	st := uint32(C.lh_counters_get(c.p, &k))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return Counters{}, c.err("lh_counters_get", st)
+	}
+	return Counters{
+		LiveLeases:      uint64(k.live_leases),
+		PendingCleanups: uint64(k.pending_cleanups),
+		AcquiresSent:    uint64(k.acquires_sent),
+		Grants:          uint64(k.grants),
+		AcquireFailed:   uint64(k.acquire_failed),
+		RenewalsSent:    uint64(k.renewals_sent),
+		RenewalsOK:      uint64(k.renewals_ok),
+		RenewalsFailed:  uint64(k.renewals_failed),
+		ReleasesSent:    uint64(k.releases_sent),
+		LostRejected:    uint64(k.lost_rejected),
+		LostExpired:     uint64(k.lost_expired),
+		LostFailBudget:  uint64(k.lost_fail_budget),
+		StaleResults:    uint64(k.stale_results),
+		TimeClamped:     uint64(k.time_clamped),
+	}, nil
+}
+
+func (c *core) debugPanic() error {
+	st := uint32(C.lh_client_debug_panic(c.p))
+	runtime.KeepAlive(c)
+	return c.err("lh_client_debug_panic", st)
+}
+
+// redisScript returns the canonical Lua text exported by the library.
+func redisScript(kind uint32) (string, error) {
+	var p *C.char
+	var n C.size_t
+	st := uint32(C.lh_redis_script(C.uint32_t(kind), &p, &n))
+	if st != statusOK {
+		return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_script"}
+	}
+	return C.GoStringN(p, C.int(n)), nil
+}
+
+// redisKey returns the Redis key of the given kind for a lock name.
+func redisKey(kind uint32, name string) (string, error) {
+	np, nn := strPtr(name)
+	buf := make([]byte, len(name)+32)
+	for {
+		var need C.size_t
+		bp, bn := bytesPtr(buf)
+		st := uint32(C.lh_redis_key(C.uint32_t(kind), np, nn, bp, bn, &need))
+		runtime.KeepAlive(name)
+		runtime.KeepAlive(buf)
+		switch st {
+		case statusOK:
+			return string(buf[:need]), nil
+		case statusBufferTooSmall:
+			if int(need) <= len(buf) {
+				return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_key"}
+			}
+			buf = make([]byte, int(need))
+		default:
+			return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_key"}
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package leasehold
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pythonForInterop returns the interpreter of bindings/python/.venv (made by
+// bindings/python/setup-venv.sh). Without it the test skips, except under
+// CI=true where it fails: the interop test must run in CI.
+func pythonForInterop(t *testing.T) string {
+	t.Helper()
+	py, err := filepath.Abs(filepath.Join("..", "python", ".venv", "bin", "python"))
+	if err == nil {
+		if _, err = os.Stat(py); err == nil {
+			cmd := exec.Command(py, "-c", "import leasehold, leasehold.backends.redis; leasehold.LockClient")
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err = cmd.Run(); err != nil {
+				err = fmt.Errorf("%w: %s", err, out.String())
+			}
+		}
+	}
+	if err != nil {
+		msg := fmt.Sprintf("Python leasehold package unavailable (run bindings/python/setup-venv.sh): %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return py
+}
+
+// TestInteropGoAndPythonContend runs Go and Python worker processes that
+// contend for the same names on the same Redis and do a fenced
+// read-modify-write on one SQLite file: no update may be lost, no write
+// refused (the lock was exclusive), and the fencing tokens in the log
+// strictly increase per name across both languages.
+func TestInteropGoAndPythonContend(t *testing.T) {
+	addr := needRedis(t)
+	py := pythonForInterop(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "interop.db")
+	names := []string{uniq(t, "i0"), uniq(t, "i1")}
+	db, _, err := setupDB(ctx, path, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const goProcs, pyProcs, iters = 2, 2, 12
+	var waits []func() error
+	for i := 0; i < goProcs; i++ {
+		w := startWorker(t, "contend", fmt.Sprintf("go-%d", i), path, names, iters)
+		waits = append(waits, w.wait)
+		go func() { _, _ = io.Copy(io.Discard, w.out) }()
+	}
+	for i := 0; i < pyProcs; i++ {
+		id := fmt.Sprintf("py-%d", i)
+		cmd := exec.Command(py, filepath.Join("testdata", "interop_worker.py"))
+		cmd.Env = append(os.Environ(), "LH_REDIS="+addr, "LH_DB="+path,
+			"LH_NAMES="+strings.Join(names, ","), fmt.Sprintf("LH_ITERS=%d", iters), "LH_ID="+id)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
+		waits = append(waits, func() error {
+			if err := cmd.Wait(); err != nil {
+				return fmt.Errorf("python worker %s: %w\n%s", id, err, out.String())
+			}
+			if !strings.Contains(out.String(), "DONE") {
+				return fmt.Errorf("python worker %s did not finish:\n%s", id, out.String())
+			}
+			return nil
+		})
+	}
+	for _, w := range waits {
+		if err := w(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per, err := checkDB(ctx, db, names, (goProcs+pyProcs)*iters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per["go"] != goProcs*iters || per["py"] != pyProcs*iters {
+		t.Fatalf("entries per language: %v", per)
+	}
+}

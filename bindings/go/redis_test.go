@@ -1,0 +1,409 @@
+package leasehold
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func newRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := needRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func newRedisClient(t testing.TB, opts *Options) (*Client, *RedisTransport) {
+	t.Helper()
+	tr, err := NewRedisTransport(newRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, tr, opts)
+	t.Cleanup(func() { _ = tr.Close() })
+	return c, tr
+}
+
+// uniq returns a lock name no other test (or earlier run) uses.
+func uniq(t testing.TB, base string) string {
+	return fmt.Sprintf("%s-%s-%d", base, t.Name(), time.Now().UnixNano())
+}
+
+func TestRedisKeysAndScriptsComeFromTheLibrary(t *testing.T) {
+	lock, fence, ch, err := RedisKeys("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock != "lh:{orders}" || fence != "lh:{orders}:fence" || ch != "lh:{orders}:released" {
+		t.Fatalf("keys %q %q %q", lock, fence, ch)
+	}
+	long := strings.Repeat("n", 512)
+	if l, _, _, err := RedisKeys(long); err != nil || l != "lh:{"+long+"}" {
+		t.Fatalf("long name key: %v", err)
+	}
+	for _, k := range []uint32{redisScriptAcquire, redisScriptRenew, redisScriptRelease} {
+		s, err := redisScript(k)
+		if err != nil || !strings.Contains(s, "redis.call") {
+			t.Fatalf("script %d: %v %q", k, err, s)
+		}
+	}
+	if _, err := redisScript(99); err == nil {
+		t.Fatal("unknown script kind accepted")
+	}
+	if _, _, _, err := RedisKeys(""); err == nil {
+		t.Fatal("empty name accepted")
+	}
+}
+
+func TestRedisTransportProtocol(t *testing.T) {
+	rdb := newRedis(t)
+	tr, err := NewRedisTransport(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	name := uniq(t, "proto")
+	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	// No script cached: Run must fall back to EVAL.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := tr.Acquire(ctx, name, a, 5*time.Second)
+	if err != nil || !ra.Granted || ra.FencingToken == 0 || ra.TTL != 5*time.Second {
+		t.Fatalf("first acquire: %+v %v", ra, err)
+	}
+	rb, err := tr.Acquire(ctx, name, b, 5*time.Second)
+	if err != nil || rb.Granted || rb.RetryAfter <= 0 {
+		t.Fatalf("contending acquire: %+v %v", rb, err)
+	}
+	ra2, err := tr.Acquire(ctx, name, a, 5*time.Second)
+	if err != nil || !ra2.Granted || ra2.FencingToken != ra.FencingToken {
+		t.Fatalf("idempotent acquire: %+v %v", ra2, err)
+	}
+	if ok, err := tr.Renew(ctx, name, a, 5*time.Second, nil); err != nil || !ok {
+		t.Fatalf("owner renew: %v %v", ok, err)
+	}
+	if ok, err := tr.Renew(ctx, name, b, 5*time.Second, nil); err != nil || ok {
+		t.Fatalf("foreign renew: %v %v", ok, err)
+	}
+	if ok, err := tr.Release(ctx, name, b, nil); err != nil || ok {
+		t.Fatalf("foreign release: %v %v", ok, err)
+	}
+	if ok, err := tr.Release(ctx, name, a, nil); err != nil || !ok {
+		t.Fatalf("owner release: %v %v", ok, err)
+	}
+	if ok, err := tr.Renew(ctx, name, a, 5*time.Second, nil); err != nil || ok {
+		t.Fatalf("renew after release must not re-create the lock: %v %v", ok, err)
+	}
+	rb2, err := tr.Acquire(ctx, name, b, 5*time.Second)
+	if err != nil || !rb2.Granted || rb2.FencingToken <= ra.FencingToken {
+		t.Fatalf("next grant: %+v %v (previous token %d)", rb2, err, ra.FencingToken)
+	}
+	// Garbage in the keyspace is an error, never a grant.
+	bad := uniq(t, "garbage")
+	lock, _, _, _ := RedisKeys(bad)
+	if err := rdb.Set(ctx, lock, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := tr.Acquire(ctx, bad, a, time.Second); err == nil {
+		t.Fatalf("acquire over garbage: %+v", r)
+	}
+}
+
+func TestRedisGarbageIsATransportErrorForTheClient(t *testing.T) {
+	c, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	name := uniq(t, "garbage")
+	lock, _, _, _ := RedisKeys(name)
+	if err := rdb.Set(context.Background(), lock, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: time.Second, Wait: 200 * time.Millisecond})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("acquire over garbage: %v", err)
+	}
+}
+
+func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
+	a, _ := newRedisClient(t, nil)
+	b, _ := newRedisClient(t, nil)
+	ctx := context.Background()
+	name := uniq(t, "notify")
+	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		// Without the notification the waiter would sleep for the
+		// holder's remaining TTL (a minute) and miss this bound.
+		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	rdb := newRedis(t)
+	_, _, ch, _ := RedisKeys(name)
+	waitFor(t, "subscription", func() bool {
+		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
+		return m[ch] > 0
+	})
+	time.Sleep(300 * time.Millisecond) // let the waiter's quick attempts pass
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+func TestRedisResubscribesAfterConnectionLoss(t *testing.T) {
+	a, _ := newRedisClient(t, nil)
+	b, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "resub")
+	_, _, ch, _ := RedisKeys(name)
+	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 30 * time.Second})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "subscription", func() bool {
+		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
+		return m[ch] > 0
+	})
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "resubscription", func() bool {
+		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
+		return m[ch] > 0
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after resubscription: %v", err)
+	}
+}
+
+func TestRedisContentionBetweenGoroutines(t *testing.T) {
+	a, _ := newRedisClient(t, nil)
+	b, _ := newRedisClient(t, nil)
+	clients := []*Client{a, b}
+	names := []string{uniq(t, "g0"), uniq(t, "g1")}
+	var inside [2]atomic.Int32
+	var mu sync.Mutex
+	last := map[string]uint64{}
+	const workers, iters = 16, 8
+	var wg sync.WaitGroup
+	errc := make(chan error, workers*iters*2)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < iters; i++ {
+				k := (w + i) % 2
+				l, err := clients[w%2].Acquire(context.Background(), names[k], AcquireOptions{TTL: 10 * time.Second, Wait: time.Minute})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if n := inside[k].Add(1); n != 1 {
+					errc <- fmt.Errorf("%d holders of %s", n, names[k])
+				}
+				mu.Lock()
+				if l.FencingToken() <= last[names[k]] {
+					errc <- fmt.Errorf("token %d not above %d", l.FencingToken(), last[names[k]])
+				}
+				last[names[k]] = l.FencingToken()
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				inside[k].Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					errc <- err
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+}
+
+type workerProc struct {
+	cmd   *exec.Cmd
+	out   *bufio.Reader
+	stdin io.WriteCloser
+	wait  func() error
+}
+
+// startWorker re-executes the test binary as a worker process.
+func startWorker(t *testing.T, mode, id, db string, names []string, iters int) *workerProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(),
+		"LEASEHOLD_TEST_WORKER="+mode, "LH_REDIS="+needRedis(t), "LH_DB="+db,
+		"LH_NAMES="+strings.Join(names, ","), "LH_ITERS="+strconv.Itoa(iters), "LH_ID="+id)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	wait := func() error {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("worker %s: %w; stderr: %s", id, err, stderr.String())
+		}
+		return nil
+	}
+	return &workerProc{cmd: cmd, out: bufio.NewReader(out), stdin: stdin, wait: wait}
+}
+
+func TestRedisContentionBetweenProcesses(t *testing.T) {
+	needRedis(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "resource.db")
+	names := []string{uniq(t, "p0"), uniq(t, "p1")}
+	db, _, err := setupDB(ctx, path, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const procs, iters = 3, 12
+	var waits []func() error
+	for i := 0; i < procs; i++ {
+		w := startWorker(t, "contend", fmt.Sprintf("go-%d", i), path, names, iters)
+		waits = append(waits, w.wait)
+		go func() { _, _ = io.Copy(io.Discard, w.out) }()
+	}
+	for _, w := range waits {
+		if err := w(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per, err := checkDB(ctx, db, names, procs*iters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per["go"] != procs*iters {
+		t.Fatalf("entries per worker kind: %v", per)
+	}
+}
+
+func TestRedisPausedHolderStaleWriteRejectedByGate(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "resource.db")
+	name := uniq(t, "paused")
+	db, g, err := setupDB(ctx, path, []string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w := startWorker(t, "paused", "stale", path, []string{name}, 0)
+	cmd, r, wait := w.cmd, w.out, w.wait
+	line, err := r.ReadString('\n')
+	if err != nil {
+		_ = wait()
+		t.Fatalf("worker: %v", err)
+	}
+	var t1 uint64
+	if _, err := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil {
+		t.Fatalf("worker said %q", line)
+	}
+	// Pause the holder (a GC pause, a VM migration) past its TTL.
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	lock, _, _, _ := RedisKeys(name)
+	waitFor(t, "the paused holder's key to expire", func() bool {
+		n, err := rdb.Exists(ctx, lock).Result()
+		return err == nil && n == 0
+	})
+	c, _ := newRedisClient(t, nil)
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := l.FencingToken()
+	if t2 <= t1 {
+		t.Fatalf("new token %d not above the paused holder's %d", t2, t1)
+	}
+	if err := criticalSection(ctx, g, name, t2, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	// Resume the stale holder and let it write.
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	verdict, _ := r.ReadString('\n')
+	lost, _ := r.ReadString('\n')
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(verdict) != "STALE" {
+		t.Fatalf("the stale holder's write was not refused: %q", verdict)
+	}
+	if strings.TrimSpace(lost) != "LOST true" {
+		t.Fatalf("the stale holder did not see its loss: %q", lost)
+	}
+	hwm, err := g.HighWaterMark(ctx, name)
+	if err != nil || hwm != t2 {
+		t.Fatalf("high-water mark %d (%v), want %d", hwm, err, t2)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM log WHERE token = ?", int64(t1)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("stale entries in the log: %d (%v)", n, err)
+	}
+	_ = l.Release(ctx)
+}

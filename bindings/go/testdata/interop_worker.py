@@ -1,0 +1,79 @@
+"""Python side of the Go/Python interop test (bindings/go/interop_test.go).
+
+Contends for the same lock names on the same Redis as Go workers, through the
+Python package (LockClient + RedisLockService, both running the library's
+canonical scripts), and performs the same fenced read-modify-write on the
+shared SQLite file as the Go workers (same high-water-mark table and SQL as
+the Go Gate, so one gate guards writers of both languages).
+
+Environment: LH_REDIS (host:port), LH_DB (SQLite path), LH_NAMES (comma
+separated), LH_ITERS, LH_ID. Prints "DONE <n>" on success.
+"""
+
+import os
+import random
+import sqlite3
+import sys
+import time
+
+from leasehold import LockClient
+from leasehold.backends.redis import RedisLockService
+
+
+class Stale(Exception):
+    pass
+
+
+UPSERT = (
+    "INSERT INTO leasehold_fence (resource, hwm) VALUES (?, ?) "
+    "ON CONFLICT (resource) DO UPDATE SET hwm = CASE WHEN excluded.hwm > leasehold_fence.hwm "
+    "THEN excluded.hwm ELSE leasehold_fence.hwm END"
+)
+
+
+def gate(conn, name, token, fn):
+    """One transaction: raise the mark, refuse token < mark, run fn."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(UPSERT, (name, token))
+        (hwm,) = conn.execute("SELECT hwm FROM leasehold_fence WHERE resource = ?", (name,)).fetchone()
+        if hwm > token:
+            raise Stale(f"token {token} below high-water mark {hwm} for {name}")
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+def critical_section(conn, name, token, worker):
+    (v,) = gate(conn, name, token, lambda c: c.execute("SELECT v FROM counter WHERE name = ?", (name,)).fetchone())
+    time.sleep(0.001)
+
+    def write(c):
+        c.execute("UPDATE counter SET v = ? WHERE name = ?", (v + 1, name))
+        c.execute("INSERT INTO log (name, token, worker) VALUES (?, ?, ?)", (name, token, worker))
+
+    gate(conn, name, token, write)
+
+
+def main():
+    names = os.environ["LH_NAMES"].split(",")
+    iters = int(os.environ["LH_ITERS"])
+    worker = os.environ["LH_ID"]
+    conn = sqlite3.connect(os.environ["LH_DB"], timeout=30, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    service = RedisLockService.from_url("redis://" + os.environ["LH_REDIS"])
+    with LockClient(service) as client:
+        for i in range(iters):
+            name = random.choice(names)
+            with client.acquire(name, ttl=10, wait=120) as lock:
+                critical_section(conn, name, lock.fencing_token, worker)
+    conn.close()
+    print("DONE", iters, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+package leasehold
+
+import (
+	"context"
+	"time"
+)
+
+// AcquireReply is a backend's answer to an acquire request.
+type AcquireReply struct {
+	// Granted is true when the caller now holds the lock.
+	Granted bool
+	// FencingToken is the token minted by the backend for this grant.
+	FencingToken uint64
+	// TTL is the TTL the backend granted (whole milliseconds).
+	TTL time.Duration
+	// RetryAfter is, when not granted, the holder's remaining TTL;
+	// negative when unknown.
+	RetryAfter time.Duration
+	// BackendData is opaque data handed back to Renew and Release.
+	BackendData []byte
+}
+
+// Transport executes the core's commands against a lock service. Methods are
+// called from their own goroutines, concurrently, with a ctx that carries
+// the request timeout; a returned error is a transport error for the core
+// (the request may or may not have taken effect). Implementations must be
+// safe for concurrent use. Tokens are 32 lowercase hex characters and a
+// retried request carries the same token, so operations must be idempotent
+// per token.
+type Transport interface {
+	// Acquire takes the lock name for token with the given TTL, or reports
+	// who holds it. Acquiring again with the same token refreshes the TTL
+	// and returns the same fencing token.
+	Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error)
+	// Renew extends the lock if token still owns it: false means rejected.
+	Renew(ctx context.Context, name, token string, ttl time.Duration, backendData []byte) (bool, error)
+	// Release frees the lock if token owns it (and publishes a release
+	// notification): false means token was not the owner.
+	Release(ctx context.Context, name, token string, backendData []byte) (bool, error)
+	// Watch starts delivering release notifications for name to notify
+	// (from any goroutine, possibly concurrently) until the returned unwatch
+	// function is called. Spurious notifications are harmless; missed ones
+	// cost a waiter the holder's remaining TTL, so a transport that may
+	// have missed messages (for example after a reconnect) should notify.
+	Watch(ctx context.Context, name string, notify func(name string)) (unwatch func(), err error)
+}
+
+// PollingTransport can be implemented by a Transport that cannot deliver
+// release notifications: when Notifications reports false the core polls
+// with capped backoff instead of sleeping for the holder's remaining TTL,
+// and Watch is never called.
+type PollingTransport interface {
+	Notifications() bool
+}

@@ -1,0 +1,203 @@
+package leasehold
+
+// Helpers shared by the multi-process tests: the worker entry point (the
+// test binary re-executes itself with LEASEHOLD_TEST_WORKER set) and the
+// SQLite schema and critical section that every worker, Go or Python, runs.
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+	"github.com/redis/go-redis/v9"
+)
+
+// openDB opens the shared SQLite file used as the fenced resource.
+func openDB(path string) (*sql.DB, error) {
+	return sql.Open("sqlite3", "file:"+path+"?_busy_timeout=30000&_journal_mode=WAL&_txlock=immediate")
+}
+
+// setupDB creates the fence table, the counters and the log.
+func setupDB(ctx context.Context, path string, names []string) (*sql.DB, *Gate, error) {
+	db, err := openDB(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := NewGate(ctx, db, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, q := range []string{
+		"CREATE TABLE IF NOT EXISTS counter (name TEXT PRIMARY KEY, v INTEGER NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS log (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, n := range names {
+		if _, err := db.ExecContext(ctx, "INSERT OR IGNORE INTO counter (name, v) VALUES (?, 0)", n); err != nil {
+			return nil, nil, err
+		}
+	}
+	return db, g, nil
+}
+
+// criticalSection is a read-modify-write split over two fenced
+// transactions: a second holder overlapping this one either loses an
+// update (caught by the counter) or is refused by the gate (caught by the
+// stale count).
+func criticalSection(ctx context.Context, g *Gate, name string, token uint64, worker string) error {
+	var v int64
+	err := g.Do(ctx, name, token, func(ctx context.Context, tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, "SELECT v FROM counter WHERE name = ?", name).Scan(&v)
+	})
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Millisecond)
+	return g.Do(ctx, name, token, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE counter SET v = ? WHERE name = ?", v+1, name); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO log (name, token, worker) VALUES (?, ?, ?)", name, int64(token), worker)
+		return err
+	})
+}
+
+// checkDB verifies the counters, the log (tokens strictly increasing per
+// name, in commit order) and returns how many entries each worker prefix
+// wrote.
+func checkDB(ctx context.Context, db *sql.DB, names []string, total int) (map[string]int, error) {
+	sum := 0
+	for _, n := range names {
+		var v int
+		if err := db.QueryRowContext(ctx, "SELECT v FROM counter WHERE name = ?", n).Scan(&v); err != nil {
+			return nil, err
+		}
+		sum += v
+	}
+	if sum != total {
+		return nil, fmt.Errorf("counters add up to %d, want %d: updates were lost", sum, total)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT name, token, worker FROM log ORDER BY id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	last := map[string]int64{}
+	per := map[string]int{}
+	n := 0
+	for rows.Next() {
+		var name, worker string
+		var tok int64
+		if err := rows.Scan(&name, &tok, &worker); err != nil {
+			return nil, err
+		}
+		if tok <= last[name] {
+			return nil, fmt.Errorf("log entry %d: token %d on %s by %s not above %d", n, tok, name, worker, last[name])
+		}
+		last[name] = tok
+		per[strings.SplitN(worker, "-", 2)[0]]++
+		n++
+	}
+	if n != total {
+		return nil, fmt.Errorf("log has %d entries, want %d", n, total)
+	}
+	return per, rows.Err()
+}
+
+func runWorker(mode string) int {
+	if err := worker(mode); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func worker(mode string) error {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("LH_REDIS")})
+	defer rdb.Close()
+	tr, err := NewRedisTransport(rdb)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	c, err := NewClient(tr, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	db, err := openDB(os.Getenv("LH_DB"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	g, err := NewGate(ctx, db, nil)
+	if err != nil {
+		return err
+	}
+	id := os.Getenv("LH_ID")
+	names := strings.Split(os.Getenv("LH_NAMES"), ",")
+	switch mode {
+	case "contend":
+		iters, _ := strconv.Atoi(os.Getenv("LH_ITERS"))
+		for i := 0; i < iters; i++ {
+			name := names[rand.IntN(len(names))]
+			l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 10 * time.Second, Wait: 2 * time.Minute})
+			if err != nil {
+				return fmt.Errorf("iteration %d: %w", i, err)
+			}
+			if err := criticalSection(l.Context(), g, name, l.FencingToken(), id); err != nil {
+				return fmt.Errorf("iteration %d on %s (token %d): %w", i, name, l.FencingToken(), err)
+			}
+			if err := l.Release(ctx); err != nil {
+				return err
+			}
+		}
+		fmt.Println("DONE", iters)
+		return nil
+	case "paused":
+		l, err := c.Acquire(ctx, names[0], AcquireOptions{TTL: 400 * time.Millisecond, Wait: time.Minute})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ACQUIRED", l.FencingToken())
+		// The parent stops this process (SIGSTOP) here, lets the lease
+		// expire, and resumes it; then the stale write is attempted
+		// without looking at the lease, as a paused program would.
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return err
+		}
+		err = g.Do(ctx, names[0], l.FencingToken(), func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO log (name, token, worker) VALUES (?, ?, ?)", names[0], int64(l.FencingToken()), id)
+			return err
+		})
+		switch {
+		case errors.Is(err, ErrStaleToken):
+			fmt.Println("STALE")
+		case err == nil:
+			fmt.Println("WROTE")
+		default:
+			return err
+		}
+		// The loss is signalled too, once the driver ran after the pause.
+		select {
+		case <-l.Context().Done():
+			fmt.Println("LOST", errors.Is(l.Err(), ErrLost))
+		case <-time.After(20 * time.Second):
+			fmt.Println("NOT-LOST")
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown worker mode %q", mode)
+}
