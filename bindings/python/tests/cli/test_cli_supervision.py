@@ -1,0 +1,242 @@
+"""`leasehold run` supervision end to end: contention, --wait, renewal, loss, signals, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+from cli_helpers import BOUND, db_exec, db_rows, finish, pid_alive, run_cli, spawn_cli, wait_until
+
+from leasehold.backends.sqlite import SQLiteLockService
+
+LOOP = "while :; do sleep 0.05; done"
+
+
+def _watchers(db, name):
+    return db_rows(db, "SELECT count(*) FROM leasehold_watchers WHERE name=?", name)
+
+
+def test_two_runs_serialize_and_fencing_tokens_increase(env, db, backend, tmp_path):
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    a = spawn_cli(
+        ["run", *backend, "shared", "--", "sh", "-c",
+         f'echo "A start $LEASEHOLD_FENCING_TOKEN" >> {log}; '
+         f'while [ ! -e {gate} ]; do sleep 0.05; done; echo "A end" >> {log}'],
+        env,
+    )
+    b = None
+    try:
+        wait_until(lambda: log.exists() and "A start" in log.read_text(), what="A running")
+        b = spawn_cli(
+            ["run", *backend, "shared", "--", "sh", "-c",
+             f'echo "B start $LEASEHOLD_FENCING_TOKEN" >> {log}; echo "B end" >> {log}'],
+            env,
+        )
+        # B is waiting for the lock: its release watch is registered in the database.
+        wait_until(lambda: _watchers(db, "shared") == [(1,)], what="B waiting")
+        assert "B" not in log.read_text()
+        gate.touch()
+        rc_a, _, err_a = finish(a)
+        rc_b, _, err_b = finish(b)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert rc_a == 0, err_a
+    assert rc_b == 0, err_b
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [line[:2] for line in lines] == [["A", "start"], ["A", "end"], ["B", "start"], ["B", "end"]]
+    assert int(lines[0][2]) < int(lines[2][2])
+    assert db_rows(db, "SELECT count(*) FROM leasehold_locks") == [(0,)]
+
+
+def test_wait_timeout_is_75_and_the_command_never_runs(env, db, backend, tmp_path):
+    marker = tmp_path / "ran"
+    svc = SQLiteLockService(db)
+    try:
+        svc.acquire("busy", "a" * 32, 600_000)
+        res = run_cli(["run", *backend, "--wait", "0.5", "busy", "--", "touch", str(marker)], env)
+        assert res.returncode == 75, res.stderr
+        assert "not acquired" in res.stderr
+        res = run_cli(["run", *backend, "--wait", "0", "busy", "--", "touch", str(marker)], env)
+        assert res.returncode == 75, res.stderr
+        assert not marker.exists()
+        assert svc.status("busy").fencing_token == 1  # the holder still holds
+    finally:
+        svc.close()
+
+
+def test_lock_is_renewed_across_many_ttls(env, db, backend, tmp_path):
+    gate = tmp_path / "gate"
+    p = spawn_cli(
+        ["run", *backend, "--ttl", "1.5", "long", "--", "sh", "-c",
+         f"while [ ! -e {gate} ]; do sleep 0.05; done"],
+        env,
+    )
+    try:
+        wait_until(lambda: db_rows(db, "SELECT fence FROM leasehold_locks WHERE name='long'") == [(1,)])
+        svc = SQLiteLockService(db)
+        try:
+            # Several TTLs later the lock is still the same grant (renewed, never re-acquired).
+            first = svc.status("long")
+
+            def expiry():
+                rows = db_rows(db, "SELECT expiry_ns FROM leasehold_locks WHERE name='long'")
+                return rows[0][0] if rows else None
+
+            seen = [expiry()]
+            for _ in range(4):  # renewals every ~0.5 s: 4 of them span more than one TTL
+                wait_until(lambda: expiry() not in seen, what="a renewal")
+                seen.append(expiry())
+            assert None not in seen and seen == sorted(seen)  # each renewal moved the expiry on
+            st = svc.status("long")
+            assert st.held and st.fencing_token == first.fencing_token == 1
+            res = run_cli(["run", *backend, "--wait", "0", "long", "--", "true"], env)
+            assert res.returncode == 75
+        finally:
+            svc.close()
+        gate.touch()
+        rc, _, err = finish(p)
+        assert rc == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _steal(db, name):
+    assert db_exec(db, "UPDATE leasehold_locks SET token='stolen-by-test' WHERE name=?", name) == 1
+
+
+def test_loss_sends_sigterm_and_exits_76(env, db, backend, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    cmd = f'trap "echo TERM > {term}; exit 5" TERM; echo $$ > {started}; {LOOP}'
+    p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "60", "victim", "--", "sh", "-c", cmd], env)
+    try:
+        wait_until(started.exists, what="command started")
+        _steal(db, "victim")  # the next renewal is rejected: the lock is lost
+        rc, _, err = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 76, err
+    assert term.read_text().strip() == "TERM"
+    assert "lost" in err
+    # The thief's row is untouched: the losing CLI's release could not delete it.
+    assert db_rows(db, "SELECT token FROM leasehold_locks WHERE name='victim'") == [("stolen-by-test",)]
+
+
+def test_loss_escalates_to_sigkill_of_the_whole_group(env, db, backend, tmp_path):
+    started, grand = tmp_path / "started", tmp_path / "grandchild"
+    # The command and its child ignore SIGTERM; only SIGKILL after --grace stops them.
+    cmd = f'trap "" TERM; sleep 1000 & echo $! > {grand}; echo $$ > {started}; {LOOP}'
+    p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "0.5", "stubborn", "--", "sh", "-c", cmd], env)
+    try:
+        wait_until(started.exists, what="command started")
+        wait_until(lambda: grand.exists() and grand.read_text().strip(), what="grandchild started")
+        child_pid = int(started.read_text())
+        grand_pid = int(grand.read_text())
+        _steal(db, "stubborn")
+        rc, _, err = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 76, err
+    assert "SIGKILL" in err
+    wait_until(lambda: not pid_alive(child_pid), what="command killed")
+    wait_until(lambda: not pid_alive(grand_pid), what="grandchild killed")
+
+
+def test_foreground_mode_signals_only_the_command(env, db, backend, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    cmd = f'trap "echo TERM > {term}; exit 5" TERM; echo $$ > {started}; {LOOP}'
+    p = spawn_cli(
+        ["run", *backend, "--foreground", "--ttl", "1", "--grace", "60", "fg", "--", "sh", "-c", cmd], env
+    )
+    try:
+        wait_until(started.exists, what="command started")
+        assert os.getpgid(int(started.read_text())) == os.getpgid(p.pid)  # same process group
+        _steal(db, "fg")
+        rc, _, err = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 76, err
+    assert term.read_text().strip() == "TERM"
+
+
+@pytest.mark.parametrize(
+    ("sig", "trap", "code"),
+    [(signal.SIGTERM, "TERM", 7), (signal.SIGINT, "INT", 9), (signal.SIGHUP, "HUP", 11)],
+)
+def test_signals_are_forwarded_and_the_lock_released(env, db, backend, tmp_path, sig, trap, code):
+    started, got, gate = tmp_path / "started", tmp_path / "got", tmp_path / "gate"
+    cmd = (
+        f'trap "echo USR1 >> {got}" USR1; trap "echo {trap} >> {got}; exit {code}" {trap}; '
+        f"echo $$ > {started}; {LOOP}"
+    )
+    p = spawn_cli(["run", *backend, "fwd", "--", "sh", "-c", cmd], env)
+    try:
+        wait_until(started.exists, what="command started")
+        assert os.getpgid(int(started.read_text())) != os.getpgid(p.pid)  # its own group
+        p.send_signal(signal.SIGUSR1)
+        wait_until(lambda: got.exists() and "USR1" in got.read_text(), what="USR1 forwarded")
+        assert p.poll() is None  # the CLI kept running
+        p.send_signal(sig)
+        rc, _, err = finish(p)
+    finally:
+        gate.touch()
+        if p.poll() is None:
+            p.kill()
+    assert rc == code, err
+    assert got.read_text().split() == ["USR1", trap]
+    assert db_rows(db, "SELECT count(*) FROM leasehold_locks") == [(0,)]  # released
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_while_waiting_cancels_with_128_plus_n(env, db, backend, tmp_path, sig):
+    marker = tmp_path / "ran"
+    svc = SQLiteLockService(db)
+    try:
+        svc.acquire("busy", "a" * 32, 600_000)
+        p = spawn_cli(["run", *backend, "busy", "--", "touch", str(marker)], env)
+        try:
+            wait_until(lambda: _watchers(db, "busy") == [(1,)], what="CLI waiting")
+            p.send_signal(sig)
+            rc, _, err = finish(p)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert rc == 128 + int(sig), err
+        assert not marker.exists()
+        st = svc.status("busy")
+        assert st.held and st.fencing_token == 1  # untouched
+        assert _watchers(db, "busy") == [(0,)]  # the waiter cleaned up after itself
+        assert db_rows(db, "SELECT max(fence) FROM leasehold_fences") == [(1,)]
+    finally:
+        svc.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_cli_killed_command_gets_sigterm_and_lock_frees_after_ttl(env, db, backend, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    cmd = f'trap "echo TERM > {term}; exit 0" TERM; echo $$ > {started}; {LOOP}'
+    p = spawn_cli(["run", *backend, "--ttl", "2", "orphan", "--", "sh", "-c", cmd], env)
+    try:
+        wait_until(started.exists, what="command started")
+        p.send_signal(signal.SIGKILL)
+        p.wait(BOUND)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    wait_until(term.exists, what="parent-death SIGTERM")
+    svc = SQLiteLockService(db)
+    try:
+        assert svc.status("orphan").fencing_token in (1, None)  # nobody released it...
+        wait_until(lambda: not svc.status("orphan").held, what="TTL expiry")  # ...it expires
+    finally:
+        svc.close()
+    res = run_cli(["run", *backend, "--wait", "0", "orphan", "--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"'], env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "2"
