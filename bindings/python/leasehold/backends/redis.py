@@ -51,6 +51,8 @@ DEFAULT_SOCKET_TIMEOUT = 2.0
 DEFAULT_CONNECT_TIMEOUT = 2.0
 #: Idle pub/sub connections are PINGed this often; an unanswered PING means reconnect.
 DEFAULT_PUBSUB_PING_INTERVAL = 30.0
+#: An unwatched name's channel stays subscribed this long (no churn in acquire/release loops).
+DEFAULT_PUBSUB_LINGER = 10.0
 _RECONNECT_BASE = 0.05
 _RECONNECT_CAP = 1.0
 
@@ -74,16 +76,19 @@ class RedisLockService(LockService):
         client: redis.Redis,
         *,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         owns_client: bool = False,
     ) -> None:
         if pubsub_ping_interval <= 0:
             raise ValueError("pubsub_ping_interval must be positive")
+        if pubsub_linger < 0:
+            raise ValueError("pubsub_linger must be >= 0")
         self._client = client
         self._owns_client = owns_client
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
-        self._sub = _Subscriber(client, pubsub_ping_interval)
+        self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger)
         self._closed = False
 
     @classmethod
@@ -94,6 +99,7 @@ class RedisLockService(LockService):
         socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
         socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         **redis_kwargs: Any,
     ) -> RedisLockService:
         """Connect to ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
@@ -110,7 +116,7 @@ class RedisLockService(LockService):
             socket_connect_timeout=socket_connect_timeout,
             **redis_kwargs,
         )
-        return cls(client, pubsub_ping_interval=pubsub_ping_interval, owns_client=True)
+        return cls(client, pubsub_ping_interval=pubsub_ping_interval, pubsub_linger=pubsub_linger, owns_client=True)
 
     @property
     def client(self) -> redis.Redis:
@@ -176,16 +182,20 @@ class _Subscriber:
 
     The thread owns the redis-py ``PubSub`` object (which is not thread-safe); ``watch`` and
     ``unwatch`` only edit the wanted set and poke a self-pipe, and the thread reconciles the
-    subscriptions. It waits with ``select`` on the pub/sub socket and the pipe, so a new watch
+    subscriptions (an unwatched channel stays subscribed for ``linger`` seconds, so a name that
+    is watched, unwatched and watched again in a loop does not churn SUBSCRIBE/UNSUBSCRIBE). It waits with ``select`` on the pub/sub socket and the pipe, so a new watch
     is subscribed at once and an idle subscriber costs no CPU and one PING per
     ``ping_interval``.
     """
 
-    def __init__(self, client: redis.Redis, ping_interval: float) -> None:
+    def __init__(self, client: redis.Redis, ping_interval: float, linger: float = 10.0) -> None:
         self._client = client
         self._ping_interval = ping_interval
+        self._linger = linger
         self._lock = threading.Lock()
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
+        self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
+        self._next_gen = 0
         self._thread: threading.Thread | None = None
         self._pipe: tuple[int, int] | None = None
         self._pid = os.getpid()
@@ -199,6 +209,8 @@ class _Subscriber:
                 return
             self._reset_after_fork_locked()
             self._wanted[channel] = (name, cb)
+            self._next_gen += 1
+            self._gen[channel] = self._next_gen
             if self._thread is None or not self._thread.is_alive():
                 self._pipe = os.pipe()
                 os.set_blocking(self._pipe[0], False)
@@ -210,6 +222,7 @@ class _Subscriber:
     def unwatch(self, channel: str) -> None:
         with self._lock:
             self._reset_after_fork_locked()
+            self._gen.pop(channel, None)
             if self._wanted.pop(channel, None) is None:
                 return
         self._poke()
@@ -218,6 +231,7 @@ class _Subscriber:
         with self._lock:
             self._closed = True
             self._wanted.clear()
+            self._gen.clear()
             thread = self._thread if self._pid == os.getpid() else None
         self._poke()
         if thread is not None and thread is not threading.current_thread():
@@ -239,6 +253,7 @@ class _Subscriber:
             self._thread = None
             self._pipe = None
             self._wanted.clear()
+            self._gen.clear()
 
     def _poke(self) -> None:
         pipe = self._pipe
@@ -304,6 +319,10 @@ class _Subscriber:
 
     def _serve(self, ps: Any) -> None:
         subscribed: set[str] = set()
+        # Unwatched channels stay subscribed for a while: a waiter that stops and starts again
+        # (the usual acquire/release loop) costs no UNSUBSCRIBE/SUBSCRIBE round trip.
+        lingering: dict[str, float] = {}
+        seen: dict[str, int] = {}  # watch generation last served per subscribed channel
         ping_pending = False
         last_traffic = time.monotonic()
         while True:
@@ -311,18 +330,41 @@ class _Subscriber:
             with self._lock:
                 if self._closed:
                     return
-                wanted = set(self._wanted)
-            add = wanted - subscribed
-            drop = subscribed - wanted
+                wanted = dict(self._wanted)
+                gens = dict(self._gen)
+            now = time.monotonic()
+            for ch in subscribed:
+                if ch in wanted:
+                    lingering.pop(ch, None)
+                    if seen.get(ch) != gens.get(ch):
+                        # Watched again while still subscribed (maybe unwatched in between):
+                        # a release published while nobody here waited was ignored, so wake
+                        # one waiter to re-check now, as a fresh SUBSCRIBE would.
+                        seen[ch] = gens.get(ch, 0)
+                        self._deliver(wanted[ch])
+                else:
+                    lingering.setdefault(ch, now + self._linger)
+            add = set(wanted) - subscribed
             if add:
                 ps.subscribe(*sorted(add))
                 subscribed |= add
-            if drop:
-                ps.unsubscribe(*sorted(drop))
-                subscribed -= drop
+                for ch in add:
+                    seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
+            expired = {ch for ch, until in lingering.items() if until <= now}
+            if expired:
+                for ch in expired:
+                    del lingering[ch]
+                    seen.pop(ch, None)
+                if expired == subscribed:
+                    # Nothing left to listen to: drop the connection (an unsubscribed pub/sub
+                    # connection would need RESP handling we do not want) until the next watch.
+                    ps.reset()
+                    subscribed.clear()
+                else:
+                    ps.unsubscribe(*sorted(expired))
+                    subscribed -= expired
             conn = ps.connection
             if conn is None:
-                # Never subscribed on this connection yet and nothing wanted: just wait.
                 self._wait(self._ping_interval)
                 continue
             # Deliver everything already buffered or readable without blocking.
@@ -336,15 +378,19 @@ class _Subscriber:
             sock = getattr(conn, "_sock", None)
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection lost")
-            idle = time.monotonic() - last_traffic
+            now = time.monotonic()
+            idle = now - last_traffic
             if idle >= self._ping_interval:
                 if ping_pending:
                     raise redis.TimeoutError(f"no answer to PING within {self._ping_interval:.1f}s")
                 ps.ping()
                 ping_pending = True
-                last_traffic = time.monotonic()
+                last_traffic = now
                 continue
-            self._wait(self._ping_interval - idle, sock)
+            timeout = self._ping_interval - idle
+            if lingering:
+                timeout = min(timeout, max(0.0, min(lingering.values()) - now))
+            self._wait(timeout, sock)
 
     def _handle(self, ps: Any, msg: dict[str, Any]) -> None:
         kind = msg.get("type")

@@ -25,7 +25,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..service import AsyncLockService, Granted, HeldByOther
 from . import redis_protocol as proto
-from .redis import DEFAULT_CONNECT_TIMEOUT, DEFAULT_PUBSUB_PING_INTERVAL, DEFAULT_SOCKET_TIMEOUT
+from .redis import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PUBSUB_LINGER,
+    DEFAULT_PUBSUB_PING_INTERVAL,
+    DEFAULT_SOCKET_TIMEOUT,
+)
 from .redis_protocol import ProtocolError
 
 __all__ = ["AsyncRedisLockService", "ProtocolError"]
@@ -59,17 +64,23 @@ class AsyncRedisLockService(AsyncLockService):
         client: aioredis.Redis,
         *,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         owns_client: bool = False,
     ) -> None:
         if pubsub_ping_interval <= 0:
             raise ValueError("pubsub_ping_interval must be positive")
+        if pubsub_linger < 0:
+            raise ValueError("pubsub_linger must be >= 0")
         self._client = client
         self._owns_client = owns_client
         self._ping_interval = pubsub_ping_interval
+        self._linger = pubsub_linger
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
+        self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
+        self._next_gen = 0
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -83,6 +94,7 @@ class AsyncRedisLockService(AsyncLockService):
         socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
         socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
+        pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         **redis_kwargs: Any,
     ) -> AsyncRedisLockService:
         """Like :meth:`leasehold.backends.redis.RedisLockService.from_url` (no IO until used)."""
@@ -94,7 +106,7 @@ class AsyncRedisLockService(AsyncLockService):
             socket_connect_timeout=socket_connect_timeout,
             **redis_kwargs,
         )
-        return cls(client, pubsub_ping_interval=pubsub_ping_interval, owns_client=True)
+        return cls(client, pubsub_ping_interval=pubsub_ping_interval, pubsub_linger=pubsub_linger, owns_client=True)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -126,7 +138,10 @@ class AsyncRedisLockService(AsyncLockService):
     async def watch(self, name: str, on_released: Callable[[str], None]) -> None:
         if self._closed:
             return
-        self._wanted[proto.keys_for(name).channel] = (name, on_released)
+        channel = proto.keys_for(name).channel
+        self._wanted[channel] = (name, on_released)
+        self._next_gen += 1
+        self._gen[channel] = self._next_gen
         if self._changed is None:
             self._changed = asyncio.Event()
         self._changed.set()
@@ -134,7 +149,9 @@ class AsyncRedisLockService(AsyncLockService):
             self._task = asyncio.get_running_loop().create_task(self._subscriber(), name="leasehold-redis-pubsub")
 
     async def unwatch(self, name: str) -> None:
-        if self._wanted.pop(proto.keys_for(name).channel, None) is not None and self._changed is not None:
+        channel = proto.keys_for(name).channel
+        self._gen.pop(channel, None)
+        if self._wanted.pop(channel, None) is not None and self._changed is not None:
             self._changed.set()
 
     async def close(self) -> None:
@@ -142,6 +159,7 @@ class AsyncRedisLockService(AsyncLockService):
             return
         self._closed = True
         self._wanted.clear()
+        self._gen.clear()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -164,11 +182,20 @@ class AsyncRedisLockService(AsyncLockService):
     # ---- the pub/sub task --------------------------------------------------------------------
     async def _subscriber(self) -> None:
         backoff = _RECONNECT_BASE
+        assert self._changed is not None
         while not self._closed:
+            if not self._wanted:
+                # Nothing to listen to: no connection until the next watch.
+                self._changed.clear()
+                if not self._wanted:
+                    await self._changed.wait()
+                continue
             ps = self._client.pubsub()
             confirmed = [False]
             try:
-                await self._serve(ps, confirmed)
+                if await self._serve(ps, confirmed) == "idle":
+                    backoff = _RECONNECT_BASE
+                    continue
                 return
             except asyncio.CancelledError:
                 raise
@@ -187,24 +214,47 @@ class AsyncRedisLockService(AsyncLockService):
             backoff = min(backoff * 2, _RECONNECT_CAP)
             self.subscriber_reconnects += 1
 
-    async def _serve(self, ps: Any, confirmed: list[bool]) -> None:
+    async def _serve(self, ps: Any, confirmed: list[bool]) -> str:
         assert self._changed is not None
         changed = self._changed
         subscribed: set[str] = set()
+        # Unwatched channels stay subscribed for a while (no churn in acquire/release loops).
+        lingering: dict[str, float] = {}
+        seen: dict[str, int] = {}  # watch generation last served per subscribed channel
         read: asyncio.Task[Any] | None = None
         ping_pending = False
         last_traffic = time.monotonic()
         try:
             while not self._closed:
                 changed.clear()
-                wanted = set(self._wanted)
-                add, drop = wanted - subscribed, subscribed - wanted
+                wanted = dict(self._wanted)
+                gens = dict(self._gen)
+                now = time.monotonic()
+                for ch in subscribed:
+                    if ch in wanted:
+                        lingering.pop(ch, None)
+                        if seen.get(ch) != gens.get(ch):
+                            # Watched again while still subscribed: a release published while
+                            # nobody here waited was ignored, so wake one waiter to re-check.
+                            seen[ch] = gens.get(ch, 0)
+                            self._deliver(wanted[ch])
+                    else:
+                        lingering.setdefault(ch, now + self._linger)
+                add = set(wanted) - subscribed
                 if add:
                     await ps.subscribe(*sorted(add))
                     subscribed |= add
-                if drop:
-                    await ps.unsubscribe(*sorted(drop))
-                    subscribed -= drop
+                    for ch in add:
+                        seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
+                expired = {ch for ch, until in lingering.items() if until <= now}
+                if expired:
+                    for ch in expired:
+                        del lingering[ch]
+                        seen.pop(ch, None)
+                    if expired == subscribed:
+                        return "idle"  # the caller closes this connection
+                    await ps.unsubscribe(*sorted(expired))
+                    subscribed -= expired
                 if ps.connection is None:
                     try:
                         await asyncio.wait_for(changed.wait(), self._ping_interval)
@@ -216,8 +266,11 @@ class AsyncRedisLockService(AsyncLockService):
                     # set is handled while this read stays pending.
                     read = asyncio.ensure_future(ps.get_message(timeout=self._ping_interval))
                 waiter = asyncio.ensure_future(changed.wait())
+                timeout = None
+                if lingering:
+                    timeout = max(0.0, min(lingering.values()) - now)
                 try:
-                    done, _ = await asyncio.wait({read, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait({read, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     if not waiter.done():
                         waiter.cancel()
@@ -236,6 +289,7 @@ class AsyncRedisLockService(AsyncLockService):
                 last_traffic = time.monotonic()
                 ping_pending = False
                 self._handle(msg, confirmed)
+            return "closed"
         finally:
             if read is not None and not read.done():
                 read.cancel()
@@ -250,8 +304,11 @@ class AsyncRedisLockService(AsyncLockService):
         if kind == "subscribe":
             confirmed[0] = True
         entry = self._wanted.get(channel) if channel is not None else None
-        if entry is None:
-            return
+        if entry is not None:
+            self._deliver(entry)
+
+    @staticmethod
+    def _deliver(entry: tuple[str, Callable[[str], None]]) -> None:
         name, cb = entry
         try:
             cb(name)

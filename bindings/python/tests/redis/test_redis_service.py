@@ -51,7 +51,7 @@ def commandstats(r: redis.Redis) -> dict[str, int]:
 
 @pytest.fixture
 def svc(redis_server, r):
-    s = RedisLockService.from_url(redis_server.url)
+    s = RedisLockService.from_url(redis_server.url, pubsub_linger=0.2)
     yield s
     s.close()
 
@@ -183,6 +183,47 @@ def test_watch_delivers_release_notifications_and_unwatch_stops_them(svc, r):
     assert notes.names == ["jobs", "jobs"]
 
 
+def pubsub_clients(r: redis.Redis) -> int:
+    return sum(1 for c in r.client_list() if int(c.get("sub", 0)) > 0 or "subscribe" in c.get("cmd", ""))
+
+
+def test_a_name_watched_again_while_lingering_is_not_resubscribed_but_wakes_a_waiter(redis_server, r):
+    svc = RedisLockService.from_url(redis_server.url, pubsub_linger=60.0)
+    try:
+        notes = Notes()
+        svc.watch("jobs", notes)
+        assert notes.wait_count(1)
+        r.config_resetstat()
+        svc.unwatch("jobs")
+        svc.watch("jobs", notes)
+        assert notes.wait_count(2), "a restarted watch always gets one wake-up"
+        stats = commandstats(r)
+        assert "subscribe" not in stats and "unsubscribe" not in stats
+        t = tok()
+        svc.acquire("jobs", t, 10_000)
+        svc.release("jobs", t, b"")
+        assert notes.wait_count(3)
+    finally:
+        svc.close()
+
+
+def test_the_connection_is_dropped_when_nothing_is_watched_and_comes_back(svc, r):
+    notes = Notes()
+    svc.watch("jobs", notes)
+    _wait_subscribed(r, proto.keys_for("jobs").channel)
+    svc.unwatch("jobs")
+    wait_until = time.monotonic() + 10
+    while pubsub_clients(r) and time.monotonic() < wait_until:
+        time.sleep(0.01)
+    assert pubsub_clients(r) == 0
+    svc.watch("jobs", notes)
+    _wait_subscribed(r, proto.keys_for("jobs").channel)
+    t = tok()
+    svc.acquire("jobs", t, 10_000)
+    svc.release("jobs", t, b"")
+    assert notes.wait_count(3)
+
+
 def test_the_subscriber_reconnects_after_client_kill_and_resubscribes(svc, r):
     notes = Notes()
     svc.watch("jobs", notes)
@@ -237,7 +278,7 @@ def test_close_stops_the_subscriber_thread(redis_server, r):
 # ---- asyncio twin ------------------------------------------------------------------------------
 def test_async_service_maps_results_and_notifies(redis_server, r):
     async def main() -> None:
-        svc = AsyncRedisLockService.from_url(redis_server.url)
+        svc = AsyncRedisLockService.from_url(redis_server.url, pubsub_linger=0.2)
         notes = Notes()
         try:
             t, other = tok(), tok()
@@ -269,6 +310,18 @@ def test_async_service_maps_results_and_notifies(redis_server, r):
             with pytest.raises(redis.ResponseError, match="^lh: lock key"):
                 await svc.acquire("bad", tok(), 1_000)
             await svc.unwatch("jobs")
+            # after the linger the connection is closed; a new watch opens one again
+            while r.pubsub_numsub(proto.keys_for("jobs").channel)[0][1]:
+                await asyncio.sleep(0.01)
+            n = len(notes.names)
+            await svc.watch("jobs", notes)
+            while len(notes.names) <= n:
+                await asyncio.sleep(0.01)
+            t4 = tok()
+            await svc.acquire("jobs", t4, 10_000)
+            await svc.release("jobs", t4, b"")
+            while len(notes.names) <= n + 1:
+                await asyncio.sleep(0.01)
         finally:
             await svc.close()
 
