@@ -145,6 +145,47 @@ class RedisLockService(LockService):
         k = proto.keys_for(name)
         return proto.parse_flag(self._run(self._release, [k.lock], [token, k.channel, name]), "RELEASE")
 
+    # ---- inspection (CLI `leasehold status`) -----------------------------------------------
+    def ping(self) -> bool:
+        """One PING: raises (``redis.ConnectionError`` ...) when the server is unreachable."""
+        return bool(self._client.ping())
+
+    def status(self, name: str) -> Any:
+        """What Redis says about ``name`` right now (read-only, advisory; one MULTI/EXEC).
+
+        Returns a :class:`leasehold.backends.sqlite.LockStatus` (``holder_pid`` is always
+        ``None``: Redis does not know it). Garbage in the keyspace raises :class:`ProtocolError`
+        with an ``lh:`` message, as the scripts would.
+        """
+        from .sqlite import LockStatus  # the CLI's shared status record
+
+        k = proto.keys_for(name)
+        pipe = self._client.pipeline(transaction=True)
+        pipe.type(k.lock)
+        pipe.hmget(k.lock, "token", "fence")
+        pipe.pttl(k.lock)
+        pipe.type(k.fence)
+        pipe.get(k.fence)
+        lock_type, fields, pttl, fence_type, last = pipe.execute(raise_on_error=False)
+        for what, t, want in (("lock", lock_type, "hash"), ("fence", fence_type, "string")):
+            t = t.decode() if isinstance(t, bytes) else str(t)
+            if t not in ("none", want):
+                key = k.lock if what == "lock" else k.fence
+                raise ProtocolError(f"lh: {what} key {key} holds a {t}, expected a {want}")
+        held = isinstance(fields, list) and fields[0] is not None
+        fence = _int_or_none(fields[1]) if held else None
+        last_fence = _int_or_none(last)
+        if (held and fence is None) or (last is not None and last_fence is None):
+            raise ProtocolError(f"lh: keys of {name!r} hold values leasehold did not write")
+        return LockStatus(
+            name=name,
+            held=held,
+            fencing_token=fence,
+            remaining_ttl_ms=pttl if held and isinstance(pttl, int) and pttl >= 0 else None,
+            holder_pid=None,
+            last_fencing_token=last_fence,
+        )
+
     # ---- notifications ---------------------------------------------------------------------
     def watch(self, name: str, on_released: Callable[[str], None]) -> None:
         if self._closed:
@@ -175,6 +216,16 @@ class RedisLockService(LockService):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _int_or_none(v: Any) -> int | None:
+    if v is None:
+        return None
+    try:
+        text = v.decode("ascii") if isinstance(v, bytes) else str(v)
+    except UnicodeDecodeError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 class _Subscriber:

@@ -326,3 +326,23 @@ def test_async_service_maps_results_and_notifies(redis_server, r):
             await svc.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_status_reports_holder_ttl_and_last_fence(svc, r):
+    st = svc.status("jobs")
+    assert (st.held, st.fencing_token, st.remaining_ttl_ms, st.last_fencing_token) == (False, None, None, None)
+    t = tok()
+    g = svc.acquire("jobs", t, 30_000)
+    st = svc.status("jobs")
+    assert st.held and st.fencing_token == g.fencing_token == st.last_fencing_token
+    assert 0 < st.remaining_ttl_ms <= 30_000 and st.holder_pid is None
+    svc.release("jobs", t, b"")
+    st = svc.status("jobs")
+    assert not st.held and st.last_fencing_token == g.fencing_token
+    assert svc.ping() is True
+    r.set(proto.keys_for("bad").lock, "x")
+    with pytest.raises(proto.ProtocolError, match="^lh: lock key"):
+        svc.status("bad")
+    r.set(proto.keys_for("bad2").fence, "hello")
+    with pytest.raises(proto.ProtocolError, match="^lh: "):
+        svc.status("bad2")
