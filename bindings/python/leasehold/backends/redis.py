@@ -347,7 +347,7 @@ class _Subscriber:
             with self._lock:
                 if self._closed:
                     return
-            ps = self._client.pubsub()
+            ps = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
                 self._serve(ps)
                 return  # closed

@@ -22,7 +22,7 @@ import hashlib
 import threading
 from dataclasses import dataclass
 
-from .. import _ffi
+from .. import _ffi, errors
 from ..service import Granted, HeldByOther
 
 __all__ = [
@@ -62,7 +62,7 @@ def _declare() -> ctypes.CDLL:
         script_fn = lib.lh_redis_script
         key_fn = lib.lh_redis_key
     except AttributeError as e:  # pragma: no cover - only with a library built without src/ffi/redis.rs
-        raise _ffi.errors.LibraryError(
+        raise errors.LibraryError(
             f"{_ffi.library_path} does not export lh_redis_script/lh_redis_key; rebuild it with "
             "`cargo build --release`"
         ) from e
