@@ -8,10 +8,12 @@ One database file holds every lock of the host::
     leasehold_meta     (key PRIMARY KEY, value)         -- schema version
 
 Every operation is one ``BEGIN IMMEDIATE`` transaction, so the read-check-write of acquire,
-renew and release is atomic across threads and processes. The database runs in WAL mode with
-``synchronous=FULL`` by default (a committed fence survives a power loss, so a fencing token is
-never handed out twice) and a bounded busy timeout: a backend that stays locked longer than that
-becomes a transport error for the core, never a hang.
+renew and release is atomic across threads and processes. The database runs in WAL mode; a
+grant commits with ``synchronous=FULL`` by default (the new fence survives a power loss, so a
+fencing token is never handed out twice), renewals and releases with ``NORMAL`` (after a power
+loss the boot id expires every lock anyway; a later FULL commit syncs the whole WAL). A bounded
+busy timeout turns a database that stays locked into a transport error for the core, never a
+hang.
 
 **Expiry.** Expiry instants are ``time.monotonic_ns()`` values. On Linux ``CLOCK_MONOTONIC`` is
 one system-wide clock, so the values written by one process are comparable in another (processes
@@ -47,6 +49,7 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -147,6 +150,18 @@ def default_path() -> Path:
     return base / "leasehold" / "locks.sqlite3"
 
 
+_live_services: weakref.WeakSet[SQLiteLockService] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for svc in list(_live_services):
+        svc._reset_lock_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _notify_supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "AF_UNIX")
 
@@ -186,10 +201,12 @@ class SQLiteLockService(LockService):
         if not self.path or self.path == ":memory:":
             raise ValueError("SQLiteLockService needs a file path (use MemoryLockService in-process)")
         self._busy_timeout = float(busy_timeout)
-        self._synchronous = "FULL" if durable else "NORMAL"
+        self._durable = bool(durable)
+        self._sync_mode = ""  # the connection's current PRAGMA synchronous
         self._boot_id = boot_id if boot_id is not None else current_boot_id()
         self._clock = clock if clock is not None else time.monotonic_ns
         self._lock = threading.RLock()
+        _live_services.add(self)
         self._closed = False
         self._pid = os.getpid()
         self._conn: sqlite3.Connection | None = None
@@ -240,7 +257,8 @@ class SQLiteLockService(LockService):
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise SQLiteServiceError(self.path, f"cannot switch the lock database to WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        conn.execute("PRAGMA synchronous=FULL")
+        self._sync_mode = "FULL"
         ok = conn.execute("PRAGMA quick_check").fetchall()
         if ok != [("ok",)]:
             detail = "; ".join(str(r[0]) for r in ok[:3])
@@ -275,6 +293,10 @@ class SQLiteLockService(LockService):
         assert self._conn is not None
         return self._conn
 
+    def _reset_lock_in_child(self) -> None:
+        # Another thread may have held the lock at fork(): the child's copy would stay locked.
+        self._lock = threading.RLock()
+
     def _after_fork(self) -> None:
         # SQLite connections (and their locks) must not be used across fork(): keep the
         # inherited objects referenced so they are never closed in the child, open new ones.
@@ -283,6 +305,7 @@ class SQLiteLockService(LockService):
         self._addr = None
         self._listener = None
         self._pid = os.getpid()
+        self._sync_mode = ""
         self._conn = self._open()
         if self._watch and self.notifications:
             self._ensure_listener()
@@ -291,11 +314,16 @@ class SQLiteLockService(LockService):
                     self._register(conn, name)
 
     @contextmanager
-    def _txn(self) -> Iterator[sqlite3.Connection]:
+    def _txn(self, *, durable: bool = False, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction; ``durable``: its commit must survive a power loss (new fences)."""
         with self._lock:
             conn = self._connection()
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                mode = "FULL" if durable and self._durable else "NORMAL"
+                if mode != self._sync_mode:
+                    conn.execute(f"PRAGMA synchronous={mode}")
+                    self._sync_mode = mode
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as e:
                 raise _as_service_error(self.path, e) from e
             try:
@@ -322,7 +350,7 @@ class SQLiteLockService(LockService):
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         _check(name, token, ttl_ms)
-        with self._txn() as conn:
+        with self._txn(durable=True) as conn:
             now = self._now()  # read inside the transaction: no writer can interleave
             row = conn.execute(
                 "SELECT token, fence, expiry_ns, boot_id, pid FROM leasehold_locks WHERE name=?", (name,)
@@ -387,6 +415,14 @@ class SQLiteLockService(LockService):
             self._ensure_listener()
             with self._txn() as conn:
                 self._register(conn, name)
+                row = conn.execute(
+                    "SELECT token, fence, expiry_ns, boot_id, pid FROM leasehold_locks WHERE name=?", (name,)
+                ).fetchone()
+                free = not self._live(row, self._now())
+        # A release that committed before the registration sent us nothing: if the lock is free
+        # now, say so once (a spurious wake only costs the core one extra attempt).
+        if free:
+            self._deliver(name)
 
     def unwatch(self, name: str) -> None:
         with self._lock:
@@ -444,7 +480,7 @@ class SQLiteLockService(LockService):
         """The state of ``name`` as stored (read-only; advisory for humans and tools)."""
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
-        with self._txn() as conn:
+        with self._txn(write=False) as conn:
             now = self._now()
             row = conn.execute(
                 "SELECT token, fence, expiry_ns, boot_id, pid FROM leasehold_locks WHERE name=?", (name,)

@@ -160,9 +160,9 @@ def test_current_boot_id_is_stable():
 def test_same_process_watch_is_delivered_at_once(open_service):
     svc = open_service()
     got: list[str] = []
-    svc.watch("n", got.append)
     svc.acquire("n", T1, 10_000)
-    assert got == []
+    svc.watch("n", got.append)
+    assert got == []  # held: nothing to report
     assert svc.release("n", T2, b"") is False
     assert got == []  # a refused release notifies nobody
     assert svc.release("n", T1, b"") is True
@@ -171,6 +171,16 @@ def test_same_process_watch_is_delivered_at_once(open_service):
     svc.acquire("n", T1, 10_000)
     svc.release("n", T1, b"")
     assert got == ["n"]
+
+
+def test_watch_of_a_free_name_reports_it_free_once(open_service):
+    # Closes the race "the release committed before the watch was registered".
+    svc = open_service()
+    got: list[str] = []
+    svc.watch("n", got.append)
+    assert got == (["n"] if svc.notifications else [])
+    svc.acquire("n", T1, 10_000)
+    assert got == (["n"] if svc.notifications else [])
 
 
 def test_watch_callback_exception_does_not_break_release(open_service):
@@ -196,8 +206,9 @@ def test_release_wakes_another_service_on_the_same_file(open_service):
         names.append(name)
         woke.set()
 
-    waiter.watch("ü-name", on_released)
     holder.acquire("ü-name", T1, 10_000)
+    waiter.watch("ü-name", on_released)
+    assert names == []
     holder.release("ü-name", T1, b"")
     assert woke.wait(BOUND)
     assert names == ["ü-name"]
