@@ -8,6 +8,8 @@ from typing import Any
 
 __all__ = ["check_name", "seconds", "ttl_to_ms", "wait_to_ns"]
 
+_U64_MAX = 2**64 - 1
+
 
 def check_name(name: Any) -> str:
     """A lock name: a non-empty ``str`` (the core checks length, NUL and UTF-8)."""
@@ -38,9 +40,14 @@ def ttl_to_ms(ttl: Any) -> int:
     ms = round(v * 1000)
     if ms <= 0:
         raise ValueError(f"ttl must be at least 1 ms, got {ttl!r}")
+    if ms > _U64_MAX:
+        raise ValueError(f"ttl is too large: {ttl!r}")
     return ms
 
 
 def wait_to_ns(wait: Any) -> int:
     """Wait budget seconds → nanoseconds."""
-    return round(seconds(wait, "wait") * 1e9)
+    ns = round(seconds(wait, "wait") * 1e9)
+    if ns > _U64_MAX:
+        raise ValueError(f"wait is too large (at most about 584 years): {wait!r}")
+    return ns

@@ -64,8 +64,7 @@ class Config:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"Config.{name} must be an int, not {type(value).__name__}")
-            ctype = dict(_ffi.lh_config._fields_)[name]
-            limit = 2 ** (8 * ctypes.sizeof(ctype)) - 1
+            limit = 2 ** (8 * getattr(_ffi.lh_config, name).size) - 1
             if not 0 <= value <= limit:
                 raise ValueError(f"Config.{name} must be in 0..{limit}, got {value}")
             setattr(c, name, value)

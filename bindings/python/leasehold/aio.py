@@ -34,6 +34,7 @@ from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output
+from .client import Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
 __all__ = ["AsyncLockClient", "AsyncLockHandle"]
@@ -199,9 +200,10 @@ class AsyncLockClient:
             raise TypeError("on_lost must be callable or None")
         return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost))
 
-    def on_release(self, name: str, callback: Callable[[str], Any]) -> Callable[[], None]:
-        """Call ``callback(name)`` for every release notification of ``name``; returns a
-        function that cancels the subscription. Call from the loop."""
+    def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
+        """Call ``callback(name)`` (a function or coroutine function) for every release
+        notification of ``name``; returns a :class:`~leasehold.client.Subscription` whose
+        ``cancel()`` stops it. Call from the loop."""
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")
@@ -219,7 +221,7 @@ class AsyncLockClient:
                 if not self._closed:
                     self._watch_ref(name, -1)
 
-        return cancel
+        return Subscription(cancel)
 
     def counters(self) -> Counters:
         if self._closed:
@@ -489,7 +491,8 @@ class AsyncLockClient:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("leasehold: %s %r failed (transport error): %s", k, out.name, e)
+            what = {_ffi.LH_OUTPUT_ACQUIRE: "acquire", _ffi.LH_OUTPUT_RENEW: "renew"}.get(k, "release")
+            log.warning("leasehold: %s %r failed (transport error): %s", what, out.name, e)
             if k == _ffi.LH_OUTPUT_ACQUIRE:
                 fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)  # noqa: E731
             elif k == _ffi.LH_OUTPUT_RENEW:
@@ -509,7 +512,17 @@ class AsyncLockClient:
         else:
             self._watch_refs.pop(name, None)
         if before == 0 and after > 0:
-            self._chain_watch(lambda: self._service.watch(name, self._notified_threadsafe))
+
+            async def watch_then_recheck() -> None:
+                await self._service.watch(name, self._notified_threadsafe)
+                # Wake one waiter once: a release between its last attempt and the
+                # subscription taking effect was never notified (see LockClient).
+                if not self._closed and name in self._core_watching:
+                    core = self._core
+                    self._inputs.append(lambda: core.released(name))
+                    self._poke()
+
+            self._chain_watch(watch_then_recheck)
         elif before > 0 and after == 0:
             self._chain_watch(lambda: self._service.unwatch(name))
 

@@ -290,7 +290,7 @@ class LockClient:
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
             self._drain()
-        bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
+        bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
             settled = h._settled.wait(bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
@@ -747,7 +747,7 @@ class LockClient:
         if pool is None:
             return
         if before == 0 and after > 0:
-            self._side_call(pool, "watch", self._service.watch, name, self._notified)
+            self._side_call(pool, "watch", self._watch_then_recheck, name)
         elif before > 0 and after == 0:
             self._side_call(pool, "unwatch", self._service.unwatch, name)
 
@@ -766,6 +766,22 @@ class LockClient:
             pool.submit(run)
         except RuntimeError:
             self._side_pending -= 1
+
+    def _watch_then_recheck(self, name: str) -> None:
+        """(watch thread) Subscribe, then wake one local waiter once.
+
+        A release that happened after a waiter's last attempt but before the subscription
+        took effect was never notified; without this re-check that waiter would sleep until
+        its retry hint (the holder's whole remaining TTL) although the lock is free.
+        """
+        self._service.watch(name, self._notified)
+        with self._cond:
+            if self._closed or self._stop or self._fatal is not None:
+                return
+            if name in self._core_watching:
+                core = self._core
+                self._inputs.append(lambda: core.released(name))
+                self._cond.notify_all()
 
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:

@@ -217,3 +217,25 @@ def test_async_client_is_bound_to_one_loop() -> None:
     asyncio.run(use())
     with pytest.raises(RuntimeError, match="another event loop"):
         asyncio.run(use())
+
+
+def test_async_on_release_subscription() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        got: asyncio.Queue[str] = asyncio.Queue()
+
+        async def cb(name: str) -> None:
+            await got.put(name)
+
+        async with AsyncLockClient(MemoryLockService(store), clock=clock) as a, AsyncLockClient(
+            MemoryLockService(store), clock=clock
+        ) as b:
+            sub = b.on_release("topic", cb)
+            assert await b.wait_idle()
+            h = await a.acquire("topic", ttl=3)
+            await h.release()
+            assert await asyncio.wait_for(got.get(), 10) == "topic"
+            sub.cancel()
+
+    run(main)

@@ -57,3 +57,39 @@ def test_contention_with_frozen_clock_is_serial_and_never_stalls() -> None:
     finally:
         for c in clients:
             c.close(timeout=1)
+
+
+def test_async_contention_with_frozen_clock_never_stalls() -> None:
+    import asyncio
+
+    from leasehold import AsyncLockClient
+
+    async def main() -> list[int]:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        clients = [AsyncLockClient(MemoryLockService(store), clock=clock) for _ in range(CLIENTS)]
+        tokens: list[int] = []
+        inside = 0
+
+        async def worker(c: AsyncLockClient) -> None:
+            nonlocal inside
+            for _ in range(ROUNDS):
+                async with c.acquire("hot", ttl=10, wait=1_000) as h:
+                    inside += 1
+                    assert inside == 1
+                    tokens.append(h.fencing_token)
+                    await asyncio.sleep(0)
+                    inside -= 1
+
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(worker(c) for c in clients for _ in range(THREADS_PER_CLIENT))), 90
+            )
+        finally:
+            for c in clients:
+                await c.close(timeout=1)
+        return tokens
+
+    tokens = asyncio.run(main())
+    assert len(tokens) == CLIENTS * THREADS_PER_CLIENT * ROUNDS
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)

@@ -294,3 +294,13 @@ def test_config_values_out_of_range_are_not_truncated(clock: FakeClock) -> None:
         LockClient(MemoryLockService(clock=clock), config=Config(drift_ppm=2**32 + 5))
     with pytest.raises(ValueError, match="request_timeout_ns"):
         LockClient(MemoryLockService(clock=clock), config=Config(request_timeout_ns=-1))
+
+
+def test_huge_wait_is_accepted_and_bounded(make_client) -> None:
+    a, b = make_client(), make_client()
+    h = a.acquire("huge", ttl=3)
+    with pytest.raises(ValueError, match="wait"):
+        b.acquire("huge", ttl=3, wait=1e12)  # beyond the core's u64 nanoseconds
+    h.release()
+    h2 = b.acquire("huge", ttl=3, wait=1e10)  # free: granted at once despite the huge budget
+    assert h2.is_held()
