@@ -426,3 +426,26 @@ def test_on_lost_never_fires_for_a_lock_never_held(make_client, clock: FakeClock
         b.acquire("n", ttl=3, on_lost=fired.append)
     settle(clock, [a, b], seconds=3)
     assert fired == [] and ha.is_held()
+
+
+def test_delay_fault_is_measured_on_the_store_clock(make_client, clock: FakeClock) -> None:
+    c = make_client()
+    s = svc(c)
+    s.delay = 0.5
+    r = Result(lambda: c.acquire("d", ttl=3, wait=5))
+    assert s.called["acquire"].wait(5)
+    assert not r.done.wait(0.1)  # blocked on the fake clock, not on real time
+    clock.advance(0.6)
+    h = r.get()
+    assert h.is_held()
+    s.delay = 0.0
+
+
+def test_server_clock_step_makes_renewal_rejected(make_client, clock: FakeClock, store: MemoryStore) -> None:
+    a, b = make_client(), make_client()
+    ha = a.acquire("step", ttl=3)
+    store.step_clock(5)  # the server's clock jumps: A's grant expired there
+    hb = b.acquire("step", ttl=3)
+    settle(clock, [a, b], seconds=1.5)
+    assert ha.lost.is_set() and ha.lost_reason == "rejected"
+    assert hb.is_held() and hb.fencing_token > ha.fencing_token
