@@ -568,17 +568,20 @@ def _die(code: int, message: str) -> NoReturn:
 
 
 def _acquire(client: Any, name: str, ttl: float, wait: float, on_lost: Any) -> Any:
+    """Acquire within ``wait`` seconds (may be infinite) as a loop of bounded acquires, so a
+    backend that keeps failing is reported (BackendUnavailable) instead of waited on forever."""
     from .errors import BackendUnavailable, LockTimeout
 
-    if not math.isinf(wait):
-        return client.acquire(name, ttl, wait=wait, on_lost=on_lost)
+    deadline = time.monotonic() + wait
     while True:
+        chunk = min(max(deadline - time.monotonic(), 0.0), _WAIT_CHUNK)
         try:
-            return client.acquire(name, ttl, wait=_WAIT_CHUNK, on_lost=on_lost)
+            return client.acquire(name, ttl, wait=chunk, on_lost=on_lost)
         except BackendUnavailable:
             raise
         except LockTimeout:
-            continue
+            if deadline - time.monotonic() <= 0:
+                raise
 
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
@@ -769,8 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args, command)
         return cmd_status(args)
     except UsageError as e:
-        parser.print_usage(sys.stderr)
-        sys.stderr.write(f"leasehold: error: {e}\n")
+        sys.stderr.write(f"leasehold: error: {e}\n(see 'leasehold {args.cmd} --help')\n")
         return EX_USAGE
     except BackendError as e:
         sys.stderr.write(f"leasehold: {e}\n")

@@ -75,7 +75,14 @@ def test_usage_errors_exit_64(env, args):
     res = run_cli(args, env)
     assert res.returncode == 64, (res.returncode, res.stderr)
     assert res.stderr.strip()
-    assert not (Path(env["XDG_CACHE_HOME"]) / "leasehold" / "locks.sqlite3").exists() or args[:1] != ["run"]
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("ttl", ["0.001", "1e9"])
+def test_ttl_refused_by_the_core_is_a_usage_error(env, backend, ttl):
+    res = run_cli(["run", *backend, "--ttl", ttl, "name", "--", "echo", "ran"], env)
+    assert res.returncode == 64, res.stderr
+    assert "TTL" in res.stderr and "ran" not in res.stdout
 
 
 def test_usage_error_does_not_take_the_lock(env, db, backend):
