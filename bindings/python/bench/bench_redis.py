@@ -246,17 +246,21 @@ def total_calls(r: redis.Redis) -> dict[str, int]:
 LUA_INTERNAL = {"type", "hmget", "hget", "pttl", "pexpire", "time", "hset", "publish", "get", "set", "del"}
 
 
-def bench_idle(impl: Impl, r: redis.Redis, url: str, waiters: int, window: float, warmup: float) -> dict[str, Any]:
+def bench_idle(
+    impl: Impl, r: redis.Redis, url: str, waiters: int, window: float, warmup: float, ttl: float = 60.0
+) -> dict[str, Any]:
+    """The holder's TTL (60 s) outlasts warm-up + window, so nobody's lock expires meanwhile
+    (redis-py's and python-redis-lock's holders do not renew)."""
     name = f"idle-{impl.label}"
     # the holder is always its own client, so that its renewals can be told apart
     holder = LeaseholdLocker(url) if "shared" in impl.label else impl.make()
-    h = holder.acquire(name, 30.0, 0.0)
+    h = holder.acquire(name, ttl, 0.0)
     lockers = [impl.make() for _ in range(waiters)]
     got: list[Any] = []
 
     def wait_one(lk: Locker) -> None:
         try:
-            hh = lk.acquire(name, 30.0, 120.0)
+            hh = lk.acquire(name, ttl, 120.0)
             lk.release(hh)
             got.append(1)
         except Exception as e:  # noqa: BLE001

@@ -18,8 +18,8 @@ Modes (all print one line per event, flushed, so the parent can follow):
     ``WROTE <fence>``, release.
 
 ``loop URL NAME SECONDS WORKDIR``
-    Keep acquiring/releasing NAME (short waits, short TTL) for SECONDS while Redis may be
-    killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
+    Keep acquiring/releasing NAME (short waits, short TTL) until WORKDIR/stop exists (at most
+    SECONDS) while Redis may be killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
     its fence appended to WORKDIR/grants-<pid>; every failure is counted. Prints
     ``DONE grants=<n> failures=<m> lost=<k>``.
 """
@@ -107,8 +107,9 @@ def loop(url: str, name: str, seconds: float, workdir: str) -> None:
     out = Path(workdir) / f"grants-{os.getpid()}"
     grants = failures = lost = stale = 0
     end = time.monotonic() + seconds
+    stop = Path(workdir) / "stop"
     with client_for(url, timeout=0.5) as client:
-        while time.monotonic() < end:
+        while time.monotonic() < end and not stop.exists():
             try:
                 lock = client.acquire(name, ttl=1.0, wait=1.0)
             except (errors.LockTimeout, errors.AcquireCancelled):
