@@ -62,6 +62,8 @@ DEFAULT_GRACE = 10.0
 _WAIT_CHUNK = 60.0  # an infinite --wait is a loop of bounded acquires (a broken backend shows up)
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _TTY_SIGNALS = ("SIGINT", "SIGQUIT")
+_TTY_STOPS = {int(getattr(signal, n)) for n in ("SIGTTIN", "SIGTTOU") if hasattr(signal, n)}
+_ENDING = {int(getattr(signal, n)) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL") if hasattr(signal, n)}
 
 _RUN_VALUE_OPTS = {"--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", "-g"}
 
@@ -539,13 +541,31 @@ class _Child:
         self.own_group = own_group
 
     def signal(self, sig: int) -> None:
+        """Send ``sig`` to COMMAND (its group by default); a stopped COMMAND is continued
+        after a signal meant to end it, as shells do for stopped jobs."""
         try:
             if self.own_group:
                 os.killpg(self.proc.pid, sig)
             elif self.proc.returncode is None:
                 self.proc.send_signal(sig)
+            else:
+                return
+            if sig in _ENDING and sig != signal.SIGKILL and self.stop_signal() is not None:
+                self.signal(signal.SIGCONT)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def stop_signal(self) -> int | None:
+        """The signal that stopped COMMAND, if it is stopped now (without reaping it)."""
+        if self.proc.returncode is not None or not hasattr(os, "waitid"):
+            return None
+        try:
+            res = os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        if res is None or res.si_code != os.CLD_STOPPED:
+            return None
+        return int(res.si_status)
 
     def group_alive(self) -> bool:
         if not self.own_group:
@@ -688,6 +708,7 @@ def _run_locked(
     child = _Child(proc, own_group)
     term_at: float | None = None
     killed = False
+    hinted = False
     signalled_tty = set(getattr(signal, n) for n in _TTY_SIGNALS if hasattr(signal, n))
 
     while True:
@@ -718,6 +739,9 @@ def _run_locked(
         if rc is not None:
             if term_at is None or killed or not child.group_alive():
                 break
+        elif own_group and not hinted and child.stop_signal() in _TTY_STOPS:
+            hinted = True  # it tried to use the terminal from its own (background) group
+            _note("the command was stopped for using the terminal; use 'leasehold run --foreground' for interactive commands")
         if term_at is not None and not killed:
             timeout = max(0.0, term_at + args.grace - time.monotonic())
             timeout = min(timeout, 0.1 if rc is not None else timeout)

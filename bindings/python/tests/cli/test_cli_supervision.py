@@ -240,3 +240,20 @@ def test_cli_killed_command_gets_sigterm_and_lock_frees_after_ttl(env, db, backe
     res = run_cli(["run", *backend, "--wait", "0", "orphan", "--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"'], env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "2"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_forwarded_sigterm_reaches_a_stopped_command(env, db, backend, tmp_path):
+    started = tmp_path / "started"
+    p = spawn_cli(["run", *backend, "stopped", "--", "sh", "-c", f"echo $$ > {started}; kill -STOP $$; exit 0"], env)
+    try:
+        wait_until(lambda: started.exists() and started.read_text().strip(), what="command started")
+        pid = int(started.read_text())
+        wait_until(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", what="stopped")
+        p.send_signal(signal.SIGTERM)
+        rc, _, err = finish(p)  # without a SIGCONT after the SIGTERM this would hang
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 128 + int(signal.SIGTERM), err
+    assert db_rows(db, "SELECT count(*) FROM leasehold_locks") == [(0,)]
