@@ -188,6 +188,14 @@ impl Client {
     ) -> Result<LeaseId, Error> {
         validate_name(name)?;
         self.config.check_ttl(opts.ttl_ms)?;
+        // Capacity is decided before time moves, so an error always means "nothing happened".
+        // (A reentrant join needs no new record; if the lease it would join is lost during
+        // this call's advance, the new lease may exceed the limit by one, which stays bounded.)
+        let may_join =
+            opts.reentrant && self.names.get(name).is_some_and(|e| e.reentrant.is_some());
+        if !may_join && self.records >= self.config.max_leases {
+            return Err(Error::TooManyLeases);
+        }
         self.advance(now);
         let now = self.now;
 
@@ -208,9 +216,6 @@ impl Client {
             }
         }
 
-        if self.records >= self.config.max_leases {
-            return Err(Error::TooManyLeases);
-        }
         let name: Arc<str> = Arc::from(name);
         let lease = Lease {
             name: name.clone(),
@@ -252,6 +257,10 @@ impl Client {
     /// release is retried with the same token until it is confirmed or the TTL has run out.
     pub fn release(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
         let slot = self.resolve(lease)?;
+        if self.lease_mut(slot).state.is_terminal() {
+            // Checked before time moves, so an error always means "nothing happened".
+            return Err(Error::LeaseEnded(lease));
+        }
         self.clamp(now);
         // A held lease that is still valid is released before other timers run, so a renew
         // that happens to be due right now is not sent only to be thrown away. A lease whose
@@ -259,28 +268,32 @@ impl Client {
         let t = self.now;
         let l = self.lease_mut(slot);
         let still_valid = l.state == LeaseState::Held && t < l.valid_until;
-        if !still_valid {
-            self.advance(now);
-        }
-        let slot = self.resolve(lease)?;
-        let result = self.release_slot(slot, lease);
         if still_valid {
+            self.release_slot(slot, lease);
             self.advance(now);
+            return Ok(());
         }
-        result
+        self.advance(now);
+        // If the lease ended during this advance (lost, or its wait ran out), the release is
+        // already satisfied and its terminal event is queued.
+        if let Ok(slot) = self.resolve(lease) {
+            if !self.lease_mut(slot).state.is_terminal() {
+                self.release_slot(slot, lease);
+            }
+        }
+        Ok(())
     }
 
-    fn release_slot(&mut self, slot: u32, lease: LeaseId) -> Result<(), Error> {
+    /// Releases one holder of a live lease.
+    fn release_slot(&mut self, slot: u32, lease: LeaseId) {
         let l = self.lease_mut(slot);
         match l.state {
             LeaseState::Acquiring | LeaseState::Held if l.holders > 1 => {
                 l.holders -= 1;
-                Ok(())
             }
             LeaseState::Acquiring => {
                 self.fail_acquire(slot, AcquireFailReason::Cancelled);
                 self.settle(slot);
-                Ok(())
             }
             LeaseState::Held => {
                 self.unregister_reentrant(slot);
@@ -292,9 +305,8 @@ impl Client {
                     .push_back(Output::Event(Event::Released { lease }));
                 self.start_cleanup(slot, false);
                 self.settle(slot);
-                Ok(())
             }
-            _ => Err(Error::LeaseEnded(lease)),
+            LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {}
         }
     }
 
@@ -330,6 +342,7 @@ impl Client {
             let terminal = l.state.is_terminal();
             self.counters.stale_results += 1;
             if terminal && !matches!(result, AcquireResult::HeldByOther { .. }) {
+                self.adopt_backend_data(slot, &result);
                 self.start_cleanup(slot, false);
             }
             self.settle(slot);
@@ -352,6 +365,7 @@ impl Client {
             // The lease ended while this attempt was in flight.
             if !matches!(result, AcquireResult::HeldByOther { .. }) {
                 l.uncertain = true;
+                self.adopt_backend_data(slot, &result);
                 self.start_cleanup(slot, false);
             } else if l.cleanup {
                 self.send_release(slot);
@@ -359,6 +373,16 @@ impl Client {
         }
         self.settle(slot);
         Ok(())
+    }
+
+    /// A grant we are about to release may carry the ownership data the release needs (an
+    /// etcd lease id, say); without it the cleanup would target a stale grant.
+    fn adopt_backend_data(&mut self, slot: u32, result: &AcquireResult<'_>) {
+        if let AcquireResult::Granted { backend_data, .. } = *result {
+            if !backend_data.is_empty() {
+                self.lease_mut(slot).backend_data = Some(Arc::from(backend_data));
+            }
+        }
     }
 
     /// Feeds the service's answer to a `Renew` command.
@@ -945,6 +969,9 @@ impl Client {
             // validity is left. Retry (idempotent for our token) or give up and clean up.
             l.uncertain = true;
             l.last_attempt_failed = true;
+            if !backend_data.is_empty() {
+                l.backend_data = Some(Arc::from(backend_data));
+            }
             if now >= l.limit {
                 self.fail_acquire(slot, AcquireFailReason::Unavailable);
             } else {

@@ -1223,7 +1223,8 @@ fn release_after_validity_passed_reports_the_loss() {
     let mut c = client();
     let lease = held(&mut c, "a", 3_000, 0);
     let vu = c.valid_until(lease).unwrap().unwrap();
-    assert!(matches!(c.release(vu, lease), Err(Error::LeaseEnded(_))));
+    // The lease ends during this call: the release is satisfied and reports the loss.
+    assert_eq!(c.release(vu, lease), Ok(()));
     let out = drain(&mut c);
     assert_eq!(
         events(&out),
@@ -1232,4 +1233,135 @@ fn release_after_validity_passed_reports_the_loss() {
             reason: LostReason::Expired
         }]
     );
+}
+
+#[test]
+fn errors_never_follow_a_state_change() {
+    // Releasing a lease that already ended leaves time and counters untouched.
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, 0);
+    c.release(MS, lease).unwrap();
+    drain(&mut c); // Released + a cleanup Release still pending: the record exists.
+    let before = (c.now(), c.counters());
+    assert_eq!(c.release(60_000 * MS, lease), Err(Error::LeaseEnded(lease)));
+    assert_eq!((c.now(), c.counters()), before);
+    assert!(drain(&mut c).is_empty());
+
+    // A full table refuses before time moves.
+    let cfg = Config {
+        max_leases: 1,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    drain(&mut c);
+    let before = (c.now(), c.counters());
+    assert_eq!(
+        c.acquire(3_000 * MS, "b", AcquireOptions::new(3_000)),
+        Err(Error::TooManyLeases)
+    );
+    assert_eq!((c.now(), c.counters()), before);
+}
+
+#[test]
+fn cleanup_release_carries_the_late_grants_backend_data() {
+    let cfg = Config {
+        request_timeout_ns: 5_000 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    let late = AcquireResult::Granted {
+        fencing_token: 1,
+        ttl_ms: 3_000,
+        backend_data: b"etcd-lease-42",
+    };
+    c.handle_acquire_result(3_000 * MS, req, late).unwrap();
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    match &commands(&out)[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"etcd-lease-42"),
+        other => panic!("{other:?}"),
+    }
+
+    // The same for a grant that arrives after the lease was cancelled.
+    let mut c = client();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
+        .unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.release(MS, lease).unwrap();
+    drain(&mut c);
+    let late = AcquireResult::Granted {
+        fencing_token: 2,
+        ttl_ms: 3_000,
+        backend_data: b"zk-node-7",
+    };
+    c.handle_acquire_result(2 * MS, req, late).unwrap();
+    match &commands(&drain(&mut c))[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"zk-node-7"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() {
+    // Simulator seed 195: attempt 1 is delayed, attempt 2 is granted, the lease is used and
+    // released; then attempt 1 is applied late, with new ownership data.
+    let cfg = Config {
+        request_timeout_ns: 500 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
+        .unwrap();
+    let (r1, _) = acquire_req(&drain(&mut c));
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    let (r2, _) = acquire_req(&out);
+    assert_ne!(r1, r2);
+    let g2 = AcquireResult::Granted {
+        fencing_token: 3,
+        ttl_ms: 3_000,
+        backend_data: b"grant:5",
+    };
+    c.handle_acquire_result(t + MS, r2, g2).unwrap();
+    c.release(t + 2 * MS, lease).unwrap();
+    let (rel, _) = release_req(&drain(&mut c)).unwrap();
+    c.handle_release_result(t + 3 * MS, rel, ReleaseResult::Released)
+        .unwrap();
+    let g1 = AcquireResult::Granted {
+        fencing_token: 4,
+        ttl_ms: 3_000,
+        backend_data: b"grant:6",
+    };
+    c.handle_acquire_result(t + 4 * MS, r1, g1).unwrap();
+    let out = drain(&mut c);
+    assert!(events(&out).is_empty(), "no second terminal event: {out:?}");
+    match &commands(&out)[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"grant:6"),
+        other => panic!("{other:?}"),
+    }
 }
