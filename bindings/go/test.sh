@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Go binding suite: builds the Rust static library, then gofmt, go vet and
+# `go test -race` (which starts its own redis-server and, for the interop
+# test, runs Python workers from bindings/python/.venv). Installs what it
+# needs; under CI=true a missing redis-server or Python package is a failure.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+command -v go >/dev/null 2>&1 || { echo "go/test.sh: the Go toolchain (1.24+) is required" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || { echo "go/test.sh: cargo is required to build libleasehold.a" >&2; exit 1; }
+
+echo "go/test.sh: building the Rust library (cargo build --release)"
+(cd "$root" && cargo build --release --quiet)
+test -f "$root/target/release/libleasehold.a" || { echo "go/test.sh: target/release/libleasehold.a missing" >&2; exit 1; }
+
+# redis-server for the Redis, process and interop tests (they start their own on a free port).
+if [ -x "$root/scripts/ensure-redis.sh" ] || [ -f "$root/scripts/ensure-redis.sh" ]; then
+    bash "$root/scripts/ensure-redis.sh"
+fi
+# The Python package for the interop test (idempotent; fast when already installed).
+if [ -f "$root/bindings/python/setup-venv.sh" ]; then
+    bash "$root/bindings/python/setup-venv.sh" || {
+        echo "go/test.sh: bindings/python/setup-venv.sh failed; the interop test will report it" >&2
+    }
+fi
+
+cd "$here"
+go mod download
+unformatted="$(gofmt -l .)"
+if [ -n "$unformatted" ]; then
+    echo "go/test.sh: gofmt -l is not empty:" >&2
+    echo "$unformatted" >&2
+    exit 1
+fi
+echo "go/test.sh: go vet"
+go vet ./...
+echo "go/test.sh: go test -race"
+go test -race -count=1 -timeout 20m ./...
