@@ -349,7 +349,7 @@ TEST_F(Redis, RenewsAndDetectsRejection) {
     EXPECT_EQ(r, LostReason::Rejected);
     ++lost;
   };
-  auto lease = client.acquire("renew", 600ms, std::move(o));
+  auto lease = client.acquire("renew", 1500ms, std::move(o));
   ASSERT_TRUE(lease.has_value());
   ASSERT_TRUE(eventually([&] { return client.counters().renewals_ok >= 3 || lease->lost(); }));
   EXPECT_FALSE(lease->lost());
