@@ -123,7 +123,7 @@ type leaseRec struct {
 	name       string
 	ttl        time.Duration
 	waiters    map[*acqWaiter]struct{}
-	handles    map[*Lease]struct{}
+	handles    map[*leaseRef]struct{} // no pointer back to the Client: see leaseRef
 	lost       chan struct{}
 	lostErr    error
 	ended      bool
@@ -287,7 +287,7 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 	rec := c.recs[id]
 	if rec == nil {
 		rec = &leaseRec{id: id, name: name, ttl: opts.TTL, waiters: map[*acqWaiter]struct{}{},
-			handles: map[*Lease]struct{}{}, lost: make(chan struct{})}
+			handles: map[*leaseRef]struct{}{}, lost: make(chan struct{})}
 		c.recs[id] = rec
 	}
 	w := &acqWaiter{owner: cl, ch: make(chan acqResult, 1)}
@@ -517,7 +517,7 @@ func (c *client) dispatchLocked(o output) *job {
 		rec.validUntil = o.validUntil
 		for w := range rec.waiters {
 			l := newLease(w.owner, rec)
-			rec.handles[l] = struct{}{}
+			rec.handles[l.ref] = struct{}{}
 			w.ch <- acqResult{lease: l}
 			delete(rec.waiters, w)
 		}

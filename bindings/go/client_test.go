@@ -503,6 +503,31 @@ func TestForgottenClientIsCleanedUp(t *testing.T) {
 	}
 }
 
+func TestForgottenClientWithHeldLeaseIsCleanedUpAndReleases(t *testing.T) {
+	tr := NewMemoryTransport()
+	before := handlesFreed.Load()
+	func() {
+		c, err := NewClient(tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(context.Background(), "dropped", AcquireOptions{TTL: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for handlesFreed.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("a forgotten client holding a forgotten lease was never cleaned up")
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, _, ok := tr.Server().Holder("dropped"); ok {
+		t.Fatal("the cleanup did not release the forgotten lease")
+	}
+}
+
 func TestLeaseKeepsClientAlive(t *testing.T) {
 	tr := NewMemoryTransport()
 	var l *Lease

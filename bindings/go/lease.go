@@ -15,12 +15,21 @@ type Lease struct {
 	fence    uint64
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	ref      *leaseRef
 	released atomic.Bool
+}
+
+// leaseRef is what the client's records keep of a Lease: its cancel func,
+// and no pointer to the Lease or the Client. A forgotten Client whose
+// leases are forgotten too is thus unreachable and gets cleaned up (which
+// releases the leases) instead of renewing them forever.
+type leaseRef struct {
+	cancel context.CancelCauseFunc
 }
 
 func newLease(owner *Client, rec *leaseRec) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{owner: owner, rec: rec, name: rec.name, fence: rec.fence, ctx: ctx, cancel: cancel}
+	return &Lease{owner: owner, rec: rec, name: rec.name, fence: rec.fence, ctx: ctx, cancel: cancel, ref: &leaseRef{cancel: cancel}}
 }
 
 // Name returns the lock name.
@@ -115,7 +124,7 @@ func (l *Lease) releaseCh() (chan struct{}, *job) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l.cancel(ErrReleased)
-	delete(l.rec.handles, l)
+	delete(l.rec.handles, l.ref)
 	if c.core == nil || l.rec.ended {
 		return nil, nil
 	}
