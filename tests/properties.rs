@@ -357,7 +357,10 @@ impl Harness {
 
     fn confirmed(&mut self, r: &Req, granted_ttl_ms: u64) {
         let ttl = r.ttl_ms.min(granted_ttl_ms);
-        let bound = r.sent.saturating_add(ttl * MS).saturating_sub(drift_ns(&self.config, ttl));
+        let bound = r
+            .sent
+            .saturating_add(ttl * MS)
+            .saturating_sub(drift_ns(&self.config, ttl));
         if let Some(m) = self.leases.get_mut(&r.lease) {
             m.max_valid = m.max_valid.max(bound);
         }
