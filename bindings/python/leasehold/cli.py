@@ -62,6 +62,14 @@ DEFAULT_GRACE = 10.0
 _WAIT_CHUNK = 60.0  # an infinite --wait is a loop of bounded acquires (a broken backend shows up)
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _TTY_SIGNALS = ("SIGINT", "SIGQUIT")
+# Signals whose default action ends the process without a core dump: when COMMAND died of
+# one of them, leasehold re-raises it on itself (so `for ...; do leasehold run ...; done` stops
+# on Ctrl-C like it would without leasehold). Others (SIGQUIT, SIGSEGV, ...) give exit 128+N.
+_RERAISE = {
+    int(getattr(signal, n))
+    for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "SIGPIPE", "SIGALRM", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, n)
+}
 _TTY_STOPS = {int(getattr(signal, n)) for n in ("SIGTTIN", "SIGTTOU") if hasattr(signal, n)}
 _ENDING = {int(getattr(signal, n)) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL") if hasattr(signal, n)}
 
@@ -69,14 +77,17 @@ _RUN_VALUE_OPTS = {"--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", 
 
 _EXIT_TEXT = """\
 exit status:
-  COMMAND's own   COMMAND ran; its exit status (128+N if it was killed by signal N)
+  COMMAND's own   COMMAND ran; its exit status. If it was killed by signal N,
+                  leasehold ends with the same signal (a shell shows 128+N), like
+                  timeout(1); for core-dumping signals it exits 128+N instead
   64              usage error (bad option, NAME, duration or --backend URL)
   69              backend unavailable (cannot open/write the database, server down)
   75              not acquired within --wait; COMMAND was not started
   76              the lock was lost while COMMAND ran (COMMAND got SIGTERM, then
                   SIGKILL after --grace); wins over COMMAND's own status
   126 / 127       COMMAND could not be executed / was not found (lock not taken)
-  128+N           leasehold got signal N while waiting for the lock
+  128+N           leasehold got signal N while waiting for the lock: it cleans up
+                  and ends with that signal; COMMAND was not started
 """
 
 _BACKEND_TEXT = """\
@@ -106,7 +117,7 @@ COMMAND's environment gets:
 
 Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
 forwarded to COMMAND; the lock is released when COMMAND exits. While waiting for the
-lock they cancel the wait (exit 128+N). COMMAND runs in its own process group, and
+lock they cancel the wait (leasehold ends with that signal). COMMAND runs in its own process group, and
 forwarded signals and the loss signals go to that whole group; with --foreground
 COMMAND stays in leasehold's process group (so it can use the terminal), only COMMAND
 itself is signalled, and SIGINT/SIGQUIT typed at the terminal reach it directly (they
@@ -126,6 +137,14 @@ examples:
   leasehold run jobs --backend redis://localhost:6379/0 -- sh -c 'echo "$LEASEHOLD_FENCING_TOKEN"'
 """
 )
+
+
+class DieBySignal(Exception):
+    """Leave the way a shell expects: killed by this signal (after cleaning up)."""
+
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.sig = sig
 
 
 class UsageError(Exception):
@@ -676,7 +695,7 @@ def _run_locked(
                 _note(f"{_signame(sig)} while waiting for {name!r}: giving up")
             client.close()  # cancels the pending acquire (or releases a grant that just came)
             t.join(10)
-            return 128 + sig
+            raise DieBySignal(sig)
         wake.wait(1.0)
     if "error" in box:
         e = box["error"]
@@ -691,6 +710,10 @@ def _run_locked(
             raise UsageError(str(e))
         raise e
     handle = box["handle"]
+    if wake.pending:  # a signal came while the grant was arriving: start nothing
+        sig = wake.pending.popleft()
+        handle.release()
+        raise DieBySignal(sig)
     token = handle.fencing_token
     if verbose:
         _note(f"acquired {name!r} (fencing token {token}, ttl {args.ttl:g}s)")
@@ -755,6 +778,8 @@ def _run_locked(
     if verbose:
         what = "lost" if was_lost else "released"
         _note(f"{what} {name!r}; command exited with status {_exit_status(proc.returncode)}")
+    if not was_lost and proc.returncode < 0 and -proc.returncode in _RERAISE:
+        raise DieBySignal(-proc.returncode)  # like timeout(1): the caller sees the signal
     return code
 
 
@@ -771,6 +796,24 @@ def _note(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------- main
+
+
+def _die_by_signal(sig: int) -> int:
+    """Kill this process with ``sig`` (default action); 128+sig if it survives that."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+        time.sleep(0.1)  # delivery to another thread still ends the process
+    except (OSError, ValueError):
+        pass
+    return 128 + sig
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -805,6 +848,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code) if isinstance(e.code, int) else EX_SOFTWARE
     except KeyboardInterrupt:
         return 128 + int(signal.SIGINT)
+    except DieBySignal as d:  # as a program, die of it; called from Python, just say so
+        return _die_by_signal(d.sig) if argv is None else 128 + d.sig
     except Exception as e:  # a bug: say so, with the traceback when asked for
         if verbose:
             log.exception("internal error")

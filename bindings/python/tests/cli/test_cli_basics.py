@@ -108,9 +108,18 @@ def test_child_exit_status_is_passed_through(env, backend, code):
     assert res.returncode == code, res.stderr
 
 
-def test_child_killed_by_signal_gives_128_plus_n(env, backend):
-    res = run_cli(["run", *backend, "job", "--", "sh", "-c", "kill -KILL $$"], env)
-    assert res.returncode == 128 + 9, res.stderr
+def test_child_killed_by_signal_is_passed_on(env, backend):
+    # Like timeout(1): leasehold dies of the same signal (a shell sees 128+N) ...
+    res = run_cli(["run", *backend, "job", "--", "sh", "-c", "kill -TERM $$"], env)
+    assert res.returncode == -15, res.stderr
+    # ... except for core-dumping signals, which give exit status 128+N.
+    res = run_cli(["run", *backend, "job", "--", "sh", "-c", "kill -QUIT $$"], env)
+    assert res.returncode == 128 + 3, res.stderr
+    shell = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m leasehold run {" ".join(backend)} job -- sh -c "kill -KILL \\$\\$"; echo "status $?"'],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert shell.stdout.strip() == "status 137", shell.stderr
 
 
 def test_environment_and_increasing_fencing_tokens(env, db, backend):
