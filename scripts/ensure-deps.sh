@@ -14,7 +14,7 @@ have pkg-config || need_apt+=(pkg-config)
 have valgrind || need_apt+=(valgrind)
 have redis-server || need_apt+=(redis-server)
 [ -f /usr/include/hiredis/hiredis.h ] || need_apt+=(libhiredis-dev)
-{ [ -f /usr/include/gtest/gtest.h ] && ls /usr/lib/*/libgtest.a /usr/lib/libgtest.a >/dev/null 2>&1; } || need_apt+=(libgtest-dev googletest)
+{ [ -f /usr/include/gtest/gtest.h ] && compgen -G "/usr/lib/*/libgtest.a" >/dev/null; } || need_apt+=(libgtest-dev googletest)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
