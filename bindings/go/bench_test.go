@@ -74,6 +74,39 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
+// BenchmarkUncontendedInterleaved alternates blocks of 100 lock+unlock
+// operations of both libraries, so that the load of a shared machine hits
+// both alike, and reports each one's ops/s and their ratio.
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	ctx := context.Background()
+	lh := benchLeasehold(b, uniq(b, "il"))
+	rs := benchRedsync(b, uniq(b, "ir"))()
+	var tl, tr time.Duration
+	block := func(lock lockFunc, n int) time.Duration {
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			unlock, err := lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unlock(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(100, b.N-done)
+		tl += block(lh, n)
+		tr += block(rs, n)
+		done += n
+	}
+	b.ReportMetric(float64(b.N)/tl.Seconds(), "leasehold-ops/s")
+	b.ReportMetric(float64(b.N)/tr.Seconds(), "redsync-ops/s")
+	b.ReportMetric(tr.Seconds()/tl.Seconds(), "ratio")
+}
+
 func BenchmarkHandoff(b *testing.B) {
 	b.Run("leasehold", func(b *testing.B) {
 		l := benchLeasehold(b, uniq(b, "h"))
