@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,6 +49,7 @@ from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
+from leasehold.service import Granted  # noqa: E402
 
 clock = time.perf_counter
 
@@ -73,6 +75,26 @@ class LeaseholdLocker(Locker):
     def close(self) -> None:
         if self.own:
             self.client.close()
+
+
+class ServiceOnlyLocker(Locker):
+    """The RedisLockService's own two round trips, without LockClient (no renewals, no
+    loss detection): the transport's share of leasehold's cost, for the throughput row only."""
+
+    def __init__(self, url: str) -> None:
+        self.svc = RedisLockService.from_url(url)
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        token = uuid.uuid4().hex
+        if not isinstance(self.svc.acquire(name, token, int(ttl * 1000)), Granted):
+            raise TimeoutError(name)
+        return (name, token)
+
+    def release(self, h: Any) -> None:
+        self.svc.release(h[0], h[1], b"")
+
+    def close(self) -> None:
+        self.svc.close()
 
 
 class RedisPyLocker(Locker):
@@ -393,13 +415,17 @@ def main() -> None:
         r = srv.client()
         results["redis_server"] = r.info("server")["redis_version"]
         shared = LockClient(RedisLockService.from_url(srv.url))
-        all_impls = impls(srv.url, r, shared)
+        # The peers get a client with redis-py's defaults (no socket timeout: python-redis-lock
+        # blocks in BLPOP for up to its expire time, longer than any socket timeout we would set).
+        r_peers = redis.Redis.from_url(srv.url)
+        all_impls = impls(srv.url, r_peers, shared)
         try:
             if "throughput" in parts:
                 tp_impls = [i for i in all_impls if "shared" not in i.label]
                 proto_impl = inline_prototype(srv.url)
                 if proto_impl is not None:
                     tp_impls.insert(1, proto_impl)
+                tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
                 results["throughput"] = tp = bench_throughput(tp_impls, rounds=3 if q else 7, seconds=0.7)
                 for label, res in tp.items():
                     print(

@@ -228,15 +228,23 @@ def _int_or_none(v: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _close_pipe(pipe: tuple[int, int] | None) -> None:
+    for fd in pipe or ():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 class _Subscriber:
     """One pub/sub connection on its own daemon thread.
 
     The thread owns the redis-py ``PubSub`` object (which is not thread-safe); ``watch`` and
     ``unwatch`` only edit the wanted set and poke a self-pipe, and the thread reconciles the
     subscriptions (an unwatched channel stays subscribed for ``linger`` seconds, so a name that
-    is watched, unwatched and watched again in a loop does not churn SUBSCRIBE/UNSUBSCRIBE). It waits with ``select`` on the pub/sub socket and the pipe, so a new watch
-    is subscribed at once and an idle subscriber costs no CPU and one PING per
-    ``ping_interval``.
+    is watched, unwatched and watched again in a loop does not churn SUBSCRIBE/UNSUBSCRIBE). It
+    waits with ``select`` on the pub/sub socket and the pipe, so a new watch is subscribed at
+    once and an idle subscriber costs no CPU and one PING per ``ping_interval``.
     """
 
     def __init__(self, client: redis.Redis, ping_interval: float, linger: float = 10.0) -> None:
@@ -263,6 +271,7 @@ class _Subscriber:
             self._next_gen += 1
             self._gen[channel] = self._next_gen
             if self._thread is None or not self._thread.is_alive():
+                _close_pipe(self._pipe)  # left by a thread that ended (it never should)
                 self._pipe = os.pipe()
                 os.set_blocking(self._pipe[0], False)
                 os.set_blocking(self._pipe[1], False)
@@ -289,12 +298,8 @@ class _Subscriber:
             thread.join(timeout=5.0)
         with self._lock:
             pipe, self._pipe = self._pipe, None
-        if pipe is not None and (thread is None or not thread.is_alive()):
-            for fd in pipe:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        if thread is None or not thread.is_alive():
+            _close_pipe(pipe)
 
     def _reset_after_fork_locked(self) -> None:
         # In a forked child the thread does not exist and the pipe is shared with the parent:
@@ -302,6 +307,7 @@ class _Subscriber:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._thread = None
+            _close_pipe(self._pipe)  # the child's copies; the parent keeps its own
             self._pipe = None
             self._wanted.clear()
             self._gen.clear()

@@ -346,3 +346,30 @@ def test_status_reports_holder_ttl_and_last_fence(svc, r):
     r.set(proto.keys_for("bad2").fence, "hello")
     with pytest.raises(proto.ProtocolError, match="^lh: "):
         svc.status("bad2")
+
+
+def test_a_forked_child_gets_its_own_subscriber(svc, r):
+    import os
+
+    notes = Notes()
+    svc.watch("parent", notes)
+    assert notes.wait_count(1)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread does not exist here
+        code = 1
+        try:
+            child_notes = Notes()
+            svc.watch("child", child_notes)
+            t = tok()
+            svc.acquire("child", t, 10_000)
+            svc.release("child", t, b"")
+            code = 0 if child_notes.wait_count(2, timeout=20) else 2
+            svc.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    t = tok()
+    svc.acquire("parent", t, 10_000)
+    svc.release("parent", t, b"")
+    assert notes.wait_count(2), "the parent's subscriber is unaffected"
