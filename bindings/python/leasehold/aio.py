@@ -357,7 +357,7 @@ class AsyncLockClient:
     def _feed(self, fn: Callable[[], None]) -> None:
         try:
             fn()
-        except errors.LeaseholdError:
+        except Exception:  # never let a bad input kill the driver
             log.exception("leasehold: the core refused an input")
         self._drain()
 

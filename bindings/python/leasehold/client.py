@@ -523,7 +523,7 @@ class LockClient:
         except (errors.CorePanic, errors.CorePoisoned) as e:
             self._on_fatal(e)
             return
-        except errors.LeaseholdError:
+        except Exception:  # never let a bad input kill the driver
             log.exception("leasehold: the core refused an input")
         self._drain()
 

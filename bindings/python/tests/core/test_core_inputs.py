@@ -304,3 +304,50 @@ def test_huge_wait_is_accepted_and_bounded(make_client) -> None:
     h.release()
     h2 = b.acquire("huge", ttl=3, wait=1e10)  # free: granted at once despite the huge budget
     assert h2.is_held()
+
+
+class _Odd(MemoryLockService):
+    """A service returning garbage: every answer must become a transport error, never a grant."""
+
+    def __init__(self, clock: FakeClock, answer: object) -> None:
+        super().__init__(clock=clock)
+        self.answer = answer
+
+    def acquire(self, name: str, token: str, ttl_ms: int):  # type: ignore[no-untyped-def]
+        self.calls["acquire"] += 1
+        self.called["acquire"].set()
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        "granted",
+        True,
+        leasehold.Granted(fencing_token=-1, ttl_ms=3000),
+        leasehold.Granted(fencing_token="7", ttl_ms=3000),  # type: ignore[arg-type]
+        leasehold.Granted(fencing_token=1, ttl_ms=3000, backend_data=b"x" * 5000),
+        leasehold.HeldByOther(retry_after_ms=-5),
+    ],
+    ids=["none", "str", "bool", "negative-token", "str-token", "huge-backend-data", "negative-hint"],
+)
+def test_misbehaving_service_never_grants_and_driver_survives(clock: FakeClock, answer: object) -> None:
+    from core_helpers import Result
+
+    from leasehold.testing import settle
+
+    c = LockClient(_Odd(clock, answer), clock=clock)
+    try:
+        r = Result(lambda: c.acquire("odd", ttl=3, wait=1))
+        assert c.service.called["acquire"].wait(5)  # type: ignore[attr-defined]
+        settle(clock, [c], seconds=4, step=0.1)
+        with pytest.raises(LockTimeout):
+            r.get()
+        assert c.service.calls["acquire"] >= 1  # type: ignore[attr-defined]
+        # The driver is alive: a well-behaved answer afterwards is granted.
+        c.service.answer = leasehold.Granted(fencing_token=9, ttl_ms=3000)  # type: ignore[attr-defined]
+        h = c.acquire("odd", ttl=3, wait=1)
+        assert h.fencing_token == 9
+    finally:
+        c.close(timeout=0.2)
