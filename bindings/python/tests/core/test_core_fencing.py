@@ -93,3 +93,69 @@ def test_gate_misuse(conn: sqlite3.Connection) -> None:
             pass
     conn.rollback()
     assert gate.run("kv", 3, lambda cur: cur.execute("SELECT v FROM kv").fetchone()[0]) == 0
+
+
+class _FakeCursor:
+    def __init__(self, conn: "_FakeConn") -> None:
+        self.conn = conn
+        self._row: tuple[int] | None = None
+
+    def execute(self, sql: str, params: object = ()) -> None:
+        self.conn.log.append((sql, params))
+        if sql.startswith("SELECT hwm"):
+            hwm = self.conn.hwm
+            self._row = None if hwm is None else (hwm,)
+        elif sql.startswith("INSERT"):
+            assert isinstance(params, tuple)
+            if "ON CONFLICT" in sql:
+                if self.conn.hwm is None:
+                    self.conn.hwm = params[1]  # type: ignore[assignment]
+            else:
+                self.conn.hwm = params[1]  # type: ignore[assignment]
+        elif sql.startswith("UPDATE leasehold_fencing"):
+            assert isinstance(params, tuple)
+            self.conn.hwm = params[0]  # type: ignore[assignment]
+
+    def fetchone(self) -> tuple[int] | None:
+        return self._row
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeConn:
+    """Just enough of a DB-API connection (format paramstyle, like psycopg) to see the SQL."""
+
+    def __init__(self) -> None:
+        self.hwm: int | None = None
+        self.log: list[tuple[str, object]] = []
+        self.commits = 0
+        self.rollbacks = 0
+
+    def cursor(self) -> _FakeCursor:
+        return _FakeCursor(self)
+
+    def commit(self) -> None:
+        self.commits += 1
+
+    def rollback(self) -> None:
+        self.rollbacks += 1
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "generic"])
+def test_gate_sql_for_dbapi_connections(dialect: str) -> None:
+    conn = _FakeConn()
+    gate = FencingGate(conn, dialect=dialect, paramstyle="format")
+    with gate.guard("res", 5) as cur:
+        cur.execute("UPDATE app SET x = 1")
+    assert conn.hwm == 5 and conn.commits == 1
+    sqls = [s for s, _ in conn.log]
+    assert any("FOR UPDATE" in s and "%s" in s for s in sqls)
+    if dialect == "postgres":
+        assert "ON CONFLICT (resource) DO NOTHING" in sqls[0]
+    conn.log.clear()
+    with pytest.raises(StaleFencingToken):
+        with gate.guard("res", 4):
+            raise AssertionError("must not run")
+    assert conn.rollbacks == 1 and conn.hwm == 5
+    assert not any(s.startswith("UPDATE app") for s, _ in conn.log)
