@@ -449,3 +449,16 @@ def test_server_clock_step_makes_renewal_rejected(make_client, clock: FakeClock,
     settle(clock, [a, b], seconds=1.5)
     assert ha.lost.is_set() and ha.lost_reason == "rejected"
     assert hb.is_held() and hb.fencing_token > ha.fencing_token
+
+
+def test_unreachable_backend_gives_backend_unavailable(make_client, clock: FakeClock) -> None:
+    from leasehold import BackendUnavailable
+
+    c = make_client()
+    svc(c).partition()
+    r = Result(lambda: c.acquire("down", ttl=3, wait=2))
+    assert svc(c).called["acquire"].wait(5)
+    settle(clock, [c], seconds=5, step=0.1)
+    with pytest.raises(BackendUnavailable) as ei:
+        r.get()
+    assert isinstance(ei.value, LockTimeout) and "unavailable" in str(ei.value)
