@@ -147,7 +147,6 @@ fn rss_bytes() -> Option<u64> {
 /// Acquires and grants `n` leases named `lease/<i>` at time `now`; returns their ids.
 fn hold_leases(c: &mut Client, n: u64, now: u64, ids: &mut Vec<LeaseId>) {
     let mut name = String::with_capacity(32);
-    let mut fence = 0;
     for i in 0..n {
         use std::fmt::Write as _;
         name.clear();
@@ -159,9 +158,8 @@ fn hold_leases(c: &mut Client, n: u64, now: u64, ids: &mut Vec<LeaseId>) {
         let Some(Output::Command(Command::Acquire { request, .. })) = c.poll_output() else {
             panic!("expected an Acquire command");
         };
-        fence += 1;
         let granted = AcquireResult::Granted {
-            fencing_token: fence,
+            fencing_token: i + 1,
             ttl_ms: TTL_MS,
             backend_data: &[],
         };
@@ -248,7 +246,6 @@ fn bench_acquire_release(background: u64, cycles: u64) -> (Timing, f64) {
     let now = 1_000 * MS;
     hold_leases(&mut c, background, now, &mut ids);
     let run = |c: &mut Client, cycles: u64| {
-        let mut fence = 1_000_000_000;
         for i in 0..cycles {
             let t = now + i * 10;
             let lease = c
@@ -257,9 +254,8 @@ fn bench_acquire_release(background: u64, cycles: u64) -> (Timing, f64) {
             let Some(Output::Command(Command::Acquire { request, .. })) = c.poll_output() else {
                 panic!("expected Acquire");
             };
-            fence += 1;
             let granted = AcquireResult::Granted {
-                fencing_token: fence,
+                fencing_token: 1_000_000_000 + i,
                 ttl_ms: TTL_MS,
                 backend_data: &[],
             };
