@@ -99,7 +99,7 @@ func TestAcquireRelease(t *testing.T) {
 }
 
 func TestRenewalAcrossTTLs(t *testing.T) {
-	for _, ttl := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 600 * time.Millisecond, 1500 * time.Millisecond} {
+	for _, ttl := range []time.Duration{200 * time.Millisecond, 350 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond} {
 		t.Run(ttl.String(), func(t *testing.T) {
 			t.Parallel()
 			tr := NewMemoryTransport()

@@ -113,6 +113,45 @@ func init() {
 	Version = C.GoString(C.lh_version())
 	if v != ABIVersion {
 		abiErr = fmt.Errorf("leasehold: linked library has ABI version %d, this package needs %d (library %s)", v, ABIVersion, Version)
+		return
+	}
+	// The Go mirrors of the header's constants must match the header.
+	pairs := [][2]uint64{
+		{C.LH_ABI_VERSION, ABIVersion},
+		{C.LH_ERR_NULL_ARGUMENT, statusNullArgument}, {C.LH_ERR_INVALID_UTF8, statusInvalidUTF8},
+		{C.LH_ERR_EMPTY_NAME, statusEmptyName}, {C.LH_ERR_NAME_TOO_LONG, statusNameTooLong},
+		{C.LH_ERR_NAME_HAS_NUL, statusNameHasNul}, {C.LH_ERR_INVALID_TTL, statusInvalidTTL},
+		{C.LH_ERR_INVALID_CONFIG, statusInvalidConfig}, {C.LH_ERR_SEED_TOO_SHORT, statusSeedTooShort},
+		{C.LH_ERR_UNKNOWN_LEASE, statusUnknownLease}, {C.LH_ERR_LEASE_ENDED, statusLeaseEnded},
+		{C.LH_ERR_TOO_MANY_LEASES, statusTooManyLeases}, {C.LH_ERR_INVALID_ENUM, statusInvalidEnum},
+		{C.LH_ERR_BACKEND_DATA_TOO_LONG, statusBackendDataTooLong}, {C.LH_ERR_BUFFER_TOO_SMALL, statusBufferTooSmall},
+		{C.LH_ERR_NOT_GRANTED, statusNotGranted}, {C.LH_ERR_STRUCT_SIZE, statusStructSize},
+		{C.LH_ERR_PANIC, statusPanic}, {C.LH_ERR_POISONED, statusPoisoned},
+		{C.LH_OUTPUT_NONE, outNone}, {C.LH_OUTPUT_ACQUIRE, outAcquire}, {C.LH_OUTPUT_RENEW, outRenew},
+		{C.LH_OUTPUT_RELEASE, outRelease}, {C.LH_OUTPUT_WATCH, outWatch}, {C.LH_OUTPUT_UNWATCH, outUnwatch},
+		{C.LH_OUTPUT_ACQUIRED, outAcquired}, {C.LH_OUTPUT_ACQUIRE_FAILED, outAcquireFailed},
+		{C.LH_OUTPUT_LOST, outLost}, {C.LH_OUTPUT_RELEASED, outReleased},
+		{C.LH_REASON_WAIT_EXHAUSTED, reasonWaitExhausted}, {C.LH_REASON_CANCELLED, reasonCancelled},
+		{C.LH_REASON_UNAVAILABLE, reasonUnavailable}, {C.LH_REASON_REJECTED, reasonRejected},
+		{C.LH_REASON_EXPIRED, reasonExpired}, {C.LH_REASON_FAIL_BUDGET, reasonFailBudget},
+		{C.LH_ACQUIRE_GRANTED, acquireGranted}, {C.LH_ACQUIRE_HELD_BY_OTHER, acquireHeldByOther},
+		{C.LH_ACQUIRE_TRANSPORT_ERROR, acquireTransportError},
+		{C.LH_RENEW_RENEWED, renewRenewed}, {C.LH_RENEW_REJECTED, renewRejected},
+		{C.LH_RENEW_TRANSPORT_ERROR, renewTransportError},
+		{C.LH_RELEASE_RELEASED, releaseReleased}, {C.LH_RELEASE_NOT_OWNER, releaseNotOwner},
+		{C.LH_RELEASE_TRANSPORT_ERROR, releaseTransportError},
+		{C.LH_STATE_ACQUIRING, stateAcquiring}, {C.LH_STATE_HELD, stateHeld}, {C.LH_STATE_RELEASED, stateReleased},
+		{C.LH_STATE_LOST, stateLost}, {C.LH_STATE_ACQUIRE_FAILED, stateAcquireFailed},
+		{C.LH_NO_DEADLINE, noDeadline}, {C.LH_NO_RETRY_HINT, noRetryHint}, {C.LH_ACQUIRE_REENTRANT, flagReentrant},
+		{C.LH_REDIS_SCRIPT_ACQUIRE, redisScriptAcquire}, {C.LH_REDIS_SCRIPT_RENEW, redisScriptRenew},
+		{C.LH_REDIS_SCRIPT_RELEASE, redisScriptRelease}, {C.LH_REDIS_KEY_LOCK, redisKeyLock},
+		{C.LH_REDIS_KEY_FENCE, redisKeyFence}, {C.LH_REDIS_KEY_CHANNEL, redisKeyChannel},
+	}
+	for i, p := range pairs {
+		if p[0] != p[1] {
+			abiErr = fmt.Errorf("leasehold: constant #%d differs between leasehold.h (%d) and the Go binding (%d)", i, p[0], p[1])
+			return
+		}
 	}
 }
 
