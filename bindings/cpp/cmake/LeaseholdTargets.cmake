@@ -6,8 +6,9 @@
 #   1. LEASEHOLD_LIBRARY / LEASEHOLD_INCLUDE_DIR if set by the user;
 #   2. the repository build: ${LEASEHOLD_ROOT}/target/release/libleasehold.{a,so} and
 #      ${LEASEHOLD_ROOT}/include/leasehold.h (run `cargo build --release` at the repo root);
-#   3. pkg-config module `leasehold` (leasehold.pc, installed by scripts/install-lib.sh).
-# LEASEHOLD_STATIC (default ON) prefers libleasehold.a over libleasehold.so in the build dir.
+#   3. pkg-config module `leasehold-static` / `leasehold` (installed by scripts/install-lib.sh).
+# LEASEHOLD_STATIC (default ON) prefers libleasehold.a over libleasehold.so (and the
+# leasehold-static pkg-config module over leasehold).
 include_guard(GLOBAL)
 
 if(NOT DEFINED LEASEHOLD_CPP_INCLUDE_DIR)
@@ -22,43 +23,51 @@ option(LEASEHOLD_STATIC "Link the static Rust library when both are available" O
 find_package(Threads REQUIRED)
 find_package(PkgConfig QUIET)
 
-if(NOT LEASEHOLD_LIBRARY)
-  if(LEASEHOLD_STATIC)
-    set(_lh_names libleasehold.a leasehold)
-  else()
-    set(_lh_names leasehold libleasehold.a)
-  endif()
-  find_library(LEASEHOLD_LIBRARY NAMES ${_lh_names}
-               PATHS "${LEASEHOLD_ROOT}/target/release" NO_DEFAULT_PATH NO_CACHE)
+if(LEASEHOLD_STATIC)
+  set(_lh_names libleasehold.a leasehold)
+else()
+  set(_lh_names leasehold libleasehold.a)
 endif()
-if(NOT LEASEHOLD_INCLUDE_DIR)
-  find_path(LEASEHOLD_INCLUDE_DIR leasehold.h PATHS "${LEASEHOLD_ROOT}/include" NO_DEFAULT_PATH NO_CACHE)
+set(_lh_source "")
+if(NOT LEASEHOLD_LIBRARY OR NOT LEASEHOLD_INCLUDE_DIR)
+  find_library(_lh_lib NAMES ${_lh_names} PATHS "${LEASEHOLD_ROOT}/target/release" NO_DEFAULT_PATH NO_CACHE)
+  find_path(_lh_inc leasehold.h PATHS "${LEASEHOLD_ROOT}/include" NO_DEFAULT_PATH NO_CACHE)
+  if(_lh_lib AND _lh_inc)
+    set(_lh_source "the repository build")
+  elseif(PkgConfig_FOUND)
+    # Only the locations are taken from the .pc file: a static archive given as a path in
+    # `Libs:` would otherwise land before the objects on the link line.
+    pkg_search_module(LEASEHOLD_PC QUIET leasehold leasehold-static)
+    if(LEASEHOLD_PC_FOUND)
+      pkg_get_variable(_lh_pc_libdir ${LEASEHOLD_PC_MODULE_NAME} libdir)
+      pkg_get_variable(_lh_pc_incdir ${LEASEHOLD_PC_MODULE_NAME} includedir)
+      find_library(_lh_lib NAMES ${_lh_names} PATHS "${_lh_pc_libdir}" NO_DEFAULT_PATH NO_CACHE)
+      find_path(_lh_inc leasehold.h PATHS "${_lh_pc_incdir}" NO_DEFAULT_PATH NO_CACHE)
+      set(_lh_source "pkg-config module ${LEASEHOLD_PC_MODULE_NAME} ${LEASEHOLD_PC_VERSION}")
+    endif()
+  endif()
+  if(NOT LEASEHOLD_LIBRARY)
+    set(LEASEHOLD_LIBRARY "${_lh_lib}")
+  endif()
+  if(NOT LEASEHOLD_INCLUDE_DIR)
+    set(LEASEHOLD_INCLUDE_DIR "${_lh_inc}")
+  endif()
 endif()
 
 if(NOT TARGET leasehold::leasehold_c)
-  if(LEASEHOLD_LIBRARY AND LEASEHOLD_INCLUDE_DIR)
-    message(STATUS "leasehold: using ${LEASEHOLD_LIBRARY} with ${LEASEHOLD_INCLUDE_DIR}/leasehold.h")
-    add_library(leasehold::leasehold_c UNKNOWN IMPORTED GLOBAL)
-    set_target_properties(leasehold::leasehold_c PROPERTIES
-      IMPORTED_LOCATION "${LEASEHOLD_LIBRARY}"
-      INTERFACE_INCLUDE_DIRECTORIES "${LEASEHOLD_INCLUDE_DIR}")
-    # A Rust staticlib needs the platform libraries std links against.
-    set_property(TARGET leasehold::leasehold_c PROPERTY
-      INTERFACE_LINK_LIBRARIES Threads::Threads ${CMAKE_DL_LIBS} m)
-  elseif(PkgConfig_FOUND)
-    pkg_check_modules(LEASEHOLD_PC QUIET IMPORTED_TARGET GLOBAL leasehold)
-    if(LEASEHOLD_PC_FOUND)
-      message(STATUS "leasehold: using pkg-config module leasehold ${LEASEHOLD_PC_VERSION}")
-      add_library(leasehold::leasehold_c INTERFACE IMPORTED GLOBAL)
-      set_property(TARGET leasehold::leasehold_c PROPERTY
-        INTERFACE_LINK_LIBRARIES PkgConfig::LEASEHOLD_PC Threads::Threads ${CMAKE_DL_LIBS} m)
-    endif()
+  if(NOT LEASEHOLD_LIBRARY OR NOT LEASEHOLD_INCLUDE_DIR)
+    message(FATAL_ERROR "leasehold: Rust library not found. Run `cargo build --release` in "
+                        "${LEASEHOLD_ROOT}, or install it (scripts/install-lib.sh, pkg-config), or "
+                        "set LEASEHOLD_LIBRARY and LEASEHOLD_INCLUDE_DIR.")
   endif()
-endif()
-if(NOT TARGET leasehold::leasehold_c)
-  message(FATAL_ERROR "leasehold: Rust library not found. Run `cargo build --release` in "
-                      "${LEASEHOLD_ROOT}, or install leasehold.pc, or set LEASEHOLD_LIBRARY and "
-                      "LEASEHOLD_INCLUDE_DIR.")
+  message(STATUS "leasehold: ${LEASEHOLD_LIBRARY} + ${LEASEHOLD_INCLUDE_DIR}/leasehold.h ${_lh_source}")
+  add_library(leasehold::leasehold_c UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(leasehold::leasehold_c PROPERTIES
+    IMPORTED_LOCATION "${LEASEHOLD_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${LEASEHOLD_INCLUDE_DIR}")
+  # A Rust staticlib needs the platform libraries std links against.
+  set_property(TARGET leasehold::leasehold_c PROPERTY
+    INTERFACE_LINK_LIBRARIES Threads::Threads ${CMAKE_DL_LIBS} m)
 endif()
 
 if(NOT TARGET leasehold::leasehold)
