@@ -75,10 +75,11 @@ type client struct {
 	closed bool
 	broken error
 
-	t            Transport
-	log          *slog.Logger
-	reqTimeout   time.Duration
-	closeTimeout time.Duration
+	t             Transport
+	notifications bool // Watch commands are executed (else waiters poll)
+	log           *slog.Logger
+	reqTimeout    time.Duration
+	closeTimeout  time.Duration
 
 	closing    chan struct{} // closed when Close starts
 	stop       chan struct{} // stops the driver and the watcher
@@ -194,20 +195,21 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c := &client{
-		core:         k,
-		t:            t,
-		log:          log,
-		reqTimeout:   time.Duration(cfg.requestTimeoutNs),
-		closeTimeout: o.CloseTimeout,
-		closing:      make(chan struct{}),
-		stop:         make(chan struct{}),
-		driverDone:   make(chan struct{}),
-		watchDone:    make(chan struct{}),
-		timer:        time.NewTimer(time.Hour),
-		armed:        noDeadline,
-		recs:         map[uint64]*leaseRec{},
-		relWaits:     map[uint64][]chan struct{}{},
-		watchKick:    make(chan struct{}, 1),
+		core:          k,
+		t:             t,
+		notifications: cfg.notifications,
+		log:           log,
+		reqTimeout:    time.Duration(cfg.requestTimeoutNs),
+		closeTimeout:  o.CloseTimeout,
+		closing:       make(chan struct{}),
+		stop:          make(chan struct{}),
+		driverDone:    make(chan struct{}),
+		watchDone:     make(chan struct{}),
+		timer:         time.NewTimer(time.Hour),
+		armed:         noDeadline,
+		recs:          map[uint64]*leaseRec{},
+		relWaits:      map[uint64][]chan struct{}{},
+		watchKick:     make(chan struct{}, 1),
 	}
 	if c.closeTimeout == 0 {
 		c.closeTimeout = c.reqTimeout
@@ -502,6 +504,9 @@ func (c *client) dispatchLocked(o output) *job {
 			})
 		}}
 	case outWatch, outUnwatch:
+		if !c.notifications {
+			return nil // polling: the transport is never asked to watch
+		}
 		c.watchQ = append(c.watchQ, watchOp{watch: o.kind == outWatch, name: o.name})
 		select {
 		case c.watchKick <- struct{}{}:

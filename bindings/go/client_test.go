@@ -658,3 +658,30 @@ func TestTransportPanicIsATransportError(t *testing.T) {
 		t.Fatalf("acquire through a panicking transport: %v", err)
 	}
 }
+
+func TestPollingWithoutNotifications(t *testing.T) {
+	tr := NewMemoryTransport()
+	a := newTestClient(t, tr, nil)
+	b := newTestClient(t, tr.Server().Transport(), &Options{DisableNotifications: true, BackoffCap: 50 * time.Millisecond})
+	ctx := context.Background()
+	la, err := a.Acquire(ctx, "poll", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "poll", AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if n := tr.Server().Watchers("poll"); n != 0 {
+		t.Fatalf("a polling client subscribed (%d watchers)", n)
+	}
+	_ = la.Release(ctx)
+	if err := <-got; err != nil {
+		t.Fatalf("polling waiter: %v", err)
+	}
+}

@@ -407,3 +407,75 @@ func TestRedisPausedHolderStaleWriteRejectedByGate(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// TestRedisLossDetectedWhenServerStopsAnswering stops a private
+// redis-server (SIGSTOP) under a held lease: the lease's context must be
+// cancelled while the server would still consider the lease held, which is
+// checked by resuming the server at that moment and reading the key's PTTL.
+func TestRedisLossDetectedWhenServerStopsAnswering(t *testing.T) {
+	needRedis(t)
+	addr, stop, err := startRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	tr, err := NewRedisTransport(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	// A wide drift margin keeps the check independent of scheduling noise.
+	c := newTestClient(t, tr, &Options{DriftFixed: 250 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "stopped", AcquireOptions{TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := redisPid(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		t.Fatal("loss never detected")
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(l.Err(), ErrLost) {
+		t.Fatalf("cause %v", l.Err())
+	}
+	check := redis.NewClient(&redis.Options{Addr: addr})
+	defer check.Close()
+	lock, _, _, _ := RedisKeys("stopped")
+	pttl, err := check.PTTL(ctx, lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pttl <= 0 {
+		t.Fatalf("the server had already expired the lock (PTTL %v) when the loss was signalled", pttl)
+	}
+}
+
+// redisPid asks the server for its process id.
+func redisPid(addr string) (int, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no process_id in INFO server")
+}
