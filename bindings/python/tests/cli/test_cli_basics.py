@@ -285,3 +285,19 @@ def test_console_script(env, backend):
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["job", "1"]
+
+
+def test_database_locked_by_another_connection_is_69_not_a_hang(env, db, backend):
+    import sqlite3
+
+    SQLiteLockService(db).close()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # holds the write lock past the 5 s busy timeout
+    try:
+        res = run_cli(["run", *backend, "--wait", "1", "job", "--", "echo", "ran"], env)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert res.returncode == 69, res.stderr
+    assert "busy" in res.stderr and str(db) in res.stderr
+    assert "ran" not in res.stdout
