@@ -12,7 +12,11 @@
 //! It also keeps a history of every grant so the simulator can check what the
 //! core reports against what the service actually decided, and it records
 //! protocol violations by the client (a renew/release echoing backend data the
-//! service never handed to that token).
+//! service never handed to that token). A renew/release whose backend data
+//! differs from the token's live grant is reported separately
+//! ([`LockService::take_echo_mismatch`]): whether that is the client's fault
+//! depends on whether it could have known the live grant's data, which only
+//! the simulator (which saw what was delivered) can judge.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -87,7 +91,21 @@ pub struct LockService {
     retry_hints: bool,
     fence_stride: u64,
     violations: Vec<String>,
+    echo_mismatch: Option<EchoMismatch>,
     grants: u64,
+}
+
+/// A renew/release for a live grant carried other backend data than the grant's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EchoMismatch {
+    /// "renew" or "release".
+    pub what: &'static str,
+    /// The token.
+    pub token: OwnerToken,
+    /// Data the command carried.
+    pub sent: Vec<u8>,
+    /// Data of the live grant.
+    pub live: Vec<u8>,
 }
 
 /// Ceil-divides ns into whole ms.
@@ -109,6 +127,7 @@ impl LockService {
             retry_hints,
             fence_stride: fence_stride.max(1),
             violations: Vec::new(),
+            echo_mismatch: None,
             grants: 0,
         }
     }
@@ -183,7 +202,7 @@ impl LockService {
     /// refuses the command anyway, whatever data it carries.
     fn check_echo(
         &mut self,
-        what: &str,
+        what: &'static str,
         now: u64,
         name: &str,
         token: &OwnerToken,
@@ -199,13 +218,12 @@ impl LockService {
             .filter(|h| h.token == *token && now < h.expires_at);
         if let Some(h) = live {
             if sent != h.backend_data.as_slice() {
-                let msg = format!(
-                    "{what} for token {} echoed backend data {:?}, but its live grant has {:?}",
-                    String::from_utf8_lossy(token),
-                    String::from_utf8_lossy(sent),
-                    String::from_utf8_lossy(&h.backend_data)
-                );
-                self.violations.push(msg);
+                self.echo_mismatch = Some(EchoMismatch {
+                    what,
+                    token: *token,
+                    sent: sent.to_vec(),
+                    live: h.backend_data.clone(),
+                });
             }
         } else if !self.history.contains_key(token) {
             let msg = format!(
@@ -292,6 +310,11 @@ impl LockService {
         self.history.get(token)
     }
 
+    /// The mismatch found by the last renew/release, if any.
+    pub fn take_echo_mismatch(&mut self) -> Option<EchoMismatch> {
+        self.echo_mismatch.take()
+    }
+
     /// Protocol violations by clients observed so far.
     pub fn violations(&self) -> &[String] {
         &self.violations
@@ -354,8 +377,13 @@ mod tests {
             "B no longer holds: nothing to check"
         );
         s.acquire(200 * MS, "n", A, 100);
+        assert!(s.take_echo_mismatch().is_none());
         s.renew(210 * MS, "n", A, 100, Some(b"forged"));
-        assert_eq!(s.violations().len(), 1);
+        let m = s.take_echo_mismatch().expect("wrong data for a live grant");
+        assert_eq!(m.sent, b"forged");
+        assert!(s.violations().is_empty());
+        s.release(220 * MS, "n", [b'c'; 32], Some(b"invented"));
+        assert_eq!(s.violations().len(), 1, "data never granted to that token");
     }
 
     #[test]

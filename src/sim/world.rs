@@ -86,7 +86,7 @@ pub struct Outcome {
     pub trace: Vec<String>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum ToService {
     Acquire {
         req: RequestId,
@@ -100,18 +100,20 @@ enum ToService {
         token: OwnerToken,
         ttl_ms: u64,
         data: Option<Arc<[u8]>>,
+        sent_at: u64,
     },
     Release {
         req: RequestId,
         name: Arc<str>,
         token: OwnerToken,
         data: Option<Arc<[u8]>>,
+        sent_at: u64,
     },
     Watch(Arc<str>),
     Unwatch(Arc<str>),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum ToClient {
     /// `None` = transport error.
     Acquire(RequestId, Option<AcquireReply>),
@@ -262,6 +264,8 @@ struct Shared {
     accepted_max: HashMap<Arc<str>, u64>,
     /// Highest fence among live first grants seen per name (I4).
     seen_fence: HashMap<Arc<str>, u64>,
+    /// When (true time) each grant's backend data first reached a client.
+    delivered: HashMap<(OwnerToken, Vec<u8>), u64>,
     /// Highest fresh grant per name at the service (I4).
     grant_fence: HashMap<Arc<str>, u64>,
     failure: Option<Failure>,
@@ -326,45 +330,7 @@ impl Shared {
             Fate::Deliver(delays) => {
                 if delays.len() == 2 {
                     self.tr("    (request duplicated)".into());
-                    let copy = match &msg {
-                        ToService::Acquire {
-                            req,
-                            name,
-                            token,
-                            ttl_ms,
-                        } => ToService::Acquire {
-                            req: *req,
-                            name: name.clone(),
-                            token: *token,
-                            ttl_ms: *ttl_ms,
-                        },
-                        ToService::Renew {
-                            req,
-                            name,
-                            token,
-                            ttl_ms,
-                            data,
-                        } => ToService::Renew {
-                            req: *req,
-                            name: name.clone(),
-                            token: *token,
-                            ttl_ms: *ttl_ms,
-                            data: data.clone(),
-                        },
-                        ToService::Release {
-                            req,
-                            name,
-                            token,
-                            data,
-                        } => ToService::Release {
-                            req: *req,
-                            name: name.clone(),
-                            token: *token,
-                            data: data.clone(),
-                        },
-                        ToService::Watch(n) => ToService::Watch(n.clone()),
-                        ToService::Unwatch(n) => ToService::Unwatch(n.clone()),
-                    };
+                    let copy = msg.clone();
                     self.push(
                         now + delays[1],
                         c,
@@ -408,12 +374,7 @@ impl Shared {
         match self.net.fate(c, now, !is_notify, true) {
             Fate::Deliver(delays) => {
                 if delays.len() == 2 {
-                    let copy = match &msg {
-                        ToClient::Acquire(r, a) => ToClient::Acquire(*r, a.clone()),
-                        ToClient::Renew(r, x) => ToClient::Renew(*r, *x),
-                        ToClient::Release(r, x) => ToClient::Release(*r, *x),
-                        ToClient::Notify(n) => ToClient::Notify(n.clone()),
-                    };
+                    let copy = msg.clone();
                     self.push(now + delays[1], c, Ev::AtClient(copy));
                 }
                 self.push(now + delays[0], c, Ev::AtClient(msg));
@@ -428,6 +389,41 @@ impl Shared {
                 };
                 self.push(now + after_ns, c, Ev::AtClient(err));
             }
+        }
+    }
+
+    /// A renew/release carried other backend data than the token's live grant.
+    /// That is the core's fault only if the live grant's data had been
+    /// delivered to it before it sent the command (a grant answered by a
+    /// transport error cannot be known).
+    fn judge_echo(&mut self, sent_at: u64) {
+        let Some(m) = self.service.take_echo_mismatch() else {
+            return;
+        };
+        // Only a cleanup release must adopt a late grant's data (rule 6); a
+        // renew of a live lease rightly keeps its own grant's data (rule 5),
+        // and the service refuses it if that grant is gone.
+        let known = m.what == "release"
+            && self
+                .delivered
+                .get(&(m.token, m.live.clone()))
+                .is_some_and(|&t| t < sent_at);
+        let msg = format!(
+            "{} for token {} echoed backend data {:?}, but its live grant has {:?}{}",
+            m.what,
+            hex(&m.token),
+            String::from_utf8_lossy(&m.sent),
+            String::from_utf8_lossy(&m.live),
+            if known {
+                ", which the client had received"
+            } else {
+                " (not the core's fault: a renew, or data it never received)"
+            }
+        );
+        if known {
+            self.fail("rule 6", msg);
+        } else {
+            self.tr(format!("    note: {msg}"));
         }
     }
 
@@ -472,10 +468,12 @@ impl Shared {
                 token,
                 ttl_ms,
                 data,
+                sent_at,
             } => {
                 let ok = self
                     .service
                     .renew(snow, &name, token, ttl_ms, data.as_deref());
+                self.judge_echo(sent_at);
                 self.tr(format!(
                     "{:>14} service <- c{c} Renew req={req} {name:?} token={} => {}",
                     secs(self.now),
@@ -494,8 +492,10 @@ impl Shared {
                 name,
                 token,
                 data,
+                sent_at,
             } => {
                 let (ok, watchers) = self.service.release(snow, &name, token, data.as_deref());
+                self.judge_echo(sent_at);
                 self.tr(format!(
                     "{:>14} service <- c{c} Release req={req} {name:?} token={} => {} notify {watchers:?}",
                     secs(self.now),
@@ -690,6 +690,7 @@ impl Host {
                 token,
                 ttl_ms,
                 data: backend_data,
+                sent_at: sh.now,
             },
             Command::Release {
                 request,
@@ -701,6 +702,7 @@ impl Host {
                 name,
                 token,
                 data: backend_data,
+                sent_at: sh.now,
             },
             Command::Watch { .. } | Command::Unwatch { .. } => return,
         };
@@ -1001,6 +1003,17 @@ impl Host {
                         if kind_ok {
                             self.note_confirmed(req, ttl_ms);
                         }
+                        let token = self
+                            .requests
+                            .get(&req)
+                            .and_then(|r| self.leases.get(&r.lease))
+                            .and_then(|l| l.token);
+                        if let Some(token) = token {
+                            let now = sh.now;
+                            sh.delivered
+                                .entry((token, backend_data.clone()))
+                                .or_insert(now);
+                        }
                         let r = AcquireResult::Granted {
                             fencing_token: fence,
                             ttl_ms,
@@ -1296,6 +1309,7 @@ impl World {
             accepted_max: HashMap::new(),
             seen_fence: HashMap::new(),
             grant_fence: HashMap::new(),
+            delivered: HashMap::new(),
             failure: None,
             trace: trace.then(Vec::new),
             stats: Stats {
