@@ -26,6 +26,13 @@ future. A host whose processes sleep in a suspended VM sees the clock stop for e
 ``leasehold_fences`` forever (it is never deleted, also not when a lock expires or is released),
 so the tokens of one name strictly increase for the life of the file.
 
+**A deleted or replaced file** (a cache cleaner, a user) is noticed before every operation
+(one ``stat``): the service reopens the file at the path instead of going on alone with the
+unlinked one, so holders' renewals are refused there and they learn that they lost their locks.
+The fences of a new file start again at 1, which a fencing gate that saw higher tokens refuses
+(safe, but stuck until its mark is reset): keep databases whose fencing tokens matter out of
+directories that get cleaned.
+
 **Notifications.** Releases made through this object are delivered to its own watchers at once.
 Other processes learn about releases through a cheap wake-up channel (Linux only): a watching
 service binds one abstract-namespace Unix datagram socket and registers its address for every
@@ -210,6 +217,7 @@ class SQLiteLockService(LockService):
         self._closed = False
         self._pid = os.getpid()
         self._conn: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we opened
         self._inherited: list[Any] = []  # objects from before a fork: kept open, never used
         self._watch: dict[str, Callable[[str], None]] = {}
         self._sock: socket.socket | None = None
@@ -244,6 +252,7 @@ class SQLiteLockService(LockService):
             raise SQLiteServiceError(p, _describe(e)) from e
         try:
             self._init_db(conn)
+            self._ident = _file_ident(p)
         except SQLiteServiceError:
             conn.close()
             raise
@@ -290,8 +299,29 @@ class SQLiteLockService(LockService):
             raise SQLiteServiceError(self.path, "SQLiteLockService is closed")
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._conn is None or _file_ident(self.path) != self._ident:
+            self._reopen()
         assert self._conn is not None
         return self._conn
+
+    def _reopen(self) -> None:
+        # The file was deleted or replaced (a cache cleaner, a user): our connection still works
+        # on the unlinked inode that no other process will ever open again, so holding on to it
+        # would make two disjoint lock worlds. Switch to the file at the path: locks held in the
+        # old one are then unknown (renewals are refused: the holders learn they lost them).
+        old, self._conn = self._conn, None
+        if old is not None:
+            log.warning("leasehold: lock database %s was deleted or replaced; reopening it", self.path)
+            try:
+                old.close()
+            except sqlite3.Error:
+                pass
+        self._sync_mode = ""
+        self._conn = self._open()  # SQLiteServiceError if it cannot be recreated: retried next call
+        if self._watch and self.notifications and self._addr is not None:
+            with self._txn() as conn:
+                for name in self._watch:
+                    self._register(conn, name)
 
     def _reset_lock_in_child(self) -> None:
         # Another thread may have held the lock at fork(): the child's copy would stay locked.
@@ -568,6 +598,14 @@ class SQLiteLockService(LockService):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _file_ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _check(name: object, token: object, ttl_ms: object) -> None:

@@ -486,3 +486,41 @@ def test_fork_child_gets_its_own_connection(open_service):
     assert msg == "1 HeldByOther True"
     assert svc.status("child").last_fencing_token == 1
     assert svc.release("parent", T1, b"")  # the parent's connection still works
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_deleted_or_replaced_file_is_followed_and_old_locks_are_lost(open_service, db_path, how):
+    holder = open_service()
+    assert holder.acquire("n", T1, 60_000) == Granted(fencing_token=1, ttl_ms=60_000)
+    _remove_db(db_path)
+    if how == "replaced":
+        other = SQLiteLockService(db_path)  # a fresh file at the same path, with its own lock
+        assert other.acquire("n", T2, 60_000).fencing_token == 1
+        other.close()
+    # The holder must not keep renewing a lock that no other process can see any more.
+    assert holder.renew("n", T1, 60_000, b"") is False
+    assert db_path.exists()
+    newcomer = open_service()
+    expected = HeldByOther if how == "replaced" else Granted
+    assert isinstance(newcomer.acquire("n", T3, 60_000), expected)
+    # Both services now work on the same file: exclusion holds again.
+    assert isinstance(holder.acquire("n", T1, 60_000), HeldByOther)
+
+
+def test_directory_deleted_is_an_error_until_it_comes_back(open_service, tmp_path):
+    d = tmp_path / "sub"
+    d.mkdir()
+    svc = open_service(d / "locks.sqlite3")
+    svc.acquire("n", T1, 60_000)
+    _remove_db(d / "locks.sqlite3")
+    d.rmdir()
+    with pytest.raises(SQLiteServiceError, match="does not exist"):
+        svc.renew("n", T1, 60_000, b"")
+    d.mkdir()
+    assert svc.renew("n", T1, 60_000, b"") is False  # a new, empty file: the old lock is gone
+    assert svc.acquire("n", T2, 60_000).fencing_token == 1
