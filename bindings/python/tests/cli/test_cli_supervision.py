@@ -257,3 +257,19 @@ def test_forwarded_sigterm_reaches_a_stopped_command(env, db, backend, tmp_path)
             p.kill()
     assert rc == -int(signal.SIGTERM), err  # COMMAND died of SIGTERM, and so does leasehold
     assert db_rows(db, "SELECT count(*) FROM leasehold_locks") == [(0,)]
+
+
+def test_deleting_the_database_loses_the_lock(env, db, backend, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    cmd = f'trap "echo TERM > {term}; exit 5" TERM; echo $$ > {started}; {LOOP}'
+    p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "60", "gone", "--", "sh", "-c", cmd], env)
+    try:
+        wait_until(started.exists, what="command started")
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / (db.name + suffix)).unlink(missing_ok=True)
+        rc, _, err = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 76, err
+    assert term.read_text().strip() == "TERM"
