@@ -46,7 +46,7 @@ def test_struct_layouts_match_header(tmp_path: Path) -> None:
         for fname, _ in cls._fields_:
             lines.append(f'  printf("{cname}.{fname} %zu\\n", offsetof({cname}, {fname}));')
             expected.append(f"{cname}.{fname} {getattr(cls, fname).offset}")
-    lines.append(f'  printf("abi %u\\n", (unsigned)LH_ABI_VERSION);')
+    lines.append('  printf("abi %u\\n", (unsigned)LH_ABI_VERSION);')
     expected.append(f"abi {_ffi.ABI_VERSION}")
     lines += ["  return 0;", "}"]
     src = tmp_path / "layout.c"
