@@ -56,6 +56,8 @@ pub struct Scenario {
     pub retry_hints: bool,
     /// Gap between successive fencing tokens.
     pub fence_stride: u64,
+    /// Longest TTL the service grants (it may grant less than asked).
+    pub grant_cap_ms: Option<u64>,
     /// Deliberate service bug (tests of the oracles only).
     pub service_fault: ServiceFault,
     /// Gate behaviour (tests of the oracles only).
@@ -165,6 +167,9 @@ impl Scenario {
             service_ppm,
             retry_hints: rng.chance_ppm(800_000),
             fence_stride: *rng.pick(&[1, 1, 1_000_003]),
+            grant_cap_ms: rng
+                .chance_ppm(150_000)
+                .then(|| *rng.pick(&[20, 45, 80, 400])),
             service_fault: ServiceFault::None,
             gate_mode: GateMode::Correct,
             max_steps: 3_000_000,

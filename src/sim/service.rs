@@ -93,6 +93,7 @@ pub struct LockService {
     violations: Vec<String>,
     echo_mismatch: Option<EchoMismatch>,
     grants: u64,
+    grant_cap_ms: Option<u64>,
 }
 
 /// A renew/release for a live grant carried other backend data than the grant's.
@@ -129,10 +130,18 @@ impl LockService {
             violations: Vec::new(),
             echo_mismatch: None,
             grants: 0,
+            grant_cap_ms: None,
         }
     }
 
-    /// Acquire `name` for `token` at service time `now` for `ttl_ms`.
+    /// Grants at most `cap` ms whatever is asked (services may cap TTLs; the
+    /// core must then count validity from the granted TTL).
+    pub fn set_grant_cap(&mut self, cap: Option<u64>) {
+        self.grant_cap_ms = cap;
+    }
+
+    /// Acquire `name` for `token` at service time `now` for `ttl_ms` (or the
+    /// cap, if lower).
     pub fn acquire(
         &mut self,
         now: u64,
@@ -140,6 +149,7 @@ impl LockService {
         token: OwnerToken,
         ttl_ms: u64,
     ) -> AcquireReply {
+        let ttl_ms = self.grant_cap_ms.map_or(ttl_ms, |c| ttl_ms.min(c));
         let ttl_ns = ttl_ms.saturating_mul(1_000_000);
         let row = self.rows.entry(name.to_owned()).or_default();
         if let Some(h) = &mut row.holder {

@@ -209,7 +209,7 @@ struct LeaseRec {
     releases_sent: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum ReqKind {
     Acquire,
     Renew,
@@ -242,6 +242,9 @@ struct Host {
     /// Recently ended leases `(core time of the end, id)`: the core may keep
     /// their records a while (to release a late grant), which I7 allows.
     recent: std::collections::VecDeque<(u64, LeaseId)>,
+    /// The unanswered request per (lease, kind) with its core send time and
+    /// timeout: rule 4 allows one renew (and one acquire attempt) in flight.
+    inflight: HashMap<(LeaseId, ReqKind), (RequestId, u64, u64)>,
     /// Set by a pause or a clock step: the core's time jumped, so lingering
     /// records get a fresh window measured from the jump.
     time_jumped: bool,
@@ -651,6 +654,25 @@ impl Host {
                 );
             }
         }
+        if kind != ReqKind::Release {
+            let timeout = if kind == ReqKind::Renew {
+                self.config.request_timeout_ns.min(ttl_ms * MS / 3).max(1)
+            } else {
+                self.config.request_timeout_ns
+            };
+            if let Some((prev, psent, ptimeout)) =
+                self.inflight.insert((lease, kind), (req, sent, timeout))
+            {
+                if psent.saturating_add(ptimeout) > sent {
+                    sh.fail(
+                        "rule 4",
+                        format!(
+                            "c{c}: {kind:?} {req} for lease {lease} while {prev} (sent {psent}, timeout {ptimeout}) is unanswered and not timed out"
+                        ),
+                    );
+                }
+            }
+        }
         if self
             .requests
             .insert(
@@ -988,6 +1010,19 @@ impl Host {
                 secs(now.saturating_sub(self.epoch))
             ));
         }
+        let answered = match &msg {
+            ToClient::Acquire(req, _) => Some((*req, ReqKind::Acquire)),
+            ToClient::Renew(req, _) => Some((*req, ReqKind::Renew)),
+            ToClient::Release(..) | ToClient::Notify(_) => None,
+        };
+        if let Some((req, kind)) = answered {
+            if let Some(r) = self.requests.get(&req) {
+                let key = (r.lease, kind);
+                if self.inflight.get(&key).is_some_and(|x| x.0 == req) {
+                    self.inflight.remove(&key);
+                }
+            }
+        }
         let r = match msg {
             ToClient::Acquire(req, reply) => {
                 let kind_ok = self
@@ -1289,9 +1324,11 @@ impl World {
                 open: Vec::new(),
                 recent: std::collections::VecDeque::new(),
                 time_jumped: false,
+                inflight: HashMap::new(),
             });
         }
-        let service = LockService::new(sc.service_fault, sc.retry_hints, sc.fence_stride);
+        let mut service = LockService::new(sc.service_fault, sc.retry_hints, sc.fence_stride);
+        service.set_grant_cap(sc.grant_cap_ms);
         let service_clock = DriftClock::new(0, 1 << 41, sc.service_ppm);
         let i5 = sc.i5_applies();
         let honest = sc.honest_clocks();
