@@ -204,9 +204,10 @@ class SQLiteLockService(LockService):
     ) -> None:
         if not isinstance(busy_timeout, (int, float)) or not (0 <= busy_timeout < math.inf):
             raise ValueError(f"busy_timeout must be a finite number of seconds >= 0, got {busy_timeout!r}")
-        self.path = os.fspath(path)
-        if not self.path or self.path == ":memory:":
+        raw = os.fspath(path)
+        if not raw or raw == ":memory:" or raw.startswith("file:"):
             raise ValueError("SQLiteLockService needs a file path (use MemoryLockService in-process)")
+        self.path = os.path.abspath(raw)  # a later chdir() must not switch files
         self._busy_timeout = float(busy_timeout)
         self._durable = bool(durable)
         self._sync_mode = ""  # the connection's current PRAGMA synchronous
