@@ -301,3 +301,12 @@ def test_database_locked_by_another_connection_is_69_not_a_hang(env, db, backend
     assert res.returncode == 69, res.stderr
     assert "busy" in res.stderr and str(db) in res.stderr
     assert "ran" not in res.stdout
+
+
+def test_command_gets_default_sigpipe(env, backend, tmp_path):
+    # Python ignores SIGPIPE; COMMAND must not inherit that: `yes | head` ends quietly.
+    err = tmp_path / "err"
+    cmd = f'"{sys.executable}" -m leasehold run {" ".join(backend)} pipe -- yes 2>{err} | head -n 2'
+    res = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True, timeout=120)
+    assert res.stdout == "y\ny\n"
+    assert "Broken pipe" not in err.read_text()
