@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -97,6 +98,7 @@ type client struct {
 	ioCtx    context.Context
 	ioCancel context.CancelFunc
 	ioWG     sync.WaitGroup
+	inflight atomic.Int64 // backend calls running (spawned or inline)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -613,8 +615,10 @@ func (c *client) checkReleaseWaitsLocked() {
 // spawn runs one backend call in its own goroutine with a timeout.
 func (c *client) spawn(j *job) {
 	c.ioWG.Add(1)
+	c.inflight.Add(1)
 	go func() {
 		defer c.ioWG.Done()
+		defer c.inflight.Add(-1)
 		ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
 		defer cancel()
 		j.run(ctx)
@@ -625,7 +629,9 @@ func (c *client) spawn(j *job) {
 // (a transport error for the core) when caller's ctx ends.
 func (c *client) runInline(caller context.Context, j *job) {
 	c.ioWG.Add(1)
+	c.inflight.Add(1)
 	defer c.ioWG.Done()
+	defer c.inflight.Add(-1)
 	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
 	defer cancel()
 	stop := context.AfterFunc(caller, cancel)
@@ -750,7 +756,9 @@ func (c *client) close() error {
 		}
 		c.mu.Unlock()
 
-		// Keep the loop running until the releases were answered (bounded).
+		// Keep the loop running until the releases were answered and no
+		// backend call is in flight (an acquire answered after its lease was
+		// cancelled makes the core release it again), bounded.
 		deadline := time.Now().Add(c.closeTimeout)
 		for time.Now().Before(deadline) {
 			c.mu.Lock()
@@ -760,7 +768,7 @@ func (c *client) close() error {
 				k, err = c.core.counters()
 			}
 			c.mu.Unlock()
-			if err != nil || k.PendingCleanups == 0 {
+			if err != nil || (k.PendingCleanups == 0 && c.inflight.Load() == 0) {
 				break
 			}
 			time.Sleep(time.Millisecond)

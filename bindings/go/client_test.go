@@ -685,3 +685,53 @@ func TestPollingWithoutNotifications(t *testing.T) {
 		t.Fatalf("polling waiter: %v", err)
 	}
 }
+
+func TestCloseWhileBusy(t *testing.T) {
+	srv := NewMemoryServer()
+	c, err := NewClient(srv.Transport(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var acquired atomic.Int64
+	errc := make(chan error, 64)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				l, err := c.Acquire(context.Background(), fmt.Sprintf("busy-%d", i%3), AcquireOptions{TTL: time.Second, Wait: time.Second})
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil && !errors.Is(err, ErrNotAcquired) {
+					errc <- err
+					return
+				}
+				if l != nil {
+					acquired.Add(1)
+					_ = l.IsHeld()
+					_ = l.ValidUntil()
+					if err := l.Release(context.Background()); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+		}(g)
+	}
+	waitFor(t, "some grants", func() bool { return acquired.Load() > 50 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	for _, n := range []string{"busy-0", "busy-1", "busy-2"} {
+		if _, _, ok := srv.Holder(n); ok {
+			t.Errorf("%s still held after Close", n)
+		}
+	}
+}
