@@ -376,6 +376,13 @@ func TestBadInputs(t *testing.T) {
 	if _, err := NewClient(NewMemoryTransport(), &Options{MaxTTL: 1500 * time.Microsecond}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("sub-ms MaxTTL: %v", err)
 	}
+	for _, o := range []Options{{DriftPPM: 2_000_000}, {RenewJitterPPM: 2_000_000}, {MaxLeases: 1 << 31}} {
+		_, err := NewClient(NewMemoryTransport(), &o)
+		var se *StatusError
+		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &se) || se.Status != statusInvalidConfig {
+			t.Fatalf("options %+v: %v", o, err)
+		}
+	}
 	c := newTestClient(t, NewMemoryTransport(), &Options{MaxTTL: time.Hour})
 	ok := AcquireOptions{TTL: time.Second}
 	cases := []struct {
