@@ -18,8 +18,10 @@ library, in one run:
 3. Redis commands per second caused by 8 idle waiters while the lock is held (INFO
    commandstats delta over a window; the benchmark's own INFO calls and the holder's renewals
    are subtracted);
-4. takeover time after the holder process is SIGKILLed: from the moment its TTL runs out in
-   Redis (PTTL read right after the kill) to the waiter's ``acquire()`` returning.
+4. takeover time after the holder process is SIGKILLed at an arbitrary moment while it keeps
+   renewing (leasehold automatically, python-redis-lock with auto_renewal, redis-py with a
+   reacquire() loop): from the moment its TTL runs out in Redis (PTTL read right after the
+   kill) to the waiter's ``acquire()`` returning.
 """
 
 from __future__ import annotations
@@ -139,10 +141,18 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
         "c = LockClient(RedisLockService.from_url(URL))\n"
         "h = c.acquire(NAME, ttl=TTL)\n"
     )
-    rp_holder = "import redis\nr = redis.Redis.from_url(URL)\nassert r.lock(NAME, timeout=TTL).acquire()\n"
+    # Holders keep renewing until they are killed, as real holders do (python-redis-lock with
+    # auto_renewal, redis-py with a reacquire() loop), so the moment of death is arbitrary
+    # relative to the waiters' own timers.
+    rp_holder = (
+        "import redis, time\nr = redis.Redis.from_url(URL)\nlock = r.lock(NAME, timeout=TTL)\n"
+        "assert lock.acquire()\nprint('HELD', flush=True)\n"
+        "while True:\n    time.sleep(TTL / 3)\n    lock.reacquire()\n"
+    )
     prl_holder = (
         "import redis, redis_lock\nr = redis.Redis.from_url(URL)\n"
-        "assert redis_lock.Lock(r, NAME, expire=int(TTL)).acquire()\n"
+        "lock = redis_lock.Lock(r, NAME, expire=int(TTL), auto_renewal=True)\n"
+        "assert lock.acquire()\n"  # keep `lock` referenced: its renewal thread stops when it is collected
     )
     return [
         Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
@@ -328,11 +338,15 @@ def bench_idle(
 
 # ---- 4. takeover after SIGKILL -------------------------------------------------------------------------
 def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) -> dict[str, Any]:
+    import random
+
+    rnd = random.Random(1234)
     out: list[float] = []
     for i in range(runs):
         name = f"tk-{impl.label}-{i}".replace(" ", "_")
         code = impl.holder_code.replace("URL", repr(url)).replace("NAME", repr(name)).replace("TTL", repr(ttl))
-        code += "print('HELD', flush=True)\nimport time\ntime.sleep(3600)\n"
+        if "print('HELD'" not in code:
+            code += "print('HELD', flush=True)\nimport time\ntime.sleep(3600)\n"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PKG), os.environ.get("PYTHONPATH", "")]))
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
         try:
@@ -352,7 +366,9 @@ def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) 
 
             t = threading.Thread(target=waiter, daemon=True)
             t.start()
-            time.sleep(0.5)  # the waiter is blocked/subscribed/sleeping by now
+            # Kill the holder at an arbitrary moment (after the waiter is blocked/subscribed/
+            # sleeping): the waiters' retry timers have no fixed phase relative to the death.
+            time.sleep(0.5 + rnd.random() * ttl)
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
             key = _lock_key(impl, name)
@@ -463,7 +479,7 @@ def main() -> None:
                     if "shared" in impl.label:
                         continue
                     r.flushall()
-                    res = bench_takeover(impl, r, srv.url, runs=1 if q else 3, ttl=2.0)
+                    res = bench_takeover(impl, r, srv.url, runs=2 if q else 5, ttl=2.0)
                     results["takeover"][impl.label] = res
                     print(f"takeover    {impl.label:30s} median {res['median_ms']:8.1f} ms  runs {res['runs_ms']}", flush=True)
         finally:
