@@ -118,3 +118,30 @@ def test_foreground_ctrl_c_reaches_the_command_once(env, backend):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, term.output)
     # The terminal delivered it; leasehold did not forward a second copy.
     assert b"ints=1" in term.output, term.output
+
+
+WAIT_INT = """
+import signal, time
+n = [0]
+signal.signal(signal.SIGINT, lambda *a: n.__setitem__(0, n[0] + 1))
+print("ready", flush=True)
+while n[0] == 0:
+    time.sleep(0.01)
+time.sleep(1)
+print("ints=%d" % n[0], flush=True)
+"""
+
+
+def test_default_ctrl_c_is_forwarded_to_the_command_group_once(env, backend):
+    # COMMAND is in its own process group: the terminal's SIGINT reaches only leasehold,
+    # which forwards it.
+    term = Terminal(["run", *backend, "tty", "--", sys.executable, "-c", WAIT_INT], env)
+    try:
+        term.read_until(b"ready")
+        term.write(b"\x03")
+        term.read_until(b"ints=")
+        status = term.wait()
+    finally:
+        term.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, term.output)
+    assert b"ints=1" in term.output, term.output
