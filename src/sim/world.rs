@@ -23,7 +23,7 @@ use super::scenario::Scenario;
 use super::service::{AcquireReply, LockService, OwnerToken};
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Event, LeaseId,
-    LeaseState, Output, ReleaseResult, RenewResult, RequestId,
+    LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId,
 };
 
 const MS: u64 = 1_000_000;
@@ -207,6 +207,14 @@ struct LeaseRec {
     /// Upper bound for `valid_until` from confirmed requests (I1).
     max_valid: u64,
     releases_sent: u32,
+    /// The service may hold a grant for this lease's token that the core
+    /// knows of or cannot rule out, so rule 6 requires a release command:
+    /// granted then released or lost (not rejected), an acquire attempt that
+    /// failed in transport, or a grant that arrived after the end.
+    needs_release: bool,
+    /// An acquire attempt failed in transport (it may have been granted);
+    /// matters if the lease is never granted (AcquireFailed).
+    uncertain: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -222,6 +230,8 @@ struct ReqRec {
     /// Core time when the command was drained (the core's `t_sent`).
     sent: u64,
     ttl_ms: u64,
+    /// A result was delivered already (later ones are duplicates).
+    answered: bool,
 }
 
 struct Host {
@@ -239,9 +249,9 @@ struct Host {
     watching: HashMap<Arc<str>, bool>,
     /// Leases without a terminal event yet.
     open: Vec<LeaseId>,
-    /// Recently ended leases `(core time of the end, id)`: the core may keep
+    /// Recently ended leases `(core time until which the record may stay, id)`: the core may keep
     /// their records a while (to release a late grant), which I7 allows.
-    recent: std::collections::VecDeque<(u64, LeaseId)>,
+    recent: Vec<(u64, LeaseId)>,
     /// The unanswered request per (lease, kind) with its core send time and
     /// timeout: rule 4 allows one renew (and one acquire attempt) in flight.
     inflight: HashMap<(LeaseId, ReqKind), (RequestId, u64, u64)>,
@@ -682,6 +692,7 @@ impl Host {
                     kind,
                     sent,
                     ttl_ms,
+                    answered: false,
                 },
             )
             .is_some()
@@ -834,7 +845,10 @@ impl Host {
                 rec.terminal = Some("AcquireFailed");
                 sh.stats.acquire_failed += 1;
             }
-            Event::Lost { .. } => {
+            Event::Lost { reason, .. } => {
+                if reason != LostReason::Rejected {
+                    rec.needs_release = true;
+                }
                 if rec.fence.is_none() {
                     sh.fail(
                         "I2",
@@ -845,6 +859,9 @@ impl Host {
                 sh.stats.lost += 1;
             }
             Event::Released { .. } => {
+                if rec.fence.is_some() {
+                    rec.needs_release = true;
+                }
                 if !rec.app_released {
                     sh.fail(
                         "I2",
@@ -858,7 +875,16 @@ impl Host {
         // Terminal event: detach workers and forget the lease as active.
         self.open.retain(|l| *l != lease);
         self.active.retain(|l| *l != lease);
-        self.recent.push_back((now, lease));
+        // Records of ended leases may linger while an answer may still come
+        // (an in-flight request, then a cleanup whose give-up time is one TTL
+        // plus one request timeout later) and, for a lease with a superseded
+        // acquire attempt, until its acquire wait deadline (the core's
+        // current choice; reported as a retention issue): bounded windows,
+        // so the table stays O(leases started within them).
+        let linger = self.linger(sh);
+        let rec = &self.leases[&lease];
+        let until = (now + linger).max(rec.created + rec.wait_ns + linger);
+        self.recent.push((until, lease));
         for w in &mut self.workers {
             match w.state {
                 Work::Acquiring { lease: l, .. } | Work::Held { lease: l, .. } if l == lease => {
@@ -945,6 +971,8 @@ impl Host {
                             app_released: false,
                             max_valid: 0,
                             releases_sent: 0,
+                            needs_release: false,
+                            uncertain: false,
                         },
                     );
                 }
@@ -969,6 +997,12 @@ impl Host {
             Ok(()) => {
                 self.drain(c, sh);
                 if holders <= 1 {
+                    if self.core.is_held(lease, now).unwrap_or(false) {
+                        sh.fail(
+                            "contract",
+                            format!("c{c}: lease {lease} still held after release()"),
+                        );
+                    }
                     let ended = self
                         .leases
                         .get(&lease)
@@ -1009,6 +1043,29 @@ impl Host {
                 secs(sh.now),
                 secs(now.saturating_sub(self.epoch))
             ));
+        }
+        let first_answer = match &msg {
+            ToClient::Acquire(req, _) | ToClient::Renew(req, _) | ToClient::Release(req, _) => {
+                match self.requests.get_mut(req) {
+                    Some(r) if !r.answered => {
+                        r.answered = true;
+                        Some(r.lease)
+                    }
+                    _ => None,
+                }
+            }
+            ToClient::Notify(_) => None,
+        };
+        if let (ToClient::Acquire(_, reply), Some(lease)) = (&msg, first_answer) {
+            if let Some(rec) = self.leases.get_mut(&lease) {
+                match reply {
+                    None => rec.uncertain = true,
+                    Some(AcquireReply::Granted { .. }) if rec.terminal.is_some() => {
+                        rec.needs_release = true;
+                    }
+                    _ => {}
+                }
+            }
         }
         let answered = match &msg {
             ToClient::Acquire(req, _) => Some((*req, ReqKind::Acquire)),
@@ -1169,10 +1226,21 @@ impl Host {
                 format!("c{c}: core now {cnow} behind input now {now}"),
             );
         }
+        let next_deadline = self.core.poll_timeout().unwrap_or(u64::MAX);
         for &lease in &self.open {
             let rec = &self.leases[&lease];
             if rec.fence.is_none() {
                 let deadline = rec.created + rec.wait_ns + self.config.request_timeout_ns;
+                if next_deadline > deadline {
+                    // Rule 7 / I3: the core must ask to be woken by then, not
+                    // rely on some other input arriving.
+                    sh.fail(
+                        "I3",
+                        format!(
+                            "c{c}: lease {lease} acquiring until at most {deadline}, but the next deadline is {next_deadline}"
+                        ),
+                    );
+                }
                 if cnow > deadline {
                     sh.fail(
                         "I3",
@@ -1184,6 +1252,16 @@ impl Host {
                 continue;
             }
             let vu = self.core.valid_until(lease).ok().flatten().unwrap_or(0);
+            if next_deadline > vu {
+                // Rule 3: loss is detected locally and on time, even if no
+                // input ever arrives.
+                sh.fail(
+                    "I3",
+                    format!(
+                        "c{c}: lease {lease} valid until {vu}, but the next deadline is {next_deadline}"
+                    ),
+                );
+            }
             if cnow >= vu {
                 sh.fail(
                     "I3",
@@ -1206,20 +1284,13 @@ impl Host {
             }
         }
         let k = self.core.counters();
-        // Records of ended leases may linger while an answer may still come
-        // (an in-flight request, then a cleanup whose give-up time is one TTL
-        // plus one request timeout later): a bounded window, so the table stays
-        // O(leases started within it).
-        let linger =
-            2 * (self.config.request_timeout_ns + sh.sc.max_ttl_ns()) + self.config.backoff_cap_ns;
         if std::mem::take(&mut self.time_jumped) {
+            let linger = self.linger(sh);
             for r in &mut self.recent {
-                r.0 = r.0.max(cnow);
+                r.0 = r.0.max(cnow + linger);
             }
         }
-        while self.recent.front().is_some_and(|(t, _)| t + linger < cnow) {
-            self.recent.pop_front();
-        }
+        self.recent.retain(|(until, _)| *until >= cnow);
         let allowed = (self.open.len() + self.recent.len()) as u64 + k.pending_cleanups;
         if k.live_leases > allowed {
             sh.fail(
@@ -1233,6 +1304,11 @@ impl Host {
                 ),
             );
         }
+    }
+
+    /// How long after its end (core time) a lease record may stay.
+    fn linger(&self, sh: &Shared) -> u64 {
+        2 * (self.config.request_timeout_ns + sh.sc.max_ttl_ns()) + self.config.backoff_cap_ns
     }
 
     /// Schedules the next wake-up at the earliest of the core deadline and the
@@ -1322,7 +1398,7 @@ impl World {
                 requests: HashMap::new(),
                 watching: HashMap::new(),
                 open: Vec::new(),
-                recent: std::collections::VecDeque::new(),
+                recent: Vec::new(),
                 time_jumped: false,
                 inflight: HashMap::new(),
             });
@@ -1592,6 +1668,23 @@ impl World {
                 sh.fail(
                     "watch",
                     format!("c{c}: still watching {name:?} with no waiter left"),
+                );
+            }
+            let mut unreleased: Vec<_> = h
+                .leases
+                .iter()
+                .filter(|(_, r)| {
+                    (r.needs_release || (r.uncertain && r.fence.is_none())) && r.releases_sent == 0
+                })
+                .map(|(l, r)| (*l, r.terminal))
+                .collect();
+            unreleased.sort();
+            if let Some((lease, end)) = unreleased.first() {
+                sh.fail(
+                    "rule 6",
+                    format!(
+                        "c{c}: lease {lease} ended ({end:?}) with a grant possibly live at the service, but no Release was ever sent"
+                    ),
                 );
             }
             for lease in h.leases.keys() {
