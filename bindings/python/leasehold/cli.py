@@ -169,8 +169,10 @@ def _duration(what: str, *, allow_inf: bool = False, positive: bool = False) -> 
         t = text.strip().lower()
         if allow_inf and t in ("inf", "infinity", "forever", "none"):
             return math.inf
+        if t.endswith("s"):  # "2.5s" reads like "2.5"
+            t = t[:-1]
         try:
-            v = float(t[:-1]) if t.endswith("s") and t not in ("inf",) else float(t)
+            v = float(t)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be a number of seconds, got {text!r}") from None
         if math.isnan(v) or math.isinf(v) or v < 0 or (positive and v == 0):
