@@ -1,6 +1,7 @@
 package leasehold
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -8,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // pythonForInterop returns the interpreter of bindings/python/.venv (made by
@@ -98,4 +101,93 @@ func TestInteropGoAndPythonContend(t *testing.T) {
 	if per["go"] != goProcs*iters || per["py"] != pyProcs*iters {
 		t.Fatalf("entries per language: %v", per)
 	}
+}
+
+// TestInteropPausedPythonHolderRejectedByGoGate: a Python holder stopped past
+// its TTL loses the lock to a Go client, whose fenced write raises the
+// high-water mark; the Python holder's stale write, resumed, is refused by
+// the same gate.
+func TestInteropPausedPythonHolderRejectedByGoGate(t *testing.T) {
+	addr := needRedis(t)
+	py := pythonForInterop(t)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "interop.db")
+	name := uniq(t, "ip")
+	db, g, err := setupDB(ctx, path, []string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cmd := exec.Command(py, filepath.Join("testdata", "interop_worker.py"))
+	cmd.Env = append(os.Environ(), "LH_REDIS="+addr, "LH_DB="+path, "LH_NAMES="+name,
+		"LH_ITERS=0", "LH_ID=py-stale", "LH_MODE=paused")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	var t1 uint64
+	if _, serr := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil || serr != nil {
+		t.Fatalf("python worker said %q (%v); stderr: %s", line, err, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	lock, _, _, _ := RedisKeys(name)
+	waitFor(t, "the paused Python holder's key to expire", func() bool {
+		n, err := rdb.Exists(ctx, lock).Result()
+		return err == nil && n == 0
+	})
+	c, _ := newRedisClient(t, nil)
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.FencingToken() <= t1 {
+		t.Fatalf("Go token %d not above the Python holder's %d", l.FencingToken(), t1)
+	}
+	if err := criticalSection(ctx, g, name, l.FencingToken(), "go-fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	verdict, _ := out.ReadString('\n')
+	lost, _ := out.ReadString('\n')
+	_ = stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("python worker: %v; stderr: %s", err, stderr.String())
+	}
+	if strings.TrimSpace(verdict) != "STALE" {
+		t.Fatalf("the stale Python write was not refused: %q; stderr: %s", verdict, stderr.String())
+	}
+	if strings.TrimSpace(lost) != "LOST True" {
+		t.Fatalf("the Python holder did not see its loss: %q", lost)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM log WHERE token = ?", int64(t1)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("stale entries in the log: %d (%v)", n, err)
+	}
+	_ = l.Release(ctx)
 }

@@ -7,7 +7,11 @@ shared SQLite file as the Go workers (same high-water-mark table and SQL as
 the Go Gate, so one gate guards writers of both languages).
 
 Environment: LH_REDIS (host:port), LH_DB (SQLite path), LH_NAMES (comma
-separated), LH_ITERS, LH_ID. Prints "DONE <n>" on success.
+separated), LH_ITERS, LH_ID, LH_MODE ("contend", the default, or "paused").
+contend prints "DONE <n>" on success. paused acquires the first name, prints
+"ACQUIRED <token>", waits for a line on stdin (the parent stops and resumes
+the process meanwhile), then tries its now stale write through the gate and
+prints "STALE" or "WROTE", then "LOST <bool>".
 """
 
 import os
@@ -58,6 +62,25 @@ def critical_section(conn, name, token, worker):
     gate(conn, name, token, write)
 
 
+def paused(client, conn, name, worker):
+    lock = client.acquire(name, ttl=0.4, wait=60)
+    token = lock.fencing_token
+    print("ACQUIRED", token, flush=True)
+    sys.stdin.readline()
+    try:
+        gate(
+            conn,
+            name,
+            token,
+            lambda c: c.execute("INSERT INTO log (name, token, worker) VALUES (?, ?, ?)", (name, token, worker)),
+        )
+        print("WROTE", flush=True)
+    except Stale:
+        print("STALE", flush=True)
+    print("LOST", lock.lost.wait(20), flush=True)
+    lock.release()
+
+
 def main():
     names = os.environ["LH_NAMES"].split(",")
     iters = int(os.environ["LH_ITERS"])
@@ -66,6 +89,10 @@ def main():
     conn.execute("PRAGMA busy_timeout = 30000")
     service = RedisLockService.from_url("redis://" + os.environ["LH_REDIS"])
     with LockClient(service) as client:
+        if os.environ.get("LH_MODE") == "paused":
+            paused(client, conn, names[0], worker)
+            conn.close()
+            return 0
         for i in range(iters):
             name = random.choice(names)
             with client.acquire(name, ttl=10, wait=120) as lock:
