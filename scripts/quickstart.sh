@@ -42,8 +42,12 @@ trap 'rm -f "$out"' EXIT
     'echo "[A] holds the lock, fencing token $LEASEHOLD_FENCING_TOKEN"; sleep 2; echo "[A] done, releasing"' \
     | tee -a "$out" &
 a=$!
-# Give A a head start so the demo shows B waiting (the lock itself needs no such sleep).
-sleep 0.7
+# Start B only once A holds the lock, so the demo shows B waiting (`status` exits 0 while
+# the lock is held). Bounded: 30 s.
+for _ in $(seq 300); do
+    "$LH" status quickstart >/dev/null 2>&1 && break
+    sleep 0.1
+done
 "$LH" run quickstart --ttl 5 --wait 30 -- sh -c \
     'echo "[B] holds the lock, fencing token $LEASEHOLD_FENCING_TOKEN"; echo "[B] done, releasing"' \
     | tee -a "$out"
@@ -60,6 +64,6 @@ if [ "$order" != "[A] holds [A] done [B] holds [B] done " ] || [ -z "$ta" ] || [
     exit 1
 fi
 echo "serialised: A ran, then B; fencing tokens $ta -> $tb (strictly increasing)"
-"$LH" status quickstart
+"$LH" status quickstart || true   # exits 1 when the lock is free, as it is now
 echo
 echo "Next: bash scripts/test-all.sh runs every test suite."

@@ -298,9 +298,11 @@ impl Client {
             LeaseState::Held => {
                 self.unregister_reentrant(slot);
                 self.drop_inflight(slot);
+                let retain_until = self.retention_limit(slot);
                 let l = self.lease_mut(slot);
                 l.state = LeaseState::Released;
                 l.holders = 0;
+                l.limit = retain_until;
                 self.outputs
                     .push_back(Output::Event(Event::Released { lease }));
                 self.start_cleanup(slot, false);
@@ -1101,9 +1103,11 @@ impl Client {
         self.unregister_reentrant(slot);
         self.drop_inflight(slot);
         let id = self.id_of(slot);
+        let retain_until = self.retention_limit(slot);
         let l = self.lease_mut(slot);
         l.state = LeaseState::Lost;
         l.holders = 0;
+        l.limit = retain_until;
         match reason {
             LostReason::Rejected => self.counters.lost_rejected += 1,
             LostReason::Expired => self.counters.lost_expired += 1,
@@ -1116,6 +1120,15 @@ impl Client {
             // delete our own (possibly still live) grant (rule 6).
             self.start_cleanup(slot, true);
         }
+    }
+
+    /// How long an ended lease's record may linger to recognise a late answer: one TTL plus
+    /// one request timeout after the end, whatever the original wait budget was.
+    fn retention_limit(&mut self, slot: u32) -> u64 {
+        let rt = self.config.request_timeout_ns;
+        let now = self.now;
+        let l = self.lease_mut(slot);
+        now.saturating_add(l.ttl_ms * NS_PER_MS).saturating_add(rt)
     }
 
     fn start_cleanup(&mut self, slot: u32, best_effort: bool) {
