@@ -736,7 +736,10 @@ def _run_locked(
     hinted = False
     signalled_tty = set(getattr(signal, n) for n in _TTY_SIGNALS if hasattr(signal, n))
 
+    handle_lost = getattr(handle, "lost", None)
     while True:
+        if handle_lost is not None and handle_lost.is_set():
+            lost.set()  # belt and braces: on_lost normally said so already
         while wake.pending:
             sig = wake.pending.popleft()
             if not own_group and sig in signalled_tty and _tty_foreground():
