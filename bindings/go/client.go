@@ -453,7 +453,7 @@ func (c *client) dispatchLocked(o output) *job {
 			r, err := callAcquire(ctx, c.t, o.name, o.token, ttlMillis(o.ttlMs))
 			c.input(func(now uint64) error {
 				if err != nil {
-					c.log.Debug("leasehold: acquire failed", "name", o.name, "err", err)
+					c.logTransport("acquire", o.name, err)
 					return c.core.acquireResult(now, o.request, acquireTransportError, 0, 0, noRetryHint, nil)
 				}
 				if !r.Granted {
@@ -482,7 +482,7 @@ func (c *client) dispatchLocked(o output) *job {
 			c.input(func(now uint64) error {
 				switch {
 				case err != nil:
-					c.log.Debug("leasehold: renew failed", "name", o.name, "err", err)
+					c.logTransport("renew", o.name, err)
 					return c.core.renewResult(now, o.request, renewTransportError)
 				case ok:
 					return c.core.renewResult(now, o.request, renewRenewed)
@@ -496,7 +496,7 @@ func (c *client) dispatchLocked(o output) *job {
 			ok, err := callRelease(ctx, c.t, o.name, o.token, o.backendData)
 			c.input(func(now uint64) error {
 				if err != nil {
-					c.log.Debug("leasehold: release failed", "name", o.name, "err", err)
+					c.logTransport("release", o.name, err)
 					return c.core.releaseResult(now, o.request, releaseTransportError)
 				}
 				if ok {
@@ -562,6 +562,17 @@ func (c *client) dispatchLocked(o output) *job {
 		c.log.Warn("leasehold: unknown output kind", "kind", o.kind)
 	}
 	return nil
+}
+
+// logTransport logs a failed backend call: error replies of the service at
+// warning level (they point at a bug or keyspace garbage), network errors at
+// debug level (the core's retries and loss detection handle them).
+func (c *client) logTransport(op, name string, err error) {
+	if errors.Is(err, ErrBackendReply) {
+		c.log.Warn("leasehold: backend error reply", "op", op, "name", name, "err", err)
+		return
+	}
+	c.log.Debug("leasehold: "+op+" failed", "name", name, "err", err)
 }
 
 func (c *client) loseLocked(rec *leaseRec, err error) {

@@ -84,6 +84,15 @@ func (t *RedisTransport) Load(ctx context.Context) error {
 	return nil
 }
 
+// wrapReply marks Redis error replies (as opposed to network errors).
+func wrapReply(err error) error {
+	var re redis.Error
+	if err != nil && err != redis.Nil && errors.As(err, &re) {
+		return fmt.Errorf("%w: %w", ErrBackendReply, err)
+	}
+	return err
+}
+
 func toInt64(v any) (int64, error) {
 	switch x := v.(type) {
 	case int64:
@@ -106,10 +115,10 @@ func (t *RedisTransport) Acquire(ctx context.Context, name, token string, ttl ti
 	ms := int64(ttl / time.Millisecond)
 	res, err := t.acquire.Run(ctx, t.rdb, []string{lock, fence}, token, ms).Slice()
 	if err != nil {
-		return AcquireReply{}, err
+		return AcquireReply{}, wrapReply(err)
 	}
 	if len(res) < 2 {
-		return AcquireReply{}, fmt.Errorf("leasehold: malformed acquire reply %v", res)
+		return AcquireReply{}, fmt.Errorf("%w: malformed acquire reply %v", ErrBackendReply, res)
 	}
 	flag, err := toInt64(res[0])
 	if err != nil {
@@ -118,7 +127,7 @@ func (t *RedisTransport) Acquire(ctx context.Context, name, token string, ttl ti
 	switch flag {
 	case 1:
 		if len(res) < 3 {
-			return AcquireReply{}, fmt.Errorf("leasehold: malformed acquire reply %v", res)
+			return AcquireReply{}, fmt.Errorf("%w: malformed acquire reply %v", ErrBackendReply, res)
 		}
 		f, err := toInt64(res[1])
 		if err != nil || f <= 0 {
@@ -150,7 +159,7 @@ func (t *RedisTransport) Renew(ctx context.Context, name, token string, ttl time
 	}
 	n, err := t.renew.Run(ctx, t.rdb, []string{lock}, token, int64(ttl/time.Millisecond)).Int64()
 	if err != nil {
-		return false, err
+		return false, wrapReply(err)
 	}
 	return n == 1, nil
 }
@@ -167,7 +176,7 @@ func (t *RedisTransport) Release(ctx context.Context, name, token string, _ []by
 	}
 	n, err := t.release.Run(ctx, t.rdb, []string{lock}, token, ch, name).Int64()
 	if err != nil {
-		return false, err
+		return false, wrapReply(err)
 	}
 	return n == 1, nil
 }

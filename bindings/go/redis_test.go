@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,13 +121,31 @@ func TestRedisTransportProtocol(t *testing.T) {
 	if err := rdb.Set(ctx, lock, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := tr.Acquire(ctx, bad, a, time.Second); err == nil {
-		t.Fatalf("acquire over garbage: %+v", r)
+	if r, err := tr.Acquire(ctx, bad, a, time.Second); !errors.Is(err, ErrBackendReply) || !strings.Contains(err.Error(), "lh:") {
+		t.Fatalf("acquire over garbage: %+v %v", r, err)
 	}
 }
 
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func TestRedisGarbageIsATransportErrorForTheClient(t *testing.T) {
-	c, _ := newRedisClient(t, nil)
+	var logs syncBuffer
+	c, _ := newRedisClient(t, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	rdb := newRedis(t)
 	name := uniq(t, "garbage")
 	lock, _, _, _ := RedisKeys(name)
@@ -136,6 +155,9 @@ func TestRedisGarbageIsATransportErrorForTheClient(t *testing.T) {
 	_, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: time.Second, Wait: 200 * time.Millisecond})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("acquire over garbage: %v", err)
+	}
+	if !strings.Contains(logs.String(), "backend error reply") {
+		t.Fatalf("the script error was not logged as a warning: %q", logs.String())
 	}
 }
 

@@ -2,8 +2,15 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrBackendReply marks an error reply of the lock service itself (for
+// Redis: a script error such as keyspace garbage under a lock key), as
+// opposed to a network failure. Both are transport errors for the core,
+// never a grant; the Client logs the former at warning level.
+var ErrBackendReply = errors.New("leasehold: backend error reply")
 
 // AcquireReply is a backend's answer to an acquire request.
 type AcquireReply struct {
