@@ -1,14 +1,14 @@
 //! The lease state machine: one `Client` per session to one lock service, any number of
 //! leases. Pure: inputs in (each with `now`), outputs polled out, no clock, no IO.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::config::{AcquireOptions, Config};
 use crate::error::Error;
 use crate::hash::KeyedState;
 use crate::rng::Rng;
+use crate::timers::Timers;
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
     LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
@@ -104,7 +104,7 @@ pub struct Client {
     slots: Vec<Slot>,
     free: Vec<u32>,
     records: u32,
-    timers: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    timers: Timers,
     requests: HashMap<u64, u32, KeyedState>,
     names: HashMap<Arc<str>, NameEntry, KeyedState>,
     outputs: VecDeque<Output>,
@@ -150,7 +150,7 @@ impl Client {
             slots: Vec::new(),
             free: Vec::new(),
             records: 0,
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             requests,
             names,
             outputs: VecDeque::new(),
@@ -504,7 +504,7 @@ impl Client {
     /// When the host must call `handle_timeout` at the latest; `None` when nothing is
     /// scheduled. May be in the past: then call `handle_timeout` at once.
     pub fn poll_timeout(&mut self) -> Option<u64> {
-        while let Some(&Reverse((deadline, slot, version))) = self.timers.peek() {
+        while let Some((deadline, slot, version)) = self.timers.peek() {
             if self.timer_is_current(slot, version) {
                 return Some(deadline);
             }
@@ -674,7 +674,7 @@ impl Client {
     /// validity checks therefore run before anything new is sent (rule 3).
     fn advance(&mut self, now: u64) {
         self.clamp(now);
-        while let Some(&Reverse((deadline, slot, version))) = self.timers.peek() {
+        while let Some((deadline, slot, version)) = self.timers.peek() {
             if deadline > self.now {
                 break;
             }
@@ -758,7 +758,7 @@ impl Client {
         s.version = s.version.wrapping_add(1);
         s.scheduled = deadline;
         if deadline != NEVER {
-            self.timers.push(Reverse((deadline, slot, s.version)));
+            self.timers.push((deadline, slot, s.version));
             self.maybe_compact_timers();
         }
     }
@@ -770,14 +770,12 @@ impl Client {
         if self.timers.len() <= 4 * live + 64 {
             return;
         }
-        let entries: Vec<_> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.lease.is_some() && s.scheduled != NEVER)
-            .map(|(i, s)| Reverse((s.scheduled, i as u32, s.version)))
-            .collect();
-        self.timers = BinaryHeap::from(entries);
+        self.timers.clear();
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.lease.is_some() && s.scheduled != NEVER {
+                self.timers.push((s.scheduled, i as u32, s.version));
+            }
+        }
     }
 
     fn on_timer(&mut self, slot: u32) {

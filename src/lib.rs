@@ -66,6 +66,7 @@ mod config;
 mod error;
 mod hash;
 mod rng;
+mod timers;
 mod types;
 
 pub mod ffi;

@@ -1,0 +1,220 @@
+//! The core's deadline queue: a timing wheel with exact deadlines.
+//!
+//! A plain binary heap over every lease costs ~20 cache misses per pop at a million leases.
+//! Here deadlines are bucketed by tick (`deadline >> TICK_SHIFT`, ~4.2 ms) into a wheel
+//! covering ~17 s; only the current tick's entries sit in a small heap, so pops touch memory
+//! that is already in cache and pushes touch one bucket. Deadlines beyond the wheel wait in an
+//! overflow heap and move into the wheel as the cursor approaches them.
+//!
+//! Entries are `(deadline, slot, version)`; the caller invalidates lazily by version, so
+//! entries are never removed, only skipped when popped.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// One scheduled deadline: `(deadline_ns, slot, version)`.
+pub(crate) type Entry = (u64, u32, u32);
+
+const TICK_SHIFT: u32 = 22;
+const BUCKETS: u64 = 4096;
+const MASK: u64 = BUCKETS - 1;
+const WORDS: usize = (BUCKETS / 64) as usize;
+
+#[derive(Debug, Default)]
+pub(crate) struct Timers {
+    /// Entries whose tick is at most `cursor`, ordered by deadline.
+    current: BinaryHeap<Reverse<Entry>>,
+    /// Bucket `tick & MASK` holds entries with `cursor < tick < cursor + BUCKETS`.
+    /// Allocated on first use, so a core with few leases stays small.
+    buckets: Vec<Vec<Reverse<Entry>>>,
+    occupied: Vec<u64>,
+    /// Entries with `tick >= cursor + BUCKETS`.
+    overflow: BinaryHeap<Reverse<Entry>>,
+    cursor: u64,
+    len: usize,
+}
+
+fn tick(e: &Entry) -> u64 {
+    e.0 >> TICK_SHIFT
+}
+
+impl Timers {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.current.clear();
+        for b in &mut self.buckets {
+            b.clear();
+        }
+        self.occupied.iter_mut().for_each(|w| *w = 0);
+        self.overflow.clear();
+        self.len = 0;
+    }
+
+    pub(crate) fn push(&mut self, e: Entry) {
+        self.len += 1;
+        let t = tick(&e);
+        if t <= self.cursor {
+            self.current.push(Reverse(e));
+        } else if t < self.cursor.saturating_add(BUCKETS) {
+            self.push_bucket(t, e);
+        } else {
+            self.overflow.push(Reverse(e));
+        }
+    }
+
+    fn push_bucket(&mut self, t: u64, e: Entry) {
+        if self.buckets.is_empty() {
+            self.buckets = (0..BUCKETS).map(|_| Vec::new()).collect();
+            self.occupied = vec![0; WORDS];
+        }
+        let i = (t & MASK) as usize;
+        self.buckets[i].push(Reverse(e));
+        self.occupied[i / 64] |= 1 << (i % 64);
+    }
+
+    /// Earliest entry (possibly stale: the caller checks versions).
+    pub(crate) fn peek(&mut self) -> Option<Entry> {
+        loop {
+            if let Some(&Reverse(e)) = self.current.peek() {
+                return Some(e);
+            }
+            if !self.refill() {
+                return None;
+            }
+        }
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<Entry> {
+        self.peek()?;
+        self.len -= 1;
+        self.current.pop().map(|Reverse(e)| e)
+    }
+
+    /// Advances the cursor to the next non-empty tick and loads it into `current`.
+    fn refill(&mut self) -> bool {
+        let next_bucket = self.next_occupied_tick();
+        let next_overflow = self.overflow.peek().map(|Reverse(e)| tick(e));
+        let next = match (next_bucket, next_overflow) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => return false,
+        };
+        self.cursor = next;
+        if next_bucket == Some(next) {
+            let i = (next & MASK) as usize;
+            self.occupied[i / 64] &= !(1 << (i % 64));
+            let entries = std::mem::take(&mut self.buckets[i]);
+            // Reuse the drained heap's allocation for the bucket (capacity circulates).
+            let mut spare = std::mem::take(&mut self.current).into_vec();
+            spare.clear();
+            self.buckets[i] = spare;
+            self.current = BinaryHeap::from(entries);
+        }
+        let horizon = self.cursor.saturating_add(BUCKETS);
+        while let Some(&Reverse(e)) = self.overflow.peek() {
+            let t = tick(&e);
+            if t >= horizon {
+                break;
+            }
+            self.overflow.pop();
+            if t <= self.cursor {
+                self.current.push(Reverse(e));
+            } else {
+                self.push_bucket(t, e);
+            }
+        }
+        true
+    }
+
+    /// Tick of the first occupied bucket after the cursor, if any.
+    fn next_occupied_tick(&self) -> Option<u64> {
+        if self.occupied.is_empty() {
+            return None;
+        }
+        let start = ((self.cursor.wrapping_add(1)) & MASK) as usize;
+        let first_word = start / 64;
+        for k in 0..=WORDS {
+            let w = (first_word + k) % WORDS;
+            let mut word = self.occupied[w];
+            if k == 0 {
+                word &= !0u64 << (start % 64);
+            } else if k == WORDS {
+                word &= (1u64 << (start % 64)).wrapping_sub(1);
+            }
+            if word != 0 {
+                let bit = w * 64 + word.trailing_zeros() as usize;
+                let distance = (bit + BUCKETS as usize - start) % BUCKETS as usize;
+                return Some(self.cursor + 1 + distance as u64);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random sequence for the model test.
+    fn lcg(x: &mut u64) -> u64 {
+        *x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        *x >> 11
+    }
+
+    #[test]
+    fn pops_in_deadline_order_against_a_binary_heap_model() {
+        for seed in 0..40u64 {
+            let mut x = seed;
+            let mut wheel = Timers::default();
+            let mut model = BinaryHeap::new();
+            let mut now = 0u64;
+            for step in 0..3_000u32 {
+                match lcg(&mut x) % 4 {
+                    0 | 1 => {
+                        // Near, mid-range and far-future deadlines, some in the past.
+                        let span =
+                            [1u64 << 20, 1 << 30, 1 << 36, 1 << 40][(lcg(&mut x) % 4) as usize];
+                        let d = (now + lcg(&mut x) % span).saturating_sub(lcg(&mut x) % (1 << 22));
+                        let e = (d, step, seed as u32);
+                        wheel.push(e);
+                        model.push(Reverse(e));
+                    }
+                    2 => {
+                        let got = wheel.pop();
+                        let want = model.pop().map(|Reverse(e)| e);
+                        assert_eq!(got, want, "seed {seed} step {step}");
+                        if let Some(e) = got {
+                            now = now.max(e.0);
+                        }
+                    }
+                    _ => assert_eq!(wheel.peek(), model.peek().map(|Reverse(e)| *e)),
+                }
+                assert_eq!(wheel.len(), model.len());
+            }
+            while let Some(Reverse(want)) = model.pop() {
+                assert_eq!(wheel.pop(), Some(want));
+            }
+            assert_eq!(wheel.pop(), None);
+        }
+    }
+
+    #[test]
+    fn handles_u64_max_and_zero_deadlines() {
+        let mut w = Timers::default();
+        w.push((u64::MAX - 1, 1, 0));
+        w.push((0, 2, 0));
+        w.push((u64::MAX >> 1, 3, 0));
+        assert_eq!(w.pop(), Some((0, 2, 0)));
+        assert_eq!(w.pop(), Some((u64::MAX >> 1, 3, 0)));
+        assert_eq!(w.pop(), Some((u64::MAX - 1, 1, 0)));
+        assert_eq!(w.pop(), None);
+        w.clear();
+        assert_eq!(w.len(), 0);
+    }
+}
