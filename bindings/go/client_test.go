@@ -742,3 +742,37 @@ func TestCloseWhileBusy(t *testing.T) {
 		}
 	}
 }
+
+func TestCloseStopsItsGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	tr := NewMemoryTransport()
+	c, err := NewClient(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := newTestClient(t, tr.Server().Transport(), nil)
+	hl, err := holder.Acquire(context.Background(), "g", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		l, err := c.Acquire(context.Background(), fmt.Sprintf("g%d", i), AcquireOptions{TTL: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+	}
+	go func() {
+		_, _ = c.Acquire(context.Background(), "g", AcquireOptions{TTL: time.Second, Wait: time.Minute})
+	}()
+	waitFor(t, "a waiter", func() bool { return tr.Server().Watchers("g") > 0 })
+	time.Sleep(200 * time.Millisecond) // let renewals run
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = hl.Release(context.Background())
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the clients' goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
