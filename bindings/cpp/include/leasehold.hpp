@@ -865,9 +865,13 @@ class LockClient {
   // closed meanwhile. Throws leasehold::Error on misuse (bad name/ttl, too many leases, closed).
   std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl,
                                AcquireOptions options = {}) {
-    return st_->acquire(name, ttl, std::move(options));
+    const auto st = st_;  // keeps the state alive until this call returns
+    return st->acquire(name, ttl, std::move(options));
   }
-  [[nodiscard]] Counters counters() const { return st_->counters(); }
+  [[nodiscard]] Counters counters() const {
+    const auto st = st_;
+    return st->counters();
+  }
   // Idempotent. Also called by the destructor.
   void close() noexcept { st_->close(); }
 

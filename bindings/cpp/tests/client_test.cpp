@@ -469,6 +469,53 @@ TEST(LockClient, PollingWithoutNotifications) {
   EXPECT_TRUE(got.has_value());
 }
 
+// A transport that misbehaves in ways a real one might.
+class MisbehavingTransport final : public leasehold::Transport {
+ public:
+  enum class Mode { Throw, OversizedBackendData, ThrowNonStd };
+  explicit MisbehavingTransport(Mode m) : mode_(m) {}
+  leasehold::AcquireResult acquire(std::string_view, std::string_view, std::uint64_t ttl_ms) override {
+    ++calls;
+    switch (mode_) {
+      case Mode::Throw: throw std::runtime_error("connection reset by peer");
+      case Mode::ThrowNonStd: throw 42;
+      case Mode::OversizedBackendData:
+        return leasehold::Granted{7, ttl_ms, leasehold::Bytes(LH_MAX_BACKEND_DATA_LEN + 1, 0x5a)};
+    }
+    return leasehold::TransportError{};
+  }
+  leasehold::RenewResult renew(std::string_view, std::string_view, std::uint64_t,
+                               std::span<const std::uint8_t>) override {
+    throw std::runtime_error("renew failed");
+  }
+  leasehold::ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
+    ++releases;
+    return leasehold::ReleaseResult::NotOwner;
+  }
+  std::atomic<int> calls{0}, releases{0};
+
+ private:
+  Mode mode_;
+};
+
+TEST(LockClient, TransportFaultsAreNeverGrants) {
+  for (auto mode : {MisbehavingTransport::Mode::Throw, MisbehavingTransport::Mode::ThrowNonStd,
+                    MisbehavingTransport::Mode::OversizedBackendData}) {
+    auto t = std::make_shared<MisbehavingTransport>(mode);
+    std::atomic<int> logged{0};
+    auto opts = quiet(200ms);
+    opts.log = [&](std::string_view) { ++logged; };
+    {
+      LockClient client(t, opts);
+      EXPECT_FALSE(client.acquire("bad", 1s, wait_for(300ms)).has_value());
+      EXPECT_GE(t->calls.load(), 1);
+      if (mode != MisbehavingTransport::Mode::ThrowNonStd) {
+        EXPECT_GE(logged.load(), 1);
+      }
+    }
+  }
+}
+
 // ---- every bad input ----------------------------------------------------------------------
 
 TEST(LockClientBadInput, Names) {
