@@ -420,6 +420,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover")
+    ap.add_argument("--tp-rounds", type=int, help="interleaved throughput rounds of 0.7 s (default 7, quick 3)")
     args = ap.parse_args()
     q = args.quick
     parts = set((args.only or "throughput,handoff,idle,takeover").split(","))
@@ -442,7 +443,9 @@ def main() -> None:
                 if proto_impl is not None:
                     tp_impls.insert(1, proto_impl)
                 tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
-                results["throughput"] = tp = bench_throughput(tp_impls, rounds=3 if q else 7, seconds=0.7)
+                results["throughput"] = tp = bench_throughput(
+                    tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=0.7
+                )
                 for label, res in tp.items():
                     print(
                         f"throughput  {label:30s} median {res['median_ops_per_s']:6.0f}  best {res['best_ops_per_s']:6.0f}"
