@@ -1529,6 +1529,12 @@ impl World {
             Ev::AtService { msg, silent } => sh.at_service(c, msg, silent),
             ev => {
                 let h = &mut self.hosts[c];
+                if let (Ev::PauseStart { dur }, true) = (&ev, sh.now < h.paused_until) {
+                    // A pause during a pause extends it (never beyond the
+                    // scheduled end the settle phase waits for).
+                    h.paused_until = h.paused_until.max(sh.now + dur);
+                    return;
+                }
                 if sh.now < h.paused_until {
                     // Paused processes see nothing; the event waits for the wake-up.
                     let at = h.paused_until;
