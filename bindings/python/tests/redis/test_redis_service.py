@@ -373,3 +373,23 @@ def test_a_forked_child_gets_its_own_subscriber(svc, r):
     svc.acquire("parent", t, 10_000)
     svc.release("parent", t, b"")
     assert notes.wait_count(2), "the parent's subscriber is unaffected"
+
+
+@pytest.mark.parametrize("kw", [{"decode_responses": True}, {"protocol": 2}, {"protocol": 3}], ids=str)
+def test_client_options_do_not_change_results(redis_server, r, kw):
+    svc = RedisLockService.from_url(redis_server.url, pubsub_linger=0.2, **kw)
+    try:
+        notes = Notes()
+        svc.watch("opt", notes)
+        assert notes.wait_count(1)
+        t = tok()
+        g = svc.acquire("opt", t, 5_000)
+        assert isinstance(g, Granted) and isinstance(g.fencing_token, int)
+        assert isinstance(svc.acquire("opt", tok(), 5_000), HeldByOther)
+        st = svc.status("opt")
+        assert st.held and st.fencing_token == g.fencing_token
+        assert svc.renew("opt", t, 5_000, b"") is True
+        assert svc.release("opt", t, b"") is True
+        assert notes.wait_count(2) and notes.names == ["opt", "opt"]
+    finally:
+        svc.close()
