@@ -578,6 +578,8 @@ func (c *client) logTransport(op, name string, err error) {
 func (c *client) loseLocked(rec *leaseRec, err error) {
 	rec.ended = true
 	rec.lostErr = err
+	// Lost() first: whoever sees a context cancelled by loss sees it closed.
+	close(rec.lost)
 	for h := range rec.handles {
 		h.cancel(err)
 	}
@@ -585,7 +587,6 @@ func (c *client) loseLocked(rec *leaseRec, err error) {
 		w.ch <- acqResult{err: err}
 		delete(rec.waiters, w)
 	}
-	close(rec.lost)
 	delete(c.recs, rec.id)
 }
 

@@ -83,10 +83,17 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Err returns nil while the lease is held, a *LostError (matching ErrLost)
 // once it was lost, ErrReleased after Release and ErrClosed after Close.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
+	if l.ctx.Err() != nil {
+		return context.Cause(l.ctx)
+	}
+	select {
+	case <-l.rec.lost:
+		// Lost() is closed just before the contexts are cancelled; the
+		// close orders the write of lostErr before this read.
+		return l.rec.lostErr
+	default:
 		return nil
 	}
-	return context.Cause(l.ctx)
 }
 
 // Release gives the lock back. It is idempotent and safe to call after a
