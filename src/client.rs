@@ -188,33 +188,39 @@ impl Client {
     ) -> Result<LeaseId, Error> {
         validate_name(name)?;
         self.config.check_ttl(opts.ttl_ms)?;
-        // Capacity is decided before time moves, so an error always means "nothing happened".
-        // (A reentrant join needs no new record; if the lease it would join is lost during
-        // this call's advance, the new lease may exceed the limit by one, which stays bounded.)
-        let may_join =
-            opts.reentrant && self.names.get(name).is_some_and(|e| e.reentrant.is_some());
-        if !may_join && self.records >= self.config.max_leases {
+        // Everything that can fail is decided before time moves, so an error always means
+        // "nothing happened". A reentrant acquire joins the live reentrant lease of this name
+        // as it is now; if this call's own advance then ends that lease, the terminal event
+        // reaches the new holder too (one event per lease, as for every nested holder).
+        let join = if opts.reentrant {
+            self.names.get(name).and_then(|e| e.reentrant)
+        } else {
+            None
+        };
+        if let Some(slot) = join {
+            let holders = self.lease_mut(slot).holders;
+            let holders = holders.checked_add(1).ok_or(Error::TooManyLeases)?;
+            let id = self.id_of(slot);
+            self.lease_mut(slot).holders = holders;
+            self.advance(now);
+            let now = self.now;
+            if let Ok(l) = self.lease_ref(id) {
+                if l.state == LeaseState::Held && now < l.valid_until {
+                    let ev = Event::Acquired {
+                        lease: id,
+                        fencing_token: l.fencing_token,
+                        valid_until: l.valid_until,
+                    };
+                    self.outputs.push_back(Output::Event(ev));
+                }
+            }
+            return Ok(id);
+        }
+        if self.records >= self.config.max_leases {
             return Err(Error::TooManyLeases);
         }
         self.advance(now);
         let now = self.now;
-
-        if opts.reentrant {
-            if let Some(slot) = self.names.get(name).and_then(|e| e.reentrant) {
-                let id = self.id_of(slot);
-                let lease = self.lease_mut(slot);
-                lease.holders = lease.holders.checked_add(1).ok_or(Error::TooManyLeases)?;
-                if lease.state == LeaseState::Held {
-                    let ev = Event::Acquired {
-                        lease: id,
-                        fencing_token: lease.fencing_token,
-                        valid_until: lease.valid_until,
-                    };
-                    self.outputs.push_back(Output::Event(ev));
-                }
-                return Ok(id);
-            }
-        }
 
         let name: Arc<str> = Arc::from(name);
         let lease = Lease {
