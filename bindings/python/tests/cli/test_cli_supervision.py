@@ -14,6 +14,12 @@ from leasehold.backends.sqlite import SQLiteLockService
 LOOP = "while :; do sleep 0.05; done"
 
 
+def wait_pid_file(path):
+    """The pid COMMAND wrote to ``path`` (waits until the file is complete, not just created)."""
+    return int(wait_until(lambda: path.exists() and path.read_text().endswith("\n") and path.read_text().strip(),
+                          what=f"{path.name} written"))
+
+
 def _watchers(db, name):
     return db_rows(db, "SELECT count(*) FROM leasehold_watchers WHERE name=?", name)
 
@@ -114,7 +120,7 @@ def test_loss_sends_sigterm_and_exits_76(env, db, backend, tmp_path):
     cmd = f'trap "echo TERM > {term}; exit 5" TERM; echo $$ > {started}; {LOOP}'
     p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "60", "victim", "--", "sh", "-c", cmd], env)
     try:
-        wait_until(started.exists, what="command started")
+        wait_pid_file(started)
         _steal(db, "victim")  # the next renewal is rejected: the lock is lost
         rc, _, err = finish(p)
     finally:
@@ -133,10 +139,8 @@ def test_loss_escalates_to_sigkill_of_the_whole_group(env, db, backend, tmp_path
     cmd = f'trap "" TERM; sleep 1000 & echo $! > {grand}; echo $$ > {started}; {LOOP}'
     p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "0.5", "stubborn", "--", "sh", "-c", cmd], env)
     try:
-        wait_until(started.exists, what="command started")
-        wait_until(lambda: grand.exists() and grand.read_text().strip(), what="grandchild started")
-        child_pid = int(started.read_text())
-        grand_pid = int(grand.read_text())
+        child_pid = wait_pid_file(started)
+        grand_pid = wait_pid_file(grand)
         _steal(db, "stubborn")
         rc, _, err = finish(p)
     finally:
@@ -160,7 +164,7 @@ def test_foreground_mode_signals_only_the_command(env, db, backend, tmp_path):
         ["run", *backend, "--foreground", "--ttl", "1", "--grace", "60", "fg", "--", "sh", "-c", cmd], env
     )
     try:
-        wait_until(started.exists, what="command started")
+        wait_pid_file(started)
         assert os.getpgid(int(started.read_text())) == os.getpgid(p.pid)  # same process group
         _steal(db, "fg")
         rc, _, err = finish(p)
@@ -183,7 +187,7 @@ def test_signals_are_forwarded_and_the_lock_released(env, db, backend, tmp_path,
     )
     p = spawn_cli(["run", *backend, "fwd", "--", "sh", "-c", cmd], env)
     try:
-        wait_until(started.exists, what="command started")
+        wait_pid_file(started)
         assert os.getpgid(int(started.read_text())) != os.getpgid(p.pid)  # its own group
         p.send_signal(signal.SIGUSR1)
         wait_until(lambda: got.exists() and "USR1" in got.read_text(), what="USR1 forwarded")
@@ -228,7 +232,7 @@ def test_cli_killed_command_gets_sigterm_and_lock_frees_after_ttl(env, db, backe
     cmd = f'trap "echo TERM > {term}; exit 0" TERM; echo $$ > {started}; {LOOP}'
     p = spawn_cli(["run", *backend, "--ttl", "2", "orphan", "--", "sh", "-c", cmd], env)
     try:
-        wait_until(started.exists, what="command started")
+        wait_pid_file(started)
         p.send_signal(signal.SIGKILL)
         p.wait(BOUND)
     finally:
@@ -251,8 +255,7 @@ def test_forwarded_sigterm_reaches_a_stopped_command(env, db, backend, tmp_path)
     started = tmp_path / "started"
     p = spawn_cli(["run", *backend, "stopped", "--", "sh", "-c", f"echo $$ > {started}; kill -STOP $$; exit 0"], env)
     try:
-        wait_until(lambda: started.exists() and started.read_text().strip(), what="command started")
-        pid = int(started.read_text())
+        pid = wait_pid_file(started)
         wait_until(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", what="stopped")
         p.send_signal(signal.SIGTERM)
         rc, _, err = finish(p)  # without a SIGCONT after the SIGTERM this would hang
@@ -268,7 +271,7 @@ def test_deleting_the_database_loses_the_lock(env, db, backend, tmp_path):
     cmd = f'trap "echo TERM > {term}; exit 5" TERM; echo $$ > {started}; {LOOP}'
     p = spawn_cli(["run", *backend, "--ttl", "1", "--grace", "60", "gone", "--", "sh", "-c", cmd], env)
     try:
-        wait_until(started.exists, what="command started")
+        wait_pid_file(started)
         for suffix in ("", "-wal", "-shm"):
             (tmp_path / (db.name + suffix)).unlink(missing_ok=True)
         rc, _, err = finish(p)
