@@ -10,6 +10,24 @@
 //! replaying the same seed with tracing on yields the same violation with a
 //! readable trace.
 //!
+//! # The oracles (failure labels)
+//!
+//! | label | checked | meaning |
+//! |---|---|---|
+//! | `I1` | every host step, every `Acquired` | `valid_until ≤ t_sent + ttl − drift` of a confirmed request (drift computed independently of the core); `is_held(valid_until)` is false |
+//! | `I2` | every output | one terminal event per lease, nothing after it but cleanup `Release`s; no `Lost` before `Acquired`, no `Released` without `release()`, no `AcquireFailed` after `Acquired` |
+//! | `I3` | every host step, end | the core's next deadline is no later than every held lease's `valid_until` and every acquiring lease's wait deadline + request timeout, and by then the lease has ended; every lease ends |
+//! | `I4` | every grant / `Acquired` | service fences rise per name; a reported fence was granted to that lease's token and never changes; with honest clocks, live grants are observed in rising fence order |
+//! | `I5` | every step (honest, pause-free worlds) | whenever a core says a lease is held (on its own clock, now), the service's unexpired holder of the name is that lease's token |
+//! | `I6` | every gate write | the gate never accepts a token below one it accepted (including writes checked before a pause) |
+//! | `I7` | every drain, every host step, step cap | bounded outputs per input, bounded `handle_timeout` rounds, lease records ≤ open + recently ended + pending cleanups, no livelock |
+//! | `rule 4` | every command | at most one renew (and one acquire attempt) in flight per lease |
+//! | `rule 6` | end | every grant that may be live (granted then released or lost, transport-failed attempt of a never-granted lease, late grant) gets a `Release`; all cleanups confirmed on a healed network |
+//! | `echo` | every release | a cleanup release carries the live grant's backend data when the core had received it (rule 6 for backends whose ownership is in that data) |
+//! | `rule 9` | every command | a lease keeps one ownership token for all its commands |
+//! | `watch` | every command, end | `Watch`/`Unwatch` alternate per name and none is left watching |
+//! | `contract`, `protocol` | inputs, service | valid inputs are accepted, `release()` ends the lease at once, request ids unique; backend data was granted to that token |
+//!
 //! ```no_run
 //! # #[cfg(feature = "sim")] {
 //! let report = leasehold::sim::check_seed(42);

@@ -434,7 +434,7 @@ impl Shared {
             }
         );
         if known {
-            self.fail("rule 6", msg);
+            self.fail("echo", msg);
         } else {
             self.tr(format!("    note: {msg}"));
         }
