@@ -27,8 +27,10 @@ pub struct Config {
     pub max_ttl_ms: u64,
     /// Bound on lease records, so memory stays bounded whatever the caller does.
     pub max_leases: u32,
-    /// The host delivers release notifications: waiters then sleep for the holder's remaining
-    /// TTL and are woken early by a notification instead of polling.
+    /// The host delivers release notifications reliably: waiters then sleep for the holder's
+    /// remaining TTL and are woken early by a notification instead of polling. `Watch` and
+    /// `Unwatch` are emitted either way (a host may deliver best-effort notifications, which
+    /// still wake waiters early); with `false`, waiters also poll with capped backoff.
     pub notifications: bool,
 }
 
