@@ -855,27 +855,37 @@ class LockClient {
   }
   LockClient(const LockClient&) = delete;
   LockClient& operator=(const LockClient&) = delete;
-  LockClient(LockClient&&) = delete;
-  LockClient& operator=(LockClient&&) = delete;
+  // Move-only; a moved-from LockClient throws Error(status::closed) from acquire()/counters().
+  LockClient(LockClient&& o) noexcept = default;
+  LockClient& operator=(LockClient&& o) noexcept {
+    if (this != &o) {
+      close();
+      st_ = std::move(o.st_);
+    }
+    return *this;
+  }
   // Closes: releases every lease (bounded by close_timeout), stops all threads.
-  ~LockClient() { st_->close(); }
+  ~LockClient() { close(); }
 
   // Acquires `name` for `ttl`, waiting at most options.wait (plus one request timeout) for a
   // grant. nullopt when the wait budget ran out, the service was unavailable, or the client
   // closed meanwhile. Throws leasehold::Error on misuse (bad name/ttl, too many leases, closed).
   std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl,
                                AcquireOptions options = {}) {
-    const auto st = st_;  // keeps the state alive until this call returns
+    const auto st = state();  // keeps the state alive until this call returns
     return st->acquire(name, ttl, std::move(options));
   }
-  [[nodiscard]] Counters counters() const {
-    const auto st = st_;
-    return st->counters();
-  }
+  [[nodiscard]] Counters counters() const { return state()->counters(); }
   // Idempotent. Also called by the destructor.
-  void close() noexcept { st_->close(); }
+  void close() noexcept {
+    if (st_) st_->close();
+  }
 
  private:
+  std::shared_ptr<detail::ClientState> state() const {
+    if (!st_) throw Error(status::closed, "use of a moved-from LockClient");
+    return st_;
+  }
   std::shared_ptr<detail::ClientState> st_;
 };
 

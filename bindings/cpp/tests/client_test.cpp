@@ -183,7 +183,8 @@ TEST(LockClient, LossDetectedWhileTransportHangs) {
 
   t->set_hang(true);  // every renew from now on blocks forever
   ASSERT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
-  EXPECT_GE(t->hung(), 1u);  // the renew is still stuck in the transport: detection did not wait for it
+  // A renew is stuck in the transport (and stays stuck): detection did not wait for it.
+  EXPECT_TRUE(eventually([&] { return t->hung() >= 1; }));
   EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
   EXPECT_TRUE(stopped_cb.load());
   EXPECT_TRUE(lease->lost());
@@ -273,7 +274,7 @@ TEST(LockClient, BoundedWaitWhenTransportHangs) {
   t->set_hang(true);
   EXPECT_FALSE(client.acquire("hung", 5s, wait_for(300ms)).has_value());
   EXPECT_FALSE(client.acquire("hung", 5s).has_value());
-  EXPECT_GE(t->hung(), 1u);
+  EXPECT_TRUE(eventually([&] { return t->hung() >= 1; }));
   t->set_hang(false);  // hung calls fail without being executed
   EXPECT_TRUE(eventually([&] { return !w.service->holder("hung"); }));
 }
@@ -397,6 +398,21 @@ TEST(LockClient, DestroyClientWhileHeld) {
   lease.reset();
 }
 
+TEST(LockClient, MoveOnlyClient) {
+  World w;
+  static_assert(!std::is_copy_constructible_v<LockClient> && std::is_nothrow_move_constructible_v<LockClient>);
+  LockClient a(w.transport(), quiet());
+  auto lease = a.acquire("mc", 30s);
+  ASSERT_TRUE(lease.has_value());
+  LockClient b = std::move(a);
+  EXPECT_EQ(catch_error([&] { (void)a.acquire("x", 1s); }).code(), leasehold::status::closed);  // NOLINT
+  EXPECT_TRUE(lease->is_held());  // the lease belongs to the state, which moved to b
+  LockClient c(w.transport(), quiet());
+  c = std::move(b);  // closes c's own state, takes b's
+  EXPECT_TRUE(lease->is_held());
+  EXPECT_TRUE(c.acquire("mc2", 5s).has_value());
+}
+
 TEST(LockClient, CloseIsIdempotentAndFinal) {
   World w;
   LockClient client(w.transport(), quiet());
@@ -508,10 +524,8 @@ TEST(LockClient, TransportFaultsAreNeverGrants) {
     {
       LockClient client(t, opts);
       EXPECT_FALSE(client.acquire("bad", 1s, wait_for(300ms)).has_value());
-      EXPECT_GE(t->calls.load(), 1);
-      if (mode != MisbehavingTransport::Mode::ThrowNonStd) {
-        EXPECT_GE(logged.load(), 1);
-      }
+      // The pool may run late on a loaded box; it does run.
+      EXPECT_TRUE(eventually([&] { return t->calls.load() >= 1 && logged.load() >= 1; }));
     }
   }
 }

@@ -383,10 +383,12 @@ TEST_F(Redis, ErrorReplyIsATransportErrorNeverAGrant) {
   LockClient client(transport(), quiet(&logs, &mu));
   cmd({"SET", "lh:{wrong}", "not-a-hash"});
   EXPECT_FALSE(client.acquire("wrong", 5s).has_value());
-  std::lock_guard g(mu);
-  bool saw = false;
-  for (const auto& l : logs) saw = saw || l.find("redis error: lh: ") != std::string::npos;
-  EXPECT_TRUE(saw) << "the script's error reply should be logged";
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard g(mu);
+    for (const auto& l : logs)
+      if (l.find("redis error: lh: ") != std::string::npos) return true;
+    return false;
+  })) << "the script's error reply should be logged";
   auto kind = cmd({"TYPE", "lh:{wrong}"});
   EXPECT_EQ(std::string(kind->str, kind->len), "string");  // untouched, never granted
 }
