@@ -360,6 +360,10 @@ def test_a_forked_child_gets_its_own_subscriber(svc, r):
         try:
             child_notes = Notes()
             svc.watch("child", child_notes)
+            # The child's own subscriber confirms its SUBSCRIBE with one wake-up; only then is
+            # a PUBLISH sure to reach it (released before that, the notification is lost).
+            if not child_notes.wait_count(1, timeout=20):
+                os._exit(3)
             t = tok()
             svc.acquire("child", t, 10_000)
             svc.release("child", t, b"")
