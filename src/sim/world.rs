@@ -877,13 +877,9 @@ impl Host {
         self.active.retain(|l| *l != lease);
         // Records of ended leases may linger while an answer may still come
         // (an in-flight request, then a cleanup whose give-up time is one TTL
-        // plus one request timeout later) and, for a lease with a superseded
-        // acquire attempt, until its acquire wait deadline (the core's
-        // current choice; reported as a retention issue): bounded windows,
-        // so the table stays O(leases started within them).
-        let linger = self.linger(sh);
-        let rec = &self.leases[&lease];
-        let until = (now + linger).max(rec.created + rec.wait_ns + linger);
+        // plus one request timeout later): a bounded window, so the table
+        // stays O(leases ended within it).
+        let until = now + self.linger(sh);
         self.recent.push((until, lease));
         for w in &mut self.workers {
             match w.state {
