@@ -2,20 +2,40 @@
 
 Threads of one client:
 
-* **the driver** (``leasehold-driver``): the canonical loop of the core. It waits for the
-  earliest of the core's deadline, a completed backend call and a release notification, feeds
-  that one input to the core and drains every output. It never performs IO, so a hung backend
-  cannot delay loss detection.
+* **the driver** (``leasehold-driver``): runs the core's deadlines. It sleeps until the
+  earliest deadline (or until an input is queued for it), calls the core's ``timeout`` and
+  drains every output. It never performs IO, so a hung backend cannot delay loss detection.
 * **the IO pool** (``leasehold-io``, a small ``ThreadPoolExecutor``): executes the core's
-  acquire/renew/release commands against the service; each result goes back to the driver.
+  acquire/renew/release commands against the service; each result is fed to the core by the
+  pool thread itself, under the client mutex (a core call takes microseconds and never waits
+  for IO), so no hop through the driver is needed.
 * **the watch worker** (``leasehold-watch``): ``service.watch``/``unwatch``, in order.
 * **the callback worker** (``leasehold-callbacks``): runs ``on_lost`` and ``on_release``
   callbacks, one at a time, off the application thread. An exception in a callback is logged
   (logger ``leasehold``) and never reaches the driver.
 
-Application calls (``acquire``, ``release``) feed the core directly under the client's mutex
-(the mutex serializes every call on the core handle) and wake the driver. No application call
-blocks without a bound.
+Application calls (``acquire``, ``release``) and release notifications feed the core directly
+under the client's mutex (the mutex serializes every call on the core handle). The driver is
+woken only when it must act earlier than it planned: an input was queued for it (while it is
+paused, after a fork), the client is closing, or the core's next deadline moved earlier than
+the one it sleeps until. No application call blocks without a bound.
+
+**Inline fast path.** When the service's calls are bounded, the command that an application
+call produces for itself — the first ``Acquire`` of ``acquire()``, the ``Release`` of
+``release()`` — is executed on the calling thread, after the mutex is dropped, and its result
+is fed back under the mutex. An uncontended acquire+release then costs exactly two service
+calls and no thread hand-off. Everything else (retries after ``HeldByOther`` or a failure,
+renewals, cleanup releases, acquires woken by a notification) stays on the IO pool, and the
+driver keeps running every deadline meanwhile: if the inline call outlives the core's request
+timeout, the core retries on the pool and the late answer is counted as stale.
+
+The calling thread cannot be interrupted inside a service call, so the fast path is used only
+when a call is known to end: the service declares ``call_timeout`` (seconds, the longest one
+acquire/release call can block, e.g. a Redis service whose sockets have timeouts), or the
+application passes ``inline_io=True`` and vouches for it. A service that can hang without a
+bound (``MemoryLockService.hang()``, a driver without timeouts) runs everything on the pool,
+as before. With the fast path an ``acquire()`` waits at most ``call_timeout`` (the inline call)
+plus its usual bound (``wait`` + one request timeout + a safety margin).
 """
 
 from __future__ import annotations
@@ -36,7 +56,7 @@ from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output
 from .service import Granted, HeldByOther, LockService
 
-__all__ = ["LockClient", "LockHandle", "Subscription"]
+__all__ = ["LockClient", "LockHandle", "Subscription", "service_call_bound"]
 
 log = logging.getLogger("leasehold")
 
@@ -45,6 +65,9 @@ _HELD = "held"
 _RELEASED = "released"
 _LOST = "lost"
 _FAILED = "failed"
+
+# The longest the driver sleeps without a deadline before it sleeps for ever (see _run).
+_IDLE_TICK_NS = 500_000_000
 
 # Real-time safety margin added to the core's own bound on an acquire (wait + one request
 # timeout). The core guarantees a terminal event by then; this only guards against a stuck
@@ -80,16 +103,37 @@ class LockHandle:
         self.ttl = ttl_ms / 1000.0
         self.reentrant = reentrant
         self._on_lost = on_lost
-        self.lost = threading.Event()
+        self._lost: threading.Event | None = None  # created on first use (see ``lost``)
         self.lost_reason: str | None = None
         self._state = _ACQUIRING
-        self._settled = threading.Event()
+        # Created (under the client mutex) only when the acquiring thread has to wait.
+        self._settled: threading.Event | None = None
         self._error: BaseException | None = None
         self._fencing_token: int | None = None
         self._valid_until_ns: int | None = None
         self._wait_s = 0.0
 
     # -- properties --------------------------------------------------------------------------
+    @property
+    def lost(self) -> threading.Event:
+        """A :class:`threading.Event`, set when the lock is lost (see ``lost_reason``)."""
+        ev = self._lost
+        if ev is None:
+            with self._client._mu:
+                ev = self._lost
+                if ev is None:
+                    ev = self._lost = threading.Event()
+                    if self._state == _LOST:
+                        ev.set()
+        return ev
+
+    def _set_lost(self) -> None:
+        """(client mutex held) Mark the handle lost and set ``lost`` if it exists."""
+        self._state = _LOST
+        ev = self._lost
+        if ev is not None:
+            ev.set()
+
     @property
     def fencing_token(self) -> int:
         """The fencing token of this grant; strictly larger than any earlier grant's of this name."""
@@ -162,6 +206,17 @@ class Subscription:
             c()
 
 
+def service_call_bound(service: object) -> float | None:
+    """The longest one acquire/release call of ``service`` can block (seconds), as the service
+    declares it in an optional ``call_timeout`` attribute (a positive number); ``None`` when
+    it declares none, i.e. a call may block without a bound. ``LockClient`` uses its inline
+    fast path by default only for services with a bound."""
+    v = getattr(service, "call_timeout", None)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if 0 < v < float("inf") else None
+
+
 _clients: "weakref.WeakSet[LockClient]" = weakref.WeakSet()
 _fork_locked: list["LockClient"] = []
 
@@ -178,6 +233,10 @@ class LockClient:
     :param owns_service: ``close()`` also closes the service
     :param release_timeout: default bound (seconds) ``LockHandle.release`` waits for the
         service's answer; default: the core's request timeout
+    :param inline_io: run the command of an application's own ``acquire()``/``release()`` on
+        the calling thread (the inline fast path, see the module doc). ``None`` (default):
+        only when the service declares a bounded ``call_timeout``; ``True``: always (the
+        application vouches that service calls end); ``False``: never
     """
 
     def __init__(
@@ -190,11 +249,16 @@ class LockClient:
         io_workers: int = 4,
         owns_service: bool = True,
         release_timeout: float | None = None,
+        inline_io: bool | None = None,
     ) -> None:
         if not isinstance(service, LockService):
             raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
         if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
             raise ValueError("io_workers must be an int >= 1")
+        if inline_io is not None and not isinstance(inline_io, bool):
+            raise TypeError("inline_io must be a bool or None")
+        self._call_bound = service_call_bound(service)
+        self._inline = self._call_bound is not None if inline_io is None else inline_io
         self._service = service
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = config or Config()
@@ -210,6 +274,7 @@ class LockClient:
             if release_timeout is not None
             else self._core.request_timeout_ns / 1e9
         )
+        self._release_timeout_set = release_timeout is not None
         self._mu = threading.RLock()
         self._cond = threading.Condition(self._mu)
         self._init_runtime_state()
@@ -242,6 +307,16 @@ class LockClient:
         self._inflight = 0
         self._side_pending = 0
         self._deadline: int | None = None
+        # What the driver sleeps until (valid while _sleeping): _drain wakes it only when the
+        # core's deadline moved earlier than that.
+        self._sleeping = False
+        self._sleep_until: int | None = None
+        self._idle_waiters = 0  # threads in wait_idle(): they want every state change
+        self._wakeups = 0  # times the driver woke (diagnostics, tests)
+        # The inline fast path: while an application call drains, the first command of this
+        # kind for this lease is handed back to the caller instead of the pool.
+        self._capture: tuple[int, int] | None = None
+        self._captured: Output | None = None
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
@@ -289,10 +364,12 @@ class LockClient:
             h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
-            self._drain()
+            cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
-            settled = h._settled.wait(bound)
+            if cmd is not None:
+                self._run_inline(cmd)  # bounded by the service's call_timeout
+            settled = self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
             self._cancel(h)
             raise
@@ -436,13 +513,17 @@ class LockClient:
         """
         end = time.monotonic() + seconds(timeout, "timeout")
         with self._cond:
-            while True:
-                if self._is_idle():
-                    return True
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
+            self._idle_waiters += 1
+            try:
+                while True:
+                    if self._is_idle():
+                        return True
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self._idle_waiters -= 1
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -494,10 +575,15 @@ class LockClient:
 
     # -- internals: the driver -----------------------------------------------------------------------
     def _run(self) -> None:
+        # With no deadline the driver first sleeps one short tick, then for ever: in a loop
+        # of acquire/release cycles the core has no deadline between two cycles, and a driver
+        # asleep for ever would have to be woken by the next cycle's first deadline.
+        tick_ns = min(_IDLE_TICK_NS, self._core.request_timeout_ns // 4)
+        ticked = False
         with self._cond:
             while not self._stop:
                 if self._paused or self._fatal is not None:
-                    self._cond.wait()
+                    self._cond.wait()  # _set_paused / close notify
                     continue
                 if self._inputs:
                     fn = self._inputs.popleft()
@@ -508,13 +594,25 @@ class LockClient:
                 if dl is not None and now >= dl:
                     self._feed(self._core.timeout)
                     continue
+                if dl is None and not ticked and tick_ns > 0:
+                    dl = now + tick_ns
+                    ticked = True
+                elif dl is not None:
+                    ticked = False
                 wait_s: float | None = None if dl is None else (dl - now) / 1e9
                 if not self._real_clock:
                     # An injected clock: a subscribable one wakes us when it moves; any other
                     # is polled.
                     wait_s = None if self._clock_sub is not None else 0.01
-                self._cond.notify_all()  # idle waiters
-                self._cond.wait(wait_s)
+                if self._idle_waiters:
+                    self._cond.notify_all()
+                self._sleep_until = dl
+                self._sleeping = True
+                try:
+                    self._cond.wait(wait_s)
+                finally:
+                    self._sleeping = False
+                    self._wakeups += 1
 
     def _feed(self, fn: Callable[[], None]) -> None:
         """(mutex held) Feed one input and drain."""
@@ -543,22 +641,53 @@ class LockClient:
         self._cond.notify_all()
 
     def _drain(self) -> None:
-        """(mutex held) Drain every output, then refresh the deadline and wake waiters."""
+        """(mutex held) Drain every output, refresh the deadline, and wake the driver if it
+        must act earlier than it planned (or anyone waits for a state change)."""
         if self._fatal is not None or self._core.closed:
             return
+        core = self._core
         try:
             while True:
-                out = self._core.poll_output()
+                out = core.poll_output()
                 if out is None:
                     break
                 try:
                     self._dispatch(out)
                 except Exception:
                     log.exception("leasehold: failed to dispatch %r", out)
-            self._deadline = self._core.poll_timeout()
+            self._deadline = dl = core.poll_timeout()
         except (errors.CorePanic, errors.CorePoisoned) as e:
             self._on_fatal(e)
-        self._cond.notify_all()
+            return
+        if (
+            self._inputs
+            or self._closing
+            or self._idle_waiters
+            or (self._sleeping and dl is not None and (self._sleep_until is None or dl < self._sleep_until))
+        ):
+            self._cond.notify_all()
+
+    def _drain_capturing(self, kind: int, lease: int) -> Output | None:
+        """(mutex held) Drain; if the inline fast path is on, keep the first ``kind`` command of
+        ``lease`` for the calling thread (counted in flight) instead of submitting it."""
+        if not self._inline or self._paused:
+            self._drain()
+            return None
+        self._capture, self._captured = (kind, lease), None
+        try:
+            self._drain()
+            return self._captured
+        finally:
+            self._capture, self._captured = None, None
+
+    def _deliver_input(self, fn: Callable[[], None]) -> None:
+        """(mutex held) Feed an input now, or queue it for the driver while it is paused (a
+        paused client processes no result: see ``leasehold.testing.pause_driver``)."""
+        if self._paused or self._fatal is not None:
+            self._inputs.append(fn)
+            self._cond.notify_all()
+        else:
+            self._feed(fn)
 
     def _dispatch(self, out: Output) -> None:
         k = out.kind
@@ -566,6 +695,9 @@ class LockClient:
             self._requests[out.request_id] = (k, out.lease_id)
             if out.lease_id in self._abandoned:
                 self._answer_abandoned(out)
+            elif self._capture == (k, out.lease_id) and self._captured is None:
+                self._captured = out  # the calling thread runs it (see _run_inline)
+                self._inflight += 1
             else:
                 self._submit_io(out)
         elif k == _ffi.LH_OUTPUT_WATCH:
@@ -582,7 +714,8 @@ class LockClient:
                     h._fencing_token = out.fencing_token
                     h._valid_until_ns = out.valid_until_ns
                     h._state = _HELD
-                    h._settled.set()
+                    if h._settled is not None:
+                        h._settled.set()
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
@@ -609,15 +742,25 @@ class LockClient:
         return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")
 
     def _settle_error(self, h: LockHandle, e: BaseException) -> None:
-        h._state = _FAILED
         h._error = e
-        h._settled.set()
+        h._state = _FAILED
+        if h._settled is not None:
+            h._settled.set()
+
+    def _wait_settled(self, h: LockHandle, bound: float) -> bool:
+        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is."""
+        with self._mu:
+            if h._state != _ACQUIRING:
+                return True
+            ev = h._settled
+            if ev is None:
+                ev = h._settled = threading.Event()
+        return ev.wait(bound)
 
     def _mark_lost(self, h: LockHandle, reason: str) -> None:
-        h._state = _LOST
         h.lost_reason = reason
         h._valid_until_ns = None
-        h.lost.set()
+        h._set_lost()
         log.warning("leasehold: lock %r (fencing token %s) lost: %s", h.name, h._fencing_token, reason)
         if h._on_lost is not None:
             self._callback(h._on_lost, h)
@@ -655,7 +798,31 @@ class LockClient:
             self._inflight -= 1
 
     def _do_io(self, out: Output) -> None:
-        """(IO pool thread) Run one command against the service; queue its result."""
+        """(IO pool thread) Run one command against the service; feed its result."""
+        self._finish_io(out, self._call_service(out))
+
+    def _run_inline(self, out: Output) -> None:
+        """(application thread, mutex not held) The inline fast path: run this call's own
+        command with the service, then feed the result. An interrupt (KeyboardInterrupt)
+        counts as a transport error of the request and propagates."""
+        try:
+            fn = self._call_service(out)
+        except BaseException:
+            self._finish_io(out, self._transport_error_input(out.kind, out.request_id))
+            raise
+        self._finish_io(out, fn)
+
+    def _finish_io(self, out: Output, fn: Callable[[], None]) -> None:
+        with self._cond:
+            self._inflight -= 1
+            self._requests.pop(out.request_id, None)
+            if not self._closed and not self._stop:
+                self._deliver_input(fn)
+            elif self._idle_waiters or self._closing:
+                self._cond.notify_all()
+
+    def _call_service(self, out: Output) -> Callable[[], None]:
+        """(mutex not held) Run one command against the service; returns the input to feed."""
         core = self._core
         k, req = out.kind, out.request_id
         fn: Callable[[], None]
@@ -682,17 +849,12 @@ class LockClient:
                 if not isinstance(ok, bool):
                     raise TypeError(f"release() returned {type(ok).__name__}, expected bool")
                 routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
-                fn = lambda: self._release_answered(req, out.lease_id, routcome)  # noqa: E731
+                lease = out.lease_id
+                fn = lambda: self._release_answered(req, lease, routcome)  # noqa: E731
         except Exception as e:
             log.warning("leasehold: %s %r failed (transport error): %s", _KIND_NAMES.get(k, k), out.name, e)
             fn = self._transport_error_input(k, req)
-
-        with self._cond:
-            self._inflight -= 1
-            self._requests.pop(req, None)
-            if not self._closed and not self._stop:
-                self._inputs.append(fn)
-            self._cond.notify_all()
+        return fn
 
     def _granted_input(self, req: int, r: Granted) -> Callable[[], None]:
         core = self._core
@@ -780,8 +942,7 @@ class LockClient:
                 return
             if name in self._core_watching:
                 core = self._core
-                self._inputs.append(lambda: core.released(name))
-                self._cond.notify_all()
+                self._deliver_input(lambda: core.released(name))
 
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
@@ -797,10 +958,11 @@ class LockClient:
                 return
             core = self._core
             if name in self._core_watching:
-                self._inputs.append(lambda: core.released(name))
+                # Fed here, on the notifying thread, under the mutex: the woken waiter's
+                # Acquire goes to the pool at once, without a hop through the driver.
+                self._deliver_input(lambda: core.released(name))
             for cb in list(self._subscribers.get(name, ())):
                 self._callback(cb, name)
-            self._cond.notify_all()
 
     # -- internals: handle operations -------------------------------------------------------------
     def _release_in_core(self, h: LockHandle) -> None:
@@ -826,20 +988,36 @@ class LockClient:
 
     def _release_handle(self, h: LockHandle, timeout: float | None) -> None:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
+        # The inline call is bounded by the service's call_timeout, not by ``timeout``: an
+        # explicitly shorter wait takes the pooled path, which can stop waiting at any time.
+        explicit = timeout is not None or self._release_timeout_set
+        bound = self._call_bound
+        inline = not explicit or (bound is not None and wait_s >= bound)
         with self._cond:
             if h._state != _HELD or self._closed or self._closing or self._fatal is not None:
                 if h._state == _HELD:
                     h._state = _RELEASED
                 return
-            ev = threading.Event()
-            self._release_waiters[h.lease_id] = ev
-            self._release_in_core(h)
-            self._drain()
-            sent = any(k == _ffi.LH_OUTPUT_RELEASE and lease == h.lease_id for k, lease in self._requests.values())
-            if not sent:
-                self._release_waiters.pop(h.lease_id, None)
-                return
-        ev.wait(wait_s)
+            lease = h.lease_id
+            if inline and self._inline and not self._paused:
+                self._release_in_core(h)
+                cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
+                if cmd is None:  # still held by another reentrant holder, or nothing to send
+                    return
+            else:
+                cmd = None
+                ev = threading.Event()
+                self._release_waiters[lease] = ev
+                self._release_in_core(h)
+                self._drain()
+                sent = any(k == _ffi.LH_OUTPUT_RELEASE and ls == lease for k, ls in self._requests.values())
+                if not sent:
+                    self._release_waiters.pop(lease, None)
+                    return
+        if cmd is not None:
+            self._run_inline(cmd)
+        else:
+            ev.wait(wait_s)
 
     def _cancel(self, h: LockHandle) -> None:
         """Cancel a waiting acquire (or release a grant that raced the cancellation)."""
@@ -899,9 +1077,8 @@ class LockClient:
                 if h._state == _ACQUIRING:
                     self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
                 elif h._state == _HELD:
-                    h._state = _LOST
                     h.lost_reason = "forked"
-                    h.lost.set()
+                    h._set_lost()
         for _k, lease in requests.values():
             self._abandoned.add(lease)
         # The core still tracks these waiters' watches; the child does not watch them (the
