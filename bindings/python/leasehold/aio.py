@@ -1,10 +1,13 @@
 """asyncio flavour: :class:`AsyncLockClient` drives the same core from an event loop.
 
 Everything runs on the loop the client is first used from (calling it from another loop
-raises ``RuntimeError``): a driver task waits for the earliest of the core's deadline, a
-finished backend call and a release notification; backend calls run as their own tasks
-(a synchronous service is adapted with ``asyncio.to_thread``, see
-:func:`leasehold.service.to_async`), so a hung backend never delays loss detection.
+raises ``RuntimeError``): a driver task runs the core's deadlines; backend calls run as their
+own tasks (a synchronous service is adapted with ``asyncio.to_thread``, see
+:func:`leasehold.service.to_async`), so a hung backend never delays loss detection. A finished
+backend call and a release notification feed the core directly from their task/callback (all
+on the loop, so no lock is needed); the driver is woken only when an input was queued for it
+(while paused), the client is closing, or the core's deadline moved earlier than the one it
+sleeps until.
 
 ::
 
@@ -176,6 +179,8 @@ class AsyncLockClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watch_tail: asyncio.Task[None] | None = None
         self._deadline: int | None = None
+        self._sleeping = False  # the driver waits; until _sleep_until (None: no deadline)
+        self._sleep_until: int | None = None
         self._paused = False
         self._closing = False
         self._closed = False
@@ -347,12 +352,16 @@ class AsyncLockClient:
                 if not self._real_clock:
                     wait_s = None if self._clock_sub is not None else 0.01
             else:
-                wait_s = None
+                wait_s = dl = None
             wake.clear()
+            self._sleep_until = dl
+            self._sleeping = True
             try:
                 await asyncio.wait_for(wake.wait(), wait_s)
             except TimeoutError:
                 pass
+            finally:
+                self._sleeping = False
 
     def _feed(self, fn: Callable[[], None]) -> None:
         try:
@@ -364,16 +373,30 @@ class AsyncLockClient:
     def _drain(self) -> None:
         if self._core.closed:
             return
+        core = self._core
         while True:
-            out = self._core.poll_output()
+            out = core.poll_output()
             if out is None:
                 break
             try:
                 self._dispatch(out)
             except Exception:
                 log.exception("leasehold: failed to dispatch %r", out)
-        self._deadline = self._core.poll_timeout()
-        self._poke()
+        self._deadline = dl = core.poll_timeout()
+        if (
+            self._inputs
+            or self._closing
+            or (self._sleeping and dl is not None and (self._sleep_until is None or dl < self._sleep_until))
+        ):
+            self._poke()
+
+    def _deliver_input(self, fn: Callable[[], None]) -> None:
+        """Feed an input now (we are on the loop), or queue it while the driver is paused."""
+        if self._paused:
+            self._inputs.append(fn)
+            self._poke()
+        else:
+            self._feed(fn)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         assert self._loop is not None
@@ -501,8 +524,7 @@ class AsyncLockClient:
                 fn = lambda: core.release_result(req, _ffi.LH_RELEASE_TRANSPORT_ERROR)  # noqa: E731
         self._requests.pop(req, None)
         if not self._closed:
-            self._inputs.append(fn)
-            self._poke()
+            self._deliver_input(fn)
 
     def _watch_ref(self, name: str, delta: int) -> None:
         before = self._watch_refs.get(name, 0)
@@ -519,8 +541,7 @@ class AsyncLockClient:
                 # subscription taking effect was never notified (see LockClient).
                 if not self._closed and name in self._core_watching:
                     core = self._core
-                    self._inputs.append(lambda: core.released(name))
-                    self._poke()
+                    self._deliver_input(lambda: core.released(name))
 
             self._chain_watch(watch_then_recheck)
         elif before > 0 and after == 0:
@@ -560,8 +581,7 @@ class AsyncLockClient:
             return
         core = self._core
         if name in self._core_watching:
-            self._inputs.append(lambda: core.released(name))
-            self._poke()
+            self._deliver_input(lambda: core.released(name))
         for cb in list(self._subscribers.get(name, ())):
             self._run_callback(cb, name)
 
