@@ -45,6 +45,10 @@ enum Op {
     },
     /// Misuse: empty / oversized / NUL names, invalid TTLs.
     BadAcquire(u8),
+    /// Misuse: a grant whose backend data exceeds the limit (to a live request).
+    OversizedGrant(u16),
+    /// Fresh entropy (as after `fork()`): must not disturb any lease.
+    Reseed(u64),
     Release {
         pick: u16,
         unknown: bool,
@@ -88,6 +92,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any::<u8>(), any::<u8>(), 0u16..3000, any::<bool>()).prop_map(|(name, ttl, wait_ms, reentrant)| Op::Acquire { name, ttl, wait_ms, reentrant }),
         1 => any::<u8>().prop_map(Op::BadAcquire),
+        1 => any::<u16>().prop_map(Op::OversizedGrant),
+        1 => any::<u64>().prop_map(Op::Reseed),
         2 => (any::<u16>(), any::<bool>()).prop_map(|(pick, u)| Op::Release { pick, unknown: u && pick % 4 == 0 }),
         5 => (pick(), any::<u8>(), any::<u8>(), proptest::option::of(any::<u16>()), any::<u8>())
             .prop_map(|(pick, outcome, ttl, hint_ms, data)| Op::AcquireResult { pick, outcome, ttl, hint_ms, data }),
@@ -560,6 +566,39 @@ impl Harness {
                 let name = NAMES[usize::from(*name) % NAMES.len()];
                 if let Err(e) = self.client.handle_released(now, name) {
                     return self.fail(format!("handle_released refused: {e}"));
+                }
+            }
+            Op::OversizedGrant(i) => {
+                let (id, req) = self.choose(&Pick::Live(*i), Kind::Acquire);
+                let data = vec![0u8; leasehold::MAX_BACKEND_DATA_LEN + 1];
+                let before = self.snapshot();
+                let r = self.client.handle_acquire_result(
+                    now,
+                    id,
+                    AcquireResult::Granted {
+                        fencing_token: u64::MAX,
+                        ttl_ms: 1_000,
+                        backend_data: &data,
+                    },
+                );
+                if !matches!(r, Err(Error::BackendDataTooLong { .. })) {
+                    return self.fail(format!("oversized backend data gave {r:?}"));
+                }
+                if self.snapshot() != before || self.client.poll_output().is_some() {
+                    return self.fail("refused oversized grant changed the state".into());
+                }
+                // The request is still unanswered: the host may answer it properly.
+                if let Some(req) = req {
+                    self.outstanding.push(req);
+                }
+            }
+            Op::Reseed(x) => {
+                let before = self.snapshot();
+                if let Err(e) = self.client.reseed(&x.to_le_bytes().repeat(4)) {
+                    return self.fail(format!("reseed refused: {e}"));
+                }
+                if self.snapshot() != before || self.client.poll_output().is_some() {
+                    return self.fail("reseed changed lease state".into());
                 }
             }
             Op::Timeout => self.client.handle_timeout(now),

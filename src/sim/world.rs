@@ -203,6 +203,10 @@ struct LeaseRec {
     wait_ns: u64,
     fence: Option<u64>,
     terminal: Option<&'static str>,
+    /// Core time of the terminal event.
+    ended_at: u64,
+    /// TTL the service grants for this lease (asked, or the service's cap).
+    grant_ttl_ms: u64,
     app_released: bool,
     /// Upper bound for `valid_until` from confirmed requests (I1).
     max_valid: u64,
@@ -843,6 +847,7 @@ impl Host {
                     );
                 }
                 rec.terminal = Some("AcquireFailed");
+                rec.ended_at = now;
                 sh.stats.acquire_failed += 1;
             }
             Event::Lost { reason, .. } => {
@@ -856,6 +861,7 @@ impl Host {
                     );
                 }
                 rec.terminal = Some("Lost");
+                rec.ended_at = now;
                 sh.stats.lost += 1;
             }
             Event::Released { .. } => {
@@ -869,6 +875,7 @@ impl Host {
                     );
                 }
                 rec.terminal = Some("Released");
+                rec.ended_at = now;
                 sh.stats.released += 1;
             }
         }
@@ -964,6 +971,8 @@ impl Host {
                             wait_ns,
                             fence: None,
                             terminal: None,
+                            ended_at: 0,
+                            grant_ttl_ms: sh.sc.grant_cap_ms.map_or(ttl_ms, |cap| ttl_ms.min(cap)),
                             app_released: false,
                             max_valid: 0,
                             releases_sent: 0,
@@ -1056,7 +1065,17 @@ impl Host {
             if let Some(rec) = self.leases.get_mut(&lease) {
                 match reply {
                     None => rec.uncertain = true,
-                    Some(AcquireReply::Granted { .. }) if rec.terminal.is_some() => {
+                    // A late grant must be released at once (rule 6) while
+                    // the core still keeps the record: up to one TTL plus
+                    // one request timeout after the end (bounded retention,
+                    // I7); a grant arriving later expires by its TTL.
+                    Some(AcquireReply::Granted { .. })
+                        if rec.terminal.is_some()
+                            && now.max(self.core.now())
+                                < rec.ended_at
+                                    + rec.grant_ttl_ms * MS
+                                    + self.config.request_timeout_ns =>
+                    {
                         rec.needs_release = true;
                     }
                     _ => {}
