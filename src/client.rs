@@ -347,10 +347,14 @@ impl Client {
             if let Some(list) = l.superseded.as_mut() {
                 list.retain(|&r| r != request.0);
             }
-            let terminal = l.state.is_terminal();
+            let state = l.state;
             self.counters.stale_results += 1;
-            if terminal && !matches!(result, AcquireResult::HeldByOther { .. }) {
+            if state != LeaseState::Held {
+                // Not a state change: remember the grant's ownership data, so a cleanup
+                // release can target it (a held lease keeps its live grant's data).
                 self.adopt_backend_data(slot, &result);
+            }
+            if state.is_terminal() && !matches!(result, AcquireResult::HeldByOther { .. }) {
                 self.start_cleanup(slot, false);
             }
             self.settle(slot);

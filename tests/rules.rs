@@ -1365,3 +1365,40 @@ fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() 
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
+    // Attempt 1 times out; its grant (with ownership data) arrives while attempt 2 is in
+    // flight and is ignored; attempt 2 fails and the wait runs out: the cleanup release must
+    // carry attempt 1's data.
+    let cfg = Config {
+        request_timeout_ns: 100 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(150 * MS))
+        .unwrap();
+    let (r1, _) = acquire_req(&drain(&mut c));
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    let (r2, _) = acquire_req(&out);
+    let g1 = AcquireResult::Granted {
+        fencing_token: 1,
+        ttl_ms: 3_000,
+        backend_data: b"lease-1",
+    };
+    c.handle_acquire_result(t + MS, r1, g1).unwrap();
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    c.handle_acquire_result(t + 2 * MS, r2, AcquireResult::TransportError)
+        .unwrap();
+    let mut release = None;
+    while release.is_none() {
+        let (out, _) = run_until_output(&mut c, u64::MAX);
+        assert!(!out.is_empty(), "the lease must end and clean up");
+        release = commands(&out).into_iter().find_map(|c| match c {
+            Command::Release { backend_data, .. } => Some(backend_data),
+            _ => None,
+        });
+    }
+    assert_eq!(release.unwrap().as_deref(), Some(&b"lease-1"[..]));
+}
