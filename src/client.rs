@@ -885,68 +885,61 @@ impl Client {
     }
 
     fn send_acquire(&mut self, slot: u32) {
-        let req = self.next_request();
-        let now = self.now;
-        let id = self.id_of(slot);
         if self.lease_mut(slot).queued {
             self.dequeue(slot);
         }
         let l = self.lease_mut(slot);
-        l.inflight_req = req;
-        l.inflight_sent = now;
-        l.inflight_kind = ReqKind::Acquire;
         l.attempts = l.attempts.saturating_add(1);
-        let cmd = Command::Acquire {
-            request: RequestId(req),
-            lease: id,
-            name: l.name.clone(),
-            token: l.token,
-            ttl_ms: l.ttl_ms,
-        };
-        self.requests.insert(req, slot);
-        self.outputs.push_back(Output::Command(cmd));
+        self.send(slot, ReqKind::Acquire);
         self.counters.acquires_sent += 1;
     }
 
     fn send_renew(&mut self, slot: u32) {
-        let req = self.next_request();
-        let now = self.now;
-        let id = self.id_of(slot);
-        let l = self.lease_mut(slot);
-        l.inflight_req = req;
-        l.inflight_sent = now;
-        l.inflight_kind = ReqKind::Renew;
-        let cmd = Command::Renew {
-            request: RequestId(req),
-            lease: id,
-            name: l.name.clone(),
-            token: l.token,
-            ttl_ms: l.ttl_ms,
-            backend_data: l.backend_data.clone(),
-        };
-        self.requests.insert(req, slot);
-        self.outputs.push_back(Output::Command(cmd));
+        self.send(slot, ReqKind::Renew);
         self.counters.renewals_sent += 1;
     }
 
     fn send_release(&mut self, slot: u32) {
+        self.send(slot, ReqKind::Release);
+        self.counters.releases_sent += 1;
+    }
+
+    /// Emits one command for the lease and makes it the lease's single in-flight request.
+    fn send(&mut self, slot: u32, kind: ReqKind) {
         let req = self.next_request();
         let now = self.now;
         let id = self.id_of(slot);
         let l = self.lease_mut(slot);
         l.inflight_req = req;
         l.inflight_sent = now;
-        l.inflight_kind = ReqKind::Release;
-        let cmd = Command::Release {
-            request: RequestId(req),
-            lease: id,
-            name: l.name.clone(),
-            token: l.token,
-            backend_data: l.backend_data.clone(),
+        l.inflight_kind = kind;
+        let (request, name, token) = (RequestId(req), l.name.clone(), l.token);
+        let cmd = match kind {
+            ReqKind::Acquire => Command::Acquire {
+                request,
+                lease: id,
+                name,
+                token,
+                ttl_ms: l.ttl_ms,
+            },
+            ReqKind::Renew => Command::Renew {
+                request,
+                lease: id,
+                name,
+                token,
+                ttl_ms: l.ttl_ms,
+                backend_data: l.backend_data.clone(),
+            },
+            ReqKind::Release => Command::Release {
+                request,
+                lease: id,
+                name,
+                token,
+                backend_data: l.backend_data.clone(),
+            },
         };
         self.requests.insert(req, slot);
         self.outputs.push_back(Output::Command(cmd));
-        self.counters.releases_sent += 1;
     }
 
     fn renew_interval(&mut self, ttl_ns: u64) -> u64 {
