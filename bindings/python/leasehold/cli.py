@@ -677,6 +677,7 @@ def _run_locked(
 
     # ---- wait for the lock on a helper thread; the main thread keeps handling signals
     box: dict[str, Any] = {}
+    done = threading.Event()
 
     def acquirer() -> None:
         try:
@@ -684,13 +685,14 @@ def _run_locked(
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             box["error"] = e
         finally:
+            done.set()  # before the poke: the main loop tests `done`, never the thread's liveness
             wake.poke()
 
     if verbose:
         _note(f"waiting for lock {name!r} on {redact(url)}")
     t = threading.Thread(target=acquirer, name="leasehold-cli-acquire", daemon=True)
     t.start()
-    while t.is_alive():
+    while not done.is_set():
         if wake.pending:
             sig = wake.pending.popleft()
             if verbose:
