@@ -25,6 +25,11 @@
 
 #include <leasehold.h>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <signal.h>
+#endif
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -597,6 +602,17 @@ class LockClient;
 
 namespace detail {
 
+// Threads that may write to sockets (transport calls) block SIGPIPE: a peer that went away must
+// become an EPIPE transport error, never kill the process.
+inline void block_sigpipe_in_this_thread() noexcept {
+#if defined(__unix__) || defined(__APPLE__)
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+#endif
+}
+
 class Executor {
  public:
   explicit Executor(std::size_t threads) {
@@ -633,6 +649,7 @@ class Executor {
 
  private:
   void run() {
+    block_sigpipe_in_this_thread();
     for (;;) {
       std::function<void()> f;
       {

@@ -9,7 +9,8 @@
 // an unexpected shape is a transport error (thrown, so the LockClient logs it), never a grant.
 //
 // Commands use a small pool of blocking connections with a command timeout (so a call never hangs
-// longer than that); release notifications use one subscriber connection on its own thread
+// longer than that). hiredis writes with write(2): call it from threads that block SIGPIPE (the
+// LockClient's IO threads do; so does the subscriber thread). Release notifications use one subscriber connection on its own thread
 // (SUBSCRIBE lh:{NAME}:released), re-established and re-subscribed after a disconnect.
 // One RedisTransport per LockClient (LockClient::close() closes it).
 #pragma once
@@ -310,6 +311,7 @@ class RedisTransport final : public Transport {
   }
 
   void subscribe_loop() {
+    detail::block_sigpipe_in_this_thread();
     redis::ContextPtr c;
     std::set<std::string> subscribed;  // channels we asked the server for
     auto backoff = std::chrono::milliseconds(50);
