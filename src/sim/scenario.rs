@@ -78,8 +78,16 @@ impl Scenario {
         let mut rng = SimRng::new(seed ^ 0x5EED_1EA5_E401_D000);
         let chaotic = rng.chance_ppm(350_000);
         let duration_ns = rng.range(SEC, 4 * SEC);
-        let n_clients = rng.range(2, 4) as usize;
-        let n_names = rng.range(1, 3) as usize;
+        // One world in ten is a crowd: many hosts on one name, so hand-offs,
+        // waiter wake-ups and I5 are exercised under heavy contention. Drawn
+        // from its own stream so the other worlds keep their scenarios.
+        let crowd = SimRng::new(seed ^ 0xC20_D000).chance_ppm(100_000);
+        let mut n_clients = rng.range(2, 4) as usize;
+        let mut n_names = rng.range(1, 3) as usize;
+        if crowd {
+            n_clients += 4;
+            n_names = 1;
+        }
         let names = (0..n_names).map(|i| format!("res/{i}")).collect();
         let ttl_menu: [u64; 6] = [30, 60, 100, 250, 600, 1500];
         let first = rng.below(4) as usize;
