@@ -19,11 +19,11 @@ The client can only *detect* that it lost a lock (``lock.lost``, ``on_lost``,
 :mod:`leasehold.fencing`.
 """
 
-from ._core import Config, Counters
-from ._ffi import VERSION as CORE_VERSION
-from ._ffi import library_path
-from .aio import AsyncLockClient, AsyncLockHandle
-from .client import LockClient, LockHandle, Subscription
+from typing import TYPE_CHECKING, Any
+
+# Pure-Python parts import eagerly; everything that loads the native library is imported on
+# first use (PEP 562), so `leasehold --help` and the SQLite `status` work, and report a clear
+# error, even when the library is missing.
 from .errors import (
     AcquireCancelled,
     BackendUnavailable,
@@ -38,6 +38,38 @@ from .errors import (
 )
 from .fencing import FencingGate
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
+
+if TYPE_CHECKING:
+    from ._core import Config, Counters
+    from ._ffi import VERSION as CORE_VERSION
+    from ._ffi import library_path
+    from .aio import AsyncLockClient, AsyncLockHandle
+    from .client import LockClient, LockHandle, Subscription
+
+_LAZY = {
+    "Config": ("._core", "Config"),
+    "Counters": ("._core", "Counters"),
+    "CORE_VERSION": ("._ffi", "VERSION"),
+    "library_path": ("._ffi", "library_path"),
+    "AsyncLockClient": (".aio", "AsyncLockClient"),
+    "AsyncLockHandle": (".aio", "AsyncLockHandle"),
+    "LockClient": (".client", "LockClient"),
+    "LockHandle": (".client", "LockHandle"),
+    "Subscription": (".client", "Subscription"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'leasehold' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
