@@ -273,7 +273,7 @@ def test_status_names_and_abi() -> None:
 
 def test_loader_reports_missing_library_clearly(tmp_path) -> None:
     env = dict(os.environ, LEASEHOLD_LIBRARY=str(tmp_path / "nope.so"))
-    p = subprocess.run([sys.executable, "-c", "import leasehold"], env=env, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", "import leasehold; leasehold.LockClient"], env=env, capture_output=True, text=True)
     assert p.returncode != 0
     assert "LEASEHOLD_LIBRARY" in p.stderr and "does not name a file" in p.stderr
 
