@@ -246,6 +246,7 @@ RedisServer* g_server = nullptr;
 class Redis : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    ::signal(SIGPIPE, SIG_IGN);  // a worker that died early must fail the test, not kill it
     if (g_server == nullptr) {
       g_server = new RedisServer();
       if (!g_server->start()) {
