@@ -10,7 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -93,33 +93,35 @@ struct Child {
   int in_fd = -1;   // write end → child's stdin
   int out_fd = -1;  // read end ← child's stdout
 
+  // fork + exec; the child gets SIGKILL if this (forking) thread dies, so a crashed test never
+  // leaves a redis-server or a worker behind. Only async-signal-safe calls after fork().
   static Child spawn(const std::vector<std::string>& argv, bool pipes, const std::string& stderr_path) {
     Child c;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1};
-    if (pipes) {
-      if (::pipe2(in_p, O_CLOEXEC) != 0 || ::pipe2(out_p, O_CLOEXEC) != 0) return c;
-      posix_spawn_file_actions_adddup2(&fa, in_p[0], 0);
-      posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
-    } else {
-      posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    }
-    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (pipes && (::pipe2(in_p, O_CLOEXEC) != 0 || ::pipe2(out_p, O_CLOEXEC) != 0)) return c;
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      const int devnull = ::open("/dev/null", O_RDWR);
+      ::dup2(pipes ? in_p[0] : devnull, 0);
+      ::dup2(pipes ? out_p[1] : devnull, 1);
+      const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(err >= 0 ? err : devnull, 2);
+      ::execve(args[0], args.data(), environ);
+      ::_exit(127);
+    }
     if (pipes) {
       ::close(in_p[0]);
       ::close(out_p[1]);
       c.in_fd = in_p[1];
       c.out_fd = out_p[0];
     }
-    if (rc == 0) c.pid = pid;
+    if (pid > 0) c.pid = pid;
     return c;
   }
 
