@@ -414,6 +414,19 @@ class RedisTransport final : public Transport {
         std::lock_guard g(sub_mu_);
         subscribed_count_ = static_cast<std::size_t>(r->element[2]->integer);
       }
+      if (k == "unsubscribe" || r->element[1]->type != REDIS_REPLY_STRING) return;
+      // A release published before this subscription took effect was never delivered, so a
+      // confirmed (re)subscription wakes one waiter: at worst one extra acquire attempt.
+      ReleasedCallback cb;
+      std::string name;
+      {
+        std::lock_guard g(sub_mu_);
+        auto it = watched_.find(std::string(r->element[1]->str, r->element[1]->len));
+        if (it == watched_.end()) return;
+        cb = it->second.cb;
+        name = it->second.name;
+      }
+      if (cb) cb(name);
       return;
     }
     if (k != "message" || r->element[1]->type != REDIS_REPLY_STRING) return;
