@@ -57,6 +57,14 @@ clock = time.perf_counter
 
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
+def lh_client(url: str, inline_io: bool = True) -> LockClient:
+    """leasehold's LockClient on RedisLockService.from_url (2 s socket and connect timeouts, so
+    every call is bounded). LockClient uses its inline fast path by default only for services
+    that declare a ``call_timeout``; RedisLockService does not (yet), so the bench opts in
+    with ``inline_io=True`` (what an application on such a service would do)."""
+    return LockClient(RedisLockService.from_url(url), inline_io=inline_io)
+
+
 class Locker:
     def acquire(self, name: str, ttl: float, wait: float) -> Any: ...
     def release(self, h: Any) -> None: ...
@@ -66,7 +74,7 @@ class Locker:
 class LeaseholdLocker(Locker):
     def __init__(self, url: str, client: LockClient | None = None, own: bool | None = None) -> None:
         self.own = client is None if own is None else own
-        self.client = client or LockClient(RedisLockService.from_url(url))
+        self.client = client or lh_client(url)
 
     def acquire(self, name: str, ttl: float, wait: float) -> Any:
         return self.client.acquire(name, ttl=ttl, wait=wait)
@@ -138,7 +146,7 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
     lh_holder = (
         "from leasehold import LockClient\n"
         "from leasehold.backends.redis import RedisLockService\n"
-        "c = LockClient(RedisLockService.from_url(URL))\n"
+        "c = LockClient(RedisLockService.from_url(URL), inline_io=True)\n"
         "h = c.acquire(NAME, ttl=TTL)\n"
     )
     # Holders keep renewing until they are killed, as real holders do (python-redis-lock with
@@ -396,24 +404,6 @@ def _lock_key(impl: Impl, name: str) -> str:
     return name
 
 
-def inline_prototype(url: str) -> Impl | None:
-    """leasehold with the measurement-only inline fast path (bench/fastpath_prototype.py)."""
-    try:
-        from fastpath_prototype import InlineLockClient
-
-        c = InlineLockClient(RedisLockService.from_url(url))
-        c.acquire("proto-check", ttl=5.0).release()
-        c.close()
-    except Exception as e:  # noqa: BLE001 - the prototype leans on client.py internals
-        print(f"(inline fast-path prototype unavailable: {type(e).__name__}: {e})", flush=True)
-        return None
-    return Impl(
-        "leasehold + inline (prototype)",
-        lambda: LeaseholdLocker(url, InlineLockClient(RedisLockService.from_url(url)), own=True),
-        "",
-    )
-
-
 # ---- main ----------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -431,7 +421,7 @@ def main() -> None:
     with RedisServer(binary) as srv:
         r = srv.client()
         results["redis_server"] = r.info("server")["redis_version"]
-        shared = LockClient(RedisLockService.from_url(srv.url))
+        shared = lh_client(srv.url)
         # The peers get a client with redis-py's defaults (no socket timeout: python-redis-lock
         # blocks in BLPOP for up to its expire time, longer than any socket timeout we would set).
         r_peers = redis.Redis.from_url(srv.url)
@@ -439,9 +429,14 @@ def main() -> None:
         try:
             if "throughput" in parts:
                 tp_impls = [i for i in all_impls if "shared" not in i.label]
-                proto_impl = inline_prototype(srv.url)
-                if proto_impl is not None:
-                    tp_impls.insert(1, proto_impl)
+                tp_impls.insert(
+                    1,
+                    Impl(
+                        "leasehold, no inline path",
+                        lambda: LeaseholdLocker(srv.url, lh_client(srv.url, inline_io=False), own=True),
+                        "",
+                    ),
+                )
                 tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
                 results["throughput"] = tp = bench_throughput(
                     tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=0.7
