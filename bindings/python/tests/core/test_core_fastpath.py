@@ -190,3 +190,26 @@ def test_lost_event_first_looked_at_after_the_loss_is_set(make_client, clock: Fa
     assert h.state == "lost"
     assert h.lost.is_set() and h.lost.wait(0)
     assert h.lost is h.lost
+
+
+@pytest.mark.parametrize("inline_io", [False, True])
+def test_results_wait_for_a_paused_driver(make_client, store: MemoryStore, inline_io: bool) -> None:
+    """Results are fed by the thread that got them, except while the driver is paused (a
+    process pause): then they queue, and the driver feeds them when it resumes."""
+    from leasehold.testing import pause_driver
+
+    s = Recording(store, call_timeout=5.0)
+    c = make_client(s, inline_io=inline_io)
+    got: list[object] = []
+    with pause_driver(c):
+        t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10)), name="app")
+        t.start()
+        assert s.wait_calls(1)
+        with c._cond:
+            assert c._cond.wait_for(lambda: c._inflight == 0 and len(c._inputs) == 1, 10)
+        assert threads_of(s, "acquire")[0].startswith("leasehold-io"), "no inline call while paused"
+        assert not got and store.holder("x") is not None  # granted by the store, not yet seen
+    t.join(10)
+    assert len(got) == 1 and getattr(got[0], "state") == "held"
+    getattr(got[0], "release")()
+    assert store.holder("x") is None
