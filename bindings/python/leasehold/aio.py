@@ -37,7 +37,7 @@ from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output
-from .client import Subscription
+from .client import _IDLE_TICK_NS, Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
 __all__ = ["AsyncLockClient", "AsyncLockHandle"]
@@ -338,6 +338,10 @@ class AsyncLockClient:
     async def _run(self) -> None:
         assert self._wake is not None
         wake = self._wake
+        # As in LockClient: with no deadline, sleep one short tick before sleeping for ever,
+        # so that a loop of acquire/release cycles does not poke the driver every cycle.
+        tick_ns = min(_IDLE_TICK_NS, self._core.request_timeout_ns // 4)
+        ticked = False
         while True:
             if not self._paused:
                 if self._inputs:
@@ -348,6 +352,11 @@ class AsyncLockClient:
                 if dl is not None and now >= dl:
                     self._feed(self._core.timeout)
                     continue
+                if dl is None and not ticked and tick_ns > 0:
+                    dl = now + tick_ns
+                    ticked = True
+                elif dl is not None:
+                    ticked = False
                 wait_s: float | None = None if dl is None else (dl - now) / 1e9
                 if not self._real_clock:
                     wait_s = None if self._clock_sub is not None else 0.01
