@@ -19,6 +19,8 @@ const TICK_SHIFT: u32 = 22;
 const BUCKETS: u64 = 4096;
 const MASK: u64 = BUCKETS - 1;
 const WORDS: usize = (BUCKETS / 64) as usize;
+// The summary bitmap is one u64: one bit per occupancy word.
+const _: () = assert!(WORDS == 64);
 
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
@@ -28,6 +30,8 @@ pub(crate) struct Timers {
     /// Allocated on first use, so a core with few leases stays small.
     buckets: Vec<Vec<Reverse<Entry>>>,
     occupied: Vec<u64>,
+    /// Bit `w` is set when `occupied[w]` is non-zero: finding the next bucket is O(1).
+    summary: u64,
     /// Entries with `tick >= cursor + BUCKETS`.
     overflow: BinaryHeap<Reverse<Entry>>,
     cursor: u64,
@@ -49,6 +53,7 @@ impl Timers {
             b.clear();
         }
         self.occupied.iter_mut().for_each(|w| *w = 0);
+        self.summary = 0;
         self.overflow.clear();
         self.len = 0;
     }
@@ -73,6 +78,7 @@ impl Timers {
         let i = (t & MASK) as usize;
         self.buckets[i].push(Reverse(e));
         self.occupied[i / 64] |= 1 << (i % 64);
+        self.summary |= 1 << (i / 64);
     }
 
     /// Earliest entry (possibly stale: the caller checks versions).
@@ -107,6 +113,9 @@ impl Timers {
         if next_bucket == Some(next) {
             let i = (next & MASK) as usize;
             self.occupied[i / 64] &= !(1 << (i % 64));
+            if self.occupied[i / 64] == 0 {
+                self.summary &= !(1 << (i / 64));
+            }
             let entries = std::mem::take(&mut self.buckets[i]);
             // Reuse the drained heap's allocation for the bucket (capacity circulates).
             let mut spare = std::mem::take(&mut self.current).into_vec();
@@ -130,28 +139,35 @@ impl Timers {
         true
     }
 
-    /// Tick of the first occupied bucket after the cursor, if any.
+    /// Tick of the first occupied bucket after the cursor, if any: at most four word lookups.
     fn next_occupied_tick(&self) -> Option<u64> {
-        if self.occupied.is_empty() {
+        if self.summary == 0 {
             return None;
         }
         let start = ((self.cursor.wrapping_add(1)) & MASK) as usize;
-        let first_word = start / 64;
-        for k in 0..=WORDS {
-            let w = (first_word + k) % WORDS;
-            let mut word = self.occupied[w];
-            if k == 0 {
-                word &= !0u64 << (start % 64);
-            } else if k == WORDS {
-                word &= (1u64 << (start % 64)).wrapping_sub(1);
-            }
-            if word != 0 {
-                let bit = w * 64 + word.trailing_zeros() as usize;
-                let distance = (bit + BUCKETS as usize - start) % BUCKETS as usize;
-                return Some(self.cursor + 1 + distance as u64);
-            }
-        }
-        None
+        let (fw, fb) = (start / 64, start % 64);
+        let first = |w: usize| w * 64 + self.occupied[w].trailing_zeros() as usize;
+        let here = self.occupied[fw] & (!0u64 << fb);
+        let later = if fw == WORDS - 1 {
+            0
+        } else {
+            self.summary & (!0u64 << (fw + 1))
+        };
+        let earlier = self.summary & ((1u64 << fw) - 1);
+        let wrapped = self.occupied[fw] & ((1u64 << fb) - 1);
+        let bit = if here != 0 {
+            fw * 64 + here.trailing_zeros() as usize
+        } else if later != 0 {
+            first(later.trailing_zeros() as usize)
+        } else if earlier != 0 {
+            first(earlier.trailing_zeros() as usize)
+        } else if wrapped != 0 {
+            fw * 64 + wrapped.trailing_zeros() as usize
+        } else {
+            return None;
+        };
+        let distance = (bit + BUCKETS as usize - start) % BUCKETS as usize;
+        Some(self.cursor + 1 + distance as u64)
     }
 }
 
