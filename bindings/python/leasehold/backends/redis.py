@@ -123,6 +123,24 @@ class RedisLockService(LockService):
         """The redis-py client this service runs on."""
         return self._client
 
+    @property
+    def call_timeout(self) -> float | None:
+        """Longest one acquire/renew/release can block, in seconds; ``None`` if unbounded.
+
+        LockClient runs an application's own first acquire and its release on the calling
+        thread only when this is bounded. The bound covers connect + read timeouts for every
+        attempt redis-py's retry makes, twice (EVALSHA, then EVAL after NOSCRIPT).
+        """
+        kw = self._client.connection_pool.connection_kwargs
+        read = kw.get("socket_timeout")
+        connect = kw.get("socket_connect_timeout") or read
+        if not read or not connect:
+            return None
+        retry = kw.get("retry")
+        retries = getattr(retry, "_retries", 0) if retry is not None else 0
+        attempts = 1 + max(0, int(retries))
+        return float(connect + read) * attempts * 2
+
     # ---- commands ------------------------------------------------------------------------
     def _run(self, script: proto.Script, keys: list[str], args: list[Any]) -> Any:
         try:

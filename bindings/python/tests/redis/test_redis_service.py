@@ -397,3 +397,15 @@ def test_client_options_do_not_change_results(redis_server, r, kw):
         assert notes.wait_count(2) and notes.names == ["opt", "opt"]
     finally:
         svc.close()
+
+
+def test_call_timeout_is_bounded_only_with_socket_timeouts(redis_server, svc):
+    # from_url sets socket timeouts, so LockClient may run the caller's own calls inline.
+    bound = svc.call_timeout
+    assert bound is not None and 0 < bound <= 60
+    # A client without socket timeouts can block for ever: no bound, no inline calls.
+    bare = RedisLockService(redis.Redis.from_url(redis_server.url), owns_client=True)
+    try:
+        assert bare.call_timeout is None
+    finally:
+        bare.close()
