@@ -57,11 +57,10 @@ clock = time.perf_counter
 
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
-def lh_client(url: str, inline_io: bool = True) -> LockClient:
-    """leasehold's LockClient on RedisLockService.from_url (2 s socket and connect timeouts, so
-    every call is bounded). LockClient uses its inline fast path by default only for services
-    that declare a ``call_timeout``; RedisLockService does not (yet), so the bench opts in
-    with ``inline_io=True`` (what an application on such a service would do)."""
+def lh_client(url: str, inline_io: bool | None = None) -> LockClient:
+    """leasehold's LockClient on RedisLockService.from_url (2 s socket and connect timeouts).
+    RedisLockService declares that bound as ``call_timeout``, so LockClient's inline fast path
+    is on by default (``inline_io=None``); ``inline_io=False`` gives the no-inline row."""
     return LockClient(RedisLockService.from_url(url), inline_io=inline_io)
 
 
@@ -146,7 +145,7 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
     lh_holder = (
         "from leasehold import LockClient\n"
         "from leasehold.backends.redis import RedisLockService\n"
-        "c = LockClient(RedisLockService.from_url(URL), inline_io=True)\n"
+        "c = LockClient(RedisLockService.from_url(URL))\n"
         "h = c.acquire(NAME, ttl=TTL)\n"
     )
     # Holders keep renewing until they are killed, as real holders do (python-redis-lock with

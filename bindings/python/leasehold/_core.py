@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from . import _ffi, errors
 from ._ffi import lib
@@ -81,9 +82,12 @@ class Config:
         return {n: int(getattr(c, n)) for n in names if n != "struct_size"}
 
 
-@dataclass(frozen=True)
-class Output:
-    """One polled output (a command for the host or an event for the application)."""
+class Output(NamedTuple):
+    """One polled output (a command for the host or an event for the application).
+
+    An immutable named tuple (cheap to build: :meth:`Core.poll_output` makes one per output).
+    Fields that do not apply to the kind are 0 / ``""`` / ``b""``.
+    """
 
     kind: int
     reason: int = 0
@@ -99,6 +103,23 @@ class Output:
     @property
     def reason_name(self) -> str:
         return _ffi.REASON_NAMES.get(self.reason, str(self.reason))
+
+
+# lh_output read in one call: native ("@") alignment is the C layout of the flat struct
+# (u32 kind, u32 reason, u64 request_id, u64 lease_id, then three (pointer, size_t) pairs and
+# three u64). Pointers come back as plain ints.
+_OUTPUT_LAYOUT = struct.Struct("@IIQQPNPNPNQQQ")
+if _OUTPUT_LAYOUT.size != ctypes.sizeof(_ffi.lh_output):  # pragma: no cover - exotic ABI
+    raise errors.LibraryError(
+        f"lh_output layout mismatch: struct {_OUTPUT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_output)}"
+    )
+_new_output = tuple.__new__
+_string_at = ctypes.string_at
+# Kinds whose name/token/backend_data are always empty (events): nothing to decode.
+_EVENT_KINDS = frozenset(
+    (_ffi.LH_OUTPUT_ACQUIRED, _ffi.LH_OUTPUT_ACQUIRE_FAILED, _ffi.LH_OUTPUT_LOST, _ffi.LH_OUTPUT_RELEASED)
+)
+_NAME_ONLY_KINDS = frozenset((_ffi.LH_OUTPUT_WATCH, _ffi.LH_OUTPUT_UNWATCH))
 
 
 @dataclass(frozen=True)
@@ -131,12 +152,6 @@ class Counters:
     time_clamped: int = 0
 
 
-def _bytes_at(ptr: "ctypes._Pointer[ctypes.c_uint8]", n: int) -> bytes:
-    if n == 0 or not ptr:
-        return b""
-    return ctypes.string_at(ptr, n)
-
-
 def _as_u8p(data: bytes) -> "ctypes._Pointer[ctypes.c_uint8]":
     return ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
 
@@ -156,6 +171,11 @@ def _u64(value: int, what: str) -> int:
     if not 0 <= value <= _ffi.U64_MAX:
         raise ValueError(f"{what} must be in 0..2**64-1, got {value}")
     return value
+
+
+_NO_DEADLINE = _ffi.LH_NO_DEADLINE
+_U64_MAX = _ffi.U64_MAX
+_REENTRANT = _ffi.LH_ACQUIRE_REENTRANT
 
 
 @dataclass
@@ -181,7 +201,20 @@ class Core:
         out = _ffi.lh_client_p()
         lib.lh_client_new(ctypes.byref(cfg), _as_u8p(seed), len(seed), ctypes.byref(out))
         self._h = _Handle(out)
+        # Reused out-params (the handle is not thread-safe anyway): no allocation per poll.
         self._out = _ffi.lh_output()
+        self._out_ref = ctypes.byref(self._out)
+        self._unpack_out = _OUTPUT_LAYOUT.unpack_from
+        self._deadline = ctypes.c_uint64()
+        self._deadline_ref = ctypes.byref(self._deadline)
+        self._poll_output = lib.lh_poll_output
+        self._opts = _ffi.lh_acquire_options()
+        lib.lh_acquire_options_default(ctypes.byref(self._opts))
+        self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
+        self._opts_ref = ctypes.byref(self._opts)
+        self._lease = ctypes.c_uint64()
+        self._lease_ref = ctypes.byref(self._lease)
+        self._poll_timeout = lib.lh_poll_timeout
         self.notifications = bool(cfg.notifications)
         self.request_timeout_ns = int(cfg.request_timeout_ns)
 
@@ -221,18 +254,24 @@ class Core:
     def acquire(self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False) -> int:
         """Start acquiring ``name``; returns the new (or, reentrant, the existing) lease id."""
         raw = _encode_name(name)
-        opts = _ffi.lh_acquire_options()
-        lib.lh_acquire_options_default(ctypes.byref(opts))
-        opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
-        opts.flags = _ffi.LH_ACQUIRE_REENTRANT if reentrant else 0
-        opts.ttl_ms = _u64(ttl_ms, "ttl_ms")
-        opts.wait_ns = _u64(wait_ns, "wait_ns")
-        lease = ctypes.c_uint64()
-        lib.lh_acquire(self._p(), self.now(), _as_u8p(raw), len(raw), ctypes.byref(opts), ctypes.byref(lease))
-        return int(lease.value)
+        opts = self._opts  # reused: the core never retains input buffers
+        opts.flags = _REENTRANT if reentrant else 0
+        opts.ttl_ms = ttl_ms if type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX else _u64(ttl_ms, "ttl_ms")
+        opts.wait_ns = wait_ns if type(wait_ns) is int and 0 <= wait_ns <= _U64_MAX else _u64(wait_ns, "wait_ns")
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        lib.lh_acquire(p, int(self._clock()), raw, len(raw), self._opts_ref, self._lease_ref)
+        lease: int = self._lease.value
+        return lease
 
     def release(self, lease: int) -> None:
-        lib.lh_release(self._p(), self.now(), _u64(lease, "lease"))
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        if not (type(lease) is int and 0 <= lease <= _U64_MAX):
+            _u64(lease, "lease")
+        lib.lh_release(p, int(self._clock()), lease)
 
     # -- results -------------------------------------------------------------------------------------
     def acquire_result(
@@ -244,30 +283,33 @@ class Core:
         retry_after_ms: int | None = None,
         backend_data: bytes = b"",
     ) -> None:
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
         retry = _ffi.LH_NO_RETRY_HINT if retry_after_ms is None else _u64(retry_after_ms, "retry_after_ms")
-        data = bytes(backend_data)
+        data = backend_data if type(backend_data) is bytes else bytes(backend_data)
         lib.lh_acquire_result(
-            self._p(),
-            self.now(),
+            p,
+            int(self._clock()),
             request_id,
             outcome,
             _u64(fencing_token, "fencing_token"),
             _u64(ttl_ms, "ttl_ms"),
             retry,
-            _as_u8p(data) if data else None,
+            data or None,
             len(data),
         )
 
     def renew_result(self, request_id: int, outcome: int) -> None:
-        lib.lh_renew_result(self._p(), self.now(), request_id, outcome)
+        lib.lh_renew_result(self._p(), int(self._clock()), request_id, outcome)
 
     def release_result(self, request_id: int, outcome: int) -> None:
-        lib.lh_release_result(self._p(), self.now(), request_id, outcome)
+        lib.lh_release_result(self._p(), int(self._clock()), request_id, outcome)
 
     def released(self, name: str) -> None:
         """A release notification for ``name`` arrived from the service."""
         raw = _encode_name(name)
-        lib.lh_released(self._p(), self.now(), _as_u8p(raw), len(raw))
+        lib.lh_released(self._p(), int(self._clock()), raw, len(raw))
 
     def timeout(self) -> None:
         lib.lh_timeout(self._p(), self.now())
@@ -275,28 +317,32 @@ class Core:
     # -- outputs ---------------------------------------------------------------------------------------
     def poll_output(self) -> Output | None:
         """The next output, copied; ``None`` when drained."""
-        o = self._out
-        lib.lh_poll_output(self._p(), ctypes.byref(o))
-        if o.kind == _ffi.LH_OUTPUT_NONE:
-            return None
-        return Output(
-            kind=int(o.kind),
-            reason=int(o.reason),
-            request_id=int(o.request_id),
-            lease_id=int(o.lease_id),
-            name=_bytes_at(o.name, o.name_len).decode("utf-8"),
-            token=_bytes_at(o.token, o.token_len).decode("ascii"),
-            backend_data=_bytes_at(o.backend_data, o.backend_data_len),
-            ttl_ms=int(o.ttl_ms),
-            fencing_token=int(o.fencing_token),
-            valid_until_ns=int(o.valid_until_ns),
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        self._poll_output(p, self._out_ref)
+        (kind, reason, req, lease, name_p, name_n, tok_p, tok_n, bd_p, bd_n, ttl, fence, valid) = self._unpack_out(
+            self._out
         )
+        if kind == 0:  # LH_OUTPUT_NONE
+            return None
+        if kind in _EVENT_KINDS:
+            return _new_output(Output, (kind, reason, req, lease, "", "", b"", ttl, fence, valid))
+        name = _string_at(name_p, name_n).decode("utf-8") if name_n else ""
+        if kind in _NAME_ONLY_KINDS:
+            return _new_output(Output, (kind, reason, req, lease, name, "", b"", ttl, fence, valid))
+        token = _string_at(tok_p, tok_n).decode("ascii") if tok_n else ""
+        data = _string_at(bd_p, bd_n) if bd_n else b""
+        return _new_output(Output, (kind, reason, req, lease, name, token, data, ttl, fence, valid))
 
     def poll_timeout(self) -> int | None:
         """The next deadline (ns on this core's clock), ``None`` when there is none."""
-        v = ctypes.c_uint64()
-        lib.lh_poll_timeout(self._p(), ctypes.byref(v))
-        return None if v.value == _ffi.LH_NO_DEADLINE else int(v.value)
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        self._poll_timeout(p, self._deadline_ref)
+        v: int = self._deadline.value
+        return None if v == _NO_DEADLINE else v
 
     # -- getters -------------------------------------------------------------------------------------------
     def lease_state(self, lease: int) -> int:

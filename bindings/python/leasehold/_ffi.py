@@ -220,20 +220,24 @@ def candidate_paths() -> list[Path]:
 
 
 def _load() -> tuple[ctypes.CDLL, Path]:
+    # PyDLL: calls keep the GIL. Every lh_* function is a short, non-blocking, sans-IO call that
+    # never calls back into Python, so releasing and re-taking the GIL around each one (CDLL)
+    # only costs a GIL hand-off per call -- with the driver and IO threads running, a call could
+    # wait for another thread's switch interval just to get the GIL back.
     env = os.environ.get("LEASEHOLD_LIBRARY")
     if env:
         path = Path(env)
         if not path.is_file():
             raise errors.LibraryError(f"LEASEHOLD_LIBRARY={env!r} does not name a file")
         try:
-            return ctypes.CDLL(str(path)), path
+            return ctypes.PyDLL(str(path)), path
         except OSError as e:
             raise errors.LibraryError(f"cannot load LEASEHOLD_LIBRARY={env!r}: {e}") from e
     tried = candidate_paths()
     for path in tried:
         if path.is_file():
             try:
-                return ctypes.CDLL(str(path)), path
+                return ctypes.PyDLL(str(path)), path
             except OSError as e:
                 raise errors.LibraryError(f"cannot load the leasehold library at {path}: {e}") from e
     listing = "\n  ".join(str(p) for p in tried)
@@ -304,6 +308,9 @@ _u8p = ctypes.POINTER(ctypes.c_uint8)
 _u64 = ctypes.c_uint64
 _u32 = ctypes.c_uint32
 _sz = ctypes.c_size_t
+# Byte-buffer inputs with an explicit length (names, backend data): declared char* so Python
+# `bytes` pass straight through (same ABI as const uint8_t*; the length, not a NUL, bounds them).
+_cp = ctypes.c_char_p
 
 # name: (argtypes, restype, checked)
 _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
@@ -317,15 +324,15 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_client_free": ([lh_client_p], None, False),
     "lh_client_reseed": ([lh_client_p, _u8p, _sz], _u32, True),
     "lh_acquire": (
-        [lh_client_p, _u64, _u8p, _sz, ctypes.POINTER(lh_acquire_options), ctypes.POINTER(_u64)],
+        [lh_client_p, _u64, _cp, _sz, ctypes.POINTER(lh_acquire_options), ctypes.POINTER(_u64)],
         _u32,
         True,
     ),
     "lh_release": ([lh_client_p, _u64, _u64], _u32, True),
-    "lh_acquire_result": ([lh_client_p, _u64, _u64, _u32, _u64, _u64, _u64, _u8p, _sz], _u32, True),
+    "lh_acquire_result": ([lh_client_p, _u64, _u64, _u32, _u64, _u64, _u64, _cp, _sz], _u32, True),
     "lh_renew_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
     "lh_release_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
-    "lh_released": ([lh_client_p, _u64, _u8p, _sz], _u32, True),
+    "lh_released": ([lh_client_p, _u64, _cp, _sz], _u32, True),
     "lh_timeout": ([lh_client_p, _u64], _u32, True),
     "lh_poll_output": ([lh_client_p, ctypes.POINTER(lh_output)], _u32, True),
     "lh_poll_timeout": ([lh_client_p, ctypes.POINTER(_u64)], _u32, True),

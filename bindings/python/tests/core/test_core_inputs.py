@@ -351,3 +351,45 @@ def test_misbehaving_service_never_grants_and_driver_survives(clock: FakeClock, 
         assert h.fencing_token == 9
     finally:
         c.close(timeout=0.2)
+
+
+def test_core_output_fields_per_kind_and_backend_data_round_trip() -> None:
+    """Commands carry name/token (and backend data from the grant); events carry none; a
+    polled Output is immutable."""
+    clock = FakeClock()
+    core = Core(seed=bytes(range(32)), clock=clock.monotonic_ns)
+    lease = core.acquire("jöb", 3000)
+    cmd = core.poll_output()
+    assert cmd is not None and cmd.kind == _ffi.LH_OUTPUT_ACQUIRE
+    assert cmd.name == "jöb" and len(cmd.token) == 32 and cmd.backend_data == b""
+    with pytest.raises(AttributeError):
+        cmd.name = "other"  # type: ignore[misc]
+    core.acquire_result(cmd.request_id, _ffi.LH_ACQUIRE_GRANTED, 9, 3000, backend_data=b"\x00bd\x00")
+    ev = core.poll_output()
+    assert ev is not None and ev.kind == _ffi.LH_OUTPUT_ACQUIRED and ev.lease_id == lease
+    assert (ev.name, ev.token, ev.backend_data, ev.fencing_token) == ("", "", b"", 9)
+    assert ev.reason_name  # "none" or the number; never raises
+    core.release(lease)
+    outs = []
+    while (o := core.poll_output()) is not None:
+        outs.append(o)
+    released, rel = outs
+    assert released.kind == _ffi.LH_OUTPUT_RELEASED and released.name == "" and released.token == ""
+    assert rel.kind == _ffi.LH_OUTPUT_RELEASE and rel.name == "jöb" and rel.token == cmd.token
+    assert rel.backend_data == b"\x00bd\x00"
+    core.release_result(rel.request_id, _ffi.LH_RELEASE_RELEASED)
+    assert core.poll_output() is None
+    # a waiter's Watch carries only the name
+    other = Core(seed=bytes(range(1, 33)), clock=clock.monotonic_ns)
+    other.acquire("jöb", 3000, wait_ns=10**9)
+    acq = other.poll_output()
+    assert acq is not None and acq.kind == _ffi.LH_OUTPUT_ACQUIRE
+    other.acquire_result(acq.request_id, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=500)
+    kinds = {}
+    while (o := other.poll_output()) is not None:
+        kinds[o.kind] = o
+    watch = kinds.get(_ffi.LH_OUTPUT_WATCH)
+    assert watch is not None and watch.name == "jöb" and watch.token == "" and watch.request_id == 0
+    other.released("jöb")
+    core.close()
+    other.close()
