@@ -390,9 +390,18 @@ impl Client {
     /// A grant we are about to release may carry the ownership data the release needs (an
     /// etcd lease id, say); without it the cleanup would target a stale grant.
     fn adopt_backend_data(&mut self, slot: u32, result: &AcquireResult<'_>) {
-        if let AcquireResult::Granted { backend_data, .. } = *result {
-            if !backend_data.is_empty() {
-                self.lease_mut(slot).backend_data = Some(Arc::from(backend_data));
+        if let AcquireResult::Granted {
+            fencing_token,
+            backend_data,
+            ..
+        } = *result
+        {
+            let l = self.lease_mut(slot);
+            // A grant older than the lease's own (lower fence) is already gone at the
+            // service; its data must not replace the live grant's (sim seed 70255).
+            let newer = !l.granted || fencing_token >= l.fencing_token;
+            if !backend_data.is_empty() && newer {
+                l.backend_data = Some(Arc::from(backend_data));
             }
         }
     }
@@ -749,18 +758,18 @@ impl Client {
         let Some(l) = self.slots[slot as usize].lease.as_ref() else {
             return;
         };
-        if l.state.is_terminal() && l.inflight_req == 0 && !l.cleanup {
+        let deadline = if l.state.is_terminal() && l.inflight_req == 0 && !l.cleanup {
             let superseded_pending = l.superseded.as_ref().is_some_and(|v| !v.is_empty());
             if !superseded_pending || l.limit <= self.now {
                 self.free_slot(slot);
                 return;
             }
-        }
-        let mut deadline = self.deadline_of(l);
-        if l.state.is_terminal() && deadline == NEVER && l.superseded.is_some() {
-            // Keep the record (to release a late grant) until its give-up time.
-            deadline = l.limit;
-        }
+            // Nothing else pending: keep the record (to release a late grant) until its
+            // give-up time, which is in the future, so the timer always makes progress.
+            l.limit
+        } else {
+            self.deadline_of(l)
+        };
         let s = &mut self.slots[slot as usize];
         if deadline == s.scheduled {
             return;

@@ -1402,3 +1402,95 @@ fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
     }
     assert_eq!(release.unwrap().as_deref(), Some(&b"lease-1"[..]));
 }
+
+#[test]
+fn time_near_u64_max_never_livelocks() {
+    // Deadlines saturate at the end of time; the core must still make progress (the property
+    // tests once found `advance` re-arming a past retention deadline for ever there).
+    for jump in [
+        u64::MAX - 3_000 * MS,
+        u64::MAX - 2 * MS,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        let cfg = Config {
+            request_timeout_ns: 500 * MS,
+            ..Config::default()
+        };
+        let mut c = Client::new(cfg, &SEED).unwrap();
+        let lease = c
+            .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(u64::MAX))
+            .unwrap();
+        let (r1, _) = acquire_req(&drain(&mut c));
+        let (out, t) = run_until_output(&mut c, u64::MAX);
+        let (r2, _) = acquire_req(&out); // attempt 1 superseded
+        c.handle_acquire_result(t + MS, r2, grant(1, 3_000))
+            .unwrap();
+        drain(&mut c);
+        c.handle_timeout(jump); // lost; best-effort release in flight at the end of time
+        let out = drain(&mut c);
+        assert!(events(&out).contains(&Event::Lost {
+            lease,
+            reason: LostReason::Expired
+        }));
+        // The superseded attempt's grant arrives, then time runs out entirely.
+        c.handle_acquire_result(u64::MAX, r1, grant(2, 3_000))
+            .unwrap();
+        for _ in 0..1_000 {
+            match c.poll_timeout() {
+                Some(d) if d <= c.now() => {
+                    c.handle_timeout(u64::MAX);
+                    drain(&mut c);
+                }
+                _ => break,
+            }
+        }
+        let d = c.poll_timeout();
+        assert!(
+            d.is_none_or(|d| d > c.now()),
+            "a due deadline that never clears: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn older_late_grant_does_not_replace_the_live_grants_data() {
+    // Sim seed 70255: the data of a grant with a lower fence (already gone at the service)
+    // must not replace the data the cleanup release needs.
+    let cfg = Config {
+        request_timeout_ns: 500 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
+        .unwrap();
+    let (r1, _) = acquire_req(&drain(&mut c));
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    let (r2, _) = acquire_req(&out);
+    let live = AcquireResult::Granted {
+        fencing_token: 9,
+        ttl_ms: 3_000,
+        backend_data: b"live",
+    };
+    c.handle_acquire_result(t + MS, r2, live).unwrap();
+    c.release(t + 2 * MS, lease).unwrap();
+    let (rel, _) = release_req(&drain(&mut c)).unwrap();
+    let old = AcquireResult::Granted {
+        fencing_token: 8,
+        ttl_ms: 3_000,
+        backend_data: b"dead",
+    };
+    c.handle_acquire_result(t + 3 * MS, r1, old).unwrap();
+    c.handle_release_result(t + 4 * MS, rel, ReleaseResult::Released)
+        .unwrap();
+    match &commands(&drain(&mut c))[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, b"live"),
+        other => panic!("{other:?}"),
+    }
+}
