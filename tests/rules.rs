@@ -98,6 +98,38 @@ fn run_until_output(c: &mut Client, limit: u64) -> (Vec<Output>, u64) {
     }
 }
 
+/// A client with a 500 ms request timeout whose lease `a` has had its first acquire attempt
+/// time out (superseded, still possibly in flight) and a second attempt sent.
+/// Returns the client, the lease, both request ids and the time the second was sent.
+fn superseded_attempts(wait_ns: u64) -> (Client, LeaseId, RequestId, RequestId, u64) {
+    let cfg = Config {
+        request_timeout_ns: 500 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(wait_ns))
+        .unwrap();
+    let (r1, _) = acquire_req(&drain(&mut c));
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    let (r2, _) = acquire_req(&out);
+    assert_ne!(r1, r2);
+    (c, lease, r1, r2, t)
+}
+
+/// The outputs are exactly one Release command, carrying `data` as its backend data.
+fn assert_single_release_with(out: &[Output], data: &[u8]) {
+    match &commands(out)[..] {
+        [
+            Command::Release {
+                backend_data: Some(d),
+                ..
+            },
+        ] => assert_eq!(&**d, data),
+        other => panic!("expected one Release carrying {data:?}, got {other:?}"),
+    }
+}
+
 fn terminal_events(evs: &[Event], lease: LeaseId) -> usize {
     evs.iter()
         .filter(|e| match e {
@@ -1172,15 +1204,7 @@ fn backend_data_is_echoed_in_renew_and_release() {
         other => panic!("{other:?}"),
     }
     c.release(c.now(), lease).unwrap();
-    match &commands(&drain(&mut c))[..] {
-        [
-            Command::Release {
-                backend_data: Some(d),
-                ..
-            },
-        ] => assert_eq!(&**d, b"lease-99"),
-        other => panic!("{other:?}"),
-    }
+    assert_single_release_with(&drain(&mut c), b"lease-99");
 }
 
 #[test]
@@ -1286,15 +1310,7 @@ fn cleanup_release_carries_the_late_grants_backend_data() {
             reason: AcquireFailReason::Unavailable
         }]
     );
-    match &commands(&out)[..] {
-        [
-            Command::Release {
-                backend_data: Some(d),
-                ..
-            },
-        ] => assert_eq!(&**d, b"etcd-lease-42"),
-        other => panic!("{other:?}"),
-    }
+    assert_single_release_with(&out, b"etcd-lease-42");
 
     // The same for a grant that arrives after the lease was cancelled.
     let mut c = client();
@@ -1310,33 +1326,14 @@ fn cleanup_release_carries_the_late_grants_backend_data() {
         backend_data: b"zk-node-7",
     };
     c.handle_acquire_result(2 * MS, req, late).unwrap();
-    match &commands(&drain(&mut c))[..] {
-        [
-            Command::Release {
-                backend_data: Some(d),
-                ..
-            },
-        ] => assert_eq!(&**d, b"zk-node-7"),
-        other => panic!("{other:?}"),
-    }
+    assert_single_release_with(&drain(&mut c), b"zk-node-7");
 }
 
 #[test]
 fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() {
     // Simulator seed 195: attempt 1 is delayed, attempt 2 is granted, the lease is used and
     // released; then attempt 1 is applied late, with new ownership data.
-    let cfg = Config {
-        request_timeout_ns: 500 * MS,
-        ..Config::default()
-    };
-    let mut c = Client::new(cfg, &SEED).unwrap();
-    let lease = c
-        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
-        .unwrap();
-    let (r1, _) = acquire_req(&drain(&mut c));
-    let (out, t) = run_until_output(&mut c, u64::MAX);
-    let (r2, _) = acquire_req(&out);
-    assert_ne!(r1, r2);
+    let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
     let g2 = AcquireResult::Granted {
         fencing_token: 3,
         ttl_ms: 3_000,
@@ -1355,15 +1352,7 @@ fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() 
     c.handle_acquire_result(t + 4 * MS, r1, g1).unwrap();
     let out = drain(&mut c);
     assert!(events(&out).is_empty(), "no second terminal event: {out:?}");
-    match &commands(&out)[..] {
-        [
-            Command::Release {
-                backend_data: Some(d),
-                ..
-            },
-        ] => assert_eq!(&**d, b"grant:6"),
-        other => panic!("{other:?}"),
-    }
+    assert_single_release_with(&out, b"grant:6");
 }
 
 #[test]
@@ -1413,17 +1402,7 @@ fn time_near_u64_max_never_livelocks() {
         u64::MAX - 1,
         u64::MAX,
     ] {
-        let cfg = Config {
-            request_timeout_ns: 500 * MS,
-            ..Config::default()
-        };
-        let mut c = Client::new(cfg, &SEED).unwrap();
-        let lease = c
-            .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(u64::MAX))
-            .unwrap();
-        let (r1, _) = acquire_req(&drain(&mut c));
-        let (out, t) = run_until_output(&mut c, u64::MAX);
-        let (r2, _) = acquire_req(&out); // attempt 1 superseded
+        let (mut c, lease, r1, r2, t) = superseded_attempts(u64::MAX);
         c.handle_acquire_result(t + MS, r2, grant(1, 3_000))
             .unwrap();
         drain(&mut c);
@@ -1457,17 +1436,7 @@ fn time_near_u64_max_never_livelocks() {
 fn older_late_grant_does_not_replace_the_live_grants_data() {
     // Sim seed 70255: the data of a grant with a lower fence (already gone at the service)
     // must not replace the data the cleanup release needs.
-    let cfg = Config {
-        request_timeout_ns: 500 * MS,
-        ..Config::default()
-    };
-    let mut c = Client::new(cfg, &SEED).unwrap();
-    let lease = c
-        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(10_000 * MS))
-        .unwrap();
-    let (r1, _) = acquire_req(&drain(&mut c));
-    let (out, t) = run_until_output(&mut c, u64::MAX);
-    let (r2, _) = acquire_req(&out);
+    let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
     let live = AcquireResult::Granted {
         fencing_token: 9,
         ttl_ms: 3_000,
@@ -1484,13 +1453,5 @@ fn older_late_grant_does_not_replace_the_live_grants_data() {
     c.handle_acquire_result(t + 3 * MS, r1, old).unwrap();
     c.handle_release_result(t + 4 * MS, rel, ReleaseResult::Released)
         .unwrap();
-    match &commands(&drain(&mut c))[..] {
-        [
-            Command::Release {
-                backend_data: Some(d),
-                ..
-            },
-        ] => assert_eq!(&**d, b"live"),
-        other => panic!("{other:?}"),
-    }
+    assert_single_release_with(&drain(&mut c), b"live");
 }
