@@ -468,7 +468,7 @@ class LockClient:
         if watch_pool is not None:
             for n in watching:
                 try:
-                    watch_pool.submit(self._safe_call, "unwatch", self._service.unwatch, n)
+                    watch_pool.submit(self._safe_call, "service.unwatch", self._service.unwatch, n)
                 except RuntimeError:
                     break
             watch_pool.shutdown(wait=False)
@@ -769,22 +769,7 @@ class LockClient:
         pool = self._cb_pool
         if pool is None:
             return
-        self._side_pending += 1
-
-        def run() -> None:
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("leasehold: callback %r raised", fn)
-            finally:
-                with self._cond:
-                    self._side_pending -= 1
-                    self._cond.notify_all()
-
-        try:
-            pool.submit(run)
-        except RuntimeError:
-            self._side_pending -= 1
+        self._side_call(pool, f"callback {fn!r}", fn, *args)
 
     # -- internals: IO -------------------------------------------------------------------------------
     def _submit_io(self, out: Output) -> None:
@@ -909,11 +894,13 @@ class LockClient:
         if pool is None:
             return
         if before == 0 and after > 0:
-            self._side_call(pool, "watch", self._watch_then_recheck, name)
+            self._side_call(pool, "service.watch", self._watch_then_recheck, name)
         elif before > 0 and after == 0:
-            self._side_call(pool, "unwatch", self._service.unwatch, name)
+            self._side_call(pool, "service.unwatch", self._service.unwatch, name)
 
     def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on ``pool`` (watch or callback thread), counted in ``_side_pending`` so
+        close() can wait for it; an exception is logged as ``what`` and never propagates."""
         self._side_pending += 1
 
         def run() -> None:
@@ -949,7 +936,7 @@ class LockClient:
         try:
             fn(*args)
         except Exception:
-            log.exception("leasehold: service.%s failed", what)
+            log.exception("leasehold: %s raised", what)
 
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""
