@@ -1016,6 +1016,17 @@ fn bad_names_are_refused_and_change_nothing() {
         Err(Error::NameHasNul)
     );
     assert_eq!(c.handle_released(0, ""), Err(Error::EmptyName));
+    assert_eq!(
+        c.handle_released(0, &long),
+        Err(Error::NameTooLong { len: 513 })
+    );
+    assert_eq!(c.handle_released(0, "a\0b"), Err(Error::NameHasNul));
+    // A refused notification does not move time either.
+    assert_eq!(
+        c.handle_released(99_000 * MS, "a\0b"),
+        Err(Error::NameHasNul)
+    );
+    assert_eq!(c.now(), 0);
     assert!(drain(&mut c).is_empty());
     assert_eq!(c.counters().live_leases, 1);
 }
