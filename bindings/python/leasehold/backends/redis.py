@@ -89,6 +89,7 @@ class RedisLockService(LockService):
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
         self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger)
+        self._direct = _DirectConnections.for_client(client)
         self._closed = False
 
     @classmethod
@@ -151,15 +152,30 @@ class RedisLockService(LockService):
             return self._client.eval(script.text, len(keys), *keys, *args)
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_acquire
+            return proto.parse_acquire(d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True)))
         k = proto.keys_for(name)
         reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
         return proto.parse_acquire(reply)
 
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_renew
+            return proto.parse_flag(d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True)), "RENEW")
         k = proto.keys_for(name)
         return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
 
     def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_release
+            return proto.parse_flag(d.call(pack(w, token), lambda: pack(w, token, True)), "RELEASE")
         k = proto.keys_for(name)
         return proto.parse_flag(self._run(self._release, [k.lock], [token, k.channel, name]), "RELEASE")
 
@@ -223,6 +239,8 @@ class RedisLockService(LockService):
             return
         self._closed = True
         self._sub.close()
+        if self._direct is not None:
+            self._direct.close()
         if self._owns_client:
             try:
                 self._client.close()
@@ -234,6 +252,80 @@ class RedisLockService(LockService):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _DirectConnections:
+    """The service's own checkout of redis-py connections for the three scripts.
+
+    A command is one ``send_packed_command`` of pre-encoded bytes and one ``read_response`` on a
+    connection of the client's pool, under the connection's own ``retry`` (as redis-py's
+    ``execute_command`` runs it), but without the per-call pool round: lock, readiness poll,
+    bookkeeping, argument encoding. Connections are taken from the pool on demand (one per
+    concurrent caller), kept in a LIFO free list and given back on ``close()``; a connection
+    goes back to the list only after a complete exchange (or disconnected by redis-py after an
+    error), so it never holds a stale reply. Used only for a plain pool (no client-side cache,
+    UTF-8 encoding, not a single-connection client); anything else takes redis-py's path.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._free: list[Any] = []
+        self._pid = os.getpid()
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, client: Any) -> _DirectConnections | None:
+        pool = getattr(client, "connection_pool", None)
+        if getattr(client, "connection", None) is not None or not isinstance(pool, redis.ConnectionPool):
+            return None
+        if getattr(pool, "cache", None) is not None:
+            return None
+        enc = str(pool.connection_kwargs.get("encoding", "utf-8")).lower().replace("-", "").replace("_", "")
+        return cls(pool) if enc == "utf8" else None
+
+    def call(self, packed: bytes, packed_eval: Callable[[], bytes]) -> Any:
+        """Send ``packed`` (EVALSHA) and return the reply; after NOSCRIPT, ``packed_eval()``."""
+        if self._pid != os.getpid():
+            # A forked child: the parent's sockets are not ours (the pool resets itself).
+            self._free, self._pid = [], os.getpid()
+        free = self._free
+        try:
+            conn = free.pop()
+        except IndexError:
+            conn = self._pool.get_connection()
+        try:
+            try:
+                return conn.retry.call_with_retry(lambda: _exchange(conn, packed), lambda _e: conn.disconnect())
+            except NoScriptError:
+                # First use on this server (or after a restart / SCRIPT FLUSH): EVAL caches it.
+                cmd = packed_eval()
+                return conn.retry.call_with_retry(lambda: _exchange(conn, cmd), lambda _e: conn.disconnect())
+        finally:
+            if conn.should_reconnect():
+                conn.disconnect()
+            free.append(conn)
+            if self._closed:
+                self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pid != os.getpid():
+            self._free = []
+            return
+        while True:
+            try:
+                conn = self._free.pop()
+            except IndexError:
+                return
+            try:
+                self._pool.release(conn)
+            except Exception:  # pragma: no cover - best effort
+                log.debug("returning a connection to the pool failed", exc_info=True)
+
+
+def _exchange(conn: Any, packed: bytes) -> Any:
+    conn.send_packed_command((packed,))  # a sequence of buffers
+    return conn.read_response()
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -39,6 +39,11 @@ __all__ = [
     "keys_for",
     "parse_acquire",
     "parse_flag",
+    "Wire",
+    "wire_for",
+    "pack_acquire",
+    "pack_renew",
+    "pack_release",
 ]
 
 SCRIPT_ACQUIRE = 1
@@ -205,3 +210,70 @@ def ttl_arg(ttl_ms: int) -> int:
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
         raise ValueError(f"ttl_ms must be a positive int, got {ttl_ms!r}")
     return ttl_ms
+
+
+# ---- pre-encoded commands (RESP) for transports that write to the socket themselves ----------
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def _heads(s: Script, argc: int) -> tuple[bytes, bytes]:
+    """RESP array headers ``EVALSHA sha numkeys`` and ``EVAL text numkeys`` for ``argc`` more
+    arguments (keys + ARGV)."""
+    nk = _bulk(str(s.num_keys).encode())
+    n = 3 + argc
+    sha = b"*%d\r\n" % n + _bulk(b"EVALSHA") + _bulk(s.sha.encode()) + nk
+    text = b"*%d\r\n" % n + _bulk(b"EVAL") + _bulk(s.text.encode("utf-8")) + nk
+    return sha, text
+
+
+# (EVALSHA head, EVAL head) per script: acquire has 2 keys + 2 ARGV, renew 1 + 2, release 1 + 3.
+_HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4)
+_HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3)
+_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 4)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The RESP-encoded per-name arguments: ``KEYS`` of ACQUIRE, ``KEYS`` of RENEW/RELEASE, and
+    RELEASE's trailing ``channel name`` (UTF-8, exactly the bytes of :func:`keys_for`)."""
+
+    acquire_keys: bytes
+    lock_key: bytes
+    release_tail: bytes
+
+
+_wire: dict[str, Wire] = {}
+
+
+def wire_for(name: str) -> Wire:
+    """The pre-encoded arguments of ``name`` (cached like :func:`keys_for`)."""
+    found = _wire.get(name)
+    if found is not None:
+        return found
+    k = keys_for(name)
+    lock = _bulk(k.lock.encode("utf-8"))
+    w = Wire(lock + _bulk(k.fence.encode("utf-8")), lock, _bulk(k.channel.encode("utf-8")) + _bulk(name.encode("utf-8")))
+    with _cache_lock:
+        if len(_wire) >= _CACHE_MAX:
+            _wire.clear()
+        _wire[name] = w
+    return w
+
+
+def pack_acquire(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes:
+    """ACQUIRE as one RESP command (EVALSHA, or EVAL with the text when ``by_text``)."""
+    t = token.encode("ascii")
+    ttl = b"%d" % ttl_arg(ttl_ms)
+    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_ACQUIRE[by_text], w.acquire_keys, len(t), t, len(ttl), ttl)
+
+
+def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes:
+    t = token.encode("ascii")
+    ttl = b"%d" % ttl_arg(ttl_ms)
+    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_RENEW[by_text], w.lock_key, len(t), t, len(ttl), ttl)
+
+
+def pack_release(w: Wire, token: str, by_text: bool = False) -> bytes:
+    t = token.encode("ascii")
+    return b"%s%s$%d\r\n%s\r\n%s" % (_HEAD_RELEASE[by_text], w.lock_key, len(t), t, w.release_tail)

@@ -409,3 +409,84 @@ def test_call_timeout_is_bounded_only_with_socket_timeouts(redis_server, svc):
         assert bare.call_timeout is None
     finally:
         bare.close()
+
+
+def test_packed_commands_are_the_bytes_redis_py_would_send():
+    conn = redis.Connection()
+    name = "caf\u00e9/r\u00e9sum\u00e9"
+    k, w, t = proto.keys_for(name), proto.wire_for(name), tok()
+    for by_text in (False, True):
+        def ref(kind: int, nkeys: int, *args: object) -> bytes:
+            s = proto.script(kind)
+            head = ("EVAL", s.text) if by_text else ("EVALSHA", s.sha)
+            return b"".join(conn.pack_command(*head, nkeys, *args))
+
+        assert proto.pack_acquire(w, t, 1234, by_text) == ref(proto.SCRIPT_ACQUIRE, 2, k.lock, k.fence, t, 1234)
+        assert proto.pack_renew(w, t, 99, by_text) == ref(proto.SCRIPT_RENEW, 1, k.lock, t, 99)
+        assert proto.pack_release(w, t, by_text) == ref(proto.SCRIPT_RELEASE, 1, k.lock, t, k.channel, name)
+    with pytest.raises(ValueError):
+        proto.pack_acquire(w, t, 0)
+
+
+def test_direct_path_reuses_one_connection_and_gives_it_back_on_close(redis_server, r):
+    svc = RedisLockService.from_url(redis_server.url)
+    pool = svc.client.connection_pool
+    try:
+        assert svc._direct is not None
+        for _ in range(5):
+            t = tok()
+            assert isinstance(svc.acquire("reuse", t, 5_000), Granted)
+            assert svc.release("reuse", t, b"") is True
+        assert len(svc._direct._free) == 1 and len(pool._in_use_connections) == 1
+    finally:
+        svc.close()
+    assert not svc._direct._free
+
+
+def test_direct_path_survives_a_killed_connection(redis_server, r):
+    svc = RedisLockService.from_url(redis_server.url)
+    try:
+        t = tok()
+        assert isinstance(svc.acquire("killed-conn", t, 5_000), Granted)
+        r.client_kill_filter(skipme=True)  # every connection but r's, the service's included
+        # The stale socket fails once; the connection's retry reconnects and the call succeeds.
+        assert svc.renew("killed-conn", t, 5_000, b"") is True
+        assert svc.release("killed-conn", t, b"") is True
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("kwargs", [{"single_connection_client": True}, {"encoding": "latin-1"}])
+def test_clients_the_direct_path_does_not_cover_take_redis_pys_path(redis_server, r, kwargs):
+    svc = RedisLockService(redis.Redis.from_url(redis_server.url, **kwargs), owns_client=True)
+    try:
+        assert svc._direct is None
+        t = tok()
+        assert isinstance(svc.acquire("generic", t, 5_000), Granted)
+        assert svc.release("generic", t, b"") is True
+    finally:
+        svc.close()
+
+
+def test_a_forked_child_does_not_share_the_parents_direct_connection(svc, r):
+    import os
+
+    t = tok()
+    assert isinstance(svc.acquire("fork-direct", t, 10_000), Granted)  # the parent's connection
+    parent_conn = svc._direct._free[-1]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ct = tok()
+            ok = isinstance(svc.acquire("fork-direct-child", ct, 10_000), Granted)
+            ok = ok and svc.release("fork-direct-child", ct, b"") is True
+            ok = ok and parent_conn not in svc._direct._free
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert svc.renew("fork-direct", t, 10_000, b"") is True
+    assert svc._direct._free == [parent_conn], "the parent's socket was neither closed nor replaced"
+    assert svc.release("fork-direct", t, b"") is True
