@@ -122,6 +122,24 @@ _EVENT_KINDS = frozenset(
 _NAME_ONLY_KINDS = frozenset((_ffi.LH_OUTPUT_WATCH, _ffi.LH_OUTPUT_UNWATCH))
 
 
+_check = _ffi.check
+
+
+def _copy_output(fields: tuple[Any, ...]) -> Output | None:
+    """An :class:`Output` from the unpacked ``lh_output`` (borrowed strings copied), or ``None``."""
+    (kind, reason, req, lease, name_p, name_n, tok_p, tok_n, bd_p, bd_n, ttl, fence, valid) = fields
+    if kind == 0:  # LH_OUTPUT_NONE
+        return None
+    if kind in _EVENT_KINDS:
+        return _new_output(Output, (kind, reason, req, lease, "", "", b"", ttl, fence, valid))  # type: ignore[no-any-return]
+    name = _string_at(name_p, name_n).decode("utf-8") if name_n else ""
+    if kind in _NAME_ONLY_KINDS:
+        return _new_output(Output, (kind, reason, req, lease, name, "", b"", ttl, fence, valid))  # type: ignore[no-any-return]
+    token = _string_at(tok_p, tok_n).decode("ascii") if tok_n else ""
+    data = _string_at(bd_p, bd_n) if bd_n else b""
+    return _new_output(Output, (kind, reason, req, lease, name, token, data, ttl, fence, valid))  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     state: int
@@ -207,14 +225,19 @@ class Core:
         self._unpack_out = _OUTPUT_LAYOUT.unpack_from
         self._deadline = ctypes.c_uint64()
         self._deadline_ref = ctypes.byref(self._deadline)
-        self._poll_output = lib.lh_poll_output
+        # Hot calls without errcheck (the status is tested inline; see _ffi.unchecked).
+        self._poll_output = _ffi.unchecked("lh_poll_output", pointers_only=True)
+        self._c_acquire = _ffi.unchecked("lh_acquire")
+        self._c_release = _ffi.unchecked("lh_release")
+        self._c_acquire_result = _ffi.unchecked("lh_acquire_result")
+        self._c_release_result = _ffi.unchecked("lh_release_result")
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
         self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
         self._opts_ref = ctypes.byref(self._opts)
         self._lease = ctypes.c_uint64()
         self._lease_ref = ctypes.byref(self._lease)
-        self._poll_timeout = lib.lh_poll_timeout
+        self._poll_timeout = _ffi.unchecked("lh_poll_timeout", pointers_only=True)
         self.notifications = bool(cfg.notifications)
         self.request_timeout_ns = int(cfg.request_timeout_ns)
 
@@ -261,7 +284,9 @@ class Core:
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")
-        lib.lh_acquire(p, int(self._clock()), raw, len(raw), self._opts_ref, self._lease_ref)
+        st = self._c_acquire(p, int(self._clock()), raw, len(raw), self._opts_ref, self._lease_ref)
+        if st:
+            _check(st, p, "lh_acquire")
         lease: int = self._lease.value
         return lease
 
@@ -271,7 +296,9 @@ class Core:
             raise errors.ClientClosed("the core handle was freed")
         if not (type(lease) is int and 0 <= lease <= _U64_MAX):
             _u64(lease, "lease")
-        lib.lh_release(p, int(self._clock()), lease)
+        st = self._c_release(p, int(self._clock()), lease)
+        if st:
+            _check(st, p, "lh_release")
 
     # -- results -------------------------------------------------------------------------------------
     def acquire_result(
@@ -288,23 +315,24 @@ class Core:
             raise errors.ClientClosed("the core handle was freed")
         retry = _ffi.LH_NO_RETRY_HINT if retry_after_ms is None else _u64(retry_after_ms, "retry_after_ms")
         data = backend_data if type(backend_data) is bytes else bytes(backend_data)
-        lib.lh_acquire_result(
-            p,
-            int(self._clock()),
-            request_id,
-            outcome,
-            _u64(fencing_token, "fencing_token"),
-            _u64(ttl_ms, "ttl_ms"),
-            retry,
-            data or None,
-            len(data),
+        if not (type(fencing_token) is int and 0 <= fencing_token <= _U64_MAX):
+            _u64(fencing_token, "fencing_token")
+        if not (type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX):
+            _u64(ttl_ms, "ttl_ms")
+        st = self._c_acquire_result(
+            p, int(self._clock()), request_id, outcome, fencing_token, ttl_ms, retry, data or None, len(data)
         )
+        if st:
+            _check(st, p, "lh_acquire_result")
 
     def renew_result(self, request_id: int, outcome: int) -> None:
         lib.lh_renew_result(self._p(), int(self._clock()), request_id, outcome)
 
     def release_result(self, request_id: int, outcome: int) -> None:
-        lib.lh_release_result(self._p(), int(self._clock()), request_id, outcome)
+        p = self._p()
+        st = self._c_release_result(p, int(self._clock()), request_id, outcome)
+        if st:
+            _check(st, p, "lh_release_result")
 
     def released(self, name: str) -> None:
         """A release notification for ``name`` arrived from the service."""
@@ -320,29 +348,43 @@ class Core:
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")
-        self._poll_output(p, self._out_ref)
-        (kind, reason, req, lease, name_p, name_n, tok_p, tok_n, bd_p, bd_n, ttl, fence, valid) = self._unpack_out(
-            self._out
-        )
-        if kind == 0:  # LH_OUTPUT_NONE
-            return None
-        if kind in _EVENT_KINDS:
-            return _new_output(Output, (kind, reason, req, lease, "", "", b"", ttl, fence, valid))
-        name = _string_at(name_p, name_n).decode("utf-8") if name_n else ""
-        if kind in _NAME_ONLY_KINDS:
-            return _new_output(Output, (kind, reason, req, lease, name, "", b"", ttl, fence, valid))
-        token = _string_at(tok_p, tok_n).decode("ascii") if tok_n else ""
-        data = _string_at(bd_p, bd_n) if bd_n else b""
-        return _new_output(Output, (kind, reason, req, lease, name, token, data, ttl, fence, valid))
+        st = self._poll_output(p, self._out_ref)
+        if st:
+            _check(st, p, "lh_poll_output")
+        return _copy_output(self._unpack_out(self._out))
 
     def poll_timeout(self) -> int | None:
         """The next deadline (ns on this core's clock), ``None`` when there is none."""
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")
-        self._poll_timeout(p, self._deadline_ref)
+        st = self._poll_timeout(p, self._deadline_ref)
+        if st:
+            _check(st, p, "lh_poll_timeout")
         v: int = self._deadline.value
         return None if v == _NO_DEADLINE else v
+
+    def drain(self) -> tuple[list[Output], int | None]:
+        """Every pending output in order, then the next deadline: the host's drain after an
+        input (``poll_output`` until none is left, then ``poll_timeout``) in one call."""
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        poll, ref, buf, unpack = self._poll_output, self._out_ref, self._out, self._unpack_out
+        outs: list[Output] = []
+        while True:
+            st = poll(p, ref)
+            if st:
+                _check(st, p, "lh_poll_output")
+            fields = unpack(buf)
+            if fields[0] == 0:  # LH_OUTPUT_NONE
+                break
+            outs.append(_copy_output(fields))  # type: ignore[arg-type]
+        st = self._poll_timeout(p, self._deadline_ref)
+        if st:
+            _check(st, p, "lh_poll_timeout")
+        v: int = self._deadline.value
+        return outs, None if v == _NO_DEADLINE else v
 
     # -- getters -------------------------------------------------------------------------------------------
     def lease_state(self, lease: int) -> int:

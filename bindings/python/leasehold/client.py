@@ -357,7 +357,7 @@ class LockClient:
             raise TypeError("reentrant must be a bool")
         if on_lost is not None and not callable(on_lost):
             raise TypeError("on_lost must be callable or None")
-        with self._cond:
+        with self._mu:  # the condition's lock, without Condition.__enter__'s Python frame
             self._check_open()
             self._ensure_started()
             lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
@@ -645,20 +645,17 @@ class LockClient:
         must act earlier than it planned (or anyone waits for a state change)."""
         if self._fatal is not None or self._core.closed:
             return
-        core = self._core
         try:
-            while True:
-                out = core.poll_output()
-                if out is None:
-                    break
-                try:
-                    self._dispatch(out)
-                except Exception:
-                    log.exception("leasehold: failed to dispatch %r", out)
-            self._deadline = dl = core.poll_timeout()
+            outs, dl = self._core.drain()
         except (errors.CorePanic, errors.CorePoisoned) as e:
             self._on_fatal(e)
             return
+        self._deadline = dl
+        for out in outs:  # dispatching never calls back into the core
+            try:
+                self._dispatch(out)
+            except Exception:
+                log.exception("leasehold: failed to dispatch %r", out)
         if (
             self._inputs
             or self._closing
@@ -749,6 +746,8 @@ class LockClient:
 
     def _wait_settled(self, h: LockHandle, bound: float) -> bool:
         """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is."""
+        if h._state != _ACQUIRING:  # never goes back to acquiring: no lock needed
+            return True
         with self._mu:
             if h._state != _ACQUIRING:
                 return True
@@ -798,7 +797,7 @@ class LockClient:
         self._finish_io(out, fn)
 
     def _finish_io(self, out: Output, fn: Callable[[], None]) -> None:
-        with self._cond:
+        with self._mu:
             self._inflight -= 1
             self._requests.pop(out.request_id, None)
             if not self._closed and not self._stop:
@@ -940,7 +939,7 @@ class LockClient:
 
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""
-        with self._cond:
+        with self._mu:
             if self._closed or self._stop or self._fatal is not None:
                 return
             core = self._core
@@ -980,7 +979,7 @@ class LockClient:
         explicit = timeout is not None or self._release_timeout_set
         bound = self._call_bound
         inline = not explicit or (bound is not None and wait_s >= bound)
-        with self._cond:
+        with self._mu:
             if h._state != _HELD or self._closed or self._closing or self._fatal is not None:
                 if h._state == _HELD:
                     h._state = _RELEASED
