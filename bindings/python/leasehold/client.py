@@ -24,10 +24,13 @@ the one it sleeps until. No application call blocks without a bound.
 call produces for itself — the first ``Acquire`` of ``acquire()``, the ``Release`` of
 ``release()`` — is executed on the calling thread, after the mutex is dropped, and its result
 is fed back under the mutex. An uncontended acquire+release then costs exactly two service
-calls and no thread hand-off. Everything else (retries after ``HeldByOther`` or a failure,
-renewals, cleanup releases, acquires woken by a notification) stays on the IO pool, and the
-driver keeps running every deadline meanwhile: if the inline call outlives the core's request
-timeout, the core retries on the pool and the late answer is counted as stale.
+calls and no thread hand-off. While an ``acquire()`` caller waits, it is parked as its
+lease's runner: the lease's later Acquire commands (a retry after ``HeldByOther``, a wake-up by
+a release notification) are handed to that thread and run there, so a notification reaches the
+waiter in one hop (subscriber thread → waiting thread), not through the pool. Everything else
+(renewals, cleanup releases, commands issued while the caller is busy) runs on the IO pool,
+and the driver keeps running every deadline meanwhile: if an inline call outlives the core's
+request timeout, the core retries on the pool and the late answer is counted as stale.
 
 The calling thread cannot be interrupted inside a service call, so the fast path is used only
 when a call is known to end: the service declares ``call_timeout`` (seconds, the longest one
@@ -106,8 +109,10 @@ class LockHandle:
         self._lost: threading.Event | None = None  # created on first use (see ``lost``)
         self.lost_reason: str | None = None
         self._state = _ACQUIRING
-        # Created (under the client mutex) only when the acquiring thread has to wait.
+        # Created (under the client mutex) only when the acquiring thread has to wait; set when
+        # the handle settles or when a command is handed to the waiting thread (``_cmd``).
         self._settled: threading.Event | None = None
+        self._cmd: Output | None = None
         self._error: BaseException | None = None
         self._fencing_token: int | None = None
         self._valid_until_ns: int | None = None
@@ -317,6 +322,9 @@ class LockClient:
         # kind for this lease is handed back to the caller instead of the pool.
         self._capture: tuple[int, int] | None = None
         self._captured: Output | None = None
+        # Leases whose acquire() caller is parked waiting (inline mode): their next Acquire
+        # command (a retry, or a wake-up by a release notification) is handed to that thread.
+        self._parked: dict[int, LockHandle] = {}
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
@@ -695,6 +703,8 @@ class LockClient:
             elif self._capture == (k, out.lease_id) and self._captured is None:
                 self._captured = out  # the calling thread runs it (see _run_inline)
                 self._inflight += 1
+            elif k == _ffi.LH_OUTPUT_ACQUIRE and self._parked and not self._paused and self._hand_over(out):
+                pass
             else:
                 self._submit_io(out)
         elif k == _ffi.LH_OUTPUT_WATCH:
@@ -744,17 +754,56 @@ class LockClient:
         if h._settled is not None:
             h._settled.set()
 
+    def _hand_over(self, out: Output) -> bool:
+        """(mutex held) Give an Acquire command to its lease's parked acquire() caller, which
+        runs it inline: a notification reaches the waiting thread in one hop, not via the pool."""
+        h = self._parked.pop(out.lease_id, None)
+        if h is None or h._settled is None:
+            return False
+        h._cmd = out
+        self._inflight += 1
+        h._settled.set()
+        return True
+
     def _wait_settled(self, h: LockHandle, bound: float) -> bool:
-        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is."""
+        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is.
+
+        In inline mode the thread parks itself as its lease's runner meanwhile: Acquire
+        commands for the lease (retries, wake-ups by a notification) are handed to it and run
+        here, one at a time, each bounded by the service's call bound.
+        """
         if h._state != _ACQUIRING:  # never goes back to acquiring: no lock needed
             return True
-        with self._mu:
-            if h._state != _ACQUIRING:
-                return True
-            ev = h._settled
-            if ev is None:
-                ev = h._settled = threading.Event()
-        return ev.wait(bound)
+        end = time.monotonic() + bound
+        lease = h.lease_id
+        try:
+            while True:
+                with self._mu:
+                    cmd, h._cmd = h._cmd, None
+                    if cmd is None:
+                        if h._state != _ACQUIRING:
+                            return True
+                        ev = h._settled
+                        if ev is None:
+                            ev = h._settled = threading.Event()
+                        else:
+                            ev.clear()  # every set() happens under the mutex: none is lost
+                        if self._inline and not self._paused and lease not in self._parked:
+                            self._parked[lease] = h
+                if cmd is not None:
+                    self._run_inline(cmd)
+                    continue
+                left = end - time.monotonic()
+                if left <= 0 or not ev.wait(left):
+                    return h._state != _ACQUIRING
+        finally:
+            with self._mu:
+                if self._parked.get(lease) is h:
+                    del self._parked[lease]
+                cmd, h._cmd = h._cmd, None
+                if cmd is not None:  # handed over while we were leaving: the pool runs it
+                    self._inflight -= 1
+                    self._submit_io(cmd)
 
     def _mark_lost(self, h: LockHandle, reason: str) -> None:
         h.lost_reason = reason
