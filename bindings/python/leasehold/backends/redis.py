@@ -338,6 +338,16 @@ def _int_or_none(v: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _buffered(conn: Any) -> bool:
+    """Does redis-py's parser hold bytes already read from the socket (which ``select`` does
+    not see)? Asked of the pure-Python parsers' buffer without a syscall; other parsers answer
+    through ``can_read(0)``."""
+    unread = getattr(getattr(getattr(conn, "_parser", None), "_buffer", None), "unread_bytes", None)
+    if callable(unread):
+        return bool(unread())
+    return bool(conn.can_read(timeout=0))
+
+
 def _close_pipe(pipe: tuple[int, int] | None) -> None:
     for fd in pipe or ():
         try:
@@ -442,20 +452,21 @@ class _Subscriber:
         except (BlockingIOError, OSError):
             pass
 
-    def _wait(self, timeout: float, sock: Any = None) -> bool:
-        """Sleep until the pipe or ``sock`` is readable or ``timeout``; True if ``sock`` is."""
+    def _wait(self, timeout: float, sock: Any = None) -> tuple[bool, bool]:
+        """Sleep until the pipe or ``sock`` is readable or ``timeout``; returns
+        (``sock`` readable, pipe readable)."""
         pipe = self._pipe
         fds = [pipe[0]] if pipe is not None else []
         if sock is not None:
             fds.append(sock)
         if not fds:
             time.sleep(timeout)
-            return False
+            return False, False
         try:
             ready, _, _ = select.select(fds, [], [], timeout)
         except (OSError, ValueError):
-            return sock is not None  # a closed socket: let the read raise
-        return sock is not None and sock in ready
+            return sock is not None, True  # a closed socket: let the read raise
+        return sock is not None and sock in ready, pipe is not None and pipe[0] in ready
 
     def _run(self) -> None:
         backoff = _RECONNECT_BASE
@@ -492,56 +503,72 @@ class _Subscriber:
         seen: dict[str, int] = {}  # watch generation last served per subscribed channel
         ping_pending = False
         last_traffic = time.monotonic()
+        reconcile = True
         while True:
-            self._drain_pipe()
-            with self._lock:
-                if self._closed:
-                    return
-                wanted = dict(self._wanted)
-                gens = dict(self._gen)
-            now = time.monotonic()
-            for ch in subscribed:
-                if ch in wanted:
-                    lingering.pop(ch, None)
-                    if seen.get(ch) != gens.get(ch):
-                        # Watched again while still subscribed (maybe unwatched in between):
-                        # a release published while nobody here waited was ignored, so wake
-                        # one waiter to re-check now, as a fresh SUBSCRIBE would.
-                        seen[ch] = gens.get(ch, 0)
-                        self._deliver(wanted[ch])
-                else:
-                    lingering.setdefault(ch, now + self._linger)
-            add = set(wanted) - subscribed
-            if add:
-                ps.subscribe(*sorted(add))
-                subscribed |= add
-                for ch in add:
-                    seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
-            expired = {ch for ch, until in lingering.items() if until <= now}
-            if expired:
-                for ch in expired:
-                    del lingering[ch]
-                    seen.pop(ch, None)
-                if expired == subscribed:
-                    # Nothing left to listen to: drop the connection (an unsubscribed pub/sub
-                    # connection would need RESP handling we do not want) until the next watch.
-                    ps.reset()
-                    subscribed.clear()
-                else:
-                    ps.unsubscribe(*sorted(expired))
-                    subscribed -= expired
-            conn = ps.connection
-            if conn is None:
-                self._wait(self._ping_interval)
-                continue
-            # Deliver everything already buffered or readable without blocking.
-            while True:
-                msg = ps.get_message(timeout=0)
-                if msg is None:
-                    break
+            if reconcile:
+                self._drain_pipe()
+                with self._lock:
+                    if self._closed:
+                        return
+                    wanted = dict(self._wanted)
+                    gens = dict(self._gen)
+                now = time.monotonic()
+                for ch in subscribed:
+                    if ch in wanted:
+                        lingering.pop(ch, None)
+                        if seen.get(ch) != gens.get(ch):
+                            # Watched again while still subscribed (maybe unwatched in between):
+                            # a release published while nobody here waited was ignored, so wake
+                            # one waiter to re-check now, as a fresh SUBSCRIBE would.
+                            seen[ch] = gens.get(ch, 0)
+                            self._deliver(wanted[ch])
+                    else:
+                        lingering.setdefault(ch, now + self._linger)
+                add = set(wanted) - subscribed
+                if add:
+                    ps.subscribe(*sorted(add))
+                    subscribed |= add
+                    for ch in add:
+                        seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
+                expired = {ch for ch, until in lingering.items() if until <= now}
+                if expired:
+                    for ch in expired:
+                        del lingering[ch]
+                        seen.pop(ch, None)
+                    if expired == subscribed:
+                        # Nothing left to listen to: drop the connection (an unsubscribed
+                        # pub/sub connection would need RESP handling we do not want) until
+                        # the next watch.
+                        ps.reset()
+                        subscribed.clear()
+                    else:
+                        ps.unsubscribe(*sorted(expired))
+                        subscribed -= expired
+                conn = ps.connection
+                if conn is None:
+                    self._wait(self._ping_interval)
+                    continue
+                # Deliver everything already buffered or readable without blocking.
+                while True:
+                    msg = ps.get_message(timeout=0)
+                    if msg is None:
+                        break
+                    last_traffic = time.monotonic()
+                    ping_pending = False
+                    self._handle(ps, msg)
+            else:
+                # Only the socket was readable: deliver what arrived, skip the bookkeeping
+                # (the read uses the socket's own timeout: no settimeout round per message).
+                conn = ps.connection
+                while True:
+                    reply = conn.read_response(disconnect_on_error=False, push_request=True)
+                    msg = ps.handle_message(reply)
+                    if msg is not None:
+                        self._handle(ps, msg)
+                    if not _buffered(conn):
+                        break
                 last_traffic = time.monotonic()
                 ping_pending = False
-                self._handle(ps, msg)
             sock = getattr(conn, "_sock", None)
             if sock is None:
                 raise redis.ConnectionError("pub/sub connection lost")
@@ -553,11 +580,15 @@ class _Subscriber:
                 ps.ping()
                 ping_pending = True
                 last_traffic = now
+                reconcile = True
                 continue
             timeout = self._ping_interval - idle
             if lingering:
                 timeout = min(timeout, max(0.0, min(lingering.values()) - now))
-            self._wait(timeout, sock)
+            sock_ready, pipe_ready = self._wait(timeout, sock)
+            # A message alone takes the short path above (the bulk of the traffic); a poke, a
+            # timeout (ping, linger) or both at once run the full loop.
+            reconcile = pipe_ready or not sock_ready
 
     def _handle(self, ps: Any, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
