@@ -490,3 +490,16 @@ def test_a_forked_child_does_not_share_the_parents_direct_connection(svc, r):
     assert svc.renew("fork-direct", t, 10_000, b"") is True
     assert svc._direct._free == [parent_conn], "the parent's socket was neither closed nor replaced"
     assert svc.release("fork-direct", t, b"") is True
+
+
+def test_messages_arriving_together_are_all_delivered(svc, r):
+    # Several notifications in one TCP read: the ones left in redis-py's buffer (invisible to
+    # select) must be delivered at once, not at the next unrelated wake-up.
+    notes = Notes()
+    svc.watch("burst", notes)
+    assert notes.wait_count(1)  # the SUBSCRIBE confirmation
+    pipe = r.pipeline(transaction=False)
+    for _ in range(5):
+        pipe.publish(proto.keys_for("burst").channel, "burst")
+    pipe.execute()
+    assert notes.wait_count(6, timeout=5.0), notes.names
