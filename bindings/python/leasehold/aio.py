@@ -382,16 +382,13 @@ class AsyncLockClient:
     def _drain(self) -> None:
         if self._core.closed:
             return
-        core = self._core
-        while True:
-            out = core.poll_output()
-            if out is None:
-                break
+        outs, dl = self._core.drain()
+        self._deadline = dl
+        for out in outs:  # dispatching never calls back into the core
             try:
                 self._dispatch(out)
             except Exception:
                 log.exception("leasehold: failed to dispatch %r", out)
-        self._deadline = dl = core.poll_timeout()
         if (
             self._inputs
             or self._closing

@@ -83,6 +83,7 @@ class AsyncRedisLockService(AsyncLockService):
         self._next_gen = 0
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._direct = _AsyncDirectConnections.for_client(client)
         self._closed = False
         self.subscriber_reconnects = 0
 
@@ -120,16 +121,32 @@ class AsyncRedisLockService(AsyncLockService):
             return await self._client.eval(script.text, len(keys), *keys, *args)
 
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_acquire
+            return proto.parse_acquire(await d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True)))
         k = proto.keys_for(name)
         reply = await self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
         return proto.parse_acquire(reply)
 
     async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_renew
+            reply = await d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True))
+            return proto.parse_flag(reply, "RENEW")
         k = proto.keys_for(name)
         reply = await self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)])
         return proto.parse_flag(reply, "RENEW")
 
     async def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        d = self._direct
+        if d is not None:
+            w = proto.wire_for(name)
+            pack = proto.pack_release
+            return proto.parse_flag(await d.call(pack(w, token), lambda: pack(w, token, True)), "RELEASE")
         k = proto.keys_for(name)
         reply = await self._run(self._release, [k.lock], [token, k.channel, name])
         return proto.parse_flag(reply, "RELEASE")
@@ -167,6 +184,8 @@ class AsyncRedisLockService(AsyncLockService):
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+        if self._direct is not None:
+            await self._direct.close()
         if self._owns_client:
             try:
                 await _aclose(self._client)
@@ -314,3 +333,54 @@ class AsyncRedisLockService(AsyncLockService):
             cb(name)
         except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
             log.exception("leasehold redis on_released callback failed for %r", name)
+
+
+class _AsyncDirectConnections:
+    """The asyncio twin of :class:`leasehold.backends.redis._DirectConnections`: the scripts as
+    pre-encoded bytes on ``redis.asyncio`` connections the service keeps checked out of the
+    client's pool (no per-call pool lock, readiness check or argument encoding), under each
+    connection's own ``retry``. A connection is reused only after a complete exchange; on any
+    error mid-exchange redis-py has disconnected it (it reconnects on the next send)."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._free: list[Any] = []
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, client: Any) -> _AsyncDirectConnections | None:
+        pool = getattr(client, "connection_pool", None)
+        if getattr(client, "single_connection_client", False) or not isinstance(pool, aioredis.ConnectionPool):
+            return None
+        enc = str(pool.connection_kwargs.get("encoding", "utf-8")).lower().replace("-", "").replace("_", "")
+        return cls(pool) if enc == "utf8" else None
+
+    async def call(self, packed: bytes, packed_eval: Callable[[], bytes]) -> Any:
+        """Send ``packed`` (EVALSHA) and return the reply; after NOSCRIPT, ``packed_eval()``."""
+        free = self._free
+        conn = free.pop() if free else await self._pool.get_connection()
+        try:
+            try:
+                return await conn.retry.call_with_retry(lambda: _exchange(conn, packed), lambda _e: conn.disconnect())
+            except NoScriptError:
+                cmd = packed_eval()  # first use on this server: EVAL caches the script
+                return await conn.retry.call_with_retry(lambda: _exchange(conn, cmd), lambda _e: conn.disconnect())
+        finally:
+            if self._closed:
+                await self._pool.release(conn)
+            else:
+                free.append(conn)
+
+    async def close(self) -> None:
+        self._closed = True
+        free, self._free = self._free, []
+        for conn in free:
+            try:
+                await self._pool.release(conn)
+            except Exception:  # pragma: no cover - best effort
+                log.debug("returning a connection to the pool failed", exc_info=True)
+
+
+async def _exchange(conn: Any, packed: bytes) -> Any:
+    await conn.send_packed_command(packed)
+    return await conn.read_response()

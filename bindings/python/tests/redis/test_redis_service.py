@@ -503,3 +503,35 @@ def test_messages_arriving_together_are_all_delivered(svc, r):
         pipe.publish(proto.keys_for("burst").channel, "burst")
     pipe.execute()
     assert notes.wait_count(6, timeout=5.0), notes.names
+
+
+def test_async_direct_path_reuses_one_connection_survives_a_kill_and_gives_it_back(redis_server, r):
+    import redis.asyncio as aioredis
+
+    async def main() -> None:
+        svc = AsyncRedisLockService.from_url(redis_server.url)
+        try:
+            assert svc._direct is not None
+            for _ in range(5):
+                t = tok()
+                assert isinstance(await svc.acquire("a-reuse", t, 5_000), Granted)
+                assert await svc.release("a-reuse", t, b"") is True
+            assert len(svc._direct._free) == 1
+            t = tok()
+            assert isinstance(await svc.acquire("a-killed", t, 5_000), Granted)
+            r.client_kill_filter(skipme=True)  # the service's connection too
+            assert await svc.renew("a-killed", t, 5_000, b"") is True
+            assert await svc.release("a-killed", t, b"") is True
+        finally:
+            await svc.close()
+        assert not svc._direct._free
+        bare = AsyncRedisLockService(aioredis.Redis.from_url(redis_server.url, single_connection_client=True), owns_client=True)
+        try:
+            assert bare._direct is None
+            t = tok()
+            assert isinstance(await bare.acquire("a-generic", t, 5_000), Granted)
+            assert await bare.release("a-generic", t, b"") is True
+        finally:
+            await bare.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
