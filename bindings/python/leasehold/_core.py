@@ -131,13 +131,13 @@ def _copy_output(fields: tuple[Any, ...]) -> Output | None:
     if kind == 0:  # LH_OUTPUT_NONE
         return None
     if kind in _EVENT_KINDS:
-        return _new_output(Output, (kind, reason, req, lease, "", "", b"", ttl, fence, valid))  # type: ignore[no-any-return]
+        return _new_output(Output, (kind, reason, req, lease, "", "", b"", ttl, fence, valid))
     name = _string_at(name_p, name_n).decode("utf-8") if name_n else ""
     if kind in _NAME_ONLY_KINDS:
-        return _new_output(Output, (kind, reason, req, lease, name, "", b"", ttl, fence, valid))  # type: ignore[no-any-return]
+        return _new_output(Output, (kind, reason, req, lease, name, "", b"", ttl, fence, valid))
     token = _string_at(tok_p, tok_n).decode("ascii") if tok_n else ""
     data = _string_at(bd_p, bd_n) if bd_n else b""
-    return _new_output(Output, (kind, reason, req, lease, name, token, data, ttl, fence, valid))  # type: ignore[no-any-return]
+    return _new_output(Output, (kind, reason, req, lease, name, token, data, ttl, fence, valid))
 
 
 @dataclass(frozen=True)

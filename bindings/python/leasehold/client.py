@@ -776,6 +776,7 @@ class LockClient:
             return True
         end = time.monotonic() + bound
         lease = h.lease_id
+        ev: threading.Event | None = None
         try:
             while True:
                 with self._mu:
@@ -794,7 +795,7 @@ class LockClient:
                     self._run_inline(cmd)
                     continue
                 left = end - time.monotonic()
-                if left <= 0 or not ev.wait(left):
+                if ev is None or left <= 0 or not ev.wait(left):
                     return h._state != _ACQUIRING
         finally:
             with self._mu:
