@@ -170,11 +170,15 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
 
 
 # ---- 1. uncontended throughput ------------------------------------------------------------------
-def bench_throughput(impls_: list[Impl], rounds: int, seconds: float) -> dict[str, Any]:
+def bench_throughput(impls_: list[Impl], rounds: int, seconds: float, ref: str = "redis-py Lock") -> dict[str, Any]:
     """Interleaved rounds (A B C D A B C D ...) so that load from other processes on the machine
-    hits every library alike; reports the median and the best round."""
+    hits every library alike; reports the median and the best round, this process's CPU time
+    per cycle (all its threads; redis-server is another process), and the
+    median of the per-round ratios to ``ref`` (round i of a library against round i of ``ref``,
+    at most a few rounds apart: a load burst hits both sides of most pairs)."""
     lockers = {impl.label: impl.make() for impl in impls_}
     rates: dict[str, list[float]] = {impl.label: [] for impl in impls_}
+    cpu: dict[str, list[float]] = {impl.label: [] for impl in impls_}
     try:
         for label, locker in lockers.items():
             for _ in range(50):  # warm-up (script cache, connections, threads)
@@ -184,17 +188,26 @@ def bench_throughput(impls_: list[Impl], rounds: int, seconds: float) -> dict[st
                 name = f"tp-{label}"
                 n = 0
                 start = clock()
+                cpu0 = time.process_time()
                 end = start + seconds
                 while clock() < end:
                     for _ in range(10):
                         locker.release(locker.acquire(name, 10.0, 0.0))
                     n += 10
+                cpu[label].append((time.process_time() - cpu0) / n * 1e6)
                 rates[label].append(n / (clock() - start))
     finally:
         for locker in lockers.values():
             locker.close()
+    base = rates.get(ref)
     return {
-        label: {"median_ops_per_s": statistics.median(v), "best_ops_per_s": max(v), "rounds": [round(x) for x in v]}
+        label: {
+            "median_ops_per_s": statistics.median(v),
+            "best_ops_per_s": max(v),
+            "paired_ratio_vs_ref": statistics.median(a / b for a, b in zip(v, base)) if base else None,
+            "cpu_us_per_cycle_median": statistics.median(cpu[label]),
+            "rounds": [round(x) for x in v],
+        }
         for label, v in rates.items()
     }
 
@@ -409,7 +422,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover")
-    ap.add_argument("--tp-rounds", type=int, help="interleaved throughput rounds of 0.7 s (default 7, quick 3)")
+    ap.add_argument("--tp-rounds", type=int, help="interleaved throughput rounds (default 7, quick 3)")
+    ap.add_argument("--tp-seconds", type=float, default=0.7, help="length of one throughput round (default 0.7 s)")
     args = ap.parse_args()
     q = args.quick
     parts = set((args.only or "throughput,handoff,idle,takeover").split(","))
@@ -438,12 +452,13 @@ def main() -> None:
                 )
                 tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
                 results["throughput"] = tp = bench_throughput(
-                    tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=0.7
+                    tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds
                 )
                 for label, res in tp.items():
                     print(
                         f"throughput  {label:30s} median {res['median_ops_per_s']:6.0f}  best {res['best_ops_per_s']:6.0f}"
-                        " acquire+release/s",
+                        f" acquire+release/s  paired ratio vs redis-py Lock {res['paired_ratio_vs_ref']:.2f}"
+                        f"  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle",
                         flush=True,
                     )
             if "handoff" in parts:
