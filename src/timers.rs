@@ -2,15 +2,21 @@
 //!
 //! A plain binary heap over every lease costs ~20 cache misses per pop at a million leases.
 //! Here deadlines are bucketed by tick (`deadline >> TICK_SHIFT`, ~4.2 ms) into a wheel
-//! covering ~17 s; only the current tick's entries sit in a small heap, so pops touch memory
-//! that is already in cache and pushes touch one bucket. Deadlines beyond the wheel wait in an
+//! covering ~17 s. When the cursor reaches a bucket, its entries are sorted once and then
+//! consumed in order, so a pop is an index increment on memory that is already in cache, and a
+//! push touches one bucket. The sorted run also lets the caller look a few entries ahead
+//! (`upcoming`) to prefetch the records it will need next. Deadlines beyond the wheel wait in an
 //! overflow heap and move into the wheel as the cursor approaches them.
+//!
+//! Request timeouts take a shortcut: they are pushed in send order with one shared duration,
+//! so their deadlines usually arrive in order and a FIFO holds them (`push_in_order`) without
+//! touching the wheel; one that would break the order goes to the wheel instead.
 //!
 //! Entries are `(deadline, slot, version)`; the caller invalidates lazily by version, so
 //! entries are never removed, only skipped when popped.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// One scheduled deadline: `(deadline_ns, slot, version)`.
 pub(crate) type Entry = (u64, u32, u32);
@@ -24,14 +30,20 @@ const _: () = assert!(WORDS == 64);
 
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
-    /// Entries whose tick is at most `cursor`, ordered by deadline.
-    current: BinaryHeap<Reverse<Entry>>,
+    /// The current tick's entries, sorted; `run[head..]` are still due.
+    run: Vec<Entry>,
+    head: usize,
+    /// Entries pushed for a tick at most `cursor` after the run was sorted (rare: deadlines
+    /// within ~4 ms of now, or in the past).
+    late: BinaryHeap<Reverse<Entry>>,
     /// Bucket `tick & MASK` holds entries with `cursor < tick < cursor + BUCKETS`.
     /// Allocated on first use, so a core with few leases stays small.
-    buckets: Vec<Vec<Reverse<Entry>>>,
+    buckets: Vec<Vec<Entry>>,
     occupied: Vec<u64>,
     /// Bit `w` is set when `occupied[w]` is non-zero: finding the next bucket is O(1).
     summary: u64,
+    /// Entries in deadline order (`push_in_order`).
+    fifo: VecDeque<Entry>,
     /// Entries with `tick >= cursor + BUCKETS`.
     overflow: BinaryHeap<Reverse<Entry>>,
     cursor: u64,
@@ -48,13 +60,16 @@ impl Timers {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.current.clear();
+        self.run.clear();
+        self.head = 0;
+        self.late.clear();
         for b in &mut self.buckets {
             b.clear();
         }
         self.occupied.iter_mut().for_each(|w| *w = 0);
         self.summary = 0;
         self.overflow.clear();
+        self.fifo.clear();
         self.len = 0;
     }
 
@@ -62,7 +77,7 @@ impl Timers {
         self.len += 1;
         let t = tick(&e);
         if t <= self.cursor {
-            self.current.push(Reverse(e));
+            self.late.push(Reverse(e));
         } else if t < self.cursor.saturating_add(BUCKETS) {
             self.push_bucket(t, e);
         } else {
@@ -76,27 +91,63 @@ impl Timers {
             self.occupied = vec![0; WORDS];
         }
         let i = (t & MASK) as usize;
-        self.buckets[i].push(Reverse(e));
+        self.buckets[i].push(e);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.summary |= 1 << (i / 64);
     }
 
+    /// Like `push`, for a deadline that is usually not before the last one pushed here.
+    pub(crate) fn push_in_order(&mut self, e: Entry) {
+        if self.fifo.back().is_none_or(|b| b.0 <= e.0) {
+            self.len += 1;
+            self.fifo.push_back(e);
+        } else {
+            self.push(e);
+        }
+    }
+
     /// Earliest entry (possibly stale: the caller checks versions).
     pub(crate) fn peek(&mut self) -> Option<Entry> {
+        let wheel = self.peek_wheel();
+        match (wheel, self.fifo.front()) {
+            (Some(w), Some(&f)) => Some(w.min(f)),
+            (w, f) => w.or(f.copied()),
+        }
+    }
+
+    fn peek_wheel(&mut self) -> Option<Entry> {
         loop {
-            if let Some(&Reverse(e)) = self.current.peek() {
-                return Some(e);
-            }
-            if !self.refill() {
-                return None;
+            let run = self.run.get(self.head).copied();
+            let late = self.late.peek().map(|&Reverse(e)| e);
+            match (run, late) {
+                (Some(a), Some(b)) => return Some(a.min(b)),
+                (Some(e), None) | (None, Some(e)) => return Some(e),
+                (None, None) => {
+                    if !self.refill() {
+                        return None;
+                    }
+                }
             }
         }
     }
 
     pub(crate) fn pop(&mut self) -> Option<Entry> {
-        self.peek()?;
+        let e = self.peek()?;
         self.len -= 1;
-        self.current.pop().map(|Reverse(e)| e)
+        if self.fifo.front() == Some(&e) {
+            self.fifo.pop_front();
+        } else if self.run.get(self.head) == Some(&e) {
+            self.head += 1;
+        } else {
+            self.late.pop();
+        }
+        Some(e)
+    }
+
+    /// The `n`-th entry after the earliest one in the current tick's sorted run, if there is
+    /// one: a hint of what comes next (it may be stale, and `late` entries are not looked at).
+    pub(crate) fn upcoming(&self, n: usize) -> Option<Entry> {
+        self.run.get(self.head + n).copied()
     }
 
     /// Advances the cursor to the next non-empty tick and loads it into `current`.
@@ -110,18 +161,18 @@ impl Timers {
             (None, None) => return false,
         };
         self.cursor = next;
+        // Only called once the run is consumed and `late` is empty.
+        self.run.clear();
+        self.head = 0;
         if next_bucket == Some(next) {
             let i = (next & MASK) as usize;
             self.occupied[i / 64] &= !(1 << (i % 64));
             if self.occupied[i / 64] == 0 {
                 self.summary &= !(1 << (i / 64));
             }
-            let entries = std::mem::take(&mut self.buckets[i]);
-            // Reuse the drained heap's allocation for the bucket (capacity circulates).
-            let mut spare = std::mem::take(&mut self.current).into_vec();
-            spare.clear();
-            self.buckets[i] = spare;
-            self.current = BinaryHeap::from(entries);
+            // The drained run's allocation becomes the bucket's (capacity circulates).
+            let spare = std::mem::take(&mut self.run);
+            self.run = std::mem::replace(&mut self.buckets[i], spare);
         }
         let horizon = self.cursor.saturating_add(BUCKETS);
         while let Some(&Reverse(e)) = self.overflow.peek() {
@@ -131,11 +182,12 @@ impl Timers {
             }
             self.overflow.pop();
             if t <= self.cursor {
-                self.current.push(Reverse(e));
+                self.run.push(e);
             } else {
                 self.push_bucket(t, e);
             }
         }
+        self.run.sort_unstable();
         true
     }
 
@@ -199,6 +251,16 @@ mod tests {
                         let d = (now + lcg(&mut x) % span).saturating_sub(lcg(&mut x) % (1 << 22));
                         let e = (d, step, seed as u32);
                         wheel.push(e);
+                        model.push(Reverse(e));
+                    }
+                    3 if lcg(&mut x) % 2 == 0 => {
+                        // A request timeout: `now` plus one duration, mostly in order; the
+                        // occasional earlier one must go around the FIFO.
+                        let d = now
+                            .saturating_add(1 << 30)
+                            .saturating_sub(lcg(&mut x) % (1 << 24));
+                        let e = (d, step, u32::MAX - seed as u32);
+                        wheel.push_in_order(e);
                         model.push(Reverse(e));
                     }
                     2 => {
