@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::config::{AcquireOptions, Config};
+use crate::config::{AcquireOptions, Config, parts_per_million};
 use crate::error::Error;
 use crate::hash::KeyedState;
 use crate::rng::Rng;
@@ -764,6 +764,11 @@ impl Client {
                 }
             }
         }
+        if let Some((_, slot, _)) = self.timers.upcoming_in_order(2) {
+            if let Some(t) = self.timing.get(slot as usize) {
+                prefetch(t);
+            }
+        }
         for k in 0..2 {
             if let Some((_, slot, version)) = self.timers.upcoming(k) {
                 if self.timer_is_current(slot, version) {
@@ -1031,8 +1036,7 @@ impl Client {
 
     fn renew_interval(&mut self, ttl_ns: u64) -> u64 {
         let base = ttl_ns / 3;
-        let jitter =
-            (u128::from(base) * u128::from(self.config.renew_jitter_ppm) / 1_000_000) as u64;
+        let jitter = parts_per_million(base, self.config.renew_jitter_ppm);
         base - jitter + self.rng.up_to(2 * jitter)
     }
 

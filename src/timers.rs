@@ -150,6 +150,11 @@ impl Timers {
         self.run.get(self.head + n).copied()
     }
 
+    /// The `n`-th entry of the request-timeout FIFO, if any (a prefetch hint, like `upcoming`).
+    pub(crate) fn upcoming_in_order(&self, n: usize) -> Option<Entry> {
+        self.fifo.get(n).copied()
+    }
+
     /// Advances the cursor to the next non-empty tick and loads it into `current`.
     fn refill(&mut self) -> bool {
         let next_bucket = self.next_occupied_tick();
