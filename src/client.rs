@@ -77,6 +77,8 @@ struct Lease {
 struct Cold {
     /// Opaque ownership data from the grant (an etcd lease id, say), echoed in renew/release.
     backend_data: Option<Arc<[u8]>>,
+    /// Fencing token of the grant `backend_data` came from.
+    backend_fence: u64,
     /// Acquire attempts that timed out while still possibly in flight.
     superseded: Vec<u64>,
 }
@@ -86,9 +88,25 @@ impl Lease {
         self.cold.as_ref().and_then(|c| c.backend_data.clone())
     }
 
-    fn set_backend_data(&mut self, data: Option<Arc<[u8]>>) {
+    fn set_backend_data(&mut self, data: Option<Arc<[u8]>>, fence: u64) {
         if data.is_some() || self.cold.is_some() {
-            self.cold.get_or_insert_with(Default::default).backend_data = data;
+            let c = self.cold.get_or_insert_with(Default::default);
+            c.backend_data = data;
+            c.backend_fence = fence;
+        }
+    }
+
+    /// Takes a grant's data for a cleanup release unless it is older (lower fence) than the
+    /// live grant or than data already taken: an older grant is already gone at the service
+    /// (sim seeds 70255 and 1147940, where replies arrive out of order).
+    fn adopt_backend_data(&mut self, data: &[u8], fence: u64) {
+        let older_than_live = self.granted && fence < self.fencing_token;
+        let older_than_held = self
+            .cold
+            .as_ref()
+            .is_some_and(|c| c.backend_data.is_some() && fence < c.backend_fence);
+        if !data.is_empty() && !older_than_live && !older_than_held {
+            self.set_backend_data(Some(Arc::from(data)), fence);
         }
     }
 
@@ -432,13 +450,8 @@ impl Client {
             ..
         } = *result
         {
-            let l = self.lease_mut(slot);
-            // A grant older than the lease's own (lower fence) is already gone at the
-            // service; its data must not replace the live grant's (sim seed 70255).
-            let newer = !l.granted || fencing_token >= l.fencing_token;
-            if !backend_data.is_empty() && newer {
-                l.set_backend_data(Some(Arc::from(backend_data)));
-            }
+            self.lease_mut(slot)
+                .adopt_backend_data(backend_data, fencing_token);
         }
     }
 
@@ -1063,9 +1076,7 @@ impl Client {
             // validity is left. Retry (idempotent for our token) or give up and clean up.
             l.uncertain = true;
             l.last_attempt_failed = true;
-            if !backend_data.is_empty() {
-                l.set_backend_data(Some(Arc::from(backend_data)));
-            }
+            l.adopt_backend_data(backend_data, fencing_token);
             if now >= l.limit {
                 self.fail_acquire(slot, AcquireFailReason::Unavailable);
             } else {
@@ -1082,7 +1093,10 @@ impl Client {
         l.granted = true;
         l.fencing_token = fencing_token;
         l.valid_until = valid_until;
-        l.set_backend_data((!backend_data.is_empty()).then(|| Arc::from(backend_data)));
+        l.set_backend_data(
+            (!backend_data.is_empty()).then(|| Arc::from(backend_data)),
+            fencing_token,
+        );
         l.attempts = 0;
         let interval = self.renew_interval(ttl_ns);
         self.lease_mut(slot).next_at = sent.saturating_add(interval);
