@@ -572,11 +572,11 @@ impl Client {
     /// When the host must call `handle_timeout` at the latest; `None` when nothing is
     /// scheduled. May be in the past: then call `handle_timeout` at once.
     pub fn poll_timeout(&mut self) -> Option<u64> {
-        while let Some((deadline, slot, version)) = self.timers.peek() {
+        while let Some(e @ (deadline, slot, version)) = self.timers.peek() {
             if self.timer_is_current(slot, version) {
                 return Some(deadline);
             }
-            self.timers.pop();
+            self.timers.remove_earliest(e);
         }
         None
     }
@@ -745,11 +745,11 @@ impl Client {
     /// validity checks therefore run before anything new is sent (rule 3).
     fn advance(&mut self, now: u64) {
         self.clamp(now);
-        while let Some((deadline, slot, version)) = self.timers.peek() {
+        while let Some(e @ (deadline, slot, version)) = self.timers.peek() {
             if deadline > self.now {
                 break;
             }
-            self.timers.pop();
+            self.timers.remove_earliest(e);
             if !self.timer_is_current(slot, version) {
                 continue;
             }
