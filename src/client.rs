@@ -23,6 +23,11 @@ const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 /// A slot whose generation reaches this is retired, so no id is ever reused.
 const MAX_GEN: u32 = u32::MAX;
+/// A `RequestId` is `(n << SLOT_BITS) | slot`, where `n` counts the slot's requests from 1.
+/// The slot is enough to find the lease, so results need no lookup table, and the count makes
+/// ids unique for ever: a slot is retired once half of its 2^40 ids are used, and a single
+/// lease would need to renew every 3 ms for a century to use the other half.
+const REQUEST_LIMIT: u64 = 1 << (64 - SLOT_BITS);
 /// Superseded acquire attempts remembered per lease (to release a late grant of a dead lease).
 const MAX_SUPERSEDED: usize = 16;
 /// Waiters use the holder's remaining TTL only after this many quick attempts, so a release
@@ -132,6 +137,8 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 128);
 struct Timing {
     /// Deadline of the slot's live timer entry, `NEVER` if none.
     scheduled: u64,
+    /// Requests issued from this slot, over all its records (see `REQUEST_LIMIT`).
+    requests: u64,
     /// Entries carrying another version are stale. Bumped when the record is freed too.
     version: u32,
 }
@@ -159,10 +166,8 @@ pub struct Client {
     free: Vec<u32>,
     records: u32,
     timers: Timers,
-    requests: HashMap<u64, u32, KeyedState>,
     names: HashMap<Arc<str>, NameEntry, KeyedState>,
     outputs: VecDeque<Output>,
-    next_request: u64,
     counters: Counters,
 }
 
@@ -195,7 +200,6 @@ impl Client {
     pub fn new(config: Config, seed: &[u8]) -> Result<Self, Error> {
         config.validate()?;
         let mut rng = Rng::new(seed)?;
-        let requests = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
         let names = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
         Ok(Self {
             config,
@@ -206,10 +210,8 @@ impl Client {
             free: Vec::new(),
             records: 0,
             timers: Timers::default(),
-            requests,
             names,
             outputs: VecDeque::new(),
-            next_request: 1,
             counters: Counters::default(),
         })
     }
@@ -682,6 +684,7 @@ impl Client {
             });
             self.timing.push(Timing {
                 scheduled: NEVER,
+                requests: 0,
                 version: 0,
             });
             slot
@@ -691,46 +694,37 @@ impl Client {
     }
 
     fn free_slot(&mut self, slot: u32) {
-        let s = &mut self.slots[slot as usize];
-        if let Some(l) = s.lease.take() {
-            if let Some(c) = l.cold {
-                for r in &c.superseded {
-                    self.requests.remove(r);
-                }
-            }
-            if l.inflight_req != 0 {
-                self.requests.remove(&l.inflight_req);
-            }
-        }
+        self.slots[slot as usize].lease = None;
         let t = &mut self.timing[slot as usize];
         t.version = t.version.wrapping_add(1);
         t.scheduled = NEVER;
+        let ids_left = t.requests < REQUEST_LIMIT / 2;
         self.records -= 1;
-        if self.slots[slot as usize].generation < MAX_GEN {
+        if self.slots[slot as usize].generation < MAX_GEN && ids_left {
             self.free.push(slot);
         }
     }
 
-    fn next_request(&mut self) -> u64 {
-        let r = self.next_request;
-        self.next_request += 1;
-        r
+    fn next_request(&mut self, slot: u32) -> u64 {
+        let t = &mut self.timing[slot as usize];
+        // Saturates instead of spilling into the slot bits (see `REQUEST_LIMIT`).
+        t.requests = (t.requests + 1).min(REQUEST_LIMIT - 1);
+        (t.requests << SLOT_BITS) | u64::from(slot)
     }
 
-    /// Looks up a request; a result of the wrong kind is left in place for the real answer.
-    fn take_request(&mut self, req: u64, kind: ReqKind) -> Option<u32> {
-        let slot = *self.requests.get(&req)?;
-        let l = self.slots[slot as usize].lease.as_ref()?;
-        let expected = if l.inflight_req == req {
+    /// Finds the lease a result belongs to: its in-flight request, or one of its superseded
+    /// acquire attempts. A result of the wrong kind is left pending for the real answer.
+    fn take_request(&self, req: u64, kind: ReqKind) -> Option<u32> {
+        let slot = (req & SLOT_MASK) as u32;
+        let l = self.slots.get(slot as usize)?.lease.as_ref()?;
+        let expected = if req != 0 && l.inflight_req == req {
             l.inflight_kind
-        } else {
+        } else if l.cold.as_ref().is_some_and(|c| c.superseded.contains(&req)) {
             ReqKind::Acquire // only acquire attempts are ever superseded
-        };
-        if expected != kind {
+        } else {
             return None;
-        }
-        self.requests.remove(&req);
-        Some(slot)
+        };
+        (expected == kind).then_some(slot)
     }
 
     fn clamp(&mut self, now: u64) {
@@ -926,9 +920,7 @@ impl Client {
                     self.lose(slot, LostReason::Expired);
                 } else if l.inflight_req != 0 {
                     if timed_out {
-                        let req = l.inflight_req;
                         l.inflight_req = 0;
-                        self.requests.remove(&req);
                         self.renew_failed(slot);
                     }
                 } else if now >= l.next_at {
@@ -946,15 +938,11 @@ impl Client {
                                 self.start_cleanup(slot, false);
                             }
                             ReqKind::Release => {
-                                let req = l.inflight_req;
                                 l.inflight_req = 0;
-                                self.requests.remove(&req);
                                 self.release_attempt_failed(slot);
                             }
                             ReqKind::Renew => {
-                                let req = l.inflight_req;
                                 l.inflight_req = 0;
-                                self.requests.remove(&req);
                             }
                         }
                     }
@@ -975,17 +963,14 @@ impl Client {
         let list = &mut l.cold.get_or_insert_with(Default::default).superseded;
         list.push(req);
         if list.len() > MAX_SUPERSEDED {
-            let old = list.remove(0);
-            self.requests.remove(&old);
+            list.remove(0);
         }
     }
 
     fn drop_inflight(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
         if l.inflight_req != 0 && l.inflight_kind != ReqKind::Acquire {
-            let req = l.inflight_req;
             l.inflight_req = 0;
-            self.requests.remove(&req);
         }
     }
 
@@ -1011,7 +996,7 @@ impl Client {
 
     /// Emits one command for the lease and makes it the lease's single in-flight request.
     fn send(&mut self, slot: u32, kind: ReqKind) {
-        let req = self.next_request();
+        let req = self.next_request(slot);
         let now = self.now;
         let id = self.id_of(slot);
         let l = self.lease_mut(slot);
@@ -1043,7 +1028,6 @@ impl Client {
                 backend_data: l.backend_data(),
             },
         };
-        self.requests.insert(req, slot);
         self.outputs.push_back(Output::Command(cmd));
     }
 
