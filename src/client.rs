@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::config::{AcquireOptions, Config};
+use crate::config::{AcquireOptions, Config, parts_per_million};
 use crate::error::Error;
 use crate::hash::KeyedState;
 use crate::rng::Rng;
@@ -22,7 +22,12 @@ const NS_PER_MS: u64 = 1_000_000;
 const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 /// A slot whose generation reaches this is retired, so no id is ever reused.
-const MAX_GEN: u64 = (1 << (64 - SLOT_BITS)) - 1;
+const MAX_GEN: u32 = u32::MAX;
+/// A `RequestId` is `(n << SLOT_BITS) | slot`, where `n` counts the slot's requests from 1.
+/// The slot is enough to find the lease, so results need no lookup table, and the count makes
+/// ids unique for ever: a slot is retired once half of its 2^40 ids are used, and a single
+/// lease would need to renew every 3 ms for a century to use the other half.
+const REQUEST_LIMIT: u64 = 1 << (64 - SLOT_BITS);
 /// Superseded acquire attempts remembered per lease (to release a late grant of a dead lease).
 const MAX_SUPERSEDED: usize = 16;
 /// Waiters use the holder's remaining TTL only after this many quick attempts, so a release
@@ -40,11 +45,8 @@ enum ReqKind {
 struct Lease {
     name: Arc<str>,
     token: Token,
-    backend_data: Option<Arc<[u8]>>,
-    /// Acquire attempts that timed out while still possibly in flight. Boxed so the common
-    /// case costs one pointer per lease rather than an empty Vec's three words.
-    #[allow(clippy::box_collection)]
-    superseded: Option<Box<Vec<u64>>>,
+    /// Backend data and superseded attempts, which most leases never have.
+    cold: Option<Box<Cold>>,
     ttl_ms: u64,
     valid_until: u64,
     fencing_token: u64,
@@ -75,12 +77,70 @@ struct Lease {
     cleanup_again: bool,
 }
 
+/// The rarely used part of a lease, boxed so the record stays within two cache lines.
+#[derive(Debug, Default)]
+struct Cold {
+    /// Opaque ownership data from the grant (an etcd lease id, say), echoed in renew/release.
+    backend_data: Option<Arc<[u8]>>,
+    /// Fencing token of the grant `backend_data` came from.
+    backend_fence: u64,
+    /// Acquire attempts that timed out while still possibly in flight.
+    superseded: Vec<u64>,
+}
+
+impl Lease {
+    fn backend_data(&self) -> Option<Arc<[u8]>> {
+        self.cold.as_ref().and_then(|c| c.backend_data.clone())
+    }
+
+    fn set_backend_data(&mut self, data: Option<Arc<[u8]>>, fence: u64) {
+        if data.is_some() || self.cold.is_some() {
+            let c = self.cold.get_or_insert_with(Default::default);
+            c.backend_data = data;
+            c.backend_fence = fence;
+        }
+    }
+
+    /// Takes a grant's data for a cleanup release unless it is older (lower fence) than the
+    /// live grant or than data already taken: an older grant is already gone at the service
+    /// (sim seeds 70255 and 1147940, where replies arrive out of order).
+    fn adopt_backend_data(&mut self, data: &[u8], fence: u64) {
+        let older_than_live = self.granted && fence < self.fencing_token;
+        let older_than_held = self
+            .cold
+            .as_ref()
+            .is_some_and(|c| c.backend_data.is_some() && fence < c.backend_fence);
+        if !data.is_empty() && !older_than_live && !older_than_held {
+            self.set_backend_data(Some(Arc::from(data)), fence);
+        }
+    }
+
+    fn superseded_pending(&self) -> bool {
+        self.cold.as_ref().is_some_and(|c| !c.superseded.is_empty())
+    }
+}
+
+/// One record. With the lease first, the generation last and 64-byte alignment, a record is
+/// exactly two cache lines, and `prefetch_slot` has a field to name in each.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Slot {
-    generation: u64,
-    version: u32,
-    scheduled: u64,
     lease: Option<Lease>,
+    generation: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 128);
+
+/// Timer bookkeeping per slot, apart from the records: skipping a stale timer entry then
+/// reads this small array instead of missing the cache on a whole record.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// Deadline of the slot's live timer entry, `NEVER` if none.
+    scheduled: u64,
+    /// Requests issued from this slot, over all its records (see `REQUEST_LIMIT`).
+    requests: u64,
+    /// Entries carrying another version are stale. Bumped when the record is freed too.
+    version: u32,
 }
 
 #[derive(Debug, Default)]
@@ -102,13 +162,12 @@ pub struct Client {
     rng: Rng,
     now: u64,
     slots: Vec<Slot>,
+    timing: Vec<Timing>,
     free: Vec<u32>,
     records: u32,
     timers: Timers,
-    requests: HashMap<u64, u32, KeyedState>,
     names: HashMap<Arc<str>, NameEntry, KeyedState>,
     outputs: VecDeque<Output>,
-    next_request: u64,
     counters: Counters,
 }
 
@@ -141,20 +200,18 @@ impl Client {
     pub fn new(config: Config, seed: &[u8]) -> Result<Self, Error> {
         config.validate()?;
         let mut rng = Rng::new(seed)?;
-        let requests = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
         let names = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
         Ok(Self {
             config,
             rng,
             now: 0,
             slots: Vec::new(),
+            timing: Vec::new(),
             free: Vec::new(),
             records: 0,
             timers: Timers::default(),
-            requests,
             names,
             outputs: VecDeque::new(),
-            next_request: 1,
             counters: Counters::default(),
         })
     }
@@ -226,8 +283,7 @@ impl Client {
         let lease = Lease {
             name: name.clone(),
             token: self.rng.token(),
-            backend_data: None,
-            superseded: None,
+            cold: None,
             ttl_ms: opts.ttl_ms,
             valid_until: 0,
             fencing_token: 0,
@@ -344,8 +400,8 @@ impl Client {
         if !current {
             // A superseded attempt: never changes a live lease (rule 5), but a grant for a
             // lease that already ended must be released (rule 6).
-            if let Some(list) = l.superseded.as_mut() {
-                list.retain(|&r| r != request.0);
+            if let Some(c) = l.cold.as_mut() {
+                c.superseded.retain(|&r| r != request.0);
             }
             let state = l.state;
             self.counters.stale_results += 1;
@@ -396,13 +452,8 @@ impl Client {
             ..
         } = *result
         {
-            let l = self.lease_mut(slot);
-            // A grant older than the lease's own (lower fence) is already gone at the
-            // service; its data must not replace the live grant's (sim seed 70255).
-            let newer = !l.granted || fencing_token >= l.fencing_token;
-            if !backend_data.is_empty() && newer {
-                l.backend_data = Some(Arc::from(backend_data));
-            }
+            self.lease_mut(slot)
+                .adopt_backend_data(backend_data, fencing_token);
         }
     }
 
@@ -523,11 +574,11 @@ impl Client {
     /// When the host must call `handle_timeout` at the latest; `None` when nothing is
     /// scheduled. May be in the past: then call `handle_timeout` at once.
     pub fn poll_timeout(&mut self) -> Option<u64> {
-        while let Some((deadline, slot, version)) = self.timers.peek() {
+        while let Some(e @ (deadline, slot, version)) = self.timers.peek() {
             if self.timer_is_current(slot, version) {
                 return Some(deadline);
             }
-            self.timers.pop();
+            self.timers.remove_earliest(e);
         }
         None
     }
@@ -581,7 +632,7 @@ impl Client {
     // ---------------------------------------------------------------------- internals
 
     fn id_of(&self, slot: u32) -> LeaseId {
-        LeaseId((self.slots[slot as usize].generation << SLOT_BITS) | u64::from(slot))
+        LeaseId((u64::from(self.slots[slot as usize].generation) << SLOT_BITS) | u64::from(slot))
     }
 
     fn resolve(&self, lease: LeaseId) -> Result<u32, Error> {
@@ -590,10 +641,11 @@ impl Client {
         let Some(s) = self.slots.get(slot) else {
             return Err(Error::UnknownLease(lease));
         };
-        if generation == 0 || generation > s.generation {
+        let current = u64::from(s.generation);
+        if generation == 0 || generation > current {
             return Err(Error::UnknownLease(lease));
         }
-        if generation < s.generation || s.lease.is_none() {
+        if generation < current || s.lease.is_none() {
             return Err(Error::LeaseEnded(lease));
         }
         Ok(slot as u32)
@@ -627,10 +679,13 @@ impl Client {
                 return Err(Error::TooManyLeases);
             }
             self.slots.push(Slot {
-                generation: 1,
-                version: 0,
-                scheduled: NEVER,
                 lease: Some(lease),
+                generation: 1,
+            });
+            self.timing.push(Timing {
+                scheduled: NEVER,
+                requests: 0,
+                version: 0,
             });
             slot
         };
@@ -639,46 +694,37 @@ impl Client {
     }
 
     fn free_slot(&mut self, slot: u32) {
-        let s = &mut self.slots[slot as usize];
-        if let Some(l) = s.lease.take() {
-            if let Some(list) = l.superseded {
-                for r in list.iter() {
-                    self.requests.remove(r);
-                }
-            }
-            if l.inflight_req != 0 {
-                self.requests.remove(&l.inflight_req);
-            }
-        }
-        let s = &mut self.slots[slot as usize];
-        s.version = s.version.wrapping_add(1);
-        s.scheduled = NEVER;
+        self.slots[slot as usize].lease = None;
+        let t = &mut self.timing[slot as usize];
+        t.version = t.version.wrapping_add(1);
+        t.scheduled = NEVER;
+        let ids_left = t.requests < REQUEST_LIMIT / 2;
         self.records -= 1;
-        if s.generation < MAX_GEN {
+        if self.slots[slot as usize].generation < MAX_GEN && ids_left {
             self.free.push(slot);
         }
     }
 
-    fn next_request(&mut self) -> u64 {
-        let r = self.next_request;
-        self.next_request += 1;
-        r
+    fn next_request(&mut self, slot: u32) -> u64 {
+        let t = &mut self.timing[slot as usize];
+        // Saturates instead of spilling into the slot bits (see `REQUEST_LIMIT`).
+        t.requests = (t.requests + 1).min(REQUEST_LIMIT - 1);
+        (t.requests << SLOT_BITS) | u64::from(slot)
     }
 
-    /// Looks up a request; a result of the wrong kind is left in place for the real answer.
-    fn take_request(&mut self, req: u64, kind: ReqKind) -> Option<u32> {
-        let slot = *self.requests.get(&req)?;
-        let l = self.slots[slot as usize].lease.as_ref()?;
-        let expected = if l.inflight_req == req {
+    /// Finds the lease a result belongs to: its in-flight request, or one of its superseded
+    /// acquire attempts. A result of the wrong kind is left pending for the real answer.
+    fn take_request(&self, req: u64, kind: ReqKind) -> Option<u32> {
+        let slot = (req & SLOT_MASK) as u32;
+        let l = self.slots.get(slot as usize)?.lease.as_ref()?;
+        let expected = if req != 0 && l.inflight_req == req {
             l.inflight_kind
-        } else {
+        } else if l.cold.as_ref().is_some_and(|c| c.superseded.contains(&req)) {
             ReqKind::Acquire // only acquire attempts are ever superseded
-        };
-        if expected != kind {
+        } else {
             return None;
-        }
-        self.requests.remove(&req);
-        Some(slot)
+        };
+        (expected == kind).then_some(slot)
     }
 
     fn clamp(&mut self, now: u64) {
@@ -693,23 +739,59 @@ impl Client {
     /// validity checks therefore run before anything new is sent (rule 3).
     fn advance(&mut self, now: u64) {
         self.clamp(now);
-        while let Some((deadline, slot, version)) = self.timers.peek() {
+        while let Some(e @ (deadline, slot, version)) = self.timers.peek() {
             if deadline > self.now {
                 break;
             }
-            self.timers.pop();
+            self.timers.remove_earliest(e);
             if !self.timer_is_current(slot, version) {
                 continue;
             }
-            self.slots[slot as usize].scheduled = NEVER;
+            self.timing[slot as usize].scheduled = NEVER;
+            self.prefetch_upcoming();
             self.on_timer(slot);
             self.settle(slot);
         }
     }
 
+    /// Software pipelining over the sorted timer run: start loading the records of the
+    /// timers two and three ahead, and the names of the next two (requested a timer ago), so
+    /// that with many leases a cycle does not wait on memory. Only a hint: nothing depends
+    /// on it.
+    fn prefetch_upcoming(&self) {
+        for k in 2..4 {
+            if let Some((_, slot, _)) = self.timers.upcoming(k) {
+                if let (Some(s), Some(t)) = (
+                    self.slots.get(slot as usize),
+                    self.timing.get(slot as usize),
+                ) {
+                    prefetch(&s.lease);
+                    prefetch(&s.generation);
+                    prefetch(t);
+                }
+            }
+        }
+        if let Some((_, slot, _)) = self.timers.upcoming_in_order(2) {
+            if let Some(t) = self.timing.get(slot as usize) {
+                prefetch(t);
+            }
+        }
+        for k in 0..2 {
+            if let Some((_, slot, version)) = self.timers.upcoming(k) {
+                if self.timer_is_current(slot, version) {
+                    if let Some(l) = &self.slots[slot as usize].lease {
+                        if let Some(b) = l.name.as_bytes().first() {
+                            prefetch(b);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Freeing a record bumps its version, so a matching version implies a live record.
     fn timer_is_current(&self, slot: u32, version: u32) -> bool {
-        let s = &self.slots[slot as usize];
-        s.version == version && s.lease.is_some()
+        self.timing[slot as usize].version == version
     }
 
     fn request_timeout(&self, l: &Lease) -> u64 {
@@ -758,9 +840,9 @@ impl Client {
         let Some(l) = self.slots[slot as usize].lease.as_ref() else {
             return;
         };
-        let deadline = if l.state.is_terminal() && l.inflight_req == 0 && !l.cleanup {
-            let superseded_pending = l.superseded.as_ref().is_some_and(|v| !v.is_empty());
-            if !superseded_pending || l.limit <= self.now {
+        let in_flight = l.inflight_req != 0;
+        let deadline = if l.state.is_terminal() && !in_flight && !l.cleanup {
+            if !l.superseded_pending() || l.limit <= self.now {
                 self.free_slot(slot);
                 return;
             }
@@ -770,16 +852,23 @@ impl Client {
         } else {
             self.deadline_of(l)
         };
-        let s = &mut self.slots[slot as usize];
-        if deadline == s.scheduled {
+        let t = &mut self.timing[slot as usize];
+        if deadline == t.scheduled {
             return;
         }
-        s.version = s.version.wrapping_add(1);
-        s.scheduled = deadline;
-        if deadline != NEVER {
-            self.timers.push((deadline, slot, s.version));
-            self.maybe_compact_timers();
+        t.scheduled = deadline;
+        t.version = t.version.wrapping_add(1);
+        if deadline == NEVER {
+            return;
         }
+        let entry = (deadline, slot, t.version);
+        if in_flight {
+            // Request timeouts are send time plus one duration: nearly always in order.
+            self.timers.push_in_order(entry);
+        } else {
+            self.timers.push(entry);
+        }
+        self.maybe_compact_timers();
     }
 
     /// Stale heap entries are dropped lazily; rebuild when they dominate, so the heap stays
@@ -790,9 +879,10 @@ impl Client {
             return;
         }
         self.timers.clear();
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.lease.is_some() && s.scheduled != NEVER {
-                self.timers.push((s.scheduled, i as u32, s.version));
+        // Freeing a record resets its `scheduled`, so a deadline here means a live record.
+        for (i, t) in self.timing.iter().enumerate() {
+            if t.scheduled != NEVER {
+                self.timers.push((t.scheduled, i as u32, t.version));
             }
         }
     }
@@ -830,9 +920,7 @@ impl Client {
                     self.lose(slot, LostReason::Expired);
                 } else if l.inflight_req != 0 {
                     if timed_out {
-                        let req = l.inflight_req;
                         l.inflight_req = 0;
-                        self.requests.remove(&req);
                         self.renew_failed(slot);
                     }
                 } else if now >= l.next_at {
@@ -850,15 +938,11 @@ impl Client {
                                 self.start_cleanup(slot, false);
                             }
                             ReqKind::Release => {
-                                let req = l.inflight_req;
                                 l.inflight_req = 0;
-                                self.requests.remove(&req);
                                 self.release_attempt_failed(slot);
                             }
                             ReqKind::Renew => {
-                                let req = l.inflight_req;
                                 l.inflight_req = 0;
-                                self.requests.remove(&req);
                             }
                         }
                     }
@@ -876,20 +960,17 @@ impl Client {
         let req = l.inflight_req;
         l.inflight_req = 0;
         l.uncertain = true;
-        let list = l.superseded.get_or_insert_with(Default::default);
+        let list = &mut l.cold.get_or_insert_with(Default::default).superseded;
         list.push(req);
         if list.len() > MAX_SUPERSEDED {
-            let old = list.remove(0);
-            self.requests.remove(&old);
+            list.remove(0);
         }
     }
 
     fn drop_inflight(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
         if l.inflight_req != 0 && l.inflight_kind != ReqKind::Acquire {
-            let req = l.inflight_req;
             l.inflight_req = 0;
-            self.requests.remove(&req);
         }
     }
 
@@ -915,7 +996,7 @@ impl Client {
 
     /// Emits one command for the lease and makes it the lease's single in-flight request.
     fn send(&mut self, slot: u32, kind: ReqKind) {
-        let req = self.next_request();
+        let req = self.next_request(slot);
         let now = self.now;
         let id = self.id_of(slot);
         let l = self.lease_mut(slot);
@@ -937,24 +1018,22 @@ impl Client {
                 name,
                 token,
                 ttl_ms: l.ttl_ms,
-                backend_data: l.backend_data.clone(),
+                backend_data: l.backend_data(),
             },
             ReqKind::Release => Command::Release {
                 request,
                 lease: id,
                 name,
                 token,
-                backend_data: l.backend_data.clone(),
+                backend_data: l.backend_data(),
             },
         };
-        self.requests.insert(req, slot);
         self.outputs.push_back(Output::Command(cmd));
     }
 
     fn renew_interval(&mut self, ttl_ns: u64) -> u64 {
         let base = ttl_ns / 3;
-        let jitter =
-            (u128::from(base) * u128::from(self.config.renew_jitter_ppm) / 1_000_000) as u64;
+        let jitter = parts_per_million(base, self.config.renew_jitter_ppm);
         base - jitter + self.rng.up_to(2 * jitter)
     }
 
@@ -981,9 +1060,7 @@ impl Client {
             // validity is left. Retry (idempotent for our token) or give up and clean up.
             l.uncertain = true;
             l.last_attempt_failed = true;
-            if !backend_data.is_empty() {
-                l.backend_data = Some(Arc::from(backend_data));
-            }
+            l.adopt_backend_data(backend_data, fencing_token);
             if now >= l.limit {
                 self.fail_acquire(slot, AcquireFailReason::Unavailable);
             } else {
@@ -1000,7 +1077,10 @@ impl Client {
         l.granted = true;
         l.fencing_token = fencing_token;
         l.valid_until = valid_until;
-        l.backend_data = (!backend_data.is_empty()).then(|| Arc::from(backend_data));
+        l.set_backend_data(
+            (!backend_data.is_empty()).then(|| Arc::from(backend_data)),
+            fencing_token,
+        );
         l.attempts = 0;
         let interval = self.renew_interval(ttl_ns);
         self.lease_mut(slot).next_at = sent.saturating_add(interval);
@@ -1267,4 +1347,14 @@ impl Client {
             self.names.remove(name);
         }
     }
+}
+
+/// Asks the CPU to start loading the cache line holding `x`. Only a hint: it cannot fault and
+/// nothing depends on it, so on other architectures it is a no-op.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
+    safe_arch::prefetch_t0(x);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
+    let _ = x;
 }

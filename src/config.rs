@@ -98,14 +98,13 @@ impl Config {
 
     /// Safety margin subtracted from a grant: `ttl × drift + fixed` (design rule 2).
     pub fn drift_ns(&self, ttl_ns: u64) -> u64 {
-        let proportional = (u128::from(ttl_ns) * u128::from(self.drift_ppm) / 1_000_000) as u64;
-        proportional.saturating_add(self.drift_fixed_ns)
+        parts_per_million(ttl_ns, self.drift_ppm).saturating_add(self.drift_fixed_ns)
     }
 
     /// Longest renew interval the jitter can produce for a TTL.
     pub fn max_renew_interval_ns(&self, ttl_ns: u64) -> u64 {
         let base = ttl_ns / 3;
-        base + (u128::from(base) * u128::from(self.renew_jitter_ppm) / 1_000_000) as u64
+        base + parts_per_million(base, self.renew_jitter_ppm)
     }
 
     /// Checks that a TTL leaves room for the cadence and margins: the validity window must
@@ -167,5 +166,37 @@ impl AcquireOptions {
     pub fn reentrant(mut self, reentrant: bool) -> Self {
         self.reentrant = reentrant;
         self
+    }
+}
+
+/// `x × ppm / 10^6` without overflow. The u64 path avoids a 128-bit division, which costs
+/// more than the rest of a renew cycle's arithmetic; the u128 path covers huge values.
+pub(crate) fn parts_per_million(x: u64, ppm: u32) -> u64 {
+    match x.checked_mul(u64::from(ppm)) {
+        Some(p) => p / 1_000_000,
+        None => (u128::from(x) * u128::from(ppm) / 1_000_000) as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parts_per_million;
+
+    #[test]
+    fn parts_per_million_matches_wide_arithmetic_on_both_paths() {
+        let reference = |x: u64, ppm: u32| (u128::from(x) * u128::from(ppm) / 1_000_000) as u64;
+        for x in [
+            0,
+            1,
+            999_999,
+            10_000_000_000,
+            u64::MAX / 500_000,
+            u64::MAX / 3,
+            u64::MAX,
+        ] {
+            for ppm in [0, 1, 10_000, 100_000, 500_000, u32::MAX] {
+                assert_eq!(parts_per_million(x, ppm), reference(x, ppm), "{x} × {ppm}");
+            }
+        }
     }
 }

@@ -2,15 +2,21 @@
 //!
 //! A plain binary heap over every lease costs ~20 cache misses per pop at a million leases.
 //! Here deadlines are bucketed by tick (`deadline >> TICK_SHIFT`, ~4.2 ms) into a wheel
-//! covering ~17 s; only the current tick's entries sit in a small heap, so pops touch memory
-//! that is already in cache and pushes touch one bucket. Deadlines beyond the wheel wait in an
+//! covering ~17 s. When the cursor reaches a bucket, its entries are sorted once and then
+//! consumed in order, so a pop is an index increment on memory that is already in cache, and a
+//! push touches one bucket. The sorted run also lets the caller look a few entries ahead
+//! (`upcoming`) to prefetch the records it will need next. Deadlines beyond the wheel wait in an
 //! overflow heap and move into the wheel as the cursor approaches them.
+//!
+//! Request timeouts take a shortcut: they are pushed in send order with one shared duration,
+//! so their deadlines usually arrive in order and a FIFO holds them (`push_in_order`) without
+//! touching the wheel; one that would break the order goes to the wheel instead.
 //!
 //! Entries are `(deadline, slot, version)`; the caller invalidates lazily by version, so
 //! entries are never removed, only skipped when popped.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// One scheduled deadline: `(deadline_ns, slot, version)`.
 pub(crate) type Entry = (u64, u32, u32);
@@ -24,18 +30,28 @@ const _: () = assert!(WORDS == 64);
 
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
-    /// Entries whose tick is at most `cursor`, ordered by deadline.
-    current: BinaryHeap<Reverse<Entry>>,
+    /// The current tick's entries, sorted; `run[head..]` are still due.
+    run: Vec<Entry>,
+    head: usize,
+    /// Entries pushed for a tick at most `cursor` after the run was sorted (rare: deadlines
+    /// within ~4 ms of now, or in the past).
+    late: BinaryHeap<Reverse<Entry>>,
     /// Bucket `tick & MASK` holds entries with `cursor < tick < cursor + BUCKETS`.
     /// Allocated on first use, so a core with few leases stays small.
-    buckets: Vec<Vec<Reverse<Entry>>>,
+    buckets: Vec<Vec<Entry>>,
     occupied: Vec<u64>,
     /// Bit `w` is set when `occupied[w]` is non-zero: finding the next bucket is O(1).
     summary: u64,
+    /// Entries in deadline order (`push_in_order`).
+    fifo: VecDeque<Entry>,
     /// Entries with `tick >= cursor + BUCKETS`.
     overflow: BinaryHeap<Reverse<Entry>>,
     cursor: u64,
     len: usize,
+    /// The global earliest entry, while `earliest_known`: a cycle peeks several times
+    /// between changes, and merging the sources each time was a quarter of its cost.
+    earliest: Option<Entry>,
+    earliest_known: bool,
 }
 
 fn tick(e: &Entry) -> u64 {
@@ -48,21 +64,34 @@ impl Timers {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.current.clear();
+        self.run.clear();
+        self.head = 0;
+        self.late.clear();
         for b in &mut self.buckets {
             b.clear();
         }
         self.occupied.iter_mut().for_each(|w| *w = 0);
         self.summary = 0;
         self.overflow.clear();
+        self.fifo.clear();
         self.len = 0;
+        self.earliest = None;
+        self.earliest_known = true;
+    }
+
+    /// Keeps the cached earliest entry right after a push.
+    fn note_pushed(&mut self, e: Entry) {
+        if self.earliest_known && self.earliest.is_none_or(|m| e < m) {
+            self.earliest = Some(e);
+        }
     }
 
     pub(crate) fn push(&mut self, e: Entry) {
+        self.note_pushed(e);
         self.len += 1;
         let t = tick(&e);
         if t <= self.cursor {
-            self.current.push(Reverse(e));
+            self.late.push(Reverse(e));
         } else if t < self.cursor.saturating_add(BUCKETS) {
             self.push_bucket(t, e);
         } else {
@@ -76,27 +105,87 @@ impl Timers {
             self.occupied = vec![0; WORDS];
         }
         let i = (t & MASK) as usize;
-        self.buckets[i].push(Reverse(e));
+        self.buckets[i].push(e);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.summary |= 1 << (i / 64);
     }
 
+    /// Like `push`, for a deadline that is usually not before the last one pushed here.
+    pub(crate) fn push_in_order(&mut self, e: Entry) {
+        // Whole-entry order, not just the deadline: the front must be the FIFO's least entry.
+        if self.fifo.back().is_none_or(|b| *b <= e) {
+            self.note_pushed(e);
+            self.len += 1;
+            self.fifo.push_back(e);
+        } else {
+            self.push(e);
+        }
+    }
+
     /// Earliest entry (possibly stale: the caller checks versions).
     pub(crate) fn peek(&mut self) -> Option<Entry> {
+        if !self.earliest_known {
+            let wheel = self.peek_wheel();
+            self.earliest = match (wheel, self.fifo.front()) {
+                (Some(w), Some(&f)) => Some(w.min(f)),
+                (w, f) => w.or(f.copied()),
+            };
+            self.earliest_known = true;
+        }
+        self.earliest
+    }
+
+    fn peek_wheel(&mut self) -> Option<Entry> {
         loop {
-            if let Some(&Reverse(e)) = self.current.peek() {
-                return Some(e);
-            }
-            if !self.refill() {
-                return None;
+            let run = self.run.get(self.head).copied();
+            let late = self.late.peek().map(|&Reverse(e)| e);
+            match (run, late) {
+                (Some(a), Some(b)) => return Some(a.min(b)),
+                (Some(e), None) | (None, Some(e)) => return Some(e),
+                (None, None) => {
+                    if !self.refill() {
+                        return None;
+                    }
+                }
             }
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Option<Entry> {
-        self.peek()?;
+        let e = self.peek()?;
+        self.remove_earliest(e);
+        Some(e)
+    }
+
+    /// Removes `e`, which must be what `peek` just returned (saves a second merge of the
+    /// three sources on the hot path).
+    pub(crate) fn remove_earliest(&mut self, e: Entry) {
+        debug_assert_eq!(self.peek(), Some(e));
+        self.earliest_known = false;
         self.len -= 1;
-        self.current.pop().map(|Reverse(e)| e)
+        if self.fifo.front() == Some(&e) {
+            self.fifo.pop_front();
+            return;
+        }
+        // A cached earliest entry may still sit in its bucket: load it first.
+        self.peek_wheel();
+        if self.run.get(self.head) == Some(&e) {
+            self.head += 1;
+        } else {
+            self.late.pop();
+        }
+    }
+
+    /// The `n`-th entry after the earliest one in the current tick's sorted run, if there is
+    /// one: a hint of what comes next (it may be stale, and `late` entries are not looked at).
+    pub(crate) fn upcoming(&self, n: usize) -> Option<Entry> {
+        self.run.get(self.head + n).copied()
+    }
+
+    /// The `n`-th entry of the request-timeout FIFO, if any (a prefetch hint, like `upcoming`).
+    pub(crate) fn upcoming_in_order(&self, n: usize) -> Option<Entry> {
+        self.fifo.get(n).copied()
     }
 
     /// Advances the cursor to the next non-empty tick and loads it into `current`.
@@ -110,18 +199,18 @@ impl Timers {
             (None, None) => return false,
         };
         self.cursor = next;
+        // Only called once the run is consumed and `late` is empty.
+        self.run.clear();
+        self.head = 0;
         if next_bucket == Some(next) {
             let i = (next & MASK) as usize;
             self.occupied[i / 64] &= !(1 << (i % 64));
             if self.occupied[i / 64] == 0 {
                 self.summary &= !(1 << (i / 64));
             }
-            let entries = std::mem::take(&mut self.buckets[i]);
-            // Reuse the drained heap's allocation for the bucket (capacity circulates).
-            let mut spare = std::mem::take(&mut self.current).into_vec();
-            spare.clear();
-            self.buckets[i] = spare;
-            self.current = BinaryHeap::from(entries);
+            // The drained run's allocation becomes the bucket's (capacity circulates).
+            let spare = std::mem::take(&mut self.run);
+            self.run = std::mem::replace(&mut self.buckets[i], spare);
         }
         let horizon = self.cursor.saturating_add(BUCKETS);
         while let Some(&Reverse(e)) = self.overflow.peek() {
@@ -131,11 +220,12 @@ impl Timers {
             }
             self.overflow.pop();
             if t <= self.cursor {
-                self.current.push(Reverse(e));
+                self.run.push(e);
             } else {
                 self.push_bucket(t, e);
             }
         }
+        self.run.sort_unstable();
         true
     }
 
@@ -201,12 +291,38 @@ mod tests {
                         wheel.push(e);
                         model.push(Reverse(e));
                     }
+                    3 if lcg(&mut x) % 2 == 0 => {
+                        // A request timeout: `now` plus one duration, mostly in order; the
+                        // occasional earlier one must go around the FIFO.
+                        // Some share a deadline, with slots out of order: ties are ordered by
+                        // the whole entry.
+                        let spread = if lcg(&mut x) % 2 == 0 { 4 } else { 1 << 24 };
+                        let d = now
+                            .saturating_add(1 << 30)
+                            .saturating_sub(lcg(&mut x) % spread);
+                        let e = (d, (lcg(&mut x) % 64) as u32, step);
+                        wheel.push_in_order(e);
+                        model.push(Reverse(e));
+                    }
                     2 => {
                         let got = wheel.pop();
                         let want = model.pop().map(|Reverse(e)| e);
                         assert_eq!(got, want, "seed {seed} step {step}");
                         if let Some(e) = got {
                             now = now.max(e.0);
+                        }
+                    }
+                    _ if lcg(&mut x) % 50 == 0 => {
+                        // What the core's compaction does: clear, then push the live ones.
+                        let keep: Vec<Entry> = std::mem::take(&mut model)
+                            .into_iter()
+                            .map(|Reverse(e)| e)
+                            .filter(|e| e.1 % 2 == 0)
+                            .collect();
+                        wheel.clear();
+                        for &e in &keep {
+                            wheel.push(e);
+                            model.push(Reverse(e));
                         }
                     }
                     _ => assert_eq!(wheel.peek(), model.peek().map(|Reverse(e)| *e)),

@@ -1404,6 +1404,55 @@ fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
 }
 
 #[test]
+fn late_grants_arriving_out_of_order_keep_the_newest_data_for_the_cleanup() {
+    // Simulator seed 1147940: two superseded attempts are granted by the service in turn
+    // (fence 11 with "old", then fence 12 with "new"), but their replies arrive newest first.
+    // The older reply must not replace the newer grant's data: the cleanup release targets
+    // the grant the service actually holds.
+    let cfg = Config {
+        request_timeout_ns: 100 * MS,
+        ..Config::default()
+    };
+    let mut c = Client::new(cfg, &SEED).unwrap();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(400 * MS))
+        .unwrap();
+    let mut attempts = vec![acquire_req(&drain(&mut c)).0];
+    let mut t = 0;
+    while attempts.len() < 3 {
+        let (out, at) = run_until_output(&mut c, u64::MAX);
+        attempts.push(acquire_req(&out).0);
+        t = at;
+    }
+    let (r1, r2, r3) = (attempts[0], attempts[1], attempts[2]);
+    let newer = AcquireResult::Granted {
+        fencing_token: 12,
+        ttl_ms: 3_000,
+        backend_data: b"new",
+    };
+    let older = AcquireResult::Granted {
+        fencing_token: 11,
+        ttl_ms: 3_000,
+        backend_data: b"old",
+    };
+    c.handle_acquire_result(t + MS, r2, newer).unwrap();
+    c.handle_acquire_result(t + 2 * MS, r1, older).unwrap();
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    c.handle_acquire_result(t + 3 * MS, r3, AcquireResult::TransportError)
+        .unwrap();
+    let mut release = None;
+    while release.is_none() {
+        let (out, _) = run_until_output(&mut c, u64::MAX);
+        assert!(!out.is_empty(), "the lease must end and clean up");
+        release = commands(&out).into_iter().find_map(|c| match c {
+            Command::Release { backend_data, .. } => Some(backend_data),
+            _ => None,
+        });
+    }
+    assert_eq!(release.unwrap().as_deref(), Some(&b"new"[..]));
+}
+
+#[test]
 fn time_near_u64_max_never_livelocks() {
     // Deadlines saturate at the end of time; the core must still make progress (the property
     // tests once found `advance` re-arming a past retention deadline for ever there).

@@ -23,7 +23,7 @@
 //! | `I7` | every drain, every host step, step cap | bounded outputs per input, bounded `handle_timeout` rounds, lease records ≤ open + recently ended + pending cleanups, no livelock |
 //! | `rule 4` | every command | at most one renew (and one acquire attempt) in flight per lease |
 //! | `rule 6` | end | every grant that may be live (granted then released or lost, transport-failed attempt of a never-granted lease, late grant) gets a `Release`; all cleanups confirmed on a healed network |
-//! | `echo` | every release | a cleanup release carries the live grant's backend data when the core had received it (rule 6 for backends whose ownership is in that data) |
+//! | `echo` | every release | a cleanup release carries the live grant's backend data when the core had received it as the first answer to its request (rule 6 for backends whose ownership is in that data; duplicates are ignored by rule 5) |
 //! | `rule 9` | every command | a lease keeps one ownership token for all its commands |
 //! | `watch` | every command, end | `Watch`/`Unwatch` alternate per name and none is left watching |
 //! | `contract`, `protocol` | inputs, service | valid inputs are accepted, `release()` ends the lease at once, request ids unique; backend data was granted to that token |

@@ -1115,7 +1115,11 @@ impl Host {
                             .get(&req)
                             .and_then(|r| self.leases.get(&r.lease))
                             .and_then(|l| l.token);
-                        if let Some(token) = token {
+                        // A duplicate of an answered request is ignored by the core
+                        // (rule 5), so its data does not count as received. A service that
+                        // re-grants a duplicated acquire after the release (this one does)
+                        // leaves that grant to expire by its TTL.
+                        if let (Some(token), true) = (token, first_answer.is_some()) {
                             let now = sh.now;
                             sh.delivered
                                 .entry((token, backend_data.clone()))
