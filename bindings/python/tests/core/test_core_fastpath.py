@@ -10,6 +10,7 @@ IO pool.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -49,6 +50,18 @@ class Recording(MemoryLockService):
 
 def threads_of(service: Recording, op: str) -> list[str]:
     return [t for o, t in service.log if o == op]
+
+
+def wait_parked(c: LockClient, timeout: float = 10.0) -> bool:
+    """Wait until an acquire() caller of ``c`` is parked as its lease's runner (a command the
+    core issues before that, e.g. the subscription's re-check, may still run on the pool)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with c._mu:
+            if c._parked:
+                return True
+        time.sleep(0.001)
+    return False
 
 
 def test_service_call_bound_reads_a_positive_call_timeout() -> None:
@@ -124,14 +137,16 @@ def test_a_woken_waiter_retries_on_its_own_thread(make_client, clock: FakeClock,
     t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10, wait=60)), name="app")
     t.start()
     assert s.wait_calls(1)  # the first attempt (HeldByOther), on the application thread
-    assert c.wait_idle()
+    assert c.wait_idle() and wait_parked(c) and c.wait_idle()
+    before = len(threads_of(s, "acquire"))
+    assert threads_of(s, "acquire")[0] == "app"
     h1.release()  # the notification wakes the waiter: its retry is handed to the parked caller
     t.join(10)
     assert not t.is_alive() and len(got) == 1
     h2 = got[0]
     assert getattr(h2, "state") == "held"
-    acq = threads_of(s, "acquire")
-    assert len(acq) >= 2 and set(acq) == {"app"}, acq
+    acq = threads_of(s, "acquire")[before:]
+    assert acq and set(acq) == {"app"}, acq
     getattr(h2, "release")()
 
 
@@ -144,7 +159,7 @@ def test_an_inline_transport_error_is_retried_by_the_waiting_caller(
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10, wait=30)), name="app")
     t.start()
-    assert s.wait_calls(1)
+    assert s.wait_calls(1) and wait_parked(c)
     while t.is_alive():  # let the core's backoff pass (fake time)
         settle(clock, [c], seconds=0.05, step=0.01)
         t.join(0.01)
