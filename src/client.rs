@@ -26,7 +26,7 @@ const MAX_GEN: u32 = u32::MAX;
 /// A `RequestId` is `(n << SLOT_BITS) | slot`, where `n` counts the slot's requests from 1.
 /// The slot is enough to find the lease, so results need no lookup table, and the count makes
 /// ids unique for ever: a slot is retired once half of its 2^40 ids are used, and a single
-/// lease would need to renew every 3 ms for a century to use the other half.
+/// lease would need to renew every 3 ms for 50 years to use the other half.
 const REQUEST_LIMIT: u64 = 1 << (64 - SLOT_BITS);
 /// Superseded acquire attempts remembered per lease (to release a late grant of a dead lease).
 const MAX_SUPERSEDED: usize = 16;
@@ -121,7 +121,7 @@ impl Lease {
 }
 
 /// One record. With the lease first, the generation last and 64-byte alignment, a record is
-/// exactly two cache lines, and `prefetch_slot` has a field to name in each.
+/// exactly two cache lines, and `prefetch_upcoming` has a field to name in each.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Slot {
@@ -391,7 +391,7 @@ impl Client {
             }
         }
         self.advance(now);
-        let Some(slot) = self.take_request(request.0, ReqKind::Acquire) else {
+        let Some(slot) = self.find_request(request.0, ReqKind::Acquire) else {
             self.counters.stale_results += 1;
             return Ok(());
         };
@@ -465,7 +465,7 @@ impl Client {
         result: RenewResult,
     ) -> Result<(), Error> {
         self.advance(now);
-        let Some(slot) = self.take_request(request.0, ReqKind::Renew) else {
+        let Some(slot) = self.find_request(request.0, ReqKind::Renew) else {
             self.counters.stale_results += 1;
             return Ok(());
         };
@@ -513,7 +513,7 @@ impl Client {
         result: ReleaseResult,
     ) -> Result<(), Error> {
         self.advance(now);
-        let Some(slot) = self.take_request(request.0, ReqKind::Release) else {
+        let Some(slot) = self.find_request(request.0, ReqKind::Release) else {
             self.counters.stale_results += 1;
             return Ok(());
         };
@@ -714,7 +714,7 @@ impl Client {
 
     /// Finds the lease a result belongs to: its in-flight request, or one of its superseded
     /// acquire attempts. A result of the wrong kind is left pending for the real answer.
-    fn take_request(&self, req: u64, kind: ReqKind) -> Option<u32> {
+    fn find_request(&self, req: u64, kind: ReqKind) -> Option<u32> {
         let slot = (req & SLOT_MASK) as u32;
         let l = self.slots.get(slot as usize)?.lease.as_ref()?;
         let expected = if req != 0 && l.inflight_req == req {
