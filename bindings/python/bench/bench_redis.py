@@ -170,15 +170,25 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
 
 
 # ---- 1. uncontended throughput ------------------------------------------------------------------
-def bench_throughput(impls_: list[Impl], rounds: int, seconds: float, ref: str = "redis-py Lock") -> dict[str, Any]:
+def server_cpu(r: redis.Redis) -> float:
+    """redis-server's CPU time so far (seconds, main thread and children)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def bench_throughput(
+    impls_: list[Impl], rounds: int, seconds: float, ref: str = "redis-py Lock", r: redis.Redis | None = None
+) -> dict[str, Any]:
     """Interleaved rounds (A B C D A B C D ...) so that load from other processes on the machine
     hits every library alike; reports the median and the best round, this process's CPU time
     per cycle (all its threads; redis-server is another process), and the
     median of the per-round ratios to ``ref`` (round i of a library against round i of ``ref``,
-    at most a few rounds apart: a load burst hits both sides of most pairs)."""
+    at most a few rounds apart: a load burst hits both sides of most pairs). With ``r``, also
+    redis-server's CPU time per cycle (INFO cpu around each round)."""
     lockers = {impl.label: impl.make() for impl in impls_}
     rates: dict[str, list[float]] = {impl.label: [] for impl in impls_}
     cpu: dict[str, list[float]] = {impl.label: [] for impl in impls_}
+    srv_cpu: dict[str, list[float]] = {impl.label: [] for impl in impls_}
     try:
         for label, locker in lockers.items():
             for _ in range(50):  # warm-up (script cache, connections, threads)
@@ -187,6 +197,7 @@ def bench_throughput(impls_: list[Impl], rounds: int, seconds: float, ref: str =
             for label, locker in lockers.items():
                 name = f"tp-{label}"
                 n = 0
+                s0 = server_cpu(r) if r is not None else 0.0
                 start = clock()
                 cpu0 = time.process_time()
                 end = start + seconds
@@ -196,6 +207,8 @@ def bench_throughput(impls_: list[Impl], rounds: int, seconds: float, ref: str =
                     n += 10
                 cpu[label].append((time.process_time() - cpu0) / n * 1e6)
                 rates[label].append(n / (clock() - start))
+                if r is not None:
+                    srv_cpu[label].append((server_cpu(r) - s0) / n * 1e6)
     finally:
         for locker in lockers.values():
             locker.close()
@@ -206,6 +219,7 @@ def bench_throughput(impls_: list[Impl], rounds: int, seconds: float, ref: str =
             "best_ops_per_s": max(v),
             "paired_ratio_vs_ref": statistics.median(a / b for a, b in zip(v, base)) if base else None,
             "cpu_us_per_cycle_median": statistics.median(cpu[label]),
+            "server_cpu_us_per_cycle_median": statistics.median(srv_cpu[label]) if srv_cpu[label] else None,
             "rounds": [round(x) for x in v],
         }
         for label, v in rates.items()
@@ -452,13 +466,14 @@ def main() -> None:
                 )
                 tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
                 results["throughput"] = tp = bench_throughput(
-                    tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds
+                    tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds, r=r
                 )
                 for label, res in tp.items():
                     print(
                         f"throughput  {label:30s} median {res['median_ops_per_s']:6.0f}  best {res['best_ops_per_s']:6.0f}"
                         f" acquire+release/s  paired ratio vs redis-py Lock {res['paired_ratio_vs_ref']:.2f}"
-                        f"  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle",
+                        f"  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle"
+                        f" (redis-server {res['server_cpu_us_per_cycle_median']:4.0f})",
                         flush=True,
                     )
             if "handoff" in parts:
