@@ -26,6 +26,7 @@ notification to make progress: it always retries at the holder's remaining TTL o
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import select
@@ -272,6 +273,8 @@ class _DirectConnections:
         self._free: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
+        # redis-py < 5.3 requires a command name (later versions deprecate passing one).
+        self._checkout_args: tuple[str, ...] = ("EVALSHA",) if _needs_command_name(pool.get_connection) else ()
 
     @classmethod
     def for_client(cls, client: Any) -> _DirectConnections | None:
@@ -292,7 +295,7 @@ class _DirectConnections:
         try:
             conn = free.pop()
         except IndexError:
-            conn = self._pool.get_connection()
+            conn = self._pool.get_connection(*self._checkout_args)
         try:
             try:
                 return conn.retry.call_with_retry(lambda: _exchange(conn, packed), lambda _e: conn.disconnect())
@@ -301,7 +304,7 @@ class _DirectConnections:
                 cmd = packed_eval()
                 return conn.retry.call_with_retry(lambda: _exchange(conn, cmd), lambda _e: conn.disconnect())
         finally:
-            if conn.should_reconnect():
+            if getattr(conn, "should_reconnect", _never)():  # a maintenance notification asked for it
                 conn.disconnect()
             free.append(conn)
             if self._closed:
@@ -321,6 +324,18 @@ class _DirectConnections:
                 self._pool.release(conn)
             except Exception:  # pragma: no cover - best effort
                 log.debug("returning a connection to the pool failed", exc_info=True)
+
+
+def _never() -> bool:
+    return False
+
+
+def _needs_command_name(get_connection: Callable[..., Any]) -> bool:
+    try:
+        p = inspect.signature(get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):  # pragma: no cover - not introspectable
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
 
 
 def _exchange(conn: Any, packed: bytes) -> Any:

@@ -30,6 +30,7 @@ from .redis import (
     DEFAULT_PUBSUB_LINGER,
     DEFAULT_PUBSUB_PING_INTERVAL,
     DEFAULT_SOCKET_TIMEOUT,
+    _needs_command_name,
 )
 from .redis_protocol import ProtocolError
 
@@ -346,6 +347,7 @@ class _AsyncDirectConnections:
         self._pool = pool
         self._free: list[Any] = []
         self._closed = False
+        self._checkout_args: tuple[str, ...] = ("EVALSHA",) if _needs_command_name(pool.get_connection) else ()
 
     @classmethod
     def for_client(cls, client: Any) -> _AsyncDirectConnections | None:
@@ -358,7 +360,7 @@ class _AsyncDirectConnections:
     async def call(self, packed: bytes, packed_eval: Callable[[], bytes]) -> Any:
         """Send ``packed`` (EVALSHA) and return the reply; after NOSCRIPT, ``packed_eval()``."""
         free = self._free
-        conn = free.pop() if free else await self._pool.get_connection()
+        conn = free.pop() if free else await self._pool.get_connection(*self._checkout_args)
         try:
             try:
                 return await conn.retry.call_with_retry(lambda: _exchange(conn, packed), lambda _e: conn.disconnect())
