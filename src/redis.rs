@@ -105,15 +105,17 @@ elseif kind ~= 'none' then
   return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash; refusing to grant')
 end
 local prev = 0
-local fkind = redis.call('TYPE', fence)['ok']
-if fkind == 'string' then
-  local s = redis.call('GET', fence)
+-- GET under pcall: a fence key of another type is an error reply, and only then is TYPE
+-- asked (one command fewer on every grant).
+local s = redis.pcall('GET', fence)
+if type(s) == 'table' and s.err then
+  local fkind = redis.call('TYPE', fence)['ok']
+  return redis.error_reply('lh: fence key ' .. fence .. ' holds a ' .. fkind .. ', expected a string; refusing to grant')
+elseif s then
   prev = as_fence(s)
   if not prev then
     return redis.error_reply('lh: fence key ' .. fence .. ' holds ' .. show(s) .. ', expected a decimal integer below 2^53; refusing to grant')
   end
-elseif fkind ~= 'none' then
-  return redis.error_reply('lh: fence key ' .. fence .. ' holds a ' .. fkind .. ', expected a string; refusing to grant')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -145,13 +147,14 @@ end
 if type(ttl_s) ~= 'string' or #ttl_s > 15 or not string.match(ttl_s, '^[1-9]%d*$') then
   return redis.error_reply('lh: RENEW needs ttl_ms as a positive integer')
 end
-local kind = redis.call('TYPE', lock)['ok']
-if kind == 'none' then return 0 end
-if kind ~= 'hash' then
+-- HGET under pcall: TYPE and EXISTS are asked only when it fails or finds no token.
+local owner = redis.pcall('HGET', lock, 'token')
+if type(owner) == 'table' and owner.err then
+  local kind = redis.call('TYPE', lock)['ok']
   return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash')
 end
-local owner = redis.call('HGET', lock, 'token')
-if type(owner) ~= 'string' then
+if not owner then
+  if redis.call('EXISTS', lock) == 0 then return 0 end
   return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
 end
 if owner ~= token then return 0 end
@@ -175,13 +178,14 @@ end
 if type(channel) ~= 'string' or #channel == 0 or type(name) ~= 'string' or #name == 0 then
   return redis.error_reply('lh: RELEASE needs a channel and a lock name')
 end
-local kind = redis.call('TYPE', lock)['ok']
-if kind == 'none' then return 0 end
-if kind ~= 'hash' then
+-- HGET under pcall: TYPE and EXISTS are asked only when it fails or finds no token.
+local owner = redis.pcall('HGET', lock, 'token')
+if type(owner) == 'table' and owner.err then
+  local kind = redis.call('TYPE', lock)['ok']
   return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash')
 end
-local owner = redis.call('HGET', lock, 'token')
-if type(owner) ~= 'string' then
+if not owner then
+  if redis.call('EXISTS', lock) == 0 then return 0 end
   return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
 end
 if owner ~= token then return 0 end
