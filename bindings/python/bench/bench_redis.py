@@ -14,7 +14,8 @@ library, in one run:
    ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; each holder keeps the
    lock 10 ms so that the others are settled waiters when it releases, and only queues again
    once somebody else got the lock, so every handoff goes to another waiter);
-   leasehold twice: one LockClient per waiter (like separate processes) and one shared client;
+   leasehold twice: one LockClient per waiter and one shared client; then leasehold and
+   python-redis-lock once more with every waiter in its own OS process;
 3. Redis commands per second caused by 8 idle waiters while the lock is held (INFO
    commandstats delta over a window; the benchmark's own INFO calls and the holder's renewals
    are subtracted);
@@ -293,6 +294,89 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold:
     return summarize(lat)
 
 
+# Handoff across processes: one waiter per OS process, as separate services would run. The
+# thread version above keeps every client in one interpreter, so a release that wakes all
+# clients also queues them all on one GIL; here each client has its own.
+def _make_locker(kind: str, url: str) -> Locker:
+    if kind == "leasehold":
+        return LeaseholdLocker(url)
+    if kind == "python-redis-lock":
+        return PRLLocker(redis.Redis.from_url(url))
+    if kind == "redis-py Lock":
+        return RedisPyLocker(redis.Redis.from_url(url))
+    raise ValueError(kind)
+
+
+def _handoff_process(kind: str, url: str, name: str, hold: float, sh: dict[str, Any]) -> None:
+    locker = _make_locker(kind, url)
+    sh["ready"].wait()
+    try:
+        while not sh["stop"].value:
+            try:
+                h = locker.acquire(name, 10.0, 60.0)
+            except TimeoutError:
+                continue
+            t = clock()  # CLOCK_MONOTONIC: comparable across processes on one host
+            with sh["mu"]:
+                first = sh["released_at"].value < 0
+                if not first and not sh["stop"].value:
+                    n = sh["count"].value
+                    if n < len(sh["lat"]):
+                        sh["lat"][n] = t - sh["released_at"].value
+                        sh["count"].value = n + 1
+                    if n + 1 >= len(sh["lat"]):
+                        sh["stop"].value = 1
+                sh["gen"].value += 1
+                gen = sh["gen"].value
+            if not sh["stop"].value:
+                # The first holder waits until every other process is parked in acquire().
+                time.sleep(2.0 if first else hold)
+            with sh["mu"]:
+                sh["released_at"].value = clock()
+            locker.release(h)
+            # Queue again only once somebody else holds it (each handoff goes elsewhere).
+            while sh["gen"].value == gen and not sh["stop"].value:
+                time.sleep(0.0005)
+    finally:
+        locker.close()
+
+
+def bench_handoff_processes(
+    kind: str, url: str, waiters: int, handoffs: int, timeout: float, hold: float = 0.01
+) -> dict[str, Any]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    sh = {
+        "mu": ctx.Lock(),
+        "ready": ctx.Barrier(waiters + 1),
+        "released_at": ctx.Value("d", -1.0, lock=False),
+        "gen": ctx.Value("q", 0, lock=False),
+        "count": ctx.Value("i", 0, lock=False),
+        "stop": ctx.Value("b", 0, lock=False),
+        "lat": ctx.Array("d", handoffs, lock=False),
+    }
+    name = f"hp-{waiters}-{kind}"
+    procs = [
+        ctx.Process(target=_handoff_process, args=(kind, url, name, hold, sh), daemon=True)
+        for _ in range(waiters + 1)
+    ]
+    for p in procs:
+        p.start()
+    end = clock() + timeout
+    while clock() < end and not sh["stop"].value and all(p.is_alive() for p in procs):
+        time.sleep(0.1)
+    sh["stop"].value = 1
+    # Waiters still blocked get the lock once each (the stop flag sends them home).
+    for p in procs:
+        p.join(max(0.1, end + 90 - clock()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    lat = sorted(sh["lat"][: sh["count"].value])
+    return summarize(lat)
+
+
 def summarize(xs: list[float]) -> dict[str, Any]:
     if not xs:
         return {"n": 0}
@@ -486,6 +570,16 @@ def main() -> None:
                         results["handoff"][f"{impl.label} / {waiters} waiters"] = res
                         print(
                             f"handoff     {impl.label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
+                            f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
+                            flush=True,
+                        )
+                    for kind in ("leasehold", "python-redis-lock"):
+                        r.flushall()
+                        res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
+                        label = f"{kind} (process per waiter)"
+                        results["handoff"][f"{label} / {waiters} waiters"] = res
+                        print(
+                            f"handoff     {label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
                             f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
                             flush=True,
                         )
