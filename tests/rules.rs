@@ -1,6 +1,8 @@
 //! One test (or a few) per lease rule of design §3, and per kind of bad input.
 //! Every test drives the public API exactly as a host would.
 
+use std::sync::Arc;
+
 use leasehold::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
     LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
@@ -1366,41 +1368,62 @@ fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() 
     assert_single_release_with(&out, b"grant:6");
 }
 
-#[test]
-fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
-    // Attempt 1 times out; its grant (with ownership data) arrives while attempt 2 is in
-    // flight and is ignored; attempt 2 fails and the wait runs out: the cleanup release must
-    // carry attempt 1's data.
+/// A client with a 100 ms request timeout whose lease "a" (wait `wait_ns`) has sent
+/// `n` acquire attempts, every one but the last timed out (superseded, still possibly in
+/// flight). Returns the client, the lease, the attempts' ids and when the last was sent.
+fn timed_out_attempts(wait_ns: u64, n: usize) -> (Client, LeaseId, Vec<RequestId>, u64) {
     let cfg = Config {
         request_timeout_ns: 100 * MS,
         ..Config::default()
     };
     let mut c = Client::new(cfg, &SEED).unwrap();
     let lease = c
-        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(150 * MS))
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(wait_ns))
         .unwrap();
-    let (r1, _) = acquire_req(&drain(&mut c));
-    let (out, t) = run_until_output(&mut c, u64::MAX);
-    let (r2, _) = acquire_req(&out);
+    let mut attempts = vec![acquire_req(&drain(&mut c)).0];
+    let mut t = 0;
+    while attempts.len() < n {
+        let (out, at) = run_until_output(&mut c, u64::MAX);
+        attempts.push(acquire_req(&out).0);
+        t = at;
+    }
+    (c, lease, attempts, t)
+}
+
+/// Runs the core until the ended lease's cleanup release goes out; returns its backend data.
+fn cleanup_release_data(c: &mut Client) -> Option<Arc<[u8]>> {
+    loop {
+        let (out, _) = run_until_output(c, u64::MAX);
+        assert!(!out.is_empty(), "the lease must end and clean up");
+        let release = commands(&out).into_iter().find_map(|c| match c {
+            Command::Release { backend_data, .. } => Some(backend_data),
+            _ => None,
+        });
+        if let Some(data) = release {
+            return data;
+        }
+    }
+}
+
+#[test]
+fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
+    // Attempt 1 times out; its grant (with ownership data) arrives while attempt 2 is in
+    // flight and is ignored; attempt 2 fails and the wait runs out: the cleanup release must
+    // carry attempt 1's data.
+    let (mut c, lease, attempts, t) = timed_out_attempts(150 * MS, 2);
     let g1 = AcquireResult::Granted {
         fencing_token: 1,
         ttl_ms: 3_000,
         backend_data: b"lease-1",
     };
-    c.handle_acquire_result(t + MS, r1, g1).unwrap();
+    c.handle_acquire_result(t + MS, attempts[0], g1).unwrap();
     assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
-    c.handle_acquire_result(t + 2 * MS, r2, AcquireResult::TransportError)
+    c.handle_acquire_result(t + 2 * MS, attempts[1], AcquireResult::TransportError)
         .unwrap();
-    let mut release = None;
-    while release.is_none() {
-        let (out, _) = run_until_output(&mut c, u64::MAX);
-        assert!(!out.is_empty(), "the lease must end and clean up");
-        release = commands(&out).into_iter().find_map(|c| match c {
-            Command::Release { backend_data, .. } => Some(backend_data),
-            _ => None,
-        });
-    }
-    assert_eq!(release.unwrap().as_deref(), Some(&b"lease-1"[..]));
+    assert_eq!(
+        cleanup_release_data(&mut c).as_deref(),
+        Some(&b"lease-1"[..])
+    );
 }
 
 #[test]
@@ -1409,22 +1432,7 @@ fn late_grants_arriving_out_of_order_keep_the_newest_data_for_the_cleanup() {
     // (fence 11 with "old", then fence 12 with "new"), but their replies arrive newest first.
     // The older reply must not replace the newer grant's data: the cleanup release targets
     // the grant the service actually holds.
-    let cfg = Config {
-        request_timeout_ns: 100 * MS,
-        ..Config::default()
-    };
-    let mut c = Client::new(cfg, &SEED).unwrap();
-    let lease = c
-        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(400 * MS))
-        .unwrap();
-    let mut attempts = vec![acquire_req(&drain(&mut c)).0];
-    let mut t = 0;
-    while attempts.len() < 3 {
-        let (out, at) = run_until_output(&mut c, u64::MAX);
-        attempts.push(acquire_req(&out).0);
-        t = at;
-    }
-    let (r1, r2, r3) = (attempts[0], attempts[1], attempts[2]);
+    let (mut c, lease, attempts, t) = timed_out_attempts(400 * MS, 3);
     let newer = AcquireResult::Granted {
         fencing_token: 12,
         ttl_ms: 3_000,
@@ -1435,21 +1443,13 @@ fn late_grants_arriving_out_of_order_keep_the_newest_data_for_the_cleanup() {
         ttl_ms: 3_000,
         backend_data: b"old",
     };
-    c.handle_acquire_result(t + MS, r2, newer).unwrap();
-    c.handle_acquire_result(t + 2 * MS, r1, older).unwrap();
-    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
-    c.handle_acquire_result(t + 3 * MS, r3, AcquireResult::TransportError)
+    c.handle_acquire_result(t + MS, attempts[1], newer).unwrap();
+    c.handle_acquire_result(t + 2 * MS, attempts[0], older)
         .unwrap();
-    let mut release = None;
-    while release.is_none() {
-        let (out, _) = run_until_output(&mut c, u64::MAX);
-        assert!(!out.is_empty(), "the lease must end and clean up");
-        release = commands(&out).into_iter().find_map(|c| match c {
-            Command::Release { backend_data, .. } => Some(backend_data),
-            _ => None,
-        });
-    }
-    assert_eq!(release.unwrap().as_deref(), Some(&b"new"[..]));
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    c.handle_acquire_result(t + 3 * MS, attempts[2], AcquireResult::TransportError)
+        .unwrap();
+    assert_eq!(cleanup_release_data(&mut c).as_deref(), Some(&b"new"[..]));
 }
 
 #[test]

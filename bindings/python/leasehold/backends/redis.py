@@ -528,28 +528,14 @@ class _Subscriber:
                     wanted = dict(self._wanted)
                     gens = dict(self._gen)
                 now = time.monotonic()
-                for ch in subscribed:
-                    if ch in wanted:
-                        lingering.pop(ch, None)
-                        if seen.get(ch) != gens.get(ch):
-                            # Watched again while still subscribed (maybe unwatched in between):
-                            # a release published while nobody here waited was ignored, so wake
-                            # one waiter to re-check now, as a fresh SUBSCRIBE would.
-                            seen[ch] = gens.get(ch, 0)
-                            self._deliver(wanted[ch])
-                    else:
-                        lingering.setdefault(ch, now + self._linger)
-                add = set(wanted) - subscribed
-                if add:
-                    ps.subscribe(*sorted(add))
-                    subscribed |= add
-                    for ch in add:
-                        seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
-                expired = {ch for ch, until in lingering.items() if until <= now}
+                plan = proto.reconcile(subscribed, wanted, gens, seen, lingering, now, self._linger)
+                for target in plan.deliver:
+                    self._deliver(target)
+                if plan.subscribe:
+                    ps.subscribe(*sorted(plan.subscribe))
+                    subscribed |= plan.subscribe
+                expired = plan.expired
                 if expired:
-                    for ch in expired:
-                        del lingering[ch]
-                        seen.pop(ch, None)
                     if expired == subscribed:
                         # Nothing left to listen to: drop the connection (an unsubscribed
                         # pub/sub connection would need RESP handling we do not want) until

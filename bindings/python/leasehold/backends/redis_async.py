@@ -250,27 +250,14 @@ class AsyncRedisLockService(AsyncLockService):
                 wanted = dict(self._wanted)
                 gens = dict(self._gen)
                 now = time.monotonic()
-                for ch in subscribed:
-                    if ch in wanted:
-                        lingering.pop(ch, None)
-                        if seen.get(ch) != gens.get(ch):
-                            # Watched again while still subscribed: a release published while
-                            # nobody here waited was ignored, so wake one waiter to re-check.
-                            seen[ch] = gens.get(ch, 0)
-                            self._deliver(wanted[ch])
-                    else:
-                        lingering.setdefault(ch, now + self._linger)
-                add = set(wanted) - subscribed
-                if add:
-                    await ps.subscribe(*sorted(add))
-                    subscribed |= add
-                    for ch in add:
-                        seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
-                expired = {ch for ch, until in lingering.items() if until <= now}
+                plan = proto.reconcile(subscribed, wanted, gens, seen, lingering, now, self._linger)
+                for target in plan.deliver:
+                    self._deliver(target)
+                if plan.subscribe:
+                    await ps.subscribe(*sorted(plan.subscribe))
+                    subscribed |= plan.subscribe
+                expired = plan.expired
                 if expired:
-                    for ch in expired:
-                        del lingering[ch]
-                        seen.pop(ch, None)
                     if expired == subscribed:
                         return "idle"  # the caller closes this connection
                     await ps.unsubscribe(*sorted(expired))

@@ -21,6 +21,7 @@ import ctypes
 import hashlib
 import threading
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from .. import _ffi, errors
 from ..service import Granted, HeldByOther
@@ -277,3 +278,51 @@ def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes
 def pack_release(w: Wire, token: str, by_text: bool = False) -> bytes:
     t = token.encode("ascii")
     return b"%s%s$%d\r\n%s\r\n%s" % (_HEAD_RELEASE[by_text], w.lock_key, len(t), t, w.release_tail)
+
+
+_W = TypeVar("_W")
+
+
+@dataclass
+class Reconciled(Generic[_W]):
+    """What the subscriber must do after its wanted set changed (see ``reconcile``)."""
+
+    deliver: list[_W]  # the wanted entries whose waiters must re-check now
+    subscribe: set[str]  # channels to SUBSCRIBE
+    expired: set[str]  # channels that lingered unwanted long enough: UNSUBSCRIBE
+
+
+def reconcile(
+    subscribed: set[str],
+    wanted: dict[str, _W],
+    gens: dict[str, int],
+    seen: dict[str, int],
+    lingering: dict[str, float],
+    now: float,
+    linger: float,
+) -> Reconciled[_W]:
+    """The subscription bookkeeping shared by the thread and the asyncio subscriber.
+
+    ``wanted`` maps channel → what to deliver for it, ``gens`` counts each channel's watches; ``seen`` and
+    ``lingering`` are the subscriber's own state and are updated here. Channels no longer
+    wanted linger ``linger`` seconds (a quick re-watch keeps its subscription)."""
+    deliver: list[_W] = []
+    for ch in subscribed:
+        if ch in wanted:
+            lingering.pop(ch, None)
+            if seen.get(ch) != gens.get(ch):
+                # Watched again while still subscribed (maybe unwatched in between): a release
+                # published while nobody here waited was ignored, so wake one waiter to
+                # re-check now, as a fresh SUBSCRIBE would.
+                seen[ch] = gens.get(ch, 0)
+                deliver.append(wanted[ch])
+        else:
+            lingering.setdefault(ch, now + linger)
+    add = set(wanted) - subscribed
+    for ch in add:
+        seen[ch] = gens.get(ch, 0)  # the SUBSCRIBE confirmation wakes a waiter
+    expired = {ch for ch, until in lingering.items() if until <= now}
+    for ch in expired:
+        del lingering[ch]
+        seen.pop(ch, None)
+    return Reconciled(deliver, add, expired)
