@@ -177,8 +177,8 @@ impl Timers {
         }
     }
 
-    /// The `n`-th entry after the earliest one in the current tick's sorted run, if there is
-    /// one: a hint of what comes next (it may be stale, and `late` entries are not looked at).
+    /// Entry `n` of what is left of the current tick's sorted run (0 = its first), if any: a
+    /// hint of what comes next (it may be stale, and `late` entries are not looked at).
     pub(crate) fn upcoming(&self, n: usize) -> Option<Entry> {
         self.run.get(self.head + n).copied()
     }
@@ -188,7 +188,7 @@ impl Timers {
         self.fifo.get(n).copied()
     }
 
-    /// Advances the cursor to the next non-empty tick and loads it into `current`.
+    /// Advances the cursor to the next non-empty tick and loads its entries, sorted, into `run`.
     fn refill(&mut self) -> bool {
         let next_bucket = self.next_occupied_tick();
         let next_overflow = self.overflow.peek().map(|Reverse(e)| tick(e));
