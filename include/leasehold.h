@@ -613,11 +613,12 @@ typedef struct lh_counters {
    */
   uint32_t _reserved;
   /**
-   * Lease records not yet terminal.
+   * Gauge: lease records in the table (live plus those finishing cleanup).
    */
   uint64_t live_leases;
   /**
-   * Release commands the core still wants answered (drive the loop until 0 on close).
+   * Gauge: leases whose release the core still wants confirmed (drive the loop until 0 on
+   * close).
    */
   uint64_t pending_cleanups;
   /**
@@ -641,15 +642,15 @@ typedef struct lh_counters {
    */
   uint64_t renewals_ok;
   /**
-   * Renews that failed in transit.
+   * Renewals rejected, failed in transport or timed out.
    */
   uint64_t renewals_failed;
   /**
-   * Release commands emitted.
+   * Release commands emitted (including cleanup retries).
    */
   uint64_t releases_sent;
   /**
-   * Leases lost because a renew was rejected.
+   * Leases lost because the service rejected a renewal.
    */
   uint64_t lost_rejected;
   /**
@@ -661,7 +662,7 @@ typedef struct lh_counters {
    */
   uint64_t lost_fail_budget;
   /**
-   * Results ignored as unknown, already answered, superseded or of the wrong kind.
+   * Results ignored as unknown, duplicate, superseded or of the wrong kind.
    */
   uint64_t stale_results;
   /**

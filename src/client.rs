@@ -13,7 +13,7 @@ use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
     LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
 };
-use crate::{MAX_BACKEND_DATA_LEN, MAX_NAME_LEN};
+use crate::{MAX_BACKEND_DATA_LEN, validate_name};
 
 /// "No deadline" inside the core.
 const NEVER: u64 = u64::MAX;
@@ -179,19 +179,6 @@ impl std::fmt::Debug for Client {
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
-}
-
-fn validate_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::EmptyName);
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::NameTooLong { len: name.len() });
-    }
-    if name.as_bytes().contains(&0) {
-        return Err(Error::NameHasNul);
-    }
-    Ok(())
 }
 
 impl Client {

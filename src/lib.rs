@@ -85,5 +85,20 @@ pub use types::{
 
 /// Longest lock name in bytes: names become service keys, so they are bounded.
 pub const MAX_NAME_LEN: usize = 512;
+/// Checks a lock name: non-empty, at most [`MAX_NAME_LEN`] bytes, no NUL (names become C
+/// strings and service keys). The core and the Redis key builders share this one rule.
+pub fn validate_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::EmptyName);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::NameTooLong { len: name.len() });
+    }
+    if name.as_bytes().contains(&0) {
+        return Err(Error::NameHasNul);
+    }
+    Ok(())
+}
+
 /// Longest backend ownership data (an etcd lease id, a ZooKeeper path) in bytes.
 pub const MAX_BACKEND_DATA_LEN: usize = 1024;

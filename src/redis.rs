@@ -36,7 +36,7 @@
 //! and malformed arguments make the scripts return a Redis error reply whose message starts
 //! with `lh: `. Hosts report it as a transport error; it is never a grant.
 
-use crate::{Error, MAX_NAME_LEN};
+use crate::Error;
 
 /// Bumped whenever the script semantics change in a way other hosts must know about.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -225,21 +225,13 @@ impl ScriptKind {
 
     /// The kind for a C ABI value; `None` for unknown values.
     pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(ScriptKind::Acquire),
-            2 => Some(ScriptKind::Renew),
-            3 => Some(ScriptKind::Release),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|k| *k as u32 == v)
     }
 
     /// The script text (no trailing NUL).
     pub fn text(self) -> &'static str {
-        match self {
-            ScriptKind::Acquire => ACQUIRE_SCRIPT,
-            ScriptKind::Renew => RENEW_SCRIPT,
-            ScriptKind::Release => RELEASE_SCRIPT,
-        }
+        let t = self.text_with_nul();
+        &t[..t.len() - 1]
     }
 
     /// The script text followed by one NUL byte (for C callers; the length excludes it).
@@ -278,12 +270,7 @@ impl KeyKind {
 
     /// The kind for a C ABI value; `None` for unknown values.
     pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(KeyKind::Lock),
-            2 => Some(KeyKind::Fence),
-            3 => Some(KeyKind::Channel),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|k| *k as u32 == v)
     }
 
     /// What follows the name.
@@ -296,19 +283,8 @@ impl KeyKind {
     }
 }
 
-/// Checks a lock name with the core's rules: non-empty, at most `MAX_NAME_LEN` bytes, no NUL.
-pub fn validate_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::EmptyName);
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::NameTooLong { len: name.len() });
-    }
-    if name.as_bytes().contains(&0) {
-        return Err(Error::NameHasNul);
-    }
-    Ok(())
-}
+/// The core's lock-name check, here too because every key is built from a name.
+pub use crate::validate_name;
 
 /// Length in bytes of the key of `kind` for `name` (the name is not validated).
 pub fn key_len(kind: KeyKind, name: &str) -> usize {
@@ -346,6 +322,7 @@ pub fn key(kind: KeyKind, name: &str) -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_NAME_LEN;
 
     /// Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384).
     fn slot(key: &[u8]) -> u16 {

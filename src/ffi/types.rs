@@ -279,9 +279,10 @@ pub struct lh_counters {
     pub struct_size: u32,
     /// Always 0; keeps the u64 fields 8-byte aligned.
     pub _reserved: u32,
-    /// Lease records not yet terminal.
+    /// Gauge: lease records in the table (live plus those finishing cleanup).
     pub live_leases: u64,
-    /// Release commands the core still wants answered (drive the loop until 0 on close).
+    /// Gauge: leases whose release the core still wants confirmed (drive the loop until 0 on
+    /// close).
     pub pending_cleanups: u64,
     /// Acquire commands emitted.
     pub acquires_sent: u64,
@@ -293,17 +294,17 @@ pub struct lh_counters {
     pub renewals_sent: u64,
     /// Renews confirmed.
     pub renewals_ok: u64,
-    /// Renews that failed in transit.
+    /// Renewals rejected, failed in transport or timed out.
     pub renewals_failed: u64,
-    /// Release commands emitted.
+    /// Release commands emitted (including cleanup retries).
     pub releases_sent: u64,
-    /// Leases lost because a renew was rejected.
+    /// Leases lost because the service rejected a renewal.
     pub lost_rejected: u64,
     /// Leases lost because validity elapsed.
     pub lost_expired: u64,
     /// Leases lost because the renew failure budget ran out.
     pub lost_fail_budget: u64,
-    /// Results ignored as unknown, already answered, superseded or of the wrong kind.
+    /// Results ignored as unknown, duplicate, superseded or of the wrong kind.
     pub stale_results: u64,
     /// Inputs whose `now` was older than one already seen (clamped).
     pub time_clamped: u64,
