@@ -6,10 +6,12 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import polling  # noqa: E402
 
 BOUND = 60.0  # generous bound for waits; never a timing assertion
 
@@ -36,14 +38,7 @@ def spawn_cli(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.Pop
 
 
 def wait_until(pred: Callable[[], Any], bound: float = BOUND, step: float = 0.02, what: str = "condition") -> Any:
-    deadline = time.monotonic() + bound
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {bound}s")
-        time.sleep(step)
+    return polling.wait_until(pred, bound, step, what)
 
 
 def finish(proc: subprocess.Popen[str], bound: float = BOUND * 2) -> tuple[int, str, str]:

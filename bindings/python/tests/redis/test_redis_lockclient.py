@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import threading
-import time
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import polling  # noqa: E402
 
 from leasehold import LockClient, errors
 from leasehold.aio import AsyncLockClient
@@ -52,10 +56,7 @@ class Acquirer(threading.Thread):
 
 
 def wait_for(pred, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    polling.wait_until(pred, timeout, 0.01, what)
 
 
 def test_uncontended_acquire_release_and_renewal_on_redis(redis_server, r):

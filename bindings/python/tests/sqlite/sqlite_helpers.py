@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import polling  # noqa: E402
 
 BOUND = 60.0  # generous bound for anything that waits: never a timing assertion
 
@@ -32,15 +34,7 @@ def spawn_python(code: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
 
 
 def wait_until(pred: Callable[[], Any], bound: float = BOUND, step: float = 0.02) -> Any:
-    """Poll ``pred`` until truthy; fail the test after ``bound`` seconds."""
-    deadline = time.monotonic() + bound
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {bound}s")
-        time.sleep(step)
+    return polling.wait_until(pred, bound, step)
 
 
 class FakeClock:
