@@ -1,7 +1,6 @@
 package leasehold
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -122,27 +121,8 @@ func TestInteropPausedPythonHolderRejectedByGoGate(t *testing.T) {
 	cmd := exec.Command(py, filepath.Join("testdata", "interop_worker.py"))
 	cmd.Env = append(os.Environ(), "LH_REDIS="+addr, "LH_DB="+path, "LH_NAMES="+name,
 		"LH_ITERS=0", "LH_ID=py-stale", "LH_MODE=paused")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	out := bufio.NewReader(stdout)
+	w := startProc(t, cmd, "py-stale")
+	out, stdin, stderr := w.out, w.stdin, w.stderr
 	line, err := out.ReadString('\n')
 	var t1 uint64
 	if _, serr := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil || serr != nil {
@@ -175,9 +155,8 @@ func TestInteropPausedPythonHolderRejectedByGoGate(t *testing.T) {
 	}
 	verdict, _ := out.ReadString('\n')
 	lost, _ := out.ReadString('\n')
-	_ = stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("python worker: %v; stderr: %s", err, stderr.String())
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
 	}
 	if strings.TrimSpace(verdict) != "STALE" {
 		t.Fatalf("the stale Python write was not refused: %q; stderr: %s", verdict, stderr.String())

@@ -281,10 +281,11 @@ func TestRedisContentionBetweenGoroutines(t *testing.T) {
 }
 
 type workerProc struct {
-	cmd   *exec.Cmd
-	out   *bufio.Reader
-	stdin io.WriteCloser
-	wait  func() error
+	cmd    *exec.Cmd
+	out    *bufio.Reader
+	stdin  io.WriteCloser
+	stderr *strings.Builder
+	wait   func() error
 }
 
 // startWorker re-executes the test binary as a worker process.
@@ -298,8 +299,15 @@ func startWorker(t *testing.T, mode, id, db string, names []string, iters int) *
 	cmd.Env = append(os.Environ(),
 		"LEASEHOLD_TEST_WORKER="+mode, "LH_REDIS="+needRedis(t), "LH_DB="+db,
 		"LH_NAMES="+strings.Join(names, ","), "LH_ITERS="+strconv.Itoa(iters), "LH_ID="+id)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	return startProc(t, cmd, id)
+}
+
+// startProc starts cmd with piped stdin/stdout and captured stderr; the test's cleanup kills
+// it (resuming it first, in case a test left it stopped) if it is still running.
+func startProc(t *testing.T, cmd *exec.Cmd, id string) *workerProc {
+	t.Helper()
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +333,7 @@ func startWorker(t *testing.T, mode, id, db string, names []string, iters int) *
 		}
 		return nil
 	}
-	return &workerProc{cmd: cmd, out: bufio.NewReader(out), stdin: stdin, wait: wait}
+	return &workerProc{cmd: cmd, out: bufio.NewReader(out), stdin: stdin, stderr: stderr, wait: wait}
 }
 
 func TestRedisContentionBetweenProcesses(t *testing.T) {
