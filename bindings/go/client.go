@@ -742,6 +742,18 @@ func safeCall(f func()) {
 	f()
 }
 
+// closeLocked (c.mu held) answers the record's waiters and cancels its handles with
+// ErrClosed; run again after the driver stopped for what arrived meanwhile.
+func (rec *leaseRec) closeLocked() {
+	for w := range rec.waiters {
+		w.ch <- acqResult{err: ErrClosed}
+		delete(rec.waiters, w)
+	}
+	for h := range rec.handles {
+		h.cancel(ErrClosed)
+	}
+}
+
 func (c *client) close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -750,13 +762,7 @@ func (c *client) close() error {
 		if c.core != nil && c.broken == nil {
 			now := monoNow()
 			for id, rec := range c.recs {
-				for w := range rec.waiters {
-					w.ch <- acqResult{err: ErrClosed}
-					delete(rec.waiters, w)
-				}
-				for h := range rec.handles {
-					h.cancel(ErrClosed)
-				}
+				rec.closeLocked()
 				// Release every holder (reentrant leases count holders).
 				for i := 0; i < 1<<20; i++ {
 					if err := c.core.release(now, id); err != nil {
@@ -793,13 +799,7 @@ func (c *client) close() error {
 
 		c.mu.Lock()
 		for id, rec := range c.recs {
-			for w := range rec.waiters {
-				w.ch <- acqResult{err: ErrClosed}
-				delete(rec.waiters, w)
-			}
-			for h := range rec.handles {
-				h.cancel(ErrClosed)
-			}
+			rec.closeLocked()
 			rec.ended = true
 			delete(c.recs, id)
 		}
