@@ -33,6 +33,29 @@ def spawn_python(code: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
     )
 
 
+def run_workers(code: str, args: list[str], workers: int, bound: float) -> None:
+    """Start ``workers`` copies of ``code``; once all print ``ready``, send each ``go`` and
+    check that each exits 0 after printing ``done``. Stragglers are killed."""
+    procs = [spawn_python(code, *args, stdin=subprocess.PIPE) for _ in range(workers)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdin is not None
+            assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            out, err = p.communicate(timeout=bound)
+            assert p.returncode == 0, err
+            assert out.strip() == "done"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def wait_until(pred: Callable[[], Any], bound: float = BOUND, step: float = 0.02) -> Any:
     return polling.wait_until(pred, bound, step)
 

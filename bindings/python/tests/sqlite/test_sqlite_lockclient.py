@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 
-from sqlite_helpers import BOUND, spawn_python
+from sqlite_helpers import BOUND, run_workers, spawn_python
 
 from leasehold.backends.sqlite import SQLiteLockService
 from leasehold.client import LockClient
@@ -46,22 +46,7 @@ def test_lockclients_in_several_processes_lose_no_update(tmp_path):
     FencingGate(con).ensure_schema()
     log.write_text("")
     workers, per = 3, 8
-    procs = [spawn_python(WORKER, str(locks), str(app), str(log), str(per), stdin=-1) for _ in range(workers)]
-    try:
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        for p in procs:
-            out, err = p.communicate(timeout=BOUND * 4)
-            assert p.returncode == 0, err
-            assert out.strip() == "done"
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    run_workers(WORKER, [str(locks), str(app), str(log), str(per)], workers, BOUND * 4)
     assert con.execute("SELECT value FROM counter WHERE id = 1").fetchone()[0] == workers * per
     tokens = [int(x) for x in log.read_text().split()]
     assert len(tokens) == workers * per

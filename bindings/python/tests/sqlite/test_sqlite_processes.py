@@ -7,7 +7,7 @@ import signal
 import sqlite3
 
 import pytest
-from sqlite_helpers import BOUND, spawn_python, wait_until
+from sqlite_helpers import BOUND, run_workers, spawn_python, wait_until
 
 from leasehold.backends.sqlite import SQLiteLockService
 from leasehold.service import Granted, HeldByOther
@@ -54,22 +54,7 @@ def test_processes_contending_serialize_and_fences_increase(tmp_path):
     log.write_text("")
     SQLiteLockService(db).close()  # create the schema once
     workers, per = 4, 15
-    procs = [spawn_python(WORKER, str(db), str(counter), str(log), str(per), stdin=-1) for _ in range(workers)]
-    try:
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready"
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        for p in procs:
-            out, err = p.communicate(timeout=BOUND * 2)
-            assert p.returncode == 0, err
-            assert out.strip() == "done"
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    run_workers(WORKER, [str(db), str(counter), str(log), str(per)], workers, BOUND * 2)
     assert int(counter.read_text()) == workers * per  # no lost update
     entries = [line.split() for line in log.read_text().splitlines()]
     fences = [int(f) for f, _ in entries]
