@@ -515,6 +515,15 @@ def _lock_key(impl: Impl, name: str) -> str:
 
 
 # ---- main ----------------------------------------------------------------------------------------------
+def report_handoff(results: dict[str, Any], label: str, waiters: int, res: dict[str, Any]) -> None:
+    results["handoff"][f"{label} / {waiters} waiters"] = res
+    print(
+        f"handoff     {label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
+        f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
@@ -567,22 +576,11 @@ def main() -> None:
                         n = (30 if q else 150) if "redis-py" not in impl.label else (20 if q else 80)
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
-                        results["handoff"][f"{impl.label} / {waiters} waiters"] = res
-                        print(
-                            f"handoff     {impl.label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
-                            f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
-                            flush=True,
-                        )
+                        report_handoff(results, impl.label, waiters, res)
                     for kind in ("leasehold", "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
-                        label = f"{kind} (process per waiter)"
-                        results["handoff"][f"{label} / {waiters} waiters"] = res
-                        print(
-                            f"handoff     {label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
-                            f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
-                            flush=True,
-                        )
+                        report_handoff(results, f"{kind} (process per waiter)", waiters, res)
             if "idle" in parts:
                 results["idle"] = {}
                 for impl in all_impls:
