@@ -508,6 +508,40 @@ fn rule5_unknown_duplicate_wrong_kind_and_superseded_results_are_ignored() {
     assert_eq!(c.counters().stale_results, 5);
 }
 
+#[test]
+fn rule5_results_for_a_reused_record_slot_or_forged_ids_are_stale() {
+    // Request ids name the record slot they came from; a slot freed and reused by another
+    // lease must not take the old lease's answers, nor ids that were never issued.
+    let mut c = client();
+    let a = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
+    let (a_req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(MS, a_req, grant(1, 3_000)).unwrap();
+    c.release(2 * MS, a).unwrap();
+    let (a_rel, _) = release_req(&drain(&mut c)).unwrap();
+    c.handle_release_result(3 * MS, a_rel, ReleaseResult::Released)
+        .unwrap();
+    let b = c.acquire(4 * MS, "b", AcquireOptions::new(3_000)).unwrap();
+    assert_eq!(b.0 & 0xFF_FFFF, a.0 & 0xFF_FFFF, "the slot is reused");
+    let (b_req, _) = acquire_req(&drain(&mut c));
+    let stale0 = c.counters().stale_results;
+    // A's old answers, and ids for b's slot that were never issued.
+    c.handle_acquire_result(5 * MS, a_req, grant(9, 3_000))
+        .unwrap();
+    c.handle_release_result(5 * MS, a_rel, ReleaseResult::Released)
+        .unwrap();
+    for forged in [b_req.0 & 0xFF_FFFF, b_req.0 + (1 << 24), u64::MAX] {
+        c.handle_acquire_result(5 * MS, RequestId(forged), grant(9, 3_000))
+            .unwrap();
+    }
+    assert_eq!(c.counters().stale_results, stale0 + 5);
+    assert!(drain(&mut c).is_empty(), "stale answers emit nothing");
+    assert_eq!(c.lease_state(b).unwrap(), LeaseState::Acquiring);
+    // b's own answer still lands.
+    c.handle_acquire_result(6 * MS, b_req, grant(2, 3_000))
+        .unwrap();
+    assert_eq!(c.fencing_token(b).unwrap(), Some(2));
+}
+
 // ------------------------------------------------------------------ rule 6: nothing leaks
 
 #[test]
