@@ -26,7 +26,8 @@ impl BuildHasher for KeyedState {
     }
 }
 
-/// Multiply-rotate mixing; fast for the u64 request ids that dominate lookups.
+/// Multiply-rotate mixing over 8-byte words: fast for the short lock names the name table is
+/// keyed by (request ids need no table: they carry their record slot).
 #[derive(Debug)]
 pub(crate) struct KeyedHasher {
     state: u64,
