@@ -525,7 +525,8 @@ typedef struct lh_output {
    */
   uint32_t reason;
   /**
-   * Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0.
+   * Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0. Opaque:
+   * never reused, but neither sequential nor ordered.
    */
   uint64_t request_id;
   /**

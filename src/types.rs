@@ -9,7 +9,8 @@ use std::sync::Arc;
 pub struct LeaseId(pub u64);
 
 /// Matches a command's result to the command. Never reused inside one core, so a late answer
-/// to an old request can always be recognised as stale.
+/// to an old request can always be recognised as stale. Opaque to hosts: neither sequential
+/// nor ordered in time (it encodes the lease record it belongs to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
 

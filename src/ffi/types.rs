@@ -229,7 +229,8 @@ pub struct lh_output {
     pub kind: u32,
     /// `LH_REASON_*` (ACQUIRE_FAILED, LOST), else `LH_REASON_NONE`.
     pub reason: u32,
-    /// Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0.
+    /// Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0. Opaque:
+    /// never reused, but neither sequential nor ordered.
     pub request_id: u64,
     /// Lease the output concerns (every kind except WATCH, UNWATCH, NONE), else 0.
     pub lease_id: u64,
