@@ -383,9 +383,12 @@
 #define LH_ABI_VERSION 1
 
 /**
- * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]` →
- * `[1, fencing_token, ttl_ms]` granted (idempotent for the same token) or
- * `[0, retry_after_ms]` held by another token (`-1` = no hint).
+ * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
+ * queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
+ * `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
+ * for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
+ * wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
+ * (at most 128 bytes in all); the client subscribes to it before it queues.
  */
 #define LH_REDIS_SCRIPT_ACQUIRE 1
 
@@ -396,10 +399,19 @@
 #define LH_REDIS_SCRIPT_RENEW 2
 
 /**
- * `lh_redis_script` kind: RELEASE. `KEYS = [lock]`, `ARGV = [token, channel, name]` → `1`
- * released (and `PUBLISH channel name`), `0` not owner.
+ * `lh_redis_script` kind: RELEASE. `KEYS = [lock]` or `[lock, waiters]`,
+ * `ARGV = [token, channel, name]` plus optionally the caller's own wake channel if it no
+ * longer waits → `1` released (the oldest live queued waiter is woken, and
+ * `PUBLISH channel name`), `0` not owner.
  */
 #define LH_REDIS_SCRIPT_RELEASE 3
+
+/**
+ * `lh_redis_script` kind: NOTIFY. `KEYS = [waiters]`, `ARGV = [name]` plus optionally the
+ * caller's own wake channel → `1` a queued client was woken, `0` none was reachable. A
+ * client runs it when it receives a wake-up for a name it no longer waits for.
+ */
+#define LH_REDIS_SCRIPT_NOTIFY 4
 
 /**
  * `lh_redis_key` kind: the lock key `lh:{NAME}` (a hash `{token, fence}` with a PX expiry).
@@ -412,9 +424,16 @@
 #define LH_REDIS_KEY_FENCE 2
 
 /**
- * `lh_redis_key` kind: the release channel `lh:{NAME}:released` (waiters SUBSCRIBE to it).
+ * `lh_redis_key` kind: the release channel `lh:{NAME}:released` (every release is published
+ * on it; subscribe to hear all releases of a name).
  */
 #define LH_REDIS_KEY_CHANNEL 3
+
+/**
+ * `lh_redis_key` kind: the waiters key `lh:{NAME}:waiters` (a zset of the wake channels of
+ * waiting clients, oldest first; RELEASE wakes one of them).
+ */
+#define LH_REDIS_KEY_WAITERS 4
 
 /**
  * Opaque client handle: one core session plus the memory that borrowed outputs point into.

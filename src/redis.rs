@@ -11,35 +11,55 @@
 //! | lock      | `lh:{NAME}`          | hash `{token, fence}` with a PX expiry              |
 //! | fence     | `lh:{NAME}:fence`    | decimal integer text, no expiry: the last fence     |
 //! | channel   | `lh:{NAME}:released` | pub/sub channel; RELEASE publishes `NAME` on it     |
+//! | waiters   | `lh:{NAME}:waiters`  | zset of wake channels of waiting clients (FIFO)     |
 //!
-//! The three keys of one name never collide with the keys of another name (the lock key ends
-//! in `}`, the others in `}:fence` / `}:released`). Redis Cluster hashes the text between the
-//! first `{` and the first `}` after it; that is a prefix of `NAME` (or all of it) in all three
-//! keys, so they share a slot — except for a name that starts with `}`, whose hash tag is empty
-//! (Cluster then hashes whole keys). Single-instance Redis is unaffected.
+//! The keys of one name never collide with the keys of another name (the lock key ends in
+//! `}`, the others in `}:fence` / `}:released` / `}:waiters`). Redis Cluster hashes the text
+//! between the first `{` and the first `}` after it; that is a prefix of `NAME` (or all of it)
+//! in every key, so they share a slot — except for a name that starts with `}`, whose hash tag
+//! is empty (Cluster then hashes whole keys). Single-instance Redis is unaffected.
+//!
+//! # Waking one waiter per release (protocol 2)
+//!
+//! Publishing every release to every waiting client wakes them all, and all but one lose the
+//! race: with a client per waiter that herd costs milliseconds of CPU per handoff. So each
+//! client subscribes one *wake channel* of its own (`lh:wake:` + a random suffix, at most 128
+//! bytes) and passes it, with the waiters key, to the ACQUIRE attempts it makes while it has
+//! waiters. A refused attempt queues the channel; RELEASE pops the oldest queued channels until
+//! a `PUBLISH channel NAME` reaches a subscriber (dead clients count 0 and are dropped). The
+//! woken client's waiter tries at once. A client that receives a wake-up for a name it no longer
+//! waits for passes it on with NOTIFY; a client that stops waiting removes its channel
+//! (`ZREM`). RELEASE still publishes on the release channel too, for subscribers that want every
+//! release (and for hosts that do not queue). The queue is only a fast path: a waiter whose
+//! entry is lost (restart, expiry, Cluster PUBLISH counting only one node's subscribers) still
+//! retries at the holder's remaining TTL or with backoff.
 //!
 //! # Calling convention (EVALSHA, falling back to EVAL on NOSCRIPT)
 //!
-//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]` →
+//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or with queueing
+//!   `KEYS = [lock, fence, waiters]`, `ARGV = [token, ttl_ms, wake_channel]` →
 //!   `[1, fencing_token, ttl_ms]` granted, or `[0, retry_after_ms]` held by another token
-//!   (`-1` = no hint). Idempotent: the token that already holds the lock gets its own fencing
-//!   token back and its TTL refreshed. A new grant's fencing token is
-//!   `max(previous + 1, server TIME in µs)`, persisted in the fence key, so tokens keep
-//!   increasing even when a restart without persistence lost the fence key.
+//!   (`-1` = no hint; with queueing the wake channel is queued). Idempotent: the token that
+//!   already holds the lock gets its own fencing token back and its TTL refreshed. A new
+//!   grant's fencing token is `max(previous + 1, server TIME in µs)`, persisted in the fence
+//!   key, so tokens keep increasing even when a restart without persistence lost the fence key.
 //! - RENEW: `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed, `0` rejected. Never
 //!   re-creates an expired lock (renewing a lock that is gone is a loss, not a new grant).
-//! - RELEASE: `KEYS = [lock]`, `ARGV = [token, channel, name]` → `1` released (and
-//!   `PUBLISH channel name`), `0` not owner.
+//! - RELEASE: `KEYS = [lock]` or `[lock, waiters]`, `ARGV = [token, channel, name]` plus,
+//!   optionally, the caller's own wake channel when it no longer waits → `1` released (the
+//!   oldest live queued waiter is woken, and `PUBLISH channel name`), `0` not owner.
+//! - NOTIFY: `KEYS = [waiters]`, `ARGV = [name]` plus, optionally, the caller's own wake
+//!   channel → `1` when a queued client was woken, `0` when none was reachable.
 //!
 //! Garbage in the keyspace (a lock key of another type or a hash without a valid
-//! token/fence, a lock without expiry, a fence key holding anything but a decimal integer)
-//! and malformed arguments make the scripts return a Redis error reply whose message starts
+//! token/fence, a lock without expiry, a fence key holding anything but a decimal integer, a
+//! waiters key that is not a zset when a refused ACQUIRE queues) and malformed arguments make the scripts return a Redis error reply whose message starts
 //! with `lh: `. Hosts report it as a transport error; it is never a grant.
 
 use crate::Error;
 
 /// Bumped whenever the script semantics change in a way other hosts must know about.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Prefix of every key: `lh:{`.
 pub const KEY_PREFIX: &str = "lh:{";
@@ -49,21 +69,70 @@ pub const LOCK_SUFFIX: &str = "}";
 pub const FENCE_SUFFIX: &str = "}:fence";
 /// Suffix of the release channel.
 pub const CHANNEL_SUFFIX: &str = "}:released";
+/// Suffix of the waiters key.
+pub const WAITERS_SUFFIX: &str = "}:waiters";
+/// Every wake channel starts with this; the scripts publish to nothing else, so a garbage
+/// waiters key cannot make a release publish on an application's channel.
+pub const WAKE_CHANNEL_PREFIX: &str = "lh:wake:";
+/// Longest wake channel the scripts accept, in bytes.
+pub const MAX_WAKE_CHANNEL_LEN: usize = 128;
 
 /// Largest fencing token the scripts hand out: Lua numbers are doubles, exact up to 2^53.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
 // The script texts are macros so that the NUL-terminated copies for the C ABI are built from
-// the same literal at compile time (one copy of the source text).
+// the same literal at compile time (one copy of the source text). The waiter-queue helpers
+// are one fragment shared by ACQUIRE, RELEASE and NOTIFY.
+macro_rules! lua_wake_queue {
+    () => {
+        r#"-- Waiter queue (protocol 2): a sorted set of wake channels, oldest registration first.
+-- A release publishes to the oldest channel that has a subscriber, so one waiting client
+-- wakes per release instead of every subscriber of the release channel.
+local WAKE_PREFIX = 'lh:wake:'
+local WAIT_KEEP_MS = 60000
+local function is_wake(ch)
+  return type(ch) == 'string' and #ch > #WAKE_PREFIX and #ch <= 128 and string.sub(ch, 1, #WAKE_PREFIX) == WAKE_PREFIX
+end
+-- Queue `wake` (keeping an older registration's place); the queue outlives `ms` by WAIT_KEEP_MS.
+local function enqueue(waiters, wake, ms)
+  local t = redis.call('TIME')
+  local r = redis.pcall('ZADD', waiters, 'NX', string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2])), wake)
+  if type(r) == 'table' and r.err then
+    return redis.error_reply('lh: waiters key ' .. waiters .. ' holds a ' .. redis.call('TYPE', waiters)['ok'] .. ', expected a zset')
+  end
+  local keep = ms + WAIT_KEEP_MS
+  if redis.call('PTTL', waiters) < keep then redis.call('PEXPIRE', waiters, keep) end
+  return nil
+end
+-- Pop queued wake channels until a PUBLISH reaches a subscriber; 1 if one did. `skip` is
+-- the caller's own channel when it no longer waits. A waiters key of another type is left
+-- alone: nobody is woken through it (waiters fall back to their retry timers).
+local function wake_next(waiters, name, skip)
+  if is_wake(skip) then redis.pcall('ZREM', waiters, skip) end
+  for _ = 1, 16 do
+    local e = redis.pcall('ZPOPMIN', waiters)
+    if type(e) ~= 'table' or e.err or #e == 0 then return 0 end
+    if is_wake(e[1]) and redis.call('PUBLISH', e[1], name) > 0 then return 1 end
+  end
+  return 0
+end
+"#
+    };
+}
+
 macro_rules! lua_acquire {
     () => {
-        r#"-- leasehold ACQUIRE (protocol 1)
+        concat!(
+            r#"-- leasehold ACQUIRE (protocol 2)
 -- KEYS[1] lock key  (hash {token, fence}, PX expiry)
 -- KEYS[2] fence key (decimal integer text, no expiry)
+-- KEYS[3] optional waiters key (zset of wake channels); then ARGV[3] is the caller's wake channel
 -- ARGV[1] ownership token, ARGV[2] ttl in ms
 -- -> {1, fencing_token, ttl_ms} granted | {0, retry_after_ms or -1} held by another token
 if redis.replicate_commands then redis.replicate_commands() end
-local MAX_FENCE = 9007199254740991
+"#,
+            lua_wake_queue!(),
+            r#"local MAX_FENCE = 9007199254740991
 local function show(v)
   local s = tostring(v)
   if #s > 32 then s = string.sub(s, 1, 32) .. '...' end
@@ -75,14 +144,17 @@ local function as_fence(s)
   if n > MAX_FENCE then return nil end
   return n
 end
-if #KEYS ~= 2 then return redis.error_reply('lh: ACQUIRE expects 2 keys (lock, fence), got ' .. #KEYS) end
-local lock, fence = KEYS[1], KEYS[2]
-local token, ttl_s = ARGV[1], ARGV[2]
+if #KEYS ~= 2 and #KEYS ~= 3 then return redis.error_reply('lh: ACQUIRE expects 2 keys (lock, fence) or 3 (lock, fence, waiters), got ' .. #KEYS) end
+local lock, fence, waiters = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl_s, wake = ARGV[1], ARGV[2], ARGV[3]
 if type(token) ~= 'string' or #token == 0 or #token > 256 then
   return redis.error_reply('lh: ACQUIRE needs an ownership token of 1..256 bytes')
 end
 if type(ttl_s) ~= 'string' or #ttl_s > 15 or not string.match(ttl_s, '^[1-9]%d*$') then
   return redis.error_reply('lh: ACQUIRE needs ttl_ms as a positive integer, got ' .. show(ttl_s))
+end
+if waiters and not is_wake(wake) then
+  return redis.error_reply('lh: ACQUIRE with a waiters key needs a wake channel "lh:wake:..." of at most 128 bytes, got ' .. show(wake))
 end
 local ttl = tonumber(ttl_s)
 local kind = redis.call('TYPE', lock)['ok']
@@ -99,6 +171,10 @@ if kind == 'hash' then
   local left = redis.call('PTTL', lock)
   if left < 0 then
     return redis.error_reply('lh: lock key ' .. lock .. ' has no expiry (not written by leasehold?); refusing to wait on it forever')
+  end
+  if waiters then
+    local err = enqueue(waiters, wake, left)
+    if err then return err end
   end
   return {0, left}
 elseif kind ~= 'none' then
@@ -128,14 +204,18 @@ local ns = string.format('%.0f', nxt)
 redis.call('SET', fence, ns)
 redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
+-- A waiter that wins stays queued (at the back): its client may have more waiters for this
+-- name. The client removes the entry when it stops waiting, or skips it in its RELEASE.
+if waiters then enqueue(waiters, wake, ttl) end
 return {1, nxt, ttl}
 "#
+        )
     };
 }
 
 macro_rules! lua_renew {
     () => {
-        r#"-- leasehold RENEW (protocol 1)
+        r#"-- leasehold RENEW (protocol 2)
 -- KEYS[1] lock key; ARGV[1] ownership token, ARGV[2] ttl in ms
 -- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
 if #KEYS ~= 1 then return redis.error_reply('lh: RENEW expects 1 key (lock), got ' .. #KEYS) end
@@ -166,12 +246,18 @@ return 1
 
 macro_rules! lua_release {
     () => {
-        r#"-- leasehold RELEASE (protocol 1)
--- KEYS[1] lock key; ARGV[1] ownership token, ARGV[2] release channel, ARGV[3] lock name
--- -> 1 released (and PUBLISH channel name) | 0 not the owner (nothing changed)
-if #KEYS ~= 1 then return redis.error_reply('lh: RELEASE expects 1 key (lock), got ' .. #KEYS) end
-local lock = KEYS[1]
-local token, channel, name = ARGV[1], ARGV[2], ARGV[3]
+        concat!(
+            r#"-- leasehold RELEASE (protocol 2)
+-- KEYS[1] lock key, KEYS[2] optional waiters key
+-- ARGV[1] ownership token, ARGV[2] release channel, ARGV[3] lock name,
+-- ARGV[4] optional: the caller's own wake channel when it no longer waits (dropped from the queue)
+-- -> 1 released (PUBLISH channel name, and name to the oldest live waiter) | 0 not the owner
+if redis.replicate_commands then redis.replicate_commands() end
+"#,
+            lua_wake_queue!(),
+            r#"if #KEYS ~= 1 and #KEYS ~= 2 then return redis.error_reply('lh: RELEASE expects 1 key (lock) or 2 (lock, waiters), got ' .. #KEYS) end
+local lock, waiters = KEYS[1], KEYS[2]
+local token, channel, name, skip = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if type(token) ~= 'string' or #token == 0 or #token > 256 then
   return redis.error_reply('lh: RELEASE needs an ownership token of 1..256 bytes')
 end
@@ -190,9 +276,32 @@ if not owner then
 end
 if owner ~= token then return 0 end
 redis.call('DEL', lock)
+if waiters then wake_next(waiters, name, skip) end
 redis.call('PUBLISH', channel, name)
 return 1
 "#
+        )
+    };
+}
+
+macro_rules! lua_notify {
+    () => {
+        concat!(
+            r#"-- leasehold NOTIFY (protocol 2)
+-- Passes a wake-up on to the next queued waiter.
+-- KEYS[1] waiters key; ARGV[1] lock name, ARGV[2] optional: the caller's own wake channel
+-- -> 1 a waiter's client was woken | 0 nobody is queued (or no queued client is connected)
+if redis.replicate_commands then redis.replicate_commands() end
+"#,
+            lua_wake_queue!(),
+            r#"if #KEYS ~= 1 then return redis.error_reply('lh: NOTIFY expects 1 key (waiters), got ' .. #KEYS) end
+local name = ARGV[1]
+if type(name) ~= 'string' or #name == 0 then
+  return redis.error_reply('lh: NOTIFY needs a lock name')
+end
+return wake_next(KEYS[1], name, ARGV[2])
+"#
+        )
     };
 }
 
@@ -202,10 +311,13 @@ pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
 pub const RENEW_SCRIPT: &str = lua_renew!();
 /// The RELEASE script.
 pub const RELEASE_SCRIPT: &str = lua_release!();
+/// The NOTIFY script (pass a wake-up on to the next queued waiter).
+pub const NOTIFY_SCRIPT: &str = lua_notify!();
 
 const ACQUIRE_SCRIPT_NUL: &str = concat!(lua_acquire!(), "\0");
 const RENEW_SCRIPT_NUL: &str = concat!(lua_renew!(), "\0");
 const RELEASE_SCRIPT_NUL: &str = concat!(lua_release!(), "\0");
+const NOTIFY_SCRIPT_NUL: &str = concat!(lua_notify!(), "\0");
 
 /// Which script (values match `LH_REDIS_SCRIPT_*`).
 #[repr(u32)]
@@ -217,11 +329,18 @@ pub enum ScriptKind {
     Renew = 2,
     /// `LH_REDIS_SCRIPT_RELEASE`
     Release = 3,
+    /// `LH_REDIS_SCRIPT_NOTIFY`
+    Notify = 4,
 }
 
 impl ScriptKind {
     /// All kinds, in value order.
-    pub const ALL: [ScriptKind; 3] = [ScriptKind::Acquire, ScriptKind::Renew, ScriptKind::Release];
+    pub const ALL: [ScriptKind; 4] = [
+        ScriptKind::Acquire,
+        ScriptKind::Renew,
+        ScriptKind::Release,
+        ScriptKind::Notify,
+    ];
 
     /// The kind for a C ABI value; `None` for unknown values.
     pub fn from_u32(v: u32) -> Option<Self> {
@@ -240,14 +359,16 @@ impl ScriptKind {
             ScriptKind::Acquire => ACQUIRE_SCRIPT_NUL,
             ScriptKind::Renew => RENEW_SCRIPT_NUL,
             ScriptKind::Release => RELEASE_SCRIPT_NUL,
+            ScriptKind::Notify => NOTIFY_SCRIPT_NUL,
         }
     }
 
-    /// Number of KEYS the script takes.
-    pub fn num_keys(self) -> usize {
+    /// The numbers of KEYS the script accepts: without and with the waiters key.
+    pub fn num_keys(self) -> &'static [usize] {
         match self {
-            ScriptKind::Acquire => 2,
-            ScriptKind::Renew | ScriptKind::Release => 1,
+            ScriptKind::Acquire => &[2, 3],
+            ScriptKind::Release => &[1, 2],
+            ScriptKind::Renew | ScriptKind::Notify => &[1],
         }
     }
 }
@@ -262,11 +383,18 @@ pub enum KeyKind {
     Fence = 2,
     /// `lh:{NAME}:released` (`LH_REDIS_KEY_CHANNEL`)
     Channel = 3,
+    /// `lh:{NAME}:waiters` (`LH_REDIS_KEY_WAITERS`)
+    Waiters = 4,
 }
 
 impl KeyKind {
     /// All kinds, in value order.
-    pub const ALL: [KeyKind; 3] = [KeyKind::Lock, KeyKind::Fence, KeyKind::Channel];
+    pub const ALL: [KeyKind; 4] = [
+        KeyKind::Lock,
+        KeyKind::Fence,
+        KeyKind::Channel,
+        KeyKind::Waiters,
+    ];
 
     /// The kind for a C ABI value; `None` for unknown values.
     pub fn from_u32(v: u32) -> Option<Self> {
@@ -279,6 +407,7 @@ impl KeyKind {
             KeyKind::Lock => LOCK_SUFFIX,
             KeyKind::Fence => FENCE_SUFFIX,
             KeyKind::Channel => CHANNEL_SUFFIX,
+            KeyKind::Waiters => WAITERS_SUFFIX,
         }
     }
 }
@@ -366,6 +495,7 @@ mod tests {
         assert_eq!(key(KeyKind::Lock, "jobs").unwrap(), "lh:{jobs}");
         assert_eq!(key(KeyKind::Fence, "jobs").unwrap(), "lh:{jobs}:fence");
         assert_eq!(key(KeyKind::Channel, "jobs").unwrap(), "lh:{jobs}:released");
+        assert_eq!(key(KeyKind::Waiters, "jobs").unwrap(), "lh:{jobs}:waiters");
         assert_eq!(key(KeyKind::Lock, "é/ü x").unwrap(), "lh:{é/ü x}");
     }
 
@@ -399,6 +529,8 @@ mod tests {
             "x:fence",
             "x}:released",
             "x:released",
+            "x}:waiters",
+            "x:waiters",
             "}",
             "}}",
             "x{",
@@ -463,7 +595,7 @@ mod tests {
         for kind in KeyKind::ALL {
             assert_eq!(KeyKind::from_u32(kind as u32), Some(kind));
         }
-        for bad in [0, 4, 99, u32::MAX] {
+        for bad in [0, 5, 99, u32::MAX] {
             assert_eq!(ScriptKind::from_u32(bad), None);
             assert_eq!(KeyKind::from_u32(bad), None);
         }
@@ -481,8 +613,9 @@ mod tests {
             assert!(c.ends_with('\0'));
             assert!(text.is_ascii(), "{kind:?}");
         }
-        assert_ne!(ACQUIRE_SCRIPT, RENEW_SCRIPT);
-        assert_ne!(RENEW_SCRIPT, RELEASE_SCRIPT);
+        let texts: std::collections::HashSet<&str> =
+            ScriptKind::ALL.iter().map(|k| k.text()).collect();
+        assert_eq!(texts.len(), ScriptKind::ALL.len());
     }
 
     #[test]
@@ -502,13 +635,25 @@ mod tests {
         assert!(!renew.contains("'SET'"));
         let release = ScriptKind::Release.text();
         assert!(release.contains("redis.call('PUBLISH', channel, name)"));
+        assert!(release.contains("wake_next(waiters, name, skip)"));
+        assert!(NOTIFY_SCRIPT.contains("return wake_next(KEYS[1], name, ARGV[2])"));
+        for script in [ACQUIRE_SCRIPT, RELEASE_SCRIPT, NOTIFY_SCRIPT] {
+            assert!(script.contains(&format!("local WAKE_PREFIX = '{WAKE_CHANNEL_PREFIX}'")));
+            assert!(script.contains(&format!("#ch <= {MAX_WAKE_CHANNEL_LEN}")));
+        }
         for kind in ScriptKind::ALL {
             let text = kind.text();
+            assert!(text.contains(&format!("(protocol {PROTOCOL_VERSION})")));
             assert_eq!(
                 text.matches("redis.error_reply('lh: ").count(),
                 text.matches("redis.error_reply(").count()
             );
-            assert!(text.contains(&format!("#KEYS ~= {}", kind.num_keys())));
+            let check = match kind.num_keys() {
+                [n] => format!("#KEYS ~= {n}"),
+                [a, b] => format!("#KEYS ~= {a} and #KEYS ~= {b}"),
+                other => panic!("{kind:?}: {other:?}"),
+            };
+            assert!(text.contains(&check), "{kind:?}");
         }
     }
 

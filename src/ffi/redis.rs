@@ -10,30 +10,45 @@ use super::boundary::{Failure, guard_static, name_arg, require_out, write_out};
 use super::types::*;
 use crate::redis::{KeyKind, ScriptKind, write_key};
 
-/// `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]` →
-/// `[1, fencing_token, ttl_ms]` granted (idempotent for the same token) or
-/// `[0, retry_after_ms]` held by another token (`-1` = no hint).
+/// `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
+/// queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
+/// `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
+/// for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
+/// wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
+/// (at most 128 bytes in all); the client subscribes to it before it queues.
 pub const LH_REDIS_SCRIPT_ACQUIRE: u32 = 1;
 /// `lh_redis_script` kind: RENEW. `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed,
 /// `0` rejected (never re-creates an expired lock).
 pub const LH_REDIS_SCRIPT_RENEW: u32 = 2;
-/// `lh_redis_script` kind: RELEASE. `KEYS = [lock]`, `ARGV = [token, channel, name]` → `1`
-/// released (and `PUBLISH channel name`), `0` not owner.
+/// `lh_redis_script` kind: RELEASE. `KEYS = [lock]` or `[lock, waiters]`,
+/// `ARGV = [token, channel, name]` plus optionally the caller's own wake channel if it no
+/// longer waits → `1` released (the oldest live queued waiter is woken, and
+/// `PUBLISH channel name`), `0` not owner.
 pub const LH_REDIS_SCRIPT_RELEASE: u32 = 3;
+/// `lh_redis_script` kind: NOTIFY. `KEYS = [waiters]`, `ARGV = [name]` plus optionally the
+/// caller's own wake channel → `1` a queued client was woken, `0` none was reachable. A
+/// client runs it when it receives a wake-up for a name it no longer waits for.
+pub const LH_REDIS_SCRIPT_NOTIFY: u32 = 4;
 /// `lh_redis_key` kind: the lock key `lh:{NAME}` (a hash `{token, fence}` with a PX expiry).
 pub const LH_REDIS_KEY_LOCK: u32 = 1;
 /// `lh_redis_key` kind: the fence key `lh:{NAME}:fence` (decimal text, no expiry).
 pub const LH_REDIS_KEY_FENCE: u32 = 2;
-/// `lh_redis_key` kind: the release channel `lh:{NAME}:released` (waiters SUBSCRIBE to it).
+/// `lh_redis_key` kind: the release channel `lh:{NAME}:released` (every release is published
+/// on it; subscribe to hear all releases of a name).
 pub const LH_REDIS_KEY_CHANNEL: u32 = 3;
+/// `lh_redis_key` kind: the waiters key `lh:{NAME}:waiters` (a zset of the wake channels of
+/// waiting clients, oldest first; RELEASE wakes one of them).
+pub const LH_REDIS_KEY_WAITERS: u32 = 4;
 
 const _: () = {
     assert!(LH_REDIS_SCRIPT_ACQUIRE == ScriptKind::Acquire as u32);
     assert!(LH_REDIS_SCRIPT_RENEW == ScriptKind::Renew as u32);
     assert!(LH_REDIS_SCRIPT_RELEASE == ScriptKind::Release as u32);
+    assert!(LH_REDIS_SCRIPT_NOTIFY == ScriptKind::Notify as u32);
     assert!(LH_REDIS_KEY_LOCK == KeyKind::Lock as u32);
     assert!(LH_REDIS_KEY_FENCE == KeyKind::Fence as u32);
     assert!(LH_REDIS_KEY_CHANNEL == KeyKind::Channel as u32);
+    assert!(LH_REDIS_KEY_WAITERS == KeyKind::Waiters as u32);
 };
 
 /// The canonical Lua script of `kind` (`LH_REDIS_SCRIPT_*`).
@@ -177,8 +192,12 @@ mod tests {
             script(LH_REDIS_SCRIPT_RELEASE),
             Ok(crate::redis::RELEASE_SCRIPT)
         );
+        assert_eq!(
+            script(LH_REDIS_SCRIPT_NOTIFY),
+            Ok(crate::redis::NOTIFY_SCRIPT)
+        );
         assert_eq!(script(0), Err(LH_ERR_INVALID_ENUM));
-        assert_eq!(script(4), Err(LH_ERR_INVALID_ENUM));
+        assert_eq!(script(5), Err(LH_ERR_INVALID_ENUM));
     }
 
     #[test]
@@ -223,7 +242,7 @@ mod tests {
     fn bad_key_arguments_are_errors_that_write_nothing() {
         for (kind, name, want) in [
             (0, &b"jobs"[..], LH_ERR_INVALID_ENUM),
-            (4, &b"jobs"[..], LH_ERR_INVALID_ENUM),
+            (5, &b"jobs"[..], LH_ERR_INVALID_ENUM),
             (LH_REDIS_KEY_LOCK, &b""[..], LH_ERR_EMPTY_NAME),
             (LH_REDIS_KEY_LOCK, &b"a\0b"[..], LH_ERR_NAME_HAS_NUL),
             (LH_REDIS_KEY_LOCK, &b"\xff\xfe"[..], LH_ERR_INVALID_UTF8),
