@@ -96,9 +96,11 @@ const (
 	redisScriptAcquire = 1
 	redisScriptRenew   = 2
 	redisScriptRelease = 3
+	redisScriptNotify  = 4
 	redisKeyLock       = 1
 	redisKeyFence      = 2
 	redisKeyChannel    = 3
+	redisKeyWaiters    = 4
 )
 
 // abiErr is set at package initialisation when the linked library has a
@@ -146,6 +148,7 @@ func init() {
 		{C.LH_REDIS_SCRIPT_ACQUIRE, redisScriptAcquire}, {C.LH_REDIS_SCRIPT_RENEW, redisScriptRenew},
 		{C.LH_REDIS_SCRIPT_RELEASE, redisScriptRelease}, {C.LH_REDIS_KEY_LOCK, redisKeyLock},
 		{C.LH_REDIS_KEY_FENCE, redisKeyFence}, {C.LH_REDIS_KEY_CHANNEL, redisKeyChannel},
+		{C.LH_REDIS_SCRIPT_NOTIFY, redisScriptNotify}, {C.LH_REDIS_KEY_WAITERS, redisKeyWaiters},
 	}
 	for i, p := range pairs {
 		if p[0] != p[1] {

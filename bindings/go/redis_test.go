@@ -57,7 +57,10 @@ func TestRedisKeysAndScriptsComeFromTheLibrary(t *testing.T) {
 	if l, _, _, err := RedisKeys(long); err != nil || l != "lh:{"+long+"}" {
 		t.Fatalf("long name key: %v", err)
 	}
-	for _, k := range []uint32{redisScriptAcquire, redisScriptRenew, redisScriptRelease} {
+	if w, err := redisKey(redisKeyWaiters, "orders"); err != nil || w != "lh:{orders}:waiters" {
+		t.Fatalf("waiters key %q %v", w, err)
+	}
+	for _, k := range []uint32{redisScriptAcquire, redisScriptRenew, redisScriptRelease, redisScriptNotify} {
 		s, err := redisScript(k)
 		if err != nil || !strings.Contains(s, "redis.call") {
 			t.Fatalf("script %d: %v %q", k, err, s)
