@@ -565,7 +565,9 @@ class Transport {
                             std::span<const std::uint8_t> backend_data) = 0;
   virtual ReleaseResult release(std::string_view name, std::string_view token,
                                 std::span<const std::uint8_t> backend_data) = 0;
-  // Deliver every release notification of `name` to on_released (any thread) until unwatch.
+  // The core has waiters for `name` (watch) or no more (unwatch): deliver release notifications
+  // of `name` to on_released (any thread) until unwatch. A transport may deliver only the ones
+  // meant for this client (Redis wakes one waiting client per release) and spurious re-checks.
   virtual void watch(std::string_view /*name*/, ReleasedCallback /*on_released*/) {}
   virtual void unwatch(std::string_view /*name*/) {}
   // True when watch() delivers notifications (→ Config::notifications).

@@ -1,18 +1,26 @@
 // leasehold/redis_transport.hpp — a Transport for a single Redis server on hiredis.
 //
 // Uses the canonical Lua scripts and key layout exported by the library (lh_redis_script /
-// lh_redis_key), so C++, Python and Go clients contend correctly for the same names:
-//   ACQUIRE KEYS=[lock, fence] ARGV=[token, ttl_ms] → [1, fence, ttl_ms] | [0, retry_ms or -1]
-//   RENEW   KEYS=[lock]        ARGV=[token, ttl_ms] → 1 | 0
-//   RELEASE KEYS=[lock]        ARGV=[token, channel, name] → 1 (and PUBLISH channel name) | 0
+// lh_redis_key), so C++, Python and Go clients contend correctly for the same names
+// (protocol 2, see src/redis.rs):
+//   ACQUIRE KEYS=[lock, fence(, waiters)] ARGV=[token, ttl_ms(, wake)] → [1, fence, ttl] | [0, retry or -1]
+//   RENEW   KEYS=[lock]           ARGV=[token, ttl_ms] → 1 | 0
+//   RELEASE KEYS=[lock, waiters]  ARGV=[token, channel, name(, own wake)] → 1 | 0
+//   NOTIFY  KEYS=[waiters]        ARGV=[name, own wake] → 1 | 0
 // Scripts run with EVALSHA, falling back to EVAL on NOSCRIPT. A Redis error reply or a reply of
 // an unexpected shape is a transport error (thrown, so the LockClient logs it), never a grant.
 //
 // Commands use a small pool of blocking connections with a command timeout (so a call never hangs
 // longer than that). hiredis writes with write(2): call it from threads that block SIGPIPE (the
-// LockClient's IO threads do; so does the subscriber thread). Release notifications use one subscriber connection on its own thread
-// (SUBSCRIBE lh:{NAME}:released), re-established and re-subscribed after a disconnect.
-// One RedisTransport per LockClient (LockClient::close() closes it).
+// LockClient's IO threads do; so does the subscriber thread).
+//
+// Waiting (watch/unwatch) uses one wake channel per transport (lh:wake:<32 random hex>),
+// subscribed on a subscriber connection on its own thread (re-established and re-subscribed
+// after a disconnect) from the first watch on. Once the server confirmed that subscription,
+// ACQUIRE for a waiting name queues the wake channel, and a release wakes one queued client
+// instead of every waiting client. A wake-up for a name nobody here waits for any more is passed
+// on with NOTIFY. The release channel lh:{NAME}:released is still published by every RELEASE
+// but not subscribed here. One RedisTransport per LockClient (LockClient::close() closes it).
 #pragma once
 
 #include <leasehold.hpp>
@@ -28,10 +36,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -46,11 +57,13 @@ enum class Script : std::uint32_t {
   Acquire = LH_REDIS_SCRIPT_ACQUIRE,
   Renew = LH_REDIS_SCRIPT_RENEW,
   Release = LH_REDIS_SCRIPT_RELEASE,
+  Notify = LH_REDIS_SCRIPT_NOTIFY,
 };
 enum class Key : std::uint32_t {
   Lock = LH_REDIS_KEY_LOCK,
   Fence = LH_REDIS_KEY_FENCE,
   Channel = LH_REDIS_KEY_CHANNEL,
+  Waiters = LH_REDIS_KEY_WAITERS,
 };
 
 // The canonical script text (static storage in the library).
@@ -62,7 +75,8 @@ inline std::string_view script(Script kind) {
   return {text, len};
 }
 
-// The key (or channel) for `name`, e.g. lh:{NAME}, lh:{NAME}:fence, lh:{NAME}:released.
+// The key (or channel) for `name`, e.g. lh:{NAME}, lh:{NAME}:fence, lh:{NAME}:released,
+// lh:{NAME}:waiters.
 inline std::string key(Key kind, std::string_view name) {
   std::string buf(name.size() + 32, '\0');
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -117,6 +131,19 @@ inline ReplyPtr command(redisContext* c, const std::vector<std::string>& args) {
   return ReplyPtr(r);
 }
 
+// A fresh wake channel: lh:wake: + 32 hex digits from std::random_device (unguessable, so two
+// transports never share one and nobody else's release can be aimed at it by accident).
+inline std::string new_wake_channel() {
+  std::random_device rd;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string ch = "lh:wake:";
+  for (int i = 0; i < 4; ++i) {
+    auto v = static_cast<std::uint32_t>(rd());
+    for (int j = 0; j < 8; ++j, v >>= 4) ch.push_back(hex[v & 0xf]);
+  }
+  return ch;
+}
+
 }  // namespace redis
 
 struct RedisOptions {
@@ -125,14 +152,28 @@ struct RedisOptions {
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds command_timeout{2000};  // bounds every blocking call
   std::size_t max_idle_connections = 8;
+  // Errors of best-effort housekeeping (ZREM on unwatch, NOTIFY pass-on); default: stderr.
+  LogFn log;
+};
+
+// Counters of a RedisTransport (diagnostics and tests).
+struct RedisStats {
+  std::uint64_t acquires = 0;         // ACQUIRE scripts run
+  std::uint64_t queued_acquires = 0;  // ... of them in the queueing form
+  std::uint64_t wakeups = 0;          // messages received on the wake channel
+  std::uint64_t passed_on = 0;        // stray wake-ups passed on with NOTIFY
 };
 
 class RedisTransport final : public Transport {
  public:
-  explicit RedisTransport(RedisOptions options = {}) : opts_(std::move(options)) {
-    scripts_[0] = std::string(redis::script(redis::Script::Acquire));
-    scripts_[1] = std::string(redis::script(redis::Script::Renew));
-    scripts_[2] = std::string(redis::script(redis::Script::Release));
+  explicit RedisTransport(RedisOptions options = {}) : opts_(std::move(options)), wake_(redis::new_wake_channel()) {
+    if (!opts_.log) {
+      opts_.log = [](std::string_view m) {
+        std::fprintf(stderr, "leasehold redis: %.*s\n", static_cast<int>(m.size()), m.data());
+      };
+    }
+    for (auto k : {redis::Script::Acquire, redis::Script::Renew, redis::Script::Release, redis::Script::Notify})
+      scripts_[index(k)] = std::string(redis::script(k));
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
     subscriber_ = std::thread([this] { subscribe_loop(); });
@@ -145,52 +186,95 @@ class RedisTransport final : public Transport {
   }
 
   AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) override {
-    auto r = eval(0, {redis::key(redis::Key::Lock, name), redis::key(redis::Key::Fence, name)},
-                  {std::string(token), std::to_string(ttl_ms)});
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) throw std::runtime_error(bad_shape("acquire", r.get()));
-    const auto i = [&](std::size_t k) -> long long {
-      if (k >= r->elements || r->element[k]->type != REDIS_REPLY_INTEGER)
-        throw std::runtime_error(bad_shape("acquire", r.get()));
-      return r->element[k]->integer;
-    };
-    if (i(0) == 1) {
-      if (r->elements < 3 || i(1) <= 0 || i(2) <= 0) throw std::runtime_error(bad_shape("acquire", r.get()));
-      return Granted{static_cast<std::uint64_t>(i(1)), static_cast<std::uint64_t>(i(2)), {}};
+    std::vector<std::string> keys{redis::key(redis::Key::Lock, name), redis::key(redis::Key::Fence, name)};
+    std::vector<std::string> args{std::string(token), std::to_string(ttl_ms)};
+    bool queueing = false;
+    {
+      // Queue only once the wake subscription is confirmed: a release must not pop our entry
+      // while nobody listens. Uncontended names keep the plain form.
+      std::lock_guard g(sub_mu_);
+      if (wake_confirmed_ && waiting_.contains(name)) {
+        queueing = true;
+        queued_.emplace(name);
+      }
     }
-    if (i(0) == 0) {
-      const long long retry = i(1);
-      if (retry < 0) return HeldByOther{std::nullopt};
-      return HeldByOther{static_cast<std::uint64_t>(retry)};
+    if (queueing) {
+      keys.push_back(redis::key(redis::Key::Waiters, name));
+      args.push_back(wake_);
+      ++queued_acquires_;
     }
-    throw std::runtime_error(bad_shape("acquire", r.get()));
+    ++acquires_;
+    if (!queueing) return parse_acquire(eval(redis::Script::Acquire, keys, args).get());
+    std::optional<AcquireResult> res;
+    try {
+      res = parse_acquire(eval(redis::Script::Acquire, keys, args).get());
+    } catch (...) {
+      after_queueing(name, false);
+      throw;
+    }
+    after_queueing(name, std::holds_alternative<Granted>(*res));
+    return *res;
   }
 
   RenewResult renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms,
                     std::span<const std::uint8_t>) override {
-    auto r = eval(1, {redis::key(redis::Key::Lock, name)}, {std::string(token), std::to_string(ttl_ms)});
+    auto r = eval(redis::Script::Renew, {redis::key(redis::Key::Lock, name)}, {std::string(token), std::to_string(ttl_ms)});
     return flag("renew", r.get()) ? RenewResult::Renewed : RenewResult::Rejected;
   }
 
   ReleaseResult release(std::string_view name, std::string_view token, std::span<const std::uint8_t>) override {
-    auto r = eval(2, {redis::key(redis::Key::Lock, name)},
-                  {std::string(token), redis::key(redis::Key::Channel, name), std::string(name)});
-    return flag("release", r.get()) ? ReleaseResult::Released : ReleaseResult::NotOwner;
+    std::vector<std::string> args{std::string(token), redis::key(redis::Key::Channel, name), std::string(name)};
+    bool skip_own = false;
+    {
+      // Queued earlier but no waiter any more: the script drops our entry before waking anyone.
+      std::lock_guard g(sub_mu_);
+      if (!waiting_.contains(name)) skip_own = erase_queued(name);
+    }
+    if (skip_own) args.push_back(wake_);
+    bool released = false;
+    try {
+      released = flag("release", eval(redis::Script::Release,
+                                       {redis::key(redis::Key::Lock, name), redis::key(redis::Key::Waiters, name)}, args)
+                                     .get());
+    } catch (...) {
+      if (skip_own) {
+        // Unknown outcome: the core retries the release, which should skip our entry again.
+        std::lock_guard g(sub_mu_);
+        if (!waiting_.contains(name)) queued_.emplace(name);
+      }
+      throw;
+    }
+    // The script ignores ARGV[4] unless it releases (owner check first), so remove it here.
+    if (skip_own && !released) zrem_own(name);
+    return released ? ReleaseResult::Released : ReleaseResult::NotOwner;
   }
 
+  // The core has waiters for `name`: deliver wake-ups for it to on_released until unwatch.
   void watch(std::string_view name, ReleasedCallback on_released) override {
+    bool recheck = false, start = false;
     {
       std::lock_guard g(sub_mu_);
       if (closed_) return;
-      watched_[redis::key(redis::Key::Channel, name)] = Watch{std::string(name), std::move(on_released)};
+      waiting_.insert_or_assign(std::string(name), on_released);
+      recheck = wake_confirmed_;
+      start = !wake_wanted_;
+      wake_wanted_ = true;  // kept subscribed from now on (lingering costs nothing)
     }
-    wake();
+    if (start) wake();
+    // Attempts sent before this watch registered were not queued, so a release may already have
+    // passed us by; one re-check (as the confirmation of a new subscription does) covers it.
+    if (recheck && on_released) on_released(name);
   }
   void unwatch(std::string_view name) override {
+    bool zrem = false;
     {
       std::lock_guard g(sub_mu_);
-      watched_.erase(redis::key(redis::Key::Channel, name));
+      if (auto it = waiting_.find(name); it != waiting_.end()) waiting_.erase(it);
+      zrem = erase_queued(name);
     }
-    wake();
+    // Synchronous on the watcher thread: a later watch of the same name runs after it, so this
+    // ZREM cannot remove a newer entry.
+    if (zrem) zrem_own(name);
   }
   [[nodiscard]] bool notifications() const override { return true; }
 
@@ -204,7 +288,7 @@ class RedisTransport final : public Transport {
     {
       std::lock_guard g(sub_mu_);
       closed_ = true;
-      watched_.clear();
+      waiting_.clear();
     }
     wake();
     if (subscriber_.joinable()) subscriber_.join();
@@ -215,12 +299,20 @@ class RedisTransport final : public Transport {
     std::lock_guard g(sub_mu_);
     return subscribed_count_;
   }
+  // This transport's wake channel.
+  [[nodiscard]] const std::string& wake_channel() const noexcept { return wake_; }
+  // True while the server has confirmed the wake subscription (ACQUIREs of waiting names queue).
+  [[nodiscard]] bool wake_ready() const {
+    std::lock_guard g(sub_mu_);
+    return wake_confirmed_;
+  }
+  [[nodiscard]] RedisStats stats() const noexcept {
+    return {acquires_.load(), queued_acquires_.load(), wakeups_.load(), passed_on_.load()};
+  }
 
  private:
-  struct Watch {
-    std::string name;
-    ReleasedCallback cb;
-  };
+  static constexpr std::size_t kScripts = 4;
+  static std::size_t index(redis::Script k) { return static_cast<std::size_t>(k) - 1; }
 
   static std::string bad_shape(const char* what, const redisReply* r) {
     std::string s = std::string("redis ") + what + ": unexpected reply type " + std::to_string(r->type);
@@ -232,6 +324,77 @@ class RedisTransport final : public Transport {
     if (r->type != REDIS_REPLY_INTEGER || (r->integer != 0 && r->integer != 1))
       throw std::runtime_error(bad_shape(what, r));
     return r->integer == 1;
+  }
+  static AcquireResult parse_acquire(const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) throw std::runtime_error(bad_shape("acquire", r));
+    const auto i = [&](std::size_t k) -> long long {
+      if (k >= r->elements || r->element[k]->type != REDIS_REPLY_INTEGER) throw std::runtime_error(bad_shape("acquire", r));
+      return r->element[k]->integer;
+    };
+    if (i(0) == 1) {
+      if (r->elements < 3 || i(1) <= 0 || i(2) <= 0) throw std::runtime_error(bad_shape("acquire", r));
+      return Granted{static_cast<std::uint64_t>(i(1)), static_cast<std::uint64_t>(i(2)), {}};
+    }
+    if (i(0) == 0) {
+      const long long retry = i(1);
+      if (retry < 0) return HeldByOther{std::nullopt};
+      return HeldByOther{static_cast<std::uint64_t>(retry)};
+    }
+    throw std::runtime_error(bad_shape("acquire", r));
+  }
+
+  void log(const std::string& m) const noexcept {
+    try {
+      opts_.log(m);
+    } catch (...) {
+    }
+  }
+  bool is_closed() {
+    std::lock_guard g(pool_mu_);
+    return closed_flag_;
+  }
+
+  // sub_mu_ held.
+  bool erase_queued(std::string_view name) {
+    auto it = queued_.find(name);
+    if (it == queued_.end()) return false;
+    queued_.erase(it);
+    return true;
+  }
+
+  // A queueing ACQUIRE finished. If unwatch ran meanwhile, its ZREM may have reached the
+  // server before this ACQUIRE queued us again: the entry is ours to remove.
+  void after_queueing(std::string_view name, bool granted) {
+    {
+      std::lock_guard g(sub_mu_);
+      if (waiting_.contains(name) || queued_.contains(name)) return;
+      // Granted: the core releases (or keeps) the lock; that RELEASE skips the entry.
+      if (granted) {
+        queued_.emplace(name);
+        return;
+      }
+    }
+    zrem_own(name);
+  }
+
+  // Best effort: a stale entry only costs a NOTIFY pass-on at the next release.
+  void zrem_own(std::string_view name) {
+    try {
+      run({"ZREM", redis::key(redis::Key::Waiters, name), wake_});
+    } catch (const std::exception& e) {
+      if (!is_closed()) log("ZREM " + redis::key(redis::Key::Waiters, name) + ": " + e.what());
+    }
+  }
+
+  // A wake-up for a name we no longer wait for: wake the next queued client instead (our own
+  // entry, if any, is dropped by the script). Best effort, on a pool connection.
+  void pass_on(const std::string& name) {
+    try {
+      ++passed_on_;
+      eval(redis::Script::Notify, {redis::key(redis::Key::Waiters, name)}, {name, wake_});
+    } catch (const std::exception& e) {
+      if (!is_closed()) log("NOTIFY " + name + ": " + e.what());
+    }
   }
 
   // Pool -------------------------------------------------------------------------------------
@@ -261,12 +424,9 @@ class RedisTransport final : public Transport {
     // otherwise freed here, after its fd left busy_fds_ (close() never shuts down a reused fd)
   }
 
-  std::string sha(std::size_t i) {
-    std::lock_guard g(sha_mu_);
-    return shas_[i];
-  }
-
-  redis::ReplyPtr eval(std::size_t script, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  // Runs `body` on a pooled connection; the connection goes back only if body returned.
+  template <class F>
+  redis::ReplyPtr with_connection(F&& body) {
     auto c = checkout();
     bool healthy = false;
     struct Guard {
@@ -275,33 +435,49 @@ class RedisTransport final : public Transport {
       bool* healthy;
       ~Guard() { t->checkin(std::move(*c), *healthy); }
     } guard{this, &c, &healthy};
-
-    std::vector<std::string> argv;
-    auto build = [&](const std::string& verb, const std::string& body) {
-      argv.clear();
-      argv.push_back(verb);
-      argv.push_back(body);
-      argv.push_back(std::to_string(keys.size()));
-      argv.insert(argv.end(), keys.begin(), keys.end());
-      argv.insert(argv.end(), args.begin(), args.end());
-    };
-    std::string s = sha(script);
-    if (s.empty()) {
-      auto r = redis::command(c.get(), {"SCRIPT", "LOAD", scripts_[script]});
-      if (r->type != REDIS_REPLY_STRING) throw std::runtime_error(bad_shape("script load", r.get()));
-      s.assign(r->str, r->len);
-      std::lock_guard g(sha_mu_);
-      shas_[script] = s;
-    }
-    build("EVALSHA", s);
-    auto r = redis::command(c.get(), argv);
-    if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
-      build("EVAL", scripts_[script]);
-      r = redis::command(c.get(), argv);
-    }
+    auto r = body(c.get());
     healthy = true;
     if (r->type == REDIS_REPLY_ERROR) throw std::runtime_error("redis error: " + std::string(r->str, r->len));
     return r;
+  }
+
+  redis::ReplyPtr run(const std::vector<std::string>& args) {
+    return with_connection([&](redisContext* c) { return redis::command(c, args); });
+  }
+
+  std::string sha(std::size_t i) {
+    std::lock_guard g(sha_mu_);
+    return shas_[i];
+  }
+
+  redis::ReplyPtr eval(redis::Script kind, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+    const std::size_t script = index(kind);
+    return with_connection([&](redisContext* c) {
+      std::vector<std::string> argv;
+      auto build = [&](const std::string& verb, const std::string& body) {
+        argv.clear();
+        argv.push_back(verb);
+        argv.push_back(body);
+        argv.push_back(std::to_string(keys.size()));
+        argv.insert(argv.end(), keys.begin(), keys.end());
+        argv.insert(argv.end(), args.begin(), args.end());
+      };
+      std::string s = sha(script);
+      if (s.empty()) {
+        auto r = redis::command(c, {"SCRIPT", "LOAD", scripts_[script]});
+        if (r->type != REDIS_REPLY_STRING) throw std::runtime_error(bad_shape("script load", r.get()));
+        s.assign(r->str, r->len);
+        std::lock_guard g(sha_mu_);
+        shas_[script] = s;
+      }
+      build("EVALSHA", s);
+      auto r = redis::command(c, argv);
+      if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) {
+        build("EVAL", scripts_[script]);
+        r = redis::command(c, argv);
+      }
+      return r;
+    });
   }
 
   // Subscriber -------------------------------------------------------------------------------
@@ -313,19 +489,19 @@ class RedisTransport final : public Transport {
   void subscribe_loop() {
     detail::block_sigpipe_in_this_thread();
     redis::ContextPtr c;
-    std::set<std::string> subscribed;  // channels we asked the server for
+    bool asked = false;  // SUBSCRIBE sent on this connection
     auto backoff = std::chrono::milliseconds(50);
     for (;;) {
-      std::map<std::string, std::string> want;  // channel → name
+      bool want = false;
       {
         std::lock_guard g(sub_mu_);
         if (closed_) return;
-        for (const auto& [ch, w] : watched_) want.emplace(ch, w.name);
+        want = wake_wanted_;
       }
-      if (!c && !want.empty()) {
+      if (!c && want) {
         try {
           c = redis::connect(opts_.host, opts_.port, opts_.connect_timeout);
-          subscribed.clear();
+          asked = false;
           backoff = std::chrono::milliseconds(50);
         } catch (const std::exception&) {
           c.reset();
@@ -334,36 +510,22 @@ class RedisTransport final : public Transport {
           continue;
         }
       }
-      if (c) {
-        bool ok = true;
-        for (const auto& [ch, name] : want) {
-          if (subscribed.count(ch)) continue;
-          const char* argv[] = {"SUBSCRIBE", ch.c_str()};
-          const std::size_t lens[] = {9, ch.size()};
-          ok = ok && redisAppendCommandArgv(c.get(), 2, argv, lens) == REDIS_OK;
-          subscribed.insert(ch);
-        }
-        for (auto it = subscribed.begin(); it != subscribed.end();) {
-          if (want.count(*it)) {
-            ++it;
-            continue;
-          }
-          const char* argv[] = {"UNSUBSCRIBE", it->c_str()};
-          const std::size_t lens[] = {11, it->size()};
-          ok = ok && redisAppendCommandArgv(c.get(), 2, argv, lens) == REDIS_OK;
-          it = subscribed.erase(it);
-        }
+      if (c && !asked) {
+        const char* argv[] = {"SUBSCRIBE", wake_.c_str()};
+        const std::size_t lens[] = {9, wake_.size()};
+        bool ok = redisAppendCommandArgv(c.get(), 2, argv, lens) == REDIS_OK;
         int done = 0;
         while (ok && !done) ok = redisBufferWrite(c.get(), &done) == REDIS_OK;
         if (!ok) {
-          drop(c, subscribed);
+          drop(c);
           continue;
         }
+        asked = true;
       }
       pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {c ? c->fd : -1, POLLIN, 0}};
       const int n = ::poll(fds, c ? 2 : 1, 1000);
       if (n < 0 && errno != EINTR) {
-        drop(c, subscribed);
+        drop(c);
         continue;
       }
       if (fds[0].revents & POLLIN) {
@@ -372,13 +534,13 @@ class RedisTransport final : public Transport {
       }
       if (c && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
         if (redisBufferRead(c.get()) != REDIS_OK) {
-          drop(c, subscribed);
+          drop(c);
           continue;
         }
         for (;;) {
           void* raw = nullptr;
           if (redisGetReplyFromReader(c.get(), &raw) != REDIS_OK) {
-            drop(c, subscribed);
+            drop(c);
             break;
           }
           if (raw == nullptr) break;
@@ -389,11 +551,12 @@ class RedisTransport final : public Transport {
     }
   }
 
-  void drop(redis::ContextPtr& c, std::set<std::string>& subscribed) {
+  // Until the next confirmation, releases may pop our entries unheard: stop queueing.
+  void drop(redis::ContextPtr& c) {
     c.reset();
-    subscribed.clear();
     std::lock_guard g(sub_mu_);
     subscribed_count_ = 0;
+    wake_confirmed_ = false;
   }
 
   void wait_wake(std::chrono::milliseconds ms) {
@@ -407,46 +570,49 @@ class RedisTransport final : public Transport {
   void handle_push(const redisReply* r) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
     const auto* kind = r->element[0];
-    if (kind->type != REDIS_REPLY_STRING) return;
+    const auto* chan = r->element[1];
+    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
     const std::string_view k(kind->str, kind->len);
-    if (k == "subscribe" || k == "unsubscribe") {
-      if (r->element[2]->type == REDIS_REPLY_INTEGER) {
-        std::lock_guard g(sub_mu_);
-        subscribed_count_ = static_cast<std::size_t>(r->element[2]->integer);
-      }
-      if (k == "unsubscribe" || r->element[1]->type != REDIS_REPLY_STRING) return;
-      // A release published before this subscription took effect was never delivered, so a
-      // confirmed (re)subscription wakes one waiter: at worst one extra acquire attempt.
-      ReleasedCallback cb;
-      std::string name;
+    if (std::string_view(chan->str, chan->len) != wake_) return;
+    if (k == "subscribe") {
+      // A release during the gap was missed, so every waiting name gets one re-check: at worst
+      // one extra acquire attempt each.
+      std::vector<std::pair<std::string, ReleasedCallback>> due;
       {
         std::lock_guard g(sub_mu_);
-        auto it = watched_.find(std::string(r->element[1]->str, r->element[1]->len));
-        if (it == watched_.end()) return;
-        cb = it->second.cb;
-        name = it->second.name;
+        if (r->element[2]->type == REDIS_REPLY_INTEGER)
+          subscribed_count_ = static_cast<std::size_t>(r->element[2]->integer);
+        wake_confirmed_ = true;
+        due.assign(waiting_.begin(), waiting_.end());
       }
-      if (cb) cb(name);
+      for (auto& [name, cb] : due)
+        if (cb) cb(name);
       return;
     }
-    if (k != "message" || r->element[1]->type != REDIS_REPLY_STRING) return;
-    const std::string channel(r->element[1]->str, r->element[1]->len);
+    if (k != "message" || r->element[2]->type != REDIS_REPLY_STRING) return;
+    ++wakeups_;
+    const std::string name(r->element[2]->str, r->element[2]->len);
     ReleasedCallback cb;
-    std::string name;
+    bool waiting = false;
     {
       std::lock_guard g(sub_mu_);
-      auto it = watched_.find(channel);
-      if (it == watched_.end()) return;
-      cb = it->second.cb;
-      name = it->second.name;
+      if (auto it = waiting_.find(name); it != waiting_.end()) {
+        waiting = true;
+        cb = it->second;
+      }
     }
-    if (cb) cb(name);
+    if (waiting) {
+      if (cb) cb(name);
+    } else {
+      pass_on(name);
+    }
   }
 
   RedisOptions opts_;
-  std::string scripts_[3];
+  const std::string wake_;  // immutable: read without a lock
+  std::string scripts_[kScripts];
   std::mutex sha_mu_;
-  std::string shas_[3];
+  std::string shas_[kScripts];
 
   std::mutex pool_mu_;
   bool closed_flag_ = false;
@@ -455,10 +621,15 @@ class RedisTransport final : public Transport {
 
   mutable std::mutex sub_mu_;
   bool closed_ = false;
-  std::map<std::string, Watch> watched_;  // channel → watch
+  bool wake_wanted_ = false;     // a watch happened: keep the wake channel subscribed
+  bool wake_confirmed_ = false;  // the server confirmed it on the current connection
+  std::map<std::string, ReleasedCallback, std::less<>> waiting_;  // name → core callback
+  std::set<std::string, std::less<>> queued_;  // names a queueing ACQUIRE was sent for
   std::size_t subscribed_count_ = 0;
   int wake_fd_ = -1;
   std::thread subscriber_;
+
+  std::atomic<std::uint64_t> acquires_{0}, queued_acquires_{0}, wakeups_{0}, passed_on_{0};
 };
 
 }  // namespace leasehold
