@@ -2,9 +2,13 @@ package leasehold
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,26 +16,51 @@ import (
 
 // RedisTransport runs the canonical leasehold Lua scripts (read from the
 // linked library, never retyped) on one Redis server through go-redis v9,
-// with EVALSHA and an EVAL fallback on NOSCRIPT, and delivers release
-// notifications through one pub/sub connection that go-redis re-establishes
-// (and resubscribes) after a connection loss. Python, C++ and C clients
+// with EVALSHA and an EVAL fallback on NOSCRIPT. Python, C++ and C clients
 // using the same scripts contend correctly with it for the same names.
+//
+// Waiting follows Redis protocol 2: the transport subscribes one wake
+// channel of its own (on one pub/sub connection that go-redis
+// re-establishes and resubscribes after a connection loss) and queues it
+// with the ACQUIRE attempts for names it waits for, so a release wakes one
+// waiting client instead of every client waiting for the name.
 type RedisTransport struct {
 	rdb     redis.UniversalClient
 	acquire *redis.Script
 	renew   *redis.Script
 	release *redis.Script
+	notify  *redis.Script
+	wake    string // this transport's wake channel
+	log     atomic.Pointer[slog.Logger]
 
-	opMu   sync.Mutex // serialises Watch/unwatch decisions with their (un)subscribe calls
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	subs   map[string]map[*redisSub]struct{} // channel -> subscribers
-	names  map[string]string                 // channel -> name
-	closed bool
-	psDone chan struct{}
+	mu        sync.Mutex
+	ps        *redis.PubSub
+	psDone    chan struct{}
+	closed    bool
+	subSent   bool                              // SUBSCRIBE of the wake channel was written
+	confirmed bool                              // the server confirmed the wake subscription
+	waiting   map[string]map[*redisSub]struct{} // name -> Watch callers
+	queued    map[string]struct{}               // names a queueing ACQUIRE was sent for
+
+	bg       sync.WaitGroup // NOTIFY pass-ons
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	stats redisStats
 }
 
 type redisSub struct{ notify func(string) }
+
+// redisStats counts what the wake channel delivered (read by tests).
+type redisStats struct {
+	wakes    atomic.Int64 // wake-ups for a waiting name
+	rechecks atomic.Int64 // notifications without a wake-up (subscription (re)confirmed)
+	passOns  atomic.Int64 // wake-ups for a name nobody here waits for, passed on
+}
+
+// redisOpTimeout bounds the best-effort calls made off the Client's
+// requests (ZREM on unwatch, NOTIFY pass-ons).
+const redisOpTimeout = 2 * time.Second
 
 // NewRedisTransport returns a transport on rdb (a *redis.Client in
 // practice; the caller keeps ownership of it). Scripts are loaded lazily.
@@ -51,14 +80,44 @@ func NewRedisTransport(rdb redis.UniversalClient) (*RedisTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RedisTransport{
+	n, err := redisScript(redisScriptNotify)
+	if err != nil {
+		return nil, err
+	}
+	// Unguessable, so no other client's releases can be steered to us.
+	suffix := make([]byte, 16)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, fmt.Errorf("leasehold: wake channel: %w", err)
+	}
+	t := &RedisTransport{
 		rdb:     rdb,
 		acquire: redis.NewScript(a),
 		renew:   redis.NewScript(r),
 		release: redis.NewScript(l),
-		subs:    map[string]map[*redisSub]struct{}{},
-		names:   map[string]string{},
-	}, nil
+		notify:  redis.NewScript(n),
+		wake:    "lh:wake:" + hex.EncodeToString(suffix),
+		waiting: map[string]map[*redisSub]struct{}{},
+		queued:  map[string]struct{}{},
+	}
+	t.bgCtx, t.bgCancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// SetLogger sets the logger for the transport's best-effort calls (removing
+// its wake channel from a queue, passing a wake-up on): they are not part of
+// any request, so their failures are only logged. Default: none.
+func (t *RedisTransport) SetLogger(l *slog.Logger) { t.log.Store(l) }
+
+func (t *RedisTransport) logFailure(op, name string, err error) {
+	l := t.log.Load()
+	if l == nil {
+		return
+	}
+	if err = wrapReply(err); errors.Is(err, ErrBackendReply) {
+		l.Warn("leasehold: backend error reply", "op", op, "name", name, "err", err)
+		return
+	}
+	l.Debug("leasehold: "+op+" failed", "name", name, "err", err)
 }
 
 // RedisKeys returns the lock, fence and channel keys of name.
@@ -73,10 +132,10 @@ func RedisKeys(name string) (lock, fence, channel string, err error) {
 	return
 }
 
-// Load loads the three scripts into the server's script cache (optional:
+// Load loads the four scripts into the server's script cache (optional:
 // Run falls back to EVAL on NOSCRIPT).
 func (t *RedisTransport) Load(ctx context.Context) error {
-	for _, s := range []*redis.Script{t.acquire, t.renew, t.release} {
+	for _, s := range []*redis.Script{t.acquire, t.renew, t.release, t.notify} {
 		if err := s.Load(ctx, t.rdb).Err(); err != nil {
 			return err
 		}
@@ -113,7 +172,15 @@ func (t *RedisTransport) Acquire(ctx context.Context, name, token string, ttl ti
 		return AcquireReply{}, err
 	}
 	ms := int64(ttl / time.Millisecond)
-	res, err := t.acquire.Run(ctx, t.rdb, []string{lock, fence}, token, ms).Slice()
+	keys, args := []string{lock, fence}, []any{token, ms}
+	if t.queueing(name) {
+		waiters, err := redisKey(redisKeyWaiters, name)
+		if err != nil {
+			return AcquireReply{}, err
+		}
+		keys, args = append(keys, waiters), append(args, t.wake)
+	}
+	res, err := t.acquire.Run(ctx, t.rdb, keys, args...).Slice()
 	if err != nil {
 		return AcquireReply{}, wrapReply(err)
 	}
@@ -174,122 +241,224 @@ func (t *RedisTransport) Release(ctx context.Context, name, token string, _ []by
 	if err != nil {
 		return false, err
 	}
-	n, err := t.release.Run(ctx, t.rdb, []string{lock}, token, ch, name).Int64()
+	waiters, err := redisKey(redisKeyWaiters, name)
+	if err != nil {
+		return false, err
+	}
+	args := []any{token, ch, name}
+	drop := t.takeQueued(name)
+	if drop {
+		args = append(args, t.wake)
+	}
+	n, err := t.release.Run(ctx, t.rdb, []string{lock, waiters}, args...).Int64()
+	if drop && (err != nil || n != 1) {
+		// The script stopped before dropping our entry: the next RELEASE of
+		// the name tries again (or a wake-up for it is passed on).
+		t.mu.Lock()
+		t.queued[name] = struct{}{}
+		t.mu.Unlock()
+	}
 	if err != nil {
 		return false, wrapReply(err)
 	}
 	return n == 1, nil
 }
 
+// queueing reports whether an ACQUIRE of name queues the wake channel: only
+// while name is waiting, and only once the server confirmed the wake
+// subscription (else a release could pop the entry unheard).
+func (t *RedisTransport) queueing(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.confirmed || len(t.waiting[name]) == 0 {
+		return false
+	}
+	t.queued[name] = struct{}{}
+	return true
+}
+
+// takeQueued reports (and forgets) a name that has queued the wake channel
+// and waits no more: its RELEASE drops the entry.
+func (t *RedisTransport) takeQueued(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.queued[name]; !ok || len(t.waiting[name]) > 0 {
+		return false
+	}
+	delete(t.queued, name)
+	return true
+}
+
 // errTransportClosed is returned by Watch after Close.
 var errTransportClosed = errors.New("leasehold: transport closed")
 
-// Watch implements Transport: it subscribes to the name's release channel
-// (one pub/sub connection per transport, shared by every watched name).
-// Every (re)subscription confirmation also notifies once, so a release
-// published while the subscription was being (re)established wakes a
-// waiter instead of being missed.
+// Watch implements Transport: name counts as waiting until unwatch, so the
+// ACQUIREs for it queue this transport's wake channel, and a wake-up for
+// name calls notify. The wake channel is subscribed on the first Watch and
+// stays subscribed until Close. A release published while our entry could
+// not be heard is made up for: notify is also called once when the server
+// (re)confirms the wake subscription, and at once for a Watch on a
+// subscription already confirmed (whose first attempts may not have queued).
+// Watch does not subscribe the name's release channel.
 func (t *RedisTransport) Watch(ctx context.Context, name string, notify func(string)) (func(), error) {
-	ch, err := redisKey(redisKeyChannel, name)
-	if err != nil {
+	if _, err := redisKey(redisKeyWaiters, name); err != nil {
 		return nil, err
 	}
 	sub := &redisSub{notify: notify}
-	t.opMu.Lock()
-	defer t.opMu.Unlock()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return nil, errTransportClosed
 	}
-	first := len(t.subs[ch]) == 0
-	if t.subs[ch] == nil {
-		t.subs[ch] = map[*redisSub]struct{}{}
+	if t.waiting[name] == nil {
+		t.waiting[name] = map[*redisSub]struct{}{}
 	}
-	t.subs[ch][sub] = struct{}{}
-	t.names[ch] = name
-	var ps *redis.PubSub
+	t.waiting[name][sub] = struct{}{}
+	recheck := t.confirmed
 	if t.ps == nil {
-		// The first subscription creates the connection.
-		t.ps = t.rdb.Subscribe(ctx, ch)
-		t.psDone = make(chan struct{})
+		// Without a channel Subscribe does no IO, so the dial is not under mu.
+		t.ps, t.psDone = t.rdb.Subscribe(context.Background()), make(chan struct{})
 		go t.listen(t.ps, t.psDone)
-		first = false
 	}
-	ps = t.ps
+	ps, send := t.ps, !t.confirmed && !t.subSent
+	t.subSent = t.subSent || send
 	t.mu.Unlock()
-	if first {
-		if err := ps.Subscribe(ctx, ch); err != nil {
-			t.dropLocked(ch, sub)
-			return nil, err
+	if send {
+		if err := ps.Subscribe(ctx, t.wake); err != nil {
+			// go-redis resubscribes when it reconnects, but a failed write can
+			// leave the connection without the channel: the next Watch retries.
+			t.mu.Lock()
+			t.subSent = false
+			t.mu.Unlock()
 		}
 	}
-	var once sync.Once
-	return func() { once.Do(func() { t.drop(ch, sub) }) }, nil
-}
-
-func (t *RedisTransport) drop(ch string, sub *redisSub) {
-	t.opMu.Lock()
-	defer t.opMu.Unlock()
-	t.dropLocked(ch, sub)
-}
-
-func (t *RedisTransport) dropLocked(ch string, sub *redisSub) {
-	t.mu.Lock()
-	delete(t.subs[ch], sub)
-	last := len(t.subs[ch]) == 0
-	if last {
-		delete(t.subs, ch)
-		delete(t.names, ch)
+	if recheck {
+		t.stats.rechecks.Add(1)
+		notify(name)
 	}
-	ps := t.ps
+	var once sync.Once
+	return func() { once.Do(func() { t.unwatch(name, sub) }) }, nil
+}
+
+// unwatch ends sub's wait; when name waits no more and has queued the wake
+// channel, the entry is removed (best effort: a stale entry costs one
+// pass-on).
+func (t *RedisTransport) unwatch(name string, sub *redisSub) {
+	t.mu.Lock()
+	delete(t.waiting[name], sub)
+	var zrem bool
+	if len(t.waiting[name]) == 0 {
+		_, zrem = t.queued[name]
+		delete(t.waiting, name)
+		delete(t.queued, name)
+	}
 	t.mu.Unlock()
-	if last && ps != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = ps.Unsubscribe(ctx, ch)
-		cancel()
+	if !zrem {
+		return
+	}
+	waiters, err := redisKey(redisKeyWaiters, name)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
+	defer cancel()
+	if err := t.rdb.ZRem(ctx, waiters, t.wake).Err(); err != nil {
+		t.logFailure("zrem", name, err)
 	}
 }
 
 func (t *RedisTransport) listen(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
-		var ch string
 		switch v := m.(type) {
-		case *redis.Message:
-			ch = v.Channel
 		case *redis.Subscription:
-			if v.Kind != "subscribe" {
-				continue
+			if v.Kind == "subscribe" && v.Channel == t.wake {
+				t.confirm()
 			}
-			ch = v.Channel
-		default:
-			continue
-		}
-		t.mu.Lock()
-		name := t.names[ch]
-		var targets []func(string)
-		for s := range t.subs[ch] {
-			targets = append(targets, s.notify)
-		}
-		t.mu.Unlock()
-		for _, f := range targets {
-			f(name)
+		case *redis.Message:
+			if v.Channel == t.wake {
+				t.woken(v.Payload)
+			}
 		}
 	}
 }
 
-// Close closes the pub/sub connection (not the Redis client).
+// confirm runs on every (re)confirmation of the wake subscription:
+// ACQUIREs may queue from now on, and every waiting name is re-checked,
+// since a release may have popped our entry while nobody listened.
+func (t *RedisTransport) confirm() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.confirmed = true
+	type call struct {
+		name   string
+		notify func(string)
+	}
+	var calls []call
+	for name, subs := range t.waiting {
+		for s := range subs {
+			calls = append(calls, call{name, s.notify})
+		}
+	}
+	t.mu.Unlock()
+	t.stats.rechecks.Add(int64(len(calls)))
+	for _, c := range calls {
+		c.notify(c.name)
+	}
+}
+
+// woken handles a wake-up for name: the waiters for it try again, or, when
+// nobody here waits for it any more, the wake-up goes to the next queued
+// client (NOTIFY, off the pub/sub connection, best effort).
+func (t *RedisTransport) woken(name string) {
+	t.mu.Lock()
+	var targets []func(string)
+	for s := range t.waiting[name] {
+		targets = append(targets, s.notify)
+	}
+	t.mu.Unlock()
+	if len(targets) > 0 {
+		t.stats.wakes.Add(1)
+		for _, f := range targets {
+			f(name)
+		}
+		return
+	}
+	waiters, err := redisKey(redisKeyWaiters, name)
+	if err != nil {
+		return // not a lock name: not published by a leasehold script
+	}
+	t.stats.passOns.Add(1)
+	// Close waits for the listener before it waits for bg: no Add after Wait.
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		ctx, cancel := context.WithTimeout(t.bgCtx, redisOpTimeout)
+		defer cancel()
+		if err := t.notify.Run(ctx, t.rdb, []string{waiters}, name, t.wake).Err(); err != nil {
+			t.logFailure("notify", name, err)
+		}
+	}()
+}
+
+// Close closes the pub/sub connection (not the Redis client) and waits for
+// the pass-ons in flight. ACQUIREs after Close no longer queue.
 func (t *RedisTransport) Close() error {
 	t.mu.Lock()
 	t.closed = true
+	t.confirmed = false
 	ps, done := t.ps, t.psDone
 	t.ps = nil
 	t.mu.Unlock()
-	if ps == nil {
-		return nil
+	var err error
+	if ps != nil {
+		err = ps.Close()
+		<-done
 	}
-	err := ps.Close()
-	<-done
+	t.bgCancel()
+	t.bg.Wait()
 	return err
 }

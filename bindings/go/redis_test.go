@@ -164,9 +164,38 @@ func TestRedisGarbageIsATransportErrorForTheClient(t *testing.T) {
 	}
 }
 
+// waitersKey is the queue of wake channels of name.
+func waitersKey(t testing.TB, name string) string {
+	t.Helper()
+	k, err := redisKey(redisKeyWaiters, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// queue returns the wake channels queued for name, oldest first.
+func queue(rdb *redis.Client, name string) []string {
+	k, _ := redisKey(redisKeyWaiters, name)
+	q, _ := rdb.ZRange(context.Background(), k, 0, -1).Result()
+	return q
+}
+
+func numSub(rdb *redis.Client, ch string) int64 {
+	m, _ := rdb.PubSubNumSub(context.Background(), ch).Result()
+	return m[ch]
+}
+
+// parked reports whether c's waiter is past its quick attempts: from now on
+// it sleeps for the holder's remaining TTL unless it is woken.
+func parked(c *Client) bool {
+	k, err := c.Counters()
+	return err == nil && k.AcquiresSent >= 3
+}
+
 func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 	a, _ := newRedisClient(t, nil)
-	b, _ := newRedisClient(t, nil)
+	b, trb := newRedisClient(t, nil)
 	ctx := context.Background()
 	name := uniq(t, "notify")
 	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
@@ -175,8 +204,8 @@ func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() {
-		// Without the notification the waiter would sleep for the
-		// holder's remaining TTL (a minute) and miss this bound.
+		// Without the wake-up the waiter would sleep for the holder's
+		// remaining TTL (a minute) and miss this bound.
 		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
 		if err == nil {
 			err = l.Release(ctx)
@@ -184,27 +213,31 @@ func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 		got <- err
 	}()
 	rdb := newRedis(t)
-	_, _, ch, _ := RedisKeys(name)
-	waitFor(t, "subscription", func() bool {
-		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
-		return m[ch] > 0
+	waitFor(t, "the waiter queued and parked", func() bool {
+		q := queue(rdb, name)
+		return len(q) == 1 && q[0] == trb.wake && parked(b)
 	})
-	time.Sleep(300 * time.Millisecond) // let the waiter's quick attempts pass
+	// Waiting does not subscribe the release channel any more.
+	if _, _, ch, _ := RedisKeys(name); numSub(rdb, ch) != 0 {
+		t.Fatalf("%d subscribers of %s", numSub(rdb, ch), ch)
+	}
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
+	if n := trb.stats.wakes.Load(); n != 1 {
+		t.Fatalf("%d wake-ups, want 1", n)
+	}
 }
 
 func TestRedisResubscribesAfterConnectionLoss(t *testing.T) {
 	a, _ := newRedisClient(t, nil)
-	b, _ := newRedisClient(t, nil)
+	b, trb := newRedisClient(t, nil)
 	rdb := newRedis(t)
 	ctx := context.Background()
 	name := uniq(t, "resub")
-	_, _, ch, _ := RedisKeys(name)
 	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -217,18 +250,18 @@ func TestRedisResubscribesAfterConnectionLoss(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "subscription", func() bool {
-		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
-		return m[ch] > 0
+	waitFor(t, "the waiter queued and parked", func() bool {
+		return numSub(rdb, trb.wake) == 1 && len(queue(rdb, name)) == 1 && parked(b)
 	})
+	rechecks := trb.stats.rechecks.Load()
 	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The resubscription re-checks the waiting name (a release may have
+	// gone unheard meanwhile).
 	waitFor(t, "resubscription", func() bool {
-		m, _ := rdb.PubSubNumSub(ctx, ch).Result()
-		return m[ch] > 0
+		return numSub(rdb, trb.wake) == 1 && trb.stats.rechecks.Load() > rechecks
 	})
-	time.Sleep(300 * time.Millisecond)
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
