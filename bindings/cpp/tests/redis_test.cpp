@@ -18,11 +18,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -281,10 +283,25 @@ class Redis : public ::testing::Test {
     for (std::size_t i = 0; i < r->elements; ++i) v.emplace_back(r->element[i]->str, r->element[i]->len);
     return v;
   }
-  std::shared_ptr<RedisTransport> transport(std::chrono::milliseconds command_timeout = 2000ms) {
+  bool queued(const std::string& name, const std::string& wake) {
+    return cmd({"ZSCORE", lr::key(lr::Key::Waiters, name), wake})->type != REDIS_REPLY_NIL;
+  }
+  std::vector<std::string> queue_of(const std::string& name) {
+    auto r = cmd({"ZRANGE", lr::key(lr::Key::Waiters, name), "0", "-1"});
+    std::vector<std::string> v;
+    for (std::size_t i = 0; i < r->elements; ++i) v.emplace_back(r->element[i]->str, r->element[i]->len);
+    return v;
+  }
+  long long subscribers(const std::string& channel) {
+    auto r = cmd({"PUBSUB", "NUMSUB", channel});
+    return r->elements == 2 ? r->element[1]->integer : -1;
+  }
+  std::shared_ptr<RedisTransport> transport(std::chrono::milliseconds command_timeout = 2000ms,
+                                            leasehold::LogFn log = {}) {
     RedisOptions o;
     o.port = g_server->port;
     o.command_timeout = command_timeout;
+    o.log = std::move(log);
     return std::make_shared<RedisTransport>(o);
   }
   static ClientOptions quiet(std::vector<std::string>* logs = nullptr, std::mutex* mu = nullptr) {
@@ -318,6 +335,8 @@ TEST_F(Redis, KeysAndScriptsComeFromTheLibrary) {
   EXPECT_EQ(lr::key(lr::Key::Lock, "orders"), "lh:{orders}");
   EXPECT_EQ(lr::key(lr::Key::Fence, "orders"), "lh:{orders}:fence");
   EXPECT_EQ(lr::key(lr::Key::Channel, "orders"), "lh:{orders}:released");
+  EXPECT_EQ(lr::key(lr::Key::Waiters, "orders"), "lh:{orders}:waiters");
+  EXPECT_NE(lr::script(lr::Script::Notify).find("PUBLISH"), std::string_view::npos);
   const std::string long_name(400, 'z');
   EXPECT_EQ(lr::key(lr::Key::Channel, long_name), "lh:{" + long_name + "}:released");  // buffer regrowth
   EXPECT_FALSE(lr::script(lr::Script::Acquire).empty());
@@ -524,4 +543,250 @@ TEST_F(Redis, CppAndPythonContendFencingStrictlyIncreases) {
   }
   EXPECT_EQ(py_entries, static_cast<std::size_t>(kPyIters));
   EXPECT_EQ(cpp_entries, static_cast<std::size_t>(kCppThreads * kCppIters));
+}
+
+// --- protocol 2: one wake-up per release -------------------------------------------------------
+
+namespace {
+
+// Waiter threads that each acquire `name` on their own LockClient (own RedisTransport), record
+// the grant and hold it until the test lets them go. Cleanup lets everyone go and closes the
+// clients (which ends waits that are still running), so a failed assertion never hangs.
+struct Waiters {
+  struct One {
+    std::shared_ptr<RedisTransport> t;
+    std::unique_ptr<LockClient> c;
+    std::thread th;
+  };
+  std::vector<One> w;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::size_t> order;          // indices, in the order they got the lock
+  std::vector<std::uint64_t> tokens;       // their fencing tokens, same order
+  std::vector<bool> go;                    // may release
+  bool all_go = false;
+
+  void start(std::shared_ptr<RedisTransport> t, const std::string& name, std::chrono::milliseconds ttl,
+             std::chrono::nanoseconds wait) {
+    const std::size_t i = w.size();
+    {
+      std::lock_guard g(mu);
+      go.push_back(false);
+    }
+    auto c = std::make_unique<LockClient>(t, Redis_quiet());
+    LockClient* cp = c.get();
+    w.push_back(One{std::move(t), std::move(c), {}});
+    w.back().th = std::thread([this, i, cp, name, ttl, wait] {
+      auto lease = cp->acquire(name, ttl, wait_for(wait));
+      std::unique_lock l(mu);
+      if (lease) {
+        order.push_back(i);
+        tokens.push_back(lease->fencing_token());
+      }
+      cv.notify_all();
+      cv.wait(l, [&] { return all_go || go[i]; });
+      l.unlock();
+      if (lease) lease->release();
+    });
+  }
+  void let_go(std::size_t i) {
+    std::lock_guard g(mu);
+    go[i] = true;
+    cv.notify_all();
+  }
+  std::size_t granted() {
+    std::lock_guard g(mu);
+    return order.size();
+  }
+  std::size_t winner(std::size_t k) {
+    std::lock_guard g(mu);
+    return order.at(k);
+  }
+  ~Waiters() {
+    {
+      std::lock_guard g(mu);
+      all_go = true;
+      cv.notify_all();
+    }
+    for (auto& o : w) o.c->close();
+    for (auto& o : w)
+      if (o.th.joinable()) o.th.join();
+  }
+  static ClientOptions Redis_quiet() {
+    ClientOptions o;
+    o.close_timeout = 10s;
+    o.log = [](std::string_view) {};
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST_F(Redis, WakeChannelIsRandomAndPerTransport) {
+  auto a = transport();
+  auto b = transport();
+  EXPECT_EQ(a->wake_channel().rfind("lh:wake:", 0), 0u);
+  EXPECT_EQ(a->wake_channel().size(), 8u + 32u);
+  EXPECT_EQ(a->wake_channel().find_first_not_of("0123456789abcdef", 8), std::string::npos);
+  EXPECT_NE(a->wake_channel(), b->wake_channel());
+  EXPECT_EQ(a->subscribed(), 0u);  // nothing subscribed before the first waiter
+  EXPECT_FALSE(a->wake_ready());
+}
+
+// N waiters on N transports: each release wakes exactly one (the oldest queued), that one
+// acquires, the others make no attempt; everyone gets the lock in queue order, tokens rising.
+TEST_F(Redis, ReleaseWakesOneQueuedWaiterAtATime) {
+  constexpr std::size_t kWaiters = 5;
+  const std::string name = "herd";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 120s);  // parked waiters sleep ~120 s: only a wake-up moves them
+  ASSERT_TRUE(held.has_value());
+
+  Waiters ws;
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    ws.start(transport(), name, 30s, 90s);
+    // One at a time, so the queue order is the start order; past the quick retries.
+    ASSERT_TRUE(eventually([&] {
+      return queued(name, ws.w[i].t->wake_channel()) && ws.w[i].c->counters().acquires_sent >= 3;
+    })) << "waiter " << i << " never queued";
+  }
+  const auto queue = queue_of(name);
+  ASSERT_EQ(queue.size(), kWaiters);
+  for (std::size_t i = 0; i < kWaiters; ++i) EXPECT_EQ(queue[i], ws.w[i].t->wake_channel()) << i;
+  for (auto& o : ws.w) EXPECT_EQ(o.t->stats().wakeups, 0u);
+
+  std::uint64_t last_token = held->fencing_token();
+  for (std::size_t k = 0; k < kWaiters; ++k) {
+    std::vector<std::uint64_t> wakeups_before, attempts_before;
+    for (auto& o : ws.w) {
+      wakeups_before.push_back(o.t->stats().wakeups);
+      attempts_before.push_back(o.c->counters().acquires_sent);
+    }
+    if (k == 0) {
+      held.reset();
+    } else {
+      ws.let_go(ws.winner(k - 1));
+    }
+    ASSERT_TRUE(eventually([&] { return ws.granted() == k + 1; })) << "nobody got the lock after release " << k;
+    const std::size_t win = ws.winner(k);
+    EXPECT_EQ(win, k) << "the oldest queued waiter should win";
+    for (std::size_t i = 0; i < kWaiters; ++i) {
+      const auto woke = ws.w[i].t->stats().wakeups - wakeups_before[i];
+      EXPECT_EQ(woke, i == win ? 1u : 0u) << "release " << k << ", waiter " << i;
+      if (i != win && i > k) {  // still parked: no attempt at all
+        EXPECT_EQ(ws.w[i].c->counters().acquires_sent, attempts_before[i]) << "release " << k << ", waiter " << i;
+      }
+    }
+    {
+      std::lock_guard g(ws.mu);
+      EXPECT_GT(ws.tokens[k], last_token);
+      last_token = ws.tokens[k];
+    }
+    // The winner's unwatch removes its entry (re-added at the back by its grant).
+    ASSERT_TRUE(eventually([&] { return !queued(name, ws.w[win].t->wake_channel()); }));
+    EXPECT_EQ(queue_of(name).size(), kWaiters - k - 1);
+  }
+  ws.let_go(ws.winner(kWaiters - 1));
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", lr::key(lr::Key::Lock, name)}) == 0; }));
+  std::uint64_t passed_on = 0;
+  for (auto& o : ws.w) passed_on += o.t->stats().passed_on;
+  EXPECT_EQ(passed_on, 0u);
+}
+
+// A queued waiter whose transport is gone is skipped: the next live one is woken.
+TEST_F(Redis, DeadQueuedWaiterIsSkipped) {
+  const std::string name = "dead";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 120s);
+  ASSERT_TRUE(held.has_value());
+  Waiters ws;
+  for (std::size_t i = 0; i < 2; ++i) {
+    ws.start(transport(), name, 30s, 90s);
+    ASSERT_TRUE(eventually([&] {
+      return queued(name, ws.w[i].t->wake_channel()) && ws.w[i].c->counters().acquires_sent >= 3;
+    }));
+  }
+  const std::string dead = ws.w[0].t->wake_channel(), live = ws.w[1].t->wake_channel();
+  ASSERT_EQ(queue_of(name), (std::vector<std::string>{dead, live}));
+  ws.w[0].t->close();  // dies without dequeuing (its pool is closed, no ZREM possible)
+  ASSERT_TRUE(eventually([&] { return subscribers(dead) == 0; }));
+  EXPECT_TRUE(queued(name, dead));
+
+  held.reset();
+  ASSERT_TRUE(eventually([&] { return ws.granted() == 1; }));
+  EXPECT_EQ(ws.winner(0), 1u);
+  EXPECT_EQ(ws.w[1].t->stats().wakeups, 1u);
+  EXPECT_EQ(ws.w[0].t->stats().wakeups, 0u);
+  EXPECT_FALSE(queued(name, dead)) << "the dead entry is popped and dropped";
+}
+
+// A stale entry (a live transport that no longer waits) is passed on with NOTIFY.
+TEST_F(Redis, StaleEntryIsPassedOnToARealWaiter) {
+  const std::string name = "stale";
+  auto stray = transport();
+  stray->watch("warm-up", {});  // subscribes the wake channel, which then lingers
+  ASSERT_TRUE(eventually([&] { return stray->wake_ready(); }));
+  stray->unwatch("warm-up");
+
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 120s);
+  ASSERT_TRUE(held.has_value());
+  Waiters ws;
+  ws.start(transport(), name, 30s, 90s);
+  ASSERT_TRUE(eventually([&] {
+    return queued(name, ws.w[0].t->wake_channel()) && ws.w[0].c->counters().acquires_sent >= 3;
+  }));
+  // Older than the real waiter's entry, as if `stray` had queued and quit without ZREM.
+  ASSERT_EQ(integer({"ZADD", lr::key(lr::Key::Waiters, name), "1", stray->wake_channel()}), 1);
+  ASSERT_EQ(queue_of(name).front(), stray->wake_channel());
+
+  const auto old = held->fencing_token();
+  held.reset();
+  ASSERT_TRUE(eventually([&] { return ws.granted() == 1; }));
+  EXPECT_EQ(stray->stats().wakeups, 1u);
+  EXPECT_EQ(stray->stats().passed_on, 1u);
+  EXPECT_EQ(ws.w[0].t->stats().wakeups, 1u);
+  EXPECT_EQ(ws.w[0].t->stats().passed_on, 0u);
+  EXPECT_FALSE(queued(name, stray->wake_channel()));
+  std::lock_guard g(ws.mu);
+  EXPECT_GT(ws.tokens[0], old);
+}
+
+// A waiters key of the wrong type: a contended (queueing) acquire is a transport error, never a
+// grant; the release still works and leaves the key alone.
+TEST_F(Redis, WrongTypeWaitersKeyIsATransportError) {
+  const std::string name = "wt", waiters = lr::key(lr::Key::Waiters, "wt");
+  cmd({"SET", waiters, "not-a-zset"});
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 120s);
+  ASSERT_TRUE(held.has_value());
+
+  std::vector<std::string> logs;
+  std::mutex mu;
+  auto tw = transport(2000ms, quiet(&logs, &mu).log);
+  {
+    LockClient waiter(tw, quiet(&logs, &mu));
+    EXPECT_FALSE(waiter.acquire(name, 5s, wait_for(3s)).has_value());
+    EXPECT_GE(tw->stats().queued_acquires, 1u);
+    EXPECT_TRUE(eventually([&] {
+      std::lock_guard g(mu);
+      for (const auto& l : logs)
+        if (l.find("redis error: lh: waiters key") != std::string::npos) return true;
+      return false;
+    })) << "the queueing acquire's lh: error should be logged as a transport error";
+    // The unwatch's ZREM hits the same garbage: logged, nothing else.
+    EXPECT_TRUE(eventually([&] {
+      std::lock_guard g(mu);
+      for (const auto& l : logs)
+        if (l.find("ZREM " + waiters) != std::string::npos) return true;
+      return false;
+    }));
+  }
+  EXPECT_TRUE(held->is_held());
+  held->release();
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", lr::key(lr::Key::Lock, name)}) == 0; }));
+  auto kind = cmd({"TYPE", waiters});
+  EXPECT_EQ(std::string(kind->str, kind->len), "string");
+  LockClient again(transport(), quiet());
+  EXPECT_TRUE(again.acquire(name, 5s).has_value());  // uncontended: the plain form
 }
