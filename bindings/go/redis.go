@@ -246,18 +246,12 @@ func (t *RedisTransport) Release(ctx context.Context, name, token string, _ []by
 		return false, err
 	}
 	args := []any{token, ch, name}
-	drop := t.takeQueued(name)
-	if drop {
+	if t.takeQueued(name) {
+		// If the script does not get to drop it (not the owner, an error),
+		// the entry is popped by a later release and the wake-up passed on.
 		args = append(args, t.wake)
 	}
 	n, err := t.release.Run(ctx, t.rdb, []string{lock, waiters}, args...).Int64()
-	if drop && (err != nil || n != 1) {
-		// The script stopped before dropping our entry: the next RELEASE of
-		// the name tries again (or a wake-up for it is passed on).
-		t.mu.Lock()
-		t.queued[name] = struct{}{}
-		t.mu.Unlock()
-	}
 	if err != nil {
 		return false, wrapReply(err)
 	}

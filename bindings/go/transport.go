@@ -44,11 +44,14 @@ type Transport interface {
 	// Release frees the lock if token owns it (and publishes a release
 	// notification): false means token was not the owner.
 	Release(ctx context.Context, name, token string, backendData []byte) (bool, error)
-	// Watch starts delivering release notifications for name to notify
-	// (from any goroutine, possibly concurrently) until the returned unwatch
-	// function is called. Spurious notifications are harmless; missed ones
-	// cost a waiter the holder's remaining TTL, so a transport that may
-	// have missed messages (for example after a reconnect) should notify.
+	// Watch tells the transport that the Client waits for name: until the
+	// returned unwatch function is called, notify is called (from any
+	// goroutine, possibly concurrently) when a release makes another
+	// attempt worthwhile (RedisTransport: a wake-up queued by its ACQUIREs,
+	// one waiting client per release). Spurious notifications are harmless;
+	// missed ones cost a waiter the holder's remaining TTL, so a transport
+	// that may have missed messages (for example after a reconnect) should
+	// notify.
 	Watch(ctx context.Context, name string, notify func(name string)) (unwatch func(), err error)
 }
 
