@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,6 +268,258 @@ func TestRedisResubscribesAfterConnectionLoss(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter after resubscription: %v", err)
+	}
+}
+
+// TestRedisReleaseWakesOneWaiterAtATime: N clients wait for one name; each
+// release wakes exactly one of them (the oldest queued), the others make no
+// attempt meanwhile, and every waiter gets the lock in turn.
+func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
+	const n = 5
+	holder, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "one")
+	first, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type waiter struct {
+		c  *Client
+		tr *RedisTransport
+	}
+	ws := make([]waiter, n)
+	byWake := map[string]int{}
+	type win struct {
+		i int
+		l *Lease
+	}
+	won := make(chan win, n)
+	errc := make(chan error, n)
+	for i := range ws {
+		c, tr := newRedisClient(t, nil)
+		ws[i] = waiter{c, tr}
+		byWake[tr.wake] = i
+		go func() {
+			l, err := c.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+			if err != nil {
+				errc <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			won <- win{i, l}
+		}()
+	}
+	waitFor(t, "every waiter queued and parked", func() bool {
+		for _, w := range ws {
+			if !parked(w.c) {
+				return false
+			}
+		}
+		return len(queue(rdb, name)) == n
+	})
+	order := queue(rdb, name)
+	if _, _, ch, _ := RedisKeys(name); numSub(rdb, ch) != 0 {
+		t.Fatalf("waiters subscribe the release channel (%d)", numSub(rdb, ch))
+	}
+	served := map[int]bool{}
+	prev, release := first.FencingToken(), first.Release
+	for turn, wake := range order {
+		want := byWake[wake]
+		before := make([]uint64, n)
+		for i, w := range ws {
+			k, _ := w.c.Counters()
+			before[i] = k.AcquiresSent
+		}
+		if err := release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got win
+		select {
+		case got = <-won:
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(time.Minute): // hang guard: unwoken, the waiters sleep 5 minutes
+			t.Fatalf("turn %d: nobody woken", turn)
+		}
+		if got.i != want {
+			t.Fatalf("turn %d: waiter %d got the lock, the oldest queued was %d", turn, got.i, want)
+		}
+		served[got.i] = true
+		for i, w := range ws {
+			wakes := w.tr.stats.wakes.Load()
+			if (served[i] && wakes != 1) || (!served[i] && wakes != 0) {
+				t.Fatalf("turn %d: waiter %d (served %v) had %d wake-ups", turn, i, served[i], wakes)
+			}
+			if k, _ := w.c.Counters(); !served[i] && k.AcquiresSent != before[i] {
+				t.Fatalf("turn %d: parked waiter %d made %d attempts", turn, i, k.AcquiresSent-before[i])
+			}
+		}
+		if got.l.FencingToken() <= prev {
+			t.Fatalf("turn %d: token %d not above %d", turn, got.l.FencingToken(), prev)
+		}
+		prev, release = got.l.FencingToken(), got.l.Release
+	}
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an empty queue", func() bool { return len(queue(rdb, name)) == 0 })
+}
+
+// TestRedisDeadQueuedWaiterIsSkipped: the oldest queued waiter's transport
+// is closed (its wake channel has no subscriber); the release wakes the next.
+func TestRedisDeadQueuedWaiterIsSkipped(t *testing.T) {
+	holder, _ := newRedisClient(t, nil)
+	a, tra := newRedisClient(t, nil)
+	b, trb := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "dead")
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	aerr := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(actx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+		aerr <- err
+	}()
+	waitFor(t, "a queued", func() bool { return len(queue(rdb, name)) == 1 && parked(a) })
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "b queued behind a", func() bool {
+		q := queue(rdb, name)
+		return len(q) == 2 && q[0] == tra.wake && q[1] == trb.wake && parked(b)
+	})
+	if err := tra.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's wake channel unsubscribed", func() bool { return numSub(rdb, tra.wake) == 0 })
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // hang guard: unwoken, b sleeps 5 minutes
+		t.Fatal("b was not woken")
+	}
+	if n := trb.stats.wakes.Load(); n != 1 {
+		t.Fatalf("b had %d wake-ups", n)
+	}
+	if slices.Contains(queue(rdb, name), tra.wake) {
+		t.Fatal("the dead entry is still queued")
+	}
+	cancel()
+	if err := <-aerr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a: %v", err)
+	}
+}
+
+// TestRedisStaleWakeIsPassedOn: a transport that is queued for a name it no
+// longer waits for (an entry left behind, put there by hand) passes the
+// wake-up on to the real waiter with NOTIFY.
+func TestRedisStaleWakeIsPassedOn(t *testing.T) {
+	holder, _ := newRedisClient(t, nil)
+	w, trw := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "stale")
+	stale, err := NewRedisTransport(newRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	// The stale transport listens on its wake channel (it waits for another name).
+	unwatch, err := stale.Watch(ctx, uniq(t, "other"), func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unwatch()
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter queued, the stale transport subscribed", func() bool {
+		return len(queue(rdb, name)) == 1 && parked(w) && numSub(rdb, stale.wake) == 1
+	})
+	// Score 0: older than any real registration, so the release pops it first.
+	if err := rdb.ZAdd(ctx, waitersKey(t, name), redis.Z{Score: 0, Member: stale.wake}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // hang guard: unwoken, the waiter sleeps 5 minutes
+		t.Fatal("the wake-up was not passed on")
+	}
+	if p, k := stale.stats.passOns.Load(), stale.stats.wakes.Load(); p != 1 || k != 0 {
+		t.Fatalf("stale transport: %d pass-ons, %d wake-ups", p, k)
+	}
+	if n := trw.stats.wakes.Load(); n != 1 {
+		t.Fatalf("waiter: %d wake-ups", n)
+	}
+}
+
+// TestRedisWaitersKeyOfWrongType: a contended, queueing acquire over a
+// waiters key that is not a zset is a transport error (never a grant), and
+// the holder's release still works.
+func TestRedisWaitersKeyOfWrongType(t *testing.T) {
+	var logs syncBuffer
+	holder, _ := newRedisClient(t, nil)
+	c, _ := newRedisClient(t, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "wrongtype")
+	wk := waitersKey(t, name)
+	lock, _, _, _ := RedisKeys(name)
+	if err := rdb.Set(ctx, wk, "not a zset", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 3 * time.Second})
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("contended acquire: %v", err)
+	}
+	if !strings.Contains(logs.String(), "lh: waiters key") {
+		t.Fatalf("the waiters key error was not logged: %q", logs.String())
+	}
+	if tok, _ := rdb.HGet(ctx, lock, "token").Result(); tok == "" {
+		t.Fatal("the holder lost the lock")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, lock).Result(); err != nil || n != 0 {
+		t.Fatalf("lock key after release: %d %v", n, err)
+	}
+	if v, err := rdb.Get(ctx, wk).Result(); err != nil || v != "not a zset" {
+		t.Fatalf("waiters key after release: %q %v", v, err)
 	}
 }
 
