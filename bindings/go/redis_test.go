@@ -187,6 +187,31 @@ func numSub(rdb *redis.Client, ch string) int64 {
 	return m[ch]
 }
 
+// acquireAsync runs c.Acquire on its own goroutine.
+func acquireAsync(ctx context.Context, c *Client, name string, opts AcquireOptions) <-chan acqResult {
+	ch := make(chan acqResult, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts)
+		ch <- acqResult{l, err}
+	}()
+	return ch
+}
+
+// awaitLease waits for an acquireAsync; the bound is a hang guard.
+func awaitLease(t testing.TB, ch <-chan acqResult, what string) *Lease {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.lease
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: not acquired", what)
+		return nil
+	}
+}
+
 // parked reports whether c's waiter is past its quick attempts: from now on
 // it sleeps for the holder's remaining TTL unless it is woken.
 func parked(c *Client) bool {
@@ -203,16 +228,9 @@ func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		// Without the wake-up the waiter would sleep for the holder's
-		// remaining TTL (a minute) and miss this bound.
-		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	// Without the wake-up the waiter would sleep for the holder's remaining
+	// TTL (a minute) and miss this bound.
+	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
 	rdb := newRedis(t)
 	waitFor(t, "the waiter queued and parked", func() bool {
 		q := queue(rdb, name)
@@ -225,11 +243,12 @@ func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter: %v", err)
-	}
+	lb := awaitLease(t, got, "waiter")
 	if n := trb.stats.wakes.Load(); n != 1 {
 		t.Fatalf("%d wake-ups, want 1", n)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -386,14 +405,7 @@ func TestRedisDeadQueuedWaiterIsSkipped(t *testing.T) {
 		aerr <- err
 	}()
 	waitFor(t, "a queued", func() bool { return len(queue(rdb, name)) == 1 && parked(a) })
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
 	waitFor(t, "b queued behind a", func() bool {
 		q := queue(rdb, name)
 		return len(q) == 2 && q[0] == tra.wake && q[1] == trb.wake && parked(b)
@@ -405,19 +417,15 @@ func TestRedisDeadQueuedWaiterIsSkipped(t *testing.T) {
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute): // hang guard: unwoken, b sleeps 5 minutes
-		t.Fatal("b was not woken")
-	}
+	lb := awaitLease(t, got, "b") // unwoken, b would sleep 5 minutes
 	if n := trb.stats.wakes.Load(); n != 1 {
 		t.Fatalf("b had %d wake-ups", n)
 	}
 	if slices.Contains(queue(rdb, name), tra.wake) {
 		t.Fatal("the dead entry is still queued")
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 	cancel()
 	if err := <-aerr; !errors.Is(err, context.Canceled) {
@@ -449,14 +457,7 @@ func TestRedisStaleWakeIsPassedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := w.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAsync(ctx, w, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
 	waitFor(t, "the waiter queued, the stale transport subscribed", func() bool {
 		return len(queue(rdb, name)) == 1 && parked(w) && numSub(rdb, stale.wake) == 1
 	})
@@ -467,19 +468,15 @@ func TestRedisStaleWakeIsPassedOn(t *testing.T) {
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute): // hang guard: unwoken, the waiter sleeps 5 minutes
-		t.Fatal("the wake-up was not passed on")
-	}
+	lw := awaitLease(t, got, "waiter") // unwoken, it would sleep 5 minutes
 	if p, k := stale.stats.passOns.Load(), stale.stats.wakes.Load(); p != 1 || k != 0 {
 		t.Fatalf("stale transport: %d pass-ons, %d wake-ups", p, k)
 	}
 	if n := trw.stats.wakes.Load(); n != 1 {
 		t.Fatalf("waiter: %d wake-ups", n)
+	}
+	if err := lw.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
