@@ -231,19 +231,11 @@ class RedisTransport final : public Transport {
       if (!waiting_.contains(name)) skip_own = erase_queued(name);
     }
     if (skip_own) args.push_back(wake_);
-    bool released = false;
-    try {
-      released = flag("release", eval(redis::Script::Release,
-                                       {redis::key(redis::Key::Lock, name), redis::key(redis::Key::Waiters, name)}, args)
-                                     .get());
-    } catch (...) {
-      if (skip_own) {
-        // Unknown outcome: the core retries the release, which should skip our entry again.
-        std::lock_guard g(sub_mu_);
-        if (!waiting_.contains(name)) queued_.emplace(name);
-      }
-      throw;
-    }
+    // On a transport error the name stays forgotten: a leftover entry is passed on later.
+    const bool released = flag("release", eval(redis::Script::Release,
+                                               {redis::key(redis::Key::Lock, name), redis::key(redis::Key::Waiters, name)},
+                                               args)
+                                              .get());
     // The script ignores ARGV[4] unless it releases (owner check first), so remove it here.
     if (skip_own && !released) zrem_own(name);
     return released ? ReleaseResult::Released : ReleaseResult::NotOwner;
