@@ -790,3 +790,43 @@ TEST_F(Redis, WrongTypeWaitersKeyIsATransportError) {
   LockClient again(transport(), quiet());
   EXPECT_TRUE(again.acquire(name, 5s).has_value());  // uncontended: the plain form
 }
+
+// The transport alone: plain ACQUIRE until the name waits and the wake channel is confirmed,
+// then queueing; a release reaches the waiting name's callback; unwatch dequeues at once.
+TEST_F(Redis, TransportQueuesOnlyWaitingNames) {
+  const std::string name = "tq";
+  auto a = transport();
+  auto b = transport();
+  ASSERT_TRUE(std::holds_alternative<leasehold::Granted>(b->acquire(name, "other", 60000)));
+  ASSERT_TRUE(std::holds_alternative<leasehold::HeldByOther>(a->acquire(name, "mine", 60000)));
+  EXPECT_EQ(a->stats().queued_acquires, 0u);
+  EXPECT_EQ(integer({"EXISTS", lr::key(lr::Key::Waiters, name)}), 0);
+
+  std::atomic<int> calls{0};
+  a->watch(name, [&](std::string_view n) {
+    EXPECT_EQ(n, name);
+    ++calls;
+  });
+  ASSERT_TRUE(eventually([&] { return a->wake_ready() && calls.load() == 1; }))
+      << "the confirmed subscription re-checks every waiting name once";
+  ASSERT_TRUE(std::holds_alternative<leasehold::HeldByOther>(a->acquire(name, "mine", 60000)));
+  EXPECT_EQ(a->stats().queued_acquires, 1u);
+  EXPECT_TRUE(queued(name, a->wake_channel()));
+
+  ASSERT_EQ(b->release(name, "other", {}), leasehold::ReleaseResult::Released);
+  ASSERT_TRUE(eventually([&] { return calls.load() == 2; }));
+  EXPECT_EQ(a->stats().wakeups, 1u);
+  EXPECT_FALSE(queued(name, a->wake_channel())) << "popped by the release";
+
+  ASSERT_TRUE(std::holds_alternative<leasehold::Granted>(a->acquire(name, "mine", 60000)));
+  EXPECT_TRUE(queued(name, a->wake_channel())) << "a queueing grant stays queued at the back";
+  a->unwatch(name);
+  EXPECT_FALSE(queued(name, a->wake_channel())) << "unwatch removes the entry before it returns";
+  EXPECT_EQ(a->release(name, "mine", {}), leasehold::ReleaseResult::Released);
+
+  // Waiting again while the subscription is confirmed: one re-check, from watch itself.
+  a->watch(name, [&](std::string_view) { ++calls; });
+  EXPECT_EQ(calls.load(), 3);
+  a->unwatch(name);
+  EXPECT_EQ(a->stats().passed_on, 0u);
+}
