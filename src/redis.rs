@@ -93,10 +93,13 @@ local WAIT_KEEP_MS = 60000
 local function is_wake(ch)
   return type(ch) == 'string' and #ch > #WAKE_PREFIX and #ch <= 128 and string.sub(ch, 1, #WAKE_PREFIX) == WAKE_PREFIX
 end
--- Queue `wake` (keeping an older registration's place); the queue outlives `ms` by WAIT_KEEP_MS.
-local function enqueue(waiters, wake, ms)
+-- Queue `wake` at the back, or keep an older registration's place (`keep_place`); the queue
+-- outlives `ms` by WAIT_KEEP_MS.
+local function enqueue(waiters, wake, ms, keep_place)
   local t = redis.call('TIME')
-  local r = redis.pcall('ZADD', waiters, 'NX', string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2])), wake)
+  local score = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local r
+  if keep_place then r = redis.pcall('ZADD', waiters, 'NX', score, wake) else r = redis.pcall('ZADD', waiters, score, wake) end
   if type(r) == 'table' and r.err then
     return redis.error_reply('lh: waiters key ' .. waiters .. ' holds a ' .. redis.call('TYPE', waiters)['ok'] .. ', expected a zset')
   end
@@ -173,7 +176,7 @@ if kind == 'hash' then
     return redis.error_reply('lh: lock key ' .. lock .. ' has no expiry (not written by leasehold?); refusing to wait on it forever')
   end
   if waiters then
-    local err = enqueue(waiters, wake, left)
+    local err = enqueue(waiters, wake, left, true)
     if err then return err end
   end
   return {0, left}
@@ -204,9 +207,9 @@ local ns = string.format('%.0f', nxt)
 redis.call('SET', fence, ns)
 redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
--- A waiter that wins stays queued (at the back): its client may have more waiters for this
--- name. The client removes the entry when it stops waiting, or skips it in its RELEASE.
-if waiters then enqueue(waiters, wake, ttl) end
+-- A waiter that wins stays queued, moved to the back: its client may have more waiters for
+-- this name. The client removes the entry when it stops waiting, or skips it in its RELEASE.
+if waiters then enqueue(waiters, wake, ttl, false) end
 return {1, nxt, ttl}
 "#
         )

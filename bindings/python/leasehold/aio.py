@@ -262,9 +262,12 @@ class AsyncLockClient:
                 t.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-            for n in [n for n, c in self._watch_refs.items() if c > 0]:
+            unwatches = [self._service.unwatch(n) for n, c in self._watch_refs.items() if c > 0]
+            if getattr(self._service, "wakes_one_waiter", False):
+                unwatches += [self._service.unwatch_waiter(n) for n in self._core_watching]
+            for op in unwatches:
                 try:
-                    await asyncio.wait_for(self._service.unwatch(n), 1.0)
+                    await asyncio.wait_for(op, 1.0)
                 except Exception:
                     log.exception("leasehold: service.unwatch failed")
         if self._unsub_clock is not None:
@@ -418,11 +421,11 @@ class AsyncLockClient:
         elif k == _ffi.LH_OUTPUT_WATCH:
             if out.name not in self._core_watching:
                 self._core_watching.add(out.name)
-                self._watch_ref(out.name, +1)
+                self._waiter_watch(out.name, True)
         elif k == _ffi.LH_OUTPUT_UNWATCH:
             if out.name in self._core_watching:
                 self._core_watching.discard(out.name)
-                self._watch_ref(out.name, -1)
+                self._waiter_watch(out.name, False)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
@@ -532,6 +535,15 @@ class AsyncLockClient:
         if not self._closed:
             self._deliver_input(fn)
 
+    def _waiter_watch(self, name: str, on: bool) -> None:
+        """The core started or stopped waiting for ``name`` (see LockClient._waiter_watch)."""
+        if not getattr(self._service, "wakes_one_waiter", False):
+            self._watch_ref(name, +1 if on else -1)
+        elif on:
+            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch_waiter))
+        else:
+            self._chain_watch(lambda: self._service.unwatch_waiter(name))
+
     def _watch_ref(self, name: str, delta: int) -> None:
         before = self._watch_refs.get(name, 0)
         after = max(0, before + delta)
@@ -540,18 +552,19 @@ class AsyncLockClient:
         else:
             self._watch_refs.pop(name, None)
         if before == 0 and after > 0:
-
-            async def watch_then_recheck() -> None:
-                await self._service.watch(name, self._notified_threadsafe)
-                # Wake one waiter once: a release between its last attempt and the
-                # subscription taking effect was never notified (see LockClient).
-                if not self._closed and name in self._core_watching:
-                    core = self._core
-                    self._deliver_input(lambda: core.released(name))
-
-            self._chain_watch(watch_then_recheck)
+            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch))
         elif before > 0 and after == 0:
             self._chain_watch(lambda: self._service.unwatch(name))
+
+    async def _watch_then_recheck(
+        self, name: str, subscribe: Callable[[str, Callable[[str], None]], Awaitable[None]]
+    ) -> None:
+        await subscribe(name, self._notified_threadsafe)
+        # Wake one waiter once: a release between its last attempt and the subscription
+        # taking effect was never notified (see LockClient).
+        if not self._closed and name in self._core_watching:
+            core = self._core
+            self._deliver_input(lambda: core.released(name))
 
     def _chain_watch(self, op: Callable[[], Awaitable[None]]) -> None:
         prev = self._watch_tail

@@ -468,15 +468,17 @@ class LockClient:
                 self._cond.wait(max(0.0, min(0.05, end - time.monotonic())))
             driver = self._driver
             pools = (self._pool, self._watch_pool, self._cb_pool)
-            watching = [n for n, c in self._watch_refs.items() if c > 0]
+            watching = [(self._service.unwatch, n) for n, c in self._watch_refs.items() if c > 0]
             self._watch_refs.clear()
+            if getattr(self._service, "wakes_one_waiter", False) and self._watch_pool is not None:
+                watching += [(self._service.unwatch_waiter, n) for n in self._core_watching]
         if driver is not None and driver is not threading.current_thread():
             driver.join(timeout=5.0)
         pool, watch_pool, cb_pool = pools
         if watch_pool is not None:
-            for n in watching:
+            for unwatch, n in watching:
                 try:
-                    watch_pool.submit(self._safe_call, "service.unwatch", self._service.unwatch, n)
+                    watch_pool.submit(self._safe_call, "service.unwatch", unwatch, n)
                 except RuntimeError:
                     break
             watch_pool.shutdown(wait=False)
@@ -710,11 +712,11 @@ class LockClient:
         elif k == _ffi.LH_OUTPUT_WATCH:
             if out.name not in self._core_watching:
                 self._core_watching.add(out.name)
-                self._watch_ref(out.name, +1)
+                self._waiter_watch(out.name, True)
         elif k == _ffi.LH_OUTPUT_UNWATCH:
             if out.name in self._core_watching:
                 self._core_watching.discard(out.name)
-                self._watch_ref(out.name, -1)
+                self._waiter_watch(out.name, False)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
@@ -931,6 +933,21 @@ class LockClient:
             self._inputs.append(lambda: core.release_result(req, _ffi.LH_RELEASE_NOT_OWNER))
 
     # -- internals: watches ----------------------------------------------------------------------------
+    def _waiter_watch(self, name: str, on: bool) -> None:
+        """(mutex held) The core started or stopped waiting for ``name``."""
+        if not getattr(self._service, "wakes_one_waiter", False):
+            self._watch_ref(name, +1 if on else -1)  # waiters share the release notifications
+            return
+        pool = self._watch_pool
+        if pool is None:
+            return
+        if on:
+            self._side_call(
+                pool, "service.watch_waiter", self._watch_then_recheck, name, self._service.watch_waiter, self._woken
+            )
+        else:
+            self._side_call(pool, "service.unwatch_waiter", self._service.unwatch_waiter, name)
+
     def _watch_ref(self, name: str, delta: int) -> None:
         """(mutex held) Reference-count watches (core waiters + on_release subscribers)."""
         before = self._watch_refs.get(name, 0)
@@ -943,7 +960,7 @@ class LockClient:
         if pool is None:
             return
         if before == 0 and after > 0:
-            self._side_call(pool, "service.watch", self._watch_then_recheck, name)
+            self._side_call(pool, "service.watch", self._watch_then_recheck, name, self._service.watch, self._notified)
         elif before > 0 and after == 0:
             self._side_call(pool, "service.unwatch", self._service.unwatch, name)
 
@@ -965,14 +982,16 @@ class LockClient:
         except RuntimeError:
             self._side_pending -= 1
 
-    def _watch_then_recheck(self, name: str) -> None:
+    def _watch_then_recheck(
+        self, name: str, subscribe: Callable[[str, Callable[[str], Any]], None], callback: Callable[[str], Any]
+    ) -> None:
         """(watch thread) Subscribe, then wake one local waiter once.
 
         A release that happened after a waiter's last attempt but before the subscription
         took effect was never notified; without this re-check that waiter would sleep until
         its retry hint (the holder's whole remaining TTL) although the lock is free.
         """
-        self._service.watch(name, self._notified)
+        subscribe(name, callback)
         with self._cond:
             if self._closed or self._stop or self._fatal is not None:
                 return
@@ -987,6 +1006,16 @@ class LockClient:
         except Exception:
             log.exception("leasehold: %s raised", what)
 
+    def _woken(self, name: str) -> bool:
+        """(service thread) The service picked this client to re-try ``name``. False when no
+        waiter here takes it (the last one just won or left): the service passes it on."""
+        with self._mu:
+            if self._closed or self._stop or self._fatal is not None or name not in self._core_watching:
+                return False
+            core = self._core
+            self._deliver_input(lambda: core.released(name))
+            return True
+
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""
         with self._mu:
@@ -995,7 +1024,9 @@ class LockClient:
             core = self._core
             if name in self._core_watching:
                 # Fed here, on the notifying thread, under the mutex: the woken waiter's
-                # Acquire goes to the pool at once, without a hop through the driver.
+                # Acquire goes to the pool at once, without a hop through the driver. (With a
+                # service that wakes one waiter itself, an on_release subscription can make
+                # this an extra wake-up: harmless, the core wakes one waiter per call.)
                 self._deliver_input(lambda: core.released(name))
             for cb in list(self._subscribers.get(name, ())):
                 self._callback(cb, name)

@@ -65,6 +65,19 @@ class LockService(abc.ABC):
     def unwatch(self, name: str) -> None:
         """Stop delivering release notifications of ``name``."""
 
+    wakes_one_waiter: bool = False
+    """True when the service itself picks one waiting client per release: the client then
+    calls ``watch_waiter``/``unwatch_waiter`` for its waiters and ``watch`` only for
+    ``on_release`` subscribers. Otherwise waiters use ``watch`` (every release wakes them)."""
+
+    def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+        """The client has waiters for ``name``; call ``on_wake(name)`` when one should re-try."""
+        self.watch(name, on_wake)
+
+    def unwatch_waiter(self, name: str) -> None:
+        """The client has no waiter for ``name`` any more."""
+        self.unwatch(name)
+
     def close(self) -> None:
         """Release connections and threads owned by the service."""
 
@@ -89,6 +102,17 @@ class AsyncLockService(abc.ABC):
     async def unwatch(self, name: str) -> None:
         """Stop delivering release notifications of ``name``."""
 
+    wakes_one_waiter: bool = False
+    """See :attr:`LockService.wakes_one_waiter`."""
+
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+        """The client has waiters for ``name`` (``on_wake`` is thread-safe)."""
+        await self.watch(name, on_wake)
+
+    async def unwatch_waiter(self, name: str) -> None:
+        """The client has no waiter for ``name`` any more."""
+        await self.unwatch(name)
+
     async def close(self) -> None:
         """Release connections owned by the service."""
 
@@ -99,6 +123,7 @@ class _SyncToAsync(AsyncLockService):
     def __init__(self, inner: LockService) -> None:
         self.inner = inner
         self.notifications = inner.notifications
+        self.wakes_one_waiter = inner.wakes_one_waiter
 
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         return await asyncio.to_thread(self.inner.acquire, name, token, ttl_ms)
@@ -114,6 +139,12 @@ class _SyncToAsync(AsyncLockService):
 
     async def unwatch(self, name: str) -> None:
         await asyncio.to_thread(self.inner.unwatch, name)
+
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+        await asyncio.to_thread(self.inner.watch_waiter, name, on_wake)
+
+    async def unwatch_waiter(self, name: str) -> None:
+        await asyncio.to_thread(self.inner.unwatch_waiter, name)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.inner.close)

@@ -16,8 +16,14 @@ script errors (garbage in the keyspace: ``ResponseError("lh: ...")``) are raised
 which the core counts as transport failures of that one request; it retries, backs off, or
 declares the lease lost by its own rules.
 
-Notifications: ``watch(name, on_released)`` subscribes the service's pub/sub thread to the
-name's channel. The thread reconnects by itself (capped exponential backoff) and re-subscribes;
+Waking waiters: the service's pub/sub connection subscribes one *wake channel* of its own
+(``lh:wake:<random>``). While the client has waiters for a name (``watch_waiter``), its
+ACQUIRE attempts carry that channel, and a refused attempt queues it on the server; a release
+wakes the oldest queued client that is still connected, so one process wakes per release, not
+every waiting one. A wake-up for a name nobody here waits for any more is passed on (NOTIFY).
+
+Notifications: ``watch(name, on_released)`` (for ``LockClient.on_release``) subscribes the
+service's pub/sub thread to the name's release channel, which hears every release. The thread reconnects by itself (capped exponential backoff) and re-subscribes;
 because messages published while it was disconnected are lost, every (re)confirmed subscription
 also delivers one ``on_released(name)`` — a spurious wake-up that makes one waiter re-check the
 lock at once instead of sleeping until the holder's TTL hint. A waiter never depends on a
@@ -71,6 +77,7 @@ class RedisLockService(LockService):
     """
 
     notifications = True
+    wakes_one_waiter = True
 
     def __init__(
         self,
@@ -89,7 +96,11 @@ class RedisLockService(LockService):
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
-        self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger)
+        self._notify = proto.script(proto.SCRIPT_NOTIFY)
+        self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on)
+        # Names whose waiters key may hold our wake channel (a queueing ACQUIRE was sent) →
+        # whether that attempt won (the winner stays queued until its own RELEASE drops it).
+        self._queued: dict[str, bool] = {}
         self._direct = _DirectConnections.for_client(client)
         self._closed = False
 
@@ -153,13 +164,25 @@ class RedisLockService(LockService):
             return self._client.eval(script.text, len(keys), *keys, *args)
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        wake = self._sub.wake_for(name)
+        if wake is None:
+            return self._acquire_once(name, token, ttl_ms, None)
+        self._queued[name] = False
+        result = self._acquire_once(name, token, ttl_ms, wake)
+        self._queued[name] = isinstance(result, Granted)
+        return result
+
+    def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_acquire
-            return proto.parse_acquire(d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True)))
+            return proto.parse_acquire(d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake)))
         k = proto.keys_for(name)
-        reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        if wake is None:
+            reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        else:
+            reply = self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
         return proto.parse_acquire(reply)
 
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
@@ -172,13 +195,23 @@ class RedisLockService(LockService):
         return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
 
     def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        skip = self._own_stale_entry(name)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_release
-            return proto.parse_flag(d.call(pack(w, token), lambda: pack(w, token, True)), "RELEASE")
+            return proto.parse_flag(d.call(pack(w, token, False, skip), lambda: pack(w, token, True, skip)), "RELEASE")
         k = proto.keys_for(name)
-        return proto.parse_flag(self._run(self._release, [k.lock], [token, k.channel, name]), "RELEASE")
+        args = [token, k.channel, name] + ([skip] if skip is not None else [])
+        return proto.parse_flag(self._run(self._release, [k.lock, k.waiters], args), "RELEASE")
+
+    def _own_stale_entry(self, name: str) -> str | None:
+        """Our wake channel if it may still be queued for ``name`` although nobody here waits
+        for it (the winner of a wait stays queued): RELEASE drops it instead of waking us."""
+        if name in self._queued and not self._sub.is_waiting(name):
+            self._queued.pop(name, None)
+            return self._sub.wake_channel
+        return None
 
     # ---- inspection (CLI `leasehold status`) -----------------------------------------------
     def ping(self) -> bool:
@@ -220,6 +253,42 @@ class RedisLockService(LockService):
             holder_pid=None,
             last_fencing_token=last_fence,
         )
+
+    # ---- waking waiters ---------------------------------------------------------------------
+    def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
+        """The client has waiters for ``name``: queue our wake channel with its attempts and call
+        ``on_wake(name)`` when a release picks us (if it returns ``False``, nobody took the
+        wake-up and it is passed on). Returns once the wake channel is subscribed (bounded by
+        the socket timeout), so no release can pick us before we listen."""
+        if self._closed:
+            return
+        self._sub.wait_on(name, on_wake)
+
+    def unwatch_waiter(self, name: str) -> None:
+        """No waiter for ``name`` here any more. A waiter that won stays queued until our
+        RELEASE drops the entry (no extra command on the handoff path); one that gave up
+        leaves the queue now (best effort)."""
+        self._sub.stop_waiting(name)
+        if self._queued.get(name) is False and not self._closed:
+            self._queued.pop(name, None)
+            try:
+                self._client.zrem(proto.keys_for(name).waiters, self._sub.wake_channel)
+            except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
+                log.debug("leaving the waiters queue of %r failed: %s", name, e)
+
+    def _pass_on(self, name: str) -> None:
+        """(pub/sub thread) A release picked us for ``name`` but nobody here waits for it."""
+        if self._closed:
+            return
+        try:
+            self._run(self._notify, [proto.keys_for(name).waiters], [name, self._sub.wake_channel])
+        except Exception as e:  # noqa: BLE001 - the waiters' retry timers still run
+            log.debug("passing a wake-up for %r on failed: %s", name, e)
+
+    @property
+    def wake_channel(self) -> str:
+        """This service's wake channel (diagnostics, tests)."""
+        return self._sub.wake_channel
 
     # ---- notifications ---------------------------------------------------------------------
     def watch(self, name: str, on_released: Callable[[str], None]) -> None:
@@ -363,6 +432,10 @@ def _buffered(conn: Any) -> bool:
     return bool(conn.can_read(timeout=0))
 
 
+def _ignore(_name: str) -> None:
+    pass
+
+
 def _close_pipe(pipe: tuple[int, int] | None) -> None:
     for fd in pipe or ():
         try:
@@ -382,11 +455,23 @@ class _Subscriber:
     once and an idle subscriber costs no CPU and one PING per ``ping_interval``.
     """
 
-    def __init__(self, client: redis.Redis, ping_interval: float, linger: float = 10.0) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        ping_interval: float,
+        linger: float = 10.0,
+        on_stray: Callable[[str], None] | None = None,
+    ) -> None:
         self._client = client
         self._ping_interval = ping_interval
         self._linger = linger
         self._lock = threading.Lock()
+        self._live_changed = threading.Condition(self._lock)
+        self._on_stray = on_stray
+        # The wake channel: subscribed from the first waiter on, for the life of the service.
+        self.wake_channel = proto.new_wake_channel()
+        self._waiting: dict[str, Callable[[str], object]] = {}
+        self._wake_live = False  # the server confirmed the wake channel's subscription
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
         self._next_gen = 0
@@ -397,6 +482,40 @@ class _Subscriber:
         self.reconnects = 0
 
     # -- called from any thread --
+    def wait_on(self, name: str, on_wake: Callable[[str], object]) -> None:
+        """Deliver wake-ups for ``name``; returns once the wake channel is live (or after the
+        connection's socket timeout: attempts then do not queue, and waiters use their timers)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._reset_after_fork_locked()
+            self._waiting[name] = on_wake
+            if self.wake_channel not in self._wanted:
+                # A fixed generation: a new waiting name needs no re-check of the others.
+                self._wanted[self.wake_channel] = ("", _ignore)
+                self._gen[self.wake_channel] = 0
+            self._ensure_thread_locked()
+            live = self._wake_live
+        if not live:
+            self._poke()
+            kw = self._client.connection_pool.connection_kwargs
+            limit = float(kw.get("socket_connect_timeout") or kw.get("socket_timeout") or 2.0) * 2
+            with self._lock:
+                self._live_changed.wait_for(lambda: self._wake_live or self._closed, timeout=limit)
+
+    def stop_waiting(self, name: str) -> None:
+        with self._lock:
+            self._waiting.pop(name, None)
+
+    def is_waiting(self, name: str) -> bool:
+        return name in self._waiting
+
+    def wake_for(self, name: str) -> str | None:
+        """Our wake channel if ``name`` has waiters here and the channel is live, else ``None``."""
+        if self._wake_live and name in self._waiting:
+            return self.wake_channel
+        return None
+
     def watch(self, channel: str, name: str, cb: Callable[[str], None]) -> None:
         with self._lock:
             if self._closed:
@@ -405,14 +524,17 @@ class _Subscriber:
             self._wanted[channel] = (name, cb)
             self._next_gen += 1
             self._gen[channel] = self._next_gen
-            if self._thread is None or not self._thread.is_alive():
-                _close_pipe(self._pipe)  # left by a thread that ended (it never should)
-                self._pipe = os.pipe()
-                os.set_blocking(self._pipe[0], False)
-                os.set_blocking(self._pipe[1], False)
-                self._thread = threading.Thread(target=self._run, name="leasehold-redis-pubsub", daemon=True)
-                self._thread.start()
+            self._ensure_thread_locked()
         self._poke()
+
+    def _ensure_thread_locked(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            _close_pipe(self._pipe)  # left by a thread that ended (it never should)
+            self._pipe = os.pipe()
+            os.set_blocking(self._pipe[0], False)
+            os.set_blocking(self._pipe[1], False)
+            self._thread = threading.Thread(target=self._run, name="leasehold-redis-pubsub", daemon=True)
+            self._thread.start()
 
     def unwatch(self, channel: str) -> None:
         with self._lock:
@@ -427,6 +549,8 @@ class _Subscriber:
             self._closed = True
             self._wanted.clear()
             self._gen.clear()
+            self._waiting.clear()
+            self._live_changed.notify_all()
             thread = self._thread if self._pid == os.getpid() else None
         self._poke()
         if thread is not None and thread is not threading.current_thread():
@@ -446,6 +570,9 @@ class _Subscriber:
             self._pipe = None
             self._wanted.clear()
             self._gen.clear()
+            self._waiting.clear()
+            self._wake_live = False
+            self.wake_channel = proto.new_wake_channel()  # never share the parent's
 
     def _poke(self) -> None:
         pipe = self._pipe
@@ -501,6 +628,7 @@ class _Subscriber:
                 if getattr(ps, "_lh_confirmed", False):
                     backoff = _RECONNECT_BASE  # it worked for a while: retry promptly
             finally:
+                self._set_wake_live(False)
                 try:
                     ps.reset()
                 except Exception:  # pragma: no cover
@@ -510,7 +638,16 @@ class _Subscriber:
             backoff = min(backoff * 2, _RECONNECT_CAP)
             self.reconnects += 1
 
+    def _set_wake_live(self, live: bool) -> list[tuple[str, Callable[[str], object]]]:
+        """Record whether the wake channel is live; returns the waiters to re-check."""
+        with self._lock:
+            self._wake_live = live
+            self._live_changed.notify_all()
+            return list(self._waiting.items()) if live else []
+
     def _serve(self, ps: Any) -> None:
+        # Until the server confirms the wake channel on this connection, attempts do not queue.
+        self._set_wake_live(False)
         subscribed: set[str] = set()
         # Unwatched channels stay subscribed for a while: a waiter that stops and starts again
         # (the usual acquire/release loop) costs no UNSUBSCRIBE/SUBSCRIBE round trip.
@@ -596,7 +733,9 @@ class _Subscriber:
         channel = msg.get("channel")
         if isinstance(channel, bytes):
             channel = channel.decode("utf-8", "replace")
-        if kind == "message":
+        if channel == self.wake_channel:
+            self._handle_wake(ps, kind, msg.get("data"))
+        elif kind == "message":
             with self._lock:
                 entry = self._wanted.get(channel) if channel is not None else None
             if entry is not None:
@@ -611,8 +750,28 @@ class _Subscriber:
             if entry is not None:
                 self._deliver(entry)
 
+    def _handle_wake(self, ps: Any, kind: Any, data: Any) -> None:
+        if kind == "message":
+            name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+            with self._lock:
+                cb = self._waiting.get(name)
+            taken = False
+            if cb is not None:
+                try:
+                    taken = cb(name) is not False
+                except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
+                    log.exception("leasehold redis wake-up callback failed for %r", name)
+            if not taken and self._on_stray is not None:
+                self._on_stray(name)
+        elif kind == "subscribe":
+            ps._lh_confirmed = True
+            # Releases while we were not listening popped our entry without reaching us: every
+            # waiter re-checks once now.
+            for entry in self._set_wake_live(True):
+                self._deliver(entry)
+
     @staticmethod
-    def _deliver(entry: tuple[str, Callable[[str], None]]) -> None:
+    def _deliver(entry: tuple[str, Callable[[str], object]]) -> None:
         name, cb = entry
         try:
             cb(name)

@@ -2,9 +2,10 @@
 
 ``AsyncRedisLockService`` implements :class:`~leasehold.service.AsyncLockService` for
 ``AsyncLockClient``: the same canonical scripts (EVALSHA with EVAL fallback), the same keys,
-and one pub/sub task per service that subscribes to watched names' release channels,
-reconnects by itself with capped backoff, re-subscribes, and wakes one waiter per
-(re)confirmed subscription because messages published while it was away are lost.
+the same waiters queue with one wake channel per service, and one pub/sub task per service
+that subscribes to the wake channel and to watched names' release channels, reconnects by
+itself with capped backoff, re-subscribes, and wakes waiters once per (re)confirmed
+subscription because messages published while it was away are lost.
 
 Connection errors, timeouts and script errors (``ResponseError("lh: ...")``) are raised; the
 core treats them as transport failures.
@@ -59,6 +60,7 @@ class AsyncRedisLockService(AsyncLockService):
     """
 
     notifications = True
+    wakes_one_waiter = True
 
     def __init__(
         self,
@@ -79,6 +81,16 @@ class AsyncRedisLockService(AsyncLockService):
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
+        self._notify = proto.script(proto.SCRIPT_NOTIFY)
+        # Waking waiters (see leasehold.backends.redis): our wake channel, the names we wait
+        # for, whether the server confirmed the channel, and names we queued for → whether that
+        # attempt won.
+        self.wake_channel = proto.new_wake_channel()
+        self._waiting: dict[str, Callable[[str], None]] = {}
+        self._wake_live = False
+        self._wake_live_changed: asyncio.Event | None = None
+        self._queued: dict[str, bool] = {}
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
         self._next_gen = 0
@@ -122,13 +134,25 @@ class AsyncRedisLockService(AsyncLockService):
             return await self._client.eval(script.text, len(keys), *keys, *args)
 
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        if not (self._wake_live and name in self._waiting):
+            return await self._acquire_once(name, token, ttl_ms, None)
+        self._queued[name] = False
+        result = await self._acquire_once(name, token, ttl_ms, self.wake_channel)
+        self._queued[name] = isinstance(result, Granted)
+        return result
+
+    async def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_acquire
-            return proto.parse_acquire(await d.call(pack(w, token, ttl_ms), lambda: pack(w, token, ttl_ms, True)))
+            reply = await d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake))
+            return proto.parse_acquire(reply)
         k = proto.keys_for(name)
-        reply = await self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        if wake is None:
+            reply = await self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+        else:
+            reply = await self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
         return proto.parse_acquire(reply)
 
     async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
@@ -143,14 +167,67 @@ class AsyncRedisLockService(AsyncLockService):
         return proto.parse_flag(reply, "RENEW")
 
     async def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        skip = None
+        if name in self._queued and name not in self._waiting:
+            # We won a wait and stayed queued: the script drops our entry (see the sync twin).
+            self._queued.pop(name, None)
+            skip = self.wake_channel
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_release
-            return proto.parse_flag(await d.call(pack(w, token), lambda: pack(w, token, True)), "RELEASE")
+            return proto.parse_flag(await d.call(pack(w, token, False, skip), lambda: pack(w, token, True, skip)), "RELEASE")
         k = proto.keys_for(name)
-        reply = await self._run(self._release, [k.lock], [token, k.channel, name])
+        args = [token, k.channel, name] + ([skip] if skip is not None else [])
+        reply = await self._run(self._release, [k.lock, k.waiters], args)
         return proto.parse_flag(reply, "RELEASE")
+
+    # ---- waking waiters ----------------------------------------------------------------------
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+        """Like :meth:`RedisLockService.watch_waiter`: returns once the wake channel is live."""
+        if self._closed:
+            return
+        self._waiting[name] = on_wake
+        if self.wake_channel not in self._wanted:
+            self._wanted[self.wake_channel] = ("", _ignore)
+            self._gen[self.wake_channel] = 0  # a new waiting name needs no re-check of the others
+        self._kick()
+        if not self._wake_live:
+            live = self._wake_live_changed
+            if live is None:
+                live = self._wake_live_changed = asyncio.Event()
+            kw = self._client.connection_pool.connection_kwargs
+            limit = float(kw.get("socket_connect_timeout") or kw.get("socket_timeout") or 2.0) * 2
+            try:
+                await asyncio.wait_for(live.wait(), limit)
+            except asyncio.TimeoutError:
+                pass  # attempts do not queue meanwhile; the waiters' timers still run
+
+    async def unwatch_waiter(self, name: str) -> None:
+        """Like :meth:`RedisLockService.unwatch_waiter`."""
+        self._waiting.pop(name, None)
+        if self._queued.get(name) is False and not self._closed:
+            self._queued.pop(name, None)
+            try:
+                await self._client.zrem(proto.keys_for(name).waiters, self.wake_channel)
+            except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
+                log.debug("leaving the waiters queue of %r failed: %s", name, e)
+
+    async def _pass_on(self, name: str) -> None:
+        """A release picked us for ``name`` but nobody here waits for it: wake the next one."""
+        try:
+            await self._run(self._notify, [proto.keys_for(name).waiters], [name, self.wake_channel])
+        except Exception as e:  # noqa: BLE001 - the waiters' retry timers still run
+            log.debug("passing a wake-up for %r on failed: %s", name, e)
+
+    def _set_wake_live(self, live: bool) -> None:
+        self._wake_live = live
+        ev = self._wake_live_changed
+        if ev is not None:
+            if live:
+                ev.set()
+            else:
+                ev.clear()
 
     # ---- notifications ---------------------------------------------------------------------
     async def watch(self, name: str, on_released: Callable[[str], None]) -> None:
@@ -160,6 +237,10 @@ class AsyncRedisLockService(AsyncLockService):
         self._wanted[channel] = (name, on_released)
         self._next_gen += 1
         self._gen[channel] = self._next_gen
+        self._kick()
+
+    def _kick(self) -> None:
+        """Have the pub/sub task reconcile its subscriptions (starting it if needed)."""
         if self._changed is None:
             self._changed = asyncio.Event()
         self._changed.set()
@@ -178,6 +259,9 @@ class AsyncRedisLockService(AsyncLockService):
         self._closed = True
         self._wanted.clear()
         self._gen.clear()
+        self._waiting.clear()
+        if self._wake_live_changed is not None:
+            self._wake_live_changed.set()  # nobody waits for the channel any more
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -212,6 +296,7 @@ class AsyncRedisLockService(AsyncLockService):
                 continue
             ps = self._client.pubsub()
             confirmed = [False]
+            self._set_wake_live(False)
             try:
                 if await self._serve(ps, confirmed) == "idle":
                     backoff = _RECONNECT_BASE
@@ -226,6 +311,7 @@ class AsyncRedisLockService(AsyncLockService):
                 if confirmed[0]:
                     backoff = _RECONNECT_BASE
             finally:
+                self._set_wake_live(False)
                 try:
                     await _aclose(ps)
                 except Exception:  # pragma: no cover
@@ -310,9 +396,28 @@ class AsyncRedisLockService(AsyncLockService):
             return
         if kind == "subscribe":
             confirmed[0] = True
+        if channel == self.wake_channel:
+            self._handle_wake(kind, msg.get("data"))
+            return
         entry = self._wanted.get(channel) if channel is not None else None
         if entry is not None:
             self._deliver(entry)
+
+    def _handle_wake(self, kind: str, data: Any) -> None:
+        if kind == "subscribe":
+            # Releases while we were not listening popped our entry without reaching us.
+            self._set_wake_live(True)
+            for entry in list(self._waiting.items()):
+                self._deliver(entry)
+            return
+        name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        cb = self._waiting.get(name)
+        if cb is not None:
+            self._deliver((name, cb))
+        elif not self._closed:
+            t = asyncio.get_running_loop().create_task(self._pass_on(name))
+            self._side_tasks.add(t)
+            t.add_done_callback(self._side_tasks.discard)
 
     @staticmethod
     def _deliver(entry: tuple[str, Callable[[str], None]]) -> None:
@@ -368,6 +473,10 @@ class _AsyncDirectConnections:
                 await self._pool.release(conn)
             except Exception:  # pragma: no cover - best effort
                 log.debug("returning a connection to the pool failed", exc_info=True)
+
+
+def _ignore(_name: str) -> None:
+    pass
 
 
 async def _exchange(conn: Any, packed: bytes) -> Any:

@@ -7,9 +7,14 @@ and C++ transports run the same bytes against the same keys.
 Calling convention (design §6, src/redis.rs):
 
 - ACQUIRE ``KEYS=[lock, fence] ARGV=[token, ttl_ms]`` → ``[1, fencing_token, ttl_ms]`` or
-  ``[0, retry_after_ms | -1]``;
+  ``[0, retry_after_ms | -1]``; a client that has waiters for the name adds the waiters key
+  and its wake channel (``KEYS=[lock, fence, waiters] ARGV=[token, ttl_ms, wake]``) so a
+  refused attempt queues it;
 - RENEW ``KEYS=[lock] ARGV=[token, ttl_ms]`` → ``1 | 0``;
-- RELEASE ``KEYS=[lock] ARGV=[token, channel, name]`` → ``1 | 0`` (1 also publishes ``name``).
+- RELEASE ``KEYS=[lock, waiters] ARGV=[token, channel, name(, own wake)]`` → ``1 | 0`` (1
+  wakes the oldest live queued client and publishes ``name`` on the release channel);
+- NOTIFY ``KEYS=[waiters] ARGV=[name(, own wake)]`` → ``1 | 0``: passes on a wake-up that
+  reached a client with no waiter for the name any more.
 
 Garbage in the keyspace makes a script answer with a Redis error whose message starts with
 ``lh:``; redis-py raises it as ``ResponseError``, which the core treats as a transport error.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -33,6 +39,9 @@ __all__ = [
     "KEY_LOCK",
     "KEY_FENCE",
     "KEY_CHANNEL",
+    "KEY_WAITERS",
+    "SCRIPT_NOTIFY",
+    "new_wake_channel",
     "Script",
     "ProtocolError",
     "script",
@@ -50,9 +59,13 @@ __all__ = [
 SCRIPT_ACQUIRE = 1
 SCRIPT_RENEW = 2
 SCRIPT_RELEASE = 3
+SCRIPT_NOTIFY = 4
 KEY_LOCK = 1
 KEY_FENCE = 2
 KEY_CHANNEL = 3
+KEY_WAITERS = 4
+#: Every wake channel starts with this (the scripts publish to nothing else).
+WAKE_PREFIX = "lh:wake:"
 
 _LH_OK = 0
 _LH_ERR_BUFFER_TOO_SMALL = 14
@@ -91,7 +104,8 @@ _lib = _declare()
 
 @dataclass(frozen=True)
 class Script:
-    """One canonical script: its kind, text, SHA1 (for EVALSHA) and number of KEYS."""
+    """One canonical script: its kind, text, SHA1 (for EVALSHA) and number of KEYS in its
+    basic form (ACQUIRE and RELEASE also take the waiters key as one more)."""
 
     kind: int
     text: str
@@ -115,11 +129,11 @@ def _read_script(kind: int) -> Script:
     )
 
 
-_SCRIPTS: dict[int, Script] = {k: _read_script(k) for k in (SCRIPT_ACQUIRE, SCRIPT_RENEW, SCRIPT_RELEASE)}
+_SCRIPTS: dict[int, Script] = {k: _read_script(k) for k in (SCRIPT_ACQUIRE, SCRIPT_RENEW, SCRIPT_RELEASE, SCRIPT_NOTIFY)}
 
 
 def script(kind: int) -> Script:
-    """The canonical script of ``kind`` (``SCRIPT_ACQUIRE`` / ``SCRIPT_RENEW`` / ``SCRIPT_RELEASE``)."""
+    """The canonical script of ``kind`` (``SCRIPT_ACQUIRE`` / ``_RENEW`` / ``_RELEASE`` / ``_NOTIFY``)."""
     try:
         return _SCRIPTS[kind]
     except KeyError:
@@ -155,6 +169,7 @@ class Keys:
     lock: str
     fence: str
     channel: str
+    waiters: str
 
 
 _CACHE_MAX = 4096
@@ -163,16 +178,21 @@ _cache_lock = threading.Lock()
 
 
 def keys_for(name: str) -> Keys:
-    """The three keys of ``name`` (cached: one C call per new name, bounded memory)."""
+    """The keys of ``name`` (cached: one C call per key of a new name, bounded memory)."""
     found = _cache.get(name)
     if found is not None:
         return found
-    keys = Keys(key(KEY_LOCK, name), key(KEY_FENCE, name), key(KEY_CHANNEL, name))
+    keys = Keys(key(KEY_LOCK, name), key(KEY_FENCE, name), key(KEY_CHANNEL, name), key(KEY_WAITERS, name))
     with _cache_lock:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
         _cache[name] = keys
     return keys
+
+
+def new_wake_channel() -> str:
+    """A fresh wake channel for one subscriber (``lh:wake:`` + 128 random bits)."""
+    return WAKE_PREFIX + secrets.token_hex(16)
 
 
 def _as_int(v: object, what: str) -> int:
@@ -218,29 +238,35 @@ def _bulk(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
-def _heads(s: Script, argc: int) -> tuple[bytes, bytes]:
+def _heads(s: Script, argc: int, num_keys: int) -> tuple[bytes, bytes]:
     """RESP array headers ``EVALSHA sha numkeys`` and ``EVAL text numkeys`` for ``argc`` more
     arguments (keys + ARGV)."""
-    nk = _bulk(str(s.num_keys).encode())
+    nk = _bulk(str(num_keys).encode())
     n = 3 + argc
     sha = b"*%d\r\n" % n + _bulk(b"EVALSHA") + _bulk(s.sha.encode()) + nk
     text = b"*%d\r\n" % n + _bulk(b"EVAL") + _bulk(s.text.encode("utf-8")) + nk
     return sha, text
 
 
-# (EVALSHA head, EVAL head) per script: acquire has 2 keys + 2 ARGV, renew 1 + 2, release 1 + 3.
-_HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4)
-_HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3)
-_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 4)
+# (EVALSHA head, EVAL head) per calling form: acquire 2 keys + 2 ARGV (queueing: 3 + 3), renew
+# 1 + 2, release 2 + 3 (dropping our own queue entry: 2 + 4).
+_HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4, 2)
+_HEAD_ACQUIRE_QUEUED = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 6, 3)
+_HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3, 1)
+_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 5, 2)
+_HEAD_RELEASE_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 6, 2)
 
 
 @dataclass(frozen=True)
 class Wire:
-    """The RESP-encoded per-name arguments: ``KEYS`` of ACQUIRE, ``KEYS`` of RENEW/RELEASE, and
-    RELEASE's trailing ``channel name`` (UTF-8, exactly the bytes of :func:`keys_for`)."""
+    """The RESP-encoded per-name arguments: ``KEYS`` of ACQUIRE (plain and queueing), ``KEYS``
+    of RENEW, ``KEYS`` of RELEASE and its trailing ``channel name`` (UTF-8, exactly the bytes
+    of :func:`keys_for`)."""
 
     acquire_keys: bytes
+    acquire_keys_queued: bytes
     lock_key: bytes
+    release_keys: bytes
     release_tail: bytes
 
 
@@ -254,7 +280,15 @@ def wire_for(name: str) -> Wire:
         return found
     k = keys_for(name)
     lock = _bulk(k.lock.encode("utf-8"))
-    w = Wire(lock + _bulk(k.fence.encode("utf-8")), lock, _bulk(k.channel.encode("utf-8")) + _bulk(name.encode("utf-8")))
+    fence = _bulk(k.fence.encode("utf-8"))
+    waiters = _bulk(k.waiters.encode("utf-8"))
+    w = Wire(
+        acquire_keys=lock + fence,
+        acquire_keys_queued=lock + fence + waiters,
+        lock_key=lock,
+        release_keys=lock + waiters,
+        release_tail=_bulk(k.channel.encode("utf-8")) + _bulk(name.encode("utf-8")),
+    )
     with _cache_lock:
         if len(_wire) >= _CACHE_MAX:
             _wire.clear()
@@ -262,11 +296,23 @@ def wire_for(name: str) -> Wire:
     return w
 
 
-def pack_acquire(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes:
-    """ACQUIRE as one RESP command (EVALSHA, or EVAL with the text when ``by_text``)."""
+def pack_acquire(w: Wire, token: str, ttl_ms: int, by_text: bool = False, wake: str | None = None) -> bytes:
+    """ACQUIRE as one RESP command (EVALSHA, or EVAL with the text when ``by_text``); with
+    ``wake``, a refused attempt queues that wake channel."""
     t = token.encode("ascii")
     ttl = b"%d" % ttl_arg(ttl_ms)
-    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_ACQUIRE[by_text], w.acquire_keys, len(t), t, len(ttl), ttl)
+    if wake is None:
+        return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_ACQUIRE[by_text], w.acquire_keys, len(t), t, len(ttl), ttl)
+    c = wake.encode("ascii")
+    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+        _HEAD_ACQUIRE_QUEUED[by_text],
+        w.acquire_keys_queued,
+        len(t),
+        t,
+        len(ttl),
+        ttl,
+        _bulk(c),
+    )
 
 
 def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes:
@@ -275,9 +321,20 @@ def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes
     return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_RENEW[by_text], w.lock_key, len(t), t, len(ttl), ttl)
 
 
-def pack_release(w: Wire, token: str, by_text: bool = False) -> bytes:
+def pack_release(w: Wire, token: str, by_text: bool = False, skip: str | None = None) -> bytes:
+    """RELEASE; ``skip`` is our own wake channel when we queued for this name earlier but no
+    longer wait for it (the script drops it before it wakes the next client)."""
     t = token.encode("ascii")
-    return b"%s%s$%d\r\n%s\r\n%s" % (_HEAD_RELEASE[by_text], w.lock_key, len(t), t, w.release_tail)
+    if skip is None:
+        return b"%s%s$%d\r\n%s\r\n%s" % (_HEAD_RELEASE[by_text], w.release_keys, len(t), t, w.release_tail)
+    return b"%s%s$%d\r\n%s\r\n%s%s" % (
+        _HEAD_RELEASE_SKIP[by_text],
+        w.release_keys,
+        len(t),
+        t,
+        w.release_tail,
+        _bulk(skip.encode("ascii")),
+    )
 
 
 _W = TypeVar("_W")

@@ -1,4 +1,5 @@
-"""LockClient / AsyncLockClient on Redis in one process: handoff through pub/sub, missed
+"""LockClient / AsyncLockClient on Redis in one process: handoff through the waiters queue and
+pub/sub, missed
 notifications survived by the retry hint and backoff, garbage keys, and a Redis restart.
 
 The bounds below are chosen so that a test can only pass through the mechanism it names: e.g.
@@ -38,6 +39,9 @@ class DeafRedisLockService(RedisLockService):
     def watch(self, name, on_released):  # type: ignore[no-untyped-def]
         pass
 
+    def watch_waiter(self, name, on_wake):  # type: ignore[no-untyped-def]
+        pass
+
 
 class Acquirer(threading.Thread):
     def __init__(self, client: LockClient, name: str, ttl: float, wait: float) -> None:
@@ -59,6 +63,11 @@ def wait_for(pred, timeout: float = 30.0, what: str = "condition") -> None:  # t
     polling.wait_until(pred, timeout, 0.01, what)
 
 
+def queued(r, name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The wake channels queued for ``name``, oldest first."""
+    return [m.decode() for m in r.zrange(proto.keys_for(name).waiters, 0, -1)]
+
+
 def test_uncontended_acquire_release_and_renewal_on_redis(redis_server, r):
     with LockClient(service(redis_server.url)) as c:
         with c.acquire("solo", ttl=1.0) as h:
@@ -74,12 +83,15 @@ def test_uncontended_acquire_release_and_renewal_on_redis(redis_server, r):
 
 def test_handoff_through_pubsub(redis_server, r):
     holder = LockClient(service(redis_server.url))
-    waiter_client = LockClient(service(redis_server.url))
+    waiter_svc = service(redis_server.url)
+    waiter_client = LockClient(waiter_svc)
     try:
         h = holder.acquire("handoff", ttl=120.0)
         w = Acquirer(waiter_client, "handoff", ttl=10.0, wait=60.0)
         w.start()
-        wait_for(lambda: r.pubsub_numsub(proto.keys_for("handoff").channel)[0][1] >= 1, what="the waiter's SUBSCRIBE")
+        wait_for(lambda: queued(r, "handoff") == [waiter_svc.wake_channel], what="the waiter queued")
+        assert r.pubsub_numsub(waiter_svc.wake_channel)[0][1] == 1
+        assert r.pubsub_numsub(proto.keys_for("handoff").channel)[0][1] == 0, "waiters do not hear every release"
         h.release()
         w.join(90)
         assert w.error is None, w.error
@@ -90,14 +102,15 @@ def test_handoff_through_pubsub(redis_server, r):
         holder.close()
 
 
-def test_many_waiters_in_one_client_share_one_subscription_and_all_get_the_lock(redis_server, r):
-    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+def test_many_waiters_in_one_client_share_one_queue_entry_and_all_get_the_lock(redis_server, r):
+    svc = service(redis_server.url)
+    with LockClient(service(redis_server.url)) as holder, LockClient(svc) as c:
         h = holder.acquire("q", ttl=120.0)
         ws = [Acquirer(c, "q", ttl=10.0, wait=60.0) for _ in range(4)]
         for w in ws:
             w.start()
-        wait_for(lambda: r.pubsub_numsub(proto.keys_for("q").channel)[0][1] >= 1, what="SUBSCRIBE")
-        assert r.pubsub_numsub(proto.keys_for("q").channel)[0][1] == 1, "one subscription per client and name"
+        wait_for(lambda: c.counters().acquires_sent >= 4 and queued(r, "q"), what="the waiters queued")
+        assert queued(r, "q") == [svc.wake_channel], "one queue entry per client and name"
         h.release()
         fences = []
         done: set[int] = set()
@@ -116,6 +129,65 @@ def test_many_waiters_in_one_client_share_one_subscription_and_all_get_the_lock(
             w.join(60)
             assert w.error is None, w.error
         assert len(fences) == 4 and fences == sorted(fences) and len(set(fences)) == 4
+
+
+def test_each_release_wakes_only_the_oldest_waiting_client(redis_server, r):
+    svcs = [service(redis_server.url) for _ in range(4)]
+    clients = [LockClient(s) for s in svcs]
+    try:
+        with LockClient(service(redis_server.url)) as holder:
+            h = holder.acquire("one", ttl=120.0)
+            ws = []
+            for c, s in zip(clients, svcs):
+                w = Acquirer(c, "one", ttl=10.0, wait=60.0)
+                w.start()
+                wait_for(lambda: s.wake_channel in queued(r, "one"), what="the waiter queued")
+                ws.append(w)
+            assert queued(r, "one") == [s.wake_channel for s in svcs], "first come, first queued"
+            sent = [c.counters().acquires_sent for c in clients]
+            h.release()
+            fences = [h.fencing_token]
+            for i, w in enumerate(ws):
+                w.join(60)
+                assert w.error is None and w.handle is not None, w.error
+                fences.append(w.handle.fencing_token)
+                # Only the client a release picked tried again (120 s holder TTLs: no timer did).
+                later = [c.counters().acquires_sent for c in clients[i + 1 :]]
+                assert later == sent[i + 1 :], f"release {i} woke more than one client"
+                w.handle.release()
+            assert fences == sorted(fences) and len(set(fences)) == 5
+            wait_for(lambda: queued(r, "one") == [], what="an empty queue")
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.mark.parametrize("stale", ["dead", "not-waiting"])
+def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale):
+    other = service(redis_server.url)
+    try:
+        if stale == "dead":
+            entry = proto.new_wake_channel()  # nobody subscribes: PUBLISH reaches 0 clients
+        else:
+            # A live client that waited once and no longer does: it passes the wake-up on.
+            other.watch_waiter("elsewhere", lambda _n: False)
+            other.unwatch_waiter("elsewhere")
+            entry = other.wake_channel
+        waiter_svc = service(redis_server.url)
+        with LockClient(service(redis_server.url)) as holder, LockClient(waiter_svc) as c:
+            h = holder.acquire("stale", ttl=120.0)
+            w = Acquirer(c, "stale", ttl=10.0, wait=60.0)
+            w.start()
+            wait_for(lambda: queued(r, "stale") == [waiter_svc.wake_channel], what="the waiter queued")
+            r.zadd(proto.keys_for("stale").waiters, {entry: 0})  # ahead of the real waiter
+            h.release()
+            w.join(90)
+            assert w.error is None and w.handle is not None, w.error
+            assert queued(r, "stale") == [waiter_svc.wake_channel], "the winner stays queued until its release"
+            w.handle.release()
+            assert queued(r, "stale") == []
+    finally:
+        other.close()
 
 
 def test_missed_notifications_are_survived_by_the_retry_hint(redis_server, r):
@@ -139,16 +211,18 @@ def test_subscriber_connection_killed_as_the_holder_releases(redis_server, r):
         w = Acquirer(c, "killed", ttl=5.0, wait=60.0)
         w.start()
         k = proto.keys_for("killed")
-        wait_for(lambda: r.pubsub_numsub(k.channel)[0][1] >= 1, what="SUBSCRIBE")
-        # Kill every subscriber connection and publish the release in one atomic step, so the
-        # notification is certainly lost. The holder's core then releases (NotOwner: gone).
+        wait_for(lambda: queued(r, "killed"), what="the waiter queued")
+        # Kill every subscriber connection and release in one atomic step, so the wake-up is
+        # certainly lost (its queue entry is popped). The holder's core then releases
+        # (NotOwner: gone).
         token = r.hget(k.lock, "token").decode()
         pipe = r.pipeline(transaction=True)
         pipe.client_kill_filter(_type="pubsub")
-        pipe.evalsha(proto.script(proto.SCRIPT_RELEASE).sha, 1, k.lock, token, k.channel, "killed")
+        pipe.evalsha(proto.script(proto.SCRIPT_RELEASE).sha, 2, k.lock, k.waiters, token, k.channel, "killed")
         r.script_load(proto.script(proto.SCRIPT_RELEASE).text)
         killed, released = pipe.execute()
         assert killed >= 1 and released == 1
+        assert queued(r, "killed") == []
         w.join(90)
         assert w.error is None, w.error
         assert w.handle is not None and w.handle.fencing_token > h.fencing_token
@@ -190,12 +264,11 @@ def test_holder_loses_its_lease_when_redis_dies_and_reacquires_after_restart(red
 
 def test_async_client_on_the_async_service(redis_server, r):
     async def main() -> None:
-        async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(
-            AsyncRedisLockService.from_url(redis_server.url)
-        ) as b:
+        b_svc = AsyncRedisLockService.from_url(redis_server.url)
+        async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(b_svc) as b:
             h = await a.acquire("aio", ttl=120.0)
             task = asyncio.ensure_future(b.acquire("aio", ttl=5.0, wait=60.0))
-            while r.pubsub_numsub(proto.keys_for("aio").channel)[0][1] < 1:
+            while queued(r, "aio") != [b_svc.wake_channel]:
                 await asyncio.sleep(0.01)
             await h.release()
             h2 = await asyncio.wait_for(task, 90)

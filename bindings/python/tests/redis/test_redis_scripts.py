@@ -19,6 +19,7 @@ from leasehold.backends import redis_protocol as proto
 ACQ = proto.script(proto.SCRIPT_ACQUIRE)
 REN = proto.script(proto.SCRIPT_RENEW)
 REL = proto.script(proto.SCRIPT_RELEASE)
+NOT = proto.script(proto.SCRIPT_NOTIFY)
 
 
 def tok() -> str:
@@ -46,23 +47,29 @@ def server_time_us(r: redis.Redis) -> int:
 
 # ---- texts and keys ------------------------------------------------------------------------
 def test_script_texts_come_from_the_library_and_their_sha_is_what_redis_computes(r):
-    for s in (ACQ, REN, REL):
+    for s in (ACQ, REN, REL, NOT):
         assert s.text.startswith("-- leasehold ")
         assert s.sha == hashlib.sha1(s.text.encode()).hexdigest()
         assert r.script_load(s.text) == s.sha
-    assert (ACQ.num_keys, REN.num_keys, REL.num_keys) == (2, 1, 1)
+    assert (ACQ.num_keys, REN.num_keys, REL.num_keys, NOT.num_keys) == (2, 1, 1, 1)
 
 
 def test_keys_are_hash_tagged_and_share_a_cluster_slot(r):
     k = proto.keys_for("jobs")
-    assert (k.lock, k.fence, k.channel) == ("lh:{jobs}", "lh:{jobs}:fence", "lh:{jobs}:released")
+    assert (k.lock, k.fence, k.channel, k.waiters) == (
+        "lh:{jobs}",
+        "lh:{jobs}:fence",
+        "lh:{jobs}:released",
+        "lh:{jobs}:waiters",
+    )
     assert proto.key(proto.KEY_LOCK, "é x") == "lh:{é x}"
     # CLUSTER KEYSLOT is not available on a non-cluster server; compare with redis-py's CRC16.
     from redis.crc import key_slot
 
     for name in ("jobs", "x{y}", "a}b", "räksmörgås"):
         k = proto.keys_for(name)
-        assert key_slot(k.lock.encode()) == key_slot(k.fence.encode()) == key_slot(k.channel.encode())
+        slots = {key_slot(x.encode()) for x in (k.lock, k.fence, k.channel, k.waiters)}
+        assert len(slots) == 1, (name, slots)
 
 
 @pytest.mark.parametrize("bad", ["", "a\0b", "n" * 513])
@@ -308,8 +315,159 @@ def test_empty_tokens_and_missing_arguments_are_refused(r):
         acquire(r, "a", "", 1_000)
     with pytest.raises(redis.ResponseError, match="^lh: .*token"):
         r.eval(REN.text, 1, k.lock, "", 1_000)
-    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys"):
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys \\(lock, fence\\) or 3"):
         r.eval(ACQ.text, 1, k.lock, tok(), 1_000)
     with pytest.raises(redis.ResponseError, match="^lh: RELEASE needs a channel"):
         r.eval(REL.text, 1, k.lock, tok())
     assert not r.exists(k.lock)
+
+
+# ---- the waiters queue (protocol 2) --------------------------------------------------------------
+def acquire_q(r: redis.Redis, name: str, token: str, ttl_ms: int, wake: str):
+    k = proto.keys_for(name)
+    return r.eval(ACQ.text, 3, k.lock, k.fence, k.waiters, token, ttl_ms, wake)
+
+
+def release_q(r: redis.Redis, name: str, token: str, skip: str | None = None):
+    k = proto.keys_for(name)
+    return r.eval(REL.text, 2, k.lock, k.waiters, token, k.channel, name, *([skip] if skip else []))
+
+
+def notify(r: redis.Redis, name: str, skip: str | None = None):
+    return r.eval(NOT.text, 1, proto.keys_for(name).waiters, name, *([skip] if skip else []))
+
+
+def queue(r: redis.Redis, name: str) -> list[str]:
+    return [m.decode() for m in r.zrange(proto.keys_for(name).waiters, 0, -1)]
+
+
+class Listener:
+    """A pub/sub connection on some channels; ``take()`` returns the messages that arrived."""
+
+    def __init__(self, r: redis.Redis, *channels: str) -> None:
+        self.ps = r.pubsub()
+        self.ps.subscribe(*channels)
+        for _ in channels:  # the confirmations: from here on every publish reaches us
+            msg = self.ps.get_message(timeout=2.0)
+            assert msg is not None and msg["type"] == "subscribe", msg
+
+    def take(self, marker_channel: str, r: redis.Redis) -> list[tuple[str, str]]:
+        """Everything before our own marker on ``marker_channel`` (which we must listen to)."""
+        r.publish(marker_channel, "--marker--")
+        got: list[tuple[str, str]] = []
+        for _ in range(200):
+            msg = self.ps.get_message(timeout=0.05)
+            if msg is None:
+                continue
+            item = (msg["channel"].decode(), msg["data"].decode())
+            if item[1] == "--marker--":
+                return got
+            got.append(item)
+        raise AssertionError(f"marker never arrived; got {got}")
+
+    def close(self) -> None:
+        self.ps.close()
+
+
+def test_refused_queueing_attempts_queue_their_wake_channel_in_arrival_order(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    assert acquire_q(r, "q", tok(), 1_000, w1)[0] == 0
+    assert acquire_q(r, "q", tok(), 1_000, w2)[0] == 0
+    assert acquire_q(r, "q", tok(), 1_000, w1)[0] == 0, "a retry keeps its place"
+    assert queue(r, "q") == [w1, w2]
+    left = r.pttl(proto.keys_for("q").waiters)
+    assert 5_000 < left <= 5_000 + 60_000, "the queue outlives the holder's TTL"
+    assert acquire(r, "q", tok(), 1_000)[0] == 0
+    assert queue(r, "q") == [w1, w2], "a plain attempt does not queue"
+
+
+def test_a_release_wakes_the_oldest_live_waiter_only_and_still_publishes_on_the_release_channel(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    dead, w1, w2 = proto.new_wake_channel(), proto.new_wake_channel(), proto.new_wake_channel()
+    k = proto.keys_for("q")
+    for w in (dead, w1, w2):
+        acquire_q(r, "q", tok(), 1_000, w)
+    r.zadd(k.waiters, {"not-a-wake-channel": 0})  # garbage is dropped, never published to
+    ln = Listener(r, w1, w2, k.channel, "not-a-wake-channel")
+    try:
+        assert release_q(r, "q", holder) == 1
+        got = ln.take(k.channel, r)
+        assert sorted(got) == sorted([(w1, "q"), (k.channel, "q")]), got
+        assert queue(r, "q") == [w2], "the dead channel and the garbage member were dropped, w1 was popped"
+    finally:
+        ln.close()
+
+
+def test_a_winner_stays_queued_at_the_back_and_its_release_can_drop_it(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    acquire_q(r, "q", tok(), 1_000, w1)
+    acquire_q(r, "q", tok(), 1_000, w2)
+    r.delete(proto.keys_for("q").lock)  # the holder's TTL ran out
+    t1 = tok()
+    assert acquire_q(r, "q", t1, 1_000, w1)[0] == 1
+    assert queue(r, "q") == [w2, w1], "the winner's client may have more waiters: queued at the back"
+    ln = Listener(r, w1, w2)
+    try:
+        assert release_q(r, "q", t1, skip=w1) == 1
+        assert ln.take(w2, r) == [(w2, "q")]
+        assert queue(r, "q") == []
+    finally:
+        ln.close()
+
+
+def test_notify_passes_a_wake_up_on_and_reports_whether_anyone_was_reached(r):
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    k = proto.keys_for("q")
+    assert notify(r, "q") == 0, "nobody queued"
+    r.zadd(k.waiters, {w1: 1, w2: 2})
+    ln = Listener(r, w2)
+    try:
+        assert notify(r, "q", skip=w1) == 1
+        assert ln.take(w2, r) == [(w2, "q")]
+        assert queue(r, "q") == []
+        assert notify(r, "q") == 0
+    finally:
+        ln.close()
+
+
+def test_a_plain_release_leaves_the_queue_alone(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w = proto.new_wake_channel()
+    acquire_q(r, "q", tok(), 1_000, w)
+    assert release(r, "q", holder) == 1  # the protocol-1 form (one key)
+    assert queue(r, "q") == [w]
+
+
+@pytest.mark.parametrize("kind", ["string", "list", "set", "stream"])
+def test_a_waiters_key_of_another_type_fails_a_queueing_refusal_clearly_and_never_blocks_a_release(r, kind):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    _plant(r, k.waiters, kind)
+    with pytest.raises(redis.ResponseError, match=f"^lh: waiters key lh:{{q}}:waiters holds a {kind}, expected a zset"):
+        acquire_q(r, "q", tok(), 1_000, proto.new_wake_channel())
+    assert r.hget(k.lock, "token") == holder.encode(), "no grant"
+    assert release_q(r, "q", holder, skip=proto.new_wake_channel()) == 1
+    assert not r.exists(k.lock)
+    assert r.type(k.waiters).decode() == kind, "left as it was"
+    assert notify(r, "q") == 0
+    t = tok()
+    assert acquire_q(r, "q", t, 1_000, proto.new_wake_channel())[0] == 1, "a free lock is granted all the same"
+
+
+@pytest.mark.parametrize("wake", ["", "lh:wake:", "other:channel", "lh:wake:" + "x" * 121])
+def test_malformed_wake_channels_are_refused(r, wake):
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a waiters key needs a wake channel"):
+        acquire_q(r, "q", tok(), 1_000, wake)
+    k = proto.keys_for("q")
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a waiters key needs a wake channel"):
+        r.eval(ACQ.text, 3, k.lock, k.fence, k.waiters, tok(), 1_000)
+    assert not r.exists(k.lock) and not r.exists(k.waiters)
+    assert len("lh:wake:" + "x" * 120) == 128
+    acquire_q(r, "q", tok(), 1_000, "lh:wake:" + "x" * 120)

@@ -423,7 +423,14 @@ def test_packed_commands_are_the_bytes_redis_py_would_send():
 
         assert proto.pack_acquire(w, t, 1234, by_text) == ref(proto.SCRIPT_ACQUIRE, 2, k.lock, k.fence, t, 1234)
         assert proto.pack_renew(w, t, 99, by_text) == ref(proto.SCRIPT_RENEW, 1, k.lock, t, 99)
-        assert proto.pack_release(w, t, by_text) == ref(proto.SCRIPT_RELEASE, 1, k.lock, t, k.channel, name)
+        wake = proto.new_wake_channel()
+        assert proto.pack_acquire(w, t, 1234, by_text, wake) == ref(
+            proto.SCRIPT_ACQUIRE, 3, k.lock, k.fence, k.waiters, t, 1234, wake
+        )
+        assert proto.pack_release(w, t, by_text) == ref(proto.SCRIPT_RELEASE, 2, k.lock, k.waiters, t, k.channel, name)
+        assert proto.pack_release(w, t, by_text, wake) == ref(
+            proto.SCRIPT_RELEASE, 2, k.lock, k.waiters, t, k.channel, name, wake
+        )
     with pytest.raises(ValueError):
         proto.pack_acquire(w, t, 0)
 
