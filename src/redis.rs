@@ -107,11 +107,15 @@ local function enqueue(waiters, wake, ms, keep_place)
   if redis.call('PTTL', waiters) < keep then redis.call('PEXPIRE', waiters, keep) end
   return nil
 end
--- Pop queued wake channels until a PUBLISH reaches a subscriber; 1 if one did. `skip` is
--- the caller's own channel when it no longer waits. A waiters key of another type is left
--- alone: nobody is woken through it (waiters fall back to their retry timers).
-local function wake_next(waiters, name, skip)
+-- Drop the caller's own entry (`skip`: it no longer waits for this name).
+local function leave(waiters, skip)
   if is_wake(skip) then redis.pcall('ZREM', waiters, skip) end
+end
+-- Pop queued wake channels until a PUBLISH reaches a subscriber; 1 if one did. At most 16
+-- entries per call (a burst of dead clients costs one release its wake-up, never a loop). A
+-- waiters key of another type is left alone: nobody is woken through it (waiters fall back
+-- to their retry timers).
+local function wake_next(waiters, name)
   for _ = 1, 16 do
     local e = redis.pcall('ZPOPMIN', waiters)
     if type(e) ~= 'table' or e.err or #e == 0 then return 0 end
@@ -267,6 +271,8 @@ end
 if type(channel) ~= 'string' or #channel == 0 or type(name) ~= 'string' or #name == 0 then
   return redis.error_reply('lh: RELEASE needs a channel and a lock name')
 end
+-- The caller leaves the queue whether or not it still owns the lock.
+if waiters then leave(waiters, skip) end
 -- HGET under pcall: TYPE and EXISTS are asked only when it fails or finds no token.
 local owner = redis.pcall('HGET', lock, 'token')
 if type(owner) == 'table' and owner.err then
@@ -279,7 +285,7 @@ if not owner then
 end
 if owner ~= token then return 0 end
 redis.call('DEL', lock)
-if waiters then wake_next(waiters, name, skip) end
+if waiters then wake_next(waiters, name) end
 redis.call('PUBLISH', channel, name)
 return 1
 "#
@@ -302,7 +308,8 @@ local name = ARGV[1]
 if type(name) ~= 'string' or #name == 0 then
   return redis.error_reply('lh: NOTIFY needs a lock name')
 end
-return wake_next(KEYS[1], name, ARGV[2])
+leave(KEYS[1], ARGV[2])
+return wake_next(KEYS[1], name)
 "#
         )
     };
@@ -638,8 +645,8 @@ mod tests {
         assert!(!renew.contains("'SET'"));
         let release = ScriptKind::Release.text();
         assert!(release.contains("redis.call('PUBLISH', channel, name)"));
-        assert!(release.contains("wake_next(waiters, name, skip)"));
-        assert!(NOTIFY_SCRIPT.contains("return wake_next(KEYS[1], name, ARGV[2])"));
+        assert!(release.contains("wake_next(waiters, name)"));
+        assert!(NOTIFY_SCRIPT.contains("return wake_next(KEYS[1], name)"));
         for script in [ACQUIRE_SCRIPT, RELEASE_SCRIPT, NOTIFY_SCRIPT] {
             assert!(script.contains(&format!("local WAKE_PREFIX = '{WAKE_CHANNEL_PREFIX}'")));
             assert!(script.contains(&format!("#ch <= {MAX_WAKE_CHANNEL_LEN}")));

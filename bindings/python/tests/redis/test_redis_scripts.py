@@ -471,3 +471,10 @@ def test_malformed_wake_channels_are_refused(r, wake):
     assert not r.exists(k.lock) and not r.exists(k.waiters)
     assert len("lh:wake:" + "x" * 120) == 128
     acquire_q(r, "q", tok(), 1_000, "lh:wake:" + "x" * 120)
+
+
+def test_a_release_that_does_not_own_the_lock_still_drops_the_callers_own_entry(r):
+    w_mine, w_other = proto.new_wake_channel(), proto.new_wake_channel()
+    r.zadd(proto.keys_for("q").waiters, {w_mine: 1, w_other: 2})
+    assert release_q(r, "q", tok(), skip=w_mine) == 0
+    assert queue(r, "q") == [w_other], "only the caller's own entry goes; nobody is woken"
