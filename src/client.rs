@@ -8,7 +8,7 @@ use crate::config::{AcquireOptions, Config, parts_per_million};
 use crate::error::Error;
 use crate::hash::KeyedState;
 use crate::rng::Rng;
-use crate::timers::Timers;
+use crate::timers::{CANCELLED, Timers};
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
     LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
@@ -141,6 +141,17 @@ struct Timing {
     requests: u64,
     /// Entries carrying another version are stale. Bumped when the record is freed too.
     version: u32,
+    /// Where the live entry sits in the request-timeout FIFO, if it went there: an answered
+    /// request cancels its timeout in place (see `Timers::cancel_in_order`).
+    fifo_position: u32,
+}
+
+/// The next version of a slot's timer entries (never `CANCELLED`).
+fn next_version(v: u32) -> u32 {
+    match v.wrapping_add(1) {
+        CANCELLED => 0,
+        n => n,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -673,6 +684,7 @@ impl Client {
                 scheduled: NEVER,
                 requests: 0,
                 version: 0,
+                fifo_position: 0,
             });
             slot
         };
@@ -683,7 +695,7 @@ impl Client {
     fn free_slot(&mut self, slot: u32) {
         self.slots[slot as usize].lease = None;
         let t = &mut self.timing[slot as usize];
-        t.version = t.version.wrapping_add(1);
+        t.version = next_version(t.version);
         t.scheduled = NEVER;
         let ids_left = t.requests < REQUEST_LIMIT / 2;
         self.records -= 1;
@@ -758,9 +770,11 @@ impl Client {
                 }
             }
         }
-        if let Some((_, slot, _)) = self.timers.upcoming_in_order(2) {
-            if let Some(t) = self.timing.get(slot as usize) {
-                prefetch(t);
+        if let Some((_, slot, version)) = self.timers.upcoming_in_order(2) {
+            if version != CANCELLED {
+                if let Some(t) = self.timing.get(slot as usize) {
+                    prefetch(t);
+                }
             }
         }
         for k in 0..2 {
@@ -777,8 +791,9 @@ impl Client {
     }
 
     /// Freeing a record bumps its version, so a matching version implies a live record.
+    /// A cancelled entry is known stale without a look at its slot.
     fn timer_is_current(&self, slot: u32, version: u32) -> bool {
-        self.timing[slot as usize].version == version
+        version != CANCELLED && self.timing[slot as usize].version == version
     }
 
     fn request_timeout(&self, l: &Lease) -> u64 {
@@ -843,15 +858,23 @@ impl Client {
         if deadline == t.scheduled {
             return;
         }
+        let old = (t.scheduled, slot, t.version);
+        let old_position = t.fifo_position;
         t.scheduled = deadline;
-        t.version = t.version.wrapping_add(1);
+        t.version = next_version(t.version);
+        let version = t.version;
+        if old.0 != NEVER {
+            // Usually an answered request's timeout.
+            let _ = self.timers.cancel_in_order(old_position, old);
+        }
         if deadline == NEVER {
             return;
         }
-        let entry = (deadline, slot, t.version);
+        let entry = (deadline, slot, version);
         if in_flight {
             // Request timeouts are send time plus one duration: nearly always in order.
-            self.timers.push_in_order(entry);
+            let position = self.timers.push_in_order(entry);
+            self.timing[slot as usize].fifo_position = position;
         } else {
             self.timers.push(entry);
         }
