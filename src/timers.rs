@@ -125,28 +125,41 @@ impl Timers {
 
     /// Like `push`, for a deadline that is usually not before the last one pushed here.
     /// Returns a position hint for `cancel_in_order`.
+    #[inline]
     pub(crate) fn push_in_order(&mut self, e: Entry) -> u32 {
-        let len = self.fifo.len();
-        let position = self.fifo_popped.wrapping_add(len as u64);
-        match (self.fifo.front(), self.fifo.back()) {
-            (Some(_), Some(back)) if *back <= e => {}
-            // Requests sent by one call share a deadline but come in any slot order. Such a
-            // tie may join the FIFO out of order (its run of equal deadlines is sorted when it
-            // reaches the front), except in the front run itself, which is kept in order. It
-            // is not before the front run, so it is never the new earliest entry either.
-            (Some(front), Some(back)) if e.0 == back.0 && e.0 != front.0 => {
-                self.unsorted_end = position + 1;
+        let position = self.fifo_popped.wrapping_add(self.fifo.len() as u64);
+        match self.fifo.back() {
+            Some(back) if *back <= e => {}
+            Some(_) => {
+                if !self.out_of_order(e, position) {
+                    self.push(e);
+                    return position as u32;
+                }
             }
-            (Some(_), Some(_)) => {
-                self.push(e);
-                return position as u32;
-            }
-            _ => self.front_run_sorted = true,
+            None => self.front_run_sorted = true,
         }
         self.note_pushed(e);
         self.len += 1;
         self.fifo.push_back(e);
         position as u32
+    }
+
+    /// Whether `e`, which sorts before the FIFO's back, may still join it. Requests sent by
+    /// one call share a deadline but come in any slot order. Such a tie may join the FIFO out
+    /// of order (its run of equal deadlines is sorted when it reaches the front), except in
+    /// the front run itself, which is kept in order. It is not before the front run, so it is
+    /// never the new earliest entry either. Out of line, so that the common case stays small
+    /// where `push_in_order` is inlined.
+    #[cold]
+    fn out_of_order(&mut self, e: Entry, position: u64) -> bool {
+        let (Some(front), Some(back)) = (self.fifo.front(), self.fifo.back()) else {
+            return false;
+        };
+        if e.0 == back.0 && e.0 != front.0 {
+            self.unsorted_end = position + 1;
+            return true;
+        }
+        false
     }
 
     /// The FIFO's least entry: its front, once the front run of equal deadlines is sorted.
@@ -179,19 +192,21 @@ impl Timers {
 
     /// Marks `e`, which the caller knows is stale, as `CANCELLED` if it is still queued in
     /// the FIFO at `position` (returns whether it was); anything else is left alone, to be
-    /// skipped by version. The
-    /// entry keeps its deadline and slot, so live entries still come due in the same order
-    /// (only stale entries of the same slot and deadline could sort between the two).
+    /// skipped by version. The entry keeps its deadline and slot, so live entries still come
+    /// due in the same order (only stale entries of the same slot and deadline could sort
+    /// between the two).
+    #[inline]
     pub(crate) fn cancel_in_order(&mut self, position: u32, e: Entry) -> bool {
         let i = position.wrapping_sub(self.fifo_popped as u32) as usize;
         let Some(x) = self.fifo.get_mut(i).filter(|x| **x == e) else {
             return false;
         };
-        x.2 = CANCELLED;
+        let cancelled = (e.0, e.1, CANCELLED);
+        *x = cancelled;
         // Still the least entry, if it was. Dropping the cache instead would load the wheel's
         // next bucket early, and entries pushed for earlier ticks would then pile up in `late`.
         if self.earliest == Some(e) {
-            self.earliest = Some(*x);
+            self.earliest = Some(cancelled);
         }
         true
     }
