@@ -125,7 +125,6 @@ impl Timers {
 
     /// Like `push`, for a deadline that is usually not before the last one pushed here.
     /// Returns a position hint for `cancel_in_order`.
-    #[inline]
     pub(crate) fn push_in_order(&mut self, e: Entry) -> u32 {
         let position = self.fifo_popped.wrapping_add(self.fifo.len() as u64);
         match self.fifo.back() {
@@ -148,8 +147,7 @@ impl Timers {
     /// one call share a deadline but come in any slot order. Such a tie may join the FIFO out
     /// of order (its run of equal deadlines is sorted when it reaches the front), except in
     /// the front run itself, which is kept in order. It is not before the front run, so it is
-    /// never the new earliest entry either. Out of line, so that the common case stays small
-    /// where `push_in_order` is inlined.
+    /// never the new earliest entry either. Out of line: the common case stays small.
     #[cold]
     fn out_of_order(&mut self, e: Entry, position: u64) -> bool {
         let (Some(front), Some(back)) = (self.fifo.front(), self.fifo.back()) else {
