@@ -2,7 +2,8 @@
 //! cost per acquire → grant → release cycle, and heap bytes per held lease.
 //!
 //! Run: `cargo bench --bench core` (`-- quick` for a shorter run; `-- renew 1000000` or
-//! `-- acquire` for one case, e.g. under `perf record`). Prints a markdown table.
+//! `-- acquire` for one case, e.g. under `perf record`; `-- renew 10000` runs a size the table
+//! leaves out). Prints a markdown table.
 //!
 //! * A renew cycle is what a host does for one renewal: `poll_timeout` → `handle_timeout` at
 //!   that deadline → `poll_output` (the `Renew` command) → `handle_renew_result(Renewed)` →
@@ -313,11 +314,18 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|");
     let mut memory = None;
-    for (leases, cycles) in [
+    // A size that is not in the table (`-- renew 10000`) runs as well, for the curve between.
+    let mut sizes = vec![
         (1u64, 3_000_000u64),
         (1_000, 3_000_000),
         (1_000_000, 2_000_000),
-    ] {
+    ];
+    for n in args.iter().filter_map(|a| a.parse::<u64>().ok()) {
+        if n > 0 && !sizes.iter().any(|&(l, _)| l == n) {
+            sizes.push((n, 2_000_000));
+        }
+    }
+    for (leases, cycles) in sizes {
         if !want("renew", leases) {
             continue;
         }

@@ -8,7 +8,7 @@ use crate::config::{AcquireOptions, Config, parts_per_million};
 use crate::error::Error;
 use crate::hash::KeyedState;
 use crate::rng::Rng;
-use crate::timers::Timers;
+use crate::timers::{CANCELLED, Timers};
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
     LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
@@ -33,6 +33,11 @@ const MAX_SUPERSEDED: usize = 16;
 /// Waiters use the holder's remaining TTL only after this many quick attempts, so a release
 /// that raced the first subscription is not missed for a whole TTL.
 const QUICK_ATTEMPTS: u32 = 3;
+/// Up to this many records the records and the timing array stay in cache: prefetching them
+/// (`prefetch_upcoming`), or cancelling answered timeouts instead of skipping them by version
+/// (`Timers::cancel_in_order`), would cost more than it saves. None with the simulator, so
+/// that its small worlds exercise those paths too (outputs are the same either way).
+const CACHED_RECORDS: u32 = if cfg!(feature = "sim") { 0 } else { 4096 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ReqKind {
@@ -141,6 +146,15 @@ struct Timing {
     requests: u64,
     /// Entries carrying another version are stale. Bumped when the record is freed too.
     version: u32,
+    /// Where the live entry sits in the request-timeout FIFO, if it went there: an answered
+    /// request cancels its timeout in place (see `Timers::cancel_in_order`).
+    fifo_position: u32,
+}
+
+/// The next version of a slot's timer entries. Versions stay even, so never `CANCELLED`.
+fn next_version(v: u32) -> u32 {
+    const _: () = assert!(CANCELLED % 2 == 1);
+    v.wrapping_add(2)
 }
 
 #[derive(Debug, Default)]
@@ -673,6 +687,7 @@ impl Client {
                 scheduled: NEVER,
                 requests: 0,
                 version: 0,
+                fifo_position: 0,
             });
             slot
         };
@@ -683,7 +698,7 @@ impl Client {
     fn free_slot(&mut self, slot: u32) {
         self.slots[slot as usize].lease = None;
         let t = &mut self.timing[slot as usize];
-        t.version = t.version.wrapping_add(1);
+        t.version = next_version(t.version);
         t.scheduled = NEVER;
         let ids_left = t.requests < REQUEST_LIMIT / 2;
         self.records -= 1;
@@ -735,7 +750,9 @@ impl Client {
                 continue;
             }
             self.timing[slot as usize].scheduled = NEVER;
-            self.prefetch_upcoming();
+            if self.records > CACHED_RECORDS {
+                self.prefetch_upcoming();
+            }
             self.on_timer(slot);
             self.settle(slot);
         }
@@ -758,9 +775,11 @@ impl Client {
                 }
             }
         }
-        if let Some((_, slot, _)) = self.timers.upcoming_in_order(2) {
-            if let Some(t) = self.timing.get(slot as usize) {
-                prefetch(t);
+        if let Some((_, slot, version)) = self.timers.upcoming_in_order(2) {
+            if version != CANCELLED {
+                if let Some(t) = self.timing.get(slot as usize) {
+                    prefetch(t);
+                }
             }
         }
         for k in 0..2 {
@@ -777,8 +796,9 @@ impl Client {
     }
 
     /// Freeing a record bumps its version, so a matching version implies a live record.
+    /// A cancelled entry is known stale without a look at its slot.
     fn timer_is_current(&self, slot: u32, version: u32) -> bool {
-        self.timing[slot as usize].version == version
+        version != CANCELLED && self.timing[slot as usize].version == version
     }
 
     fn request_timeout(&self, l: &Lease) -> u64 {
@@ -843,15 +863,23 @@ impl Client {
         if deadline == t.scheduled {
             return;
         }
+        let old = (t.scheduled, slot, t.version);
+        let old_position = t.fifo_position;
         t.scheduled = deadline;
-        t.version = t.version.wrapping_add(1);
+        t.version = next_version(t.version);
+        let version = t.version;
+        if old.0 != NEVER && self.records > CACHED_RECORDS {
+            // Usually an answered request's timeout.
+            let _ = self.timers.cancel_in_order(old_position, old);
+        }
         if deadline == NEVER {
             return;
         }
-        let entry = (deadline, slot, t.version);
+        let entry = (deadline, slot, version);
         if in_flight {
             // Request timeouts are send time plus one duration: nearly always in order.
-            self.timers.push_in_order(entry);
+            let position = self.timers.push_in_order(entry);
+            self.timing[slot as usize].fifo_position = position;
         } else {
             self.timers.push(entry);
         }

@@ -13,13 +13,18 @@
 //! touching the wheel; one that would break the order goes to the wheel instead.
 //!
 //! Entries are `(deadline, slot, version)`; the caller invalidates lazily by version, so
-//! entries are never removed, only skipped when popped.
+//! entries are never removed, only skipped when popped. A FIFO entry the caller knows is
+//! stale can be marked `CANCELLED` in place (`cancel_in_order`): when it comes due it is then
+//! skipped without a look at its slot, which with many leases is a cache and TLB miss.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 /// One scheduled deadline: `(deadline_ns, slot, version)`.
 pub(crate) type Entry = (u64, u32, u32);
+
+/// The version of a cancelled entry; callers never issue it as a real version.
+pub(crate) const CANCELLED: u32 = u32::MAX;
 
 const TICK_SHIFT: u32 = 22;
 const BUCKETS: u64 = 4096;
@@ -44,6 +49,13 @@ pub(crate) struct Timers {
     summary: u64,
     /// Entries in deadline order (`push_in_order`).
     fifo: VecDeque<Entry>,
+    /// Entries ever popped from `fifo`: the position of its front.
+    fifo_popped: u64,
+    /// Position after the last entry that joined `fifo` out of order (see `push_in_order`).
+    unsorted_end: u64,
+    /// Deadlines in `fifo` never decrease; entries with equal deadlines may be out of order
+    /// except at the front, once this is set.
+    front_run_sorted: bool,
     /// Entries with `tick >= cursor + BUCKETS`.
     overflow: BinaryHeap<Reverse<Entry>>,
     cursor: u64,
@@ -74,6 +86,7 @@ impl Timers {
         self.summary = 0;
         self.overflow.clear();
         self.fifo.clear();
+        self.front_run_sorted = true;
         self.len = 0;
         self.earliest = None;
         self.earliest_known = true;
@@ -111,24 +124,99 @@ impl Timers {
     }
 
     /// Like `push`, for a deadline that is usually not before the last one pushed here.
-    pub(crate) fn push_in_order(&mut self, e: Entry) {
-        // Whole-entry order, not just the deadline: the front must be the FIFO's least entry.
-        if self.fifo.back().is_none_or(|b| *b <= e) {
-            self.note_pushed(e);
-            self.len += 1;
-            self.fifo.push_back(e);
+    /// Returns a position hint for `cancel_in_order`.
+    pub(crate) fn push_in_order(&mut self, e: Entry) -> u32 {
+        let position = self.fifo_popped.wrapping_add(self.fifo.len() as u64);
+        match self.fifo.back() {
+            Some(back) if *back <= e => {}
+            Some(_) => {
+                if !self.out_of_order(e, position) {
+                    self.push(e);
+                    return position as u32;
+                }
+            }
+            None => self.front_run_sorted = true,
+        }
+        self.note_pushed(e);
+        self.len += 1;
+        self.fifo.push_back(e);
+        position as u32
+    }
+
+    /// Whether `e`, which sorts before the FIFO's back, may still join it. Requests sent by
+    /// one call share a deadline but come in any slot order. Such a tie may join the FIFO out
+    /// of order (its run of equal deadlines is sorted when it reaches the front), except in
+    /// the front run itself, which is kept in order. It is not before the front run, so it is
+    /// never the new earliest entry either. Out of line: the common case stays small.
+    #[cold]
+    fn out_of_order(&mut self, e: Entry, position: u64) -> bool {
+        let (Some(front), Some(back)) = (self.fifo.front(), self.fifo.back()) else {
+            return false;
+        };
+        if e.0 == back.0 && e.0 != front.0 {
+            self.unsorted_end = position + 1;
+            return true;
+        }
+        false
+    }
+
+    /// The FIFO's least entry: its front, once the front run of equal deadlines is sorted.
+    fn fifo_front(&mut self) -> Option<Entry> {
+        if !self.front_run_sorted {
+            self.sort_front_run();
+        }
+        self.fifo.front().copied()
+    }
+
+    #[cold]
+    fn sort_front_run(&mut self) {
+        self.front_run_sorted = true;
+        let Some(deadline) = self.fifo.front().map(|f| f.0) else {
+            return;
+        };
+        let n = self.fifo.iter().take_while(|x| x.0 == deadline).count();
+        let (a, _) = self.fifo.as_mut_slices();
+        if let Some(run) = a.get_mut(..n) {
+            run.sort_unstable();
         } else {
-            self.push(e);
+            // The run wraps around the ring's end.
+            let mut run: Vec<Entry> = self.fifo.iter().take(n).copied().collect();
+            run.sort_unstable();
+            for (x, y) in self.fifo.iter_mut().zip(run) {
+                *x = y;
+            }
         }
     }
 
+    /// Marks `e`, which the caller knows is stale, as `CANCELLED` if it is still queued in
+    /// the FIFO at `position` (returns whether it was); anything else is left alone, to be
+    /// skipped by version. The entry keeps its deadline and slot, so live entries still come
+    /// due in the same order (only stale entries of the same slot and deadline could sort
+    /// between the two).
+    #[inline]
+    pub(crate) fn cancel_in_order(&mut self, position: u32, e: Entry) -> bool {
+        let i = position.wrapping_sub(self.fifo_popped as u32) as usize;
+        let Some(x) = self.fifo.get_mut(i).filter(|x| **x == e) else {
+            return false;
+        };
+        let cancelled = (e.0, e.1, CANCELLED);
+        *x = cancelled;
+        // Still the least entry, if it was. Dropping the cache instead would load the wheel's
+        // next bucket early, and entries pushed for earlier ticks would then pile up in `late`.
+        if self.earliest == Some(e) {
+            self.earliest = Some(cancelled);
+        }
+        true
+    }
+
     /// Earliest entry (possibly stale: the caller checks versions).
+    #[inline]
     pub(crate) fn peek(&mut self) -> Option<Entry> {
         if !self.earliest_known {
             let wheel = self.peek_wheel();
-            self.earliest = match (wheel, self.fifo.front()) {
-                (Some(w), Some(&f)) => Some(w.min(f)),
-                (w, f) => w.or(f.copied()),
+            self.earliest = match (wheel, self.fifo_front()) {
+                (Some(w), Some(f)) => Some(w.min(f)),
+                (w, f) => w.or(f),
             };
             self.earliest_known = true;
         }
@@ -166,6 +254,15 @@ impl Timers {
         self.len -= 1;
         if self.fifo.front() == Some(&e) {
             self.fifo.pop_front();
+            self.fifo_popped += 1;
+            // A new run of equal deadlines at the front may need sorting.
+            if self.fifo_popped < self.unsorted_end {
+                if let (Some(f), Some(g)) = (self.fifo.front(), self.fifo.get(1)) {
+                    if f.0 != e.0 && f.0 == g.0 {
+                        self.front_run_sorted = false;
+                    }
+                }
+            }
             return;
         }
         // A cached earliest entry may still sit in its bucket: load it first.
@@ -275,11 +372,13 @@ mod tests {
 
     #[test]
     fn pops_in_deadline_order_against_a_binary_heap_model() {
+        let (mut cancels, mut unordered_ties) = (0, 0);
         for seed in 0..40u64 {
             let mut x = seed;
             let mut wheel = Timers::default();
             let mut model = BinaryHeap::new();
             let mut now = 0u64;
+            let mut recent = Vec::new();
             for step in 0..3_000u32 {
                 match lcg(&mut x) % 4 {
                     0 | 1 => {
@@ -301,8 +400,25 @@ mod tests {
                             .saturating_add(1 << 30)
                             .saturating_sub(lcg(&mut x) % spread);
                         let e = (d, (lcg(&mut x) % 64) as u32, step);
-                        wheel.push_in_order(e);
+                        recent.push((wheel.push_in_order(e), e));
                         model.push(Reverse(e));
+                        // Cancel a recent one now and then, as the core does with an answered
+                        // request (never one that shares deadline and slot with another
+                        // entry: the core cancels only a slot's newest entry).
+                        if lcg(&mut x) % 3 == 0 {
+                            let (position, c) = recent[(lcg(&mut x) as usize) % recent.len()];
+                            let mut entries: Vec<Entry> =
+                                model.drain().map(|Reverse(e)| e).collect();
+                            let alone =
+                                entries.iter().filter(|o| (o.0, o.1) == (c.0, c.1)).count() == 1;
+                            if alone && entries.contains(&c) && wheel.cancel_in_order(position, c) {
+                                cancels += 1;
+                                for o in entries.iter_mut().filter(|o| **o == c) {
+                                    o.2 = CANCELLED;
+                                }
+                            }
+                            model.extend(entries.into_iter().map(Reverse));
+                        }
                     }
                     2 => {
                         let got = wheel.pop();
@@ -333,7 +449,15 @@ mod tests {
                 assert_eq!(wheel.pop(), Some(want));
             }
             assert_eq!(wheel.pop(), None);
+            if wheel.unsorted_end > 0 {
+                unordered_ties += 1;
+            }
         }
+        // The cases above were exercised.
+        assert!(
+            cancels > 100 && unordered_ties > 10,
+            "{cancels} {unordered_ties}"
+        );
     }
 
     #[test]
