@@ -226,7 +226,8 @@ class RedisTransport final : public Transport {
     std::vector<std::string> args{std::string(token), redis::key(redis::Key::Channel, name), std::string(name)};
     bool skip_own = false;
     {
-      // Queued earlier but no waiter any more: the script drops our entry before waking anyone.
+      // Queued earlier but no waiter any more: the script drops our entry (owner or not) before
+      // waking anyone.
       std::lock_guard g(sub_mu_);
       if (!waiting_.contains(name)) skip_own = erase_queued(name);
     }
@@ -236,8 +237,6 @@ class RedisTransport final : public Transport {
                                                {redis::key(redis::Key::Lock, name), redis::key(redis::Key::Waiters, name)},
                                                args)
                                               .get());
-    // The script ignores ARGV[4] unless it releases (owner check first), so remove it here.
-    if (skip_own && !released) zrem_own(name);
     return released ? ReleaseResult::Released : ReleaseResult::NotOwner;
   }
 
