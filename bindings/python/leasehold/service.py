@@ -70,9 +70,15 @@ class LockService(abc.ABC):
     calls ``watch_waiter``/``unwatch_waiter`` for its waiters and ``watch`` only for
     ``on_release`` subscribers. Otherwise waiters use ``watch`` (every release wakes them)."""
 
-    def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
-        """The client has waiters for ``name``; call ``on_wake(name)`` when one should re-try."""
-        self.watch(name, on_wake)
+    def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
+        """The client has waiters for ``name``; call ``on_wake(name)`` when one should re-try.
+        ``on_wake`` returns ``False`` when no waiter took the wake-up (the service may then
+        pass it on to another client)."""
+
+        def deliver(n: str) -> None:
+            on_wake(n)
+
+        self.watch(name, deliver)
 
     def unwatch_waiter(self, name: str) -> None:
         """The client has no waiter for ``name`` any more."""
@@ -105,9 +111,14 @@ class AsyncLockService(abc.ABC):
     wakes_one_waiter: bool = False
     """See :attr:`LockService.wakes_one_waiter`."""
 
-    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
-        """The client has waiters for ``name`` (``on_wake`` is thread-safe)."""
-        await self.watch(name, on_wake)
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
+        """The client has waiters for ``name`` (``on_wake`` is thread-safe and returns ``None``:
+        the asyncio client cannot tell at once whether a waiter took it)."""
+
+        def deliver(n: str) -> None:
+            on_wake(n)
+
+        await self.watch(name, deliver)
 
     async def unwatch_waiter(self, name: str) -> None:
         """The client has no waiter for ``name`` any more."""
@@ -140,7 +151,7 @@ class _SyncToAsync(AsyncLockService):
     async def unwatch(self, name: str) -> None:
         await asyncio.to_thread(self.inner.unwatch, name)
 
-    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
         await asyncio.to_thread(self.inner.watch_waiter, name, on_wake)
 
     async def unwatch_waiter(self, name: str) -> None:

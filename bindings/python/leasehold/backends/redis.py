@@ -23,11 +23,14 @@ wakes the oldest queued client that is still connected, so one process wakes per
 every waiting one. A wake-up for a name nobody here waits for any more is passed on (NOTIFY).
 
 Notifications: ``watch(name, on_released)`` (for ``LockClient.on_release``) subscribes the
-service's pub/sub thread to the name's release channel, which hears every release. The thread reconnects by itself (capped exponential backoff) and re-subscribes;
-because messages published while it was disconnected are lost, every (re)confirmed subscription
-also delivers one ``on_released(name)`` — a spurious wake-up that makes one waiter re-check the
-lock at once instead of sleeping until the holder's TTL hint. A waiter never depends on a
-notification to make progress: it always retries at the holder's remaining TTL or with backoff.
+service's pub/sub thread to the name's release channel, which hears every release.
+
+The thread reconnects by itself (capped exponential backoff) and re-subscribes; because messages
+published while it was disconnected are lost, every (re)confirmed subscription also delivers one
+``on_released(name)`` (for the wake channel: one ``on_wake(name)`` per waiting name) — a
+spurious wake-up that makes a waiter re-check the lock at once instead of sleeping until the
+holder's TTL hint. A waiter never depends on a notification to make progress: it always retries
+at the holder's remaining TTL or with backoff.
 """
 
 from __future__ import annotations

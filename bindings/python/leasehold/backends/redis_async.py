@@ -86,7 +86,7 @@ class AsyncRedisLockService(AsyncLockService):
         # for, whether the server confirmed the channel, and names we queued for → whether that
         # attempt won.
         self.wake_channel = proto.new_wake_channel()
-        self._waiting: dict[str, Callable[[str], None]] = {}
+        self._waiting: dict[str, Callable[[str], object]] = {}
         self._wake_live = False
         self._wake_live_changed: asyncio.Event | None = None
         self._queued: dict[str, bool] = {}
@@ -183,7 +183,7 @@ class AsyncRedisLockService(AsyncLockService):
         return proto.parse_flag(reply, "RELEASE")
 
     # ---- waking waiters ----------------------------------------------------------------------
-    async def watch_waiter(self, name: str, on_wake: Callable[[str], None]) -> None:
+    async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
         """Like :meth:`RedisLockService.watch_waiter`: returns once the wake channel is live."""
         if self._closed:
             return
@@ -420,7 +420,7 @@ class AsyncRedisLockService(AsyncLockService):
             t.add_done_callback(self._side_tasks.discard)
 
     @staticmethod
-    def _deliver(entry: tuple[str, Callable[[str], None]]) -> None:
+    def _deliver(entry: tuple[str, Callable[[str], object]]) -> None:
         name, cb = entry
         try:
             cb(name)
