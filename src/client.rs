@@ -405,10 +405,15 @@ impl Client {
                 c.superseded.retain(|&r| r != request.0);
             }
             let state = l.state;
+            let regranted = matches!(result, AcquireResult::Granted { fencing_token, .. }
+                if state == LeaseState::Held && fencing_token > l.fencing_token);
             self.counters.stale_results += 1;
-            if state != LeaseState::Held {
+            if state != LeaseState::Held || regranted {
                 // Not a state change: remember the grant's ownership data, so a cleanup
-                // release can target it (a held lease keeps its live grant's data).
+                // release can target it. A held lease keeps its live grant's data, unless the
+                // service granted our token again under a newer fence (our grant had ended
+                // there): renewals and the release must then carry that grant's data (sim
+                // fuzz seed 16512691444503672638, after a backwards clock step).
                 self.adopt_backend_data(slot, &result);
             }
             if state.is_terminal() && !matches!(result, AcquireResult::HeldByOther { .. }) {

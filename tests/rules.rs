@@ -1549,3 +1549,41 @@ fn older_late_grant_does_not_replace_the_live_grants_data() {
         .unwrap();
     assert_single_release_with(&drain(&mut c), b"live");
 }
+
+#[test]
+fn newer_grant_to_a_held_leases_token_moves_its_renewals_and_release_to_that_grant() {
+    // Sim fuzz seed 16512691444503672638: a backwards clock step kept a lease held here while
+    // its grant expired at the service, which then granted a late attempt of the same token
+    // under a newer fence. The service's live grant is that one: renewals and the release must
+    // carry its data. The lease itself does not change (rule 5): same state, same fence.
+    let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
+    let live = AcquireResult::Granted {
+        fencing_token: 9,
+        ttl_ms: 3_000,
+        backend_data: b"first",
+    };
+    c.handle_acquire_result(t + MS, r2, live).unwrap();
+    drain(&mut c);
+    let newer = AcquireResult::Granted {
+        fencing_token: 10,
+        ttl_ms: 3_000,
+        backend_data: b"second",
+    };
+    c.handle_acquire_result(t + 2 * MS, r1, newer).unwrap();
+    let out = drain(&mut c);
+    assert!(
+        events(&out).is_empty() && commands(&out).is_empty(),
+        "{out:?}"
+    );
+    assert_eq!(c.fencing_token(lease).unwrap(), Some(9));
+    assert_eq!(c.lease_info(lease).unwrap().state, LeaseState::Held);
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let renew_data = commands(&out).into_iter().find_map(|cmd| match cmd {
+        Command::Renew { backend_data, .. } => Some(backend_data),
+        _ => None,
+    });
+    assert_eq!(renew_data.flatten().as_deref(), Some(&b"second"[..]));
+    let now = c.poll_timeout().unwrap_or(t + 3 * MS);
+    c.release(now, lease).unwrap();
+    assert_single_release_with(&drain(&mut c), b"second");
+}
