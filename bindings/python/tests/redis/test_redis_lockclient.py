@@ -141,7 +141,12 @@ def test_each_release_wakes_only_the_oldest_waiting_client(redis_server, r):
             for c, s in zip(clients, svcs):
                 w = Acquirer(c, "one", ttl=10.0, wait=60.0)
                 w.start()
-                wait_for(lambda: s.wake_channel in queued(r, "one"), what="the waiter queued")
+                # Queued, and past its quick attempts (the core's QUICK_ATTEMPTS = 3): parked
+                # until the holder's 120 s TTL hint unless a release wakes it.
+                wait_for(
+                    lambda: s.wake_channel in queued(r, "one") and c.counters().acquires_sent >= 3,
+                    what="the waiter parked in the queue",
+                )
                 ws.append(w)
             assert queued(r, "one") == [s.wake_channel for s in svcs], "first come, first queued"
             sent = [c.counters().acquires_sent for c in clients]
