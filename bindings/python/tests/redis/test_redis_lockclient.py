@@ -195,6 +195,37 @@ def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale
         other.close()
 
 
+def test_the_async_service_passes_a_wake_up_for_a_name_it_no_longer_waits_for_on(redis_server, r):
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def run(coro):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    other = AsyncRedisLockService.from_url(redis_server.url)
+    try:
+        run(other.watch_waiter("elsewhere", lambda _n: None))
+        run(other.unwatch_waiter("elsewhere"))
+        assert r.pubsub_numsub(other.wake_channel)[0][1] == 1, "the wake channel stays subscribed"
+        waiter_svc = service(redis_server.url)
+        with LockClient(service(redis_server.url)) as holder, LockClient(waiter_svc) as c:
+            h = holder.acquire("stale-aio", ttl=120.0)
+            w = Acquirer(c, "stale-aio", ttl=10.0, wait=60.0)
+            w.start()
+            wait_for(lambda: queued(r, "stale-aio") == [waiter_svc.wake_channel], what="the waiter queued")
+            r.zadd(proto.keys_for("stale-aio").waiters, {other.wake_channel: 0})
+            h.release()  # wakes `other`, which passes it on (NOTIFY) to the real waiter
+            w.join(90)
+            assert w.error is None and w.handle is not None, w.error
+            w.handle.release()
+    finally:
+        run(other.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def test_missed_notifications_are_survived_by_the_retry_hint(redis_server, r):
     with LockClient(service(redis_server.url)) as holder, LockClient(
         DeafRedisLockService.from_url(redis_server.url)
