@@ -241,6 +241,11 @@ fn arg_of(c: &BufChoice) -> Arg {
     }
 }
 
+/// Kinds `lh_redis_script` / `lh_redis_key` know, counted here on purpose (not read from the
+/// library): this target checks the ABI against its own expectations.
+const REDIS_SCRIPT_KINDS: u32 = 4;
+const REDIS_KEY_KINDS: u32 = 4;
+
 fn enum_of(e: Enum, known: u32) -> u32 {
     match e {
         Enum::Known(i) => u32::from(i) % known + 1,
@@ -974,7 +979,8 @@ impl Handle {
                 null_buf,
                 null_out,
             } => {
-                let kind = enum_of(*kind, 3);
+                // lock, fence, channel, waiters (protocol 2)
+                let kind = enum_of(*kind, REDIS_KEY_KINDS);
                 let name = arg_of(name);
                 let cap = usize::from(*buf_len) % 1100;
                 let mut buf = vec![0xEEu8; cap];
@@ -1023,13 +1029,17 @@ impl Handle {
                         "ffi: lh_redis_key wrote out_len on error"
                     );
                 }
-                if name.null || name.len > MAX_NAME_LEN || op.is_null() || !(1..=3).contains(&kind)
+                if name.null
+                    || name.len > MAX_NAME_LEN
+                    || op.is_null()
+                    || !(1..=REDIS_KEY_KINDS).contains(&kind)
                 {
                     assert_ne!(st, LH_OK, "ffi: lh_redis_key accepted a bad argument");
                 }
             }
             FOp::RedisScript { kind, null_out } => {
-                let kind = enum_of(*kind, 3);
+                // acquire, renew, release, notify (protocol 2)
+                let kind = enum_of(*kind, REDIS_SCRIPT_KINDS);
                 let mut text: *const std::ffi::c_char = ptr::null();
                 let mut len = 0usize;
                 // SAFETY: out-pointers NULL or valid.
@@ -1042,7 +1052,7 @@ impl Handle {
                 };
                 if *null_out {
                     expect_status("lh_redis_script", st, &[LH_ERR_NULL_ARGUMENT]);
-                } else if (1..=3).contains(&kind) {
+                } else if (1..=REDIS_SCRIPT_KINDS).contains(&kind) {
                     expect_status("lh_redis_script", st, &[LH_OK]);
                     // SAFETY: static NUL-terminated text of `len` bytes.
                     let s = unsafe { CStr::from_ptr(text) };
