@@ -10,10 +10,12 @@ notification would time out rather than pass by polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 import threading
+from typing import Iterator
 
 import pytest
 
@@ -167,63 +169,60 @@ def test_each_release_wakes_only_the_oldest_waiting_client(redis_server, r):
             c.close()
 
 
-@pytest.mark.parametrize("stale", ["dead", "not-waiting"])
-def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale):
-    other = service(redis_server.url)
-    try:
-        if stale == "dead":
-            entry = proto.new_wake_channel()  # nobody subscribes: PUBLISH reaches 0 clients
-        else:
-            # A live client that waited once and no longer does: it passes the wake-up on.
+@contextlib.contextmanager
+def stale_entry(url: str, kind: str) -> Iterator[str]:
+    """A wake channel that must not swallow a wake-up: one nobody subscribes to (PUBLISH
+    reaches 0 clients), or that of a live sync / asyncio service that waited once and no longer
+    does (it passes the wake-up on with NOTIFY)."""
+    if kind == "dead":
+        yield proto.new_wake_channel()
+    elif kind == "not-waiting":
+        other = service(url)
+        try:
             other.watch_waiter("elsewhere", lambda _n: False)
             other.unwatch_waiter("elsewhere")
-            entry = other.wake_channel
-        waiter_svc = service(redis_server.url)
-        with LockClient(service(redis_server.url)) as holder, LockClient(waiter_svc) as c:
-            h = holder.acquire("stale", ttl=120.0)
-            w = Acquirer(c, "stale", ttl=10.0, wait=60.0)
-            w.start()
-            wait_for(lambda: queued(r, "stale") == [waiter_svc.wake_channel], what="the waiter queued")
-            r.zadd(proto.keys_for("stale").waiters, {entry: 0})  # ahead of the real waiter
-            h.release()
-            w.join(90)
-            assert w.error is None and w.handle is not None, w.error
-            assert queued(r, "stale") == [waiter_svc.wake_channel], "the winner stays queued until its release"
-            w.handle.release()
-            assert queued(r, "stale") == []
-    finally:
-        other.close()
+            yield other.wake_channel
+        finally:
+            other.close()
+    else:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+
+        def run(coro):  # type: ignore[no-untyped-def]
+            return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+        aother = AsyncRedisLockService.from_url(url)
+        try:
+            run(aother.watch_waiter("elsewhere", lambda _n: None))
+            run(aother.unwatch_waiter("elsewhere"))
+            yield aother.wake_channel
+        finally:
+            run(aother.close())
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
 
 
-def test_the_async_service_passes_a_wake_up_for_a_name_it_no_longer_waits_for_on(redis_server, r):
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def run(coro):  # type: ignore[no-untyped-def]
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
-
-    other = AsyncRedisLockService.from_url(redis_server.url)
-    try:
-        run(other.watch_waiter("elsewhere", lambda _n: None))
-        run(other.unwatch_waiter("elsewhere"))
-        assert r.pubsub_numsub(other.wake_channel)[0][1] == 1, "the wake channel stays subscribed"
-        waiter_svc = service(redis_server.url)
-        with LockClient(service(redis_server.url)) as holder, LockClient(waiter_svc) as c:
-            h = holder.acquire("stale-aio", ttl=120.0)
-            w = Acquirer(c, "stale-aio", ttl=10.0, wait=60.0)
-            w.start()
-            wait_for(lambda: queued(r, "stale-aio") == [waiter_svc.wake_channel], what="the waiter queued")
-            r.zadd(proto.keys_for("stale-aio").waiters, {other.wake_channel: 0})
-            h.release()  # wakes `other`, which passes it on (NOTIFY) to the real waiter
-            w.join(90)
-            assert w.error is None and w.handle is not None, w.error
-            w.handle.release()
-    finally:
-        run(other.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+@pytest.mark.parametrize("stale", ["dead", "not-waiting", "async-not-waiting"])
+def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale):
+    waiter_svc = service(redis_server.url)
+    with stale_entry(redis_server.url, stale) as entry, LockClient(
+        service(redis_server.url)
+    ) as holder, LockClient(waiter_svc) as c:
+        if stale != "dead":
+            assert r.pubsub_numsub(entry)[0][1] == 1, "the wake channel stays subscribed"
+        h = holder.acquire("stale", ttl=120.0)
+        w = Acquirer(c, "stale", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: queued(r, "stale") == [waiter_svc.wake_channel], what="the waiter queued")
+        r.zadd(proto.keys_for("stale").waiters, {entry: 0})  # ahead of the real waiter
+        h.release()
+        w.join(90)
+        assert w.error is None and w.handle is not None, w.error
+        assert queued(r, "stale") == [waiter_svc.wake_channel], "the winner stays queued until its release"
+        w.handle.release()
+        assert queued(r, "stale") == []
 
 
 def test_missed_notifications_are_survived_by_the_retry_hint(redis_server, r):
