@@ -53,8 +53,9 @@
 //!
 //! Garbage in the keyspace (a lock key of another type or a hash without a valid
 //! token/fence, a lock without expiry, a fence key holding anything but a decimal integer, a
-//! waiters key that is not a zset when a refused ACQUIRE queues) and malformed arguments make the scripts return a Redis error reply whose message starts
-//! with `lh: `. Hosts report it as a transport error; it is never a grant.
+//! waiters key that is not a zset when a refused ACQUIRE queues) and malformed arguments make
+//! the scripts return a Redis error reply whose message starts with `lh: `. Hosts report it as
+//! a transport error; it is never a grant.
 
 use crate::Error;
 
@@ -94,10 +95,13 @@ local function is_wake(ch)
   return type(ch) == 'string' and #ch > #WAKE_PREFIX and #ch <= 128 and string.sub(ch, 1, #WAKE_PREFIX) == WAKE_PREFIX
 end
 -- Queue `wake` at the back, or keep an older registration's place (`keep_place`); the queue
--- outlives `ms` by WAIT_KEEP_MS.
-local function enqueue(waiters, wake, ms, keep_place)
-  local t = redis.call('TIME')
-  local score = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+-- outlives `ms` by WAIT_KEEP_MS. `now_us` is the server time when the caller has read it.
+local function enqueue(waiters, wake, ms, keep_place, now_us)
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local score = string.format('%.0f', now_us)
   local r
   if keep_place then r = redis.pcall('ZADD', waiters, 'NX', score, wake) else r = redis.pcall('ZADD', waiters, score, wake) end
   if type(r) == 'table' and r.err then
@@ -213,7 +217,7 @@ redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
 -- A waiter that wins stays queued, moved to the back: its client may have more waiters for
 -- this name. The client removes the entry when it stops waiting, or skips it in its RELEASE.
-if waiters then enqueue(waiters, wake, ttl, false) end
+if waiters then enqueue(waiters, wake, ttl, false, now) end
 return {1, nxt, ttl}
 "#
         )

@@ -10,6 +10,7 @@ stays valid forever.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import struct
 import time
@@ -428,3 +429,13 @@ class Core:
     def debug_panic(self) -> None:
         """Test hook: make the core panic inside the ABI boundary (poisons the handle)."""
         lib.lh_client_debug_panic(self._p())
+
+
+def dispatch_all(outs: list[Output], dispatch: Callable[[Output], None]) -> None:
+    """Hand each drained output to ``dispatch``; one that raises is logged and the rest still
+    go (shared by LockClient and AsyncLockClient; dispatching never calls back into the core)."""
+    for out in outs:
+        try:
+            dispatch(out)
+        except Exception:
+            logging.getLogger("leasehold").exception("leasehold: failed to dispatch %r", out)

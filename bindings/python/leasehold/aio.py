@@ -36,7 +36,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Generator
 from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
 from ._clock import resolve_clock
-from ._core import Config, Core, Counters, Output
+from ._core import Config, Core, Counters, Output, dispatch_all
 from .client import _IDLE_TICK_NS, Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
@@ -387,11 +387,7 @@ class AsyncLockClient:
             return
         outs, dl = self._core.drain()
         self._deadline = dl
-        for out in outs:  # dispatching never calls back into the core
-            try:
-                self._dispatch(out)
-            except Exception:
-                log.exception("leasehold: failed to dispatch %r", out)
+        dispatch_all(outs, self._dispatch)
         if (
             self._inputs
             or self._closing

@@ -56,7 +56,7 @@ from typing import Any, Callable
 from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
 from ._clock import resolve_clock
-from ._core import Config, Core, Counters, Output
+from ._core import Config, Core, Counters, Output, dispatch_all
 from .service import Granted, HeldByOther, LockService
 
 __all__ = ["LockClient", "LockHandle", "Subscription", "service_call_bound"]
@@ -661,11 +661,7 @@ class LockClient:
             self._on_fatal(e)
             return
         self._deadline = dl
-        for out in outs:  # dispatching never calls back into the core
-            try:
-                self._dispatch(out)
-            except Exception:
-                log.exception("leasehold: failed to dispatch %r", out)
+        dispatch_all(outs, self._dispatch)
         if (
             self._inputs
             or self._closing

@@ -478,3 +478,28 @@ def test_a_release_that_does_not_own_the_lock_still_drops_the_callers_own_entry(
     r.zadd(proto.keys_for("q").waiters, {w_mine: 1, w_other: 2})
     assert release_q(r, "q", tok(), skip=w_mine) == 0
     assert queue(r, "q") == [w_other], "only the caller's own entry goes; nobody is woken"
+
+
+def test_malformed_notify_and_release_calls_are_refused(r):
+    k = proto.keys_for("q")
+    with pytest.raises(redis.ResponseError, match="^lh: NOTIFY needs a lock name"):
+        r.eval(NOT.text, 1, k.waiters, "")
+    with pytest.raises(redis.ResponseError, match="^lh: NOTIFY expects 1 key"):
+        r.eval(NOT.text, 2, k.waiters, k.lock, "q")
+    with pytest.raises(redis.ResponseError, match="^lh: RELEASE expects 1 key \\(lock\\) or 2"):
+        r.eval(REL.text, 3, k.lock, k.waiters, k.fence, tok(), k.channel, "q")
+    # A caller's "own channel" that is not a wake channel never removes anything.
+    r.zadd(k.waiters, {"not-a-wake-channel": 1})
+    assert release_q(r, "q", tok(), skip="not-a-wake-channel") == 0
+    assert r.zcard(k.waiters) == 1
+    assert notify(r, "q", skip="not-a-wake-channel") == 0
+    assert r.zcard(k.waiters) == 0, "popped by NOTIFY as garbage, never published to"
+
+
+def test_a_winner_reuses_the_grants_server_time_for_its_queue_place(r):
+    w = proto.new_wake_channel()
+    before = server_time_us(r)
+    assert acquire_q(r, "q", tok(), 1_000, w)[0] == 1
+    score = r.zscore(proto.keys_for("q").waiters, w)
+    fence = int(r.get(proto.keys_for("q").fence))
+    assert score == fence >= before, "queued at the grant's own TIME, the fence's source"
