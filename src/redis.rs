@@ -177,6 +177,8 @@ if kind == 'hash' then
   end
   if cur[1] == token then
     redis.call('PEXPIRE', lock, ttl_s)
+    -- A retry whose grant reply was lost: queued at the back like a fresh grant (below).
+    if waiters then enqueue(waiters, wake, ttl, false) end
     return {1, f, ttl}
   end
   local left = redis.call('PTTL', lock)

@@ -420,6 +420,23 @@ def test_a_winner_stays_queued_at_the_back_and_its_release_can_drop_it(r):
         ln.close()
 
 
+def test_a_retried_grant_moves_its_wake_channel_to_the_back_like_a_fresh_one(r):
+    k = proto.keys_for("q")
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1 = tok()
+    first = acquire_q(r, "q", t1, 1_000, w1)
+    assert first[0] == 1
+    assert acquire_q(r, "q", tok(), 1_000, w2)[0] == 0
+    assert queue(r, "q") == [w1, w2]
+    r.persist(k.waiters)  # so the TTL checked below is the retry's own
+    # The reply to the first ACQUIRE was lost; the client retries with the same token.
+    assert acquire_q(r, "q", t1, 1_000, w1) == [1, first[1], 1_000], "the same grant"
+    assert queue(r, "q") == [w2, w1], "queued at the back, as a fresh grant would be"
+    assert 60_000 < r.pttl(k.waiters) <= 1_000 + 60_000, "the queue outlives the grant's TTL"
+    assert acquire(r, "q", t1, 1_000) == [1, first[1], 1_000]
+    assert queue(r, "q") == [w2, w1], "a plain retry does not touch the queue"
+
+
 def test_notify_passes_a_wake_up_on_and_reports_whether_anyone_was_reached(r):
     w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
     k = proto.keys_for("q")
