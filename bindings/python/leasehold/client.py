@@ -721,6 +721,7 @@ class LockClient:
                     h._state = _HELD
                     if h._settled is not None:
                         h._settled.set()
+                        self._service.unpark()
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
@@ -751,6 +752,7 @@ class LockClient:
         h._state = _FAILED
         if h._settled is not None:
             h._settled.set()
+            self._service.unpark()
 
     def _hand_over(self, out: Output) -> bool:
         """(mutex held) Give an Acquire command to its lease's parked acquire() caller, which
@@ -761,6 +763,7 @@ class LockClient:
         h._cmd = out
         self._inflight += 1
         h._settled.set()
+        self._service.unpark()
         return True
 
     def _wait_settled(self, h: LockHandle, bound: float) -> bool:
@@ -775,6 +778,7 @@ class LockClient:
         end = time.monotonic() + bound
         lease = h.lease_id
         ev: threading.Event | None = None
+        park = False
         try:
             while True:
                 with self._mu:
@@ -789,13 +793,19 @@ class LockClient:
                             ev.clear()  # every set() happens under the mutex: none is lost
                         if self._inline and not self._paused and lease not in self._parked:
                             self._parked[lease] = h
+                        park = self._parked.get(lease) is h
                 if cmd is not None:
                     self._run_inline(cmd)
                     continue
                 left = end - time.monotonic()
-                if ev is None or left <= 0 or not ev.wait(left):
+                if ev is None or left <= 0:
+                    return h._state != _ACQUIRING
+                # A parked runner waits in the service, which may read its wake-up itself.
+                if not (self._service.park(ev, left) if park else ev.wait(left)):
                     return h._state != _ACQUIRING
         finally:
+            if park:
+                self._service.end_park()
             with self._mu:
                 if self._parked.get(lease) is h:
                     del self._parked[lease]

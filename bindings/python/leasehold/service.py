@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -83,6 +84,23 @@ class LockService(abc.ABC):
     def unwatch_waiter(self, name: str) -> None:
         """The client has no waiter for ``name`` any more."""
         self.unwatch(name)
+
+    def park(self, ready: threading.Event, timeout: float) -> bool:
+        """Block the calling thread, an ``acquire()`` caller waiting for its turn, until
+        ``ready`` is set or ``timeout`` seconds pass; returns ``ready.is_set()``.
+
+        A service with a notification connection may serve it on this thread meanwhile: the
+        wake-up is then read, handled and acted on by the waiter itself, without a hand-off
+        between threads (the largest cost of a handoff in CPython). Whoever else sets
+        ``ready`` calls :meth:`unpark` afterwards; the thread calls :meth:`end_park` once it
+        stops waiting."""
+        return ready.wait(timeout)
+
+    def unpark(self) -> None:
+        """Another thread set a parked thread's ``ready`` (see :meth:`park`)."""
+
+    def end_park(self) -> None:
+        """The calling thread will not park again for now (see :meth:`park`)."""
 
     def close(self) -> None:
         """Release connections and threads owned by the service."""

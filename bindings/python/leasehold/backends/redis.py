@@ -288,6 +288,17 @@ class RedisLockService(LockService):
         except Exception as e:  # noqa: BLE001 - the waiters' retry timers still run
             log.debug("passing a wake-up for %r on failed: %s", name, e)
 
+    def park(self, ready: threading.Event, timeout: float) -> bool:
+        """A waiting ``acquire()`` serves the pub/sub connection itself meanwhile, so its wake-up
+        is read and its next attempt sent on this thread, with no hand-off (see the base)."""
+        return self._sub.park(ready, timeout)
+
+    def unpark(self) -> None:
+        self._sub.unpark()
+
+    def end_park(self) -> None:
+        self._sub.end_park()
+
     @property
     def wake_channel(self) -> str:
         """This service's wake channel (diagnostics, tests)."""
@@ -447,6 +458,26 @@ def _close_pipe(pipe: tuple[int, int] | None) -> None:
             pass
 
 
+_THREAD = "thread"  # the pub/sub thread serves its connection (see ``_Subscriber.park``)
+
+
+class _Conn:
+    """The state of one pub/sub connection, kept across turns of ``_Subscriber._step`` (by the
+    thread, or by a parked waiter it lent the connection to)."""
+
+    def __init__(self, ps: Any) -> None:
+        self.ps = ps
+        self.subscribed: set[str] = set()
+        # Unwatched channels stay subscribed for a while: a waiter that stops and starts again
+        # (the usual acquire/release loop) costs no UNSUBSCRIBE/SUBSCRIBE round trip.
+        self.lingering: dict[str, float] = {}
+        self.seen: dict[str, int] = {}  # watch generation last served per subscribed channel
+        self.ping_pending = False
+        self.last_traffic = time.monotonic()
+        self.reconcile = True
+        self.error: BaseException | None = None  # the connection failed under a waiter
+
+
 class _Subscriber:
     """One pub/sub connection on its own daemon thread.
 
@@ -473,6 +504,7 @@ class _Subscriber:
         self._on_stray = on_stray
         # The wake channel: subscribed from the first waiter on, for the life of the service.
         self.wake_channel = proto.new_wake_channel()
+        self._wake_bytes = self.wake_channel.encode()
         self._waiting: dict[str, Callable[[str], object]] = {}
         self._wake_live = False  # the server confirmed the wake channel's subscription
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
@@ -483,6 +515,12 @@ class _Subscriber:
         self._pid = os.getpid()
         self._closed = False
         self.reconnects = 0
+        # Who serves the connection: the thread (``_THREAD``), or a parked waiter (its thread
+        # ident) that claimed it (``park``), so that its wake-up needs no thread hand-off.
+        self._lead: object = None
+        self._claim: int | None = None
+        self._conn: _Conn | None = None
+        self._lead_changed = threading.Condition(self._lock)
 
     # -- called from any thread --
     def wait_on(self, name: str, on_wake: Callable[[str], object]) -> None:
@@ -512,6 +550,73 @@ class _Subscriber:
 
     def is_waiting(self, name: str) -> bool:
         return name in self._waiting
+
+    def park(self, ready: threading.Event, timeout: float) -> bool:
+        """Wait for ``ready`` (at most ``timeout`` s) while serving the connection on this
+        thread, so that a wake-up for this thread's lease is read and handled here, and its
+        attempt runs without a hand-off between threads. One waiter serves at a time (any other
+        just waits on ``ready``); it keeps the connection between its parks, until ``end_park``,
+        so the thread does not compete with it for the GIL during its attempt."""
+        me = threading.get_ident()
+        end = time.monotonic() + timeout
+        poke = False
+        with self._lock:
+            if self._lead != me and self._claim != me:
+                if self._claim is not None or self._closed or self._thread is None or self._pid != os.getpid():
+                    serve = False
+                else:
+                    self._claim, serve, poke = me, True, True
+            else:
+                serve = True
+        if not serve:
+            return ready.wait(timeout)
+        if poke:
+            self._poke()  # the thread leaves its select and lends the connection (``_lend``)
+        with self._lock:
+            while self._lead != me and not self._closed and not ready.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lead_changed.wait(left)
+            st = self._conn if self._lead == me else None
+        if st is None:
+            return ready.wait(max(0.0, end - time.monotonic()))
+        try:
+            while not ready.is_set():
+                left = end - time.monotonic()
+                if left <= 0 or not self._step(st, left, ready.is_set):
+                    break
+        except BaseException as e:
+            # The thread reconnects; an interrupt may have cut a reply in half, so it too
+            # counts as a failed connection.
+            st.error = e if isinstance(e, Exception) else redis.ConnectionError("interrupted while reading")
+            self.end_park()
+            if not isinstance(e, Exception):
+                raise
+        return ready.wait(max(0.0, end - time.monotonic()))
+
+    def unpark(self) -> None:
+        """A parked thread's ``ready`` was set by another thread: make a waiter that serves
+        the connection (or waits for it) look."""
+        if self._claim is None:
+            return
+        with self._lock:
+            self._lead_changed.notify_all()
+            lead = self._lead
+        if lead not in (None, _THREAD, threading.get_ident()):
+            self._poke()
+
+    def end_park(self) -> None:
+        """(the parked thread) Done waiting: give the connection back to the thread."""
+        me = threading.get_ident()
+        if self._claim != me and self._lead != me:
+            return
+        with self._lock:
+            if self._claim == me:
+                self._claim = None
+            if self._lead == me:
+                self._lead = None
+            self._lead_changed.notify_all()
 
     def wake_for(self, name: str) -> str | None:
         """Our wake channel if ``name`` has waiters here and the channel is live, else ``None``."""
@@ -554,6 +659,7 @@ class _Subscriber:
             self._gen.clear()
             self._waiting.clear()
             self._live_changed.notify_all()
+            self._lead_changed.notify_all()
             thread = self._thread if self._pid == os.getpid() else None
         self._poke()
         if thread is not None and thread is not threading.current_thread():
@@ -575,7 +681,9 @@ class _Subscriber:
             self._gen.clear()
             self._waiting.clear()
             self._wake_live = False
+            self._lead, self._claim = None, None
             self.wake_channel = proto.new_wake_channel()  # never share the parent's
+            self._wake_bytes = self.wake_channel.encode()
 
     def _poke(self) -> None:
         pipe = self._pipe
@@ -651,85 +759,129 @@ class _Subscriber:
     def _serve(self, ps: Any) -> None:
         # Until the server confirms the wake channel on this connection, attempts do not queue.
         self._set_wake_live(False)
-        subscribed: set[str] = set()
-        # Unwatched channels stay subscribed for a while: a waiter that stops and starts again
-        # (the usual acquire/release loop) costs no UNSUBSCRIBE/SUBSCRIBE round trip.
-        lingering: dict[str, float] = {}
-        seen: dict[str, int] = {}  # watch generation last served per subscribed channel
-        ping_pending = False
-        last_traffic = time.monotonic()
-        reconcile = True
+        st = _Conn(ps)
         while True:
-            if reconcile:
-                self._drain_pipe()
-                with self._lock:
-                    if self._closed:
-                        return
-                    wanted = dict(self._wanted)
-                    gens = dict(self._gen)
-                now = time.monotonic()
-                plan = proto.reconcile(subscribed, wanted, gens, seen, lingering, now, self._linger)
-                for target in plan.deliver:
-                    self._deliver(target)
-                if plan.subscribe:
-                    ps.subscribe(*sorted(plan.subscribe))
-                    subscribed |= plan.subscribe
-                expired = plan.expired
-                if expired:
-                    if expired == subscribed:
-                        # Nothing left to listen to: drop the connection (an unsubscribed
-                        # pub/sub connection would need RESP handling we do not want) until
-                        # the next watch.
-                        ps.reset()
-                        subscribed.clear()
-                    else:
-                        ps.unsubscribe(*sorted(expired))
-                        subscribed -= expired
-                conn = ps.connection
-                if conn is None:
-                    self._wait(self._ping_interval)
-                    continue
-                # Deliver everything already buffered or readable without blocking.
-                while True:
-                    msg = ps.get_message(timeout=0)
-                    if msg is None:
-                        break
-                    last_traffic = time.monotonic()
-                    ping_pending = False
-                    self._handle(ps, msg)
-            else:
-                # Only the socket was readable: deliver what arrived, skip the bookkeeping
-                # (the read uses the socket's own timeout: no settimeout round per message).
-                conn = ps.connection
-                while True:
-                    reply = conn.read_response(disconnect_on_error=False, push_request=True)
+            self._lend(st)
+            if st.error is not None:
+                raise st.error  # the connection failed under a parked waiter
+            if not self._step(st, None, self._claimed):
+                return  # closed
+
+    def _lend(self, st: _Conn) -> None:
+        """(pub/sub thread) Hand the connection to a parked waiter that claimed it, and take it
+        back once the waiter is done (see ``park``)."""
+        with self._lock:
+            if self._claim is None or self._closed or st.ps.connection is None:
+                return
+            self._conn = st
+            self._lead = self._claim
+            self._lead_changed.notify_all()
+            # Not bounded by close(): the waiter sees it (a poke) and gives the connection back.
+            while self._lead is not None:
+                self._lead_changed.wait()
+            self._lead = _THREAD
+            self._conn = None
+            st.reconcile = True
+
+    def _claimed(self) -> bool:
+        """(pub/sub thread) A parked waiter asked for the connection: go round to ``_lend``
+        instead of waiting (its poke may have been drained by this very turn)."""
+        return self._claim is not None
+
+    def _step(self, st: _Conn, limit: float | None, done: Callable[[], bool] = _never) -> bool:
+        """One turn of serving the connection: reconcile the subscriptions (after a poke or a
+        timeout) or read what arrived, then wait for the socket or the pipe. ``limit`` caps the
+        wait; ``done`` is asked before it. False once the subscriber is closed, or when a waiter
+        cannot go on serving (no connection)."""
+        ps = st.ps
+        if st.reconcile:
+            self._drain_pipe()
+            with self._lock:
+                if self._closed:
+                    return False
+                wanted = dict(self._wanted)
+                gens = dict(self._gen)
+            now = time.monotonic()
+            plan = proto.reconcile(st.subscribed, wanted, gens, st.seen, st.lingering, now, self._linger)
+            for target in plan.deliver:
+                self._deliver(target)
+            if plan.subscribe:
+                ps.subscribe(*sorted(plan.subscribe))
+                st.subscribed |= plan.subscribe
+            expired = plan.expired
+            if expired:
+                if expired == st.subscribed:
+                    # Nothing left to listen to: drop the connection (an unsubscribed
+                    # pub/sub connection would need RESP handling we do not want) until
+                    # the next watch.
+                    ps.reset()
+                    st.subscribed.clear()
+                else:
+                    ps.unsubscribe(*sorted(expired))
+                    st.subscribed -= expired
+            conn = ps.connection
+            if conn is None:
+                if limit is not None:
+                    return False  # a waiter leaves this to the thread
+                self._wait(self._ping_interval)
+                return True
+            # Deliver everything already buffered or readable without blocking.
+            while True:
+                msg = ps.get_message(timeout=0)
+                if msg is None:
+                    break
+                st.last_traffic = time.monotonic()
+                st.ping_pending = False
+                self._handle(ps, msg)
+        else:
+            # Only the socket was readable: deliver what arrived, skip the bookkeeping
+            # (the read uses the socket's own timeout: no settimeout round per message).
+            conn = ps.connection
+            wake = self._wake_bytes
+            while True:
+                reply = conn.read_response(disconnect_on_error=False, push_request=True)
+                st.ping_pending = False
+                if type(reply) is list and len(reply) == 3 and reply[0] == b"message" and reply[1] == wake:
+                    # A wake-up (the handoff's critical path): straight to the waiter, which
+                    # may be this thread (then it goes at once; the next turn reads the rest).
+                    self._handle_wake(ps, "message", reply[2])
+                    if done():
+                        st.last_traffic = time.monotonic()
+                        st.reconcile = True
+                        return True
+                else:
                     msg = ps.handle_message(reply)
                     if msg is not None:
                         self._handle(ps, msg)
-                    if not _buffered(conn):
-                        break
-                last_traffic = time.monotonic()
-                ping_pending = False
-            sock = getattr(conn, "_sock", None)
-            if sock is None:
-                raise redis.ConnectionError("pub/sub connection lost")
-            now = time.monotonic()
-            idle = now - last_traffic
-            if idle >= self._ping_interval:
-                if ping_pending:
-                    raise redis.TimeoutError(f"no answer to PING within {self._ping_interval:.1f}s")
-                ps.ping()
-                ping_pending = True
-                last_traffic = now
-                reconcile = True
-                continue
-            timeout = self._ping_interval - idle
-            if lingering:
-                timeout = min(timeout, max(0.0, min(lingering.values()) - now))
-            sock_ready, pipe_ready = self._wait(timeout, sock)
-            # A message alone takes the short path above (the bulk of the traffic); a poke, a
-            # timeout (ping, linger) or both at once run the full loop.
-            reconcile = pipe_ready or not sock_ready
+                if not _buffered(conn):
+                    break
+            st.last_traffic = time.monotonic()
+        if done():
+            st.reconcile = True  # the next turn must not block in a read (nothing may be there)
+            return True
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            raise redis.ConnectionError("pub/sub connection lost")
+        now = time.monotonic()
+        idle = now - st.last_traffic
+        if idle >= self._ping_interval:
+            if st.ping_pending:
+                raise redis.TimeoutError(f"no answer to PING within {self._ping_interval:.1f}s")
+            ps.ping()
+            st.ping_pending = True
+            st.last_traffic = now
+            st.reconcile = True
+            return True
+        timeout = self._ping_interval - idle
+        if st.lingering:
+            timeout = min(timeout, max(0.0, min(st.lingering.values()) - now))
+        if limit is not None:
+            timeout = min(timeout, limit)
+        sock_ready, pipe_ready = self._wait(timeout, sock)
+        # A message alone takes the short path above (the bulk of the traffic); a poke, a
+        # timeout (ping, linger) or both at once run the full loop.
+        st.reconcile = pipe_ready or not sock_ready
+        return True
 
     def _handle(self, ps: Any, msg: dict[str, Any]) -> None:
         kind = msg.get("type")

@@ -104,6 +104,90 @@ def test_handoff_through_pubsub(redis_server, r):
         holder.close()
 
 
+def serving_thread(svc: RedisLockService) -> object:
+    """Who serves the service's pub/sub connection right now: a parked waiter's thread ident,
+    or the pub/sub thread's marker."""
+    return svc._sub._lead
+
+
+def test_a_parked_waiter_reads_its_own_wake_up_and_gives_the_connection_back(redis_server, r):
+    holder = LockClient(service(redis_server.url))
+    waiter_svc = service(redis_server.url)
+    waiter_client = LockClient(waiter_svc)
+    woken_on: list[threading.Thread] = []
+    woken = waiter_client._woken
+
+    def spy(name: str) -> bool:
+        woken_on.append(threading.current_thread())
+        return woken(name)
+
+    waiter_client._woken = spy  # type: ignore[method-assign]
+    heard: list[str] = []
+    try:
+        h = holder.acquire("own-wake", ttl=120.0)
+        w = Acquirer(waiter_client, "own-wake", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: queued(r, "own-wake") == [waiter_svc.wake_channel], what="the waiter queued")
+        wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
+        woken_on.clear()  # the re-check when the wake channel was confirmed
+        h.release()
+        w.join(90)
+        assert w.error is None, w.error
+        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        # The wake-up was read and handled by the waiting thread itself, not the pub/sub thread.
+        assert woken_on == [w], woken_on
+        # Done waiting, it gave the connection back: the pub/sub thread serves on_release.
+        wait_for(lambda: serving_thread(waiter_svc) != w.ident, what="the connection given back")
+        waiter_client.on_release("own-wake", heard.append)
+        w.handle.release()
+        wait_for(lambda: heard == ["own-wake"], what="the release notification")
+    finally:
+        waiter_client.close()
+        holder.close()
+
+
+def test_close_while_a_parked_waiter_serves_the_connection(redis_server, r):
+    holder = LockClient(service(redis_server.url))
+    waiter_svc = service(redis_server.url)
+    waiter_client = LockClient(waiter_svc)
+    try:
+        holder.acquire("close-parked", ttl=120.0)
+        w = Acquirer(waiter_client, "close-parked", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
+        thread = waiter_svc._sub._thread
+        waiter_client.close()
+        w.join(30)
+        assert not w.is_alive()
+        assert isinstance(w.error, errors.ClientClosed), w.error
+        assert thread is not None
+        thread.join(10)
+        assert not thread.is_alive(), "the pub/sub thread ended"
+    finally:
+        waiter_client.close()
+        holder.close()
+
+
+def test_connection_lost_under_a_parked_waiter_is_reconnected_by_the_thread(redis_server, r):
+    with LockClient(service(redis_server.url)) as holder:
+        waiter_svc = service(redis_server.url)
+        with LockClient(waiter_svc) as c:
+            h = holder.acquire("lost-parked", ttl=120.0)
+            w = Acquirer(c, "lost-parked", ttl=10.0, wait=60.0)
+            w.start()
+            wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
+            assert r.client_kill_filter(_type="pubsub") >= 1
+            # The waiter hands the failure to the thread, which reconnects; the waiter (still
+            # queued, re-checked on the new subscription) then serves the new connection.
+            wait_for(lambda: waiter_svc.subscriber_reconnects >= 1, what="a reconnect")
+            wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving again")
+            h.release()
+            w.join(90)
+            assert w.error is None, w.error
+            assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+            w.handle.release()
+
+
 def test_many_waiters_in_one_client_share_one_queue_entry_and_all_get_the_lock(redis_server, r):
     svc = service(redis_server.url)
     with LockClient(service(redis_server.url)) as holder, LockClient(svc) as c:
