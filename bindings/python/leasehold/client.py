@@ -46,6 +46,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import queue
 import threading
 import time
 import weakref
@@ -329,7 +330,7 @@ class LockClient:
         self._stop = False
         self._driver: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._watch_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._watch_pool: _SerialWorker | None = None
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
 
@@ -560,7 +561,7 @@ class LockClient:
         if self._stop:
             return
         self._pool = concurrent.futures.ThreadPoolExecutor(self._io_workers, thread_name_prefix="leasehold-io")
-        self._watch_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-watch")
+        self._watch_pool = _SerialWorker("leasehold-watch")
         self._cb_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-callbacks")
         self._driver = threading.Thread(target=self._run, name="leasehold-driver", daemon=True)
         self._driver.start()
@@ -970,7 +971,7 @@ class LockClient:
         elif before > 0 and after == 0:
             self._side_call(pool, "service.unwatch", self._service.unwatch, name)
 
-    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor, what: str, fn: Callable[..., Any], *args: Any) -> None:
+    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor | _SerialWorker, what: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` on ``pool`` (watch or callback thread), counted in ``_side_pending`` so
         close() can wait for it; an exception is logged as ``what`` and never propagates."""
         self._side_pending += 1
@@ -1157,6 +1158,49 @@ class LockClient:
         # The core still tracks these waiters' watches; the child does not watch them (the
         # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
         self._core_watching = core_watching
+
+
+class _SerialWorker:
+    """One daemon thread that runs submitted calls in order: a ``ThreadPoolExecutor(1)``
+    without a ``Future`` per call. The last waiter's unwatch is submitted on the path of a
+    handoff, where ``ThreadPoolExecutor.submit`` cost tens of microseconds."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)``; raises RuntimeError after ``shutdown`` (as an executor does)."""
+        if self._shut:
+            raise RuntimeError("cannot schedule new calls after shutdown")
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    t = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    t.start()
+                    self._thread = t
+        self._queue.put((fn, args))
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Run what is queued, then stop (``wait``: until then)."""
+        self._shut = True
+        self._queue.put(None)
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - callers wrap their calls; never die silently
+                log.exception("leasehold: %s call failed", self._name)
 
 
 _KIND_NAMES = {
