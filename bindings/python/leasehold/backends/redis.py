@@ -584,7 +584,10 @@ class _Subscriber:
         try:
             while not ready.is_set():
                 left = end - time.monotonic()
-                if left <= 0 or not self._step(st, left, ready.is_set):
+                if left <= 0:
+                    break
+                if not self._step(st, left, ready.is_set):
+                    self.end_park()  # closed, or no connection: the thread's to handle
                     break
         except BaseException as e:
             # The thread reconnects; an interrupt may have cut a reply in half, so it too
