@@ -601,12 +601,13 @@ class _Subscriber:
     def unpark(self) -> None:
         """A parked thread's ``ready`` was set by another thread: make a waiter that serves
         the connection (or waits for it) look."""
-        if self._claim is None:
-            return
+        claim = self._claim
+        if claim is None or claim == threading.get_ident():
+            return  # nobody parked in here, or the caller is the parked thread itself
         with self._lock:
             self._lead_changed.notify_all()
             lead = self._lead
-        if lead not in (None, _THREAD, threading.get_ident()):
+        if lead not in (None, _THREAD):
             self._poke()
 
     def end_park(self) -> None:
