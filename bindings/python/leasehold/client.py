@@ -27,7 +27,9 @@ is fed back under the mutex. An uncontended acquire+release then costs exactly t
 calls and no thread hand-off. While an ``acquire()`` caller waits, it is parked as its
 lease's runner: the lease's later Acquire commands (a retry after ``HeldByOther``, a wake-up by
 a release notification) are handed to that thread and run there, so a notification reaches the
-waiter in one hop (subscriber thread → waiting thread), not through the pool. Everything else
+waiter in one hop (subscriber thread → waiting thread), not through the pool; with a service that
+implements ``park`` (Redis), in none: the waiting thread serves the service's notification
+connection itself while it waits, and runs its wake-up's attempt right away. Everything else
 (renewals, cleanup releases, commands issued while the caller is busy) runs on the IO pool,
 and the driver keeps running every deadline meanwhile: if an inline call outlives the core's
 request timeout, the core retries on the pool and the late answer is counted as stale.

@@ -21,6 +21,8 @@ Waking waiters: the service's pub/sub connection subscribes one *wake channel* o
 ACQUIRE attempts carry that channel, and a refused attempt queues it on the server; a release
 wakes the oldest queued client that is still connected, so one process wakes per release, not
 every waiting one. A wake-up for a name nobody here waits for any more is passed on (NOTIFY).
+While an ``acquire()`` waits, the pub/sub thread lends it the connection (``park``): the waiting
+thread reads its own wake-up and sends its attempt, with no hand-off between threads.
 
 Notifications: ``watch(name, on_released)`` (for ``LockClient.on_release``) subscribes the
 service's pub/sub thread to the name's release channel, which hears every release.
