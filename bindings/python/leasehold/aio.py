@@ -536,7 +536,7 @@ class AsyncLockClient:
         if not getattr(self._service, "wakes_one_waiter", False):
             self._watch_ref(name, +1 if on else -1)
         elif on:
-            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch_waiter))
+            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch_waiter, self._woken))
         else:
             self._chain_watch(lambda: self._service.unwatch_waiter(name))
 
@@ -548,14 +548,17 @@ class AsyncLockClient:
         else:
             self._watch_refs.pop(name, None)
         if before == 0 and after > 0:
-            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch))
+            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch, self._notified_threadsafe))
         elif before > 0 and after == 0:
             self._chain_watch(lambda: self._service.unwatch(name))
 
     async def _watch_then_recheck(
-        self, name: str, subscribe: Callable[[str, Callable[[str], None]], Awaitable[None]]
+        self,
+        name: str,
+        subscribe: Callable[[str, Callable[[str], Any]], Awaitable[None]],
+        callback: Callable[[str], Any],
     ) -> None:
-        await subscribe(name, self._notified_threadsafe)
+        await subscribe(name, callback)
         # Wake one waiter once: a release between its last attempt and the subscription
         # taking effect was never notified (see LockClient).
         if not self._closed and name in self._core_watching:
@@ -581,6 +584,33 @@ class AsyncLockClient:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
         self._watch_tail = t
+
+    def _woken(self, name: str) -> bool | None:
+        """(service) The service picked this client to re-try ``name``. On the client's loop the
+        answer is known at once: ``False`` when no waiter here takes it (the last one just won
+        or left), and the service passes the wake-up on. From another thread it is queued to
+        the loop and the answer is ``None`` (not known)."""
+        loop = self._loop
+        try:
+            on_loop = loop is not None and asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:
+            if loop is not None and not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(self._wake_core, name)
+                except RuntimeError:  # loop closed meanwhile
+                    pass
+            return None
+        return self._wake_core(name)
+
+    def _wake_core(self, name: str) -> bool:
+        """(loop) Wake one local waiter of ``name``; False if there is none."""
+        if self._closed or name not in self._core_watching:
+            return False
+        core = self._core
+        self._deliver_input(lambda: core.released(name))
+        return True
 
     def _notified_threadsafe(self, name: str) -> None:
         loop = self._loop

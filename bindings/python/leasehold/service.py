@@ -130,8 +130,9 @@ class AsyncLockService(abc.ABC):
     """See :attr:`LockService.wakes_one_waiter`."""
 
     async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
-        """The client has waiters for ``name`` (``on_wake`` is thread-safe and returns ``None``:
-        the asyncio client cannot tell at once whether a waiter took it)."""
+        """The client has waiters for ``name``. ``on_wake`` is thread-safe; called on the
+        client's loop it returns ``False`` when no waiter took the wake-up (pass it on), from
+        another thread ``None`` (the client cannot tell at once)."""
 
         def deliver(n: str) -> None:
             on_wake(n)

@@ -256,8 +256,9 @@ def test_each_release_wakes_only_the_oldest_waiting_client(redis_server, r):
 @contextlib.contextmanager
 def stale_entry(url: str, kind: str) -> Iterator[str]:
     """A wake channel that must not swallow a wake-up: one nobody subscribes to (PUBLISH
-    reaches 0 clients), or that of a live sync / asyncio service that waited once and no longer
-    does (it passes the wake-up on with NOTIFY)."""
+    reaches 0 clients), that of a live sync / asyncio service that waited once and no longer
+    does (it passes the wake-up on with NOTIFY), or that of an asyncio service whose client's
+    core no longer waits although the service still counts it as waiting."""
     if kind == "dead":
         yield proto.new_wake_channel()
     elif kind == "not-waiting":
@@ -277,18 +278,32 @@ def stale_entry(url: str, kind: str) -> Iterator[str]:
             return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
 
         aother = AsyncRedisLockService.from_url(url)
+        aclient = AsyncLockClient(aother)
         try:
-            run(aother.watch_waiter("elsewhere", lambda _n: None))
-            run(aother.unwatch_waiter("elsewhere"))
+            if kind == "async-not-waiting":
+                run(aother.watch_waiter("elsewhere", lambda _n: None))
+                run(aother.unwatch_waiter("elsewhere"))
+            else:
+                # The service still counts the client as waiting for the name, but its core
+                # no longer waits (the gap between the core's Unwatch and the service's
+                # unwatch_waiter): the client answers False on its loop and the service
+                # passes the wake-up on.
+                async def bound_then_registered() -> None:
+                    async with await aclient.acquire("bind-the-loop", ttl=5.0):
+                        pass
+                    await aother.watch_waiter("stale", aclient._woken)
+
+                run(bound_then_registered())
             yield aother.wake_channel
         finally:
+            run(aclient.close())
             run(aother.close())
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
             loop.close()
 
 
-@pytest.mark.parametrize("stale", ["dead", "not-waiting", "async-not-waiting"])
+@pytest.mark.parametrize("stale", ["dead", "not-waiting", "async-not-waiting", "async-core-not-waiting"])
 def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale):
     waiter_svc = service(redis_server.url)
     with stale_entry(redis_server.url, stale) as entry, LockClient(
@@ -394,5 +409,34 @@ def test_async_client_on_the_async_service(redis_server, r):
             assert h2.fencing_token > h.fencing_token
             await h2.release()
             assert not r.exists(proto.keys_for("aio").lock)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_async_wake_up_is_not_an_on_release_notification(redis_server, r):
+    """An asyncio client that both waits for a name and subscribes to its releases hears each
+    release once: the wake-up that picks it goes to its waiter, not to on_release."""
+
+    async def main() -> None:
+        b_svc = AsyncRedisLockService.from_url(redis_server.url)
+        heard: list[str] = []
+        async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(b_svc) as b:
+            b.on_release("heard", heard.append)
+            # A confirmed subscription delivers one notification (a release may have been
+            # missed before it): wait for it, then count only what the release brings.
+            while not heard:
+                await asyncio.sleep(0.01)
+            heard.clear()
+            h = await a.acquire("heard", ttl=120.0)
+            task = asyncio.ensure_future(b.acquire("heard", ttl=5.0, wait=60.0))
+            while queued(r, "heard") != [b_svc.wake_channel]:
+                await asyncio.sleep(0.01)
+            await h.release()
+            h2 = await asyncio.wait_for(task, 90)
+            while not heard:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # a second callback, if any, would have come by now
+            assert heard == ["heard"]
+            await h2.release()
 
     asyncio.run(asyncio.wait_for(main(), 120))
