@@ -188,6 +188,49 @@ def test_connection_lost_under_a_parked_waiter_is_reconnected_by_the_thread(redi
             w.handle.release()
 
 
+def test_an_interrupt_while_a_waiter_serves_the_connection_reaches_the_caller(redis_server, r, monkeypatch):
+    """KeyboardInterrupt inside the parked waiter's read (Ctrl-C in a main thread that waits)
+    reaches acquire()'s caller, cancels that acquire, and the pub/sub thread reconnects (a
+    reply may have been cut in half), so the next waiter is still woken."""
+    from leasehold.backends import redis as redis_backend
+
+    holder = LockClient(service(redis_server.url))
+    waiter_svc = service(redis_server.url)
+    waiter_client = LockClient(waiter_svc)
+    interrupt_in: list[int] = []
+    real_wait = redis_backend._Subscriber._wait
+
+    def wait(self, timeout, sock=None):  # type: ignore[no-untyped-def]
+        if sock is not None and threading.get_ident() in interrupt_in:
+            interrupt_in.clear()
+            raise KeyboardInterrupt
+        return real_wait(self, timeout, sock)
+
+    monkeypatch.setattr(redis_backend._Subscriber, "_wait", wait)
+    try:
+        h = holder.acquire("interrupted", ttl=120.0)
+        w = Acquirer(waiter_client, "interrupted", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
+        interrupt_in.append(w.ident)
+        waiter_svc.unpark()  # a poke: its select returns, and its next one is interrupted
+        w.join(30)
+        assert isinstance(w.error, KeyboardInterrupt), w.error
+        wait_for(lambda: waiter_svc.subscriber_reconnects >= 1, what="a reconnect")
+        assert serving_thread(waiter_svc) != w.ident
+        w2 = Acquirer(waiter_client, "interrupted", ttl=10.0, wait=60.0)
+        w2.start()
+        wait_for(lambda: queued(r, "interrupted") == [waiter_svc.wake_channel], what="the next waiter queued")
+        h.release()
+        w2.join(90)
+        assert w2.error is None, w2.error
+        assert w2.handle is not None and w2.handle.fencing_token > h.fencing_token
+        w2.handle.release()
+    finally:
+        waiter_client.close()
+        holder.close()
+
+
 def test_many_waiters_in_one_client_share_one_queue_entry_and_all_get_the_lock(redis_server, r):
     svc = service(redis_server.url)
     with LockClient(service(redis_server.url)) as holder, LockClient(svc) as c:
