@@ -561,9 +561,7 @@ class AsyncLockClient:
         await subscribe(name, callback)
         # Wake one waiter once: a release between its last attempt and the subscription
         # taking effect was never notified (see LockClient).
-        if not self._closed and name in self._core_watching:
-            core = self._core
-            self._deliver_input(lambda: core.released(name))
+        self._wake_core(name)
 
     def _chain_watch(self, op: Callable[[], Awaitable[None]]) -> None:
         prev = self._watch_tail
