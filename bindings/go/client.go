@@ -94,6 +94,7 @@ type client struct {
 
 	watchQ    []watchOp
 	watchKick chan struct{}
+	coreWaits map[string]struct{} // names the core waits for (its Watch/Unwatch outputs)
 
 	ioCtx    context.Context
 	ioCancel context.CancelFunc
@@ -212,6 +213,7 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		recs:          map[uint64]*leaseRec{},
 		relWaits:      map[uint64][]chan struct{}{},
 		watchKick:     make(chan struct{}, 1),
+		coreWaits:     map[string]struct{}{},
 	}
 	if c.closeTimeout == 0 {
 		c.closeTimeout = c.reqTimeout
@@ -510,6 +512,13 @@ func (c *client) dispatchLocked(o output) *job {
 			return nil // polling: the transport is never asked to watch
 		}
 		c.watchQ = append(c.watchQ, watchOp{watch: o.kind == outWatch, name: o.name})
+		// Tracked now, not when the watcher gets to it: wake-ups in between
+		// must be declined (see wake).
+		if o.kind == outWatch {
+			c.coreWaits[o.name] = struct{}{}
+		} else {
+			delete(c.coreWaits, o.name)
+		}
 		select {
 		case c.watchKick <- struct{}{}:
 		default:
@@ -710,7 +719,7 @@ func (c *client) watcher() {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(c.ioCtx, c.reqTimeout)
-				f, err := callWatch(ctx, c.t, op.name, notify)
+				f, err := callWatch(ctx, c.t, op.name, notify, c.wake)
 				cancel()
 				if err != nil {
 					c.log.Debug("leasehold: watch failed; waiters fall back to retry hints", "name", op.name, "err", err)
@@ -728,12 +737,30 @@ func (c *client) watcher() {
 	}
 }
 
-func callWatch(ctx context.Context, t Transport, name string, notify func(string)) (f func(), err error) {
+// wake is notify for a WaiterWatcher. It declines a wake-up the core would
+// drop (it waits no more for name, though the watcher has not unwatched
+// yet), so that the transport passes it on instead of losing it.
+func (c *client) wake(name string) bool {
+	took := false
+	c.input(func(now uint64) error {
+		if _, ok := c.coreWaits[name]; !ok || c.broken != nil {
+			return nil
+		}
+		took = true
+		return c.core.released(now, name)
+	})
+	return took
+}
+
+func callWatch(ctx context.Context, t Transport, name string, notify func(string), wake func(string) bool) (f func(), err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("leasehold: transport panicked: %v", p)
 		}
 	}()
+	if w, ok := t.(WaiterWatcher); ok {
+		return w.WatchWaiter(ctx, name, wake)
+	}
 	return t.Watch(ctx, name, notify)
 }
 

@@ -39,7 +39,7 @@ type RedisTransport struct {
 	closed    bool
 	subSent   bool                              // SUBSCRIBE of the wake channel was written
 	confirmed bool                              // the server confirmed the wake subscription
-	waiting   map[string]map[*redisSub]struct{} // name -> Watch callers
+	waiting   map[string]map[*redisSub]struct{} // name -> Watch/WatchWaiter callers
 	queued    map[string]struct{}               // names a queueing ACQUIRE was sent for
 
 	bg       sync.WaitGroup // NOTIFY pass-ons
@@ -49,13 +49,13 @@ type RedisTransport struct {
 	stats redisStats
 }
 
-type redisSub struct{ notify func(string) }
+type redisSub struct{ wake func(string) bool }
 
 // redisStats counts what the wake channel delivered (read by tests).
 type redisStats struct {
-	wakes    atomic.Int64 // wake-ups for a waiting name
+	wakes    atomic.Int64 // wake-ups a waiter here took
 	rechecks atomic.Int64 // notifications without a wake-up (subscription (re)confirmed)
-	passOns  atomic.Int64 // wake-ups for a name nobody here waits for, passed on
+	passOns  atomic.Int64 // wake-ups no waiter here took, passed on
 }
 
 // redisOpTimeout bounds the best-effort calls made off the Client's
@@ -293,12 +293,21 @@ var errTransportClosed = errors.New("leasehold: transport closed")
 // not be heard is made up for: notify is also called once when the server
 // (re)confirms the wake subscription, and at once for a Watch on a
 // subscription already confirmed (whose first attempts may not have queued).
-// Watch does not subscribe the name's release channel.
+// Watch does not subscribe the name's release channel. A wake-up counts as
+// taken by notify; WatchWaiter lets the caller decline it.
 func (t *RedisTransport) Watch(ctx context.Context, name string, notify func(string)) (func(), error) {
+	return t.WatchWaiter(ctx, name, func(n string) bool { notify(n); return true })
+}
+
+// WatchWaiter implements WaiterWatcher: Watch, except that a wake-up that
+// wake declines (returns false for), and that no other registration for
+// name takes, is passed on to the next queued client. The re-checks on
+// subscription confirmation ignore wake's result.
+func (t *RedisTransport) WatchWaiter(ctx context.Context, name string, wake func(string) bool) (func(), error) {
 	if _, err := redisKey(redisKeyWaiters, name); err != nil {
 		return nil, err
 	}
-	sub := &redisSub{notify: notify}
+	sub := &redisSub{wake: wake}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -328,7 +337,7 @@ func (t *RedisTransport) Watch(ctx context.Context, name string, notify func(str
 	}
 	if recheck {
 		t.stats.rechecks.Add(1)
-		notify(name)
+		wake(name)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { t.unwatch(name, sub) }) }, nil
@@ -388,37 +397,40 @@ func (t *RedisTransport) confirm() {
 	}
 	t.confirmed = true
 	type call struct {
-		name   string
-		notify func(string)
+		name string
+		wake func(string) bool
 	}
 	var calls []call
 	for name, subs := range t.waiting {
 		for s := range subs {
-			calls = append(calls, call{name, s.notify})
+			calls = append(calls, call{name, s.wake})
 		}
 	}
 	t.mu.Unlock()
 	t.stats.rechecks.Add(int64(len(calls)))
 	for _, c := range calls {
-		c.notify(c.name)
+		c.wake(c.name)
 	}
 }
 
 // woken handles a wake-up for name: the waiters for it try again, or, when
-// nobody here waits for it any more, the wake-up goes to the next queued
+// none here takes it (nobody waits for it any more, or a client's last
+// waiter just left before its unwatch), the wake-up goes to the next queued
 // client (NOTIFY, off the pub/sub connection, best effort).
 func (t *RedisTransport) woken(name string) {
 	t.mu.Lock()
-	var targets []func(string)
+	var targets []func(string) bool
 	for s := range t.waiting[name] {
-		targets = append(targets, s.notify)
+		targets = append(targets, s.wake)
 	}
 	t.mu.Unlock()
-	if len(targets) > 0 {
+	// All hear it: the clients sharing this transport share its one entry.
+	took := false
+	for _, f := range targets {
+		took = f(name) || took
+	}
+	if took {
 		t.stats.wakes.Add(1)
-		for _, f := range targets {
-			f(name)
-		}
 		return
 	}
 	waiters, err := redisKey(redisKeyWaiters, name)

@@ -480,6 +480,64 @@ func TestRedisStaleWakeIsPassedOn(t *testing.T) {
 	}
 }
 
+// TestRedisWakeDeclinedByClientIsPassedOn: a client whose core no longer
+// waits for a name, while its transport still has its watch registered (the
+// window before the watcher unwatches, held open here by registering the
+// client's wake func by hand), declines the wake-up, and the transport
+// passes it on to the real waiter behind it.
+func TestRedisWakeDeclinedByClientIsPassedOn(t *testing.T) {
+	holder, _ := newRedisClient(t, nil)
+	a, tra := newRedisClient(t, nil)
+	b, trb := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "declined")
+	unwatch, err := tra.WatchWaiter(ctx, name, a.c.wake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unwatch()
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Minute, Wait: time.Minute})
+	waitFor(t, "b queued and parked, a's wake channel subscribed", func() bool {
+		q := queue(rdb, name)
+		return len(q) == 1 && q[0] == trb.wake && parked(b) && numSub(rdb, tra.wake) == 1
+	})
+	// Score 0: a's entry is popped first.
+	if err := rdb.ZAdd(ctx, waitersKey(t, name), redis.Z{Score: 0, Member: tra.wake}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Unwoken, b waits out its whole Wait (the holder's TTL is longer).
+	var lb *Lease
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("b: %v", r.err)
+		}
+		lb = r.lease
+	case <-time.After(15 * time.Second):
+		t.Fatal("b was not woken: the declined wake-up was lost")
+	}
+	if p, k := tra.stats.passOns.Load(), tra.stats.wakes.Load(); p != 1 || k != 0 {
+		t.Fatalf("a's transport: %d pass-ons, %d wake-ups", p, k)
+	}
+	if n := trb.stats.wakes.Load(); n != 1 {
+		t.Fatalf("b: %d wake-ups", n)
+	}
+	if k, _ := a.Counters(); k.AcquiresSent != 0 {
+		t.Fatalf("a made %d attempts", k.AcquiresSent)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRedisWaitersKeyOfWrongType: a contended, queueing acquire over a
 // waiters key that is not a zset is a transport error (never a grant), and
 // the holder's release still works.

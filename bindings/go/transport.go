@@ -55,6 +55,17 @@ type Transport interface {
 	Watch(ctx context.Context, name string, notify func(name string)) (unwatch func(), err error)
 }
 
+// WaiterWatcher can be implemented by a Transport that wakes one waiting
+// client per release (RedisTransport): the Client then watches with
+// WatchWaiter instead of Watch. wake returns false when no waiter of the
+// Client takes the wake-up (its last waiter for name won or gave up, and
+// unwatch is not called yet); the transport should then pass the wake-up
+// on to another waiting client, else that client sleeps for the holder's
+// remaining TTL. Otherwise WatchWaiter is Watch.
+type WaiterWatcher interface {
+	WatchWaiter(ctx context.Context, name string, wake func(name string) bool) (unwatch func(), err error)
+}
+
 // PollingTransport can be implemented by a Transport that cannot deliver
 // release notifications: when Notifications reports false the core polls
 // with capped backoff instead of sleeping for the holder's remaining TTL,
