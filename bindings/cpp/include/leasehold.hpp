@@ -15,7 +15,7 @@
 //                notification. It never calls the transport, so a hung transport cannot delay
 //                loss detection.
 //   io pool    — runs Transport::acquire/renew/release (ClientOptions::io_threads threads).
-//   watcher    — runs Transport::watch/unwatch in order (one thread).
+//   watcher    — runs Transport::watch_waiter/unwatch in order (one thread).
 //   callbacks  — runs on_lost callbacks and stops the lease's stop_token (one thread). A callback
 //                that throws is logged, never fatal. Callbacks never run on the application
 //                thread that called acquire()/release().
@@ -45,6 +45,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <stop_token>
@@ -570,6 +571,16 @@ class Transport {
   // meant for this client (Redis wakes one waiting client per release) and spurious re-checks.
   virtual void watch(std::string_view /*name*/, ReleasedCallback /*on_released*/) {}
   virtual void unwatch(std::string_view /*name*/) {}
+  // watch() for the core's waiters (LockClient uses this; unwatch() ends it). on_wake returns
+  // false when no waiter here takes the wake-up (the last one just won or left, and unwatch is
+  // still on its way): a transport that wakes one client per release then passes it on, or it
+  // is lost. Re-checks may ignore the answer. Default: watch(), ignoring the answer.
+  using WakeCallback = std::function<bool(std::string_view name)>;
+  virtual void watch_waiter(std::string_view name, WakeCallback on_wake) {
+    ReleasedCallback cb;
+    if (on_wake) cb = [f = std::move(on_wake)](std::string_view n) { static_cast<void>(f(n)); };
+    watch(name, std::move(cb));
+  }
   // True when watch() delivers notifications (→ Config::notifications).
   [[nodiscard]] virtual bool notifications() const { return false; }
   // Called once by LockClient::close() after the driver stopped: make in-flight calls return
@@ -603,6 +614,7 @@ class Lease;
 class LockClient;
 
 namespace detail {
+struct TestAccess;  // defined by tests only
 
 // Threads that may write to sockets (transport calls) block SIGPIPE: a peer that went away must
 // become an EPIPE transport error, never kill the process.
@@ -748,6 +760,14 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
   void close() noexcept;
 
+  // The callback LockClient registers with Transport::watch_waiter (tests call it directly).
+  Transport::WakeCallback waiter_callback() {
+    return [weak = weak_from_this()](std::string_view name) {
+      const auto s = weak.lock();
+      return s && s->woken(name);
+    };
+  }
+
  private:
   void log(std::string_view m) const noexcept {
     try {
@@ -762,6 +782,17 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       inputs_.push_back(std::move(in));
     }
     driver_cv_.notify_one();
+  }
+  // (transport thread) A wake-up for `name`: fed to the core only if it waits for the name,
+  // else declined so the transport passes it on (the core would drop it: lost wake-up).
+  bool woken(std::string_view name) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_ || closing_ || broken_ || !core_ || !core_watching_.contains(name)) return false;
+      inputs_.push_back(InReleased{std::string(name)});
+    }
+    driver_cv_.notify_one();
+    return true;
   }
   void poke_locked() {
     dirty_ = true;
@@ -786,6 +817,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::optional<Core> core_;            // guarded by mu_; reset at close
   std::deque<Input> inputs_;
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> records_;
+  // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
+  std::set<std::string, std::less<>> core_watching_;
   std::uint64_t next_holder_ = 0;
   std::size_t active_acquires_ = 0;
   bool dirty_ = false;
@@ -901,6 +934,7 @@ class LockClient {
   }
 
  private:
+  friend struct detail::TestAccess;
   std::shared_ptr<detail::ClientState> state() const {
     if (!st_) throw Error(status::closed, "use of a moved-from LockClient");
     return st_;
@@ -1042,12 +1076,10 @@ inline void ClientState::dispatch_locked(Output& out) {
           },
           [&](WatchCommand& c) {
             if (!transport_notifications_) return;  // nothing would be delivered
-            std::weak_ptr<ClientState> weak = weak_from_this();
-            watcher_->post([this, weak, name = std::move(c.name)] {
+            core_watching_.insert(c.name);
+            watcher_->post([this, on_wake = waiter_callback(), name = std::move(c.name)] {
               try {
-                transport_->watch(name, [weak](std::string_view n) {
-                  if (auto s = weak.lock()) s->push_input(InReleased{std::string(n)});
-                });
+                transport_->watch_waiter(name, on_wake);
               } catch (const std::exception& e) {
                 log(std::string("watch ") + name + ": " + e.what());
               } catch (...) {
@@ -1056,6 +1088,8 @@ inline void ClientState::dispatch_locked(Output& out) {
           },
           [&](UnwatchCommand& c) {
             if (!transport_notifications_) return;
+            // Now, not when the watcher gets to unwatch: wake-ups arriving meanwhile are declined.
+            core_watching_.erase(c.name);
             watcher_->post([this, name = std::move(c.name)] {
               try {
                 transport_->unwatch(name);

@@ -752,6 +752,45 @@ TEST_F(Redis, StaleEntryIsPassedOnToARealWaiter) {
   EXPECT_GT(ws.tokens[0], old);
 }
 
+// The friend accessor LockClient declares for tests.
+struct leasehold::detail::TestAccess {
+  static Transport::WakeCallback waiter_callback(LockClient& c) { return c.state()->waiter_callback(); }
+};
+
+// The window between a client's core ending its last wait for a name (Unwatch) and its
+// transport's unwatch: the transport still has the client's callback, the core no longer waits.
+// A wake-up then must be declined and passed on, not swallowed by a core that drops it.
+TEST_F(Redis, WakeUpDeclinedByAClientThatNoLongerWaitsIsPassedOn) {
+  const std::string name = "declined";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 120s);  // B's retry hint: ~120 s, past its wait
+  ASSERT_TRUE(held.has_value());
+
+  // A's core does not wait for `name`; its transport still holds A's waiter callback for it.
+  auto ta = transport();
+  LockClient a(ta, quiet());
+  ta->watch_waiter(name, leasehold::detail::TestAccess::waiter_callback(a));
+  ASSERT_TRUE(eventually([&] { return ta->wake_ready(); }));
+
+  Waiters ws;
+  ws.start(transport(), name, 30s, 60s);
+  ASSERT_TRUE(eventually([&] {
+    return queued(name, ws.w[0].t->wake_channel()) && ws.w[0].c->counters().acquires_sent >= 3;
+  }));
+  ASSERT_EQ(integer({"ZADD", lr::key(lr::Key::Waiters, name), "0", ta->wake_channel()}), 1);
+  ASSERT_EQ(queue_of(name).front(), ta->wake_channel());
+
+  held.reset();
+  EXPECT_TRUE(eventually([&] { return ws.granted() == 1; }, 15s))
+      << "the wake-up went to A, which no longer waits, and was not passed on to B";
+  EXPECT_EQ(ta->stats().wakeups, 1u);
+  EXPECT_EQ(ta->stats().passed_on, 1u);
+  EXPECT_EQ(ws.w[0].t->stats().wakeups, 1u);
+  EXPECT_EQ(a.counters().acquires_sent, 0u);
+  EXPECT_FALSE(queued(name, ta->wake_channel()));
+  ta->unwatch(name);
+}
+
 // A waiters key of the wrong type: a contended (queueing) acquire is a transport error, never a
 // grant; the release still works and leaves the key alone.
 TEST_F(Redis, WrongTypeWaitersKeyIsATransportError) {

@@ -18,9 +18,10 @@
 // subscribed on a subscriber connection on its own thread (re-established and re-subscribed
 // after a disconnect) from the first watch on. Once the server confirmed that subscription,
 // ACQUIRE for a waiting name queues the wake channel, and a release wakes one queued client
-// instead of every waiting client. A wake-up for a name nobody here waits for any more is passed
-// on with NOTIFY. The release channel lh:{NAME}:released is still published by every RELEASE
-// but not subscribed here. One RedisTransport per LockClient (LockClient::close() closes it).
+// instead of every waiting client. A wake-up for a name nobody here waits for any more (no
+// callback, or a watch_waiter callback that declines it) is passed on with NOTIFY. The release
+// channel lh:{NAME}:released is still published by every RELEASE but not subscribed here.
+// One RedisTransport per LockClient (LockClient::close() closes it).
 #pragma once
 
 #include <leasehold.hpp>
@@ -240,13 +241,23 @@ class RedisTransport final : public Transport {
     return released ? ReleaseResult::Released : ReleaseResult::NotOwner;
   }
 
-  // The core has waiters for `name`: deliver wake-ups for it to on_released until unwatch.
+  // Deliver wake-ups for `name` to on_released until unwatch; each counts as taken.
   void watch(std::string_view name, ReleasedCallback on_released) override {
+    WakeCallback cb;
+    if (on_released) cb = [f = std::move(on_released)](std::string_view n) {
+      f(n);
+      return true;
+    };
+    watch_waiter(name, std::move(cb));
+  }
+  // The core has waiters for `name`: deliver wake-ups for it to on_wake until unwatch; one it
+  // declines (false) is passed on like one for an unwatched name.
+  void watch_waiter(std::string_view name, WakeCallback on_wake) override {
     bool recheck = false, start = false;
     {
       std::lock_guard g(sub_mu_);
       if (closed_) return;
-      waiting_.insert_or_assign(std::string(name), on_released);
+      waiting_.insert_or_assign(std::string(name), on_wake);
       recheck = wake_confirmed_;
       start = !wake_wanted_;
       wake_wanted_ = true;  // kept subscribed from now on (lingering costs nothing)
@@ -254,7 +265,7 @@ class RedisTransport final : public Transport {
     if (start) wake();
     // Attempts sent before this watch registered were not queued, so a release may already have
     // passed us by; one re-check (as the confirmation of a new subscription does) covers it.
-    if (recheck && on_released) on_released(name);
+    if (recheck && on_wake) on_wake(name);  // its answer: nothing to pass on, nobody was woken
   }
   void unwatch(std::string_view name) override {
     bool zrem = false;
@@ -568,7 +579,7 @@ class RedisTransport final : public Transport {
     if (k == "subscribe") {
       // A release during the gap was missed, so every waiting name gets one re-check: at worst
       // one extra acquire attempt each.
-      std::vector<std::pair<std::string, ReleasedCallback>> due;
+      std::vector<std::pair<std::string, WakeCallback>> due;
       {
         std::lock_guard g(sub_mu_);
         if (r->element[2]->type == REDIS_REPLY_INTEGER)
@@ -583,7 +594,7 @@ class RedisTransport final : public Transport {
     if (k != "message" || r->element[2]->type != REDIS_REPLY_STRING) return;
     ++wakeups_;
     const std::string name(r->element[2]->str, r->element[2]->len);
-    ReleasedCallback cb;
+    WakeCallback cb;
     bool waiting = false;
     {
       std::lock_guard g(sub_mu_);
@@ -592,11 +603,8 @@ class RedisTransport final : public Transport {
         cb = it->second;
       }
     }
-    if (waiting) {
-      if (cb) cb(name);
-    } else {
-      pass_on(name);
-    }
+    // Declined: the client's last waiter for it is gone though its unwatch has not arrived yet.
+    if (!waiting || (cb && !cb(name))) pass_on(name);
   }
 
   RedisOptions opts_;
@@ -614,7 +622,7 @@ class RedisTransport final : public Transport {
   bool closed_ = false;
   bool wake_wanted_ = false;     // a watch happened: keep the wake channel subscribed
   bool wake_confirmed_ = false;  // the server confirmed it on the current connection
-  std::map<std::string, ReleasedCallback, std::less<>> waiting_;  // name → core callback
+  std::map<std::string, WakeCallback, std::less<>> waiting_;  // name → core callback
   std::set<std::string, std::less<>> queued_;  // names a queueing ACQUIRE was sent for
   std::size_t subscribed_count_ = 0;
   int wake_fd_ = -1;
