@@ -65,6 +65,14 @@ def wait_for(pred, timeout: float = 30.0, what: str = "condition") -> None:  # t
     polling.wait_until(pred, timeout, 0.01, what)
 
 
+def hand_over(h, w: Acquirer) -> None:  # type: ignore[no-untyped-def]
+    """Release ``h`` and check that the waiting ``w`` got the lock with a higher fencing token."""
+    h.release()
+    w.join(90)
+    assert w.error is None, w.error
+    assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+
+
 def queued(r, name: str) -> list[str]:  # type: ignore[no-untyped-def]
     """The wake channels queued for ``name``, oldest first."""
     return [m.decode() for m in r.zrange(proto.keys_for(name).waiters, 0, -1)]
@@ -94,10 +102,7 @@ def test_handoff_through_pubsub(redis_server, r):
         wait_for(lambda: queued(r, "handoff") == [waiter_svc.wake_channel], what="the waiter queued")
         assert r.pubsub_numsub(waiter_svc.wake_channel)[0][1] == 1
         assert r.pubsub_numsub(proto.keys_for("handoff").channel)[0][1] == 0, "waiters do not hear every release"
-        h.release()
-        w.join(90)
-        assert w.error is None, w.error
-        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        hand_over(h, w)
         w.handle.release()
     finally:
         waiter_client.close()
@@ -130,10 +135,7 @@ def test_a_parked_waiter_reads_its_own_wake_up_and_gives_the_connection_back(red
         wait_for(lambda: queued(r, "own-wake") == [waiter_svc.wake_channel], what="the waiter queued")
         wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
         woken_on.clear()  # the re-check when the wake channel was confirmed
-        h.release()
-        w.join(90)
-        assert w.error is None, w.error
-        assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+        hand_over(h, w)
         # The wake-up was read and handled by the waiting thread itself, not the pub/sub thread.
         assert woken_on == [w], woken_on
         # Done waiting, it gave the connection back: the pub/sub thread serves on_release.
@@ -185,10 +187,7 @@ def test_connection_lost_under_a_parked_waiter_is_reconnected_by_the_thread(redi
             # queued, re-checked on the new subscription) then serves the new connection.
             wait_for(lambda: waiter_svc.subscriber_reconnects >= 1, what="a reconnect")
             wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving again")
-            h.release()
-            w.join(90)
-            assert w.error is None, w.error
-            assert w.handle is not None and w.handle.fencing_token > h.fencing_token
+            hand_over(h, w)
             w.handle.release()
 
 
@@ -225,10 +224,7 @@ def test_an_interrupt_while_a_waiter_serves_the_connection_reaches_the_caller(re
         w2 = Acquirer(waiter_client, "interrupted", ttl=10.0, wait=60.0)
         w2.start()
         wait_for(lambda: queued(r, "interrupted") == [waiter_svc.wake_channel], what="the next waiter queued")
-        h.release()
-        w2.join(90)
-        assert w2.error is None, w2.error
-        assert w2.handle is not None and w2.handle.fencing_token > h.fencing_token
+        hand_over(h, w2)
         w2.handle.release()
     finally:
         waiter_client.close()
@@ -444,9 +440,19 @@ def test_holder_loses_its_lease_when_redis_dies_and_reacquires_after_restart(red
 
 
 def test_async_client_on_the_async_service(redis_server, r):
+    """Handoff between asyncio clients. The waiting client also subscribes to the name's
+    releases and hears this one once: the wake-up that picks it goes to its waiter only."""
+
     async def main() -> None:
         b_svc = AsyncRedisLockService.from_url(redis_server.url)
+        heard: list[str] = []
         async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(b_svc) as b:
+            b.on_release("aio", heard.append)
+            # A confirmed subscription delivers one notification (a release may have been
+            # missed before it): wait for it, then count only what the release brings.
+            while not heard:
+                await asyncio.sleep(0.01)
+            heard.clear()
             h = await a.acquire("aio", ttl=120.0)
             task = asyncio.ensure_future(b.acquire("aio", ttl=5.0, wait=60.0))
             while queued(r, "aio") != [b_svc.wake_channel]:
@@ -454,36 +460,12 @@ def test_async_client_on_the_async_service(redis_server, r):
             await h.release()
             h2 = await asyncio.wait_for(task, 90)
             assert h2.fencing_token > h.fencing_token
+            while not heard:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # a second callback, if any, would have come by now
+            assert heard == ["aio"]
             await h2.release()
             assert not r.exists(proto.keys_for("aio").lock)
 
     asyncio.run(asyncio.wait_for(main(), 120))
 
-
-def test_async_wake_up_is_not_an_on_release_notification(redis_server, r):
-    """An asyncio client that both waits for a name and subscribes to its releases hears each
-    release once: the wake-up that picks it goes to its waiter, not to on_release."""
-
-    async def main() -> None:
-        b_svc = AsyncRedisLockService.from_url(redis_server.url)
-        heard: list[str] = []
-        async with AsyncLockClient(AsyncRedisLockService.from_url(redis_server.url)) as a, AsyncLockClient(b_svc) as b:
-            b.on_release("heard", heard.append)
-            # A confirmed subscription delivers one notification (a release may have been
-            # missed before it): wait for it, then count only what the release brings.
-            while not heard:
-                await asyncio.sleep(0.01)
-            heard.clear()
-            h = await a.acquire("heard", ttl=120.0)
-            task = asyncio.ensure_future(b.acquire("heard", ttl=5.0, wait=60.0))
-            while queued(r, "heard") != [b_svc.wake_channel]:
-                await asyncio.sleep(0.01)
-            await h.release()
-            h2 = await asyncio.wait_for(task, 90)
-            while not heard:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.3)  # a second callback, if any, would have come by now
-            assert heard == ["heard"]
-            await h2.release()
-
-    asyncio.run(asyncio.wait_for(main(), 120))
