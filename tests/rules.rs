@@ -68,6 +68,15 @@ fn grant(fence: u64, ttl_ms: u64) -> AcquireResult<'static> {
     }
 }
 
+/// A 3 s grant carrying backend (ownership) data, as an etcd or ZooKeeper transport returns.
+fn grant_with(fence: u64, data: &'static [u8]) -> AcquireResult<'static> {
+    AcquireResult::Granted {
+        fencing_token: fence,
+        ttl_ms: 3_000,
+        backend_data: data,
+    }
+}
+
 /// Acquires `name` at t=0 and grants it at `t_grant`; returns the lease.
 fn held(c: &mut Client, name: &str, ttl_ms: u64, t_grant: u64) -> LeaseId {
     let lease = c.acquire(0, name, AcquireOptions::new(ttl_ms)).unwrap();
@@ -1204,16 +1213,8 @@ fn too_many_leases_is_refused_and_backend_data_bounded() {
     );
     assert_eq!(r, Err(Error::BackendDataTooLong { len: 2_000 }));
     // Refused input changed nothing: the real answer still works.
-    c.handle_acquire_result(
-        MS,
-        req,
-        AcquireResult::Granted {
-            fencing_token: 1,
-            ttl_ms: 3_000,
-            backend_data: b"etcd-lease-7",
-        },
-    )
-    .unwrap();
+    c.handle_acquire_result(MS, req, grant_with(1, b"etcd-lease-7"))
+        .unwrap();
     let out = drain(&mut c);
     assert!(matches!(
         events(&out)[..],
@@ -1229,16 +1230,8 @@ fn backend_data_is_echoed_in_renew_and_release() {
     let mut c = client();
     let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
     let (req, _) = acquire_req(&drain(&mut c));
-    c.handle_acquire_result(
-        MS,
-        req,
-        AcquireResult::Granted {
-            fencing_token: 1,
-            ttl_ms: 3_000,
-            backend_data: b"lease-99",
-        },
-    )
-    .unwrap();
+    c.handle_acquire_result(MS, req, grant_with(1, b"lease-99"))
+        .unwrap();
     drain(&mut c);
     let (out, _) = run_until_output(&mut c, u64::MAX);
     match &commands(&out)[..] {
@@ -1343,11 +1336,7 @@ fn cleanup_release_carries_the_late_grants_backend_data() {
     let mut c = Client::new(cfg, &SEED).unwrap();
     let lease = c.acquire(0, "a", AcquireOptions::new(3_000)).unwrap();
     let (req, _) = acquire_req(&drain(&mut c));
-    let late = AcquireResult::Granted {
-        fencing_token: 1,
-        ttl_ms: 3_000,
-        backend_data: b"etcd-lease-42",
-    };
+    let late = grant_with(1, b"etcd-lease-42");
     c.handle_acquire_result(3_000 * MS, req, late).unwrap();
     let out = drain(&mut c);
     assert_eq!(
@@ -1367,11 +1356,7 @@ fn cleanup_release_carries_the_late_grants_backend_data() {
     let (req, _) = acquire_req(&drain(&mut c));
     c.release(MS, lease).unwrap();
     drain(&mut c);
-    let late = AcquireResult::Granted {
-        fencing_token: 2,
-        ttl_ms: 3_000,
-        backend_data: b"zk-node-7",
-    };
+    let late = grant_with(2, b"zk-node-7");
     c.handle_acquire_result(2 * MS, req, late).unwrap();
     assert_single_release_with(&drain(&mut c), b"zk-node-7");
 }
@@ -1381,21 +1366,13 @@ fn late_grant_of_a_superseded_attempt_after_release_is_released_with_its_data() 
     // Simulator seed 195: attempt 1 is delayed, attempt 2 is granted, the lease is used and
     // released; then attempt 1 is applied late, with new ownership data.
     let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
-    let g2 = AcquireResult::Granted {
-        fencing_token: 3,
-        ttl_ms: 3_000,
-        backend_data: b"grant:5",
-    };
+    let g2 = grant_with(3, b"grant:5");
     c.handle_acquire_result(t + MS, r2, g2).unwrap();
     c.release(t + 2 * MS, lease).unwrap();
     let (rel, _) = release_req(&drain(&mut c)).unwrap();
     c.handle_release_result(t + 3 * MS, rel, ReleaseResult::Released)
         .unwrap();
-    let g1 = AcquireResult::Granted {
-        fencing_token: 4,
-        ttl_ms: 3_000,
-        backend_data: b"grant:6",
-    };
+    let g1 = grant_with(4, b"grant:6");
     c.handle_acquire_result(t + 4 * MS, r1, g1).unwrap();
     let out = drain(&mut c);
     assert!(events(&out).is_empty(), "no second terminal event: {out:?}");
@@ -1445,11 +1422,7 @@ fn superseded_grant_while_acquiring_keeps_its_data_for_the_cleanup() {
     // flight and is ignored; attempt 2 fails and the wait runs out: the cleanup release must
     // carry attempt 1's data.
     let (mut c, lease, attempts, t) = timed_out_attempts(150 * MS, 2);
-    let g1 = AcquireResult::Granted {
-        fencing_token: 1,
-        ttl_ms: 3_000,
-        backend_data: b"lease-1",
-    };
+    let g1 = grant_with(1, b"lease-1");
     c.handle_acquire_result(t + MS, attempts[0], g1).unwrap();
     assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
     c.handle_acquire_result(t + 2 * MS, attempts[1], AcquireResult::TransportError)
@@ -1467,16 +1440,8 @@ fn late_grants_arriving_out_of_order_keep_the_newest_data_for_the_cleanup() {
     // The older reply must not replace the newer grant's data: the cleanup release targets
     // the grant the service actually holds.
     let (mut c, lease, attempts, t) = timed_out_attempts(400 * MS, 3);
-    let newer = AcquireResult::Granted {
-        fencing_token: 12,
-        ttl_ms: 3_000,
-        backend_data: b"new",
-    };
-    let older = AcquireResult::Granted {
-        fencing_token: 11,
-        ttl_ms: 3_000,
-        backend_data: b"old",
-    };
+    let newer = grant_with(12, b"new");
+    let older = grant_with(11, b"old");
     c.handle_acquire_result(t + MS, attempts[1], newer).unwrap();
     c.handle_acquire_result(t + 2 * MS, attempts[0], older)
         .unwrap();
@@ -1531,19 +1496,11 @@ fn older_late_grant_does_not_replace_the_live_grants_data() {
     // Sim seed 70255: the data of a grant with a lower fence (already gone at the service)
     // must not replace the data the cleanup release needs.
     let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
-    let live = AcquireResult::Granted {
-        fencing_token: 9,
-        ttl_ms: 3_000,
-        backend_data: b"live",
-    };
+    let live = grant_with(9, b"live");
     c.handle_acquire_result(t + MS, r2, live).unwrap();
     c.release(t + 2 * MS, lease).unwrap();
     let (rel, _) = release_req(&drain(&mut c)).unwrap();
-    let old = AcquireResult::Granted {
-        fencing_token: 8,
-        ttl_ms: 3_000,
-        backend_data: b"dead",
-    };
+    let old = grant_with(8, b"dead");
     c.handle_acquire_result(t + 3 * MS, r1, old).unwrap();
     c.handle_release_result(t + 4 * MS, rel, ReleaseResult::Released)
         .unwrap();
@@ -1557,18 +1514,10 @@ fn newer_grant_to_a_held_leases_token_moves_its_renewals_and_release_to_that_gra
     // under a newer fence. The service's live grant is that one: renewals and the release must
     // carry its data. The lease itself does not change (rule 5): same state, same fence.
     let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
-    let live = AcquireResult::Granted {
-        fencing_token: 9,
-        ttl_ms: 3_000,
-        backend_data: b"first",
-    };
+    let live = grant_with(9, b"first");
     c.handle_acquire_result(t + MS, r2, live).unwrap();
     drain(&mut c);
-    let newer = AcquireResult::Granted {
-        fencing_token: 10,
-        ttl_ms: 3_000,
-        backend_data: b"second",
-    };
+    let newer = grant_with(10, b"second");
     c.handle_acquire_result(t + 2 * MS, r1, newer).unwrap();
     let out = drain(&mut c);
     assert!(
