@@ -238,10 +238,10 @@ def _bulk(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
-def _heads(s: Script, argc: int, num_keys: int) -> tuple[bytes, bytes]:
+def _heads(s: Script, argc: int, waiters_key: bool = False) -> tuple[bytes, bytes]:
     """RESP array headers ``EVALSHA sha numkeys`` and ``EVAL text numkeys`` for ``argc`` more
-    arguments (keys + ARGV)."""
-    nk = _bulk(str(num_keys).encode())
+    arguments (keys + ARGV); ``waiters_key``: the script's basic keys plus the waiters key."""
+    nk = _bulk(str(s.num_keys + waiters_key).encode())
     n = 3 + argc
     sha = b"*%d\r\n" % n + _bulk(b"EVALSHA") + _bulk(s.sha.encode()) + nk
     text = b"*%d\r\n" % n + _bulk(b"EVAL") + _bulk(s.text.encode("utf-8")) + nk
@@ -250,11 +250,11 @@ def _heads(s: Script, argc: int, num_keys: int) -> tuple[bytes, bytes]:
 
 # (EVALSHA head, EVAL head) per calling form: acquire 2 keys + 2 ARGV (queueing: 3 + 3), renew
 # 1 + 2, release 2 + 3 (dropping our own queue entry: 2 + 4).
-_HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4, 2)
-_HEAD_ACQUIRE_QUEUED = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 6, 3)
-_HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3, 1)
-_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 5, 2)
-_HEAD_RELEASE_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 6, 2)
+_HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4)
+_HEAD_ACQUIRE_QUEUED = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 6, waiters_key=True)
+_HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3)
+_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 5, waiters_key=True)
+_HEAD_RELEASE_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 6, waiters_key=True)
 
 
 @dataclass(frozen=True)
