@@ -103,9 +103,7 @@ class RedisLockService(LockService):
         self._release = proto.script(proto.SCRIPT_RELEASE)
         self._notify = proto.script(proto.SCRIPT_NOTIFY)
         self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on)
-        # Names whose waiters key may hold our wake channel (a queueing ACQUIRE was sent) →
-        # whether that attempt won (the winner stays queued until its own RELEASE drops it).
-        self._queued: dict[str, bool] = {}
+        self._queued = proto.QueueEntries()
         self._direct = _DirectConnections.for_client(client)
         self._closed = False
 
@@ -172,9 +170,9 @@ class RedisLockService(LockService):
         wake = self._sub.wake_for(name)
         if wake is None:
             return self._acquire_once(name, token, ttl_ms, None)
-        self._queued[name] = False
+        self._queued.sent(name)
         result = self._acquire_once(name, token, ttl_ms, wake)
-        self._queued[name] = isinstance(result, Granted)
+        self._queued.answered(name, isinstance(result, Granted))
         return result
 
     def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
@@ -200,7 +198,7 @@ class RedisLockService(LockService):
         return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
 
     def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
-        skip = self._own_stale_entry(name)
+        skip = self._queued.stale_entry(name, self._sub.is_waiting(name), self._sub.wake_channel)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
@@ -209,14 +207,6 @@ class RedisLockService(LockService):
         k = proto.keys_for(name)
         args = [token, k.channel, name] + ([skip] if skip is not None else [])
         return proto.parse_flag(self._run(self._release, [k.lock, k.waiters], args), "RELEASE")
-
-    def _own_stale_entry(self, name: str) -> str | None:
-        """Our wake channel if it may still be queued for ``name`` although nobody here waits
-        for it (the winner of a wait stays queued): RELEASE drops it instead of waking us."""
-        if name in self._queued and not self._sub.is_waiting(name):
-            self._queued.pop(name, None)
-            return self._sub.wake_channel
-        return None
 
     # ---- inspection (CLI `leasehold status`) -----------------------------------------------
     def ping(self) -> bool:
@@ -274,8 +264,7 @@ class RedisLockService(LockService):
         RELEASE drops the entry (no extra command on the handoff path); one that gave up
         leaves the queue now (best effort)."""
         self._sub.stop_waiting(name)
-        if self._queued.get(name) is False and not self._closed:
-            self._queued.pop(name, None)
+        if self._queued.gave_up(name) and not self._closed:
             try:
                 self._client.zrem(proto.keys_for(name).waiters, self._sub.wake_channel)
             except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway

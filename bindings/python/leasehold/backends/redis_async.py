@@ -89,7 +89,7 @@ class AsyncRedisLockService(AsyncLockService):
         self._waiting: dict[str, Callable[[str], object]] = {}
         self._wake_live = False
         self._wake_live_changed: asyncio.Event | None = None
-        self._queued: dict[str, bool] = {}
+        self._queued = proto.QueueEntries()
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
@@ -136,9 +136,9 @@ class AsyncRedisLockService(AsyncLockService):
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         if not (self._wake_live and name in self._waiting):
             return await self._acquire_once(name, token, ttl_ms, None)
-        self._queued[name] = False
+        self._queued.sent(name)
         result = await self._acquire_once(name, token, ttl_ms, self.wake_channel)
-        self._queued[name] = isinstance(result, Granted)
+        self._queued.answered(name, isinstance(result, Granted))
         return result
 
     async def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
@@ -167,11 +167,7 @@ class AsyncRedisLockService(AsyncLockService):
         return proto.parse_flag(reply, "RENEW")
 
     async def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
-        skip = None
-        if name in self._queued and name not in self._waiting:
-            # We won a wait and stayed queued: the script drops our entry (see the sync twin).
-            self._queued.pop(name, None)
-            skip = self.wake_channel
+        skip = self._queued.stale_entry(name, name in self._waiting, self.wake_channel)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
@@ -206,8 +202,7 @@ class AsyncRedisLockService(AsyncLockService):
     async def unwatch_waiter(self, name: str) -> None:
         """Like :meth:`RedisLockService.unwatch_waiter`."""
         self._waiting.pop(name, None)
-        if self._queued.get(name) is False and not self._closed:
-            self._queued.pop(name, None)
+        if self._queued.gave_up(name) and not self._closed:
             try:
                 await self._client.zrem(proto.keys_for(name).waiters, self.wake_channel)
             except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway

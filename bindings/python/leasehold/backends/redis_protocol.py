@@ -42,6 +42,7 @@ __all__ = [
     "KEY_WAITERS",
     "SCRIPT_NOTIFY",
     "new_wake_channel",
+    "QueueEntries",
     "Script",
     "ProtocolError",
     "script",
@@ -193,6 +194,38 @@ def keys_for(name: str) -> Keys:
 def new_wake_channel() -> str:
     """A fresh wake channel for one subscriber (``lh:wake:`` + 128 random bits)."""
     return WAKE_PREFIX + secrets.token_hex(16)
+
+
+class QueueEntries:
+    """Which names' waiters key may hold our wake channel, and whether the queueing attempt
+    that put it there won (the winner stays queued until its own RELEASE drops the entry).
+    The bookkeeping of the sync and the asyncio service alike."""
+
+    def __init__(self) -> None:
+        self._won: dict[str, bool] = {}
+
+    def sent(self, name: str) -> None:
+        """A queueing ACQUIRE for ``name`` is on its way."""
+        self._won[name] = False
+
+    def answered(self, name: str, granted: bool) -> None:
+        self._won[name] = granted
+
+    def stale_entry(self, name: str, waiting: bool, wake: str) -> str | None:
+        """``wake`` if our entry may still be queued for ``name`` although nobody here waits
+        (``waiting`` false): RELEASE then drops it instead of waking us."""
+        if name in self._won and not waiting:
+            del self._won[name]
+            return wake
+        return None
+
+    def gave_up(self, name: str) -> bool:
+        """Nobody here waits for ``name`` any more: true when the entry is from an attempt
+        that did not win, which the caller then removes (ZREM) itself."""
+        if self._won.get(name) is False:
+            del self._won[name]
+            return True
+        return False
 
 
 def _as_int(v: object, what: str) -> int:

@@ -435,6 +435,21 @@ def test_packed_commands_are_the_bytes_redis_py_would_send():
         proto.pack_acquire(w, t, 0)
 
 
+def test_queue_entries_know_which_entry_a_release_or_an_unwatch_must_drop():
+    q = proto.QueueEntries()
+    assert q.stale_entry("n", waiting=False, wake="lh:wake:me") is None, "never queued"
+    q.sent("n")
+    q.answered("n", granted=True)
+    assert not q.gave_up("n"), "a winner stays queued for its own RELEASE to drop"
+    assert q.stale_entry("n", waiting=True, wake="lh:wake:me") is None, "still waiting here"
+    assert q.stale_entry("n", waiting=False, wake="lh:wake:me") == "lh:wake:me"
+    assert q.stale_entry("n", waiting=False, wake="lh:wake:me") is None, "dropped once"
+    q.sent("m")
+    q.answered("m", granted=False)
+    assert q.gave_up("m") and not q.gave_up("m"), "a refused attempt's entry is removed once"
+    assert q.stale_entry("m", waiting=False, wake="lh:wake:me") is None
+
+
 def test_direct_path_reuses_one_connection_and_gives_it_back_on_close(redis_server, r):
     svc = RedisLockService.from_url(redis_server.url)
     pool = svc.client.connection_pool
