@@ -375,14 +375,22 @@ const DIGITS: usize = 1 << DIGIT_BITS;
 /// sixth of a renew cycle. Entries of one tick differ only in the deadline's low
 /// `TICK_SHIFT` bits, so three stable counting passes over those bits order them; an
 /// insertion pass then orders equal deadlines by the whole entry (rare, and in place).
+#[inline]
 fn sort_run(run: &mut Vec<Entry>, scratch: &mut Vec<Entry>, cursor: u64) {
-    if run.is_sorted() {
-        return;
-    }
-    if run.len() < RADIX_MIN || run.iter().any(|e| tick(e) != cursor) {
+    if run.len() < RADIX_MIN {
         run.sort_unstable();
-        return;
+    } else if !run.is_sorted() {
+        if run.iter().any(|e| tick(e) != cursor) {
+            run.sort_unstable();
+        } else {
+            radix_sort(run, scratch);
+        }
     }
+}
+
+/// Orders entries of one tick (see `sort_run`).
+#[inline(never)]
+fn radix_sort(run: &mut Vec<Entry>, scratch: &mut Vec<Entry>) {
     scratch.clear();
     scratch.resize(run.len(), (0, 0, 0));
     let mut shift = 0;
