@@ -388,7 +388,8 @@
  * `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
  * for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
  * wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
- * (at most 128 bytes in all); the client subscribes to it before it queues.
+ * (at most 128 bytes in all; `lh_redis_wake_channel` makes one); the client subscribes to it
+ * before it queues.
  */
 #define LH_REDIS_SCRIPT_ACQUIRE 1
 
@@ -434,6 +435,11 @@
  * waiting clients, oldest first; RELEASE wakes one of them).
  */
 #define LH_REDIS_KEY_WAITERS 4
+
+/**
+ * Random bytes `lh_redis_wake_channel` takes.
+ */
+#define LH_REDIS_WAKE_RANDOM_LEN 16
 
 /**
  * Opaque client handle: one core session plus the memory that borrowed outputs point into.
@@ -984,6 +990,28 @@ lh_status lh_redis_key(uint32_t kind,
                        uint8_t *buf,
                        size_t buf_len,
                        size_t *out_len);
+
+/**
+ * Formats a wake channel into `buf` from `LH_REDIS_WAKE_RANDOM_LEN` random bytes: `lh:wake:`
+ * and the bytes in lowercase hex (40 bytes). Take the bytes from the OS (`getrandom`,
+ * `/dev/urandom`) once per pub/sub connection; every client needs a channel of its own.
+ *
+ * On success the channel (not NUL-terminated) is in `buf[0 .. *out_len]`. If `buf_len` is too
+ * small the call returns `LH_ERR_BUFFER_TOO_SMALL`, writes nothing to `buf` and sets
+ * `*out_len` to the size needed (so `buf = NULL, buf_len = 0` asks for the size). `buf` may be
+ * NULL only when `buf_len` is 0.
+ *
+ * Errors: `LH_ERR_NULL_ARGUMENT`, `LH_ERR_BUFFER_TOO_SMALL`.
+ *
+ * # Safety
+ * `random` is NULL or points to `LH_REDIS_WAKE_RANDOM_LEN` readable bytes; `buf` is NULL with
+ * `buf_len == 0` or points to `buf_len` writable bytes that do not overlap `random`; `out_len`
+ * is NULL or valid for writes.
+ */
+lh_status lh_redis_wake_channel(const uint8_t *random,
+                                uint8_t *buf,
+                                size_t buf_len,
+                                size_t *out_len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -77,6 +77,12 @@ pub const WAITERS_SUFFIX: &str = "}:waiters";
 pub const WAKE_CHANNEL_PREFIX: &str = "lh:wake:";
 /// Longest wake channel the scripts accept, in bytes.
 pub const MAX_WAKE_CHANNEL_LEN: usize = 128;
+/// Random bytes a wake channel is made of (`wake_channel`): 128 bits, so that no two clients
+/// share a channel and nobody can guess another's.
+pub const WAKE_RANDOM_LEN: usize = 16;
+/// Length of the wake channels `wake_channel` makes.
+pub const WAKE_CHANNEL_LEN: usize = WAKE_CHANNEL_PREFIX.len() + 2 * WAKE_RANDOM_LEN;
+const _: () = assert!(WAKE_CHANNEL_LEN <= MAX_WAKE_CHANNEL_LEN);
 
 /// Largest fencing token the scripts hand out: Lua numbers are doubles, exact up to 2^53.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
@@ -464,10 +470,50 @@ pub fn key(kind: KeyKind, name: &str) -> Result<String, Error> {
     Ok(s)
 }
 
+/// Writes the wake channel made of `random` (fresh randomness per subscriber connection) into
+/// the front of `buf`: `lh:wake:` and the bytes in lowercase hex. The channel format is written
+/// here only, so every host's transport makes channels the scripts accept. Returns the length,
+/// or `Err(needed)` when `buf` is too small (nothing written).
+pub fn write_wake_channel(random: &[u8; WAKE_RANDOM_LEN], buf: &mut [u8]) -> Result<usize, usize> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let Some(dst) = buf.get_mut(..WAKE_CHANNEL_LEN) else {
+        return Err(WAKE_CHANNEL_LEN);
+    };
+    let (prefix, digits) = dst.split_at_mut(WAKE_CHANNEL_PREFIX.len());
+    prefix.copy_from_slice(WAKE_CHANNEL_PREFIX.as_bytes());
+    for (pair, b) in digits.chunks_exact_mut(2).zip(random) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+    Ok(WAKE_CHANNEL_LEN)
+}
+
+/// The wake channel made of `random` (see `write_wake_channel`).
+pub fn wake_channel(random: &[u8; WAKE_RANDOM_LEN]) -> String {
+    let mut buf = [0u8; WAKE_CHANNEL_LEN];
+    let _ = write_wake_channel(random, &mut buf);
+    buf.iter().map(|&b| char::from(b)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::MAX_NAME_LEN;
+
+    #[test]
+    fn wake_channels_are_the_prefix_and_the_random_bytes_in_hex() {
+        let random: [u8; WAKE_RANDOM_LEN] = std::array::from_fn(|i| (i * 17) as u8);
+        let ch = wake_channel(&random);
+        assert_eq!(ch, "lh:wake:00112233445566778899aabbccddeeff");
+        assert_eq!(ch.len(), WAKE_CHANNEL_LEN);
+        assert!(ch.starts_with(WAKE_CHANNEL_PREFIX) && ch.len() <= MAX_WAKE_CHANNEL_LEN);
+        let mut short = [0u8; WAKE_CHANNEL_LEN - 1];
+        assert_eq!(
+            write_wake_channel(&random, &mut short),
+            Err(WAKE_CHANNEL_LEN)
+        );
+        assert!(short.iter().all(|&b| b == 0), "nothing written");
+    }
 
     /// Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384).
     fn slot(key: &[u8]) -> u16 {

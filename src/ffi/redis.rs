@@ -8,14 +8,15 @@ use std::ffi::c_char;
 
 use super::boundary::{Failure, guard_static, name_arg, require_out, write_out};
 use super::types::*;
-use crate::redis::{KeyKind, ScriptKind, write_key};
+use crate::redis::{KeyKind, ScriptKind, WAKE_RANDOM_LEN, write_key, write_wake_channel};
 
 /// `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
 /// queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
 /// `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
 /// for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
 /// wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
-/// (at most 128 bytes in all); the client subscribes to it before it queues.
+/// (at most 128 bytes in all; `lh_redis_wake_channel` makes one); the client subscribes to it
+/// before it queues.
 pub const LH_REDIS_SCRIPT_ACQUIRE: u32 = 1;
 /// `lh_redis_script` kind: RENEW. `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed,
 /// `0` rejected (never re-creates an expired lock).
@@ -40,7 +41,11 @@ pub const LH_REDIS_KEY_CHANNEL: u32 = 3;
 /// waiting clients, oldest first; RELEASE wakes one of them).
 pub const LH_REDIS_KEY_WAITERS: u32 = 4;
 
+/// Random bytes `lh_redis_wake_channel` takes.
+pub const LH_REDIS_WAKE_RANDOM_LEN: usize = 16;
+
 const _: () = {
+    assert!(LH_REDIS_WAKE_RANDOM_LEN == WAKE_RANDOM_LEN);
     assert!(LH_REDIS_SCRIPT_ACQUIRE == ScriptKind::Acquire as u32);
     assert!(LH_REDIS_SCRIPT_RENEW == ScriptKind::Renew as u32);
     assert!(LH_REDIS_SCRIPT_RELEASE == ScriptKind::Release as u32);
@@ -145,10 +150,107 @@ pub unsafe extern "C" fn lh_redis_key(
     })
 }
 
+/// Formats a wake channel into `buf` from `LH_REDIS_WAKE_RANDOM_LEN` random bytes: `lh:wake:`
+/// and the bytes in lowercase hex (40 bytes). Take the bytes from the OS (`getrandom`,
+/// `/dev/urandom`) once per pub/sub connection; every client needs a channel of its own.
+///
+/// On success the channel (not NUL-terminated) is in `buf[0 .. *out_len]`. If `buf_len` is too
+/// small the call returns `LH_ERR_BUFFER_TOO_SMALL`, writes nothing to `buf` and sets
+/// `*out_len` to the size needed (so `buf = NULL, buf_len = 0` asks for the size). `buf` may be
+/// NULL only when `buf_len` is 0.
+///
+/// Errors: `LH_ERR_NULL_ARGUMENT`, `LH_ERR_BUFFER_TOO_SMALL`.
+///
+/// # Safety
+/// `random` is NULL or points to `LH_REDIS_WAKE_RANDOM_LEN` readable bytes; `buf` is NULL with
+/// `buf_len == 0` or points to `buf_len` writable bytes that do not overlap `random`; `out_len`
+/// is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_redis_wake_channel(
+    random: *const u8,
+    buf: *mut u8,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> lh_status {
+    guard_static(|| {
+        require_out(out_len, "out_len")?;
+        if random.is_null() {
+            return Err(Failure::null("random"));
+        }
+        if buf.is_null() && buf_len != 0 {
+            return Err(Failure::null("buf"));
+        }
+        let mut bytes = [0u8; WAKE_RANDOM_LEN];
+        // SAFETY: non-NULL and `LH_REDIS_WAKE_RANDOM_LEN` readable bytes per the contract.
+        bytes.copy_from_slice(unsafe { std::slice::from_raw_parts(random, WAKE_RANDOM_LEN) });
+        let dst: &mut [u8] = if buf_len == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-NULL and `buf_len` writable bytes per the caller's contract.
+            unsafe { std::slice::from_raw_parts_mut(buf, buf_len) }
+        };
+        match write_wake_channel(&bytes, dst) {
+            Ok(len) => {
+                // SAFETY: checked non-NULL above.
+                unsafe { write_out(out_len, len) };
+                Ok(())
+            }
+            Err(needed) => {
+                // SAFETY: checked non-NULL above.
+                unsafe { write_out(out_len, needed) };
+                Err(Failure::new(
+                    LH_ERR_BUFFER_TOO_SMALL,
+                    format!("buffer of {buf_len} bytes, the wake channel needs {needed}"),
+                ))
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::ptr;
+
+    #[test]
+    fn wake_channels_are_formatted_and_bad_arguments_write_nothing() {
+        let random = [0xa5u8; LH_REDIS_WAKE_RANDOM_LEN];
+        let mut buf = [0xAAu8; 64];
+        let mut out = usize::MAX;
+        // SAFETY: valid pointers and lengths throughout; NULLs must be reported.
+        unsafe {
+            assert_eq!(
+                lh_redis_wake_channel(random.as_ptr(), buf.as_mut_ptr(), 64, &mut out),
+                LH_OK
+            );
+            assert_eq!(
+                &buf[..out],
+                format!("lh:wake:{}", "a5".repeat(16)).as_bytes()
+            );
+            assert!(buf[out..].iter().all(|&b| b == 0xAA));
+            let mut size = 0usize;
+            assert_eq!(
+                lh_redis_wake_channel(random.as_ptr(), ptr::null_mut(), 0, &mut size),
+                LH_ERR_BUFFER_TOO_SMALL
+            );
+            assert_eq!(size, 40);
+            let mut short = [0xAAu8; 39];
+            assert_eq!(
+                lh_redis_wake_channel(random.as_ptr(), short.as_mut_ptr(), 39, &mut size),
+                LH_ERR_BUFFER_TOO_SMALL
+            );
+            assert!(short.iter().all(|&b| b == 0xAA));
+            let mut untouched = usize::MAX;
+            for (r, b, n, o) in [
+                (ptr::null(), buf.as_mut_ptr(), 64, &raw mut untouched),
+                (random.as_ptr(), ptr::null_mut(), 64, &raw mut untouched),
+                (random.as_ptr(), buf.as_mut_ptr(), 64, ptr::null_mut()),
+            ] {
+                assert_eq!(lh_redis_wake_channel(r, b, n, o), LH_ERR_NULL_ARGUMENT);
+            }
+            assert_eq!(untouched, usize::MAX);
+        }
+    }
 
     fn script(kind: u32) -> Result<&'static str, lh_status> {
         let mut text: *const c_char = ptr::null();
