@@ -506,6 +506,25 @@ func redisScript(kind uint32) (string, error) {
 	return C.GoStringN(p, C.int(n)), nil
 }
 
+// wakeRandomLen is how many random bytes a wake channel is made of.
+const wakeRandomLen = C.LH_REDIS_WAKE_RANDOM_LEN
+
+// redisWakeChannel formats the wake channel made of 16 random bytes (the library owns the
+// format, so every binding's channels are ones the scripts accept).
+func redisWakeChannel(random [wakeRandomLen]byte) (string, error) {
+	buf := make([]byte, 64)
+	var need C.size_t
+	rp, _ := bytesPtr(random[:])
+	bp, bn := bytesPtr(buf)
+	st := uint32(C.lh_redis_wake_channel(rp, bp, bn, &need))
+	runtime.KeepAlive(&random)
+	runtime.KeepAlive(buf)
+	if st != statusOK {
+		return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_wake_channel"}
+	}
+	return string(buf[:need]), nil
+}
+
 // redisKey returns the Redis key of the given kind for a lock name.
 func redisKey(kind uint32, name string) (string, error) {
 	np, nn := strPtr(name)

@@ -3,7 +3,6 @@ package leasehold
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,9 +84,13 @@ func NewRedisTransport(rdb redis.UniversalClient) (*RedisTransport, error) {
 		return nil, err
 	}
 	// Unguessable, so no other client's releases can be steered to us.
-	suffix := make([]byte, 16)
-	if _, err := rand.Read(suffix); err != nil {
+	var random [wakeRandomLen]byte
+	if _, err := rand.Read(random[:]); err != nil {
 		return nil, fmt.Errorf("leasehold: wake channel: %w", err)
+	}
+	wake, err := redisWakeChannel(random)
+	if err != nil {
+		return nil, err
 	}
 	t := &RedisTransport{
 		rdb:     rdb,
@@ -95,7 +98,7 @@ func NewRedisTransport(rdb redis.UniversalClient) (*RedisTransport, error) {
 		renew:   redis.NewScript(r),
 		release: redis.NewScript(l),
 		notify:  redis.NewScript(n),
-		wake:    "lh:wake:" + hex.EncodeToString(suffix),
+		wake:    wake,
 		waiting: map[string]map[*redisSub]struct{}{},
 		queued:  map[string]struct{}{},
 	}

@@ -73,6 +73,13 @@ func TestRedisKeysAndScriptsComeFromTheLibrary(t *testing.T) {
 	if _, _, _, err := RedisKeys(""); err == nil {
 		t.Fatal("empty name accepted")
 	}
+	var random [wakeRandomLen]byte
+	for i := range random {
+		random[i] = byte(i * 17)
+	}
+	if w, err := redisWakeChannel(random); err != nil || w != "lh:wake:00112233445566778899aabbccddeeff" {
+		t.Fatalf("wake channel %q %v", w, err)
+	}
 }
 
 func TestRedisTransportProtocol(t *testing.T) {

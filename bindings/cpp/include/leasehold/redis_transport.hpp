@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -132,16 +133,22 @@ inline ReplyPtr command(redisContext* c, const std::vector<std::string>& args) {
   return ReplyPtr(r);
 }
 
-// A fresh wake channel: lh:wake: + 32 hex digits from std::random_device (unguessable, so two
-// transports never share one and nobody else's release can be aimed at it by accident).
+// A fresh wake channel, formatted by the library (lh_redis_wake_channel: lh:wake: + 32 hex
+// digits) from std::random_device bytes: unguessable, so two transports never share one and
+// nobody else's release can be aimed at it by accident.
 inline std::string new_wake_channel() {
   std::random_device rd;
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string ch = "lh:wake:";
-  for (int i = 0; i < 4; ++i) {
+  std::array<std::uint8_t, LH_REDIS_WAKE_RANDOM_LEN> random{};
+  for (std::size_t i = 0; i < random.size(); i += 4) {
     auto v = static_cast<std::uint32_t>(rd());
-    for (int j = 0; j < 8; ++j, v >>= 4) ch.push_back(hex[v & 0xf]);
+    for (std::size_t j = 0; j < 4 && i + j < random.size(); ++j, v >>= 8) random[i + j] = static_cast<std::uint8_t>(v);
   }
+  std::string ch(64, '\0');
+  std::size_t n = 0;
+  const auto st =
+      lh_redis_wake_channel(random.data(), reinterpret_cast<std::uint8_t*>(ch.data()), ch.size(), &n);
+  if (st != LH_OK) throw Error(st, "lh_redis_wake_channel");
+  ch.resize(n);
   return ch;
 }
 

@@ -65,8 +65,8 @@ KEY_LOCK = 1
 KEY_FENCE = 2
 KEY_CHANNEL = 3
 KEY_WAITERS = 4
-#: Every wake channel starts with this (the scripts publish to nothing else).
-WAKE_PREFIX = "lh:wake:"
+#: Random bytes a wake channel is made of (``LH_REDIS_WAKE_RANDOM_LEN``).
+WAKE_RANDOM_LEN = 16
 
 _LH_OK = 0
 _LH_ERR_BUFFER_TOO_SMALL = 14
@@ -81,10 +81,11 @@ def _declare() -> ctypes.CDLL:
     try:
         script_fn = lib.lh_redis_script
         key_fn = lib.lh_redis_key
-    except AttributeError as e:  # pragma: no cover - only with a library built without src/ffi/redis.rs
+        wake_fn = lib.lh_redis_wake_channel
+    except AttributeError as e:  # pragma: no cover - only with an older library
         raise errors.LibraryError(
-            f"{_ffi.library_path} does not export lh_redis_script/lh_redis_key; rebuild it with "
-            "`cargo build --release`"
+            f"{_ffi.library_path} does not export lh_redis_script/lh_redis_key/lh_redis_wake_channel; "
+            "rebuild it with `cargo build --release`"
         ) from e
     script_fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
     script_fn.restype = ctypes.c_uint32
@@ -97,6 +98,13 @@ def _declare() -> ctypes.CDLL:
         ctypes.POINTER(ctypes.c_size_t),
     ]
     key_fn.restype = ctypes.c_uint32
+    wake_fn.argtypes = [
+        ctypes.POINTER(ctypes.c_uint8),
+        ctypes.POINTER(ctypes.c_uint8),
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    wake_fn.restype = ctypes.c_uint32
     return lib
 
 
@@ -192,8 +200,17 @@ def keys_for(name: str) -> Keys:
 
 
 def new_wake_channel() -> str:
-    """A fresh wake channel for one subscriber (``lh:wake:`` + 128 random bits)."""
-    return WAKE_PREFIX + secrets.token_hex(16)
+    """A fresh wake channel for one subscriber: the library formats it
+    (``lh_redis_wake_channel``, the same format in every binding) from 128 bits of OS
+    randomness."""
+    random = (ctypes.c_uint8 * WAKE_RANDOM_LEN).from_buffer_copy(secrets.token_bytes(WAKE_RANDOM_LEN))
+    size = 64
+    buf = (ctypes.c_uint8 * size)()
+    out_len = ctypes.c_size_t()
+    status = _lib.lh_redis_wake_channel(random, buf, size, ctypes.byref(out_len))
+    if status != _LH_OK:  # pragma: no cover - the channel is 40 bytes
+        raise _ffi.make_error(status, "wake channel", "lh_redis_wake_channel")
+    return bytes(buf[: out_len.value]).decode("ascii")
 
 
 class QueueEntries:

@@ -7,6 +7,7 @@ every transport gets them. No LockClient here: these tests pin the wire protocol
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
 
@@ -488,6 +489,17 @@ def test_malformed_wake_channels_are_refused(r, wake):
     assert not r.exists(k.lock) and not r.exists(k.waiters)
     assert len("lh:wake:" + "x" * 120) == 128
     acquire_q(r, "q", tok(), 1_000, "lh:wake:" + "x" * 120)
+
+
+def test_wake_channels_come_from_the_library_and_the_scripts_accept_them(r):
+    chans = {proto.new_wake_channel() for _ in range(100)}
+    assert len(chans) == 100, "128 random bits each"
+    for ch in chans:
+        assert re.fullmatch(r"lh:wake:[0-9a-f]{32}", ch), ch
+    ch = chans.pop()
+    assert acquire_q(r, "q", tok(), 1_000, ch)[0] == 1
+    assert acquire_q(r, "q", tok(), 1_000, ch)[0] == 0
+    assert queue(r, "q") == [ch]
 
 
 def test_a_release_that_does_not_own_the_lock_still_drops_the_callers_own_entry(r):
