@@ -1050,3 +1050,192 @@ fn hostile_granted_ttls_and_fences_never_extend_validity() {
         acquire(&h, 12 * MS, b"other", &opts(3000)).unwrap();
     }
 }
+
+/// Takes every output with `lh_poll_outputs`, `cap` at a time; returns them and the deadline.
+fn drain_batched(h: &H, cap: usize) -> (Vec<Out>, u64) {
+    let mut all = Vec::new();
+    loop {
+        let mut buf = vec![MaybeUninit::<lh_output>::uninit(); cap];
+        let (mut n, mut deadline) = (usize::MAX, 0u64);
+        // SAFETY: `buf` holds `cap` writable outputs; the first `n` are written on LH_OK.
+        expect(
+            unsafe { lh_poll_outputs(h.0, buf.as_mut_ptr().cast(), cap, &mut n, &mut deadline) },
+            LH_OK,
+        );
+        assert!(n <= cap);
+        // Every output of the batch stays readable until the next call on the handle.
+        for o in &buf[..n] {
+            // SAFETY: written by the call above.
+            let raw = unsafe { o.assume_init() };
+            all.push(Out {
+                name: copy(raw.name, raw.name_len),
+                token: copy(raw.token, raw.token_len),
+                backend_data: copy(raw.backend_data, raw.backend_data_len),
+                raw,
+            });
+        }
+        if n < cap {
+            return (all, deadline);
+        }
+    }
+}
+
+fn deadline_of(h: &H) -> u64 {
+    let mut d = 0u64;
+    // SAFETY: valid out-pointer.
+    expect(unsafe { lh_poll_timeout(h.0, &mut d) }, LH_OK);
+    d
+}
+
+/// An output without its pointers (which differ between handles): every field and the
+/// bytes the pointers led to.
+#[derive(Debug, PartialEq)]
+struct Summary {
+    fields: [u64; 7],
+    name: Vec<u8>,
+    token: Vec<u8>,
+    backend_data: Vec<u8>,
+}
+
+fn summary(o: &Out) -> Summary {
+    let r = &o.raw;
+    Summary {
+        fields: [
+            r.kind.into(),
+            r.reason.into(),
+            r.request_id,
+            r.lease_id,
+            r.ttl_ms,
+            r.fencing_token,
+            r.valid_until_ns,
+        ],
+        name: o.name.clone(),
+        token: o.token.clone(),
+        backend_data: o.backend_data.clone(),
+    }
+}
+
+#[test]
+fn batched_polling_gives_the_same_outputs_and_deadline_as_polling_one_by_one() {
+    for cap in [1usize, 2, 3, 16] {
+        // Two cores with the same seed fed the same inputs: one drained by lh_poll_output +
+        // lh_poll_timeout, the other by lh_poll_outputs.
+        let (one, batched) = (client(), client());
+        let mut now = 0u64;
+        let step = |f: &dyn Fn(&H) -> Vec<u64>| {
+            let ids_one = f(&one);
+            let ids_batched = f(&batched);
+            assert_eq!(ids_one, ids_batched);
+            let (a, da) = (drain(&one), deadline_of(&one));
+            let (b, db) = drain_batched(&batched, cap);
+            assert_eq!(
+                a.iter().map(summary).collect::<Vec<_>>(),
+                b.iter().map(summary).collect::<Vec<_>>(),
+                "cap {cap}"
+            );
+            assert_eq!(da, db, "cap {cap}");
+            a
+        };
+        // Three leases at once (three commands in one drain), granted with backend data.
+        let outs = step(&|h| {
+            [&b"a"[..], b"b", b"c"]
+                .iter()
+                .map(|n| acquire(h, 0, n, &opts(3000)).unwrap())
+                .collect()
+        });
+        assert_eq!(outs.len(), 3);
+        let reqs: Vec<u64> = outs.iter().map(|o| o.raw.request_id).collect();
+        for (i, req) in reqs.iter().enumerate() {
+            step(&|h| {
+                expect(
+                    grant(h, MS, *req, 10 + i as u64, 3000, b"etcd-lease"),
+                    LH_OK,
+                );
+                vec![]
+            });
+        }
+        // A waiter refused by another holder: a Watch, then its retries.
+        let waiting = step(&|h| {
+            let mut o = opts(3000);
+            o.wait_ns = 10_000 * MS;
+            vec![acquire(h, 2 * MS, b"a", &o).unwrap()]
+        });
+        let req = waiting[0].raw.request_id;
+        let refused = step(&|h| {
+            // SAFETY: plain arguments.
+            let st = unsafe {
+                lh_acquire_result(
+                    h.0,
+                    3 * MS,
+                    req,
+                    LH_ACQUIRE_HELD_BY_OTHER,
+                    0,
+                    0,
+                    500,
+                    null(),
+                    0,
+                )
+            };
+            expect(st, LH_OK);
+            vec![]
+        });
+        assert!(find(&refused, LH_OUTPUT_WATCH).is_some());
+        // Renewals come due (and the waiter retries), then a release.
+        now += 1_500 * MS;
+        let due = step(&|h| {
+            // SAFETY: plain arguments.
+            expect(unsafe { lh_timeout(h.0, now) }, LH_OK);
+            vec![]
+        });
+        let renews = due.iter().filter(|o| o.raw.kind == LH_OUTPUT_RENEW).count();
+        assert_eq!(renews, 3, "every lease renews, with its backend data");
+        assert!(
+            due.iter()
+                .all(|o| o.raw.kind != LH_OUTPUT_RENEW || o.backend_data == b"etcd-lease")
+        );
+        let lease = outs[1].raw.lease_id;
+        let released = step(&|h| {
+            // SAFETY: plain arguments.
+            expect(unsafe { lh_release(h.0, now, lease) }, LH_OK);
+            vec![]
+        });
+        assert!(find(&released, LH_OUTPUT_RELEASE).is_some());
+    }
+}
+
+#[test]
+fn batched_polling_hostile_arguments_take_nothing() {
+    let h = client();
+    acquire(&h, 0, NAME, &opts(3000)).unwrap();
+    let (mut n, mut d) = (7usize, 7u64);
+    let mut buf = [MaybeUninit::<lh_output>::uninit(); 4];
+    // SAFETY: NULL handle and NULL out-pointers are documented errors; the rest are valid.
+    unsafe {
+        let p = buf.as_mut_ptr().cast();
+        expect(
+            lh_poll_outputs(null_mut(), p, 4, &mut n, &mut d),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_poll_outputs(h.0, null_mut(), 4, &mut n, &mut d),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_poll_outputs(h.0, p, 4, null_mut(), &mut d),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_poll_outputs(h.0, p, 4, &mut n, null_mut()),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        assert_eq!((n, d), (7, 7), "nothing written");
+        // Capacity 0 takes nothing (NULL allowed) and still reports the deadline.
+        expect(lh_poll_outputs(h.0, null_mut(), 0, &mut n, &mut d), LH_OK);
+        assert_eq!(n, 0);
+        assert_eq!(d, deadline_of(&h));
+    }
+    // The Acquire command is still there.
+    let (outs, _) = drain_batched(&h, 4);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].raw.kind, LH_OUTPUT_ACQUIRE);
+}
