@@ -114,9 +114,6 @@ if _OUTPUT_LAYOUT.size != ctypes.sizeof(_ffi.lh_output):  # pragma: no cover - e
     raise errors.LibraryError(
         f"lh_output layout mismatch: struct {_OUTPUT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_output)}"
     )
-_OUTPUT_SIZE = _OUTPUT_LAYOUT.size
-# Outputs taken per lh_poll_outputs call: an input rarely produces more than a few.
-_BATCH = 16
 _new_output = tuple.__new__
 _string_at = ctypes.string_at
 # Kinds whose name/token/backend_data are always empty (events): nothing to decode.
@@ -230,14 +227,7 @@ class Core:
         self._deadline = ctypes.c_uint64()
         self._deadline_ref = ctypes.byref(self._deadline)
         # Hot calls without errcheck (the status is tested inline; see _ffi.unchecked).
-        self._poll_output = _ffi.unchecked("lh_poll_output", typed_args=True)
-        # A drain is one call (lh_poll_outputs) for up to _BATCH outputs and the deadline.
-        self._outs = (_ffi.lh_output * _BATCH)()
-        self._outs_ref = ctypes.byref(self._outs)
-        self._batch_cap = ctypes.c_size_t(_BATCH)
-        self._taken = ctypes.c_size_t()
-        self._taken_ref = ctypes.byref(self._taken)
-        self._poll_outputs = _ffi.unchecked("lh_poll_outputs", typed_args=True)
+        self._poll_output = _ffi.unchecked("lh_poll_output", pointers_only=True)
         self._c_acquire = _ffi.unchecked("lh_acquire")
         self._c_release = _ffi.unchecked("lh_release")
         self._c_acquire_result = _ffi.unchecked("lh_acquire_result")
@@ -248,7 +238,7 @@ class Core:
         self._opts_ref = ctypes.byref(self._opts)
         self._lease = ctypes.c_uint64()
         self._lease_ref = ctypes.byref(self._lease)
-        self._poll_timeout = _ffi.unchecked("lh_poll_timeout", typed_args=True)
+        self._poll_timeout = _ffi.unchecked("lh_poll_timeout", pointers_only=True)
         self.notifications = bool(cfg.notifications)
         self.request_timeout_ns = int(cfg.request_timeout_ns)
 
@@ -377,22 +367,23 @@ class Core:
 
     def drain(self) -> tuple[list[Output], int | None]:
         """Every pending output in order, then the next deadline: the host's drain after an
-        input (``poll_output`` until none is left, then ``poll_timeout``), in one call into the
-        library (``lh_poll_outputs``) unless more than a batch is pending."""
+        input (``poll_output`` until none is left, then ``poll_timeout``) in one call."""
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")
-        buf, unpack, taken = self._outs, self._unpack_out, self._taken
+        poll, ref, buf, unpack = self._poll_output, self._out_ref, self._out, self._unpack_out
         outs: list[Output] = []
         while True:
-            st = self._poll_outputs(p, self._outs_ref, self._batch_cap, self._taken_ref, self._deadline_ref)
+            st = poll(p, ref)
             if st:
-                _check(st, p, "lh_poll_outputs")
-            n = taken.value
-            for i in range(n):
-                outs.append(_copy_output(unpack(buf, i * _OUTPUT_SIZE)))  # type: ignore[arg-type]
-            if n < _BATCH:
+                _check(st, p, "lh_poll_output")
+            fields = unpack(buf)
+            if fields[0] == 0:  # LH_OUTPUT_NONE
                 break
+            outs.append(_copy_output(fields))  # type: ignore[arg-type]
+        st = self._poll_timeout(p, self._deadline_ref)
+        if st:
+            _check(st, p, "lh_poll_timeout")
         v: int = self._deadline.value
         return outs, None if v == _NO_DEADLINE else v
 

@@ -336,11 +336,6 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_timeout": ([lh_client_p, _u64], _u32, True),
     "lh_poll_output": ([lh_client_p, ctypes.POINTER(lh_output)], _u32, True),
     "lh_poll_timeout": ([lh_client_p, ctypes.POINTER(_u64)], _u32, True),
-    "lh_poll_outputs": (
-        [lh_client_p, ctypes.POINTER(lh_output), _sz, ctypes.POINTER(_sz), ctypes.POINTER(_u64)],
-        _u32,
-        True,
-    ),
     "lh_lease_state": ([lh_client_p, _u64, ctypes.POINTER(_u32)], _u32, True),
     "lh_lease_info_get": ([lh_client_p, _u64, ctypes.POINTER(lh_lease_info)], _u32, True),
     "lh_fencing_token": ([lh_client_p, _u64, ctypes.POINTER(_u64)], _u32, True),
@@ -364,20 +359,20 @@ def _declare() -> None:
             fn.errcheck = _errcheck
 
 
-def unchecked(name: str, *, typed_args: bool = False) -> Any:
+def unchecked(name: str, *, pointers_only: bool = False) -> Any:
     """A second function object for ``name`` without ``errcheck``: hot paths test the status
     themselves with :func:`check` (one Python frame less per call).
 
-    ``typed_args``: the caller passes nothing but ctypes objects of the declared types (the
-    handle, a ``byref``, a ``c_size_t``), which ctypes passes as they are, so no ``argtypes``
-    conversion is needed (it costs more than the call into the core itself).
+    ``pointers_only``: the caller passes nothing but ctypes pointer objects (the handle, a
+    ``byref``), which ctypes passes as pointers as they are, so no ``argtypes`` conversion is
+    needed (it costs more than the call into the core itself).
     """
     argtypes, restype, _ = _SIGNATURES[name]
     fn = lib[name]  # indexing builds a new function object; ``lib.name`` is the checked one
-    if not typed_args:
+    if not pointers_only:
         fn.argtypes = argtypes
-    elif not all(issubclass(t, (ctypes._Pointer, ctypes._SimpleCData)) for t in argtypes):  # pragma: no cover
-        raise TypeError(f"{name} takes arguments ctypes would have to convert")
+    elif not all(issubclass(t, ctypes._Pointer) for t in argtypes):  # pragma: no cover - misuse
+        raise TypeError(f"{name} takes non-pointer arguments")
     fn.restype = restype
     return fn
 

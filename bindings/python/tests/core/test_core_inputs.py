@@ -253,40 +253,6 @@ def test_core_same_seed_same_tokens_reseed_differs() -> None:
         a.reseed(b"short")
 
 
-def test_drain_takes_more_than_a_batch_in_order_like_polling_one_by_one() -> None:
-    """``drain`` takes outputs 16 at a time (lh_poll_outputs); 40 pending outputs come back in
-    the order, and with the bytes, that ``poll_output`` gives, and the same deadline."""
-    clock = FakeClock()
-    one, batched = (Core(seed=b"d" * 32, clock=clock.monotonic_ns) for _ in range(2))
-    for core in (one, batched):
-        for i in range(20):
-            core.acquire(f"job/{i}", 3000)
-    polled = []
-    while (o := one.poll_output()) is not None:
-        polled.append(o)
-    outs, deadline = batched.drain()
-    assert len(outs) == 20 and outs == polled
-    assert deadline == one.poll_timeout() is not None
-    # Grants: one Acquired event each, 40 outputs with the grants' data in one drain below.
-    for core, cmds in ((one, polled), (batched, outs)):
-        for j, o in enumerate(cmds):
-            core.acquire_result(
-                o.request_id, _ffi.LH_ACQUIRE_GRANTED, fencing_token=j + 1, ttl_ms=3000, backend_data=b"etcd-%d" % j
-            )
-        for o in cmds[:10]:
-            core.release(o.lease_id)
-    polled = []
-    while (o := one.poll_output()) is not None:
-        polled.append(o)
-    outs, deadline = batched.drain()
-    assert len(outs) == 40 and outs == polled
-    assert [o.backend_data for o in outs if o.kind == _ffi.LH_OUTPUT_RELEASE] == [b"etcd-%d" % j for j in range(10)]
-    kinds = {o.kind for o in outs}
-    assert kinds == {_ffi.LH_OUTPUT_ACQUIRED, _ffi.LH_OUTPUT_RELEASED, _ffi.LH_OUTPUT_RELEASE}
-    assert deadline == one.poll_timeout()
-    assert batched.drain() == ([], deadline)
-
-
 def test_core_panic_poisons_handle() -> None:
     core = Core()
     with pytest.raises(CorePanic) as ei:
