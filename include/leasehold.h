@@ -878,27 +878,6 @@ lh_status lh_timeout(struct lh_client *c, uint64_t now);
 lh_status lh_poll_output(struct lh_client *c, struct lh_output *out);
 
 /**
- * The host's whole drain in one call: takes up to `cap` pending outputs into
- * `outs[0 .. *out_n]`, in order, and writes the next deadline to `*out_deadline_ns` (as
- * `lh_poll_timeout` does). `*out_n < cap` means every output was taken; otherwise call again.
- * Equivalent to `lh_poll_output` until `LH_OUTPUT_NONE` and then `lh_poll_timeout`, with one
- * crossing of the ABI instead of several (which is what costs in ctypes or cgo). Pointers in
- * every `outs[i]` borrow handle memory and stay valid until the next call on this handle.
- *
- * Errors: `LH_ERR_NULL_ARGUMENT` (`out_n` or `out_deadline_ns` NULL, or `outs` NULL with
- * `cap > 0`); nothing is taken then.
- *
- * # Safety
- * `c` is NULL or a live handle; `outs` is NULL with `cap == 0` or valid for writing `cap`
- * `lh_output`s; `out_n` and `out_deadline_ns` are NULL or valid for writes.
- */
-lh_status lh_poll_outputs(struct lh_client *c,
-                          struct lh_output *outs,
-                          size_t cap,
-                          size_t *out_n,
-                          uint64_t *out_deadline_ns);
-
-/**
  * Writes the monotonic ns at which `lh_timeout` must be called at the latest, or
  * `LH_NO_DEADLINE` if the core has nothing scheduled.
  *

@@ -6,6 +6,7 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::c_char;
+use std::sync::Arc;
 
 use super::boundary::{
     Diag, Failure, check_sized_out, guard_mut, guard_ref, guard_static, name_arg,
@@ -37,17 +38,15 @@ impl std::fmt::Debug for lh_client {
 /// The mutable part of a handle the exports work on.
 pub(crate) struct ClientState {
     core: Client,
-    /// The last output `lh_poll_output` gave out: `lh_output.name` and `.backend_data` point
-    /// into it until the next call.
-    out_last: Option<Output>,
+    /// Name of the last polled output; `lh_output.name` points into it.
+    out_name: Option<Arc<str>>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
     out_token: [u8; 32],
     /// Raw token whose hex is in `out_token`: successive outputs of one lease (every renew)
     /// carry the same token, so the hex is only recomputed when the token changes.
     out_token_raw: Option<Token>,
-    /// The outputs `lh_poll_outputs` gave out, and their hex tokens, kept the same way.
-    batch: Vec<Output>,
-    batch_hex: Vec<[u8; 32]>,
+    /// Backend data of the last polled output; `lh_output.backend_data` points into it.
+    out_backend_data: Option<Arc<[u8]>>,
 }
 
 const VERSION_C: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
@@ -225,11 +224,10 @@ pub unsafe extern "C" fn lh_client_new(
         let handle = Box::new(lh_client {
             state: ClientState {
                 core,
-                out_last: None,
+                out_name: None,
                 out_token: [0; 32],
                 out_token_raw: None,
-                batch: Vec::new(),
-                batch_hex: Vec::new(),
+                out_backend_data: None,
             },
             diag: Diag::new(),
         });
@@ -545,127 +543,111 @@ impl ClientState {
     /// Converts one core output into its flat C form, keeping the bytes it points to alive in
     /// the handle until the next poll.
     fn flatten(&mut self, output: Option<Output>) -> lh_output {
-        if let Some(token) = output.as_ref().and_then(token_of) {
-            self.set_token(token);
+        self.out_name = None;
+        self.out_backend_data = None;
+        let mut o = EMPTY_OUTPUT;
+        let Some(output) = output else {
+            return o;
+        };
+        match output {
+            Output::Command(cmd) => match cmd {
+                Command::Acquire {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    ttl_ms,
+                } => {
+                    o.kind = LH_OUTPUT_ACQUIRE;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    o.ttl_ms = ttl_ms;
+                    self.set_token(token);
+                    self.out_name = Some(name);
+                }
+                Command::Renew {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    ttl_ms,
+                    backend_data,
+                } => {
+                    o.kind = LH_OUTPUT_RENEW;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    o.ttl_ms = ttl_ms;
+                    self.set_token(token);
+                    self.out_name = Some(name);
+                    self.out_backend_data = backend_data;
+                }
+                Command::Release {
+                    request,
+                    lease,
+                    name,
+                    token,
+                    backend_data,
+                } => {
+                    o.kind = LH_OUTPUT_RELEASE;
+                    o.request_id = request.0;
+                    o.lease_id = lease.0;
+                    self.set_token(token);
+                    self.out_name = Some(name);
+                    self.out_backend_data = backend_data;
+                }
+                Command::Watch { name } => {
+                    o.kind = LH_OUTPUT_WATCH;
+                    self.out_name = Some(name);
+                }
+                Command::Unwatch { name } => {
+                    o.kind = LH_OUTPUT_UNWATCH;
+                    self.out_name = Some(name);
+                }
+            },
+            Output::Event(ev) => match ev {
+                Event::Acquired {
+                    lease,
+                    fencing_token,
+                    valid_until,
+                } => {
+                    o.kind = LH_OUTPUT_ACQUIRED;
+                    o.lease_id = lease.0;
+                    o.fencing_token = fencing_token;
+                    o.valid_until_ns = valid_until;
+                }
+                Event::AcquireFailed { lease, reason } => {
+                    o.kind = LH_OUTPUT_ACQUIRE_FAILED;
+                    o.lease_id = lease.0;
+                    o.reason = fail_reason(reason);
+                }
+                Event::Lost { lease, reason } => {
+                    o.kind = LH_OUTPUT_LOST;
+                    o.lease_id = lease.0;
+                    o.reason = lost_reason(reason);
+                }
+                Event::Released { lease } => {
+                    o.kind = LH_OUTPUT_RELEASED;
+                    o.lease_id = lease.0;
+                }
+            },
         }
-        self.out_last = output;
-        match &self.out_last {
-            Some(o) => flat(o, &self.out_token),
-            None => EMPTY_OUTPUT,
+        if matches!(
+            o.kind,
+            LH_OUTPUT_ACQUIRE | LH_OUTPUT_RENEW | LH_OUTPUT_RELEASE
+        ) {
+            o.token = self.out_token.as_ptr();
+            o.token_len = self.out_token.len();
         }
+        if let Some(name) = &self.out_name {
+            o.name = name.as_ptr();
+            o.name_len = name.len();
+        }
+        if let Some(data) = &self.out_backend_data {
+            o.backend_data = data.as_ptr();
+            o.backend_data_len = data.len();
+        }
+        o
     }
-}
-
-/// The ownership token a command carries.
-fn token_of(output: &Output) -> Option<Token> {
-    match output {
-        Output::Command(
-            Command::Acquire { token, .. }
-            | Command::Renew { token, .. }
-            | Command::Release { token, .. },
-        ) => Some(*token),
-        _ => None,
-    }
-}
-
-/// The flat C form of `output`: its pointers borrow `output`'s name and backend data and
-/// `hex` (the token's hex, for commands that carry one).
-fn flat(output: &Output, hex: &[u8; 32]) -> lh_output {
-    let mut o = EMPTY_OUTPUT;
-    let mut name: Option<&str> = None;
-    let mut data: Option<&[u8]> = None;
-    match output {
-        Output::Command(cmd) => match cmd {
-            Command::Acquire {
-                request,
-                lease,
-                name: n,
-                ttl_ms,
-                ..
-            } => {
-                o.kind = LH_OUTPUT_ACQUIRE;
-                o.request_id = request.0;
-                o.lease_id = lease.0;
-                o.ttl_ms = *ttl_ms;
-                name = Some(n);
-            }
-            Command::Renew {
-                request,
-                lease,
-                name: n,
-                ttl_ms,
-                backend_data,
-                ..
-            } => {
-                o.kind = LH_OUTPUT_RENEW;
-                o.request_id = request.0;
-                o.lease_id = lease.0;
-                o.ttl_ms = *ttl_ms;
-                name = Some(n);
-                data = backend_data.as_deref();
-            }
-            Command::Release {
-                request,
-                lease,
-                name: n,
-                backend_data,
-                ..
-            } => {
-                o.kind = LH_OUTPUT_RELEASE;
-                o.request_id = request.0;
-                o.lease_id = lease.0;
-                name = Some(n);
-                data = backend_data.as_deref();
-            }
-            Command::Watch { name: n } => {
-                o.kind = LH_OUTPUT_WATCH;
-                name = Some(n);
-            }
-            Command::Unwatch { name: n } => {
-                o.kind = LH_OUTPUT_UNWATCH;
-                name = Some(n);
-            }
-        },
-        Output::Event(ev) => match *ev {
-            Event::Acquired {
-                lease,
-                fencing_token,
-                valid_until,
-            } => {
-                o.kind = LH_OUTPUT_ACQUIRED;
-                o.lease_id = lease.0;
-                o.fencing_token = fencing_token;
-                o.valid_until_ns = valid_until;
-            }
-            Event::AcquireFailed { lease, reason } => {
-                o.kind = LH_OUTPUT_ACQUIRE_FAILED;
-                o.lease_id = lease.0;
-                o.reason = fail_reason(reason);
-            }
-            Event::Lost { lease, reason } => {
-                o.kind = LH_OUTPUT_LOST;
-                o.lease_id = lease.0;
-                o.reason = lost_reason(reason);
-            }
-            Event::Released { lease } => {
-                o.kind = LH_OUTPUT_RELEASED;
-                o.lease_id = lease.0;
-            }
-        },
-    }
-    if token_of(output).is_some() {
-        o.token = hex.as_ptr();
-        o.token_len = hex.len();
-    }
-    if let Some(name) = name {
-        o.name = name.as_ptr();
-        o.name_len = name.len();
-    }
-    if let Some(data) = data {
-        o.backend_data = data.as_ptr();
-        o.backend_data_len = data.len();
-    }
-    o
 }
 
 /// Takes the next output into `*out`. `out->kind == LH_OUTPUT_NONE` when nothing is left;
@@ -683,61 +665,6 @@ pub unsafe extern "C" fn lh_poll_output(c: *mut lh_client, out: *mut lh_output) 
             let next = s.core.poll_output();
             let flat = s.flatten(next);
             write_out(out, flat);
-            Ok(())
-        })
-    }
-}
-
-/// The host's whole drain in one call: takes up to `cap` pending outputs into
-/// `outs[0 .. *out_n]`, in order, and writes the next deadline to `*out_deadline_ns` (as
-/// `lh_poll_timeout` does). `*out_n < cap` means every output was taken; otherwise call again.
-/// Equivalent to `lh_poll_output` until `LH_OUTPUT_NONE` and then `lh_poll_timeout`, with one
-/// crossing of the ABI instead of several (which is what costs in ctypes or cgo). Pointers in
-/// every `outs[i]` borrow handle memory and stay valid until the next call on this handle.
-///
-/// Errors: `LH_ERR_NULL_ARGUMENT` (`out_n` or `out_deadline_ns` NULL, or `outs` NULL with
-/// `cap > 0`); nothing is taken then.
-///
-/// # Safety
-/// `c` is NULL or a live handle; `outs` is NULL with `cap == 0` or valid for writing `cap`
-/// `lh_output`s; `out_n` and `out_deadline_ns` are NULL or valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_poll_outputs(
-    c: *mut lh_client,
-    outs: *mut lh_output,
-    cap: usize,
-    out_n: *mut usize,
-    out_deadline_ns: *mut u64,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            require_out(out_n, "out_n")?;
-            require_out(out_deadline_ns, "out_deadline_ns")?;
-            if outs.is_null() && cap != 0 {
-                return Err(Failure::null("outs"));
-            }
-            s.batch.clear();
-            s.batch_hex.clear();
-            while s.batch.len() < cap {
-                match s.core.poll_output() {
-                    Some(o) => s.batch.push(o),
-                    None => break,
-                }
-            }
-            let n = s.batch.len();
-            let hex = s
-                .batch
-                .iter()
-                .map(|o| token_of(o).map_or([0; 32], |t| t.to_hex()));
-            s.batch_hex.extend(hex);
-            for (i, (o, hex)) in s.batch.iter().zip(&s.batch_hex).enumerate() {
-                // SAFETY: `i < n <= cap` and `outs` is valid for `cap` writes.
-                write_out(outs.add(i), flat(o, hex));
-            }
-            write_out(out_n, n);
-            let deadline = s.core.poll_timeout().unwrap_or(LH_NO_DEADLINE);
-            write_out(out_deadline_ns, deadline);
             Ok(())
         })
     }

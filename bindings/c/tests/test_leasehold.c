@@ -828,45 +828,6 @@ static void same_seed_is_deterministic(void) {
     lh_client_free(b);
 }
 
-/* lh_poll_outputs: the whole drain in one call, in batches of `cap`, with the deadline. */
-static void batched_polling(void) {
-    lh_client *c = mk();
-    lh_acquire_options o = opts_ttl(3000);
-    uint64_t ids[3];
-    const char *names[3] = {"a", "bb", "ccc"};
-    for (int i = 0; i < 3; i++)
-        EXPECT_ST(lh_acquire(c, 0, (const uint8_t *)names[i], strlen(names[i]), &o, &ids[i]), LH_OK);
-    lh_output outs[2];
-    size_t n = 99;
-    uint64_t deadline = 0, single = 0;
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, &n, &deadline), LH_OK);
-    EXPECT(n == 2);
-    /* Both outputs of the batch stay readable until the next call. */
-    EXPECT(outs[0].kind == LH_OUTPUT_ACQUIRE && outs[0].lease_id == ids[0]);
-    EXPECT(outs[0].name_len == 1 && memcmp(outs[0].name, "a", 1) == 0 && outs[0].token_len == 32);
-    EXPECT(outs[1].kind == LH_OUTPUT_ACQUIRE && outs[1].lease_id == ids[1]);
-    EXPECT(outs[1].name_len == 2 && memcmp(outs[1].name, "bb", 2) == 0);
-    EXPECT(memcmp(outs[0].token, outs[1].token, 32) != 0);
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, &n, &deadline), LH_OK);
-    EXPECT(n == 1 && outs[0].lease_id == ids[2] && memcmp(outs[0].name, "ccc", 3) == 0);
-    EXPECT_ST(lh_poll_timeout(c, &single), LH_OK);
-    EXPECT(deadline == single && deadline != LH_NO_DEADLINE);
-    /* Nothing left; capacity 0 with NULL only reports the deadline. */
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, &n, &deadline), LH_OK);
-    EXPECT(n == 0);
-    EXPECT_ST(lh_poll_outputs(c, NULL, 0, &n, &deadline), LH_OK);
-    EXPECT(n == 0 && deadline == single);
-    /* Bad arguments take nothing. */
-    EXPECT_ST(lh_release(c, 1, ids[0]), LH_OK);
-    EXPECT_ST(lh_poll_outputs(c, NULL, 2, &n, &deadline), LH_ERR_NULL_ARGUMENT);
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, NULL, &deadline), LH_ERR_NULL_ARGUMENT);
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, &n, NULL), LH_ERR_NULL_ARGUMENT);
-    EXPECT_ST(lh_poll_outputs(NULL, outs, 2, &n, &deadline), LH_ERR_NULL_ARGUMENT);
-    EXPECT_ST(lh_poll_outputs(c, outs, 2, &n, &deadline), LH_OK);
-    EXPECT(n == 1 && outs[0].kind == LH_OUTPUT_ACQUIRE_FAILED && outs[0].lease_id == ids[0]);
-    lh_client_free(c);
-}
-
 /* The Redis protocol exports: scripts, keys and wake channels come from the library, and bad
  * arguments are errors that write nothing. */
 static void redis_protocol_exports(void) {
@@ -963,7 +924,6 @@ int main(void) {
     RUN(same_seed_is_deterministic);
     RUN(reseed_after_fork_gives_distinct_tokens);
     RUN(redis_protocol_exports);
-    RUN(batched_polling);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
