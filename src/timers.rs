@@ -373,8 +373,8 @@ const DIGITS: usize = 1 << DIGIT_BITS;
 /// Sorts a run whose entries (nearly always) share the tick `cursor`. With jittered renewals
 /// a million leases put ~400 entries in a tick in random order, and a comparison sort was a
 /// sixth of a renew cycle. Entries of one tick differ only in the deadline's low
-/// `TICK_SHIFT` bits, so three stable counting passes over those bits order them; an
-/// insertion pass then orders equal deadlines by the whole entry (rare, and in place).
+/// `TICK_SHIFT` bits, so three stable counting passes over those bits order them; equal
+/// deadlines (rare) are then ordered by the whole entry.
 #[inline]
 fn sort_run(run: &mut Vec<Entry>, scratch: &mut Vec<Entry>, cursor: u64) {
     if run.len() < RADIX_MIN {
@@ -414,13 +414,17 @@ fn radix_sort(run: &mut Vec<Entry>, scratch: &mut Vec<Entry>) {
         std::mem::swap(run, scratch);
         shift += DIGIT_BITS;
     }
-    // Equal deadlines keep their push order above; order them by slot and version too.
-    for i in 1..run.len() {
-        let mut j = i;
-        while j > 0 && run[j - 1] > run[j] {
-            run.swap(j - 1, j);
-            j -= 1;
+    // Equal deadlines keep their push order above; order each such group by slot and version
+    // too. (Sorting the group, not an insertion pass over the run: a million leases granted
+    // together with jitter off share one deadline, in any slot order.)
+    let mut start = 0;
+    while start < run.len() {
+        let deadline = run[start].0;
+        let end = start + run[start..].iter().take_while(|e| e.0 == deadline).count();
+        if end - start > 1 {
+            run[start..end].sort_unstable();
         }
+        start = end;
     }
 }
 
@@ -582,6 +586,20 @@ mod tests {
             sort_run(&mut run, &mut scratch, cursor);
             assert_eq!(run, want, "case {case}");
         }
+    }
+
+    /// Many leases granted at one instant with jitter off share a deadline, in whatever slot
+    /// order their results came: one large group of ties (sorted, not insertion-sorted).
+    #[test]
+    fn a_run_of_one_shared_deadline_in_reverse_slot_order_is_sorted() {
+        let cursor = 77;
+        let d = (cursor << TICK_SHIFT) | 12_345;
+        let mut run: Vec<Entry> = (0..200_000u32).rev().map(|slot| (d, slot, 2)).collect();
+        run.push((d - 1, 9, 2));
+        sort_run(&mut run, &mut Vec::new(), cursor);
+        assert_eq!(run[0], (d - 1, 9, 2));
+        assert!(run.is_sorted());
+        assert_eq!(run.len(), 200_001);
     }
 
     #[test]
