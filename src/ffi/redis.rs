@@ -122,31 +122,11 @@ pub unsafe extern "C" fn lh_redis_key(
             KeyKind::from_u32(kind).ok_or_else(|| Failure::invalid_enum("redis key kind", kind))?;
         // SAFETY: forwarded caller contract for `name`.
         let name = unsafe { name_arg(name, name_len)? };
-        if buf.is_null() && buf_len != 0 {
-            return Err(Failure::null("buf"));
-        }
-        let dst: &mut [u8] = if buf_len == 0 {
-            &mut []
-        } else {
-            // SAFETY: non-NULL and `buf_len` writable bytes per the caller's contract.
-            unsafe { std::slice::from_raw_parts_mut(buf, buf_len) }
-        };
-        match write_key(kind, name, dst)? {
-            Ok(len) => {
-                // SAFETY: checked non-NULL above.
-                unsafe { write_out(out_len, len) };
-                Ok(())
-            }
-            Err(needed) => {
-                // The one out-param written on an error: the contract's size query.
-                // SAFETY: checked non-NULL above.
-                unsafe { write_out(out_len, needed) };
-                Err(Failure::new(
-                    LH_ERR_BUFFER_TOO_SMALL,
-                    format!("buffer of {buf_len} bytes, the key needs {needed}"),
-                ))
-            }
-        }
+        // SAFETY: forwarded caller contract for `buf`.
+        let dst = unsafe { out_buffer(buf, buf_len)? };
+        let written = write_key(kind, name, dst)?;
+        // SAFETY: `out_len` was checked non-NULL above.
+        unsafe { report_len(written, out_len, buf_len, "the key") }
     })
 }
 
@@ -177,34 +157,58 @@ pub unsafe extern "C" fn lh_redis_wake_channel(
         if random.is_null() {
             return Err(Failure::null("random"));
         }
-        if buf.is_null() && buf_len != 0 {
-            return Err(Failure::null("buf"));
-        }
+        // SAFETY: forwarded caller contract for `buf`.
+        let dst = unsafe { out_buffer(buf, buf_len)? };
         let mut bytes = [0u8; WAKE_RANDOM_LEN];
         // SAFETY: non-NULL and `LH_REDIS_WAKE_RANDOM_LEN` readable bytes per the contract.
         bytes.copy_from_slice(unsafe { std::slice::from_raw_parts(random, WAKE_RANDOM_LEN) });
-        let dst: &mut [u8] = if buf_len == 0 {
-            &mut []
-        } else {
-            // SAFETY: non-NULL and `buf_len` writable bytes per the caller's contract.
-            unsafe { std::slice::from_raw_parts_mut(buf, buf_len) }
-        };
-        match write_wake_channel(&bytes, dst) {
-            Ok(len) => {
-                // SAFETY: checked non-NULL above.
-                unsafe { write_out(out_len, len) };
-                Ok(())
-            }
-            Err(needed) => {
-                // SAFETY: checked non-NULL above.
-                unsafe { write_out(out_len, needed) };
-                Err(Failure::new(
-                    LH_ERR_BUFFER_TOO_SMALL,
-                    format!("buffer of {buf_len} bytes, the wake channel needs {needed}"),
-                ))
-            }
-        }
+        let written = write_wake_channel(&bytes, dst);
+        // SAFETY: `out_len` was checked non-NULL above.
+        unsafe { report_len(written, out_len, buf_len, "the wake channel") }
     })
+}
+
+/// The caller's output buffer: NULL only with length 0.
+///
+/// # Safety
+/// `buf` is NULL or points to `buf_len` writable bytes, unaliased for the returned lifetime.
+unsafe fn out_buffer<'a>(buf: *mut u8, buf_len: usize) -> Result<&'a mut [u8], Failure> {
+    if buf_len == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(Failure::null("buf"));
+    }
+    // SAFETY: non-NULL and `buf_len` writable bytes per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf, buf_len) })
+}
+
+/// Reports what a formatter wrote: its length, or, when `buf_len` was too small, the size
+/// needed (the one out-param written on an error: the contract's size query).
+///
+/// # Safety
+/// `out_len` is non-NULL and valid for writes.
+unsafe fn report_len(
+    written: Result<usize, usize>,
+    out_len: *mut usize,
+    buf_len: usize,
+    what: &str,
+) -> Result<(), Failure> {
+    match written {
+        Ok(len) => {
+            // SAFETY: per this function's contract.
+            unsafe { write_out(out_len, len) };
+            Ok(())
+        }
+        Err(needed) => {
+            // SAFETY: per this function's contract.
+            unsafe { write_out(out_len, needed) };
+            Err(Failure::new(
+                LH_ERR_BUFFER_TOO_SMALL,
+                format!("buffer of {buf_len} bytes, {what} needs {needed}"),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
