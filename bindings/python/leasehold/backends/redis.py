@@ -905,13 +905,7 @@ class _Subscriber:
             name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
             with self._lock:
                 cb = self._waiting.get(name)
-            taken = False
-            if cb is not None:
-                try:
-                    taken = cb(name) is not False
-                except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
-                    log.exception("leasehold redis wake-up callback failed for %r", name)
-            if not taken and self._on_stray is not None:
+            if not proto.offer_wake(cb, name) and self._on_stray is not None:
                 self._on_stray(name)
         elif kind == "subscribe":
             ps._lh_confirmed = True

@@ -406,14 +406,7 @@ class AsyncRedisLockService(AsyncLockService):
                 self._deliver(entry)
             return
         name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-        cb = self._waiting.get(name)
-        taken = False
-        if cb is not None:
-            try:
-                taken = cb(name) is not False  # None: the client could not tell (another thread)
-            except Exception:  # pragma: no cover - a callback bug must not kill the subscriber
-                log.exception("leasehold redis wake-up callback failed for %r", name)
-        if not taken and not self._closed:
+        if not proto.offer_wake(self._waiting.get(name), name) and not self._closed:
             t = asyncio.get_running_loop().create_task(self._pass_on(name))
             self._side_tasks.add(t)
             t.add_done_callback(self._side_tasks.discard)

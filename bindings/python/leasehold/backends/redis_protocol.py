@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from .. import _ffi, errors
 from ..service import Granted, HeldByOther
@@ -42,6 +43,7 @@ __all__ = [
     "KEY_WAITERS",
     "SCRIPT_NOTIFY",
     "new_wake_channel",
+    "offer_wake",
     "QueueEntries",
     "Script",
     "ProtocolError",
@@ -211,6 +213,20 @@ def new_wake_channel() -> str:
     if status != _LH_OK:  # pragma: no cover - the channel is 40 bytes
         raise _ffi.make_error(status, "wake channel", "lh_redis_wake_channel")
     return bytes(buf[: out_len.value]).decode("ascii")
+
+
+def offer_wake(on_wake: Callable[[str], object] | None, name: str) -> bool:
+    """Offer a wake-up for ``name`` to the waiter callback registered for it (the sync and
+    asyncio services alike); whether it was taken, else the caller passes it on. ``None`` from
+    the callback counts as taken (an asyncio client called from another thread cannot tell at
+    once); one that raises is logged and counts as not taken."""
+    if on_wake is None:
+        return False
+    try:
+        return on_wake(name) is not False
+    except Exception:  # a callback bug must not kill the subscriber
+        logging.getLogger("leasehold.redis").exception("leasehold redis wake-up callback failed for %r", name)
+        return False
 
 
 class QueueEntries:

@@ -450,6 +450,21 @@ def test_queue_entries_know_which_entry_a_release_or_an_unwatch_must_drop():
     assert q.stale_entry("m", waiting=False, wake="lh:wake:me") is None
 
 
+def test_a_wake_up_counts_as_taken_unless_declined_unregistered_or_the_callback_fails(caplog):
+    got: list[str] = []
+
+    def failing(_name: str) -> bool:
+        raise RuntimeError("callback bug")
+
+    assert proto.offer_wake(lambda n: got.append(n), "n"), "None: taken (the client cannot tell)"
+    assert proto.offer_wake(lambda n: True, "n")
+    assert not proto.offer_wake(lambda n: False, "n"), "declined: pass it on"
+    assert not proto.offer_wake(None, "n"), "nobody waits here"
+    with caplog.at_level("ERROR", logger="leasehold.redis"):
+        assert not proto.offer_wake(failing, "n")
+    assert got == ["n"] and "callback failed for 'n'" in caplog.text
+
+
 def test_direct_path_reuses_one_connection_and_gives_it_back_on_close(redis_server, r):
     svc = RedisLockService.from_url(redis_server.url)
     pool = svc.client.connection_pool
