@@ -491,7 +491,7 @@ def test_malformed_wake_channels_are_refused(r, wake):
     acquire_q(r, "q", tok(), 1_000, "lh:wake:" + "x" * 120)
 
 
-def test_wake_channels_come_from_the_library_and_the_scripts_accept_them(r):
+def test_wake_channels_are_the_prefix_and_128_random_bits_in_hex_and_the_scripts_accept_them(r):
     chans = {proto.new_wake_channel() for _ in range(100)}
     assert len(chans) == 100, "128 random bits each"
     for ch in chans:
