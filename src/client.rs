@@ -11,7 +11,7 @@ use crate::rng::Rng;
 use crate::timers::{CANCELLED, Timers};
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
-    LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+    LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
 };
 use crate::{MAX_BACKEND_DATA_LEN, validate_name};
 
@@ -48,7 +48,7 @@ enum ReqKind {
 
 #[derive(Debug)]
 struct Lease {
-    name: Arc<str>,
+    name: LockName,
     token: Token,
     /// Backend data and superseded attempts, which most leases never have.
     cold: Option<Box<Cold>>,
@@ -66,20 +66,50 @@ struct Lease {
     attempts: u32,
     state: LeaseState,
     inflight_kind: ReqKind,
-    granted: bool,
-    reentrant: bool,
+    flags: Flags,
+}
+
+/// A lease's yes/no facts, packed into one word so that the record, with its name inline,
+/// stays two cache lines.
+#[derive(Debug, Clone, Copy, Default)]
+struct Flags(u16);
+
+impl Flags {
+    fn has(self, f: Flag) -> bool {
+        self.0 & f as u16 != 0
+    }
+
+    fn set(&mut self, f: Flag, on: bool) {
+        if on {
+            self.0 |= f as u16;
+        } else {
+            self.0 &= !(f as u16);
+        }
+    }
+
+    fn with(mut self, f: Flag, on: bool) -> Self {
+        self.set(f, on);
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+#[repr(u16)]
+enum Flag {
+    Granted = 1,
+    Reentrant = 1 << 1,
     /// An attempt's outcome is unknown: the service may hold a grant for our token. Sticky,
     /// because a delayed attempt can still be applied after a later one was refused.
-    uncertain: bool,
+    Uncertain = 1 << 2,
     /// The latest acquire attempt failed in transport (decides Unavailable vs WaitExhausted).
-    last_attempt_failed: bool,
+    LastAttemptFailed = 1 << 3,
     /// Counted in its name's `watchers`.
-    watching: bool,
+    Watching = 1 << 4,
     /// Sitting in its name's wake queue.
-    queued: bool,
-    cleanup: bool,
-    cleanup_best_effort: bool,
-    cleanup_again: bool,
+    Queued = 1 << 5,
+    Cleanup = 1 << 6,
+    CleanupBestEffort = 1 << 7,
+    CleanupAgain = 1 << 8,
 }
 
 /// The rarely used part of a lease, boxed so the record stays within two cache lines.
@@ -110,7 +140,7 @@ impl Lease {
     /// live grant or than data already taken: an older grant is already gone at the service
     /// (sim seeds 70255 and 1147940, where replies arrive out of order).
     fn adopt_backend_data(&mut self, data: &[u8], fence: u64) {
-        let older_than_live = self.granted && fence < self.fencing_token;
+        let older_than_live = self.flags.has(Flag::Granted) && fence < self.fencing_token;
         let older_than_held = self
             .cold
             .as_ref()
@@ -180,7 +210,7 @@ pub struct Client {
     free: Vec<u32>,
     records: u32,
     timers: Timers,
-    names: HashMap<Arc<str>, NameEntry, KeyedState>,
+    names: HashMap<LockName, NameEntry, KeyedState>,
     outputs: VecDeque<Output>,
     counters: Counters,
 }
@@ -280,7 +310,7 @@ impl Client {
         self.advance(now);
         let now = self.now;
 
-        let name: Arc<str> = Arc::from(name);
+        let name = LockName::from(name);
         let lease = Lease {
             name: name.clone(),
             token: self.rng.token(),
@@ -296,15 +326,7 @@ impl Client {
             attempts: 0,
             state: LeaseState::Acquiring,
             inflight_kind: ReqKind::Acquire,
-            granted: false,
-            reentrant: opts.reentrant,
-            uncertain: false,
-            last_attempt_failed: false,
-            watching: false,
-            queued: false,
-            cleanup: false,
-            cleanup_best_effort: false,
-            cleanup_again: false,
+            flags: Flags::default().with(Flag::Reentrant, opts.reentrant),
         };
         let slot = self.alloc(lease)?;
         if opts.reentrant {
@@ -438,10 +460,10 @@ impl Client {
         } else {
             // The lease ended while this attempt was in flight.
             if !matches!(result, AcquireResult::HeldByOther { .. }) {
-                l.uncertain = true;
+                l.flags.set(Flag::Uncertain, true);
                 self.adopt_backend_data(slot, &result);
                 self.start_cleanup(slot, false);
-            } else if l.cleanup {
+            } else if l.flags.has(Flag::Cleanup) {
                 self.send_release(slot);
             }
         }
@@ -532,8 +554,8 @@ impl Client {
         l.inflight_req = 0;
         match result {
             ReleaseResult::Released | ReleaseResult::NotOwner => {
-                if l.cleanup_again {
-                    l.cleanup_again = false;
+                if l.flags.has(Flag::CleanupAgain) {
+                    l.flags.set(Flag::CleanupAgain, false);
                     self.send_release(slot);
                 } else {
                     self.finish_cleanup(slot);
@@ -555,7 +577,7 @@ impl Client {
         match entry.queue.pop_front() {
             Some(slot) => {
                 let l = self.lease_mut(slot);
-                l.queued = false;
+                l.flags.set(Flag::Queued, false);
                 self.send_acquire(slot);
                 self.settle(slot);
             }
@@ -602,8 +624,8 @@ impl Client {
         Ok(LeaseInfo {
             state: l.state,
             name: l.name.clone(),
-            fencing_token: l.granted.then_some(l.fencing_token),
-            valid_until: l.granted.then_some(l.valid_until),
+            fencing_token: l.flags.has(Flag::Granted).then_some(l.fencing_token),
+            valid_until: l.flags.has(Flag::Granted).then_some(l.valid_until),
             holders: l.holders,
         })
     }
@@ -611,13 +633,13 @@ impl Client {
     /// Fencing token of the grant; `None` before a grant. Pass it with every protected write.
     pub fn fencing_token(&self, lease: LeaseId) -> Result<Option<u64>, Error> {
         let l = self.lease_ref(lease)?;
-        Ok(l.granted.then_some(l.fencing_token))
+        Ok(l.flags.has(Flag::Granted).then_some(l.fencing_token))
     }
 
     /// End of validity (host-monotonic ns); `None` before a grant.
     pub fn valid_until(&self, lease: LeaseId) -> Result<Option<u64>, Error> {
         let l = self.lease_ref(lease)?;
-        Ok(l.granted.then_some(l.valid_until))
+        Ok(l.flags.has(Flag::Granted).then_some(l.valid_until))
     }
 
     /// Advice only: true while the lease is held and `now` is before `valid_until`. Storage
@@ -838,7 +860,7 @@ impl Client {
             _ => {
                 if l.inflight_req != 0 {
                     inflight_deadline()
-                } else if l.cleanup {
+                } else if l.flags.has(Flag::Cleanup) {
                     l.next_at
                 } else {
                     NEVER
@@ -853,7 +875,7 @@ impl Client {
             return;
         };
         let in_flight = l.inflight_req != 0;
-        let deadline = if l.state.is_terminal() && !in_flight && !l.cleanup {
+        let deadline = if l.state.is_terminal() && !in_flight && !l.flags.has(Flag::Cleanup) {
             if !l.superseded_pending() || l.limit <= self.now {
                 self.free_slot(slot);
                 return;
@@ -925,7 +947,7 @@ impl Client {
                         self.on_acquire_uncertain(slot);
                     }
                 } else if now >= l.limit {
-                    let reason = if l.last_attempt_failed {
+                    let reason = if l.flags.has(Flag::LastAttemptFailed) {
                         AcquireFailReason::Unavailable
                     } else {
                         AcquireFailReason::WaitExhausted
@@ -954,7 +976,7 @@ impl Client {
                             ReqKind::Acquire => {
                                 self.supersede_inflight(slot);
                                 let l = self.lease_mut(slot);
-                                l.uncertain = true;
+                                l.flags.set(Flag::Uncertain, true);
                                 self.start_cleanup(slot, false);
                             }
                             ReqKind::Release => {
@@ -966,7 +988,7 @@ impl Client {
                             }
                         }
                     }
-                } else if l.cleanup && now >= l.next_at {
+                } else if l.flags.has(Flag::Cleanup) && now >= l.next_at {
                     self.send_release(slot);
                 }
             }
@@ -979,7 +1001,7 @@ impl Client {
         let l = self.lease_mut(slot);
         let req = l.inflight_req;
         l.inflight_req = 0;
-        l.uncertain = true;
+        l.flags.set(Flag::Uncertain, true);
         let list = &mut l.cold.get_or_insert_with(Default::default).superseded;
         list.push(req);
         if list.len() > MAX_SUPERSEDED {
@@ -995,7 +1017,7 @@ impl Client {
     }
 
     fn send_acquire(&mut self, slot: u32) {
-        if self.lease_mut(slot).queued {
+        if self.lease_mut(slot).flags.has(Flag::Queued) {
             self.dequeue(slot);
         }
         let l = self.lease_mut(slot);
@@ -1078,8 +1100,8 @@ impl Client {
         if ttl_ns == 0 || valid_until <= now {
             // The grant was already stale when it arrived: it is ours at the service, but no
             // validity is left. Retry (idempotent for our token) or give up and clean up.
-            l.uncertain = true;
-            l.last_attempt_failed = true;
+            l.flags.set(Flag::Uncertain, true);
+            l.flags.set(Flag::LastAttemptFailed, true);
             l.adopt_backend_data(backend_data, fencing_token);
             if now >= l.limit {
                 self.fail_acquire(slot, AcquireFailReason::Unavailable);
@@ -1094,7 +1116,7 @@ impl Client {
         // Renewals ask for (and count validity from) what the service actually granted.
         l.ttl_ms = ttl_ns / NS_PER_MS;
         l.state = LeaseState::Held;
-        l.granted = true;
+        l.flags.set(Flag::Granted, true);
         l.fencing_token = fencing_token;
         l.valid_until = valid_until;
         l.set_backend_data(
@@ -1122,7 +1144,7 @@ impl Client {
             self.fail_acquire(slot, reason);
             return;
         }
-        l.last_attempt_failed = false;
+        l.flags.set(Flag::LastAttemptFailed, false);
         let attempts = l.attempts;
         self.enter_waiting(slot);
         let name = self.lease_mut(slot).name.clone();
@@ -1156,8 +1178,8 @@ impl Client {
     fn on_acquire_uncertain(&mut self, slot: u32) {
         let now = self.now;
         let l = self.lease_mut(slot);
-        l.uncertain = true;
-        l.last_attempt_failed = true;
+        l.flags.set(Flag::Uncertain, true);
+        l.flags.set(Flag::LastAttemptFailed, true);
         if now >= l.limit {
             self.fail_acquire(slot, AcquireFailReason::Unavailable);
             return;
@@ -1174,7 +1196,7 @@ impl Client {
         let l = self.lease_mut(slot);
         l.state = LeaseState::AcquireFailed;
         l.holders = 0;
-        let uncertain = l.uncertain;
+        let uncertain = l.flags.has(Flag::Uncertain);
         let ttl_ns = l.ttl_ms * NS_PER_MS;
         let limit = self
             .now
@@ -1246,19 +1268,19 @@ impl Client {
         let rt = self.config.request_timeout_ns;
         let l = self.lease_mut(slot);
         let give_up = now.saturating_add(l.ttl_ms * NS_PER_MS).saturating_add(rt);
-        if !l.cleanup {
-            l.cleanup = true;
-            l.cleanup_best_effort = best_effort;
+        if !l.flags.has(Flag::Cleanup) {
+            l.flags.set(Flag::Cleanup, true);
+            l.flags.set(Flag::CleanupBestEffort, best_effort);
             l.attempts = 0;
             l.limit = give_up;
             l.next_at = NEVER;
             self.counters.pending_cleanups += 1;
         } else {
             if l.inflight_req != 0 && l.inflight_kind == ReqKind::Release {
-                l.cleanup_again = true;
+                l.flags.set(Flag::CleanupAgain, true);
             }
             if !best_effort {
-                l.cleanup_best_effort = false;
+                l.flags.set(Flag::CleanupBestEffort, false);
                 l.limit = l.limit.max(give_up);
             }
         }
@@ -1270,7 +1292,7 @@ impl Client {
     fn release_attempt_failed(&mut self, slot: u32) {
         let now = self.now;
         let l = self.lease_mut(slot);
-        if l.cleanup_best_effort || now >= l.limit {
+        if l.flags.has(Flag::CleanupBestEffort) || now >= l.limit {
             self.finish_cleanup(slot);
             return;
         }
@@ -1282,16 +1304,16 @@ impl Client {
 
     fn finish_cleanup(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
-        if l.cleanup {
-            l.cleanup = false;
-            l.cleanup_again = false;
+        if l.flags.has(Flag::Cleanup) {
+            l.flags.set(Flag::Cleanup, false);
+            l.flags.set(Flag::CleanupAgain, false);
             self.counters.pending_cleanups -= 1;
         }
     }
 
     fn unregister_reentrant(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
-        if !l.reentrant {
+        if !l.flags.has(Flag::Reentrant) {
             return;
         }
         let name = l.name.clone();
@@ -1305,10 +1327,10 @@ impl Client {
 
     fn enter_waiting(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
-        if l.watching {
+        if l.flags.has(Flag::Watching) {
             return;
         }
-        l.watching = true;
+        l.flags.set(Flag::Watching, true);
         let name = l.name.clone();
         let e = self.names.entry(name.clone()).or_default();
         e.watchers += 1;
@@ -1320,17 +1342,17 @@ impl Client {
 
     fn enqueue(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
-        if l.queued {
+        if l.flags.has(Flag::Queued) {
             return;
         }
-        l.queued = true;
+        l.flags.set(Flag::Queued, true);
         let name = l.name.clone();
         self.names.entry(name).or_default().queue.push_back(slot);
     }
 
     fn dequeue(&mut self, slot: u32) {
         let l = self.lease_mut(slot);
-        l.queued = false;
+        l.flags.set(Flag::Queued, false);
         let name = l.name.clone();
         if let Some(e) = self.names.get_mut(&*name) {
             e.queue.retain(|&s| s != slot);
@@ -1338,14 +1360,14 @@ impl Client {
     }
 
     fn leave_waiting(&mut self, slot: u32) {
-        if self.lease_mut(slot).queued {
+        if self.lease_mut(slot).flags.has(Flag::Queued) {
             self.dequeue(slot);
         }
         let l = self.lease_mut(slot);
-        if !l.watching {
+        if !l.flags.has(Flag::Watching) {
             return;
         }
-        l.watching = false;
+        l.flags.set(Flag::Watching, false);
         let name = l.name.clone();
         if let Some(e) = self.names.get_mut(&*name) {
             e.watchers -= 1;

@@ -64,6 +64,137 @@ impl fmt::Debug for Token {
     }
 }
 
+/// Bytes a [`LockName`] keeps inline. Most lock names ("orders:42", "job/nightly-report") fit.
+pub const INLINE_NAME_LEN: usize = 22;
+
+/// A lock name as the core stores it and hands it out in commands. Names of up to
+/// [`INLINE_NAME_LEN`] bytes live inline, so a command carrying one costs a 24-byte copy from
+/// the lease record that is already in cache. A shared allocation would cost a reference count
+/// on a line that has gone cold by the time a renewal comes due, an atomic in both the core and
+/// the host's drop (issue 2). Longer names share one allocation. Reads as a `&str`.
+#[derive(Clone)]
+pub struct LockName(NameRepr);
+
+#[derive(Clone)]
+enum NameRepr {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_NAME_LEN],
+    },
+    Shared(Arc<str>),
+}
+
+impl LockName {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // The bytes were copied whole from a `str`, so they are UTF-8 and this never falls
+            // back (there is no unchecked conversion outside `src/ffi/`).
+            NameRepr::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            NameRepr::Shared(s) => s,
+        }
+    }
+
+    /// The name's UTF-8 bytes, without re-checking them (what a transport writes).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            NameRepr::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            NameRepr::Shared(s) => s.as_bytes(),
+        }
+    }
+}
+
+impl From<&str> for LockName {
+    fn from(name: &str) -> Self {
+        let mut bytes = [0u8; INLINE_NAME_LEN];
+        match (bytes.get_mut(..name.len()), u8::try_from(name.len())) {
+            (Some(head), Ok(len)) => {
+                head.copy_from_slice(name.as_bytes());
+                Self(NameRepr::Inline { len, bytes })
+            }
+            _ => Self(NameRepr::Shared(Arc::from(name))),
+        }
+    }
+}
+
+impl From<String> for LockName {
+    fn from(name: String) -> Self {
+        Self::from(name.as_str())
+    }
+}
+
+impl std::ops::Deref for LockName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for LockName {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// Lets maps keyed by `LockName` be searched with a `&str`.
+impl std::borrow::Borrow<str> for LockName {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for LockName {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for LockName {}
+
+impl PartialEq<str> for LockName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for LockName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+/// Hashes exactly as the `str` does, as `Borrow<str>` requires.
+impl std::hash::Hash for LockName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for LockName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LockName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Prints as the quoted string, like the `Arc<str>` names did (simulator traces rely on it).
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 /// What the service answered to an `Acquire` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireResult<'a> {
@@ -167,7 +298,7 @@ pub enum Command {
         /// The lease this attempt belongs to.
         lease: LeaseId,
         /// Lock name.
-        name: Arc<str>,
+        name: LockName,
         /// Ownership token (the same for every attempt of this lease).
         token: Token,
         /// Requested TTL in milliseconds.
@@ -180,7 +311,7 @@ pub enum Command {
         /// The lease being renewed.
         lease: LeaseId,
         /// Lock name.
-        name: Arc<str>,
+        name: LockName,
         /// Ownership token.
         token: Token,
         /// TTL in milliseconds.
@@ -195,7 +326,7 @@ pub enum Command {
         /// The lease being released (possibly already terminal: cleanup).
         lease: LeaseId,
         /// Lock name.
-        name: Arc<str>,
+        name: LockName,
         /// Ownership token.
         token: Token,
         /// Backend ownership bytes from the grant, if any.
@@ -204,12 +335,12 @@ pub enum Command {
     /// Start delivering release notifications for `name` (first local waiter).
     Watch {
         /// Lock name.
-        name: Arc<str>,
+        name: LockName,
     },
     /// Stop delivering them (last local waiter left).
     Unwatch {
         /// Lock name.
-        name: Arc<str>,
+        name: LockName,
     },
 }
 
@@ -261,7 +392,7 @@ pub struct LeaseInfo {
     /// Lifecycle position.
     pub state: LeaseState,
     /// Lock name.
-    pub name: Arc<str>,
+    pub name: LockName,
     /// Fencing token of the grant, once granted.
     pub fencing_token: Option<u64>,
     /// End of validity, once granted.
@@ -301,4 +432,73 @@ pub struct Counters {
     pub stale_results: u64,
     /// Inputs whose `now` was older than one already seen (clamped).
     pub time_clamped: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::hash::BuildHasher;
+
+    fn is_inline(n: &LockName) -> bool {
+        matches!(n.0, NameRepr::Inline { .. })
+    }
+
+    #[test]
+    fn short_names_are_inline_and_longer_ones_shared() {
+        let fits = "x".repeat(INLINE_NAME_LEN);
+        let over = "x".repeat(INLINE_NAME_LEN + 1);
+        let longest = "y".repeat(crate::MAX_NAME_LEN);
+        for (text, inline) in [
+            ("a", true),
+            (&fits[..], true),
+            (&over[..], false),
+            (&longest[..], false),
+        ] {
+            let n = LockName::from(text);
+            assert_eq!(is_inline(&n), inline, "{} bytes", text.len());
+            assert_eq!(n.as_str(), text);
+            assert_eq!(n.as_bytes(), text.as_bytes());
+            assert_eq!(n.len(), text.len());
+            assert_eq!(n.clone(), n);
+        }
+        assert_eq!(std::mem::size_of::<LockName>(), 24);
+    }
+
+    #[test]
+    fn multibyte_text_round_trips_on_both_sides_of_the_inline_limit() {
+        // 20 ASCII bytes and one 2-byte character fill 22 bytes; one more ASCII byte spills.
+        let inline = format!("{}é", "a".repeat(INLINE_NAME_LEN - 2));
+        let shared = format!("{}é", "a".repeat(INLINE_NAME_LEN - 1));
+        assert!(is_inline(&LockName::from(inline.as_str())));
+        assert!(!is_inline(&LockName::from(shared.as_str())));
+        for text in [inline, shared, "锁/订单:42".to_string(), "🔒".to_string()] {
+            let n = LockName::from(text.clone());
+            assert_eq!(n.as_str(), text);
+            assert_eq!(n.to_string(), text);
+            assert_eq!(format!("{n:?}"), format!("{text:?}"));
+        }
+    }
+
+    #[test]
+    fn equality_ordering_and_hashing_follow_the_text() {
+        let a = LockName::from("orders:42");
+        assert_eq!(a, "orders:42");
+        assert_eq!(a, *"orders:42");
+        assert_ne!(a, LockName::from("orders:43"));
+        let (a1, b1) = (LockName::from("a"), LockName::from("b"));
+        let (zz, long_a) = (LockName::from("zz"), LockName::from(&*"a".repeat(40)));
+        assert!(a1 < b1 && zz > long_a && long_a > a1);
+        // `Borrow<str>` demands the same hash as the `str`, or lookups by `&str` would miss.
+        let state = std::collections::hash_map::RandomState::new();
+        for text in ["orders:42", &"long/".repeat(20)] {
+            assert_eq!(state.hash_one(LockName::from(text)), state.hash_one(text));
+        }
+        let mut map = HashMap::new();
+        map.insert(LockName::from("short"), 1);
+        map.insert(LockName::from(&*"long".repeat(10)), 2);
+        assert_eq!(map.get("short"), Some(&1));
+        assert_eq!(map.get(&*"long".repeat(10)), Some(&2));
+        assert_eq!(map.get("missing"), None);
+    }
 }

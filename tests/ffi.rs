@@ -492,6 +492,13 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
     acquire(&h, 0, &max, &o).unwrap();
     let a = poll(&h).unwrap();
     assert_eq!(a.name, max);
+    // Names on both sides of the core's inline limit come out whole.
+    let inline = leasehold::INLINE_NAME_LEN;
+    for len in [inline - 1, inline, inline + 1] {
+        let name = vec![b'q'; len];
+        acquire(&h, 0, &name, &o).unwrap();
+        assert_eq!(poll(&h).unwrap().name, name);
+    }
 }
 
 #[test]

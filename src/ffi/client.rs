@@ -15,7 +15,8 @@ use super::boundary::{
 use super::types::*;
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
-    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+    Token,
 };
 
 /// Opaque client handle: one core session plus the memory that borrowed outputs point into.
@@ -39,7 +40,7 @@ impl std::fmt::Debug for lh_client {
 pub(crate) struct ClientState {
     core: Client,
     /// Name of the last polled output; `lh_output.name` points into it.
-    out_name: Option<Arc<str>>,
+    out_name: Option<LockName>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
     out_token: [u8; 32],
     /// Raw token whose hex is in `out_token`: successive outputs of one lease (every renew)

@@ -23,7 +23,7 @@ use super::scenario::Scenario;
 use super::service::{AcquireReply, LockService, OwnerToken};
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Event, LeaseId,
-    LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+    LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId,
 };
 
 const MS: u64 = 1_000_000;
@@ -90,13 +90,13 @@ pub struct Outcome {
 enum ToService {
     Acquire {
         req: RequestId,
-        name: Arc<str>,
+        name: LockName,
         token: OwnerToken,
         ttl_ms: u64,
     },
     Renew {
         req: RequestId,
-        name: Arc<str>,
+        name: LockName,
         token: OwnerToken,
         ttl_ms: u64,
         data: Option<Arc<[u8]>>,
@@ -104,13 +104,13 @@ enum ToService {
     },
     Release {
         req: RequestId,
-        name: Arc<str>,
+        name: LockName,
         token: OwnerToken,
         data: Option<Arc<[u8]>>,
         sent_at: u64,
     },
-    Watch(Arc<str>),
-    Unwatch(Arc<str>),
+    Watch(LockName),
+    Unwatch(LockName),
 }
 
 #[derive(Clone, Debug)]
@@ -119,7 +119,7 @@ enum ToClient {
     Acquire(RequestId, Option<AcquireReply>),
     Renew(RequestId, RenewResult),
     Release(RequestId, ReleaseResult),
-    Notify(Arc<str>),
+    Notify(LockName),
 }
 
 #[derive(Debug)]
@@ -140,7 +140,7 @@ enum Ev {
     },
     /// A write whose `is_held` check happened before a pause.
     StaleWrite {
-        name: Arc<str>,
+        name: LockName,
         fence: u64,
     },
     Heal,
@@ -195,7 +195,7 @@ struct Worker {
 
 /// What the host knows about one lease, for the oracles.
 struct LeaseRec {
-    name: Arc<str>,
+    name: LockName,
     token: Option<OwnerToken>,
     reentrant: bool,
     /// Core time right after `acquire` returned (start of the wait budget).
@@ -250,7 +250,7 @@ struct Host {
     /// Acquired and not yet terminal.
     active: Vec<LeaseId>,
     requests: HashMap<RequestId, ReqRec>,
-    watching: HashMap<Arc<str>, bool>,
+    watching: HashMap<LockName, bool>,
     /// Leases without a terminal event yet.
     open: Vec<LeaseId>,
     /// Recently ended leases `(core time until which the record may stay, id)`: the core may keep
@@ -278,13 +278,13 @@ struct Shared {
     rng: SimRng,
     stopping: bool,
     /// Highest token the gate accepted per name (independent of the gate: I6).
-    accepted_max: HashMap<Arc<str>, u64>,
+    accepted_max: HashMap<LockName, u64>,
     /// Highest fence among live first grants seen per name (I4).
-    seen_fence: HashMap<Arc<str>, u64>,
+    seen_fence: HashMap<LockName, u64>,
     /// When (true time) each grant's backend data first reached a client.
     delivered: HashMap<(OwnerToken, Vec<u8>), u64>,
     /// Highest fresh grant per name at the service (I4).
-    grant_fence: HashMap<Arc<str>, u64>,
+    grant_fence: HashMap<LockName, u64>,
     failure: Option<Failure>,
     trace: Option<Vec<String>>,
     stats: Stats,
@@ -927,7 +927,7 @@ impl Host {
 
     fn start_acquire(&mut self, c: usize, sh: &mut Shared, i: usize, now: u64) {
         let w = &mut self.workers[i];
-        let name: Arc<str> = Arc::from(w.rng.pick(&sh.sc.names).as_str());
+        let name = LockName::from(w.rng.pick(&sh.sc.names).as_str());
         let ttl_ms = *w.rng.pick(&sh.sc.ttls_ms);
         let wait_ns = if w.rng.chance_ppm(300_000) {
             0
@@ -1356,7 +1356,7 @@ impl Host {
     }
 }
 
-fn gate_write(sh: &mut Shared, c: usize, name: &Arc<str>, fence: u64, why: &str) {
+fn gate_write(sh: &mut Shared, c: usize, name: &LockName, fence: u64, why: &str) {
     let ok = sh.gate.write(name, fence);
     if ok {
         sh.stats.writes_ok += 1;
