@@ -786,9 +786,8 @@ impl Client {
     }
 
     /// Software pipelining over the sorted timer run: start loading the records of the
-    /// timers two and three ahead, and the names of the next two (requested a timer ago), so
-    /// that with many leases a cycle does not wait on memory. Only a hint: nothing depends
-    /// on it.
+    /// timers two and three ahead (names are inside them), so that with many leases a cycle
+    /// does not wait on memory. Only a hint: nothing depends on it.
     fn prefetch_upcoming(&self) {
         for k in 2..4 {
             if let Some((_, slot, _)) = self.timers.upcoming(k) {
@@ -806,17 +805,6 @@ impl Client {
             if version != CANCELLED {
                 if let Some(t) = self.timing.get(slot as usize) {
                     prefetch(t);
-                }
-            }
-        }
-        for k in 0..2 {
-            if let Some((_, slot, version)) = self.timers.upcoming(k) {
-                if self.timer_is_current(slot, version) {
-                    if let Some(l) = &self.slots[slot as usize].lease {
-                        if let Some(b) = l.name.as_bytes().first() {
-                            prefetch(b);
-                        }
-                    }
                 }
             }
         }
