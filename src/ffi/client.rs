@@ -640,6 +640,8 @@ impl ClientState {
             o.token_len = self.out_token.len();
         }
         if let Some(name) = &self.out_name {
+            // Bytes, not `&str`: an inline name would be re-checked as UTF-8 on every output.
+            let name = name.as_bytes();
             o.name = name.as_ptr();
             o.name_len = name.len();
         }
