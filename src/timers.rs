@@ -101,6 +101,7 @@ impl Timers {
         }
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, e: Entry) {
         self.note_pushed(e);
         self.len += 1;
@@ -127,6 +128,7 @@ impl Timers {
 
     /// Like `push`, for a deadline that is usually not before the last one pushed here.
     /// Returns a position hint for `cancel_in_order`.
+    #[inline]
     pub(crate) fn push_in_order(&mut self, e: Entry) -> u32 {
         let position = self.fifo_popped.wrapping_add(self.fifo.len() as u64);
         match self.fifo.back() {
@@ -277,6 +279,7 @@ impl Timers {
 
     /// Removes `e`, which must be what `peek` just returned (saves a second merge of the
     /// three sources on the hot path).
+    #[inline]
     pub(crate) fn remove_earliest(&mut self, e: Entry) {
         debug_assert_eq!(self.peek(), Some(e));
         self.earliest_known = false;
