@@ -33,10 +33,9 @@ const MAX_SUPERSEDED: usize = 16;
 /// Waiters use the holder's remaining TTL only after this many quick attempts, so a release
 /// that raced the first subscription is not missed for a whole TTL.
 const QUICK_ATTEMPTS: u32 = 3;
-/// Up to this many records the records and the timing array stay in cache: prefetching them
-/// (`prefetch_upcoming`), or cancelling answered timeouts instead of skipping them by version
-/// (`Timers::cancel_in_order`), would cost more than it saves. None with the simulator, so
-/// that its small worlds exercise those paths too (outputs are the same either way).
+/// Up to this many records the records and the timing array stay in cache, and prefetching
+/// them (`prefetch_upcoming`) would cost more than it saves. None with the simulator, so that
+/// its small worlds exercise that path too (outputs are the same either way).
 const CACHED_RECORDS: u32 = if cfg!(feature = "sim") { 0 } else { 4096 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -883,7 +882,7 @@ impl Client {
         t.scheduled = deadline;
         t.version = next_version(t.version);
         let version = t.version;
-        if old.0 != NEVER && self.records > CACHED_RECORDS {
+        if old.0 != NEVER {
             // Usually an answered request's timeout.
             let _ = self.timers.cancel_in_order(old_position, old);
         }
