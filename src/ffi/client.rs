@@ -2,7 +2,7 @@
 //!
 //! Each export checks every pointer and enum argument before it touches the core (so an error
 //! leaves the client unchanged and out-params are written only on success), then runs inside
-//! the panic boundary of [`super::boundary`].
+//! the panic boundary of `ffi::boundary`.
 #![allow(non_camel_case_types)]
 
 use std::ffi::c_char;
