@@ -8,3 +8,5 @@ cargo clippy --all-targets --all-features -- -D warnings
 # Cargo.toml optimises the crate in the test profile but keeps debug assertions and
 # overflow checks, so the simulator's 10,000+ seeds run in well under a minute.
 cargo test --all-features
+# Public items carry doc comments; broken or private intra-doc links fail here, not on docs.rs.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
