@@ -938,6 +938,65 @@ fn rule8_reentrant_acquire_bumps_refcount_without_network() {
 }
 
 #[test]
+fn names_inline_or_shared_join_reentrant_leases_and_wake_waiters_alike() {
+    // The core keeps short names inline and longer ones shared; lookups by `&str` must find
+    // either form (reentrant joins, release notifications), and commands carry the name whole.
+    let inline = leasehold::INLINE_NAME_LEN;
+    for len in [1, inline, inline + 1, 300] {
+        let name = "é".repeat(len / 2) + &"n".repeat(len % 2);
+        let mut c = client();
+        let opts = AcquireOptions::new(3_000).reentrant(true);
+        let lease = c.acquire(0, &name, opts).unwrap();
+        let out = drain(&mut c);
+        let Some(Command::Acquire {
+            request,
+            name: sent,
+            ..
+        }) = commands(&out).first().cloned()
+        else {
+            panic!("{out:?}");
+        };
+        assert_eq!(sent, *name, "{len} bytes");
+        c.handle_acquire_result(MS, request, grant(1, 3_000))
+            .unwrap();
+        drain(&mut c);
+        assert_eq!(
+            c.acquire(2 * MS, &name, opts).unwrap(),
+            lease,
+            "{len} bytes: joins"
+        );
+        assert_eq!(&*c.lease_info(lease).unwrap().name, name.as_str());
+        // A waiter for the same name is woken by a notification naming it.
+        let waiter = c
+            .acquire(
+                3 * MS,
+                &name,
+                AcquireOptions::new(3_000).wait_ns(60_000 * MS),
+            )
+            .unwrap();
+        let (req, _) = acquire_req(&drain(&mut c));
+        let busy = AcquireResult::HeldByOther {
+            retry_after_ms: Some(2_000),
+        };
+        c.handle_acquire_result(4 * MS, req, busy).unwrap();
+        let out = drain(&mut c);
+        assert!(
+            commands(&out)
+                .iter()
+                .any(|c| matches!(c, Command::Watch { name: w } if *w == *name)),
+            "{len} bytes: {out:?}"
+        );
+        c.handle_released(5 * MS, &name).unwrap();
+        let out = drain(&mut c);
+        let woken = commands(&out).into_iter().find_map(|c| match c {
+            Command::Acquire { lease, .. } => Some(lease),
+            _ => None,
+        });
+        assert_eq!(woken, Some(waiter), "{len} bytes: {out:?}");
+    }
+}
+
+#[test]
 fn rule8_loss_reaches_every_nested_holder_and_non_reentrant_contends() {
     let mut c = client();
     let opts = AcquireOptions::new(3_000).reentrant(true);
