@@ -28,10 +28,18 @@ VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)"
 for f in target/release/libleasehold.so target/release/libleasehold.a include/leasehold.h; do
     [[ -f "$f" ]] || { echo "install-lib: missing $f (cargo build --release)" >&2; exit 1; }
 done
+# The shared library's SONAME is libleasehold.so.<ABI> (build.rs): installed as
+# libleasehold.so.<version>, with libleasehold.so.<ABI> (what programs load) and
+# libleasehold.so (what -lleasehold finds) pointing at it.
+ABI="$(sed -n 's/^#define LH_ABI_VERSION \([0-9][0-9]*\)$/\1/p' include/leasehold.h)"
+[[ -n "$ABI" ]] || { echo "install-lib: no LH_ABI_VERSION in include/leasehold.h" >&2; exit 1; }
 
 install -d "$LIBDIR" "$INCLUDEDIR" "$PCDIR"
 install -m 0644 include/leasehold.h "$INCLUDEDIR/leasehold.h"
-install -m 0755 target/release/libleasehold.so "$LIBDIR/libleasehold.so"
+rm -f "$LIBDIR/libleasehold.so" "$LIBDIR/libleasehold.so.$ABI"
+install -m 0755 target/release/libleasehold.so "$LIBDIR/libleasehold.so.$VERSION"
+ln -s "libleasehold.so.$VERSION" "$LIBDIR/libleasehold.so.$ABI"
+ln -s "libleasehold.so.$ABI" "$LIBDIR/libleasehold.so"
 install -m 0644 target/release/libleasehold.a "$LIBDIR/libleasehold.a"
 
 render() { # name flavour libs

@@ -20,6 +20,7 @@ command -v c++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v readelf >/dev/null || need+=(binutils)
 if ((${#need[@]})); then
     if [[ $EUID -ne 0 ]]; then
         echo "c: missing ${need[*]} and not root to apt-get them" >&2
@@ -69,6 +70,20 @@ cc -std=c11 -Wall -Wextra -Werror tests/link_smoke.c $(pkg-config --cflags --lib
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror tests/link_smoke.c $(pkg-config --cflags --libs leasehold-static) -o build/link_static
 LD_LIBRARY_PATH="$PREFIX/lib" ./build/link_shared
+# The shared library carries SONAME libleasehold.so.<LH_ABI_VERSION>, a program records that
+# name, and the install provides it as a symlink to the versioned file.
+abi="$(sed -n 's/^#define LH_ABI_VERSION \([0-9][0-9]*\)$/\1/p' "$ROOT/include/leasehold.h")"
+soname="$(readelf -d "$PREFIX/lib/libleasehold.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')"
+needed="$(readelf -d build/link_shared | sed -n 's/.*Shared library: \[\(libleasehold[^]]*\)\]/\1/p')"
+echo "SONAME $soname, link_shared needs $needed (LH_ABI_VERSION $abi)"
+if [[ -z "$abi" || "$soname" != "libleasehold.so.$abi" || "$needed" != "$soname" ]]; then
+    echo "c: SONAME '$soname' / NEEDED '$needed' do not follow LH_ABI_VERSION $abi" >&2
+    exit 1
+fi
+if [[ ! -L "$PREFIX/lib/$soname" || ! -L "$PREFIX/lib/libleasehold.so" ]]; then
+    echo "c: install-lib.sh did not link $soname and libleasehold.so to the versioned library" >&2
+    exit 1
+fi
 if ldd build/link_static | grep -q libleasehold; then
     echo "c: static link still depends on libleasehold.so" >&2
     exit 1

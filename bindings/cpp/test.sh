@@ -2,7 +2,8 @@
 # Build and test the C++ binding: the Rust library, then three builds of the GoogleTest suite —
 # plain, -fsanitize=address,undefined and -fsanitize=thread — each run with ctest (the suite
 # includes the real-Redis tests, which start their own redis-server, and the C++/Python
-# contention test, which uses bindings/python/.venv). Every variant must pass.
+# contention test, which uses bindings/python/.venv). Every variant must pass. Then the example
+# is linked against the shared library and run (its SONAME must resolve).
 #
 #   bindings/cpp/test.sh                 # all three variants
 #   VARIANTS="plain" bindings/cpp/test.sh
@@ -21,6 +22,7 @@ need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v readelf >/dev/null 2>&1 || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 if [ "${#need[@]}" -gt 0 ]; then
@@ -75,8 +77,22 @@ for v in $VARIANTS; do
     fi
 done
 
+# --- the shared library: the example linked against libleasehold.so records its SONAME
+# (libleasehold.so.<ABI>), which must resolve through the repository build's symlink ----------
+sdir="$here/build/shared"
+log "[shared] configure + build the example against libleasehold.so"
+cmake -S "$here" -B "$sdir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLEASEHOLD_STATIC=OFF \
+    -DLEASEHOLD_ROOT="$root" >/dev/null
+cmake --build "$sdir" --target leasehold_example -j "$JOBS"
+if ! readelf -d "$sdir/leasehold_example" | grep -q 'NEEDED.*\[libleasehold\.so\.[0-9][0-9]*\]'; then
+    echo "cpp: the shared example does not record libleasehold.so.<ABI>" >&2
+    failed+=(shared)
+elif ! "$sdir/leasehold_example" >/dev/null; then
+    failed+=(shared)
+fi
+
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "cpp: FAILED variants: ${failed[*]}" >&2
     exit 1
 fi
-log "all variants passed: $VARIANTS"
+log "all variants passed: $VARIANTS, and the example linked against the shared library"

@@ -61,6 +61,17 @@ if(NOT TARGET leasehold::leasehold_c)
                         "set LEASEHOLD_LIBRARY and LEASEHOLD_INCLUDE_DIR.")
   endif()
   message(STATUS "leasehold: ${LEASEHOLD_LIBRARY} + ${LEASEHOLD_INCLUDE_DIR}/leasehold.h ${_lh_source}")
+  # The shared library's SONAME is libleasehold.so.<LH_ABI_VERSION>: programs look for that
+  # name at run time. An install has the symlink (scripts/install-lib.sh); give the repository
+  # build one too.
+  if(_lh_source STREQUAL "the repository build" AND LEASEHOLD_LIBRARY MATCHES "\\.so$")
+    file(STRINGS "${LEASEHOLD_INCLUDE_DIR}/leasehold.h" _lh_abi REGEX "^#define LH_ABI_VERSION [0-9]+$")
+    string(REGEX REPLACE "^#define LH_ABI_VERSION " "" _lh_abi "${_lh_abi}")
+    get_filename_component(_lh_libdir "${LEASEHOLD_LIBRARY}" DIRECTORY)
+    if(_lh_abi AND NOT EXISTS "${_lh_libdir}/libleasehold.so.${_lh_abi}")
+      file(CREATE_LINK libleasehold.so "${_lh_libdir}/libleasehold.so.${_lh_abi}" SYMBOLIC)
+    endif()
+  endif()
   add_library(leasehold::leasehold_c UNKNOWN IMPORTED GLOBAL)
   set_target_properties(leasehold::leasehold_c PROPERTIES
     IMPORTED_LOCATION "${LEASEHOLD_LIBRARY}"
