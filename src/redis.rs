@@ -475,16 +475,12 @@ pub fn key(kind: KeyKind, name: &str) -> Result<String, Error> {
 /// here only, so every host's transport makes channels the scripts accept. Returns the length,
 /// or `Err(needed)` when `buf` is too small (nothing written).
 pub fn write_wake_channel(random: &[u8; WAKE_RANDOM_LEN], buf: &mut [u8]) -> Result<usize, usize> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let Some(dst) = buf.get_mut(..WAKE_CHANNEL_LEN) else {
         return Err(WAKE_CHANNEL_LEN);
     };
     let (prefix, digits) = dst.split_at_mut(WAKE_CHANNEL_PREFIX.len());
     prefix.copy_from_slice(WAKE_CHANNEL_PREFIX.as_bytes());
-    for (pair, b) in digits.chunks_exact_mut(2).zip(random) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xf)];
-    }
+    crate::types::write_lower_hex(random, digits);
     Ok(WAKE_CHANNEL_LEN)
 }
 

@@ -40,13 +40,19 @@ impl Token {
 
     /// Lowercase hex, the form every backend stores (a plain string in Redis, SQL and etcd).
     pub fn to_hex(&self) -> [u8; 32] {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 32];
-        for (i, b) in self.0.iter().enumerate() {
-            out[2 * i] = HEX[usize::from(b >> 4)];
-            out[2 * i + 1] = HEX[usize::from(b & 0x0f)];
-        }
+        write_lower_hex(&self.0, &mut out);
         out
+    }
+}
+
+/// Writes `src` as lowercase hex into the front of `dst` (two digits per byte; stops at the
+/// shorter of the two). Tokens and Redis wake channels share it.
+pub(crate) fn write_lower_hex(src: &[u8], dst: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in dst.chunks_exact_mut(2).zip(src) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0x0f)];
     }
 }
 
