@@ -1,4 +1,6 @@
-"""The ctypes mirrors of the C structs match include/leasehold.h (sizes and offsets).
+"""The ctypes mirrors of the C structs match include/leasehold.h (sizes and offsets), and so
+do the constants Python must size buffers with (the ABI version, the wake channel's random
+bytes: a smaller mirror would let the library read past a Python buffer).
 
 Compiles a tiny C program against the header with the system C compiler (present wherever
 the Rust library is built) and compares its sizeof/offsetof output with ctypes.
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from leasehold import _ffi
+from leasehold.backends import redis_protocol
 
 HEADER_DIR = Path(__file__).resolve().parents[4] / "include"
 STRUCTS = {
@@ -48,6 +51,8 @@ def test_struct_layouts_match_header(tmp_path: Path) -> None:
             expected.append(f"{cname}.{fname} {getattr(cls, fname).offset}")
     lines.append('  printf("abi %u\\n", (unsigned)LH_ABI_VERSION);')
     expected.append(f"abi {_ffi.ABI_VERSION}")
+    lines.append('  printf("wake_random %u\\n", (unsigned)LH_REDIS_WAKE_RANDOM_LEN);')
+    expected.append(f"wake_random {redis_protocol.WAKE_RANDOM_LEN}")
     lines += ["  return 0;", "}"]
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
