@@ -167,26 +167,27 @@ class RedisLockService(LockService):
             return self._client.eval(script.text, len(keys), *keys, *args)
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
-        wake = self._sub.wake_for(name)
-        if wake is None:
-            return self._acquire_once(name, token, ttl_ms, None)
-        self._queued.sent(name)
-        result = self._acquire_once(name, token, ttl_ms, wake)
-        self._queued.answered(name, isinstance(result, Granted))
-        return result
-
-    def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
+        sub = self._sub
+        # Queue our wake channel if ``name`` has waiters here and the channel is live (read
+        # inline: the subscriber is this module's own).
+        wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
+        if wake is not None:
+            self._queued.sent(name)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_acquire
-            return proto.parse_acquire(d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake)))
-        k = proto.keys_for(name)
-        if wake is None:
-            reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+            reply = d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake))
         else:
-            reply = self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
-        return proto.parse_acquire(reply)
+            k = proto.keys_for(name)
+            if wake is None:
+                reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
+            else:
+                reply = self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
+        result = proto.parse_acquire(reply)
+        if wake is not None:
+            self._queued.answered(name, isinstance(result, Granted))
+        return result
 
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
         d = self._direct
@@ -198,7 +199,8 @@ class RedisLockService(LockService):
         return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
 
     def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
-        skip = self._queued.stale_entry(name, self._sub.is_waiting(name), self._sub.wake_channel)
+        sub = self._sub
+        skip = self._queued.stale_entry(name, name in sub._waiting, sub.wake_channel)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
@@ -372,11 +374,10 @@ class _DirectConnections:
             conn = self._pool.get_connection(*self._checkout_args)
         try:
             try:
-                return conn.retry.call_with_retry(lambda: _exchange(conn, packed), lambda _e: conn.disconnect())
+                return _send(conn, packed)
             except NoScriptError:
                 # First use on this server (or after a restart / SCRIPT FLUSH): EVAL caches it.
-                cmd = packed_eval()
-                return conn.retry.call_with_retry(lambda: _exchange(conn, cmd), lambda _e: conn.disconnect())
+                return _send(conn, packed_eval())
         finally:
             if getattr(conn, "should_reconnect", _never)():  # a maintenance notification asked for it
                 conn.disconnect()
@@ -413,8 +414,26 @@ def _needs_command_name(get_connection: Callable[..., Any]) -> bool:
 
 
 def _exchange(conn: Any, packed: bytes) -> Any:
-    conn.send_packed_command((packed,))  # a sequence of buffers
+    # No health check when none is configured (it would be a no-op call).
+    conn.send_packed_command((packed,), check_health=bool(conn.health_check_interval))  # a sequence of buffers
     return conn.read_response()
+
+
+def _send(conn: Any, packed: bytes) -> Any:
+    """One exchange under the connection's ``retry``, as ``retry.call_with_retry(exchange,
+    disconnect)`` runs it; the wrapper is entered only once a first attempt failed (and then
+    handles that failure as its own first one), so a normal exchange costs no extra frames."""
+    try:
+        return _exchange(conn, packed)
+    except Exception as e:
+        first: list[Exception] = [e]
+
+        def attempt() -> Any:
+            if first:
+                raise first.pop()
+            return _exchange(conn, packed)
+
+        return conn.retry.call_with_retry(attempt, lambda _e: conn.disconnect())
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -539,9 +558,6 @@ class _Subscriber:
         with self._lock:
             self._waiting.pop(name, None)
 
-    def is_waiting(self, name: str) -> bool:
-        return name in self._waiting
-
     def park(self, ready: threading.Event, timeout: float) -> bool:
         """Wait for ``ready`` (at most ``timeout`` s) while serving the connection on this
         thread, so that a wake-up for this thread's lease is read and handled here, and its
@@ -612,12 +628,6 @@ class _Subscriber:
             if self._lead == me:
                 self._lead = None
             self._lead_changed.notify_all()
-
-    def wake_for(self, name: str) -> str | None:
-        """Our wake channel if ``name`` has waiters here and the channel is live, else ``None``."""
-        if self._wake_live and name in self._waiting:
-            return self.wake_channel
-        return None
 
     def watch(self, channel: str, name: str, cb: Callable[[str], None]) -> None:
         with self._lock:

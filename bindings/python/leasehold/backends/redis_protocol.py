@@ -269,6 +269,15 @@ def _as_int(v: object, what: str) -> int:
 
 def parse_acquire(reply: object) -> Granted | HeldByOther:
     """Turn an ACQUIRE reply into the service result (or raise :class:`ProtocolError`)."""
+    if type(reply) is list:  # the usual replies, checked without a call per field
+        if len(reply) == 3:
+            flag, fence, ttl = reply
+            if type(flag) is int and type(fence) is int and type(ttl) is int and flag == 1 and fence > 0 and ttl > 0:
+                return Granted(fencing_token=fence, ttl_ms=ttl)
+        elif len(reply) == 2:
+            flag, retry = reply
+            if type(flag) is int and type(retry) is int and flag == 0:
+                return HeldByOther(retry_after_ms=None if retry < 0 else retry)
     if not isinstance(reply, (list, tuple)) or not reply:
         raise ProtocolError(f"ACQUIRE: expected an array reply, got {reply!r}")
     flag = _as_int(reply[0], "ACQUIRE status")
@@ -286,6 +295,8 @@ def parse_acquire(reply: object) -> Granted | HeldByOther:
 
 def parse_flag(reply: object, what: str) -> bool:
     """Turn a RENEW/RELEASE reply (1 or 0) into a bool (or raise :class:`ProtocolError`)."""
+    if type(reply) is int and (reply == 1 or reply == 0):
+        return reply == 1
     v = _as_int(reply, what)
     if v not in (0, 1):
         raise ProtocolError(f"{what}: expected 0 or 1, got {v!r}")
@@ -366,24 +377,25 @@ def pack_acquire(w: Wire, token: str, ttl_ms: int, by_text: bool = False, wake: 
     """ACQUIRE as one RESP command (EVALSHA, or EVAL with the text when ``by_text``); with
     ``wake``, a refused attempt queues that wake channel."""
     t = token.encode("ascii")
-    ttl = b"%d" % ttl_arg(ttl_ms)
+    ttl = b"%d" % (ttl_ms if type(ttl_ms) is int and ttl_ms > 0 else ttl_arg(ttl_ms))  # no call when valid
     if wake is None:
         return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_ACQUIRE[by_text], w.acquire_keys, len(t), t, len(ttl), ttl)
     c = wake.encode("ascii")
-    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+    return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
         _HEAD_ACQUIRE_QUEUED[by_text],
         w.acquire_keys_queued,
         len(t),
         t,
         len(ttl),
         ttl,
-        _bulk(c),
+        len(c),
+        c,
     )
 
 
 def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes:
     t = token.encode("ascii")
-    ttl = b"%d" % ttl_arg(ttl_ms)
+    ttl = b"%d" % (ttl_ms if type(ttl_ms) is int and ttl_ms > 0 else ttl_arg(ttl_ms))
     return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_RENEW[by_text], w.lock_key, len(t), t, len(ttl), ttl)
 
 
