@@ -232,6 +232,7 @@ class Core:
         self._c_release = _ffi.unchecked("lh_release")
         self._c_acquire_result = _ffi.unchecked("lh_acquire_result")
         self._c_release_result = _ffi.unchecked("lh_release_result")
+        self._c_released = _ffi.unchecked("lh_released")
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
         self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
@@ -330,7 +331,9 @@ class Core:
         lib.lh_renew_result(self._p(), int(self._clock()), request_id, outcome)
 
     def release_result(self, request_id: int, outcome: int) -> None:
-        p = self._p()
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
         st = self._c_release_result(p, int(self._clock()), request_id, outcome)
         if st:
             _check(st, p, "lh_release_result")
@@ -338,7 +341,12 @@ class Core:
     def released(self, name: str) -> None:
         """A release notification for ``name`` arrived from the service."""
         raw = _encode_name(name)
-        lib.lh_released(self._p(), int(self._clock()), raw, len(raw))
+        p = self._h.ptr
+        if p is None:
+            raise errors.ClientClosed("the core handle was freed")
+        st = self._c_released(p, int(self._clock()), raw, len(raw))
+        if st:
+            _check(st, p, "lh_released")
 
     def timeout(self) -> None:
         lib.lh_timeout(self._p(), self.now())
