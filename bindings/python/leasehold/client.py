@@ -54,6 +54,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import replace
+from functools import partial
 from typing import Any, Callable
 
 from . import _ffi, errors
@@ -331,6 +332,7 @@ class LockClient:
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
+        self._driving = False  # the driver thread runs (see _run_driver)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._watch_pool: _SerialWorker | None = None
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -369,8 +371,10 @@ class LockClient:
         if on_lost is not None and not callable(on_lost):
             raise TypeError("on_lost must be callable or None")
         with self._mu:  # the condition's lock, without Condition.__enter__'s Python frame
-            self._check_open()
-            self._ensure_started()
+            if self._closing or self._closed or self._fatal is not None:
+                self._check_open()  # raises
+            if not self._driving:
+                self._ensure_started()
             lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
             h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost)
             h._wait_s = wait_s
@@ -380,7 +384,8 @@ class LockClient:
         try:
             if cmd is not None:
                 self._run_inline(cmd)  # bounded by the service's call_timeout
-            settled = self._wait_settled(h, bound)
+            # A settled handle never goes back to acquiring: no lock needed to look.
+            settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
             self._cancel(h)
             raise
@@ -558,15 +563,18 @@ class LockClient:
 
     def _ensure_started(self) -> None:
         """(mutex held) Start the driver and pools; after a fork, in the child, restart them."""
-        if self._driver is not None and self._driver.is_alive():
-            return
-        if self._stop:
+        if self._driving or self._stop:
             return
         self._pool = concurrent.futures.ThreadPoolExecutor(self._io_workers, thread_name_prefix="leasehold-io")
         self._watch_pool = _SerialWorker("leasehold-watch")
         self._cb_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-callbacks")
-        self._driver = threading.Thread(target=self._run, name="leasehold-driver", daemon=True)
-        self._driver.start()
+        self._driver = threading.Thread(target=self._run_driver, name="leasehold-driver", daemon=True)
+        self._driving = True  # before start(): the thread clears it when it ends
+        try:
+            self._driver.start()
+        except BaseException:
+            self._driving = False
+            raise
 
     def _wake(self) -> None:
         with self._cond:
@@ -587,6 +595,14 @@ class LockClient:
         return dl is None or self._now() < dl
 
     # -- internals: the driver -----------------------------------------------------------------------
+    def _run_driver(self) -> None:
+        try:
+            self._run()
+        finally:
+            # Read by _ensure_started on every acquire(): a flag, not Thread.is_alive()'s
+            # three Python frames.
+            self._driving = False
+
     def _run(self) -> None:
         # With no deadline the driver first sleeps one short tick, then for ever: in a loop
         # of acquire/release cycles the core has no deadline between two cycles, and a driver
@@ -599,8 +615,7 @@ class LockClient:
                     self._cond.wait()  # _set_paused / close notify
                     continue
                 if self._inputs:
-                    fn = self._inputs.popleft()
-                    self._feed(fn)
+                    self._feed(self._inputs.popleft())
                     continue
                 now = self._now()
                 dl = self._deadline
@@ -627,10 +642,16 @@ class LockClient:
                     self._sleeping = False
                     self._wakeups += 1
 
-    def _feed(self, fn: Callable[[], None]) -> None:
-        """(mutex held) Feed one input and drain."""
+    def _feed(self, fn: Callable[..., None], *args: Any) -> None:
+        """(mutex held) Feed one input, ``fn(*args)``, and drain; or, while the driver is paused
+        (a paused client processes no result: see ``leasehold.testing.pause_driver``) or after
+        a core failure, queue it for the driver (which feeds only when neither holds)."""
+        if self._paused or self._fatal is not None:
+            self._inputs.append(partial(fn, *args))
+            self._cond.notify_all()
+            return
         try:
-            fn()
+            fn(*args)
         except (errors.CorePanic, errors.CorePoisoned) as e:
             self._on_fatal(e)
             return
@@ -656,10 +677,12 @@ class LockClient:
     def _drain(self) -> None:
         """(mutex held) Drain every output, refresh the deadline, and wake the driver if it
         must act earlier than it planned (or anyone waits for a state change)."""
-        if self._fatal is not None or self._core.closed:
+        if self._fatal is not None:
             return
         try:
             outs, dl = self._core.drain()
+        except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
+            return
         except (errors.CorePanic, errors.CorePoisoned) as e:
             self._on_fatal(e)
             return
@@ -685,15 +708,6 @@ class LockClient:
             return self._captured
         finally:
             self._capture, self._captured = None, None
-
-    def _deliver_input(self, fn: Callable[[], None]) -> None:
-        """(mutex held) Feed an input now, or queue it for the driver while it is paused (a
-        paused client processes no result: see ``leasehold.testing.pause_driver``)."""
-        if self._paused or self._fatal is not None:
-            self._inputs.append(fn)
-            self._cond.notify_all()
-        else:
-            self._feed(fn)
 
     def _dispatch(self, out: Output) -> None:
         k = out.kind
@@ -776,8 +790,6 @@ class LockClient:
         commands for the lease (retries, wake-ups by a notification) are handed to it and run
         here, one at a time, each bounded by the service's call bound.
         """
-        if h._state != _ACQUIRING:  # never goes back to acquiring: no lock needed
-            return True
         end = time.monotonic() + bound
         lease = h.lease_id
         ev: threading.Event | None = None
@@ -862,7 +874,7 @@ class LockClient:
             self._inflight -= 1
             self._requests.pop(out.request_id, None)
             if not self._closed and not self._stop:
-                self._deliver_input(fn)
+                self._feed(fn)
             elif self._idle_waiters or self._closing:
                 self._cond.notify_all()
 
@@ -875,12 +887,12 @@ class LockClient:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
                 r = self._service.acquire(out.name, out.token, out.ttl_ms)
                 if isinstance(r, Granted):
-                    fn = self._granted_input(req, r)
+                    fn = partial(self._grant, req, r)
                 elif isinstance(r, HeldByOther):
                     hint = r.retry_after_ms
                     if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
                         hint = None
-                    fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)  # noqa: E731
+                    fn = partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)
                 else:
                     raise TypeError(f"acquire() returned {type(r).__name__}, expected Granted or HeldByOther")
             elif k == _ffi.LH_OUTPUT_RENEW:
@@ -888,40 +900,34 @@ class LockClient:
                 if not isinstance(ok, bool):
                     raise TypeError(f"renew() returned {type(ok).__name__}, expected bool")
                 outcome = _ffi.LH_RENEW_RENEWED if ok else _ffi.LH_RENEW_REJECTED
-                fn = lambda: core.renew_result(req, outcome)  # noqa: E731
+                fn = partial(core.renew_result, req, outcome)
             else:
                 ok = self._service.release(out.name, out.token, out.backend_data)
                 if not isinstance(ok, bool):
                     raise TypeError(f"release() returned {type(ok).__name__}, expected bool")
                 routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
-                lease = out.lease_id
-                fn = lambda: self._release_answered(req, lease, routcome)  # noqa: E731
+                fn = partial(self._release_answered, req, out.lease_id, routcome)
         except Exception as e:
             log.warning("leasehold: %s %r failed (transport error): %s", _KIND_NAMES.get(k, k), out.name, e)
             fn = self._transport_error_input(k, req)
         return fn
 
-    def _granted_input(self, req: int, r: Granted) -> Callable[[], None]:
+    def _grant(self, req: int, r: Granted) -> None:
+        """(input) Feed a grant; one the core refuses counts as a transport error."""
         core = self._core
-
-        def fn() -> None:
-            try:
-                core.acquire_result(
-                    req, _ffi.LH_ACQUIRE_GRANTED, r.fencing_token, r.ttl_ms, None, bytes(r.backend_data)
-                )
-            except (errors.InvalidArgument, TypeError, ValueError) as e:
-                log.error("leasehold: the service returned an invalid grant %r (%s); treated as a transport error", r, e)
-                core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-
-        return fn
+        try:
+            core.acquire_result(req, _ffi.LH_ACQUIRE_GRANTED, r.fencing_token, r.ttl_ms, None, bytes(r.backend_data))
+        except (errors.InvalidArgument, TypeError, ValueError) as e:
+            log.error("leasehold: the service returned an invalid grant %r (%s); treated as a transport error", r, e)
+            core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
 
     def _transport_error_input(self, k: int, req: int) -> Callable[[], None]:
         core = self._core
         if k == _ffi.LH_OUTPUT_ACQUIRE:
-            return lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
+            return partial(core.acquire_result, req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
         if k == _ffi.LH_OUTPUT_RENEW:
-            return lambda: core.renew_result(req, _ffi.LH_RENEW_TRANSPORT_ERROR)
-        return lambda: core.release_result(req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
+            return partial(core.renew_result, req, _ffi.LH_RENEW_TRANSPORT_ERROR)
+        return partial(core.release_result, req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
 
     def _release_answered(self, req: int, lease: int, outcome: int) -> None:
         self._core.release_result(req, outcome)
@@ -935,11 +941,11 @@ class LockClient:
         core, req = self._core, out.request_id
         self._requests.pop(req, None)
         if out.kind == _ffi.LH_OUTPUT_ACQUIRE:
-            self._inputs.append(lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER))
+            self._inputs.append(partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER))
         elif out.kind == _ffi.LH_OUTPUT_RENEW:
-            self._inputs.append(lambda: core.renew_result(req, _ffi.LH_RENEW_REJECTED))
+            self._inputs.append(partial(core.renew_result, req, _ffi.LH_RENEW_REJECTED))
         else:
-            self._inputs.append(lambda: core.release_result(req, _ffi.LH_RELEASE_NOT_OWNER))
+            self._inputs.append(partial(core.release_result, req, _ffi.LH_RELEASE_NOT_OWNER))
 
     # -- internals: watches ----------------------------------------------------------------------------
     def _waiter_watch(self, name: str, on: bool) -> None:
@@ -1005,8 +1011,7 @@ class LockClient:
             if self._closed or self._stop or self._fatal is not None:
                 return
             if name in self._core_watching:
-                core = self._core
-                self._deliver_input(lambda: core.released(name))
+                self._feed(self._core.released, name)
 
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
@@ -1021,8 +1026,7 @@ class LockClient:
         with self._mu:
             if self._closed or self._stop or self._fatal is not None or name not in self._core_watching:
                 return False
-            core = self._core
-            self._deliver_input(lambda: core.released(name))
+            self._feed(self._core.released, name)
             return True
 
     def _notified(self, name: str) -> None:
@@ -1030,13 +1034,12 @@ class LockClient:
         with self._mu:
             if self._closed or self._stop or self._fatal is not None:
                 return
-            core = self._core
             if name in self._core_watching:
                 # Fed here, on the notifying thread, under the mutex: the woken waiter's
                 # Acquire goes to the pool at once, without a hop through the driver. (With a
                 # service that wakes one waiter itself, an on_release subscription can make
                 # this an extra wake-up: harmless, the core wakes one waiter per call.)
-                self._deliver_input(lambda: core.released(name))
+                self._feed(self._core.released, name)
             for cb in list(self._subscribers.get(name, ())):
                 self._callback(cb, name)
 
