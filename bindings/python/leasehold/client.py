@@ -117,6 +117,8 @@ class LockHandle:
         # the handle settles or when a command is handed to the waiting thread (``_cmd``).
         self._settled: threading.Event | None = None
         self._cmd: Output | None = None
+        self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
+        self._parking = False  # that thread is inside service.park (see _wake_waiter)
         self._error: BaseException | None = None
         self._fencing_token: int | None = None
         self._valid_until_ns: int | None = None
@@ -736,9 +738,8 @@ class LockClient:
                     h._fencing_token = out.fencing_token
                     h._valid_until_ns = out.valid_until_ns
                     h._state = _HELD
-                    if h._settled is not None:
-                        h._settled.set()
-                        self._service.unpark()
+                    if h._settled is not None:  # (no call on the fast path: nobody waits)
+                        self._wake_waiter(h)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
@@ -767,9 +768,7 @@ class LockClient:
     def _settle_error(self, h: LockHandle, e: BaseException) -> None:
         h._error = e
         h._state = _FAILED
-        if h._settled is not None:
-            h._settled.set()
-            self._service.unpark()
+        self._wake_waiter(h)
 
     def _hand_over(self, out: Output) -> bool:
         """(mutex held) Give an Acquire command to its lease's parked acquire() caller, which
@@ -779,9 +778,25 @@ class LockClient:
             return False
         h._cmd = out
         self._inflight += 1
-        h._settled.set()
-        self._service.unpark()
+        self._wake_waiter(h)
         return True
+
+    def _wake_waiter(self, h: LockHandle) -> None:
+        """(mutex held) ``h`` settled or got a command: wake its waiting acquire() caller.
+
+        On the caller's own thread no Event work is needed unless it is parked in the service
+        (which stops serving once ``_settled`` is set): anywhere else that thread looks at the
+        handle under the mutex before it waits again (see _wait_settled). Nor does the service
+        need to hear of it (``unpark``) from the parked thread itself.
+        """
+        ev = h._settled
+        if ev is None:
+            return
+        if h._waiter != threading.get_ident():
+            ev.set()
+            self._service.unpark()
+        elif h._parking:
+            ev.set()
 
     def _wait_settled(self, h: LockHandle, bound: float) -> bool:
         """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is.
@@ -804,6 +819,7 @@ class LockClient:
                         ev = h._settled
                         if ev is None:
                             ev = h._settled = threading.Event()
+                            h._waiter = threading.get_ident()
                         else:
                             ev.clear()  # every set() happens under the mutex: none is lost
                         if self._inline and not self._paused and lease not in self._parked:
@@ -816,7 +832,15 @@ class LockClient:
                 if ev is None or left <= 0:
                     return h._state != _ACQUIRING
                 # A parked runner waits in the service, which may read its wake-up itself.
-                if not (self._service.park(ev, left) if park else ev.wait(left)):
+                if park:
+                    h._parking = True
+                    try:
+                        ok = self._service.park(ev, left)
+                    finally:
+                        h._parking = False
+                else:
+                    ok = ev.wait(left)
+                if not ok:
                     return h._state != _ACQUIRING
         finally:
             if park:

@@ -589,7 +589,9 @@ class _Subscriber:
         if st is None:
             return ready.wait(max(0.0, end - time.monotonic()))
         try:
-            while not ready.is_set():
+            while True:
+                if ready.is_set():
+                    return True  # without Event.wait's condition round
                 left = end - time.monotonic()
                 if left <= 0:
                     break
