@@ -6,7 +6,7 @@ import datetime
 import math
 from typing import Any
 
-__all__ = ["check_name", "seconds", "ttl_to_ms", "wait_to_ns"]
+__all__ = ["check_name", "seconds", "ttl_to_ms", "wait_budget"]
 
 _U64_MAX = 2**64 - 1
 
@@ -48,9 +48,10 @@ def ttl_to_ms(ttl: Any) -> int:
     return ms
 
 
-def wait_to_ns(wait: Any) -> int:
-    """Wait budget seconds → nanoseconds."""
-    ns = round(seconds(wait, "wait") * 1e9)
+def wait_budget(wait: Any) -> tuple[float, int]:
+    """A wait budget in seconds and in nanoseconds (one validation for both)."""
+    s = seconds(wait, "wait")
+    ns = round(s * 1e9)
     if ns > _U64_MAX:
         raise ValueError(f"wait is too large (at most about 584 years): {wait!r}")
-    return ns
+    return s, ns

@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import _ffi, errors
-from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
+from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
 from .client import _IDLE_TICK_NS, Subscription
@@ -197,8 +197,7 @@ class AsyncLockClient:
         """
         check_name(name)
         ttl_ms = ttl_to_ms(ttl)
-        wait_s = seconds(wait, "wait")
-        wait_ns = wait_to_ns(wait)
+        wait_s, wait_ns = wait_budget(wait)
         if not isinstance(reentrant, bool):
             raise TypeError("reentrant must be a bool")
         if on_lost is not None and not callable(on_lost):

@@ -58,7 +58,7 @@ from functools import partial
 from typing import Any, Callable
 
 from . import _ffi, errors
-from ._args import check_name, seconds, ttl_to_ms, wait_to_ns
+from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
 from .service import Granted, HeldByOther, LockService
@@ -366,8 +366,7 @@ class LockClient:
         """
         check_name(name)
         ttl_ms = ttl_to_ms(ttl)
-        wait_s = seconds(wait, "wait")
-        wait_ns = wait_to_ns(wait)
+        wait_s, wait_ns = wait_budget(wait)
         if not isinstance(reentrant, bool):
             raise TypeError("reentrant must be a bool")
         if on_lost is not None and not callable(on_lost):
