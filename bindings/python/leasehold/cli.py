@@ -27,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
