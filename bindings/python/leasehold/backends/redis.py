@@ -456,6 +456,20 @@ def _buffered(conn: Any) -> bool:
     return bool(conn.can_read(timeout=0))
 
 
+def _push_as_is(response: Any) -> Any:
+    return response
+
+
+def _pass_pushes_as_is(conn: Any) -> None:
+    """RESP3 pub/sub pushes on ``conn`` pass through unchanged, as with redis-py's default
+    handler, which also formats each message and offers it to a debug logger (a dozen calls on
+    the path of every wake-up). Set on the connected parser (``PubSub(push_handler_func=)``
+    would fail on a RESP2 parser, which has no push handler and needs none)."""
+    setter = getattr(getattr(conn, "_parser", None), "set_pubsub_push_handler", None)
+    if setter is not None:
+        setter(_push_as_is)
+
+
 def _ignore(_name: str) -> None:
     pass
 
@@ -814,6 +828,7 @@ class _Subscriber:
                 self._deliver(target)
             if plan.subscribe:
                 ps.subscribe(*sorted(plan.subscribe))
+                _pass_pushes_as_is(ps.connection)
                 st.subscribed |= plan.subscribe
             expired = plan.expired
             if expired:

@@ -399,6 +399,32 @@ def test_client_options_do_not_change_results(redis_server, r, kw):
         svc.close()
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pub_sub_pushes_skip_redis_pys_push_handler(redis_server, monkeypatch, protocol):
+    """With RESP3 a pub/sub message is a push: it goes through our pass-through handler, not
+    redis-py's default one (which formats each and offers it to a debug logger). RESP2 has
+    no push handler, and the service works without one."""
+    from leasehold.backends import redis as redis_backend
+
+    pushed: list[object] = []
+    monkeypatch.setattr(redis_backend, "_push_as_is", lambda resp: pushed.append(resp) or resp)
+    svc = RedisLockService.from_url(redis_server.url, protocol=protocol)
+    try:
+        notes = Notes()
+        svc.watch("push", notes)
+        assert notes.wait_count(1)
+        t = tok()
+        assert isinstance(svc.acquire("push", t, 5_000), Granted)
+        assert svc.release("push", t, b"") is True
+        assert notes.wait_count(2) and notes.names == ["push", "push"]
+        if protocol == 3:
+            assert len(pushed) >= 2, pushed  # the subscription's confirmation and the release
+        else:
+            assert pushed == []
+    finally:
+        svc.close()
+
+
 def test_call_timeout_is_bounded_only_with_socket_timeouts(redis_server, svc):
     # from_url sets socket timeouts, so LockClient may run the caller's own calls inline.
     bound = svc.call_timeout
