@@ -211,7 +211,8 @@ struct RenewRow {
     leases: u64,
     time: Timing,
     allocs_per_cycle: f64,
-    bytes_per_lease: Option<(f64, Option<f64>)>,
+    /// Heap after granting, heap after the timed renewals (timer buffers grown), RSS growth.
+    bytes_per_lease: Option<(f64, f64, Option<f64>)>,
 }
 
 fn bench_renew(leases: u64, cycles: u64, measure_memory: bool, jitter: Jitter) -> RenewRow {
@@ -247,6 +248,10 @@ fn bench_renew(leases: u64, cycles: u64, measure_memory: bool, jitter: Jitter) -
         done += cycles;
     }
     let allocs = (ALLOCS.load(Relaxed) - allocs0) as f64 / done as f64;
+    let bytes = bytes.map(|(heap, rss)| {
+        let steady = (LIVE_BYTES.load(Relaxed) - live0) as f64 / leases as f64;
+        (heap, steady, rss)
+    });
     black_box(&ids);
     RenewRow {
         leases,
@@ -379,9 +384,10 @@ fn main() {
             t.wall_ns
         );
     }
-    if let Some((leases, (heap, rss))) = memory {
+    if let Some((leases, (heap, steady, rss))) = memory {
         println!("\n| memory | value |\n|---|---:|");
         println!("| heap bytes per held lease ({leases} leases, counting allocator) | {heap:.0} |");
+        println!("| the same after the timed renewals (timer buffers grown) | {steady:.0} |");
         if let Some(rss) = rss {
             println!(
                 "| resident-set growth per held lease (includes allocator slack) | {rss:.0} |"

@@ -1381,7 +1381,7 @@ impl Client {
 /// Asks the CPU to start loading the cache line holding `x`. Only a hint: it cannot fault and
 /// nothing depends on it, so on other architectures it is a no-op.
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+pub(crate) fn prefetch<T>(x: &T) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
     safe_arch::prefetch_t0(x);
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
