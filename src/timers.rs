@@ -476,14 +476,17 @@ fn radix_sort(run: &mut Vec<Entry>, scratch: &mut Vec<Entry>) {
     // by the whole entry. (Sorting the group, not an insertion pass over the run: a million
     // leases granted together with jitter off share one deadline, in any slot order.)
     let key = |e: &Entry| e.0 >> FINE_BITS;
-    let mut start = 0;
-    while start < run.len() {
-        let k = key(&run[start]);
-        let end = start + run[start..].iter().take_while(|e| key(e) == k).count();
-        if end - start > 1 {
-            run[start..end].sort_unstable();
+    let mut i = 1;
+    while i < run.len() {
+        let k = key(&run[i - 1]);
+        if key(&run[i]) != k {
+            i += 1;
+            continue;
         }
-        start = end;
+        let start = i - 1;
+        let end = i + run[i..].iter().take_while(|e| key(e) == k).count();
+        run[start..end].sort_unstable();
+        i = end + 1;
     }
 }
 
