@@ -134,7 +134,11 @@ def test_a_parked_waiter_reads_its_own_wake_up_and_gives_the_connection_back(red
         w.start()
         wait_for(lambda: queued(r, "own-wake") == [waiter_svc.wake_channel], what="the waiter queued")
         wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
-        woken_on.clear()  # the re-check when the wake channel was confirmed
+        # The confirmed wake channel also woke the waiter to re-check; that attempt may still
+        # be in flight, and if it reached Redis after the release below it would win without
+        # a wake-up. Wait until it was answered.
+        wait_for(lambda: waiter_client._inflight == 0, what="the waiter's re-check answered")
+        woken_on.clear()
         hand_over(h, w)
         # The wake-up was read and handled by the waiting thread itself, not the pub/sub thread.
         assert woken_on == [w], woken_on
@@ -174,18 +178,26 @@ def test_close_while_a_parked_waiter_serves_the_connection(redis_server, r):
         holder.close()
 
 
-def test_connection_lost_under_a_parked_waiter_is_reconnected_by_the_thread(redis_server, r):
+def test_connection_lost_under_a_parked_waiter_is_reconnected(redis_server, r):
+    """The pub/sub connection dies while a parked waiter serves it. Either the waiter's read
+    fails and it hands the failure to the pub/sub thread, which reconnects, or redis-py's own
+    retry inside a read reconnects and re-subscribes (a kill during the subscriber's
+    non-blocking poll): both end with the wake channel subscribed on a new connection, the
+    waiter (still queued, re-checked on the confirmation) serving it, and the handoff working."""
     with LockClient(service(redis_server.url)) as holder:
         waiter_svc = service(redis_server.url)
         with LockClient(waiter_svc) as c:
             h = holder.acquire("lost-parked", ttl=120.0)
             w = Acquirer(c, "lost-parked", ttl=10.0, wait=60.0)
             w.start()
+            wait_for(lambda: queued(r, "lost-parked") == [waiter_svc.wake_channel], what="the waiter queued")
             wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving the connection")
-            assert r.client_kill_filter(_type="pubsub") >= 1
-            # The waiter hands the failure to the thread, which reconnects; the waiter (still
-            # queued, re-checked on the new subscription) then serves the new connection.
-            wait_for(lambda: waiter_svc.subscriber_reconnects >= 1, what="a reconnect")
+            served = waiter_svc._sub._conn
+            assert served is not None
+            host, port = served.ps.connection._sock.getsockname()
+            # Exactly this connection: a kill by type could hit only a stale one of another test.
+            assert r.client_kill_filter(addr=f"{host}:{port}") == 1
+            wait_for(lambda: r.pubsub_numsub(waiter_svc.wake_channel)[0][1] == 1, what="re-subscribed")
             wait_for(lambda: serving_thread(waiter_svc) == w.ident, what="the waiter serving again")
             hand_over(h, w)
             w.handle.release()
