@@ -6,9 +6,12 @@
 //! consumed in order, so a pop is an index increment on memory that is already in cache, and a
 //! push touches one bucket. Ticks are coarse so that renewals, spread by jitter over ~2 s,
 //! land in ~30 buckets whose tails stay in cache and in the TLB (4 ms ticks meant ~500 tails,
-//! one page walk per push at a million leases). The sorted run also lets the caller look a few entries ahead
-//! (`upcoming`) to prefetch the records it will need next. Deadlines beyond the wheel wait in an
-//! overflow heap and move into the wheel as the cursor approaches them.
+//! one page walk per push at a million leases). The sorted run also lets the caller look a
+//! few entries ahead (`upcoming`) to prefetch the records it will need next. Deadlines beyond
+//! the wheel wait in an overflow heap and move into the wheel as the cursor approaches them.
+//!
+//! No buffer keeps the capacity of a past burst: each shrinks once it is much larger than its
+//! use (`fits`), so memory follows the live load.
 //!
 //! Request timeouts take a shortcut: they are pushed in send order with one shared duration,
 //! so their deadlines usually arrive in order and a FIFO holds them (`push_in_order`) without
@@ -322,6 +325,9 @@ impl Timers {
             self.head += 1;
         } else {
             self.late.pop();
+            if !fits(self.late.capacity(), self.late.len()) {
+                self.late.shrink_to(self.late.len() * 2);
+            }
         }
     }
 
@@ -366,6 +372,9 @@ impl Timers {
             if keep && self.spares.len() < MAX_SPARES {
                 self.spares.push_back(drained);
             }
+        } else if !fits(self.run.capacity(), drained_len) {
+            // No bucket came in (only overflow entries): the run kept its buffer.
+            self.run = Vec::new();
         }
         let horizon = self.cursor.saturating_add(BUCKETS);
         while let Some(&Reverse(e)) = self.overflow.peek() {
@@ -374,6 +383,9 @@ impl Timers {
                 break;
             }
             self.overflow.pop();
+            if !fits(self.overflow.capacity(), self.overflow.len()) {
+                self.overflow.shrink_to(self.overflow.len() * 2);
+            }
             if t <= self.cursor {
                 self.run.push(e);
             } else {
@@ -687,21 +699,30 @@ mod tests {
         for i in 0..200_000u32 {
             w.push_in_order((start + u64::from(i), i, 0));
             w.push((start + (3 << TICK_SHIFT) + u64::from(i), i, 0));
+            // Beyond the wheel: the overflow heap.
+            w.push((start + ((BUCKETS + 9) << TICK_SHIFT) + u64::from(i), i, 0));
         }
-        let mut popped = 0;
+        // Pushed for the current tick once its run is sorted: the `late` heap.
+        assert_eq!(w.pop(), Some((start, 0, 0)));
+        for i in 0..200_000u32 {
+            w.push((start + 1 + u64::from(i), i, 1));
+        }
+        assert!(w.late.len() >= 100_000);
+        let mut popped = 1;
         while w.pop().is_some() {
             popped += 1;
         }
-        assert_eq!(popped, 400_000);
+        assert_eq!(popped, 800_000);
         // Then 300 ticks with 50 deadlines each, pushed ahead and drained tick by tick.
         let mut order = Vec::new();
-        for t in 10..310u64 {
+        let first = w.cursor + 5;
+        for t in first..first + 300 {
             for j in 0..50u64 {
                 w.push(((t << TICK_SHIFT) + j * 1_000, j as u32, 0));
                 w.push_in_order(((t << TICK_SHIFT) + j, j as u32, 1));
             }
             while let Some(e) = w.peek() {
-                if tick(&e) > t.saturating_sub(5) {
+                if tick(&e) + 5 > t {
                     break;
                 }
                 w.remove_earliest(e);
@@ -717,6 +738,12 @@ mod tests {
             w.scratch.capacity()
         );
         assert!(w.run.capacity() <= limit, "run {}", w.run.capacity());
+        assert!(w.late.capacity() <= limit, "late {}", w.late.capacity());
+        assert!(
+            w.overflow.capacity() <= limit,
+            "overflow {}",
+            w.overflow.capacity()
+        );
         for b in w.spares.iter().chain(&w.buckets) {
             assert!(b.capacity() <= limit, "bucket or spare {}", b.capacity());
         }
