@@ -324,10 +324,17 @@ impl Timers {
         if self.run.get(self.head) == Some(&e) {
             self.head += 1;
         } else {
-            self.late.pop();
-            if !fits(self.late.capacity(), self.late.len()) {
-                self.late.shrink_to(self.late.len() * 2);
-            }
+            self.pop_late();
+        }
+    }
+
+    /// Out of line, so that `remove_earliest` stays small enough to inline into the caller's
+    /// loop (with the shrink check inline it did not: +6% instructions per renew cycle).
+    #[inline(never)]
+    fn pop_late(&mut self) {
+        self.late.pop();
+        if !fits(self.late.capacity(), self.late.len()) {
+            self.late.shrink_to(self.late.len() * 2);
         }
     }
 
