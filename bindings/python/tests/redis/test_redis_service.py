@@ -457,8 +457,46 @@ def test_packed_commands_are_the_bytes_redis_py_would_send():
         assert proto.pack_release(w, t, by_text, wake) == ref(
             proto.SCRIPT_RELEASE, 2, k.lock, k.waiters, t, k.channel, name, wake
         )
-    with pytest.raises(ValueError):
-        proto.pack_acquire(w, t, 0)
+    # The packers check a usual TTL inline and anything else with ttl_arg: both must refuse.
+    for bad in (0, -1, True, 1.5, "10", None):
+        with pytest.raises(ValueError):
+            proto.pack_acquire(w, t, bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            proto.pack_acquire(w, t, bad, False, "lh:wake:x")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            proto.pack_renew(w, t, bad)  # type: ignore[arg-type]
+
+
+def test_reply_parsers_accept_the_usual_replies_and_refuse_everything_else():
+    # The usual replies take an inline fast path; what it does not accept must still meet
+    # the full checks, with the same results and errors as before.
+    assert proto.parse_acquire([1, 7, 1000]) == Granted(fencing_token=7, ttl_ms=1000)
+    assert proto.parse_acquire([0, 250]) == HeldByOther(retry_after_ms=250)
+    assert proto.parse_acquire([0, -1]) == HeldByOther(retry_after_ms=None)
+    assert proto.parse_acquire((1, 7, 1000)) == Granted(fencing_token=7, ttl_ms=1000)
+    for bad in (
+        [1, 0, 1000],
+        [1, 7, 0],
+        [1, -7, 1000],
+        [True, 7, 1000],
+        [1, True, 1000],
+        [1, 7, b"1000"],
+        [0, "250"],
+        [0, 250, 1],
+        [2, 250],
+        [1, 7],
+        [],
+        None,
+        1,
+        b"OK",
+    ):
+        with pytest.raises(proto.ProtocolError):
+            proto.parse_acquire(bad)
+    assert proto.parse_flag(1, "RENEW") is True
+    assert proto.parse_flag(0, "RELEASE") is False
+    for bad_flag in (2, -1, True, False, b"1", "1", None, [1]):
+        with pytest.raises(proto.ProtocolError):
+            proto.parse_flag(bad_flag, "RENEW")
 
 
 def test_queue_entries_know_which_entry_a_release_or_an_unwatch_must_drop():
