@@ -272,7 +272,7 @@ pub enum LostReason {
 
 /// A lease's lifecycle position. The last three are terminal and sticky (rule 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
+#[repr(u8)]
 pub enum LeaseState {
     /// Waiting for a grant (attempting or backing off).
     Acquiring = 1,
