@@ -117,6 +117,11 @@ class LockHandle:
         # the handle settles or when a command is handed to the waiting thread (``_cmd``).
         self._settled: threading.Event | None = None
         self._cmd: Output | None = None
+        # With ``_cmd``: the reader of its reply when another thread already sent it (see
+        # LockClient._presend); the waiter then reads only that.
+        self._read: Callable[[], Granted | HeldByOther] | None = None
+        self._presending = False  # another thread sends this lease's Acquire right now
+        self._left = False  # the acquire() caller left _wait_settled
         self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
         self._parking = False  # that thread is inside service.park (see _wake_waiter)
         self._error: BaseException | None = None
@@ -271,6 +276,12 @@ class LockClient:
         self._call_bound = service_call_bound(service)
         self._inline = self._call_bound is not None if inline_io is None else inline_io
         self._service = service
+        # The optional capability of sending an acquire ahead of its reader (see _presend).
+        send_acquire = getattr(service, "send_acquire", None)
+        self._send_acquire: Callable[[str, str, int], Callable[[], Granted | HeldByOther] | None] | None = (
+            send_acquire if callable(send_acquire) and self._inline else None
+        )
+        self._presends = 0  # handoffs whose attempt another thread sent (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = config or Config()
         if not isinstance(cfg, Config):
@@ -331,6 +342,9 @@ class LockClient:
         # Leases whose acquire() caller is parked waiting (inline mode): their next Acquire
         # command (a retry, or a wake-up by a release notification) is handed to that thread.
         self._parked: dict[int, LockHandle] = {}
+        # While _woken feeds a wake-up: Acquire commands for parked waiters of other threads,
+        # which this thread sends once the mutex is dropped (see _presend).
+        self._presend_batch: list[tuple[LockHandle, Output]] | None = None
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
@@ -775,8 +789,15 @@ class LockClient:
         h = self._parked.pop(out.lease_id, None)
         if h is None or h._settled is None:
             return False
-        h._cmd = out
         self._inflight += 1
+        batch = self._presend_batch
+        if batch is not None and h._waiter != threading.get_ident():
+            # Read off a wake-up by another thread: that thread sends the attempt first (after
+            # the mutex is dropped, see _presend) and wakes the waiter then.
+            h._presending = True
+            batch.append((h, out))
+            return True
+        h._cmd = out
         self._wake_waiter(h)
         return True
 
@@ -812,6 +833,7 @@ class LockClient:
             while True:
                 with self._mu:
                     cmd, h._cmd = h._cmd, None
+                    read, h._read = h._read, None
                     if cmd is None:
                         if h._state != _ACQUIRING:
                             return True
@@ -825,7 +847,7 @@ class LockClient:
                             self._parked[lease] = h
                         park = self._parked.get(lease) is h
                 if cmd is not None:
-                    self._run_inline(cmd)
+                    self._run_inline(cmd, read)
                     continue
                 left = end - time.monotonic()
                 if ev is None or left <= 0:
@@ -847,10 +869,12 @@ class LockClient:
             with self._mu:
                 if self._parked.get(lease) is h:
                     del self._parked[lease]
+                h._left = True  # an Acquire being sent for us now goes to the pool (_presend)
                 cmd, h._cmd = h._cmd, None
+                read, h._read = h._read, None
                 if cmd is not None:  # handed over while we were leaving: the pool runs it
                     self._inflight -= 1
-                    self._submit_io(cmd)
+                    self._submit_io(cmd, read)
 
     def _mark_lost(self, h: LockHandle, reason: str) -> None:
         h.lost_reason = reason
@@ -867,26 +891,41 @@ class LockClient:
         self._side_call(pool, f"callback {fn!r}", fn, *args)
 
     # -- internals: IO -------------------------------------------------------------------------------
-    def _submit_io(self, out: Output) -> None:
+    def _submit_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
+        """(mutex held) Run ``out`` on the IO pool; with ``read`` (its request was sent ahead,
+        see _presend), only read its reply. Such a reply is always read, once: on a thread of
+        its own (a rare path: the waiter left as its attempt was sent), which, unlike a
+        queued pool task, close() cannot cancel; a connection with an unread reply would
+        never be freed."""
+        self._inflight += 1
+        if read is not None:
+            t = threading.Thread(target=self._do_io, args=(out, read), name="leasehold-io-reply", daemon=True)
+            try:
+                t.start()
+                return
+            except RuntimeError:  # interpreter shutdown: the connection goes with the process
+                self._inflight -= 1
+                return
         pool = self._pool
         if pool is None:
+            self._inflight -= 1
             return
-        self._inflight += 1
         try:
             pool.submit(self._do_io, out)
         except RuntimeError:  # shut down
             self._inflight -= 1
 
-    def _do_io(self, out: Output) -> None:
+    def _do_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
         """(IO pool thread) Run one command against the service; feed its result."""
-        self._finish_io(out, self._call_service(out))
+        self._finish_io(out, self._call_service(out, read))
 
-    def _run_inline(self, out: Output) -> None:
+    def _run_inline(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
         """(application thread, mutex not held) The inline fast path: run this call's own
-        command with the service, then feed the result. An interrupt (KeyboardInterrupt)
-        counts as a transport error of the request and propagates."""
+        command with the service (or, with ``read``, read the reply of its request that
+        another thread sent), then feed the result. An interrupt (KeyboardInterrupt) counts
+        as a transport error of the request and propagates."""
         try:
-            fn = self._call_service(out)
+            fn = self._call_service(out, read)
         except BaseException:
             self._finish_io(out, self._transport_error_input(out.kind, out.request_id))
             raise
@@ -901,14 +940,15 @@ class LockClient:
             elif self._idle_waiters or self._closing:
                 self._cond.notify_all()
 
-    def _call_service(self, out: Output) -> Callable[[], None]:
-        """(mutex not held) Run one command against the service; returns the input to feed."""
+    def _call_service(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> Callable[[], None]:
+        """(mutex not held) Run one command against the service (an Acquire with ``read``:
+        read the reply of its request, sent already); returns the input to feed."""
         core = self._core
         k, req = out.kind, out.request_id
         fn: Callable[[], None]
         try:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
-                r = self._service.acquire(out.name, out.token, out.ttl_ms)
+                r = self._service.acquire(out.name, out.token, out.ttl_ms) if read is None else read()
                 if isinstance(r, Granted):
                     fn = partial(self._grant, req, r)
                 elif isinstance(r, HeldByOther):
@@ -1049,8 +1089,47 @@ class LockClient:
         with self._mu:
             if self._closed or self._stop or self._fatal is not None or name not in self._core_watching:
                 return False
-            self._feed(self._core.released, name)
-            return True
+            if self._send_acquire is None:
+                self._feed(self._core.released, name)
+                return True
+            batch: list[tuple[LockHandle, Output]] = []
+            self._presend_batch = batch
+            try:
+                self._feed(self._core.released, name)
+            finally:
+                self._presend_batch = None
+        if batch:
+            self._presend(batch)
+        return True
+
+    def _presend(self, batch: list[tuple[LockHandle, Output]]) -> None:
+        """(the thread that read a wake-up, mutex not held) Send the Acquire of each woken
+        waiter of another thread (``_hand_over`` kept them here), then hand the waiter the
+        reader of its reply: its wake-up (Event, futex, GIL) overlaps the round trip instead
+        of preceding it. What could not be sent is handed over as a plain command.
+
+        The send runs without the mutex: meanwhile the waiter may leave (``_left``); the
+        command, still counted in flight, then goes to the pool (a reply pending on a
+        connection: to a thread that reads it, see _submit_io), so it is answered once."""
+        send = self._send_acquire
+        assert send is not None
+        for h, out in batch:
+            read = None
+            try:
+                read = send(out.name, out.token, out.ttl_ms)
+            except Exception as e:  # nothing pending: the waiter runs the command itself
+                log.debug("leasehold: sending the acquire of %r ahead failed: %s", out.name, e)
+            finally:
+                with self._mu:
+                    h._presending = False
+                    if h._left:
+                        self._inflight -= 1
+                        self._submit_io(out, read)
+                    else:
+                        h._cmd, h._read = out, read
+                        if read is not None:
+                            self._presends += 1
+                        self._wake_waiter(h)
 
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""

@@ -43,7 +43,18 @@ class HeldByOther:
 
 
 class LockService(abc.ABC):
-    """A synchronous lock service; called from the driver's IO pool, may block."""
+    """A synchronous lock service; called from the driver's IO pool, may block.
+
+    Optional capability (not defined here, so a service without it keeps the plain path):
+    ``send_acquire(name, token, ttl_ms)`` sends what ``acquire`` would and returns at once
+    with a callable that reads the reply and returns (or raises) what ``acquire`` would, or
+    ``None`` when it sent nothing. ``LockClient`` uses it when a thread other than the
+    waiting one reads a wake-up (see ``watch_waiter``): that thread sends the waiter's
+    attempt, and the waiter only reads the reply, so the hand-off between the two threads
+    overlaps the round trip. The client calls the returned callable exactly once (from any
+    thread; also when the waiter has left meanwhile); a failed read may re-send, since
+    acquire is idempotent for a token.
+    """
 
     notifications: bool = True
     """True when ``watch`` delivers release notifications (→ ``Config.notifications``)."""

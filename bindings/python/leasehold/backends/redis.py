@@ -189,6 +189,40 @@ class RedisLockService(LockService):
             self._queued.answered(name, isinstance(result, Granted))
         return result
 
+    def send_acquire(self, name: str, token: str, ttl_ms: int) -> Callable[[], Granted | HeldByOther] | None:
+        """Send ``acquire(name, token, ttl_ms)`` now and return a callable that reads its reply
+        and returns what ``acquire`` would (the optional capability ``LockClient`` uses on a
+        handoff, see :mod:`leasehold.service`); ``None`` when nothing was sent: no packed fast
+        path, no idle connection of our own (a connect does not belong on the thread that
+        reads a wake-up), or the send failed — the caller then runs ``acquire`` as usual.
+
+        The callable must be called exactly once, on any thread: until then the connection is
+        checked out with a reply pending. If its read fails it retries under the connection's
+        ``retry`` (re-sending: ACQUIRE is idempotent for a token), after NOSCRIPT it sends EVAL,
+        as ``acquire`` does; an interrupted read disconnects the connection."""
+        d = self._direct
+        if d is None or self._closed:
+            return None
+        sub = self._sub
+        wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
+        w = proto.wire_for(name)
+        pack = proto.pack_acquire
+        packed = pack(w, token, ttl_ms, False, wake)
+        if wake is not None:
+            self._queued.sent(name)
+        read = d.send(packed, lambda: pack(w, token, ttl_ms, True, wake))
+        if read is None:
+            return None
+        queued = self._queued
+
+        def result() -> Granted | HeldByOther:
+            r = proto.parse_acquire(read())
+            if wake is not None:
+                queued.answered(name, isinstance(r, Granted))
+            return r
+
+        return result
+
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
         d = self._direct
         if d is not None:
@@ -379,11 +413,58 @@ class _DirectConnections:
                 # First use on this server (or after a restart / SCRIPT FLUSH): EVAL caches it.
                 return _send(conn, packed_eval())
         finally:
-            if getattr(conn, "should_reconnect", _never)():  # a maintenance notification asked for it
-                conn.disconnect()
-            free.append(conn)
-            if self._closed:
-                self.close()
+            self._give_back(conn)
+
+    def _give_back(self, conn: Any) -> None:
+        if getattr(conn, "should_reconnect", _never)():  # a maintenance notification asked for it
+            conn.disconnect()
+        self._free.append(conn)
+        if self._closed:
+            self.close()
+
+    def send(self, packed: bytes, packed_eval: Callable[[], bytes]) -> Callable[[], Any] | None:
+        """Send ``packed`` (EVALSHA) on an idle connection now; returns a callable that reads
+        the reply (after NOSCRIPT: sends ``packed_eval()`` and reads that) and gives the
+        connection back, to be called exactly once. ``None`` when nothing was sent (no idle
+        connection: no connect here; or the send failed, and the connection went back clean)."""
+        if self._pid != os.getpid():
+            self._free, self._pid = [], os.getpid()
+        if self._closed:
+            return None
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            return None
+        try:
+            conn.send_packed_command((packed,), check_health=bool(conn.health_check_interval))
+        except BaseException as e:
+            conn.disconnect()  # (redis-py did too) nothing half-sent stays on it
+            self._give_back(conn)
+            if isinstance(e, Exception):
+                return None
+            raise
+        pid = self._pid
+
+        def read() -> Any:
+            if os.getpid() != pid:
+                # A forked child never reads (nor frees) the parent's socket: dropped here.
+                raise redis.ConnectionError("the reply is pending in the parent process")
+            done = False
+            try:
+                try:
+                    reply = _read_sent(conn, packed)
+                except NoScriptError:
+                    reply = _send(conn, packed_eval())
+                done = True
+                return reply
+            finally:
+                if not done:
+                    # An error, or an interrupt with the reply maybe still on its way: the
+                    # connection never goes back with an unread reply.
+                    conn.disconnect()
+                self._give_back(conn)
+
+        return read
 
     def close(self) -> None:
         self._closed = True
@@ -426,14 +507,27 @@ def _send(conn: Any, packed: bytes) -> Any:
     try:
         return _exchange(conn, packed)
     except Exception as e:
-        first: list[Exception] = [e]
+        return _retry_after(conn, packed, e)
 
-        def attempt() -> Any:
-            if first:
-                raise first.pop()
-            return _exchange(conn, packed)
 
-        return conn.retry.call_with_retry(attempt, lambda _e: conn.disconnect())
+def _read_sent(conn: Any, packed: bytes) -> Any:
+    """The reply of ``packed``, already sent on ``conn``: as the second half of ``_send``
+    (a failed read is that exchange's first failure; the retries re-send)."""
+    try:
+        return conn.read_response()
+    except Exception as e:
+        return _retry_after(conn, packed, e)
+
+
+def _retry_after(conn: Any, packed: bytes, e: Exception) -> Any:
+    first: list[Exception] = [e]
+
+    def attempt() -> Any:
+        if first:
+            raise first.pop()
+        return _exchange(conn, packed)
+
+    return conn.retry.call_with_retry(attempt, lambda _e: conn.disconnect())
 
 
 def _int_or_none(v: Any) -> int | None:
