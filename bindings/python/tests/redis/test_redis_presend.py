@@ -27,7 +27,7 @@ import polling  # noqa: E402
 from leasehold import Config, LockClient  # noqa: E402
 from leasehold.backends import redis_protocol as proto  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
-from leasehold.service import LockService  # noqa: E402
+from leasehold.service import Granted, LockService  # noqa: E402
 from test_redis_lockclient import Acquirer, queued  # noqa: E402
 
 
@@ -325,3 +325,30 @@ def test_without_the_capability_the_waiter_sends_its_own_attempt(redis_server, r
     finally:
         s.close()
 
+
+
+def test_send_acquire_keeps_its_connection_out_until_the_reply_is_read(redis_server, r):
+    """The service side: the pre-sent request's connection is nobody else's until its reply is
+    read (another call meanwhile takes another connection and gets its own answer), NOSCRIPT is
+    answered by EVAL on the same connection, and without an idle connection nothing is sent."""
+    svc = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    d = svc._direct
+    assert d is not None
+    try:
+        assert svc.send_acquire("sa-a", "a" * 32, 5_000) is None, "no idle connection: nothing sent, no connect"
+        assert isinstance(svc.acquire("sa-warm", "c" * 32, 5_000), Granted)  # one idle connection now
+        r.script_flush()  # the pre-sent EVALSHA meets NOSCRIPT
+        read = svc.send_acquire("sa-a", "a" * 32, 5_000)
+        assert read is not None
+        assert d._free == [], "the connection with a reply pending is out of the free list"
+        # Another call meanwhile: its own connection, its own answer.
+        b = svc.acquire("sa-b", "b" * 32, 5_000)
+        a = read()
+        assert isinstance(a, Granted) and isinstance(b, Granted)
+        assert a.fencing_token == int(r.hget(proto.keys_for("sa-a").lock, "fence"))
+        assert b.fencing_token == int(r.hget(proto.keys_for("sa-b").lock, "fence"))
+        assert r.hget(proto.keys_for("sa-a").lock, "token") == b"a" * 32
+        assert len(d._free) == 2, "both connections back after the read"
+        assert svc.release("sa-a", "a" * 32, b"") is True
+    finally:
+        svc.close()
