@@ -120,7 +120,6 @@ class LockHandle:
         # With ``_cmd``: the reader of its reply when another thread already sent it (see
         # LockClient._presend); the waiter then reads only that.
         self._read: Callable[[], Granted | HeldByOther] | None = None
-        self._presending = False  # another thread sends this lease's Acquire right now
         self._left = False  # the acquire() caller left _wait_settled
         self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
         self._parking = False  # that thread is inside service.park (see _wake_waiter)
@@ -794,7 +793,6 @@ class LockClient:
         if batch is not None and h._waiter != threading.get_ident():
             # Read off a wake-up by another thread: that thread sends the attempt first (after
             # the mutex is dropped, see _presend) and wakes the waiter then.
-            h._presending = True
             batch.append((h, out))
             return True
         h._cmd = out
@@ -1113,23 +1111,27 @@ class LockClient:
         connection: to a thread that reads it, see _submit_io), so it is answered once."""
         send = self._send_acquire
         assert send is not None
-        for h, out in batch:
+        interrupt: BaseException | None = None
+        for h, out in batch:  # (one entry: the core wakes one waiter per released name)
             read = None
-            try:
-                read = send(out.name, out.token, out.ttl_ms)
-            except Exception as e:  # nothing pending: the waiter runs the command itself
-                log.debug("leasehold: sending the acquire of %r ahead failed: %s", out.name, e)
-            finally:
-                with self._mu:
-                    h._presending = False
-                    if h._left:
-                        self._inflight -= 1
-                        self._submit_io(out, read)
-                    else:
-                        h._cmd, h._read = out, read
-                        if read is not None:
-                            self._presends += 1
-                        self._wake_waiter(h)
+            if interrupt is None:
+                try:
+                    read = send(out.name, out.token, out.ttl_ms)
+                except Exception as e:  # nothing pending: the waiter runs the command itself
+                    log.debug("leasehold: sending the acquire of %r ahead failed: %s", out.name, e)
+                except BaseException as e:  # handed over all the same, then raised
+                    interrupt = e
+            with self._mu:
+                if h._left:
+                    self._inflight -= 1
+                    self._submit_io(out, read)
+                else:
+                    h._cmd, h._read = out, read
+                    if read is not None:
+                        self._presends += 1
+                    self._wake_waiter(h)
+        if interrupt is not None:
+            raise interrupt
 
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""
