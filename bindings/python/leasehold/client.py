@@ -29,10 +29,14 @@ lease's runner: the lease's later Acquire commands (a retry after ``HeldByOther`
 a release notification) are handed to that thread and run there, so a notification reaches the
 waiter in one hop (subscriber thread → waiting thread), not through the pool; with a service that
 implements ``park`` (Redis), in none: the waiting thread serves the service's notification
-connection itself while it waits, and runs its wake-up's attempt right away. Everything else
-(renewals, cleanup releases, commands issued while the caller is busy) runs on the IO pool,
-and the driver keeps running every deadline meanwhile: if an inline call outlives the core's
-request timeout, the core retries on the pool and the late answer is counted as stale.
+connection itself while it waits, and runs its wake-up's attempt right away. When another
+thread reads the wake-up (the pub/sub thread, or a waiter of another lease that serves the
+connection) and the service can send an acquire ahead (``send_acquire``, Redis), that thread
+sends the woken waiter's attempt before it wakes it, and the waiter only reads the reply: the
+hop overlaps the round trip. Everything else (renewals, cleanup releases, commands issued
+while the caller is busy) runs on the IO pool, and the driver keeps running every deadline
+meanwhile: if an inline call outlives the core's request timeout, the core retries on the
+pool and the late answer is counted as stale.
 
 The calling thread cannot be interrupted inside a service call, so the fast path is used only
 when a call is known to end: the service declares ``call_timeout`` (seconds, the longest one
