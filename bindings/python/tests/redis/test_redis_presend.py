@@ -110,8 +110,18 @@ class Setup:
         self.W = Acquirer(self.c, name, ttl=10.0, wait=w_wait)
         self.W.start()
         wait_for(lambda: queued(r, name) == [inner.wake_channel], what="W queued")
-        # W's first attempt ran on its own thread; the watch's re-check may follow: let it end.
-        wait_for(lambda: self.c.wait_idle(0.05) and self.c._side_pending == 0, what="the client settled")
+        # W's first attempt ran on its own thread; the watch's re-check may follow, and each
+        # waiter makes its quick attempts (the core's QUICK_ATTEMPTS = 3) on short backoffs
+        # before it sleeps until the holder's 120 s TTL hint: let all of that end, or a retry
+        # of W's own could win the handoff instead of the wake-up under test.
+        horizon_ns = w_wait / 3 * 1e9
+
+        def settled() -> bool:
+            dl = self.c._deadline
+            quiet = dl is None or dl - self.c._now() > horizon_ns
+            return quiet and self.c.wait_idle(0.05) and self.c._side_pending == 0
+
+        wait_for(settled, what="the client settled, no timer due soon")
         assert inner._sub._lead == self.L.ident, "L still serves the connection"
 
     def close(self) -> None:
