@@ -362,3 +362,66 @@ def test_send_acquire_keeps_its_connection_out_until_the_reply_is_read(redis_ser
         assert svc.release("sa-a", "a" * 32, b"") is True
     finally:
         svc.close()
+
+
+def test_a_failed_send_ahead_sends_nothing_and_gives_the_connection_back_disconnected(redis_server, r):
+    """A send that fails leaves no half-sent request behind: ``None`` (the caller then runs
+    ``acquire`` itself), and the connection goes back to the free list disconnected."""
+    svc = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    d = svc._direct
+    assert d is not None
+    try:
+        assert isinstance(svc.acquire("sf-warm", "c" * 32, 5_000), Granted)
+        (conn,) = d._free
+        disconnected: list[bool] = []
+        real_disconnect = conn.disconnect
+
+        def broken_send(*_a: Any, **_k: Any) -> None:
+            raise redis.ConnectionError("the test broke the send")
+
+        def disconnect(*a: Any, **k: Any) -> None:
+            disconnected.append(True)
+            real_disconnect(*a, **k)
+
+        conn.send_packed_command = broken_send
+        conn.disconnect = disconnect
+        assert svc.send_acquire("sf-a", "a" * 32, 5_000) is None
+        assert disconnected, "the connection was disconnected"
+        assert d._free == [conn], "and given back"
+        assert not r.exists(proto.keys_for("sf-a").lock), "nothing was sent"
+        del conn.send_packed_command, conn.disconnect
+        assert isinstance(svc.acquire("sf-a", "a" * 32, 5_000), Granted), "the connection works again"
+    finally:
+        svc.close()
+
+
+def test_a_reply_sent_ahead_is_never_read_in_a_forked_child(redis_server, r):
+    """The reader refuses to run in a forked child: the reply on the shared socket is the
+    parent's, which then reads it itself (without a re-send)."""
+    svc = RedisLockService(redis_client(redis_server.url, retries=0), owns_client=True)
+    d = svc._direct
+    assert d is not None
+    try:
+        assert isinstance(svc.acquire("fk-warm", "c" * 32, 5_000), Granted)
+        read = svc.send_acquire("fk-a", "a" * 32, 5_000)
+        assert read is not None
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    read()
+                    code = 2  # the child read the parent's reply
+                except redis.ConnectionError:
+                    code = 0 if d._free == [] else 3  # nor did it free the parent's connection
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        a = read()  # no retries: this is the reply sent before the fork
+        assert isinstance(a, Granted)
+        assert a.fencing_token == int(r.hget(proto.keys_for("fk-a").lock, "fence"))
+        assert len(d._free) == 1
+        assert svc.release("fk-a", "a" * 32, b"") is True
+    finally:
+        svc.close()
