@@ -79,9 +79,9 @@ pub use config::{AcquireOptions, Config, MAX_LEASES_LIMIT, TTL_CEILING_MS};
 pub use error::Error;
 pub use rng::MIN_SEED_LEN;
 pub use types::{
-    AcquireFailReason, AcquireResult, Command, Counters, Event, INLINE_NAME_LEN, LeaseId,
-    LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId,
-    Token,
+    AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, INLINE_NAME_LEN,
+    LeaseId, LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult,
+    RequestId, Token,
 };
 
 /// Longest lock name in bytes: names become service keys, so they are bounded.

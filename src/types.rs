@@ -224,6 +224,27 @@ pub enum AcquireResult<'a> {
     TransportError,
 }
 
+/// What the core made of a grant notice (`Client::handle_granted`): a grant the service gave a
+/// queued waiter while releasing someone else's lock, announced instead of answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum GrantNotice {
+    /// The lease is held now, its validity counted from the send time of the attempt the
+    /// notice names (that attempt reached the service before the grant was made).
+    Accepted = 1,
+    /// The notice could not be dated (it names an older attempt): the lease asks again at
+    /// once. ACQUIRE is idempotent for its token, so the answer is the same grant, dated.
+    Retrying = 2,
+    /// The lease had already ended: the grant is released (rule 6).
+    Releasing = 3,
+    /// Nothing to do: the lease holds this lock already, or its in-flight attempt will return
+    /// the grant (a refusal of it makes the lease ask again at once).
+    Ignored = 4,
+    /// No lease here owns the notice's token any more (its record is gone). Only the host can
+    /// release that grant now: it must send a release for the notice's token itself.
+    NotOurs = 5,
+}
+
 /// What the service answered to a `Renew` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewResult {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use leasehold::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
-    LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+    GrantNotice, LeaseId, LeaseState, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+    Token,
 };
 
 const MS: u64 = 1_000_000;
@@ -902,6 +903,253 @@ fn rule7_notification_while_waiter_in_flight_is_not_lost() {
     drain(&mut c);
     // It retries at once instead of sleeping 20 s.
     assert_eq!(c.poll_timeout(), Some(d + 2 * MS));
+}
+
+// ------------------------------------------- grant notices (Redis protocol 3's direct grant)
+
+/// A waiter past its quick attempts: each was refused with a 20 s hint, and the last one
+/// (sent at `t0`, refused 1 ms later) put it to sleep for 20 s. Returns the lease, that
+/// attempt, its token and `t0`.
+fn refused_waiter(c: &mut Client) -> (LeaseId, RequestId, Token, u64) {
+    let lease = c
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(600_000 * MS))
+        .unwrap();
+    let mut out = drain(c);
+    loop {
+        let (req, token) = acquire_req(&out);
+        let t0 = c.now();
+        let held = AcquireResult::HeldByOther {
+            retry_after_ms: Some(20_000),
+        };
+        c.handle_acquire_result(t0 + MS, req, held).unwrap();
+        drain(c);
+        let d = c.poll_timeout().unwrap();
+        if d >= t0 + 20_000 * MS {
+            return (lease, req, token, t0);
+        }
+        c.handle_timeout(d);
+        out = drain(c);
+    }
+}
+
+#[test]
+fn grant_notice_for_the_latest_attempt_is_dated_from_its_send_time() {
+    let mut c = client();
+    let (lease, req, token, t0) = refused_waiter(&mut c);
+    // The grant arrives 40 ms after the attempt that queued it was sent; validity counts
+    // from that send time, never from the notice's arrival.
+    let got = c.handle_granted(t0 + 40 * MS, req, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Accepted);
+    let out = drain(&mut c);
+    let drift = c.config().drift_ns(3_000 * MS);
+    assert_eq!(
+        events(&out),
+        vec![Event::Acquired {
+            lease,
+            fencing_token: 9,
+            valid_until: t0 + 3_000 * MS - drift,
+        }]
+    );
+    assert!(
+        commands(&out)
+            .iter()
+            .all(|c| matches!(c, Command::Unwatch { .. })),
+        "{out:?}"
+    );
+    assert_eq!(c.fencing_token(lease), Ok(Some(9)));
+    // The same notice again (a duplicate) changes nothing.
+    let again = c.handle_granted(t0 + 41 * MS, req, &token.to_hex(), 9, 3_000);
+    assert_eq!(again, GrantNotice::Ignored);
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.fencing_token(lease), Ok(Some(9)));
+}
+
+#[test]
+fn grant_notice_that_arrives_after_its_validity_is_not_reported_as_acquired() {
+    let mut c = client();
+    let (lease, req, token, t0) = refused_waiter(&mut c);
+    // The notice took longer than the TTL to arrive: the grant is ours at the service, but
+    // nothing of it is left to believe.
+    let t = t0 + 3_500 * MS;
+    let got = c.handle_granted(t, req, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Accepted);
+    let out = drain(&mut c);
+    assert!(events(&out).is_empty(), "{out:?}");
+    assert_eq!(c.lease_state(lease), Ok(LeaseState::Acquiring));
+    assert_eq!(c.is_held(lease, t), Ok(false));
+    // It asks again (idempotent for its token) after a short backoff, not the 20 s hint.
+    let (out, at) = run_until_output(&mut c, t + 10_000 * MS);
+    let (_, again) = acquire_req(&out);
+    assert_eq!(again, token);
+    assert!(at < t + 1_000 * MS, "{at}");
+}
+
+#[test]
+fn grant_notice_naming_an_older_attempt_makes_the_lease_ask_again() {
+    let mut c = client();
+    let (lease, r1, token, t0) = refused_waiter(&mut c);
+    // A later attempt, refused too.
+    let d = c.poll_timeout().unwrap();
+    c.handle_timeout(d);
+    let (r2, _) = acquire_req(&drain(&mut c));
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(20_000),
+    };
+    c.handle_acquire_result(d + MS, r2, held).unwrap();
+    drain(&mut c);
+    assert!(d > t0);
+    // A notice for r1 cannot be dated by r2's send time (the grant may predate r2): the
+    // lease sends a fresh attempt at once and waits for its answer.
+    let t = d + 2 * MS;
+    let got = c.handle_granted(t, r1, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Retrying);
+    let out = drain(&mut c);
+    let (r3, t3) = acquire_req(&out);
+    assert_eq!(t3, token);
+    assert!(events(&out).is_empty());
+    c.handle_acquire_result(t + MS, r3, grant(9, 3_000))
+        .unwrap();
+    let drift = c.config().drift_ns(3_000 * MS);
+    let expected = Event::Acquired {
+        lease,
+        fencing_token: 9,
+        valid_until: t + 3_000 * MS - drift,
+    };
+    assert_eq!(events(&drain(&mut c)), vec![expected]);
+}
+
+#[test]
+fn grant_notice_for_the_attempt_in_flight_is_its_answer() {
+    let mut c = client();
+    let (lease, _, token, _) = refused_waiter(&mut c);
+    let d = c.poll_timeout().unwrap();
+    c.handle_timeout(d);
+    let (r2, _) = acquire_req(&drain(&mut c));
+    // r2 was refused and queued at the service before the release granted it; the notice
+    // overtakes r2's own reply.
+    let got = c.handle_granted(d + 5 * MS, r2, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Accepted);
+    let drift = c.config().drift_ns(3_000 * MS);
+    let expected = Event::Acquired {
+        lease,
+        fencing_token: 9,
+        valid_until: d + 3_000 * MS - drift,
+    };
+    assert_eq!(events(&drain(&mut c)), vec![expected]);
+    // r2's refusal, arriving after, is stale news and changes nothing.
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(20_000),
+    };
+    c.handle_acquire_result(d + 6 * MS, r2, held).unwrap();
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.lease_state(lease), Ok(LeaseState::Held));
+}
+
+#[test]
+fn grant_notice_for_an_older_attempt_while_one_is_in_flight_never_lets_it_sleep() {
+    let mut c = client();
+    let (lease, r1, token, _) = refused_waiter(&mut c);
+    let d = c.poll_timeout().unwrap();
+    c.handle_timeout(d);
+    let (r2, _) = acquire_req(&drain(&mut c));
+    let got = c.handle_granted(d + MS, r1, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Ignored);
+    assert!(drain(&mut c).is_empty());
+    // r2 had been refused before the grant (without updating the queue entry): the lease
+    // asks again at once instead of sleeping for the 20 s hint.
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(20_000),
+    };
+    c.handle_acquire_result(d + 2 * MS, r2, held).unwrap();
+    drain(&mut c);
+    assert_eq!(c.poll_timeout(), Some(d + 2 * MS));
+    c.handle_timeout(d + 2 * MS);
+    let (r3, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(d + 3 * MS, r3, grant(9, 3_000))
+        .unwrap();
+    let evs = events(&drain(&mut c));
+    assert!(
+        matches!(evs[..], [Event::Acquired { lease: l, .. }] if l == lease),
+        "{evs:?}"
+    );
+}
+
+#[test]
+fn grant_notice_for_an_ended_lease_is_released_and_a_forgotten_one_is_left_to_the_host() {
+    let mut c = client();
+    let (lease, req, token, t0) = refused_waiter(&mut c);
+    let hex = token.to_hex();
+    assert_eq!(
+        c.handle_granted(t0 + 2 * MS, req, &hex, 9, 3_000),
+        GrantNotice::Accepted
+    );
+    c.release(t0 + 3 * MS, lease).unwrap();
+    let (rel, _) = release_req(&drain(&mut c)).expect("a release");
+    // A duplicate notice for the ended lease (the service granted it again, say): the grant
+    // is released once more after the release in flight (rule 6), with no second event.
+    let got = c.handle_granted(t0 + 4 * MS, req, &hex, 9, 3_000);
+    assert_eq!(got, GrantNotice::Releasing);
+    assert!(drain(&mut c).is_empty());
+    c.handle_release_result(t0 + 5 * MS, rel, ReleaseResult::Released)
+        .unwrap();
+    let out = drain(&mut c);
+    let (rel2, t) = release_req(&out).expect("the release is sent again");
+    assert_eq!(t, token);
+    assert!(events(&out).is_empty(), "{out:?}");
+    c.handle_release_result(t0 + 6 * MS, rel2, ReleaseResult::NotOwner)
+        .unwrap();
+    drain(&mut c);
+
+    // A waiter cancelled while its attempt was queued: its record is gone at once, so only
+    // the host can release a grant for that token now.
+    let w = c
+        .acquire(
+            t0 + 7 * MS,
+            "n",
+            AcquireOptions::new(3_000).wait_ns(600_000 * MS),
+        )
+        .unwrap();
+    let (wreq, wtoken) = acquire_req(&drain(&mut c));
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(20_000),
+    };
+    c.handle_acquire_result(t0 + 8 * MS, wreq, held).unwrap();
+    c.release(t0 + 8 * MS, w).unwrap();
+    drain(&mut c);
+    assert!(c.lease_state(w).is_err(), "the record is gone");
+    let got = c.handle_granted(t0 + 9 * MS, wreq, &wtoken.to_hex(), 10, 3_000);
+    assert_eq!(got, GrantNotice::NotOurs);
+    assert!(drain(&mut c).is_empty());
+}
+
+#[test]
+fn grant_notices_with_a_wrong_token_or_forged_id_are_not_ours_and_change_nothing() {
+    let mut c = client();
+    let (lease, req, token, t0) = refused_waiter(&mut c);
+    let hex = token.to_hex();
+    let mut other = hex;
+    other[0] = if other[0] == b'0' { b'1' } else { b'0' };
+    for (r, t) in [
+        (req, &other[..]),
+        (req, &hex[..31]),
+        (req, &b""[..]),
+        (RequestId(0), &hex[..]),
+        (RequestId(u64::MAX), &hex[..]),
+        (RequestId(req.0 ^ 1), &hex[..]),
+    ] {
+        let got = c.handle_granted(t0 + 2 * MS, r, t, 9, 3_000);
+        assert_eq!(got, GrantNotice::NotOurs, "{r:?}");
+        assert!(drain(&mut c).is_empty());
+        assert_eq!(c.lease_state(lease), Ok(LeaseState::Acquiring));
+    }
+    // A held lease ignores a notice for its token (its grant is the same or was replaced).
+    let got = c.handle_granted(t0 + 3 * MS, req, &hex, 9, 3_000);
+    assert_eq!(got, GrantNotice::Accepted);
+    drain(&mut c);
+    let got = c.handle_granted(t0 + 4 * MS, req, &hex, 11, 3_000);
+    assert_eq!(got, GrantNotice::Ignored);
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(c.fencing_token(lease), Ok(Some(9)));
 }
 
 // ------------------------------------------------------------------ rule 8: reentrancy

@@ -108,6 +108,18 @@ pub const LH_RELEASE_NOT_OWNER: u32 = 2;
 /// `lh_release_result` outcome: the request failed in transit (the core retries).
 pub const LH_RELEASE_TRANSPORT_ERROR: u32 = 3;
 
+/// `lh_granted` outcome: the lease is held now (an `ACQUIRED` event is queued, unless the
+/// grant was already too old to believe; then the lease asks again).
+pub const LH_GRANT_ACCEPTED: u32 = 1;
+/// `lh_granted` outcome: the notice could not be dated; the lease sent a fresh ACQUIRE.
+pub const LH_GRANT_RETRYING: u32 = 2;
+/// `lh_granted` outcome: the lease had ended; the core releases the grant (a RELEASE command).
+pub const LH_GRANT_RELEASING: u32 = 3;
+/// `lh_granted` outcome: nothing to do (already held, or the attempt in flight returns it).
+pub const LH_GRANT_IGNORED: u32 = 4;
+/// `lh_granted` outcome: no lease here owns the token; the host must release the grant itself.
+pub const LH_GRANT_NOT_OURS: u32 = 5;
+
 /// Lease state: an acquire is in progress.
 pub const LH_STATE_ACQUIRING: u32 = 1;
 /// Lease state: granted and believed valid.
