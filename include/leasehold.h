@@ -385,11 +385,15 @@
 /**
  * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
  * queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
- * `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
- * for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
- * wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
- * (at most 128 bytes in all; `lh_redis_wake_channel` makes one); the client subscribes to it
- * before it queues.
+ * `ARGV = [token, ttl_ms, wake_channel]` (protocol 2: the client's wake channel is queued),
+ * or `KEYS = [lock, fence, waiters, grants]`, `ARGV = [token, ttl_ms, wake_channel, tag]`
+ * (protocol 3: the lease is queued as `wake_channel#token` with its `ttl_ms` and `tag`, the
+ * host's attempt id in 1..20 decimal digits, for a direct grant on release) →
+ * `[1, fencing_token, ttl_ms]` granted (idempotent for the same token) or
+ * `[0, retry_after_ms]` held by another token (`-1` = no hint). A wake channel is `lh:wake:`
+ * followed by a suffix unique to the client's pub/sub connection (at most 128 bytes in all,
+ * never a `#`; `lh_redis_wake_channel` makes one); the client subscribes to it before it
+ * queues.
  */
 #define LH_REDIS_SCRIPT_ACQUIRE 1
 
@@ -400,17 +404,22 @@
 #define LH_REDIS_SCRIPT_RENEW 2
 
 /**
- * `lh_redis_script` kind: RELEASE. `KEYS = [lock]` or `[lock, waiters]`,
- * `ARGV = [token, channel, name]` plus optionally the caller's own wake channel if it no
- * longer waits → `1` released (the oldest live queued waiter is woken, and
- * `PUBLISH channel name`), `0` not owner.
+ * `lh_redis_script` kind: RELEASE. `KEYS = [lock]`, `[lock, waiters]` or
+ * `[lock, waiters, fence, grants]`, `ARGV = [token, channel, name]` plus optionally the
+ * caller's own wake channel if it no longer waits → `1` released (the oldest live queued
+ * waiter is woken with `name` on its wake channel, or with the 4 keys a queued lease is
+ * granted the lock directly and gets a grant notice on it; then `PUBLISH channel name`), `0`
+ * not owner. A grant notice is `"\0grant TAG FENCE TTL_MS TOKEN_LEN "` followed by the token
+ * and the name (numbers in decimal, tokens may contain spaces); a wake-channel payload that
+ * starts with a NUL byte is a grant notice, anything else a lock name.
  */
 #define LH_REDIS_SCRIPT_RELEASE 3
 
 /**
  * `lh_redis_script` kind: NOTIFY. `KEYS = [waiters]`, `ARGV = [name]` plus optionally the
  * caller's own wake channel → `1` a queued client was woken, `0` none was reachable. A
- * client runs it when it receives a wake-up for a name it no longer waits for.
+ * client runs it when it receives a wake-up for a name it no longer waits for. It never
+ * grants: a protocol-3 entry gets the plain name too.
  */
 #define LH_REDIS_SCRIPT_NOTIFY 4
 
@@ -432,9 +441,17 @@
 
 /**
  * `lh_redis_key` kind: the waiters key `lh:{NAME}:waiters` (a zset of the wake channels of
- * waiting clients, oldest first; RELEASE wakes one of them).
+ * waiting clients, and of `wake_channel#token` entries of waiting leases, oldest first;
+ * RELEASE wakes one of them).
  */
 #define LH_REDIS_KEY_WAITERS 4
+
+/**
+ * `lh_redis_key` kind: the grants key `lh:{NAME}:grants` (protocol 3: a hash from the token
+ * of each queued lease to `<ttl_ms>:<tag>` of its latest refused attempt; a 4-key RELEASE
+ * grants the lock to the oldest queued lease with these).
+ */
+#define LH_REDIS_KEY_GRANTS 5
 
 /**
  * Random bytes `lh_redis_wake_channel` takes.

@@ -6,18 +6,20 @@
 //!
 //! # Keys (hash-tagged so Redis Cluster keeps one lock's keys in one slot)
 //!
-//! | kind      | key                  | contents                                           |
-//! |-----------|----------------------|----------------------------------------------------|
-//! | lock      | `lh:{NAME}`          | hash `{token, fence}` with a PX expiry              |
-//! | fence     | `lh:{NAME}:fence`    | decimal integer text, no expiry: the last fence     |
-//! | channel   | `lh:{NAME}:released` | pub/sub channel; RELEASE publishes `NAME` on it     |
-//! | waiters   | `lh:{NAME}:waiters`  | zset of wake channels of waiting clients (FIFO)     |
+//! | kind      | key                  | contents                                              |
+//! |-----------|----------------------|-------------------------------------------------------|
+//! | lock      | `lh:{NAME}`          | hash `{token, fence}` with a PX expiry                 |
+//! | fence     | `lh:{NAME}:fence`    | decimal integer text, no expiry: the last fence        |
+//! | channel   | `lh:{NAME}:released` | pub/sub channel; RELEASE publishes `NAME` on it        |
+//! | waiters   | `lh:{NAME}:waiters`  | zset of queue entries (FIFO): `wake` or `wake#token`   |
+//! | grants    | `lh:{NAME}:grants`   | hash `token → "<ttl_ms>:<tag>"` of queued leases (v3)  |
 //!
 //! The keys of one name never collide with the keys of another name (the lock key ends in
-//! `}`, the others in `}:fence` / `}:released` / `}:waiters`). Redis Cluster hashes the text
-//! between the first `{` and the first `}` after it; that is a prefix of `NAME` (or all of it)
-//! in every key, so they share a slot — except for a name that starts with `}`, whose hash tag
-//! is empty (Cluster then hashes whole keys). Single-instance Redis is unaffected.
+//! `}`, the others in `}:fence` / `}:released` / `}:waiters` / `}:grants`). Redis Cluster
+//! hashes the text between the first `{` and the first `}` after it; that is a prefix of
+//! `NAME` (or all of it) in every key, so they share a slot — except for a name that starts
+//! with `}`, whose hash tag is empty (Cluster then hashes whole keys). Single-instance Redis is
+//! unaffected.
 //!
 //! # Waking one waiter per release (protocol 2)
 //!
@@ -34,33 +36,99 @@
 //! entry is lost (restart, expiry, Cluster PUBLISH counting only one node's subscribers) still
 //! retries at the holder's remaining TTL or with backoff.
 //!
+//! # Direct grant on release (protocol 3)
+//!
+//! A protocol-2 handoff costs the woken client a second round trip (its ACQUIRE). With the
+//! grants key, a refused ACQUIRE queues the *lease* instead of the client: the entry
+//! `wake#token` (one per waiting lease, in the same FIFO zset and at the same server-time
+//! score as a protocol-2 entry; a retry keeps its place) and the grants field
+//! `token → "<ttl_ms>:<tag>"` of that attempt, where `tag` is the host's id of the attempt
+//! (a newer refused attempt of the same lease overwrites it). A 4-key RELEASE pops the oldest
+//! entry and, for a `wake#token` entry with a valid grants field, grants the lock to `token`
+//! on the spot — the next fence exactly as ACQUIRE mints it, `HSET lock token fence`,
+//! `PEXPIRE lock ttl_ms` — and publishes a *grant notice* (below) on `wake`. If that PUBLISH
+//! reaches no subscriber, the grant is undone (`DEL lock`; the fence stays advanced, which is
+//! harmless: fences only need to increase) and the next entry is tried (at most 16 per
+//! release, as in protocol 2). A plain wake-channel entry, or a `wake#token` entry without a
+//! valid grants field, gets the plain name (a protocol-2 wake-up) instead. A granted ACQUIRE
+//! removes its own entry and field and is not queued again (entries are per lease).
+//!
+//! Why it is safe: the grant's expiry at the server counts from the RELEASE, which runs after
+//! the refused attempt named by `tag` reached the server, which is after the host sent it. The
+//! waiter's core counts the grant's validity from the *send time of that attempt*, so its
+//! view of the lease ends no later than the server's (the same lower bound an ordinary
+//! ACQUIRE reply gives; clock drift is bounded as for any lease). The fence is minted by the
+//! same code as ACQUIRE's (one Lua fragment in both scripts), so fences still strictly
+//! increase per name. The notice carries the token, and only the client that queued that
+//! token listens on `wake`: a stale or forged notice names a token nobody else holds.
+//!
+//! Edges the hosts must know about:
+//! - A host that gets a notice for a token it no longer waits for (it gave up while the notice
+//!   was in flight) holds a lock it does not want: it releases that token with the 4-key
+//!   RELEASE (so the next lease gets it), as it passes a stray plain wake-up on with NOTIFY.
+//!   A lease that stops waiting removes its entry (`ZREM waiters wake#token`, `HDEL grants
+//!   token`); an entry left behind is granted once and then released by that rule, or times
+//!   out with the keys.
+//! - An ACQUIRE by the directly granted token (e.g. a retry timer that crossed the notice) is
+//!   the idempotent re-grant: the same fence back, the TTL refreshed.
+//! - A garbage fence key (another type, bad text, exhausted) never produces a grant: the
+//!   entry's client gets the plain name and meets the `lh: ` error in its own ACQUIRE. A grants
+//!   key of another type fails a refused 4-key ACQUIRE with an `lh: ` error (the waiters-key
+//!   rule); a RELEASE then gives that key's entries plain wake-ups. A grants field that is not
+//!   `<ttl_ms>:<tag>` (ttl 1..15 digits without a leading zero, tag 1..20 digits) likewise
+//!   gets a plain wake-up. The tag is opaque digit text to the scripts (never converted to a
+//!   Lua number).
+//!
+//! Compatibility with protocol-2 callers: the 2/3-key ACQUIRE and the 1/2-key RELEASE behave
+//! as in protocol 2. When the 2-key RELEASE or NOTIFY pops a `wake#token` entry, it publishes
+//! the plain name to the channel part (that client then sends ACQUIRE); it cannot `HDEL` the
+//! field (the grants key is not in its KEYS), and that stale field is harmless: the next
+//! refusal of the lease overwrites it, a 4-key RELEASE only reads fields of entries it pops,
+//! and it expires with the key. A 4-key RELEASE serves protocol-2 entries with plain wake-ups.
+//! Members are split at their first `#`: a protocol-2 client must not use a wake channel with
+//! `#` (channels from `lh_redis_wake_channel` are hex; the 4-key ACQUIRE refuses one, the
+//! 3-key form accepts it as in protocol 2 and a release then reads it as a lease entry whose
+//! channel is the part before the `#`).
+//!
+//! # Grant notice
+//!
+//! `"\0grant " TAG " " FENCE " " TTL_MS " " TOKEN_LEN " " TOKEN NAME`: the numbers in
+//! decimal, the token length-prefixed (tokens may contain spaces), the name the rest. Lock
+//! names never contain NUL, so a wake-channel payload that starts with a NUL byte is a notice
+//! and anything else is a plain wake-up (the name). [`parse_grant_notice`] reads one.
+//!
 //! # Calling convention (EVALSHA, falling back to EVAL on NOSCRIPT)
 //!
-//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or with queueing
-//!   `KEYS = [lock, fence, waiters]`, `ARGV = [token, ttl_ms, wake_channel]` →
+//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`; with queueing (protocol 2)
+//!   `KEYS = [lock, fence, waiters]`, `ARGV = [token, ttl_ms, wake_channel]`; with direct grant
+//!   (protocol 3) `KEYS = [lock, fence, waiters, grants]`,
+//!   `ARGV = [token, ttl_ms, wake_channel, tag]` (`tag`: 1..20 decimal digits; the wake
+//!   channel without `#`) →
 //!   `[1, fencing_token, ttl_ms]` granted, or `[0, retry_after_ms]` held by another token
-//!   (`-1` = no hint; with queueing the wake channel is queued). Idempotent: the token that
-//!   already holds the lock gets its own fencing token back and its TTL refreshed. A new
-//!   grant's fencing token is `max(previous + 1, server TIME in µs)`, persisted in the fence
+//!   (`-1` = no hint; with queueing the wake channel, or the lease, is queued). Idempotent: the
+//!   token that already holds the lock gets its own fencing token back and its TTL refreshed. A
+//!   new grant's fencing token is `max(previous + 1, server TIME in µs)`, persisted in the fence
 //!   key, so tokens keep increasing even when a restart without persistence lost the fence key.
 //! - RENEW: `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed, `0` rejected. Never
 //!   re-creates an expired lock (renewing a lock that is gone is a loss, not a new grant).
-//! - RELEASE: `KEYS = [lock]` or `[lock, waiters]`, `ARGV = [token, channel, name]` plus,
-//!   optionally, the caller's own wake channel when it no longer waits → `1` released (the
-//!   oldest live queued waiter is woken, and `PUBLISH channel name`), `0` not owner.
+//! - RELEASE: `KEYS = [lock]`, `[lock, waiters]` or (protocol 3)
+//!   `[lock, waiters, fence, grants]`, `ARGV = [token, channel, name]` plus, optionally, the
+//!   caller's own wake channel when it no longer waits → `1` released (the oldest live queued
+//!   entry is woken, or with 4 keys granted the lock directly, and `PUBLISH channel name`), `0`
+//!   not owner.
 //! - NOTIFY: `KEYS = [waiters]`, `ARGV = [name]` plus, optionally, the caller's own wake
-//!   channel → `1` when a queued client was woken, `0` when none was reachable.
+//!   channel → `1` when a queued client was woken, `0` when none was reachable. Never grants.
 //!
 //! Garbage in the keyspace (a lock key of another type or a hash without a valid
 //! token/fence, a lock without expiry, a fence key holding anything but a decimal integer, a
-//! waiters key that is not a zset when a refused ACQUIRE queues) and malformed arguments make
-//! the scripts return a Redis error reply whose message starts with `lh: `. Hosts report it as
-//! a transport error; it is never a grant.
+//! waiters key that is not a zset or a grants key that is not a hash when a refused ACQUIRE
+//! queues) and malformed arguments make the scripts return a Redis error reply whose message
+//! starts with `lh: `. Hosts report it as a transport error; it is never a grant.
 
 use crate::Error;
 
 /// Bumped whenever the script semantics change in a way other hosts must know about.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Prefix of every key: `lh:{`.
 pub const KEY_PREFIX: &str = "lh:{";
@@ -72,6 +140,8 @@ pub const FENCE_SUFFIX: &str = "}:fence";
 pub const CHANNEL_SUFFIX: &str = "}:released";
 /// Suffix of the waiters key.
 pub const WAITERS_SUFFIX: &str = "}:waiters";
+/// Suffix of the grants key (protocol 3).
+pub const GRANTS_SUFFIX: &str = "}:grants";
 /// Every wake channel starts with this; the scripts publish to nothing else, so a garbage
 /// waiters key cannot make a release publish on an application's channel.
 pub const WAKE_CHANNEL_PREFIX: &str = "lh:wake:";
@@ -86,50 +156,73 @@ const _: () = assert!(WAKE_CHANNEL_LEN <= MAX_WAKE_CHANNEL_LEN);
 
 /// Largest fencing token the scripts hand out: Lua numbers are doubles, exact up to 2^53.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
+/// Longest ownership token the scripts accept, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
+/// Separates the wake channel from the token in a protocol-3 queue entry (`wake#token`).
+pub const ENTRY_SEPARATOR: u8 = b'#';
+/// Most decimal digits of the tag a 4-key ACQUIRE carries (enough for any `u64`).
+pub const MAX_TAG_DIGITS: usize = 20;
+/// Every direct-grant notice starts with these bytes; a lock name never contains NUL, so a
+/// wake-up payload that starts with NUL is a notice and anything else is a plain name.
+pub const GRANT_NOTICE_PREFIX: &[u8] = b"\0grant ";
 
 // The script texts are macros so that the NUL-terminated copies for the C ABI are built from
 // the same literal at compile time (one copy of the source text). The waiter-queue helpers
 // are one fragment shared by ACQUIRE, RELEASE and NOTIFY.
 macro_rules! lua_wake_queue {
     () => {
-        r#"-- Waiter queue (protocol 2): a sorted set of wake channels, oldest registration first.
--- A release publishes to the oldest channel that has a subscriber, so one waiting client
--- wakes per release instead of every subscriber of the release channel.
+        r#"-- Waiter queue: a sorted set, oldest registration first. A protocol-2 entry is a wake
+-- channel; a protocol-3 entry is 'wake#token', one per waiting lease (wake channels never
+-- contain '#'). A release serves the oldest entry whose channel has a subscriber, so one
+-- waiting client wakes per release instead of every subscriber of the release channel.
 local WAKE_PREFIX = 'lh:wake:'
 local WAIT_KEEP_MS = 60000
 local function is_wake(ch)
   return type(ch) == 'string' and #ch > #WAKE_PREFIX and #ch <= 128 and string.sub(ch, 1, #WAKE_PREFIX) == WAKE_PREFIX
 end
--- Queue `wake` at the back, or keep an older registration's place (`keep_place`); the queue
+-- A queue entry split at its first '#': (wake channel, token), or (entry, nil) for a
+-- protocol-2 entry (and for 'wake#', whose token would be empty).
+local function split_entry(e)
+  local i = string.find(e, '#', 1, true)
+  if not i or i == #e then return e, nil end
+  return string.sub(e, 1, i - 1), string.sub(e, i + 1)
+end
+-- Keep a queue key alive `ms` (the holder's remaining time) plus WAIT_KEEP_MS.
+local function keep_alive(key, ms)
+  local keep = ms + WAIT_KEEP_MS
+  if redis.call('PTTL', key) < keep then redis.call('PEXPIRE', key, keep) end
+end
+-- Queue `entry` at the back, or keep an older registration's place (`keep_place`); the queue
 -- outlives `ms` by WAIT_KEEP_MS. `now_us` is the server time when the caller has read it.
-local function enqueue(waiters, wake, ms, keep_place, now_us)
+local function enqueue(waiters, entry, ms, keep_place, now_us)
   if not now_us then
     local t = redis.call('TIME')
     now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   local score = string.format('%.0f', now_us)
   local r
-  if keep_place then r = redis.pcall('ZADD', waiters, 'NX', score, wake) else r = redis.pcall('ZADD', waiters, score, wake) end
+  if keep_place then r = redis.pcall('ZADD', waiters, 'NX', score, entry) else r = redis.pcall('ZADD', waiters, score, entry) end
   if type(r) == 'table' and r.err then
     return redis.error_reply('lh: waiters key ' .. waiters .. ' holds a ' .. redis.call('TYPE', waiters)['ok'] .. ', expected a zset')
   end
-  local keep = ms + WAIT_KEEP_MS
-  if redis.call('PTTL', waiters) < keep then redis.call('PEXPIRE', waiters, keep) end
+  keep_alive(waiters, ms)
   return nil
 end
 -- Drop the caller's own entry (`skip`: it no longer waits for this name).
 local function leave(waiters, skip)
   if is_wake(skip) then redis.pcall('ZREM', waiters, skip) end
 end
--- Pop queued wake channels until a PUBLISH reaches a subscriber; 1 if one did. At most 16
--- entries per call (a burst of dead clients costs one release its wake-up, never a loop). A
--- waiters key of another type is left alone: nobody is woken through it (waiters fall back
--- to their retry timers).
+-- Pop queued entries until a PUBLISH of the plain name reaches a subscriber; 1 if one did. A
+-- protocol-3 entry gets the plain name on its channel too (its client then sends ACQUIRE).
+-- At most 16 entries per call (a burst of dead clients costs one release its wake-up, never a
+-- loop). A waiters key of another type is left alone: nobody is woken through it (waiters
+-- fall back to their retry timers).
 local function wake_next(waiters, name)
   for _ = 1, 16 do
     local e = redis.pcall('ZPOPMIN', waiters)
     if type(e) ~= 'table' or e.err or #e == 0 then return 0 end
-    if is_wake(e[1]) and redis.call('PUBLISH', e[1], name) > 0 then return 1 end
+    local ch = split_entry(e[1])
+    if is_wake(ch) and redis.call('PUBLISH', ch, name) > 0 then return 1 end
   end
   return 0
 end
@@ -137,19 +230,12 @@ end
     };
 }
 
-macro_rules! lua_acquire {
+// The fencing-token computation, shared by ACQUIRE and RELEASE (a direct grant mints the next
+// fence exactly as ACQUIRE does).
+macro_rules! lua_next_fence {
     () => {
-        concat!(
-            r#"-- leasehold ACQUIRE (protocol 2)
--- KEYS[1] lock key  (hash {token, fence}, PX expiry)
--- KEYS[2] fence key (decimal integer text, no expiry)
--- KEYS[3] optional waiters key (zset of wake channels); then ARGV[3] is the caller's wake channel
--- ARGV[1] ownership token, ARGV[2] ttl in ms
--- -> {1, fencing_token, ttl_ms} granted | {0, retry_after_ms or -1} held by another token
-if redis.replicate_commands then redis.replicate_commands() end
-"#,
-            lua_wake_queue!(),
-            r#"local MAX_FENCE = 9007199254740991
+        r#"-- Fencing tokens: max(previous + 1, server TIME in us), persisted in the fence key.
+local MAX_FENCE = 9007199254740991
 local function show(v)
   local s = tostring(v)
   if #s > 32 then s = string.sub(s, 1, 32) .. '...' end
@@ -161,9 +247,53 @@ local function as_fence(s)
   if n > MAX_FENCE then return nil end
   return n
 end
-if #KEYS ~= 2 and #KEYS ~= 3 then return redis.error_reply('lh: ACQUIRE expects 2 keys (lock, fence) or 3 (lock, fence, waiters), got ' .. #KEYS) end
-local lock, fence, waiters = KEYS[1], KEYS[2], KEYS[3]
-local token, ttl_s, wake = ARGV[1], ARGV[2], ARGV[3]
+-- The next fence for the fence key `fence` and the server time read for it: (fence, now_us),
+-- or (nil, message) when the fence key is garbage or exhausted (the caller grants nothing;
+-- the message lacks the 'lh: ' prefix). Writes nothing.
+local function next_fence(fence)
+  local prev = 0
+  -- GET under pcall: a fence key of another type is an error reply, and only then is TYPE
+  -- asked (one command fewer on every grant).
+  local s = redis.pcall('GET', fence)
+  if type(s) == 'table' and s.err then
+    return nil, 'fence key ' .. fence .. ' holds a ' .. redis.call('TYPE', fence)['ok'] .. ', expected a string; refusing to grant'
+  elseif s then
+    prev = as_fence(s)
+    if not prev then
+      return nil, 'fence key ' .. fence .. ' holds ' .. show(s) .. ', expected a decimal integer below 2^53; refusing to grant'
+    end
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local nxt = prev + 1
+  if now > nxt then nxt = now end
+  if nxt > MAX_FENCE then
+    return nil, 'fence key ' .. fence .. ' is exhausted (2^53); refusing to grant'
+  end
+  return nxt, now
+end
+"#
+    };
+}
+
+macro_rules! lua_acquire {
+    () => {
+        concat!(
+            r#"-- leasehold ACQUIRE (protocol 3)
+-- KEYS[1] lock key  (hash {token, fence}, PX expiry)
+-- KEYS[2] fence key (decimal integer text, no expiry)
+-- KEYS[3] optional waiters key (zset of queue entries); then ARGV[3] is the caller's wake channel
+-- KEYS[4] optional grants key (hash token -> '<ttl_ms>:<tag>'); then ARGV[4] is the attempt's tag
+--         (1..20 digits) and a refusal queues this lease ('wake#token') for a direct grant
+-- ARGV[1] ownership token, ARGV[2] ttl in ms
+-- -> {1, fencing_token, ttl_ms} granted | {0, retry_after_ms or -1} held by another token
+if redis.replicate_commands then redis.replicate_commands() end
+"#,
+            lua_wake_queue!(),
+            lua_next_fence!(),
+            r#"if #KEYS ~= 2 and #KEYS ~= 3 and #KEYS ~= 4 then return redis.error_reply('lh: ACQUIRE expects 2 keys (lock, fence), 3 (lock, fence, waiters) or 4 (lock, fence, waiters, grants), got ' .. #KEYS) end
+local lock, fence, waiters, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, ttl_s, wake, tag = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if type(token) ~= 'string' or #token == 0 or #token > 256 then
   return redis.error_reply('lh: ACQUIRE needs an ownership token of 1..256 bytes')
 end
@@ -172,6 +302,25 @@ if type(ttl_s) ~= 'string' or #ttl_s > 15 or not string.match(ttl_s, '^[1-9]%d*$
 end
 if waiters and not is_wake(wake) then
   return redis.error_reply('lh: ACQUIRE with a waiters key needs a wake channel "lh:wake:..." of at most 128 bytes, got ' .. show(wake))
+end
+-- With the grants key the queue entry is this lease's own: 'wake#token'.
+local entry
+if grants then
+  if string.find(wake, '#', 1, true) then
+    return redis.error_reply('lh: ACQUIRE with a grants key needs a wake channel without a hash sign (#), got ' .. show(wake))
+  end
+  if type(tag) ~= 'string' or #tag > 20 or not string.match(tag, '^%d+$') then
+    return redis.error_reply('lh: ACQUIRE with a grants key needs a tag of 1..20 decimal digits, got ' .. show(tag))
+  end
+  entry = wake .. '#' .. token
+end
+-- Granted to this lease (protocol 3): its entry and grants field go, and it is not queued
+-- again (entries are per lease). Both keys outlive the grant like a refusal keeps them.
+local function dequeue(ms)
+  local r = redis.pcall('ZREM', waiters, entry)
+  if type(r) ~= 'table' then keep_alive(waiters, ms) end
+  r = redis.pcall('HDEL', grants, token)
+  if type(r) ~= 'table' then keep_alive(grants, ms) end
 end
 local ttl = tonumber(ttl_s)
 local kind = redis.call('TYPE', lock)['ok']
@@ -183,15 +332,26 @@ if kind == 'hash' then
   end
   if cur[1] == token then
     redis.call('PEXPIRE', lock, ttl_s)
-    -- A retry whose grant reply was lost: queued at the back like a fresh grant (below).
-    if waiters then enqueue(waiters, wake, ttl, false) end
+    -- The same grant: a retry whose reply was lost, or (protocol 3) an attempt that crossed
+    -- the notice of its direct grant. A protocol-2 entry moves to the back as on a fresh
+    -- grant (below).
+    if grants then dequeue(ttl) elseif waiters then enqueue(waiters, wake, ttl, false) end
     return {1, f, ttl}
   end
   local left = redis.call('PTTL', lock)
   if left < 0 then
     return redis.error_reply('lh: lock key ' .. lock .. ' has no expiry (not written by leasehold?); refusing to wait on it forever')
   end
-  if waiters then
+  if grants then
+    -- The newest refused attempt's ttl and tag: a direct grant is counted from its send time.
+    local r = redis.pcall('HSET', grants, token, ttl_s .. ':' .. tag)
+    if type(r) == 'table' and r.err then
+      return redis.error_reply('lh: grants key ' .. grants .. ' holds a ' .. redis.call('TYPE', grants)['ok'] .. ', expected a hash')
+    end
+    keep_alive(grants, left)
+    local err = enqueue(waiters, entry, left, true)
+    if err then return err end
+  elseif waiters then
     local err = enqueue(waiters, wake, left, true)
     if err then return err end
   end
@@ -199,33 +359,16 @@ if kind == 'hash' then
 elseif kind ~= 'none' then
   return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash; refusing to grant')
 end
-local prev = 0
--- GET under pcall: a fence key of another type is an error reply, and only then is TYPE
--- asked (one command fewer on every grant).
-local s = redis.pcall('GET', fence)
-if type(s) == 'table' and s.err then
-  local fkind = redis.call('TYPE', fence)['ok']
-  return redis.error_reply('lh: fence key ' .. fence .. ' holds a ' .. fkind .. ', expected a string; refusing to grant')
-elseif s then
-  prev = as_fence(s)
-  if not prev then
-    return redis.error_reply('lh: fence key ' .. fence .. ' holds ' .. show(s) .. ', expected a decimal integer below 2^53; refusing to grant')
-  end
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local nxt = prev + 1
-if now > nxt then nxt = now end
-if nxt > MAX_FENCE then
-  return redis.error_reply('lh: fence key ' .. fence .. ' is exhausted (2^53); refusing to grant')
-end
+local nxt, now = next_fence(fence)
+if not nxt then return redis.error_reply('lh: ' .. now) end
 local ns = string.format('%.0f', nxt)
 redis.call('SET', fence, ns)
 redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
--- A waiter that wins stays queued, moved to the back: its client may have more waiters for
--- this name. The client removes the entry when it stops waiting, or skips it in its RELEASE.
-if waiters then enqueue(waiters, wake, ttl, false, now) end
+-- A protocol-2 waiter that wins stays queued, moved to the back: its client may have more
+-- waiters for this name. The client removes the entry when it stops waiting, or skips it in
+-- its RELEASE.
+if grants then dequeue(ttl) elseif waiters then enqueue(waiters, wake, ttl, false, now) end
 return {1, nxt, ttl}
 "#
         )
@@ -234,7 +377,7 @@ return {1, nxt, ttl}
 
 macro_rules! lua_renew {
     () => {
-        r#"-- leasehold RENEW (protocol 2)
+        r#"-- leasehold RENEW (protocol 3)
 -- KEYS[1] lock key; ARGV[1] ownership token, ARGV[2] ttl in ms
 -- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
 if #KEYS ~= 1 then return redis.error_reply('lh: RENEW expects 1 key (lock), got ' .. #KEYS) end
@@ -266,16 +409,69 @@ return 1
 macro_rules! lua_release {
     () => {
         concat!(
-            r#"-- leasehold RELEASE (protocol 2)
--- KEYS[1] lock key, KEYS[2] optional waiters key
+            r#"-- leasehold RELEASE (protocol 3)
+-- KEYS[1] lock key, KEYS[2] optional waiters key, KEYS[3] and KEYS[4] optional fence and
+-- grants keys (direct grant: the oldest queued lease gets the lock)
 -- ARGV[1] ownership token, ARGV[2] release channel, ARGV[3] lock name,
 -- ARGV[4] optional: the caller's own wake channel when it no longer waits (dropped from the queue)
--- -> 1 released (PUBLISH channel name, and name to the oldest live waiter) | 0 not the owner
+-- -> 1 released (PUBLISH channel name; the oldest live queued entry gets the lock or name) | 0 not the owner
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
             lua_wake_queue!(),
-            r#"if #KEYS ~= 1 and #KEYS ~= 2 then return redis.error_reply('lh: RELEASE expects 1 key (lock) or 2 (lock, waiters), got ' .. #KEYS) end
-local lock, waiters = KEYS[1], KEYS[2]
+            lua_next_fence!(),
+            r#"-- A grants field, '<ttl_ms>:<tag>' -> (ttl_ms text, tag text), or nil when malformed.
+local function grant_of(v)
+  if type(v) ~= 'string' then return nil end
+  local ttl_s, tag = string.match(v, '^([1-9]%d*):(%d+)$')
+  if not ttl_s or #ttl_s > 15 or #tag > 20 then return nil end
+  return ttl_s, tag
+end
+-- Direct grant (protocol 3): pop queued entries until one is served; 1 if one was. A
+-- 'wake#token' entry with a valid grants field gets the lock (the next fence, the field's
+-- ttl) and a notice on its channel; when that PUBLISH reaches nobody the grant is undone
+-- (the fence stays advanced) and the next entry is tried. Any other entry on a wake channel
+-- gets the plain name, as wake_next does. At most 16 entries per call. A garbage fence key
+-- grants nothing: the entry's client gets the plain name and meets the error in its ACQUIRE.
+local function grant_next(lock, waiters, fence, grants, name)
+  for _ = 1, 16 do
+    local e = redis.pcall('ZPOPMIN', waiters)
+    if type(e) ~= 'table' or e.err or #e == 0 then return 0 end
+    local ch, tok = split_entry(e[1])
+    if is_wake(ch) then
+      local ttl_s, tag
+      if tok and #tok <= 256 then
+        local v = redis.pcall('HGET', grants, tok)
+        if type(v) == 'string' then
+          redis.call('HDEL', grants, tok)
+          ttl_s, tag = grant_of(v)
+        end
+      end
+      local f = nil
+      if ttl_s then f = next_fence(fence) end
+      if f then
+        local fs = string.format('%.0f', f)
+        redis.call('SET', fence, fs)
+        redis.call('HSET', lock, 'token', tok, 'fence', fs)
+        redis.call('PEXPIRE', lock, ttl_s)
+        -- Names never contain NUL: a payload starting with one is a notice, not a name.
+        local notice = '\0grant ' .. tag .. ' ' .. fs .. ' ' .. ttl_s .. ' ' .. #tok .. ' ' .. tok .. name
+        if redis.call('PUBLISH', ch, notice) > 0 then
+          -- The rest of the queue now waits for this grant (both keys are of their type:
+          -- ZPOPMIN and HGET worked on them).
+          keep_alive(waiters, tonumber(ttl_s))
+          keep_alive(grants, tonumber(ttl_s))
+          return 1
+        end
+        redis.call('DEL', lock)
+      elseif redis.call('PUBLISH', ch, name) > 0 then
+        return 1
+      end
+    end
+  end
+  return 0
+end
+if #KEYS ~= 1 and #KEYS ~= 2 and #KEYS ~= 4 then return redis.error_reply('lh: RELEASE expects 1 key (lock), 2 (lock, waiters) or 4 (lock, waiters, fence, grants), got ' .. #KEYS) end
+local lock, waiters, fence, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, name, skip = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if type(token) ~= 'string' or #token == 0 or #token > 256 then
   return redis.error_reply('lh: RELEASE needs an ownership token of 1..256 bytes')
@@ -297,7 +493,7 @@ if not owner then
 end
 if owner ~= token then return 0 end
 redis.call('DEL', lock)
-if waiters then wake_next(waiters, name) end
+if grants then grant_next(lock, waiters, fence, grants, name) elseif waiters then wake_next(waiters, name) end
 redis.call('PUBLISH', channel, name)
 return 1
 "#
@@ -308,7 +504,7 @@ return 1
 macro_rules! lua_notify {
     () => {
         concat!(
-            r#"-- leasehold NOTIFY (protocol 2)
+            r#"-- leasehold NOTIFY (protocol 3)
 -- Passes a wake-up on to the next queued waiter.
 -- KEYS[1] waiters key; ARGV[1] lock name, ARGV[2] optional: the caller's own wake channel
 -- -> 1 a waiter's client was woken | 0 nobody is queued (or no queued client is connected)
@@ -385,11 +581,12 @@ impl ScriptKind {
         }
     }
 
-    /// The numbers of KEYS the script accepts: without and with the waiters key.
+    /// The numbers of KEYS the script accepts: the plain form, with the waiters key
+    /// (protocol 2) and, for ACQUIRE and RELEASE, with the grants key too (protocol 3).
     pub fn num_keys(self) -> &'static [usize] {
         match self {
-            ScriptKind::Acquire => &[2, 3],
-            ScriptKind::Release => &[1, 2],
+            ScriptKind::Acquire => &[2, 3, 4],
+            ScriptKind::Release => &[1, 2, 4],
             ScriptKind::Renew | ScriptKind::Notify => &[1],
         }
     }
@@ -407,15 +604,18 @@ pub enum KeyKind {
     Channel = 3,
     /// `lh:{NAME}:waiters` (`LH_REDIS_KEY_WAITERS`)
     Waiters = 4,
+    /// `lh:{NAME}:grants` (`LH_REDIS_KEY_GRANTS`, protocol 3)
+    Grants = 5,
 }
 
 impl KeyKind {
     /// All kinds, in value order.
-    pub const ALL: [KeyKind; 4] = [
+    pub const ALL: [KeyKind; 5] = [
         KeyKind::Lock,
         KeyKind::Fence,
         KeyKind::Channel,
         KeyKind::Waiters,
+        KeyKind::Grants,
     ];
 
     /// The kind for a C ABI value; `None` for unknown values.
@@ -430,6 +630,7 @@ impl KeyKind {
             KeyKind::Fence => FENCE_SUFFIX,
             KeyKind::Channel => CHANNEL_SUFFIX,
             KeyKind::Waiters => WAITERS_SUFFIX,
+            KeyKind::Grants => GRANTS_SUFFIX,
         }
     }
 }
@@ -489,6 +690,73 @@ pub fn wake_channel(random: &[u8; WAKE_RANDOM_LEN]) -> String {
     let mut buf = [0u8; WAKE_CHANNEL_LEN];
     let _ = write_wake_channel(random, &mut buf);
     buf.iter().map(|&b| char::from(b)).collect()
+}
+
+/// The payload of a direct grant (protocol 3) that a 4-key RELEASE publishes on the wake
+/// channel of the lease it granted the lock to:
+/// `"\0grant " tag " " fencing_token " " ttl_ms " " token_len " " token name` (decimal numbers;
+/// the token is length-prefixed because it may contain spaces; the name is the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantNotice<'a> {
+    /// The tag of the refused ACQUIRE that queued the lease (the host's attempt id): the
+    /// grant's validity counts from that attempt's send time.
+    pub tag: u64,
+    /// The fencing token of the grant (`1..=MAX_FENCE`).
+    pub fencing_token: u64,
+    /// The grant's TTL: the `ttl_ms` of that attempt (positive).
+    pub ttl_ms: u64,
+    /// The ownership token the lock was granted to (`1..=MAX_TOKEN_LEN` bytes).
+    pub token: &'a [u8],
+    /// The lock name (a valid name: non-empty, UTF-8, no NUL, at most `MAX_NAME_LEN` bytes).
+    pub name: &'a str,
+}
+
+/// Parses a wake-channel payload as a direct-grant notice (see [`GrantNotice`]).
+///
+/// `None` for a plain wake-up (the payload is the lock name) and for anything malformed:
+/// a number that is empty, not decimal, longer than 20 digits or over `u64::MAX`, a zero
+/// fence or TTL, a fence over `MAX_FENCE`, a token length of 0, over `MAX_TOKEN_LEN` or past
+/// the end of the payload, a missing separator, or a name that is not a valid lock name.
+pub fn parse_grant_notice(payload: &[u8]) -> Option<GrantNotice<'_>> {
+    let rest = payload.strip_prefix(GRANT_NOTICE_PREFIX)?;
+    let (tag, rest) = notice_number(rest)?;
+    let (fencing_token, rest) = notice_number(rest)?;
+    let (ttl_ms, rest) = notice_number(rest)?;
+    let (token_len, rest) = notice_number(rest)?;
+    let token_len = usize::try_from(token_len).ok()?;
+    if fencing_token == 0 || fencing_token > MAX_FENCE || ttl_ms == 0 {
+        return None;
+    }
+    if token_len == 0 || token_len > MAX_TOKEN_LEN || token_len > rest.len() {
+        return None;
+    }
+    let (token, name) = rest.split_at(token_len);
+    let name = std::str::from_utf8(name).ok()?;
+    validate_name(name).ok()?;
+    Some(GrantNotice {
+        tag,
+        fencing_token,
+        ttl_ms,
+        token,
+        name,
+    })
+}
+
+/// A notice field: 1..=20 decimal digits followed by one space; the value and what follows.
+fn notice_number(s: &[u8]) -> Option<(u64, &[u8])> {
+    let end = s.iter().position(|&b| b == b' ')?;
+    let digits = &s[..end];
+    if digits.is_empty() || digits.len() > MAX_TAG_DIGITS {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some((n, &s[end + 1..]))
 }
 
 #[cfg(test)]
@@ -554,6 +822,7 @@ mod tests {
         assert_eq!(key(KeyKind::Fence, "jobs").unwrap(), "lh:{jobs}:fence");
         assert_eq!(key(KeyKind::Channel, "jobs").unwrap(), "lh:{jobs}:released");
         assert_eq!(key(KeyKind::Waiters, "jobs").unwrap(), "lh:{jobs}:waiters");
+        assert_eq!(key(KeyKind::Grants, "jobs").unwrap(), "lh:{jobs}:grants");
         assert_eq!(key(KeyKind::Lock, "é/ü x").unwrap(), "lh:{é/ü x}");
     }
 
@@ -589,6 +858,9 @@ mod tests {
             "x:released",
             "x}:waiters",
             "x:waiters",
+            "x}:grants",
+            "x:grants",
+            "x}:grants}",
             "}",
             "}}",
             "x{",
@@ -655,6 +927,8 @@ mod tests {
         }
         for bad in [0, 5, 99, u32::MAX] {
             assert_eq!(ScriptKind::from_u32(bad), None);
+        }
+        for bad in [0, 6, 99, u32::MAX] {
             assert_eq!(KeyKind::from_u32(bad), None);
         }
     }
@@ -709,6 +983,7 @@ mod tests {
             let check = match kind.num_keys() {
                 [n] => format!("#KEYS ~= {n}"),
                 [a, b] => format!("#KEYS ~= {a} and #KEYS ~= {b}"),
+                [a, b, c] => format!("#KEYS ~= {a} and #KEYS ~= {b} and #KEYS ~= {c}"),
                 other => panic!("{kind:?}: {other:?}"),
             };
             assert!(text.contains(&check), "{kind:?}");
@@ -719,5 +994,191 @@ mod tests {
     fn max_fence_matches_the_lua_constant() {
         assert_eq!(MAX_FENCE, 9_007_199_254_740_991);
         assert!(ACQUIRE_SCRIPT.contains(&format!("local MAX_FENCE = {MAX_FENCE}")));
+        assert!(RELEASE_SCRIPT.contains(&format!("local MAX_FENCE = {MAX_FENCE}")));
+    }
+
+    #[test]
+    fn acquire_and_release_share_one_fence_computation() {
+        let fragment = lua_next_fence!();
+        for script in [ACQUIRE_SCRIPT, RELEASE_SCRIPT] {
+            assert_eq!(script.matches(fragment).count(), 1);
+            assert_eq!(
+                script.matches("redis.call('TIME')").count(),
+                2,
+                "enqueue's and next_fence's"
+            );
+            assert_eq!(script.matches("local function next_fence(").count(), 1);
+        }
+        assert!(ACQUIRE_SCRIPT.contains("local nxt, now = next_fence(fence)"));
+        assert!(RELEASE_SCRIPT.contains("f = next_fence(fence)"));
+        assert!(!NOTIFY_SCRIPT.contains("next_fence"), "NOTIFY never grants");
+        assert!(!RENEW_SCRIPT.contains("next_fence"));
+    }
+
+    #[test]
+    fn the_scripts_limits_match_the_rust_constants() {
+        assert!(ACQUIRE_SCRIPT.contains(&format!("#token > {MAX_TOKEN_LEN}")));
+        assert!(RELEASE_SCRIPT.contains(&format!("#tok <= {MAX_TOKEN_LEN}")));
+        assert!(ACQUIRE_SCRIPT.contains(&format!("#tag > {MAX_TAG_DIGITS}")));
+        assert!(RELEASE_SCRIPT.contains(&format!("#tag > {MAX_TAG_DIGITS}")));
+        let sep = char::from(ENTRY_SEPARATOR);
+        assert!(ACQUIRE_SCRIPT.contains(&format!("entry = wake .. '{sep}' .. token")));
+        assert!(RELEASE_SCRIPT.contains(&format!("string.find(e, '{sep}', 1, true)")));
+        // The Lua literal of the notice prefix, with NUL written as the escape `\0`.
+        let prefix = std::str::from_utf8(&GRANT_NOTICE_PREFIX[1..]).unwrap();
+        assert_eq!(GRANT_NOTICE_PREFIX[0], 0);
+        assert!(RELEASE_SCRIPT.contains(&format!("local notice = '\\0{prefix}' .. tag")));
+    }
+
+    /// The notice exactly as the RELEASE script concatenates it (`#token` is a byte count).
+    fn lua_notice(tag: &str, fence: &str, ttl: &str, token: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut v = b"\0grant ".to_vec();
+        for part in [
+            tag.as_bytes(),
+            b" ",
+            fence.as_bytes(),
+            b" ",
+            ttl.as_bytes(),
+            b" ",
+        ] {
+            v.extend_from_slice(part);
+        }
+        v.extend_from_slice(token.len().to_string().as_bytes());
+        v.push(b' ');
+        v.extend_from_slice(token);
+        v.extend_from_slice(name);
+        v
+    }
+
+    #[test]
+    fn grant_notices_built_like_the_script_does_parse() {
+        let token = b"0123456789abcdef0123456789abcdef";
+        let raw = lua_notice("42", "1733000000123456", "30000", token, b"jobs");
+        assert_eq!(
+            parse_grant_notice(&raw),
+            Some(GrantNotice {
+                tag: 42,
+                fencing_token: 1_733_000_000_123_456,
+                ttl_ms: 30_000,
+                token,
+                name: "jobs",
+            })
+        );
+        // Tokens may contain spaces and '#', names spaces and any UTF-8 but NUL.
+        let raw = lua_notice(
+            "0",
+            "1",
+            "1",
+            b"a b#c 7 ",
+            "r\u{e4}ks m\u{f6}rg\u{e5}s 1 2".as_bytes(),
+        );
+        let n = parse_grant_notice(&raw).unwrap();
+        assert_eq!((n.tag, n.fencing_token, n.ttl_ms), (0, 1, 1));
+        assert_eq!(
+            (n.token, n.name),
+            (&b"a b#c 7 "[..], "r\u{e4}ks m\u{f6}rg\u{e5}s 1 2")
+        );
+        // Extremes: the largest tag, fence and TTL, a 256-byte token, a 512-byte name.
+        let token = [b'x'; MAX_TOKEN_LEN];
+        let name = "n".repeat(crate::MAX_NAME_LEN);
+        let raw = lua_notice(
+            &u64::MAX.to_string(),
+            &MAX_FENCE.to_string(),
+            &u64::MAX.to_string(),
+            &token,
+            name.as_bytes(),
+        );
+        let n = parse_grant_notice(&raw).unwrap();
+        assert_eq!(
+            (n.tag, n.fencing_token, n.ttl_ms),
+            (u64::MAX, MAX_FENCE, u64::MAX)
+        );
+        assert_eq!((n.token, n.name), (&token[..], name.as_str()));
+        // Leading zeros are digits like any other (the scripts pass the tag through as text).
+        assert_eq!(
+            parse_grant_notice(&lua_notice("007", "5", "9", b"t", b"n"))
+                .unwrap()
+                .tag,
+            7
+        );
+    }
+
+    #[test]
+    fn plain_wake_ups_and_malformed_notices_are_not_notices() {
+        let ok = |tag: &str, fence: &str, ttl: &str, token: &[u8], name: &[u8]| {
+            parse_grant_notice(&lua_notice(tag, fence, ttl, token, name)).is_some()
+        };
+        assert!(ok("1", "2", "3", b"tok", b"jobs"), "the baseline parses");
+        // Plain wake-ups: the payload is a name.
+        for plain in [
+            &b"jobs"[..],
+            b"grant 1 2 3 3 tokjobs",
+            b"",
+            b"\0",
+            b"\0grant",
+            b" \0grant 1 2 3 1 tn",
+        ] {
+            assert_eq!(parse_grant_notice(plain), None, "{plain:?}");
+        }
+        // Bad numbers: empty, signs, non-digits, too long, overflow, zero fence/TTL, big fence.
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            "1x",
+            " 1",
+            "0x1",
+            "1.0",
+            "123456789012345678901",
+            "18446744073709551616",
+        ] {
+            assert!(!ok(bad, "2", "3", b"tok", b"jobs"), "tag {bad:?}");
+            assert!(!ok("1", bad, "3", b"tok", b"jobs"), "fence {bad:?}");
+            assert!(!ok("1", "2", bad, b"tok", b"jobs"), "ttl {bad:?}");
+        }
+        assert!(!ok("1", "0", "3", b"tok", b"jobs"), "fence 0");
+        assert!(!ok("1", &(MAX_FENCE + 1).to_string(), "3", b"tok", b"jobs"));
+        assert!(!ok("1", "2", "0", b"tok", b"jobs"), "ttl 0");
+        // Tokens: empty, too long.
+        assert!(!ok("1", "2", "3", b"", b"jobs"));
+        assert!(!ok("1", "2", "3", &[b'x'; MAX_TOKEN_LEN + 1], b"jobs"));
+        // Names: empty, invalid UTF-8, NUL, too long.
+        assert!(!ok("1", "2", "3", b"tok", b""));
+        assert!(!ok("1", "2", "3", b"tok", b"\xff\xfe"));
+        assert!(!ok("1", "2", "3", b"tok", b"a\0b"));
+        assert!(!ok(
+            "1",
+            "2",
+            "3",
+            b"tok",
+            "n".repeat(crate::MAX_NAME_LEN + 1).as_bytes()
+        ));
+        // A token length past the end of the payload, or one that eats the whole name.
+        for raw in [
+            &b"\0grant 1 2 3 9 tokjobs"[..],
+            b"\0grant 1 2 3 7 tokjobs",
+            b"\0grant 1 2 3 99999999999999999999 tokjobs",
+            b"\0grant 1 2 3 3",
+            b"\0grant 1 2 3 ",
+            b"\0grant 1 2 3",
+            b"\0grant 1 2",
+            b"\0grant  1 2 3 3 tokjobs",
+            b"\0grant 1  2 3 3 tokjobs",
+            b"\0GRANT 1 2 3 3 tokjobs",
+            b"\0grant\t1 2 3 3 tokjobs",
+        ] {
+            assert_eq!(parse_grant_notice(raw), None, "{raw:?}");
+        }
+        assert!(parse_grant_notice(b"\0grant 1 2 3 3 tokjobs").is_some());
+        // The token is length-prefixed, so a space after the length belongs to the token.
+        let n = parse_grant_notice(b"\0grant 1 2 3 3  tokjobs").unwrap();
+        assert_eq!((n.token, n.name), (&b" to"[..], "kjobs"));
+        // Every truncation of a valid notice is rejected or still names a non-empty prefix.
+        let full = lua_notice("12", "345", "678", b"a token", b"name");
+        for cut in 0..full.len() {
+            if let Some(n) = parse_grant_notice(&full[..cut]) {
+                assert!(n.name.len() < 4 && n.token == b"a token", "{n:?}");
+            }
+        }
     }
 }

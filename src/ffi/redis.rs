@@ -12,23 +12,32 @@ use crate::redis::{KeyKind, ScriptKind, WAKE_RANDOM_LEN, write_key, write_wake_c
 
 /// `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
 /// queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
-/// `ARGV = [token, ttl_ms, wake_channel]` → `[1, fencing_token, ttl_ms]` granted (idempotent
-/// for the same token) or `[0, retry_after_ms]` held by another token (`-1` = no hint). A
-/// wake channel is `lh:wake:` followed by a suffix unique to the client's pub/sub connection
-/// (at most 128 bytes in all; `lh_redis_wake_channel` makes one); the client subscribes to it
-/// before it queues.
+/// `ARGV = [token, ttl_ms, wake_channel]` (protocol 2: the client's wake channel is queued),
+/// or `KEYS = [lock, fence, waiters, grants]`, `ARGV = [token, ttl_ms, wake_channel, tag]`
+/// (protocol 3: the lease is queued as `wake_channel#token` with its `ttl_ms` and `tag`, the
+/// host's attempt id in 1..20 decimal digits, for a direct grant on release) →
+/// `[1, fencing_token, ttl_ms]` granted (idempotent for the same token) or
+/// `[0, retry_after_ms]` held by another token (`-1` = no hint). A wake channel is `lh:wake:`
+/// followed by a suffix unique to the client's pub/sub connection (at most 128 bytes in all,
+/// never a `#`; `lh_redis_wake_channel` makes one); the client subscribes to it before it
+/// queues.
 pub const LH_REDIS_SCRIPT_ACQUIRE: u32 = 1;
 /// `lh_redis_script` kind: RENEW. `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed,
 /// `0` rejected (never re-creates an expired lock).
 pub const LH_REDIS_SCRIPT_RENEW: u32 = 2;
-/// `lh_redis_script` kind: RELEASE. `KEYS = [lock]` or `[lock, waiters]`,
-/// `ARGV = [token, channel, name]` plus optionally the caller's own wake channel if it no
-/// longer waits → `1` released (the oldest live queued waiter is woken, and
-/// `PUBLISH channel name`), `0` not owner.
+/// `lh_redis_script` kind: RELEASE. `KEYS = [lock]`, `[lock, waiters]` or
+/// `[lock, waiters, fence, grants]`, `ARGV = [token, channel, name]` plus optionally the
+/// caller's own wake channel if it no longer waits → `1` released (the oldest live queued
+/// waiter is woken with `name` on its wake channel, or with the 4 keys a queued lease is
+/// granted the lock directly and gets a grant notice on it; then `PUBLISH channel name`), `0`
+/// not owner. A grant notice is `"\0grant TAG FENCE TTL_MS TOKEN_LEN "` followed by the token
+/// and the name (numbers in decimal, tokens may contain spaces); a wake-channel payload that
+/// starts with a NUL byte is a grant notice, anything else a lock name.
 pub const LH_REDIS_SCRIPT_RELEASE: u32 = 3;
 /// `lh_redis_script` kind: NOTIFY. `KEYS = [waiters]`, `ARGV = [name]` plus optionally the
 /// caller's own wake channel → `1` a queued client was woken, `0` none was reachable. A
-/// client runs it when it receives a wake-up for a name it no longer waits for.
+/// client runs it when it receives a wake-up for a name it no longer waits for. It never
+/// grants: a protocol-3 entry gets the plain name too.
 pub const LH_REDIS_SCRIPT_NOTIFY: u32 = 4;
 /// `lh_redis_key` kind: the lock key `lh:{NAME}` (a hash `{token, fence}` with a PX expiry).
 pub const LH_REDIS_KEY_LOCK: u32 = 1;
@@ -38,8 +47,13 @@ pub const LH_REDIS_KEY_FENCE: u32 = 2;
 /// on it; subscribe to hear all releases of a name).
 pub const LH_REDIS_KEY_CHANNEL: u32 = 3;
 /// `lh_redis_key` kind: the waiters key `lh:{NAME}:waiters` (a zset of the wake channels of
-/// waiting clients, oldest first; RELEASE wakes one of them).
+/// waiting clients, and of `wake_channel#token` entries of waiting leases, oldest first;
+/// RELEASE wakes one of them).
 pub const LH_REDIS_KEY_WAITERS: u32 = 4;
+/// `lh_redis_key` kind: the grants key `lh:{NAME}:grants` (protocol 3: a hash from the token
+/// of each queued lease to `<ttl_ms>:<tag>` of its latest refused attempt; a 4-key RELEASE
+/// grants the lock to the oldest queued lease with these).
+pub const LH_REDIS_KEY_GRANTS: u32 = 5;
 
 /// Random bytes `lh_redis_wake_channel` takes.
 pub const LH_REDIS_WAKE_RANDOM_LEN: usize = 16;
@@ -54,6 +68,7 @@ const _: () = {
     assert!(LH_REDIS_KEY_FENCE == KeyKind::Fence as u32);
     assert!(LH_REDIS_KEY_CHANNEL == KeyKind::Channel as u32);
     assert!(LH_REDIS_KEY_WAITERS == KeyKind::Waiters as u32);
+    assert!(LH_REDIS_KEY_GRANTS == KeyKind::Grants as u32);
 };
 
 /// The canonical Lua script of `kind` (`LH_REDIS_SCRIPT_*`).
@@ -333,6 +348,10 @@ mod tests {
         assert_eq!((s, &buf[..n]), (LH_OK, &b"lh:{jobs}:fence"[..]));
         let (s, n, buf) = key(LH_REDIS_KEY_CHANNEL, "é".as_bytes(), 64);
         assert_eq!((s, &buf[..n]), (LH_OK, "lh:{é}:released".as_bytes()));
+        let (s, n, buf) = key(LH_REDIS_KEY_WAITERS, b"jobs", 64);
+        assert_eq!((s, &buf[..n]), (LH_OK, &b"lh:{jobs}:waiters"[..]));
+        let (s, n, buf) = key(LH_REDIS_KEY_GRANTS, b"jobs", 64);
+        assert_eq!((s, &buf[..n]), (LH_OK, &b"lh:{jobs}:grants"[..]));
         // Size query with NULL/0, and a one-byte-short buffer: nothing written, size reported.
         assert_eq!(
             key(LH_REDIS_KEY_FENCE, b"jobs", 0).0,
@@ -348,7 +367,7 @@ mod tests {
     fn bad_key_arguments_are_errors_that_write_nothing() {
         for (kind, name, want) in [
             (0, &b"jobs"[..], LH_ERR_INVALID_ENUM),
-            (5, &b"jobs"[..], LH_ERR_INVALID_ENUM),
+            (6, &b"jobs"[..], LH_ERR_INVALID_ENUM),
             (LH_REDIS_KEY_LOCK, &b""[..], LH_ERR_EMPTY_NAME),
             (LH_REDIS_KEY_LOCK, &b"a\0b"[..], LH_ERR_NAME_HAS_NUL),
             (LH_REDIS_KEY_LOCK, &b"\xff\xfe"[..], LH_ERR_INVALID_UTF8),
