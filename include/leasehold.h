@@ -311,6 +311,32 @@
 #define LH_RELEASE_TRANSPORT_ERROR 3
 
 /**
+ * `lh_granted` outcome: the lease is held now (an `ACQUIRED` event is queued, unless the
+ * grant was already too old to believe; then the lease asks again).
+ */
+#define LH_GRANT_ACCEPTED 1
+
+/**
+ * `lh_granted` outcome: the notice could not be dated; the lease sent a fresh ACQUIRE.
+ */
+#define LH_GRANT_RETRYING 2
+
+/**
+ * `lh_granted` outcome: the lease had ended; the core releases the grant (a RELEASE command).
+ */
+#define LH_GRANT_RELEASING 3
+
+/**
+ * `lh_granted` outcome: nothing to do (already held, or the attempt in flight returns it).
+ */
+#define LH_GRANT_IGNORED 4
+
+/**
+ * `lh_granted` outcome: no lease here owns the token; the host must release the grant itself.
+ */
+#define LH_GRANT_NOT_OURS 5
+
+/**
  * Lease state: an acquire is in progress.
  */
 #define LH_STATE_ACQUIRING 1
@@ -874,6 +900,26 @@ lh_status lh_release_result(struct lh_client *c,
  * `c` is NULL or a live handle; `name` points to `name_len` readable bytes.
  */
 lh_status lh_released(struct lh_client *c, uint64_t now, const uint8_t *name, size_t name_len);
+
+/**
+ * Delivers a grant notice (Redis protocol 3's direct grant): while releasing someone else's
+ * lock, the service granted it to the queued attempt `request_id`, whose ownership token is
+ * `token` (its text as sent, `token_len` bytes). `*out_outcome` receives an `LH_GRANT_*`
+ * value; on `LH_GRANT_NOT_OURS` the host must release the grant for `token` itself (no lease
+ * here can). Late, duplicate and forged notices are safe to deliver.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `token` points to `token_len` readable bytes (or is NULL
+ * with `token_len` 0); `out_outcome` is NULL or writable.
+ */
+lh_status lh_granted(struct lh_client *c,
+                     uint64_t now,
+                     uint64_t request_id,
+                     const uint8_t *token,
+                     size_t token_len,
+                     uint64_t fencing_token,
+                     uint64_t ttl_ms,
+                     uint32_t *out_outcome);
 
 /**
  * Tells the core that time has passed (call it when the deadline from `lh_poll_timeout`
