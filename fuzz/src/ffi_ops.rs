@@ -244,7 +244,7 @@ fn arg_of(c: &BufChoice) -> Arg {
 /// Kinds `lh_redis_script` / `lh_redis_key` know, counted here on purpose (not read from the
 /// library): this target checks the ABI against its own expectations.
 const REDIS_SCRIPT_KINDS: u32 = 4;
-const REDIS_KEY_KINDS: u32 = 4;
+const REDIS_KEY_KINDS: u32 = 5;
 
 fn enum_of(e: Enum, known: u32) -> u32 {
     match e {
@@ -979,7 +979,7 @@ impl Handle {
                 null_buf,
                 null_out,
             } => {
-                // lock, fence, channel, waiters (protocol 2)
+                // lock, fence, channel, waiters (protocol 2), grants (protocol 3)
                 let kind = enum_of(*kind, REDIS_KEY_KINDS);
                 let name = arg_of(name);
                 let cap = usize::from(*buf_len) % 1100;
