@@ -9,10 +9,14 @@ Calling convention (design §6, src/redis.rs):
 - ACQUIRE ``KEYS=[lock, fence] ARGV=[token, ttl_ms]`` → ``[1, fencing_token, ttl_ms]`` or
   ``[0, retry_after_ms | -1]``; a client that has waiters for the name adds the waiters key
   and its wake channel (``KEYS=[lock, fence, waiters] ARGV=[token, ttl_ms, wake]``) so a
-  refused attempt queues it;
+  refused attempt queues it, or (protocol 3) the grants key and the attempt's tag too
+  (``KEYS=[lock, fence, waiters, grants] ARGV=[token, ttl_ms, wake, tag]``) so a refused
+  attempt queues the lease (``wake#token``) for a direct grant on release;
 - RENEW ``KEYS=[lock] ARGV=[token, ttl_ms]`` → ``1 | 0``;
 - RELEASE ``KEYS=[lock, waiters] ARGV=[token, channel, name(, own wake)]`` → ``1 | 0`` (1
-  wakes the oldest live queued client and publishes ``name`` on the release channel);
+  wakes the oldest live queued client and publishes ``name`` on the release channel); with
+  ``KEYS=[lock, waiters, fence, grants]`` (protocol 3) the oldest live queued lease is granted
+  the lock directly and gets a grant notice on its wake channel (:func:`parse_grant_notice`);
 - NOTIFY ``KEYS=[waiters] ARGV=[name(, own wake)]`` → ``1 | 0``: passes on a wake-up that
   reached a client with no waiter for the name any more.
 
@@ -41,6 +45,7 @@ __all__ = [
     "KEY_FENCE",
     "KEY_CHANNEL",
     "KEY_WAITERS",
+    "KEY_GRANTS",
     "SCRIPT_NOTIFY",
     "new_wake_channel",
     "offer_wake",
@@ -57,6 +62,8 @@ __all__ = [
     "pack_acquire",
     "pack_renew",
     "pack_release",
+    "GrantNotice",
+    "parse_grant_notice",
 ]
 
 SCRIPT_ACQUIRE = 1
@@ -67,6 +74,7 @@ KEY_LOCK = 1
 KEY_FENCE = 2
 KEY_CHANNEL = 3
 KEY_WAITERS = 4
+KEY_GRANTS = 5
 #: Random bytes a wake channel is made of (``LH_REDIS_WAKE_RANDOM_LEN``).
 WAKE_RANDOM_LEN = 16
 
@@ -181,6 +189,7 @@ class Keys:
     fence: str
     channel: str
     waiters: str
+    grants: str
 
 
 _CACHE_MAX = 4096
@@ -193,7 +202,13 @@ def keys_for(name: str) -> Keys:
     found = _cache.get(name)
     if found is not None:
         return found
-    keys = Keys(key(KEY_LOCK, name), key(KEY_FENCE, name), key(KEY_CHANNEL, name), key(KEY_WAITERS, name))
+    keys = Keys(
+        key(KEY_LOCK, name),
+        key(KEY_FENCE, name),
+        key(KEY_CHANNEL, name),
+        key(KEY_WAITERS, name),
+        key(KEY_GRANTS, name),
+    )
     with _cache_lock:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
@@ -315,35 +330,43 @@ def _bulk(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
-def _heads(s: Script, argc: int, waiters_key: bool = False) -> tuple[bytes, bytes]:
+def _heads(s: Script, argc: int, extra_keys: int = 0) -> tuple[bytes, bytes]:
     """RESP array headers ``EVALSHA sha numkeys`` and ``EVAL text numkeys`` for ``argc`` more
-    arguments (keys + ARGV); ``waiters_key``: the script's basic keys plus the waiters key."""
-    nk = _bulk(str(s.num_keys + waiters_key).encode())
+    arguments (keys + ARGV); ``extra_keys``: how many keys beyond the script's basic ones
+    (the waiters key; protocol 3 also the fence/grants keys)."""
+    nk = _bulk(str(s.num_keys + extra_keys).encode())
     n = 3 + argc
     sha = b"*%d\r\n" % n + _bulk(b"EVALSHA") + _bulk(s.sha.encode()) + nk
     text = b"*%d\r\n" % n + _bulk(b"EVAL") + _bulk(s.text.encode("utf-8")) + nk
     return sha, text
 
 
-# (EVALSHA head, EVAL head) per calling form: acquire 2 keys + 2 ARGV (queueing: 3 + 3), renew
-# 1 + 2, release 2 + 3 (dropping our own queue entry: 2 + 4).
+# (EVALSHA head, EVAL head) per calling form: acquire 2 keys + 2 ARGV (queueing: 3 + 3; direct
+# grant: 4 + 4), renew 1 + 2, release 2 + 3 (dropping our own queue entry: 2 + 4; direct
+# grant: 4 + 3, or 4 + 4).
 _HEAD_ACQUIRE = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 4)
-_HEAD_ACQUIRE_QUEUED = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 6, waiters_key=True)
+_HEAD_ACQUIRE_QUEUED = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 6, extra_keys=1)
+_HEAD_ACQUIRE_GRANT = _heads(_SCRIPTS[SCRIPT_ACQUIRE], 8, extra_keys=2)
 _HEAD_RENEW = _heads(_SCRIPTS[SCRIPT_RENEW], 3)
-_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 5, waiters_key=True)
-_HEAD_RELEASE_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 6, waiters_key=True)
+_HEAD_RELEASE = _heads(_SCRIPTS[SCRIPT_RELEASE], 5, extra_keys=1)
+_HEAD_RELEASE_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 6, extra_keys=1)
+_HEAD_RELEASE_GRANT = _heads(_SCRIPTS[SCRIPT_RELEASE], 7, extra_keys=3)
+_HEAD_RELEASE_GRANT_SKIP = _heads(_SCRIPTS[SCRIPT_RELEASE], 8, extra_keys=3)
 
 
 @dataclass(frozen=True)
 class Wire:
-    """The RESP-encoded per-name arguments: ``KEYS`` of ACQUIRE (plain and queueing), ``KEYS``
-    of RENEW, ``KEYS`` of RELEASE and its trailing ``channel name`` (UTF-8, exactly the bytes
-    of :func:`keys_for`)."""
+    """The RESP-encoded per-name arguments: ``KEYS`` of ACQUIRE (plain, queueing, and direct
+    grant: ``lock fence waiters grants``), ``KEYS`` of RENEW, ``KEYS`` of RELEASE (with the
+    waiters key, and direct grant: ``lock waiters fence grants``) and its trailing
+    ``channel name`` (UTF-8, exactly the bytes of :func:`keys_for`)."""
 
     acquire_keys: bytes
     acquire_keys_queued: bytes
+    acquire_keys_grant: bytes
     lock_key: bytes
     release_keys: bytes
+    release_keys_grant: bytes
     release_tail: bytes
 
 
@@ -359,11 +382,14 @@ def wire_for(name: str) -> Wire:
     lock = _bulk(k.lock.encode("utf-8"))
     fence = _bulk(k.fence.encode("utf-8"))
     waiters = _bulk(k.waiters.encode("utf-8"))
+    grants = _bulk(k.grants.encode("utf-8"))
     w = Wire(
         acquire_keys=lock + fence,
         acquire_keys_queued=lock + fence + waiters,
+        acquire_keys_grant=lock + fence + waiters + grants,
         lock_key=lock,
         release_keys=lock + waiters,
+        release_keys_grant=lock + waiters + fence + grants,
         release_tail=_bulk(k.channel.encode("utf-8")) + _bulk(name.encode("utf-8")),
     )
     with _cache_lock:
@@ -373,14 +399,33 @@ def wire_for(name: str) -> Wire:
     return w
 
 
-def pack_acquire(w: Wire, token: str, ttl_ms: int, by_text: bool = False, wake: str | None = None) -> bytes:
+def pack_acquire(
+    w: Wire, token: str, ttl_ms: int, by_text: bool = False, wake: str | None = None, tag: int | None = None
+) -> bytes:
     """ACQUIRE as one RESP command (EVALSHA, or EVAL with the text when ``by_text``); with
-    ``wake``, a refused attempt queues that wake channel."""
+    ``wake``, a refused attempt queues that wake channel; with ``tag`` too (the attempt's id,
+    ``0 <= tag < 2**64``), it queues the lease for a direct grant on release (protocol 3)."""
     t = token.encode("ascii")
     ttl = b"%d" % (ttl_ms if type(ttl_ms) is int and ttl_ms > 0 else ttl_arg(ttl_ms))  # no call when valid
     if wake is None:
+        if tag is not None:
+            raise ValueError("pack_acquire: a tag needs a wake channel")
         return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_ACQUIRE[by_text], w.acquire_keys, len(t), t, len(ttl), ttl)
     c = wake.encode("ascii")
+    if tag is not None:
+        g = b"%d" % (tag if type(tag) is int and 0 <= tag < _TAG_LIMIT else _tag_arg(tag))
+        return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            _HEAD_ACQUIRE_GRANT[by_text],
+            w.acquire_keys_grant,
+            len(t),
+            t,
+            len(ttl),
+            ttl,
+            len(c),
+            c,
+            len(g),
+            g,
+        )
     return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
         _HEAD_ACQUIRE_QUEUED[by_text],
         w.acquire_keys_queued,
@@ -399,20 +444,94 @@ def pack_renew(w: Wire, token: str, ttl_ms: int, by_text: bool = False) -> bytes
     return b"%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (_HEAD_RENEW[by_text], w.lock_key, len(t), t, len(ttl), ttl)
 
 
-def pack_release(w: Wire, token: str, by_text: bool = False, skip: str | None = None) -> bytes:
+def pack_release(w: Wire, token: str, by_text: bool = False, skip: str | None = None, grant: bool = False) -> bytes:
     """RELEASE; ``skip`` is our own wake channel when we queued for this name earlier but no
-    longer wait for it (the script drops it before it wakes the next client)."""
+    longer wait for it (the script drops it before it wakes the next client). ``grant``: the
+    4-key form (protocol 3), which grants the lock directly to the oldest live queued lease."""
     t = token.encode("ascii")
+    if grant:
+        head, keys = _HEAD_RELEASE_GRANT_SKIP if skip is not None else _HEAD_RELEASE_GRANT, w.release_keys_grant
+    else:
+        head, keys = _HEAD_RELEASE_SKIP if skip is not None else _HEAD_RELEASE, w.release_keys
     if skip is None:
-        return b"%s%s$%d\r\n%s\r\n%s" % (_HEAD_RELEASE[by_text], w.release_keys, len(t), t, w.release_tail)
-    return b"%s%s$%d\r\n%s\r\n%s%s" % (
-        _HEAD_RELEASE_SKIP[by_text],
-        w.release_keys,
-        len(t),
-        t,
-        w.release_tail,
-        _bulk(skip.encode("ascii")),
-    )
+        return b"%s%s$%d\r\n%s\r\n%s" % (head[by_text], keys, len(t), t, w.release_tail)
+    return b"%s%s$%d\r\n%s\r\n%s%s" % (head[by_text], keys, len(t), t, w.release_tail, _bulk(skip.encode("ascii")))
+
+
+_TAG_LIMIT = 1 << 64
+
+
+def _tag_arg(tag: object) -> int:
+    """Validate an attempt tag before it goes on the wire (the script takes 1..20 digits)."""
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < _TAG_LIMIT:
+        raise ValueError(f"tag must be an int in 0..2**64-1, got {tag!r}")
+    return tag
+
+
+# ---- grant notices (protocol 3) ---------------------------------------------------------------
+#: Every grant notice starts with these bytes; a lock name never contains NUL.
+GRANT_NOTICE_PREFIX = b"\0grant "
+_MAX_FENCE = (1 << 53) - 1
+_MAX_TOKEN_LEN = 256
+_MAX_NAME_LEN = 512
+_U64_LIMIT = 1 << 64
+
+
+@dataclass(frozen=True)
+class GrantNotice:
+    """A direct grant published on our wake channel by a 4-key RELEASE (protocol 3): the lock
+    ``name`` was granted to ``token`` with ``fencing_token`` for ``ttl_ms``, counted from the
+    send time of our attempt ``tag``."""
+
+    tag: int
+    fencing_token: int
+    ttl_ms: int
+    token: str
+    name: str
+
+
+def _notice_number(data: bytes, start: int) -> tuple[int, int]:
+    """A notice field at ``start``: 1..20 ASCII digits and a space → (value, index after the
+    space), or (-1, -1)."""
+    end = data.find(b" ", start, start + 21)
+    if end <= start:
+        return -1, -1
+    digits = data[start:end]
+    if not digits.isdigit():  # bytes.isdigit: ASCII digits only
+        return -1, -1
+    n = int(digits)
+    if n >= _U64_LIMIT:
+        return -1, -1
+    return n, end + 1
+
+
+def parse_grant_notice(data: bytes) -> GrantNotice | None:
+    """The grant notice in a wake-channel payload, or ``None`` for a plain wake-up (the payload
+    is the lock name) and for anything malformed. Mirrors ``leasehold::redis::parse_grant_notice``
+    (``"\\0grant TAG FENCE TTL_MS TOKEN_LEN TOKEN NAME"``); never raises."""
+    if type(data) is not bytes:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            return None
+        data = bytes(data)
+    if not data.startswith(GRANT_NOTICE_PREFIX):
+        return None
+    tag, i = _notice_number(data, len(GRANT_NOTICE_PREFIX))
+    fence, i = _notice_number(data, i) if i >= 0 else (-1, -1)
+    ttl, i = _notice_number(data, i) if i >= 0 else (-1, -1)
+    token_len, i = _notice_number(data, i) if i >= 0 else (-1, -1)
+    if i < 0 or not 0 < fence <= _MAX_FENCE or ttl <= 0:
+        return None
+    if not 0 < token_len <= _MAX_TOKEN_LEN or i + token_len > len(data):
+        return None
+    raw_token = data[i : i + token_len]
+    raw_name = data[i + token_len :]
+    if not raw_name or len(raw_name) > _MAX_NAME_LEN or b"\0" in raw_name or not raw_token.isascii():
+        return None
+    try:
+        name = raw_name.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return GrantNotice(tag=tag, fencing_token=fence, ttl_ms=ttl, token=raw_token.decode("ascii"), name=name)
 
 
 _W = TypeVar("_W")
