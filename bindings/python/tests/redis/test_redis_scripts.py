@@ -57,11 +57,12 @@ def test_script_texts_come_from_the_library_and_their_sha_is_what_redis_computes
 
 def test_keys_are_hash_tagged_and_share_a_cluster_slot(r):
     k = proto.keys_for("jobs")
-    assert (k.lock, k.fence, k.channel, k.waiters) == (
+    assert (k.lock, k.fence, k.channel, k.waiters, k.grants) == (
         "lh:{jobs}",
         "lh:{jobs}:fence",
         "lh:{jobs}:released",
         "lh:{jobs}:waiters",
+        "lh:{jobs}:grants",
     )
     assert proto.key(proto.KEY_LOCK, "é x") == "lh:{é x}"
     # CLUSTER KEYSLOT is not available on a non-cluster server; compare with redis-py's CRC16.
@@ -69,7 +70,7 @@ def test_keys_are_hash_tagged_and_share_a_cluster_slot(r):
 
     for name in ("jobs", "x{y}", "a}b", "räksmörgås"):
         k = proto.keys_for(name)
-        slots = {key_slot(x.encode()) for x in (k.lock, k.fence, k.channel, k.waiters)}
+        slots = {key_slot(x.encode()) for x in (k.lock, k.fence, k.channel, k.waiters, k.grants)}
         assert len(slots) == 1, (name, slots)
 
 
@@ -316,8 +317,10 @@ def test_empty_tokens_and_missing_arguments_are_refused(r):
         acquire(r, "a", "", 1_000)
     with pytest.raises(redis.ResponseError, match="^lh: .*token"):
         r.eval(REN.text, 1, k.lock, "", 1_000)
-    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys \\(lock, fence\\) or 3"):
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys \\(lock, fence\\), 3 .* or 4 "):
         r.eval(ACQ.text, 1, k.lock, tok(), 1_000)
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE expects 2 keys .*, got 5$"):
+        r.eval(ACQ.text, 5, k.lock, k.fence, k.waiters, k.grants, k.channel, tok(), 1_000, "lh:wake:x", 1)
     with pytest.raises(redis.ResponseError, match="^lh: RELEASE needs a channel"):
         r.eval(REL.text, 1, k.lock, tok())
     assert not r.exists(k.lock)
@@ -343,7 +346,8 @@ def queue(r: redis.Redis, name: str) -> list[str]:
 
 
 class Listener:
-    """A pub/sub connection on some channels; ``take()`` returns the messages that arrived."""
+    """A pub/sub connection on some channels; ``take()`` returns the messages that arrived
+    (``take_raw()`` with the payloads as bytes)."""
 
     def __init__(self, r: redis.Redis, *channels: str) -> None:
         self.ps = r.pubsub()
@@ -354,14 +358,17 @@ class Listener:
 
     def take(self, marker_channel: str, r: redis.Redis) -> list[tuple[str, str]]:
         """Everything before our own marker on ``marker_channel`` (which we must listen to)."""
+        return [(ch, data.decode()) for ch, data in self.take_raw(marker_channel, r)]
+
+    def take_raw(self, marker_channel: str, r: redis.Redis) -> list[tuple[str, bytes]]:
         r.publish(marker_channel, "--marker--")
-        got: list[tuple[str, str]] = []
+        got: list[tuple[str, bytes]] = []
         for _ in range(200):
             msg = self.ps.get_message(timeout=0.05)
             if msg is None:
                 continue
-            item = (msg["channel"].decode(), msg["data"].decode())
-            if item[1] == "--marker--":
+            item = (msg["channel"].decode(), msg["data"])
+            if item[1] == b"--marker--":
                 return got
             got.append(item)
         raise AssertionError(f"marker never arrived; got {got}")
@@ -515,7 +522,9 @@ def test_malformed_notify_and_release_calls_are_refused(r):
         r.eval(NOT.text, 1, k.waiters, "")
     with pytest.raises(redis.ResponseError, match="^lh: NOTIFY expects 1 key"):
         r.eval(NOT.text, 2, k.waiters, k.lock, "q")
-    with pytest.raises(redis.ResponseError, match="^lh: RELEASE expects 1 key \\(lock\\) or 2"):
+    with pytest.raises(
+        redis.ResponseError, match="^lh: RELEASE expects 1 key \\(lock\\), 2 \\(lock, waiters\\) or 4 .*, got 3$"
+    ):
         r.eval(REL.text, 3, k.lock, k.waiters, k.fence, tok(), k.channel, "q")
     # A caller's "own channel" that is not a wake channel never removes anything.
     r.zadd(k.waiters, {"not-a-wake-channel": 1})
@@ -532,3 +541,482 @@ def test_a_winner_reuses_the_grants_server_time_for_its_queue_place(r):
     score = r.zscore(proto.keys_for("q").waiters, w)
     fence = int(r.get(proto.keys_for("q").fence))
     assert score == fence >= before, "queued at the grant's own TIME, the fence's source"
+
+
+# ---- direct grant on release (protocol 3) ---------------------------------------------------------
+def acquire_g(r: redis.Redis, name: str, token: str, ttl_ms: int, wake: str, tag: int | str):
+    k = proto.keys_for(name)
+    return r.eval(ACQ.text, 4, k.lock, k.fence, k.waiters, k.grants, token, ttl_ms, wake, tag)
+
+
+def release_g(r: redis.Redis, name: str, token: str, skip: str | None = None):
+    k = proto.keys_for(name)
+    return r.eval(REL.text, 4, k.lock, k.waiters, k.fence, k.grants, token, k.channel, name, *([skip] if skip else []))
+
+
+def grants(r: redis.Redis, name: str) -> dict[str, str]:
+    return {f.decode(): v.decode() for f, v in r.hgetall(proto.keys_for(name).grants).items()}
+
+
+def notice_of(got: list[tuple[str, bytes]], channel: str) -> proto.GrantNotice:
+    payloads = [data for ch, data in got if ch == channel]
+    assert len(payloads) == 1, got
+    n = proto.parse_grant_notice(payloads[0])
+    assert n is not None, payloads[0]
+    return n
+
+
+def test_a_refused_granting_acquire_queues_the_lease_and_its_grants_field(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1 = tok()
+    flag, left = acquire_g(r, "q", t1, 1_000, w1, 7)
+    assert flag == 0 and 0 < left <= 5_000
+    assert acquire_q(r, "q", tok(), 1_000, w2)[0] == 0, "a protocol-2 entry queues behind it"
+    assert queue(r, "q") == [f"{w1}#{t1}", w2]
+    assert grants(r, "q") == {t1: "1000:7"}
+    for key in (k.waiters, k.grants):
+        assert 5_000 < r.pttl(key) <= 5_000 + 60_000, "both keys outlive the holder's TTL"
+    score = r.zscore(k.waiters, f"{w1}#{t1}")
+    assert score is not None and score <= server_time_us(r), "the server-time score of the 3-key form"
+    assert r.hget(k.lock, "token") == holder.encode()
+
+
+def test_a_granting_release_hands_the_lock_to_the_oldest_queued_lease_and_publishes_the_grant(r):
+    name = "q x/é"  # names may contain spaces and any UTF-8
+    holder = tok()
+    prev = acquire(r, name, holder, 5_000)[1]
+    k = proto.keys_for(name)
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1, t2 = tok(), tok()
+    assert acquire_g(r, name, t1, 7_000, w1, 11)[0] == 0
+    assert acquire_g(r, name, t2, 3_000, w2, 12)[0] == 0
+    ln = Listener(r, w1, w2, k.channel)
+    try:
+        before = server_time_us(r)
+        assert release_g(r, name, holder) == 1
+        got = ln.take_raw(k.channel, r)
+    finally:
+        ln.close()
+    fence = int(r.hget(k.lock, "fence"))
+    assert r.hget(k.lock, "token") == t1.encode()
+    assert fence > prev and fence >= before, "the next fence, minted as ACQUIRE mints it"
+    assert int(r.get(k.fence)) == fence
+    assert 6_000 < r.pttl(k.lock) <= 7_000, "the queued attempt's TTL"
+    n = notice_of(got, w1)
+    assert (n.tag, n.fencing_token, n.ttl_ms, n.token, n.name) == (11, fence, 7_000, t1, name)
+    assert [data for ch, data in got if ch == k.channel] == [name.encode()], "the release channel still hears it"
+    assert [ch for ch, _ in got if ch == w2] == [], "one lease served per release"
+    assert queue(r, name) == [f"{w2}#{t2}"]
+    assert grants(r, name) == {t2: "3000:12"}, "the granted lease's field is gone"
+    for key in (k.waiters, k.grants):  # refused under a 5 s hold: kept 65 s; now 7 s + 60 s
+        assert 66_000 < r.pttl(key) <= 67_000, "the rest of the queue waits for the new grant"
+    # The grantee's own release serves the next lease the same way.
+    ln = Listener(r, w2)
+    try:
+        assert release_g(r, name, t1) == 1
+        n2 = notice_of(ln.take_raw(w2, r), w2)
+    finally:
+        ln.close()
+    assert (n2.tag, n2.token, n2.ttl_ms) == (12, t2, 3_000) and n2.fencing_token > fence
+    assert r.hget(k.lock, "token") == t2.encode()
+    assert queue(r, name) == [] and grants(r, name) == {}
+
+
+def test_a_grant_that_reaches_no_subscriber_is_undone_and_the_next_lease_gets_the_lock(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    dead, w1 = proto.new_wake_channel(), proto.new_wake_channel()
+    t0, t1 = tok(), tok()
+    acquire_g(r, "q", t0, 9_000, dead, 1)
+    acquire_g(r, "q", t1, 2_000, w1, 2)
+    ahead = server_time_us(r) + 10**12  # fences count up by one from here, not with the clock
+    r.set(k.fence, ahead)
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        n = notice_of(ln.take_raw(w1, r), w1)
+    finally:
+        ln.close()
+    assert r.hgetall(k.lock) == {b"token": t1.encode(), b"fence": str(n.fencing_token).encode()}
+    assert n.fencing_token == ahead + 2, "the undone grant's fence stays spent: fences only increase"
+    assert int(r.get(k.fence)) == n.fencing_token
+    assert 1_000 < r.pttl(k.lock) <= 2_000, "t1's TTL, not the undone grant's"
+    assert (n.token, n.tag, n.ttl_ms) == (t1, 2, 2_000)
+    assert queue(r, "q") == [] and grants(r, "q") == {}, "the dead lease's entry and field are gone too"
+
+
+def test_a_protocol_2_entry_between_leases_gets_the_plain_name_and_no_grant(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    dead, w1, w2 = proto.new_wake_channel(), proto.new_wake_channel(), proto.new_wake_channel()
+    t2 = tok()
+    acquire_g(r, "q", tok(), 1_000, dead, 1)
+    acquire_q(r, "q", tok(), 1_000, w1)
+    acquire_g(r, "q", t2, 1_000, w2, 3)
+    ln = Listener(r, w1, w2)
+    try:
+        assert release_g(r, "q", holder) == 1
+        got = ln.take_raw(w2, r)
+    finally:
+        ln.close()
+    assert got == [(w1, b"q")], "a plain wake-up, not a notice"
+    assert proto.parse_grant_notice(got[0][1]) is None
+    assert not r.exists(k.lock), "the dead lease's grant was undone; w1's client must ACQUIRE"
+    assert queue(r, "q") == [f"{w2}#{t2}"]
+    assert grants(r, "q") == {t2: "1000:3"}
+
+
+def test_a_later_refused_attempt_overwrites_the_tag_and_ttl_but_keeps_the_place(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1, t2 = tok(), tok()
+    acquire_g(r, "q", t1, 1_000, w1, 1)
+    score = r.zscore(k.waiters, f"{w1}#{t1}")
+    acquire_g(r, "q", t2, 1_000, w2, 2)
+    assert acquire_g(r, "q", t1, 4_000, w1, 18446744073709551615)[0] == 0
+    assert queue(r, "q") == [f"{w1}#{t1}", f"{w2}#{t2}"], "kept its place"
+    assert r.zscore(k.waiters, f"{w1}#{t1}") == score
+    assert grants(r, "q")[t1] == "4000:18446744073709551615"
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        n = notice_of(ln.take_raw(w1, r), w1)
+    finally:
+        ln.close()
+    assert (n.tag, n.ttl_ms, n.token) == (2**64 - 1, 4_000, t1), "the newest attempt's tag, as digits"
+    assert 3_000 < r.pttl(k.lock) <= 4_000
+
+
+def test_a_granted_granting_acquire_removes_its_own_entry_and_field_and_does_not_requeue(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1, t2 = tok(), tok()
+    acquire_g(r, "q", t1, 1_000, w1, 1)
+    acquire_g(r, "q", t2, 1_000, w2, 2)
+    r.delete(k.lock)  # the holder's TTL ran out
+    flag, fence, ttl = acquire_g(r, "q", t1, 3_000, w1, 5)
+    assert (flag, ttl) == (1, 3_000)
+    assert r.hgetall(k.lock) == {b"token": t1.encode(), b"fence": str(fence).encode()}
+    assert queue(r, "q") == [f"{w2}#{t2}"], "entries are per lease: the winner is not queued again"
+    assert grants(r, "q") == {t2: "1000:2"}
+    # The same again on a free lock nobody queued for: nothing is queued at all.
+    assert release_g(r, "q2", tok()) == 0
+    w3 = proto.new_wake_channel()
+    assert acquire_g(r, "q2", tok(), 1_000, w3, 9)[0] == 1
+    assert not r.exists(proto.keys_for("q2").waiters) and not r.exists(proto.keys_for("q2").grants)
+
+
+def test_an_acquire_by_the_directly_granted_token_is_the_idempotent_re_grant(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w1 = proto.new_wake_channel()
+    t1 = tok()
+    acquire_g(r, "q", t1, 2_000, w1, 1)
+    ln = Listener(r, w1)
+    try:
+        release_g(r, "q", holder)
+        n = notice_of(ln.take_raw(w1, r), w1)
+    finally:
+        ln.close()
+    # A retry timer's attempt that crossed the notice: the same grant, the TTL refreshed.
+    assert acquire_g(r, "q", t1, 9_000, w1, 2) == [1, n.fencing_token, 9_000]
+    assert r.pttl(proto.keys_for("q").lock) > 2_000
+    assert acquire(r, "q", t1, 9_000) == [1, n.fencing_token, 9_000]
+    assert int(r.get(proto.keys_for("q").fence)) == n.fencing_token, "no new fence minted"
+    assert queue(r, "q") == [] and grants(r, "q") == {}
+
+
+def test_a_protocol_2_release_and_notify_give_a_lease_entry_a_plain_wake_up(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, w2 = proto.new_wake_channel(), proto.new_wake_channel()
+    t1, t2 = tok(), tok()
+    acquire_g(r, "q", t1, 1_000, w1, 1)
+    acquire_g(r, "q", t2, 1_000, w2, 2)
+    ln = Listener(r, w1, w2)
+    try:
+        assert release_q(r, "q", holder) == 1  # the 2-key form of a protocol-2 client
+        assert ln.take_raw(w1, r) == [(w1, b"q")]
+        assert not r.exists(k.lock), "no grant: w1's client retries with ACQUIRE"
+        assert grants(r, "q") == {t1: "1000:1", t2: "1000:2"}, "a stale field stays (harmless)"
+        assert notify(r, "q") == 1
+        assert ln.take_raw(w1, r) == [(w2, b"q")]
+    finally:
+        ln.close()
+    assert queue(r, "q") == []
+    # The stale field is overwritten by the lease's next refusal and granted from there.
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    acquire_g(r, "q", t1, 2_500, w1, 3)
+    assert grants(r, "q")[t1] == "2500:3"
+
+
+@pytest.mark.parametrize("kind", ["string", "list", "set", "zset", "stream"])
+def test_a_grants_key_of_another_type_fails_a_refusal_clearly_and_never_grants(r, kind):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    _plant(r, k.grants, kind)
+    dump = r.dump(k.grants)
+    w1 = proto.new_wake_channel()
+    t1 = tok()
+    with pytest.raises(redis.ResponseError, match=f"^lh: grants key lh:{{q}}:grants holds a {kind}, expected a hash"):
+        acquire_g(r, "q", t1, 1_000, w1, 1)
+    assert r.hget(k.lock, "token") == holder.encode()
+    assert queue(r, "q") == [], "nothing queued"
+    r.zadd(k.waiters, {f"{w1}#{t1}": 1})  # as if queued before the key went bad
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        assert ln.take_raw(w1, r) == [(w1, b"q")], "a plain wake-up"
+    finally:
+        ln.close()
+    assert not r.exists(k.lock)
+    assert r.dump(k.grants) == dump and r.pttl(k.grants) == -1, "left as it was"
+    flag, fence, _ = acquire_g(r, "q", t1, 1_000, w1, 2)
+    assert flag == 1 and fence > 0, "a free lock is granted all the same"
+    assert r.dump(k.grants) == dump and r.pttl(k.grants) == -1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,  # a lease entry without a field
+        "",
+        "abc",
+        "1000",
+        "1000:",
+        ":5",
+        "0:5",
+        "01000:5",
+        "-5:1",
+        "1000:x",
+        "1000:5:6",
+        "1000:-5",
+        "1 000:5",
+        "1234567890123456:1",
+        "1000:123456789012345678901",
+    ],
+)
+def test_a_lease_entry_without_a_valid_grants_field_gets_a_plain_wake_up(r, value):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, t1 = proto.new_wake_channel(), tok()
+    r.zadd(k.waiters, {f"{w1}#{t1}": 1})
+    if value is not None:
+        r.hset(k.grants, t1, value)
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        assert ln.take_raw(w1, r) == [(w1, b"q")]
+    finally:
+        ln.close()
+    assert not r.exists(k.lock), "never a grant"
+    assert grants(r, "q") == {}, "the popped entry's field is gone"
+
+
+@pytest.mark.parametrize("garbage", ["hello", "9007199254740991", "list"])
+def test_a_garbage_fence_key_during_a_direct_grant_gives_a_plain_wake_up_not_a_grant(r, garbage):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    k = proto.keys_for("q")
+    w1, t1 = proto.new_wake_channel(), tok()
+    acquire_g(r, "q", t1, 1_000, w1, 1)
+    r.delete(k.fence)
+    if garbage == "list":
+        r.rpush(k.fence, "1")
+    else:
+        r.set(k.fence, garbage)  # text, or a fence space that is used up
+    dump = r.dump(k.fence)
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        assert ln.take_raw(w1, r) == [(w1, b"q")]
+    finally:
+        ln.close()
+    assert not r.exists(k.lock)
+    assert r.dump(k.fence) == dump
+    with pytest.raises(redis.ResponseError, match=r"^lh: fence key lh:\{q\}:fence"):
+        acquire_g(r, "q", t1, 1_000, w1, 2)  # where the woken client meets the error
+
+
+@pytest.mark.parametrize("tag", ["", "x", "-1", "+1", "1.5", "1e3", " 1", "1" * 21])
+def test_malformed_tags_are_refused(r, tag):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a grants key needs a tag of 1..20 decimal digits"):
+        acquire_g(r, "q", tok(), 1_000, proto.new_wake_channel(), tag)
+    k = proto.keys_for("q")
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a grants key needs a tag"):
+        r.eval(ACQ.text, 4, k.lock, k.fence, k.waiters, k.grants, tok(), 1_000, proto.new_wake_channel())
+    assert not r.exists(k.waiters) and not r.exists(k.grants)
+    assert acquire_g(r, "q", tok(), 1_000, proto.new_wake_channel(), "0" * 20)[0] == 0
+
+
+def test_a_wake_channel_with_a_hash_is_refused_by_the_granting_acquire(r):
+    k = proto.keys_for("q")
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a grants key needs a wake channel without a hash sign"):
+        acquire_g(r, "q", tok(), 1_000, "lh:wake:a#b", 1)
+    with pytest.raises(redis.ResponseError, match="^lh: ACQUIRE with a waiters key needs a wake channel"):
+        acquire_g(r, "q", tok(), 1_000, "other:channel", 1)
+    assert not r.exists(k.lock) and not r.exists(k.waiters)
+
+
+def test_tokens_with_spaces_and_hashes_are_granted_and_announced_intact(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w1 = proto.new_wake_channel()
+    t1 = "a b#c 7 "
+    acquire_g(r, "q", t1, 1_000, w1, 4)
+    assert queue(r, "q") == [f"{w1}#{t1}"]
+    ln = Listener(r, w1)
+    try:
+        assert release_g(r, "q", holder) == 1
+        n = notice_of(ln.take_raw(w1, r), w1)
+    finally:
+        ln.close()
+    assert (n.token, n.name, n.tag) == (t1, "q", 4)
+    assert r.hget(proto.keys_for("q").lock, "token") == t1.encode()
+
+
+def test_a_granting_release_by_a_non_owner_grants_nothing_and_drops_the_callers_entry(r):
+    holder = tok()
+    acquire(r, "q", holder, 5_000)
+    w_mine, w1, t1 = proto.new_wake_channel(), proto.new_wake_channel(), tok()
+    acquire_q(r, "q", tok(), 1_000, w_mine)
+    acquire_g(r, "q", t1, 1_000, w1, 1)
+    assert release_g(r, "q", tok(), skip=w_mine) == 0
+    assert r.hget(proto.keys_for("q").lock, "token") == holder.encode()
+    assert queue(r, "q") == [f"{w1}#{t1}"] and grants(r, "q") == {t1: "1000:1"}
+
+
+def test_packed_granting_commands_are_what_redis_py_would_send_and_run(r):
+    conn = redis.Connection()
+    name = "caf\u00e9 q"
+    k, w, t = proto.keys_for(name), proto.wire_for(name), tok()
+    wake = proto.new_wake_channel()
+    for by_text in (False, True):
+
+        def ref(kind: int, nkeys: int, *args: object) -> bytes:
+            s = proto.script(kind)
+            head = ("EVAL", s.text) if by_text else ("EVALSHA", s.sha)
+            return b"".join(conn.pack_command(*head, nkeys, *args))
+
+        assert proto.pack_acquire(w, t, 1234, by_text, wake, tag=77) == ref(
+            proto.SCRIPT_ACQUIRE, 4, k.lock, k.fence, k.waiters, k.grants, t, 1234, wake, 77
+        )
+        assert proto.pack_release(w, t, by_text, grant=True) == ref(
+            proto.SCRIPT_RELEASE, 4, k.lock, k.waiters, k.fence, k.grants, t, k.channel, name
+        )
+        assert proto.pack_release(w, t, by_text, wake, grant=True) == ref(
+            proto.SCRIPT_RELEASE, 4, k.lock, k.waiters, k.fence, k.grants, t, k.channel, name, wake
+        )
+        assert proto.pack_release(w, t, by_text, wake) == ref(
+            proto.SCRIPT_RELEASE, 2, k.lock, k.waiters, t, k.channel, name, wake
+        ), "the protocol-2 form is unchanged"
+    for bad in (-1, 2**64, True, 1.5, "7", b"7"):
+        with pytest.raises(ValueError):
+            proto.pack_acquire(w, t, 1234, False, wake, tag=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        proto.pack_acquire(w, t, 1234, False, None, tag=1)
+    assert proto.pack_acquire(w, t, 1234, False, wake, tag=0).endswith(b"$1\r\n0\r\n")
+    # Sent as they are (EVAL: no script cached) they do what the scripts say.
+    holder = tok()
+    acquire(r, name, holder, 5_000)
+    c = r.connection_pool.get_connection()
+    try:
+        c.send_packed_command([proto.pack_acquire(w, t, 2_000, True, wake, tag=2**64 - 1)])
+        assert c.read_response()[0] == 0
+        assert grants(r, name) == {t: "2000:18446744073709551615"}
+        ln = Listener(r, wake)
+        try:
+            c.send_packed_command([proto.pack_release(w, holder, True, proto.new_wake_channel(), grant=True)])
+            assert c.read_response() == 1
+            n = notice_of(ln.take_raw(wake, r), wake)
+        finally:
+            ln.close()
+        assert (n.tag, n.token, n.name, n.ttl_ms) == (2**64 - 1, t, name, 2_000)
+    finally:
+        r.connection_pool.release(c)
+
+
+# ---- grant notices (pure parsing; mirrors leasehold::redis::parse_grant_notice) --------------------
+def lua_notice(tag: str, fence: str, ttl: str, token: bytes, name: bytes) -> bytes:
+    """A notice exactly as the RELEASE script concatenates it."""
+    return b"\0grant " + f"{tag} {fence} {ttl} {len(token)} ".encode() + token + name
+
+
+def test_grant_notices_parse_like_the_script_writes_them():
+    n = proto.parse_grant_notice(lua_notice("42", "1733000000123456", "30000", b"tok en", "r\u00e4ks 1".encode()))
+    assert n == proto.GrantNotice(tag=42, fencing_token=1733000000123456, ttl_ms=30000, token="tok en", name="r\u00e4ks 1")
+    big = proto.parse_grant_notice(lua_notice(str(2**64 - 1), str(2**53 - 1), str(2**64 - 1), b"x" * 256, b"n" * 512))
+    assert big is not None and (big.tag, big.fencing_token, big.ttl_ms) == (2**64 - 1, 2**53 - 1, 2**64 - 1)
+    assert proto.parse_grant_notice(lua_notice("007", "5", "9", b"t", b"n")).tag == 7  # type: ignore[union-attr]
+    assert proto.parse_grant_notice(bytearray(lua_notice("1", "2", "3", b"t", b"n"))) is not None
+    n = proto.parse_grant_notice(b"\0grant 1 2 3 3  tokjobs")
+    assert n is not None and (n.token, n.name) == (" to", "kjobs"), "the length decides, not spaces"
+    with pytest.raises(Exception):
+        n.tag = 5  # type: ignore[misc]  # frozen
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"jobs",
+        b"",
+        b"\0",
+        b"\0grant",
+        b"grant 1 2 3 3 tokjobs",
+        b" \0grant 1 2 3 1 tn",
+        b"\0GRANT 1 2 3 3 tokjobs",
+        b"\0grant\t1 2 3 3 tokjobs",
+        b"\0grant  1 2 3 3 tokjobs",
+        b"\0grant 1  2 3 3 tokjobs",
+        b"\0grant 1 2 3 9 tokjobs",
+        b"\0grant 1 2 3 7 tokjobs",
+        b"\0grant 1 2 3 99999999999999999999 tokjobs",
+        b"\0grant 1 2 3 3",
+        b"\0grant 1 2 3 ",
+        b"\0grant 1 2 3",
+        b"\0grant 1 2",
+        b"\0grant 1 0 3 3 tokjobs",
+        b"\0grant 1 9007199254740992 3 3 tokjobs",
+        b"\0grant 1 2 0 3 tokjobs",
+        b"\0grant 1 2 3 0 jobs",
+        b"\0grant 18446744073709551616 2 3 3 tokjobs",
+        b"\0grant 123456789012345678901 2 3 3 tokjobs",
+        b"\0grant -1 2 3 3 tokjobs",
+        b"\0grant +1 2 3 3 tokjobs",
+        b"\0grant 1.0 2 3 3 tokjobs",
+        b"\0grant \xd9\xa1 2 3 3 tokjobs",  # a non-ASCII digit
+        b"\0grant 1 2 3 3 tok",
+        b"\0grant 1 2 3 3 tok\xff\xfe",
+        b"\0grant 1 2 3 3 toka\0b",
+        b"\0grant 1 2 3 3 tok" + b"n" * 513,
+        b"\0grant 1 2 3 3 t\xc3\xa4jobs",  # a token the Python side cannot hold (not ASCII)
+        b"\0grant 1 2 3 257 " + b"x" * 257 + b"jobs",
+    ],
+)
+def test_plain_wake_ups_and_malformed_notices_are_not_notices(data):
+    assert proto.parse_grant_notice(data) is None
+
+
+def test_the_notice_parser_never_raises():
+    good = lua_notice("12", "345", "678", b"a token", b"name")
+    for cut in range(len(good)):
+        n = proto.parse_grant_notice(good[:cut])
+        assert n is None or (n.token == "a token" and len(n.name) < 4)
+    for odd in (None, 5, "\0grant 1 2 3 1 tn", [b"\0grant"], memoryview(good)):
+        proto.parse_grant_notice(odd)  # type: ignore[arg-type]
+    assert proto.parse_grant_notice(memoryview(good)) is not None
