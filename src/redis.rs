@@ -59,8 +59,9 @@
 //! view of the lease ends no later than the server's (the same lower bound an ordinary
 //! ACQUIRE reply gives; clock drift is bounded as for any lease). The fence is minted by the
 //! same code as ACQUIRE's (one Lua fragment in both scripts), so fences still strictly
-//! increase per name. The notice carries the token, and only the client that queued that
-//! token listens on `wake`: a stale or forged notice names a token nobody else holds.
+//! increase per name. The notice names the token, so a host can apply it only to the lease
+//! that owns that token; whether a late, duplicate or forged notice is believed is the core's
+//! decision (`lh_granted`), never the transport's.
 //!
 //! Edges the hosts must know about:
 //! - A host that gets a notice for a token it no longer waits for (it gave up while the notice
