@@ -9,6 +9,15 @@
 //! release notification to every watcher of the name on an explicit release
 //! (expiry publishes nothing, as with Redis key expiry).
 //!
+//! With direct grants enabled ([`LockService::set_direct_grants`], Redis protocol 3), a
+//! refused acquire queues its token in a FIFO wait queue of the name (one entry per token,
+//! which keeps its place when refused again but takes the newer attempt's tag and TTL), a
+//! granted acquire removes the token's entry, and a successful release grants the lock at
+//! once to the oldest entry whose client can be reached ([`DirectGrant`]), exactly as an
+//! acquire would grant it (next fence, expiry at the service's now + the entry's TTL).
+//! Entries of unreachable clients are dropped, as the real service undoes a grant whose
+//! notice reached no subscriber; entries expire, and the queue of a name is capped.
+//!
 //! It also keeps a history of every grant so the simulator can check what the
 //! core reports against what the service actually decided, and it records
 //! protocol violations by the client (a renew/release echoing backend data the
@@ -18,7 +27,7 @@
 //! depends on whether it could have known the live grant's data, which only
 //! the simulator (which saw what was delivered) can judge.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// A client's ownership token, in the lowercase hex form a backend stores.
 pub type OwnerToken = [u8; 32];
@@ -67,6 +76,59 @@ struct LockRow {
     holder: Option<Holder>,
     /// Highest fencing token ever issued for this name (never deleted).
     last_fence: u64,
+    /// Refused attempts waiting for a direct grant, oldest first.
+    queue: VecDeque<Waiting>,
+}
+
+/// One queued lease (Redis protocol 3: a `wake#token` entry and its grants field).
+#[derive(Clone, Debug)]
+struct Waiting {
+    client: usize,
+    token: OwnerToken,
+    ttl_ms: u64,
+    /// Request id of the latest refused attempt that (re)queued this entry.
+    tag: u64,
+    /// Service time after which the entry is dropped unserved.
+    expires_at: u64,
+}
+
+/// How long a queue entry outlives the holder's remaining time, service ns (the Redis
+/// scripts keep a queue key alive the holder's remaining time plus a minute; simulated
+/// worlds live a few seconds).
+pub const WAIT_KEEP_NS: u64 = 1_000_000_000;
+
+/// Most entries one name's queue holds; a refusal beyond it is not queued.
+pub const MAX_QUEUE: usize = 64;
+
+/// Most entries one release pops looking for a reachable client (as the Redis script).
+pub const MAX_POPS_PER_RELEASE: usize = 16;
+
+/// A grant a release made directly to a queued lease; the caller publishes the notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectGrant {
+    /// Client that queued the entry (the notice's addressee).
+    pub client: usize,
+    /// Token granted.
+    pub token: OwnerToken,
+    /// Request id of the attempt that queued it last.
+    pub tag: u64,
+    /// Fencing token of the grant.
+    pub fence: u64,
+    /// TTL granted, ms (counted from the release at the service).
+    pub ttl_ms: u64,
+}
+
+/// What a release did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseOutcome {
+    /// The token held the name and no longer does.
+    pub released: bool,
+    /// Watchers to notify of the release.
+    pub watchers: Vec<usize>,
+    /// The direct grant made to a queued lease, if any.
+    pub grant: Option<DirectGrant>,
+    /// Entries dropped because their client was unreachable (grant undone unseen).
+    pub unreachable: Vec<usize>,
 }
 
 /// Everything the service ever granted to one token (for the oracles).
@@ -94,6 +156,7 @@ pub struct LockService {
     echo_mismatch: Option<EchoMismatch>,
     grants: u64,
     grant_cap_ms: Option<u64>,
+    direct_grants: bool,
 }
 
 /// A renew/release for a live grant carried other backend data than the grant's.
@@ -131,7 +194,13 @@ impl LockService {
             echo_mismatch: None,
             grants: 0,
             grant_cap_ms: None,
+            direct_grants: false,
         }
+    }
+
+    /// Queues refused attempts and grants directly on release (Redis protocol 3).
+    pub fn set_direct_grants(&mut self, on: bool) {
+        self.direct_grants = on;
     }
 
     /// Grants at most `cap` ms whatever is asked (services may cap TTLs; the
@@ -149,37 +218,100 @@ impl LockService {
         token: OwnerToken,
         ttl_ms: u64,
     ) -> AcquireReply {
+        self.acquire_queued(now, name, token, ttl_ms, usize::MAX, 0)
+    }
+
+    /// [`LockService::acquire`] by `client`'s attempt `tag`: with direct grants on, a refusal
+    /// queues the token (or refreshes its entry's tag and TTL in place) and a grant removes
+    /// the token's entry.
+    pub fn acquire_queued(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        ttl_ms: u64,
+        client: usize,
+        tag: u64,
+    ) -> AcquireReply {
         let ttl_ms = self.grant_cap_ms.map_or(ttl_ms, |c| ttl_ms.min(c));
         let ttl_ns = ttl_ms.saturating_mul(1_000_000);
+        let direct = self.direct_grants;
         let row = self.rows.entry(name.to_owned()).or_default();
+        if direct {
+            row.queue.retain(|w| now < w.expires_at);
+        }
         if let Some(h) = &mut row.holder {
             if now < h.expires_at {
                 if h.token == token {
                     // Idempotent: the same owner asking again (a retry whose
                     // first answer was lost) keeps its fencing token.
                     h.expires_at = now.saturating_add(ttl_ns);
-                    return AcquireReply::Granted {
+                    let reply = AcquireReply::Granted {
                         fence: h.fence,
                         ttl_ms,
                         backend_data: h.backend_data.clone(),
                     };
+                    row.queue.retain(|w| w.token != token);
+                    return reply;
                 }
                 if self.fault != ServiceFault::IgnoreHolder {
-                    let retry_after_ms = self.retry_hints.then(|| ms_ceil(h.expires_at - now));
+                    let remaining = h.expires_at - now;
+                    let retry_after_ms = self.retry_hints.then(|| ms_ceil(remaining));
+                    if direct {
+                        let expires_at = now.saturating_add(remaining + WAIT_KEEP_NS);
+                        if let Some(w) = row.queue.iter_mut().find(|w| w.token == token) {
+                            // A retry keeps its place; the grant answers the newer attempt.
+                            w.tag = tag;
+                            w.ttl_ms = ttl_ms;
+                            w.client = client;
+                            w.expires_at = expires_at;
+                        } else if row.queue.len() < MAX_QUEUE {
+                            row.queue.push_back(Waiting {
+                                client,
+                                token,
+                                ttl_ms,
+                                tag,
+                                expires_at,
+                            });
+                        }
+                    }
                     return AcquireReply::HeldByOther { retry_after_ms };
                 }
             }
         }
+        row.queue.retain(|w| w.token != token);
+        let (fence, backend_data) = self.grant(now, name, token, ttl_ns, true);
+        AcquireReply::Granted {
+            fence,
+            ttl_ms,
+            backend_data,
+        }
+    }
+
+    /// Makes `token` the holder of `name` under the next fencing token, records the grant
+    /// in the history, and returns (fence, backend data). A direct grant carries no backend
+    /// data (the notice has none), so an idempotent re-grant of it returns none either.
+    fn grant(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        ttl_ns: u64,
+        with_data: bool,
+    ) -> (u64, Vec<u8>) {
+        let row = self.rows.entry(name.to_owned()).or_default();
         let fence = match self.fault {
             ServiceFault::DecreasingFence if row.last_fence > 2 => row.last_fence - 2,
             _ => row.last_fence + self.fence_stride,
         };
         row.last_fence = row.last_fence.max(fence);
         self.grants += 1;
-        let backend_data = {
+        let backend_data = if with_data {
             let mut d = b"grant:".to_vec();
             d.extend_from_slice(&self.grants.to_le_bytes());
             d
+        } else {
+            Vec::new()
         };
         row.holder = Some(Holder {
             token,
@@ -200,11 +332,7 @@ impl LockService {
         }
         hist.fences.push(fence);
         hist.backend_data.clone_from(&backend_data);
-        AcquireReply::Granted {
-            fence,
-            ttl_ms,
-            backend_data,
-        }
+        (fence, backend_data)
     }
 
     /// A renew or release must carry the backend data of the grant it acts on.
@@ -273,22 +401,85 @@ impl LockService {
         token: OwnerToken,
         backend_data: Option<&[u8]>,
     ) -> (bool, Vec<usize>) {
+        let out = self.release_granting(now, name, token, backend_data, |_| false);
+        (out.released, out.watchers)
+    }
+
+    /// [`LockService::release`]; with direct grants on, a successful release then grants the
+    /// lock to the oldest unexpired queue entry whose client is `reachable` (a PUBLISH that
+    /// reaches a subscriber), dropping the entries before it (at most
+    /// [`MAX_POPS_PER_RELEASE`] entries are popped).
+    pub fn release_granting(
+        &mut self,
+        now: u64,
+        name: &str,
+        token: OwnerToken,
+        backend_data: Option<&[u8]>,
+        reachable: impl Fn(usize) -> bool,
+    ) -> ReleaseOutcome {
         self.check_echo("release", now, name, &token, backend_data);
+        let mut out = ReleaseOutcome::default();
         let Some(row) = self.rows.get_mut(name) else {
-            return (false, Vec::new());
+            return out;
         };
         match &row.holder {
-            Some(h) if h.token == token && now < h.expires_at => {
-                row.holder = None;
-                let w = self
-                    .watchers
-                    .get(name)
-                    .map(|s| s.iter().copied().collect())
-                    .unwrap_or_default();
-                (true, w)
-            }
-            _ => (false, Vec::new()),
+            Some(h) if h.token == token && now < h.expires_at => {}
+            _ => return out,
         }
+        row.holder = None;
+        out.released = true;
+        out.watchers = self
+            .watchers
+            .get(name)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        if !self.direct_grants {
+            return out;
+        }
+        let mut next = None;
+        for _ in 0..MAX_POPS_PER_RELEASE {
+            let Some(w) = row.queue.pop_front() else {
+                break;
+            };
+            if now >= w.expires_at {
+                continue;
+            }
+            if reachable(w.client) {
+                next = Some(w);
+                break;
+            }
+            // The real service grants, publishes to nobody, and undoes the grant: the fence
+            // stays advanced, nobody ever saw the grant.
+            row.last_fence = row.last_fence.saturating_add(self.fence_stride);
+            out.unreachable.push(w.client);
+        }
+        if let Some(w) = next {
+            let ttl_ns = w.ttl_ms.saturating_mul(1_000_000);
+            let (fence, _) = self.grant(now, name, w.token, ttl_ns, false);
+            out.grant = Some(DirectGrant {
+                client: w.client,
+                token: w.token,
+                tag: w.tag,
+                fence,
+                ttl_ms: w.ttl_ms,
+            });
+        }
+        out
+    }
+
+    /// Removes `token`'s queue entry (a lease that stopped waiting); whether there was one.
+    pub fn dequeue(&mut self, name: &str, token: &OwnerToken) -> bool {
+        let Some(row) = self.rows.get_mut(name) else {
+            return false;
+        };
+        let before = row.queue.len();
+        row.queue.retain(|w| w.token != *token);
+        row.queue.len() != before
+    }
+
+    /// Entries queued for `name` (unexpired or not yet pruned).
+    pub fn queued(&self, name: &str) -> usize {
+        self.rows.get(name).map_or(0, |r| r.queue.len())
     }
 
     /// Subscribes `client` to release notifications of `name`.
@@ -394,6 +585,71 @@ mod tests {
         assert!(s.violations().is_empty());
         s.release(220 * MS, "n", [b'c'; 32], Some(b"invented"));
         assert_eq!(s.violations().len(), 1, "data never granted to that token");
+    }
+
+    #[test]
+    fn direct_grant_serves_the_oldest_reachable_entry() {
+        const C: OwnerToken = [b'c'; 32];
+        const D: OwnerToken = [b'd'; 32];
+        let mut s = LockService::new(ServiceFault::None, true, 1);
+        s.set_direct_grants(true);
+        let granted = |r: AcquireReply| matches!(r, AcquireReply::Granted { .. });
+        assert!(granted(s.acquire_queued(0, "n", A, 100, 0, 1)));
+        assert!(!granted(s.acquire_queued(MS, "n", B, 100, 1, 10)));
+        assert!(!granted(s.acquire_queued(2 * MS, "n", C, 50, 2, 20)));
+        assert!(!granted(s.acquire_queued(3 * MS, "n", D, 100, 3, 30)));
+        // B asks again: it keeps its place, the entry takes the newer tag and TTL.
+        assert!(!granted(s.acquire_queued(4 * MS, "n", B, 80, 1, 11)));
+        assert_eq!(s.queued("n"), 3);
+        // A release by someone else grants nothing.
+        let out = s.release_granting(5 * MS, "n", C, None, |_| true);
+        assert_eq!(out, ReleaseOutcome::default());
+        // B's client is unreachable: its entry is dropped; C (the next) gets the lock.
+        let out = s.release_granting(6 * MS, "n", A, None, |c| c != 1);
+        assert!(out.released);
+        assert_eq!(out.unreachable, vec![1]);
+        let g = out.grant.expect("a direct grant");
+        assert_eq!((g.client, g.token, g.tag, g.ttl_ms), (2, C, 20, 50));
+        assert_eq!(s.holder(6 * MS, "n"), Some((C, g.fence)));
+        assert!(g.fence > 1 + 1, "the undone grant still advanced the fence");
+        assert!(s.history(&C).is_some_and(|h| h.fences == vec![g.fence]));
+        // Expiry counts from the grant; an ACQUIRE by the granted token is idempotent.
+        assert!(s.holder(56 * MS, "n").is_none());
+        let again = s.acquire_queued(10 * MS, "n", C, 50, 2, 21);
+        assert_eq!(
+            again,
+            AcquireReply::Granted {
+                fence: g.fence,
+                ttl_ms: 50,
+                backend_data: Vec::new()
+            }
+        );
+        // D stops waiting; the next release grants to nobody.
+        assert!(s.dequeue("n", &D));
+        assert_eq!(s.queued("n"), 0);
+        let out = s.release_granting(11 * MS, "n", C, None, |_| true);
+        assert!(out.released && out.grant.is_none());
+        // A granted acquire removes its token's entry; entries expire unserved.
+        assert!(granted(s.acquire_queued(12 * MS, "n", A, 100, 0, 2)));
+        assert!(!granted(s.acquire_queued(13 * MS, "n", B, 100, 1, 12)));
+        assert!(granted(s.acquire_queued(200 * MS, "n", B, 100, 1, 13)));
+        assert_eq!(s.queued("n"), 0);
+        assert!(!granted(s.acquire_queued(201 * MS, "n", D, 100, 3, 31)));
+        let late = 201 * MS + 100 * MS + WAIT_KEEP_NS;
+        assert!(granted(s.acquire_queued(late, "n", B, 100, 1, 14)));
+        let out = s.release_granting(late + 1, "n", B, None, |_| true);
+        assert!(out.released && out.grant.is_none(), "{out:?}");
+        assert!(s.violations().is_empty());
+    }
+
+    #[test]
+    fn without_direct_grants_nothing_is_queued() {
+        let mut s = LockService::new(ServiceFault::None, true, 1);
+        s.acquire_queued(0, "n", A, 100, 0, 1);
+        s.acquire_queued(MS, "n", B, 100, 1, 2);
+        assert_eq!(s.queued("n"), 0);
+        let out = s.release_granting(2 * MS, "n", A, None, |_| true);
+        assert!(out.released && out.grant.is_none());
     }
 
     #[test]
