@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold::sim::gate::GateMode;
 use leasehold::sim::service::ServiceFault;
-use leasehold::sim::{Scenario, Stats, check_scenario, run};
+use leasehold::sim::{NoticeCounts, Scenario, Stats, check_scenario, run};
 
 const DEFAULT_SEEDS: u64 = 10_000;
 
@@ -46,6 +46,11 @@ struct Totals {
     released: u64,
     writes_ok: u64,
     writes_rejected: u64,
+    direct_grant_worlds: u64,
+    direct_grants: u64,
+    grants_undone: u64,
+    notices: NoticeCounts,
+    host_releases: u64,
 }
 
 impl Totals {
@@ -59,6 +64,28 @@ impl Totals {
         self.released += s.released;
         self.writes_ok += s.writes_ok;
         self.writes_rejected += s.writes_rejected;
+        self.direct_grant_worlds += u64::from(s.direct_grants_on);
+        self.direct_grants += s.direct_grants;
+        self.grants_undone += s.grants_undone;
+        self.notices.add(&s.notices);
+        self.host_releases += s.host_releases;
+    }
+
+    fn merge(&mut self, o: &Totals) {
+        self.worlds += o.worlds;
+        self.i5_worlds += o.i5_worlds;
+        self.steps += o.steps;
+        self.acquired += o.acquired;
+        self.lost += o.lost;
+        self.acquire_failed += o.acquire_failed;
+        self.released += o.released;
+        self.writes_ok += o.writes_ok;
+        self.writes_rejected += o.writes_rejected;
+        self.direct_grant_worlds += o.direct_grant_worlds;
+        self.direct_grants += o.direct_grants;
+        self.grants_undone += o.grants_undone;
+        self.notices.add(&o.notices);
+        self.host_releases += o.host_releases;
     }
 }
 
@@ -91,16 +118,7 @@ fn run_seeds(first: u64, count: u64) -> (Option<(u64, String)>, Totals) {
                         }
                     }
                 }
-                let mut t = totals.lock().unwrap();
-                t.worlds += local.worlds;
-                t.i5_worlds += local.i5_worlds;
-                t.steps += local.steps;
-                t.acquired += local.acquired;
-                t.lost += local.lost;
-                t.acquire_failed += local.acquire_failed;
-                t.released += local.released;
-                t.writes_ok += local.writes_ok;
-                t.writes_rejected += local.writes_rejected;
+                totals.lock().unwrap().merge(&local);
             });
         }
     });
@@ -130,6 +148,19 @@ fn invariants_hold_over_many_seeds() {
         t.writes_ok,
         t.writes_rejected
     );
+    let n = &t.notices;
+    eprintln!(
+        "direct grants in {} worlds: {} grants ({} undone for unreachable clients); notices accepted {}, retrying {}, releasing {}, ignored {}, not ours {} ({} host releases)",
+        t.direct_grant_worlds,
+        t.direct_grants,
+        t.grants_undone,
+        n.accepted,
+        n.retrying,
+        n.releasing,
+        n.ignored,
+        n.not_ours,
+        t.host_releases
+    );
     // The worlds must actually exercise what the invariants talk about;
     // otherwise "no violation" would mean nothing.
     if count >= 1000 {
@@ -148,6 +179,25 @@ fn invariants_hold_over_many_seeds() {
             ("fenced stale writes", t.writes_rejected),
         ] {
             assert!(n > count / 100, "the worlds produced only {n} {what}");
+        }
+        assert!(
+            t.direct_grant_worlds * 3 >= t.worlds && t.direct_grant_worlds * 3 <= 2 * t.worlds,
+            "direct grants in {} of {} worlds",
+            t.direct_grant_worlds,
+            t.worlds
+        );
+        // Every outcome of a grant notice must actually be exercised.
+        let n = &t.notices;
+        for (what, k) in [
+            ("direct grants", t.direct_grants),
+            ("undone grants", t.grants_undone),
+            ("accepted notices", n.accepted),
+            ("retrying notices", n.retrying),
+            ("releasing notices", n.releasing),
+            ("ignored notices", n.ignored),
+            ("notices nobody owned", n.not_ours),
+        ] {
+            assert!(k * 1000 >= count, "the worlds produced only {k} {what}");
         }
     }
 }
