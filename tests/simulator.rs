@@ -257,6 +257,17 @@ fn oracle_catches_fences_that_go_down() {
 }
 
 #[test]
+fn oracle_catches_a_direct_grant_shorter_than_announced() {
+    let report = first_failure(300, |sc| {
+        sc.service_fault = ServiceFault::ShortDirectGrant;
+        sc.direct_grants = true;
+    })
+    .expect("direct grants expiring before their notice says went unnoticed in 300 worlds");
+    assert!(report.contains("broke I5 "), "{report}");
+    assert!(report.contains("notice => Accepted"), "{report}");
+}
+
+#[test]
 fn oracle_catches_a_gate_without_fencing() {
     let report = first_failure(300, |sc| {
         sc.gate_mode = GateMode::Broken;

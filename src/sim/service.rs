@@ -41,6 +41,8 @@ pub enum ServiceFault {
     IgnoreHolder,
     /// Hands out fencing tokens that go down (breaks I4).
     DecreasingFence,
+    /// A direct grant expires after half the TTL its notice announces (breaks I5).
+    ShortDirectGrant,
 }
 
 /// What an acquire produced.
@@ -454,7 +456,10 @@ impl LockService {
             out.unreachable.push(w.client);
         }
         if let Some(w) = next {
-            let ttl_ns = w.ttl_ms.saturating_mul(1_000_000);
+            let mut ttl_ns = w.ttl_ms.saturating_mul(1_000_000);
+            if self.fault == ServiceFault::ShortDirectGrant {
+                ttl_ns /= 2;
+            }
             let (fence, _) = self.grant(now, name, w.token, ttl_ns, false);
             out.grant = Some(DirectGrant {
                 client: w.client,

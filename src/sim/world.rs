@@ -1438,7 +1438,10 @@ impl Host {
                     );
                 }
             }
-            (GrantNotice::Accepted | GrantNotice::Retrying, Some((lease, true))) => {
+            (
+                GrantNotice::Accepted | GrantNotice::Retrying | GrantNotice::Ignored,
+                Some((lease, true)),
+            ) => {
                 sh.fail(
                     "grant",
                     format!("c{c}: notice for ended lease {lease} answered {outcome:?}"),
