@@ -285,6 +285,10 @@ class LockClient:
             send_acquire if callable(send_acquire) and self._inline else None
         )
         self._presends = 0  # handoffs whose attempt another thread sent (diagnostics, tests)
+        # A service that grants on release (Redis protocol 3) needs each attempt's request id
+        # as its tag, and hands us grant notices through the waiter callback (_woken).
+        self._tag_acquires = bool(getattr(service, "grants_on_release", False))
+        self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = config or Config()
         if not isinstance(cfg, Config):
@@ -950,7 +954,12 @@ class LockClient:
         fn: Callable[[], None]
         try:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
-                r = self._service.acquire(out.name, out.token, out.ttl_ms) if read is None else read()
+                if read is not None:
+                    r = read()
+                elif self._tag_acquires:
+                    r = self._service.acquire(out.name, out.token, out.ttl_ms, req)  # type: ignore[call-arg]
+                else:
+                    r = self._service.acquire(out.name, out.token, out.ttl_ms)
                 if isinstance(r, Granted):
                     fn = partial(self._grant, req, r)
                 elif isinstance(r, HeldByOther):
@@ -1085,11 +1094,17 @@ class LockClient:
         except Exception:
             log.exception("leasehold: %s raised", what)
 
-    def _woken(self, name: str) -> bool:
-        """(service thread) The service picked this client to re-try ``name``. False when no
-        waiter here takes it (the last one just won or left): the service passes it on."""
+    def _woken(self, name: str, notice: Any = None) -> bool:
+        """(service thread) The service picked this client to re-try ``name`` or, with a
+        ``notice`` (protocol 3), granted ``name`` to one of our queued attempts already. False
+        when nobody here takes it: the service passes a wake-up on, and releases a grant."""
         with self._mu:
-            if self._closed or self._stop or self._fatal is not None or name not in self._core_watching:
+            if self._closed or self._stop or self._fatal is not None:
+                return False
+            if notice is not None:
+                self._feed(self._granted, notice)
+                return True
+            if name not in self._core_watching:
                 return False
             if self._send_acquire is None:
                 self._feed(self._core.released, name)
@@ -1103,6 +1118,18 @@ class LockClient:
         if batch:
             self._presend(batch)
         return True
+
+    def _granted(self, notice: Any) -> None:
+        """(input) A grant notice. The core dates it by the attempt it names, or asks again, or
+        releases it for an ended lease; a grant for a lease it no longer knows is released
+        here, on the watch thread (the core has no record to do it with)."""
+        outcome = self._core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
+        if outcome == _ffi.LH_GRANT_ACCEPTED:
+            self._grant_notices += 1
+        elif outcome == _ffi.LH_GRANT_NOT_OURS:
+            pool = self._watch_pool
+            if pool is not None:
+                self._side_call(pool, "releasing a grant no lease here owns", self._service.release, notice.name, notice.token, b"")
 
     def _presend(self, batch: list[tuple[LockHandle, Output]]) -> None:
         """(the thread that read a wake-up, mutex not held) Send the Acquire of each woken
@@ -1120,7 +1147,10 @@ class LockClient:
             read = None
             if interrupt is None:
                 try:
-                    read = send(out.name, out.token, out.ttl_ms)
+                    if self._tag_acquires:
+                        read = send(out.name, out.token, out.ttl_ms, out.request_id)  # type: ignore[call-arg]
+                    else:
+                        read = send(out.name, out.token, out.ttl_ms)
                 except Exception as e:  # nothing pending: the waiter runs the command itself
                     log.debug("leasehold: sending the acquire of %r ahead failed: %s", out.name, e)
                 except BaseException as e:  # handed over all the same, then raised

@@ -83,6 +83,12 @@ class RedisLockService(LockService):
 
     notifications = True
     wakes_one_waiter = True
+    grants_on_release = True
+    """Protocol 3: a RELEASE grants the lock to the oldest queued lease and tells its client
+    with a grant notice, so the next holder needs no ACQUIRE round trip. ``LockClient`` then
+    passes each attempt's request id as ``acquire``'s ``tag`` and takes notices through the
+    ``watch_waiter`` callback (``on_wake(name, notice)``). ``direct_grants=False`` keeps to
+    protocol 2 (a release wakes the next client, which then asks)."""
 
     def __init__(
         self,
@@ -91,6 +97,7 @@ class RedisLockService(LockService):
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
         pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         owns_client: bool = False,
+        direct_grants: bool = True,
     ) -> None:
         if pubsub_ping_interval <= 0:
             raise ValueError("pubsub_ping_interval must be positive")
@@ -98,11 +105,13 @@ class RedisLockService(LockService):
             raise ValueError("pubsub_linger must be >= 0")
         self._client = client
         self._owns_client = owns_client
+        # False: protocol 2 only (a release wakes the next client, which then asks).
+        self.grants_on_release = bool(direct_grants)
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
         self._renew = proto.script(proto.SCRIPT_RENEW)
         self._release = proto.script(proto.SCRIPT_RELEASE)
         self._notify = proto.script(proto.SCRIPT_NOTIFY)
-        self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on)
+        self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on, self._release_stray)
         self._queued = proto.QueueEntries()
         self._direct = _DirectConnections.for_client(client)
         self._closed = False
@@ -116,6 +125,7 @@ class RedisLockService(LockService):
         socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
         pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
+        direct_grants: bool = True,
         **redis_kwargs: Any,
     ) -> RedisLockService:
         """Connect to ``redis://[:password@]host:port/db`` (or ``rediss://``, ``unix://``).
@@ -132,7 +142,13 @@ class RedisLockService(LockService):
             socket_connect_timeout=socket_connect_timeout,
             **redis_kwargs,
         )
-        return cls(client, pubsub_ping_interval=pubsub_ping_interval, pubsub_linger=pubsub_linger, owns_client=True)
+        return cls(
+            client,
+            pubsub_ping_interval=pubsub_ping_interval,
+            pubsub_linger=pubsub_linger,
+            owns_client=True,
+            direct_grants=direct_grants,
+        )
 
     @property
     def client(self) -> redis.Redis:
@@ -166,32 +182,43 @@ class RedisLockService(LockService):
             # and caches it, so the next call's EVALSHA hits.
             return self._client.eval(script.text, len(keys), *keys, *args)
 
-    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+    def acquire(self, name: str, token: str, ttl_ms: int, tag: int | None = None) -> Granted | HeldByOther:
+        """Try to take ``name``. ``tag`` (the core's request id, passed by a ``LockClient``
+        because this service ``grants_on_release``): a refused attempt queues this lease for a
+        direct grant, announced on our wake channel with that tag (protocol 3)."""
         sub = self._sub
         # Queue our wake channel if ``name`` has waiters here and the channel is live (read
         # inline: the subscriber is this module's own).
         wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
-        if wake is not None:
+        if wake is None:
+            tag = None  # nothing is queued: the plain 2-key form
+        elif tag is None:
             self._queued.sent(name)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_acquire
-            reply = d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake))
+            reply = d.call(pack(w, token, ttl_ms, False, wake, tag), lambda: pack(w, token, ttl_ms, True, wake, tag))
         else:
             k = proto.keys_for(name)
             if wake is None:
                 reply = self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
-            else:
+            elif tag is None:
                 reply = self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
+            else:
+                reply = self._run(
+                    self._acquire, [k.lock, k.fence, k.waiters, k.grants], [token, proto.ttl_arg(ttl_ms), wake, tag]
+                )
         result = proto.parse_acquire(reply)
-        if wake is not None:
+        if wake is not None and tag is None:
             self._queued.answered(name, isinstance(result, Granted))
         return result
 
-    def send_acquire(self, name: str, token: str, ttl_ms: int) -> Callable[[], Granted | HeldByOther] | None:
-        """Send ``acquire(name, token, ttl_ms)`` now and return a callable that reads its reply
-        and returns what ``acquire`` would (the optional capability ``LockClient`` uses on a
+    def send_acquire(
+        self, name: str, token: str, ttl_ms: int, tag: int | None = None
+    ) -> Callable[[], Granted | HeldByOther] | None:
+        """Send ``acquire(name, token, ttl_ms, tag)`` now and return a callable that reads its
+        reply and returns what ``acquire`` would (the optional capability ``LockClient`` uses on a
         handoff, see :mod:`leasehold.service`); ``None`` when nothing was sent: no packed fast
         path, no idle connection of our own (a connect does not belong on the thread that
         reads a wake-up), or the send failed — the caller then runs ``acquire`` as usual.
@@ -205,19 +232,22 @@ class RedisLockService(LockService):
             return None
         sub = self._sub
         wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
+        if wake is None:
+            tag = None
         w = proto.wire_for(name)
         pack = proto.pack_acquire
-        packed = pack(w, token, ttl_ms, False, wake)
-        if wake is not None:
+        packed = pack(w, token, ttl_ms, False, wake, tag)
+        track = wake is not None and tag is None
+        if track:
             self._queued.sent(name)
-        read = d.send(packed, lambda: pack(w, token, ttl_ms, True, wake))
+        read = d.send(packed, lambda: pack(w, token, ttl_ms, True, wake, tag))
         if read is None:
             return None
         queued = self._queued
 
         def result() -> Granted | HeldByOther:
             r = proto.parse_acquire(read())
-            if wake is not None:
+            if track:
                 queued.answered(name, isinstance(r, Granted))
             return r
 
@@ -233,16 +263,22 @@ class RedisLockService(LockService):
         return proto.parse_flag(self._run(self._renew, [k.lock], [token, proto.ttl_arg(ttl_ms)]), "RENEW")
 
     def release(self, name: str, token: str, backend_data: bytes = b"") -> bool:
+        """Release ``token``'s hold. The protocol-3 form: the oldest queued lease whose client
+        is listening gets the lock at once (a grant notice), a protocol-2 entry a wake-up."""
         sub = self._sub
         skip = self._queued.stale_entry(name, name in sub._waiting, sub.wake_channel)
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_release
-            return proto.parse_flag(d.call(pack(w, token, False, skip), lambda: pack(w, token, True, skip)), "RELEASE")
+            g = self.grants_on_release
+            return proto.parse_flag(
+                d.call(pack(w, token, False, skip, g), lambda: pack(w, token, True, skip, g)), "RELEASE"
+            )
         k = proto.keys_for(name)
         args = [token, k.channel, name] + ([skip] if skip is not None else [])
-        return proto.parse_flag(self._run(self._release, [k.lock, k.waiters], args), "RELEASE")
+        keys = [k.lock, k.waiters, k.fence, k.grants] if self.grants_on_release else [k.lock, k.waiters]
+        return proto.parse_flag(self._run(self._release, keys, args), "RELEASE")
 
     # ---- inspection (CLI `leasehold status`) -----------------------------------------------
     def ping(self) -> bool:
@@ -289,8 +325,11 @@ class RedisLockService(LockService):
     def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
         """The client has waiters for ``name``: queue our wake channel with its attempts and call
         ``on_wake(name)`` when a release picks us (if it returns ``False``, nobody took the
-        wake-up and it is passed on). Returns once the wake channel is subscribed (bounded by
-        the socket timeout), so no release can pick us before we listen."""
+        wake-up and it is passed on), or ``on_wake(name, notice)`` when a release granted the
+        lock to one of our tagged attempts (a :class:`~.redis_protocol.GrantNotice`; ``False``
+        or an exception: nobody takes it, and the grant is released). Returns once the wake
+        channel is subscribed (bounded by the socket timeout), so no release can pick us
+        before we listen."""
         if self._closed:
             return
         self._sub.wait_on(name, on_wake)
@@ -314,6 +353,16 @@ class RedisLockService(LockService):
             self._run(self._notify, [proto.keys_for(name).waiters], [name, self._sub.wake_channel])
         except Exception as e:  # noqa: BLE001 - the waiters' retry timers still run
             log.debug("passing a wake-up for %r on failed: %s", name, e)
+
+    def _release_stray(self, notice: proto.GrantNotice) -> None:
+        """(the thread that read it) A grant notice nobody here takes (no waiter for the name
+        any more, or the client closed): release that grant, which hands it to the next."""
+        if self._closed:
+            return  # the grant runs out by its TTL
+        try:
+            self.release(notice.name, notice.token)
+        except Exception as e:  # noqa: BLE001 - the grant then runs out by its TTL
+            log.debug("releasing a stray grant of %r failed: %s", notice.name, e)
 
     def park(self, ready: threading.Event, timeout: float) -> bool:
         """A waiting ``acquire()`` serves the pub/sub connection itself meanwhile, so its wake-up
@@ -613,6 +662,7 @@ class _Subscriber:
         ping_interval: float,
         linger: float = 10.0,
         on_stray: Callable[[str], None] | None = None,
+        on_stray_grant: Callable[[proto.GrantNotice], None] | None = None,
     ) -> None:
         self._client = client
         self._ping_interval = ping_interval
@@ -620,6 +670,7 @@ class _Subscriber:
         self._lock = threading.Lock()
         self._live_changed = threading.Condition(self._lock)
         self._on_stray = on_stray
+        self._on_stray_grant = on_stray_grant
         # The wake channel: subscribed from the first waiter on, for the life of the service.
         self.wake_channel = proto.new_wake_channel()
         self._wake_bytes = self.wake_channel.encode()
@@ -1023,6 +1074,11 @@ class _Subscriber:
 
     def _handle_wake(self, ps: Any, kind: Any, data: Any) -> None:
         if kind == "message":
+            if isinstance(data, str):
+                data = data.encode("utf-8", "surrogateescape")
+            if data[:1] == b"\0":
+                self._handle_grant(data)
+                return
             name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
             with self._lock:
                 cb = self._waiting.get(name)
@@ -1034,6 +1090,25 @@ class _Subscriber:
             # waiter re-checks once now.
             for entry in self._set_wake_live(True):
                 self._deliver(entry)
+
+    def _handle_grant(self, data: bytes) -> None:
+        """A release granted the lock to one of our queued leases: give the notice to the
+        client waiting for that name; one nobody takes is released (else it would block the
+        name until its TTL ran out)."""
+        notice = proto.parse_grant_notice(data)
+        if notice is None:
+            log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
+            return
+        with self._lock:
+            cb = self._waiting.get(notice.name)
+        taken = False
+        if cb is not None:
+            try:
+                taken = cb(notice.name, notice) is not False  # type: ignore[call-arg]
+            except Exception:  # a callback bug must not kill the subscriber
+                log.exception("leasehold redis grant callback failed for %r", notice.name)
+        if not taken and self._on_stray_grant is not None:
+            self._on_stray_grant(notice)
 
     @staticmethod
     def _deliver(entry: tuple[str, Callable[[str], object]]) -> None:

@@ -74,8 +74,14 @@ def hand_over(h, w: Acquirer) -> None:  # type: ignore[no-untyped-def]
 
 
 def queued(r, name: str) -> list[str]:  # type: ignore[no-untyped-def]
-    """The wake channels queued for ``name``, oldest first."""
-    return [m.decode() for m in r.zrange(proto.keys_for(name).waiters, 0, -1)]
+    """The wake channels of the entries queued for ``name``, oldest first (a protocol-3 entry
+    is one lease's: ``wake#token``)."""
+    return [m.decode().split("#", 1)[0] for m in r.zrange(proto.keys_for(name).waiters, 0, -1)]
+
+
+def queued_tokens(r, name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The ownership tokens of the leases queued for ``name`` (protocol-3 entries), oldest first."""
+    return [m.decode().split("#", 1)[1] for m in r.zrange(proto.keys_for(name).waiters, 0, -1) if b"#" in m]
 
 
 def test_uncontended_acquire_release_and_renewal_on_redis(redis_server, r):
@@ -122,9 +128,9 @@ def test_a_parked_waiter_reads_its_own_wake_up_and_gives_the_connection_back(red
     woken_on: list[threading.Thread] = []
     woken = waiter_client._woken
 
-    def spy(name: str) -> bool:
+    def spy(name: str, notice: object = None) -> bool:
         woken_on.append(threading.current_thread())
-        return woken(name)
+        return woken(name, notice)
 
     waiter_client._woken = spy  # type: ignore[method-assign]
     heard: list[str] = []
@@ -243,15 +249,16 @@ def test_an_interrupt_while_a_waiter_serves_the_connection_reaches_the_caller(re
         holder.close()
 
 
-def test_many_waiters_in_one_client_share_one_queue_entry_and_all_get_the_lock(redis_server, r):
+def test_many_waiters_in_one_client_queue_one_entry_each_and_all_get_the_lock(redis_server, r):
     svc = service(redis_server.url)
     with LockClient(service(redis_server.url)) as holder, LockClient(svc) as c:
         h = holder.acquire("q", ttl=120.0)
         ws = [Acquirer(c, "q", ttl=10.0, wait=60.0) for _ in range(4)]
         for w in ws:
             w.start()
-        wait_for(lambda: c.counters().acquires_sent >= 4 and queued(r, "q"), what="the waiters queued")
-        assert queued(r, "q") == [svc.wake_channel], "one queue entry per client and name"
+        wait_for(lambda: len(queued(r, "q")) == 4, what="the waiters queued")
+        assert queued(r, "q") == [svc.wake_channel] * 4, "one entry per waiting lease, on its client's channel"
+        assert len(set(queued_tokens(r, "q"))) == 4
         h.release()
         fences = []
         done: set[int] = set()
@@ -270,6 +277,8 @@ def test_many_waiters_in_one_client_share_one_queue_entry_and_all_get_the_lock(r
             w.join(60)
             assert w.error is None, w.error
         assert len(fences) == 4 and fences == sorted(fences) and len(set(fences)) == 4
+        assert c._grant_notices >= 3, "each release granted the next waiter directly"
+        assert queued(r, "q") == []
 
 
 def test_each_release_wakes_only_the_oldest_waiting_client(redis_server, r):
@@ -374,7 +383,7 @@ def test_a_stale_queue_entry_does_not_swallow_the_wake_up(redis_server, r, stale
         h.release()
         w.join(90)
         assert w.error is None and w.handle is not None, w.error
-        assert queued(r, "stale") == [waiter_svc.wake_channel], "the winner stays queued until its release"
+        assert queued(r, "stale") == [], "the winner's entry went with its grant"
         w.handle.release()
         assert queued(r, "stale") == []
 

@@ -5,6 +5,8 @@ Setup of every test: one shared ``LockClient``; a first waiter ``L`` (on another
 the client's pub/sub connection (a parked waiter claims it), and the waiter ``W`` under test
 waits on ``name`` without it, so ``W``'s wake-up is read on ``L``'s thread. The holder lives
 in a separate client; its TTLs (120 s) exceed every wait, so only the wake-up can hand over.
+The services keep to protocol 2 (``direct_grants=False``): with a direct grant a handoff needs
+no ACQUIRE at all, and the pre-sent attempt serves the wake-ups of protocol-2 releasers.
 """
 
 from __future__ import annotations
@@ -69,13 +71,13 @@ def spy(svc: RedisLockService, calls: Calls, after_send: Callable[[], None] | No
     """Record ``svc``'s acquire and send_acquire calls (before a LockClient reads them)."""
     real_acquire, real_send = svc.acquire, svc.send_acquire
 
-    def acquire(name: str, token: str, ttl_ms: int):  # type: ignore[no-untyped-def]
+    def acquire(name: str, token: str, ttl_ms: int, *tag: int):  # type: ignore[no-untyped-def]
         calls.acquired.append((threading.get_ident(), token))
-        return real_acquire(name, token, ttl_ms)
+        return real_acquire(name, token, ttl_ms, *tag)
 
-    def send_acquire(name: str, token: str, ttl_ms: int):  # type: ignore[no-untyped-def]
+    def send_acquire(name: str, token: str, ttl_ms: int, *tag: int):  # type: ignore[no-untyped-def]
         calls.sent_ahead.append((threading.get_ident(), token))
-        read = real_send(name, token, ttl_ms)
+        read = real_send(name, token, ttl_ms, *tag)
         if after_send is not None:
             after_send()
         if read is None:
@@ -98,7 +100,7 @@ class Setup:
     def __init__(self, url: str, r: redis.Redis, name: str, svc: LockService, w_wait: float = 60.0, **kw: Any) -> None:
         self.r = r
         self.name = name
-        self.holder = LockClient(RedisLockService(redis_client(url), owns_client=True))
+        self.holder = LockClient(RedisLockService(redis_client(url), owns_client=True, direct_grants=False))
         self.svc = svc
         self.c = LockClient(svc, **kw)
         self.h = self.holder.acquire(name, ttl=120.0)
@@ -130,7 +132,7 @@ class Setup:
 
 
 def test_a_handoff_between_two_threads_sends_the_waiters_attempt_ahead(redis_server, r):
-    svc = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    svc = RedisLockService(redis_client(redis_server.url), owns_client=True, direct_grants=False)
     calls = Calls()
     spy(svc, calls)
     s = Setup(redis_server.url, r, "ahead", svc)
@@ -159,7 +161,7 @@ def test_a_failed_read_of_the_attempt_sent_ahead_is_retried_and_the_waiter_acqui
     and the core's own retry re-sends. ACQUIRE is idempotent for W's token: W gets the one
     grant the lost reply carried, and no connection is left checked out."""
     client = redis_client(redis_server.url, retries)
-    svc = RedisLockService(client)  # the test owns the client: its pool is inspected after close
+    svc = RedisLockService(client, direct_grants=False)  # the test owns the client: its pool is inspected after close
     calls = Calls()
     failed: list[Any] = []
 
@@ -218,7 +220,7 @@ def test_a_waiter_that_leaves_while_its_attempt_is_sent_ahead_gets_its_reply_rea
     up), long before a lost reply's request timeout (20 s here) could; no result is stale (fed
     twice), nothing stays in flight, and no connection stays out of the pool."""
     client = redis_client(redis_server.url)
-    svc = RedisLockService(client)
+    svc = RedisLockService(client, direct_grants=False)
     calls = Calls()
     interrupt = threading.Event()
     w_box: list[Acquirer] = []
@@ -314,7 +316,7 @@ class PlainService(LockService):
 
 
 def test_without_the_capability_the_waiter_sends_its_own_attempt(redis_server, r):
-    inner = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    inner = RedisLockService(redis_client(redis_server.url), owns_client=True, direct_grants=False)
     calls = Calls()
     spy(inner, calls)
     svc = PlainService(inner)
@@ -341,7 +343,7 @@ def test_send_acquire_keeps_its_connection_out_until_the_reply_is_read(redis_ser
     """The service side: the pre-sent request's connection is nobody else's until its reply is
     read (another call meanwhile takes another connection and gets its own answer), NOSCRIPT is
     answered by EVAL on the same connection, and without an idle connection nothing is sent."""
-    svc = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    svc = RedisLockService(redis_client(redis_server.url), owns_client=True, direct_grants=False)
     d = svc._direct
     assert d is not None
     try:
@@ -367,7 +369,7 @@ def test_send_acquire_keeps_its_connection_out_until_the_reply_is_read(redis_ser
 def test_a_failed_send_ahead_sends_nothing_and_gives_the_connection_back_disconnected(redis_server, r):
     """A send that fails leaves no half-sent request behind: ``None`` (the caller then runs
     ``acquire`` itself), and the connection goes back to the free list disconnected."""
-    svc = RedisLockService(redis_client(redis_server.url), owns_client=True)
+    svc = RedisLockService(redis_client(redis_server.url), owns_client=True, direct_grants=False)
     d = svc._direct
     assert d is not None
     try:
@@ -398,7 +400,7 @@ def test_a_failed_send_ahead_sends_nothing_and_gives_the_connection_back_disconn
 def test_a_reply_sent_ahead_is_never_read_in_a_forked_child(redis_server, r):
     """The reader refuses to run in a forked child: the reply on the shared socket is the
     parent's, which then reads it itself (without a re-send)."""
-    svc = RedisLockService(redis_client(redis_server.url, retries=0), owns_client=True)
+    svc = RedisLockService(redis_client(redis_server.url, retries=0), owns_client=True, direct_grants=False)
     d = svc._direct
     assert d is not None
     try:

@@ -1,0 +1,157 @@
+"""Direct grants (Redis protocol 3) through LockClient: a release hands the lock to the oldest
+queued lease and tells its client with a grant notice, so the next holder sends no ACQUIRE.
+
+As in test_redis_lockclient.py, the holder's TTL (120 s) exceeds every waiter's budget, so a
+waiter can only get the lock through the mechanism under test, never by its retry timer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+import polling  # noqa: E402
+
+from leasehold import LockClient, errors  # noqa: E402
+from leasehold.backends import redis_protocol as proto  # noqa: E402
+from test_redis_lockclient import Acquirer, queued, queued_tokens, service  # noqa: E402
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> None:
+    polling.wait_until(pred, timeout, 0.01, what)
+
+
+def settled(c: LockClient, horizon_s: float = 20.0) -> Callable[[], bool]:
+    """Nothing in flight and no core timer due within ``horizon_s``: past the quick attempts,
+    a waiter sleeps until the holder's 120 s TTL hint, so only a release can hand over."""
+
+    def check() -> bool:
+        dl = c._deadline
+        return (dl is None or dl - c._now() > horizon_s * 1e9) and c.wait_idle(0.05) and c._side_pending == 0
+
+    return check
+
+
+def test_a_release_grants_the_queued_waiter_without_its_acquire(redis_server, r):
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("direct", ttl=120.0)
+        w = Acquirer(c, "direct", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "direct")) == 1, what="the waiter queued")
+        wait_for(settled(c), what="the waiter asleep")
+        sent = c.counters().acquires_sent
+        k = proto.keys_for("direct")
+        [token] = queued_tokens(r, "direct")
+        t0 = time.monotonic()
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert time.monotonic() - t0 < 20, "handed over by the release, not by a timer"
+        assert c.counters().acquires_sent == sent, "no ACQUIRE: the release granted the lock"
+        assert c._grant_notices == 1
+        assert w.handle.fencing_token > h.fencing_token
+        assert int(r.hget(k.lock, "fence")) == w.handle.fencing_token
+        assert r.hget(k.lock, "token").decode() == token
+        # Validity is counted from the send time of the attempt that queued it (before the
+        # release), so at most the TTL minus the time since then.
+        assert 0 < w.handle.remaining() < 10.0
+        assert queued(r, "direct") == [] and r.hlen(k.grants) == 0
+        wait_for(lambda: c.counters().renewals_ok >= 1, what="a renewal of the granted lease")
+        w.handle.release()
+        assert not r.exists(k.lock)
+
+
+def test_a_grant_for_a_waiter_that_gave_up_goes_to_the_next(redis_server, r):
+    """The first queued waiter timed out (its entry stays behind); the release grants it, its
+    client finds no lease for the token and releases the grant, which goes to the next."""
+    with LockClient(service(redis_server.url)) as holder, LockClient(
+        service(redis_server.url)
+    ) as quitter, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("gave-up", ttl=120.0)
+        q = Acquirer(quitter, "gave-up", ttl=10.0, wait=2.0)
+        q.start()
+        wait_for(lambda: len(queued_tokens(r, "gave-up")) == 1, what="the quitter queued")
+        w = Acquirer(c, "gave-up", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "gave-up")) == 2, what="the waiter queued behind it")
+        q.join(30)
+        assert isinstance(q.error, errors.LockTimeout), q.error
+        assert len(queued_tokens(r, "gave-up")) == 2, "the quitter's entry stays behind"
+        wait_for(settled(c), what="the waiter asleep")
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert w.handle.fencing_token > h.fencing_token + 1, "a fence went to the quitter's grant first"
+        assert c._grant_notices == 1
+        assert queued(r, "gave-up") == []
+        w.handle.release()
+
+
+def test_a_grant_for_a_forgotten_lease_of_a_client_that_still_waits_is_released_by_the_host(redis_server, r):
+    """Same, but the quitter's client still waits for the name with another lease: the notice
+    reaches its core, which no longer knows the token (NotOurs), so the client releases it."""
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("forgotten", ttl=120.0)
+        q = Acquirer(c, "forgotten", ttl=10.0, wait=2.0)
+        q.start()
+        wait_for(lambda: len(queued_tokens(r, "forgotten")) == 1, what="the quitter queued")
+        w = Acquirer(c, "forgotten", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "forgotten")) == 2, what="the waiter queued behind it")
+        q.join(30)
+        assert isinstance(q.error, errors.LockTimeout), q.error
+        wait_for(settled(c), what="the waiter asleep")
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert w.handle.fencing_token > h.fencing_token + 1
+        assert queued(r, "forgotten") == []
+        w.handle.release()
+
+
+def test_a_protocol_2_releaser_wakes_a_protocol_3_waiter_which_then_asks(redis_server, r):
+    """A holder that releases with the 2-key form (an older host, or ``direct_grants=False``)
+    wakes the queued lease's client with the plain name; the waiter then sends its ACQUIRE."""
+    with LockClient(service(redis_server.url, direct_grants=False)) as holder, LockClient(
+        service(redis_server.url)
+    ) as c:
+        h = holder.acquire("mixed", ttl=120.0)
+        w = Acquirer(c, "mixed", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "mixed")) == 1, what="the waiter queued")
+        wait_for(settled(c), what="the waiter asleep")
+        sent = c.counters().acquires_sent
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert c.counters().acquires_sent == sent + 1, "woken, it asked once"
+        assert c._grant_notices == 0
+        assert w.handle.fencing_token > h.fencing_token
+        w.handle.release()
+
+
+def test_a_grant_to_a_client_that_closed_is_released_or_passed_on(redis_server, r):
+    """The queued lease's client closed: its wake channel has no subscriber any more, so the
+    release undoes that grant and grants the next queued lease."""
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        gone = LockClient(service(redis_server.url))
+        h = holder.acquire("closed", ttl=120.0)
+        g = Acquirer(gone, "closed", ttl=10.0, wait=60.0)
+        g.start()
+        wait_for(lambda: len(queued_tokens(r, "closed")) == 1, what="the first waiter queued")
+        w = Acquirer(c, "closed", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "closed")) == 2, what="the second queued")
+        gone.close()
+        g.join(30)
+        assert isinstance(g.error, errors.ClientClosed), g.error
+        wait_for(settled(c), what="the waiter asleep")
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert c._grant_notices == 1
+        w.handle.release()
