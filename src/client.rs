@@ -663,12 +663,17 @@ impl Client {
             LeaseState::Acquiring if l.inflight_req != 0 => {
                 // An attempt sent after the one the notice names is in flight. It reaches the
                 // service after the grant and gets it back, unless it was refused earlier
-                // without updating the queue entry: then it must not put the lease to sleep.
+                // without updating the queue entry: then it must not put the lease to sleep,
+                // and a lease that ends meanwhile must release the grant (rule 6; sim seed
+                // 165958: such a refusal is older than the grant, not proof that it is gone).
                 l.flags.set(Flag::RetryIfRefused, true);
+                l.flags.set(Flag::Uncertain, true);
                 self.counters.stale_results += 1;
                 GrantNotice::Ignored
             }
             LeaseState::Acquiring => {
+                // Ours at the service until the fresh attempt says otherwise.
+                l.flags.set(Flag::Uncertain, true);
                 self.send_acquire(slot);
                 GrantNotice::Retrying
             }

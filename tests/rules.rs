@@ -1075,6 +1075,37 @@ fn grant_notice_for_an_older_attempt_while_one_is_in_flight_never_lets_it_sleep(
 }
 
 #[test]
+fn grant_notice_ignored_for_an_attempt_in_flight_is_released_if_the_wait_then_runs_out() {
+    // Sim seed 165958: the notice names an older attempt while a later one is in flight; that
+    // one was refused before the grant, and by its answer the wait has run out. The grant is
+    // still ours at the service: giving up must release it.
+    let mut c = client();
+    let lease = c
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(28 * MS))
+        .unwrap();
+    let (r1, token) = acquire_req(&drain(&mut c));
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(20_000),
+    };
+    c.handle_acquire_result(MS, r1, held).unwrap();
+    drain(&mut c);
+    let d = c.poll_timeout().unwrap();
+    c.handle_timeout(d);
+    let (r2, _) = acquire_req(&drain(&mut c));
+    let got = c.handle_granted(d + MS, r1, &token.to_hex(), 9, 3_000);
+    assert_eq!(got, GrantNotice::Ignored);
+    drain(&mut c);
+    c.handle_acquire_result(30 * MS, r2, held).unwrap();
+    let out = drain(&mut c);
+    assert!(
+        matches!(events(&out)[..], [Event::AcquireFailed { lease: l, reason: AcquireFailReason::WaitExhausted }] if l == lease),
+        "{out:?}"
+    );
+    let (_, t) = release_req(&out).expect("the grant is released");
+    assert_eq!(t, token);
+}
+
+#[test]
 fn grant_notice_for_an_ended_lease_is_released_and_a_forgotten_one_is_left_to_the_host() {
     let mut c = client();
     let (lease, req, token, t0) = refused_waiter(&mut c);
