@@ -154,6 +154,9 @@ class AsyncLockClient:
         release_timeout: float | None = None,
     ) -> None:
         self._service = to_async(service)
+        # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
+        self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))
+        self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = config or Config()
         if not isinstance(cfg, Config):
@@ -479,7 +482,10 @@ class AsyncLockClient:
         fn: Callable[[], None]
         try:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
-                r = await self._service.acquire(out.name, out.token, out.ttl_ms)
+                if self._tag_acquires:
+                    r = await self._service.acquire(out.name, out.token, out.ttl_ms, req)  # type: ignore[call-arg]
+                else:
+                    r = await self._service.acquire(out.name, out.token, out.ttl_ms)
                 if isinstance(r, Granted):
                     g = r
 
@@ -582,24 +588,28 @@ class AsyncLockClient:
         t.add_done_callback(self._tasks.discard)
         self._watch_tail = t
 
-    def _woken(self, name: str) -> bool | None:
-        """(service) The service picked this client to re-try ``name``. On the client's loop the
-        answer is known at once: ``False`` when no waiter here takes it (the last one just won
-        or left), and the service passes the wake-up on. From another thread it is queued to
-        the loop and the answer is ``None`` (not known)."""
+    def _woken(self, name: str, notice: Any = None) -> bool | None:
+        """(service) The service picked this client to re-try ``name``, or, with a ``notice``
+        (protocol 3), granted it to one of our queued attempts. On the client's loop the
+        answer is known at once: ``False`` when nobody here takes it (the service then passes a
+        wake-up on, or releases the grant). From another thread it is queued to the loop and
+        the answer is ``None`` (not known; a grant nobody takes is then released here)."""
         loop = self._loop
         try:
             on_loop = loop is not None and asyncio.get_running_loop() is loop
         except RuntimeError:
             on_loop = False
+        handle = self._wake_core if notice is None else self._grant_core
+        arg = name if notice is None else notice
         if not on_loop:
             if loop is not None and not loop.is_closed():
                 try:
-                    loop.call_soon_threadsafe(self._wake_core, name)
+                    loop.call_soon_threadsafe(handle, arg)
                 except RuntimeError:  # loop closed meanwhile
-                    pass
-            return None
-        return self._wake_core(name)
+                    return False
+                return None
+            return False
+        return handle(arg)
 
     def _wake_core(self, name: str) -> bool:
         """(loop) Wake one local waiter of ``name``; False if there is none."""
@@ -608,6 +618,29 @@ class AsyncLockClient:
         core = self._core
         self._deliver_input(lambda: core.released(name))
         return True
+
+    def _grant_core(self, notice: Any) -> bool:
+        """(loop) Feed a grant notice to the core; False once closed (the service releases it).
+        A grant for a lease the core no longer knows is released here."""
+        if self._closed:
+            return False
+        core = self._core
+
+        def feed() -> None:
+            outcome = core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
+            if outcome == _ffi.LH_GRANT_ACCEPTED:
+                self._grant_notices += 1
+            elif outcome == _ffi.LH_GRANT_NOT_OURS:
+                self._spawn(self._release_stray(notice))
+
+        self._deliver_input(feed)
+        return True
+
+    async def _release_stray(self, notice: Any) -> None:
+        try:
+            await self._service.release(notice.name, notice.token, b"")
+        except Exception as e:  # noqa: BLE001 - the grant then runs out by its TTL
+            log.warning("leasehold: releasing a grant of %r no lease here owns failed: %s", notice.name, e)
 
     def _notified_threadsafe(self, name: str) -> None:
         loop = self._loop

@@ -61,6 +61,9 @@ class AsyncRedisLockService(AsyncLockService):
 
     notifications = True
     wakes_one_waiter = True
+    grants_on_release = True
+    """Protocol 3, as :attr:`RedisLockService.grants_on_release` (``direct_grants=False``:
+    protocol 2 only)."""
 
     def __init__(
         self,
@@ -69,6 +72,7 @@ class AsyncRedisLockService(AsyncLockService):
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
         pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         owns_client: bool = False,
+        direct_grants: bool = True,
     ) -> None:
         if pubsub_ping_interval <= 0:
             raise ValueError("pubsub_ping_interval must be positive")
@@ -76,6 +80,7 @@ class AsyncRedisLockService(AsyncLockService):
             raise ValueError("pubsub_linger must be >= 0")
         self._client = client
         self._owns_client = owns_client
+        self.grants_on_release = bool(direct_grants)
         self._ping_interval = pubsub_ping_interval
         self._linger = pubsub_linger
         self._acquire = proto.script(proto.SCRIPT_ACQUIRE)
@@ -109,6 +114,7 @@ class AsyncRedisLockService(AsyncLockService):
         socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
         pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
+        direct_grants: bool = True,
         **redis_kwargs: Any,
     ) -> AsyncRedisLockService:
         """Like :meth:`leasehold.backends.redis.RedisLockService.from_url` (no IO until used)."""
@@ -120,7 +126,13 @@ class AsyncRedisLockService(AsyncLockService):
             socket_connect_timeout=socket_connect_timeout,
             **redis_kwargs,
         )
-        return cls(client, pubsub_ping_interval=pubsub_ping_interval, pubsub_linger=pubsub_linger, owns_client=True)
+        return cls(
+            client,
+            pubsub_ping_interval=pubsub_ping_interval,
+            pubsub_linger=pubsub_linger,
+            owns_client=True,
+            direct_grants=direct_grants,
+        )
 
     @property
     def client(self) -> aioredis.Redis:
@@ -133,26 +145,37 @@ class AsyncRedisLockService(AsyncLockService):
         except NoScriptError:
             return await self._client.eval(script.text, len(keys), *keys, *args)
 
-    async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+    async def acquire(self, name: str, token: str, ttl_ms: int, tag: int | None = None) -> Granted | HeldByOther:
+        """As :meth:`RedisLockService.acquire` (``tag``: queue this lease for a direct grant)."""
         if not (self._wake_live and name in self._waiting):
-            return await self._acquire_once(name, token, ttl_ms, None)
+            return await self._acquire_once(name, token, ttl_ms, None, None)
+        if tag is not None:
+            return await self._acquire_once(name, token, ttl_ms, self.wake_channel, tag)
         self._queued.sent(name)
-        result = await self._acquire_once(name, token, ttl_ms, self.wake_channel)
+        result = await self._acquire_once(name, token, ttl_ms, self.wake_channel, None)
         self._queued.answered(name, isinstance(result, Granted))
         return result
 
-    async def _acquire_once(self, name: str, token: str, ttl_ms: int, wake: str | None) -> Granted | HeldByOther:
+    async def _acquire_once(
+        self, name: str, token: str, ttl_ms: int, wake: str | None, tag: int | None
+    ) -> Granted | HeldByOther:
         d = self._direct
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_acquire
-            reply = await d.call(pack(w, token, ttl_ms, False, wake), lambda: pack(w, token, ttl_ms, True, wake))
+            reply = await d.call(
+                pack(w, token, ttl_ms, False, wake, tag), lambda: pack(w, token, ttl_ms, True, wake, tag)
+            )
             return proto.parse_acquire(reply)
         k = proto.keys_for(name)
         if wake is None:
             reply = await self._run(self._acquire, [k.lock, k.fence], [token, proto.ttl_arg(ttl_ms)])
-        else:
+        elif tag is None:
             reply = await self._run(self._acquire, [k.lock, k.fence, k.waiters], [token, proto.ttl_arg(ttl_ms), wake])
+        else:
+            reply = await self._run(
+                self._acquire, [k.lock, k.fence, k.waiters, k.grants], [token, proto.ttl_arg(ttl_ms), wake, tag]
+            )
         return proto.parse_acquire(reply)
 
     async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
@@ -172,10 +195,13 @@ class AsyncRedisLockService(AsyncLockService):
         if d is not None:
             w = proto.wire_for(name)
             pack = proto.pack_release
-            return proto.parse_flag(await d.call(pack(w, token, False, skip), lambda: pack(w, token, True, skip)), "RELEASE")
+            g = self.grants_on_release
+            reply = await d.call(pack(w, token, False, skip, g), lambda: pack(w, token, True, skip, g))
+            return proto.parse_flag(reply, "RELEASE")
         k = proto.keys_for(name)
         args = [token, k.channel, name] + ([skip] if skip is not None else [])
-        reply = await self._run(self._release, [k.lock, k.waiters], args)
+        keys = [k.lock, k.waiters, k.fence, k.grants] if self.grants_on_release else [k.lock, k.waiters]
+        reply = await self._run(self._release, keys, args)
         return proto.parse_flag(reply, "RELEASE")
 
     # ---- waking waiters ----------------------------------------------------------------------
@@ -405,11 +431,41 @@ class AsyncRedisLockService(AsyncLockService):
             for entry in list(self._waiting.items()):
                 self._deliver(entry)
             return
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
+        if data[:1] == b"\0":
+            self._handle_grant(data)
+            return
         name = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
         if not proto.offer_wake(self._waiting.get(name), name) and not self._closed:
             t = asyncio.get_running_loop().create_task(self._pass_on(name))
             self._side_tasks.add(t)
             t.add_done_callback(self._side_tasks.discard)
+
+    def _handle_grant(self, data: bytes) -> None:
+        """As :meth:`RedisLockService._handle_grant`: the notice goes to the client waiting for
+        the name; one nobody takes is released (it would block the name for its TTL)."""
+        notice = proto.parse_grant_notice(data)
+        if notice is None:
+            log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
+            return
+        cb = self._waiting.get(notice.name)
+        taken = False
+        if cb is not None:
+            try:
+                taken = cb(notice.name, notice) is not False  # type: ignore[call-arg]
+            except Exception:  # a callback bug must not kill the subscriber
+                log.exception("leasehold redis grant callback failed for %r", notice.name)
+        if not taken and not self._closed:
+            t = asyncio.get_running_loop().create_task(self._release_stray(notice))
+            self._side_tasks.add(t)
+            t.add_done_callback(self._side_tasks.discard)
+
+    async def _release_stray(self, notice: proto.GrantNotice) -> None:
+        try:
+            await self.release(notice.name, notice.token)
+        except Exception as e:  # noqa: BLE001 - the grant then runs out by its TTL
+            log.debug("releasing a stray grant of %r failed: %s", notice.name, e)
 
     @staticmethod
     def _deliver(entry: tuple[str, Callable[[str], object]]) -> None:

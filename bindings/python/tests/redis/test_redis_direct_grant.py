@@ -7,6 +7,7 @@ waiter can only get the lock through the mechanism under test, never by its retr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -17,7 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import polling  # noqa: E402
 
 from leasehold import LockClient, errors  # noqa: E402
+from leasehold.aio import AsyncLockClient  # noqa: E402
 from leasehold.backends import redis_protocol as proto  # noqa: E402
+from leasehold.backends.redis_async import AsyncRedisLockService  # noqa: E402
 from test_redis_lockclient import Acquirer, queued, queued_tokens, service  # noqa: E402
 
 
@@ -155,3 +158,39 @@ def test_a_grant_to_a_client_that_closed_is_released_or_passed_on(redis_server, 
         assert w.error is None and w.handle is not None, w.error
         assert c._grant_notices == 1
         w.handle.release()
+
+
+def test_asyncio_clients_hand_over_by_direct_grant(redis_server, r):
+    """The asyncio twin: the waiting AsyncLockClient gets the lock from the release's notice,
+    without an ACQUIRE of its own; a queued lease that gave up meanwhile (its grant reaches a
+    core that no longer knows it) is released by the client and the grant moves on."""
+
+    async def main() -> None:
+        holder_svc = AsyncRedisLockService.from_url(redis_server.url)
+        async with AsyncLockClient(holder_svc) as a, AsyncLockClient(
+            AsyncRedisLockService.from_url(redis_server.url)
+        ) as b:
+            h = await a.acquire("aio-direct", ttl=120.0)
+            quitter = asyncio.ensure_future(b.acquire("aio-direct", ttl=5.0, wait=1.0))
+            while len(queued_tokens(r, "aio-direct")) != 1:
+                await asyncio.sleep(0.01)
+            task = asyncio.ensure_future(b.acquire("aio-direct", ttl=5.0, wait=60.0))
+            while len(queued_tokens(r, "aio-direct")) != 2:
+                await asyncio.sleep(0.01)
+            try:
+                await quitter
+                raise AssertionError("the quitter got the lock")
+            except errors.LockTimeout:
+                pass
+            await asyncio.sleep(1.0)  # past the waiter's quick attempts: asleep on a 120 s hint
+            sent = b.counters().acquires_sent
+            await h.release()
+            h2 = await asyncio.wait_for(task, 30)
+            assert h2.fencing_token > h.fencing_token + 1, "a fence went to the quitter's grant first"
+            assert b.counters().acquires_sent == sent, "granted by the release, no ACQUIRE"
+            assert b._grant_notices == 1
+            assert queued(r, "aio-direct") == []
+            await h2.release()
+            assert not r.exists(proto.keys_for("aio-direct").lock)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
