@@ -58,11 +58,12 @@ clock = time.perf_counter
 
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
-def lh_client(url: str, inline_io: bool | None = None) -> LockClient:
+def lh_client(url: str, inline_io: bool | None = None, direct_grants: bool = True) -> LockClient:
     """leasehold's LockClient on RedisLockService.from_url (2 s socket and connect timeouts).
     RedisLockService declares that bound as ``call_timeout``, so LockClient's inline fast path
-    is on by default (``inline_io=None``); ``inline_io=False`` gives the no-inline row."""
-    return LockClient(RedisLockService.from_url(url), inline_io=inline_io)
+    is on by default (``inline_io=None``); ``inline_io=False`` gives the no-inline row, and
+    ``direct_grants=False`` the protocol-2 rows (a release wakes the next waiter, which asks)."""
+    return LockClient(RedisLockService.from_url(url, direct_grants=direct_grants), inline_io=inline_io)
 
 
 class Locker:
@@ -300,6 +301,8 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold:
 def _make_locker(kind: str, url: str) -> Locker:
     if kind == "leasehold":
         return LeaseholdLocker(url)
+    if kind == "leasehold, protocol 2":
+        return LeaseholdLocker(url, lh_client(url, direct_grants=False), own=True)
     if kind == "python-redis-lock":
         return PRLLocker(redis.Redis.from_url(url))
     if kind == "redis-py Lock":
@@ -571,13 +574,22 @@ def main() -> None:
                     )
             if "handoff" in parts:
                 results["handoff"] = {}
+                ho_impls = list(all_impls)
+                ho_impls.insert(
+                    1,
+                    Impl(
+                        "leasehold, protocol 2",
+                        lambda: LeaseholdLocker(srv.url, lh_client(srv.url, direct_grants=False), own=True),
+                        "",
+                    ),
+                )
                 for waiters in (8, 32):
-                    for impl in all_impls:
+                    for impl in ho_impls:
                         n = (30 if q else 150) if "redis-py" not in impl.label else (20 if q else 80)
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
                         report_handoff(results, impl.label, waiters, res)
-                    for kind in ("leasehold", "python-redis-lock"):
+                    for kind in ("leasehold", "leasehold, protocol 2", "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
                         report_handoff(results, f"{kind} (process per waiter)", waiters, res)
