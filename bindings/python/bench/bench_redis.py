@@ -287,12 +287,22 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold:
     # the last holder releases; waiters still blocked get the lock once each and exit
     for t in threads:
         t.join(max(0.1, end + 90 - clock()))
+    notices = _grant_notices(lockers)
     for lk in lockers:
         lk.close()
     if errors:
         raise errors[0]
     lat.sort()
-    return summarize(lat)
+    res = summarize(lat)
+    if notices is not None:
+        res["grant_notices"] = notices
+    return res
+
+
+def _grant_notices(lockers: list[Locker]) -> int | None:
+    """Grants that reached leasehold's clients as notices (protocol 3), each client once."""
+    clients = {id(lk.client): lk.client for lk in lockers if isinstance(lk, LeaseholdLocker)}
+    return sum(c._grant_notices for c in clients.values()) if clients else None
 
 
 # Handoff across processes: one waiter per OS process, as separate services would run. The
@@ -341,6 +351,10 @@ def _handoff_process(kind: str, url: str, name: str, hold: float, sh: dict[str, 
             while sh["gen"].value == gen and not sh["stop"].value:
                 time.sleep(0.0005)
     finally:
+        notices = _grant_notices([locker])
+        if notices:
+            with sh["mu"]:
+                sh["notices"].value += notices
         locker.close()
 
 
@@ -358,6 +372,7 @@ def bench_handoff_processes(
         "count": ctx.Value("i", 0, lock=False),
         "stop": ctx.Value("b", 0, lock=False),
         "lat": ctx.Array("d", handoffs, lock=False),
+        "notices": ctx.Value("q", 0, lock=False),
     }
     name = f"hp-{waiters}-{kind}"
     procs = [
@@ -377,7 +392,10 @@ def bench_handoff_processes(
         if p.is_alive():
             p.kill()
     lat = sorted(sh["lat"][: sh["count"].value])
-    return summarize(lat)
+    res = summarize(lat)
+    if kind.startswith("leasehold"):
+        res["grant_notices"] = sh["notices"].value
+    return res
 
 
 def summarize(xs: list[float]) -> dict[str, Any]:
@@ -522,7 +540,8 @@ def report_handoff(results: dict[str, Any], label: str, waiters: int, res: dict[
     results["handoff"][f"{label} / {waiters} waiters"] = res
     print(
         f"handoff     {label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
-        f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
+        f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})"
+        + (f"  grant notices {res['grant_notices']}" if "grant_notices" in res else ""),
         flush=True,
     )
 
