@@ -54,6 +54,15 @@ class LockService(abc.ABC):
     overlaps the round trip. The client calls the returned callable exactly once (from any
     thread; also when the waiter has left meanwhile); a failed read may re-send, since
     acquire is idempotent for a token.
+
+    Optional capability ``grants_on_release`` (a true attribute; Redis protocol 3): a release
+    grants the lock to the oldest queued waiting lease itself and tells that lease's client
+    with a grant notice. ``LockClient`` then passes each attempt's request id as a fourth
+    argument of ``acquire`` (and ``send_acquire``), the *tag* a queued attempt is granted
+    under, and accepts ``on_wake(name, notice)`` from ``watch_waiter`` (``notice`` with
+    ``tag``, ``fencing_token``, ``ttl_ms``, ``token`` and ``name``). The core dates such a grant
+    from the send time of the attempt it names; a grant no lease of the client owns is
+    released by the client, and one no client takes must be released by the service.
     """
 
     notifications: bool = True
