@@ -97,13 +97,13 @@ struct Waiting {
 /// How long a queue entry outlives the holder's remaining time, service ns (the Redis
 /// scripts keep a queue key alive the holder's remaining time plus a minute; simulated
 /// worlds live a few seconds).
-pub const WAIT_KEEP_NS: u64 = 1_000_000_000;
+pub(crate) const WAIT_KEEP_NS: u64 = 1_000_000_000;
 
 /// Most entries one name's queue holds; a refusal beyond it is not queued.
-pub const MAX_QUEUE: usize = 64;
+pub(crate) const MAX_QUEUE: usize = 64;
 
 /// Most entries one release pops looking for a reachable client (as the Redis script).
-pub const MAX_POPS_PER_RELEASE: usize = 16;
+pub(crate) const MAX_POPS_PER_RELEASE: usize = 16;
 
 /// A grant a release made directly to a queued lease; the caller publishes the notice.
 #[derive(Clone, Debug, PartialEq, Eq)]
