@@ -410,7 +410,7 @@ impl LockService {
     /// [`LockService::release`]; with direct grants on, a successful release then grants the
     /// lock to the oldest unexpired queue entry whose client is `reachable` (a PUBLISH that
     /// reaches a subscriber), dropping the entries before it (at most
-    /// [`MAX_POPS_PER_RELEASE`] entries are popped).
+    /// `MAX_POPS_PER_RELEASE` entries are popped).
     pub fn release_granting(
         &mut self,
         now: u64,
