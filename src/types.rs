@@ -240,8 +240,11 @@ pub enum GrantNotice {
     /// Nothing to do: the lease holds this lock already, or its in-flight attempt will return
     /// the grant (a refusal of it makes the lease ask again at once).
     Ignored = 4,
-    /// No lease here owns the notice's token any more (its record is gone). Only the host can
-    /// release that grant now: it must send a release for the notice's token itself.
+    /// The record the notice's attempt names does not own its token (the lease's record is
+    /// gone). Only the host can release that grant now: it must send a release for the
+    /// notice's token itself. A notice from our own queued attempt always names its lease's
+    /// record, so for those this means "no lease here owns it"; anyone able to forge one on
+    /// the service could as well delete the lock outright.
     NotOurs = 5,
 }
 

@@ -675,6 +675,9 @@ class _Subscriber:
         self.wake_channel = proto.new_wake_channel()
         self._wake_bytes = self.wake_channel.encode()
         self._waiting: dict[str, Callable[[str], object]] = {}
+        # Where a grant notice goes when its name has no waiter here any more (see
+        # _handle_grant): the one client that ever waited through this service.
+        self._grant_route = proto.GrantRoute()
         self._wake_live = False  # the server confirmed the wake channel's subscription
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
@@ -700,6 +703,7 @@ class _Subscriber:
                 return
             self._reset_after_fork_locked()
             self._waiting[name] = on_wake
+            self._grant_route.saw(on_wake)
             if self.wake_channel not in self._wanted:
                 # A fixed generation: a new waiting name needs no re-check of the others.
                 self._wanted[self.wake_channel] = ("", _ignore)
@@ -846,6 +850,7 @@ class _Subscriber:
             self._wanted.clear()
             self._gen.clear()
             self._waiting.clear()
+            self._grant_route = proto.GrantRoute()
             self._wake_live = False
             self._lead, self._claim = None, None
             self.wake_channel = proto.new_wake_channel()  # never share the parent's
@@ -1092,15 +1097,22 @@ class _Subscriber:
                 self._deliver(entry)
 
     def _handle_grant(self, data: bytes) -> None:
-        """A release granted the lock to one of our queued leases: give the notice to the
-        client waiting for that name; one nobody takes is released (else it would block the
-        name until its TTL ran out)."""
+        """A release granted the lock to one of our queued leases: the notice goes to the
+        client, whose core decides (it may hold that lease already: its own ACQUIRE can win
+        the race with the notice, and the client then no longer waits for the name). A
+        notice no client takes is released (else it would block the name until its TTL ran
+        out); one that cannot be routed safely is left to run out (see ``GrantRoute``)."""
         notice = proto.parse_grant_notice(data)
         if notice is None:
             log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
             return
         with self._lock:
             cb = self._waiting.get(notice.name)
+            route = self._grant_route
+        if cb is None and not route.routable():
+            log.debug("leasehold: a grant of %r for a client that no longer waits: left to its TTL", notice.name)
+            return
+        cb = cb if cb is not None else route.client
         taken = False
         if cb is not None:
             try:

@@ -92,6 +92,7 @@ class AsyncRedisLockService(AsyncLockService):
         # attempt won.
         self.wake_channel = proto.new_wake_channel()
         self._waiting: dict[str, Callable[[str], object]] = {}
+        self._grant_route = proto.GrantRoute()  # as in RedisLockService's subscriber
         self._wake_live = False
         self._wake_live_changed: asyncio.Event | None = None
         self._queued = proto.QueueEntries()
@@ -210,6 +211,7 @@ class AsyncRedisLockService(AsyncLockService):
         if self._closed:
             return
         self._waiting[name] = on_wake
+        self._grant_route.saw(on_wake)
         if self.wake_channel not in self._wanted:
             self._wanted[self.wake_channel] = ("", _ignore)
             self._gen[self.wake_channel] = 0  # a new waiting name needs no re-check of the others
@@ -443,13 +445,17 @@ class AsyncRedisLockService(AsyncLockService):
             t.add_done_callback(self._side_tasks.discard)
 
     def _handle_grant(self, data: bytes) -> None:
-        """As :meth:`RedisLockService._handle_grant`: the notice goes to the client waiting for
-        the name; one nobody takes is released (it would block the name for its TTL)."""
+        """As :meth:`RedisLockService._handle_grant`: the notice goes to the client (its core
+        decides); one nobody takes is released, one that cannot be routed safely runs out."""
         notice = proto.parse_grant_notice(data)
         if notice is None:
             log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
             return
         cb = self._waiting.get(notice.name)
+        if cb is None and not self._grant_route.routable():
+            log.debug("leasehold: a grant of %r for a client that no longer waits: left to its TTL", notice.name)
+            return
+        cb = cb if cb is not None else self._grant_route.client
         taken = False
         if cb is not None:
             try:

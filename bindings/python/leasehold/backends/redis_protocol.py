@@ -244,6 +244,32 @@ def offer_wake(on_wake: Callable[[str], object] | None, name: str) -> bool:
         return False
 
 
+class GrantRoute:
+    """Which client a grant notice goes to when its name has no waiter here any more (the sync
+    and the asyncio service alike). Its lease may hold the lock already (its own ACQUIRE won
+    the race with the notice), so only that client's core may decide to release the grant.
+    A service used by one client (the usual case) routes there; once a second client has
+    waited through it, such a notice cannot be routed safely and is left to run out (its TTL
+    bounds the delay); before any client waited, nothing of ours can hold it."""
+
+    def __init__(self) -> None:
+        self.client: Callable[..., object] | None = None
+        self._owner: object = None
+        self._shared = False
+
+    def saw(self, on_wake: Callable[..., object]) -> None:
+        """A client registered ``on_wake`` (a bound method of the client, or any callable)."""
+        owner = getattr(on_wake, "__self__", on_wake)
+        if self._owner is None:
+            self._owner, self.client = owner, on_wake
+        elif owner is not self._owner:
+            self._shared, self.client = True, None
+
+    def routable(self) -> bool:
+        """False once two clients shared the service: route nowhere, release nothing."""
+        return not self._shared
+
+
 class QueueEntries:
     """Which names' waiters key may hold our wake channel, and whether the queueing attempt
     that put it there won (the winner stays queued until its own RELEASE drops the entry).

@@ -194,3 +194,51 @@ def test_asyncio_clients_hand_over_by_direct_grant(redis_server, r):
             assert not r.exists(proto.keys_for("aio-direct").lock)
 
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_a_late_notice_for_a_lease_that_holds_already_never_releases_it(redis_server, r):
+    """The waiter's own ACQUIRE can win the race with its notice: the lease holds, the client
+    stops waiting for the name, and then the notice arrives. It must reach the core (which
+    ignores it), not be released as nobody's: that would free a lock a live lease holds."""
+    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+        # c waits once (as any waiter would), so its service knows where notices go.
+        h = holder.acquire("first", ttl=120.0)
+        w = Acquirer(c, "first", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "first")) == 1, what="the waiter queued")
+        h.release()
+        w.join(30)
+        assert w.handle is not None, w.error
+        w.handle.release()
+        mine = c.acquire("late", ttl=10.0)
+        k = proto.keys_for("late")
+        token = r.hget(k.lock, "token").decode()
+        stale = c.counters().stale_results
+        # A tag names one of the lease's own attempts (request ids carry the lease's slot in
+        # their low 24 bits): here its first, the kind of old attempt a late notice names.
+        tag = (1 << 24) | (mine.lease_id & (2**24 - 1))
+        notice = b"\0grant %d %d 10000 %d %s%s" % (tag, mine.fencing_token, len(token), token.encode(), b"late")
+        assert r.publish(c.service.wake_channel, notice) == 1
+        wait_for(lambda: c.counters().stale_results > stale, what="the core saw the notice")
+        time.sleep(0.2)
+        assert r.hget(k.lock, "token").decode() == token, "the held lock was not released"
+        assert mine.is_held()
+        mine.release()
+        assert not r.exists(k.lock)
+
+
+def test_a_grant_route_goes_to_the_one_client_and_nowhere_once_two_shared_the_service():
+    class Client:
+        def woken(self, name: str, notice: object = None) -> bool:
+            return True
+
+    a, b = Client(), Client()
+    route = proto.GrantRoute()
+    assert route.routable() and route.client is None, "before any waiter: nothing of ours holds it"
+    route.saw(a.woken)
+    route.saw(a.woken)
+    assert route.routable() and route.client == a.woken
+    route.saw(b.woken)
+    assert not route.routable() and route.client is None, "two clients: route nowhere, release nothing"
+    route.saw(a.woken)
+    assert not route.routable()
