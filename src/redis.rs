@@ -67,9 +67,10 @@
 //! - A host that gets a notice for a token it no longer waits for (it gave up while the notice
 //!   was in flight) holds a lock it does not want: it releases that token with the 4-key
 //!   RELEASE (so the next lease gets it), as it passes a stray plain wake-up on with NOTIFY.
-//!   A lease that stops waiting removes its entry (`ZREM waiters wake#token`, `HDEL grants
-//!   token`); an entry left behind is granted once and then released by that rule, or times
-//!   out with the keys.
+//!   A client that stops waiting for a name removes its leases' entries (`ZREM waiters
+//!   wake#token`, `HDEL grants token`; the Python services do); an entry left behind (a lease
+//!   that gave up while others of its client still wait, or a failed removal) is granted once
+//!   and then released by that rule, or times out with the keys.
 //! - An ACQUIRE by the directly granted token (e.g. a retry timer that crossed the notice) is
 //!   the idempotent re-grant: the same fence back, the TTL refreshed.
 //! - A garbage fence key (another type, bad text, exhausted) never produces a grant: the

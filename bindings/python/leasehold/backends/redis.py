@@ -113,6 +113,7 @@ class RedisLockService(LockService):
         self._notify = proto.script(proto.SCRIPT_NOTIFY)
         self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on, self._release_stray)
         self._queued = proto.QueueEntries()
+        self._leases = proto.QueuedLeases()
         self._direct = _DirectConnections.for_client(client)
         self._closed = False
 
@@ -210,8 +211,11 @@ class RedisLockService(LockService):
                     self._acquire, [k.lock, k.fence, k.waiters, k.grants], [token, proto.ttl_arg(ttl_ms), wake, tag]
                 )
         result = proto.parse_acquire(reply)
-        if wake is not None and tag is None:
-            self._queued.answered(name, isinstance(result, Granted))
+        if wake is not None:
+            if tag is None:
+                self._queued.answered(name, isinstance(result, Granted))
+            else:
+                self._leases.answered(name, token, isinstance(result, Granted))
         return result
 
     def send_acquire(
@@ -243,12 +247,14 @@ class RedisLockService(LockService):
         read = d.send(packed, lambda: pack(w, token, ttl_ms, True, wake, tag))
         if read is None:
             return None
-        queued = self._queued
+        queued, leases, tagged = self._queued, self._leases, wake is not None and tag is not None
 
         def result() -> Granted | HeldByOther:
             r = proto.parse_acquire(read())
             if track:
                 queued.answered(name, isinstance(r, Granted))
+            elif tagged:
+                leases.answered(name, token, isinstance(r, Granted))
             return r
 
         return result
@@ -337,13 +343,31 @@ class RedisLockService(LockService):
     def unwatch_waiter(self, name: str) -> None:
         """No waiter for ``name`` here any more. A waiter that won stays queued until our
         RELEASE drops the entry (no extra command on the handoff path); one that gave up
-        leaves the queue now (best effort)."""
+        leaves the queue now (best effort). Protocol 3: the entries our leases queued leave
+        too (a winner's went with its grant); one left behind is granted once and released."""
+        wake = self._sub.wake_channel
         self._sub.stop_waiting(name)
-        if self._queued.gave_up(name) and not self._closed:
+        tokens = self._leases.take(name)
+        if self._closed:
+            return
+        if self._queued.gave_up(name):
             try:
-                self._client.zrem(proto.keys_for(name).waiters, self._sub.wake_channel)
+                self._client.zrem(proto.keys_for(name).waiters, wake)
             except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
                 log.debug("leaving the waiters queue of %r failed: %s", name, e)
+        if tokens:
+            self._forget_entries(name, wake, tokens)
+
+    def _forget_entries(self, name: str, wake: str, tokens: set[str]) -> None:
+        """Take our leases' entries for ``name`` out of the queue (best effort)."""
+        k = proto.keys_for(name)
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.zrem(k.waiters, *(f"{wake}#{t}" for t in tokens))
+            pipe.hdel(k.grants, *tokens)
+            pipe.execute()
+        except Exception as e:  # noqa: BLE001 - left behind, each is granted once and released
+            log.debug("leaving the waiters queue of %r failed: %s", name, e)
 
     def _pass_on(self, name: str) -> None:
         """(pub/sub thread) A release picked us for ``name`` but nobody here waits for it."""

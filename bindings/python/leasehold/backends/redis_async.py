@@ -96,6 +96,7 @@ class AsyncRedisLockService(AsyncLockService):
         self._wake_live = False
         self._wake_live_changed: asyncio.Event | None = None
         self._queued = proto.QueueEntries()
+        self._leases = proto.QueuedLeases()
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
@@ -151,7 +152,9 @@ class AsyncRedisLockService(AsyncLockService):
         if not (self._wake_live and name in self._waiting):
             return await self._acquire_once(name, token, ttl_ms, None, None)
         if tag is not None:
-            return await self._acquire_once(name, token, ttl_ms, self.wake_channel, tag)
+            r = await self._acquire_once(name, token, ttl_ms, self.wake_channel, tag)
+            self._leases.answered(name, token, isinstance(r, Granted))
+            return r
         self._queued.sent(name)
         result = await self._acquire_once(name, token, ttl_ms, self.wake_channel, None)
         self._queued.answered(name, isinstance(result, Granted))
@@ -230,10 +233,22 @@ class AsyncRedisLockService(AsyncLockService):
     async def unwatch_waiter(self, name: str) -> None:
         """Like :meth:`RedisLockService.unwatch_waiter`."""
         self._waiting.pop(name, None)
-        if self._queued.gave_up(name) and not self._closed:
+        tokens = self._leases.take(name)
+        if self._closed:
+            return
+        k = proto.keys_for(name)
+        if self._queued.gave_up(name):
             try:
-                await self._client.zrem(proto.keys_for(name).waiters, self.wake_channel)
+                await self._client.zrem(k.waiters, self.wake_channel)
             except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
+                log.debug("leaving the waiters queue of %r failed: %s", name, e)
+        if tokens:
+            try:
+                pipe = self._client.pipeline(transaction=True)
+                pipe.zrem(k.waiters, *(f"{self.wake_channel}#{t}" for t in tokens))
+                pipe.hdel(k.grants, *tokens)
+                await pipe.execute()
+            except Exception as e:  # noqa: BLE001 - left behind, each is granted once and released
                 log.debug("leaving the waiters queue of %r failed: %s", name, e)
 
     async def _pass_on(self, name: str) -> None:

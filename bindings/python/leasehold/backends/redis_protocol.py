@@ -244,6 +244,30 @@ def offer_wake(on_wake: Callable[[str], object] | None, name: str) -> bool:
         return False
 
 
+class QueuedLeases:
+    """Protocol 3: the tokens this client's refused attempts queued per name (``wake#token``
+    entries), so that when the client stops waiting for a name it can take them out of the
+    queue instead of leaving them to be granted, refused and released one by one. Plain
+    dict/set operations (atomic under the GIL): called from any IO thread."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, set[str]] = {}
+
+    def answered(self, name: str, token: str, granted: bool) -> None:
+        """A tagged ACQUIRE for ``token`` came back: refused ones stay queued, a grant removed
+        the entry (the script does)."""
+        if granted:
+            s = self._tokens.get(name)
+            if s is not None:
+                s.discard(token)
+        else:
+            self._tokens.setdefault(name, set()).add(token)
+
+    def take(self, name: str) -> set[str]:
+        """Forget and return ``name``'s queued tokens (the client no longer waits for it)."""
+        return self._tokens.pop(name, None) or set()
+
+
 class GrantRoute:
     """Which client a grant notice goes to when its name has no waiter here any more (the sync
     and the asyncio service alike). Its lease may hold the lock already (its own ACQUIRE won

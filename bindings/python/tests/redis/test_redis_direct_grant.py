@@ -68,12 +68,42 @@ def test_a_release_grants_the_queued_waiter_without_its_acquire(redis_server, r)
         assert not r.exists(k.lock)
 
 
-def test_a_grant_for_a_waiter_that_gave_up_goes_to_the_next(redis_server, r):
-    """The first queued waiter timed out (its entry stays behind); the release grants it, its
-    client finds no lease for the token and releases the grant, which goes to the next."""
+def test_a_waiter_that_gave_up_takes_its_entry_out_of_the_queue(redis_server, r):
     with LockClient(service(redis_server.url)) as holder, LockClient(
         service(redis_server.url)
     ) as quitter, LockClient(service(redis_server.url)) as c:
+        h = holder.acquire("quit", ttl=120.0)
+        q = Acquirer(quitter, "quit", ttl=10.0, wait=2.0)
+        q.start()
+        wait_for(lambda: len(queued_tokens(r, "quit")) == 1, what="the quitter queued")
+        w = Acquirer(c, "quit", ttl=10.0, wait=60.0)
+        w.start()
+        wait_for(lambda: len(queued_tokens(r, "quit")) == 2, what="the waiter queued behind it")
+        q.join(30)
+        assert isinstance(q.error, errors.LockTimeout), q.error
+        wait_for(lambda: len(queued_tokens(r, "quit")) == 1, what="the quitter's entry gone")
+        assert r.hlen(proto.keys_for("quit").grants) == 1
+        wait_for(settled(c), what="the waiter asleep")
+        # Fences count up by one from here (above the server clock), so a spent one shows.
+        secs, usecs = r.time()
+        ahead = (secs * 1_000_000 + usecs) + 10**12
+        r.set(proto.keys_for("quit").fence, ahead)
+        h.release()
+        w.join(30)
+        assert w.error is None and w.handle is not None, w.error
+        assert w.handle.fencing_token == ahead + 1, "granted directly, no fence spent on the quitter"
+        w.handle.release()
+
+
+def test_a_grant_for_a_waiter_that_gave_up_goes_to_the_next(redis_server, r):
+    """The first queued waiter timed out and its entry stayed behind (its client could not take
+    it out); the release grants it, its client finds no lease for the token and releases the
+    grant, which goes to the next."""
+    quitter_svc = service(redis_server.url)
+    quitter_svc._forget_entries = lambda *a: None  # type: ignore[method-assign]
+    with LockClient(service(redis_server.url)) as holder, LockClient(quitter_svc) as quitter, LockClient(
+        service(redis_server.url)
+    ) as c:
         h = holder.acquire("gave-up", ttl=120.0)
         q = Acquirer(quitter, "gave-up", ttl=10.0, wait=2.0)
         q.start()
