@@ -2,8 +2,8 @@
 
 use leasehold::{Event, LeaseId, LostReason, Output};
 use leasehold_fuzz::client_ops::{
-    self, ConfigChoice, Harness, Input, LeaseChoice, NameChoice, Op, SeedChoice, Step, TtlChoice,
-    WaitChoice,
+    self, ConfigChoice, Harness, HostOp, Input, LeaseChoice, NameChoice, Op, SeedChoice, Step,
+    TtlChoice, WaitChoice,
 };
 use leasehold_fuzz::{Seq, sim_ops};
 
@@ -11,7 +11,7 @@ fn input(ops: Vec<Op>) -> Input {
     Input {
         seed: SeedChoice::Fixed(7),
         config: ConfigChoice::Default,
-        ops: Seq(ops),
+        ops: Seq(ops.into_iter().map(HostOp).collect()),
     }
 }
 
