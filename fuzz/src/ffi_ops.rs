@@ -16,8 +16,8 @@ use arbitrary::Arbitrary;
 use leasehold::ffi::*;
 use leasehold::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
-    LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN, Output,
-    ReleaseResult, RenewResult, RequestId,
+    GrantNotice, LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN,
+    Output, ReleaseResult, RenewResult, RequestId,
 };
 
 use crate::{Seq, SmallBytes};
@@ -29,7 +29,7 @@ const TIME_CAP: u64 = 1 << 62;
 pub struct Input {
     pub config: CConfig,
     pub seed: BufChoice,
-    pub ops: Seq<FOp>,
+    pub ops: Seq<HostFOp>,
 }
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -180,6 +180,67 @@ pub enum FOp {
     Serve {
         time: Time,
     },
+    /// `lh_granted` (a grant notice). Not decoded by the derive (see [`HostFOp`]).
+    #[arbitrary(skip)]
+    Granted {
+        time: Time,
+        req: Req,
+        token: GrantToken,
+        fencing_token: u64,
+        ttl_ms: u64,
+        nulls: Nulls,
+    },
+}
+
+/// The token argument of `lh_granted`. Its length is never oversized: the function reads
+/// `token_len` bytes by contract (any length is valid, so none is refused unread).
+#[derive(Arbitrary, Debug, Clone)]
+pub enum GrantToken {
+    /// The token of the n-th most recent polled command (32 lowercase hex bytes).
+    Seen(u8),
+    /// The n-th recent token cut to `m mod 33` bytes.
+    Cut(u8, u8),
+    /// Any buffer (pool names, bytes, repeats; NULL with a length 0..=2).
+    Buf(BufChoice),
+}
+
+/// One op of an input: a `u32` tag whose low bits equal [`GRANTED_TAG`] (mod
+/// [`GRANTED_TAG_MOD`]) is an `lh_granted` call, any other tag decodes as the derived
+/// [`FOp`] did before `lh_granted` existed (so committed inputs keep their meaning).
+#[derive(Clone)]
+pub struct HostFOp(pub FOp);
+
+pub const GRANTED_TAG_MOD: u32 = 32;
+pub const GRANTED_TAG: u32 = 21;
+
+impl<'a> Arbitrary<'a> for HostFOp {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        if let Some(head) = u.peek_bytes(4) {
+            let tag = u32::arbitrary(&mut arbitrary::Unstructured::new(head))?;
+            if tag % GRANTED_TAG_MOD == GRANTED_TAG {
+                u.bytes(4)?;
+                return Ok(HostFOp(FOp::Granted {
+                    time: u.arbitrary()?,
+                    req: u.arbitrary()?,
+                    token: u.arbitrary()?,
+                    fencing_token: u.arbitrary()?,
+                    ttl_ms: u.arbitrary()?,
+                    nulls: u.arbitrary()?,
+                }));
+            }
+        }
+        Ok(HostFOp(FOp::arbitrary(u)?))
+    }
+
+    fn size_hint(depth: usize) -> (usize, Option<usize>) {
+        FOp::size_hint(depth)
+    }
+}
+
+impl std::fmt::Debug for HostFOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// An owned argument buffer; `ptr()`/`len()` are what the C caller passes.
@@ -447,6 +508,8 @@ struct Handle {
     requests: Vec<u64>,
     /// Unanswered commands (request id, output kind) for `FOp::Serve`.
     open: Vec<(u64, u32)>,
+    /// Tokens of the latest polled commands, oldest first (for `lh_granted`).
+    tokens: Vec<Vec<u8>>,
     fence: u64,
     features: u64,
 }
@@ -488,7 +551,7 @@ pub fn run(input: &Input) -> u64 {
         return 0;
     };
     for op in input.ops.0.iter().take(crate::MAX_SEQ) {
-        h.apply(op);
+        h.apply(&op.0);
         h.compare_drain();
     }
     h.features
@@ -602,6 +665,7 @@ fn create(input: &Input) -> Option<Handle> {
                 leases: Vec::new(),
                 requests: Vec::new(),
                 open: Vec::new(),
+                tokens: Vec::new(),
                 fence: 0,
                 features: 0,
             })
@@ -1091,6 +1155,105 @@ impl Handle {
                     self.apply(&op);
                 }
             }
+            FOp::Granted {
+                time,
+                req,
+                token,
+                fencing_token,
+                ttl_ms,
+                nulls,
+            } => {
+                let now = self.time(*time);
+                let r = self.req(*req);
+                let seen = |i: u8| {
+                    let n = self.tokens.len();
+                    (n > 0).then(|| self.tokens[n - 1 - usize::from(i) % n].clone())
+                };
+                let tok = match token {
+                    GrantToken::Seen(i) => {
+                        let d = seen(*i).unwrap_or_default();
+                        let len = d.len();
+                        Arg {
+                            data: d,
+                            null: false,
+                            len,
+                        }
+                    }
+                    GrantToken::Cut(i, m) => {
+                        let mut d = seen(*i).unwrap_or_default();
+                        d.truncate(usize::from(*m) % 33);
+                        let len = d.len();
+                        Arg {
+                            data: d,
+                            null: false,
+                            len,
+                        }
+                    }
+                    GrantToken::Buf(BufChoice::Oversized(b, _)) => {
+                        arg_of(&BufChoice::Bytes(b.clone()))
+                    }
+                    GrantToken::Buf(b) => arg_of(b),
+                };
+                let mut out = 0xDEAD_u32;
+                let hp = if matches!(nulls, Nulls::Handle) {
+                    ptr::null_mut()
+                } else {
+                    h
+                };
+                let outp: *mut u32 = if matches!(nulls, Nulls::Out) {
+                    ptr::null_mut()
+                } else {
+                    &mut out
+                };
+                // SAFETY: handle NULL or live; token NULL or valid for its length; out NULL or
+                // writable.
+                let st = unsafe {
+                    lh_granted(
+                        hp,
+                        now,
+                        r,
+                        tok.ptr(),
+                        tok.len,
+                        *fencing_token,
+                        *ttl_ms,
+                        outp,
+                    )
+                };
+                if hp.is_null() {
+                    expect_status("lh_granted(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                    assert_eq!(out, 0xDEAD, "ffi: lh_granted(NULL) wrote out");
+                    return;
+                }
+                let mut problems = Vec::new();
+                if outp.is_null() || (tok.null && tok.len != 0) {
+                    problems.push(LH_ERR_NULL_ARGUMENT);
+                }
+                let bytes = tok.bytes().unwrap_or(&[]).to_vec();
+                let mut want = None;
+                self.check("lh_granted", st, &problems, |c| {
+                    want =
+                        Some(c.handle_granted(now, RequestId(r), &bytes, *fencing_token, *ttl_ms));
+                    Ok(())
+                });
+                match want {
+                    Some(g) if st == LH_OK => {
+                        let code = match g {
+                            GrantNotice::Accepted => LH_GRANT_ACCEPTED,
+                            GrantNotice::Retrying => LH_GRANT_RETRYING,
+                            GrantNotice::Releasing => LH_GRANT_RELEASING,
+                            GrantNotice::Ignored => LH_GRANT_IGNORED,
+                            GrantNotice::NotOurs => LH_GRANT_NOT_OURS,
+                        };
+                        assert!(
+                            (LH_GRANT_ACCEPTED..=LH_GRANT_NOT_OURS).contains(&out),
+                            "ffi: lh_granted outcome {out} is no LH_GRANT_* value"
+                        );
+                        assert_eq!(out, code, "ffi: lh_granted outcome differs from the core's");
+                        self.features |= 1 << (44 + out);
+                    }
+                    _ => assert_eq!(out, 0xDEAD, "ffi: lh_granted wrote out on error"),
+                }
+            }
             FOp::PollNull => {
                 // SAFETY: NULL pointers are documented errors.
                 let st = unsafe { lh_poll_output(h, ptr::null_mut()) };
@@ -1357,6 +1520,10 @@ impl Handle {
                 self.requests.push(got.request_id);
                 if self.requests.len() > 64 {
                     self.requests.remove(0);
+                }
+                self.tokens.push(got.token.clone());
+                if self.tokens.len() > 16 {
+                    self.tokens.remove(0);
                 }
                 self.open.push((got.request_id, got.kind));
                 if self.open.len() > 64 {
