@@ -910,7 +910,8 @@ lh_status lh_released(struct lh_client *c, uint64_t now, const uint8_t *name, si
  *
  * # Safety
  * `c` is NULL or a live handle; `token` points to `token_len` readable bytes (or is NULL
- * with `token_len` 0); `out_outcome` is NULL or writable.
+ * with `token_len` 0; a `token_len` above 256 is never read: no token that long is ours);
+ * `out_outcome` is NULL or writable.
  */
 lh_status lh_granted(struct lh_client *c,
                      uint64_t now,

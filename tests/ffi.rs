@@ -467,6 +467,23 @@ fn grant_notices_through_the_abi() {
         );
         assert_eq!(outcome, 0, "out-params are written only on success");
         assert_eq!(state(&h, lease), Ok(LH_STATE_ACQUIRING));
+        // A token longer than any ownership token is not ours, and is not read (a 1-byte
+        // buffer with a huge length must not even become a slice).
+        let one = [b'a'];
+        expect(
+            lh_granted(
+                h.0,
+                2 * MS,
+                req,
+                one.as_ptr(),
+                usize::MAX,
+                9,
+                3000,
+                &mut outcome,
+            ),
+            LH_OK,
+        );
+        assert_eq!(outcome, LH_GRANT_NOT_OURS);
         // A wrong token (or none) is not ours: the host releases that grant itself.
         expect(
             lh_granted(h.0, 2 * MS, req, null(), 0, 9, 3000, &mut outcome),

@@ -481,7 +481,8 @@ pub unsafe extern "C" fn lh_released(
 ///
 /// # Safety
 /// `c` is NULL or a live handle; `token` points to `token_len` readable bytes (or is NULL
-/// with `token_len` 0); `out_outcome` is NULL or writable.
+/// with `token_len` 0; a `token_len` above 256 is never read: no token that long is ours);
+/// `out_outcome` is NULL or writable.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn lh_granted(
@@ -498,9 +499,22 @@ pub unsafe extern "C" fn lh_granted(
     unsafe {
         guard_mut(c, |s| {
             require_out(out_outcome, "out_outcome")?;
-            // Compared, never stored: any length is fine (a wrong one is simply not ours).
-            let token =
-                optional_bytes_arg(token, token_len, usize::MAX, "token", LH_ERR_NULL_ARGUMENT)?;
+            if token.is_null() && token_len != 0 {
+                return Err(Failure::null("token"));
+            }
+            // Compared, never stored. One longer than any ownership token (the scripts take
+            // at most MAX_TOKEN_LEN bytes) is not ours, and is not even read.
+            let token = if token_len > crate::redis::MAX_TOKEN_LEN {
+                &[][..]
+            } else {
+                optional_bytes_arg(
+                    token,
+                    token_len,
+                    crate::redis::MAX_TOKEN_LEN,
+                    "token",
+                    LH_ERR_NULL_ARGUMENT,
+                )?
+            };
             let outcome =
                 s.core
                     .handle_granted(now, RequestId(request_id), token, fencing_token, ttl_ms);
