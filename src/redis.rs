@@ -44,14 +44,17 @@
 //! score as a protocol-2 entry; a retry keeps its place) and the grants field
 //! `token → "<ttl_ms>:<tag>"` of that attempt, where `tag` is the host's id of the attempt
 //! (a newer refused attempt of the same lease overwrites it). A 4-key RELEASE pops the oldest
-//! entry and, for a `wake#token` entry with a valid grants field, grants the lock to `token`
-//! on the spot — the next fence exactly as ACQUIRE mints it, `HSET lock token fence`,
-//! `PEXPIRE lock ttl_ms` — and publishes a *grant notice* (below) on `wake`. If that PUBLISH
-//! reaches no subscriber, the grant is undone (`DEL lock`; the fence stays advanced, which is
-//! harmless: fences only need to increase) and the next entry is tried (at most 16 per
-//! release, as in protocol 2). A plain wake-channel entry, or a `wake#token` entry without a
-//! valid grants field, gets the plain name (a protocol-2 wake-up) instead. A granted ACQUIRE
-//! removes its own entry and field and is not queued again (entries are per lease).
+//! entry and, for a `wake#token` entry with a valid grants field whose channel has a
+//! subscriber on this server (`PUBSUB NUMSUB`), grants the lock to `token` on the spot — the
+//! next fence exactly as ACQUIRE mints it, `HSET lock token fence`, `PEXPIRE lock ttl_ms` —
+//! and publishes a *grant notice* (below) on `wake`. A published grant is never undone: a
+//! PUBLISH reply counts only this server's subscribers, and one on a replica or another
+//! Cluster node may have the notice already. A lease whose channel has nobody here gets no
+//! grant, only the plain name (harmless wherever it lands), and the next entry is tried (at
+//! most 16 per release, as in protocol 2). A plain wake-channel entry, or a `wake#token` entry
+//! without a valid grants field, gets the plain name (a protocol-2 wake-up) instead. A
+//! granted ACQUIRE removes its own entry and field and is not queued again (entries are per
+//! lease).
 //!
 //! Why it is safe: the grant's expiry at the server counts from the RELEASE, which runs after
 //! the refused attempt named by `tag` reached the server, which is after the host sent it. The
@@ -429,11 +432,15 @@ local function grant_of(v)
   return ttl_s, tag
 end
 -- Direct grant (protocol 3): pop queued entries until one is served; 1 if one was. A
--- 'wake#token' entry with a valid grants field gets the lock (the next fence, the field's
--- ttl) and a notice on its channel; when that PUBLISH reaches nobody the grant is undone
--- (the fence stays advanced) and the next entry is tried. Any other entry on a wake channel
--- gets the plain name, as wake_next does. At most 16 entries per call. A garbage fence key
--- grants nothing: the entry's client gets the plain name and meets the error in its ACQUIRE.
+-- 'wake#token' entry with a valid grants field whose channel has a subscriber here gets the
+-- lock (the next fence, the field's ttl) and a notice on its channel. A grant is never undone
+-- once published: a PUBLISH reply counts only this server's subscribers, and a subscriber
+-- elsewhere (a replica, another Cluster node) may have the notice already. So the channel is
+-- asked first (PUBSUB NUMSUB, the same local count): with nobody here the entry gets no
+-- grant, only the plain name (harmless wherever it lands), and the next entry is tried. Any
+-- other entry on a wake channel gets the plain name, as wake_next does. At most 16 entries per
+-- call. A garbage fence key grants nothing: the entry's client gets the plain name and meets
+-- the error in its ACQUIRE.
 local function grant_next(lock, waiters, fence, grants, name)
   for _ = 1, 16 do
     local e = redis.pcall('ZPOPMIN', waiters)
@@ -449,22 +456,19 @@ local function grant_next(lock, waiters, fence, grants, name)
         end
       end
       local f = nil
-      if ttl_s then f = next_fence(fence) end
+      if ttl_s and redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then f = next_fence(fence) end
       if f then
         local fs = string.format('%.0f', f)
         redis.call('SET', fence, fs)
         redis.call('HSET', lock, 'token', tok, 'fence', fs)
         redis.call('PEXPIRE', lock, ttl_s)
         -- Names never contain NUL: a payload starting with one is a notice, not a name.
-        local notice = '\0grant ' .. tag .. ' ' .. fs .. ' ' .. ttl_s .. ' ' .. #tok .. ' ' .. tok .. name
-        if redis.call('PUBLISH', ch, notice) > 0 then
-          -- The rest of the queue now waits for this grant (both keys are of their type:
-          -- ZPOPMIN and HGET worked on them).
-          keep_alive(waiters, tonumber(ttl_s))
-          keep_alive(grants, tonumber(ttl_s))
-          return 1
-        end
-        redis.call('DEL', lock)
+        redis.call('PUBLISH', ch, '\0grant ' .. tag .. ' ' .. fs .. ' ' .. ttl_s .. ' ' .. #tok .. ' ' .. tok .. name)
+        -- The rest of the queue now waits for this grant (both keys are of their type:
+        -- ZPOPMIN and HGET worked on them).
+        keep_alive(waiters, tonumber(ttl_s))
+        keep_alive(grants, tonumber(ttl_s))
+        return 1
       elseif redis.call('PUBLISH', ch, name) > 0 then
         return 1
       end

@@ -48,7 +48,7 @@ struct Totals {
     writes_rejected: u64,
     direct_grant_worlds: u64,
     direct_grants: u64,
-    grants_undone: u64,
+    unreachable_skipped: u64,
     notices: NoticeCounts,
     host_releases: u64,
 }
@@ -66,7 +66,7 @@ impl Totals {
         self.writes_rejected += s.writes_rejected;
         self.direct_grant_worlds += u64::from(s.direct_grants_on);
         self.direct_grants += s.direct_grants;
-        self.grants_undone += s.grants_undone;
+        self.unreachable_skipped += s.unreachable_skipped;
         self.notices.add(&s.notices);
         self.host_releases += s.host_releases;
     }
@@ -83,7 +83,7 @@ impl Totals {
         self.writes_rejected += o.writes_rejected;
         self.direct_grant_worlds += o.direct_grant_worlds;
         self.direct_grants += o.direct_grants;
-        self.grants_undone += o.grants_undone;
+        self.unreachable_skipped += o.unreachable_skipped;
         self.notices.add(&o.notices);
         self.host_releases += o.host_releases;
     }
@@ -150,10 +150,10 @@ fn invariants_hold_over_many_seeds() {
     );
     let n = &t.notices;
     eprintln!(
-        "direct grants in {} worlds: {} grants ({} undone for unreachable clients); notices accepted {}, retrying {}, releasing {}, ignored {}, not ours {} ({} host releases)",
+        "direct grants in {} worlds: {} grants ({} entries of unreachable clients skipped); notices accepted {}, retrying {}, releasing {}, ignored {}, not ours {} ({} host releases)",
         t.direct_grant_worlds,
         t.direct_grants,
-        t.grants_undone,
+        t.unreachable_skipped,
         n.accepted,
         n.retrying,
         n.releasing,
@@ -190,7 +190,7 @@ fn invariants_hold_over_many_seeds() {
         let n = &t.notices;
         for (what, k) in [
             ("direct grants", t.direct_grants),
-            ("undone grants", t.grants_undone),
+            ("skipped unreachable entries", t.unreachable_skipped),
             ("accepted notices", n.accepted),
             ("retrying notices", n.retrying),
             ("releasing notices", n.releasing),

@@ -15,8 +15,8 @@
 //! granted acquire removes the token's entry, and a successful release grants the lock at
 //! once to the oldest entry whose client can be reached ([`DirectGrant`]), exactly as an
 //! acquire would grant it (next fence, expiry at the service's now + the entry's TTL).
-//! Entries of unreachable clients are dropped, as the real service undoes a grant whose
-//! notice reached no subscriber; entries expire, and the queue of a name is capped.
+//! Entries of unreachable clients are dropped without a grant, as the real service skips a
+//! lease whose channel has no subscriber; entries expire, and the queue of a name is capped.
 //!
 //! It also keeps a history of every grant so the simulator can check what the
 //! core reports against what the service actually decided, and it records
@@ -129,7 +129,7 @@ pub struct ReleaseOutcome {
     pub watchers: Vec<usize>,
     /// The direct grant made to a queued lease, if any.
     pub grant: Option<DirectGrant>,
-    /// Entries dropped because their client was unreachable (grant undone unseen).
+    /// Entries dropped because their client was unreachable (no grant made).
     pub unreachable: Vec<usize>,
 }
 
@@ -450,9 +450,8 @@ impl LockService {
                 next = Some(w);
                 break;
             }
-            // The real service grants, publishes to nobody, and undoes the grant: the fence
-            // stays advanced, nobody ever saw the grant.
-            row.last_fence = row.last_fence.saturating_add(self.fence_stride);
+            // The real service asks the channel first (PUBSUB NUMSUB) and grants nothing to a
+            // lease nobody listens for: no fence, no grant to undo.
             out.unreachable.push(w.client);
         }
         if let Some(w) = next {
@@ -616,7 +615,7 @@ mod tests {
         let g = out.grant.expect("a direct grant");
         assert_eq!((g.client, g.token, g.tag, g.ttl_ms), (2, C, 20, 50));
         assert_eq!(s.holder(6 * MS, "n"), Some((C, g.fence)));
-        assert!(g.fence > 1 + 1, "the undone grant still advanced the fence");
+        assert_eq!(g.fence, 2, "the skipped lease spent no fence");
         assert!(s.history(&C).is_some_and(|h| h.fences == vec![g.fence]));
         // Expiry counts from the grant; an ACQUIRE by the granted token is idempotent.
         assert!(s.holder(56 * MS, "n").is_none());

@@ -78,7 +78,7 @@ pub struct Stats {
     /// Grants a release made directly to a queued lease.
     pub direct_grants: u64,
     /// Queue entries dropped by a release because their client was unreachable.
-    pub grants_undone: u64,
+    pub unreachable_skipped: u64,
     /// Grant notices fed to a core, by outcome.
     pub notices: NoticeCounts,
     /// Releases a host sent by token for a notice no lease owned.
@@ -550,9 +550,9 @@ impl Shared {
             self.send_reply(w, ToClient::Notify(name.clone()));
         }
         if !out.unreachable.is_empty() {
-            self.stats.grants_undone += out.unreachable.len() as u64;
+            self.stats.unreachable_skipped += out.unreachable.len() as u64;
             self.tr(format!(
-                "    direct grant undone for unreachable clients {:?}",
+                "    no direct grant for unreachable clients {:?}",
                 out.unreachable
             ));
         }
