@@ -311,8 +311,9 @@
 #define LH_RELEASE_TRANSPORT_ERROR 3
 
 /**
- * `lh_granted` outcome: the lease is held now (an `ACQUIRED` event is queued, unless the
- * grant was already too old to believe; then the lease asks again).
+ * `lh_granted` outcome: taken as the answer to the attempt it names: an `ACQUIRED` event is
+ * queued, unless the grant was already too old to believe (then the lease asks again after a
+ * backoff, or fails at its deadline).
  */
 #define LH_GRANT_ACCEPTED 1
 

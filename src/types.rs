@@ -229,8 +229,10 @@ pub enum AcquireResult<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum GrantNotice {
-    /// The lease is held now, its validity counted from the send time of the attempt the
-    /// notice names (that attempt reached the service before the grant was made).
+    /// Taken as the answer to the attempt the notice names (that attempt reached the service
+    /// before the grant was made): the lease is held, its validity counted from that
+    /// attempt's send time, unless that leaves nothing to believe; then, as for a stale
+    /// reply, it asks again after a backoff (or gives up at its deadline).
     Accepted = 1,
     /// The notice could not be dated (it names an older attempt): the lease asks again at
     /// once. ACQUIRE is idempotent for its token, so the answer is the same grant, dated.

@@ -108,8 +108,9 @@ pub const LH_RELEASE_NOT_OWNER: u32 = 2;
 /// `lh_release_result` outcome: the request failed in transit (the core retries).
 pub const LH_RELEASE_TRANSPORT_ERROR: u32 = 3;
 
-/// `lh_granted` outcome: the lease is held now (an `ACQUIRED` event is queued, unless the
-/// grant was already too old to believe; then the lease asks again).
+/// `lh_granted` outcome: taken as the answer to the attempt it names: an `ACQUIRED` event is
+/// queued, unless the grant was already too old to believe (then the lease asks again after a
+/// backoff, or fails at its deadline).
 pub const LH_GRANT_ACCEPTED: u32 = 1;
 /// `lh_granted` outcome: the notice could not be dated; the lease sent a fresh ACQUIRE.
 pub const LH_GRANT_RETRYING: u32 = 2;

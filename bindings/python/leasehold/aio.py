@@ -175,6 +175,7 @@ class AsyncLockClient:
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[AsyncLockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
+        self._lease_tokens: dict[int, tuple[str, str]] = {}  # as in LockClient (protocol 3)
         self._release_waiters: dict[int, asyncio.Future[None]] = {}
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
@@ -415,6 +416,8 @@ class AsyncLockClient:
         k = out.kind
         if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
             self._requests[out.request_id] = (k, out.lease_id)
+            if k == _ffi.LH_OUTPUT_ACQUIRE and self._tag_acquires:
+                self._lease_tokens[out.lease_id] = (out.name, out.token)
             self._spawn(self._do_io(out))
         elif k == _ffi.LH_OUTPUT_WATCH:
             if out.name not in self._core_watching:
@@ -425,6 +428,8 @@ class AsyncLockClient:
                 self._core_watching.discard(out.name)
                 self._waiter_watch(out.name, False)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
+            if self._lease_tokens:
+                self._lease_tokens.pop(out.lease_id, None)
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     h._fencing_token = out.fencing_token
@@ -432,6 +437,10 @@ class AsyncLockClient:
                     if not h._fut.done():
                         h._fut.set_result(None)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
+            queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
+            forget = getattr(self._service, "forget_queued", None)
+            if queued is not None and forget is not None:
+                self._spawn(self._forget_queued(forget, *queued))
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
@@ -593,7 +602,8 @@ class AsyncLockClient:
         (protocol 3), granted it to one of our queued attempts. On the client's loop the
         answer is known at once: ``False`` when nobody here takes it (the service then passes a
         wake-up on, or releases the grant). From another thread it is queued to the loop and
-        the answer is ``None`` (not known; a grant nobody takes is then released here)."""
+        the answer is ``None`` (not known): a grant no lease here owns is then released here,
+        unless the client closed meanwhile (then it runs out by its TTL)."""
         loop = self._loop
         try:
             on_loop = loop is not None and asyncio.get_running_loop() is loop
@@ -630,11 +640,19 @@ class AsyncLockClient:
             outcome = core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
             if outcome == _ffi.LH_GRANT_ACCEPTED:
                 self._grant_notices += 1
-            elif outcome == _ffi.LH_GRANT_NOT_OURS:
+            elif outcome == _ffi.LH_GRANT_NOT_OURS and not getattr(notice, "shared", False):
                 self._spawn(self._release_stray(notice))
 
         self._deliver_input(feed)
         return True
+
+    @staticmethod
+    async def _forget_queued(forget: Callable[[str, str], Awaitable[None]], name: str, token: str) -> None:
+        """A lease that gave up takes its queue entry out (best effort)."""
+        try:
+            await forget(name, token)
+        except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released
+            log.debug("leasehold: leaving the queue of %r failed: %s", name, e)
 
     async def _release_stray(self, notice: Any) -> None:
         try:

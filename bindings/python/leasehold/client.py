@@ -329,6 +329,9 @@ class LockClient:
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[LockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
+        # Protocol 3: (name, token) of each lease with a tagged attempt, so that a lease that
+        # gives up can take its queue entry out (service.forget_queued).
+        self._lease_tokens: dict[int, tuple[str, str]] = {}
         self._release_waiters: dict[int, threading.Event] = {}
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
@@ -735,6 +738,8 @@ class LockClient:
         k = out.kind
         if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
             self._requests[out.request_id] = (k, out.lease_id)
+            if k == _ffi.LH_OUTPUT_ACQUIRE and self._tag_acquires:
+                self._lease_tokens[out.lease_id] = (out.name, out.token)
             if out.lease_id in self._abandoned:
                 self._answer_abandoned(out)
             elif self._capture == (k, out.lease_id) and self._captured is None:
@@ -753,6 +758,8 @@ class LockClient:
                 self._core_watching.discard(out.name)
                 self._waiter_watch(out.name, False)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
+            if self._lease_tokens:
+                self._lease_tokens.pop(out.lease_id, None)
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     h._fencing_token = out.fencing_token
@@ -761,6 +768,10 @@ class LockClient:
                     if h._settled is not None:  # (no call on the fast path: nobody waits)
                         self._wake_waiter(h)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
+            queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
+            forget = getattr(self._service, "forget_queued", None)
+            if queued is not None and forget is not None and self._watch_pool is not None:
+                self._side_call(self._watch_pool, "service.forget_queued", forget, *queued)
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
@@ -1126,7 +1137,7 @@ class LockClient:
         outcome = self._core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
         if outcome == _ffi.LH_GRANT_ACCEPTED:
             self._grant_notices += 1
-        elif outcome == _ffi.LH_GRANT_NOT_OURS:
+        elif outcome == _ffi.LH_GRANT_NOT_OURS and not getattr(notice, "shared", False):
             pool = self._watch_pool
             if pool is not None:
                 self._side_call(pool, "releasing a grant no lease here owns", self._service.release, notice.name, notice.token, b"")

@@ -43,6 +43,7 @@ import os
 import select
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import redis
@@ -113,7 +114,6 @@ class RedisLockService(LockService):
         self._notify = proto.script(proto.SCRIPT_NOTIFY)
         self._sub = _Subscriber(client, pubsub_ping_interval, pubsub_linger, self._pass_on, self._release_stray)
         self._queued = proto.QueueEntries()
-        self._leases = proto.QueuedLeases()
         self._direct = _DirectConnections.for_client(client)
         self._closed = False
 
@@ -191,9 +191,9 @@ class RedisLockService(LockService):
         # Queue our wake channel if ``name`` has waiters here and the channel is live (read
         # inline: the subscriber is this module's own).
         wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
-        if wake is None:
-            tag = None  # nothing is queued: the plain 2-key form
-        elif tag is None:
+        if wake is None or sub._grant_route.shared():
+            tag = None  # nothing queued (the plain form), or a shared service: protocol 2
+        if wake is not None and tag is None:
             self._queued.sent(name)
         d = self._direct
         if d is not None:
@@ -211,11 +211,8 @@ class RedisLockService(LockService):
                     self._acquire, [k.lock, k.fence, k.waiters, k.grants], [token, proto.ttl_arg(ttl_ms), wake, tag]
                 )
         result = proto.parse_acquire(reply)
-        if wake is not None:
-            if tag is None:
-                self._queued.answered(name, isinstance(result, Granted))
-            else:
-                self._leases.answered(name, token, isinstance(result, Granted))
+        if wake is not None and tag is None:
+            self._queued.answered(name, isinstance(result, Granted))
         return result
 
     def send_acquire(
@@ -236,7 +233,7 @@ class RedisLockService(LockService):
             return None
         sub = self._sub
         wake = sub.wake_channel if sub._wake_live and name in sub._waiting else None
-        if wake is None:
+        if wake is None or sub._grant_route.shared():
             tag = None
         w = proto.wire_for(name)
         pack = proto.pack_acquire
@@ -247,14 +244,12 @@ class RedisLockService(LockService):
         read = d.send(packed, lambda: pack(w, token, ttl_ms, True, wake, tag))
         if read is None:
             return None
-        queued, leases, tagged = self._queued, self._leases, wake is not None and tag is not None
+        queued = self._queued
 
         def result() -> Granted | HeldByOther:
             r = proto.parse_acquire(read())
             if track:
                 queued.answered(name, isinstance(r, Granted))
-            elif tagged:
-                leases.answered(name, token, isinstance(r, Granted))
             return r
 
         return result
@@ -343,30 +338,27 @@ class RedisLockService(LockService):
     def unwatch_waiter(self, name: str) -> None:
         """No waiter for ``name`` here any more. A waiter that won stays queued until our
         RELEASE drops the entry (no extra command on the handoff path); one that gave up
-        leaves the queue now (best effort). Protocol 3: the entries our leases queued leave
-        too (a winner's went with its grant); one left behind is granted once and released."""
-        wake = self._sub.wake_channel
+        leaves the queue now (best effort)."""
         self._sub.stop_waiting(name)
-        tokens = self._leases.take(name)
-        if self._closed:
-            return
-        if self._queued.gave_up(name):
+        if self._queued.gave_up(name) and not self._closed:
             try:
-                self._client.zrem(proto.keys_for(name).waiters, wake)
+                self._client.zrem(proto.keys_for(name).waiters, self._sub.wake_channel)
             except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
                 log.debug("leaving the waiters queue of %r failed: %s", name, e)
-        if tokens:
-            self._forget_entries(name, wake, tokens)
 
-    def _forget_entries(self, name: str, wake: str, tokens: set[str]) -> None:
-        """Take our leases' entries for ``name`` out of the queue (best effort)."""
+    def forget_queued(self, name: str, token: str) -> None:
+        """Protocol 3: the lease ``token`` gave up waiting for ``name``; take its queue entry
+        out (best effort; ``LockClient`` calls it on its watch thread). An entry left behind,
+        or queued again by an attempt still in flight, is granted once and then released."""
+        if self._closed:
+            return
         k = proto.keys_for(name)
         try:
             pipe = self._client.pipeline(transaction=True)
-            pipe.zrem(k.waiters, *(f"{wake}#{t}" for t in tokens))
-            pipe.hdel(k.grants, *tokens)
+            pipe.zrem(k.waiters, f"{self._sub.wake_channel}#{token}")
+            pipe.hdel(k.grants, token)
             pipe.execute()
-        except Exception as e:  # noqa: BLE001 - left behind, each is granted once and released
+        except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released
             log.debug("leaving the waiters queue of %r failed: %s", name, e)
 
     def _pass_on(self, name: str) -> None:
@@ -1125,25 +1117,23 @@ class _Subscriber:
         client, whose core decides (it may hold that lease already: its own ACQUIRE can win
         the race with the notice, and the client then no longer waits for the name). A
         notice no client takes is released (else it would block the name until its TTL ran
-        out); one that cannot be routed safely is left to run out (see ``GrantRoute``)."""
+        out). On a service two clients share, every client gets it, marked ``shared``, and
+        nobody releases it (see ``GrantRoute``)."""
         notice = proto.parse_grant_notice(data)
         if notice is None:
             log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
             return
         with self._lock:
-            cb = self._waiting.get(notice.name)
-            route = self._grant_route
-        if cb is None and not route.routable():
-            log.debug("leasehold: a grant of %r for a client that no longer waits: left to its TTL", notice.name)
-            return
-        cb = cb if cb is not None else route.client
+            clients = list(self._grant_route.clients)
+        if len(clients) > 1:
+            notice = replace(notice, shared=True)
         taken = False
-        if cb is not None:
+        for cb in clients:
             try:
-                taken = cb(notice.name, notice) is not False  # type: ignore[call-arg]
+                taken = cb(notice.name, notice) is not False or taken
             except Exception:  # a callback bug must not kill the subscriber
                 log.exception("leasehold redis grant callback failed for %r", notice.name)
-        if not taken and self._on_stray_grant is not None:
+        if not taken and len(clients) <= 1 and self._on_stray_grant is not None:
             self._on_stray_grant(notice)
 
     @staticmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import redis.asyncio as aioredis
@@ -96,7 +97,6 @@ class AsyncRedisLockService(AsyncLockService):
         self._wake_live = False
         self._wake_live_changed: asyncio.Event | None = None
         self._queued = proto.QueueEntries()
-        self._leases = proto.QueuedLeases()
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._wanted: dict[str, tuple[str, Callable[[str], None]]] = {}
         self._gen: dict[str, int] = {}  # bumped by every watch() of a channel
@@ -151,10 +151,8 @@ class AsyncRedisLockService(AsyncLockService):
         """As :meth:`RedisLockService.acquire` (``tag``: queue this lease for a direct grant)."""
         if not (self._wake_live and name in self._waiting):
             return await self._acquire_once(name, token, ttl_ms, None, None)
-        if tag is not None:
-            r = await self._acquire_once(name, token, ttl_ms, self.wake_channel, tag)
-            self._leases.answered(name, token, isinstance(r, Granted))
-            return r
+        if tag is not None and not self._grant_route.shared():
+            return await self._acquire_once(name, token, ttl_ms, self.wake_channel, tag)
         self._queued.sent(name)
         result = await self._acquire_once(name, token, ttl_ms, self.wake_channel, None)
         self._queued.answered(name, isinstance(result, Granted))
@@ -233,23 +231,24 @@ class AsyncRedisLockService(AsyncLockService):
     async def unwatch_waiter(self, name: str) -> None:
         """Like :meth:`RedisLockService.unwatch_waiter`."""
         self._waiting.pop(name, None)
-        tokens = self._leases.take(name)
+        if self._queued.gave_up(name) and not self._closed:
+            try:
+                await self._client.zrem(proto.keys_for(name).waiters, self.wake_channel)
+            except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
+                log.debug("leaving the waiters queue of %r failed: %s", name, e)
+
+    async def forget_queued(self, name: str, token: str) -> None:
+        """As :meth:`RedisLockService.forget_queued`."""
         if self._closed:
             return
         k = proto.keys_for(name)
-        if self._queued.gave_up(name):
-            try:
-                await self._client.zrem(k.waiters, self.wake_channel)
-            except Exception as e:  # noqa: BLE001 - the release skips or passes it on anyway
-                log.debug("leaving the waiters queue of %r failed: %s", name, e)
-        if tokens:
-            try:
-                pipe = self._client.pipeline(transaction=True)
-                pipe.zrem(k.waiters, *(f"{self.wake_channel}#{t}" for t in tokens))
-                pipe.hdel(k.grants, *tokens)
-                await pipe.execute()
-            except Exception as e:  # noqa: BLE001 - left behind, each is granted once and released
-                log.debug("leaving the waiters queue of %r failed: %s", name, e)
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.zrem(k.waiters, f"{self.wake_channel}#{token}")
+            pipe.hdel(k.grants, token)
+            await pipe.execute()
+        except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released
+            log.debug("leaving the waiters queue of %r failed: %s", name, e)
 
     async def _pass_on(self, name: str) -> None:
         """A release picked us for ``name`` but nobody here waits for it: wake the next one."""
@@ -461,23 +460,22 @@ class AsyncRedisLockService(AsyncLockService):
 
     def _handle_grant(self, data: bytes) -> None:
         """As :meth:`RedisLockService._handle_grant`: the notice goes to the client (its core
-        decides); one nobody takes is released, one that cannot be routed safely runs out."""
+        decides); one nobody takes is released; on a shared service every client gets it,
+        marked ``shared``, and nobody releases it."""
         notice = proto.parse_grant_notice(data)
         if notice is None:
             log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
             return
-        cb = self._waiting.get(notice.name)
-        if cb is None and not self._grant_route.routable():
-            log.debug("leasehold: a grant of %r for a client that no longer waits: left to its TTL", notice.name)
-            return
-        cb = cb if cb is not None else self._grant_route.client
+        clients = list(self._grant_route.clients)
+        if len(clients) > 1:
+            notice = replace(notice, shared=True)
         taken = False
-        if cb is not None:
+        for cb in clients:
             try:
-                taken = cb(notice.name, notice) is not False  # type: ignore[call-arg]
+                taken = cb(notice.name, notice) is not False or taken
             except Exception:  # a callback bug must not kill the subscriber
                 log.exception("leasehold redis grant callback failed for %r", notice.name)
-        if not taken and not self._closed:
+        if not taken and len(clients) <= 1 and not self._closed:
             t = asyncio.get_running_loop().create_task(self._release_stray(notice))
             self._side_tasks.add(t)
             t.add_done_callback(self._side_tasks.discard)

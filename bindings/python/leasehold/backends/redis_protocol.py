@@ -244,54 +244,34 @@ def offer_wake(on_wake: Callable[[str], object] | None, name: str) -> bool:
         return False
 
 
-class QueuedLeases:
-    """Protocol 3: the tokens this client's refused attempts queued per name (``wake#token``
-    entries), so that when the client stops waiting for a name it can take them out of the
-    queue instead of leaving them to be granted, refused and released one by one. Plain
-    dict/set operations (atomic under the GIL): called from any IO thread."""
-
-    def __init__(self) -> None:
-        self._tokens: dict[str, set[str]] = {}
-
-    def answered(self, name: str, token: str, granted: bool) -> None:
-        """A tagged ACQUIRE for ``token`` came back: refused ones stay queued, a grant removed
-        the entry (the script does)."""
-        if granted:
-            s = self._tokens.get(name)
-            if s is not None:
-                s.discard(token)
-        else:
-            self._tokens.setdefault(name, set()).add(token)
-
-    def take(self, name: str) -> set[str]:
-        """Forget and return ``name``'s queued tokens (the client no longer waits for it)."""
-        return self._tokens.pop(name, None) or set()
-
-
 class GrantRoute:
-    """Which client a grant notice goes to when its name has no waiter here any more (the sync
-    and the asyncio service alike). Its lease may hold the lock already (its own ACQUIRE won
-    the race with the notice), so only that client's core may decide to release the grant.
-    A service used by one client (the usual case) routes there; once a second client has
-    waited through it, such a notice cannot be routed safely and is left to run out (its TTL
-    bounds the delay); before any client waited, nothing of ours can hold it."""
+    """Which clients a grant notice goes to (the sync and the asyncio service alike). Its lease
+    may hold the lock already (its own ACQUIRE won the race with the notice), so only the
+    owning client's core may decide what the grant means.
+
+    A service used by one client (the usual case) gives it every notice, and that client
+    releases a grant no lease of it owns. Once a second client has waited through the service
+    it is *shared*: wake-up callbacks are per name, not per lease, so a notice goes to every
+    client, each marked ``shared`` (the owner's core takes it; the others must not release it:
+    a grant nobody owns then runs out by its TTL), and the service stops tagging attempts
+    (protocol 2 from then on). Before any client waited, nothing of ours can hold a grant."""
+
+    _MAX_CLIENTS = 64  # beyond this many clients on one service, later ones hear no notices
 
     def __init__(self) -> None:
-        self.client: Callable[..., object] | None = None
-        self._owner: object = None
-        self._shared = False
+        self.clients: list[Callable[..., object]] = []
+        self._owners: list[object] = []
 
     def saw(self, on_wake: Callable[..., object]) -> None:
         """A client registered ``on_wake`` (a bound method of the client, or any callable)."""
         owner = getattr(on_wake, "__self__", on_wake)
-        if self._owner is None:
-            self._owner, self.client = owner, on_wake
-        elif owner is not self._owner:
-            self._shared, self.client = True, None
+        if not any(o is owner for o in self._owners) and len(self._owners) < self._MAX_CLIENTS:
+            self._owners.append(owner)
+            self.clients.append(on_wake)
 
-    def routable(self) -> bool:
-        """False once two clients shared the service: route nowhere, release nothing."""
-        return not self._shared
+    def shared(self) -> bool:
+        """True once two clients waited through the service."""
+        return len(self._owners) > 1
 
 
 class QueueEntries:
@@ -538,6 +518,9 @@ class GrantNotice:
     ttl_ms: int
     token: str
     name: str
+    shared: bool = False
+    """Delivered to every client of a shared service: one that does not own the token must
+    not release the grant (see :class:`GrantRoute`)."""
 
 
 def _notice_number(data: bytes, start: int) -> tuple[int, int]:

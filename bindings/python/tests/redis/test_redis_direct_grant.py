@@ -49,6 +49,9 @@ def test_a_release_grants_the_queued_waiter_without_its_acquire(redis_server, r)
         sent = c.counters().acquires_sent
         k = proto.keys_for("direct")
         [token] = queued_tokens(r, "direct")
+        # Every attempt of the waiter was sent before this; the grant must be dated no later.
+        attempts_done_ns = time.monotonic_ns()
+        time.sleep(0.3)  # more than the drift allowance (10 s: 102 ms), so a later date shows
         t0 = time.monotonic()
         h.release()
         w.join(30)
@@ -59,9 +62,11 @@ def test_a_release_grants_the_queued_waiter_without_its_acquire(redis_server, r)
         assert w.handle.fencing_token > h.fencing_token
         assert int(r.hget(k.lock, "fence")) == w.handle.fencing_token
         assert r.hget(k.lock, "token").decode() == token
-        # Validity is counted from the send time of the attempt that queued it (before the
-        # release), so at most the TTL minus the time since then.
-        assert 0 < w.handle.remaining() < 10.0
+        # Validity is counted from the send time of the attempt that queued it, which was
+        # before ``attempts_done_ns``, not from the notice's arrival 0.3 s later.
+        assert w.handle.valid_until_ns is not None
+        assert w.handle.valid_until_ns <= attempts_done_ns + 10_000_000_000
+        assert w.handle.remaining() > 0
         assert queued(r, "direct") == [] and r.hlen(k.grants) == 0
         wait_for(lambda: c.counters().renewals_ok >= 1, what="a renewal of the granted lease")
         w.handle.release()
@@ -96,11 +101,11 @@ def test_a_waiter_that_gave_up_takes_its_entry_out_of_the_queue(redis_server, r)
 
 
 def test_a_grant_for_a_waiter_that_gave_up_goes_to_the_next(redis_server, r):
-    """The first queued waiter timed out and its entry stayed behind (its client could not take
-    it out); the release grants it, its client finds no lease for the token and releases the
-    grant, which goes to the next."""
+    """The first queued waiter timed out and its entry stayed behind (its removal failed, or an
+    attempt still in flight queued it again); the release grants it, its client's core finds
+    no lease for the token (NotOurs) and the client releases the grant, which goes on."""
     quitter_svc = service(redis_server.url)
-    quitter_svc._forget_entries = lambda *a: None  # type: ignore[method-assign]
+    quitter_svc.forget_queued = lambda *a: None  # type: ignore[method-assign]
     with LockClient(service(redis_server.url)) as holder, LockClient(quitter_svc) as quitter, LockClient(
         service(redis_server.url)
     ) as c:
@@ -125,9 +130,12 @@ def test_a_grant_for_a_waiter_that_gave_up_goes_to_the_next(redis_server, r):
 
 
 def test_a_grant_for_a_forgotten_lease_of_a_client_that_still_waits_is_released_by_the_host(redis_server, r):
-    """Same, but the quitter's client still waits for the name with another lease: the notice
-    reaches its core, which no longer knows the token (NotOurs), so the client releases it."""
-    with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
+    """Same, but the quitter's client still waits for the name with another lease (and the
+    quitter's entry stayed behind): the notice reaches the core, which no longer knows the
+    token (NotOurs), so the client releases it and the grant goes on to its other lease."""
+    csvc = service(redis_server.url)
+    csvc.forget_queued = lambda *a: None  # type: ignore[method-assign]
+    with LockClient(service(redis_server.url)) as holder, LockClient(csvc) as c:
         h = holder.acquire("forgotten", ttl=120.0)
         q = Acquirer(c, "forgotten", ttl=10.0, wait=2.0)
         q.start()
@@ -169,7 +177,7 @@ def test_a_protocol_2_releaser_wakes_a_protocol_3_waiter_which_then_asks(redis_s
 
 def test_a_grant_to_a_client_that_closed_is_released_or_passed_on(redis_server, r):
     """The queued lease's client closed: its wake channel has no subscriber any more, so the
-    release undoes that grant and grants the next queued lease."""
+    release grants that lease nothing (no fence spent) and grants the next queued lease."""
     with LockClient(service(redis_server.url)) as holder, LockClient(service(redis_server.url)) as c:
         gone = LockClient(service(redis_server.url))
         h = holder.acquire("closed", ttl=120.0)
@@ -183,10 +191,14 @@ def test_a_grant_to_a_client_that_closed_is_released_or_passed_on(redis_server, 
         g.join(30)
         assert isinstance(g.error, errors.ClientClosed), g.error
         wait_for(settled(c), what="the waiter asleep")
+        secs, usecs = r.time()
+        ahead = (secs * 1_000_000 + usecs) + 10**12  # fences count up by one from here
+        r.set(proto.keys_for("closed").fence, ahead)
         h.release()
         w.join(30)
         assert w.error is None and w.handle is not None, w.error
         assert c._grant_notices == 1
+        assert w.handle.fencing_token == ahead + 1, "the closed client's lease got no grant at all"
         w.handle.release()
 
 
@@ -197,9 +209,13 @@ def test_asyncio_clients_hand_over_by_direct_grant(redis_server, r):
 
     async def main() -> None:
         holder_svc = AsyncRedisLockService.from_url(redis_server.url)
-        async with AsyncLockClient(holder_svc) as a, AsyncLockClient(
-            AsyncRedisLockService.from_url(redis_server.url)
-        ) as b:
+        b_svc = AsyncRedisLockService.from_url(redis_server.url)
+
+        async def keep_entry(name: str, token: str) -> None:  # the quitter's entry stays behind
+            return None
+
+        b_svc.forget_queued = keep_entry  # type: ignore[method-assign]
+        async with AsyncLockClient(holder_svc) as a, AsyncLockClient(b_svc) as b:
             h = await a.acquire("aio-direct", ttl=120.0)
             quitter = asyncio.ensure_future(b.acquire("aio-direct", ttl=5.0, wait=1.0))
             while len(queued_tokens(r, "aio-direct")) != 1:
@@ -212,7 +228,9 @@ def test_asyncio_clients_hand_over_by_direct_grant(redis_server, r):
                 raise AssertionError("the quitter got the lock")
             except errors.LockTimeout:
                 pass
-            await asyncio.sleep(1.0)  # past the waiter's quick attempts: asleep on a 120 s hint
+            # Past the waiter's quick attempts: asleep on the 120 s hint, nothing in flight.
+            while b._deadline is not None and b._deadline - time.monotonic_ns() < 20 * 10**9 or b._requests:
+                await asyncio.sleep(0.01)
             sent = b.counters().acquires_sent
             await h.release()
             h2 = await asyncio.wait_for(task, 30)
@@ -257,18 +275,63 @@ def test_a_late_notice_for_a_lease_that_holds_already_never_releases_it(redis_se
         assert not r.exists(k.lock)
 
 
-def test_a_grant_route_goes_to_the_one_client_and_nowhere_once_two_shared_the_service():
+def test_a_grant_route_goes_to_the_one_client_and_to_all_once_two_shared_the_service():
     class Client:
         def woken(self, name: str, notice: object = None) -> bool:
             return True
 
     a, b = Client(), Client()
     route = proto.GrantRoute()
-    assert route.routable() and route.client is None, "before any waiter: nothing of ours holds it"
+    assert route.clients == [] and not route.shared(), "before any waiter: nothing of ours holds it"
     route.saw(a.woken)
     route.saw(a.woken)
-    assert route.routable() and route.client == a.woken
+    assert route.clients == [a.woken] and not route.shared()
     route.saw(b.woken)
-    assert not route.routable() and route.client is None, "two clients: route nowhere, release nothing"
+    assert route.clients == [a.woken, b.woken] and route.shared()
     route.saw(a.woken)
-    assert not route.routable()
+    assert len(route.clients) == 2
+
+def test_a_service_two_clients_share_stops_tagging_and_hands_over_as_protocol_2(redis_server, r):
+    """Wake-up callbacks are per name, so on a shared service a notice goes to every client
+    (marked shared: a core that does not own the token must not release it). Once a second
+    client waits through it, the service queues plain (protocol-2) entries: a release wakes
+    the client, which asks."""
+    shared = service(redis_server.url)
+    with LockClient(service(redis_server.url)) as holder, LockClient(
+        shared, owns_service=False
+    ) as c1, LockClient(shared, owns_service=False) as c2:
+        try:
+            holders = [holder.acquire(n, ttl=120.0) for n in ("sh-a", "sh-b", "sh-c")]
+            first = Acquirer(c1, "sh-a", ttl=10.0, wait=60.0)
+            first.start()
+            wait_for(lambda: len(queued_tokens(r, "sh-a")) == 1, what="a tagged entry while one client waits")
+            second = Acquirer(c2, "sh-b", ttl=10.0, wait=60.0)
+            second.start()
+            wait_for(lambda: queued(r, "sh-b") == [shared.wake_channel], what="the second client queued")
+            assert queued_tokens(r, "sh-b") == [], "shared: no tags any more"
+            w = Acquirer(c1, "sh-c", ttl=10.0, wait=60.0)
+            w.start()
+            wait_for(lambda: queued(r, "sh-c") == [shared.wake_channel], what="a plain entry")
+            assert queued_tokens(r, "sh-c") == []
+            holders[2].release()
+            w.join(30)
+            assert w.error is None and w.handle is not None, w.error
+            assert w.handle.fencing_token > holders[2].fencing_token
+            w.handle.release()
+            holders[1].release()
+            second.join(30)
+            assert second.handle is not None, second.error
+            second.handle.release()
+            # The entry tagged before the service was shared gets its grant: the notice, marked
+            # shared, goes to both clients; c1's core owns the token and takes it.
+            holders[0].release()
+            first.join(30)
+            assert first.handle is not None, first.error
+            # c2's core does not own the token and must not release c1's grant.
+            wait_for(lambda: c2._side_pending == 0, what="c2 done with the notice")
+            time.sleep(0.3)
+            assert r.hget(proto.keys_for("sh-a").lock, "token") is not None, "c1's lock still held"
+            assert first.handle.is_held()
+            first.handle.release()
+        finally:
+            shared.close()
