@@ -573,8 +573,8 @@ class AsyncLockClient:
         callback: Callable[[str], Any],
     ) -> None:
         await subscribe(name, callback)
-        # Wake one waiter once: a release between its last attempt and the subscription
-        # taking effect was never notified (see LockClient).
+        # Wake once: a release between the last attempts and the subscription taking effect
+        # was never notified (see LockClient).
         self._wake_core(name)
 
     def _chain_watch(self, op: Callable[[], Awaitable[None]]) -> None:
@@ -622,10 +622,21 @@ class AsyncLockClient:
         return handle(arg)
 
     def _wake_core(self, name: str) -> bool:
-        """(loop) Wake one local waiter of ``name``; False if there is none."""
+        """(loop) Wake one local waiter of ``name`` (protocol 3: every one); False if there is
+        none."""
         if self._closed or name not in self._core_watching:
             return False
         core = self._core
+        if self._tag_acquires:
+            # Protocol 3: every waiting lease asks again and queues itself (see LockClient).
+            n = sum(1 for hs in self._handles.values() if hs and hs[0].name == name and hs[0]._state == _ACQUIRING)
+
+            def wake_all() -> None:
+                for _ in range(max(1, n)):
+                    core.released(name)
+
+            self._deliver_input(wake_all)
+            return True
         self._deliver_input(lambda: core.released(name))
         return True
 

@@ -1085,7 +1085,7 @@ class LockClient:
     def _watch_then_recheck(
         self, name: str, subscribe: Callable[[str, Callable[[str], Any]], None], callback: Callable[[str], Any]
     ) -> None:
-        """(watch thread) Subscribe, then wake one local waiter once.
+        """(watch thread) Subscribe, then wake once (one local waiter; with tagged attempts, each).
 
         A release that happened after a waiter's last attempt but before the subscription
         took effect was never notified; without this re-check that waiter would sleep until
@@ -1096,7 +1096,7 @@ class LockClient:
             if self._closed or self._stop or self._fatal is not None:
                 return
             if name in self._core_watching:
-                self._feed(self._core.released, name)
+                self._feed(self._wake_input(name), name)
 
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
@@ -1117,18 +1117,33 @@ class LockClient:
                 return True
             if name not in self._core_watching:
                 return False
+            wake = self._wake_input(name)
             if self._send_acquire is None:
-                self._feed(self._core.released, name)
+                self._feed(wake, name)
                 return True
             batch: list[tuple[LockHandle, Output]] = []
             self._presend_batch = batch
             try:
-                self._feed(self._core.released, name)
+                self._feed(wake, name)
             finally:
                 self._presend_batch = None
         if batch:
             self._presend(batch)
         return True
+
+    def _wake_input(self, name: str) -> Callable[[str], None]:
+        """The input for a plain wake-up of ``name``: one waiter (protocol 2: the client's one
+        queue entry stays while it has waiters), or, when attempts are tagged (protocol 3:
+        one entry per lease), every waiting lease of it, so that each one that is not queued
+        yet (its attempts ran before the wake channel was live, or a restart lost the queue)
+        asks again and queues itself; otherwise it would sleep until its retry hint."""
+        return self._released_all if self._tag_acquires else self._core.released
+
+    def _released_all(self, name: str) -> None:
+        """(input) Wake every waiting lease of ``name`` (see _wake_input)."""
+        n = sum(1 for hs in self._handles.values() if hs and hs[0].name == name and hs[0]._state == _ACQUIRING)
+        for _ in range(max(1, n)):
+            self._core.released(name)
 
     def _granted(self, notice: Any) -> None:
         """(input) A grant notice. The core dates it by the attempt it names, or asks again, or
