@@ -463,7 +463,8 @@ local function grant_next(lock, waiters, fence, grants, name)
         redis.call('HSET', lock, 'token', tok, 'fence', fs)
         redis.call('PEXPIRE', lock, ttl_s)
         -- Names never contain NUL: a payload starting with one is a notice, not a name.
-        redis.call('PUBLISH', ch, '\0grant ' .. tag .. ' ' .. fs .. ' ' .. ttl_s .. ' ' .. #tok .. ' ' .. tok .. name)
+        local notice = '\0grant ' .. tag .. ' ' .. fs .. ' ' .. ttl_s .. ' ' .. #tok .. ' ' .. tok .. name
+        redis.call('PUBLISH', ch, notice)
         -- The rest of the queue now waits for this grant (both keys are of their type:
         -- ZPOPMIN and HGET worked on them).
         keep_alive(waiters, tonumber(ttl_s))
