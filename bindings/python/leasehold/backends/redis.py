@@ -43,7 +43,6 @@ import os
 import select
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Callable
 
 import redis
@@ -1125,14 +1124,7 @@ class _Subscriber:
             return
         with self._lock:
             clients = list(self._grant_route.clients)
-        if len(clients) > 1:
-            notice = replace(notice, shared=True)
-        taken = False
-        for cb in clients:
-            try:
-                taken = cb(notice.name, notice) is not False or taken
-            except Exception:  # a callback bug must not kill the subscriber
-                log.exception("leasehold redis grant callback failed for %r", notice.name)
+        taken = proto.offer_notice(clients, notice)
         if not taken and len(clients) <= 1 and self._on_stray_grant is not None:
             self._on_stray_grant(notice)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Callable
 
 import redis.asyncio as aioredis
@@ -467,14 +466,7 @@ class AsyncRedisLockService(AsyncLockService):
             log.warning("leasehold: ignoring a malformed grant notice on %s: %r", self.wake_channel, data[:80])
             return
         clients = list(self._grant_route.clients)
-        if len(clients) > 1:
-            notice = replace(notice, shared=True)
-        taken = False
-        for cb in clients:
-            try:
-                taken = cb(notice.name, notice) is not False or taken
-            except Exception:  # a callback bug must not kill the subscriber
-                log.exception("leasehold redis grant callback failed for %r", notice.name)
+        taken = proto.offer_notice(clients, notice)
         if not taken and len(clients) <= 1 and not self._closed:
             t = asyncio.get_running_loop().create_task(self._release_stray(notice))
             self._side_tasks.add(t)

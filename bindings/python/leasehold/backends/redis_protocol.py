@@ -31,7 +31,7 @@ import hashlib
 import logging
 import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Generic, TypeVar
 
 from .. import _ffi, errors
@@ -272,6 +272,21 @@ class GrantRoute:
     def shared(self) -> bool:
         """True once two clients waited through the service."""
         return len(self._owners) > 1
+
+
+def offer_notice(clients: list[Callable[..., object]], notice: GrantNotice) -> bool:
+    """Offer a grant notice to the clients of a service (the sync and the asyncio one alike;
+    see :class:`GrantRoute`): several clients each get it marked ``shared``. Whether one took
+    it; a callback that raises is logged and counts as not taken."""
+    if len(clients) > 1:
+        notice = replace(notice, shared=True)
+    taken = False
+    for cb in clients:
+        try:
+            taken = cb(notice.name, notice) is not False or taken
+        except Exception:  # a callback bug must not kill the subscriber
+            logging.getLogger("leasehold.redis").exception("leasehold redis grant callback failed for %r", notice.name)
+    return taken
 
 
 class QueueEntries:
