@@ -647,8 +647,12 @@ impl Client {
             LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {
                 // Ours at the service, wanted by nobody: release it like a late grant (rule 6).
                 l.flags.set(Flag::Uncertain, true);
-                let (l, life) = self.lease_and_life(slot);
-                l.adopt_backend_data(&[], fencing_token, life.fencing_token);
+                let grant = AcquireResult::Granted {
+                    fencing_token,
+                    ttl_ms,
+                    backend_data: &[],
+                };
+                self.adopt_backend_data(slot, &grant);
                 self.counters.stale_results += 1;
                 self.start_cleanup(slot, false);
                 GrantNotice::Releasing

@@ -438,7 +438,7 @@ class AsyncLockClient:
                         h._fut.set_result(None)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
             queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
-            forget = getattr(self._service, "forget_queued", None)
+            forget = getattr(self._service, "forget_queued", None) if queued is not None else None
             if queued is not None and forget is not None:
                 self._spawn(self._forget_queued(forget, *queued))
             for h in self._handles.pop(out.lease_id, ()):

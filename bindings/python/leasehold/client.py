@@ -769,9 +769,10 @@ class LockClient:
                         self._wake_waiter(h)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
             queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
-            forget = getattr(self._service, "forget_queued", None)
-            if queued is not None and forget is not None and self._watch_pool is not None:
-                self._side_call(self._watch_pool, "service.forget_queued", forget, *queued)
+            if queued is not None and self._watch_pool is not None:
+                forget = getattr(self._service, "forget_queued", None)
+                if forget is not None:
+                    self._side_call(self._watch_pool, "service.forget_queued", forget, *queued)
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))

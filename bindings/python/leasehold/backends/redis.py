@@ -354,7 +354,7 @@ class RedisLockService(LockService):
         k = proto.keys_for(name)
         try:
             pipe = self._client.pipeline(transaction=True)
-            pipe.zrem(k.waiters, f"{self._sub.wake_channel}#{token}")
+            pipe.zrem(k.waiters, proto.lease_entry(self._sub.wake_channel, token))
             pipe.hdel(k.grants, token)
             pipe.execute()
         except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released

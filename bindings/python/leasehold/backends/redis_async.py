@@ -243,7 +243,7 @@ class AsyncRedisLockService(AsyncLockService):
         k = proto.keys_for(name)
         try:
             pipe = self._client.pipeline(transaction=True)
-            pipe.zrem(k.waiters, f"{self.wake_channel}#{token}")
+            pipe.zrem(k.waiters, proto.lease_entry(self.wake_channel, token))
             pipe.hdel(k.grants, token)
             await pipe.execute()
         except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released

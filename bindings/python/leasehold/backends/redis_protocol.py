@@ -274,6 +274,12 @@ class GrantRoute:
         return len(self._owners) > 1
 
 
+def lease_entry(wake: str, token: str) -> str:
+    """A waiting lease's queue member (protocol 3): its client's wake channel, ``#``, its
+    token (``leasehold::redis::ENTRY_SEPARATOR``; the scripts split at the first ``#``)."""
+    return f"{wake}#{token}"
+
+
 def offer_notice(clients: list[Callable[..., object]], notice: GrantNotice) -> bool:
     """Offer a grant notice to the clients of a service (the sync and the asyncio one alike;
     see :class:`GrantRoute`): several clients each get it marked ``shared``. Whether one took
