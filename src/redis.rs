@@ -1,4 +1,4 @@
-//! The Redis protocol of leasehold (design §6): the canonical Lua scripts and the key layout.
+//! The Redis protocol of leasehold (docs/design.md §6): the canonical Lua scripts and the key layout.
 //!
 //! Every host (Python, Go, C++, C) runs these exact bytes, read from the library through
 //! `lh_redis_script` / `lh_redis_key`, so clients written in different languages contend

@@ -1,5 +1,5 @@
 //! `client_ops`: a seed, a configuration and a sequence of host inputs applied to one
-//! `leasehold::Client`, with an oracle that checks design §4 I1–I4 and I7 after every input.
+//! `leasehold::Client`, with an oracle that checks docs/design.md §4 I1–I4 and I7 after every input.
 //!
 //! The harness plays the host. It keeps a model of every lease, request and ownership token
 //! it has seen, a small reference lock service (`Op::Serve` answers every outstanding command

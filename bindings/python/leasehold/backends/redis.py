@@ -1,4 +1,4 @@
-"""Redis lock service on redis-py (design §6).
+"""Redis lock service on redis-py (docs/design.md §6).
 
 ``RedisLockService`` maps the core's commands onto the canonical Lua scripts read from the
 native library (EVALSHA, falling back to EVAL when the server does not know the script yet) and

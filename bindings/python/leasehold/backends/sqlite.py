@@ -1,4 +1,4 @@
-"""SQLite lock service: the embedded default for processes on one host (design §6).
+"""SQLite lock service: the embedded default for processes on one host (docs/design.md §6).
 
 One database file holds every lock of the host::
 
