@@ -18,9 +18,9 @@ use leasehold::{
     MIN_SEED_LEN, Output, ReleaseResult, RenewResult, RequestId,
 };
 
-/// Errors leave the core exactly as before the call (src/error.rs). The core used to return
-/// `TooManyLeases` from `acquire` and `LeaseEnded` from `release` after the call's `now` had
-/// run due timers (finding F1, fixed in 55e8a04); `false` tolerates exactly those two cases.
+/// Errors leave the core exactly as before the call (src/error.rs). `false` tolerates the two
+/// cases of finding F1 (`TooManyLeases` from `acquire` and `LeaseEnded` from `release` after
+/// the call's `now` had run due timers; see fuzz/README.md).
 pub const STRICT_ERRORS: bool = true;
 
 /// Host time never exceeds 2^62 ns (146 years): near `u64::MAX` every deadline saturates
