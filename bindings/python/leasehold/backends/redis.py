@@ -8,8 +8,8 @@ delivers release notifications through one pub/sub connection per service::
     from leasehold.backends.redis import RedisLockService
 
     with LockClient(RedisLockService.from_url("redis://127.0.0.1:6379/0")) as client:
-        with client.lock("reports", ttl_ms=10_000) as lease:
-            write_report(fencing_token=lease.fencing_token)
+        with client.acquire("reports", ttl=10, wait=5) as lock:
+            write_report(fencing_token=lock.fencing_token)
 
 What this service does *not* do: decide anything about time. Connection errors, timeouts and
 script errors (garbage in the keyspace: ``ResponseError("lh: ...")``) are raised as exceptions,
