@@ -288,11 +288,11 @@ class RedisLockService(LockService):
     def status(self, name: str) -> Any:
         """What Redis says about ``name`` right now (read-only, advisory; one MULTI/EXEC).
 
-        Returns a :class:`leasehold.backends.sqlite.LockStatus` (``holder_pid`` is always
-        ``None``: Redis does not know it). Garbage in the keyspace raises :class:`ProtocolError`
-        with an ``lh:`` message, as the scripts would.
+        Returns a :class:`leasehold.service.LockStatus` (the holder's pid, host and holding
+        time are ``None``: the lock keys do not record them). Garbage in the keyspace raises
+        :class:`ProtocolError` with an ``lh:`` message, as the scripts would.
         """
-        from .sqlite import LockStatus  # the CLI's shared status record
+        from ..service import LockStatus
 
         k = proto.keys_for(name)
         pipe = self._client.pipeline(transaction=True)
