@@ -1,4 +1,4 @@
-//! Core benchmarks (issue 2): cost per renew cycle with 1, 1,000 and 1,000,000 live leases,
+//! Core benchmarks: cost per renew cycle with 1, 1,000 and 1,000,000 live leases,
 //! cost per acquire → grant → release cycle, and heap bytes per held lease.
 //!
 //! Run: `cargo bench --bench core` (`-- quick` for a shorter run; `-- renew 1000000` or

@@ -1,134 +1,13 @@
-//! The Redis protocol of leasehold (design §6): the canonical Lua scripts and the key layout.
+//! The Redis protocol of leasehold (docs/design.md §6): the canonical Lua scripts and the key layout.
 //!
 //! Every host (Python, Go, C++, C) runs these exact bytes, read from the library through
 //! `lh_redis_script` / `lh_redis_key`, so clients written in different languages contend
 //! correctly for the same lock on the same server. Nothing here performs IO.
 //!
-//! # Keys (hash-tagged so Redis Cluster keeps one lock's keys in one slot)
-//!
-//! | kind      | key                  | contents                                              |
-//! |-----------|----------------------|-------------------------------------------------------|
-//! | lock      | `lh:{NAME}`          | hash `{token, fence}` with a PX expiry                 |
-//! | fence     | `lh:{NAME}:fence`    | decimal integer text, no expiry: the last fence        |
-//! | channel   | `lh:{NAME}:released` | pub/sub channel; RELEASE publishes `NAME` on it        |
-//! | waiters   | `lh:{NAME}:waiters`  | zset of queue entries (FIFO): `wake` or `wake#token`   |
-//! | grants    | `lh:{NAME}:grants`   | hash `token → "<ttl_ms>:<tag>"` of queued leases (v3)  |
-//!
-//! The keys of one name never collide with the keys of another name (the lock key ends in
-//! `}`, the others in `}:fence` / `}:released` / `}:waiters` / `}:grants`). Redis Cluster
-//! hashes the text between the first `{` and the first `}` after it; that is a prefix of
-//! `NAME` (or all of it) in every key, so they share a slot — except for a name that starts
-//! with `}`, whose hash tag is empty (Cluster then hashes whole keys). Single-instance Redis is
-//! unaffected.
-//!
-//! # Waking one waiter per release (protocol 2)
-//!
-//! Publishing every release to every waiting client wakes them all, and all but one lose the
-//! race: with a client per waiter that herd costs milliseconds of CPU per handoff. So each
-//! client subscribes one *wake channel* of its own (`lh:wake:` + a random suffix, at most 128
-//! bytes) and passes it, with the waiters key, to the ACQUIRE attempts it makes while it has
-//! waiters. A refused attempt queues the channel; RELEASE pops the oldest queued channels until
-//! a `PUBLISH channel NAME` reaches a subscriber (dead clients count 0 and are dropped). The
-//! woken client's waiter tries at once. A client that receives a wake-up for a name it no longer
-//! waits for passes it on with NOTIFY; a client that stops waiting removes its channel
-//! (`ZREM`). RELEASE still publishes on the release channel too, for subscribers that want every
-//! release (and for hosts that do not queue). The queue is only a fast path: a waiter whose
-//! entry is lost (restart, expiry, Cluster PUBLISH counting only one node's subscribers) still
-//! retries at the holder's remaining TTL or with backoff.
-//!
-//! # Direct grant on release (protocol 3)
-//!
-//! A protocol-2 handoff costs the woken client a second round trip (its ACQUIRE). With the
-//! grants key, a refused ACQUIRE queues the *lease* instead of the client: the entry
-//! `wake#token` (one per waiting lease, in the same FIFO zset and at the same server-time
-//! score as a protocol-2 entry; a retry keeps its place) and the grants field
-//! `token → "<ttl_ms>:<tag>"` of that attempt, where `tag` is the host's id of the attempt
-//! (a newer refused attempt of the same lease overwrites it). A 4-key RELEASE pops the oldest
-//! entry and, for a `wake#token` entry with a valid grants field whose channel has a
-//! subscriber on this server (`PUBSUB NUMSUB`), grants the lock to `token` on the spot — the
-//! next fence exactly as ACQUIRE mints it, `HSET lock token fence`, `PEXPIRE lock ttl_ms` —
-//! and publishes a *grant notice* (below) on `wake`. A published grant is never undone: a
-//! PUBLISH reply counts only this server's subscribers, and one on a replica or another
-//! Cluster node may have the notice already. A lease whose channel has nobody here gets no
-//! grant, only the plain name (harmless wherever it lands), and the next entry is tried (at
-//! most 16 per release, as in protocol 2). A plain wake-channel entry, or a `wake#token` entry
-//! without a valid grants field, gets the plain name (a protocol-2 wake-up) instead. A
-//! granted ACQUIRE removes its own entry and field and is not queued again (entries are per
-//! lease).
-//!
-//! Why it is safe: the grant's expiry at the server counts from the RELEASE, which runs after
-//! the refused attempt named by `tag` reached the server, which is after the host sent it. The
-//! waiter's core counts the grant's validity from the *send time of that attempt*, so its
-//! view of the lease ends no later than the server's (the same lower bound an ordinary
-//! ACQUIRE reply gives; clock drift is bounded as for any lease). The fence is minted by the
-//! same code as ACQUIRE's (one Lua fragment in both scripts), so fences still strictly
-//! increase per name. The notice names the token, so a host can apply it only to the lease
-//! that owns that token; whether a late, duplicate or forged notice is believed is the core's
-//! decision (`lh_granted`), never the transport's.
-//!
-//! Edges the hosts must know about:
-//! - A host that gets a notice for a token it no longer waits for (it gave up while the notice
-//!   was in flight) holds a lock it does not want: it releases that token with the 4-key
-//!   RELEASE (so the next lease gets it), as it passes a stray plain wake-up on with NOTIFY.
-//!   A client that stops waiting for a name removes its leases' entries (`ZREM waiters
-//!   wake#token`, `HDEL grants token`; the Python services do); an entry left behind (a lease
-//!   that gave up while others of its client still wait, or a failed removal) is granted once
-//!   and then released by that rule, or times out with the keys.
-//! - An ACQUIRE by the directly granted token (e.g. a retry timer that crossed the notice) is
-//!   the idempotent re-grant: the same fence back, the TTL refreshed.
-//! - A garbage fence key (another type, bad text, exhausted) never produces a grant: the
-//!   entry's client gets the plain name and meets the `lh: ` error in its own ACQUIRE. A grants
-//!   key of another type fails a refused 4-key ACQUIRE with an `lh: ` error (the waiters-key
-//!   rule); a RELEASE then gives that key's entries plain wake-ups. A grants field that is not
-//!   `<ttl_ms>:<tag>` (ttl 1..15 digits without a leading zero, tag 1..20 digits) likewise
-//!   gets a plain wake-up. The tag is opaque digit text to the scripts (never converted to a
-//!   Lua number).
-//!
-//! Compatibility with protocol-2 callers: the 2/3-key ACQUIRE and the 1/2-key RELEASE behave
-//! as in protocol 2. When the 2-key RELEASE or NOTIFY pops a `wake#token` entry, it publishes
-//! the plain name to the channel part (that client then sends ACQUIRE); it cannot `HDEL` the
-//! field (the grants key is not in its KEYS), and that stale field is harmless: the next
-//! refusal of the lease overwrites it, a 4-key RELEASE only reads fields of entries it pops,
-//! and it expires with the key. A 4-key RELEASE serves protocol-2 entries with plain wake-ups.
-//! Members are split at their first `#`: a protocol-2 client must not use a wake channel with
-//! `#` (channels from `lh_redis_wake_channel` are hex; the 4-key ACQUIRE refuses one, the
-//! 3-key form accepts it as in protocol 2 and a release then reads it as a lease entry whose
-//! channel is the part before the `#`).
-//!
-//! # Grant notice
-//!
-//! `"\0grant " TAG " " FENCE " " TTL_MS " " TOKEN_LEN " " TOKEN NAME`: the numbers in
-//! decimal, the token length-prefixed (tokens may contain spaces), the name the rest. Lock
-//! names never contain NUL, so a wake-channel payload that starts with a NUL byte is a notice
-//! and anything else is a plain wake-up (the name). [`parse_grant_notice`] reads one.
-//!
-//! # Calling convention (EVALSHA, falling back to EVAL on NOSCRIPT)
-//!
-//! - ACQUIRE: `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`; with queueing (protocol 2)
-//!   `KEYS = [lock, fence, waiters]`, `ARGV = [token, ttl_ms, wake_channel]`; with direct grant
-//!   (protocol 3) `KEYS = [lock, fence, waiters, grants]`,
-//!   `ARGV = [token, ttl_ms, wake_channel, tag]` (`tag`: 1..20 decimal digits; the wake
-//!   channel without `#`) →
-//!   `[1, fencing_token, ttl_ms]` granted, or `[0, retry_after_ms]` held by another token
-//!   (`-1` = no hint; with queueing the wake channel, or the lease, is queued). Idempotent: the
-//!   token that already holds the lock gets its own fencing token back and its TTL refreshed. A
-//!   new grant's fencing token is `max(previous + 1, server TIME in µs)`, persisted in the fence
-//!   key, so tokens keep increasing even when a restart without persistence lost the fence key.
-//! - RENEW: `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed, `0` rejected. Never
-//!   re-creates an expired lock (renewing a lock that is gone is a loss, not a new grant).
-//! - RELEASE: `KEYS = [lock]`, `[lock, waiters]` or (protocol 3)
-//!   `[lock, waiters, fence, grants]`, `ARGV = [token, channel, name]` plus, optionally, the
-//!   caller's own wake channel when it no longer waits → `1` released (the oldest live queued
-//!   entry is woken, or with 4 keys granted the lock directly, and `PUBLISH channel name`), `0`
-//!   not owner.
-//! - NOTIFY: `KEYS = [waiters]`, `ARGV = [name]` plus, optionally, the caller's own wake
-//!   channel → `1` when a queued client was woken, `0` when none was reachable. Never grants.
-//!
-//! Garbage in the keyspace (a lock key of another type or a hash without a valid
-//! token/fence, a lock without expiry, a fence key holding anything but a decimal integer, a
-//! waiters key that is not a zset or a grants key that is not a hash when a refused ACQUIRE
-//! queues) and malformed arguments make the scripts return a Redis error reply whose message
-//! starts with `lh: `. Hosts report it as a transport error; it is never a grant.
+//! The protocol itself (key layout, waking one waiter per release, direct grants on release,
+//! the grant notice, each script's keys, arguments and replies, and the `lh: ` error replies
+//! for garbage in the keyspace) is specified in `docs/redis-protocol.md`; this module is its
+//! implementation, and its tests pin the details. [`parse_grant_notice`] reads a grant notice.
 
 use crate::Error;
 
@@ -530,7 +409,7 @@ return wake_next(KEYS[1], name)
     };
 }
 
-/// The ACQUIRE script (see the module docs for its calling convention).
+/// The ACQUIRE script (calling convention: `docs/redis-protocol.md`).
 pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
 /// The RENEW script.
 pub const RENEW_SCRIPT: &str = lua_renew!();

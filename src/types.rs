@@ -77,7 +77,7 @@ pub const INLINE_NAME_LEN: usize = 22;
 /// [`INLINE_NAME_LEN`] bytes live inline, so a command carrying one costs a 24-byte copy from
 /// the lease record that is already in cache. A shared allocation would cost a reference count
 /// on a line that has gone cold by the time a renewal comes due, an atomic in both the core and
-/// the host's drop (issue 2). Longer names share one allocation. Reads as a `&str`.
+/// the host's drop. Longer names share one allocation. Reads as a `&str`.
 #[derive(Clone)]
 pub struct LockName(NameRepr);
 

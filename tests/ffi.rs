@@ -1,4 +1,4 @@
-//! Drives the C ABI (`leasehold::ffi::lh_*`) from Rust with every hostile input of issue 3:
+//! Drives the C ABI (`leasehold::ffi::lh_*`) from Rust with every hostile input:
 //! NULL for every pointer parameter, invalid UTF-8 and oversized names, zero and
 //! negative-as-huge TTLs, unknown lease ids, unknown enum values, results for unknown or
 //! already-answered request ids, double release, time running backwards, and use after a

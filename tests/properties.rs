@@ -1,5 +1,5 @@
 //! Property tests: random input sequences fed straight into one `Client`,
-//! with invariants I1–I4 and I7 (design §4) checked after every input.
+//! with invariants I1–I4 and I7 (docs/design.md §4) checked after every input.
 //!
 //! The generator plays a hostile host and a sane-but-unreliable service at
 //! once: it answers real, already-answered, unknown and wrong-kind request

@@ -1,4 +1,4 @@
-//! One test (or a few) per lease rule of design §3, and per kind of bad input.
+//! One test (or a few) per lease rule of docs/design.md §3, and per kind of bad input.
 //! Every test drives the public API exactly as a host would.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The deterministic simulator over many seeds (design §4, invariants I1–I7).
+//! The deterministic simulator over many seeds (docs/design.md §4, invariants I1–I7).
 //!
 //! `cargo test --features sim --test simulator` runs 10,000 seeds;
 //! `LEASEHOLD_SIM_SEEDS=N` changes the count, `LEASEHOLD_SIM_FIRST=S` the first

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C suite of leasehold (issue 3). From the repository root or anywhere:
+# The C suite of leasehold. From the repository root or anywhere:
 #   bindings/c/test.sh
 # 1. builds the Rust library in release (target/release/libleasehold.{so,a});
 # 2. verifies include/leasehold.h against a fresh cbindgen run (scripts/check-header.sh);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python suite: builds the Rust library, sets up the venv, runs pytest over every test
-# directory (core, sqlite, cli, redis). Exits non-zero on any failure, and when pytest
-# collects no test at all (pytest exit code 5).
+# directory (core, sqlite, cli, redis), then builds the API reference (build-docs.sh). Exits
+# non-zero on any failure, and when pytest collects no test at all (pytest exit code 5).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -31,4 +31,9 @@ if [ "$rc" -eq 5 ]; then
     echo "python: pytest collected no tests; that is a failure" >&2
     exit 1
 fi
-exit "$rc"
+if [ "$rc" -ne 0 ]; then
+    exit "$rc"
+fi
+
+echo "== python: API reference (pdoc)"
+"$here/build-docs.sh"

@@ -1,5 +1,5 @@
 //! `client_ops`: a seed, a configuration and a sequence of host inputs applied to one
-//! `leasehold::Client`, with an oracle that checks design §4 I1–I4 and I7 after every input.
+//! `leasehold::Client`, with an oracle that checks docs/design.md §4 I1–I4 and I7 after every input.
 //!
 //! The harness plays the host. It keeps a model of every lease, request and ownership token
 //! it has seen, a small reference lock service (`Op::Serve` answers every outstanding command
@@ -18,9 +18,9 @@ use leasehold::{
     MIN_SEED_LEN, Output, ReleaseResult, RenewResult, RequestId,
 };
 
-/// Errors leave the core exactly as before the call (src/error.rs). The core used to return
-/// `TooManyLeases` from `acquire` and `LeaseEnded` from `release` after the call's `now` had
-/// run due timers (finding F1, fixed in 55e8a04); `false` tolerates exactly those two cases.
+/// Errors leave the core exactly as before the call (src/error.rs). `false` tolerates the two
+/// cases of finding F1 (`TooManyLeases` from `acquire` and `LeaseEnded` from `release` after
+/// the call's `now` had run due timers; see fuzz/README.md).
 pub const STRICT_ERRORS: bool = true;
 
 /// Host time never exceeds 2^62 ns (146 years): near `u64::MAX` every deadline saturates

@@ -1,6 +1,5 @@
-//! API-level regression tests of what the fuzzers found (reported in
-//! /tmp/leasehold-core-bugs.md; the lead keeps the authoritative copies in the core's tests).
-//! F1 and F2 were fixed by the lead in 55e8a04.
+//! API-level regression tests of what the fuzzers found (F1, F2: see fuzz/README.md,
+//! "Findings"); the core's own copies are in its tests.
 
 use leasehold::{AcquireOptions, AcquireResult, Client, Command, Config, Error, Output};
 

@@ -1,6 +1,6 @@
 //! The fencing gate at the protected resource.
 //!
-//! Design §7: the resource, not the lock client, enforces exclusivity. It keeps
+//! docs/design.md §7: the resource, not the lock client, enforces exclusivity. It keeps
 //! a high-water mark per resource and accepts a write only if the write's
 //! fencing token is at least the mark (equal tokens pass so that a holder's
 //! retries are accepted). Invariant I6 says this gate never accepts a token

@@ -1,4 +1,4 @@
-//! A deterministic simulator for the lease core (design §4), behind the cargo
+//! A deterministic simulator for the lease core (docs/design.md §4), behind the cargo
 //! feature `sim` so that the test suite and the fuzz crate can both drive it.
 //!
 //! One `u64` seed fixes a whole world: several client hosts, each running a

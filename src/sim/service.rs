@@ -1,6 +1,6 @@
 //! The reference lock service the simulated clients talk to.
 //!
-//! It has the semantics every real backend must have (design §6, the Redis
+//! It has the semantics every real backend must have (docs/design.md §6, the Redis
 //! scripts): one holder per name, identified by the client's ownership token;
 //! expiry after the granted TTL on the *service's* clock; a fencing token per
 //! name that strictly increases across grants and is never forgotten; an

@@ -1,5 +1,5 @@
 //! The simulated world: client hosts running real cores, the network, the
-//! reference service, the fencing gate, and the invariant checks of design §4.
+//! reference service, the fencing gate, and the invariant checks of docs/design.md §4.
 //!
 //! Everything happens on one true timeline driven by a priority queue of
 //! events `(true time, sequence number)`, so a seed replays exactly. Each host

@@ -1,7 +1,7 @@
 /*
  * fake_service.h -- an in-process fake lock service for the leasehold C example and tests.
  *
- * Semantics follow the real backends (design §6): a lock is (token, fencing token, expiry);
+ * Semantics follow the real backends (docs/design.md §6): a lock is (token, fencing token, expiry);
  * acquire is idempotent for the same token and answers the holder's remaining TTL otherwise;
  * renew and release compare the token first; a release notifies every watcher of the name.
  * Fencing tokens per name strictly increase and survive the lock being deleted.

@@ -1,8 +1,9 @@
 """The ``leasehold`` command line: run a command while holding a lock, or inspect a lock.
 
 ``leasehold run NAME [options] -- COMMAND [ARG...]`` works like ``flock(1)`` or
-``etcdctl lock``, with lease renewal and fencing: see ``leasehold run --help`` and
-``bindings/python/CLI.md``. ``leasehold status NAME`` prints whether a lock is held.
+``etcdctl lock``, with lease renewal and fencing, and takes flock's options where they fit
+(``-n``, ``-w SECONDS``, ``-E CODE``, ``-c "shell command"``): see ``leasehold run --help`` and
+``bindings/python/CLI.md``. ``leasehold status NAME`` prints whether a lock is held and by whom.
 
 Process model of ``run``: the CLI's main thread only supervises. It waits for the lock on a
 helper thread (so signals are handled while waiting), then starts COMMAND and waits for one
@@ -50,7 +51,7 @@ EXIT_CODES = {
     EX_USAGE: "usage error (bad option, bad NAME, bad --ttl/--wait/--grace, bad --backend URL)",
     EX_UNAVAILABLE: "backend unavailable (cannot open or write the database, server unreachable)",
     EX_SOFTWARE: "internal error",
-    EX_NOT_ACQUIRED: "the lock was not acquired within --wait; COMMAND was not started",
+    EX_NOT_ACQUIRED: "the lock was not acquired within --wait (or at once with -n); COMMAND was not started (-E sets this code)",
     EX_LOST: "the lock was lost while COMMAND ran; COMMAND got SIGTERM (then SIGKILL after --grace)",
     EX_NOT_EXECUTABLE: "COMMAND was found but could not be executed",
     EX_NOT_FOUND: "COMMAND was not found",
@@ -58,6 +59,8 @@ EXIT_CODES = {
 
 DEFAULT_TTL = 30.0
 DEFAULT_GRACE = 10.0
+SHELL = "/bin/sh"  # runs -c COMMAND (a fixed shell, as scripts expect, whatever the user's $SHELL)
+_STATUS_EVERY = 0.5  # seconds between updates of the waiting status line on a terminal
 _WAIT_CHUNK = 60.0  # an infinite --wait is a loop of bounded acquires (a broken backend shows up)
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _TTY_SIGNALS = ("SIGINT", "SIGQUIT")
@@ -72,7 +75,10 @@ _RERAISE = {
 _TTY_STOPS = {int(getattr(signal, n)) for n in ("SIGTTIN", "SIGTTOU") if hasattr(signal, n)}
 _ENDING = {int(getattr(signal, n)) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL") if hasattr(signal, n)}
 
-_RUN_VALUE_OPTS = {"--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", "-g"}
+_RUN_VALUE_OPTS = {
+    "--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", "-g",
+    "--conflict-exit-code", "-E", "--command", "-c", "--fail-budget",
+}
 
 _EXIT_TEXT = """\
 exit status:
@@ -81,7 +87,8 @@ exit status:
                   timeout(1); for core-dumping signals it exits 128+N instead
   64              usage error (bad option, NAME, duration or --backend URL)
   69              backend unavailable (cannot open/write the database, server down)
-  75              not acquired within --wait; COMMAND was not started
+  75              not acquired within --wait (at once with -n); COMMAND was not
+                  started. -E CODE replaces 75 with CODE
   76              the lock was lost while COMMAND ran (COMMAND got SIGTERM, then
                   SIGKILL after --grace); wins over COMMAND's own status
   126 / 127       COMMAND could not be executed / was not found (lock not taken)
@@ -103,8 +110,13 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
 _RUN_DESCRIPTION = """\
 Run COMMAND while holding the lock NAME, like flock(1) or etcdctl lock, but with a lease:
 the lock is renewed every TTL/3 while COMMAND runs and released when it exits. If it is
-lost (renewal refused, backend unreachable until the lease ran out, process paused past
-the TTL), COMMAND gets SIGTERM, then SIGKILL after --grace seconds.
+lost (renewal refused, backend unreachable until the lease ran out, too many failed
+renewals in a row, process paused past the TTL), COMMAND gets SIGTERM, then SIGKILL after
+--grace seconds. -c runs a shell command line instead of COMMAND (/bin/sh -c).
+
+While waiting on a terminal, a status line on stderr names the holder (its pid and host
+where the backend records them), when its lease runs out unless renewed, and when the wait
+gives up; it is cleared once the lock is taken.
 
 COMMAND's environment gets:
   LEASEHOLD_LOCK_NAME       NAME
@@ -124,6 +136,14 @@ are not forwarded a second time). On Linux COMMAND also gets SIGTERM if leasehol
 itself dies (parent-death signal).
 """
 
+_STATUS_EXIT_TEXT = """\
+status's exit status:
+  0   NAME is held
+  1   NAME is free
+  64  usage error
+  69  backend unavailable (or it cannot report status)
+"""
+
 _RUN_EPILOG = (
     _EXIT_TEXT
     + "\n"
@@ -131,7 +151,9 @@ _RUN_EPILOG = (
     + """
 examples:
   leasehold run nightly-backup -- ./backup.sh
-  leasehold run --wait 0 cron-job -- ./job.sh          # give up at once if held (exit 75)
+  leasehold run -n cron-job -- ./job.sh                # give up at once if held (exit 75)
+  leasehold run -n -E 0 cron-job -c './job.sh && ./report.sh'   # busy: exit 0
+  leasehold run -w 30 deploy -- make deploy            # wait at most 30 s
   leasehold run --ttl 10 --grace 5 deploy -- make deploy
   leasehold run jobs --backend redis://localhost:6379/0 -- sh -c 'echo "$LEASEHOLD_FENCING_TOKEN"'
 """
@@ -183,6 +205,26 @@ def _duration(what: str, *, allow_inf: bool = False, positive: bool = False) -> 
     return parse
 
 
+def _exit_code(text: str) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-E must be an exit status 0-255, got {text!r}") from None
+    if not 0 <= v <= 255:
+        raise argparse.ArgumentTypeError(f"-E must be an exit status 0-255, got {text!r}")
+    return v
+
+
+def _fail_budget(text: str) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fail-budget must be a whole number >= 1, got {text!r}") from None
+    if not 1 <= v <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"--fail-budget must be in 1..{2**32 - 1}, got {text!r}")
+    return v
+
+
 def _add_backend(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-b", "--backend", metavar="URL", default=None,
@@ -195,7 +237,8 @@ def build_parser() -> _Parser:
         prog="leasehold",
         description="Distributed locks with renewal, loss detection and fencing tokens.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run 'leasehold run --help' or 'leasehold status --help' for details.\n\n" + _BACKEND_TEXT,
+        epilog="Run 'leasehold run --help' or 'leasehold status --help' for details.\n\n"
+        + "run's " + _EXIT_TEXT + "\n" + _STATUS_EXIT_TEXT + "\n" + _BACKEND_TEXT,
     )
     top.add_argument("--version", action="version", version=f"leasehold {_version()}")
     sub = top.add_subparsers(dest="cmd", metavar="{run,status}")
@@ -204,7 +247,8 @@ def build_parser() -> _Parser:
     run = sub.add_parser(
         "run",
         help="run a command while holding a lock",
-        usage="leasehold run [-h] [-b URL] [-t S] [-w S] [-g S] [--foreground] [-v] NAME [--] COMMAND [ARG ...]",
+        usage="leasehold run [-h] [-b URL] [-t S] [-w S | -n] [-E CODE] [-g S] [--fail-budget N] [--foreground] [-v]\n"
+        "                     NAME {[--] COMMAND [ARG ...] | -c 'SHELL COMMAND'}",
         description=_RUN_DESCRIPTION,
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -216,10 +260,28 @@ def build_parser() -> _Parser:
         help=f"lease TTL in seconds, renewed every TTL/3 (default {DEFAULT_TTL:g}); if leasehold "
         "dies without releasing, the lock frees after at most this long",
     )
-    run.add_argument(
+    waiting = run.add_mutually_exclusive_group()
+    waiting.add_argument(
         "-w", "--wait", metavar="S", type=_duration("--wait", allow_inf=True), default=math.inf,
         help="give up if the lock is not acquired within S seconds (exit 75); 0 = one attempt; "
         "default: wait forever (like flock)",
+    )
+    waiting.add_argument(
+        "-n", "--nonblock", action="store_true",
+        help="do not wait: give up at once (exit 75) if someone else holds the lock (= --wait 0)",
+    )
+    run.add_argument(
+        "-E", "--conflict-exit-code", metavar="CODE", type=_exit_code, default=EX_NOT_ACQUIRED,
+        help=f"exit status when the lock was not acquired within --wait or -n (0-255, default {EX_NOT_ACQUIRED})",
+    )
+    run.add_argument(
+        "-c", "--command", metavar="'SHELL COMMAND'", dest="shell_command", default=None,
+        help=f"run this command line with {SHELL} -c instead of COMMAND [ARG...]",
+    )
+    run.add_argument(
+        "--fail-budget", metavar="N", type=_fail_budget, default=None,
+        help="lose the lock after N renewals in a row failed in transit (the core's fail_budget; "
+        "default: the core's own); a refused renewal or the end of the lease's validity loses it anyway",
     )
     run.add_argument(
         "-g", "--grace", metavar="S", type=_duration("--grace"), default=DEFAULT_GRACE,
@@ -235,10 +297,10 @@ def build_parser() -> _Parser:
     st = sub.add_parser(
         "status",
         help="show whether a lock is held",
-        description="Show whether NAME is held, its fencing token and remaining TTL, read "
-        "directly from the backend (advisory: it can change right after).",
-        epilog="exit status:\n  0   NAME is held\n  1   NAME is free\n  64  usage error\n  69  backend unavailable\n\n"
-        + _BACKEND_TEXT,
+        description="Show whether NAME is held, its fencing token and remaining TTL, and the "
+        "holder's pid, host and how long it has held the lock where the backend records them "
+        "(SQLite), read directly from the backend (advisory: it can change right after).",
+        epilog=_STATUS_EXIT_TEXT.replace("status's exit status", "exit status") + "\n" + _BACKEND_TEXT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     st.add_argument("name", metavar="NAME", help="the lock name")
@@ -369,7 +431,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError("NAME must not be empty")
     st: Any
     if url.lower().startswith("sqlite:"):
-        from .backends.sqlite import LockStatus, path_from_url
+        from .backends.sqlite import path_from_url
+        from .service import LockStatus
 
         try:
             path = path_from_url(url)
@@ -379,28 +442,45 @@ def cmd_status(args: argparse.Namespace) -> int:
             st = LockStatus(name, False, None, None, None, None)
         else:
             st = _status_from(open_backend(url), name, url)
+    elif url.lower().startswith("memory:"):
+        open_backend(url).close()  # validates the URL
+        raise BackendError(f"status is not supported by the backend {redact(url)} (in-process only: nothing to read)")
     else:
         st = _status_from(open_backend(url), name, url)
+    held_for = _field(st, "held_for_ms")
     info = {
         "name": name,
         "held": bool(_field(st, "held")),
         "fencing_token": _field(st, "fencing_token"),
         "remaining_ttl_ms": _field(st, "remaining_ttl_ms"),
         "holder_pid": _field(st, "holder_pid"),
+        "holder_host": _field(st, "holder_host"),
+        "held_for_ms": held_for,
+        "holder_since": _utc_iso(time.time() - held_for / 1000) if held_for is not None else None,
         "last_fencing_token": _field(st, "last_fencing_token"),
         "backend": redact(url),
     }
     if args.json:
         print(json.dumps(info))
     elif info["held"]:
-        extra = f", holder pid {info['holder_pid']}" if info["holder_pid"] else ""
         ttl = info["remaining_ttl_ms"]
         ttl_text = f", expires in {ttl / 1000:.3f}s unless renewed" if ttl is not None else ""
-        print(f"{name}: held, fencing token {info['fencing_token']}{ttl_text}{extra}")
+        holder = ""
+        if info["holder_pid"] or info["holder_host"]:
+            holder = ", holder " + describe_holder(st)
+            if info["holder_since"]:
+                holder += f" (since {info['holder_since']})"
+        print(f"{name}: held, fencing token {info['fencing_token']}{ttl_text}{holder}")
     else:
         last = info["last_fencing_token"]
         print(f"{name}: free" + (f" (last fencing token {last})" if last is not None else " (never acquired)"))
     return EX_OK if info["held"] else EX_FREE
+
+
+def _utc_iso(unix: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(unix, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _field(st: Any, key: str) -> Any:
@@ -424,6 +504,115 @@ def _status_from(svc: Any, name: str, url: str) -> Any:
             raise BackendError(f"{redact(url)}: {e}") from None
     finally:
         svc.close()
+
+
+# ---------------------------------------------------------------------- run: waiting on a terminal
+
+
+def _seconds(ms: float) -> str:
+    """A short human duration: 850ms, 12s, 4m05s, 2h03m."""
+    if ms < 1000:
+        return f"{int(ms)}ms"
+    s = int(ms // 1000)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def describe_holder(st: Any) -> str:
+    """``pid 123 on host-a for 12s``, as much of it as the backend knows (or ``someone``)."""
+    pid, host, held_for = _field(st, "holder_pid"), _field(st, "holder_host"), _field(st, "held_for_ms")
+    text = f"pid {pid}" if pid else "another client"
+    if host:
+        text += f" on {host}"
+    if held_for is not None:
+        text += f" for {_seconds(held_for)}"
+    return text
+
+
+class _WaitStatusLine:
+    """While ``run`` waits on a terminal: one line on stderr, rewritten in place, naming the
+    holder and the time left, and erased once the wait ends.
+
+    A thread of its own reads the backend's status (a read can wait behind the IO threads'
+    transactions) and draws; ``stop`` erases under the same lock, so nothing is drawn after it.
+    """
+
+    def __init__(self, service: Any, name: str, wait: float, done: threading.Event, fd: int) -> None:
+        self.service, self.name, self.done, self.fd = service, name, done, fd
+        self.give_up_at = time.monotonic() + wait if math.isfinite(wait) else None
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.drawn = False
+        self.thread = threading.Thread(target=self._run, name="leasehold-cli-status", daemon=True)
+
+    @classmethod
+    def start(cls, service: Any, name: str, wait: float, done: threading.Event) -> _WaitStatusLine | None:
+        fd = 2
+        try:
+            if not os.isatty(fd) or os.environ.get("TERM") == "dumb":
+                return None
+        except (OSError, ValueError):
+            return None
+        if wait <= 0 or not callable(getattr(service, "status", None)):
+            return None
+        line = cls(service, name, wait, done, fd)
+        line.thread.start()
+        return line
+
+    def _run(self) -> None:
+        # The first read comes after a short while: an uncontended acquire draws nothing.
+        while not self.done.wait(_STATUS_EVERY) and not self.stopped:
+            try:
+                st = self.service.status(self.name)
+            except Exception:  # noqa: BLE001 - a status line never fails the run
+                st = None
+            self._draw(self.text(st))
+
+    def text(self, st: Any) -> str:
+        parts = [f"leasehold: waiting for {self.name!r}"]
+        if st is None:
+            parts.append("holder unknown")
+        elif not _field(st, "held"):
+            parts.append("free, acquiring")
+        else:
+            holder = f"held by {describe_holder(st)}"
+            ttl = _field(st, "remaining_ttl_ms")
+            if ttl is not None:
+                holder += f", expires in {_seconds(ttl)} unless renewed"
+            parts.append(holder)
+        if self.give_up_at is not None:
+            parts.append(f"giving up in {_seconds(max(0.0, self.give_up_at - time.monotonic()) * 1000)}")
+        return "; ".join(parts)
+
+    def _draw(self, text: str) -> None:
+        try:
+            width = os.get_terminal_size(self.fd).columns
+        except OSError:
+            width = 80
+        if width > 1 and len(text) >= width:
+            text = text[: width - 2] + "…"  # a wrapped line could not be redrawn in place
+        with self.lock:
+            if self.stopped:
+                return
+            self._write("\r" + text + "\x1b[K")
+            self.drawn = True
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            if self.drawn:
+                self._write("\r\x1b[K")
+
+    def _write(self, data: str) -> None:
+        try:
+            os.write(self.fd, data.encode("utf-8", "replace"))
+        except OSError:
+            pass
 
 
 # ---------------------------------------------------------------------- run: signals
@@ -625,8 +814,14 @@ def _acquire(client: Any, name: str, ttl: float, wait: float, on_lost: Any) -> A
 
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
+    if args.shell_command is not None:
+        if command:
+            raise UsageError("-c takes the whole command line: give either -c 'SHELL COMMAND' or COMMAND [ARG...]")
+        command = [SHELL, "-c", args.shell_command]
     if not command:
-        raise UsageError("missing COMMAND (leasehold run NAME -- COMMAND [ARG...])")
+        raise UsageError("missing COMMAND (leasehold run NAME -- COMMAND [ARG...], or -c 'SHELL COMMAND')")
+    if args.nonblock:
+        args.wait = 0.0
     name: str = args.name
     if not name:
         raise UsageError("NAME must not be empty")
@@ -651,9 +846,14 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         except ImportError as e:  # the native library is missing
             service.close()
             raise BackendError(f"cannot load the leasehold library: {e}") from None
-        client = LockClient(service, owns_service=True)
+        config = None
+        if args.fail_budget is not None:
+            from ._core import Config
+
+            config = Config(fail_budget=args.fail_budget)
+        client = LockClient(service, config=config, owns_service=True)
         try:
-            return _run_locked(client, wake, args, name, command, path, env, url, verbose)
+            return _run_locked(client, service, wake, args, name, command, path, env, url, verbose)
         finally:
             client.close()
     finally:
@@ -661,7 +861,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def _run_locked(
-    client: Any, wake: _Wakeup, args: argparse.Namespace, name: str, command: list[str],
+    client: Any, service: Any, wake: _Wakeup, args: argparse.Namespace, name: str, command: list[str],
     path: str, env: dict[str, str], url: str, verbose: bool,
 ) -> int:
     from .errors import BackendUnavailable, ClientClosed, LockTimeout
@@ -691,22 +891,32 @@ def _run_locked(
         _note(f"waiting for lock {name!r} on {redact(url)}")
     t = threading.Thread(target=acquirer, name="leasehold-cli-acquire", daemon=True)
     t.start()
-    while not done.is_set():
-        if wake.pending:
-            sig = wake.pending.popleft()
-            if verbose:
-                _note(f"{_signame(sig)} while waiting for {name!r}: giving up")
-            client.close()  # cancels the pending acquire (or releases a grant that just came)
-            t.join(10)
-            raise DieBySignal(sig)
-        wake.wait(1.0)
+    status_line = _WaitStatusLine.start(service, name, args.wait, done)
+    try:
+        while not done.is_set():
+            if wake.pending:
+                sig = wake.pending.popleft()
+                if status_line is not None:
+                    status_line.stop()
+                if verbose:
+                    _note(f"{_signame(sig)} while waiting for {name!r}: giving up")
+                client.close()  # cancels the pending acquire (or releases a grant that just came)
+                t.join(10)
+                raise DieBySignal(sig)
+            wake.wait(1.0)
+    finally:
+        if status_line is not None:
+            status_line.stop()
     if "error" in box:
         e = box["error"]
         if isinstance(e, BackendUnavailable):
             raise BackendError(f"lock {name!r}: backend {redact(url)} unavailable: {e}")
         if isinstance(e, LockTimeout):
-            _note(f"lock {name!r} not acquired within {args.wait:g}s")
-            return EX_NOT_ACQUIRED
+            if args.nonblock:
+                _note(f"lock {name!r} is held by someone else")
+            else:
+                _note(f"lock {name!r} not acquired within {args.wait:g}s")
+            return int(args.conflict_exit_code)
         if isinstance(e, ClientClosed):
             raise BackendError(f"lock client closed while acquiring {name!r}")
         if isinstance(e, (TypeError, ValueError)):

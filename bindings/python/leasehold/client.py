@@ -382,7 +382,7 @@ class LockClient:
             last holder's release
         :param on_lost: called as ``on_lost(handle)`` on the callback thread when the lock is
             lost (at most once per handle); exceptions are logged
-        :returns: a held :class:`LockHandle`
+        :return: a held :class:`LockHandle`
         :raises LockTimeout: not acquired within ``wait`` (``BackendUnavailable`` if the
             backend kept failing)
         :raises ClientClosed: the client is closed

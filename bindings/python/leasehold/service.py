@@ -20,10 +20,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import threading
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
 
-__all__ = ["Granted", "HeldByOther", "LockService", "AsyncLockService", "to_async"]
+__all__ = ["Granted", "HeldByOther", "LockStatus", "LockService", "AsyncLockService", "to_async"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,29 @@ class HeldByOther:
     """Someone else holds the lock; ``retry_after_ms`` is its remaining TTL if known."""
 
     retry_after_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """What a backend says about one name right now (advisory: it can change at once).
+
+    Returned by the ``status(name)`` method of the services that can inspect a lock (SQLite,
+    Redis, memory); ``leasehold status`` prints it. The holder's pid, host and the time it has
+    held the lock are known where the backend records them (SQLite, memory; not Redis) and are
+    ``None`` otherwise. They are metadata for humans and are left out of equality.
+    """
+
+    name: str
+    held: bool
+    fencing_token: int | None  # the holder's token while held
+    remaining_ttl_ms: int | None  # while held
+    holder_pid: int | None  # pid of the process that acquired it, while held
+    last_fencing_token: int | None  # highest token ever granted for the name (None: never)
+    holder_host: str | None = field(default=None, compare=False)  # host name of that process
+    held_for_ms: int | None = field(default=None, compare=False)  # since the grant, while held
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class LockService(abc.ABC):

@@ -31,25 +31,32 @@ Fault switches (attributes of a service, change them at any time):
 from __future__ import annotations
 
 import collections
+import os
+import socket
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .._clock import resolve_clock
-from ..service import Granted, HeldByOther, LockService
+from ..service import Granted, HeldByOther, LockService, LockStatus
 
 __all__ = ["MemoryStore", "MemoryLockService", "LockRecord"]
+
+_HOST = socket.gethostname()
 
 
 @dataclass(frozen=True)
 class LockRecord:
-    """The store's view of one held lock."""
+    """The store's view of one held lock, with who acquired it and when (for ``status``)."""
 
     name: str
     token: str
     fencing_token: int
     expires_ns: int
+    pid: int = 0
+    host: str = ""
+    since_ns: int = 0
 
 
 class MemoryStore:
@@ -110,6 +117,22 @@ class MemoryStore:
         with self._lock:
             return self._fences.get(name, 0)
 
+    def status(self, name: str) -> LockStatus:
+        """What the store says about ``name`` right now, holder pid, host and time included."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string")
+        with self._lock:
+            now = self.now_ns()
+            rec = self._locks.get(name)
+            last = self._fences.get(name)
+        if rec is None or rec.expires_ns <= now:
+            return LockStatus(name, False, None, None, None, last)
+        return LockStatus(
+            name, True, rec.fencing_token, max(1, (rec.expires_ns - now + 999_999) // 1_000_000),
+            rec.pid or None, last, holder_host=rec.host or None,
+            held_for_ms=max(0, (now - rec.since_ns) // 1_000_000),
+        )
+
     # -- operations (called by services) -------------------------------------------------------
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         with self._lock:
@@ -117,12 +140,14 @@ class MemoryStore:
             rec = self._locks.get(name)
             if rec is not None and rec.expires_ns > now:
                 if rec.token == token:
-                    self._locks[name] = LockRecord(name, token, rec.fencing_token, now + ttl_ms * 1_000_000)
+                    self._locks[name] = replace(rec, expires_ns=now + ttl_ms * 1_000_000)
                     return Granted(rec.fencing_token, ttl_ms)
                 return HeldByOther(max(1, (rec.expires_ns - now + 999_999) // 1_000_000))
             fence = self._fences.get(name, 0) + 1
             self._fences[name] = fence
-            self._locks[name] = LockRecord(name, token, fence, now + ttl_ms * 1_000_000)
+            self._locks[name] = LockRecord(
+                name, token, fence, now + ttl_ms * 1_000_000, os.getpid(), _HOST, now
+            )
             self.grants.append((name, token, fence))
             return Granted(fence, ttl_ms)
 
@@ -132,7 +157,7 @@ class MemoryStore:
             rec = self._locks.get(name)
             if rec is None or rec.token != token or rec.expires_ns <= now:
                 return False
-            self._locks[name] = LockRecord(name, token, rec.fencing_token, now + ttl_ms * 1_000_000)
+            self._locks[name] = replace(rec, expires_ns=now + ttl_ms * 1_000_000)
             return True
 
     def release(self, name: str, token: str) -> bool:
@@ -258,6 +283,10 @@ class MemoryLockService(LockService):
         r = self.store.release(name, token)
         self._exit("release")
         return r
+
+    def status(self, name: str) -> LockStatus:
+        """The store's view of ``name`` (see :meth:`MemoryStore.status`); no fault switch applies."""
+        return self.store.status(name)
 
     def watch(self, name: str, on_released: Callable[[str], None]) -> None:
         with self._wlock:

@@ -1,4 +1,4 @@
-"""Redis lock service on redis-py (design §6).
+"""Redis lock service on redis-py (docs/design.md §6).
 
 ``RedisLockService`` maps the core's commands onto the canonical Lua scripts read from the
 native library (EVALSHA, falling back to EVAL when the server does not know the script yet) and
@@ -8,8 +8,8 @@ delivers release notifications through one pub/sub connection per service::
     from leasehold.backends.redis import RedisLockService
 
     with LockClient(RedisLockService.from_url("redis://127.0.0.1:6379/0")) as client:
-        with client.lock("reports", ttl_ms=10_000) as lease:
-            write_report(fencing_token=lease.fencing_token)
+        with client.acquire("reports", ttl=10, wait=5) as lock:
+            write_report(fencing_token=lock.fencing_token)
 
 What this service does *not* do: decide anything about time. Connection errors, timeouts and
 script errors (garbage in the keyspace: ``ResponseError("lh: ...")``) are raised as exceptions,
@@ -288,11 +288,11 @@ class RedisLockService(LockService):
     def status(self, name: str) -> Any:
         """What Redis says about ``name`` right now (read-only, advisory; one MULTI/EXEC).
 
-        Returns a :class:`leasehold.backends.sqlite.LockStatus` (``holder_pid`` is always
-        ``None``: Redis does not know it). Garbage in the keyspace raises :class:`ProtocolError`
-        with an ``lh:`` message, as the scripts would.
+        Returns a :class:`leasehold.service.LockStatus` (the holder's pid, host and holding
+        time are ``None``: the lock keys do not record them). Garbage in the keyspace raises
+        :class:`ProtocolError` with an ``lh:`` message, as the scripts would.
         """
-        from .sqlite import LockStatus  # the CLI's shared status record
+        from ..service import LockStatus
 
         k = proto.keys_for(name)
         pipe = self._client.pipeline(transaction=True)

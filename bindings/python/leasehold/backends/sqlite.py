@@ -1,11 +1,18 @@
-"""SQLite lock service: the embedded default for processes on one host (design §6).
+"""SQLite lock service: the embedded default for processes on one host (docs/design.md §6).
 
 One database file holds every lock of the host::
 
     leasehold_locks    (name PRIMARY KEY, token, fence, expiry_ns, boot_id, pid)
     leasehold_fences   (name PRIMARY KEY, fence)        -- never deleted: fences never reset
     leasehold_watchers (name, addr, pid)                -- cross-process release wake-ups
+    leasehold_holders  (name PRIMARY KEY, fence, host, since_ns)  -- who holds it, for status
     leasehold_meta     (key PRIMARY KEY, value)         -- schema version
+
+``leasehold_holders`` describes the grant with that fence (a row whose fence differs from the
+lock's describes an earlier grant and is ignored). Opening a file creates missing tables, so a
+file written by an older leasehold gains it on first use; older versions ignore the table, so
+processes of both versions can share a file (the schema version stays 1: nothing existing
+changed).
 
 Every operation is one ``BEGIN IMMEDIATE`` transaction, so the read-check-write of acquire,
 renew and release is atomic across threads and processes. The database runs in WAL mode; a
@@ -59,13 +66,12 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import LeaseholdError
-from ..service import Granted, HeldByOther, LockService
+from ..service import Granted, HeldByOther, LockService, LockStatus
 
 __all__ = [
     "SQLiteLockService",
@@ -93,6 +99,9 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS leasehold_watchers (
         name TEXT NOT NULL, addr BLOB NOT NULL, pid INTEGER NOT NULL,
         PRIMARY KEY (name, addr))""",
+    """CREATE TABLE IF NOT EXISTS leasehold_holders (
+        name TEXT PRIMARY KEY, fence INTEGER NOT NULL, host TEXT NOT NULL,
+        since_ns INTEGER NOT NULL)""",
 )
 
 
@@ -106,21 +115,6 @@ class SQLiteServiceError(LeaseholdError):
         self.path = os.fspath(path)
         self.message = message
         super().__init__(f"{message}: {self.path}")
-
-
-@dataclass(frozen=True)
-class LockStatus:
-    """What the database says about one name right now (advisory: it can change at once)."""
-
-    name: str
-    held: bool
-    fencing_token: int | None  # the holder's token while held
-    remaining_ttl_ms: int | None  # while held
-    holder_pid: int | None  # pid of the process that acquired it, while held
-    last_fencing_token: int | None  # highest token ever granted for the name (None: never)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def current_boot_id() -> str:
@@ -402,6 +396,10 @@ class SQLiteLockService(LockService):
                 (name, token, fence, now + ttl_ms * _NS_PER_MS, self._boot_id, os.getpid()),
             )
             conn.execute("INSERT OR REPLACE INTO leasehold_fences(name, fence) VALUES (?, ?)", (name, fence))
+            conn.execute(
+                "INSERT OR REPLACE INTO leasehold_holders(name, fence, host, since_ns) VALUES (?, ?, ?, ?)",
+                (name, fence, _hostname(), now),
+            )
             return Granted(fencing_token=fence, ttl_ms=ttl_ms)
 
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes = b"") -> bool:
@@ -517,12 +515,16 @@ class SQLiteLockService(LockService):
                 "SELECT token, fence, expiry_ns, boot_id, pid FROM leasehold_locks WHERE name=?", (name,)
             ).fetchone()
             last = conn.execute("SELECT fence FROM leasehold_fences WHERE name=?", (name,)).fetchone()
+            holder = conn.execute("SELECT fence, host, since_ns FROM leasehold_holders WHERE name=?", (name,)).fetchone()
         last_fence = last[0] if last else None
         if row is not None and self._live(row, now):
+            same_grant = holder is not None and holder[0] == row[1]
             return LockStatus(
                 name=name, held=True, fencing_token=int(row[1]),
                 remaining_ttl_ms=int(max(1, -(-(row[2] - now) // _NS_PER_MS))),
                 holder_pid=int(row[4]) or None, last_fencing_token=last_fence,
+                holder_host=(str(holder[1]) or None) if same_grant else None,
+                held_for_ms=max(0, (now - int(holder[2])) // _NS_PER_MS) if same_grant else None,
             )
         return LockStatus(name=name, held=False, fencing_token=None, remaining_ttl_ms=None,
                           holder_pid=None, last_fencing_token=last_fence)
@@ -599,6 +601,13 @@ class SQLiteLockService(LockService):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _hostname() -> str:
+    try:
+        return socket.gethostname()
+    except OSError:  # pragma: no cover - gethostname does not fail on Linux
+        return ""
 
 
 def _file_ident(path: str) -> tuple[int, int] | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
-from cli_helpers import BOUND, wait_until
+from cli_helpers import BOUND, finish, spawn_cli, wait_until
 
 pty = pytest.importorskip("pty")
 
@@ -30,11 +32,14 @@ class Terminal:
         self.status: int | None = None
 
     def read_until(self, needle: bytes, bound: float = BOUND) -> None:
+        self.read_until_true(lambda out: needle in out, repr(needle), bound)
+
+    def read_until_true(self, pred: Callable[[bytes], bool], what: str, bound: float = BOUND) -> None:
         deadline = time.monotonic() + bound
-        while needle not in self.output:
+        while not pred(self.output):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"{needle!r} not seen within {bound}s; output so far: {self.output!r}")
+                raise AssertionError(f"{what} not seen within {bound}s; output so far: {self.output!r}")
             r, _, _ = select.select([self.fd], [], [], min(left, 0.5))
             if r:
                 try:
@@ -42,7 +47,7 @@ class Terminal:
                 except OSError:  # EIO: the terminal's other side is gone
                     chunk = b""
                 if not chunk:
-                    raise AssertionError(f"terminal closed before {needle!r}; output: {self.output!r}")
+                    raise AssertionError(f"terminal closed before {what}; output: {self.output!r}")
                 self.output += chunk
 
     def write(self, data: bytes) -> None:
@@ -145,3 +150,39 @@ def test_default_ctrl_c_is_forwarded_to_the_command_group_once(env, backend):
         term.close()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, term.output)
     assert b"ints=1" in term.output, term.output
+
+
+DRAW = b"\rleasehold: waiting for 'job'"
+
+
+def test_waiting_shows_the_holder_in_place_and_erases_it_once_acquired(env, backend, tmp_path):
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    holder = spawn_cli(
+        ["run", *backend, "job", "--", "sh", "-c", f"touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done"],
+        env,
+    )
+    term = None
+    try:
+        wait_until(started.exists, what="holder running")
+        term = Terminal(["run", *backend, "--wait", "60", "job", "--", "echo", "acquired-now"], env)
+        term.read_until(f"held by pid {holder.pid} on {socket.gethostname()} for ".encode())
+        term.read_until(b"unless renewed; giving up in ")
+        # Redrawn in place: a carriage return and the whole line again, erased to its end.
+        term.read_until_true(lambda out: out.count(DRAW) >= 2, "a second draw of the status line")
+        assert b"\x1b[K" in term.output and b"\n" not in term.output, term.output
+        gate.touch()
+        term.read_until(b"acquired-now")
+        status = term.wait()
+        rc, _, err = finish(holder)
+    finally:
+        gate.touch()
+        if term is not None:
+            term.close()
+        if holder.poll() is None:
+            holder.kill()
+    assert rc == 0, err
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, term.output)
+    out = term.output
+    last_draw = out.rindex(DRAW)
+    erased = out.find(b"\r\x1b[K", last_draw + len(DRAW))
+    assert last_draw < erased < out.index(b"acquired-now"), out

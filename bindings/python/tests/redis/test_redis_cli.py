@@ -33,3 +33,21 @@ def test_run_with_wait_0_gives_up_when_held_in_redis(redis_server, r, worker_env
     r.eval(proto.script(proto.SCRIPT_ACQUIRE).text, 2, k.lock, k.fence, uuid.uuid4().hex, 60_000)
     res = run_cli(["run", "--wait", "0", "busy", "--backend", redis_server.url, "--", "true"], worker_env)
     assert res.returncode == 75, (res.returncode, res.stderr)
+
+
+def test_nonblock_conflict_code_and_status_on_redis(redis_server, r, worker_env):
+    import json
+
+    k = proto.keys_for("busy")
+    r.eval(proto.script(proto.SCRIPT_ACQUIRE).text, 2, k.lock, k.fence, uuid.uuid4().hex, 60_000)
+    res = run_cli(["run", "-n", "-E", "5", "busy", "--backend", redis_server.url, "-c", "echo ran"], worker_env)
+    assert res.returncode == 5, (res.returncode, res.stderr)
+    assert "ran" not in res.stdout
+    st = run_cli(["status", "busy", "--backend", redis_server.url, "--json"], worker_env)
+    assert st.returncode == 0, st.stderr
+    info = json.loads(st.stdout)
+    assert info["held"] is True and info["fencing_token"] == int(r.get(k.fence))
+    # Redis does not record who holds a lock: no holder details, never made-up ones.
+    assert info["holder_pid"] is None and info["holder_host"] is None and info["holder_since"] is None
+    text = run_cli(["status", "busy", "--backend", redis_server.url], worker_env)
+    assert text.returncode == 0 and "holder" not in text.stdout, text.stdout
