@@ -1,8 +1,9 @@
 package leasehold
 
+// Where the C header and library come from is chosen by link_checkout.go (the default) or
+// link_pkgconfig.go (-tags leasehold_pkgconfig).
+
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: ${SRCDIR}/../../target/release/libleasehold.a -lm -ldl -lpthread
 #include <stdlib.h>
 #include "leasehold.h"
 */

@@ -15,7 +15,9 @@ fi
 stamp=.venv/.leasehold-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    # The development venv loads target/release (LEASEHOLD_LIBRARY, or the checkout fallback),
+    # so the editable install skips the package's own Rust build.
+    LEASEHOLD_SKIP_RUST_BUILD=1 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
     touch "$stamp"
 fi
 .venv/bin/python -c 'import pytest, hypothesis, redis, redis_lock' >/dev/null

@@ -2,9 +2,11 @@
 
 The library is located in this order:
 
-1. ``$LEASEHOLD_LIBRARY`` (a full path to the shared library);
-2. a copy shipped inside the package (``leasehold/_lib/libleasehold.so``);
-3. the repository's build output (``<repo>/target/release``, then ``target/debug``).
+1. ``$LEASEHOLD_LIBRARY`` (a full path to the shared library): an override that always wins;
+2. the copy built into the package (``leasehold/_lib/libleasehold.so``: wheels and
+   ``pip install`` carry it);
+3. the repository's build output (``<repo>/target/release``, then ``target/debug``), for a
+   checkout installed with ``LEASEHOLD_SKIP_RUST_BUILD=1`` (the development venv).
 
 At import the ABI version (``lh_abi_version()``) is compared with :data:`ABI_VERSION`; a
 mismatch raises :class:`~leasehold.errors.LibraryError` with both numbers and the path.
@@ -247,8 +249,9 @@ def _load() -> tuple[ctypes.CDLL, Path]:
                 raise errors.LibraryError(f"cannot load the leasehold library at {path}: {e}") from e
     listing = "\n  ".join(str(p) for p in tried)
     raise errors.LibraryError(
-        "the leasehold shared library was not found. Build it with `cargo build --release` at the "
-        "repository root, or set LEASEHOLD_LIBRARY to its full path. Searched:\n  " + listing
+        "the leasehold shared library was not found. Install the package from a wheel or with "
+        "`pip install` (both build the library in), or build it with `cargo build --release` at "
+        "the repository root, or set LEASEHOLD_LIBRARY to its full path. Searched:\n  " + listing
     )
 
 

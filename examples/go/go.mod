@@ -1,0 +1,16 @@
+module example.com/leasehold-example
+
+go 1.26.0
+
+// The binding from this checkout; its cgo flags link ../../target/release/libleasehold.a
+// (cargo build --release), or an installed library with -tags leasehold_pkgconfig.
+replace github.com/leasehold/leasehold/bindings/go => ../../bindings/go
+
+require github.com/leasehold/leasehold/bindings/go v0.0.0-00010101000000-000000000000
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
