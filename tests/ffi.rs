@@ -274,7 +274,7 @@ fn defaults_and_null_defaults() {
     let cfg = config();
     assert_eq!(cfg.struct_size as usize, size_of::<lh_config>());
     assert_eq!(cfg.notifications, 1);
-    assert_eq!(cfg.fail_budget, 3);
+    assert_eq!(cfg.fail_budget, 0, "the time budget");
     let o = opts(LH_DEFAULT_TTL_MS);
     assert_eq!((o.flags, o.wait_ns), (0, 0));
     // SAFETY: NULL is documented as ignored.
@@ -584,7 +584,7 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
             "ttl {ttl}"
         );
     }
-    for flags in [2, 4, 0x8000_0000, u32::MAX] {
+    for flags in [4, 6, 0x8000_0000, u32::MAX] {
         let mut bad = opts(1000);
         bad.flags = flags;
         assert_eq!(acquire(&h, 0, NAME, &bad), Err(LH_ERR_INVALID_ENUM));
@@ -1080,8 +1080,14 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_output, backend_data_len), 64);
     assert_eq!(offset_of!(lh_output, valid_until_ns), 88);
     assert_eq!(size_of::<lh_lease_info>(), 32);
-    assert_eq!(size_of::<lh_counters>(), 120);
+    // lh_counters grows at the end only (older hosts pass LH_COUNTERS_V1_SIZE).
+    assert_eq!(size_of::<lh_counters>(), 160);
     assert_eq!(offset_of!(lh_counters, time_clamped), 112);
+    assert_eq!(
+        offset_of!(lh_counters, renewals_requested),
+        LH_COUNTERS_V1_SIZE
+    );
+    assert_eq!(offset_of!(lh_counters, releases_lost), 152);
 }
 
 #[test]

@@ -294,7 +294,7 @@ TEST(CoreBadInput, SeedAndConfig) {
   cfg.max_leases = 0;
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
   cfg = leasehold::Config::defaults();
-  cfg.fail_budget = 0;
+  cfg.backoff_base_ns = 0;
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
   cfg = leasehold::Config::defaults();
   cfg.request_timeout_ns = 0;
