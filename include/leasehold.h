@@ -84,9 +84,11 @@
  *     (LH_RELEASING_LOST; the LOST event carries the reason). lh_release is the same call
  *     without the report; both count outcomes in lh_counters.
  *   Renewal failure budget (lh_config.fail_budget): 0, the default, is a time budget:
- *     renewals failing in transport are retried with backoff while validity remains, and
- *     the lease is LOST on a rejection or (LH_REASON_EXPIRED) at its valid_until, never
- *     later. N > 0 also loses it (LH_REASON_FAIL_BUDGET) after N consecutive failures.
+ *     renewals failing in transport are retried with backoff while validity remains; the
+ *     lease is LOST on a rejection, with LH_REASON_FAIL_BUDGET when its validity is about
+ *     to end without a confirmed renewal, or with LH_REASON_EXPIRED at valid_until if a
+ *     renewal is still unanswered then: never after valid_until. N > 0 is a count budget
+ *     instead: LOST (LH_REASON_FAIL_BUDGET) after N consecutive failures.
  *
  *   The fencing token (LH_OUTPUT_ACQUIRED, lh_fencing_token) is the only authority for a
  *   protected resource; lh_is_held() is advice for stopping work early.
@@ -297,8 +299,9 @@
 #define LH_REASON_EXPIRED 5
 
 /**
- * LOST: `fail_budget` consecutive renew transport failures (only with a count budget,
- * `fail_budget > 0`; under the default time budget such a lease is lost as EXPIRED).
+ * LOST: the renewal failure budget ran out: under the default time budget
+ * (`fail_budget = 0`) renewals kept failing until validity was about to end (declared
+ * before valid_until, never after); with `fail_budget = N > 0`, N consecutive failures.
  */
 #define LH_REASON_FAIL_BUDGET 6
 
@@ -605,9 +608,9 @@ typedef struct lh_config {
   uint32_t renew_jitter_ppm;
   /**
    * Renewal failure budget. 0 (default): a time budget: transport failures are retried
-   * with backoff while validity remains; the lease is lost on a rejection or (EXPIRED) when
-   * its validity ends unconfirmed. N > 0: also lost (FAIL_BUDGET) after N consecutive
-   * transport failures.
+   * with backoff while validity remains; the lease is lost on a rejection, or (FAIL_BUDGET)
+   * when validity is about to end without a confirmed renewal, or (EXPIRED) at valid_until
+   * with a renewal unanswered. N > 0: lost (FAIL_BUDGET) after N consecutive failures.
    */
   uint32_t fail_budget;
   /**

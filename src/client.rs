@@ -1441,12 +1441,18 @@ impl Client {
         }
         // Retry promptly while validity remains: exponential steps from `backoff_base_ns`,
         // at most TTL/10, so an outage of a few seconds is bridged by a retry soon after the
-        // service returns. Under the time budget the lease's own `valid_until` deadline ends
-        // the retries: it is lost then, never later.
+        // service returns.
         let step = base
             .saturating_mul(1u64 << (l.attempts - 1).min(32))
             .min(l.ttl_ms * NS_PER_MS / 10)
             .max(1);
+        if budget == 0 && now.saturating_add(2 * step) >= l.valid_until {
+            // The time budget ran out: a retry would leave less than one step before validity
+            // ends, so the lease is declared lost now rather than at (or, as a host with a
+            // coarse clock sees it, after) the last moment.
+            self.lose(slot, LostReason::FailBudget);
+            return;
+        }
         let delay = step / 2 + self.rng.up_to(step / 2);
         self.lease_mut(slot).next_at = now.saturating_add(delay);
     }

@@ -19,9 +19,11 @@ pub struct Config {
     pub request_timeout_ns: u64,
     /// Renewal failure budget. 0 (the default) is a time budget: renewals that fail in
     /// transport are retried with growing backoff for as long as validity remains, so a short
-    /// outage does not cost a valid lease; the lease is lost on a rejection, or as `Expired`
-    /// when its validity ends without a confirmed renewal. N > 0 adds a count budget: N
-    /// consecutive transport failures lose the lease as `FailBudget`, even with validity left.
+    /// outage does not cost a valid lease; the lease is lost on a rejection, or as
+    /// `FailBudget` when its validity is about to end without a confirmed renewal (a further
+    /// retry would leave less than one backoff step), or as `Expired` at `valid_until` when a
+    /// renewal is still unanswered then. N > 0 is the count budget instead: N consecutive
+    /// transport failures lose the lease as `FailBudget`, even with validity left.
     pub fail_budget: u32,
     /// First backoff step of acquisition retries.
     pub backoff_base_ns: u64,

@@ -292,9 +292,10 @@ pub enum LostReason {
     Rejected = 4,
     /// `valid_until` passed without a confirmed renewal (network hang, paused process).
     Expired = 5,
-    /// `fail_budget` consecutive renewals failed in transport (only with a count budget,
-    /// `Config::fail_budget > 0`; under the default time budget a lease whose renewals keep
-    /// failing is lost as `Expired` when its validity ends).
+    /// The renewal failure budget ran out: renewals kept failing in transport until, under
+    /// the default time budget, a further retry would leave less than one backoff step of
+    /// validity (so the loss is declared just before `valid_until`, never after), or, with a
+    /// count budget (`Config::fail_budget = N > 0`), N consecutive failures.
     FailBudget = 6,
 }
 

@@ -93,8 +93,9 @@ pub const LH_REASON_UNAVAILABLE: u32 = 3;
 pub const LH_REASON_REJECTED: u32 = 4;
 /// LOST: the validity window elapsed without a confirmed renewal.
 pub const LH_REASON_EXPIRED: u32 = 5;
-/// LOST: `fail_budget` consecutive renew transport failures (only with a count budget,
-/// `fail_budget > 0`; under the default time budget such a lease is lost as EXPIRED).
+/// LOST: the renewal failure budget ran out: under the default time budget
+/// (`fail_budget = 0`) renewals kept failing until validity was about to end (declared
+/// before valid_until, never after); with `fail_budget = N > 0`, N consecutive failures.
 pub const LH_REASON_FAIL_BUDGET: u32 = 6;
 /// RELEASE_OUTCOME: the service deleted our grant.
 pub const LH_REASON_RELEASE_CONFIRMED: u32 = 7;
@@ -229,9 +230,9 @@ pub struct lh_config {
     /// Jitter of the renew cadence (TTL/3) in ppm (default 100000 = ±10%).
     pub renew_jitter_ppm: u32,
     /// Renewal failure budget. 0 (default): a time budget: transport failures are retried
-    /// with backoff while validity remains; the lease is lost on a rejection or (EXPIRED) when
-    /// its validity ends unconfirmed. N > 0: also lost (FAIL_BUDGET) after N consecutive
-    /// transport failures.
+    /// with backoff while validity remains; the lease is lost on a rejection, or (FAIL_BUDGET)
+    /// when validity is about to end without a confirmed renewal, or (EXPIRED) at valid_until
+    /// with a renewal unanswered. N > 0: lost (FAIL_BUDGET) after N consecutive failures.
     pub fail_budget: u32,
     /// Timeout of each request in ns (renews use min(this, TTL/3); default 2 s).
     pub request_timeout_ns: u64,
