@@ -612,6 +612,17 @@ pub unsafe extern "C" fn lh_timeout(c: *mut lh_client, now: u64) -> lh_status {
     }
 }
 
+// The core's values are the ABI's, so hosts and the fuzz targets may convert with `as u32`.
+const _: () = {
+    assert!(Releasing::HolderLeft as u32 == LH_RELEASING_HOLDER_LEFT);
+    assert!(Releasing::Pending as u32 == LH_RELEASING_PENDING);
+    assert!(Releasing::Lost as u32 == LH_RELEASING_LOST);
+    assert!(Releasing::NotAcquired as u32 == LH_RELEASING_NOT_ACQUIRED);
+    assert!(ReleaseOutcome::Confirmed as u32 == LH_REASON_RELEASE_CONFIRMED);
+    assert!(ReleaseOutcome::NotOwner as u32 == LH_REASON_RELEASE_NOT_OWNER);
+    assert!(ReleaseOutcome::Unconfirmed as u32 == LH_REASON_RELEASE_UNCONFIRMED);
+};
+
 fn lost_reason(r: LostReason) -> u32 {
     match r {
         LostReason::Rejected => LH_REASON_REJECTED,
