@@ -150,14 +150,23 @@ impl Lease {
     /// Takes a grant's data for a cleanup release unless it is older (lower fence) than the
     /// live grant or than data already taken: an older grant is already gone at the service
     /// (sim seeds 70255 and 1147940, where replies arrive out of order).
+    /// A newer grant without data replaces older data too: a release echoing the older
+    /// grant's data would miss the live grant (fuzz sim crash-a80b8948, a stale grant after a
+    /// direct grant).
     fn adopt_backend_data(&mut self, data: &[u8], fence: u64, live_fence: u64) {
         let older_than_live = self.flags.has(Flag::Granted) && fence < live_fence;
-        let older_than_held = self
+        let held = self
             .cold
             .as_ref()
-            .is_some_and(|c| c.backend_data.is_some() && fence < c.backend_fence);
-        if !data.is_empty() && !older_than_live && !older_than_held {
+            .map(|c| (c.backend_data.is_some(), c.backend_fence));
+        let older_than_held = held.is_some_and(|(_, f)| fence < f);
+        if older_than_live || older_than_held {
+            return;
+        }
+        if !data.is_empty() {
             self.set_backend_data(Some(Arc::from(data)), fence);
+        } else if held.is_some_and(|(has, f)| has && fence > f) {
+            self.set_backend_data(None, fence);
         }
     }
 
