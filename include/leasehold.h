@@ -49,11 +49,12 @@
  *   for (;;) {
  *       lh_poll_timeout(c, &deadline);              // LH_NO_DEADLINE = none
  *       wait until the earliest of: deadline, a completed command, an application call
- *           (acquire/release), a release notification of a watched name;
+ *           (acquire/renew/release), a release notification of a watched name;
  *       now = monotonic_ns();
  *       feed exactly that one input:
  *           lh_timeout(c, now) | lh_acquire_result / lh_renew_result / lh_release_result(c,
- *           now, request_id, outcome, ...) | lh_acquire / lh_release | lh_released(c, now, name);
+ *           now, request_id, outcome, ...) | lh_acquire / lh_renew / lh_release /
+ *           lh_release_reported | lh_released(c, now, name);
  *       do {                                         // drain completely
  *           lh_poll_output(c, &out);
  *           LH_OUTPUT_ACQUIRE/RENEW/RELEASE: copy name/token/backend_data, run the request
@@ -61,9 +62,33 @@
  *               back with out.request_id;
  *           LH_OUTPUT_WATCH/UNWATCH: start/stop delivering release notifications of the name;
  *           LH_OUTPUT_ACQUIRED/ACQUIRE_FAILED/LOST/RELEASED: complete the application's call
- *               or signal the loss (each lease gets exactly one terminal event).
+ *               or signal the loss (each lease gets exactly one terminal event);
+ *           LH_OUTPUT_RENEWED / RELEASE_OUTCOME: complete an lh_renew / lh_release_reported
+ *               call (only hosts that make those calls see them).
  *       } while (out.kind != LH_OUTPUT_NONE);
  *   }
+ *
+ * THE LEASE LIFECYCLE FROM THE APPLICATION'S SIDE
+ *
+ *   Manual renewal: lh_renew(c, now, lease) sends a RENEW now (or joins the one in flight);
+ *     the application's call completes on LH_OUTPUT_RENEWED (new valid_until_ns) or on the
+ *     lease's LOST. On a released, lost or failed lease it returns LH_ERR_LEASE_ENDED and
+ *     sends nothing (terminal states are sticky); on a lease still acquiring,
+ *     LH_ERR_NOT_GRANTED. A lease acquired with LH_ACQUIRE_NO_AUTO_RENEW is renewed only
+ *     this way and is LOST (LH_REASON_EXPIRED) when its validity ends unless renewed.
+ *   Release outcome: lh_release_reported(c, now, lease, &releasing) tells at once whether the
+ *     lease ended RELEASED (LH_RELEASING_PENDING: an LH_OUTPUT_RELEASE_OUTCOME event follows
+ *     with reason LH_REASON_RELEASE_CONFIRMED, _NOT_OWNER -- the service refused, someone
+ *     else may hold the lock -- or _UNCONFIRMED -- no answer before the grant ran out) or,
+ *     its validity having run out before the release was processed (a paused process), LOST
+ *     (LH_RELEASING_LOST; the LOST event carries the reason). lh_release is the same call
+ *     without the report; both count outcomes in lh_counters.
+ *   Renewal failure budget (lh_config.fail_budget): 0, the default, is a time budget:
+ *     renewals failing in transport are retried with backoff while validity remains; the
+ *     lease is LOST on a rejection, with LH_REASON_FAIL_BUDGET when its validity is about
+ *     to end without a confirmed renewal, or with LH_REASON_EXPIRED at valid_until if a
+ *     renewal is still unanswered then: never after valid_until. N > 0 is a count budget
+ *     instead: LOST (LH_REASON_FAIL_BUDGET) after N consecutive failures.
  *
  *   The fencing token (LH_OUTPUT_ACQUIRED, lh_fencing_token) is the only authority for a
  *   protected resource; lh_is_held() is advice for stopping work early.
@@ -231,6 +256,19 @@
 #define LH_OUTPUT_RELEASED 9
 
 /**
+ * Event: a renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only
+ * hosts that call `lh_renew` ever see it; automatic renewals are silent.
+ */
+#define LH_OUTPUT_RENEWED 10
+
+/**
+ * Event: the service's answer to a release made with `lh_release_reported` (lease_id;
+ * reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or `_UNCONFIRMED`). Only hosts that
+ * call `lh_release_reported` ever see it. Not a lifecycle event: it follows RELEASED.
+ */
+#define LH_OUTPUT_RELEASE_OUTCOME 11
+
+/**
  * `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED and LOST).
  */
 #define LH_REASON_NONE 0
@@ -261,9 +299,27 @@
 #define LH_REASON_EXPIRED 5
 
 /**
- * LOST: too many consecutive renew transport failures (`fail_budget`).
+ * LOST: the renewal failure budget ran out: under the default time budget
+ * (`fail_budget = 0`) renewals kept failing until validity was about to end (declared
+ * before valid_until, never after); with `fail_budget = N > 0`, N consecutive failures.
  */
 #define LH_REASON_FAIL_BUDGET 6
+
+/**
+ * RELEASE_OUTCOME: the service deleted our grant.
+ */
+#define LH_REASON_RELEASE_CONFIRMED 7
+
+/**
+ * RELEASE_OUTCOME: the service refused: our grant was no longer there (expired, or someone
+ * else holds the lock now).
+ */
+#define LH_REASON_RELEASE_NOT_OWNER 8
+
+/**
+ * RELEASE_OUTCOME: no answer before the grant's TTL had certainly run out (it is gone).
+ */
+#define LH_REASON_RELEASE_UNCONFIRMED 9
 
 /**
  * `lh_acquire_result` outcome: granted (fencing_token, ttl_ms, backend data are read).
@@ -338,6 +394,28 @@
 #define LH_GRANT_NOT_OURS 5
 
 /**
+ * `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
+ */
+#define LH_RELEASING_HOLDER_LEFT 1
+
+/**
+ * `lh_release_reported` disposition: the lease ended RELEASED (event queued) and a RELEASE
+ * command was sent; a RELEASE_OUTCOME event follows with the service's answer.
+ */
+#define LH_RELEASING_PENDING 2
+
+/**
+ * `lh_release_reported` disposition: the lease's validity had run out before the release
+ * (a paused process): it ended LOST, and its LOST event, with the reason, is queued.
+ */
+#define LH_RELEASING_LOST 3
+
+/**
+ * `lh_release_reported` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
+ */
+#define LH_RELEASING_NOT_ACQUIRED 4
+
+/**
  * Lease state: an acquire is in progress.
  */
 #define LH_STATE_ACQUIRING 1
@@ -378,6 +456,12 @@
 #define LH_ACQUIRE_REENTRANT 1
 
 /**
+ * `lh_acquire_options.flags` bit: no automatic renewal; only `lh_renew` extends the lease,
+ * which is lost (EXPIRED) when its validity ends unless renewed.
+ */
+#define LH_ACQUIRE_NO_AUTO_RENEW 2
+
+/**
  * Default requested TTL of `lh_acquire_options_default`, in ms.
  */
 #define LH_DEFAULT_TTL_MS 30000
@@ -408,6 +492,12 @@
  * at load time.
  */
 #define LH_ABI_VERSION 1
+
+/**
+ * Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`
+ * `lh_counters_get` accepts.
+ */
+#define LH_COUNTERS_V1_SIZE 120
 
 /**
  * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
@@ -517,7 +607,10 @@ typedef struct lh_config {
    */
   uint32_t renew_jitter_ppm;
   /**
-   * Consecutive renew transport failures before the lease is lost (default 3).
+   * Renewal failure budget. 0 (default): a time budget: transport failures are retried
+   * with backoff while validity remains; the lease is lost on a rejection, or (FAIL_BUDGET)
+   * when validity is about to end without a confirmed renewal, or (EXPIRED) at valid_until
+   * with a renewal unanswered. N > 0: lost (FAIL_BUDGET) after N consecutive failures.
    */
   uint32_t fail_budget;
   /**
@@ -556,7 +649,8 @@ typedef struct lh_acquire_options {
    */
   uint32_t struct_size;
   /**
-   * `LH_ACQUIRE_REENTRANT` or 0; unknown bits are `LH_ERR_INVALID_ENUM`.
+   * `LH_ACQUIRE_REENTRANT | LH_ACQUIRE_NO_AUTO_RENEW` bits or 0; unknown bits are
+   * `LH_ERR_INVALID_ENUM`.
    */
   uint32_t flags;
   /**
@@ -590,7 +684,7 @@ typedef struct lh_output {
    */
   uint32_t kind;
   /**
-   * `LH_REASON_*` (ACQUIRE_FAILED, LOST), else `LH_REASON_NONE`.
+   * `LH_REASON_*` (ACQUIRE_FAILED, LOST, RELEASE_OUTCOME), else `LH_REASON_NONE`.
    */
   uint32_t reason;
   /**
@@ -635,7 +729,7 @@ typedef struct lh_output {
    */
   uint64_t fencing_token;
   /**
-   * Monotonic ns until which the lease is valid (ACQUIRED).
+   * Monotonic ns until which the lease is valid (ACQUIRED, RENEWED).
    */
   uint64_t valid_until_ns;
 } lh_output;
@@ -672,6 +766,9 @@ typedef struct lh_lease_info {
 
 /**
  * Counters of one client, filled by `lh_counters_get`.
+ *
+ * Grows at the end only: a caller compiled against an older header (a smaller
+ * `struct_size`, at least `LH_COUNTERS_V1_SIZE`) gets the fields it knows.
  */
 typedef struct lh_counters {
   /**
@@ -739,6 +836,26 @@ typedef struct lh_counters {
    * Inputs whose `now` was older than one already seen (clamped).
    */
   uint64_t time_clamped;
+  /**
+   * `lh_renew` calls that sent or joined a renewal.
+   */
+  uint64_t renewals_requested;
+  /**
+   * Application releases the service confirmed.
+   */
+  uint64_t releases_confirmed;
+  /**
+   * Application releases the service refused (not owner).
+   */
+  uint64_t releases_not_owner;
+  /**
+   * Application releases never answered before the grant had certainly run out.
+   */
+  uint64_t releases_unconfirmed;
+  /**
+   * Releases that found the lease's validity run out: the lease ended LOST instead.
+   */
+  uint64_t releases_lost;
 } lh_counters;
 
 #ifdef __cplusplus
@@ -854,6 +971,47 @@ lh_status lh_acquire(struct lh_client *c,
  * `c` is NULL or a live handle.
  */
 lh_status lh_release(struct lh_client *c, uint64_t now, uint64_t lease);
+
+/**
+ * Releases a lease like `lh_release` and reports what happened. `*out_releasing` receives
+ * an `LH_RELEASING_*` value:
+ * - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE command is
+ *   queued; when the service answers (or the grant's TTL has certainly run out without an
+ *   answer) an `LH_OUTPUT_RELEASE_OUTCOME` event for the lease tells `LH_REASON_RELEASE_CONFIRMED`,
+ *   `LH_REASON_RELEASE_NOT_OWNER` or `LH_REASON_RELEASE_UNCONFIRMED`;
+ * - `LH_RELEASING_LOST`: the lease's validity had run out before this call (a paused
+ *   process): it ended LOST, not RELEASED, and the LOST event with its reason is queued;
+ * - `LH_RELEASING_HOLDER_LEFT`: other reentrant holders remain, nothing was sent;
+ * - `LH_RELEASING_NOT_ACQUIRED`: the lease was still acquiring and ended ACQUIRE_FAILED.
+ *
+ * Errors as for `lh_release` (`LH_ERR_LEASE_ENDED` for a lease that already ended: its
+ * terminal event was delivered earlier), plus NULL `out_releasing`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out_releasing` is valid for writing a `uint32_t`.
+ */
+lh_status lh_release_reported(struct lh_client *c,
+                              uint64_t now,
+                              uint64_t lease,
+                              uint32_t *out_releasing);
+
+/**
+ * Renews a held lease now (the manual escape hatch; works with or without automatic
+ * renewal): a RENEW command is queued, unless one is in flight, which this call then joins.
+ * Validity counts from that renewal's send time. The answer arrives as an
+ * `LH_OUTPUT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
+ * renewal failing in transport is retried within the failure budget like any other. If
+ * the lease's validity had already run out, it ends LOST in this call (event queued) and
+ * nothing is sent.
+ *
+ * Errors (nothing sent, nothing changed): `LH_ERR_LEASE_ENDED` for a released, lost or
+ * failed lease (terminal states are sticky), `LH_ERR_NOT_GRANTED` for a lease still
+ * acquiring, `LH_ERR_UNKNOWN_LEASE`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle.
+ */
+lh_status lh_renew(struct lh_client *c, uint64_t now, uint64_t lease);
 
 /**
  * Feeds the answer to an ACQUIRE command. `outcome` is `LH_ACQUIRE_*`. For GRANTED,
@@ -996,8 +1154,9 @@ lh_status lh_valid_until(const struct lh_client *c, uint64_t lease, uint64_t *ou
 lh_status lh_is_held(const struct lh_client *c, uint64_t lease, uint64_t now, bool *out_held);
 
 /**
- * Fills `*out` with the client's counters (`out->struct_size` must be set by the caller; on
- * return it holds the library's size).
+ * Fills `*out` with the client's counters (`out->struct_size` must be set by the caller, at
+ * least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
+ * and sets `struct_size` to the bytes it wrote).
  *
  * # Safety
  * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.

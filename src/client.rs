@@ -11,7 +11,8 @@ use crate::rng::Rng;
 use crate::timers::{CANCELLED, Timers};
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, LeaseId, LeaseInfo,
-    LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId, Token,
+    LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
+    RenewResult, RequestId, Token,
 };
 use crate::{MAX_BACKEND_DATA_LEN, validate_name};
 
@@ -108,6 +109,18 @@ enum Flag {
     /// A grant notice arrived while a later attempt was in flight: a refusal of that attempt
     /// is older news than the grant, so the lease asks again at once instead of sleeping.
     RetryIfRefused = 1 << 9,
+    /// The application asked for a renewal (`renew`): its confirmation is reported.
+    RenewRequested = 1 << 10,
+    /// Automatic renewal is off for this lease (`AcquireOptions::auto_renew`).
+    NoAutoRenew = 1 << 11,
+    /// The application released with `release_reported`: the service's answer is reported.
+    ReportRelease = 1 << 12,
+    /// A release attempt of this lease was confirmed (a later NotOwner for a re-sent release
+    /// does not undo that).
+    ReleaseConfirmed = 1 << 13,
+    /// The application release's outcome was counted (a later cleanup of a late grant, sim
+    /// seed 167, is not that release).
+    OutcomeKnown = 1 << 14,
 }
 
 /// The rarely used part of a lease, boxed so the record stays within two cache lines.
@@ -137,14 +150,23 @@ impl Lease {
     /// Takes a grant's data for a cleanup release unless it is older (lower fence) than the
     /// live grant or than data already taken: an older grant is already gone at the service
     /// (sim seeds 70255 and 1147940, where replies arrive out of order).
+    /// A newer grant without data replaces older data too: a release echoing the older
+    /// grant's data would miss the live grant (fuzz sim crash-a80b8948, a stale grant after a
+    /// direct grant).
     fn adopt_backend_data(&mut self, data: &[u8], fence: u64, live_fence: u64) {
         let older_than_live = self.flags.has(Flag::Granted) && fence < live_fence;
-        let older_than_held = self
+        let held = self
             .cold
             .as_ref()
-            .is_some_and(|c| c.backend_data.is_some() && fence < c.backend_fence);
-        if !data.is_empty() && !older_than_live && !older_than_held {
+            .map(|c| (c.backend_data.is_some(), c.backend_fence));
+        let older_than_held = held.is_some_and(|(_, f)| fence < f);
+        if older_than_live || older_than_held {
+            return;
+        }
+        if !data.is_empty() {
             self.set_backend_data(Some(Arc::from(data)), fence);
+        } else if held.is_some_and(|(has, f)| has && fence > f) {
+            self.set_backend_data(None, fence);
         }
     }
 
@@ -337,7 +359,9 @@ impl Client {
             attempts: 0,
             state: LeaseState::Acquiring,
             inflight_kind: ReqKind::Acquire,
-            flags: Flags::default().with(Flag::Reentrant, opts.reentrant),
+            flags: Flags::default()
+                .with(Flag::Reentrant, opts.reentrant)
+                .with(Flag::NoAutoRenew, !opts.auto_renew),
         };
         let life = Lifecycle {
             fencing_token: 0,
@@ -357,6 +381,23 @@ impl Client {
     /// `AcquireFailed{Cancelled}` while acquiring) is emitted at once, and the service-side
     /// release is retried with the same token until it is confirmed or the TTL has run out.
     pub fn release(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
+        self.release_inner(now, lease, false).map(|_| ())
+    }
+
+    /// Like [`Client::release`], and tells what the call did ([`Releasing`]); when the lease
+    /// ended `Released` ([`Releasing::Pending`]), the service's answer follows as an
+    /// [`Event::ReleaseOutcome`]. A lease whose validity ran out before this call (a paused
+    /// process) ends `Lost` with its reason ([`Releasing::Lost`]), never quietly `Released`.
+    pub fn release_reported(&mut self, now: u64, lease: LeaseId) -> Result<Releasing, Error> {
+        self.release_inner(now, lease, true)
+    }
+
+    fn release_inner(
+        &mut self,
+        now: u64,
+        lease: LeaseId,
+        report: bool,
+    ) -> Result<Releasing, Error> {
         let slot = self.resolve(lease)?;
         if self.lease_mut(slot).state.is_terminal() {
             // Checked before time moves, so an error always means "nothing happened".
@@ -370,31 +411,43 @@ impl Client {
         let l = self.lease_mut(slot);
         let still_valid = l.state == LeaseState::Held && t < l.valid_until;
         if still_valid {
-            self.release_slot(slot, lease);
+            l.flags.set(Flag::ReportRelease, report);
+            let done = self.release_slot(slot, lease);
             self.advance(now);
-            return Ok(());
+            return Ok(done);
         }
         self.advance(now);
         // If the lease ended during this advance (lost, or its wait ran out), the release is
         // already satisfied and its terminal event is queued.
-        if let Ok(slot) = self.resolve(lease) {
-            if !self.lease_mut(slot).state.is_terminal() {
-                self.release_slot(slot, lease);
+        let Ok(slot) = self.resolve(lease) else {
+            // Only a lost lease can have dropped its record here (a rejection needs no cleanup).
+            self.counters.releases_lost += 1;
+            return Ok(Releasing::Lost);
+        };
+        let l = self.lease_mut(slot);
+        l.flags.set(Flag::ReportRelease, report);
+        match l.state {
+            LeaseState::Lost => {
+                self.counters.releases_lost += 1;
+                Ok(Releasing::Lost)
             }
+            LeaseState::AcquireFailed | LeaseState::Released => Ok(Releasing::NotAcquired),
+            LeaseState::Acquiring | LeaseState::Held => Ok(self.release_slot(slot, lease)),
         }
-        Ok(())
     }
 
     /// Releases one holder of a live lease.
-    fn release_slot(&mut self, slot: u32, lease: LeaseId) {
+    fn release_slot(&mut self, slot: u32, lease: LeaseId) -> Releasing {
         let (l, life) = self.lease_and_life(slot);
         match l.state {
             LeaseState::Acquiring | LeaseState::Held if life.holders > 1 => {
                 life.holders -= 1;
+                Releasing::HolderLeft
             }
             LeaseState::Acquiring => {
                 self.fail_acquire(slot, AcquireFailReason::Cancelled);
                 self.settle(slot);
+                Releasing::NotAcquired
             }
             LeaseState::Held => {
                 self.unregister_reentrant(slot);
@@ -408,9 +461,47 @@ impl Client {
                     .push_back(Output::Event(Event::Released { lease }));
                 self.start_cleanup(slot, false);
                 self.settle(slot);
+                Releasing::Pending
             }
-            LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {}
+            // Never reached: callers release live leases only.
+            LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {
+                Releasing::NotAcquired
+            }
         }
+    }
+
+    /// Sends a renewal of a held lease now (or joins the one in flight), whatever its
+    /// automatic cadence. Validity counts from the send time, as for every renewal. The answer
+    /// arrives as [`Event::Renewed`] with the new `valid_until`, or as the lease's `Lost`
+    /// event; a renewal that fails in transport is retried like any other (see
+    /// `Config::fail_budget`). If the lease's validity had already run out, it ends `Lost`
+    /// in this call and nothing is sent. Terminal leases are refused without a command
+    /// ([`Error::LeaseEnded`]), leases still acquiring with [`Error::NotGranted`].
+    pub fn renew(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
+        let slot = self.resolve(lease)?;
+        // Checked before time moves, so an error always means "nothing happened".
+        match self.lease_mut(slot).state {
+            LeaseState::Held => {}
+            LeaseState::Acquiring => return Err(Error::NotGranted(lease)),
+            LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {
+                return Err(Error::LeaseEnded(lease));
+            }
+        }
+        self.advance(now);
+        let Ok(slot) = self.resolve(lease) else {
+            return Ok(()); // lost during the advance: its Lost event is queued
+        };
+        let l = self.lease_mut(slot);
+        if l.state != LeaseState::Held {
+            return Ok(());
+        }
+        l.flags.set(Flag::RenewRequested, true);
+        if l.inflight_req == 0 {
+            self.send_renew(slot);
+        }
+        self.counters.renewals_requested += 1;
+        self.settle(slot);
+        Ok(())
     }
 
     // ------------------------------------------------------------------------- inputs
@@ -533,11 +624,23 @@ impl Client {
                 l.valid_until = l.valid_until.max(until);
                 l.attempts = 0;
                 let sent = l.inflight_sent;
-                let interval = self.renew_interval(ttl_ns);
-                self.lease_mut(slot).next_at = sent.saturating_add(interval);
+                let flags = l.flags;
+                let next = if flags.has(Flag::NoAutoRenew) {
+                    NEVER
+                } else {
+                    sent.saturating_add(self.renew_interval(ttl_ns))
+                };
+                let l = self.lease_mut(slot);
+                l.next_at = next;
+                let valid_until = l.valid_until;
                 self.counters.renewals_ok += 1;
-                if now >= self.lease_mut(slot).valid_until {
+                if now >= valid_until {
                     self.lose(slot, LostReason::Expired);
+                } else if flags.has(Flag::RenewRequested) {
+                    self.lease_mut(slot).flags.set(Flag::RenewRequested, false);
+                    let lease = self.id_of(slot);
+                    self.outputs
+                        .push_back(Output::Event(Event::Renewed { lease, valid_until }));
                 }
             }
             RenewResult::Rejected => {
@@ -571,11 +674,14 @@ impl Client {
         l.inflight_req = 0;
         match result {
             ReleaseResult::Released | ReleaseResult::NotOwner => {
+                if result == ReleaseResult::Released {
+                    l.flags.set(Flag::ReleaseConfirmed, true);
+                }
                 if l.flags.has(Flag::CleanupAgain) {
                     l.flags.set(Flag::CleanupAgain, false);
                     self.send_release(slot);
                 } else {
-                    self.finish_cleanup(slot);
+                    self.finish_cleanup(slot, true);
                 }
             }
             ReleaseResult::TransportError => self.release_attempt_failed(slot),
@@ -1237,8 +1343,12 @@ impl Client {
             fencing_token,
         );
         l.attempts = 0;
-        let interval = self.renew_interval(ttl_ns);
-        self.lease_mut(slot).next_at = sent.saturating_add(interval);
+        let next = if l.flags.has(Flag::NoAutoRenew) {
+            NEVER
+        } else {
+            sent.saturating_add(self.renew_interval(ttl_ns))
+        };
+        self.lease_mut(slot).next_at = next;
         self.leave_waiting(slot);
         self.counters.grants += 1;
         let id = self.id_of(slot);
@@ -1334,15 +1444,24 @@ impl Client {
         let base = self.config.backoff_base_ns;
         let l = self.lease_mut(slot);
         l.attempts = l.attempts.saturating_add(1);
-        if l.attempts >= budget {
+        if budget > 0 && l.attempts >= budget {
             self.lose(slot, LostReason::FailBudget);
             return;
         }
-        // Retry promptly while validity remains: short exponential steps, at most TTL/10.
+        // Retry promptly while validity remains: exponential steps from `backoff_base_ns`,
+        // at most TTL/10, so an outage of a few seconds is bridged by a retry soon after the
+        // service returns.
         let step = base
             .saturating_mul(1u64 << (l.attempts - 1).min(32))
             .min(l.ttl_ms * NS_PER_MS / 10)
             .max(1);
+        if budget == 0 && now.saturating_add(2 * step) >= l.valid_until {
+            // The time budget ran out: a retry would leave less than one step before validity
+            // ends, so the lease is declared lost now rather than at (or, as a host with a
+            // coarse clock sees it, after) the last moment.
+            self.lose(slot, LostReason::FailBudget);
+            return;
+        }
         let delay = step / 2 + self.rng.up_to(step / 2);
         self.lease_mut(slot).next_at = now.saturating_add(delay);
     }
@@ -1409,7 +1528,7 @@ impl Client {
         let now = self.now;
         let (l, life) = self.lease_and_life(slot);
         if l.flags.has(Flag::CleanupBestEffort) || now >= life.limit {
-            self.finish_cleanup(slot);
+            self.finish_cleanup(slot, false);
             return;
         }
         l.attempts = l.attempts.saturating_add(1);
@@ -1418,12 +1537,39 @@ impl Client {
         self.lease_mut(slot).next_at = now.saturating_add(delay);
     }
 
-    fn finish_cleanup(&mut self, slot: u32) {
+    /// Ends a cleanup: with `confirmed` when the service answered (confirmed or not owner),
+    /// else it gave up. The release of a lease the application released is counted and, when
+    /// asked for, reported.
+    fn finish_cleanup(&mut self, slot: u32, answered: bool) {
         let l = self.lease_mut(slot);
-        if l.flags.has(Flag::Cleanup) {
-            l.flags.set(Flag::Cleanup, false);
-            l.flags.set(Flag::CleanupAgain, false);
-            self.counters.pending_cleanups -= 1;
+        if !l.flags.has(Flag::Cleanup) {
+            return;
+        }
+        l.flags.set(Flag::Cleanup, false);
+        l.flags.set(Flag::CleanupAgain, false);
+        let (state, flags) = (l.state, l.flags);
+        l.flags.set(Flag::OutcomeKnown, true);
+        self.counters.pending_cleanups -= 1;
+        if state != LeaseState::Released || flags.has(Flag::OutcomeKnown) {
+            return;
+        }
+        let outcome = if !answered {
+            ReleaseOutcome::Unconfirmed
+        } else if flags.has(Flag::ReleaseConfirmed) {
+            ReleaseOutcome::Confirmed
+        } else {
+            ReleaseOutcome::NotOwner
+        };
+        let report = flags.has(Flag::ReportRelease);
+        match outcome {
+            ReleaseOutcome::Confirmed => self.counters.releases_confirmed += 1,
+            ReleaseOutcome::NotOwner => self.counters.releases_not_owner += 1,
+            ReleaseOutcome::Unconfirmed => self.counters.releases_unconfirmed += 1,
+        }
+        if report {
+            let lease = self.id_of(slot);
+            self.outputs
+                .push_back(Output::Event(Event::ReleaseOutcome { lease, outcome }));
         }
     }
 

@@ -17,7 +17,13 @@ pub struct Config {
     pub renew_jitter_ppm: u32,
     /// Timeout of one request; renewals use at most a third of the TTL.
     pub request_timeout_ns: u64,
-    /// Consecutive renew transport failures tolerated before the lease is declared lost.
+    /// Renewal failure budget. 0 (the default) is a time budget: renewals that fail in
+    /// transport are retried with growing backoff for as long as validity remains, so a short
+    /// outage does not cost a valid lease; the lease is lost on a rejection, or as
+    /// `FailBudget` when its validity is about to end without a confirmed renewal (a further
+    /// retry would leave less than one backoff step), or as `Expired` at `valid_until` when a
+    /// renewal is still unanswered then. N > 0 is the count budget instead: N consecutive
+    /// transport failures lose the lease as `FailBudget`, even with validity left.
     pub fail_budget: u32,
     /// First backoff step of acquisition retries.
     pub backoff_base_ns: u64,
@@ -41,7 +47,7 @@ impl Default for Config {
             drift_fixed_ns: 2_000_000,
             renew_jitter_ppm: 100_000,
             request_timeout_ns: 2_000_000_000,
-            fail_budget: 3,
+            fail_budget: 0,
             backoff_base_ns: 5_000_000,
             backoff_cap_ns: 500_000_000,
             max_ttl_ms: 7 * 24 * 3600 * 1000,
@@ -72,9 +78,6 @@ impl Config {
             return Err(Error::InvalidConfig(
                 "request_timeout_ns must be in (0, 1 h]",
             ));
-        }
-        if self.fail_budget == 0 {
-            return Err(Error::InvalidConfig("fail_budget must be at least 1"));
         }
         if self.backoff_base_ns == 0 {
             return Err(Error::InvalidConfig("backoff_base_ns must be positive"));
@@ -144,6 +147,9 @@ pub struct AcquireOptions {
     pub wait_ns: u64,
     /// Join a live reentrant lease of the same name in this core instead of contending.
     pub reentrant: bool,
+    /// Renew automatically at about a third of the TTL. Off, only `Client::renew` extends the
+    /// lease, and it is lost (`Expired`) when its validity ends unless the caller renewed it.
+    pub auto_renew: bool,
 }
 
 impl AcquireOptions {
@@ -153,6 +159,7 @@ impl AcquireOptions {
             ttl_ms,
             wait_ns: 0,
             reentrant: false,
+            auto_renew: true,
         }
     }
 
@@ -165,6 +172,12 @@ impl AcquireOptions {
     /// Makes the acquisition reentrant within this core.
     pub fn reentrant(mut self, reentrant: bool) -> Self {
         self.reentrant = reentrant;
+        self
+    }
+
+    /// Turns automatic renewal on (the default) or off.
+    pub fn auto_renew(mut self, auto_renew: bool) -> Self {
+        self.auto_renew = auto_renew;
         self
     }
 }

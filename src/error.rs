@@ -41,6 +41,9 @@ pub enum Error {
     /// The lease finished (released, lost or failed) and its record is gone or terminal.
     #[error("lease {0} has ended")]
     LeaseEnded(LeaseId),
+    /// Only a granted lease can be renewed; one still acquiring has nothing to extend.
+    #[error("lease {0} is not granted yet")]
+    NotGranted(LeaseId),
     /// The table of live leases is bounded so memory stays O(configured limit).
     #[error("too many live leases")]
     TooManyLeases,

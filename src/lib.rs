@@ -24,6 +24,10 @@
 //!    loss detection) and deliver each [`Event`] to the application.
 //! 4. Repeat.
 //!
+//! Manual renewal ([`Client::renew`]) and a release that reports the service's answer
+//! ([`Client::release_reported`]) are application calls too; their answers arrive as
+//! [`Event::Renewed`] and [`Event::ReleaseOutcome`] in step 3.
+//!
 //! Time never runs backwards inside the core (an older `now` is clamped); a big forward jump
 //! is real elapsed time and expires leases. Early or spurious timeouts are harmless.
 //!
@@ -80,8 +84,8 @@ pub use error::Error;
 pub use rng::MIN_SEED_LEN;
 pub use types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, INLINE_NAME_LEN,
-    LeaseId, LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult,
-    RequestId, Token,
+    LeaseId, LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult,
+    Releasing, RenewResult, RequestId, Token,
 };
 
 /// Longest lock name in bytes: names become service keys, so they are bounded.

@@ -292,8 +292,42 @@ pub enum LostReason {
     Rejected = 4,
     /// `valid_until` passed without a confirmed renewal (network hang, paused process).
     Expired = 5,
-    /// `fail_budget` consecutive renewals failed in transport.
+    /// The renewal failure budget ran out: renewals kept failing in transport until, under
+    /// the default time budget, a further retry would leave less than one backoff step of
+    /// validity (so the loss is declared just before `valid_until`, never after), or, with a
+    /// count budget (`Config::fail_budget = N > 0`), N consecutive failures.
     FailBudget = 6,
+}
+
+/// What the service said to the release of a lease the application released, reported by
+/// [`Event::ReleaseOutcome`] for releases made with `Client::release_reported`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ReleaseOutcome {
+    /// The service deleted our grant.
+    Confirmed = 7,
+    /// The service refused: our grant was no longer there (it expired, or someone else holds
+    /// the lock now), so protected work done near the end may have overlapped another holder.
+    NotOwner = 8,
+    /// No answer before the grant's TTL had certainly run out: it is gone either way.
+    Unconfirmed = 9,
+}
+
+/// What a release call did at once (`Client::release_reported`). Its values are the C ABI's
+/// `LH_RELEASING_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Releasing {
+    /// Other in-process (reentrant) holders remain: nothing was sent, the lease stays held.
+    HolderLeft = 1,
+    /// The lease ended `Released` and its release is on its way to the service; with
+    /// `release_reported` an [`Event::ReleaseOutcome`] tells the service's answer.
+    Pending = 2,
+    /// The lease's validity had run out before the release was processed (a paused process):
+    /// it ended `Lost`, and its `Lost` event, with the reason, is queued.
+    Lost = 3,
+    /// The lease was never granted: it ended `AcquireFailed` (event queued).
+    NotAcquired = 4,
 }
 
 /// A lease's lifecycle position. The last three are terminal and sticky (rule 1).
@@ -407,6 +441,22 @@ pub enum Event {
         /// The lease.
         lease: LeaseId,
     },
+    /// A renewal the application asked for (`Client::renew`) was confirmed. Automatic
+    /// renewals are silent: the host only needs to hear about the ones it waits for.
+    Renewed {
+        /// The lease.
+        lease: LeaseId,
+        /// New end of validity, counted from the renewal's send time.
+        valid_until: u64,
+    },
+    /// The service answered (or never answered) the release of a lease released with
+    /// `Client::release_reported`. Not a lifecycle event: it follows the lease's `Released`.
+    ReleaseOutcome {
+        /// The lease.
+        lease: LeaseId,
+        /// What the service said.
+        outcome: ReleaseOutcome,
+    },
 }
 
 /// One item drained by `Client::poll_output`.
@@ -464,6 +514,16 @@ pub struct Counters {
     pub stale_results: u64,
     /// Inputs whose `now` was older than one already seen (clamped).
     pub time_clamped: u64,
+    /// Renewals the application asked for (`Client::renew` calls that sent or joined one).
+    pub renewals_requested: u64,
+    /// Application releases the service confirmed.
+    pub releases_confirmed: u64,
+    /// Application releases the service refused (our grant was no longer there).
+    pub releases_not_owner: u64,
+    /// Application releases never answered before the grant had certainly run out.
+    pub releases_unconfirmed: u64,
+    /// Release calls that found the lease's validity run out: the lease ended Lost instead.
+    pub releases_lost: u64,
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ fn defaults_and_null_defaults() {
     let cfg = config();
     assert_eq!(cfg.struct_size as usize, size_of::<lh_config>());
     assert_eq!(cfg.notifications, 1);
-    assert_eq!(cfg.fail_budget, 3);
+    assert_eq!(cfg.fail_budget, 0, "the time budget");
     let o = opts(LH_DEFAULT_TTL_MS);
     assert_eq!((o.flags, o.wait_ns), (0, 0));
     // SAFETY: NULL is documented as ignored.
@@ -584,7 +584,7 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
             "ttl {ttl}"
         );
     }
-    for flags in [2, 4, 0x8000_0000, u32::MAX] {
+    for flags in [4, 6, 0x8000_0000, u32::MAX] {
         let mut bad = opts(1000);
         bad.flags = flags;
         assert_eq!(acquire(&h, 0, NAME, &bad), Err(LH_ERR_INVALID_ENUM));
@@ -1080,8 +1080,14 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_output, backend_data_len), 64);
     assert_eq!(offset_of!(lh_output, valid_until_ns), 88);
     assert_eq!(size_of::<lh_lease_info>(), 32);
-    assert_eq!(size_of::<lh_counters>(), 120);
+    // lh_counters grows at the end only (older hosts pass LH_COUNTERS_V1_SIZE).
+    assert_eq!(size_of::<lh_counters>(), 160);
     assert_eq!(offset_of!(lh_counters, time_clamped), 112);
+    assert_eq!(
+        offset_of!(lh_counters, renewals_requested),
+        LH_COUNTERS_V1_SIZE
+    );
+    assert_eq!(offset_of!(lh_counters, releases_lost), 152);
 }
 
 #[test]
@@ -1166,5 +1172,205 @@ fn hostile_granted_ttls_and_fences_never_extend_validity() {
         assert!(!held_now);
         // Still usable afterwards.
         acquire(&h, 12 * MS, b"other", &opts(3000)).unwrap();
+    }
+}
+
+// ------------------------------------------- manual renew, auto_renew, release outcomes
+
+fn renew(h: &H, now: u64, lease: u64) -> lh_status {
+    // SAFETY: live handle (or NULL in the caller's test).
+    unsafe { lh_renew(h.0, now, lease) }
+}
+
+#[test]
+fn manual_renew_through_the_abi() {
+    let h = client();
+    let lease = held(&h, 0, 3000, 5);
+    expect(renew(&h, 500 * MS, lease), LH_OK);
+    let outs = drain(&h);
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    let r = &outs[0];
+    assert_eq!((r.raw.kind, r.raw.lease_id), (LH_OUTPUT_RENEW, lease));
+    assert_eq!(r.token.len(), 32);
+    // SAFETY: valid handle.
+    expect(
+        unsafe { lh_renew_result(h.0, 501 * MS, r.raw.request_id, LH_RENEW_RENEWED) },
+        LH_OK,
+    );
+    let outs = drain(&h);
+    let ev = find(&outs, LH_OUTPUT_RENEWED).expect("renewed");
+    // From the send time: 500 ms + 3000 ms − (30 ms + 2 ms).
+    assert_eq!((ev.raw.lease_id, ev.raw.valid_until_ns), (lease, 3468 * MS));
+    assert_eq!(ev.raw.reason, LH_REASON_NONE);
+    assert_eq!(counters(&h).renewals_requested, 1);
+}
+
+#[test]
+fn manual_renew_of_ended_unknown_or_acquiring_leases_sends_nothing() {
+    let h = client();
+    let released = held(&h, 0, 3000, 5);
+    // SAFETY: valid handle.
+    expect(unsafe { lh_release(h.0, MS, released) }, LH_OK);
+    drain(&h);
+    let before = counters(&h);
+    expect(renew(&h, 2 * MS, released), LH_ERR_LEASE_ENDED);
+    assert!(last_error(&h).contains("ended"), "{}", last_error(&h));
+    expect(renew(&h, 2 * MS, 0), LH_ERR_UNKNOWN_LEASE);
+    expect(renew(&h, 2 * MS, u64::MAX), LH_ERR_UNKNOWN_LEASE);
+    let acquiring = acquire(&h, 3 * MS, b"other", &opts(3000)).unwrap();
+    drain(&h);
+    expect(renew(&h, 4 * MS, acquiring), LH_ERR_NOT_GRANTED);
+    assert!(drain(&h).is_empty(), "nothing sent");
+    let k = counters(&h);
+    assert_eq!(
+        (k.renewals_sent, k.renewals_requested),
+        (before.renewals_sent, 0)
+    );
+    // SAFETY: a NULL handle is an error, not UB.
+    expect(
+        unsafe { lh_renew(null_mut(), 0, released) },
+        LH_ERR_NULL_ARGUMENT,
+    );
+
+    // A lost lease: terminal states are sticky.
+    let h2 = client();
+    let lease = held(&h2, 0, 3000, 5);
+    // SAFETY: valid handle.
+    expect(unsafe { lh_timeout(h2.0, 10_000 * MS) }, LH_OK);
+    assert!(find(&drain(&h2), LH_OUTPUT_LOST).is_some());
+    let sent = counters(&h2).renewals_sent;
+    expect(renew(&h2, 10_001 * MS, lease), LH_ERR_LEASE_ENDED);
+    assert!(drain(&h2).is_empty());
+    assert_eq!(counters(&h2).renewals_sent, sent);
+}
+
+#[test]
+fn no_auto_renew_flag_through_the_abi() {
+    let h = client();
+    let mut o = opts(3000);
+    o.flags = LH_ACQUIRE_NO_AUTO_RENEW | LH_ACQUIRE_REENTRANT;
+    let lease = acquire(&h, 0, NAME, &o).unwrap();
+    let a = find(&drain(&h), LH_OUTPUT_ACQUIRE)
+        .expect("acquire")
+        .clone();
+    // SAFETY: valid handle, NULL data with length 0.
+    expect(
+        unsafe {
+            lh_acquire_result(
+                h.0,
+                MS,
+                a.raw.request_id,
+                LH_ACQUIRE_GRANTED,
+                4,
+                3000,
+                LH_NO_RETRY_HINT,
+                null(),
+                0,
+            )
+        },
+        LH_OK,
+    );
+    drain(&h);
+    let mut now = MS;
+    let lost = advance_until(&h, &mut now, LH_OUTPUT_LOST).expect("lost at valid_until");
+    assert_eq!(
+        (lost.raw.lease_id, lost.raw.reason),
+        (lease, LH_REASON_EXPIRED)
+    );
+    assert_eq!(counters(&h).renewals_sent, 0);
+}
+
+fn release_reported(h: &H, now: u64, lease: u64) -> Result<u32, lh_status> {
+    let mut out = 0xdead;
+    // SAFETY: live handle, valid out-pointer.
+    let st = unsafe { lh_release_reported(h.0, now, lease, &mut out) };
+    if st == LH_OK {
+        Ok(out)
+    } else {
+        assert_eq!(out, 0xdead, "written on failure");
+        Err(st)
+    }
+}
+
+#[test]
+fn release_reported_through_the_abi() {
+    for (answer, reason) in [
+        (LH_RELEASE_RELEASED, LH_REASON_RELEASE_CONFIRMED),
+        (LH_RELEASE_NOT_OWNER, LH_REASON_RELEASE_NOT_OWNER),
+    ] {
+        let h = client();
+        let lease = held(&h, 0, 3000, 5);
+        // SAFETY: a NULL out-pointer is an error and changes nothing.
+        expect(
+            unsafe { lh_release_reported(h.0, MS, lease, null_mut()) },
+            LH_ERR_NULL_ARGUMENT,
+        );
+        assert!(drain(&h).is_empty());
+        assert_eq!(release_reported(&h, MS, lease), Ok(LH_RELEASING_PENDING));
+        let outs = drain(&h);
+        assert!(find(&outs, LH_OUTPUT_RELEASED).is_some());
+        let rel = find(&outs, LH_OUTPUT_RELEASE).expect("release").clone();
+        // SAFETY: valid handle.
+        expect(
+            unsafe { lh_release_result(h.0, 2 * MS, rel.raw.request_id, answer) },
+            LH_OK,
+        );
+        let outs = drain(&h);
+        let ev = find(&outs, LH_OUTPUT_RELEASE_OUTCOME).expect("outcome");
+        assert_eq!((ev.raw.lease_id, ev.raw.reason), (lease, reason));
+        let k = counters(&h);
+        assert_eq!(k.releases_confirmed + k.releases_not_owner, 1);
+        assert_eq!(release_reported(&h, 3 * MS, lease), Err(LH_ERR_LEASE_ENDED));
+    }
+    let h = client();
+    assert_eq!(release_reported(&h, 0, 77), Err(LH_ERR_UNKNOWN_LEASE));
+    let mut out = 0;
+    // SAFETY: a NULL handle is an error, not UB.
+    expect(
+        unsafe { lh_release_reported(null_mut(), 0, 1, &mut out) },
+        LH_ERR_NULL_ARGUMENT,
+    );
+}
+
+#[test]
+fn release_after_a_pause_ends_lost_through_the_abi() {
+    let h = client();
+    let lease = held(&h, 0, 3000, 5);
+    assert_eq!(
+        release_reported(&h, 10_000 * MS, lease),
+        Ok(LH_RELEASING_LOST)
+    );
+    let outs = drain(&h);
+    let lost = find(&outs, LH_OUTPUT_LOST).expect("lost");
+    assert_eq!(
+        (lost.raw.lease_id, lost.raw.reason),
+        (lease, LH_REASON_EXPIRED)
+    );
+    assert!(find(&outs, LH_OUTPUT_RELEASED).is_none());
+    assert_eq!(counters(&h).releases_lost, 1);
+    // The plain release says the same through the events.
+    let h = client();
+    let lease = held(&h, 0, 3000, 5);
+    // SAFETY: valid handle.
+    expect(unsafe { lh_release(h.0, 10_000 * MS, lease) }, LH_OK);
+    let outs = drain(&h);
+    assert!(find(&outs, LH_OUTPUT_LOST).is_some() && find(&outs, LH_OUTPUT_RELEASED).is_none());
+}
+
+#[test]
+fn counters_written_to_an_older_struct_size_stop_at_it() {
+    let h = client();
+    held(&h, 0, 3000, 5);
+    // SAFETY: the struct is LH_COUNTERS_V1_SIZE bytes or more; the library writes no further.
+    unsafe {
+        let mut k: lh_counters = std::mem::zeroed();
+        k.struct_size = LH_COUNTERS_V1_SIZE as u32;
+        k.releases_lost = 0xdead;
+        expect(lh_counters_get(h.0, &mut k), LH_OK);
+        assert_eq!(k.struct_size as usize, LH_COUNTERS_V1_SIZE);
+        assert_eq!((k.live_leases, k.grants), (1, 1));
+        assert_eq!(k.releases_lost, 0xdead, "written past the caller's struct");
+        k.struct_size = LH_COUNTERS_V1_SIZE as u32 - 8;
+        expect(lh_counters_get(h.0, &mut k), LH_ERR_STRUCT_SIZE);
     }
 }

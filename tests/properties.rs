@@ -255,6 +255,10 @@ impl Harness {
             | Event::AcquireFailed { lease, .. }
             | Event::Lost { lease, .. }
             | Event::Released { lease } => lease,
+            // This model never calls `renew` or `release_reported`.
+            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => {
+                return Err(TestCaseError::fail(format!("unasked-for event {ev:?}")));
+            }
         };
         let Some(m) = self.leases.get_mut(&lease) else {
             return Err(TestCaseError::fail(format!(
@@ -322,6 +326,7 @@ impl Harness {
                 }
                 m.terminal = Some("Released");
             }
+            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => {}
         }
         Ok(())
     }
@@ -391,6 +396,7 @@ impl Harness {
                     ttl_ms: TTLS_MS[usize::from(*ttl) % TTLS_MS.len()],
                     wait_ns: u64::from(*wait_ms) * MS,
                     reentrant: *reentrant,
+                    auto_renew: true,
                 };
                 let before = self.client.counters().live_leases;
                 match self.client.acquire(now, name, opts) {

@@ -872,6 +872,7 @@ impl Harness {
             ttl_ms,
             wait_ns,
             reentrant,
+            auto_renew: true,
         };
         let joinable: Option<LeaseId> = if reentrant {
             self.leases
@@ -1865,6 +1866,8 @@ impl Harness {
                             Event::AcquireFailed { reason, .. } => 8 + reason as u32,
                             Event::Lost { reason, .. } => 8 + reason as u32,
                             Event::Released { .. } => 15,
+                            // Never asked for here (see `on_event`).
+                            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => 16,
                         };
                     ctx.events += 1;
                     self.on_event(e, ctx);
@@ -2047,6 +2050,11 @@ impl Harness {
             | Event::AcquireFailed { lease, .. }
             | Event::Lost { lease, .. }
             | Event::Released { lease } => lease,
+            // This harness never calls `renew` or `release_reported` (the simulator and the
+            // ffi target do), so these reports must never appear.
+            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => {
+                violated("contract", format_args!("unasked-for report {e:?}"))
+            }
         };
         let Some(i) = self.lease_idx(lease) else {
             violated("ids", format_args!("event {e:?} for unknown lease"));
@@ -2140,6 +2148,7 @@ impl Harness {
                 );
                 Some(Terminal::Released)
             }
+            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => None,
         };
         if let Some(t) = terminal {
             l.terminal = Some(t);

@@ -152,6 +152,18 @@ pub enum FOp {
     },
     /// Fire the deadline from `lh_poll_timeout` (a host loop step).
     Fire,
+    /// `lh_renew` (manual renewal).
+    Renew {
+        time: Time,
+        lease: Lease,
+        null_handle: bool,
+    },
+    /// `lh_release_reported`.
+    ReleaseReported {
+        time: Time,
+        lease: Lease,
+        nulls: Nulls,
+    },
     Getters {
         lease: Lease,
         time: Time,
@@ -324,6 +336,7 @@ fn status_of(e: &Error) -> u32 {
         Error::SeedTooShort { .. } => LH_ERR_SEED_TOO_SHORT,
         Error::UnknownLease(_) => LH_ERR_UNKNOWN_LEASE,
         Error::LeaseEnded(_) => LH_ERR_LEASE_ENDED,
+        Error::NotGranted(_) => LH_ERR_NOT_GRANTED,
         Error::TooManyLeases => LH_ERR_TOO_MANY_LEASES,
         Error::BackendDataTooLong { .. } => LH_ERR_BACKEND_DATA_TOO_LONG,
     }
@@ -470,6 +483,16 @@ fn flat_of(o: Option<Output>) -> Flat {
             Event::Released { lease } => {
                 f.kind = LH_OUTPUT_RELEASED;
                 f.lease_id = lease.0;
+            }
+            Event::Renewed { lease, valid_until } => {
+                f.kind = LH_OUTPUT_RENEWED;
+                f.lease_id = lease.0;
+                f.valid_until_ns = valid_until;
+            }
+            Event::ReleaseOutcome { lease, outcome } => {
+                f.kind = LH_OUTPUT_RELEASE_OUTCOME;
+                f.lease_id = lease.0;
+                f.reason = outcome as u32;
             }
         },
     }
@@ -761,7 +784,7 @@ impl Handle {
                 let now = self.time(*time);
                 let name = arg_of(name);
                 let flags = match flags {
-                    Enum::Known(i) => u32::from(*i) % 2,
+                    Enum::Known(i) => u32::from(*i) % 4,
                     Enum::Raw(v) => *v,
                 };
                 let opts = lh_acquire_options {
@@ -798,7 +821,7 @@ impl Handle {
                 if !optp.is_null() && (sz as usize) < std::mem::size_of::<lh_acquire_options>() {
                     problems.push(LH_ERR_STRUCT_SIZE);
                 }
-                if flags & !LH_ACQUIRE_REENTRANT != 0 {
+                if flags & !(LH_ACQUIRE_REENTRANT | LH_ACQUIRE_NO_AUTO_RENEW) != 0 {
                     problems.push(LH_ERR_INVALID_ENUM);
                 }
                 let name_str = match name.bytes() {
@@ -826,6 +849,7 @@ impl Handle {
                     ttl_ms: opts.ttl_ms,
                     wait_ns: opts.wait_ns,
                     reentrant: flags & LH_ACQUIRE_REENTRANT != 0,
+                    auto_renew: flags & LH_ACQUIRE_NO_AUTO_RENEW == 0,
                 };
                 self.check("lh_acquire", st, &problems, |c| {
                     let id = c.acquire(now, name_str.as_deref().unwrap_or(""), options)?;
@@ -858,6 +882,63 @@ impl Handle {
                 // SAFETY: live handle.
                 let st = unsafe { lh_release(h, now, id) };
                 self.check("lh_release", st, &[], |c| c.release(now, LeaseId(id)));
+            }
+            FOp::Renew {
+                time,
+                lease,
+                null_handle,
+            } => {
+                let now = self.time(*time);
+                let id = self.lease(*lease);
+                if *null_handle {
+                    // SAFETY: NULL handle is an error, not UB.
+                    let st = unsafe { lh_renew(ptr::null_mut(), now, id) };
+                    expect_status("lh_renew(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                    return;
+                }
+                // SAFETY: live handle.
+                let st = unsafe { lh_renew(h, now, id) };
+                self.check("lh_renew", st, &[], |c| c.renew(now, LeaseId(id)));
+            }
+            FOp::ReleaseReported { time, lease, nulls } => {
+                let now = self.time(*time);
+                let id = self.lease(*lease);
+                let mut out: u32 = 0xDEAD;
+                let hp = if matches!(nulls, Nulls::Handle) {
+                    ptr::null_mut()
+                } else {
+                    h
+                };
+                let outp: *mut u32 = if matches!(nulls, Nulls::Out) {
+                    ptr::null_mut()
+                } else {
+                    &mut out
+                };
+                // SAFETY: pointers NULL or valid.
+                let st = unsafe { lh_release_reported(hp, now, id, outp) };
+                if hp.is_null() {
+                    expect_status("lh_release_reported(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                    return;
+                }
+                let problems: &[u32] = if outp.is_null() {
+                    &[LH_ERR_NULL_ARGUMENT]
+                } else {
+                    &[]
+                };
+                let mut shadow_out = None;
+                self.check("lh_release_reported", st, problems, |c| {
+                    shadow_out = Some(c.release_reported(now, LeaseId(id))? as u32);
+                    Ok(())
+                });
+                let expect = if st == LH_OK { shadow_out } else { None };
+                assert_eq!(
+                    (st == LH_OK).then_some(out),
+                    expect,
+                    "ffi: lh_release_reported disposition (written only on success)"
+                );
+                if st != LH_OK {
+                    assert_eq!(out, 0xDEAD, "ffi: out written on error");
+                }
             }
             FOp::AcquireResult {
                 time,
@@ -1444,7 +1525,7 @@ impl Handle {
         }
 
         // lh_counters_get
-        let blank = [0xAAu64; 16];
+        let blank = [0xAAu64; 20];
         let (mut buf, sz) = sized_buf(blank, size);
         // SAFETY: struct_size is the first u32 of the buffer.
         unsafe { *buf.as_mut_ptr().cast::<u32>() = sz };
@@ -1456,13 +1537,28 @@ impl Handle {
         // SAFETY: pointers NULL or valid for struct_size bytes (the buffer is 128 bytes or more).
         let st = unsafe { lh_counters_get(hp, cp) };
         if null_problem.is_empty() {
-            if (sz as usize) < std::mem::size_of::<lh_counters>() {
+            if (sz as usize) < LH_COUNTERS_V1_SIZE {
                 expect_status("lh_counters_get", st, &[LH_ERR_STRUCT_SIZE]);
             } else {
                 expect_status("lh_counters_get", st, &[LH_OK]);
-                // SAFETY: filled by the library.
+                // SAFETY: filled by the library (up to struct_size; the buffer holds it all).
                 let c = unsafe { ptr::read(buf.as_ptr().cast::<lh_counters>()) };
                 let k = self.shadow.counters();
+                let full = std::mem::size_of::<lh_counters>();
+                assert_eq!(
+                    c.struct_size as usize,
+                    (sz as usize).min(full),
+                    "ffi: struct_size"
+                );
+                if (sz as usize) >= full {
+                    assert_eq!(
+                        [c.renewals_requested, c.releases_confirmed, c.releases_lost],
+                        [k.renewals_requested, k.releases_confirmed, k.releases_lost],
+                        "ffi: lh_counters_get (added fields)"
+                    );
+                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, releases_lost) {
+                    assert_eq!(c.releases_lost, 0xAA, "ffi: wrote past struct_size");
+                }
                 assert_eq!(
                     [
                         c.live_leases,

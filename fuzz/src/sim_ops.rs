@@ -98,7 +98,7 @@ pub fn scenario_of(i: &Input) -> Scenario {
         let base = MS * (1 + u64::from(c.backoff_base_ms % 10));
         let mut config = Config {
             request_timeout_ns: TIMEOUT_MENU[usize::from(c.request_timeout) % TIMEOUT_MENU.len()],
-            fail_budget: 1 + u32::from(c.fail_budget % 4),
+            fail_budget: u32::from(c.fail_budget % 4), // 0: the time budget
             backoff_base_ns: base,
             backoff_cap_ns: base.max(MS * u64::from(c.backoff_cap_ms % 1_000)),
             notifications: c.notifications,

@@ -64,6 +64,7 @@ impl From<Error> for Failure {
             Error::SeedTooShort { .. } => LH_ERR_SEED_TOO_SHORT,
             Error::UnknownLease(_) => LH_ERR_UNKNOWN_LEASE,
             Error::LeaseEnded(_) => LH_ERR_LEASE_ENDED,
+            Error::NotGranted(_) => LH_ERR_NOT_GRANTED,
             Error::TooManyLeases => LH_ERR_TOO_MANY_LEASES,
             Error::BackendDataTooLong { .. } => LH_ERR_BACKEND_DATA_TOO_LONG,
         };
@@ -322,4 +323,42 @@ pub(crate) unsafe fn check_sized_out<T>(ptr: *mut T, what: &'static str) -> Resu
         return Err(Failure::struct_size(what, size, std::mem::size_of::<T>()));
     }
     Ok(())
+}
+
+/// Like [`check_sized_out`] for an out-struct that grows at the end: accepts any
+/// `struct_size` of at least `min` bytes and returns how many bytes to write (the caller's
+/// size, capped at this library's), so a host built against an older header keeps working.
+///
+/// # Safety
+/// As for [`read_sized`].
+pub(crate) unsafe fn check_growing_out<T>(
+    ptr: *mut T,
+    what: &'static str,
+    min: usize,
+) -> Result<usize, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: every sized struct of this ABI starts with `uint32_t struct_size`.
+    let size = unsafe { ptr.cast::<u32>().read() } as usize;
+    if size < min {
+        return Err(Failure::struct_size(what, size as u32, min));
+    }
+    Ok(size.min(std::mem::size_of::<T>()))
+}
+
+/// Writes the first `len` bytes of `value` (whose leading `uint32_t struct_size` is set to
+/// `len`, so the caller's struct never claims more than it has).
+///
+/// # Safety
+/// `out` is valid for writing `len` bytes, `4 <= len <= size_of::<T>()`, and `T` is a
+/// `#[repr(C)]` plain-data struct starting with a `u32`.
+pub(crate) unsafe fn write_prefix<T: Copy>(out: *mut T, value: T, len: usize) {
+    let mut value = value;
+    // SAFETY: `T` starts with its `u32` struct size (caller's contract).
+    unsafe { (&raw mut value).cast::<u32>().write(len as u32) };
+    // SAFETY: `len` bytes are readable from `value` and writable at `out`; no overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&raw const value).cast::<u8>(), out.cast::<u8>(), len)
+    };
 }

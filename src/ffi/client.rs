@@ -9,14 +9,14 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use super::boundary::{
-    Diag, Failure, check_sized_out, guard_mut, guard_ref, guard_static, name_arg,
-    optional_bytes_arg, read_sized, require_out, write_out,
+    Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static,
+    name_arg, optional_bytes_arg, read_sized, require_out, write_out, write_prefix,
 };
 use super::types::*;
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
-    GrantNotice, LeaseId, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult,
-    RequestId, Token,
+    GrantNotice, LeaseId, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult,
+    Releasing, RenewResult, RequestId, Token,
 };
 
 /// Opaque client handle: one core session plus the memory that borrowed outputs point into.
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn lh_acquire(
         guard_mut(c, |s| {
             require_out(out_lease, "out_lease")?;
             let opts = read_sized(opts, "opts")?;
-            if opts.flags & !LH_ACQUIRE_REENTRANT != 0 {
+            if opts.flags & !(LH_ACQUIRE_REENTRANT | LH_ACQUIRE_NO_AUTO_RENEW) != 0 {
                 return Err(Failure::invalid_enum(
                     "lh_acquire_options.flags",
                     opts.flags,
@@ -325,6 +325,7 @@ pub unsafe extern "C" fn lh_acquire(
                 ttl_ms: opts.ttl_ms,
                 wait_ns: opts.wait_ns,
                 reentrant: opts.flags & LH_ACQUIRE_REENTRANT != 0,
+                auto_renew: opts.flags & LH_ACQUIRE_NO_AUTO_RENEW == 0,
             };
             let lease = s.core.acquire(now, name, options)?;
             write_out(out_lease, lease.0);
@@ -344,6 +345,70 @@ pub unsafe extern "C" fn lh_release(c: *mut lh_client, now: u64, lease: u64) -> 
     unsafe {
         guard_mut(c, |s| {
             s.core.release(now, LeaseId(lease))?;
+            Ok(())
+        })
+    }
+}
+
+/// Releases a lease like `lh_release` and reports what happened. `*out_releasing` receives
+/// an `LH_RELEASING_*` value:
+/// - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE command is
+///   queued; when the service answers (or the grant's TTL has certainly run out without an
+///   answer) an `LH_OUTPUT_RELEASE_OUTCOME` event for the lease tells `LH_REASON_RELEASE_CONFIRMED`,
+///   `LH_REASON_RELEASE_NOT_OWNER` or `LH_REASON_RELEASE_UNCONFIRMED`;
+/// - `LH_RELEASING_LOST`: the lease's validity had run out before this call (a paused
+///   process): it ended LOST, not RELEASED, and the LOST event with its reason is queued;
+/// - `LH_RELEASING_HOLDER_LEFT`: other reentrant holders remain, nothing was sent;
+/// - `LH_RELEASING_NOT_ACQUIRED`: the lease was still acquiring and ended ACQUIRE_FAILED.
+///
+/// Errors as for `lh_release` (`LH_ERR_LEASE_ENDED` for a lease that already ended: its
+/// terminal event was delivered earlier), plus NULL `out_releasing`.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `out_releasing` is valid for writing a `uint32_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_release_reported(
+    c: *mut lh_client,
+    now: u64,
+    lease: u64,
+    out_releasing: *mut u32,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            require_out(out_releasing, "out_releasing")?;
+            let code = match s.core.release_reported(now, LeaseId(lease))? {
+                Releasing::HolderLeft => LH_RELEASING_HOLDER_LEFT,
+                Releasing::Pending => LH_RELEASING_PENDING,
+                Releasing::Lost => LH_RELEASING_LOST,
+                Releasing::NotAcquired => LH_RELEASING_NOT_ACQUIRED,
+            };
+            write_out(out_releasing, code);
+            Ok(())
+        })
+    }
+}
+
+/// Renews a held lease now (the manual escape hatch; works with or without automatic
+/// renewal): a RENEW command is queued, unless one is in flight, which this call then joins.
+/// Validity counts from that renewal's send time. The answer arrives as an
+/// `LH_OUTPUT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
+/// renewal failing in transport is retried within the failure budget like any other. If
+/// the lease's validity had already run out, it ends LOST in this call (event queued) and
+/// nothing is sent.
+///
+/// Errors (nothing sent, nothing changed): `LH_ERR_LEASE_ENDED` for a released, lost or
+/// failed lease (terminal states are sticky), `LH_ERR_NOT_GRANTED` for a lease still
+/// acquiring, `LH_ERR_UNKNOWN_LEASE`.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_renew(c: *mut lh_client, now: u64, lease: u64) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            s.core.renew(now, LeaseId(lease))?;
             Ok(())
         })
     }
@@ -547,6 +612,17 @@ pub unsafe extern "C" fn lh_timeout(c: *mut lh_client, now: u64) -> lh_status {
     }
 }
 
+// The core's values are the ABI's, so hosts and the fuzz targets may convert with `as u32`.
+const _: () = {
+    assert!(Releasing::HolderLeft as u32 == LH_RELEASING_HOLDER_LEFT);
+    assert!(Releasing::Pending as u32 == LH_RELEASING_PENDING);
+    assert!(Releasing::Lost as u32 == LH_RELEASING_LOST);
+    assert!(Releasing::NotAcquired as u32 == LH_RELEASING_NOT_ACQUIRED);
+    assert!(ReleaseOutcome::Confirmed as u32 == LH_REASON_RELEASE_CONFIRMED);
+    assert!(ReleaseOutcome::NotOwner as u32 == LH_REASON_RELEASE_NOT_OWNER);
+    assert!(ReleaseOutcome::Unconfirmed as u32 == LH_REASON_RELEASE_UNCONFIRMED);
+};
+
 fn lost_reason(r: LostReason) -> u32 {
     match r {
         LostReason::Rejected => LH_REASON_REJECTED,
@@ -687,6 +763,20 @@ impl ClientState {
                 Event::Released { lease } => {
                     o.kind = LH_OUTPUT_RELEASED;
                     o.lease_id = lease.0;
+                }
+                Event::Renewed { lease, valid_until } => {
+                    o.kind = LH_OUTPUT_RENEWED;
+                    o.lease_id = lease.0;
+                    o.valid_until_ns = valid_until;
+                }
+                Event::ReleaseOutcome { lease, outcome } => {
+                    o.kind = LH_OUTPUT_RELEASE_OUTCOME;
+                    o.lease_id = lease.0;
+                    o.reason = match outcome {
+                        ReleaseOutcome::Confirmed => LH_REASON_RELEASE_CONFIRMED,
+                        ReleaseOutcome::NotOwner => LH_REASON_RELEASE_NOT_OWNER,
+                        ReleaseOutcome::Unconfirmed => LH_REASON_RELEASE_UNCONFIRMED,
+                    };
                 }
             },
         }
@@ -904,11 +994,17 @@ fn counters_to_c(k: &Counters) -> lh_counters {
         lost_fail_budget: k.lost_fail_budget,
         stale_results: k.stale_results,
         time_clamped: k.time_clamped,
+        renewals_requested: k.renewals_requested,
+        releases_confirmed: k.releases_confirmed,
+        releases_not_owner: k.releases_not_owner,
+        releases_unconfirmed: k.releases_unconfirmed,
+        releases_lost: k.releases_lost,
     }
 }
 
-/// Fills `*out` with the client's counters (`out->struct_size` must be set by the caller; on
-/// return it holds the library's size).
+/// Fills `*out` with the client's counters (`out->struct_size` must be set by the caller, at
+/// least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
+/// and sets `struct_size` to the bytes it wrote).
 ///
 /// # Safety
 /// `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.
@@ -917,8 +1013,8 @@ pub unsafe extern "C" fn lh_counters_get(c: *const lh_client, out: *mut lh_count
     // SAFETY: per the caller's contract.
     unsafe {
         guard_ref(c, |s| {
-            check_sized_out(out, "out")?;
-            write_out(out, counters_to_c(&s.core.counters()));
+            let len = check_growing_out(out, "out", LH_COUNTERS_V1_SIZE)?;
+            write_prefix(out, counters_to_c(&s.core.counters()), len);
             Ok(())
         })
     }

@@ -73,6 +73,13 @@ pub const LH_OUTPUT_ACQUIRE_FAILED: u32 = 7;
 pub const LH_OUTPUT_LOST: u32 = 8;
 /// Event (terminal): the lease was released by the application (lease_id).
 pub const LH_OUTPUT_RELEASED: u32 = 9;
+/// Event: a renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only
+/// hosts that call `lh_renew` ever see it; automatic renewals are silent.
+pub const LH_OUTPUT_RENEWED: u32 = 10;
+/// Event: the service's answer to a release made with `lh_release_reported` (lease_id;
+/// reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or `_UNCONFIRMED`). Only hosts that
+/// call `lh_release_reported` ever see it. Not a lifecycle event: it follows RELEASED.
+pub const LH_OUTPUT_RELEASE_OUTCOME: u32 = 11;
 
 /// `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED and LOST).
 pub const LH_REASON_NONE: u32 = 0;
@@ -86,8 +93,17 @@ pub const LH_REASON_UNAVAILABLE: u32 = 3;
 pub const LH_REASON_REJECTED: u32 = 4;
 /// LOST: the validity window elapsed without a confirmed renewal.
 pub const LH_REASON_EXPIRED: u32 = 5;
-/// LOST: too many consecutive renew transport failures (`fail_budget`).
+/// LOST: the renewal failure budget ran out: under the default time budget
+/// (`fail_budget = 0`) renewals kept failing until validity was about to end (declared
+/// before valid_until, never after); with `fail_budget = N > 0`, N consecutive failures.
 pub const LH_REASON_FAIL_BUDGET: u32 = 6;
+/// RELEASE_OUTCOME: the service deleted our grant.
+pub const LH_REASON_RELEASE_CONFIRMED: u32 = 7;
+/// RELEASE_OUTCOME: the service refused: our grant was no longer there (expired, or someone
+/// else holds the lock now).
+pub const LH_REASON_RELEASE_NOT_OWNER: u32 = 8;
+/// RELEASE_OUTCOME: no answer before the grant's TTL had certainly run out (it is gone).
+pub const LH_REASON_RELEASE_UNCONFIRMED: u32 = 9;
 
 /// `lh_acquire_result` outcome: granted (fencing_token, ttl_ms, backend data are read).
 pub const LH_ACQUIRE_GRANTED: u32 = 1;
@@ -121,6 +137,17 @@ pub const LH_GRANT_IGNORED: u32 = 4;
 /// `lh_granted` outcome: no lease here owns the token; the host must release the grant itself.
 pub const LH_GRANT_NOT_OURS: u32 = 5;
 
+/// `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
+pub const LH_RELEASING_HOLDER_LEFT: u32 = 1;
+/// `lh_release_reported` disposition: the lease ended RELEASED (event queued) and a RELEASE
+/// command was sent; a RELEASE_OUTCOME event follows with the service's answer.
+pub const LH_RELEASING_PENDING: u32 = 2;
+/// `lh_release_reported` disposition: the lease's validity had run out before the release
+/// (a paused process): it ended LOST, and its LOST event, with the reason, is queued.
+pub const LH_RELEASING_LOST: u32 = 3;
+/// `lh_release_reported` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
+pub const LH_RELEASING_NOT_ACQUIRED: u32 = 4;
+
 /// Lease state: an acquire is in progress.
 pub const LH_STATE_ACQUIRING: u32 = 1;
 /// Lease state: granted and believed valid.
@@ -138,6 +165,9 @@ pub const LH_NO_DEADLINE: u64 = u64::MAX;
 pub const LH_NO_RETRY_HINT: u64 = u64::MAX;
 /// `lh_acquire_options.flags` bit: in-process reentrant acquire.
 pub const LH_ACQUIRE_REENTRANT: u32 = 1;
+/// `lh_acquire_options.flags` bit: no automatic renewal; only `lh_renew` extends the lease,
+/// which is lost (EXPIRED) when its validity ends unless renewed.
+pub const LH_ACQUIRE_NO_AUTO_RENEW: u32 = 2;
 
 /// Default requested TTL of `lh_acquire_options_default`, in ms.
 pub const LH_DEFAULT_TTL_MS: u64 = 30_000;
@@ -199,7 +229,10 @@ pub struct lh_config {
     pub drift_fixed_ns: u64,
     /// Jitter of the renew cadence (TTL/3) in ppm (default 100000 = ±10%).
     pub renew_jitter_ppm: u32,
-    /// Consecutive renew transport failures before the lease is lost (default 3).
+    /// Renewal failure budget. 0 (default): a time budget: transport failures are retried
+    /// with backoff while validity remains; the lease is lost on a rejection, or (FAIL_BUDGET)
+    /// when validity is about to end without a confirmed renewal, or (EXPIRED) at valid_until
+    /// with a renewal unanswered. N > 0: lost (FAIL_BUDGET) after N consecutive failures.
     pub fail_budget: u32,
     /// Timeout of each request in ns (renews use min(this, TTL/3); default 2 s).
     pub request_timeout_ns: u64,
@@ -222,7 +255,8 @@ pub struct lh_config {
 pub struct lh_acquire_options {
     /// `sizeof(lh_acquire_options)` as compiled by the caller.
     pub struct_size: u32,
-    /// `LH_ACQUIRE_REENTRANT` or 0; unknown bits are `LH_ERR_INVALID_ENUM`.
+    /// `LH_ACQUIRE_REENTRANT | LH_ACQUIRE_NO_AUTO_RENEW` bits or 0; unknown bits are
+    /// `LH_ERR_INVALID_ENUM`.
     pub flags: u32,
     /// Requested TTL in ms (default 30000).
     pub ttl_ms: u64,
@@ -240,7 +274,7 @@ pub struct lh_acquire_options {
 pub struct lh_output {
     /// `LH_OUTPUT_*`.
     pub kind: u32,
-    /// `LH_REASON_*` (ACQUIRE_FAILED, LOST), else `LH_REASON_NONE`.
+    /// `LH_REASON_*` (ACQUIRE_FAILED, LOST, RELEASE_OUTCOME), else `LH_REASON_NONE`.
     pub reason: u32,
     /// Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0. Opaque:
     /// never reused, but neither sequential nor ordered.
@@ -263,7 +297,7 @@ pub struct lh_output {
     pub ttl_ms: u64,
     /// Fencing token of the grant (ACQUIRED).
     pub fencing_token: u64,
-    /// Monotonic ns until which the lease is valid (ACQUIRED).
+    /// Monotonic ns until which the lease is valid (ACQUIRED, RENEWED).
     pub valid_until_ns: u64,
 }
 
@@ -286,6 +320,9 @@ pub struct lh_lease_info {
 }
 
 /// Counters of one client, filled by `lh_counters_get`.
+///
+/// Grows at the end only: a caller compiled against an older header (a smaller
+/// `struct_size`, at least `LH_COUNTERS_V1_SIZE`) gets the fields it knows.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct lh_counters {
@@ -322,4 +359,20 @@ pub struct lh_counters {
     pub stale_results: u64,
     /// Inputs whose `now` was older than one already seen (clamped).
     pub time_clamped: u64,
+    /// `lh_renew` calls that sent or joined a renewal.
+    pub renewals_requested: u64,
+    /// Application releases the service confirmed.
+    pub releases_confirmed: u64,
+    /// Application releases the service refused (not owner).
+    pub releases_not_owner: u64,
+    /// Application releases never answered before the grant had certainly run out.
+    pub releases_unconfirmed: u64,
+    /// Releases that found the lease's validity run out: the lease ended LOST instead.
+    pub releases_lost: u64,
 }
+
+/// Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`
+/// `lh_counters_get` accepts.
+pub const LH_COUNTERS_V1_SIZE: usize = 120;
+
+const _: () = assert!(std::mem::offset_of!(lh_counters, renewals_requested) == LH_COUNTERS_V1_SIZE);

@@ -119,7 +119,8 @@ impl Scenario {
         for c in 0..n_clients {
             let mut config = Config {
                 request_timeout_ns: *rng.pick(&[20 * MS, 100 * MS, 500 * MS, 2 * SEC]),
-                fail_budget: rng.range(1, 4) as u32,
+                // 0: the time budget (the default).
+                fail_budget: rng.range(0, 3) as u32,
                 backoff_base_ns: *rng.pick(&[MS, 5 * MS]),
                 backoff_cap_ns: *rng.pick(&[50 * MS, 500 * MS]),
                 notifications: rng.chance_ppm(700_000),

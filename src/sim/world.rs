@@ -23,7 +23,8 @@ use super::scenario::Scenario;
 use super::service::{AcquireReply, LockService, OwnerToken, ReleaseOutcome};
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Event, GrantNotice,
-    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseResult, RenewResult, RequestId,
+    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseResult, Releasing, RenewResult,
+    RequestId,
 };
 
 const MS: u64 = 1_000_000;
@@ -248,6 +249,8 @@ enum Work {
     Held {
         lease: LeaseId,
         release_at: u64,
+        /// When the worker next calls `renew` (`u64::MAX`: never).
+        renew_at: u64,
     },
     Done,
 }
@@ -286,6 +289,12 @@ struct LeaseRec {
     /// Fence of a direct grant whose notice the core ignored while acquiring (it counted on
     /// an attempt in flight to return the grant).
     ignored_grant: Option<u64>,
+    /// Created with automatic renewal (its workers then renew only now and then).
+    auto_renew: bool,
+    /// `renew` was called and no `Renewed` has answered it yet.
+    renew_requested: bool,
+    /// `release_reported` answered Pending and no `ReleaseOutcome` has arrived yet.
+    outcome_expected: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -909,7 +918,9 @@ impl Host {
             Event::Acquired { lease, .. }
             | Event::AcquireFailed { lease, .. }
             | Event::Lost { lease, .. }
-            | Event::Released { lease } => lease,
+            | Event::Released { lease }
+            | Event::Renewed { lease, .. }
+            | Event::ReleaseOutcome { lease, .. } => lease,
         };
         let Some(rec) = self.leases.get_mut(&lease) else {
             sh.fail(
@@ -918,6 +929,16 @@ impl Host {
             );
             return;
         };
+        if let Event::ReleaseOutcome { .. } = ev {
+            // Follows the lease's Released, once, and only for a reported release.
+            if rec.terminal != Some("Released") || !std::mem::take(&mut rec.outcome_expected) {
+                sh.fail(
+                    "contract",
+                    format!("c{c}: {ev:?} unasked for, repeated or not after Released"),
+                );
+            }
+            return;
+        }
         if let Some(term) = rec.terminal {
             sh.fail("I2", format!("c{c}: {ev:?} after terminal event {term}"));
             return;
@@ -974,19 +995,42 @@ impl Host {
                         sh.seen_fence.insert(rec.name.clone(), fencing_token);
                     }
                 }
+                let ttl_ns = rec.grant_ttl_ms * MS;
+                let auto_renew = rec.auto_renew;
                 for w in &mut self.workers {
                     if let Work::Acquiring { lease: l, .. } = w.state {
                         if l == lease {
                             let hold = w.rng.range(0, 3 * sh.sc.max_ttl_ns());
+                            let renew_at = next_manual_renewal(&mut w.rng, auto_renew, now, ttl_ns);
                             w.state = Work::Held {
                                 lease,
                                 release_at: now + hold,
+                                renew_at,
                             };
                         }
                     }
                 }
                 return;
             }
+            Event::Renewed { valid_until, .. } => {
+                if !std::mem::take(&mut rec.renew_requested) {
+                    sh.fail(
+                        "contract",
+                        format!("c{c}: Renewed for lease {lease} without renew()"),
+                    );
+                }
+                if valid_until > rec.max_valid {
+                    sh.fail(
+                        "I1",
+                        format!(
+                            "c{c}: lease {lease} Renewed with valid_until {valid_until} beyond t_sent + ttl - drift = {}",
+                            rec.max_valid
+                        ),
+                    );
+                }
+                return;
+            }
+            Event::ReleaseOutcome { .. } => return,
             Event::AcquireFailed { reason, .. } => {
                 if rec.fence.is_some() {
                     sh.fail(
@@ -1079,8 +1123,15 @@ impl Host {
                 } if at <= now => {
                     self.app_release(c, sh, i, lease, now);
                 }
-                Work::Held { lease, release_at } if release_at <= now || sh.stopping => {
+                Work::Held {
+                    lease, release_at, ..
+                } if release_at <= now || sh.stopping => {
                     self.app_release(c, sh, i, lease, now);
+                }
+                Work::Held {
+                    lease, renew_at, ..
+                } if renew_at <= now => {
+                    self.app_renew(c, sh, i, lease, now);
                 }
                 _ => {}
             }
@@ -1101,10 +1152,12 @@ impl Host {
             .rng
             .chance_ppm(100_000)
             .then(|| now + w.rng.range(0, wait_ns.max(20 * MS)));
+        let auto_renew = !w.rng.chance_ppm(150_000);
         let opts = AcquireOptions {
             ttl_ms,
             wait_ns,
             reentrant,
+            auto_renew,
         };
         if sh.tracing() {
             sh.tr(format!("    c{c} worker {i}: acquire({name:?}, {opts:?})"));
@@ -1141,6 +1194,9 @@ impl Host {
                             needs_release: false,
                             uncertain: false,
                             ignored_grant: None,
+                            auto_renew,
+                            renew_requested: false,
+                            outcome_expected: false,
                         },
                     );
                 }
@@ -1161,9 +1217,35 @@ impl Host {
         if let Some(rec) = self.leases.get_mut(&lease) {
             rec.app_released = true;
         }
-        match self.core.release(now, lease) {
-            Ok(()) => {
+        let result = if self.workers[i].rng.chance_ppm(500_000) {
+            self.core.release_reported(now, lease).map(Some)
+        } else {
+            self.core.release(now, lease).map(|()| None)
+        };
+        match result {
+            Ok(releasing) => {
+                if releasing == Some(Releasing::Pending) {
+                    if let Some(rec) = self.leases.get_mut(&lease) {
+                        rec.outcome_expected = true;
+                    }
+                }
                 self.drain(c, sh);
+                let rec = self.leases.get(&lease);
+                let ok = match releasing {
+                    None => true,
+                    Some(Releasing::HolderLeft) => holders > 1,
+                    Some(Releasing::Pending) => rec.is_some_and(|r| r.terminal == Some("Released")),
+                    Some(Releasing::Lost) => rec.is_some_and(|r| r.terminal == Some("Lost")),
+                    Some(Releasing::NotAcquired) => {
+                        rec.is_some_and(|r| r.terminal == Some("AcquireFailed"))
+                    }
+                };
+                if !ok {
+                    sh.fail(
+                        "contract",
+                        format!("c{c}: release_reported(lease {lease}) said {releasing:?}, events disagree"),
+                    );
+                }
                 if holders <= 1 {
                     if self.core.is_held(lease, now).unwrap_or(false) {
                         sh.fail(
@@ -1188,6 +1270,33 @@ impl Host {
             Err(e) => sh.fail(
                 "contract",
                 format!("c{c}: release of a lease the app holds failed: {e}"),
+            ),
+        }
+    }
+
+    /// A worker renews its held lease by hand (auto-renewed leases now and then, others
+    /// regularly; those are lost when a renewal comes too late, as they should be).
+    fn app_renew(&mut self, c: usize, sh: &mut Shared, i: usize, lease: LeaseId, now: u64) {
+        sh.tr(format!("    c{c} worker {i}: renew(lease {lease})"));
+        let (auto_renew, ttl_ns) = self
+            .leases
+            .get(&lease)
+            .map_or((true, 0), |r| (r.auto_renew, r.grant_ttl_ms * MS));
+        let w = &mut self.workers[i];
+        let next = next_manual_renewal(&mut w.rng, auto_renew, now, ttl_ns);
+        if let Work::Held { renew_at, .. } = &mut w.state {
+            *renew_at = next;
+        }
+        match self.core.renew(now, lease) {
+            Ok(()) => {
+                if let Some(rec) = self.leases.get_mut(&lease) {
+                    rec.renew_requested = true;
+                }
+                self.drain(c, sh);
+            }
+            Err(e) => sh.fail(
+                "contract",
+                format!("c{c}: renew of a lease the app holds failed: {e}"),
             ),
         }
     }
@@ -1503,7 +1612,11 @@ impl Host {
         let due = self.workers.iter().any(|w| match w.state {
             Work::Idle { until } => until <= now,
             Work::Acquiring { cancel_at, .. } => cancel_at.is_some_and(|a| a <= now),
-            Work::Held { release_at, .. } => release_at <= now || sh.stopping,
+            Work::Held {
+                release_at,
+                renew_at,
+                ..
+            } => release_at <= now || renew_at <= now || sh.stopping,
             Work::Done => false,
         });
         if due {
@@ -2059,5 +2172,18 @@ impl World {
                 }
             }
         }
+    }
+}
+
+/// When a worker next renews by hand: a lease without automatic renewal every TTL/6 to
+/// TTL/2 (sometimes too late: then it is lost, as it should be), an auto-renewed one
+/// occasionally.
+fn next_manual_renewal(rng: &mut SimRng, auto_renew: bool, now: u64, ttl_ns: u64) -> u64 {
+    if !auto_renew {
+        now + rng.range(ttl_ns / 6, ttl_ns / 2)
+    } else if rng.chance_ppm(200_000) {
+        now + rng.range(0, ttl_ns)
+    } else {
+        u64::MAX
     }
 }

@@ -185,6 +185,18 @@ static void drain(host *h, uint64_t now) {
             h->held = 0;
             h->done = 1;
             break;
+        case LH_OUTPUT_RENEWED: { /* answers the application's lh_renew */
+            uint64_t left = o.valid_until_ns > now ? o.valid_until_ns - now : 0;
+            say(h, "<= RENEWED  lease=%" PRIu64 " (manual renew) valid for %.1f ms", o.lease_id,
+                (double)left / 1e6);
+            break;
+        }
+        case LH_OUTPUT_RELEASE_OUTCOME: /* the service's answer to lh_release_reported */
+            say(h, "<= RELEASE_OUTCOME lease=%" PRIu64 " %s", o.lease_id,
+                o.reason == LH_REASON_RELEASE_CONFIRMED   ? "confirmed"
+                : o.reason == LH_REASON_RELEASE_NOT_OWNER ? "not owner (the lock was no longer ours)"
+                                                          : "unconfirmed (the grant has run out)");
+            break;
         default:
             say(h, "unknown output kind %u", o.kind);
             exit(1);
@@ -314,14 +326,22 @@ int main(void) {
         if (!bob_started && bob_starts <= now) {
             bob_started = 1;
             app_acquire(&hosts[1], now_ns(), 300, 3000);
+            if (hosts[0].held) { /* the manual escape hatch: renew now, whatever the cadence */
+                say(&hosts[0], "app: renew(lease=%" PRIu64 ")", hosts[0].lease);
+                CHECK(&hosts[0], lh_renew(hosts[0].c, now_ns(), hosts[0].lease));
+                drain(&hosts[0], now_ns());
+            }
         }
         for (size_t i = 0; i < 2; i++) {
             host *h = &hosts[i];
             if (h->release_at && h->release_at <= now) {
                 h->release_at = 0;
                 say(h, "app: release(lease=%" PRIu64 ") after %" PRIu64 " renewals", h->lease, h->renewals);
-                lh_status st = lh_release(h->c, now_ns(), h->lease);
-                if (st != LH_OK && st != LH_ERR_LEASE_ENDED) die(h, "lh_release", st);
+                uint32_t releasing = 0;
+                lh_status st = lh_release_reported(h->c, now_ns(), h->lease, &releasing);
+                if (st != LH_OK && st != LH_ERR_LEASE_ENDED) die(h, "lh_release_reported", st);
+                if (st == LH_OK && releasing == LH_RELEASING_LOST)
+                    say(h, "app: the lease had run out before the release: it ended lost");
                 drain(h, now_ns());
             }
             uint64_t d;

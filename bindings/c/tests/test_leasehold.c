@@ -30,8 +30,10 @@ _Static_assert(offsetof(lh_output, name) == 24, "lh_output layout");
 _Static_assert(offsetof(lh_output, backend_data_len) == 64, "lh_output layout");
 _Static_assert(offsetof(lh_output, valid_until_ns) == 88, "lh_output layout");
 _Static_assert(sizeof(lh_lease_info) == 32, "lh_lease_info layout");
-_Static_assert(sizeof(lh_counters) == 120, "lh_counters layout");
+_Static_assert(sizeof(lh_counters) == 160, "lh_counters layout");
 _Static_assert(offsetof(lh_counters, time_clamped) == 112, "lh_counters layout");
+/* lh_counters grows at the end only: hosts built against the first header pass this size. */
+_Static_assert(offsetof(lh_counters, renewals_requested) == LH_COUNTERS_V1_SIZE, "lh_counters layout");
 
 #define MS 1000000ull
 
@@ -197,7 +199,7 @@ static void defaults_fill_structs(void) {
     lh_config_default(&cfg);
     EXPECT(cfg.struct_size == sizeof cfg);
     EXPECT(cfg.drift_ppm == 10000 && cfg.drift_fixed_ns == 2 * MS && cfg.renew_jitter_ppm == 100000);
-    EXPECT(cfg.fail_budget == 3 && cfg.request_timeout_ns == 2000 * MS && cfg.notifications == 1);
+    EXPECT(cfg.fail_budget == 0 && cfg.request_timeout_ns == 2000 * MS && cfg.notifications == 1);
     EXPECT(cfg.max_ttl_ms == 604800000ull && cfg.max_leases == 1048576u);
     lh_acquire_options_default(&o);
     EXPECT(o.struct_size == sizeof o && o.flags == 0 && o.ttl_ms == LH_DEFAULT_TTL_MS && o.wait_ns == 0);
@@ -319,7 +321,7 @@ static void acquire_rejects_hostile_names_and_options(void) {
     o.ttl_ms = 604800000ull + 1;
     EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_TTL);
     o = opts_ttl(1000);
-    o.flags = 2;
+    o.flags = 4;
     EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_ENUM);
     o.flags = UINT32_MAX;
     EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_ERR_INVALID_ENUM);
@@ -893,6 +895,140 @@ static void reseed_after_fork_gives_distinct_tokens(void) {
     lh_client_free(c);
 }
 
+/* ------------------------------------------------- manual renew, auto_renew, release outcomes */
+
+static void manual_renew_extends_validity_from_its_send_time(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 5);
+    EXPECT_ST(lh_renew(c, 500 * MS, lease), LH_OK);
+    drained d = drain_all(c);
+    EXPECT(d.n == 1 && d.o[0].kind == LH_OUTPUT_RENEW && d.o[0].lease_id == lease);
+    EXPECT_ST(lh_renew_result(c, 510 * MS, d.o[0].request_id, LH_RENEW_RENEWED), LH_OK);
+    d = drain_all(c);
+    const lh_output *r = find(&d, LH_OUTPUT_RENEWED);
+    /* 500 ms + 3000 ms - (1% of 3000 ms + 2 ms) */
+    EXPECT(r != NULL && r->lease_id == lease && r->valid_until_ns == 3468 * MS);
+    uint64_t vu = 0;
+    EXPECT_ST(lh_valid_until(c, lease, &vu), LH_OK);
+    EXPECT(vu == 3468 * MS);
+    EXPECT(counters(c).renewals_requested == 1);
+    lh_client_free(c);
+}
+
+static void manual_renew_of_an_ended_or_acquiring_lease_sends_nothing(void) {
+    lh_client *c = mk();
+    uint64_t now = 0;
+    uint64_t released = acquire_granted(c, now, 3000, 5);
+    EXPECT_ST(lh_release(c, 2 * MS, released), LH_OK);
+    drain_all(c);
+    uint64_t sent = counters(c).renewals_sent;
+    EXPECT_ST(lh_renew(c, 3 * MS, released), LH_ERR_LEASE_ENDED);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+
+    lh_client *c2 = mk();
+    uint64_t lost = acquire_granted(c2, now, 3000, 6);
+    lh_output r;
+    EXPECT(advance_until(c2, &now, LH_OUTPUT_RENEW, &r));
+    EXPECT_ST(lh_renew_result(c2, now, r.request_id, LH_RENEW_REJECTED), LH_OK);
+    drain_all(c2);
+    EXPECT_ST(lh_renew(c2, now + MS, lost), LH_ERR_LEASE_ENDED);
+    EXPECT(poll1(c2).kind == LH_OUTPUT_NONE);
+    lh_client_free(c2);
+
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t acquiring = 0;
+    EXPECT_ST(lh_acquire(c, 4 * MS, NAME, NAME_LEN, &o, &acquiring), LH_OK);
+    drain_all(c);
+    EXPECT_ST(lh_renew(c, 5 * MS, acquiring), LH_ERR_NOT_GRANTED);
+    EXPECT_ST(lh_renew(c, 5 * MS, 0), LH_ERR_UNKNOWN_LEASE);
+    EXPECT_ST(lh_renew(NULL, 5 * MS, acquiring), LH_ERR_NULL_ARGUMENT);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE);
+    EXPECT(counters(c).renewals_sent == sent && counters(c).renewals_requested == 0);
+    lh_client_free(c);
+}
+
+static void no_auto_renew_lease_is_lost_at_valid_until_without_renewals(void) {
+    lh_client *c = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    o.flags = LH_ACQUIRE_NO_AUTO_RENEW;
+    uint64_t lease = 0, now = 0, vu = 0;
+    EXPECT_ST(lh_acquire(c, 0, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_output a = poll1(c);
+    EXPECT_ST(lh_acquire_result(c, 1 * MS, a.request_id, LH_ACQUIRE_GRANTED, 3, 3000, 0, NULL, 0), LH_OK);
+    drain_all(c);
+    EXPECT_ST(lh_valid_until(c, lease, &vu), LH_OK);
+    lh_output lost;
+    EXPECT(advance_until(c, &now, LH_OUTPUT_LOST, &lost));
+    EXPECT(lost.lease_id == lease && lost.reason == LH_REASON_EXPIRED && now == vu);
+    EXPECT(counters(c).renewals_sent == 0);
+    lh_client_free(c);
+}
+
+/* Releases a held lease with lh_release_reported and answers the RELEASE with `outcome`;
+ * returns the RELEASE_OUTCOME reason (0 if none came). */
+static uint32_t reported_release(uint32_t outcome) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 5);
+    uint32_t releasing = 0xdead;
+    EXPECT_ST(lh_release_reported(c, 2 * MS, lease, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT(poll1(c).kind == LH_OUTPUT_NONE); /* nothing happened */
+    EXPECT_ST(lh_release_reported(c, 2 * MS, lease, &releasing), LH_OK);
+    EXPECT(releasing == LH_RELEASING_PENDING);
+    drained d = drain_all(c);
+    const lh_output *rel = find(&d, LH_OUTPUT_RELEASE);
+    EXPECT(find(&d, LH_OUTPUT_RELEASED) != NULL && rel != NULL);
+    uint32_t reason = 0;
+    if (rel != NULL) {
+        EXPECT_ST(lh_release_result(c, 3 * MS, rel->request_id, outcome), LH_OK);
+        d = drain_all(c);
+        const lh_output *o = find(&d, LH_OUTPUT_RELEASE_OUTCOME);
+        if (o != NULL && o->lease_id == lease) reason = o->reason;
+    }
+    lh_counters k = counters(c);
+    EXPECT(k.releases_confirmed + k.releases_not_owner == 1);
+    lh_client_free(c);
+    return reason;
+}
+
+static void release_reported_tells_confirmed_and_not_owner(void) {
+    EXPECT(reported_release(LH_RELEASE_RELEASED) == LH_REASON_RELEASE_CONFIRMED);
+    EXPECT(reported_release(LH_RELEASE_NOT_OWNER) == LH_REASON_RELEASE_NOT_OWNER);
+    uint32_t releasing = 0xdead;
+    lh_client *c = mk();
+    EXPECT_ST(lh_release_reported(c, 0, 12345, &releasing), LH_ERR_UNKNOWN_LEASE);
+    EXPECT(releasing == 0xdead); /* written only on success */
+    EXPECT_ST(lh_release_reported(NULL, 0, 1, &releasing), LH_ERR_NULL_ARGUMENT);
+    lh_client_free(c);
+}
+
+static void release_after_a_pause_ends_lost(void) {
+    lh_client *c = mk();
+    uint64_t lease = acquire_granted(c, 0, 3000, 5);
+    uint32_t releasing = 0;
+    /* The process was paused past valid_until; its first act on waking is the release. */
+    EXPECT_ST(lh_release_reported(c, 10000 * MS, lease, &releasing), LH_OK);
+    EXPECT(releasing == LH_RELEASING_LOST);
+    drained d = drain_all(c);
+    const lh_output *l = find(&d, LH_OUTPUT_LOST);
+    EXPECT(l != NULL && l->lease_id == lease && l->reason == LH_REASON_EXPIRED);
+    EXPECT(find(&d, LH_OUTPUT_RELEASED) == NULL && find(&d, LH_OUTPUT_RELEASE_OUTCOME) == NULL);
+    EXPECT(counters(c).releases_lost == 1);
+    EXPECT_ST(lh_release_reported(c, 10001 * MS, lease, &releasing), LH_ERR_LEASE_ENDED);
+    lh_client_free(c);
+}
+
+static void counters_accept_the_first_struct_size(void) {
+    lh_client *c = mk();
+    (void)acquire_granted(c, 0, 3000, 5);
+    lh_counters k;
+    memset(&k, 0x5a, sizeof k);
+    k.struct_size = LH_COUNTERS_V1_SIZE; /* a host built against the first header */
+    EXPECT_ST(lh_counters_get(c, &k), LH_OK);
+    EXPECT(k.struct_size == LH_COUNTERS_V1_SIZE && k.live_leases == 1 && k.grants == 1);
+    EXPECT(k.renewals_requested == 0x5a5a5a5a5a5a5a5aull); /* beyond its struct: untouched */
+    lh_client_free(c);
+}
+
 int main(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
@@ -924,6 +1060,12 @@ int main(void) {
     RUN(same_seed_is_deterministic);
     RUN(reseed_after_fork_gives_distinct_tokens);
     RUN(redis_protocol_exports);
+    RUN(manual_renew_extends_validity_from_its_send_time);
+    RUN(manual_renew_of_an_ended_or_acquiring_lease_sends_nothing);
+    RUN(no_auto_renew_lease_is_lost_at_valid_until_without_renewals);
+    RUN(release_reported_tells_confirmed_and_not_owner);
+    RUN(release_after_a_pause_ends_lost);
+    RUN(counters_accept_the_first_struct_size);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

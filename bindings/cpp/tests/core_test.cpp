@@ -80,7 +80,7 @@ TEST(Core, VersionAndAbi) {
 TEST(Core, DefaultConfigRoundTrips) {
   const auto d = leasehold::Config::defaults();
   EXPECT_GT(d.request_timeout_ns, 0u);
-  EXPECT_GT(d.fail_budget, 0u);
+  EXPECT_EQ(d.fail_budget, 0u);  // the time budget
   const auto c = d.to_c();
   EXPECT_EQ(c.struct_size, sizeof(lh_config));
   EXPECT_EQ(leasehold::Config::from_c(c).max_ttl_ms, d.max_ttl_ms);
@@ -294,7 +294,7 @@ TEST(CoreBadInput, SeedAndConfig) {
   cfg.max_leases = 0;
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
   cfg = leasehold::Config::defaults();
-  cfg.fail_budget = 0;
+  cfg.backoff_base_ns = 0;
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
   cfg = leasehold::Config::defaults();
   cfg.request_timeout_ns = 0;

@@ -194,9 +194,20 @@ COUNTER_FIELDS = (
 )
 
 
+# Counters the C struct gained after COUNTER_FIELDS (it grows at the end only); mirrored so
+# the struct matches the header, not yet surfaced in `Counters`.
+COUNTER_FIELDS_ADDED = (
+    "renewals_requested",
+    "releases_confirmed",
+    "releases_not_owner",
+    "releases_unconfirmed",
+    "releases_lost",
+)
+
+
 class lh_counters(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("_reserved", ctypes.c_uint32)] + [
-        (f, ctypes.c_uint64) for f in COUNTER_FIELDS
+        (f, ctypes.c_uint64) for f in COUNTER_FIELDS + COUNTER_FIELDS_ADDED
     ]
 
 
