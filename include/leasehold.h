@@ -269,7 +269,8 @@
 #define LH_OUTPUT_RELEASE_OUTCOME 11
 
 /**
- * `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED and LOST).
+ * `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED, LOST and
+ * RELEASE_OUTCOME).
  */
 #define LH_REASON_NONE 0
 
@@ -965,7 +966,8 @@ lh_status lh_acquire(struct lh_client *c,
 
 /**
  * Releases a lease (idempotence is the wrapper's business: a second release returns
- * `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command.
+ * `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command;
+ * a lease whose validity ran out before this call ends with `LH_OUTPUT_LOST` instead.
  *
  * # Safety
  * `c` is NULL or a live handle.

@@ -380,6 +380,7 @@ impl Client {
     /// Releases one holder of `lease`. The last holder ends the lease: `Released` (or
     /// `AcquireFailed{Cancelled}` while acquiring) is emitted at once, and the service-side
     /// release is retried with the same token until it is confirmed or the TTL has run out.
+    /// A lease whose validity ran out before this call (a paused process) ends `Lost` instead.
     pub fn release(&mut self, now: u64, lease: LeaseId) -> Result<(), Error> {
         self.release_inner(now, lease, false).map(|_| ())
     }
@@ -409,7 +410,8 @@ impl Client {
         // validity has passed is reported Lost by `advance` first: that is what it was.
         let t = self.now;
         let l = self.lease_mut(slot);
-        let still_valid = l.state == LeaseState::Held && t < l.valid_until;
+        let was_held = l.state == LeaseState::Held;
+        let still_valid = was_held && t < l.valid_until;
         if still_valid {
             l.flags.set(Flag::ReportRelease, report);
             let done = self.release_slot(slot, lease);
@@ -420,9 +422,13 @@ impl Client {
         // If the lease ended during this advance (lost, or its wait ran out), the release is
         // already satisfied and its terminal event is queued.
         let Ok(slot) = self.resolve(lease) else {
-            // Only a lost lease can have dropped its record here (a rejection needs no cleanup).
-            self.counters.releases_lost += 1;
-            return Ok(Releasing::Lost);
+            // The record is gone: a held lease that was lost, or an acquire whose wait ran out
+            // in this advance (its slot is freed at once when no attempt is uncertain).
+            if was_held {
+                self.counters.releases_lost += 1;
+                return Ok(Releasing::Lost);
+            }
+            return Ok(Releasing::NotAcquired);
         };
         let l = self.lease_mut(slot);
         l.flags.set(Flag::ReportRelease, report);

@@ -853,6 +853,38 @@ fn release_reported_of_one_of_several_holders_or_of_an_acquiring_lease() {
     ));
 }
 
+/// An acquire whose wait ran out before the release is processed (the host had not yet fed the
+/// timeout) ended AcquireFailed, not Lost: the release says NotAcquired and counts no loss.
+#[test]
+fn release_reported_after_the_wait_ran_out_is_not_acquired_not_lost() {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "a", AcquireOptions::new(3_000).wait_ns(1_000 * MS))
+        .unwrap();
+    let (req, _) = acquire_req(&drain(&mut c));
+    c.handle_acquire_result(
+        MS,
+        req,
+        AcquireResult::HeldByOther {
+            retry_after_ms: Some(60_000),
+        },
+    )
+    .unwrap();
+    drain(&mut c);
+    assert_eq!(
+        c.release_reported(1_001 * MS, lease),
+        Ok(Releasing::NotAcquired)
+    );
+    assert!(matches!(
+        events(&drain(&mut c))[..],
+        [Event::AcquireFailed {
+            reason: AcquireFailReason::WaitExhausted,
+            ..
+        }]
+    ));
+    assert_eq!(c.counters().releases_lost, 0);
+}
+
 // --------------------------------------------------- release after a pause ends Lost (rule 3)
 
 /// After a pause past validity, a release (plain or reported) ends the lease Lost, with one

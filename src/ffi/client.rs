@@ -335,7 +335,8 @@ pub unsafe extern "C" fn lh_acquire(
 }
 
 /// Releases a lease (idempotence is the wrapper's business: a second release returns
-/// `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command.
+/// `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command;
+/// a lease whose validity ran out before this call ends with `LH_OUTPUT_LOST` instead.
 ///
 /// # Safety
 /// `c` is NULL or a live handle.

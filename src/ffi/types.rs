@@ -81,7 +81,8 @@ pub const LH_OUTPUT_RENEWED: u32 = 10;
 /// call `lh_release_reported` ever see it. Not a lifecycle event: it follows RELEASED.
 pub const LH_OUTPUT_RELEASE_OUTCOME: u32 = 11;
 
-/// `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED and LOST).
+/// `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED, LOST and
+/// RELEASE_OUTCOME).
 pub const LH_REASON_NONE: u32 = 0;
 /// ACQUIRE_FAILED: the wait budget ran out while someone else held the lock.
 pub const LH_REASON_WAIT_EXHAUSTED: u32 = 1;
