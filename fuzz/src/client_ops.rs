@@ -564,7 +564,7 @@ pub fn config_of(choice: &ConfigChoice) -> Config {
             cfg.drift_fixed_ns = u64::from(drift_fixed_us) * 1_000;
             cfg.renew_jitter_ppm = renew_jitter_ppm % 500_001;
             cfg.request_timeout_ns = (u64::from(request_timeout_ms) + 1) * 1_000_000;
-            cfg.fail_budget = u32::from(fail_budget % 8) + 1;
+            cfg.fail_budget = u32::from(fail_budget % 8); // 0 is the time budget
             cfg.backoff_base_ns = (u64::from(backoff_base_us) + 1) * 1_000;
             cfg.backoff_cap_ns = cfg.backoff_base_ns + u64::from(backoff_cap_ms) * 1_000_000;
             cfg.max_ttl_ms = u64::from(max_ttl_ms).max(1);
