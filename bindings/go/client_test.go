@@ -178,8 +178,14 @@ func TestLossDetectedBeforeServerExpiryWhenBackendHangs(t *testing.T) {
 				t.Fatalf("loss observed at %v, server expiry %v (holder present: %v)", lostAt, expiry, stillThere)
 			}
 			tr.SetFault(FaultNone)
-			if err := l.Release(context.Background()); err != nil {
-				t.Fatalf("Release after loss: %v", err)
+			calls := tr.Calls()
+			err = l.Release(context.Background())
+			var re *LostError
+			if !errors.As(err, &re) || re != le {
+				t.Fatalf("Release after loss: %v, want the loss %v", err, le)
+			}
+			if tr.Calls() != calls {
+				t.Fatal("Release after loss made a request")
 			}
 		})
 	}
@@ -207,8 +213,8 @@ func TestRejectedRenewalLosesLease(t *testing.T) {
 	if !errors.As(l.Err(), &le) || !strings.Contains(le.Reason, "reject") {
 		t.Fatalf("cause %v, want a rejection", l.Err())
 	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	if err := l.Release(context.Background()); !errors.Is(err, ErrLost) {
+		t.Fatalf("Release of a rejected lease: %v", err)
 	}
 	if tok, _, _ := tr.Server().Holder("rej"); tok != strings.Repeat("b", 32) {
 		t.Fatalf("our release removed the other holder (holder %q)", tok)
