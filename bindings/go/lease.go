@@ -87,7 +87,8 @@ func (l *Lease) Lost() <-chan struct{} { return l.rec.lost }
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Err returns nil while the lease is held, a *LostError (matching ErrLost)
-// once it was lost, ErrReleased after Release and ErrClosed after Close.
+// once it was lost (also when Release found it lost), ErrReleased after
+// Release and ErrClosed after Close.
 func (l *Lease) Err() error {
 	if l.ctx.Err() != nil {
 		return context.Cause(l.ctx)
