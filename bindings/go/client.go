@@ -18,8 +18,12 @@ type Options struct {
 	// RequestTimeout bounds each backend request (renewals use
 	// min(RequestTimeout, TTL/3)). Default 2s.
 	RequestTimeout time.Duration
-	// FailBudget is the number of consecutive failed renewals after which
-	// a lease is declared lost. Default 3.
+	// FailBudget is the renewal failure budget. 0 (the default) is a time
+	// budget: renewals failing in transport are retried with backoff while
+	// validity remains, and the lease is lost on a rejection or just before
+	// its validity ends without a confirmed renewal, so a short outage does
+	// not cost a lease that is still valid. N > 0 is a count budget instead:
+	// the lease is lost after N consecutive failed renewals.
 	FailBudget uint32
 	// DriftPPM and DriftFixed make up the clock-drift margin subtracted
 	// from every lease: TTL*DriftPPM/1e6 + DriftFixed. Defaults 10000, 2ms.
@@ -57,6 +61,11 @@ type AcquireOptions struct {
 	// reentrantly succeed at once, sharing the lease (and its fencing
 	// token); the lock is released when every holder released it.
 	Reentrant bool
+	// NoAutoRenew turns automatic renewal off for this lease (auto_renew =
+	// false in the other bindings): only Lease.Renew extends it, and it is
+	// lost (Context cancelled, Lost closed) when its validity ends unless
+	// renewed in time.
+	NoAutoRenew bool
 }
 
 // Client is a lock client: it owns one core handle, one driver goroutine
@@ -89,8 +98,13 @@ type client struct {
 	timer      *time.Timer // fires at the core's next deadline (armed under mu)
 	armed      uint64
 
-	recs     map[uint64]*leaseRec
-	relWaits map[uint64][]chan struct{}
+	recs       map[uint64]*leaseRec
+	relWaits   map[uint64][]*releaseWait                // releases awaiting their outcome
+	renewWaits map[uint64]map[chan renewResult]struct{} // Renew calls awaiting RENEWED or loss
+
+	// skew is added to the monotonic clock handed to the core: tests use it
+	// to make time jump (a paused process) without waiting.
+	skew atomic.Int64
 
 	watchQ    []watchOp
 	watchKick chan struct{}
@@ -133,6 +147,37 @@ type leaseRec struct {
 	ended      bool
 	fence      uint64
 	validUntil uint64
+}
+
+// renewResult answers one Renew call.
+type renewResult struct {
+	validUntil time.Time
+	err        error
+}
+
+// releaseWait is the result of one Lease's Release, shared by every call
+// of it: err is written before done is closed.
+type releaseWait struct {
+	name string
+	done chan struct{}
+	err  error
+}
+
+func newReleaseWait(name string) *releaseWait {
+	return &releaseWait{name: name, done: make(chan struct{})}
+}
+
+func (w *releaseWait) finish(err error) {
+	w.err = err
+	close(w.done)
+}
+
+// clock is the core's clock: monotonic nanoseconds (plus the test skew).
+func (c *client) clock() uint64 { return uint64(int64(monoNow()) + c.skew.Load()) }
+
+// toTime converts a core time to a time.Time.
+func (c *client) toTime(ns uint64) time.Time {
+	return monoToTime(uint64(int64(ns) - c.skew.Load()))
 }
 
 // NewClient starts a Client on transport t. opts may be nil.
@@ -211,7 +256,8 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		timer:         time.NewTimer(time.Hour),
 		armed:         noDeadline,
 		recs:          map[uint64]*leaseRec{},
-		relWaits:      map[uint64][]chan struct{}{},
+		relWaits:      map[uint64][]*releaseWait{},
+		renewWaits:    map[uint64]map[chan renewResult]struct{}{},
 		watchKick:     make(chan struct{}, 1),
 		coreWaits:     map[string]struct{}{},
 	}
@@ -248,10 +294,12 @@ func (cl *Client) Counters() (Counters, error) {
 
 // Acquire takes the lock name. It waits up to opts.Wait (and no longer than
 // ctx allows) while someone else holds it. On success the lease is renewed
-// in the background until Release; watch Lease.Context or Lease.Lost for
-// loss. Errors: ErrInvalidArgument, ErrNotAcquired (an *AcquireError, also
-// ErrUnavailable when the backend was unreachable), ErrClosed, or ctx's
-// error (joined with ErrNotAcquired).
+// in the background until Release (unless opts.NoAutoRenew); watch
+// Lease.Context or Lease.Lost for loss. Errors: ErrInvalidArgument,
+// ErrNotAcquired (an *AcquireError, also ErrUnavailable when the backend was
+// unreachable), ErrClosed, or ctx's error (joined with ErrNotAcquired). When
+// ctx's deadline is shorter than opts.Wait and ends the wait, the error
+// matches context.DeadlineExceeded as well as ErrNotAcquired.
 func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
 	c := cl.c
 	if ctx == nil {
@@ -269,11 +317,23 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
 	}
+	// The core's wait budget ends at ctx's deadline when that comes first,
+	// so its retries stop in time; the budget running out is then the
+	// deadline passing, and is reported as such (below).
 	wait := opts.Wait
+	byDeadline := false
 	if dl, ok := ctx.Deadline(); ok {
 		if rem := time.Until(dl); rem < wait {
 			wait = max(rem, 0)
+			byDeadline = true
 		}
+	}
+	var flags uint32
+	if opts.Reentrant {
+		flags |= flagReentrant
+	}
+	if opts.NoAutoRenew {
+		flags |= flagNoAutoRenew
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -285,7 +345,7 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 		c.mu.Unlock()
 		return nil, err
 	}
-	id, err := c.core.acquire(monoNow(), name, uint64(opts.TTL/time.Millisecond), uint64(wait), opts.Reentrant)
+	id, err := c.core.acquire(c.clock(), name, uint64(opts.TTL/time.Millisecond), uint64(wait), flags)
 	if err != nil {
 		c.mu.Unlock()
 		return nil, err
@@ -309,6 +369,11 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 
 	select {
 	case r := <-w.ch:
+		if byDeadline && budgetSpent(r.err) {
+			// The core's budget and ctx's timer end together; which one
+			// this select saw first must not change the error.
+			return nil, fmt.Errorf("%w: %w", r.err, context.DeadlineExceeded)
+		}
 		return r.lease, r.err
 	case <-ctx.Done():
 	}
@@ -319,13 +384,13 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 		// Resolved while we were cancelled: give a granted lease back.
 		c.mu.Unlock()
 		if r.lease != nil {
-			if _, j := r.lease.releaseCh(); j != nil {
+			if _, j := r.lease.startRelease(); j != nil {
 				c.spawn(j)
 			}
 		}
 	default:
 		if c.core != nil && !rec.ended {
-			if err := c.core.release(monoNow(), id); err != nil && !isEnded(err) {
+			if err := c.core.release(c.clock(), id); err != nil && !isEnded(err) {
 				c.log.Warn("leasehold: cancelling acquire", "name", name, "err", err)
 			}
 			c.drainLocked()
@@ -333,6 +398,13 @@ func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions)
 		c.mu.Unlock()
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+}
+
+// budgetSpent reports whether an acquire ended because its wait budget ran
+// out (held by someone else, or the backend unreachable, all along).
+func budgetSpent(err error) bool {
+	var ae *AcquireError
+	return errors.As(err, &ae) && (ae.code == reasonWaitExhausted || ae.code == reasonUnavailable)
 }
 
 func isEnded(err error) bool {
@@ -350,7 +422,7 @@ func (c *client) armLocked(dl uint64) {
 		c.timer.Stop()
 		return
 	}
-	now := monoNow()
+	now := c.clock()
 	d := time.Duration(dl - min(now, dl))
 	c.timer.Reset(max(d, 20*time.Microsecond))
 }
@@ -372,7 +444,7 @@ func (c *client) driver() {
 			return
 		}
 		c.armed = noDeadline // the timer fired: nothing is armed
-		if err := c.core.timeout(monoNow()); err != nil {
+		if err := c.core.timeout(c.clock()); err != nil {
 			c.breakLocked(err)
 		}
 		c.drainLocked()
@@ -387,7 +459,7 @@ func (c *client) input(f func(now uint64) error) {
 	if c.core == nil {
 		return
 	}
-	if err := f(monoNow()); err != nil {
+	if err := f(c.clock()); err != nil {
 		var se *StatusError
 		if errors.As(err, &se) && (se.Status == statusPanic || se.Status == statusPoisoned) {
 			c.breakLocked(err)
@@ -566,7 +638,24 @@ func (c *client) dispatchLocked(o output) *job {
 		for h := range rec.handles {
 			h.cancel(ErrReleased)
 		}
+		c.answerRenewsLocked(o.lease, renewResult{err: ErrReleased})
 		delete(c.recs, o.lease)
+	case outRenewed:
+		if rec := c.recs[o.lease]; rec != nil {
+			rec.validUntil = o.validUntil
+		}
+		c.answerRenewsLocked(o.lease, renewResult{validUntil: c.toTime(o.validUntil)})
+	case outRelOutcome:
+		// CONFIRMED and UNCONFIRMED (no answer before the grant had
+		// certainly run out: it is gone) are both a release.
+		for _, w := range c.relWaits[o.lease] {
+			if o.reason == reasonRelNotOwner {
+				w.finish(fmt.Errorf("%w: lock %q", ErrNotOwner, w.name))
+			} else {
+				w.finish(nil)
+			}
+		}
+		delete(c.relWaits, o.lease)
 	default:
 		c.log.Warn("leasehold: unknown output kind", "kind", o.kind)
 	}
@@ -584,9 +673,18 @@ func (c *client) logTransport(op, name string, err error) {
 	c.log.Debug("leasehold: "+op+" failed", "name", name, "err", err)
 }
 
+// answerRenewsLocked completes the Renew calls waiting on lease.
+func (c *client) answerRenewsLocked(lease uint64, r renewResult) {
+	for ch := range c.renewWaits[lease] {
+		ch <- r
+	}
+	delete(c.renewWaits, lease)
+}
+
 func (c *client) loseLocked(rec *leaseRec, err error) {
 	rec.ended = true
 	rec.lostErr = err
+	c.answerRenewsLocked(rec.id, renewResult{err: err})
 	// Lost() first: whoever sees a context cancelled by loss sees it closed.
 	close(rec.lost)
 	for h := range rec.handles {
@@ -610,25 +708,25 @@ func (c *client) breakLocked(err error) {
 	for _, rec := range c.recs {
 		c.loseLocked(rec, &LostError{Name: rec.name, Reason: "core handle poisoned"})
 	}
-	for id, chans := range c.relWaits {
-		for _, ch := range chans {
-			close(ch)
-		}
-		delete(c.relWaits, id)
+	for id := range c.relWaits {
+		c.finishReleasesLocked(id, c.broken)
 	}
 }
 
-func (c *client) confirmReleaseLocked(lease uint64) {
-	for _, ch := range c.relWaits[lease] {
-		close(ch)
+func (c *client) finishReleasesLocked(lease uint64, err error) {
+	for _, w := range c.relWaits[lease] {
+		w.finish(err)
 	}
 	delete(c.relWaits, lease)
 }
 
+// checkReleaseWaitsLocked is a safety net: a release whose lease the core
+// forgot without an outcome event must not keep its caller waiting.
 func (c *client) checkReleaseWaitsLocked() {
 	for id := range c.relWaits {
 		if _, err := c.core.leaseState(id); err != nil {
-			c.confirmReleaseLocked(id)
+			c.log.Warn("leasehold: lease forgotten without a release outcome", "lease", id)
+			c.finishReleasesLocked(id, nil)
 		}
 	}
 }
@@ -787,9 +885,10 @@ func (c *client) close() error {
 		c.closed = true
 		close(c.closing)
 		if c.core != nil && c.broken == nil {
-			now := monoNow()
+			now := c.clock()
 			for id, rec := range c.recs {
 				rec.closeLocked()
+				c.answerRenewsLocked(id, renewResult{err: ErrClosed})
 				// Release every holder (reentrant leases count holders).
 				for i := 0; i < 1<<20; i++ {
 					if err := c.core.release(now, id); err != nil {
@@ -830,8 +929,12 @@ func (c *client) close() error {
 			rec.ended = true
 			delete(c.recs, id)
 		}
+		// Close released the lock; the service's answer is no longer awaited.
 		for id := range c.relWaits {
-			c.confirmReleaseLocked(id)
+			c.finishReleasesLocked(id, nil)
+		}
+		for id := range c.renewWaits {
+			c.answerRenewsLocked(id, renewResult{err: ErrClosed})
 		}
 		if c.core != nil {
 			c.core.free()

@@ -178,8 +178,14 @@ func TestLossDetectedBeforeServerExpiryWhenBackendHangs(t *testing.T) {
 				t.Fatalf("loss observed at %v, server expiry %v (holder present: %v)", lostAt, expiry, stillThere)
 			}
 			tr.SetFault(FaultNone)
-			if err := l.Release(context.Background()); err != nil {
-				t.Fatalf("Release after loss: %v", err)
+			calls := tr.Calls()
+			err = l.Release(context.Background())
+			var re *LostError
+			if !errors.As(err, &re) || re != le {
+				t.Fatalf("Release after loss: %v, want the loss %v", err, le)
+			}
+			if tr.Calls() != calls {
+				t.Fatal("Release after loss made a request")
 			}
 		})
 	}
@@ -207,8 +213,8 @@ func TestRejectedRenewalLosesLease(t *testing.T) {
 	if !errors.As(l.Err(), &le) || !strings.Contains(le.Reason, "reject") {
 		t.Fatalf("cause %v, want a rejection", l.Err())
 	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	if err := l.Release(context.Background()); !errors.Is(err, ErrLost) {
+		t.Fatalf("Release of a rejected lease: %v", err)
 	}
 	if tok, _, _ := tr.Server().Holder("rej"); tok != strings.Repeat("b", 32) {
 		t.Fatalf("our release removed the other holder (holder %q)", tok)
@@ -775,4 +781,401 @@ func TestCloseStopsItsGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the clients' goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// pause makes the client's clock jump by d without its driver running, as
+// when the process was stopped (SIGSTOP, a long GC pause, a suspended VM).
+func pause(c *Client, d time.Duration) { c.c.skew.Add(int64(d)) }
+
+// tick feeds the core a timeout now, as the driver does when its timer fires.
+func tick(c *Client) { c.c.input(func(now uint64) error { return c.c.core.timeout(now) }) }
+
+func TestAcquireDeadlineShorterThanWaitIsDeadlineExceeded(t *testing.T) {
+	tr := NewMemoryTransport()
+	holder := newTestClient(t, tr, nil)
+	b := newTestClient(t, tr.Server().Transport(), nil)
+	down := tr.Server().Transport()
+	down.SetFault(FaultDrop)
+	c := newTestClient(t, down, nil)
+	hl, err := holder.Acquire(context.Background(), "dl", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Release(context.Background())
+	// The core's wait budget (cut to the deadline) and ctx's timer end
+	// together: whichever is seen first, the error is the same.
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2+i%5)*time.Millisecond)
+		_, err := b.Acquire(ctx, "dl", AcquireOptions{TTL: time.Second, Wait: time.Hour})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("run %d, lock held: %v", i, err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := c.Acquire(ctx, "down", AcquireOptions{TTL: time.Second, Wait: time.Hour})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("run %d, backend down: %v", i, err)
+		}
+	}
+	// A Wait shorter than the deadline still ends as the wait running out.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = b.Acquire(ctx, "dl", AcquireOptions{TTL: time.Second, Wait: 20 * time.Millisecond})
+	if !errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait shorter than the deadline: %v", err)
+	}
+	if k, _ := b.Counters(); k.LiveLeases != 0 {
+		t.Fatalf("%d live leases left", k.LiveLeases)
+	}
+}
+
+func TestReleaseAfterPauseEndsLost(t *testing.T) {
+	for _, noAuto := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoAutoRenew=", noAuto), func(t *testing.T) {
+			tr := NewMemoryTransport()
+			c := newTestClient(t, tr, nil)
+			l, err := c.Acquire(context.Background(), "paused", AcquireOptions{TTL: 30 * time.Second, NoAutoRenew: noAuto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stopped past the validity; on waking the release is processed
+			// before the driver saw the expiry.
+			pause(c, 31*time.Second)
+			err = l.Release(context.Background())
+			var le *LostError
+			if !errors.Is(err, ErrLost) || !errors.As(err, &le) || le.Reason != reasonString(reasonExpired) {
+				t.Fatalf("Release after the pause: %v, want a loss (expired)", err)
+			}
+			select {
+			case <-l.Lost():
+			default:
+				t.Fatal("Lost() not closed")
+			}
+			if cause := context.Cause(l.Context()); cause != error(le) {
+				t.Fatalf("context cause %v, want the loss", cause)
+			}
+			if l.Err() != error(le) || l.IsHeld() {
+				t.Fatalf("Err %v, held %v", l.Err(), l.IsHeld())
+			}
+			if again := l.Release(context.Background()); again != err {
+				t.Fatalf("second Release: %v, first %v", again, err)
+			}
+			k, _ := c.Counters()
+			if k.ReleasesLost != 1 || k.LostExpired != 1 || k.ReleasesConfirmed+k.ReleasesNotOwner+k.ReleasesUnconfirmed != 0 {
+				t.Fatalf("counters %+v", k)
+			}
+		})
+	}
+}
+
+func TestRenewExtendsValidity(t *testing.T) {
+	for _, noAuto := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoAutoRenew=", noAuto), func(t *testing.T) {
+			tr := NewMemoryTransport()
+			c := newTestClient(t, tr, nil)
+			ctx := context.Background()
+			l, err := c.Acquire(ctx, "renew", AcquireOptions{TTL: 30 * time.Second, NoAutoRenew: noAuto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v0 := l.ValidUntil()
+			c.c.mu.Lock()
+			v0ns := l.rec.validUntil
+			c.c.mu.Unlock()
+			expiry0 := tr.Server().expiry("renew")
+			pause(c, 5*time.Second)
+			v1, err := l.Renew(ctx)
+			if err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			if !v1.After(v0) {
+				t.Fatalf("Renew returned %v, not after %v", v1, v0)
+			}
+			// Counted from the send, 5 s later on the core's clock.
+			c.c.mu.Lock()
+			moved := time.Duration(l.rec.validUntil - v0ns)
+			c.c.mu.Unlock()
+			if moved < 5*time.Second {
+				t.Fatalf("validity moved by %v, want at least 5s", moved)
+			}
+			if !l.ValidUntil().Equal(v1) {
+				t.Fatalf("ValidUntil %v, Renew returned %v", l.ValidUntil(), v1)
+			}
+			if !tr.Server().expiry("renew").After(expiry0) {
+				t.Fatal("the service's expiry did not move")
+			}
+			k, _ := c.Counters()
+			if k.RenewalsRequested != 1 || k.RenewalsOK != 1 {
+				t.Fatalf("counters %+v", k)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNoAutoRenewLostAtValidityEndUnlessRenewed(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "manual", AcquireOptions{TTL: 30 * time.Second, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the automatic cadence (TTL/3): nothing is sent.
+	pause(c, 20*time.Second)
+	tick(c)
+	if k, _ := c.Counters(); k.RenewalsSent != 0 {
+		t.Fatalf("%d automatic renewals", k.RenewalsSent)
+	}
+	if _, err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Past the first validity: the renewal carried it.
+	pause(c, 15*time.Second)
+	tick(c)
+	if l.Err() != nil || !l.IsHeld() {
+		t.Fatalf("renewed lease lost at its first validity: %v", l.Err())
+	}
+	// Past the renewed validity: lost, with its signals.
+	pause(c, 20*time.Second)
+	tick(c)
+	select {
+	case <-l.Context().Done():
+	default:
+		t.Fatal("Context not cancelled at the end of the validity")
+	}
+	var le *LostError
+	if !errors.As(context.Cause(l.Context()), &le) || le.Reason != reasonString(reasonExpired) {
+		t.Fatalf("cause %v", context.Cause(l.Context()))
+	}
+	if k, _ := c.Counters(); k.RenewalsSent != 1 {
+		t.Fatalf("%d renewals sent, want only the manual one", k.RenewalsSent)
+	}
+	// On a real clock, too: no renewal, lost when the validity ends.
+	l2, err := c.Acquire(ctx, "manual-real", AcquireOptions{TTL: 300 * time.Millisecond, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l2.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a lease without automatic renewal was never lost")
+	}
+	if !errors.Is(l2.Err(), ErrLost) {
+		t.Fatalf("cause %v", l2.Err())
+	}
+	if k, _ := c.Counters(); k.RenewalsSent != 1 {
+		t.Fatalf("%d renewals sent, want only the manual one", k.RenewalsSent)
+	}
+}
+
+func TestRenewAfterReleaseOrLossFailsFast(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	ctx := context.Background()
+
+	released, err := c.Acquire(ctx, "r1", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := released.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := tr.Calls()
+	if _, err := released.Renew(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Renew after Release: %v", err)
+	}
+	if n := tr.Calls(); n != calls {
+		t.Fatalf("Renew of a released lease made %d requests", n-calls)
+	}
+
+	lost, err := c.Acquire(ctx, "r2", AcquireOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetFault(FaultReject)
+	<-lost.Lost()
+	// Let the lost lease's best-effort cleanup release finish first.
+	waitFor(t, "the cleanup", func() bool { k, _ := c.Counters(); return k.PendingCleanups == 0 })
+	tr.SetFault(FaultNone)
+	calls = tr.Calls()
+	if _, err := lost.Renew(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("Renew after loss: %v", err)
+	}
+	if n := tr.Calls(); n != calls {
+		t.Fatalf("Renew of an ended lease made %d requests", n-calls)
+	}
+
+	// A lease whose validity ran out (a pause) is lost by Renew, which
+	// sends no renewal.
+	paused, err := c.Acquire(ctx, "r3", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k0, _ := c.Counters()
+	pause(c, time.Minute)
+	if _, err := paused.Renew(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("Renew after a pause: %v", err)
+	}
+	if !errors.Is(paused.Err(), ErrLost) {
+		t.Fatalf("cause %v", paused.Err())
+	}
+	if k, _ := c.Counters(); k.RenewalsSent != k0.RenewalsSent {
+		t.Fatal("Renew after the validity ran out sent a renewal")
+	}
+
+	closing, err := c.Acquire(ctx, "r4", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	if _, err := closing.Renew(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Renew after Close: %v", err)
+	}
+	var nilCtx context.Context
+	if _, err := closing.Renew(nilCtx); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Renew(nil): %v", err)
+	}
+}
+
+func TestReleaseOutcomes(t *testing.T) {
+	tr := NewMemoryTransport()
+	srv := tr.Server()
+	c := newTestClient(t, tr, nil)
+	ctx := context.Background()
+
+	clean, err := c.Acquire(ctx, "clean", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.Release(ctx); err != nil {
+		t.Fatalf("clean Release: %v", err)
+	}
+
+	// The grant expired on the service and someone else took the lock:
+	// the service refuses our release.
+	stolen, err := c.Acquire(ctx, "stolen", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Expire("stolen")
+	if r, err := srv.Transport().Acquire(ctx, "stolen", strings.Repeat("c", 32), time.Minute); err != nil || !r.Granted {
+		t.Fatalf("other acquire: %+v %v", r, err)
+	}
+	err = stolen.Release(ctx)
+	if !errors.Is(err, ErrNotOwner) || errors.Is(err, ErrLost) {
+		t.Fatalf("Release of a stolen lock: %v", err)
+	}
+	if again := stolen.Release(ctx); again != err {
+		t.Fatalf("second Release: %v, first %v", again, err)
+	}
+	if tok, _, _ := srv.Holder("stolen"); tok != strings.Repeat("c", 32) {
+		t.Fatalf("the other holder lost the lock (holder %q)", tok)
+	}
+
+	// Refused by the service's reply itself.
+	refused, err := c.Acquire(ctx, "refused", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetFault(FaultReject)
+	if err := refused.Release(ctx); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("refused Release: %v", err)
+	}
+	tr.SetFault(FaultNone)
+
+	// ctx bounds the wait; the release goes on and a later call gets the outcome.
+	hung, err := c.Acquire(ctx, "hung", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetFault(FaultHang)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	err = hung.Release(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release bounded by ctx: %v", err)
+	}
+	if hung.IsHeld() || !errors.Is(hung.Err(), ErrReleased) {
+		t.Fatalf("a released lease still held: %v", hung.Err())
+	}
+	tr.SetFault(FaultNone)
+	if err := hung.Release(ctx); err != nil {
+		t.Fatalf("Release once the service answers: %v", err)
+	}
+	if _, _, ok := srv.Holder("hung"); ok {
+		t.Fatal("the retried release did not reach the service")
+	}
+
+	// Reentrant holders: the first release leaves, the last one reports.
+	opts := AcquireOptions{TTL: 30 * time.Second, Reentrant: true}
+	r1, err := c.Acquire(ctx, "re", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.Acquire(ctx, "re", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := tr.Calls()
+	if err := r1.Release(ctx); err != nil || tr.Calls() != calls {
+		t.Fatalf("first reentrant Release: %v (%d requests)", err, tr.Calls()-calls)
+	}
+	if err := r2.Release(ctx); err != nil {
+		t.Fatalf("last reentrant Release: %v", err)
+	}
+
+	k, _ := c.Counters()
+	if k.ReleasesConfirmed != 3 || k.ReleasesNotOwner != 2 || k.ReleasesLost != 0 {
+		t.Fatalf("counters %+v", k)
+	}
+}
+
+// TestShortOutageKeepsLease: with the time budget (the default), renewals
+// failing for a while (here three of them, with the service partitioned)
+// do not cost a lease whose validity remains; a count budget of three does.
+func TestShortOutageKeepsLease(t *testing.T) {
+	for _, budget := range []uint32{0, 3} {
+		t.Run(fmt.Sprint("FailBudget=", budget), func(t *testing.T) {
+			t.Parallel()
+			tr := NewMemoryTransport()
+			c := newTestClient(t, tr, &Options{FailBudget: budget, RequestTimeout: 100 * time.Millisecond})
+			l, err := c.Acquire(context.Background(), "outage", AcquireOptions{TTL: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.SetFault(FaultPartition)
+			waitFor(t, "three failed renewals", func() bool {
+				k, _ := c.Counters()
+				return k.RenewalsFailed >= 3 || l.Err() != nil
+			})
+			if budget == 3 {
+				var le *LostError
+				<-l.Lost()
+				if !errors.As(l.Err(), &le) || le.Reason != reasonString(reasonFailBudget) {
+					t.Fatalf("count budget: cause %v", l.Err())
+				}
+				return
+			}
+			tr.SetFault(FaultNone)
+			waitFor(t, "a renewal through", func() bool {
+				k, _ := c.Counters()
+				return k.RenewalsOK >= 1 || l.Err() != nil
+			})
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease lost by a short outage: %v", err)
+			}
+			if _, fence, ok := tr.Server().Holder("outage"); !ok || fence != l.FencingToken() {
+				t.Fatal("the service dropped the lock")
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

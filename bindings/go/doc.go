@@ -16,10 +16,10 @@
 //
 //	lease, err := client.Acquire(ctx, "reports", leasehold.AcquireOptions{TTL: 30 * time.Second, Wait: 5 * time.Second})
 //	if errors.Is(err, leasehold.ErrNotAcquired) { ... }
-//	defer lease.Release(context.Background())
+//	defer lease.Release(context.Background()) // nil, ErrLost or ErrNotOwner: see Lease.Release
 //	// lease.Context() is cancelled when the lease is lost or released:
 //	// hand it to the critical section, and pass lease.FencingToken() to
-//	// every protected write (see Gate).
+//	// every protected write (see Gate). lease.Renew(ctx) extends it now.
 //
 // A lock client can detect that it lost a lock; only the resource can
 // enforce exclusivity, by checking the fencing token on every write: Gate

@@ -19,8 +19,12 @@ var (
 	// ErrLost is the cause of a lease context cancelled because the lease
 	// was lost (rejected by the backend, expired, or renewals failed).
 	ErrLost = errors.New("leasehold: lease lost")
-	// ErrReleased is the cause of a lease context cancelled by Release.
+	// ErrReleased is the cause of a lease context cancelled by Release,
+	// and the error of Renew on a released lease.
 	ErrReleased = errors.New("leasehold: lease released")
+	// ErrNotOwner: the service refused a release because the grant was no
+	// longer ours (it expired, and someone else may hold the lock now).
+	ErrNotOwner = errors.New("leasehold: release refused: not the owner")
 	// ErrStaleToken: the fencing gate refused a token lower than the
 	// resource's high-water mark.
 	ErrStaleToken = errors.New("leasehold: stale fencing token")
@@ -82,7 +86,8 @@ func (e *AcquireError) Is(target error) bool {
 	return false
 }
 
-// LostError is the cause of a lease context cancelled by loss.
+// LostError is the cause of a lease context cancelled by loss, and the
+// error of Release and Renew on a lost lease.
 type LostError struct {
 	Name   string
 	Reason string // "rejected", "expired", "fail budget"

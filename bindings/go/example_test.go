@@ -91,3 +91,58 @@ func ExampleLease_Context() {
 	// before release: <nil>
 	// after release: context canceled
 }
+
+// Renew extends a lease now; with NoAutoRenew it is the only thing that does. On a released
+// lease it fails at once, without a request.
+func ExampleLease_Renew() {
+	client, _ := leasehold.NewClient(leasehold.NewMemoryTransport(), nil)
+	defer client.Close()
+
+	ctx := context.Background()
+	lease, err := client.Acquire(ctx, "batch", leasehold.AcquireOptions{TTL: 10 * time.Second, NoAutoRenew: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	before := lease.ValidUntil()
+	until, err := lease.Renew(ctx)
+	fmt.Println("renewed:", err == nil, "validity moved:", until.After(before))
+	_ = lease.Release(ctx)
+	_, err = lease.Renew(ctx)
+	fmt.Println("after release:", errors.Is(err, leasehold.ErrReleased))
+	// Output:
+	// renewed: true validity moved: true
+	// after release: true
+}
+
+// Release tells what happened: nil for a clean release, ErrNotOwner when the service refused
+// because the grant was no longer ours, ErrLost (a *LostError with the reason) when the lease
+// had been lost.
+func ExampleLease_Release() {
+	server := leasehold.NewMemoryServer()
+	client, _ := leasehold.NewClient(server.Transport(), nil)
+	defer client.Close()
+
+	ctx := context.Background()
+	opts := leasehold.AcquireOptions{TTL: 10 * time.Second}
+	clean, _ := client.Acquire(ctx, "a", opts)
+	fmt.Println("clean:", clean.Release(ctx))
+
+	stolen, _ := client.Acquire(ctx, "b", opts)
+	server.Expire("b") // our grant ran out on the service, and someone else took the lock
+	_, _ = server.Transport().Acquire(ctx, "b", "0123456789abcdef0123456789abcdef", time.Minute)
+	err := stolen.Release(ctx)
+	fmt.Println("not owner:", errors.Is(err, leasehold.ErrNotOwner))
+
+	lost, _ := client.Acquire(ctx, "c", opts)
+	server.Expire("c")
+	_, _ = server.Transport().Acquire(ctx, "c", "0123456789abcdef0123456789abcdef", time.Minute)
+	_, _ = lost.Renew(ctx) // rejected: the lease is lost
+	err = lost.Release(ctx)
+	var le *leasehold.LostError
+	fmt.Println("lost:", errors.Is(err, leasehold.ErrLost), errors.As(err, &le) && le.Reason != "")
+	// Output:
+	// clean: <nil>
+	// not owner: true
+	// lost: true true
+}

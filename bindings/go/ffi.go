@@ -54,6 +54,8 @@ const (
 	outAcquireFailed = 7
 	outLost          = 8
 	outReleased      = 9
+	outRenewed       = 10
+	outRelOutcome    = 11
 )
 
 // Reasons carried by AcquireFailed and Lost events.
@@ -65,6 +67,17 @@ const (
 	reasonRejected      = 4
 	reasonExpired       = 5
 	reasonFailBudget    = 6
+	reasonRelConfirmed  = 7
+	reasonRelNotOwner   = 8
+	reasonRelUnconfirm  = 9
+)
+
+// lh_release_reported dispositions.
+const (
+	releasingHolderLeft  = 1
+	releasingPending     = 2
+	releasingLost        = 3
+	releasingNotAcquired = 4
 )
 
 const (
@@ -88,9 +101,10 @@ const (
 )
 
 const (
-	noDeadline    = ^uint64(0)
-	noRetryHint   = ^uint64(0)
-	flagReentrant = 1
+	noDeadline      = ^uint64(0)
+	noRetryHint     = ^uint64(0)
+	flagReentrant   = 1
+	flagNoAutoRenew = 2
 )
 
 const (
@@ -134,9 +148,15 @@ func init() {
 		{C.LH_OUTPUT_RELEASE, outRelease}, {C.LH_OUTPUT_WATCH, outWatch}, {C.LH_OUTPUT_UNWATCH, outUnwatch},
 		{C.LH_OUTPUT_ACQUIRED, outAcquired}, {C.LH_OUTPUT_ACQUIRE_FAILED, outAcquireFailed},
 		{C.LH_OUTPUT_LOST, outLost}, {C.LH_OUTPUT_RELEASED, outReleased},
+		{C.LH_OUTPUT_RENEWED, outRenewed}, {C.LH_OUTPUT_RELEASE_OUTCOME, outRelOutcome},
 		{C.LH_REASON_WAIT_EXHAUSTED, reasonWaitExhausted}, {C.LH_REASON_CANCELLED, reasonCancelled},
 		{C.LH_REASON_UNAVAILABLE, reasonUnavailable}, {C.LH_REASON_REJECTED, reasonRejected},
 		{C.LH_REASON_EXPIRED, reasonExpired}, {C.LH_REASON_FAIL_BUDGET, reasonFailBudget},
+		{C.LH_REASON_RELEASE_CONFIRMED, reasonRelConfirmed}, {C.LH_REASON_RELEASE_NOT_OWNER, reasonRelNotOwner},
+		{C.LH_REASON_RELEASE_UNCONFIRMED, reasonRelUnconfirm},
+		{C.LH_RELEASING_HOLDER_LEFT, releasingHolderLeft}, {C.LH_RELEASING_PENDING, releasingPending},
+		{C.LH_RELEASING_LOST, releasingLost}, {C.LH_RELEASING_NOT_ACQUIRED, releasingNotAcquired},
+		{C.LH_ACQUIRE_NO_AUTO_RENEW, flagNoAutoRenew},
 		{C.LH_ACQUIRE_GRANTED, acquireGranted}, {C.LH_ACQUIRE_HELD_BY_OTHER, acquireHeldByOther},
 		{C.LH_ACQUIRE_TRANSPORT_ERROR, acquireTransportError},
 		{C.LH_RENEW_RENEWED, renewRenewed}, {C.LH_RENEW_REJECTED, renewRejected},
@@ -291,15 +311,12 @@ func (c *core) reseed(seed []byte) error {
 	return c.err("lh_client_reseed", st)
 }
 
-func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, reentrant bool) (uint64, error) {
+func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
 	var o C.lh_acquire_options
 	C.lh_acquire_options_default(&o)
 	o.ttl_ms = C.uint64_t(ttlMs)
 	o.wait_ns = C.uint64_t(waitNs)
-	o.flags = 0
-	if reentrant {
-		o.flags = flagReentrant
-	}
+	o.flags = C.uint32_t(flags)
 	np, nn := strPtr(name)
 	var lease C.uint64_t
 	st := uint32(C.lh_acquire(c.p, C.uint64_t(now), np, nn, &o, &lease))
@@ -315,6 +332,23 @@ func (c *core) release(now, lease uint64) error {
 	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease)))
 	runtime.KeepAlive(c)
 	return c.err("lh_release", st)
+}
+
+// releaseReported is release that also tells what it did (an LH_RELEASING_* value).
+func (c *core) releaseReported(now, lease uint64) (uint32, error) {
+	var r C.uint32_t
+	st := uint32(C.lh_release_reported(c.p, C.uint64_t(now), C.uint64_t(lease), &r))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_release_reported", st)
+	}
+	return uint32(r), nil
+}
+
+func (c *core) renew(now, lease uint64) error {
+	st := uint32(C.lh_renew(c.p, C.uint64_t(now), C.uint64_t(lease)))
+	runtime.KeepAlive(c)
+	return c.err("lh_renew", st)
 }
 
 func (c *core) acquireResult(now, req uint64, outcome uint32, fence, ttlMs, retryMs uint64, data []byte) error {
@@ -462,6 +496,15 @@ type Counters struct {
 	LostFailBudget  uint64
 	StaleResults    uint64
 	TimeClamped     uint64
+	// Renewals asked for with Lease.Renew (sent or joined).
+	RenewalsRequested uint64
+	// Outcomes of application releases: confirmed by the service, refused
+	// (not owner), unanswered before the grant had certainly run out, and
+	// releases that found the validity run out (the lease ended lost).
+	ReleasesConfirmed   uint64
+	ReleasesNotOwner    uint64
+	ReleasesUnconfirmed uint64
+	ReleasesLost        uint64
 }
 
 func (c *core) counters() (Counters, error) {
@@ -487,6 +530,12 @@ func (c *core) counters() (Counters, error) {
 		LostFailBudget:  uint64(k.lost_fail_budget),
 		StaleResults:    uint64(k.stale_results),
 		TimeClamped:     uint64(k.time_clamped),
+
+		RenewalsRequested:   uint64(k.renewals_requested),
+		ReleasesConfirmed:   uint64(k.releases_confirmed),
+		ReleasesNotOwner:    uint64(k.releases_not_owner),
+		ReleasesUnconfirmed: uint64(k.releases_unconfirmed),
+		ReleasesLost:        uint64(k.releases_lost),
 	}, nil
 }
 

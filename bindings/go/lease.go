@@ -2,6 +2,8 @@ package leasehold
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,6 +19,10 @@ type Lease struct {
 	cancel   context.CancelCauseFunc
 	ref      *leaseRef
 	released atomic.Bool
+
+	relOnce sync.Once
+	rel     *releaseWait
+	relJob  *job
 }
 
 // leaseRef is what the client's records keep of a Lease: its cancel func,
@@ -51,7 +57,7 @@ func (l *Lease) ValidUntil() time.Time {
 			l.rec.validUntil = v
 		}
 	}
-	return monoToTime(l.rec.validUntil)
+	return c.toTime(l.rec.validUntil)
 }
 
 // IsHeld reports whether the lease is still held now: not released, not
@@ -66,7 +72,7 @@ func (l *Lease) IsHeld() bool {
 	if c.core == nil || l.rec.ended {
 		return false
 	}
-	held, err := c.core.isHeld(l.rec.id, monoNow())
+	held, err := c.core.isHeld(l.rec.id, c.clock())
 	return err == nil && held
 }
 
@@ -81,7 +87,8 @@ func (l *Lease) Lost() <-chan struct{} { return l.rec.lost }
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Err returns nil while the lease is held, a *LostError (matching ErrLost)
-// once it was lost, ErrReleased after Release and ErrClosed after Close.
+// once it was lost (also when Release found it lost), ErrReleased after
+// Release and ErrClosed after Close.
 func (l *Lease) Err() error {
 	if l.ctx.Err() != nil {
 		return context.Cause(l.ctx)
@@ -96,65 +103,180 @@ func (l *Lease) Err() error {
 	}
 }
 
-// Release gives the lock back. It is idempotent and safe to call after a
-// loss. The lease stops being held at once; Release then waits, bounded by
-// ctx, until the backend confirmed (the release keeps being retried in the
-// background if ctx ends first, in which case ctx's error is returned).
+// Renew extends the lease now, whether or not it renews automatically
+// (see AcquireOptions.NoAutoRenew), and returns its new validity (as
+// ValidUntil), counted from when the renewal was sent; a renewal already in
+// flight is joined. It waits, bounded by ctx, for the service's answer; a
+// renewal failing in transport is retried within the failure budget
+// (Options.FailBudget), so without a ctx bound it ends in a new validity or
+// the lease's loss.
+//
+// On a lease that was released (ErrReleased), lost (a *LostError, matching
+// ErrLost) or whose Client was closed (ErrClosed), Renew fails at once and
+// sends nothing. A lease whose validity already ran out is lost by this
+// call, without a request.
+func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
+	if ctx == nil {
+		return time.Time{}, invalidArg("nil context")
+	}
+	if l.released.Load() {
+		return time.Time{}, ErrReleased
+	}
+	c := l.owner.c
+	c.mu.Lock()
+	if err := l.endedLocked(); err != nil {
+		c.mu.Unlock()
+		return time.Time{}, err
+	}
+	id := l.rec.id
+	if err := c.core.renew(c.clock(), id); err != nil {
+		if errors.Is(err, ErrBroken) {
+			c.breakLocked(err)
+			err = c.broken
+		}
+		c.mu.Unlock()
+		return time.Time{}, err
+	}
+	ch := make(chan renewResult, 1)
+	if c.renewWaits[id] == nil {
+		c.renewWaits[id] = map[chan renewResult]struct{}{}
+	}
+	c.renewWaits[id][ch] = struct{}{}
+	c.drainLocked() // spawns the RENEW, or delivers the loss found on the way
+	c.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.validUntil, r.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	delete(c.renewWaits[id], ch)
+	c.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.validUntil, r.err
+	default:
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// endedLocked returns the error of an operation on a lease that ended
+// (lost, or its Client closed or broken), nil while it lives (c.mu held).
+func (l *Lease) endedLocked() error {
+	c := l.owner.c
+	switch {
+	case l.rec.lostErr != nil:
+		return l.rec.lostErr
+	case c.broken != nil:
+		return c.broken
+	case c.closed || c.core == nil || l.rec.ended:
+		return ErrClosed
+	}
+	return nil
+}
+
+// Release gives the lock back and tells what happened: nil when the
+// service confirmed the release (or the grant had certainly run out before
+// it could answer); a *LostError (matching ErrLost, with the reason) when
+// the lease was lost before it was released, including a lease whose
+// validity ran out before this call (a paused process: it ends lost, its
+// Context is cancelled with the loss and Lost is closed, never a quiet
+// release); an error matching ErrNotOwner when the service refused because
+// the grant was no longer ours (someone else may hold the lock now).
+//
+// The lease stops being held at once; Release then waits, bounded by ctx,
+// for the service's answer (the release keeps being retried in the
+// background if ctx ends first, and ctx's error is returned). Release is
+// idempotent: every call returns the same result once it is known. Releasing
+// one of several reentrant holders returns nil at once; after Close it
+// returns nil (Close released the lock).
 func (l *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ch, j := l.releaseCh()
-	if ch == nil {
-		return nil
-	}
+	w, j := l.startRelease()
 	if j != nil {
 		// This goroutine waits anyway: it runs the release itself.
 		l.owner.c.runInline(ctx, j)
 	}
 	select {
-	case <-ch:
-		return nil
+	case <-w.done:
+		return w.err
+	default:
+	}
+	select {
+	case <-w.done:
+		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// releaseCh releases the lease locally and returns a channel closed when the
-// backend confirmed (nil when there is nothing to wait for) and the release
-// call for the caller to run (nil if there is none to run).
-func (l *Lease) releaseCh() (chan struct{}, *job) {
-	if !l.released.CompareAndSwap(false, true) {
-		return nil, nil
+// startRelease releases the lease in the core on its first call and
+// returns its result (shared by every call) and, on the first call only,
+// the release call for the caller to run (nil if there is none to run).
+func (l *Lease) startRelease() (*releaseWait, *job) {
+	first := false
+	l.relOnce.Do(func() {
+		first = true
+		l.released.Store(true)
+		l.rel, l.relJob = l.release()
+	})
+	if !first {
+		return l.rel, nil
 	}
+	j := l.relJob
+	l.relJob = nil
+	return l.rel, j
+}
+
+func (l *Lease) release() (*releaseWait, *job) {
+	w := newReleaseWait(l.name)
 	c := l.owner.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l.cancel(ErrReleased)
-	delete(l.rec.handles, l.ref)
+	// The handle stays registered until the core decided: a lease found
+	// lost by this release cancels it with the loss, not with ErrReleased.
+	defer func() {
+		delete(l.rec.handles, l.ref)
+		l.cancel(ErrReleased)
+	}()
 	if c.core == nil || l.rec.ended {
-		return nil, nil
+		if errors.Is(l.endedLocked(), ErrClosed) {
+			w.finish(nil)
+		} else {
+			w.finish(l.endedLocked())
+		}
+		return w, nil
 	}
 	id := l.rec.id
-	if err := c.core.release(monoNow(), id); err != nil {
-		if !isEnded(err) {
+	disp, err := c.core.releaseReported(c.clock(), id)
+	if err != nil {
+		if errors.Is(err, ErrBroken) {
+			c.breakLocked(err)
+			err = c.broken
+		} else if isEnded(err) {
+			err = l.rec.lostErr
+		} else {
 			c.log.Warn("leasehold: release", "name", l.name, "err", err)
 		}
-		return nil, nil
+		w.finish(err)
+		return w, nil
 	}
-	j := c.drainTake(outRelease, id)
-	if c.core == nil {
-		return nil, nil
-	}
-	st, err := c.core.leaseState(id)
-	if err != nil || st == stateHeld || st == stateAcquiring {
-		// Gone already, or other reentrant holders keep it.
-		if j != nil {
-			c.spawn(j)
+	switch disp {
+	case releasingPending:
+		c.relWaits[id] = append(c.relWaits[id], w)
+		return w, c.drainTake(outRelease, id)
+	case releasingLost:
+		c.drainLocked() // delivers the LOST event: Lost, Context and lostErr
+		if l.rec.lostErr != nil {
+			w.finish(l.rec.lostErr)
+		} else {
+			w.finish(&LostError{Name: l.name, Reason: reasonString(reasonExpired)})
 		}
-		return nil, nil
+	default: // other reentrant holders remain, or never granted
+		c.drainLocked()
+		w.finish(nil)
 	}
-	ch := make(chan struct{})
-	c.relWaits[id] = append(c.relWaits[id], ch)
-	return ch, j
+	return w, nil
 }

@@ -789,6 +789,50 @@ func TestRedisPausedHolderStaleWriteRejectedByGate(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// TestRedisReleaseAfterPauseEndsLost: a holder process stopped (SIGSTOP)
+// past its lease's validity releases as soon as it is resumed, racing its
+// own driver's expiry check: Release reports the loss, the lease's Context
+// is cancelled with it and Lost is closed, whichever ran first.
+func TestRedisReleaseAfterPauseEndsLost(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "pause-release")
+	const rounds = 4
+	w := startWorker(t, "pause-release", "paused", filepath.Join(t.TempDir(), "unused.db"), []string{name}, rounds)
+	lock, _, _, _ := RedisKeys(name)
+	for i := 0; i < rounds; i++ {
+		line, err := w.out.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "ACQUIRED") {
+			t.Fatalf("round %d: worker said %q (%v); stderr: %s", i, line, err, w.stderr.String())
+		}
+		if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// The server-side expiry comes after the lease's validity.
+		waitFor(t, "the paused holder's key to expire", func() bool {
+			n, err := rdb.Exists(ctx, lock).Result()
+			return err == nil && n == 0
+		})
+		// Queued before the resume: the release and the expiry check race.
+		if _, err := w.stdin.Write([]byte("release\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		verdict, err := w.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("round %d: %v; stderr: %s", i, err, w.stderr.String())
+		}
+		if !strings.HasPrefix(verdict, "RELEASE true true true ") {
+			t.Fatalf("round %d: want Release to report the loss, the Context cancelled by it and Lost closed: %q", i, verdict)
+		}
+	}
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRedisLossDetectedWhenServerStopsAnswering stops a private
 // redis-server (SIGSTOP) right after a grant: the lease's context must be
 // cancelled before the server-side expiry, bounded from below by reading

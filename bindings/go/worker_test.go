@@ -198,6 +198,31 @@ func worker(mode string) error {
 			fmt.Println("NOT-LOST")
 		}
 		return nil
+	case "pause-release":
+		// Each round: acquire, wait to be stopped and resumed past the
+		// validity, release at once and report what Release said.
+		in := bufio.NewReader(os.Stdin)
+		iters, _ := strconv.Atoi(os.Getenv("LH_ITERS"))
+		for i := 0; i < iters; i++ {
+			l, err := c.Acquire(ctx, names[0], AcquireOptions{TTL: 300 * time.Millisecond, Wait: time.Minute})
+			if err != nil {
+				return err
+			}
+			fmt.Println("ACQUIRED", l.FencingToken())
+			if _, err := in.ReadString('\n'); err != nil {
+				return err
+			}
+			err = l.Release(ctx)
+			var le *LostError
+			lostSignalled := false
+			select {
+			case <-l.Lost():
+				lostSignalled = true
+			default:
+			}
+			fmt.Println("RELEASE", errors.As(err, &le), errors.Is(context.Cause(l.Context()), ErrLost), lostSignalled, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }
