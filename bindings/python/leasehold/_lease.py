@@ -109,10 +109,12 @@ class LeaseLifecycle:
         other output kind."""
         k, lease = out.kind, out.lease_id
         if k == _ffi.LH_OUTPUT_LOST:
-            for h in self._handles.pop(lease, ()):
+            hs = self._handles.pop(lease, ())
+            for h in hs:
                 if h._state == _HELD:
                     self._mark_lost(h, out.reason_name)
-            self._end_renewals(lease, errors.LockLost(self._lease_name(out), out.reason_name))
+            if lease in self._renew_waiters:
+                self._end_renewals(lease, errors.LockLost(hs[0].name if hs else "?", out.reason_name))
             slot = self._release_waiters.pop(lease, None)
             if slot is not None:
                 slot.set(ReleaseOutcome.LOST)
@@ -136,10 +138,6 @@ class LeaseLifecycle:
         else:
             return False
         return True
-
-    def _lease_name(self, out: Output) -> str:
-        slots = self._handles.get(out.lease_id)
-        return slots[0].name if slots else (out.name or "?")
 
     def _end_renewals(self, lease: int, value: Any) -> None:
         for slot in self._renew_waiters.pop(lease, ()):

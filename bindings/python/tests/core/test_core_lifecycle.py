@@ -238,8 +238,9 @@ def test_renew_waiting_through_an_outage_ends_lost(clock: FakeClock, make_client
     r = Result(lambda: h.renew(timeout=60))
     assert svc(c).called["renew"].wait(10)
     settle(clock, [c], seconds=4)
-    with pytest.raises(LockLost):
+    with pytest.raises(LockLost) as ei:
         r.get()
+    assert ei.value.name == "out" and ei.value.reason == h.lost_reason
     assert h.lost.is_set()
 
 
