@@ -36,7 +36,7 @@ from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
-from ._lease import LeaseLifecycle, ReleaseOutcome, client_config, renew_value
+from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
 from .client import _IDLE_TICK_NS, Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
@@ -191,8 +191,8 @@ class AsyncLockClient(LeaseLifecycle):
         self._handles: dict[int, list[AsyncLockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
         self._lease_tokens: dict[int, tuple[str, str]] = {}  # as in LockClient (protocol 3)
-        self._release_waiters: dict[int, _Slot] = {}  # release() callers, by lease
-        self._renew_waiters: dict[int, list[_Slot]] = {}  # renew() callers, by lease
+        self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
+        self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
         self._subscribers: dict[str, list[Callable[[str], Any]]] = {}

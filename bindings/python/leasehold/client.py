@@ -64,7 +64,7 @@ from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
-from ._lease import LeaseLifecycle, ReleaseOutcome, client_config, renew_value
+from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
 from .service import Granted, HeldByOther, LockService
 
 __all__ = ["LockClient", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
@@ -365,8 +365,8 @@ class LockClient(LeaseLifecycle):
         # Protocol 3: (name, token) of each lease with a tagged attempt, so that a lease that
         # gives up can take its queue entry out (service.forget_queued).
         self._lease_tokens: dict[int, tuple[str, str]] = {}
-        self._release_waiters: dict[int, _Slot] = {}  # release() callers, by lease
-        self._renew_waiters: dict[int, list[_Slot]] = {}  # renew() callers, by lease
+        self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
+        self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
         self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
