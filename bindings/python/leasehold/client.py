@@ -1239,6 +1239,9 @@ class LockClient(LeaseLifecycle):
                 outcome = self._release_start(h, slot)
                 self._drain()
             if outcome is not None or slot.done:
+                if cmd is not None:  # a lost lease's cleanup release: nobody waits for it
+                    self._inflight -= 1
+                    self._submit_io(cmd)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
             if cmd is None and not self._release_sent(lease, self._requests):
                 return self._release_end(h, slot, None)

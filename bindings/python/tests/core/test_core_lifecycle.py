@@ -59,6 +59,21 @@ def test_release_after_a_pause_past_validity_ends_lost(clock: FakeClock, make_cl
     assert len(on_lost.calls) == 1
 
 
+def test_release_on_the_inline_path_past_validity_ends_lost_and_cleans_up(
+    clock: FakeClock, make_client: Any, store: MemoryStore
+) -> None:
+    c: LockClient = make_client(inline_io=True)
+    on_lost = LostLog()
+    h = c.acquire("inline", ttl=3, on_lost=on_lost)
+    with c._mu:  # the driver cannot run: the release is the first to see the expiry
+        clock.advance(10)
+        assert h.release() is ReleaseOutcome.LOST
+    assert c.wait_idle(10), "the cleanup release was sent and answered"
+    assert h.lost.is_set() and on_lost.fired.wait(5) and len(on_lost.calls) == 1
+    assert svc(c).calls["release"] == 1 and c.counters().pending_cleanups == 0
+    assert store.holder("inline") is None
+
+
 def test_release_within_validity_after_a_short_pause_ends_released(clock: FakeClock, make_client: Any) -> None:
     c: LockClient = make_client()
     on_lost = LostLog()

@@ -21,7 +21,8 @@ Modes (all print one line per event, flushed, so the parent can follow):
     ROUNDS times (FLAVOUR ``sync``: LockClient, ``async``: AsyncLockClient): acquire NAME with
     TTL seconds, print ``ACQUIRED <round>``, block on stdin (the parent SIGSTOPs us past the
     TTL and queues a line before SIGCONT), release at once on waking, wait a little for the
-    loss callback and print ``RELEASED <outcome> <lost|not-lost> <reason> <on_lost calls>``.
+    loss callback and print ``RELEASED <outcome> <lost|not-lost> <reason> <on_lost calls>
+    <idle|busy>`` (idle: the client has nothing left in flight).
 
 ``loop URL NAME SECONDS WORKDIR``
     Keep acquiring/releasing NAME (short waits, short TTL) until WORKDIR/stop exists (at most
@@ -124,7 +125,8 @@ def pause_release(url: str, name: str, ttl: float, rounds: int) -> None:
                 time.sleep(0.01)
             time.sleep(0.2)  # a second call would show up now
             state = "lost" if lock.lost.is_set() else "not-lost"
-            say("RELEASED", outcome, state, lock.lost_reason, len(calls))
+            idle = "idle" if client.wait_idle(10.0) else "busy"  # the cleanup release finished
+            say("RELEASED", outcome, state, lock.lost_reason, len(calls), idle)
 
 
 async def pause_release_async(url: str, name: str, ttl: float, rounds: int) -> None:
@@ -141,7 +143,8 @@ async def pause_release_async(url: str, name: str, ttl: float, rounds: int) -> N
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             state = "lost" if lock.lost.is_set() else "not-lost"
-            say("RELEASED", outcome, state, lock.lost_reason, len(calls))
+            idle = "idle" if await client.wait_idle(10.0) else "busy"
+            say("RELEASED", outcome, state, lock.lost_reason, len(calls), idle)
 
 
 def loop(url: str, name: str, seconds: float, workdir: str) -> None:

@@ -154,6 +154,7 @@ def test_release_right_after_a_pause_past_the_ttl_ends_lost(redis_server, r, wor
         released = holder.expect("RELEASED").split()
         assert released[1:3] == ["lost", "lost"] and released[3] in ("expired", "fail_budget"), released
         assert released[4] == "1", f"on_lost must fire exactly once: {released}"
+        assert released[5] == "idle", f"nothing left in flight: {released}"
     assert holder.finish() == 0, "".join(holder.err)
     assert not r.exists(proto.keys_for("paused").lock)
 
