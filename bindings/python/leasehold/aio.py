@@ -738,12 +738,13 @@ class AsyncLockClient(LeaseLifecycle):
         return outcome
 
     async def _renew_handle(self, h: AsyncLockHandle, timeout: float | None) -> float:
+        given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
         self._ensure_loop()
         assert self._loop is not None
         slot = _Slot(self._loop)
         self._renew_start(h, slot)
         self._drain()
-        wait_s = self._renew_bound(h) if timeout is None else seconds(timeout, "timeout")
+        wait_s = self._renew_bound(h) if given is None else given
         try:
             await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)
         except TimeoutError:

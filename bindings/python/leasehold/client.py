@@ -1255,11 +1255,12 @@ class LockClient(LeaseLifecycle):
         return outcome
 
     def _renew_handle(self, h: LockHandle, timeout: float | None) -> float:
+        given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
         slot = _Slot()
         with self._mu:
             self._renew_start(h, slot)
             self._drain()
-            wait_s = self._renew_bound(h) if timeout is None else seconds(timeout, "timeout")
+            wait_s = self._renew_bound(h) if given is None else given
         if not slot.wait(min(wait_s, threading.TIMEOUT_MAX)):
             with self._mu:
                 if not slot.done:

@@ -269,6 +269,16 @@ def test_renew_timeout_leaves_the_lease_alone(clock: FakeClock, make_client: Any
     svc(c).unhang()
 
 
+def test_renew_with_a_bad_timeout_sends_nothing(make_client: Any) -> None:
+    c: LockClient = make_client()
+    h = c.acquire("badtimeout", ttl=3, auto_renew=False)
+    with pytest.raises((TypeError, ValueError)):
+        h.renew(timeout=-1)
+    with pytest.raises(TypeError):
+        h.renew(timeout="1")  # type: ignore[arg-type]
+    assert svc(c).calls["renew"] == 0 and c.counters().renewals_requested == 0
+
+
 def test_renew_on_a_closed_client(make_client: Any) -> None:
     c: LockClient = make_client()
     h = c.acquire("closed", ttl=3)
