@@ -32,8 +32,10 @@ from .errors import (
     InvalidArgument,
     LeaseholdError,
     LibraryError,
+    LockLost,
     LockNotHeld,
     LockTimeout,
+    RenewTimeout,
     StaleFencingToken,
 )
 from .fencing import FencingGate
@@ -43,12 +45,14 @@ if TYPE_CHECKING:
     from ._core import Config, Counters
     from ._ffi import VERSION as CORE_VERSION
     from ._ffi import library_path
+    from ._lease import ReleaseOutcome
     from .aio import AsyncLockClient, AsyncLockHandle
     from .client import LockClient, LockHandle, Subscription
 
 _LAZY = {
     "Config": ("._core", "Config"),
     "Counters": ("._core", "Counters"),
+    "ReleaseOutcome": ("._lease", "ReleaseOutcome"),
     "CORE_VERSION": ("._ffi", "VERSION"),
     "library_path": ("._ffi", "library_path"),
     "AsyncLockClient": (".aio", "AsyncLockClient"),
@@ -96,6 +100,9 @@ __all__ = [
     "AcquireCancelled",
     "ClientClosed",
     "LockNotHeld",
+    "LockLost",
+    "RenewTimeout",
+    "ReleaseOutcome",
     "StaleFencingToken",
     "CORE_VERSION",
     "library_path",

@@ -118,7 +118,14 @@ _new_output = tuple.__new__
 _string_at = ctypes.string_at
 # Kinds whose name/token/backend_data are always empty (events): nothing to decode.
 _EVENT_KINDS = frozenset(
-    (_ffi.LH_OUTPUT_ACQUIRED, _ffi.LH_OUTPUT_ACQUIRE_FAILED, _ffi.LH_OUTPUT_LOST, _ffi.LH_OUTPUT_RELEASED)
+    (
+        _ffi.LH_OUTPUT_ACQUIRED,
+        _ffi.LH_OUTPUT_ACQUIRE_FAILED,
+        _ffi.LH_OUTPUT_LOST,
+        _ffi.LH_OUTPUT_RELEASED,
+        _ffi.LH_OUTPUT_RENEWED,
+        _ffi.LH_OUTPUT_RELEASE_OUTCOME,
+    )
 )
 _NAME_ONLY_KINDS = frozenset((_ffi.LH_OUTPUT_WATCH, _ffi.LH_OUTPUT_UNWATCH))
 
@@ -155,6 +162,14 @@ class LeaseInfo:
 
 @dataclass(frozen=True)
 class Counters:
+    """The core's counters (``lh_counters``), read by ``client.counters()``.
+
+    ``renewals_requested`` counts manual ``renew()`` calls the core accepted; the
+    ``releases_*`` fields count how application releases ended: confirmed by the service,
+    refused by it (``not_owner``), unconfirmed (no answer before the grant's TTL had
+    certainly run out), or lost (the validity had run out before the release was processed).
+    """
+
     live_leases: int = 0
     pending_cleanups: int = 0
     acquires_sent: int = 0
@@ -169,6 +184,11 @@ class Counters:
     lost_fail_budget: int = 0
     stale_results: int = 0
     time_clamped: int = 0
+    renewals_requested: int = 0
+    releases_confirmed: int = 0
+    releases_not_owner: int = 0
+    releases_unconfirmed: int = 0
+    releases_lost: int = 0
 
 
 def _as_u8p(data: bytes) -> "ctypes._Pointer[ctypes.c_uint8]":
@@ -195,6 +215,7 @@ def _u64(value: int, what: str) -> int:
 _NO_DEADLINE = _ffi.LH_NO_DEADLINE
 _U64_MAX = _ffi.U64_MAX
 _REENTRANT = _ffi.LH_ACQUIRE_REENTRANT
+_NO_AUTO_RENEW = _ffi.LH_ACQUIRE_NO_AUTO_RENEW
 
 
 @dataclass
@@ -277,11 +298,13 @@ class Core:
         lib.lh_client_reseed(self._p(), _as_u8p(seed), len(seed))
 
     # -- application inputs -----------------------------------------------------------------------
-    def acquire(self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False) -> int:
+    def acquire(
+        self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False, auto_renew: bool = True
+    ) -> int:
         """Start acquiring ``name``; returns the new (or, reentrant, the existing) lease id."""
         raw = _encode_name(name)
         opts = self._opts  # reused: the core never retains input buffers
-        opts.flags = _REENTRANT if reentrant else 0
+        opts.flags = (_REENTRANT if reentrant else 0) | (0 if auto_renew else _NO_AUTO_RENEW)
         opts.ttl_ms = ttl_ms if type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX else _u64(ttl_ms, "ttl_ms")
         opts.wait_ns = wait_ns if type(wait_ns) is int and 0 <= wait_ns <= _U64_MAX else _u64(wait_ns, "wait_ns")
         p = self._h.ptr
@@ -302,6 +325,17 @@ class Core:
         st = self._c_release(p, int(self._clock()), lease)
         if st:
             _check(st, p, "lh_release")
+
+    def release_reported(self, lease: int) -> int:
+        """Release ``lease`` and return what happened (an ``LH_RELEASING_*`` value); after
+        ``LH_RELEASING_PENDING`` a RELEASE_OUTCOME event follows."""
+        out = ctypes.c_uint32()
+        lib.lh_release_reported(self._p(), int(self._clock()), _u64(lease, "lease"), ctypes.byref(out))
+        return int(out.value)
+
+    def renew(self, lease: int) -> None:
+        """Renew ``lease`` now (or join the renewal in flight); RENEWED or LOST follows."""
+        lib.lh_renew(self._p(), int(self._clock()), _u64(lease, "lease"))
 
     # -- results -------------------------------------------------------------------------------------
     def acquire_result(
@@ -456,7 +490,7 @@ class Core:
         c = _ffi.lh_counters()
         c.struct_size = ctypes.sizeof(_ffi.lh_counters)
         lib.lh_counters_get(self._p(), ctypes.byref(c))
-        return Counters(**{f: int(getattr(c, f)) for f in _ffi.COUNTER_FIELDS})
+        return Counters(**{f: int(getattr(c, f)) for f in _ffi.COUNTER_FIELDS + _ffi.COUNTER_FIELDS_ADDED})
 
     def debug_panic(self) -> None:
         """Test hook: make the core panic inside the ABI boundary (poisons the handle)."""

@@ -59,6 +59,8 @@ LH_OUTPUT_ACQUIRED = 6
 LH_OUTPUT_ACQUIRE_FAILED = 7
 LH_OUTPUT_LOST = 8
 LH_OUTPUT_RELEASED = 9
+LH_OUTPUT_RENEWED = 10
+LH_OUTPUT_RELEASE_OUTCOME = 11
 
 LH_REASON_NONE = 0
 LH_REASON_WAIT_EXHAUSTED = 1
@@ -67,6 +69,14 @@ LH_REASON_UNAVAILABLE = 3
 LH_REASON_REJECTED = 4
 LH_REASON_EXPIRED = 5
 LH_REASON_FAIL_BUDGET = 6
+LH_REASON_RELEASE_CONFIRMED = 7
+LH_REASON_RELEASE_NOT_OWNER = 8
+LH_REASON_RELEASE_UNCONFIRMED = 9
+
+LH_RELEASING_HOLDER_LEFT = 1
+LH_RELEASING_PENDING = 2
+LH_RELEASING_LOST = 3
+LH_RELEASING_NOT_ACQUIRED = 4
 
 LH_ACQUIRE_GRANTED = 1
 LH_ACQUIRE_HELD_BY_OTHER = 2
@@ -92,6 +102,7 @@ LH_STATE_ACQUIRE_FAILED = 5
 LH_NO_DEADLINE = 2**64 - 1
 LH_NO_RETRY_HINT = 2**64 - 1
 LH_ACQUIRE_REENTRANT = 1
+LH_ACQUIRE_NO_AUTO_RENEW = 2
 
 U64_MAX = 2**64 - 1
 
@@ -103,6 +114,9 @@ REASON_NAMES = {
     LH_REASON_REJECTED: "rejected",
     LH_REASON_EXPIRED: "expired",
     LH_REASON_FAIL_BUDGET: "fail_budget",
+    LH_REASON_RELEASE_CONFIRMED: "release_confirmed",
+    LH_REASON_RELEASE_NOT_OWNER: "release_not_owner",
+    LH_REASON_RELEASE_UNCONFIRMED: "release_unconfirmed",
 }
 
 STATE_NAMES = {
@@ -194,8 +208,7 @@ COUNTER_FIELDS = (
 )
 
 
-# Counters the C struct gained after COUNTER_FIELDS (it grows at the end only); mirrored so
-# the struct matches the header, not yet surfaced in `Counters`.
+# Counters the C struct gained after its first version (it grows at the end only).
 COUNTER_FIELDS_ADDED = (
     "renewals_requested",
     "releases_confirmed",
@@ -348,6 +361,8 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
         True,
     ),
     "lh_release": ([lh_client_p, _u64, _u64], _u32, True),
+    "lh_release_reported": ([lh_client_p, _u64, _u64, ctypes.POINTER(_u32)], _u32, True),
+    "lh_renew": ([lh_client_p, _u64, _u64], _u32, True),
     "lh_acquire_result": ([lh_client_p, _u64, _u64, _u32, _u64, _u64, _u64, _cp, _sz], _u32, True),
     "lh_renew_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
     "lh_release_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),

@@ -30,13 +30,13 @@ import os
 import time
 import weakref
 from collections import deque
-from dataclasses import replace
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
+from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
 from .client import _IDLE_TICK_NS, Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
@@ -54,15 +54,21 @@ class AsyncLockHandle:
     """A lock held through :class:`AsyncLockClient` (the asyncio twin of ``LockHandle``).
 
     ``lost`` is an :class:`asyncio.Event`; ``await handle.lost.wait()`` wakes on loss.
+    ``await handle.renew()`` extends the lease now; ``await handle.release()`` returns a
+    :class:`~leasehold.ReleaseOutcome`.
     """
 
     def __init__(self, client: "AsyncLockClient", lease_id: int, name: str, ttl_ms: int, wait_s: float,
-                 reentrant: bool, on_lost: OnLost | None) -> None:
+                 reentrant: bool, on_lost: OnLost | None, auto_renew: bool = True) -> None:
         self._client = client
         self.lease_id = lease_id
         self.name = name
         self.ttl = ttl_ms / 1000.0
         self.reentrant = reentrant
+        self.auto_renew = auto_renew
+        self._release_outcome: ReleaseOutcome | None = None
+        self._releasing = False
+        self._valid_until_ns: int | None = None
         self._wait_s = wait_s
         self._on_lost = on_lost
         self.lost = asyncio.Event()
@@ -98,9 +104,21 @@ class AsyncLockHandle:
         """Advisory: is the lease valid right now?"""
         return self._client._is_held(self)
 
-    async def release(self, timeout: float | None = None) -> None:
-        """Release (idempotent); waits at most ``timeout`` for the service's answer."""
-        await self._client._release_handle(self, timeout)
+    def _set_lost(self) -> None:
+        self._state = _LOST
+        self.lost.set()
+
+    async def renew(self, timeout: float | None = None) -> float:
+        """Extend the lease now and return the new :attr:`valid_until` (seconds on the
+        client's clock); as ``LockHandle.renew``, including its errors (``LockLost``,
+        ``LockNotHeld`` without any call to the service, ``RenewTimeout``)."""
+        return await self._client._renew_handle(self, timeout)
+
+    async def release(self, timeout: float | None = None) -> ReleaseOutcome:
+        """Release and return the :class:`~leasehold.ReleaseOutcome` (``"released"``,
+        ``"lost"``, ``"not_owner"``), as ``LockHandle.release``: idempotent, waits at most
+        ``timeout`` for the service's answer."""
+        return await self._client._release_handle(self, timeout)
 
     async def __aenter__(self) -> "AsyncLockHandle":
         if self._state != _HELD:
@@ -136,11 +154,11 @@ class _Acquire:
 _aclients: "weakref.WeakSet[AsyncLockClient]" = weakref.WeakSet()
 
 
-class AsyncLockClient:
+class AsyncLockClient(LeaseLifecycle):
     """An asyncio lock client: one core driven by one task on one event loop.
 
-    Parameters as for :class:`leasehold.LockClient`; ``service`` may be an
-    :class:`~leasehold.service.AsyncLockService` or a synchronous ``LockService``.
+    Parameters as for :class:`leasehold.LockClient` (``fail_budget`` included); ``service``
+    may be an :class:`~leasehold.service.AsyncLockService` or a synchronous ``LockService``.
     """
 
     def __init__(
@@ -152,17 +170,14 @@ class AsyncLockClient:
         seed: bytes | None = None,
         owns_service: bool = True,
         release_timeout: float | None = None,
+        fail_budget: int | None = None,
     ) -> None:
         self._service = to_async(service)
         # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
         self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
-        cfg = config or Config()
-        if not isinstance(cfg, Config):
-            raise TypeError("config must be a leasehold.Config")
-        if cfg.notifications is None:
-            cfg = replace(cfg, notifications=bool(getattr(self._service, "notifications", True)))
+        cfg = client_config(config, self._service, fail_budget)
         self._core = Core(cfg, seed, self._now_fn)
         self._owns_service = owns_service
         self._release_timeout = (
@@ -176,7 +191,8 @@ class AsyncLockClient:
         self._handles: dict[int, list[AsyncLockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
         self._lease_tokens: dict[int, tuple[str, str]] = {}  # as in LockClient (protocol 3)
-        self._release_waiters: dict[int, asyncio.Future[None]] = {}
+        self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
+        self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
         self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
@@ -193,8 +209,9 @@ class AsyncLockClient:
 
     # -- public API ------------------------------------------------------------------------------
     def acquire(self, name: str, ttl: float, *, wait: float = 0.0, reentrant: bool = False,
-                on_lost: OnLost | None = None) -> _Acquire:
-        """Acquire ``name`` for ``ttl`` seconds; see ``LockClient.acquire``.
+                on_lost: OnLost | None = None, auto_renew: bool = True) -> _Acquire:
+        """Acquire ``name`` for ``ttl`` seconds; see ``LockClient.acquire`` (``auto_renew``
+        included).
 
         ``on_lost(handle)`` may be a plain function or return an awaitable; it runs as its own
         callback/task on the loop, and an exception in it is logged.
@@ -206,7 +223,9 @@ class AsyncLockClient:
             raise TypeError("reentrant must be a bool")
         if on_lost is not None and not callable(on_lost):
             raise TypeError("on_lost must be callable or None")
-        return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost))
+        if not isinstance(auto_renew, bool):
+            raise TypeError("auto_renew must be a bool")
+        return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost, auto_renew))
 
     def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
         """Call ``callback(name)`` (a function or coroutine function) for every release
@@ -281,9 +300,7 @@ class AsyncLockClient:
                 if h._state == _ACQUIRING:
                     self._settle_error(h, errors.ClientClosed("the client was closed"))
         self._handles.clear()
-        for f in self._release_waiters.values():
-            if not f.done():
-                f.set_result(None)
+        self._fail_waiters(errors.ClientClosed("the client was closed"))
         self._core.close()
         if self._owns_service:
             try:
@@ -444,38 +461,18 @@ class AsyncLockClient:
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
-        elif k == _ffi.LH_OUTPUT_LOST:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _HELD:
-                    self._mark_lost(h, out.reason_name)
-        elif k == _ffi.LH_OUTPUT_RELEASED:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _HELD:
-                    h._state = _RELEASED
-
-    def _acquire_error(self, h: AsyncLockHandle, reason: int) -> BaseException:
-        if reason == _ffi.LH_REASON_WAIT_EXHAUSTED:
-            return errors.LockTimeout(h.name, h._wait_s)
-        if reason == _ffi.LH_REASON_UNAVAILABLE:
-            return errors.BackendUnavailable(h.name, h._wait_s)
-        if self._closing or self._closed:
-            return errors.ClientClosed(f"acquire of {h.name!r} cancelled: the client was closed")
-        return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")
+        elif not self._lease_event(out):
+            log.error("leasehold: unknown output kind %d", k)
 
     def _settle_error(self, h: AsyncLockHandle, e: BaseException) -> None:
         h._state = _FAILED
         if not h._fut.done():
             h._fut.set_exception(e)
 
-    def _mark_lost(self, h: AsyncLockHandle, reason: str) -> None:
-        h._state = _LOST
-        h.lost_reason = reason
-        h.lost.set()
-        log.warning("leasehold: lock %r (fencing token %s) lost: %s", h.name, h._fencing_token, reason)
-        if h._on_lost is not None:
-            self._run_callback(h._on_lost, h)
+    def _on_fatal(self, e: BaseException) -> None:
+        raise e
 
-    def _run_callback(self, fn: Callable[..., Any], *args: Any) -> None:
+    def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         async def run() -> None:
             try:
                 r = fn(*args)
@@ -523,13 +520,8 @@ class AsyncLockClient:
                 if not isinstance(ok, bool):
                     raise TypeError(f"release() returned {type(ok).__name__}")
                 routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
-                lease = out.lease_id
-
-                def fn() -> None:
-                    core.release_result(req, routcome)
-                    f = self._release_waiters.pop(lease, None)
-                    if f is not None and not f.done():
-                        f.set_result(None)
+                # An application release's caller is woken by the RELEASE_OUTCOME this emits.
+                fn = lambda: core.release_result(req, routcome)  # noqa: E731
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -687,14 +679,14 @@ class AsyncLockClient:
         if name in self._core_watching:
             self._deliver_input(lambda: core.released(name))
         for cb in list(self._subscribers.get(name, ())):
-            self._run_callback(cb, name)
+            self._callback(cb, name)
 
     async def _acquire(self, name: str, ttl_ms: int, wait_s: float, wait_ns: int, reentrant: bool,
-                       on_lost: OnLost | None) -> AsyncLockHandle:
+                       on_lost: OnLost | None, auto_renew: bool = True) -> AsyncLockHandle:
         self._ensure_loop()
         self._check_open()
-        lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
-        h = AsyncLockHandle(self, lease, name, ttl_ms, wait_s, reentrant, on_lost)
+        lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant, auto_renew)
+        h = AsyncLockHandle(self, lease, name, ttl_ms, wait_s, reentrant, on_lost, auto_renew)
         self._handles.setdefault(lease, []).append(h)
         self._drain()
         bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
@@ -724,40 +716,45 @@ class AsyncLockClient:
         if h._fut.done() and not h._fut.cancelled():
             h._fut.exception()  # mark retrieved
 
-    def _release_in_core(self, h: AsyncLockHandle) -> None:
-        hs = self._handles.get(h.lease_id)
-        if hs is not None and h in hs:
-            hs.remove(h)
-            if not hs:
-                del self._handles[h.lease_id]
-        was = h._state
-        if was == _HELD:
-            h._state = _RELEASED
-        try:
-            self._core.release(h.lease_id)
-        except (errors.LeaseEnded, errors.UnknownLease, errors.ClientClosed):
-            pass
-        if was == _ACQUIRING and h._state == _ACQUIRING:
-            self._settle_error(h, self._acquire_error(h, _ffi.LH_REASON_CANCELLED))
-
-    async def _release_handle(self, h: AsyncLockHandle, timeout: float | None) -> None:
+    async def _release_handle(self, h: AsyncLockHandle, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
-        if h._state != _HELD or self._closed or self._closing:
-            if h._state == _HELD:
-                h._state = _RELEASED
-            return
+        early = self._release_early(h)
+        if early is not None:
+            return early
         assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._release_waiters[h.lease_id] = fut
-        self._release_in_core(h)
+        slot = _Slot(self._loop)
+        outcome = self._release_start(h, slot)
         self._drain()
-        if not any(k == _ffi.LH_OUTPUT_RELEASE and lease == h.lease_id for k, lease in self._requests.values()):
-            self._release_waiters.pop(h.lease_id, None)
-            return
+        if outcome is not None or slot.done():
+            return self._release_end(h, slot, outcome if outcome is not None else slot.value())
+        if not self._release_sent(h.lease_id, self._requests):
+            return self._release_end(h, slot, None)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), wait_s)
+            await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)
         except TimeoutError:
             pass
+        finally:
+            outcome = self._release_end(h, slot, slot.value() if slot.done() else None)
+        return outcome
+
+    async def _renew_handle(self, h: AsyncLockHandle, timeout: float | None) -> float:
+        given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
+        self._ensure_loop()
+        assert self._loop is not None
+        slot = _Slot(self._loop)
+        self._renew_start(h, slot)
+        self._drain()
+        wait_s = self._renew_bound(h) if given is None else given
+        try:
+            await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)
+        except TimeoutError:
+            if not slot.done():
+                self._renew_forget(h.lease_id, slot)
+                raise errors.RenewTimeout(h.name, wait_s) from None
+        except asyncio.CancelledError:
+            self._renew_forget(h.lease_id, slot)
+            raise
+        return renew_value(slot.value())
 
     def _is_held(self, h: AsyncLockHandle) -> bool:
         if h._state != _HELD or self._closed:
@@ -778,6 +775,25 @@ class AsyncLockClient:
     def _set_paused(self, paused: bool) -> None:
         self._paused = paused
         self._poke()
+
+
+class _Slot:
+    """Wakes one awaiting renew()/release() caller with a value (see leasehold._lease.Slot)."""
+
+    __slots__ = ("fut",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.fut: asyncio.Future[Any] = loop.create_future()
+
+    def set(self, value: Any) -> None:
+        if not self.fut.done():
+            self.fut.set_result(value)
+
+    def done(self) -> bool:
+        return self.fut.done()
+
+    def value(self) -> Any:
+        return self.fut.result()
 
 
 def _after_fork_child() -> None:

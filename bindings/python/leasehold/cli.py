@@ -219,9 +219,9 @@ def _fail_budget(text: str) -> int:
     try:
         v = int(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--fail-budget must be a whole number >= 1, got {text!r}") from None
-    if not 1 <= v <= 2**32 - 1:
-        raise argparse.ArgumentTypeError(f"--fail-budget must be in 1..{2**32 - 1}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--fail-budget must be a whole number >= 0, got {text!r}") from None
+    if not 0 <= v <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"--fail-budget must be in 0..{2**32 - 1}, got {text!r}")
     return v
 
 
@@ -280,8 +280,9 @@ def build_parser() -> _Parser:
     )
     run.add_argument(
         "--fail-budget", metavar="N", type=_fail_budget, default=None,
-        help="lose the lock after N renewals in a row failed in transit (the core's fail_budget; "
-        "default: the core's own); a refused renewal or the end of the lease's validity loses it anyway",
+        help="the renewal failure budget (the core's fail_budget): 0, the default, retries renewals "
+        "failing in transit while the lease is valid and loses the lock only just before its validity "
+        "ends; N > 0 loses it after N renewals in a row failed in transit. A refused renewal loses it anyway",
     )
     run.add_argument(
         "-g", "--grace", metavar="S", type=_duration("--grace"), default=DEFAULT_GRACE,

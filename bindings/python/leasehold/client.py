@@ -57,7 +57,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import replace
 from functools import partial
 from typing import Any, Callable
 
@@ -65,9 +64,10 @@ from . import _ffi, errors
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
+from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
 from .service import Granted, HeldByOther, LockService
 
-__all__ = ["LockClient", "LockHandle", "Subscription", "service_call_bound"]
+__all__ = ["LockClient", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
 
 log = logging.getLogger("leasehold")
 
@@ -95,8 +95,11 @@ class LockHandle:
     * ``name`` – the lock name; ``fencing_token`` – the token to pass to the resource (the
       only authority: see :mod:`leasehold.fencing`);
     * ``lost`` – a :class:`threading.Event` set when the lock is lost (renewal rejected,
-      validity elapsed, or too many failed renewals); ``lost_reason`` says which;
-    * :meth:`is_held` – advisory: ``True`` while the core believes the lease is valid *now*.
+      validity elapsed, or the renewal failure budget spent); ``lost_reason`` says which;
+    * :meth:`is_held` – advisory: ``True`` while the core believes the lease is valid *now*;
+    * :meth:`renew` – extend the lease now (the manual escape hatch; the only renewal of a
+      lease acquired with ``auto_renew=False``);
+    * :meth:`release` – idempotent; returns a :class:`~leasehold.ReleaseOutcome`.
     """
 
     def __init__(
@@ -107,12 +110,16 @@ class LockHandle:
         ttl_ms: int,
         reentrant: bool,
         on_lost: Callable[["LockHandle"], Any] | None,
+        auto_renew: bool = True,
     ) -> None:
         self._client = client
         self.lease_id = lease_id
         self.name = name
         self.ttl = ttl_ms / 1000.0
         self.reentrant = reentrant
+        self.auto_renew = auto_renew
+        self._release_outcome: ReleaseOutcome | None = None
+        self._releasing = False  # a release() call of this handle is under way
         self._on_lost = on_lost
         self._lost: threading.Event | None = None  # created on first use (see ``lost``)
         self.lost_reason: str | None = None
@@ -188,15 +195,39 @@ class LockHandle:
         """Advisory: is the lease valid right now? The fencing token is the real authority."""
         return self._client._is_held(self)
 
-    def release(self, timeout: float | None = None) -> None:
-        """Release the lock. Idempotent; never raises for a lost or already released handle.
+    def renew(self, timeout: float | None = None) -> float:
+        """Extend the lease now, counted from when the renewal is sent; returns the new
+        :attr:`valid_until` (seconds on the client's clock, like that property).
 
-        The lease stops being held at once; the release command is sent to the service and
-        retried by the core until the service answers. This call waits for that first answer
-        at most ``timeout`` seconds (default: the client's ``release_timeout``), so that, in
-        the normal case, the lock is free on the service when it returns.
+        A renewal already in flight is joined. A renewal failing in transport is retried
+        within the failure budget, so the call ends when the service confirms (the new
+        validity) or the lease is lost (:class:`~leasehold.errors.LockLost`). It waits at
+        most ``timeout`` seconds (default: the validity left plus one request timeout, by
+        when the core has decided), else raises :class:`~leasehold.errors.RenewTimeout`
+        (the lease is unchanged; the core keeps retrying).
+
+        :raises LockLost: the lease is lost, or was lost while waiting (``reason``); nothing
+            is sent for a handle already lost
+        :raises LockNotHeld: the handle was released; nothing is sent
+        :raises ClientClosed: the client is closed
         """
-        self._client._release_handle(self, timeout)
+        return self._client._renew_handle(self, timeout)
+
+    def release(self, timeout: float | None = None) -> ReleaseOutcome:
+        """Release the lock and return how the lease ended: a
+        :class:`~leasehold.ReleaseOutcome` (a ``str``: ``"released"``, ``"lost"`` — the
+        reason is in ``lost_reason`` — or ``"not_owner"``, the service refused because our
+        grant was gone). Idempotent: a later call returns the first call's outcome. Never
+        raises for the ordinary outcomes.
+
+        The lease stops being held at once; a lease whose validity ran out before this call
+        (a paused process) ends lost instead, with ``lost`` set and ``on_lost`` called. The
+        release command is retried by the core with the same ownership token until the
+        service answers. This call waits for that answer at most ``timeout`` seconds
+        (default: the client's ``release_timeout``); without one in time it reports
+        ``"released"``.
+        """
+        return self._client._release_handle(self, timeout)
 
     def __enter__(self) -> "LockHandle":
         if self._state != _HELD:
@@ -240,7 +271,7 @@ _clients: "weakref.WeakSet[LockClient]" = weakref.WeakSet()
 _fork_locked: list["LockClient"] = []
 
 
-class LockClient:
+class LockClient(LeaseLifecycle):
     """A thread-safe lock client: one core, one driver thread, one service.
 
     :param service: the backend (:class:`~leasehold.service.LockService`)
@@ -256,6 +287,11 @@ class LockClient:
         the calling thread (the inline fast path, see the module doc). ``None`` (default):
         only when the service declares a bounded ``call_timeout``; ``True``: always (the
         application vouches that service calls end); ``False``: never
+    :param fail_budget: the renewal failure budget (overrides ``config.fail_budget``): ``0``
+        (the core's default) is a time budget — renewals failing in transport are retried
+        with backoff while validity remains, and the lease is lost only on a rejection or
+        just before its validity ends; ``N > 0`` declares it lost after ``N`` consecutive
+        failed renewals
     """
 
     def __init__(
@@ -269,6 +305,7 @@ class LockClient:
         owns_service: bool = True,
         release_timeout: float | None = None,
         inline_io: bool | None = None,
+        fail_budget: int | None = None,
     ) -> None:
         if not isinstance(service, LockService):
             raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
@@ -290,11 +327,7 @@ class LockClient:
         self._tag_acquires = bool(getattr(service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
-        cfg = config or Config()
-        if not isinstance(cfg, Config):
-            raise TypeError("config must be a leasehold.Config")
-        if cfg.notifications is None:
-            cfg = replace(cfg, notifications=bool(getattr(service, "notifications", True)))
+        cfg = client_config(config, service, fail_budget)
         self._core = Core(cfg, seed, self._now_fn)
         self._io_workers = io_workers
         self._owns_service = owns_service
@@ -332,7 +365,8 @@ class LockClient:
         # Protocol 3: (name, token) of each lease with a tagged attempt, so that a lease that
         # gives up can take its queue entry out (service.forget_queued).
         self._lease_tokens: dict[int, tuple[str, str]] = {}
-        self._release_waiters: dict[int, threading.Event] = {}
+        self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
+        self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
         self._core_watching: set[str] = set()
         self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
@@ -373,6 +407,7 @@ class LockClient:
         wait: float = 0.0,
         reentrant: bool = False,
         on_lost: Callable[[LockHandle], Any] | None = None,
+        auto_renew: bool = True,
     ) -> LockHandle:
         """Acquire ``name`` for ``ttl`` seconds (renewed automatically until released).
 
@@ -382,6 +417,9 @@ class LockClient:
             last holder's release
         :param on_lost: called as ``on_lost(handle)`` on the callback thread when the lock is
             lost (at most once per handle); exceptions are logged
+        :param auto_renew: ``False``: no automatic renewal; the lease is lost when its
+            validity ends unless renewed by hand (:meth:`LockHandle.renew`); loss detection
+            and ``on_lost`` work as usual
         :return: a held :class:`LockHandle`
         :raises LockTimeout: not acquired within ``wait`` (``BackendUnavailable`` if the
             backend kept failing)
@@ -395,13 +433,15 @@ class LockClient:
             raise TypeError("reentrant must be a bool")
         if on_lost is not None and not callable(on_lost):
             raise TypeError("on_lost must be callable or None")
+        if not isinstance(auto_renew, bool):
+            raise TypeError("auto_renew must be a bool")
         with self._mu:  # the condition's lock, without Condition.__enter__'s Python frame
             if self._closing or self._closed or self._fatal is not None:
                 self._check_open()  # raises
             if not self._driving:
                 self._ensure_started()
-            lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant)
-            h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost)
+            lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant, auto_renew)
+            h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
             cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
@@ -531,9 +571,7 @@ class LockClient:
                     elif h._state == _HELD:
                         h._state = _RELEASED
             self._handles.clear()
-            for ev in self._release_waiters.values():
-                ev.set()
-            self._release_waiters.clear()
+            self._fail_waiters(errors.ClientClosed("the client was closed"))
             self._core.close()
         if self._owns_service:
             try:
@@ -694,9 +732,7 @@ class LockClient:
                 elif h._state == _HELD:
                     self._mark_lost(h, "core_failure")
         self._handles.clear()
-        for ev in self._release_waiters.values():
-            ev.set()
-        self._release_waiters.clear()
+        self._fail_waiters(errors.ClientClosed(f"the client stopped after a core failure: {e}"))
         self._cond.notify_all()
 
     def _drain(self) -> None:
@@ -776,26 +812,8 @@ class LockClient:
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
-        elif k == _ffi.LH_OUTPUT_LOST:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _HELD:
-                    self._mark_lost(h, out.reason_name)
-        elif k == _ffi.LH_OUTPUT_RELEASED:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _HELD:
-                    h._state = _RELEASED
-        else:
+        elif not self._lease_event(out):
             log.error("leasehold: unknown output kind %d", k)
-
-    def _acquire_error(self, h: LockHandle, reason: int) -> BaseException:
-        wait_s = h._wait_s
-        if reason == _ffi.LH_REASON_WAIT_EXHAUSTED:
-            return errors.LockTimeout(h.name, wait_s)
-        if reason == _ffi.LH_REASON_UNAVAILABLE:
-            return errors.BackendUnavailable(h.name, wait_s)
-        if self._closing or self._closed:
-            return errors.ClientClosed(f"acquire of {h.name!r} cancelled: the client was closed")
-        return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")
 
     def _settle_error(self, h: LockHandle, e: BaseException) -> None:
         h._error = e
@@ -893,14 +911,6 @@ class LockClient:
                 if cmd is not None:  # handed over while we were leaving: the pool runs it
                     self._inflight -= 1
                     self._submit_io(cmd, read)
-
-    def _mark_lost(self, h: LockHandle, reason: str) -> None:
-        h.lost_reason = reason
-        h._valid_until_ns = None
-        h._set_lost()
-        log.warning("leasehold: lock %r (fencing token %s) lost: %s", h.name, h._fencing_token, reason)
-        if h._on_lost is not None:
-            self._callback(h._on_lost, h)
 
     def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         pool = self._cb_pool
@@ -1016,10 +1026,8 @@ class LockClient:
         return partial(core.release_result, req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
 
     def _release_answered(self, req: int, lease: int, outcome: int) -> None:
+        # An application release's caller is woken by the RELEASE_OUTCOME this may emit.
         self._core.release_result(req, outcome)
-        ev = self._release_waiters.pop(lease, None)
-        if ev is not None:
-            ev.set()
 
     def _answer_abandoned(self, out: Output) -> None:
         """(after fork, in the child) Commands for the parent's leases never reach the service:
@@ -1209,59 +1217,56 @@ class LockClient:
                 self._callback(cb, name)
 
     # -- internals: handle operations -------------------------------------------------------------
-    def _release_in_core(self, h: LockHandle) -> None:
-        """(mutex held) Give one holder of ``h``'s lease back to the core."""
-        hs = self._handles.get(h.lease_id)
-        if hs is not None and h in hs:
-            hs.remove(h)
-            if not hs:
-                del self._handles[h.lease_id]
-        was = h._state
-        if was == _HELD:
-            h._state = _RELEASED
-            h._valid_until_ns = None
-        try:
-            self._core.release(h.lease_id)
-        except (errors.LeaseEnded, errors.UnknownLease, errors.ClientClosed):
-            pass
-        except (errors.CorePanic, errors.CorePoisoned) as e:
-            self._on_fatal(e)
-        if was == _ACQUIRING and h._state == _ACQUIRING:
-            # Another reentrant holder keeps the lease alive; this waiter alone is cancelled.
-            self._settle_error(h, self._acquire_error(h, _ffi.LH_REASON_CANCELLED))
-
-    def _release_handle(self, h: LockHandle, timeout: float | None) -> None:
+    def _release_handle(self, h: LockHandle, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
         # The inline call is bounded by the service's call_timeout, not by ``timeout``: an
         # explicitly shorter wait takes the pooled path, which can stop waiting at any time.
         explicit = timeout is not None or self._release_timeout_set
         bound = self._call_bound
         inline = not explicit or (bound is not None and wait_s >= bound)
+        end = time.monotonic() + wait_s
+        slot = _Slot()
         with self._mu:
-            if h._state != _HELD or self._closed or self._closing or self._fatal is not None:
-                if h._state == _HELD:
-                    h._state = _RELEASED
-                return
+            early = self._release_early(h)
+            if early is not None:
+                return early
             lease = h.lease_id
+            cmd: Output | None = None
             if inline and self._inline and not self._paused:
-                self._release_in_core(h)
+                outcome = self._release_start(h, slot)
                 cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
-                if cmd is None:  # still held by another reentrant holder, or nothing to send
-                    return
             else:
-                cmd = None
-                ev = threading.Event()
-                self._release_waiters[lease] = ev
-                self._release_in_core(h)
+                outcome = self._release_start(h, slot)
                 self._drain()
-                sent = any(k == _ffi.LH_OUTPUT_RELEASE and ls == lease for k, ls in self._requests.values())
-                if not sent:
-                    self._release_waiters.pop(lease, None)
-                    return
-        if cmd is not None:
-            self._run_inline(cmd)
-        else:
-            ev.wait(wait_s)
+            if outcome is not None or slot.done:
+                if cmd is not None:  # a lost lease's cleanup release: nobody waits for it
+                    self._inflight -= 1
+                    self._submit_io(cmd)
+                return self._release_end(h, slot, outcome if outcome is not None else slot.value)
+            if cmd is None and not self._release_sent(lease, self._requests):
+                return self._release_end(h, slot, None)
+        try:
+            if cmd is not None:
+                self._run_inline(cmd)
+            slot.wait(max(0.0, end - time.monotonic()))
+        finally:
+            with self._mu:
+                outcome = self._release_end(h, slot, slot.value if slot.done else None)
+        return outcome
+
+    def _renew_handle(self, h: LockHandle, timeout: float | None) -> float:
+        given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
+        slot = _Slot()
+        with self._mu:
+            self._renew_start(h, slot)
+            self._drain()
+            wait_s = self._renew_bound(h) if given is None else given
+        if not slot.wait(min(wait_s, threading.TIMEOUT_MAX)):
+            with self._mu:
+                if not slot.done:
+                    self._renew_forget(h.lease_id, slot)
+                    raise errors.RenewTimeout(h.name, wait_s)
+        return renew_value(slot.value)
 
     def _cancel(self, h: LockHandle) -> None:
         """Cancel a waiting acquire (or release a grant that raced the cancellation)."""
@@ -1328,6 +1333,25 @@ class LockClient:
         # The core still tracks these waiters' watches; the child does not watch them (the
         # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
         self._core_watching = core_watching
+
+
+class _Slot:
+    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot)."""
+
+    __slots__ = ("_ev", "value", "done")
+
+    def __init__(self) -> None:
+        self._ev = threading.Event()
+        self.value: Any = None
+        self.done = False
+
+    def set(self, value: Any) -> None:
+        if not self.done:
+            self.value, self.done = value, True
+            self._ev.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._ev.wait(timeout)
 
 
 class _SerialWorker:

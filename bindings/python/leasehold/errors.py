@@ -16,6 +16,8 @@ Hierarchy::
     ├── AcquireCancelled                    the acquire was cancelled before a grant
     ├── ClientClosed (RuntimeError)         the client is closed (or closing)
     ├── LockNotHeld (RuntimeError)          a released/lost handle was used as if held
+    │   └── LockLost                        ... it was lost (``reason`` says why)
+    ├── RenewTimeout (TimeoutError)         a manual renew() got no answer within its timeout
     └── StaleFencingToken                   the fencing gate refused an out-of-date token
 
 Misuse that Python itself can detect (wrong argument types, negative TTLs) raises the
@@ -41,6 +43,8 @@ __all__ = [
     "AcquireCancelled",
     "ClientClosed",
     "LockNotHeld",
+    "LockLost",
+    "RenewTimeout",
     "StaleFencingToken",
 ]
 
@@ -129,6 +133,27 @@ class ClientClosed(LeaseholdError, RuntimeError):
 
 class LockNotHeld(LeaseholdError, RuntimeError):
     """A handle that was released or lost was used as if it were held."""
+
+
+class LockLost(LockNotHeld):
+    """The lock was lost (renewal rejected, validity elapsed, failure budget spent, ...):
+    raised by ``renew()`` on a lost handle, or when the lease is lost while it waits.
+    ``reason`` is the handle's ``lost_reason``."""
+
+    def __init__(self, name: str, reason: str | None) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"lock {name!r} was lost ({reason or 'unknown reason'})")
+
+
+class RenewTimeout(LeaseholdError, TimeoutError):
+    """A manual ``renew()`` was not answered within its timeout. The lease is unchanged: the
+    core keeps retrying the renewal within the failure budget, and reports a loss as usual."""
+
+    def __init__(self, name: str, timeout: float) -> None:
+        self.name = name
+        self.timeout = timeout
+        super().__init__(f"renewal of lock {name!r} not answered within {timeout:g}s")
 
 
 class StaleFencingToken(LeaseholdError):

@@ -105,7 +105,7 @@ def test_shell_command_runs_through_sh(env, backend, tmp_path):
         ["run", "-E", "256", "job", "--", "true"],
         ["run", "-E", "-1", "job", "--", "true"],
         ["run", "-E", "x", "job", "--", "true"],
-        ["run", "--fail-budget", "0", "job", "--", "true"],
+        ["run", "--fail-budget", "-1", "job", "--", "true"],
         ["run", "--fail-budget", "1.5", "job", "--", "true"],
         ["run", "--fail-budget", str(2**32), "job", "--", "true"],
     ],
@@ -170,6 +170,12 @@ def test_a_large_fail_budget_keeps_retrying_until_validity_runs_out(env, backend
     rc, err = _lose_while_database_is_locked(env, backend, db, tmp_path, budget=1_000_000)
     assert rc == 76, err
     assert "lost lock 'job' (expired)" in err, err
+
+
+def test_fail_budget_zero_is_the_time_budget(env, backend, db, tmp_path):
+    rc, err = _lose_while_database_is_locked(env, backend, db, tmp_path, budget=0)
+    assert rc == 76, err
+    assert "lost lock 'job' (fail_budget)" in err or "lost lock 'job' (expired)" in err, err
 
 
 # ------------------------------------------------------------------ status: who holds it

@@ -17,6 +17,13 @@ Modes (all print one line per event, flushed, so the parent can follow):
     The next holder: acquire NAME (wait up to 60 s), write through the gate, print
     ``WROTE <fence>``, release.
 
+``pause-release URL NAME TTL ROUNDS FLAVOUR``
+    ROUNDS times (FLAVOUR ``sync``: LockClient, ``async``: AsyncLockClient): acquire NAME with
+    TTL seconds, print ``ACQUIRED <round>``, block on stdin (the parent SIGSTOPs us past the
+    TTL and queues a line before SIGCONT), release at once on waking, wait a little for the
+    loss callback and print ``RELEASED <outcome> <lost|not-lost> <reason> <on_lost calls>
+    <idle|busy>`` (idle: the client has nothing left in flight).
+
 ``loop URL NAME SECONDS WORKDIR``
     Keep acquiring/releasing NAME (short waits, short TTL) until WORKDIR/stop exists (at most
     SECONDS) while Redis may be killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
@@ -26,6 +33,7 @@ Modes (all print one line per event, flushed, so the parent can follow):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -35,7 +43,9 @@ import time
 from pathlib import Path
 
 from leasehold import LockClient, errors
+from leasehold.aio import AsyncLockClient
 from leasehold.backends.redis import RedisLockService
+from leasehold.backends.redis_async import AsyncRedisLockService
 from leasehold.fencing import FencingGate
 
 logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
@@ -102,6 +112,41 @@ def write(url: str, name: str, ttl: float, db: str) -> None:
             say("WROTE", lock.fencing_token)
 
 
+def pause_release(url: str, name: str, ttl: float, rounds: int) -> None:
+    with client_for(url) as client:
+        for i in range(rounds):
+            calls: list[object] = []
+            lock = client.acquire(name, ttl=ttl, wait=30.0, on_lost=calls.append)
+            say("ACQUIRED", i)
+            sys.stdin.readline()  # stopped here; the line is waiting when we resume
+            outcome = lock.release()
+            end = time.monotonic() + 5.0
+            while not calls and time.monotonic() < end:
+                time.sleep(0.01)
+            time.sleep(0.2)  # a second call would show up now
+            state = "lost" if lock.lost.is_set() else "not-lost"
+            idle = "idle" if client.wait_idle(10.0) else "busy"  # the cleanup release finished
+            say("RELEASED", outcome, state, lock.lost_reason, len(calls), idle)
+
+
+async def pause_release_async(url: str, name: str, ttl: float, rounds: int) -> None:
+    service = AsyncRedisLockService.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    async with AsyncLockClient(service) as client:
+        for i in range(rounds):
+            calls: list[object] = []
+            lock = await client.acquire(name, ttl=ttl, wait=30.0, on_lost=calls.append)
+            say("ACQUIRED", i)
+            await asyncio.to_thread(sys.stdin.readline)
+            outcome = await lock.release()
+            end = time.monotonic() + 5.0
+            while not calls and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            state = "lost" if lock.lost.is_set() else "not-lost"
+            idle = "idle" if await client.wait_idle(10.0) else "busy"
+            say("RELEASED", outcome, state, lock.lost_reason, len(calls), idle)
+
+
 def loop(url: str, name: str, seconds: float, workdir: str) -> None:
     gate = gate_for(str(Path(workdir) / "gate.db"))
     out = Path(workdir) / f"grants-{os.getpid()}"
@@ -138,6 +183,11 @@ def main(argv: list[str]) -> None:
         hold(argv[2], argv[3], float(argv[4]), argv[5])
     elif mode == "write":
         write(argv[2], argv[3], float(argv[4]), argv[5])
+    elif mode == "pause-release":
+        if argv[6] == "async":
+            asyncio.run(pause_release_async(argv[2], argv[3], float(argv[4]), int(argv[5])))
+        else:
+            pause_release(argv[2], argv[3], float(argv[4]), int(argv[5]))
     elif mode == "loop":
         loop(argv[2], argv[3], float(argv[4]), argv[5])
     else:

@@ -136,6 +136,29 @@ def test_kleppmann_paused_holder_is_fenced_off_and_learns_it_lost(redis_server, 
     assert rows == [(fence_b,)], "only the current holder's write got through"
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_release_right_after_a_pause_past_the_ttl_ends_lost(redis_server, r, worker_env, procs, flavour):
+    """SIGSTOP a holder past its TTL with its release() queued: on waking it releases at once,
+    racing its own driver. Whoever runs first, the lease ends lost, with its loss signal."""
+    ttl, rounds = 1.0, 3
+    holder = Proc(["pause-release", redis_server.url, "paused", str(ttl), str(rounds), flavour], worker_env, stdin=True)
+    procs.append(holder)
+    for i in range(rounds):
+        holder.expect(f"ACQUIRED {i}")
+        os.kill(holder.p.pid, signal.SIGSTOP)
+        try:
+            time.sleep(ttl + 0.7)  # past the validity (and the key's TTL in Redis)
+            holder.send("release")  # waiting in the pipe when it resumes
+        finally:
+            os.kill(holder.p.pid, signal.SIGCONT)
+        released = holder.expect("RELEASED").split()
+        assert released[1:3] == ["lost", "lost"] and released[3] in ("expired", "fail_budget"), released
+        assert released[4] == "1", f"on_lost must fire exactly once: {released}"
+        assert released[5] == "idle", f"nothing left in flight: {released}"
+    assert holder.finish() == 0, "".join(holder.err)
+    assert not r.exists(proto.keys_for("paused").lock)
+
+
 @pytest.mark.parametrize("persistence", [False, True], ids=["no-persistence", "aof"])
 def test_redis_killed_and_restarted_mid_run(redis_factory, tmp_path, worker_env, procs, persistence):
     srv = redis_factory(persistence=persistence)
