@@ -1,7 +1,7 @@
 """Takes a lock on the embedded default backend (a SQLite file in the user's cache
 directory, shared by every process on this host), prints the fencing token and releases.
 
-    pip install leasehold        # or: pip install ./bindings/python
+    pip install ./bindings/python    # from a checkout, or a built wheel
     python examples/python/lock.py [NAME]
 """
 

@@ -103,7 +103,7 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
   sqlite://            the default file: $XDG_CACHE_HOME/leasehold/locks.sqlite3
                        (~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset)
   redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://..., unix:///PATH.sock
-                       a Redis server (needs the 'redis' extra: pip install leasehold[redis])
+                       a Redis server (needs redis-py: pip install 'redis>=5')
   memory://            in-process only: no other process sees the lock (for tests)
 """
 
@@ -404,7 +404,7 @@ def open_backend(url: str) -> Any:
         try:
             from .backends.redis import RedisLockService
         except ImportError as e:
-            raise BackendError(f"the Redis backend needs the 'redis' package (pip install 'leasehold[redis]'): {e}") from None
+            raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
         try:
             svc = RedisLockService.from_url(url)
         except ValueError as e:
