@@ -564,6 +564,23 @@ fn a_lost_subscriber_resubscribes_and_rechecks() {
 }
 
 #[test]
+fn a_subscriber_lost_before_the_confirmation_subscribes_again() {
+    let mut h = H::unsubscribed();
+    h.reqs();
+    h.proto.handle_subscription(&mut h.core, h.now, WAKE, false);
+    let r = h.reqs();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].args, vec![b"SUBSCRIBE".to_vec(), WAKE.to_vec()]);
+    assert_eq!(
+        h.proto.counters().subscriber_losses,
+        0,
+        "it was never in effect"
+    );
+    h.subscribed();
+    assert!(h.proto.is_subscribed());
+}
+
+#[test]
 fn a_failed_subscribe_is_retried_with_backoff() {
     let mut h = H::unsubscribed();
     let sub = h.reqs().remove(0);

@@ -581,13 +581,16 @@ impl RedisProtocol {
             }
             self.subscribe_pending = false;
             self.on_subscribed(core);
-        } else if self.subscribed || !self.subscribe_pending {
-            self.counters.subscriber_losses += 1;
+        } else {
+            // Lost (or never confirmed: a SUBSCRIBE sent on a connection that then dropped is
+            // lost with it). A second SUBSCRIBE is harmless, a missing one is not.
+            if self.subscribed {
+                self.counters.subscriber_losses += 1;
+            }
             self.subscribed = false;
             self.bump_all();
-            if !self.subscribe_pending {
-                self.send_subscribe(now);
-            }
+            self.resubscribe_at = NEVER;
+            self.send_subscribe(now);
         }
         self.pump(core);
     }
