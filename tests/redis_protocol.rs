@@ -431,7 +431,7 @@ fn a_standby_that_hears_nothing_tries_after_the_delay() {
     refused(&mut h, 10_000);
     h.advance(50);
     h.reqs();
-    h.msg(b"s jobs");
+    h.msg(b"s1 jobs");
     h.advance(140);
     assert!(h.reqs().is_empty(), "not before the standby delay");
     h.advance(10);
@@ -442,12 +442,28 @@ fn a_standby_that_hears_nothing_tries_after_the_delay() {
 }
 
 #[test]
+fn a_second_standby_waits_twice_as_long() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    for _ in 0..20 {
+        h.advance(10);
+    }
+    h.reqs();
+    h.msg(b"s2 jobs");
+    assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 300 * MS));
+    h.advance(290);
+    assert!(h.reqs().is_empty());
+    h.advance(10);
+    h.only_acquire();
+}
+
+#[test]
 fn a_standby_told_taken_stands_down() {
     let mut h = H::new();
     refused(&mut h, 10_000);
     h.advance(50);
     h.reqs();
-    h.msg(b"s jobs");
+    h.msg(b"s1 jobs");
     h.advance(20);
     h.msg(b"t jobs");
     h.advance(500);
@@ -464,7 +480,7 @@ fn the_standby_deadline_is_part_of_poll_timeout() {
     }
     assert!(h.reqs().is_empty());
     assert!(h.proto.poll_timeout(&mut h.core).unwrap() > h.now + 1_000 * MS);
-    h.msg(b"s jobs");
+    h.msg(b"s1 jobs");
     assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 150 * MS));
 }
 
@@ -481,12 +497,14 @@ fn messages_for_other_channels_names_or_malformed_are_ignored() {
         b"w",
         b"",
         b"w \xff\xfe",
-        b"s other",
+        b"s1 other",
+        b"s jobs",
+        b"s9 jobs",
     ] {
         h.msg(bad);
     }
     assert!(h.reqs().is_empty());
-    assert_eq!(h.proto.counters().ignored_messages, 5);
+    assert_eq!(h.proto.counters().ignored_messages, 7);
 }
 
 #[test]

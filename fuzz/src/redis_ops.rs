@@ -266,8 +266,10 @@ pub fn run(input: &Input) -> u64 {
             Op::Message(own, payload) => {
                 let bytes = match payload {
                     Payload::Known(k, n) => {
-                        let kind = [b'w', b's', b't', b'x'][usize::from(*k) % 4];
-                        let mut b = vec![kind, b' '];
+                        let kind: &[u8] =
+                            [&b"w"[..], b"s1", b"s2", b"t", b"x", b"s"][usize::from(*k) % 6];
+                        let mut b = kind.to_vec();
+                        b.push(b' ');
                         b.extend_from_slice(NAMES[usize::from(*n) % NAMES.len()].as_bytes());
                         b
                     }

@@ -13,13 +13,14 @@
 //! Each protocol object subscribes one wake channel of its own (`lh:wake:` + 32 hex digits).
 //! A refused ACQUIRE queues the lease in `lh:{NAME}:queue` (entry `wake#token`, scored by
 //! server time, a retry keeps its place). RELEASE pops the oldest entry whose channel has a
-//! subscriber and publishes `w NAME` to it (wake up and try), and `s NAME` to the entry after
-//! it (stand by). A granted ACQUIRE removes its own entry and publishes `t NAME` (taken) to the
-//! new head of the queue. A standby that hears no `t` within the standby delay (150 ms by
-//! default) tries itself: a frozen or dead head (a SIGSTOP'd process whose socket is still
-//! open, so its PUBLISH counted) keeps the lock free for about that long, never for a TTL, and
-//! it has been popped, so it costs one handoff once. An ordinary handoff is two script calls
-//! (RELEASE, the woken waiter's ACQUIRE); the standby's notices are PUBLISHes inside them.
+//! subscriber and publishes `w NAME` to it (wake up and try), and `s1 NAME` / `s2 NAME` to the
+//! two entries after it (stand by, with a rank). A granted ACQUIRE removes its own entry and
+//! publishes `t NAME` (taken) to the first two entries left. A standby that hears no `t`
+//! within rank × the standby delay (150 ms by default) tries itself: a frozen or dead head (a
+//! SIGSTOP'd process whose socket is still open, so its PUBLISH counted) keeps the lock free
+//! for about one delay (two frozen in a row: two), never for a TTL, and it has been popped,
+//! so it costs one handoff once. An ordinary handoff is two script calls (RELEASE, the woken
+//! waiter's ACQUIRE); the standby notices are PUBLISHes inside them.
 //! Direct grants were not kept: they need the grantee's send time and a grant notice path
 //! for two calls' worth of saving at most, and a wake-one queue meets the bounds without them.
 //!
@@ -548,12 +549,16 @@ impl RedisProtocol {
                 self.wake_name(core, msg.name);
             }
             scripts::MSG_STANDBY => {
-                let delay = self.opts.standby_delay_ms.saturating_mul(MS);
+                let delay = self
+                    .opts
+                    .standby_delay_ms
+                    .saturating_mul(MS)
+                    .saturating_mul(u64::from(msg.rank));
                 if let Some(s) = self.names.get_mut(msg.name) {
                     if s.standby_until == NEVER {
-                        s.standby_until = now.saturating_add(delay);
                         self.standbys += 1;
                     }
+                    s.standby_until = s.standby_until.min(now.saturating_add(delay));
                 }
             }
             _ => self.disarm(msg.name),

@@ -23,9 +23,13 @@ pub const MAX_FENCE: u64 = (1 << 53) - 1;
 /// Payload kind on a wake channel: the lock was released and this client's entry was at the
 /// head of the queue; one of its waiters should try now.
 pub const MSG_WAKE: u8 = b'w';
-/// Payload kind: this client's entry is next after a woken one; if nobody reports the lock
-/// taken within the standby delay, try.
+/// Payload kind: this client's entry is one of the [`STANDBYS`] after a woken one, with its
+/// rank (`s1 NAME`, `s2 NAME`); if nobody reports the lock taken within rank × the standby
+/// delay, try.
 pub const MSG_STANDBY: u8 = b's';
+/// Entries told to stand by at a release: so many frozen waiters in a row at the head cost
+/// a live one a few standby delays, not the holder's TTL.
+pub const STANDBYS: u8 = 2;
 /// Payload kind: the lock was granted to someone; a standby may stand down.
 pub const MSG_TAKEN: u8 = b't';
 
@@ -63,24 +67,37 @@ pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
     Ok(k)
 }
 
-/// A wake-channel message: its kind (`MSG_*`) and lock name.
+/// A wake-channel message: its kind (`MSG_*`), a standby's rank and the lock name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WakeMessage<'a> {
     /// `MSG_WAKE`, `MSG_STANDBY` or `MSG_TAKEN`.
     pub kind: u8,
+    /// `1..=STANDBYS` for `MSG_STANDBY`, 0 otherwise.
+    pub rank: u8,
     /// The lock name (valid).
     pub name: &'a str,
 }
 
-/// Parses a wake-channel payload: `KIND ' ' NAME`. `None` for anything else.
+/// Parses a wake-channel payload: `w NAME`, `t NAME`, or `s` RANK `NAME` (`s1 jobs`). `None`
+/// for anything else.
 pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
-    let (&kind, rest) = payload.split_first()?;
-    if !matches!(kind, MSG_WAKE | MSG_STANDBY | MSG_TAKEN) {
-        return None;
+    let (&kind, mut rest) = payload.split_first()?;
+    let mut rank = 0;
+    match kind {
+        MSG_WAKE | MSG_TAKEN => {}
+        MSG_STANDBY => {
+            let (&digit, after) = rest.split_first()?;
+            rank = digit.wrapping_sub(b'0');
+            if !(1..=STANDBYS).contains(&rank) {
+                return None;
+            }
+            rest = after;
+        }
+        _ => return None,
     }
     let name = std::str::from_utf8(rest.strip_prefix(b" ")?).ok()?;
     validate_name(name).ok()?;
-    Some(WakeMessage { kind, name })
+    Some(WakeMessage { kind, rank, name })
 }
 
 // Shared by the scripts: argument checks, the entry format and the fence computation.
@@ -201,13 +218,15 @@ redis.call('SET', fence, ns, 'PX', string.format('%.0f', ttl + keep))
 redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
 if #entry > 0 then
-  -- Leave the queue and tell its new head (a standby, if a release named one) that the lock
-  -- is taken. A queue key of another type is left alone.
+  -- Leave the queue and tell its first entries (the standbys, if a release named them)
+  -- that the lock is taken. A queue key of another type is left alone.
   local r = redis.pcall('ZREM', queue, entry)
   if type(r) == 'number' then
-    local head = redis.call('ZRANGE', queue, 0, 0)
-    local ch = channel_of(head[1])
-    if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+    local head = redis.call('ZRANGE', queue, 0, 1)
+    for i = 1, #head do
+      local ch = channel_of(head[i])
+      if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+    end
   end
 end
 return {1, nxt, ttl}
@@ -250,7 +269,8 @@ macro_rules! lua_release {
             r#"-- leasehold RELEASE (queue protocol 4)
 -- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms
 -- -> 1 released: the oldest queued entry whose client listens gets 'w NAME' (wake up and
---    try), the entry after it 's NAME' (stand by: try if nobody takes the lock soon)
+--    try), the two after it 's1 NAME' and 's2 NAME' (stand by: try if nobody takes the lock
+--    within 1 or 2 standby delays)
 --  | 0 not the owner
 "#,
             lua_common!(),
@@ -282,9 +302,11 @@ if type(r) == 'number' then
     if #e == 0 then break end
     local ch = channel_of(e[1])
     if ch and redis.call('PUBLISH', ch, 'w ' .. name) > 0 then
-      local nxt = redis.call('ZRANGE', queue, 0, 0)
-      local ch2 = channel_of(nxt[1])
-      if ch2 then redis.call('PUBLISH', ch2, 's ' .. name) end
+      local nxt = redis.call('ZRANGE', queue, 0, 1)
+      for i = 1, #nxt do
+        local ch2 = channel_of(nxt[i])
+        if ch2 then redis.call('PUBLISH', ch2, 's' .. i .. ' ' .. name) end
+      end
       break
     end
   end
@@ -434,10 +456,12 @@ mod tests {
             parse_message(b"w jobs"),
             Some(WakeMessage {
                 kind: MSG_WAKE,
+                rank: 0,
                 name: "jobs"
             })
         );
-        assert_eq!(parse_message(b"s a b").unwrap().name, "a b");
+        let s = parse_message(b"s2 a b").unwrap();
+        assert_eq!((s.kind, s.rank, s.name), (MSG_STANDBY, 2, "a b"));
         assert_eq!(parse_message(b"t x").unwrap().kind, MSG_TAKEN);
         for bad in [
             &b""[..],
@@ -447,6 +471,11 @@ mod tests {
             b"x jobs",
             b"w \xff",
             b"w a\0b",
+            b"s jobs",
+            b"s0 jobs",
+            b"s3 jobs",
+            b"s1jobs",
+            b"w1 jobs",
         ] {
             assert_eq!(parse_message(bad), None, "{bad:?}");
         }
