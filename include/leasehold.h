@@ -622,6 +622,11 @@ typedef struct lh_redis_options {
    * Queue entries older than this are dropped at a release (default 600000).
    */
   uint64_t queue_max_age_ms;
+  /**
+   * How long a queued waiter behind the head of the queue waits before it asks again on
+   * its own (default 10000): an idle waiter's cost is one script call per this interval.
+   */
+  uint64_t idle_recheck_ms;
 } lh_redis_options;
 
 /**

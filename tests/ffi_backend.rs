@@ -249,7 +249,7 @@ fn bad_redis_options_are_invalid_config() {
     unsafe {
         lh_redis_options_default(o.as_mut_ptr());
         let mut o = o.assume_init();
-        assert_eq!(o.standby_delay_ms, 150);
+        assert_eq!((o.standby_delay_ms, o.idle_recheck_ms), (150, 10_000));
         o.standby_delay_ms = 0;
         assert_eq!(
             lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),

@@ -373,6 +373,50 @@ fn a_queued_refusal_answers_quick_retries_locally() {
 }
 
 #[test]
+fn a_waiter_behind_the_head_looks_again_only_after_the_idle_interval() {
+    let mut h = H::new();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    let behind = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(3)]);
+    h.reply(r.id, behind);
+    let mut asked_at = None;
+    for _ in 0..1_200 {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            asked_at = Some(h.now);
+            break;
+        }
+    }
+    let asked_ms = asked_at.expect("asks again eventually") / MS;
+    assert!(
+        (10_000..11_000).contains(&asked_ms),
+        "asked again at {asked_ms} ms"
+    );
+}
+
+#[test]
+fn the_head_looks_again_when_the_holders_time_is_up() {
+    let mut h = H::new();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    let head = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(0)]);
+    h.reply(r.id, head);
+    let mut asked_at = None;
+    for _ in 0..1_200 {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            asked_at = Some(h.now);
+            break;
+        }
+    }
+    let asked_ms = asked_at.expect("asks again") / MS;
+    assert!(
+        (2_000..2_200).contains(&asked_ms),
+        "asked again at {asked_ms} ms"
+    );
+}
+
+#[test]
 fn without_a_confirmed_subscription_every_retry_goes_to_redis() {
     let mut h = H::unsubscribed();
     h.reqs();

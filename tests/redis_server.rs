@@ -404,3 +404,51 @@ fn a_handoff_costs_two_script_calls_and_idle_waiters_none() {
         .sum();
     assert_eq!(takeovers, 0, "no waiter was frozen here");
 }
+
+#[test]
+fn idle_waiters_behind_the_head_of_a_short_lease_stay_quiet() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut holder = Host::new(server.port, 70, RedisOptions::default());
+    subscribed(&mut holder);
+    // A 1 s lease, renewed: the head waiter looks again about once a second (the holder may
+    // have died); the waiters behind it wait to be woken, or 10 s.
+    let held = holder.acquire("short", 1_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(held).is_some()));
+    let mut waiters: Vec<Host> = (0..4)
+        .map(|i| Host::new(server.port, 71 + i, RedisOptions::default()))
+        .collect();
+    for w in &mut waiters {
+        subscribed(w);
+        w.acquire("short", 1_000, 60_000);
+        w.step(Duration::from_millis(1));
+    }
+    let before: Vec<u64> = waiters
+        .iter()
+        .map(|w| w.proto.counters().script_calls)
+        .collect();
+    let end = now() + 3_000 * MS;
+    while now() < end {
+        holder.step(Duration::from_millis(1));
+        for w in &mut waiters {
+            w.step(Duration::ZERO);
+        }
+    }
+    let calls: Vec<u64> = waiters
+        .iter()
+        .zip(&before)
+        .map(|(w, b)| w.proto.counters().script_calls - b)
+        .collect();
+    eprintln!("script calls of 4 idle waiters over 3 s behind a renewed 1 s lease: {calls:?}");
+    assert!(
+        holder.core.is_held(held, now()).unwrap(),
+        "the holder kept renewing"
+    );
+    assert!(calls[0] >= 1 && calls[0] <= 6, "the head: {calls:?}");
+    assert_eq!(
+        calls[1..].iter().sum::<u64>(),
+        0,
+        "waiters behind the head: {calls:?}"
+    );
+}

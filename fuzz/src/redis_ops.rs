@@ -42,6 +42,8 @@ pub enum Reply {
     Grant(i64, i64),
     /// `[0, left]`.
     Held(i64),
+    /// `[0, left, rank]`.
+    Ranked(i64, i64),
     /// An integer.
     Int(i64),
     /// Nil.
@@ -167,6 +169,7 @@ fn build<'a>(r: &'a Reply, wake: &'a [u8], fences: &mut HashSet<u64>) -> Value<'
     match r {
         Reply::Grant(f, t) => grant(*f, *t, fences),
         Reply::Held(l) => Value::Array(vec![Value::Int(0), Value::Int(*l)]),
+        Reply::Ranked(l, r) => Value::Array(vec![Value::Int(0), Value::Int(*l), Value::Int(*r)]),
         Reply::Int(i) => Value::Int(*i),
         Reply::Nil => Value::Nil,
         Reply::Error(e) => Value::Error(&e.0),
@@ -203,6 +206,7 @@ pub fn run(input: &Input) -> u64 {
         standby_delay_ms: 150,
         key_keep_ms: 1_000,
         queue_max_age_ms: 10_000,
+        idle_recheck_ms: 1_000,
     };
     let mut w = World {
         core: Client::new(Config::default(), &[0x42; 32]).expect("valid config"),

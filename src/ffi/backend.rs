@@ -74,6 +74,9 @@ pub struct lh_redis_options {
     pub key_keep_ms: u64,
     /// Queue entries older than this are dropped at a release (default 600000).
     pub queue_max_age_ms: u64,
+    /// How long a queued waiter behind the head of the queue waits before it asks again on
+    /// its own (default 10000): an idle waiter's cost is one script call per this interval.
+    pub idle_recheck_ms: u64,
 }
 
 /// A borrowed byte string.
@@ -220,6 +223,7 @@ fn options_from_c(o: &lh_redis_options) -> RedisOptions {
         standby_delay_ms: o.standby_delay_ms,
         key_keep_ms: o.key_keep_ms,
         queue_max_age_ms: o.queue_max_age_ms,
+        idle_recheck_ms: o.idle_recheck_ms,
     }
 }
 
@@ -239,6 +243,7 @@ pub unsafe extern "C" fn lh_redis_options_default(out: *mut lh_redis_options) {
         standby_delay_ms: d.standby_delay_ms,
         key_keep_ms: d.key_keep_ms,
         queue_max_age_ms: d.queue_max_age_ms,
+        idle_recheck_ms: d.idle_recheck_ms,
     };
     // SAFETY: non-NULL; valid per the caller's contract.
     unsafe { write_out(out, value) };

@@ -24,10 +24,11 @@
 //! Direct grants were not kept: they need the grantee's send time and a grant notice path
 //! for two calls' worth of saving at most, and a wake-one queue meets the bounds without them.
 //!
-//! Idle waiters cost nothing: a refused ACQUIRE whose entry is queued while the subscription
-//! is live makes that lease's later retries (the engine's quick attempts) local refusals
-//! with the holder's remaining time, until a wake-up, a re-subscription or the holder's
-//! expiry: only then does the lease ask Redis again.
+//! Idle waiters cost almost nothing: a refused ACQUIRE whose entry is queued while the
+//! subscription is live makes that lease's later retries (the engine's quick attempts) local
+//! refusals, until a wake-up, a re-subscription, or — for the head of the queue — the
+//! holder's expiry (it may have died without releasing), and for the others
+//! `idle_recheck_ms` (10 s): only then does the lease ask Redis again.
 //!
 //! # Bounded keyspace
 //!
@@ -80,6 +81,10 @@ pub struct RedisOptions {
     pub key_keep_ms: u64,
     /// Queue entries older than this are dropped at a release (waiters that died queued).
     pub queue_max_age_ms: u64,
+    /// How long a queued waiter behind the head waits before it asks again on its own (the
+    /// head asks when the holder's time is up; the others are woken in turn). Bounds what an
+    /// idle waiter costs: at most one script call per this interval.
+    pub idle_recheck_ms: u64,
 }
 
 impl Default for RedisOptions {
@@ -88,6 +93,7 @@ impl Default for RedisOptions {
             standby_delay_ms: 150,
             key_keep_ms: 60_000,
             queue_max_age_ms: 600_000,
+            idle_recheck_ms: 10_000,
         }
     }
 }
@@ -108,6 +114,11 @@ impl RedisOptions {
         if self.queue_max_age_ms == 0 || self.queue_max_age_ms > 86_400_000 {
             return Err(crate::Error::InvalidConfig(
                 "queue_max_age_ms must be in [1 ms, one day]",
+            ));
+        }
+        if self.idle_recheck_ms > 3_600_000 {
+            return Err(crate::Error::InvalidConfig(
+                "idle_recheck_ms must be at most one hour",
             ));
         }
         Ok(())
@@ -436,16 +447,24 @@ impl RedisProtocol {
                         ttl_ms,
                         backend_data: &[],
                     },
-                    Some(Acquired::Held { left_ms }) => {
+                    Some(Acquired::Held { left_ms, rank }) => {
                         let live_epoch = self.names.get(&name).map(|s| s.epoch);
+                        let idle = self.opts.idle_recheck_ms;
                         if let Some(w) = self.leases.get_mut(&lease) {
                             w.queued = true;
+                            // The head looks again when the holder's time is up (it may have
+                            // died); the others are woken in turn, or look again after
+                            // idle_recheck_ms.
+                            let quiet_ms = match rank {
+                                Some(r) if r > 0 => left_ms.map(|l| l.max(idle)),
+                                _ => left_ms,
+                            };
                             w.quiet = (covered && self.subscribed && live_epoch == Some(epoch))
                                 .then_some(())
-                                .and(left_ms)
-                                .map(|left| Quiet {
+                                .and(quiet_ms)
+                                .map(|ms| Quiet {
                                     epoch,
-                                    until: p.sent_at.saturating_add(left.saturating_mul(MS)),
+                                    until: p.sent_at.saturating_add(ms.saturating_mul(MS)),
                                 });
                         } else {
                             // The lease gave up while this attempt was queueing it.
@@ -977,6 +996,15 @@ impl RedisProtocol {
                 [Value::Int(0), Value::Int(left)] if *left >= -1 => {
                     return Some(Acquired::Held {
                         left_ms: u64::try_from(*left).ok(),
+                        rank: None,
+                    });
+                }
+                [Value::Int(0), Value::Int(left), Value::Int(rank)]
+                    if *left >= -1 && *rank >= 0 =>
+                {
+                    return Some(Acquired::Held {
+                        left_ms: u64::try_from(*left).ok(),
+                        rank: u64::try_from(*rank).ok(),
                     });
                 }
                 _ => {}
@@ -1012,8 +1040,14 @@ impl RedisProtocol {
 }
 
 enum Acquired {
-    Granted { fence: u64, ttl_ms: u64 },
-    Held { left_ms: Option<u64> },
+    Granted {
+        fence: u64,
+        ttl_ms: u64,
+    },
+    Held {
+        left_ms: Option<u64>,
+        rank: Option<u64>,
+    },
 }
 
 fn name_keys(name: &str) -> Result<[Vec<u8>; 3], crate::Error> {

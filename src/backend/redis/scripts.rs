@@ -154,7 +154,8 @@ macro_rules! lua_acquire {
 -- KEYS[3] queue (zset of 'wake#token' entries scored by registration, server ms)
 -- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] queue entry ('' = do not queue), ARGV[4] keep_ms,
 -- ARGV[5] lock name
--- -> {1, fence, ttl_ms} granted | {0, pttl_ms} held by another token (the entry is queued)
+-- -> {1, fence, ttl_ms} granted | {0, pttl_ms, rank} held by another token (the entry is
+--    queued at 0-based rank) | {0, pttl_ms} held, not queued (no entry given)
 "#,
             lua_common!(),
             r#"if #KEYS ~= 3 then return redis.error_reply('lh: ACQUIRE expects 3 keys (lock, fence, queue), got ' .. #KEYS) end
@@ -191,6 +192,9 @@ if kind == 'hash' then
       return redis.error_reply('lh: queue key ' .. queue .. ' holds a ' .. redis.call('TYPE', queue)['ok'] .. ', expected a zset')
     end
     if redis.call('PTTL', queue) < left + keep then redis.call('PEXPIRE', queue, left + keep) end
+    -- The entry's place (0 = head): only the head needs to look again when the holder's
+    -- time is up; the others are woken in turn.
+    return {0, left, redis.call('ZRANK', queue, entry)}
   end
   return {0, left}
 elseif kind ~= 'none' then
