@@ -21,8 +21,9 @@
 //! for about one delay (two frozen in a row: two), never for a TTL, and it has been popped,
 //! so it costs one handoff once. An ordinary handoff is two script calls (RELEASE, the woken
 //! waiter's ACQUIRE); the standby notices are PUBLISHes inside them.
-//! Direct grants were not kept: they need the grantee's send time and a grant notice path
-//! for two calls' worth of saving at most, and a wake-one queue meets the bounds without them.
+//! Direct grants (RELEASE granting the head) were not kept: they save one call per handoff
+//! but need the grantee's send time to date the grant, a notice path, and releases of grants
+//! nobody wants any more; the wake-one queue meets the bounds without them.
 //!
 //! Idle waiters cost almost nothing: a refused ACQUIRE whose entry is queued while the
 //! subscription is live makes that lease's later retries (the engine's quick attempts) local
