@@ -7,11 +7,18 @@
 //! (`[1, fence, ttl]`) actually delivered (garbage never becomes a grant); at most one
 //! terminal event per lease; no event for a lease that never existed; requests, events and
 //! the protocol's pending table stay bounded.
+//!
+//! The same kind of traffic also reaches a second handle through the C ABI
+//! (`lh_client_new_redis`, `lh_reply` with arbitrary `lh_value` lists and lengths, NULLs,
+//! `lh_pubsub_message`, `lh_subscription` with any flag): every status is one of the
+//! documented codes, never a panic, and `lh_reply` refuses a list exactly when the core's
+//! decoder does.
 
 use std::collections::{HashMap, HashSet};
 
 use arbitrary::Arbitrary;
 use leasehold::backend::redis::{FlatValue, RedisOptions, RedisProtocol, Value, decode};
+use leasehold::ffi::*;
 use leasehold::{AcquireOptions, Client, Config, Event, LeaseId};
 
 use crate::{Seq, SmallBytes};
@@ -92,6 +99,28 @@ pub enum Op {
     Message(bool, Payload),
     /// A subscription change.
     Subscription(bool, bool),
+    /// A call on the C ABI handle.
+    Abi(AbiOp),
+}
+
+/// A call through the C ABI.
+#[derive(Debug, Arbitrary)]
+pub enum AbiOp {
+    /// `lh_acquire` of a known name.
+    Acquire(u8),
+    /// `lh_poll_request` and `lh_poll_output` until empty.
+    Drain,
+    /// `lh_reply` with raw values (kind, integer, offset, len), a value count that may lie
+    /// (NULL values when `null`), and data.
+    Reply(Pick, Vec<(u32, i64, u64, u64)>, u16, bool, SmallBytes),
+    /// `lh_request_failed`.
+    Fail(Pick),
+    /// `lh_pubsub_message` (NULL channel when the flag is set).
+    Message(bool, SmallBytes, SmallBytes),
+    /// `lh_subscription` with any flag value.
+    Subscription(bool, u32),
+    /// `lh_timeout`.
+    Timeout(u16),
 }
 
 struct World {
@@ -218,6 +247,7 @@ pub fn run(input: &Input) -> u64 {
         terminal: HashMap::new(),
     };
     let wake = w.proto.wake_channel().to_vec();
+    let mut abi = Abi::new();
     w.drain();
     for op in &input.ops.0 {
         match op {
@@ -286,6 +316,7 @@ pub fn run(input: &Input) -> u64 {
                 let ch: &[u8] = if *own { &wake } else { b"elsewhere" };
                 w.proto.handle_subscription(&mut w.core, w.now, ch, *on);
             }
+            Op::Abi(op) => abi.run(op, w.now),
         }
         w.drain();
     }
@@ -312,5 +343,216 @@ fn note_grants(v: &Value<'_>, fences: &mut HashSet<u64>) {
         && *f > 0
     {
         fences.insert(*f as u64);
+    }
+}
+
+/// A handle with the Redis protocol attached, driven through the C ABI.
+struct Abi {
+    h: *mut lh_client,
+    ids: Vec<u64>,
+    wake: Vec<u8>,
+}
+
+impl Drop for Abi {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from lh_client_new_redis and is not used after this.
+        unsafe { lh_client_free(self.h) };
+    }
+}
+
+fn expect(what: &str, st: u32, allowed: &[u32]) {
+    assert!(
+        st == LH_OK || allowed.contains(&st),
+        "{what}: unexpected status {st}"
+    );
+}
+
+impl Abi {
+    fn new() -> Abi {
+        let mut cfg = std::mem::MaybeUninit::<lh_config>::uninit();
+        let mut h = std::ptr::null_mut();
+        let seed = [0x24u8; 32];
+        // SAFETY: valid out-pointers and a live seed buffer.
+        let st = unsafe {
+            lh_config_default(cfg.as_mut_ptr());
+            lh_client_new_redis(
+                cfg.as_ptr(),
+                std::ptr::null(),
+                seed.as_ptr(),
+                seed.len(),
+                &mut h,
+            )
+        };
+        assert_eq!(st, LH_OK);
+        let mut a = Abi {
+            h,
+            ids: Vec::new(),
+            wake: Vec::new(),
+        };
+        a.drain();
+        a
+    }
+
+    fn drain(&mut self) {
+        for _ in 0..1_000 {
+            let mut r = std::mem::MaybeUninit::<lh_request>::uninit();
+            // SAFETY: valid out-pointer; argv is read before the next call on the handle.
+            let r = unsafe {
+                assert_eq!(lh_poll_request(self.h, r.as_mut_ptr()), LH_OK);
+                r.assume_init()
+            };
+            if r.id == 0 {
+                break;
+            }
+            // SAFETY: argc entries, each borrowing len bytes of the handle, until the next call.
+            let argv = unsafe { std::slice::from_raw_parts(r.argv, r.argc as usize) };
+            let first = unsafe { std::slice::from_raw_parts(argv[0].ptr, argv[0].len) };
+            if first == b"SUBSCRIBE" {
+                // SAFETY: as above.
+                self.wake =
+                    unsafe { std::slice::from_raw_parts(argv[1].ptr, argv[1].len) }.to_vec();
+            }
+            self.ids.push(r.id);
+        }
+        if self.ids.len() > 4_096 {
+            self.ids.drain(..2_048);
+        }
+        for _ in 0..1_000 {
+            let mut o = std::mem::MaybeUninit::<lh_output>::uninit();
+            // SAFETY: valid out-pointer.
+            let o = unsafe {
+                assert_eq!(lh_poll_output(self.h, o.as_mut_ptr()), LH_OK);
+                o.assume_init()
+            };
+            if o.kind == LH_OUTPUT_NONE {
+                break;
+            }
+            assert!(
+                matches!(
+                    o.kind,
+                    LH_OUTPUT_ACQUIRED
+                        | LH_OUTPUT_ACQUIRE_FAILED
+                        | LH_OUTPUT_LOST
+                        | LH_OUTPUT_RELEASED
+                ),
+                "a command came out of lh_poll_output on a Redis handle: {}",
+                o.kind
+            );
+        }
+    }
+
+    fn pick(&self, p: &Pick) -> u64 {
+        match *p {
+            Pick::Emitted(i) if !self.ids.is_empty() => self.ids[usize::from(i) % self.ids.len()],
+            Pick::Emitted(i) => u64::from(i),
+            Pick::Raw(id) => id,
+        }
+    }
+
+    fn run(&mut self, op: &AbiOp, now: u64) {
+        match op {
+            AbiOp::Acquire(n) => {
+                let name = NAMES[usize::from(*n) % NAMES.len()].as_bytes();
+                let mut o = std::mem::MaybeUninit::<lh_acquire_options>::uninit();
+                let mut lease = 0;
+                // SAFETY: valid pointers to locals.
+                let st = unsafe {
+                    lh_acquire_options_default(o.as_mut_ptr());
+                    let mut o = o.assume_init();
+                    o.ttl_ms = 3_000;
+                    o.wait_ns = 1_000 * MS;
+                    lh_acquire(self.h, now, name.as_ptr(), name.len(), &o, &mut lease)
+                };
+                expect("lh_acquire", st, &[LH_ERR_TOO_MANY_LEASES]);
+            }
+            AbiOp::Drain => {}
+            AbiOp::Reply(p, raw, claimed, null, data) => {
+                let id = self.pick(p);
+                let values: Vec<lh_value> = raw
+                    .iter()
+                    .take(64)
+                    .map(|&(kind, integer, offset, len)| lh_value {
+                        kind: kind % 9,
+                        _reserved: 0,
+                        integer,
+                        offset: offset % 96,
+                        len: if kind & 0x100 != 0 { len } else { len % 8 },
+                    })
+                    .collect();
+                // A count above the list is only passed with NULL values (never read).
+                let count = if *null {
+                    usize::from(*claimed)
+                } else {
+                    values.len()
+                };
+                let ptr = if *null {
+                    std::ptr::null()
+                } else {
+                    values.as_ptr()
+                };
+                // SAFETY: `count` values are readable at `ptr` (or it is NULL); data likewise.
+                let st =
+                    unsafe { lh_reply(self.h, now, id, ptr, count, data.0.as_ptr(), data.0.len()) };
+                if *null {
+                    assert_eq!(st, LH_ERR_NULL_ARGUMENT, "lh_reply with NULL values");
+                } else {
+                    let flat: Vec<FlatValue> = values
+                        .iter()
+                        .map(|v| FlatValue {
+                            kind: v.kind,
+                            integer: v.integer,
+                            offset: v.offset,
+                            len: v.len,
+                        })
+                        .collect();
+                    let decodes = decode(&flat, &data.0).is_ok();
+                    let want = if decodes { LH_OK } else { LH_ERR_INVALID_REPLY };
+                    assert_eq!(st, want, "lh_reply vs decode: {values:?}");
+                }
+            }
+            AbiOp::Fail(p) => {
+                let id = self.pick(p);
+                // SAFETY: live handle.
+                expect(
+                    "lh_request_failed",
+                    unsafe { lh_request_failed(self.h, now, id) },
+                    &[],
+                );
+            }
+            AbiOp::Message(null, ch, payload) => {
+                let (cp, cl) = if *null {
+                    (std::ptr::null(), ch.0.len())
+                } else if ch.0.first() == Some(&b'!') {
+                    (self.wake.as_ptr(), self.wake.len())
+                } else {
+                    (ch.0.as_ptr(), ch.0.len())
+                };
+                // SAFETY: `cl` bytes at `cp` (or NULL), payload likewise.
+                let st = unsafe {
+                    lh_pubsub_message(self.h, now, cp, cl, payload.0.as_ptr(), payload.0.len())
+                };
+                if *null {
+                    assert_eq!(st, LH_ERR_NULL_ARGUMENT);
+                } else {
+                    expect("lh_pubsub_message", st, &[]);
+                }
+            }
+            AbiOp::Subscription(own, flag) => {
+                let ch: &[u8] = if *own { &self.wake } else { b"elsewhere" };
+                // SAFETY: a live buffer.
+                let st = unsafe { lh_subscription(self.h, now, ch.as_ptr(), ch.len(), *flag) };
+                if *flag > 1 {
+                    assert_eq!(st, LH_ERR_INVALID_ENUM);
+                } else {
+                    expect("lh_subscription", st, &[]);
+                }
+            }
+            AbiOp::Timeout(ms) => {
+                // SAFETY: live handle.
+                let st = unsafe { lh_timeout(self.h, now + u64::from(*ms) * MS) };
+                expect("lh_timeout", st, &[]);
+            }
+        }
+        self.drain();
     }
 }
