@@ -94,6 +94,43 @@
  *   protected resource; lh_is_held() is advice for stopping work early.
  *   On close, keep driving the loop (bounded) until lh_counters_get().pending_cleanups == 0.
  *   bindings/c/example/ is the reference implementation of this loop.
+ *
+ * THE RUN LOOP WITH A BACKEND (Redis: lh_client_new_redis)
+ *
+ *   The handle then speaks the Redis protocol itself: keys, scripts, arguments, the meaning
+ *   of every reply, the wait queue and the wake channel. The host owns two connections
+ *   (commands, subscriber) and runs what it is told, verbatim; it never reads a reply.
+ *   lh_acquire / lh_release / lh_poll_output (events only) / lh_poll_timeout / lh_timeout
+ *   work as above; commands come out as requests instead:
+ *
+ *   for (;;) {
+ *       lh_poll_timeout(c, &deadline);
+ *       wait until the earliest of: deadline, a reply, a pub/sub message or subscription
+ *           change, an application call;
+ *       now = monotonic_ns();
+ *       feed exactly that one input:
+ *           lh_timeout(c, now) | lh_acquire / lh_release |
+ *           lh_reply(c, now, id, values, nvalues, data, data_len) |   // flat reply, below
+ *           lh_request_failed(c, now, id) |                           // transport error
+ *           lh_pubsub_message(c, now, channel, len, payload, len) |   // every message
+ *           lh_subscription(c, now, channel, len, 1 or 0);            // took effect / lost
+ *       do {                                         // drain both completely
+ *           lh_poll_request(c, &req);                // req.id == 0: none left
+ *           run req.argv[0..req.argc] on req.connection (LH_CONNECTION_COMMANDS or
+ *               LH_CONNECTION_SUBSCRIBER), asynchronously; later answer req.id;
+ *       } while (req.id != 0);
+ *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
+ *   }
+ *
+ *   A reply crosses as a flat list of lh_value in pre-order (an LH_VALUE_ARRAY of len n is
+ *   followed by its n elements, recursively) plus ONE data buffer: string values (BULK,
+ *   STATUS, ERROR) are offset/len into it. There are no pointers inside lh_value, so Go can
+ *   pass its own slices through cgo, and ctypes / C++ build the list without a copy per
+ *   value. The first request is SUBSCRIBE of the client's wake channel on the subscriber
+ *   connection: report its confirmation with lh_subscription(..., 1) (or pass the
+ *   confirmation as the reply), and when the subscriber connection drops, report
+ *   lh_subscription(..., 0) for it; the handle then asks to SUBSCRIBE again.
+ *   bindings/c/redis/ is the reference executor (hiredis).
  */
 
 #ifndef LEASEHOLD_H
@@ -194,6 +231,18 @@
  * The `struct_size` field of a struct passed in is smaller than this library's struct.
  */
 #define LH_ERR_STRUCT_SIZE 16
+
+/**
+ * A reply or pub/sub message passed in is malformed (`lh_value` list inconsistent, offsets
+ * outside the data, unknown kinds) or over the limits (`LH_MAX_REPLY_*`); nothing changed:
+ * report the request with `lh_request_failed`.
+ */
+#define LH_ERR_INVALID_REPLY 17
+
+/**
+ * The call needs a backend attached to the handle (`lh_client_new_redis`).
+ */
+#define LH_ERR_NO_BACKEND 18
 
 /**
  * A panic was caught inside the library; the handle is now poisoned.
@@ -501,6 +550,61 @@
 #define LH_COUNTERS_V1_SIZE 120
 
 /**
+ * `lh_request.connection`: the ordinary commands connection.
+ */
+#define LH_CONNECTION_COMMANDS 1
+
+/**
+ * `lh_request.connection`: the pub/sub (subscriber) connection.
+ */
+#define LH_CONNECTION_SUBSCRIBER 2
+
+/**
+ * `lh_value.kind`: nil (null bulk string, null array, RESP3 null).
+ */
+#define LH_VALUE_NIL 1
+
+/**
+ * `lh_value.kind`: integer (`integer`).
+ */
+#define LH_VALUE_INT 2
+
+/**
+ * `lh_value.kind`: bulk string (`offset`, `len` into the data buffer).
+ */
+#define LH_VALUE_BULK 3
+
+/**
+ * `lh_value.kind`: simple string such as `OK` (`offset`, `len`).
+ */
+#define LH_VALUE_STATUS 4
+
+/**
+ * `lh_value.kind`: error reply, the message without `-` (`offset`, `len`).
+ */
+#define LH_VALUE_ERROR 5
+
+/**
+ * `lh_value.kind`: array of `len` elements, which follow it in the list (pre-order).
+ */
+#define LH_VALUE_ARRAY 6
+
+/**
+ * Most values in one reply (`lh_reply` refuses more with `LH_ERR_INVALID_REPLY`).
+ */
+#define LH_MAX_REPLY_VALUES 4096
+
+/**
+ * Largest data buffer of one reply, and longest pub/sub channel or payload, in bytes.
+ */
+#define LH_MAX_REPLY_DATA (1 << 20)
+
+/**
+ * Deepest array nesting accepted in a reply.
+ */
+#define LH_MAX_REPLY_DEPTH 16
+
+/**
  * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
  * queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
  * `ARGV = [token, ttl_ms, wake_channel]` (protocol 2: the client's wake channel is queued),
@@ -585,6 +689,46 @@
 typedef struct lh_client lh_client;
 
 /**
+ * Options of the Redis protocol. Fill with `lh_redis_options_default`, then change fields.
+ */
+typedef struct lh_redis_options {
+  /**
+   * `sizeof(lh_redis_options)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * How long a waiter told to stand by waits for "taken" before it tries (default 150 ms):
+   * the longest a frozen waiter at the head of the queue keeps the lock free.
+   */
+  uint64_t standby_delay_ms;
+  /**
+   * How long the fence and queue keys outlive the lease they serve (default 60000).
+   */
+  uint64_t key_keep_ms;
+  /**
+   * Queue entries older than this are dropped at a release (default 600000).
+   */
+  uint64_t queue_max_age_ms;
+  /**
+   * How long a queued waiter behind the head of the queue waits before it asks again on
+   * its own (default 10000): an idle waiter's cost is one script call per this interval.
+   */
+  uint64_t idle_recheck_ms;
+} lh_redis_options;
+
+/**
+ * Status returned by every fallible function (`LH_OK` or one of `LH_ERR_*`).
+ *
+ * A plain `uint32_t` rather than a C enum so that the width is fixed for ctypes and cgo and so
+ * that codes added later cannot be undefined behaviour in an older host.
+ */
+typedef uint32_t lh_status;
+
+/**
  * Client configuration. Fill it with `lh_config_default`, then change fields.
  *
  * `struct_size` comes first so that the struct can grow: the library reads only the fields it
@@ -642,6 +786,138 @@ typedef struct lh_config {
 } lh_config;
 
 /**
+ * A borrowed byte string.
+ */
+typedef struct lh_bytes {
+  /**
+   * First byte (NULL only when `len` is 0).
+   */
+  const uint8_t *ptr;
+  /**
+   * Length in bytes.
+   */
+  size_t len;
+} lh_bytes;
+
+/**
+ * One polled request: run `argv` verbatim on `connection` (`LH_CONNECTION_*`), then answer
+ * `id` with `lh_reply` or `lh_request_failed`. `id == 0` means nothing is left. `argv` and
+ * the bytes it points to borrow the handle until the next call on it: copy or send them
+ * before calling in again.
+ */
+typedef struct lh_request {
+  /**
+   * Request id (never reused), 0 when none.
+   */
+  uint64_t id;
+  /**
+   * `LH_CONNECTION_COMMANDS` or `LH_CONNECTION_SUBSCRIBER`.
+   */
+  uint32_t connection;
+  /**
+   * Number of arguments (command name included).
+   */
+  uint32_t argc;
+  /**
+   * The arguments.
+   */
+  const struct lh_bytes *argv;
+} lh_request;
+
+/**
+ * One value of a flat reply (see `lh_reply`). No pointers: strings are `offset`/`len` into
+ * the data buffer passed beside the list.
+ */
+typedef struct lh_value {
+  /**
+   * `LH_VALUE_*`.
+   */
+  uint32_t kind;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * The integer of `LH_VALUE_INT`.
+   */
+  int64_t integer;
+  /**
+   * Start of a string value in the data buffer.
+   */
+  uint64_t offset;
+  /**
+   * Byte length of a string value, or element count of an array.
+   */
+  uint64_t len;
+} lh_value;
+
+/**
+ * What the Redis protocol saw, filled by `lh_redis_counters_get`.
+ */
+typedef struct lh_redis_counters {
+  /**
+   * `sizeof(lh_redis_counters)` as compiled by the caller; set to the library's size.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 while the subscription is in effect.
+   */
+  uint32_t subscribed;
+  /**
+   * Requests emitted.
+   */
+  uint64_t requests;
+  /**
+   * Script calls emitted (EVALSHA and EVAL).
+   */
+  uint64_t script_calls;
+  /**
+   * EVALSHAs re-sent as EVAL after NOSCRIPT.
+   */
+  uint64_t noscript_retries;
+  /**
+   * Error replies.
+   */
+  uint64_t error_replies;
+  /**
+   * Replies of a shape the request cannot have.
+   */
+  uint64_t garbage_replies;
+  /**
+   * Replies and failures for unknown or already answered ids.
+   */
+  uint64_t stale_replies;
+  /**
+   * Transport failures reported.
+   */
+  uint64_t transport_failures;
+  /**
+   * Retries answered without a round trip.
+   */
+  uint64_t local_refusals;
+  /**
+   * Wake-ups received.
+   */
+  uint64_t wakeups;
+  /**
+   * Standbys that tried after hearing nothing.
+   */
+  uint64_t standby_takeovers;
+  /**
+   * Messages and confirmations ignored.
+   */
+  uint64_t ignored_messages;
+  /**
+   * Times the subscription took effect.
+   */
+  uint64_t subscriptions;
+  /**
+   * Times the subscription was reported lost.
+   */
+  uint64_t subscriber_losses;
+} lh_redis_counters;
+
+/**
  * Options of one `lh_acquire`. Fill with `lh_acquire_options_default`, then change fields.
  */
 typedef struct lh_acquire_options {
@@ -663,14 +939,6 @@ typedef struct lh_acquire_options {
    */
   uint64_t wait_ns;
 } lh_acquire_options;
-
-/**
- * Status returned by every fallible function (`LH_OK` or one of `LH_ERR_*`).
- *
- * A plain `uint32_t` rather than a C enum so that the width is fixed for ctypes and cgo and so
- * that codes added later cannot be undefined behaviour in an older host.
- */
-typedef uint32_t lh_status;
 
 /**
  * One polled output: a command for the host to execute or an event for the application.
@@ -862,6 +1130,104 @@ typedef struct lh_counters {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Fills `*out` with the default Redis options (and `struct_size`). NULL is ignored.
+ *
+ * # Safety
+ * `out` is NULL or valid for writing one `lh_redis_options`.
+ */
+void lh_redis_options_default(struct lh_redis_options *out);
+
+/**
+ * Creates a client with the Redis protocol attached (see the header's run loop). Arguments
+ * and errors as for `lh_client_new`, plus `opts` (NULL for the defaults; bad values are
+ * `LH_ERR_INVALID_CONFIG`). The first request is the SUBSCRIBE of the client's wake channel.
+ *
+ * # Safety
+ * As for `lh_client_new`; `opts` is NULL or points to a readable `lh_redis_options`.
+ */
+lh_status lh_client_new_redis(const struct lh_config *cfg,
+                              const struct lh_redis_options *opts,
+                              const uint8_t *seed,
+                              size_t seed_len,
+                              struct lh_client **out);
+
+/**
+ * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
+ * after every input, like `lh_poll_output`). The argument bytes borrow the handle until the
+ * next call on it.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for writing one `lh_request`.
+ */
+lh_status lh_poll_request(struct lh_client *c, struct lh_request *out);
+
+/**
+ * Hands back the reply to request `id`: `nvalues` values in pre-order (an array is followed
+ * by its elements) and the `data_len` bytes their strings point into. Read during the call,
+ * never retained. Unknown and already answered ids are counted and ignored (`LH_OK`). A
+ * malformed or oversized list is `LH_ERR_INVALID_REPLY` and changes nothing: then report the
+ * request with `lh_request_failed`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
+ * to `data_len` readable bytes (NULL allowed when the count is 0).
+ */
+lh_status lh_reply(struct lh_client *c,
+                   uint64_t now,
+                   uint64_t id,
+                   const struct lh_value *values,
+                   size_t nvalues,
+                   const uint8_t *data,
+                   size_t data_len);
+
+/**
+ * Request `id` failed in transport (connection lost, timeout, or a reply `lh_reply`
+ * refused). Unknown ids are counted and ignored.
+ *
+ * # Safety
+ * `c` is NULL or a live handle.
+ */
+lh_status lh_request_failed(struct lh_client *c, uint64_t now, uint64_t id);
+
+/**
+ * Delivers one pub/sub message from the subscriber connection (every one: the protocol
+ * ignores what is not its own). Channel and payload are at most `LH_MAX_REPLY_DATA` bytes.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `channel` and `payload` point to their lengths in readable
+ * bytes (`payload` may be NULL when empty).
+ */
+lh_status lh_pubsub_message(struct lh_client *c,
+                            uint64_t now,
+                            const uint8_t *channel,
+                            size_t channel_len,
+                            const uint8_t *payload,
+                            size_t payload_len);
+
+/**
+ * Reports a subscription change on the subscriber connection: `subscribed` 1 when a
+ * SUBSCRIBE of `channel` took effect (its confirmation arrived), 0 when it ended (an
+ * UNSUBSCRIBE confirmation, or the connection was lost: report every subscribed channel).
+ * Other values are `LH_ERR_INVALID_ENUM`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `channel` points to `channel_len` readable bytes.
+ */
+lh_status lh_subscription(struct lh_client *c,
+                          uint64_t now,
+                          const uint8_t *channel,
+                          size_t channel_len,
+                          uint32_t subscribed);
+
+/**
+ * Fills `*out` with the Redis protocol's counters (`out->struct_size` set by the caller).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_redis_counters`.
+ */
+lh_status lh_redis_counters_get(const struct lh_client *c, struct lh_redis_counters *out);
 
 /**
  * Library version as a static NUL-terminated string (equal to `LH_VERSION` of the header the

@@ -3,6 +3,8 @@
 # tests, the simulator's seeds and the property tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# tests/redis_server.rs runs the Redis protocol against a real redis-server.
+bash scripts/ensure-redis.sh
 cargo fmt --all --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Cargo.toml optimises the crate in the test profile but keeps debug assertions and

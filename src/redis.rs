@@ -6,7 +6,7 @@
 //!
 //! The protocol itself (key layout, waking one waiter per release, direct grants on release,
 //! the grant notice, each script's keys, arguments and replies, and the `lh: ` error replies
-//! for garbage in the keyspace) is specified in `docs/redis-protocol.md`; this module is its
+//! for garbage in the keyspace) is specified in `docs/redis-protocol-3.md`; this module is its
 //! implementation, and its tests pin the details. [`parse_grant_notice`] reads a grant notice.
 
 use crate::Error;
@@ -409,7 +409,7 @@ return wake_next(KEYS[1], name)
     };
 }
 
-/// The ACQUIRE script (calling convention: `docs/redis-protocol.md`).
+/// The ACQUIRE script (calling convention: `docs/redis-protocol-3.md`).
 pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
 /// The RENEW script.
 pub const RENEW_SCRIPT: &str = lua_renew!();

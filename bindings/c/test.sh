@@ -5,7 +5,8 @@
 # 2. verifies include/leasehold.h against a fresh cbindgen run (scripts/check-header.sh);
 # 3. compiles the header as C11 and C++17 with -Wall -Wextra -Werror;
 # 4. builds and runs the example host, the C tests under ASan+UBSan, and the C tests again
-#    under valgrind --error-exitcode=1 --leak-check=full;
+#    under valgrind --error-exitcode=1 --leak-check=full; then the Redis host (the hiredis
+#    executor in redis/) against a real redis-server, under both;
 # 5. installs into a scratch prefix with scripts/install-lib.sh and links a program through
 #    `pkg-config --cflags --libs leasehold` (shared) and `leasehold-static` (static).
 # Installs missing tools with apt-get (as root). Prints "c: OK" at the end.
@@ -21,6 +22,7 @@ command -v make >/dev/null || need+=(make)
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v readelf >/dev/null || need+=(binutils)
+[ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 if ((${#need[@]})); then
     if [[ $EUID -ne 0 ]]; then
         echo "c: missing ${need[*]} and not root to apt-get them" >&2
@@ -31,6 +33,8 @@ if ((${#need[@]})); then
 fi
 
 step() { printf '\n== c: %s\n' "$*"; }
+
+bash "$ROOT/scripts/ensure-redis.sh"
 
 step "cargo build --release"
 cargo build --release --quiet
@@ -58,6 +62,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 step "C tests under valgrind"
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
     ./build/test_plain
+
+step "Redis host (hiredis executor) against a real redis-server, ASan+UBSan and valgrind"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./build/test_redis_asan
+valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+    ./build/test_redis_plain
 
 step "install + pkg-config (shared and static)"
 PREFIX="$PWD/build/prefix"

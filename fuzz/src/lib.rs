@@ -8,6 +8,7 @@
 pub mod client_ops;
 pub mod corpus;
 pub mod ffi_ops;
+pub mod redis_ops;
 pub mod sim_ops;
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -88,9 +89,12 @@ pub fn run_target(target: &str, data: &[u8]) -> bool {
         "sim" => decode::<sim_ops::Input>(data)
             .map(|i| sim_ops::run(&i))
             .is_some(),
+        "redis_protocol" => decode::<redis_ops::Input>(data)
+            .map(|i| redis_ops::run(&i))
+            .is_some(),
         other => panic!("unknown fuzz target {other}"),
     }
 }
 
 /// The fuzz targets, in the order smoke.sh runs them.
-pub const TARGETS: [&str; 3] = ["client_ops", "ffi", "sim"];
+pub const TARGETS: [&str; 4] = ["client_ops", "ffi", "sim", "redis_protocol"];

@@ -38,7 +38,9 @@ impl std::fmt::Debug for lh_client {
 
 /// The mutable part of a handle the exports work on.
 pub(crate) struct ClientState {
-    core: Client,
+    pub(crate) core: Client,
+    /// The backend protocol, when the handle was created with one (`lh_client_new_redis`).
+    pub(crate) backend: Option<Box<super::backend::Attached>>,
     /// Name of the last polled output; `lh_output.name` points into it.
     out_name: Option<LockName>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
@@ -98,6 +100,8 @@ pub fn status_name(status: u32) -> &'static std::ffi::CStr {
         LH_ERR_BUFFER_TOO_SMALL => c"LH_ERR_BUFFER_TOO_SMALL",
         LH_ERR_NOT_GRANTED => c"LH_ERR_NOT_GRANTED",
         LH_ERR_STRUCT_SIZE => c"LH_ERR_STRUCT_SIZE",
+        LH_ERR_INVALID_REPLY => c"LH_ERR_INVALID_REPLY",
+        LH_ERR_NO_BACKEND => c"LH_ERR_NO_BACKEND",
         LH_ERR_PANIC => c"LH_ERR_PANIC",
         LH_ERR_POISONED => c"LH_ERR_POISONED",
         _ => c"LH_UNKNOWN_STATUS",
@@ -121,7 +125,7 @@ fn config_to_c(c: &Config) -> lh_config {
     }
 }
 
-fn config_from_c(c: &lh_config) -> Result<Config, Failure> {
+pub(crate) fn config_from_c(c: &lh_config) -> Result<Config, Failure> {
     let notifications = match c.notifications {
         0 => false,
         1 => true,
@@ -183,7 +187,7 @@ pub unsafe extern "C" fn lh_acquire_options_default(out: *mut lh_acquire_options
     unsafe { write_out(out, value) };
 }
 
-unsafe fn seed_arg<'a>(seed: *const u8, seed_len: usize) -> Result<&'a [u8], Failure> {
+pub(crate) unsafe fn seed_arg<'a>(seed: *const u8, seed_len: usize) -> Result<&'a [u8], Failure> {
     // SAFETY: forwarded contract.
     unsafe {
         super::boundary::bytes_arg(
@@ -225,6 +229,7 @@ pub unsafe extern "C" fn lh_client_new(
         let handle = Box::new(lh_client {
             state: ClientState {
                 core,
+                backend: None,
                 out_name: None,
                 out_token: [0; 32],
                 out_token_raw: None,
@@ -284,6 +289,7 @@ pub unsafe extern "C" fn lh_client_reseed(
         guard_mut(c, |s| {
             let seed = seed_arg(seed, seed_len)?;
             s.core.reseed(seed)?;
+            s.reseed_backend(seed)?;
             Ok(())
         })
     }
@@ -607,7 +613,7 @@ pub unsafe extern "C" fn lh_timeout(c: *mut lh_client, now: u64) -> lh_status {
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            s.core.handle_timeout(now);
+            s.timeout(now);
             Ok(())
         })
     }
@@ -667,6 +673,17 @@ const EMPTY_OUTPUT: lh_output = lh_output {
 };
 
 impl ClientState {
+    pub(crate) fn new(core: Client) -> Self {
+        ClientState {
+            core,
+            backend: None,
+            out_name: None,
+            out_token: [0; 32],
+            out_token_raw: None,
+            out_backend_data: None,
+        }
+    }
+
     /// Makes `out_token` the hex of `token`, reusing the previous conversion when unchanged.
     #[inline]
     fn set_token(&mut self, token: Token) {
@@ -678,7 +695,7 @@ impl ClientState {
 
     /// Converts one core output into its flat C form, keeping the bytes it points to alive in
     /// the handle until the next poll.
-    fn flatten(&mut self, output: Option<Output>) -> lh_output {
+    pub(crate) fn flatten(&mut self, output: Option<Output>) -> lh_output {
         self.out_name = None;
         self.out_backend_data = None;
         let mut o = EMPTY_OUTPUT;
@@ -814,7 +831,7 @@ pub unsafe extern "C" fn lh_poll_output(c: *mut lh_client, out: *mut lh_output) 
     unsafe {
         guard_mut(c, |s| {
             require_out(out, "out")?;
-            let next = s.core.poll_output();
+            let next = s.next_output();
             let flat = s.flatten(next);
             write_out(out, flat);
             Ok(())
@@ -836,7 +853,7 @@ pub unsafe extern "C" fn lh_poll_timeout(
     unsafe {
         guard_mut(c, |s| {
             require_out(out_deadline_ns, "out_deadline_ns")?;
-            let deadline = s.core.poll_timeout().unwrap_or(LH_NO_DEADLINE);
+            let deadline = s.next_deadline().unwrap_or(LH_NO_DEADLINE);
             write_out(out_deadline_ns, deadline);
             Ok(())
         })

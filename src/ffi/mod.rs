@@ -10,7 +10,8 @@
 //! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: one `extern "C"` function per core input and getter;
-//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`).
+//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
+//! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages.
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
 //! are written once, at the top of the generated header (see `cbindgen.toml`).
@@ -19,11 +20,13 @@
 // `types` first: cbindgen emits items in module order, so the header starts with the codes.
 pub mod types;
 
+pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
 /// Redis protocol exports (`lh_redis_*`); written by the redis helper.
 pub mod redis;
 
+pub use backend::*;
 pub use client::*;
 pub use redis::*;
 pub use types::*;

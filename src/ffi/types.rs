@@ -48,6 +48,12 @@ pub const LH_ERR_BUFFER_TOO_SMALL: u32 = 14;
 pub const LH_ERR_NOT_GRANTED: u32 = 15;
 /// The `struct_size` field of a struct passed in is smaller than this library's struct.
 pub const LH_ERR_STRUCT_SIZE: u32 = 16;
+/// A reply or pub/sub message passed in is malformed (`lh_value` list inconsistent, offsets
+/// outside the data, unknown kinds) or over the limits (`LH_MAX_REPLY_*`); nothing changed:
+/// report the request with `lh_request_failed`.
+pub const LH_ERR_INVALID_REPLY: u32 = 17;
+/// The call needs a backend attached to the handle (`lh_client_new_redis`).
+pub const LH_ERR_NO_BACKEND: u32 = 18;
 /// A panic was caught inside the library; the handle is now poisoned.
 pub const LH_ERR_PANIC: u32 = 900;
 /// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.

@@ -182,12 +182,13 @@ static void status_str_names_every_code(void) {
         {LH_ERR_INVALID_ENUM, "LH_ERR_INVALID_ENUM"},
         {LH_ERR_BACKEND_DATA_TOO_LONG, "LH_ERR_BACKEND_DATA_TOO_LONG"},
         {LH_ERR_BUFFER_TOO_SMALL, "LH_ERR_BUFFER_TOO_SMALL"}, {LH_ERR_NOT_GRANTED, "LH_ERR_NOT_GRANTED"},
-        {LH_ERR_STRUCT_SIZE, "LH_ERR_STRUCT_SIZE"}, {LH_ERR_PANIC, "LH_ERR_PANIC"},
+        {LH_ERR_STRUCT_SIZE, "LH_ERR_STRUCT_SIZE"}, {LH_ERR_INVALID_REPLY, "LH_ERR_INVALID_REPLY"},
+        {LH_ERR_NO_BACKEND, "LH_ERR_NO_BACKEND"}, {LH_ERR_PANIC, "LH_ERR_PANIC"},
         {LH_ERR_POISONED, "LH_ERR_POISONED"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         EXPECT(strcmp(lh_status_str(table[i].code), table[i].name) == 0);
-    EXPECT(strcmp(lh_status_str(17), "LH_UNKNOWN_STATUS") == 0);
+    EXPECT(strcmp(lh_status_str(19), "LH_UNKNOWN_STATUS") == 0);
     EXPECT(strcmp(lh_status_str(899), "LH_UNKNOWN_STATUS") == 0);
     EXPECT(strcmp(lh_status_str(UINT32_MAX), "LH_UNKNOWN_STATUS") == 0);
 }

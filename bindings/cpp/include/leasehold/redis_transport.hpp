@@ -2,7 +2,7 @@
 //
 // Uses the canonical Lua scripts and key layout exported by the library (lh_redis_script /
 // lh_redis_key), so C++, Python and Go clients contend correctly for the same names
-// (protocol 2, see docs/redis-protocol.md):
+// (protocol 2, see docs/redis-protocol-3.md):
 //   ACQUIRE KEYS=[lock, fence(, waiters)] ARGV=[token, ttl_ms(, wake)] → [1, fence, ttl] | [0, retry or -1]
 //   RENEW   KEYS=[lock]           ARGV=[token, ttl_ms] → 1 | 0
 //   RELEASE KEYS=[lock, waiters]  ARGV=[token, channel, name(, own wake)] → 1 | 0

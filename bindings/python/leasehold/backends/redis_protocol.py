@@ -4,7 +4,7 @@ Nothing here is retyped from the design: the Lua scripts and the key layout are 
 native library through the C ABI (``lh_redis_script`` / ``lh_redis_key``), so the Python, Go
 and C++ transports run the same bytes against the same keys.
 
-Calling convention (docs/design.md §6; the full protocol: docs/redis-protocol.md):
+Calling convention (docs/design.md §6; the full protocol: docs/redis-protocol-3.md):
 
 - ACQUIRE ``KEYS=[lock, fence] ARGV=[token, ttl_ms]`` → ``[1, fencing_token, ttl_ms]`` or
   ``[0, retry_after_ms | -1]``; a client that has waiters for the name adds the waiters key

@@ -1,0 +1,177 @@
+//! Cost of the Redis protocol layer per request: an acquire → grant → release cycle (two
+//! requests: ACQUIRE, RELEASE) through `backend::redis::RedisProtocol` (argument vectors
+//! built, replies interpreted) beside the same cycle on the bare engine, and a renew cycle
+//! (one request) both ways. The difference divided by the requests is the layer's cost per
+//! encode + decode. Prints a markdown table; numbers belong in the README, never in tests.
+//!
+//! Run: `cargo bench --bench redis_protocol` (`-- quick` for a shorter run).
+// A benchmark has to read the wall clock; the core itself never does (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+#![cfg_attr(test, allow(dead_code))]
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use leasehold::backend::redis::{RedisOptions, RedisProtocol, Value};
+use leasehold::{
+    AcquireOptions, AcquireResult, Client, Command, Config, Output, ReleaseResult, RenewResult,
+};
+
+const MS: u64 = 1_000_000;
+
+fn best_of<F: FnMut(u64) -> u64>(rounds: u32, n: u64, mut f: F) -> f64 {
+    (0..rounds)
+        .map(|r| {
+            let t = Instant::now();
+            black_box(f(n * u64::from(r + 1)));
+            t.elapsed().as_nanos() as f64 / n as f64
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+fn engine_cycles(n: u64, core: &mut Client, start: u64) -> u64 {
+    let mut now = start;
+    for _ in 0..n {
+        now += MS;
+        let lease = core
+            .acquire(now, "jobs", AcquireOptions::new(3_000))
+            .unwrap();
+        let Some(Output::Command(Command::Acquire { request, .. })) = core.poll_output() else {
+            panic!()
+        };
+        let g = AcquireResult::Granted {
+            fencing_token: now,
+            ttl_ms: 3_000,
+            backend_data: &[],
+        };
+        core.handle_acquire_result(now, request, g).unwrap();
+        black_box(core.poll_output());
+        core.release(now, lease).unwrap();
+        black_box(core.poll_output());
+        let Some(Output::Command(Command::Release { request, .. })) = core.poll_output() else {
+            panic!()
+        };
+        core.handle_release_result(now, request, ReleaseResult::Released)
+            .unwrap();
+    }
+    now
+}
+
+fn protocol_cycles(n: u64, core: &mut Client, p: &mut RedisProtocol, start: u64) -> u64 {
+    let mut now = start;
+    let released = Value::Int(1);
+    for _ in 0..n {
+        now += MS;
+        let lease = core
+            .acquire(now, "jobs", AcquireOptions::new(3_000))
+            .unwrap();
+        let id = p.poll_request(core).unwrap().id;
+        let grant = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(now as i64),
+            Value::Int(3_000),
+        ]);
+        p.handle_reply(core, now, id, &grant);
+        black_box(p.poll_event(core));
+        core.release(now, lease).unwrap();
+        black_box(p.poll_event(core));
+        let id = p.poll_request(core).unwrap().id;
+        p.handle_reply(core, now, id, &released);
+    }
+    now
+}
+
+fn renew_engine(n: u64, core: &mut Client) {
+    for _ in 0..n {
+        let d = core.poll_timeout().unwrap();
+        core.handle_timeout(d);
+        let Some(Output::Command(Command::Renew { request, .. })) = core.poll_output() else {
+            panic!()
+        };
+        core.handle_renew_result(d, request, RenewResult::Renewed)
+            .unwrap();
+    }
+}
+
+fn renew_protocol(n: u64, core: &mut Client, p: &mut RedisProtocol) {
+    let renewed = Value::Int(1);
+    for _ in 0..n {
+        let d = p.poll_timeout(core).unwrap();
+        p.handle_timeout(core, d);
+        let id = p.poll_request(core).unwrap().id;
+        p.handle_reply(core, d, id, &renewed);
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let (rounds, n) = if quick { (3, 20_000) } else { (7, 200_000) };
+    let config = Config::default();
+
+    let mut core = Client::new(config, &[1; 32]).unwrap();
+    let mut t = 0;
+    let engine = best_of(rounds, n, |_| {
+        t = engine_cycles(n, &mut core, t);
+        t
+    });
+
+    let mut core = Client::new(config, &[1; 32]).unwrap();
+    let mut p = RedisProtocol::new(RedisOptions::default(), [2; 16]).unwrap();
+    let sub = p.poll_request(&mut core).unwrap();
+    let ch = sub.args[1].to_vec();
+    p.handle_subscription(&mut core, 0, &ch, true);
+    let mut t = 0;
+    let proto = best_of(rounds, n, |_| {
+        t = protocol_cycles(n, &mut core, &mut p, t);
+        t
+    });
+
+    let mut core = Client::new(config, &[3; 32]).unwrap();
+    let lease = core
+        .acquire(0, "jobs", AcquireOptions::new(30_000))
+        .unwrap();
+    let Some(Output::Command(Command::Acquire { request, .. })) = core.poll_output() else {
+        panic!()
+    };
+    let g = AcquireResult::Granted {
+        fencing_token: 1,
+        ttl_ms: 30_000,
+        backend_data: &[],
+    };
+    core.handle_acquire_result(0, request, g).unwrap();
+    while core.poll_output().is_some() {}
+    let renew_e = best_of(rounds, n, |k| {
+        renew_engine(n, &mut core);
+        k
+    });
+    black_box(lease);
+
+    let mut core = Client::new(config, &[3; 32]).unwrap();
+    let mut p = RedisProtocol::new(RedisOptions::default(), [4; 16]).unwrap();
+    let sub = p.poll_request(&mut core).unwrap();
+    let ch = sub.args[1].to_vec();
+    p.handle_subscription(&mut core, 0, &ch, true);
+    core.acquire(0, "jobs", AcquireOptions::new(30_000))
+        .unwrap();
+    let id = p.poll_request(&mut core).unwrap().id;
+    let grant = Value::Array(vec![Value::Int(1), Value::Int(1), Value::Int(30_000)]);
+    p.handle_reply(&mut core, 0, id, &grant);
+    while p.poll_event(&mut core).is_some() {}
+    let renew_p = best_of(rounds, n, |k| {
+        renew_protocol(n, &mut core, &mut p);
+        k
+    });
+
+    println!(
+        "| cycle | engine only (ns) | through the Redis protocol (ns) | protocol per request (ns) |"
+    );
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| acquire → grant → release (2 requests) | {engine:.0} | {proto:.0} | {:.0} |",
+        (proto - engine) / 2.0
+    );
+    println!(
+        "| renew (1 request) | {renew_e:.0} | {renew_p:.0} | {:.0} |",
+        renew_p - renew_e
+    );
+}

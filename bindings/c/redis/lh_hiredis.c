@@ -1,0 +1,184 @@
+/* lh_hiredis.c -- see lh_hiredis.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "lh_hiredis.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void note(lh_hiredis *x, uint32_t st) {
+    if (st != LH_OK && x->last_status == LH_OK) x->last_status = st;
+}
+
+int lh_hiredis_init(lh_hiredis *x, lh_client *client, const char *host, int port) {
+    memset(x, 0, sizeof *x);
+    x->client = client;
+    strncpy(x->host, host, sizeof x->host - 1);
+    x->port = port;
+    return 0;
+}
+
+static redisContext *connect_to(lh_hiredis *x) {
+    redisContext *c = redisConnect(x->host, x->port);
+    if (c != NULL && c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Flat pre-order list of values plus one data buffer (lh_reply's format). */
+typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
+
+static void push_value(flat *f, uint32_t kind, int64_t integer, const char *s, size_t len) {
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 8;
+        lh_value *v = realloc(f->v, f->cap * sizeof *v);
+        if (v == NULL) { f->bad = 1; return; }
+        f->v = v;
+    }
+    lh_value *v = &f->v[f->n++];
+    memset(v, 0, sizeof *v);
+    v->kind = kind;
+    v->integer = integer;
+    v->len = (uint64_t)len;
+    if (s != NULL) {
+        if (f->len + len > f->dcap) {
+            f->dcap = 2 * (f->len + len) + 64;
+            uint8_t *d = realloc(f->data, f->dcap);
+            if (d == NULL) { f->bad = 1; return; }
+            f->data = d;
+        }
+        v->offset = (uint64_t)f->len;
+        memcpy(f->data + f->len, s, len);
+        f->len += len;
+    }
+}
+
+static void flatten(flat *f, const redisReply *r) {
+    switch (r->type) {
+    case REDIS_REPLY_INTEGER: push_value(f, LH_VALUE_INT, r->integer, NULL, 0); break;
+    case REDIS_REPLY_STRING: push_value(f, LH_VALUE_BULK, 0, r->str, r->len); break;
+    case REDIS_REPLY_STATUS: push_value(f, LH_VALUE_STATUS, 0, r->str, r->len); break;
+    case REDIS_REPLY_ERROR: push_value(f, LH_VALUE_ERROR, 0, r->str, r->len); break;
+    case REDIS_REPLY_ARRAY:
+        push_value(f, LH_VALUE_ARRAY, 0, NULL, r->elements);
+        for (size_t i = 0; i < r->elements; i++) flatten(f, r->element[i]);
+        break;
+    default: push_value(f, LH_VALUE_NIL, 0, NULL, 0); break;
+    }
+}
+
+static void lost_subscriber(lh_hiredis *x, uint64_t now) {
+    if (x->sub != NULL) redisFree(x->sub);
+    x->sub = NULL;
+    for (size_t i = 0; i < x->nchannels; i++) {
+        note(x, lh_subscription(x->client, now, (const uint8_t *)x->channels[i],
+                                strlen(x->channels[i]), 0));
+        free(x->channels[i]);
+    }
+    x->nchannels = 0;
+}
+
+static void run_command(lh_hiredis *x, const lh_request *q, uint64_t (*now)(void)) {
+    const char *argv[32];
+    size_t lens[32];
+    for (uint32_t i = 0; i < q->argc && i < 32; i++) {
+        argv[i] = (const char *)q->argv[i].ptr;
+        lens[i] = q->argv[i].len;
+    }
+    if (q->connection == LH_CONNECTION_SUBSCRIBER) {
+        if (x->sub == NULL) x->sub = connect_to(x);
+        int done = 0;
+        if (x->sub != NULL && q->argc <= 32 && redisAppendCommandArgv(x->sub, (int)q->argc, argv, lens) == REDIS_OK) {
+            while (redisBufferWrite(x->sub, &done) == REDIS_OK && !done) {}
+        }
+        if (!done) {
+            note(x, lh_request_failed(x->client, now(), q->id));
+            lost_subscriber(x, now());
+        } else if (q->argc == 2 && lens[0] == 9 && memcmp(argv[0], "SUBSCRIBE", 9) == 0 &&
+                   x->nchannels < LH_HIREDIS_MAX_CHANNELS) {
+            x->channels[x->nchannels++] = strndup(argv[1], lens[1]);
+        }
+        return;
+    }
+    if (x->cmd == NULL) x->cmd = connect_to(x);
+    redisReply *r = (x->cmd != NULL && q->argc <= 32)
+                        ? redisCommandArgv(x->cmd, (int)q->argc, argv, lens) : NULL;
+    if (r == NULL) {
+        if (x->cmd != NULL) redisFree(x->cmd);
+        x->cmd = NULL;
+        note(x, lh_request_failed(x->client, now(), q->id));
+        return;
+    }
+    flat f = {0};
+    flatten(&f, r);
+    freeReplyObject(r);
+    uint32_t st = f.bad ? LH_ERR_INVALID_REPLY
+                        : lh_reply(x->client, now(), q->id, f.v, f.n, f.data, f.len);
+    if (st != LH_OK) note(x, lh_request_failed(x->client, now(), q->id));
+    free(f.v);
+    free(f.data);
+}
+
+void lh_hiredis_run_requests(lh_hiredis *x, uint64_t (*now)(void)) {
+    lh_request q;
+    for (;;) {
+        uint32_t st = lh_poll_request(x->client, &q);
+        note(x, st);
+        if (st != LH_OK || q.id == 0) return;
+        run_command(x, &q, now);
+    }
+}
+
+static void feed_push(lh_hiredis *x, const redisReply *r, uint64_t now) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    const redisReply *ch = r->element[1], *p = r->element[2];
+    if (strcmp(kind, "message") == 0 && p->type == REDIS_REPLY_STRING)
+        note(x, lh_pubsub_message(x->client, now, (const uint8_t *)ch->str, ch->len,
+                                  (const uint8_t *)p->str, p->len));
+    else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "unsubscribe") == 0)
+        note(x, lh_subscription(x->client, now, (const uint8_t *)ch->str, ch->len, kind[0] == 's'));
+}
+
+void lh_hiredis_step(lh_hiredis *x, int timeout_ms, uint64_t (*now)(void)) {
+    lh_hiredis_run_requests(x, now);
+    uint64_t deadline = LH_NO_DEADLINE, t = now();
+    note(x, lh_poll_timeout(x->client, &deadline));
+    if (deadline != LH_NO_DEADLINE) {
+        uint64_t left_ms = deadline > t ? (deadline - t + 999999) / 1000000 : 0;
+        if (left_ms < (uint64_t)timeout_ms) timeout_ms = (int)left_ms;
+    }
+    if (x->sub != NULL) {
+        struct pollfd pfd = {.fd = x->sub->fd, .events = POLLIN};
+        if (poll(&pfd, 1, timeout_ms) > 0) {
+            if (redisBufferRead(x->sub) != REDIS_OK) {
+                lost_subscriber(x, now());
+            } else {
+                void *r = NULL;
+                while (redisGetReplyFromReader(x->sub, &r) == REDIS_OK && r != NULL) {
+                    feed_push(x, r, now());
+                    freeReplyObject(r);
+                    r = NULL;
+                }
+            }
+        }
+    } else if (timeout_ms > 0) {
+        poll(NULL, 0, timeout_ms);
+    }
+    t = now();
+    note(x, lh_poll_timeout(x->client, &deadline));
+    if (deadline != LH_NO_DEADLINE && deadline <= t) note(x, lh_timeout(x->client, t));
+    lh_hiredis_run_requests(x, now);
+}
+
+void lh_hiredis_close(lh_hiredis *x) {
+    if (x->cmd != NULL) redisFree(x->cmd);
+    if (x->sub != NULL) redisFree(x->sub);
+    for (size_t i = 0; i < x->nchannels; i++) free(x->channels[i]);
+    x->cmd = x->sub = NULL;
+    x->nchannels = 0;
+}

@@ -1,0 +1,184 @@
+/*
+ * test_redis.c -- the C host executing the core's Redis protocol with hiredis
+ * (redis/lh_hiredis.c) against a real redis-server that this test starts on a free loopback
+ * port and stops by pid. Several processes contend for one name: every one gets the lock in
+ * turn, fences strictly increase in grant order, and no two ever hold it at once (checked in
+ * shared memory). Without redis-server the test is skipped, except under CI=true.
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lh_hiredis.h"
+
+#define MS 1000000ull
+#define WORKERS 4
+#define ROUNDS 15
+#define NAME "c-shared"
+
+typedef struct {
+    int held;
+    int violations;
+    uint32_t n;
+    uint64_t fences[WORKERS * ROUNDS];
+} shared_state;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static pid_t start_server(int port) {
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *null = fopen("/dev/null", "w");
+        if (null != NULL) {
+            dup2(fileno(null), 1);
+            dup2(fileno(null), 2);
+        }
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500; i++) {
+        redisContext *c = redisConnect("127.0.0.1", port);
+        if (c != NULL && !c->err) {
+            redisReply *r = redisCommand(c, "PING");
+            int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+            if (r) freeReplyObject(r);
+            redisFree(c);
+            if (ok) return pid;
+        } else if (c != NULL) {
+            redisFree(c);
+        }
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* Drains events; returns the fence when `lease` was acquired, 0 otherwise, -1 on failure. */
+static int64_t drain(lh_client *c, uint64_t lease) {
+    lh_output out;
+    int64_t got = 0;
+    while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE) {
+        if (out.lease_id != lease) continue;
+        if (out.kind == LH_OUTPUT_ACQUIRED) got = (int64_t)out.fencing_token;
+        if (out.kind == LH_OUTPUT_ACQUIRE_FAILED || out.kind == LH_OUTPUT_LOST) got = -1;
+    }
+    return got;
+}
+
+static int worker(int port, shared_state *sh, int index) {
+    uint8_t seed[32];
+    for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 31 + index * 7 + i * 13);
+    lh_config cfg;
+    lh_config_default(&cfg);
+    lh_client *c = NULL;
+    if (lh_client_new_redis(&cfg, NULL, seed, sizeof seed, &c) != LH_OK) return 2;
+    lh_hiredis x;
+    lh_hiredis_init(&x, c, "127.0.0.1", port);
+    lh_redis_counters k = {.struct_size = sizeof k};
+    uint64_t limit = now_ns() + 30000 * MS;
+    int rc = 0;
+    while (lh_redis_counters_get(c, &k) == LH_OK && !k.subscribed && now_ns() < limit)
+        lh_hiredis_step(&x, 5, now_ns);
+    for (int round = 0; round < ROUNDS && rc == 0; round++) {
+        lh_acquire_options o;
+        lh_acquire_options_default(&o);
+        o.ttl_ms = 10000;
+        o.wait_ns = 30000 * MS;
+        uint64_t lease = 0;
+        if (lh_acquire(c, now_ns(), (const uint8_t *)NAME, strlen(NAME), &o, &lease) != LH_OK) { rc = 3; break; }
+        int64_t fence = 0;
+        while ((fence = drain(c, lease)) == 0 && now_ns() < limit + 60000 * MS)
+            lh_hiredis_step(&x, 5, now_ns);
+        if (fence <= 0) { rc = 4; break; }
+        if (__atomic_exchange_n(&sh->held, 1, __ATOMIC_SEQ_CST) != 0) __atomic_add_fetch(&sh->violations, 1, __ATOMIC_SEQ_CST);
+        uint32_t at = __atomic_fetch_add(&sh->n, 1, __ATOMIC_SEQ_CST);
+        if (at < WORKERS * ROUNDS) sh->fences[at] = (uint64_t)fence;
+        usleep(500);
+        __atomic_store_n(&sh->held, 0, __ATOMIC_SEQ_CST);
+        if (lh_release(c, now_ns(), lease) != LH_OK) { rc = 5; break; }
+        lh_counters kc = {.struct_size = sizeof kc};
+        uint64_t until = now_ns() + 2 * MS; /* then give the woken waiter its turn */
+        do {
+            lh_hiredis_step(&x, 1, now_ns);
+            drain(c, lease);
+        } while ((lh_counters_get(c, &kc) == LH_OK && kc.pending_cleanups > 0) || now_ns() < until);
+    }
+    if (rc == 0 && x.last_status != LH_OK) rc = 6;
+    lh_hiredis_close(&x);
+    lh_client_free(c);
+    return rc;
+}
+
+int main(void) {
+    const char *ci = getenv("CI");
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+        if (ci != NULL && strcmp(ci, "true") == 0) {
+            fprintf(stderr, "test_redis: redis-server missing (scripts/ensure-redis.sh)\n");
+            return 1;
+        }
+        printf("test_redis: SKIP (redis-server not installed)\n");
+        return 0;
+    }
+    int port = free_port();
+    pid_t server = port > 0 ? start_server(port) : -1;
+    if (server < 0) { fprintf(stderr, "test_redis: redis-server did not start\n"); return 1; }
+    shared_state *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) return 1;
+    memset(sh, 0, sizeof *sh);
+    pid_t kids[WORKERS];
+    for (int i = 0; i < WORKERS; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) _exit(worker(port, sh, i));
+    }
+    int failed = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        int status = 0;
+        waitpid(kids[i], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "test_redis: worker %d failed (status %d)\n", i, status);
+            failed = 1;
+        }
+    }
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    if (sh->n != WORKERS * ROUNDS) { fprintf(stderr, "test_redis: %u grants\n", sh->n); failed = 1; }
+    if (sh->violations != 0) { fprintf(stderr, "test_redis: two holders at once\n"); failed = 1; }
+    for (uint32_t i = 1; i < sh->n && i < WORKERS * ROUNDS; i++) {
+        if (sh->fences[i] <= sh->fences[i - 1]) {
+            fprintf(stderr, "test_redis: fence %u not increasing\n", i);
+            failed = 1;
+        }
+    }
+    printf("test_redis: %u grants between %d processes, fences strictly increasing: %s\n", sh->n,
+           WORKERS, failed ? "FAIL" : "OK");
+    munmap(sh, sizeof *sh);
+    return failed;
+}

@@ -1,0 +1,505 @@
+//! The Lua scripts of the Redis protocol, the key layout and the pub/sub payloads.
+
+use crate::{Error, validate_name};
+
+/// Prefix of every key: `lh:{`, so Redis Cluster hashes the name (the hash tag).
+pub const KEY_PREFIX: &str = "lh:{";
+/// Suffix of the lock key `lh:{NAME}` (a hash `{token, fence}` with the lease's expiry).
+pub const LOCK_SUFFIX: &str = "}";
+/// Suffix of the fence key `lh:{NAME}:fence` (the last fence, decimal text, with an expiry).
+pub const FENCE_SUFFIX: &str = "}:fence";
+/// Suffix of the wait queue `lh:{NAME}:queue` (a zset of `wake#token` entries).
+pub const QUEUE_SUFFIX: &str = "}:queue";
+/// Every wake channel starts with this; the scripts publish on nothing else, so a garbage
+/// queue key cannot make a release publish on an application's channel.
+pub const WAKE_CHANNEL_PREFIX: &str = "lh:wake:";
+/// Random bytes a wake channel is made of (128 bits: unguessable, never shared).
+pub const WAKE_RANDOM_LEN: usize = 16;
+/// Longest ownership token the scripts accept, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
+/// Largest fencing token the scripts hand out: Lua numbers are doubles, exact up to 2^53.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// Payload kind on a wake channel: the lock was released and this client's entry was at the
+/// head of the queue; one of its waiters should try now.
+pub const MSG_WAKE: u8 = b'w';
+/// Payload kind: this client's entry is one of the [`STANDBYS`] after a woken one, with its
+/// rank (`s1 NAME`, `s2 NAME`); if nobody reports the lock taken within rank × the standby
+/// delay, try.
+pub const MSG_STANDBY: u8 = b's';
+/// Entries told to stand by at a release: so many frozen waiters in a row at the head cost
+/// a live one a few standby delays, not the holder's TTL.
+pub const STANDBYS: u8 = 2;
+/// Payload kind: the lock was granted to someone; a standby may stand down.
+pub const MSG_TAKEN: u8 = b't';
+
+/// Which key of a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// `lh:{NAME}`
+    Lock,
+    /// `lh:{NAME}:fence`
+    Fence,
+    /// `lh:{NAME}:queue`
+    Queue,
+}
+
+impl KeyKind {
+    /// Every kind.
+    pub const ALL: [KeyKind; 3] = [KeyKind::Lock, KeyKind::Fence, KeyKind::Queue];
+
+    fn suffix(self) -> &'static str {
+        match self {
+            KeyKind::Lock => LOCK_SUFFIX,
+            KeyKind::Fence => FENCE_SUFFIX,
+            KeyKind::Queue => QUEUE_SUFFIX,
+        }
+    }
+}
+
+/// The key of `kind` for `name`, e.g. `lh:{jobs}:queue`.
+pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
+    validate_name(name)?;
+    let mut k = Vec::with_capacity(KEY_PREFIX.len() + name.len() + kind.suffix().len());
+    k.extend_from_slice(KEY_PREFIX.as_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k.extend_from_slice(kind.suffix().as_bytes());
+    Ok(k)
+}
+
+/// A wake-channel message: its kind (`MSG_*`), a standby's rank and the lock name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeMessage<'a> {
+    /// `MSG_WAKE`, `MSG_STANDBY` or `MSG_TAKEN`.
+    pub kind: u8,
+    /// `1..=STANDBYS` for `MSG_STANDBY`, 0 otherwise.
+    pub rank: u8,
+    /// The lock name (valid).
+    pub name: &'a str,
+}
+
+/// Parses a wake-channel payload: `w NAME`, `t NAME`, or `s` RANK `NAME` (`s1 jobs`). `None`
+/// for anything else.
+pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
+    let (&kind, mut rest) = payload.split_first()?;
+    let mut rank = 0;
+    match kind {
+        MSG_WAKE | MSG_TAKEN => {}
+        MSG_STANDBY => {
+            let (&digit, after) = rest.split_first()?;
+            rank = digit.wrapping_sub(b'0');
+            if !(1..=STANDBYS).contains(&rank) {
+                return None;
+            }
+            rest = after;
+        }
+        _ => return None,
+    }
+    let name = std::str::from_utf8(rest.strip_prefix(b" ")?).ok()?;
+    validate_name(name).ok()?;
+    Some(WakeMessage { kind, rank, name })
+}
+
+// Shared by the scripts: argument checks, the entry format and the fence computation.
+macro_rules! lua_common {
+    () => {
+        r#"if redis.replicate_commands then redis.replicate_commands() end
+local MAX_FENCE = 9007199254740991
+local WAKE = 'lh:wake:'
+local function show(v)
+  local s = tostring(v)
+  if #s > 32 then s = string.sub(s, 1, 32) .. '...' end
+  return '"' .. string.gsub(s, '[^%w%p ]', '?') .. '"'
+end
+local function posint(s)
+  return type(s) == 'string' and #s <= 15 and string.match(s, '^[1-9]%d*$') ~= nil
+end
+local function natural(s)
+  return type(s) == 'string' and #s <= 15 and string.match(s, '^%d+$') ~= nil
+end
+local function good_token(t)
+  return type(t) == 'string' and #t > 0 and #t <= 256
+end
+local function good_name(n)
+  return type(n) == 'string' and #n > 0 and #n <= 512
+end
+-- A queue entry is 'lh:wake:<channel>#<token>'; its wake channel, or nil for garbage.
+local function channel_of(e)
+  if type(e) ~= 'string' then return nil end
+  local i = string.find(e, '#', 1, true)
+  if not i then return nil end
+  local ch = string.sub(e, 1, i - 1)
+  if #ch <= #WAKE or #ch > 128 or string.sub(ch, 1, #WAKE) ~= WAKE then return nil end
+  return ch
+end
+local function server_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function as_fence(s)
+  if type(s) ~= 'string' or #s > 16 or not string.match(s, '^%d+$') then return nil end
+  local n = tonumber(s)
+  if n > MAX_FENCE then return nil end
+  return n
+end
+"#
+    };
+}
+
+macro_rules! lua_acquire {
+    () => {
+        concat!(
+            r#"-- leasehold ACQUIRE (queue protocol 4)
+-- KEYS[1] lock (hash {token, fence}, PX ttl), KEYS[2] fence (decimal text, PX ttl + keep),
+-- KEYS[3] queue (zset of 'wake#token' entries scored by registration, server ms)
+-- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] queue entry ('' = do not queue), ARGV[4] keep_ms,
+-- ARGV[5] lock name
+-- -> {1, fence, ttl_ms} granted | {0, pttl_ms, rank} held by another token (the entry is
+--    queued at 0-based rank) | {0, pttl_ms} held, not queued (no entry given)
+"#,
+            lua_common!(),
+            r#"if #KEYS ~= 3 then return redis.error_reply('lh: ACQUIRE expects 3 keys (lock, fence, queue), got ' .. #KEYS) end
+local lock, fence, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl_s, entry, keep_s, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if not good_token(token) then return redis.error_reply('lh: ACQUIRE needs an ownership token of 1..256 bytes') end
+if not posint(ttl_s) then return redis.error_reply('lh: ACQUIRE needs ttl_ms as a positive integer, got ' .. show(ttl_s)) end
+if not natural(keep_s) then return redis.error_reply('lh: ACQUIRE needs keep_ms as an integer, got ' .. show(keep_s)) end
+if not good_name(name) then return redis.error_reply('lh: ACQUIRE needs the lock name') end
+if type(entry) ~= 'string' or (#entry > 0 and (not channel_of(entry) or string.sub(entry, -#token - 1) ~= '#' .. token)) then
+  return redis.error_reply('lh: ACQUIRE needs an entry "lh:wake:...#token" or "", got ' .. show(entry))
+end
+local ttl, keep = tonumber(ttl_s), tonumber(keep_s)
+local kind = redis.call('TYPE', lock)['ok']
+if kind == 'hash' then
+  local cur = redis.call('HMGET', lock, 'token', 'fence')
+  local f = as_fence(cur[2])
+  if type(cur[1]) ~= 'string' or not f then
+    return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a valid token and fence (not written by leasehold?); refusing to grant')
+  end
+  if cur[1] == token then
+    -- The same grant (a retry whose reply was lost): the same fence, the TTL refreshed.
+    redis.call('PEXPIRE', lock, ttl_s)
+    return {1, f, ttl}
+  end
+  local left = redis.call('PTTL', lock)
+  if left < 0 then
+    return redis.error_reply('lh: lock key ' .. lock .. ' has no expiry (not written by leasehold?); refusing to wait on it forever')
+  end
+  if #entry > 0 then
+    -- NX keeps the place of an earlier registration.
+    local r = redis.pcall('ZADD', queue, 'NX', string.format('%.0f', math.floor(server_us() / 1000)), entry)
+    if type(r) == 'table' and r.err then
+      return redis.error_reply('lh: queue key ' .. queue .. ' holds a ' .. redis.call('TYPE', queue)['ok'] .. ', expected a zset')
+    end
+    if redis.call('PTTL', queue) < left + keep then redis.call('PEXPIRE', queue, left + keep) end
+    -- The entry's place (0 = head): only the head needs to look again when the holder's
+    -- time is up; the others are woken in turn.
+    return {0, left, redis.call('ZRANK', queue, entry)}
+  end
+  return {0, left}
+elseif kind ~= 'none' then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. kind .. ', expected a hash; refusing to grant')
+end
+-- Free: the next fence is max(previous + 1, server time in us). The fence key expires keep
+-- ms after the lease would, so the keyspace stays bounded; by then the server clock is far
+-- past the last fence, so fences keep increasing without it.
+local prev = 0
+local s = redis.pcall('GET', fence)
+if type(s) == 'table' and s.err then
+  return redis.error_reply('lh: fence key ' .. fence .. ' holds a ' .. redis.call('TYPE', fence)['ok'] .. ', expected a string; refusing to grant')
+elseif s then
+  prev = as_fence(s)
+  if not prev then
+    return redis.error_reply('lh: fence key ' .. fence .. ' holds ' .. show(s) .. ', expected a decimal integer below 2^53; refusing to grant')
+  end
+end
+local nxt = prev + 1
+local now = server_us()
+if now > nxt then nxt = now end
+if nxt > MAX_FENCE then return redis.error_reply('lh: fence key ' .. fence .. ' is exhausted (2^53); refusing to grant') end
+local ns = string.format('%.0f', nxt)
+redis.call('SET', fence, ns, 'PX', string.format('%.0f', ttl + keep))
+redis.call('HSET', lock, 'token', token, 'fence', ns)
+redis.call('PEXPIRE', lock, ttl_s)
+if #entry > 0 then
+  -- Leave the queue and tell its first entries (the standbys, if a release named them)
+  -- that the lock is taken. A queue key of another type is left alone.
+  local r = redis.pcall('ZREM', queue, entry)
+  if type(r) == 'number' then
+    local head = redis.call('ZRANGE', queue, 0, 1)
+    for i = 1, #head do
+      local ch = channel_of(head[i])
+      if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+    end
+  end
+end
+return {1, nxt, ttl}
+"#
+        )
+    };
+}
+
+macro_rules! lua_renew {
+    () => {
+        concat!(
+            r#"-- leasehold RENEW (queue protocol 4)
+-- KEYS[1] lock; ARGV[1] token, ARGV[2] ttl_ms
+-- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
+"#,
+            lua_common!(),
+            r#"if #KEYS ~= 1 then return redis.error_reply('lh: RENEW expects 1 key (lock), got ' .. #KEYS) end
+local lock, token, ttl_s = KEYS[1], ARGV[1], ARGV[2]
+if not good_token(token) then return redis.error_reply('lh: RENEW needs an ownership token of 1..256 bytes') end
+if not posint(ttl_s) then return redis.error_reply('lh: RENEW needs ttl_ms as a positive integer, got ' .. show(ttl_s)) end
+local owner = redis.pcall('HGET', lock, 'token')
+if type(owner) == 'table' and owner.err then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. redis.call('TYPE', lock)['ok'] .. ', expected a hash')
+end
+if not owner then
+  if redis.call('EXISTS', lock) == 0 then return 0 end
+  return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
+end
+if owner ~= token then return 0 end
+redis.call('PEXPIRE', lock, ttl_s)
+return 1
+"#
+        )
+    };
+}
+
+macro_rules! lua_release {
+    () => {
+        concat!(
+            r#"-- leasehold RELEASE (queue protocol 4)
+-- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms
+-- -> 1 released: the oldest queued entry whose client listens gets 'w NAME' (wake up and
+--    try), the two after it 's1 NAME' and 's2 NAME' (stand by: try if nobody takes the lock
+--    within 1 or 2 standby delays)
+--  | 0 not the owner
+"#,
+            lua_common!(),
+            r#"if #KEYS ~= 2 then return redis.error_reply('lh: RELEASE expects 2 keys (lock, queue), got ' .. #KEYS) end
+local lock, queue = KEYS[1], KEYS[2]
+local token, name, age_s = ARGV[1], ARGV[2], ARGV[3]
+if not good_token(token) then return redis.error_reply('lh: RELEASE needs an ownership token of 1..256 bytes') end
+if not good_name(name) then return redis.error_reply('lh: RELEASE needs the lock name') end
+if not posint(age_s) then return redis.error_reply('lh: RELEASE needs max_age_ms as a positive integer, got ' .. show(age_s)) end
+local owner = redis.pcall('HGET', lock, 'token')
+if type(owner) == 'table' and owner.err then
+  return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. redis.call('TYPE', lock)['ok'] .. ', expected a hash')
+end
+if not owner then
+  if redis.call('EXISTS', lock) == 0 then return 0 end
+  return redis.error_reply('lh: lock key ' .. lock .. ' is a hash without a token (not written by leasehold?)')
+end
+if owner ~= token then return 0 end
+redis.call('DEL', lock)
+-- Entries older than max_age belong to waiters that died without leaving; a live waiter
+-- that old registers again at its next refusal. A queue key of another type is left alone.
+local oldest = math.floor(server_us() / 1000) - tonumber(age_s)
+local r = redis.pcall('ZREMRANGEBYSCORE', queue, '-inf', '(' .. string.format('%.0f', oldest))
+if type(r) == 'number' then
+  -- Entries whose channel nobody listens on (PUBLISH reaches 0) are dropped; at most 16 per
+  -- release, so a burst of dead clients costs one wake-up, never a loop.
+  for _ = 1, 16 do
+    local e = redis.call('ZPOPMIN', queue)
+    if #e == 0 then break end
+    local ch = channel_of(e[1])
+    if ch and redis.call('PUBLISH', ch, 'w ' .. name) > 0 then
+      local nxt = redis.call('ZRANGE', queue, 0, 1)
+      for i = 1, #nxt do
+        local ch2 = channel_of(nxt[i])
+        if ch2 then redis.call('PUBLISH', ch2, 's' .. i .. ' ' .. name) end
+      end
+      break
+    end
+  end
+end
+return 1
+"#
+        )
+    };
+}
+
+/// The ACQUIRE script.
+pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
+/// The RENEW script.
+pub const RENEW_SCRIPT: &str = lua_renew!();
+/// The RELEASE script.
+pub const RELEASE_SCRIPT: &str = lua_release!();
+
+/// One of the scripts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Script {
+    /// ACQUIRE
+    Acquire,
+    /// RENEW
+    Renew,
+    /// RELEASE
+    Release,
+}
+
+impl Script {
+    /// Every script.
+    pub const ALL: [Script; 3] = [Script::Acquire, Script::Renew, Script::Release];
+
+    /// The Lua text.
+    pub fn text(self) -> &'static str {
+        match self {
+            Script::Acquire => ACQUIRE_SCRIPT,
+            Script::Renew => RENEW_SCRIPT,
+            Script::Release => RELEASE_SCRIPT,
+        }
+    }
+
+    /// The SHA-1 of the text in lowercase hex, as EVALSHA wants it.
+    pub fn sha1_hex(self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        crate::types::write_lower_hex(&sha1(self.text().as_bytes()), &mut out);
+        out
+    }
+}
+
+/// SHA-1 (FIPS 180-4), only to name scripts for EVALSHA: not used for anything secret.
+pub fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let bit_len = (data.len() as u64).wrapping_mul(8);
+    let mut msg = data.to_vec();
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&bit_len.to_be_bytes());
+    for block in msg.chunks_exact(64) {
+        let mut w = [0u32; 80];
+        for (i, word) in block.chunks_exact(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, &wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
+                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
+                _ => (b ^ c ^ d, 0xCA62_C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (chunk, word) in out.chunks_exact_mut(4).zip(h) {
+        chunk.copy_from_slice(&word.to_be_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn sha1_matches_the_standard_vectors() {
+        assert_eq!(hex(&sha1(b"")), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(
+            hex(&sha1(b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        let long = b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+        assert_eq!(hex(&sha1(long)), "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+        assert_eq!(
+            hex(&sha1(&[b'a'; 1_000_000])),
+            "34aa973cd4c4daa4f61eeb2bdbad27316534016f"
+        );
+    }
+
+    #[test]
+    fn keys_have_the_documented_layout_and_never_collide() {
+        assert_eq!(key(KeyKind::Lock, "jobs").unwrap(), b"lh:{jobs}");
+        assert_eq!(key(KeyKind::Fence, "jobs").unwrap(), b"lh:{jobs}:fence");
+        assert_eq!(key(KeyKind::Queue, "jobs").unwrap(), b"lh:{jobs}:queue");
+        assert!(key(KeyKind::Lock, "").is_err());
+        let mut seen = std::collections::HashSet::new();
+        for name in [
+            "x", "x}", "x}:fence", "x:fence", "x}:queue", "x:queue", "}", "}}",
+        ] {
+            for kind in KeyKind::ALL {
+                assert!(seen.insert(key(kind, name).unwrap()), "{name} {kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn messages_parse_only_when_well_formed() {
+        assert_eq!(
+            parse_message(b"w jobs"),
+            Some(WakeMessage {
+                kind: MSG_WAKE,
+                rank: 0,
+                name: "jobs"
+            })
+        );
+        let s = parse_message(b"s2 a b").unwrap();
+        assert_eq!((s.kind, s.rank, s.name), (MSG_STANDBY, 2, "a b"));
+        assert_eq!(parse_message(b"t x").unwrap().kind, MSG_TAKEN);
+        for bad in [
+            &b""[..],
+            b"w",
+            b"w ",
+            b"wjobs",
+            b"x jobs",
+            b"w \xff",
+            b"w a\0b",
+            b"s jobs",
+            b"s0 jobs",
+            b"s3 jobs",
+            b"s1jobs",
+            b"w1 jobs",
+        ] {
+            assert_eq!(parse_message(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn scripts_are_ascii_and_check_their_keys() {
+        for s in Script::ALL {
+            assert!(s.text().is_ascii());
+            assert!(s.text().contains("queue protocol 4"));
+            assert_eq!(
+                s.text().matches("redis.error_reply('lh: ").count(),
+                s.text().matches("redis.error_reply(").count()
+            );
+        }
+        assert!(ACQUIRE_SCRIPT.contains(&format!("local MAX_FENCE = {MAX_FENCE}")));
+        assert!(ACQUIRE_SCRIPT.contains(&format!("local WAKE = '{WAKE_CHANNEL_PREFIX}'")));
+        assert!(
+            !RENEW_SCRIPT.contains("HSET"),
+            "RENEW never re-creates a lock"
+        );
+    }
+}

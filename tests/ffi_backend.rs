@@ -1,0 +1,279 @@
+//! Drives the backend exports (`lh_client_new_redis`, `lh_poll_request`, `lh_reply`, …) from
+//! Rust with well-formed and hostile input: every malformed reply is `LH_ERR_INVALID_REPLY`
+//! and changes nothing; a handle without a backend says so.
+#![allow(unsafe_code)]
+
+use std::mem::MaybeUninit;
+use std::ptr::{null, null_mut};
+
+use leasehold::ffi::*;
+
+const MS: u64 = 1_000_000;
+const SEED: [u8; 32] = [3; 32];
+
+struct H(*mut lh_client);
+
+impl Drop for H {
+    fn drop(&mut self) {
+        // SAFETY: from lh_client_new*, not used after drop.
+        unsafe { lh_client_free(self.0) }
+    }
+}
+
+fn config() -> lh_config {
+    let mut cfg = MaybeUninit::<lh_config>::uninit();
+    // SAFETY: valid out-pointer, filled completely.
+    unsafe {
+        lh_config_default(cfg.as_mut_ptr());
+        cfg.assume_init()
+    }
+}
+
+fn redis_client() -> H {
+    let cfg = config();
+    let mut c = null_mut();
+    // SAFETY: pointers to locals; NULL options mean the defaults.
+    let st = unsafe { lh_client_new_redis(&cfg, null(), SEED.as_ptr(), SEED.len(), &mut c) };
+    assert_eq!(st, LH_OK);
+    H(c)
+}
+
+#[derive(Debug)]
+struct Req {
+    id: u64,
+    connection: u32,
+    args: Vec<Vec<u8>>,
+}
+
+fn poll_request(h: &H) -> Option<Req> {
+    let mut r = MaybeUninit::<lh_request>::uninit();
+    // SAFETY: valid out-pointer; argv borrows the handle until the next call, read at once.
+    unsafe {
+        assert_eq!(lh_poll_request(h.0, r.as_mut_ptr()), LH_OK);
+        let r = r.assume_init();
+        if r.id == 0 {
+            return None;
+        }
+        let argv = std::slice::from_raw_parts(r.argv, r.argc as usize);
+        let args = argv
+            .iter()
+            .map(|b| std::slice::from_raw_parts(b.ptr, b.len).to_vec())
+            .collect();
+        Some(Req {
+            id: r.id,
+            connection: r.connection,
+            args,
+        })
+    }
+}
+
+fn int(i: i64) -> lh_value {
+    lh_value {
+        kind: LH_VALUE_INT,
+        integer: i,
+        ..lh_value::default()
+    }
+}
+
+fn array(n: u64) -> lh_value {
+    lh_value {
+        kind: LH_VALUE_ARRAY,
+        len: n,
+        ..lh_value::default()
+    }
+}
+
+fn reply(h: &H, now: u64, id: u64, values: &[lh_value], data: &[u8]) -> u32 {
+    // SAFETY: slices of live locals.
+    unsafe {
+        lh_reply(
+            h.0,
+            now,
+            id,
+            values.as_ptr(),
+            values.len(),
+            data.as_ptr(),
+            data.len(),
+        )
+    }
+}
+
+fn poll_event(h: &H) -> Option<lh_output> {
+    let mut o = MaybeUninit::<lh_output>::uninit();
+    // SAFETY: valid out-pointer.
+    unsafe {
+        assert_eq!(lh_poll_output(h.0, o.as_mut_ptr()), LH_OK);
+        let o = o.assume_init();
+        (o.kind != LH_OUTPUT_NONE).then_some(o)
+    }
+}
+
+fn acquire(h: &H, name: &[u8]) -> u64 {
+    let mut o = MaybeUninit::<lh_acquire_options>::uninit();
+    let mut lease = 0;
+    // SAFETY: pointers to locals.
+    unsafe {
+        lh_acquire_options_default(o.as_mut_ptr());
+        let mut o = o.assume_init();
+        o.ttl_ms = 3_000;
+        assert_eq!(
+            lh_acquire(h.0, MS, name.as_ptr(), name.len(), &o, &mut lease),
+            LH_OK
+        );
+    }
+    lease
+}
+
+#[test]
+fn a_redis_handle_subscribes_then_turns_acquire_into_evalsha() {
+    let h = redis_client();
+    let sub = poll_request(&h).unwrap();
+    assert_eq!(sub.connection, LH_CONNECTION_SUBSCRIBER);
+    assert_eq!(sub.args[0], b"SUBSCRIBE");
+    assert!(sub.args[1].starts_with(b"lh:wake:"));
+    assert!(poll_request(&h).is_none());
+    // SAFETY: pointers to locals.
+    unsafe {
+        let ch = &sub.args[1];
+        assert_eq!(lh_subscription(h.0, MS, ch.as_ptr(), ch.len(), 1), LH_OK);
+        assert_eq!(
+            lh_subscription(h.0, MS, ch.as_ptr(), ch.len(), 2),
+            LH_ERR_INVALID_ENUM
+        );
+    }
+    let lease = acquire(&h, b"jobs");
+    assert!(
+        poll_event(&h).is_none(),
+        "commands never come out of lh_poll_output"
+    );
+    let r = poll_request(&h).unwrap();
+    assert_eq!(r.connection, LH_CONNECTION_COMMANDS);
+    assert_eq!(r.args[0], b"EVALSHA");
+    assert_eq!(r.args[3], b"lh:{jobs}");
+    let v = [array(3), int(1), int(42), int(3_000)];
+    assert_eq!(reply(&h, 2 * MS, r.id, &v, b""), LH_OK);
+    let ev = poll_event(&h).unwrap();
+    assert_eq!(ev.kind, LH_OUTPUT_ACQUIRED);
+    assert_eq!((ev.lease_id, ev.fencing_token), (lease, 42));
+    let mut k = lh_redis_counters {
+        struct_size: size_of::<lh_redis_counters>() as u32,
+        ..Default::default()
+    };
+    // SAFETY: pointer to a local.
+    assert_eq!(unsafe { lh_redis_counters_get(h.0, &mut k) }, LH_OK);
+    assert_eq!((k.subscribed, k.script_calls, k.subscriptions), (1, 1, 1));
+}
+
+#[test]
+fn malformed_replies_are_refused_and_change_nothing() {
+    let h = redis_client();
+    poll_request(&h);
+    acquire(&h, b"jobs");
+    let r = poll_request(&h).unwrap();
+    let bulk = |offset, len| lh_value {
+        kind: LH_VALUE_BULK,
+        offset,
+        len,
+        ..lh_value::default()
+    };
+    let unknown = lh_value {
+        kind: 0,
+        ..lh_value::default()
+    };
+    let deep: Vec<lh_value> = (0..100).map(|_| array(1)).chain([int(1)]).collect();
+    let cases: Vec<(Vec<lh_value>, &[u8])> = vec![
+        (vec![], b""),
+        (vec![array(3), int(1), int(2)], b""),
+        (vec![array(u64::MAX)], b""),
+        (vec![int(1), int(1)], b""),
+        (vec![bulk(2, 5)], b"abc"),
+        (vec![bulk(u64::MAX, 1)], b"abc"),
+        (vec![unknown], b""),
+        (deep, b""),
+        (vec![int(0); LH_MAX_REPLY_VALUES + 1], b""),
+    ];
+    for (values, data) in &cases {
+        assert_eq!(
+            reply(&h, 2 * MS, r.id, values, data),
+            LH_ERR_INVALID_REPLY,
+            "{values:?}"
+        );
+    }
+    // SAFETY: NULL values and a NULL data pointer with a length.
+    unsafe {
+        assert_eq!(
+            lh_reply(h.0, 2 * MS, r.id, null(), 0, null(), 0),
+            LH_ERR_NULL_ARGUMENT
+        );
+        let v = [int(1)];
+        assert_eq!(
+            lh_reply(h.0, 2 * MS, r.id, v.as_ptr(), 1, null(), 5),
+            LH_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            lh_pubsub_message(h.0, MS, null(), 3, null(), 0),
+            LH_ERR_NULL_ARGUMENT
+        );
+    }
+    // The request is still pending: a good reply is taken.
+    let v = [array(3), int(1), int(7), int(3_000)];
+    assert_eq!(reply(&h, 2 * MS, r.id, &v, b""), LH_OK);
+    assert_eq!(poll_event(&h).unwrap().fencing_token, 7);
+}
+
+#[test]
+fn a_plain_handle_has_no_backend() {
+    let cfg = config();
+    let mut c = null_mut();
+    // SAFETY: pointers to locals.
+    unsafe {
+        assert_eq!(lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c), LH_OK);
+        let h = H(c);
+        let mut r = MaybeUninit::<lh_request>::uninit();
+        assert_eq!(lh_poll_request(h.0, r.as_mut_ptr()), LH_ERR_NO_BACKEND);
+        assert_eq!(lh_request_failed(h.0, 0, 1), LH_ERR_NO_BACKEND);
+        assert_eq!(
+            lh_poll_request(null_mut(), r.as_mut_ptr()),
+            LH_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(lh_poll_request(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+    }
+}
+
+#[test]
+fn bad_redis_options_are_invalid_config() {
+    let cfg = config();
+    let mut o = MaybeUninit::<lh_redis_options>::uninit();
+    let mut c = null_mut();
+    // SAFETY: pointers to locals.
+    unsafe {
+        lh_redis_options_default(o.as_mut_ptr());
+        let mut o = o.assume_init();
+        assert_eq!((o.standby_delay_ms, o.idle_recheck_ms), (150, 10_000));
+        o.standby_delay_ms = 0;
+        assert_eq!(
+            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
+            LH_ERR_INVALID_CONFIG
+        );
+        assert!(c.is_null());
+        o.struct_size = 4;
+        assert_eq!(
+            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
+            LH_ERR_STRUCT_SIZE
+        );
+    }
+}
+
+#[test]
+fn reseeding_a_redis_handle_moves_it_to_a_new_wake_channel() {
+    let h = redis_client();
+    let first = poll_request(&h).unwrap().args[1].clone();
+    let seed = [8u8; 32];
+    // SAFETY: pointer to a local.
+    assert_eq!(unsafe { lh_client_reseed(h.0, seed.as_ptr(), 32) }, LH_OK);
+    let unsub = poll_request(&h).unwrap();
+    let sub = poll_request(&h).unwrap();
+    assert_eq!(unsub.args, vec![b"UNSUBSCRIBE".to_vec(), first.clone()]);
+    assert_eq!(sub.args[0], b"SUBSCRIBE");
+    assert_ne!(sub.args[1], first);
+}

@@ -1,0 +1,766 @@
+//! One test per behaviour of the Redis protocol layer (`leasehold::backend::redis`): feed
+//! replies, messages and subscription changes, assert the requests it emits and the events
+//! the engine produces. Real-server behaviour is in `tests/redis_server.rs`.
+
+use leasehold::backend::redis::{Connection, RedisOptions, RedisProtocol, Script, Value};
+use leasehold::{AcquireFailReason, AcquireOptions, Client, Config, Event, LeaseId};
+
+const MS: u64 = 1_000_000;
+const WAKE: &[u8] = b"lh:wake:07070707070707070707070707070707";
+
+#[derive(Debug, Clone, PartialEq)]
+struct Req {
+    id: u64,
+    conn: Connection,
+    args: Vec<Vec<u8>>,
+}
+
+impl Req {
+    fn cmd(&self) -> &[u8] {
+        &self.args[0]
+    }
+    fn is_script(&self, s: Script) -> bool {
+        self.args[0] == b"EVALSHA" && self.args[1] == s.sha1_hex()
+    }
+}
+
+struct H {
+    core: Client,
+    proto: RedisProtocol,
+    now: u64,
+}
+
+impl H {
+    /// A core and protocol whose subscription is already confirmed.
+    fn new() -> Self {
+        let mut h = Self::unsubscribed();
+        let sub = h.reqs();
+        assert_eq!(sub.len(), 1);
+        h.subscribed();
+        h
+    }
+
+    fn unsubscribed() -> Self {
+        let core = Client::new(Config::default(), &[9; 32]).unwrap();
+        let proto = RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
+        H {
+            core,
+            proto,
+            now: MS,
+        }
+    }
+
+    fn subscribed(&mut self) {
+        self.proto
+            .handle_subscription(&mut self.core, self.now, WAKE, true);
+    }
+
+    fn reqs(&mut self) -> Vec<Req> {
+        let mut v = Vec::new();
+        while let Some(r) = self.proto.poll_request(&mut self.core) {
+            v.push(Req {
+                id: r.id,
+                conn: r.connection,
+                args: r.args.iter().map(|a| a.to_vec()).collect(),
+            });
+        }
+        v
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.proto.poll_event(&mut self.core)).collect()
+    }
+
+    fn acquire(&mut self, name: &str, wait_ms: u64) -> LeaseId {
+        let mut o = AcquireOptions::new(3_000);
+        o.wait_ns = wait_ms * MS;
+        self.core.acquire(self.now, name, o).unwrap()
+    }
+
+    fn reply(&mut self, id: u64, v: Value<'_>) {
+        self.proto.handle_reply(&mut self.core, self.now, id, &v);
+    }
+
+    fn msg(&mut self, payload: &[u8]) {
+        self.proto
+            .handle_message(&mut self.core, self.now, WAKE, payload);
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now += ms * MS;
+        self.proto.handle_timeout(&mut self.core, self.now);
+    }
+
+    fn only_acquire(&mut self) -> Req {
+        let r = self.reqs();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].is_script(Script::Acquire), "{r:?}");
+        r[0].clone()
+    }
+}
+
+fn granted(fence: i64) -> Value<'static> {
+    Value::Array(vec![Value::Int(1), Value::Int(fence), Value::Int(3_000)])
+}
+
+fn held(left: i64) -> Value<'static> {
+    Value::Array(vec![Value::Int(0), Value::Int(left)])
+}
+
+fn acquired(ev: &[Event]) -> Option<u64> {
+    ev.iter().find_map(|e| match e {
+        Event::Acquired { fencing_token, .. } => Some(*fencing_token),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_first_request_subscribes_the_wake_channel() {
+    let mut h = H::unsubscribed();
+    let r = h.reqs();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].conn, Connection::Subscriber);
+    assert_eq!(r[0].args, vec![b"SUBSCRIBE".to_vec(), WAKE.to_vec()]);
+    assert_eq!(h.proto.wake_channel(), WAKE);
+    assert!(!h.proto.is_subscribed());
+}
+
+#[test]
+fn acquire_is_one_evalsha_with_hash_tagged_keys_and_a_queue_entry() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    assert_eq!(r.conn, Connection::Commands);
+    assert_eq!(r.args[2], b"3");
+    assert_eq!(r.args[3], b"lh:{jobs}");
+    assert_eq!(r.args[4], b"lh:{jobs}:fence");
+    assert_eq!(r.args[5], b"lh:{jobs}:queue");
+    let token = r.args[6].clone();
+    assert_eq!(token.len(), 32);
+    assert_eq!(r.args[7], b"3000");
+    let mut entry = WAKE.to_vec();
+    entry.push(b'#');
+    entry.extend_from_slice(&token);
+    assert_eq!(r.args[8], entry);
+    assert_eq!(r.args[9], b"60000", "key_keep_ms");
+    assert_eq!(r.args[10], b"jobs");
+}
+
+#[test]
+fn a_grant_reply_becomes_acquired_with_its_fence() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(r.id, granted(1_700_000_000_000_000));
+    assert_eq!(acquired(&h.events()), Some(1_700_000_000_000_000));
+}
+
+#[test]
+fn renew_and_release_send_their_scripts_and_map_flags() {
+    let mut h = H::new();
+    let lease = h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(r.id, granted(5));
+    h.events();
+    let deadline = h.proto.poll_timeout(&mut h.core).unwrap();
+    h.now = deadline;
+    h.proto.handle_timeout(&mut h.core, h.now);
+    let r = h.reqs();
+    assert!(r[0].is_script(Script::Renew), "{r:?}");
+    assert_eq!(r[0].args[2..4], [b"1".to_vec(), b"lh:{jobs}".to_vec()]);
+    h.reply(r[0].id, Value::Int(1));
+    assert!(h.core.is_held(lease, h.now).unwrap());
+    h.core.release(h.now, lease).unwrap();
+    let r = h.reqs();
+    assert!(r[0].is_script(Script::Release), "{r:?}");
+    assert_eq!(
+        r[0].args[2..5],
+        [
+            b"2".to_vec(),
+            b"lh:{jobs}".to_vec(),
+            b"lh:{jobs}:queue".to_vec()
+        ]
+    );
+    assert_eq!(r[0].args[6], b"jobs");
+    h.reply(r[0].id, Value::Int(0));
+    assert_eq!(h.events(), vec![Event::Released { lease }]);
+    assert_eq!(h.core.counters().pending_cleanups, 0);
+}
+
+#[test]
+fn a_renew_answered_zero_loses_the_lease() {
+    let mut h = H::new();
+    let lease = h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(r.id, granted(5));
+    h.events();
+    let deadline = h.proto.poll_timeout(&mut h.core).unwrap();
+    h.now = deadline;
+    h.proto.handle_timeout(&mut h.core, h.now);
+    let r = h.reqs();
+    h.reply(r[0].id, Value::Int(0));
+    assert!(
+        h.events()
+            .iter()
+            .any(|e| matches!(e, Event::Lost { lease: l, .. } if *l == lease))
+    );
+}
+
+#[test]
+fn noscript_resends_the_same_call_as_eval_once() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let first = h.only_acquire();
+    h.reply(
+        first.id,
+        Value::Error(b"NOSCRIPT No matching script. Please use EVAL."),
+    );
+    let r = h.reqs();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].cmd(), b"EVAL");
+    assert_eq!(r[0].args[1], Script::Acquire.text().as_bytes());
+    assert_eq!(r[0].args[2..], first.args[2..]);
+    assert_ne!(r[0].id, first.id);
+    assert!(h.events().is_empty());
+    h.reply(r[0].id, granted(9));
+    assert_eq!(acquired(&h.events()), Some(9));
+    assert_eq!(h.proto.counters().noscript_retries, 1);
+}
+
+#[test]
+fn a_second_noscript_is_a_transport_error() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let first = h.only_acquire();
+    h.reply(first.id, Value::Error(b"NOSCRIPT x"));
+    let eval = h.reqs().remove(0);
+    h.reply(eval.id, Value::Error(b"NOSCRIPT x"));
+    let ev = h.events();
+    assert_eq!(acquired(&ev), None);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::AcquireFailed {
+                reason: AcquireFailReason::Unavailable,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn an_error_reply_is_a_transport_error_never_a_grant() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(
+        r.id,
+        Value::Error(b"lh: lock key lh:{jobs} holds a string, expected a hash; refusing to grant"),
+    );
+    let ev = h.events();
+    assert_eq!(acquired(&ev), None);
+    assert!(
+        matches!(
+            ev[..],
+            [Event::AcquireFailed {
+                reason: AcquireFailReason::Unavailable,
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(h.proto.counters().error_replies, 1);
+    assert!(
+        h.proto.last_error().contains("holds a string"),
+        "{}",
+        h.proto.last_error()
+    );
+}
+
+#[test]
+fn wrong_type_nil_and_garbage_replies_are_never_grants() {
+    let bad: Vec<Value<'static>> = vec![
+        Value::Nil,
+        Value::Int(1),
+        Value::Status(b"OK"),
+        Value::Bulk(b"1"),
+        Value::Array(vec![]),
+        Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(3_000)]),
+        Value::Array(vec![Value::Int(1), Value::Int(-4), Value::Int(3_000)]),
+        Value::Array(vec![Value::Int(1), Value::Int(1 << 53), Value::Int(3_000)]),
+        Value::Array(vec![Value::Int(1), Value::Int(5), Value::Int(0)]),
+        Value::Array(vec![Value::Int(1), Value::Int(5)]),
+        Value::Array(vec![Value::Int(0), Value::Int(-2)]),
+        Value::Array(vec![Value::Int(2), Value::Int(5), Value::Int(3_000)]),
+        Value::Array(vec![Value::Bulk(b"1"), Value::Int(5), Value::Int(3_000)]),
+        Value::Array(vec![
+            Value::Int(1),
+            Value::Int(5),
+            Value::Int(3_000),
+            Value::Int(1),
+        ]),
+        Value::Array(vec![Value::Array(vec![
+            Value::Int(1),
+            Value::Int(5),
+            Value::Int(3_000),
+        ])]),
+    ];
+    for v in bad {
+        let mut h = H::new();
+        h.acquire("jobs", 0);
+        let r = h.only_acquire();
+        h.reply(r.id, v.clone());
+        let ev = h.events();
+        assert_eq!(acquired(&ev), None, "{v:?}");
+        assert_eq!(h.proto.counters().garbage_replies, 1, "{v:?}");
+    }
+    // RENEW and RELEASE want the integers 0 or 1.
+    let mut h = H::new();
+    let lease = h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(r.id, granted(5));
+    h.core.release(h.now, lease).unwrap();
+    let rel = h.reqs().remove(0);
+    h.reply(rel.id, Value::Int(2));
+    assert_eq!(
+        h.core.counters().pending_cleanups,
+        1,
+        "a garbage reply is not a release"
+    );
+}
+
+#[test]
+fn replies_to_unknown_or_answered_ids_are_ignored() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.reply(r.id + 1000, granted(1));
+    h.reply(0, granted(1));
+    h.proto.handle_request_failed(&mut h.core, h.now, u64::MAX);
+    assert!(h.events().is_empty());
+    h.reply(r.id, granted(2));
+    h.reply(r.id, granted(3));
+    let ev = h.events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(acquired(&ev), Some(2));
+    assert_eq!(h.proto.counters().stale_replies, 4);
+}
+
+/// A refused lease, subscribed, with the holder's 2 s left.
+fn refused(h: &mut H, wait_ms: u64) -> (LeaseId, Req) {
+    let lease = h.acquire("jobs", wait_ms);
+    let r = h.only_acquire();
+    h.reply(r.id, held(2_000));
+    (lease, r)
+}
+
+#[test]
+fn a_queued_refusal_answers_quick_retries_locally() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    let before = h.proto.counters().script_calls;
+    for _ in 0..100 {
+        h.advance(10);
+        assert!(h.reqs().is_empty());
+    }
+    assert_eq!(h.proto.counters().script_calls, before);
+    assert!(h.proto.counters().local_refusals >= 2);
+    // When the holder's time is up the lease asks Redis again.
+    h.advance(1_200);
+    let r = h.reqs();
+    assert!(r.iter().any(|r| r.is_script(Script::Acquire)), "{r:?}");
+}
+
+#[test]
+fn a_waiter_behind_the_head_looks_again_only_after_the_idle_interval() {
+    let mut h = H::new();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    let behind = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(3)]);
+    h.reply(r.id, behind);
+    let mut asked_at = None;
+    for _ in 0..1_200 {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            asked_at = Some(h.now);
+            break;
+        }
+    }
+    let asked_ms = asked_at.expect("asks again eventually") / MS;
+    assert!(
+        (10_000..11_000).contains(&asked_ms),
+        "asked again at {asked_ms} ms"
+    );
+}
+
+#[test]
+fn the_head_looks_again_when_the_holders_time_is_up() {
+    let mut h = H::new();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    let head = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(0)]);
+    h.reply(r.id, head);
+    let mut asked_at = None;
+    for _ in 0..1_200 {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            asked_at = Some(h.now);
+            break;
+        }
+    }
+    let asked_ms = asked_at.expect("asks again") / MS;
+    assert!(
+        (2_000..2_200).contains(&asked_ms),
+        "asked again at {asked_ms} ms"
+    );
+}
+
+#[test]
+fn without_a_confirmed_subscription_every_retry_goes_to_redis() {
+    let mut h = H::unsubscribed();
+    h.reqs();
+    h.acquire("jobs", 10_000);
+    let r = h.only_acquire();
+    h.reply(r.id, held(2_000));
+    let mut sent = 0;
+    for _ in 0..50 {
+        h.advance(10);
+        for r in h.reqs() {
+            if r.is_script(Script::Acquire) {
+                sent += 1;
+                h.reply(r.id, held(2_000));
+            }
+        }
+    }
+    assert!(sent >= 2, "quick attempts are real: {sent}");
+    assert_eq!(h.proto.counters().local_refusals, 0);
+}
+
+#[test]
+fn a_wake_up_makes_one_waiter_try_at_once() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.advance(50);
+    h.reqs();
+    h.msg(b"w jobs");
+    let r = h.only_acquire();
+    h.reply(r.id, granted(77));
+    assert_eq!(acquired(&h.events()), Some(77));
+    assert_eq!(h.proto.counters().wakeups, 1);
+}
+
+#[test]
+fn duplicated_wake_ups_are_harmless() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.msg(b"w jobs");
+    h.msg(b"w jobs");
+    h.msg(b"w jobs");
+    let r = h.reqs();
+    assert_eq!(
+        r.iter().filter(|r| r.is_script(Script::Acquire)).count(),
+        1,
+        "{r:?}"
+    );
+    h.reply(r[0].id, granted(3));
+    h.msg(b"w jobs");
+    assert!(h.reqs().is_empty());
+    assert_eq!(acquired(&h.events()), Some(3));
+}
+
+#[test]
+fn a_standby_that_hears_nothing_tries_after_the_delay() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.advance(50);
+    h.reqs();
+    h.msg(b"s1 jobs");
+    h.advance(140);
+    assert!(h.reqs().is_empty(), "not before the standby delay");
+    h.advance(10);
+    let r = h.only_acquire();
+    h.reply(r.id, granted(8));
+    assert_eq!(acquired(&h.events()), Some(8));
+    assert_eq!(h.proto.counters().standby_takeovers, 1);
+}
+
+#[test]
+fn a_second_standby_waits_twice_as_long() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    for _ in 0..20 {
+        h.advance(10);
+    }
+    h.reqs();
+    h.msg(b"s2 jobs");
+    assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 300 * MS));
+    h.advance(290);
+    assert!(h.reqs().is_empty());
+    h.advance(10);
+    h.only_acquire();
+}
+
+#[test]
+fn a_standby_told_taken_stands_down() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.advance(50);
+    h.reqs();
+    h.msg(b"s1 jobs");
+    h.advance(20);
+    h.msg(b"t jobs");
+    h.advance(500);
+    assert!(h.reqs().is_empty());
+    assert_eq!(h.proto.counters().standby_takeovers, 0);
+}
+
+#[test]
+fn the_standby_deadline_is_part_of_poll_timeout() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    for _ in 0..20 {
+        h.advance(10);
+    }
+    assert!(h.reqs().is_empty());
+    assert!(h.proto.poll_timeout(&mut h.core).unwrap() > h.now + 1_000 * MS);
+    h.msg(b"s1 jobs");
+    assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 150 * MS));
+}
+
+#[test]
+fn messages_for_other_channels_names_or_malformed_are_ignored() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.reqs();
+    h.proto
+        .handle_message(&mut h.core, h.now, b"lh:wake:other", b"w jobs");
+    for bad in [
+        &b"w other-name"[..],
+        b"x jobs",
+        b"w",
+        b"",
+        b"w \xff\xfe",
+        b"s1 other",
+        b"s jobs",
+        b"s9 jobs",
+    ] {
+        h.msg(bad);
+    }
+    assert!(h.reqs().is_empty());
+    assert_eq!(h.proto.counters().ignored_messages, 7);
+}
+
+#[test]
+fn the_subscription_confirmed_as_a_reply_takes_effect() {
+    let mut h = H::unsubscribed();
+    let sub = h.reqs().remove(0);
+    h.reply(
+        sub.id,
+        Value::Array(vec![
+            Value::Bulk(b"subscribe"),
+            Value::Bulk(WAKE),
+            Value::Int(1),
+        ]),
+    );
+    assert!(h.proto.is_subscribed());
+    assert_eq!(h.proto.counters().subscriptions, 1);
+}
+
+#[test]
+fn subscription_confirmations_for_other_channels_do_not_count() {
+    let mut h = H::unsubscribed();
+    h.reqs();
+    h.proto
+        .handle_subscription(&mut h.core, h.now, b"lh:wake:someone-else", true);
+    assert!(!h.proto.is_subscribed());
+    h.subscribed();
+    h.subscribed();
+    assert_eq!(h.proto.counters().subscriptions, 1);
+}
+
+#[test]
+fn taking_effect_rechecks_every_waiting_name() {
+    let mut h = H::unsubscribed();
+    h.reqs();
+    h.acquire("a", 10_000);
+    h.acquire("b", 10_000);
+    for r in h.reqs() {
+        h.reply(r.id, held(2_000));
+    }
+    h.advance(1);
+    for r in h.reqs() {
+        h.reply(r.id, held(2_000));
+    }
+    h.subscribed();
+    let r = h.reqs();
+    let names: Vec<&[u8]> = r.iter().map(|r| r.args[10].as_slice()).collect();
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(names.contains(&&b"a"[..]) && names.contains(&&b"b"[..]));
+}
+
+#[test]
+fn a_lost_subscriber_resubscribes_and_rechecks() {
+    let mut h = H::new();
+    refused(&mut h, 10_000);
+    h.advance(50);
+    h.reqs();
+    h.proto.handle_subscription(&mut h.core, h.now, WAKE, false);
+    assert!(!h.proto.is_subscribed());
+    let r = h.reqs();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].args, vec![b"SUBSCRIBE".to_vec(), WAKE.to_vec()]);
+    assert_eq!(r[0].conn, Connection::Subscriber);
+    // Retries are real again while nobody listens.
+    h.advance(1_000);
+    let r = h.reqs();
+    assert!(r.iter().any(|r| r.is_script(Script::Acquire)), "{r:?}");
+    for r in r {
+        h.reply(r.id, held(2_000));
+    }
+    h.subscribed();
+    let r = h.only_acquire();
+    h.reply(r.id, granted(4));
+    assert_eq!(acquired(&h.events()), Some(4));
+    assert_eq!(h.proto.counters().subscriber_losses, 1);
+}
+
+#[test]
+fn a_subscriber_lost_before_the_confirmation_subscribes_again() {
+    let mut h = H::unsubscribed();
+    h.reqs();
+    h.proto.handle_subscription(&mut h.core, h.now, WAKE, false);
+    let r = h.reqs();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].args, vec![b"SUBSCRIBE".to_vec(), WAKE.to_vec()]);
+    assert_eq!(
+        h.proto.counters().subscriber_losses,
+        0,
+        "it was never in effect"
+    );
+    h.subscribed();
+    assert!(h.proto.is_subscribed());
+}
+
+#[test]
+fn a_failed_subscribe_is_retried_with_backoff() {
+    let mut h = H::unsubscribed();
+    let sub = h.reqs().remove(0);
+    h.proto.handle_request_failed(&mut h.core, h.now, sub.id);
+    assert!(h.reqs().is_empty());
+    let at = h.proto.poll_timeout(&mut h.core).unwrap();
+    assert!(at > h.now && at <= h.now + 2_000 * MS);
+    h.now = at;
+    h.proto.handle_timeout(&mut h.core, h.now);
+    let r = h.reqs();
+    assert_eq!(r[0].cmd(), b"SUBSCRIBE");
+    h.reply(r[0].id, Value::Error(b"ERR connection reset"));
+    assert!(!h.proto.is_subscribed());
+    assert!(h.proto.poll_timeout(&mut h.core).is_some());
+}
+
+#[test]
+fn a_lease_that_gives_up_removes_its_queue_entry() {
+    let mut h = H::new();
+    let (lease, r) = refused(&mut h, 10_000);
+    let entry = r.args[8].clone();
+    h.core.release(h.now, lease).unwrap();
+    let ev = h.events();
+    assert!(
+        matches!(
+            ev[..],
+            [Event::AcquireFailed {
+                reason: AcquireFailReason::Cancelled,
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+    let r = h.reqs();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        r[0].args,
+        vec![b"ZREM".to_vec(), b"lh:{jobs}:queue".to_vec(), entry]
+    );
+    h.reply(r[0].id, Value::Int(1));
+    assert!(h.reqs().is_empty());
+}
+
+#[test]
+fn a_refusal_arriving_after_give_up_removes_the_entry_again() {
+    let mut h = H::new();
+    let lease = h.acquire("jobs", 10_000);
+    let r = h.only_acquire();
+    h.core.release(h.now, lease).unwrap();
+    h.events();
+    assert!(h.reqs().is_empty(), "never queued: nothing to remove yet");
+    h.reply(r.id, held(2_000));
+    let z = h.reqs();
+    assert_eq!(z.len(), 1);
+    assert_eq!(z[0].cmd(), b"ZREM");
+}
+
+#[test]
+fn a_transport_failure_is_a_transport_error_for_the_engine() {
+    let mut h = H::new();
+    h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    h.proto.handle_request_failed(&mut h.core, h.now, r.id);
+    let ev = h.events();
+    assert!(
+        matches!(
+            ev[..],
+            [Event::AcquireFailed {
+                reason: AcquireFailReason::Unavailable,
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(h.proto.counters().transport_failures, 1);
+}
+
+#[test]
+fn unanswered_requests_are_forgotten_eventually() {
+    let mut h = H::new();
+    for i in 0..50 {
+        h.acquire(&format!("n{i}"), 0);
+    }
+    let r = h.reqs();
+    assert_eq!(r.len(), 50);
+    h.advance(120_000);
+    h.reply(r[0].id, granted(1));
+    assert_eq!(h.proto.counters().stale_replies, 1);
+}
+
+#[test]
+fn the_wake_channel_can_change_after_fork() {
+    let mut h = H::new();
+    h.proto.set_wake_random(h.now, [1; 16]);
+    let r = h.reqs();
+    assert_eq!(r[0].args, vec![b"UNSUBSCRIBE".to_vec(), WAKE.to_vec()]);
+    assert_eq!(r[1].args[0], b"SUBSCRIBE");
+    assert_eq!(r[1].args[1], h.proto.wake_channel());
+    assert_ne!(h.proto.wake_channel(), WAKE);
+    assert!(!h.proto.is_subscribed());
+}
+
+#[test]
+fn bad_options_are_refused() {
+    for o in [
+        RedisOptions {
+            standby_delay_ms: 0,
+            ..RedisOptions::default()
+        },
+        RedisOptions {
+            queue_max_age_ms: 0,
+            ..RedisOptions::default()
+        },
+        RedisOptions {
+            key_keep_ms: u64::MAX,
+            ..RedisOptions::default()
+        },
+    ] {
+        assert!(RedisProtocol::new(o, [0; 16]).is_err(), "{o:?}");
+    }
+}

@@ -1,0 +1,454 @@
+//! The Redis protocol against a real redis-server started on a free loopback port (stopped by
+//! pid at the end). Each test host executes requests verbatim on two connections, like a
+//! binding's executor. Without redis-server the tests skip with a message, except under
+//! `CI=true`, where that is a failure.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::backend::redis::RedisOptions;
+use leasehold::{AcquireFailReason, Event};
+use support::resp::{Host, Owned, Server, now};
+
+const MS: u64 = 1_000_000;
+const LONG: Duration = Duration::from_secs(20);
+
+fn subscribed(h: &mut Host) {
+    assert!(
+        h.run_until(LONG, |h| h.proto.is_subscribed()),
+        "never subscribed"
+    );
+}
+
+/// Acquires `name` and waits for the outcome: the fence, or `None` if it failed.
+fn take(h: &mut Host, name: &str, ttl_ms: u64, wait_ms: u64) -> Option<u64> {
+    let lease = h.acquire(name, ttl_ms, wait_ms);
+    let mut fence = None;
+    h.run_until(LONG, |h| {
+        fence = h.take_acquired(lease);
+        fence.is_some() || h.failed(lease)
+    });
+    fence
+}
+
+#[test]
+fn many_handoffs_keep_fences_strictly_increasing_and_holders_exclusive() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    const HOSTS: u8 = 4;
+    const ROUNDS: usize = 60;
+    let held = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::<(u64, u8)>::new()));
+    let queued = Arc::new(AtomicU64::new(0));
+    let before = admin.calls("evalsha") + admin.calls("eval");
+    let threads: Vec<_> = (0..HOSTS)
+        .map(|i| {
+            let (held, log, queued, port) =
+                (held.clone(), log.clone(), queued.clone(), server.port);
+            std::thread::spawn(move || {
+                let mut h = Host::new(port, 10 + i, RedisOptions::default());
+                subscribed(&mut h);
+                for _ in 0..ROUNDS {
+                    let lease = h.acquire("shared", 10_000, 30_000);
+                    let mut fence = None;
+                    assert!(
+                        h.run_until(LONG, |h| {
+                            fence = h.take_acquired(lease);
+                            fence.is_some()
+                        }),
+                        "host {i} never got the lock"
+                    );
+                    assert!(!held.swap(true, Ordering::SeqCst), "two holders at once");
+                    log.lock().unwrap().push((fence.unwrap(), i));
+                    std::thread::sleep(Duration::from_millis(1));
+                    held.store(false, Ordering::SeqCst);
+                    h.release(lease);
+                    h.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+                    // Let the woken waiter take it before asking again (no barging).
+                    h.run_until(Duration::from_millis(3), |_| false);
+                }
+                queued.fetch_add(h.proto.counters().script_calls, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), HOSTS as usize * ROUNDS);
+    for w in log.windows(2) {
+        assert!(w[0].0 < w[1].0, "fences must strictly increase: {w:?}");
+    }
+    let handoffs = log.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let calls = admin.calls("evalsha") + admin.calls("eval") - before;
+    let grants = log.len() as u64;
+    eprintln!(
+        "{grants} grants, {handoffs} handoffs between hosts, {calls} script calls at the server \
+         ({:.2} per grant: each acquisition's queueing refusal, then RELEASE + the woken ACQUIRE)",
+        calls as f64 / grants as f64
+    );
+    assert_eq!(
+        calls,
+        queued.load(Ordering::SeqCst),
+        "every call the hosts sent, no more"
+    );
+    assert!(handoffs >= 200, "{handoffs}");
+    // Per grant: one RELEASE, one granting ACQUIRE, at most one queueing refusal (the quick
+    // retries are answered locally), and a little slack for races with a release.
+    assert!(
+        calls <= grants * 3 + grants / 10,
+        "{calls} calls for {grants} grants"
+    );
+}
+
+/// `frozen` waiters queue first and then stop running (their sockets stay open, as for a
+/// SIGSTOP'd process); a live waiter queues behind them. The delay from the release to the
+/// live waiter's grant, in ms.
+fn frozen_case(server: &Server, frozen: u8, name: &str) -> f64 {
+    let opts = RedisOptions::default();
+    let mut holder = Host::new(server.port, 40 + frozen, opts);
+    let mut stuck: Vec<Host> = (0..frozen)
+        .map(|i| Host::new(server.port, 50 + 2 * frozen + i, opts))
+        .collect();
+    let mut live = Host::new(server.port, 60 + frozen, opts);
+    subscribed(&mut holder);
+    subscribed(&mut live);
+    let held = holder.acquire(name, 10_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(held).is_some()));
+    for f in &mut stuck {
+        subscribed(f);
+        let lease = f.acquire(name, 10_000, 60_000);
+        f.run_until(Duration::from_millis(100), |_| false);
+        assert_eq!(
+            f.core.lease_state(lease).unwrap(),
+            leasehold::LeaseState::Acquiring
+        );
+    }
+    let l = live.acquire(name, 10_000, 60_000);
+    live.run_until(Duration::from_millis(100), |_| false);
+    let released_at = now();
+    holder.release(held);
+    holder.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+    let mut got = None;
+    assert!(live.run_until(LONG, |h| {
+        got = h.take_acquired(l);
+        got.is_some()
+    }));
+    assert_eq!(live.proto.counters().standby_takeovers, 1);
+    (now() - released_at) as f64 / MS as f64
+}
+
+#[test]
+fn a_frozen_head_waiter_does_not_keep_the_lock_from_a_live_one() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    for frozen in 1..=2 {
+        let delay_ms = frozen_case(&server, frozen, &format!("frozen{frozen}"));
+        eprintln!(
+            "{frozen} frozen waiter(s) at the head: the live waiter got the lock {delay_ms:.1} ms \
+             after the release"
+        );
+        // Generous: without the standbys the live waiter would sleep until the holder's TTL
+        // (10 s). The number itself is in the output (about frozen × 150 ms).
+        assert!(delay_ms < 2_000.0 * f64::from(frozen), "{delay_ms} ms");
+    }
+}
+
+#[test]
+fn keys_of_20000_released_names_expire_and_fences_still_increase() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let opts = RedisOptions {
+        key_keep_ms: 100,
+        ..RedisOptions::default()
+    };
+    let mut h = Host::new(server.port, 4, opts);
+    subscribed(&mut h);
+    const NAMES: usize = 20_000;
+    let mut first = Vec::with_capacity(NAMES);
+    for i in 0..NAMES {
+        let name = format!("k{i}");
+        let lease = h.acquire(&name, 1_000, 0);
+        let mut fence = None;
+        while fence.is_none() {
+            h.step(Duration::ZERO);
+            fence = h.take_acquired(lease);
+            assert!(!h.failed(lease), "{name}");
+        }
+        first.push(fence.unwrap());
+        h.release(lease);
+        while h.core.counters().pending_cleanups > 0 {
+            h.step(Duration::ZERO);
+        }
+    }
+    let deadline = now() + 10_000 * MS;
+    let mut keys = i64::MAX;
+    while now() < deadline {
+        keys = admin.call(&["DBSIZE"]).unwrap().int();
+        if keys == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        keys, 0,
+        "keys left after 20000 names were locked and released"
+    );
+    for i in (0..NAMES).step_by(997) {
+        let fence = take(&mut h, &format!("k{i}"), 1_000, 0).unwrap();
+        assert!(fence > first[i], "k{i}: {fence} after {}", first[i]);
+    }
+}
+
+#[test]
+fn script_flush_mid_run_reloads_through_noscript() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let mut h = Host::new(server.port, 5, RedisOptions::default());
+    subscribed(&mut h);
+    let mut last = 0;
+    for round in 0..6 {
+        if round % 2 == 1 {
+            assert_eq!(
+                admin.call(&["SCRIPT", "FLUSH"]).unwrap(),
+                Owned::Status(b"OK".to_vec())
+            );
+        }
+        let lease = h.acquire("flush", 2_000, 0);
+        let mut fence = None;
+        assert!(h.run_until(LONG, |h| {
+            fence = h.take_acquired(lease);
+            fence.is_some()
+        }));
+        assert!(fence.unwrap() > last);
+        last = fence.unwrap();
+        h.release(lease);
+        assert!(h.run_until(LONG, |h| h.core.counters().pending_cleanups == 0));
+    }
+    assert!(
+        h.proto.counters().noscript_retries >= 3,
+        "{:?}",
+        h.proto.counters()
+    );
+    assert!(h.events.iter().all(|e| !matches!(e, Event::Lost { .. })));
+}
+
+#[test]
+fn foreign_keys_of_the_wrong_type_are_errors_never_grants() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    admin.call(&["SET", "lh:{str}", "not a lock"]).unwrap();
+    admin
+        .call(&["HSET", "lh:{hash}", "owner", "someone"])
+        .unwrap();
+    admin.call(&["SET", "lh:{fence}:fence", "garbage"]).unwrap();
+    admin.call(&["LPUSH", "lh:{list}", "x"]).unwrap();
+    let mut h = Host::new(server.port, 6, RedisOptions::default());
+    subscribed(&mut h);
+    for name in ["str", "hash", "fence", "list"] {
+        let lease = h.acquire(name, 2_000, 0);
+        assert!(h.run_until(LONG, |h| h.failed(lease)), "{name}");
+        assert!(h.take_acquired(lease).is_none(), "{name}");
+        assert!(h.events.iter().any(|e| matches!(e,
+            Event::AcquireFailed { lease: l, reason: AcquireFailReason::Unavailable } if *l == lease)));
+    }
+    assert!(h.proto.counters().error_replies >= 4);
+    assert!(
+        h.proto.last_error().contains("lh: "),
+        "{}",
+        h.proto.last_error()
+    );
+    // The foreign keys are untouched.
+    assert_eq!(
+        admin.call(&["GET", "lh:{str}"]).unwrap(),
+        Owned::Bulk(b"not a lock".to_vec())
+    );
+    // A queue key of another type: waiting fails clearly, the holder still releases.
+    let mut other = Host::new(server.port, 7, RedisOptions::default());
+    subscribed(&mut other);
+    let held = take(&mut h, "q", 5_000, 0).unwrap();
+    assert!(held > 0);
+    admin.call(&["SET", "lh:{q}:queue", "x"]).unwrap();
+    let w = other.acquire("q", 2_000, 0);
+    assert!(other.run_until(LONG, |h| h.failed(w)));
+    assert!(
+        other.proto.last_error().contains("queue key"),
+        "{}",
+        other.proto.last_error()
+    );
+}
+
+#[test]
+fn a_killed_subscriber_connection_is_replaced_and_waiters_still_wake() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let mut holder = Host::new(server.port, 8, RedisOptions::default());
+    let mut waiter = Host::new(server.port, 9, RedisOptions::default());
+    subscribed(&mut holder);
+    subscribed(&mut waiter);
+    let held = holder.acquire("kill", 10_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(held).is_some()));
+    let w = waiter.acquire("kill", 10_000, 60_000);
+    waiter.run_until(Duration::from_millis(100), |_| false);
+    let killed = admin
+        .call(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .unwrap()
+        .int();
+    assert_eq!(killed, 2);
+    assert!(waiter.run_until(LONG, |h| h.proto.counters().subscriber_losses == 1));
+    assert!(waiter.run_until(LONG, |h| h.proto.is_subscribed()));
+    assert_eq!(waiter.proto.counters().subscriptions, 2);
+    let released_at = now();
+    holder.release(held);
+    holder.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+    let mut got = None;
+    assert!(waiter.run_until(LONG, |h| {
+        got = h.take_acquired(w);
+        got.is_some()
+    }));
+    let ms = (now() - released_at) / MS;
+    eprintln!("after a killed subscriber, the waiter got the lock {ms} ms after the release");
+    assert!(ms < 5_000, "woken, not left to its retry timer: {ms} ms");
+}
+
+#[test]
+fn a_handoff_costs_two_script_calls_and_idle_waiters_none() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    const WAITERS: u8 = 8;
+    let mut holder = Host::new(server.port, 20, RedisOptions::default());
+    subscribed(&mut holder);
+    // Load the scripts first: a NOSCRIPT'd EVALSHA counts as a call too.
+    let warm = holder.acquire("warm-up", 10_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(warm).is_some()));
+    holder.release(warm);
+    assert!(holder.run_until(LONG, |h| h.core.counters().pending_cleanups == 0));
+    let held = holder.acquire("count", 10_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(held).is_some()));
+    let mut waiters: Vec<Host> = (0..WAITERS)
+        .map(|i| Host::new(server.port, 30 + i, RedisOptions::default()))
+        .collect();
+    let mut leases = Vec::new();
+    for w in &mut waiters {
+        subscribed(w);
+        leases.push(w.acquire("count", 10_000, 60_000));
+        // Queue one after the other, and let the quick retries run out.
+        w.run_until(Duration::from_millis(100), |_| false);
+    }
+    // Idle: two more seconds of waiting cost the waiters no call at all.
+    let idle_before: u64 = waiters
+        .iter()
+        .map(|w| w.proto.counters().script_calls)
+        .sum();
+    let end = now() + 2_000 * MS;
+    while now() < end {
+        for w in &mut waiters {
+            w.step(Duration::from_millis(1));
+        }
+    }
+    let idle_calls: u64 = waiters
+        .iter()
+        .map(|w| w.proto.counters().script_calls)
+        .sum::<u64>()
+        - idle_before;
+    assert_eq!(idle_calls, 0, "idle waiters sent script calls");
+    let before = admin.calls("evalsha") + admin.calls("eval");
+    holder.release(held);
+    holder.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+    let mut fences = Vec::new();
+    let mut done = vec![false; WAITERS as usize];
+    let end = now() + 30_000 * MS;
+    while done.iter().any(|d| !d) && now() < end {
+        for (i, w) in waiters.iter_mut().enumerate() {
+            w.step(Duration::ZERO);
+            if let Some(f) = w.take_acquired(leases[i]) {
+                fences.push(f);
+                w.release(leases[i]);
+                w.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+                done[i] = true;
+            }
+        }
+    }
+    assert_eq!(
+        fences.len(),
+        WAITERS as usize,
+        "every waiter got the lock in turn"
+    );
+    assert!(fences.windows(2).all(|w| w[0] < w[1]));
+    let calls = admin.calls("evalsha") + admin.calls("eval") - before;
+    let handoffs = WAITERS as u64;
+    eprintln!("{handoffs} handoffs cost {calls} script calls (the last RELEASE included)");
+    assert!(
+        calls <= 2 * handoffs + 1,
+        "{calls} script calls for {handoffs} handoffs"
+    );
+    let takeovers: u64 = waiters
+        .iter()
+        .map(|w| w.proto.counters().standby_takeovers)
+        .sum();
+    assert_eq!(takeovers, 0, "no waiter was frozen here");
+}
+
+#[test]
+fn idle_waiters_behind_the_head_of_a_short_lease_stay_quiet() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut holder = Host::new(server.port, 70, RedisOptions::default());
+    subscribed(&mut holder);
+    // A 1 s lease, renewed: the head waiter looks again about once a second (the holder may
+    // have died); the waiters behind it wait to be woken, or 10 s.
+    let held = holder.acquire("short", 1_000, 0);
+    assert!(holder.run_until(LONG, |h| h.take_acquired(held).is_some()));
+    let mut waiters: Vec<Host> = (0..4)
+        .map(|i| Host::new(server.port, 71 + i, RedisOptions::default()))
+        .collect();
+    for w in &mut waiters {
+        subscribed(w);
+        w.acquire("short", 1_000, 60_000);
+        w.step(Duration::from_millis(1));
+    }
+    let before: Vec<u64> = waiters
+        .iter()
+        .map(|w| w.proto.counters().script_calls)
+        .collect();
+    let end = now() + 3_000 * MS;
+    while now() < end {
+        holder.step(Duration::from_millis(1));
+        for w in &mut waiters {
+            w.step(Duration::ZERO);
+        }
+    }
+    let calls: Vec<u64> = waiters
+        .iter()
+        .zip(&before)
+        .map(|(w, b)| w.proto.counters().script_calls - b)
+        .collect();
+    eprintln!("script calls of 4 idle waiters over 3 s behind a renewed 1 s lease: {calls:?}");
+    assert!(
+        holder.core.is_held(held, now()).unwrap(),
+        "the holder kept renewing"
+    );
+    assert!(calls[0] >= 1 && calls[0] <= 6, "the head: {calls:?}");
+    assert_eq!(
+        calls[1..].iter().sum::<u64>(),
+        0,
+        "waiters behind the head: {calls:?}"
+    );
+}

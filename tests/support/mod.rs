@@ -1,0 +1,2 @@
+//! Shared support for the integration tests that talk to real servers.
+pub mod resp;
