@@ -19,6 +19,7 @@ struct Sqlite {
     flags: rusqlite::OpenFlags,
     conn: rusqlite::Connection,
     ident: Option<(u64, u64)>,
+    reset: bool,
 }
 
 fn ident(path: &Path) -> Option<(u64, u64)> {
@@ -37,6 +38,7 @@ impl Sqlite {
             flags,
             conn: rusqlite::Connection::open_with_flags(path, flags).unwrap(),
             ident: ident(path),
+            reset: false,
         }
     }
 
@@ -82,6 +84,11 @@ impl Executor for Sqlite {
     fn execute(&mut self, req: &Request<'_>) -> Result<Vec<OwnedRows>, (FailureKind, String)> {
         // A deleted or replaced file: follow the path, never lock alone on the old inode.
         if ident(&self.path) != self.ident {
+            if let Ok(c) = rusqlite::Connection::open_with_flags(&self.path, self.flags) {
+                self.conn = c;
+                self.ident = ident(&self.path);
+                self.reset = true;
+            }
             return Err((
                 FailureKind::Transport,
                 "the database file was replaced".into(),
@@ -95,12 +102,12 @@ impl Executor for Sqlite {
         })
     }
 
-    fn reconnect(&mut self) -> Vec<leasehold::backend::sql::Connection> {
-        if let Ok(c) = rusqlite::Connection::open_with_flags(&self.path, self.flags) {
-            self.conn = c;
-            self.ident = ident(&self.path);
+    fn take_resets(&mut self) -> Vec<leasehold::backend::sql::Connection> {
+        if std::mem::take(&mut self.reset) {
+            vec![leasehold::backend::sql::Connection::Commands]
+        } else {
+            Vec::new()
         }
-        vec![leasehold::backend::sql::Connection::Commands]
     }
 }
 

@@ -96,8 +96,8 @@ pub trait Executor {
     fn notifications(&mut self, _wait: Duration) -> Vec<(String, String)> {
         Vec::new()
     }
-    /// Reopens what broke; returns the connections that were reset.
-    fn reconnect(&mut self) -> Vec<Connection> {
+    /// The connections opened anew since the last call (after a failure, a replaced file).
+    fn take_resets(&mut self) -> Vec<Connection> {
         Vec::new()
     }
 }
@@ -158,17 +158,19 @@ impl<E: Executor> Host<E> {
                     self.failures += 1;
                     self.proto
                         .handle_failed(&mut self.core, now, id, kind, &msg);
-                    if kind == FailureKind::Transport {
-                        for c in self.exec.reconnect() {
-                            let now = self.now();
-                            self.proto.handle_connection_reset(&mut self.core, now, c);
-                        }
-                    }
                 }
             }
+            self.resets();
         }
         while let Some(ev) = self.proto.poll_event(&mut self.core) {
             self.events.push(ev);
+        }
+    }
+
+    fn resets(&mut self) {
+        for c in self.exec.take_resets() {
+            let now = self.now();
+            self.proto.handle_connection_reset(&mut self.core, now, c);
         }
     }
 
@@ -178,6 +180,7 @@ impl<E: Executor> Host<E> {
         let deadline = self.proto.poll_timeout(&mut self.core).unwrap_or(u64::MAX);
         let wait = Duration::from_nanos(deadline.saturating_sub(now)).min(cap);
         let notes = self.exec.notifications(wait);
+        self.resets();
         if notes.is_empty() {
             let left = Duration::from_nanos(deadline.saturating_sub(self.now())).min(cap);
             std::thread::sleep(left);

@@ -120,7 +120,7 @@ END
 $fn$"#;
 
 const COLUMNS_OF: &str = "SELECT column_name::text, data_type::text FROM information_schema.columns \
-     WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position";
+     WHERE table_schema = current_schema() AND table_name::text = $1 ORDER BY ordinal_position";
 
 const LOCKS_COLUMNS: [(&str, &str); 5] = [
     ("name", "text"),
