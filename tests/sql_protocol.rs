@@ -571,3 +571,27 @@ fn flat_results_round_trip_and_hostile_lists_are_errors() {
     assert!(decode(&[arr(1), arr(1), arr(1), text_oob], b"abc").is_err());
     assert!(decode(&vec![arr(0); sql::MAX_VALUES + 1], b"").is_err());
 }
+
+#[test]
+fn a_request_the_host_never_answers_is_failed_not_waited_for_forever() {
+    let (mut core, mut p) = setup(Dialect::Sqlite);
+    let id = p.request_status(&mut core, 0, "jobs").unwrap();
+    let (mid, _, sql, _) = next(&mut core, &mut p).unwrap();
+    assert!(
+        sql[0].starts_with("PRAGMA"),
+        "the status query waits for the migration"
+    );
+    assert!(p.poll_status().is_none());
+    p.handle_timeout(&mut core, 121_000 * MS);
+    let (got, answer) = p.poll_status().unwrap();
+    assert_eq!(got, id);
+    assert!(answer.unwrap_err().contains("never answered"));
+    // The late answer is stale; the next operation checks the schema again.
+    p.handle_rows(&mut core, 122_000 * MS, mid, &sqlite_migration_rows());
+    assert_eq!(p.counters().stale_results, 1);
+    assert!(!p.is_ready());
+    assert!(
+        p.request_status(&mut core, 123_000 * MS, "").is_err(),
+        "empty name"
+    );
+}

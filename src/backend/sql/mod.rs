@@ -623,7 +623,7 @@ impl SqlProtocol {
             self.relisten_at = NEVER;
             self.relisten_all(now);
         }
-        self.prune(now);
+        self.prune(core, now);
         self.pump(core);
     }
 
@@ -1066,16 +1066,17 @@ impl SqlProtocol {
         }
     }
 
-    fn prune(&mut self, now: u64) {
+    /// Forgets requests the host never answered. The engine timed its own out long ago; a
+    /// migration, a status query or a LISTEN is failed here, so nothing waits for it forever.
+    fn prune(&mut self, core: &mut Client, now: u64) {
         while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
             if at > now {
                 break;
             }
             self.expiry.pop();
             if let Some(p) = self.pending.remove(&id) {
-                if matches!(p.op, Op::Migrate) {
-                    self.schema = Schema::Unchecked;
-                    self.parked.clear();
+                if matches!(p.op, Op::Migrate | Op::Status { .. } | Op::Listen { .. }) {
+                    self.fail_op(core, p.op, now, "the host never answered the request");
                 }
             }
         }
