@@ -131,6 +131,46 @@
  *   confirmation as the reply), and when the subscriber connection drops, report
  *   lh_subscription(..., 0) for it; the handle then asks to SUBSCRIBE again.
  *   bindings/c/redis/ is the reference executor (hiredis).
+ *
+ * THE RUN LOOP WITH SQL (SQLite or PostgreSQL: lh_client_new_sql)
+ *
+ *   The handle speaks the SQL protocol itself: the schema and its migration, every
+ *   statement and parameter, the meaning of every row. The host owns one connection in
+ *   autocommit mode (SQLite: a file path, opened as usual; PostgreSQL: a connection string)
+ *   and, for PostgreSQL, a second one that LISTENs. It runs what it is told, verbatim.
+ *
+ *   for (;;) {
+ *       lh_poll_timeout(c, &deadline);
+ *       wait until the earliest of: deadline, a finished request, a notification (listener
+ *           connection), an application call;
+ *       now = monotonic_ns();
+ *       feed exactly that one input:
+ *           lh_timeout(c, now) | lh_acquire / lh_release | lh_sql_status_request |
+ *           lh_sql_result(c, now, id, values, nvalues, data, data_len) |  // every row
+ *           lh_sql_failed(c, now, id, LH_SQL_FAILURE_DATABASE or _TRANSPORT, msg, len) |
+ *           lh_sql_notification(c, now, channel, len, payload, len) |
+ *           lh_sql_connection_reset(c, now, LH_SQL_CONNECTION_*);  // reopened
+ *       do {                                         // drain both completely
+ *           lh_sql_poll_request(c, &req);            // req.id == 0: none left
+ *           on req.connection, asynchronously: read the host facts once
+ *               (LH_PARAM_HOST_*); for each of the req.nstatements statements, in order:
+ *               prepare data[sql_offset .. +sql_len], bind params[first_param ..
+ *               +nparams] (?1.. / $1..), run it, keep its rows; on the first error stop,
+ *               ROLLBACK if a transaction is open, answer lh_sql_failed; else answer
+ *               lh_sql_result with every statement's rows;
+ *       } while (req.id != 0);
+ *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
+ *   }
+ *
+ *   Rows cross like Redis replies: a flat lh_value list in pre-order, an LH_VALUE_ARRAY
+ *   per statement, of rows, each an LH_VALUE_ARRAY of columns (NIL, INT with booleans as
+ *   0/1, FLOAT, TEXT, BULK for blobs; strings offset/len into one data buffer). A database
+ *   error (busy past the timeout, read-only, corrupt, a missing table) and a broken
+ *   connection both become transport errors for the engine, never grants; after either the
+ *   handle checks the schema again before the next operation. When a connection is opened
+ *   anew (a restart, a SQLite file at the path replaced: compare device and inode before
+ *   each request), call lh_sql_connection_reset. lh_sql_last_error says what the database
+ *   said or why the schema was refused (a foreign table of the same name).
  */
 
 #ifndef LEASEHOLD_H
@@ -681,6 +721,80 @@
 #define LH_REDIS_WAKE_RANDOM_LEN 16
 
 /**
+ * `lh_sql_options.dialect`: SQLite (one file shared by the processes of one host).
+ */
+#define LH_DIALECT_SQLITE 1
+
+/**
+ * `lh_sql_options.dialect`: PostgreSQL.
+ */
+#define LH_DIALECT_POSTGRES 2
+
+/**
+ * `lh_sql_request.connection`: the ordinary connection (migration and every operation).
+ */
+#define LH_SQL_CONNECTION_COMMANDS 1
+
+/**
+ * `lh_sql_request.connection`: PostgreSQL's listener connection (LISTEN / UNLISTEN; its
+ * notifications go to `lh_sql_notification`).
+ */
+#define LH_SQL_CONNECTION_LISTENER 2
+
+/**
+ * `lh_value.kind` of a column or parameter: UTF-8 text (`offset`, `len`).
+ */
+#define LH_VALUE_TEXT 7
+
+/**
+ * `lh_value.kind` of a column: a double, its IEEE-754 bits in `integer`. (None of the
+ * protocol's statements return one; a float where a number belongs is an error.)
+ */
+#define LH_VALUE_FLOAT 8
+
+/**
+ * Parameter kind: bind the host's `CLOCK_MONOTONIC` in ns as an integer.
+ */
+#define LH_PARAM_HOST_MONOTONIC_NS 20
+
+/**
+ * Parameter kind: bind the host's wall clock in µs since the Unix epoch as an integer.
+ */
+#define LH_PARAM_HOST_WALL_US 21
+
+/**
+ * Parameter kind: bind the boot id (`/proc/sys/kernel/random/boot_id`, trimmed) as text.
+ */
+#define LH_PARAM_HOST_BOOT_ID 22
+
+/**
+ * Parameter kind: bind the executing process's id as an integer.
+ */
+#define LH_PARAM_HOST_PID 23
+
+/**
+ * Parameter kind: bind the host name as text.
+ */
+#define LH_PARAM_HOST_NAME 24
+
+/**
+ * `lh_sql_failed` kind: the connection broke or timed out (the outcome is unknown); reopen
+ * it and call `lh_sql_connection_reset`.
+ */
+#define LH_SQL_FAILURE_TRANSPORT 1
+
+/**
+ * `lh_sql_failed` kind: the database refused a statement (busy, read-only, corrupt, missing
+ * table, …) and the transaction was rolled back.
+ */
+#define LH_SQL_FAILURE_DATABASE 2
+
+/**
+ * Longest notification channel or payload, and longest failure message, in bytes.
+ */
+#define LH_MAX_SQL_MESSAGE (1 << 16)
+
+/**
  * Opaque client handle: one core session plus the memory that borrowed outputs point into.
  *
  * Created by `lh_client_new`, destroyed by `lh_client_free`. Not thread-safe: one thread at a
@@ -1126,6 +1240,155 @@ typedef struct lh_counters {
    */
   uint64_t releases_lost;
 } lh_counters;
+
+/**
+ * Options of the SQL protocol. Fill with `lh_sql_options_default`, then set `dialect`.
+ */
+typedef struct lh_sql_options {
+  /**
+   * `sizeof(lh_sql_options)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * `LH_DIALECT_*` (default SQLite).
+   */
+  uint32_t dialect;
+  /**
+   * SQLite: `PRAGMA busy_timeout` (default 5000): a file that stays locked is a database
+   * error after this long, never a hang.
+   */
+  uint64_t busy_timeout_ms;
+} lh_sql_options;
+
+/**
+ * One statement of a request: its SQL text and its parameters.
+ */
+typedef struct lh_sql_statement {
+  /**
+   * Start of the SQL text in the request's data buffer (a NUL follows it).
+   */
+  uint64_t sql_offset;
+  /**
+   * Length of the SQL text in bytes, without the NUL.
+   */
+  uint64_t sql_len;
+  /**
+   * Index of the statement's first parameter in the request's `params`.
+   */
+  uint32_t first_param;
+  /**
+   * Number of parameters (`?1…`/`$1…` in order).
+   */
+  uint32_t nparams;
+} lh_sql_statement;
+
+/**
+ * One polled request: run its statements in order on `connection`, in autocommit mode
+ * (transaction control is part of the list), then answer `id` with `lh_sql_result` or
+ * `lh_sql_failed`. `id == 0` means nothing is left. Parameters are `lh_value`s: NIL, INT
+ * (`integer`), TEXT and BULK (a blob) with `offset`/`len` into `data`, or
+ * `LH_PARAM_HOST_*` (facts the host binds: read them once per request, when it starts
+ * executing it, and bind the same values wherever the kind appears). Every SQL text and
+ * TEXT parameter in `data` is followed by a NUL byte (not counted in its length). The
+ * pointers borrow the handle until the next call on it.
+ */
+typedef struct lh_sql_request {
+  /**
+   * Request id (never reused), 0 when none.
+   */
+  uint64_t id;
+  /**
+   * `LH_SQL_CONNECTION_*`.
+   */
+  uint32_t connection;
+  /**
+   * Number of statements.
+   */
+  uint32_t nstatements;
+  /**
+   * The statements.
+   */
+  const struct lh_sql_statement *statements;
+  /**
+   * The parameters of all statements.
+   */
+  const struct lh_value *params;
+  /**
+   * Number of parameters.
+   */
+  size_t nparams;
+  /**
+   * The bytes SQL texts and string parameters point into.
+   */
+  const uint8_t *data;
+  /**
+   * Length of `data`.
+   */
+  size_t data_len;
+} lh_sql_request;
+
+/**
+ * What the database said about one name (`lh_sql_poll_status`). Advisory: it can change at
+ * once. Numbers that are unknown are 0.
+ */
+typedef struct lh_sql_status {
+  /**
+   * `sizeof(lh_sql_status)` as compiled by the caller; set to the library's size.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 if the query succeeded; 0 if it failed (`error` says why).
+   */
+  uint32_t ok;
+  /**
+   * The id `lh_sql_status_request` returned; 0 when no answer is waiting.
+   */
+  uint64_t id;
+  /**
+   * 1 while a live grant exists.
+   */
+  uint32_t held;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * The holder's fencing token, while held.
+   */
+  uint64_t fencing_token;
+  /**
+   * The holder's remaining TTL in ms, while held.
+   */
+  uint64_t remaining_ttl_ms;
+  /**
+   * The highest fence ever minted for the name.
+   */
+  uint64_t last_fencing_token;
+  /**
+   * SQLite: the holder's process id, while held.
+   */
+  int64_t holder_pid;
+  /**
+   * How long the grant has been held, in ms (when recorded).
+   */
+  uint64_t held_for_ms;
+  /**
+   * SQLite: the holder's host name (borrowed, not NUL-terminated), while held.
+   */
+  const uint8_t *holder_host;
+  /**
+   * Length of `holder_host`.
+   */
+  size_t holder_host_len;
+  /**
+   * Why the query failed (borrowed, not NUL-terminated), when `ok == 0`.
+   */
+  const uint8_t *error;
+  /**
+   * Length of `error`.
+   */
+  size_t error_len;
+} lh_sql_status;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1604,6 +1867,137 @@ lh_status lh_redis_wake_channel(const uint8_t *random,
                                 uint8_t *buf,
                                 size_t buf_len,
                                 size_t *out_len);
+
+/**
+ * Fills `*out` with the default SQL options (SQLite, and `struct_size`). NULL is ignored.
+ *
+ * # Safety
+ * `out` is NULL or valid for writing one `lh_sql_options`.
+ */
+void lh_sql_options_default(struct lh_sql_options *out);
+
+/**
+ * Creates a client with the SQL protocol attached (see the header's SQL run loop).
+ * Arguments and errors as for `lh_client_new`, plus `opts` (required: it names the
+ * dialect; an unknown dialect is `LH_ERR_INVALID_ENUM`, bad values `LH_ERR_INVALID_CONFIG`).
+ * SQLite delivers no release notifications, so for it `cfg->notifications` is taken as 0
+ * (waiters retry at the holder's expiry or by backoff). The first request is the migration.
+ *
+ * # Safety
+ * As for `lh_client_new`; `opts` points to a readable `lh_sql_options`.
+ */
+lh_status lh_client_new_sql(const struct lh_config *cfg,
+                            const struct lh_sql_options *opts,
+                            const uint8_t *seed,
+                            size_t seed_len,
+                            struct lh_client **out);
+
+/**
+ * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
+ * after every input, like `lh_poll_output`). Everything it points to borrows the handle
+ * until the next call on it.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for writing one `lh_sql_request`.
+ */
+lh_status lh_sql_poll_request(struct lh_client *c, struct lh_sql_request *out);
+
+/**
+ * Hands back the rows of request `id`: `nvalues` values in pre-order forming one array per
+ * statement (in order, every statement included, an empty array for one without rows), of
+ * rows, each an array of column values (NIL, INT — booleans as 0/1 —, FLOAT, TEXT, BULK for
+ * blobs), and the `data_len` bytes their strings point into. Read during the call, never
+ * retained. Unknown and already answered ids are counted and ignored (`LH_OK`). A malformed
+ * or oversized list is `LH_ERR_INVALID_REPLY` and changes nothing: then report the request
+ * with `lh_sql_failed`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
+ * to `data_len` readable bytes (NULL allowed when the count is 0).
+ */
+lh_status lh_sql_result(struct lh_client *c,
+                        uint64_t now,
+                        uint64_t id,
+                        const struct lh_value *values,
+                        size_t nvalues,
+                        const uint8_t *data,
+                        size_t data_len);
+
+/**
+ * Request `id` failed: `kind` is `LH_SQL_FAILURE_TRANSPORT` or `LH_SQL_FAILURE_DATABASE`,
+ * `message` the driver's text (UTF-8 not required; at most `LH_MAX_SQL_MESSAGE` bytes, NULL
+ * when empty). The engine sees a transport error either way; the schema is checked again
+ * before the next operation. Unknown ids are counted and ignored.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_sql_failed(struct lh_client *c,
+                        uint64_t now,
+                        uint64_t id,
+                        uint32_t kind,
+                        const uint8_t *message,
+                        size_t message_len);
+
+/**
+ * Delivers one notification received on the listener connection (PostgreSQL; every one:
+ * the protocol ignores what is not its own). Channel and payload are at most
+ * `LH_MAX_SQL_MESSAGE` bytes.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `channel` and `payload` point to their lengths in readable
+ * bytes (`payload` may be NULL when empty).
+ */
+lh_status lh_sql_notification(struct lh_client *c,
+                              uint64_t now,
+                              const uint8_t *channel,
+                              size_t channel_len,
+                              const uint8_t *payload,
+                              size_t payload_len);
+
+/**
+ * The host opened `connection` (`LH_SQL_CONNECTION_*`) anew — after a transport failure,
+ * a server restart, a replaced SQLite file: the schema is checked again before the next
+ * operation; the listener LISTENs again (and each waiting name is checked once).
+ *
+ * # Safety
+ * `c` is NULL or a live handle.
+ */
+lh_status lh_sql_connection_reset(struct lh_client *c, uint64_t now, uint32_t connection);
+
+/**
+ * Queues a status query for `name` (rules as for `lh_acquire`'s name); `*out_id` identifies
+ * its answer in `lh_sql_poll_status`. Run the requests it produces as usual.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is
+ * valid for writes.
+ */
+lh_status lh_sql_status_request(struct lh_client *c,
+                                uint64_t now,
+                                const uint8_t *name,
+                                size_t name_len,
+                                uint64_t *out_id);
+
+/**
+ * Takes the next answered status query into `*out` (`out->id == 0` when none is waiting).
+ * Its strings borrow the handle until the next call on it.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_sql_status`.
+ */
+lh_status lh_sql_poll_status(struct lh_client *c, struct lh_sql_status *out);
+
+/**
+ * The last database error, failed schema check or malformed result the protocol saw (a
+ * read-only or corrupt file, a foreign table of the same name…), for the application's
+ * diagnostics: `*out_text` / `*out_len` (not NUL-terminated; length 0 if none), borrowed
+ * until the next call on the handle.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; the out-pointers are valid for writes.
+ */
+lh_status lh_sql_last_error(const struct lh_client *c, const uint8_t **out_text, size_t *out_len);
 
 #ifdef __cplusplus
 }  // extern "C"

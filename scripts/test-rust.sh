@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # tests/redis_server.rs runs the Redis protocol against a real redis-server.
 bash scripts/ensure-redis.sh
+# tests/sql_postgres.rs starts throw-away PostgreSQL clusters (scripts/pg-test-server.sh).
+bash scripts/ensure-postgres.sh
 cargo fmt --all --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Cargo.toml optimises the crate in the test profile but keeps debug assertions and

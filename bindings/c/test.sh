@@ -6,7 +6,8 @@
 # 3. compiles the header as C11 and C++17 with -Wall -Wextra -Werror;
 # 4. builds and runs the example host, the C tests under ASan+UBSan, and the C tests again
 #    under valgrind --error-exitcode=1 --leak-check=full; then the Redis host (the hiredis
-#    executor in redis/) against a real redis-server, under both;
+#    executor in redis/) against a real redis-server, and the SQLite host (the libsqlite3
+#    executor in sqlite/) on a real file, under both;
 # 5. installs into a scratch prefix with scripts/install-lib.sh and links a program through
 #    `pkg-config --cflags --libs leasehold` (shared) and `leasehold-static` (static).
 # Installs missing tools with apt-get (as root). Prints "c: OK" at the end.
@@ -23,6 +24,7 @@ command -v valgrind >/dev/null || need+=(valgrind)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v readelf >/dev/null || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
+[ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 if ((${#need[@]})); then
     if [[ $EUID -ne 0 ]]; then
         echo "c: missing ${need[*]} and not root to apt-get them" >&2
@@ -68,6 +70,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
     ./build/test_redis_asan
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
     ./build/test_redis_plain
+
+step "SQLite host (libsqlite3 executor) on a real file, ASan+UBSan and valgrind"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./build/test_sqlite_asan
+valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+    ./build/test_sqlite_plain
 
 step "install + pkg-config (shared and static)"
 PREFIX="$PWD/build/prefix"

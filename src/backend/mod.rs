@@ -8,3 +8,4 @@
 //! requests verbatim and hands replies back unread.
 
 pub mod redis;
+pub mod sql;

@@ -178,6 +178,9 @@ impl ClientState {
     /// The next output for `lh_poll_output`: with a backend only events come out (commands
     /// became requests).
     pub(crate) fn next_output(&mut self) -> Option<Output> {
+        if let Some(b) = &mut self.sql {
+            return b.proto.poll_event(&mut self.core).map(Output::Event);
+        }
         match &mut self.backend {
             Some(b) => b.proto.poll_event(&mut self.core).map(Output::Event),
             None => self.core.poll_output(),
@@ -185,6 +188,9 @@ impl ClientState {
     }
 
     pub(crate) fn next_deadline(&mut self) -> Option<u64> {
+        if let Some(b) = &mut self.sql {
+            return b.proto.poll_timeout(&mut self.core);
+        }
         match &mut self.backend {
             Some(b) => b.proto.poll_timeout(&mut self.core),
             None => self.core.poll_timeout(),
@@ -192,6 +198,9 @@ impl ClientState {
     }
 
     pub(crate) fn timeout(&mut self, now: u64) {
+        if let Some(b) = &mut self.sql {
+            return b.proto.handle_timeout(&mut self.core, now);
+        }
         match &mut self.backend {
             Some(b) => b.proto.handle_timeout(&mut self.core, now),
             None => self.core.handle_timeout(now),

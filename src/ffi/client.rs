@@ -41,6 +41,8 @@ pub(crate) struct ClientState {
     pub(crate) core: Client,
     /// The backend protocol, when the handle was created with one (`lh_client_new_redis`).
     pub(crate) backend: Option<Box<super::backend::Attached>>,
+    /// The SQL protocol, when the handle was created with one (`lh_client_new_sql`).
+    pub(crate) sql: Option<Box<super::sql::SqlAttached>>,
     /// Name of the last polled output; `lh_output.name` points into it.
     out_name: Option<LockName>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
@@ -230,6 +232,7 @@ pub unsafe extern "C" fn lh_client_new(
             state: ClientState {
                 core,
                 backend: None,
+                sql: None,
                 out_name: None,
                 out_token: [0; 32],
                 out_token_raw: None,
@@ -677,6 +680,7 @@ impl ClientState {
         ClientState {
             core,
             backend: None,
+            sql: None,
             out_name: None,
             out_token: [0; 32],
             out_token_raw: None,

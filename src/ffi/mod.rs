@@ -11,7 +11,8 @@
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: one `extern "C"` function per core input and getter;
 //! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
-//! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages.
+//! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
+//! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
 //! are written once, at the top of the generated header (see `cbindgen.toml`).
@@ -25,8 +26,11 @@ pub(crate) mod boundary;
 pub mod client;
 /// Redis protocol exports (`lh_redis_*`); written by the redis helper.
 pub mod redis;
+/// A handle with the SQL protocol attached (`lh_client_new_sql`, `lh_sql_*`).
+pub mod sql;
 
 pub use backend::*;
 pub use client::*;
 pub use redis::*;
+pub use sql::*;
 pub use types::*;

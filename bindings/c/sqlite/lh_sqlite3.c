@@ -1,0 +1,203 @@
+/* lh_sqlite3.c -- see lh_sqlite3.h. */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include "lh_sqlite3.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void note(lh_sqlite3 *x, uint32_t st) {
+    if (st != LH_OK && x->last_status == LH_OK) x->last_status = st;
+}
+
+static int reopen(lh_sqlite3 *x) {
+    if (x->db != NULL) sqlite3_close(x->db);
+    x->db = NULL;
+    if (sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        sqlite3_close(x->db);
+        x->db = NULL;
+        return -1;
+    }
+    struct stat st;
+    if (stat(x->path, &st) == 0) {
+        x->dev = st.st_dev;
+        x->ino = st.st_ino;
+    }
+    return 0;
+}
+
+int lh_sqlite3_open(lh_sqlite3 *x, lh_client *client, const char *path) {
+    memset(x, 0, sizeof *x);
+    x->client = client;
+    x->path = strdup(path);
+    if (x->path == NULL) return -1;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(x->boot_id, sizeof x->boot_id, f) == NULL) x->boot_id[0] = 0;
+        fclose(f);
+        x->boot_id[strcspn(x->boot_id, "\n")] = 0;
+    }
+    if (gethostname(x->host, sizeof x->host - 1) != 0) x->host[0] = 0;
+    return reopen(x);
+}
+
+void lh_sqlite3_close(lh_sqlite3 *x) {
+    if (x->db != NULL) sqlite3_close(x->db);
+    free(x->path);
+    memset(x, 0, sizeof *x);
+}
+
+/* Flat pre-order list of values plus one data buffer (lh_sql_result's format). */
+typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
+
+static size_t push(flat *f, uint32_t kind, int64_t integer, const void *s, size_t len) {
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 16;
+        lh_value *v = realloc(f->v, f->cap * sizeof *v);
+        if (v == NULL) { f->bad = 1; return 0; }
+        f->v = v;
+    }
+    lh_value *v = &f->v[f->n];
+    memset(v, 0, sizeof *v);
+    v->kind = kind;
+    v->integer = integer;
+    v->len = (uint64_t)len;
+    if (s != NULL) {
+        if (f->len + len > f->dcap) {
+            f->dcap = 2 * (f->len + len) + 64;
+            uint8_t *d = realloc(f->data, f->dcap);
+            if (d == NULL) { f->bad = 1; return 0; }
+            f->data = d;
+        }
+        v->offset = (uint64_t)f->len;
+        if (len) memcpy(f->data + f->len, s, len);
+        f->len += len;
+    }
+    return f->n++;
+}
+
+static void bind(sqlite3_stmt *st, int i, const lh_value *p, const uint8_t *data,
+                 int64_t mono, int64_t wall, const lh_sqlite3 *x) {
+    switch (p->kind) {
+    case LH_VALUE_INT: sqlite3_bind_int64(st, i, p->integer); break;
+    case LH_VALUE_TEXT:
+        sqlite3_bind_text(st, i, (const char *)data + p->offset, (int)p->len, SQLITE_TRANSIENT);
+        break;
+    case LH_VALUE_BULK:
+        sqlite3_bind_blob(st, i, data + p->offset, (int)p->len, SQLITE_TRANSIENT);
+        break;
+    case LH_PARAM_HOST_MONOTONIC_NS: sqlite3_bind_int64(st, i, mono); break;
+    case LH_PARAM_HOST_WALL_US: sqlite3_bind_int64(st, i, wall); break;
+    case LH_PARAM_HOST_BOOT_ID: sqlite3_bind_text(st, i, x->boot_id, -1, SQLITE_TRANSIENT); break;
+    case LH_PARAM_HOST_PID: sqlite3_bind_int64(st, i, (int64_t)getpid()); break;
+    case LH_PARAM_HOST_NAME: sqlite3_bind_text(st, i, x->host, -1, SQLITE_TRANSIENT); break;
+    default: sqlite3_bind_null(st, i); break;
+    }
+}
+
+/* Runs one request; returns NULL on success (rows in *f) or the error message. */
+static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
+    struct timespec m, w;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    clock_gettime(CLOCK_REALTIME, &w);
+    int64_t mono = (int64_t)m.tv_sec * 1000000000 + m.tv_nsec;
+    int64_t wall = (int64_t)w.tv_sec * 1000000 + w.tv_nsec / 1000;
+    push(f, LH_VALUE_ARRAY, 0, NULL, r->nstatements);
+    for (uint32_t s = 0; s < r->nstatements; s++) {
+        const lh_sql_statement *q = &r->statements[s];
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(x->db, (const char *)r->data + q->sql_offset, (int)q->sql_len, &st, NULL) != SQLITE_OK)
+            return sqlite3_errmsg(x->db);
+        for (uint32_t i = 0; i < q->nparams; i++)
+            bind(st, (int)i + 1, &r->params[q->first_param + i], r->data, mono, wall, x);
+        size_t rows_at = push(f, LH_VALUE_ARRAY, 0, NULL, 0);
+        uint64_t nrows = 0;
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            int ncols = sqlite3_column_count(st);
+            push(f, LH_VALUE_ARRAY, 0, NULL, (size_t)ncols);
+            for (int c = 0; c < ncols; c++) {
+                switch (sqlite3_column_type(st, c)) {
+                case SQLITE_INTEGER: push(f, LH_VALUE_INT, sqlite3_column_int64(st, c), NULL, 0); break;
+                case SQLITE_FLOAT: {
+                    double d = sqlite3_column_double(st, c);
+                    int64_t bits;
+                    memcpy(&bits, &d, sizeof bits);
+                    push(f, LH_VALUE_FLOAT, bits, NULL, 0);
+                    break;
+                }
+                case SQLITE_TEXT: {
+                    const unsigned char *t = sqlite3_column_text(st, c);
+                    push(f, LH_VALUE_TEXT, 0, t ? (const void *)t : "", (size_t)sqlite3_column_bytes(st, c));
+                    break;
+                }
+                case SQLITE_BLOB: {
+                    const void *b = sqlite3_column_blob(st, c);
+                    push(f, LH_VALUE_BULK, 0, b ? b : "", (size_t)sqlite3_column_bytes(st, c));
+                    break;
+                }
+                default: push(f, LH_VALUE_NIL, 0, NULL, 0); break;
+                }
+            }
+            nrows++;
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return sqlite3_errmsg(x->db);
+        if (!f->bad) f->v[rows_at].len = nrows;
+    }
+    return f->bad ? "out of memory" : NULL;
+}
+
+void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void)) {
+    for (;;) {
+        lh_sql_request r;
+        uint32_t st = lh_sql_poll_request(x->client, &r);
+        note(x, st);
+        if (st != LH_OK || r.id == 0) return;
+        /* A deleted or replaced file: follow the path instead of locking alone on the old
+         * inode (the request did not run; the schema is checked again on the new file). */
+        struct stat fs;
+        int same = x->db != NULL && stat(x->path, &fs) == 0 && fs.st_dev == x->dev && fs.st_ino == x->ino;
+        if (!same) {
+            int ok = reopen(x) == 0;
+            static const char msg[] = "the database file was replaced or could not be opened";
+            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_TRANSPORT,
+                                  (const uint8_t *)msg, sizeof msg - 1));
+            if (ok) note(x, lh_sql_connection_reset(x->client, now(), LH_SQL_CONNECTION_COMMANDS));
+            continue;
+        }
+        flat f = {0};
+        const char *err = run(x, &r, &f);
+        if (err != NULL) {
+            size_t n = strlen(err);
+            char *copy = malloc(n + 1);
+            if (copy != NULL) memcpy(copy, err, n + 1);
+            if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_DATABASE,
+                                  (const uint8_t *)(copy ? copy : ""), copy ? n : 0));
+            free(copy);
+        } else {
+            note(x, lh_sql_result(x->client, now(), r.id, f.v, f.n, f.data, f.len));
+        }
+        free(f.v);
+        free(f.data);
+    }
+}
+
+void lh_sqlite3_step(lh_sqlite3 *x, int max_ms, uint64_t (*now)(void)) {
+    uint64_t deadline = LH_NO_DEADLINE;
+    note(x, lh_poll_timeout(x->client, &deadline));
+    uint64_t t = now();
+    uint64_t wait = deadline > t ? deadline - t : 0;
+    if (wait > (uint64_t)max_ms * 1000000ull) wait = (uint64_t)max_ms * 1000000ull;
+    if (wait > 0) {
+        struct timespec ts = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+    note(x, lh_timeout(x->client, now()));
+    lh_sqlite3_run_requests(x, now);
+}

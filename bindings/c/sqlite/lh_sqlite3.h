@@ -1,0 +1,44 @@
+/*
+ * lh_sqlite3.h -- a thin SQLite executor for a leasehold handle created with
+ * lh_client_new_sql() and the SQLite dialect: it runs the handle's statements verbatim on one
+ * libsqlite3 connection, binds the host facts (CLOCK_MONOTONIC, the wall clock, the boot id,
+ * the pid, the host name) and hands every row back unread. It knows no table, statement or
+ * row meaning: the core does.
+ *
+ * Not thread-safe (like the handle). Blocking: each request runs synchronously (bounded by
+ * the busy timeout the core sets), which suits a C host and its tests.
+ */
+#ifndef LH_SQLITE3_H
+#define LH_SQLITE3_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <sqlite3.h>
+
+#include "leasehold.h"
+
+typedef struct lh_sqlite3 {
+    lh_client *client;
+    char *path;
+    sqlite3 *db;
+    dev_t dev; /* identity of the file the connection opened: a replaced file is followed */
+    ino_t ino;
+    char boot_id[64];
+    char host[256];
+    uint32_t last_status; /* first non-LH_OK status from the library, 0 if none */
+} lh_sqlite3;
+
+/* Opens `path` (created if missing). Returns 0, or -1 if the connection cannot be opened. */
+int lh_sqlite3_open(lh_sqlite3 *x, lh_client *client, const char *path);
+
+/* Runs every pending request (drains lh_sql_poll_request). */
+void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void));
+
+/* Sleeps until the handle's deadline (at most max_ms), calls lh_timeout, runs the requests
+ * that result. */
+void lh_sqlite3_step(lh_sqlite3 *x, int max_ms, uint64_t (*now)(void));
+
+/* Closes the connection (not the client). */
+void lh_sqlite3_close(lh_sqlite3 *x);
+
+#endif
