@@ -73,6 +73,7 @@ mod rng;
 mod timers;
 mod types;
 
+pub mod backend;
 pub mod ffi;
 pub mod redis;
 #[cfg(feature = "sim")]
