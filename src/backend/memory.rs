@@ -22,6 +22,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const NS_PER_MS: u64 = 1_000_000;
 
+/// Longest ownership token the service accepts, bytes (the engine's are 32; the C ABI
+/// mirrors it as `LH_MEMORY_MAX_TOKEN_LEN`).
+pub(crate) const MAX_TOKEN_BYTES: usize = 64;
+
 /// One live or expired grant of a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant<T, D> {
@@ -248,9 +252,6 @@ impl<T, D> LockTable<T, D> {
     }
 }
 
-/// Longest ownership token the memory service accepts, bytes (the engine's are 32).
-pub const MAX_TOKEN_LEN: usize = 64;
-
 /// Limits that bound the service's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -277,7 +278,7 @@ impl Default for Limits {
 }
 
 /// Largest value of any [`Limits`] field (keeps a hostile limit from meaning "unbounded").
-pub const LIMIT_CEILING: u32 = 1 << 24;
+const LIMIT_CEILING: u32 = 1 << 24;
 
 /// One connection's fault switches. Host-level faults (delay, hang) stay in the wrappers:
 /// they are about when an answer arrives, and the service never waits.
@@ -336,7 +337,7 @@ pub enum MemoryError {
     #[error(transparent)]
     Name(#[from] crate::Error),
     /// Tokens identify owners; an empty one would match nobody's intent.
-    #[error("token is {len} bytes; it must be 1 to {max}", max = MAX_TOKEN_LEN)]
+    #[error("token is {len} bytes; it must be 1 to {MAX_TOKEN_BYTES}")]
     InvalidToken {
         /// Length of the rejected token.
         len: usize,
@@ -350,7 +351,7 @@ pub enum MemoryError {
     /// `max_connections` are open, or the connection watches `max_watches` names.
     #[error("limit reached: {0}")]
     LimitReached(&'static str),
-    /// A [`Limits`] field is 0 or above [`LIMIT_CEILING`].
+    /// A [`Limits`] field is 0 or above 2^24.
     #[error("invalid limits: {0}")]
     InvalidLimits(&'static str),
 }
@@ -445,7 +446,7 @@ fn check_limit(v: u32, what: &'static str) -> Result<(), MemoryError> {
 }
 
 fn check_token(token: &[u8]) -> Result<(), MemoryError> {
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return Err(MemoryError::InvalidToken { len: token.len() });
     }
     Ok(())

@@ -10,7 +10,8 @@
 //! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: one `extern "C"` function per core input and getter;
-//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`).
+//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
+//! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
 //! are written once, at the top of the generated header (see `cbindgen.toml`).
@@ -21,9 +22,12 @@ pub mod types;
 
 pub(crate) mod boundary;
 pub mod client;
+/// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
+pub mod memory;
 /// Redis protocol exports (`lh_redis_*`); written by the redis helper.
 pub mod redis;
 
 pub use client::*;
+pub use memory::*;
 pub use redis::*;
 pub use types::*;

@@ -48,6 +48,13 @@ pub const LH_ERR_BUFFER_TOO_SMALL: u32 = 14;
 pub const LH_ERR_NOT_GRANTED: u32 = 15;
 /// The `struct_size` field of a struct passed in is smaller than this library's struct.
 pub const LH_ERR_STRUCT_SIZE: u32 = 16;
+/// An ownership token passed to the memory service was empty or longer than
+/// `LH_MEMORY_MAX_TOKEN_LEN` bytes.
+pub const LH_ERR_INVALID_TOKEN: u32 = 19;
+/// A memory-service connection id was never issued by that service, or was disconnected.
+pub const LH_ERR_UNKNOWN_CONNECTION: u32 = 20;
+/// A memory-service limit was reached (connections, watches per connection).
+pub const LH_ERR_LIMIT_REACHED: u32 = 21;
 /// A panic was caught inside the library; the handle is now poisoned.
 pub const LH_ERR_PANIC: u32 = 900;
 /// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
