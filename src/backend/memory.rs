@@ -434,7 +434,7 @@ pub struct MemoryService {
 
 impl Default for MemoryService {
     fn default() -> Self {
-        Self::new(Limits::default()).unwrap_or_else(|_| unreachable!("default limits are valid"))
+        Self::with_limits(Limits::default())
     }
 }
 
@@ -466,7 +466,11 @@ impl MemoryService {
         check_limit(limits.max_connections, "max_connections must be 1 to 2^24")?;
         check_limit(limits.max_watches, "max_watches must be 1 to 2^24")?;
         check_limit(limits.max_pending, "max_pending must be 1 to 2^24")?;
-        Ok(MemoryService {
+        Ok(Self::with_limits(limits))
+    }
+
+    fn with_limits(limits: Limits) -> Self {
+        MemoryService {
             table: LockTable::new(),
             limits,
             last_now: 0,
@@ -476,7 +480,7 @@ impl MemoryService {
             next_connection: 1,
             next_reclaim: 0,
             stats: Stats::default(),
-        })
+        }
     }
 
     /// The limits it was made with.
