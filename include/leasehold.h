@@ -1094,9 +1094,9 @@ typedef struct lh_memory_status {
    */
   uint32_t holder_token_len;
   /**
-   * Always 0.
+   * Connections watching the name (held or not).
    */
-  uint32_t _reserved;
+  uint32_t watchers;
   /**
    * The holder's ownership token (its first `holder_token_len` bytes), not NUL-terminated.
    */
@@ -1154,6 +1154,18 @@ typedef struct lh_memory_stats {
    * Releases that deleted a grant.
    */
   uint64_t releases;
+  /**
+   * Renews that extended a grant.
+   */
+  uint64_t renewals;
+  /**
+   * Renews refused (not the holder, or a reject switch).
+   */
+  uint64_t renewals_rejected;
+  /**
+   * Gauge: (connection, name) watches.
+   */
+  uint64_t watches;
   /**
    * Release notifications queued for watchers.
    */

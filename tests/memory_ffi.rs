@@ -488,6 +488,13 @@ fn status_copies_the_holder_token() {
     assert_eq!((st.expires_at_ns, st.remaining_ttl_ms), (1010 * MS, 995));
     assert_eq!((st.held_for_ns, st.holder_connection), (5 * MS, a));
     assert_eq!(&st.holder_token[..st.holder_token_len as usize], TOKEN);
+    assert_eq!(st.watchers, 0);
+    // SAFETY: valid pointer.
+    assert_eq!(
+        unsafe { lh_memory_service_watch(s.0, a, b"n".as_ptr(), 1) },
+        LH_OK
+    );
+    assert_eq!(status(&s, 20 * MS, b"n").watchers, 1);
     // SAFETY: valid pointer.
     assert_eq!(
         unsafe { lh_memory_service_forget(s.0, b"n".as_ptr(), 1) },
@@ -535,5 +542,6 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(size_of::<lh_memory_status>(), 136);
     assert_eq!(offset_of!(lh_memory_status, service_now_ns), 56);
     assert_eq!(offset_of!(lh_memory_status, holder_token), 72);
-    assert_eq!(size_of::<lh_memory_stats>(), 64);
+    assert_eq!(size_of::<lh_memory_stats>(), 88);
+    assert_eq!(offset_of!(lh_memory_status, watchers), 68);
 }

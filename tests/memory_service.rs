@@ -87,6 +87,8 @@ fn renew_needs_the_unexpired_grant_of_the_same_token() {
     assert!(s.status(189 * MS, "n").unwrap().holder.is_some());
     assert_eq!(s.renew(a, 190 * MS, "n", A, 100).unwrap(), Reply::Rejected);
     assert_eq!(s.renew(a, 0, "never", A, 100).unwrap(), Reply::Rejected);
+    let k = s.stats();
+    assert_eq!((k.renewals, k.renewals_rejected), (1, 3));
 }
 
 #[test]
@@ -111,6 +113,8 @@ fn a_release_notifies_every_watching_connection_once() {
     s.watch(c, "n").unwrap();
     s.watch(c, "other").unwrap();
     assert_eq!(s.watchers("n"), 2);
+    assert_eq!(s.status(0, "n").unwrap().watchers, 2);
+    assert_eq!(s.stats().watches, 3);
     granted(s.acquire(a, 0, "n", A, 100).unwrap());
     s.release(a, MS, "n", A).unwrap();
     for conn in [b, c] {
@@ -344,8 +348,10 @@ fn connections_watches_and_queued_notifications_are_bounded() {
     assert_eq!(s.stats().notifications, 2);
     assert_eq!(s.stats().notifications_dropped, 3);
     // A closed connection's id is never reused; its watches are gone.
+    assert_eq!(s.stats().watches, 1);
     s.disconnect(b).unwrap();
     assert_eq!(s.watchers("n"), 0);
+    assert_eq!(s.stats().watches, 0);
     assert_eq!(s.poll_released(b), Err(MemoryError::UnknownConnection(b)));
     let c = s.connect().unwrap();
     assert!(c > b);

@@ -365,6 +365,8 @@ pub struct Status {
     pub holder: Option<HolderStatus>,
     /// Highest fence issued for the name (`None`: never, or its record was reclaimed).
     pub last_fence: Option<u64>,
+    /// Connections watching the name.
+    pub watchers: usize,
 }
 
 /// The holder part of a [`Status`].
@@ -395,6 +397,12 @@ pub struct Stats {
     pub grants: u64,
     /// Releases that deleted a grant.
     pub releases: u64,
+    /// Renews that extended a grant.
+    pub renewals: u64,
+    /// Renews refused (not the holder, or a reject switch).
+    pub renewals_rejected: u64,
+    /// Gauge: (connection, name) watches.
+    pub watches: u64,
     /// Notifications queued for watchers.
     pub notifications: u64,
     /// Notifications discarded (partitioned connection or full queue).
@@ -662,15 +670,17 @@ impl MemoryService {
         let Some(faults) = self.enter(connection, name, token)? else {
             return Ok(Reply::Dropped);
         };
-        if faults.reject_renewals {
-            return Ok(Reply::Rejected);
-        }
         let snow = self.clock(now);
-        let reply = if self.table.renew(snow, name, token, ttl_ns) {
+        let reply = if !faults.reject_renewals && self.table.renew(snow, name, token, ttl_ns) {
+            self.stats.renewals += 1;
             Reply::Renewed
         } else {
+            self.stats.renewals_rejected += 1;
             Reply::Rejected
         };
+        if faults.reject_renewals {
+            return Ok(reply);
+        }
         Ok(if self.answer_lost(connection) {
             Reply::Dropped
         } else {
@@ -738,6 +748,7 @@ impl MemoryService {
             return Err(MemoryError::LimitReached("max_watches"));
         }
         c.watching.insert(name.to_owned());
+        self.stats.watches += 1;
         self.watchers
             .entry(name.to_owned())
             .or_default()
@@ -757,7 +768,9 @@ impl MemoryService {
 
     fn remove_watcher(&mut self, name: &str, connection: u64) {
         if let Some(ids) = self.watchers.get_mut(name) {
-            ids.remove(&connection);
+            if ids.remove(&connection) {
+                self.stats.watches -= 1;
+            }
             if ids.is_empty() {
                 self.watchers.remove(name);
             }
@@ -790,6 +803,7 @@ impl MemoryService {
             service_now: snow,
             holder,
             last_fence: self.table.last_fence(name),
+            watchers: self.watchers(name),
         })
     }
 

@@ -15,9 +15,7 @@ use super::boundary::{
     require_out, write_out,
 };
 use super::types::*;
-use crate::backend::memory::{
-    Faults, HolderStatus, Limits, MemoryError, MemoryService, Reply, Stats,
-};
+use crate::backend::memory::{Faults, Limits, MemoryError, MemoryService, Reply, Stats, Status};
 
 /// Longest ownership token the memory service accepts, in bytes (the engine's are 32).
 pub const LH_MEMORY_MAX_TOKEN_LEN: usize = 64;
@@ -140,8 +138,8 @@ pub struct lh_memory_status {
     pub service_now_ns: u64,
     /// Length of `holder_token`.
     pub holder_token_len: u32,
-    /// Always 0.
-    pub _reserved: u32,
+    /// Connections watching the name (held or not).
+    pub watchers: u32,
     /// The holder's ownership token (its first `holder_token_len` bytes), not NUL-terminated.
     pub holder_token: [u8; LH_MEMORY_MAX_TOKEN_LEN],
 }
@@ -162,6 +160,12 @@ pub struct lh_memory_stats {
     pub grants: u64,
     /// Releases that deleted a grant.
     pub releases: u64,
+    /// Renews that extended a grant.
+    pub renewals: u64,
+    /// Renews refused (not the holder, or a reject switch).
+    pub renewals_rejected: u64,
+    /// Gauge: (connection, name) watches.
+    pub watches: u64,
     /// Release notifications queued for watchers.
     pub notifications: u64,
     /// Release notifications discarded (partitioned connection, full queue).
@@ -319,11 +323,8 @@ fn result_to_c(req: Request, reply: Reply) -> lh_memory_result {
     r
 }
 
-fn status_to_c(
-    service_now: u64,
-    holder: Option<&HolderStatus>,
-    last_fence: Option<u64>,
-) -> lh_memory_status {
+fn status_to_c(st: &Status) -> lh_memory_status {
+    let holder = st.holder.as_ref();
     let mut s = lh_memory_status {
         struct_size: size_of::<lh_memory_status>() as u32,
         held: 0,
@@ -332,10 +333,10 @@ fn status_to_c(
         expires_at_ns: 0,
         held_for_ns: 0,
         holder_connection: 0,
-        last_fencing_token: last_fence.unwrap_or(0),
-        service_now_ns: service_now,
+        last_fencing_token: st.last_fence.unwrap_or(0),
+        service_now_ns: st.service_now,
         holder_token_len: 0,
-        _reserved: 0,
+        watchers: u32::try_from(st.watchers).unwrap_or(u32::MAX),
         holder_token: [0; LH_MEMORY_MAX_TOKEN_LEN],
     };
     if let Some(h) = holder {
@@ -360,6 +361,9 @@ fn stats_to_c(s: Stats) -> lh_memory_stats {
         connections: s.connections,
         grants: s.grants,
         releases: s.releases,
+        renewals: s.renewals,
+        renewals_rejected: s.renewals_rejected,
+        watches: s.watches,
         notifications: s.notifications,
         notifications_dropped: s.notifications_dropped,
         reclaimed: s.reclaimed,
@@ -657,10 +661,7 @@ pub unsafe extern "C" fn lh_memory_service_status(
             check_sized_out(out, "out")?;
             let name = name_arg(name, name_len)?;
             let st = s.svc.status(now, name)?;
-            write_out(
-                out,
-                status_to_c(st.service_now, st.holder.as_ref(), st.last_fence),
-            );
+            write_out(out, status_to_c(&st));
             Ok(())
         })
     }
