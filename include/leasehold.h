@@ -171,6 +171,26 @@
  *   anew (a restart, a SQLite file at the path replaced: compare device and inode before
  *   each request), call lh_sql_connection_reset. lh_sql_last_error says what the database
  *   said or why the schema was refused (a foreign table of the same name).
+ *
+ * THE MEMORY SERVICE (lh_memory_service_*)
+ *
+ *   An in-process reference lock service with fault switches, for tests and examples in every
+ *   binding. It is not a lock across processes. One lh_memory_service is "the server"; each
+ *   client gets a connection (lh_memory_service_connect) with its own fault switches
+ *   (lh_memory_service_set_faults: reject, drop requests, drop responses, partition), its
+ *   watches and its queue of release notifications (lh_memory_service_poll_released). The
+ *   service's clock is the host's now plus every lh_memory_service_step_clock. Each request
+ *   answers at once; lh_memory_result.engine_outcome is what to feed the client:
+ *
+ *       LH_OUTPUT_ACQUIRE -> lh_memory_service_acquire(svc, conn, now, name, token, ttl, &r)
+ *                            -> lh_acquire_result(c, now, out.request_id, r.engine_outcome,
+ *                                 r.fencing_token, r.ttl_ms, r.retry_after_ms, NULL, 0)
+ *       LH_OUTPUT_RENEW / RELEASE -> lh_memory_service_renew / _release
+ *                            -> lh_renew_result / lh_release_result(..., r.engine_outcome)
+ *       LH_OUTPUT_WATCH / UNWATCH -> lh_memory_service_watch / _unwatch
+ *       after each request: lh_memory_service_poll_released until NULL -> lh_released
+ *
+ *   Delays and hangs are the host's: the service never waits.
  */
 
 #ifndef LEASEHOLD_H
@@ -283,6 +303,22 @@
  * The call needs a backend attached to the handle (`lh_client_new_redis`).
  */
 #define LH_ERR_NO_BACKEND 18
+
+/**
+ * An ownership token passed to the memory service was empty or longer than
+ * `LH_MEMORY_MAX_TOKEN_LEN` bytes.
+ */
+#define LH_ERR_INVALID_TOKEN 19
+
+/**
+ * A memory-service connection id was never issued by that service, or was disconnected.
+ */
+#define LH_ERR_UNKNOWN_CONNECTION 20
+
+/**
+ * A memory-service limit was reached (connections, watches per connection).
+ */
+#define LH_ERR_LIMIT_REACHED 21
 
 /**
  * A panic was caught inside the library; the handle is now poisoned.
@@ -645,6 +681,90 @@
 #define LH_MAX_REPLY_DEPTH 16
 
 /**
+ * Longest ownership token the memory service accepts, in bytes (the engine's are 32).
+ */
+#define LH_MEMORY_MAX_TOKEN_LEN 64
+
+/**
+ * `lh_memory_result.outcome` (acquire): the token holds the name (fencing_token, ttl_ms).
+ */
+#define LH_MEMORY_GRANTED 1
+
+/**
+ * `lh_memory_result.outcome` (acquire): another token holds it (retry_after_ms, or
+ * `LH_NO_RETRY_HINT` when a reject switch answered).
+ */
+#define LH_MEMORY_HELD_BY_OTHER 2
+
+/**
+ * `lh_memory_result.outcome` (renew): extended.
+ */
+#define LH_MEMORY_RENEWED 3
+
+/**
+ * `lh_memory_result.outcome` (renew): the token does not hold the name.
+ */
+#define LH_MEMORY_REJECTED 4
+
+/**
+ * `lh_memory_result.outcome` (release): deleted; watchers are notified.
+ */
+#define LH_MEMORY_RELEASED 5
+
+/**
+ * `lh_memory_result.outcome` (release): the token did not hold the name; nothing changed.
+ */
+#define LH_MEMORY_NOT_OWNER 6
+
+/**
+ * `lh_memory_result.outcome`: no answer (request or answer lost, or partitioned): a
+ * transport error for the engine.
+ */
+#define LH_MEMORY_DROPPED 7
+
+/**
+ * `lh_memory_result.outcome` (acquire): a new name while every record is live
+ * (`max_names`): a transport error for the engine.
+ */
+#define LH_MEMORY_FULL 8
+
+/**
+ * `lh_memory_faults.flags`: acquires answer HELD_BY_OTHER (no hint) without looking.
+ */
+#define LH_MEMORY_REJECT_ACQUIRES 1
+
+/**
+ * `lh_memory_faults.flags`: renews answer REJECTED without looking (the lease is lost).
+ */
+#define LH_MEMORY_REJECT_RENEWALS 2
+
+/**
+ * `lh_memory_faults.flags`: releases answer NOT_OWNER without looking.
+ */
+#define LH_MEMORY_REJECT_RELEASES 4
+
+/**
+ * `lh_memory_faults.flags`: all three reject switches.
+ */
+#define LH_MEMORY_REJECT_ALL 7
+
+/**
+ * `lh_memory_faults.flags`: requests are lost before reaching the service (DROPPED).
+ */
+#define LH_MEMORY_DROP_REQUESTS 8
+
+/**
+ * `lh_memory_faults.flags`: requests are applied, then their answers lost (DROPPED).
+ */
+#define LH_MEMORY_DROP_RESPONSES 16
+
+/**
+ * `lh_memory_faults.flags`: cut off: requests are lost (DROPPED) and release notifications
+ * for the connection are discarded.
+ */
+#define LH_MEMORY_PARTITIONED 32
+
+/**
  * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
  * queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
  * `ARGV = [token, ttl_ms, wake_channel]` (protocol 2: the client's wake channel is queued),
@@ -801,6 +921,13 @@
  * time (hosts guard it with a mutex).
  */
 typedef struct lh_client lh_client;
+
+/**
+ * Opaque memory-service handle: one in-process lock service, for tests and examples (it is
+ * not a lock across processes). Created by `lh_memory_service_new`, destroyed by
+ * `lh_memory_service_free`. Not thread-safe: one thread at a time.
+ */
+typedef struct lh_memory_service lh_memory_service;
 
 /**
  * Options of the Redis protocol. Fill with `lh_redis_options_default`, then change fields.
@@ -1240,6 +1367,201 @@ typedef struct lh_counters {
    */
   uint64_t releases_lost;
 } lh_counters;
+
+/**
+ * Limits of a memory service. Fill with `lh_memory_config_default`, then change fields;
+ * every field is 1 to 2^24 (else `LH_ERR_INVALID_CONFIG`).
+ */
+typedef struct lh_memory_config {
+  /**
+   * `sizeof(lh_memory_config)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * Most names with a record (default 65536); free and expired records are reclaimed when
+   * it is reached, and an acquire of a new name answers `LH_MEMORY_FULL` if none is.
+   */
+  uint32_t max_names;
+  /**
+   * Most open connections (default 1024).
+   */
+  uint32_t max_connections;
+  /**
+   * Most names one connection watches (default 4096).
+   */
+  uint32_t max_watches;
+  /**
+   * Most release notifications queued per connection (default 1024); later ones are
+   * discarded and counted.
+   */
+  uint32_t max_pending;
+} lh_memory_config;
+
+/**
+ * The answer to one acquire / renew / release.
+ */
+typedef struct lh_memory_result {
+  /**
+   * `sizeof(lh_memory_result)` as compiled by the caller; set to the library's size on return.
+   */
+  uint32_t struct_size;
+  /**
+   * `LH_MEMORY_*` outcome.
+   */
+  uint32_t outcome;
+  /**
+   * What to feed the engine: `LH_ACQUIRE_*` (acquire), `LH_RENEW_*` (renew) or
+   * `LH_RELEASE_*` (release); DROPPED and FULL are the TRANSPORT_ERROR of each.
+   */
+  uint32_t engine_outcome;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * Fencing token (GRANTED), else 0.
+   */
+  uint64_t fencing_token;
+  /**
+   * TTL granted in ms (GRANTED), else 0.
+   */
+  uint64_t ttl_ms;
+  /**
+   * The holder's remaining TTL in ms, rounded up (HELD_BY_OTHER), else `LH_NO_RETRY_HINT`.
+   */
+  uint64_t retry_after_ms;
+} lh_memory_result;
+
+/**
+ * What the service says about one name (`lh_memory_service_status`).
+ */
+typedef struct lh_memory_status {
+  /**
+   * `sizeof(lh_memory_status)` as compiled by the caller; set to the library's size on return.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 while an unexpired grant exists, else 0 (then the holder fields are 0).
+   */
+  uint32_t held;
+  /**
+   * The holder's fencing token.
+   */
+  uint64_t fencing_token;
+  /**
+   * The holder's remaining TTL in ms, rounded up.
+   */
+  uint64_t remaining_ttl_ms;
+  /**
+   * Service time of the holder's expiry, ns.
+   */
+  uint64_t expires_at_ns;
+  /**
+   * Time since the grant on the service's clock, ns.
+   */
+  uint64_t held_for_ns;
+  /**
+   * Connection that acquired it.
+   */
+  uint64_t holder_connection;
+  /**
+   * Highest fencing token issued for the name; 0 if never (or its record was reclaimed).
+   */
+  uint64_t last_fencing_token;
+  /**
+   * The service's clock when it looked, ns (the host's `now` plus every clock step).
+   */
+  uint64_t service_now_ns;
+  /**
+   * Length of `holder_token`.
+   */
+  uint32_t holder_token_len;
+  /**
+   * Connections watching the name (held or not).
+   */
+  uint32_t watchers;
+  /**
+   * The holder's ownership token (its first `holder_token_len` bytes), not NUL-terminated.
+   */
+  uint8_t holder_token[LH_MEMORY_MAX_TOKEN_LEN];
+} lh_memory_status;
+
+/**
+ * The fault switches of one connection (`lh_memory_service_set_faults` / `_get_faults`).
+ */
+typedef struct lh_memory_faults {
+  /**
+   * `sizeof(lh_memory_faults)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * `LH_MEMORY_REJECT_* | LH_MEMORY_DROP_* | LH_MEMORY_PARTITIONED` bits, or 0 for none;
+   * unknown bits are `LH_ERR_INVALID_ENUM`.
+   */
+  uint32_t flags;
+  /**
+   * The answers of the next this-many requests are lost (counts down as they go).
+   */
+  uint32_t drop_next_responses;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+} lh_memory_faults;
+
+/**
+ * Counters of a memory service (`lh_memory_service_stats_get`).
+ */
+typedef struct lh_memory_stats {
+  /**
+   * `sizeof(lh_memory_stats)` as compiled by the caller; set to the library's size on return.
+   */
+  uint32_t struct_size;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * Gauge: names with a record.
+   */
+  uint64_t names;
+  /**
+   * Gauge: open connections.
+   */
+  uint64_t connections;
+  /**
+   * New grants (idempotent re-acquires not counted).
+   */
+  uint64_t grants;
+  /**
+   * Releases that deleted a grant.
+   */
+  uint64_t releases;
+  /**
+   * Renews that extended a grant.
+   */
+  uint64_t renewals;
+  /**
+   * Renews refused (not the holder, or a reject switch).
+   */
+  uint64_t renewals_rejected;
+  /**
+   * Gauge: (connection, name) watches.
+   */
+  uint64_t watches;
+  /**
+   * Release notifications queued for watchers.
+   */
+  uint64_t notifications;
+  /**
+   * Release notifications discarded (partitioned connection, full queue).
+   */
+  uint64_t notifications_dropped;
+  /**
+   * Records reclaimed to stay within `max_names`.
+   */
+  uint64_t reclaimed;
+} lh_memory_stats;
 
 /**
  * Options of the SQL protocol. Fill with `lh_sql_options_default`, then set `dialect`.
@@ -1802,6 +2124,236 @@ lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
  * `c` is NULL or a live handle.
  */
 lh_status lh_client_debug_panic(struct lh_client *c);
+
+/**
+ * Fills `*out` with the default limits (and `struct_size`). NULL is ignored.
+ *
+ * # Safety
+ * `out` is NULL or valid for writing one `lh_memory_config`.
+ */
+void lh_memory_config_default(struct lh_memory_config *out);
+
+/**
+ * Creates an empty memory service with the limits in `*cfg`. On success `*out` receives a
+ * handle to free with `lh_memory_service_free`.
+ *
+ * Errors: NULL `cfg`/`out`, small `cfg->struct_size` (`LH_ERR_STRUCT_SIZE`), a limit of 0
+ * or above 2^24 (`LH_ERR_INVALID_CONFIG`). There is no handle yet, so no detail message.
+ *
+ * # Safety
+ * `cfg` points to a readable `lh_memory_config`; `out` is valid for writing one pointer.
+ */
+lh_status lh_memory_service_new(const struct lh_memory_config *cfg, struct lh_memory_service **out);
+
+/**
+ * Destroys a memory service (its connection ids and borrowed pointers become invalid).
+ * NULL is a no-op; freeing twice is undefined behaviour, as with `free()`.
+ *
+ * # Safety
+ * `svc` is NULL or a handle from `lh_memory_service_new` that is not used again.
+ */
+void lh_memory_service_free(struct lh_memory_service *svc);
+
+/**
+ * NUL-terminated detail of the last error on this handle, "" if none (also for NULL).
+ * Valid until the next call on this handle.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle.
+ */
+const char *lh_memory_service_last_error(const struct lh_memory_service *svc);
+
+/**
+ * Opens a connection (one per client: it has its own fault switches, watches and
+ * notification queue). `*out_connection` receives its id (never 0, never reused).
+ *
+ * Errors: `LH_ERR_LIMIT_REACHED` at `max_connections`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `out_connection` is valid for writing a `uint64_t`.
+ */
+lh_status lh_memory_service_connect(struct lh_memory_service *svc, uint64_t *out_connection);
+
+/**
+ * Closes a connection: its watches and queued notifications go; the locks it acquired stay
+ * until they expire, as a dead client's would. Errors: `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle.
+ */
+lh_status lh_memory_service_disconnect(struct lh_memory_service *svc, uint64_t connection);
+
+/**
+ * Acquires `name` for `token` for `ttl_ms` at host time `now` (monotonic ns; the service's
+ * clock is it plus every clock step). Idempotent for the same token: the same fencing
+ * token, the TTL counted again from now. `*out` receives GRANTED, HELD_BY_OTHER, DROPPED or
+ * FULL, with `engine_outcome` an `LH_ACQUIRE_*` value.
+ *
+ * Errors (nothing changed, `*out` untouched): NULL pointers, small `out->struct_size`, bad
+ * names (as for `lh_acquire`), a token empty or over `LH_MEMORY_MAX_TOKEN_LEN`
+ * (`LH_ERR_INVALID_TOKEN`), `ttl_ms == 0` (`LH_ERR_INVALID_TTL`),
+ * `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `name`/`token` point to `name_len`/`token_len` readable
+ * bytes; `out` is valid for writing one `lh_memory_result`.
+ */
+lh_status lh_memory_service_acquire(struct lh_memory_service *svc,
+                                    uint64_t connection,
+                                    uint64_t now,
+                                    const uint8_t *name,
+                                    size_t name_len,
+                                    const uint8_t *token,
+                                    size_t token_len,
+                                    uint64_t ttl_ms,
+                                    struct lh_memory_result *out);
+
+/**
+ * Extends `token`'s unexpired grant of `name` to `ttl_ms` from now. `*out` receives
+ * RENEWED, REJECTED or DROPPED, with `engine_outcome` an `LH_RENEW_*` value. Errors as for
+ * `lh_memory_service_acquire`.
+ *
+ * # Safety
+ * As for `lh_memory_service_acquire`.
+ */
+lh_status lh_memory_service_renew(struct lh_memory_service *svc,
+                                  uint64_t connection,
+                                  uint64_t now,
+                                  const uint8_t *name,
+                                  size_t name_len,
+                                  const uint8_t *token,
+                                  size_t token_len,
+                                  uint64_t ttl_ms,
+                                  struct lh_memory_result *out);
+
+/**
+ * Deletes `token`'s unexpired grant of `name` and queues a release notification for every
+ * connection watching it. `*out` receives RELEASED, NOT_OWNER (expired, or someone else's
+ * now: nothing changed) or DROPPED, with `engine_outcome` an `LH_RELEASE_*` value. Errors
+ * as for `lh_memory_service_acquire` (no TTL).
+ *
+ * # Safety
+ * As for `lh_memory_service_acquire`.
+ */
+lh_status lh_memory_service_release(struct lh_memory_service *svc,
+                                    uint64_t connection,
+                                    uint64_t now,
+                                    const uint8_t *name,
+                                    size_t name_len,
+                                    const uint8_t *token,
+                                    size_t token_len,
+                                    struct lh_memory_result *out);
+
+/**
+ * Fills `*out` with what the service says about `name` at host time `now` (no fault switch
+ * applies). Errors: NULL pointers, small `out->struct_size`, bad names.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes; `out` is
+ * valid for writing one `lh_memory_status`.
+ */
+lh_status lh_memory_service_status(struct lh_memory_service *svc,
+                                   uint64_t now,
+                                   const uint8_t *name,
+                                   size_t name_len,
+                                   struct lh_memory_status *out);
+
+/**
+ * Starts queueing release notifications of `name` for `connection` (idempotent).
+ * Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`, `LH_ERR_LIMIT_REACHED` at `max_watches`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
+ */
+lh_status lh_memory_service_watch(struct lh_memory_service *svc,
+                                  uint64_t connection,
+                                  const uint8_t *name,
+                                  size_t name_len);
+
+/**
+ * Stops queueing release notifications of `name` for `connection` (idempotent; those
+ * already queued stay). Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
+ */
+lh_status lh_memory_service_unwatch(struct lh_memory_service *svc,
+                                    uint64_t connection,
+                                    const uint8_t *name,
+                                    size_t name_len);
+
+/**
+ * Takes the oldest release notification queued for `connection`: `*out_name` /
+ * `*out_name_len` receive the name (BORROWED, valid until the next call on this handle;
+ * feed it to `lh_released`), or NULL / 0 when none is queued.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `out_name` and `out_name_len` are valid for writing.
+ */
+lh_status lh_memory_service_poll_released(struct lh_memory_service *svc,
+                                          uint64_t connection,
+                                          const uint8_t **out_name,
+                                          size_t *out_name_len);
+
+/**
+ * Replaces the fault switches of `connection` with `*faults`.
+ * Errors: NULL, small `faults->struct_size`, unknown flag bits (`LH_ERR_INVALID_ENUM`),
+ * `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `faults` points to a readable `lh_memory_faults`.
+ */
+lh_status lh_memory_service_set_faults(struct lh_memory_service *svc,
+                                       uint64_t connection,
+                                       const struct lh_memory_faults *faults);
+
+/**
+ * Fills `*out` with the fault switches of `connection` now (`drop_next_responses` as it
+ * has counted down). Errors: NULL, small `out->struct_size`, `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `out` is valid for writing one `lh_memory_faults`.
+ */
+lh_status lh_memory_service_get_faults(struct lh_memory_service *svc,
+                                       uint64_t connection,
+                                       struct lh_memory_faults *out);
+
+/**
+ * Steps the service's clock by `delta_ns` (either direction; steps add up). Forward: grants
+ * expire early on the service side only; backward: they outlive what their holders believe.
+ * The clock is service-wide: every connection sees it.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle.
+ */
+lh_status lh_memory_service_step_clock(struct lh_memory_service *svc, int64_t delta_ns);
+
+/**
+ * Drops the grant of `name` without a notification, as a failover that lost the key would
+ * (the holder's next renew is rejected); the name's fence is kept. Errors: bad names.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
+ */
+lh_status lh_memory_service_forget(struct lh_memory_service *svc,
+                                   const uint8_t *name,
+                                   size_t name_len);
+
+/**
+ * Fills `*out` with the service's counters. Errors: NULL, small `out->struct_size`.
+ *
+ * # Safety
+ * `svc` is NULL or a live handle; `out` is valid for writing one `lh_memory_stats`.
+ */
+lh_status lh_memory_service_stats_get(struct lh_memory_service *svc, struct lh_memory_stats *out);
+
+/**
+ * Test hook: panics inside the panic boundary (the handle is poisoned afterwards).
+ *
+ * # Safety
+ * `svc` is NULL or a live handle.
+ */
+lh_status lh_memory_service_debug_panic(struct lh_memory_service *svc);
 
 /**
  * The canonical Lua script of `kind` (`LH_REDIS_SCRIPT_*`).

@@ -1109,7 +1109,7 @@ impl Handle {
                 assert!(!p.is_null(), "ffi: lh_status_str({code}) is NULL");
                 // SAFETY: static NUL-terminated string.
                 let s = unsafe { CStr::from_ptr(p) }.to_str().expect("ASCII");
-                let known = matches!(*code, 0..=18 | 900 | 901);
+                let known = matches!(*code, 0..=21 | 900 | 901);
                 assert_eq!(
                     s == "LH_UNKNOWN_STATUS",
                     !known,

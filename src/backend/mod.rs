@@ -1,4 +1,4 @@
-//! Backend protocols (design §6): what to send to a lock service and what its replies mean,
+//! Backend protocols (docs/design.md §6): what to send to a lock service and what its replies mean,
 //! written once in Rust for every host.
 //!
 //! A protocol sits between the lease engine ([`crate::Client`]) and the host's own client
@@ -7,5 +7,6 @@
 //! and feeds the engine's inputs. The engine stays backend-neutral; the host executes
 //! requests verbatim and hands replies back unread.
 
+pub mod memory;
 pub mod redis;
 pub mod sql;

@@ -207,6 +207,22 @@ pub(crate) unsafe fn guard_ref(
     h.diag.finish(outcome)
 }
 
+/// Runs `f` on the state of a handle of another kind (`lh_memory_service`, …) inside the
+/// same poisoning and panic boundary as [`guard_mut`]; the caller has turned its handle
+/// pointer into the handle's `diag` and `state`.
+#[inline]
+pub(crate) fn guard_parts<S>(
+    diag: &Diag,
+    state: S,
+    f: impl FnOnce(S) -> Result<(), Failure>,
+) -> lh_status {
+    if let Err(s) = diag.check_poisoned() {
+        return s;
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(state)));
+    diag.finish(outcome)
+}
+
 /// Runs a handle-less body (constructors, static tables): a panic becomes `LH_ERR_PANIC`.
 pub(crate) fn guard_static(f: impl FnOnce() -> Result<(), Failure>) -> lh_status {
     match catch_unwind(AssertUnwindSafe(f)) {

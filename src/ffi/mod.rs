@@ -13,6 +13,7 @@
 //! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
 //! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
 //! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
+//! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
 //! are written once, at the top of the generated header (see `cbindgen.toml`).
@@ -24,6 +25,8 @@ pub mod types;
 pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
+/// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
+pub mod memory;
 /// Redis protocol exports (`lh_redis_*`); written by the redis helper.
 pub mod redis;
 /// A handle with the SQL protocol attached (`lh_client_new_sql`, `lh_sql_*`).
@@ -31,6 +34,7 @@ pub mod sql;
 
 pub use backend::*;
 pub use client::*;
+pub use memory::*;
 pub use redis::*;
 pub use sql::*;
 pub use types::*;

@@ -54,6 +54,13 @@ pub const LH_ERR_STRUCT_SIZE: u32 = 16;
 pub const LH_ERR_INVALID_REPLY: u32 = 17;
 /// The call needs a backend attached to the handle (`lh_client_new_redis`).
 pub const LH_ERR_NO_BACKEND: u32 = 18;
+/// An ownership token passed to the memory service was empty or longer than
+/// `LH_MEMORY_MAX_TOKEN_LEN` bytes.
+pub const LH_ERR_INVALID_TOKEN: u32 = 19;
+/// A memory-service connection id was never issued by that service, or was disconnected.
+pub const LH_ERR_UNKNOWN_CONNECTION: u32 = 20;
+/// A memory-service limit was reached (connections, watches per connection).
+pub const LH_ERR_LIMIT_REACHED: u32 = 21;
 /// A panic was caught inside the library; the handle is now poisoned.
 pub const LH_ERR_PANIC: u32 = 900;
 /// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.

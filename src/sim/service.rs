@@ -8,6 +8,9 @@
 //! refreshes the TTL); renew and release that check ownership first; and a
 //! release notification to every watcher of the name on an explicit release
 //! (expiry publishes nothing, as with Redis key expiry).
+//! The holder records are the shared [`LockTable`] of the memory service
+//! (`backend::memory`), so the simulator checks the core against the same
+//! semantics the bindings' tests run on.
 //!
 //! With direct grants enabled ([`LockService::set_direct_grants`], Redis protocol 3), a
 //! refused acquire queues its token in a FIFO wait queue of the name (one entry per token,
@@ -28,6 +31,8 @@
 //! the simulator (which saw what was delivered) can judge.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use crate::backend::memory::{Acquired, LockTable};
 
 /// A client's ownership token, in the lowercase hex form a backend stores.
 pub type OwnerToken = [u8; 32];
@@ -65,22 +70,9 @@ pub enum AcquireReply {
     },
 }
 
-#[derive(Clone, Debug)]
-struct Holder {
-    token: OwnerToken,
-    fence: u64,
-    expires_at: u64,
-    backend_data: Vec<u8>,
-}
-
-#[derive(Debug, Default)]
-struct LockRow {
-    holder: Option<Holder>,
-    /// Highest fencing token ever issued for this name (never deleted).
-    last_fence: u64,
-    /// Refused attempts waiting for a direct grant, oldest first.
-    queue: VecDeque<Waiting>,
-}
+/// Holders and fences live in the shared [`LockTable`] (never reclaimed here, so a name's
+/// fence is never forgotten); a grant keeps the backend data handed out with it.
+type Table = LockTable<OwnerToken, Vec<u8>>;
 
 /// One queued lease (Redis protocol 3: a `wake#token` entry and its grants field).
 #[derive(Clone, Debug)]
@@ -148,7 +140,9 @@ pub struct GrantHistory {
 /// own clock in ns.
 #[derive(Debug)]
 pub struct LockService {
-    rows: HashMap<String, LockRow>,
+    table: Table,
+    /// Refused attempts waiting for a direct grant per name, oldest first.
+    queues: HashMap<String, VecDeque<Waiting>>,
     watchers: HashMap<String, BTreeSet<usize>>,
     history: HashMap<OwnerToken, GrantHistory>,
     fault: ServiceFault,
@@ -179,6 +173,31 @@ fn ms_ceil(ns: u64) -> u64 {
     ns.div_ceil(1_000_000)
 }
 
+/// The next fence after `last` (or a lower one, under `DecreasingFence`) and the backend data
+/// of a grant: `grant:<n>` for the service's `n`th grant, none for a direct grant (the notice
+/// carries none, so an idempotent re-grant of it returns none either).
+fn mint(
+    fault: ServiceFault,
+    stride: u64,
+    grants: &mut u64,
+    last: u64,
+    with_data: bool,
+) -> (u64, Vec<u8>) {
+    let fence = match fault {
+        ServiceFault::DecreasingFence if last > 2 => last - 2,
+        _ => last + stride,
+    };
+    *grants += 1;
+    let data = if with_data {
+        let mut d = b"grant:".to_vec();
+        d.extend_from_slice(&grants.to_le_bytes());
+        d
+    } else {
+        Vec::new()
+    };
+    (fence, data)
+}
+
 impl LockService {
     /// A service. `retry_hints` decides whether held-by-other replies carry
     /// the holder's remaining TTL; `fence_stride` (≥ 1) is the gap between
@@ -186,7 +205,8 @@ impl LockService {
     /// server time in µs).
     pub fn new(fault: ServiceFault, retry_hints: bool, fence_stride: u64) -> Self {
         LockService {
-            rows: HashMap::new(),
+            table: Table::new(),
+            queues: HashMap::new(),
             watchers: HashMap::new(),
             history: HashMap::new(),
             fault,
@@ -238,89 +258,73 @@ impl LockService {
         let ttl_ms = self.grant_cap_ms.map_or(ttl_ms, |c| ttl_ms.min(c));
         let ttl_ns = ttl_ms.saturating_mul(1_000_000);
         let direct = self.direct_grants;
-        let row = self.rows.entry(name.to_owned()).or_default();
+        let queue = self.queues.entry(name.to_owned()).or_default();
         if direct {
-            row.queue.retain(|w| now < w.expires_at);
+            queue.retain(|w| now < w.expires_at);
         }
-        if let Some(h) = &mut row.holder {
-            if now < h.expires_at {
-                if h.token == token {
-                    // Idempotent: the same owner asking again (a retry whose
-                    // first answer was lost) keeps its fencing token.
-                    h.expires_at = now.saturating_add(ttl_ns);
-                    let reply = AcquireReply::Granted {
-                        fence: h.fence,
-                        ttl_ms,
-                        backend_data: h.backend_data.clone(),
-                    };
-                    row.queue.retain(|w| w.token != token);
-                    return reply;
+        let ignore_holder = self.fault == ServiceFault::IgnoreHolder;
+        let mut granted = None;
+        let (fault, stride, grants) = (self.fault, self.fence_stride, &mut self.grants);
+        let decided = self
+            .table
+            .acquire(now, name, &token, ttl_ns, ignore_holder, |last| {
+                let (fence, data) = mint(fault, stride, grants, last, true);
+                granted = Some(data.clone());
+                (fence, token, data)
+            });
+        match decided {
+            Acquired::Refreshed { fence } => {
+                // Idempotent: the same owner asking again (a retry whose
+                // first answer was lost) keeps its fencing token.
+                queue.retain(|w| w.token != token);
+                let backend_data = self
+                    .table
+                    .live(now, name)
+                    .map(|g| g.data.clone())
+                    .unwrap_or_default();
+                AcquireReply::Granted {
+                    fence,
+                    ttl_ms,
+                    backend_data,
                 }
-                if self.fault != ServiceFault::IgnoreHolder {
-                    let remaining = h.expires_at - now;
-                    let retry_after_ms = self.retry_hints.then(|| ms_ceil(remaining));
-                    if direct {
-                        let expires_at = now.saturating_add(remaining + WAIT_KEEP_NS);
-                        if let Some(w) = row.queue.iter_mut().find(|w| w.token == token) {
-                            // A retry keeps its place; the grant answers the newer attempt.
-                            w.tag = tag;
-                            w.ttl_ms = ttl_ms;
-                            w.client = client;
-                            w.expires_at = expires_at;
-                        } else if row.queue.len() < MAX_QUEUE {
-                            row.queue.push_back(Waiting {
-                                client,
-                                token,
-                                ttl_ms,
-                                tag,
-                                expires_at,
-                            });
-                        }
+            }
+            Acquired::HeldByOther { remaining_ns } => {
+                let retry_after_ms = self.retry_hints.then(|| ms_ceil(remaining_ns));
+                if direct {
+                    let expires_at = now.saturating_add(remaining_ns + WAIT_KEEP_NS);
+                    if let Some(w) = queue.iter_mut().find(|w| w.token == token) {
+                        // A retry keeps its place; the grant answers the newer attempt.
+                        w.tag = tag;
+                        w.ttl_ms = ttl_ms;
+                        w.client = client;
+                        w.expires_at = expires_at;
+                    } else if queue.len() < MAX_QUEUE {
+                        queue.push_back(Waiting {
+                            client,
+                            token,
+                            ttl_ms,
+                            tag,
+                            expires_at,
+                        });
                     }
-                    return AcquireReply::HeldByOther { retry_after_ms };
+                }
+                AcquireReply::HeldByOther { retry_after_ms }
+            }
+            Acquired::Granted { fence } => {
+                queue.retain(|w| w.token != token);
+                let backend_data = granted.unwrap_or_default();
+                self.record(name, token, fence, &backend_data);
+                AcquireReply::Granted {
+                    fence,
+                    ttl_ms,
+                    backend_data,
                 }
             }
         }
-        row.queue.retain(|w| w.token != token);
-        let (fence, backend_data) = self.grant(now, name, token, ttl_ns, true);
-        AcquireReply::Granted {
-            fence,
-            ttl_ms,
-            backend_data,
-        }
     }
 
-    /// Makes `token` the holder of `name` under the next fencing token, records the grant
-    /// in the history, and returns (fence, backend data). A direct grant carries no backend
-    /// data (the notice has none), so an idempotent re-grant of it returns none either.
-    fn grant(
-        &mut self,
-        now: u64,
-        name: &str,
-        token: OwnerToken,
-        ttl_ns: u64,
-        with_data: bool,
-    ) -> (u64, Vec<u8>) {
-        let row = self.rows.entry(name.to_owned()).or_default();
-        let fence = match self.fault {
-            ServiceFault::DecreasingFence if row.last_fence > 2 => row.last_fence - 2,
-            _ => row.last_fence + self.fence_stride,
-        };
-        row.last_fence = row.last_fence.max(fence);
-        self.grants += 1;
-        let backend_data = if with_data {
-            let mut d = b"grant:".to_vec();
-            d.extend_from_slice(&self.grants.to_le_bytes());
-            d
-        } else {
-            Vec::new()
-        };
-        row.holder = Some(Holder {
-            token,
-            fence,
-            expires_at: now.saturating_add(ttl_ns),
-            backend_data: backend_data.clone(),
-        });
+    /// Records a grant in the history (and a token used for two names as a violation).
+    fn record(&mut self, name: &str, token: OwnerToken, fence: u64, backend_data: &[u8]) {
         let hist = self.history.entry(token).or_default();
         if hist.name.is_empty() {
             hist.name = name.to_owned();
@@ -333,8 +337,8 @@ impl LockService {
             ));
         }
         hist.fences.push(fence);
-        hist.backend_data.clone_from(&backend_data);
-        (fence, backend_data)
+        hist.backend_data.clear();
+        hist.backend_data.extend_from_slice(backend_data);
     }
 
     /// A renew or release must carry the backend data of the grant it acts on.
@@ -351,18 +355,14 @@ impl LockService {
         let Some(sent) = sent else {
             return;
         };
-        let live = self
-            .rows
-            .get(name)
-            .and_then(|r| r.holder.as_ref())
-            .filter(|h| h.token == *token && now < h.expires_at);
+        let live = self.table.live(now, name).filter(|h| h.token == *token);
         if let Some(h) = live {
-            if sent != h.backend_data.as_slice() {
+            if sent != h.data.as_slice() {
                 self.echo_mismatch = Some(EchoMismatch {
                     what,
                     token: *token,
                     sent: sent.to_vec(),
-                    live: h.backend_data.clone(),
+                    live: h.data.clone(),
                 });
             }
         } else if !self.history.contains_key(token) {
@@ -385,13 +385,8 @@ impl LockService {
         backend_data: Option<&[u8]>,
     ) -> bool {
         self.check_echo("renew", now, name, &token, backend_data);
-        match self.rows.get_mut(name).and_then(|r| r.holder.as_mut()) {
-            Some(h) if h.token == token && now < h.expires_at => {
-                h.expires_at = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
-                true
-            }
-            _ => false,
-        }
+        self.table
+            .renew(now, name, &token, ttl_ms.saturating_mul(1_000_000))
     }
 
     /// Deletes the lock if `token` holds it; returns whether it did and the
@@ -421,14 +416,9 @@ impl LockService {
     ) -> ReleaseOutcome {
         self.check_echo("release", now, name, &token, backend_data);
         let mut out = ReleaseOutcome::default();
-        let Some(row) = self.rows.get_mut(name) else {
+        if !self.table.release(now, name, &token) {
             return out;
-        };
-        match &row.holder {
-            Some(h) if h.token == token && now < h.expires_at => {}
-            _ => return out,
         }
-        row.holder = None;
         out.released = true;
         out.watchers = self
             .watchers
@@ -438,9 +428,12 @@ impl LockService {
         if !self.direct_grants {
             return out;
         }
+        let Some(queue) = self.queues.get_mut(name) else {
+            return out;
+        };
         let mut next = None;
         for _ in 0..MAX_POPS_PER_RELEASE {
-            let Some(w) = row.queue.pop_front() else {
+            let Some(w) = queue.pop_front() else {
                 break;
             };
             if now >= w.expires_at {
@@ -459,7 +452,12 @@ impl LockService {
             if self.fault == ServiceFault::ShortDirectGrant {
                 ttl_ns /= 2;
             }
-            let (fence, _) = self.grant(now, name, w.token, ttl_ns, false);
+            let (fault, stride, grants) = (self.fault, self.fence_stride, &mut self.grants);
+            let fence = self.table.grant(now, name, ttl_ns, |last| {
+                let (fence, data) = mint(fault, stride, grants, last, false);
+                (fence, w.token, data)
+            });
+            self.record(name, w.token, fence, &[]);
             out.grant = Some(DirectGrant {
                 client: w.client,
                 token: w.token,
@@ -473,17 +471,17 @@ impl LockService {
 
     /// Removes `token`'s queue entry (a lease that stopped waiting); whether there was one.
     pub fn dequeue(&mut self, name: &str, token: &OwnerToken) -> bool {
-        let Some(row) = self.rows.get_mut(name) else {
+        let Some(queue) = self.queues.get_mut(name) else {
             return false;
         };
-        let before = row.queue.len();
-        row.queue.retain(|w| w.token != *token);
-        row.queue.len() != before
+        let before = queue.len();
+        queue.retain(|w| w.token != *token);
+        queue.len() != before
     }
 
     /// Entries queued for `name` (unexpired or not yet pruned).
     pub fn queued(&self, name: &str) -> usize {
-        self.rows.get(name).map_or(0, |r| r.queue.len())
+        self.queues.get(name).map_or(0, VecDeque::len)
     }
 
     /// Subscribes `client` to release notifications of `name`.
@@ -503,11 +501,7 @@ impl LockService {
 
     /// The unexpired holder of `name` at service time `now`: (token, fence).
     pub fn holder(&self, now: u64, name: &str) -> Option<(OwnerToken, u64)> {
-        self.rows
-            .get(name)
-            .and_then(|r| r.holder.as_ref())
-            .filter(|h| now < h.expires_at)
-            .map(|h| (h.token, h.fence))
+        self.table.live(now, name).map(|h| (h.token, h.fence))
     }
 
     /// Everything granted to `token`.

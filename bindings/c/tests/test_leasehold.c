@@ -183,7 +183,9 @@ static void status_str_names_every_code(void) {
         {LH_ERR_BACKEND_DATA_TOO_LONG, "LH_ERR_BACKEND_DATA_TOO_LONG"},
         {LH_ERR_BUFFER_TOO_SMALL, "LH_ERR_BUFFER_TOO_SMALL"}, {LH_ERR_NOT_GRANTED, "LH_ERR_NOT_GRANTED"},
         {LH_ERR_STRUCT_SIZE, "LH_ERR_STRUCT_SIZE"}, {LH_ERR_INVALID_REPLY, "LH_ERR_INVALID_REPLY"},
-        {LH_ERR_NO_BACKEND, "LH_ERR_NO_BACKEND"}, {LH_ERR_PANIC, "LH_ERR_PANIC"},
+        {LH_ERR_NO_BACKEND, "LH_ERR_NO_BACKEND"}, {LH_ERR_INVALID_TOKEN, "LH_ERR_INVALID_TOKEN"},
+        {LH_ERR_UNKNOWN_CONNECTION, "LH_ERR_UNKNOWN_CONNECTION"},
+        {LH_ERR_LIMIT_REACHED, "LH_ERR_LIMIT_REACHED"}, {LH_ERR_PANIC, "LH_ERR_PANIC"},
         {LH_ERR_POISONED, "LH_ERR_POISONED"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -1030,6 +1032,153 @@ static void counters_accept_the_first_struct_size(void) {
     lh_client_free(c);
 }
 
+/* One client of the memory service: its core, its connection and what its events said. */
+typedef struct mem_host {
+    lh_client *c;
+    uint64_t conn;
+    uint64_t fence;        /* fencing token of the last ACQUIRED, 0 if none */
+    uint32_t lost_reason;  /* reason of LOST, 0 if none */
+    uint32_t outcome;      /* reason of RELEASE_OUTCOME, 0 if none */
+} mem_host;
+
+/* Runs every host's commands on the service and feeds results and notifications back. */
+static void mem_pump(lh_memory_service *s, mem_host *h, size_t n, uint64_t now) {
+    for (int round = 0; round < 1000; round++) {
+        int busy = 0;
+        for (size_t i = 0; i < n; i++) {
+            for (;;) {
+                lh_output o = poll1(h[i].c);
+                lh_memory_result r;
+                if (o.kind == LH_OUTPUT_NONE) break;
+                busy = 1;
+                memset(&r, 0, sizeof r);
+                r.struct_size = sizeof r;
+                switch (o.kind) {
+                case LH_OUTPUT_ACQUIRE:
+                    EXPECT_ST(lh_memory_service_acquire(s, h[i].conn, now, o.name, o.name_len, o.token,
+                                                        o.token_len, o.ttl_ms, &r), LH_OK);
+                    EXPECT_ST(lh_acquire_result(h[i].c, now, o.request_id, r.engine_outcome,
+                                                r.fencing_token, r.ttl_ms, r.retry_after_ms, NULL, 0), LH_OK);
+                    break;
+                case LH_OUTPUT_RENEW:
+                    EXPECT_ST(lh_memory_service_renew(s, h[i].conn, now, o.name, o.name_len, o.token,
+                                                      o.token_len, o.ttl_ms, &r), LH_OK);
+                    EXPECT_ST(lh_renew_result(h[i].c, now, o.request_id, r.engine_outcome), LH_OK);
+                    break;
+                case LH_OUTPUT_RELEASE:
+                    EXPECT_ST(lh_memory_service_release(s, h[i].conn, now, o.name, o.name_len, o.token,
+                                                        o.token_len, &r), LH_OK);
+                    EXPECT_ST(lh_release_result(h[i].c, now, o.request_id, r.engine_outcome), LH_OK);
+                    break;
+                case LH_OUTPUT_WATCH:
+                    EXPECT_ST(lh_memory_service_watch(s, h[i].conn, o.name, o.name_len), LH_OK);
+                    break;
+                case LH_OUTPUT_UNWATCH:
+                    EXPECT_ST(lh_memory_service_unwatch(s, h[i].conn, o.name, o.name_len), LH_OK);
+                    break;
+                case LH_OUTPUT_ACQUIRED: h[i].fence = o.fencing_token; break;
+                case LH_OUTPUT_LOST: h[i].lost_reason = o.reason; break;
+                case LH_OUTPUT_RELEASE_OUTCOME: h[i].outcome = o.reason; break;
+                default: break;
+                }
+            }
+            for (;;) {
+                const uint8_t *name = NULL;
+                size_t len = 0;
+                EXPECT_ST(lh_memory_service_poll_released(s, h[i].conn, &name, &len), LH_OK);
+                if (name == NULL) break;
+                busy = 1;
+                EXPECT_ST(lh_released(h[i].c, now, name, len), LH_OK);
+            }
+        }
+        if (!busy) return;
+    }
+    EXPECT(!"the host loop did not settle");
+}
+
+/* Feeds every deadline up to `to`, pumping after each. */
+static void mem_advance(lh_memory_service *s, mem_host *h, size_t n, uint64_t *now, uint64_t to) {
+    for (int guard = 0; guard < 100000; guard++) {
+        uint64_t next = LH_NO_DEADLINE;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t d;
+            EXPECT_ST(lh_poll_timeout(h[i].c, &d), LH_OK);
+            if (d < next) next = d;
+        }
+        if (next > to) break;
+        if (next > *now) *now = next;
+        for (size_t i = 0; i < n; i++) EXPECT_ST(lh_timeout(h[i].c, *now), LH_OK);
+        mem_pump(s, h, n, *now);
+    }
+    *now = to;
+    for (size_t i = 0; i < n; i++) EXPECT_ST(lh_timeout(h[i].c, *now), LH_OK);
+    mem_pump(s, h, n, *now);
+}
+
+/* Two clients on lh_memory_service: contention, loss after a partition, handoff, release. */
+static void memory_service_drives_two_clients(void) {
+    lh_memory_config mc;
+    lh_memory_service *s = NULL;
+    mem_host h[2];
+    uint64_t now = 0, lease_a = 0, lease_b = 0;
+    uint32_t releasing = 0;
+    lh_acquire_options o = opts_ttl(300);
+    lh_memory_faults f;
+    lh_memory_status st;
+    static const uint8_t seed_b[32] = {7};
+
+    memset(h, 0, sizeof h);
+    lh_memory_config_default(&mc);
+    EXPECT_ST(lh_memory_service_new(&mc, &s), LH_OK);
+    h[0].c = mk();
+    {
+        lh_config cfg;
+        lh_config_default(&cfg);
+        EXPECT_ST(lh_client_new(&cfg, seed_b, sizeof seed_b, &h[1].c), LH_OK);
+    }
+    EXPECT_ST(lh_memory_service_connect(s, &h[0].conn), LH_OK);
+    EXPECT_ST(lh_memory_service_connect(s, &h[1].conn), LH_OK);
+    EXPECT_ST(lh_memory_service_connect(NULL, &h[1].conn), LH_ERR_NULL_ARGUMENT);
+
+    EXPECT_ST(lh_acquire(h[0].c, now, NAME, NAME_LEN, &o, &lease_a), LH_OK);
+    mem_pump(s, h, 2, now);
+    EXPECT(h[0].fence == 1);
+    o.wait_ns = 5000 * MS;
+    EXPECT_ST(lh_acquire(h[1].c, now, NAME, NAME_LEN, &o, &lease_b), LH_OK);
+    mem_pump(s, h, 2, now);
+    EXPECT(h[1].fence == 0); /* A holds it */
+
+    /* A is cut off: it stops believing before its grant expires; then B gets the lock. */
+    memset(&f, 0, sizeof f);
+    f.struct_size = sizeof f;
+    f.flags = LH_MEMORY_PARTITIONED;
+    EXPECT_ST(lh_memory_service_set_faults(s, h[0].conn, &f), LH_OK);
+    f.flags = 1u << 20;
+    EXPECT_ST(lh_memory_service_set_faults(s, h[0].conn, &f), LH_ERR_INVALID_ENUM);
+    mem_advance(s, h, 2, &now, 2000 * MS);
+    EXPECT(h[0].lost_reason == LH_REASON_FAIL_BUDGET || h[0].lost_reason == LH_REASON_EXPIRED);
+    EXPECT(h[1].fence == 2);
+
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT_ST(lh_memory_service_status(s, now, NAME, NAME_LEN, &st), LH_OK);
+    EXPECT(st.held == 1 && st.fencing_token == 2 && st.holder_connection == h[1].conn);
+    EXPECT(st.holder_token_len == 32);
+
+    /* B releases and the service confirms it. */
+    EXPECT_ST(lh_release_reported(h[1].c, now, lease_b, &releasing), LH_OK);
+    EXPECT(releasing == LH_RELEASING_PENDING);
+    mem_pump(s, h, 2, now);
+    EXPECT(h[1].outcome == LH_REASON_RELEASE_CONFIRMED);
+    EXPECT_ST(lh_memory_service_status(s, now, NAME, NAME_LEN, &st), LH_OK);
+    EXPECT(st.held == 0 && st.last_fencing_token == 2);
+
+    lh_client_free(h[0].c);
+    lh_client_free(h[1].c);
+    lh_memory_service_free(s);
+    lh_memory_service_free(NULL);
+}
+
 int main(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
@@ -1067,6 +1216,7 @@ int main(void) {
     RUN(release_reported_tells_confirmed_and_not_owner);
     RUN(release_after_a_pause_ends_lost);
     RUN(counters_accept_the_first_struct_size);
+    RUN(memory_service_drives_two_clients);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
