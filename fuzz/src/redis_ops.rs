@@ -168,6 +168,10 @@ impl World {
                     assert_eq!(*k, 1, "two terminal events for {lease:?}");
                     lease
                 }
+                // This target never renews by hand nor asks for release outcomes.
+                Event::Renewed { lease, .. } | Event::ReleaseOutcome { lease, .. } => {
+                    panic!("{lease:?}: an event nobody asked for")
+                }
             };
             assert!(
                 self.leases.contains(&lease),
