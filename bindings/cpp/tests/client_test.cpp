@@ -568,8 +568,8 @@ TEST(LockClient, ReleaseAfterValidityRanOutUnnoticedEndsLost) {
   };
   auto lease = client.acquire("starved", 300ms, std::move(o));
   ASSERT_TRUE(lease.has_value());
-  const auto valid_until = lease->valid_until();
   leasehold::detail::TestAccess::hold_driver(client, true);
+  const auto valid_until = lease->valid_until();  // final: no renewal result is handled from now on
   while (leasehold::Clock::now() <= valid_until + 50ms) std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(lease->stop_token().stop_requested());  // nobody noticed yet
   EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);
@@ -801,7 +801,7 @@ TEST(LockClient, UnreachableServiceLosesTheLeaseBeforeValidityEnds) {
     reason = static_cast<int>(r);
     ++calls;
   };
-  auto lease = client.acquire("gone", 2s, std::move(o));
+  auto lease = client.acquire("gone", 3s, std::move(o));
   ASSERT_TRUE(lease.has_value());
   t->set_partition(true);
   ASSERT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
