@@ -613,7 +613,7 @@ TEST(LockClient, RenewAfterReleaseOrLossFailsFastAndSendsNothing) {
   LockClient client(t, quiet());
   auto released = client.acquire("r1", 30s);
   ASSERT_TRUE(released.has_value());
-  EXPECT_EQ(released->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_EQ(released->release(), leasehold::ReleaseOutcome::Released);  // waits for the service's answer
   const auto calls = t->calls();
   EXPECT_EQ(catch_error([&] { (void)released->renew(); }).code(), LH_ERR_LEASE_ENDED);
   EXPECT_EQ(t->calls(), calls);
@@ -623,6 +623,8 @@ TEST(LockClient, RenewAfterReleaseOrLossFailsFastAndSendsNothing) {
   auto lost = client.acquire("r2", 300ms, std::move(o));
   ASSERT_TRUE(lost.has_value());
   ASSERT_TRUE(eventually([&] { return lost->lost(); }));
+  // The loss sends its one best-effort cleanup release; after that, nothing more.
+  ASSERT_TRUE(eventually([&] { return client.counters().pending_cleanups == 0; }));
   const auto before = t->calls();
   const auto requested = client.counters().renewals_requested;
   const auto e = catch_error([&] { (void)lost->renew(); });
