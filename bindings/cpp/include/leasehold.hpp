@@ -30,6 +30,7 @@
 #include <signal.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -71,6 +72,7 @@ namespace status {
 inline constexpr Status closed = 1000;            // the LockClient was closed
 inline constexpr Status invalid_argument = 1001;  // e.g. a negative wait duration
 inline constexpr Status abi_mismatch = 1002;      // header and library disagree on LH_ABI_VERSION
+inline constexpr Status timeout = 1003;           // a bounded wait (Lease::renew) ran out
 }  // namespace status
 
 inline std::string_view status_name(Status code) noexcept {
@@ -78,6 +80,7 @@ inline std::string_view status_name(Status code) noexcept {
     case status::closed: return "LEASEHOLD_CLOSED";
     case status::invalid_argument: return "LEASEHOLD_INVALID_ARGUMENT";
     case status::abi_mismatch: return "LEASEHOLD_ABI_MISMATCH";
+    case status::timeout: return "LEASEHOLD_TIMEOUT";
     default: {
       const char* s = lh_status_str(code);
       return s != nullptr ? std::string_view(s) : std::string_view("LH_UNKNOWN_STATUS");
@@ -137,6 +140,25 @@ enum class LostReason : std::uint32_t {
   Expired = LH_REASON_EXPIRED,
   FailBudget = LH_REASON_FAIL_BUDGET,
 };
+// What Lease::release() tells the caller; ordinary outcomes, never exceptions.
+enum class ReleaseOutcome : std::uint32_t {
+  Released,  // ended while still valid (the service confirmed, or could not answer before the TTL ran out)
+  Lost,      // the lease was lost first (Lease::lost_reason() says why); the loss signals fired
+  NotOwner,  // the service refused: the lock was no longer ours (someone else may hold it now)
+};
+// The service's answer to a release made with Core::release_reported (ReleaseOutcomeEvent).
+enum class ReleaseReply : std::uint32_t {
+  Confirmed = LH_REASON_RELEASE_CONFIRMED,
+  NotOwner = LH_REASON_RELEASE_NOT_OWNER,
+  Unconfirmed = LH_REASON_RELEASE_UNCONFIRMED,  // no answer before the grant's TTL had certainly run out
+};
+// Core::release_reported's immediate disposition.
+enum class Releasing : std::uint32_t {
+  HolderLeft = LH_RELEASING_HOLDER_LEFT,    // other reentrant holders remain; nothing was sent
+  Pending = LH_RELEASING_PENDING,           // ended Released; a ReleaseOutcomeEvent follows
+  Lost = LH_RELEASING_LOST,                 // validity had run out first: ended Lost (LostEvent queued)
+  NotAcquired = LH_RELEASING_NOT_ACQUIRED,  // still acquiring: ended AcquireFailed
+};
 enum class LeaseState : std::uint32_t {
   Acquiring = LH_STATE_ACQUIRING,
   Held = LH_STATE_HELD,
@@ -161,6 +183,14 @@ inline std::string_view to_string(LostReason r) noexcept {
   }
   return "unknown";
 }
+inline std::string_view to_string(ReleaseOutcome o) noexcept {
+  switch (o) {
+    case ReleaseOutcome::Released: return "released";
+    case ReleaseOutcome::Lost: return "lost";
+    case ReleaseOutcome::NotOwner: return "not_owner";
+  }
+  return "unknown";
+}
 inline std::string_view to_string(LeaseState s) noexcept {
   switch (s) {
     case LeaseState::Acquiring: return "acquiring";
@@ -177,6 +207,9 @@ struct Config {
   std::uint32_t drift_ppm = 0;
   std::uint64_t drift_fixed_ns = 0;
   std::uint32_t renew_jitter_ppm = 0;
+  // Renewal failure budget: 0 (the default) = by time, transport failures are retried with
+  // backoff while validity remains and the lease is lost just before valid_until; N > 0 = lost
+  // after N consecutive failed renewals.
   std::uint32_t fail_budget = 0;
   std::uint64_t request_timeout_ns = 0;
   std::uint64_t backoff_base_ns = 0;
@@ -233,6 +266,9 @@ struct Counters {
                 acquire_failed = 0, renewals_sent = 0, renewals_ok = 0, renewals_failed = 0,
                 releases_sent = 0, lost_rejected = 0, lost_expired = 0, lost_fail_budget = 0,
                 stale_results = 0, time_clamped = 0;
+  // Manual renewals (Lease::renew) and the outcomes of releases that reached the service.
+  std::uint64_t renewals_requested = 0, releases_confirmed = 0, releases_not_owner = 0,
+                releases_unconfirmed = 0, releases_lost = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -285,10 +321,20 @@ struct LostEvent {
 struct ReleasedEvent {
   std::uint64_t lease = 0;
 };
+// Completes a Core::renew (automatic renewals are silent).
+struct RenewedEvent {
+  std::uint64_t lease = 0;
+  std::uint64_t valid_until_ns = 0;
+};
+// The service's answer to a Core::release_reported; follows that lease's ReleasedEvent.
+struct ReleaseOutcomeEvent {
+  std::uint64_t lease = 0;
+  ReleaseReply reply = ReleaseReply::Confirmed;
+};
 
 using Output = std::variant<AcquireCommand, RenewCommand, ReleaseCommand, WatchCommand,
                             UnwatchCommand, AcquiredEvent, AcquireFailedEvent, LostEvent,
-                            ReleasedEvent>;
+                            ReleasedEvent, RenewedEvent, ReleaseOutcomeEvent>;
 
 template <class... Fs>
 struct overloaded : Fs... {
@@ -392,18 +438,28 @@ class Core {
   }
 
   LeaseId acquire(std::uint64_t now, std::string_view name, std::chrono::milliseconds ttl,
-                  std::chrono::nanoseconds wait = std::chrono::nanoseconds{0}, bool reentrant = false) {
+                  std::chrono::nanoseconds wait = std::chrono::nanoseconds{0}, bool reentrant = false,
+                  bool auto_renew = true) {
     if (ttl.count() < 0) throw Error(LH_ERR_INVALID_TTL, "ttl must not be negative");
     lh_acquire_options o{};
     lh_acquire_options_default(&o);
     o.ttl_ms = static_cast<std::uint64_t>(ttl.count());
     o.wait_ns = detail::to_u64_ns(wait, "wait");
-    o.flags = reentrant ? LH_ACQUIRE_REENTRANT : 0u;
+    o.flags = (reentrant ? LH_ACQUIRE_REENTRANT : 0u) | (auto_renew ? 0u : LH_ACQUIRE_NO_AUTO_RENEW);
     std::uint64_t id = 0;
     check(lh_acquire(h(), now, detail::bytes_ptr(name.data()), name.size(), &o, &id));
     return id;
   }
   void release(std::uint64_t now, LeaseId lease) { check(lh_release(h(), now, lease)); }
+  // A release that reports: Pending is followed by a ReleaseOutcomeEvent, Lost by a LostEvent.
+  Releasing release_reported(std::uint64_t now, LeaseId lease) {
+    std::uint32_t r = 0;
+    check(lh_release_reported(h(), now, lease, &r));
+    return static_cast<Releasing>(r);
+  }
+  // Renews now (or joins the renewal in flight); completes as a RenewedEvent or a LostEvent.
+  // A lease whose validity already ran out gets its LostEvent queued and nothing is sent.
+  void renew(std::uint64_t now, LeaseId lease) { check(lh_renew(h(), now, lease)); }
 
   void acquire_result(std::uint64_t now, RequestId req, const AcquireResult& r) {
     std::visit(overloaded{
@@ -461,6 +517,8 @@ class Core {
         return AcquireFailedEvent{o.lease_id, static_cast<AcquireFailReason>(o.reason)};
       case LH_OUTPUT_LOST: return LostEvent{o.lease_id, static_cast<LostReason>(o.reason)};
       case LH_OUTPUT_RELEASED: return ReleasedEvent{o.lease_id};
+      case LH_OUTPUT_RENEWED: return RenewedEvent{o.lease_id, o.valid_until_ns};
+      case LH_OUTPUT_RELEASE_OUTCOME: return ReleaseOutcomeEvent{o.lease_id, static_cast<ReleaseReply>(o.reason)};
       default:
         throw Error(LH_ERR_INVALID_ENUM, "unknown output kind " + std::to_string(o.kind));
     }
@@ -516,7 +574,8 @@ class Core {
     return Counters{c.live_leases,   c.pending_cleanups, c.acquires_sent,   c.grants,
                     c.acquire_failed, c.renewals_sent,   c.renewals_ok,     c.renewals_failed,
                     c.releases_sent,  c.lost_rejected,   c.lost_expired,    c.lost_fail_budget,
-                    c.stale_results,  c.time_clamped};
+                    c.stale_results,  c.time_clamped,     c.renewals_requested, c.releases_confirmed,
+                    c.releases_not_owner, c.releases_unconfirmed, c.releases_lost};
   }
 
   // Test hook: panics inside the C boundary; the handle is poisoned afterwards.
@@ -599,6 +658,9 @@ struct ClientOptions {
   std::size_t io_threads = 4;
   // close() keeps driving releases for at most this long, then abandons them (the TTL frees them).
   std::chrono::milliseconds close_timeout{5000};
+  // How long Lease::release() waits for the service's answer; nullopt = the request timeout.
+  // Past it the release reports Released and the core keeps retrying in the background.
+  std::optional<std::chrono::milliseconds> release_timeout;
   // Transport errors and callback exceptions; default: stderr.
   LogFn log;
 };
@@ -606,6 +668,9 @@ struct ClientOptions {
 struct AcquireOptions {
   std::chrono::nanoseconds wait{0};  // acquisition budget; 0 = one attempt
   bool reentrant = false;            // in-process reentrancy on this LockClient
+  // false: no automatic renewals; only Lease::renew() extends the lease, which is lost when
+  // its validity ends (on_lost and stop_token still fire).
+  bool auto_renew = true;
   // Called once, on the callback thread, when this lease is lost (not on release).
   std::function<void(LostReason)> on_lost;
 };
@@ -691,7 +756,9 @@ struct LeaseRecord {
   LeaseState state = LeaseState::Acquiring;
   std::uint64_t fencing_token = 0;
   std::atomic<std::uint64_t> valid_until_ns{0};  // last known; read without the lock after release
-  std::optional<LostReason> lost_reason;
+  std::atomic<std::uint32_t> lost_code{0};       // LostReason + 1 once lost; read after release too
+  std::uint64_t renewed = 0;                     // RenewedEvents seen (Lease::renew waits on it)
+  std::optional<ReleaseReply> release_reply;     // the service's answer to release_reported
   std::stop_source stop;
   std::vector<std::pair<std::uint64_t, std::function<void(LostReason)>>> on_lost;
 };
@@ -742,16 +809,22 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
 
   std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl, AcquireOptions opts);
-  void release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder) noexcept;
+  ReleaseOutcome release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder,
+                         std::optional<std::chrono::nanoseconds> timeout) noexcept;
+  std::uint64_t renew(const std::shared_ptr<LeaseRecord>& rec);
   bool is_held(const LeaseRecord& rec) const;
   std::uint64_t valid_until(LeaseRecord& rec) const;
   LeaseState state(const LeaseRecord& rec) const {
     std::lock_guard g(mu_);
     return rec.state;
   }
-  std::optional<LostReason> lost_reason(const LeaseRecord& rec) const {
-    std::lock_guard g(mu_);
-    return rec.lost_reason;
+  static std::optional<LostReason> lost_reason(const LeaseRecord& rec) noexcept {
+    const auto c = rec.lost_code.load();
+    if (c == 0) return std::nullopt;
+    return static_cast<LostReason>(c - 1);
+  }
+  static void set_lost_reason(LeaseRecord& rec, LostReason r) noexcept {
+    rec.lost_code = static_cast<std::uint32_t>(r) + 1;
   }
   Counters counters() const {
     std::lock_guard g(mu_);
@@ -769,6 +842,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
 
  private:
+  friend struct TestAccess;
   void log(std::string_view m) const noexcept {
     try {
       opts_.log(m);
@@ -817,6 +891,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::optional<Core> core_;            // guarded by mu_; reset at close
   std::deque<Input> inputs_;
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> records_;
+  // Released leases whose release() waits for the service's answer (ReleaseOutcomeEvent).
+  std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> awaiting_reply_;
   // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
   std::set<std::string, std::less<>> core_watching_;
   std::uint64_t next_holder_ = 0;
@@ -826,6 +902,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool stopping_ = false;  // the driver is asked to exit
   bool closed_ = false;    // all threads joined
   bool broken_ = false;    // the core handle failed (poisoned)
+  bool hold_driver_ = false;  // test hook (TestAccess): the driver waits, as in a starved process
 
   std::thread driver_;
   std::unique_ptr<Executor> io_, watcher_, callbacks_;
@@ -838,26 +915,44 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 class Lease {
  public:
   Lease(Lease&& o) noexcept
-      : st_(std::move(o.st_)), rec_(std::move(o.rec_)), holder_(o.holder_), fencing_(o.fencing_) {}
+      : st_(std::move(o.st_)), rec_(std::move(o.rec_)), holder_(o.holder_), fencing_(o.fencing_),
+        outcome_(o.outcome_) {}
   Lease& operator=(Lease&& o) noexcept {
     if (this != &o) {
-      release();
+      release(std::chrono::nanoseconds{0});
       st_ = std::move(o.st_);
       rec_ = std::move(o.rec_);
       holder_ = o.holder_;
       fencing_ = o.fencing_;
+      outcome_ = o.outcome_;
     }
     return *this;
   }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
-  ~Lease() { release(); }
+  // Releases without waiting for the service's answer (the core still retries it).
+  ~Lease() { release(std::chrono::nanoseconds{0}); }
 
-  // Releases this holder (the core retries the release command in the background until the
-  // service answers). Idempotent; never throws.
-  void release() noexcept {
-    if (st_) st_->release(rec_, holder_);
-    st_.reset();
+  // Releases this holder and says how the lease ended: Released, Lost (validity ran out first,
+  // e.g. after a pause: the loss signals fire and lost_reason() says why) or NotOwner (the
+  // service refused). Waits for the service's answer at most ClientOptions::release_timeout
+  // (default: the request timeout); past it, Released (the core keeps retrying the release in
+  // the background). Idempotent: later calls return the first outcome. Never throws.
+  ReleaseOutcome release() noexcept { return release_impl(std::nullopt); }
+  // The same with its own bound on the wait for the service's answer (0: do not wait).
+  ReleaseOutcome release(std::chrono::nanoseconds timeout) noexcept { return release_impl(timeout); }
+  // Renews now (manual renewal; joins one in flight) and returns the new end of validity.
+  // Waits until the service confirms or the lease is lost (the core ends it by valid_until).
+  // Throws leasehold::Error: LH_ERR_LEASE_ENDED when the lease was released or lost (before
+  // the call, checked locally without a network call, or while waiting), status::closed,
+  // status::timeout if the driver never answered (a starved process).
+  Clock::time_point renew() {
+    if (!st_) {
+      throw Error(LH_ERR_LEASE_ENDED, !rec_                        ? "moved-from lease"
+                                      : outcome_ == ReleaseOutcome::Lost ? "the lease was lost"
+                                                                         : "the lease was released");
+    }
+    return to_time_point(st_->renew(rec_));
   }
   // The fencing token of the grant; carry it on every protected write.
   [[nodiscard]] std::uint64_t fencing_token() const noexcept { return fencing_; }
@@ -873,10 +968,10 @@ class Lease {
     return rec_ ? rec_->stop.get_token() : std::stop_token();
   }
   [[nodiscard]] bool lost() const { return lost_reason().has_value(); }
+  // Set once the lease is lost, and stays set after release().
   [[nodiscard]] std::optional<LostReason> lost_reason() const {
     if (!rec_) return std::nullopt;
-    if (st_) return st_->lost_reason(*rec_);
-    return std::nullopt;
+    return detail::ClientState::lost_reason(*rec_);
   }
   [[nodiscard]] const std::string& name() const noexcept {
     static const std::string empty;
@@ -892,10 +987,19 @@ class Lease {
         std::uint64_t holder, std::uint64_t fencing)
       : st_(std::move(st)), rec_(std::move(rec)), holder_(holder), fencing_(fencing) {}
 
+  ReleaseOutcome release_impl(std::optional<std::chrono::nanoseconds> timeout) noexcept {
+    if (st_) {
+      outcome_ = st_->release(rec_, holder_, timeout);
+      st_.reset();
+    }
+    return outcome_.value_or(ReleaseOutcome::Released);
+  }
+
   std::shared_ptr<detail::ClientState> st_;
   std::shared_ptr<detail::LeaseRecord> rec_;
   std::uint64_t holder_ = 0;
   std::uint64_t fencing_ = 0;
+  std::optional<ReleaseOutcome> outcome_;
 };
 
 // Thread-safe lock client: one core handle, one driver thread, one transport.
@@ -956,7 +1060,7 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   std::unique_lock lk(mu_);
   if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
   if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
-  const std::uint64_t id = core_->acquire(now_ns(), name, ttl, wait, opts.reentrant);  // throws on misuse
+  const std::uint64_t id = core_->acquire(now_ns(), name, ttl, wait, opts.reentrant, opts.auto_renew);  // throws on misuse
   auto& slot = records_[id];
   if (!slot) slot = std::make_shared<LeaseRecord>(id, std::string(name));
   std::shared_ptr<LeaseRecord> rec = slot;
@@ -984,19 +1088,99 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   return std::nullopt;
 }
 
-inline void ClientState::release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder) noexcept {
-  std::lock_guard g(mu_);
-  std::erase_if(rec->on_lost, [&](const auto& p) { return p.first == holder; });
-  if (!core_ || broken_) return;
-  if (rec->state != LeaseState::Held && rec->state != LeaseState::Acquiring) return;  // already ended
+inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder,
+                                           std::optional<std::chrono::nanoseconds> timeout) noexcept {
+  std::unique_lock lk(mu_);
+  // This holder's on_lost stays registered until the core has decided: a lease whose validity
+  // ran out before this call ends Lost and its callbacks fire, this holder's included.
+  auto drop_callback = [&] { std::erase_if(rec->on_lost, [&](const auto& p) { return p.first == holder; }); };
+  auto ended = [&] {
+    drop_callback();
+    return rec->state == LeaseState::Lost ? ReleaseOutcome::Lost : ReleaseOutcome::Released;
+  };
+  auto drain = [&] {
+    try {
+      drain_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+    poke_locked();
+  };
+  if (!core_ || broken_) return ended();
+  if (rec->state != LeaseState::Held && rec->state != LeaseState::Acquiring) return ended();
+  Releasing how = Releasing::HolderLeft;
   try {
-    core_->release(now_ns(), rec->id);
+    how = core_->release_reported(now_ns(), rec->id);
   } catch (const Error& e) {
+    if (e.code() == LH_ERR_PANIC || e.code() == LH_ERR_POISONED) {
+      fail_all_locked(e.what());
+      return ended();
+    }
     if (e.code() != LH_ERR_LEASE_ENDED && e.code() != LH_ERR_UNKNOWN_LEASE)
       log(std::string("release: ") + e.what());
+    drain();  // an ended lease's event may still be queued
+    return ended();
+  } catch (...) {
+    return ended();
+  }
+  if (how == Releasing::Pending) awaiting_reply_[rec->id] = rec;
+  drain();  // this lease's RELEASED or LOST event, dispatched now
+  if (how == Releasing::Lost || rec->state == LeaseState::Lost) return ended();
+  drop_callback();
+  if (how != Releasing::Pending) return ReleaseOutcome::Released;
+
+  const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
+                                                           : request_timeout_);
+  try {
+    waiters_cv_.wait_until(lk, Clock::now() + std::clamp<std::chrono::nanoseconds>(wait, {}, std::chrono::hours(24)),
+                           [&] { return rec->release_reply.has_value() || closing_ || broken_; });
   } catch (...) {
   }
+  awaiting_reply_.erase(rec->id);
+  return rec->release_reply == ReleaseReply::NotOwner ? ReleaseOutcome::NotOwner : ReleaseOutcome::Released;
+}
+
+inline std::uint64_t ClientState::renew(const std::shared_ptr<LeaseRecord>& rec) {
+  std::unique_lock lk(mu_);
+  auto ended = [&]() -> Error {
+    if (const auto r = lost_reason(*rec))
+      return Error(LH_ERR_LEASE_ENDED, "the lease was lost (" + std::string(to_string(*r)) + ")");
+    return Error(LH_ERR_LEASE_ENDED, "the lease was released");
+  };
+  if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
+  if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
+  if (rec->state != LeaseState::Held) throw ended();  // terminal: nothing is sent
+  const auto seen = rec->renewed;
+  const auto now = now_ns();
+  const auto valid = rec->valid_until_ns.load();
+  try {
+    core_->renew(now, rec->id);
+  } catch (const Error& e) {
+    if (e.code() == LH_ERR_PANIC || e.code() == LH_ERR_POISONED) {
+      fail_all_locked(e.what());
+      throw;
+    }
+    if (e.code() != LH_ERR_LEASE_ENDED) throw;
+  }
+  try {
+    drain_locked();  // LOST now if validity had already run out
+  } catch (const std::exception& e) {
+    fail_all_locked(e.what());
+    throw Error(LH_ERR_POISONED, e.what());
+  }
   poke_locked();
+  // The core answers by valid_until at the latest; the slack only matters to a starved driver.
+  const auto left = std::chrono::nanoseconds(static_cast<std::int64_t>(
+      std::min<std::uint64_t>(valid > now ? valid - now : 0, std::uint64_t{1} << 50)));
+  const auto bound = Clock::now() + left + 2 * request_timeout_ + std::chrono::milliseconds(500);
+  waiters_cv_.wait_until(lk, bound, [&] {
+    return rec->renewed != seen || rec->state != LeaseState::Held || closing_ || broken_;
+  });
+  if (rec->renewed != seen) return rec->valid_until_ns.load();
+  if (rec->state != LeaseState::Held && rec->state != LeaseState::Acquiring) throw ended();
+  if (closing_) throw Error(status::closed, "LockClient closed during renew");
+  if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed");
+  throw Error(status::timeout, "no answer to the renewal in time");
 }
 
 inline bool ClientState::is_held(const LeaseRecord& rec) const {
@@ -1112,7 +1296,7 @@ inline void ClientState::dispatch_locked(Output& out) {
           },
           [&](LostEvent& e) {
             if (auto rec = find(e.lease)) {
-              rec->lost_reason = e.reason;
+              set_lost_reason(*rec, e.reason);
               auto callbacks = std::move(rec->on_lost);
               rec->on_lost.clear();
               end_record_locked(*rec, LeaseState::Lost);
@@ -1128,6 +1312,20 @@ inline void ClientState::dispatch_locked(Output& out) {
                   }
                 }
               });
+            }
+          },
+          [&](RenewedEvent& e) {
+            if (auto rec = find(e.lease)) {
+              rec->valid_until_ns = e.valid_until_ns;
+              ++rec->renewed;
+              waiters_cv_.notify_all();
+            }
+          },
+          [&](ReleaseOutcomeEvent& e) {
+            if (auto it = awaiting_reply_.find(e.lease); it != awaiting_reply_.end()) {
+              it->second->release_reply = e.reply;
+              awaiting_reply_.erase(it);
+              waiters_cv_.notify_all();
             }
           },
           [&](ReleasedEvent& e) {
@@ -1176,7 +1374,7 @@ inline void ClientState::fail_all_locked(std::string_view why) {
   for (auto& [id, rec] : recs) {
     if (rec->state == LeaseState::Held) {
       rec->state = LeaseState::Lost;
-      rec->lost_reason = LostReason::Expired;
+      set_lost_reason(*rec, LostReason::Expired);
       auto callbacks = std::move(rec->on_lost);
       rec->on_lost.clear();
       callbacks_->post([this, rec, callbacks = std::move(callbacks)] {
@@ -1200,6 +1398,10 @@ inline void ClientState::drive() noexcept {
   std::unique_lock lk(mu_);
   while (!broken_) {
     try {
+      if (hold_driver_ && !stopping_) {
+        driver_cv_.wait(lk, [&] { return !hold_driver_ || stopping_; });
+        continue;
+      }
       while (!inputs_.empty()) {
         Input in = std::move(inputs_.front());
         inputs_.pop_front();
@@ -1285,6 +1487,7 @@ inline void ClientState::close() noexcept {
       callbacks_->post([r] { r->stop.request_stop(); });
     }
     records_.clear();
+    awaiting_reply_.clear();
     waiters_cv_.notify_all();
     waiters_cv_.wait(lk, [&] { return active_acquires_ == 0; });
     core_.reset();

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include "child_process.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,8 +195,11 @@ TEST(LockClient, LossDetectedWhileTransportHangs) {
   EXPECT_TRUE(r == LostReason::Expired || r == LostReason::FailBudget) << leasehold::to_string(r);
   EXPECT_EQ(reason.load(), static_cast<int>(r));
   EXPECT_FALSE(lease->is_held());
-  EXPECT_LE(lease->valid_until(), leasehold::Clock::now());
-  lease->release();  // no-op on a lost lease
+  // Expired is declared at valid_until; FailBudget (the time budget) just before it.
+  if (r == LostReason::Expired) {
+    EXPECT_LE(lease->valid_until(), leasehold::Clock::now());
+  }
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);  // nothing sent for a lost lease
   t->set_hang(false);
   EXPECT_EQ(calls.load(), 1);
 }
@@ -531,6 +537,287 @@ TEST(LockClient, TransportFaultsAreNeverGrants) {
 }
 
 // ---- every bad input ----------------------------------------------------------------------
+
+// --- renew, auto_renew, release outcomes, the failure budget -----------------------------------
+
+TEST(LockClient, PausedThenReleasedEndsLost) {
+  leasehold_test::pause_then_release({LEASEHOLD_PAUSE_WORKER, "memory"}, "paused", 300ms, 700ms, 3);
+}
+
+struct leasehold::detail::TestAccess {
+  // Holds the driver (it handles no deadline, result or call) as a starved or paused one would.
+  static void hold_driver(LockClient& c, bool on) {
+    const auto st = c.state();
+    {
+      std::lock_guard g(st->mu_);
+      st->hold_driver_ = on;
+    }
+    st->driver_cv_.notify_all();
+  }
+};
+
+// The paused-then-released case with the driver held past the lease's validity (the core's
+// expiry check has not run) when release() is called: it must end Lost, not Released.
+TEST(LockClient, ReleaseAfterValidityRanOutUnnoticedEndsLost) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::atomic<int> calls{0};
+  std::atomic<int> reason{-1};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason r) {
+    reason = static_cast<int>(r);
+    ++calls;
+  };
+  auto lease = client.acquire("starved", 300ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  leasehold::detail::TestAccess::hold_driver(client, true);
+  const auto valid_until = lease->valid_until();  // final: no renewal result is handled from now on
+  while (leasehold::Clock::now() <= valid_until + 50ms) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(lease->stop_token().stop_requested());  // nobody noticed yet
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);
+  EXPECT_EQ(lease->lost_reason(), LostReason::Expired);
+  EXPECT_TRUE(lease->lost());
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1 && lease->stop_token().stop_requested(); }));
+  EXPECT_EQ(reason.load(), static_cast<int>(LostReason::Expired));
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);  // idempotent
+  EXPECT_EQ(client.counters().releases_lost, 1u);
+  leasehold::detail::TestAccess::hold_driver(client, false);
+  auto next = client.acquire("starved", 5s, wait_for(10s));  // the driver runs again
+  EXPECT_TRUE(next.has_value());
+  EXPECT_EQ(calls.load(), 1);  // exactly once
+}
+
+TEST(LockClient, ManualRenewExtendsValidity) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(2s));
+  AcquireOptions o;
+  o.auto_renew = false;
+  auto lease = client.acquire("manual", 5s, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  const auto before = lease->valid_until();
+  const auto expires_before = w.service->holder("manual")->expires;
+  std::this_thread::sleep_for(20ms);
+  const auto after = lease->renew();
+  EXPECT_GT(after, before);
+  EXPECT_EQ(lease->valid_until(), after);
+  EXPECT_GT(w.service->holder("manual")->expires, expires_before);  // the service extended it too
+  EXPECT_EQ(t->renew_calls(), 1u);
+  const auto n = client.counters();
+  EXPECT_EQ(n.renewals_requested, 1u);
+  EXPECT_EQ(n.renewals_ok, 1u);
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+}
+
+TEST(LockClient, RenewAfterReleaseOrLossFailsFastAndSendsNothing) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  auto released = client.acquire("r1", 30s);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->release(), leasehold::ReleaseOutcome::Released);  // waits for the service's answer
+  const auto calls = t->calls();
+  EXPECT_EQ(catch_error([&] { (void)released->renew(); }).code(), LH_ERR_LEASE_ENDED);
+  EXPECT_EQ(t->calls(), calls);
+
+  AcquireOptions o;
+  o.auto_renew = false;
+  auto lost = client.acquire("r2", 300ms, std::move(o));
+  ASSERT_TRUE(lost.has_value());
+  ASSERT_TRUE(eventually([&] { return lost->lost(); }));
+  // The loss sends its one best-effort cleanup release; after that, nothing more.
+  ASSERT_TRUE(eventually([&] { return client.counters().pending_cleanups == 0; }));
+  const auto before = t->calls();
+  const auto requested = client.counters().renewals_requested;
+  const auto e = catch_error([&] { (void)lost->renew(); });
+  EXPECT_EQ(e.code(), LH_ERR_LEASE_ENDED);
+  EXPECT_NE(std::string(e.what()).find("lost"), std::string::npos) << e.what();
+  EXPECT_EQ(t->calls(), before);
+  EXPECT_EQ(client.counters().renewals_requested, requested);
+  EXPECT_EQ(lost->release(), leasehold::ReleaseOutcome::Lost);
+  EXPECT_EQ(catch_error([&] { (void)lost->renew(); }).code(), LH_ERR_LEASE_ENDED);  // after release too
+  EXPECT_EQ(t->calls(), before);
+}
+
+TEST(LockClient, AutoRenewOffIsLostAtValidityEnd) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::atomic<int> calls{0};
+  AcquireOptions o;
+  o.auto_renew = false;
+  o.on_lost = [&](LostReason) { ++calls; };
+  auto lease = client.acquire("noauto", 400ms, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  ASSERT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
+  EXPECT_EQ(lease->lost_reason(), LostReason::Expired);
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
+  EXPECT_EQ(t->renew_calls(), 0u);
+  EXPECT_EQ(client.counters().renewals_sent, 0u);
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(LockClient, AutoRenewOffKeptAliveByManualRenewals) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(2s));
+  std::atomic<int> calls{0};
+  AcquireOptions o;
+  o.auto_renew = false;
+  o.on_lost = [&](LostReason) { ++calls; };
+  const auto ttl = 1000ms;
+  auto lease = client.acquire("kept", ttl, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  const auto first_valid = lease->valid_until();
+  int renewals = 0;
+  while (leasehold::Clock::now() < first_valid + ttl) {  // well past the first validity
+    std::this_thread::sleep_for(200ms);
+    ASSERT_NO_THROW((void)lease->renew());
+    ++renewals;
+  }
+  EXPECT_TRUE(lease->is_held());
+  EXPECT_FALSE(lease->lost());
+  EXPECT_EQ(t->renew_calls(), static_cast<std::uint64_t>(renewals));  // only the manual ones
+  // Left alone, it is lost at its validity end.
+  ASSERT_TRUE(eventually([&] { return lease->lost(); }));
+  EXPECT_EQ(lease->lost_reason(), LostReason::Expired);
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
+}
+
+TEST(LockClient, ReleaseOutcomes) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet(2s));
+  LockClient other(w.transport(), quiet());
+  auto clean = client.acquire("clean", 30s);
+  ASSERT_TRUE(clean.has_value());
+  EXPECT_EQ(clean->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_EQ(clean->release(), leasehold::ReleaseOutcome::Released);  // idempotent
+  EXPECT_FALSE(w.service->holder("clean").has_value());
+
+  std::atomic<int> lost_calls{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason) { ++lost_calls; };
+  auto stolen = client.acquire("stolen", 30s, std::move(o));
+  ASSERT_TRUE(stolen.has_value());
+  w.service->drop_lock("stolen");  // forgotten by the service (a failover) ...
+  auto thief = other.acquire("stolen", 30s);  // ... and taken by someone else
+  ASSERT_TRUE(thief.has_value());
+  EXPECT_EQ(stolen->release(), leasehold::ReleaseOutcome::NotOwner);
+  EXPECT_EQ(stolen->release(), leasehold::ReleaseOutcome::NotOwner);  // idempotent
+  EXPECT_FALSE(stolen->lost());
+  EXPECT_EQ(w.service->holder("stolen")->fencing_token, thief->fencing_token());  // untouched
+
+  const auto n = client.counters();
+  EXPECT_EQ(n.releases_confirmed, 1u);
+  EXPECT_EQ(n.releases_not_owner, 1u);
+  EXPECT_EQ(n.releases_lost, 0u);
+  EXPECT_EQ(lost_calls.load(), 0);
+
+  // A reentrant holder that leaves while another remains sends nothing.
+  AcquireOptions r;
+  r.reentrant = true;
+  auto outer = client.acquire("re", 30s, r);
+  auto inner = client.acquire("re", 30s, r);
+  ASSERT_TRUE(outer && inner);
+  const auto releases = t->release_calls();
+  EXPECT_EQ(inner->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_EQ(t->release_calls(), releases);
+  EXPECT_TRUE(outer->is_held());
+  EXPECT_EQ(outer->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_FALSE(w.service->holder("re").has_value());
+}
+
+TEST(LockClient, ReleaseWaitIsBoundedWhenTheServiceIsUnreachable) {
+  World w;
+  auto t = w.transport();
+  auto opts = quiet();
+  opts.release_timeout = 200ms;
+  LockClient client(t, opts);
+  auto lease = client.acquire("slow", 30s);
+  ASSERT_TRUE(lease.has_value());
+  t->set_hang(true);
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);  // no answer yet: still released here
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_TRUE(eventually([&] { return t->hung() >= 1; }));
+  t->set_hang(false);  // the core retries the release until the service answers
+  EXPECT_TRUE(eventually([&] { return !w.service->holder("slow"); }));
+  EXPECT_TRUE(eventually([&] { return client.counters().releases_confirmed == 1; }));
+}
+
+// The time budget (fail_budget = 0, the default): renewals failing in transport are retried
+// while validity remains, so a short outage costs nothing.
+TEST(LockClient, LongLeaseSurvivesAShortOutage) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::atomic<int> calls{0};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason) { ++calls; };
+  auto lease = client.acquire("outage", 30s, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  const auto before = lease->valid_until();
+  t->set_partition(true);
+  std::optional<leasehold::Clock::time_point> renewed;
+  std::thread renewer([&] { renewed = lease->renew(); });  // renews now, into the outage
+  ASSERT_TRUE(eventually([&] { return client.counters().renewals_failed >= 3; }));  // more than a count budget of 3
+  std::this_thread::sleep_for(3s);
+  t->set_partition(false);
+  renewer.join();
+  ASSERT_TRUE(renewed.has_value());
+  EXPECT_GT(*renewed, before);
+  EXPECT_FALSE(lease->lost());
+  EXPECT_TRUE(lease->is_held());
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_FALSE(lease->stop_token().stop_requested());
+  EXPECT_EQ(w.service->holder("outage")->fencing_token, lease->fencing_token());
+}
+
+// The count budget (fail_budget = N): N consecutive failures lose the lease, however long it
+// still was valid.
+TEST(LockClient, CountBudgetLosesALongLeaseInAShortOutage) {
+  World w;
+  auto t = w.transport();
+  auto opts = quiet();
+  opts.config.fail_budget = 3;
+  LockClient client(t, opts);
+  auto lease = client.acquire("counted", 30s);
+  ASSERT_TRUE(lease.has_value());
+  t->set_partition(true);
+  const auto e = catch_error([&] { (void)lease->renew(); });
+  EXPECT_EQ(e.code(), LH_ERR_LEASE_ENDED);
+  EXPECT_EQ(lease->lost_reason(), LostReason::FailBudget);
+  EXPECT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
+  EXPECT_EQ(client.counters().renewals_failed, 3u);
+}
+
+// Unreachable for good: lost before validity ends (FailBudget, declared ahead of valid_until;
+// Expired would mean at or after it), with its signals.
+TEST(LockClient, UnreachableServiceLosesTheLeaseBeforeValidityEnds) {
+  World w;
+  auto t = w.transport();
+  LockClient client(t, quiet());
+  std::atomic<int> calls{0};
+  std::atomic<int> reason{-1};
+  AcquireOptions o;
+  o.on_lost = [&](LostReason r) {
+    reason = static_cast<int>(r);
+    ++calls;
+  };
+  auto lease = client.acquire("gone", 3s, std::move(o));
+  ASSERT_TRUE(lease.has_value());
+  t->set_partition(true);
+  ASSERT_TRUE(eventually([&] { return lease->stop_token().stop_requested(); }));
+  EXPECT_EQ(lease->lost_reason(), LostReason::FailBudget);
+  EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
+  EXPECT_EQ(reason.load(), static_cast<int>(LostReason::FailBudget));
+  EXPECT_GE(client.counters().renewals_failed, 2u);
+  EXPECT_EQ(client.counters().lost_fail_budget, 1u);
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Lost);
+  EXPECT_EQ(calls.load(), 1);
+}
 
 TEST(LockClientBadInput, Names) {
   World w;

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -158,6 +159,85 @@ TEST(Core, ValidityElapsedIsLost) {
   EXPECT_EQ(lost[0].lease, id);
   EXPECT_EQ(lost[0].reason, leasehold::LostReason::Expired);
   EXPECT_FALSE(c.is_held(id, vu + kMs));
+}
+
+// The paused-then-released case on a fake clock: the process slept past valid_until and its
+// first act on waking is release(); the lease ends Lost (with its LostEvent), not Released.
+TEST(Core, ReleaseAfterValidityRanOutIsLost) {
+  auto c = make_core();
+  const auto id = grant(c, kT0, "paused", 1);
+  const auto vu = *c.valid_until(id);
+  EXPECT_EQ(c.release_reported(vu + 10 * kMs, id), leasehold::Releasing::Lost);
+  auto out = drain(c);
+  auto lost = only<leasehold::LostEvent>(out);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].reason, leasehold::LostReason::Expired);
+  EXPECT_TRUE(only<leasehold::ReleasedEvent>(out).empty());
+  EXPECT_TRUE(only<leasehold::ReleaseOutcomeEvent>(out).empty());
+  EXPECT_EQ(c.counters().releases_lost, 1u);
+  // Terminal is sticky: a second release and a renew fail and send nothing.
+  EXPECT_EQ(catch_error([&] { (void)c.release_reported(vu + 11 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
+  EXPECT_EQ(catch_error([&] { c.renew(vu + 11 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
+  EXPECT_TRUE(only<leasehold::RenewCommand>(drain(c)).empty());
+}
+
+TEST(Core, ReleaseReportedTellsTheServiceAnswer) {
+  auto c = make_core();
+  const auto a = grant(c, kT0, "a", 1);
+  const auto b = grant(c, kT0, "b", 2);
+  for (auto [id, answer, reply] :
+       {std::tuple{a, leasehold::ReleaseResult::Released, leasehold::ReleaseReply::Confirmed},
+        std::tuple{b, leasehold::ReleaseResult::NotOwner, leasehold::ReleaseReply::NotOwner}}) {
+    EXPECT_EQ(c.release_reported(kT0 + 10 * kMs, id), leasehold::Releasing::Pending);
+    auto out = drain(c);
+    EXPECT_EQ(only<leasehold::ReleasedEvent>(out).size(), 1u);
+    auto rel = only<leasehold::ReleaseCommand>(out);
+    ASSERT_EQ(rel.size(), 1u);
+    c.release_result(kT0 + 11 * kMs, rel[0].request, answer);
+    auto outcome = only<leasehold::ReleaseOutcomeEvent>(drain(c));
+    ASSERT_EQ(outcome.size(), 1u);
+    EXPECT_EQ(outcome[0].lease, id);
+    EXPECT_EQ(outcome[0].reply, reply);
+  }
+  const auto n = c.counters();
+  EXPECT_EQ(n.releases_confirmed, 1u);
+  EXPECT_EQ(n.releases_not_owner, 1u);
+}
+
+TEST(Core, ManualRenewAndNoAutoRenew) {
+  auto c = make_core();
+  const auto id = c.acquire(kT0, "manual", 3000ms, 0ns, false, /*auto_renew=*/false);
+  auto acq = only<leasehold::AcquireCommand>(drain(c));
+  ASSERT_EQ(acq.size(), 1u);
+  c.acquire_result(kT0 + kMs, acq[0].request, leasehold::Granted{5, 3000, {}});
+  drain(c);
+  const auto vu = *c.valid_until(id);
+  // No automatic renewal: the next deadline is the end of validity, and there the lease is lost.
+  const auto deadline = c.poll_timeout();
+  ASSERT_TRUE(deadline.has_value());
+  EXPECT_GE(*deadline, vu);
+
+  const auto t = kT0 + 1000 * kMs;
+  c.renew(t, id);
+  auto renews = only<leasehold::RenewCommand>(drain(c));
+  ASSERT_EQ(renews.size(), 1u);
+  c.renew(t + kMs, id);  // joins the renewal in flight
+  EXPECT_TRUE(only<leasehold::RenewCommand>(drain(c)).empty());
+  c.renew_result(t + 2 * kMs, renews[0].request, leasehold::RenewResult::Renewed);
+  auto renewed = only<leasehold::RenewedEvent>(drain(c));
+  ASSERT_GE(renewed.size(), 1u);
+  EXPECT_EQ(renewed[0].lease, id);
+  EXPECT_GT(renewed[0].valid_until_ns, vu);
+  EXPECT_LE(renewed[0].valid_until_ns, t + 3000 * kMs);  // counted from the send time
+  EXPECT_EQ(c.valid_until(id), renewed[0].valid_until_ns);
+  EXPECT_GE(c.counters().renewals_requested, 1u);
+
+  c.timeout(renewed[0].valid_until_ns + kMs);
+  auto out = drain(c);
+  EXPECT_TRUE(only<leasehold::RenewCommand>(out).empty());
+  auto lost = only<leasehold::LostEvent>(out);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].reason, leasehold::LostReason::Expired);
 }
 
 TEST(Core, RejectedRenewIsLost) {

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "child_process.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -29,8 +31,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 using namespace std::chrono_literals;
 using leasehold::AcquireOptions;
@@ -89,116 +89,7 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// A child process started with posix_spawn; optional pipes to its stdin/stdout.
-struct Child {
-  pid_t pid = -1;
-  int in_fd = -1;   // write end → child's stdin
-  int out_fd = -1;  // read end ← child's stdout
-
-  // fork + exec; the child gets SIGKILL if this (forking) thread dies, so a crashed test never
-  // leaves a redis-server or a worker behind. Only async-signal-safe calls after fork().
-  static Child spawn(const std::vector<std::string>& argv, bool pipes, const std::string& stderr_path) {
-    Child c;
-    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1};
-    if (pipes && (::pipe2(in_p, O_CLOEXEC) != 0 || ::pipe2(out_p, O_CLOEXEC) != 0)) return c;
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      const int devnull = ::open("/dev/null", O_RDWR);
-      ::dup2(pipes ? in_p[0] : devnull, 0);
-      ::dup2(pipes ? out_p[1] : devnull, 1);
-      const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(err >= 0 ? err : devnull, 2);
-      ::execve(args[0], args.data(), environ);
-      ::_exit(127);
-    }
-    if (pipes) {
-      ::close(in_p[0]);
-      ::close(out_p[1]);
-      c.in_fd = in_p[1];
-      c.out_fd = out_p[0];
-    }
-    if (pid > 0) c.pid = pid;
-    return c;
-  }
-
-  // One line from the child's stdout, or nullopt when nothing arrives within `limit`.
-  std::optional<std::string> read_line(std::chrono::milliseconds limit) {
-    const auto end = leasehold::Clock::now() + limit;
-    while (true) {
-      if (auto nl = buf.find('\n'); nl != std::string::npos) {
-        std::string line = buf.substr(0, nl);
-        buf.erase(0, nl + 1);
-        return line;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - leasehold::Clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{out_fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char tmp[512];
-      const auto n = ::read(out_fd, tmp, sizeof(tmp));
-      if (n <= 0) return std::nullopt;
-      buf.append(tmp, static_cast<std::size_t>(n));
-    }
-  }
-  void write_line(const std::string& s) {
-    std::string l = s + "\n";
-    [[maybe_unused]] auto n = ::write(in_fd, l.data(), l.size());
-  }
-  // Exit status, or nullopt if still running after `limit` (then killed).
-  std::optional<int> wait_exit(std::chrono::milliseconds limit) {
-    const auto end = leasehold::Clock::now() + limit;
-    while (pid > 0) {
-      int st = 0;
-      const pid_t r = ::waitpid(pid, &st, WNOHANG);
-      if (r == pid) {
-        pid = -1;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-      }
-      if (leasehold::Clock::now() > end) {
-        stop();
-        return std::nullopt;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return std::nullopt;
-  }
-  bool running() {
-    if (pid <= 0) return false;
-    int st = 0;
-    if (::waitpid(pid, &st, WNOHANG) == pid) {
-      pid = -1;
-      return false;
-    }
-    return true;
-  }
-  // SIGCONT (in case a test stopped it), SIGTERM, bounded wait, then SIGKILL.
-  void stop() {
-    if (pid > 0) {
-      ::kill(pid, SIGCONT);
-      ::kill(pid, SIGTERM);
-      for (int i = 0; i < 500 && pid > 0; ++i) {
-        int st = 0;
-        if (::waitpid(pid, &st, WNOHANG) == pid) pid = -1;
-        else std::this_thread::sleep_for(10ms);
-      }
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-        pid = -1;
-      }
-    }
-    if (in_fd >= 0) ::close(in_fd);
-    if (out_fd >= 0) ::close(out_fd);
-    in_fd = out_fd = -1;
-  }
-  std::string buf;
-};
+using leasehold_test::Child;
 
 struct RedisServer {
   Child proc;
@@ -324,6 +215,15 @@ AcquireOptions wait_for(std::chrono::nanoseconds w) {
   return o;
 }
 
+leasehold::Status catch_renew(Lease& l) {
+  try {
+    (void)l.renew();
+  } catch (const leasehold::Error& e) {
+    return e.code();
+  }
+  return LH_OK;
+}
+
 // "cpp:123" / "py:456" → 123 / 456
 std::uint64_t token_of(const std::string& entry) {
   return std::stoull(entry.substr(entry.find(':') + 1));
@@ -431,6 +331,45 @@ TEST_F(Redis, LossDetectedWhileServerHangs) {
   const auto r = *lease->lost_reason();
   EXPECT_TRUE(r == LostReason::Expired || r == LostReason::FailBudget) << leasehold::to_string(r);
   EXPECT_FALSE(lease->is_held());
+}
+
+// A process holding a lease on Redis is stopped past the lease's validity and calls release()
+// as soon as it runs again: the lease ends Lost (once, with its signals), never Released.
+TEST_F(Redis, PausedProcessReleaseEndsLost) {
+  leasehold_test::pause_then_release({LEASEHOLD_PAUSE_WORKER, "redis", std::to_string(g_server->port)}, "paused",
+                                     400ms, 900ms, 3);
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{paused}"}) == 0; }));
+}
+
+TEST_F(Redis, ManualRenewAndReleaseOutcomes) {
+  LockClient client(transport(), quiet());
+  LockClient other(transport(), quiet());
+  AcquireOptions o;
+  o.auto_renew = false;
+  auto lease = client.acquire("outcomes", 2000ms, o);
+  ASSERT_TRUE(lease.has_value());
+  cmd({"PEXPIRE", "lh:{outcomes}", "500"});  // so that the renewal visibly moves the server's TTL
+  const auto before = lease->valid_until();
+  const auto after = lease->renew();
+  EXPECT_GT(after, before);
+  EXPECT_GT(integer({"PTTL", "lh:{outcomes}"}), 500);
+  EXPECT_EQ(client.counters().renewals_sent, 1u);  // the manual one only
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_EQ(integer({"EXISTS", "lh:{outcomes}"}), 0);
+  EXPECT_EQ(leasehold::to_string(lease->release()), "released");
+
+  auto stolen = client.acquire("stolen", 30s);
+  ASSERT_TRUE(stolen.has_value());
+  cmd({"DEL", "lh:{stolen}"});  // the server forgot us, and someone else took it
+  auto thief = other.acquire("stolen", 30s);
+  ASSERT_TRUE(thief.has_value());
+  EXPECT_EQ(stolen->release(), leasehold::ReleaseOutcome::NotOwner);
+  EXPECT_EQ(stolen->release(), leasehold::ReleaseOutcome::NotOwner);
+  EXPECT_EQ(integer({"EXISTS", "lh:{stolen}"}), 1);  // the thief's lock is untouched
+  EXPECT_TRUE(thief->is_held());
+  EXPECT_EQ(client.counters().releases_not_owner, 1u);
+  EXPECT_EQ(catch_renew(*stolen), LH_ERR_LEASE_ENDED);
 }
 
 TEST_F(Redis, ManyThreadsFencingStrictlyIncreases) {
