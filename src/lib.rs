@@ -65,12 +65,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod client;
-mod config;
+mod engine;
 mod error;
-mod hash;
-mod rng;
-mod timers;
 mod types;
 
 pub mod backend;
@@ -79,10 +75,10 @@ pub mod redis;
 #[cfg(feature = "sim")]
 pub mod sim;
 
-pub use client::Client;
-pub use config::{AcquireOptions, Config, MAX_LEASES_LIMIT, TTL_CEILING_MS};
+pub use engine::client::Client;
+pub use engine::config::{AcquireOptions, Config, MAX_LEASES_LIMIT, TTL_CEILING_MS};
+pub use engine::rng::MIN_SEED_LEN;
 pub use error::Error;
-pub use rng::MIN_SEED_LEN;
 pub use types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, INLINE_NAME_LEN,
     LeaseId, LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult,

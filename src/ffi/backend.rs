@@ -170,7 +170,7 @@ pub(crate) struct Attached {
 fn wake_random(seed: &[u8]) -> Result<[u8; proto::scripts::WAKE_RANDOM_LEN], Failure> {
     let mut tagged = seed.to_vec();
     tagged.extend_from_slice(b"leasehold redis wake channel");
-    let mut rng = crate::rng::Rng::new(&tagged)?;
+    let mut rng = crate::engine::rng::Rng::new(&tagged)?;
     Ok(*rng.token().as_bytes())
 }
 

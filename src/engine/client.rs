@@ -4,11 +4,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::config::{AcquireOptions, Config, parts_per_million};
+use crate::engine::config::{AcquireOptions, Config, parts_per_million};
+use crate::engine::hash::KeyedState;
+use crate::engine::rng::Rng;
+use crate::engine::timers::{CANCELLED, Timers};
 use crate::error::Error;
-use crate::hash::KeyedState;
-use crate::rng::Rng;
-use crate::timers::{CANCELLED, Timers};
 use crate::types::{
     AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, LeaseId, LeaseInfo,
     LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
