@@ -1,4 +1,4 @@
-//! One test per behaviour of the SQL protocol (design §6): feed rows and failures as a host
+//! One test per behaviour of the SQL protocol (docs/design.md §6): feed rows and failures as a host
 //! would, assert the statements, their typed parameters and what the engine makes of them.
 //! `tests/sql_sqlite.rs` and `tests/sql_postgres.rs` run the same statements on real databases.
 

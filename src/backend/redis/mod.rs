@@ -1,4 +1,4 @@
-//! The Redis protocol (design §6): keys, scripts, argument vectors, reply interpretation, the
+//! The Redis protocol (docs/design.md §6): keys, scripts, argument vectors, reply interpretation, the
 //! wait queue and the wake channel, in one sans-IO object.
 //!
 //! [`RedisProtocol`] sits between the lease engine ([`Client`]) and a host that owns two Redis

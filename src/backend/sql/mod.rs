@@ -1,4 +1,4 @@
-//! The SQL protocol (design §6) for SQLite and PostgreSQL: the schema and its migration,
+//! The SQL protocol (docs/design.md §6) for SQLite and PostgreSQL: the schema and its migration,
 //! every statement with typed parameters, and what the rows mean, in one sans-IO object.
 //!
 //! [`SqlProtocol`] sits between the lease engine ([`Client`]) and a host that owns a
