@@ -263,7 +263,6 @@ func defaultCoreConfig() coreConfig {
 // zero fields take the library's defaults.
 type redisProtocol struct {
 	standbyDelayMs, keyKeepMs, queueMaxAgeMs, idleRecheckMs uint64
-	set                                                     bool
 }
 
 // newCore creates a core handle: with the Redis protocol attached when rp is not nil.

@@ -166,7 +166,8 @@ func privateRedis(t *testing.T) (*redis.Client, string) {
 
 func clientOn(t testing.TB, rdb redis.UniversalClient, opts *Options) *Client {
 	t.Helper()
-	tr, err := NewRedisTransport(rdb)
+	// A long standby delay: the handoffs counted here must not race a standby.
+	tr, err := NewRedisTransportWithOptions(rdb, &RedisOptions{StandbyDelay: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,6 +450,9 @@ func TestRedisFrozenWaiterAtHeadOfQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen := startWorker(t, "wait", "frozen", filepath.Join(t.TempDir(), "unused.db"), []string{name}, 0)
+	if line, err := frozen.out.ReadString('\n'); err != nil || line != "READY\n" {
+		t.Fatalf("worker said %q (%v); stderr: %s", line, err, frozen.stderr.String())
+	}
 	waitFor(t, "the worker queued at the head", func() bool { return queueLen(rdb, name) == 1 })
 	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -483,6 +487,7 @@ func TestRedisKilledHolderTakeover(t *testing.T) {
 	ctx := context.Background()
 	name := uniq(t, "killed")
 	w := startWorker(t, "hold", "killed", filepath.Join(t.TempDir(), "unused.db"), []string{name}, 0)
+	_, _ = w.out.ReadString('\n') // READY
 	line, err := w.out.ReadString('\n')
 	var t1 uint64
 	if _, serr := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil || serr != nil {
@@ -1046,4 +1051,85 @@ func redisPid(addr string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no process_id in INFO server")
+}
+
+// TestRedisLeaseLifecycle: Renew, NoAutoRenew, the outcomes of Release and
+// a ctx deadline shorter than Wait, on the Redis protocol.
+func TestRedisLeaseLifecycle(t *testing.T) {
+	c, _ := newRedisClient(t, nil)
+	other, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+
+	// Renew moves the validity; Release confirms; Renew after it fails at once.
+	name := uniq(t, "renew")
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.ValidUntil()
+	time.Sleep(20 * time.Millisecond)
+	until, err := l.Renew(ctx)
+	if err != nil || !until.After(before) {
+		t.Fatalf("Renew: %v, %v not after %v", err, until, before)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := l.Renew(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Renew after Release: %v", err)
+	}
+
+	// NoAutoRenew: lost at the end of its validity.
+	l, err = c.Acquire(ctx, uniq(t, "noauto"), AcquireOptions{TTL: 300 * time.Millisecond, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a NoAutoRenew lease outlived its validity")
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("Release of a lost lease: %v", err)
+	}
+
+	// Not owner: the lock key vanished and someone else took the lock.
+	name = uniq(t, "stolen")
+	l, err = c.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, lockKey(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	thief, err := other.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Release after the lock was taken: %v", err)
+	}
+	if thief.FencingToken() <= l.FencingToken() {
+		t.Fatalf("token %d not above %d", thief.FencingToken(), l.FencingToken())
+	}
+
+	// A ctx deadline shorter than Wait ends the wait with DeadlineExceeded.
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(dctx, name, AcquireOptions{TTL: time.Second, Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire past its ctx deadline: %v", err)
+	}
+	if err := thief.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.ReleasesConfirmed != 1 || k.ReleasesNotOwner != 1 || k.LostExpired != 1 || k.RenewalsRequested != 1 {
+		t.Fatalf("counters %+v", k)
+	}
+	// The waiter that gave up left the queue.
+	waitFor(t, "an empty queue", func() bool { return queueLen(rdb, name) == 0 })
 }

@@ -230,6 +230,10 @@ func worker(mode string) error {
 		if mode == "hold" {
 			ttl = time.Second
 		}
+		for k, _ := c.RedisCounters(); !k.Subscribed; k, _ = c.RedisCounters() {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("READY") // a release from now on can wake this process
 		l, err := c.Acquire(ctx, names[0], AcquireOptions{TTL: ttl, Wait: wait})
 		if err != nil {
 			return err
