@@ -115,3 +115,8 @@ func (t *RedisTransport) Release(context.Context, string, string, []byte) (bool,
 func (t *RedisTransport) Watch(context.Context, string, func(string)) (func(), error) {
 	return nil, errDrivenByCore
 }
+
+// WatchWaiter: see Acquire.
+func (t *RedisTransport) WatchWaiter(context.Context, string, func(string) bool) (func(), error) {
+	return nil, errDrivenByCore
+}

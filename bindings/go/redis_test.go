@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -704,6 +705,10 @@ func TestRedisTransportMethodsAreNotCalled(t *testing.T) {
 	if _, err := NewRedisTransportFromOptions(nil, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("nil options: %v", err)
 	}
+	var ww WaiterWatcher = tr // the method sets of the old transport stay
+	if _, err := ww.WatchWaiter(context.Background(), "x", nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("WatchWaiter: %v", err)
+	}
 	if tr.Load(context.Background()) != nil || tr.Close() != nil {
 		t.Fatal("Load and Close are no-ops")
 	}
@@ -1132,4 +1137,80 @@ func TestRedisLeaseLifecycle(t *testing.T) {
 	}
 	// The waiter that gave up left the queue.
 	waitFor(t, "an empty queue", func() bool { return queueLen(rdb, name) == 0 })
+}
+
+// TestRedisFlattenAndReplyLimits: go-redis replies (RESP2 and RESP3 shapes,
+// nested errors) flatten to pre-order values over one data buffer, and the
+// core takes them through lh_reply: a shape a SUBSCRIBE cannot have is
+// counted as garbage, an oversized list is refused (the executor then
+// reports the request failed), nothing is a grant.
+func TestRedisFlattenAndReplyLimits(t *testing.T) {
+	rdb := newRedis(t)
+	redisErr := rdb.Do(context.Background(), "NO-SUCH-COMMAND").Err()
+	var re redis.Error
+	if !errors.As(redisErr, &re) {
+		t.Fatalf("not an error reply: %v", redisErr)
+	}
+	vals, data, err := flatten(nil, nil, []any{int64(-7), "ab", []any{nil, re, true}, 1.5, big.NewInt(12), map[any]any{"k": int64(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type v struct {
+		kind uint32
+		i    int64
+		s    string
+		n    int
+	}
+	var got []v
+	for _, x := range vals {
+		e := v{kind: uint32(x.kind), i: int64(x.integer), n: int(x.len)}
+		if e.kind == valueBulk || e.kind == valueError {
+			e.s, e.n = string(data[x.offset:x.offset+x.len]), 0
+		}
+		got = append(got, e)
+	}
+	want := []v{{valueArray, 0, "", 6}, {valueInt, -7, "", 0}, {valueBulk, 0, "ab", 0}, {valueArray, 0, "", 3},
+		{valueNil, 0, "", 0}, {valueError, 0, re.Error(), 0}, {valueInt, 1, "", 0}, {valueBulk, 0, "1.5", 0},
+		{valueBulk, 0, "12", 0}, {valueArray, 0, "", 2}, {valueBulk, 0, "k", 0}, {valueInt, 1, "", 0}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("flattened\n%v\nwant\n%v", got, want)
+	}
+	if _, _, err := flatten(nil, nil, struct{}{}); err == nil {
+		t.Fatal("an unknown reply type was flattened")
+	}
+
+	seed := make([]byte, 32)
+	k, err := newCore(defaultCoreConfig(), &redisProtocol{}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.free()
+	q, err := k.pollRequest()
+	if err != nil || q == nil || q.connection != connSubscriber || len(q.argv) != 2 || q.argv[0] != "SUBSCRIBE" {
+		t.Fatalf("first request %+v %v", q, err)
+	}
+	huge := make([]any, 5000)
+	for i := range huge {
+		huge[i] = int64(i)
+	}
+	hv, hd, err := flatten(nil, nil, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.reply(monoNow(), q.id, hv, hd); !isStatus(err, statusInvalidReply) {
+		t.Fatalf("oversized reply: %v", err)
+	}
+	if err := k.reply(monoNow(), q.id, vals, data); err != nil {
+		t.Fatalf("garbage reply: %v", err)
+	}
+	rc, err := k.redisCounters()
+	if err != nil || rc.GarbageReplies != 1 || rc.Subscribed {
+		t.Fatalf("counters %+v %v", rc, err)
+	}
+	if err := k.reply(monoNow(), 999, vals, data); err != nil {
+		t.Fatalf("reply to an unknown id: %v", err)
+	}
+	if rc, _ := k.redisCounters(); rc.StaleReplies != 1 {
+		t.Fatalf("stale replies %d", rc.StaleReplies)
+	}
 }
