@@ -277,7 +277,7 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
 	if rt != nil {
 		c.rdb = rt.rdb
-		c.sub = &subscriber{c: c, rdb: rt.rdb, kick: make(chan struct{}, 1)}
+		c.sub = &subscriber{c: c, rdb: rt.rdb, kick: make(chan struct{}, 1), health: subHealthCheck}
 		c.sub.wg.Add(1)
 		go c.sub.run(c.stop)
 		c.mu.Lock()

@@ -104,12 +104,13 @@ type subscriber struct {
 	channels  map[string]struct{} // (UN)SUBSCRIBE written on ps
 	receiving bool                // ps has its reader
 	lostAt    time.Time
+	health    time.Duration // subHealthCheck when made
 	wg        sync.WaitGroup
 }
 
 // subHealthCheck: a pub/sub connection silent this long is pinged; silent
 // twice in a row, it is taken for dead.
-const subHealthCheck = 15 * time.Second
+var subHealthCheck = 15 * time.Second
 
 func (s *subscriber) run(stop <-chan struct{}) {
 	defer s.wg.Done()
@@ -193,7 +194,7 @@ func (s *subscriber) receive(ps *redis.PubSub) {
 	defer s.wg.Done()
 	pinged := false
 	for {
-		m, err := ps.ReceiveTimeout(s.c.ioCtx, subHealthCheck)
+		m, err := ps.ReceiveTimeout(s.c.ioCtx, s.health)
 		var ne net.Error
 		if err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
 			pinged = true

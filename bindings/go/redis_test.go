@@ -1214,3 +1214,37 @@ func TestRedisFlattenAndReplyLimits(t *testing.T) {
 		t.Fatalf("stale replies %d", rc.StaleReplies)
 	}
 }
+
+// TestRedisSilentPubSubConnectionIsDropped: a server that stops answering
+// (SIGSTOP: the sockets stay open, nothing comes back) is found out by the
+// pub/sub health check (a PING, then silence): the subscription is reported
+// lost, and it comes back once the server answers again.
+func TestRedisSilentPubSubConnectionIsDropped(t *testing.T) {
+	rdb, addr := privateRedis(t)
+	pid, err := redisPid(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := subHealthCheck
+	subHealthCheck = 200 * time.Millisecond // read by the Client's goroutines, started below
+	t.Cleanup(func() { subHealthCheck = old })
+	c := clientOn(t, rdb, nil)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	waitFor(t, "the silent subscription reported lost", func() bool {
+		k := redisCounters(t, c)
+		return k.SubscriberLosses == 1 && !k.Subscribed
+	})
+	resumed = true
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the subscription back", func() bool { return redisCounters(t, c).Subscribed })
+}
