@@ -6,7 +6,8 @@ package leasehold
 //	go test -run '^$' -bench . -benchtime 5s
 //
 // Uncontended: one goroutine, lock + unlock, reported as ops/s.
-// Handoff: 9 goroutines contend for one name, so every release has exactly 8
+// Handoff: 9 goroutines (each with a Client of its own for leasehold, a
+// mutex of its own for redsync) contend for one name, so every release has exactly 8
 // waiters (a goroutine that released waits for the next grant before it
 // queues again, and each holder keeps the lock 10ms so that it has queued);
 // latency is measured from the start of the holder's release
@@ -109,8 +110,9 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 
 func BenchmarkHandoff(b *testing.B) {
 	b.Run("leasehold", func(b *testing.B) {
-		l := benchLeasehold(b, uniq(b, "h"))
-		handoff(b, func() lockFunc { return l })
+		name := uniq(b, "h")
+		// A Client per goroutine, like a process per waiter.
+		handoff(b, func() lockFunc { return benchLeasehold(b, name) })
 	})
 	b.Run("redsync", func(b *testing.B) {
 		handoff(b, benchRedsync(b, uniq(b, "h")))

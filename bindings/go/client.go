@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Options configures a Client. Zero fields take the core's defaults.
@@ -86,6 +88,8 @@ type client struct {
 	broken error
 
 	t             Transport
+	rdb           redis.UniversalClient // set with a RedisTransport: the core speaks Redis, we execute
+	sub           *subscriber
 	notifications bool // Watch commands are executed (else waiters poll)
 	log           *slog.Logger
 	reqTimeout    time.Duration
@@ -234,7 +238,12 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 	if _, err := rand.Read(seed); err != nil {
 		return nil, fmt.Errorf("leasehold: seeding: %w", err)
 	}
-	k, err := newCore(cfg, seed)
+	rt, _ := t.(*RedisTransport)
+	var rp *redisProtocol
+	if rt != nil {
+		rp = &rt.proto
+	}
+	k, err := newCore(cfg, rp, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +275,15 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 	}
 	c.timer.Stop()
 	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
+	if rt != nil {
+		c.rdb = rt.rdb
+		c.sub = &subscriber{c: c, rdb: rt.rdb, kick: make(chan struct{}, 1), health: subHealthCheck}
+		c.sub.wg.Add(1)
+		go c.sub.run(c.stop)
+		c.mu.Lock()
+		c.drainLocked() // the first request: SUBSCRIBE of the wake channel
+		c.mu.Unlock()
+	}
 	go c.driver()
 	go c.watcher()
 	cl := &Client{c: c}
@@ -279,6 +297,21 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 func (cl *Client) Close() error {
 	cl.cleanup.Stop()
 	return cl.c.close()
+}
+
+// RedisCounters returns what the core's Redis protocol saw (a Client made
+// on a RedisTransport; others get ErrInvalidArgument).
+func (cl *Client) RedisCounters() (RedisCounters, error) {
+	c := cl.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return RedisCounters{}, ErrClosed
+	}
+	if c.sub == nil {
+		return RedisCounters{}, invalidArg("not a Redis client")
+	}
+	return c.core.redisCounters()
 }
 
 // Counters returns the core's counters.
@@ -484,10 +517,38 @@ type job struct {
 }
 
 // drainTake is drainLocked, except that the first command of the given kind
-// for the given lease is returned instead of started, for the caller to run
-// on its own goroutine (runInline) after unlocking.
+// for the given lease (with Redis: the first request on the commands
+// connection, which the caller's input caused) is returned instead of
+// started, for the caller to run on its own goroutine (runInline) after
+// unlocking.
 func (c *client) drainTake(kind uint32, lease uint64) *job {
 	var taken *job
+	for c.sub != nil && c.core != nil {
+		q, err := c.core.pollRequest()
+		if err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+		if q == nil {
+			break
+		}
+		if q.connection == connSubscriber {
+			c.sub.mu.Lock()
+			c.sub.queue = append(c.sub.queue, q)
+			c.sub.mu.Unlock()
+			select {
+			case c.sub.kick <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		j := &job{timeout: c.reqTimeout, run: func(ctx context.Context) { c.command(ctx, c.rdb, q) }}
+		if taken == nil && kind != 0 {
+			taken = j
+		} else {
+			c.spawn(j)
+		}
+	}
 	for c.core != nil {
 		o, err := c.core.pollOutput()
 		if err != nil {
@@ -922,6 +983,9 @@ func (c *client) close() error {
 		c.ioCancel()
 		<-c.driverDone
 		<-c.watchDone
+		if c.sub != nil {
+			c.sub.wg.Wait()
+		}
 
 		c.mu.Lock()
 		for id, rec := range c.recs {

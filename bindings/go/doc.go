@@ -3,11 +3,14 @@
 // failure budget, backoff, reentrancy, fencing tokens) lives in a sans-IO
 // Rust core reached through its C ABI (cgo, statically linked).
 //
-// A Client owns one core handle behind a mutex, one driver goroutine that
-// feeds the core's timeouts, and a Transport that executes the core's
-// commands: backend calls run off the driver (in their own goroutines, or on
-// the goroutine of an Acquire/Release call that waits for that very call),
-// so a hung backend never delays loss detection.
+// A Client owns one core handle behind a mutex and one driver goroutine
+// that feeds the core's timeouts. With a RedisTransport the core speaks the
+// Redis protocol itself and the Client only executes its requests, verbatim,
+// on go-redis; with another Transport (MemoryTransport) the Client calls the
+// Transport's methods for the core's commands. Either way backend calls run
+// off the driver (in their own goroutines, or on the goroutine of an
+// Acquire/Release call that waits for that very call), so a hung backend
+// never delays loss detection.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	tr, _ := leasehold.NewRedisTransport(rdb)

@@ -120,3 +120,9 @@ func reasonString(r uint32) string {
 func invalidArg(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, a...)...)
 }
+
+// isStatus reports whether err is a StatusError with status st.
+func isStatus(err error, st uint32) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == st
+}

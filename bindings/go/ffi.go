@@ -107,15 +107,17 @@ const (
 	flagNoAutoRenew = 2
 )
 
+// The Redis request and reply ABI (lh_poll_request, lh_reply).
 const (
-	redisScriptAcquire = 1
-	redisScriptRenew   = 2
-	redisScriptRelease = 3
-	redisScriptNotify  = 4
-	redisKeyLock       = 1
-	redisKeyFence      = 2
-	redisKeyChannel    = 3
-	redisKeyWaiters    = 4
+	connCommands       = 1
+	connSubscriber     = 2
+	valueNil           = 1
+	valueInt           = 2
+	valueBulk          = 3
+	valueStatus        = 4
+	valueError         = 5
+	valueArray         = 6
+	statusInvalidReply = 17
 )
 
 // abiErr is set at package initialisation when the linked library has a
@@ -166,10 +168,10 @@ func init() {
 		{C.LH_STATE_ACQUIRING, stateAcquiring}, {C.LH_STATE_HELD, stateHeld}, {C.LH_STATE_RELEASED, stateReleased},
 		{C.LH_STATE_LOST, stateLost}, {C.LH_STATE_ACQUIRE_FAILED, stateAcquireFailed},
 		{C.LH_NO_DEADLINE, noDeadline}, {C.LH_NO_RETRY_HINT, noRetryHint}, {C.LH_ACQUIRE_REENTRANT, flagReentrant},
-		{C.LH_REDIS_SCRIPT_ACQUIRE, redisScriptAcquire}, {C.LH_REDIS_SCRIPT_RENEW, redisScriptRenew},
-		{C.LH_REDIS_SCRIPT_RELEASE, redisScriptRelease}, {C.LH_REDIS_KEY_LOCK, redisKeyLock},
-		{C.LH_REDIS_KEY_FENCE, redisKeyFence}, {C.LH_REDIS_KEY_CHANNEL, redisKeyChannel},
-		{C.LH_REDIS_SCRIPT_NOTIFY, redisScriptNotify}, {C.LH_REDIS_KEY_WAITERS, redisKeyWaiters},
+		{C.LH_CONNECTION_COMMANDS, connCommands}, {C.LH_CONNECTION_SUBSCRIBER, connSubscriber},
+		{C.LH_VALUE_NIL, valueNil}, {C.LH_VALUE_INT, valueInt}, {C.LH_VALUE_BULK, valueBulk},
+		{C.LH_VALUE_STATUS, valueStatus}, {C.LH_VALUE_ERROR, valueError}, {C.LH_VALUE_ARRAY, valueArray},
+		{C.LH_ERR_INVALID_REPLY, statusInvalidReply},
 	}
 	for i, p := range pairs {
 		if p[0] != p[1] {
@@ -257,7 +259,14 @@ func defaultCoreConfig() coreConfig {
 	}
 }
 
-func newCore(cfg coreConfig, seed []byte) (*core, error) {
+// redisProtocol tunes a core created with the Redis protocol attached (lh_redis_options);
+// zero fields take the library's defaults.
+type redisProtocol struct {
+	standbyDelayMs, keyKeepMs, queueMaxAgeMs, idleRecheckMs uint64
+}
+
+// newCore creates a core handle: with the Redis protocol attached when rp is not nil.
+func newCore(cfg coreConfig, rp *redisProtocol, seed []byte) (*core, error) {
 	var c C.lh_config
 	C.lh_config_default(&c)
 	c.drift_ppm = C.uint32_t(cfg.driftPPM)
@@ -276,10 +285,28 @@ func newCore(cfg coreConfig, seed []byte) (*core, error) {
 	}
 	sp, sn := bytesPtr(seed)
 	var out *C.lh_client
-	st := uint32(C.lh_client_new(&c, sp, sn, &out))
+	var st uint32
+	op := "lh_client_new"
+	if rp == nil {
+		st = uint32(C.lh_client_new(&c, sp, sn, &out))
+	} else {
+		op = "lh_client_new_redis"
+		var o C.lh_redis_options
+		C.lh_redis_options_default(&o)
+		for _, f := range []struct {
+			dst *C.uint64_t
+			v   uint64
+		}{{&o.standby_delay_ms, rp.standbyDelayMs}, {&o.key_keep_ms, rp.keyKeepMs},
+			{&o.queue_max_age_ms, rp.queueMaxAgeMs}, {&o.idle_recheck_ms, rp.idleRecheckMs}} {
+			if f.v > 0 {
+				*f.dst = C.uint64_t(f.v)
+			}
+		}
+		st = uint32(C.lh_client_new_redis(&c, &o, sp, sn, &out))
+	}
 	runtime.KeepAlive(seed)
 	if st != statusOK {
-		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
+		return nil, &StatusError{Status: st, Name: statusName(st), Op: op}
 	}
 	return &core{p: out}, nil
 }
@@ -545,56 +572,118 @@ func (c *core) debugPanic() error {
 	return c.err("lh_client_debug_panic", st)
 }
 
-// redisScript returns the canonical Lua text exported by the library.
-func redisScript(kind uint32) (string, error) {
-	var p *C.char
-	var n C.size_t
-	st := uint32(C.lh_redis_script(C.uint32_t(kind), &p, &n))
-	if st != statusOK {
-		return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_script"}
-	}
-	return C.GoStringN(p, C.int(n)), nil
+// request is a copy of one lh_request: it owns its memory.
+type request struct {
+	id         uint64
+	connection uint32
+	argv       []string
 }
 
-// wakeRandomLen is how many random bytes a wake channel is made of.
-const wakeRandomLen = C.LH_REDIS_WAKE_RANDOM_LEN
-
-// redisWakeChannel formats the wake channel made of 16 random bytes (the library owns the
-// format, so every binding's channels are ones the scripts accept).
-func redisWakeChannel(random [wakeRandomLen]byte) (string, error) {
-	buf := make([]byte, 64)
-	var need C.size_t
-	rp, _ := bytesPtr(random[:])
-	bp, bn := bytesPtr(buf)
-	st := uint32(C.lh_redis_wake_channel(rp, bp, bn, &need))
-	runtime.KeepAlive(&random)
-	runtime.KeepAlive(buf)
+// pollRequest takes the next backend request (nil when none is left).
+func (c *core) pollRequest() (*request, error) {
+	var r C.lh_request
+	st := uint32(C.lh_poll_request(c.p, &r))
 	if st != statusOK {
-		return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_wake_channel"}
+		runtime.KeepAlive(c)
+		return nil, c.err("lh_poll_request", st)
 	}
-	return string(buf[:need]), nil
-}
-
-// redisKey returns the Redis key of the given kind for a lock name.
-func redisKey(kind uint32, name string) (string, error) {
-	np, nn := strPtr(name)
-	buf := make([]byte, len(name)+32)
-	for {
-		var need C.size_t
-		bp, bn := bytesPtr(buf)
-		st := uint32(C.lh_redis_key(C.uint32_t(kind), np, nn, bp, bn, &need))
-		runtime.KeepAlive(name)
-		runtime.KeepAlive(buf)
-		switch st {
-		case statusOK:
-			return string(buf[:need]), nil
-		case statusBufferTooSmall:
-			if int(need) <= len(buf) {
-				return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_key"}
-			}
-			buf = make([]byte, int(need))
-		default:
-			return "", &StatusError{Status: st, Name: statusName(st), Op: "lh_redis_key"}
+	if r.id == 0 {
+		return nil, nil
+	}
+	// The arguments borrow the handle until the next call: copy them now.
+	args := unsafe.Slice(r.argv, int(r.argc))
+	q := &request{id: uint64(r.id), connection: uint32(r.connection), argv: make([]string, len(args))}
+	for i, a := range args {
+		if a.len > 0 {
+			q.argv[i] = C.GoStringN((*C.char)(unsafe.Pointer(a.ptr)), C.int(a.len))
 		}
 	}
+	runtime.KeepAlive(c)
+	return q, nil
+}
+
+// lhValue is lh_value: no pointers inside, so a Go slice of them goes to C as it is.
+type lhValue = C.lh_value
+
+func newValue(kind uint32, integer int64, offset, n int) lhValue {
+	return lhValue{kind: C.uint32_t(kind), integer: C.int64_t(integer), offset: C.uint64_t(offset), len: C.uint64_t(n)}
+}
+
+// reply hands back the flat reply to request id.
+func (c *core) reply(now, id uint64, vals []lhValue, data []byte) error {
+	var vp *C.lh_value
+	if len(vals) > 0 {
+		vp = &vals[0]
+	}
+	dp, dn := bytesPtr(data)
+	st := uint32(C.lh_reply(c.p, C.uint64_t(now), C.uint64_t(id), vp, C.size_t(len(vals)), dp, dn))
+	runtime.KeepAlive(vals)
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(c)
+	return c.err("lh_reply", st)
+}
+
+func (c *core) requestFailed(now, id uint64) error {
+	st := uint32(C.lh_request_failed(c.p, C.uint64_t(now), C.uint64_t(id)))
+	runtime.KeepAlive(c)
+	return c.err("lh_request_failed", st)
+}
+
+func (c *core) pubsubMessage(now uint64, channel, payload string) error {
+	cp, cn := strPtr(channel)
+	pp, pn := strPtr(payload)
+	st := uint32(C.lh_pubsub_message(c.p, C.uint64_t(now), cp, cn, pp, pn))
+	runtime.KeepAlive(channel)
+	runtime.KeepAlive(payload)
+	runtime.KeepAlive(c)
+	return c.err("lh_pubsub_message", st)
+}
+
+func (c *core) subscription(now uint64, channel string, subscribed bool) error {
+	cp, cn := strPtr(channel)
+	var s C.uint32_t
+	if subscribed {
+		s = 1
+	}
+	st := uint32(C.lh_subscription(c.p, C.uint64_t(now), cp, cn, s))
+	runtime.KeepAlive(channel)
+	runtime.KeepAlive(c)
+	return c.err("lh_subscription", st)
+}
+
+// RedisCounters mirrors the core's lh_redis_counters: what the Redis protocol saw.
+type RedisCounters struct {
+	Subscribed        bool   // the wake channel's subscription is in effect
+	Requests          uint64 // requests emitted
+	ScriptCalls       uint64 // script calls emitted
+	NoscriptRetries   uint64 // script calls re-sent after the server lost its script cache
+	ErrorReplies      uint64
+	GarbageReplies    uint64 // replies of a shape the request cannot have
+	StaleReplies      uint64
+	TransportFailures uint64
+	LocalRefusals     uint64 // retries answered without a round trip
+	Wakeups           uint64
+	StandbyTakeovers  uint64 // standbys that tried after hearing nothing
+	IgnoredMessages   uint64
+	Subscriptions     uint64 // times the subscription took effect
+	SubscriberLosses  uint64
+}
+
+func (c *core) redisCounters() (RedisCounters, error) {
+	var k C.lh_redis_counters
+	k.struct_size = C.uint32_t(unsafe.Sizeof(k))
+	st := uint32(C.lh_redis_counters_get(c.p, &k))
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return RedisCounters{}, c.err("lh_redis_counters_get", st)
+	}
+	return RedisCounters{
+		Subscribed: k.subscribed != 0, Requests: uint64(k.requests), ScriptCalls: uint64(k.script_calls),
+		NoscriptRetries: uint64(k.noscript_retries), ErrorReplies: uint64(k.error_replies),
+		GarbageReplies: uint64(k.garbage_replies), StaleReplies: uint64(k.stale_replies),
+		TransportFailures: uint64(k.transport_failures), LocalRefusals: uint64(k.local_refusals),
+		Wakeups: uint64(k.wakeups), StandbyTakeovers: uint64(k.standby_takeovers),
+		IgnoredMessages: uint64(k.ignored_messages), Subscriptions: uint64(k.subscriptions),
+		SubscriberLosses: uint64(k.subscriber_losses),
+	}, nil
 }

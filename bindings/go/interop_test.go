@@ -131,7 +131,7 @@ func TestInteropPausedPythonHolderRejectedByGoGate(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	lock, _, _, _ := RedisKeys(name)
+	lock := lockKey(name)
 	waitFor(t, "the paused Python holder's key to expire", func() bool {
 		n, err := rdb.Exists(ctx, lock).Result()
 		return err == nil && n == 0

@@ -72,50 +72,58 @@ func findRedisServer() (string, error) {
 // startRedis starts a private redis-server on a free loopback port and
 // returns a function that stops it by its pid.
 func startRedis() (string, func(), error) {
-	path, err := findRedisServer()
-	if err != nil {
-		return "", nil, fmt.Errorf("redis-server not found: %w", err)
-	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return "", nil, err
 		}
-		cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no")
-		if err := cmd.Start(); err != nil {
-			return "", nil, err
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			err := rdb.Ping(ctx).Err()
-			cancel()
-			if err == nil {
-				_ = rdb.Close()
-				return addr, stop, nil
-			}
-			lastErr = err
-			select {
-			case <-exited:
-			case <-time.After(20 * time.Millisecond):
-				if time.Now().Before(deadline) {
-					continue
-				}
-			}
-			break
+		stop, err := startRedisWith(&redis.Options{Addr: addr}, "--port", strconv.Itoa(port))
+		if err == nil {
+			return addr, stop, nil
 		}
-		_ = rdb.Close()
-		stop()
+		lastErr = err
 	}
-	return "", nil, fmt.Errorf("redis-server did not answer PING: %w", lastErr)
+	return "", nil, lastErr
+}
+
+// startRedisWith starts redis-server with args (plus loopback, no
+// persistence unless args say otherwise) and waits until a client made
+// with ping answers PING; the returned function stops it by its pid.
+func startRedisWith(ping *redis.Options, args ...string) (func(), error) {
+	path, err := findRedisServer()
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not found: %w", err)
+	}
+	cmd := exec.Command(path, append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	rdb := redis.NewClient(ping)
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return stop, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server %v exited: %w", args, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("redis-server did not answer PING: %w", err)
+		}
+	}
 }

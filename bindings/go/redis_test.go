@@ -3,10 +3,18 @@ package leasehold
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +46,8 @@ func newRedisClient(t testing.TB, opts *Options) (*Client, *RedisTransport) {
 	}
 	c := newTestClient(t, tr, opts)
 	t.Cleanup(func() { _ = tr.Close() })
+	// Acquires sent from now on are covered by the wake channel.
+	subscribed(t, c)
 	return c, tr
 }
 
@@ -46,95 +56,14 @@ func uniq(t testing.TB, base string) string {
 	return fmt.Sprintf("%s-%s-%d", base, t.Name(), time.Now().UnixNano())
 }
 
-func TestRedisKeysAndScriptsComeFromTheLibrary(t *testing.T) {
-	lock, fence, ch, err := RedisKeys("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lock != "lh:{orders}" || fence != "lh:{orders}:fence" || ch != "lh:{orders}:released" {
-		t.Fatalf("keys %q %q %q", lock, fence, ch)
-	}
-	long := strings.Repeat("n", 512)
-	if l, _, _, err := RedisKeys(long); err != nil || l != "lh:{"+long+"}" {
-		t.Fatalf("long name key: %v", err)
-	}
-	if w, err := redisKey(redisKeyWaiters, "orders"); err != nil || w != "lh:{orders}:waiters" {
-		t.Fatalf("waiters key %q %v", w, err)
-	}
-	for _, k := range []uint32{redisScriptAcquire, redisScriptRenew, redisScriptRelease, redisScriptNotify} {
-		s, err := redisScript(k)
-		if err != nil || !strings.Contains(s, "redis.call") {
-			t.Fatalf("script %d: %v %q", k, err, s)
-		}
-	}
-	if _, err := redisScript(99); err == nil {
-		t.Fatal("unknown script kind accepted")
-	}
-	if _, _, _, err := RedisKeys(""); err == nil {
-		t.Fatal("empty name accepted")
-	}
-	var random [wakeRandomLen]byte
-	for i := range random {
-		random[i] = byte(i * 17)
-	}
-	if w, err := redisWakeChannel(random); err != nil || w != "lh:wake:00112233445566778899aabbccddeeff" {
-		t.Fatalf("wake channel %q %v", w, err)
-	}
-}
+// lockKey and queueKey are the protocol's keys of name (docs/redis-protocol.md);
+// only tests spell them, to plant garbage and to watch the queue.
+func lockKey(name string) string  { return "lh:{" + name + "}" }
+func queueKey(name string) string { return "lh:{" + name + "}:queue" }
 
-func TestRedisTransportProtocol(t *testing.T) {
-	rdb := newRedis(t)
-	tr, err := NewRedisTransport(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	name := uniq(t, "proto")
-	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	// No script cached: Run must fall back to EVAL.
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	ra, err := tr.Acquire(ctx, name, a, 5*time.Second)
-	if err != nil || !ra.Granted || ra.FencingToken == 0 || ra.TTL != 5*time.Second {
-		t.Fatalf("first acquire: %+v %v", ra, err)
-	}
-	rb, err := tr.Acquire(ctx, name, b, 5*time.Second)
-	if err != nil || rb.Granted || rb.RetryAfter <= 0 {
-		t.Fatalf("contending acquire: %+v %v", rb, err)
-	}
-	ra2, err := tr.Acquire(ctx, name, a, 5*time.Second)
-	if err != nil || !ra2.Granted || ra2.FencingToken != ra.FencingToken {
-		t.Fatalf("idempotent acquire: %+v %v", ra2, err)
-	}
-	if ok, err := tr.Renew(ctx, name, a, 5*time.Second, nil); err != nil || !ok {
-		t.Fatalf("owner renew: %v %v", ok, err)
-	}
-	if ok, err := tr.Renew(ctx, name, b, 5*time.Second, nil); err != nil || ok {
-		t.Fatalf("foreign renew: %v %v", ok, err)
-	}
-	if ok, err := tr.Release(ctx, name, b, nil); err != nil || ok {
-		t.Fatalf("foreign release: %v %v", ok, err)
-	}
-	if ok, err := tr.Release(ctx, name, a, nil); err != nil || !ok {
-		t.Fatalf("owner release: %v %v", ok, err)
-	}
-	if ok, err := tr.Renew(ctx, name, a, 5*time.Second, nil); err != nil || ok {
-		t.Fatalf("renew after release must not re-create the lock: %v %v", ok, err)
-	}
-	rb2, err := tr.Acquire(ctx, name, b, 5*time.Second)
-	if err != nil || !rb2.Granted || rb2.FencingToken <= ra.FencingToken {
-		t.Fatalf("next grant: %+v %v (previous token %d)", rb2, err, ra.FencingToken)
-	}
-	// Garbage in the keyspace is an error, never a grant.
-	bad := uniq(t, "garbage")
-	lock, _, _, _ := RedisKeys(bad)
-	if err := rdb.Set(ctx, lock, "not a hash", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := tr.Acquire(ctx, bad, a, time.Second); !errors.Is(err, ErrBackendReply) || !strings.Contains(err.Error(), "lh:") {
-		t.Fatalf("acquire over garbage: %+v %v", r, err)
-	}
+func queueLen(rdb *redis.Client, name string) int64 {
+	n, _ := rdb.ZCard(context.Background(), queueKey(name)).Result()
+	return n
 }
 
 type syncBuffer struct {
@@ -152,46 +81,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func TestRedisGarbageIsATransportErrorForTheClient(t *testing.T) {
-	var logs syncBuffer
-	c, _ := newRedisClient(t, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	rdb := newRedis(t)
-	name := uniq(t, "garbage")
-	lock, _, _, _ := RedisKeys(name)
-	if err := rdb.Set(context.Background(), lock, "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: time.Second, Wait: 200 * time.Millisecond})
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("acquire over garbage: %v", err)
-	}
-	if !strings.Contains(logs.String(), "backend error reply") {
-		t.Fatalf("the script error was not logged as a warning: %q", logs.String())
-	}
-}
-
-// waitersKey is the queue of wake channels of name.
-func waitersKey(t testing.TB, name string) string {
-	t.Helper()
-	k, err := redisKey(redisKeyWaiters, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// queue returns the wake channels queued for name, oldest first.
-func queue(rdb *redis.Client, name string) []string {
-	k, _ := redisKey(redisKeyWaiters, name)
-	q, _ := rdb.ZRange(context.Background(), k, 0, -1).Result()
-	return q
-}
-
-func numSub(rdb *redis.Client, ch string) int64 {
-	m, _ := rdb.PubSubNumSub(context.Background(), ch).Result()
-	return m[ch]
 }
 
 // acquireAsync runs c.Acquire on its own goroutine.
@@ -219,16 +108,154 @@ func awaitLease(t testing.TB, ch <-chan acqResult, what string) *Lease {
 	}
 }
 
-// parked reports whether c's waiter is past its quick attempts: from now on
-// it sleeps for the holder's remaining TTL unless it is woken.
-func parked(c *Client) bool {
-	k, err := c.Counters()
-	return err == nil && k.AcquiresSent >= 3
+func redisCounters(t testing.TB, c *Client) RedisCounters {
+	t.Helper()
+	k, err := c.RedisCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
-func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
+// parked reports whether c's waiter is queued and idle: its retries are
+// answered locally until it is woken.
+func parked(c *Client) bool {
+	k, err := c.RedisCounters()
+	return err == nil && k.LocalRefusals > 0
+}
+
+// scriptCalls is how many EVALSHA and EVAL calls the server ran (INFO commandstats).
+func scriptCalls(t testing.TB, rdb *redis.Client) int64 {
+	t.Helper()
+	stats := commandStats(t, rdb)
+	return stats["evalsha"] + stats["eval"]
+}
+
+// commandStats maps each command to its calls since the last CONFIG RESETSTAT.
+func commandStats(t testing.TB, rdb *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// privateRedis starts a redis-server of the test's own (for tests that
+// stop, restart or count commands on it) and returns a client on it.
+func privateRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	needRedis(t)
+	addr, stop, err := startRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, addr
+}
+
+func clientOn(t testing.TB, rdb redis.UniversalClient, opts *Options) *Client {
+	t.Helper()
+	// A long standby delay: the handoffs counted here must not race a standby.
+	tr, err := NewRedisTransportWithOptions(rdb, &RedisOptions{StandbyDelay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, tr, opts)
+	subscribed(t, c)
+	return c
+}
+
+// subscribed waits until c's wake channel subscription is in effect.
+func subscribed(t testing.TB, c *Client) {
+	t.Helper()
+	waitFor(t, "the wake channel subscribed", func() bool { return redisCounters(t, c).Subscribed })
+}
+
+// TestRedisGarbageIsAnErrorNeverAGrant: keys of the wrong type under a
+// lock's names are error replies for the core (transport errors for the
+// engine): the acquire fails as unavailable and the garbage is left alone.
+func TestRedisGarbageIsAnErrorNeverAGrant(t *testing.T) {
+	c, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	plant := map[string]func(string) error{
+		"string lock":     func(n string) error { return rdb.Set(ctx, lockKey(n), "x", 0).Err() },
+		"list lock":       func(n string) error { return rdb.RPush(ctx, lockKey(n), "x").Err() },
+		"hash, no token":  func(n string) error { return rdb.HSet(ctx, lockKey(n), "other", "1").Err() },
+		"bad fence":       func(n string) error { return rdb.Set(ctx, lockKey(n)+":fence", "not a number", 0).Err() },
+		"lock, no expiry": func(n string) error { return rdb.HSet(ctx, lockKey(n), "token", "t", "fence", "1").Err() },
+	}
+	for what, f := range plant {
+		name := uniq(t, "garbage")
+		if err := f(name); err != nil {
+			t.Fatal(err)
+		}
+		before := redisCounters(t, c).ErrorReplies
+		_, err := c.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 200 * time.Millisecond})
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("%s: acquire over garbage: %v", what, err)
+		}
+		if redisCounters(t, c).ErrorReplies == before {
+			t.Fatalf("%s: no error reply counted", what)
+		}
+	}
+	if k, _ := c.Counters(); k.Grants != 0 {
+		t.Fatalf("%d grants over garbage", k.Grants)
+	}
+	name := uniq(t, "garbage")
+	_ = rdb.Set(ctx, lockKey(name), "x", 0).Err()
+	_, _ = c.Acquire(ctx, name, AcquireOptions{TTL: time.Second})
+	if v, err := rdb.Get(ctx, lockKey(name)).Result(); err != nil || v != "x" {
+		t.Fatalf("garbage changed: %q %v", v, err)
+	}
+}
+
+// TestRedisQueueKeyOfWrongType: a contended acquire over a queue key that
+// is not a zset is an error (never a grant); the holder's release works.
+func TestRedisQueueKeyOfWrongType(t *testing.T) {
+	holder, _ := newRedisClient(t, nil)
+	c, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "wrongtype")
+	if err := rdb.Set(ctx, queueKey(name), "not a zset", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: time.Second})
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("contended acquire: %v", err)
+	}
+	if tok, _ := rdb.HGet(ctx, lockKey(name), "token").Result(); tok == "" {
+		t.Fatal("the holder lost the lock")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+		t.Fatalf("lock key after release: %d %v", n, err)
+	}
+}
+
+func TestRedisReleaseWakesWaiter(t *testing.T) {
 	a, _ := newRedisClient(t, nil)
-	b, trb := newRedisClient(t, nil)
+	b, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
 	ctx := context.Background()
 	name := uniq(t, "notify")
 	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
@@ -236,86 +263,83 @@ func TestRedisReleaseNotificationWakesWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without the wake-up the waiter would sleep for the holder's remaining
-	// TTL (a minute) and miss this bound.
-	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
-	rdb := newRedis(t)
-	waitFor(t, "the waiter queued and parked", func() bool {
-		q := queue(rdb, name)
-		return len(q) == 1 && q[0] == trb.wake && parked(b)
-	})
-	// Waiting does not subscribe the release channel any more.
-	if _, _, ch, _ := RedisKeys(name); numSub(rdb, ch) != 0 {
-		t.Fatalf("%d subscribers of %s", numSub(rdb, ch), ch)
-	}
+	// TTL (a minute) and miss the hang guard.
+	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the waiter queued and parked", func() bool { return queueLen(rdb, name) == 1 && parked(b) })
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lb := awaitLease(t, got, "waiter")
-	if n := trb.stats.wakes.Load(); n != 1 {
-		t.Fatalf("%d wake-ups, want 1", n)
+	if lb.FencingToken() <= la.FencingToken() {
+		t.Fatalf("token %d not above %d", lb.FencingToken(), la.FencingToken())
 	}
+	if k := redisCounters(t, b); k.Wakeups != 1 {
+		t.Fatalf("%d wake-ups, want 1", k.Wakeups)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an empty queue", func() bool { return queueLen(rdb, name) == 0 })
+}
+
+// TestRedisPubSubConnectionKilled: CLIENT KILL TYPE pubsub under a parked
+// waiter; the executor reports the subscription lost, subscribes again, the
+// core re-checks, and the next release still wakes the waiter.
+func TestRedisPubSubConnectionKilled(t *testing.T) {
+	a, _ := newRedisClient(t, nil)
+	b, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "resub")
+	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the waiter queued and parked", func() bool { return queueLen(rdb, name) == 1 && parked(b) })
+	before := redisCounters(t, b)
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Back, the core checks the waiting name again: a release in the gap reached nobody.
+	waitFor(t, "the loss reported, the subscription back and the name checked", func() bool {
+		k := redisCounters(t, b)
+		return k.SubscriberLosses > before.SubscriberLosses && k.Subscriptions > before.Subscriptions &&
+			k.Subscribed && k.ScriptCalls > before.ScriptCalls
+	})
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Unwoken, the waiter would sleep for the holder's TTL, past the hang guard.
+	lb := awaitLease(t, got, "waiter after resubscription")
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestRedisResubscribesAfterConnectionLoss(t *testing.T) {
-	a, _ := newRedisClient(t, nil)
-	b, trb := newRedisClient(t, nil)
-	rdb := newRedis(t)
+// TestRedisHandoffCostAndIdleWaiters: N clients queue for one name on a
+// server of the test's own. Parked, they send (almost) nothing; each release
+// then hands the lock to exactly one of them, with at most 2 script calls
+// per handoff counted by the server (INFO commandstats).
+func TestRedisHandoffCostAndIdleWaiters(t *testing.T) {
+	const n = 5
+	rdb, _ := privateRedis(t)
 	ctx := context.Background()
-	name := uniq(t, "resub")
-	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
+	holder := clientOn(t, rdb, nil)
+	// Warm the server's script cache: a first EVALSHA would cost a NOSCRIPT round.
+	warm, err := holder.Acquire(ctx, "warm-up", AcquireOptions{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 30 * time.Second})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	waitFor(t, "the waiter queued and parked", func() bool {
-		return numSub(rdb, trb.wake) == 1 && len(queue(rdb, name)) == 1 && parked(b)
-	})
-	rechecks := trb.stats.rechecks.Load()
-	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The resubscription re-checks the waiting name (a release may have
-	// gone unheard meanwhile).
-	waitFor(t, "resubscription", func() bool {
-		return numSub(rdb, trb.wake) == 1 && trb.stats.rechecks.Load() > rechecks
-	})
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter after resubscription: %v", err)
-	}
-}
-
-// TestRedisReleaseWakesOneWaiterAtATime: N clients wait for one name; each
-// release wakes exactly one of them (the oldest queued), the others make no
-// attempt meanwhile, and every waiter gets the lock in turn.
-func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
-	const n = 5
-	holder, _ := newRedisClient(t, nil)
-	rdb := newRedis(t)
-	ctx := context.Background()
-	name := uniq(t, "one")
+	name := uniq(t, "handoff")
 	first, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type waiter struct {
-		c  *Client
-		tr *RedisTransport
-	}
-	ws := make([]waiter, n)
-	byWake := map[string]int{}
+	ws := make([]*Client, n)
 	type win struct {
 		i int
 		l *Lease
@@ -323,11 +347,9 @@ func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
 	won := make(chan win, n)
 	errc := make(chan error, n)
 	for i := range ws {
-		c, tr := newRedisClient(t, nil)
-		ws[i] = waiter{c, tr}
-		byWake[tr.wake] = i
+		ws[i] = clientOn(t, rdb, nil)
 		go func() {
-			l, err := c.Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+			l, err := ws[i].Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
 			if err != nil {
 				errc <- fmt.Errorf("waiter %d: %w", i, err)
 				return
@@ -337,25 +359,43 @@ func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
 	}
 	waitFor(t, "every waiter queued and parked", func() bool {
 		for _, w := range ws {
-			if !parked(w.c) {
+			if !parked(w) {
 				return false
 			}
 		}
-		return len(queue(rdb, name)) == n
+		return queueLen(rdb, name) == n
 	})
-	order := queue(rdb, name)
-	if _, _, ch, _ := RedisKeys(name); numSub(rdb, ch) != 0 {
-		t.Fatalf("waiters subscribe the release channel (%d)", numSub(rdb, ch))
+
+	// Idle: the waiters' cores emit no request, the server sees no script call.
+	const idle = 4 * time.Second
+	requests := func() (sum uint64) {
+		for _, w := range ws {
+			sum += redisCounters(t, w).Requests
+		}
+		return sum
 	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	renewals := func() uint64 { k, _ := holder.Counters(); return k.RenewalsSent }
+	r0, h0 := requests(), renewals()
+	time.Sleep(idle)
+	sent := requests() - r0
+	calls := scriptCalls(t, rdb) - int64(renewals()-h0)
+	perWaiter := float64(sent) / float64(n) / idle.Seconds()
+	t.Logf("idle waiters: %d requests from %d waiters in %v (%.3f/s each), %d script calls on the server", sent, n, idle, perWaiter, calls)
+	if perWaiter > 0.1 || float64(calls)/float64(n)/idle.Seconds() > 0.1 {
+		t.Fatalf("idle waiters cost %.3f requests/s each (%d script calls)", perWaiter, calls)
+	}
+
+	// Handoffs: each release wakes exactly one waiter.
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h0 = renewals()
 	served := map[int]bool{}
 	prev, release := first.FencingToken(), first.Release
-	for turn, wake := range order {
-		want := byWake[wake]
-		before := make([]uint64, n)
-		for i, w := range ws {
-			k, _ := w.c.Counters()
-			before[i] = k.AcquiresSent
-		}
+	for turn := 0; turn < n; turn++ {
 		if err := release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -364,22 +404,13 @@ func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
 		case got = <-won:
 		case err := <-errc:
 			t.Fatal(err)
-		case <-time.After(time.Minute): // hang guard: unwoken, the waiters sleep 5 minutes
+		case <-time.After(time.Minute): // hang guard: unwoken, the waiters sleep for minutes
 			t.Fatalf("turn %d: nobody woken", turn)
 		}
-		if got.i != want {
-			t.Fatalf("turn %d: waiter %d got the lock, the oldest queued was %d", turn, got.i, want)
+		if served[got.i] {
+			t.Fatalf("turn %d: waiter %d served twice", turn, got.i)
 		}
 		served[got.i] = true
-		for i, w := range ws {
-			wakes := w.tr.stats.wakes.Load()
-			if (served[i] && wakes != 1) || (!served[i] && wakes != 0) {
-				t.Fatalf("turn %d: waiter %d (served %v) had %d wake-ups", turn, i, served[i], wakes)
-			}
-			if k, _ := w.c.Counters(); !served[i] && k.AcquiresSent != before[i] {
-				t.Fatalf("turn %d: parked waiter %d made %d attempts", turn, i, k.AcquiresSent-before[i])
-			}
-		}
 		if got.l.FencingToken() <= prev {
 			t.Fatalf("turn %d: token %d not above %d", turn, got.l.FencingToken(), prev)
 		}
@@ -388,201 +419,319 @@ func TestRedisReleaseWakesOneWaiterAtATime(t *testing.T) {
 	if err := release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "an empty queue", func() bool { return len(queue(rdb, name)) == 0 })
-}
-
-// TestRedisDeadQueuedWaiterIsSkipped: the oldest queued waiter's transport
-// is closed (its wake channel has no subscriber); the release wakes the next.
-func TestRedisDeadQueuedWaiterIsSkipped(t *testing.T) {
-	holder, _ := newRedisClient(t, nil)
-	a, tra := newRedisClient(t, nil)
-	b, trb := newRedisClient(t, nil)
-	rdb := newRedis(t)
-	ctx := context.Background()
-	name := uniq(t, "dead")
-	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
+	var renewed uint64
+	for _, w := range append(ws, holder) {
+		k, _ := w.Counters()
+		renewed += k.RenewalsSent
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	aerr := make(chan error, 1)
-	go func() {
-		_, err := a.Acquire(actx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
-		aerr <- err
-	}()
-	waitFor(t, "a queued", func() bool { return len(queue(rdb, name)) == 1 && parked(a) })
-	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
-	waitFor(t, "b queued behind a", func() bool {
-		q := queue(rdb, name)
-		return len(q) == 2 && q[0] == tra.wake && q[1] == trb.wake && parked(b)
-	})
-	if err := tra.Close(); err != nil {
-		t.Fatal(err)
+	calls = scriptCalls(t, rdb) - int64(renewed-h0)
+	t.Logf("%d handoffs between queued waiters: %d script calls (the last holder's release included)", n, calls)
+	if calls > 2*n+1 {
+		t.Fatalf("%d script calls for %d handoffs, want at most %d", calls, n, 2*n+1)
 	}
-	waitFor(t, "a's wake channel unsubscribed", func() bool { return numSub(rdb, tra.wake) == 0 })
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb := awaitLease(t, got, "b") // unwoken, b would sleep 5 minutes
-	if n := trb.stats.wakes.Load(); n != 1 {
-		t.Fatalf("b had %d wake-ups", n)
-	}
-	if slices.Contains(queue(rdb, name), tra.wake) {
-		t.Fatal("the dead entry is still queued")
-	}
-	if err := lb.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-aerr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("a: %v", err)
-	}
-}
-
-// TestRedisStaleWakeIsPassedOn: a transport that is queued for a name it no
-// longer waits for (an entry left behind, put there by hand) passes the
-// wake-up on to the real waiter with NOTIFY.
-func TestRedisStaleWakeIsPassedOn(t *testing.T) {
-	holder, _ := newRedisClient(t, nil)
-	w, trw := newRedisClient(t, nil)
-	rdb := newRedis(t)
-	ctx := context.Background()
-	name := uniq(t, "stale")
-	stale, err := NewRedisTransport(newRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Close()
-	// The stale transport listens on its wake channel (it waits for another name).
-	unwatch, err := stale.Watch(ctx, uniq(t, "other"), func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unwatch()
-	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(ctx, w, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
-	waitFor(t, "the waiter queued, the stale transport subscribed", func() bool {
-		return len(queue(rdb, name)) == 1 && parked(w) && numSub(rdb, stale.wake) == 1
-	})
-	// Score 0: older than any real registration, so the release pops it first.
-	if err := rdb.ZAdd(ctx, waitersKey(t, name), redis.Z{Score: 0, Member: stale.wake}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lw := awaitLease(t, got, "waiter") // unwoken, it would sleep 5 minutes
-	if p, k := stale.stats.passOns.Load(), stale.stats.wakes.Load(); p != 1 || k != 0 {
-		t.Fatalf("stale transport: %d pass-ons, %d wake-ups", p, k)
-	}
-	if n := trw.stats.wakes.Load(); n != 1 {
-		t.Fatalf("waiter: %d wake-ups", n)
-	}
-	if err := lw.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestRedisWakeDeclinedByClientIsPassedOn: a client whose core no longer
-// waits for a name, while its transport still has its watch registered (the
-// window before the watcher unwatches, held open here by registering the
-// client's wake func by hand), declines the wake-up, and the transport
-// passes it on to the real waiter behind it.
-func TestRedisWakeDeclinedByClientIsPassedOn(t *testing.T) {
-	holder, _ := newRedisClient(t, nil)
-	a, tra := newRedisClient(t, nil)
-	b, trb := newRedisClient(t, nil)
-	rdb := newRedis(t)
-	ctx := context.Background()
-	name := uniq(t, "declined")
-	unwatch, err := tra.WatchWaiter(ctx, name, a.c.wake)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unwatch()
-	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(ctx, b, name, AcquireOptions{TTL: time.Minute, Wait: time.Minute})
-	waitFor(t, "b queued and parked, a's wake channel subscribed", func() bool {
-		q := queue(rdb, name)
-		return len(q) == 1 && q[0] == trb.wake && parked(b) && numSub(rdb, tra.wake) == 1
-	})
-	// Score 0: a's entry is popped first.
-	if err := rdb.ZAdd(ctx, waitersKey(t, name), redis.Z{Score: 0, Member: tra.wake}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Unwoken, b waits out its whole Wait (the holder's TTL is longer).
-	var lb *Lease
 	select {
-	case r := <-got:
-		if r.err != nil {
-			t.Fatalf("b: %v", r.err)
-		}
-		lb = r.lease
-	case <-time.After(15 * time.Second):
-		t.Fatal("b was not woken: the declined wake-up was lost")
+	case w := <-won:
+		t.Fatalf("waiter %d got the lock with nobody releasing", w.i)
+	default:
 	}
-	if p, k := tra.stats.passOns.Load(), tra.stats.wakes.Load(); p != 1 || k != 0 {
-		t.Fatalf("a's transport: %d pass-ons, %d wake-ups", p, k)
+	waitFor(t, "an empty queue", func() bool { return queueLen(rdb, name) == 0 })
+}
+
+// TestRedisFrozenWaiterAtHeadOfQueue: a waiter process queued first is
+// stopped (SIGSTOP: its subscriber socket stays open, so the release's
+// wake-up counts as delivered); a live waiter queued behind it must get the
+// lock within about one standby delay (150ms), not after the holder's TTL.
+func TestRedisFrozenWaiterAtHeadOfQueue(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "frozen")
+	holder, _ := newRedisClient(t, nil)
+	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := trb.stats.wakes.Load(); n != 1 {
-		t.Fatalf("b: %d wake-ups", n)
+	frozen := startWorker(t, "wait", "frozen", filepath.Join(t.TempDir(), "unused.db"), []string{name}, 0)
+	if line, err := frozen.out.ReadString('\n'); err != nil || line != "READY\n" {
+		t.Fatalf("worker said %q (%v); stderr: %s", line, err, frozen.stderr.String())
 	}
-	if k, _ := a.Counters(); k.AcquiresSent != 0 {
-		t.Fatalf("a made %d attempts", k.AcquiresSent)
+	waitFor(t, "the worker queued at the head", func() bool { return queueLen(rdb, name) == 1 })
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
 	}
-	if err := lb.Release(ctx); err != nil {
+	live, _ := newRedisClient(t, nil)
+	got := acquireAsync(ctx, live, name, AcquireOptions{TTL: 10 * time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the live waiter queued behind it and parked", func() bool { return queueLen(rdb, name) == 2 && parked(live) })
+	start := time.Now()
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := awaitLease(t, got, "live waiter")
+	delay := time.Since(start)
+	fmt.Printf("frozen waiter at the head: the live waiter got the lock %v after the release\n", delay)
+	// About 150ms; the holder's TTL (a minute) is what an unbounded protocol would cost.
+	if delay > 3*time.Second {
+		t.Fatalf("a frozen head waiter kept the lock free for %v", delay)
+	}
+	if k := redisCounters(t, live); k.StandbyTakeovers == 0 {
+		t.Fatalf("no standby takeover: %+v", k)
+	}
+	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestRedisWaitersKeyOfWrongType: a contended, queueing acquire over a
-// waiters key that is not a zset is a transport error (never a grant), and
-// the holder's release still works.
-func TestRedisWaitersKeyOfWrongType(t *testing.T) {
-	var logs syncBuffer
-	holder, _ := newRedisClient(t, nil)
-	c, _ := newRedisClient(t, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+// TestRedisKilledHolderTakeover: a holder process is killed (SIGKILL)
+// without releasing; the waiter at the head of the queue gets the lock once
+// the holder's TTL ran out.
+func TestRedisKilledHolderTakeover(t *testing.T) {
 	rdb := newRedis(t)
 	ctx := context.Background()
-	name := uniq(t, "wrongtype")
-	wk := waitersKey(t, name)
-	lock, _, _, _ := RedisKeys(name)
-	if err := rdb.Set(ctx, wk, "not a zset", 0).Err(); err != nil {
+	name := uniq(t, "killed")
+	w := startWorker(t, "hold", "killed", filepath.Join(t.TempDir(), "unused.db"), []string{name}, 0)
+	_, _ = w.out.ReadString('\n') // READY
+	line, err := w.out.ReadString('\n')
+	var t1 uint64
+	if _, serr := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil || serr != nil {
+		t.Fatalf("worker said %q (%v); stderr: %s", line, err, w.stderr.String())
+	}
+	c, _ := newRedisClient(t, nil)
+	got := acquireAsync(ctx, c, name, AcquireOptions{TTL: 10 * time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the waiter queued and parked", func() bool { return queueLen(rdb, name) == 1 && parked(c) })
+	if err := w.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	lh, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	_ = w.cmd.Wait()
+	start := time.Now()
+	l := awaitLease(t, got, "waiter after the holder was killed")
+	fmt.Printf("killed holder (TTL 1s): the waiter got the lock %v after the kill\n", time.Since(start))
+	if l.FencingToken() <= t1 {
+		t.Fatalf("token %d not above the killed holder's %d", l.FencingToken(), t1)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedisRestart: the server is killed and started again on the same port
+// without persistence. The held lease is lost (its key is gone), the
+// subscription comes back, the scripts are loaded again (NOSCRIPT), fences
+// keep increasing, and a waiter is woken by a release after the restart.
+func TestRedisRestart(t *testing.T) {
+	needRedis(t)
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Acquire(ctx, name, AcquireOptions{TTL: time.Second, Wait: 3 * time.Second})
-	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("contended acquire: %v", err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	start := func() func() {
+		stop, err := startRedisWith(&redis.Options{Addr: addr}, "--port", strconv.Itoa(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stop
 	}
-	if !strings.Contains(logs.String(), "lh: waiters key") {
-		t.Fatalf("the waiters key error was not logged: %q", logs.String())
-	}
-	if tok, _ := rdb.HGet(ctx, lock, "token").Result(); tok == "" {
-		t.Fatal("the holder lost the lock")
-	}
-	if err := lh.Release(ctx); err != nil {
+	stop := start()
+	defer func() { stop() }()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	a := clientOn(t, rdb, nil)
+	b := clientOn(t, rdb, nil)
+	subscribed(t, a)
+	subscribed(t, b)
+	l1, err := a.Acquire(ctx, "restart", AcquireOptions{TTL: 2 * time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rdb.Exists(ctx, lock).Result(); err != nil || n != 0 {
-		t.Fatalf("lock key after release: %d %v", n, err)
+	stop()
+	stop = start()
+	select {
+	case <-l1.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease whose key vanished was not lost")
 	}
-	if v, err := rdb.Get(ctx, wk).Result(); err != nil || v != "not a zset" {
-		t.Fatalf("waiters key after release: %q %v", v, err)
+	waitFor(t, "both subscriptions back", func() bool {
+		ka, kb := redisCounters(t, a), redisCounters(t, b)
+		return ka.Subscribed && kb.Subscribed && ka.SubscriberLosses > 0 && kb.SubscriberLosses > 0
+	})
+	l2, err := a.Acquire(ctx, "restart", AcquireOptions{TTL: time.Minute, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if l2.FencingToken() <= l1.FencingToken() {
+		t.Fatalf("fence %d after the restart not above %d", l2.FencingToken(), l1.FencingToken())
+	}
+	if k := redisCounters(t, a); k.NoscriptRetries == 0 {
+		t.Fatal("no NOSCRIPT retry after the restart emptied the script cache")
+	}
+	got := acquireAsync(ctx, b, "restart", AcquireOptions{TTL: time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the waiter parked", func() bool { return parked(b) })
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := awaitLease(t, got, "waiter after the restart")
+	if lb.FencingToken() <= l2.FencingToken() {
+		t.Fatalf("fence %d not above %d", lb.FencingToken(), l2.FencingToken())
+	}
+	_ = lb.Release(ctx)
+}
+
+// TestRedisConnectionOptions: the executor runs on go-redis clients made
+// from *redis.Options: a unix socket with an ACL user, password and DB 3,
+// and TLS; two clients hand a lock over on each (the wake-up crosses the
+// pub/sub connection, which authenticates like the commands connection).
+func TestRedisConnectionOptions(t *testing.T) {
+	needRedis(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "redis.sock")
+	unix := &redis.Options{Network: "unix", Addr: sock, Username: "locker", Password: "s3cret", DB: 3}
+	stop, err := startRedisWith(&redis.Options{Network: "unix", Addr: sock, Password: "admin"},
+		"--port", "0", "--unixsocket", sock, "--requirepass", "admin",
+		"--user", "locker", "on", ">s3cret", "~lh:*", "&lh:wake:*", "+@all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop) // after the clients' Close
+	start := time.Now()
+	handoffOn(t, unix)
+	t.Logf("unix %v", time.Since(start))
+	admin := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Password: "admin", DB: 3})
+	defer admin.Close()
+	if n, err := admin.Exists(context.Background(), "lh:{opts}:fence").Result(); err != nil || n != 1 {
+		t.Fatalf("fence key in DB 3: %d %v", n, err)
+	}
+
+	tlsConf, certFile, keyFile := selfSigned(t, dir)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsOpts := &redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), TLSConfig: tlsConf}
+	stopTLS, err := startRedisWith(tlsOpts, "--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", certFile,
+		"--tls-auth-clients", "no")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopTLS)
+	t.Logf("tls server up %v", time.Since(start))
+	handoffOn(t, tlsOpts)
+	t.Logf("tls %v", time.Since(start))
+}
+
+// handoffOn: two clients on transports made from opt; one holds "opts", the
+// other waits and gets it on release.
+func handoffOn(t *testing.T, opt *redis.Options) {
+	t.Helper()
+	ctx := context.Background()
+	var cs [2]*Client
+	for i := range cs {
+		tr, err := NewRedisTransportFromOptions(opt, &RedisOptions{StandbyDelay: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tr.Close() })
+		cs[i] = newTestClient(t, tr, nil)
+	}
+	l, err := cs[0].Acquire(ctx, "opts", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("%s: %v", opt.Addr, err)
+	}
+	got := acquireAsync(ctx, cs[1], "opts", AcquireOptions{TTL: time.Second, Wait: 50 * time.Second})
+	waitFor(t, "the waiter parked", func() bool { return parked(cs[1]) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := awaitLease(t, got, "waiter on "+opt.Addr)
+	if k := redisCounters(t, cs[1]); k.Wakeups != 1 {
+		t.Fatalf("%s: %d wake-ups", opt.Addr, k.Wakeups)
+	}
+	_ = l2.Release(ctx)
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and returns a
+// client TLS config that trusts it.
+func selfSigned(t *testing.T, dir string) (*tls.Config, string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leasehold test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, certFile, keyFile
+}
+
+// TestRedisTransportMethodsAreNotCalled: RedisTransport keeps the Transport
+// method set for compatibility; the methods fail, and the Client never
+// calls them (it runs the core's requests).
+func TestRedisTransportMethodsAreNotCalled(t *testing.T) {
+	tr, err := NewRedisTransport(newRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Acquire(context.Background(), "x", "t", time.Second); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if _, err := NewRedisTransport(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("nil client: %v", err)
+	}
+	if _, err := NewRedisTransportFromOptions(nil, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("nil options: %v", err)
+	}
+	var ww WaiterWatcher = tr // the method sets of the old transport stay
+	if _, err := ww.WatchWaiter(context.Background(), "x", nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("WatchWaiter: %v", err)
+	}
+	if tr.Load(context.Background()) != nil || tr.Close() != nil {
+		t.Fatal("Load and Close are no-ops")
+	}
+	c := newTestClient(t, tr, nil)
+	if _, err := c.RedisCounters(); err != nil {
+		t.Fatal(err)
+	}
+	m := newTestClient(t, NewMemoryTransport(), nil)
+	if _, err := m.RedisCounters(); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("RedisCounters of a memory client: %v", err)
+	}
+	if _, err := NewClient(mustTransport(t, newRedis(t), &RedisOptions{StandbyDelay: time.Hour}), nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a standby delay of an hour: %v", err)
+	}
+}
+
+func mustTransport(t testing.TB, rdb redis.UniversalClient, o *RedisOptions) *RedisTransport {
+	t.Helper()
+	tr, err := NewRedisTransportWithOptions(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func TestRedisContentionBetweenGoroutines(t *testing.T) {
@@ -743,7 +892,7 @@ func TestRedisPausedHolderStaleWriteRejectedByGate(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	lock, _, _, _ := RedisKeys(name)
+	lock := lockKey(name)
 	waitFor(t, "the paused holder's key to expire", func() bool {
 		n, err := rdb.Exists(ctx, lock).Result()
 		return err == nil && n == 0
@@ -799,7 +948,7 @@ func TestRedisReleaseAfterPauseEndsLost(t *testing.T) {
 	name := uniq(t, "pause-release")
 	const rounds = 4
 	w := startWorker(t, "pause-release", "paused", filepath.Join(t.TempDir(), "unused.db"), []string{name}, rounds)
-	lock, _, _, _ := RedisKeys(name)
+	lock := lockKey(name)
 	for i := 0; i < rounds; i++ {
 		line, err := w.out.ReadString('\n')
 		if err != nil || !strings.HasPrefix(line, "ACQUIRED") {
@@ -864,7 +1013,7 @@ func TestRedisLossDetectedWhenServerStopsAnswering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, _, _, _ := RedisKeys("stopped")
+	lock := lockKey("stopped")
 	before := time.Now()
 	pttl, err := check.PTTL(ctx, lock).Result()
 	if err != nil || pttl <= 0 {
@@ -907,4 +1056,195 @@ func redisPid(addr string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no process_id in INFO server")
+}
+
+// TestRedisLeaseLifecycle: Renew, NoAutoRenew, the outcomes of Release and
+// a ctx deadline shorter than Wait, on the Redis protocol.
+func TestRedisLeaseLifecycle(t *testing.T) {
+	c, _ := newRedisClient(t, nil)
+	other, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+
+	// Renew moves the validity; Release confirms; Renew after it fails at once.
+	name := uniq(t, "renew")
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.ValidUntil()
+	time.Sleep(20 * time.Millisecond)
+	until, err := l.Renew(ctx)
+	if err != nil || !until.After(before) {
+		t.Fatalf("Renew: %v, %v not after %v", err, until, before)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := l.Renew(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Renew after Release: %v", err)
+	}
+
+	// NoAutoRenew: lost at the end of its validity.
+	l, err = c.Acquire(ctx, uniq(t, "noauto"), AcquireOptions{TTL: 300 * time.Millisecond, NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a NoAutoRenew lease outlived its validity")
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("Release of a lost lease: %v", err)
+	}
+
+	// Not owner: the lock key vanished and someone else took the lock.
+	name = uniq(t, "stolen")
+	l, err = c.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, lockKey(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	thief, err := other.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Release after the lock was taken: %v", err)
+	}
+	if thief.FencingToken() <= l.FencingToken() {
+		t.Fatalf("token %d not above %d", thief.FencingToken(), l.FencingToken())
+	}
+
+	// A ctx deadline shorter than Wait ends the wait with DeadlineExceeded.
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(dctx, name, AcquireOptions{TTL: time.Second, Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire past its ctx deadline: %v", err)
+	}
+	if err := thief.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.ReleasesConfirmed != 1 || k.ReleasesNotOwner != 1 || k.LostExpired != 1 || k.RenewalsRequested != 1 {
+		t.Fatalf("counters %+v", k)
+	}
+	// The waiter that gave up left the queue.
+	waitFor(t, "an empty queue", func() bool { return queueLen(rdb, name) == 0 })
+}
+
+// TestRedisFlattenAndReplyLimits: go-redis replies (RESP2 and RESP3 shapes,
+// nested errors) flatten to pre-order values over one data buffer, and the
+// core takes them through lh_reply: a shape a SUBSCRIBE cannot have is
+// counted as garbage, an oversized list is refused (the executor then
+// reports the request failed), nothing is a grant.
+func TestRedisFlattenAndReplyLimits(t *testing.T) {
+	rdb := newRedis(t)
+	redisErr := rdb.Do(context.Background(), "NO-SUCH-COMMAND").Err()
+	var re redis.Error
+	if !errors.As(redisErr, &re) {
+		t.Fatalf("not an error reply: %v", redisErr)
+	}
+	vals, data, err := flatten(nil, nil, []any{int64(-7), "ab", []any{nil, re, true}, 1.5, big.NewInt(12), map[any]any{"k": int64(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type v struct {
+		kind uint32
+		i    int64
+		s    string
+		n    int
+	}
+	var got []v
+	for _, x := range vals {
+		e := v{kind: uint32(x.kind), i: int64(x.integer), n: int(x.len)}
+		if e.kind == valueBulk || e.kind == valueError {
+			e.s, e.n = string(data[x.offset:x.offset+x.len]), 0
+		}
+		got = append(got, e)
+	}
+	want := []v{{valueArray, 0, "", 6}, {valueInt, -7, "", 0}, {valueBulk, 0, "ab", 0}, {valueArray, 0, "", 3},
+		{valueNil, 0, "", 0}, {valueError, 0, re.Error(), 0}, {valueInt, 1, "", 0}, {valueBulk, 0, "1.5", 0},
+		{valueBulk, 0, "12", 0}, {valueArray, 0, "", 2}, {valueBulk, 0, "k", 0}, {valueInt, 1, "", 0}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("flattened\n%v\nwant\n%v", got, want)
+	}
+	if _, _, err := flatten(nil, nil, struct{}{}); err == nil {
+		t.Fatal("an unknown reply type was flattened")
+	}
+
+	seed := make([]byte, 32)
+	k, err := newCore(defaultCoreConfig(), &redisProtocol{}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.free()
+	q, err := k.pollRequest()
+	if err != nil || q == nil || q.connection != connSubscriber || len(q.argv) != 2 || q.argv[0] != "SUBSCRIBE" {
+		t.Fatalf("first request %+v %v", q, err)
+	}
+	huge := make([]any, 5000)
+	for i := range huge {
+		huge[i] = int64(i)
+	}
+	hv, hd, err := flatten(nil, nil, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.reply(monoNow(), q.id, hv, hd); !isStatus(err, statusInvalidReply) {
+		t.Fatalf("oversized reply: %v", err)
+	}
+	if err := k.reply(monoNow(), q.id, vals, data); err != nil {
+		t.Fatalf("garbage reply: %v", err)
+	}
+	rc, err := k.redisCounters()
+	if err != nil || rc.GarbageReplies != 1 || rc.Subscribed {
+		t.Fatalf("counters %+v %v", rc, err)
+	}
+	if err := k.reply(monoNow(), 999, vals, data); err != nil {
+		t.Fatalf("reply to an unknown id: %v", err)
+	}
+	if rc, _ := k.redisCounters(); rc.StaleReplies != 1 {
+		t.Fatalf("stale replies %d", rc.StaleReplies)
+	}
+}
+
+// TestRedisSilentPubSubConnectionIsDropped: a server that stops answering
+// (SIGSTOP: the sockets stay open, nothing comes back) is found out by the
+// pub/sub health check (a PING, then silence): the subscription is reported
+// lost, and it comes back once the server answers again.
+func TestRedisSilentPubSubConnectionIsDropped(t *testing.T) {
+	rdb, addr := privateRedis(t)
+	pid, err := redisPid(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := subHealthCheck
+	subHealthCheck = 200 * time.Millisecond // read by the Client's goroutines, started below
+	t.Cleanup(func() { subHealthCheck = old })
+	c := clientOn(t, rdb, nil)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	waitFor(t, "the silent subscription reported lost", func() bool {
+		k := redisCounters(t, c)
+		return k.SubscriberLosses == 1 && !k.Subscribed
+	})
+	resumed = true
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the subscription back", func() bool { return redisCounters(t, c).Subscribed })
 }

@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// ErrBackendReply marks an error reply of the lock service itself (for
-// Redis: a script error such as keyspace garbage under a lock key), as
-// opposed to a network failure. Both are transport errors for the core,
-// never a grant; the Client logs the former at warning level.
+// ErrBackendReply marks an error reply of the lock service itself, as
+// opposed to a network failure, for a Transport to return. Both are
+// transport errors for the core, never a grant; the Client logs the former
+// at warning level. (With a RedisTransport the core reads Redis's replies
+// itself and counts error replies in Client.RedisCounters.)
 var ErrBackendReply = errors.New("leasehold: backend error reply")
 
 // AcquireReply is a backend's answer to an acquire request.
@@ -27,7 +28,9 @@ type AcquireReply struct {
 	BackendData []byte
 }
 
-// Transport executes the core's commands against a lock service. Methods are
+// Transport executes the core's commands against a lock service (except
+// RedisTransport: with it the core speaks Redis and the Client runs its
+// requests; its Transport methods are never called). Methods are
 // called from their own goroutines, concurrently, with a ctx that carries
 // the request timeout; a returned error is a transport error for the core
 // (the request may or may not have taken effect). Implementations must be
@@ -47,8 +50,7 @@ type Transport interface {
 	// Watch tells the transport that the Client waits for name: until the
 	// returned unwatch function is called, notify is called (from any
 	// goroutine, possibly concurrently) when a release makes another
-	// attempt worthwhile (RedisTransport: a wake-up queued by its ACQUIREs,
-	// one waiting client per release). Spurious notifications are harmless;
+	// attempt worthwhile. Spurious notifications are harmless;
 	// missed ones cost a waiter the holder's remaining TTL, so a transport
 	// that may have missed messages (for example after a reconnect) should
 	// notify.
@@ -56,7 +58,7 @@ type Transport interface {
 }
 
 // WaiterWatcher can be implemented by a Transport that wakes one waiting
-// client per release (RedisTransport): the Client then watches with
+// client per release: the Client then watches with
 // WatchWaiter instead of Watch. wake returns false when no waiter of the
 // Client takes the wake-up (its last waiter for name won or gave up, and
 // unwatch is not called yet); the transport should then pass the wake-up

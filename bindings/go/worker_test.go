@@ -223,6 +223,26 @@ func worker(mode string) error {
 			fmt.Println("RELEASE", errors.As(err, &le), errors.Is(context.Cause(l.Context()), ErrLost), lostSignalled, err)
 		}
 		return nil
+	case "wait", "hold":
+		// wait: queue for the lock, report the grant, release on a line of
+		// stdin. hold: take it with a 1s TTL and keep it until killed.
+		ttl, wait := 10*time.Second, 2*time.Minute
+		if mode == "hold" {
+			ttl = time.Second
+		}
+		for k, _ := c.RedisCounters(); !k.Subscribed; k, _ = c.RedisCounters() {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("READY") // a release from now on can wake this process
+		l, err := c.Acquire(ctx, names[0], AcquireOptions{TTL: ttl, Wait: wait})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ACQUIRED", l.FencingToken())
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return err
+		}
+		return l.Release(ctx)
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }

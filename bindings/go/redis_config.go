@@ -1,0 +1,122 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisTransport is the configuration of the Redis executor: a Client made
+// on it speaks the core's Redis protocol (keys, scripts, the wait queue,
+// the meaning of every reply: docs/redis-protocol.md) and only runs what
+// the core asks, verbatim, on rdb (commands) and on a pub/sub connection of
+// its own (its wake channel). Connection options (password, ACL user, DB,
+// unix socket, TLS, Sentinel) are those of the go-redis client. Python,
+// C++ and C clients contend correctly with it for the same names.
+type RedisTransport struct {
+	rdb   redis.UniversalClient
+	owned bool // made by NewRedisTransportFromOptions: Close closes it
+	proto redisProtocol
+}
+
+// RedisOptions tunes the core's Redis protocol; zero fields take its defaults.
+type RedisOptions struct {
+	// StandbyDelay: how long a waiter told to stand by waits for the woken
+	// one to take the lock before it tries (default 150ms), which bounds how
+	// long a frozen waiter at the head of the queue keeps the lock free.
+	StandbyDelay time.Duration
+	// KeyKeep: how long the fence and queue keys outlive the lease they
+	// serve (default 60s).
+	KeyKeep time.Duration
+	// QueueMaxAge: queue entries older than this are dropped at a release
+	// (default 10 minutes).
+	QueueMaxAge time.Duration
+	// IdleRecheck: how long a queued waiter behind the head waits before it
+	// asks again on its own (default 10s).
+	IdleRecheck time.Duration
+}
+
+// NewRedisTransport returns the executor configuration for rdb (the caller
+// keeps ownership of it) with the protocol's default options.
+func NewRedisTransport(rdb redis.UniversalClient) (*RedisTransport, error) {
+	return NewRedisTransportWithOptions(rdb, nil)
+}
+
+// NewRedisTransportWithOptions is NewRedisTransport with protocol options (o may be nil).
+func NewRedisTransportWithOptions(rdb redis.UniversalClient, o *RedisOptions) (*RedisTransport, error) {
+	if rdb == nil {
+		return nil, invalidArg("nil redis client")
+	}
+	t := &RedisTransport{rdb: rdb}
+	if o != nil {
+		ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
+		t.proto = redisProtocol{standbyDelayMs: ms(o.StandbyDelay), keyKeepMs: ms(o.KeyKeep),
+			queueMaxAgeMs: ms(o.QueueMaxAge), idleRecheckMs: ms(o.IdleRecheck)}
+	}
+	return t, nil
+}
+
+// NewRedisTransportFromOptions makes a go-redis client from opt (Addr or a
+// unix socket path with Network "unix", Username/Password, DB, TLSConfig…)
+// for the executor; Close closes it.
+func NewRedisTransportFromOptions(opt *redis.Options, o *RedisOptions) (*RedisTransport, error) {
+	if opt == nil {
+		return nil, invalidArg("nil redis options")
+	}
+	t, err := NewRedisTransportWithOptions(redis.NewClient(opt), o)
+	if t != nil {
+		t.owned = true
+	}
+	return t, err
+}
+
+// Close closes the go-redis client if NewRedisTransportFromOptions made it.
+// Each Client closes its own pub/sub connection in Client.Close.
+func (t *RedisTransport) Close() error {
+	if t.owned {
+		return t.rdb.Close()
+	}
+	return nil
+}
+
+// SetLogger is kept for compatibility and ignored: the Client's
+// Options.Logger receives what the executor has to say.
+func (t *RedisTransport) SetLogger(*slog.Logger) {}
+
+// Load is kept for compatibility and does nothing: the core loads its
+// scripts itself.
+func (t *RedisTransport) Load(context.Context) error { return nil }
+
+// errDrivenByCore answers the Transport methods of a RedisTransport: a
+// Client runs the core's requests instead of calling them.
+var errDrivenByCore = fmt.Errorf("leasehold: a RedisTransport is driven by a Client's core: %w", errors.ErrUnsupported)
+
+// Acquire, Renew, Release and Watch keep RedisTransport a Transport (it is
+// passed to NewClient); a Client never calls them, and they fail.
+func (t *RedisTransport) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
+	return AcquireReply{}, errDrivenByCore
+}
+
+// Renew: see Acquire.
+func (t *RedisTransport) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
+	return false, errDrivenByCore
+}
+
+// Release: see Acquire.
+func (t *RedisTransport) Release(context.Context, string, string, []byte) (bool, error) {
+	return false, errDrivenByCore
+}
+
+// Watch: see Acquire.
+func (t *RedisTransport) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errDrivenByCore
+}
+
+// WatchWaiter: see Acquire.
+func (t *RedisTransport) WatchWaiter(context.Context, string, func(string) bool) (func(), error) {
+	return nil, errDrivenByCore
+}
