@@ -479,6 +479,27 @@ fn a_txn_that_does_not_return_our_key_is_not_a_grant() {
         "{ev:?}"
     );
     assert_eq!(p.counters().garbage_replies, 1);
+    // Our key without the queue's first is no answer either.
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 5, 9)), None, 5),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.iter().all(|e| !matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(p.counters().garbage_replies, 1);
 }
 
 #[test]

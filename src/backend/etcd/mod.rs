@@ -677,7 +677,7 @@ impl EtcdProtocol {
                     return;
                 };
                 let result = match read {
-                    Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) => {
+                    Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) && t.first_key.is_some() => {
                         if t.own_lease != 0 && Some(t.own_lease) != h.etcd_lease {
                             // Our token's key, bound to an earlier lease of ours: adopt it.
                             h.etcd_lease = Some(t.own_lease);
@@ -728,7 +728,9 @@ impl EtcdProtocol {
                         return;
                     }
                     Ok(_) => {
-                        self.garbage("acquire: the transaction did not return our key");
+                        self.garbage(
+                            "acquire: the transaction did not return our key and the first",
+                        );
                         AcquireResult::TransportError
                     }
                     Err(e) => {
