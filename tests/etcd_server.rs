@@ -297,3 +297,38 @@ fn a_holder_paused_past_its_ttl_is_fenced_out_and_learns_it_lost_the_lock() {
     );
     assert!(!paused.core.is_held(lease0, now()).unwrap());
 }
+
+#[test]
+fn a_holder_whose_lease_is_revoked_behind_its_back_learns_it_at_its_next_keepalive() {
+    let Some(cluster) = Cluster::start("revoked", 3) else {
+        return;
+    };
+    let mut h = Host::new(&cluster.urls, 80, 2);
+    let lease = h.acquire("revoked", 3_000, 1_000);
+    assert!(h.run_until(LONG, |h| h.acquired(lease).is_some()));
+    // Find our etcd lease through the gateway, as an operator would, and revoke it.
+    let leases = support::etcd::post(&cluster.urls[0], "/v3/lease/leases", b"{}", LONG).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&leases.1).unwrap();
+    let ids: Vec<String> = v["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["ID"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "{v}");
+    let body = format!(r#"{{"ID":"{}"}}"#, ids[0]);
+    let (status, _) =
+        support::etcd::post(&cluster.urls[1], "/v3/lease/revoke", body.as_bytes(), LONG).unwrap();
+    assert_eq!(status, 200);
+    let before = h.core.counters().renewals_sent;
+    assert!(h.run_until(LONG, |h| h.lost(lease).is_some()));
+    assert_eq!(h.lost(lease), Some(leasehold::LostReason::Rejected));
+    assert_eq!(
+        h.core.counters().renewals_sent,
+        before + 1,
+        "lost at the next keep-alive"
+    );
+    // Someone else gets the lock at once, with a higher fence.
+    let mut other = Host::new(&cluster.urls, 81, 0);
+    assert!(take(&mut other, "revoked", 3_000, 5_000).is_some());
+}
