@@ -176,7 +176,8 @@
  *
  *   The handle speaks the etcd protocol itself: keys, leases, transactions, watches and the
  *   meaning of every reply. The host needs an HTTP/1.1 client and the cluster's member URLs
- *   (http://host:2379, ...); any member serves any request.
+ *   (http://host:2379, ...); any member serves any request. With a user in lh_etcd_options
+ *   the first request authenticates, and every request then carries req.authorization.
  *
  *   for (;;) {
  *       lh_poll_timeout(c, &deadline);
@@ -190,8 +191,9 @@
  *           lh_http_failed(c, now, id, msg, len);  // no reply / a watch stream ended
  *       do {                                         // drain both completely
  *           lh_http_poll_request(c, &req);           // req.id == 0: none left
- *           LH_HTTP_UNARY: asynchronously POST req.body (Content-Type: application/json)
- *               to member_url + req.path; on a connection failure try the next member;
+ *           LH_HTTP_UNARY: asynchronously POST req.body (Content-Type: application/json,
+ *               Authorization: req.authorization unless empty) to member_url + req.path;
+ *               on a connection failure try the next member;
  *               answer with the status and the whole body, or lh_http_failed;
  *           LH_HTTP_WATCH: asynchronously POST it the same way and keep the response
  *               open: each newline-delimited JSON message goes to lh_http_stream_message,
@@ -1426,6 +1428,37 @@ typedef struct lh_counters {
 } lh_counters;
 
 /**
+ * Options of the etcd protocol. Fill with `lh_etcd_options_default`. With a user, the
+ * handle authenticates first (`/v3/auth/authenticate`) and every request carries the token.
+ */
+typedef struct lh_etcd_options {
+  /**
+   * `sizeof(lh_etcd_options)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * User name (UTF-8, at most 256 bytes; not NUL-terminated), NULL for none.
+   */
+  const uint8_t *user;
+  /**
+   * Length of `user`.
+   */
+  size_t user_len;
+  /**
+   * Password (UTF-8, at most 256 bytes), NULL when empty.
+   */
+  const uint8_t *password;
+  /**
+   * Length of `password`.
+   */
+  size_t password_len;
+} lh_etcd_options;
+
+/**
  * One polled HTTP request. `id == 0` means nothing is left. `method` and `path` are
  * NUL-terminated (empty for `LH_HTTP_CANCEL_WATCH`); the path is appended to a member's
  * base URL (`http://host:2379`); any member serves any request, so on a transport failure
@@ -1461,6 +1494,11 @@ typedef struct lh_http_request {
    * Length of `body`.
    */
   size_t body_len;
+  /**
+   * NUL-terminated; when not empty, send it as the `Authorization` header (the token of
+   * an authenticated cluster).
+   */
+  const char *authorization;
 } lh_http_request;
 
 /**
@@ -2279,13 +2317,26 @@ lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
 lh_status lh_client_debug_panic(struct lh_client *c);
 
 /**
- * Creates a client with the etcd protocol attached (see the header's etcd run loop).
- * Arguments and errors as for `lh_client_new`.
+ * Fills `*out` with the default etcd options (no authentication, and `struct_size`).
+ * NULL is ignored.
  *
  * # Safety
- * As for `lh_client_new`.
+ * `out` is NULL or valid for writing one `lh_etcd_options`.
+ */
+void lh_etcd_options_default(struct lh_etcd_options *out);
+
+/**
+ * Creates a client with the etcd protocol attached (see the header's etcd run loop).
+ * Arguments and errors as for `lh_client_new`, plus `opts` (NULL: no authentication).
+ * Credentials that are not UTF-8 are `LH_ERR_INVALID_UTF8`; empty or overlong ones
+ * `LH_ERR_INVALID_CONFIG`.
+ *
+ * # Safety
+ * As for `lh_client_new`; `opts` is NULL or points to a readable `lh_etcd_options` whose
+ * strings are readable for their lengths.
  */
 lh_status lh_client_new_etcd(const struct lh_config *cfg,
+                             const struct lh_etcd_options *opts,
                              const uint8_t *seed,
                              size_t seed_len,
                              struct lh_client **out);

@@ -578,3 +578,92 @@ fn a_watch_cut_by_compaction_or_a_stream_error_makes_the_waiter_look_again() {
         assert!(saw_txn);
     }
 }
+
+#[test]
+fn with_auth_the_first_request_authenticates_and_every_later_one_carries_the_token() {
+    assert!(EtcdProtocol::with_auth("", "pw").is_err());
+    assert!(EtcdProtocol::with_auth(&"u".repeat(257), "pw").is_err());
+    let mut core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let mut p = EtcdProtocol::with_auth("root", "secret").unwrap();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let r = p.poll_request(&mut core).unwrap();
+    let (auth_id, path, authz) = (r.id, r.path, r.authorization.to_owned());
+    assert_eq!((path, authz.as_str()), (paths::AUTHENTICATE, ""));
+    assert_eq!(
+        serde_json::from_slice::<Value>(r.body).unwrap(),
+        json!({"name": "root", "password": "secret"})
+    );
+    // Nothing else goes out before the token.
+    assert!(p.poll_request(&mut core).is_none());
+    let token = br#"{"header":{"revision":"1"},"token":"abc.123"}"#;
+    p.handle_reply(&mut core, MS, auth_id, 200, token);
+    assert!(p.is_authenticated());
+    let r = p.poll_request(&mut core).unwrap();
+    assert_eq!((r.path, r.authorization), (paths::LEASE_GRANT, "abc.123"));
+    let grant_id = r.id;
+    // The token expired: the request fails, and the next one authenticates again.
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        grant_id,
+        401,
+        br#"{"error":"etcdserver: invalid auth token","code":16}"#,
+    );
+    assert!(!p.is_authenticated());
+    let mut saw_auth = false;
+    for _ in 0..10 {
+        match p.poll_request(&mut core) {
+            Some(r) => {
+                saw_auth = r.path == paths::AUTHENTICATE;
+                break;
+            }
+            None => {
+                let t = p.poll_timeout(&mut core).unwrap();
+                p.handle_timeout(&mut core, t);
+            }
+        }
+    }
+    assert!(saw_auth);
+}
+
+#[test]
+fn a_refused_authentication_is_retried_after_a_pause_and_grants_nothing() {
+    let mut core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let mut p = EtcdProtocol::with_auth("root", "wrong").unwrap();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(100 * MS))
+        .unwrap();
+    let r = p.poll_request(&mut core).unwrap();
+    let id = r.id;
+    p.handle_reply(
+        &mut core,
+        MS,
+        id,
+        400,
+        br#"{"error":"etcdserver: authentication failed, invalid user ID or password","code":3}"#,
+    );
+    // Not at once: after a pause.
+    assert!(p.poll_request(&mut core).is_none());
+    assert!(p.last_error().contains("authentication failed"));
+    let mut now = MS;
+    let mut ev = Vec::new();
+    while now < 3_000 * MS {
+        now = p.poll_timeout(&mut core).unwrap().max(now + MS);
+        p.handle_timeout(&mut core, now);
+        while let Some(r) = p.poll_request(&mut core) {
+            assert_eq!(r.path, paths::AUTHENTICATE);
+        }
+        ev.extend(events(&mut core, &mut p));
+    }
+    assert!(
+        ev.contains(&Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }) || ev.contains(&Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::WaitExhausted
+        }),
+        "{ev:?}"
+    );
+}

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use leasehold::backend::etcd::EtcdProtocol;
 use support::etcd::{Cluster, Host};
 use support::resp::now;
 
@@ -331,4 +332,64 @@ fn a_holder_whose_lease_is_revoked_behind_its_back_learns_it_at_its_next_keepali
     // Someone else gets the lock at once, with a higher fence.
     let mut other = Host::new(&cluster.urls, 81, 0);
     assert!(take(&mut other, "revoked", 3_000, 5_000).is_some());
+}
+
+#[test]
+fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_nothing() {
+    let Some(cluster) = Cluster::start("auth", 3) else {
+        return;
+    };
+    let url = &cluster.urls[0];
+    for (path, body) in [
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"root","password":"rootpw"}"#,
+        ),
+        ("/v3/auth/role/add", r#"{"name":"root"}"#),
+        ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+        ("/v3/auth/enable", "{}"),
+    ] {
+        let (status, reply) = support::etcd::post(url, path, body.as_bytes(), LONG).unwrap();
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&reply));
+    }
+    // Without a token etcd refuses; the engine never sees a grant.
+    let mut anonymous = Host::new(&cluster.urls, 90, 0);
+    assert_eq!(take(&mut anonymous, "guarded", 3_000, 500), None);
+    assert!(
+        anonymous.proto.last_error().contains("user name"),
+        "{}",
+        anonymous.proto.last_error()
+    );
+    let wrong = EtcdProtocol::with_auth("root", "nope").unwrap();
+    let mut wrong = Host::with_protocol(&cluster.urls, 91, 1, wrong);
+    assert_eq!(take(&mut wrong, "guarded", 3_000, 500), None);
+    assert!(!wrong.proto.is_authenticated());
+    // The right password: a token, then the usual protocol, renewals and a waiter's watch too.
+    let mut a = Host::with_protocol(
+        &cluster.urls,
+        92,
+        2,
+        EtcdProtocol::with_auth("root", "rootpw").unwrap(),
+    );
+    let mut b = Host::with_protocol(
+        &cluster.urls,
+        93,
+        0,
+        EtcdProtocol::with_auth("root", "rootpw").unwrap(),
+    );
+    let la = a.acquire("guarded", 3_000, 5_000);
+    assert!(
+        a.run_until(LONG, |h| h.acquired(la).is_some()),
+        "{}",
+        a.proto.last_error()
+    );
+    assert!(a.proto.is_authenticated());
+    let lb = b.acquire("guarded", 3_000, 30_000);
+    assert!(b.run_until(LONG, |h| h.proto.open_watches() == 1));
+    a.run_for(Duration::from_millis(1_500));
+    assert!(a.core.counters().renewals_ok >= 1);
+    a.release(la);
+    assert!(b.run_until(LONG, |h| h.acquired(lb).is_some()));
+    assert!(b.acquired(lb).unwrap() > a.acquired(la).unwrap());
+    assert_eq!(b.proto.counters().wakeups, 1);
 }

@@ -35,7 +35,7 @@ fn etcd_client() -> H {
     let (cfg, seed) = (config(), [3u8; 32]);
     let mut c = null_mut();
     // SAFETY: pointers to locals.
-    let st = unsafe { lh_client_new_etcd(&cfg, seed.as_ptr(), seed.len(), &mut c) };
+    let st = unsafe { lh_client_new_etcd(&cfg, null(), seed.as_ptr(), seed.len(), &mut c) };
     assert_eq!(st, LH_OK);
     H(c)
 }
@@ -225,4 +225,82 @@ fn handles_without_the_etcd_backend_refuse_the_http_calls() {
         assert_eq!(lh_http_poll_request(h.0, r.as_mut_ptr()), LH_ERR_NO_BACKEND);
         assert_eq!(lh_http_reply(h.0, 0, 1, 200, null(), 0), LH_ERR_NO_BACKEND);
     }
+}
+
+fn etcd_options(user: &[u8], password: &[u8]) -> lh_etcd_options {
+    let mut o = MaybeUninit::<lh_etcd_options>::uninit();
+    // SAFETY: valid out-pointer, filled completely.
+    let mut o = unsafe {
+        lh_etcd_options_default(o.as_mut_ptr());
+        o.assume_init()
+    };
+    (o.user, o.user_len) = (user.as_ptr(), user.len());
+    (o.password, o.password_len) = (password.as_ptr(), password.len());
+    o
+}
+
+#[test]
+fn credentials_are_checked_and_the_token_is_carried_in_authorization() {
+    let (cfg, seed) = (config(), [5u8; 32]);
+    let mut c = null_mut();
+    let long = vec![b'u'; 257];
+    // SAFETY: pointers to locals.
+    unsafe {
+        let bad = etcd_options(b"\xff", b"pw");
+        assert_eq!(
+            lh_client_new_etcd(&cfg, &bad, seed.as_ptr(), seed.len(), &mut c),
+            LH_ERR_INVALID_UTF8
+        );
+        let bad = etcd_options(&long, b"pw");
+        assert_eq!(
+            lh_client_new_etcd(&cfg, &bad, seed.as_ptr(), seed.len(), &mut c),
+            LH_ERR_INVALID_CONFIG
+        );
+        assert!(c.is_null());
+        let good = etcd_options(b"root", b"pw");
+        assert_eq!(
+            lh_client_new_etcd(&cfg, &good, seed.as_ptr(), seed.len(), &mut c),
+            LH_OK
+        );
+    }
+    let h = H(c);
+    acquire(&h, "n");
+    let mut r = MaybeUninit::<lh_http_request>::uninit();
+    // SAFETY: valid out-pointer; strings borrowed until the next call.
+    let (id, path, authz) = unsafe {
+        assert_eq!(lh_http_poll_request(h.0, r.as_mut_ptr()), LH_OK);
+        let r = r.assume_init();
+        (
+            r.id,
+            CStr::from_ptr(r.path).to_str().unwrap().to_owned(),
+            CStr::from_ptr(r.authorization).to_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(
+        (path.as_str(), authz.as_str()),
+        ("/v3/auth/authenticate", "")
+    );
+    assert_eq!(
+        reply(
+            &h,
+            MS,
+            id,
+            200,
+            br#"{"header":{"revision":"1"},"token":"tok.1"}"#
+        ),
+        LH_OK
+    );
+    // SAFETY: as above.
+    let (path, authz) = unsafe {
+        assert_eq!(lh_http_poll_request(h.0, r.as_mut_ptr()), LH_OK);
+        let r = r.assume_init();
+        (
+            CStr::from_ptr(r.path).to_str().unwrap().to_owned(),
+            CStr::from_ptr(r.authorization).to_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(
+        (path.as_str(), authz.as_str()),
+        ("/v3/lease/grant", "tok.1")
+    );
 }

@@ -16,7 +16,7 @@ use super::boundary::{
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
 use crate::Client;
-use crate::backend::etcd::{EtcdProtocol, MAX_BODY, RequestKind};
+use crate::backend::etcd::{EtcdProtocol, MAX_BODY, MAX_CREDENTIAL_LEN, RequestKind};
 
 /// `lh_http_request.kind`: `POST` the body, read the whole reply, answer with `lh_http_reply`
 /// (or `lh_http_failed` when no reply came).
@@ -59,6 +59,28 @@ pub struct lh_http_request {
     pub body: *const u8,
     /// Length of `body`.
     pub body_len: usize,
+    /// NUL-terminated; when not empty, send it as the `Authorization` header (the token of
+    /// an authenticated cluster).
+    pub authorization: *const std::ffi::c_char,
+}
+
+/// Options of the etcd protocol. Fill with `lh_etcd_options_default`. With a user, the
+/// handle authenticates first (`/v3/auth/authenticate`) and every request carries the token.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lh_etcd_options {
+    /// `sizeof(lh_etcd_options)` as compiled by the caller.
+    pub struct_size: u32,
+    /// Always 0.
+    pub _reserved: u32,
+    /// User name (UTF-8, at most 256 bytes; not NUL-terminated), NULL for none.
+    pub user: *const u8,
+    /// Length of `user`.
+    pub user_len: usize,
+    /// Password (UTF-8, at most 256 bytes), NULL when empty.
+    pub password: *const u8,
+    /// Length of `password`.
+    pub password_len: usize,
 }
 
 /// What the etcd protocol saw (monotonic), for diagnostics and tests.
@@ -99,6 +121,7 @@ pub(crate) struct EtcdAttached {
     method: Vec<u8>,
     path: Vec<u8>,
     body: Vec<u8>,
+    authorization: Vec<u8>,
 }
 
 impl ClientState {
@@ -113,14 +136,40 @@ impl ClientState {
     }
 }
 
-/// Creates a client with the etcd protocol attached (see the header's etcd run loop).
-/// Arguments and errors as for `lh_client_new`.
+/// Fills `*out` with the default etcd options (no authentication, and `struct_size`).
+/// NULL is ignored.
 ///
 /// # Safety
-/// As for `lh_client_new`.
+/// `out` is NULL or valid for writing one `lh_etcd_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_etcd_options_default(out: *mut lh_etcd_options) {
+    if out.is_null() {
+        return;
+    }
+    let value = lh_etcd_options {
+        struct_size: size_of::<lh_etcd_options>() as u32,
+        _reserved: 0,
+        user: std::ptr::null(),
+        user_len: 0,
+        password: std::ptr::null(),
+        password_len: 0,
+    };
+    // SAFETY: non-NULL; valid per the caller's contract.
+    unsafe { write_out(out, value) };
+}
+
+/// Creates a client with the etcd protocol attached (see the header's etcd run loop).
+/// Arguments and errors as for `lh_client_new`, plus `opts` (NULL: no authentication).
+/// Credentials that are not UTF-8 are `LH_ERR_INVALID_UTF8`; empty or overlong ones
+/// `LH_ERR_INVALID_CONFIG`.
+///
+/// # Safety
+/// As for `lh_client_new`; `opts` is NULL or points to a readable `lh_etcd_options` whose
+/// strings are readable for their lengths.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_client_new_etcd(
     cfg: *const lh_config,
+    opts: *const lh_etcd_options,
     seed: *const u8,
     seed_len: usize,
     out: *mut *mut lh_client,
@@ -131,13 +180,35 @@ pub unsafe extern "C" fn lh_client_new_etcd(
         let cfg = unsafe { read_sized(cfg, "cfg")? };
         // SAFETY: per the caller's contract.
         let seed = unsafe { seed_arg(seed, seed_len)? };
+        let proto = if opts.is_null() {
+            EtcdProtocol::new()
+        } else {
+            // SAFETY: per the caller's contract.
+            let o = unsafe { read_sized(opts, "opts")? };
+            let text = |p: *const u8, len: usize, what: &'static str| {
+                // SAFETY: per the caller's contract.
+                let b = unsafe {
+                    optional_bytes_arg(p, len, MAX_CREDENTIAL_LEN, what, LH_ERR_INVALID_CONFIG)
+                }?;
+                std::str::from_utf8(b)
+                    .map_err(|_| Failure::new(LH_ERR_INVALID_UTF8, format!("{what} is not UTF-8")))
+            };
+            let user = text(o.user, o.user_len, "user")?;
+            let password = text(o.password, o.password_len, "password")?;
+            if user.is_empty() {
+                EtcdProtocol::new()
+            } else {
+                EtcdProtocol::with_auth(user, password)?
+            }
+        };
         let core = Client::new(config_from_c(&cfg)?, seed)?;
         let mut state = ClientState::new(core);
         state.etcd = Some(Box::new(EtcdAttached {
-            proto: EtcdProtocol::new(),
+            proto,
             method: Vec::new(),
             path: Vec::new(),
             body: Vec::new(),
+            authorization: Vec::new(),
         }));
         let handle = Box::new(lh_client {
             state,
@@ -172,6 +243,7 @@ pub unsafe extern "C" fn lh_http_poll_request(
                 path: std::ptr::null(),
                 body: std::ptr::null(),
                 body_len: 0,
+                authorization: std::ptr::null(),
             };
             if let Some(req) = b.proto.poll_request(core) {
                 let fill = |buf: &mut Vec<u8>, bytes: &[u8]| {
@@ -182,6 +254,7 @@ pub unsafe extern "C" fn lh_http_poll_request(
                 fill(&mut b.method, req.method.as_bytes());
                 fill(&mut b.path, req.path.as_bytes());
                 fill(&mut b.body, req.body);
+                fill(&mut b.authorization, req.authorization.as_bytes());
                 r = lh_http_request {
                     id: req.id,
                     kind: req.kind as u32,
@@ -190,6 +263,7 @@ pub unsafe extern "C" fn lh_http_poll_request(
                     path: b.path.as_ptr().cast(),
                     body: b.body.as_ptr(),
                     body_len: b.body.len() - 1,
+                    authorization: b.authorization.as_ptr().cast(),
                 };
             }
             write_out(out, r);

@@ -149,9 +149,20 @@ fn connect(base: &str, timeout: Duration) -> Result<(TcpStream, String), String>
     Ok((s, hostport.to_owned()))
 }
 
-fn send_post(s: &mut TcpStream, host: &str, path: &str, body: &[u8]) -> std::io::Result<()> {
+fn send_post(
+    s: &mut TcpStream,
+    host: &str,
+    path: &str,
+    body: &[u8],
+    auth: &str,
+) -> std::io::Result<()> {
+    let auth = if auth.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: {auth}\r\n")
+    };
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let mut msg = head.into_bytes();
@@ -212,10 +223,21 @@ pub fn post(
     body: &[u8],
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), String> {
+    post_auth(base, path, body, "", timeout)
+}
+
+/// One blocking POST with an `Authorization` header (unless empty).
+pub fn post_auth(
+    base: &str,
+    path: &str,
+    body: &[u8],
+    auth: &str,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
     let (mut s, host) = connect(base, timeout)?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
-    send_post(&mut s, &host, path, body).map_err(|e| e.to_string())?;
+    send_post(&mut s, &host, path, body, auth).map_err(|e| e.to_string())?;
     let mut r = BufReader::new(s);
     let (status, chunked, length) = read_head(&mut r)?;
     let mut out = Vec::new();
@@ -252,10 +274,19 @@ pub struct Host {
 
 impl Host {
     pub fn new(urls: &[String], seed: u8, first_member: usize) -> Host {
+        Self::with_protocol(urls, seed, first_member, EtcdProtocol::new())
+    }
+
+    pub fn with_protocol(
+        urls: &[String],
+        seed: u8,
+        first_member: usize,
+        proto: EtcdProtocol,
+    ) -> Host {
         let (tx, rx) = channel();
         Host {
             core: Client::new(Config::default(), &[seed; 32]).unwrap(),
-            proto: EtcdProtocol::new(),
+            proto,
             urls: Arc::new(urls.to_vec()),
             preferred: Arc::new(AtomicUsize::new(first_member % urls.len())),
             tx,
@@ -311,9 +342,10 @@ impl Host {
     fn pump(&mut self) {
         while let Some(r) = self.proto.poll_request(&mut self.core) {
             let (id, kind, path, body) = (r.id, r.kind, r.path, r.body.to_vec());
+            let auth = r.authorization.to_owned();
             match kind {
-                RequestKind::Unary => self.unary(id, path, body),
-                RequestKind::Watch => self.watch(id, path, body),
+                RequestKind::Unary => self.unary(id, path, body, auth),
+                RequestKind::Watch => self.watch(id, path, body, auth),
                 RequestKind::CancelWatch => {
                     if let Some(Some(s)) = self.streams.lock().unwrap().remove(&id) {
                         let _ = s.shutdown(Shutdown::Both);
@@ -326,14 +358,14 @@ impl Host {
         }
     }
 
-    fn unary(&self, id: u64, path: &'static str, body: Vec<u8>) {
+    fn unary(&self, id: u64, path: &'static str, body: Vec<u8>, auth: String) {
         let (urls, preferred, tx) = (self.urls.clone(), self.preferred.clone(), self.tx.clone());
         std::thread::spawn(move || {
             let start = preferred.load(Ordering::Relaxed);
             let mut last = String::new();
             for k in 0..urls.len() {
                 let i = (start + k) % urls.len();
-                match post(&urls[i], path, &body, TRY_TIMEOUT) {
+                match post_auth(&urls[i], path, &body, &auth, TRY_TIMEOUT) {
                     Ok((status, reply)) => {
                         preferred.store(i, Ordering::Relaxed);
                         let _ = tx.send(Msg::Reply(id, status, reply));
@@ -348,7 +380,7 @@ impl Host {
         });
     }
 
-    fn watch(&self, id: u64, path: &'static str, body: Vec<u8>) {
+    fn watch(&self, id: u64, path: &'static str, body: Vec<u8>, auth: String) {
         let (urls, preferred, tx, streams) = (
             self.urls.clone(),
             self.preferred.clone(),
@@ -367,7 +399,7 @@ impl Host {
                         None => return Ok(()), // cancelled meanwhile
                     }
                 }
-                send_post(&mut s, &host, path, &body).map_err(|e| e.to_string())?;
+                send_post(&mut s, &host, path, &body, &auth).map_err(|e| e.to_string())?;
                 let mut r = BufReader::new(s);
                 let (status, chunked, _) = read_head(&mut r)?;
                 if status != 200 || !chunked {

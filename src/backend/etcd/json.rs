@@ -298,3 +298,17 @@ pub(crate) fn read_first(v: &Value) -> Result<(Option<Vec<u8>>, i64), ReplyError
     let rev = header_revision(v)?;
     Ok((first_kv(v)?.map(|(k, _, _)| k), rev))
 }
+
+/// `Authenticate`: the token (bounded, printable ASCII: it becomes a header).
+pub(crate) fn read_token(v: &Value) -> Result<String, ReplyError> {
+    match v.get("token") {
+        Some(Value::String(t))
+            if !t.is_empty()
+                && t.len() <= MAX_KEY
+                && t.bytes().all(|b| (0x21..0x7f).contains(&b)) =>
+        {
+            Ok(t.clone())
+        }
+        _ => Err(ReplyError::Garbage("authenticate without a usable token")),
+    }
+}

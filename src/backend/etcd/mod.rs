@@ -35,6 +35,13 @@
 //! keeps the waiter's own etcd lease alive; if that lease is lost, the waiter rejoins at the
 //! end of the queue. A waiter that gives up revokes its lease, so it never blocks the queue.
 //!
+//! # Authentication
+//!
+//! With [`EtcdProtocol::with_auth`], the first request is `auth/authenticate` with the user
+//! and password; every later request carries the token ([`Request::authorization`], the
+//! `Authorization` header). A request refused for its token (expired, or the member forgot
+//! it) is a transport error for the engine, and the next request authenticates again.
+//!
 //! # Faults
 //!
 //! Any error body (`{"error":…,"code":…}`), HTTP status other than 200, garbage or
@@ -78,7 +85,16 @@ pub mod paths {
     pub const KV_RANGE: &str = "/v3/kv/range";
     /// `Watch` (a stream the host keeps open).
     pub const WATCH: &str = "/v3/watch";
+    /// `Authenticate` (user and password for a token).
+    pub const AUTHENTICATE: &str = "/v3/auth/authenticate";
 }
+
+/// Longest user name or password accepted, in bytes.
+pub const MAX_CREDENTIAL_LEN: usize = 256;
+/// gRPC code of a missing, expired or invalid auth token.
+const CODE_UNAUTHENTICATED: i64 = 16;
+/// After a failed authentication, how long before the next attempt.
+const REAUTH_AFTER_NS: u64 = 500 * MS;
 
 /// How the host runs a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,6 +125,9 @@ pub struct Request<'a> {
     pub path: &'static str,
     /// The JSON body (empty for `CancelWatch`).
     pub body: &'a [u8],
+    /// Send as the `Authorization` header when not empty (the token of an authenticated
+    /// cluster; see [`EtcdProtocol::with_auth`]).
+    pub authorization: &'a str,
 }
 
 /// What the protocol saw, for diagnostics and tests (monotonic).
@@ -159,6 +178,8 @@ enum Op {
     },
     /// The watch on the predecessor's key.
     Watch { lease: LeaseId, key: Vec<u8> },
+    /// User and password for a token.
+    Authenticate,
 }
 
 #[derive(Debug)]
@@ -205,6 +226,18 @@ pub struct EtcdProtocol {
     holders: HashMap<LeaseId, Holder>,
     counters: EtcdCounters,
     last_error: String,
+    auth: Option<Auth>,
+}
+
+/// Credentials and the token they got.
+#[derive(Debug)]
+struct Auth {
+    user: String,
+    password: String,
+    token: String,
+    /// The authenticate request, while one is out.
+    request: Option<u64>,
+    retry_at: u64,
 }
 
 impl Default for EtcdProtocol {
@@ -250,7 +283,35 @@ impl EtcdProtocol {
             holders: HashMap::new(),
             counters: EtcdCounters::default(),
             last_error: String::new(),
+            auth: None,
         }
+    }
+
+    /// Creates the protocol for a cluster with authentication on: before anything else it
+    /// trades `user` and `password` for a token (`/v3/auth/authenticate`), which every request
+    /// then carries; a request refused for its token gets a new one. Empty or overlong
+    /// credentials are refused.
+    pub fn with_auth(user: &str, password: &str) -> Result<Self, crate::Error> {
+        if user.is_empty() || user.len() > MAX_CREDENTIAL_LEN || password.len() > MAX_CREDENTIAL_LEN
+        {
+            return Err(crate::Error::InvalidConfig(
+                "etcd user must be 1..=256 bytes and its password at most 256",
+            ));
+        }
+        let mut p = Self::new();
+        p.auth = Some(Auth {
+            user: user.to_owned(),
+            password: password.to_owned(),
+            token: String::new(),
+            request: None,
+            retry_at: 0,
+        });
+        Ok(p)
+    }
+
+    /// Whether requests carry a token now (always true without authentication).
+    pub fn is_authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| !a.token.is_empty())
     }
 
     /// Counters.
@@ -280,7 +341,39 @@ impl EtcdProtocol {
                 method: "",
                 path: "",
                 body: &[],
+                authorization: "",
             });
+        }
+        let now = core.now();
+        if let Some(a) = &mut self.auth {
+            if a.token.is_empty() {
+                // Everything waits for the token; one authenticate request at a time.
+                if a.request.is_some() || now < a.retry_at || self.outbox.is_empty() {
+                    return None;
+                }
+                let body = json!({ "name": a.user, "password": a.password });
+                let id = self.push(
+                    Op::Authenticate,
+                    RequestKind::Unary,
+                    paths::AUTHENTICATE,
+                    body,
+                    now,
+                );
+                // Sent now, ahead of the queue it unblocks.
+                self.outbox.retain(|&o| o != id);
+                if let Some(a) = &mut self.auth {
+                    a.request = Some(id);
+                }
+                let p = &self.pending[&id];
+                return Some(Request {
+                    id,
+                    kind: p.kind,
+                    method: "POST",
+                    path: p.path,
+                    body: &p.body,
+                    authorization: "",
+                });
+            }
         }
         while let Some(id) = self.outbox.pop_front() {
             if let Some(p) = self.pending.get(&id) {
@@ -290,6 +383,7 @@ impl EtcdProtocol {
                     method: "POST",
                     path: p.path,
                     body: &p.body,
+                    authorization: self.auth.as_ref().map_or("", |a| a.token.as_str()),
                 });
             }
         }
@@ -318,6 +412,11 @@ impl EtcdProtocol {
         }
         if let Some(Reverse((at, _))) = self.expiry.peek() {
             t = t.min(*at);
+        }
+        if let Some(a) = &self.auth {
+            if a.token.is_empty() && a.request.is_none() && !self.outbox.is_empty() {
+                t = t.min(a.retry_at);
+            }
         }
         (t != NEVER).then_some(t)
     }
@@ -395,6 +494,12 @@ impl EtcdProtocol {
             return;
         }
         let parsed = json::parse_body(status, body);
+        if let (Err(e), Some(a)) = (&parsed, &mut self.auth) {
+            if e.code() == Some(CODE_UNAUTHENTICATED) || e.to_string().contains("auth token") {
+                // The token expired or the member restarted: get a new one.
+                a.token.clear();
+            }
+        }
         if let Err(e) = &parsed {
             match e {
                 ReplyError::Server { .. } | ReplyError::Status(_) => {
@@ -841,6 +946,39 @@ impl EtcdProtocol {
                 }
             }
             Op::Watch { .. } => {}
+            Op::Authenticate => {
+                let token = self.read(reply, json::read_token);
+                let refused = token.is_err();
+                if let Some(a) = &mut self.auth {
+                    a.request = None;
+                    match token {
+                        Ok(t) => a.token = t,
+                        Err(_) => a.retry_at = now.saturating_add(REAUTH_AFTER_NS),
+                    }
+                }
+                if refused {
+                    // What waited for the token fails now (the engine retries within its
+                    // budget), rather than when the engine times it out.
+                    let why = self.last_error.clone();
+                    let waiting: Vec<u64> = self.outbox.drain(..).collect();
+                    for id in waiting {
+                        match self.pending.get(&id).map(|p| p.kind) {
+                            Some(RequestKind::Unary) => {
+                                if let Some(p) = self.pending.remove(&id) {
+                                    self.on_reply(core, now, p.op, Err(ReplyError::Transport));
+                                }
+                            }
+                            Some(_) => {
+                                if let Some(p) = self.pending.remove(&id) {
+                                    self.watch_ended(core, now, id, p.op);
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                    self.last_error = why;
+                }
+            }
         }
     }
 
