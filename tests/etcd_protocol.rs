@@ -667,3 +667,82 @@ fn a_refused_authentication_is_retried_after_a_pause_and_grants_nothing() {
         "{ev:?}"
     );
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A waiter with a watch open, and the ids of its pending txn-less state.
+    fn waiting() -> (Client, EtcdProtocol, u64) {
+        let (mut core, mut p) = setup();
+        core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+            .unwrap();
+        let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+        p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+        let t = expect(&mut core, &mut p, paths::KV_TXN);
+        let mine = put_key(&t.body);
+        let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+        p.handle_reply(
+            &mut core,
+            2 * MS,
+            t.id,
+            200,
+            &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+        );
+        let r = expect(&mut core, &mut p, paths::KV_RANGE);
+        let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)]});
+        p.handle_reply(
+            &mut core,
+            3 * MS,
+            r.id,
+            200,
+            &serde_json::to_vec(&range).unwrap(),
+        );
+        let w = expect(&mut core, &mut p, paths::WATCH);
+        (core, p, w.id)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary bytes as any reply or watch message: no panic, never a grant.
+        #[test]
+        fn arbitrary_replies_never_grant(
+            status in prop_oneof![Just(200u16), 100u16..600],
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..6),
+        ) {
+            let (mut core, mut p, watch) = waiting();
+            let mut now = 4 * MS;
+            for body in &bodies {
+                now += MS;
+                p.handle_watch_message(&mut core, now, watch, body);
+                while let Some(r) = next(&mut core, &mut p) {
+                    p.handle_reply(&mut core, now, r.id, status, body);
+                }
+                p.handle_timeout(&mut core, now);
+            }
+            let ev = events(&mut core, &mut p);
+            prop_assert!(ev.iter().all(|e| !matches!(e, Event::Acquired { .. })), "{:?}", ev);
+        }
+
+        /// JSON of the right outline with values of the wrong types: no panic, never a grant.
+        #[test]
+        fn wrong_types_never_grant(pick in 0usize..8, n in any::<i64>()) {
+            let odd = [
+                json!(null), json!(n), json!(n.to_string()), json!("x"), json!([n]),
+                json!({"n": n}), json!(true), json!(-1),
+            ][pick].clone();
+            let (mut core, mut p) = setup();
+            core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0)).unwrap();
+            let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+            p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+            let t = expect(&mut core, &mut p, paths::KV_TXN);
+            let body = json!({"header": {"revision": odd}, "succeeded": odd,
+                "responses": [{"response_range": {"kvs": [{"key": odd, "create_revision": odd}]}},
+                              {"response_range": {"kvs": odd}}]});
+            p.handle_reply(&mut core, 2 * MS, t.id, 200, &serde_json::to_vec(&body).unwrap());
+            let ev = events(&mut core, &mut p);
+            prop_assert!(ev.iter().all(|e| !matches!(e, Event::Acquired { .. })), "{:?}", ev);
+        }
+    }
+}
