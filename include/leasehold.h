@@ -172,6 +172,42 @@
  *   each request), call lh_sql_connection_reset. lh_sql_last_error says what the database
  *   said or why the schema was refused (a foreign table of the same name).
  *
+ * THE RUN LOOP WITH ETCD (v3, through its JSON gateway: lh_client_new_etcd)
+ *
+ *   The handle speaks the etcd protocol itself: keys, leases, transactions, watches and the
+ *   meaning of every reply. The host needs an HTTP/1.1 client and the cluster's member URLs
+ *   (http://host:2379, ...); any member serves any request. With a user in lh_etcd_options
+ *   the first request authenticates, and every request then carries req.authorization.
+ *
+ *   for (;;) {
+ *       lh_poll_timeout(c, &deadline);
+ *       wait until the earliest of: deadline, a finished request, a message on an open
+ *           watch stream, an application call;
+ *       now = monotonic_ns();
+ *       feed exactly that one input:
+ *           lh_timeout(c, now) | lh_acquire / lh_release |
+ *           lh_http_reply(c, now, id, status, body, body_len) |     // a whole reply
+ *           lh_http_stream_message(c, now, id, line, line_len) |    // one watch message
+ *           lh_http_failed(c, now, id, msg, len);  // no reply / a watch stream ended
+ *       do {                                         // drain both completely
+ *           lh_http_poll_request(c, &req);           // req.id == 0: none left
+ *           LH_HTTP_UNARY: asynchronously POST req.body (Content-Type: application/json,
+ *               Authorization: req.authorization unless empty) to member_url + req.path;
+ *               on a connection failure try the next member;
+ *               answer with the status and the whole body, or lh_http_failed;
+ *           LH_HTTP_WATCH: asynchronously POST it the same way and keep the response
+ *               open: each newline-delimited JSON message goes to lh_http_stream_message,
+ *               the end of the stream (or its failure) to lh_http_failed;
+ *           LH_HTTP_CANCEL_WATCH: close the stream of watch req.id (no answer);
+ *       } while (req.id != 0);
+ *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
+ *   }
+ *
+ *   The fencing token is the create revision of the lease's key: strictly increasing per
+ *   name across the cluster. Error bodies, non-200 statuses and malformed JSON become
+ *   transport errors for the engine, never grants; a keep-alive that finds the lease gone
+ *   makes the lease Lost. docs/etcd-protocol.md describes the keys and requests.
+ *
  * THE MEMORY SERVICE (lh_memory_service_*)
  *
  *   An in-process reference lock service with fault switches, for tests and examples in every
@@ -679,6 +715,29 @@
  * Deepest array nesting accepted in a reply.
  */
 #define LH_MAX_REPLY_DEPTH 16
+
+/**
+ * `lh_http_request.kind`: `POST` the body, read the whole reply, answer with `lh_http_reply`
+ * (or `lh_http_failed` when no reply came).
+ */
+#define LH_HTTP_UNARY 1
+
+/**
+ * `lh_http_request.kind`: `POST` the body and keep the response open; pass each
+ * newline-delimited JSON message to `lh_http_stream_message`; when the stream ends or
+ * breaks, call `lh_http_failed` with its id.
+ */
+#define LH_HTTP_WATCH 2
+
+/**
+ * `lh_http_request.kind`: close the watch stream `id` (no reply).
+ */
+#define LH_HTTP_CANCEL_WATCH 3
+
+/**
+ * Largest reply body or stream message the protocol reads, in bytes.
+ */
+#define LH_MAX_HTTP_BODY (1 << 20)
 
 /**
  * Longest ownership token the memory service accepts, in bytes (the engine's are 32).
@@ -1367,6 +1426,138 @@ typedef struct lh_counters {
    */
   uint64_t releases_lost;
 } lh_counters;
+
+/**
+ * Options of the etcd protocol. Fill with `lh_etcd_options_default`. With a user, the
+ * handle authenticates first (`/v3/auth/authenticate`) and every request carries the token.
+ */
+typedef struct lh_etcd_options {
+  /**
+   * `sizeof(lh_etcd_options)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * User name (UTF-8, at most 256 bytes; not NUL-terminated), NULL for none.
+   */
+  const uint8_t *user;
+  /**
+   * Length of `user`.
+   */
+  size_t user_len;
+  /**
+   * Password (UTF-8, at most 256 bytes), NULL when empty.
+   */
+  const uint8_t *password;
+  /**
+   * Length of `password`.
+   */
+  size_t password_len;
+} lh_etcd_options;
+
+/**
+ * One polled HTTP request. `id == 0` means nothing is left. `method` and `path` are
+ * NUL-terminated (empty for `LH_HTTP_CANCEL_WATCH`); the path is appended to a member's
+ * base URL (`http://host:2379`); any member serves any request, so on a transport failure
+ * the host may try the next member before reporting it. Send `Content-Type:
+ * application/json`. Every pointer borrows the handle until the next call on it.
+ */
+typedef struct lh_http_request {
+  /**
+   * Request id (never reused), 0 when none.
+   */
+  uint64_t id;
+  /**
+   * `LH_HTTP_*`.
+   */
+  uint32_t kind;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * The HTTP method (`POST`), NUL-terminated.
+   */
+  const char *method;
+  /**
+   * The path, NUL-terminated.
+   */
+  const char *path;
+  /**
+   * The JSON body (a NUL follows it, not counted).
+   */
+  const uint8_t *body;
+  /**
+   * Length of `body`.
+   */
+  size_t body_len;
+  /**
+   * NUL-terminated; when not empty, send it as the `Authorization` header (the token of
+   * an authenticated cluster).
+   */
+  const char *authorization;
+} lh_http_request;
+
+/**
+ * What the etcd protocol saw (monotonic), for diagnostics and tests.
+ */
+typedef struct lh_etcd_counters {
+  /**
+   * `sizeof(lh_etcd_counters)` as compiled by the caller; set to the library's size.
+   */
+  uint32_t struct_size;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
+  /**
+   * Requests emitted (cancellations not included).
+   */
+  uint64_t requests;
+  /**
+   * etcd leases granted.
+   */
+  uint64_t leases_granted;
+  /**
+   * Acquire transactions sent.
+   */
+  uint64_t txns;
+  /**
+   * Watches opened on a predecessor.
+   */
+  uint64_t watches;
+  /**
+   * Waiters woken by their predecessor's deletion (or a cut watch).
+   */
+  uint64_t wakeups;
+  /**
+   * Keep-alives sent for waiting leases.
+   */
+  uint64_t waiting_keepalives;
+  /**
+   * Waiters whose etcd lease was gone (they rejoined the queue).
+   */
+  uint64_t waiters_expired;
+  /**
+   * Error bodies or non-200 statuses.
+   */
+  uint64_t error_replies;
+  /**
+   * Malformed or oversized replies.
+   */
+  uint64_t garbage_replies;
+  /**
+   * Transport failures reported by the host.
+   */
+  uint64_t transport_failures;
+  /**
+   * Replies for unknown or already answered ids.
+   */
+  uint64_t stale_replies;
+} lh_etcd_counters;
 
 /**
  * Limits of a memory service. Fill with `lh_memory_config_default`, then change fields;
@@ -2124,6 +2315,102 @@ lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
  * `c` is NULL or a live handle.
  */
 lh_status lh_client_debug_panic(struct lh_client *c);
+
+/**
+ * Fills `*out` with the default etcd options (no authentication, and `struct_size`).
+ * NULL is ignored.
+ *
+ * # Safety
+ * `out` is NULL or valid for writing one `lh_etcd_options`.
+ */
+void lh_etcd_options_default(struct lh_etcd_options *out);
+
+/**
+ * Creates a client with the etcd protocol attached (see the header's etcd run loop).
+ * Arguments and errors as for `lh_client_new`, plus `opts` (NULL: no authentication).
+ * Credentials that are not UTF-8 are `LH_ERR_INVALID_UTF8`; empty or overlong ones
+ * `LH_ERR_INVALID_CONFIG`.
+ *
+ * # Safety
+ * As for `lh_client_new`; `opts` is NULL or points to a readable `lh_etcd_options` whose
+ * strings are readable for their lengths.
+ */
+lh_status lh_client_new_etcd(const struct lh_config *cfg,
+                             const struct lh_etcd_options *opts,
+                             const uint8_t *seed,
+                             size_t seed_len,
+                             struct lh_client **out);
+
+/**
+ * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
+ * after every input, like `lh_poll_output`).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for writing one `lh_http_request`.
+ */
+lh_status lh_http_poll_request(struct lh_client *c, struct lh_http_request *out);
+
+/**
+ * Hands back the reply to unary request `id`: the HTTP status (100..=599) and the whole
+ * body (at most `LH_MAX_HTTP_BODY` bytes; NULL when empty). Read during the call, never
+ * retained. Any status, error body or malformed JSON is the protocol's to judge (a
+ * transport error for the engine, never a grant). Unknown and already answered ids are
+ * counted and ignored (`LH_OK`).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `body` points to `body_len` readable bytes.
+ */
+lh_status lh_http_reply(struct lh_client *c,
+                        uint64_t now,
+                        uint64_t id,
+                        uint32_t status,
+                        const uint8_t *body,
+                        size_t body_len);
+
+/**
+ * One JSON message streamed on watch `id` (one line of its response body, without the
+ * newline; at most `LH_MAX_HTTP_BODY` bytes).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_http_stream_message(struct lh_client *c,
+                                 uint64_t now,
+                                 uint64_t id,
+                                 const uint8_t *message,
+                                 size_t message_len);
+
+/**
+ * Request `id` got no reply (connection refused or broken, timed out on every member), or
+ * watch stream `id` ended. `message` is the client's text (UTF-8 not required; at most
+ * `LH_MAX_HTTP_BODY` bytes, NULL when empty). Unknown ids are counted and ignored.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_http_failed(struct lh_client *c,
+                         uint64_t now,
+                         uint64_t id,
+                         const uint8_t *message,
+                         size_t message_len);
+
+/**
+ * Writes the etcd protocol's counters (`out->struct_size` must be set).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for writing `out->struct_size` bytes.
+ */
+lh_status lh_etcd_counters_get(const struct lh_client *c, struct lh_etcd_counters *out);
+
+/**
+ * The last error body, transport failure or malformed reply the protocol saw:
+ * `*out_text` / `*out_len` (not NUL-terminated; length 0 if none), borrowed until the next
+ * call on the handle.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; the out-pointers are valid for writes.
+ */
+lh_status lh_etcd_last_error(const struct lh_client *c, const uint8_t **out_text, size_t *out_len);
 
 /**
  * Fills `*out` with the default limits (and `struct_size`). NULL is ignored.

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 # tests/sql_postgres.rs starts throw-away PostgreSQL clusters (scripts/pg-test-server.sh).
 bash scripts/ensure-postgres.sh
+# tests/etcd_server.rs starts throw-away 3-member etcd clusters (scripts/etcd-test-cluster.sh).
+bash scripts/ensure-etcd.sh
 cargo fmt --all --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Cargo.toml optimises the crate in the test profile but keeps debug assertions and

@@ -7,6 +7,7 @@
 //! and feeds the engine's inputs. The engine stays backend-neutral; the host executes
 //! requests verbatim and hands replies back unread.
 
+pub mod etcd;
 pub mod memory;
 pub mod redis;
 pub mod sql;

@@ -181,6 +181,9 @@ impl ClientState {
         if let Some(b) = &mut self.sql {
             return b.proto.poll_event(&mut self.core).map(Output::Event);
         }
+        if let Some(b) = &mut self.etcd {
+            return b.proto.poll_event(&mut self.core).map(Output::Event);
+        }
         match &mut self.backend {
             Some(b) => b.proto.poll_event(&mut self.core).map(Output::Event),
             None => self.core.poll_output(),
@@ -191,6 +194,9 @@ impl ClientState {
         if let Some(b) = &mut self.sql {
             return b.proto.poll_timeout(&mut self.core);
         }
+        if let Some(b) = &mut self.etcd {
+            return b.proto.poll_timeout(&mut self.core);
+        }
         match &mut self.backend {
             Some(b) => b.proto.poll_timeout(&mut self.core),
             None => self.core.poll_timeout(),
@@ -199,6 +205,9 @@ impl ClientState {
 
     pub(crate) fn timeout(&mut self, now: u64) {
         if let Some(b) = &mut self.sql {
+            return b.proto.handle_timeout(&mut self.core, now);
+        }
+        if let Some(b) = &mut self.etcd {
             return b.proto.handle_timeout(&mut self.core, now);
         }
         match &mut self.backend {

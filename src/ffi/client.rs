@@ -43,6 +43,8 @@ pub(crate) struct ClientState {
     pub(crate) backend: Option<Box<super::backend::Attached>>,
     /// The SQL protocol, when the handle was created with one (`lh_client_new_sql`).
     pub(crate) sql: Option<Box<super::sql::SqlAttached>>,
+    /// The etcd protocol, when the handle was created with one (`lh_client_new_etcd`).
+    pub(crate) etcd: Option<Box<super::etcd::EtcdAttached>>,
     /// Name of the last polled output; `lh_output.name` points into it.
     out_name: Option<LockName>,
     /// Hex token of the last polled output; `lh_output.token` points into it.
@@ -236,6 +238,7 @@ pub unsafe extern "C" fn lh_client_new(
                 core,
                 backend: None,
                 sql: None,
+                etcd: None,
                 out_name: None,
                 out_token: [0; 32],
                 out_token_raw: None,
@@ -684,6 +687,7 @@ impl ClientState {
             core,
             backend: None,
             sql: None,
+            etcd: None,
             out_name: None,
             out_token: [0; 32],
             out_token_raw: None,

@@ -13,6 +13,7 @@
 //! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
 //! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
 //! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
+//! - [`etcd`]: a handle with the etcd protocol attached: HTTP requests, replies, watch streams.
 //! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
@@ -25,6 +26,8 @@ pub mod types;
 pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
+/// A handle with the etcd protocol attached (`lh_client_new_etcd`, `lh_http_*`).
+pub mod etcd;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
 /// Redis protocol exports (`lh_redis_*`); written by the redis helper.
@@ -34,6 +37,7 @@ pub mod sql;
 
 pub use backend::*;
 pub use client::*;
+pub use etcd::*;
 pub use memory::*;
 pub use redis::*;
 pub use sql::*;

@@ -1,2 +1,3 @@
 //! Shared support for the integration tests that talk to real servers.
+pub mod etcd;
 pub mod resp;

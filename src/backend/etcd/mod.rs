@@ -1,0 +1,1160 @@
+//! The etcd v3 protocol (design §6), spoken through etcd's JSON gateway (`/v3/…`), so a host
+//! needs nothing but an HTTP client.
+//!
+//! [`EtcdProtocol`] sits between the lease engine ([`Client`]) and the host's HTTP client. It
+//! turns the engine's commands into [`Request`]s — `POST` a JSON body to a path on any member
+//! of the cluster — and the replies (status code and body) into the engine's inputs. The host
+//! never builds a key or reads a body.
+//!
+//! # Keys and ownership
+//!
+//! Each lock name has a queue under the prefix [`queue_prefix`]: `lh/<byte length>:<name>/`
+//! (the length keeps `a` and `a/b` apart, since names may hold `/`). A lease joins it with
+//! the key `prefix + token hex`, bound to an etcd lease of its own. The key with the lowest
+//! create revision owns the lock, and **its create revision is the fencing token**: revisions
+//! strictly increase cluster-wide, and each new owner's key is younger than every earlier
+//! owner's, so fences of one name strictly increase across clients, leaders and restarts.
+//!
+//! # Requests
+//!
+//! - acquire: `lease/grant` (TTL rounded up to whole seconds, once per lease), then one
+//!   `kv/txn`: if the key does not exist, put it with the lease; either way read it and the
+//!   queue's first key. Retries with the same token find the same key (idempotent).
+//! - renew: `lease/keepalive` (a gateway stream; the host reads the whole body). A reply
+//!   without a TTL means the lease is gone: the renewal is rejected and the lease is Lost.
+//! - release: `lease/revoke` (deletes the key with the lease; "lease not found" is NotOwner).
+//!
+//! # Waiting
+//!
+//! A lease that is not first looks up its predecessor (the key just before its own in create
+//! order) and opens a watch on that key alone ([`RequestKind::Watch`]: a streaming `POST
+//! /v3/watch` the host keeps open, passing each streamed JSON message to
+//! [`EtcdProtocol::handle_watch_message`]). When that key is deleted — released, or its
+//! lease expired because its owner died — the waiter is woken and asks again: a release wakes
+//! exactly one waiter, in FIFO order (the ZooKeeper recipe). While it waits the protocol
+//! keeps the waiter's own etcd lease alive; if that lease is lost, the waiter rejoins at the
+//! end of the queue. A waiter that gives up revokes its lease, so it never blocks the queue.
+//!
+//! # Authentication
+//!
+//! With [`EtcdProtocol::with_auth`], the first request is `auth/authenticate` with the user
+//! and password; every later request carries the token ([`Request::authorization`], the
+//! `Authorization` header). A request refused for its token (expired, or the member forgot
+//! it) is a transport error for the engine, and the next request authenticates again.
+//!
+//! # Faults
+//!
+//! Any error body (`{"error":…,"code":…}`), HTTP status other than 200, garbage or
+//! out-of-bounds reply is a transport error for the engine — never a grant. An acquire
+//! whose lease vanished starts over with a fresh lease.
+
+mod json;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use serde_json::{Value, json};
+
+use crate::{
+    AcquireResult, Client, Command, Event, LeaseId, LockName, Output, ReleaseResult, RenewResult,
+    RequestId, Token,
+};
+pub use json::{MAX_BODY, ReplyError};
+
+const NEVER: u64 = u64::MAX;
+const MS: u64 = 1_000_000;
+const MAX_ERROR_TEXT: usize = 512;
+/// How long an unanswered unary request is remembered (the engine timed it out long before).
+const FORGET_AFTER_NS: u64 = 30_000 * MS;
+/// After a failed watch or predecessor lookup, how long before the waiter is woken to retry.
+const REWATCH_AFTER_NS: u64 = 200 * MS;
+/// gRPC code etcd answers for a lease that does not exist (expired or revoked).
+const CODE_NOT_FOUND: i64 = 5;
+
+/// The gateway paths the protocol uses (etcd 3.4 and later serve all of them).
+pub mod paths {
+    /// `LeaseGrant`.
+    pub const LEASE_GRANT: &str = "/v3/lease/grant";
+    /// `LeaseKeepAlive` (a stream; one message in, one out).
+    pub const LEASE_KEEPALIVE: &str = "/v3/lease/keepalive";
+    /// `LeaseRevoke`.
+    pub const LEASE_REVOKE: &str = "/v3/lease/revoke";
+    /// `Txn`.
+    pub const KV_TXN: &str = "/v3/kv/txn";
+    /// `Range`.
+    pub const KV_RANGE: &str = "/v3/kv/range";
+    /// `Watch` (a stream the host keeps open).
+    pub const WATCH: &str = "/v3/watch";
+    /// `Authenticate` (user and password for a token).
+    pub const AUTHENTICATE: &str = "/v3/auth/authenticate";
+}
+
+/// Longest user name or password accepted, in bytes.
+pub const MAX_CREDENTIAL_LEN: usize = 256;
+/// gRPC code of a missing, expired or invalid auth token.
+const CODE_UNAUTHENTICATED: i64 = 16;
+/// After a failed authentication, how long before the next attempt.
+const REAUTH_AFTER_NS: u64 = 500 * MS;
+
+/// How the host runs a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum RequestKind {
+    /// `POST` the body, read the whole reply, answer with
+    /// [`EtcdProtocol::handle_reply`] or [`EtcdProtocol::handle_failed`].
+    Unary = 1,
+    /// `POST` the body and keep the response open: pass every newline-delimited JSON message
+    /// to [`EtcdProtocol::handle_watch_message`]; when the stream ends or fails, call
+    /// [`EtcdProtocol::handle_failed`] with its id.
+    Watch = 2,
+    /// Close the watch stream `id` (no reply). Messages still arriving for it are ignored.
+    CancelWatch = 3,
+}
+
+/// A request for the host. Any member of the cluster serves every request: on a transport
+/// failure the host may try the next member URL before reporting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// Id to answer with; never reused.
+    pub id: u64,
+    /// How to run it.
+    pub kind: RequestKind,
+    /// The HTTP method (always `POST` for the gateway; empty for `CancelWatch`).
+    pub method: &'static str,
+    /// The path, appended to a member's base URL (empty for `CancelWatch`).
+    pub path: &'static str,
+    /// The JSON body (empty for `CancelWatch`).
+    pub body: &'a [u8],
+    /// Send as the `Authorization` header when not empty (the token of an authenticated
+    /// cluster; see [`EtcdProtocol::with_auth`]).
+    pub authorization: &'a str,
+}
+
+/// What the protocol saw, for diagnostics and tests (monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EtcdCounters {
+    /// Requests emitted (watch cancellations not included).
+    pub requests: u64,
+    /// etcd leases granted.
+    pub leases_granted: u64,
+    /// Acquire transactions sent.
+    pub txns: u64,
+    /// Watches opened on a predecessor.
+    pub watches: u64,
+    /// Waiters woken because the key they watched was deleted (or the watch was cut).
+    pub wakeups: u64,
+    /// Keep-alives sent for waiting leases.
+    pub waiting_keepalives: u64,
+    /// Waiters whose etcd lease was gone (they rejoin the queue).
+    pub waiters_expired: u64,
+    /// Error bodies or non-200 statuses.
+    pub error_replies: u64,
+    /// Replies that were not what the request can get (garbage, wrong types, oversized).
+    pub garbage_replies: u64,
+    /// Transport failures reported by the host.
+    pub transport_failures: u64,
+    /// Replies and messages for unknown or already answered ids.
+    pub stale_replies: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A lease for `lease`'s acquire.
+    Grant { lease: LeaseId },
+    /// The acquire transaction.
+    Txn { lease: LeaseId, req: RequestId },
+    /// The key before ours.
+    Predecessor { lease: LeaseId },
+    /// A renewal (`req`) or a waiting lease's keep-alive (`None`).
+    KeepAlive {
+        lease: LeaseId,
+        req: Option<RequestId>,
+    },
+    /// A release (`req`) or the protocol's own cleanup (`None`).
+    Revoke {
+        lease: LeaseId,
+        req: Option<RequestId>,
+        etcd_lease: i64,
+    },
+    /// The watch on the predecessor's key.
+    Watch { lease: LeaseId, key: Vec<u8> },
+    /// User and password for a token.
+    Authenticate,
+}
+
+#[derive(Debug)]
+struct Pending {
+    op: Op,
+    kind: RequestKind,
+    path: &'static str,
+    body: Vec<u8>,
+}
+
+/// What the protocol knows of one engine lease.
+#[derive(Debug)]
+struct Holder {
+    name: LockName,
+    key: Vec<u8>,
+    ttl_ms: u64,
+    etcd_lease: Option<i64>,
+    /// A grant is in flight; the acquire waits for it.
+    granting: bool,
+    parked: Option<RequestId>,
+    /// Our key's create revision, once read.
+    own_rev: i64,
+    /// The open watch (request id) and the key it watches.
+    watch: Option<(u64, Vec<u8>)>,
+    lookup_in_flight: bool,
+    waiting: bool,
+    keepalive_in_flight: bool,
+    next_keepalive: u64,
+    /// When a waiter without a live watch is woken to retry.
+    recheck_at: u64,
+    ended: bool,
+    forget_at: u64,
+}
+
+/// The etcd protocol of one client core. See the module docs.
+#[derive(Debug)]
+pub struct EtcdProtocol {
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    expiry: BinaryHeap<Reverse<(u64, u64)>>,
+    outbox: VecDeque<u64>,
+    cancels: VecDeque<u64>,
+    events: VecDeque<Event>,
+    holders: HashMap<LeaseId, Holder>,
+    counters: EtcdCounters,
+    last_error: String,
+    auth: Option<Auth>,
+}
+
+/// Credentials and the token they got.
+#[derive(Debug)]
+struct Auth {
+    user: String,
+    password: String,
+    token: String,
+    /// The authenticate request, while one is out.
+    request: Option<u64>,
+    retry_at: u64,
+}
+
+impl Default for EtcdProtocol {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The queue prefix of a lock name: `lh/<byte length>:<name>/`.
+pub fn queue_prefix(name: &str) -> Vec<u8> {
+    format!("lh/{}:{}/", name.len(), name).into_bytes()
+}
+
+/// The queue key of one lease: the prefix and the ownership token in hex.
+pub fn queue_key(name: &str, token: &Token) -> Vec<u8> {
+    let mut k = queue_prefix(name);
+    k.extend_from_slice(&token.to_hex());
+    k
+}
+
+/// The end of a prefix range (the prefix with its last byte incremented).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+impl EtcdProtocol {
+    /// Creates the protocol for one core.
+    pub fn new() -> Self {
+        Self {
+            next_id: 0,
+            pending: HashMap::new(),
+            expiry: BinaryHeap::new(),
+            outbox: VecDeque::new(),
+            cancels: VecDeque::new(),
+            events: VecDeque::new(),
+            holders: HashMap::new(),
+            counters: EtcdCounters::default(),
+            last_error: String::new(),
+            auth: None,
+        }
+    }
+
+    /// Creates the protocol for a cluster with authentication on: before anything else it
+    /// trades `user` and `password` for a token (`/v3/auth/authenticate`), which every request
+    /// then carries; a request refused for its token gets a new one. Empty or overlong
+    /// credentials are refused.
+    pub fn with_auth(user: &str, password: &str) -> Result<Self, crate::Error> {
+        if user.is_empty() || user.len() > MAX_CREDENTIAL_LEN || password.len() > MAX_CREDENTIAL_LEN
+        {
+            return Err(crate::Error::InvalidConfig(
+                "etcd user must be 1..=256 bytes and its password at most 256",
+            ));
+        }
+        let mut p = Self::new();
+        p.auth = Some(Auth {
+            user: user.to_owned(),
+            password: password.to_owned(),
+            token: String::new(),
+            request: None,
+            retry_at: 0,
+        });
+        Ok(p)
+    }
+
+    /// Whether requests carry a token now (always true without authentication).
+    pub fn is_authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| !a.token.is_empty())
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> EtcdCounters {
+        self.counters
+    }
+
+    /// The last error body, failure or malformed reply ("" if none).
+    pub fn last_error(&self) -> &str {
+        &self.last_error
+    }
+
+    /// Watch streams the host should have open now.
+    pub fn open_watches(&self) -> usize {
+        self.holders.values().filter(|h| h.watch.is_some()).count()
+    }
+
+    // ------------------------------------------------------------------------ outputs
+
+    /// The next request to execute. Its body borrows this object until its next mutation.
+    pub fn poll_request(&mut self, core: &mut Client) -> Option<Request<'_>> {
+        self.pump(core);
+        if let Some(id) = self.cancels.pop_front() {
+            return Some(Request {
+                id,
+                kind: RequestKind::CancelWatch,
+                method: "",
+                path: "",
+                body: &[],
+                authorization: "",
+            });
+        }
+        let now = core.now();
+        if let Some(a) = &mut self.auth {
+            if a.token.is_empty() {
+                // Everything waits for the token; one authenticate request at a time.
+                if a.request.is_some() || now < a.retry_at || self.outbox.is_empty() {
+                    return None;
+                }
+                let body = json!({ "name": a.user, "password": a.password });
+                let id = self.push(
+                    Op::Authenticate,
+                    RequestKind::Unary,
+                    paths::AUTHENTICATE,
+                    body,
+                    now,
+                );
+                // Sent now, ahead of the queue it unblocks.
+                self.outbox.retain(|&o| o != id);
+                if let Some(a) = &mut self.auth {
+                    a.request = Some(id);
+                }
+                let p = &self.pending[&id];
+                return Some(Request {
+                    id,
+                    kind: p.kind,
+                    method: "POST",
+                    path: p.path,
+                    body: &p.body,
+                    authorization: "",
+                });
+            }
+        }
+        while let Some(id) = self.outbox.pop_front() {
+            if let Some(p) = self.pending.get(&id) {
+                return Some(Request {
+                    id,
+                    kind: p.kind,
+                    method: "POST",
+                    path: p.path,
+                    body: &p.body,
+                    authorization: self.auth.as_ref().map_or("", |a| a.token.as_str()),
+                });
+            }
+        }
+        None
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
+        self.pump(core);
+        self.events.pop_front()
+    }
+
+    /// When [`Self::handle_timeout`] must be called at the latest.
+    pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
+        let mut t = core.poll_timeout().unwrap_or(NEVER);
+        for h in self.holders.values() {
+            if !h.ended {
+                t = t.min(h.recheck_at);
+                if h.waiting {
+                    t = t.min(h.next_keepalive);
+                }
+            }
+            if h.ended {
+                t = t.min(h.forget_at);
+            }
+        }
+        if let Some(Reverse((at, _))) = self.expiry.peek() {
+            t = t.min(*at);
+        }
+        if let Some(a) = &self.auth {
+            if a.token.is_empty() && a.request.is_none() && !self.outbox.is_empty() {
+                t = t.min(a.retry_at);
+            }
+        }
+        (t != NEVER).then_some(t)
+    }
+
+    // ------------------------------------------------------------------------- inputs
+
+    /// Time passed: runs the engine's timers, waiting leases' keep-alives and re-checks.
+    pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        // Commands and events of application calls made since come first.
+        self.pump(core);
+        core.handle_timeout(now);
+        let now = core.now();
+        self.prune(core, now);
+        let due: Vec<LeaseId> = self
+            .holders
+            .iter()
+            .filter(|(_, h)| !h.ended)
+            .filter(|(_, h)| (h.waiting && h.next_keepalive <= now) || h.recheck_at <= now)
+            .map(|(l, _)| *l)
+            .collect();
+        for lease in due {
+            let Some(h) = self.holders.get_mut(&lease) else {
+                continue;
+            };
+            if h.recheck_at <= now {
+                h.recheck_at = NEVER;
+                let name = h.name.clone();
+                self.counters.wakeups += 1;
+                let _ = core.handle_released(now, &name);
+            }
+            let Some(h) = self.holders.get_mut(&lease) else {
+                continue;
+            };
+            if h.waiting && h.next_keepalive <= now {
+                h.next_keepalive = now.saturating_add(keepalive_interval(h.ttl_ms));
+                if let (Some(id), false) = (h.etcd_lease, h.keepalive_in_flight) {
+                    h.keepalive_in_flight = true;
+                    self.counters.waiting_keepalives += 1;
+                    self.push(
+                        Op::KeepAlive { lease, req: None },
+                        RequestKind::Unary,
+                        paths::LEASE_KEEPALIVE,
+                        json!({ "ID": id.to_string() }),
+                        now,
+                    );
+                }
+            }
+        }
+        self.pump(core);
+    }
+
+    /// The reply to unary request `id`: the HTTP status and the whole body. Unknown and
+    /// already answered ids are counted and ignored.
+    pub fn handle_reply(&mut self, core: &mut Client, now: u64, id: u64, status: u16, body: &[u8]) {
+        // Commands and events of application calls made since come first.
+        self.pump(core);
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(p) = self.pending.remove(&id) else {
+            self.counters.stale_replies += 1;
+            self.pump(core);
+            return;
+        };
+        if p.kind == RequestKind::Watch {
+            // A watch stream answered as a whole: the host read it to its end.
+            let mut over = status != 200;
+            for line in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                match json::parse_stream_message(line) {
+                    Ok(msg) if !over => over = self.watch_message(core, now, id, &p.op, &msg),
+                    _ => over = true,
+                }
+            }
+            self.watch_ended(core, now, id, p.op);
+            self.pump(core);
+            return;
+        }
+        let parsed = json::parse_body(status, body);
+        if let (Err(e), Some(a)) = (&parsed, &mut self.auth) {
+            if e.code() == Some(CODE_UNAUTHENTICATED) || e.to_string().contains("auth token") {
+                // The token expired or the member restarted: get a new one.
+                a.token.clear();
+            }
+        }
+        if let Err(e) = &parsed {
+            match e {
+                ReplyError::Server { .. } | ReplyError::Status(_) => {
+                    self.counters.error_replies += 1
+                }
+                _ => self.counters.garbage_replies += 1,
+            }
+            self.note_error(&format!("{}: {e}", p.path));
+        }
+        self.on_reply(core, now, p.op, parsed);
+        self.pump(core);
+    }
+
+    /// Request `id` failed in transport (no answer, a broken connection), or a watch stream
+    /// ended. The engine sees a transport error; a waiter whose watch ended retries soon.
+    pub fn handle_failed(&mut self, core: &mut Client, now: u64, id: u64, message: &str) {
+        // Commands and events of application calls made since come first.
+        self.pump(core);
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(p) = self.pending.remove(&id) else {
+            self.counters.stale_replies += 1;
+            self.pump(core);
+            return;
+        };
+        self.counters.transport_failures += 1;
+        self.note_error(&format!("{}: transport failure: {message}", p.path));
+        if p.kind == RequestKind::Watch {
+            self.watch_ended(core, now, id, p.op);
+        } else {
+            self.on_reply(core, now, p.op, Err(ReplyError::Transport));
+        }
+        self.pump(core);
+    }
+
+    /// One JSON message streamed on watch `id` (one line of the response body).
+    pub fn handle_watch_message(&mut self, core: &mut Client, now: u64, id: u64, message: &[u8]) {
+        // Commands and events of application calls made since come first.
+        self.pump(core);
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(p) = self
+            .pending
+            .get(&id)
+            .filter(|p| p.kind == RequestKind::Watch)
+        else {
+            self.counters.stale_replies += 1;
+            self.pump(core);
+            return;
+        };
+        let op = p.op.clone();
+        match json::parse_stream_message(message) {
+            Ok(msg) => {
+                if self.watch_message(core, now, id, &op, &msg) {
+                    self.pending.remove(&id);
+                    self.watch_ended(core, now, id, op);
+                }
+            }
+            Err(e) => {
+                self.counters.garbage_replies += 1;
+                self.note_error(&format!("watch: {e}"));
+                // Whatever the stream carries now cannot be trusted: close it, look again.
+                self.pending.remove(&id);
+                self.cancels.push_back(id);
+                self.watch_ended(core, now, id, op);
+            }
+        }
+        self.pump(core);
+    }
+
+    // ---------------------------------------------------------------------- internals
+
+    fn pump(&mut self, core: &mut Client) {
+        while let Some(out) = core.poll_output() {
+            let now = core.now();
+            match out {
+                Output::Event(ev) => {
+                    match ev {
+                        Event::AcquireFailed { lease, .. } => self.ended(lease, now, true),
+                        Event::Lost { lease, .. } | Event::Released { lease } => {
+                            self.ended(lease, now, false)
+                        }
+                        _ => {}
+                    }
+                    self.events.push_back(ev);
+                }
+                Output::Command(cmd) => self.on_command(core, now, cmd),
+            }
+        }
+    }
+
+    fn on_command(&mut self, core: &mut Client, now: u64, cmd: Command) {
+        match cmd {
+            Command::Acquire {
+                request,
+                lease,
+                name,
+                token,
+                ttl_ms,
+            } => {
+                let h = self.holders.entry(lease).or_insert_with(|| Holder {
+                    key: queue_key(&name, &token),
+                    name,
+                    ttl_ms,
+                    etcd_lease: None,
+                    granting: false,
+                    parked: None,
+                    own_rev: 0,
+                    watch: None,
+                    lookup_in_flight: false,
+                    waiting: false,
+                    keepalive_in_flight: false,
+                    next_keepalive: NEVER,
+                    recheck_at: NEVER,
+                    ended: false,
+                    forget_at: NEVER,
+                });
+                h.recheck_at = NEVER;
+                if h.etcd_lease.is_some() {
+                    self.send_txn(lease, request, now);
+                } else {
+                    h.parked = Some(request);
+                    if !h.granting {
+                        h.granting = true;
+                        let secs = h.ttl_ms.div_ceil(1000).max(1);
+                        self.counters.leases_granted += 1;
+                        self.push(
+                            Op::Grant { lease },
+                            RequestKind::Unary,
+                            paths::LEASE_GRANT,
+                            json!({ "TTL": secs.to_string() }),
+                            now,
+                        );
+                    }
+                }
+            }
+            Command::Renew {
+                request,
+                lease,
+                backend_data,
+                ..
+            } => {
+                let id = backend_data
+                    .as_deref()
+                    .and_then(json::lease_from_data)
+                    .or_else(|| self.holders.get(&lease).and_then(|h| h.etcd_lease));
+                match id {
+                    Some(id) => {
+                        self.push(
+                            Op::KeepAlive {
+                                lease,
+                                req: Some(request),
+                            },
+                            RequestKind::Unary,
+                            paths::LEASE_KEEPALIVE,
+                            json!({ "ID": id.to_string() }),
+                            now,
+                        );
+                    }
+                    // Nothing of ours can be on the server without a lease.
+                    None => {
+                        let _ = core.handle_renew_result(now, request, RenewResult::Rejected);
+                    }
+                }
+            }
+            Command::Release {
+                request,
+                lease,
+                backend_data,
+                ..
+            } => {
+                let id = backend_data
+                    .as_deref()
+                    .and_then(json::lease_from_data)
+                    .or_else(|| self.holders.get(&lease).and_then(|h| h.etcd_lease));
+                match id {
+                    Some(id) => self.send_revoke(lease, Some(request), id, now),
+                    None => {
+                        let _ = core.handle_release_result(now, request, ReleaseResult::NotOwner);
+                    }
+                }
+            }
+            // Waiters watch their own predecessor (see the module docs), not the name.
+            Command::Watch { .. } | Command::Unwatch { .. } => {}
+        }
+    }
+
+    fn send_txn(&mut self, lease: LeaseId, req: RequestId, now: u64) {
+        let Some(h) = self.holders.get(&lease) else {
+            return;
+        };
+        let Some(etcd_lease) = h.etcd_lease else {
+            return;
+        };
+        let key = json::b64(&h.key);
+        let prefix = queue_prefix(&h.name);
+        let first = json!({ "request_range": {
+            "key": json::b64(&prefix),
+            "range_end": json::b64(&prefix_end(&prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+            "limit": "1",
+            "keys_only": true,
+        }});
+        let own = json!({ "request_range": { "key": key } });
+        let token_hex = h
+            .key
+            .get(h.key.len().saturating_sub(32)..)
+            .unwrap_or_default();
+        let body = json!({
+            "compare": [{ "target": "CREATE", "key": key, "result": "EQUAL", "create_revision": "0" }],
+            "success": [
+                { "request_put": { "key": key, "value": json::b64(token_hex), "lease": etcd_lease.to_string() } },
+                own,
+                first,
+            ],
+            "failure": [own, first],
+        });
+        self.counters.txns += 1;
+        self.push(
+            Op::Txn { lease, req },
+            RequestKind::Unary,
+            paths::KV_TXN,
+            body,
+            now,
+        );
+    }
+
+    fn send_revoke(&mut self, lease: LeaseId, req: Option<RequestId>, etcd_lease: i64, now: u64) {
+        self.push(
+            Op::Revoke {
+                lease,
+                req,
+                etcd_lease,
+            },
+            RequestKind::Unary,
+            paths::LEASE_REVOKE,
+            json!({ "ID": etcd_lease.to_string() }),
+            now,
+        );
+    }
+
+    fn on_reply(&mut self, core: &mut Client, now: u64, op: Op, reply: Result<Value, ReplyError>) {
+        match op {
+            Op::Grant { lease } => {
+                let granted = self.read(reply, json::read_grant);
+                let Some(h) = self.holders.get_mut(&lease) else {
+                    if let Ok((id, _)) = granted {
+                        self.send_revoke(lease, None, id, now);
+                    }
+                    return;
+                };
+                h.granting = false;
+                match granted {
+                    Ok((id, ttl_s)) => {
+                        if h.ended {
+                            self.send_revoke(lease, None, id, now);
+                            return;
+                        }
+                        h.etcd_lease = Some(id);
+                        h.ttl_ms = h.ttl_ms.min(ttl_s.saturating_mul(1000).max(1));
+                        if let Some(req) = h.parked.take() {
+                            self.send_txn(lease, req, now);
+                        }
+                    }
+                    Err(e) => {
+                        let parked = h.parked.take();
+                        self.note_reply_error("lease grant", &e);
+                        if let Some(req) = parked {
+                            let _ =
+                                core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                        }
+                    }
+                }
+            }
+            Op::Txn { lease, req } => {
+                let read = self.read(reply, json::read_txn);
+                let Some(h) = self.holders.get_mut(&lease) else {
+                    let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                    return;
+                };
+                let result = match read {
+                    Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) && t.first_key.is_some() => {
+                        if t.own_lease != 0 && Some(t.own_lease) != h.etcd_lease {
+                            // Our token's key, bound to an earlier lease of ours: adopt it.
+                            h.etcd_lease = Some(t.own_lease);
+                        }
+                        h.own_rev = t.own_rev;
+                        if t.first_key.as_deref() == Some(&h.key[..]) {
+                            h.waiting = false;
+                            h.next_keepalive = NEVER;
+                            h.recheck_at = NEVER;
+                            if let Some((w, _)) = h.watch.take() {
+                                self.pending.remove(&w);
+                                self.cancels.push_back(w);
+                            }
+                            let data = h.etcd_lease.unwrap_or(0).to_string();
+                            let ttl_ms = h.ttl_ms;
+                            let _ = core.handle_acquire_result(
+                                now,
+                                req,
+                                AcquireResult::Granted {
+                                    fencing_token: t.own_rev as u64,
+                                    ttl_ms,
+                                    backend_data: data.as_bytes(),
+                                },
+                            );
+                            return;
+                        }
+                        if !h.waiting {
+                            h.waiting = true;
+                            h.next_keepalive = now.saturating_add(keepalive_interval(h.ttl_ms));
+                        }
+                        // The watch wakes us; the hint only bounds the sleep if it cannot.
+                        let ttl_ms = h.ttl_ms;
+                        let _ = core.handle_acquire_result(
+                            now,
+                            req,
+                            AcquireResult::HeldByOther {
+                                retry_after_ms: Some(ttl_ms),
+                            },
+                        );
+                        // A waiter that gave up just now needs no predecessor.
+                        self.pump(core);
+                        if let Some(h) = self.holders.get_mut(&lease) {
+                            if h.waiting && !h.ended && h.watch.is_none() && !h.lookup_in_flight {
+                                h.lookup_in_flight = true;
+                                self.send_lookup(lease, now);
+                            }
+                        }
+                        return;
+                    }
+                    Ok(_) => {
+                        self.garbage(
+                            "acquire: the transaction did not return our key and the first",
+                        );
+                        AcquireResult::TransportError
+                    }
+                    Err(e) => {
+                        if e.code() == Some(CODE_NOT_FOUND) {
+                            // Our lease is gone (it expired while we waited): start over.
+                            self.counters.waiters_expired += 1;
+                            Self::forget_lease(h);
+                        }
+                        AcquireResult::TransportError
+                    }
+                };
+                let _ = core.handle_acquire_result(now, req, result);
+            }
+            Op::Predecessor { lease } => {
+                let read = self.read(reply, json::read_first);
+                let Some(h) = self.holders.get_mut(&lease) else {
+                    return;
+                };
+                h.lookup_in_flight = false;
+                if h.ended || !h.waiting {
+                    return;
+                }
+                match read {
+                    Ok((Some(key), revision)) => {
+                        let body = json!({ "create_request": {
+                            "key": json::b64(&key),
+                            "start_revision": (revision + 1).to_string(),
+                        }});
+                        self.counters.watches += 1;
+                        let id = self.push(
+                            Op::Watch {
+                                lease,
+                                key: key.clone(),
+                            },
+                            RequestKind::Watch,
+                            paths::WATCH,
+                            body,
+                            now,
+                        );
+                        if let Some(h) = self.holders.get_mut(&lease) {
+                            h.watch = Some((id, key));
+                        }
+                    }
+                    // Nobody before us any more: ask again now.
+                    Ok((None, _)) => {
+                        h.recheck_at = now;
+                    }
+                    Err(_) => h.recheck_at = now.saturating_add(REWATCH_AFTER_NS),
+                }
+            }
+            Op::KeepAlive { lease, req } => {
+                let read = self.read(reply, json::read_keepalive);
+                if let Some(req) = req {
+                    let result = match read {
+                        Ok(ttl) if ttl > 0 => RenewResult::Renewed,
+                        Ok(_) => RenewResult::Rejected,
+                        Err(e) if e.code() == Some(CODE_NOT_FOUND) => RenewResult::Rejected,
+                        Err(_) => RenewResult::TransportError,
+                    };
+                    let _ = core.handle_renew_result(now, req, result);
+                    return;
+                }
+                let Some(h) = self.holders.get_mut(&lease) else {
+                    return;
+                };
+                h.keepalive_in_flight = false;
+                let gone = match read {
+                    Ok(ttl) => ttl <= 0,
+                    Err(e) => e.code() == Some(CODE_NOT_FOUND),
+                };
+                if gone && h.waiting && !h.ended {
+                    // Our queue entry went with the lease: rejoin at the end, at once.
+                    self.counters.waiters_expired += 1;
+                    Self::forget_lease(h);
+                    if let Some((w, _)) = h.watch.take() {
+                        self.pending.remove(&w);
+                        self.cancels.push_back(w);
+                    }
+                    h.recheck_at = now;
+                }
+            }
+            Op::Revoke {
+                lease,
+                req,
+                etcd_lease,
+            } => {
+                let result = match reply {
+                    Ok(_) => ReleaseResult::Released,
+                    Err(e) if e.code() == Some(CODE_NOT_FOUND) => ReleaseResult::NotOwner,
+                    Err(_) => ReleaseResult::TransportError,
+                };
+                if result != ReleaseResult::TransportError {
+                    let done = self
+                        .holders
+                        .get(&lease)
+                        .is_some_and(|h| h.ended && h.etcd_lease == Some(etcd_lease));
+                    if done {
+                        self.holders.remove(&lease);
+                    }
+                } else if req.is_none() {
+                    // Our own cleanup: the lease runs out by itself if this keeps failing.
+                    if let Some(h) = self.holders.get_mut(&lease) {
+                        h.forget_at = now;
+                    }
+                }
+                if let Some(req) = req {
+                    let _ = core.handle_release_result(now, req, result);
+                }
+            }
+            Op::Watch { .. } => {}
+            Op::Authenticate => {
+                let token = self.read(reply, json::read_token);
+                let refused = token.is_err();
+                if let Some(a) = &mut self.auth {
+                    a.request = None;
+                    match token {
+                        Ok(t) => a.token = t,
+                        Err(_) => a.retry_at = now.saturating_add(REAUTH_AFTER_NS),
+                    }
+                }
+                if refused {
+                    // What waited for the token fails now (the engine retries within its
+                    // budget), rather than when the engine times it out.
+                    let why = self.last_error.clone();
+                    let waiting: Vec<u64> = self.outbox.drain(..).collect();
+                    for id in waiting {
+                        match self.pending.get(&id).map(|p| p.kind) {
+                            Some(RequestKind::Unary) => {
+                                if let Some(p) = self.pending.remove(&id) {
+                                    self.on_reply(core, now, p.op, Err(ReplyError::Transport));
+                                }
+                            }
+                            Some(_) => {
+                                if let Some(p) = self.pending.remove(&id) {
+                                    self.watch_ended(core, now, id, p.op);
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                    self.last_error = why;
+                }
+            }
+        }
+    }
+
+    /// Reads a parsed reply; a reply of the wrong shape is counted and noted.
+    fn read<T>(
+        &mut self,
+        reply: Result<Value, ReplyError>,
+        f: impl FnOnce(&Value) -> Result<T, ReplyError>,
+    ) -> Result<T, ReplyError> {
+        let v = reply?;
+        let r = f(&v);
+        if let Err(e) = &r {
+            self.garbage(&e.to_string());
+        }
+        r
+    }
+
+    fn send_lookup(&mut self, lease: LeaseId, now: u64) {
+        let Some(h) = self.holders.get(&lease) else {
+            return;
+        };
+        let prefix = queue_prefix(&h.name);
+        let body = json!({
+            "key": json::b64(&prefix),
+            "range_end": json::b64(&prefix_end(&prefix)),
+            "sort_order": "DESCEND",
+            "sort_target": "CREATE",
+            "limit": "1",
+            "keys_only": true,
+            "max_create_revision": (h.own_rev - 1).max(1).to_string(),
+        });
+        self.push(
+            Op::Predecessor { lease },
+            RequestKind::Unary,
+            paths::KV_RANGE,
+            body,
+            now,
+        );
+    }
+
+    /// Reads one watch message; returns whether the watch is over (woken or cancelled).
+    fn watch_message(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        op: &Op,
+        msg: &json::WatchMessage,
+    ) -> bool {
+        let Op::Watch { lease, key } = op else {
+            return false;
+        };
+        let deleted = msg.deleted_keys.iter().any(|k| k == key);
+        if !(deleted || msg.canceled) {
+            return false;
+        }
+        if let Some(h) = self.holders.get_mut(lease) {
+            if h.watch.as_ref().is_some_and(|(w, _)| *w == id) {
+                h.watch = None;
+                if h.waiting && !h.ended {
+                    let name = h.name.clone();
+                    self.counters.wakeups += 1;
+                    let _ = core.handle_released(now, &name);
+                }
+            }
+        }
+        self.cancels.push_back(id);
+        true
+    }
+
+    /// A watch stream is over (woken, cut, failed): a waiter that still waits looks again.
+    fn watch_ended(&mut self, _core: &mut Client, now: u64, id: u64, op: Op) {
+        let Op::Watch { lease, .. } = op else {
+            return;
+        };
+        if let Some(h) = self.holders.get_mut(&lease) {
+            if h.watch.as_ref().is_some_and(|(w, _)| *w == id) {
+                h.watch = None;
+                if h.waiting && !h.ended {
+                    h.recheck_at = h.recheck_at.min(now.saturating_add(REWATCH_AFTER_NS));
+                }
+            }
+        }
+    }
+
+    /// The engine lease ended. A waiter that gave up revokes its lease here (the engine
+    /// sends no release for a lock it never got); otherwise the engine's release does.
+    fn ended(&mut self, lease: LeaseId, now: u64, gave_up: bool) {
+        let Some(h) = self.holders.get_mut(&lease) else {
+            return;
+        };
+        h.ended = true;
+        h.waiting = false;
+        h.parked = None;
+        h.forget_at = now.saturating_add(FORGET_AFTER_NS);
+        if let Some((w, _)) = h.watch.take() {
+            self.pending.remove(&w);
+            self.cancels.push_back(w);
+        }
+        if gave_up {
+            if let Some(id) = h.etcd_lease {
+                self.send_revoke(lease, None, id, now);
+            }
+        }
+    }
+
+    fn forget_lease(h: &mut Holder) {
+        h.etcd_lease = None;
+        h.own_rev = 0;
+        h.waiting = false;
+        h.next_keepalive = NEVER;
+    }
+
+    fn push(
+        &mut self,
+        op: Op,
+        kind: RequestKind,
+        path: &'static str,
+        body: Value,
+        now: u64,
+    ) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.counters.requests += 1;
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        self.pending.insert(
+            id,
+            Pending {
+                op,
+                kind,
+                path,
+                body,
+            },
+        );
+        if kind == RequestKind::Unary {
+            self.expiry
+                .push(Reverse((now.saturating_add(FORGET_AFTER_NS), id)));
+        }
+        self.outbox.push_back(id);
+        id
+    }
+
+    /// Forgets requests the host never answered (failing the protocol's own ones, so nothing
+    /// waits for them forever) and records of leases long ended.
+    fn prune(&mut self, core: &mut Client, now: u64) {
+        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.expiry.pop();
+            if let Some(p) = self.pending.remove(&id) {
+                self.on_reply(core, now, p.op, Err(ReplyError::Transport));
+            }
+        }
+        self.holders.retain(|_, h| !(h.ended && h.forget_at <= now));
+    }
+
+    fn note_reply_error(&mut self, what: &str, e: &ReplyError) {
+        self.note_error(&format!("{what}: {e}"));
+    }
+
+    fn garbage(&mut self, msg: &str) {
+        self.counters.garbage_replies += 1;
+        self.note_error(&format!("unexpected reply: {msg}"));
+    }
+
+    fn note_error(&mut self, text: &str) {
+        let mut end = text.len().min(MAX_ERROR_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.last_error = text[..end].to_owned();
+    }
+}
+
+/// A waiting lease's keep-alive cadence: a third of its TTL, as the engine renews.
+fn keepalive_interval(ttl_ms: u64) -> u64 {
+    (ttl_ms.max(3) / 3).saturating_mul(MS)
+}

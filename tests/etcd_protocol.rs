@@ -1,0 +1,748 @@
+//! One test per behaviour of the etcd protocol (design §6): feed gateway replies as a host
+//! would, assert the requests (path, JSON body) and what the engine makes of them.
+//! `tests/etcd_server.rs` runs the same requests against a real 3-member cluster.
+
+use base64::Engine as _;
+use leasehold::backend::etcd::{EtcdProtocol, RequestKind, paths, queue_prefix};
+use leasehold::{AcquireFailReason, AcquireOptions, Client, Config, Event, LeaseId, LostReason};
+use serde_json::{Value, json};
+
+const MS: u64 = 1_000_000;
+
+fn setup() -> (Client, EtcdProtocol) {
+    (
+        Client::new(Config::default(), &[9; 32]).unwrap(),
+        EtcdProtocol::new(),
+    )
+}
+
+/// A polled request: (id, kind, path, body as JSON).
+#[derive(Debug)]
+struct Req {
+    id: u64,
+    kind: RequestKind,
+    path: &'static str,
+    body: Value,
+}
+
+fn next(core: &mut Client, p: &mut EtcdProtocol) -> Option<Req> {
+    let r = p.poll_request(core)?;
+    Some(Req {
+        id: r.id,
+        kind: r.kind,
+        path: r.path,
+        body: if r.body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(r.body).unwrap()
+        },
+    })
+}
+
+fn expect(core: &mut Client, p: &mut EtcdProtocol, path: &str) -> Req {
+    let r = next(core, p).expect("a request");
+    assert_eq!(r.path, path, "{r:?}");
+    r
+}
+
+fn events(core: &mut Client, p: &mut EtcdProtocol) -> Vec<Event> {
+    std::iter::from_fn(|| p.poll_event(core)).collect()
+}
+
+fn b64(s: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn header(rev: i64) -> Value {
+    json!({"cluster_id": "1", "member_id": "2", "revision": rev.to_string(), "raft_term": "3"})
+}
+
+fn grant_reply(id: i64, ttl: i64) -> Vec<u8> {
+    serde_json::to_vec(&json!({"header": header(1), "ID": id.to_string(), "TTL": ttl.to_string()}))
+        .unwrap()
+}
+
+fn kv(key: &[u8], rev: i64, lease: i64) -> Value {
+    json!({"key": b64(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(),
+           "version": "1", "lease": lease.to_string()})
+}
+
+/// A transaction reply: `succeeded`, our key (rev, lease) and the queue's first key.
+fn txn_reply(succeeded: bool, own: Option<Value>, first: Option<Value>, rev: i64) -> Vec<u8> {
+    let range = |kv: Option<Value>| {
+        json!({"response_range": {"header": {"revision": rev.to_string()},
+               "kvs": kv.map(|k| vec![k]).unwrap_or_default(), "count": "1"}})
+    };
+    let mut responses = Vec::new();
+    if succeeded {
+        responses.push(json!({"response_put": {"header": {"revision": rev.to_string()}}}));
+    }
+    responses.push(range(own));
+    responses.push(range(first));
+    let mut v = json!({"header": header(rev), "responses": responses});
+    if succeeded {
+        v["succeeded"] = json!(true);
+    }
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// Acquires `name` from an empty queue: returns the lease, our key and the etcd lease id.
+fn acquire_granted(
+    core: &mut Client,
+    p: &mut EtcdProtocol,
+    name: &str,
+    etcd_lease: i64,
+    rev: i64,
+) -> (LeaseId, Vec<u8>) {
+    let lease = core.acquire(0, name, AcquireOptions::new(3_000)).unwrap();
+    let g = expect(core, p, paths::LEASE_GRANT);
+    assert_eq!(g.kind, RequestKind::Unary);
+    assert_eq!(g.body, json!({"TTL": "3"}));
+    p.handle_reply(core, MS, g.id, 200, &grant_reply(etcd_lease, 3));
+    let t = expect(core, p, paths::KV_TXN);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(t.body["success"][0]["request_put"]["key"].as_str().unwrap())
+        .unwrap();
+    assert!(key.starts_with(&queue_prefix(name)));
+    assert_eq!(
+        t.body["success"][0]["request_put"]["lease"],
+        json!(etcd_lease.to_string())
+    );
+    p.handle_reply(
+        core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(
+            true,
+            Some(kv(&key, rev, etcd_lease)),
+            Some(kv(&key, rev, etcd_lease)),
+            rev,
+        ),
+    );
+    (lease, key)
+}
+
+#[test]
+fn queue_keys_keep_names_with_slashes_apart() {
+    assert_eq!(queue_prefix("a"), b"lh/1:a/".to_vec());
+    assert_eq!(queue_prefix("a/b"), b"lh/3:a/b/".to_vec());
+    assert!(!queue_prefix("a/b").starts_with(&queue_prefix("a")));
+}
+
+#[test]
+fn acquire_grants_a_lease_then_puts_the_key_in_one_txn_and_fences_with_its_create_revision() {
+    let (mut core, mut p) = setup();
+    let (lease, key) = acquire_granted(&mut core, &mut p, "orders", 7_000_000_000_001, 42);
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 42, .. }] if l == lease),
+        "{ev:?}"
+    );
+    assert_eq!(key.len(), queue_prefix("orders").len() + 32);
+    assert!(next(&mut core, &mut p).is_none());
+}
+
+#[test]
+fn the_txn_compares_create_revision_zero_and_reads_our_key_and_the_first() {
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(2_500)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    // TTLs round up to whole seconds: the server never keeps the key shorter than we believe.
+    assert_eq!(g.body, json!({"TTL": "3"}));
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(5, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let cmp = &t.body["compare"][0];
+    assert_eq!(cmp["target"], "CREATE");
+    assert_eq!(cmp["create_revision"], "0");
+    assert_eq!(t.body["success"].as_array().unwrap().len(), 3);
+    assert_eq!(t.body["failure"].as_array().unwrap().len(), 2);
+    let first = &t.body["failure"][1]["request_range"];
+    assert_eq!(first["sort_target"], "CREATE");
+    assert_eq!(first["sort_order"], "ASCEND");
+    assert_eq!(first["limit"], "1");
+}
+
+#[test]
+fn a_retried_acquire_finds_its_own_key_and_gets_the_same_fence() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(5, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    // The answer is lost: the engine retries with the same token and the same etcd lease.
+    p.handle_failed(&mut core, 2 * MS, t.id, "connection reset");
+    let deadline = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, deadline);
+    let t2 = expect(&mut core, &mut p, paths::KV_TXN);
+    assert_eq!(t2.body["success"][0], t.body["success"][0]);
+    let key = put_key(&t2.body);
+    p.handle_reply(
+        &mut core,
+        deadline + MS,
+        t2.id,
+        200,
+        &txn_reply(false, Some(kv(&key, 17, 5)), Some(kv(&key, 17, 5)), 20),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 17, .. }] if l == lease),
+        "{ev:?}"
+    );
+    assert_eq!(p.counters().leases_granted, 1);
+}
+
+#[test]
+fn renew_is_a_keepalive_and_a_missing_ttl_means_the_lease_is_lost() {
+    let (mut core, mut p) = setup();
+    let (lease, _) = acquire_granted(&mut core, &mut p, "n", 77, 10);
+    events(&mut core, &mut p);
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due);
+    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    assert_eq!(k.body, json!({"ID": "77"}));
+    let ok = br#"{"result":{"header":{"revision":"11"},"ID":"77","TTL":"3"}}"#;
+    p.handle_reply(&mut core, due + MS, k.id, 200, ok);
+    assert!(core.is_held(lease, due + MS).unwrap());
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due);
+    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    // etcd answers a keep-alive of an unknown lease with no TTL.
+    let gone = br#"{"result":{"header":{"revision":"12"},"ID":"77"}}"#;
+    p.handle_reply(&mut core, due + MS, k.id, 200, gone);
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.contains(&Event::Lost {
+            lease,
+            reason: LostReason::Rejected
+        }),
+        "{ev:?}"
+    );
+    // The service said the lease is gone: nothing is left to revoke.
+    assert!(next(&mut core, &mut p).is_none());
+}
+
+#[test]
+fn release_revokes_the_lease_and_not_found_is_not_owner() {
+    let (mut core, mut p) = setup();
+    let (lease, _) = acquire_granted(&mut core, &mut p, "n", 88, 10);
+    events(&mut core, &mut p);
+    core.release_reported(3 * MS, lease).unwrap();
+    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
+    assert_eq!(r.body, json!({"ID": "88"}));
+    p.handle_reply(
+        &mut core,
+        4 * MS,
+        r.id,
+        404,
+        br#"{"error":"etcdserver: requested lease not found","code":5}"#,
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.contains(&Event::ReleaseOutcome {
+            lease,
+            outcome: leasehold::ReleaseOutcome::NotOwner
+        }),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let before = [queue_prefix("n"), b"b".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    // The predecessor: the youngest key older than ours.
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    assert_eq!(r.body["max_create_revision"], "29");
+    assert_eq!(r.body["sort_order"], "DESCEND");
+    let range = json!({"header": header(31), "kvs": [kv(&before, 20, 2)], "count": "1"});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    assert_eq!(w.kind, RequestKind::Watch);
+    assert_eq!(w.body["create_request"]["key"], b64(&before));
+    assert_eq!(w.body["create_request"]["start_revision"], "32");
+    assert_eq!(p.open_watches(), 1);
+    // A PUT of the holder's key or the watch's creation wakes nobody.
+    p.handle_watch_message(
+        &mut core,
+        4 * MS,
+        w.id,
+        br#"{"result":{"header":{"revision":"31"},"created":true}}"#,
+    );
+    assert!(next(&mut core, &mut p).is_none());
+    // The predecessor is deleted: one wake, the watch closes, the engine asks again.
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&before), "mod_revision": "40"}}]}});
+    p.handle_watch_message(&mut core, 5 * MS, w.id, &serde_json::to_vec(&del).unwrap());
+    assert_eq!(p.counters().wakeups, 1);
+    let c = next(&mut core, &mut p).unwrap();
+    assert_eq!((c.kind, c.id), (RequestKind::CancelWatch, w.id));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    p.handle_reply(
+        &mut core,
+        6 * MS,
+        t.id,
+        200,
+        &txn_reply(false, Some(kv(&mine, 30, 9)), Some(kv(&mine, 30, 9)), 41),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 30, .. }] if l == lease),
+        "{ev:?}"
+    );
+    assert_eq!(p.open_watches(), 0);
+}
+
+fn put_key(txn: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(txn["success"][0]["request_put"]["key"].as_str().unwrap())
+        .unwrap()
+}
+
+#[test]
+fn a_waiting_lease_is_kept_alive_and_rejoins_when_its_lease_is_gone() {
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)]});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    // A third of the TTL later the waiter's own lease is kept alive by the protocol.
+    p.handle_timeout(&mut core, 1_003 * MS);
+    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    assert_eq!(k.body, json!({"ID": "9"}));
+    assert_eq!(p.counters().waiting_keepalives, 1);
+    p.handle_reply(
+        &mut core,
+        1_004 * MS,
+        k.id,
+        200,
+        br#"{"result":{"header":{"revision":"31"},"ID":"9"}}"#,
+    );
+    // Gone: the watch closes and the next attempt grants a fresh lease.
+    let c = next(&mut core, &mut p).unwrap();
+    assert_eq!((c.kind, c.id), (RequestKind::CancelWatch, w.id));
+    assert_eq!(p.counters().waiters_expired, 1);
+    let mut saw_grant = false;
+    for _ in 0..10 {
+        match next(&mut core, &mut p) {
+            Some(r) if r.path == paths::LEASE_GRANT => {
+                saw_grant = true;
+                break;
+            }
+            Some(_) => {}
+            None => {
+                let t = p.poll_timeout(&mut core).unwrap();
+                p.handle_timeout(&mut core, t);
+            }
+        }
+    }
+    assert!(saw_grant);
+}
+
+#[test]
+fn a_waiter_that_gives_up_revokes_its_lease() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(50 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        60 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.contains(&Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::WaitExhausted
+        }),
+        "{ev:?}"
+    );
+    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
+    assert_eq!(r.body, json!({"ID": "9"}));
+}
+
+#[test]
+fn garbage_error_bodies_and_http_errors_are_transport_errors_never_grants() {
+    let bodies: [(u16, &[u8]); 8] = [
+        (200, b"not json"),
+        (200, b"[1,2]"),
+        (200, br#"{"header":{"revision":"x"}}"#),
+        (200, br#"{"header":{"revision":"5"},"succeeded":"yes"}"#),
+        (200, br#"{"header":{"revision":"5"},"responses":[{"response_range":{"kvs":[{"key":"!!"}]}},{"response_range":{}}]}"#),
+        (503, b"<html>busy</html>"),
+        (500, br#"{"error":"etcdserver: request timed out","code":14}"#),
+        (200, br#"{"error":"etcdserver: no leader","code":14}"#),
+    ];
+    for (status, body) in bodies {
+        let (mut core, mut p) = setup();
+        let lease = core
+            .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0))
+            .unwrap();
+        let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+        p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+        let t = expect(&mut core, &mut p, paths::KV_TXN);
+        p.handle_reply(&mut core, 2 * MS, t.id, status, body);
+        let ev = events(&mut core, &mut p);
+        assert!(
+            ev.iter().all(|e| !matches!(e, Event::Acquired { .. })),
+            "{status} {:?}: {ev:?}",
+            String::from_utf8_lossy(body)
+        );
+        assert!(
+            ev.contains(&Event::AcquireFailed {
+                lease,
+                reason: AcquireFailReason::Unavailable
+            }),
+            "{ev:?}"
+        );
+        assert!(!p.last_error().is_empty());
+    }
+    // A body over the bound is refused unread.
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    let huge = vec![b' '; leasehold::backend::etcd::MAX_BODY + 1];
+    p.handle_reply(&mut core, MS, g.id, 200, &huge);
+    assert!(p.last_error().contains("larger"), "{}", p.last_error());
+}
+
+#[test]
+fn a_txn_that_does_not_return_our_key_is_not_a_grant() {
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let other = [queue_prefix("n"), b"c".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(false, Some(kv(&other, 5, 9)), Some(kv(&other, 5, 9)), 6),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.iter().all(|e| !matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(p.counters().garbage_replies, 1);
+    // Our key without the queue's first is no answer either.
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 5, 9)), None, 5),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        ev.iter().all(|e| !matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(p.counters().garbage_replies, 1);
+}
+
+#[test]
+fn late_duplicate_and_unknown_replies_are_counted_and_ignored() {
+    let (mut core, mut p) = setup();
+    let (lease, _) = acquire_granted(&mut core, &mut p, "n", 5, 10);
+    events(&mut core, &mut p);
+    let before = p.counters().stale_replies;
+    p.handle_reply(&mut core, 3 * MS, 1, 200, &grant_reply(6, 3));
+    p.handle_reply(&mut core, 3 * MS, 999, 200, b"{}");
+    p.handle_failed(&mut core, 3 * MS, 999, "x");
+    p.handle_watch_message(&mut core, 3 * MS, 2, b"{}");
+    assert_eq!(p.counters().stale_replies, before + 4);
+    assert!(core.is_held(lease, 3 * MS).unwrap());
+    assert!(next(&mut core, &mut p).is_none());
+}
+
+#[test]
+fn a_grant_that_arrives_after_the_acquire_was_cancelled_is_revoked() {
+    let (mut core, mut p) = setup();
+    let lease = core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    core.release(MS, lease).unwrap();
+    p.handle_reply(&mut core, 2 * MS, g.id, 200, &grant_reply(31, 3));
+    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
+    assert_eq!(r.body, json!({"ID": "31"}));
+}
+
+#[test]
+fn a_watch_cut_by_compaction_or_a_stream_error_makes_the_waiter_look_again() {
+    for msg in [
+        br#"{"result":{"header":{"revision":"50"},"canceled":true,"compact_revision":"45"}}"#
+            .to_vec(),
+        br#"{"error":{"grpc_code":14,"http_code":503,"message":"no leader"}}"#.to_vec(),
+        b"garbage".to_vec(),
+    ] {
+        let (mut core, mut p) = setup();
+        core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+            .unwrap();
+        let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+        p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+        let t = expect(&mut core, &mut p, paths::KV_TXN);
+        let mine = put_key(&t.body);
+        let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+        p.handle_reply(
+            &mut core,
+            2 * MS,
+            t.id,
+            200,
+            &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+        );
+        let r = expect(&mut core, &mut p, paths::KV_RANGE);
+        let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)]});
+        p.handle_reply(
+            &mut core,
+            3 * MS,
+            r.id,
+            200,
+            &serde_json::to_vec(&range).unwrap(),
+        );
+        let w = expect(&mut core, &mut p, paths::WATCH);
+        p.handle_watch_message(&mut core, 4 * MS, w.id, &msg);
+        assert_eq!(p.open_watches(), 0, "{}", String::from_utf8_lossy(&msg));
+        let c = next(&mut core, &mut p).unwrap();
+        assert_eq!(c.kind, RequestKind::CancelWatch);
+        // The next attempt (at once or after the re-check delay) reads the queue again.
+        let mut saw_txn = false;
+        for _ in 0..10 {
+            if let Some(r) = next(&mut core, &mut p) {
+                saw_txn = r.path == paths::KV_TXN;
+                break;
+            }
+            let t = p.poll_timeout(&mut core).unwrap();
+            p.handle_timeout(&mut core, t);
+        }
+        assert!(saw_txn);
+    }
+}
+
+#[test]
+fn with_auth_the_first_request_authenticates_and_every_later_one_carries_the_token() {
+    assert!(EtcdProtocol::with_auth("", "pw").is_err());
+    assert!(EtcdProtocol::with_auth(&"u".repeat(257), "pw").is_err());
+    let mut core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let mut p = EtcdProtocol::with_auth("root", "secret").unwrap();
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let r = p.poll_request(&mut core).unwrap();
+    let (auth_id, path, authz) = (r.id, r.path, r.authorization.to_owned());
+    assert_eq!((path, authz.as_str()), (paths::AUTHENTICATE, ""));
+    assert_eq!(
+        serde_json::from_slice::<Value>(r.body).unwrap(),
+        json!({"name": "root", "password": "secret"})
+    );
+    // Nothing else goes out before the token.
+    assert!(p.poll_request(&mut core).is_none());
+    let token = br#"{"header":{"revision":"1"},"token":"abc.123"}"#;
+    p.handle_reply(&mut core, MS, auth_id, 200, token);
+    assert!(p.is_authenticated());
+    let r = p.poll_request(&mut core).unwrap();
+    assert_eq!((r.path, r.authorization), (paths::LEASE_GRANT, "abc.123"));
+    let grant_id = r.id;
+    // The token expired: the request fails, and the next one authenticates again.
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        grant_id,
+        401,
+        br#"{"error":"etcdserver: invalid auth token","code":16}"#,
+    );
+    assert!(!p.is_authenticated());
+    let mut saw_auth = false;
+    for _ in 0..10 {
+        match p.poll_request(&mut core) {
+            Some(r) => {
+                saw_auth = r.path == paths::AUTHENTICATE;
+                break;
+            }
+            None => {
+                let t = p.poll_timeout(&mut core).unwrap();
+                p.handle_timeout(&mut core, t);
+            }
+        }
+    }
+    assert!(saw_auth);
+}
+
+#[test]
+fn a_refused_authentication_is_retried_after_a_pause_and_grants_nothing() {
+    let mut core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let mut p = EtcdProtocol::with_auth("root", "wrong").unwrap();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(100 * MS))
+        .unwrap();
+    let r = p.poll_request(&mut core).unwrap();
+    let id = r.id;
+    p.handle_reply(
+        &mut core,
+        MS,
+        id,
+        400,
+        br#"{"error":"etcdserver: authentication failed, invalid user ID or password","code":3}"#,
+    );
+    // Not at once: after a pause.
+    assert!(p.poll_request(&mut core).is_none());
+    assert!(p.last_error().contains("authentication failed"));
+    let mut now = MS;
+    let mut ev = Vec::new();
+    while now < 3_000 * MS {
+        now = p.poll_timeout(&mut core).unwrap().max(now + MS);
+        p.handle_timeout(&mut core, now);
+        while let Some(r) = p.poll_request(&mut core) {
+            assert_eq!(r.path, paths::AUTHENTICATE);
+        }
+        ev.extend(events(&mut core, &mut p));
+    }
+    assert!(
+        ev.contains(&Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }) || ev.contains(&Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::WaitExhausted
+        }),
+        "{ev:?}"
+    );
+}
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A waiter with a watch open, and the ids of its pending txn-less state.
+    fn waiting() -> (Client, EtcdProtocol, u64) {
+        let (mut core, mut p) = setup();
+        core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+            .unwrap();
+        let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+        p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+        let t = expect(&mut core, &mut p, paths::KV_TXN);
+        let mine = put_key(&t.body);
+        let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+        p.handle_reply(
+            &mut core,
+            2 * MS,
+            t.id,
+            200,
+            &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+        );
+        let r = expect(&mut core, &mut p, paths::KV_RANGE);
+        let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)]});
+        p.handle_reply(
+            &mut core,
+            3 * MS,
+            r.id,
+            200,
+            &serde_json::to_vec(&range).unwrap(),
+        );
+        let w = expect(&mut core, &mut p, paths::WATCH);
+        (core, p, w.id)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary bytes as any reply or watch message: no panic, never a grant.
+        #[test]
+        fn arbitrary_replies_never_grant(
+            status in prop_oneof![Just(200u16), 100u16..600],
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..6),
+        ) {
+            let (mut core, mut p, watch) = waiting();
+            let mut now = 4 * MS;
+            for body in &bodies {
+                now += MS;
+                p.handle_watch_message(&mut core, now, watch, body);
+                while let Some(r) = next(&mut core, &mut p) {
+                    p.handle_reply(&mut core, now, r.id, status, body);
+                }
+                p.handle_timeout(&mut core, now);
+            }
+            let ev = events(&mut core, &mut p);
+            prop_assert!(ev.iter().all(|e| !matches!(e, Event::Acquired { .. })), "{:?}", ev);
+        }
+
+        /// JSON of the right outline with values of the wrong types: no panic, never a grant.
+        #[test]
+        fn wrong_types_never_grant(pick in 0usize..8, n in any::<i64>()) {
+            let odd = [
+                json!(null), json!(n), json!(n.to_string()), json!("x"), json!([n]),
+                json!({"n": n}), json!(true), json!(-1),
+            ][pick].clone();
+            let (mut core, mut p) = setup();
+            core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(0)).unwrap();
+            let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+            p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+            let t = expect(&mut core, &mut p, paths::KV_TXN);
+            let body = json!({"header": {"revision": odd}, "succeeded": odd,
+                "responses": [{"response_range": {"kvs": [{"key": odd, "create_revision": odd}]}},
+                              {"response_range": {"kvs": odd}}]});
+            p.handle_reply(&mut core, 2 * MS, t.id, 200, &serde_json::to_vec(&body).unwrap());
+            let ev = events(&mut core, &mut p);
+            prop_assert!(ev.iter().all(|e| !matches!(e, Event::Acquired { .. })), "{:?}", ev);
+        }
+    }
+}
