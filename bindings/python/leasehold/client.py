@@ -61,6 +61,7 @@ from functools import partial
 from typing import Any, Callable
 
 from . import _ffi, errors
+from ._backend import BackendSink, backend_of, execute_request, run_requests
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
@@ -307,7 +308,8 @@ class LockClient(LeaseLifecycle):
         inline_io: bool | None = None,
         fail_budget: int | None = None,
     ) -> None:
-        if not isinstance(service, LockService):
+        self._backend = backend_of(service)
+        if self._backend is None and not isinstance(service, LockService):
             raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
         if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
             raise ValueError("io_workers must be an int >= 1")
@@ -315,6 +317,8 @@ class LockClient(LeaseLifecycle):
             raise TypeError("inline_io must be a bool or None")
         self._call_bound = service_call_bound(service)
         self._inline = self._call_bound is not None if inline_io is None else inline_io
+        if self._backend is not None:
+            self._inline = False  # the executor's requests all go through the IO pool
         self._service = service
         # The optional capability of sending an acquire ahead of its reader (see _presend).
         send_acquire = getattr(service, "send_acquire", None)
@@ -328,7 +332,7 @@ class LockClient(LeaseLifecycle):
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = client_config(config, service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn)
+        self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
         self._io_workers = io_workers
         self._owns_service = owns_service
         self._release_timeout = (
@@ -357,6 +361,9 @@ class LockClient(LeaseLifecycle):
         _clients.add(self)
         with self._mu:
             self._ensure_started()
+            if self._backend is not None:
+                self._backend.attach()
+                self._drain()  # the wake channel's SUBSCRIBE goes out now
 
     def _init_runtime_state(self) -> None:
         self._inputs: deque[Callable[[], None]] = deque()
@@ -397,6 +404,7 @@ class LockClient(LeaseLifecycle):
         self._watch_pool: _SerialWorker | None = None
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
+        self._sink = BackendSink(self._core, self._backend_input)
 
     # -- public API ------------------------------------------------------------------------------
     def acquire(
@@ -470,6 +478,8 @@ class LockClient(LeaseLifecycle):
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")
+        if self._backend is not None:
+            raise errors.LeaseholdError("on_release is not available on a backend executor (Redis executor)")
         with self._cond:
             self._check_open()
             self._ensure_started()
@@ -493,6 +503,13 @@ class LockClient(LeaseLifecycle):
         with self._mu:
             self._check_not_freed()
             return self._core.counters()
+
+    def backend_counters(self) -> dict[str, int]:
+        """What the core's backend protocol saw (Redis: requests, script calls, wake-ups,
+        standby takeovers, subscriber losses...); empty for a service."""
+        with self._mu:
+            self._check_not_freed()
+            return self._core.redis_counters() if self._backend is not None else {}
 
     @property
     def closed(self) -> bool:
@@ -573,6 +590,8 @@ class LockClient(LeaseLifecycle):
             self._handles.clear()
             self._fail_waiters(errors.ClientClosed("the client was closed"))
             self._core.close()
+        if self._backend is not None:
+            self._backend.detach()
         if self._owns_service:
             try:
                 self._service.close()
@@ -741,6 +760,8 @@ class LockClient(LeaseLifecycle):
         if self._fatal is not None:
             return
         try:
+            if self._backend is not None:
+                run_requests(self._core, self._submit_request)
             outs, dl = self._core.drain()
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
@@ -850,7 +871,8 @@ class LockClient(LeaseLifecycle):
             return
         if h._waiter != threading.get_ident():
             ev.set()
-            self._service.unpark()
+            if self._backend is None:
+                self._service.unpark()
         elif h._parking:
             ev.set()
 
@@ -917,6 +939,34 @@ class LockClient(LeaseLifecycle):
         if pool is None:
             return
         self._side_call(pool, f"callback {fn!r}", fn, *args)
+
+    # -- internals: backend requests (a backend executor) ------------------------------------------
+    def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        """(mutex held) Run one backend request on the IO pool (subscriber requests in order
+        on the watch worker)."""
+        pool: Any = self._pool if connection == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
+        if pool is None:
+            return
+        self._inflight += 1
+        try:
+            pool.submit(self._execute, rid, connection, argv)
+        except RuntimeError:  # shut down
+            self._inflight -= 1
+
+    def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        fn = execute_request(self._core, self._backend, self._sink, rid, connection, argv)
+        with self._mu:
+            self._inflight -= 1
+            if fn is not None and not self._closed and not self._stop:
+                self._feed(fn)
+            elif self._idle_waiters or self._closing:
+                self._cond.notify_all()
+
+    def _backend_input(self, fn: Callable[[], None]) -> None:
+        """(subscriber reader thread) A pub/sub message or subscription change."""
+        with self._mu:
+            if not self._closed and not self._stop:
+                self._feed(fn)
 
     # -- internals: IO -------------------------------------------------------------------------------
     def _submit_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
@@ -1243,7 +1293,8 @@ class LockClient(LeaseLifecycle):
                     self._inflight -= 1
                     self._submit_io(cmd)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
-            if cmd is None and not self._release_sent(lease, self._requests):
+            # (A backend executor's requests are not commands: the RELEASE_OUTCOME decides.)
+            if cmd is None and self._backend is None and not self._release_sent(lease, self._requests):
                 return self._release_end(h, slot, None)
         try:
             if cmd is not None:
