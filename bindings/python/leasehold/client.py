@@ -405,6 +405,7 @@ class LockClient(LeaseLifecycle):
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
         self._sink = BackendSink(self._core, self._backend_input)
+        self._tl = _Batches()
 
     # -- public API ------------------------------------------------------------------------------
     def acquire(
@@ -452,9 +453,14 @@ class LockClient(LeaseLifecycle):
             h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
-            cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
+            batch = self._collecting()
+            try:
+                cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
+            finally:
+                self._tl.batch = None
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
+            self._run_here(batch)
             if cmd is not None:
                 self._run_inline(cmd)  # bounded by the service's call_timeout
             # A settled handle never goes back to acquiring: no lock needed to look.
@@ -942,8 +948,14 @@ class LockClient(LeaseLifecycle):
 
     # -- internals: backend requests (a backend executor) ------------------------------------------
     def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
-        """(mutex held) Run one backend request on the IO pool (subscriber requests in order
-        on the watch worker)."""
+        """(mutex held) Run one backend request: on this thread once it drops the mutex, when
+        it collects them (``_collecting``), else on the IO pool (subscriber requests in order
+        on the watch worker). Running a request where its cause was fed saves a thread hop."""
+        batch = self._tl.batch
+        if batch is not None:
+            self._inflight += 1
+            batch.append((rid, connection, argv))
+            return
         pool: Any = self._pool if connection == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
         if pool is None:
             return
@@ -954,19 +966,55 @@ class LockClient(LeaseLifecycle):
             self._inflight -= 1
 
     def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
-        fn = execute_request(self._core, self._backend, self._sink, rid, connection, argv)
-        with self._mu:
-            self._inflight -= 1
-            if fn is not None and not self._closed and not self._stop:
-                self._feed(fn)
-            elif self._idle_waiters or self._closing:
-                self._cond.notify_all()
+        self._run_here([(rid, connection, argv)])
+
+    def _collecting(self) -> list[tuple[int, int, list[bytes]]] | None:
+        """(mutex held) Collect the requests the next drains emit for this thread to run
+        (``_run_here`` after the mutex is dropped); ``None`` without a backend executor."""
+        if self._backend is None:
+            return None
+        batch: list[tuple[int, int, list[bytes]]] = []
+        self._tl.batch = batch
+        return batch
+
+    def _run_here(self, batch: list[tuple[int, int, list[bytes]]] | None) -> None:
+        """(mutex not held) Run collected requests on this thread, feeding each result; the
+        requests those emit join the batch. On an interrupt the rest go to the pool."""
+        if not batch:
+            return
+        try:
+            while batch:
+                rid, connection, argv = batch.pop(0)
+                fn = execute_request(self._core, self._backend, self._sink, rid, connection, argv)
+                with self._mu:
+                    self._inflight -= 1
+                    if fn is not None and not self._closed and not self._stop:
+                        self._tl.batch = batch
+                        try:
+                            self._feed(fn)
+                        finally:
+                            self._tl.batch = None
+                    elif self._idle_waiters or self._closing:
+                        self._cond.notify_all()
+        finally:
+            if batch:
+                with self._mu:
+                    for req in batch:
+                        self._inflight -= 1
+                        self._submit_request(*req)
 
     def _backend_input(self, fn: Callable[[], None]) -> None:
-        """(subscriber reader thread) A pub/sub message or subscription change."""
+        """(subscriber reader thread) A pub/sub message or subscription change; the requests
+        it causes (a woken waiter's attempt) run on this thread."""
         with self._mu:
-            if not self._closed and not self._stop:
+            if self._closed or self._stop:
+                return
+            batch = self._collecting()
+            try:
                 self._feed(fn)
+            finally:
+                self._tl.batch = None
+        self._run_here(batch)
 
     # -- internals: IO -------------------------------------------------------------------------------
     def _submit_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
@@ -1282,21 +1330,30 @@ class LockClient(LeaseLifecycle):
                 return early
             lease = h.lease_id
             cmd: Output | None = None
+            batch: list[tuple[int, int, list[bytes]]] | None = None
             if inline and self._inline and not self._paused:
                 outcome = self._release_start(h, slot)
                 cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
             else:
                 outcome = self._release_start(h, slot)
-                self._drain()
+                batch = self._collecting()
+                try:
+                    self._drain()
+                finally:
+                    self._tl.batch = None
             if outcome is not None or slot.done:
                 if cmd is not None:  # a lost lease's cleanup release: nobody waits for it
                     self._inflight -= 1
                     self._submit_io(cmd)
+                for req in batch or ():  # likewise
+                    self._inflight -= 1
+                    self._submit_request(*req)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
             # (A backend executor's requests are not commands: the RELEASE_OUTCOME decides.)
             if cmd is None and self._backend is None and not self._release_sent(lease, self._requests):
                 return self._release_end(h, slot, None)
         try:
+            self._run_here(batch)
             if cmd is not None:
                 self._run_inline(cmd)
             slot.wait(max(0.0, end - time.monotonic()))
@@ -1384,6 +1441,12 @@ class LockClient(LeaseLifecycle):
         # The core still tracks these waiters' watches; the child does not watch them (the
         # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
         self._core_watching = core_watching
+
+
+class _Batches(threading.local):
+    """Per thread: the backend requests it collects to run itself (see _submit_request)."""
+
+    batch: list[tuple[int, int, list[bytes]]] | None = None
 
 
 class _Slot:

@@ -100,6 +100,7 @@ class RedisExecutor:
         self._sub: Any = None  # the subscriber connection while open
         self._channels: set[bytes] = set()  # subscribed (or asked), reported gone on loss
         self._attached = False
+        self._idle: list[Any] = []  # command connections between calls (list ops are atomic)
 
     backend_protocol = "redis"
     notifications = True
@@ -116,25 +117,31 @@ class RedisExecutor:
         with self._mu:
             self._attached = False
             conn, self._sub, self._channels = self._sub, None, set()
+            idle, self._idle = self._idle, []
         if conn is not None:
             conn.disconnect()
+        for c in idle:
+            self.pool.release(c)
 
     # -- commands ----------------------------------------------------------------------------
     def command(self, argv: list[bytes]) -> Any:
         """Run ``argv`` on a pooled connection; the raw reply (an error reply is returned as
         a ``ResponseError``). Raises on a transport failure."""
-        pool = self.pool
-        conn = pool.get_connection("_") if self._named else pool.get_connection()
+        try:
+            conn = self._idle.pop()  # kept out of the pool: no checks per call
+        except IndexError:
+            conn = self.pool.get_connection("_") if self._named else self.pool.get_connection()
         try:
             conn.send_command(*argv, check_health=False)
-            return conn.read_response()
+            reply = conn.read_response()
         except ResponseError as e:
-            return error_value(e)
+            reply = error_value(e)
         except BaseException:
             conn.disconnect()
+            self.pool.release(conn)
             raise
-        finally:
-            pool.release(conn)
+        self._idle.append(conn)
+        return reply
 
     # -- the subscriber ------------------------------------------------------------------------
     def subscriber(self, argv: list[bytes], sink: Sink) -> None:

@@ -73,6 +73,7 @@ class AsyncRedisExecutor:
         self._reader: asyncio.Task[None] | None = None
         self._channels: set[bytes] = set()
         self._attached = False
+        self._idle: list[Any] = []  # command connections between calls
 
     def attach(self) -> None:
         """A client starts driving this executor (only one at a time)."""
@@ -85,26 +86,33 @@ class AsyncRedisExecutor:
         self._attached = False
         conn, self._sub, self._channels = self._sub, None, set()
         reader, self._reader = self._reader, None
+        idle, self._idle = self._idle, []
         if reader is not None:
             reader.cancel()
         if conn is not None:
             await conn.disconnect()
+        for c in idle:
+            await self.pool.release(c)
 
     async def command(self, argv: list[bytes]) -> Any:
         """Run ``argv`` on a pooled connection; the raw reply (an error reply is returned as
         a ``ResponseError``). Raises on a transport failure."""
         pool = self.pool
-        conn = await (pool.get_connection("_") if self._named else pool.get_connection())
+        if self._idle:
+            conn = self._idle.pop()  # kept out of the pool: no checks per call
+        else:
+            conn = await (pool.get_connection("_") if self._named else pool.get_connection())
         try:
             await conn.send_command(*argv, check_health=False)
-            return await conn.read_response()
+            reply = await conn.read_response()
         except ResponseError as e:
-            return error_value(e)
+            reply = error_value(e)
         except BaseException:
             await conn.disconnect()
-            raise
-        finally:
             await pool.release(conn)
+            raise
+        self._idle.append(conn)
+        return reply
 
     async def subscriber(self, argv: list[bytes], sink: Sink) -> None:
         """Send ``argv`` (SUBSCRIBE / UNSUBSCRIBE) on the subscriber connection, opening it
