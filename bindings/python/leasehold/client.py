@@ -331,7 +331,7 @@ class LockClient(LeaseLifecycle):
         self._tag_acquires = bool(getattr(service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
-        cfg = client_config(config, service, fail_budget)
+        cfg = self._cfg = client_config(config, service, fail_budget)
         self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
         self._io_workers = io_workers
         self._owns_service = owns_service
@@ -1421,6 +1421,20 @@ class LockClient(LeaseLifecycle):
         self._init_runtime_state()
         if self._closed or self._core.closed:
             self._stop = True
+            return
+        if self._backend is not None:
+            # The parent's leases live on in the parent: the child starts a core of its own
+            # (a reseeded one would renew and release them) and drops inherited connections.
+            self._backend.after_fork()
+            self._core = Core(self._cfg, None, self._now_fn, redis=self._backend.options)
+            self._sink = BackendSink(self._core, self._backend_input)
+            for hs in handles.values():
+                for h in hs:
+                    if h._state == _ACQUIRING:
+                        self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
+                    elif h._state == _HELD:
+                        h.lost_reason = "forked"
+                        h._set_lost()
             return
         try:
             self._core.reseed(os.urandom(32))

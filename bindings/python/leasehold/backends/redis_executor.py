@@ -123,6 +123,12 @@ class RedisExecutor:
         for c in idle:
             self.pool.release(c)
 
+    def after_fork(self) -> None:
+        """(in a forked child) Forget the parent's connections without touching their
+        sockets; the child opens its own."""
+        self._mu = threading.Lock()
+        self._sub, self._channels, self._idle = None, set(), []
+
     # -- commands ----------------------------------------------------------------------------
     def command(self, argv: list[bytes]) -> Any:
         """Run ``argv`` on a pooled connection; the raw reply (an error reply is returned as

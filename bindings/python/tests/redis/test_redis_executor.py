@@ -363,3 +363,24 @@ def test_asyncio_executor_contention_handoff_and_outcomes(redis_server, r):  # t
             await c.close()
 
     asyncio.run(main())
+
+
+def test_a_forked_child_leaves_the_parents_lock_alone(r, clients):  # type: ignore[no-untyped-def]
+    c = clients()
+    h = c.acquire("parent", ttl=2)
+    token = r.hget("lh:{parent}", "token")
+    pid = os.fork()
+    if pid == 0:  # the child: its own core and connections; the parent's lease is not its own
+        code = 1
+        try:
+            lost = h.lost.is_set()
+            child = c.acquire("child", ttl=5)
+            ok = child.release() == "released"
+            code = 0 if (lost and ok) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    time.sleep(2.5)  # past the TTL: the parent kept renewing it, the child released nothing
+    assert h.is_held() and r.hget("lh:{parent}", "token") == token
+    assert h.release() == "released"
