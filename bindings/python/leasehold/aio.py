@@ -30,7 +30,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Generator
+from typing import Any, Awaitable, Callable, Coroutine, Generator, cast
 
 from . import _ffi, errors
 from ._backend import BackendSink, backend_of, execute_request_async, run_requests
@@ -174,7 +174,10 @@ class AsyncLockClient(LeaseLifecycle):
         fail_budget: int | None = None,
     ) -> None:
         self._backend = backend_of(service)
-        self._service = service if self._backend is not None else to_async(service)  # type: ignore[assignment]
+        # (An executor is not a service; the service paths never run with one.)
+        self._service: AsyncLockService = (
+            cast(AsyncLockService, service) if self._backend is not None else to_async(service)
+        )
         # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
         self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)

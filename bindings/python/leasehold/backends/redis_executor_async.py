@@ -101,7 +101,7 @@ class AsyncRedisExecutor:
         if self._idle:
             conn = self._idle.pop()  # kept out of the pool: no checks per call
         else:
-            conn = await (pool.get_connection("_") if self._named else pool.get_connection())
+            conn = await (pool.get_connection("_") if self._named else pool.get_connection())  # type: ignore[no-untyped-call]
         try:
             await conn.send_command(*argv, check_health=False)
             reply = await conn.read_response()
@@ -126,7 +126,7 @@ class AsyncRedisExecutor:
                 kwargs = {k: v for k, v in self.pool.connection_kwargs.items() if not k.startswith("maint_")}
                 kwargs.update(protocol=2, socket_timeout=None, socket_keepalive=True)
                 conn = self._sub = self.pool.connection_class(**kwargs)
-                await conn.connect()
+                await conn.connect()  # type: ignore[no-untyped-call]
                 self._reader = asyncio.get_running_loop().create_task(self._read(conn, sink))
             await conn.send_command(*argv, check_health=False)
         except BaseException:
