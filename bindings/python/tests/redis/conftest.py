@@ -64,14 +64,12 @@ def redis_factory(redis_bin: str, tmp_path: Path):
         srv.close()
 
 
-@pytest.fixture(params=["service", "executor"])
-def worker_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """Environment for worker subprocesses: the package and this directory importable; each
-    process test runs with the service and with the executor (LEASEHOLD_TEST_REDIS)."""
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    """Environment for worker subprocesses: the package and this directory importable."""
     here = Path(__file__).resolve().parent
     pkg = here.parent.parent
     env = dict(os.environ)
-    env["LEASEHOLD_TEST_REDIS"] = request.param
     env["PYTHONPATH"] = os.pathsep.join([str(pkg), str(here), env.get("PYTHONPATH", "")])
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
