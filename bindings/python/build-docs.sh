@@ -45,6 +45,8 @@ modules = [
     "leasehold.backends.redis",
     "leasehold.backends.redis_async",
     "leasehold.backends.redis_protocol",
+    "leasehold.backends.redis_executor",
+    "leasehold.backends.redis_executor_async",
 ]
 pdoc.render.configure(docformat="restructuredtext", show_source=True)
 with warnings.catch_warnings(record=True) as caught:

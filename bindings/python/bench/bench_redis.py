@@ -52,6 +52,7 @@ from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
+from leasehold.backends.redis_executor import RedisExecutor  # noqa: E402
 from leasehold.service import Granted  # noqa: E402
 
 clock = time.perf_counter
@@ -64,6 +65,12 @@ def lh_client(url: str, inline_io: bool | None = None, direct_grants: bool = Tru
     is on by default (``inline_io=None``); ``inline_io=False`` gives the no-inline row, and
     ``direct_grants=False`` the protocol-2 rows (a release wakes the next waiter, which asks)."""
     return LockClient(RedisLockService.from_url(url, direct_grants=direct_grants), inline_io=inline_io)
+
+
+def lh_exec_client(url: str) -> LockClient:
+    """leasehold's LockClient on the RedisExecutor: the core speaks the Redis protocol (wake
+    one waiter, standbys), redis-py only runs its requests."""
+    return LockClient(RedisExecutor(url=url, socket_timeout=2.0, socket_connect_timeout=2.0))
 
 
 class Locker:
@@ -163,7 +170,14 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
         "lock = redis_lock.Lock(r, NAME, expire=int(TTL), auto_renewal=True)\n"
         "assert lock.acquire()\n"  # keep `lock` referenced: its renewal thread stops when it is collected
     )
+    exec_holder = (
+        "from leasehold import LockClient\n"
+        "from leasehold.backends.redis_executor import RedisExecutor\n"
+        "c = LockClient(RedisExecutor(url=URL))\n"
+        "h = c.acquire(NAME, ttl=TTL)\n"
+    )
     return [
+        Impl("leasehold executor", lambda: LeaseholdLocker(url, lh_exec_client(url), own=True), exec_holder),
         Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
         Impl("leasehold (1 shared client)", lambda: LeaseholdLocker(url, shared_client), lh_holder),
         Impl("redis-py Lock", lambda: RedisPyLocker(r), rp_holder),
@@ -311,6 +325,8 @@ def _grant_notices(lockers: list[Locker]) -> int | None:
 def _make_locker(kind: str, url: str) -> Locker:
     if kind == "leasehold":
         return LeaseholdLocker(url)
+    if kind == "leasehold executor":
+        return LeaseholdLocker(url, lh_exec_client(url), own=True)
     if kind == "leasehold, protocol 2":
         return LeaseholdLocker(url, lh_client(url, direct_grants=False), own=True)
     if kind == "python-redis-lock":
@@ -414,7 +430,10 @@ def total_calls(r: redis.Redis) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
 
 
-LUA_INTERNAL = {"type", "hmget", "hget", "pttl", "pexpire", "time", "hset", "publish", "get", "set", "del"}
+LUA_INTERNAL = {
+    "type", "hmget", "hget", "pttl", "pexpire", "time", "hset", "publish", "get", "set", "del",
+    "exists", "zpopmin", "zrange", "zrank", "zadd", "zremrangebyscore", "zscore", "zcard",
+}
 
 
 def bench_idle(
@@ -608,7 +627,7 @@ def main() -> None:
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
                         report_handoff(results, impl.label, waiters, res)
-                    for kind in ("leasehold", "leasehold, protocol 2", "python-redis-lock"):
+                    for kind in ("leasehold executor", "leasehold", "leasehold, protocol 2", "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
                         report_handoff(results, f"{kind} (process per waiter)", waiters, res)

@@ -42,7 +42,7 @@ from .fencing import FencingGate
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
 if TYPE_CHECKING:
-    from ._core import Config, Counters
+    from ._core import Config, Counters, RedisOptions
     from ._ffi import VERSION as CORE_VERSION
     from ._ffi import library_path
     from ._lease import ReleaseOutcome
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Config": ("._core", "Config"),
     "Counters": ("._core", "Counters"),
+    "RedisOptions": ("._core", "RedisOptions"),
     "ReleaseOutcome": ("._lease", "ReleaseOutcome"),
     "CORE_VERSION": ("._ffi", "VERSION"),
     "library_path": ("._ffi", "library_path"),
@@ -85,6 +86,7 @@ __all__ = [
     "AsyncLockHandle",
     "Config",
     "Counters",
+    "RedisOptions",
     "LockService",
     "AsyncLockService",
     "Granted",

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 from . import _ffi, errors
 from ._ffi import lib
 
-__all__ = ["Config", "Core", "Output", "LeaseInfo", "Counters", "ClockFn"]
+__all__ = ["Config", "Core", "Output", "LeaseInfo", "Counters", "ClockFn", "RedisOptions", "flatten_reply"]
 
 ClockFn = Callable[[], int]
 """A monotonic clock in integer nanoseconds."""
@@ -81,6 +81,77 @@ class Config:
         lib.lh_config_default(ctypes.byref(c))
         names = [f[0] for f in _ffi.lh_config._fields_]
         return {n: int(getattr(c, n)) for n in names if n != "struct_size"}
+
+
+@dataclass(frozen=True)
+class RedisOptions:
+    """Options of the core's Redis protocol (``lh_redis_options``); ``None`` keeps the core's
+    default. Milliseconds."""
+
+    standby_delay_ms: int | None = None
+    key_keep_ms: int | None = None
+    queue_max_age_ms: int | None = None
+    idle_recheck_ms: int | None = None
+
+    def to_c(self) -> _ffi.lh_redis_options:
+        c = _ffi.lh_redis_options()
+        lib.lh_redis_options_default(ctypes.byref(c))
+        c.struct_size = ctypes.sizeof(_ffi.lh_redis_options)
+        for name in ("standby_delay_ms", "key_keep_ms", "queue_max_age_ms", "idle_recheck_ms"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(c, name, _u64(value, f"RedisOptions.{name}"))
+        return c
+
+
+# One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
+_VALUE = struct.Struct("@IIqQQ")
+_pack_value = _VALUE.pack
+_V_NIL, _V_INT, _V_BULK, _V_ERROR, _V_ARRAY = (
+    _ffi.LH_VALUE_NIL,
+    _ffi.LH_VALUE_INT,
+    _ffi.LH_VALUE_BULK,
+    _ffi.LH_VALUE_ERROR,
+    _ffi.LH_VALUE_ARRAY,
+)
+
+
+def flatten_reply(reply: Any) -> tuple[bytes, int, bytes]:
+    """A reply as ``lh_reply`` takes it: packed ``lh_value`` list, its length, the data
+    buffer. ``reply`` is what a Redis client library returns: ``int``, ``bytes`` / ``str``
+    (bulk or status), ``None``, a list, or an exception instance (an error reply, its
+    message with the error code)."""
+    if type(reply) is int:  # the common case: one integer, no data
+        return _pack_value(_V_INT, 0, reply, 0, 0), 1, b""
+    values: list[bytes] = []
+    data: list[bytes] = []
+    used = [0]
+
+    def add(kind: int, raw: bytes) -> None:
+        values.append(_pack_value(kind, 0, 0, used[0], len(raw)))
+        data.append(raw)
+        used[0] += len(raw)
+
+    def walk(r: Any) -> None:
+        if isinstance(r, bool) or r is None:
+            values.append(_pack_value(_V_NIL, 0, 0, 0, 0) if r is None else _pack_value(_V_INT, 0, int(r), 0, 0))
+        elif isinstance(r, int):
+            values.append(_pack_value(_V_INT, 0, r, 0, 0))
+        elif isinstance(r, (bytes, bytearray, memoryview)):
+            add(_V_BULK, bytes(r))
+        elif isinstance(r, str):
+            add(_V_BULK, r.encode("utf-8"))
+        elif isinstance(r, (list, tuple)):
+            values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(r)))
+            for x in r:
+                walk(x)
+        elif isinstance(r, BaseException):
+            add(_V_ERROR, str(r).encode("utf-8", "replace"))
+        else:  # a type no RESP reply has (RESP3 maps, floats): the core refuses it as garbage
+            add(_V_BULK, repr(r).encode("utf-8", "replace"))
+
+    walk(reply)
+    return b"".join(values), len(values), b"".join(data)
 
 
 class Output(NamedTuple):
@@ -231,7 +302,13 @@ class Core:
     :param clock: monotonic nanoseconds; ``time.monotonic_ns`` when omitted
     """
 
-    def __init__(self, config: Config | None = None, seed: bytes | None = None, clock: ClockFn | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        seed: bytes | None = None,
+        clock: ClockFn | None = None,
+        redis: RedisOptions | None = None,
+    ) -> None:
         self._clock: ClockFn = clock or time.monotonic_ns
         cfg = (config or Config()).to_c()
         seed = os.urandom(32) if seed is None else seed
@@ -239,7 +316,14 @@ class Core:
             raise TypeError("seed must be bytes")
         seed = bytes(seed)
         out = _ffi.lh_client_p()
-        lib.lh_client_new(ctypes.byref(cfg), _as_u8p(seed), len(seed), ctypes.byref(out))
+        if redis is not None:
+            ropts = redis.to_c()
+            lib.lh_client_new_redis(ctypes.byref(cfg), ctypes.byref(ropts), _as_u8p(seed), len(seed), ctypes.byref(out))
+        else:
+            lib.lh_client_new(ctypes.byref(cfg), _as_u8p(seed), len(seed), ctypes.byref(out))
+        self.backend = redis is not None
+        self._req = _ffi.lh_request()
+        self._req_ref = ctypes.byref(self._req)
         self._h = _Handle(out)
         # Reused out-params (the handle is not thread-safe anyway): no allocation per poll.
         self._out = _ffi.lh_output()
@@ -408,6 +492,45 @@ class Core:
 
     def timeout(self) -> None:
         lib.lh_timeout(self._p(), self.now())
+
+    # -- backend requests (a handle made with ``redis=``) ----------------------------------------
+    def poll_requests(self) -> list[tuple[int, int, list[bytes]]]:
+        """Every pending backend request as ``(id, connection, argv)``, argv copied."""
+        p = self._p()
+        req, ref, at = self._req, self._req_ref, _string_at
+        reqs: list[tuple[int, int, list[bytes]]] = []
+        while True:
+            lib.lh_poll_request(p, ref)
+            if req.id == 0:
+                return reqs
+            argv = req.argv
+            reqs.append((req.id, req.connection, [at(argv[i].ptr, argv[i].len) for i in range(req.argc)]))
+
+    def reply(self, request_id: int, reply: Any) -> None:
+        """The reply to a backend request (see :func:`flatten_reply`); a reply the core
+        refuses as malformed is reported as a transport failure of the request."""
+        values, n, data = flatten_reply(reply)
+        p, now = self._p(), int(self._clock())
+        try:
+            lib.lh_reply(p, now, request_id, values, n, data, len(data))
+        except errors.InvalidArgument:
+            lib.lh_request_failed(p, now, request_id)
+
+    def request_failed(self, request_id: int) -> None:
+        lib.lh_request_failed(self._p(), int(self._clock()), request_id)
+
+    def pubsub_message(self, channel: bytes, payload: bytes) -> None:
+        lib.lh_pubsub_message(self._p(), int(self._clock()), channel, len(channel), payload, len(payload))
+
+    def subscription(self, channel: bytes, subscribed: bool) -> None:
+        lib.lh_subscription(self._p(), int(self._clock()), channel, len(channel), 1 if subscribed else 0)
+
+    def redis_counters(self) -> dict[str, int]:
+        """What the Redis protocol saw (``lh_redis_counters``), by field name."""
+        c = _ffi.lh_redis_counters()
+        c.struct_size = ctypes.sizeof(_ffi.lh_redis_counters)
+        lib.lh_redis_counters_get(self._p(), ctypes.byref(c))
+        return {f: int(getattr(c, f)) for f in ("subscribed",) + _ffi.REDIS_COUNTER_FIELDS}
 
     # -- outputs ---------------------------------------------------------------------------------------
     def poll_output(self) -> Output | None:

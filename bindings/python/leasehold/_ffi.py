@@ -46,6 +46,8 @@ LH_ERR_BACKEND_DATA_TOO_LONG = 13
 LH_ERR_BUFFER_TOO_SMALL = 14
 LH_ERR_NOT_GRANTED = 15
 LH_ERR_STRUCT_SIZE = 16
+LH_ERR_INVALID_REPLY = 17
+LH_ERR_NO_BACKEND = 18
 LH_ERR_PANIC = 900
 LH_ERR_POISONED = 901
 
@@ -100,6 +102,14 @@ LH_STATE_LOST = 4
 LH_STATE_ACQUIRE_FAILED = 5
 
 LH_NO_DEADLINE = 2**64 - 1
+LH_CONNECTION_COMMANDS = 1
+LH_CONNECTION_SUBSCRIBER = 2
+LH_VALUE_NIL = 1
+LH_VALUE_INT = 2
+LH_VALUE_BULK = 3
+LH_VALUE_STATUS = 4
+LH_VALUE_ERROR = 5
+LH_VALUE_ARRAY = 6
 LH_NO_RETRY_HINT = 2**64 - 1
 LH_ACQUIRE_REENTRANT = 1
 LH_ACQUIRE_NO_AUTO_RENEW = 2
@@ -224,6 +234,53 @@ class lh_counters(ctypes.Structure):
     ]
 
 
+class lh_redis_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("standby_delay_ms", ctypes.c_uint64),
+        ("key_keep_ms", ctypes.c_uint64),
+        ("queue_max_age_ms", ctypes.c_uint64),
+        ("idle_recheck_ms", ctypes.c_uint64),
+    ]
+
+
+class lh_bytes(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class lh_request(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("connection", ctypes.c_uint32),
+        ("argc", ctypes.c_uint32),
+        ("argv", ctypes.POINTER(lh_bytes)),
+    ]
+
+
+REDIS_COUNTER_FIELDS = (
+    "requests",
+    "script_calls",
+    "noscript_retries",
+    "error_replies",
+    "garbage_replies",
+    "stale_replies",
+    "transport_failures",
+    "local_refusals",
+    "wakeups",
+    "standby_takeovers",
+    "ignored_messages",
+    "subscriptions",
+    "subscriber_losses",
+)
+
+
+class lh_redis_counters(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("subscribed", ctypes.c_uint32)] + [
+        (f, ctypes.c_uint64) for f in REDIS_COUNTER_FIELDS
+    ]
+
+
 # ---- loading ---------------------------------------------------------------------------------
 def _lib_filenames() -> list[str]:
     if sys.platform == "darwin":
@@ -308,6 +365,7 @@ _STATUS_CLASSES: dict[int, type[errors.CoreError]] = {
     LH_ERR_BUFFER_TOO_SMALL: errors.InvalidArgument,
     LH_ERR_NOT_GRANTED: errors.NotGranted,
     LH_ERR_STRUCT_SIZE: errors.InvalidArgument,
+    LH_ERR_INVALID_REPLY: errors.InvalidArgument,
     LH_ERR_PANIC: errors.CorePanic,
     LH_ERR_POISONED: errors.CorePoisoned,
 }
@@ -378,6 +436,19 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_is_held": ([lh_client_p, _u64, _u64, ctypes.POINTER(ctypes.c_bool)], _u32, True),
     "lh_counters_get": ([lh_client_p, ctypes.POINTER(lh_counters)], _u32, True),
     "lh_client_debug_panic": ([lh_client_p], _u32, True),
+    "lh_redis_options_default": ([ctypes.POINTER(lh_redis_options)], None, False),
+    "lh_client_new_redis": (
+        [ctypes.POINTER(lh_config), ctypes.POINTER(lh_redis_options), _u8p, _sz, ctypes.POINTER(lh_client_p)],
+        _u32,
+        True,
+    ),
+    "lh_poll_request": ([lh_client_p, ctypes.POINTER(lh_request)], _u32, True),
+    # values: a packed lh_value array passed as bytes (see _core.flatten_reply)
+    "lh_reply": ([lh_client_p, _u64, _u64, _cp, _sz, _cp, _sz], _u32, True),
+    "lh_request_failed": ([lh_client_p, _u64, _u64], _u32, True),
+    "lh_pubsub_message": ([lh_client_p, _u64, _cp, _sz, _cp, _sz], _u32, True),
+    "lh_subscription": ([lh_client_p, _u64, _cp, _sz, _u32], _u32, True),
+    "lh_redis_counters_get": ([lh_client_p, ctypes.POINTER(lh_redis_counters)], _u32, True),
 }
 
 

@@ -30,9 +30,10 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Generator
+from typing import Any, Awaitable, Callable, Coroutine, Generator, cast
 
 from . import _ffi, errors
+from ._backend import BackendSink, backend_of, execute_request_async, run_requests
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
@@ -172,13 +173,20 @@ class AsyncLockClient(LeaseLifecycle):
         release_timeout: float | None = None,
         fail_budget: int | None = None,
     ) -> None:
-        self._service = to_async(service)
+        self._backend = backend_of(service)
+        # (An executor is not a service; the service paths never run with one.)
+        self._service: AsyncLockService = (
+            cast(AsyncLockService, service) if self._backend is not None else to_async(service)
+        )
         # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
         self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = client_config(config, self._service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn)
+        self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
+        self._sink = BackendSink(self._core, self._backend_input)
+        if self._backend is not None:
+            self._backend.attach()
         self._owns_service = owns_service
         self._release_timeout = (
             seconds(release_timeout, "release_timeout") if release_timeout is not None
@@ -234,6 +242,8 @@ class AsyncLockClient(LeaseLifecycle):
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")
+        if self._backend is not None:
+            raise errors.LeaseholdError("on_release is not available on a backend executor (Redis executor)")
         self._ensure_loop()
         self._check_open()
         self._subscribers.setdefault(name, []).append(callback)
@@ -249,6 +259,10 @@ class AsyncLockClient(LeaseLifecycle):
                     self._watch_ref(name, -1)
 
         return Subscription(cancel)
+
+    def backend_counters(self) -> dict[str, int]:
+        """As :meth:`leasehold.LockClient.backend_counters`."""
+        return self._core.redis_counters() if self._backend is not None else {}
 
     def counters(self) -> Counters:
         if self._closed:
@@ -295,6 +309,8 @@ class AsyncLockClient(LeaseLifecycle):
         if self._unsub_clock is not None:
             self._unsub_clock()
         self._closed = True
+        if self._backend is not None:
+            await self._backend.detach()
         for hs in self._handles.values():
             for h in hs:
                 if h._state == _ACQUIRING:
@@ -335,6 +351,8 @@ class AsyncLockClient(LeaseLifecycle):
             self._loop = loop
             self._wake = asyncio.Event()
             self._driver = loop.create_task(self._run(), name="leasehold-driver")
+            if self._backend is not None:
+                self._drain()  # the wake channel's SUBSCRIBE goes out now
             if self._clock_sub is not None:
                 wake = self._wake
 
@@ -405,6 +423,8 @@ class AsyncLockClient(LeaseLifecycle):
     def _drain(self) -> None:
         if self._core.closed:
             return
+        if self._backend is not None and self._loop is not None:
+            run_requests(self._core, self._submit_request)
         outs, dl = self._core.drain()
         self._deadline = dl
         dispatch_all(outs, self._dispatch)
@@ -422,6 +442,19 @@ class AsyncLockClient(LeaseLifecycle):
             self._poke()
         else:
             self._feed(fn)
+
+    def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        self._spawn(self._execute(rid, connection, argv))
+
+    async def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        fn = await execute_request_async(self._core, self._backend, self._sink, rid, connection, argv)
+        if fn is not None and not self._closed:
+            self._deliver_input(fn)
+
+    def _backend_input(self, fn: Callable[[], None]) -> None:
+        """(on the loop) A pub/sub message or subscription change."""
+        if not self._closed:
+            self._deliver_input(fn)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         assert self._loop is not None
@@ -727,7 +760,7 @@ class AsyncLockClient(LeaseLifecycle):
         self._drain()
         if outcome is not None or slot.done():
             return self._release_end(h, slot, outcome if outcome is not None else slot.value())
-        if not self._release_sent(h.lease_id, self._requests):
+        if self._backend is None and not self._release_sent(h.lease_id, self._requests):
             return self._release_end(h, slot, None)
         try:
             await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)

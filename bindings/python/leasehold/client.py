@@ -61,6 +61,7 @@ from functools import partial
 from typing import Any, Callable
 
 from . import _ffi, errors
+from ._backend import BackendSink, backend_of, execute_request, run_requests
 from ._args import check_name, seconds, ttl_to_ms, wait_budget
 from ._clock import resolve_clock
 from ._core import Config, Core, Counters, Output, dispatch_all
@@ -307,7 +308,8 @@ class LockClient(LeaseLifecycle):
         inline_io: bool | None = None,
         fail_budget: int | None = None,
     ) -> None:
-        if not isinstance(service, LockService):
+        self._backend = backend_of(service)
+        if self._backend is None and not isinstance(service, LockService):
             raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
         if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
             raise ValueError("io_workers must be an int >= 1")
@@ -315,6 +317,8 @@ class LockClient(LeaseLifecycle):
             raise TypeError("inline_io must be a bool or None")
         self._call_bound = service_call_bound(service)
         self._inline = self._call_bound is not None if inline_io is None else inline_io
+        if self._backend is not None:
+            self._inline = False  # the executor's requests all go through the IO pool
         self._service = service
         # The optional capability of sending an acquire ahead of its reader (see _presend).
         send_acquire = getattr(service, "send_acquire", None)
@@ -327,8 +331,8 @@ class LockClient(LeaseLifecycle):
         self._tag_acquires = bool(getattr(service, "grants_on_release", False))
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
-        cfg = client_config(config, service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn)
+        cfg = self._cfg = client_config(config, service, fail_budget)
+        self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
         self._io_workers = io_workers
         self._owns_service = owns_service
         self._release_timeout = (
@@ -357,6 +361,9 @@ class LockClient(LeaseLifecycle):
         _clients.add(self)
         with self._mu:
             self._ensure_started()
+            if self._backend is not None:
+                self._backend.attach()
+                self._drain()  # the wake channel's SUBSCRIBE goes out now
 
     def _init_runtime_state(self) -> None:
         self._inputs: deque[Callable[[], None]] = deque()
@@ -397,6 +404,8 @@ class LockClient(LeaseLifecycle):
         self._watch_pool: _SerialWorker | None = None
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
+        self._sink = BackendSink(self._core, self._backend_input)
+        self._tl = _Batches()
 
     # -- public API ------------------------------------------------------------------------------
     def acquire(
@@ -444,9 +453,14 @@ class LockClient(LeaseLifecycle):
             h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
-            cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
+            batch = self._collecting()
+            try:
+                cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
+            finally:
+                self._tl.batch = None
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
+            self._run_here(batch)
             if cmd is not None:
                 self._run_inline(cmd)  # bounded by the service's call_timeout
             # A settled handle never goes back to acquiring: no lock needed to look.
@@ -470,6 +484,8 @@ class LockClient(LeaseLifecycle):
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")
+        if self._backend is not None:
+            raise errors.LeaseholdError("on_release is not available on a backend executor (Redis executor)")
         with self._cond:
             self._check_open()
             self._ensure_started()
@@ -493,6 +509,13 @@ class LockClient(LeaseLifecycle):
         with self._mu:
             self._check_not_freed()
             return self._core.counters()
+
+    def backend_counters(self) -> dict[str, int]:
+        """What the core's backend protocol saw (Redis: requests, script calls, wake-ups,
+        standby takeovers, subscriber losses...); empty for a service."""
+        with self._mu:
+            self._check_not_freed()
+            return self._core.redis_counters() if self._backend is not None else {}
 
     @property
     def closed(self) -> bool:
@@ -573,6 +596,8 @@ class LockClient(LeaseLifecycle):
             self._handles.clear()
             self._fail_waiters(errors.ClientClosed("the client was closed"))
             self._core.close()
+        if self._backend is not None:
+            self._backend.detach()
         if self._owns_service:
             try:
                 self._service.close()
@@ -741,6 +766,8 @@ class LockClient(LeaseLifecycle):
         if self._fatal is not None:
             return
         try:
+            if self._backend is not None:
+                run_requests(self._core, self._submit_request)
             outs, dl = self._core.drain()
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
@@ -850,7 +877,8 @@ class LockClient(LeaseLifecycle):
             return
         if h._waiter != threading.get_ident():
             ev.set()
-            self._service.unpark()
+            if self._backend is None:
+                self._service.unpark()
         elif h._parking:
             ev.set()
 
@@ -917,6 +945,76 @@ class LockClient(LeaseLifecycle):
         if pool is None:
             return
         self._side_call(pool, f"callback {fn!r}", fn, *args)
+
+    # -- internals: backend requests (a backend executor) ------------------------------------------
+    def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        """(mutex held) Run one backend request: on this thread once it drops the mutex, when
+        it collects them (``_collecting``), else on the IO pool (subscriber requests in order
+        on the watch worker). Running a request where its cause was fed saves a thread hop."""
+        batch = self._tl.batch
+        if batch is not None:
+            self._inflight += 1
+            batch.append((rid, connection, argv))
+            return
+        pool: Any = self._pool if connection == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
+        if pool is None:
+            return
+        self._inflight += 1
+        try:
+            pool.submit(self._execute, rid, connection, argv)
+        except RuntimeError:  # shut down
+            self._inflight -= 1
+
+    def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
+        self._run_here([(rid, connection, argv)])
+
+    def _collecting(self) -> list[tuple[int, int, list[bytes]]] | None:
+        """(mutex held) Collect the requests the next drains emit for this thread to run
+        (``_run_here`` after the mutex is dropped); ``None`` without a backend executor."""
+        if self._backend is None:
+            return None
+        batch: list[tuple[int, int, list[bytes]]] = []
+        self._tl.batch = batch
+        return batch
+
+    def _run_here(self, batch: list[tuple[int, int, list[bytes]]] | None) -> None:
+        """(mutex not held) Run collected requests on this thread, feeding each result; the
+        requests those emit join the batch. On an interrupt the rest go to the pool."""
+        if not batch:
+            return
+        try:
+            while batch:
+                rid, connection, argv = batch.pop(0)
+                fn = execute_request(self._core, self._backend, self._sink, rid, connection, argv)
+                with self._mu:
+                    self._inflight -= 1
+                    if fn is not None and not self._closed and not self._stop:
+                        self._tl.batch = batch
+                        try:
+                            self._feed(fn)
+                        finally:
+                            self._tl.batch = None
+                    elif self._idle_waiters or self._closing:
+                        self._cond.notify_all()
+        finally:
+            if batch:
+                with self._mu:
+                    for req in batch:
+                        self._inflight -= 1
+                        self._submit_request(*req)
+
+    def _backend_input(self, fn: Callable[[], None]) -> None:
+        """(subscriber reader thread) A pub/sub message or subscription change; the requests
+        it causes (a woken waiter's attempt) run on this thread."""
+        with self._mu:
+            if self._closed or self._stop:
+                return
+            batch = self._collecting()
+            try:
+                self._feed(fn)
+            finally:
+                self._tl.batch = None
+        self._run_here(batch)
 
     # -- internals: IO -------------------------------------------------------------------------------
     def _submit_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
@@ -1232,20 +1330,30 @@ class LockClient(LeaseLifecycle):
                 return early
             lease = h.lease_id
             cmd: Output | None = None
+            batch: list[tuple[int, int, list[bytes]]] | None = None
             if inline and self._inline and not self._paused:
                 outcome = self._release_start(h, slot)
                 cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
             else:
                 outcome = self._release_start(h, slot)
-                self._drain()
+                batch = self._collecting()
+                try:
+                    self._drain()
+                finally:
+                    self._tl.batch = None
             if outcome is not None or slot.done:
                 if cmd is not None:  # a lost lease's cleanup release: nobody waits for it
                     self._inflight -= 1
                     self._submit_io(cmd)
+                for req in batch or ():  # likewise
+                    self._inflight -= 1
+                    self._submit_request(*req)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
-            if cmd is None and not self._release_sent(lease, self._requests):
+            # (A backend executor's requests are not commands: the RELEASE_OUTCOME decides.)
+            if cmd is None and self._backend is None and not self._release_sent(lease, self._requests):
                 return self._release_end(h, slot, None)
         try:
+            self._run_here(batch)
             if cmd is not None:
                 self._run_inline(cmd)
             slot.wait(max(0.0, end - time.monotonic()))
@@ -1314,6 +1422,20 @@ class LockClient(LeaseLifecycle):
         if self._closed or self._core.closed:
             self._stop = True
             return
+        if self._backend is not None:
+            # The parent's leases live on in the parent: the child starts a core of its own
+            # (a reseeded one would renew and release them) and drops inherited connections.
+            self._backend.after_fork()
+            self._core = Core(self._cfg, None, self._now_fn, redis=self._backend.options)
+            self._sink = BackendSink(self._core, self._backend_input)
+            for hs in handles.values():
+                for h in hs:
+                    if h._state == _ACQUIRING:
+                        self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
+                    elif h._state == _HELD:
+                        h.lost_reason = "forked"
+                        h._set_lost()
+            return
         try:
             self._core.reseed(os.urandom(32))
         except errors.LeaseholdError as e:
@@ -1333,6 +1455,12 @@ class LockClient(LeaseLifecycle):
         # The core still tracks these waiters' watches; the child does not watch them (the
         # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
         self._core_watching = core_watching
+
+
+class _Batches(threading.local):
+    """Per thread: the backend requests it collects to run itself (see _submit_request)."""
+
+    batch: list[tuple[int, int, list[bytes]]] | None = None
 
 
 class _Slot:

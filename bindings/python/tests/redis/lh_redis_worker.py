@@ -55,7 +55,15 @@ def say(*parts: object) -> None:
     print(*parts, flush=True)
 
 
+# LEASEHOLD_TEST_REDIS=executor: the clients drive the core's Redis protocol (RedisExecutor).
+EXECUTOR = os.environ.get("LEASEHOLD_TEST_REDIS") == "executor"
+
+
 def client_for(url: str, timeout: float = 1.0) -> LockClient:
+    if EXECUTOR:
+        from leasehold.backends.redis_executor import RedisExecutor
+
+        return LockClient(RedisExecutor(url=url, socket_timeout=timeout, socket_connect_timeout=timeout))
     return LockClient(RedisLockService.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout))
 
 
@@ -130,8 +138,14 @@ def pause_release(url: str, name: str, ttl: float, rounds: int) -> None:
 
 
 async def pause_release_async(url: str, name: str, ttl: float, rounds: int) -> None:
-    service = AsyncRedisLockService.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-    async with AsyncLockClient(service) as client:
+    service: object
+    if EXECUTOR:
+        from leasehold.backends.redis_executor_async import AsyncRedisExecutor
+
+        service = AsyncRedisExecutor(url=url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    else:
+        service = AsyncRedisLockService.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    async with AsyncLockClient(service) as client:  # type: ignore[arg-type]
         for i in range(rounds):
             calls: list[object] = []
             lock = await client.acquire(name, ttl=ttl, wait=30.0, on_lost=calls.append)

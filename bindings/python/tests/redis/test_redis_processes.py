@@ -84,6 +84,12 @@ class Proc:
             self.p.wait(timeout=10)
 
 
+@pytest.fixture(params=["service", "executor"])
+def worker_env(worker_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    """Every process test runs with the service and with the executor (see the worker)."""
+    return dict(worker_env, LEASEHOLD_TEST_REDIS=request.param)
+
+
 @pytest.fixture
 def procs():
     made: list[Proc] = []
