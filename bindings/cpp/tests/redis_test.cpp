@@ -124,40 +124,51 @@ struct RedisServer {
   int port = -1;
   std::string error;
 
+  std::vector<std::string> extra;  // more redis-server arguments (persistence)
+
   bool start() {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      port = free_port();
+      if (port > 0 && launch()) return true;
+    }
+    return false;
+  }
+  // Stops the server (SIGTERM, so it shuts down cleanly) and starts it again on the same port.
+  bool restart() {
+    proc.stop();
+    return launch();
+  }
+  bool launch() {
     const auto bin = find_in_path("redis-server");
     if (bin.empty()) {
       error = "redis-server not found (install it: scripts/ensure-redis.sh or apt-get install redis-server)";
       return false;
     }
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      port = free_port();
-      if (port <= 0) continue;
-      proc = Child::spawn({bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                           "no", "--daemonize", "no"},
-                          false, "/dev/null");
-      if (proc.pid <= 0) {
-        error = "cannot spawn " + bin;
-        continue;
-      }
-      const bool up = eventually(
-          [&] {
-            if (!proc.running()) return true;
-            redisContext* c = redisConnectWithTimeout("127.0.0.1", port, lr::to_timeval(200ms));
-            bool ok = false;
-            if (c != nullptr && c->err == 0) {
-              auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
-              ok = r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "PONG";
-              if (r) freeReplyObject(r);
-            }
-            if (c) redisFree(c);
-            return ok;
-          },
-          20s);
-      if (up && proc.running()) return true;
-      proc.stop();
-      error = "redis-server did not answer PING on port " + std::to_string(port);
+    std::vector<std::string> args{bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--daemonize", "no"};
+    if (extra.empty()) args.insert(args.end(), {"--save", "", "--appendonly", "no"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    proc = Child::spawn(args, false, "/dev/null");
+    if (proc.pid <= 0) {
+      error = "cannot spawn " + bin;
+      return false;
     }
+    const bool up = eventually(
+        [&] {
+          if (!proc.running()) return true;
+          redisContext* c = redisConnectWithTimeout("127.0.0.1", port, lr::to_timeval(200ms));
+          bool ok = false;
+          if (c != nullptr && c->err == 0) {
+            auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
+            ok = r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "PONG";
+            if (r) freeReplyObject(r);
+          }
+          if (c) redisFree(c);
+          return ok;
+        },
+        20s);
+    if (up && proc.running()) return true;
+    proc.stop();
+    error = "redis-server did not answer PING on port " + std::to_string(port);
     return false;
   }
   ~RedisServer() { proc.stop(); }
@@ -547,6 +558,11 @@ struct Waiters {
       if (lease) lease->release();
     });
   }
+  void let_all_go() {
+    std::lock_guard g(mu);
+    all_go = true;
+    cv.notify_all();
+  }
   void let_go(std::size_t i) {
     std::lock_guard g(mu);
     go[i] = true;
@@ -580,3 +596,146 @@ struct Waiters {
 
 }  // namespace
 
+
+// --- the handoff protocol against a real server ------------------------------------------------
+
+// A waiter frozen at the head of the queue (SIGSTOP'd process, subscriber socket still open, so
+// the release's wake-up "reaches" it) keeps the lock free only until a standby takes over.
+TEST_F(Redis, FrozenWaiterAtTheHeadDoesNotKeepTheLockFree) {
+  const std::string name = "frozen", queue = "lh:{frozen}:queue";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 60s);  // a waiter's own retry would come ~60 s later
+  ASSERT_TRUE(held.has_value());
+  auto worker = Child::spawn({LEASEHOLD_PAUSE_WORKER, "redis", std::to_string(g_server->port)}, true, "");
+  ASSERT_GT(worker.pid, 0);
+  worker.write_line("acquire " + name + " 30000 60000");
+  ASSERT_TRUE(eventually([&] { return zcard(queue) == 1; })) << "the worker never queued";
+  ASSERT_EQ(::kill(worker.pid, SIGSTOP), 0);
+
+  LockClient live(transport(), quiet());
+  std::optional<Lease> got;
+  leasehold::Clock::time_point got_at{};
+  std::thread waiter([&] {
+    got = live.acquire(name, 10s, wait_for(45s));
+    got_at = leasehold::Clock::now();
+  });
+  const bool queued = eventually([&] { return zcard(queue) == 2; });
+  const auto released_at = leasehold::Clock::now();
+  held->release();
+  waiter.join();
+  worker.stop();  // SIGCONT + SIGTERM
+  ASSERT_TRUE(queued) << "the live waiter never queued behind the frozen one";
+  ASSERT_TRUE(got.has_value());
+  const auto delay = std::chrono::duration<double, std::milli>(got_at - released_at).count();
+  std::printf("frozen waiter at the head: the live waiter got the lock %.1f ms after the release\n", delay);
+  EXPECT_LT(delay, 2000.0);  // the standby delay is 150 ms; without the standby it would be ~60 s
+  EXPECT_GT(got->fencing_token(), held->fencing_token());
+}
+
+// An ordinary handoff between queued waiters costs two script calls (the RELEASE and the woken
+// waiter's ACQUIRE), counting every waiter's calls; idle waiters send none.
+TEST_F(Redis, HandoffBetweenQueuedWaitersCostsAtMostTwoScriptCalls) {
+  constexpr std::size_t kWaiters = 4;
+  const std::string name = "handoff", queue = "lh:{handoff}:queue";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 60s);
+  ASSERT_TRUE(held.has_value());
+  Waiters ws;
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    ws.start(transport(), name, 30s, 60s);
+    ASSERT_TRUE(eventually([&] { return zcard(queue) == static_cast<long long>(i + 1); })) << "waiter " << i;
+  }
+  ws.let_all_go();  // each releases as soon as it holds
+  std::this_thread::sleep_for(300ms);
+  cmd({"CONFIG", "RESETSTAT"});
+  EXPECT_EQ(script_calls(), 0) << "idle waiters send nothing";
+  held->release();
+  ASSERT_TRUE(eventually([&] { return ws.granted() == kWaiters; }));
+  ASSERT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{handoff}"}) == 0; }));
+  std::this_thread::sleep_for(200ms);  // the last release's reply
+  const auto calls = script_calls();
+  std::printf("%zu handoffs between queued waiters: %lld script calls (incl. the first RELEASE)\n", kWaiters, calls);
+  EXPECT_LE(calls, static_cast<long long>(1 + 2 * kWaiters));
+  std::lock_guard g(ws.mu);
+  for (std::size_t k = 0; k < kWaiters; ++k) EXPECT_EQ(ws.order[k], k) << "queue order";
+  for (std::size_t k = 1; k < ws.tokens.size(); ++k) EXPECT_LT(ws.tokens[k - 1], ws.tokens[k]);
+}
+
+// CLIENT KILL TYPE pubsub drops the subscriber connection under a queued waiter; the release
+// that follows reaches nobody. The executor reports the subscription lost, the core subscribes
+// again and re-checks, and the waiter gets the lock long before the holder's TTL.
+TEST_F(Redis, KilledPubSubConnectionRecovers) {
+  const std::string name = "killsub";
+  LockClient holder(transport(), quiet());
+  auto held = holder.acquire(name, 60s);
+  ASSERT_TRUE(held.has_value());
+  LockClient live(transport(), quiet());
+  std::optional<Lease> got;
+  std::thread waiter([&] { got = live.acquire(name, 10s, wait_for(30s)); });
+  const bool queued = eventually([&] { return zcard("lh:{killsub}:queue") == 1 && wake_channels() == 2; });
+  if (queued) {
+    EXPECT_GE(integer({"CLIENT", "KILL", "TYPE", "pubsub"}), 2);
+  }
+  held->release();
+  waiter.join();
+  ASSERT_TRUE(queued);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(eventually([&] { return wake_channels() >= 1; })) << "subscribed again";
+}
+
+// A holder killed outright (no release) is taken over once its TTL ran out, with a larger fence.
+TEST_F(Redis, KilledHolderIsTakenOver) {
+  auto worker = Child::spawn({LEASEHOLD_PAUSE_WORKER, "redis", std::to_string(g_server->port)}, true, "");
+  ASSERT_GT(worker.pid, 0);
+  worker.write_line("acquire victim 1000");
+  const auto held = worker.read_line(60s);
+  ASSERT_TRUE(held && held->rfind("held ", 0) == 0) << held.value_or("<none>");
+  const auto fence = std::stoull(held->substr(5));
+  ASSERT_EQ(::kill(worker.pid, SIGKILL), 0);
+  worker.stop();
+  LockClient client(transport(), quiet());
+  auto lease = client.acquire("victim", 5s, wait_for(20s));
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_GT(lease->fencing_token(), fence);
+}
+
+// A restart without persistence forgets the lock: the holder's renewal is refused (Rejected),
+// and the next grant's fence is still larger (server time). With an fsync'd AOF the lock
+// survives the restart and the lease keeps renewing.
+TEST_F(Redis, RestartWithoutPersistenceLosesTheLeaseFencesStillIncrease) {
+  RedisServer server;
+  ASSERT_TRUE(server.start()) << server.error;
+  RedisOptions o;
+  o.port = server.port;
+  LockClient client(std::make_shared<RedisTransport>(o), quiet());
+  auto lease = client.acquire("restart", 1500ms);
+  ASSERT_TRUE(lease.has_value());
+  ASSERT_TRUE(server.restart()) << server.error;
+  ASSERT_TRUE(eventually([&] { return lease->lost(); }, 20s));
+  EXPECT_EQ(lease->lost_reason(), LostReason::Rejected);
+  auto next = client.acquire("restart", 5s, wait_for(10s));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_GT(next->fencing_token(), lease->fencing_token());
+}
+
+TEST_F(Redis, RestartWithPersistenceKeepsTheLease) {
+  char dir[] = "/tmp/leasehold-redis-aof-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  RedisServer server;
+  server.extra = {"--dir", dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always"};
+  ASSERT_TRUE(server.start()) << server.error;
+  RedisOptions o;
+  o.port = server.port;
+  LockClient client(std::make_shared<RedisTransport>(o), quiet());
+  LockClient other(std::make_shared<RedisTransport>(o), quiet());
+  auto lease = client.acquire("restart", 3000ms);
+  ASSERT_TRUE(lease.has_value());
+  ASSERT_TRUE(server.restart()) << server.error;
+  const auto renewed = client.counters().renewals_ok;
+  ASSERT_TRUE(eventually([&] { return client.counters().renewals_ok >= renewed + 2 || lease->lost(); }, 30s));
+  EXPECT_FALSE(lease->lost());
+  EXPECT_FALSE(other.acquire("restart", 5s).has_value());  // still ours on the restarted server
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  server.proc.stop();
+  [[maybe_unused]] const int rc = std::system(("rm -rf '" + std::string(dir) + "'").c_str());
+}
