@@ -880,7 +880,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     io_ = std::make_unique<Executor>(opts_.io_threads);
     watcher_ = std::make_unique<Executor>(1);
     callbacks_ = std::make_unique<Executor>(1);
-    if (backend_ != nullptr) backend_->start([this](BackendInput in) { push_input(std::move(in)); });
+    if (backend_ != nullptr) backend_->start([this](BackendInput in) { feed_backend(std::move(in)); });
     driver_ = std::thread([this] { drive(); });
   }
 
@@ -943,6 +943,31 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     }
     driver_cv_.notify_one();
     return true;
+  }
+  // (executor thread) Fed at once under the mutex, not through the driver: a reply reaches the
+  // waiting application thread with one wake-up. The driver is woken only when the core's
+  // deadline moved earlier (or it is held: then it queues as usual).
+  void feed_backend(BackendInput in) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_ || broken_ || !core_) return;
+      if (hold_driver_) {
+        inputs_.push_back(std::move(in));
+        return;
+      }
+      try {
+        const auto before = core_->poll_timeout();
+        Input i = std::move(in);
+        feed_locked(i);
+        drain_locked();
+        const auto after = core_->poll_timeout();
+        if (!after || (before && *after >= *before)) return;
+      } catch (const std::exception& e) {
+        fail_all_locked(e.what());
+      }
+      dirty_ = true;
+    }
+    driver_cv_.notify_one();
   }
   void poke_locked() {
     dirty_ = true;
@@ -1145,6 +1170,13 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
+  if (backend_ != nullptr && !hold_driver_) {
+    try {
+      drain_locked();  // the request goes out from here: one thread hop less
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+  }
   poke_locked();
 
   // I3: terminal by the wait deadline + one request timeout. The extra slack only matters when

@@ -609,7 +609,8 @@ TEST_F(Redis, FrozenWaiterAtTheHeadDoesNotKeepTheLockFree) {
   auto worker = Child::spawn({LEASEHOLD_PAUSE_WORKER, "redis", std::to_string(g_server->port)}, true, "");
   ASSERT_GT(worker.pid, 0);
   worker.write_line("acquire " + name + " 30000 60000");
-  ASSERT_TRUE(eventually([&] { return zcard(queue) == 1; })) << "the worker never queued";
+  // Queued, and its wake channel subscribed on the server (so PUBLISH counts it as a listener).
+  ASSERT_TRUE(eventually([&] { return zcard(queue) == 1 && wake_channels() == 2; })) << "the worker never queued";
   ASSERT_EQ(::kill(worker.pid, SIGSTOP), 0);
 
   LockClient live(transport(), quiet());
@@ -619,7 +620,7 @@ TEST_F(Redis, FrozenWaiterAtTheHeadDoesNotKeepTheLockFree) {
     got = live.acquire(name, 10s, wait_for(45s));
     got_at = leasehold::Clock::now();
   });
-  const bool queued = eventually([&] { return zcard(queue) == 2; });
+  const bool queued = eventually([&] { return zcard(queue) == 2 && wake_channels() == 3; });
   const auto released_at = leasehold::Clock::now();
   held->release();
   waiter.join();

@@ -48,12 +48,8 @@ struct RedisStats {
 };
 
 class RedisTransport final : public Transport, public Backend {
-  struct CtxFree {
-    void operator()(redisContext* c) const noexcept { redisFree(c); }
-  };
-  struct ReplyFree {
-    void operator()(void* r) const noexcept { freeReplyObject(r); }
-  };
+  struct CtxFree { void operator()(redisContext* c) const noexcept { redisFree(c); } };  // clang-format off
+  struct ReplyFree { void operator()(void* r) const noexcept { freeReplyObject(r); } };   // clang-format on
   using Ctx = std::unique_ptr<redisContext, CtxFree>;
   using Reply = std::unique_ptr<redisReply, ReplyFree>;
 
@@ -133,12 +129,7 @@ class RedisTransport final : public Transport, public Backend {
     return redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
   }
   void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_fd_, "\1\0\0\0\0\0\0\0", 8); }
-  void log(const std::string& m) const noexcept {
-    try {
-      opts_.log(m);
-    } catch (...) {
-    }
-  }
+  void log(const std::string& m) const noexcept try { opts_.log(m); } catch (...) {}
 
   // A connection with AUTH and SELECT done, or null (logged).
   Ctx connect() const {
@@ -207,10 +198,7 @@ class RedisTransport final : public Transport, public Backend {
       c.reset();
     }
   }
-  void set_cmd_fd(int fd) {
-    std::lock_guard g(mu_);
-    cmd_fd_ = fd;
-  }
+  void set_cmd_fd(int fd) { std::lock_guard g(mu_); cmd_fd_ = fd; }
 
   void subscriber_loop() {
     detail::block_sigpipe_in_this_thread();
