@@ -96,13 +96,13 @@ class RedisTransport final : public Transport, public Backend {
     subscriber_ = std::thread([this] { subscriber_loop(); });
   }
   void execute(Request r) override {
+    const bool sub = r.connection == LH_CONNECTION_SUBSCRIBER;
     {
       std::lock_guard g(mu_);
       if (closed_) return;
-      (r.connection == LH_CONNECTION_SUBSCRIBER ? sub_q_ : cmd_q_).push_back(std::move(r));
+      (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
     }
-    cv_.notify_one();
-    wake();
+    sub ? wake() : cv_.notify_one();
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() override {
