@@ -652,6 +652,7 @@ TEST_F(Redis, HandoffBetweenQueuedWaitersCostsAtMostTwoScriptCalls) {
   constexpr std::size_t kWaiters = 4;
   const std::string name = "handoff", queue = "lh:{handoff}:queue";
   LockClient holder(transport(), quiet());
+  ASSERT_TRUE(holder.acquire("warm-up", 5s).has_value());  // loads the scripts (no NOSCRIPT below)
   auto held = holder.acquire(name, 60s);
   ASSERT_TRUE(held.has_value());
   Waiters ws;
