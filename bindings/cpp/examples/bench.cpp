@@ -1,8 +1,8 @@
 // Rough numbers for the README (not a test; no assertions on time anywhere in the suite).
-//   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port]
+//   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port [iterations]]
 // Measures, on one LockClient: uncontended acquire+release round trips (memory service and,
-// with a port, Redis), and how late loss detection fires relative to valid_until when the
-// transport hangs.
+// with a port, Redis beside a raw hiredis SET NX PX / DEL loop on the same server, with the
+// ratio), and how late loss detection fires relative to valid_until when the transport hangs.
 #include <leasehold.hpp>
 #include <leasehold/memory_transport.hpp>
 #ifdef LEASEHOLD_BENCH_REDIS
@@ -23,12 +23,14 @@ using Clock = std::chrono::steady_clock;
 
 static double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-static void round_trips(const char* label, std::shared_ptr<leasehold::Transport> t, int n) {
+// acquire + release (waiting for the service's answer), sequential; returns ops/s.
+static double round_trips(const char* label, std::shared_ptr<leasehold::Transport> t, int n) {
   leasehold::ClientOptions o;
   o.log = [](std::string_view) {};
   leasehold::LockClient client(std::move(t), o);
-  std::vector<double> lat;
+  std::vector<double> lat, rel;
   lat.reserve(static_cast<std::size_t>(n));
+  rel.reserve(static_cast<std::size_t>(n));
   const auto start = Clock::now();
   for (int i = 0; i < n; ++i) {
     const auto t0 = Clock::now();
@@ -36,14 +38,44 @@ static void round_trips(const char* label, std::shared_ptr<leasehold::Transport>
     lat.push_back(us(Clock::now() - t0));
     if (!lease) {
       std::printf("%s: acquire failed\n", label);
-      return;
+      return 0;
     }
+    const auto t1 = Clock::now();
+    lease->release();
+    rel.push_back(us(Clock::now() - t1));
   }
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
   std::sort(lat.begin(), lat.end());
-  std::printf("%-8s acquire+release: %d in %.2fs = %.0f/s; acquire p50 %.0fus p99 %.0fus\n", label, n, total,
-              n / total, lat[lat.size() / 2], lat[lat.size() * 99 / 100]);
+  std::sort(rel.begin(), rel.end());
+  std::printf("%-8s acquire+release: %d in %.2fs = %.0f/s; acquire p50 %.0fus p99 %.0fus; release p50 %.0fus p99 %.0fus\n",
+              label, n, total, n / total, lat[lat.size() / 2], lat[lat.size() * 99 / 100], rel[rel.size() / 2],
+              rel[rel.size() * 99 / 100]);
+  return n / total;
 }
+
+#ifdef LEASEHOLD_BENCH_REDIS
+// The floor: a plain hiredis lock loop (SET key token NX PX, DEL) on one blocking connection.
+static double raw_hiredis(int port, int n) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c == nullptr || c->err) {
+    std::printf("raw hiredis: cannot connect\n");
+    if (c) redisFree(c);
+    return 0;
+  }
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    const std::string key = "bench-raw-" + std::to_string(i % 16);
+    auto* r = static_cast<redisReply*>(redisCommand(c, "SET %s tok NX PX 10000", key.c_str()));
+    if (r) freeReplyObject(r);
+    r = static_cast<redisReply*>(redisCommand(c, "DEL %s", key.c_str()));
+    if (r) freeReplyObject(r);
+  }
+  const double total = std::chrono::duration<double>(Clock::now() - start).count();
+  redisFree(c);
+  std::printf("%-8s SET NX PX + DEL: %d in %.2fs = %.0f/s\n", "hiredis", n, total, n / total);
+  return n / total;
+}
+#endif
 
 static void loss_lag() {
   auto service = std::make_shared<leasehold::MemoryService>();
@@ -74,7 +106,10 @@ int main(int argc, char** argv) {
   if (argc > 1) {
     leasehold::RedisOptions ro;
     ro.port = std::atoi(argv[1]);
-    round_trips("redis", std::make_shared<leasehold::RedisTransport>(ro), 2000);
+    const int n = argc > 2 ? std::atoi(argv[2]) : 5000;
+    const double raw = raw_hiredis(ro.port, n);
+    const double lh = round_trips("redis", std::make_shared<leasehold::RedisTransport>(ro), n);
+    if (raw > 0) std::printf("redis: leasehold / raw hiredis = %.2f\n", lh / raw);
   }
 #else
   (void)argc;

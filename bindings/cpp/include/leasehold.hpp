@@ -408,10 +408,26 @@ inline std::array<std::uint8_t, 32> os_seed() {
 inline std::string_view library_version() noexcept { return lh_version(); }
 inline std::uint32_t library_abi_version() noexcept { return lh_abi_version(); }
 
+// A backend request (lh_poll_request), owned: run argv verbatim on `connection`
+// (LH_CONNECTION_COMMANDS or LH_CONNECTION_SUBSCRIBER) and answer `id`.
+struct Request {
+  std::uint64_t id = 0;
+  std::uint32_t connection = 0;
+  std::vector<std::string> argv;
+};
+
 class Core {
  public:
   using LeaseId = std::uint64_t;
   using RequestId = std::uint64_t;
+
+  // Takes ownership of a handle made elsewhere (e.g. lh_client_new_redis: a backend-attached
+  // core whose poll_output() yields events only and whose commands come from poll_request()).
+  static Core adopt(lh_client* handle) {
+    if (handle == nullptr) throw Error(LH_ERR_NULL_ARGUMENT, "Core::adopt: NULL handle");
+    Core c(handle);
+    return c;
+  }
 
   // Seeded from the OS.
   explicit Core(const Config& config = Config::defaults()) {
@@ -581,7 +597,32 @@ class Core {
   // Test hook: panics inside the C boundary; the handle is poisoned afterwards.
   void debug_panic() { check(lh_client_debug_panic(h())); }
 
+  // --- backend-attached handles (lh_client_new_redis) ---
+  // Next backend request, or nullopt when drained.
+  std::optional<Request> poll_request() {
+    lh_request r{};
+    check(lh_poll_request(h(), &r));
+    if (r.id == 0) return std::nullopt;
+    Request out{r.id, r.connection, {}};
+    out.argv.reserve(r.argc);
+    for (std::uint32_t i = 0; i < r.argc; ++i) out.argv.push_back(detail::copy_str(r.argv[i].ptr, r.argv[i].len));
+    return out;
+  }
+  // A flat reply (pre-order values, strings as offset/len into `data`).
+  void reply(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
+    check(lh_reply(h(), now, req, values.data(), values.size(), detail::bytes_ptr(data.data()), data.size()));
+  }
+  void request_failed(std::uint64_t now, RequestId req) { check(lh_request_failed(h(), now, req)); }
+  void pubsub_message(std::uint64_t now, std::string_view channel, std::string_view payload) {
+    check(lh_pubsub_message(h(), now, detail::bytes_ptr(channel.data()), channel.size(),
+                            detail::bytes_ptr(payload.data()), payload.size()));
+  }
+  void subscription(std::uint64_t now, std::string_view channel, bool subscribed) {
+    check(lh_subscription(h(), now, detail::bytes_ptr(channel.data()), channel.size(), subscribed ? 1u : 0u));
+  }
+
  private:
+  explicit Core(lh_client* adopted) { h_.reset(adopted); }
   void init(const Config& config, std::span<const std::uint8_t> seed) {
     if (lh_abi_version() != LH_ABI_VERSION) {
       throw Error(status::abi_mismatch, "header LH_ABI_VERSION " + std::to_string(LH_ABI_VERSION) +
@@ -609,6 +650,8 @@ class Core {
 // ---------------------------------------------------------------------------------------------
 // Transport: executes commands against a lock service (called from the IO pool; may block)
 // ---------------------------------------------------------------------------------------------
+
+class Backend;
 
 class Transport {
  public:
@@ -642,9 +685,36 @@ class Transport {
   }
   // True when watch() delivers notifications (→ Config::notifications).
   [[nodiscard]] virtual bool notifications() const { return false; }
+  // Non-null: LockClient drives a backend-attached core through it and never calls
+  // acquire/renew/release/watch.
+  virtual Backend* backend() { return nullptr; }
   // Called once by LockClient::close() after the driver stopped: make in-flight calls return
   // promptly (they become transport errors) and stop delivering notifications.
   virtual void close() {}
+};
+
+// What a backend executor hands back to the driver (fed to the core unread).
+struct BackendInput {
+  enum class Kind : std::uint8_t { Reply, Failed, Message, Subscription } kind = Kind::Failed;
+  std::uint64_t id = 0;             // Reply, Failed
+  std::vector<lh_value> values;     // Reply
+  std::string data;                 // Reply: the data buffer; Message: the payload
+  std::string channel;              // Message, Subscription
+  bool subscribed = false;          // Subscription
+};
+
+// An executor for a core that speaks a backend protocol itself (Redis): it makes the core
+// handle and runs the core's requests verbatim. LockClient uses it instead of the command
+// calls when Transport::backend() returns one.
+class Backend {
+ public:
+  using Sink = std::function<void(BackendInput)>;
+  virtual ~Backend() = default;
+  virtual Core make_core(const Config& config) = 0;
+  // Called once before any execute(); sink may be called from any thread until close().
+  virtual void start(Sink sink) = 0;
+  // Queues one request; never blocks on the network.
+  virtual void execute(Request request) = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -778,7 +848,7 @@ struct InRelease {
 struct InReleased {
   std::string name;
 };
-using Input = std::variant<InAcquire, InRenew, InRelease, InReleased>;
+using Input = std::variant<InAcquire, InRenew, InRelease, InReleased, BackendInput>;
 
 class ClientState : public std::enable_shared_from_this<ClientState> {
  public:
@@ -791,9 +861,14 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       };
     }
     Config cfg = opts_.config;
-    transport_notifications_ = transport_->notifications();
-    cfg.notifications = cfg.notifications && transport_notifications_;
-    core_.emplace(cfg);  // throws on an invalid config; nothing started yet
+    backend_ = transport_->backend();
+    transport_notifications_ = backend_ == nullptr && transport_->notifications();
+    if (backend_ != nullptr) {
+      core_.emplace(backend_->make_core(cfg));  // the protocol decides about waiting itself
+    } else {
+      cfg.notifications = cfg.notifications && transport_notifications_;
+      core_.emplace(cfg);  // throws on an invalid config; nothing started yet
+    }
     request_timeout_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
         std::min<std::uint64_t>(cfg.request_timeout_ns, std::uint64_t{1} << 50)));
   }
@@ -805,6 +880,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     io_ = std::make_unique<Executor>(opts_.io_threads);
     watcher_ = std::make_unique<Executor>(1);
     callbacks_ = std::make_unique<Executor>(1);
+    if (backend_ != nullptr) backend_->start([this](BackendInput in) { feed_backend(std::move(in)); });
     driver_ = std::thread([this] { drive(); });
   }
 
@@ -868,12 +944,38 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     driver_cv_.notify_one();
     return true;
   }
+  // (executor thread) Fed at once under the mutex, not through the driver: a reply reaches the
+  // waiting application thread with one wake-up. The driver is woken only when the core's
+  // deadline moved earlier (or it is held: then it queues as usual).
+  void feed_backend(BackendInput in) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_ || broken_ || !core_) return;
+      if (hold_driver_) {
+        inputs_.push_back(std::move(in));
+        return;
+      }
+      try {
+        const auto before = core_->poll_timeout();
+        Input i = std::move(in);
+        feed_locked(i);
+        drain_locked();
+        const auto after = core_->poll_timeout();
+        if (!after || (before && *after >= *before)) return;
+      } catch (const std::exception& e) {
+        fail_all_locked(e.what());
+      }
+      dirty_ = true;
+    }
+    driver_cv_.notify_one();
+  }
   void poke_locked() {
     dirty_ = true;
     driver_cv_.notify_one();
   }
   void drive() noexcept;
   void feed_locked(Input& in);
+  void feed_backend_locked(std::uint64_t now, BackendInput& in);
   void drain_locked();
   void dispatch_locked(Output& out);
   void end_record_locked(LeaseRecord& rec, LeaseState st);
@@ -881,6 +983,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   void release_everything_locked();
 
   std::shared_ptr<Transport> transport_;
+  Backend* backend_ = nullptr;  // owned by transport_
   ClientOptions opts_;
   std::chrono::nanoseconds request_timeout_{0};
   bool transport_notifications_ = false;
@@ -1067,6 +1170,13 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
+  if (backend_ != nullptr && !hold_driver_) {
+    try {
+      drain_locked();  // the request goes out from here: one thread hop less
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+  }
   poke_locked();
 
   // I3: terminal by the wait deadline + one request timeout. The extra slack only matters when
@@ -1340,7 +1450,27 @@ inline void ClientState::dispatch_locked(Output& out) {
 }
 
 inline void ClientState::drain_locked() {
+  if (backend_ != nullptr) {
+    while (auto r = core_->poll_request()) backend_->execute(std::move(*r));
+  }
   while (auto out = core_->poll_output()) dispatch_locked(*out);
+}
+
+inline void ClientState::feed_backend_locked(std::uint64_t now, BackendInput& in) {
+  using K = BackendInput::Kind;
+  switch (in.kind) {
+    case K::Reply:
+      try {
+        core_->reply(now, in.id, in.values, in.data);
+      } catch (const Error& e) {
+        if (e.code() != LH_ERR_INVALID_REPLY) throw;
+        core_->request_failed(now, in.id);  // a reply the core cannot read: a transport error
+      }
+      break;
+    case K::Failed: core_->request_failed(now, in.id); break;
+    case K::Message: core_->pubsub_message(now, in.channel, in.data); break;
+    case K::Subscription: core_->subscription(now, in.channel, in.subscribed); break;
+  }
 }
 
 inline void ClientState::feed_locked(Input& in) {
@@ -1351,6 +1481,7 @@ inline void ClientState::feed_locked(Input& in) {
                    [&](InRenew& i) { core_->renew_result(now, i.request, i.result); },
                    [&](InRelease& i) { core_->release_result(now, i.request, i.result); },
                    [&](InReleased& i) { core_->released(now, i.name); },
+                   [&](BackendInput& i) { feed_backend_locked(now, i); },
                },
                in);
   } catch (const Error& e) {

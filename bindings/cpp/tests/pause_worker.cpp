@@ -4,7 +4,7 @@
 //   leasehold_pause_worker redis PORT    # RedisTransport to 127.0.0.1:PORT
 //
 // Reads commands on stdin, answers one line each on stdout:
-//   acquire NAME TTL_MS  → "held FENCE" | "failed"
+//   acquire NAME TTL_MS [WAIT_MS] → "held FENCE" | "failed" (waits for the lock up to WAIT_MS)
 //   release              → "outcome=O lost=0|1 reason=R callbacks=N stop=0|1"
 //                          (release() is the first thing it does after reading the line)
 //   quit / EOF           → exit 0
@@ -53,10 +53,12 @@ int main(int argc, char** argv) {
     in >> cmd;
     if (cmd == "acquire") {
       std::string name;
-      long long ttl = 0;
+      long long ttl = 0, wait_ms = 0;
       in >> name >> ttl;
+      if (!(in >> wait_ms)) wait_ms = 0;  // optional: how long to wait for the lock
       callbacks = 0;
       leasehold::AcquireOptions o;
+      o.wait = std::chrono::milliseconds(wait_ms);
       o.on_lost = [&](leasehold::LostReason) { ++callbacks; };
       lease = client.acquire(name, std::chrono::milliseconds(ttl), std::move(o));
       if (lease) std::cout << "held " << lease->fencing_token() << std::endl;
