@@ -13,10 +13,12 @@
 //! Each protocol object subscribes one wake channel of its own (`lh:wake:` + 32 hex digits).
 //! A refused ACQUIRE queues the lease in `lh:{NAME}:queue` (entry `wake#token`, scored by
 //! server time, a retry keeps its place). RELEASE pops the oldest entry whose channel has a
-//! subscriber and publishes `w NAME` to it (wake up and try), and `s1 NAME` / `s2 NAME` to the
-//! two entries after it (stand by, with a rank). A granted ACQUIRE removes its own entry and
-//! publishes `t NAME` (taken) to the first two entries left. A standby that hears no `t`
-//! within rank × the standby delay (150 ms by default) tries itself: a frozen or dead head (a
+//! subscriber and publishes `w TOKEN NAME` to it (wake up and try), and `s1 TOKEN NAME` /
+//! `s2 TOKEN NAME` to the two entries after it (stand by, with a rank); TOKEN is the entry's
+//! own, so the message reaches the lease whose entry it is ([`Client::handle_wake`]), not
+//! whichever of this client's waiters of the name is first. A granted ACQUIRE removes its
+//! own entry and publishes `t NAME` (taken) to the first two entries left. A standby that
+//! hears no `t` within rank × the standby delay (150 ms by default) tries itself: a frozen or dead head (a
 //! SIGSTOP'd process whose socket is still open, so its PUBLISH counted) keeps the lock free
 //! for about one delay (two frozen in a row: two), never for a TTL, and it has been popped,
 //! so it costs one handoff once. An ordinary handoff is two script calls (RELEASE, the woken
