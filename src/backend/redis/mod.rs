@@ -18,11 +18,12 @@
 //! own, so the message reaches the lease whose entry it is ([`Client::handle_wake`]), not
 //! whichever of this client's waiters of the name is first. A granted ACQUIRE removes its
 //! own entry and publishes `t NAME` (taken) to the first two entries left. A standby that
-//! hears no `t` within rank × the standby delay (150 ms by default) tries itself: a frozen or dead head (a
-//! SIGSTOP'd process whose socket is still open, so its PUBLISH counted) keeps the lock free
-//! for about one delay (two frozen in a row: two), never for a TTL, and it has been popped,
-//! so it costs one handoff once. An ordinary handoff is two script calls (RELEASE, the woken
-//! waiter's ACQUIRE); the standby notices are PUBLISHes inside them.
+//! hears no `t` within rank × the standby delay (150 ms by default) tries itself: a frozen
+//! or dead head (a SIGSTOP'd process whose socket is still open, so its PUBLISH counted)
+//! keeps the lock free for about one delay (two frozen in a row: two), never for a TTL, and
+//! it has been popped, so it costs one handoff once. An ordinary handoff is two script
+//! calls (RELEASE, the woken waiter's ACQUIRE); the standby notices are PUBLISHes inside
+//! them.
 //! Direct grants (RELEASE granting the head) were not kept: they save one call per handoff
 //! but need the grantee's send time to date the grant, a notice path, and releases of grants
 //! nobody wants any more; the wake-one queue meets the bounds without them.
