@@ -18,7 +18,8 @@
 //! 2. Feed exactly that one input, with `now` from a monotonic clock in nanoseconds:
 //!    [`Client::acquire`] / [`Client::release`], [`Client::handle_acquire_result`] /
 //!    [`Client::handle_renew_result`] / [`Client::handle_release_result`] (matched by the
-//!    command's [`RequestId`]), [`Client::handle_released`], or [`Client::handle_timeout`].
+//!    command's [`RequestId`]), [`Client::handle_released`] (a name is free: wake one local
+//!    waiter), [`Client::handle_wake`] (this lease's turn came), or [`Client::handle_timeout`].
 //! 3. Drain [`Client::poll_output`] until it returns `None`: start each [`Command`]
 //!    asynchronously (never block the loop on the network — a hung service must not delay
 //!    loss detection) and deliver each [`Event`] to the application.

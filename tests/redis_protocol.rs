@@ -107,6 +107,15 @@ fn held(left: i64) -> Value<'static> {
     Value::Array(vec![Value::Int(0), Value::Int(left)])
 }
 
+/// A wake-channel payload naming a queue entry's token: `w TOKEN NAME`, `s1 TOKEN NAME`.
+fn notice(kind: &str, token: &[u8], name: &str) -> Vec<u8> {
+    let mut m = format!("{kind} ").into_bytes();
+    m.extend_from_slice(token);
+    m.push(b' ');
+    m.extend_from_slice(name.as_bytes());
+    m
+}
+
 fn acquired(ev: &[Event]) -> Option<u64> {
     ev.iter().find_map(|e| match e {
         Event::Acquired { fencing_token, .. } => Some(*fencing_token),
@@ -440,10 +449,10 @@ fn without_a_confirmed_subscription_every_retry_goes_to_redis() {
 #[test]
 fn a_wake_up_makes_one_waiter_try_at_once() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
     h.advance(50);
     h.reqs();
-    h.msg(b"w jobs");
+    h.msg(&notice("w", &first.args[6], "jobs"));
     let r = h.only_acquire();
     h.reply(r.id, granted(77));
     assert_eq!(acquired(&h.events()), Some(77));
@@ -453,10 +462,11 @@ fn a_wake_up_makes_one_waiter_try_at_once() {
 #[test]
 fn duplicated_wake_ups_are_harmless() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
-    h.msg(b"w jobs");
-    h.msg(b"w jobs");
-    h.msg(b"w jobs");
+    let (_, first) = refused(&mut h, 10_000);
+    let w = notice("w", &first.args[6], "jobs");
+    h.msg(&w);
+    h.msg(&w);
+    h.msg(&w);
     let r = h.reqs();
     assert_eq!(
         r.iter().filter(|r| r.is_script(Script::Acquire)).count(),
@@ -464,7 +474,7 @@ fn duplicated_wake_ups_are_harmless() {
         "{r:?}"
     );
     h.reply(r[0].id, granted(3));
-    h.msg(b"w jobs");
+    h.msg(&w);
     assert!(h.reqs().is_empty());
     assert_eq!(acquired(&h.events()), Some(3));
 }
@@ -472,10 +482,10 @@ fn duplicated_wake_ups_are_harmless() {
 #[test]
 fn a_standby_that_hears_nothing_tries_after_the_delay() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
     h.advance(50);
     h.reqs();
-    h.msg(b"s1 jobs");
+    h.msg(&notice("s1", &first.args[6], "jobs"));
     h.advance(140);
     assert!(h.reqs().is_empty(), "not before the standby delay");
     h.advance(10);
@@ -488,12 +498,12 @@ fn a_standby_that_hears_nothing_tries_after_the_delay() {
 #[test]
 fn a_second_standby_waits_twice_as_long() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
     for _ in 0..20 {
         h.advance(10);
     }
     h.reqs();
-    h.msg(b"s2 jobs");
+    h.msg(&notice("s2", &first.args[6], "jobs"));
     assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 300 * MS));
     h.advance(290);
     assert!(h.reqs().is_empty());
@@ -504,10 +514,10 @@ fn a_second_standby_waits_twice_as_long() {
 #[test]
 fn a_standby_told_taken_stands_down() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
     h.advance(50);
     h.reqs();
-    h.msg(b"s1 jobs");
+    h.msg(&notice("s1", &first.args[6], "jobs"));
     h.advance(20);
     h.msg(b"t jobs");
     h.advance(500);
@@ -518,37 +528,49 @@ fn a_standby_told_taken_stands_down() {
 #[test]
 fn the_standby_deadline_is_part_of_poll_timeout() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
     for _ in 0..20 {
         h.advance(10);
     }
     assert!(h.reqs().is_empty());
     assert!(h.proto.poll_timeout(&mut h.core).unwrap() > h.now + 1_000 * MS);
-    h.msg(b"s1 jobs");
+    h.msg(&notice("s1", &first.args[6], "jobs"));
     assert_eq!(h.proto.poll_timeout(&mut h.core), Some(h.now + 150 * MS));
 }
 
 #[test]
 fn messages_for_other_channels_names_or_malformed_are_ignored() {
     let mut h = H::new();
-    refused(&mut h, 10_000);
+    let (_, first) = refused(&mut h, 10_000);
+    let token = first.args[6].clone();
     h.reqs();
-    h.proto
-        .handle_message(&mut h.core, h.now, b"lh:wake:other", b"w jobs");
+    h.proto.handle_message(
+        &mut h.core,
+        h.now,
+        b"lh:wake:other",
+        &notice("w", &token, "jobs"),
+    );
+    let upper = token.to_ascii_uppercase();
     for bad in [
-        &b"w other-name"[..],
+        &b"w jobs"[..],
+        b"s1 jobs",
         b"x jobs",
         b"w",
         b"",
-        b"w \xff\xfe",
-        b"s1 other",
-        b"s jobs",
-        b"s9 jobs",
+        &notice("w", &token, "")[..],
+        &notice("w", &token[1..], "jobs"),
+        &notice("w", &upper, "jobs"),
+        &notice("w", &token, "\u{fffd}\0"),
+        &notice("s", &token, "jobs"),
+        &notice("s9", &token, "jobs"),
     ] {
         h.msg(bad);
     }
+    // Well formed, for a name nobody waits for here: nothing to wake.
+    h.msg(&notice("w", &token, "other-name"));
+    h.msg(&notice("s1", &token, "other"));
     assert!(h.reqs().is_empty());
-    assert_eq!(h.proto.counters().ignored_messages, 7);
+    assert_eq!(h.proto.counters().ignored_messages, 12);
 }
 
 #[test]
@@ -763,4 +785,176 @@ fn bad_options_are_refused() {
     ] {
         assert!(RedisProtocol::new(o, [0; 16]).is_err(), "{o:?}");
     }
+}
+
+/// `n` leases of this client queued for `jobs` in order (ranks 0, 1, …), holder 2 s left;
+/// each with its token as sent.
+fn queued(h: &mut H, n: usize) -> Vec<(LeaseId, Vec<u8>)> {
+    (0..n)
+        .map(|rank| {
+            let lease = h.acquire("jobs", 60_000);
+            let r = h.only_acquire();
+            let reply = Value::Array(vec![
+                Value::Int(0),
+                Value::Int(2_000),
+                Value::Int(rank as i64),
+            ]);
+            h.reply(r.id, reply);
+            (lease, r.args[6].clone())
+        })
+        .collect()
+}
+
+/// The ACQUIREs sent, by token.
+fn acquire_tokens(r: &[Req]) -> Vec<Vec<u8>> {
+    r.iter()
+        .filter(|r| r.is_script(Script::Acquire))
+        .map(|r| r.args[6].clone())
+        .collect()
+}
+
+fn acquired_lease(ev: &[Event]) -> Option<LeaseId> {
+    ev.iter().find_map(|e| match e {
+        Event::Acquired { lease, .. } => Some(*lease),
+        _ => None,
+    })
+}
+
+#[test]
+fn of_two_local_waiters_the_popped_entrys_lease_is_the_one_that_tries() {
+    let mut h = H::new();
+    let w = queued(&mut h, 2);
+    h.advance(50);
+    assert!(h.reqs().is_empty());
+    // Redis popped the second lease's entry (say the first registered later there).
+    h.msg(&notice("w", &w[1].1, "jobs"));
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[1].1.clone()], "{r:?}");
+    h.reply(r[0].id, granted(5));
+    assert_eq!(acquired_lease(&h.events()), Some(w[1].0));
+    // The first lease's entry is still queued: it keeps sleeping.
+    h.advance(100);
+    assert!(h.reqs().is_empty());
+    // Its own wake-up reaches it.
+    h.msg(&notice("w", &w[0].1, "jobs"));
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[0].1.clone()], "{r:?}");
+    h.reply(r[0].id, granted(6));
+    assert_eq!(acquired_lease(&h.events()), Some(w[0].0));
+    assert_eq!(h.proto.counters().wakeups, 2);
+}
+
+#[test]
+fn of_three_local_waiters_each_wake_up_reaches_its_own_lease() {
+    let mut h = H::new();
+    let w = queued(&mut h, 3);
+    h.advance(50);
+    for i in [2, 0, 1] {
+        h.msg(&notice("w", &w[i].1, "jobs"));
+        let r = h.reqs();
+        assert_eq!(acquire_tokens(&r), vec![w[i].1.clone()], "wake {i}: {r:?}");
+        h.reply(r[0].id, granted(10 + i as i64));
+        assert_eq!(acquired_lease(&h.events()), Some(w[i].0));
+        h.advance(20);
+        assert!(h.reqs().is_empty(), "nobody else tries");
+    }
+}
+
+#[test]
+fn a_standby_message_wakes_the_lease_it_names() {
+    let mut h = H::new();
+    let w = queued(&mut h, 3);
+    h.advance(50);
+    h.msg(&notice("s2", &w[2].1, "jobs"));
+    h.msg(&notice("s1", &w[1].1, "jobs"));
+    h.advance(149);
+    assert!(h.reqs().is_empty());
+    h.advance(1);
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[1].1.clone()], "{r:?}");
+    // One standby per name here: the second does not fire as well.
+    h.reply(r[0].id, held(2_000));
+    h.advance(300);
+    assert!(acquire_tokens(&h.reqs()).is_empty());
+    assert_eq!(h.proto.counters().standby_takeovers, 1);
+}
+
+#[test]
+fn a_wake_up_for_a_lease_that_gave_up_goes_to_the_next_local_waiter() {
+    let mut h = H::new();
+    let w = queued(&mut h, 3);
+    h.advance(50);
+    // The popped entry's lease gives up before the message arrives.
+    h.core.release(h.now, w[1].0).unwrap();
+    h.events();
+    let z = h.reqs();
+    assert_eq!(z.len(), 1);
+    assert_eq!(z[0].cmd(), b"ZREM");
+    h.msg(&notice("w", &w[1].1, "jobs"));
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[0].1.clone()], "{r:?}");
+    h.reply(r[0].id, granted(4));
+    assert_eq!(acquired_lease(&h.events()), Some(w[0].0));
+    // A token this client never had: the next local waiter tries too.
+    h.msg(&notice("w", &[b'a'; 32], "jobs"));
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[2].1.clone()], "{r:?}");
+    h.reply(r[0].id, held(2_000));
+    // With no local waiter left, a stray wake-up sends nothing.
+    h.core.release(h.now, w[2].0).unwrap();
+    h.events();
+    h.reqs();
+    h.msg(&notice("w", &[b'b'; 32], "jobs"));
+    assert!(h.reqs().is_empty());
+}
+
+#[test]
+fn duplicated_wake_ups_for_one_of_several_waiters_cost_nothing_once_it_holds() {
+    let mut h = H::new();
+    let w = queued(&mut h, 2);
+    h.advance(50);
+    let wake = notice("w", &w[1].1, "jobs");
+    h.msg(&wake);
+    h.msg(&wake);
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[1].1.clone()], "in flight: {r:?}");
+    h.reply(r[0].id, granted(9));
+    assert_eq!(acquired_lease(&h.events()), Some(w[1].0));
+    // The lease holds the lock: a late copy is not passed on to the other waiter.
+    h.msg(&wake);
+    h.advance(20);
+    assert!(h.reqs().is_empty());
+    let before = h.core.counters().stale_results;
+    h.msg(&wake);
+    assert_eq!(h.core.counters().stale_results, before + 1);
+    // Once it has released, its token names nobody: the other waiter gets the copy.
+    h.core.release(h.now, w[1].0).unwrap();
+    h.events();
+    let rel = h.reqs();
+    assert!(rel[0].is_script(Script::Release), "{rel:?}");
+    h.msg(&wake);
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[0].1.clone()], "{r:?}");
+}
+
+#[test]
+fn a_wake_up_while_the_leases_attempt_is_in_flight_retries_a_refusal_at_once() {
+    let mut h = H::new();
+    let w = queued(&mut h, 2);
+    // The head's own retry is in flight when the holder's time is up ...
+    h.advance(2_100);
+    let r = h.reqs();
+    let mine: Vec<_> = r
+        .iter()
+        .filter(|r| r.args.get(6) == Some(&w[0].1))
+        .collect();
+    assert_eq!(mine.len(), 1, "{r:?}");
+    let id = mine[0].id;
+    // ... and the release's wake-up for it arrives before the (older) refusal.
+    h.msg(&notice("w", &w[0].1, "jobs"));
+    assert!(acquire_tokens(&h.reqs()).is_empty());
+    h.reply(id, held(2_000));
+    h.advance(1);
+    let r = h.reqs();
+    assert_eq!(acquire_tokens(&r), vec![w[0].1.clone()], "{r:?}");
 }

@@ -452,3 +452,109 @@ fn idle_waiters_behind_the_head_of_a_short_lease_stay_quiet() {
         "waiters behind the head: {calls:?}"
     );
 }
+
+#[test]
+fn several_leases_of_one_client_on_one_name_each_get_their_turn_quickly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    const HOSTS: u8 = 2;
+    const LEASES: usize = 8;
+    const ROUNDS: usize = 8;
+    const TTL_MS: u64 = 10_000;
+    // Long enough that waiters run out of quick attempts and sleep until woken.
+    const HOLD_MS: u64 = 5;
+    let held = Arc::new(AtomicBool::new(false));
+    let before = admin.calls("evalsha") + admin.calls("eval");
+    let started = now();
+    let threads: Vec<_> = (0..HOSTS)
+        .map(|i| {
+            let (held, port) = (held.clone(), server.port);
+            std::thread::spawn(move || {
+                let mut h = Host::new(port, 70 + i, RedisOptions::default());
+                subscribed(&mut h);
+                // Per lease slot: the live lease, when it asked, when it got the lock, rounds
+                // done, when to ask again (0: asking or holding).
+                let mut slots: Vec<(leasehold::LeaseId, u64, Option<u64>, usize, u64)> = (0
+                    ..LEASES)
+                    .map(|_| (h.acquire("crowd", TTL_MS, 60_000), now(), None, 0, 0))
+                    .collect();
+                let mut waits = Vec::new();
+                let end = now() + 60_000 * MS;
+                while slots.iter().any(|s| s.3 < ROUNDS || s.2.is_some()) && now() < end {
+                    h.step(Duration::from_millis(1));
+                    for s in &mut slots {
+                        if s.3 == ROUNDS {
+                            continue;
+                        }
+                        if s.4 != 0 {
+                            if now() >= s.4 {
+                                s.4 = 0;
+                                s.0 = h.acquire("crowd", TTL_MS, 60_000);
+                                s.1 = now();
+                            }
+                            continue;
+                        }
+                        match s.2 {
+                            None => {
+                                if h.take_acquired(s.0).is_some() {
+                                    assert!(!held.swap(true, Ordering::SeqCst), "two holders");
+                                    s.2 = Some(now());
+                                    waits.push((now() - s.1) as f64 / MS as f64);
+                                } else {
+                                    assert!(!h.failed(s.0), "host {i}: a lease gave up");
+                                }
+                            }
+                            Some(at) if now() - at >= HOLD_MS * MS => {
+                                held.store(false, Ordering::SeqCst);
+                                h.release(s.0);
+                                s.2 = None;
+                                s.3 += 1;
+                                // Ask again after a pause, so the woken waiter is not
+                                // barged out of its turn by the lease that just released.
+                                s.4 = now() + HOLD_MS * MS;
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+                h.run_until(LONG, |h| h.core.counters().pending_cleanups == 0);
+                let rounds: usize = slots.iter().map(|s| s.3).sum();
+                (rounds, waits, h.proto.counters().script_calls)
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    let mut sent = 0;
+    for t in threads {
+        let (rounds, w, calls) = t.join().unwrap();
+        assert_eq!(
+            rounds,
+            LEASES * ROUNDS,
+            "every lease got the lock every round"
+        );
+        waits.extend(w);
+        sent += calls;
+    }
+    let total_ms = (now() - started) as f64 / MS as f64;
+    waits.sort_by(f64::total_cmp);
+    let grants = waits.len();
+    let calls = admin.calls("evalsha") + admin.calls("eval") - before;
+    eprintln!(
+        "{HOSTS} clients x {LEASES} leases x {ROUNDS} rounds on one name: {grants} grants in \
+         {total_ms:.0} ms; wait median {:.1} ms, max {:.1} ms (TTL {TTL_MS} ms); {calls} script \
+         calls ({:.2} per grant)",
+        waits[grants / 2],
+        waits[grants - 1],
+        calls as f64 / grants as f64
+    );
+    assert_eq!(grants, usize::from(HOSTS) * LEASES * ROUNDS);
+    assert_eq!(calls, sent, "every call the hosts sent, no more");
+    // A wake-up that reached the wrong lease left the right one asleep for the holder's TTL.
+    assert!(
+        waits[grants - 1] < 3_000.0,
+        "a wait of {:.0} ms",
+        waits[grants - 1]
+    );
+}

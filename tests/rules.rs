@@ -1314,6 +1314,106 @@ fn rule7_notification_wakes_one_waiter_and_waiters_share_one_watch() {
     );
 }
 
+/// Three waiters of one name, each refused once (2 s left); their leases in order.
+fn three_waiters(c: &mut Client) -> [LeaseId; 3] {
+    let opts = AcquireOptions::new(3_000).wait_ns(60_000 * MS);
+    let leases = [0; 3].map(|_| c.acquire(0, "n", opts).unwrap());
+    for cmd in commands(&drain(c)) {
+        if let Command::Acquire { request, .. } = cmd {
+            let held = AcquireResult::HeldByOther {
+                retry_after_ms: Some(2_000),
+            };
+            c.handle_acquire_result(MS, request, held).unwrap();
+        }
+    }
+    drain(c);
+    leases
+}
+
+fn acquires(out: &[Output]) -> Vec<(RequestId, LeaseId)> {
+    commands(out)
+        .into_iter()
+        .filter_map(|c| match c {
+            Command::Acquire { request, lease, .. } => Some((request, lease)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rule7_a_wake_for_one_lease_makes_exactly_that_lease_ask() {
+    let mut c = client();
+    let [a, b, d] = three_waiters(&mut c);
+    // Not the first local waiter (a): the one named.
+    // At the refusals' time, so no retry timer has fired yet.
+    assert_eq!(c.handle_wake(MS, d), Ok(true));
+    let out = drain(&mut c);
+    let sent = acquires(&out);
+    assert_eq!(
+        sent.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![d],
+        "{out:?}"
+    );
+    // d left the local queue: a release notification now wakes a, then b.
+    c.handle_released(MS, "n").unwrap();
+    assert_eq!(acquires(&drain(&mut c))[0].1, a);
+    c.handle_released(MS, "n").unwrap();
+    assert_eq!(acquires(&drain(&mut c))[0].1, b);
+    c.handle_acquire_result(2 * MS, sent[0].0, grant(7, 3_000))
+        .unwrap();
+    assert_eq!(c.lease_state(d).unwrap(), LeaseState::Held);
+}
+
+#[test]
+fn rule7_a_wake_during_an_attempt_retries_its_refusal_at_once() {
+    let mut c = client();
+    let [a, _, _] = three_waiters(&mut c);
+    assert_eq!(c.handle_wake(MS, a), Ok(true));
+    let sent = acquires(&drain(&mut c));
+    assert_eq!(sent.iter().map(|s| s.1).collect::<Vec<_>>(), vec![a]);
+    // A duplicate while the attempt is in flight sends nothing more ...
+    assert_eq!(c.handle_wake(MS, a), Ok(true));
+    assert!(acquires(&drain(&mut c)).is_empty());
+    // ... but the refusal may predate the release: ask again at once, not after 2 s.
+    let held = AcquireResult::HeldByOther {
+        retry_after_ms: Some(2_000),
+    };
+    c.handle_acquire_result(MS, sent[0].0, held).unwrap();
+    drain(&mut c);
+    assert_eq!(c.poll_timeout(), Some(MS));
+    c.handle_timeout(MS);
+    let again = acquires(&drain(&mut c));
+    assert_eq!(again.iter().map(|s| s.1).collect::<Vec<_>>(), vec![a]);
+}
+
+#[test]
+fn rule7_a_wake_for_a_lease_that_does_not_wait_is_a_counted_no_op() {
+    let mut c = client();
+    let [a, b, _] = three_waiters(&mut c);
+    assert_eq!(c.handle_wake(MS, a), Ok(true));
+    let sent = acquires(&drain(&mut c));
+    assert_eq!(sent.iter().map(|s| s.1).collect::<Vec<_>>(), vec![a]);
+    c.handle_acquire_result(MS, sent[0].0, grant(1, 3_000))
+        .unwrap();
+    drain(&mut c);
+    assert_eq!(c.lease_state(a).unwrap(), LeaseState::Held);
+    let stale = c.counters().stale_results;
+    // Held: nothing to do.
+    assert_eq!(c.handle_wake(MS, a), Ok(false));
+    // Ended (gave up): nothing to do either.
+    c.release(MS, b).unwrap();
+    drain(&mut c);
+    assert_eq!(c.handle_wake(MS, b), Ok(false));
+    assert!(acquires(&drain(&mut c)).is_empty());
+    assert_eq!(c.counters().stale_results, stale + 2);
+    // An id this client never issued is an error, and changes nothing.
+    assert_eq!(
+        c.handle_wake(MS, LeaseId(1 << 40)),
+        Err(Error::UnknownLease(LeaseId(1 << 40)))
+    );
+    assert!(drain(&mut c).is_empty());
+}
+
 #[test]
 fn rule7_waiter_with_notifications_sleeps_for_the_holders_remaining_ttl() {
     let mut c = client();

@@ -74,8 +74,9 @@ pub enum Reply {
 /// A wake-channel payload.
 #[derive(Debug, Arbitrary)]
 pub enum Payload {
-    /// `KIND ' ' NAME` with one of the known names.
-    Known(u8, u8),
+    /// `KIND ' ' TOKEN ' ' NAME` (`t NAME` without a token) with one of the known names and
+    /// the token of a lease seen in an ACQUIRE (or, past those, a token nobody has).
+    Known(u8, u8, u8),
     /// Any bytes.
     Raw(SmallBytes),
 }
@@ -131,6 +132,8 @@ struct World {
     leases: Vec<LeaseId>,
     granted_fences: HashSet<u64>,
     terminal: HashMap<LeaseId, u32>,
+    /// Tokens the ACQUIREs carried (bounded), for wake-channel messages that name them.
+    tokens: Vec<Vec<u8>>,
 }
 
 impl World {
@@ -138,6 +141,10 @@ impl World {
         let mut n = 0;
         while let Some(r) = self.proto.poll_request(&mut self.core) {
             self.outstanding.push(r.id);
+            let acquire = r.args.len() == 11 && r.args[2].as_ref() == b"3";
+            if acquire && self.tokens.len() < 64 && !self.tokens.iter().any(|t| *t == *r.args[6]) {
+                self.tokens.push(r.args[6].to_vec());
+            }
             n += 1;
             assert!(n < 1_000, "unbounded requests");
         }
@@ -249,6 +256,7 @@ pub fn run(input: &Input) -> u64 {
         leases: Vec::new(),
         granted_fences: HashSet::new(),
         terminal: HashMap::new(),
+        tokens: Vec::new(),
     };
     let wake = w.proto.wake_channel().to_vec();
     let mut abi = Abi::new();
@@ -303,11 +311,18 @@ pub fn run(input: &Input) -> u64 {
             }
             Op::Message(own, payload) => {
                 let bytes = match payload {
-                    Payload::Known(k, n) => {
+                    Payload::Known(k, n, t) => {
                         let kind: &[u8] =
                             [&b"w"[..], b"s1", b"s2", b"t", b"x", b"s"][usize::from(*k) % 6];
                         let mut b = kind.to_vec();
                         b.push(b' ');
+                        if kind != b"t" {
+                            match w.tokens.get(usize::from(*t)) {
+                                Some(token) => b.extend_from_slice(token),
+                                None => b.extend_from_slice(format!("{t:032x}").as_bytes()),
+                            }
+                            b.push(b' ');
+                        }
                         b.extend_from_slice(NAMES[usize::from(*n) % NAMES.len()].as_bytes());
                         b
                     }

@@ -716,6 +716,41 @@ impl Client {
         Ok(())
     }
 
+    /// A wake-up for one lease: the service says this lease's turn has come (a release
+    /// popped the lease's own queue entry), so it, not the first local waiter of its name,
+    /// must ask. Needed when several leases of this client wait for one name: waking
+    /// another lease would leave this one asleep without an entry.
+    ///
+    /// An acquiring lease with nothing in flight leaves the name's local queue and sends its
+    /// acquire now; one whose attempt is in flight asks again at once if that attempt is
+    /// refused (the refusal may predate the release). Both return `Ok(true)`. A lease that
+    /// is not acquiring (held, ended, releasing) returns `Ok(false)` and is counted in
+    /// `stale_results`: the caller may pass the wake-up on (say, with
+    /// [`Client::handle_released`]). Duplicates cost at most one more attempt each.
+    pub fn handle_wake(&mut self, now: u64, lease: LeaseId) -> Result<bool, Error> {
+        self.advance(now);
+        let slot = match self.resolve(lease) {
+            Ok(slot) => slot,
+            Err(Error::LeaseEnded(_)) => {
+                self.counters.stale_results += 1;
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        let l = self.lease_mut(slot);
+        if l.state != LeaseState::Acquiring || l.flags.has(Flag::Cleanup) {
+            self.counters.stale_results += 1;
+            return Ok(false);
+        }
+        if l.inflight_req != 0 {
+            l.flags.set(Flag::RetryIfRefused, true);
+        } else {
+            self.send_acquire(slot);
+        }
+        self.settle(slot);
+        Ok(true)
+    }
+
     /// A grant notice: while releasing someone else's lock, the service granted it to the lease
     /// whose queued attempt `request` carried `token` (its hex text, as sent), and published
     /// that instead of waiting for the lease to ask (Redis protocol 3's direct grant).

@@ -13,14 +13,17 @@
 //! Each protocol object subscribes one wake channel of its own (`lh:wake:` + 32 hex digits).
 //! A refused ACQUIRE queues the lease in `lh:{NAME}:queue` (entry `wake#token`, scored by
 //! server time, a retry keeps its place). RELEASE pops the oldest entry whose channel has a
-//! subscriber and publishes `w NAME` to it (wake up and try), and `s1 NAME` / `s2 NAME` to the
-//! two entries after it (stand by, with a rank). A granted ACQUIRE removes its own entry and
-//! publishes `t NAME` (taken) to the first two entries left. A standby that hears no `t`
-//! within rank × the standby delay (150 ms by default) tries itself: a frozen or dead head (a
-//! SIGSTOP'd process whose socket is still open, so its PUBLISH counted) keeps the lock free
-//! for about one delay (two frozen in a row: two), never for a TTL, and it has been popped,
-//! so it costs one handoff once. An ordinary handoff is two script calls (RELEASE, the woken
-//! waiter's ACQUIRE); the standby notices are PUBLISHes inside them.
+//! subscriber and publishes `w TOKEN NAME` to it (wake up and try), and `s1 TOKEN NAME` /
+//! `s2 TOKEN NAME` to the two entries after it (stand by, with a rank); TOKEN is the entry's
+//! own, so the message reaches the lease whose entry it is ([`Client::handle_wake`]), not
+//! whichever of this client's waiters of the name is first. A granted ACQUIRE removes its
+//! own entry and publishes `t NAME` (taken) to the first two entries left. A standby that
+//! hears no `t` within rank × the standby delay (150 ms by default) tries itself: a frozen
+//! or dead head (a SIGSTOP'd process whose socket is still open, so its PUBLISH counted)
+//! keeps the lock free for about one delay (two frozen in a row: two), never for a TTL, and
+//! it has been popped, so it costs one handoff once. An ordinary handoff is two script
+//! calls (RELEASE, the woken waiter's ACQUIRE); the standby notices are PUBLISHes inside
+//! them.
 //! Direct grants (RELEASE granting the head) were not kept: they save one call per handoff
 //! but need the grantee's send time to date the grant, a notice path, and releases of grants
 //! nobody wants any more; the wake-one queue meets the bounds without them.
@@ -194,6 +197,8 @@ enum Op {
         covered: bool,
         /// The name's epoch when it was sent.
         epoch: u64,
+        /// The lease's wake-ups when it was sent.
+        wakes: u32,
     },
     Renew {
         req: RequestId,
@@ -223,6 +228,8 @@ struct NameState {
     epoch: u64,
     leases: u32,
     standby_until: u64,
+    /// The lease a standby message named (the earliest armed one): the lease it wakes.
+    standby_lease: Option<LeaseId>,
 }
 
 /// A refusal after which nothing can change for the lease before `until` unless the name's
@@ -240,6 +247,9 @@ struct Waiting {
     /// A refusal queued the entry (remove it if the lease gives up).
     queued: bool,
     quiet: Option<Quiet>,
+    /// Wake-ups aimed at this lease: a refusal sent before the latest one is older news and
+    /// must not quiet the lease.
+    wakes: u32,
 }
 
 /// The Redis protocol of one client core. See the module docs.
@@ -260,6 +270,11 @@ pub struct RedisProtocol {
     epochs: u64,
     names: HashMap<LockName, NameState>,
     leases: HashMap<LeaseId, Waiting>,
+    /// Leases by token, from their first acquire until their terminal event, to find the
+    /// lease a wake-channel message names (and whether it already holds the lock).
+    tokens: HashMap<Token, (LeaseId, LockName)>,
+    /// The tokens of leases that hold their lock, to forget them at their terminal event.
+    held: HashMap<LeaseId, Token>,
     standbys: usize,
     counters: RedisCounters,
     last_error: String,
@@ -289,6 +304,8 @@ impl RedisProtocol {
             epochs: 0,
             names: HashMap::new(),
             leases: HashMap::new(),
+            tokens: HashMap::new(),
+            held: HashMap::new(),
             standbys: 0,
             counters: RedisCounters::default(),
             last_error: String::new(),
@@ -394,9 +411,10 @@ impl RedisProtocol {
                 .map(|(n, _)| n.clone())
                 .collect();
             for name in due {
+                let lease = self.names.get(&name).and_then(|s| s.standby_lease);
                 self.disarm(&name);
                 self.counters.standby_takeovers += 1;
-                self.wake_name(core, &name);
+                self.wake_lease(core, &name, lease);
             }
         }
         if self.resubscribe_at <= now {
@@ -441,6 +459,7 @@ impl RedisProtocol {
                 token,
                 covered,
                 epoch,
+                wakes,
             } => {
                 let result = match self.acquire_reply(reply) {
                     Some(Acquired::Granted { fence, ttl_ms }) => AcquireResult::Granted {
@@ -453,6 +472,7 @@ impl RedisProtocol {
                         let idle = self.opts.idle_recheck_ms;
                         if let Some(w) = self.leases.get_mut(&lease) {
                             w.queued = true;
+                            let fresh = live_epoch == Some(epoch) && w.wakes == wakes;
                             // The head looks again when the holder's time is up (it may have
                             // died); the others are woken in turn, or look again after
                             // idle_recheck_ms.
@@ -460,7 +480,7 @@ impl RedisProtocol {
                                 Some(r) if r > 0 => left_ms.map(|l| l.max(idle)),
                                 _ => left_ms,
                             };
-                            w.quiet = (covered && self.subscribed && live_epoch == Some(epoch))
+                            w.quiet = (covered && self.subscribed && fresh)
                                 .then_some(())
                                 .and(quiet_ms)
                                 .map(|ms| Quiet {
@@ -566,7 +586,8 @@ impl RedisProtocol {
             scripts::MSG_WAKE => {
                 self.counters.wakeups += 1;
                 self.disarm(msg.name);
-                self.wake_name(core, msg.name);
+                let lease = self.lease_for(msg.token, msg.name);
+                self.wake_lease(core, msg.name, lease);
             }
             scripts::MSG_STANDBY => {
                 let delay = self
@@ -574,11 +595,18 @@ impl RedisProtocol {
                     .standby_delay_ms
                     .saturating_mul(MS)
                     .saturating_mul(u64::from(msg.rank));
+                let lease = self.lease_for(msg.token, msg.name);
                 if let Some(s) = self.names.get_mut(msg.name) {
                     if s.standby_until == NEVER {
                         self.standbys += 1;
                     }
-                    s.standby_until = s.standby_until.min(now.saturating_add(delay));
+                    // One standby per name is enough here (this client's standbys live or
+                    // die together); the earliest one names the lease to wake.
+                    let at = now.saturating_add(delay);
+                    if at < s.standby_until || s.standby_lease.is_none() {
+                        s.standby_lease = lease.or(s.standby_lease);
+                    }
+                    s.standby_until = s.standby_until.min(at);
                 }
             }
             _ => self.disarm(msg.name),
@@ -680,6 +708,7 @@ impl RedisProtocol {
                     Cow::Owned(self.opts.key_keep_ms.to_string().into_bytes()),
                     Cow::Owned(name.as_bytes().to_vec()),
                 ];
+                let wakes = self.leases.get(&lease).map_or(0, |w| w.wakes);
                 let op = Op::Acquire {
                     req: request,
                     lease,
@@ -687,6 +716,7 @@ impl RedisProtocol {
                     token,
                     covered: self.subscribed,
                     epoch,
+                    wakes,
                 };
                 let expires = self.expiry_of(&op, now).max(
                     now.saturating_add(ttl_ms.saturating_mul(MS))
@@ -772,19 +802,28 @@ impl RedisProtocol {
         match *ev {
             Event::Acquired { lease, .. } => {
                 // The granting ACQUIRE removed the entry.
-                self.leave(lease);
+                if let Some(w) = self.leave(lease) {
+                    self.held.insert(lease, w.token);
+                }
             }
             Event::AcquireFailed { lease, .. } => {
                 if let Some(w) = self.leave(lease) {
+                    self.tokens.remove(&w.token);
                     if w.queued {
                         self.send_leave(&w.name, w.token, now);
                     }
                 }
             }
-            Event::Lost { .. }
-            | Event::Released { .. }
-            | Event::Renewed { .. }
-            | Event::ReleaseOutcome { .. } => {}
+            Event::Lost { lease, .. } | Event::Released { lease } => {
+                // Terminal (one per lease): its token names nobody any more.
+                if let Some(w) = self.leave(lease) {
+                    self.tokens.remove(&w.token);
+                }
+                if let Some(token) = self.held.remove(&lease) {
+                    self.tokens.remove(&token);
+                }
+            }
+            Event::Renewed { .. } | Event::ReleaseOutcome { .. } => {}
         }
     }
 
@@ -796,12 +835,15 @@ impl RedisProtocol {
                 token,
                 queued: false,
                 quiet: None,
+                wakes: 0,
             });
+            self.tokens.insert(token, (lease, name.clone()));
             let fresh = self.epochs + 1;
             let s = self.names.entry(name.clone()).or_insert(NameState {
                 epoch: fresh,
                 leases: 0,
                 standby_until: NEVER,
+                standby_lease: None,
             });
             if s.epoch == fresh {
                 self.epochs = fresh;
@@ -829,6 +871,7 @@ impl RedisProtocol {
                 s.standby_until = NEVER;
                 self.standbys -= 1;
             }
+            s.standby_lease = None;
         }
     }
 
@@ -851,6 +894,39 @@ impl RedisProtocol {
     fn wake_name(&mut self, core: &mut Client, name: &str) {
         self.bump(name);
         let now = core.now();
+        let _ = core.handle_released(now, name);
+    }
+
+    /// The acquiring lease of this object that a message's token names, if it waits for
+    /// `name`.
+    fn lease_for(&self, token: Option<Token>, name: &str) -> Option<LeaseId> {
+        let (lease, of) = self.tokens.get(&token?)?;
+        (**of == *name).then_some(*lease)
+    }
+
+    /// `name` may be free and it is `lease`'s turn (its queue entry was popped or stood by):
+    /// that lease tries now. If it holds the lock already (a retry of its own won, or the
+    /// message is a duplicate) there is nothing to do. A wake-up for a lease that no longer
+    /// waits here (it gave up or ended, or the token is not ours) goes to the next local
+    /// waiter of the name instead, so it is never lost for the others; with none, the
+    /// standbys cover it.
+    /// Only that lease's queued refusal goes out of date: the other local waiters' entries
+    /// are still queued, so they stay quiet (one script call per handoff, not one per local
+    /// waiter).
+    fn wake_lease(&mut self, core: &mut Client, name: &str, lease: Option<LeaseId>) {
+        let now = core.now();
+        if let Some(l) = lease {
+            if let Some(w) = self.leases.get_mut(&l) {
+                w.quiet = None;
+                w.wakes = w.wakes.wrapping_add(1);
+            }
+            if core.handle_wake(now, l) == Ok(true)
+                || core.lease_state(l) == Ok(crate::LeaseState::Held)
+            {
+                return;
+            }
+        }
+        self.bump(name);
         let _ = core.handle_released(now, name);
     }
 

@@ -1,6 +1,6 @@
 //! The Lua scripts of the Redis protocol, the key layout and the pub/sub payloads.
 
-use crate::{Error, validate_name};
+use crate::{Error, Token, validate_name};
 
 /// Prefix of every key: `lh:{`, so Redis Cluster hashes the name (the hash tag).
 pub const KEY_PREFIX: &str = "lh:{";
@@ -21,17 +21,20 @@ pub const MAX_TOKEN_LEN: usize = 256;
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
 /// Payload kind on a wake channel: the lock was released and this client's entry was at the
-/// head of the queue; one of its waiters should try now.
+/// head of the queue (`w TOKEN NAME`, the entry's token in hex); that lease should try now.
 pub const MSG_WAKE: u8 = b'w';
 /// Payload kind: this client's entry is one of the [`STANDBYS`] after a woken one, with its
-/// rank (`s1 NAME`, `s2 NAME`); if nobody reports the lock taken within rank × the standby
-/// delay, try.
+/// rank and the entry's token (`s1 TOKEN NAME`, `s2 TOKEN NAME`); if nobody reports the lock
+/// taken within rank × the standby delay, that lease tries.
 pub const MSG_STANDBY: u8 = b's';
 /// Entries told to stand by at a release: so many frozen waiters in a row at the head cost
 /// a live one a few standby delays, not the holder's TTL.
 pub const STANDBYS: u8 = 2;
-/// Payload kind: the lock was granted to someone; a standby may stand down.
+/// Payload kind: the lock was granted to someone (`t NAME`); a standby may stand down. It
+/// names no token: whichever local lease stood by, the lock is taken.
 pub const MSG_TAKEN: u8 = b't';
+/// Length of the token field of `w` and `s` payloads: a [`Token`] in lowercase hex.
+pub const MSG_TOKEN_LEN: usize = 32;
 
 /// Which key of a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,19 +70,24 @@ pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
     Ok(k)
 }
 
-/// A wake-channel message: its kind (`MSG_*`), a standby's rank and the lock name.
+/// A wake-channel message: its kind (`MSG_*`), a standby's rank, the queue entry's token and
+/// the lock name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WakeMessage<'a> {
     /// `MSG_WAKE`, `MSG_STANDBY` or `MSG_TAKEN`.
     pub kind: u8,
     /// `1..=STANDBYS` for `MSG_STANDBY`, 0 otherwise.
     pub rank: u8,
+    /// The token of the queue entry the release acted on (`MSG_WAKE`, `MSG_STANDBY`): the
+    /// lease it is meant for. `None` for `MSG_TAKEN`.
+    pub token: Option<Token>,
     /// The lock name (valid).
     pub name: &'a str,
 }
 
-/// Parses a wake-channel payload: `w NAME`, `t NAME`, or `s` RANK `NAME` (`s1 jobs`). `None`
-/// for anything else.
+/// Parses a wake-channel payload: `w TOKEN NAME`, `s` RANK ` TOKEN NAME` (`s1 <hex> jobs`)
+/// or `t NAME`, where TOKEN is exactly [`MSG_TOKEN_LEN`] lowercase hex digits. `None` for
+/// anything else.
 pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
     let (&kind, mut rest) = payload.split_first()?;
     let mut rank = 0;
@@ -95,9 +103,43 @@ pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
         }
         _ => return None,
     }
-    let name = std::str::from_utf8(rest.strip_prefix(b" ")?).ok()?;
+    rest = rest.strip_prefix(b" ")?;
+    let mut token = None;
+    if kind != MSG_TAKEN {
+        if rest.len() <= MSG_TOKEN_LEN || rest[MSG_TOKEN_LEN] != b' ' {
+            return None;
+        }
+        token = Some(token_from_hex(&rest[..MSG_TOKEN_LEN])?);
+        rest = &rest[MSG_TOKEN_LEN + 1..];
+    }
+    let name = std::str::from_utf8(rest).ok()?;
     validate_name(name).ok()?;
-    Some(WakeMessage { kind, rank, name })
+    Some(WakeMessage {
+        kind,
+        rank,
+        token,
+        name,
+    })
+}
+
+/// The token written as `hex` ([`Token::to_hex`]: lowercase only, so one token has one text
+/// and matches the queue entry byte for byte).
+fn token_from_hex(hex: &[u8]) -> Option<Token> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let mut raw = [0u8; MSG_TOKEN_LEN / 2];
+    if hex.len() != MSG_TOKEN_LEN {
+        return None;
+    }
+    for (b, pair) in raw.iter_mut().zip(hex.chunks_exact(2)) {
+        *b = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(Token(raw))
 }
 
 // Shared by the scripts: argument checks, the entry format and the fence computation.
@@ -149,7 +191,7 @@ end
 macro_rules! lua_acquire {
     () => {
         concat!(
-            r#"-- leasehold ACQUIRE (queue protocol 4)
+            r#"-- leasehold ACQUIRE (queue protocol 5)
 -- KEYS[1] lock (hash {token, fence}, PX ttl), KEYS[2] fence (decimal text, PX ttl + keep),
 -- KEYS[3] queue (zset of 'wake#token' entries scored by registration, server ms)
 -- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] queue entry ('' = do not queue), ARGV[4] keep_ms,
@@ -242,7 +284,7 @@ return {1, nxt, ttl}
 macro_rules! lua_renew {
     () => {
         concat!(
-            r#"-- leasehold RENEW (queue protocol 4)
+            r#"-- leasehold RENEW (queue protocol 5)
 -- KEYS[1] lock; ARGV[1] token, ARGV[2] ttl_ms
 -- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
 "#,
@@ -270,11 +312,12 @@ return 1
 macro_rules! lua_release {
     () => {
         concat!(
-            r#"-- leasehold RELEASE (queue protocol 4)
+            r#"-- leasehold RELEASE (queue protocol 5)
 -- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms
--- -> 1 released: the oldest queued entry whose client listens gets 'w NAME' (wake up and
---    try), the two after it 's1 NAME' and 's2 NAME' (stand by: try if nobody takes the lock
---    within 1 or 2 standby delays)
+-- -> 1 released: the oldest queued entry whose client listens gets 'w TOKEN NAME' (that
+--    lease wakes up and tries), the two after it 's1 TOKEN NAME' and 's2 TOKEN NAME' (stand
+--    by: try if nobody takes the lock within 1 or 2 standby delays); TOKEN is the entry's
+--    token
 --  | 0 not the owner
 "#,
             lua_common!(),
@@ -304,12 +347,13 @@ if type(r) == 'number' then
   for _ = 1, 16 do
     local e = redis.call('ZPOPMIN', queue)
     if #e == 0 then break end
+    -- Messages name the entry's token: the client wakes exactly that lease.
     local ch = channel_of(e[1])
-    if ch and redis.call('PUBLISH', ch, 'w ' .. name) > 0 then
+    if ch and redis.call('PUBLISH', ch, 'w ' .. string.sub(e[1], #ch + 2) .. ' ' .. name) > 0 then
       local nxt = redis.call('ZRANGE', queue, 0, 1)
       for i = 1, #nxt do
         local ch2 = channel_of(nxt[i])
-        if ch2 then redis.call('PUBLISH', ch2, 's' .. i .. ' ' .. name) end
+        if ch2 then redis.call('PUBLISH', ch2, 's' .. i .. ' ' .. string.sub(nxt[i], #ch2 + 2) .. ' ' .. name) end
       end
       break
     end
@@ -456,40 +500,73 @@ mod tests {
 
     #[test]
     fn messages_parse_only_when_well_formed() {
+        const T: &str = "00112233445566778899aabbccddeeff";
+        let raw = Token(*b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff");
+        let token = Some(raw);
         assert_eq!(
-            parse_message(b"w jobs"),
+            parse_message(format!("w {T} jobs").as_bytes()),
             Some(WakeMessage {
                 kind: MSG_WAKE,
                 rank: 0,
+                token,
                 name: "jobs"
             })
         );
-        let s = parse_message(b"s2 a b").unwrap();
-        assert_eq!((s.kind, s.rank, s.name), (MSG_STANDBY, 2, "a b"));
-        assert_eq!(parse_message(b"t x").unwrap().kind, MSG_TAKEN);
+        assert_eq!(raw.to_hex(), T.as_bytes());
+        let standby = format!("s2 {T} a b");
+        let s = parse_message(standby.as_bytes()).unwrap();
+        assert_eq!(
+            (s.kind, s.rank, s.token, s.name),
+            (MSG_STANDBY, 2, token, "a b")
+        );
+        let t = parse_message(b"t x").unwrap();
+        assert_eq!((t.kind, t.token, t.name), (MSG_TAKEN, None, "x"));
+        // `t` carries no token: a hex prefix is part of the name.
+        assert_eq!(
+            parse_message(format!("t {T} x").as_bytes()).unwrap().name,
+            format!("{T} x")
+        );
+        let upper = T.to_uppercase();
+        let short = &T[1..];
+        let long = format!("{T}0");
+        let bad_digit = T.replace('a', "g");
         for bad in [
-            &b""[..],
-            b"w",
-            b"w ",
-            b"wjobs",
-            b"x jobs",
-            b"w \xff",
-            b"w a\0b",
-            b"s jobs",
-            b"s0 jobs",
-            b"s3 jobs",
-            b"s1jobs",
-            b"w1 jobs",
+            String::new(),
+            "w".into(),
+            "w ".into(),
+            "wjobs".into(),
+            "w jobs".into(),
+            "x jobs".into(),
+            format!("w {T}"),
+            format!("w {T} "),
+            format!("w {T}jobs"),
+            format!("w  {T} jobs"),
+            format!("w {upper} jobs"),
+            format!("w {short} jobs"),
+            format!("w {long} jobs"),
+            format!("w {bad_digit} jobs"),
+            format!("w {T} a\0b"),
+            format!("s {T} jobs"),
+            format!("s0 {T} jobs"),
+            format!("s3 {T} jobs"),
+            format!("s1{T} jobs"),
+            "s1 jobs".into(),
+            format!("w1 {T} jobs"),
+            "t".into(),
+            "t ".into(),
         ] {
-            assert_eq!(parse_message(bad), None, "{bad:?}");
+            assert_eq!(parse_message(bad.as_bytes()), None, "{bad:?}");
         }
+        let mut invalid = format!("w {T} ").into_bytes();
+        invalid.push(0xff);
+        assert_eq!(parse_message(&invalid), None);
     }
 
     #[test]
     fn scripts_are_ascii_and_check_their_keys() {
         for s in Script::ALL {
             assert!(s.text().is_ascii());
-            assert!(s.text().contains("queue protocol 4"));
+            assert!(s.text().contains("queue protocol 5"));
             assert_eq!(
                 s.text().matches("redis.error_reply('lh: ").count(),
                 s.text().matches("redis.error_reply(").count()
