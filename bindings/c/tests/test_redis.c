@@ -137,6 +137,121 @@ static int worker(int port, shared_state *sh, int index) {
     return rc;
 }
 
+/* The paused-holder scenario's shared state. */
+typedef struct {
+    int ready;          /* holder: lock taken, fence written */
+    int release_now;    /* parent: release after resuming */
+    int quiet;          /* parent: the holder's driver stops too (release comes first) */
+    uint64_t holder_fence;
+    uint64_t taker_fence;
+    uint32_t releasing; /* lh_release_reported's answer, or LH_RELEASING_* + 100 for ENDED */
+    int lost_events, released_events, rc;
+} pause_state;
+
+static lh_client *new_client(int salt) {
+    uint8_t seed[32];
+    for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 17 + salt * 5 + i * 11);
+    lh_config cfg;
+    lh_config_default(&cfg);
+    lh_client *c = NULL;
+    return lh_client_new_redis(&cfg, NULL, seed, sizeof seed, &c) == LH_OK ? c : NULL;
+}
+
+/* Acquires NAME with `ttl_ms`; returns the fence (> 0) or 0. */
+static uint64_t acquire_blocking(lh_client *c, lh_hiredis *x, uint32_t ttl_ms, uint64_t *lease) {
+    uint64_t limit = now_ns() + 30000 * MS;
+    lh_redis_counters k = {.struct_size = sizeof k};
+    while (lh_redis_counters_get(c, &k) == LH_OK && !k.subscribed && now_ns() < limit)
+        lh_hiredis_step(x, 5, now_ns);
+    lh_acquire_options o;
+    lh_acquire_options_default(&o);
+    o.ttl_ms = ttl_ms;
+    o.wait_ns = 20000 * MS;
+    if (lh_acquire(c, now_ns(), (const uint8_t *)"c-paused", 8, &o, lease) != LH_OK) return 0;
+    int64_t fence = 0;
+    while ((fence = drain(c, *lease)) == 0 && now_ns() < limit) lh_hiredis_step(x, 5, now_ns);
+    return fence > 0 ? (uint64_t)fence : 0;
+}
+
+static int paused_holder(int port, pause_state *ps) {
+    lh_client *c = new_client(1);
+    if (c == NULL) return 2;
+    lh_hiredis x;
+    lh_hiredis_init(&x, c, "127.0.0.1", port);
+    uint64_t lease = 0;
+    ps->holder_fence = acquire_blocking(c, &x, 1000, &lease);
+    __atomic_store_n(&ps->ready, 1, __ATOMIC_SEQ_CST);
+    /* Renew as usual until told to release; the parent stops this process meanwhile. With
+     * `quiet` the driver stops first, so the release is the first input after the pause. */
+    while (!__atomic_load_n(&ps->release_now, __ATOMIC_SEQ_CST)) {
+        if (__atomic_load_n(&ps->quiet, __ATOMIC_SEQ_CST)) usleep(1000);
+        else lh_hiredis_step(&x, 5, now_ns);
+    }
+    uint32_t releasing = 0;
+    lh_status st = lh_release_reported(c, now_ns(), lease, &releasing);
+    ps->releasing = st == LH_OK ? releasing : (st == LH_ERR_LEASE_ENDED ? 100 : 200 + st);
+    /* Every event of the lease is still queued (the loop above polls none): count them. */
+    uint64_t until = now_ns() + 500 * MS;
+    lh_output out;
+    while (now_ns() < until) {
+        lh_hiredis_step(&x, 5, now_ns);
+        while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE) {
+            if (out.lease_id != lease) continue;
+            if (out.kind == LH_OUTPUT_LOST) ps->lost_events++;
+            if (out.kind == LH_OUTPUT_RELEASED) ps->released_events++;
+        }
+    }
+    lh_hiredis_close(&x);
+    lh_client_free(c);
+    return 0;
+}
+
+static int taker(int port, pause_state *ps) {
+    lh_client *c = new_client(2);
+    if (c == NULL) return 2;
+    lh_hiredis x;
+    lh_hiredis_init(&x, c, "127.0.0.1", port);
+    uint64_t lease = 0;
+    ps->taker_fence = acquire_blocking(c, &x, 10000, &lease);
+    lh_release(c, now_ns(), lease);
+    for (int i = 0; i < 100; i++) lh_hiredis_step(&x, 2, now_ns);
+    lh_hiredis_close(&x);
+    lh_client_free(c);
+    return ps->taker_fence > 0 ? 0 : 3;
+}
+
+static int paused_holder_release_reports_the_loss(int port, int quiet) {
+    pause_state *ps = mmap(NULL, sizeof *ps, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (ps == MAP_FAILED) return 1;
+    memset(ps, 0, sizeof *ps);
+    ps->quiet = quiet;
+    pid_t holder = fork();
+    if (holder == 0) _exit(paused_holder(port, ps));
+    uint64_t limit = now_ns() + 30000 * MS;
+    while (!__atomic_load_n(&ps->ready, __ATOMIC_SEQ_CST) && now_ns() < limit) usleep(1000);
+    kill(holder, SIGSTOP);
+    pid_t t = fork();
+    if (t == 0) _exit(taker(port, ps));
+    int status = 0;
+    waitpid(t, &status, 0); /* the holder's key expired on the server (TTL 1 s) */
+    int failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    usleep(200000);         /* and its validity has certainly ended on its own clock */
+    __atomic_store_n(&ps->release_now, 1, __ATOMIC_SEQ_CST);
+    kill(holder, SIGCONT);
+    waitpid(holder, &status, 0);
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    /* A quiet driver cannot have seen the expiry: the release itself must report the loss. */
+    int lost = ps->releasing == LH_RELEASING_LOST || (!quiet && ps->releasing == 100);
+    if (!lost || ps->lost_events != 1 || ps->released_events != 0) failed = 1;
+    if (ps->holder_fence == 0 || ps->taker_fence <= ps->holder_fence) failed = 1;
+    printf("test_redis: paused holder%s (fence %llu) released after a taker (fence %llu): "
+           "releasing=%u lost events=%d released events=%d: %s\n", quiet ? " with its driver" : "",
+           (unsigned long long)ps->holder_fence, (unsigned long long)ps->taker_fence, ps->releasing,
+           ps->lost_events, ps->released_events, failed ? "FAIL" : "OK");
+    munmap(ps, sizeof *ps);
+    return failed;
+}
+
 int main(void) {
     const char *ci = getenv("CI");
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
@@ -167,6 +282,8 @@ int main(void) {
             failed = 1;
         }
     }
+    failed |= paused_holder_release_reports_the_loss(port, 0);
+    failed |= paused_holder_release_reports_the_loss(port, 1);
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     if (sh->n != WORKERS * ROUNDS) { fprintf(stderr, "test_redis: %u grants\n", sh->n); failed = 1; }
