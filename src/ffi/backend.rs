@@ -373,33 +373,8 @@ pub unsafe extern "C" fn lh_reply(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            if values.is_null() {
-                return Err(Failure::null("values"));
-            }
-            if nvalues > LH_MAX_REPLY_VALUES {
-                return Err(Failure::new(
-                    LH_ERR_INVALID_REPLY,
-                    format!("reply has {nvalues} values, the limit is {LH_MAX_REPLY_VALUES}"),
-                ));
-            }
-            // SAFETY: non-NULL, count bounded, readable per the caller's contract.
-            let values = std::slice::from_raw_parts(values, nvalues);
-            let data = optional_bytes_arg(
-                data,
-                data_len,
-                LH_MAX_REPLY_DATA,
-                "data",
-                LH_ERR_INVALID_REPLY,
-            )?;
-            let flat: Vec<FlatValue> = values
-                .iter()
-                .map(|v| FlatValue {
-                    kind: v.kind,
-                    integer: v.integer,
-                    offset: v.offset,
-                    len: v.len,
-                })
-                .collect();
+            // SAFETY: per the caller's contract.
+            let (flat, data) = flat_values_arg(values, nvalues, data, data_len, "reply")?;
             let reply = proto::decode(&flat, data)
                 .map_err(|e| Failure::new(LH_ERR_INVALID_REPLY, format!("invalid reply: {e}")))?;
             let (b, core) = s.with_backend()?;
@@ -545,4 +520,50 @@ pub unsafe extern "C" fn lh_redis_counters_get(
             Ok(())
         })
     }
+}
+
+/// Reads a flat value list and its data buffer (`lh_reply`, `lh_sql_result`): NULL and the
+/// limits checked, then one copy into the protocols' form.
+///
+/// # Safety
+/// `values` points to `nvalues` readable `lh_value`s and `data` to `data_len` readable bytes
+/// (NULL allowed when the count is 0).
+pub(crate) unsafe fn flat_values_arg<'a>(
+    values: *const lh_value,
+    nvalues: usize,
+    data: *const u8,
+    data_len: usize,
+    what: &str,
+) -> Result<(Vec<FlatValue>, &'a [u8]), Failure> {
+    if values.is_null() {
+        return Err(Failure::null("values"));
+    }
+    if nvalues > LH_MAX_REPLY_VALUES {
+        return Err(Failure::new(
+            LH_ERR_INVALID_REPLY,
+            format!("{what} has {nvalues} values, the limit is {LH_MAX_REPLY_VALUES}"),
+        ));
+    }
+    // SAFETY: non-NULL, count bounded, readable per the caller's contract.
+    let values = unsafe { std::slice::from_raw_parts(values, nvalues) };
+    // SAFETY: per the caller's contract.
+    let data = unsafe {
+        optional_bytes_arg(
+            data,
+            data_len,
+            LH_MAX_REPLY_DATA,
+            "data",
+            LH_ERR_INVALID_REPLY,
+        )
+    }?;
+    let flat = values
+        .iter()
+        .map(|v| FlatValue {
+            kind: v.kind,
+            integer: v.integer,
+            offset: v.offset,
+            len: v.len,
+        })
+        .collect();
+    Ok((flat, data))
 }

@@ -11,7 +11,7 @@
 //! read them in place.
 #![allow(non_camel_case_types)]
 
-use super::backend::{LH_VALUE_BULK, LH_VALUE_INT, LH_VALUE_NIL, lh_value};
+use super::backend::{LH_VALUE_BULK, LH_VALUE_INT, LH_VALUE_NIL, flat_values_arg, lh_value};
 use super::boundary::{
     Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, name_arg, optional_bytes_arg,
     read_sized, require_out, write_out,
@@ -20,7 +20,7 @@ use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
 use crate::Client;
 use crate::backend::sql::{
-    self as proto, Connection, Dialect, FailureKind, FlatValue, Param, SqlOptions, SqlProtocol,
+    self as proto, Connection, Dialect, FailureKind, Param, SqlOptions, SqlProtocol,
 };
 
 /// `lh_sql_options.dialect`: SQLite (one file shared by the processes of one host).
@@ -373,36 +373,8 @@ pub unsafe extern "C" fn lh_sql_result(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            if values.is_null() {
-                return Err(Failure::null("values"));
-            }
-            if nvalues > proto::MAX_VALUES {
-                return Err(Failure::new(
-                    LH_ERR_INVALID_REPLY,
-                    format!(
-                        "result has {nvalues} values, the limit is {}",
-                        proto::MAX_VALUES
-                    ),
-                ));
-            }
-            // SAFETY: non-NULL, count bounded, readable per the caller's contract.
-            let values = std::slice::from_raw_parts(values, nvalues);
-            let data = optional_bytes_arg(
-                data,
-                data_len,
-                proto::MAX_DATA,
-                "data",
-                LH_ERR_INVALID_REPLY,
-            )?;
-            let flat: Vec<FlatValue> = values
-                .iter()
-                .map(|v| FlatValue {
-                    kind: v.kind,
-                    integer: v.integer,
-                    offset: v.offset,
-                    len: v.len,
-                })
-                .collect();
+            // SAFETY: per the caller's contract.
+            let (flat, data) = flat_values_arg(values, nvalues, data, data_len, "result")?;
             let rows = proto::decode(&flat, data)
                 .map_err(|e| Failure::new(LH_ERR_INVALID_REPLY, format!("invalid result: {e}")))?;
             let (b, core) = s.with_sql()?;
