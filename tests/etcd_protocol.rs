@@ -316,6 +316,100 @@ fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
     assert_eq!(p.open_watches(), 0);
 }
 
+/// Two leases of one client wait for one name and their acquire answers arrive in the
+/// opposite order to their queue places: the watch of the lease whose predecessor went
+/// wakes that lease, not the first local waiter of the name.
+#[test]
+fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
+    let (mut core, mut p) = setup();
+    let wait = AcquireOptions::new(3_000).wait_ns(60_000 * MS);
+    let first = core.acquire(0, "n", wait).unwrap();
+    let second = core.acquire(0, "n", wait).unwrap();
+    let g1 = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    let g2 = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g1.id, 200, &grant_reply(9, 3));
+    p.handle_reply(&mut core, MS, g2.id, 200, &grant_reply(10, 3));
+    let t1 = expect(&mut core, &mut p, paths::KV_TXN);
+    let t2 = expect(&mut core, &mut p, paths::KV_TXN);
+    let (k1, k2) = (put_key(&t1.body), put_key(&t2.body));
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    // The later place's answer is handled first.
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t2.id,
+        200,
+        &txn_reply(true, Some(kv(&k2, 31, 10)), Some(kv(&holder, 10, 1)), 31),
+    );
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t1.id,
+        200,
+        &txn_reply(true, Some(kv(&k1, 30, 9)), Some(kv(&holder, 10, 1)), 31),
+    );
+    // Each looks up its predecessor: the holder for the first, the first's key for the second.
+    let mut watches = Vec::new();
+    for _ in 0..2 {
+        let r = expect(&mut core, &mut p, paths::KV_RANGE);
+        let pred = if r.body["max_create_revision"] == "29" {
+            kv(&holder, 10, 1)
+        } else {
+            kv(&k1, 30, 9)
+        };
+        let range = json!({"header": header(32), "kvs": [pred], "count": "1"});
+        p.handle_reply(
+            &mut core,
+            3 * MS,
+            r.id,
+            200,
+            &serde_json::to_vec(&range).unwrap(),
+        );
+    }
+    for _ in 0..2 {
+        let w = expect(&mut core, &mut p, paths::WATCH);
+        watches.push((w.id, w.body["create_request"]["key"].clone()));
+    }
+    let (holder_watch, _) = watches
+        .iter()
+        .find(|(_, k)| *k == json!(b64(&holder)))
+        .expect("a watch on the holder's key");
+    // The holder's key is deleted: the first lease asks again at once.
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&holder), "mod_revision": "40"}}]}});
+    p.handle_watch_message(
+        &mut core,
+        5 * MS,
+        *holder_watch,
+        &serde_json::to_vec(&del).unwrap(),
+    );
+    let mut txn = None;
+    while let Some(r) = next(&mut core, &mut p) {
+        if r.path == paths::KV_TXN {
+            txn = Some(r);
+            break;
+        }
+    }
+    let t = txn.expect("the woken lease asks again");
+    assert_eq!(
+        put_key(&t.body),
+        k1,
+        "the lease whose predecessor went must ask"
+    );
+    p.handle_reply(
+        &mut core,
+        6 * MS,
+        t.id,
+        200,
+        &txn_reply(false, Some(kv(&k1, 30, 9)), Some(kv(&k1, 30, 9)), 41),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 30, .. }] if l == first),
+        "{ev:?}"
+    );
+    let _ = second;
+}
+
 fn put_key(txn: &Value) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(txn["success"][0]["request_put"]["key"].as_str().unwrap())

@@ -443,9 +443,9 @@ impl EtcdProtocol {
             };
             if h.recheck_at <= now {
                 h.recheck_at = NEVER;
-                let name = h.name.clone();
                 self.counters.wakeups += 1;
-                let _ = core.handle_released(now, &name);
+                // This lease, not the name's first local waiter: each watches its own place.
+                let _ = core.handle_wake(now, lease);
             }
             let Some(h) = self.holders.get_mut(&lease) else {
                 continue;
@@ -1039,9 +1039,8 @@ impl EtcdProtocol {
             if h.watch.as_ref().is_some_and(|(w, _)| *w == id) {
                 h.watch = None;
                 if h.waiting && !h.ended {
-                    let name = h.name.clone();
                     self.counters.wakeups += 1;
-                    let _ = core.handle_released(now, &name);
+                    let _ = core.handle_wake(now, *lease);
                 }
             }
         }
