@@ -153,11 +153,12 @@ func (s *MemoryServer) release(name, token string) bool {
 type MemoryTransport struct {
 	s *MemoryServer
 
-	mu      sync.Mutex
-	fault   Fault
-	delay   time.Duration
-	changed chan struct{} // closed and replaced when the fault switches change
-	calls   int64
+	mu       sync.Mutex
+	fault    Fault
+	delay    time.Duration
+	changed  chan struct{} // closed and replaced when the fault switches change
+	calls    int64
+	releases int64
 }
 
 // NewMemoryTransport returns a connection to a new MemoryServer.
@@ -194,6 +195,13 @@ func (t *MemoryTransport) Calls() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.calls
+}
+
+// ReleaseCalls returns how many of those requests were releases.
+func (t *MemoryTransport) ReleaseCalls() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.releases
 }
 
 // enter applies the delay and the fault switches before a request reaches
@@ -266,6 +274,9 @@ func (t *MemoryTransport) Renew(ctx context.Context, name, token string, ttl tim
 
 // Release implements Transport.
 func (t *MemoryTransport) Release(ctx context.Context, name, token string, _ []byte) (bool, error) {
+	t.mu.Lock()
+	t.releases++
+	t.mu.Unlock()
 	f, err := t.enter(ctx)
 	if err != nil {
 		return false, err
