@@ -117,6 +117,10 @@ class SQLiteServiceError(LeaseholdError):
         super().__init__(f"{message}: {self.path}")
 
 
+def _wall_us() -> int:
+    return time.time_ns() // 1_000  # noqa: a fence floor, not a duration
+
+
 def current_boot_id() -> str:
     """An identifier of the current boot: a row written under another one is expired."""
     try:
@@ -182,6 +186,9 @@ class SQLiteLockService(LockService):
     :param boot_id: override the boot id (tests simulate a reboot with it).
     :param clock: override the monotonic clock in ns (tests only: every process sharing a
         file must use the same clock).
+    :param wall_clock: override the wall clock in µs since the epoch that fences are minted
+        from (tests only). Fences are ``max(previous + 1, wall clock)``, so they keep
+        increasing even when the file is deleted and the fence table starts again.
     :raises SQLiteServiceError: the file cannot be opened, created or written, is not a
         leasehold database, or is corrupt.
     """
@@ -195,6 +202,7 @@ class SQLiteLockService(LockService):
         notify: bool | None = None,
         boot_id: str | None = None,
         clock: Callable[[], int] | None = None,
+        wall_clock: Callable[[], int] | None = None,
     ) -> None:
         if not isinstance(busy_timeout, (int, float)) or not (0 <= busy_timeout < math.inf):
             raise ValueError(f"busy_timeout must be a finite number of seconds >= 0, got {busy_timeout!r}")
@@ -207,6 +215,7 @@ class SQLiteLockService(LockService):
         self._sync_mode = ""  # the connection's current PRAGMA synchronous
         self._boot_id = boot_id if boot_id is not None else current_boot_id()
         self._clock = clock if clock is not None else time.monotonic_ns
+        self._wall_us = wall_clock if wall_clock is not None else _wall_us
         self._lock = threading.RLock()
         _live_services.add(self)
         self._closed = False
@@ -389,7 +398,7 @@ class SQLiteLockService(LockService):
                 remaining = max(1, -(-(row[2] - now) // _NS_PER_MS))
                 return HeldByOther(retry_after_ms=int(remaining))
             last = conn.execute("SELECT fence FROM leasehold_fences WHERE name=?", (name,)).fetchone()
-            fence = max(last[0] if last else 0, row[1] if row else 0) + 1
+            fence = max(max(last[0] if last else 0, row[1] if row else 0) + 1, int(self._wall_us()))
             conn.execute(
                 "INSERT OR REPLACE INTO leasehold_locks(name, token, fence, expiry_ns, boot_id, pid)"
                 " VALUES (?, ?, ?, ?, ?, ?)",

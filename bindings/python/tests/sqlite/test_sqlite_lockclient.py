@@ -70,12 +70,13 @@ def test_lockclient_takes_over_after_holder_is_sigkilled(tmp_path):
     locks = tmp_path / "locks.sqlite3"
     holder = spawn_python(HOLDER, str(locks))
     try:
-        assert holder.stdout.readline().strip() == "1", holder.stderr.read()
+        first = holder.stdout.readline().strip()
+        assert first.isdigit(), first
         holder.send_signal(signal.SIGKILL)
         holder.wait(BOUND)
         with LockClient(SQLiteLockService(locks)) as client:
             with client.acquire("crash", 5, wait=BOUND) as lock:  # waits out the dead holder's TTL
-                assert lock.fencing_token == 2
+                assert lock.fencing_token > int(first)
                 assert lock.is_held()
     finally:
         if holder.poll() is None:

@@ -120,6 +120,36 @@ def test_fencing_tokens_strictly_increase_and_never_reset(open_service, db_path)
     assert svc2.acquire("n", T1, 1_000).fencing_token == 6
 
 
+def test_fences_keep_increasing_when_the_file_is_lost(open_service, db_path):
+    # Fences are max(previous + 1, wall clock in µs): a deleted file starts its fence table
+    # again, and the clock keeps new fences above every fence a gate saw before.
+    wall = [1_000_000]
+    svc = open_service(wall_clock=lambda: wall[0])
+    first = svc.acquire("n", T1, 1_000).fencing_token
+    assert first == 1_000_000
+    assert svc.release("n", T1, b"")
+    assert svc.acquire("n", T2, 1_000).fencing_token == first + 1  # the clock has not moved
+    svc.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    wall[0] += 5
+    fresh = open_service(wall_clock=lambda: wall[0])
+    assert fresh.status("n").last_fencing_token is None  # the table really is new
+    assert fresh.acquire("n", T3, 1_000).fencing_token == first + 5
+
+
+def test_real_wall_clock_fences_are_microseconds_since_the_epoch(db_path):
+    import time
+
+    svc = SQLiteLockService(db_path)
+    try:
+        before = time.time_ns() // 1_000
+        fence = svc.acquire("n", T1, 1_000).fencing_token
+        assert before <= fence <= time.time_ns() // 1_000
+    finally:
+        svc.close()
+
+
 def test_status(open_service):
     clock = FakeClock()
     svc = open_service(clock=clock)
@@ -499,7 +529,7 @@ def test_deleted_or_replaced_file_is_followed_and_old_locks_are_lost(open_servic
     assert holder.acquire("n", T1, 60_000) == Granted(fencing_token=1, ttl_ms=60_000)
     _remove_db(db_path)
     if how == "replaced":
-        other = SQLiteLockService(db_path)  # a fresh file at the same path, with its own lock
+        other = SQLiteLockService(db_path, wall_clock=lambda: 0)  # a fresh file, its own lock
         assert other.acquire("n", T2, 60_000).fencing_token == 1
         other.close()
     # The holder must not keep renewing a lock that no other process can see any more.
