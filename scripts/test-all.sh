@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test suite: Rust core, C ABI (+ sanitizers, valgrind),
 # Python (+ SQLite, CLI, real Redis), Go (+ race detector, real Redis, interop), C++
-# (+ ASan/UBSan, TSan, real Redis), packaging (wheel, sdist, installs and examples as an outside
-# user builds them) and smoke fuzzing. Installs what it needs.
+# (+ ASan/UBSan, TSan, real Redis), cross-language contention (Python, Go and C++ processes on
+# one lock), packaging (wheel, sdist, installs and examples as an outside user builds them) and
+# smoke fuzzing. Installs what it needs.
 # Exits non-zero if any suite fails; the summary at the end says which.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ suites=(
     bindings/python/test.sh
     bindings/go/test.sh
     bindings/cpp/test.sh
+    scripts/test-crosslang.sh
     scripts/test-packaging.sh
     fuzz/smoke.sh
 )

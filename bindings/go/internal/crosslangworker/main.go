@@ -1,0 +1,129 @@
+// Command crosslangworker is the Go worker of the cross-language contention
+// test (tests/crosslang/README.md):
+//
+//	crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/bindings/go"
+	"github.com/redis/go-redis/v9"
+)
+
+func transport(backend string) (leasehold.Transport, error) {
+	if strings.HasPrefix(backend, "redis://") {
+		opt, err := redis.ParseURL(backend)
+		if err != nil {
+			return nil, err
+		}
+		return leasehold.NewRedisTransportFromOptions(opt, nil)
+	}
+	return nil, fmt.Errorf("unsupported backend %q", backend)
+}
+
+// count is the number of log lines of one kind.
+func count(log, kind string) int {
+	b, _ := os.ReadFile(log)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, kind+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// othersHadIt: the last holder in the log is another worker, or every other
+// worker is done.
+func othersHadIt(log, tag string, workers int) bool {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return true
+	}
+	done, last := 0, ""
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 1 && f[0] == "done":
+			done++
+		case len(f) > 1 && f[0] == "enter":
+			last = f[1]
+		}
+	}
+	return done >= workers-1 || last != tag
+}
+
+func run() error {
+	if len(os.Args) != 7 {
+		return fmt.Errorf("usage: crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS")
+	}
+	backend, name, log, tag := os.Args[1], os.Args[2], os.Args[4], os.Args[5]
+	rounds, err := strconv.Atoi(os.Args[3])
+	if err != nil {
+		return err
+	}
+	workers, err := strconv.Atoi(os.Args[6])
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr, err := transport(backend)
+	if err != nil {
+		return err
+	}
+	c, err := leasehold.NewClient(tr, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	pid := os.Getpid()
+	// Start together: each waits until every worker has its client.
+	if _, err := fmt.Fprintf(f, "ready %s %d\n", tag, pid); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(time.Minute); count(log, "ready") < workers && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 0; i < rounds; i++ {
+		l, err := c.Acquire(ctx, name, leasehold.AcquireOptions{TTL: 10 * time.Second, Wait: time.Minute})
+		if err != nil {
+			return err
+		}
+		fence := l.FencingToken()
+		// One write per line: O_APPEND keeps lines whole.
+		if _, err := fmt.Fprintf(f, "enter %s %d %d\n", tag, pid, fence); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Microsecond)
+		if _, err := fmt.Fprintf(f, "exit %s %d %d\n", tag, pid, fence); err != nil {
+			return err
+		}
+		if err := l.Release(ctx); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for !othersHadIt(log, tag, workers) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	_, err = fmt.Fprintf(f, "done %s %d\n", tag, pid)
+	return err
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "crosslangworker:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,181 @@
+"""Cross-language contention: Python, Go and C++ processes take turns on one lock name.
+
+    run.py --go GO_WORKER --cpp CPP_WORKER [--rounds N] [--backend redis]
+
+Starts the backend itself (redis-server on a free loopback port, stopped by its pid), runs one
+worker per language, and checks the shared log they append to: no two holders overlap, fences
+strictly increase, at least 200 handoffs, every direction between the languages. See README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from itertools import permutations
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MIN_HANDOFFS = 200
+
+
+class LogError(AssertionError):
+    pass
+
+
+def check(lines: list[str], tags: list[str]) -> tuple[int, Counter[tuple[str, str]], list[int]]:
+    """The log's verdict: (handoffs, handoffs per direction, fences); raises LogError."""
+    holder: tuple[str, str, str] | None = None
+    fences: list[int] = []
+    last_pid: str | None = None
+    last_tag: str | None = None
+    handoffs = 0
+    directions: Counter[tuple[str, str]] = Counter()
+    done = set()
+    for n, line in enumerate(lines, 1):
+        f = line.split()
+        if not f:
+            continue
+        kind = f[0]
+        if kind == "enter" and len(f) == 4:
+            if holder is not None:
+                raise LogError(f"line {n}: {f[1]} pid {f[2]} entered while {holder} held the lock")
+            fence = int(f[3])
+            if fences and fence <= fences[-1]:
+                raise LogError(f"line {n}: fence {fence} after {fences[-1]}")
+            fences.append(fence)
+            holder = (f[1], f[2], f[3])
+            if last_pid is not None and f[2] != last_pid:
+                handoffs += 1
+                if f[1] != last_tag:
+                    directions[(last_tag or "", f[1])] += 1
+            last_pid, last_tag = f[2], f[1]
+        elif kind == "exit" and len(f) == 4:
+            if holder != (f[1], f[2], f[3]):
+                raise LogError(f"line {n}: exit of {tuple(f[1:])} while {holder} held the lock")
+            holder = None
+        elif kind == "done" and len(f) == 3:
+            done.add(f[1])
+        elif kind == "ready" and len(f) == 3:
+            pass
+        else:
+            raise LogError(f"line {n}: garbage {line!r}")
+    if holder is not None:
+        raise LogError(f"the log ends with {holder} holding the lock")
+    if done != set(tags):
+        raise LogError(f"workers done: {sorted(done)}, expected {sorted(tags)}")
+    return handoffs, directions, fences
+
+
+def self_test() -> None:
+    """The checker refuses what it must refuse."""
+    good = ["enter py 1 5", "exit py 1 5", "enter go 2 9", "exit go 2 9", "done py 1", "done go 2"]
+    assert check(good, ["py", "go"])[0] == 1
+    bad = {
+        "overlap": ["enter py 1 5", "enter go 2 9", "exit go 2 9", "exit py 1 5"],
+        "fence": ["enter py 1 5", "exit py 1 5", "enter go 2 5", "exit go 2 5"],
+        "exit": ["enter py 1 5", "exit go 2 5"],
+        "open": ["enter py 1 5"],
+        "garbage": ["enter py"],
+    }
+    for what, lines in bad.items():
+        try:
+            check(lines + ["done py 1", "done go 2"], ["py", "go"])
+        except LogError:
+            continue
+        raise AssertionError(f"the checker accepted a log with a bad {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("run.py: redis-server not found (scripts/ensure-redis.sh installs it)")
+    port = free_port()
+    p = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return p, f"redis://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("run.py: redis-server did not start")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--go", required=True)
+    ap.add_argument("--cpp", required=True)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--backend", default="redis", choices=["redis"])
+    args = ap.parse_args()
+    self_test()
+    with tempfile.TemporaryDirectory(prefix="lh-crosslang-") as tmp:
+        server, url = start_redis(tmp)
+        try:
+            log = os.path.join(tmp, "log")
+            open(log, "w").close()
+            tags = ["py", "go", "cpp"]
+            cmds = {
+                "py": [sys.executable, os.path.join(HERE, "worker.py")],
+                "go": [args.go],
+                "cpp": [args.cpp],
+            }
+            started = time.monotonic()
+            procs = {
+                t: subprocess.Popen(cmds[t] + [url, "crosslang", str(args.rounds), log, t, str(len(tags))])
+                for t in tags
+            }
+            failed = []
+            for t, p in procs.items():
+                try:
+                    rc = p.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    rc = "timeout"
+                if rc != 0:
+                    failed.append(f"{t}: {rc}")
+            elapsed = time.monotonic() - started
+            with open(log, encoding="ascii") as f:
+                lines = f.read().splitlines()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    if failed:
+        print(f"run.py: workers failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    handoffs, directions, fences = check(lines, tags)
+    print(
+        f"run.py: {len(fences)} grants, {handoffs} handoffs in {elapsed:.1f}s on {args.backend}; "
+        + ", ".join(f"{a}->{b} {directions[(a, b)]}" for a, b in permutations(tags, 2))
+    )
+    if handoffs < MIN_HANDOFFS:
+        print(f"run.py: only {handoffs} handoffs (want {MIN_HANDOFFS})", file=sys.stderr)
+        return 1
+    missing = [f"{a}->{b}" for a, b in permutations(tags, 2) if directions[(a, b)] == 0]
+    if missing:
+        print(f"run.py: no handoff {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+// Cross-language contention worker (C++): see tests/crosslang/README.md.
+//
+//   crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS
+#include <leasehold.hpp>
+#include <leasehold/redis_transport.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<leasehold::Transport> transport(const std::string& backend) {
+  const std::string redis = "redis://";
+  if (backend.rfind(redis, 0) == 0) {
+    // redis://HOST:PORT
+    const std::string rest = backend.substr(redis.size());
+    const auto colon = rest.rfind(':');
+    leasehold::RedisOptions ro;
+    ro.host = rest.substr(0, colon);
+    ro.port = std::stoi(rest.substr(colon + 1));
+    return std::make_shared<leasehold::RedisTransport>(ro);
+  }
+  throw std::runtime_error("unsupported backend " + backend);
+}
+
+// One write per line: O_APPEND keeps lines whole.
+void append(int fd, const std::string& line) {
+  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    throw std::runtime_error("write to the log failed");
+  }
+}
+
+int count(const std::string& log, const std::string& kind) {
+  std::ifstream in(log);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.rfind(kind + " ", 0) == 0;
+  return n;
+}
+
+// The last holder in the log is another worker, or every other worker is done.
+bool others_had_it(const std::string& log, const std::string& tag, int workers) {
+  std::ifstream in(log);
+  std::string line, last;
+  int done = 0;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string kind, who;
+    f >> kind >> who;
+    if (kind == "done") ++done;
+    if (kind == "enter") last = who;
+  }
+  return done >= workers - 1 || last != tag;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc != 7) {
+    std::cerr << "usage: crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS\n";
+    return 2;
+  }
+  const std::string backend = argv[1], name = argv[2], log = argv[4], tag = argv[5];
+  const int rounds = std::stoi(argv[3]), workers = std::stoi(argv[6]);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) throw std::runtime_error("cannot open " + log);
+  const auto pid = std::to_string(::getpid());
+  {
+    leasehold::LockClient client(transport(backend));
+    leasehold::AcquireOptions opts;
+    opts.wait = 60s;
+    // Start together: each waits until every worker has its client.
+    append(fd, "ready " + tag + " " + pid + "\n");
+    const auto ready_by = std::chrono::steady_clock::now() + 60s;
+    while (count(log, "ready") < workers && std::chrono::steady_clock::now() < ready_by) {
+      std::this_thread::sleep_for(5ms);
+    }
+    for (int i = 0; i < rounds; ++i) {
+      auto lease = client.acquire(name, 10s, opts);
+      if (!lease) throw std::runtime_error("acquire gave up");
+      const auto fence = std::to_string(lease->fencing_token());
+      append(fd, "enter " + tag + " " + pid + " " + fence + "\n");
+      std::this_thread::sleep_for(500us);
+      append(fd, "exit " + tag + " " + pid + " " + fence + "\n");
+      const auto outcome = lease->release();
+      if (outcome != leasehold::ReleaseOutcome::Released) {
+        throw std::runtime_error("release said " + std::string(leasehold::to_string(outcome)));
+      }
+      const auto deadline = std::chrono::steady_clock::now() + 500ms;
+      while (!others_had_it(log, tag, workers) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+  }
+  append(fd, "done " + tag + " " + pid + "\n");
+  ::close(fd);
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "crosslang_worker: " << e.what() << "\n";
+  return 1;
+}

@@ -1,0 +1,66 @@
+"""Cross-language contention worker (Python): see tests/crosslang/README.md.
+
+    worker.py BACKEND NAME ROUNDS LOG TAG WORKERS
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from leasehold import LockClient
+from leasehold.backends.redis_executor import RedisExecutor
+
+
+def executor(backend: str) -> object:
+    if backend.startswith("redis://"):
+        return RedisExecutor(url=backend)
+    raise SystemExit(f"worker.py: unsupported backend {backend!r}")
+
+
+def append(fd: int, line: str) -> None:
+    os.write(fd, line.encode())  # one write per line: O_APPEND keeps lines whole
+
+
+def count(log: str, kind: str) -> int:
+    with open(log, encoding="ascii") as f:
+        return sum(1 for l in f if l.startswith(kind + " "))
+
+
+def others_had_it(log: str, tag: str, workers: int) -> bool:
+    with open(log, encoding="ascii") as f:
+        lines = f.read().splitlines()
+    done = sum(1 for l in lines if l.startswith("done "))
+    last = next((l for l in reversed(lines) if l.startswith("enter ")), "")
+    return done >= workers - 1 or last.split()[1:2] != [tag]
+
+
+def main() -> int:
+    backend, name, rounds, log, tag, workers = sys.argv[1:7]
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    pid = os.getpid()
+    with LockClient(executor(backend)) as client:
+        append(fd, f"ready {tag} {pid}\n")
+        deadline = time.monotonic() + 60
+        while count(log, "ready") < int(workers) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for _ in range(int(rounds)):
+            lease = client.acquire(name, 10.0, wait=60.0)
+            fence = lease.fencing_token
+            append(fd, f"enter {tag} {pid} {fence}\n")
+            time.sleep(0.0005)
+            append(fd, f"exit {tag} {pid} {fence}\n")
+            outcome = lease.release()
+            if outcome != "released":
+                print(f"worker.py: release said {outcome!r}", file=sys.stderr)
+                return 1
+            deadline = time.monotonic() + 0.5
+            while not others_had_it(log, tag, int(workers)) and time.monotonic() < deadline:
+                time.sleep(0.001)
+    append(fd, f"done {tag} {pid}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
