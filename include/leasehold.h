@@ -145,7 +145,7 @@
  *           connection), an application call;
  *       now = monotonic_ns();
  *       feed exactly that one input:
- *           lh_timeout(c, now) | lh_acquire / lh_release | lh_sql_status_request |
+ *           lh_timeout(c, now) | lh_acquire / lh_release | lh_status_request |
  *           lh_sql_result(c, now, id, values, nvalues, data, data_len) |  // every row
  *           lh_sql_failed(c, now, id, LH_SQL_FAILURE_DATABASE or _TRANSPORT, msg, len) |
  *           lh_sql_notification(c, now, channel, len, payload, len) |
@@ -1841,12 +1841,12 @@ typedef struct lh_sql_request {
 } lh_sql_request;
 
 /**
- * What the database said about one name (`lh_sql_poll_status`). Advisory: it can change at
- * once. Numbers that are unknown are 0.
+ * What the backend said about one name (`lh_poll_status`). Advisory: it can change at once.
+ * Numbers that are unknown (or that the backend does not record) are 0.
  */
-typedef struct lh_sql_status {
+typedef struct lh_lock_status {
   /**
-   * `sizeof(lh_sql_status)` as compiled by the caller; set to the library's size.
+   * `sizeof(lh_lock_status)` as compiled by the caller; set to the library's size.
    */
   uint32_t struct_size;
   /**
@@ -1854,7 +1854,7 @@ typedef struct lh_sql_status {
    */
   uint32_t ok;
   /**
-   * The id `lh_sql_status_request` returned; 0 when no answer is waiting.
+   * The id `lh_status_request` returned; 0 when no answer is waiting.
    */
   uint64_t id;
   /**
@@ -1874,7 +1874,7 @@ typedef struct lh_sql_status {
    */
   uint64_t remaining_ttl_ms;
   /**
-   * The highest fence ever minted for the name.
+   * The highest fence ever minted for the name (SQL, Redis while its fence key lives).
    */
   uint64_t last_fencing_token;
   /**
@@ -1901,7 +1901,12 @@ typedef struct lh_sql_status {
    * Length of `error`.
    */
   size_t error_len;
-} lh_sql_status;
+} lh_lock_status;
+
+/**
+ * The first name of `lh_lock_status`, from when only SQL handles answered status queries.
+ */
+typedef struct lh_lock_status lh_sql_status;
 
 #ifdef __cplusplus
 extern "C" {
@@ -2805,12 +2810,10 @@ lh_status lh_sql_notification(struct lh_client *c,
 lh_status lh_sql_connection_reset(struct lh_client *c, uint64_t now, uint32_t connection);
 
 /**
- * Queues a status query for `name` (rules as for `lh_acquire`'s name); `*out_id` identifies
- * its answer in `lh_sql_poll_status`. Run the requests it produces as usual.
+ * `lh_status_request` under its first name (SQL handles came first).
  *
  * # Safety
- * `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is
- * valid for writes.
+ * As `lh_status_request`.
  */
 lh_status lh_sql_status_request(struct lh_client *c,
                                 uint64_t now,
@@ -2819,13 +2822,12 @@ lh_status lh_sql_status_request(struct lh_client *c,
                                 uint64_t *out_id);
 
 /**
- * Takes the next answered status query into `*out` (`out->id == 0` when none is waiting).
- * Its strings borrow the handle until the next call on it.
+ * `lh_poll_status` under its first name (SQL handles came first).
  *
  * # Safety
- * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_sql_status`.
+ * As `lh_poll_status`.
  */
-lh_status lh_sql_poll_status(struct lh_client *c, struct lh_sql_status *out);
+lh_status lh_sql_poll_status(struct lh_client *c, struct lh_lock_status *out);
 
 /**
  * The last database error, failed schema check or malformed result the protocol saw (a
@@ -2837,6 +2839,30 @@ lh_status lh_sql_poll_status(struct lh_client *c, struct lh_sql_status *out);
  * `c` is NULL or a live handle; the out-pointers are valid for writes.
  */
 lh_status lh_sql_last_error(const struct lh_client *c, const uint8_t **out_text, size_t *out_len);
+
+/**
+ * Queues a status query for `name` (rules as for `lh_acquire`'s name) on the handle's
+ * backend protocol; `*out_id` identifies its answer in `lh_poll_status`. Run the requests it
+ * produces as usual. `LH_ERR_NO_BACKEND` on a handle without a protocol.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is
+ * valid for writes.
+ */
+lh_status lh_status_request(struct lh_client *c,
+                            uint64_t now,
+                            const uint8_t *name,
+                            size_t name_len,
+                            uint64_t *out_id);
+
+/**
+ * Takes the next answered status query into `*out` (`out->id == 0` when none is waiting).
+ * Its strings borrow the handle until the next call on it.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_lock_status`.
+ */
+lh_status lh_poll_status(struct lh_client *c, struct lh_lock_status *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -840,3 +840,71 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn status_reads_the_owner_then_its_leases_time_left_and_garbage_is_an_error() {
+    let (mut core, mut p) = setup();
+    let owner = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let range =
+        |kvs: Vec<Value>| serde_json::to_vec(&json!({"header": header(9), "kvs": kvs})).unwrap();
+    // Held: the oldest key's create revision, then its lease's TTL.
+    let id = p.request_status(0, "n").unwrap();
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    assert_eq!(
+        (r.body["sort_order"].as_str(), r.body["limit"].as_str()),
+        (Some("ASCEND"), Some("1"))
+    );
+    p.handle_reply(&mut core, MS, r.id, 200, &range(vec![kv(&owner, 7, 99)]));
+    let t = expect(&mut core, &mut p, paths::LEASE_TIMETOLIVE);
+    assert_eq!(t.body, json!({"ID": "99"}));
+    p.handle_reply(
+        &mut core,
+        MS,
+        t.id,
+        200,
+        br#"{"header":{"revision":"9"},"ID":"99","TTL":"4"}"#,
+    );
+    let (got, st) = p.poll_status().unwrap();
+    let st = st.unwrap();
+    assert_eq!(got, id);
+    assert!(st.held && st.fencing_token == Some(7) && st.remaining_ttl_ms == Some(4_000));
+    // The lease ended between the reads: free.
+    p.request_status(0, "n").unwrap();
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    p.handle_reply(&mut core, MS, r.id, 200, &range(vec![kv(&owner, 7, 99)]));
+    let t = expect(&mut core, &mut p, paths::LEASE_TIMETOLIVE);
+    p.handle_reply(
+        &mut core,
+        MS,
+        t.id,
+        200,
+        br#"{"header":{"revision":"9"},"ID":"99","TTL":"-1"}"#,
+    );
+    assert!(!p.poll_status().unwrap().1.unwrap().held);
+    // Nobody: free, one request.
+    p.request_status(0, "n").unwrap();
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    p.handle_reply(&mut core, MS, r.id, 200, &range(vec![]));
+    assert_eq!(
+        p.poll_status().unwrap().1.unwrap(),
+        leasehold::backend::LockStatus::default()
+    );
+    assert!(next(&mut core, &mut p).is_none());
+    // A key without a lease (not ours), garbage, an error body, a transport failure: errors.
+    for body in [
+        range(vec![kv(&owner, 7, 0)]),
+        b"nope".to_vec(),
+        br#"{"error":"x","code":2}"#.to_vec(),
+    ] {
+        p.request_status(0, "n").unwrap();
+        let r = expect(&mut core, &mut p, paths::KV_RANGE);
+        p.handle_reply(&mut core, MS, r.id, 200, &body);
+        assert!(p.poll_status().unwrap().1.is_err());
+    }
+    p.request_status(0, "n").unwrap();
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    p.handle_failed(&mut core, MS, r.id, "reset");
+    assert!(p.poll_status().unwrap().1.is_err());
+    assert!(p.poll_status().is_none());
+    assert!(p.request_status(0, "").is_err());
+}

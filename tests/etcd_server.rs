@@ -206,6 +206,18 @@ fn a_dead_holders_lock_is_taken_over_within_ttl_plus_one_second() {
     let f0 = take(&mut dead, "orphan", ttl_ms, 1_000).expect("first holder");
     let lease = waiter.acquire("orphan", ttl_ms, 30_000);
     assert!(waiter.run_until(LONG, |h| h.proto.open_watches() == 1));
+    // Status, from a third client: the owner (not the waiter behind it) and its time left.
+    let mut observer = Host::new(&cluster.urls, 62, 2);
+    let st = status(&mut observer, "orphan").unwrap();
+    assert!(st.held, "{st:?}");
+    assert_eq!(st.fencing_token, Some(f0));
+    assert!(
+        st.remaining_ttl_ms.is_some_and(|ms| 0 < ms && ms <= ttl_ms),
+        "{st:?}"
+    );
+    let free = status(&mut observer, "nobody/here").unwrap();
+    assert!(!free.held && free.fencing_token.is_none(), "{free:?}");
+    assert!(observer.proto.request_status(now(), "").is_err());
     // The holder dies: nothing drives it any more, so its lease is not kept alive. Its last
     // keep-alive was sent at most when it last ran.
     let died = now();
@@ -217,7 +229,25 @@ fn a_dead_holders_lock_is_taken_over_within_ttl_plus_one_second() {
     assert_eq!(waiter.proto.counters().wakeups, 1, "woken by the watch");
     eprintln!("dead holder: taken over {took} ms after its last run (TTL {ttl_ms} ms)");
     assert!(took <= ttl_ms + 1_000, "took {took} ms");
+    assert_eq!(
+        status(&mut observer, "orphan").unwrap().fencing_token,
+        Some(f1)
+    );
     drop(dead);
+}
+
+/// Asks for `name`'s status and runs the host until the answer comes.
+fn status(h: &mut Host, name: &str) -> Result<leasehold::backend::LockStatus, String> {
+    let id = h.proto.request_status(now(), name).unwrap();
+    let mut answer = None;
+    assert!(h.run_until(LONG, |h| {
+        if let Some((got, a)) = h.proto.poll_status() {
+            assert_eq!(got, id);
+            answer = Some(a);
+        }
+        answer.is_some()
+    }));
+    answer.unwrap()
 }
 
 /// Kills the leader (and restarts it) or SIGSTOPs a member during contention.

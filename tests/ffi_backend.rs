@@ -277,3 +277,105 @@ fn reseeding_a_redis_handle_moves_it_to_a_new_wake_channel() {
     assert_eq!(sub.args[0], b"SUBSCRIBE");
     assert_ne!(sub.args[1], first);
 }
+
+fn poll_status(h: &H) -> lh_lock_status {
+    let mut st = MaybeUninit::<lh_lock_status>::zeroed();
+    // SAFETY: valid out-pointer with its size set; the strings are read at once.
+    unsafe {
+        (*st.as_mut_ptr()).struct_size = size_of::<lh_lock_status>() as u32;
+        assert_eq!(lh_poll_status(h.0, st.as_mut_ptr()), LH_OK);
+        st.assume_init()
+    }
+}
+
+#[test]
+fn status_on_a_redis_handle_is_one_eval_and_its_reply_reads_back() {
+    let h = redis_client();
+    while poll_request(&h).is_some() {}
+    let name = b"reports";
+    let mut id = 0;
+    // SAFETY: pointers to locals.
+    unsafe {
+        assert_eq!(
+            lh_status_request(h.0, MS, name.as_ptr(), name.len(), &mut id),
+            LH_OK
+        );
+        assert_eq!(
+            lh_status_request(h.0, MS, null(), 3, &mut id),
+            LH_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            lh_status_request(h.0, MS, b"\xff".as_ptr(), 1, &mut id),
+            LH_ERR_INVALID_UTF8
+        );
+    }
+    let r = poll_request(&h).unwrap();
+    assert_eq!(r.id, id);
+    assert_eq!(r.args[0], b"EVAL");
+    assert_eq!(
+        &r.args[2..],
+        [&b"2"[..], b"lh:{reports}", b"lh:{reports}:fence"]
+    );
+    assert_eq!(poll_status(&h).id, 0, "no answer yet");
+    // [ "42", 1500, "42" ]: held with fence 42, 1.5 s left.
+    let data = b"4242";
+    let values = [
+        array(3),
+        lh_value {
+            kind: LH_VALUE_BULK,
+            offset: 0,
+            len: 2,
+            ..lh_value::default()
+        },
+        int(1_500),
+        lh_value {
+            kind: LH_VALUE_BULK,
+            offset: 2,
+            len: 2,
+            ..lh_value::default()
+        },
+    ];
+    assert_eq!(reply(&h, 2 * MS, id, &values, data), LH_OK);
+    let st = poll_status(&h);
+    assert_eq!((st.id, st.ok, st.held), (id, 1, 1));
+    assert_eq!(
+        (st.fencing_token, st.remaining_ttl_ms, st.last_fencing_token),
+        (42, 1_500, 42)
+    );
+    // A garbage reply is an answer that says why.
+    let mut id2 = 0;
+    // SAFETY: pointers to locals.
+    unsafe {
+        assert_eq!(
+            lh_status_request(h.0, MS, name.as_ptr(), name.len(), &mut id2),
+            LH_OK
+        );
+    }
+    let r = poll_request(&h).unwrap();
+    assert_eq!(reply(&h, 3 * MS, r.id, &[int(7)], b""), LH_OK);
+    let st = poll_status(&h);
+    assert_eq!((st.id, st.ok), (id2, 0));
+    // SAFETY: the error borrows the handle until the next call; read at once.
+    let why = unsafe { std::slice::from_raw_parts(st.error, st.error_len) };
+    assert!(!why.is_empty());
+}
+
+#[test]
+fn status_on_a_plain_handle_has_no_backend() {
+    let cfg = config();
+    let mut c = null_mut();
+    let mut id = 0;
+    // SAFETY: pointers to locals.
+    unsafe {
+        assert_eq!(lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c), LH_OK);
+        let h = H(c);
+        assert_eq!(
+            lh_status_request(h.0, MS, b"x".as_ptr(), 1, &mut id),
+            LH_ERR_NO_BACKEND
+        );
+        let mut st = MaybeUninit::<lh_lock_status>::zeroed();
+        (*st.as_mut_ptr()).struct_size = size_of::<lh_lock_status>() as u32;
+        assert_eq!(lh_poll_status(h.0, st.as_mut_ptr()), LH_ERR_NO_BACKEND);
+        assert_eq!(lh_poll_status(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+    }
+}

@@ -558,3 +558,63 @@ fn several_leases_of_one_client_on_one_name_each_get_their_turn_quickly() {
         waits[grants - 1]
     );
 }
+
+/// Asks for `name`'s status and runs the host until the answer comes.
+fn status(h: &mut Host, name: &str) -> Result<leasehold::backend::LockStatus, String> {
+    let id = h.proto.request_status(now(), name).unwrap();
+    let mut answer = None;
+    assert!(h.run_until(LONG, |h| {
+        if let Some((got, a)) = h.proto.poll_status() {
+            assert_eq!(got, id);
+            answer = Some(a);
+        }
+        answer.is_some()
+    }));
+    answer.unwrap()
+}
+
+#[test]
+fn status_reports_the_holder_its_time_left_and_the_last_fence() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut h = Host::new(server.port, 8, RedisOptions::default());
+    subscribed(&mut h);
+    let never = status(&mut h, "s").unwrap();
+    assert_eq!(never, leasehold::backend::LockStatus::default());
+    let lease = h.acquire("s", 30_000, 0);
+    let mut fence = None;
+    assert!(h.run_until(LONG, |h| {
+        fence = h.take_acquired(lease);
+        fence.is_some()
+    }));
+    let held = status(&mut h, "s").unwrap();
+    assert!(held.held);
+    assert_eq!(held.fencing_token, fence);
+    assert_eq!(held.last_fencing_token, fence);
+    assert!(
+        held.remaining_ttl_ms
+            .is_some_and(|ms| 0 < ms && ms <= 30_000)
+    );
+    h.release(lease);
+    assert!(h.run_until(LONG, |h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::Released { lease: l } if *l == lease))
+    }));
+    let free = status(&mut h, "s").unwrap();
+    assert!(!free.held && free.fencing_token.is_none());
+    assert_eq!(free.last_fencing_token, fence);
+    // Foreign keys of the same name: an error, never a made-up holder.
+    let mut admin = server.conn();
+    admin.call(&["SET", "lh:{foreign}", "x"]).unwrap();
+    admin.call(&["HSET", "lh:{nofence}", "token", "t"]).unwrap();
+    admin.call(&["PEXPIRE", "lh:{nofence}", "60000"]).unwrap();
+    admin.call(&["LPUSH", "lh:{badfence}:fence", "x"]).unwrap();
+    for name in ["foreign", "nofence", "badfence"] {
+        let e = status(&mut h, name).unwrap_err();
+        assert!(!e.is_empty(), "{name}");
+    }
+    assert!(status(&mut h, "foreign").unwrap_err().contains("lh: "));
+    assert!(h.proto.request_status(now(), "").is_err());
+}

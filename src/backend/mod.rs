@@ -11,3 +11,26 @@ pub mod etcd;
 pub mod memory;
 pub mod redis;
 pub mod sql;
+
+/// What the backend says about one name (`leasehold status`): advisory, it can change at once.
+/// Fields a backend does not record are `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LockStatus {
+    /// A live grant exists.
+    pub held: bool,
+    /// The holder's fencing token, while held.
+    pub fencing_token: Option<u64>,
+    /// The holder's remaining TTL in ms, while held.
+    pub remaining_ttl_ms: Option<u64>,
+    /// The highest fence ever minted for the name (None: never, or not recorded).
+    pub last_fencing_token: Option<u64>,
+    /// SQLite: the holder's process id, while held.
+    pub holder_pid: Option<i64>,
+    /// SQLite: the holder's host name, while held (when recorded).
+    pub holder_host: Option<String>,
+    /// How long the current grant has been held, in ms (when recorded).
+    pub held_for_ms: Option<u64>,
+}
+
+/// A finished status query: its id and what the backend said, or why it could not say.
+pub type StatusAnswer = (u64, Result<LockStatus, String>);

@@ -161,7 +161,7 @@ pub struct lh_redis_counters {
 
 /// The protocol attached to a handle and the argv array of the last polled request.
 pub(crate) struct Attached {
-    proto: RedisProtocol,
+    pub(crate) proto: RedisProtocol,
     argv: Vec<lh_bytes>,
 }
 

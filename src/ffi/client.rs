@@ -54,6 +54,8 @@ pub(crate) struct ClientState {
     out_token_raw: Option<Token>,
     /// Backend data of the last polled output; `lh_output.backend_data` points into it.
     out_backend_data: Option<Arc<[u8]>>,
+    /// Holder host or error of the last polled status; `lh_lock_status` points into it.
+    pub(crate) status_text: String,
 }
 
 const VERSION_C: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
@@ -243,6 +245,7 @@ pub unsafe extern "C" fn lh_client_new(
                 out_token: [0; 32],
                 out_token_raw: None,
                 out_backend_data: None,
+                status_text: String::new(),
             },
             diag: Diag::new(),
         });
@@ -692,6 +695,7 @@ impl ClientState {
             out_token: [0; 32],
             out_token_raw: None,
             out_backend_data: None,
+            status_text: String::new(),
         }
     }
 

@@ -14,6 +14,7 @@
 //! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
 //! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
 //! - [`etcd`]: a handle with the etcd protocol attached: HTTP requests, replies, watch streams.
+//! - [`status`]: status queries on whichever protocol a handle has.
 //! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
@@ -30,10 +31,12 @@ pub mod client;
 pub mod etcd;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
-/// Redis protocol exports (`lh_redis_*`); written by the redis helper.
+/// The Redis scripts and key layout the older language transports run (`lh_redis_*`).
 pub mod redis;
 /// A handle with the SQL protocol attached (`lh_client_new_sql`, `lh_sql_*`).
 pub mod sql;
+/// Status queries on any backend protocol (`lh_status_request`, `lh_poll_status`).
+pub mod status;
 
 pub use backend::*;
 pub use client::*;
@@ -41,4 +44,5 @@ pub use etcd::*;
 pub use memory::*;
 pub use redis::*;
 pub use sql::*;
+pub use status::*;
 pub use types::*;

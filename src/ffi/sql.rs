@@ -13,8 +13,8 @@
 
 use super::backend::{LH_VALUE_BULK, LH_VALUE_INT, LH_VALUE_NIL, flat_values_arg, lh_value};
 use super::boundary::{
-    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, name_arg, optional_bytes_arg,
-    read_sized, require_out, write_out,
+    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, read_sized,
+    require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -132,48 +132,12 @@ pub struct lh_sql_request {
     pub data_len: usize,
 }
 
-/// What the database said about one name (`lh_sql_poll_status`). Advisory: it can change at
-/// once. Numbers that are unknown are 0.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct lh_sql_status {
-    /// `sizeof(lh_sql_status)` as compiled by the caller; set to the library's size.
-    pub struct_size: u32,
-    /// 1 if the query succeeded; 0 if it failed (`error` says why).
-    pub ok: u32,
-    /// The id `lh_sql_status_request` returned; 0 when no answer is waiting.
-    pub id: u64,
-    /// 1 while a live grant exists.
-    pub held: u32,
-    /// Always 0.
-    pub _reserved: u32,
-    /// The holder's fencing token, while held.
-    pub fencing_token: u64,
-    /// The holder's remaining TTL in ms, while held.
-    pub remaining_ttl_ms: u64,
-    /// The highest fence ever minted for the name.
-    pub last_fencing_token: u64,
-    /// SQLite: the holder's process id, while held.
-    pub holder_pid: i64,
-    /// How long the grant has been held, in ms (when recorded).
-    pub held_for_ms: u64,
-    /// SQLite: the holder's host name (borrowed, not NUL-terminated), while held.
-    pub holder_host: *const u8,
-    /// Length of `holder_host`.
-    pub holder_host_len: usize,
-    /// Why the query failed (borrowed, not NUL-terminated), when `ok == 0`.
-    pub error: *const u8,
-    /// Length of `error`.
-    pub error_len: usize,
-}
-
 /// The protocol attached to a handle and the flat form of the last polled request.
 pub(crate) struct SqlAttached {
     pub(crate) proto: SqlProtocol,
     statements: Vec<lh_sql_statement>,
     params: Vec<lh_value>,
     data: Vec<u8>,
-    status_text: String,
 }
 
 impl ClientState {
@@ -249,7 +213,6 @@ pub unsafe extern "C" fn lh_client_new_sql(
             statements: Vec::new(),
             params: Vec::new(),
             data: Vec::new(),
-            status_text: String::new(),
         }));
         let handle = Box::new(lh_client {
             state,
@@ -484,12 +447,10 @@ pub unsafe extern "C" fn lh_sql_connection_reset(
     }
 }
 
-/// Queues a status query for `name` (rules as for `lh_acquire`'s name); `*out_id` identifies
-/// its answer in `lh_sql_poll_status`. Run the requests it produces as usual.
+/// `lh_status_request` under its first name (SQL handles came first).
 ///
 /// # Safety
-/// `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is
-/// valid for writes.
+/// As `lh_status_request`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_sql_status_request(
     c: *mut lh_client,
@@ -499,75 +460,20 @@ pub unsafe extern "C" fn lh_sql_status_request(
     out_id: *mut u64,
 ) -> lh_status {
     // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            require_out(out_id, "out_id")?;
-            let name = name_arg(name, name_len)?;
-            let (b, core) = s.with_sql()?;
-            let id = b.proto.request_status(core, now, name)?;
-            write_out(out_id, id);
-            Ok(())
-        })
-    }
+    unsafe { super::status::lh_status_request(c, now, name, name_len, out_id) }
 }
 
-/// Takes the next answered status query into `*out` (`out->id == 0` when none is waiting).
-/// Its strings borrow the handle until the next call on it.
+/// `lh_poll_status` under its first name (SQL handles came first).
 ///
 /// # Safety
-/// `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_sql_status`.
+/// As `lh_poll_status`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_sql_poll_status(
     c: *mut lh_client,
-    out: *mut lh_sql_status,
+    out: *mut super::status::lh_lock_status,
 ) -> lh_status {
     // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            super::boundary::check_sized_out(out, "out")?;
-            let (b, _) = s.with_sql()?;
-            let mut v = lh_sql_status {
-                struct_size: size_of::<lh_sql_status>() as u32,
-                ok: 0,
-                id: 0,
-                held: 0,
-                _reserved: 0,
-                fencing_token: 0,
-                remaining_ttl_ms: 0,
-                last_fencing_token: 0,
-                holder_pid: 0,
-                held_for_ms: 0,
-                holder_host: std::ptr::null(),
-                holder_host_len: 0,
-                error: std::ptr::null(),
-                error_len: 0,
-            };
-            if let Some((id, answer)) = b.proto.poll_status() {
-                v.id = id;
-                match answer {
-                    Ok(st) => {
-                        v.ok = 1;
-                        v.held = u32::from(st.held);
-                        v.fencing_token = st.fencing_token.unwrap_or(0);
-                        v.remaining_ttl_ms = st.remaining_ttl_ms.unwrap_or(0);
-                        v.last_fencing_token = st.last_fencing_token.unwrap_or(0);
-                        v.holder_pid = st.holder_pid.unwrap_or(0);
-                        v.held_for_ms = st.held_for_ms.unwrap_or(0);
-                        b.status_text = st.holder_host.unwrap_or_default();
-                        v.holder_host = b.status_text.as_ptr();
-                        v.holder_host_len = b.status_text.len();
-                    }
-                    Err(e) => {
-                        b.status_text = e;
-                        v.error = b.status_text.as_ptr();
-                        v.error_len = b.status_text.len();
-                    }
-                }
-            }
-            write_out(out, v);
-            Ok(())
-        })
-    }
+    unsafe { super::status::lh_poll_status(c, out) }
 }
 
 /// The last database error, failed schema check or malformed result the protocol saw (a

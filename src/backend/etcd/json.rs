@@ -299,6 +299,24 @@ pub(crate) fn read_first(v: &Value) -> Result<(Option<Vec<u8>>, i64), ReplyError
     Ok((first_kv(v)?.map(|(k, _, _)| k), rev))
 }
 
+/// A status query's range: the owner key's create revision and lease, if any key is there.
+pub(crate) fn read_first_owner(v: &Value) -> Result<Option<(i64, i64)>, ReplyError> {
+    header_revision(v)?;
+    match first_kv(v)? {
+        None => Ok(None),
+        Some((_, rev, lease)) if rev > 0 && lease != 0 => Ok(Some((rev, lease))),
+        Some(_) => Err(ReplyError::Garbage(
+            "the queue's first key has no create revision or no lease",
+        )),
+    }
+}
+
+/// `LeaseTimeToLive`: seconds left (-1 or 0: the lease is gone).
+pub(crate) fn read_time_to_live(v: &Value) -> Result<i64, ReplyError> {
+    header_revision(v)?;
+    int(v, "TTL")
+}
+
 /// `Authenticate`: the token (bounded, printable ASCII: it becomes a header).
 pub(crate) fn read_token(v: &Value) -> Result<String, ReplyError> {
     match v.get("token") {

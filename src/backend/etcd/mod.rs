@@ -53,6 +53,7 @@ mod json;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
+use super::LockStatus;
 use serde_json::{Value, json};
 
 use crate::{
@@ -87,6 +88,8 @@ pub mod paths {
     pub const WATCH: &str = "/v3/watch";
     /// `Authenticate` (user and password for a token).
     pub const AUTHENTICATE: &str = "/v3/auth/authenticate";
+    /// `LeaseTimeToLive` (a status query: the holder's time left).
+    pub const LEASE_TIMETOLIVE: &str = "/v3/lease/timetolive";
 }
 
 /// Longest user name or password accepted, in bytes.
@@ -180,6 +183,10 @@ enum Op {
     Watch { lease: LeaseId, key: Vec<u8> },
     /// User and password for a token.
     Authenticate,
+    /// A status query's first step: the queue's oldest key (`status` is the query's id).
+    StatusFirst { status: u64 },
+    /// Its second step: the time left on the owner key's lease.
+    StatusTtl { status: u64, fence: i64 },
 }
 
 #[derive(Debug)]
@@ -226,6 +233,7 @@ pub struct EtcdProtocol {
     holders: HashMap<LeaseId, Holder>,
     counters: EtcdCounters,
     last_error: String,
+    statuses: VecDeque<crate::backend::StatusAnswer>,
     auth: Option<Auth>,
 }
 
@@ -283,6 +291,7 @@ impl EtcdProtocol {
             holders: HashMap::new(),
             counters: EtcdCounters::default(),
             last_error: String::new(),
+            statuses: VecDeque::new(),
             auth: None,
         }
     }
@@ -466,6 +475,37 @@ impl EtcdProtocol {
             }
         }
         self.pump(core);
+    }
+
+    /// Queues a status query for `name` (`leasehold status`): the queue's oldest key (the
+    /// owner, whose create revision is the fence), then its lease's time to live. The answer
+    /// comes out of [`Self::poll_status`] under the returned id. etcd keeps no record of
+    /// past fences once the keys are gone, so `last_fencing_token` is the owner's.
+    pub fn request_status(&mut self, now: u64, name: &str) -> Result<u64, crate::Error> {
+        crate::validate_name(name)?;
+        let prefix = queue_prefix(name);
+        let body = json!({
+            "key": json::b64(&prefix),
+            "range_end": json::b64(&prefix_end(&prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+            "limit": "1",
+            "keys_only": true,
+        });
+        let id = self.next_id + 1;
+        self.push(
+            Op::StatusFirst { status: id },
+            RequestKind::Unary,
+            paths::KV_RANGE,
+            body,
+            now,
+        );
+        Ok(id)
+    }
+
+    /// The next answered status query: its id and what the cluster said (or why not).
+    pub fn poll_status(&mut self) -> Option<crate::backend::StatusAnswer> {
+        self.statuses.pop_front()
     }
 
     /// The reply to unary request `id`: the HTTP status and the whole body. Unknown and
@@ -946,6 +986,35 @@ impl EtcdProtocol {
                 }
             }
             Op::Watch { .. } => {}
+            Op::StatusFirst { status } => match self.read(reply, json::read_first_owner) {
+                Ok(None) => self.statuses.push_back((status, Ok(LockStatus::default()))),
+                Ok(Some((fence, lease))) => {
+                    self.push(
+                        Op::StatusTtl { status, fence },
+                        RequestKind::Unary,
+                        paths::LEASE_TIMETOLIVE,
+                        json!({ "ID": lease.to_string() }),
+                        now,
+                    );
+                }
+                Err(e) => self.statuses.push_back((status, Err(e.to_string()))),
+            },
+            Op::StatusTtl { status, fence } => match self.read(reply, json::read_time_to_live) {
+                // The lease ended between the two reads: free now.
+                Ok(ttl_s) if ttl_s <= 0 => {
+                    self.statuses.push_back((status, Ok(LockStatus::default())))
+                }
+                Ok(ttl_s) => {
+                    let st = LockStatus {
+                        held: true,
+                        fencing_token: Some(fence as u64),
+                        remaining_ttl_ms: Some((ttl_s as u64).saturating_mul(1_000)),
+                        ..LockStatus::default()
+                    };
+                    self.statuses.push_back((status, Ok(st)));
+                }
+                Err(e) => self.statuses.push_back((status, Err(e.to_string()))),
+            },
             Op::Authenticate => {
                 let token = self.read(reply, json::read_token);
                 let refused = token.is_err();

@@ -65,6 +65,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 pub use scripts::{KeyKind, Script, WakeMessage, key, parse_message};
 pub use value::{DecodeError, FlatValue, Value, decode, encode};
 
+use super::LockStatus;
 use crate::{
     AcquireResult, Client, Command, Event, LeaseId, LockName, Output, ReleaseResult, RenewResult,
     RequestId, Token,
@@ -186,6 +187,49 @@ pub struct RedisCounters {
     pub subscriber_losses: u64,
 }
 
+/// Reads the STATUS script's reply: `[fence or nil, pttl, last fence or nil]`.
+fn status_reply(reply: &Value<'_>) -> Result<LockStatus, String> {
+    let fence = |v: &Value<'_>| -> Result<Option<u64>, String> {
+        match v {
+            Value::Nil => Ok(None),
+            Value::Bulk(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .filter(|f| (1..=scripts::MAX_FENCE).contains(f))
+                .map(Some)
+                .ok_or_else(|| format!("bad fence {}", describe(v))),
+            other => Err(format!("bad fence {}", describe(other))),
+        }
+    };
+    let Value::Array(items) = reply else {
+        return Err(match reply {
+            Value::Error(e) => {
+                String::from_utf8_lossy(&e[..e.len().min(MAX_ERROR_TEXT)]).into_owned()
+            }
+            other => format!("unexpected reply {}", describe(other)),
+        });
+    };
+    let [f, Value::Int(pttl), last] = items.as_slice() else {
+        return Err(format!("unexpected reply {}", describe(reply)));
+    };
+    let (f, last) = (fence(f)?, fence(last)?);
+    let mut st = LockStatus {
+        last_fencing_token: last.max(f),
+        ..LockStatus::default()
+    };
+    match (f, *pttl) {
+        (Some(f), ms) if ms > 0 => {
+            st.held = true;
+            st.fencing_token = Some(f);
+            st.remaining_ttl_ms = Some(ms as u64);
+        }
+        // -2: no lock key (or it expired between the two reads).
+        (_, -2) => {}
+        (_, ms) => return Err(format!("lock key with pttl {ms}: not a leasehold lock")),
+    }
+    Ok(st)
+}
+
 #[derive(Debug)]
 enum Op {
     Acquire {
@@ -209,6 +253,8 @@ enum Op {
     /// ZREM of a queue entry (best effort).
     Leave,
     Subscribe,
+    /// A status query (`leasehold status`); its answer goes to `statuses`.
+    Status,
 }
 
 #[derive(Debug)]
@@ -276,6 +322,7 @@ pub struct RedisProtocol {
     /// The tokens of leases that hold their lock, to forget them at their terminal event.
     held: HashMap<LeaseId, Token>,
     standbys: usize,
+    statuses: VecDeque<crate::backend::StatusAnswer>,
     counters: RedisCounters,
     last_error: String,
 }
@@ -307,6 +354,7 @@ impl RedisProtocol {
             tokens: HashMap::new(),
             held: HashMap::new(),
             standbys: 0,
+            statuses: VecDeque::new(),
             counters: RedisCounters::default(),
             last_error: String::new(),
         };
@@ -380,6 +428,28 @@ impl RedisProtocol {
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.pump(core);
         self.events.pop_front()
+    }
+
+    /// Queues a status query for `name` (`leasehold status`): one read-only EVAL on the
+    /// commands connection. Its answer comes out of [`Self::poll_status`] under the returned
+    /// id, which is also the request's id.
+    pub fn request_status(&mut self, now: u64, name: &str) -> Result<u64, crate::Error> {
+        let lock = key(KeyKind::Lock, name)?;
+        let fence = key(KeyKind::Fence, name)?;
+        let args = vec![
+            Cow::Borrowed(&b"EVAL"[..]),
+            Cow::Borrowed(scripts::STATUS_SCRIPT.as_bytes()),
+            Cow::Borrowed(&b"2"[..]),
+            Cow::Owned(lock),
+            Cow::Owned(fence),
+        ];
+        let expires = now.saturating_add(60_000 * MS);
+        Ok(self.push(Op::Status, Connection::Commands, None, args, now, expires))
+    }
+
+    /// The next answered status query: its id and what the server said (or why not).
+    pub fn poll_status(&mut self) -> Option<crate::backend::StatusAnswer> {
+        self.statuses.pop_front()
     }
 
     /// When [`Self::handle_timeout`] must be called at the latest (the engine's deadline or
@@ -521,6 +591,13 @@ impl RedisProtocol {
                     self.counters.error_replies += 1;
                 }
             }
+            Op::Status => {
+                let answer = status_reply(reply);
+                if let Err(e) = &answer {
+                    self.note_error("STATUS failed", e.as_bytes());
+                }
+                self.statuses.push_back((id, answer));
+            }
             Op::Subscribe => {
                 let confirmed = matches!(reply, Value::Array(items)
                     if items.len() == 3
@@ -563,6 +640,9 @@ impl RedisProtocol {
             // The entry goes at the next release by age, or when the queue key expires.
             Op::Leave => {}
             Op::Subscribe => self.subscribe_failed(now),
+            Op::Status => self
+                .statuses
+                .push_back((id, Err("the request failed in transport".to_owned()))),
         }
         self.pump(core);
     }
@@ -1053,7 +1133,10 @@ impl RedisProtocol {
                 break;
             }
             self.expiry.pop();
-            self.pending.remove(&id);
+            if let Some(Pending { op: Op::Status, .. }) = self.pending.remove(&id) {
+                self.statuses
+                    .push_back((id, Err("no answer within 60 s".to_owned())));
+            }
         }
     }
 

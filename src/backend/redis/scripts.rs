@@ -372,6 +372,27 @@ pub const RENEW_SCRIPT: &str = lua_renew!();
 /// The RELEASE script.
 pub const RELEASE_SCRIPT: &str = lua_release!();
 
+/// The STATUS script (`leasehold status`), sent with EVAL: read only, and rare enough that
+/// caching it on the server buys nothing. `KEYS = [lock, fence]` → `[fence or nil, pttl,
+/// last fence or nil]`; a key of another type is an `lh: ` error reply.
+pub const STATUS_SCRIPT: &str = r#"
+local fence, pttl, last = false, -2, false
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'hash' then
+  fence = redis.call('HGET', KEYS[1], 'fence')
+  pttl = redis.call('PTTL', KEYS[1])
+elseif t ~= 'none' then
+  return redis.error_reply('lh: lock key ' .. KEYS[1] .. ' is a ' .. t)
+end
+local f = redis.call('TYPE', KEYS[2])['ok']
+if f == 'string' then
+  last = redis.call('GET', KEYS[2])
+elseif f ~= 'none' then
+  return redis.error_reply('lh: fence key ' .. KEYS[2] .. ' is a ' .. f)
+end
+return {fence, pttl, last}
+"#;
+
 /// One of the scripts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Script {

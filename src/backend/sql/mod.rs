@@ -418,24 +418,7 @@ pub fn listen_channel(name: &str) -> String {
     format!("lh_{h:016x}")
 }
 
-/// What the database says about one name (advisory: it can change at once).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LockStatus {
-    /// A live grant exists.
-    pub held: bool,
-    /// The holder's fencing token, while held.
-    pub fencing_token: Option<u64>,
-    /// The holder's remaining TTL in ms, while held.
-    pub remaining_ttl_ms: Option<u64>,
-    /// The highest fence ever minted for the name (None: never).
-    pub last_fencing_token: Option<u64>,
-    /// SQLite: the holder's process id, while held.
-    pub holder_pid: Option<i64>,
-    /// SQLite: the holder's host name, while held (when recorded).
-    pub holder_host: Option<String>,
-    /// How long the current grant has been held, in ms (when recorded).
-    pub held_for_ms: Option<u64>,
-}
+pub use super::LockStatus;
 
 /// What the protocol saw, for diagnostics and tests (monotonic).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -530,7 +513,7 @@ pub struct SqlProtocol {
     parked: Vec<Op>,
     watched: HashMap<LockName, Watched>,
     relisten_at: u64,
-    statuses: VecDeque<(u64, Result<LockStatus, String>)>,
+    statuses: VecDeque<crate::backend::StatusAnswer>,
     counters: SqlCounters,
     last_error: String,
 }
@@ -603,7 +586,7 @@ impl SqlProtocol {
     }
 
     /// The next finished status query: its id and what the database said (or why not).
-    pub fn poll_status(&mut self) -> Option<(u64, Result<LockStatus, String>)> {
+    pub fn poll_status(&mut self) -> Option<crate::backend::StatusAnswer> {
         self.statuses.pop_front()
     }
 
