@@ -157,15 +157,28 @@ def sentinel_pool(
     ``Sentinel(...).master_for(...)``): each connection asks the sentinels on connect, so a
     reconnect after a failover reaches the promoted replica. ``kwargs`` are redis-py
     connection keywords for the Redis servers (``password``, ``db``, ``ssl``...);
-    ``sentinel_kwargs`` those for the sentinels (default: the ``socket_*`` ones of ``kwargs``)."""
+    ``sentinel_kwargs`` those for the sentinels (default: the ``socket_*`` ones of ``kwargs``,
+    and no retries: the core retries)."""
     if not master_name:
         raise ValueError("a master name is required")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.sentinel.Sentinel(parse_sentinels(sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    sentinel = redis.sentinel.Sentinel(
+        parse_sentinels(sentinels), sentinel_kwargs=_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    )
     pool = sentinel.master_for(master_name).connection_pool
     assert isinstance(pool, redis.sentinel.SentinelConnectionPool)
     return pool
+
+
+def _sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if given is not None:
+        return given
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
+    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
 
 
 def _address(conn: Any) -> tuple[Any, Any]:

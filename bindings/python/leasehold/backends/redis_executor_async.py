@@ -70,10 +70,21 @@ def async_sentinel_pool(
         raise ValueError("a master name is required")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.asyncio.sentinel.Sentinel(parse_sentinels(sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    )
     pool = sentinel.master_for(master_name).connection_pool
     assert isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool)
     return pool
+
+
+def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if given is not None:
+        return given
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
 
 
 class AsyncRedisExecutor:

@@ -211,3 +211,48 @@ def test_lease_whose_key_did_not_survive_the_failover_is_lost_on_renew(sentinel,
         loop.call_soon_threadsafe(loop.stop)
         holder.close()
         newcomer.close()
+
+
+def test_cli_run_on_sentinel_follows_a_failover(sentinel, worker_env):  # type: ignore[no-untyped-def]
+    """``leasehold run --backend redis+sentinel://...``: a command holding the lock while the
+    master is killed keeps it (its key was replicated; the renewals reach the new master)."""
+    import subprocess
+    import sys
+
+    from test_redis_cli import run_cli
+
+    t = sentinel()
+    echo = ["--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"']
+    first = run_cli(["run", "jobs", "--backend", t.url, *echo], worker_env)
+    assert first.returncode == 0, first.stderr
+    master, replica = t.node("master"), t.node("replica")
+    assert master.get(proto.keys_for("jobs").fence) is not None, "the sentinels named the master"
+
+    cmd = ["run", "jobs", "--ttl", "10", "--backend", t.url, "--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"; sleep 5']
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leasehold", *cmd], env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        held = int(p.stdout.readline())
+        assert held > int(first.stdout)
+        assert master.execute_command("WAIT", 1, 5000) == 1
+        t.kill("master")
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err  # not lost: renewed on the new master, released there
+    t.wait_promoted()
+    assert not replica.exists(proto.keys_for("jobs").lock), "released on the new master"
+    after = run_cli(["run", "jobs", "--backend", t.url, *echo], worker_env)
+    assert after.returncode == 0, after.stderr
+    assert int(after.stdout) > held
+
+    status = run_cli(["status", "jobs", "--backend", t.url], worker_env)
+    assert status.returncode == 69 and "not supported" in status.stderr, status
+    bad = run_cli(["run", "jobs", "--backend", "redis+sentinel://127.0.0.1:1", "--", "true"], worker_env)
+    assert bad.returncode == 64, bad
+    gone = run_cli(["run", "jobs", "--backend", "redis+sentinel://:pw@127.0.0.1:1/x", "--", "true"], worker_env)
+    assert gone.returncode == 69 and "pw" not in gone.stderr and "***" in gone.stderr, gone
