@@ -166,9 +166,7 @@ def sentinel_pool(
     sentinel = redis.sentinel.Sentinel(
         parse_sentinels(sentinels), sentinel_kwargs=_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
     )
-    pool = sentinel.master_for(master_name).connection_pool
-    assert isinstance(pool, redis.sentinel.SentinelConnectionPool)
-    return pool
+    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
 
 
 def _sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:

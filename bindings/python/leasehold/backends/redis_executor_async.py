@@ -73,9 +73,7 @@ def async_sentinel_pool(
     sentinel = redis.asyncio.sentinel.Sentinel(
         parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
     )
-    pool = sentinel.master_for(master_name).connection_pool
-    assert isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool)
-    return pool
+    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
 
 
 def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -196,6 +196,9 @@ def test_lease_whose_key_did_not_survive_the_failover_is_lost_on_renew(sentinel,
         # the loser's write.
         newer = newcomer.acquire("gone", ttl=8, wait=10)
         assert newer.fencing_token > max(gone.fencing_token, agone.fencing_token, kept.fencing_token)
+        # Every client's wake channel is on the new master (the threaded and asyncio
+        # subscribers followed; the newcomer subscribed there first).
+        wait_until(lambda: len(replica.pubsub_channels("lh:wake:*")) == 3, 30, "the subscribers on the new master")
         gate = _gate(tmp_path / "gate.db")
         with gate.guard("gone", newer.fencing_token) as cur:
             cur.execute("INSERT INTO writes VALUES (?)", (newer.fencing_token,))
