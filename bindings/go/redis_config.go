@@ -92,6 +92,9 @@ func NewRedisTransportFromFailoverOptions(opt *redis.FailoverOptions, o *RedisOp
 	if opt.MasterName == "" || len(opt.SentinelAddrs) == 0 {
 		return nil, invalidArg("redis failover options need MasterName and SentinelAddrs")
 	}
+	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
+		return nil, invalidArg("redis failover options: locks are taken on the master only")
+	}
 	t, err := NewRedisTransportWithOptions(redis.NewFailoverClient(opt), o)
 	if t != nil {
 		t.owned = true

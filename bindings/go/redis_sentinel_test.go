@@ -146,6 +146,10 @@ func TestRedisSentinelTransportOptionsAreChecked(t *testing.T) {
 	if _, err := NewRedisTransportFromFailoverOptions(&redis.FailoverOptions{MasterName: "m"}, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("no sentinels: %v", err)
 	}
+	replicas := &redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ReplicaOnly: true}
+	if _, err := NewRedisTransportFromFailoverOptions(replicas, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("replica only: %v", err)
+	}
 }
 
 type sentinelGrant struct {
