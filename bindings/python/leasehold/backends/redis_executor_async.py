@@ -20,10 +20,10 @@ from .._core import RedisOptions
 from .redis_executor import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_SOCKET_TIMEOUT,
+    SENTINEL_SCHEME,
     Sink,
     _address,
     error_value,
-    SENTINEL_SCHEME,
     parse_sentinel_url,
     parse_sentinels,
 )
