@@ -74,7 +74,36 @@ func NewRedisTransportFromOptions(opt *redis.Options, o *RedisOptions) (*RedisTr
 	return t, err
 }
 
-// Close closes the go-redis client if NewRedisTransportFromOptions made it.
+// NewRedisTransportFromFailoverOptions makes a go-redis failover client
+// (redis.NewFailoverClient) from opt for the executor: the master is the one
+// the sentinels (opt.SentinelAddrs) name opt.MasterName, and the commands and
+// the pub/sub connection both follow a failover, since go-redis asks the
+// sentinels again when it dials and closes its connections to a replaced
+// master. Close closes the client.
+//
+// Replication is asynchronous: a failover can lose a held lease's key. The
+// lease's next renewal then finds it gone and the lease is lost (Lost; a
+// LostError "rejected by the backend"); fences never go back while the
+// servers' clocks are sane (docs/backends.md).
+func NewRedisTransportFromFailoverOptions(opt *redis.FailoverOptions, o *RedisOptions) (*RedisTransport, error) {
+	if opt == nil {
+		return nil, invalidArg("nil redis failover options")
+	}
+	if opt.MasterName == "" || len(opt.SentinelAddrs) == 0 {
+		return nil, invalidArg("redis failover options need MasterName and SentinelAddrs")
+	}
+	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
+		return nil, invalidArg("redis failover options: locks are taken on the master only")
+	}
+	t, err := NewRedisTransportWithOptions(redis.NewFailoverClient(opt), o)
+	if t != nil {
+		t.owned = true
+	}
+	return t, err
+}
+
+// Close closes the go-redis client if NewRedisTransportFromOptions or
+// NewRedisTransportFromFailoverOptions made it.
 // Each Client closes its own pub/sub connection in Client.Close.
 func (t *RedisTransport) Close() error {
 	if t.owned {

@@ -755,3 +755,174 @@ TEST_F(Redis, RestartWithPersistenceKeepsTheLease) {
   server.proc.stop();
   [[maybe_unused]] const int rc = std::system(("rm -rf '" + std::string(dir) + "'").c_str());
 }
+
+// Redis Sentinel: a real topology (1 master, 1 replica, 3 sentinels) from the shared
+// scripts/redis-sentinel-test.sh. The transport finds the master through the sentinels and follows
+// a promotion after the master is killed; a lease whose key never reached the replica is lost at
+// its next renewal; the subscriber follows; fences go on increasing.
+namespace {
+
+struct SentinelTopology {
+  std::string dir, name, master, replica;
+  std::vector<leasehold::SentinelAddress> sentinels;
+  std::string error;
+
+  static std::string script() { return std::string(LEASEHOLD_REPO_ROOT) + "/scripts/redis-sentinel-test.sh"; }
+  bool start() {
+    char tmpl[] = "/tmp/lh-sentinel-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return error = "mkdtemp failed", false;
+    dir = tmpl;
+    FILE* p = ::popen(("bash '" + script() + "' start '" + dir + "' 2>&1").c_str(), "r");
+    if (p == nullptr) return error = "popen failed", false;
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (::pclose(p) != 0) return error = "redis-sentinel-test.sh start failed: " + out, false;
+    std::istringstream lines(out);
+    for (std::string key, value; lines >> key >> value;) {
+      if (key == "name") name = value;
+      if (key == "master") master = value;
+      if (key == "replica") replica = value;
+      if (key == "sentinels") {
+        std::stringstream ss(value);
+        for (std::string a; std::getline(ss, a, ',');)
+          sentinels.push_back({a.substr(0, a.rfind(':')), std::stoi(a.substr(a.rfind(':') + 1))});
+      }
+    }
+    if (name.empty() || master.empty() || replica.empty() || sentinels.size() != 3)
+      return error = "unexpected output: " + out, false;
+    return true;
+  }
+  ~SentinelTopology() {
+    if (!dir.empty()) [[maybe_unused]] auto rc = std::system(("bash '" + script() + "' stop '" + dir + "'").c_str());
+  }
+  pid_t pid(const std::string& node) const {
+    std::ifstream f(dir + "/" + node + "/pid");
+    pid_t p = -1;
+    f >> p;
+    return p;
+  }
+  static lr::ContextPtr connect(const std::string& addr) {
+    return lr::connect(addr.substr(0, addr.rfind(':')), std::stoi(addr.substr(addr.rfind(':') + 1)), 1000ms);
+  }
+  // The sentinels name the replica, and it says it is a master.
+  bool promoted() const {
+    try {
+      auto s = lr::connect(sentinels[0].host, sentinels[0].port, 1000ms);
+      auto r = lr::command(s.get(), {"SENTINEL", "get-master-addr-by-name", name});
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) return false;
+      if (std::string(r->element[0]->str) + ":" + r->element[1]->str != replica) return false;
+      auto c = connect(replica);
+      auto role = lr::command(c.get(), {"ROLE"});
+      return role->type == REDIS_REPLY_ARRAY && role->elements > 0 && std::string_view(role->element[0]->str) == "master";
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+};
+
+// On a connection of its own: the sentinels close the clients of a server they reconfigure.
+long long integer_on(const std::string& addr, const std::vector<std::string>& args) {
+  auto c = SentinelTopology::connect(addr);
+  auto r = lr::command(c.get(), args);
+  return r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+}
+
+std::size_t wake_channels_on(const std::string& addr) {
+  auto c = SentinelTopology::connect(addr);
+  auto r = lr::command(c.get(), {"PUBSUB", "CHANNELS", "lh:wake:*"});
+  return r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+}
+
+}  // namespace
+
+TEST(RedisSentinel, OptionsAreChecked) {
+  RedisOptions o;
+  o.sentinels = {{"127.0.0.1", 26379}};
+  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);  // no master name
+  o.sentinel_master = "m";
+  o.sentinels = {{"", 26379}};
+  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);
+  o.sentinels = {{"127.0.0.1", 0}};
+  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);
+}
+
+TEST(RedisSentinel, FollowsTheFailoverAndDetectsALostKey) {
+  ::signal(SIGPIPE, SIG_IGN);
+  SentinelTopology top;
+  if (!top.start()) {
+    if (ci()) FAIL() << "CI=true and no Sentinel topology: " << top.error;
+    GTEST_SKIP() << top.error;
+  }
+  auto transport = [&] {
+    RedisOptions o;
+    o.sentinels = top.sentinels;
+    o.sentinel_master = top.name;
+    o.connect_timeout = 500ms;
+    o.command_timeout = 1000ms;
+    o.log = [](std::string_view) {};
+    return std::make_shared<RedisTransport>(o);
+  };
+  ClientOptions quiet;
+  quiet.close_timeout = 10s;
+  quiet.log = [](std::string_view) {};
+  LockClient holder(transport(), quiet);
+  LockClient other(transport(), quiet);
+  const std::string& master = top.master;
+  const std::string& replica = top.replica;
+
+  auto kept = holder.acquire("kept", 8s);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(integer_on(master, {"EXISTS", "lh:{kept}"}), 1) << "the sentinels named the master";
+  ASSERT_EQ(integer_on(master, {"WAIT", "1", "5000"}), 1) << "the replica has the kept lease";
+
+  // The replica falls behind deterministically: stopped, its replication link closed by the
+  // master, so the next grant reaches no replica; then the master dies.
+  std::atomic<int> lost_calls{0};
+  std::optional<Lease> gone;
+  const pid_t replica_pid = top.pid("replica");
+  ASSERT_EQ(::kill(replica_pid, SIGSTOP), 0);
+  {
+    struct Resume {
+      pid_t pid;
+      ~Resume() { ::kill(pid, SIGCONT); }
+    } resume{replica_pid};
+    ASSERT_GE(integer_on(master, {"CLIENT", "KILL", "TYPE", "replica"}), 1);
+    AcquireOptions o;
+    o.on_lost = [&](LostReason) { ++lost_calls; };
+    gone = holder.acquire("gone", 8s, std::move(o));
+    ASSERT_TRUE(gone.has_value());
+    ASSERT_EQ(::kill(top.pid("master"), SIGKILL), 0);
+  }
+  const auto killed = leasehold::Clock::now();
+  ASSERT_TRUE(eventually([&] { return top.promoted(); })) << "no promotion";
+  const auto promoted = leasehold::Clock::now() - killed;
+  EXPECT_EQ(integer_on(replica, {"EXISTS", "lh:{kept}"}), 1);
+  ASSERT_EQ(integer_on(replica, {"EXISTS", "lh:{gone}"}), 0) << "the unreplicated key survived";
+
+  ASSERT_TRUE(eventually([&] { return gone->lost(); }, 30s)) << "the lost lease's loss was not detected";
+  const auto detected = leasehold::Clock::now() - killed;
+  EXPECT_EQ(gone->lost_reason(), LostReason::Rejected);
+  EXPECT_TRUE(eventually([&] { return lost_calls.load() == 1; }, 5s));
+  EXPECT_NO_THROW((void)kept->renew());
+  EXPECT_TRUE(kept->is_held());
+
+  // A waiter on the new master is woken by the holder's release (the wake channels followed).
+  std::optional<Lease> next;
+  std::thread waiter([&] { next = other.acquire("kept", 8s, wait_for(30s)); });
+  EXPECT_TRUE(eventually([&] { return integer_on(replica, {"ZCARD", "lh:{kept}:queue"}) == 1; }, 30s));
+  EXPECT_TRUE(eventually([&] { return wake_channels_on(replica) == 2; }, 30s)) << "the subscribers followed";
+  const auto resubscribed = leasehold::Clock::now() - killed;
+  EXPECT_EQ(kept->release(), leasehold::ReleaseOutcome::Released);
+  waiter.join();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_GT(next->fencing_token(), kept->fencing_token());
+  auto newer = other.acquire("gone", 8s, wait_for(10s));
+  ASSERT_TRUE(newer.has_value());
+  EXPECT_GT(newer->fencing_token(), gone->fencing_token()) << "fences never go back";
+  const auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  std::printf("sentinel failover: promoted %lld ms after the kill, loss detected after %lld ms, subscribers on the "
+              "new master after %lld ms\n",
+              static_cast<long long>(ms(promoted)), static_cast<long long>(ms(detected)),
+              static_cast<long long>(ms(resubscribed)));
+}

@@ -104,6 +104,9 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
                        (~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset)
   redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://..., unix:///PATH.sock
                        a Redis server (needs redis-py: pip install 'redis>=5')
+  redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
+                       the master that these Redis Sentinels name MASTER, followed across
+                       failovers (PASSWORD and DB are the Redis servers'; no `status`)
   memory://            in-process only: no other process sees the lock (for tests)
 """
 
@@ -359,11 +362,9 @@ def redact(url: str) -> str:
         return url
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    hosts = parts.netloc.rpartition("@")[2]  # verbatim: a host list, a bracketed IPv6 address
     user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, f"{user}:***@{hosts}", parts.path, parts.query, parts.fragment))
 
 
 def backend_url(arg: str | None) -> str:
@@ -419,7 +420,30 @@ def open_backend(url: str) -> Any:
                 svc.close()
                 raise BackendError(f"cannot reach {redact(url)}: {e}") from None
         return svc
-    raise UsageError(f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, or memory://)")
+    if scheme == "redis+sentinel":
+        return _open_sentinel(url)
+    raise UsageError(f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, or memory://)")
+
+
+def _open_sentinel(url: str) -> Any:
+    """The Redis executor on the master the sentinels of ``url`` name (it asks them again on
+    every reconnect, so a run follows a failover)."""
+    try:
+        from .backends.redis_executor import RedisExecutor, parse_sentinel_url
+    except ImportError as e:
+        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
+    try:
+        parse_sentinel_url(url)
+    except ValueError as e:
+        raise UsageError(f"bad Redis Sentinel URL {redact(url)!r}: {e}") from None
+    executor = RedisExecutor(url=url)
+    try:
+        executor.command([b"PING"])  # the sentinels answer and name a reachable master
+    except Exception as e:
+        executor.close()
+        why = str(e).split(" : ")[0]  # redis-py appends every sentinel's repr
+        raise BackendError(f"cannot reach the master through {redact(url)}: {why}") from None
+    return executor
 
 
 # ---------------------------------------------------------------------- status

@@ -11,18 +11,35 @@
 //                           and is reopened when the core subscribes again.
 // A broken or timed-out connection fails the requests on it (lh_request_failed) and is
 // reopened for the next one. One RedisTransport per LockClient (LockClient::close() closes it).
+//
+// Redis Sentinel (RedisOptions::sentinels): hiredis has no Sentinel support, so every (re)connect
+// asks the sentinels for the master (SENTINEL get-master-addr-by-name) and checks that the server
+// there says it is one (ROLE). A failover breaks the connections to a dead master, and the new
+// ones reach the promoted replica once the sentinels name it; a READONLY reply (a demoted master)
+// drops the commands connection; a commands connection that reaches another master drops the
+// subscriber, so the core subscribes again there. Not followed: a master demoted while still
+// running, until a request fails or the sentinels close its clients (they do when they
+// reconfigure it as a replica); nothing listens to the sentinels' +switch-master.
 #pragma once
 
 #include <leasehold.hpp>
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <charconv>
+#include <tuple>
 #include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 namespace leasehold {
+
+// A sentinel's address (RedisOptions::sentinels).
+struct SentinelAddress {
+  std::string host;
+  int port = 26379;
+};
 
 struct RedisOptions {
   std::string host = "127.0.0.1";
@@ -36,6 +53,12 @@ struct RedisOptions {
   std::size_t max_idle_connections = 8;             // ignored: one pipelined commands connection
   std::optional<lh_redis_options> protocol;         // the core's Redis options; nullopt: defaults
   LogFn log;                                        // connection errors; default: stderr
+  // Redis Sentinel: non-empty, host/port are ignored and each connection goes to the master the
+  // first answering sentinel names `sentinel_master`. The credentials above are the servers'.
+  std::vector<SentinelAddress> sentinels;
+  std::string sentinel_master;
+  std::string sentinel_username;  // the sentinels' ACL user / password, if they require one
+  std::string sentinel_password;
 };
 
 // Counters of a RedisTransport. The core counts the protocol (lh_redis_counters); here only the
@@ -55,6 +78,10 @@ class RedisTransport final : public Transport, public Backend {
 
  public:
   explicit RedisTransport(RedisOptions options = {}) : opts_(std::move(options)) {
+    if (!opts_.sentinels.empty() && opts_.sentinel_master.empty())
+      throw std::invalid_argument("RedisOptions::sentinels needs sentinel_master");
+    for (const auto& a : opts_.sentinels)
+      if (a.host.empty() || a.port <= 0 || a.port > 65535) throw std::invalid_argument("bad sentinel address");
     if (!opts_.log) opts_.log = [](std::string_view m) { std::fprintf(stderr, "leasehold redis: %.*s\n", int(m.size()), m.data()); };
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
@@ -131,23 +158,76 @@ class RedisTransport final : public Transport, public Backend {
   void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_fd_, "\1\0\0\0\0\0\0\0", 8); }
   void log(const std::string& m) const noexcept try { opts_.log(m); } catch (...) {}
 
-  // A connection with AUTH and SELECT done, or null (logged).
-  Ctx connect() const {
-    Ctx c(opts_.unix_socket.empty() ? redisConnectWithTimeout(opts_.host.c_str(), opts_.port, tv(opts_.connect_timeout))
-                                    : redisConnectUnixWithTimeout(opts_.unix_socket.c_str(), tv(opts_.connect_timeout)));
+  bool sentinel() const noexcept { return !opts_.sentinels.empty(); }
+
+  // Runs the commands in order on c; the last reply, or null on a failure or an error reply
+  // (logged).
+  Reply run(redisContext* c, const std::vector<std::vector<std::string>>& cmds) const {
+    Reply r;
+    for (const auto& cmd : cmds) {
+      void* raw = nullptr;
+      if (append(c, cmd) != REDIS_OK || redisGetReply(c, &raw) != REDIS_OK || raw == nullptr)
+        return log(cmd[0] + ": " + (c->err ? c->errstr : "no reply")), nullptr;
+      r.reset(static_cast<redisReply*>(raw));
+      if (r->type == REDIS_REPLY_ERROR) return log(cmd[0] + ": " + std::string(r->str, r->len)), nullptr;
+    }
+    return r;
+  }
+  static std::vector<std::string> auth(const std::string& user, const std::string& password) {
+    return user.empty() ? std::vector<std::string>{"AUTH", password} : std::vector<std::string>{"AUTH", user, password};
+  }
+
+  // The master's host and port as the first sentinel that knows it says, or nullopt (logged).
+  std::optional<std::pair<std::string, int>> ask_sentinels() const {
+    for (const auto& a : opts_.sentinels) {
+      Ctx c(redisConnectWithTimeout(a.host.c_str(), a.port, tv(opts_.connect_timeout)));
+      if (!c || c->err) continue;
+      redisSetTimeout(c.get(), tv(opts_.command_timeout));
+      std::vector<std::vector<std::string>> cmds;
+      if (!opts_.sentinel_password.empty()) cmds.push_back(auth(opts_.sentinel_username, opts_.sentinel_password));
+      cmds.push_back({"SENTINEL", "get-master-addr-by-name", opts_.sentinel_master});
+      Reply r = run(c.get(), cmds);
+      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+          r->element[1]->type != REDIS_REPLY_STRING)
+        continue;  // a nil reply: this sentinel does not know the name
+      const std::string port(r->element[1]->str, r->element[1]->len);
+      int p = 0;
+      const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+      if (ec != std::errc{} || end != port.data() + port.size() || p <= 0 || p > 65535) continue;
+      return std::pair{std::string(r->element[0]->str, r->element[0]->len), p};
+    }
+    log("no sentinel named a master for " + opts_.sentinel_master);
+    return std::nullopt;
+  }
+
+  // A connection with AUTH and SELECT done, or null (logged). With sentinels, to the master they
+  // name, checked with ROLE; *addr says where.
+  Ctx connect(std::string* addr = nullptr) const {
+    std::string host = opts_.host;
+    int port = opts_.port;
+    if (sentinel()) {
+      auto m = ask_sentinels();
+      if (!m) return nullptr;
+      std::tie(host, port) = *m;
+    }
+    Ctx c(opts_.unix_socket.empty() || sentinel()
+              ? redisConnectWithTimeout(host.c_str(), port, tv(opts_.connect_timeout))
+              : redisConnectUnixWithTimeout(opts_.unix_socket.c_str(), tv(opts_.connect_timeout)));
     if (!c || c->err) return log(std::string("connect: ") + (c ? c->errstr : "out of memory")), nullptr;
     redisSetTimeout(c.get(), tv(opts_.command_timeout));
     std::vector<std::vector<std::string>> setup;
-    if (!opts_.password.empty())
-      setup.push_back(opts_.username.empty() ? std::vector<std::string>{"AUTH", opts_.password}
-                                             : std::vector<std::string>{"AUTH", opts_.username, opts_.password});
+    if (!opts_.password.empty()) setup.push_back(auth(opts_.username, opts_.password));
     if (opts_.db != 0) setup.push_back({"SELECT", std::to_string(opts_.db)});
-    for (const auto& cmd : setup) {
-      void* raw = nullptr;
-      if (append(c.get(), cmd) != REDIS_OK || redisGetReply(c.get(), &raw) != REDIS_OK) return log("connection setup failed"), nullptr;
-      Reply r(static_cast<redisReply*>(raw));
-      if (r->type == REDIS_REPLY_ERROR) return log(cmd[0] + ": " + std::string(r->str, r->len)), nullptr;
+    if (!setup.empty() && !run(c.get(), setup)) return nullptr;
+    if (sentinel()) {
+      // A sentinel may still name a master it has not seen demoted yet.
+      Reply r = run(c.get(), {{"ROLE"}});
+      if (!r) return nullptr;
+      if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 || r->element[0]->type != REDIS_REPLY_STRING ||
+          std::string_view(r->element[0]->str, r->element[0]->len) != "master")
+        return log(host + ":" + std::to_string(port) + " named by the sentinels is not a master"), nullptr;
     }
+    if (addr) *addr = host + ":" + std::to_string(port);
     return c;
   }
 
@@ -182,14 +262,26 @@ class RedisTransport final : public Transport, public Backend {
         if (closed_) return;
         batch.swap(cmd_q_);
       }
-      if (!c && (c = connect())) set_cmd_fd(c->fd);
+      if (!c) {
+        std::string addr;
+        if ((c = connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
+      }
       std::size_t sent = 0, done = 0;
+      bool demoted = false;
       while (c && sent < batch.size() && append(c.get(), batch[sent].argv) == REDIS_OK) ++sent;
       for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
         Reply r(static_cast<redisReply*>(raw));
+        demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
         BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false};
         flatten(r.get(), in);
         sink_(std::move(in));
+      }
+      if (demoted && sentinel() && done == batch.size()) {
+        // The master became a replica: ask the sentinels again on the next request.
+        log("commands connection: the master was demoted");
+        set_cmd_fd(-1);
+        c.reset();
+        continue;
       }
       if (done == batch.size()) continue;
       if (c) log(std::string("commands connection: ") + (c->err ? c->errstr : "broken"));
@@ -199,10 +291,20 @@ class RedisTransport final : public Transport, public Backend {
     }
   }
   void set_cmd_fd(int fd) { std::lock_guard g(mu_); cmd_fd_ = fd; }
+  // (Sentinel) A connection reached the master at addr; the subscriber leaves an older one.
+  void found_master(const std::string& addr) {
+    {
+      std::lock_guard g(mu_);
+      if (addr.empty() || addr == master_) return;
+      master_ = addr;
+    }
+    wake();
+  }
 
   void subscriber_loop() {
     detail::block_sigpipe_in_this_thread();
     Ctx s;
+    std::string at;                  // where s is connected
     std::set<std::string> channels;  // subscribed (or asked for) on s: reported lost with it
     auto lose = [&] {
       if (s) log(std::string("subscriber connection: ") + (s->err ? s->errstr : "broken"));
@@ -218,7 +320,7 @@ class RedisTransport final : public Transport, public Backend {
         batch.swap(sub_q_);
       }
       for (auto& r : batch) {
-        if (!s) s = connect();
+        if (!s && (s = connect(&at))) found_master(at);
         int written = 0;
         if (s && append(s.get(), r.argv) == REDIS_OK)
           while (redisBufferWrite(s.get(), &written) == REDIS_OK && !written) {}
@@ -233,6 +335,14 @@ class RedisTransport final : public Transport, public Backend {
       if (::poll(fds, 2, -1) < 0) continue;
       std::uint64_t n = 0;
       if (fds[0].revents != 0) [[maybe_unused]] auto rd = ::read(wake_fd_, &n, sizeof n);
+      if (s && sentinel()) {
+        if (const auto now = master_addr(); !now.empty() && now != at) {
+          log("subscriber connection: the master moved to " + now);
+          s.reset();  // lose() without a second log line
+          lose();
+          continue;
+        }
+      }
       if (!s || fds[1].revents == 0) continue;
       if (redisBufferRead(s.get()) != REDIS_OK) {
         lose();
@@ -266,6 +376,11 @@ class RedisTransport final : public Transport, public Backend {
   std::condition_variable cv_;
   std::deque<Request> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
+  std::string master_;                 // guarded by mu_: the master a connection reached last
+  std::string master_addr() {
+    std::lock_guard g(mu_);
+    return master_;
+  }
   bool closed_ = false;                // guarded by mu_
   std::atomic<std::uint64_t> messages_{0};
   std::thread commands_, subscriber_;

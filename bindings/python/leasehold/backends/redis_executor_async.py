@@ -2,22 +2,33 @@
 
 The twin of :mod:`leasehold.backends.redis_executor`: it runs the core's requests verbatim on
 a pooled commands connection and one subscriber connection, and hands back raw replies,
-pub/sub messages and subscription changes. It knows nothing of the protocol.
+pub/sub messages and subscription changes. It knows nothing of the protocol. Redis Sentinel:
+:meth:`AsyncRedisExecutor.from_sentinel`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
+from typing import Any, Iterable
 
 import redis.asyncio as aredis
+import redis.asyncio.sentinel
 from redis.exceptions import ResponseError
 
 from .._core import RedisOptions
-from .redis_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, Sink, error_value
+from .redis_executor import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    SENTINEL_SCHEME,
+    Sink,
+    _address,
+    error_value,
+    parse_sentinel_url,
+    parse_sentinels,
+)
 
-__all__ = ["AsyncRedisExecutor", "async_connection_pool"]
+__all__ = ["AsyncRedisExecutor", "async_connection_pool", "async_sentinel_pool"]
 
 
 def async_connection_pool(
@@ -34,6 +45,9 @@ def async_connection_pool(
         raise TypeError(f"client must be a redis.asyncio.Redis or ConnectionPool, not {type(client).__name__}")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
+        sentinels, master_name, from_url = parse_sentinel_url(url)
+        return async_sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
     if url is not None:
         return aredis.ConnectionPool.from_url(url, **kwargs)
     if kwargs.pop("ssl", False):
@@ -42,6 +56,33 @@ def async_connection_pool(
         kwargs["connection_class"] = aredis.UnixDomainSocketConnection
         kwargs["path"] = kwargs.pop("unix_socket_path")
     return aredis.ConnectionPool(**kwargs)
+
+
+def async_sentinel_pool(
+    sentinels: str | Iterable[str | tuple[str, int]],
+    master_name: str,
+    *,
+    sentinel_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> redis.asyncio.sentinel.SentinelConnectionPool:
+    """As :func:`leasehold.backends.redis_executor.sentinel_pool`, for ``redis.asyncio``."""
+    if not master_name:
+        raise ValueError("a master name is required")
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    )
+    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
+
+
+def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if given is not None:
+        return given
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
 
 
 class AsyncRedisExecutor:
@@ -54,6 +95,20 @@ class AsyncRedisExecutor:
 
     backend_protocol = "redis"
     notifications = True
+
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: str | Iterable[str | tuple[str, int]],
+        master_name: str,
+        *,
+        options: RedisOptions | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
+        **redis_kwargs: Any,
+    ) -> AsyncRedisExecutor:
+        """As :meth:`leasehold.backends.redis_executor.RedisExecutor.from_sentinel`."""
+        pool = async_sentinel_pool(sentinels, master_name, sentinel_kwargs=sentinel_kwargs, **redis_kwargs)
+        return cls(pool, options=options, owns_pool=True)
 
     def __init__(
         self,
@@ -102,6 +157,10 @@ class AsyncRedisExecutor:
             conn = self._idle.pop()  # kept out of the pool: no checks per call
         else:
             conn = await (pool.get_connection("_") if self._named else pool.get_connection())  # type: ignore[no-untyped-call]
+            sub = self._sub
+            if sub is not None and sub.is_connected and _address(sub) != _address(conn):
+                # (Sentinel) the master moved: the subscriber breaks, and is reported lost.
+                await sub.disconnect()
         try:
             await conn.send_command(*argv, check_health=False)
             reply = await conn.read_response()
@@ -163,3 +222,5 @@ class AsyncRedisExecutor:
         await self.detach()
         if self._owns_pool:
             await self.pool.disconnect()
+            for sentinel in getattr(getattr(self.pool, "sentinel_manager", None), "sentinels", ()):
+                await (sentinel.aclose() if hasattr(sentinel, "aclose") else sentinel.close())

@@ -24,10 +24,13 @@ Modes (all print one line per event, flushed, so the parent can follow):
     loss callback and print ``RELEASED <outcome> <lost|not-lost> <reason> <on_lost calls>
     <idle|busy>`` (idle: the client has nothing left in flight).
 
+URL may be ``redis+sentinel://HOST:PORT,.../MASTER`` (then the clients use the executor).
+
 ``loop URL NAME SECONDS WORKDIR``
     Keep acquiring/releasing NAME (short waits, short TTL) until WORKDIR/stop exists (at most
     SECONDS) while Redis may be killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
-    its fence appended to WORKDIR/grants-<pid>; every failure is counted. Prints
+    its fence appended to WORKDIR/grants-<pid> (and ``<monotonic time> <fence>`` to
+    WORKDIR/times-<pid>); every failure is counted. Prints
     ``DONE grants=<n> failures=<m> lost=<k>``.
 """
 
@@ -60,7 +63,7 @@ EXECUTOR = os.environ.get("LEASEHOLD_TEST_REDIS") == "executor"
 
 
 def client_for(url: str, timeout: float = 1.0) -> LockClient:
-    if EXECUTOR:
+    if EXECUTOR or url.startswith("redis+sentinel://"):  # Sentinel: the executor only
         from leasehold.backends.redis_executor import RedisExecutor
 
         return LockClient(RedisExecutor(url=url, socket_timeout=timeout, socket_connect_timeout=timeout))
@@ -164,6 +167,7 @@ async def pause_release_async(url: str, name: str, ttl: float, rounds: int) -> N
 def loop(url: str, name: str, seconds: float, workdir: str) -> None:
     gate = gate_for(str(Path(workdir) / "gate.db"))
     out = Path(workdir) / f"grants-{os.getpid()}"
+    times = Path(workdir) / f"times-{os.getpid()}"
     grants = failures = lost = stale = 0
     end = time.monotonic() + seconds
     stop = Path(workdir) / "stop"
@@ -177,6 +181,8 @@ def loop(url: str, name: str, seconds: float, workdir: str) -> None:
             grants += 1
             with out.open("a") as f:
                 f.write(f"{lock.fencing_token}\n")
+            with times.open("a") as f:  # CLOCK_MONOTONIC: one clock for every process
+                f.write(f"{time.monotonic()} {lock.fencing_token}\n")
             try:
                 with gate.guard(name, lock.fencing_token) as cur:
                     cur.execute("INSERT INTO writes VALUES (?, ?)", (lock.fencing_token, os.getpid()))
