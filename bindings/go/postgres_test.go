@@ -328,7 +328,8 @@ func TestPostgresRestartMidRun(t *testing.T) {
 func TestPostgresBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 	url := needPostgres(t)
 	ctx := context.Background()
-	opts := &Options{RequestTimeout: time.Second}
+	// Close gives up on the cleanup of a broken backend soon.
+	opts := &Options{RequestTimeout: time.Second, CloseTimeout: 100 * time.Millisecond}
 	one := AcquireOptions{TTL: 5 * time.Second, Wait: 500 * time.Millisecond}
 
 	_, err := newPostgresClient(t, strings.Replace(url, ":leasehold@", ":wrong@", 1), opts).Acquire(ctx, "n", one)
