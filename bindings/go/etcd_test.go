@@ -2,6 +2,12 @@ package leasehold
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +56,130 @@ func TestEtcdAcquireReleaseAndFences(t *testing.T) {
 	k, _ := b.EtcdCounters()
 	t.Logf("%+v", k)
 	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEtcdProcessesContendWhileAMemberIsKilled: Go processes contend on the 3-member
+// cluster and do a fenced read-modify-write on a SQLite file while one member is killed
+// (and later restarted): no update is lost, fences strictly increase per name.
+func TestEtcdProcessesContendWhileAMemberIsKilled(t *testing.T) {
+	urls := needEtcd(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "resource.db")
+	names := []string{uniq(t, "e0"), uniq(t, "e1")}
+	db, _, err := setupDB(ctx, path, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const procs, iters = 3, 8
+	env := []string{"LH_BACKEND=etcd", "LH_ETCD=" + strings.Join(urls, ","), "LH_DB=" + path}
+	killed := make(chan error, 1)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		_, err := runScript("etcd-test-cluster.sh", "kill", etcdCluster.dir, "1")
+		killed <- err
+	}()
+	runContenders(t, procs, iters, env, names)
+	if err := <-killed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runScript("etcd-test-cluster.sh", "restart", etcdCluster.dir, "1"); err != nil {
+		t.Fatal(err)
+	}
+	per, err := checkDB(ctx, db, names, procs*iters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per["go"] != procs*iters {
+		t.Fatalf("entries: %v", per)
+	}
+	// The restarted member serves again (later tests use every member).
+	c := newEtcdClient(t, urls[:1], nil, nil)
+	waitFor(t, "the restarted member to serve", func() bool {
+		l, err := c.Acquire(ctx, uniq(t, "up"), AcquireOptions{TTL: 5 * time.Second, Wait: time.Second})
+		if err != nil {
+			return false
+		}
+		_ = l.Release(ctx)
+		return true
+	})
+}
+
+// etcdPost is one JSON call to the gateway, for the tests' own setup.
+func etcdPost(url, path, body, token string) (string, error) {
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("%s: HTTP %d: %s", path, resp.StatusCode, b)
+	}
+	return string(b), err
+}
+
+// TestEtcdBadInputIsAClearErrorNeverAGrant: unreachable members and a wrong password fail
+// the acquire with what went wrong; the right password works.
+func TestEtcdBadInputIsAClearErrorNeverAGrant(t *testing.T) {
+	needEtcd(t)
+	ctx := context.Background()
+	opts := &Options{RequestTimeout: time.Second, CloseTimeout: 100 * time.Millisecond}
+	one := AcquireOptions{TTL: 5 * time.Second, Wait: 500 * time.Millisecond}
+	var dead []string
+	for i := 0; i < 2; i++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, fmt.Sprintf("http://127.0.0.1:%d", port))
+	}
+	c := newEtcdClient(t, dead, nil, opts)
+	// (The core's last error keeps "no reply", not the host's "connection refused".)
+	if _, err := c.Acquire(ctx, "n", one); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "no reply") {
+		t.Fatalf("unreachable members: %v", err)
+	}
+	if _, err := NewEtcdTransport([]string{"127.0.0.1:2379"}, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("an endpoint without a scheme: %v", err)
+	}
+
+	// A cluster of its own with authentication on.
+	dir := t.TempDir()
+	out, err := runScript("etcd-test-cluster.sh", "start", dir, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = runScript("etcd-test-cluster.sh", "stop", dir) })
+	url := strings.Split(out, ",")[0]
+	for _, step := range [][2]string{
+		{"/v3/auth/role/add", `{"name":"root"}`},
+		{"/v3/auth/user/add", `{"name":"root","password":"rootpw"}`},
+		{"/v3/auth/user/grant", `{"user":"root","role":"root"}`},
+		{"/v3/auth/enable", `{}`},
+	} {
+		if _, err := etcdPost(url, step[0], step[1], ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "wrong"}, opts)
+	if _, err := bad.Acquire(ctx, "n", one); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong password: %v (backend said %q)", err, bad.BackendError())
+	}
+	good := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "rootpw"}, opts)
+	l, err := good.Acquire(ctx, "n", one)
+	if err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
