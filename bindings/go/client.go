@@ -595,6 +595,13 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 			c.spawn(j)
 		}
 	}
+	// SQL and etcd requests start in the executor's goroutines, like Redis's.
+	if c.exec != nil && c.core != nil {
+		if err := c.exec.pollLocked(); err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+	}
 	for c.core != nil {
 		o, err := c.core.pollOutput()
 		if err != nil {
@@ -610,12 +617,6 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 			} else {
 				c.spawn(j)
 			}
-		}
-	}
-	if c.exec != nil && c.core != nil {
-		if err := c.exec.pollLocked(); err != nil {
-			c.breakLocked(err)
-			return nil
 		}
 	}
 	if c.core == nil {

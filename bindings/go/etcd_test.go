@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -182,4 +183,92 @@ func TestEtcdBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBackendsRenewHeldLeases: a lease held for several TTLs stays held on every
+// backend (renewals: an SQL statement, or an etcd keep-alive), then releases.
+func TestBackendsRenewHeldLeases(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		ttl  time.Duration
+		mk   func(t *testing.T) *Client
+	}{
+		{"sqlite", 300 * time.Millisecond, func(t *testing.T) *Client {
+			return newSQLiteClient(t, filepath.Join(t.TempDir(), "locks.db"), nil)
+		}},
+		{"postgres", 300 * time.Millisecond, func(t *testing.T) *Client { return newPostgresClient(t, needPostgres(t), nil) }},
+		// etcd leases are whole seconds.
+		{"etcd", time.Second, func(t *testing.T) *Client { return newEtcdClient(t, needEtcd(t), nil, nil) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.mk(t)
+			l, err := c.Acquire(ctx, uniq(t, "renew"), AcquireOptions{TTL: tc.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * tc.ttl)
+			if !l.IsHeld() || l.Err() != nil {
+				t.Fatalf("lease not held after 3 TTLs: %v", l.Err())
+			}
+			k, err := c.Counters()
+			if err != nil || k.RenewalsOK < 2 {
+				t.Fatalf("renewals confirmed: %d (%v)", k.RenewalsOK, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestEtcdPausedHolderIsFencedOut: a holder stopped past its TTL loses its etcd lease;
+// another process takes over and writes through the gate; the resumed holder's write is
+// refused and it learns of its loss.
+func TestEtcdPausedHolderIsFencedOut(t *testing.T) {
+	urls := needEtcd(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "resource.db")
+	name := uniq(t, "k")
+	db, g, err := setupDB(ctx, path, []string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w := startBackendWorker(t, "paused", "go-stale", []string{"LH_BACKEND=etcd", "LH_ETCD=" + strings.Join(urls, ","), "LH_DB=" + path}, []string{name}, 0)
+	line, err := w.out.ReadString('\n')
+	var t1 uint64
+	if _, serr := fmt.Sscanf(line, "ACQUIRED %d", &t1); err != nil || serr != nil {
+		t.Fatalf("worker said %q (%v); stderr: %s", line, err, w.stderr.String())
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	c := newEtcdClient(t, urls, nil, nil)
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.FencingToken() <= t1 {
+		t.Fatalf("taker's fence %d not above the paused holder's %d", l.FencingToken(), t1)
+	}
+	if err := criticalSection(ctx, g, name, l.FencingToken(), "go-fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	verdict, _ := w.out.ReadString('\n')
+	lost, _ := w.out.ReadString('\n')
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(verdict) != "STALE" || strings.TrimSpace(lost) != "LOST true" {
+		t.Fatalf("the resumed holder said %q, %q; stderr: %s", verdict, lost, w.stderr.String())
+	}
+	_ = l.Release(ctx)
 }
