@@ -115,6 +115,8 @@ type client struct {
 	watchKick chan struct{}
 	coreWaits map[string]struct{} // names the core waits for (its Watch/Unwatch outputs)
 
+	statusWaits map[uint64]*statusWait // Status calls awaiting their answer (SQL)
+
 	ioCtx    context.Context
 	ioCancel context.CancelFunc
 	ioWG     sync.WaitGroup
@@ -621,6 +623,12 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 	}
 	if c.core == nil {
 		return taken
+	}
+	if _, ok := c.exec.(sqlStatusExecutor); ok {
+		if err := c.answerStatusesLocked(); err != nil {
+			c.breakLocked(err)
+			return taken
+		}
 	}
 	c.checkReleaseWaitsLocked()
 	dl, err := c.core.pollTimeout()

@@ -13,6 +13,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -335,4 +336,59 @@ func (c *core) etcdCounters() (EtcdCounters, error) {
 		GarbageReplies: uint64(k.garbage_replies), TransportFailures: uint64(k.transport_failures),
 		StaleReplies: uint64(k.stale_replies),
 	}, nil
+}
+
+func (c *core) sqlStatusRequest(now uint64, name string) (uint64, error) {
+	np, nn := strPtr(name)
+	var id C.uint64_t
+	st := uint32(C.lh_sql_status_request(c.p, C.uint64_t(now), np, nn, &id))
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(c)
+	if st != statusOK {
+		return 0, c.err("lh_sql_status_request", st)
+	}
+	return uint64(id), nil
+}
+
+// sqlStatusAnswer is a copy of one lh_sql_status.
+type sqlStatusAnswer struct {
+	id  uint64
+	st  LockStatus
+	err string // why the query failed, when not empty
+}
+
+// sqlPollStatus takes the next answered status query (id 0 when none is waiting).
+func (c *core) sqlPollStatus() (sqlStatusAnswer, error) {
+	var s C.lh_sql_status
+	s.struct_size = C.uint32_t(unsafe.Sizeof(s))
+	st := uint32(C.lh_sql_poll_status(c.p, &s))
+	if st != statusOK {
+		runtime.KeepAlive(c)
+		return sqlStatusAnswer{}, c.err("lh_sql_poll_status", st)
+	}
+	a := sqlStatusAnswer{id: uint64(s.id)}
+	if a.id == 0 {
+		return a, nil
+	}
+	if s.ok == 0 {
+		a.err = "status query failed"
+		if s.error != nil && s.error_len > 0 {
+			a.err = C.GoStringN((*C.char)(unsafe.Pointer(s.error)), C.int(s.error_len))
+		}
+		runtime.KeepAlive(c)
+		return a, nil
+	}
+	a.st = LockStatus{
+		Held:             s.held != 0,
+		FencingToken:     uint64(s.fencing_token),
+		RemainingTTL:     time.Duration(s.remaining_ttl_ms) * time.Millisecond,
+		LastFencingToken: uint64(s.last_fencing_token),
+		HolderPID:        int64(s.holder_pid),
+		HeldFor:          time.Duration(s.held_for_ms) * time.Millisecond,
+	}
+	if s.holder_host != nil && s.holder_host_len > 0 {
+		a.st.HolderHost = C.GoStringN((*C.char)(unsafe.Pointer(s.holder_host)), C.int(s.holder_host_len))
+	}
+	runtime.KeepAlive(c)
+	return a, nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -52,7 +53,12 @@ func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error)
 	if path == "" || path == ":memory:" {
 		return nil, invalidArg("SQLite needs a file path, not %q", path)
 	}
-	t := &SQLiteTransport{path: path, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
+	// A later chdir must not switch files.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, invalidArg("SQLite path %q: %v", path, err)
+	}
+	t := &SQLiteTransport{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
 	if o != nil {
 		if o.BusyTimeout < 0 {
 			return nil, invalidArg("negative BusyTimeout")
@@ -62,7 +68,7 @@ func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error)
 	return t, nil
 }
 
-// Path returns the lock database's path.
+// Path returns the lock database's absolute path.
 func (t *SQLiteTransport) Path() string { return t.path }
 
 // Notifications reports false: SQLite has no release notifications (waiters

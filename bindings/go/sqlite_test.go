@@ -140,3 +140,46 @@ func TestSQLiteBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 		t.Fatalf("empty path: %v", err)
 	}
 }
+
+// TestSQLStatus: Status reports the holder's fence, its process on SQLite, and the last
+// fence after a release, on SQLite and on PostgreSQL; other transports refuse it.
+func TestSQLStatus(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		mk   func(t *testing.T) *Client
+	}{
+		{"sqlite", func(t *testing.T) *Client { return newSQLiteClient(t, filepath.Join(t.TempDir(), "l.db"), nil) }},
+		{"postgres", func(t *testing.T) *Client { return newPostgresClient(t, needPostgres(t), nil) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.mk(t)
+			name := uniq(t, "st")
+			l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Status(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.Held || st.FencingToken != l.FencingToken() || st.LastFencingToken != l.FencingToken() ||
+				st.RemainingTTL <= 0 || st.RemainingTTL > 30*time.Second || st.Name != name {
+				t.Fatalf("status while held: %+v (fence %d)", st, l.FencingToken())
+			}
+			if tc.name == "sqlite" && st.HolderPID != int64(os.Getpid()) {
+				t.Fatalf("holder pid %d, want %d", st.HolderPID, os.Getpid())
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st, err = c.Status(ctx, name)
+			if err != nil || st.Held || st.LastFencingToken != l.FencingToken() {
+				t.Fatalf("status after release: %+v, %v", st, err)
+			}
+		})
+	}
+	if _, err := newTestClient(t, NewMemoryTransport(), nil).Status(ctx, "n"); !errors.Is(err, ErrStatusUnsupported) {
+		t.Fatalf("memory transport: %v", err)
+	}
+}
