@@ -352,11 +352,16 @@ func TestPostgresBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(ctx)
-	db := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace("lh_" + t.Name()))
+	db := fmt.Sprintf("lh_foreign_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)") })
+	t.Cleanup(func() {
+		if a, err := pgx.Connect(context.Background(), url); err == nil {
+			_, _ = a.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)")
+			_ = a.Close(context.Background())
+		}
+	})
 	foreignURL := strings.TrimSuffix(url, "/postgres") + "/" + db
 	other, err := pgx.Connect(ctx, foreignURL)
 	if err != nil {
