@@ -189,28 +189,31 @@ func TestEtcdBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 // backend (renewals: an SQL statement, or an etcd keep-alive), then releases.
 func TestBackendsRenewHeldLeases(t *testing.T) {
 	ctx := context.Background()
+	// Started here: the subtests run in parallel.
+	pg, etcd := needPostgres(t), needEtcd(t)
 	cases := []struct {
 		name string
-		ttl  time.Duration
 		mk   func(t *testing.T) *Client
 	}{
-		{"sqlite", 300 * time.Millisecond, func(t *testing.T) *Client {
+		{"sqlite", func(t *testing.T) *Client {
 			return newSQLiteClient(t, filepath.Join(t.TempDir(), "locks.db"), nil)
 		}},
-		{"postgres", 300 * time.Millisecond, func(t *testing.T) *Client { return newPostgresClient(t, needPostgres(t), nil) }},
-		// etcd leases are whole seconds.
-		{"etcd", time.Second, func(t *testing.T) *Client { return newEtcdClient(t, needEtcd(t), nil, nil) }},
+		{"postgres", func(t *testing.T) *Client { return newPostgresClient(t, pg, nil) }},
+		{"etcd", func(t *testing.T) *Client { return newEtcdClient(t, etcd, nil, nil) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := tc.mk(t)
-			l, err := c.Acquire(ctx, uniq(t, "renew"), AcquireOptions{TTL: tc.ttl})
+			// etcd leases are whole seconds: 1s is the shortest TTL of all three.
+			const ttl = time.Second
+			l, err := c.Acquire(ctx, uniq(t, "renew"), AcquireOptions{TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(3 * tc.ttl)
+			time.Sleep(5 * ttl / 2)
 			if !l.IsHeld() || l.Err() != nil {
-				t.Fatalf("lease not held after 3 TTLs: %v", l.Err())
+				t.Fatalf("lease not held after 2.5 TTLs: %v", l.Err())
 			}
 			k, err := c.Counters()
 			if err != nil || k.RenewalsOK < 2 {
