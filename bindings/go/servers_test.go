@@ -44,7 +44,6 @@ var pgServer struct {
 	dir  string
 	url  string
 	err  error
-	mu   sync.Mutex // held by a test that restarts the server
 }
 
 // needPostgres returns the URL of the shared cluster, starting it on first use.
