@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -274,4 +275,49 @@ func TestEtcdPausedHolderIsFencedOut(t *testing.T) {
 		t.Fatalf("the resumed holder said %q, %q; stderr: %s", verdict, lost, w.stderr.String())
 	}
 	_ = l.Release(ctx)
+}
+
+// TestEtcdTLS: a member serving https with a self-signed certificate is reached with the
+// EtcdOptions.TLS that trusts it; without it, the certificate is refused and nothing is
+// granted.
+func TestEtcdTLS(t *testing.T) {
+	needEtcd(t) // the binary (and the CI=true rule)
+	dir := t.TempDir()
+	tlsCfg, certFile, keyFile := selfSigned(t, dir)
+	client, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d", client)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	cmd := exec.Command("etcd", "--name", "tls1", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", url, "--advertise-client-urls", url,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "tls1="+peerURL, "--cert-file", certFile, "--key-file", keyFile,
+		"--log-level", "warn")
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx := context.Background()
+	opts := &Options{RequestTimeout: time.Second, CloseTimeout: 100 * time.Millisecond}
+	c := newEtcdClient(t, []string{url}, &EtcdOptions{TLS: tlsCfg}, opts)
+	var l *Lease
+	waitFor(t, "the TLS member to grant a lock", func() bool {
+		l, err = c.Acquire(ctx, "tls", AcquireOptions{TTL: 5 * time.Second, Wait: 500 * time.Millisecond})
+		return err == nil
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	untrusting := newEtcdClient(t, []string{url}, nil, opts)
+	if _, err := untrusting.Acquire(ctx, "tls", AcquireOptions{TTL: 5 * time.Second, Wait: 300 * time.Millisecond}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a certificate nobody trusts: %v", err)
+	}
 }
