@@ -183,3 +183,47 @@ func TestSQLStatus(t *testing.T) {
 		t.Fatalf("memory transport: %v", err)
 	}
 }
+
+// TestSQLiteLockedFileIsAnErrorThenWorks: a file another connection keeps locked past the
+// busy timeout fails the acquire (database is locked), never hangs or grants; once the
+// lock is gone the same Client acquires.
+func TestSQLiteLockedFileIsAnErrorThenWorks(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	tr, err := NewSQLiteTransport(path, &SQLiteOptions{BusyTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, tr, nil)
+	l, err := c.Acquire(ctx, "warm", AcquireOptions{TTL: 5 * time.Second}) // the schema exists
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, "n", AcquireOptions{TTL: 5 * time.Second, Wait: 600 * time.Millisecond})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("locked file: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	l, err = c.Acquire(ctx, "n", AcquireOptions{TTL: 5 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("after the lock was gone: %v", err)
+	}
+	_ = l.Release(ctx)
+}
