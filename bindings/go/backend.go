@@ -188,7 +188,8 @@ func (q *reqQueue[T]) pop() (T, bool) {
 	return v, true
 }
 
-// failMessage bounds a driver's error text for lh_sql_failed.
+// failMessage is a driver's error text for lh_sql_failed / lh_http_failed (which cut it
+// to their bounds).
 func failMessage(err error) string {
 	if err == nil {
 		return ""
