@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -323,4 +324,63 @@ func TestEtcdTLS(t *testing.T) {
 	if _, err := untrusting.Acquire(ctx, "tls", AcquireOptions{TTL: 5 * time.Second, Wait: 300 * time.Millisecond}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a certificate nobody trusts: %v", err)
 	}
+}
+
+// TestBackendClientsCloseCleanly: Close stops every goroutine an SQL or etcd Client
+// started (executors, listener, watch streams) and closes its connections.
+func TestBackendClientsCloseCleanly(t *testing.T) {
+	ctx := context.Background()
+	pg, etcd := needPostgres(t), needEtcd(t)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		sq, err := NewSQLiteTransport(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, err := NewPostgresTransport(pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		et, err := NewEtcdTransport(etcd, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range []Transport{sq, pt, et} {
+			a, err := NewClient(tr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := NewClient(tr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := uniq(t, "close")
+			l, err := a.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b waits (PostgreSQL: LISTEN; etcd: a watch stream) when it is closed.
+			waiting := make(chan error, 1)
+			go func() {
+				_, err := b.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Second, Wait: time.Minute})
+				waiting <- err
+			}()
+			time.Sleep(100 * time.Millisecond)
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-waiting; !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("waiter of a closed Client: %v", err)
+			}
+			_ = l.Release(ctx)
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = et.Close()
+	}
+	waitFor(t, "the Clients' goroutines to end", func() bool {
+		return runtime.NumGoroutine() <= before+2
+	})
 }

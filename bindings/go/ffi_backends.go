@@ -7,6 +7,46 @@ package leasehold
 /*
 #include <stdlib.h>
 #include "leasehold.h"
+
+// The library may hand out a dangling, non-NULL pointer (its alignment, like 0x8) for an
+// empty buffer. Go's runtime refuses such values in pointer-typed variables (a stack copy
+// throws "invalid pointer found on stack"), so empty buffers cross as NULL.
+static lh_status lh_go_sql_poll_request(lh_client *c, lh_sql_request *out) {
+	lh_status st = lh_sql_poll_request(c, out);
+	if (st == LH_OK) {
+		if (out->nstatements == 0) out->statements = NULL;
+		if (out->nparams == 0) out->params = NULL;
+		if (out->data_len == 0) out->data = NULL;
+	}
+	return st;
+}
+
+static lh_status lh_go_sql_poll_status(lh_client *c, lh_sql_status *out) {
+	lh_status st = lh_sql_poll_status(c, out);
+	if (st == LH_OK) {
+		if (out->holder_host_len == 0) out->holder_host = NULL;
+		if (out->error_len == 0) out->error = NULL;
+	}
+	return st;
+}
+
+static lh_status lh_go_http_poll_request(lh_client *c, lh_http_request *out) {
+	lh_status st = lh_http_poll_request(c, out);
+	if (st == LH_OK && out->body_len == 0) out->body = NULL;
+	return st;
+}
+
+static lh_status lh_go_sql_last_error(const lh_client *c, const uint8_t **text, size_t *len) {
+	lh_status st = lh_sql_last_error(c, text, len);
+	if (st == LH_OK && *len == 0) *text = NULL;
+	return st;
+}
+
+static lh_status lh_go_etcd_last_error(const lh_client *c, const uint8_t **text, size_t *len) {
+	lh_status st = lh_etcd_last_error(c, text, len);
+	if (st == LH_OK && *len == 0) *text = NULL;
+	return st;
+}
 */
 import "C"
 
@@ -154,7 +194,7 @@ type sqlRequest struct {
 // sqlPollRequest takes the next SQL request (nil when none is left).
 func (c *core) sqlPollRequest() (*sqlRequest, error) {
 	var r C.lh_sql_request
-	st := uint32(C.lh_sql_poll_request(c.p, &r))
+	st := uint32(C.lh_go_sql_poll_request(c.p, &r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return nil, c.err("lh_sql_poll_request", st)
@@ -223,7 +263,7 @@ func (c *core) sqlConnectionReset(now uint64, conn uint32) error {
 func (c *core) sqlLastError() string {
 	var p *C.uint8_t
 	var n C.size_t
-	if st := uint32(C.lh_sql_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
+	if st := uint32(C.lh_go_sql_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
 		return ""
 	}
 	s := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
@@ -243,7 +283,7 @@ type httpRequest struct {
 // httpPollRequest takes the next HTTP request (nil when none is left).
 func (c *core) httpPollRequest() (*httpRequest, error) {
 	var r C.lh_http_request
-	st := uint32(C.lh_http_poll_request(c.p, &r))
+	st := uint32(C.lh_go_http_poll_request(c.p, &r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return nil, c.err("lh_http_poll_request", st)
@@ -298,7 +338,7 @@ func (c *core) httpFailed(now, id uint64, msg string) error {
 func (c *core) etcdLastError() string {
 	var p *C.uint8_t
 	var n C.size_t
-	if st := uint32(C.lh_etcd_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
+	if st := uint32(C.lh_go_etcd_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
 		return ""
 	}
 	s := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
@@ -361,7 +401,7 @@ type sqlStatusAnswer struct {
 func (c *core) sqlPollStatus() (sqlStatusAnswer, error) {
 	var s C.lh_sql_status
 	s.struct_size = C.uint32_t(unsafe.Sizeof(s))
-	st := uint32(C.lh_sql_poll_status(c.p, &s))
+	st := uint32(C.lh_go_sql_poll_status(c.p, &s))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return sqlStatusAnswer{}, c.err("lh_sql_poll_status", st)
