@@ -90,7 +90,8 @@ type client struct {
 	t             Transport
 	rdb           redis.UniversalClient // set with a RedisTransport: the core speaks Redis, we execute
 	sub           *subscriber
-	notifications bool // Watch commands are executed (else waiters poll)
+	exec          executor // set with an SQL or etcd transport: the core speaks it, we execute
+	notifications bool     // Watch commands are executed (else waiters poll)
 	log           *slog.Logger
 	reqTimeout    time.Duration
 	closeTimeout  time.Duration
@@ -113,6 +114,8 @@ type client struct {
 	watchQ    []watchOp
 	watchKick chan struct{}
 	coreWaits map[string]struct{} // names the core waits for (its Watch/Unwatch outputs)
+
+	statusWaits map[uint64]*statusWait // Status calls awaiting their answer (SQL)
 
 	ioCtx    context.Context
 	ioCancel context.CancelFunc
@@ -239,11 +242,16 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		return nil, fmt.Errorf("leasehold: seeding: %w", err)
 	}
 	rt, _ := t.(*RedisTransport)
-	var rp *redisProtocol
-	if rt != nil {
-		rp = &rt.proto
+	var k *core
+	var err error
+	switch tt := t.(type) {
+	case *RedisTransport:
+		k, err = newCore(cfg, &tt.proto, seed)
+	case backendTransport:
+		k, err = tt.newCore(cfg, seed)
+	default:
+		k, err = newCore(cfg, nil, seed)
 	}
-	k, err := newCore(cfg, rp, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +292,12 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		c.drainLocked() // the first request: SUBSCRIBE of the wake channel
 		c.mu.Unlock()
 	}
+	if bt, ok := t.(backendTransport); ok {
+		c.exec = bt.newExecutor(c)
+		c.mu.Lock()
+		c.drainLocked()
+		c.mu.Unlock()
+	}
 	go c.driver()
 	go c.watcher()
 	cl := &Client{c: c}
@@ -312,6 +326,40 @@ func (cl *Client) RedisCounters() (RedisCounters, error) {
 		return RedisCounters{}, invalidArg("not a Redis client")
 	}
 	return c.core.redisCounters()
+}
+
+// EtcdCounters returns what the core's etcd protocol saw (a Client made on
+// an EtcdTransport; others get ErrInvalidArgument).
+func (cl *Client) EtcdCounters() (EtcdCounters, error) {
+	c := cl.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return EtcdCounters{}, ErrClosed
+	}
+	if _, ok := c.exec.(*etcdExec); !ok {
+		return EtcdCounters{}, invalidArg("not an etcd client")
+	}
+	return c.core.etcdCounters()
+}
+
+// BackendError returns the last error the core's SQL or etcd protocol saw
+// (what the database or the cluster said, a refused schema, a connection
+// failure), for diagnostics; empty when none, or for other transports.
+// An acquire that failed because the backend was unavailable carries it
+// in AcquireError.Detail.
+func (cl *Client) BackendError() string {
+	c := cl.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.backendErrorLocked()
+}
+
+func (c *client) backendErrorLocked() string {
+	if c.core == nil || c.exec == nil {
+		return ""
+	}
+	return c.exec.lastErrorLocked()
 }
 
 // Counters returns the core's counters.
@@ -549,6 +597,13 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 			c.spawn(j)
 		}
 	}
+	// SQL and etcd requests start in the executor's goroutines, like Redis's.
+	if c.exec != nil && c.core != nil {
+		if err := c.exec.pollLocked(); err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+	}
 	for c.core != nil {
 		o, err := c.core.pollOutput()
 		if err != nil {
@@ -568,6 +623,12 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 	}
 	if c.core == nil {
 		return taken
+	}
+	if _, ok := c.exec.(sqlStatusExecutor); ok {
+		if err := c.answerStatusesLocked(); err != nil {
+			c.breakLocked(err)
+			return taken
+		}
 	}
 	c.checkReleaseWaitsLocked()
 	dl, err := c.core.pollTimeout()
@@ -676,6 +737,9 @@ func (c *client) dispatchLocked(o output) *job {
 			return nil
 		}
 		err := &AcquireError{Name: rec.name, Reason: reasonString(o.reason), code: o.reason}
+		if o.reason == reasonUnavailable {
+			err.Detail = c.backendErrorLocked()
+		}
 		for w := range rec.waiters {
 			w.ch <- acqResult{err: err}
 			delete(rec.waiters, w)
@@ -985,6 +1049,9 @@ func (c *client) close() error {
 		<-c.watchDone
 		if c.sub != nil {
 			c.sub.wg.Wait()
+		}
+		if c.exec != nil {
+			c.exec.close()
 		}
 
 		c.mu.Lock()

@@ -4,9 +4,11 @@
 // Rust core reached through its C ABI (cgo, statically linked).
 //
 // A Client owns one core handle behind a mutex and one driver goroutine
-// that feeds the core's timeouts. With a RedisTransport the core speaks the
-// Redis protocol itself and the Client only executes its requests, verbatim,
-// on go-redis; with another Transport (MemoryTransport) the Client calls the
+// that feeds the core's timeouts. With a RedisTransport, SQLiteTransport,
+// PostgresTransport or EtcdTransport the core speaks the backend's protocol
+// itself and the Client only executes its requests, verbatim (on go-redis,
+// database/sql with go-sqlite3, pgx v5, net/http); with another Transport
+// (MemoryTransport) the Client calls the
 // Transport's methods for the core's commands. Either way backend calls run
 // off the driver (in their own goroutines, or on the goroutine of an
 // Acquire/Release call that waits for that very call), so a hung backend
@@ -26,5 +28,5 @@
 //
 // A lock client can detect that it lost a lock; only the resource can
 // enforce exclusivity, by checking the fencing token on every write: Gate
-// does that for database/sql stores.
+// does that for database/sql stores, PostgresGate for PostgreSQL on pgx.
 package leasehold

@@ -69,10 +69,17 @@ func (e *StatusError) Is(target error) bool {
 type AcquireError struct {
 	Name   string
 	Reason string // "wait exhausted", "unavailable", "cancelled"
+	// Detail is, when the backend was unavailable, the last error its
+	// protocol saw (SQL and etcd transports): a refused password, an
+	// unreachable server, a foreign table.
+	Detail string
 	code   uint32
 }
 
 func (e *AcquireError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("leasehold: lock %q not acquired: %s: %s", e.Name, e.Reason, e.Detail)
+	}
 	return fmt.Sprintf("leasehold: lock %q not acquired: %s", e.Name, e.Reason)
 }
 

@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 	if stop != nil {
 		stop()
 	}
+	stopServers()
 	os.Exit(code)
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Go binding suite: builds the Rust static library, then gofmt, go vet and
-# `go test -race` (which starts its own redis-server and, for the interop
-# test, runs Python workers from bindings/python/.venv). Installs what it
-# needs; under CI=true a missing redis-server or Python package is a failure.
+# `go test -race` (which starts its own redis-server, a throw-away PostgreSQL
+# cluster and a 3-member etcd cluster, and, for the interop tests, runs Python
+# workers from bindings/python/.venv). Installs what it needs; under CI=true a
+# missing server or Python package is a failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -18,6 +19,12 @@ test -f "$root/target/release/libleasehold.a" || { echo "go/test.sh: target/rele
 if [ -x "$root/scripts/ensure-redis.sh" ] || [ -f "$root/scripts/ensure-redis.sh" ]; then
     bash "$root/scripts/ensure-redis.sh"
 fi
+# PostgreSQL and etcd binaries (the tests start their own servers with
+# scripts/pg-test-server.sh and scripts/etcd-test-cluster.sh). Without them
+# the tests say so and skip, except under CI=true.
+for ensure in ensure-postgres.sh ensure-etcd.sh; do
+    bash "$root/scripts/$ensure" || echo "go/test.sh: scripts/$ensure failed; the tests that need it will report it" >&2
+done
 # The Python package for the interop test (idempotent; fast when already installed).
 if [ -f "$root/bindings/python/setup-venv.sh" ]; then
     bash "$root/bindings/python/setup-venv.sh" || {

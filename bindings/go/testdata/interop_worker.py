@@ -8,6 +8,9 @@ the Go Gate, so one gate guards writers of both languages).
 
 Environment: LH_REDIS (host:port), LH_DB (SQLite path), LH_NAMES (comma
 separated), LH_ITERS, LH_ID, LH_MODE ("contend", the default, or "paused").
+With LH_BACKEND=sqlite the lock service is SQLiteLockService on the file
+LH_LOCKDB instead of Redis (Go's SQLiteTransport shares its tables); it polls,
+since Go processes send none of its release wake-ups.
 contend prints "DONE <n>" on success. paused acquires the first name, prints
 "ACQUIRED <token>", waits for a line on stdin (the parent stops and resumes
 the process meanwhile), then tries its now stale write through the gate and
@@ -22,6 +25,7 @@ import time
 
 from leasehold import LockClient
 from leasehold.backends.redis import RedisLockService
+from leasehold.backends.sqlite import SQLiteLockService
 
 
 class Stale(Exception):
@@ -87,7 +91,10 @@ def main():
     worker = os.environ["LH_ID"]
     conn = sqlite3.connect(os.environ["LH_DB"], timeout=30, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 30000")
-    service = RedisLockService.from_url("redis://" + os.environ["LH_REDIS"])
+    if os.environ.get("LH_BACKEND") == "sqlite":
+        service = SQLiteLockService(os.environ["LH_LOCKDB"], notify=False)
+    else:
+        service = RedisLockService.from_url("redis://" + os.environ["LH_REDIS"])
     with LockClient(service) as client:
         if os.environ.get("LH_MODE") == "paused":
             paused(client, conn, names[0], worker)

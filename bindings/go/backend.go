@@ -1,0 +1,198 @@
+package leasehold
+
+// What the SQL and etcd executors share: a Client made on one of their transports
+// speaks the protocol in the core (lh_client_new_sql / lh_client_new_etcd) and only runs
+// its requests, verbatim, handing back rows, replies and messages unread.
+
+import (
+	"context"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// backendTransport is a Transport whose protocol lives in the core.
+type backendTransport interface {
+	Transport
+	newCore(cfg coreConfig, seed []byte) (*core, error)
+	newExecutor(c *client) executor
+}
+
+// executor runs one Client's backend requests.
+type executor interface {
+	// pollLocked takes every request the core has queued and starts it (c.mu held).
+	pollLocked() error
+	// lastErrorLocked is what the protocol last saw go wrong (c.mu held).
+	lastErrorLocked() string
+	// close stops the executor's goroutines and closes its connections; called
+	// once the Client's driver stopped and its I/O context is cancelled.
+	close()
+}
+
+// drivenByCore gives the SQL and etcd transports the Transport methods: a
+// Client runs the core's requests instead of calling them, so they fail.
+type drivenByCore struct{}
+
+// Acquire is never called by a Client on this transport; it fails.
+func (drivenByCore) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
+	return AcquireReply{}, errDrivenByCore
+}
+
+// Renew: see Acquire.
+func (drivenByCore) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
+	return false, errDrivenByCore
+}
+
+// Release: see Acquire.
+func (drivenByCore) Release(context.Context, string, string, []byte) (bool, error) {
+	return false, errDrivenByCore
+}
+
+// Watch: see Acquire.
+func (drivenByCore) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errDrivenByCore
+}
+
+// hostFacts are the facts an SQL executor binds that do not change while it runs.
+type hostFacts struct {
+	bootID, host string
+}
+
+func readHostFacts() hostFacts {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	h, _ := os.Hostname()
+	return hostFacts{bootID: strings.TrimSpace(string(b)), host: h}
+}
+
+// monotonicNs is CLOCK_MONOTONIC itself (not Go's process-relative clock): SQLite
+// expiries written by one process are read by the others of the host.
+func monotonicNs() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// factValues are the host facts of one request, read once when it starts.
+type factValues struct {
+	mono, wall, pid int64
+	hostFacts
+}
+
+func (h hostFacts) now() factValues {
+	return factValues{mono: monotonicNs(), wall: time.Now().UnixMicro(), pid: int64(os.Getpid()), hostFacts: h}
+}
+
+// bind turns a parameter into the Go value the driver binds (nil for NULL).
+func (f factValues) bind(p sqlParam) any {
+	switch p.kind {
+	case valueInt:
+		return p.integer
+	case valueText:
+		return string(p.bytes)
+	case valueBulk:
+		return p.bytes
+	case paramMonotonicNs:
+		return f.mono
+	case paramWallUs:
+		return f.wall
+	case paramBootID:
+		return f.bootID
+	case paramPid:
+		return f.pid
+	case paramHostName:
+		return f.host
+	}
+	return nil
+}
+
+// rowsBuilder builds lh_sql_result's flat value list: an array per statement, of rows,
+// of columns.
+type rowsBuilder struct {
+	vals []lhValue
+	data []byte
+}
+
+func (b *rowsBuilder) array() int {
+	b.vals = append(b.vals, newValue(valueArray, 0, 0, 0))
+	return len(b.vals) - 1
+}
+
+func (b *rowsBuilder) setLen(at, n int) {
+	b.vals[at] = newValue(valueArray, 0, 0, n)
+}
+
+// column appends one column value; kinds the protocol never reads become NULL.
+func (b *rowsBuilder) column(v any) {
+	str := func(kind uint32, s []byte) {
+		b.vals = append(b.vals, newValue(kind, 0, len(b.data), len(s)))
+		b.data = append(b.data, s...)
+	}
+	switch x := v.(type) {
+	case int64:
+		b.vals = append(b.vals, newValue(valueInt, x, 0, 0))
+	case int32:
+		b.vals = append(b.vals, newValue(valueInt, int64(x), 0, 0))
+	case int16:
+		b.vals = append(b.vals, newValue(valueInt, int64(x), 0, 0))
+	case bool:
+		var i int64
+		if x {
+			i = 1
+		}
+		b.vals = append(b.vals, newValue(valueInt, i, 0, 0))
+	case float64:
+		b.vals = append(b.vals, newValue(valueFloat, int64(math.Float64bits(x)), 0, 0))
+	case string:
+		str(valueText, []byte(x))
+	case []byte:
+		str(valueBulk, x)
+	default:
+		b.vals = append(b.vals, newValue(valueNil, 0, 0, 0))
+	}
+}
+
+// reqQueue is a FIFO of requests for one connection, run by one goroutine.
+type reqQueue[T any] struct {
+	mu    sync.Mutex
+	items []T
+	kick  chan struct{}
+}
+
+func newReqQueue[T any]() *reqQueue[T] { return &reqQueue[T]{kick: make(chan struct{}, 1)} }
+
+func (q *reqQueue[T]) push(v T) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (q *reqQueue[T]) pop() (T, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var zero T
+	if len(q.items) == 0 {
+		return zero, false
+	}
+	v := q.items[0]
+	q.items = q.items[1:]
+	return v, true
+}
+
+// failMessage is a driver's error text for lh_sql_failed / lh_http_failed (which cut it
+// to their bounds).
+func failMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,275 @@
+package leasehold
+
+// The etcd executor: the core's etcd v3 requests (docs/etcd-protocol.md) go to the
+// cluster's JSON gateway over net/http, failing over between members; replies and watch
+// messages are handed back unread.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// EtcdTransport is the configuration of the etcd executor: a Client made on
+// it speaks the core's etcd protocol (a lease per holder, one transaction
+// per acquire, the owner key's create revision as the fencing token, a
+// waiter watching only its predecessor) through etcd's JSON gateway, with
+// nothing but net/http. Any member serves any request: a member that does
+// not answer is skipped for the next one. Python and C++ clients contend
+// correctly with it for the same names.
+type EtcdTransport struct {
+	drivenByCore
+	urls       []string
+	proto      etcdProtocol
+	http       *http.Client
+	tryTimeout time.Duration
+	preferred  atomic.Int64 // the member that answered last
+}
+
+// EtcdOptions configures an EtcdTransport; zero fields take the defaults.
+type EtcdOptions struct {
+	// Username and Password authenticate every Client (etcd's auth);
+	// empty: no authentication.
+	Username, Password string
+	// TLS is used for https:// endpoints (client certificates, CAs).
+	TLS *tls.Config
+	// TryTimeout bounds one attempt on one member before the next one is
+	// tried (default 1s; the whole request is bounded by the Client's
+	// RequestTimeout).
+	TryTimeout time.Duration
+}
+
+// NewEtcdTransport returns the executor configuration for the cluster whose
+// members' client URLs are endpoints (http://host:2379 or https://…). o may
+// be nil.
+func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error) {
+	if len(endpoints) == 0 {
+		return nil, invalidArg("no etcd endpoints")
+	}
+	var opt EtcdOptions
+	if o != nil {
+		opt = *o
+	}
+	if opt.TryTimeout < 0 {
+		return nil, invalidArg("negative TryTimeout")
+	}
+	if opt.TryTimeout == 0 {
+		opt.TryTimeout = time.Second
+	}
+	if opt.Username == "" && opt.Password != "" {
+		return nil, invalidArg("a password without a user name")
+	}
+	t := &EtcdTransport{proto: etcdProtocol{user: opt.Username, password: opt.Password}, tryTimeout: opt.TryTimeout}
+	for _, e := range endpoints {
+		u, err := url.Parse(strings.TrimRight(e, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, invalidArg("etcd endpoint %q is not an http:// or https:// URL", e)
+		}
+		t.urls = append(t.urls, u.String())
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = opt.TLS
+	tr.MaxIdleConnsPerHost = 64
+	t.http = &http.Client{Transport: tr}
+	return t, nil
+}
+
+// Endpoints returns the members' client URLs.
+func (t *EtcdTransport) Endpoints() []string { return append([]string(nil), t.urls...) }
+
+// Close closes the idle HTTP connections. Each Client closes its watch
+// streams in Client.Close.
+func (t *EtcdTransport) Close() error {
+	t.http.CloseIdleConnections()
+	return nil
+}
+
+func (t *EtcdTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+	return newCoreEtcd(cfg, t.proto, seed)
+}
+
+func (t *EtcdTransport) newExecutor(c *client) executor {
+	return &etcdExec{c: c, t: t, watches: map[uint64]context.CancelFunc{}}
+}
+
+type etcdExec struct {
+	c  *client
+	t  *EtcdTransport
+	mu sync.Mutex
+	// watches maps each open watch to what closes it.
+	watches map[uint64]context.CancelFunc
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+func (x *etcdExec) pollLocked() error {
+	for {
+		q, err := x.c.core.httpPollRequest()
+		if err != nil || q == nil {
+			return err
+		}
+		switch q.kind {
+		case httpUnary:
+			x.c.spawn(&job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }})
+		case httpWatch:
+			x.mu.Lock()
+			if x.closed {
+				x.mu.Unlock()
+				continue
+			}
+			ctx, cancel := context.WithCancel(x.c.ioCtx)
+			x.watches[q.id] = cancel
+			x.wg.Add(1)
+			x.mu.Unlock()
+			go x.watch(ctx, q)
+		case httpCancelWatch:
+			x.mu.Lock()
+			if cancel := x.watches[q.id]; cancel != nil {
+				delete(x.watches, q.id)
+				cancel()
+			}
+			x.mu.Unlock()
+		}
+	}
+}
+
+func (x *etcdExec) lastErrorLocked() string { return x.c.core.etcdLastError() }
+
+func (x *etcdExec) close() {
+	x.mu.Lock()
+	x.closed = true
+	for id, cancel := range x.watches {
+		cancel()
+		delete(x.watches, id)
+	}
+	x.mu.Unlock()
+	x.wg.Wait()
+}
+
+// post sends one request to member i; the response is the caller's to close.
+func (x *etcdExec) post(ctx context.Context, i int, q *httpRequest) (*http.Response, error) {
+	method := q.method
+	if method == "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequestWithContext(ctx, method, x.t.urls[i]+q.path, bytes.NewReader(q.body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if q.authorization != "" {
+		req.Header.Set("Authorization", q.authorization)
+	}
+	return x.t.http.Do(req)
+}
+
+// unary tries each member, starting at the one that answered last, until one answers.
+func (x *etcdExec) unary(ctx context.Context, q *httpRequest) {
+	n := len(x.t.urls)
+	start := int(x.t.preferred.Load()) % n
+	var last error
+	for k := 0; k < n && ctx.Err() == nil; k++ {
+		i := (start + k) % n
+		tctx, cancel := context.WithTimeout(ctx, x.t.tryTimeout)
+		resp, err := x.post(tctx, i, q)
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(io.LimitReader(resp.Body, maxHTTPBody+1))
+			_ = resp.Body.Close()
+			if err == nil && len(body) > maxHTTPBody {
+				err = fmt.Errorf("reply body over %d bytes", maxHTTPBody)
+			}
+		}
+		cancel()
+		if err != nil {
+			last = fmt.Errorf("%s: %w", x.t.urls[i], err)
+			continue
+		}
+		x.t.preferred.Store(int64(i))
+		status := resp.StatusCode
+		x.c.input(func(now uint64) error { return x.c.core.httpReply(now, q.id, status, body) })
+		return
+	}
+	if last == nil {
+		last = ctx.Err()
+	}
+	// The next request starts at another member.
+	x.t.preferred.CompareAndSwap(int64(start), int64((start+1)%n))
+	x.c.input(func(now uint64) error { return x.c.core.httpFailed(now, q.id, failMessage(last)) })
+}
+
+// watch keeps one watch stream open and passes each message on; its end is a failure.
+func (x *etcdExec) watch(ctx context.Context, q *httpRequest) {
+	defer x.wg.Done()
+	err := x.stream(ctx, q)
+	x.mu.Lock()
+	_, live := x.watches[q.id]
+	delete(x.watches, q.id)
+	x.mu.Unlock()
+	if live { // a cancelled watch is answered by nothing
+		if err == nil {
+			err = errors.New("watch stream ended")
+		}
+		x.c.input(func(now uint64) error { return x.c.core.httpFailed(now, q.id, failMessage(err)) })
+	}
+}
+
+func (x *etcdExec) stream(ctx context.Context, q *httpRequest) error {
+	n := len(x.t.urls)
+	start := int(x.t.preferred.Load()) % n
+	var resp *http.Response
+	var last error
+	for k := 0; k < n && ctx.Err() == nil; k++ {
+		i := (start + k) % n
+		// Only the connection and the response head are bounded; the stream stays open.
+		tctx, cancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(x.t.tryTimeout, cancel)
+		r, err := x.post(tctx, i, q)
+		if err == nil && !timer.Stop() {
+			_ = r.Body.Close()
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
+			cancel()
+			last = fmt.Errorf("%s: %w", x.t.urls[i], err)
+			continue
+		}
+		defer cancel()
+		resp = r
+		break
+	}
+	if resp == nil {
+		if last == nil {
+			last = ctx.Err()
+		}
+		return last
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("watch answered HTTP %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxHTTPBody+1)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		msg := append([]byte(nil), line...)
+		x.c.input(func(now uint64) error { return x.c.core.httpStreamMessage(now, q.id, msg) })
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New("watch stream ended")
+}

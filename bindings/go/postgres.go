@@ -1,0 +1,335 @@
+package leasehold
+
+// The PostgreSQL executor: the core's SQL requests (docs/sql-protocol.md) run verbatim on a
+// commands connection; LISTEN / UNLISTEN on a listener connection, whose notifications are
+// passed on unread.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PostgresTransport is the configuration of the PostgreSQL executor: a Client
+// made on it speaks the core's SQL protocol (its tables and PL/pgSQL
+// functions, expiry on the server's clock, fences that never regress,
+// release notifications through LISTEN/NOTIFY) and only runs what the core
+// asks, on pgx v5 connections of its own: one for commands and one that
+// LISTENs. Python and C++ clients contend correctly with it for the same
+// names.
+type PostgresTransport struct {
+	drivenByCore
+	cfg   *pgx.ConnConfig
+	facts hostFacts
+}
+
+// NewPostgresTransport parses a connection string in the usual forms
+// (postgresql://user:pass@host:port/db?sslmode=… or key=value pairs;
+// PG* environment variables fill what it leaves out).
+func NewPostgresTransport(connString string) (*PostgresTransport, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, invalidArg("connection string: %v", err)
+	}
+	return NewPostgresTransportFromConfig(cfg)
+}
+
+// NewPostgresTransportFromConfig uses a parsed pgx configuration (TLS,
+// dialer, runtime parameters…); each Client connects with a copy of it.
+func NewPostgresTransportFromConfig(cfg *pgx.ConnConfig) (*PostgresTransport, error) {
+	if cfg == nil {
+		return nil, invalidArg("nil pgx configuration")
+	}
+	return &PostgresTransport{cfg: cfg.Copy(), facts: readHostFacts()}, nil
+}
+
+func (t *PostgresTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+	return newCoreSQL(cfg, sqlProtocol{dialect: dialectPostgres}, seed)
+}
+
+func (t *PostgresTransport) newExecutor(c *client) executor {
+	x := &pgExec{c: c, t: t, stop: make(chan struct{})}
+	x.cmd.q, x.lis.q = newReqQueue[*sqlRequest](), newReqQueue[*sqlRequest]()
+	x.cmd.which, x.lis.which = sqlConnCommands, sqlConnListener
+	x.wg.Add(2)
+	go x.runCommands()
+	go x.runListener()
+	return x
+}
+
+type pgExec struct {
+	c        *client
+	t        *PostgresTransport
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	cmd, lis pgConn
+}
+
+// pgConn is one connection, owned by its goroutine, and its queue.
+type pgConn struct {
+	which  uint32
+	q      *reqQueue[*sqlRequest]
+	conn   *pgx.Conn
+	opened bool // a connection was opened before (a new one is a reset)
+
+	mu   sync.Mutex
+	wake context.CancelFunc // interrupts the listener's wait for a notification
+}
+
+func (x *pgExec) pollLocked() error {
+	for {
+		q, err := x.c.core.sqlPollRequest()
+		if err != nil || q == nil {
+			return err
+		}
+		if q.connection == sqlConnListener {
+			x.lis.q.push(q)
+			x.lis.mu.Lock()
+			if x.lis.wake != nil {
+				x.lis.wake()
+			}
+			x.lis.mu.Unlock()
+		} else {
+			x.cmd.q.push(q)
+		}
+	}
+}
+
+func (x *pgExec) lastErrorLocked() string { return x.c.core.sqlLastError() }
+
+func (x *pgExec) close() {
+	close(x.stop)
+	x.lis.mu.Lock()
+	if x.lis.wake != nil {
+		x.lis.wake()
+	}
+	x.lis.mu.Unlock()
+	x.wg.Wait()
+}
+
+func (x *pgExec) stopped() bool {
+	select {
+	case <-x.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// connect opens p's connection if it has none; a reopened one is reported.
+func (x *pgExec) connect(ctx context.Context, p *pgConn) error {
+	if p.conn != nil && !p.conn.IsClosed() {
+		return nil
+	}
+	x.drop(p)
+	conn, err := pgx.ConnectConfig(ctx, x.t.cfg.Copy())
+	if err != nil {
+		return err
+	}
+	p.conn = conn
+	if p.opened {
+		x.c.input(func(now uint64) error { return x.c.core.sqlConnectionReset(now, p.which) })
+	}
+	p.opened = true
+	return nil
+}
+
+func (x *pgExec) drop(p *pgConn) {
+	if p.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = p.conn.Close(ctx)
+		cancel()
+		p.conn = nil
+	}
+}
+
+func (x *pgExec) runCommands() {
+	defer x.wg.Done()
+	defer x.drop(&x.cmd)
+	for {
+		select {
+		case <-x.cmd.q.kick:
+		case <-x.stop:
+			return
+		}
+		for !x.stopped() {
+			q, ok := x.cmd.q.pop()
+			if !ok {
+				break
+			}
+			x.exec(&x.cmd, q)
+		}
+	}
+}
+
+// runListener runs LISTEN / UNLISTEN requests in order and, between them, waits for
+// notifications. A broken listener is reopened at once (with a pause when the server
+// is down), and reported, so the core LISTENs again.
+func (x *pgExec) runListener() {
+	defer x.wg.Done()
+	defer x.drop(&x.lis)
+	pause := 50 * time.Millisecond
+	for !x.stopped() {
+		for !x.stopped() {
+			q, ok := x.lis.q.pop()
+			if !ok {
+				break
+			}
+			x.exec(&x.lis, q)
+		}
+		if x.lis.conn == nil || x.lis.conn.IsClosed() {
+			if !x.lis.opened {
+				// Nothing to listen on before the core's first LISTEN.
+				select {
+				case <-x.lis.q.kick:
+				case <-x.stop:
+				}
+				continue
+			}
+			ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
+			err := x.connect(ctx, &x.lis)
+			cancel()
+			if err != nil {
+				select {
+				case <-x.lis.q.kick:
+				case <-x.stop:
+				case <-time.After(pause):
+				}
+				pause = min(2*pause, time.Second)
+				continue
+			}
+			pause = 50 * time.Millisecond
+		}
+		ctx, cancel := context.WithCancel(x.c.ioCtx)
+		x.lis.mu.Lock()
+		x.lis.wake = cancel
+		x.lis.mu.Unlock()
+		// A request queued before wake was set must not wait for a notification.
+		select {
+		case <-x.lis.q.kick:
+			cancel()
+		default:
+		}
+		n, err := x.lis.conn.WaitForNotification(ctx)
+		x.lis.mu.Lock()
+		x.lis.wake = nil
+		x.lis.mu.Unlock()
+		woken := ctx.Err() != nil
+		cancel()
+		if n != nil {
+			x.c.input(func(now uint64) error { return x.c.core.sqlNotification(now, n.Channel, n.Payload) })
+		}
+		if err != nil && !woken {
+			x.c.log.Debug("leasehold: postgres listener connection lost", "err", err)
+			x.drop(&x.lis)
+		}
+	}
+}
+
+func (x *pgExec) exec(p *pgConn, q *sqlRequest) {
+	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
+	defer cancel()
+	if err := x.connect(ctx, p); err != nil {
+		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, sqlFailTransport, failMessage(err)) })
+		return
+	}
+	b, err := x.run1(ctx, p.conn, q)
+	if err != nil {
+		kind := uint32(sqlFailTransport)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && !p.conn.IsClosed() {
+			kind = sqlFailDatabase
+			if p.conn.PgConn().TxStatus() != 'I' {
+				rctx, rcancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
+				if _, rerr := p.conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+					x.drop(p)
+				}
+				rcancel()
+			}
+		} else {
+			// The outcome is unknown and the connection's state too: start afresh.
+			x.drop(p)
+		}
+		msg := failMessage(err)
+		if pe != nil {
+			msg = pe.Message
+		}
+		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, kind, msg) })
+		return
+	}
+	x.c.input(func(now uint64) error {
+		err := x.c.core.sqlResult(now, q.id, b.vals, b.data)
+		if err != nil && isStatus(err, statusInvalidReply) {
+			return x.c.core.sqlFailed(now, q.id, sqlFailDatabase, err.Error())
+		}
+		return err
+	})
+}
+
+// Type OIDs whose values cross as they are; every other column (void…) is NULL.
+const (
+	oidBool   = 16
+	oidBytea  = 17
+	oidName   = 19
+	oidInt8   = 20
+	oidInt2   = 21
+	oidInt4   = 23
+	oidText   = 25
+	oidFloat4 = 700
+	oidFloat8 = 701
+	oidVarch  = 1043
+)
+
+func (x *pgExec) run1(ctx context.Context, conn *pgx.Conn, q *sqlRequest) (*rowsBuilder, error) {
+	f := x.t.facts.now()
+	b := &rowsBuilder{}
+	top := b.array()
+	b.setLen(top, len(q.statements))
+	for _, s := range q.statements {
+		args := make([]any, len(s.params))
+		for i, p := range s.params {
+			args[i] = f.bind(p)
+		}
+		rows, err := conn.Query(ctx, s.sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		at, n := b.array(), 0
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			fds := rows.FieldDescriptions()
+			row := b.array()
+			b.setLen(row, len(vals))
+			for i, v := range vals {
+				switch fds[i].DataTypeOID {
+				case oidBool, oidBytea, oidName, oidInt8, oidInt2, oidInt4, oidText, oidVarch:
+					b.column(v)
+				case oidFloat4:
+					if f, ok := v.(float32); ok {
+						v = float64(f)
+					}
+					b.column(v)
+				case oidFloat8:
+					b.column(v)
+				default:
+					b.column(nil)
+				}
+			}
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		b.setLen(at, n)
+	}
+	return b, nil
+}

@@ -1,0 +1,319 @@
+package leasehold
+
+// The SQLite executor: it runs the core's SQL requests (docs/sql-protocol.md) on one
+// connection to the file, verbatim, and hands the rows back unread.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+)
+
+// SQLiteTransport is the configuration of the SQLite executor: a Client made
+// on it speaks the core's SQL protocol (the schema and its migration, every
+// statement, the meaning of every row) on one SQLite file shared by the
+// processes of one host, and only runs what the core asks. Python's
+// SQLiteLockService, and the C and C++ hosts, write the same tables (schema
+// version 1), so processes of every kind contend correctly on one file.
+//
+// It runs on database/sql with github.com/mattn/go-sqlite3: the binding needs
+// cgo anyway, so the C library itself (the SQLite every other host uses, with
+// the same locking and WAL code) costs nothing extra, and the driver was
+// already the binding's test dependency. Each Client opens its own connection;
+// a file replaced at the path (a different device or inode) is reopened and
+// reported to the core, which checks the schema again.
+type SQLiteTransport struct {
+	drivenByCore
+	path  string
+	proto sqlProtocol
+	facts hostFacts
+}
+
+// SQLiteOptions tunes the SQLite protocol; zero fields take its defaults.
+type SQLiteOptions struct {
+	// BusyTimeout: how long an operation waits for another process's
+	// transaction before it fails (a transport error for the core, never a
+	// hang). Default 5s.
+	BusyTimeout time.Duration
+}
+
+// NewSQLiteTransport returns the executor configuration for the lock
+// database at path (created when missing; its directory must exist). o may
+// be nil.
+func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error) {
+	if path == "" || path == ":memory:" {
+		return nil, invalidArg("SQLite needs a file path, not %q", path)
+	}
+	// A later chdir must not switch files.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, invalidArg("SQLite path %q: %v", path, err)
+	}
+	t := &SQLiteTransport{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
+	if o != nil {
+		if o.BusyTimeout < 0 {
+			return nil, invalidArg("negative BusyTimeout")
+		}
+		t.proto.busyTimeoutMs = uint64(o.BusyTimeout / time.Millisecond)
+	}
+	return t, nil
+}
+
+// Path returns the lock database's absolute path.
+func (t *SQLiteTransport) Path() string { return t.path }
+
+// Notifications reports false: SQLite has no release notifications (waiters
+// retry at the holder's expiry or by backoff).
+func (t *SQLiteTransport) Notifications() bool { return false }
+
+func (t *SQLiteTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+	return newCoreSQL(cfg, t.proto, seed)
+}
+
+func (t *SQLiteTransport) newExecutor(c *client) executor {
+	x := &sqliteExec{c: c, t: t, q: newReqQueue[*sqlRequest](), stop: make(chan struct{})}
+	x.wg.Add(1)
+	go x.run()
+	return x
+}
+
+type sqliteExec struct {
+	c    *client
+	t    *SQLiteTransport
+	q    *reqQueue[*sqlRequest]
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	// Owned by run's goroutine.
+	db       *sql.DB
+	conn     *sql.Conn
+	dev, ino uint64
+	opened   bool // a connection was opened before (a new one is a reset)
+}
+
+func (x *sqliteExec) pollLocked() error {
+	for {
+		q, err := x.c.core.sqlPollRequest()
+		if err != nil || q == nil {
+			return err
+		}
+		x.q.push(q)
+	}
+}
+
+func (x *sqliteExec) lastErrorLocked() string { return x.c.core.sqlLastError() }
+
+func (x *sqliteExec) close() {
+	close(x.stop)
+	x.wg.Wait()
+}
+
+func (x *sqliteExec) run() {
+	defer x.wg.Done()
+	defer x.shut()
+	for {
+		select {
+		case <-x.q.kick:
+		case <-x.stop:
+			return
+		}
+		for {
+			q, ok := x.q.pop()
+			if !ok {
+				break
+			}
+			x.exec(q)
+		}
+	}
+}
+
+func (x *sqliteExec) shut() {
+	if x.conn != nil {
+		_ = x.conn.Close()
+	}
+	if x.db != nil {
+		_ = x.db.Close()
+	}
+	x.conn, x.db = nil, nil
+}
+
+func fileID(path string) (dev, ino uint64, ok bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return uint64(st.Dev), st.Ino, true
+}
+
+// open (re)opens the connection and records the file's identity.
+func (x *sqliteExec) open(ctx context.Context) error {
+	x.shut()
+	dsn := "file:" + (&url.URL{Path: x.t.path}).EscapedPath()
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err == nil {
+		// Opening is lazy: touch the file so that it exists, and its identity is known,
+		// before the first request runs.
+		_, err = conn.ExecContext(ctx, "PRAGMA schema_version")
+	}
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		_ = db.Close()
+		return err
+	}
+	x.db, x.conn = db, conn
+	x.dev, x.ino, _ = fileID(x.t.path)
+	return nil
+}
+
+func (x *sqliteExec) exec(q *sqlRequest) {
+	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
+	defer cancel()
+	if x.conn != nil {
+		if dev, ino, ok := fileID(x.t.path); !ok || dev != x.dev || ino != x.ino {
+			// Follow the path instead of locking alone on the old file: the request did
+			// not run; the core checks the schema of the new file first.
+			err := x.open(ctx)
+			x.c.input(func(now uint64) error {
+				msg := "the database file was replaced or removed"
+				if err != nil {
+					msg += ", and could not be opened again: " + err.Error()
+				}
+				if ferr := x.c.core.sqlFailed(now, q.id, sqlFailTransport, msg); ferr != nil || err != nil {
+					return ferr
+				}
+				return x.c.core.sqlConnectionReset(now, sqlConnCommands)
+			})
+			return
+		}
+	}
+	if x.conn == nil {
+		if err := x.open(ctx); err != nil {
+			x.c.input(func(now uint64) error {
+				return x.c.core.sqlFailed(now, q.id, sqlFailTransport, "cannot open "+x.t.path+": "+err.Error())
+			})
+			return
+		}
+		if x.opened {
+			x.c.input(func(now uint64) error { return x.c.core.sqlConnectionReset(now, sqlConnCommands) })
+		}
+		x.opened = true
+	}
+	b, err := x.run1(ctx, q)
+	if err != nil {
+		kind := uint32(sqlFailDatabase)
+		if errors.Is(err, driverConnGone) {
+			kind = sqlFailTransport
+			x.shut()
+		} else {
+			x.rollback()
+		}
+		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, kind, failMessage(err)) })
+		return
+	}
+	x.c.input(func(now uint64) error {
+		err := x.c.core.sqlResult(now, q.id, b.vals, b.data)
+		if err != nil && isStatus(err, statusInvalidReply) {
+			return x.c.core.sqlFailed(now, q.id, sqlFailDatabase, err.Error())
+		}
+		return err
+	})
+}
+
+// driverConnGone marks a connection database/sql no longer has.
+var driverConnGone = errors.New("leasehold: sqlite connection gone")
+
+// run1 runs the statements of one request in order and collects their rows.
+func (x *sqliteExec) run1(ctx context.Context, q *sqlRequest) (*rowsBuilder, error) {
+	f := x.t.facts.now()
+	b := &rowsBuilder{}
+	top := b.array()
+	b.setLen(top, len(q.statements))
+	for _, s := range q.statements {
+		args := make([]any, len(s.params))
+		for i, p := range s.params {
+			args[i] = f.bind(p)
+		}
+		rows, err := x.conn.QueryContext(ctx, s.sql, args...)
+		if err != nil {
+			return nil, sqliteErr(err)
+		}
+		cols, err := rows.Columns()
+		if err != nil {
+			_ = rows.Close()
+			return nil, sqliteErr(err)
+		}
+		at, n := b.array(), 0
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				_ = rows.Close()
+				return nil, sqliteErr(err)
+			}
+			row := b.array()
+			b.setLen(row, len(cols))
+			for _, v := range vals {
+				b.column(v)
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			_ = rows.Close()
+			return nil, sqliteErr(err)
+		}
+		_ = rows.Close()
+		b.setLen(at, n)
+	}
+	return b, nil
+}
+
+func sqliteErr(err error) error {
+	if errors.Is(err, sql.ErrConnDone) {
+		return fmt.Errorf("%w: %w", driverConnGone, err)
+	}
+	return err
+}
+
+// rollback ends a transaction a failed statement left open.
+func (x *sqliteExec) rollback() {
+	if x.conn == nil {
+		return
+	}
+	open := false
+	_ = x.conn.Raw(func(dc any) error {
+		if sc, ok := dc.(*sqlite3.SQLiteConn); ok {
+			open = !sc.AutoCommit()
+		}
+		return nil
+	})
+	if open {
+		ctx, cancel := context.WithTimeout(context.Background(), x.c.reqTimeout)
+		defer cancel()
+		if _, err := x.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			x.shut() // a connection stuck in a transaction is no use: open a new one
+		}
+	}
+}

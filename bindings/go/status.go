@@ -1,0 +1,104 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// LockStatus is what the database says about one name right now (advisory:
+// it can change at once). Numbers that are unknown are zero.
+type LockStatus struct {
+	Name string
+	// Held is true while a live grant exists.
+	Held bool
+	// FencingToken and RemainingTTL describe the holder's grant, while held.
+	FencingToken uint64
+	RemainingTTL time.Duration
+	// LastFencingToken is the highest fence ever minted for the name.
+	LastFencingToken uint64
+	// HolderPID and HolderHost name the holder's process (SQLite), while held.
+	HolderPID  int64
+	HolderHost string
+	// HeldFor is how long the grant has been held, when recorded.
+	HeldFor time.Duration
+}
+
+// ErrStatusUnsupported: Status needs a Client made on a SQLiteTransport or a
+// PostgresTransport.
+var ErrStatusUnsupported = errors.New("leasehold: status needs an SQL transport")
+
+// statusWait is one Status call waiting for its answer.
+type statusWait struct {
+	ch chan sqlStatusAnswer
+}
+
+// Status asks the database about name (one query the core writes, like
+// `leasehold status`): whether it is held, by which fence, for how long, and
+// the last fence ever minted. A Client on another transport gets
+// ErrStatusUnsupported; a query that fails returns the database's error.
+func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
+	c := cl.c
+	if ctx == nil {
+		return LockStatus{}, invalidArg("nil context")
+	}
+	c.mu.Lock()
+	if c.core == nil || c.closed {
+		c.mu.Unlock()
+		return LockStatus{}, ErrClosed
+	}
+	if _, ok := c.exec.(sqlStatusExecutor); !ok {
+		c.mu.Unlock()
+		return LockStatus{}, ErrStatusUnsupported
+	}
+	id, err := c.core.sqlStatusRequest(c.clock(), name)
+	if err != nil {
+		c.mu.Unlock()
+		return LockStatus{}, err
+	}
+	w := &statusWait{ch: make(chan sqlStatusAnswer, 1)}
+	if c.statusWaits == nil {
+		c.statusWaits = map[uint64]*statusWait{}
+	}
+	c.statusWaits[id] = w
+	c.drainLocked()
+	c.mu.Unlock()
+	select {
+	case a := <-w.ch:
+		if a.err != "" {
+			return LockStatus{}, errors.New("leasehold: status of " + name + ": " + a.err)
+		}
+		a.st.Name = name
+		return a.st, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.statusWaits, id)
+		c.mu.Unlock()
+		return LockStatus{}, ctx.Err()
+	case <-c.closing:
+		return LockStatus{}, ErrClosed
+	}
+}
+
+// sqlStatusExecutor marks the executors whose core answers status queries.
+type sqlStatusExecutor interface {
+	executor
+	sqlStatus()
+}
+
+func (x *sqliteExec) sqlStatus() {}
+func (x *pgExec) sqlStatus()     {}
+
+// answerStatusesLocked hands the core's answered status queries to their callers.
+func (c *client) answerStatusesLocked() error {
+	for {
+		a, err := c.core.sqlPollStatus()
+		if err != nil || a.id == 0 {
+			return err
+		}
+		if w := c.statusWaits[a.id]; w != nil {
+			delete(c.statusWaits, a.id)
+			w.ch <- a
+		}
+	}
+}
