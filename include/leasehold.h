@@ -27,7 +27,8 @@
  *   Input buffers are read during the call and never retained. Pointers the library returns
  *   inside an lh_output (name, token, backend_data) and from lh_client_last_error() are
  *   BORROWED: they point into the handle and stay valid until the next call on that handle
- *   (copy what you keep). Strings from lh_version() and lh_status_str() are static.
+ *   (copy what you keep). A borrowed buffer of length 0 is NULL. Strings from lh_version()
+ *   and lh_status_str() are static.
  *   No output ever needs to be freed by the caller.
  *
  * Thread safety. A handle is not thread-safe: one thread at a time (hosts guard each handle

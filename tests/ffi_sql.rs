@@ -77,12 +77,14 @@ fn run_requests(h: &H, conn: &rusqlite::Connection) -> usize {
         }
         ran += 1;
         assert_eq!(r.connection, LH_SQL_CONNECTION_COMMANDS);
+        // An empty array is NULL: a host need not dereference it, nor see a dangling pointer.
+        assert_eq!(r.params.is_null(), r.nparams == 0);
         // SAFETY: arrays of the announced lengths, borrowed until the next call.
         let (stmts, params, data) = unsafe {
             (
-                std::slice::from_raw_parts(r.statements, r.nstatements as usize),
-                std::slice::from_raw_parts(r.params, r.nparams),
-                std::slice::from_raw_parts(r.data, r.data_len),
+                slice(r.statements, r.nstatements as usize),
+                slice(r.params, r.nparams),
+                slice(r.data, r.data_len),
             )
         };
         let at = |o: u64, l: u64| &data[o as usize..(o + l) as usize];
@@ -268,7 +270,21 @@ fn last_error(h: &H) -> String {
     // SAFETY: valid out-pointers; the text borrows the handle, copied at once.
     unsafe {
         assert_eq!(lh_sql_last_error(h.0, &mut p, &mut n), LH_OK);
-        String::from_utf8_lossy(std::slice::from_raw_parts(p, n)).into_owned()
+        assert_eq!(p.is_null(), n == 0, "an empty text is NULL");
+        String::from_utf8_lossy(slice(p, n)).into_owned()
+    }
+}
+
+/// A borrowed array from the library: NULL when empty.
+///
+/// # Safety
+/// `p` points to `n` readable values when `n > 0`.
+unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
+    if n == 0 {
+        &[]
+    } else {
+        // SAFETY: per the contract above.
+        unsafe { std::slice::from_raw_parts(p, n) }
     }
 }
 
@@ -325,7 +341,7 @@ fn two_handles_take_turns_on_a_real_sqlite_file_through_the_abi() {
     assert_eq!((st.id, st.ok, st.held, st.fencing_token), (id, 1, 1, fb));
     assert_eq!(st.last_fencing_token, fb);
     // SAFETY: borrowed until the next call on b.
-    let host = unsafe { std::slice::from_raw_parts(st.holder_host, st.holder_host_len) };
+    let host = unsafe { slice(st.holder_host, st.holder_host_len) };
     assert_eq!(host, b"ffi-test");
 }
 

@@ -12,8 +12,8 @@
 #![allow(non_camel_case_types)]
 
 use super::boundary::{
-    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, read_sized,
-    require_out, write_out,
+    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, out_ptr,
+    read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -335,14 +335,14 @@ pub unsafe extern "C" fn lh_poll_request(c: *mut lh_client, out: *mut lh_request
             b.argv.clear();
             if let Some(req) = b.proto.poll_request(core) {
                 b.argv.extend(req.args.iter().map(|a| lh_bytes {
-                    ptr: a.as_ptr(),
+                    ptr: out_ptr(a),
                     len: a.len(),
                 }));
                 r = lh_request {
                     id: req.id,
                     connection: req.connection as u32,
                     argc: u32::try_from(b.argv.len()).unwrap_or(u32::MAX),
-                    argv: b.argv.as_ptr(),
+                    argv: out_ptr(&b.argv),
                 };
             }
             write_out(out, r);

@@ -288,6 +288,17 @@ pub(crate) unsafe fn name_arg<'a>(ptr: *const u8, len: usize) -> Result<&'a str,
         .map_err(|e| Failure::new(LH_ERR_INVALID_UTF8, format!("name is not valid UTF-8: {e}")))
 }
 
+/// A borrowed buffer for the host: NULL when empty. An empty slice's pointer is a dangling
+/// non-NULL value (0x1, 0x8…) that a garbage-collected host such as Go rejects when it meets
+/// it on a stack.
+pub(crate) fn out_ptr<T>(s: &[T]) -> *const T {
+    if s.is_empty() {
+        std::ptr::null()
+    } else {
+        s.as_ptr()
+    }
+}
+
 /// Writes `value` through an out-pointer that was checked non-NULL.
 ///
 /// # Safety

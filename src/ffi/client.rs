@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::boundary::{
     Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static,
-    name_arg, optional_bytes_arg, read_sized, require_out, write_out, write_prefix,
+    name_arg, optional_bytes_arg, out_ptr, read_sized, require_out, write_out, write_prefix,
 };
 use super::types::*;
 use crate::{
@@ -827,7 +827,7 @@ impl ClientState {
             o.name_len = name.len();
         }
         if let Some(data) = &self.out_backend_data {
-            o.backend_data = data.as_ptr();
+            o.backend_data = out_ptr(data);
             o.backend_data_len = data.len();
         }
         o

@@ -11,7 +11,7 @@
 
 use super::boundary::{
     Diag, Failure, check_sized_out, guard_mut, guard_ref, guard_static, optional_bytes_arg,
-    read_sized, require_out, write_out,
+    out_ptr, read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -438,7 +438,7 @@ pub unsafe extern "C" fn lh_etcd_last_error(
                 ));
             };
             let text = b.proto.last_error();
-            write_out(out_text, text.as_ptr());
+            write_out(out_text, out_ptr(text.as_bytes()));
             write_out(out_len, text.len());
             Ok(())
         })

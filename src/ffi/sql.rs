@@ -13,8 +13,8 @@
 
 use super::backend::{LH_VALUE_BULK, LH_VALUE_INT, LH_VALUE_NIL, flat_values_arg, lh_value};
 use super::boundary::{
-    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, read_sized,
-    require_out, write_out,
+    Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, out_ptr,
+    read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -299,10 +299,10 @@ pub unsafe extern "C" fn lh_sql_poll_request(
                     id: req.id,
                     connection: req.connection as u32,
                     nstatements: b.statements.len() as u32,
-                    statements: b.statements.as_ptr(),
-                    params: b.params.as_ptr(),
+                    statements: out_ptr(&b.statements),
+                    params: out_ptr(&b.params),
                     nparams: b.params.len(),
-                    data: b.data.as_ptr(),
+                    data: out_ptr(&b.data),
                     data_len: b.data.len(),
                 };
             }
@@ -501,7 +501,7 @@ pub unsafe extern "C" fn lh_sql_last_error(
                 ));
             };
             let text = b.proto.last_error();
-            write_out(out_text, text.as_ptr());
+            write_out(out_text, out_ptr(text.as_bytes()));
             write_out(out_len, text.len());
             Ok(())
         })

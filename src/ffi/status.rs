@@ -3,7 +3,9 @@
 //! query is a request like any other: the host runs what it produces and polls the answer.
 #![allow(non_camel_case_types)]
 
-use super::boundary::{Failure, check_sized_out, guard_mut, name_arg, require_out, write_out};
+use super::boundary::{
+    Failure, check_sized_out, guard_mut, name_arg, out_ptr, require_out, write_out,
+};
 use super::client::{ClientState, lh_client};
 use super::types::*;
 
@@ -146,12 +148,12 @@ pub unsafe extern "C" fn lh_poll_status(c: *mut lh_client, out: *mut lh_lock_sta
                         v.holder_pid = st.holder_pid.unwrap_or(0);
                         v.held_for_ms = st.held_for_ms.unwrap_or(0);
                         s.status_text = st.holder_host.unwrap_or_default();
-                        v.holder_host = s.status_text.as_ptr();
+                        v.holder_host = out_ptr(s.status_text.as_bytes());
                         v.holder_host_len = s.status_text.len();
                     }
                     Err(e) => {
                         s.status_text = e;
-                        v.error = s.status_text.as_ptr();
+                        v.error = out_ptr(s.status_text.as_bytes());
                         v.error_len = s.status_text.len();
                     }
                 }
