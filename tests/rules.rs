@@ -769,6 +769,27 @@ fn release_outcome_not_owner() {
     assert_eq!(c.counters().releases_not_owner, 1);
 }
 
+/// The first release may have reached the service and its answer been lost: the retry's
+/// "not owner" then says nothing about another owner.
+#[test]
+fn release_outcome_unconfirmed_when_not_owner_answers_a_retry() {
+    let (mut c, lease, evs) = reported_release(ReleaseResult::TransportError);
+    assert!(evs.is_empty());
+    let (out, t) = run_until_output(&mut c, u64::MAX);
+    let (req, _) = release_req(&out).expect("the release is retried");
+    c.handle_release_result(t + MS, req, ReleaseResult::NotOwner)
+        .unwrap();
+    assert_eq!(
+        events(&drain(&mut c)),
+        vec![Event::ReleaseOutcome {
+            lease,
+            outcome: ReleaseOutcome::Unconfirmed
+        }]
+    );
+    assert_eq!(c.counters().releases_not_owner, 0);
+    assert_eq!(c.counters().releases_unconfirmed, 1);
+}
+
 #[test]
 fn release_outcome_unconfirmed_when_no_answer_comes_before_the_ttl_ran_out() {
     let (mut c, lease, evs) = reported_release(ReleaseResult::TransportError);

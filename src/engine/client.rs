@@ -683,11 +683,14 @@ impl Client {
                 if result == ReleaseResult::Released {
                     l.flags.set(Flag::ReleaseConfirmed, true);
                 }
+                // A refusal after an attempt lost in transport may be that attempt having
+                // released the lock: no evidence that another owner took it.
+                let ambiguous = result == ReleaseResult::NotOwner && l.attempts > 0;
                 if l.flags.has(Flag::CleanupAgain) {
                     l.flags.set(Flag::CleanupAgain, false);
                     self.send_release(slot);
                 } else {
-                    self.finish_cleanup(slot, true);
+                    self.finish_cleanup(slot, !ambiguous);
                 }
             }
             ReleaseResult::TransportError => self.release_attempt_failed(slot),
