@@ -908,3 +908,16 @@ fn status_reads_the_owner_then_its_leases_time_left_and_garbage_is_an_error() {
     assert!(p.poll_status().is_none());
     assert!(p.request_status(0, "").is_err());
 }
+
+#[test]
+fn a_failed_grant_keeps_the_hosts_reason_as_the_last_error() {
+    let (mut core, mut p) = setup();
+    core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_failed(&mut core, MS, g.id, "connection refused");
+    assert!(
+        p.last_error().contains("connection refused"),
+        "{}",
+        p.last_error()
+    );
+}

@@ -807,7 +807,10 @@ impl EtcdProtocol {
                     }
                     Err(e) => {
                         let parked = h.parked.take();
-                        self.note_reply_error("lease grant", &e);
+                        // A transport failure's own text (from the host) is already noted.
+                        if !matches!(e, ReplyError::Transport) {
+                            self.note_reply_error("lease grant", &e);
+                        }
                         if let Some(req) = parked {
                             let _ =
                                 core.handle_acquire_result(now, req, AcquireResult::TransportError);
