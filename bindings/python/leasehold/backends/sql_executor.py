@@ -162,7 +162,8 @@ def pg_failure(e: Exception, broken: bool) -> SqlFailure:
     diag = getattr(e, "diag", None)
     text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(e) or type(e).__name__
     if broken or getattr(e, "sqlstate", None) is None:
-        return SqlFailure(_TRANSPORT, str(e).strip() or text)
+        # The core says "connection failed: " itself.
+        return SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or text)
     return SqlFailure(_DATABASE, text)
 
 
@@ -245,7 +246,7 @@ class PostgresExecutor:
         try:
             conn = self._psycopg.connect(self.conninfo, autocommit=True, **self._kwargs)
         except Exception as e:
-            raise SqlFailure(_TRANSPORT, str(e).strip() or type(e).__name__) from None
+            raise SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or type(e).__name__) from None
         reopened = which in self._opened
         self._opened.add(which)
         if which == _LISTENER:

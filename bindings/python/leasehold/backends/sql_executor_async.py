@@ -92,7 +92,7 @@ class AsyncPostgresExecutor:
         try:
             conn = await self._psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self._kwargs)
         except Exception as e:
-            raise SqlFailure(_TRANSPORT, str(e).strip() or type(e).__name__) from None
+            raise SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or type(e).__name__) from None
         if which in self._opened:
             self._resets.append(which)
         self._opened.add(which)
