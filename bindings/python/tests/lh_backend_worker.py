@@ -71,6 +71,9 @@ def gate_for(spec: str) -> FencingGate:
 
         conn = psycopg.connect(arg)
         gate = FencingGate(conn, dialect="postgres")
+        # Concurrent CREATE TABLE IF NOT EXISTS can collide on PostgreSQL: one at a time.
+        conn.execute("SELECT pg_advisory_lock(4242)")
+        conn.commit()
     else:
         raise SystemExit(f"unknown gate {spec!r}")
     gate.ensure_schema()
@@ -78,6 +81,9 @@ def gate_for(spec: str) -> FencingGate:
     cur.execute("CREATE TABLE IF NOT EXISTS lh_counter (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)")
     cur.execute("CREATE TABLE IF NOT EXISTS lh_writes (token BIGINT NOT NULL, pid INTEGER NOT NULL)")
     conn.commit()
+    if kind == "pg":
+        conn.execute("SELECT pg_advisory_unlock(4242)")
+        conn.commit()
     return gate
 
 

@@ -26,10 +26,14 @@ from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
 
-__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT"]
+__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "TCP_KEEPALIVE"]
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds a PostgreSQL connection attempt may take before it is a transport failure."""
+
+TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3, "tcp_user_timeout": 10_000}
+"""libpq settings that turn a server gone silent (a dead host, a cut network) into a broken
+connection within seconds instead of a request that never ends (each can be overridden)."""
 
 _DATABASE = _ffi.LH_SQL_FAILURE_DATABASE
 _TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
@@ -173,7 +177,8 @@ class PostgresExecutor:
     waiters on release (a reader thread passes each one on). Thread-safe.
 
     :param conninfo: a connection string (``postgresql://user:pass@host:port/db?sslmode=…``)
-        or libpq keywords; ``connect_timeout`` defaults to 5 s
+        or libpq keywords; ``connect_timeout`` defaults to 5 s, TCP keepalives to
+        :data:`TCP_KEEPALIVE`
     :param connect_kwargs: further ``psycopg.connect`` keywords (``sslrootcert``, ...)
     """
 
@@ -184,6 +189,8 @@ class PostgresExecutor:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
         connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
+        for k, v in TCP_KEEPALIVE.items():
+            connect_kwargs.setdefault(k, v)
         self._kwargs = connect_kwargs
         self.options = SqlOptions("postgresql")
         self._mu = threading.Lock()  # the commands connection

@@ -13,7 +13,7 @@ from typing import Any
 from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
-from .sql_executor import DEFAULT_CONNECT_TIMEOUT, _psycopg, pg_failure, pg_params
+from .sql_executor import DEFAULT_CONNECT_TIMEOUT, TCP_KEEPALIVE, _psycopg, pg_failure, pg_params
 
 __all__ = ["AsyncPostgresExecutor"]
 
@@ -40,6 +40,8 @@ class AsyncPostgresExecutor:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
         connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
+        for k, v in TCP_KEEPALIVE.items():
+            connect_kwargs.setdefault(k, v)
         self._kwargs = connect_kwargs
         self.options = SqlOptions("postgresql")
         self._mu: asyncio.Lock | None = None
