@@ -142,63 +142,59 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
     return feed
 
 
+def _plan(
+    core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
+) -> tuple[Callable[[], Any], Callable[[Any], Callable[[], None] | None], Callable[[Exception], Callable[[], None]]]:
+    """How to run one request, for both kinds of executor: ``call()`` does the IO (a sync
+    executor's result, or an async one's awaitable), ``done(result)`` is the input to feed
+    (``None`` when the answer comes through the sink: a subscriber's confirmation, a watch
+    stream), ``fail(exception)`` the input for a failure. The sync and asyncio clients share
+    it, so they cannot drift apart."""
+    if isinstance(payload, SqlRequest):
+
+        def sql_fail(e: Exception) -> Callable[[], None]:
+            if not isinstance(e, SqlFailure):
+                e = SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__)
+            return _sql_done(core, executor, rid, e)
+
+        return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
+    fail = partial(_failed, core, rid, payload)
+    if isinstance(payload, HttpRequest):
+        if payload.kind == _ffi.LH_HTTP_UNARY:
+            return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
+        if payload.kind == _ffi.LH_HTTP_WATCH:
+            return partial(executor.watch, rid, payload, sink), _nothing, fail
+        return partial(executor.cancel_watch, rid), _nothing, fail
+    if lane == _SIDE:
+        return partial(executor.subscriber, payload, sink), _nothing, fail
+    return partial(executor.command, payload), partial(partial, core.reply, rid), fail
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
 def execute_request(core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any) -> Callable[[], None] | None:
     """(IO thread) Run one request with a sync executor; the input to feed, ``None`` when the
-    answer comes through the sink (a subscriber's confirmation, a watch stream)."""
+    answer comes through the sink."""
+    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
     try:
-        if isinstance(payload, SqlRequest):
-            try:
-                rows = executor.execute(payload, sink)
-            except SqlFailure as e:
-                return _sql_done(core, executor, rid, e)
-            return _sql_done(core, executor, rid, rows)
-        if isinstance(payload, HttpRequest):
-            if payload.kind == _ffi.LH_HTTP_UNARY:
-                status, body = executor.post(payload)
-                return partial(core.http_reply, rid, status, body)
-            if payload.kind == _ffi.LH_HTTP_WATCH:
-                executor.watch(rid, payload, sink)
-            else:
-                executor.cancel_watch(rid)
-            return None
-        if lane == _SIDE:
-            executor.subscriber(payload, sink)
-            return None
-        return partial(core.reply, rid, executor.command(payload))
+        result = call()
     except Exception as e:
-        if isinstance(payload, SqlRequest):
-            return _sql_done(core, executor, rid, SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__))
-        return _failed(core, rid, payload, e)
+        return fail(e)
+    return done(result)
 
 
 async def execute_request_async(
     core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
 ) -> Callable[[], None] | None:
-    """The asyncio twin of :func:`execute_request`."""
+    """The asyncio twin of :func:`execute_request` (the same plan, awaited)."""
+    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
     try:
-        if isinstance(payload, SqlRequest):
-            try:
-                rows = await executor.execute(payload, sink)
-            except SqlFailure as e:
-                return _sql_done(core, executor, rid, e)
-            return _sql_done(core, executor, rid, rows)
-        if isinstance(payload, HttpRequest):
-            if payload.kind == _ffi.LH_HTTP_UNARY:
-                status, body = await executor.post(payload)
-                return partial(core.http_reply, rid, status, body)
-            if payload.kind == _ffi.LH_HTTP_WATCH:
-                await executor.watch(rid, payload, sink)
-            else:
-                await executor.cancel_watch(rid)
-            return None
-        if lane == _SIDE:
-            await executor.subscriber(payload, sink)
-            return None
-        return partial(core.reply, rid, await executor.command(payload))
+        result = await call()
     except Exception as e:
-        if isinstance(payload, SqlRequest):
-            return _sql_done(core, executor, rid, SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__))
-        return _failed(core, rid, payload, e)
+        return fail(e)
+    return done(result)
 
 
 class BackendSink:
