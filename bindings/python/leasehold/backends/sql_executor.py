@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import sqlite3
 import threading
 from typing import Any
@@ -26,10 +27,14 @@ from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
 
-__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "TCP_KEEPALIVE"]
+__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds a PostgreSQL connection attempt may take before it is a transport failure."""
+
+DEFAULT_REQUEST_TIMEOUT = 10.0
+"""Seconds one PostgreSQL request may take before its connection is cut (a transport
+failure): a server that stopped answering never holds a request, nor those behind it."""
 
 TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3, "tcp_user_timeout": 10_000}
 """libpq settings that turn a server gone silent (a dead host, a cut network) into a broken
@@ -153,6 +158,21 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def _cut(conn: Any) -> bool:
+    """Shut a connection's socket down under a blocked call: it fails at once."""
+    try:
+        s = socket.socket(fileno=os.dup(conn.fileno()))
+    except Exception:
+        return True
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return True
+
+
 def pg_params(params: list[Any]) -> list[Any]:
     """Parameters as psycopg binds them: integers as ``bigint`` (the protocol's type)."""
     from psycopg.types.numeric import Int8
@@ -179,15 +199,19 @@ class PostgresExecutor:
     :param conninfo: a connection string (``postgresql://user:pass@host:port/db?sslmode=…``)
         or libpq keywords; ``connect_timeout`` defaults to 5 s, TCP keepalives to
         :data:`TCP_KEEPALIVE`
+    :param request_timeout: seconds one request may take before its connection is cut
     :param connect_kwargs: further ``psycopg.connect`` keywords (``sslrootcert``, ...)
     """
 
     backend_protocol = "sql"
     notifications = True
 
-    def __init__(self, conninfo: str = "", **connect_kwargs: Any) -> None:
+    def __init__(
+        self, conninfo: str = "", *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **connect_kwargs: Any
+    ) -> None:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
+        self.request_timeout = float(request_timeout)
         connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
         for k, v in TCP_KEEPALIVE.items():
             connect_kwargs.setdefault(k, v)
@@ -264,11 +288,17 @@ class PostgresExecutor:
         facts = host_facts()
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.RawCursor(conn)
+        cut: list[bool] = []
+        watchdog = threading.Timer(self.request_timeout, lambda: cut.append(_cut(conn)))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             for sql, params in request.statements:
                 cur.execute(sql, pg_params(bind_params(params, facts)) or None)
                 out.append(cur.fetchall() if cur.description is not None else [])
         except self._psycopg.Error as e:
+            if cut:
+                raise SqlFailure(_TRANSPORT, f"no answer within {self.request_timeout:g}s") from None
             broken = conn.closed or conn.broken
             if not broken:
                 try:
@@ -278,6 +308,7 @@ class PostgresExecutor:
                     broken = True
             raise pg_failure(e, broken) from None
         finally:
+            watchdog.cancel()
             try:
                 cur.close()
             except Exception:

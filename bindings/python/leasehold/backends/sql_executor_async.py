@@ -13,7 +13,7 @@ from typing import Any
 from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
-from .sql_executor import DEFAULT_CONNECT_TIMEOUT, TCP_KEEPALIVE, _psycopg, pg_failure, pg_params
+from .sql_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, TCP_KEEPALIVE, _cut, _psycopg, pg_failure, pg_params
 
 __all__ = ["AsyncPostgresExecutor"]
 
@@ -36,9 +36,12 @@ class AsyncPostgresExecutor:
     backend_protocol = "sql"
     notifications = True
 
-    def __init__(self, conninfo: str = "", **connect_kwargs: Any) -> None:
+    def __init__(
+        self, conninfo: str = "", *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **connect_kwargs: Any
+    ) -> None:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
+        self.request_timeout = float(request_timeout)
         connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
         for k, v in TCP_KEEPALIVE.items():
             connect_kwargs.setdefault(k, v)
@@ -101,6 +104,20 @@ class AsyncPostgresExecutor:
         return conn
 
     async def _run(self, conn: Any, request: SqlRequest) -> list[list[tuple[Any, ...]]]:
+        # Cut the socket rather than cancel the task: psycopg would wait for the server to
+        # confirm a cancellation that a stopped server never sends.
+        cut: list[bool] = []
+        watchdog = asyncio.get_running_loop().call_later(self.request_timeout, lambda: cut.append(_cut(conn)))
+        try:
+            return await self._run_all(conn, request)
+        except SqlFailure:
+            if cut:
+                raise SqlFailure(_TRANSPORT, f"no answer within {self.request_timeout:g}s") from None
+            raise
+        finally:
+            watchdog.cancel()
+
+    async def _run_all(self, conn: Any, request: SqlRequest) -> list[list[tuple[Any, ...]]]:
         facts = host_facts()
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.AsyncRawCursor(conn)

@@ -210,3 +210,47 @@ def test_a_server_restart_mid_run_hangs_nothing_and_fences_never_regress(pg_serv
         every += fences
     assert len(every) == len(set(every))
     assert max(every) > before, "no grant after the restart"
+
+
+def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang(pg_url: str) -> None:
+    from leasehold import _ffi
+    from leasehold._backend import SqlFailure
+    from leasehold._core import SqlRequest
+
+    ask_pid = SqlRequest(_ffi.LH_SQL_CONNECTION_COMMANDS, [("SELECT pg_backend_pid()", [])])
+    ping = SqlRequest(_ffi.LH_SQL_CONNECTION_COMMANDS, [("SELECT $1::bigint + 1", [41])])
+
+    def stopped(pid: int):  # the server process behind our connection, SIGSTOP'd
+        os.kill(pid, signal.SIGSTOP)
+        return lambda: os.kill(pid, signal.SIGCONT)
+
+    ex = PostgresExecutor(pg_url, request_timeout=1.0)
+    ex.attach()
+    [[(pid,)]] = ex.execute(ask_pid)
+    resume = stopped(pid)
+    try:
+        with pytest.raises(SqlFailure) as e:
+            ex.execute(ping)
+        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+    finally:
+        resume()
+    assert ex.execute(ping) == [[(42,)]]  # on a new connection, reported as reopened
+    assert ex.take_resets() == [_ffi.LH_SQL_CONNECTION_COMMANDS]
+    ex.detach()
+
+    async def main() -> None:
+        ax = AsyncPostgresExecutor(pg_url, request_timeout=1.0)
+        ax.attach()
+        [[(apid,)]] = await ax.execute(ask_pid)
+        resume = stopped(apid)
+        try:
+            with pytest.raises(SqlFailure) as e:
+                await ax.execute(ping)
+            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+        finally:
+            resume()
+        assert await ax.execute(ping) == [[(42,)]]
+        assert ax.take_resets() == [_ffi.LH_SQL_CONNECTION_COMMANDS]
+        await ax.detach()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
