@@ -275,7 +275,9 @@ _fork_locked: list["LockClient"] = []
 class LockClient(LeaseLifecycle):
     """A thread-safe lock client: one core, one driver thread, one service.
 
-    :param service: the backend (:class:`~leasehold.service.LockService`)
+    :param service: the backend: a :class:`~leasehold.service.LockService`, or an executor of
+        the core's own protocol (``RedisExecutor``, ``SqliteExecutor``, ``PostgresExecutor``,
+        ``EtcdExecutor``)
     :param clock: ``None`` for ``time.monotonic_ns``; or an object with ``monotonic_ns()``
         (``leasehold.testing.FakeClock``), or a callable returning nanoseconds
     :param config: core configuration (``notifications`` defaults to the service's)
