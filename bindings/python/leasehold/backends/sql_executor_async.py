@@ -48,6 +48,7 @@ class AsyncPostgresExecutor:
         self._kwargs = connect_kwargs
         self.options = SqlOptions("postgresql")
         self._mu: asyncio.Lock | None = None
+        self._lmu: asyncio.Lock | None = None
         self._cmd: Any = None
         self._listen: Any = None
         self._opened: set[int] = set()
@@ -86,7 +87,7 @@ class AsyncPostgresExecutor:
 
     def after_fork(self) -> None:
         """(in a forked child) Forget the parent's connections without using them."""
-        self._cmd = self._listen = self._reader = self._mu = None
+        self._cmd = self._listen = self._reader = self._mu = self._lmu = None
         self._opened, self._resets = set(), []
 
     def take_resets(self) -> list[int]:
@@ -145,15 +146,16 @@ class AsyncPostgresExecutor:
         """Run ``request``'s statements on the connection it names; every statement's rows.
         Raises :class:`~leasehold._backend.SqlFailure`."""
         if self._mu is None:
-            self._mu = asyncio.Lock()
+            self._mu, self._lmu = asyncio.Lock(), asyncio.Lock()
         if request.connection == _LISTENER:
             if sink is not None:
                 self._sink = sink
-            conn = self._listen
-            if conn is None or conn.closed:
-                conn = self._listen = await self._connect(_LISTENER)
-                if self._reader is None or self._reader.done():
-                    self._reader = asyncio.get_running_loop().create_task(self._read())
+            async with self._lmu:  # one listener connection, even when LISTENs arrive together
+                conn = self._listen
+                if conn is None or conn.closed:
+                    conn = self._listen = await self._connect(_LISTENER)
+                    if self._reader is None or self._reader.done():
+                        self._reader = asyncio.get_running_loop().create_task(self._read())
             try:
                 return await self._run(conn, request)
             except SqlFailure as f:
