@@ -40,6 +40,9 @@ TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2
 """libpq settings that turn a server gone silent (a dead host, a cut network) into a broken
 connection within seconds instead of a request that never ends (each can be overridden)."""
 
+# Connections a forked child inherited: kept referenced so they are never finalized there.
+_INHERITED: list[Any] = []
+
 _DATABASE = _ffi.LH_SQL_FAILURE_DATABASE
 _TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
 _COMMANDS = _ffi.LH_SQL_CONNECTION_COMMANDS
@@ -94,6 +97,8 @@ class SqliteExecutor:
         """(in a forked child) Forget the parent's connection without using it (SQLite
         connections must not cross a fork); the child opens its own."""
         self._mu = threading.Lock()
+        if self._db is not None:
+            _INHERITED.append(self._db)  # never closed here: closing may checkpoint the file
         self._db, self._ident, self._opened, self._resets = None, None, False, []
 
     def take_resets(self) -> list[int]:

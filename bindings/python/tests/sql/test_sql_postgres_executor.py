@@ -254,3 +254,30 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         await ax.detach()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_forked_child_leaves_the_parents_lock_and_connections_alone(pg_url: str) -> None:
+    with LockClient(PostgresExecutor(pg_url)) as c, LockClient(PostgresExecutor(pg_url)) as other:
+        h = c.acquire("parent", ttl=1.0)
+        waiter: list[object] = []
+        t = threading.Thread(target=lambda: waiter.append(other.acquire("parent", ttl=2.0, wait=30.0)))
+        t.start()  # a waiter LISTENs: both of c's and other's connections are open
+        time.sleep(0.3)
+        pid = os.fork()
+        if pid == 0:  # the child: its own core and connections; the parent's lease is not its own
+            code = 1
+            try:
+                lost = h.lost.is_set()
+                child = c.acquire("child", ttl=5.0)
+                ok = child.release() == "released"
+                code = 0 if (lost and ok) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        time.sleep(1.3)  # past the TTL: the parent kept renewing on its own connection
+        assert h.is_held() and not h.lost.is_set()
+        assert h.release() == "released"
+        t.join(30)
+        assert waiter and waiter[0].fencing_token > h.fencing_token  # type: ignore[attr-defined]
+        waiter[0].release()  # type: ignore[attr-defined]

@@ -87,3 +87,25 @@ def test_an_unusable_path_or_a_corrupt_file_is_a_clear_error_never_a_grant(tmp_p
         client.close(timeout=0.2)
     with pytest.raises(ValueError):
         SqliteExecutor(":memory:")
+
+
+def test_a_forked_child_leaves_the_parents_lock_alone(tmp_path: Path) -> None:
+    import time
+
+    with LockClient(SqliteExecutor(tmp_path / "locks.db")) as c:
+        h = c.acquire("parent", ttl=1.0)
+        pid = os.fork()
+        if pid == 0:  # the child: its own core and connection; the parent's lease is not its own
+            code = 1
+            try:
+                lost = h.lost.is_set()
+                child = c.acquire("child", ttl=5.0)
+                ok = child.release() == "released"
+                code = 0 if (lost and ok) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        time.sleep(1.3)  # past the TTL: the parent kept renewing it, the child released nothing
+        assert h.is_held() and not h.lost.is_set()
+        assert h.release() == "released"
