@@ -72,6 +72,11 @@ def test_a_waiter_wakes_on_release_and_the_async_executor_contends_too(etcd_clus
         assert got[0].fencing_token > held.fencing_token  # type: ignore[attr-defined]
         got[0].release()  # type: ignore[attr-defined]
         assert b.backend_counters()["wakeups"] >= 1
+        # Keep-alives renew the etcd lease: held across several TTLs.
+        with a.acquire(_name(), ttl=1.0) as lock:
+            time.sleep(2.5)
+            assert lock.is_held() and not lock.lost.is_set()
+        assert a.counters().renewals_ok >= 3
 
     async def main() -> list[int]:
         fences: list[int] = []
