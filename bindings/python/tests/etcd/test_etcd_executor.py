@@ -127,7 +127,7 @@ def test_a_killed_member_is_failed_over_and_fences_never_regress(etcd_cluster, t
     assert before > 0, "no grant before the kill"
     etcd_cluster.kill(0)
     try:
-        time.sleep(3.0)
+        time.sleep(2.0)
         (tmp_path / "stop").touch()
         for w in workers:
             out, err = w.communicate(timeout=60)

@@ -194,11 +194,11 @@ def test_wrong_password_unreachable_server_and_foreign_table_are_clear_errors(pg
 
 def test_a_server_restart_mid_run_hangs_nothing_and_fences_never_regress(pg_server, pg_url: str, tmp_path: Path, spawn) -> None:
     workers = [spawn("loop", f"pg:{pg_url}", "r", "60", str(tmp_path)) for _ in range(2)]
-    time.sleep(1.5)
+    time.sleep(1.0)
     before = max((f for p in tmp_path.glob("grants-*") for f in _grants(p)), default=0)
     assert before > 0, "no grant before the restart"
     pg_server.restart()
-    time.sleep(3.0)
+    time.sleep(2.0)
     (tmp_path / "stop").touch()
     for w in workers:
         out, err = w.communicate(timeout=60)
