@@ -47,6 +47,9 @@ modules = [
     "leasehold.backends.redis_protocol",
     "leasehold.backends.redis_executor",
     "leasehold.backends.redis_executor_async",
+    "leasehold.backends.sql_executor",
+    "leasehold.backends.sql_executor_async",
+    "leasehold.backends.etcd_executor",
 ]
 pdoc.render.configure(docformat="restructuredtext", show_source=True)
 with warnings.catch_warnings(record=True) as caught:

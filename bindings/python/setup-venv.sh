@@ -20,4 +20,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     LEASEHOLD_SKIP_RUST_BUILD=1 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
     touch "$stamp"
 fi
-.venv/bin/python -c 'import pytest, hypothesis, redis, redis_lock' >/dev/null
+.venv/bin/python -c 'import pytest, hypothesis, redis, redis_lock, psycopg' >/dev/null

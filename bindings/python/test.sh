@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python suite: builds the Rust library, sets up the venv, runs pytest over every test
-# directory (core, sqlite, cli, redis), then builds the API reference (build-docs.sh). Exits
+# directory (core, sqlite, cli, redis, sql, etcd), then builds the API reference (build-docs.sh). Exits
 # non-zero on any failure, and when pytest collects no test at all (pytest exit code 5).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,6 +13,13 @@ if [ -x "$repo/scripts/ensure-redis.sh" ]; then
     # Redis tests start their own redis-server; make sure the binary exists (apt-get).
     "$repo/scripts/ensure-redis.sh"
 fi
+
+# PostgreSQL and etcd tests start their own throw-away servers; make sure the binaries exist.
+for dep in ensure-postgres.sh ensure-etcd.sh; do
+    if [ -x "$repo/scripts/$dep" ]; then
+        "$repo/scripts/$dep" || echo "python: $dep failed; those tests skip (or fail under CI=true)" >&2
+    fi
+done
 
 echo "== python: venv"
 "$here/setup-venv.sh"

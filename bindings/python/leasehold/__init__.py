@@ -42,7 +42,7 @@ from .fencing import FencingGate
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
 if TYPE_CHECKING:
-    from ._core import Config, Counters, RedisOptions
+    from ._core import Config, Counters, EtcdOptions, RedisOptions, SqlOptions
     from ._ffi import VERSION as CORE_VERSION
     from ._ffi import library_path
     from ._lease import ReleaseOutcome
@@ -53,6 +53,8 @@ _LAZY = {
     "Config": ("._core", "Config"),
     "Counters": ("._core", "Counters"),
     "RedisOptions": ("._core", "RedisOptions"),
+    "SqlOptions": ("._core", "SqlOptions"),
+    "EtcdOptions": ("._core", "EtcdOptions"),
     "ReleaseOutcome": ("._lease", "ReleaseOutcome"),
     "CORE_VERSION": ("._ffi", "VERSION"),
     "library_path": ("._ffi", "library_path"),
@@ -87,6 +89,8 @@ __all__ = [
     "Config",
     "Counters",
     "RedisOptions",
+    "SqlOptions",
+    "EtcdOptions",
     "LockService",
     "AsyncLockService",
     "Granted",

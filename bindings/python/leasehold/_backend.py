@@ -4,84 +4,204 @@ A client drives its core in one of two ways:
 
 * a **service** (:class:`~leasehold.service.LockService`, the memory and SQLite backends):
   the core's commands (acquire, renew, release, watch) become service calls;
-* a **backend executor** (the Redis executor): the core speaks the backend's protocol
-  itself, and the executor only runs the requests it polls (``lh_poll_request``), verbatim,
-  on the connection each names, handing back raw replies, pub/sub messages and subscription
-  changes. An executor declares ``backend_protocol = "redis"`` and ``options`` (the core's
-  protocol options), and has ``attach()`` / ``detach()`` (one client at a time),
-  ``command(argv)`` (the raw reply; raises on a transport failure) and
-  ``subscriber(argv, sink)``; the asyncio twin has the same with ``async`` calls.
+* a **backend executor**: the core speaks the backend's protocol itself (Redis, SQL or
+  etcd), and the executor only runs the requests it polls, verbatim, handing back raw
+  results. An executor declares ``backend_protocol`` and ``options`` (the core's protocol
+  options: ``RedisOptions``, ``SqlOptions``, ``EtcdOptions``), and has ``attach()`` /
+  ``detach()`` (one client at a time) and, by protocol (``async`` in the asyncio twins):
+
+  - ``"redis"``: ``command(argv)`` (the raw reply; raises on a transport failure) and
+    ``subscriber(argv, sink)``;
+  - ``"sql"``: ``execute(request, sink)`` (a :class:`~leasehold._core.SqlRequest`; every
+    statement's rows, or raises :class:`SqlFailure`; the PostgreSQL listener's
+    notifications and reconnections go to the sink) and ``take_resets()`` (the
+    connections opened anew since the last call);
+  - ``"etcd"``: ``post(request)`` (``(status, body)``; raises on a transport failure),
+    ``watch(id, request, sink)`` (opens the stream and returns; each message and the
+    stream's end go to the sink) and ``cancel_watch(id)``.
 
 This module is the part of the request model both clients share: polling requests, turning
-an executor's result into the core input to feed, and the sink of the subscriber traffic.
+an executor's result into the core input to feed, and the sink of asynchronous traffic.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import time
 from functools import partial
 from typing import Any, Callable
 
 from . import _ffi
-from ._core import Core
+from ._core import Core, HostFact, HttpRequest, SqlRequest
 
-__all__ = ["backend_of", "run_requests", "execute_request", "execute_request_async", "BackendSink"]
+__all__ = [
+    "backend_of",
+    "run_requests",
+    "execute_request",
+    "execute_request_async",
+    "BackendSink",
+    "SqlFailure",
+    "host_facts",
+    "bind_params",
+    "PROTOCOLS",
+    "sql_status",
+]
 
 log = logging.getLogger("leasehold")
 
-_SUBSCRIBER = _ffi.LH_CONNECTION_SUBSCRIBER
+PROTOCOLS = ("redis", "sql", "etcd")
+_SIDE = 2  # the lane of the Redis subscriber, the PostgreSQL listener and etcd watch streams
+
+
+class SqlFailure(Exception):
+    """An SQL request failed: ``kind`` is ``LH_SQL_FAILURE_DATABASE`` (the database refused
+    a statement; the transaction was rolled back) or ``LH_SQL_FAILURE_TRANSPORT`` (the
+    connection broke: the outcome is unknown)."""
+
+    def __init__(self, kind: int, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def backend_of(service: object) -> Any:
     """``service`` when it is a backend executor, else ``None``."""
-    return service if getattr(service, "backend_protocol", None) == "redis" else None
+    return service if getattr(service, "backend_protocol", None) in PROTOCOLS else None
 
 
-def run_requests(core: Core, submit: Callable[[int, int, list[bytes]], None]) -> None:
-    """Hand every pending request to ``submit(id, connection, argv)``."""
-    for rid, connection, argv in core.poll_requests():
-        submit(rid, connection, argv)
+def run_requests(core: Core, submit: Callable[[int, int, Any], None]) -> None:
+    """Hand every pending request to ``submit(id, lane, payload)``."""
+    for rid, lane, payload in core.poll_requests():
+        submit(rid, lane, payload)
 
 
-def _result(core: Core, rid: int, reply: Any) -> Callable[[], None]:
-    return partial(core.reply, rid, reply)
+# -- host facts (SQL) ----------------------------------------------------------------------------
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
-def _failed(core: Core, rid: int, argv: list[bytes], e: BaseException) -> Callable[[], None]:
-    log.warning("leasehold: backend request %s failed (transport error): %s", argv[0][:16].decode("ascii", "replace"), e)
+_BOOT_ID = _boot_id()
+_HOST = socket.gethostname()
+
+
+def host_facts() -> dict[HostFact, Any]:
+    """The host facts, read now (once per request, as the protocol asks)."""
+    return {
+        HostFact.MONOTONIC_NS: time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+        HostFact.WALL_US: time.time_ns() // 1000,
+        HostFact.BOOT_ID: _BOOT_ID,
+        HostFact.PID: os.getpid(),
+        HostFact.HOST_NAME: _HOST,
+    }
+
+
+def bind_params(params: list[Any], facts: dict[HostFact, Any]) -> list[Any]:
+    """``params`` with every :class:`HostFact` replaced by its value from ``facts``."""
+    return [facts[p] if isinstance(p, HostFact) else p for p in params]
+
+
+# -- results -------------------------------------------------------------------------------------
+def _what(payload: Any) -> str:
+    if isinstance(payload, SqlRequest):
+        return payload.statements[0][0][:24] if payload.statements else "sql"
+    if isinstance(payload, HttpRequest):
+        return payload.path
+    return payload[0][:16].decode("ascii", "replace")
+
+
+def _failed(core: Core, rid: int, payload: Any, e: BaseException) -> Callable[[], None]:
+    log.warning("leasehold: backend request %s failed (transport error): %s", _what(payload), e)
+    if isinstance(payload, SqlRequest):
+        return partial(core.sql_failed, rid, _ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__)
+    if isinstance(payload, HttpRequest):
+        return partial(core.http_failed, rid, str(e) or type(e).__name__)
     return partial(core.request_failed, rid)
 
 
-def execute_request(
-    core: Core, executor: Any, sink: "BackendSink", rid: int, connection: int, argv: list[bytes]
-) -> Callable[[], None] | None:
+def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[], None]:
+    """The input for a finished SQL request: its rows or its failure, then the connections
+    the executor opened anew meanwhile."""
+    resets: list[int] = executor.take_resets()
+    if isinstance(outcome, SqlFailure):
+        first: Callable[[], None] = partial(core.sql_failed, rid, outcome.kind, str(outcome))
+    else:
+        first = partial(core.sql_result, rid, outcome)
+    if not resets:
+        return first
+
+    def feed() -> None:
+        first()
+        for c in resets:
+            core.sql_connection_reset(c)
+
+    return feed
+
+
+def _plan(
+    core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
+) -> tuple[Callable[[], Any], Callable[[Any], Callable[[], None] | None], Callable[[Exception], Callable[[], None]]]:
+    """How to run one request, for both kinds of executor: ``call()`` does the IO (a sync
+    executor's result, or an async one's awaitable), ``done(result)`` is the input to feed
+    (``None`` when the answer comes through the sink: a subscriber's confirmation, a watch
+    stream), ``fail(exception)`` the input for a failure. The sync and asyncio clients share
+    it, so they cannot drift apart."""
+    if isinstance(payload, SqlRequest):
+
+        def sql_fail(e: Exception) -> Callable[[], None]:
+            if not isinstance(e, SqlFailure):
+                e = SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__)
+            return _sql_done(core, executor, rid, e)
+
+        return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
+    fail = partial(_failed, core, rid, payload)
+    if isinstance(payload, HttpRequest):
+        if payload.kind == _ffi.LH_HTTP_UNARY:
+            return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
+        if payload.kind == _ffi.LH_HTTP_WATCH:
+            return partial(executor.watch, rid, payload, sink), _nothing, fail
+        return partial(executor.cancel_watch, rid), _nothing, fail
+    if lane == _SIDE:
+        return partial(executor.subscriber, payload, sink), _nothing, fail
+    return partial(executor.command, payload), partial(partial, core.reply, rid), fail
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+def execute_request(core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any) -> Callable[[], None] | None:
     """(IO thread) Run one request with a sync executor; the input to feed, ``None`` when the
-    answer comes through the sink (a subscriber request's confirmation)."""
+    answer comes through the sink."""
+    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
     try:
-        if connection == _SUBSCRIBER:
-            executor.subscriber(argv, sink)
-            return None
-        return _result(core, rid, executor.command(argv))
+        result = call()
     except Exception as e:
-        return _failed(core, rid, argv, e)
+        return fail(e)
+    return done(result)
 
 
 async def execute_request_async(
-    core: Core, executor: Any, sink: "BackendSink", rid: int, connection: int, argv: list[bytes]
+    core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
 ) -> Callable[[], None] | None:
-    """The asyncio twin of :func:`execute_request`."""
+    """The asyncio twin of :func:`execute_request` (the same plan, awaited)."""
+    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
     try:
-        if connection == _SUBSCRIBER:
-            await executor.subscriber(argv, sink)
-            return None
-        return _result(core, rid, await executor.command(argv))
+        result = await call()
     except Exception as e:
-        return _failed(core, rid, argv, e)
+        return fail(e)
+    return done(result)
 
 
 class BackendSink:
-    """Passes the subscriber connection's traffic to the core through ``feed(fn)`` (which
-    serializes it with the client's other core calls)."""
+    """Passes a backend's asynchronous traffic to the core through ``feed(fn)`` (which
+    serializes it with the client's other core calls): Redis pub/sub messages and
+    subscription changes, PostgreSQL notifications and reconnections, etcd watch messages
+    and stream ends."""
 
     def __init__(self, core: Core, feed: Callable[[Callable[[], None]], None]) -> None:
         self._core = core
@@ -92,3 +212,45 @@ class BackendSink:
 
     def subscription(self, channel: bytes, subscribed: bool) -> None:
         self._feed(partial(self._core.subscription, channel, subscribed))
+
+    def notification(self, channel: str | bytes, payload: str | bytes) -> None:
+        self._feed(partial(self._core.sql_notification, channel, payload))
+
+    def connection_reset(self, connection: int) -> None:
+        self._feed(partial(self._core.sql_connection_reset, connection))
+
+    def stream_message(self, rid: int, message: bytes) -> None:
+        self._feed(partial(self._core.http_stream_message, rid, message))
+
+    def stream_ended(self, rid: int, message: str) -> None:
+        self._feed(partial(self._core.http_failed, rid, message))
+
+
+def sql_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
+    """What the database says about ``name`` (a :class:`~leasehold._core.SqlStatus`), read
+    with a sync SQL executor on a core of its own: the core writes the query (and the
+    migration before it), the executor runs it. Raises ``TimeoutError`` when no answer
+    came within ``timeout`` seconds."""
+    from ._core import Config
+
+    core = Core(Config(), backend=executor.options)
+    sink = BackendSink(core, lambda fn: None)  # a status query LISTENs to nothing
+    executor.attach()
+    try:
+        core.sql_status_request(name)
+        end = time.monotonic() + timeout
+        while True:
+            for rid, lane, payload in core.poll_requests():
+                fn = execute_request(core, executor, sink, rid, lane, payload)
+                if fn is not None:
+                    fn()
+            got = core.sql_poll_status()
+            if got is not None:
+                return got[1]
+            if time.monotonic() > end:
+                raise TimeoutError(f"no status of {name!r} within {timeout:g}s: {core.backend_last_error()}")
+            time.sleep(0.01)
+            core.timeout()
+    finally:
+        executor.detach()
+        core.close()

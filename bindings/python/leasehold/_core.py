@@ -10,6 +10,7 @@ stays valid forever.
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import os
 import struct
@@ -20,7 +21,23 @@ from typing import Any, Callable, NamedTuple
 from . import _ffi, errors
 from ._ffi import lib
 
-__all__ = ["Config", "Core", "Output", "LeaseInfo", "Counters", "ClockFn", "RedisOptions", "flatten_reply"]
+__all__ = [
+    "Config",
+    "Core",
+    "Output",
+    "LeaseInfo",
+    "Counters",
+    "ClockFn",
+    "RedisOptions",
+    "SqlOptions",
+    "EtcdOptions",
+    "HostFact",
+    "SqlRequest",
+    "HttpRequest",
+    "SqlStatus",
+    "flatten_reply",
+    "flatten_rows",
+]
 
 ClockFn = Callable[[], int]
 """A monotonic clock in integer nanoseconds."""
@@ -104,6 +121,92 @@ class RedisOptions:
         return c
 
 
+@dataclass(frozen=True)
+class SqlOptions:
+    """Options of the core's SQL protocol (``lh_sql_options``): the dialect (``"sqlite"`` or
+    ``"postgresql"``) and, for SQLite, the busy timeout in ms (``None``: the core's 5000)."""
+
+    dialect: str = "sqlite"
+    busy_timeout_ms: int | None = None
+
+    def to_c(self) -> _ffi.lh_sql_options:
+        c = _ffi.lh_sql_options()
+        lib.lh_sql_options_default(ctypes.byref(c))
+        c.struct_size = ctypes.sizeof(_ffi.lh_sql_options)
+        dialects = {"sqlite": _ffi.LH_DIALECT_SQLITE, "postgresql": _ffi.LH_DIALECT_POSTGRES}
+        if self.dialect not in dialects:
+            raise ValueError(f"SqlOptions.dialect must be 'sqlite' or 'postgresql', not {self.dialect!r}")
+        c.dialect = dialects[self.dialect]
+        if self.busy_timeout_ms is not None:
+            c.busy_timeout_ms = _u64(self.busy_timeout_ms, "SqlOptions.busy_timeout_ms")
+        return c
+
+
+@dataclass(frozen=True)
+class EtcdOptions:
+    """Options of the core's etcd protocol (``lh_etcd_options``): a user and password make
+    the core authenticate first and send its token with every request."""
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def to_c(self) -> tuple[_ffi.lh_etcd_options, tuple[bytes, bytes]]:
+        c = _ffi.lh_etcd_options()
+        lib.lh_etcd_options_default(ctypes.byref(c))
+        c.struct_size = ctypes.sizeof(_ffi.lh_etcd_options)
+        user = (self.user or "").encode("utf-8")
+        password = (self.password or "").encode("utf-8")
+        if user:
+            c.user, c.user_len = user, len(user)
+            c.password, c.password_len = (password or None), len(password)
+        return c, (user, password)  # the bytes stay alive as long as the struct is used
+
+
+class HostFact(enum.IntEnum):
+    """A parameter the executor binds from the host (read once per request): the SQL
+    protocol's ``LH_PARAM_HOST_*``."""
+
+    MONOTONIC_NS = _ffi.LH_PARAM_HOST_MONOTONIC_NS
+    WALL_US = _ffi.LH_PARAM_HOST_WALL_US
+    BOOT_ID = _ffi.LH_PARAM_HOST_BOOT_ID
+    PID = _ffi.LH_PARAM_HOST_PID
+    HOST_NAME = _ffi.LH_PARAM_HOST_NAME
+
+
+class SqlRequest(NamedTuple):
+    """One SQL request, copied out of the core: run ``statements`` (SQL text, parameters:
+    ``None``, ``int``, ``str``, ``bytes`` or a :class:`HostFact`) in order on ``connection``
+    (``LH_SQL_CONNECTION_COMMANDS`` or ``_LISTENER``), in autocommit mode."""
+
+    connection: int
+    statements: list[tuple[str, list[Any]]]
+
+
+class HttpRequest(NamedTuple):
+    """One etcd gateway request, copied out of the core (``kind`` is ``LH_HTTP_*``)."""
+
+    kind: int
+    method: str
+    path: str
+    body: bytes
+    authorization: str
+
+
+@dataclass(frozen=True)
+class SqlStatus:
+    """What the database said about one name (``lh_sql_poll_status``); advisory."""
+
+    ok: bool
+    held: bool
+    fencing_token: int
+    remaining_ttl_ms: int
+    last_fencing_token: int
+    holder_pid: int
+    held_for_ms: int
+    holder_host: str
+    error: str
+
+
 # One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
 _VALUE = struct.Struct("@IIqQQ")
 _pack_value = _VALUE.pack
@@ -152,6 +255,53 @@ def flatten_reply(reply: Any) -> tuple[bytes, int, bytes]:
 
     walk(reply)
     return b"".join(values), len(values), b"".join(data)
+
+
+_V_TEXT, _V_FLOAT = _ffi.LH_VALUE_TEXT, _ffi.LH_VALUE_FLOAT
+_pack_double = struct.Struct("@d").pack
+_unpack_i64 = struct.Struct("@q").unpack
+
+
+def flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
+    """Every statement's rows as ``lh_sql_result`` takes them: packed ``lh_value`` list (an
+    array per statement, of rows, each an array of columns), its length, the data buffer.
+    Columns: ``None``, ``bool`` / ``int`` (64-bit), ``float``, ``str`` (text), ``bytes``
+    (blob); any other type is passed as NULL (the protocol never reads one). An integer
+    outside 64 bits raises ``ValueError``."""
+    values: list[bytes] = [_pack_value(_V_ARRAY, 0, 0, 0, len(results))]
+    data: list[bytes] = []
+    used = 0
+    for rows in results:
+        values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(rows)))
+        for row in rows:
+            values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(row)))
+            for v in row:
+                if v is None:
+                    values.append(_pack_value(_V_NIL, 0, 0, 0, 0))
+                elif isinstance(v, int):
+                    if not -(2**63) <= v < 2**63:
+                        raise ValueError(f"an integer column outside 64 bits: {v}")
+                    values.append(_pack_value(_V_INT, 0, int(v), 0, 0))
+                elif isinstance(v, float):
+                    values.append(_pack_value(_V_FLOAT, 0, _unpack_i64(_pack_double(v))[0], 0, 0))
+                elif isinstance(v, str):
+                    raw = v.encode("utf-8", "surrogateescape")
+                    values.append(_pack_value(_V_TEXT, 0, 0, used, len(raw)))
+                    data.append(raw)
+                    used += len(raw)
+                elif isinstance(v, (bytes, bytearray, memoryview)):
+                    raw = bytes(v)
+                    values.append(_pack_value(_V_BULK, 0, 0, used, len(raw)))
+                    data.append(raw)
+                    used += len(raw)
+                else:
+                    values.append(_pack_value(_V_NIL, 0, 0, 0, 0))
+    return b"".join(values), len(values), b"".join(data)
+
+
+def _bounded(message: str | bytes, limit: int) -> bytes:
+    raw = message if isinstance(message, bytes) else message.encode("utf-8", "replace")
+    return raw[:limit]
 
 
 class Output(NamedTuple):
@@ -308,20 +458,37 @@ class Core:
         seed: bytes | None = None,
         clock: ClockFn | None = None,
         redis: RedisOptions | None = None,
+        backend: "RedisOptions | SqlOptions | EtcdOptions | None" = None,
     ) -> None:
         self._clock: ClockFn = clock or time.monotonic_ns
+        if redis is not None and backend is not None:
+            raise ValueError("give redis= or backend=, not both")
+        options = backend if backend is not None else redis
         cfg = (config or Config()).to_c()
         seed = os.urandom(32) if seed is None else seed
         if not isinstance(seed, (bytes, bytearray)):
             raise TypeError("seed must be bytes")
         seed = bytes(seed)
         out = _ffi.lh_client_p()
-        if redis is not None:
-            ropts = redis.to_c()
+        self.protocol: str | None
+        if isinstance(options, RedisOptions):
+            ropts = options.to_c()
             lib.lh_client_new_redis(ctypes.byref(cfg), ctypes.byref(ropts), _as_u8p(seed), len(seed), ctypes.byref(out))
-        else:
+            self.protocol = "redis"
+        elif isinstance(options, SqlOptions):
+            sopts = options.to_c()
+            lib.lh_client_new_sql(ctypes.byref(cfg), ctypes.byref(sopts), _as_u8p(seed), len(seed), ctypes.byref(out))
+            self.protocol = "sql"
+        elif isinstance(options, EtcdOptions):
+            eopts, _keep = options.to_c()
+            lib.lh_client_new_etcd(ctypes.byref(cfg), ctypes.byref(eopts), _as_u8p(seed), len(seed), ctypes.byref(out))
+            self.protocol = "etcd"
+        elif options is None:
             lib.lh_client_new(ctypes.byref(cfg), _as_u8p(seed), len(seed), ctypes.byref(out))
-        self.backend = redis is not None
+            self.protocol = None
+        else:
+            raise TypeError(f"unknown backend options {type(options).__name__}")
+        self.backend = self.protocol is not None
         self._req = _ffi.lh_request()
         self._req_ref = ctypes.byref(self._req)
         self._h = _Handle(out)
@@ -493,9 +660,19 @@ class Core:
     def timeout(self) -> None:
         lib.lh_timeout(self._p(), self.now())
 
-    # -- backend requests (a handle made with ``redis=``) ----------------------------------------
-    def poll_requests(self) -> list[tuple[int, int, list[bytes]]]:
-        """Every pending backend request as ``(id, connection, argv)``, argv copied."""
+    # -- backend requests (a handle made with a backend's options) -------------------------------
+    def poll_requests(self) -> list[tuple[int, int, Any]]:
+        """Every pending backend request as ``(id, lane, payload)``, copied: ``lane`` 1 runs
+        on the commands pool, 2 in order on the side worker (Redis subscriber, PostgreSQL
+        listener, etcd watch streams); ``payload`` is the Redis argv, a :class:`SqlRequest`
+        or an :class:`HttpRequest`."""
+        if self.protocol == "sql":
+            return self._poll_sql()  # type: ignore[return-value]
+        if self.protocol == "etcd":
+            return self._poll_http()  # type: ignore[return-value]
+        return self._poll_redis()  # type: ignore[return-value]
+
+    def _poll_redis(self) -> list[tuple[int, int, list[bytes]]]:
         p = self._p()
         req, ref, at = self._req, self._req_ref, _string_at
         reqs: list[tuple[int, int, list[bytes]]] = []
@@ -505,6 +682,159 @@ class Core:
                 return reqs
             argv = req.argv
             reqs.append((req.id, req.connection, [at(argv[i].ptr, argv[i].len) for i in range(req.argc)]))
+
+    def _poll_sql(self) -> list[tuple[int, int, SqlRequest]]:
+        p = self._p()
+        req = _ffi.lh_sql_request()
+        ref = ctypes.byref(req)
+        reqs: list[tuple[int, int, SqlRequest]] = []
+        while True:
+            lib.lh_sql_poll_request(p, ref)
+            if req.id == 0:
+                return reqs
+            data = _string_at(req.data, req.data_len) if req.data_len else b""
+            params: list[Any] = []
+            for i in range(req.nparams):
+                v = req.params[i]
+                k = v.kind
+                if k == _V_INT:
+                    params.append(int(v.integer))
+                elif k == _V_TEXT:
+                    params.append(data[v.offset : v.offset + v.len].decode("utf-8"))
+                elif k == _V_BULK:
+                    params.append(data[v.offset : v.offset + v.len])
+                elif _ffi.LH_PARAM_HOST_MONOTONIC_NS <= k <= _ffi.LH_PARAM_HOST_NAME:
+                    params.append(HostFact(k))
+                else:
+                    params.append(None)
+            statements = []
+            for i in range(req.nstatements):
+                st = req.statements[i]
+                sql = data[st.sql_offset : st.sql_offset + st.sql_len].decode("utf-8")
+                statements.append((sql, params[st.first_param : st.first_param + st.nparams]))
+            reqs.append((int(req.id), int(req.connection), SqlRequest(int(req.connection), statements)))
+
+    def _poll_http(self) -> list[tuple[int, int, HttpRequest]]:
+        p = self._p()
+        req = _ffi.lh_http_request()
+        ref = ctypes.byref(req)
+        reqs: list[tuple[int, int, HttpRequest]] = []
+        while True:
+            lib.lh_http_poll_request(p, ref)
+            if req.id == 0:
+                return reqs
+            kind = int(req.kind)
+            body = _string_at(req.body, req.body_len) if req.body_len else b""
+            r = HttpRequest(
+                kind,
+                (req.method or b"").decode("ascii", "replace"),
+                (req.path or b"").decode("ascii", "replace"),
+                body,
+                (req.authorization or b"").decode("ascii", "replace"),
+            )
+            reqs.append((int(req.id), 1 if kind == _ffi.LH_HTTP_UNARY else 2, r))
+
+    # SQL inputs
+    def sql_result(self, request_id: int, results: list[list[Any]]) -> None:
+        """Every statement's rows (see :func:`flatten_rows`); rows the core refuses as
+        malformed are reported as a transport failure of the request."""
+        p, now = self._p(), int(self._clock())
+        try:
+            values, n, data = flatten_rows(results)
+            lib.lh_sql_result(p, now, request_id, values, n, data, len(data))
+        except (errors.InvalidArgument, ValueError, struct.error) as e:
+            msg = _bounded(f"malformed rows: {e}", _ffi.LH_MAX_SQL_MESSAGE)
+            lib.lh_sql_failed(p, now, request_id, _ffi.LH_SQL_FAILURE_TRANSPORT, msg, len(msg))
+
+    def sql_failed(self, request_id: int, kind: int, message: str | bytes) -> None:
+        msg = _bounded(message, _ffi.LH_MAX_SQL_MESSAGE)
+        lib.lh_sql_failed(self._p(), int(self._clock()), request_id, kind, msg, len(msg))
+
+    def sql_notification(self, channel: str | bytes, payload: str | bytes) -> None:
+        ch, pl = _bounded(channel, _ffi.LH_MAX_SQL_MESSAGE), _bounded(payload, _ffi.LH_MAX_SQL_MESSAGE)
+        lib.lh_sql_notification(self._p(), int(self._clock()), ch, len(ch), pl, len(pl))
+
+    def sql_connection_reset(self, connection: int) -> None:
+        lib.lh_sql_connection_reset(self._p(), int(self._clock()), connection)
+
+    def sql_status_request(self, name: str) -> int:
+        """Queue a status query for ``name``; its id (see :meth:`sql_poll_status`)."""
+        raw = _encode_name(name)
+        out = ctypes.c_uint64()
+        lib.lh_sql_status_request(self._p(), int(self._clock()), raw, len(raw), ctypes.byref(out))
+        return int(out.value)
+
+    def sql_poll_status(self) -> tuple[int, SqlStatus] | None:
+        """The next answered status query as ``(id, status)``, or ``None``."""
+        st = _ffi.lh_sql_status()
+        st.struct_size = ctypes.sizeof(_ffi.lh_sql_status)
+        lib.lh_sql_poll_status(self._p(), ctypes.byref(st))
+        if st.id == 0:
+            return None
+        host = _string_at(st.holder_host, st.holder_host_len).decode("utf-8", "replace") if st.holder_host_len else ""
+        err = _string_at(st.error, st.error_len).decode("utf-8", "replace") if st.error_len else ""
+        return int(st.id), SqlStatus(
+            ok=bool(st.ok),
+            held=bool(st.held),
+            fencing_token=int(st.fencing_token),
+            remaining_ttl_ms=int(st.remaining_ttl_ms),
+            last_fencing_token=int(st.last_fencing_token),
+            holder_pid=int(st.holder_pid),
+            held_for_ms=int(st.held_for_ms),
+            holder_host=host,
+            error=err,
+        )
+
+    def _last_error(self, fn: Any) -> str:
+        ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
+        fn(self._p(), ctypes.byref(ptr), ctypes.byref(n))
+        return _string_at(ptr.value, n.value).decode("utf-8", "replace") if n.value else ""
+
+    def backend_last_error(self) -> str:
+        """The last database error, refused schema, error body or transport failure the
+        backend protocol saw (SQL and etcd; empty otherwise)."""
+        if self.protocol == "sql":
+            return self._last_error(lib.lh_sql_last_error)
+        if self.protocol == "etcd":
+            return self._last_error(lib.lh_etcd_last_error)
+        return ""
+
+    # etcd inputs
+    def http_reply(self, request_id: int, status: int, body: bytes) -> None:
+        """A unary reply; a status or body the core cannot take is a failure of the request."""
+        p, now = self._p(), int(self._clock())
+        try:
+            lib.lh_http_reply(p, now, request_id, status, body or None, len(body))
+        except errors.InvalidArgument as e:
+            msg = _bounded(f"unusable reply: {e}", _ffi.LH_MAX_HTTP_BODY)
+            lib.lh_http_failed(p, now, request_id, msg, len(msg))
+
+    def http_stream_message(self, request_id: int, message: bytes) -> None:
+        p, now = self._p(), int(self._clock())
+        try:
+            lib.lh_http_stream_message(p, now, request_id, message, len(message))
+        except errors.InvalidArgument as e:
+            msg = _bounded(f"unusable watch message: {e}", _ffi.LH_MAX_HTTP_BODY)
+            lib.lh_http_failed(p, now, request_id, msg, len(msg))
+
+    def http_failed(self, request_id: int, message: str | bytes) -> None:
+        msg = _bounded(message, _ffi.LH_MAX_HTTP_BODY)
+        lib.lh_http_failed(self._p(), int(self._clock()), request_id, msg or None, len(msg))
+
+    def etcd_counters(self) -> dict[str, int]:
+        """What the etcd protocol saw (``lh_etcd_counters``), by field name."""
+        c = _ffi.lh_etcd_counters()
+        c.struct_size = ctypes.sizeof(_ffi.lh_etcd_counters)
+        lib.lh_etcd_counters_get(self._p(), ctypes.byref(c))
+        return {f: int(getattr(c, f)) for f in _ffi.ETCD_COUNTER_FIELDS}
+
+    def backend_counters(self) -> dict[str, int]:
+        """The backend protocol's counters (Redis, etcd; empty otherwise)."""
+        if self.protocol == "redis":
+            return self.redis_counters()
+        if self.protocol == "etcd":
+            return self.etcd_counters()
+        return {}
 
     def reply(self, request_id: int, reply: Any) -> None:
         """The reply to a backend request (see :func:`flatten_reply`); a reply the core

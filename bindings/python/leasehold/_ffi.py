@@ -111,8 +111,30 @@ LH_VALUE_STATUS = 4
 LH_VALUE_ERROR = 5
 LH_VALUE_ARRAY = 6
 LH_NO_RETRY_HINT = 2**64 - 1
+LH_VALUE_TEXT = 7
+LH_VALUE_FLOAT = 8
 LH_ACQUIRE_REENTRANT = 1
 LH_ACQUIRE_NO_AUTO_RENEW = 2
+
+# SQL protocol (lh_client_new_sql)
+LH_DIALECT_SQLITE = 1
+LH_DIALECT_POSTGRES = 2
+LH_SQL_CONNECTION_COMMANDS = 1
+LH_SQL_CONNECTION_LISTENER = 2
+LH_PARAM_HOST_MONOTONIC_NS = 20
+LH_PARAM_HOST_WALL_US = 21
+LH_PARAM_HOST_BOOT_ID = 22
+LH_PARAM_HOST_PID = 23
+LH_PARAM_HOST_NAME = 24
+LH_SQL_FAILURE_TRANSPORT = 1
+LH_SQL_FAILURE_DATABASE = 2
+LH_MAX_SQL_MESSAGE = 1 << 16
+
+# etcd protocol (lh_client_new_etcd)
+LH_HTTP_UNARY = 1
+LH_HTTP_WATCH = 2
+LH_HTTP_CANCEL_WATCH = 3
+LH_MAX_HTTP_BODY = 1 << 20
 
 U64_MAX = 2**64 - 1
 
@@ -278,6 +300,110 @@ REDIS_COUNTER_FIELDS = (
 class lh_redis_counters(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("subscribed", ctypes.c_uint32)] + [
         (f, ctypes.c_uint64) for f in REDIS_COUNTER_FIELDS
+    ]
+
+
+class lh_sql_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dialect", ctypes.c_uint32),
+        ("busy_timeout_ms", ctypes.c_uint64),
+    ]
+
+
+class lh_sql_statement(ctypes.Structure):
+    _fields_ = [
+        ("sql_offset", ctypes.c_uint64),
+        ("sql_len", ctypes.c_uint64),
+        ("first_param", ctypes.c_uint32),
+        ("nparams", ctypes.c_uint32),
+    ]
+
+
+class lh_value(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("integer", ctypes.c_int64),
+        ("offset", ctypes.c_uint64),
+        ("len", ctypes.c_uint64),
+    ]
+
+
+class lh_sql_request(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("connection", ctypes.c_uint32),
+        ("nstatements", ctypes.c_uint32),
+        ("statements", ctypes.POINTER(lh_sql_statement)),
+        ("params", ctypes.POINTER(lh_value)),
+        ("nparams", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("data_len", ctypes.c_size_t),
+    ]
+
+
+class lh_sql_status(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("ok", ctypes.c_uint32),
+        ("id", ctypes.c_uint64),
+        ("held", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("fencing_token", ctypes.c_uint64),
+        ("remaining_ttl_ms", ctypes.c_uint64),
+        ("last_fencing_token", ctypes.c_uint64),
+        ("holder_pid", ctypes.c_int64),
+        ("held_for_ms", ctypes.c_uint64),
+        ("holder_host", ctypes.c_void_p),
+        ("holder_host_len", ctypes.c_size_t),
+        ("error", ctypes.c_void_p),
+        ("error_len", ctypes.c_size_t),
+    ]
+
+
+class lh_etcd_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("user", ctypes.c_char_p),
+        ("user_len", ctypes.c_size_t),
+        ("password", ctypes.c_char_p),
+        ("password_len", ctypes.c_size_t),
+    ]
+
+
+class lh_http_request(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("kind", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("method", ctypes.c_char_p),
+        ("path", ctypes.c_char_p),
+        ("body", ctypes.c_void_p),
+        ("body_len", ctypes.c_size_t),
+        ("authorization", ctypes.c_char_p),
+    ]
+
+
+ETCD_COUNTER_FIELDS = (
+    "requests",
+    "leases_granted",
+    "txns",
+    "watches",
+    "wakeups",
+    "waiting_keepalives",
+    "waiters_expired",
+    "error_replies",
+    "garbage_replies",
+    "transport_failures",
+    "stale_replies",
+)
+
+
+class lh_etcd_counters(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("_reserved", ctypes.c_uint32)] + [
+        (f, ctypes.c_uint64) for f in ETCD_COUNTER_FIELDS
     ]
 
 
@@ -449,6 +575,34 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_pubsub_message": ([lh_client_p, _u64, _cp, _sz, _cp, _sz], _u32, True),
     "lh_subscription": ([lh_client_p, _u64, _cp, _sz, _u32], _u32, True),
     "lh_redis_counters_get": ([lh_client_p, ctypes.POINTER(lh_redis_counters)], _u32, True),
+    # SQL protocol
+    "lh_sql_options_default": ([ctypes.POINTER(lh_sql_options)], None, False),
+    "lh_client_new_sql": (
+        [ctypes.POINTER(lh_config), ctypes.POINTER(lh_sql_options), _u8p, _sz, ctypes.POINTER(lh_client_p)],
+        _u32,
+        True,
+    ),
+    "lh_sql_poll_request": ([lh_client_p, ctypes.POINTER(lh_sql_request)], _u32, True),
+    "lh_sql_result": ([lh_client_p, _u64, _u64, _cp, _sz, _cp, _sz], _u32, True),
+    "lh_sql_failed": ([lh_client_p, _u64, _u64, _u32, _cp, _sz], _u32, True),
+    "lh_sql_notification": ([lh_client_p, _u64, _cp, _sz, _cp, _sz], _u32, True),
+    "lh_sql_connection_reset": ([lh_client_p, _u64, _u32], _u32, True),
+    "lh_sql_status_request": ([lh_client_p, _u64, _cp, _sz, ctypes.POINTER(_u64)], _u32, True),
+    "lh_sql_poll_status": ([lh_client_p, ctypes.POINTER(lh_sql_status)], _u32, True),
+    "lh_sql_last_error": ([lh_client_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)], _u32, True),
+    # etcd protocol
+    "lh_etcd_options_default": ([ctypes.POINTER(lh_etcd_options)], None, False),
+    "lh_client_new_etcd": (
+        [ctypes.POINTER(lh_config), ctypes.POINTER(lh_etcd_options), _u8p, _sz, ctypes.POINTER(lh_client_p)],
+        _u32,
+        True,
+    ),
+    "lh_http_poll_request": ([lh_client_p, ctypes.POINTER(lh_http_request)], _u32, True),
+    "lh_http_reply": ([lh_client_p, _u64, _u64, _u32, _cp, _sz], _u32, True),
+    "lh_http_stream_message": ([lh_client_p, _u64, _u64, _cp, _sz], _u32, True),
+    "lh_http_failed": ([lh_client_p, _u64, _u64, _cp, _sz], _u32, True),
+    "lh_etcd_counters_get": ([lh_client_p, ctypes.POINTER(lh_etcd_counters)], _u32, True),
+    "lh_etcd_last_error": ([lh_client_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)], _u32, True),
 }
 
 

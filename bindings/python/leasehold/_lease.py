@@ -166,7 +166,10 @@ class LeaseLifecycle:
         if reason == _ffi.LH_REASON_WAIT_EXHAUSTED:
             return errors.LockTimeout(h.name, wait_s)
         if reason == _ffi.LH_REASON_UNAVAILABLE:
-            return errors.BackendUnavailable(h.name, wait_s)
+            # What the database or cluster said (a refused password, a foreign table...).
+            core = getattr(self, "_core", None)
+            detail = core.backend_last_error() if core is not None and not core.closed else ""
+            return errors.BackendUnavailable(h.name, wait_s, detail)
         if self._closing or self._closed:
             return errors.ClientClosed(f"acquire of {h.name!r} cancelled: the client was closed")
         return errors.AcquireCancelled(f"acquire of {h.name!r} was cancelled")

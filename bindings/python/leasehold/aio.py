@@ -183,7 +183,7 @@ class AsyncLockClient(LeaseLifecycle):
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = client_config(config, self._service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
+        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
         self._sink = BackendSink(self._core, self._backend_input)
         if self._backend is not None:
             self._backend.attach()
@@ -243,7 +243,7 @@ class AsyncLockClient(LeaseLifecycle):
         if not callable(callback):
             raise TypeError("callback must be callable")
         if self._backend is not None:
-            raise errors.LeaseholdError("on_release is not available on a backend executor (Redis executor)")
+            raise errors.LeaseholdError("on_release is not available on a backend executor")
         self._ensure_loop()
         self._check_open()
         self._subscribers.setdefault(name, []).append(callback)
@@ -262,12 +262,19 @@ class AsyncLockClient(LeaseLifecycle):
 
     def backend_counters(self) -> dict[str, int]:
         """As :meth:`leasehold.LockClient.backend_counters`."""
-        return self._core.redis_counters() if self._backend is not None else {}
+        return self._core.backend_counters() if self._backend is not None else {}
 
     def counters(self) -> Counters:
         if self._closed:
             raise errors.ClientClosed("the AsyncLockClient is closed")
         return self._core.counters()
+
+    def backend_last_error(self) -> str:
+        """The last database error, refused schema, error reply or transport failure the
+        core's backend protocol saw (SQL and etcd executors; empty otherwise)."""
+        if self._core.closed:
+            return ""
+        return self._core.backend_last_error()
 
     @property
     def closed(self) -> bool:
@@ -443,11 +450,11 @@ class AsyncLockClient(LeaseLifecycle):
         else:
             self._feed(fn)
 
-    def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
-        self._spawn(self._execute(rid, connection, argv))
+    def _submit_request(self, rid: int, lane: int, payload: Any) -> None:
+        self._spawn(self._execute(rid, lane, payload))
 
-    async def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
-        fn = await execute_request_async(self._core, self._backend, self._sink, rid, connection, argv)
+    async def _execute(self, rid: int, lane: int, payload: Any) -> None:
+        fn = await execute_request_async(self._core, self._backend, self._sink, rid, lane, payload)
         if fn is not None and not self._closed:
             self._deliver_input(fn)
 

@@ -107,6 +107,10 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
   redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
                        the master that these Redis Sentinels name MASTER, followed across
                        failovers (PASSWORD and DB are the Redis servers'; no `status`)
+  postgresql://USER:PASSWORD@HOST[:PORT]/DB[?sslmode=...], postgres://...
+                       a PostgreSQL database (needs psycopg 3: pip install 'leasehold[postgres]')
+  etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...], etcds://... (TLS)
+                       an etcd v3 cluster, any of its members
   memory://            in-process only: no other process sees the lock (for tests)
 """
 
@@ -356,6 +360,13 @@ def _version() -> str:
 
 def redact(url: str) -> str:
     """The URL without its password (for messages)."""
+    if url.lower().startswith(("etcd://", "etcds://")):
+        scheme, rest = url.split("://", 1)
+        if "@" in rest:
+            user, _, hosts = rest.rpartition("@")
+            if ":" in user:
+                return f"{scheme}://{user.split(':', 1)[0]}:***@{hosts}"
+        return url
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -422,7 +433,24 @@ def open_backend(url: str) -> Any:
         return svc
     if scheme == "redis+sentinel":
         return _open_sentinel(url)
-    raise UsageError(f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, or memory://)")
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .backends.sql_executor import PostgresExecutor
+
+            return PostgresExecutor(url)
+        except ImportError as e:
+            raise BackendError(f"the PostgreSQL backend needs psycopg 3 (pip install 'leasehold[postgres]'): {e}") from None
+    if scheme in ("etcd", "etcds"):
+        from .backends.etcd_executor import EtcdExecutor
+
+        user, password, endpoints = etcd_url(url)
+        try:
+            return EtcdExecutor(endpoints, user=user, password=password)
+        except ValueError as e:
+            raise UsageError(
+        f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, postgresql://, etcd://, "
+        "or memory://)"
+    )
 
 
 def _open_sentinel(url: str) -> Any:
@@ -444,6 +472,24 @@ def _open_sentinel(url: str) -> Any:
         why = str(e).split(" : ")[0]  # redis-py appends every sentinel's repr
         raise BackendError(f"cannot reach the master through {redact(url)}: {why}") from None
     return executor
+
+
+def etcd_url(url: str) -> tuple[str | None, str | None, list[str]]:
+    """``etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]`` as (user, password, member URLs);
+    ``etcds://`` members speak TLS."""
+    from urllib.parse import unquote
+
+    scheme, _, rest = url.partition("://")
+    user = password = None
+    if "@" in rest:
+        info, _, rest = rest.rpartition("@")
+        name, sep, pw = info.partition(":")
+        user, password = unquote(name) or None, (unquote(pw) if sep else None)
+    rest = rest.rstrip("/")
+    if not rest or "/" in rest or "?" in rest:
+        raise UsageError(f"bad etcd URL {redact(url)!r}: give HOST:PORT[,HOST:PORT...] and nothing else")
+    prefix = "https://" if scheme.lower() == "etcds" else "http://"
+    return user, password, [prefix + h.strip() for h in rest.split(",") if h.strip()]
 
 
 # ---------------------------------------------------------------------- status
@@ -470,6 +516,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif url.lower().startswith("memory:"):
         open_backend(url).close()  # validates the URL
         raise BackendError(f"status is not supported by the backend {redact(url)} (in-process only: nothing to read)")
+    elif url.lower().startswith(("etcd:", "etcds:")):
+        open_backend(url).close()  # validates the URL
+        raise BackendError(f"status is not supported by the etcd backend yet ({redact(url)})")
+    elif url.lower().startswith(("postgresql:", "postgres:")):
+        st = _sql_status(open_backend(url), name, url)
     else:
         st = _status_from(open_backend(url), name, url)
     held_for = _field(st, "held_for_ms")
@@ -500,6 +551,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         last = info["last_fencing_token"]
         print(f"{name}: free" + (f" (last fencing token {last})" if last is not None else " (never acquired)"))
     return EX_OK if info["held"] else EX_FREE
+
+
+def _sql_status(executor: Any, name: str, url: str) -> dict[str, Any]:
+    """A SQL executor's status of ``name``, read through the core's own query."""
+    from ._backend import sql_status
+
+    try:
+        st = sql_status(executor, name)
+    except Exception as e:
+        raise BackendError(f"{redact(url)}: {e}") from None
+    if not st.ok:
+        raise BackendError(f"{redact(url)}: {st.error}")
+    held = st.held
+    return {
+        "held": held,
+        "fencing_token": st.fencing_token if held else None,
+        "remaining_ttl_ms": st.remaining_ttl_ms if held else None,
+        "holder_pid": st.holder_pid if held and st.holder_pid else None,
+        "holder_host": st.holder_host if held and st.holder_host else None,
+        "held_for_ms": st.held_for_ms if held else None,
+        "last_fencing_token": st.last_fencing_token or None,
+    }
 
 
 def _utc_iso(unix: float) -> str:

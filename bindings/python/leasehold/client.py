@@ -275,7 +275,9 @@ _fork_locked: list["LockClient"] = []
 class LockClient(LeaseLifecycle):
     """A thread-safe lock client: one core, one driver thread, one service.
 
-    :param service: the backend (:class:`~leasehold.service.LockService`)
+    :param service: the backend: a :class:`~leasehold.service.LockService`, or an executor of
+        the core's own protocol (``RedisExecutor``, ``SqliteExecutor``, ``PostgresExecutor``,
+        ``EtcdExecutor``)
     :param clock: ``None`` for ``time.monotonic_ns``; or an object with ``monotonic_ns()``
         (``leasehold.testing.FakeClock``), or a callable returning nanoseconds
     :param config: core configuration (``notifications`` defaults to the service's)
@@ -332,7 +334,7 @@ class LockClient(LeaseLifecycle):
         self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = self._cfg = client_config(config, service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn, redis=self._backend.options if self._backend else None)
+        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
         self._io_workers = io_workers
         self._owns_service = owns_service
         self._release_timeout = (
@@ -485,7 +487,7 @@ class LockClient(LeaseLifecycle):
         if not callable(callback):
             raise TypeError("callback must be callable")
         if self._backend is not None:
-            raise errors.LeaseholdError("on_release is not available on a backend executor (Redis executor)")
+            raise errors.LeaseholdError("on_release is not available on a backend executor")
         with self._cond:
             self._check_open()
             self._ensure_started()
@@ -515,7 +517,13 @@ class LockClient(LeaseLifecycle):
         standby takeovers, subscriber losses...); empty for a service."""
         with self._mu:
             self._check_not_freed()
-            return self._core.redis_counters() if self._backend is not None else {}
+            return self._core.backend_counters() if self._backend is not None else {}
+
+    def backend_last_error(self) -> str:
+        """The last database error, refused schema, error reply or transport failure the
+        core's backend protocol saw (SQL and etcd executors; empty otherwise)."""
+        with self._mu:
+            return "" if self._core.closed else self._core.backend_last_error()
 
     @property
     def closed(self) -> bool:
@@ -947,45 +955,45 @@ class LockClient(LeaseLifecycle):
         self._side_call(pool, f"callback {fn!r}", fn, *args)
 
     # -- internals: backend requests (a backend executor) ------------------------------------------
-    def _submit_request(self, rid: int, connection: int, argv: list[bytes]) -> None:
+    def _submit_request(self, rid: int, lane: int, payload: Any) -> None:
         """(mutex held) Run one backend request: on this thread once it drops the mutex, when
         it collects them (``_collecting``), else on the IO pool (subscriber requests in order
         on the watch worker). Running a request where its cause was fed saves a thread hop."""
         batch = self._tl.batch
         if batch is not None:
             self._inflight += 1
-            batch.append((rid, connection, argv))
+            batch.append((rid, lane, payload))
             return
-        pool: Any = self._pool if connection == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
+        pool: Any = self._pool if lane == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
         if pool is None:
             return
         self._inflight += 1
         try:
-            pool.submit(self._execute, rid, connection, argv)
+            pool.submit(self._execute, rid, lane, payload)
         except RuntimeError:  # shut down
             self._inflight -= 1
 
-    def _execute(self, rid: int, connection: int, argv: list[bytes]) -> None:
-        self._run_here([(rid, connection, argv)])
+    def _execute(self, rid: int, lane: int, payload: Any) -> None:
+        self._run_here([(rid, lane, payload)])
 
-    def _collecting(self) -> list[tuple[int, int, list[bytes]]] | None:
+    def _collecting(self) -> list[tuple[int, int, Any]] | None:
         """(mutex held) Collect the requests the next drains emit for this thread to run
         (``_run_here`` after the mutex is dropped); ``None`` without a backend executor."""
         if self._backend is None:
             return None
-        batch: list[tuple[int, int, list[bytes]]] = []
+        batch: list[tuple[int, int, Any]] = []
         self._tl.batch = batch
         return batch
 
-    def _run_here(self, batch: list[tuple[int, int, list[bytes]]] | None) -> None:
+    def _run_here(self, batch: list[tuple[int, int, Any]] | None) -> None:
         """(mutex not held) Run collected requests on this thread, feeding each result; the
         requests those emit join the batch. On an interrupt the rest go to the pool."""
         if not batch:
             return
         try:
             while batch:
-                rid, connection, argv = batch.pop(0)
-                fn = execute_request(self._core, self._backend, self._sink, rid, connection, argv)
+                rid, lane, payload = batch.pop(0)
+                fn = execute_request(self._core, self._backend, self._sink, rid, lane, payload)
                 with self._mu:
                     self._inflight -= 1
                     if fn is not None and not self._closed and not self._stop:
@@ -1330,7 +1338,7 @@ class LockClient(LeaseLifecycle):
                 return early
             lease = h.lease_id
             cmd: Output | None = None
-            batch: list[tuple[int, int, list[bytes]]] | None = None
+            batch: list[tuple[int, int, Any]] | None = None
             if inline and self._inline and not self._paused:
                 outcome = self._release_start(h, slot)
                 cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
@@ -1426,7 +1434,7 @@ class LockClient(LeaseLifecycle):
             # The parent's leases live on in the parent: the child starts a core of its own
             # (a reseeded one would renew and release them) and drops inherited connections.
             self._backend.after_fork()
-            self._core = Core(self._cfg, None, self._now_fn, redis=self._backend.options)
+            self._core = Core(self._cfg, None, self._now_fn, backend=self._backend.options)
             self._sink = BackendSink(self._core, self._backend_input)
             for hs in handles.values():
                 for h in hs:
@@ -1460,7 +1468,7 @@ class LockClient(LeaseLifecycle):
 class _Batches(threading.local):
     """Per thread: the backend requests it collects to run itself (see _submit_request)."""
 
-    batch: list[tuple[int, int, list[bytes]]] | None = None
+    batch: list[tuple[int, int, Any]] | None = None
 
 
 class _Slot:

@@ -119,8 +119,10 @@ class LockTimeout(LeaseholdError, TimeoutError):
 class BackendUnavailable(LockTimeout):
     """The lock was not acquired within ``wait`` because the backend kept failing."""
 
-    def __init__(self, name: str, wait: float) -> None:
-        super().__init__(name, wait, f"lock {name!r} not acquired within {wait:g}s: backend unavailable")
+    def __init__(self, name: str, wait: float, detail: str = "") -> None:
+        self.detail = detail
+        message = f"lock {name!r} not acquired within {wait:g}s: backend unavailable"
+        super().__init__(name, wait, f"{message} ({detail})" if detail else message)
 
 
 class AcquireCancelled(LeaseholdError):

@@ -4,6 +4,14 @@
 * :mod:`leasehold.backends.sqlite` – the embedded default for processes on one host;
 * :mod:`leasehold.backends.redis` / :mod:`leasehold.backends.redis_async` – Redis.
 
+Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
+replies; the executor owns the connections):
+
+* :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis;
+* :mod:`leasehold.backends.sql_executor` – SQLite (``sqlite3``) and PostgreSQL (psycopg 3),
+  :mod:`leasehold.backends.sql_executor_async` – PostgreSQL for asyncio;
+* :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).
+
 Only the memory backend is imported eagerly; the others load their dependencies on import.
 """
 

@@ -25,6 +25,14 @@ STRUCTS = {
     "lh_output": _ffi.lh_output,
     "lh_lease_info": _ffi.lh_lease_info,
     "lh_counters": _ffi.lh_counters,
+    "lh_value": _ffi.lh_value,
+    "lh_sql_options": _ffi.lh_sql_options,
+    "lh_sql_statement": _ffi.lh_sql_statement,
+    "lh_sql_request": _ffi.lh_sql_request,
+    "lh_sql_status": _ffi.lh_sql_status,
+    "lh_etcd_options": _ffi.lh_etcd_options,
+    "lh_http_request": _ffi.lh_http_request,
+    "lh_etcd_counters": _ffi.lh_etcd_counters,
 }
 
 

@@ -1,0 +1,323 @@
+"""The etcd executor: runs the core's etcd v3 requests on the cluster's JSON gateway with the
+standard library's ``http.client``.
+
+The core speaks the etcd protocol itself (keys, leases, transactions, watches and the
+meaning of every reply: ``docs/etcd-protocol.md``). This module only POSTs each request's
+body to a member, failing over between the members it was given, hands back the status and
+the body unread, and keeps each watch stream open, passing its messages one by one. Any
+member serves any request; later requests start at the member that answered last.
+
+Give it to ``LockClient`` in place of a service (one client at a time)::
+
+    with LockClient(EtcdExecutor(["http://10.0.0.1:2379", "http://10.0.0.2:2379"])) as c: ...
+
+:class:`AsyncEtcdExecutor` serves ``AsyncLockClient``: it runs the same blocking HTTP calls
+on a thread pool (the loop is never blocked) and passes stream messages to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import ssl
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _ffi
+from .._core import EtcdOptions, HttpRequest
+
+__all__ = ["EtcdExecutor", "AsyncEtcdExecutor", "parse_endpoints", "DEFAULT_TIMEOUT"]
+
+DEFAULT_TIMEOUT = 2.0
+"""Seconds one member may take to connect and answer before the next one is tried."""
+
+_MAX_BODY = _ffi.LH_MAX_HTTP_BODY
+
+
+def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
+    """Member base URLs from a list or a comma-separated string. ``host:port`` and
+    ``etcd://host:port`` mean ``http://``; ``etcds://`` means ``https://``."""
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    urls: list[str] = []
+    for raw in items:
+        e = raw.strip().rstrip("/")
+        if not e:
+            continue
+        if e.startswith("etcd://"):
+            e = "http://" + e[len("etcd://") :]
+        elif e.startswith("etcds://"):
+            e = "https://" + e[len("etcds://") :]
+        elif "://" not in e:
+            e = "http://" + e
+        u = urllib.parse.urlsplit(e)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an etcd member URL: {raw!r}")
+        if u.path or u.query:
+            raise ValueError(f"an etcd member URL has no path: {raw!r}")
+        urls.append(e)
+    if not urls:
+        raise ValueError("no etcd endpoints given")
+    return urls
+
+
+class _Unusable(Exception):
+    """A member that did not answer (the next one is tried)."""
+
+
+class EtcdExecutor:
+    """Runs an etcd-protocol core's requests on a cluster's JSON gateway (thread-safe).
+
+    :param endpoints: member URLs (``http://host:2379``), a list or comma-separated
+    :param user: etcd user (the core authenticates first and sends the token with each
+        request); ``password`` its password
+    :param ssl_context: for ``https://`` members (default: ``ssl.create_default_context()``)
+    :param timeout: seconds one member may take before the next is tried
+    """
+
+    backend_protocol = "etcd"
+    notifications = True
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.endpoints = parse_endpoints(endpoints)
+        if password is not None and user is None:
+            raise ValueError("an etcd password needs a user")
+        self.options = EtcdOptions(user, password)
+        self._ssl = ssl_context
+        self.timeout = float(timeout)
+        self._preferred = 0
+        self._mu = threading.Lock()
+        self._local = threading.local()  # per thread: member index -> kept-alive connection
+        self._streams: dict[int, http.client.HTTPConnection | None] = {}
+        self._attached = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def attach(self) -> None:
+        """A client starts driving this executor (only one at a time)."""
+        with self._mu:
+            if self._attached:
+                raise ValueError("this EtcdExecutor already serves a client; make one per client")
+            self._attached = True
+
+    def detach(self) -> None:
+        """The client stopped: every watch stream closes."""
+        with self._mu:
+            self._attached = False
+            streams, self._streams = self._streams, {}
+        for conn in streams.values():
+            _shut(conn)
+
+    def close(self) -> None:
+        self.detach()
+
+    def after_fork(self) -> None:
+        """(in a forked child) Forget the parent's connections without using them."""
+        self._mu = threading.Lock()
+        self._local = threading.local()
+        self._streams = {}
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def _connection(self, i: int, timeout: float | None) -> http.client.HTTPConnection:
+        u = urllib.parse.urlsplit(self.endpoints[i])
+        if u.scheme == "https":
+            ctx = self._ssl or ssl.create_default_context()
+            return http.client.HTTPSConnection(u.hostname or "", u.port or 2379, timeout=timeout, context=ctx)
+        return http.client.HTTPConnection(u.hostname or "", u.port or 2379, timeout=timeout)
+
+    @staticmethod
+    def _send(conn: http.client.HTTPConnection, req: HttpRequest) -> http.client.HTTPResponse:
+        headers = {"Content-Type": "application/json"}
+        if req.authorization:
+            headers["Authorization"] = req.authorization
+        conn.request(req.method or "POST", req.path, body=req.body, headers=headers)
+        return conn.getresponse()
+
+    def _try(self, i: int, req: HttpRequest) -> tuple[int, bytes]:
+        pool: dict[int, http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
+        for fresh in (False, True):
+            conn = pool.pop(i, None)
+            if conn is None:
+                if not fresh:
+                    continue
+                conn = self._connection(i, self.timeout)
+            elif fresh:
+                conn.close()
+                conn = self._connection(i, self.timeout)
+            try:
+                resp = self._send(conn, req)
+                body = resp.read(_MAX_BODY + 1)
+                if not resp.isclosed():
+                    resp.read()  # an oversized body: drain it, the core refuses it anyway
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                # A kept-alive connection the server closed meanwhile: once more on a new one.
+                if not fresh and isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+                    continue
+                raise _Unusable(f"{self.endpoints[i]}: {e or type(e).__name__}") from None
+            if resp.will_close:
+                conn.close()
+            else:
+                pool[i] = conn
+            return resp.status, body
+        raise _Unusable(f"{self.endpoints[i]}: no connection")  # pragma: no cover
+
+    def post(self, req: HttpRequest) -> tuple[int, bytes]:
+        """POST a unary request to a member, failing over to the next ones; ``(status,
+        body)``. Raises ``ConnectionError`` when no member answered."""
+        n = len(self.endpoints)
+        start = self._preferred
+        errors: list[str] = []
+        for k in range(n):
+            i = (start + k) % n
+            try:
+                status, body = self._try(i, req)
+            except _Unusable as e:
+                errors.append(str(e))
+                continue
+            self._preferred = i
+            return status, body
+        self._preferred = (start + 1) % n
+        raise ConnectionError("no etcd member answered: " + "; ".join(errors))
+
+    # -- watch streams -------------------------------------------------------------------------
+    def watch(self, rid: int, req: HttpRequest, sink: Any) -> None:
+        """Open watch stream ``rid`` on a thread of its own; its messages and its end go to
+        ``sink`` (``stream_message`` / ``stream_ended``)."""
+        with self._mu:
+            self._streams[rid] = None
+        threading.Thread(target=self._stream, args=(rid, req, sink), name="leasehold-etcd-watch", daemon=True).start()
+
+    def cancel_watch(self, rid: int) -> None:
+        """Close watch stream ``rid`` (nothing answers)."""
+        with self._mu:
+            conn = self._streams.pop(rid, None)
+        _shut(conn)
+
+    def _stream(self, rid: int, req: HttpRequest, sink: Any) -> None:
+        why = "the watch stream ended"
+        try:
+            resp = self._open_stream(rid, req)
+            if resp is None:
+                return  # cancelled meanwhile
+            while True:
+                line = resp.readline(_MAX_BODY + 1)
+                if not line:
+                    break
+                msg = line.rstrip(b"\r\n")
+                if not msg:
+                    continue
+                with self._mu:
+                    live = rid in self._streams
+                if not live:
+                    return
+                sink.stream_message(rid, msg)
+        except Exception as e:  # broken, or closed under us by cancel_watch / detach
+            why = f"the watch stream broke: {e or type(e).__name__}"
+        with self._mu:
+            conn = self._streams.pop(rid, 0)
+        if conn != 0:
+            _shut(conn)
+            sink.stream_ended(rid, why)
+
+    def _open_stream(self, rid: int, req: HttpRequest) -> http.client.HTTPResponse | None:
+        n = len(self.endpoints)
+        start = self._preferred
+        errors: list[str] = []
+        for k in range(n):
+            i = (start + k) % n
+            conn = self._connection(i, self.timeout)
+            with self._mu:
+                if rid not in self._streams:
+                    return None
+                self._streams[rid] = conn
+            try:
+                resp = self._send(conn, req)
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                errors.append(f"{self.endpoints[i]}: {e or type(e).__name__}")
+                continue
+            if resp.status != 200:
+                raise ConnectionError(f"{self.endpoints[i]}: the watch answered {resp.status}")
+            if conn.sock is not None:
+                conn.sock.settimeout(None)  # it waits for events as long as it takes
+            return resp
+        raise ConnectionError("no etcd member opened the watch: " + "; ".join(errors))
+
+
+def _shut(conn: http.client.HTTPConnection | None) -> None:
+    if conn is None:
+        return
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    conn.close()
+
+
+class _LoopSink:
+    """Passes a stream thread's traffic to a sink on the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Any) -> None:
+        self._loop, self._sink = loop, sink
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            pass
+
+    def stream_message(self, rid: int, message: bytes) -> None:
+        self._call(self._sink.stream_message, rid, message)
+
+    def stream_ended(self, rid: int, message: str) -> None:
+        self._call(self._sink.stream_ended, rid, message)
+
+
+class AsyncEtcdExecutor:
+    """The etcd executor for ``AsyncLockClient``. It runs :class:`EtcdExecutor`'s blocking
+    ``http.client`` calls on the loop's default thread pool (each watch stream on a thread
+    of its own) and delivers stream messages on the loop, so the loop never blocks.
+
+    Parameters as for :class:`EtcdExecutor`.
+    """
+
+    backend_protocol = "etcd"
+    notifications = True
+
+    def __init__(self, endpoints: str | Sequence[str], **kwargs: Any) -> None:
+        self.sync = EtcdExecutor(endpoints, **kwargs)
+        self.options = self.sync.options
+        self.endpoints = self.sync.endpoints
+
+    def attach(self) -> None:
+        self.sync.attach()
+
+    async def detach(self) -> None:
+        self.sync.detach()
+
+    async def close(self) -> None:
+        self.sync.close()
+
+    def after_fork(self) -> None:
+        self.sync.after_fork()
+
+    async def post(self, req: HttpRequest) -> tuple[int, bytes]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.post, req)
+
+    async def watch(self, rid: int, req: HttpRequest, sink: Any) -> None:
+        self.sync.watch(rid, req, _LoopSink(asyncio.get_running_loop(), sink))
+
+    async def cancel_watch(self, rid: int) -> None:
+        self.sync.cancel_watch(rid)

@@ -1,0 +1,433 @@
+"""SQL executors: run the core's SQL requests verbatim on SQLite (stdlib ``sqlite3``) or
+PostgreSQL (psycopg 3).
+
+The core speaks the SQL protocol itself (the schema and its migration, every statement and
+parameter, the meaning of every row: ``docs/sql-protocol.md``). An executor owns the
+connections, binds the host facts, runs the statements in order in autocommit mode and
+hands every row back unread; on the first error it rolls back and reports a database error
+or a transport failure. It reports a connection opened anew (a server restart, a SQLite file
+replaced at its path) so the core checks the schema again.
+
+Give an executor to ``LockClient`` in place of a service (one client at a time)::
+
+    with LockClient(SqliteExecutor("/var/lib/app/locks.db")) as client: ...
+    with LockClient(PostgresExecutor("postgresql://app:secret@db/app")) as client: ...
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sqlite3
+import threading
+from typing import Any
+
+from .. import _ffi
+from .._backend import SqlFailure, bind_params, host_facts
+from .._core import SqlOptions, SqlRequest
+
+__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a PostgreSQL connection attempt may take before it is a transport failure."""
+
+DEFAULT_REQUEST_TIMEOUT = 10.0
+"""Seconds one PostgreSQL request may take before its connection is cut (a transport
+failure): a server that stopped answering never holds a request, nor those behind it."""
+
+TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3, "tcp_user_timeout": 10_000}
+"""libpq settings that turn a server gone silent (a dead host, a cut network) into a broken
+connection within seconds instead of a request that never ends (each can be overridden)."""
+
+# Connections a forked child inherited: kept referenced so they are never finalized there.
+_INHERITED: list[Any] = []
+
+_DATABASE = _ffi.LH_SQL_FAILURE_DATABASE
+_TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
+_COMMANDS = _ffi.LH_SQL_CONNECTION_COMMANDS
+_LISTENER = _ffi.LH_SQL_CONNECTION_LISTENER
+
+
+class SqliteExecutor:
+    """Runs a SQL-protocol core's requests on one SQLite file (processes of one host share
+    it; the file is interoperable with every binding's SQLite executor). Thread-safe: one
+    connection, one request at a time (each is one ``BEGIN IMMEDIATE`` transaction).
+
+    :param path: the database file (created when missing)
+    :param busy_timeout_ms: how long a locked file is waited for before the request is a
+        database error (the core's default, 5000, when ``None``)
+    """
+
+    backend_protocol = "sql"
+    notifications = False  # SQLite has none: waiters retry at the holder's expiry
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int | None = None) -> None:
+        self.path = os.fspath(path)
+        if not self.path or self.path == ":memory:":
+            raise ValueError("SqliteExecutor needs a file path shared by the processes (not :memory:)")
+        self.options = SqlOptions("sqlite", busy_timeout_ms)
+        self._busy_s = (busy_timeout_ms if busy_timeout_ms is not None else 5000) / 1000
+        self._mu = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None
+        self._opened = False
+        self._resets: list[int] = []
+        self._attached = False
+
+    def attach(self) -> None:
+        """A client starts driving this executor (only one at a time)."""
+        with self._mu:
+            if self._attached:
+                raise ValueError("this SqliteExecutor already serves a client; make one per client")
+            self._attached = True
+
+    def detach(self) -> None:
+        """The client stopped: the connection closes (it reopens if attached again)."""
+        with self._mu:
+            self._attached = False
+            db, self._db, self._ident = self._db, None, None
+        if db is not None:
+            db.close()
+
+    def close(self) -> None:
+        self.detach()
+
+    def after_fork(self) -> None:
+        """(in a forked child) Forget the parent's connection without using it (SQLite
+        connections must not cross a fork); the child opens its own."""
+        self._mu = threading.Lock()
+        if self._db is not None:
+            _INHERITED.append(self._db)  # never closed here: closing may checkpoint the file
+        self._db, self._ident, self._opened, self._resets = None, None, False, []
+
+    def take_resets(self) -> list[int]:
+        with self._mu:
+            resets, self._resets = self._resets, []
+        return resets
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _open(self) -> sqlite3.Connection:
+        """(lock held) Open the file; a reopening is reported as a reset."""
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_s)
+            db.execute("PRAGMA schema_version").fetchall()  # creates the file now, so it has an inode
+        except sqlite3.Error as e:
+            raise SqlFailure(_TRANSPORT, f"cannot open {self.path}: {e}") from None
+        self._db, self._ident = db, self._stat()
+        if self._opened:
+            self._resets.append(_COMMANDS)
+        self._opened = True
+        return db
+
+    def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
+        """Run ``request``'s statements in order; every statement's rows. Raises
+        :class:`~leasehold._backend.SqlFailure`."""
+        with self._mu:
+            db = self._db
+            if db is not None and self._stat() != self._ident:
+                # Replaced or deleted at the path: follow the path instead of locking alone
+                # on the old inode. This request did not run; the schema is checked again.
+                self._db = None
+                db.close()
+                self._open()
+                raise SqlFailure(_TRANSPORT, f"the database file {self.path} was replaced")
+            if db is None:
+                db = self._open()
+            facts = host_facts()
+            out: list[list[tuple[Any, ...]]] = []
+            try:
+                for sql, params in request.statements:
+                    out.append(db.execute(sql, bind_params(params, facts)).fetchall())
+            except sqlite3.Error as e:
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise SqlFailure(_DATABASE, str(e) or type(e).__name__) from None
+            return out
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("PostgresExecutor needs psycopg 3: pip install 'leasehold[postgres]'") from e
+    return psycopg
+
+
+def _cut(conn: Any) -> bool:
+    """Shut a connection's socket down under a blocked call: it fails at once."""
+    try:
+        s = socket.socket(fileno=os.dup(conn.fileno()))
+    except Exception:
+        return True
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return True
+
+
+def pg_params(params: list[Any]) -> list[Any]:
+    """Parameters as psycopg binds them: integers as ``bigint`` (the protocol's type)."""
+    from psycopg.types.numeric import Int8
+
+    return [Int8(p) if type(p) is int else p for p in params]
+
+
+def pg_failure(e: Exception, broken: bool) -> SqlFailure:
+    """A psycopg error as the protocol reports it: the database's refusal (with its
+    message), or a transport failure when the connection is gone."""
+    diag = getattr(e, "diag", None)
+    text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(e) or type(e).__name__
+    if broken or getattr(e, "sqlstate", None) is None:
+        # The core says "connection failed: " itself.
+        return SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or text)
+    return SqlFailure(_DATABASE, text)
+
+
+class PostgresExecutor:
+    """Runs a SQL-protocol core's requests on PostgreSQL with psycopg 3 (sync): a commands
+    connection (one request at a time) and a listener connection whose notifications wake
+    waiters on release (a reader thread passes each one on). Thread-safe.
+
+    :param conninfo: a connection string (``postgresql://user:pass@host:port/db?sslmode=…``)
+        or libpq keywords; ``connect_timeout`` defaults to 5 s, TCP keepalives to
+        :data:`TCP_KEEPALIVE`
+    :param request_timeout: seconds one request may take before its connection is cut
+    :param connect_kwargs: further ``psycopg.connect`` keywords (``sslrootcert``, ...)
+    """
+
+    backend_protocol = "sql"
+    notifications = True
+
+    def __init__(
+        self, conninfo: str = "", *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **connect_kwargs: Any
+    ) -> None:
+        self._psycopg = _psycopg()
+        self.conninfo = conninfo
+        self.request_timeout = float(request_timeout)
+        connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
+        for k, v in TCP_KEEPALIVE.items():
+            connect_kwargs.setdefault(k, v)
+        self._kwargs = connect_kwargs
+        self.options = SqlOptions("postgresql")
+        self._mu = threading.Lock()  # the commands connection
+        self._lmu = threading.Lock()  # the listener connection
+        self._cmd: Any = None
+        self._listen: Any = None
+        self._opened: set[int] = set()
+        self._resets: list[int] = []
+        self._attached = False
+        self._stop = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._sink: Any = None
+        self._pending: list[tuple[str, str]] = []  # notifications seen while a LISTEN ran
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def attach(self) -> None:
+        """A client starts driving this executor (only one at a time)."""
+        with self._mu:
+            if self._attached:
+                raise ValueError("this PostgresExecutor already serves a client; make one per client")
+            self._attached = True
+            self._stop = threading.Event()
+
+    def detach(self) -> None:
+        """The client stopped: both connections close."""
+        self._stop.set()
+        with self._mu:
+            self._attached = False
+            cmd, self._cmd = self._cmd, None
+        with self._lmu:
+            listen, self._listen = self._listen, None
+        for c in (cmd, listen):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+        reader, self._reader = self._reader, None
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=2.0)
+        self._opened = set()
+
+    def close(self) -> None:
+        self.detach()
+
+    def after_fork(self) -> None:
+        """(in a forked child) Forget the parent's connections without using them."""
+        self._mu, self._lmu = threading.Lock(), threading.Lock()
+        self._cmd = self._listen = self._reader = None
+        self._opened, self._resets, self._pending = set(), [], []
+        self._stop = threading.Event()
+
+    def take_resets(self) -> list[int]:
+        with self._mu:
+            resets, self._resets = self._resets, []
+        return resets
+
+    # -- connections ---------------------------------------------------------------------------
+    def _connect(self, which: int) -> Any:
+        try:
+            conn = self._psycopg.connect(self.conninfo, autocommit=True, **self._kwargs)
+        except Exception as e:
+            raise SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or type(e).__name__) from None
+        reopened = which in self._opened
+        self._opened.add(which)
+        if which == _LISTENER:
+            conn.add_notify_handler(lambda n: self._pending.append((n.channel, n.payload)))
+        return conn, reopened
+
+    def _run(self, conn: Any, request: SqlRequest) -> list[list[tuple[Any, ...]]]:
+        facts = host_facts()
+        out: list[list[tuple[Any, ...]]] = []
+        cur = self._psycopg.RawCursor(conn)
+        cut: list[bool] = []
+        watchdog = threading.Timer(self.request_timeout, lambda: cut.append(_cut(conn)))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for sql, params in request.statements:
+                cur.execute(sql, pg_params(bind_params(params, facts)) or None)
+                out.append(cur.fetchall() if cur.description is not None else [])
+        except self._psycopg.Error as e:
+            if cut:
+                raise SqlFailure(_TRANSPORT, f"no answer within {self.request_timeout:g}s") from None
+            broken = conn.closed or conn.broken
+            if not broken:
+                try:
+                    if conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                        conn.execute("ROLLBACK")
+                except self._psycopg.Error:
+                    broken = True
+            raise pg_failure(e, broken) from None
+        finally:
+            watchdog.cancel()
+            try:
+                cur.close()
+            except Exception:
+                pass
+        return out
+
+    def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
+        """Run ``request``'s statements on the connection it names; every statement's rows.
+        Raises :class:`~leasehold._backend.SqlFailure`."""
+        if request.connection == _LISTENER:
+            return self._execute_listener(request, sink)
+        with self._mu:
+            conn = self._cmd
+            if conn is None or conn.closed:
+                conn, reopened = self._connect(_COMMANDS)
+                self._cmd = conn
+                if reopened:
+                    self._resets.append(_COMMANDS)
+            try:
+                return self._run(conn, request)
+            except SqlFailure as f:
+                if f.kind == _TRANSPORT:
+                    self._cmd = None
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+                raise
+
+    def _execute_listener(self, request: SqlRequest, sink: Any) -> list[list[tuple[Any, ...]]]:
+        if sink is not None:
+            self._sink = sink
+        try:
+            with self._lmu:
+                conn = self._listen
+                if conn is None or conn.closed:
+                    conn, reopened = self._connect(_LISTENER)
+                    self._listen = conn
+                    if reopened:
+                        with self._mu:
+                            self._resets.append(_LISTENER)
+                    self._start_reader()
+                try:
+                    return self._run(conn, request)
+                except SqlFailure as f:
+                    if f.kind == _TRANSPORT:
+                        self._listen = None
+                        try:
+                            conn.close()
+                        except Exception:
+                            pass
+                    raise
+        finally:
+            self._deliver()
+
+    # -- the listener --------------------------------------------------------------------------
+    def _start_reader(self) -> None:
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(target=self._read, name="leasehold-pg-listen", daemon=True)
+            self._reader.start()
+
+    def _deliver(self) -> None:
+        """Pass the notifications collected under the listener's lock (never call the sink
+        while holding it: the client may run a LISTEN on this thread)."""
+        sink = self._sink
+        while self._pending and sink is not None:
+            ch, payload = self._pending.pop(0)
+            sink.notification(ch, payload)
+
+    def _read(self) -> None:
+        stop = self._stop
+        backoff = 0.1
+        while not stop.is_set():
+            conn = self._listen
+            if conn is None:
+                # The listener broke: reopen it, then the core LISTENs again.
+                if stop.wait(backoff):
+                    return
+                with self._lmu:
+                    if self._listen is None and not stop.is_set():
+                        try:
+                            self._listen, _ = self._connect(_LISTENER)
+                        except SqlFailure:
+                            backoff = min(backoff * 2, 2.0)
+                            continue
+                        backoff = 0.1
+                        reset = True
+                    else:
+                        reset = False
+                if reset and self._sink is not None:
+                    self._sink.connection_reset(_LISTENER)
+                continue
+            try:
+                ready, _, _ = select.select([conn.fileno()], [], [], 0.5)
+            except (OSError, ValueError, self._psycopg.Error):
+                ready = [True]
+            if not ready:
+                continue
+            with self._lmu:
+                if conn is not self._listen:
+                    continue
+                try:
+                    pg = conn.pgconn
+                    pg.consume_input()
+                    while (n := pg.notifies()) is not None:
+                        self._pending.append(
+                            (n.relname.decode("utf-8", "replace"), n.extra.decode("utf-8", "replace"))
+                        )
+                    if pg.status != self._psycopg.pq.ConnStatus.OK:
+                        raise self._psycopg.OperationalError("the listener connection closed")
+                except Exception:
+                    self._listen = None
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+            self._deliver()

@@ -1,0 +1,72 @@
+"""The request model of the SQL and etcd executors, without a server: requests come out of
+the core copied and typed, and a result the core cannot take is reported as a failure of
+its request, never an exception in the client and never a grant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leasehold import _ffi
+from leasehold._backend import SqlFailure, bind_params, host_facts
+from leasehold._core import Config, Core, EtcdOptions, HostFact, HttpRequest, SqlOptions, SqlRequest
+from leasehold.backends.sql_executor import SqliteExecutor
+
+
+def _failed(core: Core, lease: int) -> bool:
+    """The lease's events so far end in ACQUIRE_FAILED, and none is ACQUIRED."""
+    outs, _ = core.drain()
+    kinds = [o.kind for o in outs if o.lease_id == lease]
+    return _ffi.LH_OUTPUT_ACQUIRED not in kinds and kinds[-1:] == [_ffi.LH_OUTPUT_ACQUIRE_FAILED]
+
+
+def test_sql_requests_are_copied_out_typed_and_bad_rows_are_a_failure() -> None:
+    core = Core(Config(), backend=SqlOptions("postgresql"))
+    lease = core.acquire("n", 5_000)
+    reqs = core.poll_requests()
+    assert len(reqs) == 1
+    rid, lane, req = reqs[0]
+    assert lane == 1 and isinstance(req, SqlRequest) and req.connection == _ffi.LH_SQL_CONNECTION_COMMANDS
+    assert req.statements and all(isinstance(sql, str) and isinstance(p, list) for sql, p in req.statements)
+    # Rows the core cannot take (an integer beyond 64 bits): the request fails, nothing raises.
+    core.sql_result(rid, [[[2**70]] for _ in req.statements])
+    assert "malformed rows" in core.backend_last_error()
+    core.sql_result(rid, [])  # an answer for an id already answered: ignored
+    assert _failed(core, lease)  # one attempt (wait 0), no grant
+    with pytest.raises(ValueError):
+        SqlOptions("oracle").to_c()
+    core.close()
+
+
+def test_host_facts_are_bound_once_per_request() -> None:
+    facts = host_facts()
+    params = bind_params([HostFact.MONOTONIC_NS, "x", HostFact.PID, None, HostFact.MONOTONIC_NS], facts)
+    assert params[0] == params[4] == facts[HostFact.MONOTONIC_NS] and params[1:4] == ["x", facts[HostFact.PID], None]
+    assert len(facts[HostFact.BOOT_ID]) >= 32 and facts[HostFact.WALL_US] > 1_600_000_000 * 10**6
+
+
+def test_http_requests_are_copied_out_and_an_impossible_status_is_a_failure() -> None:
+    core = Core(Config(), backend=EtcdOptions())
+    lease = core.acquire("n", 5_000)
+    [(rid, lane, req)] = core.poll_requests()
+    assert lane == 1 and isinstance(req, HttpRequest) and req.kind == _ffi.LH_HTTP_UNARY
+    assert req.method == "POST" and req.path.startswith("/v3/") and req.authorization == ""
+    core.http_reply(rid, 999, b"{}")  # refused by the ABI: reported as the request's failure
+    assert "lease grant" in core.backend_last_error()
+    assert _failed(core, lease)
+    core.close()
+
+
+def test_a_database_error_rolls_back_and_is_reported_as_such(tmp_path: Path) -> None:
+    ex = SqliteExecutor(tmp_path / "x.db")
+    ex.attach()
+    ok = SqlRequest(1, [("CREATE TABLE t (v INTEGER)", []), ("SELECT ?1 + ?2", [1, 2])])
+    assert ex.execute(ok) == [[], [(3,)]]
+    bad = SqlRequest(1, [("BEGIN IMMEDIATE", []), ("INSERT INTO t VALUES (?1)", [7]), ("INSERT INTO nowhere VALUES (1)", [])])
+    with pytest.raises(SqlFailure) as e:
+        ex.execute(bad)
+    assert e.value.kind == _ffi.LH_SQL_FAILURE_DATABASE and "nowhere" in str(e.value)
+    assert ex.execute(SqlRequest(1, [("SELECT count(*) FROM t", [])])) == [[(0,)]]  # rolled back
+    assert ex.take_resets() == []
+    ex.detach()
