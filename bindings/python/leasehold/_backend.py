@@ -46,6 +46,7 @@ __all__ = [
     "host_facts",
     "bind_params",
     "PROTOCOLS",
+    "backend_status",
     "sql_status",
 ]
 
@@ -226,25 +227,25 @@ class BackendSink:
         self._feed(partial(self._core.http_failed, rid, message))
 
 
-def sql_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
-    """What the database says about ``name`` (a :class:`~leasehold._core.SqlStatus`), read
-    with a sync SQL executor on a core of its own: the core writes the query (and the
-    migration before it), the executor runs it. Raises ``TimeoutError`` when no answer
-    came within ``timeout`` seconds."""
+def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
+    """What the backend says about ``name`` (a :class:`~leasehold._core.SqlStatus`), read
+    with a sync executor (SQL, Redis or etcd) on a core of its own: the core writes the
+    query (and, for SQL, the migration before it), the executor runs it. Raises
+    ``TimeoutError`` when no answer came within ``timeout`` seconds."""
     from ._core import Config
 
     core = Core(Config(), backend=executor.options)
-    sink = BackendSink(core, lambda fn: None)  # a status query LISTENs to nothing
+    sink = BackendSink(core, lambda fn: None)  # a status query needs no notification
     executor.attach()
     try:
-        core.sql_status_request(name)
+        core.status_request(name)
         end = time.monotonic() + timeout
         while True:
             for rid, lane, payload in core.poll_requests():
                 fn = execute_request(core, executor, sink, rid, lane, payload)
                 if fn is not None:
                     fn()
-            got = core.sql_poll_status()
+            got = core.poll_status()
             if got is not None:
                 return got[1]
             if time.monotonic() > end:
@@ -254,3 +255,6 @@ def sql_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
     finally:
         executor.detach()
         core.close()
+
+
+sql_status = backend_status  # its first name

@@ -757,18 +757,19 @@ class Core:
     def sql_connection_reset(self, connection: int) -> None:
         lib.lh_sql_connection_reset(self._p(), int(self._clock()), connection)
 
-    def sql_status_request(self, name: str) -> int:
-        """Queue a status query for ``name``; its id (see :meth:`sql_poll_status`)."""
+    def status_request(self, name: str) -> int:
+        """Queue a status query for ``name`` on the attached protocol (SQL, Redis or etcd);
+        its id (see :meth:`poll_status`)."""
         raw = _encode_name(name)
         out = ctypes.c_uint64()
-        lib.lh_sql_status_request(self._p(), int(self._clock()), raw, len(raw), ctypes.byref(out))
+        lib.lh_status_request(self._p(), int(self._clock()), raw, len(raw), ctypes.byref(out))
         return int(out.value)
 
-    def sql_poll_status(self) -> tuple[int, SqlStatus] | None:
+    def poll_status(self) -> tuple[int, SqlStatus] | None:
         """The next answered status query as ``(id, status)``, or ``None``."""
-        st = _ffi.lh_sql_status()
-        st.struct_size = ctypes.sizeof(_ffi.lh_sql_status)
-        lib.lh_sql_poll_status(self._p(), ctypes.byref(st))
+        st = _ffi.lh_lock_status()
+        st.struct_size = ctypes.sizeof(_ffi.lh_lock_status)
+        lib.lh_poll_status(self._p(), ctypes.byref(st))
         if st.id == 0:
             return None
         host = _string_at(st.holder_host, st.holder_host_len).decode("utf-8", "replace") if st.holder_host_len else ""
@@ -784,6 +785,10 @@ class Core:
             holder_host=host,
             error=err,
         )
+
+    # The first names, from when only SQL handles answered status queries.
+    sql_status_request = status_request
+    sql_poll_status = poll_status
 
     def _last_error(self, fn: Any) -> str:
         ptr, n = ctypes.c_void_p(), ctypes.c_size_t()

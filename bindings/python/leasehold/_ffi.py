@@ -343,7 +343,7 @@ class lh_sql_request(ctypes.Structure):
     ]
 
 
-class lh_sql_status(ctypes.Structure):
+class lh_lock_status(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("ok", ctypes.c_uint32),
@@ -360,6 +360,9 @@ class lh_sql_status(ctypes.Structure):
         ("error", ctypes.c_void_p),
         ("error_len", ctypes.c_size_t),
     ]
+
+
+lh_sql_status = lh_lock_status  # its first name
 
 
 class lh_etcd_options(ctypes.Structure):
@@ -589,6 +592,8 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_sql_connection_reset": ([lh_client_p, _u64, _u32], _u32, True),
     "lh_sql_status_request": ([lh_client_p, _u64, _cp, _sz, ctypes.POINTER(_u64)], _u32, True),
     "lh_sql_poll_status": ([lh_client_p, ctypes.POINTER(lh_sql_status)], _u32, True),
+    "lh_status_request": ([lh_client_p, _u64, _cp, _sz, ctypes.POINTER(_u64)], _u32, True),
+    "lh_poll_status": ([lh_client_p, ctypes.POINTER(lh_sql_status)], _u32, True),
     "lh_sql_last_error": ([lh_client_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)], _u32, True),
     # etcd protocol
     "lh_etcd_options_default": ([ctypes.POINTER(lh_etcd_options)], None, False),

@@ -106,7 +106,7 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
                        a Redis server (needs redis-py: pip install 'redis>=5')
   redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
                        the master that these Redis Sentinels name MASTER, followed across
-                       failovers (PASSWORD and DB are the Redis servers'; no `status`)
+                       failovers (PASSWORD and DB are the Redis servers')
   postgresql://USER:PASSWORD@HOST[:PORT]/DB[?sslmode=...], postgres://...
                        a PostgreSQL database (needs psycopg 3: pip install 'leasehold[postgres]')
   etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...], etcds://... (TLS)
@@ -516,11 +516,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif url.lower().startswith("memory:"):
         open_backend(url).close()  # validates the URL
         raise BackendError(f"status is not supported by the backend {redact(url)} (in-process only: nothing to read)")
-    elif url.lower().startswith(("etcd:", "etcds:")):
-        open_backend(url).close()  # validates the URL
-        raise BackendError(f"status is not supported by the etcd backend yet ({redact(url)})")
-    elif url.lower().startswith(("postgresql:", "postgres:")):
-        st = _sql_status(open_backend(url), name, url)
+    elif url.lower().startswith(("etcd:", "etcds:", "postgresql:", "postgres:", "redis+sentinel:")):
+        st = _backend_status(open_backend(url), name, url)
     else:
         st = _status_from(open_backend(url), name, url)
     held_for = _field(st, "held_for_ms")
@@ -553,14 +550,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EX_OK if info["held"] else EX_FREE
 
 
-def _sql_status(executor: Any, name: str, url: str) -> dict[str, Any]:
-    """A SQL executor's status of ``name``, read through the core's own query."""
-    from ._backend import sql_status
+def _backend_status(executor: Any, name: str, url: str) -> dict[str, Any]:
+    """An executor's status of ``name``, read through the core's own query."""
+    from ._backend import backend_status
 
     try:
-        st = sql_status(executor, name)
+        st = backend_status(executor, name)
     except Exception as e:
         raise BackendError(f"{redact(url)}: {e}") from None
+    finally:
+        executor.close()
     if not st.ok:
         raise BackendError(f"{redact(url)}: {st.error}")
     held = st.held

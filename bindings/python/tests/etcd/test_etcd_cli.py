@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,11 +28,16 @@ def test_run_on_an_etcd_cluster(etcd_cluster) -> None:
     first, second = run_cli(cmd), run_cli(cmd)
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
     assert int(second.stdout) > int(first.stdout)
-    with LockClient(EtcdExecutor(etcd_cluster.urls)) as client, client.acquire(name, ttl=30.0):
+    with LockClient(EtcdExecutor(etcd_cluster.urls)) as client, client.acquire(name, ttl=30.0) as h:
         busy = run_cli(["run", "--wait", "0", name, "--backend", url, "--", "true"])
         assert busy.returncode == 75, busy.stderr
-    st = run_cli(["status", name, "--backend", url])
-    assert st.returncode == 69 and "not supported by the etcd backend" in st.stderr, st.stderr
+        held = run_cli(["status", name, "--backend", url, "--json"])
+        assert held.returncode == 0, held.stderr
+        info = json.loads(held.stdout)
+        assert info["held"] is True and info["fencing_token"] == h.fencing_token
+        assert 0 < info["remaining_ttl_ms"] <= 30_000
+    free = run_cli(["status", name, "--backend", url])
+    assert free.returncode == 1 and "free" in free.stdout, (free.stdout, free.stderr)
 
 
 def test_etcd_urls() -> None:

@@ -14,6 +14,7 @@ Two faults, one topology each (a failover uses up the only replica):
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sqlite3
 import threading
@@ -253,8 +254,9 @@ def test_cli_run_on_sentinel_follows_a_failover(sentinel, worker_env):  # type: 
     assert after.returncode == 0, after.stderr
     assert int(after.stdout) > held
 
-    status = run_cli(["status", "jobs", "--backend", t.url], worker_env)
-    assert status.returncode == 69 and "not supported" in status.stderr, status
+    status = run_cli(["status", "jobs", "--backend", t.url, "--json"], worker_env)
+    assert status.returncode == 1, status  # free, asked through the new master
+    assert json.loads(status.stdout)["last_fencing_token"] == int(after.stdout)
     bad = run_cli(["run", "jobs", "--backend", "redis+sentinel://127.0.0.1:1", "--", "true"], worker_env)
     assert bad.returncode == 64, bad
     gone = run_cli(["run", "jobs", "--backend", "redis+sentinel://:pw@127.0.0.1:1/x", "--", "true"], worker_env)
