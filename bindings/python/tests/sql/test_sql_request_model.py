@@ -53,7 +53,7 @@ def test_http_requests_are_copied_out_and_an_impossible_status_is_a_failure() ->
     assert lane == 1 and isinstance(req, HttpRequest) and req.kind == _ffi.LH_HTTP_UNARY
     assert req.method == "POST" and req.path.startswith("/v3/") and req.authorization == ""
     core.http_reply(rid, 999, b"{}")  # refused by the ABI: reported as the request's failure
-    assert "lease grant" in core.backend_last_error()
+    assert "/v3/lease/grant" in core.backend_last_error() and "999" in core.backend_last_error()
     assert _failed(core, lease)
     core.close()
 
