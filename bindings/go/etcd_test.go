@@ -58,8 +58,19 @@ func TestEtcdAcquireReleaseAndFences(t *testing.T) {
 	}
 	k, _ := b.EtcdCounters()
 	t.Logf("%+v", k)
+	// Status, asked by a client that holds nothing: the owner's fence and time left.
+	st, err := a.Status(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.FencingToken != l2.FencingToken() || st.RemainingTTL <= 0 || st.RemainingTTL > 60*time.Second {
+		t.Fatalf("status while held: %+v (fence %d)", st, l2.FencingToken())
+	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if st, err = a.Status(ctx, name); err != nil || st.Held {
+		t.Fatalf("status after the release: %+v, %v", st, err)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// LockStatus is what the database says about one name right now (advisory:
+// LockStatus is what the backend says about one name right now (advisory:
 // it can change at once). Numbers that are unknown are zero.
 type LockStatus struct {
 	Name string
@@ -24,19 +24,20 @@ type LockStatus struct {
 	HeldFor time.Duration
 }
 
-// ErrStatusUnsupported: Status needs a Client made on a SQLiteTransport or a
-// PostgresTransport.
-var ErrStatusUnsupported = errors.New("leasehold: status needs an SQL transport")
+// ErrStatusUnsupported: Status needs a Client made on a SQLiteTransport, a
+// PostgresTransport or an EtcdTransport.
+var ErrStatusUnsupported = errors.New("leasehold: status needs an SQL or etcd transport")
 
 // statusWait is one Status call waiting for its answer.
 type statusWait struct {
 	ch chan sqlStatusAnswer
 }
 
-// Status asks the database about name (one query the core writes, like
+// Status asks the backend about name (a query the core writes, like
 // `leasehold status`): whether it is held, by which fence, for how long, and
-// the last fence ever minted. A Client on another transport gets
-// ErrStatusUnsupported; a query that fails returns the database's error.
+// (SQL) the last fence ever minted. On etcd the fence is the owner key's
+// create revision. A Client on another transport gets ErrStatusUnsupported;
+// a query that fails returns the backend's error.
 func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
 	c := cl.c
 	if ctx == nil {
@@ -88,6 +89,7 @@ type sqlStatusExecutor interface {
 
 func (x *sqliteExec) sqlStatus() {}
 func (x *pgExec) sqlStatus()     {}
+func (x *etcdExec) sqlStatus()   {}
 
 // answerStatusesLocked hands the core's answered status queries to their callers.
 func (c *client) answerStatusesLocked() error {

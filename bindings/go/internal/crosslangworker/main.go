@@ -24,6 +24,16 @@ func transport(backend string) (leasehold.Transport, error) {
 		}
 		return leasehold.NewRedisTransportFromOptions(opt, nil)
 	}
+	if strings.HasPrefix(backend, "postgresql://") {
+		return leasehold.NewPostgresTransport(backend)
+	}
+	if rest, ok := strings.CutPrefix(backend, "etcd://"); ok {
+		var urls []string
+		for _, hp := range strings.Split(rest, ",") {
+			urls = append(urls, "http://"+hp)
+		}
+		return leasehold.NewEtcdTransport(urls, nil)
+	}
 	return nil, fmt.Errorf("unsupported backend %q", backend)
 }
 
