@@ -79,6 +79,7 @@ class PostgresFencingGate {
     if (!owned_ || PQstatus(owned_.get()) != CONNECTION_OK)
       throw PostgresError(std::string("connection failed: ") + (owned_ ? PQerrorMessage(owned_.get()) : "out of memory"), "");
     conn_ = owned_.get();
+    PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // "already exists, skipping"
   }
   // Borrows the caller's connection (it must outlive the gate, and be idle when run() starts:
   // the gate owns the transaction).

@@ -47,6 +47,15 @@ struct PgClear {
 using PgConn = std::unique_ptr<PGconn, PgFinish>;
 using PgResult = std::unique_ptr<PGresult, PgClear>;
 
+// libpq's multi-line messages as one line.
+inline std::string pg_text(const char* m) {
+  std::string s = m != nullptr ? m : "";
+  for (auto& ch : s)
+    if (ch == '\n' || ch == '\t') ch = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
 // A connection (or null and the server's reason), with the defaults below the URL's own.
 inline PgConn pg_connect(const PostgresOptions& o, std::string& error) {
   const auto secs = std::to_string(std::max<long long>(1, (o.connect_timeout.count() + 999) / 1000));
@@ -59,10 +68,11 @@ inline PgConn pg_connect(const PostgresOptions& o, std::string& error) {
     return nullptr;
   }
   if (PQstatus(c.get()) != CONNECTION_OK) {
-    error = PQerrorMessage(c.get());
-    while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+    error = pg_text(PQerrorMessage(c.get()));
     return nullptr;
   }
+  // The migration's "already exists, skipping" notices are expected: not for stderr.
+  PQsetNoticeProcessor(c.get(), [](void*, const char*) {}, nullptr);
   return c;
 }
 
@@ -80,7 +90,7 @@ inline std::optional<PgFailure> pg_wait(PGconn* c, Clock::time_point deadline) {
     pollfd p{PQsocket(c), POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR)
       return PgFailure{LH_SQL_FAILURE_TRANSPORT, "poll failed"};
-    if (PQconsumeInput(c) == 0) return PgFailure{LH_SQL_FAILURE_TRANSPORT, PQerrorMessage(c)};
+    if (PQconsumeInput(c) == 0) return PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   }
   return std::nullopt;
 }
@@ -97,7 +107,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
   if (PQsendQueryParams(c, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0) == 0)
-    return PgFailure{LH_SQL_FAILURE_TRANSPORT, PQerrorMessage(c)};
+    return PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   std::optional<PgFailure> failure;
   bool rows_done = false;
   for (;;) {
@@ -111,7 +121,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
         const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
         const char* msg = PQresultErrorField(r.get(), PG_DIAG_MESSAGE_PRIMARY);
         failure = PgFailure{pg_connection_fault(state) ? LH_SQL_FAILURE_TRANSPORT : LH_SQL_FAILURE_DATABASE,
-                            msg != nullptr ? msg : PQresultErrorMessage(r.get())};
+                            pg_text(msg != nullptr ? msg : PQresultErrorMessage(r.get()))};
       }
       continue;
     }
@@ -145,7 +155,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
       }
     }
   }
-  if (!failure && PQstatus(c) == CONNECTION_BAD) failure = PgFailure{LH_SQL_FAILURE_TRANSPORT, PQerrorMessage(c)};
+  if (!failure && PQstatus(c) == CONNECTION_BAD) failure = PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   if (!failure && out != nullptr && !rows_done) out->array(0);
   return failure;
 }
@@ -383,7 +393,7 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
       if (!c || fds[1].revents == 0) continue;
       if (PQconsumeInput(c.get()) == 0 || PQstatus(c.get()) == CONNECTION_BAD) {
         deliver();
-        broke(PQerrorMessage(c.get()));
+        broke(detail::pg_text(PQerrorMessage(c.get())));
         continue;
       }
       deliver();
