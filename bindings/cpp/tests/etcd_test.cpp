@@ -155,6 +155,19 @@ TEST_F(Etcd, LifecycleAndAWaiterWokenByItsWatch) {
   EXPECT_TRUE(eventually([&] { return tb->open_watches() == 0; }, 10s));
 }
 
+// Keep-alives renew the etcd lease past its TTL; a manual renewal is confirmed too.
+TEST_F(Etcd, KeepAlivesRenewTheLease) {
+  LockClient a(transport(g_etcd->endpoints()), quiet());
+  auto lease = a.acquire("renewed", 2s);
+  ASSERT_TRUE(lease.has_value()) << a.last_backend_error();
+  ASSERT_TRUE(eventually([&] { return a.counters().renewals_ok >= 3 || lease->lost(); }, 20s));
+  EXPECT_FALSE(lease->lost()) << a.last_backend_error();
+  const auto before = lease->valid_until();
+  EXPECT_GT(lease->renew(), before);
+  LockClient b(transport(g_etcd->endpoints()), quiet());
+  EXPECT_FALSE(b.acquire("renewed", 2s).has_value());  // still ours, well past the first TTL
+}
+
 // Worker processes contend for one name: one holder at a time, fences (create revisions)
 // strictly increasing in grant order.
 TEST_F(Etcd, ProcessesContendFencesStrictlyIncrease) {

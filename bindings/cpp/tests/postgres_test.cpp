@@ -264,6 +264,10 @@ TEST_F(Postgres, ServerRestartMidRunNothingHangsFencesNeverRegress) {
   ASSERT_TRUE(before.has_value());
   const auto old = before->fencing_token();
   before->release();
+  // Held across the restart: the rows survive it, so renewals retried after it succeed and the
+  // lease is kept (its TTL is far longer than the restart).
+  auto across = local.acquire("restart-held", 8s);
+  ASSERT_TRUE(across.has_value());
 
   const auto log = g_pg->dir + "/restart.log";
   constexpr int kWorkers = 3, kIters = 12;
@@ -284,6 +288,11 @@ TEST_F(Postgres, ServerRestartMidRunNothingHangsFencesNeverRegress) {
   auto after = local.acquire("restart-local", 5s, std::move(o));
   ASSERT_TRUE(after.has_value()) << local.last_backend_error();
   EXPECT_GT(after->fencing_token(), old);
+  EXPECT_NO_THROW(across->renew()) << local.last_backend_error();
+  EXPECT_FALSE(across->lost());
+  EXPECT_TRUE(across->is_held());
+  Admin admin(url());
+  EXPECT_EQ(admin.q("SELECT fence FROM leasehold_locks WHERE name = 'restart-held'"), std::to_string(across->fencing_token()));
 }
 
 TEST_F(Postgres, WrongPasswordUnreachableServerAndForeignTableAreClearErrors) {
