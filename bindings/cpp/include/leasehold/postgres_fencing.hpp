@@ -27,7 +27,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <regex>
 
 namespace leasehold {
 
@@ -150,8 +149,12 @@ class PostgresFencingGate {
 
  private:
   explicit PostgresFencingGate(const FencingGateOptions& options) : table_(options.table) {
-    static const std::regex ident("^[A-Za-z_][A-Za-z0-9_]{0,62}$");
-    if (!std::regex_match(table_, ident))
+    auto word = [](char c, bool first) {
+      return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (!first && c >= '0' && c <= '9');
+    };
+    bool ok = !table_.empty() && table_.size() <= 63;
+    for (std::size_t i = 0; ok && i < table_.size(); ++i) ok = word(table_[i], i == 0);
+    if (!ok)
       throw Error(status::invalid_argument, "PostgresFencingGate: table \"" + table_ + "\" is not a plain identifier");
   }
 
