@@ -225,6 +225,35 @@ TEST_F(Etcd, LeaderKilledDuringContention) {
   EXPECT_TRUE(eventually([&] { return post(back + "/v3/kv/range", R"({"key":"AA=="})").first == 200; }, 30s));
 }
 
+// A holder stopped (SIGSTOP) past its TTL: its etcd lease expires, another process takes the
+// lock with a higher fence (the create revision), and the resumed holder learns it lost the
+// lock: its release ends Lost, once, with its signals.
+TEST_F(Etcd, PausedHolderIsTakenOverAndLearnsItLost) {
+  auto worker = Child::spawn({LEASEHOLD_PAUSE_WORKER, "etcd", g_etcd->urls}, true, "");
+  ASSERT_GT(worker.pid, 0);
+  worker.write_line("acquire paused 1000");
+  const auto held = worker.read_line(30s);
+  ASSERT_TRUE(held && held->rfind("held ", 0) == 0) << held.value_or("<nothing>");
+  const auto old = std::stoull(held->substr(5));
+  ASSERT_EQ(::kill(worker.pid, SIGSTOP), 0);
+  LockClient taker(transport(g_etcd->endpoints()), quiet());
+  leasehold::AcquireOptions o;
+  o.wait = 20s;
+  auto lease = taker.acquire("paused", 5s, std::move(o));
+  ASSERT_TRUE(lease.has_value()) << taker.last_backend_error();
+  EXPECT_GT(lease->fencing_token(), old);
+  worker.write_line("release");
+  ASSERT_EQ(::kill(worker.pid, SIGCONT), 0);
+  const auto report = worker.read_line(30s);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->rfind("outcome=lost lost=1 reason=", 0), 0u) << *report;
+  EXPECT_NE(report->find("callbacks=1 stop=1"), std::string::npos) << *report;
+  worker.write_line("quit");
+  EXPECT_EQ(worker.wait_exit(30s), 0);
+  worker.stop();
+  EXPECT_TRUE(lease->is_held());
+}
+
 TEST_F(Etcd, NoMemberReachableIsAClearErrorNeverAGrant) {
   EtcdOptions o;
   o.endpoints = {"http://127.0.0.1:" + std::to_string(free_port()), "http://127.0.0.1:" + std::to_string(free_port())};
