@@ -12,6 +12,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <filesystem>
 
@@ -274,6 +276,51 @@ TEST_F(Etcd, NoMemberReachableIsAClearErrorNeverAGrant) {
   ASSERT_GE(logs->size(), 2u);  // both members tried
   EXPECT_NE(logs->front().find(o.endpoints[0]), std::string::npos) << logs->front();
   EXPECT_NE(logs->back().find("onnect"), std::string::npos) << logs->back();
+}
+
+// A server that answers every request with 200 and a body that is not etcd's: the core reads
+// it as garbage, never a grant.
+TEST_F(Etcd, GarbageRepliesAreAClearErrorNeverAGrant) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::atomic<bool> stop{false};
+  std::atomic<int> served{0};
+  std::thread server([&] {
+    while (!stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0) continue;
+      char buf[8192];
+      std::string req;
+      while (req.find("\r\n\r\n") == std::string::npos) {
+        const auto n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<std::size_t>(n));
+      }
+      static const char reply[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n"
+                                  "Connection: close\r\n\r\n{\"ID\":[1,2,3],\"x\"";
+      [[maybe_unused]] auto w = ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+      ++served;
+      ::close(c);
+    }
+  });
+  {
+    LockClient c(transport({"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port))}), quiet(true));
+    EXPECT_FALSE(c.acquire("n", 5s).has_value());
+    EXPECT_NE(c.last_backend_error().find("malformed reply"), std::string::npos) << c.last_backend_error();
+    EXPECT_EQ(c.counters().grants, 0u);
+  }
+  stop = true;
+  server.join();
+  ::close(fd);
+  EXPECT_GE(served.load(), 1);
 }
 
 // A cluster with authentication: a wrong password is a clear error and never a grant; the
