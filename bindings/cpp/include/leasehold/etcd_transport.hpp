@@ -25,7 +25,9 @@ struct EtcdOptions {
   std::vector<std::string> endpoints;  // member base URLs: http://127.0.0.1:2379, https://…
   std::string user, password;          // empty user: no authentication
   std::chrono::milliseconds connect_timeout{1000};
-  std::chrono::milliseconds request_timeout{2000};  // per member tried; watches are unbounded
+  // Per member tried (watches are unbounded): below the core's request timeout (2 s by
+  // default), so a request to a stopped member still fails over within it.
+  std::chrono::milliseconds request_timeout{1000};
   // TLS (https:// endpoints), passed to libcurl: CA bundle, client certificate and key, and
   // whether to verify the server's certificate and host name (keep true outside tests).
   std::string ca_file, cert_file, key_file;
