@@ -227,6 +227,26 @@ TEST_F(Etcd, LeaderKilledDuringContention) {
   EXPECT_TRUE(eventually([&] { return post(back + "/v3/kv/range", R"({"key":"AA=="})").first == 200; }, 30s));
 }
 
+// The member every client starts at is stopped (SIGSTOP) while processes contend: requests to
+// it time out and fail over, a watch it holds goes silent and its waiter wakes by its own retry
+// at the holder's TTL; one holder at a time, fences strictly increasing.
+TEST_F(Etcd, MemberStoppedDuringContention) {
+  const auto pid = std::stoi(sh("bash " + script("etcd-test-cluster.sh") + " pid " + g_etcd->dir + " 1").second);
+  struct Continue {
+    int pid;
+    ~Continue() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  const auto log = g_etcd->dir + "/stopped.log";
+  constexpr int kWorkers = 3, kIters = 6;
+  const auto done = contend({LEASEHOLD_PAUSE_WORKER, "etcd", g_etcd->urls}, kWorkers,
+                            "contend stopped " + std::to_string(kIters) + " 1500 30000 " + log, 120s,
+                            [&] { ASSERT_EQ(::kill(pid, SIGSTOP), 0); });
+  for (auto n : done) EXPECT_EQ(n, kIters);
+  const auto entries = read_log(log);
+  EXPECT_EQ(entries.size(), 2u * kWorkers * kIters);
+  check_log(entries, true);
+}
+
 // A holder stopped (SIGSTOP) past its TTL: its etcd lease expires, another process takes the
 // lock with a higher fence (the create revision), and the resumed holder learns it lost the
 // lock: its release ends Lost, once, with its signals.
