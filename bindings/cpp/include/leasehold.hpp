@@ -863,6 +863,8 @@ class Backend {
   }
   // What the protocol last saw go wrong (a database error, a refused schema, an error body).
   [[nodiscard]] virtual std::string last_error(const Core& /*core*/) const { return {}; }
+  // True for SQL handles: LockClient::status() queries the database (lh_sql_status_request).
+  [[nodiscard]] virtual bool answers_status() const { return false; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1060,6 +1062,32 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (!core_ || backend_ == nullptr) return {};
     return backend_->last_error(*core_);
   }
+  SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
+    std::unique_lock lk(mu_);
+    if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
+    if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
+    if (backend_ == nullptr || !backend_->answers_status())
+      throw Error(LH_ERR_NO_BACKEND, "status() needs an SQL transport (SqliteTransport, PostgresTransport)");
+    const auto id = core_->sql_status_request(now_ns(), name);  // throws on a bad name
+    try {
+      drain_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+    poke_locked();
+    const auto bound = Clock::now() + std::clamp<std::chrono::nanoseconds>(timeout, {}, std::chrono::hours(24));
+    waiters_cv_.wait_until(lk, bound, [&] { return statuses_.contains(id) || closing_ || broken_; });
+    auto it = statuses_.find(id);
+    if (it == statuses_.end()) {
+      if (closing_) throw Error(status::closed, "LockClient closed during status");
+      if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed");
+      abandoned_statuses_.insert(id);
+      throw Error(status::timeout, "no answer to the status query in time");
+    }
+    SqlStatus out = std::move(it->second);
+    statuses_.erase(it);
+    return out;
+  }
   void close() noexcept;
 
   // The callback LockClient registers with Transport::watch_waiter (tests call it directly).
@@ -1152,6 +1180,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> awaiting_reply_;
   // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
   std::set<std::string, std::less<>> core_watching_;
+  // Answered status queries (LockClient::status) until their caller takes them.
+  std::unordered_map<std::uint64_t, SqlStatus> statuses_;
+  std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
   std::uint64_t next_holder_ = 0;
   std::size_t active_acquires_ = 0;
   bool dirty_ = false;
@@ -1293,6 +1324,14 @@ class LockClient {
   // as a foreign table of the same name, a failed connection; etcd: an error body or a
   // transport failure). Empty when nothing did, or for transports without a protocol.
   [[nodiscard]] std::string last_backend_error() const { return state()->last_backend_error(); }
+  // What the database says about `name` now (SQL transports; advisory: it can change at once):
+  // held or not, the holder's fence and remaining TTL, the last fence ever minted, and on SQLite
+  // the holder's pid and host. A failed query is `ok == false` with `error`. Throws
+  // leasehold::Error: LH_ERR_NO_BACKEND for other transports, a bad name as acquire() does,
+  // status::timeout without an answer within `timeout`, status::closed.
+  [[nodiscard]] SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
+    return state()->status(name, timeout);
+  }
   // Idempotent. Also called by the destructor.
   void close() noexcept {
     if (st_) st_->close();
@@ -1610,6 +1649,13 @@ inline void ClientState::dispatch_locked(Output& out) {
 inline void ClientState::drain_locked() {
   if (backend_ != nullptr) backend_->drain(*core_);
   while (auto out = core_->poll_output()) dispatch_locked(*out);
+  if (backend_ != nullptr && backend_->answers_status()) {
+    bool any = false;
+    while (auto st = core_->sql_poll_status()) {
+      if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
+    }
+    if (any) waiters_cv_.notify_all();
+  }
 }
 
 inline void ClientState::feed_backend_locked(std::uint64_t now, BackendInput& in) {

@@ -138,6 +138,13 @@ TEST_F(Postgres, LifecycleAndAWaiterWokenByNotify) {
   Admin admin(url());
   EXPECT_EQ(admin.q("SELECT fence FROM leasehold_locks WHERE name = 'life'"), std::to_string(held->fencing_token()));
   EXPECT_FALSE(b.acquire("life", 5s).has_value());
+  const auto st = b.status("life");
+  EXPECT_TRUE(st.ok) << st.error;
+  EXPECT_TRUE(st.held);
+  EXPECT_EQ(st.fencing_token, held->fencing_token());
+  EXPECT_GT(st.remaining_ttl_ms, 0u);
+  EXPECT_LE(st.remaining_ttl_ms, 30000u);
+  EXPECT_GE(st.last_fencing_token, held->fencing_token());
   std::optional<leasehold::Lease> got;
   std::thread waiter([&] {
     leasehold::AcquireOptions o;

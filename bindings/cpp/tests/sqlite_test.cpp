@@ -2,6 +2,7 @@
 // deleted or replaced under a client, and bad files (foreign table, corrupt, locked, missing
 // directory) give a clear error and never a grant.
 #include <leasehold.hpp>
+#include <leasehold/memory_transport.hpp>
 #include <leasehold/sqlite_transport.hpp>
 
 #include <gtest/gtest.h>
@@ -84,8 +85,21 @@ TEST_F(Sqlite, LifecycleOnARealFile) {
     EXPECT_EQ(query(path, "SELECT count(*) FROM leasehold_locks WHERE name = 'life'"), "1");
     EXPECT_EQ(query(path, "SELECT pid FROM leasehold_locks WHERE name = 'life'"), std::to_string(::getpid()));
     EXPECT_FALSE(b.acquire("life", 5s).has_value());  // held by a
+    const auto st = b.status("life");
+    EXPECT_TRUE(st.ok) << st.error;
+    EXPECT_TRUE(st.held);
+    EXPECT_EQ(st.fencing_token, fence);
+    EXPECT_EQ(st.holder_pid, ::getpid());
+    EXPECT_GT(st.remaining_ttl_ms, 0u);
+    EXPECT_LE(st.remaining_ttl_ms, 5000u);
+    EXPECT_FALSE(st.holder_host.empty());
     EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
   }
+  const auto free = a.status("life");
+  EXPECT_TRUE(free.ok) << free.error;
+  EXPECT_FALSE(free.held);
+  EXPECT_EQ(free.last_fencing_token, fence);
+  EXPECT_THROW((void)a.status(""), leasehold::Error);
   EXPECT_EQ(query(path, "SELECT count(*) FROM leasehold_locks WHERE name = 'life'"), "0");
   auto next = b.acquire("life", 1500ms);
   ASSERT_TRUE(next.has_value());
@@ -95,6 +109,16 @@ TEST_F(Sqlite, LifecycleOnARealFile) {
   EXPECT_FALSE(next->lost());
   EXPECT_FALSE(a.acquire("life", 5s).has_value());
   EXPECT_TRUE(b.last_backend_error().empty()) << b.last_backend_error();
+}
+
+TEST_F(Sqlite, StatusNeedsAnSqlTransport) {
+  LockClient m(std::make_shared<leasehold::MemoryTransport>(std::make_shared<leasehold::MemoryService>()), quiet());
+  try {
+    (void)m.status("x");
+    ADD_FAILURE() << "status() answered on the memory service";
+  } catch (const leasehold::Error& e) {
+    EXPECT_EQ(e.code(), static_cast<leasehold::Status>(LH_ERR_NO_BACKEND));
+  }
 }
 
 // A waiter retries at the holder's expiry or by backoff (SQLite has no notifications) and

@@ -85,6 +85,7 @@ class SqlBackend : public Backend {
     while (auto r = core.sql_poll_request()) submit(std::move(*r));
   }
   [[nodiscard]] std::string last_error(const Core& core) const override { return core.sql_last_error(); }
+  [[nodiscard]] bool answers_status() const override { return true; }
 
  protected:
   // Queues one request for an executor thread; never blocks.
