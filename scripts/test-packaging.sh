@@ -170,7 +170,10 @@ cmake -S bindings/cpp -B "$work/cmake-install" -DLEASEHOLD_BUILD_TESTS=OFF -DCMA
 cmake --build "$work/cmake-install"
 cmake --install "$work/cmake-install" --prefix "$prefix" >/dev/null
 for f in include/leasehold.h include/leasehold.hpp include/leasehold/memory_transport.hpp \
-    include/leasehold/redis_transport.hpp lib/libleasehold.a "lib/libleasehold.so.$version" \
+    include/leasehold/redis_transport.hpp include/leasehold/sqlite_transport.hpp \
+    include/leasehold/postgres_transport.hpp include/leasehold/postgres_fencing.hpp \
+    include/leasehold/etcd_transport.hpp include/leasehold/detail/sql_executor.hpp \
+    lib/libleasehold.a "lib/libleasehold.so.$version" \
     lib/cmake/leasehold/leaseholdConfig.cmake lib/cmake/leasehold/leaseholdConfigVersion.cmake \
     lib/pkgconfig/leasehold.pc lib/pkgconfig/leasehold-static.pc \
     share/doc/leasehold/LICENSE-MIT share/doc/leasehold/LICENSE-APACHE share/doc/leasehold/CHANGELOG.md; do

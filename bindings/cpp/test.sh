@@ -25,6 +25,11 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v readelf >/dev/null 2>&1 || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# The SQLite, PostgreSQL and etcd executors (their tests fail under CI=true without them).
+[ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+[ -f /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] \
+    || compgen -G "/usr/include/*/curl/curl.h" >/dev/null || need+=(libcurl4-openssl-dev)
 if [ "${#need[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         log "installing ${need[*]}"

@@ -1,6 +1,10 @@
 # Defines the imported targets of the leasehold C++ binding:
 #   leasehold::leasehold  — leasehold.hpp (+ leasehold/memory_transport.hpp) and the Rust library
 #   leasehold::redis      — leasehold/redis_transport.hpp + hiredis (only when hiredis is found)
+#   leasehold::sqlite     — leasehold/sqlite_transport.hpp + libsqlite3 (when found)
+#   leasehold::postgres   — leasehold/postgres_transport.hpp, postgres_fencing.hpp + libpq (when found)
+#   leasehold::etcd       — leasehold/etcd_transport.hpp + libcurl (when found)
+# Each executor's library is optional: without libpq the rest still builds.
 #
 # The Rust library is looked up, in order:
 #   1. LEASEHOLD_LIBRARY / LEASEHOLD_INCLUDE_DIR if set by the user;
@@ -97,3 +101,31 @@ if(NOT TARGET leasehold::redis AND PkgConfig_FOUND)
       INTERFACE_LINK_LIBRARIES "leasehold::leasehold;PkgConfig::HIREDIS")
   endif()
 endif()
+
+# An optional executor target: leasehold::<target> = leasehold::leasehold + the library, found
+# through pkg-config module <pc>, else CMake's find module <pkg> (imported target <imported>).
+function(_leasehold_executor target pc pkg imported)
+  if(TARGET leasehold::${target})
+    return()
+  endif()
+  set(_dep "")
+  if(PkgConfig_FOUND)
+    pkg_check_modules(LEASEHOLD_DEP_${target} QUIET IMPORTED_TARGET GLOBAL ${pc})
+    if(LEASEHOLD_DEP_${target}_FOUND)
+      set(_dep PkgConfig::LEASEHOLD_DEP_${target})
+    endif()
+  endif()
+  if(NOT _dep)
+    find_package(${pkg} QUIET)
+    if(TARGET ${imported})
+      set(_dep ${imported})
+    endif()
+  endif()
+  if(_dep)
+    add_library(leasehold::${target} INTERFACE IMPORTED GLOBAL)
+    set_property(TARGET leasehold::${target} PROPERTY INTERFACE_LINK_LIBRARIES "leasehold::leasehold;${_dep}")
+  endif()
+endfunction()
+_leasehold_executor(sqlite sqlite3 SQLite3 SQLite::SQLite3)
+_leasehold_executor(postgres libpq PostgreSQL PostgreSQL::PostgreSQL)
+_leasehold_executor(etcd libcurl CURL CURL::libcurl)

@@ -416,6 +416,39 @@ struct Request {
   std::vector<std::string> argv;
 };
 
+// An SQL request (lh_sql_poll_request), owned: run the statements in order on `connection`
+// (LH_SQL_CONNECTION_COMMANDS or LH_SQL_CONNECTION_LISTENER) and answer `id`.
+struct SqlParam {
+  std::uint32_t kind = LH_VALUE_NIL;  // LH_VALUE_NIL/INT/TEXT/BULK or LH_PARAM_HOST_*
+  std::int64_t integer = 0;           // LH_VALUE_INT
+  std::string bytes;                  // LH_VALUE_TEXT / LH_VALUE_BULK
+};
+struct SqlStatement {
+  std::string sql;
+  std::vector<SqlParam> params;  // ?1.. / $1.. in order
+};
+struct SqlRequest {
+  std::uint64_t id = 0;
+  std::uint32_t connection = 0;
+  std::vector<SqlStatement> statements;
+};
+// What the database said about one name (lh_sql_poll_status); advisory.
+struct SqlStatus {
+  std::uint64_t id = 0;
+  bool ok = false;
+  bool held = false;
+  std::uint64_t fencing_token = 0, remaining_ttl_ms = 0, last_fencing_token = 0, held_for_ms = 0;
+  std::int64_t holder_pid = 0;
+  std::string holder_host, error;
+};
+
+// An HTTP request of the etcd protocol (lh_http_poll_request), owned.
+struct HttpRequest {
+  std::uint64_t id = 0;
+  std::uint32_t kind = 0;  // LH_HTTP_UNARY, LH_HTTP_WATCH or LH_HTTP_CANCEL_WATCH
+  std::string method, path, body, authorization;
+};
+
 class Core {
  public:
   using LeaseId = std::uint64_t;
@@ -621,6 +654,104 @@ class Core {
     check(lh_subscription(h(), now, detail::bytes_ptr(channel.data()), channel.size(), subscribed ? 1u : 0u));
   }
 
+  // --- SQL handles (lh_client_new_sql) ---
+  // Next SQL request, or nullopt when drained.
+  std::optional<SqlRequest> sql_poll_request() {
+    lh_sql_request r{};
+    check(lh_sql_poll_request(h(), &r));
+    if (r.id == 0) return std::nullopt;
+    SqlRequest out{r.id, r.connection, {}};
+    const auto* d = r.data;
+    auto slice = [&](std::uint64_t off, std::uint64_t len) {
+      return (d == nullptr || off + len > r.data_len) ? std::string()
+                                                      : std::string(reinterpret_cast<const char*>(d) + off, len);
+    };
+    out.statements.reserve(r.nstatements);
+    for (std::uint32_t i = 0; i < r.nstatements; ++i) {
+      const auto& st = r.statements[i];
+      SqlStatement s{slice(st.sql_offset, st.sql_len), {}};
+      for (std::uint32_t k = 0; k < st.nparams && st.first_param + k < r.nparams; ++k) {
+        const auto& v = r.params[st.first_param + k];
+        SqlParam p{v.kind, v.integer, {}};
+        if (v.kind == LH_VALUE_TEXT || v.kind == LH_VALUE_BULK) p.bytes = slice(v.offset, v.len);
+        s.params.push_back(std::move(p));
+      }
+      out.statements.push_back(std::move(s));
+    }
+    return out;
+  }
+  // Every statement's rows: one LH_VALUE_ARRAY per statement, of rows, each an array of columns.
+  void sql_result(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
+    check(lh_sql_result(h(), now, req, values.data(), values.size(), detail::bytes_ptr(data.data()), data.size()));
+  }
+  // kind: LH_SQL_FAILURE_TRANSPORT or LH_SQL_FAILURE_DATABASE; the message is cut to fit.
+  void sql_failed(std::uint64_t now, RequestId req, std::uint32_t kind, std::string_view message) {
+    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_SQL_MESSAGE));
+    check(lh_sql_failed(h(), now, req, kind, detail::bytes_ptr(message.data()), message.size()));
+  }
+  void sql_notification(std::uint64_t now, std::string_view channel, std::string_view payload) {
+    check(lh_sql_notification(h(), now, detail::bytes_ptr(channel.data()), channel.size(),
+                              detail::bytes_ptr(payload.data()), payload.size()));
+  }
+  void sql_connection_reset(std::uint64_t now, std::uint32_t connection) {
+    check(lh_sql_connection_reset(h(), now, connection));
+  }
+  // Queues a status query; its answer comes from sql_poll_status() with this id.
+  std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) {
+    std::uint64_t id = 0;
+    check(lh_sql_status_request(h(), now, detail::bytes_ptr(name.data()), name.size(), &id));
+    return id;
+  }
+  std::optional<SqlStatus> sql_poll_status() {
+    lh_sql_status s{};
+    s.struct_size = sizeof s;
+    check(lh_sql_poll_status(h(), &s));
+    if (s.id == 0) return std::nullopt;
+    return SqlStatus{s.id, s.ok != 0, s.held != 0, s.fencing_token, s.remaining_ttl_ms, s.last_fencing_token,
+                     s.held_for_ms, s.holder_pid, detail::copy_str(s.holder_host, s.holder_host_len),
+                     detail::copy_str(s.error, s.error_len)};
+  }
+  // The last database error or refused schema (a foreign table of the same name…); empty if none.
+  [[nodiscard]] std::string sql_last_error() const {
+    const std::uint8_t* p = nullptr;
+    std::size_t n = 0;
+    check(lh_sql_last_error(h(), &p, &n));
+    return detail::copy_str(p, n);
+  }
+
+  // --- etcd handles (lh_client_new_etcd) ---
+  std::optional<HttpRequest> http_poll_request() {
+    lh_http_request r{};
+    check(lh_http_poll_request(h(), &r));
+    if (r.id == 0) return std::nullopt;
+    auto cstr = [](const char* p) { return p != nullptr ? std::string(p) : std::string(); };
+    return HttpRequest{r.id, r.kind, cstr(r.method), cstr(r.path), detail::copy_str(r.body, r.body_len),
+                       cstr(r.authorization)};
+  }
+  void http_reply(std::uint64_t now, RequestId req, std::uint32_t status, std::string_view body) {
+    check(lh_http_reply(h(), now, req, status, detail::bytes_ptr(body.data()), body.size()));
+  }
+  void http_stream_message(std::uint64_t now, RequestId req, std::string_view message) {
+    check(lh_http_stream_message(h(), now, req, detail::bytes_ptr(message.data()), message.size()));
+  }
+  void http_failed(std::uint64_t now, RequestId req, std::string_view message) {
+    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_HTTP_BODY));
+    check(lh_http_failed(h(), now, req, detail::bytes_ptr(message.data()), message.size()));
+  }
+  [[nodiscard]] lh_etcd_counters etcd_counters() const {
+    lh_etcd_counters c{};
+    c.struct_size = sizeof c;
+    check(lh_etcd_counters_get(h(), &c));
+    return c;
+  }
+  // The last error body, transport failure or malformed reply the etcd protocol saw.
+  [[nodiscard]] std::string etcd_last_error() const {
+    const std::uint8_t* p = nullptr;
+    std::size_t n = 0;
+    check(lh_etcd_last_error(h(), &p, &n));
+    return detail::copy_str(p, n);
+  }
+
  private:
   explicit Core(lh_client* adopted) { h_.reset(adopted); }
   void init(const Config& config, std::span<const std::uint8_t> seed) {
@@ -695,12 +826,22 @@ class Transport {
 
 // What a backend executor hands back to the driver (fed to the core unread).
 struct BackendInput {
-  enum class Kind : std::uint8_t { Reply, Failed, Message, Subscription } kind = Kind::Failed;
+  enum class Kind : std::uint8_t { Reply, Failed, Message, Subscription, Apply } kind = Kind::Failed;
   std::uint64_t id = 0;             // Reply, Failed
   std::vector<lh_value> values;     // Reply
   std::string data;                 // Reply: the data buffer; Message: the payload
   std::string channel;              // Message, Subscription
   bool subscribed = false;          // Subscription
+  // Apply: feeds the core directly (SQL rows, HTTP replies, …), on the driver's side of the
+  // mutex. Errors other than a panic are logged and ignored (the core's timeout then applies).
+  std::function<void(Core&, std::uint64_t now)> apply;
+
+  static BackendInput applying(std::function<void(Core&, std::uint64_t now)> f) {
+    BackendInput in;
+    in.kind = Kind::Apply;
+    in.apply = std::move(f);
+    return in;
+  }
 };
 
 // An executor for a core that speaks a backend protocol itself (Redis): it makes the core
@@ -714,7 +855,16 @@ class Backend {
   // Called once before any execute(); sink may be called from any thread until close().
   virtual void start(Sink sink) = 0;
   // Queues one request; never blocks on the network.
-  virtual void execute(Request request) = 0;
+  virtual void execute(Request /*request*/) {}
+  // Takes every pending request out of the core (under the client's mutex) and queues it;
+  // never blocks on the network. Default: the Redis requests (lh_poll_request) to execute().
+  virtual void drain(Core& core) {
+    while (auto r = core.poll_request()) execute(std::move(*r));
+  }
+  // What the protocol last saw go wrong (a database error, a refused schema, an error body).
+  [[nodiscard]] virtual std::string last_error(const Core& /*core*/) const { return {}; }
+  // True for SQL handles: LockClient::status() queries the database (lh_sql_status_request).
+  [[nodiscard]] virtual bool answers_status() const { return false; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -907,6 +1057,37 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (!core_) throw Error(status::closed, "LockClient is closed");
     return core_->counters();
   }
+  std::string last_backend_error() const {
+    std::lock_guard g(mu_);
+    if (!core_ || backend_ == nullptr) return {};
+    return backend_->last_error(*core_);
+  }
+  SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
+    std::unique_lock lk(mu_);
+    if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
+    if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
+    if (backend_ == nullptr || !backend_->answers_status())
+      throw Error(LH_ERR_NO_BACKEND, "status() needs an SQL transport (SqliteTransport, PostgresTransport)");
+    const auto id = core_->sql_status_request(now_ns(), name);  // throws on a bad name
+    try {
+      drain_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+    poke_locked();
+    const auto bound = Clock::now() + std::clamp<std::chrono::nanoseconds>(timeout, {}, std::chrono::hours(24));
+    waiters_cv_.wait_until(lk, bound, [&] { return statuses_.contains(id) || closing_ || broken_; });
+    auto it = statuses_.find(id);
+    if (it == statuses_.end()) {
+      if (closing_) throw Error(status::closed, "LockClient closed during status");
+      if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed");
+      abandoned_statuses_.insert(id);
+      throw Error(status::timeout, "no answer to the status query in time");
+    }
+    SqlStatus out = std::move(it->second);
+    statuses_.erase(it);
+    return out;
+  }
   void close() noexcept;
 
   // The callback LockClient registers with Transport::watch_waiter (tests call it directly).
@@ -960,6 +1141,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
         Input i = std::move(in);
         feed_locked(i);
         drain_locked();
+        if (closing_) waiters_cv_.notify_all();  // close() waits for the last cleanups' answers
         const auto after = core_->poll_timeout();
         if (!after || (before && *after >= *before)) return;
       } catch (const std::exception& e) {
@@ -998,6 +1180,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> awaiting_reply_;
   // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
   std::set<std::string, std::less<>> core_watching_;
+  // Answered status queries (LockClient::status) until their caller takes them.
+  std::unordered_map<std::uint64_t, SqlStatus> statuses_;
+  std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
   std::uint64_t next_holder_ = 0;
   std::size_t active_acquires_ = 0;
   bool dirty_ = false;
@@ -1135,6 +1320,18 @@ class LockClient {
     return st->acquire(name, ttl, std::move(options));
   }
   [[nodiscard]] Counters counters() const { return state()->counters(); }
+  // What the backend protocol last saw go wrong (SQL: a database error, a refused schema such
+  // as a foreign table of the same name, a failed connection; etcd: an error body or a
+  // transport failure). Empty when nothing did, or for transports without a protocol.
+  [[nodiscard]] std::string last_backend_error() const { return state()->last_backend_error(); }
+  // What the database says about `name` now (SQL transports; advisory: it can change at once):
+  // held or not, the holder's fence and remaining TTL, the last fence ever minted, and on SQLite
+  // the holder's pid and host. A failed query is `ok == false` with `error`. Throws
+  // leasehold::Error: LH_ERR_NO_BACKEND for other transports, a bad name as acquire() does,
+  // status::timeout without an answer within `timeout`, status::closed.
+  [[nodiscard]] SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
+    return state()->status(name, timeout);
+  }
   // Idempotent. Also called by the destructor.
   void close() noexcept {
     if (st_) st_->close();
@@ -1450,10 +1647,15 @@ inline void ClientState::dispatch_locked(Output& out) {
 }
 
 inline void ClientState::drain_locked() {
-  if (backend_ != nullptr) {
-    while (auto r = core_->poll_request()) backend_->execute(std::move(*r));
-  }
+  if (backend_ != nullptr) backend_->drain(*core_);
   while (auto out = core_->poll_output()) dispatch_locked(*out);
+  if (backend_ != nullptr && backend_->answers_status()) {
+    bool any = false;
+    while (auto st = core_->sql_poll_status()) {
+      if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
+    }
+    if (any) waiters_cv_.notify_all();
+  }
 }
 
 inline void ClientState::feed_backend_locked(std::uint64_t now, BackendInput& in) {
@@ -1470,6 +1672,9 @@ inline void ClientState::feed_backend_locked(std::uint64_t now, BackendInput& in
     case K::Failed: core_->request_failed(now, in.id); break;
     case K::Message: core_->pubsub_message(now, in.channel, in.data); break;
     case K::Subscription: core_->subscription(now, in.channel, in.subscribed); break;
+    case K::Apply:
+      if (in.apply) in.apply(*core_, now);
+      break;
   }
 }
 

@@ -1,0 +1,228 @@
+// leasehold/sqlite_transport.hpp — the SQLite executor on libsqlite3 (link leasehold::sqlite).
+//
+// The core speaks the SQL protocol itself (lh_client_new_sql, SQLite dialect: the schema and
+// its migration, every statement, the meaning of every row; docs/sql-protocol.md). This
+// executor runs the core's statements verbatim on one connection to the file, on one thread,
+// binds the host facts (CLOCK_MONOTONIC, the wall clock, the boot id, the pid, the host name)
+// and hands every row back unread. Processes of one host share the file (and share it with the
+// other bindings' executors). Before each request it compares the file at the path with the one
+// it opened (device and inode): a deleted or replaced file is followed, the request that found
+// it fails and the core checks the schema again on the new file. A file that stays locked is a
+// database error after the busy timeout, never a hang. One SqliteTransport per LockClient.
+#pragma once
+
+#include <leasehold.hpp>
+#include <leasehold/detail/sql_executor.hpp>
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+namespace leasehold {
+
+struct SqliteOptions {
+  std::string path;                               // the database file (created when missing)
+  std::chrono::milliseconds busy_timeout{5000};   // a file locked longer: a database error
+  LogFn log;                                      // open failures and database errors; default: stderr
+};
+
+class SqliteTransport final : public Transport, public detail::SqlBackend {
+  struct DbClose {
+    void operator()(sqlite3* db) const noexcept { sqlite3_close(db); }
+  };
+  struct StmtFinalize {
+    void operator()(sqlite3_stmt* st) const noexcept { sqlite3_finalize(st); }
+  };
+  using Db = std::unique_ptr<sqlite3, DbClose>;
+  using Stmt = std::unique_ptr<sqlite3_stmt, StmtFinalize>;
+
+ public:
+  explicit SqliteTransport(SqliteOptions options) : opts_(std::move(options)), facts_(detail::HostFacts::stable()) {
+    if (opts_.path.empty()) throw Error(status::invalid_argument, "SqliteTransport needs a path");
+    if (opts_.busy_timeout.count() <= 0) throw Error(status::invalid_argument, "busy_timeout must be positive");
+    if (!opts_.log) opts_.log = [](std::string_view m) { std::fprintf(stderr, "leasehold sqlite: %.*s\n", int(m.size()), m.data()); };
+  }
+  explicit SqliteTransport(std::string path) : SqliteTransport(SqliteOptions{std::move(path), std::chrono::milliseconds{5000}, {}}) {}
+  SqliteTransport(const SqliteTransport&) = delete;
+  SqliteTransport& operator=(const SqliteTransport&) = delete;
+  ~SqliteTransport() override { close(); }
+
+  // The LockClient runs the core's requests instead; a direct call is a transport error.
+  AcquireResult acquire(std::string_view, std::string_view, std::uint64_t) override {
+    return TransportError{"SqliteTransport executes its LockClient's requests only"};
+  }
+  RenewResult renew(std::string_view, std::string_view, std::uint64_t, std::span<const std::uint8_t>) override {
+    return RenewResult::TransportError;
+  }
+  ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
+    return ReleaseResult::TransportError;
+  }
+  Backend* backend() override { return this; }
+  [[nodiscard]] const std::string& path() const noexcept { return opts_.path; }
+
+  Core make_core(const Config& config) override {
+    lh_sql_options so{};
+    lh_sql_options_default(&so);
+    so.dialect = LH_DIALECT_SQLITE;
+    so.busy_timeout_ms = static_cast<std::uint64_t>(opts_.busy_timeout.count());
+    const lh_config c = config.to_c();
+    const auto seed = detail::os_seed();
+    lh_client* raw = nullptr;
+    const auto st = lh_client_new_sql(&c, &so, seed.data(), seed.size(), &raw);
+    if (st != LH_OK) throw Error(st, "lh_client_new_sql failed");
+    return Core::adopt(raw);
+  }
+  void start(Sink sink) override {
+    SqlBackend::start(std::move(sink));
+    worker_ = std::thread([this] { run(); });
+  }
+  void close() override {
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+ private:
+  void submit(SqlRequest r) override {
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      queue_.push_back(std::move(r));
+    }
+    cv_.notify_one();
+  }
+  void log(const std::string& m) const noexcept try { opts_.log(m); } catch (...) {}
+
+  // Opens the file (created if missing) and remembers which file it is.
+  bool open() {
+    db_.reset();
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(opts_.path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    Db db(raw);
+    struct stat st{};
+    if (rc != SQLITE_OK || ::stat(opts_.path.c_str(), &st) != 0) {
+      open_error_ = std::string("cannot open ") + opts_.path + ": " + (db ? sqlite3_errmsg(db.get()) : sqlite3_errstr(rc));
+      log(open_error_);
+      return false;
+    }
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    db_ = std::move(db);
+    return true;
+  }
+  bool same_file() const {
+    struct stat st{};
+    return db_ && ::stat(opts_.path.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  }
+
+  void run() {
+    for (;;) {
+      SqlRequest r;
+      {
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return closed_ || !queue_.empty(); });
+        if (closed_) return;
+        r = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!same_file()) {
+        // First use, a failed open, or the file at the path was deleted or replaced: follow the
+        // path. The request did not run; a reopened connection gets the schema checked again.
+        const bool had = opened_;
+        if (!open()) {
+          fail(r.id, LH_SQL_FAILURE_TRANSPORT, open_error_);
+          continue;
+        }
+        opened_ = true;
+        if (had) {
+          fail(r.id, LH_SQL_FAILURE_TRANSPORT, "the database file was replaced or could not be opened");
+          reset(LH_SQL_CONNECTION_COMMANDS);
+          continue;
+        }
+      }
+      FlatRows rows;
+      if (auto err = execute(r, rows)) {
+        if (sqlite3_get_autocommit(db_.get()) == 0) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+        fail(r.id, LH_SQL_FAILURE_DATABASE, std::move(*err));
+      } else {
+        answer(r.id, std::move(rows));
+      }
+    }
+  }
+  using FlatRows = detail::FlatRows;
+
+  void bind(sqlite3_stmt* st, int i, const SqlParam& p, const detail::HostFacts& f) const {
+    switch (p.kind) {
+      case LH_VALUE_INT: sqlite3_bind_int64(st, i, p.integer); break;
+      case LH_VALUE_TEXT: sqlite3_bind_text(st, i, p.bytes.data(), static_cast<int>(p.bytes.size()), SQLITE_TRANSIENT); break;
+      case LH_VALUE_BULK: sqlite3_bind_blob(st, i, p.bytes.data(), static_cast<int>(p.bytes.size()), SQLITE_TRANSIENT); break;
+      case LH_PARAM_HOST_MONOTONIC_NS: sqlite3_bind_int64(st, i, f.monotonic_ns); break;
+      case LH_PARAM_HOST_WALL_US: sqlite3_bind_int64(st, i, f.wall_us); break;
+      case LH_PARAM_HOST_BOOT_ID: sqlite3_bind_text(st, i, f.boot_id.c_str(), -1, SQLITE_TRANSIENT); break;
+      case LH_PARAM_HOST_PID: sqlite3_bind_int64(st, i, f.pid); break;
+      case LH_PARAM_HOST_NAME: sqlite3_bind_text(st, i, f.host.c_str(), -1, SQLITE_TRANSIENT); break;
+      default: sqlite3_bind_null(st, i); break;
+    }
+  }
+
+  // Runs every statement; the error message of the first that fails, else nullopt.
+  std::optional<std::string> execute(const SqlRequest& r, FlatRows& out) const {
+    const auto facts = facts_.now();
+    sqlite3* db = db_.get();
+    out.array(r.statements.size());
+    for (const auto& s : r.statements) {
+      sqlite3_stmt* raw = nullptr;
+      if (sqlite3_prepare_v2(db, s.sql.c_str(), static_cast<int>(s.sql.size()), &raw, nullptr) != SQLITE_OK)
+        return std::string(sqlite3_errmsg(db));
+      Stmt st(raw);
+      for (std::size_t i = 0; i < s.params.size(); ++i) bind(st.get(), static_cast<int>(i) + 1, s.params[i], facts);
+      const auto rows_at = out.array();
+      std::uint64_t nrows = 0;
+      int rc = SQLITE_OK;
+      while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+        const int ncols = sqlite3_column_count(st.get());
+        out.array(static_cast<std::uint64_t>(ncols));
+        for (int c = 0; c < ncols; ++c) {
+          switch (sqlite3_column_type(st.get(), c)) {
+            case SQLITE_INTEGER: out.integer(sqlite3_column_int64(st.get(), c)); break;
+            case SQLITE_FLOAT: out.real(sqlite3_column_double(st.get(), c)); break;
+            case SQLITE_TEXT: {
+              const auto* t = sqlite3_column_text(st.get(), c);
+              out.text(t, static_cast<std::size_t>(sqlite3_column_bytes(st.get(), c)));
+              break;
+            }
+            case SQLITE_BLOB: {
+              const auto* b = sqlite3_column_blob(st.get(), c);
+              out.blob(b, static_cast<std::size_t>(sqlite3_column_bytes(st.get(), c)));
+              break;
+            }
+            default: out.nil(); break;
+          }
+        }
+        ++nrows;
+      }
+      if (rc != SQLITE_DONE) return std::string(sqlite3_errmsg(db));
+      out.set_len(rows_at, nrows);
+    }
+    return std::nullopt;
+  }
+
+  SqliteOptions opts_;
+  detail::HostFacts facts_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SqlRequest> queue_;  // guarded by mu_
+  bool closed_ = false;           // guarded by mu_
+  // The worker thread's own:
+  Db db_;
+  dev_t dev_{};
+  ino_t ino_{};
+  bool opened_ = false;
+  std::string open_error_;
+  std::thread worker_;
+};
+
+}  // namespace leasehold
