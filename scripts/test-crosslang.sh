@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Cross-language suite: Python, Go and C++ worker processes contend for one lock name on a real
-# backend each run starts itself, and a checker reads their shared log (tests/crosslang/README.md).
+# backend each run starts itself (Redis, PostgreSQL, a 3-member etcd cluster), and a checker
+# reads their shared log (tests/crosslang/README.md).
 # Builds the Rust library and the Go and C++ workers; installs what it needs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 bash scripts/ensure-redis.sh
-command -v pkg-config >/dev/null 2>&1 && pkg-config --exists hiredis || {
+bash scripts/ensure-postgres.sh
+bash scripts/ensure-etcd.sh
+libs="hiredis libpq libcurl"
+command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $libs || {
     if [ "$(id -u)" = 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libhiredis-dev pkg-config >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            libhiredis-dev libpq-dev libcurl4-openssl-dev pkg-config >/dev/null
     else
-        echo "test-crosslang: hiredis (libhiredis-dev) is required" >&2
+        echo "test-crosslang: hiredis, libpq and libcurl (-dev packages) are required" >&2
         exit 1
     fi
 }
@@ -22,11 +27,12 @@ cargo build --release --quiet
 out="$root/target/crosslang"
 mkdir -p "$out"
 (cd bindings/go && go build -o "$out/go-worker" ./internal/crosslangworker)
+# shellcheck disable=SC2046
 g++ -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -Ibindings/cpp/include \
-    tests/crosslang/worker.cpp target/release/libleasehold.a \
-    $(pkg-config --libs hiredis) -lpthread -ldl -lm -o "$out/cpp-worker"
+    $(pkg-config --cflags $libs) tests/crosslang/worker.cpp target/release/libleasehold.a \
+    $(pkg-config --libs $libs) -lpthread -ldl -lm -o "$out/cpp-worker"
 
-for backend in redis; do
+for backend in redis postgres etcd; do
     bindings/python/.venv/bin/python tests/crosslang/run.py --backend "$backend" \
         --go "$out/go-worker" --cpp "$out/cpp-worker" --rounds "${LEASEHOLD_CROSSLANG_ROUNDS:-100}"
 done

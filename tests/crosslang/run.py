@@ -1,10 +1,11 @@
 """Cross-language contention: Python, Go and C++ processes take turns on one lock name.
 
-    run.py --go GO_WORKER --cpp CPP_WORKER [--rounds N] [--backend redis]
+    run.py --go GO_WORKER --cpp CPP_WORKER [--rounds N] [--backend redis|postgres|etcd]
 
-Starts the backend itself (redis-server on a free loopback port, stopped by its pid), runs one
-worker per language, and checks the shared log they append to: no two holders overlap, fences
-strictly increase, at least 200 handoffs, every direction between the languages. See README.md.
+Starts the backend itself (redis-server, a PostgreSQL cluster or a 3-member etcd cluster on
+free loopback ports, stopped by pid), runs one worker per language, and checks the shared log
+they append to: no two holders overlap, fences strictly increase, at least 200 handoffs, every
+direction between the languages. See README.md.
 """
 
 from __future__ import annotations
@@ -120,16 +121,54 @@ def start_redis(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("run.py: redis-server did not start")
 
 
+class Scripted:
+    """A server started and stopped by one of the repository's test scripts."""
+
+    def __init__(self, script: str, tmp: str, *args: str) -> None:
+        self.script, self.dir = os.path.join(ROOT, "scripts", script), os.path.join(tmp, "server")
+        res = subprocess.run(
+            ["bash", self.script, "start", self.dir, *args], capture_output=True, text=True, timeout=180
+        )
+        if res.returncode != 0:
+            raise SystemExit(f"run.py: {script} start failed: {res.stderr.strip()}")
+        self.url = res.stdout.strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        subprocess.run(["bash", self.script, "stop", self.dir], check=False, timeout=120)
+
+
+def start_backend(backend: str, tmp: str) -> tuple[object, str]:
+    """The server for ``backend`` and the URL workers are given."""
+    if backend == "redis":
+        proc, url = start_redis(tmp)
+
+        class Redis:
+            def stop(self) -> None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+        return Redis(), url
+    if backend == "postgres":
+        pg = Scripted("pg-test-server.sh", tmp)
+        return pg, pg.url
+    if backend == "etcd":
+        etcd = Scripted("etcd-test-cluster.sh", tmp, "3")
+        hosts = ",".join(u.split("://", 1)[1] for u in etcd.url.split(","))
+        return etcd, f"etcd://{hosts}"
+    raise SystemExit(f"run.py: unknown backend {backend!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--go", required=True)
     ap.add_argument("--cpp", required=True)
     ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--backend", default="redis", choices=["redis"])
+    ap.add_argument("--backend", default="redis", choices=["redis", "postgres", "etcd"])
     args = ap.parse_args()
     self_test()
     with tempfile.TemporaryDirectory(prefix="lh-crosslang-") as tmp:
-        server, url = start_redis(tmp)
+        os.chmod(tmp, 0o755)  # PostgreSQL runs as its own user and must reach its directory
+        server, url = start_backend(args.backend, tmp)
         try:
             log = os.path.join(tmp, "log")
             open(log, "w").close()
@@ -157,8 +196,7 @@ def main() -> int:
             with open(log, encoding="ascii") as f:
                 lines = f.read().splitlines()
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()  # type: ignore[attr-defined]
     if failed:
         print(f"run.py: workers failed: {', '.join(failed)}", file=sys.stderr)
         return 1

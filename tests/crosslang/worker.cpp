@@ -2,6 +2,8 @@
 //
 //   crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS
 #include <leasehold.hpp>
+#include <leasehold/etcd_transport.hpp>
+#include <leasehold/postgres_transport.hpp>
 #include <leasehold/redis_transport.hpp>
 
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -31,6 +34,16 @@ std::shared_ptr<leasehold::Transport> transport(const std::string& backend) {
     ro.port = std::stoi(rest.substr(colon + 1));
     return std::make_shared<leasehold::RedisTransport>(ro);
   }
+  if (backend.rfind("postgresql://", 0) == 0) {
+    leasehold::PostgresOptions po;
+    po.url = backend;
+    return std::make_shared<leasehold::PostgresTransport>(po);
+  }
+  if (backend.rfind("etcd://", 0) == 0) {
+    leasehold::EtcdOptions eo;
+    eo.endpoints = leasehold::EtcdOptions::split(backend);
+    return std::make_shared<leasehold::EtcdTransport>(eo);
+  }
   throw std::runtime_error("unsupported backend " + backend);
 }
 
@@ -49,19 +62,20 @@ int count(const std::string& log, const std::string& kind) {
   return n;
 }
 
-// The last holder in the log is another worker, or every other worker is done.
-bool others_had_it(const std::string& log, const std::string& tag, int workers) {
+// Others held the lock `turns` times since our last exit, or every other worker is done.
+bool others_had_it(const std::string& log, const std::string& tag, int workers, int turns) {
   std::ifstream in(log);
-  std::string line, last;
-  int done = 0;
+  std::string line;
+  int done = 0, others = 0;
   while (std::getline(in, line)) {
     std::istringstream f(line);
     std::string kind, who;
     f >> kind >> who;
     if (kind == "done") ++done;
-    if (kind == "enter") last = who;
+    if (kind == "exit" && who == tag) others = 0;
+    if (kind == "enter" && who != tag) ++others;
   }
-  return done >= workers - 1 || last != tag;
+  return done >= workers - 1 || others >= turns;
 }
 
 }  // namespace
@@ -80,6 +94,7 @@ int main(int argc, char** argv) try {
     leasehold::LockClient client(transport(backend));
     leasehold::AcquireOptions opts;
     opts.wait = 60s;
+    std::mt19937 rng(std::random_device{}());
     // Start together: each waits until every worker has its client.
     append(fd, "ready " + tag + " " + pid + "\n");
     const auto ready_by = std::chrono::steady_clock::now() + 60s;
@@ -97,8 +112,10 @@ int main(int argc, char** argv) try {
       if (outcome != leasehold::ReleaseOutcome::Released) {
         throw std::runtime_error("release said " + std::string(leasehold::to_string(outcome)));
       }
+      // Now and then let two others go first, so a FIFO queue changes its order.
+      const int turns = std::uniform_int_distribution<int>(0, 9)(rng) < 3 ? 2 : 1;
       const auto deadline = std::chrono::steady_clock::now() + 500ms;
-      while (!others_had_it(log, tag, workers) && std::chrono::steady_clock::now() < deadline) {
+      while (!others_had_it(log, tag, workers, turns) && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(1ms);
       }
     }

@@ -6,16 +6,26 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 
 from leasehold import LockClient
-from leasehold.backends.redis_executor import RedisExecutor
 
 
 def executor(backend: str) -> object:
     if backend.startswith("redis://"):
+        from leasehold.backends.redis_executor import RedisExecutor
+
         return RedisExecutor(url=backend)
+    if backend.startswith("postgresql://"):
+        from leasehold.backends.sql_executor import PostgresExecutor
+
+        return PostgresExecutor(backend)
+    if backend.startswith("etcd://"):
+        from leasehold.backends.etcd_executor import EtcdExecutor
+
+        return EtcdExecutor([f"http://{h}" for h in backend[len("etcd://") :].split(",")])
     raise SystemExit(f"worker.py: unsupported backend {backend!r}")
 
 
@@ -28,12 +38,14 @@ def count(log: str, kind: str) -> int:
         return sum(1 for l in f if l.startswith(kind + " "))
 
 
-def others_had_it(log: str, tag: str, workers: int) -> bool:
+def others_had_it(log: str, tag: str, workers: int, turns: int) -> bool:
+    """Others held the lock ``turns`` times since our last exit, or every other worker is done."""
     with open(log, encoding="ascii") as f:
         lines = f.read().splitlines()
     done = sum(1 for l in lines if l.startswith("done "))
-    last = next((l for l in reversed(lines) if l.startswith("enter ")), "")
-    return done >= workers - 1 or last.split()[1:2] != [tag]
+    mine = max((i for i, l in enumerate(lines) if l.startswith(f"exit {tag} ")), default=-1)
+    others = sum(1 for l in lines[mine + 1 :] if l.startswith("enter ") and l.split()[1] != tag)
+    return done >= workers - 1 or others >= turns
 
 
 def main() -> int:
@@ -55,8 +67,10 @@ def main() -> int:
             if outcome != "released":
                 print(f"worker.py: release said {outcome!r}", file=sys.stderr)
                 return 1
+            # Now and then let two others go first, so a FIFO queue changes its order.
+            turns = 2 if random.random() < 0.3 else 1
             deadline = time.monotonic() + 0.5
-            while not others_had_it(log, tag, int(workers)) and time.monotonic() < deadline:
+            while not others_had_it(log, tag, int(workers), turns) and time.monotonic() < deadline:
                 time.sleep(0.001)
     append(fd, f"done {tag} {pid}\n")
     return 0

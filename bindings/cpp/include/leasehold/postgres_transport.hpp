@@ -120,7 +120,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
       if (!failure) {
         const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
         const char* msg = PQresultErrorField(r.get(), PG_DIAG_MESSAGE_PRIMARY);
-        failure = PgFailure{pg_connection_fault(state) ? LH_SQL_FAILURE_TRANSPORT : LH_SQL_FAILURE_DATABASE,
+        failure = PgFailure{static_cast<std::uint32_t>(pg_connection_fault(state) ? LH_SQL_FAILURE_TRANSPORT : LH_SQL_FAILURE_DATABASE),
                             pg_text(msg != nullptr ? msg : PQresultErrorMessage(r.get()))};
       }
       continue;

@@ -249,7 +249,7 @@ class RedisTransport final : public Transport, public Backend {
     if (v.kind == LH_VALUE_ARRAY)
       for (std::size_t i = 0; i < r->elements; ++i) flatten(r->element[i], out);
   }
-  void failed(std::uint64_t id) { sink_(BackendInput{BackendInput::Kind::Failed, id, {}, {}, {}, false}); }
+  void failed(std::uint64_t id) { sink_(BackendInput{BackendInput::Kind::Failed, id, {}, {}, {}, false, {}}); }
 
   void command_loop() {
     detail::block_sigpipe_in_this_thread();
@@ -272,7 +272,7 @@ class RedisTransport final : public Transport, public Backend {
       for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
         Reply r(static_cast<redisReply*>(raw));
         demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
-        BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false};
+        BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false, {}};
         flatten(r.get(), in);
         sink_(std::move(in));
       }
@@ -309,7 +309,7 @@ class RedisTransport final : public Transport, public Backend {
     auto lose = [&] {
       if (s) log(std::string("subscriber connection: ") + (s->err ? s->errstr : "broken"));
       s.reset();
-      for (const auto& ch : channels) sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, ch, false});
+      for (const auto& ch : channels) sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, ch, false, {}});
       channels.clear();
     };
     for (;;) {
@@ -359,10 +359,10 @@ class RedisTransport final : public Transport, public Backend {
         const redisReply* p = r->element[2];
         if (kind == "message" && p->type == REDIS_REPLY_STRING) {
           ++messages_;
-          sink_(BackendInput{BackendInput::Kind::Message, 0, {}, std::string(p->str, p->len), std::move(ch), false});
+          sink_(BackendInput{BackendInput::Kind::Message, 0, {}, std::string(p->str, p->len), std::move(ch), false, {}});
         } else if (kind == "subscribe" || kind == "unsubscribe") {
           if (kind[0] == 'u') channels.erase(ch);
-          sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, std::move(ch), kind[0] == 's'});
+          sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, std::move(ch), kind[0] == 's', {}});
         }
       }
       if (s->err) lose();

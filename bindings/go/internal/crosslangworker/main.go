@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -49,24 +50,26 @@ func count(log, kind string) int {
 	return n
 }
 
-// othersHadIt: the last holder in the log is another worker, or every other
-// worker is done.
-func othersHadIt(log, tag string, workers int) bool {
+// othersHadIt: others held the lock turns times since our last exit, or
+// every other worker is done.
+func othersHadIt(log, tag string, workers, turns int) bool {
 	b, err := os.ReadFile(log)
 	if err != nil {
 		return true
 	}
-	done, last := 0, ""
+	done, others := 0, 0
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
 		switch {
 		case len(f) > 1 && f[0] == "done":
 			done++
-		case len(f) > 1 && f[0] == "enter":
-			last = f[1]
+		case len(f) > 1 && f[0] == "exit" && f[1] == tag:
+			others = 0
+		case len(f) > 1 && f[0] == "enter" && f[1] != tag:
+			others++
 		}
 	}
-	return done >= workers-1 || last != tag
+	return done >= workers-1 || others >= turns
 }
 
 func run() error {
@@ -122,8 +125,13 @@ func run() error {
 		if err := l.Release(ctx); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
+		// Now and then let two others go first, so a FIFO queue changes its order.
+		turns := 1
+		if rand.IntN(10) < 3 {
+			turns = 2
+		}
 		deadline := time.Now().Add(500 * time.Millisecond)
-		for !othersHadIt(log, tag, workers) && time.Now().Before(deadline) {
+		for !othersHadIt(log, tag, workers, turns) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 	}
