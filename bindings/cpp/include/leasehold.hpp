@@ -863,7 +863,7 @@ class Backend {
   }
   // What the protocol last saw go wrong (a database error, a refused schema, an error body).
   [[nodiscard]] virtual std::string last_error(const Core& /*core*/) const { return {}; }
-  // True for SQL handles: LockClient::status() queries the database (lh_sql_status_request).
+  // True when the core's protocol answers status queries (SQL, Redis, etcd): LockClient::status().
   [[nodiscard]] virtual bool answers_status() const { return false; }
 };
 
@@ -1067,7 +1067,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
     if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
     if (backend_ == nullptr || !backend_->answers_status())
-      throw Error(LH_ERR_NO_BACKEND, "status() needs an SQL transport (SqliteTransport, PostgresTransport)");
+      throw Error(LH_ERR_NO_BACKEND, "status() needs a transport with a protocol (SQL, Redis, etcd)");
     const auto id = core_->sql_status_request(now_ns(), name);  // throws on a bad name
     try {
       drain_locked();
@@ -1324,10 +1324,11 @@ class LockClient {
   // as a foreign table of the same name, a failed connection; etcd: an error body or a
   // transport failure). Empty when nothing did, or for transports without a protocol.
   [[nodiscard]] std::string last_backend_error() const { return state()->last_backend_error(); }
-  // What the database says about `name` now (SQL transports; advisory: it can change at once):
-  // held or not, the holder's fence and remaining TTL, the last fence ever minted, and on SQLite
-  // the holder's pid and host. A failed query is `ok == false` with `error`. Throws
-  // leasehold::Error: LH_ERR_NO_BACKEND for other transports, a bad name as acquire() does,
+  // What the backend says about `name` now (SQL, Redis and etcd transports; advisory: it can
+  // change at once): held or not, the holder's fence and remaining TTL, the last fence ever
+  // minted (SQL, Redis), and on SQLite the holder's pid and host. A failed query is
+  // `ok == false` with `error`. Throws leasehold::Error: LH_ERR_NO_BACKEND for other
+  // transports (the memory service), a bad name as acquire() does,
   // status::timeout without an answer within `timeout`, status::closed.
   [[nodiscard]] SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
     return state()->status(name, timeout);

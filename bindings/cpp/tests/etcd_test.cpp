@@ -154,6 +154,13 @@ TEST_F(Etcd, LifecycleAndAWaiterWokenByItsWatch) {
   ASSERT_TRUE(got.has_value()) << b.last_backend_error();
   EXPECT_LT(leasehold::Clock::now() - t0, 5s);
   EXPECT_GT(got->fencing_token(), old);
+  // Status from a client that holds nothing: the owner key's revision and its time left.
+  const auto st = a.status("life");
+  ASSERT_TRUE(st.ok) << st.error;
+  EXPECT_TRUE(st.held);
+  EXPECT_EQ(st.fencing_token, got->fencing_token());
+  EXPECT_GT(st.remaining_ttl_ms, 0u);
+  EXPECT_LE(st.remaining_ttl_ms, 5000u);
   EXPECT_TRUE(eventually([&] { return tb->open_watches() == 0; }, 10s));
 }
 

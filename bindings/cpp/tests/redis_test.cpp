@@ -299,8 +299,19 @@ TEST_F(Redis, Lifecycle) {
     EXPECT_TRUE(lease->is_held());
     EXPECT_EQ(integer({"EXISTS", "lh:{life}"}), 1);
     EXPECT_FALSE(client.acquire("life", 5s).has_value());  // a second lease of the same client
+    const auto st = client.status("life");  // the core's read-only STATUS script
+    ASSERT_TRUE(st.ok) << st.error;
+    EXPECT_TRUE(st.held);
+    EXPECT_EQ(st.fencing_token, fence);
+    EXPECT_EQ(st.last_fencing_token, fence);
+    EXPECT_GT(st.remaining_ttl_ms, 0u);
+    EXPECT_LE(st.remaining_ttl_ms, 5000u);
   }
   EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{life}"}) == 0; }));
+  const auto free = client.status("life");
+  ASSERT_TRUE(free.ok) << free.error;
+  EXPECT_FALSE(free.held);
+  EXPECT_EQ(free.last_fencing_token, fence);
   auto again = client.acquire("life", 5s);
   ASSERT_TRUE(again.has_value());
   EXPECT_GT(again->fencing_token(), fence);

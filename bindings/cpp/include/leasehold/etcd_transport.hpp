@@ -130,6 +130,7 @@ class EtcdTransport final : public Transport, public Backend {
     if (any) curl_multi_wakeup(multi_);
   }
   [[nodiscard]] std::string last_error(const Core& core) const override { return core.etcd_last_error(); }
+  [[nodiscard]] bool answers_status() const override { return true; }
   // Closes every transfer and joins the thread.
   void close() override {
     {

@@ -104,6 +104,7 @@ class RedisTransport final : public Transport, public Backend {
     return ReleaseResult::TransportError;
   }
   Backend* backend() override { return this; }
+  [[nodiscard]] bool answers_status() const override { return true; }
   [[nodiscard]] RedisStats stats() const { return RedisStats{0, 0, messages_.load(), 0}; }
 
   Core make_core(const Config& config) override {
