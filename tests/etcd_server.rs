@@ -407,7 +407,9 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
         0,
         EtcdProtocol::with_auth("root", "rootpw").unwrap(),
     );
-    let la = a.acquire("guarded", 3_000, 5_000);
+    // The holder's TTL bounds the waiter's own retry, which must not beat the watch: b is not
+    // driven while a runs, so keep it well above a's run.
+    let la = a.acquire("guarded", 9_000, 5_000);
     assert!(
         a.run_until(LONG, |h| h.acquired(la).is_some()),
         "{}",
@@ -416,7 +418,7 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
     assert!(a.proto.is_authenticated());
     let lb = b.acquire("guarded", 3_000, 30_000);
     assert!(b.run_until(LONG, |h| h.proto.open_watches() == 1));
-    a.run_for(Duration::from_millis(1_500));
+    a.run_for(Duration::from_millis(3_500));
     assert!(a.core.counters().renewals_ok >= 1);
     a.release(la);
     assert!(b.run_until(LONG, |h| h.acquired(lb).is_some()));
