@@ -407,8 +407,9 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
         0,
         EtcdProtocol::with_auth("root", "rootpw").unwrap(),
     );
-    // The holder's TTL bounds the waiter's own retry, which must not beat the watch: b is not
-    // driven while a runs, so keep it well above a's run.
+    // b is not driven while a runs: its own etcd lease (its TTL) must outlast that, or the
+    // cluster drops its queue key and b rejoins instead of being woken; and the holder's TTL
+    // bounds b's own retry, which must not beat the watch either.
     let la = a.acquire("guarded", 9_000, 5_000);
     assert!(
         a.run_until(LONG, |h| h.acquired(la).is_some()),
@@ -416,7 +417,7 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
         a.proto.last_error()
     );
     assert!(a.proto.is_authenticated());
-    let lb = b.acquire("guarded", 3_000, 30_000);
+    let lb = b.acquire("guarded", 30_000, 30_000);
     assert!(b.run_until(LONG, |h| h.proto.open_watches() == 1));
     a.run_for(Duration::from_millis(3_500));
     assert!(a.core.counters().renewals_ok >= 1);
