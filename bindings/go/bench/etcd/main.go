@@ -12,11 +12,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,14 +74,14 @@ func main() {
 	check(err)
 	defer cli.Close()
 
-	libs := []lib{leaseholdGo(urls), mutexShared(urls), mutexPerLock(urls)}
+	libs := []lib{leaseholdGo(urls), mutexShared(urls), mutexPerLock(urls), floorGRPC(urls), floorGateway(urls)}
 	fmt.Printf("etcd cluster %s; %d CPUs; load average %s\n", *members, runtime.NumCPU(), loadavg())
 	if *only == "" || *only == "throughput" {
 		throughput(ctx, libs)
 		raftEntries(ctx, cli, libs)
 	}
 	if *only == "" || *only == "handoff" {
-		handoffAll(ctx, libs[:2])
+		handoffAll(ctx, libs[:2]) // the floors do not wait
 	}
 	fmt.Printf("load average at the end %s\n", loadavg())
 }
@@ -153,6 +157,94 @@ func mutexPerLock(urls []string) lib {
 			}, nil
 		}
 		return lock, func() { _ = cli.Close() }, nil
+	}}
+}
+
+// floorGRPC sends leasehold's three requests per lock+unlock (lease grant, a put-if-absent
+// transaction bound to the lease that also reads the queue's first key, lease revoke) on
+// clientv3's gRPC connection, with no lock library: what those three Raft commits cost.
+func floorGRPC(urls []string) lib {
+	return lib{"floor: leasehold's 3 requests on clientv3 (gRPC)", func(name string) (lockFunc, func(), error) {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		key, prefix := "/bench-floor/"+name+"/owner", "/bench-floor/"+name+"/"
+		lock := func(ctx context.Context) (func(context.Context) error, error) {
+			g, err := cli.Grant(ctx, int64(ttl/time.Second))
+			if err != nil {
+				return nil, err
+			}
+			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID)), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
+				Else(clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).Commit()
+			if err != nil {
+				return nil, err
+			}
+			if !r.Succeeded {
+				return nil, fmt.Errorf("floor: %s is taken", key)
+			}
+			return func(ctx context.Context) error { _, err := cli.Revoke(ctx, g.ID); return err }, nil
+		}
+		return lock, func() { _ = cli.Close() }, nil
+	}}
+}
+
+// floorGateway sends the same three requests as JSON over etcd's HTTP gateway with
+// net/http, as leasehold's EtcdTransport does, without the core.
+func floorGateway(urls []string) lib {
+	return lib{"floor: the same 3 requests on the JSON gateway (net/http)", func(name string) (lockFunc, func(), error) {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+		key, prefix := b64("/bench-floor-gw/"+name+"/owner"), "/bench-floor-gw/"+name+"/"
+		end := b64(prefix[:len(prefix)-1] + "0")
+		post := func(ctx context.Context, path string, body any, out any) error {
+			b, _ := json.Marshal(body)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+path, bytes.NewReader(b))
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("floor: %s: %s", path, data)
+			}
+			return json.Unmarshal(data, out)
+		}
+		lock := func(ctx context.Context) (func(context.Context) error, error) {
+			var g struct{ ID string }
+			if err := post(ctx, "/v3/lease/grant", map[string]any{"TTL": int64(ttl / time.Second)}, &g); err != nil {
+				return nil, err
+			}
+			first := map[string]any{"request_range": map[string]any{"key": b64(prefix), "range_end": end, "sort_order": "ASCEND", "sort_target": "CREATE", "limit": 1}}
+			var r struct {
+				Succeeded bool `json:"succeeded"`
+			}
+			if err := post(ctx, "/v3/kv/txn", map[string]any{
+				"compare": []any{map[string]any{"key": key, "target": "CREATE", "create_revision": "0"}},
+				"success": []any{map[string]any{"request_put": map[string]any{"key": key, "value": "", "lease": g.ID}}, first},
+				"failure": []any{first},
+			}, &r); err != nil {
+				return nil, err
+			}
+			if !r.Succeeded {
+				return nil, fmt.Errorf("floor: the gateway key is taken")
+			}
+			return func(ctx context.Context) error {
+				var out map[string]any
+				return post(ctx, "/v3/lease/revoke", map[string]any{"ID": g.ID}, &out)
+			}, nil
+		}
+		return lock, func() { tr.CloseIdleConnections() }, nil
 	}}
 }
 
