@@ -347,11 +347,14 @@ func raftEntries(ctx context.Context, cli *clientv3.Client, libs []lib) {
 // handoffAll measures every library in two interleaved halves.
 func handoffAll(ctx context.Context, libs []lib) {
 	samples := make([][]time.Duration, len(libs))
+	releases := make([][]time.Duration, len(libs))
 	var pySamples []float64
 	half := *handoffs / 2
 	for h := 0; h < 2; h++ {
 		for i, l := range libs {
-			samples[i] = append(samples[i], handoff(ctx, l, half)...)
+			s, r := handoff(ctx, l, half)
+			samples[i] = append(samples[i], s...)
+			releases[i] = append(releases[i], r...)
 		}
 		if *python != "" {
 			var out struct {
@@ -362,28 +365,31 @@ func handoffAll(ctx context.Context, libs []lib) {
 		}
 	}
 	fmt.Printf("\nhandoff latency, 1 holder + 8 waiters each with its own connection, holder keeps the lock %s (release call → next holder's lock returning)\n", *holdFor)
-	fmt.Println("| library | handoffs | p50 ms | p99 ms |\n|---|---:|---:|---:|")
-	for i, l := range libs {
-		ms := make([]float64, len(samples[i]))
-		for k, d := range samples[i] {
+	fmt.Println("| library | handoffs | p50 ms | p99 ms | the release call alone, p50 ms |\n|---|---:|---:|---:|---:|")
+	toMS := func(ds []time.Duration) []float64 {
+		ms := make([]float64, len(ds))
+		for k, d := range ds {
 			ms[k] = float64(d.Microseconds()) / 1000
 		}
-		fmt.Printf("| %s | %d | %.2f | %.2f |\n", l.name, len(ms), pct(ms, 50), pct(ms, 99))
+		return ms
+	}
+	for i, l := range libs {
+		ms := toMS(samples[i])
+		fmt.Printf("| %s | %d | %.2f | %.2f | %.2f |\n", l.name, len(ms), pct(ms, 50), pct(ms, 99), pct(toMS(releases[i]), 50))
 	}
 	if *python != "" {
-		fmt.Printf("| leasehold-python (EtcdExecutor, a thread per waiter) | %d | %.2f | %.2f |\n", len(pySamples), pct(pySamples, 50), pct(pySamples, 99))
+		fmt.Printf("| leasehold-python (EtcdExecutor, a thread per waiter) | %d | %.2f | %.2f | |\n", len(pySamples), pct(pySamples, 50), pct(pySamples, 99))
 	}
 }
 
 // handoff runs 9 participants (a holder and 8 waiters) on one name until n handoffs were
 // timed: from the start of a holder's unlock to the next holder's lock returning.
-func handoff(ctx context.Context, l lib, n int) []time.Duration {
+func handoff(ctx context.Context, l lib, n int) (samples, releases []time.Duration) {
 	const participants = 9
 	name := fmt.Sprintf("h-%d", time.Now().UnixNano())
 	var (
 		mu          sync.Mutex
 		lastRelease time.Time
-		samples     []time.Duration
 		done        bool
 		wg          sync.WaitGroup
 	)
@@ -409,8 +415,14 @@ func handoff(ctx context.Context, l lib, n int) []time.Duration {
 				time.Sleep(*holdFor)
 				mu.Lock()
 				lastRelease = time.Now()
+				t0 := lastRelease
 				mu.Unlock()
 				check(unlock(ctx))
+				mu.Lock()
+				if !stop {
+					releases = append(releases, time.Since(t0))
+				}
+				mu.Unlock()
 				if stop {
 					return
 				}
@@ -418,7 +430,7 @@ func handoff(ctx context.Context, l lib, n int) []time.Duration {
 		}()
 	}
 	wg.Wait()
-	return samples
+	return samples, releases
 }
 
 // pyJSON runs one measurement of bench_etcd.py and decodes its last output line.
