@@ -82,6 +82,7 @@ func main() {
 	}
 	if *only == "" || *only == "handoff" {
 		handoffAll(ctx, libs[:2]) // the floors do not wait
+		commitWatch(ctx, urls)
 	}
 	fmt.Printf("load average at the end %s\n", loadavg())
 }
@@ -380,6 +381,35 @@ func handoffAll(ctx context.Context, libs []lib) {
 	if *python != "" {
 		fmt.Printf("| leasehold-python (EtcdExecutor, a thread per waiter) | %d | %.2f | %.2f | |\n", len(pySamples), pct(pySamples, 50), pct(pySamples, 99))
 	}
+}
+
+// commitWatch times the budget the issue sets for a handoff: one commit and one watch event.
+// A key is deleted on one connection while another watches it; timed from the start of the
+// delete to the watcher receiving the event, with the same idle pause as a handoff.
+func commitWatch(ctx context.Context, urls []string) {
+	w, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
+	check(err)
+	defer w.Close()
+	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
+	check(err)
+	defer c.Close()
+	key := fmt.Sprintf("/bench-watch/%d", time.Now().UnixNano())
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := w.Watch(wctx, key)
+	ms := make([]float64, 0, *handoffs)
+	for len(ms) < *handoffs {
+		_, err := c.Put(ctx, key, "x")
+		check(err)
+		<-events // the put
+		time.Sleep(*holdFor)
+		t0 := time.Now()
+		_, err = c.Delete(ctx, key)
+		check(err)
+		<-events
+		ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+	}
+	fmt.Printf("| floor: one commit + its watch event (a delete on one connection → the event on another, clientv3) | %d | %.2f | %.2f | |\n", len(ms), pct(ms, 50), pct(ms, 99))
 }
 
 // handoff runs 9 participants (a holder and 8 waiters) on one name until n handoffs were
