@@ -107,6 +107,9 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
   redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
                        the master that these Redis Sentinels name MASTER, followed across
                        failovers (PASSWORD and DB are the Redis servers'; no `status`)
+  redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]
+                       a Redis Cluster (7+), from any of these nodes: commands routed by
+                       slot, wake-ups on sharded pub/sub, failovers followed (no `status`)
   memory://            in-process only: no other process sees the lock (for tests)
 """
 
@@ -422,7 +425,28 @@ def open_backend(url: str) -> Any:
         return svc
     if scheme == "redis+sentinel":
         return _open_sentinel(url)
-    raise UsageError(f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, or memory://)")
+    if scheme == "redis+cluster":
+        return _open_cluster(url)
+    raise UsageError(
+        f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, redis+cluster://, or memory://)"
+    )
+
+
+def _open_cluster(url: str) -> Any:
+    """The Redis Cluster executor on the cluster any node of ``url`` belongs to."""
+    try:
+        from .backends.redis_cluster_executor import RedisClusterExecutor, parse_cluster_url
+    except ImportError as e:
+        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
+    try:
+        parse_cluster_url(url)
+    except ValueError as e:
+        raise UsageError(f"bad Redis Cluster URL {redact(url)!r}: {e}") from None
+    try:
+        # redis-py reads the slot map from the first node that answers.
+        return RedisClusterExecutor(url=url)
+    except Exception as e:
+        raise BackendError(f"cannot reach the cluster through {redact(url)}: {e}") from None
 
 
 def _open_sentinel(url: str) -> Any:

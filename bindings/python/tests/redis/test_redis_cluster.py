@@ -262,3 +262,27 @@ def test_lease_whose_key_did_not_survive_the_failover_is_lost_on_renew(cluster, 
     finally:
         holder.close()
         newcomer.close()
+
+
+def test_cli_run_on_a_cluster(cluster, worker_env):  # type: ignore[no-untyped-def]
+    """``leasehold run --backend redis+cluster://...``: commands on names in different slots,
+    fences increasing per name; bad URLs are usage errors, an unreachable cluster is 69 with
+    the password redacted; ``status`` says it is not supported."""
+    from test_redis_cli import run_cli
+
+    t = cluster
+    echo = ["--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"']
+    spread = names_on_masters(t, "cli")
+    for master, name in spread.items():
+        first = run_cli(["run", name, "--backend", t.url, *echo], worker_env)
+        assert first.returncode == 0, first.stderr
+        assert t.node(master).get(f"lh:{{{name}}}:fence") is not None, "granted on the slot's master"
+        again = run_cli(["run", name, "--backend", t.url, *echo], worker_env)
+        assert again.returncode == 0, again.stderr
+        assert int(again.stdout) > int(first.stdout)
+    status = run_cli(["status", "x", "--backend", t.url], worker_env)
+    assert status.returncode == 69 and "not supported" in status.stderr, status
+    bad = run_cli(["run", "x", "--backend", "redis+cluster://127.0.0.1:1/0", "--", "true"], worker_env)
+    assert bad.returncode == 64, bad
+    gone = run_cli(["run", "x", "--backend", "redis+cluster://:pw@127.0.0.1:1", "--", "true"], worker_env)
+    assert gone.returncode == 69 and "pw" not in gone.stderr and "***" in gone.stderr, gone
