@@ -213,6 +213,7 @@ type clusterGrant struct {
 func TestRedisCluster(t *testing.T) {
 	s := startCluster(t)
 	t.Run("HandoffsUseShardChannels", func(t *testing.T) { clusterHandoffs(t, s) })
+	t.Run("HandoffCostAndIdleWaiters", func(t *testing.T) { clusterHandoffCost(t, s) })
 	victim := ""
 	t.Run("MasterKilledDuringContention", func(t *testing.T) { victim = clusterMasterKilled(t, s) })
 	t.Run("LostKeyIsDetectedOnRenew", func(t *testing.T) { clusterLostKey(t, s, victim) })
@@ -541,5 +542,124 @@ func clusterLostKey(t *testing.T, s *clusterTopology, killed string) {
 	}
 	if err := kept.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// clusterHandoffCost: waiters of several clients queue for one name; parked,
+// they send nothing (the name's shard channel is live); each release hands
+// the lock to exactly one of them with at most 2 script calls per handoff,
+// counted by the master serving the name (INFO commandstats).
+func clusterHandoffCost(t *testing.T, s *clusterTopology) {
+	const n = 4
+	ctx := context.Background()
+	name := "cost"
+	masterAddr, _ := s.shardOf(t, lockKey(name))
+	master := s.node(t, masterAddr)
+	on := func() *Client {
+		tr, err := NewRedisTransportFromClusterOptions(&redis.ClusterOptions{Addrs: s.nodes},
+			&RedisOptions{StandbyDelay: 2 * time.Second}) // no standby races the counted handoffs
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tr.Close() })
+		return newTestClient(t, tr, nil)
+	}
+	holder := on()
+	// Load the scripts on that master (a first EVALSHA costs a NOSCRIPT round).
+	warm, err := holder.Acquire(ctx, name, AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := holder.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type win struct {
+		i int
+		l *Lease
+	}
+	won := make(chan win, n)
+	errc := make(chan error, n)
+	ws := make([]*Client, n)
+	for i := range ws {
+		ws[i] = on()
+		go func() {
+			l, err := ws[i].Acquire(ctx, name, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Minute})
+			if err != nil {
+				errc <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			won <- win{i, l}
+		}()
+	}
+	// Queued, and the name's shard channel live in every waiter (each then
+	// re-checked once): from here on nothing needs Redis.
+	waitFor(t, "every waiter queued and subscribed", func() bool {
+		for _, w := range ws {
+			if k, err := w.RedisCounters(); err != nil || k.Subscriptions == 0 || k.ScriptCalls < 2 {
+				return false
+			}
+		}
+		return queueLen(master, name) == n
+	})
+	time.Sleep(200 * time.Millisecond) // the re-checks' replies
+	if err := master.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	requests := func() (sum uint64) {
+		for _, w := range ws {
+			sum += redisCounters(t, w).Requests
+		}
+		return sum
+	}
+	renewals := func() uint64 { k, _ := holder.Counters(); return k.RenewalsSent }
+	const idle = 3 * time.Second
+	r0, h0 := requests(), renewals()
+	time.Sleep(idle)
+	sent := requests() - r0
+	calls := scriptCalls(t, master) - int64(renewals()-h0)
+	t.Logf("cluster idle waiters: %d requests from %d waiters in %v, %d script calls on the master", sent, n, idle, calls)
+	if float64(sent)/n/idle.Seconds() > 0.1 || float64(calls)/n/idle.Seconds() > 0.1 {
+		t.Fatalf("idle waiters sent %d requests (%d script calls)", sent, calls)
+	}
+	if err := master.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h0 = renewals()
+	served := map[int]bool{}
+	prev, release := first.FencingToken(), first.Release
+	for turn := 0; turn < n; turn++ {
+		if err := release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got win
+		select {
+		case got = <-won:
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(time.Minute):
+			t.Fatalf("turn %d: nobody woken", turn)
+		}
+		if served[got.i] || got.l.FencingToken() <= prev {
+			t.Fatalf("turn %d: waiter %d (served before: %v), token %d after %d", turn, got.i, served[got.i], got.l.FencingToken(), prev)
+		}
+		served[got.i] = true
+		prev, release = got.l.FencingToken(), got.l.Release
+	}
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var renewed uint64
+	for _, w := range append(ws, holder) {
+		k, _ := w.Counters()
+		renewed += k.RenewalsSent
+	}
+	calls = scriptCalls(t, master) - int64(renewed-h0)
+	t.Logf("cluster: %d handoffs between queued waiters: %d script calls (the last release included)", n, calls)
+	if calls > 2*n+1 {
+		t.Fatalf("%d script calls for %d handoffs, want at most %d", calls, n, 2*n+1)
 	}
 }
