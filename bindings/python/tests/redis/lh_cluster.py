@@ -51,20 +51,31 @@ class ClusterTopology:
 
     def node(self, addr: str) -> redis.Redis:
         host, _, port = addr.rpartition(":")
-        return redis.Redis(host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1)
+        return redis.Redis(host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1, retry=None)
 
-    def shard_of(self, key: bytes) -> tuple[str, list[str]]:
-        """(master, replicas) serving ``key``'s slot, as a live node reports them."""
-        slot = key_slot(key)
+    def slots(self) -> list[tuple[int, int, str, list[str]]]:
+        """(first slot, last slot, master, replicas) per range, from the first live node
+        that answers with every slot covered (a dead node is skipped)."""
         for addr in self.nodes:
             try:
-                for start, end, *owners in self.node(addr).execute_command("CLUSTER SLOTS"):
-                    if start <= slot <= end:
-                        addrs = [f"{o[0].decode()}:{o[1]}" for o in owners]
-                        return addrs[0], addrs[1:]
+                reply = self.node(addr).execute_command("CLUSTER SLOTS")
             except redis.RedisError:
                 continue
-        raise AssertionError("no node answered CLUSTER SLOTS")
+            out = []
+            for start, end, *owners in reply:
+                addrs = [f"{o[0].decode()}:{o[1]}" for o in owners]
+                out.append((int(start), int(end), addrs[0], addrs[1:]))
+            if sum(e - s + 1 for s, e, _, _ in out) == 16384:
+                return out
+        raise AssertionError("no node answered CLUSTER SLOTS with every slot covered")
+
+    def shard_of(self, key: bytes, slots: list[tuple[int, int, str, list[str]]] | None = None) -> tuple[str, list[str]]:
+        """(master, replicas) serving ``key``'s slot, as a live node reports them."""
+        slot = key_slot(key)
+        for start, end, master, replicas in slots or self.slots():
+            if start <= slot <= end:
+                return master, replicas
+        raise AssertionError(f"slot {slot} is not served")
 
     def pid(self, addr: str) -> int:
         return int((self.dir / addr.rpartition(":")[2] / "pid").read_text())
