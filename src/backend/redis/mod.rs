@@ -50,6 +50,14 @@
 //! first or again after the host reports it lost — every name with local waiters is checked
 //! once (one real ACQUIRE), because a release in the gap reached nobody.
 //!
+//! # Sharded wake (Redis Cluster)
+//!
+//! With [`RedisOptions::sharded_wake`] there is no client channel: a name's notices go to its
+//! shard channel `lh:{NAME}:wake` (SPUBLISH, in the slot of the name's keys), which this
+//! object SSUBSCRIBEs while the engine watches the name (its first waiter to its last) and
+//! re-checks once the subscription takes effect. Every waiting client hears every notice; only
+//! one naming a lease of this object acts, so a release still wakes one lease.
+//!
 //! Error replies (the scripts answer garbage in the keyspace with `lh: …` errors), replies of
 //! the wrong shape and transport failures are transport errors for the engine, never grants;
 //! `NOSCRIPT` re-sends the same call as EVAL once (which loads the script for later EVALSHAs).
