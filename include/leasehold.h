@@ -1019,6 +1019,18 @@ typedef struct lh_redis_options {
    * its own (default 10000): an idle waiter's cost is one script call per this interval.
    */
   uint64_t idle_recheck_ms;
+  /**
+   * Redis Cluster (default 0): non-zero sends wake-ups on one shard channel per name,
+   * `lh:{NAME}:wake`, with SPUBLISH (Redis 7+); the client then requests `SSUBSCRIBE` /
+   * `SUNSUBSCRIBE` of a name's channel on the subscriber connection while it has leases
+   * waiting on it, instead of one `SUBSCRIBE` of its own channel. Added after the fields
+   * above: a caller whose `struct_size` ends before it gets 0.
+   */
+  uint32_t sharded_wake;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved2;
 } lh_redis_options;
 
 /**

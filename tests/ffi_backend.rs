@@ -379,3 +379,40 @@ fn status_on_a_plain_handle_has_no_backend() {
         assert_eq!(lh_poll_status(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
     }
 }
+
+#[test]
+fn sharded_wake_through_the_abi_and_an_older_options_struct_keeps_it_off() {
+    let cfg = config();
+    let mut o = MaybeUninit::<lh_redis_options>::uninit();
+    // SAFETY: pointers to locals; each handle is freed by H.
+    unsafe {
+        lh_redis_options_default(o.as_mut_ptr());
+        let mut o = o.assume_init();
+        assert_eq!(o.struct_size as usize, size_of::<lh_redis_options>());
+        assert_eq!(o.sharded_wake, 0);
+        o.sharded_wake = 1;
+        let mut c = null_mut();
+        assert_eq!(
+            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
+            LH_OK
+        );
+        // Sharded: no client channel is subscribed; names are, while waited on.
+        assert!(poll_request(&H(c)).is_none());
+        // A host built before sharded_wake existed passes the shorter struct: it gets the
+        // classic wake channel whatever lies beyond its struct_size.
+        o.struct_size = 40;
+        let mut c = null_mut();
+        assert_eq!(
+            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
+            LH_OK
+        );
+        let h = H(c);
+        assert_eq!(poll_request(&h).unwrap().args[0], b"SUBSCRIBE");
+        o.struct_size = 39;
+        let mut c = null_mut();
+        assert_eq!(
+            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
+            LH_ERR_STRUCT_SIZE
+        );
+    }
+}

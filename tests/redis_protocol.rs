@@ -958,3 +958,269 @@ fn a_wake_up_while_the_leases_attempt_is_in_flight_retries_a_refusal_at_once() {
     let r = h.reqs();
     assert_eq!(acquire_tokens(&r), vec![w[0].1.clone()], "{r:?}");
 }
+
+// ------------------------------------------------------------------ sharded wake (Cluster)
+
+const JOBS_CH: &[u8] = b"lh:{jobs}:wake";
+
+fn sharded() -> H {
+    let core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let opts = RedisOptions {
+        sharded_wake: true,
+        ..RedisOptions::default()
+    };
+    let proto = RedisProtocol::new(opts, [7; 16]).unwrap();
+    H {
+        core,
+        proto,
+        now: MS,
+    }
+}
+
+impl H {
+    fn smsg(&mut self, channel: &[u8], payload: &[u8]) {
+        self.proto
+            .handle_message(&mut self.core, self.now, channel, payload);
+    }
+    fn ssub(&mut self, channel: &[u8], on: bool) {
+        self.proto
+            .handle_subscription(&mut self.core, self.now, channel, on);
+    }
+}
+
+fn queue_reply(rank: i64) -> Value<'static> {
+    Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(rank)])
+}
+
+/// A sharded client with one lease queued at `rank` on `jobs` and the name's channel live
+/// (refused, SSUBSCRIBE confirmed, re-checked and refused again): its token as sent.
+fn sharded_waiter(h: &mut H, rank: i64) -> (LeaseId, Vec<u8>) {
+    let lease = h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(rank));
+    let sub = h.reqs();
+    assert_eq!(sub.len(), 1, "{sub:?}");
+    assert_eq!(sub[0].conn, Connection::Subscriber);
+    assert_eq!(sub[0].args, vec![b"SSUBSCRIBE".to_vec(), JOBS_CH.to_vec()]);
+    h.ssub(JOBS_CH, true);
+    let again = h.only_acquire();
+    h.reply(again.id, queue_reply(rank));
+    assert!(h.reqs().is_empty());
+    (lease, r.args[6].clone())
+}
+
+#[test]
+fn sharded_wake_subscribes_nothing_until_a_lease_waits() {
+    let mut h = sharded();
+    assert!(h.reqs().is_empty(), "no client channel");
+    assert!(h.proto.is_subscribed());
+    let lease = h.acquire("jobs", 0);
+    let r = h.only_acquire();
+    // The scripts get the name's shard channel as their last argument.
+    assert_eq!(r.args.len(), 12, "{r:?}");
+    assert_eq!(r.args[11], JOBS_CH);
+    h.reply(r.id, granted(3));
+    assert_eq!(acquired(&h.events()), Some(3));
+    assert!(h.reqs().is_empty(), "a free lock subscribes nothing");
+    h.core.release(h.now, lease).unwrap();
+    let r = h.reqs();
+    assert!(r[0].is_script(Script::Release), "{r:?}");
+    assert_eq!(r[0].args.last().unwrap(), JOBS_CH);
+}
+
+#[test]
+fn sharded_wake_subscribes_a_waited_name_and_rechecks_when_it_takes_effect() {
+    let mut h = sharded();
+    let lease = h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(1));
+    let sub = h.reqs();
+    assert_eq!(sub.len(), 1, "{sub:?}");
+    assert_eq!(sub[0].args, vec![b"SSUBSCRIBE".to_vec(), JOBS_CH.to_vec()]);
+    assert!(!h.proto.is_subscribed());
+    // Until it takes effect nothing is answered locally.
+    h.advance(300);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(1));
+    assert_eq!(h.proto.counters().local_refusals, 0);
+    // Confirmed as the reply: one re-check (a release just before reached nobody).
+    let conf = Value::Array(vec![
+        Value::Bulk(b"ssubscribe"),
+        Value::Bulk(JOBS_CH),
+        Value::Int(1),
+    ]);
+    h.reply(sub[0].id, conf);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(1));
+    // Now quiet: an idle waiter asks nothing for the idle interval.
+    for _ in 0..90 {
+        h.advance(100);
+        assert!(h.reqs().is_empty());
+    }
+    assert!(h.proto.counters().local_refusals > 0);
+    // Giving up leaves the queue and unsubscribes the name.
+    h.core.release(h.now, lease).unwrap();
+    let r = h.reqs();
+    let cmds: Vec<&[u8]> = r.iter().map(|r| r.cmd()).collect();
+    assert!(cmds.contains(&&b"ZREM"[..]), "{r:?}");
+    let unsub = r
+        .iter()
+        .find(|r| r.cmd() == b"SUNSUBSCRIBE")
+        .expect("SUNSUBSCRIBE");
+    assert_eq!(unsub.conn, Connection::Subscriber);
+    assert_eq!(unsub.args[1], JOBS_CH);
+}
+
+#[test]
+fn sharded_wake_only_the_named_lease_acts_on_a_shared_channel() {
+    let mut h = sharded();
+    let (lease, token) = sharded_waiter(&mut h, 1);
+    let other = b"0123456789abcdef0123456789abcdef";
+    // Another client's turn, standbys and taken: nothing here moves.
+    h.smsg(JOBS_CH, &notice("w", other, "jobs"));
+    h.smsg(JOBS_CH, &notice("s1", other, "jobs"));
+    h.smsg(JOBS_CH, &notice("s2", other, "jobs"));
+    for _ in 0..10 {
+        h.advance(100);
+        assert!(h.reqs().is_empty());
+    }
+    assert_eq!(h.proto.counters().wakeups, 0);
+    assert_eq!(h.proto.counters().standby_takeovers, 0);
+    // Ours: exactly one ACQUIRE, for that lease.
+    h.smsg(JOBS_CH, &notice("w", &token, "jobs"));
+    let r = h.only_acquire();
+    assert_eq!(r.args[6], token);
+    h.reply(r.id, granted(9));
+    assert_eq!(acquired_lease(&h.events()), Some(lease));
+    // No waiter left: the name is unsubscribed.
+    let r = h.reqs();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].args, vec![b"SUNSUBSCRIBE".to_vec(), JOBS_CH.to_vec()]);
+}
+
+#[test]
+fn sharded_wake_a_standby_naming_our_lease_tries_unless_taken() {
+    let mut h = sharded();
+    let (_, token) = sharded_waiter(&mut h, 1);
+    h.smsg(JOBS_CH, &notice("s1", &token, "jobs"));
+    h.smsg(JOBS_CH, b"t jobs");
+    h.advance(400);
+    assert!(h.reqs().is_empty(), "stood down");
+    h.smsg(JOBS_CH, &notice("s1", &token, "jobs"));
+    h.advance(149);
+    assert!(h.reqs().is_empty());
+    h.advance(2);
+    let r = h.only_acquire();
+    assert_eq!(r.args[6], token);
+    assert_eq!(h.proto.counters().standby_takeovers, 1);
+}
+
+#[test]
+fn sharded_wake_hostile_messages_and_confirmations_are_ignored() {
+    let mut h = sharded();
+    let (_, token) = sharded_waiter(&mut h, 1);
+    let ignored = h.proto.counters().ignored_messages;
+    let hostile: Vec<(&[u8], Vec<u8>)> = vec![
+        // Our token, but on another name's channel, a client channel, or garbage channels.
+        (b"lh:{other}:wake", notice("w", &token, "jobs")),
+        (WAKE, notice("w", &token, "jobs")),
+        (b"lh:{jobs}:wak", notice("w", &token, "jobs")),
+        (b"", notice("w", &token, "jobs")),
+        // The right channel naming another name, or malformed payloads.
+        (JOBS_CH, notice("w", &token, "other")),
+        (JOBS_CH, notice("w", &token.to_ascii_uppercase(), "jobs")),
+        (JOBS_CH, notice("s3", &token, "jobs")),
+        (JOBS_CH, notice("x", &token, "jobs")),
+        (JOBS_CH, b"w".to_vec()),
+        (JOBS_CH, b"w  jobs".to_vec()),
+        (JOBS_CH, vec![0xff; 70]),
+        (JOBS_CH, Vec::new()),
+        (JOBS_CH, notice("w", &token[..31], "jobs")),
+    ];
+    let n = hostile.len() as u64;
+    for (ch, p) in hostile {
+        h.smsg(ch, &p);
+    }
+    assert!(h.reqs().is_empty());
+    assert_eq!(h.proto.counters().ignored_messages, ignored + n);
+    assert_eq!(h.proto.counters().wakeups, 0);
+    // Confirmations and losses of channels nobody here waits on change nothing.
+    h.ssub(b"lh:{other}:wake", false);
+    h.ssub(b"lh:{other}:wake", true);
+    h.ssub(WAKE, false);
+    h.ssub(b"garbage", false);
+    assert!(h.reqs().is_empty());
+    // A duplicate confirmation of the live channel does not re-check.
+    h.ssub(JOBS_CH, true);
+    assert!(h.reqs().is_empty());
+    h.advance(500);
+    assert!(h.reqs().is_empty(), "still quiet");
+}
+
+#[test]
+fn sharded_wake_a_lost_channel_resubscribes_and_rechecks_only_its_name() {
+    let mut h = sharded();
+    sharded_waiter(&mut h, 1);
+    h.acquire("other", 60_000);
+    let r = h.only_acquire();
+    assert_eq!(r.args[11], b"lh:{other}:wake");
+    h.reply(r.id, queue_reply(1));
+    let sub = h.reqs();
+    assert_eq!(sub[0].args[1], b"lh:{other}:wake");
+    h.ssub(b"lh:{other}:wake", true);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(1));
+    assert!(h.reqs().is_empty());
+    // The node serving jobs' slot failed (or the slot moved: Redis sends sunsubscribe).
+    h.ssub(JOBS_CH, false);
+    let r = h.reqs();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].args, vec![b"SSUBSCRIBE".to_vec(), JOBS_CH.to_vec()]);
+    assert_eq!(h.proto.counters().subscriber_losses, 1);
+    // jobs' retries now go to Redis; other stays quiet.
+    h.advance(400);
+    let r = h.reqs();
+    let names: Vec<&[u8]> = r
+        .iter()
+        .filter(|r| r.is_script(Script::Acquire))
+        .map(|r| &r.args[3][..])
+        .collect();
+    assert_eq!(names, vec![&b"lh:{jobs}"[..]], "{r:?}");
+    for x in &r {
+        h.reply(x.id, queue_reply(1));
+    }
+    // Back: jobs is checked once.
+    h.ssub(JOBS_CH, true);
+    let r = h.only_acquire();
+    assert_eq!(r.args[3], b"lh:{jobs}");
+}
+
+#[test]
+fn sharded_wake_a_failed_ssubscribe_is_retried_with_backoff() {
+    let mut h = sharded();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    h.reply(r.id, queue_reply(0));
+    let sub = h.reqs();
+    h.reply(sub[0].id, Value::Error(b"MOVED 1234 127.0.0.1:7001"));
+    assert!(h.reqs().iter().all(|r| r.cmd() != b"SSUBSCRIBE"));
+    let mut again = None;
+    for _ in 0..50 {
+        h.advance(10);
+        for r in h.reqs() {
+            if r.cmd() == b"SSUBSCRIBE" {
+                again = Some(r);
+            } else if r.is_script(Script::Acquire) {
+                h.reply(r.id, queue_reply(0));
+            }
+        }
+        if again.is_some() {
+            break;
+        }
+    }
+    let again = again.expect("SSUBSCRIBE again");
+    assert_eq!(again.args[1], JOBS_CH);
+    h.proto.handle_request_failed(&mut h.core, h.now, again.id);
+    h.advance(1_000);
+    assert!(h.reqs().iter().any(|r| r.cmd() == b"SSUBSCRIBE"));
+}

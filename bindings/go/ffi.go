@@ -263,6 +263,7 @@ func defaultCoreConfig() coreConfig {
 // zero fields take the library's defaults.
 type redisProtocol struct {
 	standbyDelayMs, keyKeepMs, queueMaxAgeMs, idleRecheckMs uint64
+	shardedWake                                             bool // Redis Cluster: lh_redis_options.sharded_wake
 }
 
 // newCore creates a core handle: with the Redis protocol attached when rp is not nil.
@@ -301,6 +302,9 @@ func newCore(cfg coreConfig, rp *redisProtocol, seed []byte) (*core, error) {
 			if f.v > 0 {
 				*f.dst = C.uint64_t(f.v)
 			}
+		}
+		if rp.shardedWake {
+			o.sharded_wake = 1
 		}
 		st = uint32(C.lh_client_new_redis(&c, &o, sp, sn, &out))
 	}

@@ -73,6 +73,11 @@ func (c *client) command(ctx context.Context, rdb redis.UniversalClient, q *requ
 	case errors.As(err, &re):
 		v, err = re, nil
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok && err != nil {
+		// go-redis reloads its slot map on MOVED, not when a master stopped
+		// answering: ask for it, so the retry finds the promoted replica.
+		cc.ReloadState(ctx)
+	}
 	var vals []lhValue
 	var data []byte
 	if err == nil {
@@ -106,6 +111,11 @@ type subscriber struct {
 	lostAt    time.Time
 	health    time.Duration // subHealthCheck when made
 	wg        sync.WaitGroup
+	// Redis Cluster (sharded wake): one pub/sub connection per shard channel,
+	// on the master of its slot (go-redis binds a pub/sub connection to the
+	// node of its first channel).
+	shards     map[string]*redis.PubSub
+	shardStale bool // a shard connection failed: reload the slot map
 }
 
 // subHealthCheck: a pub/sub connection silent this long is pinged; silent
@@ -121,9 +131,14 @@ func (s *subscriber) run(stop <-chan struct{}) {
 			s.mu.Lock()
 			ps := s.ps
 			s.ps = nil
+			shards := s.shards
+			s.shards = nil
 			s.mu.Unlock()
 			if ps != nil {
 				_ = ps.Close()
+			}
+			for _, sp := range shards {
+				_ = sp.Close()
 			}
 			return
 		}
@@ -143,6 +158,10 @@ func (s *subscriber) run(stop <-chan struct{}) {
 
 // exec writes one (UN)SUBSCRIBE on the pub/sub connection, opening it if needed.
 func (s *subscriber) exec(q *request) {
+	if strings.EqualFold(q.argv[0], "SSUBSCRIBE") || strings.EqualFold(q.argv[0], "SUNSUBSCRIBE") {
+		s.execShard(q)
+		return
+	}
 	s.mu.Lock()
 	if s.ps == nil {
 		// A server that drops every connection must not make this a busy loop.
@@ -232,4 +251,99 @@ func (s *subscriber) lost(ps *redis.PubSub, err error) {
 	for ch := range chans {
 		s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
 	}
+}
+
+// execShard runs one SSUBSCRIBE / SUNSUBSCRIBE of a shard channel (Redis
+// Cluster): each channel gets a pub/sub connection of its own on the master
+// serving its slot. SUNSUBSCRIBE closes it; the core has forgotten the name.
+func (s *subscriber) execShard(q *request) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if len(q.argv) != 2 || !ok {
+		s.c.log.Debug("leasehold: shard channel request without a cluster client", "command", q.argv[0])
+		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
+		return
+	}
+	ch := q.argv[1]
+	s.mu.Lock()
+	old := s.shards[ch]
+	delete(s.shards, ch)
+	stale := s.shardStale
+	s.shardStale = false
+	s.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	if strings.EqualFold(q.argv[0], "SUNSUBSCRIBE") {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.c.ioCtx, s.c.reqTimeout)
+	defer cancel()
+	if stale {
+		cc.ReloadState(ctx)
+	}
+	ps := cc.SSubscribe(ctx) // dials on the first SSUBSCRIBE, by its channel's slot
+	if err := ps.SSubscribe(ctx, ch); err != nil {
+		_ = ps.Close()
+		s.mu.Lock()
+		s.shardStale = true
+		s.mu.Unlock()
+		s.c.log.Debug("leasehold: redis SSUBSCRIBE failed", "channel", ch, "err", err)
+		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
+		return
+	}
+	s.mu.Lock()
+	if s.shards == nil {
+		s.shards = map[string]*redis.PubSub{}
+	}
+	s.shards[ch] = ps
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.receiveShard(ch, ps)
+}
+
+func (s *subscriber) receiveShard(ch string, ps *redis.PubSub) {
+	defer s.wg.Done()
+	pinged := false
+	for {
+		m, err := ps.ReceiveTimeout(s.c.ioCtx, s.health)
+		var ne net.Error
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
+			pinged = true
+			_ = ps.Ping(s.c.ioCtx)
+			continue
+		}
+		if err != nil {
+			s.lostShard(ch, ps, err)
+			return
+		}
+		pinged = false
+		switch m := m.(type) {
+		case *redis.Message:
+			s.c.input(func(now uint64) error { return s.c.core.pubsubMessage(now, m.Channel, m.Payload) })
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe":
+				s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, true) })
+			case "sunsubscribe": // the slot left this node
+				s.lostShard(ch, ps, errors.New("sunsubscribe from the server"))
+				return
+			}
+		}
+	}
+}
+
+// lostShard drops a shard channel's connection (once) and reports the
+// channel gone; the core subscribes it again, routed on a reloaded slot map.
+func (s *subscriber) lostShard(ch string, ps *redis.PubSub, err error) {
+	s.mu.Lock()
+	if s.shards[ch] != ps {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.shards, ch)
+	s.shardStale = true
+	s.mu.Unlock()
+	_ = ps.Close()
+	s.c.log.Debug("leasehold: redis shard channel lost", "channel", ch, "err", err)
+	s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
 }

@@ -38,6 +38,10 @@ type RedisOptions struct {
 	// IdleRecheck: how long a queued waiter behind the head waits before it
 	// asks again on its own (default 10s).
 	IdleRecheck time.Duration
+	// ShardedWake: wake-ups on one shard channel per name (SPUBLISH /
+	// SSUBSCRIBE, Redis 7+), for Redis Cluster. The cluster constructors set
+	// it; rdb must then be a *redis.ClusterClient.
+	ShardedWake bool
 }
 
 // NewRedisTransport returns the executor configuration for rdb (the caller
@@ -55,9 +59,55 @@ func NewRedisTransportWithOptions(rdb redis.UniversalClient, o *RedisOptions) (*
 	if o != nil {
 		ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
 		t.proto = redisProtocol{standbyDelayMs: ms(o.StandbyDelay), keyKeepMs: ms(o.KeyKeep),
-			queueMaxAgeMs: ms(o.QueueMaxAge), idleRecheckMs: ms(o.IdleRecheck)}
+			queueMaxAgeMs: ms(o.QueueMaxAge), idleRecheckMs: ms(o.IdleRecheck), shardedWake: o.ShardedWake}
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); t.proto.shardedWake && !cluster {
+		return nil, invalidArg("RedisOptions.ShardedWake needs a *redis.ClusterClient")
 	}
 	return t, nil
+}
+
+// NewRedisClusterTransport returns the executor configuration for a Redis
+// Cluster client (the caller keeps ownership of it): commands are routed by
+// their keys' slot (every key of a name has the hash tag {NAME}) and the
+// wake-ups of a name travel on its shard channel, lh:{NAME}:wake, subscribed
+// on the master of its slot while this client waits on the name (Redis 7+).
+// o may be nil; ShardedWake is set either way.
+//
+// Replication is asynchronous per shard: a failover can lose a held lease's
+// key. Its next renewal finds it gone and the lease is lost (Lost; a
+// LostError "rejected by the backend"); fences never go back while the
+// servers' clocks are sane (docs/backends.md).
+func NewRedisClusterTransport(cc *redis.ClusterClient, o *RedisOptions) (*RedisTransport, error) {
+	if cc == nil {
+		return nil, invalidArg("nil redis cluster client")
+	}
+	opts := RedisOptions{}
+	if o != nil {
+		opts = *o
+	}
+	opts.ShardedWake = true
+	return NewRedisTransportWithOptions(cc, &opts)
+}
+
+// NewRedisTransportFromClusterOptions makes a go-redis cluster client
+// (redis.NewClusterClient) from opt for NewRedisClusterTransport; Close
+// closes it. Replica reads are refused: locks are taken on the masters.
+func NewRedisTransportFromClusterOptions(opt *redis.ClusterOptions, o *RedisOptions) (*RedisTransport, error) {
+	if opt == nil {
+		return nil, invalidArg("nil redis cluster options")
+	}
+	if len(opt.Addrs) == 0 && opt.ClusterSlots == nil {
+		return nil, invalidArg("redis cluster options need Addrs")
+	}
+	if opt.ReadOnly || opt.RouteByLatency || opt.RouteRandomly {
+		return nil, invalidArg("redis cluster options: locks are taken on the masters only")
+	}
+	t, err := NewRedisClusterTransport(redis.NewClusterClient(opt), o)
+	if t != nil {
+		t.owned = true
+	}
+	return t, err
 }
 
 // NewRedisTransportFromOptions makes a go-redis client from opt (Addr or a

@@ -247,6 +247,7 @@ pub fn run(input: &Input) -> u64 {
         key_keep_ms: 1_000,
         queue_max_age_ms: 10_000,
         idle_recheck_ms: 1_000,
+        sharded_wake: false,
     };
     let mut w = World {
         core: Client::new(Config::default(), &[0x42; 32]).expect("valid config"),

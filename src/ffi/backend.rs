@@ -13,7 +13,7 @@
 
 use super::boundary::{
     Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, out_ptr,
-    read_sized, require_out, write_out,
+    read_growing, read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -77,6 +77,14 @@ pub struct lh_redis_options {
     /// How long a queued waiter behind the head of the queue waits before it asks again on
     /// its own (default 10000): an idle waiter's cost is one script call per this interval.
     pub idle_recheck_ms: u64,
+    /// Redis Cluster (default 0): non-zero sends wake-ups on one shard channel per name,
+    /// `lh:{NAME}:wake`, with SPUBLISH (Redis 7+); the client then requests `SSUBSCRIBE` /
+    /// `SUNSUBSCRIBE` of a name's channel on the subscriber connection while it has leases
+    /// waiting on it, instead of one `SUBSCRIBE` of its own channel. Added after the fields
+    /// above: a caller whose `struct_size` ends before it gets 0.
+    pub sharded_wake: u32,
+    /// Always 0.
+    pub _reserved2: u32,
 }
 
 /// A borrowed byte string.
@@ -236,12 +244,27 @@ impl ClientState {
     }
 }
 
+/// `sizeof(lh_redis_options)` before `sharded_wake` was added: the smallest accepted.
+const REDIS_OPTIONS_V1: usize = 40;
+
+const NO_REDIS_OPTIONS: lh_redis_options = lh_redis_options {
+    struct_size: 0,
+    _reserved: 0,
+    standby_delay_ms: 0,
+    key_keep_ms: 0,
+    queue_max_age_ms: 0,
+    idle_recheck_ms: 0,
+    sharded_wake: 0,
+    _reserved2: 0,
+};
+
 fn options_from_c(o: &lh_redis_options) -> RedisOptions {
     RedisOptions {
         standby_delay_ms: o.standby_delay_ms,
         key_keep_ms: o.key_keep_ms,
         queue_max_age_ms: o.queue_max_age_ms,
         idle_recheck_ms: o.idle_recheck_ms,
+        sharded_wake: o.sharded_wake != 0,
     }
 }
 
@@ -262,6 +285,8 @@ pub unsafe extern "C" fn lh_redis_options_default(out: *mut lh_redis_options) {
         key_keep_ms: d.key_keep_ms,
         queue_max_age_ms: d.queue_max_age_ms,
         idle_recheck_ms: d.idle_recheck_ms,
+        sharded_wake: u32::from(d.sharded_wake),
+        _reserved2: 0,
     };
     // SAFETY: non-NULL; valid per the caller's contract.
     unsafe { write_out(out, value) };
@@ -289,7 +314,11 @@ pub unsafe extern "C" fn lh_client_new_redis(
             RedisOptions::default()
         } else {
             // SAFETY: per the caller's contract.
-            options_from_c(&unsafe { read_sized(opts, "opts")? })
+            let mut base = NO_REDIS_OPTIONS;
+            // SAFETY: writes one valid struct into a local.
+            unsafe { lh_redis_options_default(&raw mut base) };
+            // SAFETY: per the caller's contract.
+            options_from_c(&unsafe { read_growing(opts, "opts", REDIS_OPTIONS_V1, base)? })
         };
         // SAFETY: per the caller's contract.
         let seed = unsafe { seed_arg(seed, seed_len)? };

@@ -109,6 +109,8 @@ class RedisOptions:
     key_keep_ms: int | None = None
     queue_max_age_ms: int | None = None
     idle_recheck_ms: int | None = None
+    #: Redis Cluster: wake-ups on one shard channel per name (SPUBLISH / SSUBSCRIBE).
+    sharded_wake: bool = False
 
     def to_c(self) -> _ffi.lh_redis_options:
         c = _ffi.lh_redis_options()
@@ -118,6 +120,7 @@ class RedisOptions:
             value = getattr(self, name)
             if value is not None:
                 setattr(c, name, _u64(value, f"RedisOptions.{name}"))
+        c.sharded_wake = 1 if self.sharded_wake else 0
         return c
 
 

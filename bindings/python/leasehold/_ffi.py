@@ -264,6 +264,8 @@ class lh_redis_options(ctypes.Structure):
         ("key_keep_ms", ctypes.c_uint64),
         ("queue_max_age_ms", ctypes.c_uint64),
         ("idle_recheck_ms", ctypes.c_uint64),
+        ("sharded_wake", ctypes.c_uint32),
+        ("_reserved2", ctypes.c_uint32),
     ]
 
 

@@ -111,6 +111,9 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
                        a PostgreSQL database (needs psycopg 3: pip install 'leasehold[postgres]')
   etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...], etcds://... (TLS)
                        an etcd v3 cluster, any of its members
+  redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]
+                       a Redis Cluster (7+), from any of these nodes: commands routed by
+                       slot, wake-ups on sharded pub/sub, failovers followed
   memory://            in-process only: no other process sees the lock (for tests)
 """
 
@@ -433,6 +436,8 @@ def open_backend(url: str) -> Any:
         return svc
     if scheme == "redis+sentinel":
         return _open_sentinel(url)
+    if scheme == "redis+cluster":
+        return _open_cluster(url)
     if scheme in ("postgresql", "postgres"):
         try:
             from .backends.sql_executor import PostgresExecutor
@@ -447,11 +452,27 @@ def open_backend(url: str) -> Any:
         try:
             return EtcdExecutor(endpoints, user=user, password=password)
         except ValueError as e:
-            raise UsageError(f"bad etcd URL {redact(url)!r}: {e}") from None
-    raise UsageError(
-        f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, postgresql://, etcd://, "
-        "or memory://)"
+            raise UsageError(
+        f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, redis+cluster://, "
+        "postgresql://, etcd://, or memory://)"
     )
+
+
+def _open_cluster(url: str) -> Any:
+    """The Redis Cluster executor on the cluster any node of ``url`` belongs to."""
+    try:
+        from .backends.redis_cluster_executor import RedisClusterExecutor, parse_cluster_url
+    except ImportError as e:
+        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
+    try:
+        parse_cluster_url(url)
+    except ValueError as e:
+        raise UsageError(f"bad Redis Cluster URL {redact(url)!r}: {e}") from None
+    try:
+        # redis-py reads the slot map from the first node that answers.
+        return RedisClusterExecutor(url=url)
+    except Exception as e:
+        raise BackendError(f"cannot reach the cluster through {redact(url)}: {e}") from None
 
 
 def _open_sentinel(url: str) -> Any:
@@ -517,7 +538,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif url.lower().startswith("memory:"):
         open_backend(url).close()  # validates the URL
         raise BackendError(f"status is not supported by the backend {redact(url)} (in-process only: nothing to read)")
-    elif url.lower().startswith(("etcd:", "etcds:", "postgresql:", "postgres:", "redis+sentinel:")):
+    elif url.lower().startswith(("etcd:", "etcds:", "postgresql:", "postgres:", "redis+sentinel:", "redis+cluster:")):
         st = _backend_status(open_backend(url), name, url)
     else:
         st = _status_from(open_backend(url), name, url)

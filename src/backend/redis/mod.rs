@@ -50,6 +50,14 @@
 //! first or again after the host reports it lost — every name with local waiters is checked
 //! once (one real ACQUIRE), because a release in the gap reached nobody.
 //!
+//! # Sharded wake (Redis Cluster)
+//!
+//! With [`RedisOptions::sharded_wake`] there is no client channel: a name's notices go to its
+//! shard channel `lh:{NAME}:wake` (SPUBLISH, in the slot of the name's keys), which this
+//! object SSUBSCRIBEs while the engine watches the name (its first waiter to its last) and
+//! re-checks once the subscription takes effect. Every waiting client hears every notice; only
+//! one naming a lease of this object acts, so a release still wakes one lease.
+//!
 //! Error replies (the scripts answer garbage in the keyspace with `lh: …` errors), replies of
 //! the wrong shape and transport failures are transport errors for the engine, never grants;
 //! `NOSCRIPT` re-sends the same call as EVAL once (which loads the script for later EVALSHAs).
@@ -62,7 +70,9 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-pub use scripts::{KeyKind, Script, WakeMessage, key, parse_message};
+pub use scripts::{
+    KeyKind, Script, WakeMessage, key, parse_message, shard_channel, shard_channel_name,
+};
 pub use value::{DecodeError, FlatValue, Value, decode, encode};
 
 use super::LockStatus;
@@ -90,6 +100,11 @@ pub struct RedisOptions {
     /// head asks when the holder's time is up; the others are woken in turn). Bounds what an
     /// idle waiter costs: at most one script call per this interval.
     pub idle_recheck_ms: u64,
+    /// Redis Cluster: wake-ups travel on one shard channel per name (`lh:{NAME}:wake`, in the
+    /// slot of the name's keys) with SPUBLISH / SSUBSCRIBE (Redis 7+), subscribed while this
+    /// client has leases waiting on the name. Off: one channel per client (PUBLISH /
+    /// SUBSCRIBE), which a cluster would broadcast to every node.
+    pub sharded_wake: bool,
 }
 
 impl Default for RedisOptions {
@@ -99,6 +114,7 @@ impl Default for RedisOptions {
             key_keep_ms: 60_000,
             queue_max_age_ms: 600_000,
             idle_recheck_ms: 10_000,
+            sharded_wake: false,
         }
     }
 }
@@ -253,6 +269,10 @@ enum Op {
     /// ZREM of a queue entry (best effort).
     Leave,
     Subscribe,
+    /// SSUBSCRIBE of a name's shard channel (sharded wake).
+    ShardSubscribe {
+        name: LockName,
+    },
     /// A status query (`leasehold status`); its answer goes to `statuses`.
     Status,
 }
@@ -276,6 +296,16 @@ struct NameState {
     standby_until: u64,
     /// The lease a standby message named (the earliest armed one): the lease it wakes.
     standby_lease: Option<LeaseId>,
+}
+
+/// A name whose shard channel this client wants (sharded wake): it has leases waiting on it.
+#[derive(Debug)]
+struct Shard {
+    channel: Vec<u8>,
+    /// The SSUBSCRIBE took effect and was not lost since.
+    live: bool,
+    /// The SSUBSCRIBE in flight, if any.
+    subscribing: Option<u64>,
 }
 
 /// A refusal after which nothing can change for the lease before `until` unless the name's
@@ -321,6 +351,8 @@ pub struct RedisProtocol {
     tokens: HashMap<Token, (LeaseId, LockName)>,
     /// The tokens of leases that hold their lock, to forget them at their terminal event.
     held: HashMap<LeaseId, Token>,
+    /// Sharded wake: the names whose channel is wanted (the engine's Watch .. Unwatch).
+    shards: HashMap<LockName, Shard>,
     standbys: usize,
     statuses: VecDeque<crate::backend::StatusAnswer>,
     counters: RedisCounters,
@@ -353,13 +385,16 @@ impl RedisProtocol {
             leases: HashMap::new(),
             tokens: HashMap::new(),
             held: HashMap::new(),
+            shards: HashMap::new(),
             standbys: 0,
             statuses: VecDeque::new(),
             counters: RedisCounters::default(),
             last_error: String::new(),
         };
         p.wake = wake_channel(&wake_random);
-        p.send_subscribe(0);
+        if !opts.sharded_wake {
+            p.send_subscribe(0);
+        }
         Ok(p)
     }
 
@@ -367,6 +402,11 @@ impl RedisProtocol {
     /// unsubscribes the old one, subscribes the new one, and re-checks on confirmation.
     pub fn set_wake_random(&mut self, now: u64, wake_random: [u8; scripts::WAKE_RANDOM_LEN]) {
         let old = std::mem::replace(&mut self.wake, wake_channel(&wake_random));
+        if self.opts.sharded_wake {
+            // The wake id only names queue entries here; the channels are per name.
+            self.bump_all();
+            return;
+        }
         self.push(
             Op::Leave,
             Connection::Subscriber,
@@ -385,9 +425,27 @@ impl RedisProtocol {
         &self.wake
     }
 
-    /// Whether the subscription is in effect.
+    /// Whether the subscription is in effect (sharded wake: every wanted name's).
     pub fn is_subscribed(&self) -> bool {
-        self.subscribed
+        if self.opts.sharded_wake {
+            self.shards.values().all(|s| s.live)
+        } else {
+            self.subscribed
+        }
+    }
+
+    /// The names whose shard channel is wanted (sharded wake), with whether it is live.
+    pub fn watched_names(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.shards.iter().map(|(n, s)| (&**n, s.live))
+    }
+
+    /// Whether a release of `name` would reach this client now.
+    fn live(&self, name: &str) -> bool {
+        if self.opts.sharded_wake {
+            self.shards.get(name).is_some_and(|s| s.live)
+        } else {
+            self.subscribed
+        }
     }
 
     /// The options.
@@ -489,7 +547,19 @@ impl RedisProtocol {
         }
         if self.resubscribe_at <= now {
             self.resubscribe_at = NEVER;
-            self.send_subscribe(now);
+            if self.opts.sharded_wake {
+                let due: Vec<LockName> = self
+                    .shards
+                    .iter()
+                    .filter(|(_, s)| !s.live && s.subscribing.is_none())
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in due {
+                    self.send_shard_subscribe(&name, now);
+                }
+            } else {
+                self.send_subscribe(now);
+            }
         }
         self.prune(now);
         self.pump(core);
@@ -539,6 +609,7 @@ impl RedisProtocol {
                     },
                     Some(Acquired::Held { left_ms, rank }) => {
                         let live_epoch = self.names.get(&name).map(|s| s.epoch);
+                        let live = self.live(&name);
                         let idle = self.opts.idle_recheck_ms;
                         if let Some(w) = self.leases.get_mut(&lease) {
                             w.queued = true;
@@ -550,13 +621,14 @@ impl RedisProtocol {
                                 Some(r) if r > 0 => left_ms.map(|l| l.max(idle)),
                                 _ => left_ms,
                             };
-                            w.quiet = (covered && self.subscribed && fresh)
-                                .then_some(())
-                                .and(quiet_ms)
-                                .map(|ms| Quiet {
-                                    epoch,
-                                    until: p.sent_at.saturating_add(ms.saturating_mul(MS)),
-                                });
+                            w.quiet =
+                                (covered && live && fresh)
+                                    .then_some(())
+                                    .and(quiet_ms)
+                                    .map(|ms| Quiet {
+                                        epoch,
+                                        until: p.sent_at.saturating_add(ms.saturating_mul(MS)),
+                                    });
                         } else {
                             // The lease gave up while this attempt was queueing it.
                             self.send_leave(&name, token, now);
@@ -612,6 +684,19 @@ impl RedisProtocol {
                     self.subscribe_failed(now);
                 }
             }
+            Op::ShardSubscribe { name } => {
+                let confirmed = matches!(reply, Value::Array(items)
+                    if items.len() == 3
+                        && matches!(&items[0], Value::Bulk(k) | Value::Status(k) if k.eq_ignore_ascii_case(b"ssubscribe"))
+                        && matches!(&items[1], Value::Bulk(c) if shard_channel_name(c) == Some(&*name)));
+                if confirmed {
+                    self.on_shard_subscribed(core, &name, Some(id));
+                } else {
+                    self.note_error("unexpected reply to SSUBSCRIBE", describe(reply).as_bytes());
+                    self.counters.garbage_replies += 1;
+                    self.shard_failed(&name, id, now);
+                }
+            }
         }
         self.pump(core);
     }
@@ -640,6 +725,7 @@ impl RedisProtocol {
             // The entry goes at the next release by age, or when the queue key expires.
             Op::Leave => {}
             Op::Subscribe => self.subscribe_failed(now),
+            Op::ShardSubscribe { name } => self.shard_failed(&name, id, now),
             Op::Status => self
                 .statuses
                 .push_back((id, Err("the request failed in transport".to_owned()))),
@@ -652,7 +738,13 @@ impl RedisProtocol {
     pub fn handle_message(&mut self, core: &mut Client, now: u64, channel: &[u8], payload: &[u8]) {
         core.handle_timeout(now);
         let now = core.now();
-        let msg = if channel == self.wake.as_slice() {
+        let msg = if self.opts.sharded_wake {
+            // Every client waiting on the name hears every notice: only a name this client
+            // watches, on that name's own channel, counts.
+            parse_message(payload).filter(|m| {
+                self.shards.contains_key(m.name) && shard_channel_name(channel) == Some(m.name)
+            })
+        } else if channel == self.wake.as_slice() {
             parse_message(payload)
         } else {
             None
@@ -664,10 +756,13 @@ impl RedisProtocol {
         };
         match msg.kind {
             scripts::MSG_WAKE => {
-                self.counters.wakeups += 1;
                 self.disarm(msg.name);
                 let lease = self.lease_for(msg.token, msg.name);
-                self.wake_lease(core, msg.name, lease);
+                // Sharded: a wake-up naming no lease of ours is another client's turn.
+                if lease.is_some() || !self.opts.sharded_wake {
+                    self.counters.wakeups += 1;
+                    self.wake_lease(core, msg.name, lease);
+                }
             }
             scripts::MSG_STANDBY => {
                 let delay = self
@@ -676,7 +771,8 @@ impl RedisProtocol {
                     .saturating_mul(MS)
                     .saturating_mul(u64::from(msg.rank));
                 let lease = self.lease_for(msg.token, msg.name);
-                if let Some(s) = self.names.get_mut(msg.name) {
+                let ours = lease.is_some() || !self.opts.sharded_wake;
+                if let Some(s) = self.names.get_mut(msg.name).filter(|_| ours) {
                     if s.standby_until == NEVER {
                         self.standbys += 1;
                     }
@@ -706,7 +802,9 @@ impl RedisProtocol {
     ) {
         core.handle_timeout(now);
         let now = core.now();
-        if channel != self.wake.as_slice() {
+        if self.opts.sharded_wake {
+            self.shard_subscription(core, now, channel, subscribed);
+        } else if channel != self.wake.as_slice() {
             self.counters.ignored_messages += 1;
         } else if subscribed {
             if let Some(id) = self.subscribe_id() {
@@ -755,7 +853,7 @@ impl RedisProtocol {
             } => {
                 let epoch = self.enter(lease, &name, token);
                 if let Some(q) = self.leases.get(&lease).and_then(|w| w.quiet) {
-                    if self.subscribed && q.epoch == epoch && q.until > now.saturating_add(MS) {
+                    if self.live(&name) && q.epoch == epoch && q.until > now.saturating_add(MS) {
                         self.counters.local_refusals += 1;
                         let left = (q.until - now) / MS;
                         let _ = core.handle_acquire_result(
@@ -775,7 +873,7 @@ impl RedisProtocol {
                 entry.push(b'#');
                 entry.extend_from_slice(&hex);
                 let [lock, fence, queue] = keys;
-                let args = vec![
+                let mut args = vec![
                     Cow::Borrowed(&b"EVALSHA"[..]),
                     Cow::Owned(self.shas[0].to_vec()),
                     Cow::Borrowed(&b"3"[..]),
@@ -788,13 +886,19 @@ impl RedisProtocol {
                     Cow::Owned(self.opts.key_keep_ms.to_string().into_bytes()),
                     Cow::Owned(name.as_bytes().to_vec()),
                 ];
+                if let Some(s) = self.shards.get(&name).filter(|_| self.opts.sharded_wake) {
+                    args.push(Cow::Owned(s.channel.clone()));
+                } else if self.opts.sharded_wake {
+                    args.extend(shard_channel(&name).ok().map(Cow::Owned));
+                }
                 let wakes = self.leases.get(&lease).map_or(0, |w| w.wakes);
+                let covered = self.live(&name);
                 let op = Op::Acquire {
                     req: request,
                     lease,
                     name,
                     token,
-                    covered: self.subscribed,
+                    covered,
                     epoch,
                     wakes,
                 };
@@ -850,7 +954,7 @@ impl RedisProtocol {
                 let Ok([lock, _, queue]) = name_keys(&name) else {
                     return;
                 };
-                let args = vec![
+                let mut args = vec![
                     Cow::Borrowed(&b"EVALSHA"[..]),
                     Cow::Owned(self.shas[2].to_vec()),
                     Cow::Borrowed(&b"2"[..]),
@@ -860,6 +964,9 @@ impl RedisProtocol {
                     Cow::Owned(name.as_bytes().to_vec()),
                     Cow::Owned(self.opts.queue_max_age_ms.to_string().into_bytes()),
                 ];
+                if self.opts.sharded_wake {
+                    args.extend(shard_channel(&name).ok().map(Cow::Owned));
+                }
                 let op = Op::Release { req: request };
                 let expires =
                     now.saturating_add(core.config().request_timeout_ns.saturating_mul(2));
@@ -872,8 +979,40 @@ impl RedisProtocol {
                     expires,
                 );
             }
-            // Wake-ups come through this object's queue entries and wake channel, not
-            // through a subscription per name.
+            // Sharded wake: the name's channel is subscribed while it has local waiters.
+            Command::Watch { name } if self.opts.sharded_wake => {
+                if !self.shards.contains_key(&name) {
+                    let Ok(channel) = shard_channel(&name) else {
+                        return;
+                    };
+                    self.shards.insert(
+                        name.clone(),
+                        Shard {
+                            channel,
+                            live: false,
+                            subscribing: None,
+                        },
+                    );
+                    self.send_shard_subscribe(&name, now);
+                }
+            }
+            Command::Unwatch { name } if self.opts.sharded_wake => {
+                if let Some(s) = self.shards.remove(&name) {
+                    if let Some(id) = s.subscribing {
+                        self.pending.remove(&id);
+                    }
+                    self.push(
+                        Op::Leave,
+                        Connection::Subscriber,
+                        None,
+                        vec![Cow::Borrowed(b"SUNSUBSCRIBE"), Cow::Owned(s.channel)],
+                        now,
+                        now.saturating_add(60_000 * MS),
+                    );
+                }
+            }
+            // Otherwise wake-ups come through this object's queue entries and wake channel,
+            // not through a subscription per name.
             Command::Watch { .. } | Command::Unwatch { .. } => {}
         }
     }
@@ -1026,6 +1165,94 @@ impl RedisProtocol {
         }
     }
 
+    /// A name's SSUBSCRIBE took effect (sharded wake): a release just before reached nobody
+    /// here, so the name is checked once.
+    fn on_shard_subscribed(&mut self, core: &mut Client, name: &str, id: Option<u64>) {
+        let Some(s) = self.shards.get_mut(name) else {
+            self.counters.ignored_messages += 1;
+            return;
+        };
+        if id.is_some() && s.subscribing != id {
+            // The confirmation of an SSUBSCRIBE this name no longer waits for.
+            self.counters.ignored_messages += 1;
+            return;
+        }
+        if let Some(old) = s.subscribing.take() {
+            self.pending.remove(&old);
+        }
+        if s.live {
+            self.counters.ignored_messages += 1;
+            return;
+        }
+        s.live = true;
+        self.sub_failures = 0;
+        self.counters.subscriptions += 1;
+        self.wake_name(core, name);
+    }
+
+    /// A shard channel's confirmation or loss (sharded wake). Channels of names nobody waits
+    /// for here (an SSUBSCRIBE overtaken by the name's SUNSUBSCRIBE, foreign channels) are
+    /// ignored; a lost one is subscribed again.
+    fn shard_subscription(&mut self, core: &mut Client, now: u64, channel: &[u8], on: bool) {
+        let Some(name) = shard_channel_name(channel)
+            .filter(|n| self.shards.contains_key(*n))
+            .map(LockName::from)
+        else {
+            self.counters.ignored_messages += 1;
+            return;
+        };
+        if on {
+            self.on_shard_subscribed(core, &name, None);
+            return;
+        }
+        // Lost (the node failed, the slot moved) or never confirmed: subscribe again. Until
+        // then a release may reach nobody, so no refusal of the name is trusted.
+        if let Some(s) = self.shards.get_mut(&name) {
+            if s.live {
+                self.counters.subscriber_losses += 1;
+            }
+            s.live = false;
+        }
+        self.bump(&name);
+        self.send_shard_subscribe(&name, now);
+    }
+
+    fn shard_failed(&mut self, name: &str, id: u64, now: u64) {
+        let Some(s) = self.shards.get_mut(name) else {
+            return;
+        };
+        if s.subscribing == Some(id) {
+            s.subscribing = None;
+        }
+        s.live = false;
+        self.bump(name);
+        self.sub_failures = self.sub_failures.saturating_add(1);
+        let backoff = (50 * MS)
+            .saturating_mul(1 << self.sub_failures.min(5))
+            .min(2_000 * MS);
+        self.resubscribe_at = self.resubscribe_at.min(now.saturating_add(backoff));
+    }
+
+    fn send_shard_subscribe(&mut self, name: &LockName, now: u64) {
+        let Some(channel) = self.shards.get(name).map(|s| s.channel.clone()) else {
+            return;
+        };
+        if let Some(old) = self.shards.get_mut(name).and_then(|s| s.subscribing.take()) {
+            self.pending.remove(&old);
+        }
+        let id = self.push(
+            Op::ShardSubscribe { name: name.clone() },
+            Connection::Subscriber,
+            None,
+            vec![Cow::Borrowed(b"SSUBSCRIBE"), Cow::Owned(channel)],
+            now,
+            NEVER,
+        );
+        if let Some(s) = self.shards.get_mut(name) {
+            s.subscribing = Some(id);
+        }
+    }
+
     fn subscribe_failed(&mut self, now: u64) {
         self.subscribed = false;
         self.subscribe_pending = false;
@@ -1087,7 +1314,7 @@ impl RedisProtocol {
 
     fn expiry_of(&self, op: &Op, now: u64) -> u64 {
         match op {
-            Op::Subscribe => NEVER,
+            Op::Subscribe | Op::ShardSubscribe { .. } => NEVER,
             _ => now.saturating_add(60_000 * MS),
         }
     }

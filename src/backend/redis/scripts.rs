@@ -13,6 +13,11 @@ pub const QUEUE_SUFFIX: &str = "}:queue";
 /// Every wake channel starts with this; the scripts publish on nothing else, so a garbage
 /// queue key cannot make a release publish on an application's channel.
 pub const WAKE_CHANNEL_PREFIX: &str = "lh:wake:";
+/// Prefix of a name's shard wake channel `lh:{NAME}:wake` (Redis Cluster, sharded pub/sub):
+/// the hash tag puts it in the slot of the name's keys, so the scripts can SPUBLISH to it.
+pub const SHARD_CHANNEL_PREFIX: &str = KEY_PREFIX;
+/// Suffix of a name's shard wake channel.
+pub const SHARD_CHANNEL_SUFFIX: &str = "}:wake";
 /// Random bytes a wake channel is made of (128 bits: unguessable, never shared).
 pub const WAKE_RANDOM_LEN: usize = 16;
 /// Longest ownership token the scripts accept, in bytes.
@@ -68,6 +73,26 @@ pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
     k.extend_from_slice(name.as_bytes());
     k.extend_from_slice(kind.suffix().as_bytes());
     Ok(k)
+}
+
+/// The shard wake channel of `name`, `lh:{NAME}:wake`.
+pub fn shard_channel(name: &str) -> Result<Vec<u8>, Error> {
+    validate_name(name)?;
+    let mut k = Vec::with_capacity(KEY_PREFIX.len() + name.len() + SHARD_CHANNEL_SUFFIX.len());
+    k.extend_from_slice(SHARD_CHANNEL_PREFIX.as_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k.extend_from_slice(SHARD_CHANNEL_SUFFIX.as_bytes());
+    Ok(k)
+}
+
+/// The name whose shard wake channel `channel` is, if it is one.
+pub fn shard_channel_name(channel: &[u8]) -> Option<&str> {
+    let inner = channel
+        .strip_prefix(SHARD_CHANNEL_PREFIX.as_bytes())?
+        .strip_suffix(SHARD_CHANNEL_SUFFIX.as_bytes())?;
+    let name = std::str::from_utf8(inner).ok()?;
+    validate_name(name).ok()?;
+    Some(name)
 }
 
 /// A wake-channel message: its kind (`MSG_*`), a standby's rank, the queue entry's token and
@@ -174,6 +199,13 @@ local function channel_of(e)
   if #ch <= #WAKE or #ch > 128 or string.sub(ch, 1, #WAKE) ~= WAKE then return nil end
   return ch
 end
+-- The name's shard channel when the caller asks for sharded pub/sub (Redis Cluster): it
+-- must be 'lh:{NAME}:wake', so a script never publishes anywhere else. nil = classic.
+local function shard_of(arg, name)
+  if arg == nil or arg == '' then return nil end
+  if arg ~= 'lh:{' .. name .. '}:wake' then return false end
+  return arg
+end
 local function server_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -195,7 +227,8 @@ macro_rules! lua_acquire {
 -- KEYS[1] lock (hash {token, fence}, PX ttl), KEYS[2] fence (decimal text, PX ttl + keep),
 -- KEYS[3] queue (zset of 'wake#token' entries scored by registration, server ms)
 -- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] queue entry ('' = do not queue), ARGV[4] keep_ms,
--- ARGV[5] lock name
+-- ARGV[5] lock name, ARGV[6] optional: the name's shard channel 'lh:{NAME}:wake' (Cluster:
+-- notices go there with SPUBLISH instead of PUBLISH to the entries' channels)
 -- -> {1, fence, ttl_ms} granted | {0, pttl_ms, rank} held by another token (the entry is
 --    queued at 0-based rank) | {0, pttl_ms} held, not queued (no entry given)
 "#,
@@ -207,6 +240,8 @@ if not good_token(token) then return redis.error_reply('lh: ACQUIRE needs an own
 if not posint(ttl_s) then return redis.error_reply('lh: ACQUIRE needs ttl_ms as a positive integer, got ' .. show(ttl_s)) end
 if not natural(keep_s) then return redis.error_reply('lh: ACQUIRE needs keep_ms as an integer, got ' .. show(keep_s)) end
 if not good_name(name) then return redis.error_reply('lh: ACQUIRE needs the lock name') end
+local shard = shard_of(ARGV[6], name)
+if shard == false then return redis.error_reply('lh: ACQUIRE needs the shard channel "lh:{NAME}:wake" or none, got ' .. show(ARGV[6])) end
 if type(entry) ~= 'string' or (#entry > 0 and (not channel_of(entry) or string.sub(entry, -#token - 1) ~= '#' .. token)) then
   return redis.error_reply('lh: ACQUIRE needs an entry "lh:wake:...#token" or "", got ' .. show(entry))
 end
@@ -269,9 +304,13 @@ if #entry > 0 then
   local r = redis.pcall('ZREM', queue, entry)
   if type(r) == 'number' then
     local head = redis.call('ZRANGE', queue, 0, 1)
-    for i = 1, #head do
-      local ch = channel_of(head[i])
-      if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+    if shard then
+      if #head > 0 then redis.call('SPUBLISH', shard, 't ' .. name) end
+    else
+      for i = 1, #head do
+        local ch = channel_of(head[i])
+        if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+      end
     end
   end
 end
@@ -313,7 +352,9 @@ macro_rules! lua_release {
     () => {
         concat!(
             r#"-- leasehold RELEASE (queue protocol 5)
--- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms
+-- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms,
+-- ARGV[4] optional: the name's shard channel 'lh:{NAME}:wake' (Cluster: SPUBLISH there, the
+-- payloads unchanged; a reached subscriber is then any client listening for the name)
 -- -> 1 released: the oldest queued entry whose client listens gets 'w TOKEN NAME' (that
 --    lease wakes up and tries), the two after it 's1 TOKEN NAME' and 's2 TOKEN NAME' (stand
 --    by: try if nobody takes the lock within 1 or 2 standby delays); TOKEN is the entry's
@@ -327,6 +368,12 @@ local token, name, age_s = ARGV[1], ARGV[2], ARGV[3]
 if not good_token(token) then return redis.error_reply('lh: RELEASE needs an ownership token of 1..256 bytes') end
 if not good_name(name) then return redis.error_reply('lh: RELEASE needs the lock name') end
 if not posint(age_s) then return redis.error_reply('lh: RELEASE needs max_age_ms as a positive integer, got ' .. show(age_s)) end
+local shard = shard_of(ARGV[4], name)
+if shard == false then return redis.error_reply('lh: RELEASE needs the shard channel "lh:{NAME}:wake" or none, got ' .. show(ARGV[4])) end
+local function notify(ch, msg)
+  if shard then return redis.call('SPUBLISH', shard, msg) end
+  return redis.call('PUBLISH', ch, msg)
+end
 local owner = redis.pcall('HGET', lock, 'token')
 if type(owner) == 'table' and owner.err then
   return redis.error_reply('lh: lock key ' .. lock .. ' holds a ' .. redis.call('TYPE', lock)['ok'] .. ', expected a hash')
@@ -349,11 +396,11 @@ if type(r) == 'number' then
     if #e == 0 then break end
     -- Messages name the entry's token: the client wakes exactly that lease.
     local ch = channel_of(e[1])
-    if ch and redis.call('PUBLISH', ch, 'w ' .. string.sub(e[1], #ch + 2) .. ' ' .. name) > 0 then
+    if ch and notify(ch, 'w ' .. string.sub(e[1], #ch + 2) .. ' ' .. name) > 0 then
       local nxt = redis.call('ZRANGE', queue, 0, 1)
       for i = 1, #nxt do
         local ch2 = channel_of(nxt[i])
-        if ch2 then redis.call('PUBLISH', ch2, 's' .. i .. ' ' .. string.sub(nxt[i], #ch2 + 2) .. ' ' .. name) end
+        if ch2 then notify(ch2, 's' .. i .. ' ' .. string.sub(nxt[i], #ch2 + 2) .. ' ' .. name) end
       end
       break
     end

@@ -63,6 +63,10 @@ EXECUTOR = os.environ.get("LEASEHOLD_TEST_REDIS") == "executor"
 
 
 def client_for(url: str, timeout: float = 1.0) -> LockClient:
+    if url.startswith("redis+cluster://"):
+        from leasehold.backends.redis_cluster_executor import RedisClusterExecutor
+
+        return LockClient(RedisClusterExecutor(url=url, socket_timeout=timeout, socket_connect_timeout=timeout))
     if EXECUTOR or url.startswith("redis+sentinel://"):  # Sentinel: the executor only
         from leasehold.backends.redis_executor import RedisExecutor
 
