@@ -452,7 +452,8 @@ def open_backend(url: str) -> Any:
         try:
             return EtcdExecutor(endpoints, user=user, password=password)
         except ValueError as e:
-            raise UsageError(
+            raise UsageError(f"bad etcd URL {redact(url)!r}: {e}") from None
+    raise UsageError(
         f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, redis+cluster://, "
         "postgresql://, etcd://, or memory://)"
     )
