@@ -812,16 +812,22 @@ impl RedisProtocol {
             }
             self.subscribe_pending = false;
             self.on_subscribed(core);
-        } else {
-            // Lost (or never confirmed: a SUBSCRIBE sent on a connection that then dropped is
-            // lost with it). A second SUBSCRIBE is harmless, a missing one is not.
-            if self.subscribed {
-                self.counters.subscriber_losses += 1;
-            }
+        } else if self.subscribed {
+            // A live subscription was lost: subscribe again at once (a second SUBSCRIBE is
+            // harmless, a missing one is not).
+            self.counters.subscriber_losses += 1;
             self.subscribed = false;
             self.bump_all();
             self.resubscribe_at = NEVER;
             self.send_subscribe(now);
+        } else {
+            // Lost before it took effect (a SUBSCRIBE sent on a connection that then dropped):
+            // the connection keeps failing, so back off, or a host that reports the loss from
+            // inside the failed send loops as fast as it can (a master down in a failover).
+            if let Some(id) = self.subscribe_id() {
+                self.pending.remove(&id);
+            }
+            self.subscribe_failed(now);
         }
         self.pump(core);
     }
@@ -1205,16 +1211,30 @@ impl RedisProtocol {
             self.on_shard_subscribed(core, &name, None);
             return;
         }
-        // Lost (the node failed, the slot moved) or never confirmed: subscribe again. Until
-        // then a release may reach nobody, so no refusal of the name is trusted.
-        if let Some(s) = self.shards.get_mut(&name) {
-            if s.live {
-                self.counters.subscriber_losses += 1;
+        // Lost (the node failed, the slot moved): subscribe again at once. Never confirmed:
+        // the node keeps failing, so back off. Until then a release may reach nobody, so no
+        // refusal of the name is trusted.
+        let was_live = self.shards.get(&name).is_some_and(|s| s.live);
+        if was_live {
+            self.counters.subscriber_losses += 1;
+            if let Some(s) = self.shards.get_mut(&name) {
+                s.live = false;
             }
-            s.live = false;
+            self.bump(&name);
+            self.send_shard_subscribe(&name, now);
+        } else {
+            let pending = self.shards.get(&name).and_then(|s| s.subscribing);
+            match pending {
+                Some(id) => {
+                    self.pending.remove(&id);
+                    self.shard_failed(&name, id, now);
+                }
+                None => {
+                    self.bump(&name);
+                    self.send_shard_subscribe(&name, now);
+                }
+            }
         }
-        self.bump(&name);
-        self.send_shard_subscribe(&name, now);
     }
 
     fn shard_failed(&mut self, name: &str, id: u64, now: u64) {
