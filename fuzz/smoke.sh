@@ -4,13 +4,13 @@
 #  2. replays the committed corpus and the crash regressions on stable Rust, without
 #     libFuzzer (cargo test: the same decode + oracle code as the fuzz targets);
 #  3. runs each target under libFuzzer on stable (`-s none`, no sanitizer) for
-#     LEASEHOLD_FUZZ_SECONDS seconds (default 20). Any crash, panic, leak of the oracle or
+#     LEASEHOLD_FUZZ_SECONDS seconds (default 10). Any crash, panic, leak of the oracle or
 #     timeout fails the script; the crashing input is in fuzz/artifacts/<target>/.
 # New inputs libFuzzer finds go to a temporary directory, never into fuzz/corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-seconds="${LEASEHOLD_FUZZ_SECONDS:-20}"
+seconds="${LEASEHOLD_FUZZ_SECONDS:-10}"
 targets=(client_ops ffi sim redis_protocol)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
