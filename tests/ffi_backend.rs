@@ -305,6 +305,16 @@ fn status_on_a_redis_handle_is_one_eval_and_its_reply_reads_back() {
             LH_ERR_NULL_ARGUMENT
         );
         assert_eq!(
+            lh_status_request(h.0, MS, name.as_ptr(), name.len(), null_mut()),
+            LH_ERR_NULL_ARGUMENT
+        );
+        let long = vec![b'n'; 100_000];
+        assert_ne!(
+            lh_status_request(h.0, MS, long.as_ptr(), long.len(), &mut id),
+            LH_OK,
+            "an oversized name"
+        );
+        assert_eq!(
             lh_status_request(h.0, MS, b"\xff".as_ptr(), 1, &mut id),
             LH_ERR_INVALID_UTF8
         );
