@@ -1211,30 +1211,18 @@ impl RedisProtocol {
             self.on_shard_subscribed(core, &name, None);
             return;
         }
-        // Lost (the node failed, the slot moved): subscribe again at once. Never confirmed:
-        // the node keeps failing, so back off. Until then a release may reach nobody, so no
-        // refusal of the name is trusted.
-        let was_live = self.shards.get(&name).is_some_and(|s| s.live);
-        if was_live {
-            self.counters.subscriber_losses += 1;
-            if let Some(s) = self.shards.get_mut(&name) {
-                s.live = false;
+        // Lost (the node failed, the slot moved) or never confirmed: subscribe again. Until
+        // then a release may reach nobody, so no refusal of the name is trusted. (An
+        // unsubscribe confirmation comes this way too, so "never confirmed" cannot be told
+        // from a SUNSUBSCRIBE answered while a new SSUBSCRIBE is on its way: no backoff here.)
+        if let Some(s) = self.shards.get_mut(&name) {
+            if s.live {
+                self.counters.subscriber_losses += 1;
             }
-            self.bump(&name);
-            self.send_shard_subscribe(&name, now);
-        } else {
-            let pending = self.shards.get(&name).and_then(|s| s.subscribing);
-            match pending {
-                Some(id) => {
-                    self.pending.remove(&id);
-                    self.shard_failed(&name, id, now);
-                }
-                None => {
-                    self.bump(&name);
-                    self.send_shard_subscribe(&name, now);
-                }
-            }
+            s.live = false;
         }
+        self.bump(&name);
+        self.send_shard_subscribe(&name, now);
     }
 
     fn shard_failed(&mut self, name: &str, id: u64, now: u64) {
