@@ -7,7 +7,9 @@
 Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
 replies; the executor owns the connections):
 
-* :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis;
+* :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
+  (and Sentinel); :mod:`leasehold.backends.redis_cluster_executor` /
+  :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
 * :mod:`leasehold.backends.sql_executor` – SQLite (``sqlite3``) and PostgreSQL (psycopg 3),
   :mod:`leasehold.backends.sql_executor_async` – PostgreSQL for asyncio;
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).

@@ -14,6 +14,7 @@ SSUBSCRIBE) on the master serving it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import sqlite3
@@ -24,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from leasehold import LockClient, errors
+from leasehold import AsyncLockClient, LockClient, errors
 from leasehold.backends.redis_cluster_executor import RedisClusterExecutor, parse_cluster_url
+from leasehold.backends.redis_cluster_executor_async import AsyncRedisClusterExecutor
 from leasehold.fencing import FencingGate
 
 from lh_cluster import ClusterTopology
@@ -140,6 +142,53 @@ def test_handoffs_on_names_in_different_slots_use_their_shard_channels(cluster) 
     finally:
         for c in clients:
             c.close()
+
+
+def test_asyncio_executor_hands_off_on_shard_channels_and_survives_a_killed_subscriber(cluster) -> None:  # type: ignore[no-untyped-def]
+    """The asyncio twin: tasks of two asyncio clients contend on names in three slots
+    (fences strictly increase per name, in grant order); then a waiter's shard subscriber is
+    killed by the server (``CLIENT KILL TYPE pubsub``) and the waiter still takes the lock at
+    its release, long before the holder's TTL could have freed it."""
+    t = cluster
+    names = list(names_on_masters(t, "ahand").items())
+
+    async def main() -> None:
+        clients = [AsyncLockClient(AsyncRedisClusterExecutor(url=t.url, socket_timeout=1)) for _ in range(2)]
+        try:
+            fences: dict[str, list[int]] = {name: [] for _, name in names}
+
+            async def work(client: AsyncLockClient, name: str) -> None:
+                for _ in range(3):
+                    async with client.acquire(name, ttl=5, wait=20) as lock:
+                        fences[name].append(lock.fencing_token)
+                        await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(
+                asyncio.gather(*(work(c, n) for c in clients for _, n in names for _ in range(2))), 60
+            )
+            for name, got in fences.items():
+                assert len(got) == 12 and all(b > a for a, b in zip(got, got[1:])), (name, got)
+
+            master, name = names[0]
+            holder = await clients[0].acquire(name, ttl=30)
+            waiter = asyncio.ensure_future(clients[1].acquire(name, ttl=30, wait=15))
+            await asyncio.sleep(0.5)  # the waiter queued and subscribed its shard channel
+            channel = f"lh:{{{name}}}:wake".encode()
+            assert channel in t.node(master).execute_command("PUBSUB SHARDCHANNELS", "lh:*")
+            assert t.node(master).execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1
+            await asyncio.sleep(0.5)  # the core learns it and subscribes again
+            start = time.monotonic()
+            await holder.release()
+            taken = await asyncio.wait_for(waiter, 15)
+            took = time.monotonic() - start
+            assert taken.fencing_token > holder.fencing_token
+            assert took < 10, f"the waiter took the lock {took:.2f} s after the release"
+            await taken.release()
+        finally:
+            for c in clients:
+                await c.close()
+
+    asyncio.run(main())
 
 
 def test_master_killed_during_contention(cluster, tmp_path, worker_env, procs):  # type: ignore[no-untyped-def]
