@@ -1,10 +1,18 @@
 package leasehold
 
+/*
+#include "leasehold.h"
+*/
+import "C"
+
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Fault selects how a MemoryTransport misbehaves.
@@ -35,123 +43,182 @@ var ErrInjected = errors.New("leasehold: injected transport fault")
 
 // MemoryServer is an in-process lock service with the semantics of the
 // Redis scripts: ownership by token, expiry, fencing tokens that never go
-// backwards, release notifications.
+// backwards, release notifications. It wraps the core's reference service
+// (lh_memory_service_*), so every binding tests against the same one; expiry
+// runs on the monotonic clock the Client feeds its core.
 type MemoryServer struct {
-	mu     sync.Mutex
-	locks  map[string]*memLock
-	fences map[string]uint64
-	subs   map[string]map[*memSub]struct{}
-	now    func() time.Time
+	mu sync.Mutex // the C handle is not thread-safe
+	p  *C.lh_memory_service
+	// watching holds the connections with watches (their notifications are
+	// polled after every release).
+	watching map[uint64]*memConn
 }
 
-type memLock struct {
-	token   string
-	fence   uint64
-	expires time.Time
+// memConn is one connection's watches, kept apart from its MemoryTransport
+// so that the server can deliver to it.
+type memConn struct {
+	id   uint64
+	subs map[string]map[*memSub]struct{} // guarded by MemoryServer.mu
 }
 
-type memSub struct {
-	t      *MemoryTransport
-	notify func(string)
-}
+type memSub struct{ notify func(string) }
 
 // NewMemoryServer returns an empty server.
 func NewMemoryServer() *MemoryServer {
-	return &MemoryServer{
-		locks:  map[string]*memLock{},
-		fences: map[string]uint64{},
-		subs:   map[string]map[*memSub]struct{}{},
-		now:    time.Now,
+	var cfg C.lh_memory_config
+	C.lh_memory_config_default(&cfg)
+	// Transports have no Close: never refuse one.
+	cfg.max_connections = 1 << 24
+	s := &MemoryServer{watching: map[uint64]*memConn{}}
+	if st := C.lh_memory_service_new(&cfg, &s.p); st != statusOK {
+		panic(fmt.Sprintf("leasehold: lh_memory_service_new: %s", statusName(uint32(st))))
 	}
+	runtime.AddCleanup(s, func(p *C.lh_memory_service) { C.lh_memory_service_free(p) }, s.p)
+	return s
+}
+
+// err turns a failed call into an error with the service's detail; s.mu is held.
+func (s *MemoryServer) err(op string, st C.lh_status) error {
+	return fmt.Errorf("leasehold: memory service %s: %s: %s", op, statusName(uint32(st)),
+		C.GoString(C.lh_memory_service_last_error(s.p)))
 }
 
 // Transport returns a new connection to the server with its own fault
 // switches.
 func (s *MemoryServer) Transport() *MemoryTransport {
-	return &MemoryTransport{s: s, changed: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var id C.uint64_t
+	if st := C.lh_memory_service_connect(s.p, &id); st != statusOK {
+		panic(s.err("connect", st))
+	}
+	return &MemoryTransport{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
+}
+
+// status is the service's view of name; s.mu is held.
+func (s *MemoryServer) status(name string) (C.lh_memory_status, error) {
+	var st C.lh_memory_status
+	st.struct_size = C.uint32_t(C.sizeof_lh_memory_status)
+	p, n := strPtr(name)
+	if rc := C.lh_memory_service_status(s.p, C.uint64_t(monoNow()), p, n, &st); rc != statusOK {
+		return st, s.err("status", rc)
+	}
+	return st, nil
 }
 
 // Holder returns the token holding name and its fencing token.
 func (s *MemoryServer) Holder(name string) (token string, fence uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.live(name)
-	if l == nil {
+	st, err := s.status(name)
+	if err != nil || st.held == 0 {
 		return "", 0, false
 	}
-	return l.token, l.fence, true
+	return C.GoStringN((*C.char)(unsafe.Pointer(&st.holder_token[0])), C.int(st.holder_token_len)),
+		uint64(st.fencing_token), true
 }
 
 // Expire drops the lock on name as if its TTL had run out.
 func (s *MemoryServer) Expire(name string) {
 	s.mu.Lock()
-	delete(s.locks, name)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	p, n := strPtr(name)
+	C.lh_memory_service_forget(s.p, p, n)
 }
 
-func (s *MemoryServer) live(name string) *memLock {
-	l := s.locks[name]
-	if l != nil && !s.now().Before(l.expires) {
-		delete(s.locks, name)
-		return nil
-	}
-	return l
-}
-
-func (s *MemoryServer) acquire(name, token string, ttl time.Duration) AcquireReply {
+// Watchers returns how many connections watch name.
+func (s *MemoryServer) Watchers(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if l := s.live(name); l != nil {
-		if l.token == token {
-			l.expires = now.Add(ttl)
-			return AcquireReply{Granted: true, FencingToken: l.fence, TTL: ttl}
-		}
-		return AcquireReply{RetryAfter: l.expires.Sub(now)}
+	st, err := s.status(name)
+	if err != nil {
+		return 0
 	}
-	f := s.fences[name] + 1
-	s.fences[name] = f
-	s.locks[name] = &memLock{token: token, fence: f, expires: now.Add(ttl)}
-	return AcquireReply{Granted: true, FencingToken: f, TTL: ttl}
+	return int(st.watchers)
 }
 
-func (s *MemoryServer) renew(name, token string, ttl time.Duration) bool {
+// expiry returns when the server would drop the lock on name (tests).
+func (s *MemoryServer) expiry(name string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.live(name)
-	if l == nil || l.token != token {
-		return false
+	st, err := s.status(name)
+	if err != nil || st.held == 0 {
+		return time.Time{}
 	}
-	l.expires = s.now().Add(ttl)
-	return true
+	return monoToTime(uint64(st.expires_at_ns))
 }
 
-func (s *MemoryServer) release(name, token string) bool {
+type memOp int
+
+const (
+	memAcquire memOp = iota
+	memRenew
+	memRelease
+)
+
+// call runs one request on connection c and, after a release, delivers the
+// notifications it queued.
+func (s *MemoryServer) call(op memOp, c *memConn, name, token string, ttl time.Duration) (C.lh_memory_result, error) {
+	var r C.lh_memory_result
+	r.struct_size = C.uint32_t(C.sizeof_lh_memory_result)
+	np, nn := strPtr(name)
+	tp, tn := strPtr(token)
+	ttlMs := C.uint64_t(max(1, (ttl+time.Millisecond-1)/time.Millisecond))
 	s.mu.Lock()
-	l := s.live(name)
-	if l == nil || l.token != token {
+	now := C.uint64_t(monoNow())
+	var st C.lh_status
+	switch op {
+	case memAcquire:
+		st = C.lh_memory_service_acquire(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, ttlMs, &r)
+	case memRenew:
+		st = C.lh_memory_service_renew(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, ttlMs, &r)
+	default:
+		st = C.lh_memory_service_release(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, &r)
+	}
+	if st != statusOK {
+		err := s.err("request", st)
 		s.mu.Unlock()
-		return false
+		return r, err
 	}
-	delete(s.locks, name)
-	var targets []*memSub
-	for sub := range s.subs[name] {
-		targets = append(targets, sub)
+	var deliver []func()
+	if r.outcome == C.LH_MEMORY_RELEASED {
+		deliver = s.pollReleased()
 	}
 	s.mu.Unlock()
-	for _, sub := range targets {
-		if sub.t.Fault() != FaultPartition {
-			sub.notify(name)
+	for _, d := range deliver { // outside the lock: a notify may call back in
+		d()
+	}
+	if r.outcome == C.LH_MEMORY_DROPPED || r.outcome == C.LH_MEMORY_FULL {
+		return r, ErrInjected
+	}
+	return r, nil
+}
+
+// pollReleased takes every queued notification; s.mu is held.
+func (s *MemoryServer) pollReleased() []func() {
+	var out []func()
+	for _, c := range s.watching {
+		for {
+			var p *C.uint8_t
+			var n C.size_t
+			if C.lh_memory_service_poll_released(s.p, C.uint64_t(c.id), &p, &n) != statusOK || p == nil {
+				break
+			}
+			name := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
+			for sub := range c.subs[name] {
+				out = append(out, func() { sub.notify(name) })
+			}
 		}
 	}
-	return true
+	return out
 }
 
 // MemoryTransport is one connection to a MemoryServer, with fault switches.
 // Its zero value is not usable: see NewMemoryTransport and
 // MemoryServer.Transport.
 type MemoryTransport struct {
-	s *MemoryServer
+	s    *MemoryServer
+	conn *memConn
 
 	mu       sync.Mutex
 	fault    Fault
@@ -169,7 +236,26 @@ func (t *MemoryTransport) Server() *MemoryServer { return t.s }
 
 // SetFault switches the fault mode; hung calls re-evaluate it.
 func (t *MemoryTransport) SetFault(f Fault) {
+	var flags C.uint32_t
+	switch f {
+	case FaultReject:
+		flags = C.LH_MEMORY_REJECT_ALL
+	case FaultDrop:
+		flags = C.LH_MEMORY_DROP_REQUESTS
+	case FaultDropReply:
+		flags = C.LH_MEMORY_DROP_RESPONSES
+	case FaultPartition: // hung here, and the service discards its notifications
+		flags = C.LH_MEMORY_PARTITIONED
+	}
+	faults := C.lh_memory_faults{struct_size: C.uint32_t(C.sizeof_lh_memory_faults), flags: flags}
 	t.mu.Lock()
+	t.s.mu.Lock()
+	st := C.lh_memory_service_set_faults(t.s.p, C.uint64_t(t.conn.id), &faults)
+	t.s.mu.Unlock()
+	if st != statusOK {
+		t.mu.Unlock()
+		panic(fmt.Sprintf("leasehold: lh_memory_service_set_faults: %s", statusName(uint32(st))))
+	}
 	t.fault = f
 	close(t.changed)
 	t.changed = make(chan struct{})
@@ -204,10 +290,9 @@ func (t *MemoryTransport) ReleaseCalls() int64 {
 	return t.releases
 }
 
-// enter applies the delay and the fault switches before a request reaches
-// the server. It returns the fault in force and an error when the request
-// must not proceed.
-func (t *MemoryTransport) enter(ctx context.Context) (Fault, error) {
+// enter applies the host-level faults (delay, hang) before a request goes
+// to the service, which applies the others.
+func (t *MemoryTransport) enter(ctx context.Context) error {
 	t.mu.Lock()
 	t.calls++
 	d := t.delay
@@ -218,58 +303,49 @@ func (t *MemoryTransport) enter(ctx context.Context) (Fault, error) {
 		case <-tm.C:
 		case <-ctx.Done():
 			tm.Stop()
-			return FaultNone, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	for {
 		t.mu.Lock()
 		f, ch := t.fault, t.changed
 		t.mu.Unlock()
-		switch f {
-		case FaultDrop:
-			return f, ErrInjected
-		case FaultHang, FaultPartition:
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return f, ctx.Err()
-			}
+		if f != FaultHang && f != FaultPartition {
+			return nil
 		}
-		return f, nil
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
 // Acquire implements Transport.
 func (t *MemoryTransport) Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error) {
-	f, err := t.enter(ctx)
+	if err := t.enter(ctx); err != nil {
+		return AcquireReply{}, err
+	}
+	r, err := t.s.call(memAcquire, t.conn, name, token, ttl)
 	if err != nil {
 		return AcquireReply{}, err
 	}
-	if f == FaultReject {
+	if r.outcome == C.LH_MEMORY_GRANTED {
+		return AcquireReply{Granted: true, FencingToken: uint64(r.fencing_token), TTL: ttl}, nil
+	}
+	if r.retry_after_ms == C.LH_NO_RETRY_HINT {
 		return AcquireReply{RetryAfter: -1}, nil
 	}
-	r := t.s.acquire(name, token, ttl)
-	if f == FaultDropReply {
-		return AcquireReply{}, ErrInjected
-	}
-	return r, nil
+	return AcquireReply{RetryAfter: time.Duration(r.retry_after_ms) * time.Millisecond}, nil
 }
 
 // Renew implements Transport.
 func (t *MemoryTransport) Renew(ctx context.Context, name, token string, ttl time.Duration, _ []byte) (bool, error) {
-	f, err := t.enter(ctx)
-	if err != nil {
+	if err := t.enter(ctx); err != nil {
 		return false, err
 	}
-	if f == FaultReject {
-		return false, nil
-	}
-	ok := t.s.renew(name, token, ttl)
-	if f == FaultDropReply {
-		return false, ErrInjected
-	}
-	return ok, nil
+	r, err := t.s.call(memRenew, t.conn, name, token, ttl)
+	return err == nil && r.outcome == C.LH_MEMORY_RENEWED, err
 }
 
 // Release implements Transport.
@@ -277,58 +353,51 @@ func (t *MemoryTransport) Release(ctx context.Context, name, token string, _ []b
 	t.mu.Lock()
 	t.releases++
 	t.mu.Unlock()
-	f, err := t.enter(ctx)
-	if err != nil {
+	if err := t.enter(ctx); err != nil {
 		return false, err
 	}
-	if f == FaultReject {
-		return false, nil
-	}
-	ok := t.s.release(name, token)
-	if f == FaultDropReply {
-		return false, ErrInjected
-	}
-	return ok, nil
+	r, err := t.s.call(memRelease, t.conn, name, token, 0)
+	return err == nil && r.outcome == C.LH_MEMORY_RELEASED, err
 }
 
 // Watch implements Transport. Notifications are delivered synchronously from
 // the goroutine that released the lock.
 func (t *MemoryTransport) Watch(_ context.Context, name string, notify func(string)) (func(), error) {
-	sub := &memSub{t: t, notify: notify}
-	t.s.mu.Lock()
-	m := t.s.subs[name]
-	if m == nil {
-		m = map[*memSub]struct{}{}
-		t.s.subs[name] = m
+	s, c := t.s, t.conn
+	sub := &memSub{notify: notify}
+	p, n := strPtr(name)
+	s.mu.Lock()
+	if len(c.subs[name]) == 0 {
+		if st := C.lh_memory_service_watch(s.p, C.uint64_t(c.id), p, n); st != statusOK {
+			err := s.err("watch", st)
+			s.mu.Unlock()
+			return nil, err
+		}
 	}
-	m[sub] = struct{}{}
-	t.s.mu.Unlock()
+	if c.subs == nil {
+		c.subs = map[string]map[*memSub]struct{}{}
+	}
+	if c.subs[name] == nil {
+		c.subs[name] = map[*memSub]struct{}{}
+	}
+	c.subs[name][sub] = struct{}{}
+	s.watching[c.id] = c
+	s.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			t.s.mu.Lock()
-			delete(t.s.subs[name], sub)
-			if len(t.s.subs[name]) == 0 {
-				delete(t.s.subs, name)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(c.subs[name], sub)
+			if len(c.subs[name]) > 0 {
+				return
 			}
-			t.s.mu.Unlock()
+			delete(c.subs, name)
+			p, n := strPtr(name)
+			C.lh_memory_service_unwatch(s.p, C.uint64_t(c.id), p, n)
+			if len(c.subs) == 0 {
+				delete(s.watching, c.id)
+			}
 		})
 	}, nil
-}
-
-// Watchers returns how many subscriptions the server has for name.
-func (s *MemoryServer) Watchers(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.subs[name])
-}
-
-// expiry returns when the server would drop the lock on name (tests).
-func (s *MemoryServer) expiry(name string) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l := s.locks[name]; l != nil {
-		return l.expires
-	}
-	return time.Time{}
 }

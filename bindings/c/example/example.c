@@ -1,8 +1,8 @@
 /*
  * example.c -- a complete leasehold host in plain C: the reference run loop.
  *
- * Two clients ("alice" and "bob", think two processes) share one in-process fake lock
- * service (fake_service.h). Alice acquires "orders" with a 300 ms TTL and holds it for about
+ * Two clients ("alice" and "bob", think two processes) share one in-process lock service (the
+ * core's reference service, lh_memory_service_*, one connection per client). Alice acquires "orders" with a 300 ms TTL and holds it for about
  * 1 s, so the core renews it across several TTLs; bob asks for the same lock with a 3 s wait
  * budget, is told it is held, watches the name, and is woken by alice's release. Both
  * release and the program drains the cleanup releases before exiting.
@@ -25,10 +25,10 @@
 #include <time.h>
 
 #include "leasehold.h"
-#include "fake_service.h"
 
 #define MS 1000000ull
-#define LATENCY_NS (2 * MS)       /* one-way "network" delay of the fake service */
+#define LATENCY_NS (2 * MS)       /* one-way "network" delay to the service */
+#define NAME_MAX_LEN 64
 #define MAX_INFLIGHT 64
 #define RUN_LIMIT_NS (15000 * MS) /* give up (exit 1) if the scenario has not finished */
 
@@ -58,7 +58,7 @@ typedef struct host {
     int held;              /* ACQUIRED seen and no terminal event yet */
     int done;              /* the application part of the scenario has finished */
     uint64_t release_at;   /* application call scheduled: release at this time (0 = none) */
-    int watching;          /* the core asked to be told when "orders" is released */
+    uint64_t conn;         /* its connection to the service (watches live there) */
     uint64_t renewals;     /* RENEW commands seen */
 } host;
 
@@ -72,14 +72,14 @@ typedef struct inflight {
     host *h;
     int kind;
     uint64_t request_id;
-    uint8_t name[FAKE_NAME_MAX];
+    uint8_t name[NAME_MAX_LEN];
     size_t name_len;
     uint8_t token[32];
     uint64_t ttl_ms;
 } inflight;
 
 static inflight queue[MAX_INFLIGHT];
-static fake_service service;
+static lh_memory_service *service;
 static host hosts[2];
 
 static void die(host *h, const char *what, lh_status st) {
@@ -92,6 +92,16 @@ static void die(host *h, const char *what, lh_status st) {
     do {                                    \
         lh_status st_ = (call);             \
         if (st_ != LH_OK) die((h), #call, st_); \
+    } while (0)
+
+#define SVC_CHECK(call)                                                                     \
+    do {                                                                                    \
+        lh_status st_ = (call);                                                             \
+        if (st_ != LH_OK) {                                                                 \
+            fprintf(stderr, "%s failed: %s (%s)\n", #call, lh_status_str(st_),              \
+                    lh_memory_service_last_error(service));                                 \
+            exit(1);                                                                        \
+        }                                                                                   \
     } while (0)
 
 static void say(host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -118,7 +128,7 @@ static inflight *enqueue(host *h, int kind, uint64_t due, const lh_output *o) {
             /* Copy everything we keep: o's pointers are only valid until the next lh_* call. */
             q->request_id = o->request_id;
             q->ttl_ms = o->ttl_ms;
-            q->name_len = o->name_len < FAKE_NAME_MAX ? o->name_len : FAKE_NAME_MAX;
+            q->name_len = o->name_len < NAME_MAX_LEN ? o->name_len : NAME_MAX_LEN;
             memcpy(q->name, o->name, q->name_len);
             if (o->token_len == 32) memcpy(q->token, o->token, 32);
         }
@@ -153,11 +163,11 @@ static void drain(host *h, uint64_t now) {
             break;
         case LH_OUTPUT_WATCH:
             say(h, "-> WATCH    %.*s", (int)o.name_len, (const char *)o.name);
-            h->watching = 1;
+            SVC_CHECK(lh_memory_service_watch(service, h->conn, o.name, o.name_len));
             break;
         case LH_OUTPUT_UNWATCH:
             say(h, "-> UNWATCH  %.*s", (int)o.name_len, (const char *)o.name);
-            h->watching = 0;
+            SVC_CHECK(lh_memory_service_unwatch(service, h->conn, o.name, o.name_len));
             break;
         case LH_OUTPUT_ACQUIRED: {
             uint64_t left = o.valid_until_ns > now ? o.valid_until_ns - now : 0;
@@ -207,46 +217,51 @@ static void drain(host *h, uint64_t now) {
 /* The service answers one in-flight request: execute it and feed the result to the core. */
 static void complete(inflight *q, uint64_t now) {
     host *h = q->h;
-    int notify = 0;
+    lh_memory_result r;
+    r.struct_size = sizeof r;
     switch (q->kind) {
-    case REQ_ACQUIRE: {
-        fake_acquire_answer a = fake_acquire(&service, now, q->name, q->name_len, q->token, 32, q->ttl_ms);
-        if (a.outcome == LH_ACQUIRE_GRANTED)
-            say(h, "<- granted  req=%" PRIu64 " fence=%" PRIu64, q->request_id, a.fencing_token);
+    case REQ_ACQUIRE:
+        SVC_CHECK(lh_memory_service_acquire(service, h->conn, now, q->name, q->name_len, q->token, 32,
+                                            q->ttl_ms, &r));
+        if (r.outcome == LH_MEMORY_GRANTED)
+            say(h, "<- granted  req=%" PRIu64 " fence=%" PRIu64, q->request_id, r.fencing_token);
         else
             say(h, "<- held by other req=%" PRIu64 " (retry after %" PRIu64 " ms)", q->request_id,
-                a.retry_after_ms);
-        CHECK(h, lh_acquire_result(h->c, now, q->request_id, a.outcome, a.fencing_token, a.ttl_ms,
-                                   a.retry_after_ms, NULL, 0));
+                r.retry_after_ms);
+        CHECK(h, lh_acquire_result(h->c, now, q->request_id, r.engine_outcome, r.fencing_token, r.ttl_ms,
+                                   r.retry_after_ms, NULL, 0));
         break;
-    }
-    case REQ_RENEW: {
-        uint32_t r = fake_renew(&service, now, q->name, q->name_len, q->token, 32, q->ttl_ms);
-        say(h, "<- %s req=%" PRIu64, r == LH_RENEW_RENEWED ? "renewed " : "rejected", q->request_id);
-        CHECK(h, lh_renew_result(h->c, now, q->request_id, r));
+    case REQ_RENEW:
+        SVC_CHECK(lh_memory_service_renew(service, h->conn, now, q->name, q->name_len, q->token, 32,
+                                          q->ttl_ms, &r));
+        say(h, "<- %s req=%" PRIu64, r.outcome == LH_MEMORY_RENEWED ? "renewed " : "rejected", q->request_id);
+        CHECK(h, lh_renew_result(h->c, now, q->request_id, r.engine_outcome));
         break;
-    }
-    case REQ_RELEASE: {
-        uint32_t r = fake_release(&service, now, q->name, q->name_len, q->token, 32, &notify);
-        say(h, "<- %s req=%" PRIu64, r == LH_RELEASE_RELEASED ? "released" : "not owner", q->request_id);
-        CHECK(h, lh_release_result(h->c, now, q->request_id, r));
+    case REQ_RELEASE:
+        SVC_CHECK(lh_memory_service_release(service, h->conn, now, q->name, q->name_len, q->token, 32, &r));
+        say(h, "<- %s req=%" PRIu64, r.outcome == LH_MEMORY_RELEASED ? "released" : "not owner", q->request_id);
+        CHECK(h, lh_release_result(h->c, now, q->request_id, r.engine_outcome));
         break;
-    }
     case NOTIFY_RELEASED:
         say(h, "<- notification: %.*s released", (int)q->name_len, (const char *)q->name);
         CHECK(h, lh_released(h->c, now, q->name, q->name_len));
         break;
     }
-    if (notify) { /* publish to every watcher (including ourselves), one hop later */
-        for (size_t i = 0; i < 2; i++) {
-            if (!hosts[i].watching) continue;
-            inflight *n = enqueue(&hosts[i], NOTIFY_RELEASED, now + LATENCY_NS, NULL);
-            memcpy(n->name, q->name, q->name_len);
-            n->name_len = q->name_len;
-        }
-    }
     q->used = 0;
     drain(h, now);
+    /* The service queued a notification for every connection watching a released name (the
+     * releaser's included): deliver each one hop later. */
+    for (size_t i = 0; i < 2; i++) {
+        for (;;) {
+            const uint8_t *name;
+            size_t len;
+            SVC_CHECK(lh_memory_service_poll_released(service, hosts[i].conn, &name, &len));
+            if (name == NULL) break;
+            inflight *n = enqueue(&hosts[i], NOTIFY_RELEASED, now + LATENCY_NS, NULL);
+            n->name_len = len < NAME_MAX_LEN ? len : NAME_MAX_LEN;
+            memcpy(n->name, name, n->name_len);
+        }
+    }
 }
 
 static int finished(void) {
@@ -271,6 +286,7 @@ static void start(host *h, const char *label, uint8_t seed_byte) {
     h->label = label;
     lh_status st = lh_client_new(&cfg, seed, sizeof seed, &h->c);
     if (st != LH_OK) die(NULL, "lh_client_new", st);
+    SVC_CHECK(lh_memory_service_connect(service, &h->conn));
 }
 
 static void app_acquire(host *h, uint64_t now, uint64_t ttl_ms, uint64_t wait_ms) {
@@ -290,6 +306,12 @@ int main(void) {
         return 1;
     }
     t0 = now_ns();
+    lh_memory_config mcfg;
+    lh_memory_config_default(&mcfg);
+    if (lh_memory_service_new(&mcfg, &service) != LH_OK) {
+        fprintf(stderr, "lh_memory_service_new failed\n");
+        return 1;
+    }
     start(&hosts[0], "alice", 0xa1);
     start(&hosts[1], "bob", 0xb0);
 
@@ -363,7 +385,11 @@ int main(void) {
                k.lost_rejected + k.lost_expired + k.lost_fail_budget, k.stale_results);
         lh_client_free(hosts[i].c);
     }
+    lh_memory_stats ms;
+    ms.struct_size = sizeof ms;
+    SVC_CHECK(lh_memory_service_stats_get(service, &ms));
     printf("service: grants=%" PRIu64 " renewals=%" PRIu64 " releases=%" PRIu64 " rejections=%" PRIu64 "\n",
-           service.grants, service.renewals, service.releases, service.rejections);
+           ms.grants, ms.renewals, ms.releases, ms.renewals_rejected);
+    lh_memory_service_free(service);
     return 0;
 }

@@ -668,3 +668,165 @@ _check_abi()
 _declare()
 
 VERSION: str = lib.lh_version().decode("ascii", "replace")
+
+
+# ---- the memory service (lh_memory_service_*): the core's in-memory reference service ----------
+LH_ERR_INVALID_TOKEN = 19
+LH_ERR_UNKNOWN_CONNECTION = 20
+LH_ERR_LIMIT_REACHED = 21
+
+LH_MEMORY_MAX_TOKEN_LEN = 64
+LH_MEMORY_GRANTED = 1
+LH_MEMORY_HELD_BY_OTHER = 2
+LH_MEMORY_RENEWED = 3
+LH_MEMORY_REJECTED = 4
+LH_MEMORY_RELEASED = 5
+LH_MEMORY_NOT_OWNER = 6
+LH_MEMORY_DROPPED = 7
+LH_MEMORY_FULL = 8
+
+LH_MEMORY_REJECT_ACQUIRES = 1
+LH_MEMORY_REJECT_RENEWALS = 2
+LH_MEMORY_REJECT_RELEASES = 4
+LH_MEMORY_DROP_REQUESTS = 8
+LH_MEMORY_DROP_RESPONSES = 16
+LH_MEMORY_PARTITIONED = 32
+
+
+class lh_memory_service(ctypes.Structure):
+    """Opaque memory-service handle."""
+
+
+lh_memory_service_p = ctypes.POINTER(lh_memory_service)
+
+
+class lh_memory_config(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("max_names", ctypes.c_uint32),
+        ("max_connections", ctypes.c_uint32),
+        ("max_watches", ctypes.c_uint32),
+        ("max_pending", ctypes.c_uint32),
+    ]
+
+
+class lh_memory_faults(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("drop_next_responses", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+    ]
+
+
+class lh_memory_result(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("outcome", ctypes.c_uint32),
+        ("engine_outcome", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("fencing_token", ctypes.c_uint64),
+        ("ttl_ms", ctypes.c_uint64),
+        ("retry_after_ms", ctypes.c_uint64),
+    ]
+
+
+class lh_memory_status(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("held", ctypes.c_uint32),
+        ("fencing_token", ctypes.c_uint64),
+        ("remaining_ttl_ms", ctypes.c_uint64),
+        ("expires_at_ns", ctypes.c_uint64),
+        ("held_for_ns", ctypes.c_uint64),
+        ("holder_connection", ctypes.c_uint64),
+        ("last_fencing_token", ctypes.c_uint64),
+        ("service_now_ns", ctypes.c_uint64),
+        ("holder_token_len", ctypes.c_uint32),
+        ("watchers", ctypes.c_uint32),
+        ("holder_token", ctypes.c_uint8 * LH_MEMORY_MAX_TOKEN_LEN),
+    ]
+
+
+class lh_memory_stats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
+        ("names", ctypes.c_uint64),
+        ("connections", ctypes.c_uint64),
+        ("grants", ctypes.c_uint64),
+        ("releases", ctypes.c_uint64),
+        ("renewals", ctypes.c_uint64),
+        ("renewals_rejected", ctypes.c_uint64),
+        ("watches", ctypes.c_uint64),
+        ("notifications", ctypes.c_uint64),
+        ("notifications_dropped", ctypes.c_uint64),
+        ("reclaimed", ctypes.c_uint64),
+    ]
+
+
+_STATUS_CLASSES[LH_ERR_INVALID_TOKEN] = errors.InvalidArgument
+
+
+def _memory_errcheck(result: int, func: Any, args: tuple[Any, ...]) -> int:
+    if result == LH_OK:
+        return result
+    detail = ""
+    if args and args[0]:
+        raw = lib.lh_memory_service_last_error(args[0])
+        if raw:
+            detail = raw.decode("utf-8", "replace")
+    raise make_error(result, detail, getattr(func, "__name__", ""))
+
+
+_msp = lh_memory_service_p
+_MEMORY_SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
+    "lh_memory_config_default": ([ctypes.POINTER(lh_memory_config)], None, False),
+    "lh_memory_service_new": ([ctypes.POINTER(lh_memory_config), ctypes.POINTER(_msp)], _u32, True),
+    "lh_memory_service_free": ([_msp], None, False),
+    "lh_memory_service_last_error": ([_msp], ctypes.c_char_p, False),
+    "lh_memory_service_connect": ([_msp, ctypes.POINTER(_u64)], _u32, True),
+    "lh_memory_service_disconnect": ([_msp, _u64], _u32, True),
+    "lh_memory_service_acquire": (
+        [_msp, _u64, _u64, _cp, _sz, _cp, _sz, _u64, ctypes.POINTER(lh_memory_result)],
+        _u32,
+        True,
+    ),
+    "lh_memory_service_renew": (
+        [_msp, _u64, _u64, _cp, _sz, _cp, _sz, _u64, ctypes.POINTER(lh_memory_result)],
+        _u32,
+        True,
+    ),
+    "lh_memory_service_release": (
+        [_msp, _u64, _u64, _cp, _sz, _cp, _sz, ctypes.POINTER(lh_memory_result)],
+        _u32,
+        True,
+    ),
+    "lh_memory_service_status": ([_msp, _u64, _cp, _sz, ctypes.POINTER(lh_memory_status)], _u32, True),
+    "lh_memory_service_watch": ([_msp, _u64, _cp, _sz], _u32, True),
+    "lh_memory_service_unwatch": ([_msp, _u64, _cp, _sz], _u32, True),
+    "lh_memory_service_poll_released": (
+        [_msp, _u64, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)],
+        _u32,
+        True,
+    ),
+    "lh_memory_service_set_faults": ([_msp, _u64, ctypes.POINTER(lh_memory_faults)], _u32, True),
+    "lh_memory_service_get_faults": ([_msp, _u64, ctypes.POINTER(lh_memory_faults)], _u32, True),
+    "lh_memory_service_step_clock": ([_msp, ctypes.c_int64], _u32, True),
+    "lh_memory_service_forget": ([_msp, _cp, _sz], _u32, True),
+    "lh_memory_service_stats_get": ([_msp, ctypes.POINTER(lh_memory_stats)], _u32, True),
+}
+
+
+def _declare_memory() -> None:
+    for name, (argtypes, restype, checked) in _MEMORY_SIGNATURES.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            raise errors.LibraryError(f"{library_path} does not export {name}; is it a leasehold build?")
+        fn.argtypes = argtypes
+        fn.restype = restype
+        if checked:
+            fn.errcheck = _memory_errcheck
+
+
+_declare_memory()

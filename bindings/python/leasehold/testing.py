@@ -2,8 +2,8 @@
 
 * :class:`FakeClock` – a monotonic clock that only moves when you :meth:`~FakeClock.advance`
   it (it never sleeps). Pass it to ``LockClient(clock=...)`` and ``MemoryStore(clock=...)``.
-* :class:`MemoryLockService` / :class:`MemoryStore` – the fault-injecting memory backend
-  (partition, drop, reject, delay, hang, server clock step).
+* :class:`MemoryLockService` / :class:`MemoryStore` – the fault-injecting memory backend, on
+  the core's reference service (partition, drop, reject, delay, hang, server clock step).
 * :func:`pause_driver` – freeze a client's driver (a GC pause, a stopped VM): no renewal,
   no loss detection, no result processing until the block ends.
 * :func:`settle` – advance a fake clock in steps, letting the clients react after each.

@@ -1,15 +1,16 @@
 // leasehold/memory_transport.hpp — an in-process reference lock service and a transport to it
 // with fault switches (reject, drop, hang, partition). For tests, examples and demos.
 //
-// MemoryService has the same semantics as the canonical Redis scripts: idempotent acquire for the
-// same token (same fencing token, TTL refreshed), remaining TTL as the retry hint, renew and
-// release compare the token, release publishes a notification, fencing tokens per name strictly
-// increase and are never reset. Expiry runs on steady_clock.
+// MemoryService wraps the core's reference service (lh_memory_service_*, the one every binding
+// tests against): idempotent acquire for the same token (same fencing token, TTL refreshed),
+// remaining TTL as the retry hint, renew and release compare the token, release notifies the
+// watchers, fencing tokens per name strictly increase. Expiry runs on steady_clock (now_ns()).
+// The service's faults (reject, drop, partition) are applied by the core; hang, call counting
+// and delivering notifications on the caller's thread stay here.
 #pragma once
 
 #include <leasehold.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,94 +37,151 @@ class MemoryService {
   };
   using Callback = std::function<void(std::string_view)>;
 
+  MemoryService() {
+    lh_memory_config cfg;
+    lh_memory_config_default(&cfg);
+    cfg.max_connections = 1u << 24;  // one per transport and per subscription
+    if (const auto st = lh_memory_service_new(&cfg, &p_); st != LH_OK) throw Error(st, "lh_memory_service_new");
+  }
+  ~MemoryService() { lh_memory_service_free(p_); }
+  MemoryService(const MemoryService&) = delete;
+  MemoryService& operator=(const MemoryService&) = delete;
+
+  // Requests on the service's own connection (no fault switches).
   AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) {
-    std::lock_guard g(mu_);
-    const auto now = Clock::now();
-    auto it = locks_.find(std::string(name));
-    if (it != locks_.end() && it->second.expires > now && it->second.token != token) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(it->second.expires - now);
-      return HeldByOther{static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 1))};
-    }
-    const auto expires = now + std::chrono::milliseconds(static_cast<std::int64_t>(ttl_ms));
-    if (it != locks_.end() && it->second.expires > now) {  // same token: idempotent
-      it->second.expires = expires;
-      return Granted{it->second.fencing_token, ttl_ms, {}};
-    }
-    const std::uint64_t fence = ++fences_[std::string(name)];
-    locks_[std::string(name)] = Holder{std::string(token), fence, expires};
-    ++grants_;
-    return Granted{fence, ttl_ms, {}};
+    return to_acquire_result(request(Op::Acquire, direct(), name, token, ttl_ms));
   }
-
   bool renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms) {
-    std::lock_guard g(mu_);
-    const auto now = Clock::now();
-    auto it = locks_.find(std::string(name));
-    if (it == locks_.end() || it->second.expires <= now || it->second.token != token) return false;
-    it->second.expires = now + std::chrono::milliseconds(static_cast<std::int64_t>(ttl_ms));
-    return true;
+    return request(Op::Renew, direct(), name, token, ttl_ms).outcome == LH_MEMORY_RENEWED;
   }
-
   bool release(std::string_view name, std::string_view token) {
-    std::vector<Callback> notify;
-    {
-      std::lock_guard g(mu_);
-      auto it = locks_.find(std::string(name));
-      if (it == locks_.end() || it->second.expires <= Clock::now() || it->second.token != token) return false;
-      locks_.erase(it);
-      ++releases_;
-      for (const auto& [id, sub] : subs_)
-        if (sub.first == name) notify.push_back(sub.second);
-    }
-    for (auto& cb : notify) cb(name);  // outside the lock
-    return true;
+    return request(Op::Release, direct(), name, token, 1).outcome == LH_MEMORY_RELEASED;
   }
 
+  // Calls cb (outside the service's lock) for every release of `name` until unsubscribe.
   std::uint64_t subscribe(std::string_view name, Callback cb) {
+    const auto id = connect(std::make_shared<Callback>(std::move(cb)));
     std::lock_guard g(mu_);
-    const auto id = ++next_sub_;
-    subs_.emplace(id, std::make_pair(std::string(name), std::move(cb)));
+    check(lh_memory_service_watch(p_, id, bytes(name), name.size()));
     return id;
   }
-  void unsubscribe(std::uint64_t id) {
-    std::lock_guard g(mu_);
-    subs_.erase(id);
-  }
+  void unsubscribe(std::uint64_t id) { disconnect(id); }
 
   // Inspection and manipulation for tests.
   std::optional<Holder> holder(std::string_view name) const {
-    std::lock_guard g(mu_);
-    auto it = locks_.find(std::string(name));
-    if (it == locks_.end() || it->second.expires <= Clock::now()) return std::nullopt;
-    return it->second;
+    const auto st = status(name);
+    if (st.held == 0) return std::nullopt;
+    return Holder{std::string(reinterpret_cast<const char*>(st.holder_token), st.holder_token_len),
+                  st.fencing_token, Clock::time_point(std::chrono::nanoseconds(st.expires_at_ns))};
   }
   // The service forgets the lock (as after a failover): the holder's next renew is rejected.
   void drop_lock(std::string_view name) {
     std::lock_guard g(mu_);
-    locks_.erase(std::string(name));
+    check(lh_memory_service_forget(p_, bytes(name), name.size()));
   }
-  std::uint64_t last_fence(std::string_view name) const {
+  std::uint64_t last_fence(std::string_view name) const { return status(name).last_fencing_token; }
+  std::uint64_t grants() const { return stats().grants; }
+  std::size_t subscriptions() const { return static_cast<std::size_t>(stats().watches); }
+
+  // ---- for MemoryTransport ----
+  enum class Op : std::uint8_t { Acquire, Renew, Release };
+  // A connection whose release notifications go to `sink` (null: none).
+  std::uint64_t connect(std::shared_ptr<Callback> sink) {
     std::lock_guard g(mu_);
-    auto it = fences_.find(std::string(name));
-    return it == fences_.end() ? 0 : it->second;
+    std::uint64_t id = 0;
+    check(lh_memory_service_connect(p_, &id));
+    if (sink) sinks_.emplace(id, std::move(sink));
+    return id;
   }
-  std::uint64_t grants() const {
+  void disconnect(std::uint64_t id) {
     std::lock_guard g(mu_);
-    return grants_;
+    if (lh_memory_service_disconnect(p_, id) == LH_OK) sinks_.erase(id);
   }
-  std::size_t subscriptions() const {
+  void set_faults(std::uint64_t id, std::uint32_t flags) {
+    lh_memory_faults f{sizeof(lh_memory_faults), flags, 0, 0};
     std::lock_guard g(mu_);
-    return subs_.size();
+    check(lh_memory_service_set_faults(p_, id, &f));
+  }
+  void watch(std::uint64_t id, std::string_view name, bool on) {
+    std::lock_guard g(mu_);
+    check(on ? lh_memory_service_watch(p_, id, bytes(name), name.size())
+             : lh_memory_service_unwatch(p_, id, bytes(name), name.size()));
+  }
+  // One request; after a release, the notifications it queued are delivered on this thread.
+  lh_memory_result request(Op op, std::uint64_t id, std::string_view name, std::string_view token,
+                           std::uint64_t ttl_ms) {
+    lh_memory_result r{};
+    r.struct_size = sizeof r;
+    std::vector<std::pair<std::shared_ptr<Callback>, std::string>> notify;
+    {
+      std::lock_guard g(mu_);
+      const auto now = now_ns();
+      const auto* n = bytes(name);
+      const auto* t = bytes(token);
+      switch (op) {
+        case Op::Acquire:
+          check(lh_memory_service_acquire(p_, id, now, n, name.size(), t, token.size(), ttl_ms, &r));
+          break;
+        case Op::Renew:
+          check(lh_memory_service_renew(p_, id, now, n, name.size(), t, token.size(), ttl_ms, &r));
+          break;
+        case Op::Release:
+          check(lh_memory_service_release(p_, id, now, n, name.size(), t, token.size(), &r));
+          // Queued even when the answer is then lost.
+          if (r.outcome == LH_MEMORY_RELEASED || r.outcome == LH_MEMORY_DROPPED) {
+            for (const auto& [conn, sink] : sinks_) {
+              const std::uint8_t* got = nullptr;
+              std::size_t len = 0;
+              while (lh_memory_service_poll_released(p_, conn, &got, &len) == LH_OK && got != nullptr)
+                notify.emplace_back(sink, std::string(reinterpret_cast<const char*>(got), len));
+            }
+          }
+          break;
+      }
+    }
+    for (auto& [sink, n] : notify) (*sink)(n);  // outside the lock
+    return r;
+  }
+  static AcquireResult to_acquire_result(const lh_memory_result& r) {
+    switch (r.outcome) {
+      case LH_MEMORY_GRANTED: return Granted{r.fencing_token, r.ttl_ms, {}};
+      case LH_MEMORY_HELD_BY_OTHER:
+        return HeldByOther{r.retry_after_ms == LH_NO_RETRY_HINT ? std::nullopt
+                                                                : std::optional<std::uint64_t>(r.retry_after_ms)};
+      default: return TransportError{r.outcome == LH_MEMORY_FULL ? "service full" : "dropped"};
+    }
   }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Holder> locks_;
-  std::unordered_map<std::string, std::uint64_t> fences_;
-  std::map<std::uint64_t, std::pair<std::string, Callback>> subs_;
-  std::uint64_t next_sub_ = 0;
-  std::uint64_t grants_ = 0;
-  std::uint64_t releases_ = 0;
+  static const std::uint8_t* bytes(std::string_view s) { return reinterpret_cast<const std::uint8_t*>(s.data()); }
+  // mu_ is held.
+  void check(lh_status st) const {
+    if (st != LH_OK) throw Error(st, lh_memory_service_last_error(p_));
+  }
+  std::uint64_t direct() {
+    std::call_once(direct_once_, [&] { direct_ = connect(nullptr); });
+    return direct_;
+  }
+  lh_memory_status status(std::string_view name) const {
+    lh_memory_status st{};
+    st.struct_size = sizeof st;
+    std::lock_guard g(mu_);
+    check(lh_memory_service_status(p_, now_ns(), bytes(name), name.size(), &st));
+    return st;
+  }
+  lh_memory_stats stats() const {
+    lh_memory_stats s{};
+    s.struct_size = sizeof s;
+    std::lock_guard g(mu_);
+    check(lh_memory_service_stats_get(p_, &s));
+    return s;
+  }
+
+  mutable std::mutex mu_;  // the handle is not thread-safe
+  lh_memory_service* p_ = nullptr;
+  std::map<std::uint64_t, std::shared_ptr<Callback>> sinks_;
+  std::once_flag direct_once_;
+  std::uint64_t direct_ = 0;
 };
 
 // One client's view of a MemoryService, with fault switches:
@@ -136,25 +194,35 @@ class MemoryService {
 class MemoryTransport final : public Transport {
  public:
   explicit MemoryTransport(std::shared_ptr<MemoryService> service, bool notifications = true)
-      : service_(std::move(service)), faults_(std::make_shared<Faults>()), notifications_(notifications) {
+      : service_(std::move(service)), state_(std::make_shared<State>()), notifications_(notifications) {
     if (!service_) throw Error(LH_ERR_NULL_ARGUMENT, "MemoryTransport needs a service");
+    // The sink holds the shared state only: the service may deliver after this transport is gone.
+    conn_ = service_->connect(std::make_shared<MemoryService::Callback>([s = state_](std::string_view n) {
+      ReleasedCallback cb;
+      {
+        std::lock_guard g(s->mu);
+        if (s->hang || s->closed) return;
+        if (auto it = s->watches.find(std::string(n)); it != s->watches.end()) cb = it->second;
+      }
+      if (cb) cb(n);
+    }));
   }
   ~MemoryTransport() override { close(); }
 
-  void set_reject(bool on) { faults_->reject = on; }
-  void set_drop(bool on) { faults_->drop = on; }
-  void set_partition(bool on) { faults_->partition = on; }
+  void set_reject(bool on) { set(state_->reject, on); }
+  void set_drop(bool on) { set(state_->drop, on); }
+  void set_partition(bool on) { set(state_->partition, on); }
   void set_hang(bool on) {
     {
-      std::lock_guard g(faults_->mu);
-      faults_->hang = on;
+      std::lock_guard g(state_->mu);
+      state_->hang = on;
     }
-    faults_->cv.notify_all();
+    state_->cv.notify_all();
   }
   // Calls currently blocked by the hang switch.
   [[nodiscard]] std::size_t hung() const {
-    std::lock_guard g(faults_->mu);
-    return faults_->hung;
+    std::lock_guard g(state_->mu);
+    return state_->hung;
   }
   [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
   [[nodiscard]] std::uint64_t renew_calls() const { return renew_calls_.load(); }
@@ -164,95 +232,103 @@ class MemoryTransport final : public Transport {
   AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) override {
     ++calls_;
     if (auto err = gate()) return TransportError{*err};
-    if (faults_->reject) return HeldByOther{std::nullopt};
-    auto r = service_->acquire(name, token, ttl_ms);
-    if (faults_->drop) return TransportError{"reply dropped"};
-    return r;
+    const auto r = service_->request(MemoryService::Op::Acquire, conn_, name, token, ttl_ms);
+    if (r.outcome == LH_MEMORY_DROPPED) return TransportError{dropped()};
+    return MemoryService::to_acquire_result(r);
   }
   RenewResult renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms,
                     std::span<const std::uint8_t>) override {
     ++calls_;
     ++renew_calls_;
     if (gate()) return RenewResult::TransportError;
-    if (faults_->reject) return RenewResult::Rejected;
-    const bool ok = service_->renew(name, token, ttl_ms);
-    if (faults_->drop) return RenewResult::TransportError;
-    return ok ? RenewResult::Renewed : RenewResult::Rejected;
+    return static_cast<RenewResult>(
+        service_->request(MemoryService::Op::Renew, conn_, name, token, ttl_ms).engine_outcome);
   }
   ReleaseResult release(std::string_view name, std::string_view token, std::span<const std::uint8_t>) override {
     ++calls_;
     ++release_calls_;
     if (gate()) return ReleaseResult::TransportError;
-    const bool ok = service_->release(name, token);
-    if (faults_->drop) return ReleaseResult::TransportError;
-    return ok ? ReleaseResult::Released : ReleaseResult::NotOwner;
+    return static_cast<ReleaseResult>(
+        service_->request(MemoryService::Op::Release, conn_, name, token, 1).engine_outcome);
   }
 
   void watch(std::string_view name, ReleasedCallback on_released) override {
     std::lock_guard g(mu_);
-    if (closed_ || !notifications_) return;
-    if (auto it = watches_.find(std::string(name)); it != watches_.end()) service_->unsubscribe(it->second);
-    auto faults = faults_;  // shared: the service may publish after this transport is gone
-    watches_[std::string(name)] = service_->subscribe(name, [faults, cb = std::move(on_released)](std::string_view n) {
-      if (faults->partition || faults->closed) return;
-      {
-        std::lock_guard fg(faults->mu);
-        if (faults->hang) return;
-      }
-      cb(n);
-    });
+    if (!notifications_) return;
+    {
+      std::lock_guard sg(state_->mu);
+      if (state_->closed) return;
+      state_->watches[std::string(name)] = std::move(on_released);
+    }
+    service_->watch(conn_, name, true);
   }
   void unwatch(std::string_view name) override {
     std::lock_guard g(mu_);
-    if (auto it = watches_.find(std::string(name)); it != watches_.end()) {
-      service_->unsubscribe(it->second);
-      watches_.erase(it);
+    {
+      std::lock_guard sg(state_->mu);
+      if (state_->closed || state_->watches.erase(std::string(name)) == 0) return;
     }
+    service_->watch(conn_, name, false);
   }
   [[nodiscard]] bool notifications() const override { return notifications_; }
 
   void close() override {
     {
       std::lock_guard g(mu_);
-      closed_ = true;
-      for (const auto& [name, id] : watches_) service_->unsubscribe(id);
-      watches_.clear();
+      {
+        std::lock_guard sg(state_->mu);
+        if (state_->closed) return;
+        state_->closed = true;
+        state_->watches.clear();
+      }
+      service_->disconnect(conn_);  // its watches go; its locks stay until they expire
     }
-    {
-      std::lock_guard g(faults_->mu);
-      faults_->closed = true;
-    }
-    faults_->cv.notify_all();
+    state_->cv.notify_all();
   }
 
  private:
-  struct Faults {
-    std::atomic<bool> reject{false}, drop{false}, partition{false}, closed{false};
+  struct State {
+    std::atomic<bool> reject{false}, drop{false}, partition{false};
     mutable std::mutex mu;
     std::condition_variable cv;
-    bool hang = false;
+    bool hang = false, closed = false;
     std::size_t hung = 0;
+    std::unordered_map<std::string, ReleasedCallback> watches;
   };
+
+  void set(std::atomic<bool>& flag, bool on) {
+    std::lock_guard g(mu_);
+    flag = on;
+    std::uint32_t flags = 0;
+    if (state_->reject) flags |= LH_MEMORY_REJECT_ACQUIRES | LH_MEMORY_REJECT_RENEWALS;
+    if (state_->drop) flags |= LH_MEMORY_DROP_RESPONSES;
+    if (state_->partition) flags |= LH_MEMORY_PARTITIONED;
+    if (!closed()) service_->set_faults(conn_, flags);
+  }
+  bool closed() const {
+    std::lock_guard g(state_->mu);
+    return state_->closed;
+  }
+  std::string dropped() const { return state_->partition ? "partitioned" : "reply dropped"; }
 
   // nullopt: go ahead; otherwise the transport error to report.
   std::optional<std::string> gate() {
-    if (faults_->closed) return "transport closed";
-    if (faults_->partition) return "partitioned";
-    std::unique_lock l(faults_->mu);
-    if (!faults_->hang) return std::nullopt;
-    ++faults_->hung;
-    faults_->cv.wait(l, [&] { return !faults_->hang || faults_->closed; });
-    --faults_->hung;
+    std::unique_lock l(state_->mu);
+    if (state_->closed) return "transport closed";
+    if (state_->partition) return "partitioned";  // fails at once, even when hung
+    if (!state_->hang) return std::nullopt;
+    ++state_->hung;
+    state_->cv.wait(l, [&] { return !state_->hang || state_->closed; });
+    --state_->hung;
     return std::string("hung request abandoned");
   }
 
   std::shared_ptr<MemoryService> service_;
-  std::shared_ptr<Faults> faults_;
+  std::shared_ptr<State> state_;
   bool notifications_;
+  std::uint64_t conn_ = 0;
   std::atomic<std::uint64_t> calls_{0}, renew_calls_{0}, release_calls_{0};
-  std::mutex mu_;
-  bool closed_ = false;
-  std::unordered_map<std::string, std::uint64_t> watches_;
+  std::mutex mu_;  // orders watch / unwatch / close / fault changes
 };
 
 }  // namespace leasehold

@@ -1,7 +1,8 @@
 """An in-process reference lock service with fault switches.
 
-* :class:`MemoryStore` is the "server": locks, fencing counters (never reset) and its own
-  clock (``store.step_clock()`` jumps it forward, expiring leases on the server side only).
+* :class:`MemoryStore` is the "server": the core's reference service (``lh_memory_service_*``,
+  the one every binding tests against) with locks, fencing counters and its own clock
+  (``store.step_clock()`` jumps it forward, expiring leases on the server side only).
 * :class:`MemoryLockService` is one *connection* to a store, with its own fault switches,
   so a test can partition one client while the others keep working. Several clients
   contend for the same locks by each using their own service on one shared store::
@@ -22,28 +23,34 @@ Fault switches (attributes of a service, change them at any time):
   :meth:`MemoryLockService.drop_next_responses` does that for the next *n* calls only;
 * ``reject_renewals`` – renew answers ``False`` (the service refuses: the lease is lost);
 * ``reject_acquires`` – acquire answers "held by another";
+* ``reject_releases`` – release answers ``False`` (the grant stays until it expires);
 * ``delay`` – seconds every call takes, measured on the store's clock (with a
   :class:`~leasehold.testing.FakeClock` the call waits until the test advances it);
 * :meth:`MemoryLockService.hang` / :meth:`MemoryLockService.unhang` – calls block until
   ``unhang()`` (or ``close()``): a hung backend.
+
+The store applies the first six; delay, hang and the call counters belong to the host.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import socket
 import threading
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from .. import _ffi, errors
 from .._clock import resolve_clock
 from ..service import Granted, HeldByOther, LockService, LockStatus
 
 __all__ = ["MemoryStore", "MemoryLockService", "LockRecord"]
 
 _HOST = socket.gethostname()
+_lib = _ffi.lib
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,12 @@ class LockRecord:
     since_ns: int = 0
 
 
+def _name_bytes(name: str) -> bytes:
+    if not isinstance(name, str) or not name:
+        raise ValueError("name must be a non-empty string")
+    return name.encode("utf-8", "surrogatepass")
+
+
 class MemoryStore:
     """The shared state of memory lock services ("the server")."""
 
@@ -66,10 +79,17 @@ class MemoryStore:
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         self.clock = clock
         self._offset_ns = 0
-        self._lock = threading.Lock()
-        self._locks: dict[str, LockRecord] = {}
-        self._fences: dict[str, int] = {}
+        self._lock = threading.Lock()  # the handle is not thread-safe
+        cfg = _ffi.lh_memory_config()
+        _lib.lh_memory_config_default(ctypes.byref(cfg))
+        cfg.max_connections = 1 << 20
+        h = _ffi.lh_memory_service_p()
+        _lib.lh_memory_service_new(ctypes.byref(cfg), ctypes.byref(h))
+        self._h = h
+        self._finalizer = weakref.finalize(self, _lib.lh_memory_service_free, h)
+        self._finalizer.atexit = False  # daemon threads may still call in at exit
         self._services: "weakref.WeakSet[MemoryLockService]" = weakref.WeakSet()
+        self._fence_seen: dict[str, int] = {}
         self.grants: list[tuple[str, str, int]] = []
         """Every new grant, in order: (name, token, fencing_token)."""
 
@@ -78,12 +98,17 @@ class MemoryStore:
         """The store's clock (its own clock plus every ``step_clock``)."""
         return int(self._now_fn()) + self._offset_ns
 
+    def _host_now(self) -> int:
+        return max(0, int(self._now_fn()))
+
     def step_clock(self, seconds: float) -> None:
         """Jump the store's clock forward (a server clock step): leases expire earlier."""
         if seconds < 0:
             raise ValueError("the store's clock only steps forward")
+        ns = int(seconds * 1e9)
         with self._lock:
-            self._offset_ns += int(seconds * 1e9)
+            _lib.lh_memory_service_step_clock(self._h, ns)
+            self._offset_ns += ns
 
     def wait(self, seconds: float, abort: threading.Event) -> None:
         """Let ``seconds`` pass on the store's clock (fake clocks: until advanced)."""
@@ -104,72 +129,180 @@ class MemoryStore:
                 unsub()
 
     # -- inspection ------------------------------------------------------------------------------
+    def _status(self, name: str) -> _ffi.lh_memory_status:
+        raw = _name_bytes(name)
+        st = _ffi.lh_memory_status()
+        st.struct_size = ctypes.sizeof(st)
+        with self._lock:
+            _lib.lh_memory_service_status(self._h, self._host_now(), raw, len(raw), ctypes.byref(st))
+        return st
+
     def holder(self, name: str) -> LockRecord | None:
         """The live holder of ``name``, or ``None`` (free or expired)."""
-        with self._lock:
-            rec = self._locks.get(name)
-            if rec is None or rec.expires_ns <= self.now_ns():
-                return None
-            return rec
+        st = self._status(name)
+        if not st.held:
+            return None
+        token = bytes(st.holder_token[: st.holder_token_len]).decode("utf-8", "surrogateescape")
+        return LockRecord(
+            name, token, st.fencing_token, st.expires_at_ns, os.getpid(), _HOST,
+            st.service_now_ns - st.held_for_ns,
+        )
 
     def last_fence(self, name: str) -> int:
         """The last fencing token granted for ``name`` (0 if never)."""
-        with self._lock:
-            return self._fences.get(name, 0)
+        return int(self._status(name).last_fencing_token)
 
     def status(self, name: str) -> LockStatus:
         """What the store says about ``name`` right now, holder pid, host and time included."""
-        if not isinstance(name, str) or not name:
-            raise ValueError("name must be a non-empty string")
-        with self._lock:
-            now = self.now_ns()
-            rec = self._locks.get(name)
-            last = self._fences.get(name)
-        if rec is None or rec.expires_ns <= now:
+        st = self._status(name)
+        last = st.last_fencing_token or None
+        if not st.held:
             return LockStatus(name, False, None, None, None, last)
         return LockStatus(
-            name, True, rec.fencing_token, max(1, (rec.expires_ns - now + 999_999) // 1_000_000),
-            rec.pid or None, last, holder_host=rec.host or None,
-            held_for_ms=max(0, (now - rec.since_ns) // 1_000_000),
+            name, True, st.fencing_token, st.remaining_ttl_ms, os.getpid(), last, holder_host=_HOST,
+            held_for_ms=st.held_for_ns // 1_000_000,
         )
 
-    # -- operations (called by services) -------------------------------------------------------
-    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+    def forget(self, name: str) -> None:
+        """Drop the grant of ``name`` without a notification, as a failover that lost the key
+        would: the holder's next renew is rejected. The fence is kept."""
+        raw = _name_bytes(name)
         with self._lock:
-            now = self.now_ns()
-            rec = self._locks.get(name)
-            if rec is not None and rec.expires_ns > now:
-                if rec.token == token:
-                    self._locks[name] = replace(rec, expires_ns=now + ttl_ms * 1_000_000)
-                    return Granted(rec.fencing_token, ttl_ms)
-                return HeldByOther(max(1, (rec.expires_ns - now + 999_999) // 1_000_000))
-            fence = self._fences.get(name, 0) + 1
-            self._fences[name] = fence
-            self._locks[name] = LockRecord(
-                name, token, fence, now + ttl_ms * 1_000_000, os.getpid(), _HOST, now
-            )
-            self.grants.append((name, token, fence))
-            return Granted(fence, ttl_ms)
+            _lib.lh_memory_service_forget(self._h, raw, len(raw))
+
+    # -- operations without fault switches (the store's own connection) ----------------------------
+    def _direct(self) -> int:
+        cid = self.__dict__.get("_direct_cid")
+        if cid is None:
+            c = ctypes.c_uint64()
+            with self._lock:
+                _lib.lh_memory_service_connect(self._h, ctypes.byref(c))
+            cid = self._direct_cid = c.value
+        return cid
+
+    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        return _acquire_reply(self._request("acquire", self._direct(), name, token, ttl_ms))
 
     def renew(self, name: str, token: str, ttl_ms: int) -> bool:
-        with self._lock:
-            now = self.now_ns()
-            rec = self._locks.get(name)
-            if rec is None or rec.token != token or rec.expires_ns <= now:
-                return False
-            self._locks[name] = replace(rec, expires_ns=now + ttl_ms * 1_000_000)
-            return True
+        return self._request("renew", self._direct(), name, token, ttl_ms).outcome == _ffi.LH_MEMORY_RENEWED
 
     def release(self, name: str, token: str) -> bool:
+        return self._request("release", self._direct(), name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
+
+    # -- connections (called by services) --------------------------------------------------------
+    def _connect(self, service: "MemoryLockService") -> int:
+        cid = ctypes.c_uint64()
         with self._lock:
-            rec = self._locks.get(name)
-            if rec is None or rec.token != token:
-                return False
-            del self._locks[name]
-            services = list(self._services)
-        for s in services:
-            s._deliver(name)
-        return True
+            _lib.lh_memory_service_connect(self._h, ctypes.byref(cid))
+        self._services.add(service)
+        return cid.value
+
+    def _disconnect(self, cid: int) -> None:
+        with self._lock:
+            if self._finalizer.alive:
+                try:
+                    _lib.lh_memory_service_disconnect(self._h, cid)
+                except errors.CoreError:
+                    pass  # already gone
+
+    def _set_faults(self, cid: int, flags: int, drop_next: int | None) -> None:
+        f = _ffi.lh_memory_faults()
+        f.struct_size = ctypes.sizeof(f)
+        with self._lock:
+            if drop_next is None:  # keep the count as it has run down
+                _lib.lh_memory_service_get_faults(self._h, cid, ctypes.byref(f))
+            else:
+                f.drop_next_responses = drop_next
+            f.flags = flags
+            _lib.lh_memory_service_set_faults(self._h, cid, ctypes.byref(f))
+
+    def _watch(self, cid: int, name: str, on: bool) -> None:
+        raw = _name_bytes(name)
+        fn = _lib.lh_memory_service_watch if on else _lib.lh_memory_service_unwatch
+        with self._lock:
+            fn(self._h, cid, raw, len(raw))
+
+    def _request(self, op: str, cid: int, name: str, token: str, ttl_ms: int) -> _ffi.lh_memory_result:
+        raw = _name_bytes(name)
+        tok = token.encode("utf-8", "surrogateescape")
+        r = _ffi.lh_memory_result()
+        r.struct_size = ctypes.sizeof(r)
+        notices: list[tuple[MemoryLockService, str]] = []
+        with self._lock:
+            now = self._host_now()
+            if op == "acquire":
+                _lib.lh_memory_service_acquire(self._h, cid, now, raw, len(raw), tok, len(tok), ttl_ms, ctypes.byref(r))
+                self._note_grant(name, token, r)
+            elif op == "renew":
+                _lib.lh_memory_service_renew(self._h, cid, now, raw, len(raw), tok, len(tok), ttl_ms, ctypes.byref(r))
+            else:
+                _lib.lh_memory_service_release(self._h, cid, now, raw, len(raw), tok, len(tok), ctypes.byref(r))
+                if r.outcome in (_ffi.LH_MEMORY_RELEASED, _ffi.LH_MEMORY_DROPPED):
+                    notices = self._poll_released(name)  # queued even when the answer is lost
+        for s, n in notices:  # outside the lock: callbacks may call back in
+            s._deliver(n)
+        return r
+
+    def _note_grant(self, name: str, token: str, r: _ffi.lh_memory_result) -> None:
+        # A new grant has a fence above every earlier one of the name; a refresh repeats it.
+        fence = r.fencing_token
+        if r.outcome == _ffi.LH_MEMORY_DROPPED:  # applied or not, the answer is lost: look
+            raw = _name_bytes(name)
+            st = _ffi.lh_memory_status()
+            st.struct_size = ctypes.sizeof(st)
+            _lib.lh_memory_service_status(self._h, self._host_now(), raw, len(raw), ctypes.byref(st))
+            if not st.held or bytes(st.holder_token[: st.holder_token_len]) != token.encode("utf-8", "surrogateescape"):
+                return
+            fence = st.fencing_token
+        elif r.outcome != _ffi.LH_MEMORY_GRANTED:
+            return
+        if fence > self._fence_seen.get(name, 0):
+            self._fence_seen[name] = fence
+            self.grants.append((name, token, int(fence)))
+
+    def _poll_released(self, name: str) -> list[tuple["MemoryLockService", str]]:
+        # The store queued a notification for every connection watching the name (queues are
+        # drained here after every release, so only those can have one).
+        out = []
+        p = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        for s in list(self._services):
+            if name not in s._watchers:
+                continue
+            while True:
+                _lib.lh_memory_service_poll_released(self._h, s._cid, ctypes.byref(p), ctypes.byref(n))
+                if not p.value:
+                    break
+                out.append((s, ctypes.string_at(p.value, n.value).decode("utf-8", "surrogatepass")))
+        return out
+
+
+def _acquire_reply(r: _ffi.lh_memory_result) -> Granted | HeldByOther:
+    if r.outcome == _ffi.LH_MEMORY_GRANTED:
+        return Granted(r.fencing_token, r.ttl_ms)
+    hint = r.retry_after_ms
+    return HeldByOther(None if hint == _ffi.LH_NO_RETRY_HINT else hint)
+
+
+_FLAGS = (
+    ("reject_acquires", _ffi.LH_MEMORY_REJECT_ACQUIRES),
+    ("reject_renewals", _ffi.LH_MEMORY_REJECT_RENEWALS),
+    ("reject_releases", _ffi.LH_MEMORY_REJECT_RELEASES),
+    ("drop_requests", _ffi.LH_MEMORY_DROP_REQUESTS),
+    ("drop_responses", _ffi.LH_MEMORY_DROP_RESPONSES),
+    ("partitioned", _ffi.LH_MEMORY_PARTITIONED),
+)
+
+
+def _switch(attr: str) -> property:
+    def get(self: "MemoryLockService") -> bool:
+        return self._switches[attr]
+
+    def set(self: "MemoryLockService", on: bool) -> None:
+        self._switches[attr] = bool(on)
+        self._push_faults()
+
+    return property(get, set, doc=f"Fault switch ``{attr}`` (applied by the store).")
 
 
 class MemoryLockService(LockService):
@@ -180,16 +313,18 @@ class MemoryLockService(LockService):
     :param notifications: deliver release notifications to watchers
     """
 
+    partitioned = _switch("partitioned")
+    drop_requests = _switch("drop_requests")
+    drop_responses = _switch("drop_responses")
+    reject_renewals = _switch("reject_renewals")
+    reject_acquires = _switch("reject_acquires")
+    reject_releases = _switch("reject_releases")
+
     def __init__(self, store: MemoryStore | None = None, *, clock: Any = None, notifications: bool = True) -> None:
         self.store = store if store is not None else MemoryStore(clock=clock)
         self.notifications = notifications
-        self.partitioned = False
-        self.drop_requests = False
-        self.drop_responses = False
-        self.reject_renewals = False
-        self.reject_acquires = False
+        self._switches = {attr: False for attr, _ in _FLAGS}
         self.delay = 0.0
-        self._drop_next = 0
         self._open = threading.Event()
         self._open.set()
         self._closed = threading.Event()
@@ -201,25 +336,33 @@ class MemoryLockService(LockService):
         """``called[op]`` is set once ``op`` was called (tests wait on it instead of sleeping)."""
         self.tokens: list[str] = []
         """Ownership tokens seen in acquire calls, in order."""
-        self.store._services.add(self)
+        self._cid = self.store._connect(self)
+        self._disconnect = weakref.finalize(self, self.store._disconnect, self._cid)
+        self._disconnect.atexit = False
 
     # -- fault switches ---------------------------------------------------------------------------
+    def _push_faults(self, drop_next: int | None = None) -> None:
+        flags = 0
+        for attr, bit in _FLAGS:
+            if self._switches[attr]:
+                flags |= bit
+        self.store._set_faults(self._cid, flags, drop_next)
+
     def partition(self) -> None:
         """Cut this connection off (every call fails with ``ConnectionError``)."""
         self.partitioned = True
 
     def heal(self) -> None:
         """Undo every fault switch (and unhang)."""
-        self.partitioned = self.drop_requests = self.drop_responses = False
-        self.reject_renewals = self.reject_acquires = False
+        for attr, _ in _FLAGS:
+            self._switches[attr] = False
+        self._push_faults(0)
         self.delay = 0.0
-        self._drop_next = 0
         self._open.set()
 
     def drop_next_responses(self, n: int = 1) -> None:
         """Apply the next ``n`` calls, then lose their answers (``ConnectionError``)."""
-        with self._wlock:
-            self._drop_next = n
+        self._push_faults(n)
 
     def hang(self) -> None:
         """Make every call block until :meth:`unhang` or :meth:`close` (a hung backend)."""
@@ -246,43 +389,36 @@ class MemoryLockService(LockService):
             raise ConnectionError("memory service closed")
         if self.delay:
             self.store.wait(self.delay, self._closed)
-        if self.partitioned:
-            raise ConnectionError(f"memory service partitioned ({op})")
-        if self.drop_requests:
-            raise ConnectionError(f"request dropped ({op})")
 
-    def _exit(self, op: str) -> None:
-        if self.drop_responses:
+    def _call(self, op: str, name: str, token: str, ttl_ms: int) -> _ffi.lh_memory_result:
+        try:
+            r = self.store._request(op, self._cid, name, token, ttl_ms)
+        except errors.CoreError as e:
+            if e.status == _ffi.LH_ERR_UNKNOWN_CONNECTION:
+                raise ConnectionError("memory service closed") from None
+            raise
+        if r.outcome == _ffi.LH_MEMORY_DROPPED:
+            if self.partitioned:
+                raise ConnectionError(f"memory service partitioned ({op})")
+            if self.drop_requests:
+                raise ConnectionError(f"request dropped ({op})")
             raise ConnectionError(f"response dropped ({op})")
-        with self._wlock:
-            drop = self._drop_next > 0
-            if drop:
-                self._drop_next -= 1
-        if drop:
-            raise ConnectionError(f"response dropped ({op})")
+        if r.outcome == _ffi.LH_MEMORY_FULL:
+            raise ConnectionError(f"memory store full ({op})")
+        return r
 
     def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         self._enter("acquire")
         self.tokens.append(token)
-        if self.reject_acquires:
-            return HeldByOther(None)
-        r = self.store.acquire(name, token, ttl_ms)
-        self._exit("acquire")
-        return r
+        return _acquire_reply(self._call("acquire", name, token, ttl_ms))
 
     def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
         self._enter("renew")
-        if self.reject_renewals:
-            return False
-        r = self.store.renew(name, token, ttl_ms)
-        self._exit("renew")
-        return r
+        return self._call("renew", name, token, ttl_ms).outcome == _ffi.LH_MEMORY_RENEWED
 
     def release(self, name: str, token: str, backend_data: bytes) -> bool:
         self._enter("release")
-        r = self.store.release(name, token)
-        self._exit("release")
-        return r
+        return self._call("release", name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
 
     def status(self, name: str) -> LockStatus:
         """The store's view of ``name`` (see :meth:`MemoryStore.status`); no fault switch applies."""
@@ -290,11 +426,15 @@ class MemoryLockService(LockService):
 
     def watch(self, name: str, on_released: Callable[[str], None]) -> None:
         with self._wlock:
+            first = name not in self._watchers
             self._watchers[name] = on_released
+            if first and self.notifications and not self._closed.is_set():
+                self.store._watch(self._cid, name, True)
 
     def unwatch(self, name: str) -> None:
         with self._wlock:
-            self._watchers.pop(name, None)
+            if self._watchers.pop(name, None) is not None and self.notifications and not self._closed.is_set():
+                self.store._watch(self._cid, name, False)
 
     def close(self) -> None:
         """Fail every later call and wake hung ones. Idempotent."""
@@ -302,7 +442,7 @@ class MemoryLockService(LockService):
         self._open.set()
 
     def _deliver(self, name: str) -> None:
-        if not self.notifications or self.partitioned or self._closed.is_set():
+        if not self.notifications or self._closed.is_set():
             return
         with self._wlock:
             cb = self._watchers.get(name)

@@ -33,6 +33,12 @@ STRUCTS = {
     "lh_etcd_options": _ffi.lh_etcd_options,
     "lh_http_request": _ffi.lh_http_request,
     "lh_etcd_counters": _ffi.lh_etcd_counters,
+    # the memory service
+    "lh_memory_config": _ffi.lh_memory_config,
+    "lh_memory_faults": _ffi.lh_memory_faults,
+    "lh_memory_result": _ffi.lh_memory_result,
+    "lh_memory_status": _ffi.lh_memory_status,
+    "lh_memory_stats": _ffi.lh_memory_stats,
 }
 
 

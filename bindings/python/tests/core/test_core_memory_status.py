@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from leasehold.backends.memory import MemoryLockService, MemoryStore
 from leasehold.service import LockStatus
 from leasehold.testing import FakeClock
@@ -33,3 +35,26 @@ def test_memory_status_names_the_holder():
     expired = svc.status("n")
     assert expired == LockStatus("n", False, None, None, None, 2)
     assert expired.holder_host is None
+
+
+def test_memory_switches_are_the_core_services():
+    """The switches reach the core's service: each connection has its own, and a release
+    notification is delivered even when the releaser's answer is lost."""
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+    a, b = MemoryLockService(store), MemoryLockService(store)
+    seen: list[str] = []
+    b.watch("n", seen.append)
+    assert a.acquire("n", T1, 1_000).fencing_token == 1
+    a.reject_releases = True
+    assert not a.release("n", T1, b"") and store.holder("n") is not None and seen == []
+    a.reject_releases = False
+    a.drop_next_responses(1)
+    with pytest.raises(ConnectionError, match="response dropped"):
+        a.release("n", T1, b"")
+    assert store.holder("n") is None and seen == ["n"]
+    # A grant that ran out on the service cannot be released by its old holder.
+    assert b.acquire("n", T2, 1_000).fencing_token == 2
+    clock.advance(1.5)
+    assert not b.release("n", T2, b"")
+    assert store.last_fence("n") == 2 and [f for (_n, _t, f) in store.grants] == [1, 2]
