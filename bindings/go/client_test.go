@@ -1183,3 +1183,27 @@ func TestShortOutageKeepsLease(t *testing.T) {
 		})
 	}
 }
+
+// A MemoryTransport has no Close: once collected, its connection to the
+// server is dropped, so long-lived servers do not accumulate them.
+func TestMemoryTransportConnectionGoesWhenCollected(t *testing.T) {
+	s := NewMemoryServer()
+	keep := s.Transport()
+	func() {
+		for i := 0; i < 50; i++ {
+			_ = s.Transport()
+		}
+	}()
+	if got := s.connections(); got != 51 {
+		t.Fatalf("open connections = %d, want 51", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.connections() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("open connections = %d after GC, want 1 (the live transport's)", s.connections())
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	runtime.KeepAlive(keep)
+}

@@ -67,7 +67,7 @@ type memSub struct{ notify func(string) }
 func NewMemoryServer() *MemoryServer {
 	var cfg C.lh_memory_config
 	C.lh_memory_config_default(&cfg)
-	// Transports have no Close: never refuse one.
+	// Transports have no Close (a collected one disconnects): never refuse one.
 	cfg.max_connections = 1 << 24
 	s := &MemoryServer{watching: map[uint64]*memConn{}}
 	if st := C.lh_memory_service_new(&cfg, &s.p); st != statusOK {
@@ -92,7 +92,30 @@ func (s *MemoryServer) Transport() *MemoryTransport {
 	if st := C.lh_memory_service_connect(s.p, &id); st != statusOK {
 		panic(s.err("connect", st))
 	}
-	return &MemoryTransport{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
+	t := &MemoryTransport{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
+	// Transports have no Close: a collected one's connection (and its watches) goes.
+	runtime.AddCleanup(t, s.disconnect, uint64(id))
+	return t
+}
+
+// connections is how many connections are open (tests).
+func (s *MemoryServer) connections() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st C.lh_memory_stats
+	st.struct_size = C.uint32_t(C.sizeof_lh_memory_stats)
+	if C.lh_memory_service_stats_get(s.p, &st) != statusOK {
+		return 0
+	}
+	return uint64(st.connections)
+}
+
+// disconnect drops connection id and its watches.
+func (s *MemoryServer) disconnect(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.watching, id)
+	C.lh_memory_service_disconnect(s.p, C.uint64_t(id))
 }
 
 // status is the service's view of name; s.mu is held.
