@@ -106,6 +106,8 @@ class SqliteExecutor:
             resets, self._resets = self._resets, []
         return resets
 
+    _host_facts = staticmethod(host_facts)  # the facts a request binds, read as it starts
+
     def _stat(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.path)
@@ -140,7 +142,7 @@ class SqliteExecutor:
                 raise SqlFailure(_TRANSPORT, f"the database file {self.path} was replaced")
             if db is None:
                 db = self._open()
-            facts = host_facts()
+            facts = self._host_facts()
             out: list[list[tuple[Any, ...]]] = []
             try:
                 for sql, params in request.statements:
