@@ -81,22 +81,28 @@ def path_from_url(url: str) -> Path:
     return Path(path)
 
 
-class _Executor(SqliteExecutor):
-    """A :class:`SqliteExecutor` whose host facts can be overridden (tests simulate a reboot,
-    a clock, a lost file with them)."""
+_Overrides = dict[HostFact, Callable[[], Any]]
 
-    def __init__(self, path: str, busy_timeout_ms: int, overrides: dict[HostFact, Callable[[], Any]]) -> None:
+
+def _facts(overrides: _Overrides) -> dict[HostFact, Any]:
+    facts = host_facts()
+    for fact, read in overrides.items():
+        facts[fact] = read()
+    return facts
+
+
+class _StatusReader(SqliteExecutor):
+    """The connection a status query runs on (the service's own may serve a client)."""
+
+    def __init__(self, path: str, busy_timeout_ms: int, overrides: _Overrides) -> None:
         super().__init__(path, busy_timeout_ms=busy_timeout_ms)
         self._overrides = overrides
 
     def _host_facts(self) -> dict[HostFact, Any]:
-        facts = host_facts()
-        for fact, read in self._overrides.items():
-            facts[fact] = read()
-        return facts
+        return _facts(self._overrides)
 
 
-class SQLiteLockService(_Executor):
+class SQLiteLockService(SqliteExecutor):
     """The embedded default: a :class:`~leasehold.backends.sql_executor.SqliteExecutor` on one
     SQLite file shared by the processes of one host. Give it to ``LockClient`` or
     ``AsyncLockClient`` (one client at a time)::
@@ -148,16 +154,17 @@ class SQLiteLockService(_Executor):
         raw = os.fspath(path)
         if not raw or raw == ":memory:" or raw.startswith("file:"):
             raise ValueError("SQLiteLockService needs a file path (use MemoryLockService in-process)")
-        overrides: dict[HostFact, Callable[[], Any]] = {}
+        overrides: _Overrides = {}
         if boot_id is not None:
             overrides[HostFact.BOOT_ID] = lambda: boot_id
         if clock is not None:
             overrides[HostFact.MONOTONIC_NS] = lambda: int(clock())
         if wall_clock is not None:
             overrides[HostFact.WALL_US] = lambda: int(wall_clock())
-        # Absolute: a later chdir() must not switch files.
-        super().__init__(os.path.abspath(raw), round(busy_timeout * 1000), overrides)
         self._busy_ms = round(busy_timeout * 1000)
+        self._overrides = overrides
+        # Absolute: a later chdir() must not switch files.
+        super().__init__(os.path.abspath(raw), busy_timeout_ms=self._busy_ms)
         self._check_directory()
         self._read_status(_PROBE_NAME)  # migrates the file, or says why it cannot be used
 
@@ -183,6 +190,9 @@ class SQLiteLockService(_Executor):
             holder_host=st.holder_host or None, held_for_ms=st.held_for_ms if st.holder_host else None,
         )
 
+    def _host_facts(self) -> dict[HostFact, Any]:
+        return _facts(self._overrides)
+
     def _check_directory(self) -> None:
         p = self.path
         if os.path.isdir(p):
@@ -193,7 +203,7 @@ class SQLiteLockService(_Executor):
             raise SQLiteServiceError(p, f"the lock database's directory {parent!r} {what}")
 
     def _read_status(self, name: str) -> Any:
-        reader = _Executor(self.path, self._busy_ms, self._overrides)
+        reader = _StatusReader(self.path, self._busy_ms, self._overrides)
         try:
             st = backend_status(reader, name, timeout=self._busy_ms / 1000 + 10)
         except TimeoutError as e:
