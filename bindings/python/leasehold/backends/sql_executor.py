@@ -296,7 +296,12 @@ class PostgresExecutor:
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.RawCursor(conn)
         cut: list[bool] = []
-        watchdog = threading.Timer(self.request_timeout, lambda: cut.append(_cut(conn)))
+
+        def expire() -> None:
+            cut.append(True)  # first: the call failing under the cut must see it
+            _cut(conn)
+
+        watchdog = threading.Timer(self.request_timeout, expire)
         watchdog.daemon = True
         watchdog.start()
         try:
