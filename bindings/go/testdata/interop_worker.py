@@ -9,8 +9,8 @@ the Go Gate, so one gate guards writers of both languages).
 Environment: LH_REDIS (host:port), LH_DB (SQLite path), LH_NAMES (comma
 separated), LH_ITERS, LH_ID, LH_MODE ("contend", the default, or "paused").
 With LH_BACKEND=sqlite the lock service is SQLiteLockService on the file
-LH_LOCKDB instead of Redis (Go's SQLiteTransport shares its tables); it polls,
-since Go processes send none of its release wake-ups.
+LH_LOCKDB instead of Redis: the core's SQL protocol, as Go's SQLiteTransport
+runs it on the same tables (waiters poll: SQLite has no release wake-ups).
 contend prints "DONE <n>" on success. paused acquires the first name, prints
 "ACQUIRED <token>", waits for a line on stdin (the parent stops and resumes
 the process meanwhile), then tries its now stale write through the gate and
@@ -92,7 +92,7 @@ def main():
     conn = sqlite3.connect(os.environ["LH_DB"], timeout=30, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 30000")
     if os.environ.get("LH_BACKEND") == "sqlite":
-        service = SQLiteLockService(os.environ["LH_LOCKDB"], notify=False)
+        service = SQLiteLockService(os.environ["LH_LOCKDB"])
     else:
         service = RedisLockService.from_url("redis://" + os.environ["LH_REDIS"])
     with LockClient(service) as client:

@@ -26,6 +26,8 @@ an executor's result into the core input to feed, and the sink of asynchronous t
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import socket
@@ -38,6 +40,7 @@ from ._core import Core, HostFact, HttpRequest, SqlRequest
 
 __all__ = [
     "backend_of",
+    "ThreadedSqlExecutor",
     "run_requests",
     "execute_request",
     "execute_request_async",
@@ -66,9 +69,51 @@ class SqlFailure(Exception):
         self.kind = kind
 
 
-def backend_of(service: object) -> Any:
-    """``service`` when it is a backend executor, else ``None``."""
-    return service if getattr(service, "backend_protocol", None) in PROTOCOLS else None
+def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
+    """``service`` when it is a backend executor, else ``None``. For the asyncio client
+    (``for_asyncio``) a synchronous SQL executor without notifications (SQLite) is adapted
+    to run its requests in worker threads."""
+    protocol = getattr(service, "backend_protocol", None)
+    if protocol not in PROTOCOLS:
+        return None
+    if (
+        for_asyncio
+        and protocol == "sql"
+        and not getattr(service, "notifications", True)
+        and not inspect.iscoroutinefunction(getattr(service, "execute", None))
+    ):
+        return ThreadedSqlExecutor(service)
+    return service
+
+
+class ThreadedSqlExecutor:
+    """A synchronous SQL executor for ``AsyncLockClient``: its requests run in worker threads
+    (``asyncio.to_thread``), so the event loop never waits for a file lock."""
+
+    backend_protocol = "sql"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.options = inner.options
+        self.notifications = bool(getattr(inner, "notifications", False))
+
+    def attach(self) -> None:
+        self.inner.attach()
+
+    async def detach(self) -> None:
+        await asyncio.to_thread(self.inner.detach)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.inner.close)
+
+    def after_fork(self) -> None:
+        self.inner.after_fork()
+
+    def take_resets(self) -> list[int]:
+        return list(self.inner.take_resets())
+
+    async def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
+        return list(await asyncio.to_thread(self.inner.execute, request, sink))
 
 
 def run_requests(core: Core, submit: Callable[[int, int, Any], None]) -> None:
@@ -241,7 +286,9 @@ def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
         core.status_request(name)
         end = time.monotonic() + timeout
         while True:
+            ran = False
             for rid, lane, payload in core.poll_requests():
+                ran = True
                 fn = execute_request(core, executor, sink, rid, lane, payload)
                 if fn is not None:
                     fn()
@@ -250,7 +297,8 @@ def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
                 return got[1]
             if time.monotonic() > end:
                 raise TimeoutError(f"no status of {name!r} within {timeout:g}s: {core.backend_last_error()}")
-            time.sleep(0.01)
+            if not ran:  # an answer may have queued the next request (the migration's query)
+                time.sleep(0.01)
             core.timeout()
     finally:
         executor.detach()

@@ -173,10 +173,10 @@ class AsyncLockClient(LeaseLifecycle):
         release_timeout: float | None = None,
         fail_budget: int | None = None,
     ) -> None:
-        self._backend = backend_of(service)
+        self._backend = backend_of(service, for_asyncio=True)
         # (An executor is not a service; the service paths never run with one.)
         self._service: AsyncLockService = (
-            cast(AsyncLockService, service) if self._backend is not None else to_async(service)
+            cast(AsyncLockService, self._backend) if self._backend is not None else to_async(service)
         )
         # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
         self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))

@@ -1,13 +1,13 @@
 //! The SQLite dialect: one file shared by the processes of one host.
 //!
-//! The schema is the one the Python backend has always written (so processes of either
-//! kind share a file; schema version `1`):
+//! The schema is the one Python's `SQLiteLockService` wrote before it ran on this protocol
+//! (so its older files open unchanged; schema version `1`):
 //!
 //! ```text
 //! leasehold_meta     (key PRIMARY KEY, value)                    -- schema version
 //! leasehold_locks    (name PRIMARY KEY, token, fence, expiry_ns, boot_id, pid)
 //! leasehold_fences   (name PRIMARY KEY, fence)                   -- never deleted
-//! leasehold_watchers (name, addr, pid)                           -- Python's wake-up channel
+//! leasehold_watchers (name, addr, pid)                           -- its old wake-up channel, unused
 //! leasehold_holders  (name PRIMARY KEY, fence, host, since_ns)   -- who holds it, for status
 //! ```
 //!

@@ -1,7 +1,6 @@
 """Lock services (backends).
 
 * :mod:`leasehold.backends.memory` – in-process reference with fault switches (tests, examples);
-* :mod:`leasehold.backends.sqlite` – the embedded default for processes on one host;
 * :mod:`leasehold.backends.redis` / :mod:`leasehold.backends.redis_async` – Redis.
 
 Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
@@ -10,6 +9,8 @@ replies; the executor owns the connections):
 * :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
   (and Sentinel); :mod:`leasehold.backends.redis_cluster_executor` /
   :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
+* :mod:`leasehold.backends.sqlite` – ``SQLiteLockService``, the embedded default for
+  processes on one host (a ``SqliteExecutor``);
 * :mod:`leasehold.backends.sql_executor` – SQLite (``sqlite3``) and PostgreSQL (psycopg 3),
   :mod:`leasehold.backends.sql_executor_async` – PostgreSQL for asyncio;
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).

@@ -106,6 +106,8 @@ class SqliteExecutor:
             resets, self._resets = self._resets, []
         return resets
 
+    _host_facts = staticmethod(host_facts)  # the facts a request binds, read as it starts
+
     def _stat(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.path)
@@ -140,7 +142,7 @@ class SqliteExecutor:
                 raise SqlFailure(_TRANSPORT, f"the database file {self.path} was replaced")
             if db is None:
                 db = self._open()
-            facts = host_facts()
+            facts = self._host_facts()
             out: list[list[tuple[Any, ...]]] = []
             try:
                 for sql, params in request.statements:
@@ -294,7 +296,12 @@ class PostgresExecutor:
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.RawCursor(conn)
         cut: list[bool] = []
-        watchdog = threading.Timer(self.request_timeout, lambda: cut.append(_cut(conn)))
+
+        def expire() -> None:
+            cut.append(True)  # first: the call failing under the cut must see it
+            _cut(conn)
+
+        watchdog = threading.Timer(self.request_timeout, expire)
         watchdog.daemon = True
         watchdog.start()
         try:

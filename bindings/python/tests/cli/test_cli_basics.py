@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import db_rows, run_cli
 
+from leasehold import LockClient
 from leasehold.backends.sqlite import SQLiteLockService
 from leasehold.cli import split_run_argv
 
@@ -242,28 +244,26 @@ def test_status_free_held_and_json(env, db, backend):
     assert "free" in st.stdout and "never" in st.stdout
     assert not db.exists(), "status must not create the database"
 
-    svc = SQLiteLockService(db)
-    try:
-        fence = svc.acquire("job", "a" * 32, 60_000).fencing_token
+    with LockClient(SQLiteLockService(db)) as client:
+        lock = client.acquire("job", ttl=60)
+        fence = lock.fencing_token
         st = run_cli(["status", "job", *backend, "--json"], env)
         assert st.returncode == 0, st.stderr
         info = json.loads(st.stdout)
         assert info["held"] is True and info["fencing_token"] == fence
         assert 0 < info["remaining_ttl_ms"] <= 60_000
-        assert info["holder_pid"] == os.getpid()
+        assert info["holder_pid"] == os.getpid() and info["holder_host"] == socket.gethostname()
         assert info["name"] == "job"
 
         text = run_cli(["status", "job", *backend], env)
         assert text.returncode == 0
         assert "held" in text.stdout and f"fencing token {fence}" in text.stdout
 
-        svc.release("job", "a" * 32, b"")
+        assert lock.release() == "released"
         st = run_cli(["status", "job", *backend, "--json"], env)
         assert st.returncode == 1
         info = json.loads(st.stdout)
         assert info["held"] is False and info["fencing_token"] is None and info["last_fencing_token"] == fence
-    finally:
-        svc.close()
 
 
 def test_status_on_a_backend_without_status_is_69(env):

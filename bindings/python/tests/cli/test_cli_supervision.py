@@ -9,6 +9,7 @@ import sys
 import pytest
 from cli_helpers import BOUND, db_exec, db_rows, finish, pid_alive, run_cli, spawn_cli, wait_until
 
+from leasehold import LockClient
 from leasehold.backends.sqlite import SQLiteLockService
 
 LOOP = "while :; do sleep 0.05; done"
@@ -20,8 +21,25 @@ def wait_pid_file(path):
                           what=f"{path.name} written"))
 
 
-def _watchers(db, name):
-    return db_rows(db, "SELECT count(*) FROM leasehold_watchers WHERE name=?", name)
+def _waiting(proc, db):
+    """Wait until ``leasehold run -v`` (``proc``) is trying to take its lock: it has said so,
+    and its client has the lock file open (it opens it for its first request; the check of
+    the file when the backend opened used a connection of its own, closed by then)."""
+    assert proc.stderr is not None
+    while "waiting for lock" not in (line := proc.stderr.readline()):
+        assert line, "leasehold exited before waiting"
+
+    def has_db_open():
+        fds = f"/proc/{proc.pid}/fd"
+        for fd in os.listdir(fds):
+            try:
+                if os.readlink(f"{fds}/{fd}") == str(db):
+                    return True
+            except OSError:
+                pass
+        return False
+
+    wait_until(has_db_open, what="the waiter's first request")
 
 
 def test_two_runs_serialize_and_fencing_tokens_increase(env, db, backend, tmp_path):
@@ -36,12 +54,11 @@ def test_two_runs_serialize_and_fencing_tokens_increase(env, db, backend, tmp_pa
     try:
         wait_until(lambda: log.exists() and "A start" in log.read_text(), what="A running")
         b = spawn_cli(
-            ["run", *backend, "shared", "--", "sh", "-c",
+            ["run", "-v", *backend, "shared", "--", "sh", "-c",
              f'echo "B start $LEASEHOLD_FENCING_TOKEN" >> {log}; echo "B end" >> {log}'],
             env,
         )
-        # B is waiting for the lock: its release watch is registered in the database.
-        wait_until(lambda: _watchers(db, "shared") == [(1,)], what="B waiting")
+        _waiting(b, db)  # B is trying while A holds the lock
         assert "B" not in log.read_text()
         gate.touch()
         rc_a, _, err_a = finish(a)
@@ -61,8 +78,8 @@ def test_two_runs_serialize_and_fencing_tokens_increase(env, db, backend, tmp_pa
 def test_wait_timeout_is_75_and_the_command_never_runs(env, db, backend, tmp_path):
     marker = tmp_path / "ran"
     svc = SQLiteLockService(db)
-    try:
-        fence = svc.acquire("busy", "a" * 32, 600_000).fencing_token
+    with LockClient(SQLiteLockService(db)) as holder:
+        fence = holder.acquire("busy", ttl=600).fencing_token
         res = run_cli(["run", *backend, "--wait", "0.5", "busy", "--", "touch", str(marker)], env)
         assert res.returncode == 75, res.stderr
         assert "not acquired" in res.stderr
@@ -70,8 +87,6 @@ def test_wait_timeout_is_75_and_the_command_never_runs(env, db, backend, tmp_pat
         assert res.returncode == 75, res.stderr
         assert not marker.exists()
         assert svc.status("busy").fencing_token == fence  # the holder still holds
-    finally:
-        svc.close()
 
 
 def test_lock_is_renewed_across_many_ttls(env, db, backend, tmp_path):
@@ -206,11 +221,11 @@ def test_signals_are_forwarded_and_the_lock_released(env, db, backend, tmp_path,
 def test_signal_while_waiting_cancels_with_128_plus_n(env, db, backend, tmp_path, sig):
     marker = tmp_path / "ran"
     svc = SQLiteLockService(db)
-    try:
-        fence = svc.acquire("busy", "a" * 32, 600_000).fencing_token
-        p = spawn_cli(["run", *backend, "busy", "--", "touch", str(marker)], env)
+    with LockClient(SQLiteLockService(db)) as holder:
+        fence = holder.acquire("busy", ttl=600).fencing_token
+        p = spawn_cli(["run", "-v", *backend, "busy", "--", "touch", str(marker)], env)
         try:
-            wait_until(lambda: _watchers(db, "busy") == [(1,)], what="CLI waiting")
+            _waiting(p, db)
             p.send_signal(sig)
             rc, _, err = finish(p)
         finally:
@@ -220,10 +235,7 @@ def test_signal_while_waiting_cancels_with_128_plus_n(env, db, backend, tmp_path
         assert not marker.exists()
         st = svc.status("busy")
         assert st.held and st.fencing_token == fence  # untouched
-        assert _watchers(db, "busy") == [(0,)]  # the waiter cleaned up after itself
-        assert db_rows(db, "SELECT max(fence) FROM leasehold_fences") == [(fence,)]
-    finally:
-        svc.close()
+        assert db_rows(db, "SELECT max(fence) FROM leasehold_fences") == [(fence,)]  # it minted nothing
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")

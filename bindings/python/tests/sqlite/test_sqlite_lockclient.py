@@ -1,4 +1,5 @@
-"""LockClient on SQLiteLockService across OS processes: the full product path on one host."""
+"""LockClient on SQLiteLockService across OS processes: the full product path on one host
+(the core's SQL protocol on one file; each process its own client)."""
 
 from __future__ import annotations
 
@@ -72,10 +73,13 @@ def test_lockclient_takes_over_after_holder_is_sigkilled(tmp_path):
     try:
         first = holder.stdout.readline().strip()
         assert first.isdigit(), first
+        svc = SQLiteLockService(locks)
+        st = svc.status("crash")
+        assert st.held and st.fencing_token == int(first) and st.holder_pid == holder.pid
         holder.send_signal(signal.SIGKILL)
         holder.wait(BOUND)
-        with LockClient(SQLiteLockService(locks)) as client:
-            with client.acquire("crash", 5, wait=BOUND) as lock:  # waits out the dead holder's TTL
+        with LockClient(svc) as client:
+            with client.acquire("crash", 5, wait=BOUND) as lock:  # nothing released it: waits out its TTL
                 assert lock.fencing_token > int(first)
                 assert lock.is_held()
     finally:
