@@ -1,8 +1,9 @@
 // Rough numbers for the README (not a test; no assertions on time anywhere in the suite).
 //   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port [iterations]]
 // Measures, on one LockClient: uncontended acquire+release round trips (memory service and,
-// with a port, Redis beside a raw hiredis SET NX PX / DEL loop on the same server, with the
-// ratio), and how late loss detection fires relative to valid_until when the transport hangs.
+// with a port, Redis beside a raw hiredis SET NX PX / DEL loop and the core's own requests run
+// by one thread, interleaved, with the ratios), and how late loss detection fires relative to
+// valid_until when the transport hangs.
 #include <leasehold.hpp>
 #include <leasehold/memory_transport.hpp>
 #ifdef LEASEHOLD_BENCH_REDIS
@@ -54,26 +55,145 @@ static double round_trips(const char* label, std::shared_ptr<leasehold::Transpor
 }
 
 #ifdef LEASEHOLD_BENCH_REDIS
-// The floor: a plain hiredis lock loop (SET key token NX PX, DEL) on one blocking connection.
-static double raw_hiredis(int port, int n) {
-  redisContext* c = redisConnect("127.0.0.1", port);
-  if (c == nullptr || c->err) {
-    std::printf("raw hiredis: cannot connect\n");
+// Uncontended lock+unlock on one Redis three ways, in interleaved blocks so that the load of a
+// shared machine hits all three alike:
+//   raw hiredis — SET key token NX PX / DEL on one blocking connection (no fence, no queue);
+//   core, one thread — the core's own requests (the two scripts) run on one blocking hiredis
+//                      connection by the calling thread: what the protocol costs without a host;
+//   LockClient — LockClient + RedisTransport, the binding as an application uses it.
+struct RawLoop {
+  redisContext* c = nullptr;
+  explicit RawLoop(int port) : c(redisConnect("127.0.0.1", port)) {}
+  ~RawLoop() {
     if (c) redisFree(c);
-    return 0;
   }
-  const auto start = Clock::now();
-  for (int i = 0; i < n; ++i) {
+  bool ok() const { return c != nullptr && c->err == 0; }
+  bool cycle(int i) {
     const std::string key = "bench-raw-" + std::to_string(i % 16);
     auto* r = static_cast<redisReply*>(redisCommand(c, "SET %s tok NX PX 10000", key.c_str()));
+    const bool got = r && r->type == REDIS_REPLY_STATUS;
     if (r) freeReplyObject(r);
     r = static_cast<redisReply*>(redisCommand(c, "DEL %s", key.c_str()));
     if (r) freeReplyObject(r);
+    return got && r;
   }
-  const double total = std::chrono::duration<double>(Clock::now() - start).count();
-  redisFree(c);
-  std::printf("%-8s SET NX PX + DEL: %d in %.2fs = %.0f/s\n", "hiredis", n, total, n / total);
-  return n / total;
+};
+
+static void flatten(const redisReply* r, std::vector<lh_value>& vals, std::string& data) {
+  lh_value v{};
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER: v.kind = LH_VALUE_INT, v.integer = r->integer; break;
+    case REDIS_REPLY_STRING: v.kind = LH_VALUE_BULK; break;
+    case REDIS_REPLY_STATUS: v.kind = LH_VALUE_STATUS; break;
+    case REDIS_REPLY_ERROR: v.kind = LH_VALUE_ERROR; break;
+    case REDIS_REPLY_ARRAY: v.kind = LH_VALUE_ARRAY, v.len = r->elements; break;
+    default: v.kind = LH_VALUE_NIL; break;
+  }
+  if (v.kind == LH_VALUE_BULK || v.kind == LH_VALUE_STATUS || v.kind == LH_VALUE_ERROR) {
+    v.offset = data.size(), v.len = r->len;
+    data.append(r->str, r->len);
+  }
+  vals.push_back(v);
+  if (v.kind == LH_VALUE_ARRAY)
+    for (std::size_t i = 0; i < r->elements; ++i) flatten(r->element[i], vals, data);
+}
+
+// The core driven by the calling thread over one blocking connection (and one for pub/sub).
+struct CoreLoop {
+  leasehold::Core core;
+  redisContext* c;
+  redisContext* sub;
+  CoreLoop(int port, leasehold::RedisTransport& factory)
+      : core(factory.make_core(leasehold::Config::defaults())),
+        c(redisConnect("127.0.0.1", port)),
+        sub(redisConnect("127.0.0.1", port)) {}
+  ~CoreLoop() {
+    if (c) redisFree(c);
+    if (sub) redisFree(sub);
+  }
+  bool ok() const { return c && !c->err && sub && !sub->err; }
+  // Runs every queued request; false on a connection failure.
+  bool run() {
+    while (auto q = core.poll_request()) {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> lens;
+      for (const auto& a : q->argv) argv.push_back(a.data()), lens.push_back(a.size());
+      redisContext* on = q->connection == LH_CONNECTION_SUBSCRIBER ? sub : c;
+      auto* r = static_cast<redisReply*>(redisCommandArgv(on, int(argv.size()), argv.data(), lens.data()));
+      if (!r) return false;
+      if (on == sub) {  // the confirmation
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
+          core.subscription(leasehold::now_ns(), std::string_view(r->element[1]->str, r->element[1]->len),
+                            std::string_view(r->element[0]->str, r->element[0]->len) == "subscribe");
+      } else {
+        std::vector<lh_value> vals;
+        std::string data;
+        flatten(r, vals, data);
+        core.reply(leasehold::now_ns(), q->id, vals, data);
+      }
+      freeReplyObject(r);
+    }
+    return true;
+  }
+  bool cycle(int i) {
+    const auto id = core.acquire(leasehold::now_ns(), "bench-core-" + std::to_string(i % 16), 10s);
+    if (!run()) return false;
+    bool held = false;
+    while (auto o = core.poll_output()) held = held || std::holds_alternative<leasehold::AcquiredEvent>(*o);
+    if (!held) return false;
+    core.release_reported(leasehold::now_ns(), id);
+    if (!run()) return false;
+    bool confirmed = false;
+    while (auto o = core.poll_output())
+      if (auto* e = std::get_if<leasehold::ReleaseOutcomeEvent>(&*o)) confirmed = e->reply == leasehold::ReleaseReply::Confirmed;
+    return confirmed;
+  }
+};
+
+static void redis_compare(int port, int n) {
+  RawLoop raw(port);
+  leasehold::RedisOptions ro;
+  ro.port = port;
+  leasehold::RedisTransport factory(ro);
+  CoreLoop direct(port, factory);
+  if (!raw.ok() || !direct.ok()) {
+    std::printf("redis: cannot connect\n");
+    return;
+  }
+  leasehold::ClientOptions o;
+  o.log = [](std::string_view) {};
+  leasehold::LockClient client(std::make_shared<leasehold::RedisTransport>(ro), o);
+  std::vector<double> lat;
+  lat.reserve(static_cast<std::size_t>(n));
+  double t_raw = 0, t_core = 0, t_client = 0;
+  const int block = 100;
+  for (int done = 0; done < n; done += block) {
+    const int m = std::min(block, n - done);
+    auto t0 = Clock::now();
+    for (int i = done; i < done + m; ++i)
+      if (!raw.cycle(i)) return void(std::printf("raw hiredis: failed\n"));
+    auto t1 = Clock::now();
+    for (int i = done; i < done + m; ++i)
+      if (!direct.cycle(i)) return void(std::printf("core, one thread: failed\n"));
+    auto t2 = Clock::now();
+    for (int i = done; i < done + m; ++i) {
+      const auto a = Clock::now();
+      auto lease = client.acquire("bench-" + std::to_string(i % 16), 10s);
+      lat.push_back(us(Clock::now() - a));
+      if (!lease || lease->release() != leasehold::ReleaseOutcome::Released)
+        return void(std::printf("LockClient: failed\n"));
+    }
+    auto t3 = Clock::now();
+    t_raw += std::chrono::duration<double>(t1 - t0).count();
+    t_core += std::chrono::duration<double>(t2 - t1).count();
+    t_client += std::chrono::duration<double>(t3 - t2).count();
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf("redis, %d lock+unlock each, interleaved blocks of %d:\n", n, block);
+  std::printf("  raw hiredis SET NX PX + DEL   %8.0f/s\n", n / t_raw);
+  std::printf("  core, one thread (2 EVALSHA)  %8.0f/s  %.2fx raw\n", n / t_core, t_raw / t_core);
+  std::printf("  LockClient + RedisTransport   %8.0f/s  %.2fx raw, %.2fx core; acquire p50 %.0fus p99 %.0fus\n",
+              n / t_client, t_raw / t_client, t_core / t_client, lat[lat.size() / 2], lat[lat.size() * 99 / 100]);
 }
 #endif
 
@@ -104,12 +224,9 @@ int main(int argc, char** argv) {
               20000);
 #ifdef LEASEHOLD_BENCH_REDIS
   if (argc > 1) {
-    leasehold::RedisOptions ro;
-    ro.port = std::atoi(argv[1]);
+    const int port = std::atoi(argv[1]);
     const int n = argc > 2 ? std::atoi(argv[2]) : 5000;
-    const double raw = raw_hiredis(ro.port, n);
-    const double lh = round_trips("redis", std::make_shared<leasehold::RedisTransport>(ro), n);
-    if (raw > 0) std::printf("redis: leasehold / raw hiredis = %.2f\n", lh / raw);
+    redis_compare(port, n);
   }
 #else
   (void)argc;

@@ -861,6 +861,12 @@ class Backend {
   virtual void drain(Core& core) {
     while (auto r = core.poll_request()) execute(std::move(*r));
   }
+  // drain(), by a thread that calls run_pending() as soon as it has unlocked the client and
+  // then waits for the answer: the executor may leave the requests to it (no thread hop).
+  virtual void drain_for_caller(Core& core) { drain(core); }
+  // Runs what drain_for_caller() left on the calling thread when its connection is free, or
+  // hands it to the executor's own thread. Called without the client's mutex.
+  virtual void run_pending() noexcept {}
   // What the protocol last saw go wrong (a database error, a refused schema, an error body).
   [[nodiscard]] virtual std::string last_error(const Core& /*core*/) const { return {}; }
   // True when the core's protocol answers status queries (SQL, Redis, etcd): LockClient::status().
@@ -1137,13 +1143,11 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
         return;
       }
       try {
-        const auto before = core_->poll_timeout();
         Input i = std::move(in);
         feed_locked(i);
         drain_locked();
         if (closing_) waiters_cv_.notify_all();  // close() waits for the last cleanups' answers
-        const auto after = core_->poll_timeout();
-        if (!after || (before && *after >= *before)) return;
+        if (!driver_late_locked()) return;
       } catch (const std::exception& e) {
         fail_all_locked(e.what());
       }
@@ -1155,10 +1159,20 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     dirty_ = true;
     driver_cv_.notify_one();
   }
+  // After a drain on this thread: whether the core's deadline is now earlier than the driver
+  // will wake up (the driver drains and re-arms whenever it runs; waking it for nothing costs a
+  // context switch per request).
+  bool driver_late_locked() {
+    const auto d = core_->poll_timeout();
+    return d && *d < driver_until_;
+  }
+  void wake_driver_if_late_locked() {
+    if (driver_late_locked()) poke_locked();
+  }
   void drive() noexcept;
   void feed_locked(Input& in);
   void feed_backend_locked(std::uint64_t now, BackendInput& in);
-  void drain_locked();
+  void drain_locked(bool for_caller = false);
   void dispatch_locked(Output& out);
   void end_record_locked(LeaseRecord& rec, LeaseState st);
   void fail_all_locked(std::string_view why);
@@ -1191,6 +1205,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool closed_ = false;    // all threads joined
   bool broken_ = false;    // the core handle failed (poisoned)
   bool hold_driver_ = false;  // test hook (TestAccess): the driver waits, as in a starved process
+  // When the waiting driver wakes up by itself (ns, the core's clock); 0 while it runs.
+  std::uint64_t driver_until_ = 0;
 
   std::thread driver_;
   std::unique_ptr<Executor> io_, watcher_, callbacks_;
@@ -1368,14 +1384,21 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
-  if (backend_ != nullptr && !hold_driver_) {
+  const bool run_here = backend_ != nullptr && !hold_driver_;
+  if (run_here) {
     try {
-      drain_locked();  // the request goes out from here: one thread hop less
+      drain_locked(true);  // the request goes out from this thread (run_pending below)
+      wake_driver_if_late_locked();
     } catch (const std::exception& e) {
       fail_all_locked(e.what());
+      poke_locked();
     }
+    lk.unlock();
+    backend_->run_pending();
+    lk.lock();
+  } else {
+    poke_locked();
   }
-  poke_locked();
 
   // I3: terminal by the wait deadline + one request timeout. The extra slack only matters when
   // the driver itself is starved; past it we cancel.
@@ -1432,13 +1455,27 @@ inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& r
     return ended();
   }
   if (how == Releasing::Pending) awaiting_reply_[rec->id] = rec;
-  drain();  // this lease's RELEASED or LOST event, dispatched now
+  const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
+                                                           : request_timeout_);
+  if (how == Releasing::Pending && wait.count() > 0 && backend_ != nullptr && !hold_driver_) {
+    // This thread waits for the answer anyway: it sends the request itself.
+    try {
+      drain_locked(true);  // this lease's RELEASED or LOST event, dispatched now
+      wake_driver_if_late_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+      poke_locked();
+    }
+    lk.unlock();
+    backend_->run_pending();
+    lk.lock();
+  } else {
+    drain();  // this lease's RELEASED or LOST event, dispatched now
+  }
   if (how == Releasing::Lost || rec->state == LeaseState::Lost) return ended();
   drop_callback();
   if (how != Releasing::Pending) return ReleaseOutcome::Released;
 
-  const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
-                                                           : request_timeout_);
   try {
     waiters_cv_.wait_until(lk, Clock::now() + std::clamp<std::chrono::nanoseconds>(wait, {}, std::chrono::hours(24)),
                            [&] { return rec->release_reply.has_value() || closing_ || broken_; });
@@ -1647,8 +1684,8 @@ inline void ClientState::dispatch_locked(Output& out) {
       out);
 }
 
-inline void ClientState::drain_locked() {
-  if (backend_ != nullptr) backend_->drain(*core_);
+inline void ClientState::drain_locked(bool for_caller) {
+  if (backend_ != nullptr) for_caller ? backend_->drain_for_caller(*core_) : backend_->drain(*core_);
   while (auto out = core_->poll_output()) dispatch_locked(*out);
   if (backend_ != nullptr && backend_->answers_status()) {
     bool any = false;
@@ -1759,11 +1796,13 @@ inline void ClientState::drive() noexcept {
       if (closing_) waiters_cv_.notify_all();  // close() watches pending_cleanups
       if (stopping_) break;
       auto ready = [&] { return !inputs_.empty() || dirty_ || stopping_; };
+      driver_until_ = deadline ? *deadline : std::numeric_limits<std::uint64_t>::max();
       if (deadline) {
         driver_cv_.wait_until(lk, to_time_point(*deadline), ready);
       } else {
         driver_cv_.wait(lk, ready);
       }
+      driver_until_ = 0;
     } catch (const std::exception& e) {
       fail_all_locked(e.what());
     }

@@ -384,6 +384,8 @@ if not owner then
 end
 if owner ~= token then return 0 end
 redis.call('DEL', lock)
+-- No queue key, nobody waits (the uncontended case): nothing to prune or wake.
+if redis.call('EXISTS', queue) == 0 then return 1 end
 -- Entries older than max_age belong to waiters that died without leaving; a live waiter
 -- that old registers again at its next refusal. A queue key of another type is left alone.
 local oldest = math.floor(server_us() / 1000) - tonumber(age_s)

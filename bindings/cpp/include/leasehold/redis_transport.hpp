@@ -4,7 +4,10 @@
 // meaning of every reply, the wait queue, the wake channel; docs/redis-protocol.md). This
 // executor only runs the core's requests verbatim and hands back what Redis said, unread:
 //   commands connection   — one thread; the requests queued meanwhile go out as one pipeline,
-//                           each reply flattened into lh_value + one data buffer (lh_reply);
+//                           each reply flattened into lh_value + one data buffer (lh_reply).
+//                           An application thread that waits for its own request (acquire,
+//                           release) runs the pipeline itself when the connection is free:
+//                           two thread hops per request cost more than the round trip;
 //   subscriber connection — one thread polling its socket and an eventfd; SUBSCRIBE /
 //                           UNSUBSCRIBE are written there, every message and confirmation goes
 //                           to the core; a lost connection reports its channels unsubscribed
@@ -26,6 +29,8 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <signal.h>
+#include <cerrno>
 #include <charconv>
 #include <tuple>
 #include <strings.h>
@@ -69,6 +74,38 @@ struct RedisStats {
   std::uint64_t wakeups = 0;
   std::uint64_t passed_on = 0;
 };
+
+namespace detail {
+// SIGPIPE blocked on an application thread while it writes to a socket, and one raised meanwhile
+// taken back: a peer that went away is EPIPE, and the thread's signal mask is left as it was.
+class SigpipeScope {
+ public:
+  SigpipeScope() noexcept {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t p;
+    sigpending(&p);
+    was_pending_ = sigismember(&p, SIGPIPE) == 1;
+  }
+  ~SigpipeScope() {
+    sigset_t p;
+    sigpending(&p);
+    if (!was_pending_ && sigismember(&p, SIGPIPE) == 1) {
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeScope(const SigpipeScope&) = delete;
+  SigpipeScope& operator=(const SigpipeScope&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
+}  // namespace detail
 
 class RedisTransport final : public Transport, public Backend {
   struct CtxFree { void operator()(redisContext* c) const noexcept { redisFree(c); } };  // clang-format off
@@ -129,13 +166,47 @@ class RedisTransport final : public Transport, public Backend {
       std::lock_guard g(mu_);
       if (closed_) return;
       (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
+      if (!sub && caller_runs_) return;  // run_pending() follows
     }
     sub ? wake() : cv_.notify_one();
+  }
+  void drain_for_caller(Core& core) override {
+    {
+      std::lock_guard g(mu_);
+      caller_runs_ = true;
+    }
+    struct Reset {
+      RedisTransport* t;
+      ~Reset() {
+        std::lock_guard g(t->mu_);
+        t->caller_runs_ = false;
+      }
+    } reset{this};
+    drain(core);
+  }
+  void run_pending() noexcept override {
+    std::deque<Request> batch;
+    {
+      std::unique_lock l(mu_);
+      if (closed_ || cmd_q_.empty()) return;
+      if (cmd_busy_) return cv_.notify_one();  // the running batch's owner hands it on
+      cmd_busy_ = true;
+      batch.swap(cmd_q_);
+    }
+    {
+      const detail::SigpipeScope quiet;
+      run_batch(batch);
+    }
+    {
+      std::lock_guard g(mu_);
+      cmd_busy_ = false;
+    }
+    cv_.notify_all();  // the commands thread (more requests) or close() (the connection is free)
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() override {
     {
-      std::lock_guard g(mu_);
+      std::unique_lock l(mu_);
       if (closed_) return;
       closed_ = true;
       if (cmd_fd_ >= 0) ::shutdown(cmd_fd_, SHUT_RDWR);
@@ -144,6 +215,9 @@ class RedisTransport final : public Transport, public Backend {
     wake();
     if (commands_.joinable()) commands_.join();
     if (subscriber_.joinable()) subscriber_.join();
+    std::unique_lock l(mu_);
+    cv_.wait(l, [&] { return !cmd_busy_; });  // an application thread's batch (unblocked above)
+    cmd_.reset();
   }
 
  private:
@@ -254,42 +328,51 @@ class RedisTransport final : public Transport, public Backend {
 
   void command_loop() {
     detail::block_sigpipe_in_this_thread();
-    Ctx c;
     for (;;) {
       std::deque<Request> batch;
       {
         std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return closed_ || !cmd_q_.empty(); });
+        cv_.wait(l, [&] { return closed_ || (!cmd_q_.empty() && !cmd_busy_); });
         if (closed_) return;
+        cmd_busy_ = true;
         batch.swap(cmd_q_);
       }
-      if (!c) {
-        std::string addr;
-        if ((c = connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
-      }
-      std::size_t sent = 0, done = 0;
-      bool demoted = false;
-      while (c && sent < batch.size() && append(c.get(), batch[sent].argv) == REDIS_OK) ++sent;
-      for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
-        Reply r(static_cast<redisReply*>(raw));
-        demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
-        BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false, {}};
-        flatten(r.get(), in);
-        sink_(std::move(in));
-      }
-      if (demoted && sentinel() && done == batch.size()) {
-        // The master became a replica: ask the sentinels again on the next request.
-        log("commands connection: the master was demoted");
-        set_cmd_fd(-1);
-        c.reset();
-        continue;
-      }
-      if (done == batch.size()) continue;
-      if (c) log(std::string("commands connection: ") + (c->err ? c->errstr : "broken"));
-      for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id);
+      run_batch(batch);
+      std::lock_guard g(mu_);
+      cmd_busy_ = false;
+      cv_.notify_all();  // close() may wait for the connection
+    }
+  }
+  // Sends the batch as one pipeline on cmd_ and hands back the replies (the caller set
+  // cmd_busy_: cmd_ is this thread's until it clears it).
+  void run_batch(std::deque<Request>& batch) {
+    Ctx& c = cmd_;
+    if (!c) {
+      std::string addr;
+      if ((c = connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
+    }
+    std::size_t sent = 0, done = 0;
+    bool demoted = false;
+    while (c && sent < batch.size() && append(c.get(), batch[sent].argv) == REDIS_OK) ++sent;
+    for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
+      Reply r(static_cast<redisReply*>(raw));
+      demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
+      BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false, {}};
+      flatten(r.get(), in);
+      sink_(std::move(in));
+    }
+    if (demoted && sentinel() && done == batch.size()) {
+      // The master became a replica: ask the sentinels again on the next request.
+      log("commands connection: the master was demoted");
       set_cmd_fd(-1);
       c.reset();
+      return;
     }
+    if (done == batch.size()) return;
+    if (c) log(std::string("commands connection: ") + (c->err ? c->errstr : "broken"));
+    for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id);
+    set_cmd_fd(-1);
+    c.reset();
   }
   void set_cmd_fd(int fd) { std::lock_guard g(mu_); cmd_fd_ = fd; }
   // (Sentinel) A connection reached the master at addr; the subscriber leaves an older one.
@@ -377,6 +460,9 @@ class RedisTransport final : public Transport, public Backend {
   std::condition_variable cv_;
   std::deque<Request> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
+  bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
+  bool caller_runs_ = false;           // guarded by mu_: in drain_for_caller()
+  Ctx cmd_;                            // the commands connection: its thread's while cmd_busy_
   std::string master_;                 // guarded by mu_: the master a connection reached last
   std::string master_addr() {
     std::lock_guard g(mu_);
