@@ -28,7 +28,6 @@ def test_run_gets_a_redis_fencing_token_and_releases(redis_server, r, worker_env
 
 
 def test_run_with_wait_0_gives_up_when_held_in_redis(redis_server, r, worker_env):
-    k = keys_for("busy")
     plant_holder(r, "busy")
     res = run_cli(["run", "--wait", "0", "busy", "--backend", redis_server.url, "--", "true"], worker_env)
     assert res.returncode == 75, (res.returncode, res.stderr)
