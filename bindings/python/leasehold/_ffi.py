@@ -26,7 +26,7 @@ from typing import Any
 
 from . import errors
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # ---- constants (mirror include/leasehold.h) ---------------------------------------------
 LH_OK = 0
