@@ -411,7 +411,7 @@ def bench_idle(
     renewals = renew_after - renew_before
     # commandstats also counts the commands a Lua script runs inside Redis; only leasehold runs
     # scripts in this phase (its waiters' retries and the holder's renewals), so for it count the
-    # client's requests (EVALSHA/EVAL, PING, ...) and report the script-internal ones separately.
+    # client's requests (script calls, PING, ...) and report the script-internal ones separately.
     internal = LUA_INTERNAL if impl.label.startswith("leasehold") else set()
     inside = sum(v for k, v in delta.items() if k in internal)
     waiter_cmds = sum(delta.values()) - delta.get("info", 0) - renewals - inside
