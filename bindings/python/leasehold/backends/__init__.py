@@ -1,13 +1,13 @@
 """Lock services (backends).
 
 * :mod:`leasehold.backends.memory` – in-process reference with fault switches (tests, examples);
-* :mod:`leasehold.backends.sqlite` – the embedded default for processes on one host;
-* :mod:`leasehold.backends.redis` / :mod:`leasehold.backends.redis_async` – Redis.
+* :mod:`leasehold.backends.sqlite` – the embedded default for processes on one host.
 
 Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
 replies; the executor owns the connections):
 
-* :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis;
+* :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
+  (also under their first names: :mod:`leasehold.backends.redis` / :mod:`leasehold.backends.redis_async`);
 * :mod:`leasehold.backends.sql_executor` – SQLite (``sqlite3``) and PostgreSQL (psycopg 3),
   :mod:`leasehold.backends.sql_executor_async` – PostgreSQL for asyncio;
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).
