@@ -530,33 +530,6 @@
 #define LH_RELEASE_TRANSPORT_ERROR 3
 
 /**
- * `lh_granted` outcome: taken as the answer to the attempt it names: an `ACQUIRED` event is
- * queued, unless the grant was already too old to believe (then the lease asks again after a
- * backoff, or fails at its deadline).
- */
-#define LH_GRANT_ACCEPTED 1
-
-/**
- * `lh_granted` outcome: the notice could not be dated; the lease sent a fresh ACQUIRE.
- */
-#define LH_GRANT_RETRYING 2
-
-/**
- * `lh_granted` outcome: the lease had ended; the core releases the grant (a RELEASE command).
- */
-#define LH_GRANT_RELEASING 3
-
-/**
- * `lh_granted` outcome: nothing to do (already held, or the attempt in flight returns it).
- */
-#define LH_GRANT_IGNORED 4
-
-/**
- * `lh_granted` outcome: no lease here owns the token; the host must release the grant itself.
- */
-#define LH_GRANT_NOT_OURS 5
-
-/**
  * `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
  */
 #define LH_RELEASING_HOLDER_LEFT 1
@@ -654,7 +627,7 @@
  * ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
  * at load time.
  */
-#define LH_ABI_VERSION 1
+#define LH_ABI_VERSION 2
 
 /**
  * Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`
@@ -823,82 +796,6 @@
  * for the connection are discarded.
  */
 #define LH_MEMORY_PARTITIONED 32
-
-/**
- * `lh_redis_script` kind: ACQUIRE. `KEYS = [lock, fence]`, `ARGV = [token, ttl_ms]`, or, to
- * queue as a waiter when refused, `KEYS = [lock, fence, waiters]`,
- * `ARGV = [token, ttl_ms, wake_channel]` (protocol 2: the client's wake channel is queued),
- * or `KEYS = [lock, fence, waiters, grants]`, `ARGV = [token, ttl_ms, wake_channel, tag]`
- * (protocol 3: the lease is queued as `wake_channel#token` with its `ttl_ms` and `tag`, the
- * host's attempt id in 1..20 decimal digits, for a direct grant on release) →
- * `[1, fencing_token, ttl_ms]` granted (idempotent for the same token) or
- * `[0, retry_after_ms]` held by another token (`-1` = no hint). A wake channel is `lh:wake:`
- * followed by a suffix unique to the client's pub/sub connection (at most 128 bytes in all,
- * never a `#`; `lh_redis_wake_channel` makes one); the client subscribes to it before it
- * queues.
- */
-#define LH_REDIS_SCRIPT_ACQUIRE 1
-
-/**
- * `lh_redis_script` kind: RENEW. `KEYS = [lock]`, `ARGV = [token, ttl_ms]` → `1` renewed,
- * `0` rejected (never re-creates an expired lock).
- */
-#define LH_REDIS_SCRIPT_RENEW 2
-
-/**
- * `lh_redis_script` kind: RELEASE. `KEYS = [lock]`, `[lock, waiters]` or
- * `[lock, waiters, fence, grants]`, `ARGV = [token, channel, name]` plus optionally the
- * caller's own wake channel if it no longer waits → `1` released (the oldest live queued
- * waiter is woken with `name` on its wake channel, or with the 4 keys a queued lease is
- * granted the lock directly and gets a grant notice on it; then `PUBLISH channel name`), `0`
- * not owner. A grant notice is `"\0grant TAG FENCE TTL_MS TOKEN_LEN "` followed by the token
- * and the name (numbers in decimal, tokens may contain spaces); a wake-channel payload that
- * starts with a NUL byte is a grant notice, anything else a lock name.
- */
-#define LH_REDIS_SCRIPT_RELEASE 3
-
-/**
- * `lh_redis_script` kind: NOTIFY. `KEYS = [waiters]`, `ARGV = [name]` plus optionally the
- * caller's own wake channel → `1` a queued client was woken, `0` none was reachable. A
- * client runs it when it receives a wake-up for a name it no longer waits for. It never
- * grants: a protocol-3 entry gets the plain name too.
- */
-#define LH_REDIS_SCRIPT_NOTIFY 4
-
-/**
- * `lh_redis_key` kind: the lock key `lh:{NAME}` (a hash `{token, fence}` with a PX expiry).
- */
-#define LH_REDIS_KEY_LOCK 1
-
-/**
- * `lh_redis_key` kind: the fence key `lh:{NAME}:fence` (decimal text, no expiry).
- */
-#define LH_REDIS_KEY_FENCE 2
-
-/**
- * `lh_redis_key` kind: the release channel `lh:{NAME}:released` (every release is published
- * on it; subscribe to hear all releases of a name).
- */
-#define LH_REDIS_KEY_CHANNEL 3
-
-/**
- * `lh_redis_key` kind: the waiters key `lh:{NAME}:waiters` (a zset of the wake channels of
- * waiting clients, and of `wake_channel#token` entries of waiting leases, oldest first;
- * RELEASE wakes one of them).
- */
-#define LH_REDIS_KEY_WAITERS 4
-
-/**
- * `lh_redis_key` kind: the grants key `lh:{NAME}:grants` (protocol 3: a hash from the token
- * of each queued lease to `<ttl_ms>:<tag>` of its latest refused attempt; a 4-key RELEASE
- * grants the lock to the oldest queued lease with these).
- */
-#define LH_REDIS_KEY_GRANTS 5
-
-/**
- * Random bytes `lh_redis_wake_channel` takes.
- */
-#define LH_REDIS_WAKE_RANDOM_LEN 16
 
 /**
  * `lh_sql_options.dialect`: SQLite (one file shared by the processes of one host).
@@ -2223,27 +2120,6 @@ lh_status lh_release_result(struct lh_client *c,
 lh_status lh_released(struct lh_client *c, uint64_t now, const uint8_t *name, size_t name_len);
 
 /**
- * Delivers a grant notice (Redis protocol 3's direct grant): while releasing someone else's
- * lock, the service granted it to the queued attempt `request_id`, whose ownership token is
- * `token` (its text as sent, `token_len` bytes). `*out_outcome` receives an `LH_GRANT_*`
- * value; on `LH_GRANT_NOT_OURS` the host must release the grant for `token` itself (no lease
- * here can). Late, duplicate and forged notices are safe to deliver.
- *
- * # Safety
- * `c` is NULL or a live handle; `token` points to `token_len` readable bytes (or is NULL
- * with `token_len` 0; a `token_len` above 256 is never read: no token that long is ours);
- * `out_outcome` is NULL or writable.
- */
-lh_status lh_granted(struct lh_client *c,
-                     uint64_t now,
-                     uint64_t request_id,
-                     const uint8_t *token,
-                     size_t token_len,
-                     uint64_t fencing_token,
-                     uint64_t ttl_ms,
-                     uint32_t *out_outcome);
-
-/**
  * Tells the core that time has passed (call it when the deadline from `lh_poll_timeout`
  * arrives; early or spurious calls are harmless).
  *
@@ -2659,71 +2535,6 @@ lh_status lh_memory_service_stats_get(struct lh_memory_service *svc, struct lh_m
  * `svc` is NULL or a live handle.
  */
 lh_status lh_memory_service_debug_panic(struct lh_memory_service *svc);
-
-/**
- * The canonical Lua script of `kind` (`LH_REDIS_SCRIPT_*`).
- *
- * On success `*out_text` points to static text (valid for the life of the process, never
- * freed, NUL-terminated for convenience) and `*out_len` is its length in bytes without the
- * NUL. Run it with EVALSHA (SHA1 of exactly those `*out_len` bytes), falling back to EVAL on
- * a NOSCRIPT error. A Redis error reply whose message starts with `lh:` means garbage in the
- * keyspace or malformed arguments: report it as a transport error, never as a grant.
- *
- * Errors: `LH_ERR_NULL_ARGUMENT` (an out-pointer is NULL), `LH_ERR_INVALID_ENUM` (unknown
- * kind).
- *
- * # Safety
- * `out_text` and `out_len` are NULL or valid for writes.
- */
-lh_status lh_redis_script(uint32_t kind, const char **out_text, size_t *out_len);
-
-/**
- * Formats the Redis key of `kind` (`LH_REDIS_KEY_*`) for the lock `name` into `buf`.
- *
- * `name` is UTF-8 of `name_len` bytes (not NUL-terminated), non-empty, at most
- * `LH_MAX_NAME_LEN` bytes and without NUL — the same rules as `lh_acquire`. On success the
- * key (not NUL-terminated) is in `buf[0 .. *out_len]`. If `buf_len` is too small the call
- * returns `LH_ERR_BUFFER_TOO_SMALL`, writes nothing to `buf` and sets `*out_len` to the size
- * needed (so `buf = NULL, buf_len = 0` asks for the size). `buf` may be NULL only when
- * `buf_len` is 0.
- *
- * Errors: `LH_ERR_NULL_ARGUMENT`, `LH_ERR_INVALID_ENUM`, `LH_ERR_INVALID_UTF8`,
- * `LH_ERR_EMPTY_NAME`, `LH_ERR_NAME_TOO_LONG`, `LH_ERR_NAME_HAS_NUL`,
- * `LH_ERR_BUFFER_TOO_SMALL`.
- *
- * # Safety
- * `name` points to `name_len` readable bytes (if `name_len <= LH_MAX_NAME_LEN`); `buf` is
- * NULL with `buf_len == 0` or points to `buf_len` writable bytes that do not overlap `name`;
- * `out_len` is NULL or valid for writes.
- */
-lh_status lh_redis_key(uint32_t kind,
-                       const uint8_t *name,
-                       size_t name_len,
-                       uint8_t *buf,
-                       size_t buf_len,
-                       size_t *out_len);
-
-/**
- * Formats a wake channel into `buf` from `LH_REDIS_WAKE_RANDOM_LEN` random bytes: `lh:wake:`
- * and the bytes in lowercase hex (40 bytes). Take the bytes from the OS (`getrandom`,
- * `/dev/urandom`) once per pub/sub connection; every client needs a channel of its own.
- *
- * On success the channel (not NUL-terminated) is in `buf[0 .. *out_len]`. If `buf_len` is too
- * small the call returns `LH_ERR_BUFFER_TOO_SMALL`, writes nothing to `buf` and sets
- * `*out_len` to the size needed (so `buf = NULL, buf_len = 0` asks for the size). `buf` may be
- * NULL only when `buf_len` is 0.
- *
- * Errors: `LH_ERR_NULL_ARGUMENT`, `LH_ERR_BUFFER_TOO_SMALL`.
- *
- * # Safety
- * `random` is NULL or points to `LH_REDIS_WAKE_RANDOM_LEN` readable bytes; `buf` is NULL with
- * `buf_len == 0` or points to `buf_len` writable bytes that do not overlap `random`; `out_len`
- * is NULL or valid for writes.
- */
-lh_status lh_redis_wake_channel(const uint8_t *random,
-                                uint8_t *buf,
-                                size_t buf_len,
-                                size_t *out_len);
 
 /**
  * Fills `*out` with the default SQL options (SQLite, and `struct_size`). NULL is ignored.

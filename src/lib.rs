@@ -72,7 +72,6 @@ mod types;
 
 pub mod backend;
 pub mod ffi;
-pub mod redis;
 #[cfg(feature = "sim")]
 pub mod sim;
 
@@ -81,9 +80,9 @@ pub use engine::config::{AcquireOptions, Config, MAX_LEASES_LIMIT, TTL_CEILING_M
 pub use engine::rng::MIN_SEED_LEN;
 pub use error::Error;
 pub use types::{
-    AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, INLINE_NAME_LEN,
-    LeaseId, LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult,
-    Releasing, RenewResult, RequestId, Token,
+    AcquireFailReason, AcquireResult, Command, Counters, Event, INLINE_NAME_LEN, LeaseId,
+    LeaseInfo, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
+    RenewResult, RequestId, Token,
 };
 
 /// Longest lock name in bytes: names become service keys, so they are bounded.

@@ -224,32 +224,6 @@ pub enum AcquireResult<'a> {
     TransportError,
 }
 
-/// What the core made of a grant notice (`Client::handle_granted`): a grant the service gave a
-/// queued waiter while releasing someone else's lock, announced instead of answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum GrantNotice {
-    /// Taken as the answer to the attempt the notice names (that attempt reached the service
-    /// before the grant was made): the lease is held, its validity counted from that
-    /// attempt's send time, unless that leaves nothing to believe; then, as for a stale
-    /// reply, it asks again after a backoff (or gives up at its deadline).
-    Accepted = 1,
-    /// The notice could not be dated (it names an older attempt): the lease asks again at
-    /// once. ACQUIRE is idempotent for its token, so the answer is the same grant, dated.
-    Retrying = 2,
-    /// The lease had already ended: the grant is released (rule 6).
-    Releasing = 3,
-    /// Nothing to do: the lease holds this lock already, or its in-flight attempt will return
-    /// the grant (a refusal of it makes the lease ask again at once).
-    Ignored = 4,
-    /// The record the notice's attempt names does not own its token (the lease's record is
-    /// gone). Only the host can release that grant now: it must send a release for the
-    /// notice's token itself. A notice from our own queued attempt always names its lease's
-    /// record, so for those this means "no lease here owns it"; anyone able to forge one on
-    /// the service could as well delete the lock outright.
-    NotOurs = 5,
-}
-
 /// What the service answered to a `Renew` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewResult {

@@ -380,10 +380,6 @@ fn null_handle_everywhere() {
             LH_ERR_NULL_ARGUMENT,
         );
         expect(lh_released(n, 0, NAME.as_ptr(), 6), LH_ERR_NULL_ARGUMENT);
-        expect(
-            lh_granted(n, 0, 1, NAME.as_ptr(), 6, 1, 1000, &mut u32v),
-            LH_ERR_NULL_ARGUMENT,
-        );
         expect(lh_timeout(n, 0), LH_ERR_NULL_ARGUMENT);
         expect(lh_poll_output(n, out.as_mut_ptr()), LH_ERR_NULL_ARGUMENT);
         expect(lh_poll_timeout(n, &mut u64v), LH_ERR_NULL_ARGUMENT);
@@ -426,113 +422,6 @@ fn null_out_params_change_nothing() {
         LH_ERR_NULL_ARGUMENT,
     );
     assert_eq!(poll(&h).unwrap().raw.kind, LH_OUTPUT_ACQUIRE);
-}
-
-#[test]
-fn grant_notices_through_the_abi() {
-    let h = client();
-    let mut o = opts(3000);
-    o.wait_ns = 600_000 * MS;
-    let lease = acquire(&h, 0, NAME, &o).unwrap();
-    let a = poll(&h).unwrap();
-    let req = a.raw.request_id;
-    // SAFETY: valid handle; no retry hint.
-    expect(
-        unsafe {
-            lh_acquire_result(
-                h.0,
-                MS,
-                req,
-                LH_ACQUIRE_HELD_BY_OTHER,
-                0,
-                0,
-                20_000,
-                null(),
-                0,
-            )
-        },
-        LH_OK,
-    );
-    drain(&h);
-    let mut outcome = 0u32;
-    // SAFETY: NULL and hostile arguments are documented errors; other pointers valid.
-    unsafe {
-        expect(
-            lh_granted(h.0, 2 * MS, req, a.token.as_ptr(), 32, 9, 3000, null_mut()),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        expect(
-            lh_granted(h.0, 2 * MS, req, null(), 32, 9, 3000, &mut outcome),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        assert_eq!(outcome, 0, "out-params are written only on success");
-        assert_eq!(state(&h, lease), Ok(LH_STATE_ACQUIRING));
-        // A token longer than any ownership token is not ours, and is not read (a 1-byte
-        // buffer with a huge length must not even become a slice).
-        let one = [b'a'];
-        expect(
-            lh_granted(
-                h.0,
-                2 * MS,
-                req,
-                one.as_ptr(),
-                usize::MAX,
-                9,
-                3000,
-                &mut outcome,
-            ),
-            LH_OK,
-        );
-        assert_eq!(outcome, LH_GRANT_NOT_OURS);
-        // A wrong token (or none) is not ours: the host releases that grant itself.
-        expect(
-            lh_granted(h.0, 2 * MS, req, null(), 0, 9, 3000, &mut outcome),
-            LH_OK,
-        );
-        assert_eq!(outcome, LH_GRANT_NOT_OURS);
-        expect(
-            lh_granted(h.0, 2 * MS, req, NAME.as_ptr(), 6, 9, 3000, &mut outcome),
-            LH_OK,
-        );
-        assert_eq!(outcome, LH_GRANT_NOT_OURS);
-        assert_eq!(state(&h, lease), Ok(LH_STATE_ACQUIRING));
-        // The real notice for the latest attempt: held, dated from that attempt's send (t=0).
-        expect(
-            lh_granted(
-                h.0,
-                2 * MS,
-                req,
-                a.token.as_ptr(),
-                32,
-                9,
-                3000,
-                &mut outcome,
-            ),
-            LH_OK,
-        );
-        assert_eq!(outcome, LH_GRANT_ACCEPTED);
-    }
-    let ev = drain(&h);
-    let acq = find(&ev, LH_OUTPUT_ACQUIRED).expect("acquired");
-    assert_eq!((acq.raw.lease_id, acq.raw.fencing_token), (lease, 9));
-    assert!(acq.raw.valid_until_ns < 3000 * MS);
-    // SAFETY: valid pointers.
-    unsafe {
-        expect(
-            lh_granted(
-                h.0,
-                3 * MS,
-                req,
-                a.token.as_ptr(),
-                32,
-                9,
-                3000,
-                &mut outcome,
-            ),
-            LH_OK,
-        );
-    }
-    assert_eq!(outcome, LH_GRANT_IGNORED);
 }
 
 #[test]

@@ -18,7 +18,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this package was written against.
-const ABIVersion = 1
+const ABIVersion = 2
 
 // C status codes (lh_status); the values are part of the stable ABI.
 const (

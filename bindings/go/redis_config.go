@@ -70,7 +70,7 @@ func NewRedisTransportWithOptions(rdb redis.UniversalClient, o *RedisOptions) (*
 // NewRedisClusterTransport returns the executor configuration for a Redis
 // Cluster client (the caller keeps ownership of it): commands are routed by
 // their keys' slot (every key of a name has the hash tag {NAME}) and the
-// wake-ups of a name travel on its shard channel, lh:{NAME}:wake, subscribed
+// wake-ups of a name travel on its shard channel (docs/redis-protocol.md), subscribed
 // on the master of its slot while this client waits on the name (Redis 7+).
 // o may be nil; ShardedWake is set either way.
 //

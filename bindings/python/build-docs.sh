@@ -44,7 +44,6 @@ modules = [
     "leasehold.backends.sqlite",
     "leasehold.backends.redis",
     "leasehold.backends.redis_async",
-    "leasehold.backends.redis_protocol",
     "leasehold.backends.redis_executor",
     "leasehold.backends.redis_executor_async",
     "leasehold.backends.sql_executor",

@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use crate::{Seq, SmallBytes};
 use leasehold::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Error,
-    Event, GrantNotice, LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN,
-    MIN_SEED_LEN, Output, ReleaseResult, RenewResult, RequestId,
+    Event, LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN,
+    Output, ReleaseResult, RenewResult, RequestId,
 };
 
 /// Errors leave the core exactly as before the call (src/error.rs). `false` tolerates the two
@@ -196,61 +196,6 @@ pub enum ReleaseOutcome {
     TransportError,
 }
 
-/// Which request a grant notice names.
-#[derive(Arbitrary, Debug, Clone, Copy)]
-pub enum NoticeReq {
-    /// The n-th most recent Acquire command (n mod 8), answered or not: usually a lease's
-    /// latest attempt (`Accepted`), or an older one (`Retrying`/`Ignored`).
-    Recent(u8),
-    /// A recent Acquire's id with its per-slot counter moved by `delta` (a forged id of a
-    /// real slot: a future request, an older one, or another lease's in a reused slot).
-    Shifted(u8, i8),
-    /// Outstanding acquires, any request seen (renew/release ids too), or any id.
-    Req(ReqChoice),
-    /// Request id 0 (never issued: always `NotOurs`).
-    Zero,
-}
-
-/// The ownership token a grant notice carries.
-#[derive(Arbitrary, Debug, Clone)]
-pub enum NoticeToken {
-    /// The token the named request carried (as its command had it, 32 lowercase hex chars);
-    /// for an unknown request, the newest lease's token.
-    Real,
-    /// The token of the n-th lease that has one (usually another lease's).
-    OfLease(u8),
-    /// The real token cut to `n mod 32` bytes.
-    Truncated(u8),
-    /// The real token in upper case (not the text the commands carry).
-    Upper,
-    /// The real token with one byte changed.
-    Flip(u8, u8),
-    /// The real token with one byte appended.
-    Longer(u8),
-    Bytes(SmallBytes),
-    Empty,
-}
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-pub enum NoticeTtl {
-    /// The lease's requested TTL.
-    AsRequested,
-    Zero,
-    Ms(u16),
-    /// `u64::MAX` ms.
-    Huge,
-    Raw(u64),
-}
-
-/// A grant notice (Redis protocol 3's direct grant, `Client::handle_granted`).
-#[derive(Arbitrary, Debug, Clone)]
-pub struct Notice {
-    pub req: NoticeReq,
-    pub token: NoticeToken,
-    pub fence: FenceChoice,
-    pub ttl: NoticeTtl,
-}
-
 #[derive(Arbitrary, Debug, Clone)]
 pub enum Op {
     Acquire {
@@ -299,33 +244,14 @@ pub enum Op {
     Reseed {
         seed: SmallBytes,
     },
-    /// A grant notice. Not decoded by the derive (see [`HostOp`]), so the inputs written
-    /// before it existed (corpus, regressions) still decode to the same ops.
-    #[arbitrary(skip)]
-    GrantNotice(Notice),
 }
 
-/// One op of an input. An op's tag is the `u32` the derived [`Op`] decoding starts with
-/// (it picks the variant from the tag's high bits); a tag whose low bits equal
-/// [`NOTICE_TAG`] (mod [`NOTICE_TAG_MOD`]) is a grant notice instead. Adding a variant to
-/// `Op` would have remapped every tag and changed what every committed input means.
+/// One op of an input (a wrapper, so that inputs and tests keep one type of op).
 #[derive(Clone)]
 pub struct HostOp(pub Op);
 
-/// Grant notices take one tag in `NOTICE_TAG_MOD` (chosen so that no op of
-/// `regressions/client_ops/` changes meaning).
-pub const NOTICE_TAG_MOD: u32 = 16;
-pub const NOTICE_TAG: u32 = 3;
-
 impl<'a> Arbitrary<'a> for HostOp {
     fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
-        if let Some(head) = u.peek_bytes(4) {
-            let tag = u32::arbitrary(&mut arbitrary::Unstructured::new(head))?;
-            if tag % NOTICE_TAG_MOD == NOTICE_TAG {
-                u.bytes(4)?;
-                return Ok(HostOp(Op::GrantNotice(Notice::arbitrary(u)?)));
-            }
-        }
         Ok(HostOp(Op::arbitrary(u)?))
     }
 
@@ -832,7 +758,6 @@ impl Harness {
                     self.serve(*drop_some, false);
                 }
             }
-            Op::GrantNotice(n) => self.grant_notice(n),
             Op::Reseed { seed } => {
                 let seed = &seed.0;
                 let before = self.client.counters();
@@ -1219,297 +1144,6 @@ impl Harness {
             0,
             None,
         );
-    }
-
-    fn notice_req(&self, c: NoticeReq) -> u64 {
-        let recent = |i: u8| {
-            let n = self.acquire_log.len().min(8);
-            (n > 0).then(|| self.acquire_log[self.acquire_log.len() - 1 - usize::from(i) % n])
-        };
-        match c {
-            NoticeReq::Recent(i) => recent(i).unwrap_or(u64::from(i)),
-            NoticeReq::Shifted(i, d) => recent(i).map_or(u64::from(i), |r| {
-                let n = (r >> 24).wrapping_add_signed(i64::from(d)) & ((1 << 40) - 1);
-                (n << 24) | (r & SLOT_MASK)
-            }),
-            NoticeReq::Req(rc) => self.pick_req(rc, Kind::Acquire),
-            NoticeReq::Zero => 0,
-        }
-    }
-
-    fn notice_token(&self, c: &NoticeToken, q: Option<&ReqModel>) -> Vec<u8> {
-        let tokens: Vec<[u8; 32]> = self.leases.iter().filter_map(|l| l.token).collect();
-        let real = q
-            .map(|q| q.token)
-            .or_else(|| tokens.last().copied())
-            .map(|t| t.to_vec())
-            .unwrap_or_default();
-        match c {
-            NoticeToken::Real => real,
-            NoticeToken::OfLease(i) if !tokens.is_empty() => {
-                tokens[usize::from(*i) % tokens.len()].to_vec()
-            }
-            NoticeToken::OfLease(_) => real,
-            NoticeToken::Truncated(n) => real[..real.len().min(usize::from(*n) % 32)].to_vec(),
-            NoticeToken::Upper => real.to_ascii_uppercase(),
-            NoticeToken::Flip(i, b) => {
-                let mut t = real;
-                if !t.is_empty() {
-                    let k = usize::from(*i) % t.len();
-                    t[k] ^= *b;
-                }
-                t
-            }
-            NoticeToken::Longer(b) => {
-                let mut t = real;
-                t.push(*b);
-                t
-            }
-            NoticeToken::Bytes(b) => b.0.clone(),
-            NoticeToken::Empty => Vec::new(),
-        }
-    }
-
-    /// Delivers a grant notice and checks its outcome against what the model knows.
-    ///
-    /// The model knows which lease record owns a (slot, token) pair before the call. When no
-    /// timer is due at `now` (`quiet`), the call sees exactly that state, so the outcome is
-    /// determined up to `Ignored`/`Retrying` for an acquiring lease whose in-flight request
-    /// the core may have timed out on its own. Otherwise timers run first (a lease may end
-    /// or its record go), and only implications that survive that are checked.
-    fn grant_notice(&mut self, n: &Notice) {
-        let now = self.host_now;
-        let r = self.notice_req(n.req);
-        let q = self.requests.get(&r).cloned();
-        let tok = self.notice_token(&n.token, q.as_ref());
-        let slot = r & SLOT_MASK;
-        // The lease whose record holds this slot and token (one record per slot).
-        let owner = (0..self.leases.len()).find(|&i| {
-            let l = &self.leases[i];
-            l.slot == Some(slot)
-                && l.token.is_some_and(|t| t.as_slice() == tok.as_slice())
-                && self.client.lease_state(l.id).is_ok()
-        });
-        let ttl = match n.ttl {
-            NoticeTtl::AsRequested => owner.map_or(1_000, |i| self.leases[i].ttl_ms),
-            NoticeTtl::Zero => 0,
-            NoticeTtl::Ms(ms) => u64::from(ms),
-            NoticeTtl::Huge => u64::MAX,
-            NoticeTtl::Raw(v) => v,
-        };
-        let tok32: Option<[u8; 32]> = tok.as_slice().try_into().ok();
-        let fence = match (n.fence, owner, tok32) {
-            (FenceChoice::Next, Some(i), Some(t)) => {
-                let svc = self.service.entry(self.leases[i].name.clone()).or_default();
-                if svc.holder == Some(t) {
-                    svc.fence
-                } else {
-                    svc.fence + 1
-                }
-            }
-            (FenceChoice::Next, _, _) => 1,
-            (FenceChoice::Raw(v), o, _) => {
-                if let Some(i) = o {
-                    self.tainted.insert(self.leases[i].name.clone());
-                }
-                v
-            }
-        };
-        let latest = self
-            .requests
-            .keys()
-            .filter(|k| *k & SLOT_MASK == slot)
-            .max()
-            .copied();
-        let before = self.client.counters();
-        let quiet = self.quiet(now);
-        let pre = owner.map(|i| {
-            let l = &self.leases[i];
-            let of_l = |kind: Kind| {
-                self.requests
-                    .values()
-                    .filter(|x| x.lease == l.id && x.kind == kind)
-                    .count()
-            };
-            (
-                l.terminal.is_some(),
-                l.terminal.is_none() && l.acquired,
-                self.requests
-                    .values()
-                    .any(|x| x.lease == l.id && !x.answered),
-                of_l(Kind::Acquire),
-                of_l(Kind::Release),
-            )
-        });
-        // The notice names the owner's latest attempt, an Acquire.
-        let names_latest = match (&q, owner) {
-            (Some(q), Some(i)) => {
-                latest == Some(r) && q.kind == Kind::Acquire && q.lease == self.leases[i].id
-            }
-            _ => false,
-        };
-
-        let outcome = self
-            .client
-            .handle_granted(now, RequestId(r), &tok, fence, ttl);
-        self.dataless_grant_fed = true;
-        self.touch(now);
-        self.features |= 1 << (50 + outcome as u32);
-        let what = format!("grant notice for request {r} ({q:?}) token {tok:?} -> {outcome:?}");
-
-        let (Some(i), Some((ended, held, open, acquires, releases)), false) = (owner, pre, r == 0)
-        else {
-            check!(
-                outcome == GrantNotice::NotOurs,
-                "notice",
-                "{what}: no record owns this request's slot and token"
-            );
-            if quiet {
-                self.expect_unchanged(&before, "a NotOurs grant notice");
-            } else {
-                let mut ctx = OpCtx::default();
-                self.drain(&mut ctx);
-            }
-            return;
-        };
-        if quiet {
-            let want: &[GrantNotice] = if ended {
-                &[GrantNotice::Releasing]
-            } else if held {
-                &[GrantNotice::Ignored]
-            } else if names_latest {
-                &[GrantNotice::Accepted]
-            } else {
-                &[GrantNotice::Ignored, GrantNotice::Retrying]
-            };
-            check!(
-                want.contains(&outcome),
-                "notice",
-                "{what}: lease ended={ended} held={held}, names its latest attempt: \
-                 {names_latest}; expected {want:?}"
-            );
-        }
-        match outcome {
-            GrantNotice::NotOurs => {
-                check!(!quiet, "notice", "{what}: the record owns it");
-                let mut ctx = OpCtx::default();
-                self.drain(&mut ctx);
-                return;
-            }
-            GrantNotice::Accepted => check!(
-                names_latest && !ended && !held,
-                "notice",
-                "{what}: only a live acquiring lease's latest attempt can be accepted \
-                 (ended={ended} held={held} latest={latest:?})"
-            ),
-            GrantNotice::Retrying => check!(
-                !ended && !held,
-                "notice",
-                "{what}: only an acquiring lease retries (ended={ended} held={held})"
-            ),
-            GrantNotice::Ignored => check!(!ended, "notice", "{what}: the lease had ended"),
-            GrantNotice::Releasing => {}
-        }
-        let after = self.client.counters();
-        if matches!(outcome, GrantNotice::Ignored | GrantNotice::Releasing) {
-            check!(
-                after.stale_results > before.stale_results
-                    && (!quiet || after.stale_results == before.stale_results + 1),
-                "notice",
-                "{what}: stale_results {} -> {}",
-                before.stale_results,
-                after.stale_results
-            );
-        } else if quiet {
-            check!(
-                after.stale_results == before.stale_results,
-                "notice",
-                "{what}: counted as stale"
-            );
-        }
-        // Service model: the grant exists at the service for this token.
-        if let (FenceChoice::Next, Some(t)) = (n.fence, tok32) {
-            let svc = self.service.entry(self.leases[i].name.clone()).or_default();
-            svc.fence = fence;
-            svc.holder = Some(t);
-            svc.expires = now.saturating_add(ttl.saturating_mul(1_000_000));
-        }
-        let accepted = outcome == GrantNotice::Accepted;
-        if accepted {
-            // As a Granted answer to that attempt: `Acquired` (if any) carries this fence (I4),
-            // and validity counts from the attempt's send time (I1).
-            let q = q.as_ref().expect("names_latest");
-            let l = &mut self.leases[i];
-            l.expected_fence = Some(fence);
-            let bound = vu_bound(&self.cfg, q.t_sent, ttl.min(q.ttl_ms));
-            l.vu_bound = Some(l.vu_bound.map_or(bound, |b| b.max(bound)));
-        }
-        let mut ctx = OpCtx::default();
-        self.drain(&mut ctx);
-        let id = self.leases[i].id;
-        self.leases[i].expected_fence = None;
-        let count = |h: &Harness, kind: Kind| {
-            h.requests
-                .values()
-                .filter(|x| x.lease == id && x.kind == kind)
-                .count()
-        };
-        let after = self.client.counters();
-        let granted = after.grants > before.grants;
-        let l = &self.leases[i];
-        match outcome {
-            GrantNotice::Accepted => check!(
-                !granted || (l.acquired && l.terminal.is_none()),
-                "notice",
-                "{what}: a grant was counted but lease {id} is not held"
-            ),
-            GrantNotice::Retrying => check!(
-                count(self, Kind::Acquire) > acquires,
-                "notice",
-                "{what}: no fresh Acquire for lease {id}"
-            ),
-            GrantNotice::Releasing => {
-                check!(
-                    l.terminal.is_some(),
-                    "notice",
-                    "{what}: lease {id} is not ended"
-                );
-                // start_cleanup: a release goes out now unless a request is in flight.
-                check!(
-                    count(self, Kind::Release) > releases || open,
-                    "notice",
-                    "{what}: no Release for lease {id} and nothing in flight"
-                );
-            }
-            _ => {}
-        }
-        let ended_now = l.terminal.is_some();
-        // Backend data: the notice carries none, and the core keeps the newest grant's data
-        // (by fence) for a cleanup release, whatever it did with the notice itself.
-        let l = &mut self.leases[i];
-        if accepted && granted {
-            l.data_ok = vec![Vec::new()];
-        } else if !l.data_ok.contains(&Vec::new()) {
-            l.data_ok.push(Vec::new());
-        }
-        // Rule 6: a grant the core took (held, or ours at the service with the lease ended)
-        // must be released or outlived. Ignored/Retrying are left to the simulator: a later
-        // refusal may legitimately show the grant gone.
-        let late = outcome == GrantNotice::Releasing || (accepted && !granted && ended_now);
-        if let (true, Some(t)) = ((accepted && granted) || late, tok32) {
-            let ttl_ns = ttl.min(l.ttl_ms).saturating_mul(1_000_000);
-            let now = self.core_now;
-            let tm = self.tokens.entry(t).or_default();
-            let old_end = tm.last_confirm.saturating_add(tm.confirm_ttl_ns);
-            if !tm.granted || now.saturating_add(ttl_ns) >= old_end {
-                tm.last_confirm = now;
-                tm.confirm_ttl_ns = ttl_ns;
-            }
-            tm.granted = true;
-            if late {
-                tm.late_grant_at = Some(now);
-            }
-        }
     }
 
     /// Feeds one result and checks stale handling, errors and the model updates.

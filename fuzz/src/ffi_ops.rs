@@ -16,8 +16,8 @@ use arbitrary::Arbitrary;
 use leasehold::ffi::*;
 use leasehold::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
-    GrantNotice, LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN,
-    Output, ReleaseResult, RenewResult, RequestId,
+    LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN, Output,
+    ReleaseResult, RenewResult, RequestId,
 };
 
 use crate::{Seq, SmallBytes};
@@ -29,7 +29,7 @@ const TIME_CAP: u64 = 1 << 62;
 pub struct Input {
     pub config: CConfig,
     pub seed: BufChoice,
-    pub ops: Seq<HostFOp>,
+    pub ops: Seq<FOp>,
 }
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -175,14 +175,16 @@ pub enum FOp {
         null_handle: bool,
     },
     StatusStr(u32),
-    RedisKey {
+    /// Ops of exports that were removed (`lh_redis_key`, `lh_redis_script`): decoded and
+    /// skipped, so that committed inputs keep their meaning.
+    RetiredKey {
         kind: Enum,
         name: BufChoice,
         buf_len: u16,
         null_buf: bool,
         null_out: bool,
     },
-    RedisScript {
+    RetiredScript {
         kind: Enum,
         null_out: bool,
     },
@@ -192,67 +194,6 @@ pub enum FOp {
     Serve {
         time: Time,
     },
-    /// `lh_granted` (a grant notice). Not decoded by the derive (see [`HostFOp`]).
-    #[arbitrary(skip)]
-    Granted {
-        time: Time,
-        req: Req,
-        token: GrantToken,
-        fencing_token: u64,
-        ttl_ms: u64,
-        nulls: Nulls,
-    },
-}
-
-/// The token argument of `lh_granted`. Its length is never oversized: the function reads
-/// `token_len` bytes by contract (any length is valid, so none is refused unread).
-#[derive(Arbitrary, Debug, Clone)]
-pub enum GrantToken {
-    /// The token of the n-th most recent polled command (32 lowercase hex bytes).
-    Seen(u8),
-    /// The n-th recent token cut to `m mod 33` bytes.
-    Cut(u8, u8),
-    /// Any buffer (pool names, bytes, repeats; NULL with a length 0..=2).
-    Buf(BufChoice),
-}
-
-/// One op of an input: a `u32` tag whose low bits equal [`GRANTED_TAG`] (mod
-/// [`GRANTED_TAG_MOD`]) is an `lh_granted` call, any other tag decodes as the derived
-/// [`FOp`] did before `lh_granted` existed (so committed inputs keep their meaning).
-#[derive(Clone)]
-pub struct HostFOp(pub FOp);
-
-pub const GRANTED_TAG_MOD: u32 = 32;
-pub const GRANTED_TAG: u32 = 21;
-
-impl<'a> Arbitrary<'a> for HostFOp {
-    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
-        if let Some(head) = u.peek_bytes(4) {
-            let tag = u32::arbitrary(&mut arbitrary::Unstructured::new(head))?;
-            if tag % GRANTED_TAG_MOD == GRANTED_TAG {
-                u.bytes(4)?;
-                return Ok(HostFOp(FOp::Granted {
-                    time: u.arbitrary()?,
-                    req: u.arbitrary()?,
-                    token: u.arbitrary()?,
-                    fencing_token: u.arbitrary()?,
-                    ttl_ms: u.arbitrary()?,
-                    nulls: u.arbitrary()?,
-                }));
-            }
-        }
-        Ok(HostFOp(FOp::arbitrary(u)?))
-    }
-
-    fn size_hint(depth: usize) -> (usize, Option<usize>) {
-        FOp::size_hint(depth)
-    }
-}
-
-impl std::fmt::Debug for HostFOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
 }
 
 /// An owned argument buffer; `ptr()`/`len()` are what the C caller passes.
@@ -313,11 +254,6 @@ fn arg_of(c: &BufChoice) -> Arg {
         },
     }
 }
-
-/// Kinds `lh_redis_script` / `lh_redis_key` know, counted here on purpose (not read from the
-/// library): this target checks the ABI against its own expectations.
-const REDIS_SCRIPT_KINDS: u32 = 4;
-const REDIS_KEY_KINDS: u32 = 5;
 
 fn enum_of(e: Enum, known: u32) -> u32 {
     match e {
@@ -531,8 +467,6 @@ struct Handle {
     requests: Vec<u64>,
     /// Unanswered commands (request id, output kind) for `FOp::Serve`.
     open: Vec<(u64, u32)>,
-    /// Tokens of the latest polled commands, oldest first (for `lh_granted`).
-    tokens: Vec<Vec<u8>>,
     fence: u64,
     features: u64,
 }
@@ -574,7 +508,7 @@ pub fn run(input: &Input) -> u64 {
         return 0;
     };
     for op in input.ops.0.iter().take(crate::MAX_SEQ) {
-        h.apply(&op.0);
+        h.apply(op);
         h.compare_drain();
     }
     h.features
@@ -688,7 +622,6 @@ fn create(input: &Input) -> Option<Handle> {
                 leases: Vec::new(),
                 requests: Vec::new(),
                 open: Vec::new(),
-                tokens: Vec::new(),
                 fence: 0,
                 features: 0,
             })
@@ -1117,95 +1050,7 @@ impl Handle {
                 );
                 assert!(s.starts_with("LH_"), "ffi: lh_status_str({code}) = {s}");
             }
-            FOp::RedisKey {
-                kind,
-                name,
-                buf_len,
-                null_buf,
-                null_out,
-            } => {
-                // lock, fence, channel, waiters (protocol 2), grants (protocol 3)
-                let kind = enum_of(*kind, REDIS_KEY_KINDS);
-                let name = arg_of(name);
-                let cap = usize::from(*buf_len) % 1100;
-                let mut buf = vec![0xEEu8; cap];
-                let mut out_len = usize::MAX;
-                let bp = if *null_buf {
-                    ptr::null_mut()
-                } else {
-                    buf.as_mut_ptr()
-                };
-                let op: *mut usize = if *null_out {
-                    ptr::null_mut()
-                } else {
-                    &mut out_len
-                };
-                // SAFETY: buffers NULL or valid for their lengths.
-                let st = unsafe { lh_redis_key(kind, name.ptr(), name.len, bp, cap, op) };
-                let allowed = [
-                    LH_OK,
-                    LH_ERR_NULL_ARGUMENT,
-                    LH_ERR_INVALID_ENUM,
-                    LH_ERR_INVALID_UTF8,
-                    LH_ERR_EMPTY_NAME,
-                    LH_ERR_NAME_TOO_LONG,
-                    LH_ERR_NAME_HAS_NUL,
-                    LH_ERR_BUFFER_TOO_SMALL,
-                ];
-                expect_status("lh_redis_key", st, &allowed);
-                if st == LH_OK {
-                    assert!(out_len <= cap, "ffi: lh_redis_key wrote {out_len} > {cap}");
-                    let key = &buf[..out_len];
-                    let name =
-                        std::str::from_utf8(name.bytes().expect("ok name")).expect("ok name utf8");
-                    assert!(
-                        std::str::from_utf8(key).is_ok_and(|k| k.contains(name)),
-                        "ffi: redis key {key:?} does not contain {name:?}"
-                    );
-                } else if st == LH_ERR_BUFFER_TOO_SMALL {
-                    assert!(
-                        out_len > cap && out_len != usize::MAX,
-                        "ffi: size query {out_len}"
-                    );
-                } else if !op.is_null() {
-                    assert_eq!(
-                        out_len,
-                        usize::MAX,
-                        "ffi: lh_redis_key wrote out_len on error"
-                    );
-                }
-                if name.null
-                    || name.len > MAX_NAME_LEN
-                    || op.is_null()
-                    || !(1..=REDIS_KEY_KINDS).contains(&kind)
-                {
-                    assert_ne!(st, LH_OK, "ffi: lh_redis_key accepted a bad argument");
-                }
-            }
-            FOp::RedisScript { kind, null_out } => {
-                // acquire, renew, release, notify (protocol 2)
-                let kind = enum_of(*kind, REDIS_SCRIPT_KINDS);
-                let mut text: *const std::ffi::c_char = ptr::null();
-                let mut len = 0usize;
-                // SAFETY: out-pointers NULL or valid.
-                let st = unsafe {
-                    if *null_out {
-                        lh_redis_script(kind, ptr::null_mut(), &mut len)
-                    } else {
-                        lh_redis_script(kind, &mut text, &mut len)
-                    }
-                };
-                if *null_out {
-                    expect_status("lh_redis_script", st, &[LH_ERR_NULL_ARGUMENT]);
-                } else if (1..=REDIS_SCRIPT_KINDS).contains(&kind) {
-                    expect_status("lh_redis_script", st, &[LH_OK]);
-                    // SAFETY: static NUL-terminated text of `len` bytes.
-                    let s = unsafe { CStr::from_ptr(text) };
-                    assert_eq!(s.to_bytes().len(), len, "ffi: script length");
-                } else {
-                    expect_status("lh_redis_script", st, &[LH_ERR_INVALID_ENUM]);
-                }
-            }
+            FOp::RetiredKey { .. } | FOp::RetiredScript { .. } => {}
             FOp::Serve { time } => {
                 let t = *time;
                 for (r, kind) in std::mem::take(&mut self.open) {
@@ -1234,105 +1079,6 @@ impl Handle {
                         },
                     };
                     self.apply(&op);
-                }
-            }
-            FOp::Granted {
-                time,
-                req,
-                token,
-                fencing_token,
-                ttl_ms,
-                nulls,
-            } => {
-                let now = self.time(*time);
-                let r = self.req(*req);
-                let seen = |i: u8| {
-                    let n = self.tokens.len();
-                    (n > 0).then(|| self.tokens[n - 1 - usize::from(i) % n].clone())
-                };
-                let tok = match token {
-                    GrantToken::Seen(i) => {
-                        let d = seen(*i).unwrap_or_default();
-                        let len = d.len();
-                        Arg {
-                            data: d,
-                            null: false,
-                            len,
-                        }
-                    }
-                    GrantToken::Cut(i, m) => {
-                        let mut d = seen(*i).unwrap_or_default();
-                        d.truncate(usize::from(*m) % 33);
-                        let len = d.len();
-                        Arg {
-                            data: d,
-                            null: false,
-                            len,
-                        }
-                    }
-                    GrantToken::Buf(BufChoice::Oversized(b, _)) => {
-                        arg_of(&BufChoice::Bytes(b.clone()))
-                    }
-                    GrantToken::Buf(b) => arg_of(b),
-                };
-                let mut out = 0xDEAD_u32;
-                let hp = if matches!(nulls, Nulls::Handle) {
-                    ptr::null_mut()
-                } else {
-                    h
-                };
-                let outp: *mut u32 = if matches!(nulls, Nulls::Out) {
-                    ptr::null_mut()
-                } else {
-                    &mut out
-                };
-                // SAFETY: handle NULL or live; token NULL or valid for its length; out NULL or
-                // writable.
-                let st = unsafe {
-                    lh_granted(
-                        hp,
-                        now,
-                        r,
-                        tok.ptr(),
-                        tok.len,
-                        *fencing_token,
-                        *ttl_ms,
-                        outp,
-                    )
-                };
-                if hp.is_null() {
-                    expect_status("lh_granted(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
-                    assert_eq!(out, 0xDEAD, "ffi: lh_granted(NULL) wrote out");
-                    return;
-                }
-                let mut problems = Vec::new();
-                if outp.is_null() || (tok.null && tok.len != 0) {
-                    problems.push(LH_ERR_NULL_ARGUMENT);
-                }
-                let bytes = tok.bytes().unwrap_or(&[]).to_vec();
-                let mut want = None;
-                self.check("lh_granted", st, &problems, |c| {
-                    want =
-                        Some(c.handle_granted(now, RequestId(r), &bytes, *fencing_token, *ttl_ms));
-                    Ok(())
-                });
-                match want {
-                    Some(g) if st == LH_OK => {
-                        let code = match g {
-                            GrantNotice::Accepted => LH_GRANT_ACCEPTED,
-                            GrantNotice::Retrying => LH_GRANT_RETRYING,
-                            GrantNotice::Releasing => LH_GRANT_RELEASING,
-                            GrantNotice::Ignored => LH_GRANT_IGNORED,
-                            GrantNotice::NotOurs => LH_GRANT_NOT_OURS,
-                        };
-                        assert!(
-                            (LH_GRANT_ACCEPTED..=LH_GRANT_NOT_OURS).contains(&out),
-                            "ffi: lh_granted outcome {out} is no LH_GRANT_* value"
-                        );
-                        assert_eq!(out, code, "ffi: lh_granted outcome differs from the core's");
-                        self.features |= 1 << (44 + out);
-                    }
-                    _ => assert_eq!(out, 0xDEAD, "ffi: lh_granted wrote out on error"),
                 }
             }
             FOp::PollNull => {
@@ -1616,10 +1362,6 @@ impl Handle {
                 self.requests.push(got.request_id);
                 if self.requests.len() > 64 {
                     self.requests.remove(0);
-                }
-                self.tokens.push(got.token.clone());
-                if self.tokens.len() > 16 {
-                    self.tokens.remove(0);
                 }
                 self.open.push((got.request_id, got.kind));
                 if self.open.len() > 64 {

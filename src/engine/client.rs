@@ -10,9 +10,9 @@ use crate::engine::rng::Rng;
 use crate::engine::timers::{CANCELLED, Timers};
 use crate::error::Error;
 use crate::types::{
-    AcquireFailReason, AcquireResult, Command, Counters, Event, GrantNotice, LeaseId, LeaseInfo,
-    LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
-    RenewResult, RequestId, Token,
+    AcquireFailReason, AcquireResult, Command, Counters, Event, LeaseId, LeaseInfo, LeaseState,
+    LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing, RenewResult, RequestId,
+    Token,
 };
 use crate::{MAX_BACKEND_DATA_LEN, validate_name};
 
@@ -752,88 +752,6 @@ impl Client {
         }
         self.settle(slot);
         Ok(true)
-    }
-
-    /// A grant notice: while releasing someone else's lock, the service granted it to the lease
-    /// whose queued attempt `request` carried `token` (its hex text, as sent), and published
-    /// that instead of waiting for the lease to ask (Redis protocol 3's direct grant).
-    ///
-    /// The grant was made after `request` reached the service, so when `request` is the
-    /// lease's latest attempt its validity is counted from that attempt's send time, exactly
-    /// as a reply would be; an older or undatable notice makes the lease ask again (ACQUIRE
-    /// is idempotent for its token). Late, duplicate and forged notices are harmless: see
-    /// [`GrantNotice`] for every outcome. On [`GrantNotice::NotOurs`] the host must release
-    /// the grant by `token` itself, since no record here can.
-    pub fn handle_granted(
-        &mut self,
-        now: u64,
-        request: RequestId,
-        token: &[u8],
-        fencing_token: u64,
-        ttl_ms: u64,
-    ) -> GrantNotice {
-        self.advance(now);
-        let slot = (request.0 & SLOT_MASK) as u32;
-        let owned = self
-            .slots
-            .get(slot as usize)
-            .and_then(|s| s.lease.as_ref())
-            .is_some_and(|l| l.token.to_hex().as_slice() == token);
-        if !owned || request.0 == 0 {
-            return GrantNotice::NotOurs;
-        }
-        let latest = {
-            let t = &self.slots[slot as usize].timing;
-            // A saturated counter repeats ids, so it can no longer date a notice.
-            t.requests < REQUEST_LIMIT - 1
-                && request.0 == (t.requests << SLOT_BITS) | u64::from(slot)
-        };
-        let l = self.lease_mut(slot);
-        let outcome = match l.state {
-            LeaseState::Held => {
-                self.counters.stale_results += 1;
-                GrantNotice::Ignored
-            }
-            LeaseState::Released | LeaseState::Lost | LeaseState::AcquireFailed => {
-                // Ours at the service, wanted by nobody: release it like a late grant (rule 6).
-                l.flags.set(Flag::Uncertain, true);
-                let grant = AcquireResult::Granted {
-                    fencing_token,
-                    ttl_ms,
-                    backend_data: &[],
-                };
-                self.adopt_backend_data(slot, &grant);
-                self.counters.stale_results += 1;
-                self.start_cleanup(slot, false);
-                GrantNotice::Releasing
-            }
-            LeaseState::Acquiring if latest && l.inflight_kind == ReqKind::Acquire => {
-                // The notice answers the latest attempt, in flight or already refused: its
-                // send time dates the grant. A reply still on its way is stale from now on.
-                l.inflight_req = 0;
-                self.on_granted(slot, fencing_token, ttl_ms, &[]);
-                GrantNotice::Accepted
-            }
-            LeaseState::Acquiring if l.inflight_req != 0 => {
-                // An attempt sent after the one the notice names is in flight. It reaches the
-                // service after the grant and gets it back, unless it was refused earlier
-                // without updating the queue entry: then it must not put the lease to sleep,
-                // and a lease that ends meanwhile must release the grant (rule 6; sim seed
-                // 165958: such a refusal is older than the grant, not proof that it is gone).
-                l.flags.set(Flag::RetryIfRefused, true);
-                l.flags.set(Flag::Uncertain, true);
-                self.counters.stale_results += 1;
-                GrantNotice::Ignored
-            }
-            LeaseState::Acquiring => {
-                // Ours at the service until the fresh attempt says otherwise.
-                l.flags.set(Flag::Uncertain, true);
-                self.send_acquire(slot);
-                GrantNotice::Retrying
-            }
-        };
-        self.settle(slot);
-        outcome
     }
 
     /// The deadline from `poll_timeout` passed. Early or repeated calls are harmless.

@@ -15,8 +15,8 @@ use super::boundary::{
 use super::types::*;
 use crate::{
     AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
-    GrantNotice, LeaseId, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult,
-    Releasing, RenewResult, RequestId, Token,
+    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
+    RenewResult, RequestId, Token,
 };
 
 /// Opaque client handle: one core session plus the memory that borrowed outputs point into.
@@ -552,64 +552,6 @@ pub unsafe extern "C" fn lh_released(
         guard_mut(c, |s| {
             let name = name_arg(name, name_len)?;
             s.core.handle_released(now, name)?;
-            Ok(())
-        })
-    }
-}
-
-/// Delivers a grant notice (Redis protocol 3's direct grant): while releasing someone else's
-/// lock, the service granted it to the queued attempt `request_id`, whose ownership token is
-/// `token` (its text as sent, `token_len` bytes). `*out_outcome` receives an `LH_GRANT_*`
-/// value; on `LH_GRANT_NOT_OURS` the host must release the grant for `token` itself (no lease
-/// here can). Late, duplicate and forged notices are safe to deliver.
-///
-/// # Safety
-/// `c` is NULL or a live handle; `token` points to `token_len` readable bytes (or is NULL
-/// with `token_len` 0; a `token_len` above 256 is never read: no token that long is ours);
-/// `out_outcome` is NULL or writable.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn lh_granted(
-    c: *mut lh_client,
-    now: u64,
-    request_id: u64,
-    token: *const u8,
-    token_len: usize,
-    fencing_token: u64,
-    ttl_ms: u64,
-    out_outcome: *mut u32,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            require_out(out_outcome, "out_outcome")?;
-            if token.is_null() && token_len != 0 {
-                return Err(Failure::null("token"));
-            }
-            // Compared, never stored. One longer than any ownership token (the scripts take
-            // at most MAX_TOKEN_LEN bytes) is not ours, and is not even read.
-            let token = if token_len > crate::redis::MAX_TOKEN_LEN {
-                &[][..]
-            } else {
-                optional_bytes_arg(
-                    token,
-                    token_len,
-                    crate::redis::MAX_TOKEN_LEN,
-                    "token",
-                    LH_ERR_NULL_ARGUMENT,
-                )?
-            };
-            let outcome =
-                s.core
-                    .handle_granted(now, RequestId(request_id), token, fencing_token, ttl_ms);
-            let code = match outcome {
-                GrantNotice::Accepted => LH_GRANT_ACCEPTED,
-                GrantNotice::Retrying => LH_GRANT_RETRYING,
-                GrantNotice::Releasing => LH_GRANT_RELEASING,
-                GrantNotice::Ignored => LH_GRANT_IGNORED,
-                GrantNotice::NotOurs => LH_GRANT_NOT_OURS,
-            };
-            write_out(out_outcome, code);
             Ok(())
         })
     }

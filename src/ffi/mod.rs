@@ -10,7 +10,6 @@
 //! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: one `extern "C"` function per core input and getter;
-//! - [`redis`]: the canonical Redis scripts and key layout (`lh_redis_*`);
 //! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
 //! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
 //! - [`etcd`]: a handle with the etcd protocol attached: HTTP requests, replies, watch streams.
@@ -31,8 +30,6 @@ pub mod client;
 pub mod etcd;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
-/// The Redis scripts and key layout the older language transports run (`lh_redis_*`).
-pub mod redis;
 /// A handle with the SQL protocol attached (`lh_client_new_sql`, `lh_sql_*`).
 pub mod sql;
 /// Status queries on any backend protocol (`lh_status_request`, `lh_poll_status`).
@@ -42,7 +39,6 @@ pub use backend::*;
 pub use client::*;
 pub use etcd::*;
 pub use memory::*;
-pub use redis::*;
 pub use sql::*;
 pub use status::*;
 pub use types::*;

@@ -138,19 +138,6 @@ pub const LH_RELEASE_NOT_OWNER: u32 = 2;
 /// `lh_release_result` outcome: the request failed in transit (the core retries).
 pub const LH_RELEASE_TRANSPORT_ERROR: u32 = 3;
 
-/// `lh_granted` outcome: taken as the answer to the attempt it names: an `ACQUIRED` event is
-/// queued, unless the grant was already too old to believe (then the lease asks again after a
-/// backoff, or fails at its deadline).
-pub const LH_GRANT_ACCEPTED: u32 = 1;
-/// `lh_granted` outcome: the notice could not be dated; the lease sent a fresh ACQUIRE.
-pub const LH_GRANT_RETRYING: u32 = 2;
-/// `lh_granted` outcome: the lease had ended; the core releases the grant (a RELEASE command).
-pub const LH_GRANT_RELEASING: u32 = 3;
-/// `lh_granted` outcome: nothing to do (already held, or the attempt in flight returns it).
-pub const LH_GRANT_IGNORED: u32 = 4;
-/// `lh_granted` outcome: no lease here owns the token; the host must release the grant itself.
-pub const LH_GRANT_NOT_OURS: u32 = 5;
-
 /// `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
 pub const LH_RELEASING_HOLDER_LEFT: u32 = 1;
 /// `lh_release_reported` disposition: the lease ended RELEASED (event queued) and a RELEASE
@@ -198,7 +185,7 @@ pub const LH_MAX_SEED_LEN: usize = 1024;
 
 /// ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
 /// at load time.
-pub const LH_ABI_VERSION: u32 = 1;
+pub const LH_ABI_VERSION: u32 = 2;
 /// Library version (the crate version in Cargo.toml; a test keeps them equal). cbindgen cannot
 /// emit string constants, so the header gets `LH_VERSION` from `after_includes` in cbindgen.toml.
 ///

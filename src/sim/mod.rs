@@ -10,13 +10,6 @@
 //! replaying the same seed with tracing on yields the same violation with a
 //! readable trace.
 //!
-//! In half the worlds (drawn per seed) the service grants directly on release
-//! (Redis protocol 3): refused attempts queue their token, a release grants the
-//! lock to the oldest queued lease whose client is reachable and publishes a
-//! grant notice through the same faulty network; hosts feed notices to
-//! `Client::handle_granted`, release by token those no lease owns
-//! (`NotOurs`), and remove a lease's queue entry when it stops waiting.
-//!
 //! # The oracles (failure labels)
 //!
 //! | label | checked | meaning |
@@ -33,8 +26,6 @@
 //! | `echo` | every release | a cleanup release carries the live grant's backend data when the core had received it as the first answer to its request (rule 6 for backends whose ownership is in that data; duplicates are ignored by rule 5) |
 //! | `rule 9` | every command | a lease keeps one ownership token for all its commands |
 //! | `watch` | every command, end | `Watch`/`Unwatch` alternate per name and none is left watching |
-//! | `grant` | every grant notice | `NotOurs` only when no open lease has the token, `Releasing` only for an ended lease, `Accepted`/`Retrying` never for one that had ended, `Accepted` only for an attempt of the token's lease (whose send time then bounds validity, I1) |
-//! | `rule 6` (notices) | every `Releasing`, every give-up | a `Releasing` notice sends a release (or one follows the answer in flight); a lease that ignored a notice while acquiring and then gave up leaves no live grant unreleased |
 //! | `contract`, `protocol` | inputs, service | valid inputs are accepted, `release()` ends the lease at once, request ids unique; backend data was granted to that token |
 //!
 //! ```no_run
@@ -53,7 +44,7 @@ pub mod service;
 pub mod world;
 
 pub use scenario::Scenario;
-pub use world::{Failure, NoticeCounts, Outcome, Stats, World};
+pub use world::{Failure, Outcome, Stats, World};
 
 /// Runs one scenario.
 pub fn run(scenario: Scenario, trace: bool) -> Outcome {

@@ -60,9 +60,6 @@ pub struct Scenario {
     pub grant_cap_ms: Option<u64>,
     /// Deliberate service bug (tests of the oracles only).
     pub service_fault: ServiceFault,
-    /// Whether the service queues refused attempts and grants directly to the oldest one on
-    /// release, publishing a grant notice (Redis protocol 3).
-    pub direct_grants: bool,
     /// Gate behaviour (tests of the oracles only).
     pub gate_mode: GateMode,
     /// Cap on processed simulation events (I7: no livelock).
@@ -85,8 +82,6 @@ impl Scenario {
         // waiter wake-ups and I5 are exercised under heavy contention. Drawn
         // from its own stream so the other worlds keep their scenarios.
         let crowd = SimRng::new(seed ^ 0xC20_D000).chance_ppm(100_000);
-        // Half the worlds grant directly on release; its own stream too.
-        let direct_grants = SimRng::new(seed ^ 0xD1_2EC7_6A47).chance_ppm(500_000);
         let mut n_clients = rng.range(2, 4) as usize;
         let mut n_names = rng.range(1, 3) as usize;
         if crowd {
@@ -185,7 +180,6 @@ impl Scenario {
                 .chance_ppm(150_000)
                 .then(|| *rng.pick(&[20, 45, 80, 400])),
             service_fault: ServiceFault::None,
-            direct_grants,
             gate_mode: GateMode::Correct,
             max_steps: 3_000_000,
             ignore: Vec::new(),

@@ -12,15 +12,6 @@
 //! (`backend::memory`), so the simulator checks the core against the same
 //! semantics the bindings' tests run on.
 //!
-//! With direct grants enabled ([`LockService::set_direct_grants`], Redis protocol 3), a
-//! refused acquire queues its token in a FIFO wait queue of the name (one entry per token,
-//! which keeps its place when refused again but takes the newer attempt's tag and TTL), a
-//! granted acquire removes the token's entry, and a successful release grants the lock at
-//! once to the oldest entry whose client can be reached ([`DirectGrant`]), exactly as an
-//! acquire would grant it (next fence, expiry at the service's now + the entry's TTL).
-//! Entries of unreachable clients are dropped without a grant, as the real service skips a
-//! lease whose channel has no subscriber; entries expire, and the queue of a name is capped.
-//!
 //! It also keeps a history of every grant so the simulator can check what the
 //! core reports against what the service actually decided, and it records
 //! protocol violations by the client (a renew/release echoing backend data the
@@ -30,7 +21,7 @@
 //! depends on whether it could have known the live grant's data, which only
 //! the simulator (which saw what was delivered) can judge.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::backend::memory::{Acquired, LockTable};
 
@@ -46,8 +37,6 @@ pub enum ServiceFault {
     IgnoreHolder,
     /// Hands out fencing tokens that go down (breaks I4).
     DecreasingFence,
-    /// A direct grant expires after half the TTL its notice announces (breaks I5).
-    ShortDirectGrant,
 }
 
 /// What an acquire produced.
@@ -74,44 +63,6 @@ pub enum AcquireReply {
 /// fence is never forgotten); a grant keeps the backend data handed out with it.
 type Table = LockTable<OwnerToken, Vec<u8>>;
 
-/// One queued lease (Redis protocol 3: a `wake#token` entry and its grants field).
-#[derive(Clone, Debug)]
-struct Waiting {
-    client: usize,
-    token: OwnerToken,
-    ttl_ms: u64,
-    /// Request id of the latest refused attempt that (re)queued this entry.
-    tag: u64,
-    /// Service time after which the entry is dropped unserved.
-    expires_at: u64,
-}
-
-/// How long a queue entry outlives the holder's remaining time, service ns (the Redis
-/// scripts keep a queue key alive the holder's remaining time plus a minute; simulated
-/// worlds live a few seconds).
-pub(crate) const WAIT_KEEP_NS: u64 = 1_000_000_000;
-
-/// Most entries one name's queue holds; a refusal beyond it is not queued.
-pub(crate) const MAX_QUEUE: usize = 64;
-
-/// Most entries one release pops looking for a reachable client (as the Redis script).
-pub(crate) const MAX_POPS_PER_RELEASE: usize = 16;
-
-/// A grant a release made directly to a queued lease; the caller publishes the notice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirectGrant {
-    /// Client that queued the entry (the notice's addressee).
-    pub client: usize,
-    /// Token granted.
-    pub token: OwnerToken,
-    /// Request id of the attempt that queued it last.
-    pub tag: u64,
-    /// Fencing token of the grant.
-    pub fence: u64,
-    /// TTL granted, ms (counted from the release at the service).
-    pub ttl_ms: u64,
-}
-
 /// What a release did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReleaseOutcome {
@@ -119,10 +70,6 @@ pub struct ReleaseOutcome {
     pub released: bool,
     /// Watchers to notify of the release.
     pub watchers: Vec<usize>,
-    /// The direct grant made to a queued lease, if any.
-    pub grant: Option<DirectGrant>,
-    /// Entries dropped because their client was unreachable (no grant made).
-    pub unreachable: Vec<usize>,
 }
 
 /// Everything the service ever granted to one token (for the oracles).
@@ -141,8 +88,6 @@ pub struct GrantHistory {
 #[derive(Debug)]
 pub struct LockService {
     table: Table,
-    /// Refused attempts waiting for a direct grant per name, oldest first.
-    queues: HashMap<String, VecDeque<Waiting>>,
     watchers: HashMap<String, BTreeSet<usize>>,
     history: HashMap<OwnerToken, GrantHistory>,
     fault: ServiceFault,
@@ -152,7 +97,6 @@ pub struct LockService {
     echo_mismatch: Option<EchoMismatch>,
     grants: u64,
     grant_cap_ms: Option<u64>,
-    direct_grants: bool,
 }
 
 /// A renew/release for a live grant carried other backend data than the grant's.
@@ -174,27 +118,15 @@ fn ms_ceil(ns: u64) -> u64 {
 }
 
 /// The next fence after `last` (or a lower one, under `DecreasingFence`) and the backend data
-/// of a grant: `grant:<n>` for the service's `n`th grant, none for a direct grant (the notice
-/// carries none, so an idempotent re-grant of it returns none either).
-fn mint(
-    fault: ServiceFault,
-    stride: u64,
-    grants: &mut u64,
-    last: u64,
-    with_data: bool,
-) -> (u64, Vec<u8>) {
+/// of a grant: `grant:<n>` for the service's `n`th grant.
+fn mint(fault: ServiceFault, stride: u64, grants: &mut u64, last: u64) -> (u64, Vec<u8>) {
     let fence = match fault {
         ServiceFault::DecreasingFence if last > 2 => last - 2,
         _ => last + stride,
     };
     *grants += 1;
-    let data = if with_data {
-        let mut d = b"grant:".to_vec();
-        d.extend_from_slice(&grants.to_le_bytes());
-        d
-    } else {
-        Vec::new()
-    };
+    let mut data = b"grant:".to_vec();
+    data.extend_from_slice(&grants.to_le_bytes());
     (fence, data)
 }
 
@@ -206,7 +138,6 @@ impl LockService {
     pub fn new(fault: ServiceFault, retry_hints: bool, fence_stride: u64) -> Self {
         LockService {
             table: Table::new(),
-            queues: HashMap::new(),
             watchers: HashMap::new(),
             history: HashMap::new(),
             fault,
@@ -216,13 +147,7 @@ impl LockService {
             echo_mismatch: None,
             grants: 0,
             grant_cap_ms: None,
-            direct_grants: false,
         }
-    }
-
-    /// Queues refused attempts and grants directly on release (Redis protocol 3).
-    pub fn set_direct_grants(&mut self, on: bool) {
-        self.direct_grants = on;
     }
 
     /// Grants at most `cap` ms whatever is asked (services may cap TTLs; the
@@ -240,35 +165,15 @@ impl LockService {
         token: OwnerToken,
         ttl_ms: u64,
     ) -> AcquireReply {
-        self.acquire_queued(now, name, token, ttl_ms, usize::MAX, 0)
-    }
-
-    /// [`LockService::acquire`] by `client`'s attempt `tag`: with direct grants on, a refusal
-    /// queues the token (or refreshes its entry's tag and TTL in place) and a grant removes
-    /// the token's entry.
-    pub fn acquire_queued(
-        &mut self,
-        now: u64,
-        name: &str,
-        token: OwnerToken,
-        ttl_ms: u64,
-        client: usize,
-        tag: u64,
-    ) -> AcquireReply {
         let ttl_ms = self.grant_cap_ms.map_or(ttl_ms, |c| ttl_ms.min(c));
         let ttl_ns = ttl_ms.saturating_mul(1_000_000);
-        let direct = self.direct_grants;
-        let queue = self.queues.entry(name.to_owned()).or_default();
-        if direct {
-            queue.retain(|w| now < w.expires_at);
-        }
         let ignore_holder = self.fault == ServiceFault::IgnoreHolder;
         let mut granted = None;
         let (fault, stride, grants) = (self.fault, self.fence_stride, &mut self.grants);
         let decided = self
             .table
             .acquire(now, name, &token, ttl_ns, ignore_holder, |last| {
-                let (fence, data) = mint(fault, stride, grants, last, true);
+                let (fence, data) = mint(fault, stride, grants, last);
                 granted = Some(data.clone());
                 (fence, token, data)
             });
@@ -276,7 +181,6 @@ impl LockService {
             Acquired::Refreshed { fence } => {
                 // Idempotent: the same owner asking again (a retry whose
                 // first answer was lost) keeps its fencing token.
-                queue.retain(|w| w.token != token);
                 let backend_data = self
                     .table
                     .live(now, name)
@@ -290,28 +194,9 @@ impl LockService {
             }
             Acquired::HeldByOther { remaining_ns } => {
                 let retry_after_ms = self.retry_hints.then(|| ms_ceil(remaining_ns));
-                if direct {
-                    let expires_at = now.saturating_add(remaining_ns + WAIT_KEEP_NS);
-                    if let Some(w) = queue.iter_mut().find(|w| w.token == token) {
-                        // A retry keeps its place; the grant answers the newer attempt.
-                        w.tag = tag;
-                        w.ttl_ms = ttl_ms;
-                        w.client = client;
-                        w.expires_at = expires_at;
-                    } else if queue.len() < MAX_QUEUE {
-                        queue.push_back(Waiting {
-                            client,
-                            token,
-                            ttl_ms,
-                            tag,
-                            expires_at,
-                        });
-                    }
-                }
                 AcquireReply::HeldByOther { retry_after_ms }
             }
             Acquired::Granted { fence } => {
-                queue.retain(|w| w.token != token);
                 let backend_data = granted.unwrap_or_default();
                 self.record(name, token, fence, &backend_data);
                 AcquireReply::Granted {
@@ -397,22 +282,6 @@ impl LockService {
         name: &str,
         token: OwnerToken,
         backend_data: Option<&[u8]>,
-    ) -> (bool, Vec<usize>) {
-        let out = self.release_granting(now, name, token, backend_data, |_| false);
-        (out.released, out.watchers)
-    }
-
-    /// [`LockService::release`]; with direct grants on, a successful release then grants the
-    /// lock to the oldest unexpired queue entry whose client is `reachable` (a PUBLISH that
-    /// reaches a subscriber), dropping the entries before it (at most
-    /// `MAX_POPS_PER_RELEASE` entries are popped).
-    pub fn release_granting(
-        &mut self,
-        now: u64,
-        name: &str,
-        token: OwnerToken,
-        backend_data: Option<&[u8]>,
-        reachable: impl Fn(usize) -> bool,
     ) -> ReleaseOutcome {
         self.check_echo("release", now, name, &token, backend_data);
         let mut out = ReleaseOutcome::default();
@@ -425,63 +294,7 @@ impl LockService {
             .get(name)
             .map(|s| s.iter().copied().collect())
             .unwrap_or_default();
-        if !self.direct_grants {
-            return out;
-        }
-        let Some(queue) = self.queues.get_mut(name) else {
-            return out;
-        };
-        let mut next = None;
-        for _ in 0..MAX_POPS_PER_RELEASE {
-            let Some(w) = queue.pop_front() else {
-                break;
-            };
-            if now >= w.expires_at {
-                continue;
-            }
-            if reachable(w.client) {
-                next = Some(w);
-                break;
-            }
-            // The real service asks the channel first (PUBSUB NUMSUB) and grants nothing to a
-            // lease nobody listens for: no fence, no grant to undo.
-            out.unreachable.push(w.client);
-        }
-        if let Some(w) = next {
-            let mut ttl_ns = w.ttl_ms.saturating_mul(1_000_000);
-            if self.fault == ServiceFault::ShortDirectGrant {
-                ttl_ns /= 2;
-            }
-            let (fault, stride, grants) = (self.fault, self.fence_stride, &mut self.grants);
-            let fence = self.table.grant(now, name, ttl_ns, |last| {
-                let (fence, data) = mint(fault, stride, grants, last, false);
-                (fence, w.token, data)
-            });
-            self.record(name, w.token, fence, &[]);
-            out.grant = Some(DirectGrant {
-                client: w.client,
-                token: w.token,
-                tag: w.tag,
-                fence,
-                ttl_ms: w.ttl_ms,
-            });
-        }
         out
-    }
-
-    /// Removes `token`'s queue entry (a lease that stopped waiting); whether there was one.
-    pub fn dequeue(&mut self, name: &str, token: &OwnerToken) -> bool {
-        let Some(queue) = self.queues.get_mut(name) else {
-            return false;
-        };
-        let before = queue.len();
-        queue.retain(|w| w.token != *token);
-        queue.len() != before
-    }
-
-    /// Entries queued for `name` (unexpired or not yet pruned).
-    pub fn queued(&self, name: &str) -> usize {
-        self.queues.get(name).map_or(0, VecDeque::len)
     }
 
     /// Subscribes `client` to release notifications of `name`.
@@ -566,8 +379,10 @@ mod tests {
             "old owner cannot renew"
         );
         s.watch(3, "n");
-        assert_eq!(s.release(170 * MS, "n", A, None), (false, vec![]));
-        assert_eq!(s.release(170 * MS, "n", B, None), (true, vec![3]));
+        let out = s.release(170 * MS, "n", A, None);
+        assert_eq!((out.released, out.watchers), (false, vec![]));
+        let out = s.release(170 * MS, "n", B, None);
+        assert_eq!((out.released, out.watchers), (true, vec![3]));
         assert!(s.violations().is_empty());
         s.renew(170 * MS, "n", B, 1, Some(b"forged"));
         assert_eq!(
@@ -583,71 +398,6 @@ mod tests {
         assert!(s.violations().is_empty());
         s.release(220 * MS, "n", [b'c'; 32], Some(b"invented"));
         assert_eq!(s.violations().len(), 1, "data never granted to that token");
-    }
-
-    #[test]
-    fn direct_grant_serves_the_oldest_reachable_entry() {
-        const C: OwnerToken = [b'c'; 32];
-        const D: OwnerToken = [b'd'; 32];
-        let mut s = LockService::new(ServiceFault::None, true, 1);
-        s.set_direct_grants(true);
-        let granted = |r: AcquireReply| matches!(r, AcquireReply::Granted { .. });
-        assert!(granted(s.acquire_queued(0, "n", A, 100, 0, 1)));
-        assert!(!granted(s.acquire_queued(MS, "n", B, 100, 1, 10)));
-        assert!(!granted(s.acquire_queued(2 * MS, "n", C, 50, 2, 20)));
-        assert!(!granted(s.acquire_queued(3 * MS, "n", D, 100, 3, 30)));
-        // B asks again: it keeps its place, the entry takes the newer tag and TTL.
-        assert!(!granted(s.acquire_queued(4 * MS, "n", B, 80, 1, 11)));
-        assert_eq!(s.queued("n"), 3);
-        // A release by someone else grants nothing.
-        let out = s.release_granting(5 * MS, "n", C, None, |_| true);
-        assert_eq!(out, ReleaseOutcome::default());
-        // B's client is unreachable: its entry is dropped; C (the next) gets the lock.
-        let out = s.release_granting(6 * MS, "n", A, None, |c| c != 1);
-        assert!(out.released);
-        assert_eq!(out.unreachable, vec![1]);
-        let g = out.grant.expect("a direct grant");
-        assert_eq!((g.client, g.token, g.tag, g.ttl_ms), (2, C, 20, 50));
-        assert_eq!(s.holder(6 * MS, "n"), Some((C, g.fence)));
-        assert_eq!(g.fence, 2, "the skipped lease spent no fence");
-        assert!(s.history(&C).is_some_and(|h| h.fences == vec![g.fence]));
-        // Expiry counts from the grant; an ACQUIRE by the granted token is idempotent.
-        assert!(s.holder(56 * MS, "n").is_none());
-        let again = s.acquire_queued(10 * MS, "n", C, 50, 2, 21);
-        assert_eq!(
-            again,
-            AcquireReply::Granted {
-                fence: g.fence,
-                ttl_ms: 50,
-                backend_data: Vec::new()
-            }
-        );
-        // D stops waiting; the next release grants to nobody.
-        assert!(s.dequeue("n", &D));
-        assert_eq!(s.queued("n"), 0);
-        let out = s.release_granting(11 * MS, "n", C, None, |_| true);
-        assert!(out.released && out.grant.is_none());
-        // A granted acquire removes its token's entry; entries expire unserved.
-        assert!(granted(s.acquire_queued(12 * MS, "n", A, 100, 0, 2)));
-        assert!(!granted(s.acquire_queued(13 * MS, "n", B, 100, 1, 12)));
-        assert!(granted(s.acquire_queued(200 * MS, "n", B, 100, 1, 13)));
-        assert_eq!(s.queued("n"), 0);
-        assert!(!granted(s.acquire_queued(201 * MS, "n", D, 100, 3, 31)));
-        let late = 201 * MS + 100 * MS + WAIT_KEEP_NS;
-        assert!(granted(s.acquire_queued(late, "n", B, 100, 1, 14)));
-        let out = s.release_granting(late + 1, "n", B, None, |_| true);
-        assert!(out.released && out.grant.is_none(), "{out:?}");
-        assert!(s.violations().is_empty());
-    }
-
-    #[test]
-    fn without_direct_grants_nothing_is_queued() {
-        let mut s = LockService::new(ServiceFault::None, true, 1);
-        s.acquire_queued(0, "n", A, 100, 0, 1);
-        s.acquire_queued(MS, "n", B, 100, 1, 2);
-        assert_eq!(s.queued("n"), 0);
-        let out = s.release_granting(2 * MS, "n", A, None, |_| true);
-        assert!(out.released && out.grant.is_none());
     }
 
     #[test]

@@ -22,9 +22,8 @@ use super::rng::SimRng;
 use super::scenario::Scenario;
 use super::service::{AcquireReply, LockService, OwnerToken, ReleaseOutcome};
 use crate::{
-    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Event, GrantNotice,
-    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseResult, Releasing, RenewResult,
-    RequestId,
+    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Event, LeaseId,
+    LeaseState, LockName, LostReason, Output, ReleaseResult, Releasing, RenewResult, RequestId,
 };
 
 const MS: u64 = 1_000_000;
@@ -74,52 +73,6 @@ pub struct Stats {
     pub messages_lost: u64,
     /// Whether I5 was checked in this world.
     pub i5_checked: bool,
-    /// Whether the service granted directly on release in this world.
-    pub direct_grants_on: bool,
-    /// Grants a release made directly to a queued lease.
-    pub direct_grants: u64,
-    /// Queue entries dropped by a release because their client was unreachable.
-    pub unreachable_skipped: u64,
-    /// Grant notices fed to a core, by outcome.
-    pub notices: NoticeCounts,
-    /// Releases a host sent by token for a notice no lease owned.
-    pub host_releases: u64,
-}
-
-/// How many grant notices ended in each [`GrantNotice`] outcome.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NoticeCounts {
-    /// [`GrantNotice::Accepted`].
-    pub accepted: u64,
-    /// [`GrantNotice::Retrying`].
-    pub retrying: u64,
-    /// [`GrantNotice::Releasing`].
-    pub releasing: u64,
-    /// [`GrantNotice::Ignored`].
-    pub ignored: u64,
-    /// [`GrantNotice::NotOurs`].
-    pub not_ours: u64,
-}
-
-impl NoticeCounts {
-    fn count(&mut self, outcome: GrantNotice) {
-        match outcome {
-            GrantNotice::Accepted => self.accepted += 1,
-            GrantNotice::Retrying => self.retrying += 1,
-            GrantNotice::Releasing => self.releasing += 1,
-            GrantNotice::Ignored => self.ignored += 1,
-            GrantNotice::NotOurs => self.not_ours += 1,
-        }
-    }
-
-    /// Adds another run's counts.
-    pub fn add(&mut self, o: &NoticeCounts) {
-        self.accepted += o.accepted;
-        self.retrying += o.retrying;
-        self.releasing += o.releasing;
-        self.ignored += o.ignored;
-        self.not_ours += o.not_ours;
-    }
 }
 
 /// What a run produced.
@@ -158,16 +111,6 @@ enum ToService {
     },
     Watch(LockName),
     Unwatch(LockName),
-    /// A lease stopped waiting: its host removes its queue entry (direct grants).
-    Dequeue {
-        name: LockName,
-        token: OwnerToken,
-    },
-    /// A host releases a grant by token, for a notice no lease of its core owns.
-    HostRelease {
-        name: LockName,
-        token: OwnerToken,
-    },
 }
 
 #[derive(Clone, Debug)]
@@ -177,14 +120,6 @@ enum ToClient {
     Renew(RequestId, RenewResult),
     Release(RequestId, ReleaseResult),
     Notify(LockName),
-    /// A grant notice: the service granted `name` to the queued `token` while releasing.
-    Granted {
-        name: LockName,
-        tag: RequestId,
-        fence: u64,
-        ttl_ms: u64,
-        token: OwnerToken,
-    },
 }
 
 #[derive(Debug)]
@@ -286,9 +221,6 @@ struct LeaseRec {
     /// An acquire attempt failed in transport (it may have been granted);
     /// matters if the lease is never granted (AcquireFailed).
     uncertain: bool,
-    /// Fence of a direct grant whose notice the core ignored while acquiring (it counted on
-    /// an attempt in flight to return the grant).
-    ignored_grant: Option<u64>,
     /// Created with automatic renewal (its workers then renew only now and then).
     auto_renew: bool,
     /// `renew` was called and no `Renewed` has answered it yet.
@@ -329,8 +261,6 @@ struct Host {
     watching: HashMap<LockName, bool>,
     /// Leases without a terminal event yet.
     open: Vec<LeaseId>,
-    /// Leases that failed to acquire since the last host check, for the leak check.
-    just_failed: Vec<LeaseId>,
     /// Recently ended leases `(core time until which the record may stay, id)`: the core may keep
     /// their records a while (to release a late grant), which I7 allows.
     recent: Vec<(u64, LeaseId)>,
@@ -465,7 +395,7 @@ impl Shared {
     /// Sends a reply or notification from the service to client `c`.
     fn send_reply(&mut self, c: usize, msg: ToClient) {
         let now = self.now;
-        let is_notify = matches!(msg, ToClient::Notify(_) | ToClient::Granted { .. });
+        let is_notify = matches!(msg, ToClient::Notify(_));
         match self.net.fate(c, now, !is_notify, true) {
             Fate::Deliver(delays) => {
                 if delays.len() == 2 {
@@ -480,7 +410,7 @@ impl Shared {
                     ToClient::Acquire(r, _) => ToClient::Acquire(r, None),
                     ToClient::Renew(r, _) => ToClient::Renew(r, RenewResult::TransportError),
                     ToClient::Release(r, _) => ToClient::Release(r, ReleaseResult::TransportError),
-                    n @ (ToClient::Notify(_) | ToClient::Granted { .. }) => n,
+                    n @ ToClient::Notify(_) => n,
                 };
                 self.push(now + after_ns, c, Ev::AtClient(err));
             }
@@ -537,55 +467,10 @@ impl Shared {
         }
     }
 
-    /// A release at the service: with direct grants, a queued lease whose client is reachable
-    /// (not partitioned from the service now, so a PUBLISH would reach its subscription) gets
-    /// the lock at once.
-    fn release(
-        &mut self,
-        snow: u64,
-        name: &LockName,
-        token: OwnerToken,
-        data: Option<&[u8]>,
-    ) -> ReleaseOutcome {
-        let now = self.now;
-        let net = &self.net;
-        self.service
-            .release_granting(snow, name, token, data, |c| !net.partitioned(c, now))
-    }
-
-    /// Notifies watchers of a release and publishes its direct grant, if any.
+    /// Notifies the watchers of a release.
     fn after_release(&mut self, name: &LockName, out: ReleaseOutcome) {
         for w in out.watchers {
             self.send_reply(w, ToClient::Notify(name.clone()));
-        }
-        if !out.unreachable.is_empty() {
-            self.stats.unreachable_skipped += out.unreachable.len() as u64;
-            self.tr(format!(
-                "    no direct grant for unreachable clients {:?}",
-                out.unreachable
-            ));
-        }
-        if let Some(g) = out.grant {
-            self.fresh_grant(name, g.fence);
-            self.stats.direct_grants += 1;
-            self.tr(format!(
-                "    direct grant {name:?} to c{} token={} tag={} fence={} ttl={}ms",
-                g.client,
-                hex(&g.token),
-                g.tag,
-                g.fence,
-                g.ttl_ms
-            ));
-            self.send_reply(
-                g.client,
-                ToClient::Granted {
-                    name: name.clone(),
-                    tag: RequestId(g.tag),
-                    fence: g.fence,
-                    ttl_ms: g.ttl_ms,
-                    token: g.token,
-                },
-            );
         }
     }
 
@@ -600,9 +485,7 @@ impl Shared {
                 ttl_ms,
             } => {
                 let grants_before = self.service.grants();
-                let r = self
-                    .service
-                    .acquire_queued(snow, &name, token, ttl_ms, c, req.0);
+                let r = self.service.acquire(snow, &name, token, ttl_ms);
                 if let AcquireReply::Granted { fence, .. } = &r {
                     if self.service.grants() > grants_before {
                         self.fresh_grant(&name, *fence);
@@ -648,7 +531,7 @@ impl Shared {
                 data,
                 sent_at,
             } => {
-                let out = self.release(snow, &name, token, data.as_deref());
+                let out = self.service.release(snow, &name, token, data.as_deref());
                 self.judge_echo(sent_at);
                 let ok = out.released;
                 self.tr(format!(
@@ -672,32 +555,6 @@ impl Shared {
             }
             ToService::Unwatch(name) => {
                 self.service.unwatch(c, &name);
-                None
-            }
-            ToService::Dequeue { name, token } => {
-                let had = self.service.dequeue(&name, &token);
-                self.tr(format!(
-                    "{:>14} service <- c{c} Dequeue {name:?} token={} => {}",
-                    secs(self.now),
-                    hex(&token),
-                    if had { "removed" } else { "no entry" }
-                ));
-                None
-            }
-            ToService::HostRelease { name, token } => {
-                let out = self.release(snow, &name, token, None);
-                self.tr(format!(
-                    "{:>14} service <- c{c} host release {name:?} token={} => {} notify {:?}",
-                    secs(self.now),
-                    hex(&token),
-                    if out.released {
-                        "released"
-                    } else {
-                        "not owner"
-                    },
-                    out.watchers
-                ));
-                self.after_release(&name, out);
                 None
             }
         };
@@ -1047,14 +904,6 @@ impl Host {
                 rec.terminal = Some("AcquireFailed");
                 rec.ended_at = now;
                 sh.stats.acquire_failed += 1;
-                if rec.ignored_grant.is_some() {
-                    self.just_failed.push(lease);
-                }
-                if let (true, Some(token)) = (sh.sc.direct_grants, rec.token) {
-                    // A lease that stops waiting removes its queue entry (Redis protocol 3).
-                    let name = rec.name.clone();
-                    sh.send_request(c, ToService::Dequeue { name, token });
-                }
             }
             Event::Lost { reason, .. } => {
                 if reason != LostReason::Rejected {
@@ -1193,7 +1042,6 @@ impl Host {
                             releases_sent: 0,
                             needs_release: false,
                             uncertain: false,
-                            ignored_grant: None,
                             auto_renew,
                             renew_requested: false,
                             outcome_expected: false,
@@ -1315,21 +1163,8 @@ impl Host {
     /// Feeds one message to the core.
     fn deliver(&mut self, c: usize, sh: &mut Shared, now: u64, msg: ToClient) {
         if sh.tracing() {
-            let shown = match &msg {
-                ToClient::Granted {
-                    name,
-                    tag,
-                    fence,
-                    ttl_ms,
-                    token,
-                } => format!(
-                    "Granted {{ name: {name:?}, tag: {tag}, fence: {fence}, ttl_ms: {ttl_ms}, token: {} }}",
-                    hex(token)
-                ),
-                m => format!("{m:?}"),
-            };
             sh.tr(format!(
-                "{:>14} c{c} (local +{}) <- {shown}",
+                "{:>14} c{c} (local +{}) <- {msg:?}",
                 secs(sh.now),
                 secs(now.saturating_sub(self.epoch))
             ));
@@ -1344,7 +1179,7 @@ impl Host {
                     _ => None,
                 }
             }
-            ToClient::Notify(_) | ToClient::Granted { .. } => None,
+            ToClient::Notify(_) => None,
         };
         if let (ToClient::Acquire(_, reply), Some(lease)) = (&msg, first_answer) {
             if let Some(rec) = self.leases.get_mut(&lease) {
@@ -1370,7 +1205,7 @@ impl Host {
         let answered = match &msg {
             ToClient::Acquire(req, _) => Some((*req, ReqKind::Acquire)),
             ToClient::Renew(req, _) => Some((*req, ReqKind::Renew)),
-            ToClient::Release(..) | ToClient::Notify(_) | ToClient::Granted { .. } => None,
+            ToClient::Release(..) | ToClient::Notify(_) => None,
         };
         if let Some((req, kind)) = answered {
             if let Some(r) = self.requests.get(&req) {
@@ -1444,144 +1279,11 @@ impl Host {
             }
             ToClient::Release(req, r) => self.core.handle_release_result(now, req, r),
             ToClient::Notify(name) => self.core.handle_released(now, &name),
-            ToClient::Granted {
-                name,
-                tag,
-                fence,
-                ttl_ms,
-                token,
-            } => {
-                self.on_notice(c, sh, now, name, tag, fence, ttl_ms, token);
-                Ok(())
-            }
         };
         if let Err(e) = r {
             sh.fail("contract", format!("c{c}: result input refused: {e}"));
         }
         self.drain(c, sh);
-    }
-
-    /// Feeds a grant notice to the core and checks what it made of it.
-    #[allow(clippy::too_many_arguments)]
-    fn on_notice(
-        &mut self,
-        c: usize,
-        sh: &mut Shared,
-        now: u64,
-        name: LockName,
-        tag: RequestId,
-        fence: u64,
-        ttl_ms: u64,
-        token: OwnerToken,
-    ) {
-        let owner = self
-            .leases
-            .iter()
-            .find(|(_, r)| r.token == Some(token))
-            .map(|(l, r)| (*l, r.terminal.is_some()));
-        // The grant was made after attempt `tag` reached the service, so validity counted
-        // from that attempt's send time is a safe bound (I1), exactly as for its reply.
-        let tag_is_owners = self.requests.get(&tag).is_some_and(|r| {
-            r.kind == ReqKind::Acquire && owner.is_some_and(|(l, _)| l == r.lease)
-        });
-        if tag_is_owners {
-            self.note_confirmed(tag, ttl_ms);
-        }
-        let releases_before = owner
-            .and_then(|(l, _)| self.leases.get(&l))
-            .map_or(0, |r| r.releases_sent);
-        let outcome = self.core.handle_granted(now, tag, &token, fence, ttl_ms);
-        if let (GrantNotice::Accepted, Some((lease, _)), true) = (outcome, owner, tag_is_owners) {
-            // The notice proves the service processed attempt `tag`: the core takes it as that
-            // attempt's answer (its reply, still on the way, is stale now), so the attempt no
-            // longer counts as in flight (rule 4).
-            let key = (lease, ReqKind::Acquire);
-            if self.inflight.get(&key).is_some_and(|x| x.0 == tag) {
-                self.inflight.remove(&key);
-            }
-        }
-        sh.stats.notices.count(outcome);
-        sh.tr(format!("    c{c} notice => {outcome:?}"));
-        // The core may have ended the lease on its own first (its timers run before the
-        // notice is looked at), so what the notice did is judged after the drain.
-        self.drain(c, sh);
-        let ended_now =
-            |h: &Host, lease| h.leases.get(&lease).is_some_and(|r| r.terminal.is_some());
-        match (outcome, owner) {
-            (GrantNotice::NotOurs, _) => {
-                // Only a lease with a record could own it; an open lease always has one.
-                if let Some((lease, false)) = owner.map(|(l, _)| (l, ended_now(self, l))) {
-                    sh.fail(
-                        "grant",
-                        format!(
-                            "c{c}: notice for open lease {lease}'s token {} answered NotOurs",
-                            hex(&token)
-                        ),
-                    );
-                }
-                sh.stats.host_releases += 1;
-                sh.send_request(c, ToService::HostRelease { name, token });
-            }
-            (GrantNotice::Releasing, Some((lease, _))) => {
-                if !ended_now(self, lease) {
-                    sh.fail(
-                        "grant",
-                        format!("c{c}: notice for open lease {lease} answered Releasing"),
-                    );
-                }
-                let sent = self.leases.get_mut(&lease).map_or(0, |rec| {
-                    rec.needs_release = true;
-                    rec.releases_sent
-                });
-                // Rule 6: released at once, or after the answer to a request in flight.
-                let pending = self
-                    .requests
-                    .values()
-                    .any(|r| r.lease == lease && !r.answered);
-                if sent == releases_before && !pending {
-                    sh.fail(
-                        "rule 6",
-                        format!(
-                            "c{c}: lease {lease} answered a grant notice with Releasing, but sent no Release and has no request in flight"
-                        ),
-                    );
-                }
-            }
-            (
-                GrantNotice::Accepted | GrantNotice::Retrying | GrantNotice::Ignored,
-                Some((lease, true)),
-            ) => {
-                sh.fail(
-                    "grant",
-                    format!("c{c}: notice for ended lease {lease} answered {outcome:?}"),
-                );
-            }
-            (GrantNotice::Ignored, Some((lease, false))) => {
-                if let Some(rec) = self.leases.get_mut(&lease) {
-                    if rec.fence.is_none() {
-                        rec.ignored_grant = Some(fence);
-                    }
-                }
-            }
-            (GrantNotice::Accepted, _) if !tag_is_owners => {
-                sh.fail(
-                    "grant",
-                    format!(
-                        "c{c}: notice with tag {tag} accepted, but that attempt is not its token's"
-                    ),
-                );
-            }
-            (GrantNotice::Releasing | GrantNotice::Accepted | GrantNotice::Retrying, None) => {
-                sh.fail(
-                    "grant",
-                    format!(
-                        "c{c}: notice for token {} that no lease here ever used answered {outcome:?}",
-                        hex(&token)
-                    ),
-                );
-            }
-            _ => {}
-        }
     }
 
     /// After an input: timeouts, writes, per-host checks, next wake-up.
@@ -1660,35 +1362,6 @@ impl Host {
 
     /// I1, I3 and I7 for this host, after its timeouts were handled.
     fn check(&mut self, c: usize, sh: &mut Shared, now: u64) {
-        // Rule 6 after an ignored grant notice: a lease that gave up, and whose requests were
-        // all answered, while the grant it was told of is still its token's at the service
-        // must have released it.
-        let snow = sh.service_clock.local(sh.now);
-        let mut waiting = Vec::new();
-        for lease in std::mem::take(&mut self.just_failed) {
-            let rec = &self.leases[&lease];
-            let (Some(fence), Some(token)) = (rec.ignored_grant, rec.token) else {
-                continue;
-            };
-            if self
-                .requests
-                .values()
-                .any(|r| r.lease == lease && !r.answered)
-            {
-                waiting.push(lease);
-                continue;
-            }
-            let live = sh.service.holder(snow, &rec.name) == Some((token, fence));
-            if live && rec.releases_sent == 0 {
-                sh.fail(
-                    "rule 6",
-                    format!(
-                        "c{c}: lease {lease} ignored a grant notice (fence {fence}) while acquiring, then failed without releasing that grant, which is still live at the service"
-                    ),
-                );
-            }
-        }
-        self.just_failed = waiting;
         let cnow = self.core.now();
         if cnow < now {
             sh.fail(
@@ -1871,12 +1544,10 @@ impl World {
                 recent: Vec::new(),
                 time_jumped: false,
                 inflight: HashMap::new(),
-                just_failed: Vec::new(),
             });
         }
         let mut service = LockService::new(sc.service_fault, sc.retry_hints, sc.fence_stride);
         service.set_grant_cap(sc.grant_cap_ms);
-        service.set_direct_grants(sc.direct_grants);
         let service_clock = DriftClock::new(0, 1 << 41, sc.service_ppm);
         let i5 = sc.i5_applies();
         let honest = sc.honest_clocks();
@@ -1899,7 +1570,6 @@ impl World {
             trace: trace.then(Vec::new),
             stats: Stats {
                 i5_checked: i5,
-                direct_grants_on: sc.direct_grants,
                 ..Stats::default()
             },
             i5,

@@ -168,7 +168,7 @@ static int advance_until(lh_client *c, uint64_t *now, uint32_t kind, lh_output *
 static void version_macros_match_library(void) {
     EXPECT(strcmp(lh_version(), LH_VERSION) == 0);
     EXPECT(lh_abi_version() == LH_ABI_VERSION);
-    EXPECT(LH_ABI_VERSION == 1);
+    EXPECT(LH_ABI_VERSION == 2);
 }
 
 static void status_str_names_every_code(void) {
@@ -833,41 +833,6 @@ static void same_seed_is_deterministic(void) {
     lh_client_free(b);
 }
 
-/* The Redis protocol exports: scripts, keys and wake channels come from the library, and bad
- * arguments are errors that write nothing. */
-static void redis_protocol_exports(void) {
-    const char *text = NULL;
-    size_t len = 0;
-    EXPECT_ST(lh_redis_script(LH_REDIS_SCRIPT_ACQUIRE, &text, &len), LH_OK);
-    EXPECT(text != NULL && len > 0 && text[len] == '\0' && strstr(text, "redis.call") != NULL);
-    EXPECT_ST(lh_redis_script(99, &text, &len), LH_ERR_INVALID_ENUM);
-    EXPECT_ST(lh_redis_script(LH_REDIS_SCRIPT_RENEW, NULL, &len), LH_ERR_NULL_ARGUMENT);
-
-    uint8_t buf[64];
-    size_t n = 0;
-    EXPECT_ST(lh_redis_key(LH_REDIS_KEY_FENCE, NAME, NAME_LEN, buf, sizeof buf, &n), LH_OK);
-    EXPECT(n == strlen("lh:{orders}:fence") && memcmp(buf, "lh:{orders}:fence", n) == 0);
-    EXPECT_ST(lh_redis_key(LH_REDIS_KEY_FENCE, NAME, NAME_LEN, NULL, 0, &n), LH_ERR_BUFFER_TOO_SMALL);
-    EXPECT(n == strlen("lh:{orders}:fence"));
-    EXPECT_ST(lh_redis_key(LH_REDIS_KEY_LOCK, (const uint8_t *)"\xff", 1, buf, sizeof buf, &n),
-              LH_ERR_INVALID_UTF8);
-
-    uint8_t random[LH_REDIS_WAKE_RANDOM_LEN];
-    for (size_t i = 0; i < sizeof random; i++) random[i] = (uint8_t)(i * 17);
-    memset(buf, 0xAA, sizeof buf);
-    EXPECT_ST(lh_redis_wake_channel(random, buf, sizeof buf, &n), LH_OK);
-    EXPECT(n == 40 && memcmp(buf, "lh:wake:00112233445566778899aabbccddeeff", n) == 0);
-    EXPECT(buf[n] == 0xAA);
-    n = 0;
-    EXPECT_ST(lh_redis_wake_channel(random, NULL, 0, &n), LH_ERR_BUFFER_TOO_SMALL);
-    EXPECT(n == 40);
-    memset(buf, 0xAA, sizeof buf);
-    EXPECT_ST(lh_redis_wake_channel(random, buf, 39, &n), LH_ERR_BUFFER_TOO_SMALL);
-    EXPECT(buf[0] == 0xAA);
-    EXPECT_ST(lh_redis_wake_channel(NULL, buf, sizeof buf, &n), LH_ERR_NULL_ARGUMENT);
-    EXPECT_ST(lh_redis_wake_channel(random, buf, sizeof buf, NULL), LH_ERR_NULL_ARGUMENT);
-}
-
 static void reseed_after_fork_gives_distinct_tokens(void) {
     lh_client *c = mk();
     uint8_t parent[32] = {0}, child[32] = {0};
@@ -1209,7 +1174,6 @@ int main(void) {
     RUN(hostile_granted_ttls_never_extend_validity);
     RUN(same_seed_is_deterministic);
     RUN(reseed_after_fork_gives_distinct_tokens);
-    RUN(redis_protocol_exports);
     RUN(manual_renew_extends_validity_from_its_send_time);
     RUN(manual_renew_of_an_ended_or_acquiring_lease_sends_nothing);
     RUN(no_auto_renew_lease_is_lost_at_valid_until_without_renewals);

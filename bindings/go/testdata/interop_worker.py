@@ -1,8 +1,8 @@
 """Python side of the Go/Python interop test (bindings/go/interop_test.go).
 
 Contends for the same lock names on the same Redis as Go workers, through the
-Python package (LockClient + RedisLockService, both running the library's
-canonical scripts), and performs the same fenced read-modify-write on the
+Python package (LockClient + RedisLockService, the Redis executor: both sides
+run the core's Redis protocol), and performs the same fenced read-modify-write on the
 shared SQLite file as the Go workers (same high-water-mark table and SQL as
 the Go Gate, so one gate guards writers of both languages).
 

@@ -36,7 +36,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,25 +51,15 @@ from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
-from leasehold.backends.redis_executor import RedisExecutor  # noqa: E402
-from leasehold.service import Granted  # noqa: E402
 
 clock = time.perf_counter
 
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
-def lh_client(url: str, inline_io: bool | None = None, direct_grants: bool = True) -> LockClient:
-    """leasehold's LockClient on RedisLockService.from_url (2 s socket and connect timeouts).
-    RedisLockService declares that bound as ``call_timeout``, so LockClient's inline fast path
-    is on by default (``inline_io=None``); ``inline_io=False`` gives the no-inline row, and
-    ``direct_grants=False`` the protocol-2 rows (a release wakes the next waiter, which asks)."""
-    return LockClient(RedisLockService.from_url(url, direct_grants=direct_grants), inline_io=inline_io)
-
-
-def lh_exec_client(url: str) -> LockClient:
-    """leasehold's LockClient on the RedisExecutor: the core speaks the Redis protocol (wake
-    one waiter, standbys), redis-py only runs its requests."""
-    return LockClient(RedisExecutor(url=url, socket_timeout=2.0, socket_connect_timeout=2.0))
+def lh_client(url: str) -> LockClient:
+    """leasehold's LockClient on ``RedisLockService.from_url`` (the Redis executor: the core
+    speaks the protocol, redis-py runs its requests; 2 s socket and connect timeouts)."""
+    return LockClient(RedisLockService.from_url(url))
 
 
 class Locker:
@@ -93,26 +82,6 @@ class LeaseholdLocker(Locker):
     def close(self) -> None:
         if self.own:
             self.client.close()
-
-
-class ServiceOnlyLocker(Locker):
-    """The RedisLockService's own two round trips, without LockClient (no renewals, no
-    loss detection): the transport's share of leasehold's cost, for the throughput row only."""
-
-    def __init__(self, url: str) -> None:
-        self.svc = RedisLockService.from_url(url)
-
-    def acquire(self, name: str, ttl: float, wait: float) -> Any:
-        token = uuid.uuid4().hex
-        if not isinstance(self.svc.acquire(name, token, int(ttl * 1000)), Granted):
-            raise TimeoutError(name)
-        return (name, token)
-
-    def release(self, h: Any) -> None:
-        self.svc.release(h[0], h[1], b"")
-
-    def close(self) -> None:
-        self.svc.close()
 
 
 class RedisPyLocker(Locker):
@@ -170,14 +139,7 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
         "lock = redis_lock.Lock(r, NAME, expire=int(TTL), auto_renewal=True)\n"
         "assert lock.acquire()\n"  # keep `lock` referenced: its renewal thread stops when it is collected
     )
-    exec_holder = (
-        "from leasehold import LockClient\n"
-        "from leasehold.backends.redis_executor import RedisExecutor\n"
-        "c = LockClient(RedisExecutor(url=URL))\n"
-        "h = c.acquire(NAME, ttl=TTL)\n"
-    )
     return [
-        Impl("leasehold executor", lambda: LeaseholdLocker(url, lh_exec_client(url), own=True), exec_holder),
         Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
         Impl("leasehold (1 shared client)", lambda: LeaseholdLocker(url, shared_client), lh_holder),
         Impl("redis-py Lock", lambda: RedisPyLocker(r), rp_holder),
@@ -301,22 +263,12 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold:
     # the last holder releases; waiters still blocked get the lock once each and exit
     for t in threads:
         t.join(max(0.1, end + 90 - clock()))
-    notices = _grant_notices(lockers)
     for lk in lockers:
         lk.close()
     if errors:
         raise errors[0]
     lat.sort()
-    res = summarize(lat)
-    if notices is not None:
-        res["grant_notices"] = notices
-    return res
-
-
-def _grant_notices(lockers: list[Locker]) -> int | None:
-    """Grants that reached leasehold's clients as notices (protocol 3), each client once."""
-    clients = {id(lk.client): lk.client for lk in lockers if isinstance(lk, LeaseholdLocker)}
-    return sum(c._grant_notices for c in clients.values()) if clients else None
+    return summarize(lat)
 
 
 # Handoff across processes: one waiter per OS process, as separate services would run. The
@@ -325,10 +277,6 @@ def _grant_notices(lockers: list[Locker]) -> int | None:
 def _make_locker(kind: str, url: str) -> Locker:
     if kind == "leasehold":
         return LeaseholdLocker(url)
-    if kind == "leasehold executor":
-        return LeaseholdLocker(url, lh_exec_client(url), own=True)
-    if kind == "leasehold, protocol 2":
-        return LeaseholdLocker(url, lh_client(url, direct_grants=False), own=True)
     if kind == "python-redis-lock":
         return PRLLocker(redis.Redis.from_url(url))
     if kind == "redis-py Lock":
@@ -367,10 +315,6 @@ def _handoff_process(kind: str, url: str, name: str, hold: float, sh: dict[str, 
             while sh["gen"].value == gen and not sh["stop"].value:
                 time.sleep(0.0005)
     finally:
-        notices = _grant_notices([locker])
-        if notices:
-            with sh["mu"]:
-                sh["notices"].value += notices
         locker.close()
 
 
@@ -388,7 +332,6 @@ def bench_handoff_processes(
         "count": ctx.Value("i", 0, lock=False),
         "stop": ctx.Value("b", 0, lock=False),
         "lat": ctx.Array("d", handoffs, lock=False),
-        "notices": ctx.Value("q", 0, lock=False),
     }
     name = f"hp-{waiters}-{kind}"
     procs = [
@@ -408,10 +351,7 @@ def bench_handoff_processes(
         if p.is_alive():
             p.kill()
     lat = sorted(sh["lat"][: sh["count"].value])
-    res = summarize(lat)
-    if kind.startswith("leasehold"):
-        res["grant_notices"] = sh["notices"].value
-    return res
+    return summarize(lat)
 
 
 def summarize(xs: list[float]) -> dict[str, Any]:
@@ -471,7 +411,7 @@ def bench_idle(
     renewals = renew_after - renew_before
     # commandstats also counts the commands a Lua script runs inside Redis; only leasehold runs
     # scripts in this phase (its waiters' retries and the holder's renewals), so for it count the
-    # client's requests (EVALSHA/EVAL, PING, ...) and report the script-internal ones separately.
+    # client's requests (script calls, PING, ...) and report the script-internal ones separately.
     internal = LUA_INTERNAL if impl.label.startswith("leasehold") else set()
     inside = sum(v for k, v in delta.items() if k in internal)
     waiter_cmds = sum(delta.values()) - delta.get("info", 0) - renewals - inside
@@ -546,7 +486,7 @@ def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) 
 
 def _lock_key(impl: Impl, name: str) -> str:
     if impl.label.startswith("leasehold"):
-        from leasehold.backends.redis_protocol import keys_for
+        from lh_keys import keys_for
 
         return keys_for(name).lock
     if impl.label.startswith("python-redis-lock"):
@@ -559,8 +499,7 @@ def report_handoff(results: dict[str, Any], label: str, waiters: int, res: dict[
     results["handoff"][f"{label} / {waiters} waiters"] = res
     print(
         f"handoff     {label:30s} {waiters:2d} waiters  p50 {res.get('p50_ms', 0):7.2f} ms"
-        f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})"
-        + (f"  grant notices {res['grant_notices']}" if "grant_notices" in res else ""),
+        f"  p99 {res.get('p99_ms', 0):7.2f} ms  (n={res['n']})",
         flush=True,
     )
 
@@ -590,15 +529,6 @@ def main() -> None:
         try:
             if "throughput" in parts:
                 tp_impls = [i for i in all_impls if "shared" not in i.label]
-                tp_impls.insert(
-                    1,
-                    Impl(
-                        "leasehold, no inline path",
-                        lambda: LeaseholdLocker(srv.url, lh_client(srv.url, inline_io=False), own=True),
-                        "",
-                    ),
-                )
-                tp_impls.insert(1, Impl("RedisLockService alone", lambda: ServiceOnlyLocker(srv.url), ""))
                 results["throughput"] = tp = bench_throughput(
                     tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds, r=r
                 )
@@ -613,21 +543,13 @@ def main() -> None:
             if "handoff" in parts:
                 results["handoff"] = {}
                 ho_impls = list(all_impls)
-                ho_impls.insert(
-                    1,
-                    Impl(
-                        "leasehold, protocol 2",
-                        lambda: LeaseholdLocker(srv.url, lh_client(srv.url, direct_grants=False), own=True),
-                        "",
-                    ),
-                )
                 for waiters in (8, 32):
                     for impl in ho_impls:
                         n = (30 if q else 150) if "redis-py" not in impl.label else (20 if q else 80)
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
                         report_handoff(results, impl.label, waiters, res)
-                    for kind in ("leasehold executor", "leasehold", "leasehold, protocol 2", "python-redis-lock"):
+                    for kind in ("leasehold", "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
                         report_handoff(results, f"{kind} (process per waiter)", waiters, res)

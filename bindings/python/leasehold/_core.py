@@ -508,7 +508,6 @@ class Core:
         self._c_acquire_result = _ffi.unchecked("lh_acquire_result")
         self._c_release_result = _ffi.unchecked("lh_release_result")
         self._c_released = _ffi.unchecked("lh_released")
-        self._c_granted = _ffi.unchecked("lh_granted")
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
         self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
@@ -636,29 +635,6 @@ class Core:
         st = self._c_released(p, int(self._clock()), raw, len(raw))
         if st:
             _check(st, p, "lh_released")
-
-    def granted(self, tag: int, token: str, fencing_token: int, ttl_ms: int) -> int:
-        """A grant notice: the service granted the lock to the queued attempt ``tag`` (a request
-        id) of ``token`` while releasing. Returns an ``LH_GRANT_*`` outcome; on
-        ``LH_GRANT_NOT_OURS`` the caller must release that grant by ``token`` itself."""
-        p = self._h.ptr
-        if p is None:
-            raise errors.ClientClosed("the core handle was freed")
-        raw = token.encode("ascii", "replace")
-        out = ctypes.c_uint32()
-        st = self._c_granted(
-            p,
-            int(self._clock()),
-            _u64(tag, "tag"),
-            raw,
-            len(raw),
-            _u64(fencing_token, "fencing_token"),
-            _u64(ttl_ms, "ttl_ms"),
-            ctypes.byref(out),
-        )
-        if st:
-            _check(st, p, "lh_granted")
-        return int(out.value)
 
     def timeout(self) -> None:
         lib.lh_timeout(self._p(), self.now())

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import errors
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # ---- constants (mirror include/leasehold.h) ---------------------------------------------
 LH_OK = 0
@@ -89,11 +89,6 @@ LH_RENEW_TRANSPORT_ERROR = 3
 LH_RELEASE_RELEASED = 1
 LH_RELEASE_NOT_OWNER = 2
 LH_RELEASE_TRANSPORT_ERROR = 3
-LH_GRANT_ACCEPTED = 1
-LH_GRANT_RETRYING = 2
-LH_GRANT_RELEASING = 3
-LH_GRANT_IGNORED = 4
-LH_GRANT_NOT_OURS = 5
 
 LH_STATE_ACQUIRING = 1
 LH_STATE_HELD = 2
@@ -556,7 +551,6 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_renew_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
     "lh_release_result": ([lh_client_p, _u64, _u64, _u32], _u32, True),
     "lh_released": ([lh_client_p, _u64, _cp, _sz], _u32, True),
-    "lh_granted": ([lh_client_p, _u64, _u64, _cp, _sz, _u64, _u64, ctypes.POINTER(_u32)], _u32, True),
     "lh_timeout": ([lh_client_p, _u64], _u32, True),
     "lh_poll_output": ([lh_client_p, ctypes.POINTER(lh_output)], _u32, True),
     "lh_poll_timeout": ([lh_client_p, ctypes.POINTER(_u64)], _u32, True),

@@ -178,9 +178,6 @@ class AsyncLockClient(LeaseLifecycle):
         self._service: AsyncLockService = (
             cast(AsyncLockService, self._backend) if self._backend is not None else to_async(service)
         )
-        # Redis protocol 3 (see LockClient): tag attempts with their request ids, take notices.
-        self._tag_acquires = bool(getattr(self._service, "grants_on_release", False))
-        self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = client_config(config, self._service, fail_budget)
         self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
@@ -198,7 +195,6 @@ class AsyncLockClient(LeaseLifecycle):
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[AsyncLockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
-        self._lease_tokens: dict[int, tuple[str, str]] = {}  # as in LockClient (protocol 3)
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
@@ -306,8 +302,6 @@ class AsyncLockClient(LeaseLifecycle):
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
             unwatches = [self._service.unwatch(n) for n, c in self._watch_refs.items() if c > 0]
-            if getattr(self._service, "wakes_one_waiter", False):
-                unwatches += [self._service.unwatch_waiter(n) for n in self._core_watching]
             for op in unwatches:
                 try:
                     await asyncio.wait_for(op, 1.0)
@@ -473,20 +467,16 @@ class AsyncLockClient(LeaseLifecycle):
         k = out.kind
         if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
             self._requests[out.request_id] = (k, out.lease_id)
-            if k == _ffi.LH_OUTPUT_ACQUIRE and self._tag_acquires:
-                self._lease_tokens[out.lease_id] = (out.name, out.token)
             self._spawn(self._do_io(out))
         elif k == _ffi.LH_OUTPUT_WATCH:
             if out.name not in self._core_watching:
                 self._core_watching.add(out.name)
-                self._waiter_watch(out.name, True)
+                self._watch_ref(out.name, +1)  # waiters share the release notifications
         elif k == _ffi.LH_OUTPUT_UNWATCH:
             if out.name in self._core_watching:
                 self._core_watching.discard(out.name)
-                self._waiter_watch(out.name, False)
+                self._watch_ref(out.name, -1)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
-            if self._lease_tokens:
-                self._lease_tokens.pop(out.lease_id, None)
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     h._fencing_token = out.fencing_token
@@ -494,10 +484,6 @@ class AsyncLockClient(LeaseLifecycle):
                     if not h._fut.done():
                         h._fut.set_result(None)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
-            queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
-            forget = getattr(self._service, "forget_queued", None) if queued is not None else None
-            if queued is not None and forget is not None:
-                self._spawn(self._forget_queued(forget, *queued))
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
@@ -528,10 +514,7 @@ class AsyncLockClient(LeaseLifecycle):
         fn: Callable[[], None]
         try:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
-                if self._tag_acquires:
-                    r = await self._service.acquire(out.name, out.token, out.ttl_ms, req)  # type: ignore[call-arg]
-                else:
-                    r = await self._service.acquire(out.name, out.token, out.ttl_ms)
+                r = await self._service.acquire(out.name, out.token, out.ttl_ms)
                 if isinstance(r, Granted):
                     g = r
 
@@ -577,15 +560,6 @@ class AsyncLockClient(LeaseLifecycle):
         if not self._closed:
             self._deliver_input(fn)
 
-    def _waiter_watch(self, name: str, on: bool) -> None:
-        """The core started or stopped waiting for ``name`` (see LockClient._waiter_watch)."""
-        if not getattr(self._service, "wakes_one_waiter", False):
-            self._watch_ref(name, +1 if on else -1)
-        elif on:
-            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch_waiter, self._woken))
-        else:
-            self._chain_watch(lambda: self._service.unwatch_waiter(name))
-
     def _watch_ref(self, name: str, delta: int) -> None:
         before = self._watch_refs.get(name, 0)
         after = max(0, before + delta)
@@ -629,79 +603,13 @@ class AsyncLockClient(LeaseLifecycle):
         t.add_done_callback(self._tasks.discard)
         self._watch_tail = t
 
-    def _woken(self, name: str, notice: Any = None) -> bool | None:
-        """(service) The service picked this client to re-try ``name``, or, with a ``notice``
-        (protocol 3), granted it to one of our queued attempts. On the client's loop the
-        answer is known at once: ``False`` when nobody here takes it (the service then passes a
-        wake-up on, or releases the grant). From another thread it is queued to the loop and
-        the answer is ``None`` (not known): a grant no lease here owns is then released here,
-        unless the client closed meanwhile (then it runs out by its TTL)."""
-        loop = self._loop
-        try:
-            on_loop = loop is not None and asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        handle = self._wake_core if notice is None else self._grant_core
-        arg = name if notice is None else notice
-        if not on_loop:
-            if loop is not None and not loop.is_closed():
-                try:
-                    loop.call_soon_threadsafe(handle, arg)
-                except RuntimeError:  # loop closed meanwhile
-                    return False
-                return None
-            return False
-        return handle(arg)
-
     def _wake_core(self, name: str) -> bool:
-        """(loop) Wake one local waiter of ``name`` (protocol 3: every one); False if there is
-        none."""
+        """(loop) Wake one local waiter of ``name``; False if there is none."""
         if self._closed or name not in self._core_watching:
             return False
         core = self._core
-        if self._tag_acquires:
-            # Protocol 3: every waiting lease asks again and queues itself (see LockClient).
-            n = sum(1 for hs in self._handles.values() if hs and hs[0].name == name and hs[0]._state == _ACQUIRING)
-
-            def wake_all() -> None:
-                for _ in range(max(1, n)):
-                    core.released(name)
-
-            self._deliver_input(wake_all)
-            return True
         self._deliver_input(lambda: core.released(name))
         return True
-
-    def _grant_core(self, notice: Any) -> bool:
-        """(loop) Feed a grant notice to the core; False once closed (the service releases it).
-        A grant for a lease the core no longer knows is released here."""
-        if self._closed:
-            return False
-        core = self._core
-
-        def feed() -> None:
-            outcome = core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
-            if outcome == _ffi.LH_GRANT_ACCEPTED:
-                self._grant_notices += 1
-            elif outcome == _ffi.LH_GRANT_NOT_OURS and not getattr(notice, "shared", False):
-                self._spawn(self._release_stray(notice))
-
-        self._deliver_input(feed)
-        return True
-
-    @staticmethod
-    async def _forget_queued(forget: Callable[[str, str], Awaitable[None]], name: str, token: str) -> None:
-        """A lease that gave up takes its queue entry out (best effort)."""
-        try:
-            await forget(name, token)
-        except Exception as e:  # noqa: BLE001 - left behind, it is granted once and released
-            log.debug("leasehold: leaving the queue of %r failed: %s", name, e)
-
-    async def _release_stray(self, notice: Any) -> None:
-        try:
-            await self._service.release(notice.name, notice.token, b"")
-        except Exception as e:  # noqa: BLE001 - the grant then runs out by its TTL
-            log.warning("leasehold: releasing a grant of %r no lease here owns failed: %s", notice.name, e)
 
     def _notified_threadsafe(self, name: str) -> None:
         loop = self._loop

@@ -421,6 +421,7 @@ def open_backend(url: str) -> Any:
         except ImportError as e:
             raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
         try:
+            # The Redis executor (the core's protocol) under its first name, for its status().
             svc = RedisLockService.from_url(url)
         except ValueError as e:
             raise UsageError(f"bad Redis URL {redact(url)!r}: {e}") from None

@@ -27,21 +27,15 @@ is fed back under the mutex. An uncontended acquire+release then costs exactly t
 calls and no thread hand-off. While an ``acquire()`` caller waits, it is parked as its
 lease's runner: the lease's later Acquire commands (a retry after ``HeldByOther``, a wake-up by
 a release notification) are handed to that thread and run there, so a notification reaches the
-waiter in one hop (subscriber thread → waiting thread), not through the pool; with a service that
-implements ``park`` (Redis), in none: the waiting thread serves the service's notification
-connection itself while it waits, and runs its wake-up's attempt right away. When another
-thread reads the wake-up (the pub/sub thread, or a waiter of another lease that serves the
-connection) and the service can send an acquire ahead (``send_acquire``, Redis), that thread
-sends the woken waiter's attempt before it wakes it, and the waiter only reads the reply: the
-hop overlaps the round trip. Everything else (renewals, cleanup releases, commands issued
-while the caller is busy) runs on the IO pool, and the driver keeps running every deadline
-meanwhile: if an inline call outlives the core's request timeout, the core retries on the
-pool and the late answer is counted as stale.
+waiter in one hop (notifying thread → waiting thread), not through the pool. Everything else
+(renewals, cleanup releases, commands issued while the caller is busy) runs on the IO pool,
+and the driver keeps running every deadline meanwhile: if an inline call outlives the core's
+request timeout, the core retries on the pool and the late answer is counted as stale.
 
 The calling thread cannot be interrupted inside a service call, so the fast path is used only
 when a call is known to end: the service declares ``call_timeout`` (seconds, the longest one
-acquire/release call can block, e.g. a Redis service whose sockets have timeouts), or the
-application passes ``inline_io=True`` and vouches for it. A service that can hang without a
+acquire/release call can block), or the application passes ``inline_io=True`` and vouches
+for it. A service that can hang without a
 bound (``MemoryLockService.hang()``, a driver without timeouts) runs everything on the pool,
 as before. With the fast path an ``acquire()`` waits at most ``call_timeout`` (the inline call)
 plus its usual bound (``wait`` + one request timeout + a safety margin).
@@ -129,12 +123,7 @@ class LockHandle:
         # the handle settles or when a command is handed to the waiting thread (``_cmd``).
         self._settled: threading.Event | None = None
         self._cmd: Output | None = None
-        # With ``_cmd``: the reader of its reply when another thread already sent it (see
-        # LockClient._presend); the waiter then reads only that.
-        self._read: Callable[[], Granted | HeldByOther] | None = None
-        self._left = False  # the acquire() caller left _wait_settled
         self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
-        self._parking = False  # that thread is inside service.park (see _wake_waiter)
         self._error: BaseException | None = None
         self._fencing_token: int | None = None
         self._valid_until_ns: int | None = None
@@ -322,16 +311,6 @@ class LockClient(LeaseLifecycle):
         if self._backend is not None:
             self._inline = False  # the executor's requests all go through the IO pool
         self._service = service
-        # The optional capability of sending an acquire ahead of its reader (see _presend).
-        send_acquire = getattr(service, "send_acquire", None)
-        self._send_acquire: Callable[[str, str, int], Callable[[], Granted | HeldByOther] | None] | None = (
-            send_acquire if callable(send_acquire) and self._inline else None
-        )
-        self._presends = 0  # handoffs whose attempt another thread sent (diagnostics, tests)
-        # A service that grants on release (Redis protocol 3) needs each attempt's request id
-        # as its tag, and hands us grant notices through the waiter callback (_woken).
-        self._tag_acquires = bool(getattr(service, "grants_on_release", False))
-        self._grant_notices = 0  # grants that arrived as notices (diagnostics, tests)
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = self._cfg = client_config(config, service, fail_budget)
         self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
@@ -371,9 +350,6 @@ class LockClient(LeaseLifecycle):
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[LockHandle]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
-        # Protocol 3: (name, token) of each lease with a tagged attempt, so that a lease that
-        # gives up can take its queue entry out (service.forget_queued).
-        self._lease_tokens: dict[int, tuple[str, str]] = {}
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
         self._watch_refs: dict[str, int] = {}
@@ -395,9 +371,6 @@ class LockClient(LeaseLifecycle):
         # Leases whose acquire() caller is parked waiting (inline mode): their next Acquire
         # command (a retry, or a wake-up by a release notification) is handed to that thread.
         self._parked: dict[int, LockHandle] = {}
-        # While _woken feeds a wake-up: Acquire commands for parked waiters of other threads,
-        # which this thread sends once the mutex is dropped (see _presend).
-        self._presend_batch: list[tuple[LockHandle, Output]] | None = None
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
@@ -574,8 +547,6 @@ class LockClient(LeaseLifecycle):
             pools = (self._pool, self._watch_pool, self._cb_pool)
             watching = [(self._service.unwatch, n) for n, c in self._watch_refs.items() if c > 0]
             self._watch_refs.clear()
-            if getattr(self._service, "wakes_one_waiter", False) and self._watch_pool is not None:
-                watching += [(self._service.unwatch_waiter, n) for n in self._core_watching]
         if driver is not None and driver is not threading.current_thread():
             driver.join(timeout=5.0)
         pool, watch_pool, cb_pool = pools
@@ -809,8 +780,6 @@ class LockClient(LeaseLifecycle):
         k = out.kind
         if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
             self._requests[out.request_id] = (k, out.lease_id)
-            if k == _ffi.LH_OUTPUT_ACQUIRE and self._tag_acquires:
-                self._lease_tokens[out.lease_id] = (out.name, out.token)
             if out.lease_id in self._abandoned:
                 self._answer_abandoned(out)
             elif self._capture == (k, out.lease_id) and self._captured is None:
@@ -823,14 +792,12 @@ class LockClient(LeaseLifecycle):
         elif k == _ffi.LH_OUTPUT_WATCH:
             if out.name not in self._core_watching:
                 self._core_watching.add(out.name)
-                self._waiter_watch(out.name, True)
+                self._watch_ref(out.name, +1)  # waiters share the release notifications
         elif k == _ffi.LH_OUTPUT_UNWATCH:
             if out.name in self._core_watching:
                 self._core_watching.discard(out.name)
-                self._waiter_watch(out.name, False)
+                self._watch_ref(out.name, -1)
         elif k == _ffi.LH_OUTPUT_ACQUIRED:
-            if self._lease_tokens:
-                self._lease_tokens.pop(out.lease_id, None)
             for h in self._handles.get(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     h._fencing_token = out.fencing_token
@@ -839,11 +806,6 @@ class LockClient(LeaseLifecycle):
                     if h._settled is not None:  # (no call on the fast path: nobody waits)
                         self._wake_waiter(h)
         elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
-            queued = self._lease_tokens.pop(out.lease_id, None) if self._lease_tokens else None
-            if queued is not None and self._watch_pool is not None:
-                forget = getattr(self._service, "forget_queued", None)
-                if forget is not None:
-                    self._side_call(self._watch_pool, "service.forget_queued", forget, *queued)
             for h in self._handles.pop(out.lease_id, ()):
                 if h._state == _ACQUIRING:
                     self._settle_error(h, self._acquire_error(h, out.reason))
@@ -862,12 +824,6 @@ class LockClient(LeaseLifecycle):
         if h is None or h._settled is None:
             return False
         self._inflight += 1
-        batch = self._presend_batch
-        if batch is not None and h._waiter != threading.get_ident():
-            # Read off a wake-up by another thread: that thread sends the attempt first (after
-            # the mutex is dropped, see _presend) and wakes the waiter then.
-            batch.append((h, out))
-            return True
         h._cmd = out
         self._wake_waiter(h)
         return True
@@ -875,19 +831,11 @@ class LockClient(LeaseLifecycle):
     def _wake_waiter(self, h: LockHandle) -> None:
         """(mutex held) ``h`` settled or got a command: wake its waiting acquire() caller.
 
-        On the caller's own thread no Event work is needed unless it is parked in the service
-        (which stops serving once ``_settled`` is set): anywhere else that thread looks at the
-        handle under the mutex before it waits again (see _wait_settled). Nor does the service
-        need to hear of it (``unpark``) from the parked thread itself.
+        On the caller's own thread no Event work is needed: that thread looks at the handle
+        under the mutex before it waits again (see _wait_settled).
         """
         ev = h._settled
-        if ev is None:
-            return
-        if h._waiter != threading.get_ident():
-            ev.set()
-            if self._backend is None:
-                self._service.unpark()
-        elif h._parking:
+        if ev is not None and h._waiter != threading.get_ident():
             ev.set()
 
     def _wait_settled(self, h: LockHandle, bound: float) -> bool:
@@ -900,12 +848,10 @@ class LockClient(LeaseLifecycle):
         end = time.monotonic() + bound
         lease = h.lease_id
         ev: threading.Event | None = None
-        park = False
         try:
             while True:
                 with self._mu:
                     cmd, h._cmd = h._cmd, None
-                    read, h._read = h._read, None
                     if cmd is None:
                         if h._state != _ACQUIRING:
                             return True
@@ -917,36 +863,22 @@ class LockClient(LeaseLifecycle):
                             ev.clear()  # every set() happens under the mutex: none is lost
                         if self._inline and not self._paused and lease not in self._parked:
                             self._parked[lease] = h
-                        park = self._parked.get(lease) is h
                 if cmd is not None:
-                    self._run_inline(cmd, read)
+                    self._run_inline(cmd)
                     continue
                 left = end - time.monotonic()
                 if ev is None or left <= 0:
                     return h._state != _ACQUIRING
-                # A parked runner waits in the service, which may read its wake-up itself.
-                if park:
-                    h._parking = True
-                    try:
-                        ok = self._service.park(ev, left)
-                    finally:
-                        h._parking = False
-                else:
-                    ok = ev.wait(left)
-                if not ok:
+                if not ev.wait(left):
                     return h._state != _ACQUIRING
         finally:
-            if park:
-                self._service.end_park()
             with self._mu:
                 if self._parked.get(lease) is h:
                     del self._parked[lease]
-                h._left = True  # an Acquire being sent for us now goes to the pool (_presend)
                 cmd, h._cmd = h._cmd, None
-                read, h._read = h._read, None
                 if cmd is not None:  # handed over while we were leaving: the pool runs it
                     self._inflight -= 1
-                    self._submit_io(cmd, read)
+                    self._submit_io(cmd)
 
     def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         pool = self._cb_pool
@@ -1025,21 +957,9 @@ class LockClient(LeaseLifecycle):
         self._run_here(batch)
 
     # -- internals: IO -------------------------------------------------------------------------------
-    def _submit_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
-        """(mutex held) Run ``out`` on the IO pool; with ``read`` (its request was sent ahead,
-        see _presend), only read its reply. Such a reply is always read, once: on a thread of
-        its own (a rare path: the waiter left as its attempt was sent), which, unlike a
-        queued pool task, close() cannot cancel; a connection with an unread reply would
-        never be freed."""
+    def _submit_io(self, out: Output) -> None:
+        """(mutex held) Run ``out`` on the IO pool."""
         self._inflight += 1
-        if read is not None:
-            t = threading.Thread(target=self._do_io, args=(out, read), name="leasehold-io-reply", daemon=True)
-            try:
-                t.start()
-                return
-            except RuntimeError:  # interpreter shutdown: the connection goes with the process
-                self._inflight -= 1
-                return
         pool = self._pool
         if pool is None:
             self._inflight -= 1
@@ -1049,17 +969,16 @@ class LockClient(LeaseLifecycle):
         except RuntimeError:  # shut down
             self._inflight -= 1
 
-    def _do_io(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
+    def _do_io(self, out: Output) -> None:
         """(IO pool thread) Run one command against the service; feed its result."""
-        self._finish_io(out, self._call_service(out, read))
+        self._finish_io(out, self._call_service(out))
 
-    def _run_inline(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> None:
+    def _run_inline(self, out: Output) -> None:
         """(application thread, mutex not held) The inline fast path: run this call's own
-        command with the service (or, with ``read``, read the reply of its request that
-        another thread sent), then feed the result. An interrupt (KeyboardInterrupt) counts
-        as a transport error of the request and propagates."""
+        command with the service, then feed the result. An interrupt (KeyboardInterrupt)
+        counts as a transport error of the request and propagates."""
         try:
-            fn = self._call_service(out, read)
+            fn = self._call_service(out)
         except BaseException:
             self._finish_io(out, self._transport_error_input(out.kind, out.request_id))
             raise
@@ -1074,20 +993,14 @@ class LockClient(LeaseLifecycle):
             elif self._idle_waiters or self._closing:
                 self._cond.notify_all()
 
-    def _call_service(self, out: Output, read: Callable[[], Granted | HeldByOther] | None = None) -> Callable[[], None]:
-        """(mutex not held) Run one command against the service (an Acquire with ``read``:
-        read the reply of its request, sent already); returns the input to feed."""
+    def _call_service(self, out: Output) -> Callable[[], None]:
+        """(mutex not held) Run one command against the service; returns the input to feed."""
         core = self._core
         k, req = out.kind, out.request_id
         fn: Callable[[], None]
         try:
             if k == _ffi.LH_OUTPUT_ACQUIRE:
-                if read is not None:
-                    r = read()
-                elif self._tag_acquires:
-                    r = self._service.acquire(out.name, out.token, out.ttl_ms, req)  # type: ignore[call-arg]
-                else:
-                    r = self._service.acquire(out.name, out.token, out.ttl_ms)
+                r = self._service.acquire(out.name, out.token, out.ttl_ms)
                 if isinstance(r, Granted):
                     fn = partial(self._grant, req, r)
                 elif isinstance(r, HeldByOther):
@@ -1148,21 +1061,6 @@ class LockClient(LeaseLifecycle):
             self._inputs.append(partial(core.release_result, req, _ffi.LH_RELEASE_NOT_OWNER))
 
     # -- internals: watches ----------------------------------------------------------------------------
-    def _waiter_watch(self, name: str, on: bool) -> None:
-        """(mutex held) The core started or stopped waiting for ``name``."""
-        if not getattr(self._service, "wakes_one_waiter", False):
-            self._watch_ref(name, +1 if on else -1)  # waiters share the release notifications
-            return
-        pool = self._watch_pool
-        if pool is None:
-            return
-        if on:
-            self._side_call(
-                pool, "service.watch_waiter", self._watch_then_recheck, name, self._service.watch_waiter, self._woken
-            )
-        else:
-            self._side_call(pool, "service.unwatch_waiter", self._service.unwatch_waiter, name)
-
     def _watch_ref(self, name: str, delta: int) -> None:
         """(mutex held) Reference-count watches (core waiters + on_release subscribers)."""
         before = self._watch_refs.get(name, 0)
@@ -1200,7 +1098,7 @@ class LockClient(LeaseLifecycle):
     def _watch_then_recheck(
         self, name: str, subscribe: Callable[[str, Callable[[str], Any]], None], callback: Callable[[str], Any]
     ) -> None:
-        """(watch thread) Subscribe, then wake once (one local waiter; with tagged attempts, each).
+        """(watch thread) Subscribe, then wake one local waiter once.
 
         A release that happened after a waiter's last attempt but before the subscription
         took effect was never notified; without this re-check that waiter would sleep until
@@ -1211,7 +1109,7 @@ class LockClient(LeaseLifecycle):
             if self._closed or self._stop or self._fatal is not None:
                 return
             if name in self._core_watching:
-                self._feed(self._wake_input(name), name)
+                self._feed(self._core.released, name)
 
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
@@ -1220,94 +1118,6 @@ class LockClient(LeaseLifecycle):
         except Exception:
             log.exception("leasehold: %s raised", what)
 
-    def _woken(self, name: str, notice: Any = None) -> bool:
-        """(service thread) The service picked this client to re-try ``name`` or, with a
-        ``notice`` (protocol 3), granted ``name`` to one of our queued attempts already. False
-        when nobody here takes it: the service passes a wake-up on, and releases a grant."""
-        with self._mu:
-            if self._closed or self._stop or self._fatal is not None:
-                return False
-            if notice is not None:
-                self._feed(self._granted, notice)
-                return True
-            if name not in self._core_watching:
-                return False
-            wake = self._wake_input(name)
-            if self._send_acquire is None:
-                self._feed(wake, name)
-                return True
-            batch: list[tuple[LockHandle, Output]] = []
-            self._presend_batch = batch
-            try:
-                self._feed(wake, name)
-            finally:
-                self._presend_batch = None
-        if batch:
-            self._presend(batch)
-        return True
-
-    def _wake_input(self, name: str) -> Callable[[str], None]:
-        """The input for a plain wake-up of ``name``: one waiter (protocol 2: the client's one
-        queue entry stays while it has waiters), or, when attempts are tagged (protocol 3:
-        one entry per lease), every waiting lease of it, so that each one that is not queued
-        yet (its attempts ran before the wake channel was live, or a restart lost the queue)
-        asks again and queues itself; otherwise it would sleep until its retry hint."""
-        return self._released_all if self._tag_acquires else self._core.released
-
-    def _released_all(self, name: str) -> None:
-        """(input) Wake every waiting lease of ``name`` (see _wake_input)."""
-        n = sum(1 for hs in self._handles.values() if hs and hs[0].name == name and hs[0]._state == _ACQUIRING)
-        for _ in range(max(1, n)):
-            self._core.released(name)
-
-    def _granted(self, notice: Any) -> None:
-        """(input) A grant notice. The core dates it by the attempt it names, or asks again, or
-        releases it for an ended lease; a grant for a lease it no longer knows is released
-        here, on the watch thread (the core has no record to do it with)."""
-        outcome = self._core.granted(notice.tag, notice.token, notice.fencing_token, notice.ttl_ms)
-        if outcome == _ffi.LH_GRANT_ACCEPTED:
-            self._grant_notices += 1
-        elif outcome == _ffi.LH_GRANT_NOT_OURS and not getattr(notice, "shared", False):
-            pool = self._watch_pool
-            if pool is not None:
-                self._side_call(pool, "releasing a grant no lease here owns", self._service.release, notice.name, notice.token, b"")
-
-    def _presend(self, batch: list[tuple[LockHandle, Output]]) -> None:
-        """(the thread that read a wake-up, mutex not held) Send the Acquire of each woken
-        waiter of another thread (``_hand_over`` kept them here), then hand the waiter the
-        reader of its reply: its wake-up (Event, futex, GIL) overlaps the round trip instead
-        of preceding it. What could not be sent is handed over as a plain command.
-
-        The send runs without the mutex: meanwhile the waiter may leave (``_left``); the
-        command, still counted in flight, then goes to the pool (a reply pending on a
-        connection: to a thread that reads it, see _submit_io), so it is answered once."""
-        send = self._send_acquire
-        assert send is not None
-        interrupt: BaseException | None = None
-        for h, out in batch:  # (one entry: the core wakes one waiter per released name)
-            read = None
-            if interrupt is None:
-                try:
-                    if self._tag_acquires:
-                        read = send(out.name, out.token, out.ttl_ms, out.request_id)  # type: ignore[call-arg]
-                    else:
-                        read = send(out.name, out.token, out.ttl_ms)
-                except Exception as e:  # nothing pending: the waiter runs the command itself
-                    log.debug("leasehold: sending the acquire of %r ahead failed: %s", out.name, e)
-                except BaseException as e:  # handed over all the same, then raised
-                    interrupt = e
-            with self._mu:
-                if h._left:
-                    self._inflight -= 1
-                    self._submit_io(out, read)
-                else:
-                    h._cmd, h._read = out, read
-                    if read is not None:
-                        self._presends += 1
-                    self._wake_waiter(h)
-        if interrupt is not None:
-            raise interrupt
-
     def _notified(self, name: str) -> None:
         """(any thread) A release notification from the service."""
         with self._mu:
@@ -1315,9 +1125,7 @@ class LockClient(LeaseLifecycle):
                 return
             if name in self._core_watching:
                 # Fed here, on the notifying thread, under the mutex: the woken waiter's
-                # Acquire goes to the pool at once, without a hop through the driver. (With a
-                # service that wakes one waiter itself, an on_release subscription can make
-                # this an extra wake-up: harmless, the core wakes one waiter per call.)
+                # Acquire goes to the pool at once, without a hop through the driver.
                 self._feed(self._core.released, name)
             for cb in list(self._subscribers.get(name, ())):
                 self._callback(cb, name)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -68,24 +67,11 @@ class LockStatus:
 class LockService(abc.ABC):
     """A synchronous lock service; called from the driver's IO pool, may block.
 
-    Optional capability (not defined here, so a service without it keeps the plain path):
-    ``send_acquire(name, token, ttl_ms)`` sends what ``acquire`` would and returns at once
-    with a callable that reads the reply and returns (or raises) what ``acquire`` would, or
-    ``None`` when it sent nothing. ``LockClient`` uses it when a thread other than the
-    waiting one reads a wake-up (see ``watch_waiter``): that thread sends the waiter's
-    attempt, and the waiter only reads the reply, so the hand-off between the two threads
-    overlaps the round trip. The client calls the returned callable exactly once (from any
-    thread; also when the waiter has left meanwhile); a failed read may re-send, since
-    acquire is idempotent for a token.
-
-    Optional capability ``grants_on_release`` (a true attribute; Redis protocol 3): a release
-    grants the lock to the oldest queued waiting lease itself and tells that lease's client
-    with a grant notice. ``LockClient`` then passes each attempt's request id as a fourth
-    argument of ``acquire`` (and ``send_acquire``), the *tag* a queued attempt is granted
-    under, and accepts ``on_wake(name, notice)`` from ``watch_waiter`` (``notice`` with
-    ``tag``, ``fencing_token``, ``ttl_ms``, ``token`` and ``name``). The core dates such a grant
-    from the send time of the attempt it names; a grant no lease of the client owns is
-    released by the client, and one no client takes must be released by the service.
+    Release notifications (``watch``) wake the client's waiters and ``on_release``
+    subscribers alike. The client no longer calls ``wakes_one_waiter``, ``watch_waiter`` /
+    ``unwatch_waiter``, ``park`` / ``unpark`` / ``end_park``, ``send_acquire`` or
+    ``grants_on_release`` (the Redis tricks that moved into the core's protocol): a service
+    that defines them still works, they just go unused.
     """
 
     notifications: bool = True
@@ -108,42 +94,6 @@ class LockService(abc.ABC):
 
     def unwatch(self, name: str) -> None:
         """Stop delivering release notifications of ``name``."""
-
-    wakes_one_waiter: bool = False
-    """True when the service itself picks one waiting client per release: the client then
-    calls ``watch_waiter``/``unwatch_waiter`` for its waiters and ``watch`` only for
-    ``on_release`` subscribers. Otherwise waiters use ``watch`` (every release wakes them)."""
-
-    def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
-        """The client has waiters for ``name``; call ``on_wake(name)`` when one should re-try.
-        ``on_wake`` returns ``False`` when no waiter took the wake-up (the service may then
-        pass it on to another client)."""
-
-        def deliver(n: str) -> None:
-            on_wake(n)
-
-        self.watch(name, deliver)
-
-    def unwatch_waiter(self, name: str) -> None:
-        """The client has no waiter for ``name`` any more."""
-        self.unwatch(name)
-
-    def park(self, ready: threading.Event, timeout: float) -> bool:
-        """Block the calling thread, an ``acquire()`` caller waiting for its turn, until
-        ``ready`` is set or ``timeout`` seconds pass; returns ``ready.is_set()``.
-
-        A service with a notification connection may serve it on this thread meanwhile: the
-        wake-up is then read, handled and acted on by the waiter itself, without a hand-off
-        between threads (0.1–0.2 ms of a CPython handoff, measured). Whoever else sets
-        ``ready`` calls :meth:`unpark` afterwards; the thread calls :meth:`end_park` once it
-        stops waiting."""
-        return ready.wait(timeout)
-
-    def unpark(self) -> None:
-        """Another thread set a parked thread's ``ready`` (see :meth:`park`)."""
-
-    def end_park(self) -> None:
-        """The calling thread will not park again for now (see :meth:`park`)."""
 
     def close(self) -> None:
         """Release connections and threads owned by the service."""
@@ -169,23 +119,6 @@ class AsyncLockService(abc.ABC):
     async def unwatch(self, name: str) -> None:
         """Stop delivering release notifications of ``name``."""
 
-    wakes_one_waiter: bool = False
-    """See :attr:`LockService.wakes_one_waiter`."""
-
-    async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
-        """The client has waiters for ``name``. ``on_wake`` is thread-safe; called on the
-        client's loop it returns ``False`` when no waiter took the wake-up (pass it on), from
-        another thread ``None`` (the client cannot tell at once)."""
-
-        def deliver(n: str) -> None:
-            on_wake(n)
-
-        await self.watch(name, deliver)
-
-    async def unwatch_waiter(self, name: str) -> None:
-        """The client has no waiter for ``name`` any more."""
-        await self.unwatch(name)
-
     async def close(self) -> None:
         """Release connections owned by the service."""
 
@@ -196,7 +129,6 @@ class _SyncToAsync(AsyncLockService):
     def __init__(self, inner: LockService) -> None:
         self.inner = inner
         self.notifications = inner.notifications
-        self.wakes_one_waiter = inner.wakes_one_waiter
 
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
         return await asyncio.to_thread(self.inner.acquire, name, token, ttl_ms)
@@ -212,12 +144,6 @@ class _SyncToAsync(AsyncLockService):
 
     async def unwatch(self, name: str) -> None:
         await asyncio.to_thread(self.inner.unwatch, name)
-
-    async def watch_waiter(self, name: str, on_wake: Callable[[str], object]) -> None:
-        await asyncio.to_thread(self.inner.watch_waiter, name, on_wake)
-
-    async def unwatch_waiter(self, name: str) -> None:
-        await asyncio.to_thread(self.inner.unwatch_waiter, name)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.inner.close)

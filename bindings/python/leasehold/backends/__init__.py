@@ -1,13 +1,12 @@
 """Lock services (backends).
 
-* :mod:`leasehold.backends.memory` – in-process reference with fault switches (tests, examples);
-* :mod:`leasehold.backends.redis` / :mod:`leasehold.backends.redis_async` – Redis.
-
-Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
+:mod:`leasehold.backends.memory` is the in-process reference service with fault switches
+(tests, examples). Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
 replies; the executor owns the connections):
 
 * :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
-  (and Sentinel); :mod:`leasehold.backends.redis_cluster_executor` /
+  (and Sentinel; also under their first names: :mod:`leasehold.backends.redis` /
+  :mod:`leasehold.backends.redis_async`); :mod:`leasehold.backends.redis_cluster_executor` /
   :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
 * :mod:`leasehold.backends.sqlite` – ``SQLiteLockService``, the embedded default for
   processes on one host (a ``SqliteExecutor``);

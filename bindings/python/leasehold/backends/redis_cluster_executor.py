@@ -2,7 +2,7 @@
 
 The core speaks the protocol (``docs/redis-protocol.md``) with ``RedisOptions.sharded_wake``
 on: every key of a name shares the hash tag ``{NAME}`` and the wake-ups of a name travel on
-its shard channel ``lh:{NAME}:wake`` (SPUBLISH from the scripts, Redis 7+). This module only
+its shard channel (SPUBLISH from the scripts, Redis 7+). This module only
 runs each command on the cluster client (which routes it by its keys' slot and follows
 MOVED/ASK and failovers) and each ``SSUBSCRIBE`` / ``SUNSUBSCRIBE`` on a subscriber
 connection to the master serving the channel's slot (one connection per node, each with its

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 
-from leasehold.backends import redis_protocol as proto
+from lh_keys import keys_for, plant_holder
 
 
 def run_cli(args: list[str], env: dict[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -24,13 +23,12 @@ def test_run_gets_a_redis_fencing_token_and_releases(redis_server, r, worker_env
     assert second.returncode == 0, second.stderr
     t1, t2 = int(first.stdout.strip()), int(second.stdout.strip())
     assert t2 > t1
-    assert int(r.get(proto.keys_for("jobs").fence)) == t2
-    assert not r.exists(proto.keys_for("jobs").lock), "released when COMMAND exited"
+    assert int(r.get(keys_for("jobs").fence)) == t2
+    assert not r.exists(keys_for("jobs").lock), "released when COMMAND exited"
 
 
 def test_run_with_wait_0_gives_up_when_held_in_redis(redis_server, r, worker_env):
-    k = proto.keys_for("busy")
-    r.eval(proto.script(proto.SCRIPT_ACQUIRE).text, 2, k.lock, k.fence, uuid.uuid4().hex, 60_000)
+    plant_holder(r, "busy")
     res = run_cli(["run", "--wait", "0", "busy", "--backend", redis_server.url, "--", "true"], worker_env)
     assert res.returncode == 75, (res.returncode, res.stderr)
 
@@ -38,8 +36,8 @@ def test_run_with_wait_0_gives_up_when_held_in_redis(redis_server, r, worker_env
 def test_nonblock_conflict_code_and_status_on_redis(redis_server, r, worker_env):
     import json
 
-    k = proto.keys_for("busy")
-    r.eval(proto.script(proto.SCRIPT_ACQUIRE).text, 2, k.lock, k.fence, uuid.uuid4().hex, 60_000)
+    k = keys_for("busy")
+    plant_holder(r, "busy")
     res = run_cli(["run", "-n", "-E", "5", "busy", "--backend", redis_server.url, "-c", "echo ran"], worker_env)
     assert res.returncode == 5, (res.returncode, res.stderr)
     assert "ran" not in res.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leasehold.backends import redis_protocol as proto
+from lh_keys import keys_for
 
 WORKER = str(Path(__file__).resolve().parent / "lh_redis_worker.py")
 
@@ -112,7 +112,7 @@ def test_processes_contending_get_increasing_fences_and_lose_no_update(redis_ser
     pids = {line.split()[1] for line in lines}
     assert len(fences) == workers * iterations and len(pids) == workers
     assert all(b > a for a, b in zip(fences, fences[1:])), "fencing tokens must increase grant after grant"
-    assert not r.exists(proto.keys_for("counter").lock), "every lock was released"
+    assert not r.exists(keys_for("counter").lock), "every lock was released"
 
 
 def test_kleppmann_paused_holder_is_fenced_off_and_learns_it_lost(redis_server, r, tmp_path, worker_env, procs):
@@ -162,14 +162,14 @@ def test_release_right_after_a_pause_past_the_ttl_ends_lost(redis_server, r, wor
         assert released[4] == "1", f"on_lost must fire exactly once: {released}"
         assert released[5] == "idle", f"nothing left in flight: {released}"
     assert holder.finish() == 0, "".join(holder.err)
-    assert not r.exists(proto.keys_for("paused").lock)
+    assert not r.exists(keys_for("paused").lock)
 
 
 @pytest.mark.parametrize("persistence", [False, True], ids=["no-persistence", "aof"])
 def test_redis_killed_and_restarted_mid_run(redis_factory, tmp_path, worker_env, procs, persistence):
     srv = redis_factory(persistence=persistence)
     rc = srv.client()
-    fence_key = proto.keys_for("busy").fence
+    fence_key = keys_for("busy").fence
     for _ in range(2):
         procs.append(Proc(["loop", srv.url, "busy", "120", str(tmp_path)], worker_env))
     # Let them work, then kill Redis without warning.

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from leasehold import AsyncLockClient, LockClient, errors
-from leasehold.backends import redis_protocol as proto
 from leasehold.backends.redis_executor import RedisExecutor, parse_sentinel_url, parse_sentinels
 from leasehold.backends.redis_executor_async import AsyncRedisExecutor
 from leasehold.fencing import FencingGate
+from lh_keys import keys_for
 
 from lh_sentinel import SentinelTopology
 from test_redis_processes import Proc
@@ -85,7 +85,7 @@ def test_sentinel_addresses_and_urls_are_checked() -> None:
 def test_master_killed_during_contention(sentinel, tmp_path, worker_env, procs):  # type: ignore[no-untyped-def]
     t = sentinel()
     name, workers = "busy", 3
-    fence_key = proto.keys_for(name).fence
+    fence_key = keys_for(name).fence
     master, replica = t.node("master"), t.node("replica")
     for _ in range(workers):
         procs.append(Proc(["loop", t.url, name, "90", str(tmp_path)], worker_env))
@@ -172,14 +172,14 @@ def test_lease_whose_key_did_not_survive_the_failover_is_lost_on_renew(sentinel,
             lost_calls: list[Any] = []
             gone = holder.acquire("gone", ttl=8, on_lost=lost_calls.append)
             agone = run(aholder.acquire("gone-async", ttl=8))
-            assert master.exists(proto.keys_for("gone").lock, proto.keys_for("gone-async").lock) == 2
+            assert master.exists(keys_for("gone").lock, keys_for("gone-async").lock) == 2
             killed = t.kill("master")
         finally:
             t.signal("replica", signal.SIGCONT)
         t.wait_promoted()
         promoted = time.monotonic() - killed
-        assert replica.exists(proto.keys_for("kept").lock) == 1, "the replicated lease's key survived"
-        assert replica.exists(proto.keys_for("gone").lock, proto.keys_for("gone-async").lock) == 0, (
+        assert replica.exists(keys_for("kept").lock) == 1, "the replicated lease's key survived"
+        assert replica.exists(keys_for("gone").lock, keys_for("gone-async").lock) == 0, (
             "the unreplicated leases' keys were lost with the master"
         )
         assert gone.lost.wait(20), "the lost lease's loss signal fired"
@@ -230,7 +230,7 @@ def test_cli_run_on_sentinel_follows_a_failover(sentinel, worker_env):  # type: 
     first = run_cli(["run", "jobs", "--backend", t.url, *echo], worker_env)
     assert first.returncode == 0, first.stderr
     master, replica = t.node("master"), t.node("replica")
-    assert master.get(proto.keys_for("jobs").fence) is not None, "the sentinels named the master"
+    assert master.get(keys_for("jobs").fence) is not None, "the sentinels named the master"
 
     cmd = ["run", "jobs", "--ttl", "10", "--backend", t.url, "--", "sh", "-c", 'echo "$LEASEHOLD_FENCING_TOKEN"; sleep 5']
     p = subprocess.Popen(
@@ -249,7 +249,7 @@ def test_cli_run_on_sentinel_follows_a_failover(sentinel, worker_env):  # type: 
             p.wait()
     assert p.returncode == 0, err  # not lost: renewed on the new master, released there
     t.wait_promoted()
-    assert not replica.exists(proto.keys_for("jobs").lock), "released on the new master"
+    assert not replica.exists(keys_for("jobs").lock), "released on the new master"
     after = run_cli(["run", "jobs", "--backend", t.url, *echo], worker_env)
     assert after.returncode == 0, after.stderr
     assert int(after.stdout) > held
