@@ -178,8 +178,8 @@ fn a_retried_acquire_finds_its_own_key_and_gets_the_same_fence() {
     p.handle_timeout(&mut core, deadline);
     let t2 = expect(&mut core, &mut p, paths::KV_TXN);
     assert_eq!(t2.body["success"][0], t.body["success"][0]);
-    // The retry is sent after the grant: a keep-alive beside it dates the new grant.
-    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    // The retry goes out soon after the grant: the grant's date covers it, no keep-alive.
+    assert!(next(&mut core, &mut p).is_none());
     let key = put_key(&t2.body);
     p.handle_reply(
         &mut core,
@@ -188,8 +188,6 @@ fn a_retried_acquire_finds_its_own_key_and_gets_the_same_fence() {
         200,
         &txn_reply(false, Some(kv(&key, 17, 5)), Some(kv(&key, 17, 5)), 20),
     );
-    assert!(events(&mut core, &mut p).is_empty());
-    p.handle_reply(&mut core, deadline + MS, k.id, 200, &keepalive_reply(5, 3));
     let ev = events(&mut core, &mut p);
     assert!(
         matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 17, .. }] if l == lease),
@@ -300,9 +298,6 @@ fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
     let c = next(&mut core, &mut p).unwrap();
     assert_eq!((c.kind, c.id), (RequestKind::CancelWatch, w.id));
     let t = expect(&mut core, &mut p, paths::KV_TXN);
-    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
-    assert_eq!(k.body, json!({"ID": "9"}));
-    p.handle_reply(&mut core, 6 * MS, k.id, 200, &keepalive_reply(9, 3));
     p.handle_reply(
         &mut core,
         6 * MS,
@@ -398,8 +393,6 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         k1,
         "the lease whose predecessor went must ask"
     );
-    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
-    p.handle_reply(&mut core, 6 * MS, k.id, 200, &keepalive_reply(9, 3));
     p.handle_reply(
         &mut core,
         6 * MS,
@@ -1072,11 +1065,11 @@ fn a_grant_waits_for_a_keepalive_sent_since_the_acquire_and_its_failure_is_retri
 fn the_pooled_lease_gone_loses_every_lock_bound_to_it_exactly_once() {
     let (mut core, mut p) = setup();
     let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
-    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 10 * MS, "b", 70);
-    p.handle_reply(&mut core, 11 * MS, k, 200, &keepalive_reply(70, 3));
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
     p.handle_reply(
         &mut core,
-        11 * MS,
+        101 * MS,
         t,
         200,
         &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
@@ -1181,25 +1174,25 @@ fn acquire_granted_at(
 fn releasing_one_lock_deletes_its_key_and_keeps_the_other_on_the_lease() {
     let (mut core, mut p) = setup();
     let (a, ka) = acquire_granted(&mut core, &mut p, "a", 70, 10);
-    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 10 * MS, "b", 70);
-    p.handle_reply(&mut core, 11 * MS, k, 200, &keepalive_reply(70, 3));
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
     p.handle_reply(
         &mut core,
-        11 * MS,
+        101 * MS,
         t,
         200,
         &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
     );
     events(&mut core, &mut p);
-    core.release(20 * MS, a).unwrap();
+    core.release(120 * MS, a).unwrap();
     let d = expect(&mut core, &mut p, paths::KV_DELETE);
     assert_eq!(d.body, json!({"key": b64(&ka)}));
     assert!(next(&mut core, &mut p).is_none(), "no revoke");
-    p.handle_reply(&mut core, 21 * MS, d.id, 200, &delete_reply(1));
+    p.handle_reply(&mut core, 121 * MS, d.id, 200, &delete_reply(1));
     let ev = events(&mut core, &mut p);
     assert!(ev.contains(&Event::Released { lease: a }), "{ev:?}");
     // The other lock is untouched and renews the same etcd lease.
-    assert!(core.is_held(b, 21 * MS).unwrap());
+    assert!(core.is_held(b, 121 * MS).unwrap());
     let due = p.poll_timeout(&mut core).unwrap();
     p.handle_timeout(&mut core, due);
     let r = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
@@ -1223,21 +1216,21 @@ fn locks_of_different_ttls_get_different_etcd_leases() {
 fn a_release_lost_in_transport_retires_the_lease_and_revokes_it_after_its_last_lock() {
     let (mut core, mut p) = setup();
     let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
-    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 10 * MS, "b", 70);
-    p.handle_reply(&mut core, 11 * MS, k, 200, &keepalive_reply(70, 3));
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
     p.handle_reply(
         &mut core,
-        11 * MS,
+        101 * MS,
         t,
         200,
         &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
     );
     events(&mut core, &mut p);
-    core.release(20 * MS, a).unwrap();
+    core.release(120 * MS, a).unwrap();
     let d = expect(&mut core, &mut p, paths::KV_DELETE);
-    p.handle_failed(&mut core, 21 * MS, d.id, "timed out");
+    p.handle_failed(&mut core, 121 * MS, d.id, "timed out");
     // a's key may still be there, kept alive by b's renewals: no new lock uses lease 70.
-    core.acquire(22 * MS, "c", AcquireOptions::new(3_000))
+    core.acquire(122 * MS, "c", AcquireOptions::new(3_000))
         .unwrap();
     let mut saw = Vec::new();
     while let Some(r) = next(&mut core, &mut p) {
@@ -1245,7 +1238,7 @@ fn a_release_lost_in_transport_retires_the_lease_and_revokes_it_after_its_last_l
     }
     assert!(saw.contains(&paths::LEASE_GRANT), "{saw:?}");
     // When b, its last live lock, is released, lease 70 is revoked (a's key goes with it).
-    core.release(30 * MS, b).unwrap();
+    core.release(130 * MS, b).unwrap();
     let mut revoke = None;
     for _ in 0..4 {
         let Some(r) = next(&mut core, &mut p) else {
@@ -1253,7 +1246,7 @@ fn a_release_lost_in_transport_retires_the_lease_and_revokes_it_after_its_last_l
         };
         match r.path {
             paths::KV_DELETE if r.body == json!({"key": b64(&kb)}) => {
-                p.handle_reply(&mut core, 31 * MS, r.id, 200, &delete_reply(1));
+                p.handle_reply(&mut core, 131 * MS, r.id, 200, &delete_reply(1));
             }
             paths::LEASE_REVOKE => revoke = Some(r),
             _ => {}
@@ -1297,4 +1290,37 @@ fn close_revokes_the_pooled_lease_and_a_held_lock_is_lost() {
     let ev = events(&mut core, &mut p);
     assert_eq!(lost(&ev, a), 1, "{ev:?}");
     assert!(next(&mut core, &mut p).is_none());
+}
+
+#[test]
+fn soon_after_a_keepalive_a_grant_comes_at_once_with_its_ttl_shortened_by_the_lease_age() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    events(&mut core, &mut p);
+    // 20 ms after the grant was sent (at 0): within 1% of the 3 s TTL, so the grant does
+    // not wait for the keep-alive that goes beside it (over half of that: a refresh).
+    let b = core
+        .acquire(20 * MS, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    assert!(next(&mut core, &mut p).is_none());
+    let kb = put_key(&t.body);
+    p.handle_reply(
+        &mut core,
+        21 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, .. }] if l == b),
+        "{ev:?}"
+    );
+    // Valid no longer than the etcd lease is surely kept: from the grant's send time.
+    // A full TTL from the acquire would give 20 + 3000 - 32 ms; 2980 ms give 3000 - 31.8.
+    let until = core.valid_until(b).unwrap().unwrap();
+    assert!((2_960 * MS..2_970 * MS).contains(&until), "{until}");
+    let _ = a;
 }

@@ -903,6 +903,7 @@ impl EtcdProtocol {
         };
         h.txns += 1;
         let since = h.since;
+        let ttl_ms = h.ttl_ms;
         let key = json::b64(&h.key);
         let prefix = queue_prefix(&h.name);
         let first = json!({ "request_range": {
@@ -935,9 +936,14 @@ impl EtcdProtocol {
             body,
             now,
         );
-        // The grant must be dated by a keep-alive sent since the acquire: send it beside the
-        // transaction (it is not a Raft write), unless one is out or already answered.
-        if !self.is_dated(etcd_lease, since) {
+        // The grant is dated by the lease's last keep-alive (see `grant_when_dated`): one
+        // beside the transaction (not a Raft write) keeps that date within half the
+        // allowance of the acquire, so a busy client rarely waits for one.
+        let stale = self
+            .shared
+            .get(&etcd_lease)
+            .is_some_and(|s| since.saturating_sub(s.alive_at) > shortfall_allowance_ns(ttl_ms) / 2);
+        if stale && !self.is_dated(etcd_lease, since) {
             self.send_keepalive(etcd_lease, None, now);
         }
     }
@@ -949,7 +955,12 @@ impl EtcdProtocol {
             .is_some_and(|s| s.alive_at >= since || s.in_flight.iter().any(|&(_, t)| t >= since))
     }
 
-    /// Our key is first: the lock is ours once the etcd lease is known alive since `since`.
+    /// Our key is first: the lock is ours for as long as the server surely keeps the etcd
+    /// lease, counted from the acquire (`since`), as the engine counts it. That is the whole
+    /// TTL once a keep-alive sent since the acquire found it alive; before that, the lease
+    /// is surely kept until its last good keep-alive's send time plus its TTL, and a grant
+    /// whose TTL that shortens by at most [`shortfall_allowance_ns`] is reported at once with
+    /// the shorter TTL. Otherwise the grant waits for a keep-alive.
     fn grant_when_dated(&mut self, core: &mut Client, now: u64, lease: LeaseId, d: Dating) {
         let Some(h) = self.holders.get_mut(&lease) else {
             return;
@@ -958,10 +969,21 @@ impl EtcdProtocol {
             let _ = core.handle_acquire_result(now, d.req, AcquireResult::TransportError);
             return;
         };
-        match self.shared.get(&id) {
-            Some(s) if s.alive_at >= d.since => {
+        let surely_ms = self.shared.get(&id).map(|s| {
+            if s.alive_at >= d.since {
+                u64::MAX
+            } else {
+                let until = s.alive_at.saturating_add(s.secs.saturating_mul(1_000 * MS));
+                until.saturating_sub(d.since) / MS
+            }
+        });
+        match surely_ms {
+            Some(ms)
+                if h.ttl_ms.saturating_sub(ms).saturating_mul(MS)
+                    <= shortfall_allowance_ns(h.ttl_ms) =>
+            {
                 let data = id.to_string();
-                let ttl_ms = h.ttl_ms;
+                let ttl_ms = h.ttl_ms.min(ms);
                 h.dating = None;
                 let _ = core.handle_acquire_result(
                     now,
@@ -1632,6 +1654,13 @@ impl EtcdProtocol {
         }
         self.last_error = text[..end].to_owned();
     }
+}
+
+/// How much of a lock's TTL a grant may lose to the age of the pooled lease's last
+/// keep-alive rather than wait for a fresh one: 1% of the TTL (the engine's default drift
+/// allowance is of the same order).
+fn shortfall_allowance_ns(ttl_ms: u64) -> u64 {
+    ttl_ms.saturating_mul(MS) / 100
 }
 
 /// A waiting lease's keep-alive cadence: a third of its TTL, as the engine renews.
