@@ -297,10 +297,35 @@ fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
     assert_eq!(p.counters().wakeups, 1);
     let c = next(&mut core, &mut p).unwrap();
     assert_eq!((c.kind, c.id), (RequestKind::CancelWatch, w.id));
-    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    // Woken, our key known: no transaction, a serializable read for any key before ours.
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    assert_eq!(r.body["max_create_revision"], "29");
+    assert_eq!(r.body["serializable"], true);
+    // A member that has not applied our key's revision proves nothing: asked again.
+    let behind = json!({"header": header(29), "count": "0"});
     p.handle_reply(
         &mut core,
         6 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&behind).unwrap(),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    let mut retry = None;
+    for _ in 0..10 {
+        if let Some(r) = next(&mut core, &mut p) {
+            retry = Some(r);
+            break;
+        }
+        let t = p.poll_timeout(&mut core).unwrap();
+        p.handle_timeout(&mut core, t);
+    }
+    // Then with the transaction, which reads our key again.
+    let t = retry.expect("a retry");
+    assert_eq!(t.path, paths::KV_TXN);
+    p.handle_reply(
+        &mut core,
+        7 * MS,
         t.id,
         200,
         &txn_reply(false, Some(kv(&mine, 30, 9)), Some(kv(&mine, 30, 9)), 41),
@@ -380,25 +405,25 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         *holder_watch,
         &serde_json::to_vec(&del).unwrap(),
     );
-    let mut txn = None;
+    let mut check = None;
     while let Some(r) = next(&mut core, &mut p) {
-        if r.path == paths::KV_TXN {
-            txn = Some(r);
+        if r.path == paths::KV_RANGE {
+            check = Some(r);
             break;
         }
     }
-    let t = txn.expect("the woken lease asks again");
+    let r = check.expect("the woken lease asks again");
     assert_eq!(
-        put_key(&t.body),
-        k1,
+        r.body["max_create_revision"], "29",
         "the lease whose predecessor went must ask"
     );
+    let none = json!({"header": header(41), "count": "0"});
     p.handle_reply(
         &mut core,
         6 * MS,
-        t.id,
+        r.id,
         200,
-        &txn_reply(false, Some(kv(&k1, 30, 9)), Some(kv(&k1, 30, 9)), 41),
+        &serde_json::to_vec(&none).unwrap(),
     );
     let ev = events(&mut core, &mut p);
     assert!(
@@ -682,7 +707,8 @@ fn a_watch_cut_by_compaction_or_a_stream_error_makes_the_waiter_look_again() {
         let mut saw_txn = false;
         for _ in 0..10 {
             if let Some(r) = next(&mut core, &mut p) {
-                saw_txn = r.path == paths::KV_TXN;
+                saw_txn = r.path == paths::KV_TXN
+                    || (r.path == paths::KV_RANGE && r.body["max_create_revision"] == "29");
                 break;
             }
             let t = p.poll_timeout(&mut core).unwrap();
@@ -1323,4 +1349,58 @@ fn soon_after_a_keepalive_a_grant_comes_at_once_with_its_ttl_shortened_by_the_le
     let until = core.valid_until(b).unwrap().unwrap();
     assert!((2_960 * MS..2_970 * MS).contains(&until), "{until}");
     let _ = a;
+}
+
+#[test]
+fn a_woken_waiter_with_a_key_still_before_it_watches_that_key_without_another_lookup() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let gone = [queue_prefix("n"), b"b".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(31), "kvs": [kv(&gone, 20, 2)]});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    // The waiter before us gave up: we wake, but the holder is still there.
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&gone), "mod_revision": "40"}}]}});
+    p.handle_watch_message(&mut core, 5 * MS, w.id, &serde_json::to_vec(&del).unwrap());
+    let c = next(&mut core, &mut p).unwrap();
+    assert_eq!(c.kind, RequestKind::CancelWatch);
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(41), "kvs": [kv(&holder, 10, 1)]});
+    p.handle_reply(
+        &mut core,
+        6 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    assert_eq!(w.body["create_request"]["key"], b64(&holder));
+    assert_eq!(w.body["create_request"]["start_revision"], "42");
+    assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(
+        core.lease_state(lease).unwrap(),
+        leasehold::LeaseState::Acquiring
+    );
 }

@@ -191,8 +191,12 @@ enum Op {
     Grant { secs: u64, sent: u64 },
     /// The acquire transaction.
     Txn { lease: LeaseId, req: RequestId },
-    /// The key before ours.
-    Predecessor { lease: LeaseId },
+    /// The key before ours: a waiter's lookup, or (`req`) a woken waiter's acquire, which
+    /// needs no transaction while its key is known: no key before it means it is first.
+    Predecessor {
+        lease: LeaseId,
+        req: Option<RequestId>,
+    },
     /// A keep-alive of `etcd_lease` sent at `sent`: a renewal of `renew`, or the protocol's
     /// own (a waiter's, or one that dates a grant).
     KeepAlive {
@@ -787,9 +791,18 @@ impl EtcdProtocol {
                 h.since = now;
                 h.dating = None;
                 let secs = h.secs;
-                // A lease whose key may be on an etcd lease keeps asking with that one.
-                if h.etcd_lease.is_some_and(|id| self.shared.contains_key(&id)) {
-                    self.send_txn(lease, request, now);
+                // A lease whose key may be on an etcd lease keeps asking with that one; a woken
+                // waiter whose key is known only checks that no key is before it.
+                if let Some(id) = h.etcd_lease.filter(|id| self.shared.contains_key(id)) {
+                    if h.waiting && h.own_rev > 0 {
+                        let ttl_ms = h.ttl_ms;
+                        self.send_lookup(lease, now, Some(request));
+                        if self.is_stale(id, now, ttl_ms) {
+                            self.send_keepalive(id, None, now);
+                        }
+                    } else {
+                        self.send_txn(lease, request, now);
+                    }
                     return;
                 }
                 h.etcd_lease = None;
@@ -939,13 +952,18 @@ impl EtcdProtocol {
         // The grant is dated by the lease's last keep-alive (see `grant_when_dated`): one
         // beside the transaction (not a Raft write) keeps that date within half the
         // allowance of the acquire, so a busy client rarely waits for one.
-        let stale = self
-            .shared
-            .get(&etcd_lease)
-            .is_some_and(|s| since.saturating_sub(s.alive_at) > shortfall_allowance_ns(ttl_ms) / 2);
-        if stale && !self.is_dated(etcd_lease, since) {
+        if self.is_stale(etcd_lease, since, ttl_ms) {
             self.send_keepalive(etcd_lease, None, now);
         }
+    }
+
+    /// Whether an acquire sent at `since` should send a keep-alive to date its grant.
+    fn is_stale(&self, id: i64, since: u64, ttl_ms: u64) -> bool {
+        let old = self
+            .shared
+            .get(&id)
+            .is_some_and(|s| since.saturating_sub(s.alive_at) > shortfall_allowance_ns(ttl_ms) / 2);
+        old && !self.is_dated(id, since)
     }
 
     /// Whether a grant or keep-alive sent at or after `since` found `id` alive, or is out.
@@ -1148,41 +1166,86 @@ impl EtcdProtocol {
                 }
             }
             Op::Txn { lease, req } => self.on_txn(core, now, lease, req, reply),
-            Op::Predecessor { lease } => {
+            Op::Predecessor { lease, req } => {
                 let read = self.read(reply, json::read_first);
                 let Some(h) = self.holders.get_mut(&lease) else {
+                    if let Some(req) = req {
+                        let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                    }
                     return;
                 };
-                h.lookup_in_flight = false;
-                if h.ended || !h.waiting {
+                // A member behind our own key's revision may not show every key before it.
+                let read = match read {
+                    Ok((_, revision)) if revision < h.own_rev => Err(ReplyError::Transport),
+                    r => r,
+                };
+                let Some(req) = req else {
+                    h.lookup_in_flight = false;
+                    if h.ended || !h.waiting {
+                        return;
+                    }
+                    match read {
+                        Ok((Some(key), revision)) => self.open_watch(lease, key, revision, now),
+                        // Nobody before us any more: ask again now.
+                        Ok((None, _)) => h.recheck_at = now,
+                        Err(_) => h.recheck_at = now.saturating_add(REWATCH_AFTER_NS),
+                    }
+                    return;
+                };
+                if h.ended {
+                    let _ = core.handle_acquire_result(
+                        now,
+                        req,
+                        AcquireResult::HeldByOther {
+                            retry_after_ms: None,
+                        },
+                    );
                     return;
                 }
                 match read {
+                    Ok((None, _)) => {
+                        // First in the queue, our key known since the transaction: ours.
+                        h.waiting = false;
+                        h.recheck_at = NEVER;
+                        if let Some((w, _)) = h.watch.take() {
+                            self.pending.remove(&w);
+                            self.cancels.push_back(w);
+                        }
+                        let d = Dating {
+                            req,
+                            fence: h.own_rev,
+                            since: h.since,
+                        };
+                        self.grant_when_dated(core, now, lease, d);
+                    }
                     Ok((Some(key), revision)) => {
-                        let body = json!({ "create_request": {
-                            "key": json::b64(&key),
-                            "start_revision": (revision + 1).to_string(),
-                        }});
-                        self.counters.watches += 1;
-                        let id = self.push(
-                            Op::Watch {
-                                lease,
-                                key: key.clone(),
-                            },
-                            RequestKind::Watch,
-                            paths::WATCH,
-                            body,
+                        let ttl_ms = h.ttl_ms;
+                        let _ = core.handle_acquire_result(
                             now,
+                            req,
+                            AcquireResult::HeldByOther {
+                                retry_after_ms: Some(ttl_ms),
+                            },
                         );
-                        if let Some(h) = self.holders.get_mut(&lease) {
-                            h.watch = Some((id, key));
+                        self.pump(core);
+                        let rewatch = self.holders.get(&lease).is_some_and(|h| {
+                            h.waiting && !h.ended && h.watch.as_ref().is_none_or(|(_, k)| *k != key)
+                        });
+                        if rewatch {
+                            if let Some((w, _)) =
+                                self.holders.get_mut(&lease).and_then(|h| h.watch.take())
+                            {
+                                self.pending.remove(&w);
+                                self.cancels.push_back(w);
+                            }
+                            self.open_watch(lease, key, revision, now);
                         }
                     }
-                    // Nobody before us any more: ask again now.
-                    Ok((None, _)) => {
-                        h.recheck_at = now;
+                    Err(_) => {
+                        // Ask with the transaction next time.
+                        h.own_rev = 0;
+                        let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
                     }
-                    Err(_) => h.recheck_at = now.saturating_add(REWATCH_AFTER_NS),
                 }
             }
             Op::KeepAlive {
@@ -1449,7 +1512,7 @@ impl EtcdProtocol {
         if let Some(h) = self.holders.get_mut(&lease) {
             if h.waiting && !h.ended && h.watch.is_none() && !h.lookup_in_flight {
                 h.lookup_in_flight = true;
-                self.send_lookup(lease, now);
+                self.send_lookup(lease, now, None);
             }
         }
     }
@@ -1468,7 +1531,33 @@ impl EtcdProtocol {
         r
     }
 
-    fn send_lookup(&mut self, lease: LeaseId, now: u64) {
+    /// Watches `key` (our predecessor, read at `revision`) for its deletion.
+    fn open_watch(&mut self, lease: LeaseId, key: Vec<u8>, revision: i64, now: u64) {
+        let body = json!({ "create_request": {
+            "key": json::b64(&key),
+            "start_revision": (revision + 1).to_string(),
+        }});
+        self.counters.watches += 1;
+        let id = self.push(
+            Op::Watch {
+                lease,
+                key: key.clone(),
+            },
+            RequestKind::Watch,
+            paths::WATCH,
+            body,
+            now,
+        );
+        if let Some(h) = self.holders.get_mut(&lease) {
+            h.watch = Some((id, key));
+        }
+    }
+
+    /// Reads the youngest key older than ours. Serializable (the member answers from its
+    /// own state, no Raft round): no key older than ours can be created after ours, so a
+    /// member that has applied our key's revision cannot miss one that still exists; at
+    /// worst it shows one already deleted, and the watch from its revision sees the delete.
+    fn send_lookup(&mut self, lease: LeaseId, now: u64, req: Option<RequestId>) {
         let Some(h) = self.holders.get(&lease) else {
             return;
         };
@@ -1480,10 +1569,11 @@ impl EtcdProtocol {
             "sort_target": "CREATE",
             "limit": "1",
             "keys_only": true,
+            "serializable": true,
             "max_create_revision": (h.own_rev - 1).max(1).to_string(),
         });
         self.push(
-            Op::Predecessor { lease },
+            Op::Predecessor { lease, req },
             RequestKind::Unary,
             paths::KV_RANGE,
             body,
