@@ -1042,6 +1042,18 @@ func (c *client) close() error {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		// A backend with something of the client's own on the server (etcd's pooled
+		// lease) removes it now, within the same bound.
+		if cl, ok := c.exec.(interface{ closingLocked(uint64) error }); ok {
+			c.mu.Lock()
+			if c.core != nil && c.broken == nil && cl.closingLocked(c.clock()) == nil {
+				c.drainLocked()
+			}
+			c.mu.Unlock()
+			for time.Now().Before(deadline) && c.inflight.Load() != 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
 
 		close(c.stop)
 		c.ioCancel()

@@ -145,6 +145,10 @@ func (x *etcdExec) pollLocked() error {
 
 func (x *etcdExec) lastErrorLocked() string { return x.c.core.etcdLastError() }
 
+// closingLocked revokes the Client's pooled etcd leases once its locks were released, so
+// nothing of it stays on the cluster for a TTL (c.mu held; the requests go out on drain).
+func (x *etcdExec) closingLocked(now uint64) error { return x.c.core.etcdClose(now) }
+
 func (x *etcdExec) close() {
 	x.mu.Lock()
 	x.closed = true
