@@ -597,8 +597,18 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 			c.spawn(j)
 		}
 	}
-	// SQL and etcd requests start in the executor's goroutines, like Redis's.
-	if c.exec != nil && c.core != nil {
+	// SQL and etcd requests start in the executor's goroutines, like Redis's;
+	// etcd's first one can run on the caller's, like Redis's first command.
+	if t, ok := c.exec.(interface{ pollTakeLocked(bool) (*job, error) }); ok && c.core != nil {
+		j, err := t.pollTakeLocked(kind != 0 && taken == nil)
+		if err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+		if j != nil {
+			taken = j
+		}
+	} else if c.exec != nil && c.core != nil {
 		if err := c.exec.pollLocked(); err != nil {
 			c.breakLocked(err)
 			return nil

@@ -113,14 +113,28 @@ type etcdExec struct {
 }
 
 func (x *etcdExec) pollLocked() error {
+	_, err := x.pollTakeLocked(false)
+	return err
+}
+
+// pollTakeLocked is pollLocked, except that with take the first unary request is returned
+// instead of started, for a caller that waits anyway to run on its own goroutine (the
+// acquire's transaction, the release's delete): no goroutine handoff on that path.
+func (x *etcdExec) pollTakeLocked(take bool) (*job, error) {
+	var taken *job
 	for {
 		q, err := x.c.core.httpPollRequest()
 		if err != nil || q == nil {
-			return err
+			return taken, err
 		}
 		switch q.kind {
 		case httpUnary:
-			x.c.spawn(&job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }})
+			j := &job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }}
+			if take && taken == nil {
+				taken = j
+				continue
+			}
+			x.c.spawn(j)
 		case httpWatch:
 			x.mu.Lock()
 			if x.closed {
