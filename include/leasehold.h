@@ -2289,6 +2289,18 @@ lh_status lh_http_failed(struct lh_client *c,
                          size_t message_len);
 
 /**
+ * The client is closing: cancels acquires still waiting and queues a `lease/revoke` of
+ * every pooled etcd lease (the keys of its locks go with it, so nothing of this client is
+ * left on the cluster for a TTL); locks still held end Lost. Call it after releasing what
+ * you hold and before `lh_client_free`, then run the loop until those requests are
+ * answered, for a short bound (an unanswered revoke leaves the lease to expire on its own).
+ *
+ * # Safety
+ * `c` is NULL or a live handle.
+ */
+lh_status lh_etcd_close(struct lh_client *c, uint64_t now);
+
+/**
  * Writes the etcd protocol's counters (`out->struct_size` must be set).
  *
  * # Safety

@@ -178,6 +178,8 @@ fn a_retried_acquire_finds_its_own_key_and_gets_the_same_fence() {
     p.handle_timeout(&mut core, deadline);
     let t2 = expect(&mut core, &mut p, paths::KV_TXN);
     assert_eq!(t2.body["success"][0], t.body["success"][0]);
+    // The retry goes out soon after the grant: the grant's date covers it, no keep-alive.
+    assert!(next(&mut core, &mut p).is_none());
     let key = put_key(&t2.body);
     p.handle_reply(
         &mut core,
@@ -225,20 +227,15 @@ fn renew_is_a_keepalive_and_a_missing_ttl_means_the_lease_is_lost() {
 }
 
 #[test]
-fn release_revokes_the_lease_and_not_found_is_not_owner() {
+fn release_deletes_the_key_and_nothing_deleted_is_not_owner() {
     let (mut core, mut p) = setup();
-    let (lease, _) = acquire_granted(&mut core, &mut p, "n", 88, 10);
+    let (lease, key) = acquire_granted(&mut core, &mut p, "n", 88, 10);
     events(&mut core, &mut p);
     core.release_reported(3 * MS, lease).unwrap();
-    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
-    assert_eq!(r.body, json!({"ID": "88"}));
-    p.handle_reply(
-        &mut core,
-        4 * MS,
-        r.id,
-        404,
-        br#"{"error":"etcdserver: requested lease not found","code":5}"#,
-    );
+    let r = expect(&mut core, &mut p, paths::KV_DELETE);
+    assert_eq!(r.body, json!({"key": b64(&key)}));
+    // The key was gone (its lease expired): not ours any more.
+    p.handle_reply(&mut core, 4 * MS, r.id, 200, &delete_reply(0));
     let ev = events(&mut core, &mut p);
     assert!(
         ev.contains(&Event::ReleaseOutcome {
@@ -300,10 +297,35 @@ fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
     assert_eq!(p.counters().wakeups, 1);
     let c = next(&mut core, &mut p).unwrap();
     assert_eq!((c.kind, c.id), (RequestKind::CancelWatch, w.id));
-    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    // Woken, our key known: no transaction, a serializable read for any key before ours.
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    assert_eq!(r.body["max_create_revision"], "29");
+    assert_eq!(r.body["serializable"], true);
+    // A member that has not applied our key's revision proves nothing: asked again.
+    let behind = json!({"header": header(29), "count": "0"});
     p.handle_reply(
         &mut core,
         6 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&behind).unwrap(),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    let mut retry = None;
+    for _ in 0..10 {
+        if let Some(r) = next(&mut core, &mut p) {
+            retry = Some(r);
+            break;
+        }
+        let t = p.poll_timeout(&mut core).unwrap();
+        p.handle_timeout(&mut core, t);
+    }
+    // Then with the transaction, which reads our key again.
+    let t = retry.expect("a retry");
+    assert_eq!(t.path, paths::KV_TXN);
+    p.handle_reply(
+        &mut core,
+        7 * MS,
         t.id,
         200,
         &txn_reply(false, Some(kv(&mine, 30, 9)), Some(kv(&mine, 30, 9)), 41),
@@ -325,12 +347,13 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
     let wait = AcquireOptions::new(3_000).wait_ns(60_000 * MS);
     let first = core.acquire(0, "n", wait).unwrap();
     let second = core.acquire(0, "n", wait).unwrap();
-    let g1 = expect(&mut core, &mut p, paths::LEASE_GRANT);
-    let g2 = expect(&mut core, &mut p, paths::LEASE_GRANT);
-    p.handle_reply(&mut core, MS, g1.id, 200, &grant_reply(9, 3));
-    p.handle_reply(&mut core, MS, g2.id, 200, &grant_reply(10, 3));
+    // One pooled etcd lease for both.
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
     let t1 = expect(&mut core, &mut p, paths::KV_TXN);
     let t2 = expect(&mut core, &mut p, paths::KV_TXN);
+    assert_eq!(t1.body["success"][0]["request_put"]["lease"], "9");
+    assert_eq!(t2.body["success"][0]["request_put"]["lease"], "9");
     let (k1, k2) = (put_key(&t1.body), put_key(&t2.body));
     let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
     // The later place's answer is handled first.
@@ -339,7 +362,7 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         2 * MS,
         t2.id,
         200,
-        &txn_reply(true, Some(kv(&k2, 31, 10)), Some(kv(&holder, 10, 1)), 31),
+        &txn_reply(true, Some(kv(&k2, 31, 9)), Some(kv(&holder, 10, 1)), 31),
     );
     p.handle_reply(
         &mut core,
@@ -382,25 +405,25 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         *holder_watch,
         &serde_json::to_vec(&del).unwrap(),
     );
-    let mut txn = None;
+    let mut check = None;
     while let Some(r) = next(&mut core, &mut p) {
-        if r.path == paths::KV_TXN {
-            txn = Some(r);
+        if r.path == paths::KV_RANGE {
+            check = Some(r);
             break;
         }
     }
-    let t = txn.expect("the woken lease asks again");
+    let r = check.expect("the woken lease asks again");
     assert_eq!(
-        put_key(&t.body),
-        k1,
+        r.body["max_create_revision"], "29",
         "the lease whose predecessor went must ask"
     );
+    let none = json!({"header": header(41), "count": "0"});
     p.handle_reply(
         &mut core,
         6 * MS,
-        t.id,
+        r.id,
         200,
-        &txn_reply(false, Some(kv(&k1, 30, 9)), Some(kv(&k1, 30, 9)), 41),
+        &serde_json::to_vec(&none).unwrap(),
     );
     let ev = events(&mut core, &mut p);
     assert!(
@@ -408,6 +431,19 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         "{ev:?}"
     );
     let _ = second;
+}
+
+/// A keep-alive answer: alive with `ttl` seconds, or (0) gone.
+fn keepalive_reply(id: i64, ttl: i64) -> Vec<u8> {
+    let mut r = json!({"header": header(50), "ID": id.to_string()});
+    if ttl > 0 {
+        r["TTL"] = json!(ttl.to_string());
+    }
+    serde_json::to_vec(&json!({ "result": r })).unwrap()
+}
+
+fn delete_reply(deleted: i64) -> Vec<u8> {
+    serde_json::to_vec(&json!({"header": header(60), "deleted": deleted.to_string()})).unwrap()
 }
 
 fn put_key(txn: &Value) -> Vec<u8> {
@@ -477,7 +513,7 @@ fn a_waiting_lease_is_kept_alive_and_rejoins_when_its_lease_is_gone() {
 }
 
 #[test]
-fn a_waiter_that_gives_up_revokes_its_lease() {
+fn a_waiter_that_gives_up_deletes_its_key() {
     let (mut core, mut p) = setup();
     let lease = core
         .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(50 * MS))
@@ -502,8 +538,11 @@ fn a_waiter_that_gives_up_revokes_its_lease() {
         }),
         "{ev:?}"
     );
-    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
-    assert_eq!(r.body, json!({"ID": "9"}));
+    // The pooled lease stays; only our queue key goes.
+    let r = expect(&mut core, &mut p, paths::KV_DELETE);
+    assert_eq!(r.body, json!({"key": b64(&mine)}));
+    p.handle_reply(&mut core, 61 * MS, r.id, 200, &delete_reply(1));
+    assert!(next(&mut core, &mut p).is_none());
 }
 
 #[test]
@@ -612,14 +651,19 @@ fn late_duplicate_and_unknown_replies_are_counted_and_ignored() {
 }
 
 #[test]
-fn a_grant_that_arrives_after_the_acquire_was_cancelled_is_revoked() {
+fn a_grant_that_arrives_after_the_acquire_was_cancelled_is_pooled_for_the_next() {
     let (mut core, mut p) = setup();
     let lease = core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
     let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
     core.release(MS, lease).unwrap();
     p.handle_reply(&mut core, 2 * MS, g.id, 200, &grant_reply(31, 3));
-    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
-    assert_eq!(r.body, json!({"ID": "31"}));
+    // No key was put on it: nothing to revoke, and the next acquire needs no grant.
+    assert!(next(&mut core, &mut p).is_none());
+    core.acquire(3 * MS, "m", AcquireOptions::new(3_000))
+        .unwrap();
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    assert_eq!(t.body["success"][0]["request_put"]["lease"], "31");
+    assert_eq!(p.counters().leases_granted, 1);
 }
 
 #[test]
@@ -663,7 +707,8 @@ fn a_watch_cut_by_compaction_or_a_stream_error_makes_the_waiter_look_again() {
         let mut saw_txn = false;
         for _ in 0..10 {
             if let Some(r) = next(&mut core, &mut p) {
-                saw_txn = r.path == paths::KV_TXN;
+                saw_txn = r.path == paths::KV_TXN
+                    || (r.path == paths::KV_RANGE && r.body["max_create_revision"] == "29");
                 break;
             }
             let t = p.poll_timeout(&mut core).unwrap();
@@ -919,5 +964,443 @@ fn a_failed_grant_keeps_the_hosts_reason_as_the_last_error() {
         p.last_error().contains("connection refused"),
         "{}",
         p.last_error()
+    );
+}
+
+// ------------------------------------------------------------------ the pooled etcd lease
+
+/// A second lock at a later time: one transaction on the pooled lease, beside a keep-alive
+/// that dates its grant. Returns the lease, its key and the requests' ids (txn, keep-alive).
+fn acquire_pooled(
+    core: &mut Client,
+    p: &mut EtcdProtocol,
+    now: u64,
+    name: &str,
+    etcd_lease: i64,
+) -> (LeaseId, Vec<u8>, u64, u64) {
+    let lease = core.acquire(now, name, AcquireOptions::new(3_000)).unwrap();
+    let t = expect(core, p, paths::KV_TXN);
+    assert_eq!(
+        t.body["success"][0]["request_put"]["lease"],
+        json!(etcd_lease.to_string())
+    );
+    let k = expect(core, p, paths::LEASE_KEEPALIVE);
+    assert_eq!(k.body, json!({"ID": etcd_lease.to_string()}));
+    assert!(next(core, p).is_none(), "no grant, nothing else");
+    (lease, put_key(&t.body), t.id, k.id)
+}
+
+fn lost(ev: &[Event], lease: LeaseId) -> usize {
+    ev.iter()
+        .filter(
+            |e| matches!(e, Event::Lost { lease: l, reason: LostReason::Rejected } if *l == lease),
+        )
+        .count()
+}
+
+#[test]
+fn two_locks_share_one_etcd_lease_with_one_transaction_each() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    let now = 500 * MS;
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, now, "b", 70);
+    p.handle_reply(
+        &mut core,
+        now + MS,
+        t,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    // The transaction alone does not show the etcd lease alive since this acquire.
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, .. }] if l == a),
+        "{ev:?}"
+    );
+    p.handle_reply(&mut core, now + 2 * MS, k, 200, &keepalive_reply(70, 3));
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 11, valid_until }]
+            if l == b && valid_until <= now + 3_000 * MS),
+        "{ev:?}"
+    );
+    assert_eq!(p.counters().leases_granted, 1);
+    assert_eq!(p.counters().txns, 2);
+    // b renews the one etcd lease.
+    let due = core.valid_until(b).unwrap().unwrap();
+    p.handle_timeout(&mut core, due - 2_000 * MS);
+    let mut ids = Vec::new();
+    while let Some(r) = next(&mut core, &mut p) {
+        assert_eq!(r.path, paths::LEASE_KEEPALIVE);
+        ids.push(r.body["ID"].clone());
+    }
+    assert!(
+        !ids.is_empty() && ids.iter().all(|i| *i == json!("70")),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_grant_waits_for_a_keepalive_sent_since_the_acquire_and_its_failure_is_retried() {
+    let (mut core, mut p) = setup();
+    let (_a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    events(&mut core, &mut p);
+    let now = 900 * MS;
+    let b = core
+        .acquire(now, "b", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let kb = put_key(&t.body);
+    let k = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    p.handle_reply(
+        &mut core,
+        now + MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    // The keep-alive is lost: no grant on the strength of a keep-alive from before.
+    p.handle_failed(&mut core, now + 2 * MS, k.id, "connection reset");
+    assert!(events(&mut core, &mut p).is_empty());
+    assert_eq!(
+        core.lease_state(b).unwrap(),
+        leasehold::LeaseState::Acquiring
+    );
+    // The engine asks again: the same key, a fresh keep-alive, and then the grant.
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due);
+    let t2 = expect(&mut core, &mut p, paths::KV_TXN);
+    let k2 = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    p.handle_reply(&mut core, due + MS, k2.id, 200, &keepalive_reply(70, 3));
+    p.handle_reply(
+        &mut core,
+        due + MS,
+        t2.id,
+        200,
+        &txn_reply(false, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 12),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 11, valid_until }]
+            if l == b && valid_until <= due + 3_000 * MS),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn the_pooled_lease_gone_loses_every_lock_bound_to_it_exactly_once() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
+    p.handle_reply(
+        &mut core,
+        101 * MS,
+        t,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    events(&mut core, &mut p);
+    // Both renew; the first answer says the etcd lease is gone.
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due + 200 * MS);
+    let k1 = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    let k2 = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    p.handle_reply(
+        &mut core,
+        due + 201 * MS,
+        k1.id,
+        200,
+        &keepalive_reply(70, 0),
+    );
+    let ev = events(&mut core, &mut p);
+    assert_eq!((lost(&ev, a), lost(&ev, b)), (1, 1), "{ev:?}");
+    // The other renewal's late answer, alive or gone, changes nothing and fires nothing.
+    let stale = core.counters().stale_results;
+    p.handle_reply(
+        &mut core,
+        due + 202 * MS,
+        k2.id,
+        200,
+        &keepalive_reply(70, 3),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    assert!(core.counters().stale_results > stale);
+    assert_eq!(core.counters().lost_rejected, 2);
+    // Nothing to delete or revoke: the keys went with the lease.
+    assert!(next(&mut core, &mut p).is_none());
+    // The next lock gets a fresh etcd lease.
+    core.acquire(due + 300 * MS, "c", AcquireOptions::new(3_000))
+        .unwrap();
+    expect(&mut core, &mut p, paths::LEASE_GRANT);
+    assert_eq!(p.counters().leases_granted, 2);
+}
+
+#[test]
+fn a_late_keepalive_answer_for_a_lease_already_replaced_touches_no_lock() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due);
+    let k_old = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    p.handle_reply(&mut core, due + MS, k_old.id, 200, &keepalive_reply(70, 0));
+    let ev = events(&mut core, &mut p);
+    assert_eq!(lost(&ev, a), 1);
+    // A new lock on a new etcd lease.
+    let (c, _) = acquire_granted_at(&mut core, &mut p, due + 2 * MS, "c", 71, 20);
+    // A keep-alive answer for the old lease (a duplicate, out of order) is counted and
+    // ignored; the new lock stays held.
+    p.handle_reply(
+        &mut core,
+        due + 3 * MS,
+        k_old.id,
+        200,
+        &keepalive_reply(70, 0),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    assert!(core.is_held(c, due + 3 * MS).unwrap());
+    assert!(p.counters().stale_replies >= 1);
+}
+
+/// `acquire_granted` at a given time (the pool is empty: a grant, then the transaction).
+fn acquire_granted_at(
+    core: &mut Client,
+    p: &mut EtcdProtocol,
+    now: u64,
+    name: &str,
+    etcd_lease: i64,
+    rev: i64,
+) -> (LeaseId, Vec<u8>) {
+    let lease = core.acquire(now, name, AcquireOptions::new(3_000)).unwrap();
+    let g = expect(core, p, paths::LEASE_GRANT);
+    p.handle_reply(core, now + MS, g.id, 200, &grant_reply(etcd_lease, 3));
+    let t = expect(core, p, paths::KV_TXN);
+    let key = put_key(&t.body);
+    p.handle_reply(
+        core,
+        now + 2 * MS,
+        t.id,
+        200,
+        &txn_reply(
+            true,
+            Some(kv(&key, rev, etcd_lease)),
+            Some(kv(&key, rev, etcd_lease)),
+            rev,
+        ),
+    );
+    let ev = events(core, p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, .. }] if l == lease),
+        "{ev:?}"
+    );
+    (lease, key)
+}
+
+#[test]
+fn releasing_one_lock_deletes_its_key_and_keeps_the_other_on_the_lease() {
+    let (mut core, mut p) = setup();
+    let (a, ka) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
+    p.handle_reply(
+        &mut core,
+        101 * MS,
+        t,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    events(&mut core, &mut p);
+    core.release(120 * MS, a).unwrap();
+    let d = expect(&mut core, &mut p, paths::KV_DELETE);
+    assert_eq!(d.body, json!({"key": b64(&ka)}));
+    assert!(next(&mut core, &mut p).is_none(), "no revoke");
+    p.handle_reply(&mut core, 121 * MS, d.id, 200, &delete_reply(1));
+    let ev = events(&mut core, &mut p);
+    assert!(ev.contains(&Event::Released { lease: a }), "{ev:?}");
+    // The other lock is untouched and renews the same etcd lease.
+    assert!(core.is_held(b, 121 * MS).unwrap());
+    let due = p.poll_timeout(&mut core).unwrap();
+    p.handle_timeout(&mut core, due);
+    let r = expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    assert_eq!(r.body, json!({"ID": "70"}));
+    p.handle_reply(&mut core, due + MS, r.id, 200, &keepalive_reply(70, 3));
+    assert!(core.is_held(b, due + MS).unwrap());
+}
+
+#[test]
+fn locks_of_different_ttls_get_different_etcd_leases() {
+    let (mut core, mut p) = setup();
+    acquire_granted(&mut core, &mut p, "a", 70, 10);
+    core.acquire(10 * MS, "b", AcquireOptions::new(10_000))
+        .unwrap();
+    // A dead client's 3 s lock must not be kept for 10 s: a lease of its own TTL.
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    assert_eq!(g.body, json!({"TTL": "10"}));
+}
+
+#[test]
+fn a_release_lost_in_transport_retires_the_lease_and_revokes_it_after_its_last_lock() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    let (b, kb, t, k) = acquire_pooled(&mut core, &mut p, 100 * MS, "b", 70);
+    p.handle_reply(&mut core, 101 * MS, k, 200, &keepalive_reply(70, 3));
+    p.handle_reply(
+        &mut core,
+        101 * MS,
+        t,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    events(&mut core, &mut p);
+    core.release(120 * MS, a).unwrap();
+    let d = expect(&mut core, &mut p, paths::KV_DELETE);
+    p.handle_failed(&mut core, 121 * MS, d.id, "timed out");
+    // a's key may still be there, kept alive by b's renewals: no new lock uses lease 70.
+    core.acquire(122 * MS, "c", AcquireOptions::new(3_000))
+        .unwrap();
+    let mut saw = Vec::new();
+    while let Some(r) = next(&mut core, &mut p) {
+        saw.push(r.path);
+    }
+    assert!(saw.contains(&paths::LEASE_GRANT), "{saw:?}");
+    // When b, its last live lock, is released, lease 70 is revoked (a's key goes with it).
+    core.release(130 * MS, b).unwrap();
+    let mut revoke = None;
+    for _ in 0..4 {
+        let Some(r) = next(&mut core, &mut p) else {
+            break;
+        };
+        match r.path {
+            paths::KV_DELETE if r.body == json!({"key": b64(&kb)}) => {
+                p.handle_reply(&mut core, 131 * MS, r.id, 200, &delete_reply(1));
+            }
+            paths::LEASE_REVOKE => revoke = Some(r),
+            _ => {}
+        }
+    }
+    let revoke = revoke.expect("the retired lease is revoked");
+    assert_eq!(revoke.body, json!({"ID": "70"}));
+}
+
+#[test]
+fn an_idle_pooled_lease_is_reused_while_surely_alive_then_replaced() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    core.release(10 * MS, a).unwrap();
+    let d = expect(&mut core, &mut p, paths::KV_DELETE);
+    p.handle_reply(&mut core, 11 * MS, d.id, 200, &delete_reply(1));
+    events(&mut core, &mut p);
+    // Idle, not kept alive: nothing is sent while no lock uses it.
+    assert!(next(&mut core, &mut p).is_none());
+    // Soon after: reused (one transaction and its dating keep-alive).
+    acquire_pooled(&mut core, &mut p, 500 * MS, "b", 70);
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    core.release(10 * MS, a).unwrap();
+    let d = expect(&mut core, &mut p, paths::KV_DELETE);
+    p.handle_reply(&mut core, 11 * MS, d.id, 200, &delete_reply(1));
+    // More than half its TTL idle: it may lapse under us, a fresh one is granted.
+    core.acquire(2_000 * MS, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    expect(&mut core, &mut p, paths::LEASE_GRANT);
+}
+
+#[test]
+fn close_revokes_the_pooled_lease_and_a_held_lock_is_lost() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    events(&mut core, &mut p);
+    p.close(&mut core, 10 * MS);
+    let r = expect(&mut core, &mut p, paths::LEASE_REVOKE);
+    assert_eq!(r.body, json!({"ID": "70"}));
+    let ev = events(&mut core, &mut p);
+    assert_eq!(lost(&ev, a), 1, "{ev:?}");
+    assert!(next(&mut core, &mut p).is_none());
+}
+
+#[test]
+fn soon_after_a_keepalive_a_grant_comes_at_once_with_its_ttl_shortened_by_the_lease_age() {
+    let (mut core, mut p) = setup();
+    let (a, _) = acquire_granted(&mut core, &mut p, "a", 70, 10);
+    events(&mut core, &mut p);
+    // 20 ms after the grant was sent (at 0): within 1% of the 3 s TTL, so the grant does
+    // not wait for the keep-alive that goes beside it (over half of that: a refresh).
+    let b = core
+        .acquire(20 * MS, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    expect(&mut core, &mut p, paths::LEASE_KEEPALIVE);
+    assert!(next(&mut core, &mut p).is_none());
+    let kb = put_key(&t.body);
+    p.handle_reply(
+        &mut core,
+        21 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&kb, 11, 70)), Some(kv(&kb, 11, 70)), 11),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        matches!(ev[..], [Event::Acquired { lease: l, .. }] if l == b),
+        "{ev:?}"
+    );
+    // Valid no longer than the etcd lease is surely kept: from the grant's send time.
+    // A full TTL from the acquire would give 20 + 3000 - 32 ms; 2980 ms give 3000 - 31.8.
+    let until = core.valid_until(b).unwrap().unwrap();
+    assert!((2_960 * MS..2_970 * MS).contains(&until), "{until}");
+    let _ = a;
+}
+
+#[test]
+fn a_woken_waiter_with_a_key_still_before_it_watches_that_key_without_another_lookup() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let gone = [queue_prefix("n"), b"b".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(31), "kvs": [kv(&gone, 20, 2)]});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    // The waiter before us gave up: we wake, but the holder is still there.
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&gone), "mod_revision": "40"}}]}});
+    p.handle_watch_message(&mut core, 5 * MS, w.id, &serde_json::to_vec(&del).unwrap());
+    let c = next(&mut core, &mut p).unwrap();
+    assert_eq!(c.kind, RequestKind::CancelWatch);
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(41), "kvs": [kv(&holder, 10, 1)]});
+    p.handle_reply(
+        &mut core,
+        6 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    assert!(events(&mut core, &mut p).is_empty());
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    assert_eq!(w.body["create_request"]["key"], b64(&holder));
+    assert_eq!(w.body["create_request"]["start_revision"], "42");
+    assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(
+        core.lease_state(lease).unwrap(),
+        leasehold::LeaseState::Acquiring
     );
 }

@@ -304,3 +304,48 @@ fn credentials_are_checked_and_the_token_is_carried_in_authorization() {
         ("/v3/lease/grant", "tok.1")
     );
 }
+
+#[test]
+fn lh_etcd_close_revokes_the_pooled_lease_and_ends_a_held_lock_lost() {
+    let h = etcd_client();
+    acquire(&h, "n");
+    let (id, _, _, path, _) = poll(&h).unwrap();
+    assert_eq!(path, "/v3/lease/grant");
+    let grant = br#"{"header":{"revision":"1"},"ID":"41","TTL":"3"}"#;
+    assert_eq!(reply(&h, MS, id, 200, grant), LH_OK);
+    let (id, _, _, _, body) = poll(&h).unwrap();
+    let key = body["success"][0]["request_put"]["key"].clone();
+    let kv = json!({"key": key, "create_revision": "7", "lease": "41"});
+    let txn = json!({"header": {"revision": "7"}, "succeeded": true, "responses": [
+        {"response_put": {"header": {"revision": "7"}}},
+        {"response_range": {"kvs": [kv]}}, {"response_range": {"kvs": [kv]}}]});
+    assert_eq!(
+        reply(&h, 2 * MS, id, 200, &serde_json::to_vec(&txn).unwrap()),
+        LH_OK
+    );
+    assert_eq!(outputs(&h), vec![(LH_OUTPUT_ACQUIRED, 7)]);
+    // SAFETY: a live handle, then NULL.
+    unsafe {
+        assert_eq!(lh_etcd_close(h.0, 3 * MS), LH_OK);
+        assert_eq!(lh_etcd_close(null_mut(), 3 * MS), LH_ERR_NULL_ARGUMENT);
+    }
+    let (_, kind, _, path, body) = poll(&h).unwrap();
+    assert_eq!((kind, path.as_str()), (LH_HTTP_UNARY, "/v3/lease/revoke"));
+    assert_eq!(body, json!({"ID": "41"}));
+    assert!(poll(&h).is_none());
+    assert_eq!(
+        outputs(&h).iter().map(|o| o.0).collect::<Vec<_>>(),
+        vec![LH_OUTPUT_LOST]
+    );
+    // A handle of another backend refuses it.
+    let (cfg, seed) = (config(), [5u8; 32]);
+    let mut c = null_mut();
+    // SAFETY: pointers to locals.
+    assert_eq!(
+        unsafe { lh_client_new(&cfg, seed.as_ptr(), seed.len(), &mut c) },
+        LH_OK
+    );
+    let other = H(c);
+    // SAFETY: a live handle.
+    assert_eq!(unsafe { lh_etcd_close(other.0, 0) }, LH_ERR_NO_BACKEND);
+}

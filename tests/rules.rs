@@ -185,6 +185,36 @@ fn rule1_terminal_states_are_sticky() {
     assert_eq!(c.counters().stale_results, 1);
 }
 
+/// A shared server-side lease found gone through another lease: this one is lost at once,
+/// exactly once; a renewal already in flight is then stale, and nothing sends a release.
+#[test]
+fn rule1_a_revoked_grant_is_lost_once_and_later_answers_are_stale() {
+    let mut c = client();
+    let lease = held(&mut c, "a", 3_000, MS);
+    let (out, _) = run_until_output(&mut c, u64::MAX);
+    let renew = renew_req(&out).unwrap();
+    assert!(c.handle_revoked(c.now() + MS, lease).unwrap());
+    let out = drain(&mut c);
+    assert_eq!(
+        events(&out),
+        vec![Event::Lost {
+            lease,
+            reason: LostReason::Rejected
+        }]
+    );
+    assert!(commands(&out).is_empty());
+    assert!(!c.handle_revoked(c.now() + MS, lease).unwrap());
+    c.handle_renew_result(c.now() + MS, renew, RenewResult::Renewed)
+        .unwrap();
+    assert_eq!(terminal_events(&events(&drain(&mut c)), lease), 0);
+    assert_eq!(c.counters().lost_rejected, 1);
+    // An acquiring lease is not touched.
+    let waiting = c.acquire(c.now(), "b", AcquireOptions::new(3_000)).unwrap();
+    drain(&mut c);
+    assert!(!c.handle_revoked(c.now(), waiting).unwrap());
+    assert_eq!(c.lease_state(waiting).unwrap(), LeaseState::Acquiring);
+}
+
 #[test]
 fn rule1_exactly_one_terminal_event_on_release_after_loss_race() {
     let mut c = client();

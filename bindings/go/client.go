@@ -597,8 +597,18 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 			c.spawn(j)
 		}
 	}
-	// SQL and etcd requests start in the executor's goroutines, like Redis's.
-	if c.exec != nil && c.core != nil {
+	// SQL and etcd requests start in the executor's goroutines, like Redis's;
+	// etcd's first one can run on the caller's, like Redis's first command.
+	if t, ok := c.exec.(interface{ pollTakeLocked(bool) (*job, error) }); ok && c.core != nil {
+		j, err := t.pollTakeLocked(kind != 0 && taken == nil)
+		if err != nil {
+			c.breakLocked(err)
+			return nil
+		}
+		if j != nil {
+			taken = j
+		}
+	} else if c.exec != nil && c.core != nil {
 		if err := c.exec.pollLocked(); err != nil {
 			c.breakLocked(err)
 			return nil
@@ -1041,6 +1051,18 @@ func (c *client) close() error {
 				break
 			}
 			time.Sleep(time.Millisecond)
+		}
+		// A backend with something of the client's own on the server (etcd's pooled
+		// lease) removes it now, within the same bound.
+		if cl, ok := c.exec.(interface{ closingLocked(uint64) error }); ok {
+			c.mu.Lock()
+			if c.core != nil && c.broken == nil && cl.closingLocked(c.clock()) == nil {
+				c.drainLocked()
+			}
+			c.mu.Unlock()
+			for time.Now().Before(deadline) && c.inflight.Load() != 0 {
+				time.Sleep(time.Millisecond)
+			}
 		}
 
 		close(c.stop)

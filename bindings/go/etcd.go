@@ -113,14 +113,28 @@ type etcdExec struct {
 }
 
 func (x *etcdExec) pollLocked() error {
+	_, err := x.pollTakeLocked(false)
+	return err
+}
+
+// pollTakeLocked is pollLocked, except that with take the first unary request is returned
+// instead of started, for a caller that waits anyway to run on its own goroutine (the
+// acquire's transaction, the release's delete): no goroutine handoff on that path.
+func (x *etcdExec) pollTakeLocked(take bool) (*job, error) {
+	var taken *job
 	for {
 		q, err := x.c.core.httpPollRequest()
 		if err != nil || q == nil {
-			return err
+			return taken, err
 		}
 		switch q.kind {
 		case httpUnary:
-			x.c.spawn(&job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }})
+			j := &job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }}
+			if take && taken == nil {
+				taken = j
+				continue
+			}
+			x.c.spawn(j)
 		case httpWatch:
 			x.mu.Lock()
 			if x.closed {
@@ -144,6 +158,10 @@ func (x *etcdExec) pollLocked() error {
 }
 
 func (x *etcdExec) lastErrorLocked() string { return x.c.core.etcdLastError() }
+
+// closingLocked revokes the Client's pooled etcd leases once its locks were released, so
+// nothing of it stays on the cluster for a TTL (c.mu held; the requests go out on drain).
+func (x *etcdExec) closingLocked(now uint64) error { return x.c.core.etcdClose(now) }
 
 func (x *etcdExec) close() {
 	x.mu.Lock()

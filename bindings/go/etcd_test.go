@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,10 +26,31 @@ func newEtcdClient(t testing.TB, urls []string, o *EtcdOptions, opts *Options) *
 	return newTestClient(t, tr, opts)
 }
 
+// etcdLeases lists the cluster's lease ids.
+func etcdLeases(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	body, err := etcdPost(url, "/v3/lease/leases", "{}", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Leases []struct{ ID string } `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, l := range out.Leases {
+		ids[l.ID] = true
+	}
+	return ids
+}
+
 func TestEtcdAcquireReleaseAndFences(t *testing.T) {
 	urls := needEtcd(t)
 	ctx := context.Background()
 	name := uniq(t, "etcd")
+	before := etcdLeases(t, urls[0])
 	a := newEtcdClient(t, urls, nil, nil)
 	b := newEtcdClient(t, urls, nil, nil)
 	l1, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
@@ -71,6 +93,17 @@ func TestEtcdAcquireReleaseAndFences(t *testing.T) {
 	}
 	if st, err = a.Status(ctx, name); err != nil || st.Held {
 		t.Fatalf("status after the release: %+v, %v", st, err)
+	}
+	// Each client kept one pooled etcd lease; closing revokes it.
+	if got := len(etcdLeases(t, urls[0])) - len(before); got < 1 {
+		t.Fatalf("%d new etcd leases while the clients are open, want their pooled ones", got)
+	}
+	_ = a.Close()
+	_ = b.Close()
+	for id := range etcdLeases(t, urls[0]) {
+		if !before[id] {
+			t.Fatalf("etcd lease %s outlived its client's Close", id)
+		}
 	}
 }
 

@@ -335,6 +335,13 @@ func (c *core) httpFailed(now, id uint64, msg string) error {
 	return c.err("lh_http_failed", st)
 }
 
+// etcdClose revokes the pooled etcd leases (lh_etcd_close); the requests follow.
+func (c *core) etcdClose(now uint64) error {
+	st := uint32(C.lh_etcd_close(c.p, C.uint64_t(now)))
+	runtime.KeepAlive(c)
+	return c.err("lh_etcd_close", st)
+}
+
 func (c *core) etcdLastError() string {
 	var p *C.uint8_t
 	var n C.size_t

@@ -754,6 +754,30 @@ impl Client {
         Ok(true)
     }
 
+    /// The service says a held lease's grant is gone although no renewal of this lease asked:
+    /// several leases share one server-side lease (etcd's pooled lease) and another lease's
+    /// keep-alive found it expired. The lease ends `Lost` (`Rejected`) at once, exactly as if
+    /// its own renewal had been refused, instead of at its next renewal. Returns whether the
+    /// lease was held; any other state is left alone and counted in `stale_results`.
+    pub fn handle_revoked(&mut self, now: u64, lease: LeaseId) -> Result<bool, Error> {
+        self.advance(now);
+        let slot = match self.resolve(lease) {
+            Ok(slot) => slot,
+            Err(Error::LeaseEnded(_)) => {
+                self.counters.stale_results += 1;
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        if self.lease_mut(slot).state != LeaseState::Held {
+            self.counters.stale_results += 1;
+            return Ok(false);
+        }
+        self.lose(slot, LostReason::Rejected);
+        self.settle(slot);
+        Ok(true)
+    }
+
     /// The deadline from `poll_timeout` passed. Early or repeated calls are harmless.
     pub fn handle_timeout(&mut self, now: u64) {
         self.advance(now);

@@ -371,6 +371,26 @@ pub unsafe extern "C" fn lh_http_failed(
     }
 }
 
+/// The client is closing: cancels acquires still waiting and queues a `lease/revoke` of
+/// every pooled etcd lease (the keys of its locks go with it, so nothing of this client is
+/// left on the cluster for a TTL); locks still held end Lost. Call it after releasing what
+/// you hold and before `lh_client_free`, then run the loop until those requests are
+/// answered, for a short bound (an unanswered revoke leaves the lease to expire on its own).
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_etcd_close(c: *mut lh_client, now: u64) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let (b, core) = s.with_etcd()?;
+            b.proto.close(core, now);
+            Ok(())
+        })
+    }
+}
+
 /// Writes the etcd protocol's counters (`out->struct_size` must be set).
 ///
 /// # Safety

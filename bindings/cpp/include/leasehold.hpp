@@ -744,6 +744,8 @@ class Core {
     check(lh_etcd_counters_get(h(), &c));
     return c;
   }
+  // Queues the revoke of the client's pooled etcd leases (lh_etcd_close).
+  void etcd_close(std::uint64_t now) { check(lh_etcd_close(h(), now)); }
   // The last error body, transport failure or malformed reply the etcd protocol saw.
   [[nodiscard]] std::string etcd_last_error() const {
     const std::uint8_t* p = nullptr;
@@ -871,6 +873,10 @@ class Backend {
   [[nodiscard]] virtual std::string last_error(const Core& /*core*/) const { return {}; }
   // True when the core's protocol answers status queries (SQL, Redis, etcd): LockClient::status().
   [[nodiscard]] virtual bool answers_status() const { return false; }
+  // Called once by LockClient::close() after its releases were answered: queue in the core
+  // the removal of what the client keeps on the server of its own (etcd: its pooled lease);
+  // the requests then go out through drain(). Default: nothing.
+  virtual void closing(Core& /*core*/, std::uint64_t /*now*/) {}
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1844,6 +1850,13 @@ inline void ClientState::close() noexcept {
         return true;
       }
     });
+    if (backend_ != nullptr && core_ && !broken_) {
+      try {
+        backend_->closing(*core_, now_ns());
+        drain_locked();
+      } catch (...) {
+      }
+    }
     stopping_ = true;
     driver_cv_.notify_all();
   }

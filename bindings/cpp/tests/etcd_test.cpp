@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <set>
 
 using namespace std::chrono_literals;
 using leasehold::ClientOptions;
@@ -162,6 +163,35 @@ TEST_F(Etcd, LifecycleAndAWaiterWokenByItsWatch) {
   EXPECT_GT(st.remaining_ttl_ms, 0u);
   EXPECT_LE(st.remaining_ttl_ms, 5000u);
   EXPECT_TRUE(eventually([&] { return tb->open_watches() == 0; }, 10s));
+}
+
+// The cluster's lease ids (the gateway's LeaseLeases).
+std::set<std::string> lease_ids(const std::string& url) {
+  const auto [code, body] = post(url + "/v3/lease/leases", "{}");
+  std::set<std::string> ids;
+  static const std::string tag = "\"ID\":\"";
+  for (auto at = body.find(tag); at != std::string::npos; at = body.find(tag, at + 1)) {
+    const auto from = at + tag.size();
+    ids.insert(body.substr(from, body.find('"', from) - from));
+  }
+  return ids;
+}
+
+// A client's locks share one etcd lease; close() revokes it.
+TEST_F(Etcd, LocksShareOnePooledLeaseThatCloseRevokes) {
+  const auto url = g_etcd->endpoints().front();
+  const auto before = lease_ids(url);
+  LockClient a(transport(g_etcd->endpoints()), quiet());
+  {
+    auto x = a.acquire("pool-x", 10s);
+    auto y = a.acquire("pool-y", 10s);
+    ASSERT_TRUE(x.has_value() && y.has_value()) << a.last_backend_error();
+    std::size_t fresh = 0;
+    for (const auto& id : lease_ids(url)) fresh += before.count(id) == 0 ? 1 : 0;
+    EXPECT_EQ(fresh, 1u);
+  }
+  a.close();
+  for (const auto& id : lease_ids(url)) EXPECT_EQ(before.count(id), 1u) << "lease " << id << " outlived close()";
 }
 
 // Keep-alives renew the etcd lease past its TTL; a manual renewal is confirmed too.

@@ -783,6 +783,10 @@ class Core:
             return self._last_error(lib.lh_etcd_last_error)
         return ""
 
+    def etcd_close(self) -> None:
+        """Queues the revoke of the client's pooled etcd leases (the requests follow)."""
+        lib.lh_etcd_close(self._p(), int(self._clock()))
+
     # etcd inputs
     def http_reply(self, request_id: int, status: int, body: bytes) -> None:
         """A unary reply; a status or body the core cannot take is a failure of the request."""

@@ -604,6 +604,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_http_failed": ([lh_client_p, _u64, _u64, _cp, _sz], _u32, True),
     "lh_etcd_counters_get": ([lh_client_p, ctypes.POINTER(lh_etcd_counters)], _u32, True),
     "lh_etcd_last_error": ([lh_client_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)], _u32, True),
+    "lh_etcd_close": ([lh_client_p, _u64], _u32, True),
 }
 
 

@@ -293,6 +293,14 @@ class AsyncLockClient(LeaseLifecycle):
             while self._core.counters().pending_cleanups > 0 and time.monotonic() < end:
                 assert self._wake is not None
                 await asyncio.sleep(min(0.01, max(0.0, end - time.monotonic())))
+            if self._core.protocol == "etcd":
+                # The pooled etcd lease goes now, not a TTL later.
+                before = set(self._tasks)
+                self._core.etcd_close()
+                self._drain()
+                revokes = self._tasks - before
+                if revokes:
+                    await asyncio.wait(revokes, timeout=max(0.0, min(1.0, end - time.monotonic())))
             pending: list[asyncio.Task[Any]] = list(self._tasks)
             if self._driver is not None:
                 self._driver.cancel()

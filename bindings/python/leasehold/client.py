@@ -537,6 +537,10 @@ class LockClient(LeaseLifecycle):
                         )
                         break
                     self._cond.wait(min(left, 0.05))
+                if self._core.protocol == "etcd" and self._fatal is None:
+                    # The pooled etcd lease goes now, not a TTL later.
+                    self._core.etcd_close()
+                    self._drain()
             self._stop = True
             self._cond.notify_all()
             # Let backend calls still in flight finish (bounded) before the service is closed.

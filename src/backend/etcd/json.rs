@@ -293,6 +293,16 @@ pub(crate) fn read_txn(v: &Value) -> Result<TxnRead, ReplyError> {
     })
 }
 
+/// `DeleteRange` of one key: how many keys it deleted (0: it was not there).
+pub(crate) fn read_deleted(v: &Value) -> Result<i64, ReplyError> {
+    header_revision(v)?;
+    let n = int(v, "deleted")?;
+    if n < 0 {
+        return Err(ReplyError::Garbage("a negative deleted count"));
+    }
+    Ok(n)
+}
+
 /// A range with `limit 1`: the key found (if any) and the revision it was read at.
 pub(crate) fn read_first(v: &Value) -> Result<(Option<Vec<u8>>, i64), ReplyError> {
     let rev = header_revision(v)?;

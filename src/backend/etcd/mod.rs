@@ -10,19 +10,41 @@
 //!
 //! Each lock name has a queue under the prefix [`queue_prefix`]: `lh/<byte length>:<name>/`
 //! (the length keeps `a` and `a/b` apart, since names may hold `/`). A lease joins it with
-//! the key `prefix + token hex`, bound to an etcd lease of its own. The key with the lowest
-//! create revision owns the lock, and **its create revision is the fencing token**: revisions
-//! strictly increase cluster-wide, and each new owner's key is younger than every earlier
-//! owner's, so fences of one name strictly increase across clients, leaders and restarts.
+//! the key `prefix + token hex`. The key with the lowest create revision owns the lock, and
+//! **its create revision is the fencing token**: revisions strictly increase cluster-wide, and
+//! each new owner's key is younger than every earlier owner's, so fences of one name strictly
+//! increase across clients, leaders and restarts.
+//!
+//! # The pooled etcd lease
+//!
+//! Keys are bound to an etcd lease shared by the client's locks of one TTL (in whole seconds,
+//! rounded up): granted when the first of them needs it, kept alive by their renewals (and
+//! by the protocol while one of them waits), as etcd's `concurrency.Session` shares one lease
+//! between its mutexes. Locks of different TTLs get different etcd leases, so a dead client's
+//! lock is still freed at most its own TTL after its last renewal. Since every lock of the
+//! lease renews it, each lock's validity is still counted from its own acquire or renewal:
+//! a grant is reported to the engine only once a keep-alive (or the grant) *sent at or after
+//! the acquire* found the etcd lease alive — usually the keep-alive that goes out beside the
+//! transaction. When a keep-alive finds the lease gone, every lock bound to it is lost at once
+//! ([`Client::handle_revoked`]) and every waiter bound to it rejoins with a fresh lease.
 //!
 //! # Requests
 //!
-//! - acquire: `lease/grant` (TTL rounded up to whole seconds, once per lease), then one
-//!   `kv/txn`: if the key does not exist, put it with the lease; either way read it and the
-//!   queue's first key. Retries with the same token find the same key (idempotent).
+//! - acquire: one `kv/txn` (if the key does not exist, put it with the pooled lease; either
+//!   way read it and the queue's first key), beside a `lease/keepalive` of that lease unless
+//!   one sent since the acquire already answered; `lease/grant` first when there is no pooled
+//!   lease yet. Retries with the same token find the same key (idempotent).
 //! - renew: `lease/keepalive` (a gateway stream; the host reads the whole body). A reply
-//!   without a TTL means the lease is gone: the renewal is rejected and the lease is Lost.
-//! - release: `lease/revoke` (deletes the key with the lease; "lease not found" is NotOwner).
+//!   without a TTL means the lease is gone: every lock bound to it is Lost.
+//! - release: `kv/deleterange` of the lease's own key (nothing there: NotOwner). The pooled
+//!   lease stays for the next acquire; with no lock bound it is not kept alive and expires on
+//!   its own (it carries no key), unless an acquire reuses it first.
+//! - close ([`EtcdProtocol::close`]): `lease/revoke` of every pooled lease.
+//!
+//! A key whose deletion cannot be confirmed (a delete lost in transport, an acquire
+//! transaction with an unknown outcome for a lease that ended) might stay bound to the pooled
+//! lease while other locks keep that lease alive. Such a lease is **retired**: new acquires
+//! get a fresh one, and it is revoked as soon as no live lock is bound to it.
 //!
 //! # Waiting
 //!
@@ -32,8 +54,8 @@
 //! [`EtcdProtocol::handle_watch_message`]). When that key is deleted — released, or its
 //! lease expired because its owner died — the waiter is woken and asks again: a release wakes
 //! exactly one waiter, in FIFO order (the ZooKeeper recipe). While it waits the protocol
-//! keeps the waiter's own etcd lease alive; if that lease is lost, the waiter rejoins at the
-//! end of the queue. A waiter that gives up revokes its lease, so it never blocks the queue.
+//! keeps the pooled lease alive; if that lease is lost, the waiter rejoins at the end of the
+//! queue. A waiter that gives up deletes its key, so it never blocks the queue.
 //!
 //! # Authentication
 //!
@@ -90,6 +112,8 @@ pub mod paths {
     pub const AUTHENTICATE: &str = "/v3/auth/authenticate";
     /// `LeaseTimeToLive` (a status query: the holder's time left).
     pub const LEASE_TIMETOLIVE: &str = "/v3/lease/timetolive";
+    /// `DeleteRange` (a release: the lease's own key).
+    pub const KV_DELETE: &str = "/v3/kv/deleterange";
 }
 
 /// Longest user name or password accepted, in bytes.
@@ -138,7 +162,8 @@ pub struct Request<'a> {
 pub struct EtcdCounters {
     /// Requests emitted (watch cancellations not included).
     pub requests: u64,
-    /// etcd leases granted.
+    /// etcd leases granted (one per pool of the client's locks of one TTL, and again after
+    /// one expired or was retired).
     pub leases_granted: u64,
     /// Acquire transactions sent.
     pub txns: u64,
@@ -146,7 +171,7 @@ pub struct EtcdCounters {
     pub watches: u64,
     /// Waiters woken because the key they watched was deleted (or the watch was cut).
     pub wakeups: u64,
-    /// Keep-alives sent for waiting leases.
+    /// Keep-alives the protocol sent on its own to keep a pooled lease with waiters alive.
     pub waiting_keepalives: u64,
     /// Waiters whose etcd lease was gone (they rejoin the queue).
     pub waiters_expired: u64,
@@ -162,23 +187,30 @@ pub struct EtcdCounters {
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// A lease for `lease`'s acquire.
-    Grant { lease: LeaseId },
+    /// A pooled lease for the locks of one TTL (`secs`), sent at `sent`.
+    Grant { secs: u64, sent: u64 },
     /// The acquire transaction.
     Txn { lease: LeaseId, req: RequestId },
-    /// The key before ours.
-    Predecessor { lease: LeaseId },
-    /// A renewal (`req`) or a waiting lease's keep-alive (`None`).
+    /// The key before ours: a waiter's lookup, or (`req`) a woken waiter's acquire, which
+    /// needs no transaction while its key is known: no key before it means it is first.
+    Predecessor {
+        lease: LeaseId,
+        req: Option<RequestId>,
+    },
+    /// A keep-alive of `etcd_lease` sent at `sent`: a renewal of `renew`, or the protocol's
+    /// own (a waiter's, or one that dates a grant).
     KeepAlive {
-        lease: LeaseId,
-        req: Option<RequestId>,
-    },
-    /// A release (`req`) or the protocol's own cleanup (`None`).
-    Revoke {
-        lease: LeaseId,
-        req: Option<RequestId>,
         etcd_lease: i64,
+        renew: Option<(LeaseId, RequestId)>,
+        sent: u64,
     },
+    /// Deletes `lease`'s key: a release (`req`) or the protocol's own cleanup (`None`).
+    Delete {
+        lease: LeaseId,
+        req: Option<RequestId>,
+    },
+    /// A retired or closed pooled lease.
+    Revoke,
     /// The watch on the predecessor's key.
     Watch { lease: LeaseId, key: Vec<u8> },
     /// User and password for a token.
@@ -197,28 +229,69 @@ struct Pending {
     body: Vec<u8>,
 }
 
+/// A transaction that found our key first, waiting for a keep-alive sent at or after the
+/// acquire (`since`) to find the etcd lease alive before it becomes a grant.
+#[derive(Debug, Clone, Copy)]
+struct Dating {
+    req: RequestId,
+    fence: i64,
+    since: u64,
+}
+
 /// What the protocol knows of one engine lease.
 #[derive(Debug)]
 struct Holder {
     name: LockName,
     key: Vec<u8>,
     ttl_ms: u64,
+    /// The pool this lease draws from: its TTL in whole seconds.
+    secs: u64,
     etcd_lease: Option<i64>,
-    /// A grant is in flight; the acquire waits for it.
-    granting: bool,
+    /// The acquire waiting for the pool's grant.
     parked: Option<RequestId>,
+    /// When the engine sent the current acquire (its validity counts from there).
+    since: u64,
+    dating: Option<Dating>,
     /// Our key's create revision, once read.
     own_rev: i64,
     /// The open watch (request id) and the key it watches.
     watch: Option<(u64, Vec<u8>)>,
     lookup_in_flight: bool,
     waiting: bool,
-    keepalive_in_flight: bool,
-    next_keepalive: u64,
+    /// Acquire transactions in flight.
+    txns: u32,
+    /// A transaction failed without an answer since the last one answered: our key may be
+    /// on the server or not.
+    txn_unknown: bool,
+    /// A delete of our key is in flight.
+    deleting: bool,
     /// When a waiter without a live watch is woken to retry.
     recheck_at: u64,
     ended: bool,
     forget_at: u64,
+}
+
+/// One etcd lease of this client, shared by the locks bound to it.
+#[derive(Debug)]
+struct Shared {
+    secs: u64,
+    /// Send time of the latest grant or keep-alive that found it alive.
+    alive_at: u64,
+    /// Send time of the latest grant or keep-alive.
+    last_sent: u64,
+    /// Keep-alives in flight: (request id, send time).
+    in_flight: Vec<(u64, u64)>,
+    /// May carry a key nobody owns: no new acquire, revoked once no live lock is bound.
+    retired: bool,
+}
+
+/// The pooled lease of one TTL.
+#[derive(Debug, Default)]
+struct Pool {
+    lease: Option<i64>,
+    granting: bool,
+    /// Leases waiting for the grant, in the order they asked.
+    parked: Vec<LeaseId>,
 }
 
 /// The etcd protocol of one client core. See the module docs.
@@ -231,6 +304,8 @@ pub struct EtcdProtocol {
     cancels: VecDeque<u64>,
     events: VecDeque<Event>,
     holders: HashMap<LeaseId, Holder>,
+    shared: HashMap<i64, Shared>,
+    pools: HashMap<u64, Pool>,
     counters: EtcdCounters,
     last_error: String,
     statuses: VecDeque<crate::backend::StatusAnswer>,
@@ -289,6 +364,8 @@ impl EtcdProtocol {
             cancels: VecDeque::new(),
             events: VecDeque::new(),
             holders: HashMap::new(),
+            shared: HashMap::new(),
+            pools: HashMap::new(),
             counters: EtcdCounters::default(),
             last_error: String::new(),
             statuses: VecDeque::new(),
@@ -409,14 +486,26 @@ impl EtcdProtocol {
     pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
         let mut t = core.poll_timeout().unwrap_or(NEVER);
         for h in self.holders.values() {
-            if !h.ended {
-                t = t.min(h.recheck_at);
-                if h.waiting {
-                    t = t.min(h.next_keepalive);
-                }
-            }
             if h.ended {
                 t = t.min(h.forget_at);
+                continue;
+            }
+            t = t.min(h.recheck_at);
+            if h.waiting {
+                if let Some(s) = h.etcd_lease.and_then(|id| self.shared.get(&id)) {
+                    if s.in_flight.is_empty() {
+                        t = t.min(
+                            s.last_sent
+                                .saturating_add(keepalive_interval(s.secs.saturating_mul(1000))),
+                        );
+                    }
+                }
+            }
+        }
+        for id in self.pools.values().filter_map(|p| p.lease) {
+            // A pooled lease is forgotten once it may have expired.
+            if let Some(s) = self.shared.get(&id) {
+                t = t.min(s.alive_at.saturating_add(s.secs.saturating_mul(1_000 * MS)));
             }
         }
         if let Some(Reverse((at, _))) = self.expiry.peek() {
@@ -432,7 +521,8 @@ impl EtcdProtocol {
 
     // ------------------------------------------------------------------------- inputs
 
-    /// Time passed: runs the engine's timers, waiting leases' keep-alives and re-checks.
+    /// Time passed: runs the engine's timers, the keep-alives of pooled leases that have
+    /// waiters, and waiters' re-checks.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
         // Commands and events of application calls made since come first.
         self.pump(core);
@@ -442,38 +532,75 @@ impl EtcdProtocol {
         let due: Vec<LeaseId> = self
             .holders
             .iter()
-            .filter(|(_, h)| !h.ended)
-            .filter(|(_, h)| (h.waiting && h.next_keepalive <= now) || h.recheck_at <= now)
+            .filter(|(_, h)| !h.ended && h.recheck_at <= now)
             .map(|(l, _)| *l)
             .collect();
         for lease in due {
             let Some(h) = self.holders.get_mut(&lease) else {
                 continue;
             };
-            if h.recheck_at <= now {
+            if h.recheck_at <= now && !h.ended {
                 h.recheck_at = NEVER;
                 self.counters.wakeups += 1;
                 // This lease, not the name's first local waiter: each watches its own place.
                 let _ = core.handle_wake(now, lease);
-            }
-            let Some(h) = self.holders.get_mut(&lease) else {
-                continue;
-            };
-            if h.waiting && h.next_keepalive <= now {
-                h.next_keepalive = now.saturating_add(keepalive_interval(h.ttl_ms));
-                if let (Some(id), false) = (h.etcd_lease, h.keepalive_in_flight) {
-                    h.keepalive_in_flight = true;
-                    self.counters.waiting_keepalives += 1;
-                    self.push(
-                        Op::KeepAlive { lease, req: None },
-                        RequestKind::Unary,
-                        paths::LEASE_KEEPALIVE,
-                        json!({ "ID": id.to_string() }),
-                        now,
-                    );
-                }
+                self.pump(core);
             }
         }
+        // A waiter's key lives on the pooled lease: keep it alive while anyone waits on it.
+        let mut keep: Vec<i64> = self
+            .holders
+            .values()
+            .filter(|h| !h.ended && h.waiting)
+            .filter_map(|h| h.etcd_lease)
+            .collect();
+        keep.sort_unstable();
+        keep.dedup();
+        for id in keep {
+            let due = self.shared.get(&id).is_some_and(|s| {
+                s.in_flight.is_empty()
+                    && s.last_sent
+                        .saturating_add(keepalive_interval(s.secs.saturating_mul(1000)))
+                        <= now
+            });
+            if due {
+                self.counters.waiting_keepalives += 1;
+                self.send_keepalive(id, None, now);
+            }
+        }
+        self.pump(core);
+    }
+
+    /// The client is closing: cancels every acquire still waiting, revokes every pooled
+    /// lease (their keys go with them, so nothing of this client stays on the cluster for a
+    /// TTL) and ends every lock still held as Lost. Run the host loop until the requests are
+    /// answered, or for a short bound: an unanswered revoke leaves the lease to expire.
+    pub fn close(&mut self, core: &mut Client, now: u64) {
+        self.pump(core);
+        let waiting: Vec<LeaseId> = self
+            .holders
+            .iter()
+            .filter(|(_, h)| !h.ended)
+            .map(|(l, _)| *l)
+            .collect();
+        for lease in waiting {
+            if core.lease_state(lease) == Ok(crate::LeaseState::Acquiring) {
+                let _ = core.release(now, lease);
+            }
+        }
+        self.pump(core);
+        let ids: Vec<i64> = self.shared.keys().copied().collect();
+        for id in ids {
+            self.push(
+                Op::Revoke,
+                RequestKind::Unary,
+                paths::LEASE_REVOKE,
+                json!({ "ID": id.to_string() }),
+                now,
+            );
+            self.lease_gone(core, now, id);
+        }
+        self.pools.clear();
         self.pump(core);
     }
 
@@ -644,36 +771,77 @@ impl EtcdProtocol {
                     key: queue_key(&name, &token),
                     name,
                     ttl_ms,
+                    secs: ttl_ms.div_ceil(1000).max(1),
                     etcd_lease: None,
-                    granting: false,
                     parked: None,
+                    since: now,
+                    dating: None,
                     own_rev: 0,
                     watch: None,
                     lookup_in_flight: false,
                     waiting: false,
-                    keepalive_in_flight: false,
-                    next_keepalive: NEVER,
+                    txns: 0,
+                    txn_unknown: false,
+                    deleting: false,
                     recheck_at: NEVER,
                     ended: false,
                     forget_at: NEVER,
                 });
                 h.recheck_at = NEVER;
-                if h.etcd_lease.is_some() {
-                    self.send_txn(lease, request, now);
-                } else {
-                    h.parked = Some(request);
-                    if !h.granting {
-                        h.granting = true;
-                        let secs = h.ttl_ms.div_ceil(1000).max(1);
-                        self.counters.leases_granted += 1;
-                        self.push(
-                            Op::Grant { lease },
-                            RequestKind::Unary,
-                            paths::LEASE_GRANT,
-                            json!({ "TTL": secs.to_string() }),
-                            now,
-                        );
+                h.since = now;
+                h.dating = None;
+                let secs = h.secs;
+                // A lease whose key may be on an etcd lease keeps asking with that one; a woken
+                // waiter whose key is known only checks that no key is before it.
+                if let Some(id) = h.etcd_lease.filter(|id| self.shared.contains_key(id)) {
+                    if h.waiting && h.own_rev > 0 {
+                        let ttl_ms = h.ttl_ms;
+                        self.send_lookup(lease, now, Some(request));
+                        if self.is_stale(id, now, ttl_ms) {
+                            self.send_keepalive(id, None, now);
+                        }
+                    } else {
+                        self.send_txn(lease, request, now);
                     }
+                    return;
+                }
+                h.etcd_lease = None;
+                let pool = self.pools.entry(secs).or_default();
+                if let Some(id) = pool.lease {
+                    // Reused while it is surely alive; an idle one may have lapsed.
+                    let fresh = self.shared.get(&id).is_some_and(|s| {
+                        !s.retired
+                            && now
+                                < s.alive_at
+                                    .saturating_add(s.secs.saturating_mul(1_000 * MS) / 2)
+                    });
+                    if fresh {
+                        if let Some(h) = self.holders.get_mut(&lease) {
+                            h.etcd_lease = Some(id);
+                        }
+                        self.send_txn(lease, request, now);
+                        return;
+                    }
+                    pool.lease = None;
+                    self.drop_if_idle(id, now);
+                }
+                let Some(h) = self.holders.get_mut(&lease) else {
+                    return;
+                };
+                h.parked = Some(request);
+                let pool = self.pools.entry(secs).or_default();
+                pool.parked.retain(|l| *l != lease);
+                pool.parked.push(lease);
+                if !pool.granting {
+                    pool.granting = true;
+                    self.counters.leases_granted += 1;
+                    self.push(
+                        Op::Grant { secs, sent: now },
+                        RequestKind::Unary,
+                        paths::LEASE_GRANT,
+                        json!({ "TTL": secs.to_string() }),
+                        now,
+                    );
                 }
             }
             Command::Renew {
@@ -687,18 +855,7 @@ impl EtcdProtocol {
                     .and_then(json::lease_from_data)
                     .or_else(|| self.holders.get(&lease).and_then(|h| h.etcd_lease));
                 match id {
-                    Some(id) => {
-                        self.push(
-                            Op::KeepAlive {
-                                lease,
-                                req: Some(request),
-                            },
-                            RequestKind::Unary,
-                            paths::LEASE_KEEPALIVE,
-                            json!({ "ID": id.to_string() }),
-                            now,
-                        );
-                    }
+                    Some(id) => self.send_keepalive(id, Some((lease, request)), now),
                     // Nothing of ours can be on the server without a lease.
                     None => {
                         let _ = core.handle_renew_result(now, request, RenewResult::Rejected);
@@ -708,32 +865,58 @@ impl EtcdProtocol {
             Command::Release {
                 request,
                 lease,
-                backend_data,
+                name,
+                token,
                 ..
             } => {
-                let id = backend_data
-                    .as_deref()
-                    .and_then(json::lease_from_data)
-                    .or_else(|| self.holders.get(&lease).and_then(|h| h.etcd_lease));
-                match id {
-                    Some(id) => self.send_revoke(lease, Some(request), id, now),
-                    None => {
-                        let _ = core.handle_release_result(now, request, ReleaseResult::NotOwner);
-                    }
+                // The key is the token's: a delete can only remove our own grant.
+                if let Some(h) = self.holders.get_mut(&lease) {
+                    h.deleting = true;
                 }
+                self.push(
+                    Op::Delete {
+                        lease,
+                        req: Some(request),
+                    },
+                    RequestKind::Unary,
+                    paths::KV_DELETE,
+                    json!({ "key": json::b64(&queue_key(&name, &token)) }),
+                    now,
+                );
             }
             // Waiters watch their own predecessor (see the module docs), not the name.
             Command::Watch { .. } | Command::Unwatch { .. } => {}
         }
     }
 
+    fn send_keepalive(&mut self, id: i64, renew: Option<(LeaseId, RequestId)>, now: u64) {
+        let rid = self.push(
+            Op::KeepAlive {
+                etcd_lease: id,
+                renew,
+                sent: now,
+            },
+            RequestKind::Unary,
+            paths::LEASE_KEEPALIVE,
+            json!({ "ID": id.to_string() }),
+            now,
+        );
+        if let Some(s) = self.shared.get_mut(&id) {
+            s.last_sent = s.last_sent.max(now);
+            s.in_flight.push((rid, now));
+        }
+    }
+
     fn send_txn(&mut self, lease: LeaseId, req: RequestId, now: u64) {
-        let Some(h) = self.holders.get(&lease) else {
+        let Some(h) = self.holders.get_mut(&lease) else {
             return;
         };
         let Some(etcd_lease) = h.etcd_lease else {
             return;
         };
+        h.txns += 1;
+        let since = h.since;
+        let ttl_ms = h.ttl_ms;
         let key = json::b64(&h.key);
         let prefix = queue_prefix(&h.name);
         let first = json!({ "request_range": {
@@ -766,97 +949,276 @@ impl EtcdProtocol {
             body,
             now,
         );
+        // The grant is dated by the lease's last keep-alive (see `grant_when_dated`): one
+        // beside the transaction (not a Raft write) keeps that date within half the
+        // allowance of the acquire, so a busy client rarely waits for one.
+        if self.is_stale(etcd_lease, since, ttl_ms) {
+            self.send_keepalive(etcd_lease, None, now);
+        }
     }
 
-    fn send_revoke(&mut self, lease: LeaseId, req: Option<RequestId>, etcd_lease: i64, now: u64) {
-        self.push(
-            Op::Revoke {
-                lease,
-                req,
-                etcd_lease,
-            },
-            RequestKind::Unary,
-            paths::LEASE_REVOKE,
-            json!({ "ID": etcd_lease.to_string() }),
-            now,
-        );
+    /// Whether an acquire sent at `since` should send a keep-alive to date its grant.
+    fn is_stale(&self, id: i64, since: u64, ttl_ms: u64) -> bool {
+        let old = self
+            .shared
+            .get(&id)
+            .is_some_and(|s| since.saturating_sub(s.alive_at) > shortfall_allowance_ns(ttl_ms) / 2);
+        old && !self.is_dated(id, since)
+    }
+
+    /// Whether a grant or keep-alive sent at or after `since` found `id` alive, or is out.
+    fn is_dated(&self, id: i64, since: u64) -> bool {
+        self.shared
+            .get(&id)
+            .is_some_and(|s| s.alive_at >= since || s.in_flight.iter().any(|&(_, t)| t >= since))
+    }
+
+    /// Our key is first: the lock is ours for as long as the server surely keeps the etcd
+    /// lease, counted from the acquire (`since`), as the engine counts it. That is the whole
+    /// TTL once a keep-alive sent since the acquire found it alive; before that, the lease
+    /// is surely kept until its last good keep-alive's send time plus its TTL, and a grant
+    /// whose TTL that shortens by at most [`shortfall_allowance_ns`] is reported at once with
+    /// the shorter TTL. Otherwise the grant waits for a keep-alive.
+    fn grant_when_dated(&mut self, core: &mut Client, now: u64, lease: LeaseId, d: Dating) {
+        let Some(h) = self.holders.get_mut(&lease) else {
+            return;
+        };
+        let Some(id) = h.etcd_lease else {
+            let _ = core.handle_acquire_result(now, d.req, AcquireResult::TransportError);
+            return;
+        };
+        let surely_ms = self.shared.get(&id).map(|s| {
+            if s.alive_at >= d.since {
+                u64::MAX
+            } else {
+                let until = s.alive_at.saturating_add(s.secs.saturating_mul(1_000 * MS));
+                until.saturating_sub(d.since) / MS
+            }
+        });
+        match surely_ms {
+            Some(ms)
+                if h.ttl_ms.saturating_sub(ms).saturating_mul(MS)
+                    <= shortfall_allowance_ns(h.ttl_ms) =>
+            {
+                let data = id.to_string();
+                let ttl_ms = h.ttl_ms.min(ms);
+                h.dating = None;
+                let _ = core.handle_acquire_result(
+                    now,
+                    d.req,
+                    AcquireResult::Granted {
+                        fencing_token: d.fence as u64,
+                        ttl_ms,
+                        backend_data: data.as_bytes(),
+                    },
+                );
+            }
+            Some(_) => {
+                h.dating = Some(d);
+                if !self.is_dated(id, d.since) {
+                    self.send_keepalive(id, None, now);
+                }
+            }
+            None => {
+                h.dating = None;
+                let _ = core.handle_acquire_result(now, d.req, AcquireResult::TransportError);
+            }
+        }
+    }
+
+    /// A keep-alive or a transaction says etcd lease `id` is gone: every lock bound to it is
+    /// lost (each exactly once: the engine ignores a second loss), every waiter rejoins.
+    fn lease_gone(&mut self, core: &mut Client, now: u64, id: i64) {
+        self.shared.remove(&id);
+        for pool in self.pools.values_mut() {
+            if pool.lease == Some(id) {
+                pool.lease = None;
+            }
+        }
+        let bound: Vec<LeaseId> = self
+            .holders
+            .iter()
+            .filter(|(_, h)| h.etcd_lease == Some(id))
+            .map(|(l, _)| *l)
+            .collect();
+        for lease in bound {
+            let Some(h) = self.holders.get_mut(&lease) else {
+                continue;
+            };
+            let was_waiting = h.waiting;
+            Self::forget_lease(h);
+            if h.ended {
+                continue;
+            }
+            if let Some(d) = h.dating.take() {
+                let _ = core.handle_acquire_result(now, d.req, AcquireResult::TransportError);
+            } else if core.handle_revoked(now, lease).unwrap_or(false) {
+                // Lost; its Lost event comes out of the engine.
+            } else if let Some(h) = self.holders.get_mut(&lease) {
+                if was_waiting {
+                    // A waiter: its queue entry went with the lease; rejoin at the end.
+                    self.counters.waiters_expired += 1;
+                    if let Some((w, _)) = h.watch.take() {
+                        self.pending.remove(&w);
+                        self.cancels.push_back(w);
+                    }
+                    h.lookup_in_flight = false;
+                    h.recheck_at = now;
+                }
+            }
+        }
+    }
+
+    /// A key of `id` may be left without an owner: no new acquire uses `id`, and it is
+    /// revoked once no live lock is bound to it.
+    fn retire(&mut self, id: i64, now: u64) {
+        let Some(s) = self.shared.get_mut(&id) else {
+            return;
+        };
+        s.retired = true;
+        for pool in self.pools.values_mut() {
+            if pool.lease == Some(id) {
+                pool.lease = None;
+            }
+        }
+        self.drop_if_idle(id, now);
+    }
+
+    /// Forgets pooled lease `id` if nothing is bound to it: a retired one is revoked (it may
+    /// carry a stray key), another is left to expire (it carries none).
+    fn drop_if_idle(&mut self, id: i64, now: u64) {
+        let Some(s) = self.shared.get(&id) else {
+            return;
+        };
+        let in_pool = self.pools.values().any(|p| p.lease == Some(id));
+        let bound = self
+            .holders
+            .values()
+            .any(|h| h.etcd_lease == Some(id) && (!h.ended || h.deleting || h.txns > 0));
+        if bound {
+            return;
+        }
+        if s.retired {
+            self.shared.remove(&id);
+            self.push(
+                Op::Revoke,
+                RequestKind::Unary,
+                paths::LEASE_REVOKE,
+                json!({ "ID": id.to_string() }),
+                now,
+            );
+        } else if !in_pool && s.in_flight.is_empty() {
+            self.shared.remove(&id);
+        }
     }
 
     fn on_reply(&mut self, core: &mut Client, now: u64, op: Op, reply: Result<Value, ReplyError>) {
         match op {
-            Op::Grant { lease } => {
+            Op::Grant { secs, sent } => {
                 let granted = self.read(reply, json::read_grant);
-                let Some(h) = self.holders.get_mut(&lease) else {
-                    if let Ok((id, _)) = granted {
-                        self.send_revoke(lease, None, id, now);
-                    }
-                    return;
-                };
-                h.granting = false;
+                let pool = self.pools.entry(secs).or_default();
+                pool.granting = false;
+                let order = std::mem::take(&mut pool.parked);
+                let parked: Vec<(LeaseId, RequestId)> = order
+                    .into_iter()
+                    .filter_map(|l| {
+                        let h = self.holders.get_mut(&l)?;
+                        h.parked.take().map(|r| (l, r))
+                    })
+                    .collect();
                 match granted {
                     Ok((id, ttl_s)) => {
-                        if h.ended {
-                            self.send_revoke(lease, None, id, now);
-                            return;
+                        if let Some(old) = pool.lease.replace(id) {
+                            self.drop_if_idle(old, now);
                         }
-                        h.etcd_lease = Some(id);
-                        h.ttl_ms = h.ttl_ms.min(ttl_s.saturating_mul(1000).max(1));
-                        if let Some(req) = h.parked.take() {
+                        self.shared.insert(
+                            id,
+                            Shared {
+                                secs: ttl_s.min(secs).max(1),
+                                alive_at: sent,
+                                last_sent: sent,
+                                in_flight: Vec::new(),
+                                retired: false,
+                            },
+                        );
+                        for (lease, req) in parked {
+                            let Some(h) = self.holders.get_mut(&lease) else {
+                                continue;
+                            };
+                            if h.ended {
+                                continue;
+                            }
+                            h.etcd_lease = Some(id);
+                            h.ttl_ms = h.ttl_ms.min(ttl_s.saturating_mul(1000).max(1));
                             self.send_txn(lease, req, now);
                         }
                     }
                     Err(e) => {
-                        let parked = h.parked.take();
                         // A transport failure's own text (from the host) is already noted.
                         if !matches!(e, ReplyError::Transport) {
                             self.note_reply_error("lease grant", &e);
                         }
-                        if let Some(req) = parked {
+                        for (_, req) in parked {
                             let _ =
                                 core.handle_acquire_result(now, req, AcquireResult::TransportError);
                         }
                     }
                 }
             }
-            Op::Txn { lease, req } => {
-                let read = self.read(reply, json::read_txn);
+            Op::Txn { lease, req } => self.on_txn(core, now, lease, req, reply),
+            Op::Predecessor { lease, req } => {
+                let read = self.read(reply, json::read_first);
                 let Some(h) = self.holders.get_mut(&lease) else {
-                    let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                    if let Some(req) = req {
+                        let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                    }
                     return;
                 };
-                let result = match read {
-                    Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) && t.first_key.is_some() => {
-                        if t.own_lease != 0 && Some(t.own_lease) != h.etcd_lease {
-                            // Our token's key, bound to an earlier lease of ours: adopt it.
-                            h.etcd_lease = Some(t.own_lease);
+                // A member behind our own key's revision may not show every key before it.
+                let read = match read {
+                    Ok((_, revision)) if revision < h.own_rev => Err(ReplyError::Transport),
+                    r => r,
+                };
+                let Some(req) = req else {
+                    h.lookup_in_flight = false;
+                    if h.ended || !h.waiting {
+                        return;
+                    }
+                    match read {
+                        Ok((Some(key), revision)) => self.open_watch(lease, key, revision, now),
+                        // Nobody before us any more: ask again now.
+                        Ok((None, _)) => h.recheck_at = now,
+                        Err(_) => h.recheck_at = now.saturating_add(REWATCH_AFTER_NS),
+                    }
+                    return;
+                };
+                if h.ended {
+                    let _ = core.handle_acquire_result(
+                        now,
+                        req,
+                        AcquireResult::HeldByOther {
+                            retry_after_ms: None,
+                        },
+                    );
+                    return;
+                }
+                match read {
+                    Ok((None, _)) => {
+                        // First in the queue, our key known since the transaction: ours.
+                        h.waiting = false;
+                        h.recheck_at = NEVER;
+                        if let Some((w, _)) = h.watch.take() {
+                            self.pending.remove(&w);
+                            self.cancels.push_back(w);
                         }
-                        h.own_rev = t.own_rev;
-                        if t.first_key.as_deref() == Some(&h.key[..]) {
-                            h.waiting = false;
-                            h.next_keepalive = NEVER;
-                            h.recheck_at = NEVER;
-                            if let Some((w, _)) = h.watch.take() {
-                                self.pending.remove(&w);
-                                self.cancels.push_back(w);
-                            }
-                            let data = h.etcd_lease.unwrap_or(0).to_string();
-                            let ttl_ms = h.ttl_ms;
-                            let _ = core.handle_acquire_result(
-                                now,
-                                req,
-                                AcquireResult::Granted {
-                                    fencing_token: t.own_rev as u64,
-                                    ttl_ms,
-                                    backend_data: data.as_bytes(),
-                                },
-                            );
-                            return;
-                        }
-                        if !h.waiting {
-                            h.waiting = true;
-                            h.next_keepalive = now.saturating_add(keepalive_interval(h.ttl_ms));
-                        }
-                        // The watch wakes us; the hint only bounds the sleep if it cannot.
+                        let d = Dating {
+                            req,
+                            fence: h.own_rev,
+                            since: h.since,
+                        };
+                        self.grant_when_dated(core, now, lease, d);
+                    }
+                    Ok((Some(key), revision)) => {
                         let ttl_ms = h.ttl_ms;
                         let _ = core.handle_acquire_result(
                             now,
@@ -865,129 +1227,102 @@ impl EtcdProtocol {
                                 retry_after_ms: Some(ttl_ms),
                             },
                         );
-                        // A waiter that gave up just now needs no predecessor.
                         self.pump(core);
-                        if let Some(h) = self.holders.get_mut(&lease) {
-                            if h.waiting && !h.ended && h.watch.is_none() && !h.lookup_in_flight {
-                                h.lookup_in_flight = true;
-                                self.send_lookup(lease, now);
+                        let rewatch = self.holders.get(&lease).is_some_and(|h| {
+                            h.waiting && !h.ended && h.watch.as_ref().is_none_or(|(_, k)| *k != key)
+                        });
+                        if rewatch {
+                            if let Some((w, _)) =
+                                self.holders.get_mut(&lease).and_then(|h| h.watch.take())
+                            {
+                                self.pending.remove(&w);
+                                self.cancels.push_back(w);
                             }
-                        }
-                        return;
-                    }
-                    Ok(_) => {
-                        self.garbage(
-                            "acquire: the transaction did not return our key and the first",
-                        );
-                        AcquireResult::TransportError
-                    }
-                    Err(e) => {
-                        if e.code() == Some(CODE_NOT_FOUND) {
-                            // Our lease is gone (it expired while we waited): start over.
-                            self.counters.waiters_expired += 1;
-                            Self::forget_lease(h);
-                        }
-                        AcquireResult::TransportError
-                    }
-                };
-                let _ = core.handle_acquire_result(now, req, result);
-            }
-            Op::Predecessor { lease } => {
-                let read = self.read(reply, json::read_first);
-                let Some(h) = self.holders.get_mut(&lease) else {
-                    return;
-                };
-                h.lookup_in_flight = false;
-                if h.ended || !h.waiting {
-                    return;
-                }
-                match read {
-                    Ok((Some(key), revision)) => {
-                        let body = json!({ "create_request": {
-                            "key": json::b64(&key),
-                            "start_revision": (revision + 1).to_string(),
-                        }});
-                        self.counters.watches += 1;
-                        let id = self.push(
-                            Op::Watch {
-                                lease,
-                                key: key.clone(),
-                            },
-                            RequestKind::Watch,
-                            paths::WATCH,
-                            body,
-                            now,
-                        );
-                        if let Some(h) = self.holders.get_mut(&lease) {
-                            h.watch = Some((id, key));
+                            self.open_watch(lease, key, revision, now);
                         }
                     }
-                    // Nobody before us any more: ask again now.
-                    Ok((None, _)) => {
-                        h.recheck_at = now;
+                    Err(_) => {
+                        // Ask with the transaction next time.
+                        h.own_rev = 0;
+                        let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
                     }
-                    Err(_) => h.recheck_at = now.saturating_add(REWATCH_AFTER_NS),
                 }
             }
-            Op::KeepAlive { lease, req } => {
+            Op::KeepAlive {
+                etcd_lease: id,
+                renew,
+                sent,
+            } => {
                 let read = self.read(reply, json::read_keepalive);
-                if let Some(req) = req {
-                    let result = match read {
-                        Ok(ttl) if ttl > 0 => RenewResult::Renewed,
-                        Ok(_) => RenewResult::Rejected,
-                        Err(e) if e.code() == Some(CODE_NOT_FOUND) => RenewResult::Rejected,
-                        Err(_) => RenewResult::TransportError,
+                let alive = match &read {
+                    Ok(ttl) => Some(*ttl > 0),
+                    Err(e) if e.code() == Some(CODE_NOT_FOUND) => Some(false),
+                    Err(_) => None,
+                };
+                if let Some(s) = self.shared.get_mut(&id) {
+                    s.in_flight.retain(|&(_, t)| t != sent);
+                    if alive == Some(true) {
+                        s.alive_at = s.alive_at.max(sent);
+                    }
+                }
+                if let Some((_, req)) = renew {
+                    let result = match alive {
+                        Some(true) => RenewResult::Renewed,
+                        Some(false) => RenewResult::Rejected,
+                        None => RenewResult::TransportError,
                     };
                     let _ = core.handle_renew_result(now, req, result);
+                }
+                if alive == Some(false) {
+                    self.lease_gone(core, now, id);
                     return;
                 }
-                let Some(h) = self.holders.get_mut(&lease) else {
-                    return;
-                };
-                h.keepalive_in_flight = false;
-                let gone = match read {
-                    Ok(ttl) => ttl <= 0,
-                    Err(e) => e.code() == Some(CODE_NOT_FOUND),
-                };
-                if gone && h.waiting && !h.ended {
-                    // Our queue entry went with the lease: rejoin at the end, at once.
-                    self.counters.waiters_expired += 1;
-                    Self::forget_lease(h);
-                    if let Some((w, _)) = h.watch.take() {
-                        self.pending.remove(&w);
-                        self.cancels.push_back(w);
+                // Grants waiting for a keep-alive of this lease: dated now, or not by this one.
+                let dating: Vec<(LeaseId, Dating)> = self
+                    .holders
+                    .iter()
+                    .filter(|(_, h)| h.etcd_lease == Some(id) && !h.ended)
+                    .filter_map(|(l, h)| h.dating.map(|d| (*l, d)))
+                    .collect();
+                for (lease, d) in dating {
+                    if alive == Some(true) && sent >= d.since {
+                        self.grant_when_dated(core, now, lease, d);
+                    } else if alive.is_none() && !self.is_dated(id, d.since) {
+                        // Not confirmed: the engine asks again (idempotent for our token).
+                        if let Some(h) = self.holders.get_mut(&lease) {
+                            h.dating = None;
+                        }
+                        let _ =
+                            core.handle_acquire_result(now, d.req, AcquireResult::TransportError);
                     }
-                    h.recheck_at = now;
                 }
+                self.drop_if_idle(id, now);
             }
-            Op::Revoke {
-                lease,
-                req,
-                etcd_lease,
-            } => {
-                let result = match reply {
-                    Ok(_) => ReleaseResult::Released,
-                    Err(e) if e.code() == Some(CODE_NOT_FOUND) => ReleaseResult::NotOwner,
+            Op::Delete { lease, req } => {
+                let read = self.read(reply, json::read_deleted);
+                let result = match read {
+                    Ok(n) if n > 0 => ReleaseResult::Released,
+                    Ok(_) => ReleaseResult::NotOwner,
                     Err(_) => ReleaseResult::TransportError,
                 };
-                if result != ReleaseResult::TransportError {
-                    let done = self
-                        .holders
-                        .get(&lease)
-                        .is_some_and(|h| h.ended && h.etcd_lease == Some(etcd_lease));
-                    if done {
-                        self.holders.remove(&lease);
+                if let Some(h) = self.holders.get_mut(&lease) {
+                    h.deleting = false;
+                    let id = h.etcd_lease;
+                    if result != ReleaseResult::TransportError {
+                        h.own_rev = 0;
+                    } else if let Some(id) = id {
+                        // Our key may stay on a lease others keep alive.
+                        self.retire(id, now);
                     }
-                } else if req.is_none() {
-                    // Our own cleanup: the lease runs out by itself if this keeps failing.
-                    if let Some(h) = self.holders.get_mut(&lease) {
-                        h.forget_at = now;
+                    if let Some(id) = id {
+                        self.drop_if_idle(id, now);
                     }
                 }
                 if let Some(req) = req {
                     let _ = core.handle_release_result(now, req, result);
                 }
             }
+            Op::Revoke => {}
             Op::Watch { .. } => {}
             Op::StatusFirst { status } => match self.read(reply, json::read_first_owner) {
                 Ok(None) => self.statuses.push_back((status, Ok(LockStatus::default()))),
@@ -1054,6 +1389,134 @@ impl EtcdProtocol {
         }
     }
 
+    fn on_txn(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        lease: LeaseId,
+        req: RequestId,
+        reply: Result<Value, ReplyError>,
+    ) {
+        let read = self.read(reply, json::read_txn);
+        let Some(h) = self.holders.get_mut(&lease) else {
+            let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+            return;
+        };
+        h.txns = h.txns.saturating_sub(1);
+        let answered = matches!(&read, Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) && t.first_key.is_some());
+        if h.ended {
+            // Wanted by nobody: remove our key ourselves (the engine has no grant to release),
+            // or retire the lease it may be on if the outcome is unknown.
+            let id = h.etcd_lease;
+            match &read {
+                Ok(t) if t.own_key.as_deref() == Some(&h.key[..]) => {
+                    if !h.deleting {
+                        h.deleting = true;
+                        let key = json::b64(&h.key);
+                        self.push(
+                            Op::Delete { lease, req: None },
+                            RequestKind::Unary,
+                            paths::KV_DELETE,
+                            json!({ "key": key }),
+                            now,
+                        );
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.code() == Some(CODE_NOT_FOUND) => {}
+                Err(_) => {
+                    if let Some(id) = id {
+                        self.retire(id, now);
+                    }
+                }
+            }
+            if let Some(id) = id {
+                self.drop_if_idle(id, now);
+            }
+            let _ = core.handle_acquire_result(
+                now,
+                req,
+                AcquireResult::HeldByOther {
+                    retry_after_ms: None,
+                },
+            );
+            return;
+        }
+        let t = match read {
+            Ok(t) if answered => t,
+            Ok(_) => {
+                h.txn_unknown = true;
+                self.garbage("acquire: the transaction did not return our key and the first");
+                let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                return;
+            }
+            Err(e) => {
+                if e.code() == Some(CODE_NOT_FOUND) {
+                    // Our etcd lease is gone (it expired): so is everything bound to it.
+                    if let Some(id) = h.etcd_lease {
+                        let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                        self.lease_gone(core, now, id);
+                        return;
+                    }
+                } else {
+                    h.txn_unknown = true;
+                }
+                let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                return;
+            }
+        };
+        h.txn_unknown = false;
+        if t.own_lease != 0 && Some(t.own_lease) != h.etcd_lease {
+            // Our token's key, bound to an earlier etcd lease of ours: adopt it.
+            let secs = h.secs;
+            h.etcd_lease = Some(t.own_lease);
+            self.shared.entry(t.own_lease).or_insert(Shared {
+                secs,
+                alive_at: 0,
+                last_sent: 0,
+                in_flight: Vec::new(),
+                retired: true,
+            });
+        }
+        let Some(h) = self.holders.get_mut(&lease) else {
+            return;
+        };
+        h.own_rev = t.own_rev;
+        if t.first_key.as_deref() == Some(&h.key[..]) {
+            h.waiting = false;
+            h.recheck_at = NEVER;
+            if let Some((w, _)) = h.watch.take() {
+                self.pending.remove(&w);
+                self.cancels.push_back(w);
+            }
+            let d = Dating {
+                req,
+                fence: t.own_rev,
+                since: h.since,
+            };
+            self.grant_when_dated(core, now, lease, d);
+            return;
+        }
+        h.waiting = true;
+        // The watch wakes us; the hint only bounds the sleep if it cannot.
+        let ttl_ms = h.ttl_ms;
+        let _ = core.handle_acquire_result(
+            now,
+            req,
+            AcquireResult::HeldByOther {
+                retry_after_ms: Some(ttl_ms),
+            },
+        );
+        // A waiter that gave up just now needs no predecessor.
+        self.pump(core);
+        if let Some(h) = self.holders.get_mut(&lease) {
+            if h.waiting && !h.ended && h.watch.is_none() && !h.lookup_in_flight {
+                h.lookup_in_flight = true;
+                self.send_lookup(lease, now, None);
+            }
+        }
+    }
+
     /// Reads a parsed reply; a reply of the wrong shape is counted and noted.
     fn read<T>(
         &mut self,
@@ -1068,7 +1531,33 @@ impl EtcdProtocol {
         r
     }
 
-    fn send_lookup(&mut self, lease: LeaseId, now: u64) {
+    /// Watches `key` (our predecessor, read at `revision`) for its deletion.
+    fn open_watch(&mut self, lease: LeaseId, key: Vec<u8>, revision: i64, now: u64) {
+        let body = json!({ "create_request": {
+            "key": json::b64(&key),
+            "start_revision": (revision + 1).to_string(),
+        }});
+        self.counters.watches += 1;
+        let id = self.push(
+            Op::Watch {
+                lease,
+                key: key.clone(),
+            },
+            RequestKind::Watch,
+            paths::WATCH,
+            body,
+            now,
+        );
+        if let Some(h) = self.holders.get_mut(&lease) {
+            h.watch = Some((id, key));
+        }
+    }
+
+    /// Reads the youngest key older than ours. Serializable (the member answers from its
+    /// own state, no Raft round): no key older than ours can be created after ours, so a
+    /// member that has applied our key's revision cannot miss one that still exists; at
+    /// worst it shows one already deleted, and the watch from its revision sees the delete.
+    fn send_lookup(&mut self, lease: LeaseId, now: u64, req: Option<RequestId>) {
         let Some(h) = self.holders.get(&lease) else {
             return;
         };
@@ -1080,10 +1569,11 @@ impl EtcdProtocol {
             "sort_target": "CREATE",
             "limit": "1",
             "keys_only": true,
+            "serializable": true,
             "max_create_revision": (h.own_rev - 1).max(1).to_string(),
         });
         self.push(
-            Op::Predecessor { lease },
+            Op::Predecessor { lease, req },
             RequestKind::Unary,
             paths::KV_RANGE,
             body,
@@ -1135,8 +1625,8 @@ impl EtcdProtocol {
         }
     }
 
-    /// The engine lease ended. A waiter that gave up revokes its lease here (the engine
-    /// sends no release for a lock it never got); otherwise the engine's release does.
+    /// The engine lease ended. A waiter that gave up deletes its key here (the engine sends
+    /// no release for a lock it never got); otherwise the engine's release does.
     fn ended(&mut self, lease: LeaseId, now: u64, gave_up: bool) {
         let Some(h) = self.holders.get_mut(&lease) else {
             return;
@@ -1144,15 +1634,31 @@ impl EtcdProtocol {
         h.ended = true;
         h.waiting = false;
         h.parked = None;
+        h.dating = None;
         h.forget_at = now.saturating_add(FORGET_AFTER_NS);
         if let Some((w, _)) = h.watch.take() {
             self.pending.remove(&w);
             self.cancels.push_back(w);
         }
-        if gave_up {
-            if let Some(id) = h.etcd_lease {
-                self.send_revoke(lease, None, id, now);
+        let id = h.etcd_lease;
+        let unknown = h.txn_unknown;
+        if gave_up && id.is_some() && (h.own_rev > 0 || unknown) && !h.deleting {
+            h.deleting = true;
+            let key = json::b64(&h.key);
+            self.push(
+                Op::Delete { lease, req: None },
+                RequestKind::Unary,
+                paths::KV_DELETE,
+                json!({ "key": key }),
+                now,
+            );
+        }
+        if let Some(id) = id {
+            if gave_up && unknown {
+                // A transaction of ours may still land after the delete.
+                self.retire(id, now);
             }
+            self.drop_if_idle(id, now);
         }
     }
 
@@ -1160,7 +1666,6 @@ impl EtcdProtocol {
         h.etcd_lease = None;
         h.own_rev = 0;
         h.waiting = false;
-        h.next_keepalive = NEVER;
     }
 
     fn push(
@@ -1205,6 +1710,22 @@ impl EtcdProtocol {
             }
         }
         self.holders.retain(|_, h| !(h.ended && h.forget_at <= now));
+        // A pooled lease not kept alive for its TTL may have expired: the next acquire
+        // takes a fresh one.
+        let lapsed: Vec<i64> = self
+            .shared
+            .iter()
+            .filter(|(_, s)| s.alive_at.saturating_add(s.secs.saturating_mul(1_000 * MS)) <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lapsed {
+            for pool in self.pools.values_mut() {
+                if pool.lease == Some(id) {
+                    pool.lease = None;
+                }
+            }
+            self.drop_if_idle(id, now);
+        }
     }
 
     fn note_reply_error(&mut self, what: &str, e: &ReplyError) {
@@ -1223,6 +1744,13 @@ impl EtcdProtocol {
         }
         self.last_error = text[..end].to_owned();
     }
+}
+
+/// How much of a lock's TTL a grant may lose to the age of the pooled lease's last
+/// keep-alive rather than wait for a fresh one: 1% of the TTL (the engine's default drift
+/// allowance is of the same order).
+fn shortfall_allowance_ns(ttl_ms: u64) -> u64 {
+    ttl_ms.saturating_mul(MS) / 100
 }
 
 /// A waiting lease's keep-alive cadence: a third of its TTL, as the engine renews.

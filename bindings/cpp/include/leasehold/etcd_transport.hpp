@@ -124,6 +124,7 @@ class EtcdTransport final : public Transport, public Backend {
     while (auto r = core.http_poll_request()) {
       std::lock_guard g(mu_);
       if (closed_) continue;
+      if (r->kind == LH_HTTP_UNARY) ++unary_open_;
       queue_.push_back(std::move(*r));
       any = true;
     }
@@ -131,11 +132,15 @@ class EtcdTransport final : public Transport, public Backend {
   }
   [[nodiscard]] std::string last_error(const Core& core) const override { return core.etcd_last_error(); }
   [[nodiscard]] bool answers_status() const override { return true; }
-  // Closes every transfer and joins the thread.
+  // Revokes the client's pooled etcd lease (lh_etcd_close); close() lets it go out.
+  void closing(Core& core, std::uint64_t now) override { core.etcd_close(now); }
+  // Lets the requests already queued finish (at most a second: the revoke of the pooled
+  // lease), then closes every transfer and joins the thread.
   void close() override {
     {
-      std::lock_guard g(mu_);
+      std::unique_lock g(mu_);
       if (closed_) return;
+      idle_cv_.wait_for(g, std::chrono::seconds(1), [&] { return unary_open_ == 0; });
       closed_ = true;
     }
     curl_multi_wakeup(multi_);
@@ -225,6 +230,9 @@ class EtcdTransport final : public Transport, public Backend {
     if (t.req.kind == LH_HTTP_WATCH) {
       std::lock_guard g(mu_);
       --watches_open_;
+    } else {
+      std::lock_guard g(mu_);
+      if (unary_open_ > 0 && --unary_open_ == 0) idle_cv_.notify_all();
     }
     curl_multi_remove_handle(multi_, t.easy);
     curl_easy_cleanup(t.easy);
@@ -316,6 +324,8 @@ class EtcdTransport final : public Transport, public Backend {
   std::deque<HttpRequest> queue_;  // guarded by mu_
   bool closed_ = false;            // guarded by mu_
   std::size_t watches_open_ = 0;   // guarded by mu_
+  std::size_t unary_open_ = 0;     // queued or running unary requests; guarded by mu_
+  std::condition_variable idle_cv_;
   // The thread's own:
   std::map<std::uint64_t, std::unique_ptr<Transfer>> transfers_;
   std::size_t preferred_ = 0;

@@ -46,6 +46,10 @@ type lockFunc func(ctx context.Context) (unlock func(context.Context) error, err
 
 const ttl = 10 * time.Second
 
+// floorLeaseTTL outlasts a run: the floors' one lease needs no keep-alive (it is revoked at
+// their close).
+const floorLeaseTTL = 3600
+
 var (
 	members    = flag.String("members", "", "comma-separated etcd client URLs (required)")
 	rounds     = flag.Int("rounds", 7, "interleaved throughput rounds per library")
@@ -131,8 +135,8 @@ func mutexShared(urls []string) lib {
 	}}
 }
 
-// mutexPerLock gives each lock its own session (lease), as leasehold gives each lock its own
-// etcd lease: the same lease semantics, the Mutex's protocol.
+// mutexPerLock gives each lock its own session (lease): a lease granted and revoked around
+// every lock, the Mutex's protocol.
 func mutexPerLock(urls []string) lib {
 	return lib{"concurrency.Mutex (a session per lock)", func(name string) (lockFunc, func(), error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
@@ -161,21 +165,21 @@ func mutexPerLock(urls []string) lib {
 	}}
 }
 
-// floorGRPC sends leasehold's three requests per lock+unlock (lease grant, a put-if-absent
-// transaction bound to the lease that also reads the queue's first key, lease revoke) on
-// clientv3's gRPC connection, with no lock library: what those three Raft commits cost.
+// floorGRPC sends leasehold's two requests per lock+unlock (a put-if-absent transaction
+// bound to a lease granted once, that also reads the queue's first key; a delete of the key)
+// on clientv3's gRPC connection, with no lock library: what those two Raft commits cost.
 func floorGRPC(urls []string) lib {
-	return lib{"floor: leasehold's 3 requests on clientv3 (gRPC)", func(name string) (lockFunc, func(), error) {
+	return lib{"floor: leasehold's 2 requests on clientv3 (gRPC)", func(name string) (lockFunc, func(), error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		g, err := cli.Grant(context.Background(), floorLeaseTTL)
 		if err != nil {
 			return nil, nil, err
 		}
 		key, prefix := "/bench-floor/"+name+"/owner", "/bench-floor/"+name+"/"
 		lock := func(ctx context.Context) (func(context.Context) error, error) {
-			g, err := cli.Grant(ctx, int64(ttl/time.Second))
-			if err != nil {
-				return nil, err
-			}
 			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 				Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID)), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
 				Else(clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).Commit()
@@ -185,16 +189,16 @@ func floorGRPC(urls []string) lib {
 			if !r.Succeeded {
 				return nil, fmt.Errorf("floor: %s is taken", key)
 			}
-			return func(ctx context.Context) error { _, err := cli.Revoke(ctx, g.ID); return err }, nil
+			return func(ctx context.Context) error { _, err := cli.Delete(ctx, key); return err }, nil
 		}
-		return lock, func() { _ = cli.Close() }, nil
+		return lock, func() { _, _ = cli.Revoke(context.Background(), g.ID); _ = cli.Close() }, nil
 	}}
 }
 
-// floorGateway sends the same three requests as JSON over etcd's HTTP gateway with
+// floorGateway sends the same two requests as JSON over etcd's HTTP gateway with
 // net/http, as leasehold's EtcdTransport does, without the core.
 func floorGateway(urls []string) lib {
-	return lib{"floor: the same 3 requests on the JSON gateway (net/http)", func(name string) (lockFunc, func(), error) {
+	return lib{"floor: the same 2 requests on the JSON gateway (net/http)", func(name string) (lockFunc, func(), error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 64
 		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
@@ -221,11 +225,11 @@ func floorGateway(urls []string) lib {
 			}
 			return json.Unmarshal(data, out)
 		}
+		var g struct{ ID string }
+		if err := post(context.Background(), "/v3/lease/grant", map[string]any{"TTL": floorLeaseTTL}, &g); err != nil {
+			return nil, nil, err
+		}
 		lock := func(ctx context.Context) (func(context.Context) error, error) {
-			var g struct{ ID string }
-			if err := post(ctx, "/v3/lease/grant", map[string]any{"TTL": int64(ttl / time.Second)}, &g); err != nil {
-				return nil, err
-			}
 			first := map[string]any{"request_range": map[string]any{"key": b64(prefix), "range_end": end, "sort_order": "ASCEND", "sort_target": "CREATE", "limit": 1}}
 			var r struct {
 				Succeeded bool `json:"succeeded"`
@@ -242,10 +246,14 @@ func floorGateway(urls []string) lib {
 			}
 			return func(ctx context.Context) error {
 				var out map[string]any
-				return post(ctx, "/v3/lease/revoke", map[string]any{"ID": g.ID}, &out)
+				return post(ctx, "/v3/kv/deleterange", map[string]any{"key": key}, &out)
 			}, nil
 		}
-		return lock, func() { tr.CloseIdleConnections() }, nil
+		return lock, func() {
+			var out map[string]any
+			_ = post(context.Background(), "/v3/lease/revoke", map[string]any{"ID": g.ID}, &out)
+			tr.CloseIdleConnections()
+		}, nil
 	}}
 }
 

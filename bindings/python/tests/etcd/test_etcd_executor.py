@@ -109,6 +109,33 @@ def test_a_waiter_wakes_on_release_and_the_async_executor_contends_too(etcd_clus
     assert len(fences) == 8 and all(p < q for p, q in zip(fences, fences[1:])), fences
 
 
+def _leases(url: str) -> set[str]:
+    req = urllib.request.Request(url + "/v3/lease/leases", data=b"{}")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return {lease["ID"] for lease in json.loads(r.read()).get("leases", [])}
+
+
+def test_locks_of_a_client_share_one_etcd_lease_and_close_revokes_it(etcd_cluster) -> None:
+    url = etcd_cluster.urls[0]
+    before = _leases(url)
+    with LockClient(EtcdExecutor(etcd_cluster.urls)) as c:
+        with c.acquire(_name(), ttl=10.0), c.acquire(_name(), ttl=10.0):
+            for _ in range(3):
+                with c.acquire(_name(), ttl=10.0):
+                    pass
+            assert len(_leases(url) - before) == 1
+        assert c.backend_counters()["leases_granted"] == 1
+    assert not _leases(url) - before
+
+    async def main() -> None:
+        async with AsyncLockClient(AsyncEtcdExecutor(etcd_cluster.urls)) as x:
+            async with await x.acquire(_name(), ttl=10.0):
+                assert len(_leases(url) - before) == 1
+
+    asyncio.run(main())
+    assert not _leases(url) - before
+
+
 def test_a_paused_holder_is_fenced_out_and_learns_it_lost_the_lock(etcd_cluster, tmp_path: Path, spawn) -> None:
     name, gate = _name(), f"sqlite:{tmp_path / 'gate.db'}"
     holder = spawn("hold", f"etcd:{etcd_cluster.endpoints}", name, "2", gate)
