@@ -294,7 +294,8 @@ class PostgresExecutor:
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.RawCursor(conn)
         cut: list[bool] = []
-        watchdog = threading.Timer(self.request_timeout, lambda: cut.append(_cut(conn)))
+        # Marked before the cut: the failure it causes may surface on this thread at once.
+        watchdog = threading.Timer(self.request_timeout, lambda: (cut.append(True), _cut(conn)))
         watchdog.daemon = True
         watchdog.start()
         try:

@@ -237,14 +237,19 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         os.kill(pid, signal.SIGSTOP)
         return lambda: os.kill(pid, signal.SIGCONT)
 
+    # The failure's kind is the contract, not its text: the cut may surface as the
+    # watchdog's "no answer" or as the socket closing under the call. No hang: the 1 s
+    # request timeout ends it, far below the bound.
     ex = PostgresExecutor(pg_url, request_timeout=1.0)
     ex.attach()
     [[(pid,)]] = ex.execute(ask_pid)
     resume = stopped(pid)
     try:
+        t0 = time.monotonic()
         with pytest.raises(SqlFailure) as e:
             ex.execute(ping)
-        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+        assert time.monotonic() - t0 < 30, "the stopped server's request hung"
     finally:
         resume()
     assert ex.execute(ping) == [[(42,)]]  # on a new connection, reported as reopened
@@ -257,9 +262,11 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         [[(apid,)]] = await ax.execute(ask_pid)
         resume = stopped(apid)
         try:
+            t0 = time.monotonic()
             with pytest.raises(SqlFailure) as e:
                 await ax.execute(ping)
-            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+            assert time.monotonic() - t0 < 30, "the stopped server's request hung"
         finally:
             resume()
         assert await ax.execute(ping) == [[(42,)]]
