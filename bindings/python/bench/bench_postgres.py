@@ -18,13 +18,15 @@ flush, as in production) and stops it at the end. The variants, each on its own 
 - updates / updates-async: two one-row UPDATEs (the least any lock kept in a table writes).
 
 Each round runs every variant for ``--seconds`` in a rotated order; each variant's median
-round is printed with its ratio to advisory, so the machine's load weighs on all alike.
+round is printed with its ratio to advisory, so the machine's load weighs on all alike, and
+with this process's CPU time per cycle (the host's share).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -113,25 +115,37 @@ def variants(url: str, closers: list[Callable[[], None]]) -> list[tuple[str, Cal
     ]
 
 
+def cpu() -> float:
+    """This process's CPU time (the host's share: ctypes, the core, psycopg), which the
+    machine's load does not inflate as it does the wall clock."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run(url: str, rounds: int, seconds: float) -> None:
     closers: list[Callable[[], None]] = []
     try:
         vs = variants(url, closers)
         rates: list[list[float]] = [[] for _ in vs]
+        cpus: list[list[float]] = [[] for _ in vs]
         for r in range(rounds):
             for k in range(len(vs)):
                 i = (k + r) % len(vs)
                 op = vs[i][1]
-                n, t0 = 0, time.perf_counter()
+                n, t0, c0 = 0, time.perf_counter(), cpu()
                 while time.perf_counter() - t0 < seconds:
                     op()
                     n += 1
                 rates[i].append(n / (time.perf_counter() - t0))
+                cpus[i].append((cpu() - c0) / n * 1e6)
         base = statistics.median(rates[0])
         print(f"load average {os.getloadavg()[0]:.2f}; {rounds} rounds of {seconds} s per variant")
-        for (name, _), rs in zip(vs, rates):
+        for (name, _), rs, cs in zip(vs, rates, cpus):
             m = statistics.median(rs)
-            print(f"{name:18} {m:9.0f} ops/s  {m / base:6.3f}x advisory  ({min(rs):.0f}-{max(rs):.0f})")
+            print(
+                f"{name:18} {m:9.0f} ops/s  {m / base:6.3f}x advisory  ({min(rs):.0f}-{max(rs):.0f})"
+                f"  {statistics.median(cs):6.0f} µs CPU/op here"
+            )
     finally:
         for close in reversed(closers):
             try:
