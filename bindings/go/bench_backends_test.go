@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func BenchmarkBackendUncontended(b *testing.B) {
 // a table writes). Each variant also runs with asynchronous commit. b.N rounds; each round
 // runs every variant for benchRound, in a rotated order, and each variant reports its
 // median round (ops/s) and its ratio to the advisory locks', so the load of the machine
-// weighs on all alike:
+// weighs on all alike, and this process's CPU time per cycle (the host's share):
 //
 //	go test -run '^$' -bench BackendPostgresVsAdvisory -benchtime 10x
 func BenchmarkBackendPostgresVsAdvisory(b *testing.B) {
@@ -170,12 +171,20 @@ func BenchmarkBackendPostgresVsAdvisory(b *testing.B) {
 		{"updates", updates(false)},
 		{"updates-async", updates(true)},
 	}
+	// This process's CPU time per cycle (the host's share: the core, the executor, pgx),
+	// which the machine's load does not inflate as it does the wall clock.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	rates := make([][]float64, len(variants))
+	cpus := make([][]float64, len(variants))
 	b.ResetTimer()
 	for round := 0; round < b.N; round++ {
 		for k := range variants {
 			i := (k + round) % len(variants)
-			n, start := 0, time.Now()
+			n, start, c0 := 0, time.Now(), cpu()
 			for time.Since(start) < benchRound {
 				if err := variants[i].op(); err != nil {
 					b.Fatalf("%s: %v", variants[i].name, err)
@@ -183,6 +192,7 @@ func BenchmarkBackendPostgresVsAdvisory(b *testing.B) {
 				n++
 			}
 			rates[i] = append(rates[i], float64(n)/time.Since(start).Seconds())
+			cpus[i] = append(cpus[i], float64(cpu()-c0)/float64(time.Microsecond)/float64(n))
 		}
 	}
 	b.StopTimer()
@@ -195,6 +205,7 @@ func BenchmarkBackendPostgresVsAdvisory(b *testing.B) {
 	for i, v := range variants {
 		m := median(rates[i])
 		b.ReportMetric(m, v.name+"-ops/s")
+		b.ReportMetric(median(cpus[i]), v.name+"-cpu-µs/op")
 		if i > 0 {
 			b.ReportMetric(m/base, v.name+"/advisory")
 		}
