@@ -1681,6 +1681,17 @@ typedef struct lh_sql_options {
    * error after this long, never a hang.
    */
   uint64_t busy_timeout_ms;
+  /**
+   * PostgreSQL, 0 or 1 (default 0): acquire, renew and release commit without waiting for
+   * the WAL flush. Much faster on a server that flushes; a server crash may forget the
+   * last moments' grants and releases (docs/backends.md). Added after the first struct:
+   * a caller whose `struct_size` ends before it gets 0.
+   */
+  uint32_t asynchronous_commit;
+  /**
+   * Always 0.
+   */
+  uint32_t _reserved;
 } lh_sql_options;
 
 /**

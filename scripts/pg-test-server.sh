@@ -7,6 +7,9 @@
 # Starting again on an existing DIR keeps the data and the port (a restart). The superuser is
 # `postgres` with password `leasehold`; password authentication (scram) is required on TCP.
 # PostgreSQL refuses to run as root: as root the cluster runs as the `postgres` user.
+# Tests run without WAL flushes (fsync=off, synchronous_commit=off) for speed; with
+# PG_TEST_DURABLE=1 the cluster keeps PostgreSQL's defaults (every commit waits for its WAL
+# flush), as a production server does: what the benchmarks measure.
 set -euo pipefail
 cmd="${1:-}"
 dir="${2:-}"
@@ -41,8 +44,10 @@ start)
         port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     fi
     echo "$port" > "$dir/port"
+    durability="-c fsync=off -c full_page_writes=off -c synchronous_commit=off"
+    [ "${PG_TEST_DURABLE:-0}" = 1 ] && durability=""
     as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \
-        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off" \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability" \
         >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
     echo "postgresql://postgres:leasehold@127.0.0.1:$port/postgres"
     ;;

@@ -390,8 +390,24 @@ fn hostile_input_is_an_error_that_changes_nothing() {
             lh_client_new_sql(&cfg, &bad, seed.as_ptr(), 32, &mut c),
             LH_ERR_STRUCT_SIZE
         );
+        bad = options(LH_DIALECT_POSTGRES);
+        bad.asynchronous_commit = 2;
+        assert_eq!(
+            lh_client_new_sql(&cfg, &bad, seed.as_ptr(), 32, &mut c),
+            LH_ERR_INVALID_CONFIG
+        );
     }
     assert!(c.is_null());
+    // A host built before asynchronous_commit (a 16-byte struct) still works: the field it
+    // does not know is 0, whatever lies past its struct.
+    let mut old = options(LH_DIALECT_POSTGRES);
+    old.struct_size = 16;
+    old.asynchronous_commit = 7;
+    // SAFETY: a local with its struct_size set.
+    let st = unsafe { lh_client_new_sql(&cfg, &old, seed.as_ptr(), 32, &mut c) };
+    assert_eq!(st, LH_OK);
+    // SAFETY: the handle just created, freed once.
+    unsafe { lh_client_free(c) };
     let h = sql_client(LH_DIALECT_POSTGRES, 5);
     let mut lease = 0u64;
     let mut r = MaybeUninit::<lh_sql_request>::uninit();

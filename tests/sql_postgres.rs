@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::backend::sql::{Connection, Dialect, FailureKind, Request, SqlOptions};
+use leasehold::backend::sql::{
+    Connection, Dialect, FailureKind, Request, SqlOptions, listen_channel,
+};
 use leasehold::{AcquireFailReason, Event};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
@@ -309,6 +311,89 @@ fn acquire_is_idempotent_and_expiry_runs_on_the_server_clock() {
     );
     a.release(lease);
 
+    // A release notifies only when an acquire was refused since the grant (pg_notify takes a
+    // database-wide lock at commit); the lock row is kept, free, for the next grant.
+    let mut watcher = s.admin();
+    let channel = listen_channel("w");
+    watcher.batch_execute(&format!("LISTEN {channel}")).unwrap();
+    let (lease, f1) = a.acquire("w", 60_000, Duration::ZERO).unwrap();
+    a.release(lease); // nobody waited: no NOTIFY
+    let (lease, f2) = a.acquire("w", 60_000, Duration::ZERO).unwrap();
+    let mut other = host(&s.url, 12);
+    assert!(other.acquire("w", 60_000, Duration::ZERO).is_err());
+    a.release(lease); // a refused acquire waits: NOTIFY
+    let (lease, f3) = other.acquire("w", 60_000, Duration::ZERO).unwrap();
+    other.release(lease); // the grant cleared the mark: no NOTIFY
+    // Notifications reach the listener asynchronously: wait for the one, then a little
+    // longer for any other.
+    let mut got = Vec::new();
+    for _ in 0..250 {
+        if !got.is_empty() {
+            break;
+        }
+        watcher.batch_execute("SELECT 1").unwrap();
+        got.extend(
+            watcher
+                .notifications()
+                .iter()
+                .map(|n| Ok(n.payload().to_owned()))
+                .collect::<Vec<_>>()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    watcher.batch_execute("SELECT 1").unwrap();
+    got.extend(
+        watcher
+            .notifications()
+            .iter()
+            .map(|n| Ok(n.payload().to_owned()))
+            .collect::<Vec<_>>()
+            .unwrap(),
+    );
+    assert_eq!(
+        got,
+        vec!["w".to_owned()],
+        "one NOTIFY: the release someone waited for"
+    );
+    assert!(f1 < f2 && f2 < f3, "{f1} {f2} {f3}");
+    let rows: i64 = s
+        .admin()
+        .query_one(
+            "SELECT count(*) FROM leasehold_locks WHERE name = 'w' AND token = ''",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+
+    // Asynchronous commit: the same operations, and the setting stays in their own
+    // transactions (the commands connection's session still commits synchronously).
+    let opts = SqlOptions {
+        asynchronous_commit: true,
+        ..SqlOptions::default()
+    };
+    let mut fast = Host::new(Dialect::Postgres, opts, Pg::new(&s.url), 13);
+    let (lease, f4) = fast.acquire("w", 60_000, Duration::ZERO).unwrap();
+    assert!(f4 > f3);
+    let cmd = fast.exec.cmd.as_mut().unwrap();
+    cmd.batch_execute("SET synchronous_commit = remote_apply")
+        .unwrap();
+    fast.release(lease);
+    let session: String = fast
+        .exec
+        .cmd
+        .as_mut()
+        .unwrap()
+        .query_one("SHOW synchronous_commit", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        session, "remote_apply",
+        "the session's own setting is untouched"
+    );
+
     // A holder that stops (never renews, never releases): its grant expires on the server's
     // clock and the next acquire gets a higher fence.
     let mut dead = host(&s.url, 2);
@@ -407,6 +492,37 @@ fn wrong_password_unreachable_server_and_foreign_table_are_clear_errors() {
         "{}",
         h.proto.last_error()
     );
+
+    // A read-only database (SQLSTATE 25006): the migration is refused, which the engine
+    // takes as a transport failure with the server's reason; nothing is granted or written.
+    let ro = format!("{}?options=-c%20default_transaction_read_only%3Don", s.url);
+    let mut h = host(&ro, 10);
+    let got = h.acquire("n", 5_000, Duration::ZERO);
+    assert!(
+        matches!(
+            got,
+            Err(Event::AcquireFailed {
+                reason: AcquireFailReason::Unavailable,
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+    assert!(
+        h.proto.last_error().starts_with("database error")
+            && h.proto.last_error().contains("read-only transaction"),
+        "{}",
+        h.proto.last_error()
+    );
+    let tables: i64 = s
+        .admin()
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'leasehold%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "a read-only database is left as it was");
 
     let mut admin = s.admin();
     admin

@@ -387,6 +387,7 @@ fn pg_migrated(core: &mut Client, p: &mut SqlProtocol) {
         ("fence", "bigint"),
         ("expires_at", "timestamp with time zone"),
         ("acquired_at", "timestamp with time zone"),
+        ("waited", "boolean"),
     ]
     .iter()
     .map(|(n, t)| vec![text(n), text(t)])
@@ -478,6 +479,68 @@ fn postgres_operations_are_one_statement_and_waiters_listen_for_releases() {
     let (_, _, sql, params) = next(&mut core, &mut p).unwrap();
     assert_eq!(sql, vec!["SELECT leasehold_release($1, $2, $3)"]);
     assert_eq!(params[0][2], Param::Text(listen_channel("jobs")));
+}
+
+#[test]
+fn asynchronous_commit_sets_synchronous_commit_off_in_the_writing_statements_only() {
+    let cfg = Config {
+        notifications: true,
+        ..Config::default()
+    };
+    let mut core = Client::new(cfg, &[9; 32]).unwrap();
+    let opts = SqlOptions {
+        asynchronous_commit: true,
+        ..SqlOptions::default()
+    };
+    let mut p = SqlProtocol::new(Dialect::Postgres, opts).unwrap();
+    let lease = acquire(&mut core, "jobs", 60_000);
+    pg_migrated(&mut core, &mut p);
+    let off = "FROM set_config('synchronous_commit', 'off', true) s";
+    // Still one statement (one round trip), the setting local to its transaction.
+    let (id, _, sql, params) = next(&mut core, &mut p).unwrap();
+    assert_eq!(sql.len(), 1);
+    assert!(
+        sql[0].contains(off) && sql[0].contains("leasehold_acquire($1, $2, $3)"),
+        "{sql:?}"
+    );
+    assert_eq!(params[0].len(), 3);
+    p.handle_rows(
+        &mut core,
+        MS,
+        id,
+        &[vec![vec![
+            SqlValue::Int(1),
+            SqlValue::Int(7),
+            SqlValue::Int(3_000),
+        ]]],
+    );
+    assert!(matches!(
+        events(&mut core, &mut p)[..],
+        [Event::Acquired {
+            fencing_token: 7,
+            ..
+        }]
+    ));
+    core.handle_timeout(1_500 * MS);
+    let (id, _, sql, _) = next(&mut core, &mut p).expect("a renewal");
+    assert_eq!(
+        sql,
+        vec![format!("SELECT leasehold_renew($1, $2, $3) {off}")]
+    );
+    p.handle_rows(&mut core, 1_501 * MS, id, &[vec![vec![SqlValue::Int(1)]]]);
+    core.release(1_502 * MS, lease).unwrap();
+    let (_, _, sql, _) = next(&mut core, &mut p).unwrap();
+    assert_eq!(
+        sql,
+        vec![format!("SELECT leasehold_release($1, $2, $3) {off}")]
+    );
+    // A status query writes nothing: it is left as it is.
+    p.request_status(&mut core, 1_503 * MS, "jobs").unwrap();
+    let (_, _, sql, _) = next(&mut core, &mut p).unwrap();
+    assert!(
+        sql[0].contains("leasehold_status") && !sql[0].contains("set_config"),
+        "{sql:?}"
+    );
 }
 
 #[test]

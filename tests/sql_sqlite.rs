@@ -388,6 +388,7 @@ fn a_locked_file_fails_after_the_busy_timeout() {
         Dialect::Sqlite,
         SqlOptions {
             busy_timeout_ms: 100,
+            ..SqlOptions::default()
         },
         Sqlite::open(&db),
         50,

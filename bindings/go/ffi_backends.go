@@ -107,6 +107,8 @@ func init() {
 type sqlProtocol struct {
 	dialect       uint32
 	busyTimeoutMs uint64 // 0: the library's default
+	// PostgreSQL: lh_sql_options.asynchronous_commit
+	asynchronousCommit bool
 }
 
 // etcdProtocol selects lh_client_new_etcd.
@@ -141,6 +143,9 @@ func newCoreSQL(cfg coreConfig, sp sqlProtocol, seed []byte) (*core, error) {
 	o.dialect = C.uint32_t(sp.dialect)
 	if sp.busyTimeoutMs > 0 {
 		o.busy_timeout_ms = C.uint64_t(sp.busyTimeoutMs)
+	}
+	if sp.asynchronousCommit {
+		o.asynchronous_commit = 1
 	}
 	p, n := bytesPtr(seed)
 	var out *C.lh_client

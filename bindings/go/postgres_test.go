@@ -30,7 +30,12 @@ func TestPostgresAcquireReleaseAndFences(t *testing.T) {
 	ctx := context.Background()
 	name := uniq(t, "pg")
 	a := newPostgresClient(t, url, nil)
-	b := newPostgresClient(t, url, nil)
+	// The waiter commits asynchronously: both settings share the lock.
+	tr, err := NewPostgresTransportWithOptions(url, &PostgresOptions{AsynchronousCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTestClient(t, tr, nil)
 	l1, err := a.Acquire(ctx, name, AcquireOptions{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -380,4 +385,83 @@ func TestPostgresBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 	if err := other.QueryRow(ctx, "SELECT count(*) FROM leasehold_locks").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows written to the foreign table: %d (%v)", n, err)
 	}
+}
+
+// A read-only database (default_transaction_read_only, SQLSTATE 25006): acquire fails
+// with the server's reason and grants nothing; a lease held when the database turns
+// read-only cannot renew and is lost, its row kept until it expires.
+func TestPostgresReadOnlyDatabaseIsAClearErrorNeverAGrant(t *testing.T) {
+	url := needPostgres(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	db := fmt.Sprintf("lh_ro_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if a, err := pgx.Connect(context.Background(), url); err == nil {
+			_, _ = a.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)")
+			_ = a.Close(context.Background())
+		}
+	})
+	dbURL := strings.TrimSuffix(url, "/postgres") + "/" + db
+	opts := &Options{RequestTimeout: time.Second, CloseTimeout: 100 * time.Millisecond}
+	holder := newPostgresClient(t, dbURL, opts)
+	held, err := holder.Acquire(ctx, "n", AcquireOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A read-only session from the start.
+	ro := newPostgresClient(t, dbURL+"?options=-c%20default_transaction_read_only%3Don", opts)
+	_, err = ro.Acquire(ctx, "n", AcquireOptions{TTL: 2 * time.Second, Wait: 300 * time.Millisecond})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(ro.BackendError(), "read-only transaction") {
+		t.Fatalf("read-only session: %v (backend said %q)", err, ro.BackendError())
+	}
+	if !held.IsHeld() {
+		t.Fatal("the holder lost its lease to a refused acquire")
+	}
+
+	// The database turns read-only under the holder (its connections are cut, so the new
+	// ones are read-only): renewals fail and the lease is lost.
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+db+" SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", db); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Lost():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lease outlived a database it could not renew in")
+	}
+	t.Log("lost:", held.Err(), "backend said:", holder.BackendError())
+	fenced := fmt.Sprint(held.FencingToken())
+	dbConn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbConn.Close(ctx)
+	var token string
+	var fence int64
+	if err := dbConn.QueryRow(ctx, "SELECT token, fence FROM leasehold_locks WHERE name = 'n'").Scan(&token, &fence); err != nil || fmt.Sprint(fence) != fenced || token == "" {
+		t.Fatalf("the grant's row: %q %d (%v)", token, fence, err)
+	}
+
+	// Writable again: the next grant, after the old one expired, has a higher fence.
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+db+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	next, err := newPostgresClient(t, dbURL, opts).Acquire(ctx, "n", AcquireOptions{TTL: 2 * time.Second, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.FencingToken() <= held.FencingToken() {
+		t.Fatalf("fence %d not above %d", next.FencingToken(), held.FencingToken())
+	}
+	_ = next.Release(ctx)
 }

@@ -68,6 +68,44 @@ func needPostgres(t testing.TB) string {
 	return pgServer.url
 }
 
+// pgDurable is a second cluster with PostgreSQL's default durability (every commit waits
+// for its WAL flush), for the benchmarks only.
+var pgDurable struct {
+	once sync.Once
+	dir  string
+	url  string
+	err  error
+}
+
+// needDurablePostgres returns the URL of the durable cluster, starting it on first use.
+func needDurablePostgres(t testing.TB) string {
+	t.Helper()
+	pgDurable.once.Do(func() {
+		if _, err := runScript("ensure-postgres.sh"); err != nil {
+			pgDurable.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "lh-go-pgd-")
+		if err != nil {
+			pgDurable.err = err
+			return
+		}
+		pgDurable.dir = dir
+		cmd := exec.Command("bash", repoScript("pg-test-server.sh"), "start", dir)
+		cmd.Env = append(os.Environ(), "PG_TEST_DURABLE=1")
+		out, err := cmd.Output()
+		if err != nil {
+			pgDurable.err = fmt.Errorf("pg-test-server.sh start (durable): %w", err)
+			return
+		}
+		pgDurable.url = strings.TrimSpace(string(out))
+	})
+	if pgDurable.err != nil {
+		missing(t, "PostgreSQL", pgDurable.err)
+	}
+	return pgDurable.url
+}
+
 // restartPostgres stops and starts the shared cluster on the same port and data.
 func restartPostgres(t testing.TB) {
 	t.Helper()
@@ -123,6 +161,10 @@ func stopServers() {
 	if pgServer.dir != "" {
 		_, _ = runScript("pg-test-server.sh", "stop", pgServer.dir)
 		_ = os.RemoveAll(pgServer.dir)
+	}
+	if pgDurable.dir != "" {
+		_, _ = runScript("pg-test-server.sh", "stop", pgDurable.dir)
+		_ = os.RemoveAll(pgDurable.dir)
 	}
 	if etcdCluster.dir != "" {
 		_, _ = runScript("etcd-test-cluster.sh", "stop", etcdCluster.dir)

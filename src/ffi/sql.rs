@@ -14,7 +14,7 @@
 use super::backend::{LH_VALUE_BULK, LH_VALUE_INT, LH_VALUE_NIL, flat_values_arg, lh_value};
 use super::boundary::{
     Diag, Failure, bytes_arg, guard_mut, guard_ref, guard_static, optional_bytes_arg, out_ptr,
-    read_sized, require_out, write_out,
+    read_growing, read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
@@ -87,7 +87,17 @@ pub struct lh_sql_options {
     /// SQLite: `PRAGMA busy_timeout` (default 5000): a file that stays locked is a database
     /// error after this long, never a hang.
     pub busy_timeout_ms: u64,
+    /// PostgreSQL, 0 or 1 (default 0): acquire, renew and release commit without waiting for
+    /// the WAL flush. Much faster on a server that flushes; a server crash may forget the
+    /// last moments' grants and releases (docs/backends.md). Added after the first struct:
+    /// a caller whose `struct_size` ends before it gets 0.
+    pub asynchronous_commit: u32,
+    /// Always 0.
+    pub _reserved: u32,
 }
+
+/// Size of `lh_sql_options` before `asynchronous_commit`.
+const SQL_OPTIONS_V1: usize = 16;
 
 /// One statement of a request: its SQL text and its parameters.
 #[repr(C)]
@@ -165,6 +175,8 @@ pub unsafe extern "C" fn lh_sql_options_default(out: *mut lh_sql_options) {
         struct_size: size_of::<lh_sql_options>() as u32,
         dialect: LH_DIALECT_SQLITE,
         busy_timeout_ms: SqlOptions::default().busy_timeout_ms,
+        asynchronous_commit: 0,
+        _reserved: 0,
     };
     // SAFETY: non-NULL; valid per the caller's contract.
     unsafe { write_out(out, value) };
@@ -190,8 +202,20 @@ pub unsafe extern "C" fn lh_client_new_sql(
         require_out(out, "out")?;
         // SAFETY: per the caller's contract.
         let cfg = unsafe { read_sized(cfg, "cfg")? };
+        let mut base = lh_sql_options {
+            struct_size: 0,
+            dialect: 0,
+            busy_timeout_ms: 0,
+            asynchronous_commit: 0,
+            _reserved: 0,
+        };
+        // SAFETY: writes one valid struct into a local.
+        unsafe { lh_sql_options_default(&raw mut base) };
         // SAFETY: per the caller's contract.
-        let o = unsafe { read_sized(opts, "opts")? };
+        let o = unsafe { read_growing(opts, "opts", SQL_OPTIONS_V1, base)? };
+        if o.asynchronous_commit > 1 {
+            return Err(crate::Error::InvalidConfig("asynchronous_commit must be 0 or 1").into());
+        }
         let dialect = Dialect::from_u32(o.dialect)
             .ok_or_else(|| Failure::invalid_enum("dialect", o.dialect))?;
         // SAFETY: per the caller's contract.
@@ -205,6 +229,7 @@ pub unsafe extern "C" fn lh_client_new_sql(
             dialect,
             SqlOptions {
                 busy_timeout_ms: o.busy_timeout_ms,
+                asynchronous_commit: o.asynchronous_commit == 1,
             },
         )?;
         let mut state = ClientState::new(core);

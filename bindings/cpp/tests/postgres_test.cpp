@@ -96,9 +96,11 @@ class Postgres : public ::testing::Test {
       GTEST_SKIP() << g_pg->error;
     }
   }
-  static std::shared_ptr<PostgresTransport> transport(const std::string& url, std::vector<std::string>* log = nullptr) {
+  static std::shared_ptr<PostgresTransport> transport(const std::string& url, std::vector<std::string>* log = nullptr,
+                                                      bool asynchronous_commit = false) {
     PostgresOptions o;
     o.url = url;
+    o.asynchronous_commit = asynchronous_commit;
     auto mu = std::make_shared<std::mutex>();
     o.log = [log, mu](std::string_view m) {
       if (log == nullptr) return;
@@ -335,6 +337,29 @@ TEST_F(Postgres, WrongPasswordUnreachableServerAndForeignTableAreClearErrors) {
     EXPECT_EQ(c.counters().grants, 0u);
   }
   EXPECT_EQ(fa.q("SELECT count(*) FROM leasehold_locks"), "0");
+}
+
+// Asynchronous commit shares locks with the default; a read-only session (SQLSTATE 25006)
+// is a clear error and grants nothing.
+TEST_F(Postgres, AsynchronousCommitAndAReadOnlyDatabase) {
+  LockClient fast(transport(url(), nullptr, true), quiet());
+  LockClient slow(transport(url()), quiet());
+  auto a = fast.acquire("async", 30s);
+  ASSERT_TRUE(a.has_value()) << fast.last_backend_error();
+  EXPECT_FALSE(slow.acquire("async", 5s).has_value());
+  const auto old = a->fencing_token();
+  EXPECT_EQ(a->release(), leasehold::ReleaseOutcome::Released);
+  auto b = slow.acquire("async", 5s);
+  ASSERT_TRUE(b.has_value()) << slow.last_backend_error();
+  EXPECT_GT(b->fencing_token(), old);
+  EXPECT_EQ(b->release(), leasehold::ReleaseOutcome::Released);
+
+  LockClient ro(transport(url() + "?options=-c%20default_transaction_read_only%3Don"), quiet(true));
+  EXPECT_FALSE(ro.acquire("async", 5s).has_value());
+  EXPECT_NE(ro.last_backend_error().find("read-only transaction"), std::string::npos) << ro.last_backend_error();
+  EXPECT_EQ(ro.counters().grants, 0u);
+  Admin admin(url());
+  EXPECT_EQ(admin.q("SELECT token FROM leasehold_locks WHERE name = 'async'"), "");
 }
 
 }  // namespace

@@ -127,10 +127,13 @@ class RedisOptions:
 @dataclass(frozen=True)
 class SqlOptions:
     """Options of the core's SQL protocol (``lh_sql_options``): the dialect (``"sqlite"`` or
-    ``"postgresql"``) and, for SQLite, the busy timeout in ms (``None``: the core's 5000)."""
+    ``"postgresql"``), for SQLite the busy timeout in ms (``None``: the core's 5000), for
+    PostgreSQL ``asynchronous_commit`` (acquire, renew and release commit without waiting for
+    the WAL flush; docs/backends.md)."""
 
     dialect: str = "sqlite"
     busy_timeout_ms: int | None = None
+    asynchronous_commit: bool = False
 
     def to_c(self) -> _ffi.lh_sql_options:
         c = _ffi.lh_sql_options()
@@ -142,6 +145,7 @@ class SqlOptions:
         c.dialect = dialects[self.dialect]
         if self.busy_timeout_ms is not None:
             c.busy_timeout_ms = _u64(self.busy_timeout_ms, "SqlOptions.busy_timeout_ms")
+        c.asynchronous_commit = 1 if self.asynchronous_commit else 0
         return c
 
 

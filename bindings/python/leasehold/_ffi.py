@@ -305,6 +305,8 @@ class lh_sql_options(ctypes.Structure):
         ("struct_size", ctypes.c_uint32),
         ("dialect", ctypes.c_uint32),
         ("busy_timeout_ms", ctypes.c_uint64),
+        ("asynchronous_commit", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
     ]
 
 

@@ -4,22 +4,36 @@
 //! leasehold_meta   (key PRIMARY KEY, value)                         -- schema version
 //! leasehold_fences (name PRIMARY KEY, fence bigint)                 -- never deleted
 //! leasehold_locks  (name PRIMARY KEY, token, fence bigint, expires_at timestamptz,
-//!                   acquired_at timestamptz)
+//!                   acquired_at timestamptz, waited boolean)        -- one row per name, kept
 //! leasehold_acquire(name, token, ttl_ms) / leasehold_renew(…) / leasehold_release(name,
 //!                   token, channel) / leasehold_status(name)        -- PL/pgSQL functions
 //! ```
 //!
 //! Each operation is one statement calling a function, so one round trip in its own
-//! transaction. Acquire locks the name's fence row (`FOR UPDATE`, created on first use), so
-//! acquires of one name are serialized, then the lock row, and reads `clock_timestamp()` only
-//! after both locks are held: a renewal that committed while it waited is seen. Expiry,
-//! remaining time and fences use `clock_timestamp()`: client clocks do not matter. A release
-//! that deletes the grant runs `pg_notify(channel, name)`. The migration runs in one
-//! transaction under an advisory lock, so concurrent first starts do not collide.
+//! transaction. Every operation on a name locks its lock row (acquire with `FOR UPDATE`,
+//! renew and release by updating it), so they are serialized per name, and acquire reads
+//! `clock_timestamp()` only after the lock is held: a renewal that committed while it waited
+//! is seen. Expiry, remaining time and fences use `clock_timestamp()`: client clocks do not
+//! matter.
+//!
+//! A name's lock row is created on first use and kept: release clears its token rather than
+//! deleting it, so every later write is an in-place (HOT) update of one row rather than an
+//! insert and a delete that leave dead rows and index entries behind. A refused acquire sets
+//! `waited`, a grant clears it, and a release notifies the name's channel only when it is
+//! set: `pg_notify` takes a database-wide lock at commit, and with nobody waiting it would
+//! wake nobody. Each waiter's latest refusal came after the current grant (it was refused by
+//! the current holder), so the flag is set at that holder's release; a waiter woken by it
+//! retries, and one that loses the race is refused again and sets it again.
+//!
+//! With [`SqlOptions::asynchronous_commit`] the three writing statements also run
+//! `set_config('synchronous_commit', 'off', true)`, for their own transaction only: the
+//! commit does not wait for the WAL flush (docs/backends.md weighs what that costs). The
+//! migration runs in one transaction under an advisory lock, so concurrent first starts do
+//! not collide.
 
 use super::{
-    Acquired, Param, Rows, Statement, check_columns, fence, flag, int, listen_channel, one_row,
-    opt_int, text, token_text,
+    Acquired, Param, Rows, SqlOptions, Statement, check_columns, fence, flag, int, listen_channel,
+    one_row, opt_int, text, token_text,
 };
 use crate::{LockName, Token};
 
@@ -33,44 +47,59 @@ const CREATE: [&str; 3] = [
     "CREATE TABLE IF NOT EXISTS leasehold_meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE IF NOT EXISTS leasehold_fences (name text PRIMARY KEY, fence bigint NOT NULL)",
     "CREATE TABLE IF NOT EXISTS leasehold_locks (name text PRIMARY KEY, token text NOT NULL, \
-     fence bigint NOT NULL, expires_at timestamptz NOT NULL, acquired_at timestamptz NOT NULL)",
+     fence bigint NOT NULL, expires_at timestamptz NOT NULL, acquired_at timestamptz NOT NULL, \
+     waited boolean NOT NULL DEFAULT false)",
 ];
 
+// A row with token '' is free (released, or created on first use).
 const F_ACQUIRE: &str = r#"CREATE OR REPLACE FUNCTION leasehold_acquire(p_name text, p_token text, p_ttl_ms bigint)
 RETURNS TABLE (lh_granted boolean, lh_fence bigint, lh_remaining_ms bigint)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
-    v_prev bigint;
     v_token text;
     v_held bigint;
     v_expires timestamptz;
+    v_waited boolean;
     v_now timestamptz;
     v_fence bigint;
 BEGIN
-    INSERT INTO leasehold_fences AS f (name, fence) VALUES (p_name, 0)
-        ON CONFLICT (name) DO NOTHING;
-    SELECT f.fence INTO v_prev FROM leasehold_fences f WHERE f.name = p_name FOR UPDATE;
-    SELECT l.token, l.fence, l.expires_at INTO v_token, v_held, v_expires
+    SELECT l.token, l.fence, l.expires_at, l.waited INTO v_token, v_held, v_expires, v_waited
         FROM leasehold_locks l WHERE l.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO leasehold_locks AS l (name, token, fence, expires_at, acquired_at)
+            VALUES (p_name, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING;
+        SELECT l.token, l.fence, l.expires_at, l.waited INTO v_token, v_held, v_expires, v_waited
+            FROM leasehold_locks l WHERE l.name = p_name FOR UPDATE;
+    END IF;
     v_now := clock_timestamp();
-    IF v_token IS NOT NULL AND v_expires > v_now THEN
+    IF v_token <> '' AND v_expires > v_now THEN
         IF v_token = p_token THEN
             UPDATE leasehold_locks l SET expires_at = v_now + p_ttl_ms * interval '1 millisecond'
                 WHERE l.name = p_name;
             RETURN QUERY SELECT true, v_held, p_ttl_ms;
         ELSE
+            IF NOT v_waited THEN
+                UPDATE leasehold_locks l SET waited = true WHERE l.name = p_name;
+            END IF;
             RETURN QUERY SELECT false, v_held,
                 greatest(1, ceil(extract(epoch FROM v_expires - v_now) * 1000))::bigint;
         END IF;
         RETURN;
     END IF;
-    v_fence := greatest(v_prev + 1, coalesce(v_held, 0) + 1,
-                        floor(extract(epoch FROM v_now) * 1000000)::bigint);
-    UPDATE leasehold_fences f SET fence = v_fence WHERE f.name = p_name;
-    INSERT INTO leasehold_locks AS l (name, token, fence, expires_at, acquired_at)
-        VALUES (p_name, p_token, v_fence, v_now + p_ttl_ms * interval '1 millisecond', v_now)
-        ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = excluded.fence,
-            expires_at = excluded.expires_at, acquired_at = excluded.acquired_at;
+    -- Only acquires write fences, and they hold the lock row: no lock needed here.
+    UPDATE leasehold_fences f SET fence = greatest(f.fence + 1, v_held + 1,
+            floor(extract(epoch FROM v_now) * 1000000)::bigint)
+        WHERE f.name = p_name RETURNING f.fence INTO v_fence;
+    IF NOT FOUND THEN
+        v_fence := greatest(v_held + 1, floor(extract(epoch FROM v_now) * 1000000)::bigint);
+        INSERT INTO leasehold_fences AS f (name, fence) VALUES (p_name, v_fence)
+            ON CONFLICT (name) DO UPDATE SET fence = greatest(f.fence + 1, excluded.fence)
+            RETURNING f.fence INTO v_fence;
+    END IF;
+    UPDATE leasehold_locks l SET token = p_token, fence = v_fence,
+            expires_at = v_now + p_ttl_ms * interval '1 millisecond', acquired_at = v_now,
+            waited = false
+        WHERE l.name = p_name;
     RETURN QUERY SELECT true, v_fence, p_ttl_ms;
 END
 $fn$"#;
@@ -91,13 +120,16 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     v_live boolean;
+    v_waited boolean;
 BEGIN
-    DELETE FROM leasehold_locks l WHERE l.name = p_name AND l.token = p_token
-        RETURNING l.expires_at > clock_timestamp() INTO v_live;
+    UPDATE leasehold_locks l SET token = '' WHERE l.name = p_name AND l.token = p_token
+        RETURNING l.expires_at > clock_timestamp(), l.waited INTO v_live, v_waited;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify(p_channel, p_name);
+    IF v_waited THEN
+        PERFORM pg_notify(p_channel, p_name);
+    END IF;
     RETURN v_live;
 END
 $fn$"#;
@@ -109,7 +141,7 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    RETURN QUERY SELECT coalesce(l.expires_at > v_now, false), l.fence,
+    RETURN QUERY SELECT coalesce(l.token <> '' AND l.expires_at > v_now, false), l.fence,
             greatest(1, ceil(extract(epoch FROM l.expires_at - v_now) * 1000))::bigint,
             nullif(f.fence, 0),
             greatest(0, floor(extract(epoch FROM v_now - l.acquired_at) * 1000))::bigint
@@ -122,12 +154,13 @@ $fn$"#;
 const COLUMNS_OF: &str = "SELECT column_name::text, data_type::text FROM information_schema.columns \
      WHERE table_schema = current_schema() AND table_name::text = $1 ORDER BY ordinal_position";
 
-const LOCKS_COLUMNS: [(&str, &str); 5] = [
+const LOCKS_COLUMNS: [(&str, &str); 6] = [
     ("name", "text"),
     ("token", "text"),
     ("fence", "bigint"),
     ("expires_at", "timestamp with time zone"),
     ("acquired_at", "timestamp with time zone"),
+    ("waited", "boolean"),
 ];
 const FENCES_COLUMNS: [(&str, &str); 2] = [("name", "text"), ("fence", "bigint")];
 
@@ -181,6 +214,18 @@ pub(crate) fn check_migration(r: &[Rows<'_>]) -> Result<(), String> {
     Ok(())
 }
 
+// `set_config` in the same statement, so it holds for that statement's transaction only.
+const ACQUIRE: &str =
+    "SELECT lh_granted, lh_fence, lh_remaining_ms FROM leasehold_acquire($1, $2, $3)";
+const ACQUIRE_ASYNC: &str = "SELECT a.lh_granted, a.lh_fence, a.lh_remaining_ms \
+     FROM set_config('synchronous_commit', 'off', true) s, leasehold_acquire($1, $2, $3) a";
+const RENEW: &str = "SELECT leasehold_renew($1, $2, $3)";
+const RENEW_ASYNC: &str =
+    "SELECT leasehold_renew($1, $2, $3) FROM set_config('synchronous_commit', 'off', true) s";
+const RELEASE: &str = "SELECT leasehold_release($1, $2, $3)";
+const RELEASE_ASYNC: &str =
+    "SELECT leasehold_release($1, $2, $3) FROM set_config('synchronous_commit', 'off', true) s";
+
 fn op(sql: &'static str, a: &LockName, b: Param, c: Param) -> Vec<Statement> {
     vec![Statement::with(
         sql,
@@ -189,9 +234,18 @@ fn op(sql: &'static str, a: &LockName, b: Param, c: Param) -> Vec<Statement> {
 }
 
 /// Acquire: one call (idempotent for the same token).
-pub(crate) fn acquire(name: &LockName, token: &Token, ttl_ms: u64) -> Vec<Statement> {
+pub(crate) fn acquire(
+    opts: &SqlOptions,
+    name: &LockName,
+    token: &Token,
+    ttl_ms: u64,
+) -> Vec<Statement> {
     op(
-        "SELECT lh_granted, lh_fence, lh_remaining_ms FROM leasehold_acquire($1, $2, $3)",
+        if opts.asynchronous_commit {
+            ACQUIRE_ASYNC
+        } else {
+            ACQUIRE
+        },
         name,
         Param::Text(token_text(token)),
         Param::Int(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
@@ -218,19 +272,32 @@ pub(crate) fn read_acquire(r: &[Rows<'_>]) -> Result<Acquired, String> {
 }
 
 /// Renew: one call.
-pub(crate) fn renew(name: &LockName, token: &Token, ttl_ms: u64) -> Vec<Statement> {
+pub(crate) fn renew(
+    opts: &SqlOptions,
+    name: &LockName,
+    token: &Token,
+    ttl_ms: u64,
+) -> Vec<Statement> {
     op(
-        "SELECT leasehold_renew($1, $2, $3)",
+        if opts.asynchronous_commit {
+            RENEW_ASYNC
+        } else {
+            RENEW
+        },
         name,
         Param::Text(token_text(token)),
         Param::Int(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
     )
 }
 
-/// Release: one call; it notifies the name's channel.
-pub(crate) fn release(name: &LockName, token: &Token) -> Vec<Statement> {
+/// Release: one call; it notifies the name's channel when someone waited.
+pub(crate) fn release(opts: &SqlOptions, name: &LockName, token: &Token) -> Vec<Statement> {
     op(
-        "SELECT leasehold_release($1, $2, $3)",
+        if opts.asynchronous_commit {
+            RELEASE_ASYNC
+        } else {
+            RELEASE
+        },
         name,
         Param::Text(token_text(token)),
         Param::Text(listen_channel(name)),

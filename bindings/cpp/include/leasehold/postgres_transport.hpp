@@ -35,6 +35,10 @@ struct PostgresOptions {
   std::chrono::milliseconds connect_timeout{2000};  // libpq rounds up to whole seconds (at least 2)
   std::chrono::milliseconds command_timeout{5000};  // no answer by then: the connection is dropped
   LogFn log;                                        // connection errors; default: stderr
+  // Acquire, renew and release commit without waiting for the WAL flush (synchronous_commit
+  // off for their own transactions): much faster on a server that flushes; a server crash
+  // may forget the last moments' grants and releases (docs/backends.md).
+  bool asynchronous_commit = false;
 };
 
 namespace detail {
@@ -215,6 +219,7 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
     lh_sql_options so{};
     lh_sql_options_default(&so);
     so.dialect = LH_DIALECT_POSTGRES;
+    so.asynchronous_commit = opts_.asynchronous_commit ? 1 : 0;
     const lh_config c = config.to_c();
     const auto seed = detail::os_seed();
     lh_client* raw = nullptr;

@@ -21,6 +21,7 @@ import select
 import socket
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from .. import _ffi
@@ -180,6 +181,57 @@ def _cut(conn: Any) -> bool:
     return True
 
 
+class _Watchdog:
+    """Cuts the connection of a request that outlives its deadline. One thread per executor,
+    started on first use: a timer thread per request cost more than the request. Every
+    deadline is ``timeout`` after its request started, so the thread, sleeping at most
+    ``timeout`` at a time, wakes by each deadline without being told of new requests."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._cv = threading.Condition(threading.Lock())
+        self._armed: dict[int, tuple[float, Any, list[bool]]] = {}
+        self._next = 0
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: Any, cut: list[bool]) -> int:
+        with self._cv:
+            self._next += 1
+            self._armed[self._next] = (time.monotonic() + self.timeout, conn, cut)
+            if self._thread is None:
+                self._stopped = False
+                self._thread = threading.Thread(target=self._run, name="leasehold-pg-watchdog", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def disarm(self, token: int) -> None:
+        with self._cv:
+            self._armed.pop(token, None)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._armed.clear()
+            thread, self._thread = self._thread, None
+            self._cv.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._stopped:
+                now = time.monotonic()
+                due = [t for t, (at, _, _) in self._armed.items() if at <= now]
+                for t in due:
+                    _, conn, cut = self._armed.pop(t)
+                    # Marked before the cut: the failure it causes may surface at once.
+                    cut.append(True)
+                    _cut(conn)
+                wait = min((at for at, _, _ in self._armed.values()), default=now + self.timeout) - now
+                self._cv.wait(max(wait, 0.001))
+
+
 def pg_params(params: list[Any]) -> list[Any]:
     """Parameters as psycopg binds them: integers as ``bigint`` (the protocol's type)."""
     from psycopg.types.numeric import Int8
@@ -207,6 +259,10 @@ class PostgresExecutor:
         or libpq keywords; ``connect_timeout`` defaults to 5 s, TCP keepalives to
         :data:`TCP_KEEPALIVE`
     :param request_timeout: seconds one request may take before its connection is cut
+    :param asynchronous_commit: acquire, renew and release commit without waiting for the
+        server's WAL flush (``synchronous_commit = off`` for their own transactions only):
+        several times the throughput on a server that flushes, but a server crash may forget
+        the last moments' grants and releases (docs/backends.md)
     :param connect_kwargs: further ``psycopg.connect`` keywords (``sslrootcert``, ...)
     """
 
@@ -214,7 +270,12 @@ class PostgresExecutor:
     notifications = True
 
     def __init__(
-        self, conninfo: str = "", *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **connect_kwargs: Any
+        self,
+        conninfo: str = "",
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        asynchronous_commit: bool = False,
+        **connect_kwargs: Any,
     ) -> None:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
@@ -223,7 +284,7 @@ class PostgresExecutor:
         for k, v in TCP_KEEPALIVE.items():
             connect_kwargs.setdefault(k, v)
         self._kwargs = connect_kwargs
-        self.options = SqlOptions("postgresql")
+        self.options = SqlOptions("postgresql", asynchronous_commit=bool(asynchronous_commit))
         self._mu = threading.Lock()  # the commands connection
         self._lmu = threading.Lock()  # the listener connection
         self._cmd: Any = None
@@ -235,6 +296,7 @@ class PostgresExecutor:
         self._reader: threading.Thread | None = None
         self._sink: Any = None
         self._pending: list[tuple[str, str]] = []  # notifications seen while a LISTEN ran
+        self._watchdog = _Watchdog(self.request_timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def attach(self) -> None:
@@ -262,6 +324,7 @@ class PostgresExecutor:
         reader, self._reader = self._reader, None
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=2.0)
+        self._watchdog.stop()
         self._opened = set()
 
     def close(self) -> None:
@@ -269,6 +332,7 @@ class PostgresExecutor:
 
     def after_fork(self) -> None:
         """(in a forked child) Forget the parent's connections without using them."""
+        self._watchdog = _Watchdog(self.request_timeout)
         self._mu, self._lmu = threading.Lock(), threading.Lock()
         self._cmd = self._listen = self._reader = None
         self._opened, self._resets, self._pending = set(), [], []
@@ -296,14 +360,7 @@ class PostgresExecutor:
         out: list[list[tuple[Any, ...]]] = []
         cur = self._psycopg.RawCursor(conn)
         cut: list[bool] = []
-
-        def expire() -> None:
-            cut.append(True)  # first: the call failing under the cut must see it
-            _cut(conn)
-
-        watchdog = threading.Timer(self.request_timeout, expire)
-        watchdog.daemon = True
-        watchdog.start()
+        armed = self._watchdog.arm(conn, cut)
         try:
             for sql, params in request.statements:
                 cur.execute(sql, pg_params(bind_params(params, facts)) or None)
@@ -320,7 +377,7 @@ class PostgresExecutor:
                     broken = True
             raise pg_failure(e, broken) from None
         finally:
-            watchdog.cancel()
+            self._watchdog.disarm(armed)
             try:
                 cur.close()
             except Exception:

@@ -37,7 +37,12 @@ class AsyncPostgresExecutor:
     notifications = True
 
     def __init__(
-        self, conninfo: str = "", *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **connect_kwargs: Any
+        self,
+        conninfo: str = "",
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        asynchronous_commit: bool = False,
+        **connect_kwargs: Any,
     ) -> None:
         self._psycopg = _psycopg()
         self.conninfo = conninfo
@@ -46,7 +51,7 @@ class AsyncPostgresExecutor:
         for k, v in TCP_KEEPALIVE.items():
             connect_kwargs.setdefault(k, v)
         self._kwargs = connect_kwargs
-        self.options = SqlOptions("postgresql")
+        self.options = SqlOptions("postgresql", asynchronous_commit=bool(asynchronous_commit))
         self._mu: asyncio.Lock | None = None
         self._lmu: asyncio.Lock | None = None
         self._cmd: Any = None

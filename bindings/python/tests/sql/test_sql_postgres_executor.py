@@ -237,14 +237,19 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         os.kill(pid, signal.SIGSTOP)
         return lambda: os.kill(pid, signal.SIGCONT)
 
+    # The failure's kind is the contract, not its text: the cut may surface as the
+    # watchdog's "no answer" or as the socket closing under the call. No hang: the 1 s
+    # request timeout ends it, far below the bound.
     ex = PostgresExecutor(pg_url, request_timeout=1.0)
     ex.attach()
     [[(pid,)]] = ex.execute(ask_pid)
     resume = stopped(pid)
     try:
+        t0 = time.monotonic()
         with pytest.raises(SqlFailure) as e:
             ex.execute(ping)
-        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+        assert time.monotonic() - t0 < 30, "the stopped server's request hung"
     finally:
         resume()
     assert ex.execute(ping) == [[(42,)]]  # on a new connection, reported as reopened
@@ -257,9 +262,11 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         [[(apid,)]] = await ax.execute(ask_pid)
         resume = stopped(apid)
         try:
+            t0 = time.monotonic()
             with pytest.raises(SqlFailure) as e:
                 await ax.execute(ping)
-            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT and "no answer within 1s" in str(e.value)
+            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+            assert time.monotonic() - t0 < 30, "the stopped server's request hung"
         finally:
             resume()
         assert await ax.execute(ping) == [[(42,)]]
@@ -294,3 +301,57 @@ def test_a_forked_child_leaves_the_parents_lock_and_connections_alone(pg_url: st
         t.join(30)
         assert waiter and waiter[0].fencing_token > h.fencing_token  # type: ignore[attr-defined]
         waiter[0].release()  # type: ignore[attr-defined]
+
+
+def test_a_read_only_database_is_a_clear_error_never_a_grant_and_a_held_lease_is_lost(pg_url: str) -> None:
+    """default_transaction_read_only (SQLSTATE 25006): acquire fails with the server's reason
+    and writes nothing; a lease held when the database turns read-only cannot renew and is
+    lost, its row kept until it expires; writable again, the next fence is higher."""
+    import psycopg
+
+    db = pg_url.rsplit("/", 1)[1]
+    admin_url = pg_url.rsplit("/", 1)[0] + "/postgres"
+    holder = LockClient(PostgresExecutor(pg_url, request_timeout=1.0))
+    held = holder.acquire("n", ttl=2.0)
+
+    ro = LockClient(PostgresExecutor(pg_url, request_timeout=1.0, options="-c default_transaction_read_only=on"))
+    with pytest.raises(errors.BackendUnavailable) as e:
+        ro.acquire("n", ttl=2.0, wait=0.3)
+    assert "read-only transaction" in str(e.value), str(e.value)
+    assert "read-only transaction" in ro.backend_last_error()
+    ro.close(timeout=0.2)
+    assert held.is_held()
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {db} SET default_transaction_read_only = on")
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+        assert held.lost.wait(20), "the lease outlived a database it could not renew in"
+        with psycopg.connect(pg_url) as conn:
+            token, fence = conn.execute("SELECT token, fence FROM leasehold_locks WHERE name = 'n'").fetchone()
+        assert token and fence == held.fencing_token
+        admin.execute(f"ALTER DATABASE {db} RESET default_transaction_read_only")
+    holder.close(timeout=0.2)
+
+    after = LockClient(PostgresExecutor(pg_url))
+    with after.acquire("n", ttl=2.0, wait=10.0) as again:
+        assert again.fencing_token > held.fencing_token
+    after.close()
+
+
+def test_asynchronous_commit_shares_locks_with_the_default(pg_url: str) -> None:
+    """A client whose operations commit asynchronously and a default one contend for one
+    name: the waiter is woken by the release and gets a higher fence, in both directions."""
+    fast = LockClient(PostgresExecutor(pg_url, asynchronous_commit=True))
+    slow = LockClient(PostgresExecutor(pg_url))
+    for first, second in ((fast, slow), (slow, fast)):
+        h1 = first.acquire("a", ttl=30.0)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(second.acquire("a", ttl=30.0, wait=20.0)))
+        t.start()
+        time.sleep(0.3)
+        h1.release()
+        t.join(30)
+        assert got and got[0].fencing_token > h1.fencing_token
+        got[0].release()
+    fast.close()
+    slow.close()
