@@ -312,7 +312,8 @@ class AsyncLockClient(LeaseLifecycle):
             unwatches = [self._service.unwatch(n) for n, c in self._watch_refs.items() if c > 0]
             for op in unwatches:
                 try:
-                    await asyncio.wait_for(op, 1.0)
+                    async with asyncio.timeout(1.0):
+                        await op
                 except Exception:
                     log.exception("leasehold: service.unwatch failed")
         if self._unsub_clock is not None:
@@ -416,7 +417,10 @@ class AsyncLockClient(LeaseLifecycle):
             self._sleep_until = dl
             self._sleeping = True
             try:
-                await asyncio.wait_for(wake.wait(), wait_s)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancel
+                # that close() sends, leaving the driver running.
+                async with asyncio.timeout(wait_s):
+                    await wake.wait()
             except TimeoutError:
                 pass
             finally:
@@ -647,7 +651,8 @@ class AsyncLockClient(LeaseLifecycle):
         self._drain()
         bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
         try:
-            await asyncio.wait_for(asyncio.shield(h._fut), bound)
+            async with asyncio.timeout(bound):
+                await asyncio.shield(h._fut)
         except TimeoutError:
             if h._fut.done() and not h._fut.cancelled() and h._fut.exception() is not None:
                 raise
@@ -686,7 +691,8 @@ class AsyncLockClient(LeaseLifecycle):
         if self._backend is None and not self._release_sent(h.lease_id, self._requests):
             return self._release_end(h, slot, None)
         try:
-            await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)
+            async with asyncio.timeout(wait_s):
+                await asyncio.shield(slot.fut)
         except TimeoutError:
             pass
         finally:
@@ -702,7 +708,8 @@ class AsyncLockClient(LeaseLifecycle):
         self._drain()
         wait_s = self._renew_bound(h) if given is None else given
         try:
-            await asyncio.wait_for(asyncio.shield(slot.fut), wait_s)
+            async with asyncio.timeout(wait_s):
+                await asyncio.shield(slot.fut)
         except TimeoutError:
             if not slot.done():
                 self._renew_forget(h.lease_id, slot)

@@ -176,6 +176,38 @@ def test_async_close_cancels_waiter() -> None:
     run(main)
 
 
+def test_async_close_stops_the_driver_and_cancels_an_awaiting_acquire() -> None:
+    """close() leaves no task of the client behind (a cancel swallowed by ``wait_for`` on
+    Python 3.11 once left the driver running), and cancelling the task awaiting an acquire
+    cancels the acquire."""
+
+    async def main() -> None:
+        store = MemoryStore()  # the real clock: the driver sleeps with a timeout
+        a = AsyncLockClient(MemoryLockService(store))
+        b = AsyncLockClient(MemoryLockService(store))
+        async with a.acquire("d", ttl=3):
+            pass
+        held = await a.acquire("d", ttl=30)
+        waiting = asyncio.ensure_future(b.acquire("d", ttl=3, wait=60))
+        await asyncio.sleep(0)
+        assert await b.wait_idle()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await b.wait_idle()
+        await held.release()
+        assert store.holder("d") is None, "the cancelled acquire took nothing"
+        for c in (a, b):
+            driver = c._driver
+            await c.close()
+            assert driver is not None and driver.done(), "the driver still runs after close()"
+        # (run() awaits main() inside wait_for: that task is the harness's.)
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and t.get_coro().__name__ != "wait_for"]
+        assert not others, others
+
+    run(main)
+
+
 class NativeAsyncService(AsyncLockService):
     """A minimal native-async service over a MemoryStore (no threads)."""
 
