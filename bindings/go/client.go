@@ -634,7 +634,7 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 	if c.core == nil {
 		return taken
 	}
-	if _, ok := c.exec.(sqlStatusExecutor); ok {
+	if c.answersStatusLocked() {
 		if err := c.answerStatusesLocked(); err != nil {
 			c.breakLocked(err)
 			return taken

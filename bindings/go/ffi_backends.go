@@ -21,8 +21,8 @@ static lh_status lh_go_sql_poll_request(lh_client *c, lh_sql_request *out) {
 	return st;
 }
 
-static lh_status lh_go_sql_poll_status(lh_client *c, lh_sql_status *out) {
-	lh_status st = lh_sql_poll_status(c, out);
+static lh_status lh_go_poll_status(lh_client *c, lh_lock_status *out) {
+	lh_status st = lh_poll_status(c, out);
 	if (st == LH_OK) {
 		if (out->holder_host_len == 0) out->holder_host = NULL;
 		if (out->error_len == 0) out->error = NULL;
@@ -390,35 +390,35 @@ func (c *core) etcdCounters() (EtcdCounters, error) {
 	}, nil
 }
 
-func (c *core) sqlStatusRequest(now uint64, name string) (uint64, error) {
+func (c *core) statusRequest(now uint64, name string) (uint64, error) {
 	np, nn := strPtr(name)
 	var id C.uint64_t
-	st := uint32(C.lh_sql_status_request(c.p, C.uint64_t(now), np, nn, &id))
+	st := uint32(C.lh_status_request(c.p, C.uint64_t(now), np, nn, &id))
 	runtime.KeepAlive(name)
 	runtime.KeepAlive(c)
 	if st != statusOK {
-		return 0, c.err("lh_sql_status_request", st)
+		return 0, c.err("lh_status_request", st)
 	}
 	return uint64(id), nil
 }
 
-// sqlStatusAnswer is a copy of one lh_sql_status.
-type sqlStatusAnswer struct {
+// statusAnswer is a copy of one lh_lock_status.
+type statusAnswer struct {
 	id  uint64
 	st  LockStatus
 	err string // why the query failed, when not empty
 }
 
-// sqlPollStatus takes the next answered status query (id 0 when none is waiting).
-func (c *core) sqlPollStatus() (sqlStatusAnswer, error) {
-	var s C.lh_sql_status
+// pollStatus takes the next answered status query (id 0 when none is waiting).
+func (c *core) pollStatus() (statusAnswer, error) {
+	var s C.lh_lock_status
 	s.struct_size = C.uint32_t(unsafe.Sizeof(s))
-	st := uint32(C.lh_go_sql_poll_status(c.p, &s))
+	st := uint32(C.lh_go_poll_status(c.p, &s))
 	if st != statusOK {
 		runtime.KeepAlive(c)
-		return sqlStatusAnswer{}, c.err("lh_sql_poll_status", st)
+		return statusAnswer{}, c.err("lh_poll_status", st)
 	}
-	a := sqlStatusAnswer{id: uint64(s.id)}
+	a := statusAnswer{id: uint64(s.id)}
 	if a.id == 0 {
 		return a, nil
 	}

@@ -222,6 +222,46 @@ func TestRedisGarbageIsAnErrorNeverAGrant(t *testing.T) {
 	}
 }
 
+// TestRedisStatus: Client.Status on Redis runs the core's read-only status
+// script: held with the holder's fence and remaining TTL, free with the last
+// fence after the release, and a garbage key is the backend's error, left alone.
+func TestRedisStatus(t *testing.T) {
+	c, _ := newRedisClient(t, nil)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	name := uniq(t, "status")
+	st, err := c.Status(ctx, name)
+	if err != nil || st.Held || st.FencingToken != 0 || st.Name != name {
+		t.Fatalf("status of a name never locked: %+v, %v", st, err)
+	}
+	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Status(ctx, name)
+	if err != nil || !st.Held || st.FencingToken != l.FencingToken() || st.LastFencingToken != l.FencingToken() ||
+		st.RemainingTTL <= 0 || st.RemainingTTL > 30*time.Second {
+		t.Fatalf("status while held: %+v, %v (fence %d)", st, err, l.FencingToken())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Status(ctx, name)
+	if err != nil || st.Held || st.LastFencingToken != l.FencingToken() {
+		t.Fatalf("status after release: %+v, %v", st, err)
+	}
+	junk := uniq(t, "status-junk")
+	if err := rdb.RPush(ctx, lockKey(junk), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(ctx, junk); err == nil {
+		t.Fatalf("status over a list key: %+v, want the backend's error", st)
+	}
+	if n, err := rdb.LLen(ctx, lockKey(junk)).Result(); err != nil || n != 1 {
+		t.Fatalf("garbage changed: %d %v", n, err)
+	}
+}
+
 // TestRedisQueueKeyOfWrongType: a contended acquire over a queue key that
 // is not a zset is an error (never a grant); the holder's release works.
 func TestRedisQueueKeyOfWrongType(t *testing.T) {

@@ -24,19 +24,21 @@ type LockStatus struct {
 	HeldFor time.Duration
 }
 
-// ErrStatusUnsupported: Status needs a Client made on a SQLiteTransport, a
-// PostgresTransport or an EtcdTransport.
-var ErrStatusUnsupported = errors.New("leasehold: status needs an SQL or etcd transport")
+// ErrStatusUnsupported: Status needs a Client whose core speaks the backend's
+// protocol (a Redis, SQLite, PostgreSQL or etcd transport), not the memory
+// transport or a Transport of the caller's own.
+var ErrStatusUnsupported = errors.New("leasehold: status needs a Redis, SQL or etcd transport")
 
 // statusWait is one Status call waiting for its answer.
 type statusWait struct {
-	ch chan sqlStatusAnswer
+	ch chan statusAnswer
 }
 
 // Status asks the backend about name (a query the core writes, like
 // `leasehold status`): whether it is held, by which fence, for how long, and
-// (SQL) the last fence ever minted. On etcd the fence is the owner key's
-// create revision. A Client on another transport gets ErrStatusUnsupported;
+// (SQL, and Redis while the fence key lives) the last fence minted. On etcd
+// the fence is the owner key's create revision. A Client on another transport
+// gets ErrStatusUnsupported;
 // a query that fails returns the backend's error.
 func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
 	c := cl.c
@@ -48,16 +50,16 @@ func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
 		c.mu.Unlock()
 		return LockStatus{}, ErrClosed
 	}
-	if _, ok := c.exec.(sqlStatusExecutor); !ok {
+	if !c.answersStatusLocked() {
 		c.mu.Unlock()
 		return LockStatus{}, ErrStatusUnsupported
 	}
-	id, err := c.core.sqlStatusRequest(c.clock(), name)
+	id, err := c.core.statusRequest(c.clock(), name)
 	if err != nil {
 		c.mu.Unlock()
 		return LockStatus{}, err
 	}
-	w := &statusWait{ch: make(chan sqlStatusAnswer, 1)}
+	w := &statusWait{ch: make(chan statusAnswer, 1)}
 	if c.statusWaits == nil {
 		c.statusWaits = map[uint64]*statusWait{}
 	}
@@ -81,8 +83,15 @@ func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
 	}
 }
 
-// sqlStatusExecutor marks the executors whose core answers status queries.
-type sqlStatusExecutor interface {
+// answersStatusLocked: the core speaks a backend protocol (Redis, SQL, etcd),
+// so it answers status queries; c.mu is held.
+func (c *client) answersStatusLocked() bool {
+	_, ok := c.exec.(statusExecutor)
+	return ok || c.sub != nil
+}
+
+// statusExecutor marks the executors whose core answers status queries.
+type statusExecutor interface {
 	executor
 	sqlStatus()
 }
@@ -94,7 +103,7 @@ func (x *etcdExec) sqlStatus()   {}
 // answerStatusesLocked hands the core's answered status queries to their callers.
 func (c *client) answerStatusesLocked() error {
 	for {
-		a, err := c.core.sqlPollStatus()
+		a, err := c.core.pollStatus()
 		if err != nil || a.id == 0 {
 			return err
 		}
