@@ -432,8 +432,8 @@ struct SqlRequest {
   std::uint32_t connection = 0;
   std::vector<SqlStatement> statements;
 };
-// What the database said about one name (lh_sql_poll_status); advisory.
-struct SqlStatus {
+// What the backend said about one name (lh_poll_status); advisory.
+struct LockStatus {
   std::uint64_t id = 0;
   bool ok = false;
   bool held = false;
@@ -441,6 +441,7 @@ struct SqlStatus {
   std::int64_t holder_pid = 0;
   std::string holder_host, error;
 };
+using SqlStatus = LockStatus;  // its first name, from when only SQL answered status queries
 
 // An HTTP request of the etcd protocol (lh_http_poll_request), owned.
 struct HttpRequest {
@@ -696,21 +697,24 @@ class Core {
   void sql_connection_reset(std::uint64_t now, std::uint32_t connection) {
     check(lh_sql_connection_reset(h(), now, connection));
   }
-  // Queues a status query; its answer comes from sql_poll_status() with this id.
-  std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) {
+  // Queues a status query (any backend protocol); its answer comes from poll_status() with this id.
+  std::uint64_t status_request(std::uint64_t now, std::string_view name) {
     std::uint64_t id = 0;
-    check(lh_sql_status_request(h(), now, detail::bytes_ptr(name.data()), name.size(), &id));
+    check(lh_status_request(h(), now, detail::bytes_ptr(name.data()), name.size(), &id));
     return id;
   }
-  std::optional<SqlStatus> sql_poll_status() {
-    lh_sql_status s{};
+  std::optional<LockStatus> poll_status() {
+    lh_lock_status s{};
     s.struct_size = sizeof s;
-    check(lh_sql_poll_status(h(), &s));
+    check(lh_poll_status(h(), &s));
     if (s.id == 0) return std::nullopt;
-    return SqlStatus{s.id, s.ok != 0, s.held != 0, s.fencing_token, s.remaining_ttl_ms, s.last_fencing_token,
+    return LockStatus{s.id, s.ok != 0, s.held != 0, s.fencing_token, s.remaining_ttl_ms, s.last_fencing_token,
                      s.held_for_ms, s.holder_pid, detail::copy_str(s.holder_host, s.holder_host_len),
                      detail::copy_str(s.error, s.error_len)};
   }
+  // The first names of status_request / poll_status.
+  std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) { return status_request(now, name); }
+  std::optional<LockStatus> sql_poll_status() { return poll_status(); }
   // The last database error or refused schema (a foreign table of the same name…); empty if none.
   [[nodiscard]] std::string sql_last_error() const {
     const std::uint8_t* p = nullptr;
@@ -1074,13 +1078,13 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (!core_ || backend_ == nullptr) return {};
     return backend_->last_error(*core_);
   }
-  SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
+  LockStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
     std::unique_lock lk(mu_);
     if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
     if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
     if (backend_ == nullptr || !backend_->answers_status())
       throw Error(LH_ERR_NO_BACKEND, "status() needs a transport with a protocol (SQL, Redis, etcd)");
-    const auto id = core_->sql_status_request(now_ns(), name);  // throws on a bad name
+    const auto id = core_->status_request(now_ns(), name);  // throws on a bad name
     try {
       drain_locked();
     } catch (const std::exception& e) {
@@ -1096,7 +1100,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       abandoned_statuses_.insert(id);
       throw Error(status::timeout, "no answer to the status query in time");
     }
-    SqlStatus out = std::move(it->second);
+    LockStatus out = std::move(it->second);
     statuses_.erase(it);
     return out;
   }
@@ -1201,7 +1205,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
   std::set<std::string, std::less<>> core_watching_;
   // Answered status queries (LockClient::status) until their caller takes them.
-  std::unordered_map<std::uint64_t, SqlStatus> statuses_;
+  std::unordered_map<std::uint64_t, LockStatus> statuses_;
   std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
   std::uint64_t next_holder_ = 0;
   std::size_t active_acquires_ = 0;
@@ -1352,7 +1356,7 @@ class LockClient {
   // `ok == false` with `error`. Throws leasehold::Error: LH_ERR_NO_BACKEND for other
   // transports (the memory service), a bad name as acquire() does,
   // status::timeout without an answer within `timeout`, status::closed.
-  [[nodiscard]] SqlStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
+  [[nodiscard]] LockStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
     return state()->status(name, timeout);
   }
   // Idempotent. Also called by the destructor.
@@ -1695,7 +1699,7 @@ inline void ClientState::drain_locked(bool for_caller) {
   while (auto out = core_->poll_output()) dispatch_locked(*out);
   if (backend_ != nullptr && backend_->answers_status()) {
     bool any = false;
-    while (auto st = core_->sql_poll_status()) {
+    while (auto st = core_->poll_status()) {
       if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
     }
     if (any) waiters_cv_.notify_all();
