@@ -273,7 +273,7 @@ class BackendSink:
 
 
 def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
-    """What the backend says about ``name`` (a :class:`~leasehold._core.SqlStatus`), read
+    """What the backend says about ``name`` (a :class:`~leasehold._core.StatusAnswer`), read
     with a sync executor (SQL, Redis or etcd) on a core of its own: the core writes the
     query (and, for SQL, the migration before it), the executor runs it. Raises
     ``TimeoutError`` when no answer came within ``timeout`` seconds."""

@@ -35,6 +35,7 @@ __all__ = [
     "SqlRequest",
     "HttpRequest",
     "SqlStatus",
+    "StatusAnswer",
     "flatten_reply",
     "flatten_rows",
 ]
@@ -200,8 +201,8 @@ class HttpRequest(NamedTuple):
 
 
 @dataclass(frozen=True)
-class SqlStatus:
-    """What the database said about one name (``lh_sql_poll_status``); advisory."""
+class StatusAnswer:
+    """What the backend said about one name (``lh_poll_status``); advisory."""
 
     ok: bool
     held: bool
@@ -212,6 +213,9 @@ class SqlStatus:
     held_for_ms: int
     holder_host: str
     error: str
+
+
+SqlStatus = StatusAnswer  # its first name, from when only SQL answered status queries
 
 
 # One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
@@ -748,7 +752,7 @@ class Core:
         lib.lh_status_request(self._p(), int(self._clock()), raw, len(raw), ctypes.byref(out))
         return int(out.value)
 
-    def poll_status(self) -> tuple[int, SqlStatus] | None:
+    def poll_status(self) -> tuple[int, StatusAnswer] | None:
         """The next answered status query as ``(id, status)``, or ``None``."""
         st = _ffi.lh_lock_status()
         st.struct_size = ctypes.sizeof(_ffi.lh_lock_status)
@@ -757,7 +761,7 @@ class Core:
             return None
         host = _string_at(st.holder_host, st.holder_host_len).decode("utf-8", "replace") if st.holder_host_len else ""
         err = _string_at(st.error, st.error_len).decode("utf-8", "replace") if st.error_len else ""
-        return int(st.id), SqlStatus(
+        return int(st.id), StatusAnswer(
             ok=bool(st.ok),
             held=bool(st.held),
             fencing_token=int(st.fencing_token),

@@ -591,7 +591,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_sql_status_request": ([lh_client_p, _u64, _cp, _sz, ctypes.POINTER(_u64)], _u32, True),
     "lh_sql_poll_status": ([lh_client_p, ctypes.POINTER(lh_sql_status)], _u32, True),
     "lh_status_request": ([lh_client_p, _u64, _cp, _sz, ctypes.POINTER(_u64)], _u32, True),
-    "lh_poll_status": ([lh_client_p, ctypes.POINTER(lh_sql_status)], _u32, True),
+    "lh_poll_status": ([lh_client_p, ctypes.POINTER(lh_lock_status)], _u32, True),
     "lh_sql_last_error": ([lh_client_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_sz)], _u32, True),
     # etcd protocol
     "lh_etcd_options_default": ([ctypes.POINTER(lh_etcd_options)], None, False),
