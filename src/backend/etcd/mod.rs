@@ -619,14 +619,17 @@ impl EtcdProtocol {
             "limit": "1",
             "keys_only": true,
         });
-        let id = self.next_id + 1;
-        self.push(
-            Op::StatusFirst { status: id },
+        let id = self.push(
+            Op::StatusFirst { status: 0 },
             RequestKind::Unary,
             paths::KV_RANGE,
             body,
             now,
         );
+        // The query is known by its first request's id.
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.op = Op::StatusFirst { status: id };
+        }
         Ok(id)
     }
 
