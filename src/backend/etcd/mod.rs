@@ -982,6 +982,29 @@ impl EtcdProtocol {
     /// is surely kept until its last good keep-alive's send time plus its TTL, and a grant
     /// whose TTL that shortens by at most [`shortfall_allowance_ns`] is reported at once with
     /// the shorter TTL. Otherwise the grant waits for a keep-alive.
+    /// `lease`'s key is the first of its queue: the lock is its own. Its watch stops, and the
+    /// grant is reported once dated.
+    fn own_first(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        lease: LeaseId,
+        req: RequestId,
+        fence: i64,
+    ) {
+        let Some(h) = self.holders.get_mut(&lease) else {
+            return;
+        };
+        h.waiting = false;
+        h.recheck_at = NEVER;
+        let since = h.since;
+        if let Some((w, _)) = h.watch.take() {
+            self.pending.remove(&w);
+            self.cancels.push_back(w);
+        }
+        self.grant_when_dated(core, now, lease, Dating { req, fence, since });
+    }
+
     fn grant_when_dated(&mut self, core: &mut Client, now: u64, lease: LeaseId, d: Dating) {
         let Some(h) = self.holders.get_mut(&lease) else {
             return;
@@ -1208,18 +1231,8 @@ impl EtcdProtocol {
                 match read {
                     Ok((None, _)) => {
                         // First in the queue, our key known since the transaction: ours.
-                        h.waiting = false;
-                        h.recheck_at = NEVER;
-                        if let Some((w, _)) = h.watch.take() {
-                            self.pending.remove(&w);
-                            self.cancels.push_back(w);
-                        }
-                        let d = Dating {
-                            req,
-                            fence: h.own_rev,
-                            since: h.since,
-                        };
-                        self.grant_when_dated(core, now, lease, d);
+                        let fence = h.own_rev;
+                        self.own_first(core, now, lease, req, fence);
                     }
                     Ok((Some(key), revision)) => {
                         let ttl_ms = h.ttl_ms;
@@ -1486,18 +1499,7 @@ impl EtcdProtocol {
         };
         h.own_rev = t.own_rev;
         if t.first_key.as_deref() == Some(&h.key[..]) {
-            h.waiting = false;
-            h.recheck_at = NEVER;
-            if let Some((w, _)) = h.watch.take() {
-                self.pending.remove(&w);
-                self.cancels.push_back(w);
-            }
-            let d = Dating {
-                req,
-                fence: t.own_rev,
-                since: h.since,
-            };
-            self.grant_when_dated(core, now, lease, d);
+            self.own_first(core, now, lease, req, t.own_rev);
             return;
         }
         h.waiting = true;

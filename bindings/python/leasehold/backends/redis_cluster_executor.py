@@ -26,7 +26,7 @@ from redis.retry import Retry
 from .._core import RedisOptions
 from .redis_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, Sink, error_value
 
-__all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "parse_cluster_url"]
+__all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "cluster_startup", "parse_cluster_url"]
 
 CLUSTER_SCHEME = "redis+cluster"
 
@@ -78,6 +78,34 @@ def _parse_nodes(nodes: str | Iterable[str | tuple[str, int]]) -> list[tuple[str
     return out
 
 
+def cluster_startup(
+    nodes: str | Iterable[str | tuple[str, int]] | None,
+    client: Any,
+    url: str | None,
+    redis_kwargs: dict[str, Any],
+    retry: Any,
+) -> list[tuple[str, int]]:
+    """(both cluster executors) Checks that exactly one of ``nodes``, ``client`` and ``url``
+    is given; without a client, the startup nodes, and ``redis_kwargs`` completed in place
+    (the URL's credentials, the executors' timeouts, and ``retry``: the core retries on its
+    own schedule, so redis-py only follows redirections, refreshes its slot map and tries a
+    failed command once more)."""
+    if sum(x is not None for x in (nodes, client, url)) != 1:
+        raise ValueError("give exactly one of nodes, client or url")
+    if client is not None:
+        return []
+    if url is not None:
+        startup, from_url = parse_cluster_url(url)
+        for k, v in from_url.items():
+            redis_kwargs.setdefault(k, v)
+    else:
+        startup = _parse_nodes(nodes)  # type: ignore[arg-type]
+    redis_kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    redis_kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    redis_kwargs.setdefault("retry", retry)
+    return startup
+
+
 class RedisClusterExecutor:
     """Runs a Redis-protocol core's requests on a Redis Cluster (thread-safe); give it to
     ``LockClient`` in place of a service. One client at a time.
@@ -106,19 +134,8 @@ class RedisClusterExecutor:
         options: RedisOptions | None = None,
         **redis_kwargs: Any,
     ) -> None:
-        if sum(x is not None for x in (nodes, client, url)) != 1:
-            raise ValueError("give exactly one of nodes, client or url")
+        startup = cluster_startup(nodes, client, url, redis_kwargs, Retry(NoBackoff(), 1))
         if client is None:
-            if url is not None:
-                startup, from_url = parse_cluster_url(url)
-                redis_kwargs = {**from_url, **redis_kwargs}
-            else:
-                startup = _parse_nodes(nodes)  # type: ignore[arg-type]
-            redis_kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-            redis_kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-            # The core retries on its own schedule: redis-py follows redirections and refreshes
-            # its slot map, and tries a failed command once more.
-            redis_kwargs.setdefault("retry", Retry(NoBackoff(), 1))
             client = redis.cluster.RedisCluster(
                 startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in startup], **redis_kwargs
             )

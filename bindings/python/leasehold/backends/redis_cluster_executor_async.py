@@ -20,8 +20,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
 from .._core import RedisOptions
-from .redis_cluster_executor import _parse_nodes, parse_cluster_url
-from .redis_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, Sink, error_value
+from .redis_cluster_executor import cluster_startup
+from .redis_executor import Sink, error_value
 
 __all__ = ["AsyncRedisClusterExecutor"]
 
@@ -48,18 +48,8 @@ class AsyncRedisClusterExecutor:
         options: RedisOptions | None = None,
         **redis_kwargs: Any,
     ) -> None:
-        if sum(x is not None for x in (nodes, client, url)) != 1:
-            raise ValueError("give exactly one of nodes, client or url")
+        startup = cluster_startup(nodes, client, url, redis_kwargs, Retry(NoBackoff(), 1))
         if client is None:
-            if url is not None:
-                startup, from_url = parse_cluster_url(url)
-                redis_kwargs = {**from_url, **redis_kwargs}
-            else:
-                startup = _parse_nodes(nodes)  # type: ignore[arg-type]
-            redis_kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-            redis_kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-            # The core retries on its own schedule (as in the threaded executor).
-            redis_kwargs.setdefault("retry", Retry(NoBackoff(), 1))
             client = acluster.RedisCluster(
                 startup_nodes=[acluster.ClusterNode(h, p) for h, p in startup], **redis_kwargs
             )
