@@ -1176,6 +1176,21 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     const auto d = core_->poll_timeout();
     return d && *d < driver_until_;
   }
+  // The calling thread waits for its own request's answer anyway: it drains the core (taking
+  // the request instead of handing it to the executor's thread) and runs it itself, unlocked.
+  void send_from_this_thread(std::unique_lock<std::mutex>& lk) {
+    try {
+      drain_locked(true);
+      wake_driver_if_late_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+      poke_locked();
+    }
+    lk.unlock();
+    backend_->run_pending();
+    lk.lock();
+  }
+
   void wake_driver_if_late_locked() {
     if (driver_late_locked()) poke_locked();
   }
@@ -1394,18 +1409,8 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
-  const bool run_here = backend_ != nullptr && !hold_driver_;
-  if (run_here) {
-    try {
-      drain_locked(true);  // the request goes out from this thread (run_pending below)
-      wake_driver_if_late_locked();
-    } catch (const std::exception& e) {
-      fail_all_locked(e.what());
-      poke_locked();
-    }
-    lk.unlock();
-    backend_->run_pending();
-    lk.lock();
+  if (backend_ != nullptr && !hold_driver_) {
+    send_from_this_thread(lk);
   } else {
     poke_locked();
   }
@@ -1468,17 +1473,9 @@ inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& r
   const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
                                                            : request_timeout_);
   if (how == Releasing::Pending && wait.count() > 0 && backend_ != nullptr && !hold_driver_) {
-    // This thread waits for the answer anyway: it sends the request itself.
-    try {
-      drain_locked(true);  // this lease's RELEASED or LOST event, dispatched now
-      wake_driver_if_late_locked();
-    } catch (const std::exception& e) {
-      fail_all_locked(e.what());
-      poke_locked();
-    }
-    lk.unlock();
-    backend_->run_pending();
-    lk.lock();
+    // This thread waits for the answer anyway: it sends the request itself (and this lease's
+    // RELEASED or LOST event is dispatched now).
+    send_from_this_thread(lk);
   } else {
     drain();  // this lease's RELEASED or LOST event, dispatched now
   }
