@@ -191,7 +191,7 @@ static void redis_compare(int port, int n) {
   std::sort(lat.begin(), lat.end());
   std::printf("redis, %d lock+unlock each, interleaved blocks of %d:\n", n, block);
   std::printf("  raw hiredis SET NX PX + DEL   %8.0f/s\n", n / t_raw);
-  std::printf("  core, one thread (2 EVALSHA)  %8.0f/s  %.2fx raw\n", n / t_core, t_raw / t_core);
+  std::printf("  core, one thread (2 scripts)  %8.0f/s  %.2fx raw\n", n / t_core, t_raw / t_core);
   std::printf("  LockClient + RedisTransport   %8.0f/s  %.2fx raw, %.2fx core; acquire p50 %.0fus p99 %.0fus\n",
               n / t_client, t_raw / t_client, t_core / t_client, lat[lat.size() / 2], lat[lat.size() * 99 / 100]);
 }
