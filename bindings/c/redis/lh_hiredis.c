@@ -3,6 +3,7 @@
 #include "lh_hiredis.h"
 
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,18 +12,79 @@ static void note(lh_hiredis *x, uint32_t st) {
 }
 
 int lh_hiredis_init(lh_hiredis *x, lh_client *client, const char *host, int port) {
+    lh_hiredis_options o = {.host = host, .port = port};
+    return lh_hiredis_init_options(x, client, &o);
+}
+
+static int copy_opt(char **dst, const char *src) {
+    if (src == NULL) return 0;
+    *dst = strdup(src);
+    return *dst == NULL ? -1 : 0;
+}
+
+int lh_hiredis_init_options(lh_hiredis *x, lh_client *client, const lh_hiredis_options *o) {
     memset(x, 0, sizeof *x);
+    if (o == NULL) return -1;
+    const char *host = o->host != NULL ? o->host : "127.0.0.1";
+    if (strlen(host) >= sizeof x->host) return -1;
+    strcpy(x->host, host);
     x->client = client;
-    strncpy(x->host, host, sizeof x->host - 1);
-    x->port = port;
+    x->port = o->port != 0 ? o->port : 6379;
+    x->db = o->db;
+    x->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
+    if (copy_opt(&x->unix_socket, o->unix_socket) || copy_opt(&x->username, o->username) ||
+        copy_opt(&x->password, o->password)) {
+        lh_hiredis_close(x);
+        return -1;
+    }
     return 0;
 }
 
+static void failed_connect(lh_hiredis *x, redisContext *c, const char *what) {
+    snprintf(x->last_error, sizeof x->last_error, "%.32s: %.200s", what,
+             c == NULL ? "out of memory" : c->errstr);
+    if (c != NULL) redisFree(c);
+}
+
+/* Runs one setup command (AUTH, SELECT); 0 when the server answered OK. */
+static int setup(lh_hiredis *x, redisContext *c, int argc, const char **argv) {
+    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+    if (!ok) {
+        snprintf(x->last_error, sizeof x->last_error, "%.32s: %.200s", argv[0],
+                 r == NULL ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    if (r != NULL) freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
 static redisContext *connect_to(lh_hiredis *x) {
-    redisContext *c = redisConnect(x->host, x->port);
-    if (c != NULL && c->err) {
-        redisFree(c);
+    struct timeval tv = {.tv_sec = x->timeout_ms / 1000, .tv_usec = (x->timeout_ms % 1000) * 1000};
+    redisContext *c = x->unix_socket != NULL ? redisConnectUnixWithTimeout(x->unix_socket, tv)
+                                             : redisConnectWithTimeout(x->host, x->port, tv);
+    if (c == NULL || c->err) {
+        failed_connect(x, c, "connect");
         return NULL;
+    }
+    if (redisSetTimeout(c, tv) != REDIS_OK) {
+        failed_connect(x, c, "timeout");
+        return NULL;
+    }
+    if (x->password != NULL) {
+        const char *auth[3] = {"AUTH", x->username != NULL ? x->username : x->password, x->password};
+        if (setup(x, c, x->username != NULL ? 3 : 2, auth) != 0) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    if (x->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", x->db);
+        const char *sel[2] = {"SELECT", db};
+        if (setup(x, c, 2, sel) != 0) {
+            redisFree(c);
+            return NULL;
+        }
     }
     return c;
 }
@@ -179,6 +241,10 @@ void lh_hiredis_close(lh_hiredis *x) {
     if (x->cmd != NULL) redisFree(x->cmd);
     if (x->sub != NULL) redisFree(x->sub);
     for (size_t i = 0; i < x->nchannels; i++) free(x->channels[i]);
+    free(x->unix_socket);
+    free(x->username);
+    free(x->password);
+    x->unix_socket = x->username = x->password = NULL;
     x->cmd = x->sub = NULL;
     x->nchannels = 0;
 }

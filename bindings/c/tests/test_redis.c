@@ -49,9 +49,15 @@ static int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-static pid_t start_server(int port) {
+/* Starts redis-server on `port` with `extra` arguments (NULL-terminated, may be NULL). */
+static pid_t start_server_with(int port, const char *const *extra) {
     char p[16];
     snprintf(p, sizeof p, "%d", port);
+    const char *argv[40] = {"redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no", "--loglevel", "warning"};
+    size_t n = 11;
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 39; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
         FILE *null = fopen("/dev/null", "w");
@@ -59,15 +65,15 @@ static pid_t start_server(int port) {
             dup2(fileno(null), 1);
             dup2(fileno(null), 2);
         }
-        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
+        execvp("redis-server", (char *const *)argv);
         _exit(127);
     }
     for (int i = 0; i < 500; i++) {
         redisContext *c = redisConnect("127.0.0.1", port);
         if (c != NULL && !c->err) {
+            /* Any answer will do: with a password PING is refused, but the server is up. */
             redisReply *r = redisCommand(c, "PING");
-            int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+            int ok = r != NULL && (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR);
             if (r) freeReplyObject(r);
             redisFree(c);
             if (ok) return pid;
@@ -80,6 +86,8 @@ static pid_t start_server(int port) {
     waitpid(pid, NULL, 0);
     return -1;
 }
+
+static pid_t start_server(int port) { return start_server_with(port, NULL); }
 
 /* Drains events; returns the fence when `lease` was acquired, 0 otherwise, -1 on failure. */
 static int64_t drain(lh_client *c, uint64_t lease) {
@@ -252,6 +260,106 @@ static int paused_holder_release_reports_the_loss(int port, int quiet) {
     return failed;
 }
 
+/* Acquires `name` through an executor made with `o` (wait `wait_ms`); returns the fence, or 0
+ * when the attempt failed. The lease is released and the executor closed before returning;
+ * `err` receives the executor's last connection error. */
+static uint64_t acquire_with(const lh_hiredis_options *o, const char *name, uint32_t wait_ms,
+                             int (*while_held)(void *), void *arg, char *err, size_t errlen) {
+    lh_client *c = new_client(3);
+    if (c == NULL) return 0;
+    lh_hiredis x;
+    if (lh_hiredis_init_options(&x, c, o) != 0) {
+        lh_client_free(c);
+        return 0;
+    }
+    lh_acquire_options ao;
+    lh_acquire_options_default(&ao);
+    ao.ttl_ms = 10000;
+    ao.wait_ns = wait_ms * MS;
+    uint64_t lease = 0, limit = now_ns() + (wait_ms + 10000) * MS;
+    int64_t fence = 0;
+    if (lh_acquire(c, now_ns(), (const uint8_t *)name, strlen(name), &ao, &lease) == LH_OK) {
+        while ((fence = drain(c, lease)) == 0 && now_ns() < limit) lh_hiredis_step(&x, 5, now_ns);
+    }
+    if (fence > 0 && while_held != NULL && while_held(arg) != 0) fence = -1;
+    if (fence > 0) {
+        lh_release(c, now_ns(), lease);
+        lh_counters k = {.struct_size = sizeof k};
+        while (lh_counters_get(c, &k) == LH_OK && k.pending_cleanups > 0 && now_ns() < limit)
+            lh_hiredis_step(&x, 5, now_ns);
+    }
+    snprintf(err, errlen, "%s", x.last_error);
+    lh_hiredis_close(&x);
+    lh_client_free(c);
+    return fence > 0 ? (uint64_t)fence : 0;
+}
+
+/* While the lock is held: its keys are in the selected database, none in database 0. */
+static int keys_in_db5(void *sock) {
+    redisContext *c = redisConnectUnix((const char *)sock);
+    if (c == NULL || c->err) return 1;
+    long long n[2] = {-1, -1};
+    const char *dbs[2] = {"5", "0"};
+    for (int i = 0; i < 2; i++) {
+        redisReply *r = redisCommand(c, "AUTH secret");
+        if (r) freeReplyObject(r);
+        r = redisCommand(c, "SELECT %s", dbs[i]);
+        if (r) freeReplyObject(r);
+        r = redisCommand(c, "DBSIZE");
+        if (r != NULL && r->type == REDIS_REPLY_INTEGER) n[i] = r->integer;
+        if (r) freeReplyObject(r);
+    }
+    redisFree(c);
+    return n[0] > 0 && n[1] == 0 ? 0 : 1;
+}
+
+/* Password, ACL user, database number and Unix socket, each on a real server; a wrong
+ * password fails the acquire with the server's reason and grants nothing. */
+static int connection_options(void) {
+    char dir[] = "/tmp/lh-c-redis-XXXXXX";
+    if (mkdtemp(dir) == NULL) return 1;
+    char sock[64];
+    snprintf(sock, sizeof sock, "%s/redis.sock", dir);
+    int port = free_port();
+    const char *extra[] = {"--unixsocket", sock, "--unixsocketperm", "700", "--requirepass", "secret",
+                           "--user", "alice", "on", ">wonder", "~*", "&*", "+@all", NULL};
+    pid_t server = port > 0 ? start_server_with(port, extra) : -1;
+    if (server < 0) {
+        fprintf(stderr, "test_redis: redis-server with a password did not start\n");
+        rmdir(dir);
+        return 1;
+    }
+    char err[256];
+    int failed = 0;
+    lh_hiredis_options unix_db = {.unix_socket = sock, .password = "secret", .db = 5};
+    uint64_t f1 = acquire_with(&unix_db, "c-opts", 5000, keys_in_db5, sock, err, sizeof err);
+    printf("test_redis: unix socket, password, db 5: fence %llu %s\n", (unsigned long long)f1, err);
+    failed |= f1 == 0;
+    lh_hiredis_options acl = {.port = port, .username = "alice", .password = "wonder"};
+    uint64_t f2 = acquire_with(&acl, "c-opts", 5000, NULL, NULL, err, sizeof err);
+    printf("test_redis: ACL user over TCP: fence %llu %s\n", (unsigned long long)f2, err);
+    failed |= f2 == 0;
+    lh_hiredis_options wrong = {.port = port, .password = "not-it"};
+    uint64_t f3 = acquire_with(&wrong, "c-opts-wrong", 1500, NULL, NULL, err, sizeof err);
+    int refused = f3 == 0 && strstr(err, "AUTH") != NULL;
+    printf("test_redis: wrong password: fence %llu, error \"%s\": %s\n", (unsigned long long)f3, err,
+           refused ? "OK" : "FAIL");
+    failed |= !refused;
+    lh_hiredis x;
+    failed |= lh_hiredis_init_options(&x, NULL, NULL) != -1;
+    char longhost[100];
+    memset(longhost, 'h', sizeof longhost - 1);
+    longhost[sizeof longhost - 1] = 0;
+    lh_hiredis_options too_long = {.host = longhost};
+    failed |= lh_hiredis_init_options(&x, NULL, &too_long) != -1;
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    unlink(sock);
+    rmdir(dir);
+    printf("test_redis: connection options: %s\n", failed ? "FAIL" : "OK");
+    return failed;
+}
+
 int main(void) {
     const char *ci = getenv("CI");
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
@@ -284,6 +392,7 @@ int main(void) {
     }
     failed |= paused_holder_release_reports_the_loss(port, 0);
     failed |= paused_holder_release_reports_the_loss(port, 1);
+    failed |= connection_options();
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     if (sh->n != WORKERS * ROUNDS) { fprintf(stderr, "test_redis: %u grants\n", sh->n); failed = 1; }

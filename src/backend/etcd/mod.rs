@@ -984,6 +984,20 @@ impl EtcdProtocol {
     /// the shorter TTL. Otherwise the grant waits for a keep-alive.
     /// `lease`'s key is the first of its queue: the lock is its own. Its watch stops, and the
     /// grant is reported once dated.
+    /// The attempt is refused while the lease waits in the queue. The watch wakes it; the
+    /// TTL hint only bounds the sleep if the watch cannot. Pumped at once, so a waiter that
+    /// gave up on this refusal is seen before it is given a predecessor to watch.
+    fn refused_to_wait(&mut self, core: &mut Client, now: u64, req: RequestId, ttl_ms: u64) {
+        let _ = core.handle_acquire_result(
+            now,
+            req,
+            AcquireResult::HeldByOther {
+                retry_after_ms: Some(ttl_ms),
+            },
+        );
+        self.pump(core);
+    }
+
     fn own_first(
         &mut self,
         core: &mut Client,
@@ -1236,14 +1250,7 @@ impl EtcdProtocol {
                     }
                     Ok((Some(key), revision)) => {
                         let ttl_ms = h.ttl_ms;
-                        let _ = core.handle_acquire_result(
-                            now,
-                            req,
-                            AcquireResult::HeldByOther {
-                                retry_after_ms: Some(ttl_ms),
-                            },
-                        );
-                        self.pump(core);
+                        self.refused_to_wait(core, now, req, ttl_ms);
                         let rewatch = self.holders.get(&lease).is_some_and(|h| {
                             h.waiting && !h.ended && h.watch.as_ref().is_none_or(|(_, k)| *k != key)
                         });
@@ -1503,17 +1510,8 @@ impl EtcdProtocol {
             return;
         }
         h.waiting = true;
-        // The watch wakes us; the hint only bounds the sleep if it cannot.
         let ttl_ms = h.ttl_ms;
-        let _ = core.handle_acquire_result(
-            now,
-            req,
-            AcquireResult::HeldByOther {
-                retry_after_ms: Some(ttl_ms),
-            },
-        );
-        // A waiter that gave up just now needs no predecessor.
-        self.pump(core);
+        self.refused_to_wait(core, now, req, ttl_ms);
         if let Some(h) = self.holders.get_mut(&lease) {
             if h.waiting && !h.ended && h.watch.is_none() && !h.lookup_in_flight {
                 h.lookup_in_flight = true;
