@@ -1184,6 +1184,142 @@ func TestShortOutageKeepsLease(t *testing.T) {
 	}
 }
 
+// stepClock advances the client's clock by total in steps, feeding the core
+// a timeout after each and waiting until no backend call is in flight, as a
+// controlled clock would. It stops early once stop reports true.
+func stepClock(t *testing.T, c *Client, total, step time.Duration, stop func() bool) {
+	t.Helper()
+	for d := time.Duration(0); d < total; d += step {
+		pause(c, step)
+		tick(c)
+		waitFor(t, "no backend call in flight", func() bool { return c.c.inflight.Load() == 0 })
+		if stop != nil && stop() {
+			return
+		}
+	}
+}
+
+// coreValidUntil is the lease's validity on the core's clock (ns).
+func coreValidUntil(t *testing.T, l *Lease) uint64 {
+	t.Helper()
+	c := l.owner.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, err := c.core.validUntil(l.rec.id)
+	if err != nil {
+		t.Fatalf("validUntil: %v", err)
+	}
+	return v
+}
+
+// TestThirtySecondLeaseThroughAThreeSecondOutage, on a controlled clock:
+// the service is unreachable (every request fails at once) for 3 s from
+// just before the first renewal is due. With the time budget (the default)
+// the 30 s lease keeps its lock however many retries failed; a count
+// budget of 3 loses it, long before its validity would have ended.
+func TestThirtySecondLeaseThroughAThreeSecondOutage(t *testing.T) {
+	for _, budget := range []uint32{0, 3} {
+		t.Run(fmt.Sprint("FailBudget=", budget), func(t *testing.T) {
+			tr := NewMemoryTransport()
+			c := newTestClient(t, tr, &Options{FailBudget: budget})
+			l, err := c.Acquire(context.Background(), "outage30", AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stepClock(t, c, 9*time.Second, 100*time.Millisecond, nil)
+			validUntil := coreValidUntil(t, l)
+			tr.SetFault(FaultDrop)
+			var lostAt uint64
+			stepClock(t, c, 3*time.Second, 50*time.Millisecond, func() bool {
+				if l.Err() != nil && lostAt == 0 {
+					lostAt = c.c.clock()
+				}
+				return false
+			})
+			k, _ := c.Counters()
+			if k.RenewalsFailed < 3 {
+				t.Fatalf("%d failed renewals in the outage, want at least 3", k.RenewalsFailed)
+			}
+			if budget == 3 {
+				var le *LostError
+				if !errors.As(l.Err(), &le) || le.Reason != reasonString(reasonFailBudget) {
+					t.Fatalf("count budget: cause %v", l.Err())
+				}
+				if lostAt == 0 || lostAt >= validUntil || k.RenewalsFailed != 3 {
+					t.Fatalf("lost at %d (validity to %d) after %d failures", lostAt, validUntil, k.RenewalsFailed)
+				}
+				return
+			}
+			tr.SetFault(FaultNone)
+			stepClock(t, c, 60*time.Second, 500*time.Millisecond, nil)
+			if err := l.Err(); err != nil || !l.IsHeld() {
+				t.Fatalf("lease lost by a 3 s outage: %v", err)
+			}
+			select {
+			case <-l.Lost():
+				t.Fatal("Lost() closed")
+			default:
+			}
+			if _, fence, ok := tr.Server().Holder("outage30"); !ok || fence != l.FencingToken() {
+				t.Fatal("the service dropped the lock")
+			}
+			if k, _ := c.Counters(); k.RenewalsOK < 3 || k.LostFailBudget+k.LostExpired+k.LostRejected != 0 {
+				t.Fatalf("counters %+v", k)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestUnreachableServiceLosesTheLeaseBeforeValidityEnds, on a controlled
+// clock: a 30 s lease whose service never answers again is lost (time
+// budget: FailBudget) while the core's clock is still before its validity
+// end, with Lost closed and its Context cancelled by the loss.
+func TestUnreachableServiceLosesTheLeaseBeforeValidityEnds(t *testing.T) {
+	tr := NewMemoryTransport()
+	c := newTestClient(t, tr, nil)
+	l, err := c.Acquire(context.Background(), "down30", AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validUntil := coreValidUntil(t, l)
+	tr.SetFault(FaultDrop)
+	var lostAt uint64
+	stepClock(t, c, 40*time.Second, 100*time.Millisecond, func() bool {
+		if l.Err() != nil {
+			lostAt = c.c.clock()
+			return true
+		}
+		if now := c.c.clock(); now >= validUntil {
+			t.Fatalf("still held at %d, past its validity (%d)", now, validUntil)
+		}
+		return false
+	})
+	if lostAt == 0 || lostAt >= validUntil {
+		t.Fatalf("lost at %d, validity to %d", lostAt, validUntil)
+	}
+	var le *LostError
+	if !errors.As(l.Err(), &le) || le.Reason != reasonString(reasonFailBudget) {
+		t.Fatalf("cause %v", l.Err())
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost() not closed")
+	}
+	if cause := context.Cause(l.Context()); cause != error(le) {
+		t.Fatalf("context cause %v, want the loss", cause)
+	}
+	if k, _ := c.Counters(); k.RenewalsFailed < 3 || k.LostFailBudget != 1 || k.RenewalsOK != 0 {
+		t.Fatalf("counters %+v", k)
+	}
+	if err := l.Release(context.Background()); !errors.Is(err, ErrLost) {
+		t.Fatalf("Release after the loss: %v", err)
+	}
+}
+
 // A MemoryTransport has no Close: once collected, its connection to the
 // server is dropped, so long-lived servers do not accumulate them.
 func TestMemoryTransportConnectionGoesWhenCollected(t *testing.T) {

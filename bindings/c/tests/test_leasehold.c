@@ -953,7 +953,9 @@ static uint32_t reported_release(uint32_t outcome) {
         if (o != NULL && o->lease_id == lease) reason = o->reason;
     }
     lh_counters k = counters(c);
-    EXPECT(k.releases_confirmed + k.releases_not_owner == 1);
+    EXPECT(k.releases_confirmed == (outcome == LH_RELEASE_RELEASED));
+    EXPECT(k.releases_not_owner == (outcome == LH_RELEASE_NOT_OWNER));
+    EXPECT(k.releases_lost == 0 && k.releases_unconfirmed == 0);
     lh_client_free(c);
     return reason;
 }
@@ -982,7 +984,118 @@ static void release_after_a_pause_ends_lost(void) {
     EXPECT(find(&d, LH_OUTPUT_RELEASED) == NULL && find(&d, LH_OUTPUT_RELEASE_OUTCOME) == NULL);
     EXPECT(counters(c).releases_lost == 1);
     EXPECT_ST(lh_release_reported(c, 10001 * MS, lease, &releasing), LH_ERR_LEASE_ENDED);
+    /* The driver runs again: its timeouts and the cleanup's answer bring no second LOST. */
+    int lost_events = 0;
+    for (size_t i = 0; i < d.n; i++) lost_events += d.o[i].kind == LH_OUTPUT_LOST;
+    uint64_t now = 10001 * MS;
+    for (int i = 0; i < 20; i++) {
+        uint64_t dl;
+        EXPECT_ST(lh_poll_timeout(c, &dl), LH_OK);
+        if (dl == LH_NO_DEADLINE) break;
+        if (dl > now) now = dl;
+        EXPECT_ST(lh_timeout(c, now), LH_OK);
+        drained more = drain_all(c);
+        for (size_t j = 0; j < more.n; j++) {
+            lost_events += more.o[j].kind == LH_OUTPUT_LOST;
+            EXPECT(more.o[j].kind != LH_OUTPUT_RELEASED && more.o[j].kind != LH_OUTPUT_RELEASE_OUTCOME);
+            if (more.o[j].kind == LH_OUTPUT_RELEASE)
+                EXPECT_ST(lh_release_result(c, now, more.o[j].request_id, LH_RELEASE_RELEASED), LH_OK);
+        }
+    }
+    EXPECT(lost_events == 1);
+    EXPECT(counters(c).lost_expired == 1 && counters(c).releases_confirmed == 0);
     lh_client_free(c);
+}
+
+/* ------------------------------------------------------------------ the renewal failure budget */
+
+/* One lease on virtual time whose service is unreachable (every RENEW answered with a transport
+ * error) from `down_from` to `down_until`, and answers otherwise; runs the core's deadlines up
+ * to `end`. */
+typedef struct outage_run {
+    uint64_t lease, valid_until;  /* valid_until: the last one known before the loss */
+    int lost_events;
+    uint32_t lost_reason;
+    uint64_t lost_at;
+    lh_counters k;
+} outage_run;
+
+static outage_run run_outage(uint32_t fail_budget, uint64_t ttl_ms, uint64_t down_from, uint64_t down_until,
+                             uint64_t end) {
+    outage_run r;
+    memset(&r, 0, sizeof r);
+    lh_config cfg;
+    lh_client *c = NULL;
+    lh_config_default(&cfg);
+    cfg.fail_budget = fail_budget;
+    EXPECT_ST(lh_client_new(&cfg, SEED, sizeof SEED, &c), LH_OK);
+    if (c == NULL) return r;
+    uint64_t now = 0;
+    r.lease = acquire_granted(c, now, ttl_ms, 7);
+    EXPECT_ST(lh_valid_until(c, r.lease, &r.valid_until), LH_OK);
+    for (int guard = 0; guard < 100000; guard++) {
+        uint64_t dl;
+        EXPECT_ST(lh_poll_timeout(c, &dl), LH_OK);
+        if (dl == LH_NO_DEADLINE || dl > end) break;
+        if (dl > now) now = dl;
+        EXPECT_ST(lh_timeout(c, now), LH_OK);
+        /* Answer every command at once (an answer may queue the next: a retry, a cleanup). */
+        int down = now >= down_from && now < down_until;
+        for (int round = 0; round < 100; round++) {
+            drained d = drain_all(c);
+            if (d.n == 0) break;
+            for (size_t i = 0; i < d.n; i++) {
+                const lh_output *o = &d.o[i];
+                if (o->kind == LH_OUTPUT_RENEW) {
+                    EXPECT_ST(lh_renew_result(c, now, o->request_id,
+                                              down ? LH_RENEW_TRANSPORT_ERROR : LH_RENEW_RENEWED), LH_OK);
+                } else if (o->kind == LH_OUTPUT_RELEASE) {
+                    EXPECT_ST(lh_release_result(c, now, o->request_id,
+                                                down ? LH_RELEASE_TRANSPORT_ERROR : LH_RELEASE_RELEASED), LH_OK);
+                } else if (o->kind == LH_OUTPUT_LOST && o->lease_id == r.lease && r.lost_events++ == 0) {
+                    r.lost_reason = o->reason;
+                    r.lost_at = now;
+                }
+            }
+        }
+        if (r.lost_events == 0) {
+            uint64_t vu = 0;
+            if (lh_valid_until(c, r.lease, &vu) == LH_OK) r.valid_until = vu;
+        }
+    }
+    r.k = counters(c);
+    lh_client_free(c);
+    return r;
+}
+
+/* The time budget (the default): a 30 s lease keeps its lock through 3 s of an unreachable
+ * service that starts when its first renewal is due, however many retries fail meanwhile. */
+static void time_budget_keeps_a_30s_lease_through_a_3s_outage(void) {
+    outage_run r = run_outage(0, 30000, 9000 * MS, 12000 * MS, 120000 * MS);
+    EXPECT(r.lost_events == 0);
+    EXPECT(r.k.renewals_failed >= 3); /* more than a count budget of 3 forgives */
+    EXPECT(r.k.renewals_ok >= 3 && r.k.live_leases == 1);
+    EXPECT(r.valid_until > 120000 * MS);
+    /* The same outage under a count budget of 3 costs the lease, long before its validity ends. */
+    outage_run n = run_outage(3, 30000, 9000 * MS, 12000 * MS, 120000 * MS);
+    EXPECT(n.lost_events == 1 && n.lost_reason == LH_REASON_FAIL_BUDGET);
+    EXPECT(n.k.renewals_failed == 3 && n.k.lost_fail_budget == 1);
+    EXPECT(n.lost_at < n.valid_until);
+}
+
+/* Unreachable for good: lost before its validity ends (never after), once, with renewals
+ * retried until then; under a count budget, after that many failures. */
+static void unreachable_service_loses_the_lease_before_validity_ends(void) {
+    outage_run r = run_outage(0, 30000, 0, UINT64_MAX, 120000 * MS);
+    EXPECT(r.lost_events == 1);
+    EXPECT(r.lost_reason == LH_REASON_FAIL_BUDGET);
+    EXPECT(r.lost_at > 0 && r.lost_at < r.valid_until);
+    EXPECT(r.k.renewals_failed >= 3 && r.k.renewals_ok == 0);
+    EXPECT(r.k.lost_fail_budget == 1);
+
+    outage_run n = run_outage(2, 30000, 0, UINT64_MAX, 120000 * MS);
+    EXPECT(n.lost_events == 1 && n.lost_reason == LH_REASON_FAIL_BUDGET);
+    EXPECT(n.k.renewals_failed == 2 && n.lost_at < n.valid_until);
 }
 
 static void counters_accept_the_first_struct_size(void) {
@@ -1144,6 +1257,64 @@ static void memory_service_drives_two_clients(void) {
     lh_memory_service_free(NULL);
 }
 
+/* Release outcomes from a service that answers: a release refused because the service gave
+ * the lock to someone else reports NOT_OWNER (and leaves the new holder alone); a clean one
+ * reports CONFIRMED; each is counted. */
+static void memory_service_release_outcomes(void) {
+    lh_memory_config mc;
+    lh_memory_service *s = NULL;
+    mem_host h[2];
+    uint64_t lease_a = 0, lease_b = 0;
+    uint32_t releasing = 0;
+    lh_acquire_options o = opts_ttl(30000);
+    lh_memory_status st;
+    static const uint8_t seed_b[32] = {9};
+
+    memset(h, 0, sizeof h);
+    lh_memory_config_default(&mc);
+    EXPECT_ST(lh_memory_service_new(&mc, &s), LH_OK);
+    h[0].c = mk();
+    {
+        lh_config cfg;
+        lh_config_default(&cfg);
+        EXPECT_ST(lh_client_new(&cfg, seed_b, sizeof seed_b, &h[1].c), LH_OK);
+    }
+    EXPECT_ST(lh_memory_service_connect(s, &h[0].conn), LH_OK);
+    EXPECT_ST(lh_memory_service_connect(s, &h[1].conn), LH_OK);
+    EXPECT_ST(lh_acquire(h[0].c, 0, NAME, NAME_LEN, &o, &lease_a), LH_OK);
+    mem_pump(s, h, 2, 0);
+    EXPECT(h[0].fence == 1);
+    /* The service loses A's grant (a failover) and B takes the lock; A still believes. */
+    EXPECT_ST(lh_memory_service_forget(s, NAME, NAME_LEN), LH_OK);
+    EXPECT_ST(lh_acquire(h[1].c, MS, NAME, NAME_LEN, &o, &lease_b), LH_OK);
+    mem_pump(s, h, 2, MS);
+    EXPECT(h[1].fence == 2);
+
+    EXPECT_ST(lh_release_reported(h[0].c, 2 * MS, lease_a, &releasing), LH_OK);
+    EXPECT(releasing == LH_RELEASING_PENDING);
+    mem_pump(s, h, 2, 2 * MS);
+    EXPECT(h[0].outcome == LH_REASON_RELEASE_NOT_OWNER && h[0].lost_reason == 0);
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT_ST(lh_memory_service_status(s, 2 * MS, NAME, NAME_LEN, &st), LH_OK);
+    EXPECT(st.held == 1 && st.fencing_token == 2 && st.holder_connection == h[1].conn);
+    lh_counters ka = counters(h[0].c);
+    EXPECT(ka.releases_not_owner == 1 && ka.releases_confirmed == 0 && ka.releases_lost == 0);
+
+    EXPECT_ST(lh_release_reported(h[1].c, 3 * MS, lease_b, &releasing), LH_OK);
+    EXPECT(releasing == LH_RELEASING_PENDING);
+    mem_pump(s, h, 2, 3 * MS);
+    EXPECT(h[1].outcome == LH_REASON_RELEASE_CONFIRMED);
+    EXPECT_ST(lh_memory_service_status(s, 3 * MS, NAME, NAME_LEN, &st), LH_OK);
+    EXPECT(st.held == 0);
+    lh_counters kb = counters(h[1].c);
+    EXPECT(kb.releases_confirmed == 1 && kb.releases_not_owner == 0);
+
+    lh_client_free(h[0].c);
+    lh_client_free(h[1].c);
+    lh_memory_service_free(s);
+}
+
 int main(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
@@ -1179,8 +1350,11 @@ int main(void) {
     RUN(no_auto_renew_lease_is_lost_at_valid_until_without_renewals);
     RUN(release_reported_tells_confirmed_and_not_owner);
     RUN(release_after_a_pause_ends_lost);
+    RUN(time_budget_keeps_a_30s_lease_through_a_3s_outage);
+    RUN(unreachable_service_loses_the_lease_before_validity_ends);
     RUN(counters_accept_the_first_struct_size);
     RUN(memory_service_drives_two_clients);
+    RUN(memory_service_release_outcomes);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -413,3 +413,58 @@ def test_async_fail_budget_is_settable() -> None:
             assert c.counters().renewals_failed == 1
 
     run(main)
+
+
+async def _advance(clock: FakeClock, c: AsyncLockClient, seconds: float, step: float) -> None:
+    for _ in range(round(seconds / step)):
+        clock.advance(step)
+        assert await c.wait_idle()
+
+
+def test_async_lease_survives_a_short_outage() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        service = MemoryLockService(store)
+        fired: list[Any] = []
+        async with AsyncLockClient(service, clock=clock) as c:
+            h = await c.acquire("outage", ttl=30, on_lost=fired.append)
+            await _advance(clock, c, 9, 0.1)  # the first renewal is due at about 10 s
+            service.partition()
+            await _advance(clock, c, 3, 0.05)
+            assert c.counters().renewals_failed >= 1, "the outage cost renewals"
+            service.heal()
+            await _advance(clock, c, 60, 0.5)
+            assert h.is_held() and not h.lost.is_set() and fired == []
+            rec = store.holder("outage")
+            assert rec is not None and rec.fencing_token == h.fencing_token
+
+    run(main)
+
+
+def test_async_lease_whose_service_stays_unreachable_is_lost_before_validity_ends() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        service = MemoryLockService(MemoryStore(clock=clock))
+        fired: list[tuple[Any, int]] = []
+        async with AsyncLockClient(service, clock=clock) as c:
+            h = await c.acquire("down", ttl=30, on_lost=lambda lh: fired.append((lh, clock.monotonic_ns())))
+            valid_until = h.valid_until_ns
+            assert valid_until is not None
+            service.partition()
+            seen_lost_at: int | None = None
+            for _ in range(400):  # 40 s in 0.1 s steps
+                clock.advance(0.1)
+                assert await c.wait_idle()
+                if h.lost.is_set():
+                    seen_lost_at = clock.monotonic_ns()
+                    break
+                assert clock.monotonic_ns() < valid_until, "still held past its validity"
+            assert seen_lost_at is not None and seen_lost_at < valid_until, "lost before its validity ends"
+            assert h.lost_reason == "fail_budget"
+            assert await c.wait_idle()
+            assert [f[0] for f in fired] == [h], "on_lost fires exactly once"
+            assert fired[0][1] < valid_until
+            assert c.counters().renewals_failed >= 3, "transport failures were retried, not given up at once"
+
+    run(main)
