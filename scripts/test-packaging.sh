@@ -173,6 +173,8 @@ for f in include/leasehold.h include/leasehold.hpp include/leasehold/memory_tran
     include/leasehold/redis_transport.hpp include/leasehold/sqlite_transport.hpp \
     include/leasehold/postgres_transport.hpp include/leasehold/postgres_fencing.hpp \
     include/leasehold/etcd_transport.hpp include/leasehold/detail/sql_executor.hpp \
+    include/leasehold/redis_connect.hpp include/leasehold/detail/redis_executor.hpp \
+    include/leasehold/detail/hiredis.hpp include/leasehold/detail/sigpipe.hpp \
     lib/libleasehold.a "lib/libleasehold.so.$version" \
     lib/cmake/leasehold/leaseholdConfig.cmake lib/cmake/leasehold/leaseholdConfigVersion.cmake \
     lib/pkgconfig/leasehold.pc lib/pkgconfig/leasehold-static.pc \

@@ -3,13 +3,14 @@ package leasehold
 // The Redis executor: it runs the requests of a core created with the Redis
 // protocol attached (lh_client_new_redis), verbatim, and hands back replies,
 // pub/sub messages and subscription changes unread. It knows no key, script,
-// argument or reply: the core does (docs/redis-protocol.md).
+// argument or reply: the core does (docs/redis-protocol.md). Beside it:
+// redis_config.go (RedisTransport: the go-redis client and its options),
+// redis_reply.go (go-redis replies as the core's values) and redis_cluster.go
+// (Redis Cluster shard channels).
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -17,46 +18,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// flatten turns a go-redis reply into lh_reply's pre-order values and one
-// data buffer. go-redis reads simple strings as strings: they go as bulk.
-func flatten(vals []lhValue, data []byte, v any) ([]lhValue, []byte, error) {
-	str := func(kind uint32, s string) {
-		vals = append(vals, newValue(kind, 0, len(data), len(s)))
-		data = append(data, s...)
-	}
-	switch x := v.(type) {
-	case nil:
-		vals = append(vals, newValue(valueNil, 0, 0, 0))
-	case int64:
-		vals = append(vals, newValue(valueInt, x, 0, 0))
-	case bool:
-		vals = append(vals, newValue(valueInt, map[bool]int64{true: 1}[x], 0, 0))
-	case string:
-		str(valueBulk, x)
-	case float64, *big.Int:
-		str(valueBulk, fmt.Sprint(x))
-	case redis.Error:
-		str(valueError, x.Error())
-	case []any:
-		vals = append(vals, newValue(valueArray, 0, 0, len(x)))
-		var err error
-		for _, e := range x {
-			if vals, data, err = flatten(vals, data, e); err != nil {
-				return nil, nil, err
-			}
-		}
-	case map[any]any: // RESP3 map: key, value, key, value…
-		kv := make([]any, 0, 2*len(x))
-		for k, e := range x {
-			kv = append(kv, k, e)
-		}
-		return flatten(vals, data, kv)
-	default:
-		return nil, nil, fmt.Errorf("leasehold: reply of type %T", v)
-	}
-	return vals, data, nil
-}
 
 // command runs one request of the commands connection and hands back its
 // reply, or a transport failure, with the request's id.
@@ -251,99 +212,4 @@ func (s *subscriber) lost(ps *redis.PubSub, err error) {
 	for ch := range chans {
 		s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
 	}
-}
-
-// execShard runs one SSUBSCRIBE / SUNSUBSCRIBE of a shard channel (Redis
-// Cluster): each channel gets a pub/sub connection of its own on the master
-// serving its slot. SUNSUBSCRIBE closes it; the core has forgotten the name.
-func (s *subscriber) execShard(q *request) {
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if len(q.argv) != 2 || !ok {
-		s.c.log.Debug("leasehold: shard channel request without a cluster client", "command", q.argv[0])
-		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
-		return
-	}
-	ch := q.argv[1]
-	s.mu.Lock()
-	old := s.shards[ch]
-	delete(s.shards, ch)
-	stale := s.shardStale
-	s.shardStale = false
-	s.mu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
-	if strings.EqualFold(q.argv[0], "SUNSUBSCRIBE") {
-		return
-	}
-	ctx, cancel := context.WithTimeout(s.c.ioCtx, s.c.reqTimeout)
-	defer cancel()
-	if stale {
-		cc.ReloadState(ctx)
-	}
-	ps := cc.SSubscribe(ctx) // dials on the first SSUBSCRIBE, by its channel's slot
-	if err := ps.SSubscribe(ctx, ch); err != nil {
-		_ = ps.Close()
-		s.mu.Lock()
-		s.shardStale = true
-		s.mu.Unlock()
-		s.c.log.Debug("leasehold: redis SSUBSCRIBE failed", "channel", ch, "err", err)
-		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
-		return
-	}
-	s.mu.Lock()
-	if s.shards == nil {
-		s.shards = map[string]*redis.PubSub{}
-	}
-	s.shards[ch] = ps
-	s.mu.Unlock()
-	s.wg.Add(1)
-	go s.receiveShard(ch, ps)
-}
-
-func (s *subscriber) receiveShard(ch string, ps *redis.PubSub) {
-	defer s.wg.Done()
-	pinged := false
-	for {
-		m, err := ps.ReceiveTimeout(s.c.ioCtx, s.health)
-		var ne net.Error
-		if err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
-			pinged = true
-			_ = ps.Ping(s.c.ioCtx)
-			continue
-		}
-		if err != nil {
-			s.lostShard(ch, ps, err)
-			return
-		}
-		pinged = false
-		switch m := m.(type) {
-		case *redis.Message:
-			s.c.input(func(now uint64) error { return s.c.core.pubsubMessage(now, m.Channel, m.Payload) })
-		case *redis.Subscription:
-			switch m.Kind {
-			case "ssubscribe":
-				s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, true) })
-			case "sunsubscribe": // the slot left this node
-				s.lostShard(ch, ps, errors.New("sunsubscribe from the server"))
-				return
-			}
-		}
-	}
-}
-
-// lostShard drops a shard channel's connection (once) and reports the
-// channel gone; the core subscribes it again, routed on a reloaded slot map.
-func (s *subscriber) lostShard(ch string, ps *redis.PubSub, err error) {
-	s.mu.Lock()
-	if s.shards[ch] != ps {
-		s.mu.Unlock()
-		return
-	}
-	delete(s.shards, ch)
-	s.shardStale = true
-	s.mu.Unlock()
-	_ = ps.Close()
-	s.c.log.Debug("leasehold: redis shard channel lost", "channel", ch, "err", err)
-	s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
 }

@@ -66,23 +66,6 @@ func queueLen(rdb *redis.Client, name string) int64 {
 	return n
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // acquireAsync runs c.Acquire on its own goroutine.
 func acquireAsync(ctx context.Context, c *Client, name string, opts AcquireOptions) <-chan acqResult {
 	ch := make(chan acqResult, 1)

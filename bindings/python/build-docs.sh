@@ -44,6 +44,7 @@ modules = [
     "leasehold.backends.sqlite",
     "leasehold.backends.redis",
     "leasehold.backends.redis_async",
+    "leasehold.backends.redis_connect",
     "leasehold.backends.redis_executor",
     "leasehold.backends.redis_executor_async",
     "leasehold.backends.sql_executor",

@@ -6,7 +6,8 @@ replies; the executor owns the connections):
 
 * :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
   (and Sentinel; also under their first names: :mod:`leasehold.backends.redis` /
-  :mod:`leasehold.backends.redis_async`); :mod:`leasehold.backends.redis_cluster_executor` /
+  :mod:`leasehold.backends.redis_async`), their connections (pools, URLs, Sentinel) made by
+  :mod:`leasehold.backends.redis_connect`; :mod:`leasehold.backends.redis_cluster_executor` /
   :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
 * :mod:`leasehold.backends.sqlite` – ``SQLiteLockService``, the embedded default for
   processes on one host (a ``SqliteExecutor``);

@@ -24,7 +24,8 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .._core import RedisOptions
-from .redis_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, Sink, error_value
+from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
+from .redis_executor import Sink, error_value
 
 __all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "cluster_startup", "parse_cluster_url"]
 

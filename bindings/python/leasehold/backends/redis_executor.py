@@ -9,23 +9,35 @@ gone; the core then asks to subscribe again.
 
 Redis Sentinel: :meth:`RedisExecutor.from_sentinel` (or a ``master_for`` client given as
 ``client``) makes every connection, the subscriber's too, ask the sentinels for the master
-when it (re)connects, so both follow a failover.
+when it (re)connects, so both follow a failover. Connection pools, URLs and Sentinel
+discovery: :mod:`leasehold.backends.redis_connect`.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 import redis
-import redis.sentinel
 from redis._parsers.base import BaseParser
 from redis.exceptions import ResponseError
 
 from .._core import RedisOptions
+from .redis_connect import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    SENTINEL_SCHEME,
+    connection_pool,
+    parse_sentinel_url,
+    parse_sentinels,
+    sentinel_pool,
+)
 
+# The connection helpers live in redis_connect; they stay importable from here.
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_SOCKET_TIMEOUT",
     "SENTINEL_SCHEME",
     "RedisExecutor",
     "Sink",
@@ -35,11 +47,6 @@ __all__ = [
     "parse_sentinels",
     "sentinel_pool",
 ]
-
-SENTINEL_SCHEME = "redis+sentinel"
-
-DEFAULT_SOCKET_TIMEOUT = 5.0
-DEFAULT_CONNECT_TIMEOUT = 2.0
 
 # redis-py strips a known error code off the message and picks an exception class by it;
 # the core reads the reply as the server sent it, so the code goes back in front.
@@ -58,125 +65,6 @@ class Sink(Protocol):
     def message(self, channel: bytes, payload: bytes) -> None: ...
 
     def subscription(self, channel: bytes, subscribed: bool) -> None: ...
-
-
-def connection_pool(
-    client: redis.Redis | redis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
-) -> redis.ConnectionPool:
-    """A connection pool from a redis-py client or pool, a URL (``redis://``, ``rediss://``,
-    ``unix://``, or ``redis+sentinel://`` for a Sentinel deployment: :func:`parse_sentinel_url`),
-    or redis-py connection keywords (``host``, ``port``, ``db``, ``username``, ``password``,
-    ``unix_socket_path``, ``ssl``...). Replies stay bytes either way."""
-    if client is not None and url is not None:
-        raise ValueError("give a redis-py client/pool or a URL, not both")
-    if isinstance(client, redis.Redis):
-        return client.connection_pool
-    if isinstance(client, redis.ConnectionPool):
-        return client
-    if client is not None:
-        raise TypeError(f"client must be a redis.Redis or redis.ConnectionPool, not {type(client).__name__}")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
-        sentinels, master_name, from_url = parse_sentinel_url(url)
-        return sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
-    if url is not None:
-        return redis.ConnectionPool.from_url(url, **kwargs)
-    if kwargs.pop("ssl", False):
-        kwargs["connection_class"] = redis.SSLConnection
-    if "unix_socket_path" in kwargs:
-        kwargs["connection_class"] = redis.UnixDomainSocketConnection
-        kwargs["path"] = kwargs.pop("unix_socket_path")
-    return redis.ConnectionPool(**kwargs)
-
-
-def parse_sentinels(sentinels: str | Iterable[str | tuple[str, int]]) -> list[tuple[str, int]]:
-    """Sentinel addresses as ``(host, port)`` pairs, from pairs, ``"host:port"`` strings or one
-    comma-separated string (``"h1:26379,h2:26379"``); the port defaults to 26379."""
-    items = sentinels.split(",") if isinstance(sentinels, str) else list(sentinels)
-    out: list[tuple[str, int]] = []
-    for item in items:
-        try:
-            if isinstance(item, tuple):
-                host, port = item
-            else:
-                text = item.strip()
-                if text.startswith("["):  # [v6 address]:port
-                    host, _, rest = text[1:].partition("]")
-                    port = int(rest[1:]) if rest.startswith(":") else 26379
-                else:
-                    host, sep, p = text.rpartition(":")
-                    host, port = (host, int(p)) if sep else (p, 26379)
-        except ValueError:
-            host, port = "", 0
-        if not host or not 0 < int(port) < 65536:
-            raise ValueError(f"bad sentinel address {item!r} (want host:port)")
-        out.append((str(host), int(port)))
-    if not out:
-        raise ValueError("no sentinel address given")
-    return out
-
-
-def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
-    """``redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]`` as
-    (sentinel addresses, master name, redis-py keywords for the Redis servers: ``username``,
-    ``password``, ``db``). The credentials are the servers'; sentinels that need their own
-    take ``sentinel_kwargs`` (:func:`sentinel_pool`)."""
-    from urllib.parse import unquote
-
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() != SENTINEL_SCHEME:
-        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL: {url!r}")
-    hosts, _, path = rest.partition("/")
-    kwargs: dict[str, Any] = {}
-    if "@" in hosts:
-        creds, _, hosts = hosts.rpartition("@")
-        user, has_password, password = creds.partition(":")
-        if user:
-            kwargs["username"] = unquote(user)
-        if has_password:
-            kwargs["password"] = unquote(password)
-    parts = [p for p in path.split("/") if p]
-    if not parts or len(parts) > 2:
-        raise ValueError(f"{SENTINEL_SCHEME} URL needs /MASTER_NAME[/DB] after the sentinels: {url!r}")
-    if len(parts) == 2:
-        if not parts[1].isdigit():
-            raise ValueError(f"bad database number {parts[1]!r} in {url!r}")
-        kwargs["db"] = int(parts[1])
-    return parse_sentinels(hosts), unquote(parts[0]), kwargs
-
-
-def sentinel_pool(
-    sentinels: str | Iterable[str | tuple[str, int]],
-    master_name: str,
-    *,
-    sentinel_kwargs: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> redis.sentinel.SentinelConnectionPool:
-    """A connection pool on the master the sentinels name ``master_name`` (redis-py's
-    ``Sentinel(...).master_for(...)``): each connection asks the sentinels on connect, so a
-    reconnect after a failover reaches the promoted replica. ``kwargs`` are redis-py
-    connection keywords for the Redis servers (``password``, ``db``, ``ssl``...);
-    ``sentinel_kwargs`` those for the sentinels (default: the ``socket_*`` ones of ``kwargs``,
-    and no retries: the core retries)."""
-    if not master_name:
-        raise ValueError("a master name is required")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.sentinel.Sentinel(
-        parse_sentinels(sentinels), sentinel_kwargs=_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
-    )
-    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
-
-
-def _sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    if given is not None:
-        return given
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
-    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
 
 
 def _address(conn: Any) -> tuple[Any, Any]:

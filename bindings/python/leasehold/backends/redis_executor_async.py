@@ -13,76 +13,13 @@ import inspect
 from typing import Any, Iterable
 
 import redis.asyncio as aredis
-import redis.asyncio.sentinel
 from redis.exceptions import ResponseError
 
 from .._core import RedisOptions
-from .redis_executor import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_SOCKET_TIMEOUT,
-    SENTINEL_SCHEME,
-    Sink,
-    _address,
-    error_value,
-    parse_sentinel_url,
-    parse_sentinels,
-)
+from .redis_connect import async_connection_pool, async_sentinel_pool
+from .redis_executor import Sink, _address, error_value
 
 __all__ = ["AsyncRedisExecutor", "async_connection_pool", "async_sentinel_pool"]
-
-
-def async_connection_pool(
-    client: aredis.Redis | aredis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
-) -> aredis.ConnectionPool:
-    """As :func:`leasehold.backends.redis_executor.connection_pool`, for ``redis.asyncio``."""
-    if client is not None and url is not None:
-        raise ValueError("give a redis.asyncio client/pool or a URL, not both")
-    if isinstance(client, aredis.Redis):
-        return client.connection_pool
-    if isinstance(client, aredis.ConnectionPool):
-        return client
-    if client is not None:
-        raise TypeError(f"client must be a redis.asyncio.Redis or ConnectionPool, not {type(client).__name__}")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
-        sentinels, master_name, from_url = parse_sentinel_url(url)
-        return async_sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
-    if url is not None:
-        return aredis.ConnectionPool.from_url(url, **kwargs)
-    if kwargs.pop("ssl", False):
-        kwargs["connection_class"] = aredis.SSLConnection
-    if "unix_socket_path" in kwargs:
-        kwargs["connection_class"] = aredis.UnixDomainSocketConnection
-        kwargs["path"] = kwargs.pop("unix_socket_path")
-    return aredis.ConnectionPool(**kwargs)
-
-
-def async_sentinel_pool(
-    sentinels: str | Iterable[str | tuple[str, int]],
-    master_name: str,
-    *,
-    sentinel_kwargs: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> redis.asyncio.sentinel.SentinelConnectionPool:
-    """As :func:`leasehold.backends.redis_executor.sentinel_pool`, for ``redis.asyncio``."""
-    if not master_name:
-        raise ValueError("a master name is required")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.asyncio.sentinel.Sentinel(
-        parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
-    )
-    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
-
-
-def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    if given is not None:
-        return given
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
 
 
 class AsyncRedisExecutor:

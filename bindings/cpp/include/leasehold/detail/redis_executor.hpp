@@ -1,0 +1,250 @@
+// leasehold/detail/redis_executor.hpp — the Redis executor proper, on hiredis: it runs the
+// core's requests verbatim on a commands connection and a subscriber connection and hands back
+// what Redis said, unread (redis_transport.hpp describes both; RedisTransport is its public face).
+// Connections are opened by RedisConnector (redis_connect.hpp).
+#pragma once
+
+#include <leasehold.hpp>
+#include <leasehold/detail/hiredis.hpp>
+#include <leasehold/detail/sigpipe.hpp>
+#include <leasehold/redis_connect.hpp>
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace leasehold::detail {
+
+class RedisExecutor : public Backend {
+  using Ctx = RedisCtx;
+  using Reply = RedisReply;
+
+ public:
+  RedisExecutor(const RedisExecutor&) = delete;
+  RedisExecutor& operator=(const RedisExecutor&) = delete;
+
+  void start(Sink sink) override {
+    sink_ = std::move(sink);
+    commands_ = std::thread([this] { command_loop(); });
+    subscriber_ = std::thread([this] { subscriber_loop(); });
+  }
+  void execute(Request r) override {
+    const bool sub = r.connection == LH_CONNECTION_SUBSCRIBER;
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
+      if (!sub && caller_runs_) return;  // run_pending() follows
+    }
+    sub ? wake() : cv_.notify_one();
+  }
+  void drain_for_caller(Core& core) override {
+    {
+      std::lock_guard g(mu_);
+      caller_runs_ = true;
+    }
+    struct Reset {
+      RedisExecutor* t;
+      ~Reset() {
+        std::lock_guard g(t->mu_);
+        t->caller_runs_ = false;
+      }
+    } reset{this};
+    drain(core);
+  }
+  void run_pending() noexcept override {
+    std::deque<Request> batch;
+    {
+      std::unique_lock l(mu_);
+      if (closed_ || cmd_q_.empty()) return;
+      if (cmd_busy_) return cv_.notify_one();  // the running batch's owner hands it on
+      cmd_busy_ = true;
+      batch.swap(cmd_q_);
+    }
+    {
+      const SigpipeScope quiet;
+      run_batch(batch);
+    }
+    {
+      std::lock_guard g(mu_);
+      cmd_busy_ = false;
+    }
+    cv_.notify_all();  // the commands thread (more requests) or close() (the connection is free)
+  }
+  // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
+  void close() {
+    {
+      std::unique_lock l(mu_);
+      if (closed_) return;
+      closed_ = true;
+      if (cmd_fd_ >= 0) ::shutdown(cmd_fd_, SHUT_RDWR);
+    }
+    cv_.notify_all();
+    wake();
+    if (commands_.joinable()) commands_.join();
+    if (subscriber_.joinable()) subscriber_.join();
+    std::unique_lock l(mu_);
+    cv_.wait(l, [&] { return !cmd_busy_; });  // an application thread's batch (unblocked above)
+    cmd_.reset();
+  }
+
+ protected:
+  explicit RedisExecutor(RedisOptions options) : conn_(std::move(options)) {
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
+  }
+  ~RedisExecutor() override {
+    close();
+    ::close(wake_fd_);
+  }
+  [[nodiscard]] const RedisConnector& connector() const noexcept { return conn_; }
+  [[nodiscard]] std::uint64_t messages_received() const noexcept { return messages_.load(); }
+
+ private:
+  void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_fd_, "\1\0\0\0\0\0\0\0", 8); }
+  void log(const std::string& m) const noexcept { conn_.log(m); }
+  bool sentinel() const noexcept { return conn_.sentinel(); }
+
+  void failed(std::uint64_t id) { sink_(BackendInput{BackendInput::Kind::Failed, id, {}, {}, {}, false, {}}); }
+
+  void command_loop() {
+    block_sigpipe_in_this_thread();
+    for (;;) {
+      std::deque<Request> batch;
+      {
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return closed_ || (!cmd_q_.empty() && !cmd_busy_); });
+        if (closed_) return;
+        cmd_busy_ = true;
+        batch.swap(cmd_q_);
+      }
+      run_batch(batch);
+      std::lock_guard g(mu_);
+      cmd_busy_ = false;
+      cv_.notify_all();  // close() may wait for the connection
+    }
+  }
+  // Sends the batch as one pipeline on cmd_ and hands back the replies (the caller set
+  // cmd_busy_: cmd_ is this thread's until it clears it).
+  void run_batch(std::deque<Request>& batch) {
+    Ctx& c = cmd_;
+    if (!c) {
+      std::string addr;
+      if ((c = conn_.connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
+    }
+    std::size_t sent = 0, done = 0;
+    bool demoted = false;
+    while (c && sent < batch.size() && redis_append(c.get(), batch[sent].argv) == REDIS_OK) ++sent;
+    for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
+      Reply r(static_cast<redisReply*>(raw));
+      demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
+      BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false, {}};
+      redis_flatten(r.get(), in);
+      sink_(std::move(in));
+    }
+    if (demoted && sentinel() && done == batch.size()) {
+      // The master became a replica: ask the sentinels again on the next request.
+      log("commands connection: the master was demoted");
+      set_cmd_fd(-1);
+      c.reset();
+      return;
+    }
+    if (done == batch.size()) return;
+    if (c) log(std::string("commands connection: ") + (c->err ? c->errstr : "broken"));
+    for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id);
+    set_cmd_fd(-1);
+    c.reset();
+  }
+  void set_cmd_fd(int fd) { std::lock_guard g(mu_); cmd_fd_ = fd; }
+  // (Sentinel) A connection reached the master at addr; the subscriber leaves an older one.
+  void found_master(const std::string& addr) {
+    if (conn_.reached(addr)) wake();
+  }
+
+  void subscriber_loop() {
+    block_sigpipe_in_this_thread();
+    Ctx s;
+    std::string at;                  // where s is connected
+    std::set<std::string> channels;  // subscribed (or asked for) on s: reported lost with it
+    auto lose = [&] {
+      if (s) log(std::string("subscriber connection: ") + (s->err ? s->errstr : "broken"));
+      s.reset();
+      for (const auto& ch : channels) sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, ch, false, {}});
+      channels.clear();
+    };
+    for (;;) {
+      std::deque<Request> batch;
+      {
+        std::lock_guard g(mu_);
+        if (closed_) return;
+        batch.swap(sub_q_);
+      }
+      for (auto& r : batch) {
+        if (!s && (s = conn_.connect(&at))) found_master(at);
+        int written = 0;
+        if (s && redis_append(s.get(), r.argv) == REDIS_OK)
+          while (redisBufferWrite(s.get(), &written) == REDIS_OK && !written) {}
+        if (!written) {
+          failed(r.id);
+          lose();
+        } else if (r.argv.size() > 1 && strcasecmp(r.argv[0].c_str(), "SUBSCRIBE") == 0) {
+          channels.insert(r.argv.begin() + 1, r.argv.end());
+        }
+      }
+      pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {s ? s->fd : -1, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) continue;
+      std::uint64_t n = 0;
+      if (fds[0].revents != 0) [[maybe_unused]] auto rd = ::read(wake_fd_, &n, sizeof n);
+      if (s && sentinel()) {
+        if (const auto now = conn_.master(); !now.empty() && now != at) {
+          log("subscriber connection: the master moved to " + now);
+          s.reset();  // lose() without a second log line
+          lose();
+          continue;
+        }
+      }
+      if (!s || fds[1].revents == 0) continue;
+      if (redisBufferRead(s.get()) != REDIS_OK) {
+        lose();
+        continue;
+      }
+      void* raw = nullptr;
+      while (redisGetReplyFromReader(s.get(), &raw) == REDIS_OK && raw != nullptr) {
+        Reply r(static_cast<redisReply*>(std::exchange(raw, nullptr)));
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_STRING)
+          continue;
+        const std::string kind(r->element[0]->str, r->element[0]->len);
+        std::string ch(r->element[1]->str, r->element[1]->len);
+        const redisReply* p = r->element[2];
+        if (kind == "message" && p->type == REDIS_REPLY_STRING) {
+          ++messages_;
+          sink_(BackendInput{BackendInput::Kind::Message, 0, {}, std::string(p->str, p->len), std::move(ch), false, {}});
+        } else if (kind == "subscribe" || kind == "unsubscribe") {
+          if (kind[0] == 'u') channels.erase(ch);
+          sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, std::move(ch), kind[0] == 's', {}});
+        }
+      }
+      if (s->err) lose();
+    }
+  }
+
+  RedisConnector conn_;  // the options, and how a connection is opened
+  Sink sink_;
+  int wake_fd_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> cmd_q_, sub_q_;  // guarded by mu_
+  int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
+  bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
+  bool caller_runs_ = false;           // guarded by mu_: in drain_for_caller()
+  Ctx cmd_;                            // the commands connection: its thread's while cmd_busy_
+  bool closed_ = false;                // guarded by mu_
+  std::atomic<std::uint64_t> messages_{0};
+  std::thread commands_, subscriber_;
+};
+
+}  // namespace leasehold::detail

@@ -1,0 +1,207 @@
+"""Connections for the Redis executors: redis-py connection pools from a client, a pool, a URL
+or connection keywords (password / ACL user, DB, unix socket, TLS), and Redis Sentinel
+(``redis+sentinel://`` URLs, sentinel addresses, a pool on the master the sentinels name),
+for ``redis`` and ``redis.asyncio``.
+
+The executors (:mod:`leasehold.backends.redis_executor`, :mod:`~leasehold.backends.redis_executor_async`)
+run the core's requests on what this makes, and re-export these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import redis
+import redis.asyncio as aredis
+import redis.asyncio.sentinel
+import redis.sentinel
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_SOCKET_TIMEOUT",
+    "SENTINEL_SCHEME",
+    "async_connection_pool",
+    "async_sentinel_pool",
+    "connection_pool",
+    "parse_sentinel_url",
+    "parse_sentinels",
+    "sentinel_pool",
+]
+
+SENTINEL_SCHEME = "redis+sentinel"
+
+DEFAULT_SOCKET_TIMEOUT = 5.0
+DEFAULT_CONNECT_TIMEOUT = 2.0
+
+
+def connection_pool(
+    client: redis.Redis | redis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
+) -> redis.ConnectionPool:
+    """A connection pool from a redis-py client or pool, a URL (``redis://``, ``rediss://``,
+    ``unix://``, or ``redis+sentinel://`` for a Sentinel deployment: :func:`parse_sentinel_url`),
+    or redis-py connection keywords (``host``, ``port``, ``db``, ``username``, ``password``,
+    ``unix_socket_path``, ``ssl``...). Replies stay bytes either way."""
+    if client is not None and url is not None:
+        raise ValueError("give a redis-py client/pool or a URL, not both")
+    if isinstance(client, redis.Redis):
+        return client.connection_pool
+    if isinstance(client, redis.ConnectionPool):
+        return client
+    if client is not None:
+        raise TypeError(f"client must be a redis.Redis or redis.ConnectionPool, not {type(client).__name__}")
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
+        sentinels, master_name, from_url = parse_sentinel_url(url)
+        return sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
+    if url is not None:
+        return redis.ConnectionPool.from_url(url, **kwargs)
+    if kwargs.pop("ssl", False):
+        kwargs["connection_class"] = redis.SSLConnection
+    if "unix_socket_path" in kwargs:
+        kwargs["connection_class"] = redis.UnixDomainSocketConnection
+        kwargs["path"] = kwargs.pop("unix_socket_path")
+    return redis.ConnectionPool(**kwargs)
+
+
+def parse_sentinels(sentinels: str | Iterable[str | tuple[str, int]]) -> list[tuple[str, int]]:
+    """Sentinel addresses as ``(host, port)`` pairs, from pairs, ``"host:port"`` strings or one
+    comma-separated string (``"h1:26379,h2:26379"``); the port defaults to 26379."""
+    items = sentinels.split(",") if isinstance(sentinels, str) else list(sentinels)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        try:
+            if isinstance(item, tuple):
+                host, port = item
+            else:
+                text = item.strip()
+                if text.startswith("["):  # [v6 address]:port
+                    host, _, rest = text[1:].partition("]")
+                    port = int(rest[1:]) if rest.startswith(":") else 26379
+                else:
+                    host, sep, p = text.rpartition(":")
+                    host, port = (host, int(p)) if sep else (p, 26379)
+        except ValueError:
+            host, port = "", 0
+        if not host or not 0 < int(port) < 65536:
+            raise ValueError(f"bad sentinel address {item!r} (want host:port)")
+        out.append((str(host), int(port)))
+    if not out:
+        raise ValueError("no sentinel address given")
+    return out
+
+
+def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
+    """``redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]`` as
+    (sentinel addresses, master name, redis-py keywords for the Redis servers: ``username``,
+    ``password``, ``db``). The credentials are the servers'; sentinels that need their own
+    take ``sentinel_kwargs`` (:func:`sentinel_pool`)."""
+    from urllib.parse import unquote
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != SENTINEL_SCHEME:
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL: {url!r}")
+    hosts, _, path = rest.partition("/")
+    kwargs: dict[str, Any] = {}
+    if "@" in hosts:
+        creds, _, hosts = hosts.rpartition("@")
+        user, has_password, password = creds.partition(":")
+        if user:
+            kwargs["username"] = unquote(user)
+        if has_password:
+            kwargs["password"] = unquote(password)
+    parts = [p for p in path.split("/") if p]
+    if not parts or len(parts) > 2:
+        raise ValueError(f"{SENTINEL_SCHEME} URL needs /MASTER_NAME[/DB] after the sentinels: {url!r}")
+    if len(parts) == 2:
+        if not parts[1].isdigit():
+            raise ValueError(f"bad database number {parts[1]!r} in {url!r}")
+        kwargs["db"] = int(parts[1])
+    return parse_sentinels(hosts), unquote(parts[0]), kwargs
+
+
+def sentinel_pool(
+    sentinels: str | Iterable[str | tuple[str, int]],
+    master_name: str,
+    *,
+    sentinel_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> redis.sentinel.SentinelConnectionPool:
+    """A connection pool on the master the sentinels name ``master_name`` (redis-py's
+    ``Sentinel(...).master_for(...)``): each connection asks the sentinels on connect, so a
+    reconnect after a failover reaches the promoted replica. ``kwargs`` are redis-py
+    connection keywords for the Redis servers (``password``, ``db``, ``ssl``...);
+    ``sentinel_kwargs`` those for the sentinels (default: the ``socket_*`` ones of ``kwargs``,
+    and no retries: the core retries)."""
+    if not master_name:
+        raise ValueError("a master name is required")
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    sentinel = redis.sentinel.Sentinel(
+        parse_sentinels(sentinels), sentinel_kwargs=_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    )
+    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
+
+
+def _sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if given is not None:
+        return given
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
+    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
+
+
+def async_connection_pool(
+    client: aredis.Redis | aredis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
+) -> aredis.ConnectionPool:
+    """As :func:`connection_pool`, for ``redis.asyncio``."""
+    if client is not None and url is not None:
+        raise ValueError("give a redis.asyncio client/pool or a URL, not both")
+    if isinstance(client, aredis.Redis):
+        return client.connection_pool
+    if isinstance(client, aredis.ConnectionPool):
+        return client
+    if client is not None:
+        raise TypeError(f"client must be a redis.asyncio.Redis or ConnectionPool, not {type(client).__name__}")
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
+        sentinels, master_name, from_url = parse_sentinel_url(url)
+        return async_sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
+    if url is not None:
+        return aredis.ConnectionPool.from_url(url, **kwargs)
+    if kwargs.pop("ssl", False):
+        kwargs["connection_class"] = aredis.SSLConnection
+    if "unix_socket_path" in kwargs:
+        kwargs["connection_class"] = aredis.UnixDomainSocketConnection
+        kwargs["path"] = kwargs.pop("unix_socket_path")
+    return aredis.ConnectionPool(**kwargs)
+
+
+def async_sentinel_pool(
+    sentinels: str | Iterable[str | tuple[str, int]],
+    master_name: str,
+    *,
+    sentinel_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> redis.asyncio.sentinel.SentinelConnectionPool:
+    """As :func:`sentinel_pool`, for ``redis.asyncio``."""
+    if not master_name:
+        raise ValueError("a master name is required")
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    )
+    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
+
+
+def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if given is not None:
+        return given
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
