@@ -79,25 +79,6 @@ struct RawLoop {
   }
 };
 
-static void flatten(const redisReply* r, std::vector<lh_value>& vals, std::string& data) {
-  lh_value v{};
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER: v.kind = LH_VALUE_INT, v.integer = r->integer; break;
-    case REDIS_REPLY_STRING: v.kind = LH_VALUE_BULK; break;
-    case REDIS_REPLY_STATUS: v.kind = LH_VALUE_STATUS; break;
-    case REDIS_REPLY_ERROR: v.kind = LH_VALUE_ERROR; break;
-    case REDIS_REPLY_ARRAY: v.kind = LH_VALUE_ARRAY, v.len = r->elements; break;
-    default: v.kind = LH_VALUE_NIL; break;
-  }
-  if (v.kind == LH_VALUE_BULK || v.kind == LH_VALUE_STATUS || v.kind == LH_VALUE_ERROR) {
-    v.offset = data.size(), v.len = r->len;
-    data.append(r->str, r->len);
-  }
-  vals.push_back(v);
-  if (v.kind == LH_VALUE_ARRAY)
-    for (std::size_t i = 0; i < r->elements; ++i) flatten(r->element[i], vals, data);
-}
-
 // The core driven by the calling thread over one blocking connection (and one for pub/sub).
 struct CoreLoop {
   leasehold::Core core;
@@ -126,10 +107,9 @@ struct CoreLoop {
           core.subscription(leasehold::now_ns(), std::string_view(r->element[1]->str, r->element[1]->len),
                             std::string_view(r->element[0]->str, r->element[0]->len) == "subscribe");
       } else {
-        std::vector<lh_value> vals;
-        std::string data;
-        flatten(r, vals, data);
-        core.reply(leasehold::now_ns(), q->id, vals, data);
+        leasehold::BackendInput in;
+        leasehold::detail::redis_flatten(r, in);
+        core.reply(leasehold::now_ns(), q->id, in.values, in.data);
       }
       freeReplyObject(r);
     }
