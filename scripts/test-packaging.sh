@@ -11,7 +11,9 @@
 #     find_package (static and shared), a wrong version refused, examples/c and the C++
 #     example through pkg-config;
 #   - Go: a module outside the repository (replace to this checkout, and -tags
-#     leasehold_pkgconfig against the install prefix), and examples/go.
+#     leasehold_pkgconfig against the install prefix), and examples/go;
+#   - the Python, Go and C++ examples take one lock in turn on the one SQLite default file,
+#     with strictly increasing fencing tokens.
 # Any failure exits non-zero with "packaging: FAIL: ..."; the last line counts the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,9 +153,11 @@ check_venv "$work/venv-wheel" wheel
 override="$(cd "$work" && LEASEHOLD_LIBRARY="$root/target/release/libleasehold.so" \
     "$work/venv-wheel/bin/python" -c 'import leasehold; print(leasehold.library_path)')"
 [[ "$override" == "$root/target/release/libleasehold.so" ]] || fail "LEASEHOLD_LIBRARY did not win ($override)"
-if (cd "$work" && LEASEHOLD_LIBRARY="$work/none.so" "$work/venv-wheel/bin/python" -c 'import leasehold; leasehold.LockClient' 2>/dev/null); then
+if missing="$(cd "$work" && LEASEHOLD_LIBRARY="$work/none.so" "$work/venv-wheel/bin/python" -c 'import leasehold; leasehold.LockClient' 2>&1)"; then
     fail "a LEASEHOLD_LIBRARY naming no file was ignored"
 fi
+grep -q "LEASEHOLD_LIBRARY=.*none.so.* does not name a file" <<<"$missing" ||
+    { echo "$missing" >&2; fail "a LEASEHOLD_LIBRARY naming no file did not say so"; }
 ok "LEASEHOLD_LIBRARY overrides the packaged library"
 
 step "Python: fresh venv, pip install ./bindings/python"
@@ -212,7 +216,7 @@ make -s -C "$work/c-src" PKG=leasehold BUILD="$work/c-shared" >/dev/null
 expect_output "C example (pkg-config leasehold, shared)" "fencing token [0-9]+" \
     env LD_LIBRARY_PATH="$prefix/lib" "$work/c-shared/lock"
 # shellcheck disable=SC2046
-c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-src/lock.cpp" $(pkg-config --cflags --libs leasehold-static) \
+c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-src/lock.cpp" $(pkg-config --cflags --libs leasehold-static sqlite3) \
     -pthread -o "$work/cpp-pkgconfig"
 expect_output "C++ example (pkg-config leasehold-static)" "fencing token [0-9]+" "$work/cpp-pkgconfig"
 
@@ -237,6 +241,28 @@ unset PKG_CONFIG_PATH
 step "Go: examples/go"
 (cd examples/go && go vet .) || fail "go vet in examples/go"
 expect_output "Go example (examples/go)" "fencing token [0-9]+" env -C "$root/examples/go" go run .
+
+step "the examples share the SQLite default"
+# The Python, Go and C++ programs, one after another on one name, all in the default file
+# under XDG_CACHE_HOME: each grant's fencing token is above the one before.
+token_of() {
+    local out
+    out="$(env -C "$work" "$@" 2>&1)" || { echo "$out" >&2; fail "'$*' exited non-zero"; }
+    echo "$out" | sed 's/^/    /' >&2
+    grep -q "in $XDG_CACHE_HOME/leasehold/locks.sqlite3: fencing token" <<<"$out" ||
+        fail "'$*' did not use the default file $XDG_CACHE_HOME/leasehold/locks.sqlite3"
+    sed -n 's/.*fencing token \([0-9][0-9]*\).*/\1/p' <<<"$out"
+}
+last=0
+for prog in "$work/venv-wheel/bin/python $root/examples/python/lock.py" "$work/go-ext/lock-checkout" \
+    "$work/cpp-build-ON/lock" "$work/cpp-pkgconfig" "$work/go-ext/lock-pkgconfig" \
+    "$work/venv-path/bin/python $root/examples/python/lock.py"; do
+    # shellcheck disable=SC2086
+    token="$(token_of $prog shared)"
+    [[ -n "$token" && "$token" -gt "$last" ]] || fail "$prog: fencing token '$token' is not above $last"
+    last="$token"
+done
+ok "Python, Go and C++ examples in turn on one lock in the SQLite default: tokens increase"
 
 echo
 echo "packaging: $passed passed, 0 failed"
