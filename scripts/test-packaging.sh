@@ -12,8 +12,8 @@
 #     example through pkg-config;
 #   - Go: a module outside the repository (replace to this checkout, and -tags
 #     leasehold_pkgconfig against the install prefix), and examples/go;
-#   - the Python, Go and C++ examples take one lock in turn on the one SQLite default file,
-#     with strictly increasing fencing tokens.
+#   - the Python, Go and C++ examples take one lock in turn on the one SQLite default file:
+#     tokens strictly increase, and `leasehold status` reads each program's grant there.
 # Any failure exits non-zero with "packaging: FAIL: ..."; the last line counts the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 PY="${PYTHON:-python3.11}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-packaging.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-unset LEASEHOLD_LIBRARY LEASEHOLD_SKIP_RUST_BUILD
+unset LEASEHOLD_LIBRARY LEASEHOLD_SKIP_RUST_BUILD LEASEHOLD_BACKEND
 # The SQLite default lives under the cache directory: keep it in the scratch directory.
 export XDG_CACHE_HOME="$work/cache"
 # Python package builds share one cargo target directory, so the crate's dependencies compile
@@ -126,8 +126,17 @@ repaired="$(ls "$work"/repaired/leasehold-"$version"-py3-none-manylinux_*_"$arch
 [[ -n "$repaired" ]] || { ls "$work/repaired" >&2; fail "auditwheel gave no manylinux wheel"; }
 ok "auditwheel: $(basename "$repaired")"
 
+# last_token VENV NAME: the fencing token of NAME's last grant in the SQLite default file, as
+# `leasehold status` from VENV reads it (NAME is free: status exits 1).
+last_token() {
+    local out rc=0
+    out="$(cd "$work" && "$1/bin/leasehold" status "$2" --json)" || rc=$?
+    [[ "$rc" -eq 1 ]] || fail "leasehold status $2: exit $rc, not 1 (free): $out"
+    "$1/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["last_fencing_token"])' <<<"$out"
+}
+
 # check_venv VENV: the package in VENV loads the library it carries, and the example takes a
-# lock on the SQLite default twice (the file keeps the fencing tokens increasing).
+# lock on the SQLite default twice: tokens increase, and the CLI reads the last one there.
 check_venv() {
     local venv="$1" label="$2" where
     where="$(cd "$work" && "$venv/bin/python" -c 'import leasehold; print(leasehold.library_path)')"
@@ -143,7 +152,9 @@ check_venv() {
     second="$(cd "$work" && "$venv/bin/python" "$root/examples/python/lock.py" "tokens-$label" | sed -n 's/.*fencing token \([0-9]*\).*/\1/p')"
     [[ -n "$first" && -n "$second" && "$second" -gt "$first" ]] ||
         fail "$label: fencing tokens did not increase across processes ($first, $second)"
-    ok "$label: SQLite default, tokens $first then $second across processes"
+    [[ "$(last_token "$venv" "tokens-$label")" == "$second" ]] ||
+        fail "$label: leasehold status does not see token $second in the default file"
+    ok "$label: SQLite default, tokens $first then $second across processes, seen by leasehold status"
 }
 
 step "Python: fresh venv, the repaired wheel"
@@ -244,7 +255,9 @@ expect_output "Go example (examples/go)" "fencing token [0-9]+" env -C "$root/ex
 
 step "the examples share the SQLite default"
 # The Python, Go and C++ programs, one after another on one name, all in the default file
-# under XDG_CACHE_HOME: each grant's fencing token is above the one before.
+# under XDG_CACHE_HOME: each grant's fencing token is above the one before, and is the last
+# grant `leasehold status` finds in that file (fences are at least the wall clock in µs, so
+# increasing tokens alone would not show that the programs share the file).
 token_of() {
     local out
     out="$(env -C "$work" "$@" 2>&1)" || { echo "$out" >&2; fail "'$*' exited non-zero"; }
@@ -260,9 +273,11 @@ for prog in "$work/venv-wheel/bin/python $root/examples/python/lock.py" "$work/g
     # shellcheck disable=SC2086
     token="$(token_of $prog shared)"
     [[ -n "$token" && "$token" -gt "$last" ]] || fail "$prog: fencing token '$token' is not above $last"
+    seen="$(last_token "$work/venv-path" shared)"
+    [[ "$seen" == "$token" ]] || fail "$prog: leasehold status finds token $seen, not $token, in the default file"
     last="$token"
 done
-ok "Python, Go and C++ examples in turn on one lock in the SQLite default: tokens increase"
+ok "Python, Go and C++ examples in turn on one lock in the SQLite default: tokens increase, leasehold status sees each"
 
 echo
 echo "packaging: $passed passed, 0 failed"
