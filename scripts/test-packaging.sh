@@ -213,9 +213,12 @@ ok "C++ example links libleasehold.a (default) or libleasehold.so.$abi (LEASEHOL
 mkdir -p "$work/cpp-wrong"
 printf 'cmake_minimum_required(VERSION 3.21)\nproject(wrong LANGUAGES C CXX)\nfind_package(leasehold 0.%s CONFIG REQUIRED)\n' \
     "$(( $(echo "$version" | cut -d. -f2) + 1 ))" >"$work/cpp-wrong/CMakeLists.txt"
-if cmake -S "$work/cpp-wrong" -B "$work/cpp-wrong/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null 2>&1; then
+if wrong="$(cmake -S "$work/cpp-wrong" -B "$work/cpp-wrong/build" -DCMAKE_PREFIX_PATH="$prefix" 2>&1)"; then
     fail "find_package accepted the next minor version"
 fi
+# Refused for its version, not for anything else (the file it found is named).
+grep -q "compatible with requested version" <<<"$wrong" && grep -q "leaseholdConfig.cmake, version: $version" <<<"$wrong" ||
+    { echo "$wrong" >&2; fail "find_package failed, but not for the version"; }
 ok "find_package refuses the next minor version"
 
 step "C and C++ through pkg-config"
