@@ -11,7 +11,9 @@
 #     find_package (static and shared), a wrong version refused, examples/c and the C++
 #     example through pkg-config;
 #   - Go: a module outside the repository (replace to this checkout, and -tags
-#     leasehold_pkgconfig against the install prefix), and examples/go.
+#     leasehold_pkgconfig against the install prefix), and examples/go;
+#   - the Python, Go and C++ examples take one lock in turn on the one SQLite default file:
+#     tokens strictly increase, and `leasehold status` reads each program's grant there.
 # Any failure exits non-zero with "packaging: FAIL: ..."; the last line counts the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 PY="${PYTHON:-python3.11}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-packaging.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-unset LEASEHOLD_LIBRARY LEASEHOLD_SKIP_RUST_BUILD
+unset LEASEHOLD_LIBRARY LEASEHOLD_SKIP_RUST_BUILD LEASEHOLD_BACKEND
 # The SQLite default lives under the cache directory: keep it in the scratch directory.
 export XDG_CACHE_HOME="$work/cache"
 # Python package builds share one cargo target directory, so the crate's dependencies compile
@@ -124,8 +126,17 @@ repaired="$(ls "$work"/repaired/leasehold-"$version"-py3-none-manylinux_*_"$arch
 [[ -n "$repaired" ]] || { ls "$work/repaired" >&2; fail "auditwheel gave no manylinux wheel"; }
 ok "auditwheel: $(basename "$repaired")"
 
+# last_token VENV NAME: the fencing token of NAME's last grant in the SQLite default file, as
+# `leasehold status` from VENV reads it (NAME is free: status exits 1).
+last_token() {
+    local out rc=0
+    out="$(cd "$work" && "$1/bin/leasehold" status "$2" --json)" || rc=$?
+    [[ "$rc" -eq 1 ]] || fail "leasehold status $2: exit $rc, not 1 (free): $out"
+    "$1/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["last_fencing_token"])' <<<"$out"
+}
+
 # check_venv VENV: the package in VENV loads the library it carries, and the example takes a
-# lock on the SQLite default twice (the file keeps the fencing tokens increasing).
+# lock on the SQLite default twice: tokens increase, and the CLI reads the last one there.
 check_venv() {
     local venv="$1" label="$2" where
     where="$(cd "$work" && "$venv/bin/python" -c 'import leasehold; print(leasehold.library_path)')"
@@ -141,7 +152,9 @@ check_venv() {
     second="$(cd "$work" && "$venv/bin/python" "$root/examples/python/lock.py" "tokens-$label" | sed -n 's/.*fencing token \([0-9]*\).*/\1/p')"
     [[ -n "$first" && -n "$second" && "$second" -gt "$first" ]] ||
         fail "$label: fencing tokens did not increase across processes ($first, $second)"
-    ok "$label: SQLite default, tokens $first then $second across processes"
+    [[ "$(last_token "$venv" "tokens-$label")" == "$second" ]] ||
+        fail "$label: leasehold status does not see token $second in the default file"
+    ok "$label: SQLite default, tokens $first then $second across processes, seen by leasehold status"
 }
 
 step "Python: fresh venv, the repaired wheel"
@@ -151,9 +164,11 @@ check_venv "$work/venv-wheel" wheel
 override="$(cd "$work" && LEASEHOLD_LIBRARY="$root/target/release/libleasehold.so" \
     "$work/venv-wheel/bin/python" -c 'import leasehold; print(leasehold.library_path)')"
 [[ "$override" == "$root/target/release/libleasehold.so" ]] || fail "LEASEHOLD_LIBRARY did not win ($override)"
-if (cd "$work" && LEASEHOLD_LIBRARY="$work/none.so" "$work/venv-wheel/bin/python" -c 'import leasehold; leasehold.LockClient' 2>/dev/null); then
+if missing="$(cd "$work" && LEASEHOLD_LIBRARY="$work/none.so" "$work/venv-wheel/bin/python" -c 'import leasehold; leasehold.LockClient' 2>&1)"; then
     fail "a LEASEHOLD_LIBRARY naming no file was ignored"
 fi
+grep -q "LEASEHOLD_LIBRARY=.*none.so.* does not name a file" <<<"$missing" ||
+    { echo "$missing" >&2; fail "a LEASEHOLD_LIBRARY naming no file did not say so"; }
 ok "LEASEHOLD_LIBRARY overrides the packaged library"
 
 step "Python: fresh venv, pip install ./bindings/python"
@@ -200,9 +215,12 @@ ok "C++ example links libleasehold.a (default) or libleasehold.so.$abi (LEASEHOL
 mkdir -p "$work/cpp-wrong"
 printf 'cmake_minimum_required(VERSION 3.21)\nproject(wrong LANGUAGES C CXX)\nfind_package(leasehold 0.%s CONFIG REQUIRED)\n' \
     "$(( $(echo "$version" | cut -d. -f2) + 1 ))" >"$work/cpp-wrong/CMakeLists.txt"
-if cmake -S "$work/cpp-wrong" -B "$work/cpp-wrong/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null 2>&1; then
+if wrong="$(cmake -S "$work/cpp-wrong" -B "$work/cpp-wrong/build" -DCMAKE_PREFIX_PATH="$prefix" 2>&1)"; then
     fail "find_package accepted the next minor version"
 fi
+# Refused for its version, not for anything else (the file it found is named).
+grep -q "compatible with requested version" <<<"$wrong" && grep -q "leaseholdConfig.cmake, version: $version" <<<"$wrong" ||
+    { echo "$wrong" >&2; fail "find_package failed, but not for the version"; }
 ok "find_package refuses the next minor version"
 
 step "C and C++ through pkg-config"
@@ -214,7 +232,7 @@ make -s -C "$work/c-src" PKG=leasehold BUILD="$work/c-shared" >/dev/null
 expect_output "C example (pkg-config leasehold, shared)" "fencing token [0-9]+" \
     env LD_LIBRARY_PATH="$prefix/lib" "$work/c-shared/lock"
 # shellcheck disable=SC2046
-c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-src/lock.cpp" $(pkg-config --cflags --libs leasehold-static) \
+c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-src/lock.cpp" $(pkg-config --cflags --libs leasehold-static sqlite3) \
     -pthread -o "$work/cpp-pkgconfig"
 expect_output "C++ example (pkg-config leasehold-static)" "fencing token [0-9]+" "$work/cpp-pkgconfig"
 
@@ -239,6 +257,32 @@ unset PKG_CONFIG_PATH
 step "Go: examples/go"
 (cd examples/go && go vet .) || fail "go vet in examples/go"
 expect_output "Go example (examples/go)" "fencing token [0-9]+" env -C "$root/examples/go" go run .
+
+step "the examples share the SQLite default"
+# The Python, Go and C++ programs, one after another on one name, all in the default file
+# under XDG_CACHE_HOME: each grant's fencing token is above the one before, and is the last
+# grant `leasehold status` finds in that file (fences are at least the wall clock in µs, so
+# increasing tokens alone would not show that the programs share the file).
+token_of() {
+    local out
+    out="$(env -C "$work" "$@" 2>&1)" || { echo "$out" >&2; fail "'$*' exited non-zero"; }
+    echo "$out" | sed 's/^/    /' >&2
+    grep -q "in $XDG_CACHE_HOME/leasehold/locks.sqlite3: fencing token" <<<"$out" ||
+        fail "'$*' did not use the default file $XDG_CACHE_HOME/leasehold/locks.sqlite3"
+    sed -n 's/.*fencing token \([0-9][0-9]*\).*/\1/p' <<<"$out"
+}
+last=0
+for prog in "$work/venv-wheel/bin/python $root/examples/python/lock.py" "$work/go-ext/lock-checkout" \
+    "$work/cpp-build-ON/lock" "$work/cpp-pkgconfig" "$work/go-ext/lock-pkgconfig" \
+    "$work/venv-path/bin/python $root/examples/python/lock.py"; do
+    # shellcheck disable=SC2086
+    token="$(token_of $prog shared)"
+    [[ -n "$token" && "$token" -gt "$last" ]] || fail "$prog: fencing token '$token' is not above $last"
+    seen="$(last_token "$work/venv-path" shared)"
+    [[ "$seen" == "$token" ]] || fail "$prog: leasehold status finds token $seen, not $token, in the default file"
+    last="$token"
+done
+ok "Python, Go and C++ examples in turn on one lock in the SQLite default: tokens increase, leasehold status sees each"
 
 echo
 echo "packaging: $passed passed, 0 failed"

@@ -1,32 +1,57 @@
-// Takes a lock, prints its fencing token and releases it, with the C++ binding.
+// Takes a lock on the embedded default, a SQLite file in the user's cache directory shared by
+// every process on this host (the file the Python package and the leasehold CLI use by
+// default), prints its fencing token and releases it. With Redis, pass a
+// leasehold::RedisTransport (leasehold/redis_transport.hpp, target leasehold::redis) instead.
 //
-// The C++ binding has no SQLite service yet (the embedded default is in the Python package),
-// so this uses its in-process MemoryService; with Redis, pass a leasehold::RedisTransport
-// (leasehold/redis_transport.hpp, target leasehold::redis) instead.
+//   lock [NAME]
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
+#include <leasehold/sqlite_transport.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
-int main() {
+namespace fs = std::filesystem;
+
+// $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3 when
+// XDG_CACHE_HOME is unset or relative.
+static fs::path default_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  fs::path cache = xdg != nullptr ? fs::path(xdg) : fs::path();
+  if (!cache.is_absolute()) {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0') throw std::runtime_error("neither XDG_CACHE_HOME nor HOME is set");
+    cache = fs::path(home) / ".cache";
+  }
+  return cache / "leasehold" / "locks.sqlite3";
+}
+
+int main(int argc, char** argv) try {
   using namespace std::chrono_literals;
-  auto service = std::make_shared<leasehold::MemoryService>();
-  leasehold::LockClient client(std::make_shared<leasehold::MemoryTransport>(service));
+  const std::string name = argc > 1 ? argv[1] : "example";
+  const fs::path path = default_path();
+  fs::create_directories(path.parent_path());
+  leasehold::LockClient client(std::make_shared<leasehold::SqliteTransport>(path.string()));
 
   leasehold::AcquireOptions opts;
   opts.wait = 5s;
-  auto lease = client.acquire("example", 10s, opts);
+  auto lease = client.acquire(name, 10s, opts);
   if (!lease) {
-    std::fprintf(stderr, "'example' is held by someone else\n");
+    std::fprintf(stderr, "'%s' is held by another process\n", name.c_str());
     return 1;
   }
   // Hand the token to every write the lock protects; the resource refuses older tokens.
-  std::printf("holding 'example': fencing token %llu\n",
+  std::printf("holding '%s' in %s: fencing token %llu\n", name.c_str(), path.c_str(),
               static_cast<unsigned long long>(lease->fencing_token()));
   lease->release();  // the destructor would release it too
   if (lease->is_held()) return 1;
   std::printf("released\n");
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "lock: %s\n", e.what());
+  return 1;
 }

@@ -1,9 +1,9 @@
-// Takes a lock, prints its fencing token and releases it, with the Go binding.
+// Takes a lock on the embedded default, a SQLite file in the user's cache directory shared
+// by every process on this host (the file the Python package and the leasehold CLI use by
+// default), prints its fencing token and releases it. With Redis, pass
+// leasehold.NewRedisTransport(rdb) to NewClient instead.
 //
-// The Go binding has no SQLite service yet (the embedded default is in the Python package), so
-// this uses its in-process MemoryServer; with Redis, pass leasehold.NewRedisTransport(rdb).
-//
-//	cd examples/go && go run .
+//	cd examples/go && go run . [NAME]
 package main
 
 import (
@@ -11,20 +11,50 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	leasehold "github.com/leasehold/leasehold/bindings/go"
 )
 
 func main() {
-	if err := run(); err != nil {
+	name := "example"
+	if len(os.Args) > 1 {
+		name = os.Args[1]
+	}
+	if err := run(name); err != nil {
 		fmt.Fprintln(os.Stderr, "lock:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	client, err := leasehold.NewClient(leasehold.NewMemoryTransport(), nil)
+// defaultPath is $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3
+// when XDG_CACHE_HOME is unset or relative.
+func defaultPath() (string, error) {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(cache) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "leasehold", "locks.sqlite3"), nil
+}
+
+func run(name string) error {
+	path, err := defaultPath()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tr, err := leasehold.NewSQLiteTransport(path, nil)
+	if err != nil {
+		return err
+	}
+	client, err := leasehold.NewClient(tr, nil)
 	if err != nil {
 		return err
 	}
@@ -32,14 +62,14 @@ func run() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	lease, err := client.Acquire(ctx, "example", leasehold.AcquireOptions{TTL: 10 * time.Second, Wait: 5 * time.Second})
+	lease, err := client.Acquire(ctx, name, leasehold.AcquireOptions{TTL: 10 * time.Second, Wait: 5 * time.Second})
 	if errors.Is(err, leasehold.ErrNotAcquired) {
-		return fmt.Errorf("'example' is held by someone else: %w", err)
+		return fmt.Errorf("%q is held by another process: %w", name, err)
 	} else if err != nil {
 		return err
 	}
 	// Hand the token to every write the lock protects; the resource refuses older tokens.
-	fmt.Printf("holding 'example': fencing token %d\n", lease.FencingToken())
+	fmt.Printf("holding %q in %s: fencing token %d\n", name, path, lease.FencingToken())
 	if err := lease.Release(ctx); err != nil {
 		return err
 	}
