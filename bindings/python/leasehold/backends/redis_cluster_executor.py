@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .._core import RedisOptions
-from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
+from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, parse_addresses
 from .redis_executor import Sink, error_value
 
 __all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "cluster_startup", "parse_cluster_url"]
@@ -55,28 +55,7 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
 
 
 def _parse_nodes(nodes: str | Iterable[str | tuple[str, int]]) -> list[tuple[str, int]]:
-    items = nodes.split(",") if isinstance(nodes, str) else list(nodes)
-    out: list[tuple[str, int]] = []
-    for item in items:
-        try:
-            if isinstance(item, tuple):
-                host, port = item
-            else:
-                text = item.strip()
-                if text.startswith("["):
-                    host, _, rest = text[1:].partition("]")
-                    port = int(rest[1:]) if rest.startswith(":") else 6379
-                else:
-                    host, sep, p = text.rpartition(":")
-                    host, port = (host, int(p)) if sep else (p, 6379)
-        except ValueError:
-            host, port = "", 0
-        if not host or not 0 < int(port) < 65536:
-            raise ValueError(f"bad cluster node address {item!r} (want host:port)")
-        out.append((str(host), int(port)))
-    if not out:
-        raise ValueError("no cluster node address given")
-    return out
+    return parse_addresses(nodes, 6379, "cluster node")
 
 
 def cluster_startup(

@@ -9,7 +9,7 @@ run the core's requests on what this makes, and re-export these names.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import redis
 import redis.asyncio as aredis
@@ -41,35 +41,49 @@ def connection_pool(
     ``unix://``, or ``redis+sentinel://`` for a Sentinel deployment: :func:`parse_sentinel_url`),
     or redis-py connection keywords (``host``, ``port``, ``db``, ``username``, ``password``,
     ``unix_socket_path``, ``ssl``...). Replies stay bytes either way."""
+    return _pool(redis, sentinel_pool, client, url, kwargs)
+
+
+def _pool(mod: Any, sentinel: Callable[..., Any], client: Any, url: str | None, kwargs: dict[str, Any]) -> Any:
+    """:func:`connection_pool` for ``mod`` (``redis`` or ``redis.asyncio``), whose Sentinel
+    pools ``sentinel`` makes."""
     if client is not None and url is not None:
         raise ValueError("give a redis-py client/pool or a URL, not both")
-    if isinstance(client, redis.Redis):
+    if isinstance(client, mod.Redis):
         return client.connection_pool
-    if isinstance(client, redis.ConnectionPool):
+    if isinstance(client, mod.ConnectionPool):
         return client
     if client is not None:
-        raise TypeError(f"client must be a redis.Redis or redis.ConnectionPool, not {type(client).__name__}")
+        raise TypeError(f"client must be a {mod.__name__}.Redis or ConnectionPool, not {type(client).__name__}")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
         sentinels, master_name, from_url = parse_sentinel_url(url)
-        return sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
+        return sentinel(sentinels, master_name, **{**from_url, **kwargs})
     if url is not None:
-        return redis.ConnectionPool.from_url(url, **kwargs)
+        return mod.ConnectionPool.from_url(url, **kwargs)
     if kwargs.pop("ssl", False):
-        kwargs["connection_class"] = redis.SSLConnection
+        kwargs["connection_class"] = mod.SSLConnection
     if "unix_socket_path" in kwargs:
-        kwargs["connection_class"] = redis.UnixDomainSocketConnection
+        kwargs["connection_class"] = mod.UnixDomainSocketConnection
         kwargs["path"] = kwargs.pop("unix_socket_path")
-    return redis.ConnectionPool(**kwargs)
+    return mod.ConnectionPool(**kwargs)
 
 
 def parse_sentinels(sentinels: str | Iterable[str | tuple[str, int]]) -> list[tuple[str, int]]:
     """Sentinel addresses as ``(host, port)`` pairs, from pairs, ``"host:port"`` strings or one
     comma-separated string (``"h1:26379,h2:26379"``); the port defaults to 26379."""
-    items = sentinels.split(",") if isinstance(sentinels, str) else list(sentinels)
+    return parse_addresses(sentinels, 26379, "sentinel")
+
+
+def parse_addresses(
+    items: str | Iterable[str | tuple[str, int]], default_port: int, what: str
+) -> list[tuple[str, int]]:
+    """``(host, port)`` pairs from pairs, ``"host:port"`` / ``"[v6]:port"`` strings or one
+    comma-separated string; a missing port is ``default_port``. ``what`` names them in errors."""
+    parts = items.split(",") if isinstance(items, str) else list(items)
     out: list[tuple[str, int]] = []
-    for item in items:
+    for item in parts:
         try:
             if isinstance(item, tuple):
                 host, port = item
@@ -77,17 +91,17 @@ def parse_sentinels(sentinels: str | Iterable[str | tuple[str, int]]) -> list[tu
                 text = item.strip()
                 if text.startswith("["):  # [v6 address]:port
                     host, _, rest = text[1:].partition("]")
-                    port = int(rest[1:]) if rest.startswith(":") else 26379
+                    port = int(rest[1:]) if rest.startswith(":") else default_port
                 else:
                     host, sep, p = text.rpartition(":")
-                    host, port = (host, int(p)) if sep else (p, 26379)
+                    host, port = (host, int(p)) if sep else (p, default_port)
         except ValueError:
             host, port = "", 0
         if not host or not 0 < int(port) < 65536:
-            raise ValueError(f"bad sentinel address {item!r} (want host:port)")
+            raise ValueError(f"bad {what} address {item!r} (want host:port)")
         out.append((str(host), int(port)))
     if not out:
-        raise ValueError("no sentinel address given")
+        raise ValueError(f"no {what} address given")
     return out
 
 
@@ -157,27 +171,7 @@ def async_connection_pool(
     client: aredis.Redis | aredis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
 ) -> aredis.ConnectionPool:
     """As :func:`connection_pool`, for ``redis.asyncio``."""
-    if client is not None and url is not None:
-        raise ValueError("give a redis.asyncio client/pool or a URL, not both")
-    if isinstance(client, aredis.Redis):
-        return client.connection_pool
-    if isinstance(client, aredis.ConnectionPool):
-        return client
-    if client is not None:
-        raise TypeError(f"client must be a redis.asyncio.Redis or ConnectionPool, not {type(client).__name__}")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if url is not None and url.lower().startswith(SENTINEL_SCHEME + "://"):
-        sentinels, master_name, from_url = parse_sentinel_url(url)
-        return async_sentinel_pool(sentinels, master_name, **{**from_url, **kwargs})
-    if url is not None:
-        return aredis.ConnectionPool.from_url(url, **kwargs)
-    if kwargs.pop("ssl", False):
-        kwargs["connection_class"] = aredis.SSLConnection
-    if "unix_socket_path" in kwargs:
-        kwargs["connection_class"] = aredis.UnixDomainSocketConnection
-        kwargs["path"] = kwargs.pop("unix_socket_path")
-    return aredis.ConnectionPool(**kwargs)
+    return _pool(aredis, async_sentinel_pool, client, url, kwargs)
 
 
 def async_sentinel_pool(

@@ -93,6 +93,8 @@ def test_cluster_urls_are_checked() -> None:
     for bad in ("redis+cluster://", "redis+cluster://h:0", "redis+cluster://h:1/0", "redis://h:1"):
         with pytest.raises(ValueError):
             parse_cluster_url(bad)
+    with pytest.raises(ValueError, match="bad cluster node address 'h:x'"):
+        parse_cluster_url("redis+cluster://h:x")
     with pytest.raises(ValueError, match="exactly one"):
         RedisClusterExecutor()
 

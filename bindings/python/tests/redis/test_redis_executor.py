@@ -333,6 +333,23 @@ def test_connection_options_url_db_and_acl_user(redis_server, r):  # type: ignor
         r.acl_deluser("lhuser")
 
 
+def test_connection_pools_refuse_ambiguous_or_foreign_arguments():  # type: ignore[no-untyped-def]
+    import redis.asyncio as aredis
+
+    from leasehold.backends.redis_connect import async_connection_pool, connection_pool
+
+    for make, mod in ((connection_pool, "redis"), (async_connection_pool, "redis.asyncio")):
+        with pytest.raises(ValueError, match="not both"):
+            make(redis.Redis(), url="redis://h:1")
+        with pytest.raises(TypeError, match=rf"client must be a {mod}\.Redis or ConnectionPool, not str"):
+            make("redis://h:1")
+    pool = async_connection_pool(url="unix:///tmp/none.sock", db=2)
+    assert isinstance(pool, aredis.ConnectionPool) and pool.connection_kwargs["db"] == 2
+    sync = connection_pool(unix_socket_path="/tmp/none.sock", password="pw")
+    assert sync.connection_class is redis.UnixDomainSocketConnection
+    assert sync.connection_kwargs["path"] == "/tmp/none.sock" and sync.connection_kwargs["password"] == "pw"
+
+
 def test_one_client_per_executor(r):  # type: ignore[no-untyped-def]
     ex = RedisExecutor(r)
     with LockClient(ex, owns_service=False):
