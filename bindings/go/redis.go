@@ -171,6 +171,19 @@ func (s *subscriber) exec(q *request) {
 }
 
 func (s *subscriber) receive(ps *redis.PubSub) {
+	s.pump(ps, func(err error) { s.lost(ps, err) }, func(m *redis.Subscription) bool {
+		if m.Kind == "subscribe" || m.Kind == "unsubscribe" {
+			s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, m.Kind == "subscribe") })
+		}
+		return true
+	})
+}
+
+// pump feeds the core every message read on ps, and each subscription
+// change to sub, until sub returns false or ps fails: a read timeout is
+// answered with one PING first, so an idle connection is not taken for a
+// dead one.
+func (s *subscriber) pump(ps *redis.PubSub, lost func(error), sub func(*redis.Subscription) bool) {
 	defer s.wg.Done()
 	pinged := false
 	for {
@@ -182,7 +195,7 @@ func (s *subscriber) receive(ps *redis.PubSub) {
 			continue
 		}
 		if err != nil {
-			s.lost(ps, err)
+			lost(err)
 			return
 		}
 		pinged = false
@@ -190,8 +203,8 @@ func (s *subscriber) receive(ps *redis.PubSub) {
 		case *redis.Message:
 			s.c.input(func(now uint64) error { return s.c.core.pubsubMessage(now, m.Channel, m.Payload) })
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "unsubscribe" {
-				s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, m.Kind == "subscribe") })
+			if !sub(m) {
+				return
 			}
 		}
 	}

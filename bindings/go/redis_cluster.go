@@ -7,7 +7,6 @@ package leasehold
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -62,34 +61,16 @@ func (s *subscriber) execShard(q *request) {
 }
 
 func (s *subscriber) receiveShard(ch string, ps *redis.PubSub) {
-	defer s.wg.Done()
-	pinged := false
-	for {
-		m, err := ps.ReceiveTimeout(s.c.ioCtx, s.health)
-		var ne net.Error
-		if err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
-			pinged = true
-			_ = ps.Ping(s.c.ioCtx)
-			continue
+	s.pump(ps, func(err error) { s.lostShard(ch, ps, err) }, func(m *redis.Subscription) bool {
+		switch m.Kind {
+		case "ssubscribe":
+			s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, true) })
+		case "sunsubscribe": // the slot left this node
+			s.lostShard(ch, ps, errors.New("sunsubscribe from the server"))
+			return false
 		}
-		if err != nil {
-			s.lostShard(ch, ps, err)
-			return
-		}
-		pinged = false
-		switch m := m.(type) {
-		case *redis.Message:
-			s.c.input(func(now uint64) error { return s.c.core.pubsubMessage(now, m.Channel, m.Payload) })
-		case *redis.Subscription:
-			switch m.Kind {
-			case "ssubscribe":
-				s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, true) })
-			case "sunsubscribe": // the slot left this node
-				s.lostShard(ch, ps, errors.New("sunsubscribe from the server"))
-				return
-			}
-		}
-	}
+		return true
+	})
 }
 
 // lostShard drops a shard channel's connection (once) and reports the
