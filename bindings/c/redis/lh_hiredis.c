@@ -70,21 +70,14 @@ static redisContext *connect_to(lh_hiredis *x) {
         failed_connect(x, c, "timeout");
         return NULL;
     }
-    if (x->password != NULL) {
-        const char *auth[3] = {"AUTH", x->username != NULL ? x->username : x->password, x->password};
-        if (setup(x, c, x->username != NULL ? 3 : 2, auth) != 0) {
-            redisFree(c);
-            return NULL;
-        }
-    }
-    if (x->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", x->db);
-        const char *sel[2] = {"SELECT", db};
-        if (setup(x, c, 2, sel) != 0) {
-            redisFree(c);
-            return NULL;
-        }
+    const char *auth[3] = {"AUTH", x->username != NULL ? x->username : x->password, x->password};
+    char db[16];
+    snprintf(db, sizeof db, "%d", x->db);
+    const char *sel[2] = {"SELECT", db};
+    if ((x->password != NULL && setup(x, c, x->username != NULL ? 3 : 2, auth) != 0) ||
+        (x->db != 0 && setup(x, c, 2, sel) != 0)) {
+        redisFree(c);
+        return NULL;
     }
     return c;
 }

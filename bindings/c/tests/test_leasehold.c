@@ -1193,29 +1193,33 @@ static void mem_advance(lh_memory_service *s, mem_host *h, size_t n, uint64_t *n
     mem_pump(s, h, n, *now);
 }
 
-/* Two clients on lh_memory_service: contention, loss after a partition, handoff, release. */
-static void memory_service_drives_two_clients(void) {
+/* A memory service with two connected hosts on distinct seeds. */
+static lh_memory_service *mem_two_hosts(mem_host h[2]) {
+    static const uint8_t seed_b[32] = {7};
     lh_memory_config mc;
     lh_memory_service *s = NULL;
+    lh_config cfg;
+    memset(h, 0, 2 * sizeof *h);
+    lh_memory_config_default(&mc);
+    EXPECT_ST(lh_memory_service_new(&mc, &s), LH_OK);
+    h[0].c = mk();
+    lh_config_default(&cfg);
+    EXPECT_ST(lh_client_new(&cfg, seed_b, sizeof seed_b, &h[1].c), LH_OK);
+    EXPECT_ST(lh_memory_service_connect(s, &h[0].conn), LH_OK);
+    EXPECT_ST(lh_memory_service_connect(s, &h[1].conn), LH_OK);
+    return s;
+}
+
+/* Two clients on lh_memory_service: contention, loss after a partition, handoff, release. */
+static void memory_service_drives_two_clients(void) {
     mem_host h[2];
+    lh_memory_service *s = mem_two_hosts(h);
     uint64_t now = 0, lease_a = 0, lease_b = 0;
     uint32_t releasing = 0;
     lh_acquire_options o = opts_ttl(300);
     lh_memory_faults f;
     lh_memory_status st;
-    static const uint8_t seed_b[32] = {7};
 
-    memset(h, 0, sizeof h);
-    lh_memory_config_default(&mc);
-    EXPECT_ST(lh_memory_service_new(&mc, &s), LH_OK);
-    h[0].c = mk();
-    {
-        lh_config cfg;
-        lh_config_default(&cfg);
-        EXPECT_ST(lh_client_new(&cfg, seed_b, sizeof seed_b, &h[1].c), LH_OK);
-    }
-    EXPECT_ST(lh_memory_service_connect(s, &h[0].conn), LH_OK);
-    EXPECT_ST(lh_memory_service_connect(s, &h[1].conn), LH_OK);
     EXPECT_ST(lh_memory_service_connect(NULL, &h[1].conn), LH_ERR_NULL_ARGUMENT);
 
     EXPECT_ST(lh_acquire(h[0].c, now, NAME, NAME_LEN, &o, &lease_a), LH_OK);
@@ -1261,26 +1265,13 @@ static void memory_service_drives_two_clients(void) {
  * the lock to someone else reports NOT_OWNER (and leaves the new holder alone); a clean one
  * reports CONFIRMED; each is counted. */
 static void memory_service_release_outcomes(void) {
-    lh_memory_config mc;
-    lh_memory_service *s = NULL;
     mem_host h[2];
+    lh_memory_service *s = mem_two_hosts(h);
     uint64_t lease_a = 0, lease_b = 0;
     uint32_t releasing = 0;
     lh_acquire_options o = opts_ttl(30000);
     lh_memory_status st;
-    static const uint8_t seed_b[32] = {9};
 
-    memset(h, 0, sizeof h);
-    lh_memory_config_default(&mc);
-    EXPECT_ST(lh_memory_service_new(&mc, &s), LH_OK);
-    h[0].c = mk();
-    {
-        lh_config cfg;
-        lh_config_default(&cfg);
-        EXPECT_ST(lh_client_new(&cfg, seed_b, sizeof seed_b, &h[1].c), LH_OK);
-    }
-    EXPECT_ST(lh_memory_service_connect(s, &h[0].conn), LH_OK);
-    EXPECT_ST(lh_memory_service_connect(s, &h[1].conn), LH_OK);
     EXPECT_ST(lh_acquire(h[0].c, 0, NAME, NAME_LEN, &o, &lease_a), LH_OK);
     mem_pump(s, h, 2, 0);
     EXPECT(h[0].fence == 1);

@@ -345,6 +345,13 @@ static int connection_options(void) {
     printf("test_redis: wrong password: fence %llu, error \"%s\": %s\n", (unsigned long long)f3, err,
            refused ? "OK" : "FAIL");
     failed |= !refused;
+    char nowhere[80];
+    snprintf(nowhere, sizeof nowhere, "%s/no.sock", dir);
+    lh_hiredis_options absent = {.unix_socket = nowhere};
+    uint64_t f4 = acquire_with(&absent, "c-opts-absent", 500, NULL, NULL, err, sizeof err);
+    int unreachable = f4 == 0 && strncmp(err, "connect: ", 9) == 0;
+    printf("test_redis: no server at the socket: error \"%s\": %s\n", err, unreachable ? "OK" : "FAIL");
+    failed |= !unreachable;
     lh_hiredis x;
     failed |= lh_hiredis_init_options(&x, NULL, NULL) != -1;
     char longhost[100];
