@@ -853,14 +853,7 @@ func TestReleaseAfterPauseEndsLost(t *testing.T) {
 			if !errors.Is(err, ErrLost) || !errors.As(err, &le) || le.Reason != reasonString(reasonExpired) {
 				t.Fatalf("Release after the pause: %v, want a loss (expired)", err)
 			}
-			select {
-			case <-l.Lost():
-			default:
-				t.Fatal("Lost() not closed")
-			}
-			if cause := context.Cause(l.Context()); cause != error(le) {
-				t.Fatalf("context cause %v, want the loss", cause)
-			}
+			expectLossSignalled(t, l, le)
 			if l.Err() != error(le) || l.IsHeld() {
 				t.Fatalf("Err %v, held %v", l.Err(), l.IsHeld())
 			}
@@ -1199,6 +1192,20 @@ func stepClock(t *testing.T, c *Client, total, step time.Duration, stop func() b
 	}
 }
 
+// expectLossSignalled checks that l's loss le reached both of its signals:
+// Lost() is closed and its Context's cause is le.
+func expectLossSignalled(t *testing.T, l *Lease, le *LostError) {
+	t.Helper()
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost() not closed")
+	}
+	if cause := context.Cause(l.Context()); cause != error(le) {
+		t.Fatalf("context cause %v, want the loss", cause)
+	}
+}
+
 // coreValidUntil is the lease's validity on the core's clock (ns).
 func coreValidUntil(t *testing.T, l *Lease) uint64 {
 	t.Helper()
@@ -1304,14 +1311,7 @@ func TestUnreachableServiceLosesTheLeaseBeforeValidityEnds(t *testing.T) {
 	if !errors.As(l.Err(), &le) || le.Reason != reasonString(reasonFailBudget) {
 		t.Fatalf("cause %v", l.Err())
 	}
-	select {
-	case <-l.Lost():
-	default:
-		t.Fatal("Lost() not closed")
-	}
-	if cause := context.Cause(l.Context()); cause != error(le) {
-		t.Fatalf("context cause %v, want the loss", cause)
-	}
+	expectLossSignalled(t, l, le)
 	if k, _ := c.Counters(); k.RenewalsFailed < 3 || k.LostFailBudget != 1 || k.RenewalsOK != 0 {
 		t.Fatalf("counters %+v", k)
 	}

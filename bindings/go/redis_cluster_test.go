@@ -225,41 +225,11 @@ func TestRedisCluster(t *testing.T) {
 // (the holder's fence and TTL) and released; a foreign key is the backend's
 // error and stays as it was.
 func clusterStatus(t *testing.T, s *clusterTopology) {
-	ctx := context.Background()
 	c := newTestClient(t, s.transport(t), nil)
 	for master, name := range s.namesOnMasters(t, "status") {
-		st, err := c.Status(ctx, name)
-		if err != nil || st.Held || st.FencingToken != 0 || st.Name != name {
-			t.Fatalf("%s on %s: status of a name never locked: %+v, %v", name, master, st, err)
-		}
-		l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err = c.Status(ctx, name)
-		if err != nil || !st.Held || st.FencingToken != l.FencingToken() || st.LastFencingToken != l.FencingToken() ||
-			st.RemainingTTL <= 0 || st.RemainingTTL > 30*time.Second {
-			t.Fatalf("%s on %s: status while held: %+v, %v (fence %d)", name, master, st, err, l.FencingToken())
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st, err = c.Status(ctx, name)
-		if err != nil || st.Held || st.LastFencingToken != l.FencingToken() {
-			t.Fatalf("%s on %s: status after release: %+v, %v", name, master, st, err)
-		}
-	}
-	junk := uniq(t, "status-junk")
-	master, _ := s.shardOf(t, lockKey(junk))
-	rdb := s.node(t, master)
-	if err := rdb.RPush(ctx, lockKey(junk), "x").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := c.Status(ctx, junk); err == nil {
-		t.Fatalf("status over a list key: %+v, want the backend's error", st)
-	}
-	if n, err := rdb.LLen(ctx, lockKey(junk)).Result(); err != nil || n != 1 {
-		t.Fatalf("garbage changed: %d %v", n, err)
+		junk := uniq(t, "status-junk-"+master)
+		owner, _ := s.shardOf(t, lockKey(junk))
+		checkStatusCycle(t, c, s.node(t, owner), name, junk)
 	}
 }
 

@@ -211,11 +211,18 @@ func TestRedisGarbageIsAnErrorNeverAGrant(t *testing.T) {
 func TestRedisStatus(t *testing.T) {
 	c, _ := newRedisClient(t, nil)
 	rdb := newRedis(t)
+	checkStatusCycle(t, c, rdb, uniq(t, "status"), uniq(t, "status-junk"))
+}
+
+// checkStatusCycle checks Client.Status of name never locked, held (the
+// holder's fence and TTL) and released, then over a foreign list key junk on
+// rdb: the backend's error, the key left as it was.
+func checkStatusCycle(t *testing.T, c *Client, rdb redis.Cmdable, name, junk string) {
+	t.Helper()
 	ctx := context.Background()
-	name := uniq(t, "status")
 	st, err := c.Status(ctx, name)
 	if err != nil || st.Held || st.FencingToken != 0 || st.Name != name {
-		t.Fatalf("status of a name never locked: %+v, %v", st, err)
+		t.Fatalf("%s: status of a name never locked: %+v, %v", name, st, err)
 	}
 	l, err := c.Acquire(ctx, name, AcquireOptions{TTL: 30 * time.Second})
 	if err != nil {
@@ -224,16 +231,15 @@ func TestRedisStatus(t *testing.T) {
 	st, err = c.Status(ctx, name)
 	if err != nil || !st.Held || st.FencingToken != l.FencingToken() || st.LastFencingToken != l.FencingToken() ||
 		st.RemainingTTL <= 0 || st.RemainingTTL > 30*time.Second {
-		t.Fatalf("status while held: %+v, %v (fence %d)", st, err, l.FencingToken())
+		t.Fatalf("%s: status while held: %+v, %v (fence %d)", name, st, err, l.FencingToken())
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st, err = c.Status(ctx, name)
 	if err != nil || st.Held || st.LastFencingToken != l.FencingToken() {
-		t.Fatalf("status after release: %+v, %v", st, err)
+		t.Fatalf("%s: status after release: %+v, %v", name, st, err)
 	}
-	junk := uniq(t, "status-junk")
 	if err := rdb.RPush(ctx, lockKey(junk), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
