@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .._core import RedisOptions
-from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, parse_addresses
+from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, parse_addresses, split_credentials
 from .redis_executor import Sink, error_value
 
 __all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "cluster_startup", "parse_cluster_url"]
@@ -35,22 +35,13 @@ CLUSTER_SCHEME = "redis+cluster"
 def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """``redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]`` as (startup nodes,
     redis-py keywords: ``username``, ``password``). The port defaults to 6379."""
-    from urllib.parse import unquote
-
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() != CLUSTER_SCHEME:
         raise ValueError(f"not a {CLUSTER_SCHEME}:// URL: {url!r}")
     hosts, _, path = rest.partition("/")
     if path.strip("/"):
         raise ValueError(f"a {CLUSTER_SCHEME} URL has no path (Cluster has one database): {url!r}")
-    kwargs: dict[str, Any] = {}
-    if "@" in hosts:
-        creds, _, hosts = hosts.rpartition("@")
-        user, has_password, password = creds.partition(":")
-        if user:
-            kwargs["username"] = unquote(user)
-        if has_password:
-            kwargs["password"] = unquote(password)
+    hosts, kwargs = split_credentials(hosts)
     return _parse_nodes(hosts), kwargs
 
 

@@ -13,8 +13,11 @@ from typing import Any, Callable, Iterable
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.retry
 import redis.sentinel
+from redis.backoff import NoBackoff
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -23,9 +26,11 @@ __all__ = [
     "async_connection_pool",
     "async_sentinel_pool",
     "connection_pool",
+    "parse_addresses",
     "parse_sentinel_url",
     "parse_sentinels",
     "sentinel_pool",
+    "split_credentials",
 ]
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -41,7 +46,7 @@ def connection_pool(
     ``unix://``, or ``redis+sentinel://`` for a Sentinel deployment: :func:`parse_sentinel_url`),
     or redis-py connection keywords (``host``, ``port``, ``db``, ``username``, ``password``,
     ``unix_socket_path``, ``ssl``...). Replies stay bytes either way."""
-    return _pool(redis, sentinel_pool, client, url, kwargs)
+    return _pool(redis, sentinel_pool, client, url, kwargs)  # type: ignore[no-any-return]
 
 
 def _pool(mod: Any, sentinel: Callable[..., Any], client: Any, url: str | None, kwargs: dict[str, Any]) -> Any:
@@ -116,14 +121,7 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, 
     if not sep or scheme.lower() != SENTINEL_SCHEME:
         raise ValueError(f"not a {SENTINEL_SCHEME}:// URL: {url!r}")
     hosts, _, path = rest.partition("/")
-    kwargs: dict[str, Any] = {}
-    if "@" in hosts:
-        creds, _, hosts = hosts.rpartition("@")
-        user, has_password, password = creds.partition(":")
-        if user:
-            kwargs["username"] = unquote(user)
-        if has_password:
-            kwargs["password"] = unquote(password)
+    hosts, kwargs = split_credentials(hosts)
     parts = [p for p in path.split("/") if p]
     if not parts or len(parts) > 2:
         raise ValueError(f"{SENTINEL_SCHEME} URL needs /MASTER_NAME[/DB] after the sentinels: {url!r}")
@@ -132,6 +130,22 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, 
             raise ValueError(f"bad database number {parts[1]!r} in {url!r}")
         kwargs["db"] = int(parts[1])
     return parse_sentinels(hosts), unquote(parts[0]), kwargs
+
+
+def split_credentials(hosts: str) -> tuple[str, dict[str, Any]]:
+    """``[[USER]:PASSWORD@]HOSTS`` of a URL as (HOSTS, redis-py ``username`` / ``password``
+    keywords, percent-decoded)."""
+    from urllib.parse import unquote
+
+    kwargs: dict[str, Any] = {}
+    if "@" in hosts:
+        creds, _, hosts = hosts.rpartition("@")
+        user, has_password, password = creds.partition(":")
+        if user:
+            kwargs["username"] = unquote(user)
+        if has_password:
+            kwargs["password"] = unquote(password)
+    return hosts, kwargs
 
 
 def sentinel_pool(
@@ -147,31 +161,39 @@ def sentinel_pool(
     connection keywords for the Redis servers (``password``, ``db``, ``ssl``...);
     ``sentinel_kwargs`` those for the sentinels (default: the ``socket_*`` ones of ``kwargs``,
     and no retries: the core retries)."""
+    return _sentinel_pool(  # type: ignore[no-any-return]
+        redis.sentinel.Sentinel, redis.retry.Retry, sentinels, master_name, sentinel_kwargs, kwargs
+    )
+
+
+def _sentinel_pool(
+    sentinel_cls: Any,
+    retry_cls: Any,
+    sentinels: str | Iterable[str | tuple[str, int]],
+    master_name: str,
+    sentinel_kwargs: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> Any:
+    """:func:`sentinel_pool` with ``redis``'s or ``redis.asyncio``'s Sentinel and Retry."""
     if not master_name:
         raise ValueError("a master name is required")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.sentinel.Sentinel(
-        parse_sentinels(sentinels), sentinel_kwargs=_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
-    )
-    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
-
-
-def _sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    if given is not None:
-        return given
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
-    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
+    if sentinel_kwargs is None:
+        # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
+        sentinel_kwargs = {
+            **{k: v for k, v in kwargs.items() if k.startswith("socket_")},
+            "retry": retry_cls(NoBackoff(), 0),
+        }
+    sentinel = sentinel_cls(parse_sentinels(sentinels), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    return sentinel.master_for(master_name).connection_pool
 
 
 def async_connection_pool(
     client: aredis.Redis | aredis.ConnectionPool | None = None, url: str | None = None, **kwargs: Any
 ) -> aredis.ConnectionPool:
     """As :func:`connection_pool`, for ``redis.asyncio``."""
-    return _pool(aredis, async_sentinel_pool, client, url, kwargs)
+    return _pool(aredis, async_sentinel_pool, client, url, kwargs)  # type: ignore[no-any-return]
 
 
 def async_sentinel_pool(
@@ -182,20 +204,6 @@ def async_sentinel_pool(
     **kwargs: Any,
 ) -> redis.asyncio.sentinel.SentinelConnectionPool:
     """As :func:`sentinel_pool`, for ``redis.asyncio``."""
-    if not master_name:
-        raise ValueError("a master name is required")
-    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    sentinel = redis.asyncio.sentinel.Sentinel(
-        parse_sentinels(sentinels), sentinel_kwargs=_async_sentinel_kwargs(sentinel_kwargs, kwargs), **kwargs
+    return _sentinel_pool(  # type: ignore[no-any-return]
+        redis.asyncio.sentinel.Sentinel, redis.asyncio.retry.Retry, sentinels, master_name, sentinel_kwargs, kwargs
     )
-    return sentinel.master_for(master_name).connection_pool  # type: ignore[no-any-return]
-
-
-def _async_sentinel_kwargs(given: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    if given is not None:
-        return given
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    return {**{k: v for k, v in kwargs.items() if k.startswith("socket_")}, "retry": Retry(NoBackoff(), 0)}
