@@ -17,6 +17,9 @@
 
 #include <leasehold.h>
 
+/* Commands queued between two drains at most (one lock: a handful). */
+#define QUEUE_CAP 8
+
 /* A command copied out of lh_poll_output (its borrowed pointers die at the next call). */
 typedef struct command {
     uint32_t kind;
@@ -114,7 +117,7 @@ static int serve_all(lh_client *c, lh_memory_service *svc, uint64_t conn, comman
         if (service_status != LH_OK) return fail_service(svc, "memory service", service_status);
         if (st != LH_OK) return fail(c, "result", st);
         /* After each input, drain again before the next one. */
-        n += drain(c, queue + n, 8 - n, fence, released);
+        n += drain(c, queue + n, QUEUE_CAP - n, fence, released);
     }
     return 0;
 }
@@ -149,10 +152,10 @@ int main(int argc, char **argv) {
     st = lh_acquire(c, now_ns(), (const uint8_t *)name, strlen(name), &opts, &lease);
     if (st != LH_OK) return fail(c, "lh_acquire", st);
 
-    command queue[8];
+    command queue[QUEUE_CAP];
     int release_sent = 0;
     for (int round = 0; round < 16 && !released; round++) {
-        size_t n = drain(c, queue, 8, &fence, &released);
+        size_t n = drain(c, queue, QUEUE_CAP, &fence, &released);
         if (serve_all(c, svc, conn, queue, n, &fence, &released) != 0) return 1;
         if (fence != 0 && !release_sent) {
             /* Hand the token to every write the lock protects; the resource refuses older ones. */
