@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build and test the C++ binding: the Rust library, then two builds of the GoogleTest suite —
 # -fsanitize=address,undefined and -fsanitize=thread (both optimised, RelWithDebInfo) — each run
-# with ctest (the suite includes the real-server tests, which start their own servers, and the
-# C++/Python contention test, which uses bindings/python/.venv). Every variant must pass. Then the example
+# with ctest (the suite includes the Redis tests, which start their own servers, and the
+# C++/Python contention test, which uses bindings/python/.venv; the SQLite, PostgreSQL and etcd
+# tests run in the asan build and in the opt-in plain one). Every variant must pass. Then the example
 # is linked against the shared library and run (its SONAME must resolve).
 #
 #   bindings/cpp/test.sh                 # asan and tsan (the test command's default)
@@ -68,16 +69,19 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 failed=()
 for v in $VARIANTS; do
+    # The SQLite, PostgreSQL and etcd tests run in the plain and the asan builds (each real-server
+    # suite once per run of the default variants, never skipped by them).
+    servers=OFF
     case "$v" in
         plain) san="" ;;
-        asan) san="address,undefined" ;;
+        asan) san="address,undefined" servers=ON ;;
         tsan) san="thread" ;;
         *) echo "cpp: unknown variant $v" >&2; exit 2 ;;
     esac
     bdir="$here/build/$v"
     log "[$v] configure + build (sanitize='${san}')"
     cmake -S "$here" -B "$bdir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLEASEHOLD_SANITIZE="$san" \
-        -DLEASEHOLD_ROOT="$root" >/dev/null
+        -DLEASEHOLD_SERVER_TESTS_ALL="$servers" -DLEASEHOLD_ROOT="$root" >/dev/null
     cmake --build "$bdir" -j "$JOBS"
     log "[$v] ctest"
     if ! ctest --test-dir "$bdir" --output-on-failure --timeout 300; then
