@@ -46,6 +46,22 @@ type SQLiteOptions struct {
 	BusyTimeout time.Duration
 }
 
+// DefaultSQLitePath is the embedded default lock file the Python package and
+// the leasehold CLI use, so every program of a user on one host shares it:
+// $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3
+// when XDG_CACHE_HOME is unset or relative. Its directory may not exist yet.
+func DefaultSQLitePath() (string, error) {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(cache) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "leasehold", "locks.sqlite3"), nil
+}
+
 // NewSQLiteTransport returns the executor configuration for the lock
 // database at path (created when missing; its directory must exist). o may
 // be nil.

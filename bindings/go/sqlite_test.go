@@ -20,6 +20,29 @@ func newSQLiteClient(t testing.TB, path string, opts *Options) *Client {
 	return newTestClient(t, tr, opts)
 }
 
+// TestDefaultSQLitePath: the Python package's and the CLI's default file, under
+// an absolute XDG_CACHE_HOME, else under ~/.cache (a relative one is ignored,
+// as the XDG spec says).
+func TestDefaultSQLitePath(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for xdg, want := range map[string]string{
+		"/var/cache/u": "/var/cache/u/leasehold/locks.sqlite3",
+		"":             filepath.Join(home, ".cache", "leasehold", "locks.sqlite3"),
+		"relative":     filepath.Join(home, ".cache", "leasehold", "locks.sqlite3"),
+	} {
+		t.Setenv("XDG_CACHE_HOME", xdg)
+		if got, err := DefaultSQLitePath(); err != nil || got != want {
+			t.Errorf("XDG_CACHE_HOME=%q: %q, %v; want %q", xdg, got, err, want)
+		}
+	}
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "")
+	if got, err := DefaultSQLitePath(); err == nil {
+		t.Errorf("no HOME and no XDG_CACHE_HOME: %q, want an error", got)
+	}
+}
+
 func TestSQLiteAcquireReleaseAndFences(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "locks.db")

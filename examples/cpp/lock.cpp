@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -17,23 +16,10 @@
 
 namespace fs = std::filesystem;
 
-// $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3 when
-// XDG_CACHE_HOME is unset or relative.
-static fs::path default_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  fs::path cache = xdg != nullptr ? fs::path(xdg) : fs::path();
-  if (!cache.is_absolute()) {
-    const char* home = std::getenv("HOME");
-    if (home == nullptr || *home == '\0') throw std::runtime_error("neither XDG_CACHE_HOME nor HOME is set");
-    cache = fs::path(home) / ".cache";
-  }
-  return cache / "leasehold" / "locks.sqlite3";
-}
-
 int main(int argc, char** argv) try {
   using namespace std::chrono_literals;
   const std::string name = argc > 1 ? argv[1] : "example";
-  const fs::path path = default_path();
+  const fs::path path = leasehold::default_sqlite_path();
   fs::create_directories(path.parent_path());
   leasehold::LockClient client(std::make_shared<leasehold::SqliteTransport>(path.string()));
 

@@ -28,22 +28,8 @@ func main() {
 	}
 }
 
-// defaultPath is $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3
-// when XDG_CACHE_HOME is unset or relative.
-func defaultPath() (string, error) {
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if !filepath.IsAbs(cache) {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "leasehold", "locks.sqlite3"), nil
-}
-
 func run(name string) error {
-	path, err := defaultPath()
+	path, err := leasehold.DefaultSQLitePath()
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@
 #include "server_test_util.hpp"
 
 #include <filesystem>
+#include <optional>
 
 using namespace std::chrono_literals;
 using leasehold::ClientOptions;
@@ -70,6 +71,24 @@ class Sqlite : public ::testing::Test {
     return out;
   }
 };
+
+// The Python package's and the CLI's default file: under an absolute XDG_CACHE_HOME, else under
+// ~/.cache (a relative XDG_CACHE_HOME is ignored); neither set is an error. Environment restored.
+TEST(SqliteDefaultPath, FollowsXdgCacheHomeThenHome) {
+  auto saved = [](const char* k) { const char* v = std::getenv(k); return v ? std::optional<std::string>(v) : std::nullopt; };
+  const auto xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
+  ::setenv("HOME", "/home/u", 1);
+  ::setenv("XDG_CACHE_HOME", "/var/cache/u", 1);
+  EXPECT_EQ(leasehold::default_sqlite_path(), "/var/cache/u/leasehold/locks.sqlite3");
+  ::setenv("XDG_CACHE_HOME", "relative", 1);
+  EXPECT_EQ(leasehold::default_sqlite_path(), "/home/u/.cache/leasehold/locks.sqlite3");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(leasehold::default_sqlite_path(), "/home/u/.cache/leasehold/locks.sqlite3");
+  ::unsetenv("HOME");
+  EXPECT_THROW(leasehold::default_sqlite_path(), std::runtime_error);
+  for (const auto& [k, v] : {std::pair{"XDG_CACHE_HOME", xdg}, std::pair{"HOME", home}})
+    v ? ::setenv(k, v->c_str(), 1) : ::unsetenv(k);
+}
 
 TEST_F(Sqlite, LifecycleOnARealFile) {
   const auto path = file("life.db");

@@ -17,6 +17,9 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 namespace leasehold {
 
 struct SqliteOptions {
@@ -24,6 +27,21 @@ struct SqliteOptions {
   std::chrono::milliseconds busy_timeout{5000};   // a file locked longer: a database error
   LogFn log;                                      // open failures and database errors; default: stderr
 };
+
+// The embedded default lock file the Python package and the leasehold CLI use, so every program
+// of a user on one host shares it: $XDG_CACHE_HOME/leasehold/locks.sqlite3, or
+// ~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset or relative. Its directory may
+// not exist yet. std::runtime_error when neither variable gives a directory.
+inline std::filesystem::path default_sqlite_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  std::filesystem::path cache = xdg != nullptr ? std::filesystem::path(xdg) : std::filesystem::path();
+  if (!cache.is_absolute()) {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0') throw std::runtime_error("neither XDG_CACHE_HOME nor HOME is set");
+    cache = std::filesystem::path(home) / ".cache";
+  }
+  return cache / "leasehold" / "locks.sqlite3";
+}
 
 class SqliteTransport final : public Transport, public detail::SqlBackend {
   struct DbClose {
