@@ -260,14 +260,19 @@ func TestRedisSentinelMasterKilledDuringContention(t *testing.T) {
 	t.Logf("sentinel failover: promoted %v after the kill, first grant on the new master after %v, subscribers there after %v; %d grants, %d stale writes refused",
 		promoted.Round(time.Millisecond), resumed.Round(time.Millisecond), resubscribed.Round(time.Millisecond), len(grants), stale)
 	slices.SortFunc(grants, func(a, b sentinelGrant) int { return a.at.Compare(b.at) })
-	var afterKill, beforeKill int
+	var afterKill, beforeKill, lateLast int
 	for i, g := range grants {
 		if i > 0 && g.fence <= grants[i-1].fence {
 			t.Errorf("in grant order, fence %d follows %d: a fence went back", g.fence, grants[i-1].fence)
 		}
 		if g.at.After(killed) {
 			afterKill++
-			if g.fence <= before {
+			// The old master's last grant may be seen after the kill (its reply raced the
+			// kill, or a retry of it found the replicated lock): that one grant, once.
+			if g.fence == before {
+				lateLast++
+			}
+			if g.fence < before || lateLast > 1 {
 				t.Errorf("fence %d granted after the kill is not above the old master's %d", g.fence, before)
 			}
 		} else {
