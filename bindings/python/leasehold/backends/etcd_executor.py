@@ -5,7 +5,9 @@ The core speaks the etcd protocol itself (keys, leases, transactions, watches an
 meaning of every reply: ``docs/etcd-protocol.md``). This module only POSTs each request's
 body to a member, failing over between the members it was given, hands back the status and
 the body unread, and keeps each watch stream open, passing its messages one by one. Any
-member serves any request; later requests start at the member that answered last.
+member serves any request; later requests start at the member that answered last. A body or
+watch message over ``LH_MAX_HTTP_BODY`` (1 MiB), or a body not complete within the timeout,
+closes the connection unread: the request fails as a transport error (the stream ends).
 
 Give it to ``LockClient`` in place of a service (one client at a time)::
 
@@ -22,6 +24,7 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -65,6 +68,38 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
 
 class _Unusable(Exception):
     """A member that did not answer (the next one is tried)."""
+
+
+def _read_body(resp: http.client.HTTPResponse, timeout: float) -> bytes:
+    """The reply body, at most ``_MAX_BODY`` bytes arriving within ``timeout`` seconds;
+    ``_Unusable`` otherwise (a hostile or broken member neither fills memory nor holds the
+    request by dripping bytes)."""
+    try:
+        return _read_bounded(resp, timeout)
+    except _Unusable:
+        resp.close()  # the socket goes now, unread (the response may own it alone)
+        raise
+
+
+def _read_bounded(resp: http.client.HTTPResponse, timeout: float) -> bytes:
+    if resp.length is not None and resp.length > _MAX_BODY:
+        raise _Unusable(f"reply body of {resp.length} bytes is over the limit of {_MAX_BODY}")
+    deadline = time.monotonic() + timeout
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        # read1: at most one socket read each, so the deadline is checked between them.
+        part = resp.read1(min(_MAX_BODY + 1 - size, 1 << 16))
+        if not part:
+            if resp.length:  # what Content-Length promised never came
+                raise _Unusable(f"reply body cut short ({resp.length} bytes missing)")
+            return b"".join(parts)
+        parts.append(part)
+        size += len(part)
+        if size > _MAX_BODY:
+            raise _Unusable(f"reply body over the limit of {_MAX_BODY} bytes")
+        if time.monotonic() > deadline:
+            raise _Unusable(f"reply body not complete within {timeout:g} s")
 
 
 class EtcdExecutor:
@@ -155,9 +190,10 @@ class EtcdExecutor:
                 conn = self._connection(i, self.timeout)
             try:
                 resp = self._send(conn, req)
-                body = resp.read(_MAX_BODY + 1)
-                if not resp.isclosed():
-                    resp.read()  # an oversized body: drain it, the core refuses it anyway
+                body = _read_body(resp, self.timeout)
+            except _Unusable as e:
+                conn.close()  # the rest of the body is never read
+                raise _Unusable(f"{self.endpoints[i]}: {e}") from None
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 # A kept-alive connection the server closed meanwhile: once more on a new one.
@@ -210,10 +246,13 @@ class EtcdExecutor:
             if resp is None:
                 return  # cancelled meanwhile
             while True:
-                line = resp.readline(_MAX_BODY + 1)
+                line = resp.readline(_MAX_BODY + 2)
                 if not line:
                     break
                 msg = line.rstrip(b"\r\n")
+                if len(msg) > _MAX_BODY or (len(line) == _MAX_BODY + 2 and not line.endswith(b"\n")):
+                    resp.close()  # not read on to its end: the stream closes
+                    raise ValueError(f"a message over the limit of {_MAX_BODY} bytes")
                 if not msg:
                     continue
                 with self._mu:
