@@ -211,8 +211,8 @@
  *
  * THE MEMORY SERVICE (lh_memory_service_*)
  *
- *   An in-process reference lock service with fault switches, for tests and examples in every
- *   binding. It is not a lock across processes. One lh_memory_service is "the server"; each
+ *   An in-process reference lock service with fault switches (test hooks, below), for tests
+ *   and examples in every binding. It is not a lock across processes. One lh_memory_service is "the server"; each
  *   client gets a connection (lh_memory_service_connect) with its own fault switches
  *   (lh_memory_service_set_faults: reject, drop requests, drop responses, partition), its
  *   watches and its queue of release notifications (lh_memory_service_poll_released). The
@@ -228,6 +228,15 @@
  *       after each request: lh_memory_service_poll_released until NULL -> lh_released
  *
  *   Delays and hangs are the host's: the service never waits.
+ *
+ * TEST HOOKS (LH_TESTING)
+ *
+ *   lh_client_debug_panic, lh_memory_service_debug_panic and the memory service's fault
+ *   switches (lh_memory_service_set_faults / _get_faults / _step_clock / _forget) exist only
+ *   in a library built with `cargo build --release --features testing`, which the bindings'
+ *   test suites use; release builds (cargo build --release, the Python wheel,
+ *   scripts/install-lib.sh) do not export them. This header declares them only when the host
+ *   defines LH_TESTING; the lh_memory_faults type and its LH_MEMORY_* flags are always there.
  */
 
 #ifndef LEASEHOLD_H
@@ -2212,6 +2221,7 @@ lh_status lh_is_held(const struct lh_client *c, uint64_t lease, uint64_t now, bo
  */
 lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
 
+#if defined(LH_TESTING)
 /**
  * Test hook: panics inside the panic boundary, so hosts can check that they handle
  * `LH_ERR_PANIC` and that the handle reports `LH_ERR_POISONED` afterwards.
@@ -2220,6 +2230,7 @@ lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
  * `c` is NULL or a live handle.
  */
 lh_status lh_client_debug_panic(struct lh_client *c);
+#endif
 
 /**
  * Fills `*out` with the default etcd options (no authentication, and `struct_size`).
@@ -2499,6 +2510,7 @@ lh_status lh_memory_service_poll_released(struct lh_memory_service *svc,
                                           const uint8_t **out_name,
                                           size_t *out_name_len);
 
+#if defined(LH_TESTING)
 /**
  * Replaces the fault switches of `connection` with `*faults`.
  * Errors: NULL, small `faults->struct_size`, unknown flag bits (`LH_ERR_INVALID_ENUM`),
@@ -2510,7 +2522,9 @@ lh_status lh_memory_service_poll_released(struct lh_memory_service *svc,
 lh_status lh_memory_service_set_faults(struct lh_memory_service *svc,
                                        uint64_t connection,
                                        const struct lh_memory_faults *faults);
+#endif
 
+#if defined(LH_TESTING)
 /**
  * Fills `*out` with the fault switches of `connection` now (`drop_next_responses` as it
  * has counted down). Errors: NULL, small `out->struct_size`, `LH_ERR_UNKNOWN_CONNECTION`.
@@ -2521,7 +2535,9 @@ lh_status lh_memory_service_set_faults(struct lh_memory_service *svc,
 lh_status lh_memory_service_get_faults(struct lh_memory_service *svc,
                                        uint64_t connection,
                                        struct lh_memory_faults *out);
+#endif
 
+#if defined(LH_TESTING)
 /**
  * Steps the service's clock by `delta_ns` (either direction; steps add up). Forward: grants
  * expire early on the service side only; backward: they outlive what their holders believe.
@@ -2531,7 +2547,9 @@ lh_status lh_memory_service_get_faults(struct lh_memory_service *svc,
  * `svc` is NULL or a live handle.
  */
 lh_status lh_memory_service_step_clock(struct lh_memory_service *svc, int64_t delta_ns);
+#endif
 
+#if defined(LH_TESTING)
 /**
  * Drops the grant of `name` without a notification, as a failover that lost the key would
  * (the holder's next renew is rejected); the name's fence is kept. Errors: bad names.
@@ -2542,6 +2560,7 @@ lh_status lh_memory_service_step_clock(struct lh_memory_service *svc, int64_t de
 lh_status lh_memory_service_forget(struct lh_memory_service *svc,
                                    const uint8_t *name,
                                    size_t name_len);
+#endif
 
 /**
  * Fills `*out` with the service's counters. Errors: NULL, small `out->struct_size`.
@@ -2551,6 +2570,7 @@ lh_status lh_memory_service_forget(struct lh_memory_service *svc,
  */
 lh_status lh_memory_service_stats_get(struct lh_memory_service *svc, struct lh_memory_stats *out);
 
+#if defined(LH_TESTING)
 /**
  * Test hook: panics inside the panic boundary (the handle is poisoned afterwards).
  *
@@ -2558,6 +2578,7 @@ lh_status lh_memory_service_stats_get(struct lh_memory_service *svc, struct lh_m
  * `svc` is NULL or a live handle.
  */
 lh_status lh_memory_service_debug_panic(struct lh_memory_service *svc);
+#endif
 
 /**
  * Fills `*out` with the default SQL options (SQLite, and `struct_size`). NULL is ignored.

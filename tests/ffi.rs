@@ -389,6 +389,7 @@ fn null_handle_everywhere() {
         expect(lh_valid_until(n, 1, &mut u64v), LH_ERR_NULL_ARGUMENT);
         expect(lh_is_held(n, 1, 0, &mut b), LH_ERR_NULL_ARGUMENT);
         expect(lh_counters_get(n, &mut k), LH_ERR_NULL_ARGUMENT);
+        #[cfg(feature = "testing")]
         expect(lh_client_debug_panic(n), LH_ERR_NULL_ARGUMENT);
         assert_eq!(CStr::from_ptr(lh_client_last_error(n)).to_bytes(), b"");
     }
@@ -894,6 +895,8 @@ fn last_error_is_per_handle() {
     assert_eq!(seen, msg);
 }
 
+// lh_client_debug_panic is a test hook: built only with the `testing` feature.
+#[cfg(feature = "testing")]
 #[test]
 fn panic_poisons_only_that_handle() {
     let h = client();

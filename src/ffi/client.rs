@@ -1000,6 +1000,7 @@ pub unsafe extern "C" fn lh_counters_get(c: *const lh_client, out: *mut lh_count
 ///
 /// # Safety
 /// `c` is NULL or a live handle.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_client_debug_panic(c: *mut lh_client) -> lh_status {
     // SAFETY: per the caller's contract.

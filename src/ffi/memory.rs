@@ -15,7 +15,9 @@ use super::boundary::{
     require_out, write_out,
 };
 use super::types::*;
-use crate::backend::memory::{Faults, Limits, MemoryError, MemoryService, Reply, Stats, Status};
+#[cfg(feature = "testing")]
+use crate::backend::memory::Faults;
+use crate::backend::memory::{Limits, MemoryError, MemoryService, Reply, Stats, Status};
 
 /// Longest ownership token the memory service accepts, in bytes (the engine's are 32).
 pub const LH_MEMORY_MAX_TOKEN_LEN: usize = 64;
@@ -55,6 +57,7 @@ pub const LH_MEMORY_DROP_RESPONSES: u32 = 16;
 /// `lh_memory_faults.flags`: cut off: requests are lost (DROPPED) and release notifications
 /// for the connection are discarded.
 pub const LH_MEMORY_PARTITIONED: u32 = 32;
+#[cfg(feature = "testing")]
 const ALL_FAULT_FLAGS: u32 = 63;
 
 const _: () = assert!(LH_MEMORY_MAX_TOKEN_LEN == crate::backend::memory::MAX_TOKEN_BYTES);
@@ -249,6 +252,7 @@ fn limits_from_c(c: &lh_memory_config) -> Limits {
     }
 }
 
+#[cfg(feature = "testing")]
 fn faults_to_c(f: Faults) -> lh_memory_faults {
     let bit = |on: bool, b: u32| if on { b } else { 0 };
     lh_memory_faults {
@@ -264,6 +268,7 @@ fn faults_to_c(f: Faults) -> lh_memory_faults {
     }
 }
 
+#[cfg(feature = "testing")]
 fn faults_from_c(c: &lh_memory_faults) -> Result<Faults, Failure> {
     if c.flags & !ALL_FAULT_FLAGS != 0 {
         return Err(Failure::invalid_enum("lh_memory_faults.flags", c.flags));
@@ -751,6 +756,7 @@ pub unsafe extern "C" fn lh_memory_service_poll_released(
 ///
 /// # Safety
 /// `svc` is NULL or a live handle; `faults` points to a readable `lh_memory_faults`.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_memory_service_set_faults(
     svc: *mut lh_memory_service,
@@ -772,6 +778,7 @@ pub unsafe extern "C" fn lh_memory_service_set_faults(
 ///
 /// # Safety
 /// `svc` is NULL or a live handle; `out` is valid for writing one `lh_memory_faults`.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_memory_service_get_faults(
     svc: *mut lh_memory_service,
@@ -794,6 +801,7 @@ pub unsafe extern "C" fn lh_memory_service_get_faults(
 ///
 /// # Safety
 /// `svc` is NULL or a live handle.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_memory_service_step_clock(
     svc: *mut lh_memory_service,
@@ -813,6 +821,7 @@ pub unsafe extern "C" fn lh_memory_service_step_clock(
 ///
 /// # Safety
 /// `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_memory_service_forget(
     svc: *mut lh_memory_service,
@@ -852,6 +861,7 @@ pub unsafe extern "C" fn lh_memory_service_stats_get(
 ///
 /// # Safety
 /// `svc` is NULL or a live handle.
+#[cfg(feature = "testing")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_memory_service_debug_panic(svc: *mut lh_memory_service) -> lh_status {
     // SAFETY: per the caller's contract.
