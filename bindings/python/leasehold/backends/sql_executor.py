@@ -16,12 +16,15 @@ Give an executor to ``LockClient`` in place of a service (one client at a time):
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import socket
 import sqlite3
+import stat
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 from .. import _ffi
@@ -44,10 +47,132 @@ connection within seconds instead of a request that never ends (each can be over
 # Connections a forked child inherited: kept referenced so they are never finalized there.
 _INHERITED: list[Any] = []
 
+log = logging.getLogger("leasehold")
+
 _DATABASE = _ffi.LH_SQL_FAILURE_DATABASE
 _TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
 _COMMANDS = _ffi.LH_SQL_CONNECTION_COMMANDS
 _LISTENER = _ffi.LH_SQL_CONNECTION_LISTENER
+
+
+# -- the SQLite file: created 0600, never through a symbolic link ------------------------------
+
+_SIDECARS = ("-wal", "-shm", "-journal")  # SQLite opens these beside the file, following links
+
+# Closing a descriptor drops every POSIX lock this process holds on its file (SQLite's locks
+# included): no connection of this process opens a file between its creation and that close.
+_CREATE_MU = threading.Lock()
+_WARNED: set[str] = set()
+
+
+def _reset_create_mu() -> None:
+    global _CREATE_MU
+    _CREATE_MU = threading.Lock()  # a forked child must not inherit it held by a thread it lacks
+
+
+os.register_at_fork(after_in_child=_reset_create_mu)
+
+
+def sqlite_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """What makes ``path`` unusable as a lock file as it stands (a symbolic link, which SQLite
+    would follow to create or rewrite its target; not a regular file); ``None`` when it is a
+    regular file or missing."""
+    p = os.fspath(path)
+    for name in (p, *(p + s for s in _SIDECARS)):
+        try:
+            st = os.lstat(name)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            return f"{name} is a symbolic link; leasehold does not follow links to its lock file (give the target's path)"
+        if name == p and not stat.S_ISREG(st.st_mode):
+            return f"{name} is not a regular file"
+    return None
+
+
+def _unsafe(what: str, path: str, st: os.stat_result, is_dir: bool) -> list[str]:
+    """Why another user could read, replace or rewrite the lock records. A directory owned by
+    root, or sticky (like /tmp), does not let others replace the file."""
+    out: list[str] = []
+    if st.st_uid != os.geteuid() and not (is_dir and st.st_uid == 0):
+        out.append(f"the lock {what} {path} is owned by another user (uid {st.st_uid})")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022 and not (is_dir and mode & stat.S_ISVTX):
+        out.append(f"the lock {what} {path} is writable by other users (mode {mode:04o})")
+    elif not is_dir and mode & 0o004:
+        out.append(f"the lock {what} {path} is readable by other users (mode {mode:04o})")
+    return out
+
+
+def _warn_once(messages: list[str]) -> None:
+    for m in messages:
+        if m not in _WARNED:
+            _WARNED.add(m)
+            log.warning("leasehold: %s", m)
+
+
+def _refused(path: str, why: str) -> SqlFailure:
+    return SqlFailure(_TRANSPORT, f"cannot open {path}: refused: {why}")
+
+
+def _open_sqlite_file(path: str, busy_s: float) -> tuple[sqlite3.Connection, tuple[int, int]]:
+    """Open the lock file: create it 0600 (whatever the umask; SQLite gives its -wal and -shm
+    files the file's mode) when missing, refuse a symbolic link at the path or beside it, warn
+    when another user owns or may write the file or its directory, and check that the file
+    SQLite opened is the one checked. Returns the connection and the file's identity."""
+    with _CREATE_MU:
+        problem = sqlite_file_problem(path)
+        if problem:
+            raise _refused(path, problem)
+        created = False
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            pass
+        except OSError as e:  # said as SQLite says it
+            raise SqlFailure(_TRANSPORT, f"cannot open {path}: unable to open database file ({e.strerror or e})") from None
+        else:
+            created = True
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        try:
+            st = os.lstat(path)
+        except OSError as e:
+            raise SqlFailure(_TRANSPORT, f"cannot open {path}: {e.strerror or e}") from None
+        problem = sqlite_file_problem(path)
+        if problem:
+            raise _refused(path, problem)
+        ident = (st.st_dev, st.st_ino)
+        unsafe = [] if created else _unsafe("file", path, st, False)
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            unsafe += _unsafe("directory", parent, os.stat(parent), True)
+        except OSError:
+            pass
+        # mode=rw: SQLite never creates the file itself (a link swapped in meanwhile fails).
+        quoted = urllib.parse.quote(path)
+        uri = ("file://" if path.startswith("/") else "file:") + quoted + "?mode=rw"
+        try:
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_s)
+        except sqlite3.Error as e:
+            raise SqlFailure(_TRANSPORT, f"cannot open {path}: {e}") from None
+    try:
+        # The file SQLite opened (by the name it resolved) is the one checked above.
+        names = [row[2] for row in db.execute("PRAGMA database_list").fetchall() if row[1] == "main"]
+        opened = os.stat(names[0]) if names and names[0] else None
+        now = os.lstat(path)
+        if opened is None or (opened.st_dev, opened.st_ino) != ident or (now.st_dev, now.st_ino) != ident:
+            raise _refused(path, "the file was replaced while it was opened")
+        db.execute("PRAGMA schema_version").fetchall()
+    except (OSError, sqlite3.Error, SqlFailure) as e:
+        db.close()
+        if isinstance(e, SqlFailure):
+            raise
+        raise SqlFailure(_TRANSPORT, f"cannot open {path}: {e}") from None
+    _warn_once(unsafe)
+    return db, ident
 
 
 class SqliteExecutor:
@@ -55,9 +180,15 @@ class SqliteExecutor:
     it; the file is interoperable with every binding's SQLite executor). Thread-safe: one
     connection, one request at a time (each is one ``BEGIN IMMEDIATE`` transaction).
 
+    The file holds lock names, pids, host names and tokens: a missing file is created
+    ``0600``; a symbolic link at the path (or at its ``-wal``/``-shm``/``-journal``) is
+    refused, never followed; a file or directory that another user owns or may write is
+    reported once as a warning on the ``leasehold`` logger.
+
     :param path: the database file (created when missing)
     :param busy_timeout_ms: how long a locked file is waited for before the request is a
         database error (the core's default, 5000, when ``None``)
+    :raises ValueError: ``path`` is a symbolic link or not a regular file
     """
 
     backend_protocol = "sql"
@@ -67,6 +198,9 @@ class SqliteExecutor:
         self.path = os.fspath(path)
         if not self.path or self.path == ":memory:":
             raise ValueError("SqliteExecutor needs a file path shared by the processes (not :memory:)")
+        problem = sqlite_file_problem(self.path)
+        if problem:
+            raise ValueError(problem)
         self.options = SqlOptions("sqlite", busy_timeout_ms)
         self._busy_s = (busy_timeout_ms if busy_timeout_ms is not None else 5000) / 1000
         self._mu = threading.Lock()
@@ -110,20 +244,17 @@ class SqliteExecutor:
     _host_facts = staticmethod(host_facts)  # the facts a request binds, read as it starts
 
     def _stat(self) -> tuple[int, int] | None:
+        """What is at the path itself: a link put in the file's place is a replacement."""
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except OSError:
             return None
-        return st.st_dev, st.st_ino
+        return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
     def _open(self) -> sqlite3.Connection:
         """(lock held) Open the file; a reopening is reported as a reset."""
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_s)
-            db.execute("PRAGMA schema_version").fetchall()  # creates the file now, so it has an inode
-        except sqlite3.Error as e:
-            raise SqlFailure(_TRANSPORT, f"cannot open {self.path}: {e}") from None
-        self._db, self._ident = db, self._stat()
+        db, ident = _open_sqlite_file(self.path, self._busy_s)
+        self._db, self._ident = db, ident
         if self._opened:
             self._resets.append(_COMMANDS)
         self._opened = True

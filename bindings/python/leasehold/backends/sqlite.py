@@ -25,7 +25,7 @@ from .._backend import backend_status, host_facts
 from .._core import HostFact
 from ..errors import LeaseholdError
 from ..service import LockStatus
-from .sql_executor import SqliteExecutor
+from .sql_executor import SqliteExecutor, sqlite_file_problem
 
 __all__ = [
     "SQLiteLockService",
@@ -59,7 +59,8 @@ def current_boot_id() -> str:
 
 
 def default_path() -> Path:
-    """``$XDG_CACHE_HOME/leasehold/locks.sqlite3`` (``~/.cache`` when the variable is unset)."""
+    """``$XDG_CACHE_HOME/leasehold/locks.sqlite3`` (``~/.cache`` when the variable is unset).
+    :class:`SQLiteLockService` creates its missing directories ``0700`` and the file ``0600``."""
     cache = os.environ.get("XDG_CACHE_HOME") or ""
     base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
     return base / "leasehold" / "locks.sqlite3"
@@ -117,8 +118,11 @@ class SQLiteLockService(SqliteExecutor):
     learn it). There are no release notifications: waiters retry at the holder's expiry or
     by backoff (capped at half a second).
 
-    :param path: the database file; it is created if missing (its directory must exist). It
-        is checked (and migrated) at once.
+    :param path: the database file; it is created ``0600`` if missing (its directory must
+        exist, except for :func:`default_path`, whose missing directories are created
+        ``0700``). It is checked (and migrated) at once. A symbolic link at the path is
+        refused, never followed; a file or directory that another user owns or may write is
+        reported as a warning on the ``leasehold`` logger.
     :param busy_timeout: seconds an operation waits for another process's transaction before
         it fails (a transport error for the core); at most 600.
     :param durable: ignored: grants are always committed with ``synchronous=FULL``.
@@ -128,8 +132,8 @@ class SQLiteLockService(SqliteExecutor):
         every process sharing a file must use the same clock).
     :param wall_clock: override the wall clock in µs since the epoch that fences are minted
         from (tests only).
-    :raises SQLiteServiceError: the file cannot be opened, created or written, is not a
-        leasehold database, is corrupt, or stayed busy past the busy timeout.
+    :raises SQLiteServiceError: the file cannot be opened, created or written, is a symbolic
+        link, is not a leasehold database, is corrupt, or stayed busy past the busy timeout.
     """
 
     def __init__(
@@ -164,8 +168,15 @@ class SQLiteLockService(SqliteExecutor):
         self._busy_ms = round(busy_timeout * 1000)
         self._overrides = overrides
         # Absolute: a later chdir() must not switch files.
-        super().__init__(os.path.abspath(raw), busy_timeout_ms=self._busy_ms)
-        self._check_directory()
+        p = os.path.abspath(raw)
+        if p == os.path.abspath(default_path()):
+            _make_private_dirs(p)
+        if not os.path.islink(p):
+            _check_directory(p)
+        problem = sqlite_file_problem(p)
+        if problem:
+            raise SQLiteServiceError(p, f"refusing the lock database ({problem})")
+        super().__init__(p, busy_timeout_ms=self._busy_ms)
         self._read_status(_PROBE_NAME)  # migrates the file, or says why it cannot be used
 
     @classmethod
@@ -193,24 +204,18 @@ class SQLiteLockService(SqliteExecutor):
     def _host_facts(self) -> dict[HostFact, Any]:
         return _facts(self._overrides)
 
-    def _check_directory(self) -> None:
-        p = self.path
-        if os.path.isdir(p):
-            raise SQLiteServiceError(p, "lock database path is a directory")
-        parent = os.path.dirname(p)
-        if not os.path.isdir(parent):
-            what = "is not a directory" if os.path.exists(parent) else "does not exist"
-            raise SQLiteServiceError(p, f"the lock database's directory {parent!r} {what}")
-
     def _read_status(self, name: str) -> Any:
-        reader = _StatusReader(self.path, self._busy_ms, self._overrides)
+        try:
+            reader = _StatusReader(self.path, self._busy_ms, self._overrides)
+        except ValueError as e:  # a link put at the path since
+            raise SQLiteServiceError(self.path, f"refusing the lock database ({e})") from None
         try:
             st = backend_status(reader, name, timeout=self._busy_ms / 1000 + 10)
         except TimeoutError as e:
             raise SQLiteServiceError(self.path, f"lock database did not answer ({e})") from None
         if not st.ok:
             if not os.path.isdir(os.path.dirname(self.path)):
-                self._check_directory()  # the directory went away: say so
+                _check_directory(self.path)  # the directory went away: say so
             raise SQLiteServiceError(self.path, _describe(st.error, self.path))
         return st
 
@@ -224,11 +229,39 @@ class SQLiteLockService(SqliteExecutor):
         return f"SQLiteLockService({self.path!r})"
 
 
+def _check_directory(p: str) -> None:
+    if os.path.isdir(p):
+        raise SQLiteServiceError(p, "lock database path is a directory")
+    parent = os.path.dirname(p)
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise SQLiteServiceError(p, f"the lock database's directory {parent!r} {what}")
+
+
+def _make_private_dirs(p: str) -> None:
+    """Create the missing directories of file ``p``, each ``0700`` (the lock records are the
+    user's own)."""
+    missing: list[str] = []
+    d = os.path.dirname(p)
+    while d and not os.path.lexists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise SQLiteServiceError(p, f"cannot create the lock database's directory {d!r} ({e.strerror or e})") from None
+
+
 def _describe(error: str, path: str) -> str:
     """The core's error about the file, said as what is wrong with the lock database."""
     detail = error
     for prefix in ("connection failed: ", f"cannot open {path}: ", "database error: "):
         detail = detail.removeprefix(prefix)
+    if detail.startswith("refused: "):
+        return f"refusing the lock database ({detail.removeprefix('refused: ')})"
     low = detail.lower()
     if "not a database" in low or "malformed" in low or "corrupt" in low or "quick_check" in low:
         return f"lock database is corrupt or not a SQLite file ({detail})"
