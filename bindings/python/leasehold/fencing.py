@@ -38,6 +38,7 @@ from .errors import StaleFencingToken
 __all__ = ["FencingGate", "StaleFencingToken"]
 
 T = TypeVar("T")
+_MAX_TOKEN = 2**63 - 1  # the largest BIGINT (and SQLite INTEGER)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -125,13 +126,16 @@ class FencingGate:
         Commits when the block ends normally; rolls back (and re-raises) if it raises.
 
         :raises StaleFencingToken: ``token`` is lower than the high-water mark (nothing ran)
+        :raises TypeError: ``token`` is not an ``int`` (nothing ran)
+        :raises ValueError: ``token`` is outside ``0 .. 2**63 - 1``, what the mark's ``BIGINT``
+            holds, as in the Go and C++ gates (nothing ran, no transaction was opened)
         """
         if not isinstance(resource, str) or not resource:
             raise ValueError("resource must be a non-empty str")
         if isinstance(token, bool) or not isinstance(token, int):
             raise TypeError(f"fencing token must be an int, not {type(token).__name__}")
-        if token < 0:
-            raise ValueError("fencing token must be >= 0")
+        if not 0 <= token <= _MAX_TOKEN:
+            raise ValueError(f"fencing token {token} out of range (0 to 2**63 - 1)")
         conn = self.connection
         cur = self._begin()
         try:
