@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C suite of leasehold. From the repository root or anywhere:
 #   bindings/c/test.sh
-# 1. builds the Rust library in release (target/release/libleasehold.{so,a});
+# 1. builds the Rust library in release with the test hooks (target/release/libleasehold.{so,a},
+#    `--features testing`: the C tests call lh_client_debug_panic);
 # 2. verifies include/leasehold.h against a fresh cbindgen run (scripts/check-header.sh);
 # 3. compiles the header as C11 and C++17 with -Wall -Wextra -Werror;
 # 4. builds and runs the example host, the C tests under ASan+UBSan, and the C tests again
@@ -38,8 +39,8 @@ step() { printf '\n== c: %s\n' "$*"; }
 
 bash "$ROOT/scripts/ensure-redis.sh"
 
-step "cargo build --release"
-cargo build --release --quiet
+step "cargo build --release --features testing"
+cargo build --release --features testing --quiet
 
 step "header is up to date"
 scripts/check-header.sh

@@ -8,6 +8,9 @@
  * Time is virtual (now is an argument), so nothing here depends on how fast the machine is.
  */
 #define _POSIX_C_SOURCE 200809L
+/* The panic tests call lh_client_debug_panic, a test hook: declared under LH_TESTING and
+ * exported only by a library built with `cargo build --release --features testing`. */
+#define LH_TESTING 1
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
