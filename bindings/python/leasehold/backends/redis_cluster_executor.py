@@ -24,7 +24,14 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .._core import RedisOptions
-from .redis_connect import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT, parse_addresses, split_credentials
+from .._urls import check_url, redact
+from .redis_connect import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    parse_addresses,
+    split_credentials,
+    tls_defaults,
+)
 from .redis_executor import Sink, error_value
 
 __all__ = ["CLUSTER_SCHEME", "RedisClusterExecutor", "cluster_startup", "parse_cluster_url"]
@@ -37,10 +44,11 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     redis-py keywords: ``username``, ``password``). The port defaults to 6379."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() != CLUSTER_SCHEME:
-        raise ValueError(f"not a {CLUSTER_SCHEME}:// URL: {url!r}")
+        raise ValueError(f"not a {CLUSTER_SCHEME}:// URL: {redact(url)}")
+    check_url(url)  # a password with an unescaped '/' would otherwise be read as a path
     hosts, _, path = rest.partition("/")
     if path.strip("/"):
-        raise ValueError(f"a {CLUSTER_SCHEME} URL has no path (Cluster has one database): {url!r}")
+        raise ValueError(f"a {CLUSTER_SCHEME} URL has no path (Cluster has one database): {redact(url)}")
     hosts, kwargs = split_credentials(hosts)
     return _parse_nodes(hosts), kwargs
 
@@ -74,6 +82,8 @@ def cluster_startup(
     redis_kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     redis_kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     redis_kwargs.setdefault("retry", retry)
+    if redis_kwargs.get("ssl"):
+        tls_defaults(redis_kwargs)
     return startup
 
 

@@ -19,6 +19,8 @@ import redis.retry
 import redis.sentinel
 from redis.backoff import NoBackoff
 
+from .._urls import check_url, redact, scrub
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_SOCKET_TIMEOUT",
@@ -31,6 +33,7 @@ __all__ = [
     "parse_sentinels",
     "sentinel_pool",
     "split_credentials",
+    "tls_defaults",
 ]
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -66,13 +69,31 @@ def _pool(mod: Any, sentinel: Callable[..., Any], client: Any, url: str | None, 
         sentinels, master_name, from_url = parse_sentinel_url(url)
         return sentinel(sentinels, master_name, **{**from_url, **kwargs})
     if url is not None:
-        return mod.ConnectionPool.from_url(url, **kwargs)
+        # Checked first: redis-py would read part of a malformed password as the port or the
+        # database, and quote it in its error.
+        check_url(url)
+        if url.lower().startswith("rediss:"):
+            tls_defaults(kwargs)
+        try:
+            return mod.ConnectionPool.from_url(url, **kwargs)
+        except ValueError as e:
+            raise ValueError(f"bad Redis URL {redact(url)}: {scrub(e, url)}") from None
     if kwargs.pop("ssl", False):
+        tls_defaults(kwargs)
         kwargs["connection_class"] = mod.SSLConnection
     if "unix_socket_path" in kwargs:
         kwargs["connection_class"] = mod.UnixDomainSocketConnection
         kwargs["path"] = kwargs.pop("unix_socket_path")
     return mod.ConnectionPool(**kwargs)
+
+
+def tls_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Complete redis-py TLS keywords in place: the server's certificate is verified and must
+    name the host connected to, whatever redis-py's own defaults (5.x checked no host name).
+    Keywords given, or ``ssl_*`` query parameters of a URL, still win."""
+    kwargs.setdefault("ssl_cert_reqs", "required")
+    kwargs.setdefault("ssl_check_hostname", True)
+    return kwargs
 
 
 def parse_sentinels(sentinels: str | Iterable[str | tuple[str, int]]) -> list[tuple[str, int]]:
@@ -119,15 +140,16 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, 
 
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() != SENTINEL_SCHEME:
-        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL: {url!r}")
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL: {redact(url)}")
+    check_url(url)  # a password with an unescaped '/' would otherwise be read as the master name
     hosts, _, path = rest.partition("/")
     hosts, kwargs = split_credentials(hosts)
     parts = [p for p in path.split("/") if p]
     if not parts or len(parts) > 2:
-        raise ValueError(f"{SENTINEL_SCHEME} URL needs /MASTER_NAME[/DB] after the sentinels: {url!r}")
+        raise ValueError(f"{SENTINEL_SCHEME} URL needs /MASTER_NAME[/DB] after the sentinels: {redact(url)}")
     if len(parts) == 2:
         if not parts[1].isdigit():
-            raise ValueError(f"bad database number {parts[1]!r} in {url!r}")
+            raise ValueError(f"bad database number in {redact(url)} (want /MASTER_NAME/DB, DB a number)")
         kwargs["db"] = int(parts[1])
     return parse_sentinels(hosts), unquote(parts[0]), kwargs
 
@@ -179,6 +201,8 @@ def _sentinel_pool(
         raise ValueError("a master name is required")
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    if kwargs.get("ssl"):
+        tls_defaults(kwargs)
     if sentinel_kwargs is None:
         # A dead sentinel is skipped at once rather than retried with backoff on every reconnect.
         sentinel_kwargs = {
