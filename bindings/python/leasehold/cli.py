@@ -15,23 +15,43 @@ SIGTERM, then SIGKILL after the grace period). The lock is renewed by the
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
-import select
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+
+from ._cli_backends import (
+    BackendError,
+    UsageError,
+    backend_url,
+    child_environment,
+    etcd_url,
+    open_backend,
+    read_backend_file,
+    safe_text,
+)
+from ._cli_proc import (
+    EX_NOT_EXECUTABLE,
+    EX_NOT_FOUND,
+    _Child,
+    _exit_status,
+    _spawn,
+    _tty_foreground,
+    _Wakeup,
+    resolve_command,
+)
+from ._status_render import WaitStatusLine, cmd_status, describe_holder
+from ._urls import redact, scrub
 
 __all__ = ["main", "open_backend", "EXIT_CODES"]
+# Also importable from here, as before the CLI was split into modules.
+_WaitStatusLine = WaitStatusLine
+_REEXPORTED = (etcd_url, read_backend_file, describe_holder, resolve_command)
 
 log = logging.getLogger("leasehold.cli")
 
@@ -43,8 +63,6 @@ EX_UNAVAILABLE = 69  # the backend cannot be opened or keeps failing
 EX_SOFTWARE = 70  # internal error (a bug)
 EX_NOT_ACQUIRED = 75  # not acquired within --wait (EX_TEMPFAIL)
 EX_LOST = 76  # the lock was lost while COMMAND ran
-EX_NOT_EXECUTABLE = 126
-EX_NOT_FOUND = 127
 
 EXIT_CODES = {
     "child": "COMMAND's own exit status (128+N if COMMAND was killed by signal N)",
@@ -60,7 +78,6 @@ EXIT_CODES = {
 DEFAULT_TTL = 30.0
 DEFAULT_GRACE = 10.0
 SHELL = "/bin/sh"  # runs -c COMMAND (a fixed shell, as scripts expect, whatever the user's $SHELL)
-_STATUS_EVERY = 0.5  # seconds between updates of the waiting status line on a terminal
 _WAIT_CHUNK = 60.0  # an infinite --wait is a loop of bounded acquires (a broken backend shows up)
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _TTY_SIGNALS = ("SIGINT", "SIGQUIT")
@@ -73,10 +90,9 @@ _RERAISE = {
     if hasattr(signal, n)
 }
 _TTY_STOPS = {int(getattr(signal, n)) for n in ("SIGTTIN", "SIGTTOU") if hasattr(signal, n)}
-_ENDING = {int(getattr(signal, n)) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL") if hasattr(signal, n)}
 
 _RUN_VALUE_OPTS = {
-    "--backend", "-b", "--ttl", "-t", "--wait", "-w", "--grace", "-g",
+    "--backend", "-b", "--backend-file", "--ttl", "-t", "--wait", "-w", "--grace", "-g",
     "--conflict-exit-code", "-E", "--command", "-c", "--fail-budget",
 }
 
@@ -178,14 +194,6 @@ class DieBySignal(Exception):
         self.sig = sig
 
 
-class UsageError(Exception):
-    """Bad command-line input (exit 64)."""
-
-
-class BackendError(Exception):
-    """The backend could not be opened or used (exit 69)."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -238,7 +246,14 @@ def _fail_budget(text: str) -> int:
 def _add_backend(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-b", "--backend", metavar="URL", default=None,
-        help="lock service URL (default: $LEASEHOLD_BACKEND, else the SQLite file in the cache directory)",
+        help="lock service URL (default: $LEASEHOLD_BACKEND, else the file $LEASEHOLD_BACKEND_FILE names, "
+        "else the SQLite file in the cache directory). A password given here is visible to other local "
+        "users (ps, /proc/PID/cmdline): use --backend-file or $LEASEHOLD_BACKEND for one",
+    )
+    p.add_argument(
+        "--backend-file", metavar="PATH", default=None,
+        help="read the lock service URL from the first line of PATH (keep it mode 600: leasehold warns "
+        "when group or others can access it)",
     )
 
 
@@ -257,7 +272,7 @@ def build_parser() -> _Parser:
     run = sub.add_parser(
         "run",
         help="run a command while holding a lock",
-        usage="leasehold run [-h] [-b URL] [-t S] [-w S | -n] [-E CODE] [-g S] [--fail-budget N] [--foreground] [-v]\n"
+        usage="leasehold run [-h] [-b URL | --backend-file PATH] [-t S] [-w S | -n] [-E CODE] [-g S] [--fail-budget N] [--foreground] [-v]\n"
         "                     NAME {[--] COMMAND [ARG ...] | -c 'SHELL COMMAND'}",
         description=_RUN_DESCRIPTION,
         epilog=_RUN_EPILOG,
@@ -358,563 +373,7 @@ def _version() -> str:
         return "0.1.0"
 
 
-# ---------------------------------------------------------------------- backends
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for messages)."""
-    if url.lower().startswith(("etcd://", "etcds://")):
-        scheme, rest = url.split("://", 1)
-        if "@" in rest:
-            user, _, hosts = rest.rpartition("@")
-            if ":" in user:
-                return f"{scheme}://{user.split(':', 1)[0]}:***@{hosts}"
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    hosts = parts.netloc.rpartition("@")[2]  # verbatim: a host list, a bracketed IPv6 address
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{hosts}", parts.path, parts.query, parts.fragment))
-
-
-def backend_url(arg: str | None) -> str:
-    url = arg if arg is not None else os.environ.get("LEASEHOLD_BACKEND") or "sqlite://"
-    return url.strip()
-
-
-def open_backend(url: str) -> Any:
-    """Open the lock service for a ``--backend`` URL.
-
-    :raises UsageError: the URL is malformed or its scheme unknown
-    :raises BackendError: the backend cannot be opened
-    """
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme == "sqlite":
-        from .backends.sqlite import SQLiteLockService, SQLiteServiceError, default_path, path_from_url
-
-        try:
-            path = path_from_url(url)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if path == default_path():
-            try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            except OSError as e:
-                raise BackendError(f"cannot create {path.parent}: {e.strerror or e}") from None
-        try:
-            return SQLiteLockService(path)
-        except SQLiteServiceError as e:
-            raise BackendError(str(e)) from None
-    if scheme == "memory":
-        if url.rstrip("/") not in ("memory:", "memory:/", "memory://"):
-            raise UsageError(f"memory URLs take no host or path: {url!r}")
-        from .backends.memory import MemoryLockService
-
-        return MemoryLockService()
-    if scheme in ("redis", "rediss", "unix"):
-        try:
-            from .backends.redis import RedisLockService
-        except ImportError as e:
-            raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
-        try:
-            # The Redis executor (the core's protocol) under its first name, for its status().
-            svc = RedisLockService.from_url(url)
-        except ValueError as e:
-            raise UsageError(f"bad Redis URL {redact(url)!r}: {e}") from None
-        except Exception as e:
-            raise BackendError(f"cannot connect to {redact(url)}: {e}") from None
-        ping = getattr(svc, "ping", None)
-        if callable(ping):
-            try:
-                ping()
-            except Exception as e:
-                svc.close()
-                raise BackendError(f"cannot reach {redact(url)}: {e}") from None
-        return svc
-    if scheme == "redis+sentinel":
-        return _open_sentinel(url)
-    if scheme == "redis+cluster":
-        return _open_cluster(url)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from .backends.sql_executor import PostgresExecutor
-
-            return PostgresExecutor(url)
-        except ImportError as e:
-            raise BackendError(f"the PostgreSQL backend needs psycopg 3 (pip install 'leasehold[postgres]'): {e}") from None
-    if scheme in ("etcd", "etcds"):
-        from .backends.etcd_executor import EtcdExecutor
-
-        user, password, endpoints = etcd_url(url)
-        try:
-            return EtcdExecutor(endpoints, user=user, password=password)
-        except ValueError as e:
-            raise UsageError(f"bad etcd URL {redact(url)!r}: {e}") from None
-    raise UsageError(
-        f"unknown backend URL {redact(url)!r} (use sqlite://, redis://, redis+sentinel://, redis+cluster://, "
-        "postgresql://, etcd://, or memory://)"
-    )
-
-
-def _open_cluster(url: str) -> Any:
-    """The Redis Cluster executor on the cluster any node of ``url`` belongs to."""
-    try:
-        from .backends.redis_cluster_executor import RedisClusterExecutor, parse_cluster_url
-    except ImportError as e:
-        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
-    try:
-        parse_cluster_url(url)
-    except ValueError as e:
-        raise UsageError(f"bad Redis Cluster URL {redact(url)!r}: {e}") from None
-    try:
-        # redis-py reads the slot map from the first node that answers.
-        return RedisClusterExecutor(url=url)
-    except Exception as e:
-        raise BackendError(f"cannot reach the cluster through {redact(url)}: {e}") from None
-
-
-def _open_sentinel(url: str) -> Any:
-    """The Redis executor on the master the sentinels of ``url`` name (it asks them again on
-    every reconnect, so a run follows a failover)."""
-    try:
-        from .backends.redis_executor import RedisExecutor, parse_sentinel_url
-    except ImportError as e:
-        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
-    try:
-        parse_sentinel_url(url)
-    except ValueError as e:
-        raise UsageError(f"bad Redis Sentinel URL {redact(url)!r}: {e}") from None
-    executor = RedisExecutor(url=url)
-    try:
-        executor.command([b"PING"])  # the sentinels answer and name a reachable master
-    except Exception as e:
-        executor.close()
-        why = str(e).split(" : ")[0]  # redis-py appends every sentinel's repr
-        raise BackendError(f"cannot reach the master through {redact(url)}: {why}") from None
-    return executor
-
-
-def etcd_url(url: str) -> tuple[str | None, str | None, list[str]]:
-    """``etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]`` as (user, password, member URLs);
-    ``etcds://`` members speak TLS."""
-    from urllib.parse import unquote
-
-    scheme, _, rest = url.partition("://")
-    user = password = None
-    if "@" in rest:
-        info, _, rest = rest.rpartition("@")
-        name, sep, pw = info.partition(":")
-        user, password = unquote(name) or None, (unquote(pw) if sep else None)
-    rest = rest.rstrip("/")
-    if not rest or "/" in rest or "?" in rest:
-        raise UsageError(f"bad etcd URL {redact(url)!r}: give HOST:PORT[,HOST:PORT...] and nothing else")
-    prefix = "https://" if scheme.lower() == "etcds" else "http://"
-    return user, password, [prefix + h.strip() for h in rest.split(",") if h.strip()]
-
-
-# ---------------------------------------------------------------------- status
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    url = backend_url(args.backend)
-    name = args.name
-    if not name:
-        raise UsageError("NAME must not be empty")
-    st: Any
-    if url.lower().startswith("sqlite:"):
-        from .backends.sqlite import path_from_url
-        from .service import LockStatus
-
-        try:
-            path = path_from_url(url)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if not path.exists():  # never create a database just to say "free"
-            st = LockStatus(name, False, None, None, None, None)
-        else:
-            st = _status_from(open_backend(url), name, url)
-    elif url.lower().startswith("memory:"):
-        open_backend(url).close()  # validates the URL
-        raise BackendError(f"status is not supported by the backend {redact(url)} (in-process only: nothing to read)")
-    elif url.lower().startswith(("etcd:", "etcds:", "postgresql:", "postgres:", "redis+sentinel:", "redis+cluster:")):
-        st = _backend_status(open_backend(url), name, url)
-    else:
-        st = _status_from(open_backend(url), name, url)
-    held_for = _field(st, "held_for_ms")
-    info = {
-        "name": name,
-        "held": bool(_field(st, "held")),
-        "fencing_token": _field(st, "fencing_token"),
-        "remaining_ttl_ms": _field(st, "remaining_ttl_ms"),
-        "holder_pid": _field(st, "holder_pid"),
-        "holder_host": _field(st, "holder_host"),
-        "held_for_ms": held_for,
-        "holder_since": _utc_iso(time.time() - held_for / 1000) if held_for is not None else None,
-        "last_fencing_token": _field(st, "last_fencing_token"),
-        "backend": redact(url),
-    }
-    if args.json:
-        print(json.dumps(info))
-    elif info["held"]:
-        ttl = info["remaining_ttl_ms"]
-        ttl_text = f", expires in {ttl / 1000:.3f}s unless renewed" if ttl is not None else ""
-        holder = ""
-        if info["holder_pid"] or info["holder_host"]:
-            holder = ", holder " + describe_holder(st)
-            if info["holder_since"]:
-                holder += f" (since {info['holder_since']})"
-        print(f"{name}: held, fencing token {info['fencing_token']}{ttl_text}{holder}")
-    else:
-        last = info["last_fencing_token"]
-        print(f"{name}: free" + (f" (last fencing token {last})" if last is not None else " (never acquired)"))
-    return EX_OK if info["held"] else EX_FREE
-
-
-def _backend_status(executor: Any, name: str, url: str) -> dict[str, Any]:
-    """An executor's status of ``name``, read through the core's own query."""
-    from ._backend import backend_status
-
-    try:
-        st = backend_status(executor, name)
-    except Exception as e:
-        raise BackendError(f"{redact(url)}: {e}") from None
-    finally:
-        executor.close()
-    if not st.ok:
-        raise BackendError(f"{redact(url)}: {st.error}")
-    held = st.held
-    return {
-        "held": held,
-        "fencing_token": st.fencing_token if held else None,
-        "remaining_ttl_ms": st.remaining_ttl_ms if held else None,
-        "holder_pid": st.holder_pid if held and st.holder_pid else None,
-        "holder_host": st.holder_host if held and st.holder_host else None,
-        "held_for_ms": st.held_for_ms if held else None,
-        "last_fencing_token": st.last_fencing_token or None,
-    }
-
-
-def _utc_iso(unix: float) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(unix, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _field(st: Any, key: str) -> Any:
-    if isinstance(st, dict):
-        return st.get(key)
-    return getattr(st, key, None)
-
-
-def _status_from(svc: Any, name: str, url: str) -> Any:
-    try:
-        status = getattr(svc, "status", None)
-        if not callable(status):
-            raise BackendError(f"status is not supported by the backend {redact(url)}")
-        try:
-            return status(name)
-        except BackendError:
-            raise
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        except Exception as e:
-            raise BackendError(f"{redact(url)}: {e}") from None
-    finally:
-        svc.close()
-
-
-# ---------------------------------------------------------------------- run: waiting on a terminal
-
-
-def _seconds(ms: float) -> str:
-    """A short human duration: 850ms, 12s, 4m05s, 2h03m."""
-    if ms < 1000:
-        return f"{int(ms)}ms"
-    s = int(ms // 1000)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def describe_holder(st: Any) -> str:
-    """``pid 123 on host-a for 12s``, as much of it as the backend knows (or ``someone``)."""
-    pid, host, held_for = _field(st, "holder_pid"), _field(st, "holder_host"), _field(st, "held_for_ms")
-    text = f"pid {pid}" if pid else "another client"
-    if host:
-        text += f" on {host}"
-    if held_for is not None:
-        text += f" for {_seconds(held_for)}"
-    return text
-
-
-class _WaitStatusLine:
-    """While ``run`` waits on a terminal: one line on stderr, rewritten in place, naming the
-    holder and the time left, and erased once the wait ends.
-
-    A thread of its own reads the backend's status (a read can wait behind the IO threads'
-    transactions) and draws; ``stop`` erases under the same lock, so nothing is drawn after it.
-    """
-
-    def __init__(self, service: Any, name: str, wait: float, done: threading.Event, fd: int) -> None:
-        self.service, self.name, self.done, self.fd = service, name, done, fd
-        self.give_up_at = time.monotonic() + wait if math.isfinite(wait) else None
-        self.lock = threading.Lock()
-        self.stopped = False
-        self.drawn = False
-        self.thread = threading.Thread(target=self._run, name="leasehold-cli-status", daemon=True)
-
-    @classmethod
-    def start(cls, service: Any, name: str, wait: float, done: threading.Event) -> _WaitStatusLine | None:
-        fd = 2
-        try:
-            if not os.isatty(fd) or os.environ.get("TERM") == "dumb":
-                return None
-        except (OSError, ValueError):
-            return None
-        if wait <= 0 or not callable(getattr(service, "status", None)):
-            return None
-        line = cls(service, name, wait, done, fd)
-        line.thread.start()
-        return line
-
-    def _run(self) -> None:
-        # The first read comes after a short while: an uncontended acquire draws nothing.
-        while not self.done.wait(_STATUS_EVERY) and not self.stopped:
-            try:
-                st = self.service.status(self.name)
-            except Exception:  # noqa: BLE001 - a status line never fails the run
-                st = None
-            self._draw(self.text(st))
-
-    def text(self, st: Any) -> str:
-        parts = [f"leasehold: waiting for {self.name!r}"]
-        if st is None:
-            parts.append("holder unknown")
-        elif not _field(st, "held"):
-            parts.append("free, acquiring")
-        else:
-            holder = f"held by {describe_holder(st)}"
-            ttl = _field(st, "remaining_ttl_ms")
-            if ttl is not None:
-                holder += f", expires in {_seconds(ttl)} unless renewed"
-            parts.append(holder)
-        if self.give_up_at is not None:
-            parts.append(f"giving up in {_seconds(max(0.0, self.give_up_at - time.monotonic()) * 1000)}")
-        return "; ".join(parts)
-
-    def _draw(self, text: str) -> None:
-        try:
-            width = os.get_terminal_size(self.fd).columns
-        except OSError:
-            width = 80
-        if width > 1 and len(text) >= width:
-            text = text[: width - 2] + "…"  # a wrapped line could not be redrawn in place
-        with self.lock:
-            if self.stopped:
-                return
-            self._write("\r" + text + "\x1b[K")
-            self.drawn = True
-
-    def stop(self) -> None:
-        with self.lock:
-            if self.stopped:
-                return
-            self.stopped = True
-            if self.drawn:
-                self._write("\r\x1b[K")
-
-    def _write(self, data: str) -> None:
-        try:
-            os.write(self.fd, data.encode("utf-8", "replace"))
-        except OSError:
-            pass
-
-
-# ---------------------------------------------------------------------- run: signals
-
-
-class _Wakeup:
-    """Signals and cross-thread wake-ups, turned into one readable pipe for ``select``.
-
-    Python runs signal handlers on the main thread only; the C-level handler writes to the
-    wake-up fd at once, so ``select`` returns even when the handler has not run yet.
-    """
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.r, False)
-        os.set_blocking(self.w, False)
-        self.pending: deque[int] = deque()
-        self._saved: dict[int, Any] = {}
-        self._saved_fd = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
-        for n in names:
-            sig = getattr(signal, n, None)
-            if sig is None:
-                continue
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                continue  # ignored by whoever started us (nohup, background job): keep it so
-            self._saved[sig] = signal.signal(sig, self._on_signal)
-        if hasattr(signal, "SIGCHLD"):
-            self._saved[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.pending.append(signum)
-
-    def _on_child(self, signum: int, frame: Any) -> None:
-        pass  # the wake-up fd already woke the loop
-
-    def poke(self) -> None:
-        """Wake the main loop (any thread)."""
-        try:
-            os.write(self.w, b"\0")
-        except (BlockingIOError, OSError):
-            pass
-
-    def wait(self, timeout: float | None) -> None:
-        try:
-            select.select([self.r], [], [], timeout)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            pass
-        try:
-            while os.read(self.r, 512):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def close(self) -> None:
-        for sig, old in self._saved.items():
-            try:
-                signal.signal(sig, old)
-            except (TypeError, ValueError, OSError):
-                pass
-        signal.set_wakeup_fd(self._saved_fd)
-        os.close(self.r)
-        os.close(self.w)
-
-
-def _tty_foreground() -> bool:
-    """Is leasehold in the foreground process group of its terminal?"""
-    for fd in (0, 1, 2):
-        try:
-            if os.isatty(fd):
-                return os.tcgetpgrp(fd) == os.getpgrp()
-        except OSError:
-            continue
-    return False
-
-
-# ---------------------------------------------------------------------- run: the child
-
-# Started instead of COMMAND on Linux: sets the parent-death signal (so COMMAND gets SIGTERM if
-# leasehold itself dies, e.g. SIGKILL or OOM), restores SIGPIPE/SIGXFSZ, then execs COMMAND
-# (same pid). Tiny and isolated (-I -S) so it starts quickly.
-_SHIM = r"""
-import os, signal, sys
-ppid, deathsig, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-argv = sys.argv[4:]
-try:
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, deathsig, 0, 0, 0)  # PR_SET_PDEATHSIG
-except Exception:
-    pass
-if os.getppid() != ppid:
-    os._exit(128 + deathsig)  # leasehold died before the death signal was armed
-for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ"):
-    if hasattr(signal, name):
-        signal.signal(getattr(signal, name), signal.SIG_DFL)
-try:
-    os.execv(path, argv)
-except OSError as e:
-    sys.stderr.write("leasehold: cannot execute %s: %s\n" % (argv[0], e.strerror or e))
-    os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-"""
-
-
-def resolve_command(argv: Sequence[str], env: dict[str, str]) -> str:
-    """The executable COMMAND runs (PATH lookup like a shell); exits 127/126 if unusable."""
-    cmd = argv[0]
-    if "/" in cmd:
-        if not os.path.exists(cmd):
-            _die(EX_NOT_FOUND, f"{cmd}: no such file")
-        if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
-            _die(EX_NOT_EXECUTABLE, f"{cmd}: not executable")
-        return cmd
-    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
-    if found is None:
-        _die(EX_NOT_FOUND, f"{cmd}: command not found")
-    return found
-
-
-def _spawn(path: str, argv: Sequence[str], env: dict[str, str], own_group: bool) -> subprocess.Popen[bytes]:
-    kwargs: dict[str, Any] = {"env": env, "close_fds": True, "restore_signals": True}
-    if own_group:
-        kwargs["process_group"] = 0
-    if sys.platform.startswith("linux") and sys.executable:
-        shim = [sys.executable, "-I", "-S", "-c", _SHIM, str(os.getpid()), str(int(signal.SIGTERM)), path, *argv]
-        return subprocess.Popen(shim, **kwargs)
-    return subprocess.Popen(list(argv), executable=path, **kwargs)
-
-
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-class _Child:
-    def __init__(self, proc: subprocess.Popen[bytes], own_group: bool) -> None:
-        self.proc = proc
-        self.own_group = own_group
-
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to COMMAND (its group by default); a stopped COMMAND is continued
-        after a signal meant to end it, as shells do for stopped jobs."""
-        try:
-            if self.own_group:
-                os.killpg(self.proc.pid, sig)
-            elif self.proc.returncode is None:
-                self.proc.send_signal(sig)
-            else:
-                return
-            if sig in _ENDING and sig != signal.SIGKILL and self.stop_signal() is not None:
-                self.signal(signal.SIGCONT)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def stop_signal(self) -> int | None:
-        """The signal that stopped COMMAND, if it is stopped now (without reaping it)."""
-        if self.proc.returncode is not None or not hasattr(os, "waitid"):
-            return None
-        try:
-            res = os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return None
-        if res is None or res.si_code != os.CLD_STOPPED:
-            return None
-        return int(res.si_status)
-
-    def group_alive(self) -> bool:
-        if not self.own_group:
-            return False
-        try:
-            os.killpg(self.proc.pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-
-
 # ---------------------------------------------------------------------- run
-
-
-def _die(code: int, message: str) -> NoReturn:
-    sys.stderr.write(f"leasehold: {message}\n")
-    raise SystemExit(code)
 
 
 def _acquire(client: Any, name: str, ttl: float, wait: float, on_lost: Any) -> Any:
@@ -952,10 +411,10 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         name.encode("utf-8")
     except UnicodeEncodeError:
         raise UsageError("NAME is not valid UTF-8") from None
-    url = backend_url(args.backend)
+    url = backend_url(args.backend, args.backend_file)
     verbose = args.verbose
 
-    env = dict(os.environ)
+    env = child_environment(dict(os.environ), url)  # COMMAND gets the lock, not the credentials
     path = resolve_command(command, env)  # before taking the lock: fail fast, hold nothing
 
     # Signals first: a SIGINT while the backend opens or while waiting must cancel cleanly.
@@ -1012,7 +471,7 @@ def _run_locked(
         _note(f"waiting for lock {name!r} on {redact(url)}")
     t = threading.Thread(target=acquirer, name="leasehold-cli-acquire", daemon=True)
     t.start()
-    status_line = _WaitStatusLine.start(service, name, args.wait, done)
+    status_line = WaitStatusLine.start(service, name, args.wait, done)
     try:
         while not done.is_set():
             if wake.pending:
@@ -1031,7 +490,7 @@ def _run_locked(
     if "error" in box:
         e = box["error"]
         if isinstance(e, BackendUnavailable):
-            raise BackendError(f"lock {name!r}: backend {redact(url)} unavailable: {e}")
+            raise BackendError(f"lock {name!r}: backend {redact(url)} unavailable: {scrub(e, url)}")
         if isinstance(e, LockTimeout):
             if args.nonblock:
                 _note(f"lock {name!r} is held by someone else")
@@ -1128,11 +587,22 @@ def _signame(sig: int) -> str:
 
 
 def _note(msg: str) -> None:
-    sys.stderr.write(f"leasehold: {msg}\n")
+    sys.stderr.write(f"leasehold: {safe_text(msg)}\n")
     sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------- main
+
+
+class _ScrubLog(logging.Filter):
+    """The library's log lines (a driver's error text among them) pass through
+    :func:`safe_text` before they reach stderr, tracebacks included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = safe_text(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = safe_text(logging.Formatter().formatException(record.exc_info)).replace("\\x0a", "\n")
+        return True
 
 
 def _die_by_signal(sig: int) -> int:
@@ -1171,15 +641,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ScrubLog())
     try:
         if args.cmd == "run":
             return cmd_run(args, command)
         return cmd_status(args)
     except UsageError as e:
-        sys.stderr.write(f"leasehold: error: {e}\n(see 'leasehold {args.cmd} --help')\n")
+        sys.stderr.write(f"leasehold: error: {safe_text(e)}\n(see 'leasehold {args.cmd} --help')\n")
         return EX_USAGE
     except BackendError as e:
-        sys.stderr.write(f"leasehold: {e}\n")
+        sys.stderr.write(f"leasehold: {safe_text(e)}\n")
         return EX_UNAVAILABLE
     except SystemExit as e:
         return int(e.code) if isinstance(e.code, int) else EX_SOFTWARE
@@ -1190,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug: say so, with the traceback when asked for
         if verbose:
             log.exception("internal error")
-        sys.stderr.write(f"leasehold: internal error: {type(e).__name__}: {e}\n")
+        sys.stderr.write(f"leasehold: internal error: {type(e).__name__}: {safe_text(e)}\n")
         return EX_SOFTWARE
 
 
