@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from . import _ffi
 from ._core import Core, HostFact, HttpRequest, SqlRequest
+from ._urls import scrub
 
 __all__ = [
     "backend_of",
@@ -157,15 +158,30 @@ def _what(payload: Any) -> str:
         return payload.statements[0][0][:24] if payload.statements else "sql"
     if isinstance(payload, HttpRequest):
         return payload.path
-    return payload[0][:16].decode("ascii", "replace")
+    return str(payload[0][:16].decode("ascii", "replace"))
 
 
-def _failed(core: Core, rid: int, payload: Any, e: BaseException) -> Callable[[], None]:
-    log.warning("leasehold: backend request %s failed (transport error): %s", _what(payload), e)
+def _url_of(executor: Any) -> str | None:
+    """The URL or connection string an executor was made from (its secrets are scrubbed from
+    the driver errors logged and fed to the core), if it keeps one."""
+    for attr in ("conninfo", "url"):
+        v = getattr(executor, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _message(e: BaseException, executor: Any) -> str:
+    return scrub(str(e) or type(e).__name__, _url_of(executor), escape=False)
+
+
+def _failed(core: Core, executor: Any, rid: int, payload: Any, e: BaseException) -> Callable[[], None]:
+    msg = _message(e, executor)
+    log.warning("leasehold: backend request %s failed (transport error): %s", _what(payload), msg)
     if isinstance(payload, SqlRequest):
-        return partial(core.sql_failed, rid, _ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__)
+        return partial(core.sql_failed, rid, _ffi.LH_SQL_FAILURE_TRANSPORT, msg)
     if isinstance(payload, HttpRequest):
-        return partial(core.http_failed, rid, str(e) or type(e).__name__)
+        return partial(core.http_failed, rid, msg)
     return partial(core.request_failed, rid)
 
 
@@ -174,7 +190,7 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
     the executor opened anew meanwhile."""
     resets: list[int] = executor.take_resets()
     if isinstance(outcome, SqlFailure):
-        first: Callable[[], None] = partial(core.sql_failed, rid, outcome.kind, str(outcome))
+        first: Callable[[], None] = partial(core.sql_failed, rid, outcome.kind, _message(outcome, executor))
     else:
         first = partial(core.sql_result, rid, outcome)
     if not resets:
@@ -200,11 +216,11 @@ def _plan(
 
         def sql_fail(e: Exception) -> Callable[[], None]:
             if not isinstance(e, SqlFailure):
-                e = SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, str(e) or type(e).__name__)
+                e = SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, _message(e, executor))
             return _sql_done(core, executor, rid, e)
 
         return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
-    fail = partial(_failed, core, rid, payload)
+    fail = partial(_failed, core, executor, rid, payload)
     if isinstance(payload, HttpRequest):
         if payload.kind == _ffi.LH_HTTP_UNARY:
             return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail

@@ -128,15 +128,16 @@ def secrets_of(url: object) -> list[str]:
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
-def scrub(text: object, url: object) -> str:
+def scrub(text: object, url: object, *, escape: bool = True) -> str:
     """``text`` (an error message from a driver, which may quote ``url`` or parts of it) with
-    the URL redacted, its secrets replaced by ``***`` and control characters escaped."""
+    the URL redacted, its secrets replaced by ``***`` and (``escape``) control characters
+    escaped."""
     out = str(text)
     if isinstance(url, str) and url:
         out = out.replace(url, redact(url))
         for s in secrets_of(url):
             out = out.replace(s, "***")
-    return escape_control(out)
+    return escape_control(out) if escape else out
 
 
 def url_problem(url: str) -> str | None:

@@ -173,3 +173,32 @@ def test_cli_run_never_prints_the_secret_from_the_environment(env, url: str) -> 
     out = res.stdout + res.stderr
     assert SECRET not in out, out
     assert res.returncode in (64, 69, 75), (res.returncode, out)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://u:{SECRET}%ZZ@127.0.0.1:1/db",  # libpq quotes the bad token
+        f"postgresql://u:{SECRET}@[::1/db",  # libpq quotes the whole URI
+        f"postgresql://u@127.0.0.1:1/db?password={SECRET}&sslmode=bogus",
+    ],
+)
+def test_library_log_lines_and_errors_hide_the_secret(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A driver's error (fed to the core, which reports it as the status error, and logged
+    when it is a transport failure) is scrubbed of the URL's secrets."""
+    pytest.importorskip("psycopg")
+    from leasehold._backend import backend_status
+    from leasehold.backends.sql_executor import PostgresExecutor
+
+    executor = PostgresExecutor(url)
+    try:
+        with caplog.at_level("DEBUG", logger="leasehold"):
+            try:
+                answer = backend_status(executor, "x", timeout=3)
+                text = f"{answer.error} {answer!r}"
+            except Exception as e:  # noqa: BLE001 - its text is what is checked
+                text = f"{e} {e!r}"
+    finally:
+        executor.close()
+    assert "failed" in text, text  # the driver's error came through ...
+    assert SECRET not in caplog.text and SECRET not in text, (caplog.text, text)  # ... without the secret
