@@ -5,7 +5,7 @@
 //   worker --backend URL --name NAME --process ID --history FILE
 //          [--workload lock-set|lock] [--unfenced] [--gate URL]
 //          [--ttl-ms N] [--wait-ms N] [--hold-ms N] [--duration-ms N] [--ops N] [--seed N]
-//          [--clock-step-at-ms N --clock-step-ms N]
+//          [--write-hold-ms N] [--clock-step-at-ms N --clock-step-ms N]
 //
 // Exit status: 0 done (also after SIGTERM), 1 runtime error, 2 bad usage, 3 unsupported:
 // redis+cluster:// (the C++ binding has no Cluster executor), a sqlite:// gate (no SQLite
@@ -140,6 +140,7 @@ struct Config {
   std::string backend, name, process, history, workload = "lock-set", gate;
   bool unfenced = false;
   std::int64_t ttl_ms = 1000, wait_ms = 2000, hold_ms = 20, duration_ms = 5000, ops = 0, seed = 1, index = 0;
+  std::int64_t write_hold_ms = 0;  // sleep inside the write transaction, between read and insert
 };
 
 Config parse(int argc, char** argv) {
@@ -149,7 +150,8 @@ Config parse(int argc, char** argv) {
                                            {"--workload", &c.workload}, {"--gate", &c.gate}};
   std::map<std::string, std::int64_t*> nums{{"--ttl-ms", &c.ttl_ms},   {"--wait-ms", &c.wait_ms},
                                             {"--hold-ms", &c.hold_ms}, {"--duration-ms", &c.duration_ms},
-                                            {"--ops", &c.ops},         {"--seed", &c.seed}};
+                                            {"--ops", &c.ops},         {"--seed", &c.seed},
+                                            {"--write-hold-ms", &c.write_hold_ms}};
   bool step = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], v;
@@ -181,8 +183,8 @@ Config parse(int argc, char** argv) {
     die(2, "--backend, --name, --process and --history are required");
   if (c.workload != "lock-set" && c.workload != "lock") die(2, "--workload must be lock-set or lock");
   if (c.workload == "lock-set" && c.gate.empty()) die(2, "--workload lock-set needs --gate");
-  if (c.ttl_ms <= 0 || c.wait_ms < 0 || c.hold_ms < 0 || c.duration_ms < 0 || c.ops < 0)
-    die(2, "--ttl-ms must be positive; --wait-ms, --hold-ms, --duration-ms and --ops not negative");
+  if (c.ttl_ms <= 0 || c.wait_ms < 0 || c.hold_ms < 0 || c.write_hold_ms < 0 || c.duration_ms < 0 || c.ops < 0)
+    die(2, "--ttl-ms must be positive; --wait-ms, --hold-ms, --write-hold-ms, --duration-ms and --ops not negative");
   auto d = c.process.size();
   while (d > 0 && std::isdigit(static_cast<unsigned char>(c.process[d - 1]))) --d;
   if (d == c.process.size() || c.process.size() - d > 9)
@@ -262,8 +264,8 @@ std::shared_ptr<leasehold::Transport> transport(const std::string& url) {
 // connection is opened again after any error but a refusal (its state is then unknown).
 class PgStore {
  public:
-  PgStore(std::string url, bool unfenced, std::int64_t statement_timeout_ms)
-      : url_(std::move(url)), unfenced_(unfenced), timeout_ms_(statement_timeout_ms) {
+  PgStore(std::string url, bool unfenced, std::int64_t statement_timeout_ms, std::int64_t write_hold_ms)
+      : url_(std::move(url)), unfenced_(unfenced), timeout_ms_(statement_timeout_ms), hold_ms_(write_hold_ms) {
     url_ += (url_.find('?') == std::string::npos ? "?" : "&") + std::string("connect_timeout=5");
     try {
       connect();
@@ -282,6 +284,7 @@ class PgStore {
       Result r(PQexecParams(c, "SELECT count(*) FROM lh_hist_set WHERE resource = $1", 1, nullptr, p1, nullptr, nullptr, 0));
       check(r.get(), PGRES_TUPLES_OK);
       read = std::strtoll(PQgetvalue(r.get(), 0, 0), nullptr, 10);
+      if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms_));
       const char* p2[] = {resource.c_str(), v.c_str()};
       Result w(PQexecParams(c, "INSERT INTO lh_hist_set (resource, value) VALUES ($1, $2)", 2, nullptr, p2, nullptr, nullptr, 0));
       check(w.get(), PGRES_COMMAND_OK);
@@ -348,7 +351,7 @@ class PgStore {
 
   std::string url_;
   bool unfenced_;
-  std::int64_t timeout_ms_;
+  std::int64_t timeout_ms_, hold_ms_;
   std::unique_ptr<leasehold::PostgresFencingGate> gate_;
 };
 
@@ -360,6 +363,13 @@ std::condition_variable g_stop_cv;
 void sleep_ms(std::int64_t ms) {
   std::unique_lock lk(g_stop_mu);
   g_stop_cv.wait_for(lk, std::chrono::milliseconds(ms), [] { return g_stop.load(); });
+}
+
+// The lease's current validity, nullopt when the binding says it is not held. Called by the
+// loop only, which also does the release.
+std::optional<std::int64_t> validity(const leasehold::Lease& l) {
+  if (!l.is_held()) return std::nullopt;
+  return mono_of(l.valid_until());
 }
 
 std::string reason_name(leasehold::LostReason r) { return std::string(leasehold::to_string(r)); }
@@ -409,7 +419,7 @@ int main(int argc, char** argv) try {
   if (c.workload == "lock-set") {
     if (starts(c.gate, "sqlite://")) die(3, "unsupported gate " + c.gate + " (no SQLite fencing gate in C++)");
     if (!starts(c.gate, "postgresql://") && !starts(c.gate, "postgres://")) die(3, "unsupported gate " + c.gate);
-    store = std::make_unique<PgStore>(c.gate, c.unfenced, 10'000 + c.ttl_ms);
+    store = std::make_unique<PgStore>(c.gate, c.unfenced, 10'000 + c.ttl_ms + c.write_hold_ms, c.write_hold_ms);
   }
   auto tr = transport(c.backend);
   History h(c.history, c.process, c.name);
@@ -474,7 +484,7 @@ int main(int argc, char** argv) try {
       pause();
       if (store && !g_stop) {
         const auto value = c.index * kValueBase + ++counter;
-        h.rec({"invoke", "write", token, {}, value, {}, {}, {}});
+        h.rec({"invoke", "write", token, validity(*lease), value, {}, {}, {}});
         try {
           const auto read = store->write(c.name, token, value);
           h.rec({"ok", "write", token, {}, value, read, {}, {}});
@@ -486,7 +496,7 @@ int main(int argc, char** argv) try {
         }
         pause();
       }
-      h.rec({"invoke", "release", token, {}, {}, {}, {}, {}});
+      h.rec({"invoke", "release", token, validity(*lease), {}, {}, {}, {}});
       leasehold::ReleaseOutcome out;
       {
         std::lock_guard g(slot->mu);

@@ -6,7 +6,7 @@
 //	historyworker --backend URL --name NAME --process ID --history FILE
 //	    [--workload lock-set|lock] [--unfenced] [--gate URL]
 //	    [--ttl-ms N] [--wait-ms N] [--hold-ms N] [--duration-ms N] [--ops N] [--seed N]
-//	    [--clock-step-at-ms N --clock-step-ms N]
+//	    [--write-hold-ms N] [--clock-step-at-ms N --clock-step-ms N]
 //
 // Exit status: 0 done (also after SIGTERM), 1 runtime error, 2 bad usage,
 // 3 unsupported backend, gate or clock step (the Go binding has no
@@ -116,7 +116,7 @@ func lostReason(err error) string {
 type config struct {
 	backend, name, process, historyPath, workload, gate string
 	unfenced                                            bool
-	ttl, wait, hold, duration                           time.Duration
+	ttl, wait, hold, duration, writeHold                time.Duration
 	ops                                                 int
 	seed                                                int64
 	index                                               int64
@@ -124,7 +124,7 @@ type config struct {
 
 func parseFlags() config {
 	var c config
-	var ttl, wait, hold, duration, stepAt, step int64
+	var ttl, wait, hold, duration, writeHold, stepAt, step int64
 	fs := flag.NewFlagSet("historyworker", flag.ContinueOnError)
 	fs.StringVar(&c.backend, "backend", "", "lock backend URL")
 	fs.StringVar(&c.name, "name", "", "lock name (and resource)")
@@ -137,6 +137,7 @@ func parseFlags() config {
 	fs.Int64Var(&wait, "wait-ms", 2000, "acquire wait")
 	fs.Int64Var(&hold, "hold-ms", 20, "each sleep is random in [0, hold-ms]")
 	fs.Int64Var(&duration, "duration-ms", 5000, "run this long (0: no limit)")
+	fs.Int64Var(&writeHold, "write-hold-ms", 0, "sleep inside the write transaction, between read and insert")
 	fs.IntVar(&c.ops, "ops", 0, "stop after this many iterations (0: no limit)")
 	fs.Int64Var(&c.seed, "seed", 1, "random seed")
 	fs.Int64Var(&stepAt, "clock-step-at-ms", 0, "step the lease clock at this time")
@@ -158,8 +159,8 @@ func parseFlags() config {
 	if c.workload == "lock-set" && c.gate == "" {
 		fatal(2, "--workload lock-set needs --gate")
 	}
-	if ttl <= 0 || wait < 0 || hold < 0 || duration < 0 || c.ops < 0 {
-		fatal(2, "--ttl-ms must be positive; --wait-ms, --hold-ms, --duration-ms and --ops not negative")
+	if ttl <= 0 || wait < 0 || hold < 0 || duration < 0 || writeHold < 0 || c.ops < 0 {
+		fatal(2, "--ttl-ms must be positive; --wait-ms, --hold-ms, --write-hold-ms, --duration-ms and --ops not negative")
 	}
 	m := regexp.MustCompile(`(\d+)$`).FindString(c.process)
 	if m == "" {
@@ -172,7 +173,7 @@ func parseFlags() config {
 	if stepAsked {
 		fatal(3, "unsupported clock step: the Go binding has no injectable clock in its public options")
 	}
-	c.ttl, c.wait, c.hold, c.duration = ms(ttl), ms(wait), ms(hold), ms(duration)
+	c.ttl, c.wait, c.hold, c.duration, c.writeHold = ms(ttl), ms(wait), ms(hold), ms(duration), ms(writeHold)
 	return c
 }
 
@@ -199,7 +200,7 @@ func main() {
 	var st store
 	if c.workload == "lock-set" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err = openStore(ctx, c.gate, c.unfenced)
+		st, err = openStore(ctx, c.gate, c.unfenced, c.writeHold)
 		cancel()
 		if errors.Is(err, errUnsupportedGate) {
 			fatal(3, "unsupported gate %q", c.gate)
@@ -292,10 +293,10 @@ func (w *worker) iteration() {
 	}()
 	w.pause()
 	if w.st != nil && w.stop.Err() == nil {
-		w.write(token)
+		w.write(token, validity(l))
 		w.pause()
 	}
-	w.h.rec(entry{Type: "invoke", F: "release", Token: u64(token)})
+	w.h.rec(entry{Type: "invoke", F: "release", Token: u64(token), ValidUntil: validity(l)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+w.c.ttl)
 	err = l.Release(ctx)
 	cancel()
@@ -312,11 +313,20 @@ func (w *worker) iteration() {
 	<-watched
 }
 
+// validity is the lease's current validity on CLOCK_MONOTONIC, nil when the
+// binding says it is not held (lost, or its validity ran out).
+func validity(l *leasehold.Lease) *int64 {
+	if !l.IsHeld() {
+		return nil
+	}
+	return i64(monoOf(l.ValidUntil()))
+}
+
 // write is the read-modify-write of the resource with the lease's token.
-func (w *worker) write(token uint64) {
+func (w *worker) write(token uint64, validUntil *int64) {
 	w.counter++
 	value := w.c.index*valueBase + w.counter
-	w.h.rec(entry{Type: "invoke", F: "write", Token: u64(token), Value: i64(value)})
+	w.h.rec(entry{Type: "invoke", F: "write", Token: u64(token), ValidUntil: validUntil, Value: i64(value)})
 	// Not bound by SIGTERM: a started write finishes and its outcome is known.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+w.c.ttl)
 	read, err := w.st.write(ctx, w.c.name, token, value)

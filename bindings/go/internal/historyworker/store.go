@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,15 +31,15 @@ type store interface {
 	close()
 }
 
-func openStore(ctx context.Context, url string, unfenced bool) (store, error) {
+func openStore(ctx context.Context, url string, unfenced bool, hold time.Duration) (store, error) {
 	switch {
 	case strings.HasPrefix(url, "postgresql://") || strings.HasPrefix(url, "postgres://"):
-		s := &pgStore{url: url, unfenced: unfenced}
+		s := &pgStore{url: url, unfenced: unfenced, hold: hold}
 		// A server still starting is retried by the first write.
 		_ = s.connect(ctx)
 		return s, nil
 	case strings.HasPrefix(url, "sqlite://"):
-		return openSQLiteStore(ctx, strings.TrimPrefix(url, "sqlite://"), unfenced)
+		return openSQLiteStore(ctx, strings.TrimPrefix(url, "sqlite://"), unfenced, hold)
 	}
 	return nil, errUnsupportedGate
 }
@@ -50,6 +51,7 @@ var errUnsupportedGate = errors.New("unsupported gate")
 type pgStore struct {
 	url      string
 	unfenced bool
+	hold     time.Duration // between the read and the insert (--write-hold-ms)
 	conn     *pgx.Conn
 	gate     *leasehold.PostgresGate
 }
@@ -100,6 +102,7 @@ func (s *pgStore) write(ctx context.Context, resource string, token uint64, valu
 		if err := tx.QueryRow(ctx, "SELECT count(*) FROM lh_hist_set WHERE resource = $1", resource).Scan(&read); err != nil {
 			return err
 		}
+		time.Sleep(s.hold)
 		_, err := tx.Exec(ctx, "INSERT INTO lh_hist_set (resource, value) VALUES ($1, $2)", resource, value)
 		return err
 	}
@@ -122,9 +125,10 @@ type sqliteStore struct {
 	db       *sql.DB
 	gate     *leasehold.Gate
 	unfenced bool
+	hold     time.Duration
 }
 
-func openSQLiteStore(ctx context.Context, path string, unfenced bool) (store, error) {
+func openSQLiteStore(ctx context.Context, path string, unfenced bool, hold time.Duration) (store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("sqlite gate needs a path: sqlite:///path")
 	}
@@ -141,7 +145,7 @@ func openSQLiteStore(ctx context.Context, path string, unfenced bool) (store, er
 		_ = db.Close()
 		return nil, err
 	}
-	return &sqliteStore{db: db, gate: gate, unfenced: unfenced}, nil
+	return &sqliteStore{db: db, gate: gate, unfenced: unfenced, hold: hold}, nil
 }
 
 func (s *sqliteStore) write(ctx context.Context, resource string, token uint64, value int64) (read int64, err error) {
@@ -149,6 +153,7 @@ func (s *sqliteStore) write(ctx context.Context, resource string, token uint64, 
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM lh_hist_set WHERE resource = ?", resource).Scan(&read); err != nil {
 			return err
 		}
+		time.Sleep(s.hold)
 		_, err := tx.ExecContext(ctx, "INSERT INTO lh_hist_set (resource, value) VALUES (?, ?)", resource, value)
 		return err
 	}
