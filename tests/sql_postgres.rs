@@ -542,3 +542,73 @@ fn wrong_password_unreachable_server_and_foreign_table_are_clear_errors() {
         .get(0);
     assert_eq!(n, 0, "nothing written to the foreign table");
 }
+
+#[test]
+fn a_planted_fence_at_its_limit_is_refused_and_nothing_is_written() {
+    let Some(s) = server("planted") else { return };
+    let limit = 1i64 << 53;
+    let mut h = host(&s.url, 11);
+    let (lease, _) = h.acquire("warm", 5_000, Duration::ZERO).unwrap();
+    h.release(lease);
+    let mut admin = s.admin();
+    // 'n': a fence row only (its lock row would be created on first use); 'm': an expired
+    // lock row at the limit; 'x': i64::MAX, where `+ 1` would fail at bigint's end.
+    admin
+        .execute(
+            "INSERT INTO leasehold_fences VALUES ('n', $1), ('x', $2)",
+            &[&limit, &i64::MAX],
+        )
+        .unwrap();
+    admin
+        .execute(
+            "INSERT INTO leasehold_locks VALUES ('m', 'old', $1, '-infinity', '-infinity')",
+            &[&limit],
+        )
+        .unwrap();
+    let snapshot = |admin: &mut postgres::Client| -> Vec<Option<String>> {
+        ["leasehold_fences", "leasehold_locks"]
+            .iter()
+            .map(|t| {
+                admin
+                    .query_one(
+                        &format!("SELECT string_agg(t::text, ';' ORDER BY t::text) FROM {t} t"),
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0)
+            })
+            .collect()
+    };
+    let before = snapshot(&mut admin);
+    for name in ["n", "m", "x"] {
+        let got = h.acquire(name, 5_000, Duration::from_millis(300));
+        assert!(
+            matches!(
+                got,
+                Err(Event::AcquireFailed {
+                    reason: AcquireFailReason::Unavailable,
+                    ..
+                })
+            ),
+            "{name}: {got:?}"
+        );
+        let err = h.proto.last_error();
+        assert!(
+            err.contains(&format!("{name:?} refused")) && err.contains("stored fence"),
+            "{err}"
+        );
+        assert_eq!(snapshot(&mut admin), before, "{name}: nothing written");
+    }
+    // The recovery of docs/sql-protocol.md: delete the name's rows while nobody holds it.
+    admin
+        .batch_execute(
+            "DELETE FROM leasehold_fences WHERE name IN ('n', 'm', 'x'); \
+             DELETE FROM leasehold_locks WHERE name IN ('n', 'm', 'x')",
+        )
+        .unwrap();
+    for name in ["n", "m", "x"] {
+        let (lease, fence) = h.acquire(name, 5_000, Duration::ZERO).unwrap();
+        assert!(fence < limit as u64);
+        h.release(lease);
+    }
+}

@@ -71,14 +71,26 @@ fn sqlite_migration_rows() -> Vec<Rows<'static>> {
     r
 }
 
-/// Rows of a SQLite acquire (7 statements) whose result row is `row`.
+/// Rows of a SQLite acquire (8 statements) whose result row is `row`.
 fn sqlite_acquire_rows(row: Vec<SqlValue<'static>>) -> Vec<Rows<'static>> {
-    let mut r: Vec<Rows<'static>> = vec![Vec::new(); 7];
+    let mut r: Vec<Rows<'static>> = vec![Vec::new(); 8];
     r[5] = vec![row];
     r
 }
 
+/// Answers the SQLite inspection (it reads the schema, writes nothing) with `foreign`'s
+/// rows of (type, name) that are not leasehold's.
+fn inspected_sqlite(core: &mut Client, p: &mut SqlProtocol, foreign: Rows<'static>) {
+    let (id, conn, sql, _) = next(core, p).unwrap();
+    assert_eq!(conn, Connection::Commands);
+    assert_eq!(sql.len(), 2, "{sql:?}");
+    assert!(sql[0].starts_with("PRAGMA busy_timeout = 5000"));
+    assert!(sql[1].starts_with("SELECT type, name FROM sqlite_master"));
+    p.handle_rows(core, 0, id, &[Vec::new(), foreign]);
+}
+
 fn migrated_sqlite(core: &mut Client, p: &mut SqlProtocol) {
+    inspected_sqlite(core, p, Vec::new());
     let (id, conn, sql, _) = next(core, p).unwrap();
     assert_eq!(conn, Connection::Commands);
     assert!(sql[0].starts_with("PRAGMA busy_timeout = 5000"));
@@ -94,7 +106,8 @@ fn acquire(core: &mut Client, name: &str, wait_ms: u64) -> LeaseId {
 fn the_first_operation_waits_for_the_migration_then_runs_in_one_immediate_transaction() {
     let (mut core, mut p) = setup(Dialect::Sqlite);
     let lease = acquire(&mut core, "jobs", 0);
-    let (_, _, sql, _) = next(&mut core, &mut p).unwrap();
+    inspected_sqlite(&mut core, &mut p, Vec::new());
+    let (id, _, sql, _) = next(&mut core, &mut p).unwrap();
     assert!(
         sql.iter()
             .any(|s| s.contains("CREATE TABLE IF NOT EXISTS leasehold_holders"))
@@ -103,13 +116,12 @@ fn the_first_operation_waits_for_the_migration_then_runs_in_one_immediate_transa
         next(&mut core, &mut p).is_none(),
         "the acquire waits for the migration"
     );
-    let id = 1;
     p.handle_rows(&mut core, MS, id, &sqlite_migration_rows());
     let (id, _, sql, params) = next(&mut core, &mut p).unwrap();
     assert_eq!(sql.first().map(String::as_str), Some("BEGIN IMMEDIATE"));
     assert_eq!(sql.last().map(String::as_str), Some("COMMIT"));
     // Typed parameters: name and token as text, the TTL in ns, host facts bound at execution.
-    let grant = &params[3];
+    let grant = &params[2];
     assert_eq!(grant[0], Param::Text("jobs".into()));
     assert!(matches!(&grant[1], Param::Text(t) if t.len() == 32));
     assert_eq!(grant[2], Param::Int(3_000 * MS as i64));
@@ -234,6 +246,7 @@ fn rows_of_the_wrong_shape_or_type_are_never_grants() {
 fn a_foreign_table_fails_the_migration_with_a_clear_error_and_the_next_attempt_checks_again() {
     let (mut core, mut p) = setup(Dialect::Sqlite);
     let lease = acquire(&mut core, "jobs", 0);
+    inspected_sqlite(&mut core, &mut p, Vec::new());
     let (id, ..) = next(&mut core, &mut p).unwrap();
     let mut rows = sqlite_migration_rows();
     rows[12] = vec![
@@ -260,6 +273,7 @@ fn a_foreign_table_fails_the_migration_with_a_clear_error_and_the_next_attempt_c
     );
     // The cleanup release of the uncertain attempt waits for a schema check again: nothing
     // runs on the foreign table.
+    inspected_sqlite(&mut core, &mut p, Vec::new());
     let (id, _, sql, _) = next(&mut core, &mut p).unwrap();
     assert!(
         sql[0].starts_with("PRAGMA busy_timeout"),
@@ -285,6 +299,7 @@ fn a_corrupt_file_and_a_wrong_journal_mode_are_clear_errors() {
     ] {
         let (mut core, mut p) = setup(Dialect::Sqlite);
         acquire(&mut core, "jobs", 0);
+        inspected_sqlite(&mut core, &mut p, Vec::new());
         let (id, ..) = next(&mut core, &mut p).unwrap();
         let mut rows = sqlite_migration_rows();
         rows[at] = vec![row];
@@ -657,4 +672,112 @@ fn a_request_the_host_never_answers_is_failed_not_waited_for_forever() {
         p.request_status(&mut core, 123_000 * MS, "").is_err(),
         "empty name"
     );
+}
+
+#[test]
+fn a_sqlite_file_of_another_application_is_refused_before_anything_is_created() {
+    let (mut core, mut p) = setup(Dialect::Sqlite);
+    let lease = acquire(&mut core, "jobs", 0);
+    let foreign: Rows<'static> = vec![
+        vec![text("table"), text("users")],
+        vec![text("index"), text("users_email")],
+    ];
+    inspected_sqlite(&mut core, &mut p, foreign.clone());
+    // No migration (no CREATE, no journal mode switch): the acquire fails with the reason.
+    assert_eq!(
+        events(&mut core, &mut p),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    let err = p.last_error();
+    assert!(
+        err.contains("belongs to something else") && err.contains("table \"users\""),
+        "{err}"
+    );
+    // The cleanup release of the uncertain attempt inspects again, and is refused again.
+    inspected_sqlite(&mut core, &mut p, foreign);
+    assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(p.counters().migrations, 0);
+    // Once the file holds nothing foreign, the migration follows the inspection.
+    acquire(&mut core, "jobs", 0);
+    inspected_sqlite(&mut core, &mut p, Vec::new());
+    let (_, _, sql, _) = next(&mut core, &mut p).unwrap();
+    assert!(sql.iter().any(|s| s.contains("journal_mode = WAL")));
+}
+
+#[test]
+fn a_stored_fence_at_its_limit_is_a_refusal_not_garbage() {
+    let limit = 1i64 << 53;
+    for last in [
+        SqlValue::Int(limit),
+        SqlValue::Int(i64::MAX),
+        SqlValue::Float(9.223372036854776e18),
+        text("oops"),
+    ] {
+        // SQLite: nothing granted (no live row of ours), the last fence read back.
+        let (mut core, mut p) = setup(Dialect::Sqlite);
+        let lease = acquire(&mut core, "jobs", 0);
+        migrated_sqlite(&mut core, &mut p);
+        let (id, ..) = next(&mut core, &mut p).unwrap();
+        let mut rows: Vec<Rows<'static>> = vec![Vec::new(); 8];
+        rows[6] = vec![vec![last]];
+        p.handle_rows(&mut core, MS, id, &rows);
+        assert_eq!(
+            events(&mut core, &mut p),
+            vec![Event::AcquireFailed {
+                lease,
+                reason: AcquireFailReason::Unavailable
+            }]
+        );
+        let err = p.last_error();
+        assert!(
+            err.contains("refused") && err.contains("stored fence") && err.contains("2^53"),
+            "{err}"
+        );
+        assert_eq!(p.counters().garbage_results, 0, "{last:?}");
+        assert!(p.is_ready(), "a refusal is no reason to check the schema");
+    }
+    // An expired lock row whose fence is at the limit refuses the same way.
+    let (mut core, mut p) = setup(Dialect::Sqlite);
+    acquire(&mut core, "jobs", 0);
+    migrated_sqlite(&mut core, &mut p);
+    let (id, ..) = next(&mut core, &mut p).unwrap();
+    let rows = sqlite_acquire_rows(vec![
+        SqlValue::Int(0),
+        SqlValue::Int(limit),
+        SqlValue::Int(-5),
+        SqlValue::Int(1),
+    ]);
+    p.handle_rows(&mut core, MS, id, &rows);
+    assert!(
+        p.last_error().contains("9007199254740992"),
+        "{}",
+        p.last_error()
+    );
+    // PostgreSQL: leasehold_acquire answers (false, the fence, NULL).
+    let (mut core, mut p) = setup(Dialect::Postgres);
+    let lease = acquire(&mut core, "jobs", 0);
+    pg_migrated(&mut core, &mut p);
+    let (id, ..) = next(&mut core, &mut p).unwrap();
+    p.handle_rows(
+        &mut core,
+        MS,
+        id,
+        &[vec![vec![
+            SqlValue::Int(0),
+            SqlValue::Int(limit),
+            SqlValue::Null,
+        ]]],
+    );
+    assert!(
+        matches!(events(&mut core, &mut p)[..], [Event::AcquireFailed { lease: l, .. }] if l == lease)
+    );
+    assert!(
+        p.last_error().contains("stored fence is 9007199254740992"),
+        "{}",
+        p.last_error()
+    );
+    assert_eq!(p.counters().garbage_results, 0);
 }

@@ -193,17 +193,20 @@ fn acquire_is_idempotent_for_its_token() {
             leasehold::AcquireOptions::new(5_000).wait_ns(2_000 * sql_host::MS),
         )
         .unwrap();
-    // Run the first attempt but lose its answer: the grant is in the file.
-    let req = a.proto.poll_request(&mut a.core).unwrap();
-    let id = req.id;
-    let rows = a.exec.execute(&req).unwrap();
-    assert_eq!(rows.len(), req.statements.len());
-    let mig_rows: Vec<leasehold::backend::sql::Rows<'_>> = rows
-        .iter()
-        .map(|r| r.iter().map(|row| row.iter().map(view).collect()).collect())
-        .collect();
-    let now = a.now();
-    a.proto.handle_rows(&mut a.core, now, id, &mig_rows);
+    // The inspection and the migration run; then the first attempt runs but its answer is
+    // lost: the grant is in the file.
+    for _ in 0..2 {
+        let req = a.proto.poll_request(&mut a.core).unwrap();
+        let id = req.id;
+        let rows = a.exec.execute(&req).unwrap();
+        assert_eq!(rows.len(), req.statements.len());
+        let mig_rows: Vec<leasehold::backend::sql::Rows<'_>> = rows
+            .iter()
+            .map(|r| r.iter().map(|row| row.iter().map(view).collect()).collect())
+            .collect();
+        let now = a.now();
+        a.proto.handle_rows(&mut a.core, now, id, &mig_rows);
+    }
     let req = a.proto.poll_request(&mut a.core).unwrap();
     let id = req.id;
     a.exec.execute(&req).unwrap();
@@ -407,9 +410,10 @@ fn a_locked_file_fails_after_the_busy_timeout() {
 fn a_read_only_database_is_a_clear_error() {
     let dir = tmpdir("readonly");
     let db = dir.join("locks.sqlite3");
+    // leasehold's own (a rollback-journal file with its meta table), opened read-only.
     rusqlite::Connection::open(&db)
         .unwrap()
-        .execute_batch("CREATE TABLE t (x)")
+        .execute_batch("CREATE TABLE leasehold_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         .unwrap();
     let mut h = Host::new(
         Dialect::Sqlite,
@@ -437,4 +441,167 @@ fn a_foreign_table_of_the_same_name_is_refused_not_used() {
         let mut h = host(&db, 70);
         fails_clearly(&mut h, &["leasehold_locks"]);
     }
+}
+
+/// Every row of leasehold's tables and the file's journal mode, with the values' types.
+fn snapshot(db: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut out = vec![
+        c.query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .unwrap(),
+    ];
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for t in tables {
+        let mut st = c.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
+        let n = st.column_count();
+        let rows: Vec<String> = st
+            .query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        out.push(format!("{t}: {rows:?}"));
+    }
+    out
+}
+
+#[test]
+fn a_database_of_another_application_is_refused_and_left_as_it_was() {
+    for ddl in [
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT); \
+         INSERT INTO users (email) VALUES ('a@example.org')",
+        // A view, or leasehold's tables beside someone else's, are foreign all the same.
+        "CREATE VIEW v AS SELECT 1",
+        "CREATE TABLE leasehold_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); \
+         CREATE TABLE orders (id INTEGER PRIMARY KEY)",
+    ] {
+        let dir = tmpdir("otherapp");
+        let db = dir.join("app.sqlite3");
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(ddl)
+            .unwrap();
+        let before = snapshot(&db);
+        assert_eq!(before[0], "delete");
+        let mut h = host(&db, 80);
+        fails_clearly(&mut h, &["belongs to something else"]);
+        let err = h.proto.last_error().to_owned();
+        assert!(err.contains("give it another path"), "{err}");
+        // Nothing created, no WAL: the file is exactly as it was.
+        assert_eq!(snapshot(&db), before, "{ddl}");
+        assert!(!Path::new(&format!("{}-wal", db.display())).exists());
+        drop(h);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn leasehold_files_with_sqlites_own_tables_or_an_operators_index_are_used() {
+    let dir = tmpdir("ownextras");
+    let db = dir.join("locks.sqlite3");
+    let mut h = host(&db, 81);
+    let (lease, first) = h.acquire("n", 5_000, Duration::ZERO).unwrap();
+    h.release(lease);
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "ANALYZE; CREATE INDEX ops_expiry ON leasehold_locks (expiry_ns); \
+             CREATE TABLE IF NOT EXISTS leasehold_extra (x)",
+        )
+        .unwrap();
+    let mut again = host(&db, 82);
+    let (lease, second) = again.acquire("n", 5_000, Duration::ZERO).unwrap();
+    assert!(second > first);
+    again.release(lease);
+}
+
+#[test]
+fn a_planted_fence_at_its_limit_is_refused_and_nothing_is_written() {
+    let limit = 1i64 << 53;
+    let plants: [(&str, &str, Value); 5] = [
+        ("fences", "2^53", Value::Integer(limit)),
+        ("fences", "i64::MAX", Value::Integer(i64::MAX)),
+        ("fences", "a REAL", Value::Real(9.3e18)),
+        ("fences", "text", Value::Text("many".into())),
+        // An expired lock row with the last fence, its fence row gone.
+        ("locks", "2^53", Value::Integer(limit)),
+    ];
+    for (table, what, value) in plants {
+        let dir = tmpdir("planted");
+        let db = dir.join("locks.sqlite3");
+        let mut h = host(&db, 90);
+        let (lease, _) = h.acquire("warm", 5_000, Duration::ZERO).unwrap();
+        h.release(lease);
+        {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            if table == "fences" {
+                c.execute("INSERT INTO leasehold_fences VALUES ('n', ?1)", [&value])
+                    .unwrap();
+            } else {
+                c.execute(
+                    "INSERT INTO leasehold_locks VALUES ('n', 'old', ?1, 0, 'gone', 1)",
+                    [&value],
+                )
+                .unwrap();
+            }
+        }
+        let before = snapshot(&db);
+        fails_clearly(&mut h, &["stored fence"]);
+        let err = h.proto.last_error().to_owned();
+        assert!(
+            err.contains("\"n\" refused") && err.contains("2^53"),
+            "{what}: {err}"
+        );
+        assert_eq!(snapshot(&db), before, "{table} {what}: nothing written");
+        // Retries (a waiting acquire) write nothing either.
+        assert!(h.acquire("n", 5_000, Duration::from_millis(300)).is_err());
+        assert_eq!(snapshot(&db), before, "{table} {what}: nothing written");
+        // Other names are not affected.
+        let (lease, _) = h.acquire("other", 5_000, Duration::ZERO).unwrap();
+        h.release(lease);
+        // The recovery of docs/sql-protocol.md: delete the name's rows; fences restart from
+        // the wall clock.
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(
+                "BEGIN IMMEDIATE; DELETE FROM leasehold_fences WHERE name = 'n'; \
+                 DELETE FROM leasehold_locks WHERE name = 'n'; \
+                 DELETE FROM leasehold_holders WHERE name = 'n'; COMMIT",
+            )
+            .unwrap();
+        let before = wall_us();
+        let (lease, fence) = h.acquire("n", 5_000, Duration::ZERO).unwrap();
+        assert!(fence >= before && fence < limit as u64, "{fence}");
+        h.release(lease);
+        drop(h);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn the_last_fence_below_the_limit_is_granted_once_then_refused() {
+    let limit = 1i64 << 53;
+    let dir = tmpdir("lastfence");
+    let db = dir.join("locks.sqlite3");
+    let mut h = host(&db, 91);
+    let (lease, _) = h.acquire("warm", 5_000, Duration::ZERO).unwrap();
+    h.release(lease);
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("INSERT INTO leasehold_fences VALUES ('n', ?1)", [limit - 1])
+        .unwrap();
+    let (lease, fence) = h.acquire("n", 5_000, Duration::ZERO).unwrap();
+    assert_eq!(fence, limit as u64, "2^53 itself is a fence");
+    h.release(lease);
+    fails_clearly(&mut h, &["stored fence is 9007199254740992"]);
 }

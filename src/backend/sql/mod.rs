@@ -31,12 +31,15 @@
 //! `max(previous + 1, clock in µs)` (PostgreSQL: `clock_timestamp()`; SQLite: the host's wall
 //! clock). Fences strictly increase per name, and if the table is lost (a deleted file, a
 //! restored backup) the clock, far past the old fences, keeps them increasing while clocks are
-//! sane.
+//! sane. None exceeds 2^53: a stored fence that leaves no room (planted, corrupt) refuses the
+//! name's acquires without writing anything.
 //!
 //! # The first request
 //!
 //! The first operation runs the migration: it creates missing tables (and, for PostgreSQL,
-//! the functions), then checks the schema version and the column names and types. Operations
+//! the functions), then checks the schema version and the column names and types. On SQLite
+//! a read-only inspection comes first: a file holding anything but leasehold's tables is
+//! another application's and is refused before anything is created or switched to WAL. Operations
 //! wait for it; if it fails (a foreign table of the same name, a read-only or corrupt file),
 //! they fail in transport with [`SqlProtocol::last_error`] saying why, and the next attempt
 //! runs the migration again.
@@ -448,14 +451,22 @@ pub struct SqlCounters {
 }
 
 /// The outcome of an acquire, as the dialects read it from rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquired {
-    Granted { fence: u64 },
-    Held { left_ms: Option<u64> },
+    Granted {
+        fence: u64,
+    },
+    Held {
+        left_ms: Option<u64>,
+    },
+    /// Nothing written: the name's stored fence leaves no room for another (why).
+    Refused(String),
 }
 
 #[derive(Debug, Clone)]
 enum Op {
+    /// SQLite: what the file holds, before anything is created or switched.
+    Inspect,
     Migrate,
     Acquire {
         req: RequestId,
@@ -661,6 +672,10 @@ impl SqlProtocol {
             return;
         }
         match p.op {
+            Op::Inspect => match sqlite::check_inspection(results) {
+                Ok(()) => self.emit(Op::Migrate, now),
+                Err(msg) => self.schema_unusable(core, now, &msg),
+            },
             Op::Migrate => {
                 let checked = match self.dialect {
                     Dialect::Sqlite => sqlite::check_migration(results),
@@ -673,15 +688,7 @@ impl SqlProtocol {
                             self.emit(op, now);
                         }
                     }
-                    Err(msg) => {
-                        self.counters.garbage_results += 1;
-                        self.note_error(&format!("the lock schema is not usable: {msg}"));
-                        self.schema = Schema::Unchecked;
-                        let detail = self.last_error.clone();
-                        for op in std::mem::take(&mut self.parked) {
-                            self.fail_op(core, op, now, &detail);
-                        }
-                    }
+                    Err(msg) => self.schema_unusable(core, now, &msg),
                 }
             }
             Op::Acquire {
@@ -703,6 +710,10 @@ impl SqlProtocol {
                     Ok(Acquired::Held { left_ms }) => AcquireResult::HeldByOther {
                         retry_after_ms: left_ms,
                     },
+                    Ok(Acquired::Refused(why)) => {
+                        self.note_error(&format!("acquire of {name:?} refused: {why}"));
+                        AcquireResult::TransportError
+                    }
                     Err(msg) => {
                         self.garbage(&format!("acquire of {name:?}: {msg}"));
                         AcquireResult::TransportError
@@ -762,6 +773,17 @@ impl SqlProtocol {
             Op::Unlisten => {}
         }
         self.pump(core);
+    }
+
+    /// The inspection or the migration refused the database: everything parked fails.
+    fn schema_unusable(&mut self, core: &mut Client, now: u64, msg: &str) {
+        self.counters.garbage_results += 1;
+        self.note_error(&format!("the lock schema is not usable: {msg}"));
+        self.schema = Schema::Unchecked;
+        let detail = self.last_error.clone();
+        for op in std::mem::take(&mut self.parked) {
+            self.fail_op(core, op, now, &detail);
+        }
     }
 
     /// Request `id` failed: the database refused it, or the connection broke. The engine sees
@@ -931,13 +953,18 @@ impl SqlProtocol {
             Schema::Unchecked => {
                 self.parked.push(op);
                 self.schema = Schema::Migrating;
-                self.emit(Op::Migrate, now);
+                let first = match self.dialect {
+                    Dialect::Sqlite => Op::Inspect,
+                    Dialect::Postgres => Op::Migrate,
+                };
+                self.emit(first, now);
             }
         }
     }
 
     fn emit(&mut self, op: Op, now: u64) {
         let (connection, statements) = match (&op, self.dialect) {
+            (Op::Inspect, _) => (Connection::Commands, sqlite::inspection(&self.opts)),
             (Op::Migrate, Dialect::Sqlite) => {
                 self.counters.migrations += 1;
                 (Connection::Commands, sqlite::migration(&self.opts))
@@ -1019,7 +1046,7 @@ impl SqlProtocol {
     /// Tells whoever waits for `op` that it failed.
     fn fail_op(&mut self, core: &mut Client, op: Op, now: u64, detail: &str) {
         match op {
-            Op::Migrate => {
+            Op::Inspect | Op::Migrate => {
                 self.schema = Schema::Unchecked;
                 for op in std::mem::take(&mut self.parked) {
                     self.fail_op(core, op, now, detail);
@@ -1064,7 +1091,10 @@ impl SqlProtocol {
             }
             self.expiry.pop();
             if let Some(p) = self.pending.remove(&id) {
-                if matches!(p.op, Op::Migrate | Op::Status { .. } | Op::Listen { .. }) {
+                if matches!(
+                    p.op,
+                    Op::Inspect | Op::Migrate | Op::Status { .. } | Op::Listen { .. }
+                ) {
                     self.fail_op(core, p.op, now, "the host never answered the request");
                 }
             }
@@ -1132,14 +1162,35 @@ pub(crate) fn text<'a>(v: &SqlValue<'a>, what: &str) -> Result<&'a [u8], String>
     }
 }
 
+/// The largest fence: 2^53, what every host language holds exactly.
+pub(crate) const MAX_FENCE: i64 = 1 << 53;
+
 /// A fence as stored: an integer in `1..=2^53` (what every host language holds exactly).
 pub(crate) fn fence(v: &SqlValue<'_>, what: &str) -> Result<u64, String> {
     let f = int(v, what)?;
-    if (1..=(1i64 << 53)).contains(&f) {
+    if (1..=MAX_FENCE).contains(&f) {
         Ok(f as u64)
     } else {
         Err(format!("{what}: fence {f} out of range"))
     }
+}
+
+/// Why an acquire was refused when a stored fence `v` leaves no room for the next one.
+pub(crate) fn fence_refusal(v: &SqlValue<'_>) -> String {
+    let shown = match v {
+        SqlValue::Int(i) => i.to_string(),
+        SqlValue::Float(x) => format!("{x:e} (a REAL)"),
+        SqlValue::Text(t) => {
+            let t = String::from_utf8_lossy(&t[..t.len().min(32)]).into_owned();
+            format!("{t:?} (text)")
+        }
+        other => kind_name(other).to_owned(),
+    };
+    format!(
+        "its stored fence is {shown}, and a fence must be an integer of at most 2^53 \
+         (9007199254740992): no fence can follow it, so nothing was granted or written \
+         (the recovery is in docs/sql-protocol.md)"
+    )
 }
 
 pub(crate) fn kind_name(v: &SqlValue<'_>) -> &'static str {

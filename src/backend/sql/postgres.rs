@@ -51,7 +51,10 @@ const CREATE: [&str; 3] = [
      waited boolean NOT NULL DEFAULT false)",
 ];
 
-// A row with token '' is free (released, or created on first use).
+// A row with token '' is free (released, or created on first use). A stored fence of 2^53
+// or more leaves no room for the next one: the call returns (false, that fence, NULL) and
+// writes nothing (not even the first-use row), where `+ 1` would commit past the range every
+// host holds exactly, or fail at bigint's end.
 const F_ACQUIRE: &str = r#"CREATE OR REPLACE FUNCTION leasehold_acquire(p_name text, p_token text, p_ttl_ms bigint)
 RETURNS TABLE (lh_granted boolean, lh_fence bigint, lh_remaining_ms bigint)
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -62,10 +65,16 @@ DECLARE
     v_waited boolean;
     v_now timestamptz;
     v_fence bigint;
+    v_last bigint;
 BEGIN
     SELECT l.token, l.fence, l.expires_at, l.waited INTO v_token, v_held, v_expires, v_waited
         FROM leasehold_locks l WHERE l.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
+        SELECT f.fence INTO v_last FROM leasehold_fences f WHERE f.name = p_name;
+        IF v_last >= 9007199254740992 THEN
+            RETURN QUERY SELECT false, v_last, NULL::bigint;
+            RETURN;
+        END IF;
         INSERT INTO leasehold_locks AS l (name, token, fence, expires_at, acquired_at)
             VALUES (p_name, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING;
         SELECT l.token, l.fence, l.expires_at, l.waited INTO v_token, v_held, v_expires, v_waited
@@ -84,6 +93,12 @@ BEGIN
             RETURN QUERY SELECT false, v_held,
                 greatest(1, ceil(extract(epoch FROM v_expires - v_now) * 1000))::bigint;
         END IF;
+        RETURN;
+    END IF;
+    SELECT f.fence INTO v_last FROM leasehold_fences f WHERE f.name = p_name;
+    IF greatest(v_last, v_held) >= 9007199254740992
+            OR extract(epoch FROM v_now) * 1000000 > 9007199254740992 THEN
+        RETURN QUERY SELECT false, greatest(v_last, v_held), NULL::bigint;
         RETURN;
     END IF;
     -- Only acquires write fences, and they hold the lock row: no lock needed here.
@@ -260,8 +275,12 @@ pub(crate) fn read_acquire(r: &[Rows<'_>]) -> Result<Acquired, String> {
             row.len()
         ));
     };
+    let granted = flag(granted, "granted")?;
+    if !granted && *left == super::SqlValue::Null {
+        return Ok(Acquired::Refused(super::fence_refusal(f)));
+    }
     let f = fence(f, "fence")?;
-    if flag(granted, "granted")? {
+    if granted {
         Ok(Acquired::Granted { fence: f })
     } else {
         let left = int(left, "remaining_ms")?;

@@ -13,13 +13,14 @@
 //!
 //! Every operation is one `BEGIN IMMEDIATE` transaction (the read-check-write is atomic
 //! between processes). Expiry instants are the host's `CLOCK_MONOTONIC` in ns, valid only
-//! under the boot id written beside them (the clock restarts at boot). The migration puts the
+//! under the boot id written beside them (the clock restarts at boot). An inspection that
+//! writes nothing refuses a file holding anything else first. The migration puts the
 //! file in WAL mode with `synchronous=FULL` (a minted fence survives a power loss), sets the
 //! busy timeout and runs `quick_check`.
 
 use super::{
-    Acquired, HostValue, Param, Rows, SqlOptions, Statement, check_columns, fence, flag, int,
-    ms_to_ns, one_row, opt_int, text, token_text,
+    Acquired, HostValue, Param, Rows, SqlOptions, SqlValue, Statement, check_columns, fence, flag,
+    int, ms_to_ns, one_row, opt_int, text, token_text,
 };
 use crate::{LockName, Token};
 
@@ -53,6 +54,46 @@ const HOLDERS_COLUMNS: [(&str, &str); 4] = [
     ("host", "text"),
     ("since_ns", "integer"),
 ];
+
+/// Lists what the file holds besides leasehold's tables (and SQLite's own): a database of
+/// another application, which must not be migrated, nor switched to WAL.
+const FOREIGN_OBJECTS: &str = "SELECT type, name FROM sqlite_master \
+     WHERE tbl_name NOT LIKE 'leasehold\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+     ORDER BY name LIMIT 6";
+
+/// The inspection before the migration: it reads the schema and writes nothing.
+pub(crate) fn inspection(opts: &SqlOptions) -> Vec<Statement> {
+    vec![
+        Statement::bare(format!("PRAGMA busy_timeout = {}", opts.busy_timeout_ms)),
+        Statement::bare(FOREIGN_OBJECTS),
+    ]
+}
+
+/// Refuses a file that holds anything but leasehold's tables (an empty file is fine).
+pub(crate) fn check_inspection(r: &[Rows<'_>]) -> Result<(), String> {
+    if r[1].is_empty() {
+        return Ok(());
+    }
+    let mut listed: Vec<String> = Vec::new();
+    for row in r[1].iter().take(5) {
+        let [kind, name] = row.as_slice() else {
+            return Err(format!("schema listing has {} values", row.len()));
+        };
+        listed.push(format!(
+            "{} {:?}",
+            String::from_utf8_lossy(text(kind, "type")?),
+            String::from_utf8_lossy(text(name, "name")?)
+        ));
+    }
+    if r[1].len() > 5 {
+        listed.push("...".into());
+    }
+    Err(format!(
+        "the database file belongs to something else (it holds {}); leasehold uses a file of \
+         its own and changes nothing in this one: give it another path",
+        listed.join(", ")
+    ))
+}
 
 // Positions of the statements whose rows the migration checks.
 const M_JOURNAL: usize = 1;
@@ -128,18 +169,27 @@ pub(crate) fn check_migration(r: &[Rows<'_>]) -> Result<(), String> {
 // ?6 wall µs, ?7 pid, ?8 host name. A statement binds exactly the first N it uses.
 const A_REFRESH: &str = "UPDATE leasehold_locks SET expiry_ns = ?4 + ?3 \
      WHERE name = ?1 AND token = ?2 AND boot_id = ?5 AND expiry_ns > ?4";
-const A_MINT: &str = "INSERT INTO leasehold_fences (name, fence) \
-     SELECT ?1, max(coalesce((SELECT fence FROM leasehold_fences WHERE name = ?1), 0) + 1, \
-                    coalesce((SELECT fence FROM leasehold_locks WHERE name = ?1), 0) + 1, ?6) \
-     WHERE NOT EXISTS (SELECT 1 FROM leasehold_locks \
-                       WHERE name = ?1 AND boot_id = ?5 AND expiry_ns > ?4) \
-     ON CONFLICT (name) DO UPDATE SET fence = excluded.fence";
+// The grant computes the next fence, max(previous + 1, wall clock), and writes nothing when
+// a stored fence is not an integer below 2^53 (a planted or corrupt value): it would leave
+// the range every host holds exactly (or turn into a REAL past i64::MAX).
 const A_GRANT: &str = "INSERT INTO leasehold_locks (name, token, fence, expiry_ns, boot_id, pid) \
-     SELECT ?1, ?2, (SELECT fence FROM leasehold_fences WHERE name = ?1), ?4 + ?3, ?5, ?7 \
+     SELECT ?1, ?2, n.fence, ?4 + ?3, ?5, ?7 FROM (SELECT max( \
+         coalesce((SELECT fence FROM leasehold_fences WHERE name = ?1), 0) + 1, \
+         coalesce((SELECT fence FROM leasehold_locks WHERE name = ?1), 0) + 1, ?6) AS fence) n \
      WHERE NOT EXISTS (SELECT 1 FROM leasehold_locks \
                        WHERE name = ?1 AND boot_id = ?5 AND expiry_ns > ?4) \
+       AND typeof(n.fence) = 'integer' AND n.fence <= 9007199254740992 \
+       AND NOT EXISTS (SELECT 1 FROM leasehold_fences WHERE name = ?1 \
+                       AND (typeof(fence) <> 'integer' OR fence >= 9007199254740992)) \
+       AND NOT EXISTS (SELECT 1 FROM leasehold_locks WHERE name = ?1 \
+                       AND (typeof(fence) <> 'integer' OR fence >= 9007199254740992)) \
      ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = excluded.fence, \
          expiry_ns = excluded.expiry_ns, boot_id = excluded.boot_id, pid = excluded.pid";
+// Records the granted fence as the name's last (never lowers it).
+const A_MINT: &str = "INSERT INTO leasehold_fences (name, fence) \
+     SELECT name, fence FROM leasehold_locks WHERE name = ?1 AND token = ?2 \
+     ON CONFLICT (name) DO UPDATE SET fence = excluded.fence \
+         WHERE excluded.fence > leasehold_fences.fence";
 const A_HOLDER: &str = "INSERT INTO leasehold_holders (name, fence, host, since_ns) \
      SELECT name, fence, ?8, ?4 FROM leasehold_locks l WHERE name = ?1 AND token = ?2 \
        AND NOT EXISTS (SELECT 1 FROM leasehold_holders h WHERE h.name = ?1 AND h.fence = l.fence) \
@@ -147,10 +197,12 @@ const A_HOLDER: &str = "INSERT INTO leasehold_holders (name, fence, host, since_
          since_ns = excluded.since_ns";
 const A_RESULT: &str = "SELECT token = ?2, fence, expiry_ns - ?4, boot_id = ?5 \
      FROM leasehold_locks WHERE name = ?1";
+const A_LAST: &str = "SELECT fence FROM leasehold_fences WHERE name = ?1";
 const A_RESULT_AT: usize = 5;
+const A_LAST_AT: usize = 6;
 
-/// Acquire: refresh our own live grant (idempotent), or mint a fence and grant if the lock
-/// is free; then read the row.
+/// Acquire: refresh our own live grant (idempotent), or grant with a new fence if the lock
+/// is free; record the fence; then read the row and the last fence.
 pub(crate) fn acquire(name: &LockName, token: &Token, ttl_ms: u64) -> Vec<Statement> {
     let p = [
         Param::Text(name.as_str().to_owned()),
@@ -165,32 +217,61 @@ pub(crate) fn acquire(name: &LockName, token: &Token, ttl_ms: u64) -> Vec<Statem
     vec![
         Statement::bare("BEGIN IMMEDIATE"),
         Statement::with(A_REFRESH, p[..5].to_vec()),
-        Statement::with(A_MINT, p[..6].to_vec()),
         Statement::with(A_GRANT, p[..7].to_vec()),
+        Statement::with(A_MINT, p[..2].to_vec()),
         Statement::with(A_HOLDER, p.to_vec()),
         Statement::with(A_RESULT, p[..5].to_vec()),
+        Statement::with(A_LAST, p[..1].to_vec()),
         Statement::bare("COMMIT"),
     ]
 }
 
 pub(crate) fn read_acquire(r: &[Rows<'_>]) -> Result<Acquired, String> {
-    let row = one_row(&r[A_RESULT_AT], "lock row after acquire")?;
-    let [ours, f, left_ns, same_boot] = row else {
+    let last = match r[A_LAST_AT].as_slice() {
+        [] => None,
+        [row] => Some(*row.first().ok_or("last fence: no column")?),
+        rows => return Err(format!("{} fence rows for one name", rows.len())),
+    };
+    let row = match r[A_RESULT_AT].as_slice() {
+        [row] => row,
+        [] => {
+            return match exhausted(last, None) {
+                Some(msg) => Ok(Acquired::Refused(msg)),
+                None => Err("no lock row after the acquire".into()),
+            };
+        }
+        rows => return Err(format!("{} lock rows for one name", rows.len())),
+    };
+    let [ours, f, left_ns, same_boot] = row.as_slice() else {
         return Err(format!("lock row has {} columns, expected 4", row.len()));
     };
     let (ours, same_boot) = (flag(ours, "token")?, flag(same_boot, "boot id")?);
     let left_ns = int(left_ns, "expiry_ns")?;
-    let f = fence(f, "fence")?;
     if !same_boot || left_ns <= 0 {
+        // Nothing was granted: a stored fence at its limit refused it.
+        if let Some(msg) = exhausted(last, Some(*f)) {
+            return Ok(Acquired::Refused(msg));
+        }
         return Err("the lock row is expired right after the acquire".into());
     }
     Ok(if ours {
-        Acquired::Granted { fence: f }
+        Acquired::Granted {
+            fence: fence(f, "fence")?,
+        }
     } else {
         Acquired::Held {
             left_ms: Some((left_ns as u64).div_ceil(super::MS)),
         }
     })
+}
+
+/// Why no fence can follow the stored ones (`None`: they leave room).
+fn exhausted(last: Option<SqlValue<'_>>, held: Option<SqlValue<'_>>) -> Option<String> {
+    [last, held]
+        .into_iter()
+        .flatten()
+        .find(|v| !matches!(v, SqlValue::Int(i) if *i < super::MAX_FENCE))
+        .map(|v| super::fence_refusal(&v))
 }
 
 // Renew parameters: ?1 name, ?2 token, ?3 ttl in ns, ?4 monotonic ns, ?5 boot id.
