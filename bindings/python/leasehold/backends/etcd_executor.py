@@ -263,8 +263,9 @@ class EtcdExecutor:
         except Exception as e:  # broken, or closed under us by cancel_watch / detach
             why = f"the watch stream broke: {e or type(e).__name__}"
         with self._mu:
-            conn = self._streams.pop(rid, 0)
-        if conn != 0:
+            live = rid in self._streams  # else cancelled: nobody is told
+            conn = self._streams.pop(rid, None)
+        if live:
             _shut(conn)
             sink.stream_ended(rid, why)
 
