@@ -6,8 +6,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-echo "== python: cargo build --release"
-(cd "$repo" && cargo build --release)
+# The test hooks (fault switches, debug_panic) are in the library only with --features testing.
+echo "== python: cargo build --release --features testing"
+(cd "$repo" && cargo build --release --features testing)
 
 if [ -x "$repo/scripts/ensure-redis.sh" ]; then
     # Redis tests start their own redis-server; make sure the binary exists (apt-get).

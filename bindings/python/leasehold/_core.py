@@ -942,8 +942,9 @@ class Core:
         return Counters(**{f: int(getattr(c, f)) for f in _ffi.COUNTER_FIELDS + _ffi.COUNTER_FIELDS_ADDED})
 
     def debug_panic(self) -> None:
-        """Test hook: make the core panic inside the ABI boundary (poisons the handle)."""
-        lib.lh_client_debug_panic(self._p())
+        """Test hook: make the core panic inside the ABI boundary (poisons the handle).
+        Needs a library built with the ``testing`` feature (else :class:`~leasehold.errors.LibraryError`)."""
+        _ffi.hook("lh_client_debug_panic")(self._p())
 
 
 def dispatch_all(outs: list[Output], dispatch: Callable[[Output], None]) -> None:

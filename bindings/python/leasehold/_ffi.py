@@ -14,6 +14,10 @@ mismatch raises :class:`~leasehold.errors.LibraryError` with both numbers and th
 Every fallible function is declared once in :data:`_SIGNATURES` with ``argtypes``/``restype``
 and an ``errcheck`` that turns a non-zero ``lh_status`` into a typed exception carrying the
 status name and the handle's detail message (``lh_client_last_error``).
+
+The test hooks (:data:`TESTING_HOOKS`) exist only in a library built with ``cargo build
+--features testing``; they are looked up when called (:func:`hook`), so a release library loads
+and only a call to one raises :class:`~leasehold.errors.LibraryError`.
 """
 
 from __future__ import annotations
@@ -530,6 +534,31 @@ _sz = ctypes.c_size_t
 # `bytes` pass straight through (same ABI as const uint8_t*; the length, not a NUL, bounds them).
 _cp = ctypes.c_char_p
 
+# Exported only by a library built with `--features testing` (the test suites build it);
+# release builds (wheels, `pip install`, scripts/install-lib.sh) leave them out.
+TESTING_HOOKS = frozenset(
+    {
+        "lh_client_debug_panic",
+        "lh_memory_service_set_faults",
+        "lh_memory_service_get_faults",
+        "lh_memory_service_step_clock",
+        "lh_memory_service_forget",
+    }
+)
+
+
+def hook(name: str) -> Any:
+    """The test hook ``name``, declared; :class:`~leasehold.errors.LibraryError` if the loaded
+    library was built without the ``testing`` feature."""
+    fn = getattr(lib, name, None)
+    if fn is None:
+        raise errors.LibraryError(
+            f"this libleasehold ({library_path}) was built without the `testing` feature: {name} "
+            "is a test hook (build the library with `cargo build --release --features testing`)"
+        )
+    return fn
+
+
 # name: (argtypes, restype, checked)
 _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_config_default": ([ctypes.POINTER(lh_config)], None, False),
@@ -614,8 +643,8 @@ def _declare() -> None:
     for name, (argtypes, restype, checked) in _SIGNATURES.items():
         fn = getattr(lib, name, None)
         if fn is None:
-            if name == "lh_client_debug_panic":
-                continue  # optional test hook
+            if name in TESTING_HOOKS:
+                continue  # hook() says why when one is called
             raise errors.LibraryError(f"{library_path} does not export {name}; is it a leasehold build?")
         fn.argtypes = argtypes
         fn.restype = restype
@@ -819,6 +848,8 @@ def _declare_memory() -> None:
     for name, (argtypes, restype, checked) in _MEMORY_SIGNATURES.items():
         fn = getattr(lib, name, None)
         if fn is None:
+            if name in TESTING_HOOKS:
+                continue  # hook() says why when one is called
             raise errors.LibraryError(f"{library_path} does not export {name}; is it a leasehold build?")
         fn.argtypes = argtypes
         fn.restype = restype

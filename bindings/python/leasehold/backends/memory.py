@@ -30,6 +30,9 @@ Fault switches (attributes of a service, change them at any time):
   ``unhang()`` (or ``close()``): a hung backend.
 
 The store applies the first six; delay, hang and the call counters belong to the host.
+Those six, ``step_clock`` and ``forget`` need a library built with the ``testing`` feature
+(the test suites build one; a release library raises :class:`~leasehold.errors.LibraryError`
+saying so).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class MemoryStore:
             raise ValueError("the store's clock only steps forward")
         ns = int(seconds * 1e9)
         with self._lock:
-            _lib.lh_memory_service_step_clock(self._h, ns)
+            _ffi.hook("lh_memory_service_step_clock")(self._h, ns)
             self._offset_ns += ns
 
     def wait(self, seconds: float, abort: threading.Event) -> None:
@@ -168,7 +171,7 @@ class MemoryStore:
         would: the holder's next renew is rejected. The fence is kept."""
         raw = _name_bytes(name)
         with self._lock:
-            _lib.lh_memory_service_forget(self._h, raw, len(raw))
+            _ffi.hook("lh_memory_service_forget")(self._h, raw, len(raw))
 
     # -- operations without fault switches (the store's own connection) ----------------------------
     def _direct(self) -> int:
@@ -206,15 +209,17 @@ class MemoryStore:
                     pass  # already gone
 
     def _set_faults(self, cid: int, flags: int, drop_next: int | None) -> None:
+        get_faults = _ffi.hook("lh_memory_service_get_faults")
+        set_faults = _ffi.hook("lh_memory_service_set_faults")
         f = _ffi.lh_memory_faults()
         f.struct_size = ctypes.sizeof(f)
         with self._lock:
             if drop_next is None:  # keep the count as it has run down
-                _lib.lh_memory_service_get_faults(self._h, cid, ctypes.byref(f))
+                get_faults(self._h, cid, ctypes.byref(f))
             else:
                 f.drop_next_responses = drop_next
             f.flags = flags
-            _lib.lh_memory_service_set_faults(self._h, cid, ctypes.byref(f))
+            set_faults(self._h, cid, ctypes.byref(f))
 
     def _watch(self, cid: int, name: str, on: bool) -> None:
         raw = _name_bytes(name)
@@ -299,8 +304,7 @@ def _switch(attr: str) -> property:
         return self._switches[attr]
 
     def set(self: "MemoryLockService", on: bool) -> None:
-        self._switches[attr] = bool(on)
-        self._push_faults()
+        self._push_faults({**self._switches, attr: bool(on)})
 
     return property(get, set, doc=f"Fault switch ``{attr}`` (applied by the store).")
 
@@ -341,12 +345,15 @@ class MemoryLockService(LockService):
         self._disconnect.atexit = False
 
     # -- fault switches ---------------------------------------------------------------------------
-    def _push_faults(self, drop_next: int | None = None) -> None:
+    def _push_faults(self, switches: dict[str, bool] | None = None, drop_next: int | None = None) -> None:
+        # The switches change only once the store took them (a release library refuses).
+        switches = self._switches if switches is None else switches
         flags = 0
         for attr, bit in _FLAGS:
-            if self._switches[attr]:
+            if switches[attr]:
                 flags |= bit
         self.store._set_faults(self._cid, flags, drop_next)
+        self._switches = switches
 
     def partition(self) -> None:
         """Cut this connection off (every call fails with ``ConnectionError``)."""
@@ -354,15 +361,13 @@ class MemoryLockService(LockService):
 
     def heal(self) -> None:
         """Undo every fault switch (and unhang)."""
-        for attr, _ in _FLAGS:
-            self._switches[attr] = False
-        self._push_faults(0)
         self.delay = 0.0
         self._open.set()
+        self._push_faults({attr: False for attr, _ in _FLAGS}, 0)
 
     def drop_next_responses(self, n: int = 1) -> None:
         """Apply the next ``n`` calls, then lose their answers (``ConnectionError``)."""
-        self._push_faults(n)
+        self._push_faults(drop_next=n)
 
     def hang(self) -> None:
         """Make every call block until :meth:`unhang` or :meth:`close` (a hung backend)."""
