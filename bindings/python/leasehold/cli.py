@@ -113,7 +113,9 @@ exit status:
 """
 
 _BACKEND_TEXT = """\
-backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below):
+backends (--backend URL or --backend-file PATH, default $LEASEHOLD_BACKEND or the file
+$LEASEHOLD_BACKEND_FILE names, else the SQLite file below; a password given with --backend is
+visible to other local users in ps: prefer the file, mode 600, or the variable):
   sqlite:///ABS/PATH   a SQLite file shared by the processes of one host
   sqlite:REL/PATH      the same, relative to the working directory
   sqlite://            the default file: $XDG_CACHE_HOME/leasehold/locks.sqlite3
@@ -123,10 +125,11 @@ backends (--backend URL, default $LEASEHOLD_BACKEND, else the SQLite file below)
   redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
                        the master that these Redis Sentinels name MASTER, followed across
                        failovers (PASSWORD and DB are the Redis servers')
-  postgresql://USER:PASSWORD@HOST[:PORT]/DB[?sslmode=...], postgres://...
+  postgresql://USER:PASSWORD@HOST[:PORT]/DB[?sslmode=verify-full], postgres://...
                        a PostgreSQL database (needs psycopg 3: pip install 'leasehold[postgres]')
   etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...], etcds://... (TLS)
-                       an etcd v3 cluster, any of its members
+                       an etcd v3 cluster, any of its members; etcd:// with a user or
+                       password needs ?insecure_auth=1 (they would cross in clear text)
   redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]
                        a Redis Cluster (7+), from any of these nodes: commands routed by
                        slot, wake-ups on sharded pub/sub, failovers followed
@@ -144,7 +147,8 @@ While waiting on a terminal, a status line on stderr names the holder (its pid a
 where the backend records them), when its lease runs out unless renewed, and when the wait
 gives up; it is cleared once the lock is taken.
 
-COMMAND's environment gets:
+COMMAND's environment is leasehold's without LEASEHOLD_BACKEND, LEASEHOLD_BACKEND_FILE and
+any variable holding the backend URL or its password, plus:
   LEASEHOLD_LOCK_NAME       NAME
   LEASEHOLD_FENCING_TOKEN   the fencing token of this grant (a decimal integer that
                             strictly increases with every grant of NAME): pass it to the
