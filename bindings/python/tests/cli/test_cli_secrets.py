@@ -202,3 +202,26 @@ def test_library_log_lines_and_errors_hide_the_secret(url: str, caplog: pytest.L
         executor.close()
     assert "failed" in text, text  # the driver's error came through ...
     assert SECRET not in caplog.text and SECRET not in text, (caplog.text, text)  # ... without the secret
+
+
+def test_reprs_of_objects_made_from_secret_urls_hide_the_secret() -> None:
+    pytest.importorskip("redis")
+    pytest.importorskip("psycopg")
+    from leasehold.backends.etcd_executor import EtcdExecutor
+    from leasehold.backends.redis import RedisLockService
+    from leasehold.backends.redis_executor import RedisExecutor
+    from leasehold.backends.sql_executor import PostgresExecutor
+
+    made = [  # none of them does IO before it is used
+        RedisLockService.from_url(f"redis://:{SECRET}@127.0.0.1:1/0"),
+        RedisExecutor(url=f"redis+sentinel://:{SECRET}@127.0.0.1:1/m"),
+        PostgresExecutor(f"postgresql://u:{SECRET}@127.0.0.1:1/db"),
+        EtcdExecutor(["https://127.0.0.1:1"], user="u", password=SECRET),
+    ]
+    try:
+        for obj in made:
+            for part in (obj, getattr(obj, "pool", None), getattr(obj, "options", None)):
+                assert SECRET not in repr(part) and SECRET not in str(part), repr(part)
+    finally:
+        for obj in made:
+            obj.close()
