@@ -125,7 +125,15 @@ class Env:
             self.langs["cpp"] = [cpp]
         self.unsupported: set[tuple[str, str]] = set()
         self.servers: dict[str, Any] = {}
+        self.flags: dict[tuple[str, str], bool] = {}
         self.next_index = 0
+
+    def has_flag(self, lang: str, flag: str) -> bool:
+        """Does the worker's --help mention an optional flag?"""
+        if (lang, flag) not in self.flags:
+            res = subprocess.run(self.langs[lang] + ["--help"], capture_output=True, text=True, timeout=30)
+            self.flags[(lang, flag)] = flag.lstrip("-") in res.stdout + res.stderr
+        return self.flags[(lang, flag)]
 
     def server(self, kind: str) -> Any:
         if kind not in self.servers:
@@ -238,14 +246,14 @@ class Run:
 
     # -- workers -----------------------------------------------------------------------------
     def langs(self) -> list[str]:
-        """Four workers: one per language available for this backend, the rest Python."""
-        if self.cell.fault == "clock-step":
-            return ["py"] * 4  # the injectable clock is driven through Python's flag
+        """Four workers: one per language available for this cell, the rest Python."""
         mix = [lang for lang in ("py", "go", "cpp") if lang in self.env.langs and (lang, self.key()) not in self.env.unsupported]
         return (mix + ["py"] * 4)[:4]
 
     def key(self) -> str:
-        return f"{self.cell.backend}/{self.gate_kind if self.cell.workload == 'lock-set' else '-'}"
+        """What a worker may not support: the backend, the gate, the clock step."""
+        gate = self.gate_kind if self.cell.workload == "lock-set" else "-"
+        return f"{self.cell.backend}/{gate}" + ("/clock" if self.cell.fault == "clock-step" else "")
 
     def spawn(self, lang: str) -> Worker:
         i = self.env.next_index
@@ -262,8 +270,8 @@ class Run:
             cmd += ["--gate", self.gate_url]
         if self.cell.unfenced:
             cmd += ["--unfenced"]
-        if lang == "py" and self.cell.workload == "lock-set" and (self.cell.unfenced or self.cell.fault == "kill"):
-            cmd += ["--write-hold-ms", "20"]  # widens the read-to-write window (Python's own flag)
+        if self.cell.workload == "lock-set" and (self.cell.unfenced or self.cell.fault == "kill") and self.env.has_flag(lang, "--write-hold-ms"):
+            cmd += ["--write-hold-ms", "20"]  # widens the read-to-write window
         if self.cell.fault == "clock-step":
             at = self.schedule[0]["at_ms"] if self.schedule else 1000
             cmd += ["--clock-step-at-ms", str(at), "--clock-step-ms", str(2 * self.ttl_ms)]
@@ -274,21 +282,31 @@ class Run:
         return w
 
     def start_workers(self) -> None:
+        """Starts the workers; returns once each wrote its start line (the backend is open)."""
         for lang in self.langs():
             self.spawn(lang)
-        deadline = time.monotonic() + 0.7
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while True:
+            waiting = False
             for w in list(self.workers):
                 rc = w.proc.poll()
                 if rc == 3:
                     self.env.unsupported.add((w.lang, self.key()))
                     self.result.skipped.append(w.lang)
                     self.workers.remove(w)
-                    os.unlink(w.history) if os.path.exists(w.history) else None
+                    if os.path.exists(w.history):
+                        os.unlink(w.history)
                     self.spawn("py")
+                    waiting = True
                 elif rc is not None:
                     raise RuntimeError(f"worker {w.p} exited {rc} at start: {self.stderr(w)}")
+                elif tail_event(w.history) is None:
+                    waiting = True
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not start within 30 s")
+            time.sleep(0.05)
         self.result.langs = sorted({w.lang for w in self.workers})
 
     def stderr(self, w: Worker) -> str:
@@ -562,6 +580,7 @@ def main() -> int:
     ap.add_argument("--cpp")
     ap.add_argument("--out", default=os.path.join(os.getcwd(), "target", "histories"))
     ap.add_argument("--require-servers", action="store_true", help="a missing server fails (CI)")
+    ap.add_argument("--save-all", action="store_true", help="write every run's history to --out, not only failures")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -602,6 +621,8 @@ def main() -> int:
                         f"{r.faults} faults, {len(r.violations)} violations, {r.elapsed:.1f}s{extra}",
                         flush=True,
                     )
+                    if args.save_all and r.passed:
+                        run.save(args.out)
                     if not r.passed:
                         d = run.save(args.out)
                         why = r.error or (
