@@ -143,6 +143,14 @@ struct Config {
   std::int64_t write_hold_ms = 0;  // sleep inside the write transaction, between read and insert
 };
 
+constexpr const char* kUsage =
+    "usage: cpp-worker --backend URL --name NAME --process ID --history FILE\n"
+    "         [--workload lock-set|lock] [--unfenced] [--gate URL]\n"
+    "         [--ttl-ms N] [--wait-ms N] [--hold-ms N] [--duration-ms N] [--ops N] [--seed N]\n"
+    "         [--write-hold-ms N] [--clock-step-at-ms N --clock-step-ms N (unsupported: exit 3)]\n"
+    "backends: sqlite:///path, redis://host:port, redis+sentinel://host:port[,...]/MASTER,\n"
+    "          postgresql://..., etcd://host:port[,...]; gate: postgresql://...\n";
+
 Config parse(int argc, char** argv) {
   Config c;
   std::map<std::string, std::string*> strs{{"--backend", &c.backend}, {"--name", &c.name},
@@ -158,6 +166,10 @@ Config parse(int argc, char** argv) {
     const auto eq = a.find('=');
     const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
     if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
     if (a == "--unfenced") {
       c.unfenced = true;
       continue;

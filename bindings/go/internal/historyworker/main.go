@@ -142,7 +142,9 @@ func parseFlags() config {
 	fs.Int64Var(&c.seed, "seed", 1, "random seed")
 	fs.Int64Var(&stepAt, "clock-step-at-ms", 0, "step the lease clock at this time")
 	fs.Int64Var(&step, "clock-step-ms", 0, "step the lease clock forward this much")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(os.Args[1:]); errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	} else if err != nil {
 		os.Exit(2)
 	}
 	stepAsked := false
