@@ -1233,3 +1233,126 @@ fn sharded_wake_a_failed_ssubscribe_is_retried_with_backoff() {
     h.advance(1_000);
     assert!(h.reqs().iter().any(|r| r.cmd() == b"SSUBSCRIBE"));
 }
+
+// ------------------------------------------------------------------ hash tags (Cluster)
+
+/// Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag (the bytes between the first `{`
+/// and the first `}` after it, when not empty), else of the whole key, mod 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    fn crc16(bytes: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for &b in bytes {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc
+    }
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &key[open + 1..open + 1 + close])
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+/// Names whose braces would break a plain `lh:{NAME}` tag, and some that never did.
+fn tag_names() -> Vec<String> {
+    let long_brace = format!("}}{}", "é".repeat((leasehold::MAX_NAME_LEN - 1) / 2));
+    assert!(long_brace.len() <= leasehold::MAX_NAME_LEN);
+    vec![
+        "}x".into(),
+        "{".into(),
+        "}".into(),
+        "a}b".into(),
+        "{}".into(),
+        "}{".into(),
+        "{x}".into(),
+        "jobs{eu}".into(),
+        "ünï}cødé{".into(),
+        long_brace,
+        "x".repeat(leasehold::MAX_NAME_LEN),
+        "jobs".into(),
+        "#0123456789abcdef".into(),
+        "ünïcødé".into(),
+    ]
+}
+
+#[test]
+fn every_key_and_the_wake_channel_of_a_name_share_one_cluster_slot() {
+    use leasehold::backend::redis::scripts::{KeyKind, fnv1a64, hash_tag, key, shard_channel};
+    use leasehold::backend::redis::shard_channel_name;
+    // The documented digest: 64-bit FNV-1a (its published test vectors).
+    assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    let mut seen = std::collections::HashSet::new();
+    for name in tag_names() {
+        let mut all: Vec<Vec<u8>> = KeyKind::ALL
+            .iter()
+            .map(|&k| key(k, &name).unwrap())
+            .collect();
+        all.push(shard_channel(&name).unwrap());
+        let slot = key_slot(&all[0]);
+        for k in &all {
+            assert_eq!(
+                key_slot(k),
+                slot,
+                "{name:?}: {:?}",
+                String::from_utf8_lossy(k)
+            );
+            assert!(
+                seen.insert(k.clone()),
+                "{name:?}: a key shared with another name"
+            );
+        }
+        let ch = shard_channel(&name).unwrap();
+        assert_eq!(shard_channel_name(&ch), Some(name.as_str()));
+        if name.contains(['{', '}']) {
+            let tag = format!("#{:016x}", fnv1a64(name.as_bytes()));
+            assert_eq!(hash_tag(&name), tag);
+            assert_eq!(all[0], format!("lh:{{{tag}}}{name}}}").into_bytes());
+            assert_eq!(all[1], format!("lh:{{{tag}}}{name}}}:fence").into_bytes());
+            // The plain form of such a name is not its channel.
+            let plain = format!("lh:{{{name}}}:wake");
+            assert_eq!(shard_channel_name(plain.as_bytes()), None, "{plain}");
+        } else {
+            // Names without a brace keep their keys: older clients still exclude them.
+            assert_eq!(all[0], format!("lh:{{{name}}}").into_bytes());
+            assert_eq!(all[2], format!("lh:{{{name}}}:queue").into_bytes());
+            assert_eq!(all[3], format!("lh:{{{name}}}:wake").into_bytes());
+        }
+    }
+    // A brace-free name cannot take the digest form's place; a name built to look like it
+    // has a digest of its own.
+    let lookalike = format!("#{:016x}}}}}x", fnv1a64(b"}x"));
+    assert_ne!(
+        key(KeyKind::Lock, &lookalike).unwrap(),
+        key(KeyKind::Lock, "}x").unwrap()
+    );
+    assert_eq!(shard_channel_name(b"lh:{#0000000000000000}}x}:wake"), None);
+}
+
+#[test]
+fn a_name_with_a_brace_sends_digest_tagged_keys_and_channel() {
+    use leasehold::backend::redis::scripts::{KeyKind, key, shard_channel};
+    let mut h = sharded();
+    let lease = h.acquire("}x", 0);
+    let r = h.reqs();
+    let r = r.iter().find(|r| r.is_script(Script::Acquire)).unwrap();
+    for (i, kind) in KeyKind::ALL.iter().enumerate() {
+        assert_eq!(r.args[3 + i], key(*kind, "}x").unwrap());
+    }
+    assert_eq!(r.args[10], b"}x");
+    assert_eq!(r.args[11], shard_channel("}x").unwrap());
+    let id = r.id;
+    h.reply(id, granted(77));
+    assert!(matches!(
+        h.events()[..],
+        [Event::Acquired { lease: l, fencing_token: 77, .. }] if l == lease
+    ));
+}

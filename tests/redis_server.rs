@@ -618,3 +618,97 @@ fn status_reports_the_holder_its_time_left_and_the_last_fence() {
     assert!(status(&mut h, "foreign").unwrap_err().contains("lh: "));
     assert!(h.proto.request_status(now(), "").is_err());
 }
+
+#[test]
+fn names_with_braces_lock_exclude_and_wake_on_one_slot() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    for sharded_wake in [false, true] {
+        let opts = RedisOptions {
+            sharded_wake,
+            ..RedisOptions::default()
+        };
+        let mut a = Host::new(server.port, 61, opts);
+        let mut b = Host::new(server.port, 62, opts);
+        if !sharded_wake {
+            subscribed(&mut a);
+            subscribed(&mut b);
+        }
+        for name in ["}x", "{", "}", "a}b", "{}", "}{", "ünï}cødé{"] {
+            let la = a.acquire(name, 60_000, 0);
+            let mut fa = None;
+            a.run_until(LONG, |h| {
+                fa = h.take_acquired(la);
+                fa.is_some() || h.failed(la)
+            });
+            let fa = fa.unwrap_or_else(|| panic!("{name:?}: free name not granted"));
+            // Held: refused at once, then granted only through the release's wake-up (the
+            // holder's TTL is far longer than the wait).
+            assert_eq!(take(&mut b, name, 60_000, 0), None, "{name:?} is held");
+            let lb = b.acquire(name, 60_000, 10_000);
+            b.run_until(Duration::from_millis(300), |_| false);
+            a.release(la);
+            a.run_until(Duration::from_millis(100), |_| false);
+            let mut fb = None;
+            assert!(
+                b.run_until(Duration::from_secs(5), |h| {
+                    fb = h.take_acquired(lb);
+                    fb.is_some()
+                }),
+                "{name:?} (sharded {sharded_wake}): the waiter was woken by the release"
+            );
+            assert!(fb.unwrap() > fa);
+            b.release(lb);
+            b.run_until(Duration::from_millis(50), |_| false);
+            // The fence key is in the digest-tagged form, the plain empty tag is unused.
+            let fence = leasehold::backend::redis::scripts::key(
+                leasehold::backend::redis::KeyKind::Fence,
+                name,
+            )
+            .unwrap();
+            assert_eq!(admin.call(&[&b"EXISTS"[..], &fence]).unwrap().int(), 1);
+        }
+        let stray = admin.call(&["KEYS", "lh:{}*"]).unwrap();
+        assert_eq!(stray, Owned::Array(Vec::new()));
+    }
+}
+
+#[test]
+fn a_planted_fence_at_its_limit_is_refused_and_nothing_is_written() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let mut h = Host::new(server.port, 63, RedisOptions::default());
+    subscribed(&mut h);
+    // The last fence (2^53 - 1: Lua numbers are doubles) and values past it.
+    for (name, planted, want) in [
+        ("at", "9007199254740991", "exhausted"),
+        ("past", "9007199254740992", "below 2^53"),
+        ("max", "9223372036854775807", "below 2^53"),
+    ] {
+        let fence = format!("lh:{{{name}}}:fence");
+        admin
+            .call(&["SET", &fence, planted, "PX", "600000"])
+            .unwrap();
+        let before = admin.call(&["PTTL", &fence]).unwrap().int();
+        assert_eq!(take(&mut h, name, 5_000, 0), None, "{name}");
+        assert!(
+            h.proto.last_error().contains(want),
+            "{name}: {}",
+            h.proto.last_error()
+        );
+        // Nothing written: the fence as planted (its TTL not renewed), no lock, no queue.
+        assert_eq!(admin.call(&["GET", &fence]).unwrap().text(), planted);
+        assert!(admin.call(&["PTTL", &fence]).unwrap().int() <= before);
+        let lock = format!("lh:{{{name}}}");
+        let queue = format!("lh:{{{name}}}:queue");
+        assert_eq!(admin.call(&["EXISTS", &lock, &queue]).unwrap().int(), 0);
+        // Recovery: delete the fence key; fences restart from the server clock.
+        admin.call(&["DEL", &fence]).unwrap();
+        let f = take(&mut h, name, 5_000, 0).expect("granted after the recovery");
+        assert!(f < 1 << 53);
+    }
+}

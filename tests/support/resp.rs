@@ -320,13 +320,13 @@ impl Host {
                     if let (Owned::Bulk(kind), Owned::Bulk(ch)) = (&items[0], &items[1]) {
                         let t = now();
                         match (kind.as_slice(), &items[2]) {
-                            (b"message", Owned::Bulk(p)) => {
+                            (b"message" | b"smessage", Owned::Bulk(p)) => {
                                 self.proto.handle_message(&mut self.core, t, ch, p)
                             }
-                            (b"subscribe", _) => {
+                            (b"subscribe" | b"ssubscribe", _) => {
                                 self.proto.handle_subscription(&mut self.core, t, ch, true)
                             }
-                            (b"unsubscribe", _) => {
+                            (b"unsubscribe" | b"sunsubscribe", _) => {
                                 self.proto.handle_subscription(&mut self.core, t, ch, false)
                             }
                             _ => {}

@@ -1,8 +1,11 @@
 //! The Lua scripts of the Redis protocol, the key layout and the pub/sub payloads.
 
+use std::borrow::Cow;
+
 use crate::{Error, Token, validate_name};
 
-/// Prefix of every key: `lh:{`, so Redis Cluster hashes the name (the hash tag).
+/// Prefix of every key: `lh:{`, so Redis Cluster hashes the name (the hash tag). A name with
+/// a brace gets a digest tag instead ([`hash_tag`]): `lh:{#` + 16 hex digits + `}` + name.
 pub const KEY_PREFIX: &str = "lh:{";
 /// Suffix of the lock key `lh:{NAME}` (a hash `{token, fence}` with the lease's expiry).
 pub const LOCK_SUFFIX: &str = "}";
@@ -65,34 +68,73 @@ impl KeyKind {
     }
 }
 
-/// The key of `kind` for `name`, e.g. `lh:{jobs}:queue`.
+/// Length of a digest tag's text, `#` and 16 hex digits.
+const DIGEST_TAG_LEN: usize = 17;
+
+/// The 64-bit FNV-1a hash of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3):
+/// fixed and documented, so every binding and version finds the same keys.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The Redis Cluster hash tag of `name`'s keys and shard channel: the name itself when it
+/// holds no brace (`lh:{NAME}…`), else `#` and 16 lowercase hex digits of [`fnv1a64`] of the
+/// name (`lh:{#0123456789abcdef}NAME}…`). A brace in the name would end or restart the tag
+/// (`}x` gave the empty tag `lh:{}`, its keys in different slots); brace-free names keep
+/// their keys, and a digest tag ends before the name, which no brace-free name can match.
+pub fn hash_tag(name: &str) -> Cow<'_, str> {
+    if name.contains(['{', '}']) {
+        Cow::Owned(format!("#{:016x}", fnv1a64(name.as_bytes())))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// `lh:{` + tag, then (digest tags) `}` + name, then `suffix`.
+fn tagged(name: &str, suffix: &str) -> Vec<u8> {
+    let tag = hash_tag(name);
+    let mut k = Vec::with_capacity(KEY_PREFIX.len() + tag.len() + 1 + name.len() + suffix.len());
+    k.extend_from_slice(KEY_PREFIX.as_bytes());
+    if let Cow::Owned(t) = &tag {
+        k.extend_from_slice(t.as_bytes());
+        k.push(b'}');
+    }
+    k.extend_from_slice(name.as_bytes());
+    k.extend_from_slice(suffix.as_bytes());
+    k
+}
+
+/// The key of `kind` for `name`, e.g. `lh:{jobs}:queue` (see [`hash_tag`] for names with a
+/// brace).
 pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
     validate_name(name)?;
-    let mut k = Vec::with_capacity(KEY_PREFIX.len() + name.len() + kind.suffix().len());
-    k.extend_from_slice(KEY_PREFIX.as_bytes());
-    k.extend_from_slice(name.as_bytes());
-    k.extend_from_slice(kind.suffix().as_bytes());
-    Ok(k)
+    Ok(tagged(name, kind.suffix()))
 }
 
-/// The shard wake channel of `name`, `lh:{NAME}:wake`.
+/// The shard wake channel of `name`, `lh:{NAME}:wake`, in the slot of the name's keys.
 pub fn shard_channel(name: &str) -> Result<Vec<u8>, Error> {
     validate_name(name)?;
-    let mut k = Vec::with_capacity(KEY_PREFIX.len() + name.len() + SHARD_CHANNEL_SUFFIX.len());
-    k.extend_from_slice(SHARD_CHANNEL_PREFIX.as_bytes());
-    k.extend_from_slice(name.as_bytes());
-    k.extend_from_slice(SHARD_CHANNEL_SUFFIX.as_bytes());
-    Ok(k)
+    Ok(tagged(name, SHARD_CHANNEL_SUFFIX))
 }
 
-/// The name whose shard wake channel `channel` is, if it is one.
+/// The name whose shard wake channel `channel` is, if it is exactly the one
+/// [`shard_channel`] gives that name.
 pub fn shard_channel_name(channel: &[u8]) -> Option<&str> {
     let inner = channel
         .strip_prefix(SHARD_CHANNEL_PREFIX.as_bytes())?
         .strip_suffix(SHARD_CHANNEL_SUFFIX.as_bytes())?;
-    let name = std::str::from_utf8(inner).ok()?;
+    let inner = std::str::from_utf8(inner).ok()?;
+    let name = match inner.get(DIGEST_TAG_LEN..) {
+        Some(rest) if inner.starts_with('#') && rest.starts_with('}') => &rest[1..],
+        _ => inner,
+    };
     validate_name(name).ok()?;
-    Some(name)
+    (shard_channel(name).ok()? == channel).then_some(name)
 }
 
 /// A wake-channel message: its kind (`MSG_*`), a standby's rank, the queue entry's token and
@@ -200,10 +242,14 @@ local function channel_of(e)
   return ch
 end
 -- The name's shard channel when the caller asks for sharded pub/sub (Redis Cluster): it
--- must be 'lh:{NAME}:wake', so a script never publishes anywhere else. nil = classic.
+-- must be 'lh:{NAME}:wake', or 'lh:{#<16 hex>}NAME}:wake' for a name with a brace (the
+-- digest tag), so a script never publishes anywhere else. nil = classic.
 local function shard_of(arg, name)
   if arg == nil or arg == '' then return nil end
-  if arg ~= 'lh:{' .. name .. '}:wake' then return false end
+  if string.find(name, '[{}]') then
+    if #arg ~= 22 + #name + 6 or not string.find(string.sub(arg, 1, 22), '^lh:{#[0-9a-f]+}$')
+      or string.sub(arg, 23) ~= name .. '}:wake' then return false end
+  elseif arg ~= 'lh:{' .. name .. '}:wake' then return false end
   return arg
 end
 local function server_us()
