@@ -17,6 +17,7 @@ suites=(
     bindings/go/test.sh
     bindings/cpp/test.sh
     scripts/test-crosslang.sh
+    scripts/test-histories.sh
     scripts/test-packaging.sh
     fuzz/smoke.sh
 )

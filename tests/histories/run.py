@@ -316,7 +316,7 @@ class Run:
     def alive(self) -> list[Worker]:
         return [w for w in self.workers if w.proc.poll() is None]
 
-    def holder(self, phases: tuple[str, ...], seconds: float = 3.0) -> Worker | None:
+    def holder(self, phases: tuple[str, ...], seconds: float = 5.0) -> Worker | None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             cands = [w for w in self.alive() if phase(tail_event(w.history)) in phases]
@@ -345,8 +345,7 @@ class Run:
             self.schedule.append(step)
             count += 1
             if f == "clock-step" or not self.long:
-                if not (self.cell.unfenced and count < 2):
-                    break
+                break
             at += period + self.rng.randrange(1000)
 
     def inject(self, step: dict[str, Any]) -> None:
@@ -430,10 +429,15 @@ class Run:
                 if delay > 0:
                     time.sleep(delay)
                 self.inject(step)
-            heals = [ev["t"] for ev in self.nemesis if ev["f"] in ("heal", "begin")]
-            end = max(begin / 1e9 + self.duration_ms / 1000, max(heals) / 1e9 + (self.ttl_ms + check.DEFAULT_BOUND_MS) / 1000 + 0.5)
-            while time.monotonic() < end:
-                time.sleep(0.05)
+            # Run for the duration, then until an acquire succeeded after the last heal (or
+            # TTL + bound passed without one: the liveness check then fails).
+            heal = max(ev["t"] for ev in self.nemesis if ev["f"] in ("heal", "begin"))
+            soonest = begin / 1e9 + self.duration_ms / 1000
+            latest = max(soonest, heal / 1e9 + (self.ttl_ms + check.DEFAULT_BOUND_MS) / 1000 + 0.5)
+            while time.monotonic() < latest:
+                if time.monotonic() >= soonest and self.granted_since(heal):
+                    break
+                time.sleep(0.1)
             self.nem("end")
         except Exception as e:
             self.result.error = f"{type(e).__name__}: {e}"
@@ -449,6 +453,17 @@ class Run:
             self.env.discard(self.kind)  # its replica is spent: the next cell starts afresh
         self.result.elapsed = time.monotonic() - t0
         return self.result
+
+    def granted_since(self, t: int) -> bool:
+        for w in self.workers:
+            try:
+                with open(w.history, encoding="utf-8") as f:
+                    for line in f:
+                        if '"ok"' in line and '"acquire"' in line and json.loads(line)["t"] > t:
+                            return True
+            except (OSError, ValueError):
+                continue
+        return False
 
     def stop_workers(self) -> None:
         for w in self.alive():
