@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-sqlite3"
+	"golang.org/x/sys/unix"
 )
 
 // SQLiteTransport is the configuration of the SQLite executor: a Client made
@@ -31,9 +32,17 @@ import (
 // already the binding's test dependency. Each Client opens its own connection;
 // a file replaced at the path (a different device or inode) is reopened and
 // reported to the core, which checks the schema again.
+//
+// The file holds lock names, pids, host names and tokens: a missing file is
+// created 0600, and the default file's missing directory 0700 (whatever the
+// umask; SQLite gives
+// its -wal and -shm files the file's mode), a symbolic link at the path is
+// refused rather than followed, and an existing file or directory that
+// another user owns or may write is reported on the Client's Logger (warn).
 type SQLiteTransport struct {
 	drivenByCore
 	path  string
+	mkdir bool // the default file: its missing directory is created
 	proto sqlProtocol
 	facts hostFacts
 }
@@ -49,7 +58,8 @@ type SQLiteOptions struct {
 // DefaultSQLitePath is the embedded default lock file the Python package and
 // the leasehold CLI use, so every program of a user on one host shares it:
 // $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3
-// when XDG_CACHE_HOME is unset or relative. Its directory may not exist yet.
+// when XDG_CACHE_HOME is unset or relative. Its directory may not exist yet:
+// a SQLiteTransport on this path creates it (0700) with the file (0600).
 func DefaultSQLitePath() (string, error) {
 	cache := os.Getenv("XDG_CACHE_HOME")
 	if !filepath.IsAbs(cache) {
@@ -63,8 +73,10 @@ func DefaultSQLitePath() (string, error) {
 }
 
 // NewSQLiteTransport returns the executor configuration for the lock
-// database at path (created when missing; its directory must exist). o may
-// be nil.
+// database at path (created 0600 when missing, on first use; its directory
+// must exist, unless path is DefaultSQLitePath, whose directory is created
+// 0700). A path that is a symbolic link, or not a regular file, is refused.
+// o may be nil.
 func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error) {
 	if path == "" || path == ":memory:" {
 		return nil, invalidArg("SQLite needs a file path, not %q", path)
@@ -74,7 +86,15 @@ func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error)
 	if err != nil {
 		return nil, invalidArg("SQLite path %q: %v", path, err)
 	}
+	if fi, err := os.Lstat(abs); err == nil {
+		if err := checkLockFileType(abs, fi); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
 	t := &SQLiteTransport{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
+	if def, err := DefaultSQLitePath(); err == nil && def == abs {
+		t.mkdir = true
+	}
 	if o != nil {
 		if o.BusyTimeout < 0 {
 			return nil, invalidArg("negative BusyTimeout")
@@ -162,9 +182,11 @@ func (x *sqliteExec) shut() {
 	x.conn, x.db = nil, nil
 }
 
+// fileID is the identity of what is at path itself: a symbolic link put in the
+// file's place is a replacement, never followed.
 func fileID(path string) (dev, ino uint64, ok bool) {
-	fi, err := os.Stat(path)
-	if err != nil {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
 		return 0, 0, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
@@ -174,10 +196,116 @@ func fileID(path string) (dev, ino uint64, ok bool) {
 	return uint64(st.Dev), st.Ino, true
 }
 
+// errLockFileLink: SQLite would follow a link and create or rewrite its target.
+var errLockFileLink = errors.New("is a symbolic link; leasehold does not follow links to its lock file (give the target's path)")
+
+func checkLockFileType(path string, fi os.FileInfo) error {
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("SQLite lock file %s %w", path, errLockFileLink)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("SQLite lock file %s is not a regular file (%v)", path, fi.Mode().Type())
+	}
+	return nil
+}
+
+// createMu: closing a descriptor drops every POSIX lock this process holds on
+// the file, so no connection of this process may open a file between its
+// creation and the close of the descriptor that created it.
+var createMu sync.Mutex
+
+// prepareLockFile creates the file (0600, whatever the umask) when missing, with
+// its directory (0700) if mkdir, without following a link at path, and returns
+// the file's identity and what is unsafe about an existing file or directory.
+func prepareLockFile(path string, mkdir bool) (fi os.FileInfo, warnings []string, err error) {
+	dir := filepath.Dir(path)
+	if mkdir {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, nil, err
+		}
+	}
+	if di, err := os.Stat(dir); err == nil {
+		warnings = append(warnings, unsafeOwnerOrMode("directory", dir, di, true)...)
+	}
+	createMu.Lock()
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	created := err == nil
+	if created {
+		err = unix.Fchmod(fd, 0o600)
+		_ = unix.Close(fd)
+	}
+	createMu.Unlock()
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, nil, err
+	}
+	fi, err = os.Lstat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkLockFileType(path, fi); err != nil {
+		return nil, nil, err
+	}
+	if !created {
+		warnings = append(warnings, unsafeOwnerOrMode("file", path, fi, false)...)
+	}
+	return fi, warnings, nil
+}
+
+// unsafeOwnerOrMode says whether another user owns fi or may write it (for the file,
+// read it too): they could read or rewrite the locks. A directory owned by root, or
+// sticky (like /tmp), does not let others replace the file.
+func unsafeOwnerOrMode(what, path string, fi os.FileInfo, dir bool) []string {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	var w []string
+	if uid := int(st.Uid); uid != os.Geteuid() && !(dir && uid == 0) {
+		w = append(w, fmt.Sprintf("the lock %s %s is owned by another user (uid %d)", what, path, uid))
+	}
+	mode := fi.Mode()
+	switch {
+	case dir && mode&0o022 != 0 && mode&os.ModeSticky == 0:
+		w = append(w, fmt.Sprintf("the lock %s %s is writable by other users (mode %04o)", what, path, mode.Perm()))
+	case !dir && mode&0o022 != 0:
+		w = append(w, fmt.Sprintf("the lock %s %s is writable by other users (mode %04o)", what, path, mode.Perm()))
+	case !dir && mode&0o004 != 0:
+		w = append(w, fmt.Sprintf("the lock %s %s is readable by other users (mode %04o)", what, path, mode.Perm()))
+	}
+	return w
+}
+
+// tightenSidecars gives this user's -wal and -shm files no permission the lock
+// file lacks: SQLite sets their mode only when it creates them, so ones left
+// by an older, laxer file keep theirs. By path, since a descriptor's close
+// would drop SQLite's locks on them.
+func tightenSidecars(path string, perm os.FileMode) {
+	for _, suffix := range []string{"-wal", "-shm"} {
+		p := path + suffix
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if ok && int(st.Uid) == os.Geteuid() && fi.Mode().Perm()&^perm != 0 {
+			_ = os.Chmod(p, fi.Mode().Perm()&perm)
+		}
+	}
+}
+
 // open (re)opens the connection and records the file's identity.
 func (x *sqliteExec) open(ctx context.Context) error {
 	x.shut()
-	dsn := "file:" + (&url.URL{Path: x.t.path}).EscapedPath()
+	fi, warnings, err := prepareLockFile(x.t.path, x.t.mkdir)
+	if err != nil {
+		return fmt.Errorf("unable to open database file: %w", err)
+	}
+	for _, w := range warnings {
+		x.c.log.Warn("leasehold: " + w)
+	}
+	// mode=rw: SQLite never creates the file (it would follow a link put at the path
+	// since it was checked); the identity check below sees such a swap.
+	dsn := "file:" + (&url.URL{Path: x.t.path}).EscapedPath() + "?mode=rw"
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return err
@@ -189,6 +317,13 @@ func (x *sqliteExec) open(ctx context.Context) error {
 		// before the first request runs.
 		_, err = conn.ExecContext(ctx, "PRAGMA schema_version")
 	}
+	if err == nil {
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		x.dev, x.ino, _ = fileID(x.t.path)
+		if st == nil || x.dev != uint64(st.Dev) || x.ino != st.Ino {
+			err = fmt.Errorf("the file at %s was replaced while it was opened", x.t.path)
+		}
+	}
 	if err != nil {
 		if conn != nil {
 			_ = conn.Close()
@@ -196,8 +331,8 @@ func (x *sqliteExec) open(ctx context.Context) error {
 		_ = db.Close()
 		return err
 	}
+	tightenSidecars(x.t.path, fi.Mode().Perm())
 	x.db, x.conn = db, conn
-	x.dev, x.ino, _ = fileID(x.t.path)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 // Takes a lock on the embedded default, a SQLite file in the user's cache directory shared
 // by every process on this host (the file the Python package and the leasehold CLI use by
-// default), prints its fencing token and releases it. With Redis, pass
+// default; created 0600 in a 0700 directory when missing), prints its fencing token and
+// releases it. With Redis, pass
 // leasehold.NewRedisTransport(rdb) to NewClient instead.
 //
 //	cd examples/go && go run . [NAME]
@@ -11,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	leasehold "github.com/leasehold/leasehold/bindings/go"
@@ -31,9 +31,6 @@ func main() {
 func run(name string) error {
 	path, err := leasehold.DefaultSQLitePath()
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tr, err := leasehold.NewSQLiteTransport(path, nil)
