@@ -8,7 +8,8 @@
 # 4. builds and runs the example host, the C tests under ASan+UBSan, and the C tests again
 #    under valgrind --error-exitcode=1 --leak-check=full; then the Redis host (the hiredis
 #    executor in redis/) against a real redis-server, and the SQLite host (the libsqlite3
-#    executor in sqlite/) on a real file, under both;
+#    executor in sqlite/) on a real file, under both; then both executors under a failing
+#    allocator (tests/test_alloc.c), under both;
 # 5. installs into a scratch prefix with scripts/install-lib.sh and links a program through
 #    `pkg-config --cflags --libs leasehold` (shared) and `leasehold-static` (static).
 # Installs missing tools with apt-get (as root). Prints "c: OK" at the end.
@@ -77,6 +78,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
     ./build/test_sqlite_asan
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
     ./build/test_sqlite_plain
+
+step "both executors under a failing allocator (every realloc of a flatten fails in turn), ASan+UBSan and valgrind"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./build/test_alloc_asan
+valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+    ./build/test_alloc_plain
 
 step "install + pkg-config (shared and static)"
 PREFIX="$PWD/build/prefix"

@@ -3,6 +3,7 @@
 #include "lh_hiredis.h"
 
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,15 +83,26 @@ static redisContext *connect_to(lh_hiredis *x) {
     return c;
 }
 
-/* Flat pre-order list of values plus one data buffer (lh_reply's format). */
+/* Flat pre-order list of values plus one data buffer (lh_reply's format). Once `bad` (out of
+ * memory) nothing more is added and the reply is not delivered. */
 typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
 
+/* Appends one value; a capacity is recorded only after realloc succeeded. */
 static void push_value(flat *f, uint32_t kind, int64_t integer, const char *s, size_t len) {
+    if (f->bad) return;
     if (f->n == f->cap) {
-        f->cap = f->cap ? 2 * f->cap : 8;
-        lh_value *v = realloc(f->v, f->cap * sizeof *v);
+        size_t cap = f->cap ? 2 * f->cap : 8;
+        lh_value *v = cap <= SIZE_MAX / sizeof *v ? realloc(f->v, cap * sizeof *v) : NULL;
         if (v == NULL) { f->bad = 1; return; }
         f->v = v;
+        f->cap = cap;
+    }
+    if (s != NULL && len > f->dcap - f->len) {
+        size_t dcap = len <= (SIZE_MAX - 64) / 2 - f->len ? 2 * (f->len + len) + 64 : 0;
+        uint8_t *d = dcap != 0 ? realloc(f->data, dcap) : NULL;
+        if (d == NULL) { f->bad = 1; return; }
+        f->data = d;
+        f->dcap = dcap;
     }
     lh_value *v = &f->v[f->n++];
     memset(v, 0, sizeof *v);
@@ -98,14 +110,8 @@ static void push_value(flat *f, uint32_t kind, int64_t integer, const char *s, s
     v->integer = integer;
     v->len = (uint64_t)len;
     if (s != NULL) {
-        if (f->len + len > f->dcap) {
-            f->dcap = 2 * (f->len + len) + 64;
-            uint8_t *d = realloc(f->data, f->dcap);
-            if (d == NULL) { f->bad = 1; return; }
-            f->data = d;
-        }
         v->offset = (uint64_t)f->len;
-        memcpy(f->data + f->len, s, len);
+        if (len) memcpy(f->data + f->len, s, len);
         f->len += len;
     }
 }
@@ -118,7 +124,7 @@ static void flatten(flat *f, const redisReply *r) {
     case REDIS_REPLY_ERROR: push_value(f, LH_VALUE_ERROR, 0, r->str, r->len); break;
     case REDIS_REPLY_ARRAY:
         push_value(f, LH_VALUE_ARRAY, 0, NULL, r->elements);
-        for (size_t i = 0; i < r->elements; i++) flatten(f, r->element[i]);
+        for (size_t i = 0; i < r->elements && !f->bad; i++) flatten(f, r->element[i]);
         break;
     default: push_value(f, LH_VALUE_NIL, 0, NULL, 0); break;
     }
@@ -169,6 +175,8 @@ static void run_command(lh_hiredis *x, const lh_request *q, uint64_t (*now)(void
     flat f = {0};
     flatten(&f, r);
     freeReplyObject(r);
+    /* A reply that did not fit in memory is a transport failure (the connection stays in
+     * step: hiredis read the whole reply). */
     uint32_t st = f.bad ? LH_ERR_INVALID_REPLY
                         : lh_reply(x->client, now(), q->id, f.v, f.n, f.data, f.len);
     if (st != LH_OK) note(x, lh_request_failed(x->client, now(), q->id));

@@ -3,6 +3,9 @@
 #define _DEFAULT_SOURCE
 #include "lh_sqlite3.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +17,92 @@ static void note(lh_sqlite3 *x, uint32_t st) {
     if (st != LH_OK && x->last_status == LH_OK) x->last_status = st;
 }
 
+static void warn(const char *what, const char *path) {
+    fprintf(stderr, "lh_sqlite3: warning: %s %s\n", path, what);
+}
+
+/* Another user could read, replace or rewrite the lock records: say so (the open goes on). */
+static void check_owner(const struct stat *st, const char *path, int is_dir) {
+    uid_t me = geteuid();
+    if (st->st_uid != me && !(is_dir && st->st_uid == 0))
+        warn("is owned by another user", path);
+    /* A sticky directory (like /tmp) keeps others from replacing the file. */
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0 && !(is_dir && (st->st_mode & S_ISVTX) != 0))
+        warn("is writable by other users", path);
+}
+
+/* Creates the missing directories of `path` (every prefix ending at a '/') with mode 0700. */
+static int make_parents(char *path) {
+    for (char *p = strchr(path + 1, '/'); p != NULL; p = strchr(p + 1, '/')) {
+        *p = 0;
+        int rc = mkdir(path, 0700);
+        int e = errno;
+        *p = '/';
+        if (rc != 0 && e != EEXIST) return -1;
+    }
+    return 0;
+}
+
+/* Creates the file (0600, its missing directories 0700) without following a symbolic link at
+ * the path, warns when another user owns or may write it or its directory, and records which
+ * file it is. Fills x->last_error and returns -1 when it cannot be used. */
+static int prepare_file(lh_sqlite3 *x) {
+    char *dir = strdup(x->path);
+    if (dir == NULL) {
+        snprintf(x->last_error, sizeof x->last_error, "out of memory");
+        return -1;
+    }
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) slash[1] = 0;
+    else if (slash != NULL) *slash = 0;
+    else strcpy(dir, ".");
+    if (slash != NULL && make_parents(x->path) != 0) {
+        snprintf(x->last_error, sizeof x->last_error, "cannot create the directory of %.200s: %s", x->path, strerror(errno));
+        free(dir);
+        return -1;
+    }
+    int fd = open(x->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        struct stat ls;
+        if (errno == ELOOP && lstat(x->path, &ls) == 0 && S_ISLNK(ls.st_mode))
+            snprintf(x->last_error, sizeof x->last_error, "refusing %.200s: it is a symbolic link (not followed)", x->path);
+        else
+            snprintf(x->last_error, sizeof x->last_error, "cannot open %.200s: %s", x->path, strerror(errno));
+        free(dir);
+        return -1;
+    }
+    struct stat st, ds;
+    int ok = fstat(fd, &st) == 0;
+    close(fd);
+    if (!ok || !S_ISREG(st.st_mode)) {
+        snprintf(x->last_error, sizeof x->last_error, "refusing %.200s: not a regular file", x->path);
+        free(dir);
+        return -1;
+    }
+    check_owner(&st, x->path, 0);
+    if (stat(dir, &ds) == 0) check_owner(&ds, dir, 1);
+    free(dir);
+    x->dev = st.st_dev;
+    x->ino = st.st_ino;
+    return 0;
+}
+
 static int reopen(lh_sqlite3 *x) {
     if (x->db != NULL) sqlite3_close(x->db);
     x->db = NULL;
-    if (sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+    x->last_error[0] = 0;
+    if (prepare_file(x) != 0) return -1;
+    int rc = sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    /* The file checked above must be the one SQLite opened (not swapped for a link since). */
+    struct stat st;
+    if (rc != SQLITE_OK || lstat(x->path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != x->dev ||
+        st.st_ino != x->ino) {
+        snprintf(x->last_error, sizeof x->last_error, "cannot open %.200s: %s", x->path,
+                 rc != SQLITE_OK ? (x->db != NULL ? sqlite3_errmsg(x->db) : sqlite3_errstr(rc))
+                                 : "the file was replaced while opening");
         sqlite3_close(x->db);
         x->db = NULL;
         return -1;
-    }
-    struct stat st;
-    if (stat(x->path, &st) == 0) {
-        x->dev = st.st_dev;
-        x->ino = st.st_ino;
     }
     return 0;
 }
@@ -42,7 +119,13 @@ int lh_sqlite3_open(lh_sqlite3 *x, lh_client *client, const char *path) {
         x->boot_id[strcspn(x->boot_id, "\n")] = 0;
     }
     if (gethostname(x->host, sizeof x->host - 1) != 0) x->host[0] = 0;
-    return reopen(x);
+    if (reopen(x) != 0) {
+        fprintf(stderr, "lh_sqlite3: %s\n", x->last_error);
+        free(x->path);
+        x->path = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 void lh_sqlite3_close(lh_sqlite3 *x) {
@@ -51,15 +134,29 @@ void lh_sqlite3_close(lh_sqlite3 *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Flat pre-order list of values plus one data buffer (lh_sql_result's format). */
+/* Flat pre-order list of values plus one data buffer (lh_sql_result's format). Once `bad`
+ * (out of memory) nothing more is added and the result is not delivered. */
 typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
 
+#define NO_INDEX SIZE_MAX
+
+/* Appends one value; its index, or NO_INDEX once memory ran out. A capacity is recorded only
+ * after realloc succeeded. */
 static size_t push(flat *f, uint32_t kind, int64_t integer, const void *s, size_t len) {
+    if (f->bad) return NO_INDEX;
     if (f->n == f->cap) {
-        f->cap = f->cap ? 2 * f->cap : 16;
-        lh_value *v = realloc(f->v, f->cap * sizeof *v);
-        if (v == NULL) { f->bad = 1; return 0; }
+        size_t cap = f->cap ? 2 * f->cap : 16;
+        lh_value *v = cap <= SIZE_MAX / sizeof *v ? realloc(f->v, cap * sizeof *v) : NULL;
+        if (v == NULL) { f->bad = 1; return NO_INDEX; }
         f->v = v;
+        f->cap = cap;
+    }
+    if (s != NULL && len > f->dcap - f->len) {
+        size_t dcap = len <= (SIZE_MAX - 64) / 2 - f->len ? 2 * (f->len + len) + 64 : 0;
+        uint8_t *d = dcap != 0 ? realloc(f->data, dcap) : NULL;
+        if (d == NULL) { f->bad = 1; return NO_INDEX; }
+        f->data = d;
+        f->dcap = dcap;
     }
     lh_value *v = &f->v[f->n];
     memset(v, 0, sizeof *v);
@@ -67,12 +164,6 @@ static size_t push(flat *f, uint32_t kind, int64_t integer, const void *s, size_
     v->integer = integer;
     v->len = (uint64_t)len;
     if (s != NULL) {
-        if (f->len + len > f->dcap) {
-            f->dcap = 2 * (f->len + len) + 64;
-            uint8_t *d = realloc(f->data, f->dcap);
-            if (d == NULL) { f->bad = 1; return 0; }
-            f->data = d;
-        }
         v->offset = (uint64_t)f->len;
         if (len) memcpy(f->data + f->len, s, len);
         f->len += len;
@@ -99,7 +190,10 @@ static void bind(sqlite3_stmt *st, int i, const lh_value *p, const uint8_t *data
     }
 }
 
-/* Runs one request; returns NULL on success (rows in *f) or the error message. */
+static const char out_of_memory[] = "out of memory";
+
+/* Runs one request; returns NULL on success (rows in *f) or the error message (out_of_memory
+ * when the rows did not fit in memory: the request stopped there). */
 static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
     struct timespec m, w;
     clock_gettime(CLOCK_MONOTONIC, &m);
@@ -107,7 +201,7 @@ static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
     int64_t mono = (int64_t)m.tv_sec * 1000000000 + m.tv_nsec;
     int64_t wall = (int64_t)w.tv_sec * 1000000 + w.tv_nsec / 1000;
     push(f, LH_VALUE_ARRAY, 0, NULL, r->nstatements);
-    for (uint32_t s = 0; s < r->nstatements; s++) {
+    for (uint32_t s = 0; s < r->nstatements && !f->bad; s++) {
         const lh_sql_statement *q = &r->statements[s];
         sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(x->db, (const char *)r->data + q->sql_offset, (int)q->sql_len, &st, NULL) != SQLITE_OK)
@@ -116,11 +210,11 @@ static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
             bind(st, (int)i + 1, &r->params[q->first_param + i], r->data, mono, wall, x);
         size_t rows_at = push(f, LH_VALUE_ARRAY, 0, NULL, 0);
         uint64_t nrows = 0;
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rc = SQLITE_DONE;
+        while (!f->bad && (rc = sqlite3_step(st)) == SQLITE_ROW) {
             int ncols = sqlite3_column_count(st);
             push(f, LH_VALUE_ARRAY, 0, NULL, (size_t)ncols);
-            for (int c = 0; c < ncols; c++) {
+            for (int c = 0; c < ncols && !f->bad; c++) {
                 switch (sqlite3_column_type(st, c)) {
                 case SQLITE_INTEGER: push(f, LH_VALUE_INT, sqlite3_column_int64(st, c), NULL, 0); break;
                 case SQLITE_FLOAT: {
@@ -146,10 +240,11 @@ static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
             nrows++;
         }
         sqlite3_finalize(st);
+        if (f->bad) break;
         if (rc != SQLITE_DONE) return sqlite3_errmsg(x->db);
-        if (!f->bad) f->v[rows_at].len = nrows;
+        f->v[rows_at].len = nrows;
     }
-    return f->bad ? "out of memory" : NULL;
+    return f->bad ? out_of_memory : NULL;
 }
 
 void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void)) {
@@ -161,18 +256,26 @@ void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void)) {
         /* A deleted or replaced file: follow the path instead of locking alone on the old
          * inode (the request did not run; the schema is checked again on the new file). */
         struct stat fs;
-        int same = x->db != NULL && stat(x->path, &fs) == 0 && fs.st_dev == x->dev && fs.st_ino == x->ino;
+        int same = x->db != NULL && lstat(x->path, &fs) == 0 && fs.st_dev == x->dev && fs.st_ino == x->ino;
         if (!same) {
             int ok = reopen(x) == 0;
-            static const char msg[] = "the database file was replaced or could not be opened";
+            const char *msg = ok || x->last_error[0] == 0 ? "the database file was replaced or could not be opened"
+                                                          : x->last_error;
             note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_TRANSPORT,
-                                  (const uint8_t *)msg, sizeof msg - 1));
+                                  (const uint8_t *)msg, strlen(msg)));
             if (ok) note(x, lh_sql_connection_reset(x->client, now(), LH_SQL_CONNECTION_COMMANDS));
             continue;
         }
         flat f = {0};
         const char *err = run(x, &r, &f);
-        if (err != NULL) {
+        if (err == out_of_memory) {
+            /* The rows could not be handed back: the outcome is unknown to the core, as after a
+             * broken connection. Undo what the request left open and start afresh. */
+            if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_TRANSPORT,
+                                  (const uint8_t *)out_of_memory, sizeof out_of_memory - 1));
+            if (reopen(x) == 0) note(x, lh_sql_connection_reset(x->client, now(), LH_SQL_CONNECTION_COMMANDS));
+        } else if (err != NULL) {
             size_t n = strlen(err);
             char *copy = malloc(n + 1);
             if (copy != NULL) memcpy(copy, err, n + 1);

@@ -3,14 +3,19 @@
  * libsqlite3 (sqlite/lh_sqlite3.c) on a real file in a temporary directory. Several processes
  * contend for one name: every one gets the lock in turn, fences strictly increase in grant
  * order, and no two ever hold it at once (checked in shared memory). A corrupt file is a
- * clear error (lh_sql_last_error), never a grant.
+ * clear error (lh_sql_last_error), never a grant. The file is private: created 0600 (its -wal and
+ * -shm too) in directories created 0700, a symbolic link at the path is refused without
+ * touching its target, and a file or directory others may write is reported.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +137,158 @@ static int corrupt_file_is_a_clear_error(const char *dir) {
     return failed;
 }
 
+/* Acquires `name` on an open executor; the fence, or -1. */
+static int64_t acquire_once(lh_client *c, lh_sqlite3 *x, const char *name) {
+    lh_acquire_options o;
+    lh_acquire_options_default(&o);
+    o.wait_ns = 5000 * MS;
+    uint64_t lease = 0;
+    if (lh_acquire(c, now_ns(), (const uint8_t *)name, strlen(name), &o, &lease) != LH_OK) return -1;
+    lh_sqlite3_run_requests(x, now_ns);
+    uint64_t limit = now_ns() + 10000 * MS;
+    int64_t fence = 0;
+    while ((fence = drain(c, lease, NULL)) == 0 && now_ns() < limit) lh_sqlite3_step(x, 5, now_ns);
+    return fence > 0 ? fence : -1;
+}
+
+static int mode_is(const char *path, mode_t want) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        fprintf(stderr, "test_sqlite: %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    if ((st.st_mode & 07777) != want) {
+        fprintf(stderr, "test_sqlite: %s has mode %04o, want %04o\n", path, (unsigned)(st.st_mode & 07777), (unsigned)want);
+        return 0;
+    }
+    return 1;
+}
+
+/* A missing file and its missing directories are created 0700/0600 under the usual umask 022,
+ * and SQLite's -wal and -shm files follow the file's mode. */
+static int new_file_is_private(const char *dir) {
+    char sub[512], deeper[600], path[700], wal[720], shm[720];
+    snprintf(sub, sizeof sub, "%s/cache", dir);
+    snprintf(deeper, sizeof deeper, "%s/leasehold", sub);
+    snprintf(path, sizeof path, "%s/locks.sqlite3", deeper);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    mode_t old = umask(022);
+    lh_client *c = new_client(50);
+    lh_sqlite3 x;
+    int failed = c == NULL || lh_sqlite3_open(&x, c, path) != 0;
+    if (!failed) {
+        failed = acquire_once(c, &x, "private") <= 0;
+        if (failed) fprintf(stderr, "test_sqlite: no grant on the new private file\n");
+        failed |= !mode_is(sub, 0700) || !mode_is(deeper, 0700) || !mode_is(path, 0600);
+        failed |= !mode_is(wal, 0600) || !mode_is(shm, 0600); /* open while the connection is */
+        lh_sqlite3_close(&x);
+    }
+    lh_client_free(c);
+    umask(old);
+    printf("test_sqlite: new file 0600 (-wal, -shm too) in directories 0700: %s\n", failed ? "FAIL" : "OK");
+    return failed;
+}
+
+/* A symbolic link at the path is refused with a clear reason; its target is neither created
+ * nor changed, whether it exists or not. */
+static int symlink_is_refused(const char *dir) {
+    char link[512], victim[512];
+    snprintf(link, sizeof link, "%s/link.db", dir);
+    snprintf(victim, sizeof victim, "%s/victim.db", dir);
+    int failed = 0;
+    for (int exists = 0; exists < 2; exists++) {
+        unlink(link);
+        unlink(victim);
+        if (exists) {
+            FILE *f = fopen(victim, "w");
+            if (f == NULL) return 1;
+            fputs("keep", f);
+            fclose(f);
+        }
+        if (symlink("victim.db", link) != 0) return 1;
+        lh_client *c = new_client(60 + exists);
+        lh_sqlite3 x;
+        if (c == NULL) return 1;
+        if (lh_sqlite3_open(&x, c, link) == 0) {
+            fprintf(stderr, "test_sqlite: opened through a symbolic link\n");
+            lh_sqlite3_close(&x);
+            failed = 1;
+        } else if (strstr(x.last_error, "symbolic link") == NULL) {
+            fprintf(stderr, "test_sqlite: symlink refused for the wrong reason: %s\n", x.last_error);
+            failed = 1;
+        }
+        lh_client_free(c);
+        struct stat st;
+        if (!exists && lstat(victim, &st) == 0) {
+            fprintf(stderr, "test_sqlite: the link's target was created\n");
+            failed = 1;
+        }
+        if (exists && (lstat(victim, &st) != 0 || st.st_size != 4)) {
+            fprintf(stderr, "test_sqlite: the link's target was changed\n");
+            failed = 1;
+        }
+    }
+    unlink(link);
+    unlink(victim);
+    printf("test_sqlite: symbolic link refused, target untouched: %s\n", failed ? "FAIL" : "OK");
+    return failed;
+}
+
+/* Runs lh_sqlite3_open on `path` with stderr captured; what it printed in `out`. */
+static int open_captured(const char *path, char *out, size_t cap) {
+    char log[] = "/tmp/lh-c-sqlite-stderr-XXXXXX";
+    int fd = mkstemp(log);
+    if (fd < 0) return -1;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    lh_client *c = new_client(70);
+    lh_sqlite3 x;
+    int rc = c != NULL && lh_sqlite3_open(&x, c, path) == 0 ? 0 : -1;
+    if (rc == 0) lh_sqlite3_close(&x);
+    lh_client_free(c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(log);
+    return rc;
+}
+
+/* A file or directory others may write (or, as root, a file another user owns) is reported;
+ * a private one is not. */
+static int exposed_file_is_reported(const char *dir) {
+    char open_dir[512], path[600], msg[2048];
+    snprintf(open_dir, sizeof open_dir, "%s/shared", dir);
+    snprintf(path, sizeof path, "%s/locks.sqlite3", open_dir);
+    int failed = 0;
+    if (mkdir(open_dir, 0700) != 0 || open_captured(path, msg, sizeof msg) != 0) return 1;
+    if (msg[0] != 0) { fprintf(stderr, "test_sqlite: a private file was reported: %s\n", msg); failed = 1; }
+    chmod(path, 0666);
+    chmod(open_dir, 0777);
+    if (open_captured(path, msg, sizeof msg) != 0) return 1;
+    if (strstr(msg, "locks.sqlite3 is writable by other users") == NULL ||
+        strstr(msg, "shared is writable by other users") == NULL) {
+        fprintf(stderr, "test_sqlite: a file and directory others may write were not both reported: %s\n", msg);
+        failed = 1;
+    }
+    chmod(open_dir, 0700);
+    chmod(path, 0600);
+    if (geteuid() == 0) {
+        if (chown(path, 65534, 65534) != 0 || open_captured(path, msg, sizeof msg) != 0) return 1;
+        if (strstr(msg, "is owned by another user") == NULL) {
+            fprintf(stderr, "test_sqlite: a file another user owns was not reported: %s\n", msg);
+            failed = 1;
+        }
+    }
+    printf("test_sqlite: a file or directory others may write%s is reported: %s\n",
+           geteuid() == 0 ? " or own" : "", failed ? "FAIL" : "OK");
+    return failed;
+}
+
 int main(void) {
     char dir[] = "/tmp/lh-c-sqlite-XXXXXX";
     if (mkdtemp(dir) == NULL) return 1;
@@ -165,6 +322,9 @@ int main(void) {
     printf("test_sqlite: %u grants between %d processes on one file, fences strictly increasing: %s\n",
            sh->n, WORKERS, failed ? "FAIL" : "OK");
     failed |= corrupt_file_is_a_clear_error(dir);
+    failed |= new_file_is_private(dir);
+    failed |= symlink_is_refused(dir);
+    failed |= exposed_file_is_reported(dir);
     munmap(sh, sizeof *sh);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
