@@ -1404,3 +1404,61 @@ fn a_woken_waiter_with_a_key_still_before_it_watches_that_key_without_another_lo
         leasehold::LeaseState::Acquiring
     );
 }
+
+#[test]
+fn debug_output_never_shows_the_password_or_the_token() {
+    const PASSWORD: &str = "S3CRET-pw";
+    const TOKEN: &str = "tok-XYZ987";
+    // The password's bytes as a derived Debug of a byte buffer would list them.
+    let as_bytes = format!("{:?}", PASSWORD.as_bytes());
+    let as_bytes = &as_bytes[1..as_bytes.len() - 1];
+    let clean = |what: &str, text: &str| {
+        for secret in [PASSWORD, TOKEN, as_bytes] {
+            assert!(!text.contains(secret), "{what} shows a secret: {text}");
+        }
+    };
+    let mut core = Client::new(Config::default(), &[9; 32]).unwrap();
+    let mut p = EtcdProtocol::with_auth("root", PASSWORD).unwrap();
+    let shown = format!("{p:?}");
+    clean("a new protocol", &shown);
+    assert!(
+        shown.contains("root") && shown.contains("<redacted>"),
+        "{shown}"
+    );
+    core.acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let r = p.poll_request(&mut core).unwrap();
+    assert_eq!(r.path, paths::AUTHENTICATE);
+    assert!(std::str::from_utf8(r.body).unwrap().contains(PASSWORD));
+    let auth_id = r.id;
+    for text in [format!("{r:?}"), format!("{r:#?}")] {
+        clean("the authenticate request", &text);
+    }
+    clean("a protocol authenticating", &format!("{p:#?}"));
+    let reply = format!(r#"{{"header":{{"revision":"1"}},"token":"{TOKEN}"}}"#);
+    p.handle_reply(&mut core, MS, auth_id, 200, reply.as_bytes());
+    assert!(p.is_authenticated());
+    let r = p.poll_request(&mut core).unwrap();
+    assert_eq!((r.path, r.authorization), (paths::LEASE_GRANT, TOKEN));
+    let shown = format!("{r:?}");
+    clean("a request with the token", &shown);
+    assert!(
+        shown.contains("/v3/lease/grant") && shown.contains("TTL"),
+        "{shown}"
+    );
+    clean("an authenticated protocol", &format!("{p:?}"));
+    // A refused password: the error says so, without it.
+    let mut p = EtcdProtocol::with_auth("root", PASSWORD).unwrap();
+    core.acquire(0, "m", AcquireOptions::new(3_000)).unwrap();
+    let id = p.poll_request(&mut core).unwrap().id;
+    p.handle_reply(
+        &mut core,
+        MS,
+        id,
+        400,
+        br#"{"error":"etcdserver: authentication failed, invalid user ID or password","code":3}"#,
+    );
+    assert!(p.last_error().contains("authentication failed"));
+    clean("the last error", p.last_error());
+    clean("a refused protocol", &format!("{p:?}"));
+}

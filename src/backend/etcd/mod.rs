@@ -71,6 +71,7 @@
 //! whose lease vanished starts over with a fresh lease.
 
 mod json;
+mod redact;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -139,8 +140,9 @@ pub enum RequestKind {
 }
 
 /// A request for the host. Any member of the cluster serves every request: on a transport
-/// failure the host may try the next member URL before reporting it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// failure the host may try the next member URL before reporting it. Its `Debug` shows
+/// neither the token nor an authenticate request's body (the password).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
     /// Id to answer with; never reused.
     pub id: u64,
@@ -221,7 +223,6 @@ enum Op {
     StatusTtl { status: u64, fence: i64 },
 }
 
-#[derive(Debug)]
 struct Pending {
     op: Op,
     kind: RequestKind,
@@ -312,8 +313,7 @@ pub struct EtcdProtocol {
     auth: Option<Auth>,
 }
 
-/// Credentials and the token they got.
-#[derive(Debug)]
+/// Credentials and the token they got (`Debug` shows the user only).
 struct Auth {
     user: String,
     password: String,
