@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,74 +18,83 @@ static void note(lh_sqlite3 *x, uint32_t st) {
     if (st != LH_OK && x->last_status == LH_OK) x->last_status = st;
 }
 
-static void warn(const char *what, const char *path) {
-    fprintf(stderr, "lh_sqlite3: warning: %s %s\n", path, what);
+/* Says what about an existing file or its directory would let another user read or rewrite the
+ * locks (the open goes on: the directory is trusted). A directory owned by root, or sticky (like
+ * /tmp), does not let others replace the file. */
+static void check_owner(const struct stat *st, const char *what, const char *path, int is_dir) {
+    unsigned mode = (unsigned)(st->st_mode & 07777);
+    if (st->st_uid != geteuid() && !(is_dir && st->st_uid == 0))
+        fprintf(stderr, "lh_sqlite3: warning: the lock %s %s is owned by another user (uid %u)\n", what, path,
+                (unsigned)st->st_uid);
+    if ((mode & 022) != 0 && !(is_dir && (mode & S_ISVTX) != 0))
+        fprintf(stderr, "lh_sqlite3: warning: the lock %s %s is writable by other users (mode %04o)\n", what, path, mode);
+    else if (!is_dir && (mode & 004) != 0)
+        fprintf(stderr, "lh_sqlite3: warning: the lock %s %s is readable by other users (mode %04o)\n", what, path, mode);
 }
 
-/* Another user could read, replace or rewrite the lock records: say so (the open goes on). */
-static void check_owner(const struct stat *st, const char *path, int is_dir) {
-    uid_t me = geteuid();
-    if (st->st_uid != me && !(is_dir && st->st_uid == 0))
-        warn("is owned by another user", path);
-    /* A sticky directory (like /tmp) keeps others from replacing the file. */
-    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0 && !(is_dir && (st->st_mode & S_ISVTX) != 0))
-        warn("is writable by other users", path);
-}
+/* Closing a descriptor drops every POSIX lock this process holds on the file, so no other
+ * executor of this process may open a file between its creation and that close. */
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Creates the missing directories of `path` (every prefix ending at a '/') with mode 0700. */
-static int make_parents(char *path) {
-    for (char *p = strchr(path + 1, '/'); p != NULL; p = strchr(p + 1, '/')) {
-        *p = 0;
-        int rc = mkdir(path, 0700);
-        int e = errno;
-        *p = '/';
-        if (rc != 0 && e != EEXIST) return -1;
-    }
-    return 0;
-}
-
-/* Creates the file (0600, its missing directories 0700) without following a symbolic link at
- * the path, warns when another user owns or may write it or its directory, and records which
- * file it is. Fills x->last_error and returns -1 when it cannot be used. */
+/* Creates the file (0600 whatever the umask) when missing, without following a symbolic link
+ * at the path, warns about an existing file or its directory, and records which file it is.
+ * Fills x->last_error and returns -1 when it cannot be used. An existing file is never opened
+ * here (that close would drop SQLite's locks on it). */
 static int prepare_file(lh_sqlite3 *x) {
+    pthread_mutex_lock(&create_mu);
+    int fd = open(x->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int created = fd >= 0, err = errno;
+    if (created && fchmod(fd, 0600) != 0) err = errno, created = -1;
+    if (fd >= 0) close(fd);
+    pthread_mutex_unlock(&create_mu);
+    struct stat st;
+    if (created < 0 || (!created && err != EEXIST) || lstat(x->path, &st) != 0) {
+        snprintf(x->last_error, sizeof x->last_error, "cannot open %.200s: %s", x->path,
+                 strerror(created < 0 || !created ? err : errno));
+        return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        snprintf(x->last_error, sizeof x->last_error,
+                 "refusing %.160s: it is a symbolic link (not followed; give the target's path)", x->path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(x->last_error, sizeof x->last_error, "refusing %.200s: not a regular file", x->path);
+        return -1;
+    }
     char *dir = strdup(x->path);
     if (dir == NULL) {
         snprintf(x->last_error, sizeof x->last_error, "out of memory");
         return -1;
     }
     char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash != NULL) *slash = 0;
-    else strcpy(dir, ".");
-    if (slash != NULL && make_parents(x->path) != 0) {
-        snprintf(x->last_error, sizeof x->last_error, "cannot create the directory of %.200s: %s", x->path, strerror(errno));
-        free(dir);
-        return -1;
-    }
-    int fd = open(x->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        struct stat ls;
-        if (errno == ELOOP && lstat(x->path, &ls) == 0 && S_ISLNK(ls.st_mode))
-            snprintf(x->last_error, sizeof x->last_error, "refusing %.200s: it is a symbolic link (not followed)", x->path);
-        else
-            snprintf(x->last_error, sizeof x->last_error, "cannot open %.200s: %s", x->path, strerror(errno));
-        free(dir);
-        return -1;
-    }
-    struct stat st, ds;
-    int ok = fstat(fd, &st) == 0;
-    close(fd);
-    if (!ok || !S_ISREG(st.st_mode)) {
-        snprintf(x->last_error, sizeof x->last_error, "refusing %.200s: not a regular file", x->path);
-        free(dir);
-        return -1;
-    }
-    check_owner(&st, x->path, 0);
-    if (stat(dir, &ds) == 0) check_owner(&ds, dir, 1);
+    if (slash == NULL) strcpy(dir, ".");
+    else slash[slash == dir] = 0;
+    struct stat ds;
+    if (stat(dir, &ds) == 0) check_owner(&ds, "directory", dir, 1);
     free(dir);
+    if (!created) check_owner(&st, "file", x->path, 0);
     x->dev = st.st_dev;
     x->ino = st.st_ino;
+    x->mode = st.st_mode & 0777;
     return 0;
+}
+
+/* Gives this user's -wal and -shm files no permission the lock file lacks: SQLite sets their
+ * mode only when it creates them. By path: a descriptor's close would drop SQLite's locks. */
+static void tighten_sidecars(const lh_sqlite3 *x) {
+    static const char *const suffix[] = {"-wal", "-shm"};
+    size_t n = strlen(x->path);
+    char *p = malloc(n + 5);
+    if (p == NULL) return;
+    for (int i = 0; i < 2; i++) {
+        memcpy(p, x->path, n);
+        memcpy(p + n, suffix[i], 5);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 0777 & ~x->mode) != 0)
+            chmod(p, st.st_mode & 0777 & x->mode);
+    }
+    free(p);
 }
 
 static int reopen(lh_sqlite3 *x) {
@@ -92,18 +102,20 @@ static int reopen(lh_sqlite3 *x) {
     x->db = NULL;
     x->last_error[0] = 0;
     if (prepare_file(x) != 0) return -1;
-    int rc = sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    /* The file checked above must be the one SQLite opened (not swapped for a link since). */
+    /* Without SQLITE_OPEN_CREATE: SQLite never creates the file (it would follow a link put at
+     * the path since it was checked); the identity check below sees such a swap. */
+    int rc = sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READWRITE, NULL);
     struct stat st;
     if (rc != SQLITE_OK || lstat(x->path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != x->dev ||
         st.st_ino != x->ino) {
         snprintf(x->last_error, sizeof x->last_error, "cannot open %.200s: %s", x->path,
                  rc != SQLITE_OK ? (x->db != NULL ? sqlite3_errmsg(x->db) : sqlite3_errstr(rc))
-                                 : "the file was replaced while opening");
+                                 : "the file was replaced while it was opened");
         sqlite3_close(x->db);
         x->db = NULL;
         return -1;
     }
+    tighten_sidecars(x);
     return 0;
 }
 

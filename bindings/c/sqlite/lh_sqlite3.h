@@ -5,10 +5,11 @@
  * the pid, the host name) and hands every row back unread. It knows no table, statement or
  * row meaning: the core does.
  *
- * The file is private to its user: a missing file is created 0600 and its missing directories
- * 0700 (SQLite gives the -wal and -shm files the file's mode), a symbolic link at the path is
- * refused rather than followed, and a file or directory that another user owns or may write
- * is reported on stderr (the open goes on: the directory is trusted).
+ * The file holds lock names, pids, host names and tokens: a missing file is created 0600 whatever
+ * the umask (its directory must exist; SQLite gives the -wal and -shm files the file's mode, and
+ * laxer ones this user owns are tightened), a symbolic link at the path is refused rather than
+ * followed, and an existing file or directory that another user owns or may write (the file:
+ * or read) is reported on stderr (the open goes on: the directory is trusted).
  *
  * Not thread-safe (like the handle). Blocking: each request runs synchronously (bounded by
  * the busy timeout the core sets), which suits a C host and its tests.
@@ -28,13 +29,14 @@ typedef struct lh_sqlite3 {
     sqlite3 *db;
     dev_t dev; /* identity of the file the connection opened: a replaced file is followed */
     ino_t ino;
+    mode_t mode; /* its permission bits */
     char boot_id[64];
     char host[256];
     uint32_t last_status; /* first non-LH_OK status from the library, 0 if none */
     char last_error[256]; /* why the file could not be opened ("" if it could) */
 } lh_sqlite3;
 
-/* Opens `path` (created if missing, see above). Returns 0, or -1 (nothing to free; last_error
+/* Opens `path` (created if missing; see above). Returns 0, or -1 (nothing to free; last_error
  * says why, also printed on stderr) if the file cannot be opened or is a symbolic link. */
 int lh_sqlite3_open(lh_sqlite3 *x, lh_client *client, const char *path);
 

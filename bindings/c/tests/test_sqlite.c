@@ -3,9 +3,9 @@
  * libsqlite3 (sqlite/lh_sqlite3.c) on a real file in a temporary directory. Several processes
  * contend for one name: every one gets the lock in turn, fences strictly increase in grant
  * order, and no two ever hold it at once (checked in shared memory). A corrupt file is a
- * clear error (lh_sql_last_error), never a grant. The file is private: created 0600 (its -wal and
- * -shm too) in directories created 0700, a symbolic link at the path is refused without
- * touching its target, and a file or directory others may write is reported.
+ * clear error (lh_sql_last_error), never a grant. The file is private: created 0600 whatever the
+ * umask (its -wal and -shm too), a symbolic link at the path is refused without touching its
+ * target, and a file or directory others may write (or own) is reported.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -111,6 +111,7 @@ static int corrupt_file_is_a_clear_error(const char *dir) {
     if (f == NULL) return 1;
     for (int i = 0; i < 8192; i++) fputc('Z', f);
     fclose(f);
+    chmod(path, 0600); /* private: only the refusal is printed */
     lh_client *c = new_client(99);
     lh_sqlite3 x;
     if (c == NULL || lh_sqlite3_open(&x, c, path) != 0) return 1;
@@ -164,29 +165,54 @@ static int mode_is(const char *path, mode_t want) {
     return 1;
 }
 
-/* A missing file and its missing directories are created 0700/0600 under the usual umask 022,
- * and SQLite's -wal and -shm files follow the file's mode. */
+/* A missing file is created 0600 whatever the umask, SQLite's -wal and -shm files follow its
+ * mode, laxer ones left behind are tightened, and a missing directory is a clear error (not
+ * created). */
 static int new_file_is_private(const char *dir) {
-    char sub[512], deeper[600], path[700], wal[720], shm[720];
-    snprintf(sub, sizeof sub, "%s/cache", dir);
-    snprintf(deeper, sizeof deeper, "%s/leasehold", sub);
-    snprintf(path, sizeof path, "%s/locks.sqlite3", deeper);
+    char sub[512], path[600], wal[620], shm[620], missing[600];
+    snprintf(sub, sizeof sub, "%s/private", dir);
+    snprintf(path, sizeof path, "%s/locks.sqlite3", sub);
     snprintf(wal, sizeof wal, "%s-wal", path);
     snprintf(shm, sizeof shm, "%s-shm", path);
-    mode_t old = umask(022);
-    lh_client *c = new_client(50);
+    snprintf(missing, sizeof missing, "%s/missing/locks.sqlite3", dir);
+    if (mkdir(sub, 0700) != 0) return 1;
+    int failed = 0;
+    for (int laxer = 0; laxer < 2 && !failed; laxer++) {
+        if (laxer) { /* left by an older, laxer file: empty, which SQLite accepts */
+            unlink(path);
+            for (int i = 0; i < 2; i++) {
+                int fd = open(i ? shm : wal, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd < 0 || fchmod(fd, 0644) != 0) return 1;
+                close(fd);
+            }
+        }
+        mode_t old = umask(laxer ? 022 : 0277);
+        lh_client *c = new_client(50 + laxer);
+        lh_sqlite3 x;
+        failed = c == NULL || lh_sqlite3_open(&x, c, path) != 0;
+        umask(old);
+        if (!failed) {
+            failed = acquire_once(c, &x, "private") <= 0;
+            if (failed) fprintf(stderr, "test_sqlite: no grant on the new private file\n");
+            failed |= !mode_is(path, 0600);
+            failed |= !mode_is(wal, 0600) || !mode_is(shm, 0600); /* there while the connection is open */
+            lh_sqlite3_close(&x);
+        }
+        lh_client_free(c);
+    }
+    lh_client *c = new_client(52);
     lh_sqlite3 x;
-    int failed = c == NULL || lh_sqlite3_open(&x, c, path) != 0;
-    if (!failed) {
-        failed = acquire_once(c, &x, "private") <= 0;
-        if (failed) fprintf(stderr, "test_sqlite: no grant on the new private file\n");
-        failed |= !mode_is(sub, 0700) || !mode_is(deeper, 0700) || !mode_is(path, 0600);
-        failed |= !mode_is(wal, 0600) || !mode_is(shm, 0600); /* open while the connection is */
-        lh_sqlite3_close(&x);
+    struct stat st;
+    if (c == NULL || lh_sqlite3_open(&x, c, missing) == 0) {
+        fprintf(stderr, "test_sqlite: opened a file in a missing directory\n");
+        failed = 1;
+    } else if (strstr(x.last_error, "No such file or directory") == NULL || stat(missing, &st) == 0) {
+        fprintf(stderr, "test_sqlite: missing directory: %s\n", x.last_error);
+        failed = 1;
     }
     lh_client_free(c);
-    umask(old);
-    printf("test_sqlite: new file 0600 (-wal, -shm too) in directories 0700: %s\n", failed ? "FAIL" : "OK");
+    printf("test_sqlite: new file 0600 whatever the umask, -wal and -shm too (laxer ones tightened): %s\n",
+           failed ? "FAIL" : "OK");
     return failed;
 }
 
@@ -270,12 +296,18 @@ static int exposed_file_is_reported(const char *dir) {
     chmod(path, 0666);
     chmod(open_dir, 0777);
     if (open_captured(path, msg, sizeof msg) != 0) return 1;
-    if (strstr(msg, "locks.sqlite3 is writable by other users") == NULL ||
-        strstr(msg, "shared is writable by other users") == NULL) {
+    if (strstr(msg, "file ") == NULL || strstr(msg, "locks.sqlite3 is writable by other users (mode 0666)") == NULL ||
+        strstr(msg, "shared is writable by other users (mode 0777)") == NULL) {
         fprintf(stderr, "test_sqlite: a file and directory others may write were not both reported: %s\n", msg);
         failed = 1;
     }
     chmod(open_dir, 0700);
+    chmod(path, 0644);
+    if (open_captured(path, msg, sizeof msg) != 0) return 1;
+    if (strstr(msg, "locks.sqlite3 is readable by other users (mode 0644)") == NULL || strstr(msg, "directory") != NULL) {
+        fprintf(stderr, "test_sqlite: a file others may read was not reported (alone): %s\n", msg);
+        failed = 1;
+    }
     chmod(path, 0600);
     if (geteuid() == 0) {
         if (chown(path, 65534, 65534) != 0 || open_captured(path, msg, sizeof msg) != 0) return 1;
@@ -284,7 +316,7 @@ static int exposed_file_is_reported(const char *dir) {
             failed = 1;
         }
     }
-    printf("test_sqlite: a file or directory others may write%s is reported: %s\n",
+    printf("test_sqlite: a file others may read, a file or directory others may write%s is reported: %s\n",
            geteuid() == 0 ? " or own" : "", failed ? "FAIL" : "OK");
     return failed;
 }
