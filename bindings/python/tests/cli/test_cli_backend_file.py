@@ -5,7 +5,6 @@ variables, never the backend URL or its password."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
