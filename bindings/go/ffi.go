@@ -6,6 +6,14 @@ package leasehold
 /*
 #include <stdlib.h>
 #include "leasehold.h"
+
+// A test hook (the `testing` feature); weak so a release library links too (see memory.go).
+#if defined(__ELF__)
+extern lh_status lh_client_debug_panic(struct lh_client *c) __attribute__((weak));
+#else
+extern lh_status lh_client_debug_panic(struct lh_client *c);
+#endif
+static int lhgo_has_debug_panic(void) { return lh_client_debug_panic != NULL; }
 */
 import "C"
 
@@ -571,6 +579,9 @@ func (c *core) counters() (Counters, error) {
 }
 
 func (c *core) debugPanic() error {
+	if C.lhgo_has_debug_panic() == 0 {
+		return fmt.Errorf("leasehold: lh_client_debug_panic: %w", ErrNoTestingFeature)
+	}
 	st := uint32(C.lh_client_debug_panic(c.p))
 	runtime.KeepAlive(c)
 	return c.err("lh_client_debug_panic", st)

@@ -2,6 +2,21 @@ package leasehold
 
 /*
 #include "leasehold.h"
+
+// The service's fault switches are test hooks: a library built with the `testing` feature
+// exports them, a release library does not. Weak references (ELF) let a program link against
+// either; they are NULL in a release library, and the Go side checks before calling.
+#if defined(__ELF__)
+#define LHGO_WEAK __attribute__((weak))
+#else
+#define LHGO_WEAK
+#endif
+extern lh_status lh_memory_service_set_faults(struct lh_memory_service *svc, uint64_t connection,
+                                              const struct lh_memory_faults *faults) LHGO_WEAK;
+extern lh_status lh_memory_service_forget(struct lh_memory_service *svc, const uint8_t *name,
+                                          size_t name_len) LHGO_WEAK;
+static int lhgo_has_set_faults(void) { return lh_memory_service_set_faults != NULL; }
+static int lhgo_has_forget(void) { return lh_memory_service_forget != NULL; }
 */
 import "C"
 
@@ -14,6 +29,14 @@ import (
 	"time"
 	"unsafe"
 )
+
+// ErrNoTestingFeature: the linked libleasehold was built without the `testing`
+// feature, so the memory service's fault switches (SetFault, Expire) are not in
+// it. The bindings' test suites build it with `cargo build --release --features
+// testing`; release builds leave the test hooks out. SetFault and Expire panic
+// with an error wrapping it.
+var ErrNoTestingFeature = errors.New("leasehold: this libleasehold was built without the `testing` feature " +
+	"(build it with `cargo build --release --features testing`)")
 
 // Fault selects how a MemoryTransport misbehaves.
 type Fault int
@@ -141,8 +164,12 @@ func (s *MemoryServer) Holder(name string) (token string, fence uint64, ok bool)
 		uint64(st.fencing_token), true
 }
 
-// Expire drops the lock on name as if its TTL had run out.
+// Expire drops the lock on name as if its TTL had run out. It needs a library
+// built with the `testing` feature (else it panics with ErrNoTestingFeature).
 func (s *MemoryServer) Expire(name string) {
+	if C.lhgo_has_forget() == 0 {
+		panic(fmt.Errorf("leasehold: MemoryServer.Expire: %w", ErrNoTestingFeature))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, n := strPtr(name)
@@ -257,7 +284,10 @@ func NewMemoryTransport() *MemoryTransport { return NewMemoryServer().Transport(
 // Server returns the server this transport talks to.
 func (t *MemoryTransport) Server() *MemoryServer { return t.s }
 
-// SetFault switches the fault mode; hung calls re-evaluate it.
+// SetFault switches the fault mode; hung calls re-evaluate it. FaultNone and
+// FaultHang are the host's own and work with any library; the others need one
+// built with the `testing` feature (else SetFault panics with
+// ErrNoTestingFeature).
 func (t *MemoryTransport) SetFault(f Fault) {
 	var flags C.uint32_t
 	switch f {
@@ -270,11 +300,18 @@ func (t *MemoryTransport) SetFault(f Fault) {
 	case FaultPartition: // hung here, and the service discards its notifications
 		flags = C.LH_MEMORY_PARTITIONED
 	}
+	hooks := C.lhgo_has_set_faults() != 0
+	if !hooks && flags != 0 {
+		panic(fmt.Errorf("leasehold: MemoryTransport.SetFault: %w", ErrNoTestingFeature))
+	}
 	faults := C.lh_memory_faults{struct_size: C.uint32_t(C.sizeof_lh_memory_faults), flags: flags}
 	t.mu.Lock()
-	t.s.mu.Lock()
-	st := C.lh_memory_service_set_faults(t.s.p, C.uint64_t(t.conn.id), &faults)
-	t.s.mu.Unlock()
+	var st C.lh_status = statusOK
+	if hooks { // without them no switch can be on: nothing to clear
+		t.s.mu.Lock()
+		st = C.lh_memory_service_set_faults(t.s.p, C.uint64_t(t.conn.id), &faults)
+		t.s.mu.Unlock()
+	}
 	if st != statusOK {
 		t.mu.Unlock()
 		panic(fmt.Sprintf("leasehold: lh_memory_service_set_faults: %s", statusName(uint32(st))))

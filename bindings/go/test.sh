@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Go binding suite: builds the Rust static library, then gofmt, go vet and
+# Go binding suite: builds the Rust static library (with the test hooks), then gofmt, go vet and
 # `go test -race` (which starts its own redis-server, a throw-away PostgreSQL
 # cluster and a 3-member etcd cluster, and, for the interop tests, runs Python
 # workers from bindings/python/.venv). Installs what it needs; under CI=true a
@@ -11,8 +11,9 @@ root="$(cd "$here/../.." && pwd)"
 command -v go >/dev/null 2>&1 || { echo "go/test.sh: the Go toolchain (1.24+) is required" >&2; exit 1; }
 command -v cargo >/dev/null 2>&1 || { echo "go/test.sh: cargo is required to build libleasehold.a" >&2; exit 1; }
 
-echo "go/test.sh: building the Rust library (cargo build --release)"
-(cd "$root" && cargo build --release --quiet)
+# --features testing: the tests drive the memory service's fault switches and the panic hook.
+echo "go/test.sh: building the Rust library (cargo build --release --features testing)"
+(cd "$root" && cargo build --release --features testing --quiet)
 test -f "$root/target/release/libleasehold.a" || { echo "go/test.sh: target/release/libleasehold.a missing" >&2; exit 1; }
 
 # redis-server for the Redis, process and interop tests (they start their own on a free port).
