@@ -547,6 +547,11 @@ TESTING_HOOKS = frozenset(
 )
 
 
+def has_hook(name: str) -> bool:
+    """Whether the loaded library exports the test hook ``name`` (built with ``testing``)."""
+    return getattr(lib, name, None) is not None
+
+
 def hook(name: str) -> Any:
     """The test hook ``name``, declared; :class:`~leasehold.errors.LibraryError` if the loaded
     library was built without the ``testing`` feature."""

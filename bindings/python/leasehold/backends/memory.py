@@ -31,8 +31,9 @@ Fault switches (attributes of a service, change them at any time):
 
 The store applies the first six; delay, hang and the call counters belong to the host.
 Those six, ``step_clock`` and ``forget`` need a library built with the ``testing`` feature
-(the test suites build one; a release library raises :class:`~leasehold.errors.LibraryError`
-saying so).
+(the test suites build one); with a release library, turning one on raises
+:class:`~leasehold.errors.LibraryError` saying so, while ``heal()``, ``delay`` and ``hang()``
+still work.
 """
 
 from __future__ import annotations
@@ -209,6 +210,8 @@ class MemoryStore:
                     pass  # already gone
 
     def _set_faults(self, cid: int, flags: int, drop_next: int | None) -> None:
+        if not flags and not drop_next and not _ffi.has_hook("lh_memory_service_set_faults"):
+            return  # a library without the hooks never had a switch on: nothing to clear
         get_faults = _ffi.hook("lh_memory_service_get_faults")
         set_faults = _ffi.hook("lh_memory_service_set_faults")
         f = _ffi.lh_memory_faults()
