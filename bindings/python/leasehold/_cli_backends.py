@@ -112,7 +112,8 @@ def _backend_url(arg: str | None, file: str | None) -> str:
 def child_environment(env: dict[str, str], url: str) -> dict[str, str]:
     """COMMAND's environment: ``env`` without the backend's variables and without any variable
     holding the backend URL or its password (COMMAND gets the lock, not the credentials)."""
-    secrets = [s for s in secrets_of(url) if s]
+    # A user-only userinfo is most often just the user name (alice@db): $USER stays.
+    secrets = secrets_of(url, user_only=False)
     whole = url if secrets else None
 
     def holds_secret(value: str) -> bool:

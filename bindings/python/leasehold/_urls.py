@@ -99,10 +99,11 @@ def redact(url: object) -> str:
         return PLACEHOLDER
 
 
-def secrets_of(url: object) -> list[str]:
+def secrets_of(url: object, *, user_only: bool = True) -> list[str]:
     """The strings of ``url`` that must not appear in a message, longest first: the
     password (raw, percent-decoded, and with the delimiters a driver may strip from an
-    unescaped one), a user-only userinfo, and the values of secret query keys."""
+    unescaped one), a user-only userinfo (unless ``user_only`` is false), and the values of
+    secret query keys."""
     if not isinstance(url, str):
         return []
     found: set[str] = set()
@@ -113,7 +114,7 @@ def secrets_of(url: object) -> list[str]:
             _, colon, pw = userinfo.partition(":")
             # A userinfo without ':' is a user name to most drivers, but may be a misplaced
             # password: scrubbed too, unless too short to scrub without mangling the message.
-            secret = pw if colon else (userinfo if len(userinfo) >= 4 else "")
+            secret = pw if colon else (userinfo if user_only and len(userinfo) >= 4 else "")
             found.update((secret, unquote(secret)))
             found.add(re.sub(r"[/?#@:]", "", secret))
             found.update(p for p in re.split(r"[/?#@:]", secret) if len(p) >= 3)

@@ -646,7 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_ScrubLog())
+        if not any(isinstance(f, _ScrubLog) for f in handler.filters):
+            handler.addFilter(_ScrubLog())
     try:
         if args.cmd == "run":
             return cmd_run(args, command)

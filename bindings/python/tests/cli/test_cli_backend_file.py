@@ -124,3 +124,20 @@ def test_bad_backend_files_are_usage_errors(env, tmp_path, content, mode, args_e
     res = run_cli(args, {**env, **env_extra})
     assert res.returncode == 64, (res.returncode, res.stderr)
     assert needle in res.stderr and "S3CRET" not in res.stderr, res.stderr
+
+
+def test_child_environment_drops_what_holds_the_secret_and_keeps_the_rest() -> None:
+    from leasehold._cli_backends import child_environment
+
+    url = f"redis://app:{PASSWORD}@h:1/0"
+    env = {
+        "LEASEHOLD_BACKEND": url, "LEASEHOLD_BACKEND_FILE": "/etc/x", "REDIS_URL": url,
+        "PW": PASSWORD, "OPTS": f"--auth {PASSWORD} -v", "USER": "app", "PATH": "/usr/bin", "SHORT": "pw",
+    }
+    assert child_environment(env, url) == {"USER": "app", "PATH": "/usr/bin", "SHORT": "pw"}
+    # A user name alone is not taken for a secret: $USER stays.
+    assert child_environment({"USER": "alice"}, "postgresql://alice@h/db") == {"USER": "alice"}
+    # The default backend has no secret: only the backend variables go.
+    assert child_environment({"LEASEHOLD_BACKEND": "sqlite://", "A": "sqlite://"}, "sqlite://") == {"A": "sqlite://"}
+    # Secret query values count too.
+    assert child_environment({"T": "tok-123456"}, "postgresql://h/db?password=tok-123456") == {}
