@@ -1462,3 +1462,58 @@ fn debug_output_never_shows_the_password_or_the_token() {
     clean("the last error", p.last_error());
     clean("a refused protocol", &format!("{p:?}"));
 }
+
+#[test]
+fn a_revision_at_2_pow_53_refuses_the_acquire_before_a_key_is_written() {
+    let limit = 1i64 << 53;
+    let (mut core, mut p) = setup();
+    let lease = core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    let reply =
+        serde_json::to_vec(&json!({"header": header(limit), "ID": "77", "TTL": "3"})).unwrap();
+    p.handle_reply(&mut core, MS, g.id, 200, &reply);
+    assert_eq!(
+        events(&mut core, &mut p),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    assert!(p.last_error().contains("2^53"), "{}", p.last_error());
+    // No transaction (the only request that writes a key) went out.
+    while let Some(r) = next(&mut core, &mut p) {
+        assert_ne!(r.path, paths::KV_TXN, "{r:?}");
+    }
+    // A create revision past the range (whatever the header says) is never a fence.
+    let (mut core, mut p) = setup();
+    let lease = core.acquire(0, "n", AcquireOptions::new(3_000)).unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(5, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(t.body["success"][0]["request_put"]["key"].as_str().unwrap())
+        .unwrap();
+    let own = kv(&key, i64::MAX, 5);
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(own.clone()), Some(own), 9),
+    );
+    for _ in 0..4 {
+        let r = next(&mut core, &mut p);
+        if let Some(r) = r {
+            p.handle_failed(&mut core, 3 * MS, r.id, "test: no answer");
+        }
+    }
+    let ev = events(&mut core, &mut p);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        matches!(ev[..], [Event::AcquireFailed { lease: l, .. }] if l == lease),
+        "{ev:?}"
+    );
+}

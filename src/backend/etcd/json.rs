@@ -122,14 +122,26 @@ fn key_of(kv: &Value) -> Result<Vec<u8>, ReplyError> {
     }
 }
 
+/// Revisions are fences: from 2^53 on, the next one would leave the range every host
+/// language holds exactly.
+const MAX_REVISION: i64 = 1 << 53;
+
+/// The reply's revision. One at 2^53 or past it fails every reply, so the lease grant that
+/// precedes an acquire fails and no key is written for it.
 fn header_revision(v: &Value) -> Result<i64, ReplyError> {
     let h = object(v, "header")?.ok_or(ReplyError::Garbage("no header"))?;
     let rev = int(h, "revision")?;
     if rev <= 0 {
         return Err(ReplyError::Garbage("header revision is not positive"));
     }
+    if rev >= MAX_REVISION {
+        return Err(ReplyError::Garbage(REVISION_AT_LIMIT));
+    }
     Ok(rev)
 }
+
+const REVISION_AT_LIMIT: &str = "the cluster's revision is at 2^53: its fences (create \
+     revisions) would leave the exact range; refusing to acquire";
 
 /// An error body, in either form the gateway writes: `{"error":"…","code":5}` (unary) or
 /// `{"error":{"grpc_code":5,"message":"…"}}` (streams).
@@ -231,6 +243,10 @@ pub(crate) fn read_grant(v: &Value) -> Result<(i64, u64), ReplyError> {
             });
         }
     }
+    // No key is written for a lease granted at the limit.
+    if object(v, "header")?.is_some() {
+        header_revision(v)?;
+    }
     let id = int(v, "ID")?;
     let ttl = int(v, "TTL")?;
     if id == 0 || ttl <= 0 {
@@ -250,11 +266,13 @@ pub(crate) fn read_keepalive(v: &Value) -> Result<i64, ReplyError> {
 fn first_kv(range: &Value) -> Result<Option<(Vec<u8>, i64, i64)>, ReplyError> {
     match array(range, "kvs")?.first() {
         None => Ok(None),
-        Some(kv) => Ok(Some((
-            key_of(kv)?,
-            int(kv, "create_revision")?,
-            int(kv, "lease")?,
-        ))),
+        Some(kv) => {
+            let rev = int(kv, "create_revision")?;
+            if rev >= MAX_REVISION {
+                return Err(ReplyError::Garbage(REVISION_AT_LIMIT));
+            }
+            Ok(Some((key_of(kv)?, rev, int(kv, "lease")?)))
+        }
     }
 }
 
