@@ -399,19 +399,29 @@ def check_set(m: Model, final: dict[str, list[int]]) -> list[Violation]:
 
 def check_liveness(m: Model, ttl_ms: int, bound_ms: int = DEFAULT_BOUND_MS) -> list[Violation]:
     """After the last heal (or the start, without faults), some acquire succeeds within
-    TTL + bound, provided the run went on that long."""
-    heals = [ev["t"] for ev in m.nemesis if ev.get("f") in ("heal", "begin")]
-    if not heals:
-        return []
-    t0 = max(heals)
-    limit = t0 + (ttl_ms + bound_ms) * 1_000_000
+    TTL + bound; after a holder is paused or killed, another process acquires within TTL +
+    bound (where the run went on that long)."""
+    out: list[Violation] = []
+    span = (ttl_ms + bound_ms) * 1_000_000
     ends = [ev["t"] for ev in m.nemesis if ev.get("f") == "end"]
     run_end = max(ends) if ends else m.last_t
-    if any(t0 <= g.start <= limit for g in m.grants):
-        return []
-    if run_end < limit:
-        return [Violation("liveness", f"no acquire succeeded in the {ms(run_end - t0)} after the last heal (the run ended before TTL + bound)")]
-    return [Violation("liveness", f"no acquire succeeded within {ttl_ms + bound_ms} ms of the last heal")]
+    # A paused or killed holder blocks the name for at most its TTL + bound: another
+    # process gets it by then.
+    for ev in m.nemesis:
+        target = ev.get("process")
+        if ev.get("f") not in ("pause", "kill") or not isinstance(target, str) or ev["t"] + span > run_end:
+            continue
+        if not any(g.p != target and ev["t"] <= g.start <= ev["t"] + span for g in m.grants):
+            out.append(Violation("liveness", f"no process but {target} acquired within {ttl_ms + bound_ms} ms of its {ev['f']}"))
+    heals = [ev["t"] for ev in m.nemesis if ev.get("f") in ("heal", "begin")]
+    if not heals:
+        return out
+    t0 = max(heals)
+    if any(t0 <= g.start <= t0 + span for g in m.grants):
+        return out
+    if run_end < t0 + span:
+        return out + [Violation("liveness", f"no acquire succeeded in the {ms(run_end - t0)} after the last heal (the run ended before TTL + bound)")]
+    return out + [Violation("liveness", f"no acquire succeeded within {ttl_ms + bound_ms} ms of the last heal")]
 
 
 def _dedupe(vs: list[Violation]) -> list[Violation]:
@@ -452,6 +462,7 @@ def stats(events: list[dict[str, Any]]) -> dict[str, int]:
     return {
         "ops": len(m.ops),
         "grants": len(m.grants),
+        "acquire_fail": sum(1 for op in m.ops if op.f == "acquire" and op.type in ("fail", "info")),
         "writes_ok": sum(1 for op in m.ops if op.f == "write" and op.type == "ok"),
         "writes_stale": sum(1 for op in m.ops if op.f == "write" and op.type == "fail"),
         "lost": len(m.lost),

@@ -553,7 +553,7 @@ class Run:
 
 
 def table(results: list[Result]) -> str:
-    rows = [("cell", "langs", "histories", "ops", "grants", "writes ok/stale", "losses", "faults", "violations", "verdict")]
+    rows = [("cell", "langs", "histories", "ops", "grants/acq. failed", "writes ok/stale", "losses", "faults", "violations", "verdict")]
     by: dict[str, list[Result]] = {}
     for r in results:
         by.setdefault(str(r.cell), []).append(r)
@@ -569,7 +569,7 @@ def table(results: list[Result]) -> str:
                 ",".join(sorted({lang for r in rs for lang in r.langs})),
                 str(len(rs)),
                 str(sum(r.stats.get("ops", 0) for r in rs)),
-                str(sum(r.stats.get("grants", 0) for r in rs)),
+                f"{sum(r.stats.get('grants', 0) for r in rs)}/{sum(r.stats.get('acquire_fail', 0) for r in rs)}",
                 f"{sum(r.stats.get('writes_ok', 0) for r in rs)}/{sum(r.stats.get('writes_stale', 0) for r in rs)}",
                 str(sum(r.stats.get("lost", 0) for r in rs)),
                 str(sum(r.faults for r in rs)),

@@ -214,3 +214,14 @@ def test_malformed_histories_are_refused() -> None:
         check(H().ev("a", 1, "ok", "acquire", token=1).events)
     with pytest.raises(HistoryError):
         check(H().ev("a", 1, "invoke", "acquire").ev("a", 2, "invoke", "write").events)
+
+
+def test_a_paused_holder_must_not_block_the_name_past_its_ttl() -> None:
+    h = H()
+    h.nem(0, "begin").grant("a", 0, 1, 10, valid_until=1000).nem(2, "pause", process="a")
+    h.nem(3000, "resume", process="a").nem(3000, "heal").release("a", 3001, 3002, 10, error="lost")
+    h.grant("a", 3003, 3004, 13).release("a", 3005, 3006, 13).nem(9000, "end")
+    assert checks(check(h.events, exclusion=False, ttl_ms=1000, bound_ms=1000)) == {"liveness"}
+    h.grant("b", 5, 1500, 12).release("b", 1501, 1502, 12)
+    h.events.sort(key=lambda e: e["t"])
+    assert check(h.events, exclusion=False, ttl_ms=1000, bound_ms=1000) == []
