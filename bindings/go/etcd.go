@@ -39,8 +39,13 @@ type EtcdTransport struct {
 // EtcdOptions configures an EtcdTransport; zero fields take the defaults.
 type EtcdOptions struct {
 	// Username and Password authenticate every Client (etcd's auth);
-	// empty: no authentication.
+	// empty: no authentication. Over http:// endpoints both, and the token
+	// that stands for them, would cross the network in clear text: they are
+	// refused there unless AllowInsecureAuth is set.
 	Username, Password string
+	// AllowInsecureAuth lets Username and Password go to http:// endpoints
+	// (a loopback or otherwise trusted network). Default false.
+	AllowInsecureAuth bool
 	// TLS is used for https:// endpoints (client certificates, CAs).
 	TLS *tls.Config
 	// TryTimeout bounds one attempt on one member before the next one is
@@ -50,8 +55,10 @@ type EtcdOptions struct {
 }
 
 // NewEtcdTransport returns the executor configuration for the cluster whose
-// members' client URLs are endpoints (http://host:2379 or https://…). o may
-// be nil.
+// members' client URLs are endpoints (http://host:2379 or https://…; no
+// credentials in them: those are EtcdOptions'). o may be nil. Its errors
+// never quote a password: an endpoint that does not parse is named by its
+// position.
 func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error) {
 	if len(endpoints) == 0 {
 		return nil, invalidArg("no etcd endpoints")
@@ -70,10 +77,23 @@ func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error
 		return nil, invalidArg("a password without a user name")
 	}
 	t := &EtcdTransport{proto: etcdProtocol{user: opt.Username, password: opt.Password}, tryTimeout: opt.TryTimeout}
-	for _, e := range endpoints {
+	for i, e := range endpoints {
 		u, err := url.Parse(strings.TrimRight(e, "/"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, invalidArg("etcd endpoint %q is not an http:// or https:// URL", e)
+		if err != nil {
+			return nil, invalidArg("etcd endpoint #%d does not parse as a URL (not shown: it may hold a password)", i+1)
+		}
+		if u.User != nil {
+			return nil, invalidArg("etcd endpoint %s holds credentials: pass them as EtcdOptions.Username and Password", u.Redacted())
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			if u.Opaque != "" { // "user:password@host" reads as scheme "user"
+				return nil, invalidArg("etcd endpoint #%d is not an http:// or https:// URL (not shown: it may hold a password)", i+1)
+			}
+			return nil, invalidArg("etcd endpoint %q is not an http:// or https:// URL", u.Redacted())
+		}
+		if u.Scheme == "http" && opt.Username != "" && !opt.AllowInsecureAuth {
+			return nil, invalidArg("etcd endpoint %s is http://: the user name and password (and the token that stands for them) "+
+				"would cross the network in clear text; use https://, or set EtcdOptions.AllowInsecureAuth on a trusted network", u)
 		}
 		t.urls = append(t.urls, u.String())
 	}
@@ -82,6 +102,28 @@ func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error
 	tr.MaxIdleConnsPerHost = 64
 	t.http = &http.Client{Transport: tr}
 	return t, nil
+}
+
+// Format prints the options with the password masked, whatever the verb.
+func (o EtcdOptions) Format(f fmt.State, _ rune) {
+	fmt.Fprintf(f, "{Username:%q Password:%q AllowInsecureAuth:%t TLS:%t TryTimeout:%v}",
+		o.Username, mask(o.Password), o.AllowInsecureAuth, o.TLS != nil, o.TryTimeout)
+}
+
+// Format prints the transport with the password masked, whatever the verb.
+func (t *EtcdTransport) Format(f fmt.State, _ rune) {
+	if t == nil {
+		fmt.Fprint(f, "<nil>")
+		return
+	}
+	fmt.Fprintf(f, "EtcdTransport{Endpoints:%q Username:%q Password:%q}", t.urls, t.proto.user, mask(t.proto.password))
+}
+
+func mask(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	return "xxxxx"
 }
 
 // Endpoints returns the members' client URLs.

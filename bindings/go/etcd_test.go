@@ -220,11 +220,11 @@ func TestEtcdBadInputIsAClearErrorNeverAGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bad := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "wrong"}, opts)
+	bad := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "wrong", AllowInsecureAuth: true}, opts)
 	if _, err := bad.Acquire(ctx, "n", one); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("wrong password: %v (backend said %q)", err, bad.BackendError())
 	}
-	good := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "rootpw"}, opts)
+	good := newEtcdClient(t, []string{url}, &EtcdOptions{Username: "root", Password: "rootpw", AllowInsecureAuth: true}, opts)
 	l, err := good.Acquire(ctx, "n", one)
 	if err != nil {
 		t.Fatalf("right password: %v", err)

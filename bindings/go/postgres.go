@@ -7,6 +7,8 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,8 +41,11 @@ type PostgresOptions struct {
 }
 
 // NewPostgresTransport parses a connection string in the usual forms
-// (postgresql://user:pass@host:port/db?sslmode=… or key=value pairs;
-// PG* environment variables fill what it leaves out).
+// (postgresql://user:pass@host:port/db?sslmode=verify-full or key=value
+// pairs; PG* environment variables fill what it leaves out). A string that
+// does not parse is refused with an error that does not quote it (it may hold
+// a password), as is a URL with an '@' past its host part: a password
+// holding an unescaped '/', '?' or '#'.
 func NewPostgresTransport(connString string) (*PostgresTransport, error) {
 	return NewPostgresTransportWithOptions(connString, nil)
 }
@@ -48,9 +53,16 @@ func NewPostgresTransport(connString string) (*PostgresTransport, error) {
 // NewPostgresTransportWithOptions is NewPostgresTransport with options; o
 // may be nil.
 func NewPostgresTransportWithOptions(connString string, o *PostgresOptions) (*PostgresTransport, error) {
+	if misplacedAt(connString) {
+		return nil, invalidArg("PostgreSQL URL (not shown: it may hold a password) has an '@' past its host: " +
+			"a '/', '?' or '#' in a user name or password must be percent-encoded")
+	}
+	// pgx masks the password in its parse errors only as far as it can tell where it
+	// is, and its wrapped errors quote the string: none of it is passed on.
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
-		return nil, invalidArg("connection string: %v", err)
+		return nil, invalidArg("PostgreSQL connection string does not parse: %s (not shown: it may hold a password; "+
+			"a '@', ':', '/', '?', '#' or '%%' in a user name or password must be percent-encoded)", pgParseReason(err))
 	}
 	return NewPostgresTransportFromConfigWithOptions(cfg, o)
 }
@@ -72,6 +84,65 @@ func NewPostgresTransportFromConfigWithOptions(cfg *pgx.ConnConfig, o *PostgresO
 		t.proto.asynchronousCommit = o.AsynchronousCommit
 	}
 	return t, nil
+}
+
+// Format prints the transport's server, database and user, never its password,
+// whatever the verb.
+func (t *PostgresTransport) Format(f fmt.State, _ rune) {
+	if t == nil {
+		fmt.Fprint(f, "<nil>")
+		return
+	}
+	pw := ""
+	if t.cfg.Password != "" {
+		pw = "xxxxx"
+	}
+	fmt.Fprintf(f, "PostgresTransport{Host:%q Port:%d Database:%q User:%q Password:%q}",
+		t.cfg.Host, t.cfg.Port, t.cfg.Database, t.cfg.User, pw)
+}
+
+// pgParseReasons are pgx's parse error messages that quote nothing of the input.
+var pgParseReasons = []string{"failed to parse as URL", "failed to parse as keyword/value", "invalid port",
+	"invalid connect_timeout", "invalid sslcertmode", "failed to configure TLS", "failed to read service",
+	"invalid require_auth", "could not match"}
+
+// pgParseReason is what went wrong, from err's text, without the text itself.
+func pgParseReason(err error) string {
+	s := err.Error()
+	for _, r := range pgParseReasons {
+		if strings.Contains(s, "`: "+r) {
+			return r
+		}
+	}
+	return "invalid"
+}
+
+// misplacedAt reports a postgres:// URL with an '@' in its path, fragment or a query
+// key: the rest of a password cut short by an unescaped '/', '?' or '#', which would
+// otherwise be taken for a database name or parameter and quoted in errors.
+func misplacedAt(s string) bool {
+	rest, ok := strings.CutPrefix(s, "postgresql://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(s, "postgres://"); !ok {
+			return false
+		}
+	}
+	i := strings.IndexAny(rest, "/?#")
+	if i < 0 {
+		return false
+	}
+	rest = rest[i:]
+	rest, frag, _ := strings.Cut(rest, "#")
+	path, query, _ := strings.Cut(rest, "?")
+	if strings.Contains(path, "@") || strings.Contains(frag, "@") {
+		return true
+	}
+	for _, kv := range strings.Split(query, "&") {
+		if k, _, _ := strings.Cut(kv, "="); strings.Contains(k, "@") {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *PostgresTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {

@@ -7,7 +7,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // logBuf collects a Client's log lines.
@@ -257,5 +261,255 @@ func TestSQLiteReportsAnUnsafeFile(t *testing.T) {
 	}
 	if want := "lock file " + path + " is owned by another user (uid 65534)"; !strings.Contains(logs4.String(), want) {
 		t.Errorf("not reported: %q in\n%s", want, logs4)
+	}
+}
+
+const secret = "S3CRET"
+
+// noSecret fails the test if any of texts holds the password.
+func noSecret(t *testing.T, what string, texts ...string) {
+	t.Helper()
+	for _, s := range texts {
+		if strings.Contains(s, secret) {
+			t.Errorf("%s shows the password: %s", what, s)
+		}
+	}
+}
+
+// printed is v as every fmt verb a log line or a panic message might use.
+func printed(v any) []string {
+	return []string{fmt.Sprint(v), fmt.Sprintf("%v", v), fmt.Sprintf("%+v", v), fmt.Sprintf("%#v", v), fmt.Sprintf("%s", v)}
+}
+
+// TestNoPasswordInConfigErrors: whatever a connection string or endpoint looks like,
+// the constructors' errors never quote its password; one that does not parse is named,
+// not shown; a password cut short by an unescaped '/' or '?' is refused, not taken for
+// a database name or parameter.
+func TestNoPasswordInConfigErrors(t *testing.T) {
+	for _, s := range []string{
+		"postgresql://u:S3CRET@[::1/db",                 // unparseable host
+		"postgresql://u@[::1/db?password=S3CRET",        // unparseable, password in the query
+		"postgresql://u:S3%zzCRET@h/db",                 // bad percent escape in the password
+		"postgresql://u:S3CRET%@h/db",                   // truncated escape
+		"postgresql://u:S3/CRET@h/db",                   // unescaped '/' in the password
+		"postgresql://u:12/S3CRET@h:5432/db",            // ... that would parse as host u, port 12
+		"postgresql://u:12?S3CRET@h/db",                 // unescaped '?': a query key
+		"postgresql://u:12#S3CRET@h/db",                 // unescaped '#': a fragment
+		"postgres://u:S3CRET@h:99999/db",                // bad port
+		"postgresql://u@h/db?password=S3CRET&sslmode=x", // bad sslmode
+		"postgresql://u:S3CRET@h/db?connect_timeout=x",  // bad timeout
+		"host=h password=S3CRET port=abc",               // keyword/value, bad port
+		"host=h password='S3CRET",                       // unterminated quote
+		"host=h password=S3CRET sslmode=nope",           // bad sslmode
+	} {
+		tr, err := NewPostgresTransport(s)
+		if err == nil {
+			t.Errorf("%q: accepted (%v)", s, tr)
+			continue
+		}
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: %v is not ErrInvalidArgument", s, err)
+		}
+		noSecret(t, "NewPostgresTransport's error", append(printed(err), err.Error())...)
+		t.Logf("%s -> %v", strings.ReplaceAll(s, secret, "…"), err)
+	}
+	// Good forms still parse, their password percent-encoded or in a keyword.
+	for _, s := range []string{"postgresql://u:12%2FS3CRET@h/db?application_name=svc@host",
+		"postgresql://u@h/db?password=S3CRET", "host=h password=S3CRET dbname=d"} {
+		tr, err := NewPostgresTransport(s)
+		if err != nil {
+			t.Errorf("%q: %v", s, err)
+			continue
+		}
+		noSecret(t, "a printed PostgresTransport", printed(tr)...)
+	}
+
+	for _, e := range []string{
+		"http://u:S3CRET@127.0.0.1:2379",   // credentials in the URL
+		"https://u:S3CRET@127.0.0.1:2379/", // the same over TLS
+		"http://u:S3CRET@[::1:2379",        // unparseable
+		"u:S3CRET@127.0.0.1:2379",          // no scheme
+		"ftp://u:S3CRET@h:2379",            // another scheme
+		"http://h:2379/%zzS3CRET",          // bad escape
+	} {
+		tr, err := NewEtcdTransport([]string{"http://127.0.0.1:2379", e}, nil)
+		if err == nil {
+			t.Errorf("%q: accepted (%v)", e, tr)
+			continue
+		}
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: %v is not ErrInvalidArgument", e, err)
+		}
+		noSecret(t, "NewEtcdTransport's error", printed(err)...)
+		t.Logf("%s -> %v", strings.ReplaceAll(e, secret, "…"), err)
+	}
+}
+
+// TestNoPasswordInPrintedConfigs: the configurations that hold a password print it
+// masked whatever the verb.
+func TestNoPasswordInPrintedConfigs(t *testing.T) {
+	eo := EtcdOptions{Username: "u", Password: secret, TryTimeout: time.Second}
+	et, err := NewEtcdTransport([]string{"https://127.0.0.1:2379"}, &eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := NewPostgresTransport("postgresql://u:" + secret + "@127.0.0.1:1/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewRedisTransportFromOptions(&redis.Options{Addr: "127.0.0.1:1", Username: "u", Password: secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ft, err := NewRedisTransportFromFailoverOptions(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"},
+		Password: secret, SentinelPassword: secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ft.Close()
+	ct, err := NewRedisTransportFromClusterOptions(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, Password: secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	for _, v := range []any{eo, &eo, et, pt, rt, ft, ct, struct{ E *EtcdTransport }{et}} {
+		noSecret(t, fmt.Sprintf("a printed %T", v), printed(v)...)
+	}
+	if got := fmt.Sprintf("%+v", eo); !strings.Contains(got, `Username:"u"`) || !strings.Contains(got, `Password:"xxxxx"`) {
+		t.Errorf("EtcdOptions prints as %s", got)
+	}
+	var nilEt *EtcdTransport
+	if got := fmt.Sprint(nilEt); got != "<nil>" {
+		t.Errorf("a nil *EtcdTransport prints as %s", got)
+	}
+}
+
+// failedAcquireTexts is everything a Client says after a failed acquire: the error, its
+// backend error and its log (debug level).
+func failedAcquireTexts(t *testing.T, tr Transport) []string {
+	t.Helper()
+	opts, logs := capturingOptions()
+	c := newTestClient(t, tr, opts)
+	_, err := c.Acquire(context.Background(), "n", AcquireOptions{TTL: 5 * time.Second, Wait: 500 * time.Millisecond})
+	if err == nil {
+		t.Fatal("acquired with a wrong password")
+	}
+	be := c.BackendError()
+	_ = c.Close()
+	t.Logf("error: %v; backend: %s", err, be)
+	return append(printed(err), be, logs.String())
+}
+
+// TestNoPasswordInBackendErrors: a wrong password, or an unreachable server, on real
+// servers: neither the acquire's error, nor BackendError, nor the log shows it.
+func TestNoPasswordInBackendErrors(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		u, err := url.Parse(needPostgres(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword("postgres", secret)
+		for _, s := range []string{u.String(), "postgresql://u:" + secret + "@127.0.0.1:1/db",
+			"host=127.0.0.1 port=" + u.Port() + " user=postgres password=" + secret} {
+			tr, err := NewPostgresTransport(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts := failedAcquireTexts(t, tr)
+			noSecret(t, "a failed PostgreSQL client", texts...)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		addr := needRedis(t)
+		// (A password for a server that needs none is ignored by go-redis: no failure.)
+		for _, o := range []*redis.Options{{Addr: addr, Username: "nobody", Password: secret},
+			{Addr: "127.0.0.1:1", Password: secret}} {
+			tr, err := NewRedisTransportFromOptions(o, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			noSecret(t, "a failed Redis client", failedAcquireTexts(t, tr)...)
+			_ = tr.Close()
+		}
+		ft, err := NewRedisTransportFromFailoverOptions(&redis.FailoverOptions{MasterName: "m",
+			SentinelAddrs: []string{addr}, Password: secret, SentinelPassword: secret}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noSecret(t, "a failed Sentinel client", failedAcquireTexts(t, ft)...)
+		_ = ft.Close()
+	})
+	t.Run("etcd", func(t *testing.T) {
+		url := etcdWithAuth(t)
+		tr, err := NewEtcdTransport([]string{url}, &EtcdOptions{Username: "root", Password: secret, AllowInsecureAuth: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		texts := failedAcquireTexts(t, tr)
+		noSecret(t, "a failed etcd client", texts...)
+		if !strings.Contains(strings.Join(texts, " "), "authentication failed") {
+			t.Errorf("the wrong password is not the reason given: %v", texts)
+		}
+	})
+}
+
+// etcdWithAuth starts a 1-member cluster with authentication on (root / rootpw) and
+// returns its URL.
+func etcdWithAuth(t *testing.T) string {
+	t.Helper()
+	needEtcd(t)
+	dir := t.TempDir()
+	out, err := runScript("etcd-test-cluster.sh", "start", dir, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = runScript("etcd-test-cluster.sh", "stop", dir) })
+	url := strings.Split(out, ",")[0]
+	for _, step := range [][2]string{
+		{"/v3/auth/role/add", `{"name":"root"}`},
+		{"/v3/auth/user/add", `{"name":"root","password":"rootpw"}`},
+		{"/v3/auth/user/grant", `{"user":"root","role":"root"}`},
+		{"/v3/auth/enable", `{}`},
+	} {
+		if _, err := etcdPost(url, step[0], step[1], ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return url
+}
+
+// TestEtcdRefusesAuthOverPlainHTTP: a user name and password for an http:// endpoint
+// are refused with the reason, unless AllowInsecureAuth says the network is trusted;
+// https:// endpoints, and http:// without credentials, need no opt-in.
+func TestEtcdRefusesAuthOverPlainHTTP(t *testing.T) {
+	auth := &EtcdOptions{Username: "root", Password: "rootpw"}
+	_, err := NewEtcdTransport([]string{"https://e1:2379", "http://e2:2379"}, auth)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "clear text") ||
+		!strings.Contains(err.Error(), "http://e2:2379") || !strings.Contains(err.Error(), "AllowInsecureAuth") {
+		t.Fatalf("credentials over http://: %v", err)
+	}
+	if _, err := NewEtcdTransport([]string{"https://e1:2379", "https://e2:2379"}, auth); err != nil {
+		t.Fatalf("credentials over https://: %v", err)
+	}
+	if _, err := NewEtcdTransport([]string{"http://e1:2379"}, nil); err != nil {
+		t.Fatalf("http:// without credentials: %v", err)
+	}
+	// Opted in, on a real cluster with auth on: the right password gets the lock.
+	url := etcdWithAuth(t)
+	tr, err := NewEtcdTransport([]string{url}, &EtcdOptions{Username: "root", Password: "rootpw", AllowInsecureAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	c := newTestClient(t, tr, &Options{RequestTimeout: 2 * time.Second, CloseTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "n", AcquireOptions{TTL: 5 * time.Second, Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
