@@ -172,7 +172,21 @@ def _open_sqlite_file(path: str, busy_s: float) -> tuple[sqlite3.Connection, tup
             raise
         raise SqlFailure(_TRANSPORT, f"cannot open {path}: {e}") from None
     _warn_once(unsafe)
+    _tighten_sidecars(path, stat.S_IMODE(st.st_mode))
     return db, ident
+
+
+def _tighten_sidecars(path: str, mode: int) -> None:
+    """Give this user's -wal and -shm no permission the lock file lacks: SQLite sets their mode
+    only when it creates them. By path: a descriptor's close would drop SQLite's locks."""
+    for side in ("-wal", "-shm"):
+        name = path + side
+        try:
+            st = os.lstat(name)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & ~mode:
+                os.chmod(name, stat.S_IMODE(st.st_mode) & mode)
+        except OSError:
+            pass
 
 
 class SqliteExecutor:

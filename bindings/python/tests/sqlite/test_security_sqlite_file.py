@@ -214,3 +214,24 @@ def test_an_existing_default_directory_open_to_others_is_warned_about(tmp_path: 
     assert _mode(d) == 0o775  # an existing directory is the user's: reported, not changed
     said = _warnings(caplog)
     assert len(said) == 1 and f"lock directory {d} is writable by other users (mode 0775)" in said[0], said
+
+
+def test_laxer_wal_and_shm_left_by_a_looser_file_are_tightened(tmp_path: Path) -> None:
+    path = tmp_path / "locks.db"
+    SQLiteLockService(path).close()
+    os.chmod(path, 0o644)
+    old = os.umask(0o022)
+    try:
+        other = sqlite3.connect(path)  # another process's connection keeps -wal and -shm
+        other.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    finally:
+        os.umask(old)
+    try:
+        for side in ("-wal", "-shm"):
+            assert _mode(Path(str(path) + side)) == 0o644
+        os.chmod(path, 0o600)  # the owner closes the file to others
+        SQLiteLockService(path).close()
+        for side in ("-wal", "-shm"):
+            assert _mode(Path(str(path) + side)) == 0o600, side
+    finally:
+        other.close()
