@@ -414,6 +414,10 @@ class Run:
             self.nem("note", error=f"master {old} killed; failover {'seen' if ok else 'NOT seen'}")
             if not ok:
                 raise RuntimeError("no failover within 30 s")
+            s.restart_killed()  # back as a replica, for the next kill
+            self.nem("heal")
+            self.nem("note", error=f"{old} restarted")
+            return
         self.nem("heal")
 
     # -- the run -----------------------------------------------------------------------------
@@ -450,7 +454,7 @@ class Run:
         except Exception as e:
             self.result.error = self.result.error or f"{type(e).__name__}: {e}"
         if self.cell.fault in ("master-kill",) and self.server is not None:
-            self.env.discard(self.kind)  # its replica is spent: the next cell starts afresh
+            self.env.discard(self.kind)  # the next cell starts from a settled topology
         self.result.elapsed = time.monotonic() - t0
         return self.result
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -70,6 +71,22 @@ def kill_wait(pid: int, sig: int = signal.SIGKILL, seconds: float = 10) -> None:
         except OSError:
             return
         time.sleep(0.02)
+
+
+def respawn(argv: list[str], node_dir: str) -> Callable[[], None]:
+    """A starter for a killed node of the test scripts (redis-server renames its process, so
+    the arguments mirror the scripts'); it writes the pid where their ``stop`` looks."""
+
+    def start() -> None:
+        with open(os.path.join(node_dir, "log"), "ab") as out:
+            proc = subprocess.Popen(argv, cwd=node_dir, stdout=out, stderr=out, start_new_session=True)
+        with open(os.path.join(node_dir, "pid"), "w") as f:
+            f.write(f"{proc.pid}\n")
+
+    return start
+
+
+COMMON = ["--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no", "--save", "", "--appendonly", "no"]
 
 
 class Redis:
@@ -204,12 +221,17 @@ class Sentinel:
         return script("redis-sentinel-test.sh", "master", self.dir).strip()
 
     def kill_master(self) -> str:
-        """SIGKILL the master the sentinels name now; returns its address."""
+        """SIGKILL the master the sentinels name now; returns its address. ``restart_killed``
+        starts it again (the sentinels make it a replica)."""
         addr = self.master()
         for node in ("master", "replica"):
             with open(os.path.join(self.dir, node, "port")) as f:
                 if addr.endswith(":" + f.read().strip()):
-                    kill_wait(int(script("redis-sentinel-test.sh", "pid", self.dir, node).strip()))
+                    n = os.path.join(self.dir, node)
+                    port = addr.rsplit(":", 1)[1]
+                    pid = int(script("redis-sentinel-test.sh", "pid", self.dir, node).strip())
+                    self.restart_killed = respawn(["redis-server", "--port", port, "--dir", n, *COMMON], n)
+                    kill_wait(pid)
                     return addr
         raise RuntimeError(f"sentinel: no node at {addr}")
 
@@ -261,8 +283,19 @@ class Cluster:
         raise RuntimeError(f"cluster: no master for {key!r}")
 
     def kill_master_of(self, key: str) -> str:
+        """SIGKILL the master serving ``key``; ``restart_killed`` starts it again (it rejoins
+        as a replica of the promoted one)."""
         addr, _ = self.master_of(key)
-        kill_wait(int(script("redis-cluster-test.sh", "pid", self.dir, addr.rsplit(":", 1)[1]).strip()))
+        port = addr.rsplit(":", 1)[1]
+        n = os.path.join(self.dir, port)
+        pid = int(script("redis-cluster-test.sh", "pid", self.dir, port).strip())
+        timeout = os.environ.get("LH_CLUSTER_NODE_TIMEOUT_MS", "2000")
+        self.restart_killed = respawn(
+            ["redis-server", "--port", port, "--dir", n, *COMMON, "--cluster-enabled", "yes",
+             "--cluster-config-file", os.path.join(n, "nodes.conf"), "--cluster-node-timeout", timeout],
+            n,
+        )  # fmt: skip
+        kill_wait(pid)
         return addr
 
     def wait_failover(self, key: str, old: str, seconds: float = 30) -> bool:
