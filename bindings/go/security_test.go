@@ -6,6 +6,7 @@ package leasehold
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -511,5 +512,88 @@ func TestEtcdRefusesAuthOverPlainHTTP(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRedissVerifiesTheHostName: a rediss:// URL (go-redis's ParseURL, ParseFailoverURL,
+// ParseClusterURL) verifies the certificate against the URL's host, and a TLSConfig
+// without ServerName against the address dialled: on a real TLS redis-server whose
+// certificate names 127.0.0.1 only, reached as "localhost", a certificate the client
+// trusts is still refused, and no lock is taken.
+func TestRedissVerifiesTheHostName(t *testing.T) {
+	needRedis(t)
+	for u, want := range map[string]string{
+		"rediss://:S3CRET@redis.example:6380/0": "redis.example",
+		"rediss://:S3CRET@10.0.0.7:6380/0":      "10.0.0.7",
+	} {
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.TLSConfig == nil || o.TLSConfig.ServerName != want || o.TLSConfig.InsecureSkipVerify {
+			t.Errorf("%s: TLS config %+v", u, o.TLSConfig)
+		}
+	}
+	if o, err := redis.ParseFailoverURL("rediss://:S3CRET@sentinel.example:26379/0?master_name=m"); err != nil ||
+		o.TLSConfig == nil || o.TLSConfig.ServerName != "sentinel.example" || o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("failover URL: %+v, %v", o, err)
+	}
+	if o, err := redis.ParseClusterURL("rediss://:S3CRET@node.example:7000"); err != nil ||
+		o.TLSConfig == nil || o.TLSConfig.ServerName != "node.example" || o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("cluster URL: %+v, %v", o, err)
+	}
+
+	dir := t.TempDir()
+	tlsConf, certFile, keyFile := selfSigned(t, dir)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := startRedisWith(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), TLSConfig: tlsConf},
+		"--port", "0", "--tls-port", fmt.Sprint(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	trusting := func(o *redis.Options) *redis.Options {
+		o.TLSConfig.RootCAs = tlsConf.RootCAs
+		return o
+	}
+	ctx := context.Background()
+	try := func(what string, o *redis.Options, wantOK bool) {
+		t.Helper()
+		rdb := redis.NewClient(o)
+		defer rdb.Close()
+		err := rdb.Ping(ctx).Err()
+		if wantOK != (err == nil) {
+			t.Errorf("%s: ping %v", what, err)
+		}
+		if !wantOK && (err == nil || !strings.Contains(err.Error(), "certificate")) {
+			t.Errorf("%s: not refused for its certificate: %v", what, err)
+		}
+		tr, err := NewRedisTransport(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newTestClient(t, tr, &Options{RequestTimeout: time.Second, CloseTimeout: 100 * time.Millisecond})
+		l, err := c.Acquire(ctx, "tls-host", AcquireOptions{TTL: 5 * time.Second, Wait: 300 * time.Millisecond})
+		if wantOK != (err == nil) {
+			t.Errorf("%s: acquire %v", what, err)
+		}
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		_ = c.Close()
+	}
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		o, err := redis.ParseURL(fmt.Sprintf("rediss://%s:%d/0", host, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		try("rediss://"+host, trusting(o), host == "127.0.0.1")
+		// A TLSConfig of the caller's, without ServerName: the dialled host is checked.
+		try("TLSConfig{} to "+host, &redis.Options{Addr: fmt.Sprintf("%s:%d", host, port),
+			TLSConfig: &tls.Config{RootCAs: tlsConf.RootCAs, MinVersion: tls.VersionTLS12}}, host == "127.0.0.1")
 	}
 }
