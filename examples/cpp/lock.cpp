@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 int main(int argc, char** argv) try {
   using namespace std::chrono_literals;
   const std::string name = argc > 1 ? argv[1] : "example";
+  // The transport creates the default file's directory (0700) and the file (0600).
   const fs::path path = leasehold::default_sqlite_path();
-  fs::create_directories(path.parent_path());
   leasehold::LockClient client(std::make_shared<leasehold::SqliteTransport>(path.string()));
 
   leasehold::AcquireOptions opts;

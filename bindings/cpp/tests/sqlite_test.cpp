@@ -1,6 +1,8 @@
 // SqliteTransport on real SQLite files: several OS processes contend on one file, the file is
 // deleted or replaced under a client, and bad files (foreign table, corrupt, locked, missing
-// directory) give a clear error and never a grant.
+// directory) give a clear error and never a grant. The file is private (0600 whatever the umask,
+// the default file's directories 0700), a link at the path is refused without touching its
+// target, and an exposed file or directory is reported.
 #include <leasehold.hpp>
 #include <leasehold/memory_transport.hpp>
 #include <leasehold/sqlite_transport.hpp>
@@ -9,7 +11,11 @@
 
 #include "server_test_util.hpp"
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <optional>
 
 using namespace std::chrono_literals;
@@ -226,6 +232,148 @@ TEST_F(Sqlite, CorruptFileAndMissingDirectoryAreClearErrors) {
   LockClient b(transport(file("no/such/dir/x.db")), quiet(true));
   EXPECT_FALSE(b.acquire("n", 5s).has_value());
   EXPECT_NE(b.last_backend_error().find("unable to open"), std::string::npos) << b.last_backend_error();
+}
+
+// The permission bits of `path` (not following a link), -1 when it is missing.
+int mode_of(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+// Log lines of a transport, for the tests that read its warnings.
+struct Captured {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  std::string joined() {
+    std::lock_guard g(mu);
+    std::string all;
+    for (const auto& l : lines) all += l + "\n";
+    return all;
+  }
+};
+
+std::shared_ptr<SqliteTransport> logging_transport(const std::string& path, const std::shared_ptr<Captured>& out) {
+  SqliteOptions o;
+  o.path = path;
+  o.log = [out](std::string_view m) {
+    std::lock_guard g(out->mu);
+    out->lines.emplace_back(m);
+  };
+  return std::make_shared<SqliteTransport>(o);
+}
+
+// A missing file is created 0600 whatever the umask; SQLite's -wal and -shm follow its mode, and
+// laxer ones left behind by an older file are tightened.
+TEST_F(Sqlite, NewFileIsPrivateWhateverTheUmask) {
+  const auto dir = file("private");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const auto path = dir + "/locks.sqlite3";
+  for (const bool laxer : {false, true}) {
+    SCOPED_TRACE(laxer ? "laxer -wal and -shm left behind" : "fresh");
+    if (laxer) {
+      std::filesystem::remove(path);
+      for (const char* suffix : {"-wal", "-shm"}) {
+        std::ofstream(path + suffix).flush();  // empty: SQLite accepts them
+        ::chmod((path + suffix).c_str(), 0644);
+      }
+    }
+    const mode_t old = ::umask(laxer ? 022 : 0277);
+    {
+      LockClient a(transport(path), quiet());
+      auto lease = a.acquire("private", 5s);
+      ::umask(old);
+      ASSERT_TRUE(lease.has_value()) << a.last_backend_error();
+      EXPECT_EQ(mode_of(path), 0600);
+      EXPECT_EQ(mode_of(path + "-wal"), 0600);  // there while the connection is open
+      EXPECT_EQ(mode_of(path + "-shm"), 0600);
+    }
+  }
+}
+
+// default_sqlite_path()'s missing directories are created 0700 (whatever the umask), the file
+// 0600; nothing in the default file is reported.
+TEST_F(Sqlite, DefaultFileDirectoryIsCreatedPrivate) {
+  const char* saved = std::getenv("XDG_CACHE_HOME");
+  const std::optional<std::string> xdg = saved ? std::optional<std::string>(saved) : std::nullopt;
+  const auto cache = file("xdg") + "/cache";
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  const auto path = leasehold::default_sqlite_path().string();
+  const auto log = std::make_shared<Captured>();
+  const mode_t old = ::umask(0277);  // the first request creates them
+  {
+    LockClient a(logging_transport(path, log), quiet());
+    EXPECT_TRUE(a.acquire("default", 5s).has_value()) << a.last_backend_error();
+  }
+  ::umask(old);
+  xdg ? ::setenv("XDG_CACHE_HOME", xdg->c_str(), 1) : ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(mode_of(file("xdg")), 0700);
+  EXPECT_EQ(mode_of(cache), 0700);
+  EXPECT_EQ(mode_of(cache + "/leasehold"), 0700);
+  EXPECT_EQ(mode_of(path), 0600);
+  EXPECT_EQ(log->joined(), "");
+}
+
+// A symbolic link at the path is refused with a clear error; its target is neither created nor
+// changed, whether it exists or not, and nothing is granted.
+TEST_F(Sqlite, SymbolicLinkIsRefusedAndItsTargetUntouched) {
+  const auto link = file("link.db"), victim = file("victim.db");
+  for (const bool exists : {false, true}) {
+    SCOPED_TRACE(exists ? "target exists" : "target missing");
+    std::filesystem::remove(link);
+    std::filesystem::remove(victim);
+    if (exists) std::ofstream(victim) << "keep";
+    ASSERT_EQ(::symlink("victim.db", link.c_str()), 0);
+    LockClient a(transport(link), quiet(true));
+    EXPECT_FALSE(a.acquire("n", 5s).has_value());
+    EXPECT_NE(a.last_backend_error().find("symbolic link"), std::string::npos) << a.last_backend_error();
+    EXPECT_EQ(a.counters().grants, 0u);
+    if (exists) {
+      std::ifstream f(victim);
+      std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(content, "keep");
+    } else {
+      EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(victim)));
+    }
+  }
+  // A link put in the file's place later is a replacement that is refused, not followed.
+  const auto path = file("swapped.db"), other = file("other.db");
+  LockClient a(transport(path), quiet(true));
+  ASSERT_TRUE(a.acquire("before", 5s).has_value()) << a.last_backend_error();
+  std::filesystem::rename(path, other);
+  ASSERT_EQ(::symlink("other.db", path.c_str()), 0);
+  EXPECT_FALSE(a.acquire("after", 5s).has_value());
+  EXPECT_NE(a.last_backend_error().find("symbolic link"), std::string::npos) << a.last_backend_error();
+}
+
+// An existing file others may read, or a file or directory others may write (as root: a file
+// another user owns), is reported on the transport's log; a private one is not.
+TEST_F(Sqlite, ExposedFileOrDirectoryIsReported) {
+  const auto dir = file("shared");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const auto path = dir + "/locks.sqlite3";
+  const auto warnings = [&] {
+    const auto log = std::make_shared<Captured>();
+    LockClient a(logging_transport(path, log), quiet());
+    EXPECT_TRUE(a.acquire("exposed", 5s).has_value()) << a.last_backend_error();
+    return log->joined();
+  };
+  EXPECT_EQ(warnings(), "");  // created here: private
+  EXPECT_EQ(warnings(), "");  // existing and private
+  ::chmod(path.c_str(), 0644);
+  auto got = warnings();
+  EXPECT_NE(got.find("the lock file " + path + " is readable by other users (mode 0644)"), std::string::npos) << got;
+  ::chmod(path.c_str(), 0666);
+  ::chmod(dir.c_str(), 0777);
+  got = warnings();
+  ::chmod(dir.c_str(), 0700);
+  EXPECT_NE(got.find("the lock file " + path + " is writable by other users (mode 0666)"), std::string::npos) << got;
+  EXPECT_NE(got.find("the lock directory " + dir + " is writable by other users (mode 0777)"), std::string::npos) << got;
+  ::chmod(path.c_str(), 0600);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    got = warnings();
+    EXPECT_NE(got.find("the lock file " + path + " is owned by another user (uid 65534)"), std::string::npos) << got;
+  }
 }
 
 // A file another connection keeps locked is a database error after the busy timeout, never a

@@ -9,15 +9,26 @@
 // it opened (device and inode): a deleted or replaced file is followed, the request that found
 // it fails and the core checks the schema again on the new file. A file that stays locked is a
 // database error after the busy timeout, never a hang. One SqliteTransport per LockClient.
+//
+// The file holds lock names, pids, host names and tokens: a missing file is created 0600 whatever
+// the umask (its directory must exist, except for default_sqlite_path(), whose missing
+// directories are created 0700; SQLite gives the -wal and -shm files the file's mode, and laxer
+// ones this user owns are tightened), a symbolic link at the path is refused rather than
+// followed, and an existing file or directory that another user owns or may write (the file: or
+// read) is reported through SqliteOptions::log. The directory is trusted.
 #pragma once
 
 #include <leasehold.hpp>
 #include <leasehold/detail/sql_executor.hpp>
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 namespace leasehold {
@@ -31,7 +42,8 @@ struct SqliteOptions {
 // The embedded default lock file the Python package and the leasehold CLI use, so every program
 // of a user on one host shares it: $XDG_CACHE_HOME/leasehold/locks.sqlite3, or
 // ~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset or relative. Its directory may
-// not exist yet. std::runtime_error when neither variable gives a directory.
+// not exist yet: a SqliteTransport on this path creates it (0700) with the file (0600).
+// std::runtime_error when neither variable gives a directory.
 inline std::filesystem::path default_sqlite_path() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   std::filesystem::path cache = xdg != nullptr ? std::filesystem::path(xdg) : std::filesystem::path();
@@ -42,6 +54,103 @@ inline std::filesystem::path default_sqlite_path() {
   }
   return cache / "leasehold" / "locks.sqlite3";
 }
+
+
+namespace detail {
+
+// The identity and permission bits of the lock file as checked before SQLite opens it.
+struct SqliteFile {
+  dev_t dev{};
+  ino_t ino{};
+  mode_t mode{};
+};
+
+// What about an existing file or directory would let another user read or rewrite the locks. A
+// directory owned by root, or sticky (like /tmp), does not let others replace the file.
+inline void sqlite_exposure(const struct stat& st, const char* what, const std::string& path, bool dir,
+                            std::vector<std::string>& warnings) {
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  const std::string lead = std::string("the lock ") + what + " " + path;
+  if (st.st_uid != ::geteuid() && !(dir && st.st_uid == 0))
+    warnings.push_back(lead + " is owned by another user (uid " + std::to_string(st.st_uid) + ")");
+  if ((st.st_mode & 022) != 0 && !(dir && (st.st_mode & S_ISVTX) != 0))
+    warnings.push_back(lead + " is writable by other users (mode " + mode + ")");
+  else if (!dir && (st.st_mode & 004) != 0)
+    warnings.push_back(lead + " is readable by other users (mode " + mode + ")");
+}
+
+// Closing a descriptor drops every POSIX lock this process holds on the file, so no transport of
+// this process may open a file between its creation and that close.
+inline std::mutex& sqlite_create_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Creates the file (0600 whatever the umask) when missing, and with `mkdir` its missing
+// directories (0700), without following a link at the path; an existing file is never opened
+// here (that close would drop SQLite's locks on it). The file's identity, or nullopt and why.
+inline std::optional<SqliteFile> prepare_sqlite_file(const std::string& path, bool mkdir, std::string& error,
+                                                     std::vector<std::string>& warnings) {
+  const auto fail = [&](const std::string& why) {
+    error = "cannot open " + path + ": " + why;
+    return std::nullopt;
+  };
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (mkdir) {
+    for (std::size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+      const std::string prefix = dir.substr(0, at);
+      if (::mkdir(prefix.c_str(), 0700) == 0) ::chmod(prefix.c_str(), 0700);  // whatever the umask
+      else if (errno != EEXIST) return fail("unable to open database file (cannot create " + prefix + ": " + std::strerror(errno) + ")");
+      if (at == std::string::npos) break;
+    }
+  }
+  bool created = false;
+  int err = 0;
+  {
+    std::lock_guard g(sqlite_create_mutex());
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    err = errno;
+    created = fd >= 0;
+    if (created && ::fchmod(fd, 0600) != 0) err = errno, created = false;
+    if (fd >= 0) ::close(fd);
+    if (created) err = 0;
+  }
+  struct stat st{};
+  if ((err != 0 && err != EEXIST) || ::lstat(path.c_str(), &st) != 0)
+    return fail(std::string("unable to open database file (") + std::strerror(err != 0 ? err : errno) + ")");
+  if (S_ISLNK(st.st_mode))
+    return fail("it is a symbolic link; leasehold does not follow links to its lock file (give the target's path)");
+  if (!S_ISREG(st.st_mode)) return fail("not a regular file");
+  struct stat ds{};
+  if (::stat(dir.c_str(), &ds) == 0) sqlite_exposure(ds, "directory", dir, true, warnings);
+  if (!created) sqlite_exposure(st, "file", path, false, warnings);
+  return SqliteFile{st.st_dev, st.st_ino, static_cast<mode_t>(st.st_mode & 0777)};
+}
+
+// Gives this user's -wal and -shm files no permission the lock file lacks: SQLite sets their mode
+// only when it creates them. By path: a descriptor's close would drop SQLite's locks on them.
+inline void tighten_sqlite_sidecars(const std::string& path, mode_t mode) {
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string p = path + suffix;
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 0777 & ~mode) != 0)
+      ::chmod(p.c_str(), st.st_mode & 0777 & mode);
+  }
+}
+
+// Whether `path` names default_sqlite_path() (whose directory the transport creates).
+inline bool is_default_sqlite_path(const std::string& path) {
+  try {
+    namespace fs = std::filesystem;
+    return fs::absolute(path).lexically_normal() == fs::absolute(default_sqlite_path()).lexically_normal();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace detail
 
 class SqliteTransport final : public Transport, public detail::SqlBackend {
   struct DbClose {
@@ -58,6 +167,7 @@ class SqliteTransport final : public Transport, public detail::SqlBackend {
     if (opts_.path.empty()) throw Error(status::invalid_argument, "SqliteTransport needs a path");
     if (opts_.busy_timeout.count() <= 0) throw Error(status::invalid_argument, "busy_timeout must be positive");
     if (!opts_.log) opts_.log = [](std::string_view m) { std::fprintf(stderr, "leasehold sqlite: %.*s\n", int(m.size()), m.data()); };
+    mkdir_ = detail::is_default_sqlite_path(opts_.path);
   }
   explicit SqliteTransport(std::string path) : SqliteTransport(SqliteOptions{std::move(path), std::chrono::milliseconds{5000}, {}}) {}
   SqliteTransport(const SqliteTransport&) = delete;
@@ -114,26 +224,42 @@ class SqliteTransport final : public Transport, public detail::SqlBackend {
   }
   void log(const std::string& m) const noexcept try { opts_.log(m); } catch (...) {}
 
-  // Opens the file (created if missing) and remembers which file it is.
+  // Opens the file (created if missing, see the top) and remembers which file it is.
   bool open() {
     db_.reset();
+    std::vector<std::string> warnings;
+    const auto file = detail::prepare_sqlite_file(opts_.path, mkdir_, open_error_, warnings);
+    for (const auto& w : warnings) log(w);
+    if (!file) {
+      log(open_error_);
+      return false;
+    }
+    // Without SQLITE_OPEN_CREATE: SQLite never creates the file (it would follow a link put at
+    // the path since it was checked); the identity check below sees such a swap.
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(opts_.path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    const int rc = sqlite3_open_v2(opts_.path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
     Db db(raw);
     struct stat st{};
-    if (rc != SQLITE_OK || ::stat(opts_.path.c_str(), &st) != 0) {
+    if (rc != SQLITE_OK) {
       open_error_ = std::string("cannot open ") + opts_.path + ": " + (db ? sqlite3_errmsg(db.get()) : sqlite3_errstr(rc));
       log(open_error_);
       return false;
     }
+    if (::lstat(opts_.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != file->dev || st.st_ino != file->ino) {
+      open_error_ = "cannot open " + opts_.path + ": the file was replaced while it was opened";
+      log(open_error_);
+      return false;
+    }
+    detail::tighten_sqlite_sidecars(opts_.path, file->mode);
     dev_ = st.st_dev;
     ino_ = st.st_ino;
     db_ = std::move(db);
     return true;
   }
+  // What is at the path itself: a link put in the file's place is a replacement, not followed.
   bool same_file() const {
     struct stat st{};
-    return db_ && ::stat(opts_.path.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+    return db_ && ::lstat(opts_.path.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
   }
 
   void run() {
@@ -229,6 +355,7 @@ class SqliteTransport final : public Transport, public detail::SqlBackend {
   }
 
   SqliteOptions opts_;
+  bool mkdir_ = false;  // the default file: its missing directories are created
   detail::HostFacts facts_;
   std::mutex mu_;
   std::condition_variable cv_;
