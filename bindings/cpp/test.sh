@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build and test the C++ binding: the Rust library, then two builds of the GoogleTest suite —
-# -fsanitize=address,undefined and -fsanitize=thread (both optimised, RelWithDebInfo) — each run
-# with ctest (the suite includes the Redis tests, which start their own servers, and the
-# C++/Python contention test, which uses bindings/python/.venv; the SQLite, PostgreSQL and etcd
-# tests run in the asan build and in the opt-in plain one). Every variant must pass. Then the example
-# is linked against the shared library and run (its SONAME must resolve).
+# Build and test the C++ binding: the Rust library (with the test hooks, --features testing), then
+# two builds of the GoogleTest suite — -fsanitize=address,undefined and -fsanitize=thread (both
+# optimised, RelWithDebInfo) — each run with ctest (the suite includes the Redis tests, which start
+# their own servers, and the C++/Python contention test, which uses bindings/python/.venv; the
+# SQLite, PostgreSQL and etcd tests run in the asan build and in the opt-in plain one). Every
+# variant must pass. Then the example is linked against the shared library and run (its SONAME
+# must resolve).
 #
 #   bindings/cpp/test.sh                 # asan and tsan (the test command's default)
 #   VARIANTS="plain" bindings/cpp/test.sh # no sanitizer: the quickest loop while editing
@@ -54,8 +55,9 @@ if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; 
 fi
 
 # --- the Rust library --------------------------------------------------------------------------
-log "cargo build --release"
-(cd "$root" && cargo build --release --quiet)
+# --features testing: the tests drive the memory service's fault switches and the panic hook.
+log "cargo build --release --features testing"
+(cd "$root" && cargo build --release --features testing --quiet)
 
 # --- Python environment for the contention test (the test fails under CI=true without it) ----
 if [ -x "$root/bindings/python/setup-venv.sh" ] || [ -f "$root/bindings/python/setup-venv.sh" ]; then

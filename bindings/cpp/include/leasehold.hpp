@@ -25,6 +25,18 @@
 
 #include <leasehold.h>
 
+// Test hooks (leasehold.h, LH_TESTING) are exported only by a library built with the `testing`
+// feature. Weak references (ELF) let a program that calls one link against a release library
+// too; there the call throws Error(status::no_testing_feature). Elsewhere the reference is strong.
+#if defined(__ELF__)
+#define LEASEHOLD_TEST_HOOK __attribute__((weak))
+#define LEASEHOLD_HAS_TEST_HOOK(fn) (&(fn) != nullptr)
+#else
+#define LEASEHOLD_TEST_HOOK
+#define LEASEHOLD_HAS_TEST_HOOK(fn) true
+#endif
+extern "C" lh_status lh_client_debug_panic(struct lh_client* c) LEASEHOLD_TEST_HOOK;
+
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #include <signal.h>
@@ -73,6 +85,7 @@ inline constexpr Status closed = 1000;            // the LockClient was closed
 inline constexpr Status invalid_argument = 1001;  // e.g. a negative wait duration
 inline constexpr Status abi_mismatch = 1002;      // header and library disagree on LH_ABI_VERSION
 inline constexpr Status timeout = 1003;           // a bounded wait (Lease::renew) ran out
+inline constexpr Status no_testing_feature = 1004;  // a test hook, the library built without it
 }  // namespace status
 
 inline std::string_view status_name(Status code) noexcept {
@@ -81,6 +94,7 @@ inline std::string_view status_name(Status code) noexcept {
     case status::invalid_argument: return "LEASEHOLD_INVALID_ARGUMENT";
     case status::abi_mismatch: return "LEASEHOLD_ABI_MISMATCH";
     case status::timeout: return "LEASEHOLD_TIMEOUT";
+    case status::no_testing_feature: return "LEASEHOLD_NO_TESTING_FEATURE";
     default: {
       const char* s = lh_status_str(code);
       return s != nullptr ? std::string_view(s) : std::string_view("LH_UNKNOWN_STATUS");
@@ -110,6 +124,15 @@ class Error : public std::runtime_error {
   Status code_;
   std::string detail_;
 };
+
+namespace detail {
+// The error of a test hook that the linked library lacks.
+[[noreturn]] inline void no_testing_feature(std::string_view hook) {
+  throw Error(status::no_testing_feature,
+              "this libleasehold was built without the `testing` feature: " + std::string(hook) +
+                  " is a test hook (build the library with `cargo build --release --features testing`)");
+}
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
 // Small value types
@@ -628,8 +651,12 @@ class Core {
                     c.releases_not_owner, c.releases_unconfirmed, c.releases_lost};
   }
 
-  // Test hook: panics inside the C boundary; the handle is poisoned afterwards.
-  void debug_panic() { check(lh_client_debug_panic(h())); }
+  // Test hook: panics inside the C boundary; the handle is poisoned afterwards. Needs a library
+  // built with the `testing` feature (else Error(status::no_testing_feature)).
+  void debug_panic() {
+    if (!LEASEHOLD_HAS_TEST_HOOK(lh_client_debug_panic)) detail::no_testing_feature("lh_client_debug_panic");
+    check(lh_client_debug_panic(h()));
+  }
 
   // --- backend-attached handles (lh_client_new_redis) ---
   // Next backend request, or nullopt when drained.

@@ -6,10 +6,18 @@
 // remaining TTL as the retry hint, renew and release compare the token, release notifies the
 // watchers, fencing tokens per name strictly increase. Expiry runs on steady_clock (now_ns()).
 // The service's faults (reject, drop, partition) are applied by the core; hang, call counting
-// and delivering notifications on the caller's thread stay here.
+// and delivering notifications on the caller's thread stay here. Those faults and drop_lock are
+// test hooks: they need a library built with the `testing` feature, and throw
+// Error(status::no_testing_feature) with a release library (hang and clearing work with either).
 #pragma once
 
 #include <leasehold.hpp>
+
+// Weak references to the service's test hooks (see leasehold.hpp).
+extern "C" lh_status lh_memory_service_set_faults(struct lh_memory_service* svc, uint64_t connection,
+                                                  const struct lh_memory_faults* faults) LEASEHOLD_TEST_HOOK;
+extern "C" lh_status lh_memory_service_forget(struct lh_memory_service* svc, const uint8_t* name,
+                                              size_t name_len) LEASEHOLD_TEST_HOOK;
 
 #include <atomic>
 #include <chrono>
@@ -76,6 +84,7 @@ class MemoryService {
   }
   // The service forgets the lock (as after a failover): the holder's next renew is rejected.
   void drop_lock(std::string_view name) {
+    if (!LEASEHOLD_HAS_TEST_HOOK(lh_memory_service_forget)) detail::no_testing_feature("lh_memory_service_forget");
     std::lock_guard g(mu_);
     check(lh_memory_service_forget(p_, bytes(name), name.size()));
   }
@@ -98,6 +107,10 @@ class MemoryService {
     if (lh_memory_service_disconnect(p_, id) == LH_OK) sinks_.erase(id);
   }
   void set_faults(std::uint64_t id, std::uint32_t flags) {
+    if (!LEASEHOLD_HAS_TEST_HOOK(lh_memory_service_set_faults)) {
+      if (flags == 0) return;  // a library without the hooks never had a switch on
+      detail::no_testing_feature("lh_memory_service_set_faults");
+    }
     lh_memory_faults f{sizeof(lh_memory_faults), flags, 0, 0};
     std::lock_guard g(mu_);
     check(lh_memory_service_set_faults(p_, id, &f));
@@ -296,14 +309,16 @@ class MemoryTransport final : public Transport {
     std::unordered_map<std::string, ReleasedCallback> watches;
   };
 
+  // The switch changes only once the service took it (a release library refuses).
   void set(std::atomic<bool>& flag, bool on) {
     std::lock_guard g(mu_);
-    flag = on;
+    const auto value = [&](const std::atomic<bool>& f) { return &f == &flag ? on : f.load(); };
     std::uint32_t flags = 0;
-    if (state_->reject) flags |= LH_MEMORY_REJECT_ACQUIRES | LH_MEMORY_REJECT_RENEWALS;
-    if (state_->drop) flags |= LH_MEMORY_DROP_RESPONSES;
-    if (state_->partition) flags |= LH_MEMORY_PARTITIONED;
+    if (value(state_->reject)) flags |= LH_MEMORY_REJECT_ACQUIRES | LH_MEMORY_REJECT_RENEWALS;
+    if (value(state_->drop)) flags |= LH_MEMORY_DROP_RESPONSES;
+    if (value(state_->partition)) flags |= LH_MEMORY_PARTITIONED;
     if (!closed()) service_->set_faults(conn_, flags);
+    flag = on;
   }
   bool closed() const {
     std::lock_guard g(state_->mu);
