@@ -235,11 +235,16 @@ func prepareLockFile(path string, mkdir bool) (fi os.FileInfo, warnings []string
 		_ = unix.Close(fd)
 	}
 	createMu.Unlock()
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	if created && err != nil {
 		return nil, nil, err
 	}
-	fi, err = os.Lstat(path)
-	if err != nil {
+	// An existing file is used as it is (EEXIST, or EROFS / EACCES where the directory
+	// or file system cannot be written).
+	fi, lerr := os.Lstat(path)
+	if lerr != nil {
+		if err == nil {
+			err = lerr
+		}
 		return nil, nil, err
 	}
 	if err := checkLockFileType(path, fi); err != nil {
