@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 
 bash scripts/ensure-deps.sh || exit 1
 
+# The binding suites build target/release with --features testing (the test hooks); the
+# cross-language and packaging suites build it without (what users get). In this order the
+# crate is rebuilt once.
 suites=(
     scripts/test-rust.sh
     bindings/c/test.sh

@@ -23,6 +23,7 @@ command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $libs || {
 bash bindings/python/setup-venv.sh >/dev/null
 
 echo "test-crosslang: building the library and the workers"
+# The release build, without the test hooks (the workers use none): what users link.
 cargo build --release --quiet
 out="$root/target/crosslang"
 mkdir -p "$out"
