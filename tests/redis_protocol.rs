@@ -526,6 +526,66 @@ fn a_standby_told_taken_stands_down() {
 }
 
 #[test]
+fn a_standby_told_granted_stands_down() {
+    let mut h = H::new();
+    let (_, first) = refused(&mut h, 10_000);
+    h.advance(50);
+    h.reqs();
+    h.msg(&notice("s1", &first.args[6], "jobs"));
+    h.advance(20);
+    h.msg(&notice("g 5000", &first.args[6], "jobs"));
+    h.advance(500);
+    assert!(h.reqs().is_empty());
+    assert_eq!(h.proto.counters().standby_takeovers, 0);
+}
+
+/// A waiter behind the head (its refusal said: look again after idle_recheck_ms) that hears
+/// a grant naming its entry looks again when that grant runs out: the new holder may freeze.
+#[test]
+fn a_grant_notice_makes_its_entry_look_again_when_the_grant_runs_out() {
+    let mut h = H::new();
+    h.acquire("jobs", 60_000);
+    let r = h.only_acquire();
+    h.reply(
+        r.id,
+        Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(2)]),
+    );
+    h.advance(100);
+    h.msg(&notice("g 1500", &r.args[6], "jobs"));
+    assert!(h.proto.poll_timeout(&mut h.core) <= Some(h.now + 1_500 * MS));
+    let mut asked_at = None;
+    for _ in 0..1_000 {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            asked_at = Some(h.now);
+            break;
+        }
+    }
+    let asked_ms = asked_at.expect("asks again") / MS;
+    assert!(
+        (1_600..1_650).contains(&asked_ms),
+        "asked again at {asked_ms} ms"
+    );
+}
+
+#[test]
+fn a_grant_notice_for_another_token_or_followed_by_a_wake_up_arms_nothing() {
+    let mut h = H::new();
+    let (_, first) = refused(&mut h, 60_000);
+    h.advance(10);
+    h.msg(&notice("g 100", &[b'0'; 32], "jobs"));
+    h.advance(500);
+    assert!(h.reqs().is_empty(), "a grant for another entry");
+    // A wake-up supersedes the grant notice: the lease tries at once, and only then.
+    h.msg(&notice("g 100", &first.args[6], "jobs"));
+    h.msg(&notice("w", &first.args[6], "jobs"));
+    let r = h.only_acquire();
+    h.reply(r.id, held(5_000));
+    h.advance(500);
+    assert!(h.reqs().is_empty(), "the recheck went with the wake-up");
+}
+
+#[test]
 fn the_standby_deadline_is_part_of_poll_timeout() {
     let mut h = H::new();
     let (_, first) = refused(&mut h, 10_000);

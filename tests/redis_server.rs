@@ -712,3 +712,78 @@ fn a_planted_fence_at_its_limit_is_refused_and_nothing_is_written() {
         assert!(f < 1 << 53);
     }
 }
+
+/// Steps every host in turn (a few ms each) until `done` holds or `limit` passes.
+fn run_all(
+    hosts: &mut [&mut Host],
+    limit: Duration,
+    mut done: impl FnMut(&mut [&mut Host]) -> bool,
+) -> bool {
+    let end = now() + limit.as_nanos() as u64;
+    while now() < end {
+        if done(hosts) {
+            return true;
+        }
+        for h in hosts.iter_mut() {
+            h.step(Duration::from_millis(2));
+        }
+    }
+    done(hosts)
+}
+
+#[test]
+fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    const TTL: u64 = 1_000;
+    let opts = RedisOptions::default();
+    let name = "frozen-after-handoff";
+    let mut a = Host::new(server.port, 81, opts);
+    let mut b = Host::new(server.port, 82, opts);
+    let mut c = Host::new(server.port, 83, opts);
+    let mut d = Host::new(server.port, 84, opts);
+    for h in [&mut a, &mut b, &mut c, &mut d] {
+        subscribed(h);
+    }
+    let la = a.acquire(name, TTL, 0);
+    assert!(a.run_until(LONG, |h| h.take_acquired(la).is_some()));
+    // B, C and D queue in that order: C and D are behind the head, so their refusals tell
+    // them to look again only after idle_recheck_ms (10 s).
+    let lb = b.acquire(name, TTL, 10_000);
+    b.run_until(Duration::from_millis(50), |_| false);
+    let lc = c.acquire(name, TTL, 10_000);
+    c.run_until(Duration::from_millis(50), |_| false);
+    let ld = d.acquire(name, TTL, 10_000);
+    d.run_until(Duration::from_millis(50), |_| false);
+    // A hands over to B (a release wakes the head); C and D hear the grant.
+    a.release(la);
+    let mut granted_at = 0;
+    assert!(run_all(&mut [&mut a, &mut b, &mut c, &mut d], LONG, |hs| {
+        if granted_at == 0 && hs[1].take_acquired(lb).is_some() {
+            granted_at = now();
+        }
+        granted_at != 0
+    }));
+    // B freezes holding the lock: it never runs again (no renewal, no release).
+    let mut got = None;
+    assert!(
+        run_all(&mut [&mut c, &mut d], Duration::from_secs(8), |hs| {
+            got = hs[0]
+                .take_acquired(lc)
+                .map(|f| ('c', f))
+                .or_else(|| hs[1].take_acquired(ld).map(|f| ('d', f)));
+            got.is_some()
+        }),
+        "nobody took over from the frozen holder within 8 s"
+    );
+    let after_ms = (now() - granted_at) / MS;
+    eprintln!(
+        "a holder frozen after a handoff was taken over {after_ms} ms after its grant ({got:?})"
+    );
+    // Its grant ran out after TTL; the waiter looks again then (plus scheduling slack).
+    assert!(
+        after_ms >= TTL - 50 && after_ms < TTL + 700,
+        "{after_ms} ms"
+    );
+}

@@ -17,8 +17,12 @@
 //! `s2 TOKEN NAME` to the two entries after it (stand by, with a rank); TOKEN is the entry's
 //! own, so the message reaches the lease whose entry it is ([`Client::handle_wake`]), not
 //! whichever of this client's waiters of the name is first. A granted ACQUIRE removes its
-//! own entry and publishes `t NAME` (taken) to the first two entries left. A standby that
-//! hears no `t` within rank × the standby delay (150 ms by default) tries itself: a frozen
+//! own entry and publishes `g TTL TOKEN NAME` (granted for TTL ms) to each of the first two
+//! entries left: a standby stands down, and that entry's lease looks again when the grant
+//! runs out, so a holder that freezes is taken over at its expiry even by a waiter whose
+//! refusal, from further back in the queue, told it to wait `idle_recheck_ms` (older
+//! scripts send `t NAME`, which only stands a standby down). A standby that
+//! hears no `g` within rank × the standby delay (150 ms by default) tries itself: a frozen
 //! or dead head (a SIGSTOP'd process whose socket is still open, so its PUBLISH counted)
 //! keeps the lock free for about one delay (two frozen in a row: two), never for a TTL, and
 //! it has been popped, so it costs one handoff once. An ordinary handoff is two script
@@ -296,6 +300,10 @@ struct NameState {
     standby_until: u64,
     /// The lease a standby message named (the earliest armed one): the lease it wakes.
     standby_lease: Option<LeaseId>,
+    /// When the latest grant reported by a `g` notice runs out: the lease it named looks
+    /// again then (the holder may have frozen). `NEVER` if none.
+    recheck_at: u64,
+    recheck_lease: Option<LeaseId>,
 }
 
 /// A name whose shard channel this client wants (sharded wake): it has leases waiting on it.
@@ -354,6 +362,8 @@ pub struct RedisProtocol {
     /// Sharded wake: the names whose channel is wanted (the engine's Watch .. Unwatch).
     shards: HashMap<LockName, Shard>,
     standbys: usize,
+    /// Names whose `recheck_at` is armed.
+    rechecks: usize,
     statuses: VecDeque<crate::backend::StatusAnswer>,
     counters: RedisCounters,
     last_error: String,
@@ -387,6 +397,7 @@ impl RedisProtocol {
             held: HashMap::new(),
             shards: HashMap::new(),
             standbys: 0,
+            rechecks: 0,
             statuses: VecDeque::new(),
             counters: RedisCounters::default(),
             last_error: String::new(),
@@ -517,9 +528,9 @@ impl RedisProtocol {
             .poll_timeout()
             .unwrap_or(NEVER)
             .min(self.resubscribe_at);
-        if self.standbys > 0 {
+        if self.standbys > 0 || self.rechecks > 0 {
             for s in self.names.values() {
-                t = t.min(s.standby_until);
+                t = t.min(s.standby_until).min(s.recheck_at);
             }
         }
         (t != NEVER).then_some(t)
@@ -527,7 +538,8 @@ impl RedisProtocol {
 
     // ------------------------------------------------------------------------- inputs
 
-    /// Time passed: runs the engine's timers, fires due standbys and re-subscriptions.
+    /// Time passed: runs the engine's timers, fires due standbys, rechecks and
+    /// re-subscriptions.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
         core.handle_timeout(now);
         let now = core.now();
@@ -543,6 +555,21 @@ impl RedisProtocol {
                 self.disarm(&name);
                 self.counters.standby_takeovers += 1;
                 self.wake_lease(core, &name, lease);
+            }
+        }
+        if self.rechecks > 0 {
+            let due: Vec<LockName> = self
+                .names
+                .iter()
+                .filter(|(_, s)| s.recheck_at <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in due {
+                let lease = self.names.get(&name).and_then(|s| s.recheck_lease);
+                self.clear_recheck(&name);
+                if let Some(l) = lease.filter(|l| self.leases.contains_key(l)) {
+                    self.wake_lease(core, &name, Some(l));
+                }
             }
         }
         if self.resubscribe_at <= now {
@@ -757,6 +784,7 @@ impl RedisProtocol {
         match msg.kind {
             scripts::MSG_WAKE => {
                 self.disarm(msg.name);
+                self.clear_recheck(msg.name);
                 let lease = self.lease_for(msg.token, msg.name);
                 // Sharded: a wake-up naming no lease of ours is another client's turn.
                 if lease.is_some() || !self.opts.sharded_wake {
@@ -783,6 +811,22 @@ impl RedisProtocol {
                         s.standby_lease = lease.or(s.standby_lease);
                     }
                     s.standby_until = s.standby_until.min(at);
+                }
+            }
+            scripts::MSG_GRANTED => {
+                self.disarm(msg.name);
+                // Only the entry's own lease looks again (sharded: every client hears it).
+                if let Some(lease) = self.lease_for(msg.token, msg.name) {
+                    let at = now.saturating_add(msg.ttl_ms.saturating_mul(MS));
+                    if let Some(s) = self.names.get_mut(msg.name) {
+                        if s.recheck_at == NEVER {
+                            self.rechecks += 1;
+                        }
+                        if at < s.recheck_at {
+                            s.recheck_at = at;
+                            s.recheck_lease = Some(lease);
+                        }
+                    }
                 }
             }
             _ => self.disarm(msg.name),
@@ -1069,6 +1113,8 @@ impl RedisProtocol {
                 leases: 0,
                 standby_until: NEVER,
                 standby_lease: None,
+                recheck_at: NEVER,
+                recheck_lease: None,
             });
             if s.epoch == fresh {
                 self.epochs = fresh;
@@ -1084,6 +1130,7 @@ impl RedisProtocol {
             s.leases = s.leases.saturating_sub(1);
             if s.leases == 0 {
                 self.disarm(&w.name);
+                self.clear_recheck(&w.name);
                 self.names.remove(&*w.name);
             }
         }
@@ -1097,6 +1144,16 @@ impl RedisProtocol {
                 self.standbys -= 1;
             }
             s.standby_lease = None;
+        }
+    }
+
+    fn clear_recheck(&mut self, name: &str) {
+        if let Some(s) = self.names.get_mut(name) {
+            if s.recheck_at != NEVER {
+                s.recheck_at = NEVER;
+                self.rechecks -= 1;
+            }
+            s.recheck_lease = None;
         }
     }
 

@@ -39,10 +39,19 @@ pub const MSG_STANDBY: u8 = b's';
 /// a live one a few standby delays, not the holder's TTL.
 pub const STANDBYS: u8 = 2;
 /// Payload kind: the lock was granted to someone (`t NAME`); a standby may stand down. It
-/// names no token: whichever local lease stood by, the lock is taken.
+/// names no token: whichever local lease stood by, the lock is taken. Older scripts send it;
+/// these send [`MSG_GRANTED`].
 pub const MSG_TAKEN: u8 = b't';
-/// Length of the token field of `w` and `s` payloads: a [`Token`] in lowercase hex.
+/// Payload kind: the lock was granted for TTL ms (`g TTL TOKEN NAME`), sent to each of the
+/// first two entries left in the queue: a standby stands down, and the entry's lease looks
+/// again when that grant runs out, so a holder that freezes right after the grant is taken
+/// over at its expiry by a waiter that reached the head through handoffs (its own refusal,
+/// from further back, told it to wait `idle_recheck_ms`).
+pub const MSG_GRANTED: u8 = b'g';
+/// Length of the token field of `w`, `s` and `g` payloads: a [`Token`] in lowercase hex.
 pub const MSG_TOKEN_LEN: usize = 32;
+/// Longest TTL field of a `g` payload, in decimal digits (the scripts' integer bound).
+const MSG_TTL_DIGITS: usize = 15;
 
 /// Which key of a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,25 +150,37 @@ pub fn shard_channel_name(channel: &[u8]) -> Option<&str> {
 /// the lock name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WakeMessage<'a> {
-    /// `MSG_WAKE`, `MSG_STANDBY` or `MSG_TAKEN`.
+    /// `MSG_WAKE`, `MSG_STANDBY`, `MSG_GRANTED` or `MSG_TAKEN`.
     pub kind: u8,
     /// `1..=STANDBYS` for `MSG_STANDBY`, 0 otherwise.
     pub rank: u8,
-    /// The token of the queue entry the release acted on (`MSG_WAKE`, `MSG_STANDBY`): the
-    /// lease it is meant for. `None` for `MSG_TAKEN`.
+    /// The granted TTL in ms for `MSG_GRANTED`, 0 otherwise.
+    pub ttl_ms: u64,
+    /// The token of the queue entry the script acted on (`MSG_WAKE`, `MSG_STANDBY`,
+    /// `MSG_GRANTED`): the lease it is meant for. `None` for `MSG_TAKEN`.
     pub token: Option<Token>,
     /// The lock name (valid).
     pub name: &'a str,
 }
 
-/// Parses a wake-channel payload: `w TOKEN NAME`, `s` RANK ` TOKEN NAME` (`s1 <hex> jobs`)
-/// or `t NAME`, where TOKEN is exactly [`MSG_TOKEN_LEN`] lowercase hex digits. `None` for
-/// anything else.
+/// Parses a wake-channel payload: `w TOKEN NAME`, `s` RANK ` TOKEN NAME` (`s1 <hex> jobs`),
+/// `g TTL TOKEN NAME` or `t NAME`, where TOKEN is exactly [`MSG_TOKEN_LEN`] lowercase hex
+/// digits and TTL a positive decimal of at most 15 digits. `None` for anything else.
 pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
     let (&kind, mut rest) = payload.split_first()?;
     let mut rank = 0;
+    let mut ttl_ms = 0;
     match kind {
         MSG_WAKE | MSG_TAKEN => {}
+        MSG_GRANTED => {
+            let digits = rest.strip_prefix(b" ")?;
+            let len = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+            if len == 0 || len > MSG_TTL_DIGITS || digits[0] == b'0' {
+                return None;
+            }
+            ttl_ms = std::str::from_utf8(&digits[..len]).ok()?.parse().ok()?;
+            rest = &digits[len..];
+        }
         MSG_STANDBY => {
             let (&digit, after) = rest.split_first()?;
             rank = digit.wrapping_sub(b'0');
@@ -184,6 +205,7 @@ pub fn parse_message(payload: &[u8]) -> Option<WakeMessage<'_>> {
     Some(WakeMessage {
         kind,
         rank,
+        ttl_ms,
         token,
         name,
     })
@@ -269,7 +291,7 @@ end
 macro_rules! lua_acquire {
     () => {
         concat!(
-            r#"-- leasehold ACQUIRE (queue protocol 5)
+            r#"-- leasehold ACQUIRE (queue protocol 6)
 -- KEYS[1] lock (hash {token, fence}, PX ttl), KEYS[2] fence (decimal text, PX ttl + keep),
 -- KEYS[3] queue (zset of 'wake#token' entries scored by registration, server ms)
 -- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] queue entry ('' = do not queue), ARGV[4] keep_ms,
@@ -346,16 +368,16 @@ redis.call('HSET', lock, 'token', token, 'fence', ns)
 redis.call('PEXPIRE', lock, ttl_s)
 if #entry > 0 then
   -- Leave the queue and tell its first entries (the standbys, if a release named them)
-  -- that the lock is taken. A queue key of another type is left alone.
+  -- that the lock is taken and for how long: they look again when it runs out, whatever
+  -- their refusals said. A queue key of another type is left alone.
   local r = redis.pcall('ZREM', queue, entry)
   if type(r) == 'number' then
     local head = redis.call('ZRANGE', queue, 0, 1)
-    if shard then
-      if #head > 0 then redis.call('SPUBLISH', shard, 't ' .. name) end
-    else
-      for i = 1, #head do
-        local ch = channel_of(head[i])
-        if ch then redis.call('PUBLISH', ch, 't ' .. name) end
+    for i = 1, #head do
+      local ch = channel_of(head[i])
+      if ch then
+        local msg = 'g ' .. ttl_s .. ' ' .. string.sub(head[i], #ch + 2) .. ' ' .. name
+        if shard then redis.call('SPUBLISH', shard, msg) else redis.call('PUBLISH', ch, msg) end
       end
     end
   end
@@ -369,7 +391,7 @@ return {1, nxt, ttl}
 macro_rules! lua_renew {
     () => {
         concat!(
-            r#"-- leasehold RENEW (queue protocol 5)
+            r#"-- leasehold RENEW (queue protocol 6)
 -- KEYS[1] lock; ARGV[1] token, ARGV[2] ttl_ms
 -- -> 1 renewed | 0 rejected (not the owner, or the lock is gone: never re-created here)
 "#,
@@ -397,7 +419,7 @@ return 1
 macro_rules! lua_release {
     () => {
         concat!(
-            r#"-- leasehold RELEASE (queue protocol 5)
+            r#"-- leasehold RELEASE (queue protocol 6)
 -- KEYS[1] lock, KEYS[2] queue; ARGV[1] token, ARGV[2] lock name, ARGV[3] max_age_ms,
 -- ARGV[4] optional: the name's shard channel 'lh:{NAME}:wake' (Cluster: SPUBLISH there, the
 -- payloads unchanged; a reached subscriber is then any client listening for the name)
@@ -624,6 +646,7 @@ mod tests {
             Some(WakeMessage {
                 kind: MSG_WAKE,
                 rank: 0,
+                ttl_ms: 0,
                 token,
                 name: "jobs"
             })
@@ -641,6 +664,12 @@ mod tests {
         assert_eq!(
             parse_message(format!("t {T} x").as_bytes()).unwrap().name,
             format!("{T} x")
+        );
+        let granted = format!("g 1500 {T} a b");
+        let g = parse_message(granted.as_bytes()).unwrap();
+        assert_eq!(
+            (g.kind, g.ttl_ms, g.token, g.name),
+            (MSG_GRANTED, 1500, token, "a b")
         );
         let upper = T.to_uppercase();
         let short = &T[1..];
@@ -670,6 +699,15 @@ mod tests {
             format!("w1 {T} jobs"),
             "t".into(),
             "t ".into(),
+            format!("g {T} jobs"),
+            format!("g 0 {T} jobs"),
+            format!("g 01 {T} jobs"),
+            format!("g -1 {T} jobs"),
+            format!("g 1000000000000000 {T} jobs"),
+            format!("g 1000{T} jobs"),
+            format!("g 1000 {T}"),
+            "g 1000 jobs".into(),
+            format!("g1000 {T} jobs"),
         ] {
             assert_eq!(parse_message(bad.as_bytes()), None, "{bad:?}");
         }
@@ -682,7 +720,7 @@ mod tests {
     fn scripts_are_ascii_and_check_their_keys() {
         for s in Script::ALL {
             assert!(s.text().is_ascii());
-            assert!(s.text().contains("queue protocol 5"));
+            assert!(s.text().contains("queue protocol 6"));
             assert_eq!(
                 s.text().matches("redis.error_reply('lh: ").count(),
                 s.text().matches("redis.error_reply(").count()
