@@ -28,8 +28,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def script(name: str, *args: str, timeout: float = 180) -> str:
-    res = subprocess.run(["bash", os.path.join(SCRIPTS, name), *args], capture_output=True, text=True, timeout=timeout)
+def script(name: str, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> str:
+    res = subprocess.run(
+        ["bash", os.path.join(SCRIPTS, name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     if res.returncode != 0:
         raise RuntimeError(f"{name} {' '.join(args[:1])} failed: {res.stderr.strip()[-2000:]}")
     return res.stdout
@@ -129,6 +135,12 @@ class Redis:
                 self.proc.wait()
 
 
+# The fenced store must keep what it acknowledged across a crash: PostgreSQL's defaults (every
+# commit waits for its WAL flush), not the test server's synchronous_commit=off, under which an
+# immediate shutdown loses the last commits (the lost-write check reports them).
+DURABLE = {"PG_TEST_DURABLE": "1"}
+
+
 class Postgres:
     def __init__(self, tmp: str) -> None:
         import glob
@@ -136,7 +148,7 @@ class Postgres:
         if shutil.which("initdb") is None and not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
             raise ServerMissing("postgresql")
         self.dir = os.path.join(tmp, "pg")
-        self.url = script("pg-test-server.sh", "start", self.dir).strip().splitlines()[-1]
+        self.url = script("pg-test-server.sh", "start", self.dir, env=DURABLE).strip().splitlines()[-1]
         self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
         self.endpoints = [("127.0.0.1", self.port)]
 
@@ -150,7 +162,7 @@ class Postgres:
             time.sleep(0.05)
 
     def start(self) -> None:
-        script("pg-test-server.sh", "start", self.dir)
+        script("pg-test-server.sh", "start", self.dir, env=DURABLE)
 
     def stop(self) -> None:
         script("pg-test-server.sh", "stop", self.dir)
