@@ -138,17 +138,12 @@ def open_backend(url: str) -> Any:
     """
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "sqlite":
-        from .backends.sqlite import SQLiteLockService, SQLiteServiceError, default_path, path_from_url
+        from .backends.sqlite import SQLiteLockService, SQLiteServiceError, path_from_url
 
         try:
             path = path_from_url(url)
         except ValueError as e:
             raise UsageError(scrub(e, url)) from None
-        if path == default_path():
-            try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            except OSError as e:
-                raise BackendError(f"cannot create {escape_control(str(path.parent))}: {e.strerror or e}") from None
         try:
             return SQLiteLockService(path)
         except SQLiteServiceError as e:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._backend import backend_status, host_facts
+from .._urls import redact
 from .._core import HostFact
 from ..errors import LeaseholdError
 from ..service import LockStatus
@@ -71,11 +72,11 @@ def path_from_url(url: str) -> Path:
     (relative to the working directory), ``sqlite://`` or ``sqlite:`` (the default path)."""
     parts = urlsplit(url)
     if parts.scheme != "sqlite":
-        raise ValueError(f"not a sqlite: URL: {url!r}")
+        raise ValueError(f"not a sqlite: URL: {redact(url)}")
     if parts.netloc:
-        raise ValueError(f"sqlite URLs have no host part (use sqlite:///absolute/path): {url!r}")
+        raise ValueError(f"sqlite URLs have no host part (use sqlite:///absolute/path): {redact(url)}")
     if parts.query or parts.fragment:
-        raise ValueError(f"sqlite URLs take no query or fragment: {url!r}")
+        raise ValueError(f"sqlite URLs take no query or fragment: {redact(url)}")
     path = unquote(parts.path)
     if not path:
         return default_path()

@@ -64,7 +64,27 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("url", HOSTILE)
+def test_sqlite_url_errors_do_not_quote_the_url() -> None:
+    from leasehold.backends.sqlite import path_from_url
+
+    for url in (f"sqlite://u:{SECRET}@host/x.db", f"sqlite:///x.db?password={SECRET}", f"redis://:{SECRET}@h/0"):
+        with pytest.raises(ValueError) as info:
+            path_from_url(url)
+        assert SECRET not in str(info.value), info.value
+
+
+def test_cli_creates_the_default_directory_private(tmp_path) -> None:
+    from cli_helpers import cli_env
+
+    env = cli_env(tmp_path)
+    r = run_cli(["run", "default-dir", "--", "true"], env)
+    assert r.returncode == 0, r.stderr
+    cache = tmp_path / "cache"
+    for d in (cache, cache / "leasehold"):
+        assert d.stat().st_mode & 0o777 == 0o700, (d, oct(d.stat().st_mode))
+    assert (cache / "leasehold" / "locks.sqlite3").stat().st_mode & 0o777 == 0o600
+
+
 def test_redact_hides_the_secret(url: str) -> None:
     shown = redact(url)
     assert SECRET not in shown, shown
