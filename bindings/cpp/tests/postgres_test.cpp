@@ -2,7 +2,8 @@
 // once for this binary (scripts/pg-test-server.sh: initdb in a temporary directory, a free
 // loopback port, stopped by its pid) and shared by its tests. Worker processes contend, a
 // counter behind the gate loses no update, a holder stopped past its TTL is fenced out, the
-// server restarts mid-run, and bad input gives a clear error. Under CI=true a missing
+// server restarts mid-run, and bad input gives a clear error that never shows the connection
+// string's password (hostile strings, libpq errors, the server's refusal). Under CI=true a missing
 // PostgreSQL is a failure, never a skip.
 #include <leasehold.hpp>
 #include <leasehold/postgres_fencing.hpp>
@@ -129,6 +130,97 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// Connection strings that do not parse, or with an '@' after the host part (an unescaped '/'
+// in the password), are refused by the constructors; the error says why without a
+// byte of the password, however libpq quotes the string.
+TEST(PostgresSecrets, UnparseableOrAmbiguousStringsAreRefusedUnshown) {
+  const std::vector<std::string> refused = {
+      "postgresql://u:S3CRET@[::1/db",                  // bad IPv6 bracket: libpq quotes the whole URI
+      "postgresql://u:S3%zzCRET@127.0.0.1:1/db",        // bad percent escape
+      "postgresql://u:S3CRET%00@127.0.0.1:1/db",        // %00
+      "postgresql://u:S3CRET/x@127.0.0.1:1/db",         // unescaped '/': libpq would take S3CRET as the port
+      "postgresql://u:S3?CR/ET@127.0.0.1:1/db",         // unescaped '?' and '/'
+      "postgresql://u:S3\"CR\"ET@[::1/db",              // quotes in the password
+      "host=127.0.0.1 password='S3CRET",                // unterminated quote
+      "host=127.0.0.1 S3CRET",                          // no '='
+      "postgresql://u:S3CRET@127.0.0.1:1/db?password",  // a query key without '='
+  };
+  for (const auto& url : refused) {
+    SCOPED_TRACE(url);
+    PostgresOptions o;
+    o.url = url;
+    o.log = [](std::string_view m) { ADD_FAILURE() << "logged: " << m; };
+    try {
+      PostgresTransport t(o);
+      ADD_FAILURE() << "accepted";
+    } catch (const leasehold::Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("S3"), std::string::npos) << what;
+      EXPECT_EQ(what.find("CRET"), std::string::npos) << what;
+      EXPECT_NE(what.find("not shown"), std::string::npos) << what;
+    }
+    try {
+      PostgresFencingGate gate(url);
+      ADD_FAILURE() << "accepted by the gate";
+    } catch (const leasehold::PostgresError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("S3"), std::string::npos) << what;
+      EXPECT_EQ(what.find("CRET"), std::string::npos) << what;
+    }
+  }
+}
+
+// Strings that parse but cannot connect: libpq's errors reach the log, the failure the client
+// keeps and the gate's exception with the password masked, even where libpq quotes it (a
+// password given as the port).
+TEST(PostgresSecrets, ConnectionErrorsHideThePassword) {
+  const std::string port = std::to_string(free_port());
+  const std::vector<std::string> hostile = {
+      "postgresql://u@127.0.0.1:" + port + "/db?password=S3CRET",
+      "postgresql://u:S3CRET@127.0.0.1:S3CRET/db",  // libpq: invalid integer value "S3CRET" for ... "port"
+      "host=127.0.0.1 port=S3CRET user=u password=S3CRET",
+      "host=127.0.0.1 port=" + port + " user=u password=S3CRET sslmode=bogus",
+      "postgresql://u:S3%2FCRET@127.0.0.1:" + port + "/db",  // a '/' percent-encoded: accepted
+      "postgresql://u:S3CRET?x@127.0.0.1:" + port + "/db",   // libpq reads S3CRET?x as the password
+  };
+  for (const auto& url : hostile) {
+    SCOPED_TRACE(url);
+    auto logs = std::make_shared<std::vector<std::string>>();
+    auto mu = std::make_shared<std::mutex>();
+    PostgresOptions o;
+    o.url = url;
+    o.log = [logs, mu](std::string_view m) {
+      std::lock_guard g(*mu);
+      logs->emplace_back(m);
+    };
+    ClientOptions co;
+    co.close_timeout = 500ms;
+    co.config.request_timeout_ns = 500'000'000;
+    std::string error;
+    {
+      LockClient c(std::make_shared<PostgresTransport>(o), co);
+      EXPECT_FALSE(c.acquire("n", 5s).has_value());
+      error = c.last_backend_error();
+    }
+    EXPECT_FALSE(error.empty());
+    EXPECT_EQ(error.find("S3CRET"), std::string::npos) << error;
+    EXPECT_EQ(error.find("S3/CRET"), std::string::npos) << error;
+    std::lock_guard g(*mu);
+    EXPECT_FALSE(logs->empty());
+    for (const auto& line : *logs) {
+      EXPECT_EQ(line.find("S3CRET"), std::string::npos) << line;
+      EXPECT_EQ(line.find("S3/CRET"), std::string::npos) << line;
+    }
+    try {
+      PostgresFencingGate gate(url);
+      ADD_FAILURE() << "the gate connected";
+    } catch (const leasehold::PostgresError& e) {
+      EXPECT_EQ(std::string(e.what()).find("S3CRET"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("connection failed"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_F(Postgres, LifecycleAndAWaiterWokenByNotify) {
@@ -337,6 +429,35 @@ TEST_F(Postgres, WrongPasswordUnreachableServerAndForeignTableAreClearErrors) {
     EXPECT_EQ(c.counters().grants, 0u);
   }
   EXPECT_EQ(fa.q("SELECT count(*) FROM leasehold_locks"), "0");
+}
+
+// The server's refusal of a wrong password, given in the userinfo or as ?password=, names no
+// password in the log, the client's error or the gate's exception; the right one given as
+// ?password= works.
+TEST_F(Postgres, TheServersRefusalNeverCarriesThePassword) {
+  std::string in_userinfo = url(), in_query = url();
+  in_userinfo.replace(in_userinfo.find(":leasehold@"), 11, ":S3CRET@");
+  in_query.replace(in_query.find(":leasehold@"), 11, "@");
+  for (const auto& bad : {in_userinfo, in_query + "?password=S3CRET"}) {
+    SCOPED_TRACE(bad);
+    std::vector<std::string> logs;
+    {
+      LockClient c(transport(bad, &logs), quiet(true));
+      EXPECT_FALSE(c.acquire("n", 5s).has_value());
+      EXPECT_NE(c.last_backend_error().find("password authentication failed"), std::string::npos) << c.last_backend_error();
+      EXPECT_EQ(c.last_backend_error().find("S3CRET"), std::string::npos) << c.last_backend_error();
+    }
+    ASSERT_FALSE(logs.empty());
+    for (const auto& line : logs) EXPECT_EQ(line.find("S3CRET"), std::string::npos) << line;
+    try {
+      PostgresFencingGate gate(bad);
+      ADD_FAILURE() << "the gate connected";
+    } catch (const leasehold::PostgresError& e) {
+      EXPECT_EQ(std::string(e.what()).find("S3CRET"), std::string::npos) << e.what();
+    }
+  }
+  LockClient good(transport(in_query + "?password=leasehold"), quiet());
+  EXPECT_TRUE(good.acquire("by-query", 5s).has_value()) << good.last_backend_error();
 }
 
 // Asynchronous commit shares locks with the default; a read-only session (SQLSTATE 25006)

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <leasehold.hpp>
+#include <leasehold/detail/pg_conninfo.hpp>
 
 #include <libpq-fe.h>
 
@@ -72,11 +73,16 @@ class PostgresFencingGate {
   using Result = std::unique_ptr<PGresult, Clear>;
 
  public:
-  // Opens (and owns) a connection: postgresql://user:password@host:port/db?sslmode=…
+  // Opens (and owns) a connection: postgresql://user:password@host:port/db?sslmode=verify-full.
+  // No error quotes the string's password (one that does not parse is not shown at all).
   explicit PostgresFencingGate(const std::string& url, FencingGateOptions options = {}) : PostgresFencingGate(options) {
+    std::string refused;
+    auto redact = detail::PgRedactor::make(url, refused);
+    if (!redact) throw PostgresError("connection failed: " + refused, "");
+    redact_ = std::move(*redact);
     owned_.reset(PQconnectdb(url.c_str()));
     if (!owned_ || PQstatus(owned_.get()) != CONNECTION_OK)
-      throw PostgresError(std::string("connection failed: ") + (owned_ ? PQerrorMessage(owned_.get()) : "out of memory"), "");
+      throw PostgresError("connection failed: " + redact_(owned_ ? detail::pg_one_line(PQerrorMessage(owned_.get())) : "out of memory"), "");
     conn_ = owned_.get();
     PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // "already exists, skipping"
   }
@@ -87,11 +93,13 @@ class PostgresFencingGate {
     conn_ = connection;
   }
   PostgresFencingGate(PostgresFencingGate&& o) noexcept
-      : owned_(std::move(o.owned_)), conn_(std::exchange(o.conn_, nullptr)), table_(std::move(o.table_)) {}
+      : owned_(std::move(o.owned_)), conn_(std::exchange(o.conn_, nullptr)), table_(std::move(o.table_)),
+        redact_(std::move(o.redact_)) {}
   PostgresFencingGate& operator=(PostgresFencingGate&& o) noexcept {
     owned_ = std::move(o.owned_);
     conn_ = std::exchange(o.conn_, nullptr);
     table_ = std::move(o.table_);
+    redact_ = std::move(o.redact_);
     return *this;
   }
 
@@ -167,7 +175,7 @@ class PostgresFencingGate {
       const char* state = r ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
       std::string msg = r ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_);
       while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-      throw PostgresError(msg.empty() ? std::string(PQerrorMessage(conn_)) : msg, state != nullptr ? state : "");
+      throw PostgresError(redact_(msg.empty() ? std::string(PQerrorMessage(conn_)) : msg), state != nullptr ? state : "");
     }
     return r;
   }
@@ -182,6 +190,7 @@ class PostgresFencingGate {
   std::unique_ptr<PGconn, Finish> owned_;
   PGconn* conn_ = nullptr;
   std::string table_;
+  detail::PgRedactor redact_;  // the owned connection's secrets
 };
 
 }  // namespace leasehold

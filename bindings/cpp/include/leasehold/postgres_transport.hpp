@@ -13,9 +13,13 @@
 // listener at once and then every half second until the server answers; each reopening is
 // reported (lh_sql_connection_reset) so the core checks the schema and LISTENs again. A database
 // error rolls back the open transaction. One PostgresTransport per LockClient.
+// No log line or failure message quotes the connection string's password: a string that does
+// not parse, or whose '@' comes after its host part (an unescaped '/' in a password), is refused
+// by the constructor without being shown, and the password is masked in libpq's messages.
 #pragma once
 
 #include <leasehold.hpp>
+#include <leasehold/detail/pg_conninfo.hpp>
 #include <leasehold/detail/sql_executor.hpp>
 
 #include <libpq-fe.h>
@@ -29,8 +33,9 @@
 namespace leasehold {
 
 struct PostgresOptions {
-  // A libpq connection string: postgresql://user:password@host:port/db?sslmode=require (or
-  // key=value pairs). Its own connect_timeout, keepalive and TLS settings take precedence.
+  // A libpq connection string: postgresql://user:password@host:port/db?sslmode=verify-full (or
+  // key=value pairs; percent-encode '/' and '@' in a URI's password). Its own
+  // connect_timeout, keepalive and TLS settings take precedence.
   std::string url;
   std::chrono::milliseconds connect_timeout{2000};  // libpq rounds up to whole seconds (at least 2)
   std::chrono::milliseconds command_timeout{5000};  // no answer by then: the connection is dropped
@@ -52,13 +57,7 @@ using PgConn = std::unique_ptr<PGconn, PgFinish>;
 using PgResult = std::unique_ptr<PGresult, PgClear>;
 
 // libpq's multi-line messages as one line.
-inline std::string pg_text(const char* m) {
-  std::string s = m != nullptr ? m : "";
-  for (auto& ch : s)
-    if (ch == '\n' || ch == '\t') ch = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
+inline std::string pg_text(const char* m) { return pg_one_line(m); }
 
 // A connection (or null and the server's reason), with the defaults below the URL's own.
 inline PgConn pg_connect(const PostgresOptions& o, std::string& error) {
@@ -189,6 +188,10 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
   explicit PostgresTransport(PostgresOptions options) : opts_(std::move(options)), facts_(detail::HostFacts::stable()) {
     if (opts_.url.empty()) throw Error(status::invalid_argument, "PostgresTransport needs a connection string");
     if (opts_.command_timeout.count() <= 0) throw Error(status::invalid_argument, "command_timeout must be positive");
+    std::string refused;
+    auto redact = detail::PgRedactor::make(opts_.url, refused);
+    if (!redact) throw Error(status::invalid_argument, "PostgresTransport: " + refused);
+    redact_ = std::move(*redact);
     if (!opts_.log) opts_.log = [](std::string_view m) { std::fprintf(stderr, "leasehold postgres: %.*s\n", int(m.size()), m.data()); };
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
@@ -259,7 +262,9 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
     listener ? wake() : cv_.notify_one();
   }
   void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_fd_, "\1\0\0\0\0\0\0\0", 8); }
-  void log(const std::string& m) const noexcept try { opts_.log(m); } catch (...) {}
+  void log(const std::string& m) const noexcept try { opts_.log(redact_(m)); } catch (...) {}
+  // Fails request `id` with a message in which no secret of the connection string is left.
+  void failed(std::uint64_t id, std::uint32_t kind, const std::string& m) { fail(id, kind, redact_(m)); }
   bool closed() {
     std::lock_guard g(mu_);
     return closed_;
@@ -303,7 +308,7 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
         c = detail::pg_connect(opts_, err);
         if (!c) {
           log("commands connection: " + err);
-          fail(r.id, LH_SQL_FAILURE_TRANSPORT, err);
+          failed(r.id, LH_SQL_FAILURE_TRANSPORT, err);
           continue;
         }
         set_cmd_fd(PQsocket(c.get()));
@@ -317,7 +322,7 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
           set_cmd_fd(-1);
           c.reset();
         }
-        fail(r.id, f->kind, std::move(f->message));
+        failed(r.id, f->kind, f->message);
       } else {
         answer(r.id, std::move(rows));
       }
@@ -374,13 +379,13 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
       }
       for (auto& r : batch) {
         if (!c && !connect()) {
-          fail(r.id, LH_SQL_FAILURE_TRANSPORT, listen_error_);
+          failed(r.id, LH_SQL_FAILURE_TRANSPORT, listen_error_);
           continue;
         }
         detail::FlatRows rows;
         if (auto f = execute(c.get(), r, rows)) {
           if (f->kind == LH_SQL_FAILURE_TRANSPORT) broke(f->message);
-          fail(r.id, f->kind, std::move(f->message));
+          failed(r.id, f->kind, f->message);
         } else {
           answer(r.id, std::move(rows));
         }
@@ -406,6 +411,7 @@ class PostgresTransport final : public Transport, public detail::SqlBackend {
   }
 
   PostgresOptions opts_;
+  detail::PgRedactor redact_;
   detail::HostFacts facts_;
   int wake_fd_ = -1;
   std::mutex mu_;
