@@ -119,6 +119,7 @@ class Etcd : public ::testing::Test {
     o.endpoints = std::move(endpoints);
     o.user = std::move(user);
     o.password = std::move(password);
+    o.allow_insecure_auth = true;  // the test cluster speaks http:// on loopback
     o.log = [](std::string_view) {};
     return std::make_shared<EtcdTransport>(o);
   }
@@ -379,6 +380,45 @@ TEST_F(Etcd, GarbageRepliesAreAClearErrorNeverAGrant) {
   server.join();
   ::close(fd);
   EXPECT_GE(served.load(), 1);
+}
+
+// A user and password go to http:// endpoints (etcd:// included) only with allow_insecure_auth;
+// an endpoint holding credentials is refused. The errors name the endpoint, never the password.
+TEST(EtcdCredentials, ClearTextAuthNeedsAnOptInAndEndpointsHoldNoCredentials) {
+  const auto make = [](std::vector<std::string> endpoints, bool opt_in, std::string user = "root") {
+    EtcdOptions o;
+    o.endpoints = std::move(endpoints);
+    o.user = std::move(user);
+    o.password = "S3CRET";
+    o.allow_insecure_auth = opt_in;
+    o.log = [](std::string_view) {};
+    return std::make_shared<EtcdTransport>(o);
+  };
+  for (const auto& endpoints : {std::vector<std::string>{"http://127.0.0.1:2379"}, EtcdOptions::split("etcd://127.0.0.1:2379"),
+                                std::vector<std::string>{"https://127.0.0.1:2379", "http://127.0.0.1:2380"}}) {
+    try {
+      make(endpoints, false);
+      ADD_FAILURE() << "credentials accepted for " << endpoints.back();
+    } catch (const leasehold::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("allow_insecure_auth"), std::string::npos) << what;
+      EXPECT_NE(what.find("http://127.0.0.1"), std::string::npos) << what;
+      EXPECT_EQ(what.find("S3CRET"), std::string::npos) << what;
+    }
+    EXPECT_NO_THROW(make(endpoints, true));
+    EXPECT_NO_THROW(make(endpoints, false, ""));  // no authentication: nothing to protect
+  }
+  EXPECT_NO_THROW(make({"https://127.0.0.1:2379"}, false));
+  for (const auto& endpoint : {"http://root:S3CRET@127.0.0.1:2379", "https://root:S3CRET@127.0.0.1:2379/"}) {
+    try {
+      make({"https://127.0.0.1:2379", endpoint}, true);
+      ADD_FAILURE() << "an endpoint with credentials was accepted";
+    } catch (const leasehold::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("endpoint 2 holds credentials"), std::string::npos) << what;
+      EXPECT_EQ(what.find("S3CRET"), std::string::npos) << what;
+    }
+  }
 }
 
 // A cluster with authentication: a wrong password is a clear error and never a grant; the

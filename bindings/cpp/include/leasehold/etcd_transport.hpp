@@ -10,6 +10,8 @@
 // answered last. One thread drives every transfer (curl multi); connections are reused.
 // Authentication is the core's (EtcdOptions::user / password: it authenticates and every
 // request then carries its token); TLS is libcurl's (https:// endpoints and the options below).
+// A user and password go to https:// endpoints only, unless allow_insecure_auth says the network
+// is trusted; an endpoint URL holding credentials is refused (without being shown).
 // One EtcdTransport per LockClient.
 #pragma once
 
@@ -24,6 +26,9 @@ namespace leasehold {
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // member base URLs: http://127.0.0.1:2379, https://…
   std::string user, password;          // empty user: no authentication
+  // Lets user and password go to http:// endpoints (the etcd:// form too), in clear text: only on
+  // a network nobody else can read (loopback, a test).
+  bool allow_insecure_auth = false;
   std::chrono::milliseconds connect_timeout{1000};
   // Per member tried (watches are unbounded): below the core's request timeout (2 s by
   // default), so a request to a stopped member still fails over within it.
@@ -69,6 +74,18 @@ class EtcdTransport final : public Transport, public Backend {
     if (opts_.endpoints.empty()) throw Error(status::invalid_argument, "EtcdTransport needs at least one endpoint");
     for (auto& e : opts_.endpoints)
       while (!e.empty() && e.back() == '/') e.pop_back();
+    for (std::size_t i = 0; i < opts_.endpoints.size(); ++i) {
+      const auto& e = opts_.endpoints[i];
+      const auto scheme = e.find("://");
+      const auto host = scheme == std::string::npos ? 0 : scheme + 3;
+      const auto host_end = std::min(e.find_first_of("/?#", host), e.size());
+      if (e.find('@', host) < host_end)
+        throw Error(status::invalid_argument, "EtcdTransport: endpoint " + std::to_string(i + 1) +
+                                                  " holds credentials (not shown): give them as EtcdOptions::user and password");
+      if (!opts_.user.empty() && !opts_.allow_insecure_auth && e.rfind("https://", 0) != 0)
+        throw Error(status::invalid_argument, "EtcdTransport: the user and password would cross the network in clear text to " + e +
+                                                  " (not https://): use https:// endpoints, or set EtcdOptions::allow_insecure_auth on a trusted network");
+    }
     if (!opts_.log) opts_.log = [](std::string_view m) { std::fprintf(stderr, "leasehold etcd: %.*s\n", int(m.size()), m.data()); };
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
