@@ -4,6 +4,8 @@
 //! notifications and deadlines back. Acquire, contention and handoff, renewal, loss after
 //! a partition, a lost answer retried with the same token, and a not-owner release.
 #![allow(unsafe_code)]
+// The fault switches and the panic hook are test hooks: exported with the `testing` feature only.
+#![cfg(feature = "testing")]
 
 use std::mem::MaybeUninit;
 use std::ptr::null_mut;

@@ -4,6 +4,8 @@
 //! poisoning panic. Each yields its documented code, writes no out-parameter and leaves the
 //! service as it was.
 #![allow(unsafe_code)]
+// The fault switches and the panic hook are test hooks: exported with the `testing` feature only.
+#![cfg(feature = "testing")]
 
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
