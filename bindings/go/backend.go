@@ -1,6 +1,6 @@
 package leasehold
 
-// What the SQL and etcd executors share: a Client made on one of their transports
+// What the SQL and etcd executors share: a LockClient made on one of their transports
 // speaks the protocol in the core (lh_client_new_sql / lh_client_new_etcd) and only runs
 // its requests, verbatim, handing back rows, replies and messages unread.
 
@@ -15,29 +15,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// backendTransport is a Transport whose protocol lives in the core.
-type backendTransport interface {
-	Transport
+// coreExecutor is an Executor whose protocol lives in the core.
+type coreExecutor interface {
+	Executor
 	newCore(cfg coreConfig, seed []byte) (*core, error)
-	newExecutor(c *client) executor
+	startExec(c *client) backendExec
 }
 
-// executor runs one Client's backend requests.
-type executor interface {
+// backendExec runs one LockClient's backend requests.
+type backendExec interface {
 	// pollLocked takes every request the core has queued and starts it (c.mu held).
 	pollLocked() error
 	// lastErrorLocked is what the protocol last saw go wrong (c.mu held).
 	lastErrorLocked() string
 	// close stops the executor's goroutines and closes its connections; called
-	// once the Client's driver stopped and its I/O context is cancelled.
+	// once the LockClient's driver stopped and its I/O context is cancelled.
 	close()
 }
 
-// drivenByCore gives the SQL and etcd transports the Transport methods: a
-// Client runs the core's requests instead of calling them, so they fail.
+// drivenByCore gives the SQL and etcd transports the Executor methods: a
+// LockClient runs the core's requests instead of calling them, so they fail.
 type drivenByCore struct{}
 
-// Acquire is never called by a Client on this transport; it fails.
+// Acquire is never called by a LockClient on this transport; it fails.
 func (drivenByCore) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
 	return AcquireReply{}, errDrivenByCore
 }

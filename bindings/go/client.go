@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Options configures a Client. Zero fields take the core's defaults.
+// Options configures a LockClient. Zero fields take the core's defaults.
 type Options struct {
 	// RequestTimeout bounds each backend request (renewals use
 	// min(RequestTimeout, TTL/3)). Default 2s.
@@ -51,7 +51,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// AcquireOptions are the per-call options of Client.Acquire.
+// AcquireOptions are the per-call options of LockClient.Acquire.
 type AcquireOptions struct {
 	// TTL of the lease, a whole number of milliseconds (required). The
 	// client renews the lease every TTL/3 until it is released.
@@ -59,7 +59,7 @@ type AcquireOptions struct {
 	// Wait bounds how long Acquire waits for a lock held by someone else;
 	// 0 makes a single attempt. The ctx deadline bounds it too.
 	Wait time.Duration
-	// Reentrant makes a second Acquire of a name this Client already holds
+	// Reentrant makes a second Acquire of a name this LockClient already holds
 	// reentrantly succeed at once, sharing the lease (and its fencing
 	// token); the lock is released when every holder released it.
 	Reentrant bool
@@ -70,28 +70,28 @@ type AcquireOptions struct {
 	NoAutoRenew bool
 }
 
-// Client is a lock client: it owns one core handle, one driver goroutine
-// and a Transport. It is safe for concurrent use by many goroutines. Call
-// Close when done; a Client that becomes unreachable without Close is
+// LockClient is a lock client: it owns one core handle, one driver goroutine
+// and an Executor. It is safe for concurrent use by many goroutines. Call
+// Close when done; a LockClient that becomes unreachable without Close is
 // closed by a cleanup, which releases its leases.
-type Client struct {
+type LockClient struct {
 	c       *client
 	cleanup runtime.Cleanup
 }
 
-// client is the part of a Client that its goroutines reference, so that a
-// forgotten Client can become unreachable and be cleaned up.
+// client is the part of a LockClient that its goroutines reference, so that a
+// forgotten LockClient can become unreachable and be cleaned up.
 type client struct {
 	mu     sync.Mutex
 	core   *core // nil once closed
 	closed bool
 	broken error
 
-	t             Transport
-	rdb           redis.UniversalClient // set with a RedisTransport: the core speaks Redis, we execute
+	t             Executor
+	rdb           redis.UniversalClient // set with a RedisExecutor: the core speaks Redis, we execute
 	sub           *subscriber
-	exec          executor // set with an SQL or etcd transport: the core speaks it, we execute
-	notifications bool     // Watch commands are executed (else waiters poll)
+	exec          backendExec // set with an SQL or etcd transport: the core speaks it, we execute
+	notifications bool        // Watch commands are executed (else waiters poll)
 	log           *slog.Logger
 	reqTimeout    time.Duration
 	closeTimeout  time.Duration
@@ -132,7 +132,7 @@ type watchOp struct {
 }
 
 type acqWaiter struct {
-	owner *Client
+	owner *LockClient
 	ch    chan acqResult
 }
 
@@ -148,7 +148,7 @@ type leaseRec struct {
 	name       string
 	ttl        time.Duration
 	waiters    map[*acqWaiter]struct{}
-	handles    map[*leaseRef]struct{} // no pointer back to the Client: see leaseRef
+	handles    map[*leaseRef]struct{} // no pointer back to the LockClient: see leaseRef
 	lost       chan struct{}
 	lostErr    error
 	ended      bool
@@ -187,8 +187,8 @@ func (c *client) toTime(ns uint64) time.Time {
 	return monoToTime(uint64(int64(ns) - c.skew.Load()))
 }
 
-// NewClient starts a Client on transport t. opts may be nil.
-func NewClient(t Transport, opts *Options) (*Client, error) {
+// NewLockClient starts a LockClient on transport t. opts may be nil.
+func NewLockClient(t Executor, opts *Options) (*LockClient, error) {
 	if abiErr != nil {
 		return nil, abiErr
 	}
@@ -234,20 +234,20 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		cfg.maxLeases = o.MaxLeases
 	}
 	cfg.notifications = !o.DisableNotifications
-	if p, ok := t.(PollingTransport); ok && !p.Notifications() {
+	if p, ok := t.(PollingExecutor); ok && !p.Notifications() {
 		cfg.notifications = false
 	}
 	seed := make([]byte, 32)
 	if _, err := rand.Read(seed); err != nil {
 		return nil, fmt.Errorf("leasehold: seeding: %w", err)
 	}
-	rt, _ := t.(*RedisTransport)
+	rt, _ := t.(*RedisExecutor)
 	var k *core
 	var err error
 	switch tt := t.(type) {
-	case *RedisTransport:
+	case *RedisExecutor:
 		k, err = newCore(cfg, &tt.proto, seed)
-	case backendTransport:
+	case coreExecutor:
 		k, err = tt.newCore(cfg, seed)
 	default:
 		k, err = newCore(cfg, nil, seed)
@@ -292,30 +292,30 @@ func NewClient(t Transport, opts *Options) (*Client, error) {
 		c.drainLocked() // the first request: SUBSCRIBE of the wake channel
 		c.mu.Unlock()
 	}
-	if bt, ok := t.(backendTransport); ok {
-		c.exec = bt.newExecutor(c)
+	if bt, ok := t.(coreExecutor); ok {
+		c.exec = bt.startExec(c)
 		c.mu.Lock()
 		c.drainLocked()
 		c.mu.Unlock()
 	}
 	go c.driver()
 	go c.watcher()
-	cl := &Client{c: c}
+	cl := &LockClient{c: c}
 	cl.cleanup = runtime.AddCleanup(cl, func(c *client) { go c.close() }, c)
 	return cl, nil
 }
 
-// Close releases every lease of the Client (bounded by Options.CloseTimeout),
+// Close releases every lease of the LockClient (bounded by Options.CloseTimeout),
 // stops its goroutines and frees the core handle. It is idempotent; the
-// Transport is not closed (it belongs to the caller).
-func (cl *Client) Close() error {
+// Executor is not closed (it belongs to the caller).
+func (cl *LockClient) Close() error {
 	cl.cleanup.Stop()
 	return cl.c.close()
 }
 
-// RedisCounters returns what the core's Redis protocol saw (a Client made
-// on a RedisTransport; others get ErrInvalidArgument).
-func (cl *Client) RedisCounters() (RedisCounters, error) {
+// RedisCounters returns what the core's Redis protocol saw (a LockClient made
+// on a RedisExecutor; others get ErrInvalidArgument).
+func (cl *LockClient) RedisCounters() (RedisCounters, error) {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -328,9 +328,9 @@ func (cl *Client) RedisCounters() (RedisCounters, error) {
 	return c.core.redisCounters()
 }
 
-// EtcdCounters returns what the core's etcd protocol saw (a Client made on
-// an EtcdTransport; others get ErrInvalidArgument).
-func (cl *Client) EtcdCounters() (EtcdCounters, error) {
+// EtcdCounters returns what the core's etcd protocol saw (a LockClient made on
+// an EtcdExecutor; others get ErrInvalidArgument).
+func (cl *LockClient) EtcdCounters() (EtcdCounters, error) {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -348,7 +348,7 @@ func (cl *Client) EtcdCounters() (EtcdCounters, error) {
 // failure), for diagnostics; empty when none, or for other transports.
 // An acquire that failed because the backend was unavailable carries it
 // in AcquireError.Detail.
-func (cl *Client) BackendError() string {
+func (cl *LockClient) BackendError() string {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,7 +363,7 @@ func (c *client) backendErrorLocked() string {
 }
 
 // Counters returns the core's counters.
-func (cl *Client) Counters() (Counters, error) {
+func (cl *LockClient) Counters() (Counters, error) {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -381,7 +381,7 @@ func (cl *Client) Counters() (Counters, error) {
 // unreachable), ErrClosed, or ctx's error (joined with ErrNotAcquired). When
 // ctx's deadline is shorter than opts.Wait and ends the wait, the error
 // matches context.DeadlineExceeded as well as ErrNotAcquired.
-func (cl *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
 	c := cl.c
 	if ctx == nil {
 		return nil, invalidArg("nil context")
@@ -893,7 +893,7 @@ func (c *client) runInline(caller context.Context, j *job) {
 	j.run(ctx)
 }
 
-func callAcquire(ctx context.Context, t Transport, name, token string, ttl time.Duration) (r AcquireReply, err error) {
+func callAcquire(ctx context.Context, t Executor, name, token string, ttl time.Duration) (r AcquireReply, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("leasehold: transport panicked: %v", p)
@@ -902,7 +902,7 @@ func callAcquire(ctx context.Context, t Transport, name, token string, ttl time.
 	return t.Acquire(ctx, name, token, ttl)
 }
 
-func callRenew(ctx context.Context, t Transport, name, token string, ttl time.Duration, data []byte) (ok bool, err error) {
+func callRenew(ctx context.Context, t Executor, name, token string, ttl time.Duration, data []byte) (ok bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("leasehold: transport panicked: %v", p)
@@ -911,7 +911,7 @@ func callRenew(ctx context.Context, t Transport, name, token string, ttl time.Du
 	return t.Renew(ctx, name, token, ttl, data)
 }
 
-func callRelease(ctx context.Context, t Transport, name, token string, data []byte) (ok bool, err error) {
+func callRelease(ctx context.Context, t Executor, name, token string, data []byte) (ok bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("leasehold: transport panicked: %v", p)
@@ -985,7 +985,7 @@ func (c *client) wake(name string) bool {
 	return took
 }
 
-func callWatch(ctx context.Context, t Transport, name string, notify func(string), wake func(string) bool) (f func(), err error) {
+func callWatch(ctx context.Context, t Executor, name string, notify func(string), wake func(string) bool) (f func(), err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("leasehold: transport panicked: %v", p)

@@ -12,7 +12,7 @@ var (
 	// ErrUnavailable: the backend could not be reached for the whole wait.
 	// Errors that match it also match ErrNotAcquired.
 	ErrUnavailable = errors.New("leasehold: backend unavailable")
-	// ErrClosed: the Client was closed.
+	// ErrClosed: the LockClient was closed.
 	ErrClosed = errors.New("leasehold: client closed")
 	// ErrInvalidArgument: a bad name, TTL, wait or option.
 	ErrInvalidArgument = errors.New("leasehold: invalid argument")

@@ -20,14 +20,14 @@ import (
 	"time"
 )
 
-// EtcdTransport is the configuration of the etcd executor: a Client made on
+// EtcdExecutor is the configuration of the etcd executor: a LockClient made on
 // it speaks the core's etcd protocol (a lease per holder, one transaction
 // per acquire, the owner key's create revision as the fencing token, a
 // waiter watching only its predecessor) through etcd's JSON gateway, with
 // nothing but net/http. Any member serves any request: a member that does
 // not answer is skipped for the next one. Python and C++ clients contend
 // correctly with it for the same names.
-type EtcdTransport struct {
+type EtcdExecutor struct {
 	drivenByCore
 	urls       []string
 	proto      etcdProtocol
@@ -36,9 +36,9 @@ type EtcdTransport struct {
 	preferred  atomic.Int64 // the member that answered last
 }
 
-// EtcdOptions configures an EtcdTransport; zero fields take the defaults.
+// EtcdOptions configures an EtcdExecutor; zero fields take the defaults.
 type EtcdOptions struct {
-	// Username and Password authenticate every Client (etcd's auth);
+	// Username and Password authenticate every LockClient (etcd's auth);
 	// empty: no authentication. Over http:// endpoints both, and the token
 	// that stands for them, would cross the network in clear text: they are
 	// refused there unless AllowInsecureAuth is set.
@@ -49,17 +49,17 @@ type EtcdOptions struct {
 	// TLS is used for https:// endpoints (client certificates, CAs).
 	TLS *tls.Config
 	// TryTimeout bounds one attempt on one member before the next one is
-	// tried (default 1s; the whole request is bounded by the Client's
+	// tried (default 1s; the whole request is bounded by the LockClient's
 	// RequestTimeout).
 	TryTimeout time.Duration
 }
 
-// NewEtcdTransport returns the executor configuration for the cluster whose
+// NewEtcdExecutor returns the executor configuration for the cluster whose
 // members' client URLs are endpoints (http://host:2379 or https://…; no
 // credentials in them: those are EtcdOptions'). o may be nil. Its errors
 // never quote a password: an endpoint that does not parse is named by its
 // position.
-func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error) {
+func NewEtcdExecutor(endpoints []string, o *EtcdOptions) (*EtcdExecutor, error) {
 	if len(endpoints) == 0 {
 		return nil, invalidArg("no etcd endpoints")
 	}
@@ -76,7 +76,7 @@ func NewEtcdTransport(endpoints []string, o *EtcdOptions) (*EtcdTransport, error
 	if opt.Username == "" && opt.Password != "" {
 		return nil, invalidArg("a password without a user name")
 	}
-	t := &EtcdTransport{proto: etcdProtocol{user: opt.Username, password: opt.Password}, tryTimeout: opt.TryTimeout}
+	t := &EtcdExecutor{proto: etcdProtocol{user: opt.Username, password: opt.Password}, tryTimeout: opt.TryTimeout}
 	for i, e := range endpoints {
 		u, err := url.Parse(strings.TrimRight(e, "/"))
 		if err != nil {
@@ -111,12 +111,12 @@ func (o EtcdOptions) Format(f fmt.State, _ rune) {
 }
 
 // Format prints the transport with the password masked, whatever the verb.
-func (t *EtcdTransport) Format(f fmt.State, _ rune) {
+func (t *EtcdExecutor) Format(f fmt.State, _ rune) {
 	if t == nil {
 		fmt.Fprint(f, "<nil>")
 		return
 	}
-	fmt.Fprintf(f, "EtcdTransport{Endpoints:%q Username:%q Password:%q}", t.urls, t.proto.user, mask(t.proto.password))
+	fmt.Fprintf(f, "EtcdExecutor{Endpoints:%q Username:%q Password:%q}", t.urls, t.proto.user, mask(t.proto.password))
 }
 
 func mask(secret string) string {
@@ -127,26 +127,26 @@ func mask(secret string) string {
 }
 
 // Endpoints returns the members' client URLs.
-func (t *EtcdTransport) Endpoints() []string { return append([]string(nil), t.urls...) }
+func (t *EtcdExecutor) Endpoints() []string { return append([]string(nil), t.urls...) }
 
-// Close closes the idle HTTP connections. Each Client closes its watch
-// streams in Client.Close.
-func (t *EtcdTransport) Close() error {
+// Close closes the idle HTTP connections. Each LockClient closes its watch
+// streams in LockClient.Close.
+func (t *EtcdExecutor) Close() error {
 	t.http.CloseIdleConnections()
 	return nil
 }
 
-func (t *EtcdTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+func (t *EtcdExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
 	return newCoreEtcd(cfg, t.proto, seed)
 }
 
-func (t *EtcdTransport) newExecutor(c *client) executor {
+func (t *EtcdExecutor) startExec(c *client) backendExec {
 	return &etcdExec{c: c, t: t, watches: map[uint64]context.CancelFunc{}}
 }
 
 type etcdExec struct {
 	c  *client
-	t  *EtcdTransport
+	t  *EtcdExecutor
 	mu sync.Mutex
 	// watches maps each open watch to what closes it.
 	watches map[uint64]context.CancelFunc
@@ -201,7 +201,7 @@ func (x *etcdExec) pollTakeLocked(take bool) (*job, error) {
 
 func (x *etcdExec) lastErrorLocked() string { return x.c.core.etcdLastError() }
 
-// closingLocked revokes the Client's pooled etcd leases once its locks were released, so
+// closingLocked revokes the LockClient's pooled etcd leases once its locks were released, so
 // nothing of it stays on the cluster for a TTL (c.mu held; the requests go out on drain).
 func (x *etcdExec) closingLocked(now uint64) error { return x.c.core.etcdClose(now) }
 

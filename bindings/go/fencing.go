@@ -9,7 +9,7 @@ import (
 	"strconv"
 )
 
-// Dialect selects the SQL placeholder style of a Gate.
+// Dialect selects the SQL placeholder style of a FencingGate.
 type Dialect int
 
 const (
@@ -19,8 +19,8 @@ const (
 	DialectPostgres
 )
 
-// GateOptions configures a Gate.
-type GateOptions struct {
+// FencingGateOptions configures a FencingGate.
+type FencingGateOptions struct {
 	// Table holding one high-water mark per resource. Default
 	// "leasehold_fence".
 	Table string
@@ -28,7 +28,7 @@ type GateOptions struct {
 	Dialect Dialect
 }
 
-// Gate is a fencing gate for a database/sql store: Do runs a protected
+// FencingGate is a fencing gate for a database/sql store: Do runs a protected
 // operation in one transaction that first raises the resource's high-water
 // mark to the caller's fencing token and rejects the operation when a higher
 // token was seen before. Only token < high-water mark is rejected, so a
@@ -38,7 +38,7 @@ type GateOptions struct {
 //
 // For SQLite open the database with a busy timeout (and preferably
 // _txlock=immediate with mattn/go-sqlite3).
-type Gate struct {
+type FencingGate struct {
 	db     *sql.DB
 	table  string
 	upsert string
@@ -47,7 +47,7 @@ type Gate struct {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// StaleTokenError is returned by Gate.Do for a token below the high-water
+// StaleTokenError is returned by FencingGate.Do for a token below the high-water
 // mark; it matches ErrStaleToken.
 type StaleTokenError struct {
 	Resource string
@@ -61,12 +61,12 @@ func (e *StaleTokenError) Error() string {
 
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
-// NewGate creates the high-water-mark table if needed and returns a Gate.
-func NewGate(ctx context.Context, db *sql.DB, opts *GateOptions) (*Gate, error) {
+// NewFencingGate creates the high-water-mark table if needed and returns a FencingGate.
+func NewFencingGate(ctx context.Context, db *sql.DB, opts *FencingGateOptions) (*FencingGate, error) {
 	if db == nil {
 		return nil, invalidArg("nil database")
 	}
-	o := GateOptions{Table: "leasehold_fence"}
+	o := FencingGateOptions{Table: "leasehold_fence"}
 	if opts != nil {
 		if opts.Table != "" {
 			o.Table = opts.Table
@@ -89,7 +89,7 @@ func NewGate(ctx context.Context, db *sql.DB, opts *GateOptions) (*Gate, error) 
 		" (resource TEXT PRIMARY KEY, hwm BIGINT NOT NULL)"); err != nil {
 		return nil, err
 	}
-	return &Gate{
+	return &FencingGate{
 		db:    db,
 		table: t,
 		// Writing first takes the write lock (SQLite) or the row lock
@@ -106,7 +106,7 @@ func NewGate(ctx context.Context, db *sql.DB, opts *GateOptions) (*Gate, error) 
 // transaction is rolled back and a *StaleTokenError (ErrStaleToken) is
 // returned without calling fn. An error from fn rolls back (the mark
 // included) and is returned.
-func (g *Gate) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (g *FencingGate) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	if token == 0 || token > math.MaxInt64 {
 		return invalidArg("fencing token %d out of range", token)
 	}
@@ -139,7 +139,7 @@ func (g *Gate) Do(ctx context.Context, resource string, token uint64, fn func(ct
 }
 
 // HighWaterMark returns the highest token accepted for resource (0 if none).
-func (g *Gate) HighWaterMark(ctx context.Context, resource string) (uint64, error) {
+func (g *FencingGate) HighWaterMark(ctx context.Context, resource string) (uint64, error) {
 	var hwm int64
 	err := g.db.QueryRowContext(ctx, g.read, resource).Scan(&hwm)
 	if err == sql.ErrNoRows {

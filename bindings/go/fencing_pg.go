@@ -9,23 +9,23 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// PgxBeginner is what a PostgresGate needs of a connection: *pgx.Conn and
+// PgxBeginner is what a PostgresFencingGate needs of a connection: *pgx.Conn and
 // *pgxpool.Pool both have it.
 type PgxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// PostgresGate is the fencing gate on PostgreSQL through pgx v5: Do runs a
+// PostgresFencingGate is the fencing gate on PostgreSQL through pgx v5: Do runs a
 // protected operation in one transaction that locks the resource's
 // high-water-mark row (SELECT … FOR UPDATE), refuses a token below the mark
 // (an equal one passes, so a retry with the same token works), raises the
 // mark, and runs the operation's reads and writes in the same transaction.
 // Concurrent holders of the row wait for each other, so a stale holder can
 // neither interleave a read-modify-write with a newer holder's nor write
-// after it. The table is the same as Gate's and Python's FencingGate's
+// after it. The table is the same as FencingGate's and Python's FencingGate's
 // (resource text primary key, hwm bigint).
-type PostgresGate struct {
+type PostgresFencingGate struct {
 	db     PgxBeginner
 	table  string
 	insert string
@@ -34,9 +34,9 @@ type PostgresGate struct {
 	read   string
 }
 
-// NewPostgresGate creates the high-water-mark table if needed and returns a
+// NewPostgresFencingGate creates the high-water-mark table if needed and returns a
 // gate on db. opts may be nil (only Table is read).
-func NewPostgresGate(ctx context.Context, db PgxBeginner, opts *GateOptions) (*PostgresGate, error) {
+func NewPostgresFencingGate(ctx context.Context, db PgxBeginner, opts *FencingGateOptions) (*PostgresFencingGate, error) {
 	if db == nil {
 		return nil, invalidArg("nil connection")
 	}
@@ -55,7 +55,7 @@ func NewPostgresGate(ctx context.Context, db PgxBeginner, opts *GateOptions) (*P
 			return nil, err
 		}
 	}
-	return &PostgresGate{
+	return &PostgresFencingGate{
 		db:    db,
 		table: t,
 		// A row to lock even for a resource never written (0: below every token).
@@ -71,7 +71,7 @@ func NewPostgresGate(ctx context.Context, db PgxBeginner, opts *GateOptions) (*P
 // *StaleTokenError (ErrStaleToken) is returned without calling fn;
 // otherwise the mark is raised to token and fn runs. An error from fn rolls
 // back (the mark included) and is returned; else the transaction commits.
-func (g *PostgresGate) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (g *PostgresFencingGate) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if token == 0 || token > math.MaxInt64 {
 		return invalidArg("fencing token %d out of range", token)
 	}
@@ -109,7 +109,7 @@ func (g *PostgresGate) Do(ctx context.Context, resource string, token uint64, fn
 }
 
 // HighWaterMark returns the highest token accepted for resource (0 if none).
-func (g *PostgresGate) HighWaterMark(ctx context.Context, resource string) (uint64, error) {
+func (g *PostgresFencingGate) HighWaterMark(ctx context.Context, resource string) (uint64, error) {
 	tx, err := g.db.Begin(ctx)
 	if err != nil {
 		return 0, err

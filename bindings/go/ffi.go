@@ -129,7 +129,7 @@ const (
 )
 
 // abiErr is set at package initialisation when the linked library has a
-// different ABI version; NewClient then refuses to run.
+// different ABI version; NewLockClient then refuses to run.
 var abiErr error
 
 // Version is the version string of the linked Rust library.
@@ -208,7 +208,7 @@ func monoToTime(ns uint64) time.Time {
 // handlesFreed counts core handles freed (tests observe the GC cleanup).
 var handlesFreed atomic.Int64
 
-// core wraps one lh_client. It is not safe for concurrent use: the Client
+// core wraps one lh_client. It is not safe for concurrent use: the LockClient
 // serialises every call with its mutex.
 type core struct {
 	p *C.lh_client

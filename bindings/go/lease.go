@@ -11,7 +11,7 @@ import (
 // Lease is one holder's handle on an acquired lock. Its methods are safe for
 // concurrent use.
 type Lease struct {
-	owner    *Client // keeps the Client reachable while a lease is in use
+	owner    *LockClient // keeps the LockClient reachable while a lease is in use
 	rec      *leaseRec
 	name     string
 	fence    uint64
@@ -26,14 +26,14 @@ type Lease struct {
 }
 
 // leaseRef is what the client's records keep of a Lease: its cancel func,
-// and no pointer to the Lease or the Client. A forgotten Client whose
+// and no pointer to the Lease or the LockClient. A forgotten LockClient whose
 // leases are forgotten too is thus unreachable and gets cleaned up (which
 // releases the leases) instead of renewing them forever.
 type leaseRef struct {
 	cancel context.CancelCauseFunc
 }
 
-func newLease(owner *Client, rec *leaseRec) *Lease {
+func newLease(owner *LockClient, rec *leaseRec) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Lease{owner: owner, rec: rec, name: rec.name, fence: rec.fence, ctx: ctx, cancel: cancel, ref: &leaseRef{cancel: cancel}}
 }
@@ -43,7 +43,7 @@ func (l *Lease) Name() string { return l.name }
 
 // FencingToken returns the fencing token minted by the backend for this
 // grant. Tokens of successive grants of one name strictly increase; pass it
-// to every protected write (see Gate).
+// to every protected write (see FencingGate).
 func (l *Lease) FencingToken() uint64 { return l.fence }
 
 // ValidUntil returns the time until which the lease is certainly held
@@ -82,7 +82,7 @@ func (l *Lease) IsHeld() bool {
 func (l *Lease) Lost() <-chan struct{} { return l.rec.lost }
 
 // Context returns a context cancelled when the lease is lost, released, or
-// its Client is closed; context.Cause tells which (ErrLost via *LostError,
+// its LockClient is closed; context.Cause tells which (ErrLost via *LostError,
 // ErrReleased, ErrClosed). Hand it to the critical section.
 func (l *Lease) Context() context.Context { return l.ctx }
 
@@ -112,7 +112,7 @@ func (l *Lease) Err() error {
 // the lease's loss.
 //
 // On a lease that was released (ErrReleased), lost (a *LostError, matching
-// ErrLost) or whose Client was closed (ErrClosed), Renew fails at once and
+// ErrLost) or whose LockClient was closed (ErrClosed), Renew fails at once and
 // sends nothing. A lease whose validity already ran out is lost by this
 // call, without a request.
 func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
@@ -161,7 +161,7 @@ func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
 }
 
 // endedLocked returns the error of an operation on a lease that ended
-// (lost, or its Client closed or broken), nil while it lives (c.mu held).
+// (lost, or its LockClient closed or broken), nil while it lives (c.mu held).
 func (l *Lease) endedLocked() error {
 	c := l.owner.c
 	switch {

@@ -38,7 +38,7 @@ import (
 var ErrNoTestingFeature = errors.New("leasehold: this libleasehold was built without the `testing` feature " +
 	"(build it with `cargo build --release --features testing`)")
 
-// Fault selects how a MemoryTransport misbehaves.
+// Fault selects how a MemoryExecutor misbehaves.
 type Fault int
 
 const (
@@ -61,15 +61,15 @@ const (
 	FaultPartition
 )
 
-// ErrInjected is returned by a MemoryTransport for injected faults.
+// ErrInjected is returned by a MemoryExecutor for injected faults.
 var ErrInjected = errors.New("leasehold: injected transport fault")
 
-// MemoryServer is an in-process lock service with the semantics of the
+// MemoryService is an in-process lock service with the semantics of the
 // Redis scripts: ownership by token, expiry, fencing tokens that never go
 // backwards, release notifications. It wraps the core's reference service
 // (lh_memory_service_*), so every binding tests against the same one; expiry
-// runs on the monotonic clock the Client feeds its core.
-type MemoryServer struct {
+// runs on the monotonic clock the LockClient feeds its core.
+type MemoryService struct {
 	mu sync.Mutex // the C handle is not thread-safe
 	p  *C.lh_memory_service
 	// watching holds the connections with watches (their notifications are
@@ -77,22 +77,22 @@ type MemoryServer struct {
 	watching map[uint64]*memConn
 }
 
-// memConn is one connection's watches, kept apart from its MemoryTransport
+// memConn is one connection's watches, kept apart from its MemoryExecutor
 // so that the server can deliver to it.
 type memConn struct {
 	id   uint64
-	subs map[string]map[*memSub]struct{} // guarded by MemoryServer.mu
+	subs map[string]map[*memSub]struct{} // guarded by MemoryService.mu
 }
 
 type memSub struct{ notify func(string) }
 
-// NewMemoryServer returns an empty server.
-func NewMemoryServer() *MemoryServer {
+// NewMemoryService returns an empty server.
+func NewMemoryService() *MemoryService {
 	var cfg C.lh_memory_config
 	C.lh_memory_config_default(&cfg)
 	// Transports have no Close (a collected one disconnects): never refuse one.
 	cfg.max_connections = 1 << 24
-	s := &MemoryServer{watching: map[uint64]*memConn{}}
+	s := &MemoryService{watching: map[uint64]*memConn{}}
 	if st := C.lh_memory_service_new(&cfg, &s.p); st != statusOK {
 		panic(fmt.Sprintf("leasehold: lh_memory_service_new: %s", statusName(uint32(st))))
 	}
@@ -101,28 +101,28 @@ func NewMemoryServer() *MemoryServer {
 }
 
 // err turns a failed call into an error with the service's detail; s.mu is held.
-func (s *MemoryServer) err(op string, st C.lh_status) error {
+func (s *MemoryService) err(op string, st C.lh_status) error {
 	return fmt.Errorf("leasehold: memory service %s: %s: %s", op, statusName(uint32(st)),
 		C.GoString(C.lh_memory_service_last_error(s.p)))
 }
 
-// Transport returns a new connection to the server with its own fault
+// Executor returns a new connection to the server with its own fault
 // switches.
-func (s *MemoryServer) Transport() *MemoryTransport {
+func (s *MemoryService) Executor() *MemoryExecutor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var id C.uint64_t
 	if st := C.lh_memory_service_connect(s.p, &id); st != statusOK {
 		panic(s.err("connect", st))
 	}
-	t := &MemoryTransport{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
+	t := &MemoryExecutor{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
 	// Transports have no Close: a collected one's connection (and its watches) goes.
 	runtime.AddCleanup(t, s.disconnect, uint64(id))
 	return t
 }
 
 // connections is how many connections are open (tests).
-func (s *MemoryServer) connections() uint64 {
+func (s *MemoryService) connections() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var st C.lh_memory_stats
@@ -134,7 +134,7 @@ func (s *MemoryServer) connections() uint64 {
 }
 
 // disconnect drops connection id and its watches.
-func (s *MemoryServer) disconnect(id uint64) {
+func (s *MemoryService) disconnect(id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.watching, id)
@@ -142,7 +142,7 @@ func (s *MemoryServer) disconnect(id uint64) {
 }
 
 // status is the service's view of name; s.mu is held.
-func (s *MemoryServer) status(name string) (C.lh_memory_status, error) {
+func (s *MemoryService) status(name string) (C.lh_memory_status, error) {
 	var st C.lh_memory_status
 	st.struct_size = C.uint32_t(C.sizeof_lh_memory_status)
 	p, n := strPtr(name)
@@ -153,7 +153,7 @@ func (s *MemoryServer) status(name string) (C.lh_memory_status, error) {
 }
 
 // Holder returns the token holding name and its fencing token.
-func (s *MemoryServer) Holder(name string) (token string, fence uint64, ok bool) {
+func (s *MemoryService) Holder(name string) (token string, fence uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, err := s.status(name)
@@ -166,9 +166,9 @@ func (s *MemoryServer) Holder(name string) (token string, fence uint64, ok bool)
 
 // Expire drops the lock on name as if its TTL had run out. It needs a library
 // built with the `testing` feature (else it panics with ErrNoTestingFeature).
-func (s *MemoryServer) Expire(name string) {
+func (s *MemoryService) Expire(name string) {
 	if C.lhgo_has_forget() == 0 {
-		panic(fmt.Errorf("leasehold: MemoryServer.Expire: %w", ErrNoTestingFeature))
+		panic(fmt.Errorf("leasehold: MemoryService.Expire: %w", ErrNoTestingFeature))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,7 +177,7 @@ func (s *MemoryServer) Expire(name string) {
 }
 
 // Watchers returns how many connections watch name.
-func (s *MemoryServer) Watchers(name string) int {
+func (s *MemoryService) Watchers(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, err := s.status(name)
@@ -188,7 +188,7 @@ func (s *MemoryServer) Watchers(name string) int {
 }
 
 // expiry returns when the server would drop the lock on name (tests).
-func (s *MemoryServer) expiry(name string) time.Time {
+func (s *MemoryService) expiry(name string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, err := s.status(name)
@@ -208,7 +208,7 @@ const (
 
 // call runs one request on connection c and, after a release, delivers the
 // notifications it queued.
-func (s *MemoryServer) call(op memOp, c *memConn, name, token string, ttl time.Duration) (C.lh_memory_result, error) {
+func (s *MemoryService) call(op memOp, c *memConn, name, token string, ttl time.Duration) (C.lh_memory_result, error) {
 	var r C.lh_memory_result
 	r.struct_size = C.uint32_t(C.sizeof_lh_memory_result)
 	np, nn := strPtr(name)
@@ -245,7 +245,7 @@ func (s *MemoryServer) call(op memOp, c *memConn, name, token string, ttl time.D
 }
 
 // pollReleased takes every queued notification; s.mu is held.
-func (s *MemoryServer) pollReleased() []func() {
+func (s *MemoryService) pollReleased() []func() {
 	var out []func()
 	for _, c := range s.watching {
 		for {
@@ -263,11 +263,11 @@ func (s *MemoryServer) pollReleased() []func() {
 	return out
 }
 
-// MemoryTransport is one connection to a MemoryServer, with fault switches.
-// Its zero value is not usable: see NewMemoryTransport and
-// MemoryServer.Transport.
-type MemoryTransport struct {
-	s    *MemoryServer
+// MemoryExecutor is one connection to a MemoryService, with fault switches.
+// Its zero value is not usable: see NewMemoryExecutor and
+// MemoryService.Executor.
+type MemoryExecutor struct {
+	s    *MemoryService
 	conn *memConn
 
 	mu       sync.Mutex
@@ -278,17 +278,17 @@ type MemoryTransport struct {
 	releases int64
 }
 
-// NewMemoryTransport returns a connection to a new MemoryServer.
-func NewMemoryTransport() *MemoryTransport { return NewMemoryServer().Transport() }
+// NewMemoryExecutor returns a connection to a new MemoryService.
+func NewMemoryExecutor() *MemoryExecutor { return NewMemoryService().Executor() }
 
-// Server returns the server this transport talks to.
-func (t *MemoryTransport) Server() *MemoryServer { return t.s }
+// Service returns the server this transport talks to.
+func (t *MemoryExecutor) Service() *MemoryService { return t.s }
 
 // SetFault switches the fault mode; hung calls re-evaluate it. FaultNone and
 // FaultHang are the host's own and work with any library; the others need one
 // built with the `testing` feature (else SetFault panics with
 // ErrNoTestingFeature).
-func (t *MemoryTransport) SetFault(f Fault) {
+func (t *MemoryExecutor) SetFault(f Fault) {
 	var flags C.uint32_t
 	switch f {
 	case FaultReject:
@@ -302,7 +302,7 @@ func (t *MemoryTransport) SetFault(f Fault) {
 	}
 	hooks := C.lhgo_has_set_faults() != 0
 	if !hooks && flags != 0 {
-		panic(fmt.Errorf("leasehold: MemoryTransport.SetFault: %w", ErrNoTestingFeature))
+		panic(fmt.Errorf("leasehold: MemoryExecutor.SetFault: %w", ErrNoTestingFeature))
 	}
 	faults := C.lh_memory_faults{struct_size: C.uint32_t(C.sizeof_lh_memory_faults), flags: flags}
 	t.mu.Lock()
@@ -323,28 +323,28 @@ func (t *MemoryTransport) SetFault(f Fault) {
 }
 
 // Fault returns the current fault mode.
-func (t *MemoryTransport) Fault() Fault {
+func (t *MemoryExecutor) Fault() Fault {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.fault
 }
 
 // SetDelay adds a delay before every request reaches the server.
-func (t *MemoryTransport) SetDelay(d time.Duration) {
+func (t *MemoryExecutor) SetDelay(d time.Duration) {
 	t.mu.Lock()
 	t.delay = d
 	t.mu.Unlock()
 }
 
 // Calls returns how many requests were issued on this transport.
-func (t *MemoryTransport) Calls() int64 {
+func (t *MemoryExecutor) Calls() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.calls
 }
 
 // ReleaseCalls returns how many of those requests were releases.
-func (t *MemoryTransport) ReleaseCalls() int64 {
+func (t *MemoryExecutor) ReleaseCalls() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.releases
@@ -352,7 +352,7 @@ func (t *MemoryTransport) ReleaseCalls() int64 {
 
 // enter applies the host-level faults (delay, hang) before a request goes
 // to the service, which applies the others.
-func (t *MemoryTransport) enter(ctx context.Context) error {
+func (t *MemoryExecutor) enter(ctx context.Context) error {
 	t.mu.Lock()
 	t.calls++
 	d := t.delay
@@ -381,8 +381,8 @@ func (t *MemoryTransport) enter(ctx context.Context) error {
 	}
 }
 
-// Acquire implements Transport.
-func (t *MemoryTransport) Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error) {
+// Acquire implements Executor.
+func (t *MemoryExecutor) Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error) {
 	if err := t.enter(ctx); err != nil {
 		return AcquireReply{}, err
 	}
@@ -399,8 +399,8 @@ func (t *MemoryTransport) Acquire(ctx context.Context, name, token string, ttl t
 	return AcquireReply{RetryAfter: time.Duration(r.retry_after_ms) * time.Millisecond}, nil
 }
 
-// Renew implements Transport.
-func (t *MemoryTransport) Renew(ctx context.Context, name, token string, ttl time.Duration, _ []byte) (bool, error) {
+// Renew implements Executor.
+func (t *MemoryExecutor) Renew(ctx context.Context, name, token string, ttl time.Duration, _ []byte) (bool, error) {
 	if err := t.enter(ctx); err != nil {
 		return false, err
 	}
@@ -408,8 +408,8 @@ func (t *MemoryTransport) Renew(ctx context.Context, name, token string, ttl tim
 	return err == nil && r.outcome == C.LH_MEMORY_RENEWED, err
 }
 
-// Release implements Transport.
-func (t *MemoryTransport) Release(ctx context.Context, name, token string, _ []byte) (bool, error) {
+// Release implements Executor.
+func (t *MemoryExecutor) Release(ctx context.Context, name, token string, _ []byte) (bool, error) {
 	t.mu.Lock()
 	t.releases++
 	t.mu.Unlock()
@@ -420,9 +420,9 @@ func (t *MemoryTransport) Release(ctx context.Context, name, token string, _ []b
 	return err == nil && r.outcome == C.LH_MEMORY_RELEASED, err
 }
 
-// Watch implements Transport. Notifications are delivered synchronously from
+// Watch implements Executor. Notifications are delivered synchronously from
 // the goroutine that released the lock.
-func (t *MemoryTransport) Watch(_ context.Context, name string, notify func(string)) (func(), error) {
+func (t *MemoryExecutor) Watch(_ context.Context, name string, notify func(string)) (func(), error) {
 	s, c := t.s, t.conn
 	sub := &memSub{notify: notify}
 	p, n := strPtr(name)

@@ -16,14 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// PostgresTransport is the configuration of the PostgreSQL executor: a Client
+// PostgresExecutor is the configuration of the PostgreSQL executor: a LockClient
 // made on it speaks the core's SQL protocol (its tables and PL/pgSQL
 // functions, expiry on the server's clock, fences that never regress,
 // release notifications through LISTEN/NOTIFY) and only runs what the core
 // asks, on pgx v5 connections of its own: one for commands and one that
 // LISTENs. Python and C++ clients contend correctly with it for the same
 // names.
-type PostgresTransport struct {
+type PostgresExecutor struct {
 	drivenByCore
 	cfg   *pgx.ConnConfig
 	proto sqlProtocol
@@ -38,21 +38,30 @@ type PostgresOptions struct {
 	// flushes; a crash of the server may forget the last moments' grants and
 	// releases (docs/backends.md). Default false.
 	AsynchronousCommit bool
+	// Config is a parsed pgx configuration (TLS, dialer, runtime
+	// parameters…) used instead of a connection string; each LockClient
+	// connects with a copy of it.
+	Config *pgx.ConnConfig
 }
 
-// NewPostgresTransport parses a connection string in the usual forms
-// (postgresql://user:pass@host:port/db?sslmode=verify-full or key=value
-// pairs; PG* environment variables fill what it leaves out). A string that
-// does not parse is refused with an error that does not quote it (it may hold
-// a password), as is a URL with an '@' past its host part: a password
-// holding an unescaped '/', '?' or '#'.
-func NewPostgresTransport(connString string) (*PostgresTransport, error) {
-	return NewPostgresTransportWithOptions(connString, nil)
-}
-
-// NewPostgresTransportWithOptions is NewPostgresTransport with options; o
-// may be nil.
-func NewPostgresTransportWithOptions(connString string, o *PostgresOptions) (*PostgresTransport, error) {
+// NewPostgresExecutor returns the PostgreSQL executor for connString, in the
+// usual forms (postgresql://user:pass@host:port/db?sslmode=verify-full or
+// key=value pairs; PG* environment variables fill what it leaves out), or for
+// o.Config when connString is empty. A string that does not parse is refused
+// with an error that does not quote it (it may hold a password), as is a URL
+// with an '@' past its host part: a password holding an unescaped '/', '?' or
+// '#'. o may be nil.
+func NewPostgresExecutor(connString string, o *PostgresOptions) (*PostgresExecutor, error) {
+	var opt PostgresOptions
+	if o != nil {
+		opt = *o
+	}
+	if opt.Config != nil {
+		if connString != "" {
+			return nil, invalidArg("give a PostgreSQL connection string or PostgresOptions.Config, not both")
+		}
+		return newPostgresExecutor(opt.Config, opt), nil
+	}
 	if misplacedAt(connString) {
 		return nil, invalidArg("PostgreSQL URL (not shown: it may hold a password) has an '@' past its host: " +
 			"a '/', '?' or '#' in a user name or password must be percent-encoded")
@@ -64,31 +73,18 @@ func NewPostgresTransportWithOptions(connString string, o *PostgresOptions) (*Po
 		return nil, invalidArg("PostgreSQL connection string does not parse: %s (not shown: it may hold a password; "+
 			"a '@', ':', '/', '?', '#' or '%%' in a user name or password must be percent-encoded)", pgParseReason(err))
 	}
-	return NewPostgresTransportFromConfigWithOptions(cfg, o)
+	return newPostgresExecutor(cfg, opt), nil
 }
 
-// NewPostgresTransportFromConfig uses a parsed pgx configuration (TLS,
-// dialer, runtime parameters…); each Client connects with a copy of it.
-func NewPostgresTransportFromConfig(cfg *pgx.ConnConfig) (*PostgresTransport, error) {
-	return NewPostgresTransportFromConfigWithOptions(cfg, nil)
+func newPostgresExecutor(cfg *pgx.ConnConfig, o PostgresOptions) *PostgresExecutor {
+	t := &PostgresExecutor{cfg: cfg.Copy(), proto: sqlProtocol{dialect: dialectPostgres}, facts: readHostFacts()}
+	t.proto.asynchronousCommit = o.AsynchronousCommit
+	return t
 }
 
-// NewPostgresTransportFromConfigWithOptions is NewPostgresTransportFromConfig
-// with options; o may be nil.
-func NewPostgresTransportFromConfigWithOptions(cfg *pgx.ConnConfig, o *PostgresOptions) (*PostgresTransport, error) {
-	if cfg == nil {
-		return nil, invalidArg("nil pgx configuration")
-	}
-	t := &PostgresTransport{cfg: cfg.Copy(), proto: sqlProtocol{dialect: dialectPostgres}, facts: readHostFacts()}
-	if o != nil {
-		t.proto.asynchronousCommit = o.AsynchronousCommit
-	}
-	return t, nil
-}
-
-// Format prints the transport's server, database and user, never its password,
+// Format prints the executor's server, database and user, never its password,
 // whatever the verb.
-func (t *PostgresTransport) Format(f fmt.State, _ rune) {
+func (t *PostgresExecutor) Format(f fmt.State, _ rune) {
 	if t == nil {
 		fmt.Fprint(f, "<nil>")
 		return
@@ -97,7 +93,7 @@ func (t *PostgresTransport) Format(f fmt.State, _ rune) {
 	if t.cfg.Password != "" {
 		pw = "xxxxx"
 	}
-	fmt.Fprintf(f, "PostgresTransport{Host:%q Port:%d Database:%q User:%q Password:%q}",
+	fmt.Fprintf(f, "PostgresExecutor{Host:%q Port:%d Database:%q User:%q Password:%q}",
 		t.cfg.Host, t.cfg.Port, t.cfg.Database, t.cfg.User, pw)
 }
 
@@ -145,11 +141,11 @@ func misplacedAt(s string) bool {
 	return false
 }
 
-func (t *PostgresTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+func (t *PostgresExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
 	return newCoreSQL(cfg, t.proto, seed)
 }
 
-func (t *PostgresTransport) newExecutor(c *client) executor {
+func (t *PostgresExecutor) startExec(c *client) backendExec {
 	x := &pgExec{c: c, t: t, stop: make(chan struct{})}
 	x.cmd.q, x.lis.q = newReqQueue[*sqlRequest](), newReqQueue[*sqlRequest]()
 	x.cmd.which, x.lis.which = sqlConnCommands, sqlConnListener
@@ -161,7 +157,7 @@ func (t *PostgresTransport) newExecutor(c *client) executor {
 
 type pgExec struct {
 	c        *client
-	t        *PostgresTransport
+	t        *PostgresExecutor
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	cmd, lis pgConn

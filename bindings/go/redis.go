@@ -4,7 +4,7 @@ package leasehold
 // protocol attached (lh_client_new_redis), verbatim, and hands back replies,
 // pub/sub messages and subscription changes unread. It knows no key, script,
 // argument or reply: the core does (docs/redis-protocol.md). Beside it:
-// redis_config.go (RedisTransport: the go-redis client and its options),
+// redis_config.go (RedisExecutor: the go-redis client and its options),
 // redis_reply.go (go-redis replies as the core's values) and redis_cluster.go
 // (Redis Cluster shard channels).
 

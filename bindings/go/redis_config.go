@@ -10,16 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisTransport is the configuration of the Redis executor: a Client made
+// RedisExecutor is the configuration of the Redis executor: a LockClient made
 // on it speaks the core's Redis protocol (keys, scripts, the wait queue,
 // the meaning of every reply: docs/redis-protocol.md) and only runs what
 // the core asks, verbatim, on rdb (commands) and on a pub/sub connection of
 // its own (its wake channel). Connection options (password, ACL user, DB,
 // unix socket, TLS, Sentinel) are those of the go-redis client. Python,
 // C++ and C clients contend correctly with it for the same names.
-type RedisTransport struct {
+type RedisExecutor struct {
 	rdb   redis.UniversalClient
-	owned bool // made by NewRedisTransportFromOptions: Close closes it
+	owned bool // Close closes rdb
 	proto redisProtocol
 }
 
@@ -39,163 +39,118 @@ type RedisOptions struct {
 	// asks again on its own (default 10s).
 	IdleRecheck time.Duration
 	// ShardedWake: wake-ups on one shard channel per name (SPUBLISH /
-	// SSUBSCRIBE, Redis 7+), for Redis Cluster. The cluster constructors set
-	// it; rdb must then be a *redis.ClusterClient.
+	// SSUBSCRIBE, Redis 7+), for Redis Cluster. NewRedisExecutor sets it for a
+	// *redis.ClusterClient, the only client it works with.
 	ShardedWake bool
+	// CloseClient makes RedisExecutor.Close close the go-redis client too (the
+	// executor owns it). Default false: the caller keeps it.
+	CloseClient bool
 }
 
-// NewRedisTransport returns the executor configuration for rdb (the caller
-// keeps ownership of it) with the protocol's default options.
-func NewRedisTransport(rdb redis.UniversalClient) (*RedisTransport, error) {
-	return NewRedisTransportWithOptions(rdb, nil)
-}
-
-// NewRedisTransportWithOptions is NewRedisTransport with protocol options (o may be nil).
-func NewRedisTransportWithOptions(rdb redis.UniversalClient, o *RedisOptions) (*RedisTransport, error) {
+// NewRedisExecutor returns the Redis executor for rdb, any go-redis v9 client:
+// redis.NewClient (an address or a unix socket, ACL user, password, DB, TLS),
+// redis.NewFailoverClient (Sentinel: the master the sentinels name, followed
+// across failovers) or redis.NewClusterClient (Redis Cluster 7+: commands routed
+// by their keys' slot, wake-ups on each name's shard channel, so ShardedWake is
+// set). The caller keeps rdb unless o.CloseClient is set. o may be nil.
+//
+// Replication is asynchronous (Sentinel, and per shard in a Cluster): a failover
+// can lose a held lease's key. Its next renewal finds it gone and the lease is
+// lost (Lost; a LostError "rejected by the backend"); fences never go back while
+// the servers' clocks are sane (docs/backends.md).
+func NewRedisExecutor(rdb redis.UniversalClient, o *RedisOptions) (*RedisExecutor, error) {
 	if rdb == nil {
 		return nil, invalidArg("nil redis client")
 	}
-	t := &RedisTransport{rdb: rdb}
+	var opt RedisOptions
 	if o != nil {
-		ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
-		t.proto = redisProtocol{standbyDelayMs: ms(o.StandbyDelay), keyKeepMs: ms(o.KeyKeep),
-			queueMaxAgeMs: ms(o.QueueMaxAge), idleRecheckMs: ms(o.IdleRecheck), shardedWake: o.ShardedWake}
+		opt = *o
 	}
+	cc, cluster := rdb.(*redis.ClusterClient)
+	if cluster {
+		if cc == nil {
+			return nil, invalidArg("nil redis cluster client")
+		}
+		if co := cc.Options(); co.ReadOnly || co.RouteByLatency || co.RouteRandomly {
+			return nil, invalidArg("redis cluster options: locks are taken on the masters only")
+		}
+		opt.ShardedWake = true
+	}
+	return newRedisExecutor(rdb, opt, opt.CloseClient)
+}
+
+// newRedisExecutor is NewRedisExecutor without the cluster defaults (the deprecated
+// constructors keep their own).
+func newRedisExecutor(rdb redis.UniversalClient, o RedisOptions, owned bool) (*RedisExecutor, error) {
+	if rdb == nil {
+		return nil, invalidArg("nil redis client")
+	}
+	ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
+	t := &RedisExecutor{rdb: rdb, owned: owned, proto: redisProtocol{standbyDelayMs: ms(o.StandbyDelay), keyKeepMs: ms(o.KeyKeep),
+		queueMaxAgeMs: ms(o.QueueMaxAge), idleRecheckMs: ms(o.IdleRecheck), shardedWake: o.ShardedWake}}
 	if _, cluster := rdb.(*redis.ClusterClient); t.proto.shardedWake && !cluster {
 		return nil, invalidArg("RedisOptions.ShardedWake needs a *redis.ClusterClient")
 	}
 	return t, nil
 }
 
-// NewRedisClusterTransport returns the executor configuration for a Redis
-// Cluster client (the caller keeps ownership of it): commands are routed by
-// their keys' slot (every key of a name has the hash tag {NAME}) and the
-// wake-ups of a name travel on its shard channel (docs/redis-protocol.md), subscribed
-// on the master of its slot while this client waits on the name (Redis 7+).
-// o may be nil; ShardedWake is set either way.
-//
-// Replication is asynchronous per shard: a failover can lose a held lease's
-// key. Its next renewal finds it gone and the lease is lost (Lost; a
-// LostError "rejected by the backend"); fences never go back while the
-// servers' clocks are sane (docs/backends.md).
-func NewRedisClusterTransport(cc *redis.ClusterClient, o *RedisOptions) (*RedisTransport, error) {
-	if cc == nil {
-		return nil, invalidArg("nil redis cluster client")
-	}
-	opts := RedisOptions{}
-	if o != nil {
-		opts = *o
-	}
-	opts.ShardedWake = true
-	return NewRedisTransportWithOptions(cc, &opts)
-}
-
-// NewRedisTransportFromClusterOptions makes a go-redis cluster client
-// (redis.NewClusterClient) from opt for NewRedisClusterTransport; Close
-// closes it. Replica reads are refused: locks are taken on the masters.
-func NewRedisTransportFromClusterOptions(opt *redis.ClusterOptions, o *RedisOptions) (*RedisTransport, error) {
-	if opt == nil {
-		return nil, invalidArg("nil redis cluster options")
-	}
-	if len(opt.Addrs) == 0 && opt.ClusterSlots == nil {
-		return nil, invalidArg("redis cluster options need Addrs")
-	}
-	if opt.ReadOnly || opt.RouteByLatency || opt.RouteRandomly {
-		return nil, invalidArg("redis cluster options: locks are taken on the masters only")
-	}
-	t, err := NewRedisClusterTransport(redis.NewClusterClient(opt), o)
-	if t != nil {
-		t.owned = true
-	}
-	return t, err
-}
-
-// NewRedisTransportFromOptions makes a go-redis client from opt (Addr or a
-// unix socket path with Network "unix", Username/Password, DB, TLSConfig…)
-// for the executor; Close closes it.
-func NewRedisTransportFromOptions(opt *redis.Options, o *RedisOptions) (*RedisTransport, error) {
-	if opt == nil {
-		return nil, invalidArg("nil redis options")
-	}
-	t, err := NewRedisTransportWithOptions(redis.NewClient(opt), o)
-	if t != nil {
-		t.owned = true
-	}
-	return t, err
-}
-
-// NewRedisTransportFromFailoverOptions makes a go-redis failover client
-// (redis.NewFailoverClient) from opt for the executor: the master is the one
-// the sentinels (opt.SentinelAddrs) name opt.MasterName, and the commands and
-// the pub/sub connection both follow a failover, since go-redis asks the
-// sentinels again when it dials and closes its connections to a replaced
-// master. Close closes the client.
-//
-// Replication is asynchronous: a failover can lose a held lease's key. The
-// lease's next renewal then finds it gone and the lease is lost (Lost; a
-// LostError "rejected by the backend"); fences never go back while the
-// servers' clocks are sane (docs/backends.md).
-func NewRedisTransportFromFailoverOptions(opt *redis.FailoverOptions, o *RedisOptions) (*RedisTransport, error) {
-	if opt == nil {
-		return nil, invalidArg("nil redis failover options")
-	}
-	if opt.MasterName == "" || len(opt.SentinelAddrs) == 0 {
-		return nil, invalidArg("redis failover options need MasterName and SentinelAddrs")
-	}
-	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
-		return nil, invalidArg("redis failover options: locks are taken on the master only")
-	}
-	t, err := NewRedisTransportWithOptions(redis.NewFailoverClient(opt), o)
-	if t != nil {
-		t.owned = true
-	}
-	return t, err
-}
-
-// Close closes the go-redis client if NewRedisTransportFromOptions or
-// NewRedisTransportFromFailoverOptions made it.
-// Each Client closes its own pub/sub connection in Client.Close.
-func (t *RedisTransport) Close() error {
+// Close closes the go-redis client if the executor owns it (RedisOptions.CloseClient,
+// or an executor opened from a URL). Each LockClient closes its own pub/sub connection in LockClient.Close.
+func (t *RedisExecutor) Close() error {
 	if t.owned {
 		return t.rdb.Close()
 	}
 	return nil
 }
 
-// SetLogger is kept for compatibility and ignored: the Client's
+// SetLogger is kept for compatibility and ignored: the LockClient's
 // Options.Logger receives what the executor has to say.
-func (t *RedisTransport) SetLogger(*slog.Logger) {}
+func (t *RedisExecutor) SetLogger(*slog.Logger) {}
 
 // Load is kept for compatibility and does nothing: the core loads its
 // scripts itself.
-func (t *RedisTransport) Load(context.Context) error { return nil }
+func (t *RedisExecutor) Load(context.Context) error { return nil }
 
-// errDrivenByCore answers the Transport methods of a RedisTransport: a
-// Client runs the core's requests instead of calling them.
-var errDrivenByCore = fmt.Errorf("leasehold: a RedisTransport is driven by a Client's core: %w", errors.ErrUnsupported)
+// errDrivenByCore answers the Executor methods of a RedisExecutor: a
+// LockClient runs the core's requests instead of calling them.
+var errDrivenByCore = fmt.Errorf("leasehold: a RedisExecutor is driven by a LockClient's core: %w", errors.ErrUnsupported)
 
-// Acquire, Renew, Release and Watch keep RedisTransport a Transport (it is
-// passed to NewClient); a Client never calls them, and they fail.
-func (t *RedisTransport) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
+// Acquire, Renew, Release and Watch keep RedisExecutor an Executor (it is
+// passed to NewLockClient); a LockClient never calls them, and they fail.
+func (t *RedisExecutor) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
 	return AcquireReply{}, errDrivenByCore
 }
 
 // Renew: see Acquire.
-func (t *RedisTransport) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
+func (t *RedisExecutor) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
 	return false, errDrivenByCore
 }
 
 // Release: see Acquire.
-func (t *RedisTransport) Release(context.Context, string, string, []byte) (bool, error) {
+func (t *RedisExecutor) Release(context.Context, string, string, []byte) (bool, error) {
 	return false, errDrivenByCore
 }
 
 // Watch: see Acquire.
-func (t *RedisTransport) Watch(context.Context, string, func(string)) (func(), error) {
+func (t *RedisExecutor) Watch(context.Context, string, func(string)) (func(), error) {
 	return nil, errDrivenByCore
 }
 
 // WatchWaiter: see Acquire.
-func (t *RedisTransport) WatchWaiter(context.Context, string, func(string) bool) (func(), error) {
+func (t *RedisExecutor) WatchWaiter(context.Context, string, func(string) bool) (func(), error) {
 	return nil, errDrivenByCore
+}
+
+// checkFailoverOptions refuses Sentinel options that could not reach the master.
+func checkFailoverOptions(opt *redis.FailoverOptions) error {
+	if opt == nil {
+		return invalidArg("nil redis failover options")
+	}
+	if opt.MasterName == "" || len(opt.SentinelAddrs) == 0 {
+		return invalidArg("redis failover options need MasterName and SentinelAddrs")
+	}
+	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
+		return invalidArg("redis failover options: locks are taken on the master only")
+	}
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SQLiteTransport is the configuration of the SQLite executor: a Client made
+// SQLiteExecutor is the configuration of the SQLite executor: a LockClient made
 // on it speaks the core's SQL protocol (the schema and its migration, every
 // statement, the meaning of every row) on one SQLite file shared by the
 // processes of one host, and only runs what the core asks. Python's
@@ -29,7 +29,7 @@ import (
 // It runs on database/sql with github.com/mattn/go-sqlite3: the binding needs
 // cgo anyway, so the C library itself (the SQLite every other host uses, with
 // the same locking and WAL code) costs nothing extra, and the driver was
-// already the binding's test dependency. Each Client opens its own connection;
+// already the binding's test dependency. Each LockClient opens its own connection;
 // a file replaced at the path (a different device or inode) is reopened and
 // reported to the core, which checks the schema again.
 //
@@ -38,8 +38,8 @@ import (
 // umask; SQLite gives
 // its -wal and -shm files the file's mode), a symbolic link at the path is
 // refused rather than followed, and an existing file or directory that
-// another user owns or may write is reported on the Client's Logger (warn).
-type SQLiteTransport struct {
+// another user owns or may write is reported on the LockClient's Logger (warn).
+type SQLiteExecutor struct {
 	drivenByCore
 	path  string
 	mkdir bool // the default file: its missing directory is created
@@ -59,7 +59,7 @@ type SQLiteOptions struct {
 // the leasehold CLI use, so every program of a user on one host shares it:
 // $XDG_CACHE_HOME/leasehold/locks.sqlite3, or ~/.cache/leasehold/locks.sqlite3
 // when XDG_CACHE_HOME is unset or relative. Its directory may not exist yet:
-// a SQLiteTransport on this path creates it (0700) with the file (0600).
+// a SQLiteExecutor on this path creates it (0700) with the file (0600).
 func DefaultSQLitePath() (string, error) {
 	cache := os.Getenv("XDG_CACHE_HOME")
 	if !filepath.IsAbs(cache) {
@@ -72,12 +72,12 @@ func DefaultSQLitePath() (string, error) {
 	return filepath.Join(cache, "leasehold", "locks.sqlite3"), nil
 }
 
-// NewSQLiteTransport returns the executor configuration for the lock
+// NewSQLiteExecutor returns the executor configuration for the lock
 // database at path (created 0600 when missing, on first use; its directory
 // must exist, unless path is DefaultSQLitePath, whose directory is created
 // 0700). A path that is a symbolic link, or not a regular file, is refused.
 // o may be nil.
-func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error) {
+func NewSQLiteExecutor(path string, o *SQLiteOptions) (*SQLiteExecutor, error) {
 	if path == "" || path == ":memory:" {
 		return nil, invalidArg("SQLite needs a file path, not %q", path)
 	}
@@ -91,7 +91,7 @@ func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error)
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 	}
-	t := &SQLiteTransport{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
+	t := &SQLiteExecutor{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
 	if def, err := DefaultSQLitePath(); err == nil && def == abs {
 		t.mkdir = true
 	}
@@ -105,17 +105,17 @@ func NewSQLiteTransport(path string, o *SQLiteOptions) (*SQLiteTransport, error)
 }
 
 // Path returns the lock database's absolute path.
-func (t *SQLiteTransport) Path() string { return t.path }
+func (t *SQLiteExecutor) Path() string { return t.path }
 
 // Notifications reports false: SQLite has no release notifications (waiters
 // retry at the holder's expiry or by backoff).
-func (t *SQLiteTransport) Notifications() bool { return false }
+func (t *SQLiteExecutor) Notifications() bool { return false }
 
-func (t *SQLiteTransport) newCore(cfg coreConfig, seed []byte) (*core, error) {
+func (t *SQLiteExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
 	return newCoreSQL(cfg, t.proto, seed)
 }
 
-func (t *SQLiteTransport) newExecutor(c *client) executor {
+func (t *SQLiteExecutor) startExec(c *client) backendExec {
 	x := &sqliteExec{c: c, t: t, q: newReqQueue[*sqlRequest](), stop: make(chan struct{})}
 	x.wg.Add(1)
 	go x.run()
@@ -124,7 +124,7 @@ func (t *SQLiteTransport) newExecutor(c *client) executor {
 
 type sqliteExec struct {
 	c    *client
-	t    *SQLiteTransport
+	t    *SQLiteExecutor
 	q    *reqQueue[*sqlRequest]
 	stop chan struct{}
 	wg   sync.WaitGroup

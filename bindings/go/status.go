@@ -24,9 +24,9 @@ type LockStatus struct {
 	HeldFor time.Duration
 }
 
-// ErrStatusUnsupported: Status needs a Client whose core speaks the backend's
+// ErrStatusUnsupported: Status needs a LockClient whose core speaks the backend's
 // protocol (a Redis, SQLite, PostgreSQL or etcd transport), not the memory
-// transport or a Transport of the caller's own.
+// transport or an Executor of the caller's own.
 var ErrStatusUnsupported = errors.New("leasehold: status needs a Redis, SQL or etcd transport")
 
 // statusWait is one Status call waiting for its answer.
@@ -37,10 +37,10 @@ type statusWait struct {
 // Status asks the backend about name (a query the core writes, like
 // `leasehold status`): whether it is held, by which fence, for how long, and
 // (SQL, and Redis while the fence key lives) the last fence minted. On etcd
-// the fence is the owner key's create revision. A Client on another transport
+// the fence is the owner key's create revision. A LockClient on another transport
 // gets ErrStatusUnsupported;
 // a query that fails returns the backend's error.
-func (cl *Client) Status(ctx context.Context, name string) (LockStatus, error) {
+func (cl *LockClient) Status(ctx context.Context, name string) (LockStatus, error) {
 	c := cl.c
 	if ctx == nil {
 		return LockStatus{}, invalidArg("nil context")
@@ -92,7 +92,7 @@ func (c *client) answersStatusLocked() bool {
 
 // statusExecutor marks the executors whose core answers status queries.
 type statusExecutor interface {
-	executor
+	backendExec
 	sqlStatus()
 }
 

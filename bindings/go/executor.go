@@ -7,10 +7,10 @@ import (
 )
 
 // ErrBackendReply marks an error reply of the lock service itself, as
-// opposed to a network failure, for a Transport to return. Both are
-// transport errors for the core, never a grant; the Client logs the former
-// at warning level. (With a RedisTransport the core reads Redis's replies
-// itself and counts error replies in Client.RedisCounters.)
+// opposed to a network failure, for an Executor to return. Both are
+// transport errors for the core, never a grant; the LockClient logs the former
+// at warning level. (With a RedisExecutor the core reads Redis's replies
+// itself and counts error replies in LockClient.RedisCounters.)
 var ErrBackendReply = errors.New("leasehold: backend error reply")
 
 // AcquireReply is a backend's answer to an acquire request.
@@ -28,16 +28,20 @@ type AcquireReply struct {
 	BackendData []byte
 }
 
-// Transport executes the core's commands against a lock service (except
-// RedisTransport: with it the core speaks Redis and the Client runs its
-// requests; its Transport methods are never called). Methods are
+// Executor is what a LockClient runs its backend's IO on: one per backend
+// (RedisExecutor, SQLiteExecutor, PostgresExecutor, EtcdExecutor,
+// MemoryExecutor), made by its New…Executor constructor or by NewExecutor
+// from a URL. The backends' executors carry their protocol in the core and
+// the LockClient only runs the requests the core writes; their methods
+// below are never called. An Executor of your own implements the methods
+// for the core's commands instead. Methods are
 // called from their own goroutines, concurrently, with a ctx that carries
 // the request timeout; a returned error is a transport error for the core
 // (the request may or may not have taken effect). Implementations must be
 // safe for concurrent use. Tokens are 32 lowercase hex characters and a
 // retried request carries the same token, so operations must be idempotent
 // per token.
-type Transport interface {
+type Executor interface {
 	// Acquire takes the lock name for token with the given TTL, or reports
 	// who holds it. Acquiring again with the same token refreshes the TTL
 	// and returns the same fencing token.
@@ -47,7 +51,7 @@ type Transport interface {
 	// Release frees the lock if token owns it (and publishes a release
 	// notification): false means token was not the owner.
 	Release(ctx context.Context, name, token string, backendData []byte) (bool, error)
-	// Watch tells the transport that the Client waits for name: until the
+	// Watch tells the transport that the LockClient waits for name: until the
 	// returned unwatch function is called, notify is called (from any
 	// goroutine, possibly concurrently) when a release makes another
 	// attempt worthwhile. Spurious notifications are harmless;
@@ -57,10 +61,10 @@ type Transport interface {
 	Watch(ctx context.Context, name string, notify func(name string)) (unwatch func(), err error)
 }
 
-// WaiterWatcher can be implemented by a Transport that wakes one waiting
-// client per release: the Client then watches with
+// WaiterWatcher can be implemented by an Executor that wakes one waiting
+// client per release: the LockClient then watches with
 // WatchWaiter instead of Watch. wake returns false when no waiter of the
-// Client takes the wake-up (its last waiter for name won or gave up, and
+// LockClient takes the wake-up (its last waiter for name won or gave up, and
 // unwatch is not called yet); the transport should then pass the wake-up
 // on to another waiting client, else that client sleeps for the holder's
 // remaining TTL. Otherwise WatchWaiter is Watch.
@@ -68,10 +72,10 @@ type WaiterWatcher interface {
 	WatchWaiter(ctx context.Context, name string, wake func(name string) bool) (unwatch func(), err error)
 }
 
-// PollingTransport can be implemented by a Transport that cannot deliver
+// PollingExecutor can be implemented by an Executor that cannot deliver
 // release notifications: when Notifications reports false the core polls
 // with capped backoff instead of sleeping for the holder's remaining TTL,
 // and Watch is never called.
-type PollingTransport interface {
+type PollingExecutor interface {
 	Notifications() bool
 }
