@@ -41,7 +41,9 @@ from ._urls import scrub
 
 __all__ = [
     "backend_of",
+    "ThreadedExecutor",
     "ThreadedSqlExecutor",
+    "twin_name",
     "run_requests",
     "execute_request",
     "execute_request_async",
@@ -70,33 +72,115 @@ class SqlFailure(Exception):
         self.kind = kind
 
 
+_IO_METHODS = ("command", "execute", "post")  # one of them runs every request of a protocol
+_LEASE_METHODS = ("acquire", "renew", "release")
+
+
+def _is_async_executor(executor: object) -> bool:
+    return any(inspect.iscoroutinefunction(getattr(executor, m, None)) for m in _IO_METHODS)
+
+
+def twin_name(obj: object) -> str | None:
+    """The dotted name of the other flavour of one of leasehold's own classes
+    (``AsyncRedisExecutor`` -> ``leasehold.backends.redis_executor.RedisExecutor`` and back),
+    for errors that point at the right one; ``None`` when there is none."""
+    import importlib
+
+    for cls in type(obj).__mro__:
+        mod, name = cls.__module__, cls.__name__
+        if not mod.startswith("leasehold."):
+            continue
+        if name.startswith("Async"):
+            cands = [(mod.removesuffix("_async"), name[5:])]
+        else:
+            cands = [(mod + "_async", "Async" + name), (mod, "Async" + name)]
+        for m, n in cands:
+            try:
+                if getattr(importlib.import_module(m), n, None) is not None:
+                    return f"{m}.{n}"
+            except ImportError:
+                continue
+    return None
+
+
 def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
-    """``service`` when it is a backend executor, else ``None``. For the asyncio client
-    (``for_asyncio``) a synchronous SQL executor without notifications (SQLite) is adapted
-    to run its requests in worker threads."""
+    """``service`` when it is a backend executor, else ``None``.
+
+    Every executor works in either client where it can: for the asyncio client
+    (``for_asyncio``) a synchronous executor is wrapped in :class:`ThreadedExecutor`; an
+    asyncio executor given to the threaded client raises ``TypeError`` naming its
+    synchronous twin. An executor subclass that defines ``acquire``/``renew``/``release``
+    gets a ``RuntimeWarning``: the core runs the protocol, so those methods are never
+    called (the extension points are the IO methods, see the README)."""
     protocol = getattr(service, "backend_protocol", None)
     if protocol not in PROTOCOLS:
         return None
-    if (
-        for_asyncio
-        and protocol == "sql"
-        and not getattr(service, "notifications", True)
-        and not inspect.iscoroutinefunction(getattr(service, "execute", None))
-    ):
-        return ThreadedSqlExecutor(service)
+    ignored = [m for m in _LEASE_METHODS if callable(getattr(service, m, None))]
+    if ignored:
+        import warnings
+
+        warnings.warn(
+            f"{type(service).__name__} is a backend executor: the core runs the {protocol} protocol "
+            f"and never calls its {'/'.join(ignored)}(); wrap its IO methods "
+            f"({', '.join(m for m in _IO_METHODS if hasattr(service, m))}) or implement a "
+            "leasehold.service.LockService instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    is_async = _is_async_executor(service)
+    if for_asyncio and not is_async:
+        return ThreadedExecutor(service)
+    if not for_asyncio and is_async:
+        twin = twin_name(service)
+        raise TypeError(
+            f"{type(service).__name__} is an asyncio executor: give it to leasehold.aio.AsyncLockClient"
+            + (f", or use {twin} with LockClient" if twin else ", or use its synchronous twin with LockClient")
+        )
     return service
 
 
-class ThreadedSqlExecutor:
-    """A synchronous SQL executor for ``AsyncLockClient``: its requests run in worker threads
-    (``asyncio.to_thread``), so the event loop never waits for a file lock."""
+class _LoopSink:
+    """Passes traffic an executor's own threads produce (a Redis subscriber's reader, the
+    PostgreSQL listener, an etcd watch stream) to the client's sink on its event loop."""
 
-    backend_protocol = "sql"
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Any) -> None:
+        self._loop = loop
+        self._sink = sink
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        fn = getattr(self._sink, name)
+
+        def call(*args: Any) -> None:
+            try:
+                self._loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+        return call
+
+
+class ThreadedExecutor:
+    """A synchronous executor (SQL, Redis, Redis Cluster, etcd) for ``AsyncLockClient``: its
+    requests run in worker threads (``asyncio.to_thread``), so the event loop never waits for
+    IO, and what its own threads deliver reaches the sink on the loop."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.backend_protocol = inner.backend_protocol
         self.options = inner.options
         self.notifications = bool(getattr(inner, "notifications", False))
+        self._sinks: dict[int, _LoopSink] = {}
+
+    def __getattr__(self, name: str) -> Any:  # url / conninfo (scrubbed from errors), status, ...
+        return getattr(self.inner, name)
+
+    def _sink(self, sink: Any) -> Any:
+        if sink is None:
+            return None
+        s = self._sinks.get(id(sink))
+        if s is None or s._sink is not sink:
+            s = self._sinks[id(sink)] = _LoopSink(asyncio.get_running_loop(), sink)
+        return s
 
     def attach(self) -> None:
         self.inner.attach()
@@ -114,7 +198,25 @@ class ThreadedSqlExecutor:
         return list(self.inner.take_resets())
 
     async def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
-        return list(await asyncio.to_thread(self.inner.execute, request, sink))
+        return list(await asyncio.to_thread(self.inner.execute, request, self._sink(sink)))
+
+    async def command(self, argv: list[bytes]) -> Any:
+        return await asyncio.to_thread(self.inner.command, argv)
+
+    async def subscriber(self, argv: list[bytes], sink: Any) -> None:
+        await asyncio.to_thread(self.inner.subscriber, argv, self._sink(sink))
+
+    async def post(self, request: HttpRequest) -> tuple[int, bytes]:
+        return tuple(await asyncio.to_thread(self.inner.post, request))  # type: ignore[return-value]
+
+    async def watch(self, rid: int, request: HttpRequest, sink: Any) -> None:
+        await asyncio.to_thread(self.inner.watch, rid, request, self._sink(sink))
+
+    async def cancel_watch(self, rid: int) -> None:
+        await asyncio.to_thread(self.inner.cancel_watch, rid)
+
+
+ThreadedSqlExecutor = ThreadedExecutor  # its first name (SQLite only)
 
 
 def run_requests(core: Core, submit: Callable[[int, int, Any], None]) -> None:

@@ -159,7 +159,9 @@ class AsyncLockClient(LeaseLifecycle):
     """An asyncio lock client: one core driven by one task on one event loop.
 
     Parameters as for :class:`leasehold.LockClient` (``fail_budget`` included); ``service``
-    may be an :class:`~leasehold.service.AsyncLockService` or a synchronous ``LockService``.
+    may be an :class:`~leasehold.service.AsyncLockService`, a synchronous ``LockService``
+    (run with ``asyncio.to_thread``), or any backend executor, asyncio or synchronous (whose
+    requests then run in worker threads).
     """
 
     def __init__(

@@ -246,6 +246,19 @@ class Subscription:
             c()
 
 
+def _not_a_service(service: object) -> str:
+    """Why ``service`` cannot drive a ``LockClient``, naming what can."""
+    from ._backend import twin_name
+    from .service import AsyncLockService
+
+    kind = type(service).__name__
+    if isinstance(service, AsyncLockService):
+        twin = twin_name(service)
+        return (f"{kind} is an asyncio service: give it to leasehold.aio.AsyncLockClient, or use "
+                + (twin if twin else "a synchronous leasehold.service.LockService") + " with LockClient")
+    return f"service must be a leasehold.service.LockService or a backend executor, not {kind}"
+
+
 def service_call_bound(service: object) -> float | None:
     """The longest one acquire/release call of ``service`` can block (seconds), as the service
     declares it in an optional ``call_timeout`` attribute (a positive number); ``None`` when
@@ -301,7 +314,7 @@ class LockClient(LeaseLifecycle):
     ) -> None:
         self._backend = backend_of(service)
         if self._backend is None and not isinstance(service, LockService):
-            raise TypeError(f"service must be a leasehold.service.LockService, not {type(service).__name__}")
+            raise TypeError(_not_a_service(service))
         if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
             raise ValueError("io_workers must be an int >= 1")
         if inline_io is not None and not isinstance(inline_io, bool):
