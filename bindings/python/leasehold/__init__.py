@@ -5,9 +5,9 @@ drift margin, failure budget, backoff, reentrancy); this package drives it over 
 runs the backend IO::
 
     from leasehold import LockClient, LockTimeout
-    from leasehold.backends.memory import MemoryLockService
+    from leasehold.backends.memory import MemoryExecutor
 
-    with LockClient(MemoryLockService()) as client:
+    with LockClient(MemoryExecutor()) as client:
         try:
             with client.acquire("reports", ttl=30, wait=5) as lock:
                 write_report(fencing_token=lock.fencing_token)
@@ -46,8 +46,12 @@ if TYPE_CHECKING:
     from ._ffi import VERSION as CORE_VERSION
     from ._ffi import library_path
     from ._lease import ReleaseOutcome
-    from .aio import AsyncLockClient, AsyncLockHandle
-    from .client import LockClient, LockHandle, Subscription
+    from .aio import AsyncLease, AsyncLockClient, AsyncLockHandle
+    from .backends.etcd_executor import EtcdExecutor
+    from .backends.memory import MemoryExecutor, MemoryService
+    from .backends.redis_executor import RedisExecutor
+    from .backends.sql_executor import PostgresExecutor, SQLiteExecutor
+    from .client import Lease, LockClient, LockHandle, Subscription
 
 _LAZY = {
     "Config": ("._core", "Config"),
@@ -59,9 +63,19 @@ _LAZY = {
     "CORE_VERSION": ("._ffi", "VERSION"),
     "library_path": ("._ffi", "library_path"),
     "AsyncLockClient": (".aio", "AsyncLockClient"),
+    "AsyncLease": (".aio", "AsyncLease"),
     "AsyncLockHandle": (".aio", "AsyncLockHandle"),
     "LockClient": (".client", "LockClient"),
+    "Lease": (".client", "Lease"),
     "LockHandle": (".client", "LockHandle"),
+    # The names every binding shares (Go's leasehold.RedisExecutor, ...). Not in __all__: each
+    # loads its backend's driver (redis-py, psycopg) on first use and is documented in its module.
+    "MemoryService": (".backends.memory", "MemoryService"),
+    "MemoryExecutor": (".backends.memory", "MemoryExecutor"),
+    "SQLiteExecutor": (".backends.sql_executor", "SQLiteExecutor"),
+    "PostgresExecutor": (".backends.sql_executor", "PostgresExecutor"),
+    "RedisExecutor": (".backends.redis_executor", "RedisExecutor"),
+    "EtcdExecutor": (".backends.etcd_executor", "EtcdExecutor"),
     "Subscription": (".client", "Subscription"),
 }
 
@@ -82,9 +96,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LockClient",
+    "Lease",
     "LockHandle",
     "Subscription",
     "AsyncLockClient",
+    "AsyncLease",
     "AsyncLockHandle",
     "Config",
     "Counters",

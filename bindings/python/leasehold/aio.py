@@ -41,18 +41,18 @@ from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_v
 from .client import _IDLE_TICK_NS, Subscription
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
-__all__ = ["AsyncLockClient", "AsyncLockHandle"]
+__all__ = ["AsyncLockClient", "AsyncLease", "AsyncLockHandle"]
 
 log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _RELEASED, _LOST, _FAILED = "acquiring", "held", "released", "lost", "failed"
 _ACQUIRE_SAFETY_S = 30.0
 
-OnLost = Callable[["AsyncLockHandle"], Any]
+OnLost = Callable[["AsyncLease"], Any]
 
 
-class AsyncLockHandle:
-    """A lock held through :class:`AsyncLockClient` (the asyncio twin of ``LockHandle``).
+class AsyncLease:
+    """A lock held through :class:`AsyncLockClient` (the asyncio twin of ``Lease``).
 
     ``lost`` is an :class:`asyncio.Event`; ``await handle.lost.wait()`` wakes on loss.
     ``await handle.renew()`` extends the lease now; ``await handle.release()`` returns a
@@ -111,17 +111,17 @@ class AsyncLockHandle:
 
     async def renew(self, timeout: float | None = None) -> float:
         """Extend the lease now and return the new :attr:`valid_until` (seconds on the
-        client's clock); as ``LockHandle.renew``, including its errors (``LockLost``,
+        client's clock); as ``Lease.renew``, including its errors (``LockLost``,
         ``LockNotHeld`` without any call to the service, ``RenewTimeout``)."""
         return await self._client._renew_handle(self, timeout)
 
     async def release(self, timeout: float | None = None) -> ReleaseOutcome:
         """Release and return the :class:`~leasehold.ReleaseOutcome` (``"released"``,
-        ``"lost"``, ``"not_owner"``), as ``LockHandle.release``: idempotent, waits at most
+        ``"lost"``, ``"not_owner"``), as ``Lease.release``: idempotent, waits at most
         ``timeout`` for the service's answer."""
         return await self._client._release_handle(self, timeout)
 
-    async def __aenter__(self) -> "AsyncLockHandle":
+    async def __aenter__(self) -> "AsyncLease":
         if self._state != _HELD:
             raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
         return self
@@ -130,20 +130,24 @@ class AsyncLockHandle:
         await self.release()
 
     def __repr__(self) -> str:
-        return f"<AsyncLockHandle name={self.name!r} state={self._state} fencing_token={self._fencing_token}>"
+        return f"<AsyncLease name={self.name!r} state={self._state} fencing_token={self._fencing_token}>"
+
+
+AsyncLockHandle = AsyncLease
+"""The first name of :class:`AsyncLease` (what ``AsyncLockClient.acquire`` gives)."""
 
 
 class _Acquire:
     """Awaitable and async context manager returned by :meth:`AsyncLockClient.acquire`."""
 
-    def __init__(self, coro_fn: Callable[[], Awaitable[AsyncLockHandle]]) -> None:
+    def __init__(self, coro_fn: Callable[[], Awaitable[AsyncLease]]) -> None:
         self._fn = coro_fn
-        self._handle: AsyncLockHandle | None = None
+        self._handle: AsyncLease | None = None
 
-    def __await__(self) -> Generator[Any, None, AsyncLockHandle]:
+    def __await__(self) -> Generator[Any, None, AsyncLease]:
         return self._fn().__await__()
 
-    async def __aenter__(self) -> AsyncLockHandle:
+    async def __aenter__(self) -> AsyncLease:
         self._handle = await self._fn()
         return self._handle
 
@@ -195,7 +199,7 @@ class AsyncLockClient(LeaseLifecycle):
         self._wake: asyncio.Event | None = None
         self._driver: asyncio.Task[None] | None = None
         self._inputs: deque[Callable[[], None]] = deque()
-        self._handles: dict[int, list[AsyncLockHandle]] = {}
+        self._handles: dict[int, list[AsyncLease]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
@@ -504,7 +508,7 @@ class AsyncLockClient(LeaseLifecycle):
         elif not self._lease_event(out):
             log.error("leasehold: unknown output kind %d", k)
 
-    def _settle_error(self, h: AsyncLockHandle, e: BaseException) -> None:
+    def _settle_error(self, h: AsyncLease, e: BaseException) -> None:
         h._state = _FAILED
         if not h._fut.done():
             h._fut.set_exception(e)
@@ -644,11 +648,11 @@ class AsyncLockClient(LeaseLifecycle):
             self._callback(cb, name)
 
     async def _acquire(self, name: str, ttl_ms: int, wait_s: float, wait_ns: int, reentrant: bool,
-                       on_lost: OnLost | None, auto_renew: bool = True) -> AsyncLockHandle:
+                       on_lost: OnLost | None, auto_renew: bool = True) -> AsyncLease:
         self._ensure_loop()
         self._check_open()
         lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant, auto_renew)
-        h = AsyncLockHandle(self, lease, name, ttl_ms, wait_s, reentrant, on_lost, auto_renew)
+        h = AsyncLease(self, lease, name, ttl_ms, wait_s, reentrant, on_lost, auto_renew)
         self._handles.setdefault(lease, []).append(h)
         self._drain()
         bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
@@ -665,7 +669,7 @@ class AsyncLockClient(LeaseLifecycle):
             raise
         return h
 
-    def _cancel(self, h: AsyncLockHandle) -> None:
+    def _cancel(self, h: AsyncLease) -> None:
         if self._closed:
             return
         if h._state == _ACQUIRING:
@@ -679,7 +683,7 @@ class AsyncLockClient(LeaseLifecycle):
         if h._fut.done() and not h._fut.cancelled():
             h._fut.exception()  # mark retrieved
 
-    async def _release_handle(self, h: AsyncLockHandle, timeout: float | None) -> ReleaseOutcome:
+    async def _release_handle(self, h: AsyncLease, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
         early = self._release_early(h)
         if early is not None:
@@ -701,7 +705,7 @@ class AsyncLockClient(LeaseLifecycle):
             outcome = self._release_end(h, slot, slot.value() if slot.done() else None)
         return outcome
 
-    async def _renew_handle(self, h: AsyncLockHandle, timeout: float | None) -> float:
+    async def _renew_handle(self, h: AsyncLease, timeout: float | None) -> float:
         given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
         self._ensure_loop()
         assert self._loop is not None
@@ -721,7 +725,7 @@ class AsyncLockClient(LeaseLifecycle):
             raise
         return renew_value(slot.value())
 
-    def _is_held(self, h: AsyncLockHandle) -> bool:
+    def _is_held(self, h: AsyncLease) -> bool:
         if h._state != _HELD or self._closed:
             return False
         try:
@@ -729,7 +733,7 @@ class AsyncLockClient(LeaseLifecycle):
         except errors.LeaseholdError:
             return False
 
-    def _valid_until_ns(self, h: AsyncLockHandle) -> int | None:
+    def _valid_until_ns(self, h: AsyncLease) -> int | None:
         if h._state != _HELD or self._closed:
             return None
         try:

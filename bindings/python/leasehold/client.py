@@ -1,4 +1,4 @@
-"""The thread-safe :class:`LockClient` and its :class:`LockHandle`.
+"""The thread-safe :class:`LockClient` and its :class:`Lease` (also named ``LockHandle``).
 
 Threads of one client:
 
@@ -62,7 +62,7 @@ from ._core import Config, Core, Counters, Output, dispatch_all
 from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
 from .service import Granted, HeldByOther, LockService
 
-__all__ = ["LockClient", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
+__all__ = ["LockClient", "Lease", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
 
 log = logging.getLogger("leasehold")
 
@@ -81,7 +81,7 @@ _IDLE_TICK_NS = 500_000_000
 _ACQUIRE_SAFETY_S = 30.0
 
 
-class LockHandle:
+class Lease:
     """A lock acquired through :meth:`LockClient.acquire`.
 
     Use it as a context manager (``with client.acquire(...) as h:``) or call
@@ -104,7 +104,7 @@ class LockHandle:
         name: str,
         ttl_ms: int,
         reentrant: bool,
-        on_lost: Callable[["LockHandle"], Any] | None,
+        on_lost: Callable[["Lease"], Any] | None,
         auto_renew: bool = True,
     ) -> None:
         self._client = client
@@ -219,7 +219,7 @@ class LockHandle:
         """
         return self._client._release_handle(self, timeout)
 
-    def __enter__(self) -> "LockHandle":
+    def __enter__(self) -> "Lease":
         if self._state != _HELD:
             raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
         return self
@@ -229,9 +229,13 @@ class LockHandle:
 
     def __repr__(self) -> str:
         return (
-            f"<LockHandle name={self.name!r} state={self._state} "
+            f"<Lease name={self.name!r} state={self._state} "
             f"fencing_token={self._fencing_token} lease={self.lease_id}>"
         )
+
+
+LockHandle = Lease
+"""The first name of :class:`Lease` (what ``LockClient.acquire`` returns)."""
 
 
 class Subscription:
@@ -286,7 +290,7 @@ class LockClient(LeaseLifecycle):
     :param seed: core seed (≥16 bytes); ``os.urandom(32)`` by default — tests only
     :param io_workers: size of the IO pool that runs backend calls
     :param owns_service: ``close()`` also closes the service
-    :param release_timeout: default bound (seconds) ``LockHandle.release`` waits for the
+    :param release_timeout: default bound (seconds) ``Lease.release`` waits for the
         service's answer; default: the core's request timeout
     :param inline_io: run the command of an application's own ``acquire()``/``release()`` on
         the calling thread (the inline fast path, see the module doc). ``None`` (default):
@@ -361,7 +365,7 @@ class LockClient(LeaseLifecycle):
 
     def _init_runtime_state(self) -> None:
         self._inputs: deque[Callable[[], None]] = deque()
-        self._handles: dict[int, list[LockHandle]] = {}
+        self._handles: dict[int, list[Lease]] = {}
         self._requests: dict[int, tuple[int, int]] = {}
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
@@ -383,7 +387,7 @@ class LockClient(LeaseLifecycle):
         self._captured: Output | None = None
         # Leases whose acquire() caller is parked waiting (inline mode): their next Acquire
         # command (a retry, or a wake-up by a release notification) is handed to that thread.
-        self._parked: dict[int, LockHandle] = {}
+        self._parked: dict[int, Lease] = {}
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
@@ -403,9 +407,9 @@ class LockClient(LeaseLifecycle):
         *,
         wait: float = 0.0,
         reentrant: bool = False,
-        on_lost: Callable[[LockHandle], Any] | None = None,
+        on_lost: Callable[[Lease], Any] | None = None,
         auto_renew: bool = True,
-    ) -> LockHandle:
+    ) -> Lease:
         """Acquire ``name`` for ``ttl`` seconds (renewed automatically until released).
 
         :param wait: seconds to keep trying while someone else holds it (0 = one attempt)
@@ -415,9 +419,9 @@ class LockClient(LeaseLifecycle):
         :param on_lost: called as ``on_lost(handle)`` on the callback thread when the lock is
             lost (at most once per handle); exceptions are logged
         :param auto_renew: ``False``: no automatic renewal; the lease is lost when its
-            validity ends unless renewed by hand (:meth:`LockHandle.renew`); loss detection
+            validity ends unless renewed by hand (:meth:`Lease.renew`); loss detection
             and ``on_lost`` work as usual
-        :return: a held :class:`LockHandle`
+        :return: a held :class:`Lease`
         :raises LockTimeout: not acquired within ``wait`` (``BackendUnavailable`` if the
             backend kept failing)
         :raises ClientClosed: the client is closed
@@ -438,7 +442,7 @@ class LockClient(LeaseLifecycle):
             if not self._driving:
                 self._ensure_started()
             lease = self._core.acquire(name, ttl_ms, wait_ns, reentrant, auto_renew)
-            h = LockHandle(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
+            h = Lease(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
             batch = self._collecting()
@@ -829,7 +833,7 @@ class LockClient(LeaseLifecycle):
         elif not self._lease_event(out):
             log.error("leasehold: unknown output kind %d", k)
 
-    def _settle_error(self, h: LockHandle, e: BaseException) -> None:
+    def _settle_error(self, h: Lease, e: BaseException) -> None:
         h._error = e
         h._state = _FAILED
         self._wake_waiter(h)
@@ -845,7 +849,7 @@ class LockClient(LeaseLifecycle):
         self._wake_waiter(h)
         return True
 
-    def _wake_waiter(self, h: LockHandle) -> None:
+    def _wake_waiter(self, h: Lease) -> None:
         """(mutex held) ``h`` settled or got a command: wake its waiting acquire() caller.
 
         On the caller's own thread no Event work is needed: that thread looks at the handle
@@ -855,7 +859,7 @@ class LockClient(LeaseLifecycle):
         if ev is not None and h._waiter != threading.get_ident():
             ev.set()
 
-    def _wait_settled(self, h: LockHandle, bound: float) -> bool:
+    def _wait_settled(self, h: Lease, bound: float) -> bool:
         """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is.
 
         In inline mode the thread parks itself as its lease's runner meanwhile: Acquire
@@ -1148,7 +1152,7 @@ class LockClient(LeaseLifecycle):
                 self._callback(cb, name)
 
     # -- internals: handle operations -------------------------------------------------------------
-    def _release_handle(self, h: LockHandle, timeout: float | None) -> ReleaseOutcome:
+    def _release_handle(self, h: Lease, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
         # The inline call is bounded by the service's call_timeout, not by ``timeout``: an
         # explicitly shorter wait takes the pooled path, which can stop waiting at any time.
@@ -1195,7 +1199,7 @@ class LockClient(LeaseLifecycle):
                 outcome = self._release_end(h, slot, slot.value if slot.done else None)
         return outcome
 
-    def _renew_handle(self, h: LockHandle, timeout: float | None) -> float:
+    def _renew_handle(self, h: Lease, timeout: float | None) -> float:
         given = None if timeout is None else seconds(timeout, "timeout")  # checked before sending
         slot = _Slot()
         with self._mu:
@@ -1209,7 +1213,7 @@ class LockClient(LeaseLifecycle):
                     raise errors.RenewTimeout(h.name, wait_s)
         return renew_value(slot.value)
 
-    def _cancel(self, h: LockHandle) -> None:
+    def _cancel(self, h: Lease) -> None:
         """Cancel a waiting acquire (or release a grant that raced the cancellation)."""
         with self._cond:
             if self._closed:
@@ -1221,7 +1225,7 @@ class LockClient(LeaseLifecycle):
         if h._state == _HELD:
             h.release()
 
-    def _is_held(self, h: LockHandle) -> bool:
+    def _is_held(self, h: Lease) -> bool:
         with self._mu:
             if h._state != _HELD or self._closed or self._fatal is not None:
                 return False
@@ -1230,7 +1234,7 @@ class LockClient(LeaseLifecycle):
             except errors.LeaseholdError:
                 return False
 
-    def _valid_until_ns(self, h: LockHandle) -> int | None:
+    def _valid_until_ns(self, h: Lease) -> int | None:
         with self._mu:
             if h._state != _HELD or self._closed or self._fatal is not None:
                 return None

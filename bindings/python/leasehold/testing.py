@@ -1,9 +1,10 @@
 """Tools to test code that uses leasehold, without a server and without sleeping.
 
 * :class:`FakeClock` – a monotonic clock that only moves when you :meth:`~FakeClock.advance`
-  it (it never sleeps). Pass it to ``LockClient(clock=...)`` and ``MemoryStore(clock=...)``.
-* :class:`MemoryLockService` / :class:`MemoryStore` – the fault-injecting memory backend, on
-  the core's reference service (partition, drop, reject, delay, hang, server clock step).
+  it (it never sleeps). Pass it to ``LockClient(clock=...)`` and ``MemoryService(clock=...)``.
+* :class:`MemoryExecutor` / :class:`MemoryService` – the fault-injecting memory backend, on
+  the core's reference service (partition, drop, reject, delay, hang, server clock step);
+  also under their first names ``MemoryLockService`` / ``MemoryStore``.
 * :func:`pause_driver` – freeze a client's driver (a GC pause, a stopped VM): no renewal,
   no loss detection, no result processing until the block ends.
 * :func:`settle` – advance a fake clock in steps, letting the clients react after each.
@@ -11,8 +12,8 @@
 Example: the lock is lost when renewals are rejected::
 
     clock = FakeClock()
-    store = MemoryStore(clock=clock)
-    svc = MemoryLockService(store)
+    store = MemoryService(clock=clock)
+    svc = MemoryExecutor(store)
     with LockClient(svc, clock=clock) as client:
         h = client.acquire("job", ttl=10)
         svc.reject_renewals = True
@@ -26,13 +27,15 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from .backends.memory import LockRecord, MemoryLockService, MemoryStore
+from .backends.memory import LockRecord, MemoryExecutor, MemoryLockService, MemoryService, MemoryStore
 
 if TYPE_CHECKING:
     from .client import LockClient
 
 __all__ = [
     "FakeClock",
+    "MemoryService",
+    "MemoryExecutor",
     "MemoryLockService",
     "MemoryStore",
     "LockRecord",
@@ -41,8 +44,8 @@ __all__ = [
     "settle",
 ]
 
-FaultyMemoryService = MemoryLockService
-"""Alias: the memory service is the fault-injecting one."""
+FaultyMemoryService = MemoryExecutor
+"""Alias: the memory executor is the fault-injecting one."""
 
 
 class FakeClock:

@@ -1,7 +1,8 @@
 """Lock services (backends).
 
 :mod:`leasehold.backends.memory` is the in-process reference service with fault switches
-(tests, examples). Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
+(tests, examples): ``MemoryService`` (the server) and ``MemoryExecutor`` (one connection;
+first names ``MemoryStore`` and ``MemoryLockService``). Executors run the core's own backend protocol verbatim (the core owns keys, SQL and
 replies; the executor owns the connections):
 
 * :mod:`leasehold.backends.redis_executor` / :mod:`leasehold.backends.redis_executor_async` – Redis
@@ -10,14 +11,16 @@ replies; the executor owns the connections):
   :mod:`leasehold.backends.redis_connect`; :mod:`leasehold.backends.redis_cluster_executor` /
   :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
 * :mod:`leasehold.backends.sqlite` – ``SQLiteLockService``, the embedded default for
-  processes on one host (a ``SqliteExecutor``);
-* :mod:`leasehold.backends.sql_executor` – SQLite (``sqlite3``) and PostgreSQL (psycopg 3),
+  processes on one host: a ``SQLiteExecutor`` that checks and migrates the file when made,
+  and answers ``status(name)``;
+* :mod:`leasehold.backends.sql_executor` – ``SQLiteExecutor`` (``sqlite3``; first name
+  ``SqliteExecutor``) and ``PostgresExecutor`` (psycopg 3),
   :mod:`leasehold.backends.sql_executor_async` – PostgreSQL for asyncio;
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).
 
 Only the memory backend is imported eagerly; the others load their dependencies on import.
 """
 
-from .memory import LockRecord, MemoryLockService, MemoryStore
+from .memory import LockRecord, MemoryExecutor, MemoryLockService, MemoryService, MemoryStore
 
-__all__ = ["MemoryLockService", "MemoryStore", "LockRecord"]
+__all__ = ["MemoryService", "MemoryExecutor", "MemoryStore", "MemoryLockService", "LockRecord"]

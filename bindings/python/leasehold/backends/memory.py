@@ -1,15 +1,19 @@
 """An in-process reference lock service with fault switches.
 
-* :class:`MemoryStore` is the "server": the core's reference service (``lh_memory_service_*``,
+The names are those of every binding (Go's ``MemoryService`` / ``MemoryExecutor``); the first
+ones, ``MemoryStore`` and ``MemoryLockService``, are aliases.
+
+* :class:`MemoryService` is the "server": the core's reference service (``lh_memory_service_*``,
   the one every binding tests against) with locks, fencing counters and its own clock
   (``store.step_clock()`` jumps it forward, expiring leases on the server side only).
-* :class:`MemoryLockService` is one *connection* to a store, with its own fault switches,
-  so a test can partition one client while the others keep working. Several clients
-  contend for the same locks by each using their own service on one shared store::
+* :class:`MemoryExecutor` (a :class:`~leasehold.service.LockService`) is one *connection* to
+  a store, with its own fault switches, so a test can partition one client while the others
+  keep working. Several clients contend for the same locks by each using their own
+  connection on one shared store::
 
-      store = MemoryStore()
-      a = LockClient(MemoryLockService(store))
-      b = LockClient(MemoryLockService(store))
+      store = MemoryService()
+      a = LockClient(MemoryExecutor(store))
+      b = LockClient(MemoryExecutor(store))
 
 Semantics match the other backends: acquire is idempotent for the same token (same fencing
 token, TTL refreshed) and returns the holder's remaining TTL otherwise; renew and release
@@ -20,13 +24,13 @@ Fault switches (attributes of a service, change them at any time):
 * ``partitioned`` – every call raises ``ConnectionError`` before reaching the store;
 * ``drop_requests`` – same, but counted separately (a lost request);
 * ``drop_responses`` – the call is applied, then ``ConnectionError`` (a lost answer);
-  :meth:`MemoryLockService.drop_next_responses` does that for the next *n* calls only;
+  :meth:`MemoryExecutor.drop_next_responses` does that for the next *n* calls only;
 * ``reject_renewals`` – renew answers ``False`` (the service refuses: the lease is lost);
 * ``reject_acquires`` – acquire answers "held by another";
 * ``reject_releases`` – release answers ``False`` (the grant stays until it expires);
 * ``delay`` – seconds every call takes, measured on the store's clock (with a
   :class:`~leasehold.testing.FakeClock` the call waits until the test advances it);
-* :meth:`MemoryLockService.hang` / :meth:`MemoryLockService.unhang` – calls block until
+* :meth:`MemoryExecutor.hang` / :meth:`MemoryExecutor.unhang` – calls block until
   ``unhang()`` (or ``close()``): a hung backend.
 
 The store applies the first six; delay, hang and the call counters belong to the host.
@@ -51,7 +55,7 @@ from .. import _ffi, errors
 from .._clock import resolve_clock
 from ..service import Granted, HeldByOther, LockService, LockStatus
 
-__all__ = ["MemoryStore", "MemoryLockService", "LockRecord"]
+__all__ = ["MemoryService", "MemoryExecutor", "MemoryStore", "MemoryLockService", "LockRecord"]
 
 _HOST = socket.gethostname()
 _lib = _ffi.lib
@@ -76,8 +80,8 @@ def _name_bytes(name: str) -> bytes:
     return name.encode("utf-8", "surrogatepass")
 
 
-class MemoryStore:
-    """The shared state of memory lock services ("the server")."""
+class MemoryService:
+    """The shared state of memory executors ("the server"); also named ``MemoryStore``."""
 
     def __init__(self, *, clock: Any = None) -> None:
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
@@ -92,7 +96,7 @@ class MemoryStore:
         self._h = h
         self._finalizer = weakref.finalize(self, _lib.lh_memory_service_free, h)
         self._finalizer.atexit = False  # daemon threads may still call in at exit
-        self._services: "weakref.WeakSet[MemoryLockService]" = weakref.WeakSet()
+        self._services: "weakref.WeakSet[MemoryExecutor]" = weakref.WeakSet()
         self._fence_seen: dict[str, int] = {}
         self.grants: list[tuple[str, str, int]] = []
         """Every new grant, in order: (name, token, fencing_token)."""
@@ -194,7 +198,7 @@ class MemoryStore:
         return self._request("release", self._direct(), name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
 
     # -- connections (called by services) --------------------------------------------------------
-    def _connect(self, service: "MemoryLockService") -> int:
+    def _connect(self, service: "MemoryExecutor") -> int:
         cid = ctypes.c_uint64()
         with self._lock:
             _lib.lh_memory_service_connect(self._h, ctypes.byref(cid))
@@ -235,7 +239,7 @@ class MemoryStore:
         tok = token.encode("utf-8", "surrogateescape")
         r = _ffi.lh_memory_result()
         r.struct_size = ctypes.sizeof(r)
-        notices: list[tuple[MemoryLockService, str]] = []
+        notices: list[tuple[MemoryExecutor, str]] = []
         with self._lock:
             now = self._host_now()
             if op == "acquire":
@@ -268,7 +272,7 @@ class MemoryStore:
             self._fence_seen[name] = fence
             self.grants.append((name, token, int(fence)))
 
-    def _poll_released(self, name: str) -> list[tuple["MemoryLockService", str]]:
+    def _poll_released(self, name: str) -> list[tuple["MemoryExecutor", str]]:
         # The store queued a notification for every connection watching the name (queues are
         # drained here after every release, so only those can have one).
         out = []
@@ -303,17 +307,18 @@ _FLAGS = (
 
 
 def _switch(attr: str) -> property:
-    def get(self: "MemoryLockService") -> bool:
+    def get(self: "MemoryExecutor") -> bool:
         return self._switches[attr]
 
-    def set(self: "MemoryLockService", on: bool) -> None:
+    def set(self: "MemoryExecutor", on: bool) -> None:
         self._push_faults({**self._switches, attr: bool(on)})
 
     return property(get, set, doc=f"Fault switch ``{attr}`` (applied by the store).")
 
 
-class MemoryLockService(LockService):
-    """One connection to a :class:`MemoryStore`, with fault switches (see the module doc).
+class MemoryExecutor(LockService):
+    """One connection to a :class:`MemoryService`, with fault switches (see the module doc);
+    also named ``MemoryLockService``.
 
     :param store: the shared store; a private one (with ``clock``) when omitted
     :param clock: the clock of the private store (ignored when ``store`` is given)
@@ -327,8 +332,8 @@ class MemoryLockService(LockService):
     reject_acquires = _switch("reject_acquires")
     reject_releases = _switch("reject_releases")
 
-    def __init__(self, store: MemoryStore | None = None, *, clock: Any = None, notifications: bool = True) -> None:
-        self.store = store if store is not None else MemoryStore(clock=clock)
+    def __init__(self, store: MemoryService | None = None, *, clock: Any = None, notifications: bool = True) -> None:
+        self.store = store if store is not None else MemoryService(clock=clock)
         self.notifications = notifications
         self._switches = {attr: False for attr, _ in _FLAGS}
         self.delay = 0.0
@@ -380,7 +385,7 @@ class MemoryLockService(LockService):
         self._open.set()
 
     def step_clock(self, seconds: float) -> None:
-        """Jump the store's clock forward (see :meth:`MemoryStore.step_clock`)."""
+        """Jump the store's clock forward (see :meth:`MemoryService.step_clock`)."""
         self.store.step_clock(seconds)
 
     # -- LockService -------------------------------------------------------------------------------
@@ -429,7 +434,7 @@ class MemoryLockService(LockService):
         return self._call("release", name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
 
     def status(self, name: str) -> LockStatus:
-        """The store's view of ``name`` (see :meth:`MemoryStore.status`); no fault switch applies."""
+        """The store's view of ``name`` (see :meth:`MemoryService.status`); no fault switch applies."""
         return self.store.status(name)
 
     def watch(self, name: str, on_released: Callable[[str], None]) -> None:
@@ -456,3 +461,10 @@ class MemoryLockService(LockService):
             cb = self._watchers.get(name)
         if cb is not None:
             cb(name)
+
+
+MemoryStore = MemoryService
+"""The first name of :class:`MemoryService`."""
+
+MemoryLockService = MemoryExecutor
+"""The first name of :class:`MemoryExecutor`."""

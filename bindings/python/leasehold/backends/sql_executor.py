@@ -31,7 +31,7 @@ from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
 
-__all__ = ["SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
+__all__ = ["SQLiteExecutor", "SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds a PostgreSQL connection attempt may take before it is a transport failure."""
@@ -324,6 +324,10 @@ def _cut(conn: Any) -> bool:
     finally:
         s.close()
     return True
+
+
+SQLiteExecutor = SqliteExecutor
+"""The name every binding gives the SQLite executor (Go's ``SQLiteExecutor``)."""
 
 
 class _Watchdog:

@@ -20,11 +20,11 @@ def test_package_docstring_example_takes_a_lock() -> None:
 def test_testing_docstring_example_loses_the_lock() -> None:
     (code,) = examples("leasehold.testing")
     from leasehold import LockClient
-    from leasehold.testing import FakeClock, MemoryLockService, MemoryStore, settle
+    from leasehold.testing import FakeClock, MemoryExecutor, MemoryService, settle
 
     ns = run_example(
         code,
-        {"LockClient": LockClient, "FakeClock": FakeClock, "MemoryStore": MemoryStore,
-         "MemoryLockService": MemoryLockService, "settle": settle},
+        {"LockClient": LockClient, "FakeClock": FakeClock, "MemoryService": MemoryService,
+         "MemoryExecutor": MemoryExecutor, "settle": settle},
     )
     assert ns["h"].lost.is_set()
