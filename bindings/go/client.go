@@ -124,6 +124,7 @@ type client struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	owned     io.Closer // the executor Open made: closed last
 }
 
 type watchOp struct {
@@ -307,7 +308,7 @@ func NewLockClient(t Executor, opts *Options) (*LockClient, error) {
 
 // Close releases every lease of the LockClient (bounded by Options.CloseTimeout),
 // stops its goroutines and frees the core handle. It is idempotent; the
-// Executor is not closed (it belongs to the caller).
+// Executor is not closed (it belongs to the caller), unless Open made it.
 func (cl *LockClient) Close() error {
 	cl.cleanup.Stop()
 	return cl.c.close()
@@ -1094,6 +1095,9 @@ func (c *client) close() error {
 			c.core = nil
 		}
 		c.mu.Unlock()
+		if c.owned != nil {
+			c.closeErr = c.owned.Close()
+		}
 	})
 	return c.closeErr
 }

@@ -461,3 +461,7 @@ func (t *MemoryExecutor) Watch(_ context.Context, name string, notify func(strin
 		})
 	}, nil
 }
+
+// Close does nothing (the service lives as long as it is referenced). It makes
+// every executor an io.Closer.
+func (t *MemoryExecutor) Close() error { return nil }

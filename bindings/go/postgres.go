@@ -427,3 +427,7 @@ func (x *pgExec) run1(ctx context.Context, conn *pgx.Conn, q *sqlRequest) (*rows
 	}
 	return b, nil
 }
+
+// Close does nothing: each LockClient closes its own connections in LockClient.Close.
+// It makes every executor an io.Closer.
+func (t *PostgresExecutor) Close() error { return nil }

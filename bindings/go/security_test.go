@@ -597,3 +597,87 @@ func TestRedissVerifiesTheHostName(t *testing.T) {
 			TLSConfig: &tls.Config{RootCAs: tlsConf.RootCAs, MinVersion: tls.VersionTLS12}}, host == "127.0.0.1")
 	}
 }
+
+// TestNoPasswordInOpenErrors: whatever a backend URL looks like, NewExecutor's and
+// Open's errors never show its password, as written, percent-decoded or quoted; a URL
+// whose password is cut short by an unescaped '/', '?', '#' or '@' is refused without
+// being shown; what they accept prints without it.
+func TestNoPasswordInOpenErrors(t *testing.T) {
+	bad := []string{
+		"redis://u:S3CRET@127.0.0.1:notaport/0",         // bad port
+		"redis://u:S3/CRET@h:6379/0",                    // unescaped '/': the password cut short
+		"redis://u:12/S3CRET@h:6379",                    // ... that would parse as host u, port 12
+		"redis://u:12?S3CRET@h",                         // unescaped '?'
+		"redis://u:12#S3CRET@h",                         // unescaped '#'
+		"redis://u:S3%zzCRET@h",                         // bad percent escape
+		"redis://u:S3CRET%@h",                           // truncated escape
+		"redis://u:S3\"CRET@h",                          // a character userinfo may not hold
+		"redis://u:S3CRET\n@h",                          // a control character
+		"redis://u:S3CRET@h:6379/x",                     // bad database number
+		"redis://u:S3CRET@h:6379/0?bogus=1",             // unknown option
+		"redis://h:6379/0?password=S3CRET",              // the password as a query option
+		"redis://u:S3CRET@[::1:6379",                    // unparseable host
+		"rediss://u:S3CRET@h:6379/0?skip_verify=maybe",  // bad option value
+		"unix://u:S3CRET@/tmp/redis.sock?db=x",          // bad database
+		"unix://u:S3/CRET@/tmp/redis.sock",              // unescaped '/'
+		"redis+sentinel://u:S3CRET@h1:26379,h2:x/m",     // bad sentinel port
+		"redis+sentinel://u:S3CRET@h1:26379",            // no master name
+		"redis+sentinel://u:S3CRET@h1/m/x",              // bad database
+		"redis+sentinel://u:S3CRET@h1/m?bogus=1",        // unknown option
+		"redis+sentinel://u:S3?CRET@h1/m",               // unescaped '?'
+		"redis+sentinel://u:S3%zCRET@h1/m",              // bad escape
+		"redis+cluster://u:S3CRET@h1,h2/0",              // a path
+		"redis+cluster://u:S3CRET@h1?read_only=true",    // replica reads
+		"redis+cluster://u:S3CRET@h1?dial_timeout=soon", // bad option value
+		"redis+cluster://u:S3CRET@h1#f",                 // a fragment
+		"etcd://u:S3CRET@h1:2379",                       // clear text refused
+		"etcd://u:S3CRET@h1:2379?insecure_auth=maybe",   // bad flag
+		"etcd://u:S3CRET@h1:2379/v3",                    // a path
+		"etcds://u:S3CRET@h1:99999",                     // bad port
+		"etcds://u:S3/CRET@h1:2379",                     // unescaped '/'
+		"postgresql://u:S3/CRET@h/db",                   // unescaped '/'
+		"postgres://u:S3CRET@h:99999/db",                // bad port
+		"sqlite://u:S3CRET@h/x.db",                      // a host part
+		"memory://u:S3CRET@h",                           // memory takes nothing
+		"ftp://u:S3CRET@h",                              // unknown scheme
+		"u:S3CRET@h:6379",                               // no scheme: reads as scheme "u"
+		" redis://u:S3CRET@h",                           // not a scheme
+	}
+	for _, s := range bad {
+		e, err := NewExecutor(s, nil)
+		if err == nil {
+			t.Errorf("%q: accepted (%v)", s, e)
+			if c, ok := e.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: %v is not ErrInvalidArgument", s, err)
+		}
+		noSecret(t, "NewExecutor's error", printed(err)...)
+		if _, err := Open(s, nil); err == nil {
+			t.Errorf("Open(%q) accepted", s)
+		} else {
+			noSecret(t, "Open's error", printed(err)...)
+		}
+		t.Logf("%q -> %v", strings.ReplaceAll(s, secret, "…"), err)
+	}
+	// Accepted URLs with a password print without it.
+	for _, s := range []string{"redis://u:S3CRET@127.0.0.1:1/0", "rediss://:S3CRET@127.0.0.1:1",
+		"unix://u:S3CRET@/tmp/none.sock", "redis+sentinel://u:S3CRET@127.0.0.1:1/m",
+		"redis+cluster://u:S3CRET@127.0.0.1:1", "etcds://u:S3CRET@127.0.0.1:1",
+		"postgresql://u:S3CRET@127.0.0.1:1/db"} {
+		e, err := NewExecutor(s, nil)
+		if err != nil {
+			t.Errorf("%q: %v", strings.ReplaceAll(s, secret, "…"), err)
+			continue
+		}
+		noSecret(t, fmt.Sprintf("a printed %T", e), printed(e)...)
+		_ = e.(interface{ Close() error }).Close()
+	}
+	// redactURL itself, on what messages show.
+	for _, s := range append(bad, "redis://u:S3CRET@h?token=S3CRET", "postgresql://h/db?sslpassword=S3CRET") {
+		noSecret(t, "redactURL", redactURL(s))
+	}
+}
