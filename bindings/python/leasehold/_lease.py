@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 from . import _ffi, errors
 from ._core import Config, Core, Output
 
-__all__ = ["ReleaseOutcome", "LeaseLifecycle", "client_config"]
+__all__ = ["ReleaseOutcome", "LeaseLifecycle", "LeaseBase", "client_config"]
 
 log = logging.getLogger("leasehold")
 
@@ -314,3 +314,73 @@ def renew_value(value: Any) -> float:
     if isinstance(value, BaseException):
         raise value
     return int(value) / 1e9
+
+
+class LeaseBase:
+    """What a lease is in both clients: its grant, its state and its validity, read from the
+    client's core. ``Lease`` and ``AsyncLease`` add how a caller waits (``lost``, ``renew``,
+    ``release``)."""
+
+    _client: Any
+
+    def __init__(self, client: Any, lease_id: int, name: str, ttl_ms: int, reentrant: bool,
+                 on_lost: Callable[..., Any] | None, auto_renew: bool) -> None:
+        self._client = client
+        self.lease_id = lease_id
+        self.name = name
+        self.ttl = ttl_ms / 1000.0
+        self.reentrant = reentrant
+        self.auto_renew = auto_renew
+        self._release_outcome: ReleaseOutcome | None = None
+        self._releasing = False  # a release() call of this handle is under way
+        self._on_lost = on_lost
+        self.lost_reason: str | None = None
+        self._state = _ACQUIRING
+        self._fencing_token: int | None = None
+        self._valid_until_ns: int | None = None
+        self._wait_s = 0.0
+
+    @property
+    def fencing_token(self) -> int:
+        """The fencing token of this grant; strictly larger than any earlier grant's of this name."""
+        if self._fencing_token is None:
+            raise errors.LockNotHeld(f"lock {self.name!r} was never granted")
+        return self._fencing_token
+
+    @property
+    def valid_until_ns(self) -> int | None:
+        """End of the current validity window (clock ns), ``None`` once released or lost."""
+        return self._client._valid_until_ns(self)  # type: ignore[no-any-return]
+
+    @property
+    def valid_until(self) -> float | None:
+        """End of the current validity window in seconds on the client's clock
+        (``time.monotonic()`` for the default clock), ``None`` once released or lost."""
+        ns = self.valid_until_ns
+        return None if ns is None else ns / 1e9
+
+    def remaining(self) -> float:
+        """Seconds of validity left now (0.0 when not held). Advisory, like :meth:`is_held`."""
+        ns = self.valid_until_ns
+        if ns is None:
+            return 0.0
+        return max(0.0, (ns - int(self._client._now_fn())) / 1e9)
+
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"released"`` or ``"lost"`` (``"acquiring"``/``"failed"`` internally)."""
+        return self._state
+
+    def is_held(self) -> bool:
+        """Advisory: is the lease valid right now? The fencing token is the real authority."""
+        return self._client._is_held(self)  # type: ignore[no-any-return]
+
+    def _check_enter(self) -> None:
+        if self._state != _HELD:
+            raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} name={self.name!r} state={self._state} "
+            f"fencing_token={self._fencing_token} lease={self.lease_id}>"
+        )

@@ -30,16 +30,18 @@ import os
 import time
 import weakref
 from collections import deque
+from functools import partial
 from typing import Any, Awaitable, Callable, Coroutine, Generator, cast
 
 from . import _ffi, errors
 from ._backend import BackendSink, backend_of, execute_request_async, run_requests
-from ._args import check_name, seconds, ttl_to_ms, wait_budget
+from ._args import seconds
 from ._clock import resolve_clock
-from ._core import Config, Core, Counters, Output, dispatch_all
-from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
-from .client import _IDLE_TICK_NS, Subscription
-from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
+from ._core import Config, Core, Output, dispatch_all
+from ._driver import IDLE_TICK_NS, Driver, acquire_args, service_call, service_input, transport_error_input
+from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
+from .client import Subscription
+from .service import AsyncLockService, LockService, to_async
 
 __all__ = ["AsyncLockClient", "AsyncLease", "AsyncLockHandle"]
 
@@ -51,7 +53,7 @@ _ACQUIRE_SAFETY_S = 30.0
 OnLost = Callable[["AsyncLease"], Any]
 
 
-class AsyncLease:
+class AsyncLease(LeaseBase):
     """A lock held through :class:`AsyncLockClient` (the asyncio twin of ``Lease``).
 
     ``lost`` is an :class:`asyncio.Event`; ``await handle.lost.wait()`` wakes on loss.
@@ -61,49 +63,10 @@ class AsyncLease:
 
     def __init__(self, client: "AsyncLockClient", lease_id: int, name: str, ttl_ms: int, wait_s: float,
                  reentrant: bool, on_lost: OnLost | None, auto_renew: bool = True) -> None:
-        self._client = client
-        self.lease_id = lease_id
-        self.name = name
-        self.ttl = ttl_ms / 1000.0
-        self.reentrant = reentrant
-        self.auto_renew = auto_renew
-        self._release_outcome: ReleaseOutcome | None = None
-        self._releasing = False
-        self._valid_until_ns: int | None = None
+        super().__init__(client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
         self._wait_s = wait_s
-        self._on_lost = on_lost
         self.lost = asyncio.Event()
-        self.lost_reason: str | None = None
-        self._state = _ACQUIRING
         self._fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._fencing_token: int | None = None
-
-    @property
-    def fencing_token(self) -> int:
-        if self._fencing_token is None:
-            raise errors.LockNotHeld(f"lock {self.name!r} was never granted")
-        return self._fencing_token
-
-    @property
-    def state(self) -> str:
-        return self._state
-
-    @property
-    def valid_until_ns(self) -> int | None:
-        return self._client._valid_until_ns(self)
-
-    @property
-    def valid_until(self) -> float | None:
-        ns = self.valid_until_ns
-        return None if ns is None else ns / 1e9
-
-    def remaining(self) -> float:
-        ns = self.valid_until_ns
-        return 0.0 if ns is None else max(0.0, (ns - self._client._core.now()) / 1e9)
-
-    def is_held(self) -> bool:
-        """Advisory: is the lease valid right now?"""
-        return self._client._is_held(self)
 
     def _set_lost(self) -> None:
         self._state = _LOST
@@ -122,15 +85,11 @@ class AsyncLease:
         return await self._client._release_handle(self, timeout)
 
     async def __aenter__(self) -> "AsyncLease":
-        if self._state != _HELD:
-            raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
+        self._check_enter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.release()
-
-    def __repr__(self) -> str:
-        return f"<AsyncLease name={self.name!r} state={self._state} fencing_token={self._fencing_token}>"
 
 
 AsyncLockHandle = AsyncLease
@@ -159,7 +118,7 @@ class _Acquire:
 _aclients: "weakref.WeakSet[AsyncLockClient]" = weakref.WeakSet()
 
 
-class AsyncLockClient(LeaseLifecycle):
+class AsyncLockClient(Driver):
     """An asyncio lock client: one core driven by one task on one event loop.
 
     Parameters as for :class:`leasehold.LockClient` (``fail_budget`` included); ``service``
@@ -226,26 +185,14 @@ class AsyncLockClient(LeaseLifecycle):
         ``on_lost(handle)`` may be a plain function or return an awaitable; it runs as its own
         callback/task on the loop, and an exception in it is logged.
         """
-        check_name(name)
-        ttl_ms = ttl_to_ms(ttl)
-        wait_s, wait_ns = wait_budget(wait)
-        if not isinstance(reentrant, bool):
-            raise TypeError("reentrant must be a bool")
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError("on_lost must be callable or None")
-        if not isinstance(auto_renew, bool):
-            raise TypeError("auto_renew must be a bool")
+        ttl_ms, wait_s, wait_ns = acquire_args(name, ttl, wait, reentrant, on_lost, auto_renew)
         return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost, auto_renew))
 
     def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
         """Call ``callback(name)`` (a function or coroutine function) for every release
         notification of ``name``; returns a :class:`~leasehold.client.Subscription` whose
         ``cancel()`` stops it. Call from the loop."""
-        check_name(name)
-        if not callable(callback):
-            raise TypeError("callback must be callable")
-        if self._backend is not None:
-            raise errors.LeaseholdError("on_release is not available on a backend executor")
+        self._check_subscribable(name, callback)
         self._ensure_loop()
         self._check_open()
         self._subscribers.setdefault(name, []).append(callback)
@@ -261,26 +208,6 @@ class AsyncLockClient(LeaseLifecycle):
                     self._watch_ref(name, -1)
 
         return Subscription(cancel)
-
-    def backend_counters(self) -> dict[str, int]:
-        """As :meth:`leasehold.LockClient.backend_counters`."""
-        return self._core.backend_counters() if self._backend is not None else {}
-
-    def counters(self) -> Counters:
-        if self._closed:
-            raise errors.ClientClosed("the AsyncLockClient is closed")
-        return self._core.counters()
-
-    def backend_last_error(self) -> str:
-        """The last database error, refused schema, error reply or transport failure the
-        core's backend protocol saw (SQL and etcd executors; empty otherwise)."""
-        if self._core.closed:
-            return ""
-        return self._core.backend_last_error()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     async def close(self, timeout: float = 5.0) -> None:
         """Release held locks, cancel pending acquires, wait (bounded) for cleanup, stop."""
@@ -357,9 +284,14 @@ class AsyncLockClient(LeaseLifecycle):
         return self._is_idle()
 
     # -- internals -----------------------------------------------------------------------------------
+    _kind = "AsyncLockClient"
+
     def _check_open(self) -> None:
         if self._closing or self._closed:
             raise errors.ClientClosed("the AsyncLockClient is closed")
+
+    def _input(self, fn: Callable[..., None], *args: Any) -> None:
+        self._deliver_input(partial(fn, *args) if args else fn)
 
     def _ensure_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -397,7 +329,7 @@ class AsyncLockClient(LeaseLifecycle):
         wake = self._wake
         # As in LockClient: with no deadline, sleep one short tick before sleeping for ever,
         # so that a loop of acquire/release cycles does not poke the driver every cycle.
-        tick_ns = min(_IDLE_TICK_NS, self._core.request_timeout_ns // 4)
+        tick_ns = min(IDLE_TICK_NS, self._core.request_timeout_ns // 4)
         ticked = False
         while True:
             if not self._paused:
@@ -481,32 +413,12 @@ class AsyncLockClient(LeaseLifecycle):
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    def _dispatch(self, out: Output) -> None:
-        k = out.kind
-        if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
-            self._requests[out.request_id] = (k, out.lease_id)
-            self._spawn(self._do_io(out))
-        elif k == _ffi.LH_OUTPUT_WATCH:
-            if out.name not in self._core_watching:
-                self._core_watching.add(out.name)
-                self._watch_ref(out.name, +1)  # waiters share the release notifications
-        elif k == _ffi.LH_OUTPUT_UNWATCH:
-            if out.name in self._core_watching:
-                self._core_watching.discard(out.name)
-                self._watch_ref(out.name, -1)
-        elif k == _ffi.LH_OUTPUT_ACQUIRED:
-            for h in self._handles.get(out.lease_id, ()):
-                if h._state == _ACQUIRING:
-                    h._fencing_token = out.fencing_token
-                    h._state = _HELD
-                    if not h._fut.done():
-                        h._fut.set_result(None)
-        elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _ACQUIRING:
-                    self._settle_error(h, self._acquire_error(h, out.reason))
-        elif not self._lease_event(out):
-            log.error("leasehold: unknown output kind %d", k)
+    def _submit_command(self, out: Output) -> None:
+        self._spawn(self._do_io(out))
+
+    def _granted(self, h: AsyncLease) -> None:
+        if not h._fut.done():
+            h._fut.set_result(None)
 
     def _settle_error(self, h: AsyncLease, e: BaseException) -> None:
         h._state = _FAILED
@@ -528,67 +440,22 @@ class AsyncLockClient(LeaseLifecycle):
         self._spawn(run())
 
     async def _do_io(self, out: Output) -> None:
-        core, k, req = self._core, out.kind, out.request_id
         fn: Callable[[], None]
         try:
-            if k == _ffi.LH_OUTPUT_ACQUIRE:
-                r = await self._service.acquire(out.name, out.token, out.ttl_ms)
-                if isinstance(r, Granted):
-                    g = r
-
-                    def fn() -> None:
-                        try:
-                            core.acquire_result(req, _ffi.LH_ACQUIRE_GRANTED, g.fencing_token, g.ttl_ms, None,
-                                                bytes(g.backend_data))
-                        except (errors.InvalidArgument, TypeError, ValueError) as e:
-                            log.error("leasehold: invalid grant %r (%s); treated as a transport error", g, e)
-                            core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-                elif isinstance(r, HeldByOther):
-                    hint = r.retry_after_ms
-                    if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
-                        hint = None
-                    fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)  # noqa: E731
-                else:
-                    raise TypeError(f"acquire() returned {type(r).__name__}")
-            elif k == _ffi.LH_OUTPUT_RENEW:
-                ok = await self._service.renew(out.name, out.token, out.ttl_ms, out.backend_data)
-                if not isinstance(ok, bool):
-                    raise TypeError(f"renew() returned {type(ok).__name__}")
-                outcome = _ffi.LH_RENEW_RENEWED if ok else _ffi.LH_RENEW_REJECTED
-                fn = lambda: core.renew_result(req, outcome)  # noqa: E731
-            else:
-                ok = await self._service.release(out.name, out.token, out.backend_data)
-                if not isinstance(ok, bool):
-                    raise TypeError(f"release() returned {type(ok).__name__}")
-                routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
-                # An application release's caller is woken by the RELEASE_OUTCOME this emits.
-                fn = lambda: core.release_result(req, routcome)  # noqa: E731
+            fn = service_input(self._core, out, await service_call(self._service, out))
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            what = {_ffi.LH_OUTPUT_ACQUIRE: "acquire", _ffi.LH_OUTPUT_RENEW: "renew"}.get(k, "release")
-            log.warning("leasehold: %s %r failed (transport error): %s", what, out.name, e)
-            if k == _ffi.LH_OUTPUT_ACQUIRE:
-                fn = lambda: core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)  # noqa: E731
-            elif k == _ffi.LH_OUTPUT_RENEW:
-                fn = lambda: core.renew_result(req, _ffi.LH_RENEW_TRANSPORT_ERROR)  # noqa: E731
-            else:
-                fn = lambda: core.release_result(req, _ffi.LH_RELEASE_TRANSPORT_ERROR)  # noqa: E731
-        self._requests.pop(req, None)
+            fn = transport_error_input(self._core, out, e)
+        self._requests.pop(out.request_id, None)
         if not self._closed:
             self._deliver_input(fn)
 
-    def _watch_ref(self, name: str, delta: int) -> None:
-        before = self._watch_refs.get(name, 0)
-        after = max(0, before + delta)
-        if after:
-            self._watch_refs[name] = after
-        else:
-            self._watch_refs.pop(name, None)
-        if before == 0 and after > 0:
-            self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch, self._notified_threadsafe))
-        elif before > 0 and after == 0:
-            self._chain_watch(lambda: self._service.unwatch(name))
+    def _start_watch(self, name: str) -> None:
+        self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch, self._notified_threadsafe))
+
+    def _stop_watch(self, name: str) -> None:
+        self._chain_watch(lambda: self._service.unwatch(name))
 
     async def _watch_then_recheck(
         self,
@@ -639,13 +506,8 @@ class AsyncLockClient(LeaseLifecycle):
             pass
 
     def _notified(self, name: str) -> None:
-        if self._closed:
-            return
-        core = self._core
-        if name in self._core_watching:
-            self._deliver_input(lambda: core.released(name))
-        for cb in list(self._subscribers.get(name, ())):
-            self._callback(cb, name)
+        if not self._closed:
+            self._deliver_notification(name)
 
     async def _acquire(self, name: str, ttl_ms: int, wait_s: float, wait_ns: int, reentrant: bool,
                        on_lost: OnLost | None, auto_renew: bool = True) -> AsyncLease:
@@ -724,22 +586,6 @@ class AsyncLockClient(LeaseLifecycle):
             self._renew_forget(h.lease_id, slot)
             raise
         return renew_value(slot.value())
-
-    def _is_held(self, h: AsyncLease) -> bool:
-        if h._state != _HELD or self._closed:
-            return False
-        try:
-            return self._core.is_held(h.lease_id)
-        except errors.LeaseholdError:
-            return False
-
-    def _valid_until_ns(self, h: AsyncLease) -> int | None:
-        if h._state != _HELD or self._closed:
-            return None
-        try:
-            return self._core.valid_until(h.lease_id)
-        except errors.LeaseholdError:
-            return None
 
     def _set_paused(self, paused: bool) -> None:
         self._paused = paused

@@ -56,11 +56,12 @@ from typing import Any, Callable
 
 from . import _ffi, errors
 from ._backend import BackendSink, backend_of, execute_request, run_requests
-from ._args import check_name, seconds, ttl_to_ms, wait_budget
+from ._args import seconds
 from ._clock import resolve_clock
-from ._core import Config, Core, Counters, Output, dispatch_all
-from ._lease import LeaseLifecycle, ReleaseOutcome, Slot, client_config, renew_value
-from .service import Granted, HeldByOther, LockService
+from ._core import Config, Core, Output, dispatch_all
+from ._driver import IDLE_TICK_NS, Driver, acquire_args, service_call, service_input, transport_error_input
+from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
+from .service import LockService
 
 __all__ = ["LockClient", "Lease", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
 
@@ -72,8 +73,7 @@ _RELEASED = "released"
 _LOST = "lost"
 _FAILED = "failed"
 
-# The longest the driver sleeps without a deadline before it sleeps for ever (see _run).
-_IDLE_TICK_NS = 500_000_000
+_IDLE_TICK_NS = IDLE_TICK_NS  # (see _run)
 
 # Real-time safety margin added to the core's own bound on an acquire (wait + one request
 # timeout). The core guarantees a terminal event by then; this only guards against a stuck
@@ -81,7 +81,7 @@ _IDLE_TICK_NS = 500_000_000
 _ACQUIRE_SAFETY_S = 30.0
 
 
-class Lease:
+class Lease(LeaseBase):
     """A lock acquired through :meth:`LockClient.acquire`.
 
     Use it as a context manager (``with client.acquire(...) as h:``) or call
@@ -107,29 +107,15 @@ class Lease:
         on_lost: Callable[["Lease"], Any] | None,
         auto_renew: bool = True,
     ) -> None:
-        self._client = client
-        self.lease_id = lease_id
-        self.name = name
-        self.ttl = ttl_ms / 1000.0
-        self.reentrant = reentrant
-        self.auto_renew = auto_renew
-        self._release_outcome: ReleaseOutcome | None = None
-        self._releasing = False  # a release() call of this handle is under way
-        self._on_lost = on_lost
+        super().__init__(client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
         self._lost: threading.Event | None = None  # created on first use (see ``lost``)
-        self.lost_reason: str | None = None
-        self._state = _ACQUIRING
         # Created (under the client mutex) only when the acquiring thread has to wait; set when
         # the handle settles or when a command is handed to the waiting thread (``_cmd``).
         self._settled: threading.Event | None = None
         self._cmd: Output | None = None
         self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
         self._error: BaseException | None = None
-        self._fencing_token: int | None = None
-        self._valid_until_ns: int | None = None
-        self._wait_s = 0.0
 
-    # -- properties --------------------------------------------------------------------------
     @property
     def lost(self) -> threading.Event:
         """A :class:`threading.Event`, set when the lock is lost (see ``lost_reason``)."""
@@ -149,41 +135,6 @@ class Lease:
         ev = self._lost
         if ev is not None:
             ev.set()
-
-    @property
-    def fencing_token(self) -> int:
-        """The fencing token of this grant; strictly larger than any earlier grant's of this name."""
-        if self._fencing_token is None:
-            raise errors.LockNotHeld(f"lock {self.name!r} was never granted")
-        return self._fencing_token
-
-    @property
-    def valid_until_ns(self) -> int | None:
-        """End of the current validity window (clock ns), ``None`` once released or lost."""
-        return self._client._valid_until_ns(self)
-
-    @property
-    def valid_until(self) -> float | None:
-        """End of the current validity window in seconds on the client's clock
-        (``time.monotonic()`` for the default clock), ``None`` once released or lost."""
-        ns = self.valid_until_ns
-        return None if ns is None else ns / 1e9
-
-    def remaining(self) -> float:
-        """Seconds of validity left now (0.0 when not held). Advisory, like :meth:`is_held`."""
-        ns = self.valid_until_ns
-        if ns is None:
-            return 0.0
-        return max(0.0, (ns - self._client._now()) / 1e9)
-
-    @property
-    def state(self) -> str:
-        """``"held"``, ``"released"`` or ``"lost"`` (``"acquiring"``/``"failed"`` internally)."""
-        return self._state
-
-    def is_held(self) -> bool:
-        """Advisory: is the lease valid right now? The fencing token is the real authority."""
-        return self._client._is_held(self)
 
     def renew(self, timeout: float | None = None) -> float:
         """Extend the lease now, counted from when the renewal is sent; returns the new
@@ -220,18 +171,11 @@ class Lease:
         return self._client._release_handle(self, timeout)
 
     def __enter__(self) -> "Lease":
-        if self._state != _HELD:
-            raise errors.LockNotHeld(f"lock {self.name!r} is {self._state}; acquire it again")
+        self._check_enter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-    def __repr__(self) -> str:
-        return (
-            f"<Lease name={self.name!r} state={self._state} "
-            f"fencing_token={self._fencing_token} lease={self.lease_id}>"
-        )
 
 
 LockHandle = Lease
@@ -278,7 +222,7 @@ _clients: "weakref.WeakSet[LockClient]" = weakref.WeakSet()
 _fork_locked: list["LockClient"] = []
 
 
-class LockClient(LeaseLifecycle):
+class LockClient(Driver):
     """A thread-safe lock client: one core, one driver thread, one service.
 
     :param service: the backend: a :class:`~leasehold.service.LockService`, or an executor of
@@ -427,15 +371,7 @@ class LockClient(LeaseLifecycle):
         :raises ClientClosed: the client is closed
         :raises TypeError, ValueError: bad arguments (``InvalidArgument`` from the core)
         """
-        check_name(name)
-        ttl_ms = ttl_to_ms(ttl)
-        wait_s, wait_ns = wait_budget(wait)
-        if not isinstance(reentrant, bool):
-            raise TypeError("reentrant must be a bool")
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError("on_lost must be callable or None")
-        if not isinstance(auto_renew, bool):
-            raise TypeError("auto_renew must be a bool")
+        ttl_ms, wait_s, wait_ns = acquire_args(name, ttl, wait, reentrant, on_lost, auto_renew)
         with self._mu:  # the condition's lock, without Condition.__enter__'s Python frame
             if self._closing or self._closed or self._fatal is not None:
                 self._check_open()  # raises
@@ -473,11 +409,7 @@ class LockClient(LeaseLifecycle):
 
         Only services with ``notifications = True`` deliver them.
         """
-        check_name(name)
-        if not callable(callback):
-            raise TypeError("callback must be callable")
-        if self._backend is not None:
-            raise errors.LeaseholdError("on_release is not available on a backend executor")
+        self._check_subscribable(name, callback)
         with self._cond:
             self._check_open()
             self._ensure_started()
@@ -495,29 +427,6 @@ class LockClient(LeaseLifecycle):
                         self._watch_ref(name, -1)
 
         return Subscription(cancel)
-
-    def counters(self) -> Counters:
-        """The core's counters (renewals sent/ok/failed, losses by reason, ...)."""
-        with self._mu:
-            self._check_not_freed()
-            return self._core.counters()
-
-    def backend_counters(self) -> dict[str, int]:
-        """What the core's backend protocol saw (Redis: requests, script calls, wake-ups,
-        standby takeovers, subscriber losses...); empty for a service."""
-        with self._mu:
-            self._check_not_freed()
-            return self._core.backend_counters() if self._backend is not None else {}
-
-    def backend_last_error(self) -> str:
-        """The last database error, refused schema, error reply or transport failure the
-        core's backend protocol saw (SQL and etcd executors; empty otherwise)."""
-        with self._mu:
-            return "" if self._core.closed else self._core.backend_last_error()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def service(self) -> LockService:
@@ -645,9 +554,13 @@ class LockClient(LeaseLifecycle):
         if self._fatal is not None:
             raise errors.ClientClosed(f"the LockClient stopped after a core failure: {self._fatal}")
 
-    def _check_not_freed(self) -> None:
-        if self._closed:
-            raise errors.ClientClosed("the LockClient is closed")
+    _kind = "LockClient"
+
+    def _serial(self) -> threading.RLock:
+        return self._mu
+
+    def _input(self, fn: Callable[..., None], *args: Any) -> None:
+        self._feed(fn, *args)
 
     def _ensure_started(self) -> None:
         """(mutex held) Start the driver and pools; after a fork, in the child, restart them."""
@@ -797,41 +710,22 @@ class LockClient(LeaseLifecycle):
         finally:
             self._capture, self._captured = None, None
 
-    def _dispatch(self, out: Output) -> None:
+    def _submit_command(self, out: Output) -> None:
+        """(mutex held) Where an acquire/renew/release command runs."""
         k = out.kind
-        if k in (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE):
-            self._requests[out.request_id] = (k, out.lease_id)
-            if out.lease_id in self._abandoned:
-                self._answer_abandoned(out)
-            elif self._capture == (k, out.lease_id) and self._captured is None:
-                self._captured = out  # the calling thread runs it (see _run_inline)
-                self._inflight += 1
-            elif k == _ffi.LH_OUTPUT_ACQUIRE and self._parked and not self._paused and self._hand_over(out):
-                pass
-            else:
-                self._submit_io(out)
-        elif k == _ffi.LH_OUTPUT_WATCH:
-            if out.name not in self._core_watching:
-                self._core_watching.add(out.name)
-                self._watch_ref(out.name, +1)  # waiters share the release notifications
-        elif k == _ffi.LH_OUTPUT_UNWATCH:
-            if out.name in self._core_watching:
-                self._core_watching.discard(out.name)
-                self._watch_ref(out.name, -1)
-        elif k == _ffi.LH_OUTPUT_ACQUIRED:
-            for h in self._handles.get(out.lease_id, ()):
-                if h._state == _ACQUIRING:
-                    h._fencing_token = out.fencing_token
-                    h._valid_until_ns = out.valid_until_ns
-                    h._state = _HELD
-                    if h._settled is not None:  # (no call on the fast path: nobody waits)
-                        self._wake_waiter(h)
-        elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
-            for h in self._handles.pop(out.lease_id, ()):
-                if h._state == _ACQUIRING:
-                    self._settle_error(h, self._acquire_error(h, out.reason))
-        elif not self._lease_event(out):
-            log.error("leasehold: unknown output kind %d", k)
+        if out.lease_id in self._abandoned:
+            self._answer_abandoned(out)
+        elif self._capture == (k, out.lease_id) and self._captured is None:
+            self._captured = out  # the calling thread runs it (see _run_inline)
+            self._inflight += 1
+        elif k == _ffi.LH_OUTPUT_ACQUIRE and self._parked and not self._paused and self._hand_over(out):
+            pass
+        else:
+            self._submit_io(out)
+
+    def _granted(self, h: Lease) -> None:
+        if h._settled is not None:  # (no call on the fast path: nobody waits)
+            self._wake_waiter(h)
 
     def _settle_error(self, h: Lease, e: BaseException) -> None:
         h._error = e
@@ -1001,7 +895,7 @@ class LockClient(LeaseLifecycle):
         try:
             fn = self._call_service(out)
         except BaseException:
-            self._finish_io(out, self._transport_error_input(out.kind, out.request_id))
+            self._finish_io(out, transport_error_input(self._core, out))
             raise
         self._finish_io(out, fn)
 
@@ -1016,58 +910,10 @@ class LockClient(LeaseLifecycle):
 
     def _call_service(self, out: Output) -> Callable[[], None]:
         """(mutex not held) Run one command against the service; returns the input to feed."""
-        core = self._core
-        k, req = out.kind, out.request_id
-        fn: Callable[[], None]
         try:
-            if k == _ffi.LH_OUTPUT_ACQUIRE:
-                r = self._service.acquire(out.name, out.token, out.ttl_ms)
-                if isinstance(r, Granted):
-                    fn = partial(self._grant, req, r)
-                elif isinstance(r, HeldByOther):
-                    hint = r.retry_after_ms
-                    if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
-                        hint = None
-                    fn = partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)
-                else:
-                    raise TypeError(f"acquire() returned {type(r).__name__}, expected Granted or HeldByOther")
-            elif k == _ffi.LH_OUTPUT_RENEW:
-                ok = self._service.renew(out.name, out.token, out.ttl_ms, out.backend_data)
-                if not isinstance(ok, bool):
-                    raise TypeError(f"renew() returned {type(ok).__name__}, expected bool")
-                outcome = _ffi.LH_RENEW_RENEWED if ok else _ffi.LH_RENEW_REJECTED
-                fn = partial(core.renew_result, req, outcome)
-            else:
-                ok = self._service.release(out.name, out.token, out.backend_data)
-                if not isinstance(ok, bool):
-                    raise TypeError(f"release() returned {type(ok).__name__}, expected bool")
-                routcome = _ffi.LH_RELEASE_RELEASED if ok else _ffi.LH_RELEASE_NOT_OWNER
-                fn = partial(self._release_answered, req, out.lease_id, routcome)
+            return service_input(self._core, out, service_call(self._service, out))
         except Exception as e:
-            log.warning("leasehold: %s %r failed (transport error): %s", _KIND_NAMES.get(k, k), out.name, e)
-            fn = self._transport_error_input(k, req)
-        return fn
-
-    def _grant(self, req: int, r: Granted) -> None:
-        """(input) Feed a grant; one the core refuses counts as a transport error."""
-        core = self._core
-        try:
-            core.acquire_result(req, _ffi.LH_ACQUIRE_GRANTED, r.fencing_token, r.ttl_ms, None, bytes(r.backend_data))
-        except (errors.InvalidArgument, TypeError, ValueError) as e:
-            log.error("leasehold: the service returned an invalid grant %r (%s); treated as a transport error", r, e)
-            core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-
-    def _transport_error_input(self, k: int, req: int) -> Callable[[], None]:
-        core = self._core
-        if k == _ffi.LH_OUTPUT_ACQUIRE:
-            return partial(core.acquire_result, req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-        if k == _ffi.LH_OUTPUT_RENEW:
-            return partial(core.renew_result, req, _ffi.LH_RENEW_TRANSPORT_ERROR)
-        return partial(core.release_result, req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
-
-    def _release_answered(self, req: int, lease: int, outcome: int) -> None:
-        # An application release's caller is woken by the RELEASE_OUTCOME this may emit.
-        self._core.release_result(req, outcome)
+            return transport_error_input(self._core, out, e)
 
     def _answer_abandoned(self, out: Output) -> None:
         """(after fork, in the child) Commands for the parent's leases never reach the service:
@@ -1082,21 +928,13 @@ class LockClient(LeaseLifecycle):
             self._inputs.append(partial(core.release_result, req, _ffi.LH_RELEASE_NOT_OWNER))
 
     # -- internals: watches ----------------------------------------------------------------------------
-    def _watch_ref(self, name: str, delta: int) -> None:
-        """(mutex held) Reference-count watches (core waiters + on_release subscribers)."""
-        before = self._watch_refs.get(name, 0)
-        after = max(0, before + delta)
-        if after:
-            self._watch_refs[name] = after
-        else:
-            self._watch_refs.pop(name, None)
-        pool = self._watch_pool
-        if pool is None:
-            return
-        if before == 0 and after > 0:
-            self._side_call(pool, "service.watch", self._watch_then_recheck, name, self._service.watch, self._notified)
-        elif before > 0 and after == 0:
-            self._side_call(pool, "service.unwatch", self._service.unwatch, name)
+    def _start_watch(self, name: str) -> None:
+        if self._watch_pool is not None:
+            self._side_call(self._watch_pool, "service.watch", self._watch_then_recheck, name, self._service.watch, self._notified)
+
+    def _stop_watch(self, name: str) -> None:
+        if self._watch_pool is not None:
+            self._side_call(self._watch_pool, "service.unwatch", self._service.unwatch, name)
 
     def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor | _SerialWorker, what: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` on ``pool`` (watch or callback thread), counted in ``_side_pending`` so
@@ -1144,12 +982,9 @@ class LockClient(LeaseLifecycle):
         with self._mu:
             if self._closed or self._stop or self._fatal is not None:
                 return
-            if name in self._core_watching:
-                # Fed here, on the notifying thread, under the mutex: the woken waiter's
-                # Acquire goes to the pool at once, without a hop through the driver.
-                self._feed(self._core.released, name)
-            for cb in list(self._subscribers.get(name, ())):
-                self._callback(cb, name)
+            # Fed here, on the notifying thread, under the mutex: the woken waiter's
+            # Acquire goes to the pool at once, without a hop through the driver.
+            self._deliver_notification(name)
 
     # -- internals: handle operations -------------------------------------------------------------
     def _release_handle(self, h: Lease, timeout: float | None) -> ReleaseOutcome:
@@ -1224,24 +1059,6 @@ class LockClient(LeaseLifecycle):
                 return
         if h._state == _HELD:
             h.release()
-
-    def _is_held(self, h: Lease) -> bool:
-        with self._mu:
-            if h._state != _HELD or self._closed or self._fatal is not None:
-                return False
-            try:
-                return self._core.is_held(h.lease_id)
-            except errors.LeaseholdError:
-                return False
-
-    def _valid_until_ns(self, h: Lease) -> int | None:
-        with self._mu:
-            if h._state != _HELD or self._closed or self._fatal is not None:
-                return None
-            try:
-                return self._core.valid_until(h.lease_id)
-            except errors.LeaseholdError:
-                return None
 
     # -- testing hooks -------------------------------------------------------------------------------------
     def _set_paused(self, paused: bool) -> None:
@@ -1360,13 +1177,6 @@ class _SerialWorker:
                 fn(*args)
             except BaseException:  # noqa: BLE001 - callers wrap their calls; never die silently
                 log.exception("leasehold: %s call failed", self._name)
-
-
-_KIND_NAMES = {
-    _ffi.LH_OUTPUT_ACQUIRE: "acquire",
-    _ffi.LH_OUTPUT_RENEW: "renew",
-    _ffi.LH_OUTPUT_RELEASE: "release",
-}
 
 
 def _before_fork() -> None:
