@@ -453,7 +453,7 @@ class Run:
             self.evaluate()
         except Exception as e:
             self.result.error = self.result.error or f"{type(e).__name__}: {e}"
-        if self.cell.fault in ("master-kill",) and self.server is not None:
+        if self.cell.fault in ("master-kill",) and getattr(self, "server", None) is not None:
             self.env.discard(self.kind)  # the next cell starts from a settled topology
         self.result.elapsed = time.monotonic() - t0
         return self.result
