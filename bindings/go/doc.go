@@ -1,22 +1,24 @@
 // Package leasehold is the Go binding of leasehold, a distributed-lock client
 // whose lease logic (renewal cadence, local expiry with a drift margin,
-// failure budget, backoff, reentrancy, fencing tokens) lives in a sans-IO
-// Rust core reached through its C ABI (cgo, statically linked).
+// failure budget, backoff, reentrancy, fencing tokens) and backend protocols
+// live in a sans-IO Rust core reached through its C ABI (cgo, statically
+// linked).
+//
+// The names are those of every leasehold binding: a LockClient runs on one
+// Executor per backend (RedisExecutor, SQLiteExecutor, PostgresExecutor,
+// EtcdExecutor, MemoryExecutor), Acquire returns a Lease, and FencingGate
+// checks fencing tokens at the resource. Open makes a LockClient from a
+// backend URL; each New…Executor takes the backend's own client or address
+// and an options struct.
 //
 // A LockClient owns one core handle behind a mutex and one driver goroutine
-// that feeds the core's timeouts. With a RedisExecutor, SQLiteExecutor,
-// PostgresExecutor or EtcdExecutor the core speaks the backend's protocol
-// itself and the LockClient only executes its requests, verbatim (on go-redis,
-// database/sql with go-sqlite3, pgx v5, net/http); with another Executor
-// (MemoryExecutor) the LockClient calls the
-// Executor's methods for the core's commands. Either way backend calls run
-// off the driver (in their own goroutines, or on the goroutine of an
-// Acquire/Release call that waits for that very call), so a hung backend
-// never delays loss detection.
+// that feeds the core's timeouts. The core speaks the backend's protocol and
+// the LockClient only executes its requests, verbatim (on go-redis,
+// database/sql with go-sqlite3, pgx v5, net/http), off the driver (in their
+// own goroutines, or on the goroutine of an Acquire/Release call that waits
+// for that very call), so a hung backend never delays loss detection.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	tr, _ := leasehold.NewRedisTransport(rdb)
-//	client, _ := leasehold.NewClient(tr, nil)
+//	client, _ := leasehold.Open("redis://127.0.0.1:6379/0", nil) // or sqlite://, postgresql://, etcd://…
 //	defer client.Close()
 //
 //	lease, err := client.Acquire(ctx, "reports", leasehold.AcquireOptions{TTL: 30 * time.Second, Wait: 5 * time.Second})
@@ -27,6 +29,7 @@
 //	// every protected write (see FencingGate). lease.Renew(ctx) extends it now.
 //
 // A lock client can detect that it lost a lock; only the resource can
-// enforce exclusivity, by checking the fencing token on every write: FencingGate
-// does that for database/sql stores, PostgresFencingGate for PostgreSQL on pgx.
+// enforce exclusivity, by checking the fencing token on every write:
+// FencingGate does that for database/sql stores, PostgresFencingGate for
+// PostgreSQL on pgx.
 package leasehold

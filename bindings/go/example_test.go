@@ -9,10 +9,10 @@ import (
 	leasehold "github.com/leasehold/leasehold/bindings/go"
 )
 
-// A lock on the in-process MemoryServer: acquire, use the fencing token, release. With
-// Redis, pass NewRedisTransport(rdb) instead.
-func ExampleClient_Acquire() {
-	client, err := leasehold.NewClient(leasehold.NewMemoryTransport(), nil)
+// A lock on the in-process MemoryService: acquire, use the fencing token, release. With
+// Redis, pass NewRedisExecutor(rdb, nil) instead.
+func ExampleLockClient_Acquire() {
+	client, err := leasehold.NewClient(leasehold.NewMemoryExecutor(), nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -40,11 +40,11 @@ func ExampleClient_Acquire() {
 
 // Two clients on one service: the second gets ErrNotAcquired while the first holds the
 // lock, then the lock with a larger fencing token.
-func ExampleClient_Acquire_contended() {
-	server := leasehold.NewMemoryServer()
-	alice, _ := leasehold.NewClient(server.Transport(), nil)
+func ExampleLockClient_Acquire_contended() {
+	server := leasehold.NewMemoryService()
+	alice, _ := leasehold.NewClient(server.Executor(), nil)
 	defer alice.Close()
-	bob, _ := leasehold.NewClient(server.Transport(), nil)
+	bob, _ := leasehold.NewClient(server.Executor(), nil)
 	defer bob.Close()
 
 	ctx := context.Background()
@@ -73,7 +73,7 @@ func ExampleClient_Acquire_contended() {
 // A Lease's Context ends when the lease does, so work under the lock stops when the lock
 // is lost or released.
 func ExampleLease_Context() {
-	client, _ := leasehold.NewClient(leasehold.NewMemoryTransport(), nil)
+	client, _ := leasehold.NewClient(leasehold.NewMemoryExecutor(), nil)
 	defer client.Close()
 
 	ctx := context.Background()
@@ -95,7 +95,7 @@ func ExampleLease_Context() {
 // Renew extends a lease now; with NoAutoRenew it is the only thing that does. On a released
 // lease it fails at once, without a request.
 func ExampleLease_Renew() {
-	client, _ := leasehold.NewClient(leasehold.NewMemoryTransport(), nil)
+	client, _ := leasehold.NewClient(leasehold.NewMemoryExecutor(), nil)
 	defer client.Close()
 
 	ctx := context.Background()
@@ -119,8 +119,8 @@ func ExampleLease_Renew() {
 // because the grant was no longer ours, ErrLost (a *LostError with the reason) when the lease
 // had been lost.
 func ExampleLease_Release() {
-	server := leasehold.NewMemoryServer()
-	client, _ := leasehold.NewClient(server.Transport(), nil)
+	server := leasehold.NewMemoryService()
+	client, _ := leasehold.NewClient(server.Executor(), nil)
 	defer client.Close()
 
 	ctx := context.Background()
@@ -130,13 +130,13 @@ func ExampleLease_Release() {
 
 	stolen, _ := client.Acquire(ctx, "b", opts)
 	server.Expire("b") // our grant ran out on the service, and someone else took the lock
-	_, _ = server.Transport().Acquire(ctx, "b", "0123456789abcdef0123456789abcdef", time.Minute)
+	_, _ = server.Executor().Acquire(ctx, "b", "0123456789abcdef0123456789abcdef", time.Minute)
 	err := stolen.Release(ctx)
 	fmt.Println("not owner:", errors.Is(err, leasehold.ErrNotOwner))
 
 	lost, _ := client.Acquire(ctx, "c", opts)
 	server.Expire("c")
-	_, _ = server.Transport().Acquire(ctx, "c", "0123456789abcdef0123456789abcdef", time.Minute)
+	_, _ = server.Executor().Acquire(ctx, "c", "0123456789abcdef0123456789abcdef", time.Minute)
 	_, _ = lost.Renew(ctx) // rejected: the lease is lost
 	err = lost.Release(ctx)
 	var le *leasehold.LostError
@@ -145,4 +145,26 @@ func ExampleLease_Release() {
 	// clean: <nil>
 	// not owner: true
 	// lost: true true
+}
+
+// A LockClient on a backend named by its URL (sqlite://, redis://, postgresql://,
+// etcd://, memory://…); Close also closes the executor Open made.
+func ExampleOpen() {
+	client, err := leasehold.Open("memory://", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lease, err := client.Acquire(ctx, "reports", leasehold.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("held:", lease.IsHeld())
+	_ = lease.Release(ctx)
+	// Output:
+	// held: true
 }

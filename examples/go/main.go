@@ -1,8 +1,8 @@
-// Takes a lock on the embedded default, a SQLite file in the user's cache directory shared
-// by every process on this host (the file the Python package and the leasehold CLI use by
-// default; created 0600 in a 0700 directory when missing), prints its fencing token and
-// releases it. With Redis, pass
-// leasehold.NewRedisTransport(rdb) to NewClient instead.
+// Takes a lock, prints its fencing token and releases it. The backend is a URL
+// (LEASEHOLD_BACKEND, as for the leasehold CLI: redis://…, postgresql://…, etcd://…);
+// by default sqlite://, the embedded default: a SQLite file in the user's cache
+// directory shared by every process on this host (the file the Python package and the
+// CLI use; created 0600 in a 0700 directory when missing).
 //
 //	cd examples/go && go run . [NAME]
 package main
@@ -29,15 +29,11 @@ func main() {
 }
 
 func run(name string) error {
-	path, err := leasehold.DefaultSQLitePath()
-	if err != nil {
-		return err
+	backend := os.Getenv("LEASEHOLD_BACKEND")
+	if backend == "" {
+		backend = "sqlite://"
 	}
-	tr, err := leasehold.NewSQLiteTransport(path, nil)
-	if err != nil {
-		return err
-	}
-	client, err := leasehold.NewClient(tr, nil)
+	client, err := leasehold.Open(backend, nil) // its Close closes the executor Open made
 	if err != nil {
 		return err
 	}
@@ -52,7 +48,7 @@ func run(name string) error {
 		return err
 	}
 	// Hand the token to every write the lock protects; the resource refuses older tokens.
-	fmt.Printf("holding %q in %s: fencing token %d\n", name, path, lease.FencingToken())
+	fmt.Printf("holding %q: fencing token %d\n", name, lease.FencingToken())
 	if err := lease.Release(ctx); err != nil {
 		return err
 	}
