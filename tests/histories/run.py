@@ -109,8 +109,17 @@ class Result:
         if self.error is not None:
             return False
         if self.cell.unfenced:
-            return any(v.check in SET_VIOLATIONS for v in self.violations)
+            # The gate's checks must fire; the lock service's own (fences, detection,
+            # liveness) still hold, as the control changes only the resource.
+            return any(v.check in SET_VIOLATIONS for v in self.violations) and not self.unexpected
         return not self.violations
+
+    @property
+    def unexpected(self) -> list[check.Violation]:
+        """Violations a fenced run must not have; in a control, those outside the gate's checks."""
+        if self.cell.unfenced:
+            return [v for v in self.violations if v.check not in SET_VIOLATIONS]
+        return self.violations
 
 
 class Env:
@@ -645,7 +654,7 @@ def main() -> int:
                     if not r.passed:
                         d = run.save(args.out)
                         why = r.error or (
-                            "the control found no stale write or lost update" if cell.unfenced else str(r.violations[0])
+                            str(r.unexpected[0]) if r.unexpected else "the control found no stale write or lost update"
                         )
                         failures.append(f"{cell} seed {r.seed}: {why} -> {d}")
         finally:
