@@ -92,12 +92,12 @@ func main() {
 }
 
 func leaseholdGo(urls []string) lib {
-	return lib{"leasehold-go (EtcdTransport)", func(name string) (lockFunc, func(), error) {
-		tr, err := leasehold.NewEtcdTransport(urls, nil)
+	return lib{"leasehold-go (EtcdExecutor)", func(name string) (lockFunc, func(), error) {
+		tr, err := leasehold.NewEtcdExecutor(urls, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		c, err := leasehold.NewClient(tr, nil)
+		c, err := leasehold.NewLockClient(tr, nil)
 		if err != nil {
 			return nil, nil, err
 		}

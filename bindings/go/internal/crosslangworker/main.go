@@ -14,28 +14,10 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/bindings/go"
-	"github.com/redis/go-redis/v9"
 )
 
-func transport(backend string) (leasehold.Transport, error) {
-	if strings.HasPrefix(backend, "redis://") {
-		opt, err := redis.ParseURL(backend)
-		if err != nil {
-			return nil, err
-		}
-		return leasehold.NewRedisTransportFromOptions(opt, nil)
-	}
-	if strings.HasPrefix(backend, "postgresql://") {
-		return leasehold.NewPostgresTransport(backend)
-	}
-	if rest, ok := strings.CutPrefix(backend, "etcd://"); ok {
-		var urls []string
-		for _, hp := range strings.Split(rest, ",") {
-			urls = append(urls, "http://"+hp)
-		}
-		return leasehold.NewEtcdTransport(urls, nil)
-	}
-	return nil, fmt.Errorf("unsupported backend %q", backend)
+func transport(backend string) (leasehold.Executor, error) {
+	return leasehold.NewExecutor(backend, nil) // redis://, postgresql://, etcd://… as the other workers take them
 }
 
 // count is the number of log lines of one kind.
@@ -94,7 +76,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	c, err := leasehold.NewClient(tr, nil)
+	c, err := leasehold.NewLockClient(tr, nil)
 	if err != nil {
 		return err
 	}
