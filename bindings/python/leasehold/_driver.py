@@ -3,7 +3,8 @@ becomes the core's input.
 
 :class:`Driver` is the part of :class:`~leasehold.client.LockClient` and
 :class:`~leasehold.aio.AsyncLockClient` that does not depend on how a caller waits (a thread
-on an event, a task on a future). Each client provides the waiting: ``_submit_command(out)``
+on an event, a task on a future). The threads are :mod:`leasehold._threaded`, the event loop
+:mod:`leasehold.aio`; each provides the waiting: ``_submit_command(out)``
 runs an acquire/renew/release command with the service, ``_granted(h)`` wakes the acquire()
 caller of a handle just granted, ``_start_watch(name)`` / ``_stop_watch(name)`` run the
 service's watch calls, ``_input(fn, *args)`` feeds one input to the core, ``_serial()`` is

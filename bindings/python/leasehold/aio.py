@@ -33,7 +33,7 @@ from collections import deque
 from functools import partial
 from typing import Any, Awaitable, Callable, Coroutine, Generator, cast
 
-from . import _ffi, errors
+from . import errors
 from ._backend import BackendSink, backend_of, execute_request_async, run_requests
 from ._args import seconds
 from ._clock import resolve_clock

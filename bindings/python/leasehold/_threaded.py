@@ -1,0 +1,548 @@
+"""How a thread waits: the threaded half of :class:`~leasehold.client.LockClient`.
+
+:class:`ThreadedDriver` runs the shared driver (:class:`leasehold._driver.Driver`) with
+threads: the driver thread's loop over the core's deadlines, the IO pool and the inline fast
+path for service commands, backend requests run on the thread that fed their cause, the
+watch and callback workers. Every method that touches the core runs under the client mutex
+(``_mu`` / ``_cond``), as its docstring says. The public API and the lifecycle (``__init__``,
+``acquire``, ``close``, fork) are in :mod:`leasehold.client`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import _ffi, errors
+from ._backend import execute_request, run_requests
+from ._core import Output, dispatch_all
+from ._driver import IDLE_TICK_NS, Driver, service_call, service_input, transport_error_input
+
+if TYPE_CHECKING:
+    from .client import Lease
+
+__all__ = ["ThreadedDriver"]
+
+log = logging.getLogger("leasehold")
+
+_ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
+_IDLE_TICK_NS = IDLE_TICK_NS
+
+
+class ThreadedDriver(Driver):
+    """Mixin of :class:`~leasehold.client.LockClient`: the shared driver, run by threads.
+    The client provides the state ``__init__`` / ``_init_runtime_state`` set up."""
+
+    _mu: threading.RLock
+    _cond: threading.Condition
+    _pool: concurrent.futures.ThreadPoolExecutor | None
+    _watch_pool: "_SerialWorker | None"
+    _cb_pool: concurrent.futures.ThreadPoolExecutor | None
+
+    # -- serialization ---------------------------------------------------------------
+    def _now(self) -> int:
+        return int(self._now_fn())
+
+    def _serial(self) -> threading.RLock:
+        return self._mu
+
+    def _input(self, fn: Callable[..., None], *args: Any) -> None:
+        self._feed(fn, *args)
+
+    # -- the driver thread -----------------------------------------------------------
+    def _ensure_started(self) -> None:
+        """(mutex held) Start the driver and pools; after a fork, in the child, restart them."""
+        if self._driving or self._stop:
+            return
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._io_workers, thread_name_prefix="leasehold-io")
+        self._watch_pool = _SerialWorker("leasehold-watch")
+        self._cb_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-callbacks")
+        self._driver = threading.Thread(target=self._run_driver, name="leasehold-driver", daemon=True)
+        self._driving = True  # before start(): the thread clears it when it ends
+        try:
+            self._driver.start()
+        except BaseException:
+            self._driving = False
+            raise
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _pending_cleanups(self) -> int:
+        try:
+            return self._core.counters().pending_cleanups
+        except errors.LeaseholdError:
+            return 0
+
+    def _is_idle(self) -> bool:
+        if self._paused or self._inputs or self._inflight or self._side_pending:
+            return False
+        if self._fatal is not None or self._closed:
+            return True
+        dl = self._deadline
+        return dl is None or self._now() < dl
+
+    def _run_driver(self) -> None:
+        try:
+            self._run()
+        finally:
+            # Read by _ensure_started on every acquire(): a flag, not Thread.is_alive()'s
+            # three Python frames.
+            self._driving = False
+
+    def _run(self) -> None:
+        # With no deadline the driver first sleeps one short tick, then for ever: in a loop
+        # of acquire/release cycles the core has no deadline between two cycles, and a driver
+        # asleep for ever would have to be woken by the next cycle's first deadline.
+        tick_ns = min(_IDLE_TICK_NS, self._core.request_timeout_ns // 4)
+        ticked = False
+        with self._cond:
+            while not self._stop:
+                if self._paused or self._fatal is not None:
+                    self._cond.wait()  # _set_paused / close notify
+                    continue
+                if self._inputs:
+                    self._feed(self._inputs.popleft())
+                    continue
+                now = self._now()
+                dl = self._deadline
+                if dl is not None and now >= dl:
+                    self._feed(self._core.timeout)
+                    continue
+                if dl is None and not ticked and tick_ns > 0:
+                    dl = now + tick_ns
+                    ticked = True
+                elif dl is not None:
+                    ticked = False
+                wait_s: float | None = None if dl is None else (dl - now) / 1e9
+                if not self._real_clock:
+                    # An injected clock: a subscribable one wakes us when it moves; any other
+                    # is polled.
+                    wait_s = None if self._clock_sub is not None else 0.01
+                if self._idle_waiters:
+                    self._cond.notify_all()
+                self._sleep_until = dl
+                self._sleeping = True
+                try:
+                    self._cond.wait(wait_s)
+                finally:
+                    self._sleeping = False
+                    self._wakeups += 1
+
+    def _feed(self, fn: Callable[..., None], *args: Any) -> None:
+        """(mutex held) Feed one input, ``fn(*args)``, and drain; or, while the driver is paused
+        (a paused client processes no result: see ``leasehold.testing.pause_driver``) or after
+        a core failure, queue it for the driver (which feeds only when neither holds)."""
+        if self._paused or self._fatal is not None:
+            self._inputs.append(partial(fn, *args))
+            self._cond.notify_all()
+            return
+        try:
+            fn(*args)
+        except (errors.CorePanic, errors.CorePoisoned) as e:
+            self._on_fatal(e)
+            return
+        except Exception:  # never let a bad input kill the driver
+            log.exception("leasehold: the core refused an input")
+        self._drain()
+
+    def _on_fatal(self, e: BaseException) -> None:
+        log.critical("leasehold: the core failed (%s); every lock of this client is considered lost", e)
+        self._fatal = e
+        for hs in self._handles.values():
+            for h in hs:
+                if h._state == _ACQUIRING:
+                    self._settle_error(h, errors.ClientClosed(f"core failure: {e}"))
+                elif h._state == _HELD:
+                    self._mark_lost(h, "core_failure")
+        self._handles.clear()
+        self._fail_waiters(errors.ClientClosed(f"the client stopped after a core failure: {e}"))
+        self._cond.notify_all()
+
+    def _drain(self) -> None:
+        """(mutex held) Drain every output, refresh the deadline, and wake the driver if it
+        must act earlier than it planned (or anyone waits for a state change)."""
+        if self._fatal is not None:
+            return
+        try:
+            if self._backend is not None:
+                run_requests(self._core, self._submit_request)
+            outs, dl = self._core.drain()
+        except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
+            return
+        except (errors.CorePanic, errors.CorePoisoned) as e:
+            self._on_fatal(e)
+            return
+        self._deadline = dl
+        dispatch_all(outs, self._dispatch)
+        if (
+            self._inputs
+            or self._closing
+            or self._idle_waiters
+            or (self._sleeping and dl is not None and (self._sleep_until is None or dl < self._sleep_until))
+        ):
+            self._cond.notify_all()
+
+    def _drain_capturing(self, kind: int, lease: int) -> Output | None:
+        """(mutex held) Drain; if the inline fast path is on, keep the first ``kind`` command of
+        ``lease`` for the calling thread (counted in flight) instead of submitting it."""
+        if not self._inline or self._paused:
+            self._drain()
+            return None
+        self._capture, self._captured = (kind, lease), None
+        try:
+            self._drain()
+            return self._captured
+        finally:
+            self._capture, self._captured = None, None
+
+    # -- commands and the acquire() caller that waits --------------------------------
+    def _submit_command(self, out: Output) -> None:
+        """(mutex held) Where an acquire/renew/release command runs."""
+        k = out.kind
+        if out.lease_id in self._abandoned:
+            self._answer_abandoned(out)
+        elif self._capture == (k, out.lease_id) and self._captured is None:
+            self._captured = out  # the calling thread runs it (see _run_inline)
+            self._inflight += 1
+        elif k == _ffi.LH_OUTPUT_ACQUIRE and self._parked and not self._paused and self._hand_over(out):
+            pass
+        else:
+            self._submit_io(out)
+
+    def _granted(self, h: Lease) -> None:
+        if h._settled is not None:  # (no call on the fast path: nobody waits)
+            self._wake_waiter(h)
+
+    def _settle_error(self, h: Lease, e: BaseException) -> None:
+        h._error = e
+        h._state = _FAILED
+        self._wake_waiter(h)
+
+    def _hand_over(self, out: Output) -> bool:
+        """(mutex held) Give an Acquire command to its lease's parked acquire() caller, which
+        runs it inline: a notification reaches the waiting thread in one hop, not via the pool."""
+        h = self._parked.pop(out.lease_id, None)
+        if h is None or h._settled is None:
+            return False
+        self._inflight += 1
+        h._cmd = out
+        self._wake_waiter(h)
+        return True
+
+    def _wake_waiter(self, h: Lease) -> None:
+        """(mutex held) ``h`` settled or got a command: wake its waiting acquire() caller.
+
+        On the caller's own thread no Event work is needed: that thread looks at the handle
+        under the mutex before it waits again (see _wait_settled).
+        """
+        ev = h._settled
+        if ev is not None and h._waiter != threading.get_ident():
+            ev.set()
+
+    def _wait_settled(self, h: Lease, bound: float) -> bool:
+        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is.
+
+        In inline mode the thread parks itself as its lease's runner meanwhile: Acquire
+        commands for the lease (retries, wake-ups by a notification) are handed to it and run
+        here, one at a time, each bounded by the service's call bound.
+        """
+        end = time.monotonic() + bound
+        lease = h.lease_id
+        ev: threading.Event | None = None
+        try:
+            while True:
+                with self._mu:
+                    cmd, h._cmd = h._cmd, None
+                    if cmd is None:
+                        if h._state != _ACQUIRING:
+                            return True
+                        ev = h._settled
+                        if ev is None:
+                            ev = h._settled = threading.Event()
+                            h._waiter = threading.get_ident()
+                        else:
+                            ev.clear()  # every set() happens under the mutex: none is lost
+                        if self._inline and not self._paused and lease not in self._parked:
+                            self._parked[lease] = h
+                if cmd is not None:
+                    self._run_inline(cmd)
+                    continue
+                left = end - time.monotonic()
+                if ev is None or left <= 0:
+                    return h._state != _ACQUIRING
+                if not ev.wait(left):
+                    return h._state != _ACQUIRING
+        finally:
+            with self._mu:
+                if self._parked.get(lease) is h:
+                    del self._parked[lease]
+                cmd, h._cmd = h._cmd, None
+                if cmd is not None:  # handed over while we were leaving: the pool runs it
+                    self._inflight -= 1
+                    self._submit_io(cmd)
+
+    def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        pool = self._cb_pool
+        if pool is None:
+            return
+        self._side_call(pool, f"callback {fn!r}", fn, *args)
+
+    # -- backend requests (a backend executor) ---------------------------------------
+    def _submit_request(self, rid: int, lane: int, payload: Any) -> None:
+        """(mutex held) Run one backend request: on this thread once it drops the mutex, when
+        it collects them (``_collecting``), else on the IO pool (subscriber requests in order
+        on the watch worker). Running a request where its cause was fed saves a thread hop."""
+        batch = self._tl.batch
+        if batch is not None:
+            self._inflight += 1
+            batch.append((rid, lane, payload))
+            return
+        pool: Any = self._pool if lane == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
+        if pool is None:
+            return
+        self._inflight += 1
+        try:
+            pool.submit(self._execute, rid, lane, payload)
+        except RuntimeError:  # shut down
+            self._inflight -= 1
+
+    def _execute(self, rid: int, lane: int, payload: Any) -> None:
+        self._run_here([(rid, lane, payload)])
+
+    def _collecting(self) -> list[tuple[int, int, Any]] | None:
+        """(mutex held) Collect the requests the next drains emit for this thread to run
+        (``_run_here`` after the mutex is dropped); ``None`` without a backend executor."""
+        if self._backend is None:
+            return None
+        batch: list[tuple[int, int, Any]] = []
+        self._tl.batch = batch
+        return batch
+
+    def _run_here(self, batch: list[tuple[int, int, Any]] | None) -> None:
+        """(mutex not held) Run collected requests on this thread, feeding each result; the
+        requests those emit join the batch. On an interrupt the rest go to the pool."""
+        if not batch:
+            return
+        try:
+            while batch:
+                rid, lane, payload = batch.pop(0)
+                fn = execute_request(self._core, self._backend, self._sink, rid, lane, payload)
+                with self._mu:
+                    self._inflight -= 1
+                    if fn is not None and not self._closed and not self._stop:
+                        self._tl.batch = batch
+                        try:
+                            self._feed(fn)
+                        finally:
+                            self._tl.batch = None
+                    elif self._idle_waiters or self._closing:
+                        self._cond.notify_all()
+        finally:
+            if batch:
+                with self._mu:
+                    for req in batch:
+                        self._inflight -= 1
+                        self._submit_request(*req)
+
+    def _backend_input(self, fn: Callable[[], None]) -> None:
+        """(subscriber reader thread) A pub/sub message or subscription change; the requests
+        it causes (a woken waiter's attempt) run on this thread."""
+        with self._mu:
+            if self._closed or self._stop:
+                return
+            batch = self._collecting()
+            try:
+                self._feed(fn)
+            finally:
+                self._tl.batch = None
+        self._run_here(batch)
+
+    # -- service IO ------------------------------------------------------------------
+    def _submit_io(self, out: Output) -> None:
+        """(mutex held) Run ``out`` on the IO pool."""
+        self._inflight += 1
+        pool = self._pool
+        if pool is None:
+            self._inflight -= 1
+            return
+        try:
+            pool.submit(self._do_io, out)
+        except RuntimeError:  # shut down
+            self._inflight -= 1
+
+    def _do_io(self, out: Output) -> None:
+        """(IO pool thread) Run one command against the service; feed its result."""
+        self._finish_io(out, self._call_service(out))
+
+    def _run_inline(self, out: Output) -> None:
+        """(application thread, mutex not held) The inline fast path: run this call's own
+        command with the service, then feed the result. An interrupt (KeyboardInterrupt)
+        counts as a transport error of the request and propagates."""
+        try:
+            fn = self._call_service(out)
+        except BaseException:
+            self._finish_io(out, transport_error_input(self._core, out))
+            raise
+        self._finish_io(out, fn)
+
+    def _finish_io(self, out: Output, fn: Callable[[], None]) -> None:
+        with self._mu:
+            self._inflight -= 1
+            self._requests.pop(out.request_id, None)
+            if not self._closed and not self._stop:
+                self._feed(fn)
+            elif self._idle_waiters or self._closing:
+                self._cond.notify_all()
+
+    def _call_service(self, out: Output) -> Callable[[], None]:
+        """(mutex not held) Run one command against the service; returns the input to feed."""
+        try:
+            return service_input(self._core, out, service_call(self._service, out))
+        except Exception as e:
+            return transport_error_input(self._core, out, e)
+
+    def _answer_abandoned(self, out: Output) -> None:
+        """(after fork, in the child) Commands for the parent's leases never reach the service:
+        they are answered locally so the child's core forgets them without touching the lock."""
+        core, req = self._core, out.request_id
+        self._requests.pop(req, None)
+        if out.kind == _ffi.LH_OUTPUT_ACQUIRE:
+            self._inputs.append(partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER))
+        elif out.kind == _ffi.LH_OUTPUT_RENEW:
+            self._inputs.append(partial(core.renew_result, req, _ffi.LH_RENEW_REJECTED))
+        else:
+            self._inputs.append(partial(core.release_result, req, _ffi.LH_RELEASE_NOT_OWNER))
+
+    # -- watches and notifications ---------------------------------------------------
+    def _start_watch(self, name: str) -> None:
+        if self._watch_pool is not None:
+            self._side_call(self._watch_pool, "service.watch", self._watch_then_recheck, name, self._service.watch, self._notified)
+
+    def _stop_watch(self, name: str) -> None:
+        if self._watch_pool is not None:
+            self._side_call(self._watch_pool, "service.unwatch", self._service.unwatch, name)
+
+    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor | _SerialWorker, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on ``pool`` (watch or callback thread), counted in ``_side_pending`` so
+        close() can wait for it; an exception is logged as ``what`` and never propagates."""
+        self._side_pending += 1
+
+        def run() -> None:
+            try:
+                self._safe_call(what, fn, *args)
+            finally:
+                with self._cond:
+                    self._side_pending -= 1
+                    self._cond.notify_all()
+
+        try:
+            pool.submit(run)
+        except RuntimeError:
+            self._side_pending -= 1
+
+    def _watch_then_recheck(
+        self, name: str, subscribe: Callable[[str, Callable[[str], Any]], None], callback: Callable[[str], Any]
+    ) -> None:
+        """(watch thread) Subscribe, then wake one local waiter once.
+
+        A release that happened after a waiter's last attempt but before the subscription
+        took effect was never notified; without this re-check that waiter would sleep until
+        its retry hint (the holder's whole remaining TTL) although the lock is free.
+        """
+        subscribe(name, callback)
+        with self._cond:
+            if self._closed or self._stop or self._fatal is not None:
+                return
+            if name in self._core_watching:
+                self._feed(self._core.released, name)
+
+    @staticmethod
+    def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("leasehold: %s raised", what)
+
+    def _notified(self, name: str) -> None:
+        """(any thread) A release notification from the service."""
+        with self._mu:
+            if self._closed or self._stop or self._fatal is not None:
+                return
+            # Fed here, on the notifying thread, under the mutex: the woken waiter's
+            # Acquire goes to the pool at once, without a hop through the driver.
+            self._deliver_notification(name)
+
+
+class _Batches(threading.local):
+    """Per thread: the backend requests it collects to run itself (see _submit_request)."""
+
+    batch: list[tuple[int, int, Any]] | None = None
+
+
+class _Slot:
+    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot)."""
+
+    __slots__ = ("_ev", "value", "done")
+
+    def __init__(self) -> None:
+        self._ev = threading.Event()
+        self.value: Any = None
+        self.done = False
+
+    def set(self, value: Any) -> None:
+        if not self.done:
+            self.value, self.done = value, True
+            self._ev.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._ev.wait(timeout)
+
+
+class _SerialWorker:
+    """One daemon thread that runs submitted calls in order: a ``ThreadPoolExecutor(1)``
+    without a ``Future`` per call. The last waiter's unwatch is submitted on the path of a
+    handoff, where ``ThreadPoolExecutor.submit`` cost tens of microseconds."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)``; raises RuntimeError after ``shutdown`` (as an executor does)."""
+        if self._shut:
+            raise RuntimeError("cannot schedule new calls after shutdown")
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    t = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    t.start()
+                    self._thread = t
+        self._queue.put((fn, args))
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Run what is queued, then stop (``wait``: until then)."""
+        self._shut = True
+        self._queue.put(None)
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - callers wrap their calls; never die silently
+                log.exception("leasehold: %s call failed", self._name)
