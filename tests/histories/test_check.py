@@ -225,3 +225,26 @@ def test_a_paused_holder_must_not_block_the_name_past_its_ttl() -> None:
     h.grant("b", 5, 1500, 12).release("b", 1501, 1502, 12)
     h.events.sort(key=lambda e: e["t"])
     assert check(h.events, exclusion=False, ttl_ms=1000, bound_ms=1000) == []
+
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
+
+
+def load(name: str) -> list:
+    with open(os.path.join(CASES, name), encoding="utf-8") as f:
+        return parse(f)
+
+
+def test_a_real_overlap_after_an_etcd_leader_was_resumed() -> None:
+    # Excerpt of the long run's etcd/lock-set/member-stop, seed 1484382033 (docs/histories.md):
+    # two holders for 58.5 ms; the first one's release found not_owner, before its validity
+    # ended, so detection holds and exclusion does not.
+    vs = check(load("etcd-member-stop-overlap.jsonl"))
+    assert checks(vs) == {"exclusion"}, vs
+
+
+def test_a_real_split_brain_after_a_sentinel_failover() -> None:
+    # Excerpt of the long run's redis-sentinel/lock-set/master-kill, seed 1484382034: the C++
+    # holder's grant was superseded by the Go worker's and its release still said released.
+    vs = check(load("sentinel-split-brain.jsonl"), exclusion=False)
+    assert checks(vs) == {"detection"}, vs
