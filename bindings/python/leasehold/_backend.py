@@ -168,7 +168,7 @@ class ThreadedExecutor:
         self.inner = inner
         self.backend_protocol = inner.backend_protocol
         self.options = inner.options
-        self.notifications = bool(getattr(inner, "notifications", False))
+        self.notifications = bool(getattr(inner, "notifications", True))  # as client_config reads it
         self._sinks: dict[int, _LoopSink] = {}
 
     def __getattr__(self, name: str) -> Any:  # url / conninfo (scrubbed from errors), status, ...

@@ -83,3 +83,27 @@ def test_cluster_executor_in_both_clients(redis_bin: str, tmp_path: Any) -> None
         )
     finally:
         t.stop()
+
+
+def test_a_sync_executors_subscriber_traffic_is_fed_on_the_loop(redis_server: Any, monkeypatch: Any) -> None:
+    """The reader thread of ``RedisExecutor`` hands its messages to the loop: every sink call
+    (subscription confirmations, the wake-up of the handoff) runs on the loop's thread."""
+    import threading
+
+    from leasehold import _backend
+
+    seen: list[tuple[str, str]] = []
+    for kind in ("message", "subscription"):
+        real = getattr(_backend.BackendSink, kind)
+
+        def record(self: Any, *args: Any, _real: Any = real, _kind: str = kind) -> None:
+            seen.append((_kind, threading.current_thread().name))
+            _real(self, *args)
+
+        monkeypatch.setattr(_backend.BackendSink, kind, record)
+    from either_client import handoff_async
+
+    handoff_async(lambda: RedisExecutor(url=redis_server.url), "either-loop")
+    kinds = {k for k, _ in seen}
+    assert {"message", "subscription"} <= kinds, seen  # the wake-up and the SUBSCRIBE confirmations
+    assert {t for _, t in seen} == {threading.main_thread().name}, seen
