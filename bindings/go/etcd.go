@@ -20,7 +20,7 @@ import (
 	"time"
 )
 
-// EtcdExecutor is the configuration of the etcd executor: a LockClient made on
+// EtcdExecutor is the etcd executor: a LockClient made on
 // it speaks the core's etcd protocol (a lease per holder, one transaction
 // per acquire, the owner key's create revision as the fencing token, a
 // waiter watching only its predecessor) through etcd's JSON gateway, with
@@ -54,7 +54,7 @@ type EtcdOptions struct {
 	TryTimeout time.Duration
 }
 
-// NewEtcdExecutor returns the executor configuration for the cluster whose
+// NewEtcdExecutor returns the executor for the cluster whose
 // members' client URLs are endpoints (http://host:2379 or https://…; no
 // credentials in them: those are EtcdOptions'). o may be nil. Its errors
 // never quote a password: an endpoint that does not parse is named by its

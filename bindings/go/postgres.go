@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// PostgresExecutor is the configuration of the PostgreSQL executor: a LockClient
+// PostgresExecutor is the PostgreSQL executor: a LockClient
 // made on it speaks the core's SQL protocol (its tables and PL/pgSQL
 // functions, expiry on the server's clock, fences that never regress,
 // release notifications through LISTEN/NOTIFY) and only runs what the core

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisExecutor is the configuration of the Redis executor: a LockClient made
+// RedisExecutor is the Redis executor: a LockClient made
 // on it speaks the core's Redis protocol (keys, scripts, the wait queue,
 // the meaning of every reply: docs/redis-protocol.md) and only runs what
 // the core asks, verbatim, on rdb (commands) and on a pub/sub connection of

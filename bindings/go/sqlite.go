@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SQLiteExecutor is the configuration of the SQLite executor: a LockClient made
+// SQLiteExecutor is the SQLite executor: a LockClient made
 // on it speaks the core's SQL protocol (the schema and its migration, every
 // statement, the meaning of every row) on one SQLite file shared by the
 // processes of one host, and only runs what the core asks. Python's
@@ -72,7 +72,7 @@ func DefaultSQLitePath() (string, error) {
 	return filepath.Join(cache, "leasehold", "locks.sqlite3"), nil
 }
 
-// NewSQLiteExecutor returns the executor configuration for the lock
+// NewSQLiteExecutor returns the executor for the lock
 // database at path (created 0600 when missing, on first use; its directory
 // must exist, unless path is DefaultSQLitePath, whose directory is created
 // 0700). A path that is a symbolic link, or not a regular file, is refused.
