@@ -207,7 +207,8 @@ class ThreadedExecutor:
         await asyncio.to_thread(self.inner.subscriber, argv, self._sink(sink))
 
     async def post(self, request: HttpRequest) -> tuple[int, bytes]:
-        return tuple(await asyncio.to_thread(self.inner.post, request))  # type: ignore[return-value]
+        status, body = await asyncio.to_thread(self.inner.post, request)
+        return status, body
 
     async def watch(self, rid: int, request: HttpRequest, sink: Any) -> None:
         await asyncio.to_thread(self.inner.watch, rid, request, self._sink(sink))

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -25,6 +26,7 @@ from ._driver import IDLE_TICK_NS, Driver, service_call, service_input, transpor
 
 if TYPE_CHECKING:
     from .client import Lease
+    from .service import LockService
 
 __all__ = ["ThreadedDriver"]
 
@@ -43,6 +45,30 @@ class ThreadedDriver(Driver):
     _pool: concurrent.futures.ThreadPoolExecutor | None
     _watch_pool: "_SerialWorker | None"
     _cb_pool: concurrent.futures.ThreadPoolExecutor | None
+    _service: "LockService"
+    _sink: Any
+    _tl: "_Batches"
+    _now_fn: Callable[[], int]
+    _clock_sub: Any
+    _real_clock: bool
+    _io_workers: int
+    _inline: bool
+    _abandoned: set[int]
+    _inputs: deque[Callable[[], None]]
+    _inflight: int
+    _side_pending: int
+    _deadline: int | None
+    _sleeping: bool
+    _sleep_until: int | None
+    _idle_waiters: int
+    _wakeups: int
+    _capture: tuple[int, int] | None
+    _captured: Output | None
+    _parked: "dict[int, Lease]"
+    _paused: bool
+    _stop: bool
+    _driver: threading.Thread | None
+    _driving: bool
 
     # -- serialization ---------------------------------------------------------------
     def _now(self) -> int:

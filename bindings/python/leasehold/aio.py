@@ -61,6 +61,8 @@ class AsyncLease(LeaseBase):
     :class:`~leasehold.ReleaseOutcome`.
     """
 
+    _client: "AsyncLockClient"
+
     def __init__(self, client: "AsyncLockClient", lease_id: int, name: str, ttl_ms: int, wait_s: float,
                  reentrant: bool, on_lost: OnLost | None, auto_renew: bool = True) -> None:
         super().__init__(client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)

@@ -94,6 +94,8 @@ class Lease(LeaseBase):
     * :meth:`release` – idempotent; returns a :class:`~leasehold.ReleaseOutcome`.
     """
 
+    _client: "LockClient"
+
     def __init__(
         self,
         client: "LockClient",
