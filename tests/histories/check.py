@@ -23,6 +23,9 @@ DEFAULT_SLACK_MS = 500
 # Liveness: after the last fault heals, some acquire succeeds within TTL + this bound (one
 # request timeout of the core plus its backoff cap and a failover's settling).
 DEFAULT_BOUND_MS = 3000
+# A paused or killed holder's name goes to a waiter within its TTL + this much (a retry at the
+# holder's expiry, the core's backoff cap of 500 ms, scheduling).
+HANDOFF_BOUND_MS = 1500
 
 
 class HistoryError(ValueError):
@@ -397,7 +400,9 @@ def check_set(m: Model, final: dict[str, list[int]]) -> list[Violation]:
     return _dedupe(out)
 
 
-def check_liveness(m: Model, ttl_ms: int, bound_ms: int = DEFAULT_BOUND_MS) -> list[Violation]:
+def check_liveness(
+    m: Model, ttl_ms: int, bound_ms: int = DEFAULT_BOUND_MS, handoff_ms: int = HANDOFF_BOUND_MS
+) -> list[Violation]:
     """After the last heal (or the start, without faults), some acquire succeeds within
     TTL + bound; after a holder is paused or killed, another process acquires within TTL +
     bound (where the run went on that long)."""
@@ -405,14 +410,15 @@ def check_liveness(m: Model, ttl_ms: int, bound_ms: int = DEFAULT_BOUND_MS) -> l
     span = (ttl_ms + bound_ms) * 1_000_000
     ends = [ev["t"] for ev in m.nemesis if ev.get("f") == "end"]
     run_end = max(ends) if ends else m.last_t
-    # A paused or killed holder blocks the name for at most its TTL + bound: another
-    # process gets it by then.
+    # A paused or killed holder blocks the name for at most its TTL + the handoff bound:
+    # another process gets it by then.
+    hand = (ttl_ms + handoff_ms) * 1_000_000
     for ev in m.nemesis:
         target = ev.get("process")
-        if ev.get("f") not in ("pause", "kill") or not isinstance(target, str) or ev["t"] + span > run_end:
+        if ev.get("f") not in ("pause", "kill") or not isinstance(target, str) or ev["t"] + hand > run_end:
             continue
-        if not any(g.p != target and ev["t"] <= g.start <= ev["t"] + span for g in m.grants):
-            out.append(Violation("liveness", f"no process but {target} acquired within {ttl_ms + bound_ms} ms of its {ev['f']}"))
+        if not any(g.p != target and ev["t"] <= g.start <= ev["t"] + hand for g in m.grants):
+            out.append(Violation("liveness", f"no process but {target} acquired within {ttl_ms + handoff_ms} ms of its {ev['f']}"))
     heals = [ev["t"] for ev in m.nemesis if ev.get("f") in ("heal", "begin")]
     if not heals:
         return out

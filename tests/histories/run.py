@@ -346,7 +346,8 @@ class Run:
         while at < self.duration_ms - 1000 or count == 0:
             step: dict[str, Any] = {"at_ms": at, "fault": f}
             if f == "pause":
-                step["pause_ms"] = 2 * self.ttl_ms + self.rng.randrange(self.ttl_ms)
+                # Past TTL + the liveness bound: others must get the name while it sleeps.
+                step["pause_ms"] = self.ttl_ms + check.DEFAULT_BOUND_MS + 500 + self.rng.randrange(1000)
             elif f in ("restart", "restart-durable"):
                 step["down_ms"] = 200 + self.rng.randrange(800)
             elif f in ("proxy-drop", "member-stop"):
