@@ -248,3 +248,11 @@ def test_a_real_split_brain_after_a_sentinel_failover() -> None:
     # holder's grant was superseded by the Go worker's and its release still said released.
     vs = check(load("sentinel-split-brain.jsonl"), exclusion=False)
     assert checks(vs) == {"detection"}, vs
+
+
+def test_a_real_stall_behind_a_paused_redis_holder() -> None:
+    # Excerpt of redis/lock-set/pause, seed 5001 (docs/histories.md): the holder is SIGSTOP'd
+    # with 1 s of validity left; three waiters see the name free from its expiry until a fresh
+    # acquire 1.6 s later, while their 2 s waits run out.
+    vs = check(load("redis-pause-stall.jsonl"), exclusion=False, ttl_ms=1000)
+    assert checks(vs) == {"liveness"}, vs
