@@ -1,0 +1,315 @@
+// leasehold/detail/client_state.hpp — the state a LockClient and its Leases share: one Core under
+// one mutex, the lease records, the inputs queued for the driver and the worker threads.
+//
+// Threads of a LockClient:
+//   driver     — owns every call into the core (under one mutex), waits for the earliest of
+//                the core's deadline / an executor result / an application call / a release
+//                notification. It never calls the executor, so a hung executor cannot delay
+//                loss detection (detail/driver.hpp).
+//   io pool    — runs Executor::acquire/renew/release (ClientOptions::io_threads threads).
+//   watcher    — runs Executor::watch_waiter/unwatch in order (one thread).
+//   callbacks  — runs on_lost callbacks and stops the lease's stop_token (one thread). A callback
+//                that throws is logged, never fatal. Callbacks never run on the application
+//                thread that called acquire()/release().
+// A Backend's replies are fed to the core on the thread that received them (feed_backend), and
+// an application thread waiting for its own request runs it itself (send_from_this_thread).
+#pragma once
+
+#include <leasehold/core.hpp>
+#include <leasehold/detail/work_queue.hpp>
+#include <leasehold/error.hpp>
+#include <leasehold/executor.hpp>
+#include <leasehold/lock_status.hpp>
+#include <leasehold/options.hpp>
+#include <leasehold/output.hpp>
+#include <leasehold/types.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace leasehold {
+
+class Lease;
+class LockClient;
+
+namespace detail {
+struct TestAccess;  // defined by tests only
+
+struct LeaseRecord {
+  LeaseRecord(std::uint64_t i, std::string n) : id(i), name(std::move(n)) {}
+  std::uint64_t id;
+  std::string name;
+  LeaseState state = LeaseState::Acquiring;
+  std::uint64_t fencing_token = 0;
+  std::atomic<std::uint64_t> valid_until_ns{0};  // last known; read without the lock after release
+  std::atomic<std::uint32_t> lost_code{0};       // LostReason + 1 once lost; read after release too
+  std::uint64_t renewed = 0;                     // RenewedEvents seen (Lease::renew waits on it)
+  std::optional<ReleaseReply> release_reply;     // the service's answer to release_reported
+  std::stop_source stop;
+  std::vector<std::pair<std::uint64_t, std::function<void(LostReason)>>> on_lost;
+};
+
+struct InAcquire {
+  std::uint64_t request;
+  AcquireResult result;
+};
+struct InRenew {
+  std::uint64_t request;
+  RenewResult result;
+};
+struct InRelease {
+  std::uint64_t request;
+  ReleaseResult result;
+};
+struct InReleased {
+  std::string name;
+};
+using Input = std::variant<InAcquire, InRenew, InRelease, InReleased, BackendInput>;
+
+class ClientState : public std::enable_shared_from_this<ClientState> {
+ public:
+  ClientState(std::shared_ptr<Executor> executor, ClientOptions opts)
+      : executor_(std::move(executor)), opts_(std::move(opts)) {
+    if (!executor_) throw Error(LH_ERR_NULL_ARGUMENT, "LockClient needs an executor");
+    if (!opts_.log) {
+      opts_.log = [](std::string_view m) {
+        std::fprintf(stderr, "leasehold: %.*s\n", static_cast<int>(m.size()), m.data());
+      };
+    }
+    Config cfg = opts_.config;
+    backend_ = executor_->backend();
+    executor_notifications_ = backend_ == nullptr && executor_->notifications();
+    if (backend_ != nullptr) {
+      core_.emplace(backend_->make_core(cfg));  // the protocol decides about waiting itself
+    } else {
+      cfg.notifications = cfg.notifications && executor_notifications_;
+      core_.emplace(cfg);  // throws on an invalid config; nothing started yet
+    }
+    request_timeout_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
+        std::min<std::uint64_t>(cfg.request_timeout_ns, std::uint64_t{1} << 50)));
+  }
+  ClientState(const ClientState&) = delete;
+  ClientState& operator=(const ClientState&) = delete;
+  ~ClientState() = default;
+
+  void start() {
+    io_ = std::make_unique<WorkQueue>(opts_.io_threads);
+    watcher_ = std::make_unique<WorkQueue>(1);
+    callbacks_ = std::make_unique<WorkQueue>(1);
+    if (backend_ != nullptr) backend_->start([this](BackendInput in) { feed_backend(std::move(in)); });
+    driver_ = std::thread([this] { drive(); });
+  }
+
+  std::optional<Lease> acquire(std::string_view name, std::chrono::milliseconds ttl, AcquireOptions opts);
+  ReleaseOutcome release(const std::shared_ptr<LeaseRecord>& rec, std::uint64_t holder,
+                         std::optional<std::chrono::nanoseconds> timeout) noexcept;
+  std::uint64_t renew(const std::shared_ptr<LeaseRecord>& rec);
+  bool is_held(const LeaseRecord& rec) const;
+  std::uint64_t valid_until(LeaseRecord& rec) const;
+  LeaseState state(const LeaseRecord& rec) const {
+    std::lock_guard g(mu_);
+    return rec.state;
+  }
+  static std::optional<LostReason> lost_reason(const LeaseRecord& rec) noexcept {
+    const auto c = rec.lost_code.load();
+    if (c == 0) return std::nullopt;
+    return static_cast<LostReason>(c - 1);
+  }
+  static void set_lost_reason(LeaseRecord& rec, LostReason r) noexcept {
+    rec.lost_code = static_cast<std::uint32_t>(r) + 1;
+  }
+  Counters counters() const {
+    std::lock_guard g(mu_);
+    if (!core_) throw Error(status::closed, "LockClient is closed");
+    return core_->counters();
+  }
+  std::string last_backend_error() const {
+    std::lock_guard g(mu_);
+    if (!core_ || backend_ == nullptr) return {};
+    return backend_->last_error(*core_);
+  }
+  LockStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
+    std::unique_lock lk(mu_);
+    if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
+    if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
+    if (backend_ == nullptr || !backend_->answers_status())
+      throw Error(LH_ERR_NO_BACKEND, "status() needs an executor with a protocol (SQL, Redis, etcd)");
+    const auto id = core_->status_request(now_ns(), name);  // throws on a bad name
+    try {
+      drain_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+    }
+    poke_locked();
+    const auto bound = Clock::now() + std::clamp<std::chrono::nanoseconds>(timeout, {}, std::chrono::hours(24));
+    waiters_cv_.wait_until(lk, bound, [&] { return statuses_.contains(id) || closing_ || broken_; });
+    auto it = statuses_.find(id);
+    if (it == statuses_.end()) {
+      if (closing_) throw Error(status::closed, "LockClient closed during status");
+      if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed");
+      abandoned_statuses_.insert(id);
+      throw Error(status::timeout, "no answer to the status query in time");
+    }
+    LockStatus out = std::move(it->second);
+    statuses_.erase(it);
+    return out;
+  }
+  void close() noexcept;
+
+  // The callback LockClient registers with Executor::watch_waiter (tests call it directly).
+  Executor::WakeCallback waiter_callback() {
+    return [weak = weak_from_this()](std::string_view name) {
+      const auto s = weak.lock();
+      return s && s->woken(name);
+    };
+  }
+
+ private:
+  friend struct TestAccess;
+  void log(std::string_view m) const noexcept {
+    try {
+      opts_.log(m);
+    } catch (...) {
+    }
+  }
+  void push_input(Input in) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_) return;
+      inputs_.push_back(std::move(in));
+    }
+    driver_cv_.notify_one();
+  }
+  // (executor thread) A wake-up for `name`: fed to the core only if it waits for the name,
+  // else declined so the executor passes it on (the core would drop it: lost wake-up).
+  bool woken(std::string_view name) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_ || closing_ || broken_ || !core_ || !core_watching_.contains(name)) return false;
+      inputs_.push_back(InReleased{std::string(name)});
+    }
+    driver_cv_.notify_one();
+    return true;
+  }
+  // (executor thread) Fed at once under the mutex, not through the driver: a reply reaches the
+  // waiting application thread with one wake-up. The driver is woken only when the core's
+  // deadline moved earlier (or it is held: then it queues as usual).
+  void feed_backend(BackendInput in) {
+    {
+      std::lock_guard g(mu_);
+      if (stopping_ || broken_ || !core_) return;
+      if (hold_driver_) {
+        inputs_.push_back(std::move(in));
+        return;
+      }
+      try {
+        Input i = std::move(in);
+        feed_locked(i);
+        drain_locked();
+        if (closing_) waiters_cv_.notify_all();  // close() waits for the last cleanups' answers
+        if (!driver_late_locked()) return;
+      } catch (const std::exception& e) {
+        fail_all_locked(e.what());
+      }
+      dirty_ = true;
+    }
+    driver_cv_.notify_one();
+  }
+  void poke_locked() {
+    dirty_ = true;
+    driver_cv_.notify_one();
+  }
+  // After a drain on this thread: whether the core's deadline is now earlier than the driver
+  // will wake up (the driver drains and re-arms whenever it runs; waking it for nothing costs a
+  // context switch per request).
+  bool driver_late_locked() {
+    const auto d = core_->poll_timeout();
+    return d && *d < driver_until_;
+  }
+  // The calling thread waits for its own request's answer anyway: it drains the core (taking
+  // the request instead of handing it to the executor's thread) and runs it itself, unlocked.
+  void send_from_this_thread(std::unique_lock<std::mutex>& lk) {
+    try {
+      drain_locked(true);
+      wake_driver_if_late_locked();
+    } catch (const std::exception& e) {
+      fail_all_locked(e.what());
+      poke_locked();
+    }
+    lk.unlock();
+    backend_->run_pending();
+    lk.lock();
+  }
+
+  void wake_driver_if_late_locked() {
+    if (driver_late_locked()) poke_locked();
+  }
+  void drive() noexcept;
+  void feed_locked(Input& in);
+  void feed_backend_locked(std::uint64_t now, BackendInput& in);
+  void drain_locked(bool for_caller = false);
+  void dispatch_locked(Output& out);
+  void end_record_locked(LeaseRecord& rec, LeaseState st);
+  void fail_all_locked(std::string_view why);
+  void release_everything_locked();
+
+  std::shared_ptr<Executor> executor_;
+  Backend* backend_ = nullptr;  // owned by executor_
+  ClientOptions opts_;
+  std::chrono::nanoseconds request_timeout_{0};
+  bool executor_notifications_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable driver_cv_;   // driver waits here
+  std::condition_variable waiters_cv_;  // acquirers and close() wait here
+  std::optional<Core> core_;            // guarded by mu_; reset at close
+  std::deque<Input> inputs_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> records_;
+  // Released leases whose release() waits for the service's answer (ReleaseOutcomeEvent).
+  std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> awaiting_reply_;
+  // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
+  std::set<std::string, std::less<>> core_watching_;
+  // Answered status queries (LockClient::status) until their caller takes them.
+  std::unordered_map<std::uint64_t, LockStatus> statuses_;
+  std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
+  std::uint64_t next_holder_ = 0;
+  std::size_t active_acquires_ = 0;
+  bool dirty_ = false;
+  bool closing_ = false;   // no new acquires; everything being released
+  bool stopping_ = false;  // the driver is asked to exit
+  bool closed_ = false;    // all threads joined
+  bool broken_ = false;    // the core handle failed (poisoned)
+  bool hold_driver_ = false;  // test hook (TestAccess): the driver waits, as in a starved process
+  // When the waiting driver wakes up by itself (ns, the core's clock); 0 while it runs.
+  std::uint64_t driver_until_ = 0;
+
+  std::thread driver_;
+  std::unique_ptr<WorkQueue> io_, watcher_, callbacks_;
+  std::mutex close_mu_;  // serializes close()
+};
+
+}  // namespace detail
+
+}  // namespace leasehold
+
+// The driver's side (dispatch, feeding, the loop, close).
+#include <leasehold/detail/driver.hpp>
