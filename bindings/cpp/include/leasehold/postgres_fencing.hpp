@@ -193,4 +193,7 @@ class PostgresFencingGate {
   detail::PgRedactor redact_;  // the owned connection's secrets
 };
 
+// The fencing gate of every binding's shared name; the C++ binding's only gate is PostgreSQL's.
+using FencingGate = PostgresFencingGate;
+
 }  // namespace leasehold

@@ -1,4 +1,4 @@
-// leasehold/redis_connect.hpp — the connections of the Redis executor (redis_transport.hpp):
+// leasehold/redis_connect.hpp — the connections of the Redis executor (redis_executor.hpp):
 // its options (host and port or a unix socket, password / ACL user, DB, timeouts) and how a
 // connection is opened: AUTH and SELECT, or, with Redis Sentinel, the master the sentinels name.
 //

@@ -1,4 +1,4 @@
-// leasehold/detail/hiredis.hpp — hiredis glue for the Redis executor (redis_transport.hpp):
+// leasehold/detail/hiredis.hpp — hiredis glue for the Redis executor (redis_executor.hpp):
 // owned contexts and replies, an argument vector appended as it is, and a reply flattened into
 // the core's values (lh_value + one data buffer: lh_reply). A type mapping only; what a reply
 // means is the core's.

@@ -1,6 +1,6 @@
 // leasehold/detail/redis_executor.hpp — the Redis executor proper, on hiredis: it runs the
 // core's requests verbatim on a commands connection and a subscriber connection and hands back
-// what Redis said, unread (redis_transport.hpp describes both; RedisTransport is its public face).
+// what Redis said, unread (redis_executor.hpp describes both; leasehold::RedisExecutor is its public face).
 // Connections are opened by RedisConnector (redis_connect.hpp).
 #pragma once
 
@@ -18,13 +18,13 @@
 
 namespace leasehold::detail {
 
-class RedisExecutor : public Backend {
+class RedisRunner : public Backend {
   using Ctx = RedisCtx;
   using Reply = RedisReply;
 
  public:
-  RedisExecutor(const RedisExecutor&) = delete;
-  RedisExecutor& operator=(const RedisExecutor&) = delete;
+  RedisRunner(const RedisRunner&) = delete;
+  RedisRunner& operator=(const RedisRunner&) = delete;
 
   void start(Sink sink) override {
     sink_ = std::move(sink);
@@ -47,7 +47,7 @@ class RedisExecutor : public Backend {
       caller_runs_ = true;
     }
     struct Reset {
-      RedisExecutor* t;
+      RedisRunner* t;
       ~Reset() {
         std::lock_guard g(t->mu_);
         t->caller_runs_ = false;
@@ -92,11 +92,11 @@ class RedisExecutor : public Backend {
   }
 
  protected:
-  explicit RedisExecutor(RedisOptions options) : conn_(std::move(options)) {
+  explicit RedisRunner(RedisOptions options) : conn_(std::move(options)) {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
   }
-  ~RedisExecutor() override {
+  ~RedisRunner() override {
     close();
     ::close(wake_fd_);
   }

@@ -1,5 +1,5 @@
 // leasehold/detail/sigpipe.hpp — SIGPIPE kept off an application thread while it writes to a
-// socket (the Redis executor runs its pipeline on the caller's thread: redis_transport.hpp).
+// socket (the Redis executor runs its pipeline on the caller's thread: redis_executor.hpp).
 #pragma once
 
 #include <pthread.h>
