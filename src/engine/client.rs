@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::engine::config::{AcquireOptions, Config, parts_per_million};
 use crate::engine::hash::KeyedState;
+use crate::engine::prefetch::prefetch;
 use crate::engine::rng::Rng;
 use crate::engine::timers::{CANCELLED, Timers};
 use crate::error::Error;
@@ -1637,14 +1638,4 @@ impl Client {
             self.names.remove(name);
         }
     }
-}
-
-/// Asks the CPU to start loading the cache line holding `x`. Only a hint: it cannot fault and
-/// nothing depends on it, so on other architectures it is a no-op.
-#[inline(always)]
-pub(crate) fn prefetch<T>(x: &T) {
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
-    safe_arch::prefetch_t0(x);
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
-    let _ = x;
 }

@@ -6,5 +6,6 @@
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod hash;
+pub(crate) mod prefetch;
 pub(crate) mod rng;
 pub(crate) mod timers;
