@@ -6,6 +6,11 @@
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod hash;
+pub(crate) mod lease;
+mod lifecycle;
+mod names;
+pub(crate) mod phase;
 pub(crate) mod prefetch;
 pub(crate) mod rng;
+pub(crate) mod table;
 pub(crate) mod timers;
