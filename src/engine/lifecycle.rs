@@ -29,7 +29,8 @@ impl Client {
         let l = self.table.get(slot)?;
         let (expected, current) = match l.phase.in_flight() {
             Some((k, _)) if newest => (k, true),
-            _ if l.is_superseded(req) => (ReqKind::Acquire, false), // only attempts are
+            // Only acquire attempts are ever superseded.
+            _ if l.is_superseded(req) => (ReqKind::Acquire, false),
             _ => return None,
         };
         (expected == kind).then_some((slot, current))
@@ -325,7 +326,7 @@ impl Client {
             NEVER
         };
         self.leave_waiting(slot);
-        self.table.lease_mut(slot).phase.granted_now(next);
+        self.table.lease_mut(slot).phase.grant(next);
         self.counters.grants += 1;
         let lease = self.table.id_of(slot);
         self.outputs.push_back(Output::Event(Event::Acquired {

@@ -4,15 +4,15 @@
 //! changes only through the methods below.
 //!
 //! ```text
-//!   acquiring (Acquiring)        held (Held)                ended (Released, Lost, AcquireFailed)
+//!   public state: Waiting, Asking = Acquiring; Held, Renewing = Held; the others = how it ended
 //!
-//!   Waiting ──attempt_sent──▶ Asking ──granted──▶ Held ◀──renewed / renewal_failed──┐
-//!      ▲                        │                   │                               │
-//!      └──────attempt_answered──┘                   └──renew_sent──▶ Renewing ──────┘
+//!   Waiting ──attempt_sent──▶ Asking ──grant──▶ Held ◀──renewed / renewal_failed──┐
+//!      ▲                        │                │                                │
+//!      └────────attempt_answered┘                └──renew_sent──▶ Renewing ───────┘
 //!
 //!   end:  Waiting, Held, Renewing ──▶ Ended          Asking ──▶ Withdrawing
 //!   Withdrawing ──attempt_settled──▶ Ended, or RetryingRelease when a release is owed
-//!   start_release:  Ended ──▶ RetryingRelease (due now)
+//!   start_release:  Ended ──▶ RetryingRelease (due now); a cleanup under way is joined
 //!   RetryingRelease ──release_sent──▶ Releasing ──release_due──▶ RetryingRelease
 //!   Releasing, RetryingRelease ──finish_release──▶ Ended
 //! ```
@@ -282,7 +282,7 @@ impl Phase {
     }
 
     /// Asking → Held: granted; the first renewal is due at `renew_at`.
-    pub(crate) fn granted_now(&mut self, renew_at: u64) -> bool {
+    pub(crate) fn grant(&mut self, renew_at: u64) -> bool {
         if !matches!(self, Phase::Asking { .. }) {
             return false;
         }
