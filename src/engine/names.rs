@@ -3,120 +3,115 @@
 //! (rule 7: one watch per name, one release wakes one waiter). An entry exists only while
 //! something needs it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
-use crate::engine::client::Client;
-use crate::engine::phase::Watch;
-use crate::types::{Command, Output};
+use crate::engine::hash::KeyedState;
+use crate::types::LockName;
 
 #[derive(Debug, Default)]
-pub(crate) struct NameEntry {
+struct NameEntry {
     /// The live reentrant lease of this name, if any.
-    pub(crate) reentrant: Option<u32>,
+    reentrant: Option<u32>,
     /// Waiting leases counted in the name's one watch.
-    pub(crate) watchers: u32,
+    watchers: u32,
     /// Waiting leases to wake, one per release notification.
-    pub(crate) queue: VecDeque<u32>,
+    queue: VecDeque<u32>,
     /// A notification came while no waiter was queued: the next refusal retries at once.
-    pub(crate) pending_wake: bool,
+    pending_wake: bool,
 }
 
-impl Client {
-    fn watch_of(&mut self, slot: u32) -> Watch {
-        let l = self.table.lease_mut(slot);
-        l.phase.tries_mut().map_or(Watch::No, |t| t.watch)
-    }
+/// The names this core's leases use, by lease slot.
+#[derive(Debug)]
+pub(crate) struct Names {
+    map: HashMap<LockName, NameEntry, KeyedState>,
+}
 
-    fn set_watch(&mut self, slot: u32, watch: Watch) {
-        if let Some(t) = self.table.lease_mut(slot).phase.tries_mut() {
-            t.watch = watch;
+impl Names {
+    pub(crate) fn new(hasher: KeyedState) -> Self {
+        Self {
+            map: HashMap::with_hasher(hasher),
         }
     }
 
-    pub(super) fn unregister_reentrant(&mut self, slot: u32) {
-        let l = self.table.lease_mut(slot);
-        if !l.reentrant {
-            return;
-        }
-        let name = l.name.clone();
-        if let Some(e) = self.names.get_mut(&*name) {
+    /// The live reentrant lease of `name`, if any.
+    pub(crate) fn reentrant(&self, name: &str) -> Option<u32> {
+        self.map.get(name).and_then(|e| e.reentrant)
+    }
+
+    pub(crate) fn set_reentrant(&mut self, name: LockName, slot: u32) {
+        self.map.entry(name).or_default().reentrant = Some(slot);
+    }
+
+    /// The reentrant lease `slot` of `name` ended.
+    pub(crate) fn clear_reentrant(&mut self, name: &str, slot: u32) {
+        if let Some(e) = self.map.get_mut(name) {
             if e.reentrant == Some(slot) {
                 e.reentrant = None;
             }
         }
-        self.gc_name(&name);
+        self.gc(name);
     }
 
-    /// Joins the name's watch (the first watcher sends `Watch`).
-    pub(super) fn enter_waiting(&mut self, slot: u32) {
-        if self.watch_of(slot) != Watch::No {
-            return;
-        }
-        self.set_watch(slot, Watch::Watching);
-        let name = self.table.lease_mut(slot).name.clone();
-        let e = self.names.entry(name.clone()).or_default();
+    /// Counts one more watcher of `name`; true for the first (a `Watch` is due).
+    pub(crate) fn add_watcher(&mut self, name: &LockName) -> bool {
+        let e = self.map.entry(name.clone()).or_default();
         e.watchers += 1;
-        if e.watchers == 1 {
-            self.outputs
-                .push_back(Output::Command(Command::Watch { name }));
-        }
+        e.watchers == 1
     }
 
-    /// Joins the name's wake queue (a watcher only).
-    pub(super) fn enqueue(&mut self, slot: u32) {
-        if self.watch_of(slot) != Watch::Watching {
-            return;
+    /// Counts one watcher less; true for the last (an `Unwatch` is due).
+    pub(crate) fn remove_watcher(&mut self, name: &str) -> bool {
+        let mut last = false;
+        if let Some(e) = self.map.get_mut(name) {
+            e.watchers -= 1;
+            if e.watchers == 0 {
+                e.pending_wake = false;
+                last = true;
+            }
         }
-        self.set_watch(slot, Watch::Queued);
-        let name = self.table.lease_mut(slot).name.clone();
-        self.names.entry(name).or_default().queue.push_back(slot);
+        self.gc(name);
+        last
     }
 
-    /// The lease was taken from its name's wake queue.
-    pub(super) fn left_queue(&mut self, slot: u32) {
-        if self.watch_of(slot) == Watch::Queued {
-            self.set_watch(slot, Watch::Watching);
-        }
+    pub(crate) fn enqueue(&mut self, name: &LockName, slot: u32) {
+        self.map
+            .entry(name.clone())
+            .or_default()
+            .queue
+            .push_back(slot);
     }
 
-    /// Leaves the name's wake queue, if in it (still watching).
-    pub(super) fn leave_queue(&mut self, slot: u32) {
-        if self.watch_of(slot) != Watch::Queued {
-            return;
-        }
-        self.set_watch(slot, Watch::Watching);
-        let name = self.table.lease_mut(slot).name.clone();
-        if let Some(e) = self.names.get_mut(&*name) {
+    pub(crate) fn dequeue(&mut self, name: &str, slot: u32) {
+        if let Some(e) = self.map.get_mut(name) {
             e.queue.retain(|&s| s != slot);
         }
     }
 
-    /// Leaves the name's queue and watch (the last watcher sends `Unwatch`).
-    pub(super) fn leave_waiting(&mut self, slot: u32) {
-        self.leave_queue(slot);
-        if self.watch_of(slot) != Watch::Watching {
-            return;
-        }
-        self.set_watch(slot, Watch::No);
-        let name = self.table.lease_mut(slot).name.clone();
-        if let Some(e) = self.names.get_mut(&*name) {
-            e.watchers -= 1;
-            if e.watchers == 0 {
-                e.pending_wake = false;
-                self.outputs
-                    .push_back(Output::Command(Command::Unwatch { name: name.clone() }));
-            }
-        }
-        self.gc_name(&name);
+    /// Takes a wake-up that came while nobody was queued.
+    pub(crate) fn take_pending_wake(&mut self, name: &str) -> bool {
+        self.map
+            .get_mut(name)
+            .is_some_and(|e| std::mem::take(&mut e.pending_wake))
     }
 
-    fn gc_name(&mut self, name: &str) {
+    /// A release of `name` was seen: the queued waiter to wake, if any; with none queued but
+    /// some watching, the next refusal retries at once.
+    pub(crate) fn wake_one(&mut self, name: &str) -> Option<u32> {
+        let e = self.map.get_mut(name)?;
+        let first = e.queue.pop_front();
+        if first.is_none() && e.watchers > 0 {
+            e.pending_wake = true;
+        }
+        first
+    }
+
+    fn gc(&mut self, name: &str) {
         let empty = self
-            .names
+            .map
             .get(name)
             .is_some_and(|e| e.reentrant.is_none() && e.watchers == 0 && e.queue.is_empty());
         if empty {
-            self.names.remove(name);
+            self.map.remove(name);
         }
     }
 }

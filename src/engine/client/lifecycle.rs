@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::client::{Client, NS_PER_MS};
+use super::{Client, NS_PER_MS};
 use crate::engine::config::parts_per_million;
 use crate::engine::lease::Lease;
 use crate::engine::phase::{Effort, End, NEVER, Owed, Phase, ReqKind};
@@ -382,12 +382,7 @@ impl Client {
         let attempts = tries.attempts;
         self.enter_waiting(slot);
         let name = self.table.lease_mut(slot).name.clone();
-        let woken = self
-            .names
-            .get_mut(&*name)
-            .map(|e| std::mem::take(&mut e.pending_wake))
-            .unwrap_or(false)
-            || noticed;
+        let woken = self.names.take_pending_wake(&name) || noticed;
         let sleep = if woken {
             0
         } else {

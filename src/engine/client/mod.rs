@@ -2,16 +2,17 @@
 //! leases. Pure: inputs in (each with `now`), outputs polled out, no clock, no IO.
 //!
 //! This file is the public face (getters, application calls, `handle_*` inputs, `poll_*`
-//! outputs). A lease's phases and their legal changes are in `phase`; what each change does
-//! around it (commands, events, counters, timers) in `lifecycle`; per-name waiting and
-//! reentrancy in `names`; where records live in `table`.
+//! outputs). A lease's phases and their legal changes are in `engine::phase`; what each change
+//! does around it (commands, events, counters, timers) in `lifecycle`; a lease's part in its
+//! name's watch and wake queue in `waiting` (the per-name table itself in `engine::names`);
+//! where records live in `engine::table`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::engine::config::{AcquireOptions, Config};
 use crate::engine::hash::KeyedState;
 use crate::engine::lease::Lease;
-use crate::engine::names::NameEntry;
+use crate::engine::names::Names;
 use crate::engine::phase::{Effort, End, NEVER, Owed, Phase, ReqKind};
 use crate::engine::rng::Rng;
 use crate::engine::table::Table;
@@ -22,6 +23,9 @@ use crate::types::{
     LostReason, Output, ReleaseResult, Releasing, RenewResult, RequestId,
 };
 use crate::{MAX_BACKEND_DATA_LEN, validate_name};
+
+mod lifecycle;
+mod waiting;
 
 pub(super) const NS_PER_MS: u64 = 1_000_000;
 
@@ -37,7 +41,7 @@ pub struct Client {
     pub(super) now: u64,
     pub(super) table: Table,
     pub(super) timers: Timers,
-    pub(super) names: HashMap<LockName, NameEntry, KeyedState>,
+    pub(super) names: Names,
     pub(super) outputs: VecDeque<Output>,
     pub(super) counters: Counters,
 }
@@ -58,7 +62,7 @@ impl Client {
     pub fn new(config: Config, seed: &[u8]) -> Result<Self, Error> {
         config.validate()?;
         let mut rng = Rng::new(seed)?;
-        let names = HashMap::with_hasher(KeyedState::new(rng.next_u64()));
+        let names = Names::new(KeyedState::new(rng.next_u64()));
         Ok(Self {
             config,
             rng,
@@ -105,7 +109,7 @@ impl Client {
         // as it is now; if this call's own advance then ends that lease, the terminal event
         // reaches the new holder too (one event per lease, as for every nested holder).
         let join = if opts.reentrant {
-            self.names.get(name).and_then(|e| e.reentrant)
+            self.names.reentrant(name)
         } else {
             None
         };
@@ -148,7 +152,7 @@ impl Client {
         };
         let slot = self.table.insert(lease)?;
         if opts.reentrant {
-            self.names.entry(name).or_default().reentrant = Some(slot);
+            self.names.set_reentrant(name, slot);
         }
         self.send_acquire(slot);
         self.settle(slot);
@@ -460,17 +464,10 @@ impl Client {
     pub fn handle_released(&mut self, now: u64, name: &str) -> Result<(), Error> {
         validate_name(name)?;
         self.advance(now);
-        let Some(entry) = self.names.get_mut(name) else {
-            return Ok(());
-        };
-        match entry.queue.pop_front() {
-            Some(slot) => {
-                self.left_queue(slot);
-                self.send_acquire(slot);
-                self.settle(slot);
-            }
-            None if entry.watchers > 0 => entry.pending_wake = true,
-            None => {}
+        if let Some(slot) = self.names.wake_one(name) {
+            self.left_queue(slot);
+            self.send_acquire(slot);
+            self.settle(slot);
         }
         Ok(())
     }
