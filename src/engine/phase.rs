@@ -494,3 +494,149 @@ impl Cleanup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One lease in each phase.
+    fn every_phase() -> Vec<Phase> {
+        let cleanup = Cleanup::new(Effort::UntilConfirmed, Owed::Nothing);
+        let (end, until) = (End::Lost, 50);
+        vec![
+            Phase::new(100),
+            Phase::Asking {
+                sent: 1,
+                wait_until: 100,
+                tries: Tries::default(),
+            },
+            Phase::Held {
+                renew_at: 10,
+                renewal: Renewal::default(),
+            },
+            Phase::Renewing {
+                sent: 1,
+                renewal: Renewal::default(),
+            },
+            Phase::Withdrawing {
+                sent: 1,
+                until,
+                release: false,
+            },
+            Phase::Releasing {
+                end,
+                sent: 1,
+                until,
+                cleanup,
+            },
+            Phase::RetryingRelease {
+                end,
+                retry_at: 5,
+                until,
+                cleanup,
+            },
+            Phase::Ended { end, until },
+        ]
+    }
+
+    fn name(p: &Phase) -> String {
+        format!("{p:?}")
+            .split([' ', '{'])
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    }
+
+    /// The transition table of the module header: each change is accepted from exactly the
+    /// phases listed there, and refused from every other without touching the phase.
+    #[test]
+    fn each_change_is_accepted_only_from_its_phases() {
+        type Change = fn(&mut Phase) -> bool;
+        let table: [(&str, Change, &[&str]); 12] = [
+            ("attempt_sent", |p| p.attempt_sent(2), &["Waiting"]),
+            ("attempt_answered", |p| p.attempt_answered(9), &["Asking"]),
+            ("grant", |p| p.grant(9), &["Asking"]),
+            ("renew_sent", |p| p.renew_sent(2), &["Held"]),
+            ("renewed", |p| p.renewed(9).is_some(), &["Renewing"]),
+            ("renewal_failed", |p| p.renewal_failed(1, 9), &["Renewing"]),
+            (
+                "end(Lost)",
+                |p| p.end(End::Lost, 60),
+                &["Waiting", "Held", "Renewing"],
+            ),
+            (
+                "end(AcquireFailed)",
+                |p| p.end(End::AcquireFailed, 60),
+                &["Waiting", "Asking", "Held", "Renewing"],
+            ),
+            ("attempt_settled", |p| p.attempt_settled(), &["Withdrawing"]),
+            ("release_sent", |p| p.release_sent(2), &["RetryingRelease"]),
+            ("release_due", |p| p.release_due(9), &["Releasing"]),
+            (
+                "finish_release",
+                |p| p.finish_release().is_some(),
+                &["Releasing", "RetryingRelease"],
+            ),
+        ];
+        for (change, apply, from) in table {
+            for before in every_phase() {
+                let mut p = before;
+                let accepted = apply(&mut p);
+                let legal = from.contains(&name(&before).as_str());
+                assert_eq!(accepted, legal, "{change} from {before:?}");
+                if !legal {
+                    assert_eq!(format!("{p:?}"), format!("{before:?}"), "{change}");
+                }
+            }
+        }
+    }
+
+    /// No ended phase leads back to acquiring or held (rule 2), whatever is asked of it.
+    #[test]
+    fn ended_phases_never_lead_back() {
+        for mut p in every_phase().into_iter().skip(4) {
+            p.attempt_sent(2);
+            p.grant(9);
+            p.renew_sent(2);
+            p.attempt_settled();
+            p.start_release(Effort::BestEffort, Owed::Nothing, 70);
+            p.release_sent(3);
+            p.release_due(9);
+            p.finish_release();
+            assert!(p.state().is_terminal(), "{p:?}");
+        }
+    }
+
+    /// A late grant joins a cleanup under way: a best-effort one becomes until-confirmed, one
+    /// in flight asks for one more release, and `until` only grows (rule 3).
+    #[test]
+    fn a_release_joined_while_in_flight_is_upgraded_and_sent_again() {
+        let mut p = Phase::Ended {
+            end: End::Lost,
+            until: 50,
+        };
+        let started = p.start_release(Effort::BestEffort, Owed::Nothing, 60);
+        assert_eq!(
+            started,
+            Started {
+                fresh: true,
+                send_now: true
+            }
+        );
+        assert!(p.release_sent(55));
+        let joined = p.start_release(Effort::UntilConfirmed, Owed::Nothing, 40);
+        assert_eq!(
+            joined,
+            Started {
+                fresh: false,
+                send_now: false
+            }
+        );
+        let Phase::Releasing { until, cleanup, .. } = p else {
+            panic!("{p:?}");
+        };
+        assert_eq!(until, 60);
+        assert!(cleanup.again);
+        assert_eq!(cleanup.effort, Effort::UntilConfirmed);
+    }
+}
