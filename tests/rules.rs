@@ -2216,3 +2216,51 @@ fn newer_grant_to_a_held_leases_token_moves_its_renewals_and_release_to_that_gra
     c.release(now, lease).unwrap();
     assert_single_release_with(&drain(&mut c), b"second");
 }
+
+#[test]
+fn a_newer_grant_without_data_replaces_older_data_for_the_cleanup() {
+    // Two superseded attempts are granted in turn, the older with ownership data, the newer
+    // without. The service holds the newer grant: a cleanup release echoing the older grant's
+    // data would miss it, so the newer grant's (empty) data wins.
+    let (mut c, lease, attempts, t) = timed_out_attempts(400 * MS, 3);
+    c.handle_acquire_result(t + MS, attempts[0], grant_with(11, b"old"))
+        .unwrap();
+    c.handle_acquire_result(t + 2 * MS, attempts[1], grant(12, 3_000))
+        .unwrap();
+    assert_eq!(c.lease_state(lease).unwrap(), LeaseState::Acquiring);
+    c.handle_acquire_result(t + 3 * MS, attempts[2], AcquireResult::TransportError)
+        .unwrap();
+    assert_eq!(cleanup_release_data(&mut c), None);
+}
+
+#[test]
+fn a_late_grant_released_after_the_applications_release_reports_no_second_outcome() {
+    // The application's release is settled and reported once; a superseded attempt granted
+    // later is released too (rule 6), but that cleanup is not the application's release: no
+    // second outcome event, no second count.
+    let (mut c, lease, r1, r2, t) = superseded_attempts(10_000 * MS);
+    c.handle_acquire_result(t + MS, r2, grant(9, 3_000))
+        .unwrap();
+    drain(&mut c);
+    assert_eq!(
+        c.release_reported(t + 2 * MS, lease).unwrap(),
+        Releasing::Pending
+    );
+    let (rel, _) = release_req(&drain(&mut c)).unwrap();
+    c.handle_release_result(t + 3 * MS, rel, ReleaseResult::Released)
+        .unwrap();
+    let outcome = Event::ReleaseOutcome {
+        lease,
+        outcome: ReleaseOutcome::Confirmed,
+    };
+    assert_eq!(events(&drain(&mut c)), vec![outcome]);
+    c.handle_acquire_result(t + 4 * MS, r1, grant(10, 3_000))
+        .unwrap();
+    let (late, _) = release_req(&drain(&mut c)).expect("the late grant is released");
+    c.handle_release_result(t + 5 * MS, late, ReleaseResult::Released)
+        .unwrap();
+    assert_eq!(drain(&mut c), vec![]);
+    let counters = c.counters();
+    assert_eq!(counters.releases_confirmed, 1);
+    assert_eq!(counters.pending_cleanups, 0);
+}

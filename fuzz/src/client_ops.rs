@@ -33,7 +33,7 @@ pub const MAX_OPS: usize = 400;
 const DRAIN_BASE: usize = 64;
 const DRAIN_PER_LEASE: usize = 8;
 
-/// A `RequestId` is `(n << 24) | slot` (src/engine/client.rs); a grant notice is matched to the
+/// A `RequestId` is `(n << 24) | slot` (src/engine/table.rs); a grant notice is matched to the
 /// record in its request's slot.
 const SLOT_MASK: u64 = (1 << 24) - 1;
 /// Acquire request ids remembered for grant notices.

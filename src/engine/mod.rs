@@ -6,5 +6,10 @@
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod hash;
+pub(crate) mod lease;
+pub(crate) mod names;
+pub(crate) mod phase;
+pub(crate) mod prefetch;
 pub(crate) mod rng;
+pub(crate) mod table;
 pub(crate) mod timers;

@@ -147,7 +147,7 @@ impl Timers {
         }
         bucket.push(e);
         if let Some(next) = bucket.spare_capacity_mut().first() {
-            crate::engine::client::prefetch(next);
+            crate::engine::prefetch::prefetch(next);
         }
         self.occupied[i / 64] |= 1 << (i % 64);
         self.summary |= 1 << (i / 64);
