@@ -75,10 +75,15 @@ def _read_body(resp: http.client.HTTPResponse, timeout: float) -> bytes:
     ``_Unusable`` otherwise (a hostile or broken member neither fills memory nor holds the
     request by dripping bytes)."""
     try:
-        return _read_bounded(resp, timeout)
+        body = _read_bounded(resp, timeout)
     except _Unusable:
         resp.close()  # the socket goes now, unread (the response may own it alone)
         raise
+    # http.client marks a Content-Length response done only when a read asks for more than
+    # is left; unmarked, the pooled connection's next request fails after it was sent
+    # (ResponseNotReady) and would be sent again to another member.
+    resp.close()
+    return body
 
 
 def _read_bounded(resp: http.client.HTTPResponse, timeout: float) -> bytes:
