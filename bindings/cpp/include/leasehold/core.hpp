@@ -331,7 +331,7 @@ class Core {
                      s.held_for_ms, s.holder_pid, detail::copy_str(s.holder_host, s.holder_host_len),
                      detail::copy_str(s.error, s.error_len)};
   }
-  // The first names of status_request / poll_status.
+  // status_request / poll_status under their SQL names.
   std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) { return status_request(now, name); }
   std::optional<LockStatus> sql_poll_status() { return poll_status(); }
   // The last database error or refused schema (a foreign table of the same name…); empty if none.

@@ -15,6 +15,6 @@ struct LockStatus {
   std::int64_t holder_pid = 0;
   std::string holder_host, error;
 };
-using SqlStatus = LockStatus;  // its first name, from when only SQL answered status queries
+using SqlStatus = LockStatus;  // the same type under its SQL name
 
 }  // namespace leasehold
