@@ -1,11 +1,11 @@
 // Takes a lock on the embedded default, a SQLite file in the user's cache directory shared by
 // every process on this host (the file the Python package and the leasehold CLI use by
 // default), prints its fencing token and releases it. With Redis, pass a
-// leasehold::RedisTransport (leasehold/redis_transport.hpp, target leasehold::redis) instead.
+// leasehold::RedisExecutor (leasehold/redis_executor.hpp, target leasehold::redis) instead.
 //
 //   lock [NAME]
 #include <leasehold.hpp>
-#include <leasehold/sqlite_transport.hpp>
+#include <leasehold/sqlite_executor.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -19,9 +19,9 @@ namespace fs = std::filesystem;
 int main(int argc, char** argv) try {
   using namespace std::chrono_literals;
   const std::string name = argc > 1 ? argv[1] : "example";
-  // The transport creates the default file's directory (0700) and the file (0600).
+  // The executor creates the default file's directory (0700) and the file (0600).
   const fs::path path = leasehold::default_sqlite_path();
-  leasehold::LockClient client(std::make_shared<leasehold::SqliteTransport>(path.string()));
+  leasehold::LockClient client(std::make_shared<leasehold::SQLiteExecutor>(path.string()));
 
   leasehold::AcquireOptions opts;
   opts.wait = 5s;

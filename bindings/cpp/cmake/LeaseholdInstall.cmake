@@ -1,5 +1,5 @@
 # Install rules of the leasehold package (scripts/install-lib.sh uses them too):
-#   include/leasehold.h, include/leasehold.hpp, include/leasehold/*.hpp
+#   include/leasehold.h, include/leasehold.hpp, include/leasehold/ (every .hpp, detail/ included)
 #   lib/libleasehold.a, lib/libleasehold.so.<version> with libleasehold.so.<ABI> (its SONAME)
 #     and libleasehold.so
 #   lib/cmake/leasehold/leaseholdConfig.cmake + leaseholdConfigVersion.cmake

@@ -1,9 +1,9 @@
 # Defines the imported targets of the leasehold C++ binding:
-#   leasehold::leasehold  — leasehold.hpp (+ leasehold/memory_transport.hpp) and the Rust library
-#   leasehold::redis      — leasehold/redis_transport.hpp + hiredis (only when hiredis is found)
-#   leasehold::sqlite     — leasehold/sqlite_transport.hpp + libsqlite3 (when found)
-#   leasehold::postgres   — leasehold/postgres_transport.hpp, postgres_fencing.hpp + libpq (when found)
-#   leasehold::etcd       — leasehold/etcd_transport.hpp + libcurl (when found)
+#   leasehold::leasehold  — leasehold.hpp, leasehold/*.hpp (+ memory_executor.hpp) and the Rust library
+#   leasehold::redis      — leasehold/redis_executor.hpp + hiredis (only when hiredis is found)
+#   leasehold::sqlite     — leasehold/sqlite_executor.hpp + libsqlite3 (when found)
+#   leasehold::postgres   — leasehold/postgres_executor.hpp, postgres_fencing.hpp + libpq (when found)
+#   leasehold::etcd       — leasehold/etcd_executor.hpp + libcurl (when found)
 # Each executor's library is optional: without libpq the rest still builds.
 #
 # The Rust library is looked up, in order:

@@ -1,7 +1,7 @@
 // Minimal use of the C++ binding: two clients contend for one name on the in-memory service.
 //   target_link_libraries(app leasehold::leasehold)
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
+#include <leasehold/memory_executor.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -10,8 +10,8 @@
 int main() {
   using namespace std::chrono_literals;
   auto service = std::make_shared<leasehold::MemoryService>();
-  leasehold::LockClient alice(std::make_shared<leasehold::MemoryTransport>(service));
-  leasehold::LockClient bob(std::make_shared<leasehold::MemoryTransport>(service));
+  leasehold::LockClient alice(std::make_shared<leasehold::MemoryExecutor>(service));
+  leasehold::LockClient bob(std::make_shared<leasehold::MemoryExecutor>(service));
 
   leasehold::AcquireOptions opts;
   opts.on_lost = [](leasehold::LostReason r) {

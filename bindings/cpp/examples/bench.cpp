@@ -5,9 +5,9 @@
 // by one thread, interleaved, with the ratios), and how late loss detection fires relative to
 // valid_until when the transport hangs.
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
+#include <leasehold/memory_executor.hpp>
 #ifdef LEASEHOLD_BENCH_REDIS
-#include <leasehold/redis_transport.hpp>
+#include <leasehold/redis_executor.hpp>
 #endif
 
 #include <algorithm>
@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 static double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // acquire + release (waiting for the service's answer), sequential; returns ops/s.
-static double round_trips(const char* label, std::shared_ptr<leasehold::Transport> t, int n) {
+static double round_trips(const char* label, std::shared_ptr<leasehold::Executor> t, int n) {
   leasehold::ClientOptions o;
   o.log = [](std::string_view) {};
   leasehold::LockClient client(std::move(t), o);
@@ -60,7 +60,7 @@ static double round_trips(const char* label, std::shared_ptr<leasehold::Transpor
 //   raw hiredis — SET key token NX PX / DEL on one blocking connection (no fence, no queue);
 //   core, one thread — the core's own requests (the two scripts) run on one blocking hiredis
 //                      connection by the calling thread: what the protocol costs without a host;
-//   LockClient — LockClient + RedisTransport, the binding as an application uses it.
+//   LockClient — LockClient + RedisExecutor, the binding as an application uses it.
 struct RawLoop {
   redisContext* c = nullptr;
   explicit RawLoop(int port) : c(redisConnect("127.0.0.1", port)) {}
@@ -84,7 +84,7 @@ struct CoreLoop {
   leasehold::Core core;
   redisContext* c;
   redisContext* sub;
-  CoreLoop(int port, leasehold::RedisTransport& factory)
+  CoreLoop(int port, leasehold::RedisExecutor& factory)
       : core(factory.make_core(leasehold::Config::defaults())),
         c(redisConnect("127.0.0.1", port)),
         sub(redisConnect("127.0.0.1", port)) {}
@@ -134,7 +134,7 @@ static void redis_compare(int port, int n) {
   RawLoop raw(port);
   leasehold::RedisOptions ro;
   ro.port = port;
-  leasehold::RedisTransport factory(ro);
+  leasehold::RedisExecutor factory(ro);
   CoreLoop direct(port, factory);
   if (!raw.ok() || !direct.ok()) {
     std::printf("redis: cannot connect\n");
@@ -142,7 +142,7 @@ static void redis_compare(int port, int n) {
   }
   leasehold::ClientOptions o;
   o.log = [](std::string_view) {};
-  leasehold::LockClient client(std::make_shared<leasehold::RedisTransport>(ro), o);
+  leasehold::LockClient client(std::make_shared<leasehold::RedisExecutor>(ro), o);
   std::vector<double> lat;
   lat.reserve(static_cast<std::size_t>(n));
   double t_raw = 0, t_core = 0, t_client = 0;
@@ -172,7 +172,7 @@ static void redis_compare(int port, int n) {
   std::printf("redis, %d lock+unlock each, interleaved blocks of %d:\n", n, block);
   std::printf("  raw hiredis SET NX PX + DEL   %8.0f/s\n", n / t_raw);
   std::printf("  core, one thread (2 scripts)  %8.0f/s  %.2fx raw\n", n / t_core, t_raw / t_core);
-  std::printf("  LockClient + RedisTransport   %8.0f/s  %.2fx raw, %.2fx core; acquire p50 %.0fus p99 %.0fus\n",
+  std::printf("  LockClient + RedisExecutor   %8.0f/s  %.2fx raw, %.2fx core; acquire p50 %.0fus p99 %.0fus\n",
               n / t_client, t_raw / t_client, t_core / t_client, lat[lat.size() / 2], lat[lat.size() * 99 / 100]);
 }
 #endif
@@ -181,7 +181,7 @@ static void loss_lag() {
   auto service = std::make_shared<leasehold::MemoryService>();
   std::vector<double> lags;
   for (int i = 0; i < 5; ++i) {
-    auto t = std::make_shared<leasehold::MemoryTransport>(service);
+    auto t = std::make_shared<leasehold::MemoryExecutor>(service);
     leasehold::ClientOptions o;
     o.log = [](std::string_view) {};
     o.close_timeout = 100ms;
@@ -200,7 +200,7 @@ static void loss_lag() {
 }
 
 int main(int argc, char** argv) {
-  round_trips("memory", std::make_shared<leasehold::MemoryTransport>(std::make_shared<leasehold::MemoryService>()),
+  round_trips("memory", std::make_shared<leasehold::MemoryExecutor>(std::make_shared<leasehold::MemoryService>()),
               20000);
 #ifdef LEASEHOLD_BENCH_REDIS
   if (argc > 1) {

@@ -1,7 +1,7 @@
-// Tests of leasehold::LockClient driven against MemoryService through MemoryTransport (with faults).
+// Tests of leasehold::LockClient driven against MemoryService through MemoryExecutor (with faults).
 // No timing assertions: waits are bounded only so that a broken build fails instead of hanging.
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
+#include <leasehold/memory_executor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ using leasehold::Lease;
 using leasehold::LockClient;
 using leasehold::LostReason;
 using leasehold::MemoryService;
-using leasehold::MemoryTransport;
+using leasehold::MemoryExecutor;
 
 namespace {
 
@@ -52,8 +52,8 @@ ClientOptions quiet(std::chrono::milliseconds request_timeout = 500ms) {
 
 struct World {
   std::shared_ptr<MemoryService> service = std::make_shared<MemoryService>();
-  std::shared_ptr<MemoryTransport> transport(bool notifications = true) {
-    return std::make_shared<MemoryTransport>(service, notifications);
+  std::shared_ptr<MemoryExecutor> transport(bool notifications = true) {
+    return std::make_shared<MemoryExecutor>(service, notifications);
   }
 };
 
@@ -492,10 +492,10 @@ TEST(LockClient, PollingWithoutNotifications) {
 }
 
 // A transport that misbehaves in ways a real one might.
-class MisbehavingTransport final : public leasehold::Transport {
+class MisbehavingExecutor final : public leasehold::Executor {
  public:
   enum class Mode { Throw, OversizedBackendData, ThrowNonStd };
-  explicit MisbehavingTransport(Mode m) : mode_(m) {}
+  explicit MisbehavingExecutor(Mode m) : mode_(m) {}
   leasehold::AcquireResult acquire(std::string_view, std::string_view, std::uint64_t ttl_ms) override {
     ++calls;
     switch (mode_) {
@@ -521,9 +521,9 @@ class MisbehavingTransport final : public leasehold::Transport {
 };
 
 TEST(LockClient, TransportFaultsAreNeverGrants) {
-  for (auto mode : {MisbehavingTransport::Mode::Throw, MisbehavingTransport::Mode::ThrowNonStd,
-                    MisbehavingTransport::Mode::OversizedBackendData}) {
-    auto t = std::make_shared<MisbehavingTransport>(mode);
+  for (auto mode : {MisbehavingExecutor::Mode::Throw, MisbehavingExecutor::Mode::ThrowNonStd,
+                    MisbehavingExecutor::Mode::OversizedBackendData}) {
+    auto t = std::make_shared<MisbehavingExecutor>(mode);
     std::atomic<int> logged{0};
     auto opts = quiet(200ms);
     opts.log = [&](std::string_view) { ++logged; };

@@ -1,10 +1,10 @@
-// EtcdTransport on a real 3-member etcd cluster, started once for this binary
+// EtcdExecutor on a real 3-member etcd cluster, started once for this binary
 // (scripts/etcd-test-cluster.sh: free loopback ports, members stopped by pid) and shared by its
 // tests: a waiter woken by its watch, processes contending, a member killed while they do, and
 // bad input (no member reachable, a wrong password on a cluster with authentication). Under
 // CI=true a missing etcd is a failure, never a skip.
 #include <leasehold.hpp>
-#include <leasehold/etcd_transport.hpp>
+#include <leasehold/etcd_executor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 using namespace std::chrono_literals;
 using leasehold::ClientOptions;
 using leasehold::EtcdOptions;
-using leasehold::EtcdTransport;
+using leasehold::EtcdExecutor;
 using leasehold::LockClient;
 using namespace leasehold_test;
 
@@ -113,7 +113,7 @@ class Etcd : public ::testing::Test {
       GTEST_SKIP() << g_etcd->error;
     }
   }
-  static std::shared_ptr<EtcdTransport> transport(std::vector<std::string> endpoints, std::string user = {},
+  static std::shared_ptr<EtcdExecutor> transport(std::vector<std::string> endpoints, std::string user = {},
                                                   std::string password = {}) {
     EtcdOptions o;
     o.endpoints = std::move(endpoints);
@@ -121,7 +121,7 @@ class Etcd : public ::testing::Test {
     o.password = std::move(password);
     o.allow_insecure_auth = true;  // the test cluster speaks http:// on loopback
     o.log = [](std::string_view) {};
-    return std::make_shared<EtcdTransport>(o);
+    return std::make_shared<EtcdExecutor>(o);
   }
   static ClientOptions quiet(bool failing = false) {
     ClientOptions o;
@@ -323,7 +323,7 @@ TEST_F(Etcd, NoMemberReachableIsAClearErrorNeverAGrant) {
     std::lock_guard g(*mu);
     logs->emplace_back(m);
   };
-  LockClient c(std::make_shared<EtcdTransport>(o), quiet(true));
+  LockClient c(std::make_shared<EtcdExecutor>(o), quiet(true));
   leasehold::AcquireOptions wait;
   wait.wait = 1500ms;
   EXPECT_FALSE(c.acquire("n", 5s, std::move(wait)).has_value());
@@ -392,7 +392,7 @@ TEST(EtcdCredentials, ClearTextAuthNeedsAnOptInAndEndpointsHoldNoCredentials) {
     o.password = "S3CRET";
     o.allow_insecure_auth = opt_in;
     o.log = [](std::string_view) {};
-    return std::make_shared<EtcdTransport>(o);
+    return std::make_shared<EtcdExecutor>(o);
   };
   for (const auto& endpoints : {std::vector<std::string>{"http://127.0.0.1:2379"}, EtcdOptions::split("etcd://127.0.0.1:2379"),
                                 std::vector<std::string>{"https://127.0.0.1:2379", "http://127.0.0.1:2380"}}) {

@@ -1,10 +1,10 @@
 // A process that holds leases for tests that pause it with SIGSTOP (paused_test.hpp).
 //
 //   leasehold_pause_worker memory        # its own in-process MemoryService
-//   leasehold_pause_worker redis PORT    # RedisTransport to 127.0.0.1:PORT
-//   leasehold_pause_worker sqlite PATH   # SqliteTransport on the file PATH
-//   leasehold_pause_worker postgres URL  # PostgresTransport (and the fencing gate) on URL
-//   leasehold_pause_worker etcd URLS     # EtcdTransport to the comma-separated member URLs
+//   leasehold_pause_worker redis PORT    # RedisExecutor to 127.0.0.1:PORT
+//   leasehold_pause_worker sqlite PATH   # SQLiteExecutor on the file PATH
+//   leasehold_pause_worker postgres URL  # PostgresExecutor (and the fencing gate) on URL
+//   leasehold_pause_worker etcd URLS     # EtcdExecutor to the comma-separated member URLs
 //
 // Reads commands on stdin, answers one line each on stdout:
 //   acquire NAME TTL_MS [WAIT_MS] → "held FENCE" | "failed" (waits for the lock up to WAIT_MS)
@@ -19,19 +19,19 @@
 //                          through the fencing gate (read, then write). "done ACQUIRED"
 //   quit / EOF           → exit 0
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
+#include <leasehold/memory_executor.hpp>
 #ifdef LEASEHOLD_PAUSE_WORKER_REDIS
-#include <leasehold/redis_transport.hpp>
+#include <leasehold/redis_executor.hpp>
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_SQLITE
-#include <leasehold/sqlite_transport.hpp>
+#include <leasehold/sqlite_executor.hpp>
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_POSTGRES
 #include <leasehold/postgres_fencing.hpp>
-#include <leasehold/postgres_transport.hpp>
+#include <leasehold/postgres_executor.hpp>
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_ETCD
-#include <leasehold/etcd_transport.hpp>
+#include <leasehold/etcd_executor.hpp>
 #endif
 
 #include <fcntl.h>
@@ -50,28 +50,28 @@ using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
   const std::string kind = argc > 1 ? argv[1] : "memory";
-  std::shared_ptr<leasehold::Transport> transport;
+  std::shared_ptr<leasehold::Executor> transport;
   if (kind == "memory") {
-    transport = std::make_shared<leasehold::MemoryTransport>(std::make_shared<leasehold::MemoryService>());
+    transport = std::make_shared<leasehold::MemoryExecutor>(std::make_shared<leasehold::MemoryService>());
 #ifdef LEASEHOLD_PAUSE_WORKER_REDIS
   } else if (kind == "redis" && argc > 2) {
     leasehold::RedisOptions ro;
     ro.port = std::stoi(argv[2]);
-    transport = std::make_shared<leasehold::RedisTransport>(ro);
+    transport = std::make_shared<leasehold::RedisExecutor>(ro);
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_SQLITE
   } else if (kind == "sqlite" && argc > 2) {
-    transport = std::make_shared<leasehold::SqliteTransport>(std::string(argv[2]));
+    transport = std::make_shared<leasehold::SQLiteExecutor>(std::string(argv[2]));
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_POSTGRES
   } else if (kind == "postgres" && argc > 2) {
-    transport = std::make_shared<leasehold::PostgresTransport>(std::string(argv[2]));
+    transport = std::make_shared<leasehold::PostgresExecutor>(std::string(argv[2]));
 #endif
 #ifdef LEASEHOLD_PAUSE_WORKER_ETCD
   } else if (kind == "etcd" && argc > 2) {
     leasehold::EtcdOptions eo;
     eo.endpoints = leasehold::EtcdOptions::split(argv[2]);
-    transport = std::make_shared<leasehold::EtcdTransport>(eo);
+    transport = std::make_shared<leasehold::EtcdExecutor>(eo);
 #endif
   } else {
     std::cerr << "usage: " << argv[0] << " memory | redis PORT | sqlite PATH | postgres URL | etcd URLS\n";

@@ -1,4 +1,4 @@
-// PostgresTransport and PostgresFencingGate on a real PostgreSQL: a throw-away cluster started
+// PostgresExecutor and PostgresFencingGate on a real PostgreSQL: a throw-away cluster started
 // once for this binary (scripts/pg-test-server.sh: initdb in a temporary directory, a free
 // loopback port, stopped by its pid) and shared by its tests. Worker processes contend, a
 // counter behind the gate loses no update, a holder stopped past its TTL is fenced out, the
@@ -7,7 +7,7 @@
 // PostgreSQL is a failure, never a skip.
 #include <leasehold.hpp>
 #include <leasehold/postgres_fencing.hpp>
-#include <leasehold/postgres_transport.hpp>
+#include <leasehold/postgres_executor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@ using leasehold::ClientOptions;
 using leasehold::LockClient;
 using leasehold::PostgresFencingGate;
 using leasehold::PostgresOptions;
-using leasehold::PostgresTransport;
+using leasehold::PostgresExecutor;
 using namespace leasehold_test;
 
 namespace {
@@ -97,7 +97,7 @@ class Postgres : public ::testing::Test {
       GTEST_SKIP() << g_pg->error;
     }
   }
-  static std::shared_ptr<PostgresTransport> transport(const std::string& url, std::vector<std::string>* log = nullptr,
+  static std::shared_ptr<PostgresExecutor> transport(const std::string& url, std::vector<std::string>* log = nullptr,
                                                       bool asynchronous_commit = false) {
     PostgresOptions o;
     o.url = url;
@@ -108,7 +108,7 @@ class Postgres : public ::testing::Test {
       std::lock_guard g(*mu);
       log->emplace_back(m);
     };
-    return std::make_shared<PostgresTransport>(o);
+    return std::make_shared<PostgresExecutor>(o);
   }
   static ClientOptions quiet(bool failing = false) {
     ClientOptions o;
@@ -153,7 +153,7 @@ TEST(PostgresSecrets, UnparseableOrAmbiguousStringsAreRefusedUnshown) {
     o.url = url;
     o.log = [](std::string_view m) { ADD_FAILURE() << "logged: " << m; };
     try {
-      PostgresTransport t(o);
+      PostgresExecutor t(o);
       ADD_FAILURE() << "accepted";
     } catch (const leasehold::Error& e) {
       const std::string what = e.what();
@@ -200,7 +200,7 @@ TEST(PostgresSecrets, ConnectionErrorsHideThePassword) {
     co.config.request_timeout_ns = 500'000'000;
     std::string error;
     {
-      LockClient c(std::make_shared<PostgresTransport>(o), co);
+      LockClient c(std::make_shared<PostgresExecutor>(o), co);
       EXPECT_FALSE(c.acquire("n", 5s).has_value());
       error = c.last_backend_error();
     }

@@ -1,8 +1,8 @@
-// Real-Redis tests: RedisTransport against a redis-server this test starts on a free loopback
+// Real-Redis tests: RedisExecutor against a redis-server this test starts on a free loopback
 // port (stopped by its pid), and a C++ client contending with a Python client for the same names.
 // Under CI=true a missing redis-server or Python environment is a failure, never a skip.
 #include <leasehold.hpp>
-#include <leasehold/redis_transport.hpp>
+#include <leasehold/redis_executor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ using leasehold::Lease;
 using leasehold::LockClient;
 using leasehold::LostReason;
 using leasehold::RedisOptions;
-using leasehold::RedisTransport;
+using leasehold::RedisExecutor;
 
 // Test-side hiredis helpers (the tests inspect the server directly).
 namespace lr {
@@ -238,7 +238,7 @@ class Redis : public ::testing::Test {
     auto r = cmd({"PUBSUB", "NUMSUB", channel});
     return r->elements == 2 ? r->element[1]->integer : -1;
   }
-  std::shared_ptr<RedisTransport> transport(std::chrono::milliseconds command_timeout = 2000ms,
+  std::shared_ptr<RedisExecutor> transport(std::chrono::milliseconds command_timeout = 2000ms,
                                             leasehold::LogFn log = {}, std::uint64_t standby_delay_ms = 0) {
     RedisOptions o;
     o.port = g_server->port;
@@ -250,7 +250,7 @@ class Redis : public ::testing::Test {
     }
     o.command_timeout = command_timeout;
     o.log = std::move(log);
-    return std::make_shared<RedisTransport>(o);
+    return std::make_shared<RedisExecutor>(o);
   }
   static ClientOptions quiet(std::vector<std::string>* logs = nullptr, std::mutex* mu = nullptr) {
     ClientOptions o;
@@ -375,7 +375,7 @@ TEST_F(Redis, LossDetectedWhileServerHangs) {
   RedisOptions o;
   o.port = hung.port;
   o.command_timeout = 5000ms;  // calls block for a long time once the server is stopped
-  LockClient client(std::make_shared<RedisTransport>(o), quiet());
+  LockClient client(std::make_shared<RedisExecutor>(o), quiet());
   auto lease = client.acquire("h", 900ms);
   ASSERT_TRUE(lease.has_value());
   ASSERT_EQ(::kill(hung.proc.pid, SIGSTOP), 0);
@@ -542,12 +542,12 @@ TEST_F(Redis, CppAndPythonContendFencingStrictlyIncreases) {
 
 namespace {
 
-// Waiter threads that each acquire `name` on their own LockClient (own RedisTransport), record
+// Waiter threads that each acquire `name` on their own LockClient (own RedisExecutor), record
 // the grant and hold it until the test lets them go. Cleanup lets everyone go and closes the
 // clients (which ends waits that are still running), so a failed assertion never hangs.
 struct Waiters {
   struct One {
-    std::shared_ptr<RedisTransport> t;
+    std::shared_ptr<RedisExecutor> t;
     std::unique_ptr<LockClient> c;
     std::thread th;
   };
@@ -559,7 +559,7 @@ struct Waiters {
   std::vector<bool> go;                    // may release
   bool all_go = false;
 
-  void start(std::shared_ptr<RedisTransport> t, const std::string& name, std::chrono::milliseconds ttl,
+  void start(std::shared_ptr<RedisExecutor> t, const std::string& name, std::chrono::milliseconds ttl,
              std::chrono::nanoseconds wait) {
     const std::size_t i = w.size();
     {
@@ -734,7 +734,7 @@ TEST_F(Redis, RestartWithoutPersistenceLosesTheLeaseFencesStillIncrease) {
   ASSERT_TRUE(server.start()) << server.error;
   RedisOptions o;
   o.port = server.port;
-  LockClient client(std::make_shared<RedisTransport>(o), quiet());
+  LockClient client(std::make_shared<RedisExecutor>(o), quiet());
   auto lease = client.acquire("restart", 1500ms);
   ASSERT_TRUE(lease.has_value());
   ASSERT_TRUE(server.restart()) << server.error;
@@ -753,8 +753,8 @@ TEST_F(Redis, RestartWithPersistenceKeepsTheLease) {
   ASSERT_TRUE(server.start()) << server.error;
   RedisOptions o;
   o.port = server.port;
-  LockClient client(std::make_shared<RedisTransport>(o), quiet());
-  LockClient other(std::make_shared<RedisTransport>(o), quiet());
+  LockClient client(std::make_shared<RedisExecutor>(o), quiet());
+  LockClient other(std::make_shared<RedisExecutor>(o), quiet());
   auto lease = client.acquire("restart", 3000ms);
   ASSERT_TRUE(lease.has_value());
   ASSERT_TRUE(server.restart()) << server.error;
@@ -850,12 +850,12 @@ std::size_t wake_channels_on(const std::string& addr) {
 TEST(RedisSentinel, OptionsAreChecked) {
   RedisOptions o;
   o.sentinels = {{"127.0.0.1", 26379}};
-  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);  // no master name
+  EXPECT_THROW(RedisExecutor{o}, std::invalid_argument);  // no master name
   o.sentinel_master = "m";
   o.sentinels = {{"", 26379}};
-  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);
+  EXPECT_THROW(RedisExecutor{o}, std::invalid_argument);
   o.sentinels = {{"127.0.0.1", 0}};
-  EXPECT_THROW(RedisTransport{o}, std::invalid_argument);
+  EXPECT_THROW(RedisExecutor{o}, std::invalid_argument);
 }
 
 TEST(RedisSentinel, FollowsTheFailoverAndDetectsALostKey) {
@@ -872,7 +872,7 @@ TEST(RedisSentinel, FollowsTheFailoverAndDetectsALostKey) {
     o.connect_timeout = 500ms;
     o.command_timeout = 1000ms;
     o.log = [](std::string_view) {};
-    return std::make_shared<RedisTransport>(o);
+    return std::make_shared<RedisExecutor>(o);
   };
   ClientOptions quiet;
   quiet.close_timeout = 10s;

@@ -1,11 +1,11 @@
-// SqliteTransport on real SQLite files: several OS processes contend on one file, the file is
+// SQLiteExecutor on real SQLite files: several OS processes contend on one file, the file is
 // deleted or replaced under a client, and bad files (foreign table, corrupt, locked, missing
 // directory) give a clear error and never a grant. The file is private (0600 whatever the umask,
 // the default file's directories 0700), a link at the path is refused without touching its
 // target, and an exposed file or directory is reported.
 #include <leasehold.hpp>
-#include <leasehold/memory_transport.hpp>
-#include <leasehold/sqlite_transport.hpp>
+#include <leasehold/memory_executor.hpp>
+#include <leasehold/sqlite_executor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 using leasehold::ClientOptions;
 using leasehold::LockClient;
 using leasehold::SqliteOptions;
-using leasehold::SqliteTransport;
+using leasehold::SQLiteExecutor;
 using namespace leasehold_test;
 
 namespace {
@@ -40,12 +40,12 @@ class Sqlite : public ::testing::Test {
     std::filesystem::remove_all(g_dir, ec);
   }
   static std::string file(const std::string& name) { return g_dir + "/" + name; }
-  static std::shared_ptr<SqliteTransport> transport(const std::string& path, std::chrono::milliseconds busy = 5000ms) {
+  static std::shared_ptr<SQLiteExecutor> transport(const std::string& path, std::chrono::milliseconds busy = 5000ms) {
     SqliteOptions o;
     o.path = path;
     o.busy_timeout = busy;
     o.log = [](std::string_view) {};
-    return std::make_shared<SqliteTransport>(o);
+    return std::make_shared<SQLiteExecutor>(o);
   }
   // failing: the client gives up on a refused backend sooner (each acquire retries a transport
   // error for one request timeout, and close() waits for the uncertain attempt's cleanup).
@@ -137,7 +137,7 @@ TEST_F(Sqlite, LifecycleOnARealFile) {
 }
 
 TEST_F(Sqlite, StatusNeedsAnSqlTransport) {
-  LockClient m(std::make_shared<leasehold::MemoryTransport>(std::make_shared<leasehold::MemoryService>()), quiet());
+  LockClient m(std::make_shared<leasehold::MemoryExecutor>(std::make_shared<leasehold::MemoryService>()), quiet());
   try {
     (void)m.status("x");
     ADD_FAILURE() << "status() answered on the memory service";
@@ -252,14 +252,14 @@ struct Captured {
   }
 };
 
-std::shared_ptr<SqliteTransport> logging_transport(const std::string& path, const std::shared_ptr<Captured>& out) {
+std::shared_ptr<SQLiteExecutor> logging_transport(const std::string& path, const std::shared_ptr<Captured>& out) {
   SqliteOptions o;
   o.path = path;
   o.log = [out](std::string_view m) {
     std::lock_guard g(out->mu);
     out->lines.emplace_back(m);
   };
-  return std::make_shared<SqliteTransport>(o);
+  return std::make_shared<SQLiteExecutor>(o);
 }
 
 // A missing file is created 0600 whatever the umask; SQLite's -wal and -shm follow its mode, and
