@@ -180,3 +180,51 @@ impl<P> Outbox<P> {
         self.last_error = text;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_fresh_and_requests_go_out_in_order_skipping_dropped_ones() {
+        let mut o = Outbox::<&str>::default();
+        let a = o.push("a", NEVER);
+        let status = o.next_id();
+        let b = o.push("b", NEVER);
+        let c = o.push("c", NEVER);
+        assert!(a < status && status < b && b < c);
+        assert_eq!(o.take(b), Some("b"));
+        assert_eq!(o.next_ready(), Some((a, &"a")));
+        assert_eq!(o.next_ready(), Some((c, &"c")));
+        assert_eq!(o.next_ready(), None);
+        // Polled requests stay pending until their answer takes them.
+        assert_eq!(o.take(a), Some("a"));
+        assert_eq!(o.take(a), None);
+    }
+
+    #[test]
+    fn expired_requests_come_back_once_and_answered_ones_never() {
+        let mut o = Outbox::<u8>::default();
+        let early = o.push(1, 10);
+        let answered = o.push(2, 5);
+        let late = o.push(3, 20);
+        let forever = o.push(4, NEVER);
+        assert_eq!(o.take(answered), Some(2));
+        assert_eq!(o.next_expiry(), Some(5));
+        assert_eq!(o.pop_expired(9), None);
+        assert_eq!(o.pop_expired(10), Some((early, 1)));
+        assert_eq!(o.pop_expired(10), None);
+        assert_eq!(o.pop_expired(u64::MAX - 1), Some((late, 3)));
+        assert_eq!(o.pop_expired(u64::MAX - 1), None);
+        assert_eq!(o.get(forever), Some(&4));
+    }
+
+    #[test]
+    fn last_error_is_cut_on_a_character_boundary() {
+        let mut o = Outbox::<()>::default();
+        o.note_error("ab\u{e9}cd", 3);
+        assert_eq!(o.last_error(), "ab");
+        o.note_error("short", 512);
+        assert_eq!(o.last_error(), "short");
+    }
+}

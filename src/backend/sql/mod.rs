@@ -36,13 +36,11 @@
 //!
 //! # The first request
 //!
-//! The first operation runs the migration: it creates missing tables (and, for PostgreSQL,
-//! the functions), then checks the schema version and the column names and types. On SQLite
-//! a read-only inspection comes first: a file holding anything but leasehold's tables is
-//! another application's and is refused before anything is created or switched to WAL. Operations
-//! wait for it; if it fails (a foreign table of the same name, a read-only or corrupt file),
-//! they fail in transport with [`SqlProtocol::last_error`] saying why, and the next attempt
-//! runs the migration again.
+//! The first operation checks the schema: on SQLite a read-only inspection first (another
+//! application's file is refused before anything is created), then the migration, which
+//! creates what is missing and checks the version and the columns. Operations wait for it; if
+//! it fails they fail in transport with [`SqlProtocol::last_error`] saying why, and the next
+//! attempt checks again (`schema.rs`).
 //!
 //! # Notifications
 //!
@@ -58,13 +56,16 @@
 //!   result format and its decoder);
 //! - `sqlite.rs`, `postgres.rs`: each dialect's schema, statements and result readers;
 //! - `rows.rs`: strict readers of single rows and columns the dialects share;
-//! - this module: the protocol object — the migration before the first operation, the
-//!   LISTENs, and what each result means for the engine — over the shared outbox
+//! - `schema.rs`: the schema check and migration every connection runs before its first
+//!   operation;
+//! - this module: the protocol object — what each engine command becomes, the LISTENs,
+//!   and what each result means for the engine — over the shared outbox
 //!   (`backend::outbox`: pending requests and their expiry, the event and status queues,
 //!   the last error).
 
 pub mod postgres;
 mod rows;
+mod schema;
 pub mod sqlite;
 mod wire;
 
@@ -80,6 +81,7 @@ pub(crate) use rows::{
     MAX_FENCE, check_columns, fence, fence_refusal, flag, int, ms_to_ns, one_row, opt_int, text,
     token_text,
 };
+use schema::Schema;
 pub use wire::{
     Connection, DecodeError, Dialect, FailureKind, HostValue, KIND_FLOAT, KIND_HOST_BOOT_ID,
     KIND_HOST_MONOTONIC_NS, KIND_HOST_NAME, KIND_HOST_PID, KIND_HOST_WALL_US, KIND_TEXT, MAX_DATA,
@@ -164,13 +166,6 @@ struct Pending {
     op: Op,
     connection: Connection,
     statements: Vec<Statement>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Schema {
-    Unchecked,
-    Migrating,
-    Ready,
 }
 
 #[derive(Debug)]
@@ -318,25 +313,8 @@ impl SqlProtocol {
             return;
         }
         match p.op {
-            Op::Inspect => match sqlite::check_inspection(results) {
-                Ok(()) => self.emit(Op::Migrate, now),
-                Err(msg) => self.schema_unusable(core, now, &msg),
-            },
-            Op::Migrate => {
-                let checked = match self.dialect {
-                    Dialect::Sqlite => sqlite::check_migration(results),
-                    Dialect::Postgres => postgres::check_migration(results),
-                };
-                match checked {
-                    Ok(()) => {
-                        self.schema = Schema::Ready;
-                        for op in std::mem::take(&mut self.parked) {
-                            self.emit(op, now);
-                        }
-                    }
-                    Err(msg) => self.schema_unusable(core, now, &msg),
-                }
-            }
+            Op::Inspect => self.on_inspected(core, now, results),
+            Op::Migrate => self.on_migrated(core, now, results),
             Op::Acquire {
                 req,
                 ref name,
@@ -419,17 +397,6 @@ impl SqlProtocol {
             Op::Unlisten => {}
         }
         self.pump(core);
-    }
-
-    /// The inspection or the migration refused the database: everything parked fails.
-    fn schema_unusable(&mut self, core: &mut Client, now: u64, msg: &str) {
-        self.counters.garbage_results += 1;
-        self.note_error(&format!("the lock schema is not usable: {msg}"));
-        self.schema = Schema::Unchecked;
-        let detail = self.out.last_error().to_owned();
-        for op in std::mem::take(&mut self.parked) {
-            self.fail_op(core, op, now, &detail);
-        }
     }
 
     /// Request `id` failed: the database refused it, or the connection broke. The engine sees
@@ -587,23 +554,6 @@ impl SqlProtocol {
                         now,
                     );
                 }
-            }
-        }
-    }
-
-    /// An operation that needs the schema: emitted now, or after the migration.
-    fn submit(&mut self, op: Op, now: u64) {
-        match self.schema {
-            Schema::Ready => self.emit(op, now),
-            Schema::Migrating => self.parked.push(op),
-            Schema::Unchecked => {
-                self.parked.push(op);
-                self.schema = Schema::Migrating;
-                let first = match self.dialect {
-                    Dialect::Sqlite => Op::Inspect,
-                    Dialect::Postgres => Op::Migrate,
-                };
-                self.emit(first, now);
             }
         }
     }
