@@ -72,6 +72,7 @@ mod types;
 
 pub mod backend;
 pub mod ffi;
+pub mod service;
 #[cfg(feature = "sim")]
 pub mod sim;
 

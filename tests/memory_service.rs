@@ -1,7 +1,7 @@
-//! The in-memory reference lock service (`leasehold::backend::memory`), one test per
+//! The in-memory reference lock service (`leasehold::service::memory`), one test per
 //! behaviour, public API only: what every binding's test helpers get through the C ABI.
 
-use leasehold::backend::memory::{Faults, Limits, MemoryError, MemoryService, Reply};
+use leasehold::service::memory::{Faults, Limits, MemoryError, MemoryService, Reply};
 
 const MS: u64 = 1_000_000;
 const A: &[u8] = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

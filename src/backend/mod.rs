@@ -6,11 +6,19 @@
 //! argument vector and the connection that runs it); it consumes replies and notifications
 //! and feeds the engine's inputs. The engine stays backend-neutral; the host executes
 //! requests verbatim and hands replies back unread.
+//!
+//! Each protocol keeps its pending requests, their order and expiry, the events and status
+//! answers waiting to be polled and its last error in one shared outbox (`outbox.rs`), so the
+//! three read alike and cannot drift. The reference lock service is not a client protocol: it
+//! lives in [`crate::service`].
 
 pub mod etcd;
-pub mod memory;
+mod outbox;
 pub mod redis;
 pub mod sql;
+
+/// The reference lock service, at the path it had before it moved to [`crate::service`].
+pub use crate::service::memory;
 
 /// What the backend says about one name (`leasehold status`): advisory, it can change at once.
 /// Fields a backend does not record are `None`.

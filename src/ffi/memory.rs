@@ -1,5 +1,5 @@
 //! The `lh_memory_service_*` exports: the in-memory reference lock service
-//! (`backend::memory`) for every binding's tests and examples.
+//! (`service::memory`) for every binding's tests and examples.
 //!
 //! One opaque `lh_memory_service` is one service ("the server"); each client talks to it
 //! through a connection id with its own fault switches. Requests answer at once with an
@@ -16,8 +16,8 @@ use super::boundary::{
 };
 use super::types::*;
 #[cfg(feature = "testing")]
-use crate::backend::memory::Faults;
-use crate::backend::memory::{Limits, MemoryError, MemoryService, Reply, Stats, Status};
+use crate::service::memory::Faults;
+use crate::service::memory::{Limits, MemoryError, MemoryService, Reply, Stats, Status};
 
 /// Longest ownership token the memory service accepts, in bytes (the engine's are 32).
 pub const LH_MEMORY_MAX_TOKEN_LEN: usize = 64;
@@ -60,7 +60,7 @@ pub const LH_MEMORY_PARTITIONED: u32 = 32;
 #[cfg(feature = "testing")]
 const ALL_FAULT_FLAGS: u32 = 63;
 
-const _: () = assert!(LH_MEMORY_MAX_TOKEN_LEN == crate::backend::memory::MAX_TOKEN_BYTES);
+const _: () = assert!(LH_MEMORY_MAX_TOKEN_LEN == crate::service::memory::MAX_TOKEN_BYTES);
 
 /// Limits of a memory service. Fill with `lh_memory_config_default`, then change fields;
 /// every field is 1 to 2^24 (else `LH_ERR_INVALID_CONFIG`).

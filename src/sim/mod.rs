@@ -37,10 +37,14 @@
 
 pub mod clock;
 pub mod gate;
+mod host;
+mod messages;
 pub mod net;
+mod oracle;
 pub mod rng;
 pub mod scenario;
 pub mod service;
+mod workers;
 pub mod world;
 
 pub use scenario::Scenario;

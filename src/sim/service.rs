@@ -9,7 +9,7 @@
 //! release notification to every watcher of the name on an explicit release
 //! (expiry publishes nothing, as with Redis key expiry).
 //! The holder records are the shared [`LockTable`] of the memory service
-//! (`backend::memory`), so the simulator checks the core against the same
+//! (`service::table`), so the simulator checks the core against the same
 //! semantics the bindings' tests run on.
 //!
 //! It also keeps a history of every grant so the simulator can check what the
@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::backend::memory::{Acquired, LockTable};
+use crate::service::table::{Acquired, LockTable};
 
 /// A client's ownership token, in the lowercase hex form a backend stores.
 pub type OwnerToken = [u8; 32];

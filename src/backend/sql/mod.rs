@@ -36,13 +36,11 @@
 //!
 //! # The first request
 //!
-//! The first operation runs the migration: it creates missing tables (and, for PostgreSQL,
-//! the functions), then checks the schema version and the column names and types. On SQLite
-//! a read-only inspection comes first: a file holding anything but leasehold's tables is
-//! another application's and is refused before anything is created or switched to WAL. Operations
-//! wait for it; if it fails (a foreign table of the same name, a read-only or corrupt file),
-//! they fail in transport with [`SqlProtocol::last_error`] saying why, and the next attempt
-//! runs the migration again.
+//! The first operation checks the schema: on SQLite a read-only inspection first (another
+//! application's file is refused before anything is created), then the migration, which
+//! creates what is missing and checks the version and the columns. Operations wait for it; if
+//! it fails they fail in transport with [`SqlProtocol::last_error`] saying why, and the next
+//! attempt checks again (`schema.rs`).
 //!
 //! # Notifications
 //!
@@ -51,15 +49,29 @@
 //! for the name, and turns each notification into a wake-up. When a LISTEN takes effect, the
 //! name is checked once (a release just before it reached nobody). SQLite has none: waiters
 //! wake at the holder's expiry (the refusal's retry hint) or by backoff.
+//!
+//! # The parts
+//!
+//! - `wire.rs`: the types that cross to the host (statements, parameters, rows, the flat
+//!   result format and its decoder);
+//! - `sqlite.rs`, `postgres.rs`: each dialect's schema, statements and result readers;
+//! - `rows.rs`: strict readers of single rows and columns the dialects share;
+//! - `schema.rs`: the schema check and migration every connection runs before its first
+//!   operation;
+//! - this module: the protocol object — what each engine command becomes, the LISTENs,
+//!   and what each result means for the engine — over the shared outbox
+//!   (`backend::outbox`: pending requests and their expiry, the event and status queues,
+//!   the last error).
 
 pub mod postgres;
 mod rows;
+mod schema;
 pub mod sqlite;
+mod wire;
 
-use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::HashMap;
 
+use super::outbox::{MS, NEVER, Outbox};
 pub use crate::backend::redis::value::{FlatValue, KIND_ARRAY, KIND_BULK, KIND_INT, KIND_NIL};
 use crate::{
     AcquireResult, Client, Command, Event, LockName, Output, ReleaseResult, RenewResult, RequestId,
@@ -69,368 +81,17 @@ pub(crate) use rows::{
     MAX_FENCE, check_columns, fence, fence_refusal, flag, int, ms_to_ns, one_row, opt_int, text,
     token_text,
 };
+use schema::Schema;
+pub use wire::{
+    Connection, DecodeError, Dialect, FailureKind, HostValue, KIND_FLOAT, KIND_HOST_BOOT_ID,
+    KIND_HOST_MONOTONIC_NS, KIND_HOST_NAME, KIND_HOST_PID, KIND_HOST_WALL_US, KIND_TEXT, MAX_DATA,
+    MAX_VALUES, Param, Request, Rows, SqlOptions, SqlValue, Statement, decode, encode,
+    listen_channel,
+};
 
-const NEVER: u64 = u64::MAX;
-const MS: u64 = 1_000_000;
 const MAX_ERROR_TEXT: usize = 512;
 /// How long an unanswered request is remembered (the engine timed it out long before).
 const FORGET_AFTER_NS: u64 = 120_000 * MS;
-
-/// `FlatValue::kind` / parameter kind: UTF-8 text (`offset`, `len`).
-pub const KIND_TEXT: u32 = 7;
-/// `FlatValue::kind` / parameter kind: a double; `integer` holds its IEEE-754 bits.
-pub const KIND_FLOAT: u32 = 8;
-/// Parameter kind: the host's system-wide monotonic clock in ns (Linux `CLOCK_MONOTONIC`).
-pub const KIND_HOST_MONOTONIC_NS: u32 = 20;
-/// Parameter kind: the host's wall clock in µs since the Unix epoch.
-pub const KIND_HOST_WALL_US: u32 = 21;
-/// Parameter kind: the host's boot id as text (`/proc/sys/kernel/random/boot_id`).
-pub const KIND_HOST_BOOT_ID: u32 = 22;
-/// Parameter kind: the executing process's id.
-pub const KIND_HOST_PID: u32 = 23;
-/// Parameter kind: the host name as text.
-pub const KIND_HOST_NAME: u32 = 24;
-
-/// Most values one result may hold.
-pub const MAX_VALUES: usize = crate::backend::redis::value::MAX_VALUES;
-/// Largest data buffer of one result, in bytes.
-pub const MAX_DATA: usize = crate::backend::redis::value::MAX_DATA;
-
-/// Which database the statements are written for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Dialect {
-    /// SQLite 3.24 or later (UPSERT), one file shared by the processes of one host.
-    Sqlite = 1,
-    /// PostgreSQL 11 or later.
-    Postgres = 2,
-}
-
-impl Dialect {
-    /// The dialect of a C value.
-    pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Sqlite),
-            2 => Some(Self::Postgres),
-            _ => None,
-        }
-    }
-}
-
-/// Which connection runs a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Connection {
-    /// The ordinary connection (migration and every operation).
-    Commands = 1,
-    /// PostgreSQL: the connection that LISTENs and receives notifications.
-    Listener = 2,
-}
-
-impl Connection {
-    /// The connection of a C value.
-    pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Commands),
-            2 => Some(Self::Listener),
-            _ => None,
-        }
-    }
-}
-
-/// Tunables of the protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SqlOptions {
-    /// SQLite: how long a statement waits for another process's transaction before it fails
-    /// (`PRAGMA busy_timeout`): a database that stays locked is a failure, never a hang.
-    pub busy_timeout_ms: u64,
-    /// PostgreSQL: acquire, renew and release commit without waiting for the WAL flush
-    /// (`synchronous_commit = off` for their own transactions only). Several times the
-    /// throughput on a server that flushes, but a server crash may forget the last moments'
-    /// grants and releases (docs/backends.md). Off by default; SQLite ignores it.
-    pub asynchronous_commit: bool,
-}
-
-impl Default for SqlOptions {
-    fn default() -> Self {
-        Self {
-            busy_timeout_ms: 5_000,
-            asynchronous_commit: false,
-        }
-    }
-}
-
-impl SqlOptions {
-    /// Rejects values that defeat the bound.
-    pub fn validate(&self) -> Result<(), crate::Error> {
-        if self.busy_timeout_ms > 600_000 {
-            return Err(crate::Error::InvalidConfig(
-                "busy_timeout_ms must be at most 600000",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A fact the host binds when it executes a request (read once per request).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum HostValue {
-    /// `CLOCK_MONOTONIC` in ns, as an integer.
-    MonotonicNs = KIND_HOST_MONOTONIC_NS,
-    /// Wall clock in µs since the Unix epoch, as an integer.
-    WallUs = KIND_HOST_WALL_US,
-    /// The boot id, as text.
-    BootId = KIND_HOST_BOOT_ID,
-    /// The process id, as an integer.
-    Pid = KIND_HOST_PID,
-    /// The host name, as text.
-    HostName = KIND_HOST_NAME,
-}
-
-/// One typed parameter of a statement (`?N` in SQLite, `$N` in PostgreSQL, in order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Param {
-    /// SQL NULL.
-    Null,
-    /// A 64-bit integer.
-    Int(i64),
-    /// UTF-8 text.
-    Text(String),
-    /// Bytes (BLOB / bytea).
-    Blob(Vec<u8>),
-    /// A host fact, bound at execution.
-    Host(HostValue),
-}
-
-/// One statement and its parameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Statement {
-    /// The SQL text, placeholders in the dialect's form.
-    pub sql: Cow<'static, str>,
-    /// Parameters, `?1`/`$1` first.
-    pub params: Vec<Param>,
-}
-
-impl Statement {
-    fn bare(sql: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            sql: sql.into(),
-            params: Vec::new(),
-        }
-    }
-
-    fn with(sql: &'static str, params: Vec<Param>) -> Self {
-        Self {
-            sql: Cow::Borrowed(sql),
-            params,
-        }
-    }
-}
-
-/// A request for the host: run `statements` in order on `connection` and answer `id` with
-/// every statement's rows ([`SqlProtocol::handle_rows`]) or a failure
-/// ([`SqlProtocol::handle_failed`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request<'a> {
-    /// Id to answer with; never reused.
-    pub id: u64,
-    /// Where to run it.
-    pub connection: Connection,
-    /// The statements.
-    pub statements: &'a [Statement],
-}
-
-/// One column value of a row.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SqlValue<'a> {
-    /// NULL.
-    Null,
-    /// An integer (booleans are 0/1).
-    Int(i64),
-    /// A double.
-    Float(f64),
-    /// Text.
-    Text(&'a [u8]),
-    /// Bytes.
-    Blob(&'a [u8]),
-}
-
-/// The rows of one statement, each a list of columns.
-pub type Rows<'a> = Vec<Vec<SqlValue<'a>>>;
-
-/// How a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum FailureKind {
-    /// The connection broke or timed out: the transaction may or may not have committed.
-    Transport = 1,
-    /// The database refused a statement (busy, read-only, corrupt, missing table, …); the
-    /// transaction was rolled back.
-    Database = 2,
-}
-
-impl FailureKind {
-    /// The kind of a C value.
-    pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Transport),
-            2 => Some(Self::Database),
-            _ => None,
-        }
-    }
-}
-
-/// Why a flat result could not be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    /// More than [`MAX_VALUES`] values or a data buffer over [`MAX_DATA`] bytes.
-    #[error("the result is larger than the protocol accepts")]
-    TooLarge,
-    /// The list is not an array of statements, each an array of rows, each an array of
-    /// columns.
-    #[error("value {index} breaks the shape statements > rows > columns")]
-    Shape {
-        /// Position in the flat list.
-        index: usize,
-    },
-    /// A kind this library does not know (or one a row cannot hold).
-    #[error("value {index} has kind {kind}, not a column value")]
-    UnknownKind {
-        /// Position in the flat list.
-        index: usize,
-        /// The kind given.
-        kind: u32,
-    },
-    /// A string reaches past the end of the data buffer.
-    #[error("value {index} points outside the data buffer")]
-    OutOfBounds {
-        /// Position in the flat list.
-        index: usize,
-    },
-    /// Values follow the complete result.
-    #[error("{extra} values follow the complete result")]
-    Trailing {
-        /// How many.
-        extra: usize,
-    },
-}
-
-/// Decodes a flat result: an array with one element per statement, each an array of rows,
-/// each an array of column values. Work and memory are linear in `values.len()`.
-pub fn decode<'a>(values: &[FlatValue], data: &'a [u8]) -> Result<Vec<Rows<'a>>, DecodeError> {
-    if values.len() > MAX_VALUES || data.len() > MAX_DATA {
-        return Err(DecodeError::TooLarge);
-    }
-    let mut at = 0usize;
-    let array = |at: &mut usize| -> Result<usize, DecodeError> {
-        let index = *at;
-        let v = values.get(index).ok_or(DecodeError::Shape { index })?;
-        *at += 1;
-        let remaining = values.len() - *at;
-        match usize::try_from(v.len) {
-            Ok(n) if v.kind == KIND_ARRAY && n <= remaining => Ok(n),
-            _ => Err(DecodeError::Shape { index }),
-        }
-    };
-    let statements = array(&mut at)?;
-    let mut out = Vec::with_capacity(statements);
-    for _ in 0..statements {
-        let nrows = array(&mut at)?;
-        let mut rows = Vec::with_capacity(nrows);
-        for _ in 0..nrows {
-            let ncols = array(&mut at)?;
-            let mut row = Vec::with_capacity(ncols);
-            for _ in 0..ncols {
-                let index = at;
-                let v = values.get(index).ok_or(DecodeError::Shape { index })?;
-                at += 1;
-                let string = || {
-                    let start = usize::try_from(v.offset).ok()?;
-                    let end = start.checked_add(usize::try_from(v.len).ok()?)?;
-                    data.get(start..end)
-                };
-                row.push(match v.kind {
-                    KIND_NIL => SqlValue::Null,
-                    KIND_INT => SqlValue::Int(v.integer),
-                    KIND_FLOAT => SqlValue::Float(f64::from_bits(v.integer as u64)),
-                    KIND_TEXT => {
-                        SqlValue::Text(string().ok_or(DecodeError::OutOfBounds { index })?)
-                    }
-                    KIND_BULK => {
-                        SqlValue::Blob(string().ok_or(DecodeError::OutOfBounds { index })?)
-                    }
-                    kind => return Err(DecodeError::UnknownKind { index, kind }),
-                });
-            }
-            rows.push(row);
-        }
-        out.push(rows);
-    }
-    if at != values.len() {
-        return Err(DecodeError::Trailing {
-            extra: values.len() - at,
-        });
-    }
-    Ok(out)
-}
-
-/// Flattens results into the host form (what Rust hosts and tests hand over).
-pub fn encode(results: &[Rows<'_>], values: &mut Vec<FlatValue>, data: &mut Vec<u8>) {
-    let array = |n: usize| FlatValue {
-        kind: KIND_ARRAY,
-        len: n as u64,
-        ..FlatValue::default()
-    };
-    values.push(array(results.len()));
-    for rows in results {
-        values.push(array(rows.len()));
-        for row in rows {
-            values.push(array(row.len()));
-            for v in row {
-                let mut string = |kind: u32, s: &[u8]| {
-                    values.push(FlatValue {
-                        kind,
-                        integer: 0,
-                        offset: data.len() as u64,
-                        len: s.len() as u64,
-                    });
-                    data.extend_from_slice(s);
-                };
-                match *v {
-                    SqlValue::Null => values.push(FlatValue {
-                        kind: KIND_NIL,
-                        ..FlatValue::default()
-                    }),
-                    SqlValue::Int(i) => values.push(FlatValue {
-                        kind: KIND_INT,
-                        integer: i,
-                        ..FlatValue::default()
-                    }),
-                    SqlValue::Float(f) => values.push(FlatValue {
-                        kind: KIND_FLOAT,
-                        integer: f.to_bits() as i64,
-                        ..FlatValue::default()
-                    }),
-                    SqlValue::Text(s) => string(KIND_TEXT, s),
-                    SqlValue::Blob(s) => string(KIND_BULK, s),
-                }
-            }
-        }
-    }
-}
-
-/// The PostgreSQL notification channel of a lock name: `lh_` and 16 hex digits of a stable
-/// 64-bit hash (FNV-1a) of the name. Names are longer than channel names may be; two names
-/// sharing a channel only cost a spurious wake-up (the payload is the name).
-pub fn listen_channel(name: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("lh_{h:016x}")
-}
 
 pub use super::LockStatus;
 
@@ -507,13 +168,6 @@ struct Pending {
     statements: Vec<Statement>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Schema {
-    Unchecked,
-    Migrating,
-    Ready,
-}
-
 #[derive(Debug)]
 struct Watched {
     channel: String,
@@ -526,18 +180,12 @@ struct Watched {
 pub struct SqlProtocol {
     dialect: Dialect,
     opts: SqlOptions,
-    next_id: u64,
-    pending: HashMap<u64, Pending>,
-    expiry: BinaryHeap<Reverse<(u64, u64)>>,
-    outbox: VecDeque<u64>,
-    events: VecDeque<Event>,
+    out: Outbox<Pending>,
     schema: Schema,
     parked: Vec<Op>,
     watched: HashMap<LockName, Watched>,
     relisten_at: u64,
-    statuses: VecDeque<crate::backend::StatusAnswer>,
     counters: SqlCounters,
-    last_error: String,
 }
 
 impl SqlProtocol {
@@ -547,18 +195,12 @@ impl SqlProtocol {
         Ok(Self {
             dialect,
             opts,
-            next_id: 0,
-            pending: HashMap::new(),
-            expiry: BinaryHeap::new(),
-            outbox: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outbox::default(),
             schema: Schema::Unchecked,
             parked: Vec::new(),
             watched: HashMap::new(),
             relisten_at: NEVER,
-            statuses: VecDeque::new(),
             counters: SqlCounters::default(),
-            last_error: String::new(),
         })
     }
 
@@ -574,7 +216,7 @@ impl SqlProtocol {
 
     /// The last database error, failed schema check or malformed result ("" if none).
     pub fn last_error(&self) -> &str {
-        &self.last_error
+        self.out.last_error()
     }
 
     /// Whether the schema was checked on the current connection.
@@ -588,28 +230,23 @@ impl SqlProtocol {
     /// mutation.
     pub fn poll_request(&mut self, core: &mut Client) -> Option<Request<'_>> {
         self.pump(core);
-        while let Some(id) = self.outbox.pop_front() {
-            if self.pending.contains_key(&id) {
-                let p = &self.pending[&id];
-                return Some(Request {
-                    id,
-                    connection: p.connection,
-                    statements: &p.statements,
-                });
-            }
-        }
-        None
+        let (id, p) = self.out.next_ready()?;
+        Some(Request {
+            id,
+            connection: p.connection,
+            statements: &p.statements,
+        })
     }
 
     /// The next event for the application.
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.pump(core);
-        self.events.pop_front()
+        self.out.pop_event()
     }
 
     /// The next finished status query: its id and what the database said (or why not).
     pub fn poll_status(&mut self) -> Option<crate::backend::StatusAnswer> {
-        self.statuses.pop_front()
+        self.out.pop_status()
     }
 
     /// When [`Self::handle_timeout`] must be called at the latest.
@@ -642,8 +279,7 @@ impl SqlProtocol {
     ) -> Result<u64, crate::Error> {
         crate::validate_name(name)?;
         core.handle_timeout(now);
-        self.next_id += 1;
-        let id = self.next_id;
+        let id = self.out.next_id();
         self.submit(
             Op::Status {
                 id,
@@ -660,7 +296,7 @@ impl SqlProtocol {
     pub fn handle_rows(&mut self, core: &mut Client, now: u64, id: u64, results: &[Rows<'_>]) {
         core.handle_timeout(now);
         let now = core.now();
-        let Some(p) = self.pending.remove(&id) else {
+        let Some(p) = self.out.take(id) else {
             self.counters.stale_results += 1;
             self.pump(core);
             return;
@@ -677,25 +313,8 @@ impl SqlProtocol {
             return;
         }
         match p.op {
-            Op::Inspect => match sqlite::check_inspection(results) {
-                Ok(()) => self.emit(Op::Migrate, now),
-                Err(msg) => self.schema_unusable(core, now, &msg),
-            },
-            Op::Migrate => {
-                let checked = match self.dialect {
-                    Dialect::Sqlite => sqlite::check_migration(results),
-                    Dialect::Postgres => postgres::check_migration(results),
-                };
-                match checked {
-                    Ok(()) => {
-                        self.schema = Schema::Ready;
-                        for op in std::mem::take(&mut self.parked) {
-                            self.emit(op, now);
-                        }
-                    }
-                    Err(msg) => self.schema_unusable(core, now, &msg),
-                }
-            }
+            Op::Inspect => self.on_inspected(core, now, results),
+            Op::Migrate => self.on_migrated(core, now, results),
             Op::Acquire {
                 req,
                 ref name,
@@ -764,7 +383,7 @@ impl SqlProtocol {
                 if let Err(msg) = &read {
                     self.garbage(&format!("status: {msg}"));
                 }
-                self.statuses.push_back((id, read));
+                self.out.answer_status((id, read));
             }
             Op::Listen { name } => {
                 if let Some(w) = self.watched.get_mut(&name) {
@@ -780,17 +399,6 @@ impl SqlProtocol {
         self.pump(core);
     }
 
-    /// The inspection or the migration refused the database: everything parked fails.
-    fn schema_unusable(&mut self, core: &mut Client, now: u64, msg: &str) {
-        self.counters.garbage_results += 1;
-        self.note_error(&format!("the lock schema is not usable: {msg}"));
-        self.schema = Schema::Unchecked;
-        let detail = self.last_error.clone();
-        for op in std::mem::take(&mut self.parked) {
-            self.fail_op(core, op, now, &detail);
-        }
-    }
-
     /// Request `id` failed: the database refused it, or the connection broke. The engine sees
     /// a transport error; the schema is checked again before the next operation.
     pub fn handle_failed(
@@ -803,7 +411,7 @@ impl SqlProtocol {
     ) {
         core.handle_timeout(now);
         let now = core.now();
-        let Some(p) = self.pending.remove(&id) else {
+        let Some(p) = self.out.take(id) else {
             self.counters.stale_results += 1;
             self.pump(core);
             return;
@@ -820,7 +428,7 @@ impl SqlProtocol {
         if p.connection == Connection::Commands {
             self.schema = Schema::Unchecked;
         }
-        let detail = self.last_error.clone();
+        let detail = self.out.last_error().to_owned();
         self.fail_op(core, p.op, now, &detail);
         self.pump(core);
     }
@@ -873,7 +481,7 @@ impl SqlProtocol {
     fn pump(&mut self, core: &mut Client) {
         while let Some(out) = core.poll_output() {
             match out {
-                Output::Event(ev) => self.events.push_back(ev),
+                Output::Event(ev) => self.out.push_event(ev),
                 Output::Command(cmd) => self.on_command(core.now(), cmd),
             }
         }
@@ -950,23 +558,6 @@ impl SqlProtocol {
         }
     }
 
-    /// An operation that needs the schema: emitted now, or after the migration.
-    fn submit(&mut self, op: Op, now: u64) {
-        match self.schema {
-            Schema::Ready => self.emit(op, now),
-            Schema::Migrating => self.parked.push(op),
-            Schema::Unchecked => {
-                self.parked.push(op);
-                self.schema = Schema::Migrating;
-                let first = match self.dialect {
-                    Dialect::Sqlite => Op::Inspect,
-                    Dialect::Postgres => Op::Migrate,
-                };
-                self.emit(first, now);
-            }
-        }
-    }
-
     fn emit(&mut self, op: Op, now: u64) {
         let (connection, statements) = match (&op, self.dialect) {
             (Op::Inspect, _) => (Connection::Commands, sqlite::inspection(&self.opts)),
@@ -1032,20 +623,15 @@ impl SqlProtocol {
     }
 
     fn push(&mut self, op: Op, connection: Connection, statements: Vec<Statement>, now: u64) {
-        self.next_id += 1;
-        let id = self.next_id;
         self.counters.requests += 1;
-        self.pending.insert(
-            id,
+        self.out.push(
             Pending {
                 op,
                 connection,
                 statements,
             },
+            now.saturating_add(FORGET_AFTER_NS),
         );
-        self.expiry
-            .push(Reverse((now.saturating_add(FORGET_AFTER_NS), id)));
-        self.outbox.push_back(id);
     }
 
     /// Tells whoever waits for `op` that it failed.
@@ -1066,7 +652,7 @@ impl SqlProtocol {
             Op::Release { req, .. } => {
                 let _ = core.handle_release_result(now, req, ReleaseResult::TransportError);
             }
-            Op::Status { id, .. } => self.statuses.push_back((id, Err(detail.to_owned()))),
+            Op::Status { id, .. } => self.out.answer_status((id, Err(detail.to_owned()))),
             Op::Listen { name } => {
                 if let Some(w) = self.watched.get_mut(&name) {
                     w.live = false;
@@ -1090,18 +676,12 @@ impl SqlProtocol {
     /// Forgets requests the host never answered. The engine timed its own out long ago; a
     /// migration, a status query or a LISTEN is failed here, so nothing waits for it forever.
     fn prune(&mut self, core: &mut Client, now: u64) {
-        while let Some(Reverse((at, id))) = self.expiry.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.expiry.pop();
-            if let Some(p) = self.pending.remove(&id) {
-                if matches!(
-                    p.op,
-                    Op::Inspect | Op::Migrate | Op::Status { .. } | Op::Listen { .. }
-                ) {
-                    self.fail_op(core, p.op, now, "the host never answered the request");
-                }
+        while let Some((_, p)) = self.out.pop_expired(now) {
+            if matches!(
+                p.op,
+                Op::Inspect | Op::Migrate | Op::Status { .. } | Op::Listen { .. }
+            ) {
+                self.fail_op(core, p.op, now, "the host never answered the request");
             }
         }
     }
@@ -1114,10 +694,6 @@ impl SqlProtocol {
     }
 
     fn note_error(&mut self, text: &str) {
-        let mut end = text.len().min(MAX_ERROR_TEXT);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.last_error = text[..end].to_owned();
+        self.out.note_error(text, MAX_ERROR_TEXT);
     }
 }
