@@ -1,8 +1,9 @@
 // leasehold.hpp — header-only C++20 binding for the leasehold lease core: includes every header
 // of the core binding (one per concept, under leasehold/). Each backend's executor has its own
-// header and CMake target (leasehold/redis_executor.hpp, sqlite_executor.hpp,
-// postgres_executor.hpp, etcd_executor.hpp, memory_executor.hpp), as does the PostgreSQL
-// fencing gate (leasehold/postgres_fencing.hpp).
+// header: leasehold/redis_executor.hpp, sqlite_executor.hpp, postgres_executor.hpp and
+// etcd_executor.hpp with their CMake targets (leasehold::redis, ::sqlite, ::postgres, ::etcd),
+// memory_executor.hpp (MemoryExecutor, MemoryService) with none; the PostgreSQL fencing gate is
+// leasehold/postgres_fencing.hpp.
 //
 //   leasehold/error.hpp        Status, leasehold::Error
 //   leasehold/types.hpp        Clock, lease states and reasons, LeaseInfo
