@@ -784,3 +784,43 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
     // Its grant ran out after TTL; the waiter looks again then (plus scheduling slack).
     assert!((TTL - 50..TTL + 700).contains(&after_ms), "{after_ms} ms");
 }
+
+#[test]
+fn a_waiter_that_gives_up_at_the_head_hands_the_holders_expiry_to_the_next() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    const TTL: u64 = 1_000;
+    let opts = RedisOptions::default();
+    let name = "head-gives-up";
+    let mut a = Host::new(server.port, 91, opts);
+    let mut b = Host::new(server.port, 92, opts);
+    let mut c = Host::new(server.port, 93, opts);
+    for h in [&mut a, &mut b, &mut c] {
+        subscribed(h);
+    }
+    let la = a.acquire(name, TTL, 0);
+    assert!(a.run_until(LONG, |h| h.take_acquired(la).is_some()));
+    let granted_at = now();
+    // A freezes from here on. B queues at the head with a short wait; C behind it, told by
+    // its refusal to look again only after idle_recheck_ms (10 s).
+    let lb = b.acquire(name, TTL, 300);
+    b.run_until(Duration::from_millis(50), |_| false);
+    let lc = c.acquire(name, TTL, 10_000);
+    c.run_until(Duration::from_millis(50), |_| false);
+    // B gives up: its entry leaves the queue and C learns when A's grant runs out.
+    assert!(b.run_until(LONG, |h| h.failed(lb)));
+    let mut got = None;
+    assert!(
+        run_all(&mut [&mut b, &mut c], Duration::from_secs(8), |hs| {
+            got = hs[1].take_acquired(lc);
+            got.is_some()
+        }),
+        "the waiter left behind the one that gave up did not take over within 8 s"
+    );
+    let after_ms = (now() - granted_at) / MS;
+    eprintln!(
+        "after the head gave up, the next waiter took over {after_ms} ms after the frozen holder's grant"
+    );
+    assert!((TTL - 50..TTL + 700).contains(&after_ms), "{after_ms} ms");
+}

@@ -226,7 +226,7 @@ struct Pending {
 pub struct RedisProtocol {
     opts: RedisOptions,
     wake: Vec<u8>,
-    shas: [[u8; 40]; 3],
+    shas: [[u8; 40]; 4],
     out: Outbox<Pending>,
     subscribed: bool,
     subscribe_pending: bool,

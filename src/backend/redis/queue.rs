@@ -36,7 +36,7 @@
 use std::borrow::Cow;
 
 use super::replies::Acquired;
-use super::scripts::{self, KeyKind, key, parse_message, shard_channel_name};
+use super::scripts::{self, KeyKind, Script, key, parse_message, shard_channel_name};
 use super::{Connection, MS, NEVER, Op, RedisProtocol};
 use crate::{AcquireResult, Client, Event, LeaseId, LockName, Token};
 
@@ -392,21 +392,28 @@ impl RedisProtocol {
     }
 
     fn send_leave(&mut self, name: &LockName, token: Token, now: u64) {
-        let Ok(queue) = key(KeyKind::Queue, name) else {
+        let (Ok(lock), Ok(queue)) = (key(KeyKind::Lock, name), key(KeyKind::Queue, name)) else {
             return;
         };
         let mut entry = self.wake.clone();
         entry.push(b'#');
         entry.extend_from_slice(&token.to_hex());
-        let args = vec![
-            Cow::Borrowed(&b"ZREM"[..]),
+        let mut args = vec![
+            Cow::Borrowed(&b"EVALSHA"[..]),
+            Cow::Owned(self.shas[3].to_vec()),
+            Cow::Borrowed(&b"2"[..]),
+            Cow::Owned(lock),
             Cow::Owned(queue),
             Cow::Owned(entry),
+            Cow::Owned(name.as_bytes().to_vec()),
         ];
+        if self.opts.sharded_wake {
+            args.extend(scripts::shard_channel(name).ok().map(Cow::Owned));
+        }
         self.push(
             Op::Leave,
             Connection::Commands,
-            None,
+            Some(Script::Leave),
             args,
             now,
             now.saturating_add(60_000 * MS),

@@ -482,12 +482,55 @@ return 1
     };
 }
 
+macro_rules! lua_leave {
+    () => {
+        concat!(
+            r#"-- leasehold LEAVE (queue protocol 6)
+-- KEYS[1] lock, KEYS[2] queue; ARGV[1] entry 'lh:wake:...#token', ARGV[2] lock name,
+-- ARGV[3] optional: the name's shard channel (as for ACQUIRE)
+-- -> 1 left: an entry that was one of the first two tells the first two left the holder's
+--    remaining time ('g PTTL TOKEN NAME'; 1 ms when the lock is free), so one of them looks
+--    again when it runs out: a waiter that gives up never leaves the queue without a head
+--    that knows when to try
+--  | 0 not queued
+"#,
+            lua_common!(),
+            r#"if #KEYS ~= 2 then return redis.error_reply('lh: LEAVE expects 2 keys (lock, queue), got ' .. #KEYS) end
+local lock, queue = KEYS[1], KEYS[2]
+local entry, name = ARGV[1], ARGV[2]
+if not good_name(name) then return redis.error_reply('lh: LEAVE needs the lock name') end
+if not channel_of(entry) then return redis.error_reply('lh: LEAVE needs an entry "lh:wake:...#token", got ' .. show(entry)) end
+local shard = shard_of(ARGV[3], name)
+if shard == false then return redis.error_reply('lh: LEAVE needs the shard channel "lh:{NAME}:wake" or none, got ' .. show(ARGV[3])) end
+local rank = redis.pcall('ZRANK', queue, entry)
+if type(rank) ~= 'number' then return 0 end
+redis.call('ZREM', queue, entry)
+if rank < 2 then
+  local left = redis.pcall('PTTL', lock)
+  if type(left) ~= 'number' or left < 1 then left = 1 end
+  local head = redis.call('ZRANGE', queue, 0, 1)
+  for i = 1, #head do
+    local ch = channel_of(head[i])
+    if ch then
+      local msg = 'g ' .. string.format('%d', left) .. ' ' .. string.sub(head[i], #ch + 2) .. ' ' .. name
+      if shard then redis.call('SPUBLISH', shard, msg) else redis.call('PUBLISH', ch, msg) end
+    end
+  end
+end
+return 1
+"#
+        )
+    };
+}
+
 /// The ACQUIRE script.
 pub const ACQUIRE_SCRIPT: &str = lua_acquire!();
 /// The RENEW script.
 pub const RENEW_SCRIPT: &str = lua_renew!();
 /// The RELEASE script.
 pub const RELEASE_SCRIPT: &str = lua_release!();
+/// The LEAVE script (a waiter gives up its queue entry).
+pub const LEAVE_SCRIPT: &str = lua_leave!();
 
 /// The STATUS script (`leasehold status`), sent with EVAL: read only, and rare enough that
 /// caching it on the server buys nothing. `KEYS = [lock, fence]` → `[fence or nil, pttl,
@@ -519,11 +562,18 @@ pub enum Script {
     Renew,
     /// RELEASE
     Release,
+    /// LEAVE
+    Leave,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 3] = [Script::Acquire, Script::Renew, Script::Release];
+    pub const ALL: [Script; 4] = [
+        Script::Acquire,
+        Script::Renew,
+        Script::Release,
+        Script::Leave,
+    ];
 
     /// The Lua text.
     pub fn text(self) -> &'static str {
@@ -531,6 +581,7 @@ impl Script {
             Script::Acquire => ACQUIRE_SCRIPT,
             Script::Renew => RENEW_SCRIPT,
             Script::Release => RELEASE_SCRIPT,
+            Script::Leave => LEAVE_SCRIPT,
         }
     }
 
