@@ -444,15 +444,20 @@ def check(
     final: dict[str, list[int]] | None = None,
     *,
     exclusion: bool = True,
+    detection: bool = True,
     ttl_ms: int | None = None,
     bound_ms: int = DEFAULT_BOUND_MS,
     slack_ms: int = DEFAULT_SLACK_MS,
 ) -> list[Violation]:
     """Every applicable check over a merged history. ``final`` maps a resource name to the values
     its set holds after the run (None: no lock-set workload); ``exclusion`` only where no pause,
-    clock step or data-losing server fault ran; liveness only with ``ttl_ms``."""
+    clock step or data-losing server fault ran; ``detection`` only where the service cannot
+    grant a name twice behind a holder's back (no failover to a stale master, no paused
+    server); liveness only with ``ttl_ms``."""
     m = build(merge([events]))
-    out = check_fences(m) + check_detection(m, slack_ms)
+    out = check_fences(m)
+    if detection:
+        out += check_detection(m, slack_ms)
     if exclusion:
         out += check_exclusion(m)
     if final is not None:

@@ -37,7 +37,13 @@ from proxy import Proxy  # noqa: E402
 SET_VIOLATIONS = {"stale write accepted", "lost update"}
 # Faults after which validity windows may overlap: a paused or clock-stepped holder, or a
 # server that forgets grants (no persistence, asynchronous replication).
-NO_EXCLUSION = {"pause", "clock-step", "restart", "master-kill"}
+NO_EXCLUSION = {"pause", "clock-step", "restart", "master-kill", "member-stop"}
+# Faults after which the service itself may grant a name twice while the first holder can
+# still renew where it is: a killed master restarted before the sentinels demote it
+# (asynchronous replication), an etcd member paused and resumed as a stale leader (Jepsen's
+# finding on etcd locks). Only the fence protects the resource there; fences and the fenced
+# set are still checked.
+NO_DETECTION = {"master-kill", "member-stop"}
 BACKENDS = ["sqlite", "postgres", "redis", "redis-sentinel", "redis-cluster", "etcd"]
 FAULTS = {
     "sqlite": ["none", "pause", "kill"],
@@ -82,6 +88,10 @@ class Cell:
     @property
     def exclusion(self) -> bool:
         return not self.unfenced and self.fault not in NO_EXCLUSION
+
+    @property
+    def detection(self) -> bool:
+        return self.fault not in NO_DETECTION
 
 
 @dataclass
@@ -523,7 +533,7 @@ class Run:
         self.result.stats = check.stats(self.events)
         if self.result.error is None:
             self.result.violations = check.check(
-                self.events, self.final, exclusion=self.cell.exclusion, ttl_ms=self.ttl_ms
+                self.events, self.final, exclusion=self.cell.exclusion, detection=self.cell.detection, ttl_ms=self.ttl_ms
             )
         bad_exit = [f"{w.p}: {w.proc.returncode}" for w in self.workers if w.proc.returncode not in (0, -9)]
         if bad_exit and self.result.error is None:
