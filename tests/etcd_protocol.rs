@@ -425,12 +425,96 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
         200,
         &serde_json::to_vec(&none).unwrap(),
     );
+    // Nobody before it: the transaction, which reads its own key, decides.
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    assert_eq!(put_key(&t.body), k1);
+    p.handle_reply(
+        &mut core,
+        7 * MS,
+        t.id,
+        200,
+        &txn_reply(false, Some(kv(&k1, 30, 9)), Some(kv(&k1, 30, 9)), 42),
+    );
     let ev = events(&mut core, &mut p);
     assert!(
         matches!(ev[..], [Event::Acquired { lease: l, fencing_token: 30, .. }] if l == first),
         "{ev:?}"
     );
     let _ = second;
+}
+
+/// A woken waiter whose lookup finds nobody before it is not granted on that read alone: its
+/// own key may be gone (its etcd lease expired while a stale member answered the lookup). The
+/// transaction that follows re-creates the key behind the current holder, and it waits.
+#[test]
+fn a_woken_waiter_whose_own_key_is_gone_is_not_granted() {
+    let (mut core, mut p) = setup();
+    let lease = core
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
+    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let mine = put_key(&t.body);
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let other = [queue_prefix("n"), b"c".repeat(32)].concat();
+    p.handle_reply(
+        &mut core,
+        2 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+    );
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)], "count": "1"});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&holder), "mod_revision": "40"}}]}});
+    p.handle_watch_message(&mut core, 4 * MS, w.id, &serde_json::to_vec(&del).unwrap());
+    let r = loop {
+        let r = next(&mut core, &mut p).expect("the woken lease asks again");
+        if r.path == paths::KV_RANGE {
+            break r;
+        }
+    };
+    // A stale member: nobody before us (and it cannot say our key is gone).
+    let none = json!({"header": header(41), "count": "0"});
+    p.handle_reply(
+        &mut core,
+        5 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&none).unwrap(),
+    );
+    assert!(
+        events(&mut core, &mut p).is_empty(),
+        "no grant on the lookup alone"
+    );
+    // The transaction finds our key gone (it puts it again, at revision 50) and another
+    // lease's key first: not ours.
+    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    p.handle_reply(
+        &mut core,
+        6 * MS,
+        t.id,
+        200,
+        &txn_reply(true, Some(kv(&mine, 50, 9)), Some(kv(&other, 45, 4)), 50),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        core.lease_state(lease).unwrap() == leasehold::LeaseState::Acquiring,
+        "it waits behind the current holder"
+    );
 }
 
 /// A keep-alive answer: alive with `ttl` seconds, or (0) gone.

@@ -313,9 +313,11 @@ impl EtcdProtocol {
         }
         match read {
             Ok((None, _)) => {
-                // First in the queue, our key known since the transaction: ours.
-                let fence = h.own_rev;
-                self.own_first(core, now, lease, req, fence);
+                // Nobody before us as this member sees it; the transaction decides, since it
+                // reads our own key linearizably: a lookup cannot tell that our key itself is
+                // gone (its etcd lease expired on the cluster while a stale member, such as
+                // a leader resumed from a pause, answered).
+                self.send_txn(lease, req, now);
             }
             Ok((Some(key), revision)) => {
                 let ttl_ms = h.ttl_ms;
