@@ -337,16 +337,28 @@ fn a_holder_whose_lease_is_revoked_behind_its_back_learns_it_at_its_next_keepali
     let mut h = Host::new(&cluster.urls, 80, 2);
     let lease = h.acquire("revoked", 3_000, 1_000);
     assert!(h.run_until(LONG, |h| h.acquired(lease).is_some()));
-    // Find our etcd lease through the gateway, as an operator would, and revoke it.
-    let leases = support::etcd::post(&cluster.urls[0], "/v3/lease/leases", b"{}", LONG).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&leases.1).unwrap();
-    let ids: Vec<String> = v["leases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["ID"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(ids.len(), 1, "{v}");
+    // Find our etcd lease through the gateway, as an operator would, and revoke it. A member
+    // lists the leases it has applied (the gateway omits an empty list): ask until it shows.
+    let mut ids: Vec<String> = Vec::new();
+    let mut last = serde_json::Value::Null;
+    let deadline = Instant::now() + LONG;
+    while ids.is_empty() && Instant::now() < deadline {
+        let leases =
+            support::etcd::post(&cluster.urls[0], "/v3/lease/leases", b"{}", LONG).unwrap();
+        last = serde_json::from_slice(&leases.1).unwrap();
+        ids = last["leases"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l["ID"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(ids.len(), 1, "{last}");
     let body = format!(r#"{{"ID":"{}"}}"#, ids[0]);
     let (status, _) =
         support::etcd::post(&cluster.urls[1], "/v3/lease/revoke", body.as_bytes(), LONG).unwrap();
