@@ -246,25 +246,36 @@ fn release_deletes_the_key_and_nothing_deleted_is_not_owner() {
     );
 }
 
-#[test]
-fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
-    let (mut core, mut p) = setup();
+/// A lease of `n` that joined the queue behind `holder` (its key at revision 30, on etcd
+/// lease 9): the lease and its key.
+fn joined_behind(
+    core: &mut Client,
+    p: &mut EtcdProtocol,
+    holder: &[u8],
+) -> (leasehold::LeaseId, Vec<u8>) {
     let lease = core
         .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
         .unwrap();
-    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
-    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
-    let t = expect(&mut core, &mut p, paths::KV_TXN);
+    let g = expect(core, p, paths::LEASE_GRANT);
+    p.handle_reply(core, MS, g.id, 200, &grant_reply(9, 3));
+    let t = expect(core, p, paths::KV_TXN);
     let mine = put_key(&t.body);
-    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
-    let before = [queue_prefix("n"), b"b".repeat(32)].concat();
     p.handle_reply(
-        &mut core,
+        core,
         2 * MS,
         t.id,
         200,
-        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
+        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(holder, 10, 1)), 30),
     );
+    (lease, mine)
+}
+
+#[test]
+fn a_waiter_watches_only_its_predecessor_and_its_deletion_wakes_it() {
+    let (mut core, mut p) = setup();
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let before = [queue_prefix("n"), b"b".repeat(32)].concat();
+    let (lease, mine) = joined_behind(&mut core, &mut p, &holder);
     assert!(events(&mut core, &mut p).is_empty());
     // The predecessor: the youngest key older than ours.
     let r = expect(&mut core, &mut p, paths::KV_RANGE);
@@ -449,22 +460,9 @@ fn a_predecessor_deletion_wakes_the_lease_that_watched_it() {
 #[test]
 fn a_woken_waiter_whose_own_key_is_gone_is_not_granted() {
     let (mut core, mut p) = setup();
-    let lease = core
-        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
-        .unwrap();
-    let g = expect(&mut core, &mut p, paths::LEASE_GRANT);
-    p.handle_reply(&mut core, MS, g.id, 200, &grant_reply(9, 3));
-    let t = expect(&mut core, &mut p, paths::KV_TXN);
-    let mine = put_key(&t.body);
     let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
     let other = [queue_prefix("n"), b"c".repeat(32)].concat();
-    p.handle_reply(
-        &mut core,
-        2 * MS,
-        t.id,
-        200,
-        &txn_reply(true, Some(kv(&mine, 30, 9)), Some(kv(&holder, 10, 1)), 30),
-    );
+    let (lease, mine) = joined_behind(&mut core, &mut p, &holder);
     let r = expect(&mut core, &mut p, paths::KV_RANGE);
     let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)], "count": "1"});
     p.handle_reply(

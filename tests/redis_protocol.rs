@@ -381,6 +381,17 @@ fn a_queued_refusal_answers_quick_retries_locally() {
     assert!(r.iter().any(|r| r.is_script(Script::Acquire)), "{r:?}");
 }
 
+/// Steps 10 ms at a time (at most `steps`) until an ACQUIRE goes out; when, in ms.
+fn next_acquire_ms(h: &mut H, steps: usize) -> u64 {
+    for _ in 0..steps {
+        h.advance(10);
+        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
+            return h.now / MS;
+        }
+    }
+    panic!("no ACQUIRE within {steps} steps");
+}
+
 #[test]
 fn a_waiter_behind_the_head_looks_again_only_after_the_idle_interval() {
     let mut h = H::new();
@@ -388,15 +399,7 @@ fn a_waiter_behind_the_head_looks_again_only_after_the_idle_interval() {
     let r = h.only_acquire();
     let behind = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(3)]);
     h.reply(r.id, behind);
-    let mut asked_at = None;
-    for _ in 0..1_200 {
-        h.advance(10);
-        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
-            asked_at = Some(h.now);
-            break;
-        }
-    }
-    let asked_ms = asked_at.expect("asks again eventually") / MS;
+    let asked_ms = next_acquire_ms(&mut h, 1_200);
     assert!(
         (10_000..11_000).contains(&asked_ms),
         "asked again at {asked_ms} ms"
@@ -410,15 +413,7 @@ fn the_head_looks_again_when_the_holders_time_is_up() {
     let r = h.only_acquire();
     let head = Value::Array(vec![Value::Int(0), Value::Int(2_000), Value::Int(0)]);
     h.reply(r.id, head);
-    let mut asked_at = None;
-    for _ in 0..1_200 {
-        h.advance(10);
-        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
-            asked_at = Some(h.now);
-            break;
-        }
-    }
-    let asked_ms = asked_at.expect("asks again") / MS;
+    let asked_ms = next_acquire_ms(&mut h, 1_200);
     assert!(
         (2_000..2_200).contains(&asked_ms),
         "asked again at {asked_ms} ms"
@@ -553,15 +548,7 @@ fn a_grant_notice_makes_its_entry_look_again_when_the_grant_runs_out() {
     h.advance(100);
     h.msg(&notice("g 1500", &r.args[6], "jobs"));
     assert!(h.proto.poll_timeout(&mut h.core) <= Some(h.now + 1_500 * MS));
-    let mut asked_at = None;
-    for _ in 0..1_000 {
-        h.advance(10);
-        if h.reqs().iter().any(|r| r.is_script(Script::Acquire)) {
-            asked_at = Some(h.now);
-            break;
-        }
-    }
-    let asked_ms = asked_at.expect("asks again") / MS;
+    let asked_ms = next_acquire_ms(&mut h, 1_000);
     assert!(
         (1_600..1_650).contains(&asked_ms),
         "asked again at {asked_ms} ms"
