@@ -30,8 +30,14 @@ func main() {
 
 func run(name string) error {
 	backend := os.Getenv("LEASEHOLD_BACKEND")
+	where := "the backend in LEASEHOLD_BACKEND" // its URL may hold a password: not printed
 	if backend == "" {
 		backend = "sqlite://"
+		path, err := leasehold.DefaultSQLitePath()
+		if err != nil {
+			return err
+		}
+		where = path
 	}
 	client, err := leasehold.Open(backend, nil) // its Close closes the executor Open made
 	if err != nil {
@@ -48,7 +54,7 @@ func run(name string) error {
 		return err
 	}
 	// Hand the token to every write the lock protects; the resource refuses older tokens.
-	fmt.Printf("holding %q: fencing token %d\n", name, lease.FencingToken())
+	fmt.Printf("holding %q in %s: fencing token %d\n", name, where, lease.FencingToken())
 	if err := lease.Release(ctx); err != nil {
 		return err
 	}
