@@ -1599,3 +1599,80 @@ fn a_revision_at_2_pow_53_refuses_the_acquire_before_a_key_is_written() {
         "{ev:?}"
     );
 }
+
+/// A woken waiter's lookup answered after its pooled etcd lease was found gone: no transaction
+/// on a lease that no longer exists, and no grant; the engine asks again with a fresh lease.
+#[test]
+fn a_lookup_answered_after_the_pooled_lease_went_grants_nothing() {
+    let (mut core, mut p) = setup();
+    let holder = [queue_prefix("n"), b"a".repeat(32)].concat();
+    let (_lease, _mine) = joined_behind(&mut core, &mut p, &holder);
+    let r = expect(&mut core, &mut p, paths::KV_RANGE);
+    let range = json!({"header": header(31), "kvs": [kv(&holder, 10, 1)]});
+    p.handle_reply(
+        &mut core,
+        3 * MS,
+        r.id,
+        200,
+        &serde_json::to_vec(&range).unwrap(),
+    );
+    let w = expect(&mut core, &mut p, paths::WATCH);
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&holder), "mod_revision": "40"}}]}});
+    p.handle_watch_message(&mut core, 4 * MS, w.id, &serde_json::to_vec(&del).unwrap());
+    let lookup = loop {
+        let r = next(&mut core, &mut p).expect("the woken lease asks again");
+        if r.path == paths::KV_RANGE {
+            break r;
+        }
+    };
+    // Before the lookup's answer, a keep-alive finds the pooled lease gone.
+    p.handle_timeout(&mut core, 1_003 * MS);
+    let k = loop {
+        let r = next(&mut core, &mut p).expect("a keep-alive");
+        if r.path == paths::LEASE_KEEPALIVE {
+            break r;
+        }
+    };
+    p.handle_reply(
+        &mut core,
+        1_004 * MS,
+        k.id,
+        200,
+        br#"{"result":{"header":{"revision":"41"},"ID":"9"}}"#,
+    );
+    let none = json!({"header": header(41), "count": "0"});
+    p.handle_reply(
+        &mut core,
+        1_005 * MS,
+        lookup.id,
+        200,
+        &serde_json::to_vec(&none).unwrap(),
+    );
+    let ev = events(&mut core, &mut p);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Acquired { .. })),
+        "{ev:?}"
+    );
+    // The attempt is answered at once (a transport error), not left to its request timeout.
+    let mut granted_at = None;
+    let mut t = 1_005 * MS;
+    for _ in 0..10 {
+        match next(&mut core, &mut p) {
+            Some(r) if r.path == paths::LEASE_GRANT => {
+                granted_at = Some(t);
+                break;
+            }
+            Some(r) => assert_ne!(
+                r.path,
+                paths::KV_TXN,
+                "a transaction on a lease that is gone"
+            ),
+            None => {
+                t = p.poll_timeout(&mut core).unwrap();
+                p.handle_timeout(&mut core, t);
+            }
+        }
+    }
+    let at = granted_at.expect("a fresh lease is granted for the next attempt");
+    assert!(at < 1_005 * MS + 500 * MS, "asked again at {} ms", at / MS);
+}

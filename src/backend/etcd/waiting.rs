@@ -317,7 +317,13 @@ impl EtcdProtocol {
                 // reads our own key linearizably: a lookup cannot tell that our key itself is
                 // gone (its etcd lease expired on the cluster while a stale member, such as
                 // a leader resumed from a pause, answered).
-                self.send_txn(lease, req, now);
+                if h.etcd_lease.is_some() {
+                    self.send_txn(lease, req, now);
+                } else {
+                    // The pooled lease went meanwhile: the engine asks again, and a new one
+                    // is granted first.
+                    let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                }
             }
             Ok((Some(key), revision)) => {
                 let ttl_ms = h.ttl_ms;
