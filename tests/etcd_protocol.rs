@@ -246,6 +246,18 @@ fn release_deletes_the_key_and_nothing_deleted_is_not_owner() {
     );
 }
 
+/// The watched `key` is deleted (watch `watch`): the woken lease's predecessor lookup.
+fn woken_lookup(core: &mut Client, p: &mut EtcdProtocol, watch: u64, key: &[u8]) -> Req {
+    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(key), "mod_revision": "40"}}]}});
+    p.handle_watch_message(core, 4 * MS, watch, &serde_json::to_vec(&del).unwrap());
+    loop {
+        let r = next(core, p).expect("the woken lease asks again");
+        if r.path == paths::KV_RANGE {
+            return r;
+        }
+    }
+}
+
 /// A lease of `n` that joined the queue behind `holder` (its key at revision 30, on etcd
 /// lease 9): the lease and its key.
 fn joined_behind(
@@ -473,14 +485,7 @@ fn a_woken_waiter_whose_own_key_is_gone_is_not_granted() {
         &serde_json::to_vec(&range).unwrap(),
     );
     let w = expect(&mut core, &mut p, paths::WATCH);
-    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&holder), "mod_revision": "40"}}]}});
-    p.handle_watch_message(&mut core, 4 * MS, w.id, &serde_json::to_vec(&del).unwrap());
-    let r = loop {
-        let r = next(&mut core, &mut p).expect("the woken lease asks again");
-        if r.path == paths::KV_RANGE {
-            break r;
-        }
-    };
+    let r = woken_lookup(&mut core, &mut p, w.id, &holder);
     // A stale member: nobody before us (and it cannot say our key is gone).
     let none = json!({"header": header(41), "count": "0"});
     p.handle_reply(
@@ -1617,14 +1622,7 @@ fn a_lookup_answered_after_the_pooled_lease_went_grants_nothing() {
         &serde_json::to_vec(&range).unwrap(),
     );
     let w = expect(&mut core, &mut p, paths::WATCH);
-    let del = json!({"result": {"header": header(40), "events": [{"type": "DELETE", "kv": {"key": b64(&holder), "mod_revision": "40"}}]}});
-    p.handle_watch_message(&mut core, 4 * MS, w.id, &serde_json::to_vec(&del).unwrap());
-    let lookup = loop {
-        let r = next(&mut core, &mut p).expect("the woken lease asks again");
-        if r.path == paths::KV_RANGE {
-            break r;
-        }
-    };
+    let lookup = woken_lookup(&mut core, &mut p, w.id, &holder);
     // Before the lookup's answer, a keep-alive finds the pooled lease gone.
     p.handle_timeout(&mut core, 1_003 * MS);
     let k = loop {

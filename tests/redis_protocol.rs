@@ -506,32 +506,26 @@ fn a_second_standby_waits_twice_as_long() {
     h.only_acquire();
 }
 
+/// `t NAME` (older clients' scripts) and `g TTL TOKEN NAME` both stand a standby down.
 #[test]
-fn a_standby_told_taken_stands_down() {
-    let mut h = H::new();
-    let (_, first) = refused(&mut h, 10_000);
-    h.advance(50);
-    h.reqs();
-    h.msg(&notice("s1", &first.args[6], "jobs"));
-    h.advance(20);
-    h.msg(b"t jobs");
-    h.advance(500);
-    assert!(h.reqs().is_empty());
-    assert_eq!(h.proto.counters().standby_takeovers, 0);
-}
-
-#[test]
-fn a_standby_told_granted_stands_down() {
-    let mut h = H::new();
-    let (_, first) = refused(&mut h, 10_000);
-    h.advance(50);
-    h.reqs();
-    h.msg(&notice("s1", &first.args[6], "jobs"));
-    h.advance(20);
-    h.msg(&notice("g 5000", &first.args[6], "jobs"));
-    h.advance(500);
-    assert!(h.reqs().is_empty());
-    assert_eq!(h.proto.counters().standby_takeovers, 0);
+fn a_standby_told_taken_or_granted_stands_down() {
+    for granted in [false, true] {
+        let mut h = H::new();
+        let (_, first) = refused(&mut h, 10_000);
+        h.advance(50);
+        h.reqs();
+        h.msg(&notice("s1", &first.args[6], "jobs"));
+        h.advance(20);
+        let taken = if granted {
+            notice("g 5000", &first.args[6], "jobs")
+        } else {
+            b"t jobs".to_vec()
+        };
+        h.msg(&taken);
+        h.advance(500);
+        assert!(h.reqs().is_empty(), "granted: {granted}");
+        assert_eq!(h.proto.counters().standby_takeovers, 0);
+    }
 }
 
 /// A waiter behind the head (its refusal said: look again after idle_recheck_ms) that hears
