@@ -2,8 +2,9 @@
  * leasehold.h -- C ABI of leasehold, a sans-IO distributed-lock lease client core.
  *
  * The library decides everything about lease timing (renewal, loss detection, backoff,
- * reentrancy, fencing); the host owns threads, clocks, sockets and the lock service client.
- * The host feeds inputs in and polls outputs out. No callbacks cross this ABI.
+ * reentrancy, fencing) and speaks every backend's protocol; the host owns threads, clocks,
+ * sockets and its database / HTTP clients. The host feeds inputs in and polls requests and
+ * events out. No callbacks cross this ABI.
  *
  * CONVENTIONS
  *
@@ -17,16 +18,17 @@
  * Arguments. NULL pointers, invalid UTF-8, oversized lengths, unknown enum values and flag
  *   bits (taken in as uint32_t), too-small struct_size fields and unknown lease ids are
  *   errors, never undefined behaviour. Names are UTF-8 byte strings with an explicit length
- *   (no NUL terminator needed; an embedded NUL is an error). Results for unknown or already
- *   answered request ids are not errors: they are counted (stale_results) and ignored.
+ *   (no NUL terminator needed; an embedded NUL is an error). Answers for unknown or already
+ *   answered request ids are not errors: they are counted (backend_stale_replies) and
+ *   ignored.
  *   Out-parameters are written only when LH_OK is returned. Non-NULL pointers must point to
  *   valid, suitably aligned memory of the documented size (the library cannot check that).
  *
  * Ownership and lifetimes. The library allocates and frees every handle: lh_client_new()
  *   creates one, lh_client_free() destroys it (NULL allowed; double free is undefined).
  *   Input buffers are read during the call and never retained. Pointers the library returns
- *   inside an lh_output (name, token, backend_data) and from lh_client_last_error() are
- *   BORROWED: they point into the handle and stay valid until the next call on that handle
+ *   inside an lh_io_request, an lh_lock_status or an lh_memory_answer and from
+ *   lh_client_last_error() / lh_backend_last_error() are BORROWED: they point into the handle and stay valid until the next call on that handle
  *   (copy what you keep). A borrowed buffer of length 0 is NULL. Strings from lh_version()
  *   and lh_status_str() are static.
  *   No output ever needs to be freed by the caller.
@@ -45,45 +47,99 @@
  *   bytes of OS entropy in production, fixed bytes in tests); call lh_client_reseed() in a
  *   forked child.
  *
+ * ONE SEAM FOR EVERY BACKEND
+ *
+ *   A client is created with its backend (lh_client_new with an lh_backend_options of kind
+ *   LH_BACKEND_MEMORY, _REDIS, _SQLITE, _POSTGRES or _ETCD) and speaks that backend's
+ *   protocol itself: keys, scripts, statements, HTTP bodies, the meaning of every answer,
+ *   the wait queue and the notifications. The host asks for the next piece of IO with one
+ *   poll (lh_io_poll) and gets a tagged request; it runs it on its own client, unread, and
+ *   hands back the answer with the function of that answer's kind. The same functions serve
+ *   every backend; bindings/c/ is the reference host.
+ *
  * THE RUN LOOP (one driver per handle)
  *
  *   for (;;) {
  *       lh_poll_timeout(c, &deadline);              // LH_NO_DEADLINE = none
- *       wait until the earliest of: deadline, a completed command, an application call
- *           (acquire/renew/release), a release notification of a watched name;
+ *       wait until the earliest of: deadline, an answer, a notification, an application
+ *           call (acquire / renew / release / status);
  *       now = monotonic_ns();
  *       feed exactly that one input:
- *           lh_timeout(c, now) | lh_acquire_result / lh_renew_result / lh_release_result(c,
- *           now, request_id, outcome, ...) | lh_acquire / lh_renew / lh_release /
- *           lh_release_reported | lh_released(c, now, name);
- *       do {                                         // drain completely
- *           lh_poll_output(c, &out);
- *           LH_OUTPUT_ACQUIRE/RENEW/RELEASE: copy name/token/backend_data, run the request
- *               asynchronously (never block the loop on the network), later feed the result
- *               back with out.request_id;
- *           LH_OUTPUT_WATCH/UNWATCH: start/stop delivering release notifications of the name;
- *           LH_OUTPUT_ACQUIRED/ACQUIRE_FAILED/LOST/RELEASED: complete the application's call
+ *           lh_timeout(c, now) |
+ *           lh_acquire / lh_renew / lh_release / lh_status_request |
+ *           lh_io_reply(c, now, id, values, nvalues, data, data_len) |   // COMMAND, SQL
+ *           lh_io_http_reply(c, now, id, status, body, body_len) |       // HTTP
+ *           lh_io_stream_message(c, now, id, line, line_len) |           // HTTP_WATCH
+ *           lh_io_failed(c, now, id, LH_FAILURE_*, msg, len) |           // no answer
+ *           lh_io_message(c, now, channel, len, payload, len) |          // notification
+ *           lh_io_connection(c, now, LH_CONNECTION_*, LH_CONNECTION_REOPENED /
+ *               _SUBSCRIBED / _UNSUBSCRIBED, channel, len);
+ *       do {                                         // drain requests completely
+ *           lh_io_poll(c, &req);                     // req.kind == LH_IO_NONE: none left
+ *           run it asynchronously (never block the loop on the network), answer req.id:
+ *           LH_IO_COMMAND: run argv[0..argc] verbatim on req.connection (Redis:
+ *               LH_CONNECTION_COMMANDS or the subscriber, LH_CONNECTION_NOTIFY; memory:
+ *               lh_memory_service_call) -> lh_io_reply, or lh_io_failed;
+ *           LH_IO_SQL: on req.connection, read the host facts once (LH_PARAM_HOST_*); for
+ *               each of the req.nstatements statements in order: prepare data[sql_offset ..
+ *               +sql_len], bind params[first_param .. +nparams] (?1.. / $1..), run it, keep
+ *               its rows; on the first error stop, ROLLBACK if a transaction is open and
+ *               answer lh_io_failed (LH_FAILURE_DATABASE; LH_FAILURE_TRANSPORT when the
+ *               connection broke); else lh_io_reply with every statement's rows;
+ *           LH_IO_HTTP: POST data (Content-Type: application/json, Authorization:
+ *               req.authorization unless empty) to member_url + req.path, trying the next
+ *               member on a connection failure -> lh_io_http_reply, or lh_io_failed;
+ *           LH_IO_HTTP_WATCH: the same, keeping the response open: each newline-delimited
+ *               message -> lh_io_stream_message; its end or failure -> lh_io_failed;
+ *           LH_IO_HTTP_CANCEL: close the stream of watch req.id (no answer);
+ *       } while (req.kind != LH_IO_NONE);
+ *       do {                                         // then drain events completely
+ *           lh_poll_event(c, &ev);
+ *           LH_EVENT_ACQUIRED/ACQUIRE_FAILED/LOST/RELEASED: complete the application's call
  *               or signal the loss (each lease gets exactly one terminal event);
- *           LH_OUTPUT_RENEWED / RELEASE_OUTCOME: complete an lh_renew / lh_release_reported
- *               call (only hosts that make those calls see them).
- *       } while (out.kind != LH_OUTPUT_NONE);
+ *           LH_EVENT_RENEWED / RELEASE_OUTCOME: complete an lh_renew / a reported release.
+ *       } while (ev.kind != LH_EVENT_NONE);
  *   }
+ *
+ *   Values (answers to COMMAND and SQL) cross as a flat list of lh_value in pre-order (an
+ *   LH_VALUE_ARRAY of len n is followed by its n elements, recursively) plus ONE data
+ *   buffer: string values are offset/len into it. There are no pointers inside lh_value, so
+ *   Go passes its own slices through cgo and ctypes / C++ build the list without a copy per
+ *   value. SQL rows: an LH_VALUE_ARRAY per statement, of rows, each an LH_VALUE_ARRAY of
+ *   columns (NIL, INT with booleans as 0/1, FLOAT, TEXT, BULK for blobs).
+ *
+ *   Notifications: a Redis pub/sub message on the subscriber, a PostgreSQL NOTIFY on the
+ *   listener, a memory-service release (lh_memory_service_poll_released after each call:
+ *   channel = the name) all go to lh_io_message; the protocol ignores what is not its own.
+ *   Redis: the first request is the SUBSCRIBE of the client's wake channel; report its
+ *   confirmation with LH_CONNECTION_SUBSCRIBED, and when the subscriber connection drops,
+ *   LH_CONNECTION_UNSUBSCRIBED for every subscribed channel; the handle asks again. SQL:
+ *   when a connection is opened anew (a restart; a SQLite file at the path replaced:
+ *   compare device and inode before each request), report LH_CONNECTION_REOPENED; the
+ *   schema is checked again and the listener LISTENs again. etcd: with a user in the
+ *   options the first request authenticates; call lh_io_close before freeing the handle to
+ *   revoke its leases.
+ *
+ *   A database error, an error reply, a non-200 status, a malformed answer or a broken
+ *   connection are transport errors for the engine, never grants. lh_backend_last_error
+ *   says what the backend said last; lh_counters_get counts the engine's and the backend
+ *   protocol's work in one struct.
  *
  * THE LEASE LIFECYCLE FROM THE APPLICATION'S SIDE
  *
  *   Manual renewal: lh_renew(c, now, lease) sends a RENEW now (or joins the one in flight);
- *     the application's call completes on LH_OUTPUT_RENEWED (new valid_until_ns) or on the
+ *     the application's call completes on LH_EVENT_RENEWED (new valid_until_ns) or on the
  *     lease's LOST. On a released, lost or failed lease it returns LH_ERR_LEASE_ENDED and
  *     sends nothing (terminal states are sticky); on a lease still acquiring,
  *     LH_ERR_NOT_GRANTED. A lease acquired with LH_ACQUIRE_NO_AUTO_RENEW is renewed only
  *     this way and is LOST (LH_REASON_EXPIRED) when its validity ends unless renewed.
- *   Release outcome: lh_release_reported(c, now, lease, &releasing) tells at once whether the
- *     lease ended RELEASED (LH_RELEASING_PENDING: an LH_OUTPUT_RELEASE_OUTCOME event follows
- *     with reason LH_REASON_RELEASE_CONFIRMED, _NOT_OWNER -- the service refused, someone
- *     else may hold the lock -- or _UNCONFIRMED -- no answer before the grant ran out) or,
- *     its validity having run out before the release was processed (a paused process), LOST
- *     (LH_RELEASING_LOST; the LOST event carries the reason). lh_release is the same call
- *     without the report; both count outcomes in lh_counters.
+ *   Release outcome: lh_release(c, now, lease, &releasing) tells at once whether the lease
+ *     ended RELEASED (LH_RELEASING_PENDING: an LH_EVENT_RELEASE_OUTCOME event follows with
+ *     reason LH_REASON_RELEASE_CONFIRMED, _NOT_OWNER -- the service refused, someone else
+ *     may hold the lock -- or _UNCONFIRMED -- no answer before the grant ran out) or, its
+ *     validity having run out before the release was processed (a paused process), LOST
+ *     (LH_RELEASING_LOST; the LOST event carries the reason). With out_releasing NULL the
+ *     call does the same without the report.
  *   Renewal failure budget (lh_config.fail_budget): 0, the default, is a time budget:
  *     renewals failing in transport are retried with backoff while validity remains; the
  *     lease is LOST on a rejection, with LH_REASON_FAIL_BUDGET when its validity is about
@@ -91,141 +147,26 @@
  *     renewal is still unanswered then: never after valid_until. N > 0 is a count budget
  *     instead: LOST (LH_REASON_FAIL_BUDGET) after N consecutive failures.
  *
- *   The fencing token (LH_OUTPUT_ACQUIRED, lh_fencing_token) is the only authority for a
+ *   The fencing token (LH_EVENT_ACQUIRED, lh_fencing_token) is the only authority for a
  *   protected resource; lh_is_held() is advice for stopping work early.
  *   On close, keep driving the loop (bounded) until lh_counters_get().pending_cleanups == 0.
- *   bindings/c/example/ is the reference implementation of this loop.
- *
- * THE RUN LOOP WITH A BACKEND (Redis: lh_client_new_redis)
- *
- *   The handle then speaks the Redis protocol itself: keys, scripts, arguments, the meaning
- *   of every reply, the wait queue and the wake channel. The host owns two connections
- *   (commands, subscriber) and runs what it is told, verbatim; it never reads a reply.
- *   lh_acquire / lh_release / lh_poll_output (events only) / lh_poll_timeout / lh_timeout
- *   work as above; commands come out as requests instead:
- *
- *   for (;;) {
- *       lh_poll_timeout(c, &deadline);
- *       wait until the earliest of: deadline, a reply, a pub/sub message or subscription
- *           change, an application call;
- *       now = monotonic_ns();
- *       feed exactly that one input:
- *           lh_timeout(c, now) | lh_acquire / lh_release |
- *           lh_reply(c, now, id, values, nvalues, data, data_len) |   // flat reply, below
- *           lh_request_failed(c, now, id) |                           // transport error
- *           lh_pubsub_message(c, now, channel, len, payload, len) |   // every message
- *           lh_subscription(c, now, channel, len, 1 or 0);            // took effect / lost
- *       do {                                         // drain both completely
- *           lh_poll_request(c, &req);                // req.id == 0: none left
- *           run req.argv[0..req.argc] on req.connection (LH_CONNECTION_COMMANDS or
- *               LH_CONNECTION_SUBSCRIBER), asynchronously; later answer req.id;
- *       } while (req.id != 0);
- *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
- *   }
- *
- *   A reply crosses as a flat list of lh_value in pre-order (an LH_VALUE_ARRAY of len n is
- *   followed by its n elements, recursively) plus ONE data buffer: string values (BULK,
- *   STATUS, ERROR) are offset/len into it. There are no pointers inside lh_value, so Go can
- *   pass its own slices through cgo, and ctypes / C++ build the list without a copy per
- *   value. The first request is SUBSCRIBE of the client's wake channel on the subscriber
- *   connection: report its confirmation with lh_subscription(..., 1) (or pass the
- *   confirmation as the reply), and when the subscriber connection drops, report
- *   lh_subscription(..., 0) for it; the handle then asks to SUBSCRIBE again.
- *   bindings/c/redis/ is the reference executor (hiredis).
- *
- * THE RUN LOOP WITH SQL (SQLite or PostgreSQL: lh_client_new_sql)
- *
- *   The handle speaks the SQL protocol itself: the schema and its migration, every
- *   statement and parameter, the meaning of every row. The host owns one connection in
- *   autocommit mode (SQLite: a file path, opened as usual; PostgreSQL: a connection string)
- *   and, for PostgreSQL, a second one that LISTENs. It runs what it is told, verbatim.
- *
- *   for (;;) {
- *       lh_poll_timeout(c, &deadline);
- *       wait until the earliest of: deadline, a finished request, a notification (listener
- *           connection), an application call;
- *       now = monotonic_ns();
- *       feed exactly that one input:
- *           lh_timeout(c, now) | lh_acquire / lh_release | lh_status_request |
- *           lh_sql_result(c, now, id, values, nvalues, data, data_len) |  // every row
- *           lh_sql_failed(c, now, id, LH_SQL_FAILURE_DATABASE or _TRANSPORT, msg, len) |
- *           lh_sql_notification(c, now, channel, len, payload, len) |
- *           lh_sql_connection_reset(c, now, LH_SQL_CONNECTION_*);  // reopened
- *       do {                                         // drain both completely
- *           lh_sql_poll_request(c, &req);            // req.id == 0: none left
- *           on req.connection, asynchronously: read the host facts once
- *               (LH_PARAM_HOST_*); for each of the req.nstatements statements, in order:
- *               prepare data[sql_offset .. +sql_len], bind params[first_param ..
- *               +nparams] (?1.. / $1..), run it, keep its rows; on the first error stop,
- *               ROLLBACK if a transaction is open, answer lh_sql_failed; else answer
- *               lh_sql_result with every statement's rows;
- *       } while (req.id != 0);
- *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
- *   }
- *
- *   Rows cross like Redis replies: a flat lh_value list in pre-order, an LH_VALUE_ARRAY
- *   per statement, of rows, each an LH_VALUE_ARRAY of columns (NIL, INT with booleans as
- *   0/1, FLOAT, TEXT, BULK for blobs; strings offset/len into one data buffer). A database
- *   error (busy past the timeout, read-only, corrupt, a missing table) and a broken
- *   connection both become transport errors for the engine, never grants; after either the
- *   handle checks the schema again before the next operation. When a connection is opened
- *   anew (a restart, a SQLite file at the path replaced: compare device and inode before
- *   each request), call lh_sql_connection_reset. lh_sql_last_error says what the database
- *   said or why the schema was refused (a foreign table of the same name).
- *
- * THE RUN LOOP WITH ETCD (v3, through its JSON gateway: lh_client_new_etcd)
- *
- *   The handle speaks the etcd protocol itself: keys, leases, transactions, watches and the
- *   meaning of every reply. The host needs an HTTP/1.1 client and the cluster's member URLs
- *   (http://host:2379, ...); any member serves any request. With a user in lh_etcd_options
- *   the first request authenticates, and every request then carries req.authorization.
- *
- *   for (;;) {
- *       lh_poll_timeout(c, &deadline);
- *       wait until the earliest of: deadline, a finished request, a message on an open
- *           watch stream, an application call;
- *       now = monotonic_ns();
- *       feed exactly that one input:
- *           lh_timeout(c, now) | lh_acquire / lh_release |
- *           lh_http_reply(c, now, id, status, body, body_len) |     // a whole reply
- *           lh_http_stream_message(c, now, id, line, line_len) |    // one watch message
- *           lh_http_failed(c, now, id, msg, len);  // no reply / a watch stream ended
- *       do {                                         // drain both completely
- *           lh_http_poll_request(c, &req);           // req.id == 0: none left
- *           LH_HTTP_UNARY: asynchronously POST req.body (Content-Type: application/json,
- *               Authorization: req.authorization unless empty) to member_url + req.path;
- *               on a connection failure try the next member;
- *               answer with the status and the whole body, or lh_http_failed;
- *           LH_HTTP_WATCH: asynchronously POST it the same way and keep the response
- *               open: each newline-delimited JSON message goes to lh_http_stream_message,
- *               the end of the stream (or its failure) to lh_http_failed;
- *           LH_HTTP_CANCEL_WATCH: close the stream of watch req.id (no answer);
- *       } while (req.id != 0);
- *       do { lh_poll_output(c, &out); deliver events } while (out.kind != LH_OUTPUT_NONE);
- *   }
- *
- *   The fencing token is the create revision of the lease's key: strictly increasing per
- *   name across the cluster. Error bodies, non-200 statuses and malformed JSON become
- *   transport errors for the engine, never grants; a keep-alive that finds the lease gone
- *   makes the lease Lost. docs/etcd-protocol.md describes the keys and requests.
  *
  * THE MEMORY SERVICE (lh_memory_service_*)
  *
  *   An in-process reference lock service with fault switches (test hooks, below), for tests
- *   and examples in every binding. It is not a lock across processes. One lh_memory_service is "the server"; each
- *   client gets a connection (lh_memory_service_connect) with its own fault switches
- *   (lh_memory_service_set_faults: reject, drop requests, drop responses, partition), its
- *   watches and its queue of release notifications (lh_memory_service_poll_released). The
- *   service's clock is the host's now plus every lh_memory_service_step_clock. Each request
- *   answers at once; lh_memory_result.engine_outcome is what to feed the client:
+ *   and examples in every binding. It is not a lock across processes. One
+ *   lh_memory_service is "the server"; each client gets a connection
+ *   (lh_memory_service_connect) with its own fault switches (lh_memory_service_set_faults:
+ *   reject, drop requests, drop responses, partition), its watches and its queue of release
+ *   notifications. The service's clock is the host's now plus every
+ *   lh_memory_service_step_clock. A memory-backend client is driven by the same loop:
  *
- *       LH_OUTPUT_ACQUIRE -> lh_memory_service_acquire(svc, conn, now, name, token, ttl, &r)
- *                            -> lh_acquire_result(c, now, out.request_id, r.engine_outcome,
- *                                 r.fencing_token, r.ttl_ms, r.retry_after_ms, NULL, 0)
- *       LH_OUTPUT_RENEW / RELEASE -> lh_memory_service_renew / _release
- *                            -> lh_renew_result / lh_release_result(..., r.engine_outcome)
- *       LH_OUTPUT_WATCH / UNWATCH -> lh_memory_service_watch / _unwatch
- *       after each request: lh_memory_service_poll_released until NULL -> lh_released
+ *       LH_IO_COMMAND -> lh_memory_service_call(svc, conn, now, req.argv, req.argc, &a)
+ *                     -> a.dropped ? lh_io_failed(c, now, req.id, LH_FAILURE_TRANSPORT, ..)
+ *                                  : lh_io_reply(c, now, req.id, a.values, a.nvalues,
+ *                                                a.data, a.data_len)
+ *       then lh_memory_service_poll_released(svc, conn, &name, &len) until NULL
+ *                     -> lh_io_message(c, now, name, len, NULL, 0)
  *
  *   Delays and hangs are the host's: the service never waits.
  *
@@ -319,7 +260,7 @@
 #define LH_ERR_INVALID_ENUM 12
 
 /**
- * Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
+ * Retired with the engine-command results of ABI 2 (never reused).
  */
 #define LH_ERR_BACKEND_DATA_TOO_LONG 13
 
@@ -339,14 +280,15 @@
 #define LH_ERR_STRUCT_SIZE 16
 
 /**
- * A reply or pub/sub message passed in is malformed (`lh_value` list inconsistent, offsets
- * outside the data, unknown kinds) or over the limits (`LH_MAX_REPLY_*`); nothing changed:
- * report the request with `lh_request_failed`.
+ * An answer or message passed in is malformed (`lh_value` list inconsistent, offsets
+ * outside the data, unknown kinds, an HTTP status outside 100..=599) or over the limits
+ * (`LH_MAX_REPLY_*`); nothing changed: report the request with `lh_io_failed`.
  */
 #define LH_ERR_INVALID_REPLY 17
 
 /**
- * The call needs a backend attached to the handle (`lh_client_new_redis`).
+ * The call needs a backend attached to the handle (`lh_client_attach`), or one was attached
+ * already.
  */
 #define LH_ERR_NO_BACKEND 18
 
@@ -367,6 +309,12 @@
 #define LH_ERR_LIMIT_REACHED 21
 
 /**
+ * The answer's kind does not fit the handle's backend (an HTTP reply on a Redis handle, a
+ * message on an etcd handle); nothing changed.
+ */
+#define LH_ERR_WRONG_ANSWER 22
+
+/**
  * A panic was caught inside the library; the handle is now poisoned.
  */
 #define LH_ERR_PANIC 900
@@ -377,70 +325,46 @@
 #define LH_ERR_POISONED 901
 
 /**
- * `lh_output.kind`: nothing left to poll.
+ * `lh_event.kind`: nothing left to poll. (Values 1 to 5 named engine commands before the
+ * seam; they are never reused.)
  */
-#define LH_OUTPUT_NONE 0
+#define LH_EVENT_NONE 0
 
 /**
- * Command: send an acquire (name, token, ttl_ms; answer with `lh_acquire_result`).
+ * The lease is held (lease_id, fencing_token, valid_until_ns).
  */
-#define LH_OUTPUT_ACQUIRE 1
+#define LH_EVENT_ACQUIRED 6
 
 /**
- * Command: send a renew (name, token, ttl_ms, backend data; answer with `lh_renew_result`).
+ * Terminal: the acquire did not succeed (lease_id, reason).
  */
-#define LH_OUTPUT_RENEW 2
+#define LH_EVENT_ACQUIRE_FAILED 7
 
 /**
- * Command: send a release (name, token, backend data; answer with `lh_release_result`).
+ * Terminal: a held lease was lost (lease_id, reason).
  */
-#define LH_OUTPUT_RELEASE 3
+#define LH_EVENT_LOST 8
 
 /**
- * Command: start delivering release notifications of `name` (via `lh_released`).
+ * Terminal: the lease was released by the application (lease_id).
  */
-#define LH_OUTPUT_WATCH 4
+#define LH_EVENT_RELEASED 9
 
 /**
- * Command: stop delivering release notifications of `name`.
+ * A renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only hosts
+ * that call `lh_renew` ever see it; automatic renewals are silent.
  */
-#define LH_OUTPUT_UNWATCH 5
+#define LH_EVENT_RENEWED 10
 
 /**
- * Event: the lease is held (lease_id, fencing_token, valid_until_ns).
+ * The service's answer to a release whose disposition was asked for (`lh_release` with a
+ * non-NULL `out_releasing`; lease_id; reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or
+ * `_UNCONFIRMED`). Not a lifecycle event: it follows RELEASED.
  */
-#define LH_OUTPUT_ACQUIRED 6
+#define LH_EVENT_RELEASE_OUTCOME 11
 
 /**
- * Event (terminal): the acquire did not succeed (lease_id, reason).
- */
-#define LH_OUTPUT_ACQUIRE_FAILED 7
-
-/**
- * Event (terminal): a held lease was lost (lease_id, reason).
- */
-#define LH_OUTPUT_LOST 8
-
-/**
- * Event (terminal): the lease was released by the application (lease_id).
- */
-#define LH_OUTPUT_RELEASED 9
-
-/**
- * Event: a renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only
- * hosts that call `lh_renew` ever see it; automatic renewals are silent.
- */
-#define LH_OUTPUT_RENEWED 10
-
-/**
- * Event: the service's answer to a release made with `lh_release_reported` (lease_id;
- * reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or `_UNCONFIRMED`). Only hosts that
- * call `lh_release_reported` ever see it. Not a lifecycle event: it follows RELEASED.
- */
-#define LH_OUTPUT_RELEASE_OUTCOME 11
-
-/**
- * `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED, LOST and
+ * `lh_event.reason`: no reason (every event kind except ACQUIRE_FAILED, LOST and
  * RELEASE_OUTCOME).
  */
 #define LH_REASON_NONE 0
@@ -494,69 +418,24 @@
 #define LH_REASON_RELEASE_UNCONFIRMED 9
 
 /**
- * `lh_acquire_result` outcome: granted (fencing_token, ttl_ms, backend data are read).
- */
-#define LH_ACQUIRE_GRANTED 1
-
-/**
- * `lh_acquire_result` outcome: held by someone else (retry_after_ms or `LH_NO_RETRY_HINT`).
- */
-#define LH_ACQUIRE_HELD_BY_OTHER 2
-
-/**
- * `lh_acquire_result` outcome: the request failed in transit or the service errored.
- */
-#define LH_ACQUIRE_TRANSPORT_ERROR 3
-
-/**
- * `lh_renew_result` outcome: renewed.
- */
-#define LH_RENEW_RENEWED 1
-
-/**
- * `lh_renew_result` outcome: the service refused (token no longer owns the lock).
- */
-#define LH_RENEW_REJECTED 2
-
-/**
- * `lh_renew_result` outcome: the request failed in transit or the service errored.
- */
-#define LH_RENEW_TRANSPORT_ERROR 3
-
-/**
- * `lh_release_result` outcome: released.
- */
-#define LH_RELEASE_RELEASED 1
-
-/**
- * `lh_release_result` outcome: the token did not own the lock (already expired or taken).
- */
-#define LH_RELEASE_NOT_OWNER 2
-
-/**
- * `lh_release_result` outcome: the request failed in transit (the core retries).
- */
-#define LH_RELEASE_TRANSPORT_ERROR 3
-
-/**
- * `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
+ * `lh_release` disposition: other reentrant holders remain; nothing was sent.
  */
 #define LH_RELEASING_HOLDER_LEFT 1
 
 /**
- * `lh_release_reported` disposition: the lease ended RELEASED (event queued) and a RELEASE
+ * `lh_release` disposition: the lease ended RELEASED (event queued) and a RELEASE
  * command was sent; a RELEASE_OUTCOME event follows with the service's answer.
  */
 #define LH_RELEASING_PENDING 2
 
 /**
- * `lh_release_reported` disposition: the lease's validity had run out before the release
+ * `lh_release` disposition: the lease's validity had run out before the release
  * (a paused process): it ended LOST, and its LOST event, with the reason, is queued.
  */
 #define LH_RELEASING_LOST 3
 
 /**
- * `lh_release_reported` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
+ * `lh_release` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
  */
 #define LH_RELEASING_NOT_ACQUIRED 4
 
@@ -591,11 +470,6 @@
 #define LH_NO_DEADLINE UINT64_MAX
 
 /**
- * `lh_acquire_result`: the holder's remaining TTL is not known.
- */
-#define LH_NO_RETRY_HINT UINT64_MAX
-
-/**
  * `lh_acquire_options.flags` bit: in-process reentrant acquire.
  */
 #define LH_ACQUIRE_REENTRANT 1
@@ -617,11 +491,6 @@
 #define LH_MAX_NAME_LEN 512
 
 /**
- * Longest accepted backend data in bytes (equals the core's `MAX_BACKEND_DATA_LEN`).
- */
-#define LH_MAX_BACKEND_DATA_LEN 1024
-
-/**
  * Shortest accepted seed in bytes (equals the core's `MIN_SEED_LEN`).
  */
 #define LH_MIN_SEED_LEN 16
@@ -636,7 +505,7 @@
  * ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
  * at load time.
  */
-#define LH_ABI_VERSION 2
+#define LH_ABI_VERSION 3
 
 /**
  * Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`
@@ -645,130 +514,111 @@
 #define LH_COUNTERS_V1_SIZE 120
 
 /**
- * `lh_request.connection`: the ordinary commands connection.
+ * `lh_backend_options.kind`: the in-process memory service (`lh_memory_service_*`).
+ */
+#define LH_BACKEND_MEMORY 1
+
+/**
+ * `lh_backend_options.kind`: Redis (single server, Sentinel, Cluster).
+ */
+#define LH_BACKEND_REDIS 2
+
+/**
+ * `lh_backend_options.kind`: SQLite (one file shared by the processes of one host).
+ */
+#define LH_BACKEND_SQLITE 3
+
+/**
+ * `lh_backend_options.kind`: PostgreSQL.
+ */
+#define LH_BACKEND_POSTGRES 4
+
+/**
+ * `lh_backend_options.kind`: etcd v3 through its JSON gateway.
+ */
+#define LH_BACKEND_ETCD 5
+
+/**
+ * `lh_io_request.kind`: nothing left to poll.
+ */
+#define LH_IO_NONE 0
+
+/**
+ * Run the command `argv` on `connection` (Redis: verbatim on that connection; memory: hand
+ * the request to `lh_memory_service_call`). Answer with `lh_io_reply` or `lh_io_failed`; a
+ * SUBSCRIBE is answered by its confirmation through `lh_io_connection`.
+ */
+#define LH_IO_COMMAND 1
+
+/**
+ * Run the statements in order on `connection`, in autocommit mode (transaction control is
+ * part of the list). Answer with `lh_io_reply` (one array per statement, of rows, of
+ * columns) or `lh_io_failed`.
+ */
+#define LH_IO_SQL 2
+
+/**
+ * Send the HTTP request to any cluster member and read the whole reply. Answer with
+ * `lh_io_http_reply` or `lh_io_failed`.
+ */
+#define LH_IO_HTTP 3
+
+/**
+ * Send the HTTP request and keep the response open: pass each newline-delimited message to
+ * `lh_io_stream_message`; when the stream ends or breaks, `lh_io_failed` with its id.
+ */
+#define LH_IO_HTTP_WATCH 4
+
+/**
+ * Close the watch stream `id` (no answer).
+ */
+#define LH_IO_HTTP_CANCEL 5
+
+/**
+ * `lh_io_request.connection`: the ordinary connection.
  */
 #define LH_CONNECTION_COMMANDS 1
 
 /**
- * `lh_request.connection`: the pub/sub (subscriber) connection.
+ * `lh_io_request.connection`: the connection notifications arrive on (the Redis subscriber,
+ * the PostgreSQL listener).
  */
-#define LH_CONNECTION_SUBSCRIBER 2
+#define LH_CONNECTION_NOTIFY 2
 
 /**
- * `lh_value.kind`: nil (null bulk string, null array, RESP3 null).
+ * `lh_io_failed` kind: no answer came (connection refused, broken or timed out; the
+ * outcome is unknown), or the memory service dropped the request.
  */
-#define LH_VALUE_NIL 1
+#define LH_FAILURE_TRANSPORT 1
 
 /**
- * `lh_value.kind`: integer (`integer`).
+ * `lh_io_failed` kind: the database refused a statement (busy, read-only, corrupt,
+ * missing table…) and the transaction was rolled back (SQL only).
  */
-#define LH_VALUE_INT 2
+#define LH_FAILURE_DATABASE 2
 
 /**
- * `lh_value.kind`: bulk string (`offset`, `len` into the data buffer).
+ * `lh_io_connection` event: the connection was opened anew (after a failure or a restart of
+ * the server, a replaced SQLite file, a reconnect to the memory service): what lived on the
+ * old one is set up again.
  */
-#define LH_VALUE_BULK 3
+#define LH_CONNECTION_REOPENED 1
 
 /**
- * `lh_value.kind`: simple string such as `OK` (`offset`, `len`).
+ * `lh_io_connection` event: a SUBSCRIBE of `channel` took effect (its confirmation came).
  */
-#define LH_VALUE_STATUS 4
+#define LH_CONNECTION_SUBSCRIBED 2
 
 /**
- * `lh_value.kind`: error reply, the message without `-` (`offset`, `len`).
+ * `lh_io_connection` event: a subscription ended (its confirmation came), or the connection
+ * carrying it was lost: report every subscribed channel.
  */
-#define LH_VALUE_ERROR 5
-
-/**
- * `lh_value.kind`: array of `len` elements, which follow it in the list (pre-order).
- */
-#define LH_VALUE_ARRAY 6
-
-/**
- * Most values in one reply (`lh_reply` refuses more with `LH_ERR_INVALID_REPLY`).
- */
-#define LH_MAX_REPLY_VALUES 4096
-
-/**
- * Largest data buffer of one reply, and longest pub/sub channel or payload, in bytes.
- */
-#define LH_MAX_REPLY_DATA (1 << 20)
-
-/**
- * Deepest array nesting accepted in a reply.
- */
-#define LH_MAX_REPLY_DEPTH 16
-
-/**
- * `lh_http_request.kind`: `POST` the body, read the whole reply, answer with `lh_http_reply`
- * (or `lh_http_failed` when no reply came).
- */
-#define LH_HTTP_UNARY 1
-
-/**
- * `lh_http_request.kind`: `POST` the body and keep the response open; pass each
- * newline-delimited JSON message to `lh_http_stream_message`; when the stream ends or
- * breaks, call `lh_http_failed` with its id.
- */
-#define LH_HTTP_WATCH 2
-
-/**
- * `lh_http_request.kind`: close the watch stream `id` (no reply).
- */
-#define LH_HTTP_CANCEL_WATCH 3
-
-/**
- * Largest reply body or stream message the protocol reads, in bytes.
- */
-#define LH_MAX_HTTP_BODY (1 << 20)
+#define LH_CONNECTION_UNSUBSCRIBED 3
 
 /**
  * Longest ownership token the memory service accepts, in bytes (the engine's are 32).
  */
 #define LH_MEMORY_MAX_TOKEN_LEN 64
-
-/**
- * `lh_memory_result.outcome` (acquire): the token holds the name (fencing_token, ttl_ms).
- */
-#define LH_MEMORY_GRANTED 1
-
-/**
- * `lh_memory_result.outcome` (acquire): another token holds it (retry_after_ms, or
- * `LH_NO_RETRY_HINT` when a reject switch answered).
- */
-#define LH_MEMORY_HELD_BY_OTHER 2
-
-/**
- * `lh_memory_result.outcome` (renew): extended.
- */
-#define LH_MEMORY_RENEWED 3
-
-/**
- * `lh_memory_result.outcome` (renew): the token does not hold the name.
- */
-#define LH_MEMORY_REJECTED 4
-
-/**
- * `lh_memory_result.outcome` (release): deleted; watchers are notified.
- */
-#define LH_MEMORY_RELEASED 5
-
-/**
- * `lh_memory_result.outcome` (release): the token did not hold the name; nothing changed.
- */
-#define LH_MEMORY_NOT_OWNER 6
-
-/**
- * `lh_memory_result.outcome`: no answer (request or answer lost, or partitioned): a
- * transport error for the engine.
- */
-#define LH_MEMORY_DROPPED 7
-
-/**
- * `lh_memory_result.outcome` (acquire): a new name while every record is live
- * (`max_names`): a transport error for the engine.
- */
-#define LH_MEMORY_FULL 8
 
 /**
  * `lh_memory_faults.flags`: acquires answer HELD_BY_OTHER (no hint) without looking.
@@ -807,25 +657,34 @@
 #define LH_MEMORY_PARTITIONED 32
 
 /**
- * `lh_sql_options.dialect`: SQLite (one file shared by the processes of one host).
+ * `lh_value.kind`: nil (null bulk string, null array, RESP3 null, SQL NULL).
  */
-#define LH_DIALECT_SQLITE 1
+#define LH_VALUE_NIL 1
 
 /**
- * `lh_sql_options.dialect`: PostgreSQL.
+ * `lh_value.kind`: integer (`integer`).
  */
-#define LH_DIALECT_POSTGRES 2
+#define LH_VALUE_INT 2
 
 /**
- * `lh_sql_request.connection`: the ordinary connection (migration and every operation).
+ * `lh_value.kind`: bulk string or blob (`offset`, `len` into the data buffer).
  */
-#define LH_SQL_CONNECTION_COMMANDS 1
+#define LH_VALUE_BULK 3
 
 /**
- * `lh_sql_request.connection`: PostgreSQL's listener connection (LISTEN / UNLISTEN; its
- * notifications go to `lh_sql_notification`).
+ * `lh_value.kind`: simple string such as `OK` (`offset`, `len`).
  */
-#define LH_SQL_CONNECTION_LISTENER 2
+#define LH_VALUE_STATUS 4
+
+/**
+ * `lh_value.kind`: error reply, the message without `-` (`offset`, `len`).
+ */
+#define LH_VALUE_ERROR 5
+
+/**
+ * `lh_value.kind`: array of `len` elements, which follow it in the list (pre-order).
+ */
+#define LH_VALUE_ARRAY 6
 
 /**
  * `lh_value.kind` of a column or parameter: UTF-8 text (`offset`, `len`).
@@ -864,26 +723,24 @@
 #define LH_PARAM_HOST_NAME 24
 
 /**
- * `lh_sql_failed` kind: the connection broke or timed out (the outcome is unknown); reopen
- * it and call `lh_sql_connection_reset`.
+ * Most values in one answer (`lh_io_reply` refuses more with `LH_ERR_INVALID_REPLY`).
  */
-#define LH_SQL_FAILURE_TRANSPORT 1
+#define LH_MAX_REPLY_VALUES 4096
 
 /**
- * `lh_sql_failed` kind: the database refused a statement (busy, read-only, corrupt, missing
- * table, …) and the transaction was rolled back.
+ * Largest data buffer of one answer, and longest channel, payload, message or body, in bytes.
  */
-#define LH_SQL_FAILURE_DATABASE 2
+#define LH_MAX_REPLY_DATA (1 << 20)
 
 /**
- * Longest notification channel or payload, and longest failure message, in bytes.
+ * Deepest array nesting accepted in an answer.
  */
-#define LH_MAX_SQL_MESSAGE (1 << 16)
+#define LH_MAX_REPLY_DEPTH 16
 
 /**
  * Opaque client handle: one core session plus the memory that borrowed outputs point into.
  *
- * Created by `lh_client_new`, destroyed by `lh_client_free`. Not thread-safe: one thread at a
+ * Created by `lh_client_new` with one backend attached, destroyed by `lh_client_free`. Not thread-safe: one thread at a
  * time (hosts guard it with a mutex).
  */
 typedef struct lh_client lh_client;
@@ -896,56 +753,79 @@ typedef struct lh_client lh_client;
 typedef struct lh_memory_service lh_memory_service;
 
 /**
- * Options of the Redis protocol. Fill with `lh_redis_options_default`, then change fields.
- */
-typedef struct lh_redis_options {
-  /**
-   * `sizeof(lh_redis_options)` as compiled by the caller.
-   */
-  uint32_t struct_size;
-  /**
-   * Always 0.
-   */
-  uint32_t _reserved;
-  /**
-   * How long a waiter told to stand by waits for "taken" before it tries (default 150 ms):
-   * the longest a frozen waiter at the head of the queue keeps the lock free.
-   */
-  uint64_t standby_delay_ms;
-  /**
-   * How long the fence and queue keys outlive the lease they serve (default 60000).
-   */
-  uint64_t key_keep_ms;
-  /**
-   * Queue entries older than this are dropped at a release (default 600000).
-   */
-  uint64_t queue_max_age_ms;
-  /**
-   * How long a queued waiter behind the head of the queue waits before it asks again on
-   * its own (default 10000): an idle waiter's cost is one script call per this interval.
-   */
-  uint64_t idle_recheck_ms;
-  /**
-   * Redis Cluster (default 0): non-zero sends wake-ups on one shard channel per name,
-   * `lh:{NAME}:wake`, with SPUBLISH (Redis 7+); the client then requests `SSUBSCRIBE` /
-   * `SUNSUBSCRIBE` of a name's channel on the subscriber connection while it has leases
-   * waiting on it, instead of one `SUBSCRIBE` of its own channel. Added after the fields
-   * above: a caller whose `struct_size` ends before it gets 0.
-   */
-  uint32_t sharded_wake;
-  /**
-   * Always 0.
-   */
-  uint32_t _reserved2;
-} lh_redis_options;
-
-/**
  * Status returned by every fallible function (`LH_OK` or one of `LH_ERR_*`).
  *
  * A plain `uint32_t` rather than a C enum so that the width is fixed for ctypes and cgo and so
  * that codes added later cannot be undefined behaviour in an older host.
  */
 typedef uint32_t lh_status;
+
+/**
+ * The backend of a client and its options. Fill with `lh_backend_options_default`, then
+ * change fields; fields of other backends are ignored.
+ */
+typedef struct lh_backend_options {
+  /**
+   * `sizeof(lh_backend_options)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * `LH_BACKEND_*`.
+   */
+  uint32_t kind;
+  /**
+   * Redis: how long a waiter told to stand by waits for "taken" before it tries (default
+   * 150 ms): the longest a frozen waiter at the head of the queue keeps the lock free.
+   */
+  uint64_t redis_standby_delay_ms;
+  /**
+   * Redis: how long the fence and queue keys outlive the lease they serve (default 60000).
+   */
+  uint64_t redis_key_keep_ms;
+  /**
+   * Redis: queue entries older than this are dropped at a release (default 600000).
+   */
+  uint64_t redis_queue_max_age_ms;
+  /**
+   * Redis: how long a queued waiter behind the head waits before it asks again on its own
+   * (default 10000): an idle waiter's cost is one script call per this interval.
+   */
+  uint64_t redis_idle_recheck_ms;
+  /**
+   * Redis Cluster, 0 or 1 (default 0): wake-ups go on one shard channel per name,
+   * `lh:{NAME}:wake`, with SPUBLISH (Redis 7+), and the client asks for `SSUBSCRIBE` /
+   * `SUNSUBSCRIBE` of a name's channel while it has leases waiting on it.
+   */
+  uint32_t redis_sharded_wake;
+  /**
+   * PostgreSQL, 0 or 1 (default 0): acquire, renew and release commit without waiting for
+   * the WAL flush. Much faster on a server that flushes; a server crash may forget the
+   * last moments' grants and releases (docs/backends.md).
+   */
+  uint32_t postgres_asynchronous_commit;
+  /**
+   * SQLite: `PRAGMA busy_timeout` (default 5000): a file that stays locked is a database
+   * error after this long, never a hang.
+   */
+  uint64_t sqlite_busy_timeout_ms;
+  /**
+   * etcd: user name (UTF-8, at most 256 bytes, not NUL-terminated), NULL for none. With a
+   * user the client authenticates first and every request carries the token.
+   */
+  const uint8_t *etcd_user;
+  /**
+   * Length of `etcd_user`.
+   */
+  size_t etcd_user_len;
+  /**
+   * etcd: password (UTF-8, at most 256 bytes), NULL when empty.
+   */
+  const uint8_t *etcd_password;
+  /**
+   * Length of `etcd_password`.
+   */
+  size_t etcd_password_len;
+} lh_backend_options;
 
 /**
  * Client configuration. Fill it with `lh_config_default`, then change fields.
@@ -998,143 +878,12 @@ typedef struct lh_config {
    */
   uint32_t max_leases;
   /**
-   * 1 if the host delivers release notifications (`LH_OUTPUT_WATCH` / `lh_released`),
-   * 0 to make waiters poll with capped backoff. Any other value is `LH_ERR_INVALID_CONFIG`.
+   * 1 (default) to let waiters sleep until the backend's release notification (Redis
+   * pub/sub, PostgreSQL NOTIFY, etcd watches, the memory service's messages), 0 to make
+   * them poll with capped backoff. Any other value is `LH_ERR_INVALID_CONFIG`.
    */
   uint32_t notifications;
 } lh_config;
-
-/**
- * A borrowed byte string.
- */
-typedef struct lh_bytes {
-  /**
-   * First byte (NULL only when `len` is 0).
-   */
-  const uint8_t *ptr;
-  /**
-   * Length in bytes.
-   */
-  size_t len;
-} lh_bytes;
-
-/**
- * One polled request: run `argv` verbatim on `connection` (`LH_CONNECTION_*`), then answer
- * `id` with `lh_reply` or `lh_request_failed`. `id == 0` means nothing is left. `argv` and
- * the bytes it points to borrow the handle until the next call on it: copy or send them
- * before calling in again.
- */
-typedef struct lh_request {
-  /**
-   * Request id (never reused), 0 when none.
-   */
-  uint64_t id;
-  /**
-   * `LH_CONNECTION_COMMANDS` or `LH_CONNECTION_SUBSCRIBER`.
-   */
-  uint32_t connection;
-  /**
-   * Number of arguments (command name included).
-   */
-  uint32_t argc;
-  /**
-   * The arguments.
-   */
-  const struct lh_bytes *argv;
-} lh_request;
-
-/**
- * One value of a flat reply (see `lh_reply`). No pointers: strings are `offset`/`len` into
- * the data buffer passed beside the list.
- */
-typedef struct lh_value {
-  /**
-   * `LH_VALUE_*`.
-   */
-  uint32_t kind;
-  /**
-   * Always 0.
-   */
-  uint32_t _reserved;
-  /**
-   * The integer of `LH_VALUE_INT`.
-   */
-  int64_t integer;
-  /**
-   * Start of a string value in the data buffer.
-   */
-  uint64_t offset;
-  /**
-   * Byte length of a string value, or element count of an array.
-   */
-  uint64_t len;
-} lh_value;
-
-/**
- * What the Redis protocol saw, filled by `lh_redis_counters_get`.
- */
-typedef struct lh_redis_counters {
-  /**
-   * `sizeof(lh_redis_counters)` as compiled by the caller; set to the library's size.
-   */
-  uint32_t struct_size;
-  /**
-   * 1 while the subscription is in effect.
-   */
-  uint32_t subscribed;
-  /**
-   * Requests emitted.
-   */
-  uint64_t requests;
-  /**
-   * Script calls emitted (EVALSHA and EVAL).
-   */
-  uint64_t script_calls;
-  /**
-   * EVALSHAs re-sent as EVAL after NOSCRIPT.
-   */
-  uint64_t noscript_retries;
-  /**
-   * Error replies.
-   */
-  uint64_t error_replies;
-  /**
-   * Replies of a shape the request cannot have.
-   */
-  uint64_t garbage_replies;
-  /**
-   * Replies and failures for unknown or already answered ids.
-   */
-  uint64_t stale_replies;
-  /**
-   * Transport failures reported.
-   */
-  uint64_t transport_failures;
-  /**
-   * Retries answered without a round trip.
-   */
-  uint64_t local_refusals;
-  /**
-   * Wake-ups received.
-   */
-  uint64_t wakeups;
-  /**
-   * Standbys that tried after hearing nothing.
-   */
-  uint64_t standby_takeovers;
-  /**
-   * Messages and confirmations ignored.
-   */
-  uint64_t ignored_messages;
-  /**
-   * Times the subscription took effect.
-   */
-  uint64_t subscriptions;
-  /**
-   * Times the subscription was reported lost.
-   */
-  uint64_t subscriber_losses;
-} lh_redis_counters;
 
 /**
  * Options of one `lh_acquire`. Fill with `lh_acquire_options_default`, then change fields.
@@ -1160,15 +909,12 @@ typedef struct lh_acquire_options {
 } lh_acquire_options;
 
 /**
- * One polled output: a command for the host to execute or an event for the application.
- *
- * Flat and union-free so that ctypes and cgo mirror it field for field. Fields that do not
- * apply to `kind` are 0 (pointers NULL with length 0). The pointers borrow memory owned by the
- * handle; they stay valid until the next call on that handle, so copy what you keep.
+ * One polled event for the application (`lh_poll_event`). Flat and union-free so that
+ * ctypes and cgo mirror it field for field; fields that do not apply to `kind` are 0.
  */
-typedef struct lh_output {
+typedef struct lh_event {
   /**
-   * `LH_OUTPUT_*`.
+   * `LH_EVENT_*`.
    */
   uint32_t kind;
   /**
@@ -1176,42 +922,9 @@ typedef struct lh_output {
    */
   uint32_t reason;
   /**
-   * Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0. Opaque:
-   * never reused, but neither sequential nor ordered.
-   */
-  uint64_t request_id;
-  /**
-   * Lease the output concerns (every kind except WATCH, UNWATCH, NONE), else 0.
+   * The lease the event concerns (0 for NONE).
    */
   uint64_t lease_id;
-  /**
-   * Lock name, UTF-8, not NUL-terminated (commands).
-   */
-  const uint8_t *name;
-  /**
-   * Length of `name` in bytes.
-   */
-  size_t name_len;
-  /**
-   * Ownership token: 32 lowercase hex characters, not NUL-terminated (ACQUIRE, RENEW, RELEASE).
-   */
-  const uint8_t *token;
-  /**
-   * Length of `token` (32, or 0 when absent).
-   */
-  size_t token_len;
-  /**
-   * Backend-specific bytes from the grant, echoed in RENEW and RELEASE (may be empty).
-   */
-  const uint8_t *backend_data;
-  /**
-   * Length of `backend_data`.
-   */
-  size_t backend_data_len;
-  /**
-   * TTL to request in ms (ACQUIRE, RENEW).
-   */
-  uint64_t ttl_ms;
   /**
    * Fencing token of the grant (ACQUIRED).
    */
@@ -1220,7 +933,7 @@ typedef struct lh_output {
    * Monotonic ns until which the lease is valid (ACQUIRED, RENEWED).
    */
   uint64_t valid_until_ns;
-} lh_output;
+} lh_event;
 
 /**
  * Snapshot of one lease, filled by `lh_lease_info_get`.
@@ -1344,53 +1057,135 @@ typedef struct lh_counters {
    * Releases that found the lease's validity run out: the lease ended LOST instead.
    */
   uint64_t releases_lost;
+  /**
+   * Backend protocol (every backend): requests emitted.
+   */
+  uint64_t backend_requests;
+  /**
+   * Error answers (Redis error replies, etcd error bodies or statuses, memory refusals).
+   */
+  uint64_t backend_error_replies;
+  /**
+   * Answers of a shape the request cannot have (a foreign table, a garbage reply).
+   */
+  uint64_t backend_garbage_replies;
+  /**
+   * Answers and failures for unknown or already answered request ids.
+   */
+  uint64_t backend_stale_replies;
+  /**
+   * Requests reported failed in transport.
+   */
+  uint64_t backend_transport_failures;
+  /**
+   * Release notifications that woke a waiting name.
+   */
+  uint64_t backend_wakeups;
+  /**
+   * Notifications and confirmations ignored (not for a name waited on here).
+   */
+  uint64_t backend_ignored_messages;
+  /**
+   * Redis: script calls emitted (EVALSHA and EVAL).
+   */
+  uint64_t redis_script_calls;
+  /**
+   * Redis: EVALSHAs re-sent as EVAL after NOSCRIPT.
+   */
+  uint64_t redis_noscript_retries;
+  /**
+   * Redis: retries answered without a round trip.
+   */
+  uint64_t redis_local_refusals;
+  /**
+   * Redis: standbys that tried after hearing nothing.
+   */
+  uint64_t redis_standby_takeovers;
+  /**
+   * Redis: times the subscription took effect.
+   */
+  uint64_t redis_subscriptions;
+  /**
+   * Redis: times the subscription was reported lost.
+   */
+  uint64_t redis_subscriber_losses;
+  /**
+   * Redis, gauge: 1 while the subscription is in effect.
+   */
+  uint64_t redis_subscribed;
+  /**
+   * SQL: schema migrations emitted.
+   */
+  uint64_t sql_migrations;
+  /**
+   * SQL: requests the database refused.
+   */
+  uint64_t sql_database_errors;
+  /**
+   * etcd: leases granted.
+   */
+  uint64_t etcd_leases_granted;
+  /**
+   * etcd: acquire transactions sent.
+   */
+  uint64_t etcd_txns;
+  /**
+   * etcd: watches opened on a predecessor.
+   */
+  uint64_t etcd_watches;
+  /**
+   * etcd: keep-alives sent for waiting leases.
+   */
+  uint64_t etcd_waiting_keepalives;
+  /**
+   * etcd: waiters whose etcd lease was gone (they rejoined the queue).
+   */
+  uint64_t etcd_waiters_expired;
 } lh_counters;
 
 /**
- * Options of the etcd protocol. Fill with `lh_etcd_options_default`. With a user, the
- * handle authenticates first (`/v3/auth/authenticate`) and every request carries the token.
+ * A borrowed byte string.
  */
-typedef struct lh_etcd_options {
+typedef struct lh_bytes {
   /**
-   * `sizeof(lh_etcd_options)` as compiled by the caller.
+   * First byte (NULL only when `len` is 0).
    */
-  uint32_t struct_size;
+  const uint8_t *ptr;
   /**
-   * Always 0.
+   * Length in bytes.
    */
-  uint32_t _reserved;
-  /**
-   * User name (UTF-8, at most 256 bytes; not NUL-terminated), NULL for none.
-   */
-  const uint8_t *user;
-  /**
-   * Length of `user`.
-   */
-  size_t user_len;
-  /**
-   * Password (UTF-8, at most 256 bytes), NULL when empty.
-   */
-  const uint8_t *password;
-  /**
-   * Length of `password`.
-   */
-  size_t password_len;
-} lh_etcd_options;
+  size_t len;
+} lh_bytes;
 
 /**
- * One polled HTTP request. `id == 0` means nothing is left. `method` and `path` are
- * NUL-terminated (empty for `LH_HTTP_CANCEL_WATCH`); the path is appended to a member's
- * base URL (`http://host:2379`); any member serves any request, so on a transport failure
- * the host may try the next member before reporting it. Send `Content-Type:
- * application/json`. Every pointer borrows the handle until the next call on it.
+ * One statement of an SQL request: its SQL text and its parameters.
  */
-typedef struct lh_http_request {
+typedef struct lh_sql_statement {
   /**
-   * Request id (never reused), 0 when none.
+   * Start of the SQL text in the request's data buffer (a NUL follows it).
    */
-  uint64_t id;
+  uint64_t sql_offset;
   /**
-   * `LH_HTTP_*`.
+   * Length of the SQL text in bytes, without the NUL.
+   */
+  uint64_t sql_len;
+  /**
+   * Index of the statement's first parameter in the request's `params`.
+   */
+  uint32_t first_param;
+  /**
+   * Number of parameters (`?1…`/`$1…` in order).
+   */
+  uint32_t nparams;
+} lh_sql_statement;
+
+/**
+ * One value of a flat answer or parameter list. No pointers: strings are `offset`/`len`
+ * into the data buffer passed beside the list.
+ */
+typedef struct lh_value {
+  /**
+   * `LH_VALUE_*` (or `LH_PARAM_HOST_*` for a parameter).
    */
   uint32_t kind;
   /**
@@ -1398,85 +1193,88 @@ typedef struct lh_http_request {
    */
   uint32_t _reserved;
   /**
-   * The HTTP method (`POST`), NUL-terminated.
+   * The integer of `LH_VALUE_INT` (the bits of `LH_VALUE_FLOAT`).
+   */
+  int64_t integer;
+  /**
+   * Start of a string value in the data buffer.
+   */
+  uint64_t offset;
+  /**
+   * Byte length of a string value, or element count of an array.
+   */
+  uint64_t len;
+} lh_value;
+
+/**
+ * One polled request (`lh_io_poll`). Flat and union-free; the fields of other kinds are 0 /
+ * NULL. Every pointer borrows the handle until the next call on it: copy or send before
+ * calling in again.
+ */
+typedef struct lh_io_request {
+  /**
+   * Request id (never reused), 0 when nothing is left.
+   */
+  uint64_t id;
+  /**
+   * `LH_IO_*`.
+   */
+  uint32_t kind;
+  /**
+   * `LH_CONNECTION_*` (COMMAND, SQL).
+   */
+  uint32_t connection;
+  /**
+   * COMMAND: the arguments, command word first.
+   */
+  const struct lh_bytes *argv;
+  /**
+   * COMMAND: number of arguments.
+   */
+  uint32_t argc;
+  /**
+   * SQL: number of statements.
+   */
+  uint32_t nstatements;
+  /**
+   * SQL: the statements.
+   */
+  const struct lh_sql_statement *statements;
+  /**
+   * SQL: the parameters of all statements: NIL, INT, TEXT, BULK (a blob) with
+   * `offset`/`len` into `data`, or `LH_PARAM_HOST_*` (facts the host binds: read them once
+   * per request, when it starts executing it, and bind the same values wherever the kind
+   * appears).
+   */
+  const struct lh_value *params;
+  /**
+   * SQL: number of parameters.
+   */
+  size_t nparams;
+  /**
+   * SQL: the bytes SQL texts and string parameters point into (each followed by a NUL not
+   * counted in its length). HTTP: the JSON body (a NUL follows it, not counted).
+   */
+  const uint8_t *data;
+  /**
+   * Length of `data`.
+   */
+  size_t data_len;
+  /**
+   * HTTP: the method (`POST`), NUL-terminated.
    */
   const char *method;
   /**
-   * The path, NUL-terminated.
+   * HTTP: the path, NUL-terminated, appended to a member's base URL; any member serves any
+   * request, so on a transport failure the host may try the next one before reporting.
    */
   const char *path;
   /**
-   * The JSON body (a NUL follows it, not counted).
-   */
-  const uint8_t *body;
-  /**
-   * Length of `body`.
-   */
-  size_t body_len;
-  /**
-   * NUL-terminated; when not empty, send it as the `Authorization` header (the token of
-   * an authenticated cluster).
+   * HTTP: NUL-terminated; when not empty, send it as the `Authorization` header. Send
+   * `Content-Type: application/json` too.
    */
   const char *authorization;
-} lh_http_request;
-
-/**
- * What the etcd protocol saw (monotonic), for diagnostics and tests.
- */
-typedef struct lh_etcd_counters {
-  /**
-   * `sizeof(lh_etcd_counters)` as compiled by the caller; set to the library's size.
-   */
-  uint32_t struct_size;
-  /**
-   * Always 0.
-   */
-  uint32_t _reserved;
-  /**
-   * Requests emitted (cancellations not included).
-   */
-  uint64_t requests;
-  /**
-   * etcd leases granted.
-   */
-  uint64_t leases_granted;
-  /**
-   * Acquire transactions sent.
-   */
-  uint64_t txns;
-  /**
-   * Watches opened on a predecessor.
-   */
-  uint64_t watches;
-  /**
-   * Waiters woken by their predecessor's deletion (or a cut watch).
-   */
-  uint64_t wakeups;
-  /**
-   * Keep-alives sent for waiting leases.
-   */
-  uint64_t waiting_keepalives;
-  /**
-   * Waiters whose etcd lease was gone (they rejoined the queue).
-   */
-  uint64_t waiters_expired;
-  /**
-   * Error bodies or non-200 statuses.
-   */
-  uint64_t error_replies;
-  /**
-   * Malformed or oversized replies.
-   */
-  uint64_t garbage_replies;
-  /**
-   * Transport failures reported by the host.
-   */
-  uint64_t transport_failures;
-  /**
-   * Replies for unknown or already answered ids.
-   */
-  uint64_t stale_replies;
-} lh_etcd_counters;
+} lh_io_request;
 
 /**
  * Limits of a memory service. Fill with `lh_memory_config_default`, then change fields;
@@ -1489,7 +1287,8 @@ typedef struct lh_memory_config {
   uint32_t struct_size;
   /**
    * Most names with a record (default 65536); free and expired records are reclaimed when
-   * it is reached, and an acquire of a new name answers `LH_MEMORY_FULL` if none is.
+   * it is reached, and an acquire of a new name answers FULL (a transport error for the
+   * client) if none is.
    */
   uint32_t max_names;
   /**
@@ -1508,39 +1307,37 @@ typedef struct lh_memory_config {
 } lh_memory_config;
 
 /**
- * The answer to one acquire / renew / release.
+ * The answer of `lh_memory_service_call`, in the flat value format `lh_io_reply` takes.
+ * The pointers borrow the service handle until the next call on it.
  */
-typedef struct lh_memory_result {
+typedef struct lh_memory_answer {
   /**
-   * `sizeof(lh_memory_result)` as compiled by the caller; set to the library's size on return.
+   * `sizeof(lh_memory_answer)` as compiled by the caller; set to the library's size.
    */
   uint32_t struct_size;
   /**
-   * `LH_MEMORY_*` outcome.
+   * 1 when the request or its answer was lost (fault switches, partition): report the
+   * request to the client with `lh_io_failed` (`LH_FAILURE_TRANSPORT`); the values are
+   * then empty.
    */
-  uint32_t outcome;
+  uint32_t dropped;
   /**
-   * What to feed the engine: `LH_ACQUIRE_*` (acquire), `LH_RENEW_*` (renew) or
-   * `LH_RELEASE_*` (release); DROPPED and FULL are the TRANSPORT_ERROR of each.
+   * The answer's values in pre-order.
    */
-  uint32_t engine_outcome;
+  const struct lh_value *values;
   /**
-   * Always 0.
+   * Number of values.
    */
-  uint32_t _reserved;
+  size_t nvalues;
   /**
-   * Fencing token (GRANTED), else 0.
+   * The bytes string values point into.
    */
-  uint64_t fencing_token;
+  const uint8_t *data;
   /**
-   * TTL granted in ms (GRANTED), else 0.
+   * Length of `data`.
    */
-  uint64_t ttl_ms;
-  /**
-   * The holder's remaining TTL in ms, rounded up (HELD_BY_OTHER), else `LH_NO_RETRY_HINT`.
-   */
-  uint64_t retry_after_ms;
-} lh_memory_result;
+  size_t data_len;
+} lh_memory_answer;
 
 /**
  * What the service says about one name (`lh_memory_service_status`).
@@ -1674,103 +1471,6 @@ typedef struct lh_memory_stats {
 } lh_memory_stats;
 
 /**
- * Options of the SQL protocol. Fill with `lh_sql_options_default`, then set `dialect`.
- */
-typedef struct lh_sql_options {
-  /**
-   * `sizeof(lh_sql_options)` as compiled by the caller.
-   */
-  uint32_t struct_size;
-  /**
-   * `LH_DIALECT_*` (default SQLite).
-   */
-  uint32_t dialect;
-  /**
-   * SQLite: `PRAGMA busy_timeout` (default 5000): a file that stays locked is a database
-   * error after this long, never a hang.
-   */
-  uint64_t busy_timeout_ms;
-  /**
-   * PostgreSQL, 0 or 1 (default 0): acquire, renew and release commit without waiting for
-   * the WAL flush. Much faster on a server that flushes; a server crash may forget the
-   * last moments' grants and releases (docs/backends.md). Added after the first struct:
-   * a caller whose `struct_size` ends before it gets 0.
-   */
-  uint32_t asynchronous_commit;
-  /**
-   * Always 0.
-   */
-  uint32_t _reserved;
-} lh_sql_options;
-
-/**
- * One statement of a request: its SQL text and its parameters.
- */
-typedef struct lh_sql_statement {
-  /**
-   * Start of the SQL text in the request's data buffer (a NUL follows it).
-   */
-  uint64_t sql_offset;
-  /**
-   * Length of the SQL text in bytes, without the NUL.
-   */
-  uint64_t sql_len;
-  /**
-   * Index of the statement's first parameter in the request's `params`.
-   */
-  uint32_t first_param;
-  /**
-   * Number of parameters (`?1…`/`$1…` in order).
-   */
-  uint32_t nparams;
-} lh_sql_statement;
-
-/**
- * One polled request: run its statements in order on `connection`, in autocommit mode
- * (transaction control is part of the list), then answer `id` with `lh_sql_result` or
- * `lh_sql_failed`. `id == 0` means nothing is left. Parameters are `lh_value`s: NIL, INT
- * (`integer`), TEXT and BULK (a blob) with `offset`/`len` into `data`, or
- * `LH_PARAM_HOST_*` (facts the host binds: read them once per request, when it starts
- * executing it, and bind the same values wherever the kind appears). Every SQL text and
- * TEXT parameter in `data` is followed by a NUL byte (not counted in its length). The
- * pointers borrow the handle until the next call on it.
- */
-typedef struct lh_sql_request {
-  /**
-   * Request id (never reused), 0 when none.
-   */
-  uint64_t id;
-  /**
-   * `LH_SQL_CONNECTION_*`.
-   */
-  uint32_t connection;
-  /**
-   * Number of statements.
-   */
-  uint32_t nstatements;
-  /**
-   * The statements.
-   */
-  const struct lh_sql_statement *statements;
-  /**
-   * The parameters of all statements.
-   */
-  const struct lh_value *params;
-  /**
-   * Number of parameters.
-   */
-  size_t nparams;
-  /**
-   * The bytes SQL texts and string parameters point into.
-   */
-  const uint8_t *data;
-  /**
-   * Length of `data`.
-   */
-  size_t data_len;
-} lh_sql_request;
-
-/**
  * What the backend said about one name (`lh_poll_status`). Advisory: it can change at once.
  * Numbers that are unknown (or that the backend does not record) are 0.
  */
@@ -1833,112 +1533,44 @@ typedef struct lh_lock_status {
   size_t error_len;
 } lh_lock_status;
 
-/**
- * The first name of `lh_lock_status`, from when only SQL handles answered status queries.
- */
-typedef struct lh_lock_status lh_sql_status;
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `*out` with the default Redis options (and `struct_size`). NULL is ignored.
+ * Fills `*out` with the defaults of backend `kind` (and `struct_size`). An unknown kind is
+ * `LH_ERR_INVALID_ENUM`; NULL `out` is `LH_ERR_NULL_ARGUMENT`.
  *
  * # Safety
- * `out` is NULL or valid for writing one `lh_redis_options`.
+ * `out` is NULL or valid for writing one `lh_backend_options`.
  */
-void lh_redis_options_default(struct lh_redis_options *out);
+lh_status lh_backend_options_default(uint32_t kind, struct lh_backend_options *out);
 
 /**
- * Creates a client with the Redis protocol attached (see the header's run loop). Arguments
- * and errors as for `lh_client_new`, plus `opts` (NULL for the defaults; bad values are
- * `LH_ERR_INVALID_CONFIG`). The first request is the SUBSCRIBE of the client's wake channel.
+ * Creates a client with its backend's protocol attached (see the header's run loop). The
+ * seed (at least `LH_MIN_SEED_LEN`, at most `LH_MAX_SEED_LEN` bytes; hosts pass 32 bytes of
+ * OS entropy, tests a fixed seed) drives tokens and jitter; it is copied, not retained. On
+ * success `*out` receives a handle to free with `lh_client_free`.
+ *
+ * SQLite delivers no release notifications, so for it `cfg->notifications` is taken as 0
+ * (waiters retry at the holder's expiry or by backoff). The first requests are the backend's
+ * set-up (Redis: the SUBSCRIBE of the client's wake channel; SQL: the schema check).
+ *
+ * Errors: NULL `cfg`/`backend`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `struct_size` →
+ * `LH_ERR_STRUCT_SIZE`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
+ * `LH_ERR_INVALID_CONFIG` (credentials that are not UTF-8: `LH_ERR_INVALID_UTF8`); short
+ * seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
  *
  * # Safety
- * As for `lh_client_new`; `opts` is NULL or points to a readable `lh_redis_options`.
+ * `cfg` and `backend` point to readable structs of their `struct_size` bytes (the etcd
+ * strings readable for their lengths); `seed` to `seed_len` readable bytes; `out` is valid
+ * for writing one pointer.
  */
-lh_status lh_client_new_redis(const struct lh_config *cfg,
-                              const struct lh_redis_options *opts,
-                              const uint8_t *seed,
-                              size_t seed_len,
-                              struct lh_client **out);
-
-/**
- * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
- * after every input, like `lh_poll_output`). The argument bytes borrow the handle until the
- * next call on it.
- *
- * # Safety
- * `c` is NULL or a live handle; `out` is valid for writing one `lh_request`.
- */
-lh_status lh_poll_request(struct lh_client *c, struct lh_request *out);
-
-/**
- * Hands back the reply to request `id`: `nvalues` values in pre-order (an array is followed
- * by its elements) and the `data_len` bytes their strings point into. Read during the call,
- * never retained. Unknown and already answered ids are counted and ignored (`LH_OK`). A
- * malformed or oversized list is `LH_ERR_INVALID_REPLY` and changes nothing: then report the
- * request with `lh_request_failed`.
- *
- * # Safety
- * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
- * to `data_len` readable bytes (NULL allowed when the count is 0).
- */
-lh_status lh_reply(struct lh_client *c,
-                   uint64_t now,
-                   uint64_t id,
-                   const struct lh_value *values,
-                   size_t nvalues,
-                   const uint8_t *data,
-                   size_t data_len);
-
-/**
- * Request `id` failed in transport (connection lost, timeout, or a reply `lh_reply`
- * refused). Unknown ids are counted and ignored.
- *
- * # Safety
- * `c` is NULL or a live handle.
- */
-lh_status lh_request_failed(struct lh_client *c, uint64_t now, uint64_t id);
-
-/**
- * Delivers one pub/sub message from the subscriber connection (every one: the protocol
- * ignores what is not its own). Channel and payload are at most `LH_MAX_REPLY_DATA` bytes.
- *
- * # Safety
- * `c` is NULL or a live handle; `channel` and `payload` point to their lengths in readable
- * bytes (`payload` may be NULL when empty).
- */
-lh_status lh_pubsub_message(struct lh_client *c,
-                            uint64_t now,
-                            const uint8_t *channel,
-                            size_t channel_len,
-                            const uint8_t *payload,
-                            size_t payload_len);
-
-/**
- * Reports a subscription change on the subscriber connection: `subscribed` 1 when a
- * SUBSCRIBE of `channel` took effect (its confirmation arrived), 0 when it ended (an
- * UNSUBSCRIBE confirmation, or the connection was lost: report every subscribed channel).
- * Other values are `LH_ERR_INVALID_ENUM`.
- *
- * # Safety
- * `c` is NULL or a live handle; `channel` points to `channel_len` readable bytes.
- */
-lh_status lh_subscription(struct lh_client *c,
-                          uint64_t now,
-                          const uint8_t *channel,
-                          size_t channel_len,
-                          uint32_t subscribed);
-
-/**
- * Fills `*out` with the Redis protocol's counters (`out->struct_size` set by the caller).
- *
- * # Safety
- * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_redis_counters`.
- */
-lh_status lh_redis_counters_get(const struct lh_client *c, struct lh_redis_counters *out);
+lh_status lh_client_new(const struct lh_config *cfg,
+                        const struct lh_backend_options *backend,
+                        const uint8_t *seed,
+                        size_t seed_len,
+                        struct lh_client **out);
 
 /**
  * Library version as a static NUL-terminated string (equal to `LH_VERSION` of the header the
@@ -1975,24 +1607,6 @@ void lh_config_default(struct lh_config *out);
  * `out` is NULL or valid for writing one `lh_acquire_options`.
  */
 void lh_acquire_options_default(struct lh_acquire_options *out);
-
-/**
- * Creates a client. The seed (at least `LH_MIN_SEED_LEN`, at most `LH_MAX_SEED_LEN` bytes;
- * hosts pass 32 bytes of OS entropy, tests a fixed seed) drives tokens and jitter; it is
- * copied, not retained. On success `*out` receives a handle to free with `lh_client_free`.
- *
- * Errors: NULL `cfg`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `cfg->struct_size` →
- * `LH_ERR_STRUCT_SIZE`; bad config → `LH_ERR_INVALID_CONFIG`; short seed →
- * `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
- *
- * # Safety
- * `cfg` points to a readable `lh_config` of `cfg->struct_size` bytes; `seed` to `seed_len`
- * readable bytes; `out` is valid for writing one pointer.
- */
-lh_status lh_client_new(const struct lh_config *cfg,
-                        const uint8_t *seed,
-                        size_t seed_len,
-                        struct lh_client **out);
 
 /**
  * Destroys a client and everything it owns (borrowed output pointers become invalid).
@@ -2043,42 +1657,29 @@ lh_status lh_acquire(struct lh_client *c,
 
 /**
  * Releases a lease (idempotence is the wrapper's business: a second release returns
- * `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command;
- * a lease whose validity ran out before this call ends with `LH_OUTPUT_LOST` instead.
- *
- * # Safety
- * `c` is NULL or a live handle.
- */
-lh_status lh_release(struct lh_client *c, uint64_t now, uint64_t lease);
-
-/**
- * Releases a lease like `lh_release` and reports what happened. `*out_releasing` receives
- * an `LH_RELEASING_*` value:
- * - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE command is
- *   queued; when the service answers (or the grant's TTL has certainly run out without an
- *   answer) an `LH_OUTPUT_RELEASE_OUTCOME` event for the lease tells `LH_REASON_RELEASE_CONFIRMED`,
+ * `LH_ERR_LEASE_ENDED`, its terminal event was delivered earlier). When `out_releasing` is
+ * not NULL it receives an `LH_RELEASING_*` value saying what happened:
+ * - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE is queued;
+ *   when the service answers (or the grant's TTL has certainly run out without an answer)
+ *   an `LH_EVENT_RELEASE_OUTCOME` event tells `LH_REASON_RELEASE_CONFIRMED`,
  *   `LH_REASON_RELEASE_NOT_OWNER` or `LH_REASON_RELEASE_UNCONFIRMED`;
  * - `LH_RELEASING_LOST`: the lease's validity had run out before this call (a paused
  *   process): it ended LOST, not RELEASED, and the LOST event with its reason is queued;
  * - `LH_RELEASING_HOLDER_LEFT`: other reentrant holders remain, nothing was sent;
  * - `LH_RELEASING_NOT_ACQUIRED`: the lease was still acquiring and ended ACQUIRE_FAILED.
  *
- * Errors as for `lh_release` (`LH_ERR_LEASE_ENDED` for a lease that already ended: its
- * terminal event was delivered earlier), plus NULL `out_releasing`.
+ * With `out_releasing` NULL no RELEASE_OUTCOME event is produced.
  *
  * # Safety
- * `c` is NULL or a live handle; `out_releasing` is valid for writing a `uint32_t`.
+ * `c` is NULL or a live handle; `out_releasing` is NULL or valid for writing a `uint32_t`.
  */
-lh_status lh_release_reported(struct lh_client *c,
-                              uint64_t now,
-                              uint64_t lease,
-                              uint32_t *out_releasing);
+lh_status lh_release(struct lh_client *c, uint64_t now, uint64_t lease, uint32_t *out_releasing);
 
 /**
  * Renews a held lease now (the manual escape hatch; works with or without automatic
  * renewal): a RENEW command is queued, unless one is in flight, which this call then joins.
  * Validity counts from that renewal's send time. The answer arrives as an
- * `LH_OUTPUT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
+ * `LH_EVENT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
  * renewal failing in transport is retried within the failure budget like any other. If
  * the lease's validity had already run out, it ends LOST in this call (event queued) and
  * nothing is sent.
@@ -2093,53 +1694,6 @@ lh_status lh_release_reported(struct lh_client *c,
 lh_status lh_renew(struct lh_client *c, uint64_t now, uint64_t lease);
 
 /**
- * Feeds the answer to an ACQUIRE command. `outcome` is `LH_ACQUIRE_*`. For GRANTED,
- * `fencing_token`, `ttl_ms` and the backend data (NULL allowed when the length is 0; copied,
- * at most `LH_MAX_BACKEND_DATA_LEN` bytes) are read; for HELD_BY_OTHER, `retry_after_ms`
- * (`LH_NO_RETRY_HINT` if unknown); otherwise they are ignored. Unknown or already answered
- * request ids are counted as stale and return `LH_OK`.
- *
- * # Safety
- * `c` is NULL or a live handle; `backend_data` points to `backend_data_len` readable bytes.
- */
-lh_status lh_acquire_result(struct lh_client *c,
-                            uint64_t now,
-                            uint64_t request_id,
-                            uint32_t outcome,
-                            uint64_t fencing_token,
-                            uint64_t ttl_ms,
-                            uint64_t retry_after_ms,
-                            const uint8_t *backend_data,
-                            size_t backend_data_len);
-
-/**
- * Feeds the answer to a RENEW command (`LH_RENEW_*`). Stale request ids return `LH_OK`.
- *
- * # Safety
- * `c` is NULL or a live handle.
- */
-lh_status lh_renew_result(struct lh_client *c, uint64_t now, uint64_t request_id, uint32_t outcome);
-
-/**
- * Feeds the answer to a RELEASE command (`LH_RELEASE_*`). Stale request ids return `LH_OK`.
- *
- * # Safety
- * `c` is NULL or a live handle.
- */
-lh_status lh_release_result(struct lh_client *c,
-                            uint64_t now,
-                            uint64_t request_id,
-                            uint32_t outcome);
-
-/**
- * Delivers one release notification for a watched `name` (wakes one local waiter).
- *
- * # Safety
- * `c` is NULL or a live handle; `name` points to `name_len` readable bytes.
- */
-lh_status lh_released(struct lh_client *c, uint64_t now, const uint8_t *name, size_t name_len);
-
-/**
  * Tells the core that time has passed (call it when the deadline from `lh_poll_timeout`
  * arrives; early or spurious calls are harmless).
  *
@@ -2149,14 +1703,13 @@ lh_status lh_released(struct lh_client *c, uint64_t now, const uint8_t *name, si
 lh_status lh_timeout(struct lh_client *c, uint64_t now);
 
 /**
- * Takes the next output into `*out`. `out->kind == LH_OUTPUT_NONE` when nothing is left;
- * drain until then after every input. Pointers in `*out` borrow handle memory and stay valid
- * until the next call on this handle.
+ * Takes the next event for the application into `*out` (`out->kind == LH_EVENT_NONE` when
+ * nothing is left; drain until then after every input).
  *
  * # Safety
- * `c` is NULL or a live handle; `out` is valid for writing one `lh_output`.
+ * `c` is NULL or a live handle; `out` is valid for writing one `lh_event`.
  */
-lh_status lh_poll_output(struct lh_client *c, struct lh_output *out);
+lh_status lh_poll_event(struct lh_client *c, struct lh_event *out);
 
 /**
  * Writes the monotonic ns at which `lh_timeout` must be called at the latest, or
@@ -2212,14 +1765,15 @@ lh_status lh_valid_until(const struct lh_client *c, uint64_t lease, uint64_t *ou
 lh_status lh_is_held(const struct lh_client *c, uint64_t lease, uint64_t now, bool *out_held);
 
 /**
- * Fills `*out` with the client's counters (`out->struct_size` must be set by the caller, at
+ * Fills `*out` with the client's counters, the engine's and its backend protocol's (`out->struct_size` must be set by the caller, at
  * least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
  * and sets `struct_size` to the bytes it wrote).
  *
  * # Safety
  * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.
  */
-lh_status lh_counters_get(const struct lh_client *c, struct lh_counters *out);
+lh_status lh_counters_get(const struct lh_client *c,
+                          struct lh_counters *out);
 
 #if defined(LH_TESTING)
 /**
@@ -2233,112 +1787,138 @@ lh_status lh_client_debug_panic(struct lh_client *c);
 #endif
 
 /**
- * Fills `*out` with the default etcd options (no authentication, and `struct_size`).
- * NULL is ignored.
+ * Takes the next request into `*out` (`out->kind == LH_IO_NONE`, `out->id == 0` when none is
+ * left). Drain it after every input, like `lh_poll_event`.
  *
  * # Safety
- * `out` is NULL or valid for writing one `lh_etcd_options`.
+ * `c` is NULL or a live handle; `out` is valid for writing one `lh_io_request`.
  */
-void lh_etcd_options_default(struct lh_etcd_options *out);
+lh_status lh_io_poll(struct lh_client *c, struct lh_io_request *out);
 
 /**
- * Creates a client with the etcd protocol attached (see the header's etcd run loop).
- * Arguments and errors as for `lh_client_new`, plus `opts` (NULL: no authentication).
- * Credentials that are not UTF-8 are `LH_ERR_INVALID_UTF8`; empty or overlong ones
- * `LH_ERR_INVALID_CONFIG`.
+ * Hands back the values answering COMMAND or SQL request `id`: `nvalues` values in
+ * pre-order (an array is followed by its elements) and the `data_len` bytes their strings
+ * point into. SQL: one array per statement (every statement, an empty array for one without
+ * rows), of rows, each an array of column values (NIL, INT — booleans as 0/1 —, FLOAT,
+ * TEXT, BULK for blobs). Read during the call, never retained. Unknown and already answered
+ * ids are counted and ignored (`LH_OK`). A malformed or oversized list is
+ * `LH_ERR_INVALID_REPLY` and changes nothing: then report the request with `lh_io_failed`.
  *
  * # Safety
- * As for `lh_client_new`; `opts` is NULL or points to a readable `lh_etcd_options` whose
- * strings are readable for their lengths.
+ * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
+ * to `data_len` readable bytes (NULL allowed when the count is 0).
  */
-lh_status lh_client_new_etcd(const struct lh_config *cfg,
-                             const struct lh_etcd_options *opts,
-                             const uint8_t *seed,
-                             size_t seed_len,
-                             struct lh_client **out);
+lh_status lh_io_reply(struct lh_client *c,
+                      uint64_t now,
+                      uint64_t id,
+                      const struct lh_value *values,
+                      size_t nvalues,
+                      const uint8_t *data,
+                      size_t data_len);
 
 /**
- * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
- * after every input, like `lh_poll_output`).
- *
- * # Safety
- * `c` is NULL or a live handle; `out` is valid for writing one `lh_http_request`.
- */
-lh_status lh_http_poll_request(struct lh_client *c, struct lh_http_request *out);
-
-/**
- * Hands back the reply to unary request `id`: the HTTP status (100..=599) and the whole
- * body (at most `LH_MAX_HTTP_BODY` bytes; NULL when empty). Read during the call, never
- * retained. Any status, error body or malformed JSON is the protocol's to judge (a
- * transport error for the engine, never a grant). Unknown and already answered ids are
- * counted and ignored (`LH_OK`).
+ * Hands back the reply to HTTP request `id`: the status (100..=599) and the whole body (at
+ * most `LH_MAX_REPLY_DATA` bytes; NULL when empty). Any status, error body or malformed
+ * JSON is the protocol's to judge. Unknown and already answered ids are counted and ignored.
  *
  * # Safety
  * `c` is NULL or a live handle; `body` points to `body_len` readable bytes.
  */
-lh_status lh_http_reply(struct lh_client *c,
+lh_status lh_io_http_reply(struct lh_client *c,
+                           uint64_t now,
+                           uint64_t id,
+                           uint32_t status,
+                           const uint8_t *body,
+                           size_t body_len);
+
+/**
+ * One message streamed on HTTP watch `id` (one line of its response body, without the
+ * newline; at most `LH_MAX_REPLY_DATA` bytes).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_io_stream_message(struct lh_client *c,
+                               uint64_t now,
+                               uint64_t id,
+                               const uint8_t *message,
+                               size_t message_len);
+
+/**
+ * Request `id` got no answer (`LH_FAILURE_TRANSPORT`: connection refused, broken or timed
+ * out, a reply `lh_io_reply` refused, a request the memory service dropped; a watch stream
+ * that ended), or the database refused it (`LH_FAILURE_DATABASE`, SQL). `message` is the
+ * host's text (UTF-8 not required; at most `LH_MAX_REPLY_DATA` bytes, NULL when empty). The
+ * engine sees a transport error either way. Unknown ids are counted and ignored.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_io_failed(struct lh_client *c,
+                       uint64_t now,
+                       uint64_t id,
+                       uint32_t kind,
+                       const uint8_t *message,
+                       size_t message_len);
+
+/**
+ * Delivers one notification that arrived on a connection, every one (the protocol ignores
+ * what is not its own): a Redis pub/sub message on the subscriber (channel, payload), a
+ * PostgreSQL NOTIFY on the listener (channel, payload), a memory-service release
+ * (`lh_memory_service_poll_released`: channel = the name, no payload). Channel and payload
+ * are at most `LH_MAX_REPLY_DATA` bytes.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `channel` and `payload` point to their lengths in readable
+ * bytes (`payload` may be NULL when empty).
+ */
+lh_status lh_io_message(struct lh_client *c,
                         uint64_t now,
-                        uint64_t id,
-                        uint32_t status,
-                        const uint8_t *body,
-                        size_t body_len);
+                        const uint8_t *channel,
+                        size_t channel_len,
+                        const uint8_t *payload,
+                        size_t payload_len);
 
 /**
- * One JSON message streamed on watch `id` (one line of its response body, without the
- * newline; at most `LH_MAX_HTTP_BODY` bytes).
+ * Something happened to `connection` (`LH_CONNECTION_*`): `event` is
+ * `LH_CONNECTION_REOPENED` (SQL, memory; harmless elsewhere) or, for Redis,
+ * `LH_CONNECTION_SUBSCRIBED` / `LH_CONNECTION_UNSUBSCRIBED` of `channel` (NULL otherwise).
+ * Unknown values are `LH_ERR_INVALID_ENUM`; an event the backend does not have is
+ * `LH_ERR_WRONG_ANSWER`.
  *
  * # Safety
- * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ * `c` is NULL or a live handle; `channel` points to `channel_len` readable bytes.
  */
-lh_status lh_http_stream_message(struct lh_client *c,
-                                 uint64_t now,
-                                 uint64_t id,
-                                 const uint8_t *message,
-                                 size_t message_len);
+lh_status lh_io_connection(struct lh_client *c,
+                           uint64_t now,
+                           uint32_t connection,
+                           uint32_t event,
+                           const uint8_t *channel,
+                           size_t channel_len);
 
 /**
- * Request `id` got no reply (connection refused or broken, timed out on every member), or
- * watch stream `id` ended. `message` is the client's text (UTF-8 not required; at most
- * `LH_MAX_HTTP_BODY` bytes, NULL when empty). Unknown ids are counted and ignored.
- *
- * # Safety
- * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
- */
-lh_status lh_http_failed(struct lh_client *c,
-                         uint64_t now,
-                         uint64_t id,
-                         const uint8_t *message,
-                         size_t message_len);
-
-/**
- * The client is closing: cancels acquires still waiting and queues a `lease/revoke` of
- * every pooled etcd lease (the keys of its locks go with it, so nothing of this client is
- * left on the cluster for a TTL); locks still held end Lost. Call it after releasing what
- * you hold and before `lh_client_free`, then run the loop until those requests are
- * answered, for a short bound (an unanswered revoke leaves the lease to expire on its own).
+ * The client is closing. etcd: cancels acquires still waiting and queues a `lease/revoke`
+ * of every pooled etcd lease (the keys of its locks go with it), locks still held end Lost;
+ * other backends have nothing of their own to give back. Call it after releasing what you
+ * hold and before `lh_client_free`, then run the loop until the requests are answered, for
+ * a short bound.
  *
  * # Safety
  * `c` is NULL or a live handle.
  */
-lh_status lh_etcd_close(struct lh_client *c, uint64_t now);
+lh_status lh_io_close(struct lh_client *c, uint64_t now);
 
 /**
- * Writes the etcd protocol's counters (`out->struct_size` must be set).
+ * NUL-terminated text of the last error the backend reported or the protocol found in an
+ * answer (a refused statement, an error reply, a malformed body, a failed schema check), for
+ * the application's diagnostics; "" if none, and "" for a NULL or poisoned handle. Same
+ * convention as `lh_client_last_error` (which holds the detail of the last failed *call*):
+ * never NULL, valid until the next call on this handle.
  *
  * # Safety
- * `c` is NULL or a live handle; `out` is valid for writing `out->struct_size` bytes.
+ * `c` is NULL or a live handle.
  */
-lh_status lh_etcd_counters_get(const struct lh_client *c, struct lh_etcd_counters *out);
-
-/**
- * The last error body, transport failure or malformed reply the protocol saw:
- * `*out_text` / `*out_len` (not NUL-terminated; length 0 if none), borrowed until the next
- * call on the handle.
- *
- * # Safety
- * `c` is NULL or a live handle; the out-pointers are valid for writes.
- */
-lh_status lh_etcd_last_error(const struct lh_client *c, const uint8_t **out_text, size_t *out_len);
+const char *lh_backend_last_error(struct lh_client *c);
 
 /**
  * Fills `*out` with the default limits (and `struct_size`). NULL is ignored.
@@ -2399,65 +1979,25 @@ lh_status lh_memory_service_connect(struct lh_memory_service *svc, uint64_t *out
 lh_status lh_memory_service_disconnect(struct lh_memory_service *svc, uint64_t connection);
 
 /**
- * Acquires `name` for `token` for `ttl_ms` at host time `now` (monotonic ns; the service's
- * clock is it plus every clock step). Idempotent for the same token: the same fencing
- * token, the TTL counted again from now. `*out` receives GRANTED, HELD_BY_OTHER, DROPPED or
- * FULL, with `engine_outcome` an `LH_ACQUIRE_*` value.
+ * Runs one request a memory-backend client polled (`LH_IO_COMMAND`: hand over its `argv`
+ * unread) for `connection` at host time `now` (monotonic ns; the service's clock is it plus
+ * every clock step). `*out` receives the answer to pass to `lh_io_reply`, or `dropped`. A
+ * malformed request is an error *answer* for the client to see, never a status here.
  *
- * Errors (nothing changed, `*out` untouched): NULL pointers, small `out->struct_size`, bad
- * names (as for `lh_acquire`), a token empty or over `LH_MEMORY_MAX_TOKEN_LEN`
- * (`LH_ERR_INVALID_TOKEN`), `ttl_ms == 0` (`LH_ERR_INVALID_TTL`),
- * `LH_ERR_UNKNOWN_CONNECTION`.
- *
- * # Safety
- * `svc` is NULL or a live handle; `name`/`token` point to `name_len`/`token_len` readable
- * bytes; `out` is valid for writing one `lh_memory_result`.
- */
-lh_status lh_memory_service_acquire(struct lh_memory_service *svc,
-                                    uint64_t connection,
-                                    uint64_t now,
-                                    const uint8_t *name,
-                                    size_t name_len,
-                                    const uint8_t *token,
-                                    size_t token_len,
-                                    uint64_t ttl_ms,
-                                    struct lh_memory_result *out);
-
-/**
- * Extends `token`'s unexpired grant of `name` to `ttl_ms` from now. `*out` receives
- * RENEWED, REJECTED or DROPPED, with `engine_outcome` an `LH_RENEW_*` value. Errors as for
- * `lh_memory_service_acquire`.
+ * Errors (nothing changed): NULL pointers (an argument may be NULL only when empty), more
+ * than 64 arguments or one over `LH_MAX_REPLY_DATA` bytes (`LH_ERR_INVALID_REPLY`),
+ * small `out->struct_size`, `LH_ERR_UNKNOWN_CONNECTION`.
  *
  * # Safety
- * As for `lh_memory_service_acquire`.
+ * `svc` is NULL or a live handle; `argv` points to `argc` readable `lh_bytes`, each readable
+ * for its length; `out` is valid for reading and writing an `lh_memory_answer`.
  */
-lh_status lh_memory_service_renew(struct lh_memory_service *svc,
-                                  uint64_t connection,
-                                  uint64_t now,
-                                  const uint8_t *name,
-                                  size_t name_len,
-                                  const uint8_t *token,
-                                  size_t token_len,
-                                  uint64_t ttl_ms,
-                                  struct lh_memory_result *out);
-
-/**
- * Deletes `token`'s unexpired grant of `name` and queues a release notification for every
- * connection watching it. `*out` receives RELEASED, NOT_OWNER (expired, or someone else's
- * now: nothing changed) or DROPPED, with `engine_outcome` an `LH_RELEASE_*` value. Errors
- * as for `lh_memory_service_acquire` (no TTL).
- *
- * # Safety
- * As for `lh_memory_service_acquire`.
- */
-lh_status lh_memory_service_release(struct lh_memory_service *svc,
-                                    uint64_t connection,
-                                    uint64_t now,
-                                    const uint8_t *name,
-                                    size_t name_len,
-                                    const uint8_t *token,
-                                    size_t token_len,
-                                    struct lh_memory_result *out);
+lh_status lh_memory_service_call(struct lh_memory_service *svc,
+                                 uint64_t connection,
+                                 uint64_t now,
+                                 const struct lh_bytes *argv,
+                                 uint32_t argc,
+                                 struct lh_memory_answer *out);
 
 /**
  * Fills `*out` with what the service says about `name` at host time `now` (no fault switch
@@ -2474,33 +2014,10 @@ lh_status lh_memory_service_status(struct lh_memory_service *svc,
                                    struct lh_memory_status *out);
 
 /**
- * Starts queueing release notifications of `name` for `connection` (idempotent).
- * Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`, `LH_ERR_LIMIT_REACHED` at `max_watches`.
- *
- * # Safety
- * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
- */
-lh_status lh_memory_service_watch(struct lh_memory_service *svc,
-                                  uint64_t connection,
-                                  const uint8_t *name,
-                                  size_t name_len);
-
-/**
- * Stops queueing release notifications of `name` for `connection` (idempotent; those
- * already queued stay). Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`.
- *
- * # Safety
- * `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
- */
-lh_status lh_memory_service_unwatch(struct lh_memory_service *svc,
-                                    uint64_t connection,
-                                    const uint8_t *name,
-                                    size_t name_len);
-
-/**
  * Takes the oldest release notification queued for `connection`: `*out_name` /
  * `*out_name_len` receive the name (BORROWED, valid until the next call on this handle;
- * feed it to `lh_released`), or NULL / 0 when none is queued.
+ * hand it to the client with `lh_io_message` as the channel), or NULL / 0 when none is
+ * queued.
  *
  * # Safety
  * `svc` is NULL or a live handle; `out_name` and `out_name_len` are valid for writing.
@@ -2581,137 +2098,9 @@ lh_status lh_memory_service_debug_panic(struct lh_memory_service *svc);
 #endif
 
 /**
- * Fills `*out` with the default SQL options (SQLite, and `struct_size`). NULL is ignored.
- *
- * # Safety
- * `out` is NULL or valid for writing one `lh_sql_options`.
- */
-void lh_sql_options_default(struct lh_sql_options *out);
-
-/**
- * Creates a client with the SQL protocol attached (see the header's SQL run loop).
- * Arguments and errors as for `lh_client_new`, plus `opts` (required: it names the
- * dialect; an unknown dialect is `LH_ERR_INVALID_ENUM`, bad values `LH_ERR_INVALID_CONFIG`).
- * SQLite delivers no release notifications, so for it `cfg->notifications` is taken as 0
- * (waiters retry at the holder's expiry or by backoff). The first request is the migration.
- *
- * # Safety
- * As for `lh_client_new`; `opts` points to a readable `lh_sql_options`.
- */
-lh_status lh_client_new_sql(const struct lh_config *cfg,
-                            const struct lh_sql_options *opts,
-                            const uint8_t *seed,
-                            size_t seed_len,
-                            struct lh_client **out);
-
-/**
- * Takes the next request into `*out` (`out->id == 0` when none is left; drain until then
- * after every input, like `lh_poll_output`). Everything it points to borrows the handle
- * until the next call on it.
- *
- * # Safety
- * `c` is NULL or a live handle; `out` is valid for writing one `lh_sql_request`.
- */
-lh_status lh_sql_poll_request(struct lh_client *c, struct lh_sql_request *out);
-
-/**
- * Hands back the rows of request `id`: `nvalues` values in pre-order forming one array per
- * statement (in order, every statement included, an empty array for one without rows), of
- * rows, each an array of column values (NIL, INT — booleans as 0/1 —, FLOAT, TEXT, BULK for
- * blobs), and the `data_len` bytes their strings point into. Read during the call, never
- * retained. Unknown and already answered ids are counted and ignored (`LH_OK`). A malformed
- * or oversized list is `LH_ERR_INVALID_REPLY` and changes nothing: then report the request
- * with `lh_sql_failed`.
- *
- * # Safety
- * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
- * to `data_len` readable bytes (NULL allowed when the count is 0).
- */
-lh_status lh_sql_result(struct lh_client *c,
-                        uint64_t now,
-                        uint64_t id,
-                        const struct lh_value *values,
-                        size_t nvalues,
-                        const uint8_t *data,
-                        size_t data_len);
-
-/**
- * Request `id` failed: `kind` is `LH_SQL_FAILURE_TRANSPORT` or `LH_SQL_FAILURE_DATABASE`,
- * `message` the driver's text (UTF-8 not required; at most `LH_MAX_SQL_MESSAGE` bytes, NULL
- * when empty). The engine sees a transport error either way; the schema is checked again
- * before the next operation. Unknown ids are counted and ignored.
- *
- * # Safety
- * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
- */
-lh_status lh_sql_failed(struct lh_client *c,
-                        uint64_t now,
-                        uint64_t id,
-                        uint32_t kind,
-                        const uint8_t *message,
-                        size_t message_len);
-
-/**
- * Delivers one notification received on the listener connection (PostgreSQL; every one:
- * the protocol ignores what is not its own). Channel and payload are at most
- * `LH_MAX_SQL_MESSAGE` bytes.
- *
- * # Safety
- * `c` is NULL or a live handle; `channel` and `payload` point to their lengths in readable
- * bytes (`payload` may be NULL when empty).
- */
-lh_status lh_sql_notification(struct lh_client *c,
-                              uint64_t now,
-                              const uint8_t *channel,
-                              size_t channel_len,
-                              const uint8_t *payload,
-                              size_t payload_len);
-
-/**
- * The host opened `connection` (`LH_SQL_CONNECTION_*`) anew — after a transport failure,
- * a server restart, a replaced SQLite file: the schema is checked again before the next
- * operation; the listener LISTENs again (and each waiting name is checked once).
- *
- * # Safety
- * `c` is NULL or a live handle.
- */
-lh_status lh_sql_connection_reset(struct lh_client *c, uint64_t now, uint32_t connection);
-
-/**
- * `lh_status_request` under its first name (SQL handles came first).
- *
- * # Safety
- * As `lh_status_request`.
- */
-lh_status lh_sql_status_request(struct lh_client *c,
-                                uint64_t now,
-                                const uint8_t *name,
-                                size_t name_len,
-                                uint64_t *out_id);
-
-/**
- * `lh_poll_status` under its first name (SQL handles came first).
- *
- * # Safety
- * As `lh_poll_status`.
- */
-lh_status lh_sql_poll_status(struct lh_client *c, struct lh_lock_status *out);
-
-/**
- * The last database error, failed schema check or malformed result the protocol saw (a
- * read-only or corrupt file, a foreign table of the same name…), for the application's
- * diagnostics: `*out_text` / `*out_len` (not NUL-terminated; length 0 if none), borrowed
- * until the next call on the handle.
- *
- * # Safety
- * `c` is NULL or a live handle; the out-pointers are valid for writes.
- */
-lh_status lh_sql_last_error(const struct lh_client *c, const uint8_t **out_text, size_t *out_len);
-
-/**
  * Queues a status query for `name` (rules as for `lh_acquire`'s name) on the handle's
  * backend protocol; `*out_id` identifies its answer in `lh_poll_status`. Run the requests it
- * produces as usual. `LH_ERR_NO_BACKEND` on a handle without a protocol.
+ * produces as usual.
  *
  * # Safety
  * `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is

@@ -13,12 +13,14 @@
 //! lives in [`crate::service`].
 
 pub mod etcd;
+pub mod memory;
 mod outbox;
+mod protocol;
 pub mod redis;
 pub mod sql;
+pub mod value;
 
-/// The reference lock service, at the path it had before it moved to [`crate::service`].
-pub use crate::service::memory;
+pub use protocol::{CONNECTION_COMMANDS, CONNECTION_NOTIFY, ConnectionEvent, FailureKind, Protocol};
 
 /// What the backend says about one name (`leasehold status`): advisory, it can change at once.
 /// Fields a backend does not record are `None`.

@@ -336,33 +336,6 @@ pub(crate) unsafe fn read_sized<T: Copy>(ptr: *const T, what: &'static str) -> R
     Ok(unsafe { ptr.read() })
 }
 
-/// Like [`read_sized`] for an in-struct that grew at the end: accepts any `struct_size` of at
-/// least `min` bytes and reads that prefix over `base` (the fields the caller's older header
-/// lacks keep `base`'s values), so a host built against an older header keeps working.
-///
-/// # Safety
-/// As for [`read_sized`]; `T` is a `#[repr(C)]` plain-data struct starting with a `u32`.
-pub(crate) unsafe fn read_growing<T: Copy>(
-    ptr: *const T,
-    what: &'static str,
-    min: usize,
-    base: T,
-) -> Result<T, Failure> {
-    if ptr.is_null() {
-        return Err(Failure::null(what));
-    }
-    // SAFETY: every sized struct of this ABI starts with `uint32_t struct_size`.
-    let size = unsafe { ptr.cast::<u32>().read() } as usize;
-    if size < min {
-        return Err(Failure::struct_size(what, size as u32, min));
-    }
-    let len = size.min(std::mem::size_of::<T>());
-    let mut value = base;
-    // SAFETY: the caller claims `size >= len` readable bytes; `value` has room for `len`.
-    unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut value).cast::<u8>(), len) };
-    Ok(value)
-}
-
 /// Like [`read_sized`] for an out-struct: checks NULL and `struct_size` before any work.
 ///
 /// # Safety

@@ -5,23 +5,22 @@
 //! the panic boundary of `ffi::boundary`.
 #![allow(non_camel_case_types)]
 
-use std::ffi::c_char;
-use std::sync::Arc;
+use std::ffi::{CString, c_char};
 
 use super::boundary::{
-    Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static,
-    name_arg, optional_bytes_arg, out_ptr, read_sized, require_out, write_out, write_prefix,
+    Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static, name_arg, read_sized,
+    require_out, write_out, write_prefix,
 };
 use super::types::*;
+use crate::backend::Protocol;
 use crate::{
-    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Counters, Event,
-    LeaseId, LeaseState, LockName, LostReason, Output, ReleaseOutcome, ReleaseResult, Releasing,
-    RenewResult, RequestId, Token,
+    AcquireFailReason, AcquireOptions, Client, Config, Counters, Event, LeaseId, LeaseState,
+    LostReason, ReleaseOutcome, Releasing,
 };
 
 /// Opaque client handle: one core session plus the memory that borrowed outputs point into.
 ///
-/// Created by `lh_client_new`, destroyed by `lh_client_free`. Not thread-safe: one thread at a
+/// Created by `lh_client_new` with one backend attached, destroyed by `lh_client_free`. Not thread-safe: one thread at a
 /// time (hosts guard it with a mutex).
 pub struct lh_client {
     pub(crate) state: ClientState,
@@ -39,21 +38,12 @@ impl std::fmt::Debug for lh_client {
 /// The mutable part of a handle the exports work on.
 pub(crate) struct ClientState {
     pub(crate) core: Client,
-    /// The backend protocol, when the handle was created with one (`lh_client_new_redis`).
-    pub(crate) backend: Option<Box<super::backend::Attached>>,
-    /// The SQL protocol, when the handle was created with one (`lh_client_new_sql`).
-    pub(crate) sql: Option<Box<super::sql::SqlAttached>>,
-    /// The etcd protocol, when the handle was created with one (`lh_client_new_etcd`).
-    pub(crate) etcd: Option<Box<super::etcd::EtcdAttached>>,
-    /// Name of the last polled output; `lh_output.name` points into it.
-    out_name: Option<LockName>,
-    /// Hex token of the last polled output; `lh_output.token` points into it.
-    out_token: [u8; 32],
-    /// Raw token whose hex is in `out_token`: successive outputs of one lease (every renew)
-    /// carry the same token, so the hex is only recomputed when the token changes.
-    out_token_raw: Option<Token>,
-    /// Backend data of the last polled output; `lh_output.backend_data` points into it.
-    out_backend_data: Option<Arc<[u8]>>,
+    /// The backend protocol attached at creation: one per handle.
+    pub(crate) proto: Protocol,
+    /// The flat form of the last polled request; `lh_io_request` points into it.
+    pub(crate) flat: super::io::Flat,
+    /// The text `lh_backend_last_error` points into.
+    pub(crate) backend_error: CString,
     /// Holder host or error of the last polled status; `lh_lock_status` points into it.
     pub(crate) status_text: String,
 }
@@ -112,6 +102,7 @@ pub fn status_name(status: u32) -> &'static std::ffi::CStr {
         LH_ERR_UNKNOWN_CONNECTION => c"LH_ERR_UNKNOWN_CONNECTION",
         LH_ERR_LIMIT_REACHED => c"LH_ERR_LIMIT_REACHED",
         LH_ERR_PANIC => c"LH_ERR_PANIC",
+        LH_ERR_WRONG_ANSWER => c"LH_ERR_WRONG_ANSWER",
         LH_ERR_POISONED => c"LH_ERR_POISONED",
         _ => c"LH_UNKNOWN_STATUS",
     }
@@ -209,52 +200,6 @@ pub(crate) unsafe fn seed_arg<'a>(seed: *const u8, seed_len: usize) -> Result<&'
     }
 }
 
-/// Creates a client. The seed (at least `LH_MIN_SEED_LEN`, at most `LH_MAX_SEED_LEN` bytes;
-/// hosts pass 32 bytes of OS entropy, tests a fixed seed) drives tokens and jitter; it is
-/// copied, not retained. On success `*out` receives a handle to free with `lh_client_free`.
-///
-/// Errors: NULL `cfg`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `cfg->struct_size` →
-/// `LH_ERR_STRUCT_SIZE`; bad config → `LH_ERR_INVALID_CONFIG`; short seed →
-/// `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
-///
-/// # Safety
-/// `cfg` points to a readable `lh_config` of `cfg->struct_size` bytes; `seed` to `seed_len`
-/// readable bytes; `out` is valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_client_new(
-    cfg: *const lh_config,
-    seed: *const u8,
-    seed_len: usize,
-    out: *mut *mut lh_client,
-) -> lh_status {
-    guard_static(|| {
-        require_out(out, "out")?;
-        // SAFETY: per the caller's contract.
-        let cfg = unsafe { read_sized(cfg, "cfg")? };
-        // SAFETY: per the caller's contract.
-        let seed = unsafe { seed_arg(seed, seed_len)? };
-        let config = config_from_c(&cfg)?;
-        let core = Client::new(config, seed)?;
-        let handle = Box::new(lh_client {
-            state: ClientState {
-                core,
-                backend: None,
-                sql: None,
-                etcd: None,
-                out_name: None,
-                out_token: [0; 32],
-                out_token_raw: None,
-                out_backend_data: None,
-                status_text: String::new(),
-            },
-            diag: Diag::new(),
-        });
-        // SAFETY: checked non-NULL above; valid per the caller's contract.
-        unsafe { write_out(out, Box::into_raw(handle)) };
-        Ok(())
-    })
-}
-
 /// Destroys a client and everything it owns (borrowed output pointers become invalid).
 /// NULL is a no-op. Freeing a handle twice is undefined behaviour, as with `free()`.
 ///
@@ -301,7 +246,11 @@ pub unsafe extern "C" fn lh_client_reseed(
         guard_mut(c, |s| {
             let seed = seed_arg(seed, seed_len)?;
             s.core.reseed(seed)?;
-            s.reseed_backend(seed)?;
+            if let Protocol::Redis(p) = &mut s.proto {
+                let random = super::backend::wake_random(seed)?;
+                let now = s.core.now();
+                p.set_wake_random(now, random);
+            }
             Ok(())
         })
     }
@@ -353,40 +302,23 @@ pub unsafe extern "C" fn lh_acquire(
 }
 
 /// Releases a lease (idempotence is the wrapper's business: a second release returns
-/// `LH_ERR_LEASE_ENDED`). Emits `LH_OUTPUT_RELEASED` at once and, if needed, a RELEASE command;
-/// a lease whose validity ran out before this call ends with `LH_OUTPUT_LOST` instead.
-///
-/// # Safety
-/// `c` is NULL or a live handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_release(c: *mut lh_client, now: u64, lease: u64) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            s.core.release(now, LeaseId(lease))?;
-            Ok(())
-        })
-    }
-}
-
-/// Releases a lease like `lh_release` and reports what happened. `*out_releasing` receives
-/// an `LH_RELEASING_*` value:
-/// - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE command is
-///   queued; when the service answers (or the grant's TTL has certainly run out without an
-///   answer) an `LH_OUTPUT_RELEASE_OUTCOME` event for the lease tells `LH_REASON_RELEASE_CONFIRMED`,
+/// `LH_ERR_LEASE_ENDED`, its terminal event was delivered earlier). When `out_releasing` is
+/// not NULL it receives an `LH_RELEASING_*` value saying what happened:
+/// - `LH_RELEASING_PENDING`: the lease ended RELEASED (event queued) and a RELEASE is queued;
+///   when the service answers (or the grant's TTL has certainly run out without an answer)
+///   an `LH_EVENT_RELEASE_OUTCOME` event tells `LH_REASON_RELEASE_CONFIRMED`,
 ///   `LH_REASON_RELEASE_NOT_OWNER` or `LH_REASON_RELEASE_UNCONFIRMED`;
 /// - `LH_RELEASING_LOST`: the lease's validity had run out before this call (a paused
 ///   process): it ended LOST, not RELEASED, and the LOST event with its reason is queued;
 /// - `LH_RELEASING_HOLDER_LEFT`: other reentrant holders remain, nothing was sent;
 /// - `LH_RELEASING_NOT_ACQUIRED`: the lease was still acquiring and ended ACQUIRE_FAILED.
 ///
-/// Errors as for `lh_release` (`LH_ERR_LEASE_ENDED` for a lease that already ended: its
-/// terminal event was delivered earlier), plus NULL `out_releasing`.
+/// With `out_releasing` NULL no RELEASE_OUTCOME event is produced.
 ///
 /// # Safety
-/// `c` is NULL or a live handle; `out_releasing` is valid for writing a `uint32_t`.
+/// `c` is NULL or a live handle; `out_releasing` is NULL or valid for writing a `uint32_t`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_release_reported(
+pub unsafe extern "C" fn lh_release(
     c: *mut lh_client,
     now: u64,
     lease: u64,
@@ -395,7 +327,10 @@ pub unsafe extern "C" fn lh_release_reported(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            require_out(out_releasing, "out_releasing")?;
+            if out_releasing.is_null() {
+                s.core.release(now, LeaseId(lease))?;
+                return Ok(());
+            }
             let code = match s.core.release_reported(now, LeaseId(lease))? {
                 Releasing::HolderLeft => LH_RELEASING_HOLDER_LEFT,
                 Releasing::Pending => LH_RELEASING_PENDING,
@@ -411,7 +346,7 @@ pub unsafe extern "C" fn lh_release_reported(
 /// Renews a held lease now (the manual escape hatch; works with or without automatic
 /// renewal): a RENEW command is queued, unless one is in flight, which this call then joins.
 /// Validity counts from that renewal's send time. The answer arrives as an
-/// `LH_OUTPUT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
+/// `LH_EVENT_RENEWED` event (lease_id, new valid_until_ns) or as the lease's LOST event; a
 /// renewal failing in transport is retried within the failure budget like any other. If
 /// the lease's validity had already run out, it ends LOST in this call (event queued) and
 /// nothing is sent.
@@ -433,130 +368,6 @@ pub unsafe extern "C" fn lh_renew(c: *mut lh_client, now: u64, lease: u64) -> lh
     }
 }
 
-/// Feeds the answer to an ACQUIRE command. `outcome` is `LH_ACQUIRE_*`. For GRANTED,
-/// `fencing_token`, `ttl_ms` and the backend data (NULL allowed when the length is 0; copied,
-/// at most `LH_MAX_BACKEND_DATA_LEN` bytes) are read; for HELD_BY_OTHER, `retry_after_ms`
-/// (`LH_NO_RETRY_HINT` if unknown); otherwise they are ignored. Unknown or already answered
-/// request ids are counted as stale and return `LH_OK`.
-///
-/// # Safety
-/// `c` is NULL or a live handle; `backend_data` points to `backend_data_len` readable bytes.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn lh_acquire_result(
-    c: *mut lh_client,
-    now: u64,
-    request_id: u64,
-    outcome: u32,
-    fencing_token: u64,
-    ttl_ms: u64,
-    retry_after_ms: u64,
-    backend_data: *const u8,
-    backend_data_len: usize,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            let result = match outcome {
-                LH_ACQUIRE_GRANTED => AcquireResult::Granted {
-                    fencing_token,
-                    ttl_ms,
-                    backend_data: optional_bytes_arg(
-                        backend_data,
-                        backend_data_len,
-                        LH_MAX_BACKEND_DATA_LEN,
-                        "backend_data",
-                        LH_ERR_BACKEND_DATA_TOO_LONG,
-                    )?,
-                },
-                LH_ACQUIRE_HELD_BY_OTHER => AcquireResult::HeldByOther {
-                    retry_after_ms: (retry_after_ms != LH_NO_RETRY_HINT).then_some(retry_after_ms),
-                },
-                LH_ACQUIRE_TRANSPORT_ERROR => AcquireResult::TransportError,
-                other => return Err(Failure::invalid_enum("acquire outcome", other)),
-            };
-            s.core
-                .handle_acquire_result(now, RequestId(request_id), result)?;
-            Ok(())
-        })
-    }
-}
-
-/// Feeds the answer to a RENEW command (`LH_RENEW_*`). Stale request ids return `LH_OK`.
-///
-/// # Safety
-/// `c` is NULL or a live handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_renew_result(
-    c: *mut lh_client,
-    now: u64,
-    request_id: u64,
-    outcome: u32,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            let result = match outcome {
-                LH_RENEW_RENEWED => RenewResult::Renewed,
-                LH_RENEW_REJECTED => RenewResult::Rejected,
-                LH_RENEW_TRANSPORT_ERROR => RenewResult::TransportError,
-                other => return Err(Failure::invalid_enum("renew outcome", other)),
-            };
-            s.core
-                .handle_renew_result(now, RequestId(request_id), result)?;
-            Ok(())
-        })
-    }
-}
-
-/// Feeds the answer to a RELEASE command (`LH_RELEASE_*`). Stale request ids return `LH_OK`.
-///
-/// # Safety
-/// `c` is NULL or a live handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_release_result(
-    c: *mut lh_client,
-    now: u64,
-    request_id: u64,
-    outcome: u32,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            let result = match outcome {
-                LH_RELEASE_RELEASED => ReleaseResult::Released,
-                LH_RELEASE_NOT_OWNER => ReleaseResult::NotOwner,
-                LH_RELEASE_TRANSPORT_ERROR => ReleaseResult::TransportError,
-                other => return Err(Failure::invalid_enum("release outcome", other)),
-            };
-            s.core
-                .handle_release_result(now, RequestId(request_id), result)?;
-            Ok(())
-        })
-    }
-}
-
-/// Delivers one release notification for a watched `name` (wakes one local waiter).
-///
-/// # Safety
-/// `c` is NULL or a live handle; `name` points to `name_len` readable bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_released(
-    c: *mut lh_client,
-    now: u64,
-    name: *const u8,
-    name_len: usize,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            let name = name_arg(name, name_len)?;
-            s.core.handle_released(now, name)?;
-            Ok(())
-        })
-    }
-}
-
 /// Tells the core that time has passed (call it when the deadline from `lh_poll_timeout`
 /// arrives; early or spurious calls are harmless).
 ///
@@ -567,7 +378,7 @@ pub unsafe extern "C" fn lh_timeout(c: *mut lh_client, now: u64) -> lh_status {
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            s.timeout(now);
+            s.proto.handle_timeout(&mut s.core, now);
             Ok(())
         })
     }
@@ -610,187 +421,75 @@ fn state_code(s: LeaseState) -> u32 {
     }
 }
 
-const EMPTY_OUTPUT: lh_output = lh_output {
-    kind: LH_OUTPUT_NONE,
-    reason: LH_REASON_NONE,
-    request_id: 0,
-    lease_id: 0,
-    name: std::ptr::null(),
-    name_len: 0,
-    token: std::ptr::null(),
-    token_len: 0,
-    backend_data: std::ptr::null(),
-    backend_data_len: 0,
-    ttl_ms: 0,
-    fencing_token: 0,
-    valid_until_ns: 0,
-};
-
 impl ClientState {
-    pub(crate) fn new(core: Client) -> Self {
+    pub(crate) fn new(core: Client, proto: Protocol) -> Self {
         ClientState {
             core,
-            backend: None,
-            sql: None,
-            etcd: None,
-            out_name: None,
-            out_token: [0; 32],
-            out_token_raw: None,
-            out_backend_data: None,
+            proto,
+            flat: super::io::Flat::default(),
+            backend_error: CString::default(),
             status_text: String::new(),
         }
     }
-
-    /// Makes `out_token` the hex of `token`, reusing the previous conversion when unchanged.
-    #[inline]
-    fn set_token(&mut self, token: Token) {
-        if self.out_token_raw != Some(token) {
-            self.out_token = token.to_hex();
-            self.out_token_raw = Some(token);
-        }
-    }
-
-    /// Converts one core output into its flat C form, keeping the bytes it points to alive in
-    /// the handle until the next poll.
-    pub(crate) fn flatten(&mut self, output: Option<Output>) -> lh_output {
-        self.out_name = None;
-        self.out_backend_data = None;
-        let mut o = EMPTY_OUTPUT;
-        let Some(output) = output else {
-            return o;
-        };
-        match output {
-            Output::Command(cmd) => match cmd {
-                Command::Acquire {
-                    request,
-                    lease,
-                    name,
-                    token,
-                    ttl_ms,
-                } => {
-                    o.kind = LH_OUTPUT_ACQUIRE;
-                    o.request_id = request.0;
-                    o.lease_id = lease.0;
-                    o.ttl_ms = ttl_ms;
-                    self.set_token(token);
-                    self.out_name = Some(name);
-                }
-                Command::Renew {
-                    request,
-                    lease,
-                    name,
-                    token,
-                    ttl_ms,
-                    backend_data,
-                } => {
-                    o.kind = LH_OUTPUT_RENEW;
-                    o.request_id = request.0;
-                    o.lease_id = lease.0;
-                    o.ttl_ms = ttl_ms;
-                    self.set_token(token);
-                    self.out_name = Some(name);
-                    self.out_backend_data = backend_data;
-                }
-                Command::Release {
-                    request,
-                    lease,
-                    name,
-                    token,
-                    backend_data,
-                } => {
-                    o.kind = LH_OUTPUT_RELEASE;
-                    o.request_id = request.0;
-                    o.lease_id = lease.0;
-                    self.set_token(token);
-                    self.out_name = Some(name);
-                    self.out_backend_data = backend_data;
-                }
-                Command::Watch { name } => {
-                    o.kind = LH_OUTPUT_WATCH;
-                    self.out_name = Some(name);
-                }
-                Command::Unwatch { name } => {
-                    o.kind = LH_OUTPUT_UNWATCH;
-                    self.out_name = Some(name);
-                }
-            },
-            Output::Event(ev) => match ev {
-                Event::Acquired {
-                    lease,
-                    fencing_token,
-                    valid_until,
-                } => {
-                    o.kind = LH_OUTPUT_ACQUIRED;
-                    o.lease_id = lease.0;
-                    o.fencing_token = fencing_token;
-                    o.valid_until_ns = valid_until;
-                }
-                Event::AcquireFailed { lease, reason } => {
-                    o.kind = LH_OUTPUT_ACQUIRE_FAILED;
-                    o.lease_id = lease.0;
-                    o.reason = fail_reason(reason);
-                }
-                Event::Lost { lease, reason } => {
-                    o.kind = LH_OUTPUT_LOST;
-                    o.lease_id = lease.0;
-                    o.reason = lost_reason(reason);
-                }
-                Event::Released { lease } => {
-                    o.kind = LH_OUTPUT_RELEASED;
-                    o.lease_id = lease.0;
-                }
-                Event::Renewed { lease, valid_until } => {
-                    o.kind = LH_OUTPUT_RENEWED;
-                    o.lease_id = lease.0;
-                    o.valid_until_ns = valid_until;
-                }
-                Event::ReleaseOutcome { lease, outcome } => {
-                    o.kind = LH_OUTPUT_RELEASE_OUTCOME;
-                    o.lease_id = lease.0;
-                    o.reason = match outcome {
-                        ReleaseOutcome::Confirmed => LH_REASON_RELEASE_CONFIRMED,
-                        ReleaseOutcome::NotOwner => LH_REASON_RELEASE_NOT_OWNER,
-                        ReleaseOutcome::Unconfirmed => LH_REASON_RELEASE_UNCONFIRMED,
-                    };
-                }
-            },
-        }
-        if matches!(
-            o.kind,
-            LH_OUTPUT_ACQUIRE | LH_OUTPUT_RENEW | LH_OUTPUT_RELEASE
-        ) {
-            o.token = self.out_token.as_ptr();
-            o.token_len = self.out_token.len();
-        }
-        if let Some(name) = &self.out_name {
-            // Bytes, not `&str`: an inline name would be re-checked as UTF-8 on every output.
-            let name = name.as_bytes();
-            o.name = name.as_ptr();
-            o.name_len = name.len();
-        }
-        if let Some(data) = &self.out_backend_data {
-            o.backend_data = out_ptr(data);
-            o.backend_data_len = data.len();
-        }
-        o
-    }
 }
 
-/// Takes the next output into `*out`. `out->kind == LH_OUTPUT_NONE` when nothing is left;
-/// drain until then after every input. Pointers in `*out` borrow handle memory and stay valid
-/// until the next call on this handle.
+fn event_to_c(ev: Option<Event>) -> lh_event {
+    let mut o = lh_event::default();
+    let Some(ev) = ev else {
+        return o;
+    };
+    match ev {
+        Event::Acquired {
+            lease,
+            fencing_token,
+            valid_until,
+        } => {
+            o.kind = LH_EVENT_ACQUIRED;
+            o.lease_id = lease.0;
+            o.fencing_token = fencing_token;
+            o.valid_until_ns = valid_until;
+        }
+        Event::AcquireFailed { lease, reason } => {
+            o.kind = LH_EVENT_ACQUIRE_FAILED;
+            o.lease_id = lease.0;
+            o.reason = fail_reason(reason);
+        }
+        Event::Lost { lease, reason } => {
+            o.kind = LH_EVENT_LOST;
+            o.lease_id = lease.0;
+            o.reason = lost_reason(reason);
+        }
+        Event::Released { lease } => {
+            o.kind = LH_EVENT_RELEASED;
+            o.lease_id = lease.0;
+        }
+        Event::Renewed { lease, valid_until } => {
+            o.kind = LH_EVENT_RENEWED;
+            o.lease_id = lease.0;
+            o.valid_until_ns = valid_until;
+        }
+        Event::ReleaseOutcome { lease, outcome } => {
+            o.kind = LH_EVENT_RELEASE_OUTCOME;
+            o.lease_id = lease.0;
+            o.reason = outcome as u32;
+        }
+    }
+    o
+}
+
+/// Takes the next event for the application into `*out` (`out->kind == LH_EVENT_NONE` when
+/// nothing is left; drain until then after every input).
 ///
 /// # Safety
-/// `c` is NULL or a live handle; `out` is valid for writing one `lh_output`.
+/// `c` is NULL or a live handle; `out` is valid for writing one `lh_event`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_poll_output(c: *mut lh_client, out: *mut lh_output) -> lh_status {
+pub unsafe extern "C" fn lh_poll_event(c: *mut lh_client, out: *mut lh_event) -> lh_status {
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
             require_out(out, "out")?;
-            let next = s.next_output();
-            let flat = s.flatten(next);
-            write_out(out, flat);
+            let ev = s.proto.poll_event(&mut s.core);
+            write_out(out, event_to_c(ev));
             Ok(())
         })
     }
@@ -810,7 +509,7 @@ pub unsafe extern "C" fn lh_poll_timeout(
     unsafe {
         guard_mut(c, |s| {
             require_out(out_deadline_ns, "out_deadline_ns")?;
-            let deadline = s.next_deadline().unwrap_or(LH_NO_DEADLINE);
+            let deadline = s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE);
             write_out(out_deadline_ns, deadline);
             Ok(())
         })
@@ -951,8 +650,8 @@ pub unsafe extern "C" fn lh_is_held(
     }
 }
 
-fn counters_to_c(k: &Counters) -> lh_counters {
-    lh_counters {
+fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
+    let mut c = lh_counters {
         struct_size: size_of::<lh_counters>() as u32,
         _reserved: 0,
         live_leases: k.live_leases,
@@ -974,10 +673,86 @@ fn counters_to_c(k: &Counters) -> lh_counters {
         releases_not_owner: k.releases_not_owner,
         releases_unconfirmed: k.releases_unconfirmed,
         releases_lost: k.releases_lost,
+        backend_requests: 0,
+        backend_error_replies: 0,
+        backend_garbage_replies: 0,
+        backend_stale_replies: 0,
+        backend_transport_failures: 0,
+        backend_wakeups: 0,
+        backend_ignored_messages: 0,
+        redis_script_calls: 0,
+        redis_noscript_retries: 0,
+        redis_local_refusals: 0,
+        redis_standby_takeovers: 0,
+        redis_subscriptions: 0,
+        redis_subscriber_losses: 0,
+        redis_subscribed: 0,
+        sql_migrations: 0,
+        sql_database_errors: 0,
+        etcd_leases_granted: 0,
+        etcd_txns: 0,
+        etcd_watches: 0,
+        etcd_waiting_keepalives: 0,
+        etcd_waiters_expired: 0,
+    };
+    match proto {
+        Protocol::Memory(p) => {
+            let b = p.counters();
+            c.backend_requests = b.requests;
+            c.backend_error_replies = b.error_replies;
+            c.backend_garbage_replies = b.garbage_replies;
+            c.backend_stale_replies = b.stale_replies;
+            c.backend_transport_failures = b.transport_failures;
+            c.backend_wakeups = b.wakeups;
+            c.backend_ignored_messages = b.ignored_messages;
+        }
+        Protocol::Redis(p) => {
+            let b = p.counters();
+            c.backend_requests = b.requests;
+            c.backend_error_replies = b.error_replies;
+            c.backend_garbage_replies = b.garbage_replies;
+            c.backend_stale_replies = b.stale_replies;
+            c.backend_transport_failures = b.transport_failures;
+            c.backend_wakeups = b.wakeups;
+            c.backend_ignored_messages = b.ignored_messages;
+            c.redis_script_calls = b.script_calls;
+            c.redis_noscript_retries = b.noscript_retries;
+            c.redis_local_refusals = b.local_refusals;
+            c.redis_standby_takeovers = b.standby_takeovers;
+            c.redis_subscriptions = b.subscriptions;
+            c.redis_subscriber_losses = b.subscriber_losses;
+            c.redis_subscribed = u64::from(p.is_subscribed());
+        }
+        Protocol::Sql(p) => {
+            let b = p.counters();
+            c.backend_requests = b.requests;
+            c.backend_garbage_replies = b.garbage_results;
+            c.backend_stale_replies = b.stale_results;
+            c.backend_transport_failures = b.transport_failures;
+            c.backend_wakeups = b.wakeups;
+            c.backend_ignored_messages = b.ignored_notifications;
+            c.sql_migrations = b.migrations;
+            c.sql_database_errors = b.database_errors;
+        }
+        Protocol::Etcd(p) => {
+            let b = p.counters();
+            c.backend_requests = b.requests;
+            c.backend_error_replies = b.error_replies;
+            c.backend_garbage_replies = b.garbage_replies;
+            c.backend_stale_replies = b.stale_replies;
+            c.backend_transport_failures = b.transport_failures;
+            c.backend_wakeups = b.wakeups;
+            c.etcd_leases_granted = b.leases_granted;
+            c.etcd_txns = b.txns;
+            c.etcd_watches = b.watches;
+            c.etcd_waiting_keepalives = b.waiting_keepalives;
+            c.etcd_waiters_expired = b.waiters_expired;
+        }
     }
+    c
 }
 
-/// Fills `*out` with the client's counters (`out->struct_size` must be set by the caller, at
+/// Fills `*out` with the client's counters, the engine's and its backend protocol's (`out->struct_size` must be set by the caller, at
 /// least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
 /// and sets `struct_size` to the bytes it wrote).
 ///
@@ -989,7 +764,7 @@ pub unsafe extern "C" fn lh_counters_get(c: *const lh_client, out: *mut lh_count
     unsafe {
         guard_ref(c, |s| {
             let len = check_growing_out(out, "out", LH_COUNTERS_V1_SIZE)?;
-            write_prefix(out, counters_to_c(&s.core.counters()), len);
+            write_prefix(out, counters_to_c(&s.core.counters(), &s.proto), len);
             Ok(())
         })
     }

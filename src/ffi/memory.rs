@@ -1,46 +1,29 @@
 //! The `lh_memory_service_*` exports: the in-memory reference lock service
 //! (`service::memory`) for every binding's tests and examples.
 //!
-//! One opaque `lh_memory_service` is one service ("the server"); each client talks to it
-//! through a connection id with its own fault switches. Requests answer at once with an
-//! `lh_memory_result` whose `engine_outcome` is the value to feed to `lh_acquire_result` /
-//! `lh_renew_result` / `lh_release_result`, so a wrapper needs no mapping of its own.
-//! Host-level faults (delay, hang) stay in the wrappers: the service never waits.
+//! One opaque `lh_memory_service` is one service ("the server"); each client (a handle made
+//! with `LH_BACKEND_MEMORY`) talks to it through a connection id with its own fault switches,
+//! through the same seam as every backend: the host hands each polled request to
+//! `lh_memory_service_call` and the answer back with `lh_io_reply`, and each release
+//! notification from `lh_memory_service_poll_released` to `lh_io_message`. Host-level faults
+//! (delay, hang) stay in the wrappers: the service never waits.
 #![allow(non_camel_case_types)]
 
 use std::ffi::c_char;
 
 use super::boundary::{
-    Diag, Failure, bytes_arg, check_sized_out, guard_parts, guard_static, name_arg, read_sized,
-    require_out, write_out,
+    Diag, Failure, check_sized_out, guard_parts, guard_static, name_arg, optional_bytes_arg,
+    out_ptr, read_sized, require_out, write_out,
 };
 use super::types::*;
+use super::values::{LH_MAX_REPLY_DATA, lh_bytes, lh_value};
+use crate::service::call::CallAnswer;
 #[cfg(feature = "testing")]
 use crate::service::memory::Faults;
-use crate::service::memory::{Limits, MemoryError, MemoryService, Reply, Stats, Status};
+use crate::service::memory::{Limits, MemoryError, MemoryService, Stats, Status};
 
 /// Longest ownership token the memory service accepts, in bytes (the engine's are 32).
 pub const LH_MEMORY_MAX_TOKEN_LEN: usize = 64;
-
-/// `lh_memory_result.outcome` (acquire): the token holds the name (fencing_token, ttl_ms).
-pub const LH_MEMORY_GRANTED: u32 = 1;
-/// `lh_memory_result.outcome` (acquire): another token holds it (retry_after_ms, or
-/// `LH_NO_RETRY_HINT` when a reject switch answered).
-pub const LH_MEMORY_HELD_BY_OTHER: u32 = 2;
-/// `lh_memory_result.outcome` (renew): extended.
-pub const LH_MEMORY_RENEWED: u32 = 3;
-/// `lh_memory_result.outcome` (renew): the token does not hold the name.
-pub const LH_MEMORY_REJECTED: u32 = 4;
-/// `lh_memory_result.outcome` (release): deleted; watchers are notified.
-pub const LH_MEMORY_RELEASED: u32 = 5;
-/// `lh_memory_result.outcome` (release): the token did not hold the name; nothing changed.
-pub const LH_MEMORY_NOT_OWNER: u32 = 6;
-/// `lh_memory_result.outcome`: no answer (request or answer lost, or partitioned): a
-/// transport error for the engine.
-pub const LH_MEMORY_DROPPED: u32 = 7;
-/// `lh_memory_result.outcome` (acquire): a new name while every record is live
-/// (`max_names`): a transport error for the engine.
-pub const LH_MEMORY_FULL: u32 = 8;
 
 /// `lh_memory_faults.flags`: acquires answer HELD_BY_OTHER (no hint) without looking.
 pub const LH_MEMORY_REJECT_ACQUIRES: u32 = 1;
@@ -70,7 +53,8 @@ pub struct lh_memory_config {
     /// `sizeof(lh_memory_config)` as compiled by the caller.
     pub struct_size: u32,
     /// Most names with a record (default 65536); free and expired records are reclaimed when
-    /// it is reached, and an acquire of a new name answers `LH_MEMORY_FULL` if none is.
+    /// it is reached, and an acquire of a new name answers FULL (a transport error for the
+    /// client) if none is.
     pub max_names: u32,
     /// Most open connections (default 1024).
     pub max_connections: u32,
@@ -94,27 +78,6 @@ pub struct lh_memory_faults {
     pub drop_next_responses: u32,
     /// Always 0.
     pub _reserved: u32,
-}
-
-/// The answer to one acquire / renew / release.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct lh_memory_result {
-    /// `sizeof(lh_memory_result)` as compiled by the caller; set to the library's size on return.
-    pub struct_size: u32,
-    /// `LH_MEMORY_*` outcome.
-    pub outcome: u32,
-    /// What to feed the engine: `LH_ACQUIRE_*` (acquire), `LH_RENEW_*` (renew) or
-    /// `LH_RELEASE_*` (release); DROPPED and FULL are the TRANSPORT_ERROR of each.
-    pub engine_outcome: u32,
-    /// Always 0.
-    pub _reserved: u32,
-    /// Fencing token (GRANTED), else 0.
-    pub fencing_token: u64,
-    /// TTL granted in ms (GRANTED), else 0.
-    pub ttl_ms: u64,
-    /// The holder's remaining TTL in ms, rounded up (HELD_BY_OTHER), else `LH_NO_RETRY_HINT`.
-    pub retry_after_ms: u64,
 }
 
 /// What the service says about one name (`lh_memory_service_status`).
@@ -197,6 +160,9 @@ struct MemoryState {
     svc: MemoryService,
     /// Name of the last polled notification; the borrowed pointer points into it.
     out_name: String,
+    /// The last answer of `lh_memory_service_call`; `lh_memory_answer` points into it.
+    answer: CallAnswer,
+    values: Vec<lh_value>,
 }
 
 impl From<MemoryError> for Failure {
@@ -226,21 +192,6 @@ unsafe fn guard_svc(
         return LH_ERR_NULL_ARGUMENT;
     };
     guard_parts(&h.diag, &mut h.state, f)
-}
-
-/// # Safety
-/// `ptr` points to `len` readable bytes (or is NULL: an error).
-unsafe fn token_arg<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], Failure> {
-    // SAFETY: forwarded contract.
-    unsafe {
-        bytes_arg(
-            ptr,
-            len,
-            LH_MEMORY_MAX_TOKEN_LEN,
-            "token",
-            LH_ERR_INVALID_TOKEN,
-        )
-    }
 }
 
 fn limits_from_c(c: &lh_memory_config) -> Limits {
@@ -283,49 +234,6 @@ fn faults_from_c(c: &lh_memory_faults) -> Result<Faults, Failure> {
         drop_next_responses: c.drop_next_responses,
         partitioned: on(LH_MEMORY_PARTITIONED),
     })
-}
-
-/// Which engine input a reply answers (for `engine_outcome`).
-#[derive(Clone, Copy)]
-enum Request {
-    Acquire,
-    Renew,
-    Release,
-}
-
-fn result_to_c(req: Request, reply: Reply) -> lh_memory_result {
-    let transport_error = match req {
-        Request::Acquire => LH_ACQUIRE_TRANSPORT_ERROR,
-        Request::Renew => LH_RENEW_TRANSPORT_ERROR,
-        Request::Release => LH_RELEASE_TRANSPORT_ERROR,
-    };
-    let mut r = lh_memory_result {
-        struct_size: size_of::<lh_memory_result>() as u32,
-        outcome: 0,
-        engine_outcome: transport_error,
-        _reserved: 0,
-        fencing_token: 0,
-        ttl_ms: 0,
-        retry_after_ms: LH_NO_RETRY_HINT,
-    };
-    (r.outcome, r.engine_outcome) = match reply {
-        Reply::Granted { fence, ttl_ms } => {
-            r.fencing_token = fence;
-            r.ttl_ms = ttl_ms;
-            (LH_MEMORY_GRANTED, LH_ACQUIRE_GRANTED)
-        }
-        Reply::HeldByOther { retry_after_ms } => {
-            r.retry_after_ms = retry_after_ms.unwrap_or(LH_NO_RETRY_HINT);
-            (LH_MEMORY_HELD_BY_OTHER, LH_ACQUIRE_HELD_BY_OTHER)
-        }
-        Reply::Renewed => (LH_MEMORY_RENEWED, LH_RENEW_RENEWED),
-        Reply::Rejected => (LH_MEMORY_REJECTED, LH_RENEW_REJECTED),
-        Reply::Released => (LH_MEMORY_RELEASED, LH_RELEASE_RELEASED),
-        Reply::NotOwner => (LH_MEMORY_NOT_OWNER, LH_RELEASE_NOT_OWNER),
-        Reply::Dropped => (LH_MEMORY_DROPPED, transport_error),
-        Reply::Full => (LH_MEMORY_FULL, transport_error),
-    };
-    r
 }
 
 fn status_to_c(st: &Status) -> lh_memory_status {
@@ -418,6 +326,8 @@ pub unsafe extern "C" fn lh_memory_service_new(
             state: MemoryState {
                 svc,
                 out_name: String::new(),
+                answer: CallAnswer::default(),
+                values: Vec::new(),
             },
             diag: Diag::new(),
         });
@@ -500,151 +410,97 @@ pub unsafe extern "C" fn lh_memory_service_disconnect(
     }
 }
 
-/// Shared body of acquire / renew / release: argument checks before any state changes.
+/// The answer of `lh_memory_service_call`, in the flat value format `lh_io_reply` takes.
+/// The pointers borrow the service handle until the next call on it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lh_memory_answer {
+    /// `sizeof(lh_memory_answer)` as compiled by the caller; set to the library's size.
+    pub struct_size: u32,
+    /// 1 when the request or its answer was lost (fault switches, partition): report the
+    /// request to the client with `lh_io_failed` (`LH_FAILURE_TRANSPORT`); the values are
+    /// then empty.
+    pub dropped: u32,
+    /// The answer's values in pre-order.
+    pub values: *const lh_value,
+    /// Number of values.
+    pub nvalues: usize,
+    /// The bytes string values point into.
+    pub data: *const u8,
+    /// Length of `data`.
+    pub data_len: usize,
+}
+
+/// Runs one request a memory-backend client polled (`LH_IO_COMMAND`: hand over its `argv`
+/// unread) for `connection` at host time `now` (monotonic ns; the service's clock is it plus
+/// every clock step). `*out` receives the answer to pass to `lh_io_reply`, or `dropped`. A
+/// malformed request is an error *answer* for the client to see, never a status here.
+///
+/// Errors (nothing changed): NULL pointers (an argument may be NULL only when empty), more
+/// than 64 arguments or one over `LH_MAX_REPLY_DATA` bytes (`LH_ERR_INVALID_REPLY`),
+/// small `out->struct_size`, `LH_ERR_UNKNOWN_CONNECTION`.
 ///
 /// # Safety
-/// As for the exports that call it.
-#[allow(clippy::too_many_arguments)]
-unsafe fn request(
+/// `svc` is NULL or a live handle; `argv` points to `argc` readable `lh_bytes`, each readable
+/// for its length; `out` is valid for reading and writing an `lh_memory_answer`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_memory_service_call(
     svc: *mut lh_memory_service,
-    req: Request,
     connection: u64,
     now: u64,
-    name: *const u8,
-    name_len: usize,
-    token: *const u8,
-    token_len: usize,
-    ttl_ms: u64,
-    out: *mut lh_memory_result,
+    argv: *const lh_bytes,
+    argc: u32,
+    out: *mut lh_memory_answer,
 ) -> lh_status {
     // SAFETY: per the caller's contract.
     unsafe {
         guard_svc(svc, |s| {
             check_sized_out(out, "out")?;
-            let name = name_arg(name, name_len)?;
-            let token = token_arg(token, token_len)?;
-            let reply = match req {
-                Request::Acquire => s.svc.acquire(connection, now, name, token, ttl_ms)?,
-                Request::Renew => s.svc.renew(connection, now, name, token, ttl_ms)?,
-                Request::Release => s.svc.release(connection, now, name, token)?,
-            };
-            write_out(out, result_to_c(req, reply));
+            if argv.is_null() {
+                return Err(Failure::null("argv"));
+            }
+            if argc > 64 {
+                return Err(Failure::new(
+                    LH_ERR_INVALID_REPLY,
+                    format!("{argc} arguments, at most 64"),
+                ));
+            }
+            let raw = std::slice::from_raw_parts(argv, argc as usize);
+            let mut args = Vec::with_capacity(raw.len());
+            for a in raw {
+                args.push(optional_bytes_arg(
+                    a.ptr,
+                    a.len,
+                    LH_MAX_REPLY_DATA,
+                    "argument",
+                    LH_ERR_INVALID_REPLY,
+                )?);
+            }
+            s.answer = s.svc.call(connection, now, &args)?;
+            s.values.clear();
+            s.values.extend(s.answer.values.iter().map(|v| lh_value {
+                kind: v.kind,
+                _reserved: 0,
+                integer: v.integer,
+                offset: v.offset,
+                len: v.len,
+            }));
+            write_out(
+                out,
+                lh_memory_answer {
+                    struct_size: size_of::<lh_memory_answer>() as u32,
+                    dropped: u32::from(s.answer.dropped),
+                    values: out_ptr(&s.values),
+                    nvalues: s.values.len(),
+                    data: out_ptr(&s.answer.data),
+                    data_len: s.answer.data.len(),
+                },
+            );
             Ok(())
         })
     }
 }
 
-/// Acquires `name` for `token` for `ttl_ms` at host time `now` (monotonic ns; the service's
-/// clock is it plus every clock step). Idempotent for the same token: the same fencing
-/// token, the TTL counted again from now. `*out` receives GRANTED, HELD_BY_OTHER, DROPPED or
-/// FULL, with `engine_outcome` an `LH_ACQUIRE_*` value.
-///
-/// Errors (nothing changed, `*out` untouched): NULL pointers, small `out->struct_size`, bad
-/// names (as for `lh_acquire`), a token empty or over `LH_MEMORY_MAX_TOKEN_LEN`
-/// (`LH_ERR_INVALID_TOKEN`), `ttl_ms == 0` (`LH_ERR_INVALID_TTL`),
-/// `LH_ERR_UNKNOWN_CONNECTION`.
-///
-/// # Safety
-/// `svc` is NULL or a live handle; `name`/`token` point to `name_len`/`token_len` readable
-/// bytes; `out` is valid for writing one `lh_memory_result`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_memory_service_acquire(
-    svc: *mut lh_memory_service,
-    connection: u64,
-    now: u64,
-    name: *const u8,
-    name_len: usize,
-    token: *const u8,
-    token_len: usize,
-    ttl_ms: u64,
-    out: *mut lh_memory_result,
-) -> lh_status {
-    // SAFETY: forwarded contract.
-    unsafe {
-        request(
-            svc,
-            Request::Acquire,
-            connection,
-            now,
-            name,
-            name_len,
-            token,
-            token_len,
-            ttl_ms,
-            out,
-        )
-    }
-}
-
-/// Extends `token`'s unexpired grant of `name` to `ttl_ms` from now. `*out` receives
-/// RENEWED, REJECTED or DROPPED, with `engine_outcome` an `LH_RENEW_*` value. Errors as for
-/// `lh_memory_service_acquire`.
-///
-/// # Safety
-/// As for `lh_memory_service_acquire`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_memory_service_renew(
-    svc: *mut lh_memory_service,
-    connection: u64,
-    now: u64,
-    name: *const u8,
-    name_len: usize,
-    token: *const u8,
-    token_len: usize,
-    ttl_ms: u64,
-    out: *mut lh_memory_result,
-) -> lh_status {
-    // SAFETY: forwarded contract.
-    unsafe {
-        request(
-            svc,
-            Request::Renew,
-            connection,
-            now,
-            name,
-            name_len,
-            token,
-            token_len,
-            ttl_ms,
-            out,
-        )
-    }
-}
-
-/// Deletes `token`'s unexpired grant of `name` and queues a release notification for every
-/// connection watching it. `*out` receives RELEASED, NOT_OWNER (expired, or someone else's
-/// now: nothing changed) or DROPPED, with `engine_outcome` an `LH_RELEASE_*` value. Errors
-/// as for `lh_memory_service_acquire` (no TTL).
-///
-/// # Safety
-/// As for `lh_memory_service_acquire`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_memory_service_release(
-    svc: *mut lh_memory_service,
-    connection: u64,
-    now: u64,
-    name: *const u8,
-    name_len: usize,
-    token: *const u8,
-    token_len: usize,
-    out: *mut lh_memory_result,
-) -> lh_status {
-    // SAFETY: forwarded contract.
-    unsafe {
-        request(
-            svc,
-            Request::Release,
-            connection,
-            now,
-            name,
-            name_len,
-            token,
-            token_len,
-            1,
-            out,
-        )
-    }
-}
 
 /// Fills `*out` with what the service says about `name` at host time `now` (no fault switch
 /// applies). Errors: NULL pointers, small `out->struct_size`, bad names.
@@ -672,53 +528,10 @@ pub unsafe extern "C" fn lh_memory_service_status(
     }
 }
 
-/// Starts queueing release notifications of `name` for `connection` (idempotent).
-/// Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`, `LH_ERR_LIMIT_REACHED` at `max_watches`.
-///
-/// # Safety
-/// `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_memory_service_watch(
-    svc: *mut lh_memory_service,
-    connection: u64,
-    name: *const u8,
-    name_len: usize,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_svc(svc, |s| {
-            let name = name_arg(name, name_len)?;
-            s.svc.watch(connection, name)?;
-            Ok(())
-        })
-    }
-}
-
-/// Stops queueing release notifications of `name` for `connection` (idempotent; those
-/// already queued stay). Errors: bad names, `LH_ERR_UNKNOWN_CONNECTION`.
-///
-/// # Safety
-/// `svc` is NULL or a live handle; `name` points to `name_len` readable bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_memory_service_unwatch(
-    svc: *mut lh_memory_service,
-    connection: u64,
-    name: *const u8,
-    name_len: usize,
-) -> lh_status {
-    // SAFETY: per the caller's contract.
-    unsafe {
-        guard_svc(svc, |s| {
-            let name = name_arg(name, name_len)?;
-            s.svc.unwatch(connection, name)?;
-            Ok(())
-        })
-    }
-}
-
 /// Takes the oldest release notification queued for `connection`: `*out_name` /
 /// `*out_name_len` receive the name (BORROWED, valid until the next call on this handle;
-/// feed it to `lh_released`), or NULL / 0 when none is queued.
+/// hand it to the client with `lh_io_message` as the channel), or NULL / 0 when none is
+/// queued.
 ///
 /// # Safety
 /// `svc` is NULL or a live handle; `out_name` and `out_name_len` are valid for writing.

@@ -6,14 +6,15 @@
 //! module opts back in, so an audit of the FFI surface is an audit of `src/ffi/` alone.
 //!
 //! Layout:
-//! - [`types`]: status codes, output kinds, reasons and the flat `#[repr(C)]` structs;
+//! - [`types`]: status codes, event kinds, reasons and the flat `#[repr(C)]` structs;
 //! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
 //!   checked conversion of C pointers into Rust slices and strings;
-//! - [`client`]: one `extern "C"` function per core input and getter;
-//! - [`backend`]: a handle with the Redis protocol attached: requests, replies, messages;
-//! - [`sql`]: a handle with the SQL protocol attached: statements, rows, notifications.
-//! - [`etcd`]: a handle with the etcd protocol attached: HTTP requests, replies, watch streams.
-//! - [`status`]: status queries on whichever protocol a handle has.
+//! - [`client`]: the application's calls (acquire, release, renew, events, timers, getters);
+//! - [`backend`]: a client's backend and its options (`lh_client_new`);
+//! - [`io`]: the seam — one tagged request poll and one answer function per kind, the same for
+//!   every backend;
+//! - [`values`]: the flat value format of answers and SQL parameters;
+//! - [`status`]: status queries on the handle's backend;
 //! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
 //!
 //! The conventions (ownership, lifetimes of borrowed pointers, thread safety, the run loop)
@@ -26,19 +27,17 @@ pub mod types;
 pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
-/// A handle with the etcd protocol attached (`lh_client_new_etcd`, `lh_http_*`).
-pub mod etcd;
+pub mod io;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
-/// A handle with the SQL protocol attached (`lh_client_new_sql`, `lh_sql_*`).
-pub mod sql;
 /// Status queries on any backend protocol (`lh_status_request`, `lh_poll_status`).
 pub mod status;
+pub mod values;
 
 pub use backend::*;
 pub use client::*;
-pub use etcd::*;
+pub use io::*;
 pub use memory::*;
-pub use sql::*;
 pub use status::*;
 pub use types::*;
+pub use values::*;

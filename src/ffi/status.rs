@@ -1,12 +1,11 @@
-//! Status queries (`leasehold status`) on whichever backend protocol a handle has: SQL
-//! (`lh_client_new_sql`), Redis (`lh_client_new_redis`) or etcd (`lh_client_new_etcd`). A
-//! query is a request like any other: the host runs what it produces and polls the answer.
+//! Status queries (`leasehold status`) on the handle's backend. A query is a request like any
+//! other: the host runs what it produces and polls the answer.
 #![allow(non_camel_case_types)]
 
 use super::boundary::{
-    Failure, check_sized_out, guard_mut, name_arg, out_ptr, require_out, write_out,
+    check_sized_out, guard_mut, name_arg, out_ptr, require_out, write_out,
 };
-use super::client::{ClientState, lh_client};
+use super::client::lh_client;
 use super::types::*;
 
 /// What the backend said about one name (`lh_poll_status`). Advisory: it can change at once.
@@ -44,47 +43,9 @@ pub struct lh_lock_status {
     pub error_len: usize,
 }
 
-/// The first name of `lh_lock_status`, from when only SQL handles answered status queries.
-pub type lh_sql_status = lh_lock_status;
-
-impl ClientState {
-    fn status_request(&mut self, now: u64, name: &str) -> Result<u64, Failure> {
-        if let Some(b) = &mut self.sql {
-            return Ok(b.proto.request_status(&mut self.core, now, name)?);
-        }
-        if let Some(b) = &mut self.etcd {
-            return Ok(b.proto.request_status(now, name)?);
-        }
-        if let Some(b) = &mut self.backend {
-            return Ok(b.proto.request_status(now, name)?);
-        }
-        Err(Failure::new(
-            LH_ERR_NO_BACKEND,
-            "this handle has no backend protocol to ask (create it with lh_client_new_sql, \
-             lh_client_new_redis or lh_client_new_etcd)",
-        ))
-    }
-
-    fn poll_status(&mut self) -> Result<Option<crate::backend::StatusAnswer>, Failure> {
-        if let Some(b) = &mut self.sql {
-            return Ok(b.proto.poll_status());
-        }
-        if let Some(b) = &mut self.etcd {
-            return Ok(b.proto.poll_status());
-        }
-        if let Some(b) = &mut self.backend {
-            return Ok(b.proto.poll_status());
-        }
-        Err(Failure::new(
-            LH_ERR_NO_BACKEND,
-            "this handle has no backend protocol",
-        ))
-    }
-}
-
 /// Queues a status query for `name` (rules as for `lh_acquire`'s name) on the handle's
 /// backend protocol; `*out_id` identifies its answer in `lh_poll_status`. Run the requests it
-/// produces as usual. `LH_ERR_NO_BACKEND` on a handle without a protocol.
+/// produces as usual.
 ///
 /// # Safety
 /// `c` is NULL or a live handle; `name` points to `name_len` readable bytes; `out_id` is
@@ -102,7 +63,7 @@ pub unsafe extern "C" fn lh_status_request(
         guard_mut(c, |s| {
             require_out(out_id, "out_id")?;
             let name = name_arg(name, name_len)?;
-            let id = s.status_request(now, name)?;
+            let id = s.proto.request_status(&mut s.core, now, name)?;
             write_out(out_id, id);
             Ok(())
         })
@@ -136,7 +97,7 @@ pub unsafe extern "C" fn lh_poll_status(c: *mut lh_client, out: *mut lh_lock_sta
                 error: std::ptr::null(),
                 error_len: 0,
             };
-            if let Some((id, answer)) = s.poll_status()? {
+            if let Some((id, answer)) = s.proto.poll_status() {
                 v.id = id;
                 match answer {
                     Ok(st) => {

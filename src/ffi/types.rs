@@ -40,7 +40,7 @@ pub const LH_ERR_LEASE_ENDED: u32 = 10;
 pub const LH_ERR_TOO_MANY_LEASES: u32 = 11;
 /// An enum value or flag bit passed in is not one this library knows.
 pub const LH_ERR_INVALID_ENUM: u32 = 12;
-/// Backend data was longer than `LH_MAX_BACKEND_DATA_LEN` bytes.
+/// Retired with the engine-command results of ABI 2 (never reused).
 pub const LH_ERR_BACKEND_DATA_TOO_LONG: u32 = 13;
 /// A caller-provided buffer was too small (the needed size is reported where documented).
 pub const LH_ERR_BUFFER_TOO_SMALL: u32 = 14;
@@ -48,11 +48,12 @@ pub const LH_ERR_BUFFER_TOO_SMALL: u32 = 14;
 pub const LH_ERR_NOT_GRANTED: u32 = 15;
 /// The `struct_size` field of a struct passed in is smaller than this library's struct.
 pub const LH_ERR_STRUCT_SIZE: u32 = 16;
-/// A reply or pub/sub message passed in is malformed (`lh_value` list inconsistent, offsets
-/// outside the data, unknown kinds) or over the limits (`LH_MAX_REPLY_*`); nothing changed:
-/// report the request with `lh_request_failed`.
+/// An answer or message passed in is malformed (`lh_value` list inconsistent, offsets
+/// outside the data, unknown kinds, an HTTP status outside 100..=599) or over the limits
+/// (`LH_MAX_REPLY_*`); nothing changed: report the request with `lh_io_failed`.
 pub const LH_ERR_INVALID_REPLY: u32 = 17;
-/// The call needs a backend attached to the handle (`lh_client_new_redis`).
+/// The call needs a backend attached to the handle (`lh_client_attach`), or one was attached
+/// already.
 pub const LH_ERR_NO_BACKEND: u32 = 18;
 /// An ownership token passed to the memory service was empty or longer than
 /// `LH_MEMORY_MAX_TOKEN_LEN` bytes.
@@ -61,40 +62,34 @@ pub const LH_ERR_INVALID_TOKEN: u32 = 19;
 pub const LH_ERR_UNKNOWN_CONNECTION: u32 = 20;
 /// A memory-service limit was reached (connections, watches per connection).
 pub const LH_ERR_LIMIT_REACHED: u32 = 21;
+/// The answer's kind does not fit the handle's backend (an HTTP reply on a Redis handle, a
+/// message on an etcd handle); nothing changed.
+pub const LH_ERR_WRONG_ANSWER: u32 = 22;
 /// A panic was caught inside the library; the handle is now poisoned.
 pub const LH_ERR_PANIC: u32 = 900;
 /// The handle was poisoned by an earlier panic; only `lh_client_free` is still meaningful.
 pub const LH_ERR_POISONED: u32 = 901;
 
-/// `lh_output.kind`: nothing left to poll.
-pub const LH_OUTPUT_NONE: u32 = 0;
-/// Command: send an acquire (name, token, ttl_ms; answer with `lh_acquire_result`).
-pub const LH_OUTPUT_ACQUIRE: u32 = 1;
-/// Command: send a renew (name, token, ttl_ms, backend data; answer with `lh_renew_result`).
-pub const LH_OUTPUT_RENEW: u32 = 2;
-/// Command: send a release (name, token, backend data; answer with `lh_release_result`).
-pub const LH_OUTPUT_RELEASE: u32 = 3;
-/// Command: start delivering release notifications of `name` (via `lh_released`).
-pub const LH_OUTPUT_WATCH: u32 = 4;
-/// Command: stop delivering release notifications of `name`.
-pub const LH_OUTPUT_UNWATCH: u32 = 5;
-/// Event: the lease is held (lease_id, fencing_token, valid_until_ns).
-pub const LH_OUTPUT_ACQUIRED: u32 = 6;
-/// Event (terminal): the acquire did not succeed (lease_id, reason).
-pub const LH_OUTPUT_ACQUIRE_FAILED: u32 = 7;
-/// Event (terminal): a held lease was lost (lease_id, reason).
-pub const LH_OUTPUT_LOST: u32 = 8;
-/// Event (terminal): the lease was released by the application (lease_id).
-pub const LH_OUTPUT_RELEASED: u32 = 9;
-/// Event: a renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only
-/// hosts that call `lh_renew` ever see it; automatic renewals are silent.
-pub const LH_OUTPUT_RENEWED: u32 = 10;
-/// Event: the service's answer to a release made with `lh_release_reported` (lease_id;
-/// reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or `_UNCONFIRMED`). Only hosts that
-/// call `lh_release_reported` ever see it. Not a lifecycle event: it follows RELEASED.
-pub const LH_OUTPUT_RELEASE_OUTCOME: u32 = 11;
+/// `lh_event.kind`: nothing left to poll. (Values 1 to 5 named engine commands before the
+/// seam; they are never reused.)
+pub const LH_EVENT_NONE: u32 = 0;
+/// The lease is held (lease_id, fencing_token, valid_until_ns).
+pub const LH_EVENT_ACQUIRED: u32 = 6;
+/// Terminal: the acquire did not succeed (lease_id, reason).
+pub const LH_EVENT_ACQUIRE_FAILED: u32 = 7;
+/// Terminal: a held lease was lost (lease_id, reason).
+pub const LH_EVENT_LOST: u32 = 8;
+/// Terminal: the lease was released by the application (lease_id).
+pub const LH_EVENT_RELEASED: u32 = 9;
+/// A renewal asked for with `lh_renew` was confirmed (lease_id, valid_until_ns). Only hosts
+/// that call `lh_renew` ever see it; automatic renewals are silent.
+pub const LH_EVENT_RENEWED: u32 = 10;
+/// The service's answer to a release whose disposition was asked for (`lh_release` with a
+/// non-NULL `out_releasing`; lease_id; reason `LH_REASON_RELEASE_CONFIRMED`, `_NOT_OWNER` or
+/// `_UNCONFIRMED`). Not a lifecycle event: it follows RELEASED.
+pub const LH_EVENT_RELEASE_OUTCOME: u32 = 11;
 
-/// `lh_output.reason`: no reason (every output kind except ACQUIRE_FAILED, LOST and
+/// `lh_event.reason`: no reason (every event kind except ACQUIRE_FAILED, LOST and
 /// RELEASE_OUTCOME).
 pub const LH_REASON_NONE: u32 = 0;
 /// ACQUIRE_FAILED: the wait budget ran out while someone else held the lock.
@@ -119,34 +114,15 @@ pub const LH_REASON_RELEASE_NOT_OWNER: u32 = 8;
 /// RELEASE_OUTCOME: no answer before the grant's TTL had certainly run out (it is gone).
 pub const LH_REASON_RELEASE_UNCONFIRMED: u32 = 9;
 
-/// `lh_acquire_result` outcome: granted (fencing_token, ttl_ms, backend data are read).
-pub const LH_ACQUIRE_GRANTED: u32 = 1;
-/// `lh_acquire_result` outcome: held by someone else (retry_after_ms or `LH_NO_RETRY_HINT`).
-pub const LH_ACQUIRE_HELD_BY_OTHER: u32 = 2;
-/// `lh_acquire_result` outcome: the request failed in transit or the service errored.
-pub const LH_ACQUIRE_TRANSPORT_ERROR: u32 = 3;
-/// `lh_renew_result` outcome: renewed.
-pub const LH_RENEW_RENEWED: u32 = 1;
-/// `lh_renew_result` outcome: the service refused (token no longer owns the lock).
-pub const LH_RENEW_REJECTED: u32 = 2;
-/// `lh_renew_result` outcome: the request failed in transit or the service errored.
-pub const LH_RENEW_TRANSPORT_ERROR: u32 = 3;
-/// `lh_release_result` outcome: released.
-pub const LH_RELEASE_RELEASED: u32 = 1;
-/// `lh_release_result` outcome: the token did not own the lock (already expired or taken).
-pub const LH_RELEASE_NOT_OWNER: u32 = 2;
-/// `lh_release_result` outcome: the request failed in transit (the core retries).
-pub const LH_RELEASE_TRANSPORT_ERROR: u32 = 3;
-
-/// `lh_release_reported` disposition: other reentrant holders remain; nothing was sent.
+/// `lh_release` disposition: other reentrant holders remain; nothing was sent.
 pub const LH_RELEASING_HOLDER_LEFT: u32 = 1;
-/// `lh_release_reported` disposition: the lease ended RELEASED (event queued) and a RELEASE
+/// `lh_release` disposition: the lease ended RELEASED (event queued) and a RELEASE
 /// command was sent; a RELEASE_OUTCOME event follows with the service's answer.
 pub const LH_RELEASING_PENDING: u32 = 2;
-/// `lh_release_reported` disposition: the lease's validity had run out before the release
+/// `lh_release` disposition: the lease's validity had run out before the release
 /// (a paused process): it ended LOST, and its LOST event, with the reason, is queued.
 pub const LH_RELEASING_LOST: u32 = 3;
-/// `lh_release_reported` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
+/// `lh_release` disposition: the lease was never granted; it ended ACQUIRE_FAILED.
 pub const LH_RELEASING_NOT_ACQUIRED: u32 = 4;
 
 /// Lease state: an acquire is in progress.
@@ -162,8 +138,6 @@ pub const LH_STATE_ACQUIRE_FAILED: u32 = 5;
 
 /// `lh_poll_timeout`: the core has no deadline; wait for other inputs only.
 pub const LH_NO_DEADLINE: u64 = u64::MAX;
-/// `lh_acquire_result`: the holder's remaining TTL is not known.
-pub const LH_NO_RETRY_HINT: u64 = u64::MAX;
 /// `lh_acquire_options.flags` bit: in-process reentrant acquire.
 pub const LH_ACQUIRE_REENTRANT: u32 = 1;
 /// `lh_acquire_options.flags` bit: no automatic renewal; only `lh_renew` extends the lease,
@@ -175,8 +149,6 @@ pub const LH_DEFAULT_TTL_MS: u64 = 30_000;
 
 /// Longest accepted name in bytes (equals the core's `MAX_NAME_LEN`).
 pub const LH_MAX_NAME_LEN: usize = 512;
-/// Longest accepted backend data in bytes (equals the core's `MAX_BACKEND_DATA_LEN`).
-pub const LH_MAX_BACKEND_DATA_LEN: usize = 1024;
 /// Shortest accepted seed in bytes (equals the core's `MIN_SEED_LEN`).
 pub const LH_MIN_SEED_LEN: usize = 16;
 /// Longest accepted seed in bytes: bounds how far the library reads from a seed pointer, so a
@@ -185,7 +157,7 @@ pub const LH_MAX_SEED_LEN: usize = 1024;
 
 /// ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
 /// at load time.
-pub const LH_ABI_VERSION: u32 = 2;
+pub const LH_ABI_VERSION: u32 = 3;
 /// Library version (the crate version in Cargo.toml; a test keeps them equal). cbindgen cannot
 /// emit string constants, so the header gets `LH_VERSION` from `after_includes` in cbindgen.toml.
 ///
@@ -194,7 +166,6 @@ pub const LH_VERSION: &str = "0.1.0";
 
 const _: () = {
     assert!(LH_MAX_NAME_LEN == crate::MAX_NAME_LEN);
-    assert!(LH_MAX_BACKEND_DATA_LEN == crate::MAX_BACKEND_DATA_LEN);
     assert!(LH_MIN_SEED_LEN == crate::MIN_SEED_LEN);
     assert!(LH_MIN_SEED_LEN <= LH_MAX_SEED_LEN);
     assert!(const_str_eq(LH_VERSION, env!("CARGO_PKG_VERSION")));
@@ -245,8 +216,9 @@ pub struct lh_config {
     pub max_ttl_ms: u64,
     /// Most live lease records (default 1048576).
     pub max_leases: u32,
-    /// 1 if the host delivers release notifications (`LH_OUTPUT_WATCH` / `lh_released`),
-    /// 0 to make waiters poll with capped backoff. Any other value is `LH_ERR_INVALID_CONFIG`.
+    /// 1 (default) to let waiters sleep until the backend's release notification (Redis
+    /// pub/sub, PostgreSQL NOTIFY, etcd watches, the memory service's messages), 0 to make
+    /// them poll with capped backoff. Any other value is `LH_ERR_INVALID_CONFIG`.
     pub notifications: u32,
 }
 
@@ -265,37 +237,17 @@ pub struct lh_acquire_options {
     pub wait_ns: u64,
 }
 
-/// One polled output: a command for the host to execute or an event for the application.
-///
-/// Flat and union-free so that ctypes and cgo mirror it field for field. Fields that do not
-/// apply to `kind` are 0 (pointers NULL with length 0). The pointers borrow memory owned by the
-/// handle; they stay valid until the next call on that handle, so copy what you keep.
+/// One polled event for the application (`lh_poll_event`). Flat and union-free so that
+/// ctypes and cgo mirror it field for field; fields that do not apply to `kind` are 0.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct lh_output {
-    /// `LH_OUTPUT_*`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct lh_event {
+    /// `LH_EVENT_*`.
     pub kind: u32,
     /// `LH_REASON_*` (ACQUIRE_FAILED, LOST, RELEASE_OUTCOME), else `LH_REASON_NONE`.
     pub reason: u32,
-    /// Request id to pass back with the result (ACQUIRE, RENEW, RELEASE), else 0. Opaque:
-    /// never reused, but neither sequential nor ordered.
-    pub request_id: u64,
-    /// Lease the output concerns (every kind except WATCH, UNWATCH, NONE), else 0.
+    /// The lease the event concerns (0 for NONE).
     pub lease_id: u64,
-    /// Lock name, UTF-8, not NUL-terminated (commands).
-    pub name: *const u8,
-    /// Length of `name` in bytes.
-    pub name_len: usize,
-    /// Ownership token: 32 lowercase hex characters, not NUL-terminated (ACQUIRE, RENEW, RELEASE).
-    pub token: *const u8,
-    /// Length of `token` (32, or 0 when absent).
-    pub token_len: usize,
-    /// Backend-specific bytes from the grant, echoed in RENEW and RELEASE (may be empty).
-    pub backend_data: *const u8,
-    /// Length of `backend_data`.
-    pub backend_data_len: usize,
-    /// TTL to request in ms (ACQUIRE, RENEW).
-    pub ttl_ms: u64,
     /// Fencing token of the grant (ACQUIRED).
     pub fencing_token: u64,
     /// Monotonic ns until which the lease is valid (ACQUIRED, RENEWED).
@@ -370,6 +322,48 @@ pub struct lh_counters {
     pub releases_unconfirmed: u64,
     /// Releases that found the lease's validity run out: the lease ended LOST instead.
     pub releases_lost: u64,
+    /// Backend protocol (every backend): requests emitted.
+    pub backend_requests: u64,
+    /// Error answers (Redis error replies, etcd error bodies or statuses, memory refusals).
+    pub backend_error_replies: u64,
+    /// Answers of a shape the request cannot have (a foreign table, a garbage reply).
+    pub backend_garbage_replies: u64,
+    /// Answers and failures for unknown or already answered request ids.
+    pub backend_stale_replies: u64,
+    /// Requests reported failed in transport.
+    pub backend_transport_failures: u64,
+    /// Release notifications that woke a waiting name.
+    pub backend_wakeups: u64,
+    /// Notifications and confirmations ignored (not for a name waited on here).
+    pub backend_ignored_messages: u64,
+    /// Redis: script calls emitted (EVALSHA and EVAL).
+    pub redis_script_calls: u64,
+    /// Redis: EVALSHAs re-sent as EVAL after NOSCRIPT.
+    pub redis_noscript_retries: u64,
+    /// Redis: retries answered without a round trip.
+    pub redis_local_refusals: u64,
+    /// Redis: standbys that tried after hearing nothing.
+    pub redis_standby_takeovers: u64,
+    /// Redis: times the subscription took effect.
+    pub redis_subscriptions: u64,
+    /// Redis: times the subscription was reported lost.
+    pub redis_subscriber_losses: u64,
+    /// Redis, gauge: 1 while the subscription is in effect.
+    pub redis_subscribed: u64,
+    /// SQL: schema migrations emitted.
+    pub sql_migrations: u64,
+    /// SQL: requests the database refused.
+    pub sql_database_errors: u64,
+    /// etcd: leases granted.
+    pub etcd_leases_granted: u64,
+    /// etcd: acquire transactions sent.
+    pub etcd_txns: u64,
+    /// etcd: watches opened on a predecessor.
+    pub etcd_watches: u64,
+    /// etcd: keep-alives sent for waiting leases.
+    pub etcd_waiting_keepalives: u64,
+    /// etcd: waiters whose etcd lease was gone (they rejoined the queue).
+    pub etcd_waiters_expired: u64,
 }
 
 /// Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`

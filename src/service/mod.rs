@@ -4,7 +4,10 @@
 //! - [`table`]: the lock records — grants, expiry, idempotent acquires, rising fences — that
 //!   the simulator's service and the memory service both keep;
 //! - [`memory`]: the memory service around it (connections, fault switches, notifications,
-//!   limits, a clock of its own), which every binding's test helpers reach through the C ABI.
+//!   limits, a clock of its own), which every binding's test helpers reach through the C ABI;
+//! - [`call`]: how it reads a memory-protocol request and writes its answer, so clients reach
+//!   it through the same seam as every other backend.
 
+pub mod call;
 pub mod memory;
 pub mod table;

@@ -41,7 +41,7 @@ mod replies;
 mod requests;
 pub mod scripts;
 mod subscription;
-pub mod value;
+pub use super::value;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

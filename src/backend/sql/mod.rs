@@ -72,7 +72,7 @@ mod wire;
 use std::collections::HashMap;
 
 use super::outbox::{MS, NEVER, Outbox};
-pub use crate::backend::redis::value::{FlatValue, KIND_ARRAY, KIND_BULK, KIND_INT, KIND_NIL};
+pub use crate::backend::value::{FlatValue, KIND_ARRAY, KIND_BULK, KIND_INT, KIND_NIL};
 use crate::{
     AcquireResult, Client, Command, Event, LockName, Output, ReleaseResult, RenewResult, RequestId,
     Token,

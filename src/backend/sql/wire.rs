@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::backend::redis::value::{FlatValue, KIND_ARRAY, KIND_BULK, KIND_INT, KIND_NIL};
+use crate::backend::value::{FlatValue, KIND_ARRAY, KIND_BULK, KIND_INT, KIND_NIL};
 
 /// `FlatValue::kind` / parameter kind: UTF-8 text (`offset`, `len`).
 pub const KIND_TEXT: u32 = 7;
@@ -29,9 +29,9 @@ pub const KIND_HOST_PID: u32 = 23;
 pub const KIND_HOST_NAME: u32 = 24;
 
 /// Most values one result may hold.
-pub const MAX_VALUES: usize = crate::backend::redis::value::MAX_VALUES;
+pub const MAX_VALUES: usize = crate::backend::value::MAX_VALUES;
 /// Largest data buffer of one result, in bytes.
-pub const MAX_DATA: usize = crate::backend::redis::value::MAX_DATA;
+pub const MAX_DATA: usize = crate::backend::value::MAX_DATA;
 
 /// Which database the statements are written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,10 +1,11 @@
-//! Redis replies as the host hands them over: a flat list of values in pre-order (an array
-//! carries its element count and its elements follow it) plus one byte buffer that string
-//! values point into by offset. No pointers inside the values, so Go can pass its own memory
-//! through cgo without pinning and ctypes / C++ fill it without a copy per value.
+//! The flat value format every *call* answer crosses the seam in: Redis replies, SQL rows and
+//! the memory service's answers. A flat list of values in pre-order (an array carries its
+//! element count and its elements follow it) plus one byte buffer that string values point
+//! into by offset. No pointers inside the values, so Go can pass its own memory through cgo
+//! without pinning and ctypes / C++ fill it without a copy per value.
 //!
 //! [`decode`] turns that list into a [`Value`] tree, bounding everything first: a hostile or
-//! broken reply is an error, never a panic or an allocation the input size does not justify.
+//! broken answer is an error, never a panic or an allocation the input size does not justify.
 
 /// One decoded reply value (RESP2 and the RESP3 types our scripts can produce).
 #[derive(Debug, Clone, PartialEq, Eq)]

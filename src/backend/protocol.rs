@@ -1,0 +1,248 @@
+//! One value for "the backend protocol a client has": the C ABI keeps exactly one per handle
+//! and every input of the seam goes through here, so a host's driver is the same loop for
+//! every backend.
+
+use super::etcd::EtcdProtocol;
+use super::memory::MemoryProtocol;
+use super::redis::{self, RedisProtocol};
+use super::sql::{self, SqlProtocol};
+use super::value::Value;
+use super::StatusAnswer;
+use crate::{Client, Event};
+
+pub use super::sql::FailureKind;
+
+/// A protocol, one per client.
+#[derive(Debug)]
+pub enum Protocol {
+    /// The in-process reference service (tests, examples).
+    Memory(MemoryProtocol),
+    /// Redis: single server, Sentinel, Cluster.
+    Redis(Box<RedisProtocol>),
+    /// SQLite or PostgreSQL.
+    Sql(Box<SqlProtocol>),
+    /// etcd through its JSON gateway.
+    Etcd(Box<EtcdProtocol>),
+}
+
+/// Something that happened to one of the host's connections, as the protocol must hear it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionEvent {
+    /// The connection was opened anew (after a failure or a restart): what lived on the old
+    /// one (a checked schema, LISTENs, watches) is set up again.
+    Reopened,
+    /// A subscription to the channel took effect (Redis).
+    Subscribed,
+    /// A subscription ended, or the connection carrying it was lost (Redis).
+    Unsubscribed,
+}
+
+/// The ordinary connection: every request that is not about notifications.
+pub const CONNECTION_COMMANDS: u32 = 1;
+/// The connection notifications arrive on (Redis subscriber, PostgreSQL listener).
+pub const CONNECTION_NOTIFY: u32 = 2;
+
+impl Protocol {
+    /// The next event for the application.
+    pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
+        match self {
+            Protocol::Memory(p) => p.poll_event(core),
+            Protocol::Redis(p) => p.poll_event(core),
+            Protocol::Sql(p) => p.poll_event(core),
+            Protocol::Etcd(p) => p.poll_event(core),
+        }
+    }
+
+    /// When `handle_timeout` must be called at the latest.
+    pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
+        match self {
+            Protocol::Memory(p) => p.poll_timeout(core),
+            Protocol::Redis(p) => p.poll_timeout(core),
+            Protocol::Sql(p) => p.poll_timeout(core),
+            Protocol::Etcd(p) => p.poll_timeout(core),
+        }
+    }
+
+    /// Time passed.
+    pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        match self {
+            Protocol::Memory(p) => p.handle_timeout(core, now),
+            Protocol::Redis(p) => p.handle_timeout(core, now),
+            Protocol::Sql(p) => p.handle_timeout(core, now),
+            Protocol::Etcd(p) => p.handle_timeout(core, now),
+        }
+    }
+
+    /// Queues a status query; its answer comes out of [`Self::poll_status`].
+    pub fn request_status(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        name: &str,
+    ) -> Result<u64, crate::Error> {
+        match self {
+            Protocol::Memory(p) => p.request_status(core, now, name),
+            Protocol::Redis(p) => p.request_status(now, name),
+            Protocol::Sql(p) => p.request_status(core, now, name),
+            Protocol::Etcd(p) => p.request_status(now, name),
+        }
+    }
+
+    /// The next finished status query.
+    pub fn poll_status(&mut self) -> Option<StatusAnswer> {
+        match self {
+            Protocol::Memory(p) => p.poll_status(),
+            Protocol::Redis(p) => p.poll_status(),
+            Protocol::Sql(p) => p.poll_status(),
+            Protocol::Etcd(p) => p.poll_status(),
+        }
+    }
+
+    /// The last error the backend reported or the protocol found in an answer ("" if none).
+    pub fn last_error(&self) -> &str {
+        match self {
+            Protocol::Memory(p) => p.last_error(),
+            Protocol::Redis(p) => p.last_error(),
+            Protocol::Sql(p) => p.last_error(),
+            Protocol::Etcd(p) => p.last_error(),
+        }
+    }
+
+    /// The client is closing: etcd revokes its pooled leases (locks still held end Lost);
+    /// the other protocols have nothing of their own to give back.
+    pub fn close(&mut self, core: &mut Client, now: u64) {
+        if let Protocol::Etcd(p) = self {
+            p.close(core, now);
+        } else {
+            core.handle_timeout(now);
+        }
+    }
+
+    /// A values answer (Redis reply, SQL rows, memory answer) to request `id`. `Err` names
+    /// what did not decode; nothing changed then.
+    pub fn handle_values(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        values: &[super::value::FlatValue],
+        data: &[u8],
+    ) -> Result<(), String> {
+        match self {
+            Protocol::Memory(p) => {
+                let v = super::value::decode(values, data).map_err(|e| e.to_string())?;
+                p.handle_reply(core, now, id, &v);
+            }
+            Protocol::Redis(p) => {
+                let v: Value<'_> = redis::decode(values, data).map_err(|e| e.to_string())?;
+                p.handle_reply(core, now, id, &v);
+            }
+            Protocol::Sql(p) => {
+                let rows = sql::decode(values, data).map_err(|e| e.to_string())?;
+                p.handle_rows(core, now, id, &rows);
+            }
+            Protocol::Etcd(_) => return Err("etcd answers are HTTP replies".to_owned()),
+        }
+        Ok(())
+    }
+
+    /// An HTTP answer to request `id` (etcd).
+    pub fn handle_http(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), String> {
+        match self {
+            Protocol::Etcd(p) => {
+                p.handle_reply(core, now, id, status, body);
+                Ok(())
+            }
+            _ => Err("only etcd requests are answered with an HTTP reply".to_owned()),
+        }
+    }
+
+    /// One message streamed on watch request `id` (etcd).
+    pub fn handle_stream_message(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        message: &[u8],
+    ) -> Result<(), String> {
+        match self {
+            Protocol::Etcd(p) => {
+                p.handle_watch_message(core, now, id, message);
+                Ok(())
+            }
+            _ => Err("only etcd watches stream messages".to_owned()),
+        }
+    }
+
+    /// Request `id` got no answer (or a database error, for SQL); `message` is the host's.
+    pub fn handle_failed(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        kind: FailureKind,
+        message: &str,
+    ) {
+        match self {
+            Protocol::Memory(p) => p.handle_failed(core, now, id, message),
+            Protocol::Redis(p) => p.handle_request_failed(core, now, id),
+            Protocol::Sql(p) => p.handle_failed(core, now, id, kind, message),
+            Protocol::Etcd(p) => p.handle_failed(core, now, id, message),
+        }
+    }
+
+    /// A notification that arrived on `connection`: a Redis pub/sub message, a PostgreSQL
+    /// NOTIFY, a memory service release (channel = the name). Every one is handed over; the
+    /// protocol ignores what is not its own.
+    pub fn handle_message(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        channel: &[u8],
+        payload: &[u8],
+    ) -> Result<(), String> {
+        match self {
+            Protocol::Memory(p) => p.handle_message(core, now, channel),
+            Protocol::Redis(p) => p.handle_message(core, now, channel, payload),
+            Protocol::Sql(p) => p.handle_notification(core, now, channel, payload),
+            Protocol::Etcd(_) => return Err("etcd messages arrive on their watch".to_owned()),
+        }
+        Ok(())
+    }
+
+    /// Something happened to one of the host's connections.
+    pub fn handle_connection(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        connection: u32,
+        event: ConnectionEvent,
+        channel: &[u8],
+    ) -> Result<(), String> {
+        match (self, event) {
+            (Protocol::Memory(p), ConnectionEvent::Reopened) => p.handle_reconnect(core, now),
+            (Protocol::Sql(p), ConnectionEvent::Reopened) => {
+                let c = sql::Connection::from_u32(connection)
+                    .ok_or_else(|| format!("unknown connection {connection}"))?;
+                p.handle_connection_reset(core, now, c);
+            }
+            (Protocol::Redis(p), ConnectionEvent::Subscribed | ConnectionEvent::Unsubscribed) => {
+                p.handle_subscription(core, now, channel, event == ConnectionEvent::Subscribed);
+            }
+            // Redis reconnects are told through failed requests and lost subscriptions;
+            // etcd's requests each name a member, so nothing lives on a connection.
+            (Protocol::Redis(_) | Protocol::Etcd(_), ConnectionEvent::Reopened) => {
+                core.handle_timeout(now);
+            }
+            (_, e) => return Err(format!("{e:?} does not apply to this backend")),
+        }
+        Ok(())
+    }
+}
