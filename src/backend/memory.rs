@@ -14,8 +14,8 @@ use super::LockStatus;
 use super::outbox::{MS, NEVER, Outbox};
 use super::value::Value;
 use crate::{
-    AcquireResult, Client, Command, Event, LockName, Output, ReleaseResult, RenewResult,
-    RequestId, Token,
+    AcquireResult, Client, Command, Event, LockName, Output, ReleaseResult, RenewResult, RequestId,
+    Token,
 };
 
 /// How long an unanswered request is remembered (the engine timed it out long before).
@@ -163,7 +163,10 @@ impl MemoryProtocol {
         };
         if let Value::Error(e) = reply {
             self.counters.error_replies += 1;
-            let msg = format!("service refused the request: {}", String::from_utf8_lossy(e));
+            let msg = format!(
+                "service refused the request: {}",
+                String::from_utf8_lossy(e)
+            );
             self.out.note_error(&msg, MAX_ERROR_TEXT);
             self.fail(core, now, p.op, &msg);
             self.pump(core);
@@ -397,4 +400,149 @@ fn read_answer(op: &Op, reply: &Value<'_>) -> Option<Answer> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::memory::{Limits, MemoryService};
+    use crate::{AcquireOptions, Config};
+
+    const MS_NS: u64 = 1_000_000;
+
+    /// One client of `svc` on `conn`: runs every pending request through the service, as a
+    /// host's memory executor does, and delivers its release notifications.
+    fn drive(
+        p: &mut MemoryProtocol,
+        core: &mut Client,
+        svc: &mut MemoryService,
+        conn: u64,
+        now: u64,
+    ) {
+        while let Some(req) = p.poll_request(core) {
+            let id = req.id;
+            let args: Vec<Vec<u8>> = req.args.to_vec();
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let answer = svc.call(conn, now, &refs).unwrap();
+            if answer.dropped {
+                p.handle_failed(core, now, id, "dropped");
+            } else {
+                let v = crate::backend::value::decode(&answer.values, &answer.data).unwrap();
+                p.handle_reply(core, now, id, &v);
+            }
+            while let Some(name) = svc.poll_released(conn).unwrap() {
+                p.handle_message(core, now, name.as_bytes());
+            }
+        }
+    }
+
+    fn events(p: &mut MemoryProtocol, core: &mut Client) -> Vec<Event> {
+        std::iter::from_fn(|| p.poll_event(core)).collect()
+    }
+
+    #[test]
+    fn grant_contention_wake_and_status_through_the_service() {
+        let mut svc = MemoryService::new(Limits::default()).unwrap();
+        let (ca, cb) = (svc.connect().unwrap(), svc.connect().unwrap());
+        let mut a = Client::new(Config::default(), &[1; 32]).unwrap();
+        let mut b = Client::new(Config::default(), &[2; 32]).unwrap();
+        let (mut pa, mut pb) = (MemoryProtocol::new(), MemoryProtocol::new());
+
+        let la = a.acquire(0, "job", AcquireOptions::new(5_000)).unwrap();
+        drive(&mut pa, &mut a, &mut svc, ca, 0);
+        let got = events(&mut pa, &mut a);
+        assert!(
+            matches!(got[..], [Event::Acquired { lease, fencing_token: 1, .. }] if lease == la)
+        );
+
+        let mut wait = AcquireOptions::new(5_000);
+        wait.wait_ns = 10_000 * MS_NS;
+        let lb = b.acquire(MS_NS, "job", wait).unwrap();
+        drive(&mut pb, &mut b, &mut svc, cb, MS_NS);
+        assert!(events(&mut pb, &mut b).is_empty(), "b waits while a holds");
+        assert_eq!(svc.watchers("job"), 1, "b watches the name");
+
+        a.release(2 * MS_NS, la).unwrap();
+        drive(&mut pa, &mut a, &mut svc, ca, 2 * MS_NS);
+        // The release notification reached b's connection; deliver it as a host would.
+        while let Some(name) = svc.poll_released(cb).unwrap() {
+            pb.handle_message(&mut b, 3 * MS_NS, name.as_bytes());
+        }
+        drive(&mut pb, &mut b, &mut svc, cb, 3 * MS_NS);
+        let got = events(&mut pb, &mut b);
+        assert!(
+            matches!(got[..], [Event::Acquired { lease, fencing_token: 2, .. }] if lease == lb),
+            "{got:?}"
+        );
+        assert_eq!(pb.counters().wakeups, 1);
+
+        let id = pa.request_status(&mut a, 4 * MS_NS, "job").unwrap();
+        drive(&mut pa, &mut a, &mut svc, ca, 4 * MS_NS);
+        let (sid, st) = pa.poll_status().unwrap();
+        assert_eq!(sid, id);
+        let st = st.unwrap();
+        assert!(st.held);
+        assert_eq!(st.fencing_token, Some(2));
+        assert_eq!(st.last_fencing_token, Some(2));
+    }
+
+    #[test]
+    fn garbage_and_error_answers_are_transport_errors_never_grants() {
+        let mut core = Client::new(Config::default(), &[3; 32]).unwrap();
+        let mut p = MemoryProtocol::new();
+        let lease = core.acquire(0, "x", AcquireOptions::new(5_000)).unwrap();
+        let id = p.poll_request(&mut core).unwrap().id;
+        // A grant with fence 0 is not a grant.
+        let bad = Value::Array(vec![Value::Status(b"GRANTED"), Value::Int(0)]);
+        p.handle_reply(&mut core, 0, id, &bad);
+        assert_eq!(p.counters().garbage_replies, 1);
+        // Late duplicate: counted, ignored.
+        p.handle_reply(&mut core, 0, id, &bad);
+        assert_eq!(p.counters().stale_replies, 1);
+        // An error answer fails its attempt too.
+        let other = core
+            .acquire(MS_NS, "y", AcquireOptions::new(5_000))
+            .unwrap();
+        // The uncertain attempt on "x" is cleaned up by a RELEASE first.
+        while let Some(req) = p.poll_request(&mut core) {
+            let id = req.id;
+            let answer = match &req.args[0][..] {
+                b"RELEASE" => Value::Array(vec![Value::Status(b"RELEASED")]),
+                _ => Value::Error(b"ERR nope"),
+            };
+            p.handle_reply(&mut core, MS_NS, id, &answer);
+        }
+        assert_eq!(p.counters().error_replies, 1);
+        assert!(p.last_error().contains("nope"));
+        let got = events(&mut p, &mut core);
+        for l in [lease, other] {
+            assert!(
+                got.iter()
+                    .any(|e| matches!(e, Event::AcquireFailed { lease, .. } if *lease == l)),
+                "one attempt, failed, never granted: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_calls_are_error_answers_and_change_nothing() {
+        let mut svc = MemoryService::new(Limits::default()).unwrap();
+        let c = svc.connect().unwrap();
+        for args in [
+            vec![&b"ACQUIRE"[..], b"n", b"tok", b"soon"],
+            vec![&b"ACQUIRE"[..], b"n", b"tok"],
+            vec![&b"FROB"[..], b"n"],
+            vec![&b"ACQUIRE"[..]],
+            vec![&b"ACQUIRE"[..], b"\xff", b"tok", b"10"],
+            vec![&b"ACQUIRE"[..], b"n", b"", b"10"],
+            vec![&b"WATCH"[..]; 9],
+        ] {
+            let a = svc.call(c, 0, &args).unwrap();
+            assert!(!a.dropped);
+            let v = crate::backend::value::decode(&a.values, &a.data).unwrap();
+            assert!(matches!(v, Value::Error(_)), "{args:?} -> {v:?}");
+        }
+        assert_eq!(svc.stats().grants, 0);
+        assert!(svc.call(c + 100, 0, &[b"STATUS", b"n"]).is_err());
+    }
 }

@@ -2,12 +2,12 @@
 //! and every input of the seam goes through here, so a host's driver is the same loop for
 //! every backend.
 
+use super::StatusAnswer;
 use super::etcd::EtcdProtocol;
 use super::memory::MemoryProtocol;
 use super::redis::{self, RedisProtocol};
 use super::sql::{self, SqlProtocol};
 use super::value::Value;
-use super::StatusAnswer;
 use crate::{Client, Event};
 
 pub use super::sql::FailureKind;
@@ -16,7 +16,7 @@ pub use super::sql::FailureKind;
 #[derive(Debug)]
 pub enum Protocol {
     /// The in-process reference service (tests, examples).
-    Memory(MemoryProtocol),
+    Memory(Box<MemoryProtocol>),
     /// Redis: single server, Sentinel, Cluster.
     Redis(Box<RedisProtocol>),
     /// SQLite or PostgreSQL.

@@ -11,7 +11,6 @@ use super::types::*;
 use crate::Client;
 use crate::backend::Protocol;
 use crate::backend::etcd::{EtcdProtocol, MAX_CREDENTIAL_LEN};
-use crate::backend::memory::MemoryProtocol;
 use crate::backend::redis::{self, RedisOptions, RedisProtocol};
 use crate::backend::sql::{Dialect, SqlOptions, SqlProtocol};
 
@@ -131,7 +130,7 @@ fn flag(v: u32, what: &'static str) -> Result<bool, Failure> {
 /// The etcd strings of `o` are readable for their lengths.
 unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Failure> {
     Ok(match o.kind {
-        LH_BACKEND_MEMORY => Protocol::Memory(MemoryProtocol::new()),
+        LH_BACKEND_MEMORY => Protocol::Memory(Box::default()),
         LH_BACKEND_REDIS => {
             let opts = RedisOptions {
                 standby_delay_ms: o.redis_standby_delay_ms,

@@ -8,8 +8,8 @@
 use std::ffi::{CString, c_char};
 
 use super::boundary::{
-    Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static, name_arg, read_sized,
-    require_out, write_out, write_prefix,
+    Diag, Failure, check_growing_out, check_sized_out, guard_mut, guard_ref, guard_static,
+    name_arg, read_sized, require_out, write_out, write_prefix,
 };
 use super::types::*;
 use crate::backend::Protocol;

@@ -313,7 +313,9 @@ pub unsafe extern "C" fn lh_io_reply(
         guard_mut(c, |s| {
             let (flat, data) = flat_values_arg(values, nvalues, data, data_len)?;
             if matches!(s.proto, Protocol::Etcd(_)) {
-                return Err(wrong("etcd requests are answered with lh_io_http_reply".into()));
+                return Err(wrong(
+                    "etcd requests are answered with lh_io_http_reply".into(),
+                ));
             }
             s.proto
                 .handle_values(&mut s.core, now, id, &flat, data)
@@ -349,8 +351,13 @@ pub unsafe extern "C" fn lh_io_http_reply(
                         format!("HTTP status {status} is not in 100..=599"),
                     )
                 })?;
-            let body =
-                optional_bytes_arg(body, body_len, LH_MAX_REPLY_DATA, "body", LH_ERR_INVALID_REPLY)?;
+            let body = optional_bytes_arg(
+                body,
+                body_len,
+                LH_MAX_REPLY_DATA,
+                "body",
+                LH_ERR_INVALID_REPLY,
+            )?;
             s.proto
                 .handle_http(&mut s.core, now, id, status, body)
                 .map_err(wrong)

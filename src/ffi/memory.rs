@@ -501,7 +501,6 @@ pub unsafe extern "C" fn lh_memory_service_call(
     }
 }
 
-
 /// Fills `*out` with what the service says about `name` at host time `now` (no fault switch
 /// applies). Errors: NULL pointers, small `out->struct_size`, bad names.
 ///

@@ -2,9 +2,7 @@
 //! other: the host runs what it produces and polls the answer.
 #![allow(non_camel_case_types)]
 
-use super::boundary::{
-    check_sized_out, guard_mut, name_arg, out_ptr, require_out, write_out,
-};
+use super::boundary::{check_sized_out, guard_mut, name_arg, out_ptr, require_out, write_out};
 use super::client::lh_client;
 use super::types::*;
 

@@ -75,7 +75,9 @@ impl MemoryService {
         match self.run(connection, now, args) {
             Ok(Some(value)) => Ok(CallAnswer::of(&value)),
             Ok(None) => Ok(CallAnswer::dropped()),
-            Err(Ok(msg)) => Ok(CallAnswer::of(&Value::Error(format!("ERR {msg}").as_bytes()))),
+            Err(Ok(msg)) => Ok(CallAnswer::of(&Value::Error(
+                format!("ERR {msg}").as_bytes(),
+            ))),
             Err(Err(e)) => Err(e),
         }
     }
