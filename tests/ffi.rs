@@ -1,201 +1,104 @@
-//! Drives the C ABI (`leasehold::ffi::lh_*`) from Rust with every hostile input:
-//! NULL for every pointer parameter, invalid UTF-8 and oversized names, zero and
-//! negative-as-huge TTLs, unknown lease ids, unknown enum values, results for unknown or
-//! already-answered request ids, double release, time running backwards, and use after a
-//! poisoning panic. Each yields its documented code and leaves the client usable (except
-//! poisoning). Also checks the header's version macros against Cargo.toml.
+//! Drives the C ABI (`leasehold::ffi::lh_*`) from Rust with every hostile input: NULL for
+//! every pointer parameter, invalid UTF-8 and oversized names, zero and negative-as-huge TTLs,
+//! unknown lease ids, unknown enum values, answers for unknown or already-answered request
+//! ids, malformed and garbage answers, double release, time running backwards, and use after
+//! a poisoning panic. Each yields its documented code and leaves the client usable (except
+//! poisoning). The engine's rules are exercised through a memory-backend client: its requests
+//! run on an `lh_memory_service` (`lh_memory_service_call`, answered with `lh_io_reply` /
+//! `lh_io_failed`), or are answered by hand where a test needs an answer the service would
+//! not give. Also checks the header's version macros against Cargo.toml.
 //!
 //! Calling `extern "C"` functions with raw pointers needs `unsafe`; every block here passes
 //! pointers to live locals, which is exactly the contract a C caller must honour.
 #![allow(unsafe_code)]
 
+#[path = "support/abi.rs"]
+mod abi;
+
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::ptr::{null, null_mut};
 
+use abi::*;
 use leasehold::ffi::*;
 
-const MS: u64 = 1_000_000;
 const SEED: [u8; 32] = [9; 32];
 const NAME: &[u8] = b"orders";
 
-/// Owns a handle for one test and frees it on drop.
-struct H(*mut lh_client);
-
-impl Drop for H {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from lh_client_new and is not used after drop.
-        unsafe { lh_client_free(self.0) }
-    }
-}
-
-fn config() -> lh_config {
-    let mut cfg = MaybeUninit::<lh_config>::uninit();
-    // SAFETY: valid out-pointer; lh_config_default fills every field.
-    unsafe {
-        lh_config_default(cfg.as_mut_ptr());
-        cfg.assume_init()
-    }
-}
-
-fn opts(ttl_ms: u64) -> lh_acquire_options {
-    let mut o = MaybeUninit::<lh_acquire_options>::uninit();
-    // SAFETY: valid out-pointer; the function fills every field.
-    let mut o = unsafe {
-        lh_acquire_options_default(o.as_mut_ptr());
-        o.assume_init()
-    };
-    o.ttl_ms = ttl_ms;
-    o
-}
-
+/// A memory-backend client whose requests the test answers by hand.
 fn client() -> H {
-    let cfg = config();
-    let mut c = null_mut();
-    // SAFETY: valid pointers to locals.
-    let st = unsafe { lh_client_new(&cfg, SEED.as_ptr(), SEED.len(), &mut c) };
-    assert_eq!(st, LH_OK);
-    assert!(!c.is_null());
-    H(c)
+    try_client(&config(), &backend(LH_BACKEND_MEMORY), &SEED).expect("lh_client_new")
 }
 
-fn last_error(h: &H) -> String {
-    // SAFETY: live handle; the returned string is copied at once.
-    unsafe { CStr::from_ptr(lh_client_last_error(h.0)) }
-        .to_string_lossy()
-        .into_owned()
+fn granted(fence: i64) -> V<'static> {
+    word("GRANTED", vec![V::Int(fence)])
 }
 
-fn name_of(st: lh_status) -> String {
-    // SAFETY: lh_status_str returns a static NUL-terminated string.
-    unsafe { CStr::from_ptr(lh_status_str(st)) }
-        .to_string_lossy()
-        .into_owned()
+fn find(v: &[lh_event], kind: u32) -> Option<lh_event> {
+    v.iter().copied().find(|e| e.kind == kind)
 }
 
-#[track_caller]
-fn expect(got: lh_status, want: lh_status) {
-    assert_eq!(got, want, "got {}, want {}", name_of(got), name_of(want));
+fn text(b: &[u8]) -> &str {
+    std::str::from_utf8(b).unwrap()
 }
 
-fn acquire(h: &H, now: u64, name: &[u8], o: &lh_acquire_options) -> Result<u64, lh_status> {
-    let mut lease = 0;
-    // SAFETY: pointers to live locals/slices.
-    let st = unsafe { lh_acquire(h.0, now, name.as_ptr(), name.len(), o, &mut lease) };
-    if st == LH_OK { Ok(lease) } else { Err(st) }
-}
-
-/// A polled output with its borrowed bytes copied out.
-#[derive(Debug, Clone)]
-struct Out {
-    raw: lh_output,
-    name: Vec<u8>,
-    token: Vec<u8>,
-    backend_data: Vec<u8>,
-}
-
-fn copy(ptr: *const u8, len: usize) -> Vec<u8> {
-    if ptr.is_null() {
-        assert_eq!(len, 0, "NULL pointer with non-zero length");
-        Vec::new()
-    } else {
-        // SAFETY: the library guarantees ptr/len are valid until the next call on the handle.
-        unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
-    }
-}
-
-fn poll(h: &H) -> Option<Out> {
-    let mut o = MaybeUninit::<lh_output>::uninit();
-    // SAFETY: valid out-pointer; written on LH_OK.
-    expect(unsafe { lh_poll_output(h.0, o.as_mut_ptr()) }, LH_OK);
-    // SAFETY: LH_OK means the struct was written.
-    let raw = unsafe { o.assume_init() };
-    if raw.kind == LH_OUTPUT_NONE {
-        return None;
-    }
-    Some(Out {
-        name: copy(raw.name, raw.name_len),
-        token: copy(raw.token, raw.token_len),
-        backend_data: copy(raw.backend_data, raw.backend_data_len),
-        raw,
-    })
-}
-
-fn drain(h: &H) -> Vec<Out> {
-    let mut v = Vec::new();
-    while let Some(o) = poll(h) {
-        v.push(o);
-        assert!(v.len() < 10_000, "output queue does not drain");
-    }
-    v
-}
-
-fn find(v: &[Out], kind: u32) -> Option<&Out> {
-    v.iter().find(|o| o.raw.kind == kind)
-}
-
-fn counters(h: &H) -> lh_counters {
-    // SAFETY: lh_counters is plain integers; zeroed is a valid value.
-    let mut k: lh_counters = unsafe { std::mem::zeroed() };
-    k.struct_size = size_of::<lh_counters>() as u32;
-    // SAFETY: valid pointer.
-    expect(unsafe { lh_counters_get(h.0, &mut k) }, LH_OK);
-    k
-}
-
-fn grant(h: &H, now: u64, req: u64, fence: u64, ttl_ms: u64, data: &[u8]) -> lh_status {
-    // SAFETY: slice pointer valid for the call.
-    unsafe {
-        lh_acquire_result(
-            h.0,
-            now,
-            req,
-            LH_ACQUIRE_GRANTED,
-            fence,
-            ttl_ms,
-            LH_NO_RETRY_HINT,
-            data.as_ptr(),
-            data.len(),
-        )
-    }
-}
-
-/// Acquire + grant; returns the lease id.
-fn held(h: &H, now: u64, ttl_ms: u64, fence: u64) -> u64 {
-    let lease = acquire(h, now, NAME, &opts(ttl_ms)).expect("acquire");
-    let a = poll(h).expect("acquire command");
-    assert_eq!(a.raw.kind, LH_OUTPUT_ACQUIRE);
-    expect(
-        grant(h, now + MS, a.raw.request_id, fence, ttl_ms, &[]),
-        LH_OK,
+/// Acquires `name` and takes the one ACQUIRE request it sends.
+fn acquire_req(h: &H, now: u64, name: &[u8], o: &lh_acquire_options) -> (u64, Req) {
+    let lease = h.acquire(now, name, o).expect("acquire");
+    let mut reqs = h.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    let r = reqs.remove(0);
+    assert_eq!(
+        (r.kind, r.connection),
+        (LH_IO_COMMAND, LH_CONNECTION_COMMANDS)
     );
-    let ev = drain(h);
-    let acq = find(&ev, LH_OUTPUT_ACQUIRED).expect("acquired");
-    assert_eq!((acq.raw.lease_id, acq.raw.fencing_token), (lease, fence));
+    assert_eq!(
+        (r.args[0].as_slice(), r.args[1].as_slice()),
+        (&b"ACQUIRE"[..], name)
+    );
+    (lease, r)
+}
+
+/// Acquire + a GRANTED answer with `fence`; returns the lease id.
+fn held(h: &H, now: u64, ttl_ms: u64, fence: i64) -> u64 {
+    let (lease, a) = acquire_req(h, now, NAME, &opts(ttl_ms));
+    ok(h.reply(now + MS, a.id, &granted(fence)));
+    let acq = find(&h.events(), LH_EVENT_ACQUIRED).expect("acquired");
+    assert_eq!((acq.lease_id, acq.fencing_token), (lease, fence as u64));
     lease
 }
 
-fn state(h: &H, lease: u64) -> Result<u32, lh_status> {
-    let mut s = 0;
-    // SAFETY: valid pointer.
-    let st = unsafe { lh_lease_state(h.0, lease, &mut s) };
-    if st == LH_OK { Ok(s) } else { Err(st) }
-}
-
-/// Feeds timeouts at the core's deadlines until an output of `kind` appears (bounded).
-fn advance_until(h: &H, now: &mut u64, kind: u32) -> Option<Out> {
+/// Feeds timeouts at the core's deadlines until a request `word` goes out (bounded); the
+/// requests and events before it are dropped.
+fn advance_until_request(h: &H, now: &mut u64, word: &[u8]) -> Option<Req> {
     for _ in 0..50 {
-        let mut d = 0;
-        // SAFETY: valid pointer.
-        expect(unsafe { lh_poll_timeout(h.0, &mut d) }, LH_OK);
+        let d = h.deadline();
         if d == LH_NO_DEADLINE {
             return None;
         }
         *now = (*now).max(d);
-        // SAFETY: live handle.
-        expect(unsafe { lh_timeout(h.0, *now) }, LH_OK);
-        if let Some(o) = drain(h).into_iter().find(|o| o.raw.kind == kind) {
-            return Some(o);
+        ok(h.timeout(*now));
+        h.events();
+        if let Some(r) = h.requests().into_iter().find(|r| r.args[0] == word) {
+            return Some(r);
+        }
+    }
+    None
+}
+
+/// Feeds timeouts at the core's deadlines until an event of `kind` (bounded). The service is
+/// silent: requests are taken and never answered.
+fn advance_until_event(h: &H, now: &mut u64, kind: u32) -> Option<lh_event> {
+    for _ in 0..50 {
+        let d = h.deadline();
+        if d == LH_NO_DEADLINE {
+            return None;
+        }
+        *now = (*now).max(d);
+        ok(h.timeout(*now));
+        h.requests();
+        if let Some(e) = find(&h.events(), kind) {
+            return Some(e);
         }
     }
     None
@@ -238,10 +141,9 @@ fn version_macros_match_cargo_toml_and_library() {
     // SAFETY: static NUL-terminated string.
     let lib = unsafe { CStr::from_ptr(lh_version()) }.to_str().unwrap();
     assert_eq!(lib, cargo_version);
-    assert_eq!(
-        header_define(&h, "LH_ABI_VERSION"),
-        LH_ABI_VERSION.to_string()
-    );
+    // ABI 3: the one seam.
+    assert_eq!(LH_ABI_VERSION, 3);
+    assert_eq!(header_define(&h, "LH_ABI_VERSION"), "3");
     assert_eq!(lh_abi_version(), LH_ABI_VERSION);
 }
 
@@ -263,8 +165,9 @@ fn every_status_in_the_header_has_its_name() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 24, "LH_OK + 23 error codes");
-    for unknown in [22, 99, 899, 902, u32::MAX] {
+    assert_eq!(seen, 25, "LH_OK + 24 error codes");
+    assert_eq!(name_of(22), "LH_ERR_WRONG_ANSWER");
+    for unknown in [23, 99, 899, 902, u32::MAX] {
         assert_eq!(name_of(unknown), "LH_UNKNOWN_STATUS");
     }
 }
@@ -277,6 +180,11 @@ fn defaults_and_null_defaults() {
     assert_eq!(cfg.fail_budget, 0, "the time budget");
     let o = opts(LH_DEFAULT_TTL_MS);
     assert_eq!((o.flags, o.wait_ns), (0, 0));
+    let b = backend(LH_BACKEND_MEMORY);
+    assert_eq!(
+        (b.struct_size as usize, b.kind),
+        (size_of::<lh_backend_options>(), LH_BACKEND_MEMORY)
+    );
     // SAFETY: NULL is documented as ignored.
     unsafe {
         lh_config_default(null_mut());
@@ -287,59 +195,63 @@ fn defaults_and_null_defaults() {
 #[test]
 fn client_new_hostile_arguments() {
     let mut cfg = config();
+    let b = backend(LH_BACKEND_MEMORY);
     let sentinel = 0x1234usize as *mut lh_client;
     let mut c = sentinel;
     // SAFETY: every non-NULL pointer is valid; the library must reject the rest.
     unsafe {
         expect(
-            lh_client_new(null(), SEED.as_ptr(), 32, &mut c),
+            lh_client_new(null(), &b, SEED.as_ptr(), 32, &mut c),
             LH_ERR_NULL_ARGUMENT,
         );
         expect(
-            lh_client_new(&cfg, null(), 32, &mut c),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        expect(lh_client_new(&cfg, null(), 0, &mut c), LH_ERR_NULL_ARGUMENT);
-        expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 32, null_mut()),
+            lh_client_new(&cfg, &b, null(), 32, &mut c),
             LH_ERR_NULL_ARGUMENT,
         );
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 15, &mut c),
+            lh_client_new(&cfg, &b, null(), 0, &mut c),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 32, null_mut()),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 15, &mut c),
             LH_ERR_SEED_TOO_SHORT,
         );
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 0, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 0, &mut c),
             LH_ERR_SEED_TOO_SHORT,
         );
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), usize::MAX, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), usize::MAX, &mut c),
             LH_ERR_INVALID_CONFIG,
         );
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), LH_MAX_SEED_LEN + 1, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), LH_MAX_SEED_LEN + 1, &mut c),
             LH_ERR_INVALID_CONFIG,
         );
         cfg.notifications = 7;
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 32, &mut c),
             LH_ERR_INVALID_CONFIG,
         );
         cfg = config();
         cfg.max_leases = 0;
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 32, &mut c),
             LH_ERR_INVALID_CONFIG,
         );
         cfg = config();
         cfg.struct_size = 0;
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 32, &mut c),
             LH_ERR_STRUCT_SIZE,
         );
         cfg.struct_size = size_of::<lh_config>() as u32 - 1;
         expect(
-            lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c),
+            lh_client_new(&cfg, &b, SEED.as_ptr(), 32, &mut c),
             LH_ERR_STRUCT_SIZE,
         );
         assert_eq!(c, sentinel, "out-param written on failure");
@@ -351,13 +263,18 @@ fn client_new_hostile_arguments() {
 fn null_handle_everywhere() {
     let o = opts(1000);
     let (mut u64v, mut u32v, mut b) = (5u64, 5u32, false);
-    let mut out = MaybeUninit::<lh_output>::uninit();
+    let mut ev = lh_event::default();
+    let mut req = MaybeUninit::<lh_io_request>::uninit();
     // SAFETY: plain integers; zeroed is valid.
     let mut info: lh_lease_info = unsafe { std::mem::zeroed() };
     info.struct_size = size_of::<lh_lease_info>() as u32;
     // SAFETY: as above.
     let mut k: lh_counters = unsafe { std::mem::zeroed() };
     k.struct_size = size_of::<lh_counters>() as u32;
+    // SAFETY: plain integers and NULL pointers; zeroed is valid.
+    let mut st: lh_lock_status = unsafe { std::mem::zeroed() };
+    st.struct_size = size_of::<lh_lock_status>() as u32;
+    let (values, data) = flat(&granted(1));
     let n = null_mut();
     // SAFETY: a NULL handle is documented as an error; other pointers are valid.
     unsafe {
@@ -366,22 +283,11 @@ fn null_handle_everywhere() {
             lh_acquire(n, 0, NAME.as_ptr(), 6, &o, &mut u64v),
             LH_ERR_NULL_ARGUMENT,
         );
-        expect(lh_release(n, 0, 1), LH_ERR_NULL_ARGUMENT);
-        expect(
-            lh_acquire_result(n, 0, 1, LH_ACQUIRE_GRANTED, 1, 1000, 0, null(), 0),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        expect(
-            lh_renew_result(n, 0, 1, LH_RENEW_RENEWED),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        expect(
-            lh_release_result(n, 0, 1, LH_RELEASE_RELEASED),
-            LH_ERR_NULL_ARGUMENT,
-        );
-        expect(lh_released(n, 0, NAME.as_ptr(), 6), LH_ERR_NULL_ARGUMENT);
+        expect(lh_release(n, 0, 1, null_mut()), LH_ERR_NULL_ARGUMENT);
+        expect(lh_release(n, 0, 1, &mut u32v), LH_ERR_NULL_ARGUMENT);
+        expect(lh_renew(n, 0, 1), LH_ERR_NULL_ARGUMENT);
         expect(lh_timeout(n, 0), LH_ERR_NULL_ARGUMENT);
-        expect(lh_poll_output(n, out.as_mut_ptr()), LH_ERR_NULL_ARGUMENT);
+        expect(lh_poll_event(n, &mut ev), LH_ERR_NULL_ARGUMENT);
         expect(lh_poll_timeout(n, &mut u64v), LH_ERR_NULL_ARGUMENT);
         expect(lh_lease_state(n, 1, &mut u32v), LH_ERR_NULL_ARGUMENT);
         expect(lh_lease_info_get(n, 1, &mut info), LH_ERR_NULL_ARGUMENT);
@@ -389,9 +295,56 @@ fn null_handle_everywhere() {
         expect(lh_valid_until(n, 1, &mut u64v), LH_ERR_NULL_ARGUMENT);
         expect(lh_is_held(n, 1, 0, &mut b), LH_ERR_NULL_ARGUMENT);
         expect(lh_counters_get(n, &mut k), LH_ERR_NULL_ARGUMENT);
+        expect(lh_io_poll(n, req.as_mut_ptr()), LH_ERR_NULL_ARGUMENT);
+        expect(
+            lh_io_reply(
+                n,
+                0,
+                1,
+                values.as_ptr(),
+                values.len(),
+                data.as_ptr(),
+                data.len(),
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_http_reply(n, 0, 1, 200, b"{}".as_ptr(), 2),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_stream_message(n, 0, 1, b"{}".as_ptr(), 2),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_failed(n, 0, 1, LH_FAILURE_TRANSPORT, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_message(n, 0, NAME.as_ptr(), 6, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_connection(
+                n,
+                0,
+                LH_CONNECTION_COMMANDS,
+                LH_CONNECTION_REOPENED,
+                null(),
+                0,
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(lh_io_close(n, 0), LH_ERR_NULL_ARGUMENT);
+        expect(
+            lh_status_request(n, 0, NAME.as_ptr(), 6, &mut u64v),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(lh_poll_status(n, &mut st), LH_ERR_NULL_ARGUMENT);
         #[cfg(feature = "testing")]
         expect(lh_client_debug_panic(n), LH_ERR_NULL_ARGUMENT);
         assert_eq!(CStr::from_ptr(lh_client_last_error(n)).to_bytes(), b"");
+        assert_eq!(CStr::from_ptr(lh_backend_last_error(n)).to_bytes(), b"");
     }
     assert_eq!((u64v, u32v, b), (5, 5, false));
 }
@@ -406,8 +359,8 @@ fn null_out_params_change_nothing() {
             lh_acquire(h.0, 0, NAME.as_ptr(), 6, &o, null_mut()),
             LH_ERR_NULL_ARGUMENT,
         );
-        assert_eq!(counters(&h).acquires_sent, 0);
-        assert!(last_error(&h).contains("out_lease"));
+        assert_eq!(h.counters().acquires_sent, 0);
+        assert!(h.last_error().contains("out_lease"));
         expect(lh_poll_timeout(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
         expect(lh_lease_state(h.0, 1, null_mut()), LH_ERR_NULL_ARGUMENT);
         expect(lh_lease_info_get(h.0, 1, null_mut()), LH_ERR_NULL_ARGUMENT);
@@ -415,14 +368,28 @@ fn null_out_params_change_nothing() {
         expect(lh_valid_until(h.0, 1, null_mut()), LH_ERR_NULL_ARGUMENT);
         expect(lh_is_held(h.0, 1, 0, null_mut()), LH_ERR_NULL_ARGUMENT);
         expect(lh_counters_get(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+        expect(
+            lh_status_request(h.0, 0, NAME.as_ptr(), 6, null_mut()),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(lh_poll_status(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
     }
-    acquire(&h, 0, NAME, &o).unwrap();
-    // SAFETY: NULL out is a documented error and must not consume the output.
-    expect(
-        unsafe { lh_poll_output(h.0, null_mut()) },
-        LH_ERR_NULL_ARGUMENT,
+    let (lease, a) = acquire_req(&h, 0, NAME, &o);
+    ok(h.reply(MS, a.id, &granted(3)));
+    // SAFETY: a NULL out is a documented error and must not consume the request or event.
+    unsafe {
+        expect(lh_poll_event(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+        expect(lh_io_poll(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+    }
+    assert_eq!(
+        h.event().map(|e| (e.kind, e.lease_id)),
+        Some((LH_EVENT_ACQUIRED, lease))
     );
-    assert_eq!(poll(&h).unwrap().raw.kind, LH_OUTPUT_ACQUIRE);
+    ok(h.release(2 * MS, lease));
+    // SAFETY: as above.
+    expect(unsafe { lh_io_poll(h.0, null_mut()) }, LH_ERR_NULL_ARGUMENT);
+    let rel = h.poll().expect("the RELEASE request is still there");
+    assert_eq!(rel.args[0], b"RELEASE");
 }
 
 #[test]
@@ -440,8 +407,8 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
         (b"a\0b", LH_ERR_NAME_HAS_NUL),
     ];
     for (name, want) in cases {
-        assert_eq!(acquire(&h, 0, name, &o), Err(*want), "name {name:?}");
-        assert!(!last_error(&h).is_empty());
+        assert_eq!(h.acquire(0, name, &o), Err(*want), "name {name:?}");
+        assert!(!h.last_error().is_empty());
     }
     let mut lease = 77u64;
     // SAFETY: NULL name / opts are documented errors; lengths beyond the limit are never read.
@@ -469,7 +436,7 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
     }
     for ttl in [0, u64::MAX, u64::MAX / 1_000_000, 604_800_001] {
         assert_eq!(
-            acquire(&h, 0, NAME, &opts(ttl)),
+            h.acquire(0, NAME, &opts(ttl)),
             Err(LH_ERR_INVALID_TTL),
             "ttl {ttl}"
         );
@@ -477,28 +444,28 @@ fn hostile_names_and_options_leave_the_client_unchanged() {
     for flags in [4, 6, 0x8000_0000, u32::MAX] {
         let mut bad = opts(1000);
         bad.flags = flags;
-        assert_eq!(acquire(&h, 0, NAME, &bad), Err(LH_ERR_INVALID_ENUM));
+        assert_eq!(h.acquire(0, NAME, &bad), Err(LH_ERR_INVALID_ENUM));
     }
     for size in [0, 4, size_of::<lh_acquire_options>() as u32 - 1] {
         let mut bad = opts(1000);
         bad.struct_size = size;
-        assert_eq!(acquire(&h, 0, NAME, &bad), Err(LH_ERR_STRUCT_SIZE));
+        assert_eq!(h.acquire(0, NAME, &bad), Err(LH_ERR_STRUCT_SIZE));
     }
     assert_eq!(lease, 77);
-    let k = counters(&h);
-    assert_eq!((k.acquires_sent, k.live_leases), (0, 0));
-    assert!(poll(&h).is_none());
-    // Still usable, and the longest legal name works.
+    let k = h.counters();
+    assert_eq!(
+        (k.acquires_sent, k.live_leases, k.backend_requests),
+        (0, 0, 0)
+    );
+    assert!(h.poll().is_none() && h.event().is_none());
+    // Still usable, and the longest legal name goes out whole in the request.
     let max = vec![b'z'; LH_MAX_NAME_LEN];
-    acquire(&h, 0, &max, &o).unwrap();
-    let a = poll(&h).unwrap();
-    assert_eq!(a.name, max);
+    acquire_req(&h, 0, &max, &o);
     // Names on both sides of the core's inline limit come out whole.
     let inline = leasehold::INLINE_NAME_LEN;
     for len in [inline - 1, inline, inline + 1] {
         let name = vec![b'q'; len];
-        acquire(&h, 0, &name, &o).unwrap();
-        assert_eq!(poll(&h).unwrap().name, name);
+        acquire_req(&h, 0, &name, &o);
     }
 }
 
@@ -512,7 +479,9 @@ fn unknown_lease_ids() {
     for id in [0, 1, 2, 12_345, 1 << 40, u64::MAX] {
         // SAFETY: valid out-pointers.
         unsafe {
-            expect(lh_release(h.0, 0, id), LH_ERR_UNKNOWN_LEASE);
+            expect(lh_release(h.0, 0, id, null_mut()), LH_ERR_UNKNOWN_LEASE);
+            expect(lh_release(h.0, 0, id, &mut u32v), LH_ERR_UNKNOWN_LEASE);
+            expect(lh_renew(h.0, 0, id), LH_ERR_UNKNOWN_LEASE);
             expect(lh_lease_state(h.0, id, &mut u32v), LH_ERR_UNKNOWN_LEASE);
             expect(lh_lease_info_get(h.0, id, &mut info), LH_ERR_UNKNOWN_LEASE);
             expect(lh_fencing_token(h.0, id, &mut u64v), LH_ERR_UNKNOWN_LEASE);
@@ -523,116 +492,118 @@ fn unknown_lease_ids() {
     assert_eq!((u64v, u32v, b), (3, 3, true));
     // A live lease next to the garbage still works.
     let lease = held(&h, 0, 3000, 1);
-    assert_eq!(state(&h, lease), Ok(LH_STATE_HELD));
+    assert_eq!(h.state(lease), Ok(LH_STATE_HELD));
 }
 
 #[test]
-fn unknown_enum_values() {
+fn unknown_enum_values_change_nothing() {
     let h = client();
-    let lease = acquire(&h, 0, NAME, &opts(1000)).unwrap();
-    let req = poll(&h).unwrap().raw.request_id;
-    for bad in [0, 4, 17, u32::MAX] {
-        // SAFETY: valid handle; NULL backend data with length 0 is allowed.
-        unsafe {
-            expect(
-                lh_acquire_result(h.0, MS, req, bad, 1, 1000, 0, null(), 0),
-                LH_ERR_INVALID_ENUM,
-            );
-            expect(lh_renew_result(h.0, MS, req, bad), LH_ERR_INVALID_ENUM);
-            expect(lh_release_result(h.0, MS, req, bad), LH_ERR_INVALID_ENUM);
-        }
+    let (lease, a) = acquire_req(&h, 0, NAME, &opts(1000));
+    for bad in [0, 3, 17, u32::MAX] {
+        expect(h.failed(MS, a.id, bad, b"x"), LH_ERR_INVALID_ENUM);
+        assert!(
+            h.last_error().contains("failure kind"),
+            "{}",
+            h.last_error()
+        );
+        expect(
+            h.connection(MS, bad, LH_CONNECTION_REOPENED, b""),
+            LH_ERR_INVALID_ENUM,
+        );
     }
-    assert!(last_error(&h).contains("outcome"));
-    assert_eq!(state(&h, lease), Ok(LH_STATE_ACQUIRING));
-    assert_eq!(counters(&h).stale_results, 0);
-    expect(grant(&h, MS, req, 2, 1000, &[]), LH_OK);
-    assert_eq!(state(&h, lease), Ok(LH_STATE_HELD));
+    for bad in [0, 4, 17, u32::MAX] {
+        expect(
+            h.connection(MS, LH_CONNECTION_COMMANDS, bad, b""),
+            LH_ERR_INVALID_ENUM,
+        );
+        assert!(
+            h.last_error().contains("connection event"),
+            "{}",
+            h.last_error()
+        );
+    }
+    // A value kind nobody knows is a malformed answer, not an enum error.
+    let unknown = lh_value {
+        kind: 99,
+        ..lh_value::default()
+    };
+    expect(h.reply_raw(MS, a.id, &[unknown], b""), LH_ERR_INVALID_REPLY);
+    assert_eq!(h.state(lease), Ok(LH_STATE_ACQUIRING));
+    let k = h.counters();
+    assert_eq!(
+        (
+            k.stale_results,
+            k.backend_stale_replies,
+            k.backend_transport_failures
+        ),
+        (0, 0, 0)
+    );
+    assert!(h.events().is_empty() && h.poll().is_none());
+    ok(h.reply(MS, a.id, &granted(2)));
+    assert_eq!(h.state(lease), Ok(LH_STATE_HELD));
 }
 
 #[test]
 fn unknown_and_already_answered_request_ids_are_stale() {
     let h = client();
-    let lease = acquire(&h, 0, NAME, &opts(3000)).unwrap();
-    let req = poll(&h).unwrap().raw.request_id;
-    expect(grant(&h, MS, req, 5, 3000, &[]), LH_OK);
-    drain(&h);
-    let before = counters(&h).stale_results;
-    // SAFETY: valid handle.
-    unsafe {
-        expect(grant(&h, 2 * MS, req, 6, 3000, &[]), LH_OK); // answered twice
-        expect(
-            lh_acquire_result(
-                h.0,
-                2 * MS,
-                req,
-                LH_ACQUIRE_TRANSPORT_ERROR,
-                0,
-                0,
-                0,
-                null(),
-                0,
-            ),
-            LH_OK,
-        );
-        expect(lh_renew_result(h.0, 2 * MS, req, LH_RENEW_REJECTED), LH_OK); // wrong kind
-        expect(
-            lh_release_result(h.0, 2 * MS, req, LH_RELEASE_NOT_OWNER),
-            LH_OK,
-        );
-        expect(grant(&h, 2 * MS, 999_999, 7, 3000, &[]), LH_OK); // never issued
-        expect(lh_renew_result(h.0, 2 * MS, 0, LH_RENEW_REJECTED), LH_OK);
-        expect(
-            lh_release_result(h.0, 2 * MS, u64::MAX, LH_RELEASE_RELEASED),
-            LH_OK,
-        );
-    }
-    assert_eq!(counters(&h).stale_results, before + 7);
-    assert!(poll(&h).is_none());
-    let mut fence = 0;
-    // SAFETY: valid pointer.
-    expect(unsafe { lh_fencing_token(h.0, lease, &mut fence) }, LH_OK);
-    assert_eq!(fence, 5);
-    assert_eq!(state(&h, lease), Ok(LH_STATE_HELD));
+    let (lease, a) = acquire_req(&h, 0, NAME, &opts(3000));
+    ok(h.reply(MS, a.id, &granted(5)));
+    h.events();
+    let before = h.counters();
+    ok(h.reply(2 * MS, a.id, &granted(6))); // answered twice
+    ok(h.reply(2 * MS, a.id, &word("HELD", vec![V::Nil])));
+    ok(h.failed(2 * MS, a.id, LH_FAILURE_TRANSPORT, b""));
+    ok(h.reply(2 * MS, 999_999, &granted(7))); // never issued
+    ok(h.reply(2 * MS, 0, &word("RENEWED", vec![])));
+    ok(h.failed(2 * MS, u64::MAX, LH_FAILURE_DATABASE, b"no"));
+    ok(h.reply(2 * MS, a.id + 1, &word("RELEASED", vec![])));
+    let k = h.counters();
+    assert_eq!(k.backend_stale_replies, before.backend_stale_replies + 7);
+    assert_eq!(
+        (
+            k.backend_transport_failures,
+            k.backend_garbage_replies,
+            k.grants
+        ),
+        (0, 0, 1),
+        "a stale answer is not looked at"
+    );
+    assert!(h.poll().is_none() && h.events().is_empty());
+    assert_eq!(h.fence(lease), Ok(5));
+    assert_eq!(h.state(lease), Ok(LH_STATE_HELD));
 }
 
 #[test]
 fn lifecycle_through_the_abi_with_borrowed_bytes() {
     let h = client();
-    let data = [0u8, 1, 0xfe, 0xff, b'e', b't', b'c', b'd'];
-    let lease = acquire(&h, 0, NAME, &opts(3000)).unwrap();
+    let (lease, a) = acquire_req(&h, 0, NAME, &opts(3000));
     let (mut fence, mut vu) = (0u64, 0u64);
     // SAFETY: valid pointers.
     unsafe {
         expect(lh_fencing_token(h.0, lease, &mut fence), LH_ERR_NOT_GRANTED);
         expect(lh_valid_until(h.0, lease, &mut vu), LH_ERR_NOT_GRANTED);
     }
-    let a = poll(&h).unwrap();
-    assert_eq!(a.raw.kind, LH_OUTPUT_ACQUIRE);
-    assert_eq!(
-        (a.raw.lease_id, a.raw.ttl_ms, a.raw.reason),
-        (lease, 3000, LH_REASON_NONE)
-    );
-    assert_eq!(a.name, NAME);
-    assert_eq!(a.token.len(), 32);
-    assert!(
-        a.token
-            .iter()
-            .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-    );
-    assert!(a.backend_data.is_empty());
-    assert!(poll(&h).is_none());
+    assert_eq!(a.args.len(), 4);
+    let token = a.args[2].clone();
+    assert_eq!(token.len(), 32);
+    assert!(token.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+    assert_eq!(text(&a.args[3]), "3000");
+    assert!(a.data.is_empty() && a.statements.is_empty() && a.method.is_none());
+    assert!(h.poll().is_none() && h.event().is_none());
 
-    expect(grant(&h, MS, a.raw.request_id, 42, 3000, &data), LH_OK);
-    let ev = poll(&h).unwrap();
-    assert_eq!(ev.raw.kind, LH_OUTPUT_ACQUIRED);
-    assert_eq!((ev.raw.lease_id, ev.raw.fencing_token), (lease, 42));
-    assert!(ev.raw.valid_until_ns > MS && ev.raw.valid_until_ns <= 3000 * MS);
-    assert!(ev.raw.name.is_null() && ev.raw.token.is_null() && ev.raw.request_id == 0);
+    ok(h.reply(MS, a.id, &granted(42)));
+    let ev = h.event().unwrap();
+    assert_eq!(ev.kind, LH_EVENT_ACQUIRED);
+    assert_eq!(
+        (ev.lease_id, ev.fencing_token, ev.reason),
+        (lease, 42, LH_REASON_NONE)
+    );
+    assert!(ev.valid_until_ns > MS && ev.valid_until_ns <= 3000 * MS);
+    let vu = h.valid_until(lease);
+    assert_eq!(vu, ev.valid_until_ns);
     let mut held_now = false;
     // SAFETY: valid pointers; lh_lease_info is plain integers.
     unsafe {
-        expect(lh_valid_until(h.0, lease, &mut vu), LH_OK);
-        assert_eq!(vu, ev.raw.valid_until_ns);
         expect(lh_is_held(h.0, lease, vu - 1, &mut held_now), LH_OK);
         assert!(held_now);
         expect(lh_is_held(h.0, lease, vu, &mut held_now), LH_OK);
@@ -649,112 +620,225 @@ fn lifecycle_through_the_abi_with_borrowed_bytes() {
     }
 
     let mut now = MS;
-    let r = advance_until(&h, &mut now, LH_OUTPUT_RENEW).expect("renew");
+    let r = advance_until_request(&h, &mut now, b"RENEW").expect("renew");
     assert!(now < vu, "renew must come before validity ends");
-    assert_eq!((r.raw.lease_id, r.raw.ttl_ms), (lease, 3000));
-    assert_eq!(
-        (r.name.as_slice(), r.token.as_slice()),
-        (NAME, a.token.as_slice())
-    );
-    assert_eq!(r.backend_data, data);
-    // SAFETY: valid handle.
-    expect(
-        unsafe { lh_renew_result(h.0, now + MS, r.raw.request_id, LH_RENEW_RENEWED) },
-        LH_OK,
-    );
-    drain(&h);
-    let mut vu2 = 0;
-    // SAFETY: valid pointer.
-    expect(unsafe { lh_valid_until(h.0, lease, &mut vu2) }, LH_OK);
-    assert!(vu2 > vu);
+    assert_eq!(r.args, [&b"RENEW"[..], NAME, &token, b"3000"]);
+    ok(h.reply(now + MS, r.id, &word("RENEWED", vec![])));
+    assert!(h.events().is_empty(), "automatic renewals are silent");
+    assert!(h.valid_until(lease) > vu);
 
-    // SAFETY: valid handle.
-    expect(unsafe { lh_release(h.0, now + 2 * MS, lease) }, LH_OK);
-    let outs = drain(&h);
-    assert!(find(&outs, LH_OUTPUT_RELEASED).is_some_and(|o| o.raw.lease_id == lease));
-    let rel = find(&outs, LH_OUTPUT_RELEASE).expect("release command");
-    assert_eq!(
-        (rel.token.as_slice(), rel.backend_data.as_slice()),
-        (a.token.as_slice(), &data[..])
-    );
-    assert_eq!(counters(&h).pending_cleanups, 1);
-    // SAFETY: valid handle.
-    expect(
-        unsafe { lh_release_result(h.0, now + 3 * MS, rel.raw.request_id, LH_RELEASE_RELEASED) },
-        LH_OK,
-    );
-    assert_eq!(counters(&h).pending_cleanups, 0);
+    ok(h.release(now + 2 * MS, lease));
+    let evs = h.events();
+    assert!(find(&evs, LH_EVENT_RELEASED).is_some_and(|e| e.lease_id == lease));
+    let rel = h.poll().expect("release request");
+    assert_eq!(rel.args, [&b"RELEASE"[..], NAME, &token]);
+    assert_eq!(h.counters().pending_cleanups, 1);
+    ok(h.reply(now + 3 * MS, rel.id, &word("RELEASED", vec![])));
+    let k = h.counters();
+    assert_eq!((k.pending_cleanups, k.backend_requests), (0, 3));
 }
 
 #[test]
 fn double_release_is_lease_ended() {
     let h = client();
     let lease = held(&h, 0, 3000, 1);
-    // SAFETY: valid handle.
-    unsafe {
-        expect(lh_release(h.0, 2 * MS, lease), LH_OK);
-        drain(&h);
-        expect(lh_release(h.0, 3 * MS, lease), LH_ERR_LEASE_ENDED);
-    }
-    assert!(!last_error(&h).is_empty());
-    assert!(poll(&h).is_none(), "no second event or command");
+    ok(h.release(2 * MS, lease));
+    h.requests();
+    h.events();
+    expect(h.release(3 * MS, lease), LH_ERR_LEASE_ENDED);
+    assert!(!h.last_error().is_empty());
+    assert!(
+        h.poll().is_none() && h.event().is_none(),
+        "no second event or request"
+    );
 }
 
 #[test]
-fn backend_data_hostile_inputs() {
+fn malformed_answers_are_refused_and_change_nothing() {
     let h = client();
-    let lease = acquire(&h, 0, NAME, &opts(3000)).unwrap();
-    let req = poll(&h).unwrap().raw.request_id;
-    let big = vec![0u8; LH_MAX_BACKEND_DATA_LEN + 1];
-    expect(
-        grant(&h, 1, req, 1, 3000, &big),
-        LH_ERR_BACKEND_DATA_TOO_LONG,
-    );
-    // SAFETY: lengths beyond the limit are never read; NULL with a length is rejected.
+    let (lease, a) = acquire_req(&h, 0, NAME, &opts(3000));
+    let big = vec![0u8; LH_MAX_REPLY_DATA + 1];
+    let (good, good_data) = flat(&granted(1));
+    let arr = |n| lh_value {
+        kind: LH_VALUE_ARRAY,
+        len: n,
+        ..lh_value::default()
+    };
+    let bulk = |offset, len| lh_value {
+        kind: LH_VALUE_BULK,
+        offset,
+        len,
+        ..lh_value::default()
+    };
+    let deep: Vec<lh_value> = (0..LH_MAX_REPLY_DEPTH as u64 + 2)
+        .map(|_| arr(1))
+        .chain([lh_value {
+            kind: LH_VALUE_INT,
+            ..lh_value::default()
+        }])
+        .collect();
+    let cases: Vec<(Vec<lh_value>, &[u8])> = vec![
+        (vec![], b""),
+        (vec![arr(2)], b""),
+        (vec![arr(u64::MAX)], b""),
+        (good.clone(), &big),
+        (vec![bulk(2, 5)], b"abc"),
+        (vec![bulk(u64::MAX, 2)], b"abc"),
+        (deep, b""),
+        (vec![lh_value::default(); LH_MAX_REPLY_VALUES + 1], b""),
+    ];
+    for (values, data) in &cases {
+        expect(h.reply_raw(MS, a.id, values, data), LH_ERR_INVALID_REPLY);
+    }
+    // SAFETY: lengths beyond the limit are never read; NULL with a length is refused.
     unsafe {
         expect(
-            lh_acquire_result(
+            lh_io_reply(
                 h.0,
-                1,
-                req,
-                LH_ACQUIRE_GRANTED,
-                1,
-                3000,
-                0,
+                MS,
+                a.id,
+                good.as_ptr(),
+                good.len(),
                 big.as_ptr(),
                 usize::MAX,
             ),
-            LH_ERR_BACKEND_DATA_TOO_LONG,
+            LH_ERR_INVALID_REPLY,
         );
         expect(
-            lh_acquire_result(h.0, 1, req, LH_ACQUIRE_GRANTED, 1, 3000, 0, null(), 5),
+            lh_io_reply(h.0, MS, a.id, good.as_ptr(), usize::MAX, null(), 0),
+            LH_ERR_INVALID_REPLY,
+        );
+        expect(
+            lh_io_reply(h.0, MS, a.id, good.as_ptr(), good.len(), null(), 5),
             LH_ERR_NULL_ARGUMENT,
         );
+        expect(
+            lh_io_reply(h.0, MS, a.id, null(), 0, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_failed(h.0, MS, a.id, LH_FAILURE_TRANSPORT, null(), 3),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_failed(h.0, MS, a.id, LH_FAILURE_TRANSPORT, big.as_ptr(), big.len()),
+            LH_ERR_INVALID_REPLY,
+        );
     }
-    assert_eq!(state(&h, lease), Ok(LH_STATE_ACQUIRING));
-    expect(
-        grant(&h, 1, req, 1, 3000, &big[..LH_MAX_BACKEND_DATA_LEN]),
-        LH_OK,
+    assert!(!h.last_error().is_empty());
+    assert_eq!(h.state(lease), Ok(LH_STATE_ACQUIRING));
+    let k = h.counters();
+    assert_eq!(
+        (
+            k.backend_stale_replies,
+            k.backend_garbage_replies,
+            k.backend_transport_failures
+        ),
+        (0, 0, 0)
     );
-    assert_eq!(state(&h, lease), Ok(LH_STATE_HELD));
+    assert!(h.events().is_empty());
+    // The request is still pending: a good answer (its data may carry unused bytes) is taken.
+    let mut padded = good_data.clone();
+    padded.extend_from_slice(&[0xff; 16]);
+    ok(h.reply_raw(MS, a.id, &good, &padded));
+    assert_eq!(h.state(lease), Ok(LH_STATE_HELD));
+    assert_eq!(h.fence(lease), Ok(1));
 }
 
 #[test]
-fn released_notification_and_reseed_hostile_inputs() {
+fn garbage_answers_are_transport_errors_never_grants() {
+    // Well-formed value lists of a shape the request cannot have: zero, negative and textual
+    // fences, missing or extra fields, another request's word, an error reply.
+    let cases: Vec<(V<'static>, &str)> = vec![
+        (granted(0), "garbage"),
+        (granted(-1), "garbage"),
+        (word("GRANTED", vec![V::Bulk(b"7")]), "garbage"),
+        (word("GRANTED", vec![]), "garbage"),
+        (word("GRANTED", vec![V::Int(7), V::Int(8)]), "garbage"),
+        (word("RENEWED", vec![]), "garbage"),
+        (word("HELD", vec![V::Int(-5)]), "garbage"),
+        (V::Arr(vec![V::Bulk(b"GRANTED"), V::Int(7)]), "garbage"),
+        (V::Int(7), "garbage"),
+        (V::Status(b"OK"), "garbage"),
+        (V::Arr(vec![]), "garbage"),
+        (V::Error(b"ERR something broke"), "error"),
+    ];
+    for (answer, what) in cases {
+        let h = client();
+        let (lease, a) = acquire_req(&h, 10 * MS, NAME, &opts(3000));
+        ok(h.reply(11 * MS, a.id, &answer));
+        let evs = h.events();
+        assert!(
+            find(&evs, LH_EVENT_ACQUIRED).is_none(),
+            "{answer:?} granted"
+        );
+        // One attempt (no wait budget): the transport error fails the acquire.
+        let failed = find(&evs, LH_EVENT_ACQUIRE_FAILED).expect("failed");
+        assert_eq!(
+            (failed.lease_id, failed.reason),
+            (lease, LH_REASON_UNAVAILABLE),
+            "{answer:?}"
+        );
+        let k = h.counters();
+        let counted = if what == "error" {
+            k.backend_error_replies
+        } else {
+            k.backend_garbage_replies
+        };
+        assert_eq!((counted, k.grants), (1, 0), "{answer:?}");
+        assert!(!h.backend_error().is_empty(), "{answer:?}");
+        // The outcome is unknown, so the token is released in case the service granted it.
+        let cleanup = h.requests();
+        assert_eq!(cleanup.len(), 1, "{cleanup:?}");
+        assert_eq!(cleanup[0].args, [&b"RELEASE"[..], NAME, &a.args[2]]);
+        ok(h.reply(12 * MS, cleanup[0].id, &word("NOT_OWNER", vec![])));
+        // Still usable afterwards.
+        held(&h, 12 * MS, 3000, 9);
+    }
+}
+
+#[test]
+fn hostile_granted_fences_never_extend_validity() {
+    // The largest fence a service could send is taken as is; validity still counts from the
+    // send (10 ms) and never exceeds the requested TTL.
     let h = client();
+    let (lease, a) = acquire_req(&h, 10 * MS, NAME, &opts(3000));
+    ok(h.reply(11 * MS, a.id, &granted(i64::MAX)));
+    let acq = find(&h.events(), LH_EVENT_ACQUIRED).expect("acquired");
+    assert_eq!(acq.fencing_token, i64::MAX as u64);
+    assert!(acq.valid_until_ns <= 10 * MS + 3000 * MS);
+    let mut held_now = true;
+    // SAFETY: valid pointer.
+    ok(unsafe { lh_is_held(h.0, lease, 10 * MS + 3000 * MS, &mut held_now) });
+    assert!(!held_now);
+}
+
+#[test]
+fn notification_and_reseed_hostile_inputs() {
+    let h = client();
+    let huge = vec![b'n'; LH_MAX_REPLY_DATA + 1];
     // SAFETY: NULL / oversized lengths are documented errors and never dereferenced.
     unsafe {
-        expect(lh_released(h.0, 0, null(), 3), LH_ERR_NULL_ARGUMENT);
         expect(
-            lh_released(h.0, 0, b"\xfe".as_ptr(), 1),
-            LH_ERR_INVALID_UTF8,
+            lh_io_message(h.0, 0, null(), 3, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
         );
         expect(
-            lh_released(h.0, 0, NAME.as_ptr(), usize::MAX),
-            LH_ERR_NAME_TOO_LONG,
+            lh_io_message(h.0, 0, null(), 0, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
         );
-        expect(lh_released(h.0, 0, NAME.as_ptr(), 0), LH_ERR_EMPTY_NAME);
-        expect(lh_released(h.0, 0, NAME.as_ptr(), NAME.len()), LH_OK);
+        expect(
+            lh_io_message(h.0, 0, NAME.as_ptr(), usize::MAX, null(), 0),
+            LH_ERR_INVALID_REPLY,
+        );
+        expect(
+            lh_io_message(h.0, 0, huge.as_ptr(), huge.len(), null(), 0),
+            LH_ERR_INVALID_REPLY,
+        );
+        expect(
+            lh_io_message(h.0, 0, NAME.as_ptr(), 6, null(), 4),
+            LH_ERR_NULL_ARGUMENT,
+        );
         expect(lh_client_reseed(h.0, null(), 32), LH_ERR_NULL_ARGUMENT);
         expect(
             lh_client_reseed(h.0, SEED.as_ptr(), 3),
@@ -764,9 +848,17 @@ fn released_notification_and_reseed_hostile_inputs() {
             lh_client_reseed(h.0, SEED.as_ptr(), usize::MAX),
             LH_ERR_INVALID_CONFIG,
         );
-        expect(lh_client_reseed(h.0, SEED.as_ptr(), SEED.len()), LH_OK);
     }
-    assert!(poll(&h).is_none());
+    assert_eq!(h.counters().backend_ignored_messages, 0);
+    // Messages the client does not wait for are counted and ignored: invalid UTF-8, empty,
+    // a name nobody watches.
+    for ch in [&b"\xfe"[..], b"", NAME, b"other"] {
+        ok(h.message(0, ch, b"payload"));
+    }
+    assert_eq!(h.counters().backend_ignored_messages, 4);
+    // SAFETY: valid seed.
+    ok(unsafe { lh_client_reseed(h.0, SEED.as_ptr(), SEED.len()) });
+    assert!(h.poll().is_none() && h.event().is_none());
     held(&h, 0, 3000, 1);
 }
 
@@ -786,8 +878,13 @@ fn struct_size_of_out_structs() {
         k.live_leases = 0xdead;
         expect(lh_counters_get(h.0, &mut k), LH_ERR_STRUCT_SIZE);
         assert_eq!(k.live_leases, 0xdead);
+        let mut st: lh_lock_status = std::mem::zeroed();
+        st.struct_size = 8;
+        st.id = 0xdead;
+        expect(lh_poll_status(h.0, &mut st), LH_ERR_STRUCT_SIZE);
+        assert_eq!(st.id, 0xdead);
     }
-    let k = counters(&h);
+    let k = h.counters();
     assert_eq!(
         (k.struct_size as usize, k._reserved, k.live_leases),
         (size_of::<lh_counters>(), 0, 1)
@@ -798,15 +895,12 @@ fn struct_size_of_out_structs() {
 fn time_running_backwards_is_clamped() {
     let h = client();
     let lease = held(&h, 1000 * MS, 3000, 11);
-    let before = counters(&h).time_clamped;
-    // SAFETY: valid handle.
-    unsafe {
-        expect(lh_timeout(h.0, 5 * MS), LH_OK);
-        expect(lh_timeout(h.0, 0), LH_OK);
-        expect(lh_release(h.0, 1, lease), LH_OK);
-    }
-    assert!(find(&drain(&h), LH_OUTPUT_RELEASED).is_some());
-    assert!(counters(&h).time_clamped > before);
+    let before = h.counters().time_clamped;
+    ok(h.timeout(5 * MS));
+    ok(h.timeout(0));
+    ok(h.release(1, lease));
+    assert!(find(&h.events(), LH_EVENT_RELEASED).is_some());
+    assert!(h.counters().time_clamped > before);
 }
 
 #[test]
@@ -814,36 +908,47 @@ fn rejected_renew_and_silent_service_lose_the_lease() {
     let h = client();
     let mut now = 0;
     let lease = held(&h, now, 3000, 5);
-    let r = advance_until(&h, &mut now, LH_OUTPUT_RENEW).expect("renew");
-    // SAFETY: valid handle.
-    expect(
-        unsafe { lh_renew_result(h.0, now + MS, r.raw.request_id, LH_RENEW_REJECTED) },
-        LH_OK,
-    );
-    let outs = drain(&h);
-    let lost = find(&outs, LH_OUTPUT_LOST).expect("lost");
-    assert_eq!(
-        (lost.raw.lease_id, lost.raw.reason),
-        (lease, LH_REASON_REJECTED)
-    );
+    let r = advance_until_request(&h, &mut now, b"RENEW").expect("renew");
+    ok(h.reply(now + MS, r.id, &word("REJECTED", vec![])));
+    let lost = find(&h.events(), LH_EVENT_LOST).expect("lost");
+    assert_eq!((lost.lease_id, lost.reason), (lease, LH_REASON_REJECTED));
     assert!(matches!(
-        state(&h, lease),
+        h.state(lease),
         Ok(LH_STATE_LOST) | Err(LH_ERR_LEASE_ENDED)
     ));
+    assert_eq!(h.counters().lost_rejected, 1);
 
+    // A service that never answers: the lease is lost on the client's own clock.
     let h2 = client();
     let mut now = 0;
     let lease = held(&h2, now, 3000, 5);
-    let mut vu = 0;
-    // SAFETY: valid pointer.
-    expect(unsafe { lh_valid_until(h2.0, lease, &mut vu) }, LH_OK);
-    let lost = advance_until(&h2, &mut now, LH_OUTPUT_LOST).expect("lost on its own");
-    assert_eq!(lost.raw.lease_id, lease);
+    let vu = h2.valid_until(lease);
+    let lost = advance_until_event(&h2, &mut now, LH_EVENT_LOST).expect("lost on its own");
+    assert_eq!(lost.lease_id, lease);
     assert!(matches!(
-        lost.raw.reason,
+        lost.reason,
         LH_REASON_EXPIRED | LH_REASON_FAIL_BUDGET
     ));
     assert!(now <= vu, "loss detected no later than valid_until");
+    // Requests the host never answers are forgotten after a while, not kept forever.
+    ok(h2.timeout(now + 200_000 * MS));
+    h2.requests();
+    let k = h2.counters();
+    assert!(k.backend_transport_failures == 0 && k.renewals_sent >= 1);
+}
+
+#[test]
+fn a_now_jump_past_validity_loses_the_lease_before_any_request() {
+    let h = client();
+    let lease = held(&h, 0, 3000, 5);
+    let vu = h.valid_until(lease);
+    ok(h.timeout(vu + 10_000 * MS));
+    let lost = find(&h.events(), LH_EVENT_LOST).expect("lost");
+    assert_eq!((lost.lease_id, lost.reason), (lease, LH_REASON_EXPIRED));
+    assert!(
+        h.requests().iter().all(|r| r.args[0] != b"RENEW"),
+        "no renewal of a lease whose validity is gone"
+    );
 }
 
 #[test]
@@ -851,37 +956,34 @@ fn reentrant_acquire_through_the_abi() {
     let h = client();
     let mut o = opts(3000);
     o.flags = LH_ACQUIRE_REENTRANT;
-    let l1 = acquire(&h, 0, NAME, &o).unwrap();
-    let req = poll(&h).unwrap().raw.request_id;
-    expect(grant(&h, MS, req, 3, 3000, &[]), LH_OK);
-    drain(&h);
-    let l2 = acquire(&h, 2 * MS, NAME, &o).unwrap();
+    let (l1, a) = acquire_req(&h, 0, NAME, &o);
+    ok(h.reply(MS, a.id, &granted(3)));
+    h.events();
+    let l2 = h.acquire(2 * MS, NAME, &o).unwrap();
     assert_eq!(l1, l2);
-    let outs = drain(&h);
-    assert!(find(&outs, LH_OUTPUT_ACQUIRE).is_none());
-    assert!(find(&outs, LH_OUTPUT_ACQUIRED).is_some());
-    // SAFETY: valid handle.
-    unsafe {
-        expect(lh_release(h.0, 3 * MS, l1), LH_OK);
-        assert!(drain(&h).is_empty());
-        expect(lh_release(h.0, 4 * MS, l1), LH_OK);
-    }
-    let outs = drain(&h);
-    assert!(find(&outs, LH_OUTPUT_RELEASED).is_some() && find(&outs, LH_OUTPUT_RELEASE).is_some());
+    assert!(h.poll().is_none(), "a join sends nothing");
+    assert!(find(&h.events(), LH_EVENT_ACQUIRED).is_some());
+    ok(h.release(3 * MS, l1));
+    assert!(h.poll().is_none() && h.event().is_none());
+    ok(h.release(4 * MS, l1));
+    assert!(find(&h.events(), LH_EVENT_RELEASED).is_some());
+    assert_eq!(
+        h.poll().map(|r| r.args[0].clone()),
+        Some(b"RELEASE".to_vec())
+    );
 }
 
 #[test]
 fn last_error_is_per_handle() {
     let a = client();
     let b = client();
-    assert_eq!(last_error(&a), "");
-    assert_eq!(acquire(&a, 0, NAME, &opts(0)), Err(LH_ERR_INVALID_TTL));
-    let msg = last_error(&a);
+    assert_eq!(a.last_error(), "");
+    assert_eq!(a.acquire(0, NAME, &opts(0)), Err(LH_ERR_INVALID_TTL));
+    let msg = a.last_error();
     assert!(msg.contains("TTL"), "{msg}");
-    // SAFETY: valid handle.
-    expect(unsafe { lh_release(b.0, 0, 777) }, LH_ERR_UNKNOWN_LEASE);
-    assert_eq!(last_error(&a), msg, "b's error leaked into a");
-    assert_ne!(last_error(&b), msg);
+    expect(b.release(0, 777), LH_ERR_UNKNOWN_LEASE);
+    assert_eq!(a.last_error(), msg, "b's error leaked into a");
+    assert_ne!(b.last_error(), msg);
     // The message is kept on the handle, so another thread reads the same text.
     let addr = a.0 as usize;
     let seen = std::thread::spawn(move || {
@@ -901,20 +1003,25 @@ fn last_error_is_per_handle() {
 fn panic_poisons_only_that_handle() {
     let h = client();
     let other = client();
-    let lease = acquire(&h, 0, NAME, &opts(3000)).unwrap();
+    let (lease, a) = acquire_req(&h, 0, NAME, &opts(3000));
     let (mut u64v, mut u32v, mut b) = (1u64, 1u32, false);
-    let mut out = MaybeUninit::<lh_output>::uninit();
+    let mut ev = lh_event::default();
+    let mut req = MaybeUninit::<lh_io_request>::uninit();
     // SAFETY: plain integers; zeroed is valid.
     let mut info: lh_lease_info = unsafe { std::mem::zeroed() };
     info.struct_size = size_of::<lh_lease_info>() as u32;
     // SAFETY: as above.
     let mut k: lh_counters = unsafe { std::mem::zeroed() };
     k.struct_size = size_of::<lh_counters>() as u32;
+    // SAFETY: as above.
+    let mut st: lh_lock_status = unsafe { std::mem::zeroed() };
+    st.struct_size = size_of::<lh_lock_status>() as u32;
     let o = opts(3000);
+    let (values, data) = flat(&granted(1));
     // SAFETY: valid handle and pointers; the panic is caught inside the library.
     unsafe {
         expect(lh_client_debug_panic(h.0), LH_ERR_PANIC);
-        assert!(last_error(&h).contains("panic"));
+        assert!(h.last_error().contains("panic"));
         let c = h.0;
         expect(lh_client_debug_panic(c), LH_ERR_POISONED);
         expect(lh_client_reseed(c, SEED.as_ptr(), 32), LH_ERR_POISONED);
@@ -922,19 +1029,11 @@ fn panic_poisons_only_that_handle() {
             lh_acquire(c, 0, NAME.as_ptr(), 6, &o, &mut u64v),
             LH_ERR_POISONED,
         );
-        expect(lh_release(c, 0, lease), LH_ERR_POISONED);
-        expect(
-            lh_acquire_result(c, 0, 1, LH_ACQUIRE_GRANTED, 1, 3000, 0, null(), 0),
-            LH_ERR_POISONED,
-        );
-        expect(lh_renew_result(c, 0, 1, LH_RENEW_RENEWED), LH_ERR_POISONED);
-        expect(
-            lh_release_result(c, 0, 1, LH_RELEASE_RELEASED),
-            LH_ERR_POISONED,
-        );
-        expect(lh_released(c, 0, NAME.as_ptr(), 6), LH_ERR_POISONED);
+        expect(lh_release(c, 0, lease, null_mut()), LH_ERR_POISONED);
+        expect(lh_release(c, 0, lease, &mut u32v), LH_ERR_POISONED);
+        expect(lh_renew(c, 0, lease), LH_ERR_POISONED);
         expect(lh_timeout(c, 0), LH_ERR_POISONED);
-        expect(lh_poll_output(c, out.as_mut_ptr()), LH_ERR_POISONED);
+        expect(lh_poll_event(c, &mut ev), LH_ERR_POISONED);
         expect(lh_poll_timeout(c, &mut u64v), LH_ERR_POISONED);
         expect(lh_lease_state(c, lease, &mut u32v), LH_ERR_POISONED);
         expect(lh_lease_info_get(c, lease, &mut info), LH_ERR_POISONED);
@@ -942,8 +1041,52 @@ fn panic_poisons_only_that_handle() {
         expect(lh_valid_until(c, lease, &mut u64v), LH_ERR_POISONED);
         expect(lh_is_held(c, lease, 0, &mut b), LH_ERR_POISONED);
         expect(lh_counters_get(c, &mut k), LH_ERR_POISONED);
+        expect(lh_io_poll(c, req.as_mut_ptr()), LH_ERR_POISONED);
+        expect(
+            lh_io_reply(
+                c,
+                0,
+                a.id,
+                values.as_ptr(),
+                values.len(),
+                data.as_ptr(),
+                data.len(),
+            ),
+            LH_ERR_POISONED,
+        );
+        expect(
+            lh_io_http_reply(c, 0, a.id, 200, null(), 0),
+            LH_ERR_POISONED,
+        );
+        expect(lh_io_stream_message(c, 0, a.id, null(), 0), LH_ERR_POISONED);
+        expect(
+            lh_io_failed(c, 0, a.id, LH_FAILURE_TRANSPORT, null(), 0),
+            LH_ERR_POISONED,
+        );
+        expect(
+            lh_io_message(c, 0, NAME.as_ptr(), 6, null(), 0),
+            LH_ERR_POISONED,
+        );
+        expect(
+            lh_io_connection(
+                c,
+                0,
+                LH_CONNECTION_COMMANDS,
+                LH_CONNECTION_REOPENED,
+                null(),
+                0,
+            ),
+            LH_ERR_POISONED,
+        );
+        expect(lh_io_close(c, 0), LH_ERR_POISONED);
+        expect(
+            lh_status_request(c, 0, NAME.as_ptr(), 6, &mut u64v),
+            LH_ERR_POISONED,
+        );
+        expect(lh_poll_status(c, &mut st), LH_ERR_POISONED);
+        assert_eq!(CStr::from_ptr(lh_backend_last_error(c)).to_bytes(), b"");
     }
-    assert!(last_error(&h).contains("poisoned"));
+    assert!(h.last_error().contains("poisoned"));
     assert_eq!((u64v, u32v), (1, 1));
     held(&other, 0, 3000, 4);
 }
@@ -953,10 +1096,14 @@ fn free_with_pending_work() {
     let h = client();
     for i in 0..200u64 {
         let name = format!("lock-{i}");
-        acquire(&h, i, name.as_bytes(), &opts(3000)).unwrap();
+        h.acquire(i, name.as_bytes(), &opts(3000)).unwrap();
     }
-    assert_eq!(counters(&h).live_leases, 200);
-    drop(h); // unpolled outputs and unanswered requests are freed with the handle
+    assert_eq!(h.counters().live_leases, 200);
+    // Half the requests polled and never answered, half never polled.
+    for _ in 0..100 {
+        h.poll().unwrap();
+    }
+    drop(h); // unpolled requests and unanswered ones are freed with the handle
 }
 
 #[test]
@@ -967,73 +1114,78 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_config, drift_fixed_ns), 8);
     assert_eq!(offset_of!(lh_config, max_leases), 56);
     assert_eq!(size_of::<lh_acquire_options>(), 24);
-    assert_eq!(size_of::<lh_output>(), 96);
-    assert_eq!(offset_of!(lh_output, name), 24);
-    assert_eq!(offset_of!(lh_output, backend_data_len), 64);
-    assert_eq!(offset_of!(lh_output, valid_until_ns), 88);
+    assert_eq!(size_of::<lh_event>(), 32);
+    assert_eq!(offset_of!(lh_event, lease_id), 8);
+    assert_eq!(offset_of!(lh_event, valid_until_ns), 24);
     assert_eq!(size_of::<lh_lease_info>(), 32);
+    assert_eq!(size_of::<lh_bytes>(), 16);
+    assert_eq!(size_of::<lh_value>(), 32);
+    assert_eq!(offset_of!(lh_value, integer), 8);
+    assert_eq!(offset_of!(lh_value, len), 24);
+    assert_eq!(size_of::<lh_sql_statement>(), 24);
+    assert_eq!(size_of::<lh_io_request>(), 96);
+    assert_eq!(offset_of!(lh_io_request, argv), 16);
+    assert_eq!(offset_of!(lh_io_request, argc), 24);
+    assert_eq!(offset_of!(lh_io_request, statements), 32);
+    assert_eq!(offset_of!(lh_io_request, data), 56);
+    assert_eq!(offset_of!(lh_io_request, authorization), 88);
+    assert_eq!(size_of::<lh_backend_options>(), 88);
+    assert_eq!(offset_of!(lh_backend_options, redis_sharded_wake), 40);
+    assert_eq!(offset_of!(lh_backend_options, sqlite_busy_timeout_ms), 48);
+    assert_eq!(offset_of!(lh_backend_options, etcd_password_len), 80);
+    assert_eq!(size_of::<lh_memory_answer>(), 40);
+    assert_eq!(offset_of!(lh_memory_answer, values), 8);
+    assert_eq!(size_of::<lh_lock_status>(), 96);
     // lh_counters grows at the end only (older hosts pass LH_COUNTERS_V1_SIZE).
-    assert_eq!(size_of::<lh_counters>(), 160);
     assert_eq!(offset_of!(lh_counters, time_clamped), 112);
     assert_eq!(
         offset_of!(lh_counters, renewals_requested),
         LH_COUNTERS_V1_SIZE
     );
     assert_eq!(offset_of!(lh_counters, releases_lost), 152);
+    assert_eq!(offset_of!(lh_counters, backend_requests), 160);
+    assert_eq!(offset_of!(lh_counters, etcd_waiters_expired), 320);
+    assert_eq!(size_of::<lh_counters>(), 328);
 }
 
 #[test]
 fn separate_handles_run_on_separate_threads() {
-    // Handles share no state: one per thread, concurrently, each through a full lifecycle.
-    let threads: Vec<_> = (0..4u64)
+    // Handles share no state: one client and one service per thread, concurrently, each
+    // through full lifecycles on the memory service.
+    let threads: Vec<_> = (0..4u8)
         .map(|i| {
             std::thread::spawn(move || {
-                let h = client();
-                for round in 0..50 {
-                    let lease = held(&h, round * 10 * MS, 3000, i * 1000 + round + 1);
-                    // SAFETY: valid handle.
-                    expect(
-                        unsafe { lh_release(h.0, round * 10 * MS + 5 * MS, lease) },
-                        LH_OK,
-                    );
-                    let outs = drain(&h);
-                    let rel = find(&outs, LH_OUTPUT_RELEASE).expect("release command");
-                    // SAFETY: valid handle.
-                    expect(
-                        unsafe {
-                            lh_release_result(
-                                h.0,
-                                round * 10 * MS + 6 * MS,
-                                rel.raw.request_id,
-                                LH_RELEASE_RELEASED,
-                            )
-                        },
-                        LH_OK,
-                    );
+                let svc = Svc::new();
+                let m = Mem::new(&svc, i + 1);
+                for round in 0..50u64 {
+                    let t = round * 10 * MS;
+                    let lease = m.h.acquire(t, NAME, &opts(3000)).unwrap();
+                    m.serve(&svc, t + MS);
+                    let acq = find(&m.h.events(), LH_EVENT_ACQUIRED).expect("acquired");
+                    assert_eq!(acq.fencing_token, round + 1);
+                    ok(m.h.release(t + 5 * MS, lease));
+                    assert_eq!(m.serve(&svc, t + 6 * MS).len(), 1);
+                    assert!(find(&m.h.events(), LH_EVENT_RELEASED).is_some());
                 }
-                counters(&h).grants
+                let k = m.h.counters();
+                assert_eq!(svc.stats().releases, 50);
+                (k.grants, k.pending_cleanups)
             })
         })
         .collect();
     for t in threads {
-        assert_eq!(t.join().unwrap(), 50);
+        assert_eq!(t.join().unwrap(), (50, 0));
     }
 }
 
 #[test]
 fn same_seed_same_tokens_and_reseed_changes_them() {
-    let token_of = |h: &H| {
-        acquire(h, 0, b"x", &opts(3000)).unwrap();
-        poll(h).unwrap().token
-    };
+    let token_of = |h: &H| acquire_req(h, 0, b"x", &opts(3000)).1.args[2].clone();
     let (a, b, c) = (client(), client(), client());
     let ta = token_of(&a);
     assert_eq!(ta, token_of(&b), "fixed seeds must replay identically");
     // SAFETY: valid handle and seed.
-    expect(
-        unsafe { lh_client_reseed(c.0, [0xc5u8; 32].as_ptr(), 32) },
-        LH_OK,
-    );
+    ok(unsafe { lh_client_reseed(c.0, [0xc5u8; 32].as_ptr(), 32) });
     assert_ne!(
         ta,
         token_of(&c),
@@ -1041,79 +1193,56 @@ fn same_seed_same_tokens_and_reseed_changes_them() {
     );
 }
 
-#[test]
-fn hostile_granted_ttls_and_fences_never_extend_validity() {
-    // A service (or a buggy transport) answers with a zero or "negative" (huge) TTL/fence.
-    for (ttl, fence) in [(0, 0), (u64::MAX, u64::MAX), (u64::MAX / 1_000_000 + 1, 1)] {
-        let h = client();
-        let lease = acquire(&h, 10 * MS, NAME, &opts(3000)).unwrap();
-        let req = poll(&h).unwrap().raw.request_id;
-        expect(grant(&h, 11 * MS, req, fence, ttl, &[]), LH_OK);
-        for o in drain(&h) {
-            if o.raw.kind == LH_OUTPUT_ACQUIRED {
-                // Validity counts from the send (10 ms) and never exceeds the requested TTL.
-                assert!(o.raw.valid_until_ns <= 10 * MS + 3000 * MS, "ttl {ttl}");
-            }
-        }
-        let mut held_now = true;
-        // SAFETY: valid pointer.
-        expect(
-            unsafe { lh_is_held(h.0, lease, 10 * MS + 3000 * MS, &mut held_now) },
-            LH_OK,
-        );
-        assert!(!held_now);
-        // Still usable afterwards.
-        acquire(&h, 12 * MS, b"other", &opts(3000)).unwrap();
-    }
-}
-
 // ------------------------------------------- manual renew, auto_renew, release outcomes
 
 fn renew(h: &H, now: u64, lease: u64) -> lh_status {
-    // SAFETY: live handle (or NULL in the caller's test).
+    // SAFETY: live handle.
     unsafe { lh_renew(h.0, now, lease) }
 }
 
 #[test]
-fn manual_renew_through_the_abi() {
-    let h = client();
-    let lease = held(&h, 0, 3000, 5);
-    expect(renew(&h, 500 * MS, lease), LH_OK);
-    let outs = drain(&h);
-    assert_eq!(outs.len(), 1, "{outs:?}");
-    let r = &outs[0];
-    assert_eq!((r.raw.kind, r.raw.lease_id), (LH_OUTPUT_RENEW, lease));
-    assert_eq!(r.token.len(), 32);
-    // SAFETY: valid handle.
-    expect(
-        unsafe { lh_renew_result(h.0, 501 * MS, r.raw.request_id, LH_RENEW_RENEWED) },
-        LH_OK,
-    );
-    let outs = drain(&h);
-    let ev = find(&outs, LH_OUTPUT_RENEWED).expect("renewed");
+fn manual_renew_through_the_service() {
+    let svc = Svc::new();
+    let m = Mem::new(&svc, 1);
+    let lease = m.h.acquire(0, NAME, &opts(3000)).unwrap();
+    m.serve(&svc, 0);
+    assert!(find(&m.h.events(), LH_EVENT_ACQUIRED).is_some());
+    expect(renew(&m.h, 500 * MS, lease), LH_OK);
+    assert!(m.h.events().is_empty());
+    let ran = m.serve(&svc, 501 * MS);
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(ran[0].args[0], b"RENEW");
+    let evs = m.h.events();
+    let ev = find(&evs, LH_EVENT_RENEWED).expect("renewed");
     // From the send time: 500 ms + 3000 ms − (30 ms + 2 ms).
-    assert_eq!((ev.raw.lease_id, ev.raw.valid_until_ns), (lease, 3468 * MS));
-    assert_eq!(ev.raw.reason, LH_REASON_NONE);
-    assert_eq!(counters(&h).renewals_requested, 1);
+    assert_eq!((ev.lease_id, ev.valid_until_ns), (lease, 3468 * MS));
+    assert_eq!(ev.reason, LH_REASON_NONE);
+    assert_eq!(m.h.counters().renewals_requested, 1);
+    assert_eq!(svc.stats().renewals, 1);
+    // The service agrees: its grant runs from the renewal it saw.
+    let st = svc.status(501 * MS, NAME);
+    assert_eq!(
+        (st.held, st.fencing_token, st.remaining_ttl_ms),
+        (1, 1, 3000)
+    );
 }
 
 #[test]
 fn manual_renew_of_ended_unknown_or_acquiring_leases_sends_nothing() {
     let h = client();
     let released = held(&h, 0, 3000, 5);
-    // SAFETY: valid handle.
-    expect(unsafe { lh_release(h.0, MS, released) }, LH_OK);
-    drain(&h);
-    let before = counters(&h);
+    ok(h.release(MS, released));
+    h.requests();
+    h.events();
+    let before = h.counters();
     expect(renew(&h, 2 * MS, released), LH_ERR_LEASE_ENDED);
-    assert!(last_error(&h).contains("ended"), "{}", last_error(&h));
+    assert!(h.last_error().contains("ended"), "{}", h.last_error());
     expect(renew(&h, 2 * MS, 0), LH_ERR_UNKNOWN_LEASE);
     expect(renew(&h, 2 * MS, u64::MAX), LH_ERR_UNKNOWN_LEASE);
-    let acquiring = acquire(&h, 3 * MS, b"other", &opts(3000)).unwrap();
-    drain(&h);
+    let (acquiring, _) = acquire_req(&h, 3 * MS, b"other", &opts(3000));
     expect(renew(&h, 4 * MS, acquiring), LH_ERR_NOT_GRANTED);
-    assert!(drain(&h).is_empty(), "nothing sent");
-    let k = counters(&h);
+    assert!(h.poll().is_none() && h.event().is_none(), "nothing sent");
+    let k = h.counters();
     assert_eq!(
         (k.renewals_sent, k.renewals_requested),
         (before.renewals_sent, 0)
@@ -1127,13 +1256,13 @@ fn manual_renew_of_ended_unknown_or_acquiring_leases_sends_nothing() {
     // A lost lease: terminal states are sticky.
     let h2 = client();
     let lease = held(&h2, 0, 3000, 5);
-    // SAFETY: valid handle.
-    expect(unsafe { lh_timeout(h2.0, 10_000 * MS) }, LH_OK);
-    assert!(find(&drain(&h2), LH_OUTPUT_LOST).is_some());
-    let sent = counters(&h2).renewals_sent;
+    ok(h2.timeout(10_000 * MS));
+    assert!(find(&h2.events(), LH_EVENT_LOST).is_some());
+    h2.requests();
+    let sent = h2.counters().renewals_sent;
     expect(renew(&h2, 10_001 * MS, lease), LH_ERR_LEASE_ENDED);
-    assert!(drain(&h2).is_empty());
-    assert_eq!(counters(&h2).renewals_sent, sent);
+    assert!(h2.poll().is_none() && h2.event().is_none());
+    assert_eq!(h2.counters().renewals_sent, sent);
 }
 
 #[test]
@@ -1141,41 +1270,19 @@ fn no_auto_renew_flag_through_the_abi() {
     let h = client();
     let mut o = opts(3000);
     o.flags = LH_ACQUIRE_NO_AUTO_RENEW | LH_ACQUIRE_REENTRANT;
-    let lease = acquire(&h, 0, NAME, &o).unwrap();
-    let a = find(&drain(&h), LH_OUTPUT_ACQUIRE)
-        .expect("acquire")
-        .clone();
-    // SAFETY: valid handle, NULL data with length 0.
-    expect(
-        unsafe {
-            lh_acquire_result(
-                h.0,
-                MS,
-                a.raw.request_id,
-                LH_ACQUIRE_GRANTED,
-                4,
-                3000,
-                LH_NO_RETRY_HINT,
-                null(),
-                0,
-            )
-        },
-        LH_OK,
-    );
-    drain(&h);
+    let (lease, a) = acquire_req(&h, 0, NAME, &o);
+    ok(h.reply(MS, a.id, &granted(4)));
+    h.events();
     let mut now = MS;
-    let lost = advance_until(&h, &mut now, LH_OUTPUT_LOST).expect("lost at valid_until");
-    assert_eq!(
-        (lost.raw.lease_id, lost.raw.reason),
-        (lease, LH_REASON_EXPIRED)
-    );
-    assert_eq!(counters(&h).renewals_sent, 0);
+    let lost = advance_until_event(&h, &mut now, LH_EVENT_LOST).expect("lost at valid_until");
+    assert_eq!((lost.lease_id, lost.reason), (lease, LH_REASON_EXPIRED));
+    assert_eq!(h.counters().renewals_sent, 0);
 }
 
 fn release_reported(h: &H, now: u64, lease: u64) -> Result<u32, lh_status> {
     let mut out = 0xdead;
     // SAFETY: live handle, valid out-pointer.
-    let st = unsafe { lh_release_reported(h.0, now, lease, &mut out) };
+    let st = unsafe { lh_release(h.0, now, lease, &mut out) };
     if st == LH_OK {
         Ok(out)
     } else {
@@ -1187,39 +1294,46 @@ fn release_reported(h: &H, now: u64, lease: u64) -> Result<u32, lh_status> {
 #[test]
 fn release_reported_through_the_abi() {
     for (answer, reason) in [
-        (LH_RELEASE_RELEASED, LH_REASON_RELEASE_CONFIRMED),
-        (LH_RELEASE_NOT_OWNER, LH_REASON_RELEASE_NOT_OWNER),
+        ("RELEASED", LH_REASON_RELEASE_CONFIRMED),
+        ("NOT_OWNER", LH_REASON_RELEASE_NOT_OWNER),
     ] {
         let h = client();
         let lease = held(&h, 0, 3000, 5);
-        // SAFETY: a NULL out-pointer is an error and changes nothing.
-        expect(
-            unsafe { lh_release_reported(h.0, MS, lease, null_mut()) },
-            LH_ERR_NULL_ARGUMENT,
-        );
-        assert!(drain(&h).is_empty());
         assert_eq!(release_reported(&h, MS, lease), Ok(LH_RELEASING_PENDING));
-        let outs = drain(&h);
-        assert!(find(&outs, LH_OUTPUT_RELEASED).is_some());
-        let rel = find(&outs, LH_OUTPUT_RELEASE).expect("release").clone();
-        // SAFETY: valid handle.
-        expect(
-            unsafe { lh_release_result(h.0, 2 * MS, rel.raw.request_id, answer) },
-            LH_OK,
-        );
-        let outs = drain(&h);
-        let ev = find(&outs, LH_OUTPUT_RELEASE_OUTCOME).expect("outcome");
-        assert_eq!((ev.raw.lease_id, ev.raw.reason), (lease, reason));
-        let k = counters(&h);
+        assert!(find(&h.events(), LH_EVENT_RELEASED).is_some());
+        let rel = h.poll().expect("release");
+        assert_eq!(rel.args[0], b"RELEASE");
+        ok(h.reply(2 * MS, rel.id, &word(answer, vec![])));
+        let ev = find(&h.events(), LH_EVENT_RELEASE_OUTCOME).expect("outcome");
+        assert_eq!((ev.lease_id, ev.reason), (lease, reason));
+        let k = h.counters();
         assert_eq!(k.releases_confirmed + k.releases_not_owner, 1);
         assert_eq!(release_reported(&h, 3 * MS, lease), Err(LH_ERR_LEASE_ENDED));
     }
+    // No answer before the grant has certainly run out: UNCONFIRMED.
+    let h = client();
+    let lease = held(&h, 0, 3000, 5);
+    assert_eq!(release_reported(&h, MS, lease), Ok(LH_RELEASING_PENDING));
+    let rel = h.poll().expect("release");
+    ok(h.failed(2 * MS, rel.id, LH_FAILURE_TRANSPORT, b"connection reset"));
+    let mut now = 2 * MS;
+    let ev = advance_until_event(&h, &mut now, LH_EVENT_RELEASE_OUTCOME).expect("outcome");
+    assert_eq!(
+        (ev.lease_id, ev.reason),
+        (lease, LH_REASON_RELEASE_UNCONFIRMED)
+    );
+    assert!(
+        h.backend_error().contains("connection reset"),
+        "{}",
+        h.backend_error()
+    );
+
     let h = client();
     assert_eq!(release_reported(&h, 0, 77), Err(LH_ERR_UNKNOWN_LEASE));
     let mut out = 0;
     // SAFETY: a NULL handle is an error, not UB.
     expect(
-        unsafe { lh_release_reported(null_mut(), 0, 1, &mut out) },
+        unsafe { lh_release(null_mut(), 0, 1, &mut out) },
         LH_ERR_NULL_ARGUMENT,
     );
 }
@@ -1232,21 +1346,17 @@ fn release_after_a_pause_ends_lost_through_the_abi() {
         release_reported(&h, 10_000 * MS, lease),
         Ok(LH_RELEASING_LOST)
     );
-    let outs = drain(&h);
-    let lost = find(&outs, LH_OUTPUT_LOST).expect("lost");
-    assert_eq!(
-        (lost.raw.lease_id, lost.raw.reason),
-        (lease, LH_REASON_EXPIRED)
-    );
-    assert!(find(&outs, LH_OUTPUT_RELEASED).is_none());
-    assert_eq!(counters(&h).releases_lost, 1);
+    let evs = h.events();
+    let lost = find(&evs, LH_EVENT_LOST).expect("lost");
+    assert_eq!((lost.lease_id, lost.reason), (lease, LH_REASON_EXPIRED));
+    assert!(find(&evs, LH_EVENT_RELEASED).is_none());
+    assert_eq!(h.counters().releases_lost, 1);
     // The plain release says the same through the events.
     let h = client();
     let lease = held(&h, 0, 3000, 5);
-    // SAFETY: valid handle.
-    expect(unsafe { lh_release(h.0, 10_000 * MS, lease) }, LH_OK);
-    let outs = drain(&h);
-    assert!(find(&outs, LH_OUTPUT_LOST).is_some() && find(&outs, LH_OUTPUT_RELEASED).is_none());
+    ok(h.release(10_000 * MS, lease));
+    let evs = h.events();
+    assert!(find(&evs, LH_EVENT_LOST).is_some() && find(&evs, LH_EVENT_RELEASED).is_none());
 }
 
 #[test]
@@ -1262,7 +1372,64 @@ fn counters_written_to_an_older_struct_size_stop_at_it() {
         assert_eq!(k.struct_size as usize, LH_COUNTERS_V1_SIZE);
         assert_eq!((k.live_leases, k.grants), (1, 1));
         assert_eq!(k.releases_lost, 0xdead, "written past the caller's struct");
+        // A host built against ABI 2's struct (up to releases_lost) gets no backend fields.
+        let v2 = std::mem::offset_of!(lh_counters, backend_requests);
+        k.struct_size = v2 as u32;
+        k.backend_requests = 0xdead;
+        expect(lh_counters_get(h.0, &mut k), LH_OK);
+        assert_eq!((k.struct_size as usize, k.releases_lost), (v2, 0));
+        assert_eq!(
+            k.backend_requests, 0xdead,
+            "written past the caller's struct"
+        );
         k.struct_size = LH_COUNTERS_V1_SIZE as u32 - 8;
         expect(lh_counters_get(h.0, &mut k), LH_ERR_STRUCT_SIZE);
     }
+    assert_eq!(h.counters().backend_requests, 1);
+}
+
+// --------------------------------------------------- the service's fault switches
+
+/// Fault switches of the memory service (test hooks of the `testing` feature) turn into the
+/// engine's rejections and transport errors through the seam.
+#[cfg(feature = "testing")]
+#[test]
+fn fault_switches_through_the_service_become_rejections_and_transport_errors() {
+    let svc = Svc::new();
+    let m = Mem::new(&svc, 1);
+    let lease = m.h.acquire(0, NAME, &opts(3000)).unwrap();
+    m.serve(&svc, 0);
+    assert!(find(&m.h.events(), LH_EVENT_ACQUIRED).is_some());
+
+    // One host loop step: time to the next deadline, then every request run.
+    let mut now = 0;
+    let mut step = || {
+        now = now.max(m.h.deadline());
+        ok(m.h.timeout(now));
+        (now, m.serve(&svc, now), m.h.events())
+    };
+    // Dropped requests are transport failures: the renewal is retried, the lease survives.
+    svc.set_faults(m.conn, LH_MEMORY_DROP_REQUESTS, 0);
+    let (_, ran, evs) = step();
+    assert!(ran.iter().any(|r| r.args[0] == b"RENEW"), "{ran:?}");
+    assert!(evs.is_empty(), "{evs:?}");
+    let k = m.h.counters();
+    assert!(k.backend_transport_failures >= 1 && k.renewals_failed >= 1);
+    assert_eq!(m.h.state(lease), Ok(LH_STATE_HELD));
+
+    // A rejecting service: the next renewal loses the lease (REJECTED).
+    svc.set_faults(m.conn, LH_MEMORY_REJECT_RENEWALS, 0);
+    let lost = (0..50)
+        .find_map(|_| find(&step().2, LH_EVENT_LOST))
+        .expect("lost");
+    assert_eq!((lost.lease_id, lost.reason), (lease, LH_REASON_REJECTED));
+    assert_eq!(svc.stats().renewals_rejected, 1);
+
+    // Rejected acquires are HELD without a hint: one attempt fails WAIT_EXHAUSTED.
+    svc.set_faults(m.conn, LH_MEMORY_REJECT_ACQUIRES, 0);
+    let l2 = m.h.acquire(now, b"other", &opts(3000)).unwrap();
+    m.serve(&svc, now);
+    let f = find(&m.h.events(), LH_EVENT_ACQUIRE_FAILED).expect("failed");
+    assert_eq!((f.lease_id, f.reason), (l2, LH_REASON_WAIT_EXHAUSTED));
+    assert_eq!(svc.status(now, b"other").held, 0);
 }
