@@ -1,70 +1,25 @@
-//! Drives the backend exports (`lh_client_new_redis`, `lh_poll_request`, `lh_reply`, …) from
-//! Rust with well-formed and hostile input: every malformed reply is `LH_ERR_INVALID_REPLY`
-//! and changes nothing; a handle without a backend says so.
+//! Drives a Redis-backend handle through the seam (`lh_client_new` with `LH_BACKEND_REDIS`,
+//! `lh_io_poll`, `lh_io_reply`, `lh_io_failed`, `lh_io_message`, `lh_io_connection`,
+//! `lh_counters_get`, `lh_backend_last_error`) from Rust with well-formed and hostile input:
+//! every malformed reply is `LH_ERR_INVALID_REPLY` and changes nothing. The last test runs two
+//! handles against a real redis-server, executed the way a C host does.
 #![allow(unsafe_code)]
 
-use std::mem::MaybeUninit;
-use std::ptr::{null, null_mut};
+#[path = "support/abi.rs"]
+mod abi;
+#[path = "support/resp.rs"]
+mod resp;
 
+use std::ptr::{null, null_mut};
+use std::time::Duration;
+
+use abi::*;
 use leasehold::ffi::*;
 
-const MS: u64 = 1_000_000;
-const SEED: [u8; 32] = [3; 32];
-
-struct H(*mut lh_client);
-
-impl Drop for H {
-    fn drop(&mut self) {
-        // SAFETY: from lh_client_new*, not used after drop.
-        unsafe { lh_client_free(self.0) }
-    }
-}
-
-fn config() -> lh_config {
-    let mut cfg = MaybeUninit::<lh_config>::uninit();
-    // SAFETY: valid out-pointer, filled completely.
-    unsafe {
-        lh_config_default(cfg.as_mut_ptr());
-        cfg.assume_init()
-    }
-}
+const SEED: u8 = 3;
 
 fn redis_client() -> H {
-    let cfg = config();
-    let mut c = null_mut();
-    // SAFETY: pointers to locals; NULL options mean the defaults.
-    let st = unsafe { lh_client_new_redis(&cfg, null(), SEED.as_ptr(), SEED.len(), &mut c) };
-    assert_eq!(st, LH_OK);
-    H(c)
-}
-
-#[derive(Debug)]
-struct Req {
-    id: u64,
-    connection: u32,
-    args: Vec<Vec<u8>>,
-}
-
-fn poll_request(h: &H) -> Option<Req> {
-    let mut r = MaybeUninit::<lh_request>::uninit();
-    // SAFETY: valid out-pointer; argv borrows the handle until the next call, read at once.
-    unsafe {
-        assert_eq!(lh_poll_request(h.0, r.as_mut_ptr()), LH_OK);
-        let r = r.assume_init();
-        if r.id == 0 {
-            return None;
-        }
-        let argv = std::slice::from_raw_parts(r.argv, r.argc as usize);
-        let args = argv
-            .iter()
-            .map(|b| std::slice::from_raw_parts(b.ptr, b.len).to_vec())
-            .collect();
-        Some(Req {
-            id: r.id,
-            connection: r.connection,
-            args,
-        })
-    }
+    client_of(LH_BACKEND_REDIS, SEED)
 }
 
 fn int(i: i64) -> lh_value {
@@ -83,93 +38,84 @@ fn array(n: u64) -> lh_value {
     }
 }
 
-fn reply(h: &H, now: u64, id: u64, values: &[lh_value], data: &[u8]) -> u32 {
-    // SAFETY: slices of live locals.
-    unsafe {
-        lh_reply(
-            h.0,
-            now,
-            id,
-            values.as_ptr(),
-            values.len(),
-            data.as_ptr(),
-            data.len(),
-        )
-    }
-}
-
-fn poll_event(h: &H) -> Option<lh_output> {
-    let mut o = MaybeUninit::<lh_output>::uninit();
-    // SAFETY: valid out-pointer.
-    unsafe {
-        assert_eq!(lh_poll_output(h.0, o.as_mut_ptr()), LH_OK);
-        let o = o.assume_init();
-        (o.kind != LH_OUTPUT_NONE).then_some(o)
-    }
-}
-
 fn acquire(h: &H, name: &[u8]) -> u64 {
-    let mut o = MaybeUninit::<lh_acquire_options>::uninit();
-    let mut lease = 0;
-    // SAFETY: pointers to locals.
-    unsafe {
-        lh_acquire_options_default(o.as_mut_ptr());
-        let mut o = o.assume_init();
-        o.ttl_ms = 3_000;
-        assert_eq!(
-            lh_acquire(h.0, MS, name.as_ptr(), name.len(), &o, &mut lease),
-            LH_OK
-        );
-    }
-    lease
+    h.acquire(MS, name, &opts(3_000)).expect("acquire")
+}
+
+/// The SUBSCRIBE of the wake channel, confirmed; returns the channel.
+fn subscribed(h: &H) -> Vec<u8> {
+    let sub = h.poll().expect("SUBSCRIBE");
+    assert_eq!(
+        (sub.kind, sub.connection),
+        (LH_IO_COMMAND, LH_CONNECTION_NOTIFY)
+    );
+    assert_eq!(sub.args[0], b"SUBSCRIBE");
+    ok(h.connection(
+        MS,
+        LH_CONNECTION_NOTIFY,
+        LH_CONNECTION_SUBSCRIBED,
+        &sub.args[1],
+    ));
+    sub.args[1].clone()
 }
 
 #[test]
 fn a_redis_handle_subscribes_then_turns_acquire_into_evalsha() {
     let h = redis_client();
-    let sub = poll_request(&h).unwrap();
-    assert_eq!(sub.connection, LH_CONNECTION_SUBSCRIBER);
+    let sub = h.poll().unwrap();
+    assert_eq!(
+        (sub.kind, sub.connection),
+        (LH_IO_COMMAND, LH_CONNECTION_NOTIFY)
+    );
     assert_eq!(sub.args[0], b"SUBSCRIBE");
     assert!(sub.args[1].starts_with(b"lh:wake:"));
-    assert!(poll_request(&h).is_none());
-    // SAFETY: pointers to locals.
-    unsafe {
-        let ch = &sub.args[1];
-        assert_eq!(lh_subscription(h.0, MS, ch.as_ptr(), ch.len(), 1), LH_OK);
-        assert_eq!(
-            lh_subscription(h.0, MS, ch.as_ptr(), ch.len(), 2),
-            LH_ERR_INVALID_ENUM
-        );
-    }
+    assert!(h.poll().is_none());
+    let ch = &sub.args[1];
+    assert_eq!(h.counters().redis_subscribed, 0);
+    ok(h.connection(MS, LH_CONNECTION_NOTIFY, LH_CONNECTION_SUBSCRIBED, ch));
+    expect(
+        h.connection(MS, LH_CONNECTION_NOTIFY, 4, ch),
+        LH_ERR_INVALID_ENUM,
+    );
+    expect(
+        h.connection(MS, 0, LH_CONNECTION_SUBSCRIBED, ch),
+        LH_ERR_INVALID_ENUM,
+    );
     let lease = acquire(&h, b"jobs");
     assert!(
-        poll_event(&h).is_none(),
-        "commands never come out of lh_poll_output"
+        h.event().is_none(),
+        "requests never come out of lh_poll_event"
     );
-    let r = poll_request(&h).unwrap();
-    assert_eq!(r.connection, LH_CONNECTION_COMMANDS);
+    let r = h.poll().unwrap();
+    assert_eq!(
+        (r.kind, r.connection),
+        (LH_IO_COMMAND, LH_CONNECTION_COMMANDS)
+    );
     assert_eq!(r.args[0], b"EVALSHA");
     assert_eq!(r.args[3], b"lh:{jobs}");
-    let v = [array(3), int(1), int(42), int(3_000)];
-    assert_eq!(reply(&h, 2 * MS, r.id, &v, b""), LH_OK);
-    let ev = poll_event(&h).unwrap();
-    assert_eq!(ev.kind, LH_OUTPUT_ACQUIRED);
+    ok(h.reply_raw(2 * MS, r.id, &[array(3), int(1), int(42), int(3_000)], b""));
+    let ev = h.event().unwrap();
+    assert_eq!(ev.kind, LH_EVENT_ACQUIRED);
     assert_eq!((ev.lease_id, ev.fencing_token), (lease, 42));
-    let mut k = lh_redis_counters {
-        struct_size: size_of::<lh_redis_counters>() as u32,
-        ..Default::default()
-    };
-    // SAFETY: pointer to a local.
-    assert_eq!(unsafe { lh_redis_counters_get(h.0, &mut k) }, LH_OK);
-    assert_eq!((k.subscribed, k.script_calls, k.subscriptions), (1, 1, 1));
+    let k = h.counters();
+    assert_eq!(
+        (
+            k.redis_subscribed,
+            k.redis_script_calls,
+            k.redis_subscriptions
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!((k.backend_requests, k.grants), (2, 1));
+    assert_eq!(h.backend_error(), "");
 }
 
 #[test]
 fn malformed_replies_are_refused_and_change_nothing() {
     let h = redis_client();
-    poll_request(&h);
+    h.poll();
     acquire(&h, b"jobs");
-    let r = poll_request(&h).unwrap();
+    let r = h.poll().unwrap();
     let bulk = |offset, len| lh_value {
         kind: LH_VALUE_BULK,
         offset,
@@ -193,73 +139,131 @@ fn malformed_replies_are_refused_and_change_nothing() {
         (vec![int(0); LH_MAX_REPLY_VALUES + 1], b""),
     ];
     for (values, data) in &cases {
-        assert_eq!(
-            reply(&h, 2 * MS, r.id, values, data),
+        expect(
+            h.reply_raw(2 * MS, r.id, values, data),
             LH_ERR_INVALID_REPLY,
-            "{values:?}"
         );
     }
     // SAFETY: NULL values and a NULL data pointer with a length.
     unsafe {
-        assert_eq!(
-            lh_reply(h.0, 2 * MS, r.id, null(), 0, null(), 0),
-            LH_ERR_NULL_ARGUMENT
+        expect(
+            lh_io_reply(h.0, 2 * MS, r.id, null(), 0, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
         );
         let v = [int(1)];
-        assert_eq!(
-            lh_reply(h.0, 2 * MS, r.id, v.as_ptr(), 1, null(), 5),
-            LH_ERR_NULL_ARGUMENT
+        expect(
+            lh_io_reply(h.0, 2 * MS, r.id, v.as_ptr(), 1, null(), 5),
+            LH_ERR_NULL_ARGUMENT,
         );
-        assert_eq!(
-            lh_pubsub_message(h.0, MS, null(), 3, null(), 0),
-            LH_ERR_NULL_ARGUMENT
+        expect(
+            lh_io_message(h.0, MS, null(), 3, null(), 0),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_message(h.0, MS, b"ch".as_ptr(), 2, null(), 3),
+            LH_ERR_NULL_ARGUMENT,
         );
     }
+    let k = h.counters();
+    assert_eq!(
+        (
+            k.backend_stale_replies,
+            k.backend_garbage_replies,
+            k.backend_ignored_messages
+        ),
+        (0, 0, 0)
+    );
     // The request is still pending: a good reply is taken.
-    let v = [array(3), int(1), int(7), int(3_000)];
-    assert_eq!(reply(&h, 2 * MS, r.id, &v, b""), LH_OK);
-    assert_eq!(poll_event(&h).unwrap().fencing_token, 7);
+    ok(h.reply_raw(2 * MS, r.id, &[array(3), int(1), int(7), int(3_000)], b""));
+    assert_eq!(h.event().unwrap().fencing_token, 7);
+}
+
+/// Feeds the deadlines until the next request goes out (bounded).
+fn next_request(h: &H, now: &mut u64) -> Req {
+    for _ in 0..50 {
+        let d = h.deadline();
+        assert_ne!(d, LH_NO_DEADLINE, "nothing scheduled");
+        *now = (*now).max(d);
+        ok(h.timeout(*now));
+        if let Some(r) = h.poll() {
+            return r;
+        }
+    }
+    panic!("no request within 50 deadlines");
 }
 
 #[test]
-fn a_plain_handle_has_no_backend() {
-    let cfg = config();
-    let mut c = null_mut();
-    // SAFETY: pointers to locals.
-    unsafe {
-        assert_eq!(lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c), LH_OK);
-        let h = H(c);
-        let mut r = MaybeUninit::<lh_request>::uninit();
-        assert_eq!(lh_poll_request(h.0, r.as_mut_ptr()), LH_ERR_NO_BACKEND);
-        assert_eq!(lh_request_failed(h.0, 0, 1), LH_ERR_NO_BACKEND);
-        assert_eq!(
-            lh_poll_request(null_mut(), r.as_mut_ptr()),
-            LH_ERR_NULL_ARGUMENT
-        );
-        assert_eq!(lh_poll_request(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
-    }
+fn error_replies_transport_failures_and_stale_answers() {
+    let h = redis_client();
+    subscribed(&h);
+    let lease = h
+        .acquire(MS, b"jobs", &{
+            let mut o = opts(3_000);
+            o.wait_ns = 10_000 * MS;
+            o
+        })
+        .unwrap();
+    let r = h.poll().unwrap();
+    // An error reply is a transport error for the engine, and the backend's text is kept.
+    ok(h.reply(
+        2 * MS,
+        r.id,
+        &V::Error(b"READONLY You can't write against a read only replica"),
+    ));
+    assert!(
+        h.backend_error().contains("READONLY"),
+        "{}",
+        h.backend_error()
+    );
+    assert_eq!(h.counters().backend_error_replies, 1);
+    assert_eq!(
+        h.state(lease),
+        Ok(LH_STATE_ACQUIRING),
+        "retried, not failed"
+    );
+    // Answers to it now are stale.
+    ok(h.reply_raw(3 * MS, r.id, &[array(3), int(1), int(9), int(3_000)], b""));
+    ok(h.failed(3 * MS, r.id, LH_FAILURE_TRANSPORT, b""));
+    assert_eq!(h.counters().backend_stale_replies, 2);
+    assert_eq!(h.state(lease), Ok(LH_STATE_ACQUIRING));
+    // The retry fails in transport; the one after it is granted.
+    let mut now = 3 * MS;
+    let retry = next_request(&h, &mut now);
+    ok(h.failed(now, retry.id, LH_FAILURE_TRANSPORT, b"connection refused"));
+    let k = h.counters();
+    assert_eq!(k.backend_transport_failures, 1);
+    let retry = next_request(&h, &mut now);
+    assert_eq!(retry.args[0], b"EVALSHA");
+    ok(h.reply_raw(now, retry.id, &[array(3), int(1), int(11), int(3_000)], b""));
+    assert_eq!(h.fence(lease), Ok(11));
 }
 
 #[test]
 fn bad_redis_options_are_invalid_config() {
     let cfg = config();
-    let mut o = MaybeUninit::<lh_redis_options>::uninit();
-    let mut c = null_mut();
-    // SAFETY: pointers to locals.
-    unsafe {
-        lh_redis_options_default(o.as_mut_ptr());
-        let mut o = o.assume_init();
-        assert_eq!((o.standby_delay_ms, o.idle_recheck_ms), (150, 10_000));
-        o.standby_delay_ms = 0;
+    let mut o = backend(LH_BACKEND_REDIS);
+    assert_eq!(
+        (o.redis_standby_delay_ms, o.redis_idle_recheck_ms),
+        (150, 10_000)
+    );
+    assert_eq!(o.redis_sharded_wake, 0);
+    o.redis_standby_delay_ms = 0;
+    assert_eq!(
+        try_client(&cfg, &o, &[SEED; 32]).err(),
+        Some(LH_ERR_INVALID_CONFIG)
+    );
+    let mut o = backend(LH_BACKEND_REDIS);
+    o.redis_sharded_wake = 2;
+    assert_eq!(
+        try_client(&cfg, &o, &[SEED; 32]).err(),
+        Some(LH_ERR_INVALID_CONFIG)
+    );
+    let mut o = backend(LH_BACKEND_REDIS);
+    for size in [0, 4, size_of::<lh_backend_options>() as u32 - 1] {
+        o.struct_size = size;
         assert_eq!(
-            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
-            LH_ERR_INVALID_CONFIG
-        );
-        assert!(c.is_null());
-        o.struct_size = 4;
-        assert_eq!(
-            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
-            LH_ERR_STRUCT_SIZE
+            try_client(&cfg, &o, &[SEED; 32]).err(),
+            Some(LH_ERR_STRUCT_SIZE)
         );
     }
 }
@@ -267,162 +271,235 @@ fn bad_redis_options_are_invalid_config() {
 #[test]
 fn reseeding_a_redis_handle_moves_it_to_a_new_wake_channel() {
     let h = redis_client();
-    let first = poll_request(&h).unwrap().args[1].clone();
+    let first = h.poll().unwrap().args[1].clone();
     let seed = [8u8; 32];
     // SAFETY: pointer to a local.
-    assert_eq!(unsafe { lh_client_reseed(h.0, seed.as_ptr(), 32) }, LH_OK);
-    let unsub = poll_request(&h).unwrap();
-    let sub = poll_request(&h).unwrap();
+    ok(unsafe { lh_client_reseed(h.0, seed.as_ptr(), 32) });
+    let unsub = h.poll().unwrap();
+    let sub = h.poll().unwrap();
     assert_eq!(unsub.args, vec![b"UNSUBSCRIBE".to_vec(), first.clone()]);
+    assert_eq!(unsub.connection, LH_CONNECTION_NOTIFY);
     assert_eq!(sub.args[0], b"SUBSCRIBE");
     assert_ne!(sub.args[1], first);
-}
-
-fn poll_status(h: &H) -> lh_lock_status {
-    let mut st = MaybeUninit::<lh_lock_status>::zeroed();
-    // SAFETY: valid out-pointer with its size set; the strings are read at once.
-    unsafe {
-        (*st.as_mut_ptr()).struct_size = size_of::<lh_lock_status>() as u32;
-        assert_eq!(lh_poll_status(h.0, st.as_mut_ptr()), LH_OK);
-        st.assume_init()
-    }
 }
 
 #[test]
 fn status_on_a_redis_handle_is_one_eval_and_its_reply_reads_back() {
     let h = redis_client();
-    while poll_request(&h).is_some() {}
+    h.requests();
     let name = b"reports";
-    let mut id = 0;
+    let id = h.status_request(MS, name);
+    let mut bad = 0;
     // SAFETY: pointers to locals.
     unsafe {
-        assert_eq!(
-            lh_status_request(h.0, MS, name.as_ptr(), name.len(), &mut id),
-            LH_OK
+        expect(
+            lh_status_request(h.0, MS, null(), 3, &mut bad),
+            LH_ERR_NULL_ARGUMENT,
         );
-        assert_eq!(
-            lh_status_request(h.0, MS, null(), 3, &mut id),
-            LH_ERR_NULL_ARGUMENT
-        );
-        assert_eq!(
+        expect(
             lh_status_request(h.0, MS, name.as_ptr(), name.len(), null_mut()),
-            LH_ERR_NULL_ARGUMENT
+            LH_ERR_NULL_ARGUMENT,
         );
         let long = vec![b'n'; 100_000];
-        assert_ne!(
-            lh_status_request(h.0, MS, long.as_ptr(), long.len(), &mut id),
-            LH_OK,
-            "an oversized name"
+        expect(
+            lh_status_request(h.0, MS, long.as_ptr(), long.len(), &mut bad),
+            LH_ERR_NAME_TOO_LONG,
         );
-        assert_eq!(
-            lh_status_request(h.0, MS, b"\xff".as_ptr(), 1, &mut id),
-            LH_ERR_INVALID_UTF8
+        expect(
+            lh_status_request(h.0, MS, b"\xff".as_ptr(), 1, &mut bad),
+            LH_ERR_INVALID_UTF8,
         );
     }
-    let r = poll_request(&h).unwrap();
+    assert_eq!(bad, 0);
+    let r = h.poll().unwrap();
     assert_eq!(r.id, id);
     assert_eq!(r.args[0], b"EVAL");
     assert_eq!(
         &r.args[2..],
         [&b"2"[..], b"lh:{reports}", b"lh:{reports}:fence"]
     );
-    assert_eq!(poll_status(&h).id, 0, "no answer yet");
+    assert!(h.poll().is_none());
+    assert_eq!(h.poll_status().0.id, 0, "no answer yet");
     // [ "42", 1500, "42" ]: held with fence 42, 1.5 s left.
-    let data = b"4242";
-    let values = [
-        array(3),
-        lh_value {
-            kind: LH_VALUE_BULK,
-            offset: 0,
-            len: 2,
-            ..lh_value::default()
-        },
-        int(1_500),
-        lh_value {
-            kind: LH_VALUE_BULK,
-            offset: 2,
-            len: 2,
-            ..lh_value::default()
-        },
-    ];
-    assert_eq!(reply(&h, 2 * MS, id, &values, data), LH_OK);
-    let st = poll_status(&h);
+    ok(h.reply(
+        2 * MS,
+        id,
+        &V::Arr(vec![V::Bulk(b"42"), V::Int(1_500), V::Bulk(b"42")]),
+    ));
+    let (st, _, _) = h.poll_status();
     assert_eq!((st.id, st.ok, st.held), (id, 1, 1));
     assert_eq!(
         (st.fencing_token, st.remaining_ttl_ms, st.last_fencing_token),
         (42, 1_500, 42)
     );
     // A garbage reply is an answer that says why.
-    let mut id2 = 0;
-    // SAFETY: pointers to locals.
-    unsafe {
-        assert_eq!(
-            lh_status_request(h.0, MS, name.as_ptr(), name.len(), &mut id2),
-            LH_OK
-        );
-    }
-    let r = poll_request(&h).unwrap();
-    assert_eq!(reply(&h, 3 * MS, r.id, &[int(7)], b""), LH_OK);
-    let st = poll_status(&h);
+    let id2 = h.status_request(MS, name);
+    let r = h.poll().unwrap();
+    ok(h.reply(3 * MS, r.id, &V::Int(7)));
+    let (st, _, why) = h.poll_status();
     assert_eq!((st.id, st.ok), (id2, 0));
-    // SAFETY: the error borrows the handle until the next call; read at once.
-    let why = unsafe { std::slice::from_raw_parts(st.error, st.error_len) };
+    assert!(!why.is_empty());
+    // So is a transport failure.
+    let id3 = h.status_request(4 * MS, name);
+    ok(h.failed(4 * MS, id3, LH_FAILURE_TRANSPORT, b"gone"));
+    let (st, _, why) = h.poll_status();
+    assert_eq!((st.id, st.ok), (id3, 0));
     assert!(!why.is_empty());
 }
 
 #[test]
-fn status_on_a_plain_handle_has_no_backend() {
-    let cfg = config();
-    let mut c = null_mut();
-    let mut id = 0;
-    // SAFETY: pointers to locals.
-    unsafe {
-        assert_eq!(lh_client_new(&cfg, SEED.as_ptr(), 32, &mut c), LH_OK);
-        let h = H(c);
-        assert_eq!(
-            lh_status_request(h.0, MS, b"x".as_ptr(), 1, &mut id),
-            LH_ERR_NO_BACKEND
-        );
-        let mut st = MaybeUninit::<lh_lock_status>::zeroed();
-        (*st.as_mut_ptr()).struct_size = size_of::<lh_lock_status>() as u32;
-        assert_eq!(lh_poll_status(h.0, st.as_mut_ptr()), LH_ERR_NO_BACKEND);
-        assert_eq!(lh_poll_status(h.0, null_mut()), LH_ERR_NULL_ARGUMENT);
+fn sharded_wake_subscribes_names_while_waited_on() {
+    let mut o = backend(LH_BACKEND_REDIS);
+    o.redis_sharded_wake = 1;
+    let h = try_client(&config(), &o, &[SEED; 32]).unwrap();
+    // Sharded: no client channel is subscribed; names are, while waited on.
+    assert!(h.poll().is_none());
+    let mut w = opts(3_000);
+    w.wait_ns = 10_000 * MS;
+    h.acquire(MS, b"jobs", &w).unwrap();
+    let r = h.poll().unwrap();
+    assert_eq!(r.args[0], b"EVALSHA");
+    // Held by someone else: [0, left].
+    ok(h.reply(2 * MS, r.id, &V::Arr(vec![V::Int(0), V::Int(2_000)])));
+    let sub = h
+        .requests()
+        .into_iter()
+        .find(|r| r.connection == LH_CONNECTION_NOTIFY)
+        .expect("a shard subscription");
+    assert_eq!(sub.args, [&b"SSUBSCRIBE"[..], b"lh:{jobs}:wake"]);
+}
+
+/// A handle driven against a real redis-server the way a C host does: requests run verbatim
+/// on a commands connection or the subscriber, replies handed back unread.
+struct RealHost {
+    h: H,
+    cmd: resp::Resp,
+    sub: Option<resp::Resp>,
+    port: u16,
+    events: Vec<lh_event>,
+}
+
+fn owned_to_v(o: &resp::Owned) -> V<'_> {
+    match o {
+        resp::Owned::Nil => V::Nil,
+        resp::Owned::Int(i) => V::Int(*i),
+        resp::Owned::Bulk(b) => V::Bulk(b),
+        resp::Owned::Status(s) => V::Status(s),
+        resp::Owned::Error(e) => V::Error(e),
+        resp::Owned::Array(a) => V::Arr(a.iter().map(owned_to_v).collect()),
+    }
+}
+
+impl RealHost {
+    fn new(port: u16, seed: u8) -> RealHost {
+        RealHost {
+            h: client_of(LH_BACKEND_REDIS, seed),
+            cmd: resp::Resp::connect(port).unwrap(),
+            sub: None,
+            port,
+            events: Vec::new(),
+        }
+    }
+
+    fn step(&mut self) {
+        while let Some(r) = self.h.poll() {
+            assert_eq!(r.kind, LH_IO_COMMAND);
+            if r.connection == LH_CONNECTION_COMMANDS {
+                match self.cmd.call(&r.args) {
+                    Ok(v) => ok(self.h.reply(resp::now(), r.id, &owned_to_v(&v))),
+                    Err(e) => ok(self.h.failed(
+                        resp::now(),
+                        r.id,
+                        LH_FAILURE_TRANSPORT,
+                        e.to_string().as_bytes(),
+                    )),
+                }
+            } else {
+                let sub = self
+                    .sub
+                    .get_or_insert_with(|| resp::Resp::connect(self.port).unwrap());
+                sub.send(&r.args).unwrap();
+            }
+        }
+        if let Some(sub) = self.sub.as_mut() {
+            while sub.ready(Duration::from_millis(2)).unwrap() {
+                let resp::Owned::Array(items) = sub.read().unwrap() else {
+                    panic!("a subscriber reply is an array");
+                };
+                let (kind, ch) = (items[0].text(), items[1].text());
+                let t = resp::now();
+                match (kind.as_str(), &items[2]) {
+                    ("message", resp::Owned::Bulk(p)) => ok(self.h.message(t, ch.as_bytes(), p)),
+                    ("subscribe", _) => ok(self.h.connection(
+                        t,
+                        LH_CONNECTION_NOTIFY,
+                        LH_CONNECTION_SUBSCRIBED,
+                        ch.as_bytes(),
+                    )),
+                    ("unsubscribe", _) => ok(self.h.connection(
+                        t,
+                        LH_CONNECTION_NOTIFY,
+                        LH_CONNECTION_UNSUBSCRIBED,
+                        ch.as_bytes(),
+                    )),
+                    other => panic!("unexpected subscriber reply {other:?}"),
+                }
+            }
+        }
+        if self.h.deadline() <= resp::now() {
+            ok(self.h.timeout(resp::now()));
+        }
+        self.events.extend(self.h.events());
+    }
+
+    fn acquired(&self, lease: u64) -> Option<u64> {
+        self.events
+            .iter()
+            .find(|e| e.kind == LH_EVENT_ACQUIRED && e.lease_id == lease)
+            .map(|e| e.fencing_token)
     }
 }
 
 #[test]
-fn sharded_wake_through_the_abi_and_an_older_options_struct_keeps_it_off() {
-    let cfg = config();
-    let mut o = MaybeUninit::<lh_redis_options>::uninit();
-    // SAFETY: pointers to locals; each handle is freed by H.
-    unsafe {
-        lh_redis_options_default(o.as_mut_ptr());
-        let mut o = o.assume_init();
-        assert_eq!(o.struct_size as usize, size_of::<lh_redis_options>());
-        assert_eq!(o.sharded_wake, 0);
-        o.sharded_wake = 1;
-        let mut c = null_mut();
-        assert_eq!(
-            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
-            LH_OK
-        );
-        // Sharded: no client channel is subscribed; names are, while waited on.
-        assert!(poll_request(&H(c)).is_none());
-        // A host built before sharded_wake existed passes the shorter struct: it gets the
-        // classic wake channel whatever lies beyond its struct_size.
-        o.struct_size = 40;
-        let mut c = null_mut();
-        assert_eq!(
-            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
-            LH_OK
-        );
-        let h = H(c);
-        assert_eq!(poll_request(&h).unwrap().args[0], b"SUBSCRIBE");
-        o.struct_size = 39;
-        let mut c = null_mut();
-        assert_eq!(
-            lh_client_new_redis(&cfg, &o, SEED.as_ptr(), 32, &mut c),
-            LH_ERR_STRUCT_SIZE
-        );
+fn two_handles_hand_over_on_a_real_redis_through_the_abi() {
+    let Some(server) = resp::Server::start() else {
+        return;
+    };
+    let (mut a, mut b) = (RealHost::new(server.port, 1), RealHost::new(server.port, 2));
+    let mut w = opts(5_000);
+    w.wait_ns = 20_000 * MS;
+    let la = a.h.acquire(resp::now(), b"jobs", &w).unwrap();
+    let until = |host: &mut RealHost, done: &dyn Fn(&RealHost) -> bool| {
+        for _ in 0..2_000 {
+            host.step();
+            if done(host) {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(until(&mut a, &|h| h.acquired(la).is_some()));
+    let fa = a.acquired(la).unwrap();
+    assert!(until(&mut b, &|h| h.h.counters().redis_subscribed == 1));
+    let lb = b.h.acquire(resp::now(), b"jobs", &w).unwrap();
+    for _ in 0..20 {
+        b.step();
     }
+    assert!(b.acquired(lb).is_none(), "A holds it");
+    let t = resp::now();
+    ok(a.h.release(t, la));
+    a.step();
+    // B is woken by A's release message on its subscriber, long before A's TTL runs out.
+    assert!(until(&mut b, &|h| h.acquired(lb).is_some()));
+    assert!(resp::now() - t < 2_000 * MS);
+    assert!(b.acquired(lb).unwrap() > fa);
+    let k = b.h.counters();
+    assert!(k.backend_wakeups >= 1, "woken by the message");
+    assert_eq!(
+        (k.backend_error_replies, k.backend_garbage_replies),
+        (0, 0),
+        "{}",
+        b.h.backend_error()
+    );
+    assert_eq!(a.h.counters().pending_cleanups, 0);
 }
