@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void note(lh_hiredis *x, uint32_t st) {
     if (st != LH_OK && x->last_status == LH_OK) x->last_status = st;
@@ -83,7 +84,7 @@ static redisContext *connect_to(lh_hiredis *x) {
     return c;
 }
 
-/* Flat pre-order list of values plus one data buffer (lh_reply's format). Once `bad` (out of
+/* Flat pre-order list of values plus one data buffer (lh_io_reply's format). Once `bad` (out of
  * memory) nothing more is added and the reply is not delivered. */
 typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
 
@@ -130,81 +131,138 @@ static void flatten(flat *f, const redisReply *r) {
     }
 }
 
+static void forget_channel(lh_hiredis *x, size_t i) {
+    free(x->channels[i]);
+    x->nchannels--;
+    x->channels[i] = x->channels[x->nchannels];
+    x->channel_lens[i] = x->channel_lens[x->nchannels];
+}
+
+/* The subscriber connection is gone: every channel on it is reported lost (the handle asks
+ * for them again). */
 static void lost_subscriber(lh_hiredis *x, uint64_t now) {
     if (x->sub != NULL) redisFree(x->sub);
     x->sub = NULL;
-    for (size_t i = 0; i < x->nchannels; i++) {
-        note(x, lh_subscription(x->client, now, (const uint8_t *)x->channels[i],
-                                strlen(x->channels[i]), 0));
-        free(x->channels[i]);
+    while (x->nchannels > 0) {
+        size_t i = x->nchannels - 1;
+        note(x, lh_io_connection(x->client, now, LH_CONNECTION_NOTIFY, LH_CONNECTION_UNSUBSCRIBED,
+                                 (const uint8_t *)x->channels[i], x->channel_lens[i]));
+        forget_channel(x, i);
     }
-    x->nchannels = 0;
 }
 
-static void run_command(lh_hiredis *x, const lh_request *q, uint64_t (*now)(void)) {
-    const char *argv[32];
-    size_t lens[32];
-    for (uint32_t i = 0; i < q->argc && i < 32; i++) {
+static int word_is(const char *s, size_t len, const char *word) {
+    return len == strlen(word) && strncasecmp(s, word, len) == 0;
+}
+
+/* Remembers a channel a (S)SUBSCRIBE asked for, to report it if the connection drops. */
+static void remember_channel(lh_hiredis *x, const char *ch, size_t len) {
+    for (size_t i = 0; i < x->nchannels; i++)
+        if (x->channel_lens[i] == len && memcmp(x->channels[i], ch, len) == 0) return;
+    if (x->nchannels == LH_HIREDIS_MAX_CHANNELS) return;
+    char *copy = malloc(len + 1);
+    if (copy == NULL) return;
+    memcpy(copy, ch, len);
+    copy[len] = 0;
+    x->channels[x->nchannels] = copy;
+    x->channel_lens[x->nchannels++] = len;
+}
+
+static void failed(lh_hiredis *x, uint64_t id, uint64_t now, const char *why) {
+    note(x, lh_io_failed(x->client, now, id, LH_FAILURE_TRANSPORT, (const uint8_t *)why, strlen(why)));
+}
+
+static void run_command(lh_hiredis *x, const lh_io_request *q, uint64_t (*now)(void)) {
+    const char *argv[LH_HIREDIS_MAX_ARGS];
+    size_t lens[LH_HIREDIS_MAX_ARGS];
+    if (q->argc == 0 || q->argc > LH_HIREDIS_MAX_ARGS) {
+        failed(x, q->id, now(), "the command has no or too many arguments for this executor");
+        return;
+    }
+    for (uint32_t i = 0; i < q->argc; i++) {
         argv[i] = (const char *)q->argv[i].ptr;
         lens[i] = q->argv[i].len;
     }
-    if (q->connection == LH_CONNECTION_SUBSCRIBER) {
+    if (q->connection == LH_CONNECTION_NOTIFY) {
+        /* Only sent here: confirmations and messages arrive in lh_hiredis_step. */
         if (x->sub == NULL) x->sub = connect_to(x);
         int done = 0;
-        if (x->sub != NULL && q->argc <= 32 && redisAppendCommandArgv(x->sub, (int)q->argc, argv, lens) == REDIS_OK) {
+        if (x->sub != NULL && redisAppendCommandArgv(x->sub, (int)q->argc, argv, lens) == REDIS_OK) {
             while (redisBufferWrite(x->sub, &done) == REDIS_OK && !done) {}
         }
         if (!done) {
-            note(x, lh_request_failed(x->client, now(), q->id));
+            failed(x, q->id, now(), x->last_error[0] ? x->last_error : "the subscriber connection failed");
             lost_subscriber(x, now());
-        } else if (q->argc == 2 && lens[0] == 9 && memcmp(argv[0], "SUBSCRIBE", 9) == 0 &&
-                   x->nchannels < LH_HIREDIS_MAX_CHANNELS) {
-            x->channels[x->nchannels++] = strndup(argv[1], lens[1]);
+        } else if (q->argc == 2 && (word_is(argv[0], lens[0], "SUBSCRIBE") || word_is(argv[0], lens[0], "SSUBSCRIBE"))) {
+            remember_channel(x, argv[1], lens[1]);
         }
         return;
     }
     if (x->cmd == NULL) x->cmd = connect_to(x);
-    redisReply *r = (x->cmd != NULL && q->argc <= 32)
-                        ? redisCommandArgv(x->cmd, (int)q->argc, argv, lens) : NULL;
+    redisReply *r = x->cmd != NULL ? redisCommandArgv(x->cmd, (int)q->argc, argv, lens) : NULL;
     if (r == NULL) {
-        if (x->cmd != NULL) redisFree(x->cmd);
+        if (x->cmd != NULL) {
+            snprintf(x->last_error, sizeof x->last_error, "command: %.200s", x->cmd->errstr);
+            redisFree(x->cmd);
+        }
         x->cmd = NULL;
-        note(x, lh_request_failed(x->client, now(), q->id));
+        failed(x, q->id, now(), x->last_error);
         return;
     }
     flat f = {0};
     flatten(&f, r);
     freeReplyObject(r);
-    /* A reply that did not fit in memory is a transport failure (the connection stays in
-     * step: hiredis read the whole reply). */
+    /* A reply that did not fit in memory, or that the handle refused, is a transport failure
+     * (the connection stays in step: hiredis read the whole reply). */
     uint32_t st = f.bad ? LH_ERR_INVALID_REPLY
-                        : lh_reply(x->client, now(), q->id, f.v, f.n, f.data, f.len);
-    if (st != LH_OK) note(x, lh_request_failed(x->client, now(), q->id));
+                        : lh_io_reply(x->client, now(), q->id, f.v, f.n, f.data, f.len);
+    if (st != LH_OK) failed(x, q->id, now(), f.bad ? "out of memory" : "the reply was refused");
     free(f.v);
     free(f.data);
 }
 
-void lh_hiredis_run_requests(lh_hiredis *x, uint64_t (*now)(void)) {
-    lh_request q;
-    for (;;) {
-        uint32_t st = lh_poll_request(x->client, &q);
-        note(x, st);
-        if (st != LH_OK || q.id == 0) return;
-        run_command(x, &q, now);
+void lh_hiredis_execute(lh_hiredis *x, const lh_io_request *q, uint64_t (*now)(void)) {
+    switch (q->kind) {
+    case LH_IO_NONE: return;
+    case LH_IO_COMMAND: run_command(x, q, now); return;
+    case LH_IO_HTTP_CANCEL: return; /* no answer expected */
+    default: failed(x, q->id, now(), "the hiredis executor runs LH_IO_COMMAND requests only"); return;
     }
 }
 
+void lh_hiredis_run_requests(lh_hiredis *x, uint64_t (*now)(void)) {
+    lh_io_request q;
+    for (;;) {
+        uint32_t st = lh_io_poll(x->client, &q);
+        note(x, st);
+        if (st != LH_OK || q.kind == LH_IO_NONE) return;
+        lh_hiredis_execute(x, &q, now);
+    }
+}
+
+/* One push on the subscriber: a message, or the confirmation of a (un)subscription. */
 static void feed_push(lh_hiredis *x, const redisReply *r, uint64_t now) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return;
-    const char *kind = r->element[0]->str;
-    const redisReply *ch = r->element[1], *p = r->element[2];
-    if (strcmp(kind, "message") == 0 && p->type == REDIS_REPLY_STRING)
-        note(x, lh_pubsub_message(x->client, now, (const uint8_t *)ch->str, ch->len,
-                                  (const uint8_t *)p->str, p->len));
-    else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "unsubscribe") == 0)
-        note(x, lh_subscription(x->client, now, (const uint8_t *)ch->str, ch->len, kind[0] == 's'));
+    const redisReply *kind = r->element[0], *ch = r->element[1], *p = r->element[2];
+    const char *k = kind->str;
+    size_t kl = kind->len;
+    if ((word_is(k, kl, "message") || word_is(k, kl, "smessage")) && p->type == REDIS_REPLY_STRING) {
+        note(x, lh_io_message(x->client, now, (const uint8_t *)ch->str, ch->len, (const uint8_t *)p->str, p->len));
+    } else if (word_is(k, kl, "subscribe") || word_is(k, kl, "ssubscribe")) {
+        note(x, lh_io_connection(x->client, now, LH_CONNECTION_NOTIFY, LH_CONNECTION_SUBSCRIBED,
+                                 (const uint8_t *)ch->str, ch->len));
+    } else if (word_is(k, kl, "unsubscribe") || word_is(k, kl, "sunsubscribe")) {
+        for (size_t i = 0; i < x->nchannels; i++) {
+            if (x->channel_lens[i] == ch->len && memcmp(x->channels[i], ch->str, ch->len) == 0) {
+                forget_channel(x, i);
+                break;
+            }
+        }
+        note(x, lh_io_connection(x->client, now, LH_CONNECTION_NOTIFY, LH_CONNECTION_UNSUBSCRIBED,
+                                 (const uint8_t *)ch->str, ch->len));
+    }
 }
 
 void lh_hiredis_step(lh_hiredis *x, int timeout_ms, uint64_t (*now)(void)) {

@@ -1,8 +1,10 @@
 /*
- * lh_hiredis.h -- a thin Redis executor for a leasehold handle created with
- * lh_client_new_redis(): it runs the handle's requests verbatim on two hiredis connections
- * (commands, subscriber) and hands replies, pub/sub messages and subscription changes back
- * unread. It knows no key, script, argument or reply meaning: the core does.
+ * lh_hiredis.h -- a thin Redis executor for a leasehold handle created with lh_client_new()
+ * and an lh_backend_options of kind LH_BACKEND_REDIS: it runs the handle's LH_IO_COMMAND
+ * requests verbatim on two hiredis connections (LH_CONNECTION_COMMANDS, and the subscriber,
+ * LH_CONNECTION_NOTIFY) and hands replies (lh_io_reply), failures (lh_io_failed), pub/sub
+ * messages (lh_io_message) and subscription changes (lh_io_connection) back unread. It knows
+ * no key, script, argument or reply meaning: the core does.
  *
  * Not thread-safe (like the handle). Blocking: each command runs synchronously on the
  * commands connection, bounded by the options' timeout, which is fine for a C example host
@@ -21,6 +23,8 @@
 #include "leasehold.h"
 
 #define LH_HIREDIS_MAX_CHANNELS 8
+/* Most arguments of one command (the core's longest script call has far fewer). */
+#define LH_HIREDIS_MAX_ARGS 64
 
 /* Where and how to connect; every connection (commands, subscriber, reconnects) gets the same
  * setup. Zero-initialise, then set what you need. */
@@ -42,10 +46,11 @@ typedef struct lh_hiredis {
     char *unix_socket, *username, *password; /* owned copies, NULL when unset */
     int db;
     int timeout_ms;
-    redisContext *cmd;  /* commands connection (reconnected on demand) */
-    redisContext *sub;  /* subscriber connection (reconnected on demand) */
-    /* Channels subscribed on `sub`, to report them lost if the connection drops. */
+    redisContext *cmd;  /* LH_CONNECTION_COMMANDS (reconnected on demand) */
+    redisContext *sub;  /* LH_CONNECTION_NOTIFY, the subscriber (reconnected on demand) */
+    /* Channels subscribed (or being subscribed) on `sub`, to report them lost if it drops. */
     char *channels[LH_HIREDIS_MAX_CHANNELS];
+    size_t channel_lens[LH_HIREDIS_MAX_CHANNELS];
     size_t nchannels;
     uint32_t last_status; /* first non-LH_OK status from the library, 0 if none */
     char last_error[256]; /* the last connection failure ("" if none), for diagnostics */
@@ -59,7 +64,11 @@ int lh_hiredis_init(lh_hiredis *x, lh_client *client, const char *host, int port
  * `o` is NULL, a string is too long, or memory runs out. */
 int lh_hiredis_init_options(lh_hiredis *x, lh_client *client, const lh_hiredis_options *o);
 
-/* Runs every pending request (drains lh_poll_request). */
+/* Runs one request polled from the handle (lh_io_poll) and answers it. A request of another
+ * kind than LH_IO_COMMAND is answered as a transport failure (this executor cannot run it). */
+void lh_hiredis_execute(lh_hiredis *x, const lh_io_request *q, uint64_t (*now)(void));
+
+/* Runs every pending request (drains lh_io_poll). */
 void lh_hiredis_run_requests(lh_hiredis *x, uint64_t (*now)(void));
 
 /* Waits up to timeout_ms for subscriber traffic and feeds what arrived; then, if the

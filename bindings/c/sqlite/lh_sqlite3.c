@@ -146,7 +146,7 @@ void lh_sqlite3_close(lh_sqlite3 *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Flat pre-order list of values plus one data buffer (lh_sql_result's format). Once `bad`
+/* Flat pre-order list of values plus one data buffer (lh_io_reply's format). Once `bad`
  * (out of memory) nothing more is added and the result is not delivered. */
 typedef struct { lh_value *v; size_t n, cap; uint8_t *data; size_t len, dcap; int bad; } flat;
 
@@ -206,7 +206,7 @@ static const char out_of_memory[] = "out of memory";
 
 /* Runs one request; returns NULL on success (rows in *f) or the error message (out_of_memory
  * when the rows did not fit in memory: the request stopped there). */
-static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
+static const char *run(lh_sqlite3 *x, const lh_io_request *r, flat *f) {
     struct timespec m, w;
     clock_gettime(CLOCK_MONOTONIC, &m);
     clock_gettime(CLOCK_REALTIME, &w);
@@ -259,47 +259,68 @@ static const char *run(lh_sqlite3 *x, const lh_sql_request *r, flat *f) {
     return f->bad ? out_of_memory : NULL;
 }
 
+static void failed(lh_sqlite3 *x, uint64_t id, uint64_t now, uint32_t kind, const char *msg) {
+    note(x, lh_io_failed(x->client, now, id, kind, (const uint8_t *)msg, strlen(msg)));
+}
+
+/* The connection was opened anew: the handle checks the schema again. */
+static void reopened(lh_sqlite3 *x, uint64_t now) {
+    note(x, lh_io_connection(x->client, now, LH_CONNECTION_COMMANDS, LH_CONNECTION_REOPENED, NULL, 0));
+}
+
+static void run_sql(lh_sqlite3 *x, const lh_io_request *r, uint64_t (*now)(void)) {
+    /* A deleted or replaced file: follow the path instead of locking alone on the old inode
+     * (the request did not run; the schema is checked again on the new file). */
+    struct stat fs;
+    int same = x->db != NULL && lstat(x->path, &fs) == 0 && fs.st_dev == x->dev && fs.st_ino == x->ino;
+    if (!same) {
+        int ok = reopen(x) == 0;
+        failed(x, r->id, now(), LH_FAILURE_TRANSPORT,
+               ok || x->last_error[0] == 0 ? "the database file was replaced or could not be opened" : x->last_error);
+        if (ok) reopened(x, now());
+        return;
+    }
+    flat f = {0};
+    const char *err = run(x, r, &f);
+    if (err == out_of_memory) {
+        /* The rows could not be handed back: the outcome is unknown to the core, as after a
+         * broken connection. Undo what the request left open and start afresh. */
+        if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+        failed(x, r->id, now(), LH_FAILURE_TRANSPORT, out_of_memory);
+        if (reopen(x) == 0) reopened(x, now());
+    } else if (err != NULL) {
+        /* The message lives in the connection: copy it before the ROLLBACK replaces it. */
+        size_t n = strlen(err);
+        char *copy = malloc(n + 1);
+        if (copy != NULL) memcpy(copy, err, n + 1);
+        if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
+        failed(x, r->id, now(), LH_FAILURE_DATABASE, copy ? copy : "");
+        free(copy);
+    } else {
+        lh_status st = lh_io_reply(x->client, now(), r->id, f.v, f.n, f.data, f.len);
+        note(x, st);
+        if (st != LH_OK) failed(x, r->id, now(), LH_FAILURE_TRANSPORT, "the rows were refused");
+    }
+    free(f.v);
+    free(f.data);
+}
+
+void lh_sqlite3_execute(lh_sqlite3 *x, const lh_io_request *q, uint64_t (*now)(void)) {
+    switch (q->kind) {
+    case LH_IO_NONE: return;
+    case LH_IO_SQL: run_sql(x, q, now); return;
+    case LH_IO_HTTP_CANCEL: return; /* no answer expected */
+    default: failed(x, q->id, now(), LH_FAILURE_TRANSPORT, "the sqlite3 executor runs LH_IO_SQL requests only"); return;
+    }
+}
+
 void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void)) {
     for (;;) {
-        lh_sql_request r;
-        uint32_t st = lh_sql_poll_request(x->client, &r);
+        lh_io_request r;
+        uint32_t st = lh_io_poll(x->client, &r);
         note(x, st);
-        if (st != LH_OK || r.id == 0) return;
-        /* A deleted or replaced file: follow the path instead of locking alone on the old
-         * inode (the request did not run; the schema is checked again on the new file). */
-        struct stat fs;
-        int same = x->db != NULL && lstat(x->path, &fs) == 0 && fs.st_dev == x->dev && fs.st_ino == x->ino;
-        if (!same) {
-            int ok = reopen(x) == 0;
-            const char *msg = ok || x->last_error[0] == 0 ? "the database file was replaced or could not be opened"
-                                                          : x->last_error;
-            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_TRANSPORT,
-                                  (const uint8_t *)msg, strlen(msg)));
-            if (ok) note(x, lh_sql_connection_reset(x->client, now(), LH_SQL_CONNECTION_COMMANDS));
-            continue;
-        }
-        flat f = {0};
-        const char *err = run(x, &r, &f);
-        if (err == out_of_memory) {
-            /* The rows could not be handed back: the outcome is unknown to the core, as after a
-             * broken connection. Undo what the request left open and start afresh. */
-            if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_TRANSPORT,
-                                  (const uint8_t *)out_of_memory, sizeof out_of_memory - 1));
-            if (reopen(x) == 0) note(x, lh_sql_connection_reset(x->client, now(), LH_SQL_CONNECTION_COMMANDS));
-        } else if (err != NULL) {
-            size_t n = strlen(err);
-            char *copy = malloc(n + 1);
-            if (copy != NULL) memcpy(copy, err, n + 1);
-            if (!sqlite3_get_autocommit(x->db)) sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
-            note(x, lh_sql_failed(x->client, now(), r.id, LH_SQL_FAILURE_DATABASE,
-                                  (const uint8_t *)(copy ? copy : ""), copy ? n : 0));
-            free(copy);
-        } else {
-            note(x, lh_sql_result(x->client, now(), r.id, f.v, f.n, f.data, f.len));
-        }
-        free(f.v);
-        free(f.data);
+        if (st != LH_OK || r.kind == LH_IO_NONE) return;
+        lh_sqlite3_execute(x, &r, now);
     }
 }
 

@@ -1,9 +1,12 @@
 /*
- * lh_sqlite3.h -- a thin SQLite executor for a leasehold handle created with
- * lh_client_new_sql() and the SQLite dialect: it runs the handle's statements verbatim on one
- * libsqlite3 connection, binds the host facts (CLOCK_MONOTONIC, the wall clock, the boot id,
- * the pid, the host name) and hands every row back unread. It knows no table, statement or
- * row meaning: the core does.
+ * lh_sqlite3.h -- a thin SQLite executor for a leasehold handle created with lh_client_new()
+ * and an lh_backend_options of kind LH_BACKEND_SQLITE: it runs the statements of the handle's
+ * LH_IO_SQL requests verbatim on one libsqlite3 connection, binds the host facts
+ * (CLOCK_MONOTONIC, the wall clock, the boot id, the pid, the host name) and hands every row
+ * back unread (lh_io_reply), or the failure (lh_io_failed: LH_FAILURE_DATABASE when SQLite
+ * refused a statement, LH_FAILURE_TRANSPORT when the rows could not be handed back or the file
+ * was replaced; then lh_io_connection LH_CONNECTION_REOPENED once the new file is open). It
+ * knows no table, statement or row meaning: the core does.
  *
  * The file holds lock names, pids, host names and tokens: a missing file is created 0600 whatever
  * the umask (its directory must exist; SQLite gives the -wal and -shm files the file's mode, and
@@ -40,7 +43,11 @@ typedef struct lh_sqlite3 {
  * says why, also printed on stderr) if the file cannot be opened or is a symbolic link. */
 int lh_sqlite3_open(lh_sqlite3 *x, lh_client *client, const char *path);
 
-/* Runs every pending request (drains lh_sql_poll_request). */
+/* Runs one request polled from the handle (lh_io_poll) and answers it. A request of another
+ * kind than LH_IO_SQL is answered as a transport failure (this executor cannot run it). */
+void lh_sqlite3_execute(lh_sqlite3 *x, const lh_io_request *q, uint64_t (*now)(void));
+
+/* Runs every pending request (drains lh_io_poll). */
 void lh_sqlite3_run_requests(lh_sqlite3 *x, uint64_t (*now)(void));
 
 /* Sleeps until the handle's deadline (at most max_ms), calls lh_timeout, runs the requests
