@@ -2,23 +2,27 @@
  * example.c -- a complete leasehold host in plain C: the reference run loop.
  *
  * Two clients ("alice" and "bob", think two processes) share one in-process lock service (the
- * core's reference service, lh_memory_service_*, one connection per client). Alice acquires "orders" with a 300 ms TTL and holds it for about
- * 1 s, so the core renews it across several TTLs; bob asks for the same lock with a 3 s wait
- * budget, is told it is held, watches the name, and is woken by alice's release. Both
- * release and the program drains the cleanup releases before exiting.
+ * core's reference service, lh_memory_service_*, one connection per client). Alice acquires
+ * "orders" with a 300 ms TTL and holds it for about 1 s, so the core renews it across several
+ * TTLs (and once by hand, lh_renew); bob asks for the same lock with a 3 s wait budget, is told
+ * it is held, and is woken by the service's release notification when alice lets go. Both
+ * release with a reported outcome, close, and the program drains the cleanups before exiting.
  *
- * The loop is the one documented at the top of leasehold.h:
- *   wait until the earliest of (core deadline, completed command, application call,
- *   release notification) -> feed that one input with now = CLOCK_MONOTONIC ns ->
- *   drain lh_poll_output completely: commands go to the service asynchronously (here: a
- *   queue of in-flight requests with simulated latency, so the loop never blocks on the
- *   "network"), events complete application calls.
+ * The loop is the one documented at the top of leasehold.h, the same for every backend:
+ *   wait until the earliest of (core deadline, an answer, a notification, an application
+ *   call) -> feed exactly that one input with now = CLOCK_MONOTONIC ns -> drain lh_io_poll
+ *   completely, handing each request to the executor of its kind (here the memory executor:
+ *   LH_IO_COMMAND -> lh_memory_service_call, asynchronously, through a queue of in-flight
+ *   calls with a simulated network delay, so the loop never blocks) -> drain lh_poll_event
+ *   completely, completing application calls. The host never reads a request's arguments or
+ *   an answer's values: it carries them between the handle and the service.
  *
  * Exit status: 0 when every lh_* call returned what the loop expected, 1 otherwise.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +32,9 @@
 
 #define MS 1000000ull
 #define LATENCY_NS (2 * MS)       /* one-way "network" delay to the service */
-#define NAME_MAX_LEN 64
 #define MAX_INFLIGHT 64
+#define MAX_ARGS 8                /* arguments of one call the executor can carry */
+#define ARG_BYTES 1024            /* their bytes */
 #define RUN_LIMIT_NS (15000 * MS) /* give up (exit 1) if the scenario has not finished */
 
 static uint64_t t0;
@@ -49,33 +54,35 @@ static void sleep_until(uint64_t deadline) {
     }
 }
 
-/* ---- one host: a core handle plus the application's view of its lease ---------------- */
+/* ---- one host: a client handle plus the application's view of its lease ------------------- */
 
 typedef struct host {
     const char *label;
     lh_client *c;
+    uint64_t conn;         /* its connection to the service (watches and notifications live there) */
     uint64_t lease;        /* current lease id, 0 = none */
+    uint64_t fence;        /* fencing token of its grant, 0 = none */
     int held;              /* ACQUIRED seen and no terminal event yet */
     int done;              /* the application part of the scenario has finished */
+    int closed;            /* lh_io_close called */
     uint64_t release_at;   /* application call scheduled: release at this time (0 = none) */
-    uint64_t conn;         /* its connection to the service (watches live there) */
-    uint64_t renewals;     /* RENEW commands seen */
 } host;
 
-/* ---- in-flight requests: the asynchronous side of the loop ---------------------------- */
+/* ---- in-flight work: the asynchronous side of the loop --------------------------------------- */
 
-enum { REQ_ACQUIRE, REQ_RENEW, REQ_RELEASE, NOTIFY_RELEASED };
+enum { CALL, NOTIFICATION };
 
+/* A call on its way to the service (a copy of the request: its pointers borrow the handle
+ * only until the next call on it), or a release notification on its way to a client. */
 typedef struct inflight {
     int used;
-    uint64_t due;          /* when the answer (or notification) arrives */
-    host *h;
     int kind;
-    uint64_t request_id;
-    uint8_t name[NAME_MAX_LEN];
-    size_t name_len;
-    uint8_t token[32];
-    uint64_t ttl_ms;
+    uint64_t due;          /* when it arrives */
+    host *h;
+    uint64_t id;           /* CALL: the request id to answer */
+    uint32_t argc;         /* CALL: argv; NOTIFICATION: argv[0] is the channel */
+    lh_bytes argv[MAX_ARGS];
+    uint8_t bytes[ARG_BYTES];
 } inflight;
 
 static inflight queue[MAX_INFLIGHT];
@@ -88,9 +95,9 @@ static void die(host *h, const char *what, lh_status st) {
     exit(1);
 }
 
-#define CHECK(h, call)                      \
-    do {                                    \
-        lh_status st_ = (call);             \
+#define CHECK(h, call)                          \
+    do {                                        \
+        lh_status st_ = (call);                 \
         if (st_ != LH_OK) die((h), #call, st_); \
     } while (0)
 
@@ -105,7 +112,6 @@ static void die(host *h, const char *what, lh_status st) {
     } while (0)
 
 static void say(host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
 static void say(host *h, const char *fmt, ...) {
     va_list ap;
     printf("[%7.1f ms] %-5s ", (double)(now_ns() - t0) / 1e6, h->label);
@@ -115,151 +121,144 @@ static void say(host *h, const char *fmt, ...) {
     putchar('\n');
 }
 
-static inflight *enqueue(host *h, int kind, uint64_t due, const lh_output *o) {
+/* Queues a copy of `argc` byte strings; NULL when they do not fit. */
+static inflight *enqueue(host *h, int kind, uint64_t due, uint64_t id, const lh_bytes *argv, uint32_t argc) {
+    if (argc > MAX_ARGS) return NULL;
+    size_t total = 0;
+    for (uint32_t i = 0; i < argc; i++) total += argv[i].len;
+    if (total > ARG_BYTES) return NULL;
     for (size_t i = 0; i < MAX_INFLIGHT; i++) {
         inflight *q = &queue[i];
         if (q->used) continue;
-        memset(q, 0, sizeof *q);
         q->used = 1;
+        q->kind = kind;
         q->due = due;
         q->h = h;
-        q->kind = kind;
-        if (o != NULL) {
-            /* Copy everything we keep: o's pointers are only valid until the next lh_* call. */
-            q->request_id = o->request_id;
-            q->ttl_ms = o->ttl_ms;
-            q->name_len = o->name_len < NAME_MAX_LEN ? o->name_len : NAME_MAX_LEN;
-            memcpy(q->name, o->name, q->name_len);
-            if (o->token_len == 32) memcpy(q->token, o->token, 32);
+        q->id = id;
+        q->argc = argc;
+        size_t at = 0;
+        for (uint32_t a = 0; a < argc; a++) {
+            if (argv[a].len) memcpy(q->bytes + at, argv[a].ptr, argv[a].len);
+            q->argv[a].ptr = argv[a].len ? q->bytes + at : NULL;
+            q->argv[a].len = argv[a].len;
+            at += argv[a].len;
         }
         return q;
     }
-    fprintf(stderr, "in-flight queue full\n");
-    exit(1);
+    return NULL;
 }
 
-/* Drain every output after an input. Commands become in-flight requests; events update the
- * application's view. */
+/* The memory executor: an LH_IO_COMMAND request goes to the service, one hop later. The
+ * arguments are printed as they are, never interpreted. */
+static void memory_execute(host *h, const lh_io_request *q, uint64_t now) {
+    char line[200];
+    int n = 0;
+    for (uint32_t i = 0; i < q->argc && n < (int)sizeof line - 1; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %.*s", (int)q->argv[i].len, (const char *)q->argv[i].ptr);
+    say(h, "-> call %" PRIu64 ":%s", q->id, line);
+    if (enqueue(h, CALL, now + LATENCY_NS, q->id, q->argv, q->argc) == NULL) {
+        static const char why[] = "the executor cannot carry this call";
+        CHECK(h, lh_io_failed(h->c, now, q->id, LH_FAILURE_TRANSPORT, (const uint8_t *)why, sizeof why - 1));
+    }
+}
+
+/* After every input: drain the requests, each to the executor of its kind, then the events. */
 static void drain(host *h, uint64_t now) {
     for (;;) {
-        lh_output o;
-        CHECK(h, lh_poll_output(h->c, &o));
-        switch (o.kind) {
-        case LH_OUTPUT_NONE:
-            return;
-        case LH_OUTPUT_ACQUIRE:
-            say(h, "-> ACQUIRE  req=%" PRIu64 " name=%.*s token=%.8s... ttl=%" PRIu64 " ms",
-                o.request_id, (int)o.name_len, (const char *)o.name, (const char *)o.token, o.ttl_ms);
-            enqueue(h, REQ_ACQUIRE, now + LATENCY_NS, &o);
+        lh_io_request q;
+        CHECK(h, lh_io_poll(h->c, &q));
+        if (q.kind == LH_IO_NONE) break;
+        switch (q.kind) {
+        case LH_IO_COMMAND:
+            memory_execute(h, &q, now);
             break;
-        case LH_OUTPUT_RENEW:
-            h->renewals++;
-            say(h, "-> RENEW    req=%" PRIu64 " ttl=%" PRIu64 " ms", o.request_id, o.ttl_ms);
-            enqueue(h, REQ_RENEW, now + LATENCY_NS, &o);
-            break;
-        case LH_OUTPUT_RELEASE:
-            say(h, "-> RELEASE  req=%" PRIu64, o.request_id);
-            enqueue(h, REQ_RELEASE, now + LATENCY_NS, &o);
-            break;
-        case LH_OUTPUT_WATCH:
-            say(h, "-> WATCH    %.*s", (int)o.name_len, (const char *)o.name);
-            SVC_CHECK(lh_memory_service_watch(service, h->conn, o.name, o.name_len));
-            break;
-        case LH_OUTPUT_UNWATCH:
-            say(h, "-> UNWATCH  %.*s", (int)o.name_len, (const char *)o.name);
-            SVC_CHECK(lh_memory_service_unwatch(service, h->conn, o.name, o.name_len));
-            break;
-        case LH_OUTPUT_ACQUIRED: {
-            uint64_t left = o.valid_until_ns > now ? o.valid_until_ns - now : 0;
-            say(h, "<= ACQUIRED lease=%" PRIu64 " fencing_token=%" PRIu64 " valid for %.1f ms",
-                o.lease_id, o.fencing_token, (double)left / 1e6);
+        default: { /* SQL and HTTP need their executors (bindings/c/sqlite, ...) */
+            static const char why[] = "this host has no executor for the request's kind";
+            CHECK(h, lh_io_failed(h->c, now, q.id, LH_FAILURE_TRANSPORT, (const uint8_t *)why, sizeof why - 1));
+        }
+        }
+    }
+    for (;;) {
+        lh_event ev;
+        CHECK(h, lh_poll_event(h->c, &ev));
+        if (ev.kind == LH_EVENT_NONE) break;
+        uint64_t left = ev.valid_until_ns > now ? ev.valid_until_ns - now : 0;
+        switch (ev.kind) {
+        case LH_EVENT_ACQUIRED:
+            say(h, "<= ACQUIRED lease=%" PRIu64 " fencing_token=%" PRIu64 " valid for %.1f ms", ev.lease_id,
+                ev.fencing_token, (double)left / 1e6);
             h->held = 1;
+            h->fence = ev.fencing_token;
             /* Application: alice holds for ~3.3 TTLs, bob for a short critical section. */
             h->release_at = now + (h == &hosts[0] ? 1000 * MS : 200 * MS);
             break;
-        }
-        case LH_OUTPUT_ACQUIRE_FAILED:
-            say(h, "<= ACQUIRE_FAILED lease=%" PRIu64 " reason=%u", o.lease_id, o.reason);
+        case LH_EVENT_ACQUIRE_FAILED:
+            say(h, "<= ACQUIRE_FAILED lease=%" PRIu64 " reason=%u", ev.lease_id, ev.reason);
             h->held = 0;
             h->done = 1;
             break;
-        case LH_OUTPUT_LOST:
-            say(h, "<= LOST     lease=%" PRIu64 " reason=%u (stop writing; fencing protects the data)",
-                o.lease_id, o.reason);
+        case LH_EVENT_LOST:
+            say(h, "<= LOST     lease=%" PRIu64 " reason=%u (stop writing; fencing protects the data)", ev.lease_id,
+                ev.reason);
             h->held = 0;
             h->release_at = 0;
             h->done = 1;
             break;
-        case LH_OUTPUT_RELEASED:
-            say(h, "<= RELEASED lease=%" PRIu64, o.lease_id);
+        case LH_EVENT_RELEASED:
+            say(h, "<= RELEASED lease=%" PRIu64, ev.lease_id);
             h->held = 0;
             h->done = 1;
             break;
-        case LH_OUTPUT_RENEWED: { /* answers the application's lh_renew */
-            uint64_t left = o.valid_until_ns > now ? o.valid_until_ns - now : 0;
-            say(h, "<= RENEWED  lease=%" PRIu64 " (manual renew) valid for %.1f ms", o.lease_id,
-                (double)left / 1e6);
+        case LH_EVENT_RENEWED: /* answers the application's lh_renew */
+            say(h, "<= RENEWED  lease=%" PRIu64 " (manual renew) valid for %.1f ms", ev.lease_id, (double)left / 1e6);
             break;
-        }
-        case LH_OUTPUT_RELEASE_OUTCOME: /* the service's answer to lh_release_reported */
-            say(h, "<= RELEASE_OUTCOME lease=%" PRIu64 " %s", o.lease_id,
-                o.reason == LH_REASON_RELEASE_CONFIRMED   ? "confirmed"
-                : o.reason == LH_REASON_RELEASE_NOT_OWNER ? "not owner (the lock was no longer ours)"
-                                                          : "unconfirmed (the grant has run out)");
+        case LH_EVENT_RELEASE_OUTCOME: /* the service's answer to a reported release */
+            say(h, "<= RELEASE_OUTCOME lease=%" PRIu64 " %s", ev.lease_id,
+                ev.reason == LH_REASON_RELEASE_CONFIRMED   ? "confirmed"
+                : ev.reason == LH_REASON_RELEASE_NOT_OWNER ? "not owner (the lock was no longer ours)"
+                                                           : "unconfirmed (the grant has run out)");
             break;
         default:
-            say(h, "unknown output kind %u", o.kind);
+            say(h, "unknown event kind %u", ev.kind);
             exit(1);
         }
     }
 }
 
-/* The service answers one in-flight request: execute it and feed the result to the core. */
-static void complete(inflight *q, uint64_t now) {
+/* One in-flight item arrives: a call reaches the service and its answer goes straight back
+ * (the answer borrows the service until its next call), or a notification reaches a client. */
+static void arrive(inflight *q, uint64_t now) {
     host *h = q->h;
-    lh_memory_result r;
-    r.struct_size = sizeof r;
-    switch (q->kind) {
-    case REQ_ACQUIRE:
-        SVC_CHECK(lh_memory_service_acquire(service, h->conn, now, q->name, q->name_len, q->token, 32,
-                                            q->ttl_ms, &r));
-        if (r.outcome == LH_MEMORY_GRANTED)
-            say(h, "<- granted  req=%" PRIu64 " fence=%" PRIu64, q->request_id, r.fencing_token);
-        else
-            say(h, "<- held by other req=%" PRIu64 " (retry after %" PRIu64 " ms)", q->request_id,
-                r.retry_after_ms);
-        CHECK(h, lh_acquire_result(h->c, now, q->request_id, r.engine_outcome, r.fencing_token, r.ttl_ms,
-                                   r.retry_after_ms, NULL, 0));
-        break;
-    case REQ_RENEW:
-        SVC_CHECK(lh_memory_service_renew(service, h->conn, now, q->name, q->name_len, q->token, 32,
-                                          q->ttl_ms, &r));
-        say(h, "<- %s req=%" PRIu64, r.outcome == LH_MEMORY_RENEWED ? "renewed " : "rejected", q->request_id);
-        CHECK(h, lh_renew_result(h->c, now, q->request_id, r.engine_outcome));
-        break;
-    case REQ_RELEASE:
-        SVC_CHECK(lh_memory_service_release(service, h->conn, now, q->name, q->name_len, q->token, 32, &r));
-        say(h, "<- %s req=%" PRIu64, r.outcome == LH_MEMORY_RELEASED ? "released" : "not owner", q->request_id);
-        CHECK(h, lh_release_result(h->c, now, q->request_id, r.engine_outcome));
-        break;
-    case NOTIFY_RELEASED:
-        say(h, "<- notification: %.*s released", (int)q->name_len, (const char *)q->name);
-        CHECK(h, lh_released(h->c, now, q->name, q->name_len));
-        break;
+    if (q->kind == CALL) {
+        lh_memory_answer a;
+        memset(&a, 0, sizeof a);
+        a.struct_size = sizeof a;
+        SVC_CHECK(lh_memory_service_call(service, h->conn, now, q->argv, q->argc, &a));
+        if (a.dropped) {
+            static const char why[] = "the service dropped the call";
+            say(h, "<- call %" PRIu64 " dropped", q->id);
+            CHECK(h, lh_io_failed(h->c, now, q->id, LH_FAILURE_TRANSPORT, (const uint8_t *)why, sizeof why - 1));
+        } else {
+            say(h, "<- answer to call %" PRIu64 " (%zu values)", q->id, a.nvalues);
+            CHECK(h, lh_io_reply(h->c, now, q->id, a.values, a.nvalues, a.data, a.data_len));
+        }
+    } else {
+        say(h, "<- notification on %.*s", (int)q->argv[0].len, (const char *)q->argv[0].ptr);
+        CHECK(h, lh_io_message(h->c, now, q->argv[0].ptr, q->argv[0].len, NULL, 0));
     }
     q->used = 0;
     drain(h, now);
-    /* The service queued a notification for every connection watching a released name (the
-     * releaser's included): deliver each one hop later. */
+    /* The service queued a release notification for every connection watching a released
+     * name: each travels one hop to its client, like an answer. */
     for (size_t i = 0; i < 2; i++) {
         for (;;) {
-            const uint8_t *name;
-            size_t len;
-            SVC_CHECK(lh_memory_service_poll_released(service, hosts[i].conn, &name, &len));
-            if (name == NULL) break;
-            inflight *n = enqueue(&hosts[i], NOTIFY_RELEASED, now + LATENCY_NS, NULL);
-            n->name_len = len < NAME_MAX_LEN ? len : NAME_MAX_LEN;
-            memcpy(n->name, name, n->name_len);
+            lh_bytes name;
+            SVC_CHECK(lh_memory_service_poll_released(service, hosts[i].conn, &name.ptr, &name.len));
+            if (name.ptr == NULL) break;
+            if (enqueue(&hosts[i], NOTIFICATION, now + LATENCY_NS, 0, &name, 1) == NULL) {
+                fprintf(stderr, "in-flight queue full\n");
+                exit(1);
+            }
         }
     }
 }
@@ -269,7 +268,7 @@ static int finished(void) {
         lh_counters k;
         k.struct_size = sizeof k;
         CHECK(&hosts[i], lh_counters_get(hosts[i].c, &k));
-        if (!hosts[i].done || k.pending_cleanups != 0) return 0;
+        if (!hosts[i].closed || k.pending_cleanups != 0) return 0;
     }
     for (size_t i = 0; i < MAX_INFLIGHT; i++)
         if (queue[i].used) return 0;
@@ -278,13 +277,15 @@ static int finished(void) {
 
 static void start(host *h, const char *label, uint8_t seed_byte) {
     lh_config cfg;
+    lh_backend_options backend;
     uint8_t seed[32];
     /* A real host seeds from the OS (getrandom); fixed bytes keep the example reproducible. */
     memset(seed, seed_byte, sizeof seed);
     lh_config_default(&cfg);
     memset(h, 0, sizeof *h);
     h->label = label;
-    lh_status st = lh_client_new(&cfg, seed, sizeof seed, &h->c);
+    lh_status st = lh_backend_options_default(LH_BACKEND_MEMORY, &backend);
+    if (st == LH_OK) st = lh_client_new(&cfg, &backend, seed, sizeof seed, &h->c);
     if (st != LH_OK) die(NULL, "lh_client_new", st);
     SVC_CHECK(lh_memory_service_connect(service, &h->conn));
 }
@@ -332,8 +333,11 @@ int main(void) {
             if (queue[i].used && queue[i].due < wake) wake = queue[i].due;
         if (!bob_started && bob_starts < wake) wake = bob_starts;
         if (wake == UINT64_MAX) {
-            fprintf(stderr, "nothing to wait for but not finished\n");
-            return 1;
+            if (!(hosts[0].done && !hosts[0].closed) && !(hosts[1].done && !hosts[1].closed)) {
+                fprintf(stderr, "nothing to wait for but not finished\n");
+                return 1;
+            }
+            wake = now_ns(); /* only a closing is left: do it now */
         }
         if (wake > t0 + RUN_LIMIT_NS) {
             fprintf(stderr, "scenario did not finish in time\n");
@@ -344,7 +348,7 @@ int main(void) {
         /* 2. Feed every input that is due, one at a time, draining after each. */
         uint64_t now = now_ns();
         for (size_t i = 0; i < MAX_INFLIGHT; i++)
-            if (queue[i].used && queue[i].due <= now) complete(&queue[i], now_ns());
+            if (queue[i].used && queue[i].due <= now) arrive(&queue[i], now_ns());
         if (!bob_started && bob_starts <= now) {
             bob_started = 1;
             app_acquire(&hosts[1], now_ns(), 300, 3000);
@@ -358,12 +362,17 @@ int main(void) {
             host *h = &hosts[i];
             if (h->release_at && h->release_at <= now) {
                 h->release_at = 0;
-                say(h, "app: release(lease=%" PRIu64 ") after %" PRIu64 " renewals", h->lease, h->renewals);
+                say(h, "app: release(lease=%" PRIu64 ")", h->lease);
                 uint32_t releasing = 0;
-                lh_status st = lh_release_reported(h->c, now_ns(), h->lease, &releasing);
-                if (st != LH_OK && st != LH_ERR_LEASE_ENDED) die(h, "lh_release_reported", st);
+                lh_status st = lh_release(h->c, now_ns(), h->lease, &releasing);
+                if (st != LH_OK && st != LH_ERR_LEASE_ENDED) die(h, "lh_release", st);
                 if (st == LH_OK && releasing == LH_RELEASING_LOST)
                     say(h, "app: the lease had run out before the release: it ended lost");
+                drain(h, now_ns());
+            }
+            if (h->done && !h->closed) { /* closing: give back what the backend holds for us */
+                h->closed = 1;
+                CHECK(h, lh_io_close(h->c, now_ns()));
                 drain(h, now_ns());
             }
             uint64_t d;
@@ -375,21 +384,29 @@ int main(void) {
         }
     }
 
+    int ok = 1;
     for (size_t i = 0; i < 2; i++) {
         lh_counters k;
         k.struct_size = sizeof k;
         CHECK(&hosts[i], lh_counters_get(hosts[i].c, &k));
+        /* Alice renewed across TTLs; bob was woken by her release and got the next fence. */
+        if (i == 0) ok &= hosts[0].fence != 0 && k.renewals_ok >= 3;
+        else ok &= hosts[1].fence > hosts[0].fence && k.backend_wakeups >= 1;
         printf("%-5s counters: acquires_sent=%" PRIu64 " grants=%" PRIu64 " renewals_sent=%" PRIu64
-               " renewals_ok=%" PRIu64 " releases_sent=%" PRIu64 " lost=%" PRIu64 " stale=%" PRIu64 "\n",
+               " renewals_ok=%" PRIu64 " releases_sent=%" PRIu64 " lost=%" PRIu64 " requests=%" PRIu64
+               " wakeups=%" PRIu64 " stale=%" PRIu64 "\n",
                hosts[i].label, k.acquires_sent, k.grants, k.renewals_sent, k.renewals_ok, k.releases_sent,
-               k.lost_rejected + k.lost_expired + k.lost_fail_budget, k.stale_results);
+               k.lost_rejected + k.lost_expired + k.lost_fail_budget, k.backend_requests, k.backend_wakeups,
+               k.backend_stale_replies);
         lh_client_free(hosts[i].c);
     }
     lh_memory_stats ms;
     ms.struct_size = sizeof ms;
     SVC_CHECK(lh_memory_service_stats_get(service, &ms));
-    printf("service: grants=%" PRIu64 " renewals=%" PRIu64 " releases=%" PRIu64 " rejections=%" PRIu64 "\n",
-           ms.grants, ms.renewals, ms.releases, ms.renewals_rejected);
+    printf("service: grants=%" PRIu64 " renewals=%" PRIu64 " releases=%" PRIu64 " rejections=%" PRIu64
+           " notifications=%" PRIu64 "\n",
+           ms.grants, ms.renewals, ms.releases, ms.renewals_rejected, ms.notifications);
     lh_memory_service_free(service);
-    return 0;
+    if (!ok) fprintf(stderr, "the scenario did not go as expected\n");
+    return ok ? 0 : 1;
 }
