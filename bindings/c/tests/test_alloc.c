@@ -6,10 +6,10 @@
  *   Redis: a hostile server on a loopback port answering every command with a large nested
  *          reply (arrays in arrays, strings, integers, errors, nils); N runs over the first
  *          reply's flattening.
- * Each time the request whose rows did not fit fails as a transport failure (lh_sql_failed
- * LH_SQL_FAILURE_TRANSPORT "out of memory" / lh_request_failed), is never answered with a
- * result, and nothing is written out of bounds or leaked: bindings/c/test.sh runs this under
- * ASan+UBSan and under valgrind. The answering calls are wrapped too, to see what they got.
+ * Each time the request whose rows did not fit fails as a transport failure (lh_io_failed
+ * LH_FAILURE_TRANSPORT "out of memory"), is never answered with a result (lh_io_reply), and
+ * nothing is written out of bounds or leaked: bindings/c/test.sh runs this under ASan+UBSan
+ * and under valgrind. The answering calls are wrapped too, to see what they got.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -41,6 +41,7 @@ static int verdict;      /* 1: that request failed as it should; -1: it was answ
 static int first_ok;     /* the first Redis reply held the nested reply exactly */
 static int replies;      /* Redis replies handed over */
 static int hits;         /* runs in which the chosen call came (and failed) */
+static int redis_mode;   /* the Redis runs: the first reply's flattening is checked too */
 static int first_reallocs; /* reallocs up to the first Redis reply (its flattening's) */
 
 void *__real_realloc(void *p, size_t n);
@@ -65,19 +66,26 @@ static void reset_run(int n) {
     fail_at = n;
 }
 
-lh_status __real_lh_sql_result(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv,
-                               const uint8_t *d, size_t dl);
-lh_status __wrap_lh_sql_result(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv,
-                               const uint8_t *d, size_t dl) {
+/* The nested reply the hostile Redis server sends, flattened: checked on the first reply. */
+static int nested_ok(const lh_value *v, size_t nv, const uint8_t *d, size_t dl);
+
+lh_status __real_lh_io_reply(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv,
+                             const uint8_t *d, size_t dl);
+lh_status __wrap_lh_io_reply(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv,
+                             const uint8_t *d, size_t dl) {
     answered(0);
-    return __real_lh_sql_result(c, now, id, v, nv, d, dl);
+    if (redis_mode) {
+        if (replies == 0) first_reallocs = reallocs;
+        if (replies++ == 0) first_ok = nested_ok(v, nv, d, dl);
+    }
+    return __real_lh_io_reply(c, now, id, v, nv, d, dl);
 }
 
-lh_status __real_lh_sql_failed(lh_client *c, uint64_t now, uint64_t id, uint32_t kind, const uint8_t *m, size_t n);
-lh_status __wrap_lh_sql_failed(lh_client *c, uint64_t now, uint64_t id, uint32_t kind, const uint8_t *m, size_t n) {
-    int oom = kind == LH_SQL_FAILURE_TRANSPORT && n == 13 && memcmp(m, "out of memory", 13) == 0;
+lh_status __real_lh_io_failed(lh_client *c, uint64_t now, uint64_t id, uint32_t kind, const uint8_t *m, size_t n);
+lh_status __wrap_lh_io_failed(lh_client *c, uint64_t now, uint64_t id, uint32_t kind, const uint8_t *m, size_t n) {
+    int oom = kind == LH_FAILURE_TRANSPORT && n == 13 && memcmp(m, "out of memory", 13) == 0;
     answered(oom ? (pending ? 1 : -1) : 0);
-    return __real_lh_sql_failed(c, now, id, kind, m, n);
+    return __real_lh_io_failed(c, now, id, kind, m, n);
 }
 
 static uint64_t now_ns(void) {
@@ -90,13 +98,22 @@ static void seed_for(uint8_t seed[32], int salt) {
     for (int i = 0; i < 32; i++) seed[i] = (uint8_t)(getpid() * 17 + salt * 5 + i * 11);
 }
 
+static lh_client *new_client(uint32_t backend, const uint8_t seed[32]) {
+    lh_config cfg;
+    lh_backend_options o;
+    lh_client *c = NULL;
+    lh_config_default(&cfg);
+    if (lh_backend_options_default(backend, &o) != LH_OK) return NULL;
+    return lh_client_new(&cfg, &o, seed, 32, &c) == LH_OK ? c : NULL;
+}
+
 /* Drains events: 1 when `lease` got an outcome (acquired, failed, released), else 0. */
 static int outcome(lh_client *c, uint64_t lease) {
-    lh_output out;
+    lh_event ev;
     int got = 0;
-    while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE)
-        if (out.lease_id == lease && (out.kind == LH_OUTPUT_ACQUIRED || out.kind == LH_OUTPUT_ACQUIRE_FAILED ||
-                                      out.kind == LH_OUTPUT_RELEASED || out.kind == LH_OUTPUT_LOST))
+    while (lh_poll_event(c, &ev) == LH_OK && ev.kind != LH_EVENT_NONE)
+        if (ev.lease_id == lease && (ev.kind == LH_EVENT_ACQUIRED || ev.kind == LH_EVENT_ACQUIRE_FAILED ||
+                                     ev.kind == LH_EVENT_RELEASED || ev.kind == LH_EVENT_LOST))
             got = 1;
     return got;
 }
@@ -115,13 +132,8 @@ static int sqlite_run(const char *dir, int n) {
     unlink(side);
     uint8_t seed[32];
     seed_for(seed, n);
-    lh_config cfg;
-    lh_config_default(&cfg);
-    lh_sql_options o;
-    lh_sql_options_default(&o);
-    o.dialect = LH_DIALECT_SQLITE;
-    lh_client *c = NULL;
-    if (lh_client_new_sql(&cfg, &o, seed, sizeof seed, &c) != LH_OK) return -1;
+    lh_client *c = new_client(LH_BACKEND_SQLITE, seed);
+    if (c == NULL) return -1;
     reset_run(n);
     lh_sqlite3 x;
     if (lh_sqlite3_open(&x, c, path) != 0) {
@@ -137,9 +149,9 @@ static int sqlite_run(const char *dir, int n) {
     lh_sqlite3_run_requests(&x, now_ns);
     while (ok && !outcome(c, lease) && now_ns() < limit) lh_sqlite3_step(&x, 5, now_ns);
     uint64_t sid = 0;
-    ok &= lh_sql_status_request(c, now_ns(), (const uint8_t *)"alloc", 5, &sid) == LH_OK;
+    ok &= lh_status_request(c, now_ns(), (const uint8_t *)"alloc", 5, &sid) == LH_OK;
     lh_sqlite3_run_requests(&x, now_ns);
-    lh_release(c, now_ns(), lease);
+    lh_release(c, now_ns(), lease, NULL);
     lh_sqlite3_run_requests(&x, now_ns);
     outcome(c, lease);
     ok &= now_ns() < limit;
@@ -258,27 +270,14 @@ static pid_t start_hostile_server(int *port) {
     return pid;
 }
 
-lh_status __real_lh_reply(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv, const uint8_t *d,
-                          size_t dl);
-lh_status __wrap_lh_reply(lh_client *c, uint64_t now, uint64_t id, const lh_value *v, size_t nv, const uint8_t *d,
-                          size_t dl) {
-    answered(0);
-    if (replies == 0) first_reallocs = reallocs;
-    if (replies++ == 0) /* the flattening itself: pre-order, strings in the data buffer */
-        first_ok = nv == NESTED_VALUES && v[0].kind == LH_VALUE_ARRAY && v[0].len == 4 &&
-                   v[1].kind == LH_VALUE_ARRAY && v[1].len == 12 && v[2].kind == LH_VALUE_BULK && v[2].len == 7 &&
-                   memcmp(d + v[2].offset, "value-0", 7) == 0 && v[15].integer == 42 &&
-                   v[17].kind == LH_VALUE_STATUS && v[18].kind == LH_VALUE_ERROR &&
-                   memcmp(d + v[18].offset, "ERR nested", 10) == 0 && v[19].kind == LH_VALUE_NIL &&
-                   v[22].kind == LH_VALUE_BULK && memcmp(d + v[22].offset, "abc", 3) == 0 && v[24].len == 200 &&
-                   v[24].offset + 200 <= dl && v[25].integer == -1;
-    return __real_lh_reply(c, now, id, v, nv, d, dl);
-}
-
-lh_status __real_lh_request_failed(lh_client *c, uint64_t now, uint64_t id);
-lh_status __wrap_lh_request_failed(lh_client *c, uint64_t now, uint64_t id) {
-    answered(1);
-    return __real_lh_request_failed(c, now, id);
+static int nested_ok(const lh_value *v, size_t nv, const uint8_t *d, size_t dl) {
+    /* pre-order, strings in the data buffer */
+    return nv == NESTED_VALUES && v[0].kind == LH_VALUE_ARRAY && v[0].len == 4 && v[1].kind == LH_VALUE_ARRAY &&
+           v[1].len == 12 && v[2].kind == LH_VALUE_BULK && v[2].len == 7 && memcmp(d + v[2].offset, "value-0", 7) == 0 &&
+           v[15].integer == 42 && v[17].kind == LH_VALUE_STATUS && v[18].kind == LH_VALUE_ERROR &&
+           memcmp(d + v[18].offset, "ERR nested", 10) == 0 && v[19].kind == LH_VALUE_NIL &&
+           v[22].kind == LH_VALUE_BULK && memcmp(d + v[22].offset, "abc", 3) == 0 && v[24].len == 200 &&
+           v[24].offset + 200 <= dl && v[25].integer == -1;
 }
 
 /* One acquire, every command of it answered with the nested reply, with realloc call `n`
@@ -286,10 +285,8 @@ lh_status __wrap_lh_request_failed(lh_client *c, uint64_t now, uint64_t id) {
 static int redis_run(int port, int n) {
     uint8_t seed[32];
     seed_for(seed, 1000 + n);
-    lh_config cfg;
-    lh_config_default(&cfg);
-    lh_client *c = NULL;
-    if (lh_client_new_redis(&cfg, NULL, seed, sizeof seed, &c) != LH_OK) return -1;
+    lh_client *c = new_client(LH_BACKEND_REDIS, seed);
+    if (c == NULL) return -1;
     lh_hiredis x;
     if (lh_hiredis_init(&x, c, "127.0.0.1", port) != 0) {
         lh_client_free(c);
@@ -325,6 +322,7 @@ static int redis_test(void) {
     pid_t server = start_hostile_server(&port);
     if (server < 0) return 1;
     hits = 0;
+    redis_mode = 1;
     int total = redis_run(port, 0), failed = total < 3;
     for (int n = 1; !failed && n <= total; n++) failed = redis_run(port, n) < 0;
     if (hits != total) failed = 1;

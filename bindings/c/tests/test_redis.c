@@ -2,8 +2,11 @@
  * test_redis.c -- the C host executing the core's Redis protocol with hiredis
  * (redis/lh_hiredis.c) against a real redis-server that this test starts on a free loopback
  * port and stops by pid. Several processes contend for one name: every one gets the lock in
- * turn, fences strictly increase in grant order, and no two ever hold it at once (checked in
- * shared memory). Without redis-server the test is skipped, except under CI=true.
+ * turn, fences strictly increase in grant order, no two ever hold it at once (checked in
+ * shared memory), and waiters are woken by pub/sub messages. A subscriber connection the
+ * server drops is reported and subscribed again; a paused holder's release reports its loss;
+ * the connection options work on a real server. Without redis-server the test is skipped,
+ * except under CI=true.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -31,6 +34,7 @@ typedef struct {
     int violations;
     uint32_t n;
     uint64_t fences[WORKERS * ROUNDS];
+    uint64_t wakeups; /* release notifications that woke a waiter, over every worker */
 } shared_state;
 
 static uint64_t now_ns(void) {
@@ -91,30 +95,42 @@ static pid_t start_server(int port) { return start_server_with(port, NULL); }
 
 /* Drains events; returns the fence when `lease` was acquired, 0 otherwise, -1 on failure. */
 static int64_t drain(lh_client *c, uint64_t lease) {
-    lh_output out;
+    lh_event ev;
     int64_t got = 0;
-    while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE) {
-        if (out.lease_id != lease) continue;
-        if (out.kind == LH_OUTPUT_ACQUIRED) got = (int64_t)out.fencing_token;
-        if (out.kind == LH_OUTPUT_ACQUIRE_FAILED || out.kind == LH_OUTPUT_LOST) got = -1;
+    while (lh_poll_event(c, &ev) == LH_OK && ev.kind != LH_EVENT_NONE) {
+        if (ev.lease_id != lease) continue;
+        if (ev.kind == LH_EVENT_ACQUIRED) got = (int64_t)ev.fencing_token;
+        if (ev.kind == LH_EVENT_ACQUIRE_FAILED || ev.kind == LH_EVENT_LOST) got = -1;
     }
     return got;
 }
 
-static int worker(int port, shared_state *sh, int index) {
+/* A client of the Redis backend (default options) seeded from the pid and `salt`. */
+static lh_client *new_client(int salt) {
     uint8_t seed[32];
-    for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 31 + index * 7 + i * 13);
+    for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 17 + salt * 5 + i * 11);
     lh_config cfg;
     lh_config_default(&cfg);
+    lh_backend_options b;
     lh_client *c = NULL;
-    if (lh_client_new_redis(&cfg, NULL, seed, sizeof seed, &c) != LH_OK) return 2;
+    if (lh_backend_options_default(LH_BACKEND_REDIS, &b) != LH_OK) return NULL;
+    return lh_client_new(&cfg, &b, seed, sizeof seed, &c) == LH_OK ? c : NULL;
+}
+
+/* Steps until the wake channel's subscription is confirmed (the handle's first request). */
+static void wait_subscribed(lh_client *c, lh_hiredis *x, uint64_t limit) {
+    lh_counters k = {.struct_size = sizeof k};
+    while (lh_counters_get(c, &k) == LH_OK && !k.redis_subscribed && now_ns() < limit) lh_hiredis_step(x, 5, now_ns);
+}
+
+static int worker(int port, shared_state *sh, int index) {
+    lh_client *c = new_client(100 + index);
+    if (c == NULL) return 2;
     lh_hiredis x;
     lh_hiredis_init(&x, c, "127.0.0.1", port);
-    lh_redis_counters k = {.struct_size = sizeof k};
     uint64_t limit = now_ns() + 30000 * MS;
     int rc = 0;
-    while (lh_redis_counters_get(c, &k) == LH_OK && !k.subscribed && now_ns() < limit)
-        lh_hiredis_step(&x, 5, now_ns);
+    wait_subscribed(c, &x, limit);
     for (int round = 0; round < ROUNDS && rc == 0; round++) {
         lh_acquire_options o;
         lh_acquire_options_default(&o);
@@ -131,7 +147,7 @@ static int worker(int port, shared_state *sh, int index) {
         if (at < WORKERS * ROUNDS) sh->fences[at] = (uint64_t)fence;
         usleep(500);
         __atomic_store_n(&sh->held, 0, __ATOMIC_SEQ_CST);
-        if (lh_release(c, now_ns(), lease) != LH_OK) { rc = 5; break; }
+        if (lh_release(c, now_ns(), lease, NULL) != LH_OK) { rc = 5; break; }
         lh_counters kc = {.struct_size = sizeof kc};
         uint64_t until = now_ns() + 2 * MS; /* then give the woken waiter its turn */
         do {
@@ -140,9 +156,65 @@ static int worker(int port, shared_state *sh, int index) {
         } while ((lh_counters_get(c, &kc) == LH_OK && kc.pending_cleanups > 0) || now_ns() < until);
     }
     if (rc == 0 && x.last_status != LH_OK) rc = 6;
+    lh_counters k = {.struct_size = sizeof k};
+    if (lh_counters_get(c, &k) == LH_OK) __atomic_add_fetch(&sh->wakeups, k.backend_wakeups, __ATOMIC_SEQ_CST);
     lh_hiredis_close(&x);
     lh_client_free(c);
     return rc;
+}
+
+/* The server drops the subscriber connection (CLIENT KILL TYPE pubsub): the executor reports
+ * the channel lost (lh_io_connection UNSUBSCRIBED), the handle subscribes again on a new
+ * connection, and a waiter is still woken by a release. */
+static int subscriber_loss_heals(int port) {
+    lh_client *holder = new_client(7), *waiter = new_client(8);
+    if (holder == NULL || waiter == NULL) return 1;
+    lh_hiredis xh, xw;
+    lh_hiredis_init(&xh, holder, "127.0.0.1", port);
+    lh_hiredis_init(&xw, waiter, "127.0.0.1", port);
+    uint64_t limit = now_ns() + 20000 * MS;
+    wait_subscribed(holder, &xh, limit);
+    wait_subscribed(waiter, &xw, limit);
+    redisContext *admin = redisConnect("127.0.0.1", port);
+    redisReply *r = admin != NULL && !admin->err ? redisCommand(admin, "CLIENT KILL TYPE pubsub") : NULL;
+    long long killed = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    if (admin) redisFree(admin);
+    lh_counters k = {.struct_size = sizeof k};
+    while (lh_counters_get(waiter, &k) == LH_OK && (k.redis_subscriber_losses == 0 || !k.redis_subscribed) &&
+           now_ns() < limit)
+        lh_hiredis_step(&xw, 5, now_ns);
+    int healed = k.redis_subscriber_losses == 1 && k.redis_subscribed == 1 && k.redis_subscriptions == 2;
+    /* The holder takes the lock, the waiter queues behind it, the release wakes the waiter. */
+    lh_acquire_options o;
+    lh_acquire_options_default(&o);
+    o.ttl_ms = 10000;
+    o.wait_ns = 10000 * MS;
+    uint64_t lh = 0, lw = 0;
+    int64_t fh = 0, fw = 0;
+    lh_acquire(holder, now_ns(), (const uint8_t *)"c-heal", 6, &o, &lh);
+    while ((fh = drain(holder, lh)) == 0 && now_ns() < limit) lh_hiredis_step(&xh, 5, now_ns);
+    lh_acquire(waiter, now_ns(), (const uint8_t *)"c-heal", 6, &o, &lw);
+    for (int i = 0; i < 20; i++) lh_hiredis_step(&xw, 5, now_ns); /* queued, asleep */
+    uint64_t asked = 0;
+    if (lh_counters_get(waiter, &k) == LH_OK) asked = k.redis_script_calls;
+    lh_release(holder, now_ns(), lh, NULL);
+    lh_hiredis_run_requests(&xh, now_ns);
+    while ((fw = drain(waiter, lw)) == 0 && now_ns() < limit) lh_hiredis_step(&xw, 5, now_ns);
+    lh_counters_get(waiter, &k);
+    int woken = fh > 0 && fw > fh && k.backend_wakeups >= 1 && k.redis_script_calls <= asked + 2;
+    int failed = killed < 2 || !healed || !woken || xw.last_status != LH_OK || xh.last_status != LH_OK;
+    printf("test_redis: subscriber connection killed (%lld pubsub clients): lost %llu, subscribed %llu times, "
+           "then woken by a release (fences %lld < %lld, wakeups %llu): %s\n",
+           killed, (unsigned long long)k.redis_subscriber_losses, (unsigned long long)k.redis_subscriptions,
+           (long long)fh, (long long)fw, (unsigned long long)k.backend_wakeups, failed ? "FAIL" : "OK");
+    lh_release(waiter, now_ns(), lw, NULL);
+    lh_hiredis_run_requests(&xw, now_ns);
+    lh_hiredis_close(&xh);
+    lh_hiredis_close(&xw);
+    lh_client_free(holder);
+    lh_client_free(waiter);
+    return failed;
 }
 
 /* The paused-holder scenario's shared state. */
@@ -152,25 +224,14 @@ typedef struct {
     int quiet;          /* parent: the holder's driver stops too (release comes first) */
     uint64_t holder_fence;
     uint64_t taker_fence;
-    uint32_t releasing; /* lh_release_reported's answer, or LH_RELEASING_* + 100 for ENDED */
+    uint32_t releasing; /* lh_release's disposition, 100 for LEASE_ENDED, 200 + status else */
     int lost_events, released_events, rc;
 } pause_state;
-
-static lh_client *new_client(int salt) {
-    uint8_t seed[32];
-    for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 17 + salt * 5 + i * 11);
-    lh_config cfg;
-    lh_config_default(&cfg);
-    lh_client *c = NULL;
-    return lh_client_new_redis(&cfg, NULL, seed, sizeof seed, &c) == LH_OK ? c : NULL;
-}
 
 /* Acquires NAME with `ttl_ms`; returns the fence (> 0) or 0. */
 static uint64_t acquire_blocking(lh_client *c, lh_hiredis *x, uint32_t ttl_ms, uint64_t *lease) {
     uint64_t limit = now_ns() + 30000 * MS;
-    lh_redis_counters k = {.struct_size = sizeof k};
-    while (lh_redis_counters_get(c, &k) == LH_OK && !k.subscribed && now_ns() < limit)
-        lh_hiredis_step(x, 5, now_ns);
+    wait_subscribed(c, x, limit);
     lh_acquire_options o;
     lh_acquire_options_default(&o);
     o.ttl_ms = ttl_ms;
@@ -196,17 +257,17 @@ static int paused_holder(int port, pause_state *ps) {
         else lh_hiredis_step(&x, 5, now_ns);
     }
     uint32_t releasing = 0;
-    lh_status st = lh_release_reported(c, now_ns(), lease, &releasing);
+    lh_status st = lh_release(c, now_ns(), lease, &releasing);
     ps->releasing = st == LH_OK ? releasing : (st == LH_ERR_LEASE_ENDED ? 100 : 200 + st);
     /* Every event of the lease is still queued (the loop above polls none): count them. */
     uint64_t until = now_ns() + 500 * MS;
-    lh_output out;
+    lh_event ev;
     while (now_ns() < until) {
         lh_hiredis_step(&x, 5, now_ns);
-        while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE) {
-            if (out.lease_id != lease) continue;
-            if (out.kind == LH_OUTPUT_LOST) ps->lost_events++;
-            if (out.kind == LH_OUTPUT_RELEASED) ps->released_events++;
+        while (lh_poll_event(c, &ev) == LH_OK && ev.kind != LH_EVENT_NONE) {
+            if (ev.lease_id != lease) continue;
+            if (ev.kind == LH_EVENT_LOST) ps->lost_events++;
+            if (ev.kind == LH_EVENT_RELEASED) ps->released_events++;
         }
     }
     lh_hiredis_close(&x);
@@ -221,7 +282,7 @@ static int taker(int port, pause_state *ps) {
     lh_hiredis_init(&x, c, "127.0.0.1", port);
     uint64_t lease = 0;
     ps->taker_fence = acquire_blocking(c, &x, 10000, &lease);
-    lh_release(c, now_ns(), lease);
+    lh_release(c, now_ns(), lease, NULL);
     for (int i = 0; i < 100; i++) lh_hiredis_step(&x, 2, now_ns);
     lh_hiredis_close(&x);
     lh_client_free(c);
@@ -283,7 +344,7 @@ static uint64_t acquire_with(const lh_hiredis_options *o, const char *name, uint
     }
     if (fence > 0 && while_held != NULL && while_held(arg) != 0) fence = -1;
     if (fence > 0) {
-        lh_release(c, now_ns(), lease);
+        lh_release(c, now_ns(), lease, NULL);
         lh_counters k = {.struct_size = sizeof k};
         while (lh_counters_get(c, &k) == LH_OK && k.pending_cleanups > 0 && now_ns() < limit)
             lh_hiredis_step(&x, 5, now_ns);
@@ -397,6 +458,8 @@ int main(void) {
             failed = 1;
         }
     }
+    if (sh->wakeups == 0) { fprintf(stderr, "test_redis: no waiter was woken by a release\n"); failed = 1; }
+    failed |= subscriber_loss_heals(port);
     failed |= paused_holder_release_reports_the_loss(port, 0);
     failed |= paused_holder_release_reports_the_loss(port, 1);
     failed |= connection_options();
@@ -410,8 +473,8 @@ int main(void) {
             failed = 1;
         }
     }
-    printf("test_redis: %u grants between %d processes, fences strictly increasing: %s\n", sh->n,
-           WORKERS, failed ? "FAIL" : "OK");
+    printf("test_redis: %u grants between %d processes (%llu woken by a release), fences strictly increasing: %s\n",
+           sh->n, WORKERS, (unsigned long long)sh->wakeups, failed ? "FAIL" : "OK");
     munmap(sh, sizeof *sh);
     return failed;
 }

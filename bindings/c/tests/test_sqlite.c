@@ -3,7 +3,8 @@
  * libsqlite3 (sqlite/lh_sqlite3.c) on a real file in a temporary directory. Several processes
  * contend for one name: every one gets the lock in turn, fences strictly increase in grant
  * order, and no two ever hold it at once (checked in shared memory). A corrupt file is a
- * clear error (lh_sql_last_error), never a grant. The file is private: created 0600 whatever the
+ * clear error (lh_backend_last_error), never a grant; a file deleted under an open executor is
+ * followed (the new file is opened and reported with lh_io_connection). The file is private: created 0600 whatever the
  * umask (its -wal and -shm too), a symbolic link at the path is refused without touching its
  * target, and a file or directory others may write (or own) is reported.
  */
@@ -42,14 +43,14 @@ static uint64_t now_ns(void) {
 
 /* Drains events; returns the fence when `lease` was acquired, 0 otherwise, -1 on failure. */
 static int64_t drain(lh_client *c, uint64_t lease, uint32_t *reason) {
-    lh_output out;
+    lh_event ev;
     int64_t got = 0;
-    while (lh_poll_output(c, &out) == LH_OK && out.kind != LH_OUTPUT_NONE) {
-        if (out.lease_id != lease) continue;
-        if (out.kind == LH_OUTPUT_ACQUIRED) got = (int64_t)out.fencing_token;
-        if (out.kind == LH_OUTPUT_ACQUIRE_FAILED || out.kind == LH_OUTPUT_LOST) {
+    while (lh_poll_event(c, &ev) == LH_OK && ev.kind != LH_EVENT_NONE) {
+        if (ev.lease_id != lease) continue;
+        if (ev.kind == LH_EVENT_ACQUIRED) got = (int64_t)ev.fencing_token;
+        if (ev.kind == LH_EVENT_ACQUIRE_FAILED || ev.kind == LH_EVENT_LOST) {
             got = -1;
-            if (reason) *reason = out.reason;
+            if (reason) *reason = ev.reason;
         }
     }
     return got;
@@ -60,11 +61,10 @@ static lh_client *new_client(int index) {
     for (size_t i = 0; i < sizeof seed; i++) seed[i] = (uint8_t)(getpid() * 31 + index * 7 + i * 13);
     lh_config cfg;
     lh_config_default(&cfg);
-    lh_sql_options o;
-    lh_sql_options_default(&o);
-    o.dialect = LH_DIALECT_SQLITE;
+    lh_backend_options o;
     lh_client *c = NULL;
-    if (lh_client_new_sql(&cfg, &o, seed, sizeof seed, &c) != LH_OK) return NULL;
+    if (lh_backend_options_default(LH_BACKEND_SQLITE, &o) != LH_OK) return NULL;
+    if (lh_client_new(&cfg, &o, seed, sizeof seed, &c) != LH_OK) return NULL;
     return c;
 }
 
@@ -92,7 +92,7 @@ static int worker(const char *path, shared_state *sh, int index) {
         if (at < WORKERS * ROUNDS) sh->fences[at] = (uint64_t)fence;
         usleep(500);
         __atomic_store_n(&sh->held, 0, __ATOMIC_SEQ_CST);
-        if (lh_release(c, now_ns(), lease) != LH_OK) { rc = 5; break; }
+        if (lh_release(c, now_ns(), lease, NULL) != LH_OK) { rc = 5; break; }
         lh_sqlite3_run_requests(&x, now_ns);
         drain(c, lease, NULL);
         usleep(1000); /* give a waiter its turn */
@@ -122,17 +122,13 @@ static int corrupt_file_is_a_clear_error(const char *dir) {
     lh_sqlite3_run_requests(&x, now_ns);
     uint32_t reason = 0;
     int64_t got = drain(c, lease, &reason);
-    const uint8_t *text = NULL;
-    size_t len = 0;
     int failed = 0;
     if (got != -1 || reason != LH_REASON_UNAVAILABLE) { fprintf(stderr, "corrupt: got %lld\n", (long long)got); failed = 1; }
-    if (lh_sql_last_error(c, &text, &len) != LH_OK || len == 0) failed = 1;
-    else {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%.*s", (int)len, (const char *)text);
-        if (strstr(msg, "not a database") == NULL) { fprintf(stderr, "corrupt: %s\n", msg); failed = 1; }
-        else printf("test_sqlite: corrupt file: %s\n", msg);
-    }
+    const char *msg = lh_backend_last_error(c);
+    lh_counters k = {.struct_size = sizeof k};
+    if (strstr(msg, "not a database") == NULL) { fprintf(stderr, "corrupt: \"%s\"\n", msg); failed = 1; }
+    else printf("test_sqlite: corrupt file: %s\n", msg);
+    if (lh_counters_get(c, &k) != LH_OK || k.sql_database_errors == 0 || k.grants != 0) failed = 1;
     lh_sqlite3_close(&x);
     lh_client_free(c);
     return failed;
@@ -150,6 +146,52 @@ static int64_t acquire_once(lh_client *c, lh_sqlite3 *x, const char *name) {
     int64_t fence = 0;
     while ((fence = drain(c, lease, NULL)) == 0 && now_ns() < limit) lh_sqlite3_step(x, 5, now_ns);
     return fence > 0 ? fence : -1;
+}
+
+/* The file is deleted under an open executor: the next request is not run on the old inode
+ * (a transport failure), the executor opens the new file and reports it (lh_io_connection
+ * REOPENED), the schema is made again there, and the acquire, retried, is granted on it: a
+ * second process opening the path sees that lock. */
+static int replaced_file_is_followed(const char *dir) {
+    char path[512], side[540];
+    snprintf(path, sizeof path, "%s/replaced.sqlite3", dir);
+    lh_client *c = new_client(80), *other = new_client(81);
+    lh_sqlite3 x, y;
+    if (c == NULL || other == NULL || lh_sqlite3_open(&x, c, path) != 0) return 1;
+    int failed = acquire_once(c, &x, "before") <= 0;
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    lh_counters k0 = {.struct_size = sizeof k0}, k = {.struct_size = sizeof k};
+    lh_counters_get(c, &k0);
+    failed |= acquire_once(c, &x, "after") <= 0;
+    lh_counters_get(c, &k);
+    failed |= k.backend_transport_failures != k0.backend_transport_failures + 1 || k.sql_migrations <= k0.sql_migrations;
+    failed |= x.last_status != LH_OK;
+    /* Another process on the path finds "after" held and "before" free (the old file is gone). */
+    if (lh_sqlite3_open(&y, other, path) != 0) failed = 1;
+    else {
+        lh_acquire_options o;
+        lh_acquire_options_default(&o);
+        uint64_t l1 = 0, l2 = 0;
+        lh_acquire(other, now_ns(), (const uint8_t *)"after", 5, &o, &l1);
+        lh_acquire(other, now_ns(), (const uint8_t *)"before", 6, &o, &l2);
+        lh_sqlite3_run_requests(&y, now_ns);
+        lh_lease_info i1 = {.struct_size = sizeof i1}, i2 = {.struct_size = sizeof i2};
+        lh_status s1 = lh_lease_info_get(other, l1, &i1), s2 = lh_lease_info_get(other, l2, &i2);
+        failed |= !(s1 == LH_ERR_LEASE_ENDED || (s1 == LH_OK && i1.state == LH_STATE_ACQUIRE_FAILED));
+        failed |= s2 != LH_OK || i2.state != LH_STATE_HELD;
+        lh_sqlite3_close(&y);
+    }
+    printf("test_sqlite: file deleted under the executor: reopened (%llu transport failure, schema again), "
+           "the lock lands in the new file: %s\n",
+           (unsigned long long)(k.backend_transport_failures - k0.backend_transport_failures), failed ? "FAIL" : "OK");
+    lh_sqlite3_close(&x);
+    lh_client_free(c);
+    lh_client_free(other);
+    return failed;
 }
 
 static int mode_is(const char *path, mode_t want) {
@@ -354,6 +396,7 @@ int main(void) {
     printf("test_sqlite: %u grants between %d processes on one file, fences strictly increasing: %s\n",
            sh->n, WORKERS, failed ? "FAIL" : "OK");
     failed |= corrupt_file_is_a_clear_error(dir);
+    failed |= replaced_file_is_followed(dir);
     failed |= new_file_is_private(dir);
     failed |= symlink_is_refused(dir);
     failed |= exposed_file_is_reported(dir);
