@@ -1,10 +1,12 @@
 /*
- * bench_ffi.c -- cost of the C ABI: ns per renew cycle driven through lh_* from C.
+ * bench_ffi.c -- cost of the C ABI: ns per renew cycle driven through lh_* from C, on the
+ * memory backend with the in-process service answering.
  *
- * One renew cycle = lh_poll_timeout -> lh_timeout(deadline) -> lh_poll_output (RENEW) ->
- * lh_poll_output (NONE) -> lh_renew_result(RENEWED) -> lh_poll_output (NONE).
- * benches/ffi_cycle.rs runs the identical sequence on the Rust Client directly (and through
- * lh_* from Rust); compare the numbers. Virtual time, so only CPU cost is measured.
+ * One renew cycle = lh_poll_timeout -> lh_timeout(deadline), repeated until a renewal is due,
+ * then lh_io_poll (the RENEW call) -> lh_memory_service_call -> lh_io_reply -> lh_io_poll
+ * (none) -> lh_poll_event (none).
+ * Virtual time, so only CPU cost is measured: the seam's flattening both ways, the memory
+ * protocol, the service and the engine.
  *
  *   usage: bench_ffi [cycles]     (default 200000 per run; 11 runs; prints min and median)
  * The machine is shared, so the minimum is the least noisy estimate of the cost.
@@ -34,10 +36,31 @@ static void check(lh_status st, const char *what) {
     }
 }
 
+/* Runs the one pending call on the service and answers it; 0 when there was none. */
+static int serve_one(lh_client *c, lh_memory_service *svc, uint64_t conn, uint64_t now) {
+    lh_io_request q;
+    check(lh_io_poll(c, &q), "lh_io_poll");
+    if (q.kind == LH_IO_NONE) return 0;
+    if (q.kind != LH_IO_COMMAND) {
+        fprintf(stderr, "unexpected request kind %u\n", q.kind);
+        exit(1);
+    }
+    lh_memory_answer a = {.struct_size = sizeof a};
+    check(lh_memory_service_call(svc, conn, now, q.argv, q.argc, &a), "lh_memory_service_call");
+    if (a.dropped) {
+        fprintf(stderr, "the service dropped a call\n");
+        exit(1);
+    }
+    check(lh_io_reply(c, now, q.id, a.values, a.nvalues, a.data, a.data_len), "lh_io_reply");
+    return 1;
+}
+
 /* Returns the number of renew cycles completed; *now advances in virtual time. */
-static uint64_t run(lh_client *c, uint64_t *now, uint64_t cycles) {
-    uint64_t renewed = 0;
-    lh_output o;
+static uint64_t run(lh_client *c, lh_memory_service *svc, uint64_t conn, uint64_t *now, uint64_t cycles) {
+    lh_event ev;
+    lh_counters k = {.struct_size = sizeof k};
+    check(lh_counters_get(c, &k), "lh_counters_get");
+    uint64_t start = k.renewals_ok, renewed = 0;
     while (renewed < cycles) {
         uint64_t deadline;
         check(lh_poll_timeout(c, &deadline), "lh_poll_timeout");
@@ -47,20 +70,18 @@ static uint64_t run(lh_client *c, uint64_t *now, uint64_t cycles) {
         }
         if (deadline > *now) *now = deadline;
         check(lh_timeout(c, *now), "lh_timeout");
-        for (;;) {
-            check(lh_poll_output(c, &o), "lh_poll_output");
-            if (o.kind == LH_OUTPUT_NONE) break;
-            if (o.kind == LH_OUTPUT_RENEW) {
-                uint64_t req = o.request_id;
-                check(lh_poll_output(c, &o), "lh_poll_output");
-                if (o.kind != LH_OUTPUT_NONE) { fprintf(stderr, "unexpected output %u\n", o.kind); exit(1); }
-                check(lh_renew_result(c, *now + 1, req, LH_RENEW_RENEWED), "lh_renew_result");
-                renewed++;
-            } else {
-                fprintf(stderr, "unexpected output %u\n", o.kind);
-                exit(1);
-            }
+        while (serve_one(c, svc, conn, *now + 1)) renewed++;
+        check(lh_poll_event(c, &ev), "lh_poll_event");
+        if (ev.kind != LH_EVENT_NONE) {
+            fprintf(stderr, "unexpected event %u\n", ev.kind);
+            exit(1);
         }
+    }
+    check(lh_counters_get(c, &k), "lh_counters_get");
+    if (k.renewals_ok - start != renewed) {
+        fprintf(stderr, "%llu renewals confirmed for %llu calls\n", (unsigned long long)(k.renewals_ok - start),
+                (unsigned long long)renewed);
+        exit(1);
     }
     return renewed;
 }
@@ -75,32 +96,38 @@ int main(int argc, char **argv) {
     if (cycles == 0) cycles = 1;
     uint8_t seed[32];
     lh_config cfg;
+    lh_backend_options backend;
+    lh_memory_config mcfg;
     lh_acquire_options opts;
+    lh_memory_service *svc;
     lh_client *c;
-    uint64_t lease, now = 0;
-    lh_output o;
+    uint64_t lease, conn, now = 0;
+    lh_event ev;
     memset(seed, 7, sizeof seed);
     lh_config_default(&cfg);
-    check(lh_client_new(&cfg, seed, sizeof seed, &c), "lh_client_new");
+    lh_memory_config_default(&mcfg);
+    check(lh_memory_service_new(&mcfg, &svc), "lh_memory_service_new");
+    check(lh_memory_service_connect(svc, &conn), "lh_memory_service_connect");
+    check(lh_backend_options_default(LH_BACKEND_MEMORY, &backend), "lh_backend_options_default");
+    check(lh_client_new(&cfg, &backend, seed, sizeof seed, &c), "lh_client_new");
     lh_acquire_options_default(&opts);
     opts.ttl_ms = 60000;
     check(lh_acquire(c, now, (const uint8_t *)"bench", 5, &opts, &lease), "lh_acquire");
-    check(lh_poll_output(c, &o), "lh_poll_output");
-    if (o.kind != LH_OUTPUT_ACQUIRE) return 1;
-    check(lh_acquire_result(c, now + 1, o.request_id, LH_ACQUIRE_GRANTED, 1, 60000, LH_NO_RETRY_HINT, NULL, 0),
-          "lh_acquire_result");
-    do check(lh_poll_output(c, &o), "lh_poll_output"); while (o.kind != LH_OUTPUT_NONE);
+    if (!serve_one(c, svc, conn, now + 1)) return 1;
+    check(lh_poll_event(c, &ev), "lh_poll_event");
+    if (ev.kind != LH_EVENT_ACQUIRED) return 1;
 
-    run(c, &now, cycles / 10 + 1); /* warm up */
+    run(c, svc, conn, &now, cycles / 10 + 1); /* warm up */
     double ns[RUNS];
     for (int r = 0; r < RUNS; r++) {
         uint64_t t = wall_ns();
-        uint64_t n = run(c, &now, cycles);
+        uint64_t n = run(c, svc, conn, &now, cycles);
         ns[r] = (double)(wall_ns() - t) / (double)n;
     }
     qsort(ns, RUNS, sizeof ns[0], cmp);
-    printf("c    -> lh_* renew cycle:   min %6.1f ns  median %6.1f ns  (%d runs x %llu cycles)\n", ns[0],
-           ns[RUNS / 2], RUNS, (unsigned long long)cycles);
+    printf("c    -> lh_* renew cycle (memory service): min %6.1f ns  median %6.1f ns  (%d runs x %llu cycles)\n",
+           ns[0], ns[RUNS / 2], RUNS, (unsigned long long)cycles);
     lh_client_free(c);
+    lh_memory_service_free(svc);
     return 0;
 }
