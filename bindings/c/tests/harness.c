@@ -257,6 +257,7 @@ lh_memory_status service_status(world *w, uint64_t now) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* forked children must not repeat buffered lines */
     abi_tests();
     lifecycle_tests();
     printf("%d passed, %d failed\n", passed, failed);

@@ -430,6 +430,7 @@ static int connection_options(void) {
 
 int main(void) {
     const char *ci = getenv("CI");
+    setvbuf(stdout, NULL, _IOLBF, 0); /* forked children must not repeat buffered lines */
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
         if (ci != NULL && strcmp(ci, "true") == 0) {
             fprintf(stderr, "test_redis: redis-server missing (scripts/ensure-redis.sh)\n");

@@ -364,6 +364,7 @@ static int exposed_file_is_reported(const char *dir) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* forked children must not repeat buffered lines */
     char dir[] = "/tmp/lh-c-sqlite-XXXXXX";
     if (mkdtemp(dir) == NULL) return 1;
     char path[512];
