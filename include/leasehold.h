@@ -1805,8 +1805,9 @@ lh_status lh_io_poll(struct lh_client *c, struct lh_io_request *out);
  * `LH_ERR_INVALID_REPLY` and changes nothing: then report the request with `lh_io_failed`.
  *
  * # Safety
- * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
- * to `data_len` readable bytes (NULL allowed when the count is 0).
+ * `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s (never
+ * NULL: an answer has at least one value) and `data` to `data_len` readable bytes (NULL
+ * allowed when `data_len` is 0).
  */
 lh_status lh_io_reply(struct lh_client *c,
                       uint64_t now,

@@ -121,8 +121,16 @@ impl<P> Outbox<P> {
     }
 
     /// The earliest expiry still recorded (possibly of a request answered since).
-    pub(crate) fn next_expiry(&self) -> Option<u64> {
-        self.expiry.peek().map(|Reverse((at, _))| *at)
+    /// Entries of requests already answered are dropped on the way, so an answered request
+    /// never makes the host wake for nothing.
+    pub(crate) fn next_expiry(&mut self) -> Option<u64> {
+        while let Some(Reverse((at, id))) = self.expiry.peek() {
+            if self.pending.contains_key(id) {
+                return Some(*at);
+            }
+            self.expiry.pop();
+        }
+        None
     }
 
     /// Whether nothing is queued for the host (ids of dropped requests count as queued).
@@ -210,7 +218,8 @@ mod tests {
         let late = o.push(3, 20);
         let forever = o.push(4, NEVER);
         assert_eq!(o.take(answered), Some(2));
-        assert_eq!(o.next_expiry(), Some(5));
+        // The answered request no longer sets a deadline.
+        assert_eq!(o.next_expiry(), Some(10));
         assert_eq!(o.pop_expired(9), None);
         assert_eq!(o.pop_expired(10), Some((early, 1)));
         assert_eq!(o.pop_expired(10), None);

@@ -38,9 +38,9 @@ pub enum ConnectionEvent {
 }
 
 /// The ordinary connection: every request that is not about notifications.
-pub const CONNECTION_COMMANDS: u32 = 1;
+pub(crate) const CONNECTION_COMMANDS: u32 = 1;
 /// The connection notifications arrive on (Redis subscriber, PostgreSQL listener).
-pub const CONNECTION_NOTIFY: u32 = 2;
+pub(crate) const CONNECTION_NOTIFY: u32 = 2;
 
 impl Protocol {
     /// The next event for the application.

@@ -296,8 +296,9 @@ fn wrong(msg: String) -> Failure {
 /// `LH_ERR_INVALID_REPLY` and changes nothing: then report the request with `lh_io_failed`.
 ///
 /// # Safety
-/// `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s and `data`
-/// to `data_len` readable bytes (NULL allowed when the count is 0).
+/// `c` is NULL or a live handle; `values` points to `nvalues` readable `lh_value`s (never
+/// NULL: an answer has at least one value) and `data` to `data_len` readable bytes (NULL
+/// allowed when `data_len` is 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lh_io_reply(
     c: *mut lh_client,

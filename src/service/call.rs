@@ -100,6 +100,17 @@ impl MemoryService {
             MemoryError::UnknownConnection(_) => Err(e),
             other => Ok(other.to_string()),
         };
+        // Watches and status queries travel like any request: a partition or a dropped
+        // request loses them, a dropped answer loses what they said.
+        if matches!(cmd, b"WATCH" | b"UNWATCH" | b"STATUS") {
+            let f = self.faults(connection).map_err(Err)?;
+            if f.partitioned || f.drop_requests {
+                return Ok(None);
+            }
+        }
+        let lost = |svc: &mut MemoryService, v: Value<'static>| {
+            (!svc.answer_lost(connection)).then_some(v)
+        };
         let reply = match (cmd, rest) {
             (b"ACQUIRE", [token, t]) => {
                 let t = ttl(t).map_err(Ok)?;
@@ -112,27 +123,30 @@ impl MemoryService {
             (b"RELEASE", [token]) => self.release(connection, now, name, token),
             (b"WATCH", []) => {
                 return match self.watch(connection, name) {
-                    Ok(()) => Ok(Some(word("OK"))),
+                    Ok(()) => Ok(lost(self, word("OK"))),
                     Err(e) => Err(refused(e)),
                 };
             }
             (b"UNWATCH", []) => {
                 return match self.unwatch(connection, name) {
-                    Ok(()) => Ok(Some(word("OK"))),
+                    Ok(()) => Ok(lost(self, word("OK"))),
                     Err(e) => Err(refused(e)),
                 };
             }
             (b"STATUS", []) => {
                 let st = self.status(now, name).map_err(refused)?;
                 let h = st.holder.as_ref();
-                return Ok(Some(Value::Array(vec![
-                    word("STATUS"),
-                    num(u64::from(h.is_some())),
-                    opt(h.map(|h| h.fence)),
-                    opt(h.map(|h| h.remaining_ms)),
-                    opt(st.last_fence),
-                    opt(h.map(|h| h.held_for_ns / 1_000_000)),
-                ])));
+                return Ok(lost(
+                    self,
+                    Value::Array(vec![
+                        word("STATUS"),
+                        num(u64::from(h.is_some())),
+                        opt(h.map(|h| h.fence)),
+                        opt(h.map(|h| h.remaining_ms)),
+                        opt(st.last_fence),
+                        opt(h.map(|h| h.held_for_ns / 1_000_000)),
+                    ]),
+                ));
             }
             _ => {
                 return Err(Ok(format!(
@@ -155,5 +169,42 @@ impl MemoryService {
             Reply::NotOwner => Some(Value::Array(vec![word("NOT_OWNER")])),
             Reply::Dropped => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::memory::{Faults, Limits};
+
+    #[test]
+    fn watches_and_status_queries_obey_the_fault_switches() {
+        let mut svc = MemoryService::new(Limits::default()).unwrap();
+        let c = svc.connect().unwrap();
+        let calls: [&[&[u8]]; 3] = [&[b"WATCH", b"n"], &[b"UNWATCH", b"n"], &[b"STATUS", b"n"]];
+        for faults in [
+            Faults {
+                partitioned: true,
+                ..Faults::default()
+            },
+            Faults {
+                drop_requests: true,
+                ..Faults::default()
+            },
+            Faults {
+                drop_responses: true,
+                ..Faults::default()
+            },
+        ] {
+            svc.set_faults(c, faults).unwrap();
+            for args in calls {
+                assert!(svc.call(c, 0, args).unwrap().dropped, "{faults:?} {args:?}");
+            }
+        }
+        // A lost request changes nothing; a lost answer does (the watch took effect).
+        assert_eq!(svc.watchers("n"), 0);
+        svc.set_faults(c, Faults::default()).unwrap();
+        assert!(!svc.call(c, 0, &[b"WATCH", b"n"]).unwrap().dropped);
+        assert_eq!(svc.watchers("n"), 1);
     }
 }

@@ -345,7 +345,7 @@ impl MemoryService {
     }
 
     /// Whether the answer of a request that was applied is lost on its way back.
-    fn answer_lost(&mut self, connection: u64) -> bool {
+    pub(super) fn answer_lost(&mut self, connection: u64) -> bool {
         let Some(c) = self.connections.get_mut(&connection) else {
             return true;
         };
