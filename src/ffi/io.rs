@@ -254,10 +254,12 @@ impl ClientState {
                     r.path = c_string(&mut flat.path, req.path.as_bytes());
                     r.authorization =
                         c_string(&mut flat.authorization, req.authorization.as_bytes());
-                    flat.data.extend_from_slice(req.body);
-                    r.data_len = flat.data.len();
-                    flat.data.push(0);
-                    r.data = flat.data.as_ptr();
+                    if !req.body.is_empty() {
+                        flat.data.extend_from_slice(req.body);
+                        r.data_len = flat.data.len();
+                        flat.data.push(0);
+                        r.data = flat.data.as_ptr();
+                    }
                 }
             }
         }
