@@ -1,11 +1,9 @@
 package leasehold
 
-// What the SQL and etcd executors share: a LockClient made on one of their transports
-// speaks the protocol in the core (lh_client_new_sql / lh_client_new_etcd) and only runs
-// its requests, verbatim, handing back rows, replies and messages unread.
+// What the backends' executors share: the SQL executors' host facts and row lists, and
+// the FIFO a connection's goroutine runs its requests from.
 
 import (
-	"context"
 	"math"
 	"os"
 	"strings"
@@ -14,48 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// coreExecutor is an Executor whose protocol lives in the core.
-type coreExecutor interface {
-	Executor
-	newCore(cfg coreConfig, seed []byte) (*core, error)
-	startExec(c *client) backendExec
-}
-
-// backendExec runs one LockClient's backend requests.
-type backendExec interface {
-	// pollLocked takes every request the core has queued and starts it (c.mu held).
-	pollLocked() error
-	// lastErrorLocked is what the protocol last saw go wrong (c.mu held).
-	lastErrorLocked() string
-	// close stops the executor's goroutines and closes its connections; called
-	// once the LockClient's driver stopped and its I/O context is cancelled.
-	close()
-}
-
-// drivenByCore gives the SQL and etcd transports the Executor methods: a
-// LockClient runs the core's requests instead of calling them, so they fail.
-type drivenByCore struct{}
-
-// Acquire is never called by a LockClient on this transport; it fails.
-func (drivenByCore) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
-	return AcquireReply{}, errDrivenByCore
-}
-
-// Renew: see Acquire.
-func (drivenByCore) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
-	return false, errDrivenByCore
-}
-
-// Release: see Acquire.
-func (drivenByCore) Release(context.Context, string, string, []byte) (bool, error) {
-	return false, errDrivenByCore
-}
-
-// Watch: see Acquire.
-func (drivenByCore) Watch(context.Context, string, func(string)) (func(), error) {
-	return nil, errDrivenByCore
-}
 
 // hostFacts are the facts an SQL executor binds that do not change while it runs.
 type hostFacts struct {
@@ -111,8 +67,8 @@ func (f factValues) bind(p sqlParam) any {
 	return nil
 }
 
-// rowsBuilder builds lh_sql_result's flat value list: an array per statement, of rows,
-// of columns.
+// rowsBuilder builds the flat value list of an SQL answer (lh_io_reply): an array per
+// statement, of rows, of columns.
 type rowsBuilder struct {
 	vals []lhValue
 	data []byte
@@ -188,8 +144,7 @@ func (q *reqQueue[T]) pop() (T, bool) {
 	return v, true
 }
 
-// failMessage is a driver's error text for lh_sql_failed / lh_http_failed (which cut it
-// to their bounds).
+// failMessage is a driver's error text for lh_io_failed (which cuts it to its bound).
 func failMessage(err error) string {
 	if err == nil {
 		return ""

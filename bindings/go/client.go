@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Options configures a LockClient. Zero fields take the core's defaults.
@@ -71,7 +69,7 @@ type AcquireOptions struct {
 }
 
 // LockClient is a lock client: it owns one core handle, one driver goroutine
-// and an Executor. It is safe for concurrent use by many goroutines. Call
+// and the IO of an Executor. It is safe for concurrent use by many goroutines. Call
 // Close when done; a LockClient that becomes unreachable without Close is
 // closed by a cleanup, which releases its leases.
 type LockClient struct {
@@ -87,19 +85,16 @@ type client struct {
 	closed bool
 	broken error
 
-	t             Executor
-	rdb           redis.UniversalClient // set with a RedisExecutor: the core speaks Redis, we execute
-	sub           *subscriber
-	exec          backendExec // set with an SQL or etcd transport: the core speaks it, we execute
-	notifications bool        // Watch commands are executed (else waiters poll)
-	log           *slog.Logger
-	reqTimeout    time.Duration
-	closeTimeout  time.Duration
+	exec         Executor
+	kind         uint32 // the backend (backendRedis…)
+	x            ioExec // runs the core's requests
+	log          *slog.Logger
+	reqTimeout   time.Duration
+	closeTimeout time.Duration
 
 	closing    chan struct{} // closed when Close starts
-	stop       chan struct{} // stops the driver and the watcher
+	stop       chan struct{} // stops the driver and the executor's goroutines
 	driverDone chan struct{}
-	watchDone  chan struct{}
 	timer      *time.Timer // fires at the core's next deadline (armed under mu)
 	armed      uint64
 
@@ -111,11 +106,7 @@ type client struct {
 	// to make time jump (a paused process) without waiting.
 	skew atomic.Int64
 
-	watchQ    []watchOp
-	watchKick chan struct{}
-	coreWaits map[string]struct{} // names the core waits for (its Watch/Unwatch outputs)
-
-	statusWaits map[uint64]*statusWait // Status calls awaiting their answer (SQL)
+	statusWaits map[uint64]*statusWait // Status calls awaiting their answer
 
 	ioCtx    context.Context
 	ioCancel context.CancelFunc
@@ -125,11 +116,6 @@ type client struct {
 	closeOnce sync.Once
 	closeErr  error
 	owned     io.Closer // the executor Open made: closed last
-}
-
-type watchOp struct {
-	watch bool
-	name  string
 }
 
 type acqWaiter struct {
@@ -188,13 +174,13 @@ func (c *client) toTime(ns uint64) time.Time {
 	return monoToTime(uint64(int64(ns) - c.skew.Load()))
 }
 
-// NewLockClient starts a LockClient on transport t. opts may be nil.
+// NewLockClient starts a LockClient on executor t. opts may be nil.
 func NewLockClient(t Executor, opts *Options) (*LockClient, error) {
 	if abiErr != nil {
 		return nil, abiErr
 	}
-	if t == nil {
-		return nil, invalidArg("nil transport")
+	if isNilExecutor(t) {
+		return nil, invalidArg("nil executor")
 	}
 	var o Options
 	if opts != nil {
@@ -242,17 +228,8 @@ func NewLockClient(t Executor, opts *Options) (*LockClient, error) {
 	if _, err := rand.Read(seed); err != nil {
 		return nil, fmt.Errorf("leasehold: seeding: %w", err)
 	}
-	rt, _ := t.(*RedisExecutor)
-	var k *core
-	var err error
-	switch tt := t.(type) {
-	case *RedisExecutor:
-		k, err = newCore(cfg, &tt.proto, seed)
-	case coreExecutor:
-		k, err = tt.newCore(cfg, seed)
-	default:
-		k, err = newCore(cfg, nil, seed)
-	}
+	b := t.backend()
+	k, err := newCore(cfg, b, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -261,46 +238,36 @@ func NewLockClient(t Executor, opts *Options) (*LockClient, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c := &client{
-		core:          k,
-		t:             t,
-		notifications: cfg.notifications,
-		log:           log,
-		reqTimeout:    time.Duration(cfg.requestTimeoutNs),
-		closeTimeout:  o.CloseTimeout,
-		closing:       make(chan struct{}),
-		stop:          make(chan struct{}),
-		driverDone:    make(chan struct{}),
-		watchDone:     make(chan struct{}),
-		timer:         time.NewTimer(time.Hour),
-		armed:         noDeadline,
-		recs:          map[uint64]*leaseRec{},
-		relWaits:      map[uint64][]*releaseWait{},
-		renewWaits:    map[uint64]map[chan renewResult]struct{}{},
-		watchKick:     make(chan struct{}, 1),
-		coreWaits:     map[string]struct{}{},
+		core:         k,
+		exec:         t,
+		kind:         b.kind,
+		log:          log,
+		reqTimeout:   time.Duration(cfg.requestTimeoutNs),
+		closeTimeout: o.CloseTimeout,
+		closing:      make(chan struct{}),
+		stop:         make(chan struct{}),
+		driverDone:   make(chan struct{}),
+		timer:        time.NewTimer(time.Hour),
+		armed:        noDeadline,
+		recs:         map[uint64]*leaseRec{},
+		relWaits:     map[uint64][]*releaseWait{},
+		renewWaits:   map[uint64]map[chan renewResult]struct{}{},
+		statusWaits:  map[uint64]*statusWait{},
 	}
 	if c.closeTimeout == 0 {
 		c.closeTimeout = c.reqTimeout
 	}
 	c.timer.Stop()
 	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
-	if rt != nil {
-		c.rdb = rt.rdb
-		c.sub = &subscriber{c: c, rdb: rt.rdb, kick: make(chan struct{}, 1), health: subHealthCheck}
-		c.sub.wg.Add(1)
-		go c.sub.run(c.stop)
-		c.mu.Lock()
-		c.drainLocked() // the first request: SUBSCRIBE of the wake channel
-		c.mu.Unlock()
+	if c.x, err = t.start(c); err != nil {
+		c.ioCancel()
+		k.free()
+		return nil, err
 	}
-	if bt, ok := t.(coreExecutor); ok {
-		c.exec = bt.startExec(c)
-		c.mu.Lock()
-		c.drainLocked()
-		c.mu.Unlock()
-	}
+	c.mu.Lock()
+	c.drainLocked() // the backend's set-up: Redis's SUBSCRIBE, SQL's schema check…
+	c.mu.Unlock()
 	go c.driver()
-	go c.watcher()
 	cl := &LockClient{c: c}
 	cl.cleanup = runtime.AddCleanup(cl, func(c *client) { go c.close() }, c)
 	return cl, nil
@@ -315,52 +282,47 @@ func (cl *LockClient) Close() error {
 }
 
 // RedisCounters returns what the core's Redis protocol saw (a LockClient made
-// on a RedisExecutor; others get ErrInvalidArgument).
+// on a RedisExecutor; others get ErrInvalidArgument). Counters has the same
+// figures, for every backend.
 func (cl *LockClient) RedisCounters() (RedisCounters, error) {
-	c := cl.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.core == nil {
-		return RedisCounters{}, ErrClosed
-	}
-	if c.sub == nil {
-		return RedisCounters{}, invalidArg("not a Redis client")
-	}
-	return c.core.redisCounters()
+	k, err := cl.backendCounters(backendRedis, "not a Redis client")
+	return k.redis(), err
 }
 
 // EtcdCounters returns what the core's etcd protocol saw (a LockClient made on
-// an EtcdExecutor; others get ErrInvalidArgument).
+// an EtcdExecutor; others get ErrInvalidArgument). Counters has the same
+// figures, for every backend.
 func (cl *LockClient) EtcdCounters() (EtcdCounters, error) {
+	k, err := cl.backendCounters(backendEtcd, "not an etcd client")
+	return k.etcd(), err
+}
+
+func (cl *LockClient) backendCounters(kind uint32, other string) (Counters, error) {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.core == nil {
-		return EtcdCounters{}, ErrClosed
+		return Counters{}, ErrClosed
 	}
-	if _, ok := c.exec.(*etcdExec); !ok {
-		return EtcdCounters{}, invalidArg("not an etcd client")
+	if c.kind != kind {
+		return Counters{}, invalidArg("%s", other)
 	}
-	return c.core.etcdCounters()
+	return c.core.counters()
 }
 
-// BackendError returns the last error the core's SQL or etcd protocol saw
-// (what the database or the cluster said, a refused schema, a connection
-// failure), for diagnostics; empty when none, or for other transports.
-// An acquire that failed because the backend was unavailable carries it
-// in AcquireError.Detail.
+// BackendError returns the last error the core's backend protocol saw (what
+// the database, the cluster or the server said, a refused schema, a
+// malformed answer, a connection failure), for diagnostics; empty when none.
+// An acquire that failed because the backend was unavailable carries it in
+// AcquireError.Detail.
 func (cl *LockClient) BackendError() string {
 	c := cl.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.backendErrorLocked()
-}
-
-func (c *client) backendErrorLocked() string {
-	if c.core == nil || c.exec == nil {
+	if c.core == nil {
 		return ""
 	}
-	return c.exec.lastErrorLocked()
+	return c.core.backendLastError()
 }
 
 // Counters returns the core's counters.
@@ -443,7 +405,7 @@ func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOpti
 	// The first attempt runs on this goroutine, which waits anyway: no
 	// goroutine handoff on the uncontended path. The driver is not involved,
 	// so loss detection for other leases is not delayed.
-	j := c.drainTake(outAcquire, id)
+	j := c.drainTake(true)
 	c.mu.Unlock()
 	if j != nil {
 		c.runInline(ctx, j)
@@ -545,28 +507,23 @@ func (c *client) close() error {
 			time.Sleep(time.Millisecond)
 		}
 		// A backend with something of the client's own on the server (etcd's pooled
-		// lease) removes it now, within the same bound.
-		if cl, ok := c.exec.(interface{ closingLocked(uint64) error }); ok {
-			c.mu.Lock()
-			if c.core != nil && c.broken == nil && cl.closingLocked(c.clock()) == nil {
-				c.drainLocked()
+		// leases) gives it back now, within the same bound.
+		c.mu.Lock()
+		if c.core != nil && c.broken == nil {
+			if err := c.core.ioClose(c.clock()); err != nil {
+				c.log.Warn("leasehold: closing the backend", "err", err)
 			}
-			c.mu.Unlock()
-			for time.Now().Before(deadline) && c.inflight.Load() != 0 {
-				time.Sleep(time.Millisecond)
-			}
+			c.drainLocked()
+		}
+		c.mu.Unlock()
+		for time.Now().Before(deadline) && c.inflight.Load() != 0 {
+			time.Sleep(time.Millisecond)
 		}
 
 		close(c.stop)
 		c.ioCancel()
 		<-c.driverDone
-		<-c.watchDone
-		if c.sub != nil {
-			c.sub.wg.Wait()
-		}
-		if c.exec != nil {
-			c.exec.close()
-		}
+		c.x.close()
 
 		c.mu.Lock()
 		for id, rec := range c.recs {

@@ -204,9 +204,9 @@ func TestRejectedRenewalLosesLease(t *testing.T) {
 	}
 	// Someone else took the lock server-side (e.g. after an expiry).
 	tr.Server().Expire("rej")
-	other := tr.Server().Transport()
-	if r, err := other.Acquire(context.Background(), "rej", strings.Repeat("b", 32), time.Minute); err != nil || !r.Granted {
-		t.Fatalf("other acquire: %+v %v", r, err)
+	other, err := newTestClient(t, tr.Server().Transport(), nil).Acquire(context.Background(), "rej", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("other acquire: %v", err)
 	}
 	select {
 	case <-l.Lost():
@@ -220,8 +220,8 @@ func TestRejectedRenewalLosesLease(t *testing.T) {
 	if err := l.Release(context.Background()); !errors.Is(err, ErrLost) {
 		t.Fatalf("Release of a rejected lease: %v", err)
 	}
-	if tok, _, _ := tr.Server().Holder("rej"); tok != strings.Repeat("b", 32) {
-		t.Fatalf("our release removed the other holder (holder %q)", tok)
+	if _, fence, ok := tr.Server().Holder("rej"); !ok || fence != other.FencingToken() {
+		t.Fatalf("our release removed the other holder (held %t, fence %d, the other's %d)", ok, fence, other.FencingToken())
 	}
 }
 
@@ -660,22 +660,36 @@ func TestStatusErrorDetail(t *testing.T) {
 	}
 }
 
-// panicTransport panics in every call: the client must treat that as a
-// transport error, not crash.
-type panicTransport struct{ *MemoryTransport }
-
-func (panicTransport) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
-	panic("boom")
-}
-
-func TestTransportPanicIsATransportError(t *testing.T) {
-	c := newTestClient(t, panicTransport{NewMemoryTransport()}, nil)
+// An executor whose IO panics (a driver's bug) fails the request in transport: the
+// client neither crashes nor grants, and works again once the IO does.
+func TestExecutorPanicIsATransportError(t *testing.T) {
+	tr := NewMemoryTransport()
+	var boom atomic.Bool
+	boom.Store(true)
+	tr.beforeCall = func() {
+		if boom.Load() {
+			panic("boom")
+		}
+	}
+	c := newTestClient(t, tr, nil)
 	_, err := c.Acquire(context.Background(), "x", AcquireOptions{TTL: time.Second, Wait: 100 * time.Millisecond})
 	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("acquire through a panicking transport: %v", err)
+		t.Fatalf("acquire through a panicking executor: %v", err)
 	}
+	if k, _ := c.Counters(); k.BackendTransportFailures == 0 {
+		t.Fatalf("no transport failure counted: %+v", k)
+	}
+	boom.Store(false)
+	l, err := c.Acquire(context.Background(), "x", AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatalf("acquire once the executor works: %v", err)
+	}
+	_ = l.Release(context.Background())
 }
 
+// TestPollingWithoutNotifications: a waiter with notifications off polls, so it finds a
+// lock freed without a notification (the grant dropped on the service) long before the
+// holder's TTL, which a sleeping waiter would wait out.
 func TestPollingWithoutNotifications(t *testing.T) {
 	tr := NewMemoryTransport()
 	a := newTestClient(t, tr, nil)
@@ -694,13 +708,11 @@ func TestPollingWithoutNotifications(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if n := tr.Server().Watchers("poll"); n != 0 {
-		t.Fatalf("a polling client subscribed (%d watchers)", n)
-	}
-	_ = la.Release(ctx)
+	tr.Server().Expire("poll") // no notification
 	if err := <-got; err != nil {
 		t.Fatalf("polling waiter: %v", err)
 	}
+	_ = la.Release(ctx)
 }
 
 func TestCloseWhileBusy(t *testing.T) {
@@ -1061,8 +1073,9 @@ func TestReleaseOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Expire("stolen")
-	if r, err := srv.Transport().Acquire(ctx, "stolen", strings.Repeat("c", 32), time.Minute); err != nil || !r.Granted {
-		t.Fatalf("other acquire: %+v %v", r, err)
+	thief, err := newTestClient(t, srv.Transport(), nil).Acquire(ctx, "stolen", AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("other acquire: %v", err)
 	}
 	err = stolen.Release(ctx)
 	if !errors.Is(err, ErrNotOwner) || errors.Is(err, ErrLost) {
@@ -1071,8 +1084,8 @@ func TestReleaseOutcomes(t *testing.T) {
 	if again := stolen.Release(ctx); again != err {
 		t.Fatalf("second Release: %v, first %v", again, err)
 	}
-	if tok, _, _ := srv.Holder("stolen"); tok != strings.Repeat("c", 32) {
-		t.Fatalf("the other holder lost the lock (holder %q)", tok)
+	if _, fence, ok := srv.Holder("stolen"); !ok || fence != thief.FencingToken() {
+		t.Fatalf("the other holder lost the lock (held %t, fence %d, the other's %d)", ok, fence, thief.FencingToken())
 	}
 
 	// Refused by the service's reply itself.
@@ -1320,26 +1333,106 @@ func TestUnreachableServiceLosesTheLeaseBeforeValidityEnds(t *testing.T) {
 	}
 }
 
-// A MemoryTransport has no Close: once collected, its connection to the
-// server is dropped, so long-lived servers do not accumulate them.
-func TestMemoryTransportConnectionGoesWhenCollected(t *testing.T) {
+// Each LockClient on a MemoryTransport has a connection of its own to the server, which
+// goes with the client: at Close, or when a forgotten client is collected, so
+// long-lived servers do not accumulate them.
+func TestMemoryConnectionsGoWithTheirClients(t *testing.T) {
 	s := NewMemoryServer()
-	keep := s.Transport()
+	tr := s.Transport()
+	if got := s.connections(); got != 0 {
+		t.Fatalf("open connections = %d before any client", got)
+	}
+	keep := newTestClient(t, tr, nil)
+	closed, err := NewClient(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	func() {
 		for i := 0; i < 50; i++ {
-			_ = s.Transport()
+			if _, err := NewClient(tr, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}()
-	if got := s.connections(); got != 51 {
-		t.Fatalf("open connections = %d, want 51", got)
+	if got := s.connections(); got != 52 {
+		t.Fatalf("open connections = %d, want 52", got)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.connections() != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("open connections = %d after GC, want 1 (the live transport's)", s.connections())
+			t.Fatalf("open connections = %d after Close and GC, want 1 (the live client's)", s.connections())
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
 	runtime.KeepAlive(keep)
+}
+
+// TestSeamRefusesBadAnswers: on a memory-backend handle, answers of another backend's kind
+// (an HTTP reply, a stream message, a subscription) are LH_ERR_WRONG_ANSWER, a malformed
+// value list LH_ERR_INVALID_REPLY and unknown enums LH_ERR_INVALID_ENUM, each changing
+// nothing: the request still takes its answer afterwards, and a second one is counted
+// as stale.
+func TestSeamRefusesBadAnswers(t *testing.T) {
+	k, err := newCore(defaultCoreConfig(), backendOptions{kind: backendMemory}, make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.free()
+	if _, err := newCore(defaultCoreConfig(), backendOptions{kind: 99}, make([]byte, 32)); !isStatus(err, statusInvalidEnum) {
+		t.Fatalf("an unknown backend: %v", err)
+	}
+	if _, err := newCore(defaultCoreConfig(), backendOptions{kind: backendMemory}, make([]byte, 8)); !isStatus(err, statusSeedTooShort) {
+		t.Fatalf("a short seed: %v", err)
+	}
+	now := monoNow()
+	lease, err := k.acquire(now, "seam", 1000, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := k.ioPoll()
+	if err != nil || q == nil || q.kind != ioCommand || len(q.argv) == 0 {
+		t.Fatalf("the acquire's request: %+v %v", q, err)
+	}
+	for what, err := range map[string]error{
+		"an HTTP reply":    k.ioHTTPReply(now, q.id, 200, []byte("{}")),
+		"a stream message": k.ioStreamMessage(now, q.id, []byte("{}")),
+		"a subscription":   k.ioConnection(now, connNotify, connSubscribed, "seam"),
+	} {
+		if !isStatus(err, statusWrongAnswer) {
+			t.Errorf("%s on a memory handle: %v", what, err)
+		}
+	}
+	bad := []lhValue{newValue(valueArray, 0, 0, 3)} // an array missing its elements
+	if err := k.ioReply(now, q.id, bad, nil); !isStatus(err, statusInvalidReply) {
+		t.Errorf("a malformed value list: %v", err)
+	}
+	if err := k.ioReply(now, q.id, []lhValue{newValue(99, 0, 0, 0)}, nil); !isStatus(err, statusInvalidReply) {
+		t.Errorf("an unknown value kind: %v", err)
+	}
+	if err := k.ioFailed(now, q.id, 99, "x"); !isStatus(err, statusInvalidEnum) {
+		t.Errorf("an unknown failure kind: %v", err)
+	}
+	if err := k.ioConnection(now, connCommands, 99, ""); !isStatus(err, statusInvalidEnum) {
+		t.Errorf("an unknown connection event: %v", err)
+	}
+	if st, err := k.leaseState(lease); err != nil || st != stateAcquiring {
+		t.Fatalf("the refused answers changed the lease: state %d, %v", st, err)
+	}
+	// The request is still waiting for its answer: a transport failure ends the attempt.
+	if err := k.ioFailed(now, q.id, failTransport, "no answer"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := k.pollEvent(); err != nil || e.kind != evAcquireFailed || e.lease != lease || e.reason != reasonUnavailable {
+		t.Fatalf("event %+v %v", e, err)
+	}
+	if err := k.ioFailed(now, q.id, failTransport, "again"); err != nil {
+		t.Fatalf("a second answer: %v", err)
+	}
+	if kc, _ := k.counters(); kc.BackendStaleReplies != 1 {
+		t.Fatalf("stale replies %d, want 1", kc.BackendStaleReplies)
+	}
 }

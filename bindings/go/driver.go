@@ -1,10 +1,11 @@
 package leasehold
 
-// The driver: how a LockClient feeds its core and runs what the core asks. The core's
-// timeouts are fed by one driver goroutine; every other input by the goroutine that has
-// it, under c.mu, which then drains the outputs: backend calls start off the driver (in
-// goroutines of their own, or inline on the goroutine that waits for them) and events
-// complete waiters and signal losses.
+// The driver: how a LockClient feeds its core and runs the IO it asks for, the same for
+// every backend. The core's timeouts are fed by one driver goroutine; every other input
+// (an application call, an answer, a notification) by the goroutine that has it, under
+// c.mu, which then drains the core: each request goes to the executor (ioExec.run), off
+// the driver (in a goroutine of its own, or on the goroutine that waits for it), and each
+// event completes waiters or signals a loss.
 
 import (
 	"context"
@@ -28,9 +29,7 @@ func (c *client) armLocked(dl uint64) {
 	c.timer.Reset(max(d, 20*time.Microsecond))
 }
 
-// driver feeds the core's timeouts. Every other input is fed by the
-// goroutine that has it, under c.mu, and drained at once (which re-arms the
-// timer); the driver never touches the network.
+// driver feeds the core's timeouts; it never touches the network.
 func (c *client) driver() {
 	defer close(c.driverDone)
 	for {
@@ -53,7 +52,7 @@ func (c *client) driver() {
 	}
 }
 
-// input feeds one input to the core under the mutex and drains its outputs.
+// input feeds one input to the core under the mutex and drains it.
 func (c *client) input(f func(now uint64) error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,8 +60,7 @@ func (c *client) input(f func(now uint64) error) {
 		return
 	}
 	if err := f(c.clock()); err != nil {
-		var se *StatusError
-		if errors.As(err, &se) && (se.Status == statusPanic || se.Status == statusPoisoned) {
+		if errors.Is(err, ErrBroken) {
 			c.breakLocked(err)
 			return
 		}
@@ -71,28 +69,25 @@ func (c *client) input(f func(now uint64) error) {
 	c.drainLocked()
 }
 
-// drainLocked drains every output of the core: commands start in their own
-// goroutines, events complete waiters and signal losses; then the driver's
-// timer is re-armed.
-func (c *client) drainLocked() { _ = c.drainTake(0, 0) }
-
-// job is one backend call produced by a command.
+// job is one request that runs on any goroutine, with its timeout.
 type job struct {
-	kind    uint32
-	lease   uint64
+	id      uint64 // the request it answers
 	timeout time.Duration
 	run     func(ctx context.Context)
 }
 
-// drainTake is drainLocked, except that the first command of the given kind
-// for the given lease (with Redis: the first request on the commands
-// connection, which the caller's input caused) is returned instead of
-// started, for the caller to run on its own goroutine (runInline) after
-// unlocking.
-func (c *client) drainTake(kind uint32, lease uint64) *job {
+// drainLocked drains the core: requests go to the executor, events to the application;
+// then the driver's timer is re-armed.
+func (c *client) drainLocked() { _ = c.drainTake(false) }
+
+// drainTake is drainLocked, except that with take the first request the executor hands
+// back as a job is returned instead of started, for the caller, which waits for its
+// answer anyway, to run on its own goroutine (runInline) after unlocking: no goroutine
+// handoff on the uncontended path.
+func (c *client) drainTake(take bool) *job {
 	var taken *job
-	for c.sub != nil && c.core != nil {
-		q, err := c.core.pollRequest()
+	for c.core != nil {
+		q, err := c.core.ioPoll()
 		if err != nil {
 			c.breakLocked(err)
 			return nil
@@ -100,65 +95,41 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 		if q == nil {
 			break
 		}
-		if q.connection == connSubscriber {
-			c.sub.mu.Lock()
-			c.sub.queue = append(c.sub.queue, q)
-			c.sub.mu.Unlock()
-			select {
-			case c.sub.kick <- struct{}{}:
-			default:
+		j, err := c.x.run(q)
+		if err != nil {
+			c.log.Warn("leasehold: request not run", "kind", q.kind, "err", err)
+			if err := c.core.ioFailed(c.clock(), q.id, failTransport, err.Error()); err != nil {
+				c.breakLocked(err)
+				return nil
 			}
 			continue
 		}
-		j := &job{timeout: c.reqTimeout, run: func(ctx context.Context) { c.command(ctx, c.rdb, q) }}
-		if taken == nil && kind != 0 {
+		if j == nil {
+			continue
+		}
+		if take && taken == nil {
 			taken = j
 		} else {
 			c.spawn(j)
 		}
 	}
-	// SQL and etcd requests start in the executor's goroutines, like Redis's;
-	// etcd's first one can run on the caller's, like Redis's first command.
-	if t, ok := c.exec.(interface{ pollTakeLocked(bool) (*job, error) }); ok && c.core != nil {
-		j, err := t.pollTakeLocked(kind != 0 && taken == nil)
-		if err != nil {
-			c.breakLocked(err)
-			return nil
-		}
-		if j != nil {
-			taken = j
-		}
-	} else if c.exec != nil && c.core != nil {
-		if err := c.exec.pollLocked(); err != nil {
-			c.breakLocked(err)
-			return nil
-		}
-	}
 	for c.core != nil {
-		o, err := c.core.pollOutput()
+		e, err := c.core.pollEvent()
 		if err != nil {
 			c.breakLocked(err)
-			return nil
+			return taken
 		}
-		if o.kind == outNone {
+		if e.kind == evNone {
 			break
 		}
-		if j := c.dispatchLocked(o); j != nil {
-			if taken == nil && kind != 0 && j.kind == kind && j.lease == lease {
-				taken = j
-			} else {
-				c.spawn(j)
-			}
-		}
+		c.eventLocked(e)
 	}
 	if c.core == nil {
 		return taken
 	}
-	if c.answersStatusLocked() {
-		if err := c.answerStatusesLocked(); err != nil {
-			c.breakLocked(err)
-			return taken
-		}
+	if err := c.answerStatusesLocked(); err != nil {
+		c.breakLocked(err)
+		return taken
 	}
 	c.checkReleaseWaitsLocked()
 	dl, err := c.core.pollTimeout()
@@ -170,105 +141,31 @@ func (c *client) drainTake(kind uint32, lease uint64) *job {
 	return taken
 }
 
-func ttlMillis(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
-func (c *client) dispatchLocked(o output) *job {
-	switch o.kind {
-	case outAcquire:
-		return &job{kind: o.kind, lease: o.lease, timeout: c.reqTimeout, run: func(ctx context.Context) {
-			r, err := callAcquire(ctx, c.t, o.name, o.token, ttlMillis(o.ttlMs))
-			c.input(func(now uint64) error {
-				if err != nil {
-					c.logTransport("acquire", o.name, err)
-					return c.core.acquireResult(now, o.request, acquireTransportError, 0, 0, noRetryHint, nil)
-				}
-				if !r.Granted {
-					retry := noRetryHint
-					if r.RetryAfter >= 0 {
-						retry = uint64((r.RetryAfter + time.Millisecond - 1) / time.Millisecond)
-					}
-					return c.core.acquireResult(now, o.request, acquireHeldByOther, 0, 0, retry, nil)
-				}
-				ttl := o.ttlMs
-				if r.TTL > 0 {
-					ttl = uint64(r.TTL / time.Millisecond)
-				}
-				err := c.core.acquireResult(now, o.request, acquireGranted, r.FencingToken, ttl, noRetryHint, r.BackendData)
-				if err != nil && errors.Is(err, ErrInvalidArgument) {
-					c.log.Warn("leasehold: transport returned an invalid grant", "name", o.name, "err", err)
-					return c.core.acquireResult(now, o.request, acquireTransportError, 0, 0, noRetryHint, nil)
-				}
-				return err
-			})
-		}}
-	case outRenew:
-		timeout := min(c.reqTimeout, max(ttlMillis(o.ttlMs)/3, time.Millisecond))
-		return &job{kind: o.kind, lease: o.lease, timeout: timeout, run: func(ctx context.Context) {
-			ok, err := callRenew(ctx, c.t, o.name, o.token, ttlMillis(o.ttlMs), o.backendData)
-			c.input(func(now uint64) error {
-				switch {
-				case err != nil:
-					c.logTransport("renew", o.name, err)
-					return c.core.renewResult(now, o.request, renewTransportError)
-				case ok:
-					return c.core.renewResult(now, o.request, renewRenewed)
-				default:
-					return c.core.renewResult(now, o.request, renewRejected)
-				}
-			})
-		}}
-	case outRelease:
-		return &job{kind: o.kind, lease: o.lease, timeout: c.reqTimeout, run: func(ctx context.Context) {
-			ok, err := callRelease(ctx, c.t, o.name, o.token, o.backendData)
-			c.input(func(now uint64) error {
-				if err != nil {
-					c.logTransport("release", o.name, err)
-					return c.core.releaseResult(now, o.request, releaseTransportError)
-				}
-				if ok {
-					return c.core.releaseResult(now, o.request, releaseReleased)
-				}
-				return c.core.releaseResult(now, o.request, releaseNotOwner)
-			})
-		}}
-	case outWatch, outUnwatch:
-		if !c.notifications {
-			return nil // polling: the transport is never asked to watch
-		}
-		c.watchQ = append(c.watchQ, watchOp{watch: o.kind == outWatch, name: o.name})
-		// Tracked now, not when the watcher gets to it: wake-ups in between
-		// must be declined (see wake).
-		if o.kind == outWatch {
-			c.coreWaits[o.name] = struct{}{}
-		} else {
-			delete(c.coreWaits, o.name)
-		}
-		select {
-		case c.watchKick <- struct{}{}:
-		default:
-		}
-	case outAcquired:
-		rec := c.recs[o.lease]
+// eventLocked delivers one event of the core to the application.
+func (c *client) eventLocked(e event) {
+	switch e.kind {
+	case evAcquired:
+		rec := c.recs[e.lease]
 		if rec == nil {
-			c.log.Warn("leasehold: Acquired for an unknown lease", "lease", o.lease)
-			return nil
+			c.log.Warn("leasehold: Acquired for an unknown lease", "lease", e.lease)
+			return
 		}
-		rec.fence = o.fencingToken
-		rec.validUntil = o.validUntil
+		rec.fence = e.fencingToken
+		rec.validUntil = e.validUntil
 		for w := range rec.waiters {
 			l := newLease(w.owner, rec)
 			rec.handles[l.ref] = struct{}{}
 			w.ch <- acqResult{lease: l}
 			delete(rec.waiters, w)
 		}
-	case outAcquireFailed:
-		rec := c.recs[o.lease]
+	case evAcquireFailed:
+		rec := c.recs[e.lease]
 		if rec == nil {
-			return nil
+			return
 		}
-		err := &AcquireError{Name: rec.name, Reason: reasonString(o.reason), code: o.reason}
-		if o.reason == reasonUnavailable {
-			err.Detail = c.backendErrorLocked()
+		err := &AcquireError{Name: rec.name, Reason: reasonString(e.reason), code: e.reason}
+		if e.reason == reasonUnavailable {
+			err.Detail = c.core.backendLastError()
 		}
 		for w := range rec.waiters {
 			w.ch <- acqResult{err: err}
@@ -276,56 +173,42 @@ func (c *client) dispatchLocked(o output) *job {
 		}
 		if len(rec.handles) == 0 {
 			rec.ended = true
-			delete(c.recs, o.lease)
+			delete(c.recs, e.lease)
 		}
-	case outLost:
-		rec := c.recs[o.lease]
-		if rec == nil {
-			return nil
+	case evLost:
+		if rec := c.recs[e.lease]; rec != nil {
+			c.loseLocked(rec, &LostError{Name: rec.name, Reason: reasonString(e.reason)})
 		}
-		c.loseLocked(rec, &LostError{Name: rec.name, Reason: reasonString(o.reason)})
-	case outReleased:
-		rec := c.recs[o.lease]
+	case evReleased:
+		rec := c.recs[e.lease]
 		if rec == nil {
-			return nil
+			return
 		}
 		rec.ended = true
 		for h := range rec.handles {
 			h.cancel(ErrReleased)
 		}
-		c.answerRenewsLocked(o.lease, renewResult{err: ErrReleased})
-		delete(c.recs, o.lease)
-	case outRenewed:
-		if rec := c.recs[o.lease]; rec != nil {
-			rec.validUntil = o.validUntil
+		c.answerRenewsLocked(e.lease, renewResult{err: ErrReleased})
+		delete(c.recs, e.lease)
+	case evRenewed:
+		if rec := c.recs[e.lease]; rec != nil {
+			rec.validUntil = e.validUntil
 		}
-		c.answerRenewsLocked(o.lease, renewResult{validUntil: c.toTime(o.validUntil)})
-	case outRelOutcome:
+		c.answerRenewsLocked(e.lease, renewResult{validUntil: c.toTime(e.validUntil)})
+	case evRelOutcome:
 		// CONFIRMED and UNCONFIRMED (no answer before the grant had
 		// certainly run out: it is gone) are both a release.
-		for _, w := range c.relWaits[o.lease] {
-			if o.reason == reasonRelNotOwner {
+		for _, w := range c.relWaits[e.lease] {
+			if e.reason == reasonRelNotOwner {
 				w.finish(fmt.Errorf("%w: lock %q", ErrNotOwner, w.name))
 			} else {
 				w.finish(nil)
 			}
 		}
-		delete(c.relWaits, o.lease)
+		delete(c.relWaits, e.lease)
 	default:
-		c.log.Warn("leasehold: unknown output kind", "kind", o.kind)
+		c.log.Warn("leasehold: unknown event kind", "kind", e.kind)
 	}
-	return nil
-}
-
-// logTransport logs a failed backend call: error replies of the service at
-// warning level (they point at a bug or keyspace garbage), network errors at
-// debug level (the core's retries and loss detection handle them).
-func (c *client) logTransport(op, name string, err error) {
-	if errors.Is(err, ErrBackendReply) {
-		c.log.Warn("leasehold: backend error reply", "op", op, "name", name, "err", err)
-		return
-	}
-	c.log.Debug("leasehold: "+op+" failed", "name", name, "err", err)
 }
 
 // answerRenewsLocked completes the Renew calls waiting on lease.
@@ -366,6 +249,10 @@ func (c *client) breakLocked(err error) {
 	for id := range c.relWaits {
 		c.finishReleasesLocked(id, c.broken)
 	}
+	for id, w := range c.statusWaits {
+		delete(c.statusWaits, id)
+		w.ch <- statusAnswer{id: id, err: c.broken.Error()}
+	}
 }
 
 func (c *client) finishReleasesLocked(lease uint64, err error) {
@@ -386,7 +273,7 @@ func (c *client) checkReleaseWaitsLocked() {
 	}
 }
 
-// spawn runs one backend call in its own goroutine with a timeout.
+// spawn runs one job in its own goroutine with its timeout.
 func (c *client) spawn(j *job) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
@@ -395,12 +282,12 @@ func (c *client) spawn(j *job) {
 		defer c.inflight.Add(-1)
 		ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
 		defer cancel()
-		j.run(ctx)
+		c.runJob(ctx, j)
 	}()
 }
 
-// runInline runs a job on the calling goroutine; the call is abandoned
-// (a transport error for the core) when caller's ctx ends.
+// runInline runs a job on the calling goroutine; the request is abandoned
+// (a transport failure for the core) when the caller's ctx ends.
 func (c *client) runInline(caller context.Context, j *job) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
@@ -410,114 +297,18 @@ func (c *client) runInline(caller context.Context, j *job) {
 	defer cancel()
 	stop := context.AfterFunc(caller, cancel)
 	defer stop()
+	c.runJob(ctx, j)
+}
+
+// runJob runs j; a panic in the executor's IO (a driver's bug) is the request's transport
+// failure, never a crash of the application.
+func (c *client) runJob(ctx context.Context, j *job) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Warn("leasehold: executor panicked", "panic", p)
+			msg := fmt.Sprint("the executor panicked: ", p)
+			c.input(func(now uint64) error { return c.core.ioFailed(now, j.id, failTransport, msg) })
+		}
+	}()
 	j.run(ctx)
-}
-
-func callAcquire(ctx context.Context, t Executor, name, token string, ttl time.Duration) (r AcquireReply, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("leasehold: transport panicked: %v", p)
-		}
-	}()
-	return t.Acquire(ctx, name, token, ttl)
-}
-
-func callRenew(ctx context.Context, t Executor, name, token string, ttl time.Duration, data []byte) (ok bool, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("leasehold: transport panicked: %v", p)
-		}
-	}()
-	return t.Renew(ctx, name, token, ttl, data)
-}
-
-func callRelease(ctx context.Context, t Executor, name, token string, data []byte) (ok bool, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("leasehold: transport panicked: %v", p)
-		}
-	}()
-	return t.Release(ctx, name, token, data)
-}
-
-// watcher executes Watch/Unwatch commands in order, off the driver.
-func (c *client) watcher() {
-	defer close(c.watchDone)
-	unwatch := map[string]func(){}
-	defer func() {
-		for _, f := range unwatch {
-			safeCall(f)
-		}
-	}()
-	notify := func(name string) {
-		c.input(func(now uint64) error { return c.core.released(now, name) })
-	}
-	for {
-		select {
-		case <-c.watchKick:
-		case <-c.stop:
-			return
-		}
-		for {
-			c.mu.Lock()
-			if len(c.watchQ) == 0 {
-				c.mu.Unlock()
-				break
-			}
-			op := c.watchQ[0]
-			c.watchQ = c.watchQ[1:]
-			c.mu.Unlock()
-			if op.watch {
-				if _, dup := unwatch[op.name]; dup {
-					continue
-				}
-				ctx, cancel := context.WithTimeout(c.ioCtx, c.reqTimeout)
-				f, err := callWatch(ctx, c.t, op.name, notify, c.wake)
-				cancel()
-				if err != nil {
-					c.log.Debug("leasehold: watch failed; waiters fall back to retry hints", "name", op.name, "err", err)
-					continue
-				}
-				if f == nil {
-					f = func() {}
-				}
-				unwatch[op.name] = f
-			} else if f, ok := unwatch[op.name]; ok {
-				delete(unwatch, op.name)
-				safeCall(f)
-			}
-		}
-	}
-}
-
-// wake is notify for a WaiterWatcher. It declines a wake-up the core would
-// drop (it waits no more for name, though the watcher has not unwatched
-// yet), so that the transport passes it on instead of losing it.
-func (c *client) wake(name string) bool {
-	took := false
-	c.input(func(now uint64) error {
-		if _, ok := c.coreWaits[name]; !ok || c.broken != nil {
-			return nil
-		}
-		took = true
-		return c.core.released(now, name)
-	})
-	return took
-}
-
-func callWatch(ctx context.Context, t Executor, name string, notify func(string), wake func(string) bool) (f func(), err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("leasehold: transport panicked: %v", p)
-		}
-	}()
-	if w, ok := t.(WaiterWatcher); ok {
-		return w.WatchWaiter(ctx, name, wake)
-	}
-	return t.Watch(ctx, name, notify)
-}
-
-func safeCall(f func()) {
-	defer func() { _ = recover() }()
-	f()
 }

@@ -70,8 +70,8 @@ type AcquireError struct {
 	Name   string
 	Reason string // "wait exhausted", "unavailable", "cancelled"
 	// Detail is, when the backend was unavailable, the last error its
-	// protocol saw (SQL and etcd transports): a refused password, an
-	// unreachable server, a foreign table.
+	// protocol saw (LockClient.BackendError): a refused password, an
+	// unreachable server, a foreign table, an error reply.
 	Detail string
 	code   uint32
 }

@@ -28,7 +28,6 @@ import (
 // not answer is skipped for the next one. Python and C++ clients contend
 // correctly with it for the same names.
 type EtcdExecutor struct {
-	drivenByCore
 	urls       []string
 	proto      etcdProtocol
 	http       *http.Client
@@ -136,12 +135,12 @@ func (t *EtcdExecutor) Close() error {
 	return nil
 }
 
-func (t *EtcdExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
-	return newCoreEtcd(cfg, t.proto, seed)
+func (t *EtcdExecutor) backend() backendOptions {
+	return backendOptions{kind: backendEtcd, etcd: t.proto}
 }
 
-func (t *EtcdExecutor) startExec(c *client) backendExec {
-	return &etcdExec{c: c, t: t, watches: map[uint64]context.CancelFunc{}}
+func (t *EtcdExecutor) start(c *client) (ioExec, error) {
+	return &etcdExec{c: c, t: t, watches: map[uint64]context.CancelFunc{}}, nil
 }
 
 type etcdExec struct {
@@ -154,56 +153,35 @@ type etcdExec struct {
 	wg      sync.WaitGroup
 }
 
-func (x *etcdExec) pollLocked() error {
-	_, err := x.pollTakeLocked(false)
-	return err
-}
-
-// pollTakeLocked is pollLocked, except that with take the first unary request is returned
-// instead of started, for a caller that waits anyway to run on its own goroutine (the
-// acquire's transaction, the release's delete): no goroutine handoff on that path.
-func (x *etcdExec) pollTakeLocked(take bool) (*job, error) {
-	var taken *job
-	for {
-		q, err := x.c.core.httpPollRequest()
-		if err != nil || q == nil {
-			return taken, err
+// run: a unary request is a job (an acquire's transaction, a release's delete can run on
+// the goroutine that waits for them); a watch stream gets a goroutine of its own; a
+// cancellation closes its stream.
+func (x *etcdExec) run(q *ioRequest) (*job, error) {
+	switch q.kind {
+	case ioHTTP:
+		return &job{id: q.id, timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }}, nil
+	case ioHTTPWatch:
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.closed {
+			return nil, nil
 		}
-		switch q.kind {
-		case httpUnary:
-			j := &job{timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.unary(ctx, q) }}
-			if take && taken == nil {
-				taken = j
-				continue
-			}
-			x.c.spawn(j)
-		case httpWatch:
-			x.mu.Lock()
-			if x.closed {
-				x.mu.Unlock()
-				continue
-			}
-			ctx, cancel := context.WithCancel(x.c.ioCtx)
-			x.watches[q.id] = cancel
-			x.wg.Add(1)
-			x.mu.Unlock()
-			go x.watch(ctx, q)
-		case httpCancelWatch:
-			x.mu.Lock()
-			if cancel := x.watches[q.id]; cancel != nil {
-				delete(x.watches, q.id)
-				cancel()
-			}
-			x.mu.Unlock()
+		ctx, cancel := context.WithCancel(x.c.ioCtx)
+		x.watches[q.id] = cancel
+		x.wg.Add(1)
+		go x.watch(ctx, q)
+		return nil, nil
+	case ioHTTPCancel:
+		x.mu.Lock()
+		if cancel := x.watches[q.id]; cancel != nil {
+			delete(x.watches, q.id)
+			cancel()
 		}
+		x.mu.Unlock()
+		return nil, nil
 	}
+	return nil, errUnsupportedIO
 }
-
-func (x *etcdExec) lastErrorLocked() string { return x.c.core.etcdLastError() }
-
-// closingLocked revokes the LockClient's pooled etcd leases once its locks were released, so
-// nothing of it stays on the cluster for a TTL (c.mu held; the requests go out on drain).
-func (x *etcdExec) closingLocked(now uint64) error { return x.c.core.etcdClose(now) }
 
 func (x *etcdExec) close() {
 	x.mu.Lock()
@@ -217,7 +195,7 @@ func (x *etcdExec) close() {
 }
 
 // post sends one request to member i; the response is the caller's to close.
-func (x *etcdExec) post(ctx context.Context, i int, q *httpRequest) (*http.Response, error) {
+func (x *etcdExec) post(ctx context.Context, i int, q *ioRequest) (*http.Response, error) {
 	method := q.method
 	if method == "" {
 		method = http.MethodPost
@@ -234,7 +212,7 @@ func (x *etcdExec) post(ctx context.Context, i int, q *httpRequest) (*http.Respo
 }
 
 // unary tries each member, starting at the one that answered last, until one answers.
-func (x *etcdExec) unary(ctx context.Context, q *httpRequest) {
+func (x *etcdExec) unary(ctx context.Context, q *ioRequest) {
 	n := len(x.t.urls)
 	start := int(x.t.preferred.Load()) % n
 	var last error
@@ -244,10 +222,10 @@ func (x *etcdExec) unary(ctx context.Context, q *httpRequest) {
 		resp, err := x.post(tctx, i, q)
 		var body []byte
 		if err == nil {
-			body, err = io.ReadAll(io.LimitReader(resp.Body, maxHTTPBody+1))
+			body, err = io.ReadAll(io.LimitReader(resp.Body, maxReplyData+1))
 			_ = resp.Body.Close()
-			if err == nil && len(body) > maxHTTPBody {
-				err = fmt.Errorf("reply body over %d bytes", maxHTTPBody)
+			if err == nil && len(body) > maxReplyData {
+				err = fmt.Errorf("reply body over %d bytes", maxReplyData)
 			}
 		}
 		cancel()
@@ -257,7 +235,7 @@ func (x *etcdExec) unary(ctx context.Context, q *httpRequest) {
 		}
 		x.t.preferred.Store(int64(i))
 		status := resp.StatusCode
-		x.c.input(func(now uint64) error { return x.c.core.httpReply(now, q.id, status, body) })
+		x.c.input(func(now uint64) error { return x.c.core.ioHTTPReply(now, q.id, status, body) })
 		return
 	}
 	if last == nil {
@@ -265,11 +243,11 @@ func (x *etcdExec) unary(ctx context.Context, q *httpRequest) {
 	}
 	// The next request starts at another member.
 	x.t.preferred.CompareAndSwap(int64(start), int64((start+1)%n))
-	x.c.input(func(now uint64) error { return x.c.core.httpFailed(now, q.id, failMessage(last)) })
+	x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, failTransport, failMessage(last)) })
 }
 
 // watch keeps one watch stream open and passes each message on; its end is a failure.
-func (x *etcdExec) watch(ctx context.Context, q *httpRequest) {
+func (x *etcdExec) watch(ctx context.Context, q *ioRequest) {
 	defer x.wg.Done()
 	err := x.stream(ctx, q)
 	x.mu.Lock()
@@ -280,11 +258,11 @@ func (x *etcdExec) watch(ctx context.Context, q *httpRequest) {
 		if err == nil {
 			err = errors.New("watch stream ended")
 		}
-		x.c.input(func(now uint64) error { return x.c.core.httpFailed(now, q.id, failMessage(err)) })
+		x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, failTransport, failMessage(err)) })
 	}
 }
 
-func (x *etcdExec) stream(ctx context.Context, q *httpRequest) error {
+func (x *etcdExec) stream(ctx context.Context, q *ioRequest) error {
 	n := len(x.t.urls)
 	start := int(x.t.preferred.Load()) % n
 	var resp *http.Response
@@ -319,14 +297,14 @@ func (x *etcdExec) stream(ctx context.Context, q *httpRequest) error {
 		return fmt.Errorf("watch answered HTTP %d", resp.StatusCode)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxHTTPBody+1)
+	sc.Buffer(make([]byte, 0, 64<<10), maxReplyData+1)
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
 			continue
 		}
 		msg := append([]byte(nil), line...)
-		x.c.input(func(now uint64) error { return x.c.core.httpStreamMessage(now, q.id, msg) })
+		x.c.input(func(now uint64) error { return x.c.core.ioStreamMessage(now, q.id, msg) })
 	}
 	if err := sc.Err(); err != nil {
 		return err

@@ -128,15 +128,18 @@ func ExampleLease_Release() {
 	clean, _ := client.Acquire(ctx, "a", opts)
 	fmt.Println("clean:", clean.Release(ctx))
 
+	other, _ := leasehold.NewClient(server.Executor(), nil)
+	defer other.Close()
+
 	stolen, _ := client.Acquire(ctx, "b", opts)
 	server.Expire("b") // our grant ran out on the service, and someone else took the lock
-	_, _ = server.Executor().Acquire(ctx, "b", "0123456789abcdef0123456789abcdef", time.Minute)
+	_, _ = other.Acquire(ctx, "b", opts)
 	err := stolen.Release(ctx)
 	fmt.Println("not owner:", errors.Is(err, leasehold.ErrNotOwner))
 
 	lost, _ := client.Acquire(ctx, "c", opts)
 	server.Expire("c")
-	_, _ = server.Executor().Acquire(ctx, "c", "0123456789abcdef0123456789abcdef", time.Minute)
+	_, _ = other.Acquire(ctx, "c", opts)
 	_, _ = lost.Renew(ctx) // rejected: the lease is lost
 	err = lost.Release(ctx)
 	var le *leasehold.LostError

@@ -3,17 +3,77 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"io"
+	"reflect"
 	"time"
 )
 
-// ErrBackendReply marks an error reply of the lock service itself, as
-// opposed to a network failure, for an Executor to return. Both are
-// transport errors for the core, never a grant; the LockClient logs the former
-// at warning level. (With a RedisExecutor the core reads Redis's replies
-// itself and counts error replies in LockClient.RedisCounters.)
+// Executor is what a LockClient runs its backend's IO on: one of the package's
+// executors, one per backend (RedisExecutor, SQLiteExecutor, PostgresExecutor,
+// EtcdExecutor, MemoryExecutor), made by its New…Executor constructor or by
+// NewExecutor from a URL. The LockClient's core speaks the backend's protocol
+// (for the memory service too) and the executor only runs the requests it
+// writes, verbatim, on the backend's own client, handing the answers back
+// unread. Every Executor is an io.Closer; a LockClient leaves it open unless
+// Open made it.
+//
+// Its methods are the package's own: a type of another package satisfies
+// Executor only by embedding one of the executors above. The earlier method
+// set (Acquire, Renew, Release, Watch) is gone with the engine commands it
+// served: every backend is now a protocol in the core, driven through one
+// IO seam.
+type Executor interface {
+	io.Closer
+	// backend is the protocol the LockClient's core speaks, with its options.
+	backend() backendOptions
+	// start makes the executor of one LockClient: its connections and goroutines.
+	start(c *client) (ioExec, error)
+}
+
+// ioExec runs the IO requests of one LockClient's core, each of the kinds its backend
+// uses, and hands the answers back through the client's input.
+type ioExec interface {
+	// run takes one request (c.mu held, so it never blocks). It returns a job when the
+	// request runs on any goroutine (the driver starts it, or hands it to a caller that
+	// waits for its answer anyway), or nil when the executor queued it on a connection of
+	// its own; errUnsupportedIO for a kind it has no use for.
+	run(q *ioRequest) (*job, error)
+	// close stops the executor's goroutines and closes its connections; called once the
+	// LockClient's driver stopped and its IO context is cancelled.
+	close()
+}
+
+// errUnsupportedIO answers a request of a kind the executor's backend does not use.
+var errUnsupportedIO = errors.New("leasehold: the executor does not run requests of this kind")
+
+// isNilExecutor reports a nil interface or a nil pointer inside one.
+func isNilExecutor(t Executor) bool {
+	if t == nil {
+		return true
+	}
+	v := reflect.ValueOf(t)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// PollingExecutor can be implemented by an Executor that cannot deliver
+// release notifications (SQLiteExecutor): when Notifications reports false
+// the core polls with capped backoff instead of sleeping for the holder's
+// remaining TTL.
+type PollingExecutor interface {
+	Notifications() bool
+}
+
+// ErrBackendReply marked an error reply of a lock service, for an Executor of
+// one's own to return.
+//
+// Deprecated: no Executor returns it any more: the core reads every backend's
+// answers itself and counts error replies in Counters.BackendErrorReplies.
 var ErrBackendReply = errors.New("leasehold: backend error reply")
 
-// AcquireReply is a backend's answer to an acquire request.
+// AcquireReply was an Executor's answer to an acquire request.
+//
+// Deprecated: a LockClient no longer calls Executor methods: the core speaks
+// every backend's protocol, the memory service's included.
 type AcquireReply struct {
 	// Granted is true when the caller now holds the lock.
 	Granted bool
@@ -28,54 +88,11 @@ type AcquireReply struct {
 	BackendData []byte
 }
 
-// Executor is what a LockClient runs its backend's IO on: one per backend
-// (RedisExecutor, SQLiteExecutor, PostgresExecutor, EtcdExecutor,
-// MemoryExecutor), made by its New…Executor constructor or by NewExecutor
-// from a URL. The backends' executors carry their protocol in the core and
-// the LockClient only runs the requests the core writes; their methods
-// below are never called. An Executor of your own implements the methods
-// for the core's commands instead. Methods are
-// called from their own goroutines, concurrently, with a ctx that carries
-// the request timeout; a returned error is a transport error for the core
-// (the request may or may not have taken effect). Implementations must be
-// safe for concurrent use. Tokens are 32 lowercase hex characters and a
-// retried request carries the same token, so operations must be idempotent
-// per token.
-type Executor interface {
-	// Acquire takes the lock name for token with the given TTL, or reports
-	// who holds it. Acquiring again with the same token refreshes the TTL
-	// and returns the same fencing token.
-	Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error)
-	// Renew extends the lock if token still owns it: false means rejected.
-	Renew(ctx context.Context, name, token string, ttl time.Duration, backendData []byte) (bool, error)
-	// Release frees the lock if token owns it (and publishes a release
-	// notification): false means token was not the owner.
-	Release(ctx context.Context, name, token string, backendData []byte) (bool, error)
-	// Watch tells the transport that the LockClient waits for name: until the
-	// returned unwatch function is called, notify is called (from any
-	// goroutine, possibly concurrently) when a release makes another
-	// attempt worthwhile. Spurious notifications are harmless;
-	// missed ones cost a waiter the holder's remaining TTL, so a transport
-	// that may have missed messages (for example after a reconnect) should
-	// notify.
-	Watch(ctx context.Context, name string, notify func(name string)) (unwatch func(), err error)
-}
-
-// WaiterWatcher can be implemented by an Executor that wakes one waiting
-// client per release: the LockClient then watches with
-// WatchWaiter instead of Watch. wake returns false when no waiter of the
-// LockClient takes the wake-up (its last waiter for name won or gave up, and
-// unwatch is not called yet); the transport should then pass the wake-up
-// on to another waiting client, else that client sleeps for the holder's
-// remaining TTL. Otherwise WatchWaiter is Watch.
+// WaiterWatcher was implemented by an Executor of one's own that woke one
+// waiting client per release.
+//
+// Deprecated: a LockClient no longer calls it: wake-ups are part of each
+// backend's protocol in the core.
 type WaiterWatcher interface {
 	WatchWaiter(ctx context.Context, name string, wake func(name string) bool) (unwatch func(), err error)
-}
-
-// PollingExecutor can be implemented by an Executor that cannot deliver
-// release notifications: when Notifications reports false the core polls
-// with capped backoff instead of sleeping for the holder's remaining TTL,
-// and Watch is never called.
-type PollingExecutor interface {
-	Notifications() bool
 }

@@ -1,7 +1,8 @@
 package leasehold
 
-// Where the C header and library come from is chosen by link_checkout.go (the default) or
-// link_pkgconfig.go (-tags leasehold_pkgconfig).
+// cgo wrappers of the client handle (lh_client_*, lh_acquire, lh_release, lh_poll_event…).
+// The IO seam (lh_io_*) is in ffi_backends.go. Where the C header and library come from is
+// chosen by link_checkout.go (the default) or link_pkgconfig.go (-tags leasehold_pkgconfig).
 
 /*
 #include <stdlib.h>
@@ -26,7 +27,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this package was written against.
-const ABIVersion = 2
+const ABIVersion = 3
 
 // C status codes (lh_status); the values are part of the stable ABI.
 const (
@@ -47,23 +48,25 @@ const (
 	statusBufferTooSmall     = 14
 	statusNotGranted         = 15
 	statusStructSize         = 16
+	statusInvalidReply       = 17
+	statusNoBackend          = 18
+	statusInvalidToken       = 19
+	statusUnknownConnection  = 20
+	statusLimitReached       = 21
+	statusWrongAnswer        = 22
 	statusPanic              = 900
 	statusPoisoned           = 901
 )
 
+// lh_event kinds (values 1 to 5 are retired).
 const (
-	outNone          = 0
-	outAcquire       = 1
-	outRenew         = 2
-	outRelease       = 3
-	outWatch         = 4
-	outUnwatch       = 5
-	outAcquired      = 6
-	outAcquireFailed = 7
-	outLost          = 8
-	outReleased      = 9
-	outRenewed       = 10
-	outRelOutcome    = 11
+	evNone          = 0
+	evAcquired      = 6
+	evAcquireFailed = 7
+	evLost          = 8
+	evReleased      = 9
+	evRenewed       = 10
+	evRelOutcome    = 11
 )
 
 // Reasons carried by AcquireFailed and Lost events.
@@ -80,24 +83,12 @@ const (
 	reasonRelUnconfirm  = 9
 )
 
-// lh_release_reported dispositions.
+// lh_release dispositions.
 const (
 	releasingHolderLeft  = 1
 	releasingPending     = 2
 	releasingLost        = 3
 	releasingNotAcquired = 4
-)
-
-const (
-	acquireGranted        = 1
-	acquireHeldByOther    = 2
-	acquireTransportError = 3
-	renewRenewed          = 1
-	renewRejected         = 2
-	renewTransportError   = 3
-	releaseReleased       = 1
-	releaseNotOwner       = 2
-	releaseTransportError = 3
 )
 
 const (
@@ -110,22 +101,8 @@ const (
 
 const (
 	noDeadline      = ^uint64(0)
-	noRetryHint     = ^uint64(0)
 	flagReentrant   = 1
 	flagNoAutoRenew = 2
-)
-
-// The Redis request and reply ABI (lh_poll_request, lh_reply).
-const (
-	connCommands       = 1
-	connSubscriber     = 2
-	valueNil           = 1
-	valueInt           = 2
-	valueBulk          = 3
-	valueStatus        = 4
-	valueError         = 5
-	valueArray         = 6
-	statusInvalidReply = 17
 )
 
 // abiErr is set at package initialisation when the linked library has a
@@ -153,12 +130,14 @@ func init() {
 		{C.LH_ERR_TOO_MANY_LEASES, statusTooManyLeases}, {C.LH_ERR_INVALID_ENUM, statusInvalidEnum},
 		{C.LH_ERR_BACKEND_DATA_TOO_LONG, statusBackendDataTooLong}, {C.LH_ERR_BUFFER_TOO_SMALL, statusBufferTooSmall},
 		{C.LH_ERR_NOT_GRANTED, statusNotGranted}, {C.LH_ERR_STRUCT_SIZE, statusStructSize},
+		{C.LH_ERR_INVALID_REPLY, statusInvalidReply}, {C.LH_ERR_NO_BACKEND, statusNoBackend},
+		{C.LH_ERR_INVALID_TOKEN, statusInvalidToken}, {C.LH_ERR_UNKNOWN_CONNECTION, statusUnknownConnection},
+		{C.LH_ERR_LIMIT_REACHED, statusLimitReached}, {C.LH_ERR_WRONG_ANSWER, statusWrongAnswer},
 		{C.LH_ERR_PANIC, statusPanic}, {C.LH_ERR_POISONED, statusPoisoned},
-		{C.LH_OUTPUT_NONE, outNone}, {C.LH_OUTPUT_ACQUIRE, outAcquire}, {C.LH_OUTPUT_RENEW, outRenew},
-		{C.LH_OUTPUT_RELEASE, outRelease}, {C.LH_OUTPUT_WATCH, outWatch}, {C.LH_OUTPUT_UNWATCH, outUnwatch},
-		{C.LH_OUTPUT_ACQUIRED, outAcquired}, {C.LH_OUTPUT_ACQUIRE_FAILED, outAcquireFailed},
-		{C.LH_OUTPUT_LOST, outLost}, {C.LH_OUTPUT_RELEASED, outReleased},
-		{C.LH_OUTPUT_RENEWED, outRenewed}, {C.LH_OUTPUT_RELEASE_OUTCOME, outRelOutcome},
+		{C.LH_EVENT_NONE, evNone}, {C.LH_EVENT_ACQUIRED, evAcquired}, {C.LH_EVENT_ACQUIRE_FAILED, evAcquireFailed},
+		{C.LH_EVENT_LOST, evLost}, {C.LH_EVENT_RELEASED, evReleased},
+		{C.LH_EVENT_RENEWED, evRenewed}, {C.LH_EVENT_RELEASE_OUTCOME, evRelOutcome},
+		{C.LH_REASON_NONE, reasonNone},
 		{C.LH_REASON_WAIT_EXHAUSTED, reasonWaitExhausted}, {C.LH_REASON_CANCELLED, reasonCancelled},
 		{C.LH_REASON_UNAVAILABLE, reasonUnavailable}, {C.LH_REASON_REJECTED, reasonRejected},
 		{C.LH_REASON_EXPIRED, reasonExpired}, {C.LH_REASON_FAIL_BUDGET, reasonFailBudget},
@@ -166,20 +145,10 @@ func init() {
 		{C.LH_REASON_RELEASE_UNCONFIRMED, reasonRelUnconfirm},
 		{C.LH_RELEASING_HOLDER_LEFT, releasingHolderLeft}, {C.LH_RELEASING_PENDING, releasingPending},
 		{C.LH_RELEASING_LOST, releasingLost}, {C.LH_RELEASING_NOT_ACQUIRED, releasingNotAcquired},
-		{C.LH_ACQUIRE_NO_AUTO_RENEW, flagNoAutoRenew},
-		{C.LH_ACQUIRE_GRANTED, acquireGranted}, {C.LH_ACQUIRE_HELD_BY_OTHER, acquireHeldByOther},
-		{C.LH_ACQUIRE_TRANSPORT_ERROR, acquireTransportError},
-		{C.LH_RENEW_RENEWED, renewRenewed}, {C.LH_RENEW_REJECTED, renewRejected},
-		{C.LH_RENEW_TRANSPORT_ERROR, renewTransportError},
-		{C.LH_RELEASE_RELEASED, releaseReleased}, {C.LH_RELEASE_NOT_OWNER, releaseNotOwner},
-		{C.LH_RELEASE_TRANSPORT_ERROR, releaseTransportError},
 		{C.LH_STATE_ACQUIRING, stateAcquiring}, {C.LH_STATE_HELD, stateHeld}, {C.LH_STATE_RELEASED, stateReleased},
 		{C.LH_STATE_LOST, stateLost}, {C.LH_STATE_ACQUIRE_FAILED, stateAcquireFailed},
-		{C.LH_NO_DEADLINE, noDeadline}, {C.LH_NO_RETRY_HINT, noRetryHint}, {C.LH_ACQUIRE_REENTRANT, flagReentrant},
-		{C.LH_CONNECTION_COMMANDS, connCommands}, {C.LH_CONNECTION_SUBSCRIBER, connSubscriber},
-		{C.LH_VALUE_NIL, valueNil}, {C.LH_VALUE_INT, valueInt}, {C.LH_VALUE_BULK, valueBulk},
-		{C.LH_VALUE_STATUS, valueStatus}, {C.LH_VALUE_ERROR, valueError}, {C.LH_VALUE_ARRAY, valueArray},
-		{C.LH_ERR_INVALID_REPLY, statusInvalidReply},
+		{C.LH_NO_DEADLINE, noDeadline}, {C.LH_ACQUIRE_REENTRANT, flagReentrant},
+		{C.LH_ACQUIRE_NO_AUTO_RENEW, flagNoAutoRenew},
 	}
 	for i, p := range pairs {
 		if p[0] != p[1] {
@@ -214,9 +183,7 @@ type core struct {
 	p *C.lh_client
 }
 
-// cbytes returns a pointer suitable for passing a Go byte string to C. An
-// empty string gets a pointer to a static byte so the C side sees a
-// non-NULL pointer with length zero.
+// emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
 var emptyByte [1]byte
 
 func strPtr(s string) (*C.uint8_t, C.size_t) {
@@ -267,15 +234,7 @@ func defaultCoreConfig() coreConfig {
 	}
 }
 
-// redisProtocol tunes a core created with the Redis protocol attached (lh_redis_options);
-// zero fields take the library's defaults.
-type redisProtocol struct {
-	standbyDelayMs, keyKeepMs, queueMaxAgeMs, idleRecheckMs uint64
-	shardedWake                                             bool // Redis Cluster: lh_redis_options.sharded_wake
-}
-
-// newCore creates a core handle: with the Redis protocol attached when rp is not nil.
-func newCore(cfg coreConfig, rp *redisProtocol, seed []byte) (*core, error) {
+func cConfig(cfg coreConfig) C.lh_config {
 	var c C.lh_config
 	C.lh_config_default(&c)
 	c.drift_ppm = C.uint32_t(cfg.driftPPM)
@@ -287,38 +246,28 @@ func newCore(cfg coreConfig, rp *redisProtocol, seed []byte) (*core, error) {
 	c.backoff_cap_ns = C.uint64_t(cfg.backoffCapNs)
 	c.max_ttl_ms = C.uint64_t(cfg.maxTTLms)
 	c.max_leases = C.uint32_t(cfg.maxLeases)
+	c.notifications = 0
 	if cfg.notifications {
 		c.notifications = 1
-	} else {
-		c.notifications = 0
 	}
+	return c
+}
+
+// newCore creates a client handle speaking backend b's protocol (lh_client_new).
+func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
+	c := cConfig(cfg)
+	o, free, err := b.c()
+	if err != nil {
+		return nil, err
+	}
+	defer free()
 	sp, sn := bytesPtr(seed)
 	var out *C.lh_client
-	var st uint32
-	op := "lh_client_new"
-	if rp == nil {
-		st = uint32(C.lh_client_new(&c, sp, sn, &out))
-	} else {
-		op = "lh_client_new_redis"
-		var o C.lh_redis_options
-		C.lh_redis_options_default(&o)
-		for _, f := range []struct {
-			dst *C.uint64_t
-			v   uint64
-		}{{&o.standby_delay_ms, rp.standbyDelayMs}, {&o.key_keep_ms, rp.keyKeepMs},
-			{&o.queue_max_age_ms, rp.queueMaxAgeMs}, {&o.idle_recheck_ms, rp.idleRecheckMs}} {
-			if f.v > 0 {
-				*f.dst = C.uint64_t(f.v)
-			}
-		}
-		if rp.shardedWake {
-			o.sharded_wake = 1
-		}
-		st = uint32(C.lh_client_new_redis(&c, &o, sp, sn, &out))
-	}
+	st := uint32(C.lh_client_new(&c, &o, sp, sn, &out))
 	runtime.KeepAlive(seed)
+	runtime.KeepAlive(b)
 	if st != statusOK {
-		return nil, &StatusError{Status: st, Name: statusName(st), Op: op}
+		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
 	}
 	return &core{p: out}, nil
 }
@@ -367,19 +316,21 @@ func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint
 	return uint64(lease), nil
 }
 
+// release releases a lease without asking for its outcome.
 func (c *core) release(now, lease uint64) error {
-	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease)))
+	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease), nil))
 	runtime.KeepAlive(c)
 	return c.err("lh_release", st)
 }
 
-// releaseReported is release that also tells what it did (an LH_RELEASING_* value).
+// releaseReported is release that also tells what it did (an LH_RELEASING_* value) and
+// asks for the service's answer (an LH_EVENT_RELEASE_OUTCOME event).
 func (c *core) releaseReported(now, lease uint64) (uint32, error) {
 	var r C.uint32_t
-	st := uint32(C.lh_release_reported(c.p, C.uint64_t(now), C.uint64_t(lease), &r))
+	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease), &r))
 	runtime.KeepAlive(c)
 	if st != statusOK {
-		return 0, c.err("lh_release_reported", st)
+		return 0, c.err("lh_release", st)
 	}
 	return uint32(r), nil
 }
@@ -390,83 +341,30 @@ func (c *core) renew(now, lease uint64) error {
 	return c.err("lh_renew", st)
 }
 
-func (c *core) acquireResult(now, req uint64, outcome uint32, fence, ttlMs, retryMs uint64, data []byte) error {
-	dp, dn := bytesPtr(data)
-	st := uint32(C.lh_acquire_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome),
-		C.uint64_t(fence), C.uint64_t(ttlMs), C.uint64_t(retryMs), dp, dn))
-	runtime.KeepAlive(data)
-	runtime.KeepAlive(c)
-	return c.err("lh_acquire_result", st)
-}
-
-func (c *core) renewResult(now, req uint64, outcome uint32) error {
-	st := uint32(C.lh_renew_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome)))
-	runtime.KeepAlive(c)
-	return c.err("lh_renew_result", st)
-}
-
-func (c *core) releaseResult(now, req uint64, outcome uint32) error {
-	st := uint32(C.lh_release_result(c.p, C.uint64_t(now), C.uint64_t(req), C.uint32_t(outcome)))
-	runtime.KeepAlive(c)
-	return c.err("lh_release_result", st)
-}
-
-func (c *core) released(now uint64, name string) error {
-	np, nn := strPtr(name)
-	st := uint32(C.lh_released(c.p, C.uint64_t(now), np, nn))
-	runtime.KeepAlive(name)
-	runtime.KeepAlive(c)
-	return c.err("lh_released", st)
-}
-
 func (c *core) timeout(now uint64) error {
 	st := uint32(C.lh_timeout(c.p, C.uint64_t(now)))
 	runtime.KeepAlive(c)
 	return c.err("lh_timeout", st)
 }
 
-// output is a copy of one lh_output: it owns its memory.
-type output struct {
+// event is a copy of one lh_event.
+type event struct {
 	kind         uint32
 	reason       uint32
-	request      uint64
 	lease        uint64
-	name         string
-	token        string
-	backendData  []byte
-	ttlMs        uint64
 	fencingToken uint64
 	validUntil   uint64
 }
 
-func (c *core) pollOutput() (output, error) {
-	var o C.lh_output
-	st := uint32(C.lh_poll_output(c.p, &o))
-	if st != statusOK {
-		runtime.KeepAlive(c)
-		return output{}, c.err("lh_poll_output", st)
-	}
-	out := output{
-		kind:         uint32(o.kind),
-		reason:       uint32(o.reason),
-		request:      uint64(o.request_id),
-		lease:        uint64(o.lease_id),
-		ttlMs:        uint64(o.ttl_ms),
-		fencingToken: uint64(o.fencing_token),
-		validUntil:   uint64(o.valid_until_ns),
-	}
-	// Borrowed pointers are valid until the next call on the handle: copy now.
-	if o.name != nil && o.name_len > 0 {
-		out.name = C.GoStringN((*C.char)(unsafe.Pointer(o.name)), C.int(o.name_len))
-	}
-	if o.token != nil && o.token_len > 0 {
-		out.token = C.GoStringN((*C.char)(unsafe.Pointer(o.token)), C.int(o.token_len))
-	}
-	if o.backend_data != nil && o.backend_data_len > 0 {
-		out.backendData = C.GoBytes(unsafe.Pointer(o.backend_data), C.int(o.backend_data_len))
-	}
+func (c *core) pollEvent() (event, error) {
+	var e C.lh_event
+	st := uint32(C.lh_poll_event(c.p, &e))
 	runtime.KeepAlive(c)
-	return out, nil
+	if st != statusOK {
+		return event{}, c.err("lh_poll_event", st)
+	}
+	return event{kind: uint32(e.kind), reason: uint32(e.reason), lease: uint64(e.lease_id),
+		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}, nil
 }
 
 func (c *core) pollTimeout() (uint64, error) {
@@ -519,7 +417,8 @@ func (c *core) isHeld(lease, now uint64) (bool, error) {
 	return bool(v), nil
 }
 
-// Counters mirrors the core's lh_counters.
+// Counters mirrors the core's lh_counters: the engine's work, then its backend
+// protocol's (the Backend… fields for every backend, the others for theirs).
 type Counters struct {
 	LiveLeases      uint64
 	PendingCleanups uint64
@@ -544,6 +443,41 @@ type Counters struct {
 	ReleasesNotOwner    uint64
 	ReleasesUnconfirmed uint64
 	ReleasesLost        uint64
+
+	// The backend protocol: requests emitted, error answers (error replies,
+	// etcd error bodies, memory refusals), answers of a shape the request
+	// cannot have, answers for unknown or answered requests, requests that
+	// failed in transport, release notifications that woke a waiting name,
+	// and notifications ignored (not for a name waited on here).
+	BackendRequests          uint64
+	BackendErrorReplies      uint64
+	BackendGarbageReplies    uint64
+	BackendStaleReplies      uint64
+	BackendTransportFailures uint64
+	BackendWakeups           uint64
+	BackendIgnoredMessages   uint64
+	// Redis: script calls, scripts re-sent after NOSCRIPT, retries answered
+	// without a round trip, standbys that tried after hearing nothing, times
+	// the wake channel's subscription took effect or was lost, and 1 while
+	// it is in effect.
+	RedisScriptCalls      uint64
+	RedisNoscriptRetries  uint64
+	RedisLocalRefusals    uint64
+	RedisStandbyTakeovers uint64
+	RedisSubscriptions    uint64
+	RedisSubscriberLosses uint64
+	RedisSubscribed       uint64
+	// SQL: schema migrations emitted, requests the database refused.
+	SQLMigrations     uint64
+	SQLDatabaseErrors uint64
+	// etcd: leases granted, acquire transactions, watches opened on a
+	// predecessor, keep-alives of waiting leases, waiters whose etcd lease
+	// was gone.
+	EtcdLeasesGranted     uint64
+	EtcdTxns              uint64
+	EtcdWatches           uint64
+	EtcdWaitingKeepalives uint64
+	EtcdWaitersExpired    uint64
 }
 
 func (c *core) counters() (Counters, error) {
@@ -554,119 +488,32 @@ func (c *core) counters() (Counters, error) {
 	if st != statusOK {
 		return Counters{}, c.err("lh_counters_get", st)
 	}
+	u := func(v C.uint64_t) uint64 { return uint64(v) }
 	return Counters{
-		LiveLeases:      uint64(k.live_leases),
-		PendingCleanups: uint64(k.pending_cleanups),
-		AcquiresSent:    uint64(k.acquires_sent),
-		Grants:          uint64(k.grants),
-		AcquireFailed:   uint64(k.acquire_failed),
-		RenewalsSent:    uint64(k.renewals_sent),
-		RenewalsOK:      uint64(k.renewals_ok),
-		RenewalsFailed:  uint64(k.renewals_failed),
-		ReleasesSent:    uint64(k.releases_sent),
-		LostRejected:    uint64(k.lost_rejected),
-		LostExpired:     uint64(k.lost_expired),
-		LostFailBudget:  uint64(k.lost_fail_budget),
-		StaleResults:    uint64(k.stale_results),
-		TimeClamped:     uint64(k.time_clamped),
+		LiveLeases: u(k.live_leases), PendingCleanups: u(k.pending_cleanups), AcquiresSent: u(k.acquires_sent),
+		Grants: u(k.grants), AcquireFailed: u(k.acquire_failed), RenewalsSent: u(k.renewals_sent),
+		RenewalsOK: u(k.renewals_ok), RenewalsFailed: u(k.renewals_failed), ReleasesSent: u(k.releases_sent),
+		LostRejected: u(k.lost_rejected), LostExpired: u(k.lost_expired), LostFailBudget: u(k.lost_fail_budget),
+		StaleResults: u(k.stale_results), TimeClamped: u(k.time_clamped),
+		RenewalsRequested: u(k.renewals_requested), ReleasesConfirmed: u(k.releases_confirmed),
+		ReleasesNotOwner: u(k.releases_not_owner), ReleasesUnconfirmed: u(k.releases_unconfirmed),
+		ReleasesLost: u(k.releases_lost),
 
-		RenewalsRequested:   uint64(k.renewals_requested),
-		ReleasesConfirmed:   uint64(k.releases_confirmed),
-		ReleasesNotOwner:    uint64(k.releases_not_owner),
-		ReleasesUnconfirmed: uint64(k.releases_unconfirmed),
-		ReleasesLost:        uint64(k.releases_lost),
+		BackendRequests: u(k.backend_requests), BackendErrorReplies: u(k.backend_error_replies),
+		BackendGarbageReplies: u(k.backend_garbage_replies), BackendStaleReplies: u(k.backend_stale_replies),
+		BackendTransportFailures: u(k.backend_transport_failures), BackendWakeups: u(k.backend_wakeups),
+		BackendIgnoredMessages: u(k.backend_ignored_messages),
+		RedisScriptCalls:       u(k.redis_script_calls), RedisNoscriptRetries: u(k.redis_noscript_retries),
+		RedisLocalRefusals: u(k.redis_local_refusals), RedisStandbyTakeovers: u(k.redis_standby_takeovers),
+		RedisSubscriptions: u(k.redis_subscriptions), RedisSubscriberLosses: u(k.redis_subscriber_losses),
+		RedisSubscribed: u(k.redis_subscribed),
+		SQLMigrations:   u(k.sql_migrations), SQLDatabaseErrors: u(k.sql_database_errors),
+		EtcdLeasesGranted: u(k.etcd_leases_granted), EtcdTxns: u(k.etcd_txns), EtcdWatches: u(k.etcd_watches),
+		EtcdWaitingKeepalives: u(k.etcd_waiting_keepalives), EtcdWaitersExpired: u(k.etcd_waiters_expired),
 	}, nil
 }
 
-func (c *core) debugPanic() error {
-	if C.lhgo_has_debug_panic() == 0 {
-		return fmt.Errorf("leasehold: lh_client_debug_panic: %w", ErrNoTestingFeature)
-	}
-	st := uint32(C.lh_client_debug_panic(c.p))
-	runtime.KeepAlive(c)
-	return c.err("lh_client_debug_panic", st)
-}
-
-// request is a copy of one lh_request: it owns its memory.
-type request struct {
-	id         uint64
-	connection uint32
-	argv       []string
-}
-
-// pollRequest takes the next backend request (nil when none is left).
-func (c *core) pollRequest() (*request, error) {
-	var r C.lh_request
-	st := uint32(C.lh_poll_request(c.p, &r))
-	if st != statusOK {
-		runtime.KeepAlive(c)
-		return nil, c.err("lh_poll_request", st)
-	}
-	if r.id == 0 {
-		return nil, nil
-	}
-	// The arguments borrow the handle until the next call: copy them now.
-	args := unsafe.Slice(r.argv, int(r.argc))
-	q := &request{id: uint64(r.id), connection: uint32(r.connection), argv: make([]string, len(args))}
-	for i, a := range args {
-		if a.len > 0 {
-			q.argv[i] = C.GoStringN((*C.char)(unsafe.Pointer(a.ptr)), C.int(a.len))
-		}
-	}
-	runtime.KeepAlive(c)
-	return q, nil
-}
-
-// lhValue is lh_value: no pointers inside, so a Go slice of them goes to C as it is.
-type lhValue = C.lh_value
-
-func newValue(kind uint32, integer int64, offset, n int) lhValue {
-	return lhValue{kind: C.uint32_t(kind), integer: C.int64_t(integer), offset: C.uint64_t(offset), len: C.uint64_t(n)}
-}
-
-// reply hands back the flat reply to request id.
-func (c *core) reply(now, id uint64, vals []lhValue, data []byte) error {
-	var vp *C.lh_value
-	if len(vals) > 0 {
-		vp = &vals[0]
-	}
-	dp, dn := bytesPtr(data)
-	st := uint32(C.lh_reply(c.p, C.uint64_t(now), C.uint64_t(id), vp, C.size_t(len(vals)), dp, dn))
-	runtime.KeepAlive(vals)
-	runtime.KeepAlive(data)
-	runtime.KeepAlive(c)
-	return c.err("lh_reply", st)
-}
-
-func (c *core) requestFailed(now, id uint64) error {
-	st := uint32(C.lh_request_failed(c.p, C.uint64_t(now), C.uint64_t(id)))
-	runtime.KeepAlive(c)
-	return c.err("lh_request_failed", st)
-}
-
-func (c *core) pubsubMessage(now uint64, channel, payload string) error {
-	cp, cn := strPtr(channel)
-	pp, pn := strPtr(payload)
-	st := uint32(C.lh_pubsub_message(c.p, C.uint64_t(now), cp, cn, pp, pn))
-	runtime.KeepAlive(channel)
-	runtime.KeepAlive(payload)
-	runtime.KeepAlive(c)
-	return c.err("lh_pubsub_message", st)
-}
-
-func (c *core) subscription(now uint64, channel string, subscribed bool) error {
-	cp, cn := strPtr(channel)
-	var s C.uint32_t
-	if subscribed {
-		s = 1
-	}
-	st := uint32(C.lh_subscription(c.p, C.uint64_t(now), cp, cn, s))
-	runtime.KeepAlive(channel)
-	runtime.KeepAlive(c)
-	return c.err("lh_subscription", st)
-}
-
-// RedisCounters mirrors the core's lh_redis_counters: what the Redis protocol saw.
+// RedisCounters is what the core's Redis protocol saw, read from Counters.
 type RedisCounters struct {
 	Subscribed        bool   // the wake channel's subscription is in effect
 	Requests          uint64 // requests emitted
@@ -684,21 +531,48 @@ type RedisCounters struct {
 	SubscriberLosses  uint64
 }
 
-func (c *core) redisCounters() (RedisCounters, error) {
-	var k C.lh_redis_counters
-	k.struct_size = C.uint32_t(unsafe.Sizeof(k))
-	st := uint32(C.lh_redis_counters_get(c.p, &k))
-	runtime.KeepAlive(c)
-	if st != statusOK {
-		return RedisCounters{}, c.err("lh_redis_counters_get", st)
-	}
+func (k Counters) redis() RedisCounters {
 	return RedisCounters{
-		Subscribed: k.subscribed != 0, Requests: uint64(k.requests), ScriptCalls: uint64(k.script_calls),
-		NoscriptRetries: uint64(k.noscript_retries), ErrorReplies: uint64(k.error_replies),
-		GarbageReplies: uint64(k.garbage_replies), StaleReplies: uint64(k.stale_replies),
-		TransportFailures: uint64(k.transport_failures), LocalRefusals: uint64(k.local_refusals),
-		Wakeups: uint64(k.wakeups), StandbyTakeovers: uint64(k.standby_takeovers),
-		IgnoredMessages: uint64(k.ignored_messages), Subscriptions: uint64(k.subscriptions),
-		SubscriberLosses: uint64(k.subscriber_losses),
-	}, nil
+		Subscribed: k.RedisSubscribed != 0, Requests: k.BackendRequests, ScriptCalls: k.RedisScriptCalls,
+		NoscriptRetries: k.RedisNoscriptRetries, ErrorReplies: k.BackendErrorReplies,
+		GarbageReplies: k.BackendGarbageReplies, StaleReplies: k.BackendStaleReplies,
+		TransportFailures: k.BackendTransportFailures, LocalRefusals: k.RedisLocalRefusals,
+		Wakeups: k.BackendWakeups, StandbyTakeovers: k.RedisStandbyTakeovers,
+		IgnoredMessages: k.BackendIgnoredMessages, Subscriptions: k.RedisSubscriptions,
+		SubscriberLosses: k.RedisSubscriberLosses,
+	}
+}
+
+// EtcdCounters is what the core's etcd protocol saw, read from Counters.
+type EtcdCounters struct {
+	Requests          uint64 // requests emitted
+	LeasesGranted     uint64
+	Txns              uint64 // acquire transactions sent
+	Watches           uint64 // watches opened on a predecessor
+	Wakeups           uint64 // waiters woken by their predecessor's deletion (or a cut watch)
+	WaitingKeepalives uint64
+	WaitersExpired    uint64 // waiters whose etcd lease was gone (they rejoined the queue)
+	ErrorReplies      uint64
+	GarbageReplies    uint64
+	TransportFailures uint64
+	StaleReplies      uint64
+}
+
+func (k Counters) etcd() EtcdCounters {
+	return EtcdCounters{
+		Requests: k.BackendRequests, LeasesGranted: k.EtcdLeasesGranted, Txns: k.EtcdTxns,
+		Watches: k.EtcdWatches, Wakeups: k.BackendWakeups, WaitingKeepalives: k.EtcdWaitingKeepalives,
+		WaitersExpired: k.EtcdWaitersExpired, ErrorReplies: k.BackendErrorReplies,
+		GarbageReplies: k.BackendGarbageReplies, TransportFailures: k.BackendTransportFailures,
+		StaleReplies: k.BackendStaleReplies,
+	}
+}
+
+func (c *core) debugPanic() error {
+	if C.lhgo_has_debug_panic() == 0 {
+		return fmt.Errorf("leasehold: lh_client_debug_panic: %w", ErrNoTestingFeature)
+	}
+	st := uint32(C.lh_client_debug_panic(c.p))
+	runtime.KeepAlive(c)
+	return c.err("lh_client_debug_panic", st)
 }

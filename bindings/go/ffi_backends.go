@@ -1,19 +1,22 @@
 package leasehold
 
-// cgo wrappers of the SQL (lh_sql_*) and etcd (lh_http_*, lh_etcd_*) ABIs: requests are
-// copied out of the handle at once (they borrow it until the next call), results go in as
-// flat lh_value lists like Redis replies.
+// cgo wrappers of the one IO seam (lh_io_*) every backend is driven through, of the backend
+// options (lh_backend_options) and of status queries. Requests are copied out of the handle
+// at once (they borrow it until the next call); answers go in as flat lh_value lists, HTTP
+// replies, stream messages, failures, notifications and connection events.
 
 /*
 #include <stdlib.h>
+#include <string.h>
 #include "leasehold.h"
 
 // The library may hand out a dangling, non-NULL pointer (its alignment, like 0x8) for an
 // empty buffer. Go's runtime refuses such values in pointer-typed variables (a stack copy
 // throws "invalid pointer found on stack"), so empty buffers cross as NULL.
-static lh_status lh_go_sql_poll_request(lh_client *c, lh_sql_request *out) {
-	lh_status st = lh_sql_poll_request(c, out);
+static lh_status lhgo_io_poll(lh_client *c, lh_io_request *out) {
+	lh_status st = lh_io_poll(c, out);
 	if (st == LH_OK) {
+		if (out->argc == 0) out->argv = NULL;
 		if (out->nstatements == 0) out->statements = NULL;
 		if (out->nparams == 0) out->params = NULL;
 		if (out->data_len == 0) out->data = NULL;
@@ -21,30 +24,29 @@ static lh_status lh_go_sql_poll_request(lh_client *c, lh_sql_request *out) {
 	return st;
 }
 
-static lh_status lh_go_poll_status(lh_client *c, lh_lock_status *out) {
+// The arguments of a COMMAND, copied into one buffer (their lengths into lens), so that Go
+// never holds a pointer an empty argument may carry.
+static size_t lhgo_args_size(const lh_bytes *argv, uint32_t argc) {
+	size_t n = 0;
+	for (uint32_t i = 0; i < argc; i++) n += argv[i].len;
+	return n;
+}
+
+static void lhgo_args_copy(const lh_bytes *argv, uint32_t argc, uint8_t *buf, size_t *lens) {
+	size_t at = 0;
+	for (uint32_t i = 0; i < argc; i++) {
+		if (argv[i].len > 0) memcpy(buf + at, argv[i].ptr, argv[i].len);
+		lens[i] = argv[i].len;
+		at += argv[i].len;
+	}
+}
+
+static lh_status lhgo_poll_status(lh_client *c, lh_lock_status *out) {
 	lh_status st = lh_poll_status(c, out);
 	if (st == LH_OK) {
 		if (out->holder_host_len == 0) out->holder_host = NULL;
 		if (out->error_len == 0) out->error = NULL;
 	}
-	return st;
-}
-
-static lh_status lh_go_http_poll_request(lh_client *c, lh_http_request *out) {
-	lh_status st = lh_http_poll_request(c, out);
-	if (st == LH_OK && out->body_len == 0) out->body = NULL;
-	return st;
-}
-
-static lh_status lh_go_sql_last_error(const lh_client *c, const uint8_t **text, size_t *len) {
-	lh_status st = lh_sql_last_error(c, text, len);
-	if (st == LH_OK && *len == 0) *text = NULL;
-	return st;
-}
-
-static lh_status lh_go_etcd_last_error(const lh_client *c, const uint8_t **text, size_t *len) {
-	lh_status st = lh_etcd_last_error(c, text, len);
-	if (st == LH_OK && *len == 0) *text = NULL;
 	return st;
 }
 */
@@ -57,26 +59,48 @@ import (
 	"unsafe"
 )
 
-// The SQL and etcd ABIs' constants, checked against the header in init.
+// The seam's constants, checked against the header in init.
 const (
-	dialectSQLite    = 1
-	dialectPostgres  = 2
-	sqlConnCommands  = 1
-	sqlConnListener  = 2
-	valueText        = 7
-	valueFloat       = 8
+	backendMemory   = 1
+	backendRedis    = 2
+	backendSQLite   = 3
+	backendPostgres = 4
+	backendEtcd     = 5
+
+	ioNone       = 0
+	ioCommand    = 1
+	ioSQL        = 2
+	ioHTTP       = 3
+	ioHTTPWatch  = 4
+	ioHTTPCancel = 5
+
+	connCommands = 1
+	connNotify   = 2
+
+	failTransport = 1
+	failDatabase  = 2
+
+	connReopened     = 1
+	connSubscribed   = 2
+	connUnsubscribed = 3
+
+	valueNil    = 1
+	valueInt    = 2
+	valueBulk   = 3
+	valueStatus = 4
+	valueError  = 5
+	valueArray  = 6
+	valueText   = 7
+	valueFloat  = 8
+
 	paramMonotonicNs = 20
 	paramWallUs      = 21
 	paramBootID      = 22
 	paramPid         = 23
 	paramHostName    = 24
-	sqlFailTransport = 1
-	sqlFailDatabase  = 2
-	maxSQLMessage    = 1 << 16
-	httpUnary        = 1
-	httpWatch        = 2
-	httpCancelWatch  = 3
-	maxHTTPBody      = 1 << 20
+
+	maxReplyValues = 4096
+	maxReplyData   = 1 << 20
 )
 
 func init() {
@@ -84,97 +108,90 @@ func init() {
 		return
 	}
 	pairs := [][2]uint64{
-		{C.LH_DIALECT_SQLITE, dialectSQLite}, {C.LH_DIALECT_POSTGRES, dialectPostgres},
-		{C.LH_SQL_CONNECTION_COMMANDS, sqlConnCommands}, {C.LH_SQL_CONNECTION_LISTENER, sqlConnListener},
+		{C.LH_BACKEND_MEMORY, backendMemory}, {C.LH_BACKEND_REDIS, backendRedis},
+		{C.LH_BACKEND_SQLITE, backendSQLite}, {C.LH_BACKEND_POSTGRES, backendPostgres},
+		{C.LH_BACKEND_ETCD, backendEtcd},
+		{C.LH_IO_NONE, ioNone}, {C.LH_IO_COMMAND, ioCommand}, {C.LH_IO_SQL, ioSQL}, {C.LH_IO_HTTP, ioHTTP},
+		{C.LH_IO_HTTP_WATCH, ioHTTPWatch}, {C.LH_IO_HTTP_CANCEL, ioHTTPCancel},
+		{C.LH_CONNECTION_COMMANDS, connCommands}, {C.LH_CONNECTION_NOTIFY, connNotify},
+		{C.LH_FAILURE_TRANSPORT, failTransport}, {C.LH_FAILURE_DATABASE, failDatabase},
+		{C.LH_CONNECTION_REOPENED, connReopened}, {C.LH_CONNECTION_SUBSCRIBED, connSubscribed},
+		{C.LH_CONNECTION_UNSUBSCRIBED, connUnsubscribed},
+		{C.LH_VALUE_NIL, valueNil}, {C.LH_VALUE_INT, valueInt}, {C.LH_VALUE_BULK, valueBulk},
+		{C.LH_VALUE_STATUS, valueStatus}, {C.LH_VALUE_ERROR, valueError}, {C.LH_VALUE_ARRAY, valueArray},
 		{C.LH_VALUE_TEXT, valueText}, {C.LH_VALUE_FLOAT, valueFloat},
 		{C.LH_PARAM_HOST_MONOTONIC_NS, paramMonotonicNs}, {C.LH_PARAM_HOST_WALL_US, paramWallUs},
 		{C.LH_PARAM_HOST_BOOT_ID, paramBootID}, {C.LH_PARAM_HOST_PID, paramPid},
 		{C.LH_PARAM_HOST_NAME, paramHostName},
-		{C.LH_SQL_FAILURE_TRANSPORT, sqlFailTransport}, {C.LH_SQL_FAILURE_DATABASE, sqlFailDatabase},
-		{C.LH_MAX_SQL_MESSAGE, maxSQLMessage},
-		{C.LH_HTTP_UNARY, httpUnary}, {C.LH_HTTP_WATCH, httpWatch}, {C.LH_HTTP_CANCEL_WATCH, httpCancelWatch},
-		{C.LH_MAX_HTTP_BODY, maxHTTPBody},
+		{C.LH_MAX_REPLY_VALUES, maxReplyValues}, {C.LH_MAX_REPLY_DATA, maxReplyData},
 	}
 	for i, p := range pairs {
 		if p[0] != p[1] {
-			abiErr = fmt.Errorf("leasehold: backend constant #%d differs between leasehold.h (%d) and the Go binding (%d)", i, p[0], p[1])
+			abiErr = fmt.Errorf("leasehold: seam constant #%d differs between leasehold.h (%d) and the Go binding (%d)", i, p[0], p[1])
 			return
 		}
 	}
 }
 
-// sqlProtocol selects lh_client_new_sql.
-type sqlProtocol struct {
-	dialect       uint32
-	busyTimeoutMs uint64 // 0: the library's default
-	// PostgreSQL: lh_sql_options.asynchronous_commit
-	asynchronousCommit bool
+// redisProtocol tunes the core's Redis protocol; zero fields take the library's defaults.
+type redisProtocol struct {
+	standbyDelayMs, keyKeepMs, queueMaxAgeMs, idleRecheckMs uint64
+	shardedWake                                             bool // Redis Cluster: redis_sharded_wake
 }
 
-// etcdProtocol selects lh_client_new_etcd.
+// sqlProtocol tunes the core's SQL protocol.
+type sqlProtocol struct {
+	busyTimeoutMs      uint64 // SQLite; 0: the library's default
+	asynchronousCommit bool   // PostgreSQL
+}
+
+// etcdProtocol holds the etcd credentials the core authenticates with.
 type etcdProtocol struct {
 	user, password string
 }
 
-func cConfig(cfg coreConfig) C.lh_config {
-	var c C.lh_config
-	C.lh_config_default(&c)
-	c.drift_ppm = C.uint32_t(cfg.driftPPM)
-	c.drift_fixed_ns = C.uint64_t(cfg.driftFixedNs)
-	c.renew_jitter_ppm = C.uint32_t(cfg.renewJitterPPM)
-	c.fail_budget = C.uint32_t(cfg.failBudget)
-	c.request_timeout_ns = C.uint64_t(cfg.requestTimeoutNs)
-	c.backoff_base_ns = C.uint64_t(cfg.backoffBaseNs)
-	c.backoff_cap_ns = C.uint64_t(cfg.backoffCapNs)
-	c.max_ttl_ms = C.uint64_t(cfg.maxTTLms)
-	c.max_leases = C.uint32_t(cfg.maxLeases)
-	c.notifications = 0
-	if cfg.notifications {
-		c.notifications = 1
-	}
-	return c
+// backendOptions is an lh_backend_options: the backend a core speaks and its options.
+type backendOptions struct {
+	kind  uint32
+	redis redisProtocol
+	sql   sqlProtocol
+	etcd  etcdProtocol
 }
 
-// newCoreSQL creates a core handle with the SQL protocol attached.
-func newCoreSQL(cfg coreConfig, sp sqlProtocol, seed []byte) (*core, error) {
-	c := cConfig(cfg)
-	var o C.lh_sql_options
-	C.lh_sql_options_default(&o)
-	o.dialect = C.uint32_t(sp.dialect)
-	if sp.busyTimeoutMs > 0 {
-		o.busy_timeout_ms = C.uint64_t(sp.busyTimeoutMs)
+// c fills an lh_backend_options; free releases the C copies of the etcd credentials once
+// lh_client_new has read them (a Go pointer must not be stored in memory passed to C).
+func (b backendOptions) c() (o C.lh_backend_options, free func(), err error) {
+	free = func() {}
+	if st := uint32(C.lh_backend_options_default(C.uint32_t(b.kind), &o)); st != statusOK {
+		return o, free, &StatusError{Status: st, Name: statusName(st), Op: "lh_backend_options_default"}
 	}
-	if sp.asynchronousCommit {
-		o.asynchronous_commit = 1
+	for _, f := range []struct {
+		dst *C.uint64_t
+		v   uint64
+	}{{&o.redis_standby_delay_ms, b.redis.standbyDelayMs}, {&o.redis_key_keep_ms, b.redis.keyKeepMs},
+		{&o.redis_queue_max_age_ms, b.redis.queueMaxAgeMs}, {&o.redis_idle_recheck_ms, b.redis.idleRecheckMs},
+		{&o.sqlite_busy_timeout_ms, b.sql.busyTimeoutMs}} {
+		if f.v > 0 {
+			*f.dst = C.uint64_t(f.v)
+		}
 	}
-	p, n := bytesPtr(seed)
-	var out *C.lh_client
-	st := uint32(C.lh_client_new_sql(&c, &o, p, n, &out))
-	runtime.KeepAlive(seed)
-	if st != statusOK {
-		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new_sql"}
+	if b.redis.shardedWake {
+		o.redis_sharded_wake = 1
 	}
-	return &core{p: out}, nil
-}
-
-// newCoreEtcd creates a core handle with the etcd protocol attached.
-func newCoreEtcd(cfg coreConfig, ep etcdProtocol, seed []byte) (*core, error) {
-	c := cConfig(cfg)
-	var o C.lh_etcd_options
-	C.lh_etcd_options_default(&o)
-	if ep.user != "" {
-		o.user, o.user_len = strPtr(ep.user)
-		o.password, o.password_len = strPtr(ep.password)
+	if b.sql.asynchronousCommit {
+		o.postgres_asynchronous_commit = 1
 	}
-	p, n := bytesPtr(seed)
-	var out *C.lh_client
-	st := uint32(C.lh_client_new_etcd(&c, &o, p, n, &out))
-	runtime.KeepAlive(seed)
-	runtime.KeepAlive(ep)
-	if st != statusOK {
-		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new_etcd"}
+	if b.etcd.user != "" {
+		user := C.CBytes([]byte(b.etcd.user))
+		o.etcd_user, o.etcd_user_len = (*C.uint8_t)(user), C.size_t(len(b.etcd.user))
+		free = func() { C.free(user) }
+		if b.etcd.password != "" {
+			pw := C.CBytes([]byte(b.etcd.password))
+			o.etcd_password, o.etcd_password_len = (*C.uint8_t)(pw), C.size_t(len(b.etcd.password))
+			free = func() { C.free(user); C.free(pw) }
+		}
 	}
-	return &core{p: out}, nil
+	return o, free, nil
 }
 
 // sqlParam is one parameter of a statement: kind is an LH_VALUE_* or LH_PARAM_HOST_* value.
@@ -189,205 +206,182 @@ type sqlStatement struct {
 	params []sqlParam
 }
 
-// sqlRequest is a copy of one lh_sql_request: it owns its memory.
-type sqlRequest struct {
+// ioRequest is a copy of one lh_io_request: it owns its memory.
+type ioRequest struct {
 	id         uint64
+	kind       uint32
 	connection uint32
-	statements []sqlStatement
+	argv       []string       // COMMAND
+	statements []sqlStatement // SQL
+	// HTTP, HTTP_WATCH.
+	method, path, authorization string
+	body                        []byte
 }
 
-// sqlPollRequest takes the next SQL request (nil when none is left).
-func (c *core) sqlPollRequest() (*sqlRequest, error) {
-	var r C.lh_sql_request
-	st := uint32(C.lh_go_sql_poll_request(c.p, &r))
+// ioPoll takes the next request (nil when none is left).
+func (c *core) ioPoll() (*ioRequest, error) {
+	var r C.lh_io_request
+	st := uint32(C.lhgo_io_poll(c.p, &r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
-		return nil, c.err("lh_sql_poll_request", st)
+		return nil, c.err("lh_io_poll", st)
 	}
-	if r.id == 0 {
+	if r.kind == ioNone {
 		return nil, nil
 	}
-	data := unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.data_len))
-	params := unsafe.Slice(r.params, int(r.nparams))
-	q := &sqlRequest{id: uint64(r.id), connection: uint32(r.connection)}
-	for _, s := range unsafe.Slice(r.statements, int(r.nstatements)) {
-		stmt := sqlStatement{sql: string(data[s.sql_offset : s.sql_offset+s.sql_len])}
-		for _, p := range params[s.first_param : s.first_param+s.nparams] {
-			sp := sqlParam{kind: uint32(p.kind), integer: int64(p.integer)}
-			if sp.kind == valueText || sp.kind == valueBulk {
-				sp.bytes = append([]byte{}, data[p.offset:p.offset+p.len]...)
-			}
-			stmt.params = append(stmt.params, sp)
+	q := &ioRequest{id: uint64(r.id), kind: uint32(r.kind), connection: uint32(r.connection)}
+	switch q.kind {
+	case ioCommand:
+		q.argv = copyArgs(r.argv, r.argc)
+	case ioSQL:
+		var data []byte
+		if r.data != nil {
+			data = unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.data_len))
 		}
-		q.statements = append(q.statements, stmt)
+		var params []C.lh_value
+		if r.params != nil {
+			params = unsafe.Slice(r.params, int(r.nparams))
+		}
+		var stmts []C.lh_sql_statement
+		if r.statements != nil {
+			stmts = unsafe.Slice(r.statements, int(r.nstatements))
+		}
+		for _, s := range stmts {
+			stmt := sqlStatement{sql: string(data[s.sql_offset : s.sql_offset+s.sql_len])}
+			for _, p := range params[s.first_param : s.first_param+s.nparams] {
+				sp := sqlParam{kind: uint32(p.kind), integer: int64(p.integer)}
+				if sp.kind == valueText || sp.kind == valueBulk {
+					sp.bytes = append([]byte{}, data[p.offset:p.offset+p.len]...)
+				}
+				stmt.params = append(stmt.params, sp)
+			}
+			q.statements = append(q.statements, stmt)
+		}
+	case ioHTTP, ioHTTPWatch, ioHTTPCancel:
+		if r.method != nil {
+			q.method = C.GoString(r.method)
+		}
+		if r.path != nil {
+			q.path = C.GoString(r.path)
+		}
+		if r.authorization != nil {
+			q.authorization = C.GoString(r.authorization)
+		}
+		if r.data != nil {
+			q.body = C.GoBytes(unsafe.Pointer(r.data), C.int(r.data_len))
+		}
 	}
 	runtime.KeepAlive(c)
 	return q, nil
 }
 
-func (c *core) sqlResult(now, id uint64, vals []lhValue, data []byte) error {
+// copyArgs copies a COMMAND's arguments out of the handle.
+func copyArgs(argv *C.lh_bytes, argc C.uint32_t) []string {
+	if argv == nil || argc == 0 {
+		return nil
+	}
+	buf := make([]byte, int(C.lhgo_args_size(argv, argc)))
+	lens := make([]C.size_t, int(argc))
+	bp, _ := bytesPtr(buf)
+	C.lhgo_args_copy(argv, argc, bp, &lens[0])
+	out := make([]string, len(lens))
+	at := 0
+	for i, n := range lens {
+		if n > 0 {
+			out[i] = unsafe.String(&buf[at], int(n)) // buf is never written again
+			at += int(n)
+		}
+	}
+	return out
+}
+
+// lhValue is lh_value: no pointers inside, so a Go slice of them goes to C as it is.
+type lhValue = C.lh_value
+
+func newValue(kind uint32, integer int64, offset, n int) lhValue {
+	return lhValue{kind: C.uint32_t(kind), integer: C.int64_t(integer), offset: C.uint64_t(offset), len: C.uint64_t(n)}
+}
+
+// ioReply hands back the values answering a COMMAND or SQL request.
+func (c *core) ioReply(now, id uint64, vals []lhValue, data []byte) error {
 	var vp *C.lh_value
 	if len(vals) > 0 {
 		vp = &vals[0]
 	}
 	dp, dn := bytesPtr(data)
-	st := uint32(C.lh_sql_result(c.p, C.uint64_t(now), C.uint64_t(id), vp, C.size_t(len(vals)), dp, dn))
+	st := uint32(C.lh_io_reply(c.p, C.uint64_t(now), C.uint64_t(id), vp, C.size_t(len(vals)), dp, dn))
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(data)
 	runtime.KeepAlive(c)
-	return c.err("lh_sql_result", st)
+	return c.err("lh_io_reply", st)
 }
 
-func (c *core) sqlFailed(now, id uint64, kind uint32, msg string) error {
-	if len(msg) > maxSQLMessage {
-		msg = msg[:maxSQLMessage]
+func (c *core) ioHTTPReply(now, id uint64, status int, body []byte) error {
+	bp, bn := bytesPtr(body)
+	st := uint32(C.lh_io_http_reply(c.p, C.uint64_t(now), C.uint64_t(id), C.uint32_t(status), bp, bn))
+	runtime.KeepAlive(body)
+	runtime.KeepAlive(c)
+	return c.err("lh_io_http_reply", st)
+}
+
+func (c *core) ioStreamMessage(now, id uint64, line []byte) error {
+	lp, ln := bytesPtr(line)
+	st := uint32(C.lh_io_stream_message(c.p, C.uint64_t(now), C.uint64_t(id), lp, ln))
+	runtime.KeepAlive(line)
+	runtime.KeepAlive(c)
+	return c.err("lh_io_stream_message", st)
+}
+
+// ioFailed reports that request id got no answer (failTransport) or that the database
+// refused it (failDatabase); msg is cut to the seam's bound.
+func (c *core) ioFailed(now, id uint64, kind uint32, msg string) error {
+	if len(msg) > maxReplyData {
+		msg = msg[:maxReplyData]
 	}
 	mp, mn := strPtr(msg)
-	st := uint32(C.lh_sql_failed(c.p, C.uint64_t(now), C.uint64_t(id), C.uint32_t(kind), mp, mn))
+	st := uint32(C.lh_io_failed(c.p, C.uint64_t(now), C.uint64_t(id), C.uint32_t(kind), mp, mn))
 	runtime.KeepAlive(msg)
 	runtime.KeepAlive(c)
-	return c.err("lh_sql_failed", st)
+	return c.err("lh_io_failed", st)
 }
 
-func (c *core) sqlNotification(now uint64, channel, payload string) error {
+// ioMessage delivers one notification (a pub/sub message, a NOTIFY, a memory release).
+func (c *core) ioMessage(now uint64, channel, payload string) error {
 	cp, cn := strPtr(channel)
 	pp, pn := strPtr(payload)
-	st := uint32(C.lh_sql_notification(c.p, C.uint64_t(now), cp, cn, pp, pn))
+	st := uint32(C.lh_io_message(c.p, C.uint64_t(now), cp, cn, pp, pn))
 	runtime.KeepAlive(channel)
 	runtime.KeepAlive(payload)
 	runtime.KeepAlive(c)
-	return c.err("lh_sql_notification", st)
+	return c.err("lh_io_message", st)
 }
 
-func (c *core) sqlConnectionReset(now uint64, conn uint32) error {
-	st := uint32(C.lh_sql_connection_reset(c.p, C.uint64_t(now), C.uint32_t(conn)))
+// ioConnection reports what happened to a connection (connReopened, or a channel's
+// connSubscribed / connUnsubscribed).
+func (c *core) ioConnection(now uint64, conn, ev uint32, channel string) error {
+	var cp *C.uint8_t
+	var cn C.size_t
+	if channel != "" {
+		cp, cn = strPtr(channel)
+	}
+	st := uint32(C.lh_io_connection(c.p, C.uint64_t(now), C.uint32_t(conn), C.uint32_t(ev), cp, cn))
+	runtime.KeepAlive(channel)
 	runtime.KeepAlive(c)
-	return c.err("lh_sql_connection_reset", st)
+	return c.err("lh_io_connection", st)
 }
 
-func (c *core) sqlLastError() string {
-	var p *C.uint8_t
-	var n C.size_t
-	if st := uint32(C.lh_go_sql_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
-		return ""
-	}
-	s := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
+// ioClose tells the core the client is closing (etcd revokes its pooled leases).
+func (c *core) ioClose(now uint64) error {
+	st := uint32(C.lh_io_close(c.p, C.uint64_t(now)))
 	runtime.KeepAlive(c)
-	return s
+	return c.err("lh_io_close", st)
 }
 
-// httpRequest is a copy of one lh_http_request: it owns its memory.
-type httpRequest struct {
-	id            uint64
-	kind          uint32
-	method, path  string
-	body          []byte
-	authorization string
-}
-
-// httpPollRequest takes the next HTTP request (nil when none is left).
-func (c *core) httpPollRequest() (*httpRequest, error) {
-	var r C.lh_http_request
-	st := uint32(C.lh_go_http_poll_request(c.p, &r))
-	if st != statusOK {
-		runtime.KeepAlive(c)
-		return nil, c.err("lh_http_poll_request", st)
-	}
-	if r.id == 0 {
-		return nil, nil
-	}
-	q := &httpRequest{id: uint64(r.id), kind: uint32(r.kind)}
-	if r.method != nil {
-		q.method = C.GoString(r.method)
-	}
-	if r.path != nil {
-		q.path = C.GoString(r.path)
-	}
-	if r.body != nil && r.body_len > 0 {
-		q.body = C.GoBytes(unsafe.Pointer(r.body), C.int(r.body_len))
-	}
-	if r.authorization != nil {
-		q.authorization = C.GoString(r.authorization)
-	}
-	runtime.KeepAlive(c)
-	return q, nil
-}
-
-func (c *core) httpReply(now, id uint64, status int, body []byte) error {
-	bp, bn := bytesPtr(body)
-	st := uint32(C.lh_http_reply(c.p, C.uint64_t(now), C.uint64_t(id), C.uint32_t(status), bp, bn))
-	runtime.KeepAlive(body)
-	runtime.KeepAlive(c)
-	return c.err("lh_http_reply", st)
-}
-
-func (c *core) httpStreamMessage(now, id uint64, line []byte) error {
-	lp, ln := bytesPtr(line)
-	st := uint32(C.lh_http_stream_message(c.p, C.uint64_t(now), C.uint64_t(id), lp, ln))
-	runtime.KeepAlive(line)
-	runtime.KeepAlive(c)
-	return c.err("lh_http_stream_message", st)
-}
-
-func (c *core) httpFailed(now, id uint64, msg string) error {
-	if len(msg) > maxHTTPBody {
-		msg = msg[:maxHTTPBody]
-	}
-	mp, mn := strPtr(msg)
-	st := uint32(C.lh_http_failed(c.p, C.uint64_t(now), C.uint64_t(id), mp, mn))
-	runtime.KeepAlive(msg)
-	runtime.KeepAlive(c)
-	return c.err("lh_http_failed", st)
-}
-
-// etcdClose revokes the pooled etcd leases (lh_etcd_close); the requests follow.
-func (c *core) etcdClose(now uint64) error {
-	st := uint32(C.lh_etcd_close(c.p, C.uint64_t(now)))
-	runtime.KeepAlive(c)
-	return c.err("lh_etcd_close", st)
-}
-
-func (c *core) etcdLastError() string {
-	var p *C.uint8_t
-	var n C.size_t
-	if st := uint32(C.lh_go_etcd_last_error(c.p, &p, &n)); st != statusOK || n == 0 {
-		return ""
-	}
-	s := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
+// backendLastError is what the backend or the protocol last found wrong ("" if nothing).
+func (c *core) backendLastError() string {
+	s := C.GoString(C.lh_backend_last_error(c.p))
 	runtime.KeepAlive(c)
 	return s
-}
-
-// EtcdCounters mirrors the core's lh_etcd_counters: what the etcd protocol saw.
-type EtcdCounters struct {
-	Requests          uint64 // requests emitted (cancellations not included)
-	LeasesGranted     uint64
-	Txns              uint64 // acquire transactions sent
-	Watches           uint64 // watches opened on a predecessor
-	Wakeups           uint64 // waiters woken by their predecessor's deletion (or a cut watch)
-	WaitingKeepalives uint64
-	WaitersExpired    uint64 // waiters whose etcd lease was gone (they rejoined the queue)
-	ErrorReplies      uint64
-	GarbageReplies    uint64
-	TransportFailures uint64
-	StaleReplies      uint64
-}
-
-func (c *core) etcdCounters() (EtcdCounters, error) {
-	var k C.lh_etcd_counters
-	k.struct_size = C.uint32_t(unsafe.Sizeof(k))
-	st := uint32(C.lh_etcd_counters_get(c.p, &k))
-	runtime.KeepAlive(c)
-	if st != statusOK {
-		return EtcdCounters{}, c.err("lh_etcd_counters_get", st)
-	}
-	return EtcdCounters{
-		Requests: uint64(k.requests), LeasesGranted: uint64(k.leases_granted), Txns: uint64(k.txns),
-		Watches: uint64(k.watches), Wakeups: uint64(k.wakeups), WaitingKeepalives: uint64(k.waiting_keepalives),
-		WaitersExpired: uint64(k.waiters_expired), ErrorReplies: uint64(k.error_replies),
-		GarbageReplies: uint64(k.garbage_replies), TransportFailures: uint64(k.transport_failures),
-		StaleReplies: uint64(k.stale_replies),
-	}, nil
 }
 
 func (c *core) statusRequest(now uint64, name string) (uint64, error) {
@@ -413,7 +407,7 @@ type statusAnswer struct {
 func (c *core) pollStatus() (statusAnswer, error) {
 	var s C.lh_lock_status
 	s.struct_size = C.uint32_t(unsafe.Sizeof(s))
-	st := uint32(C.lh_go_poll_status(c.p, &s))
+	st := uint32(C.lhgo_poll_status(c.p, &s))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return statusAnswer{}, c.err("lh_poll_status", st)

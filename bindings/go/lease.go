@@ -266,7 +266,7 @@ func (l *Lease) release() (*releaseWait, *job) {
 	switch disp {
 	case releasingPending:
 		c.relWaits[id] = append(c.relWaits[id], w)
-		return w, c.drainTake(outRelease, id)
+		return w, c.drainTake(true)
 	case releasingLost:
 		c.drainLocked() // delivers the LOST event: Lost, Context and lostErr
 		if l.rec.lostErr != nil {

@@ -17,6 +17,27 @@ extern lh_status lh_memory_service_forget(struct lh_memory_service *svc, const u
                                           size_t name_len) LHGO_WEAK;
 static int lhgo_has_set_faults(void) { return lh_memory_service_set_faults != NULL; }
 static int lhgo_has_forget(void) { return lh_memory_service_forget != NULL; }
+
+// Runs one memory-protocol request whose arguments lie end to end in buf (lens[i] bytes
+// each). Empty answer buffers cross as NULL (see ffi_backends.go).
+static lh_status lhgo_memory_call(lh_memory_service *svc, uint64_t conn, uint64_t now,
+                                  const uint8_t *buf, const size_t *lens, uint32_t argc,
+                                  lh_memory_answer *out) {
+	lh_bytes argv[64];
+	if (argc > 64) return LH_ERR_INVALID_REPLY;
+	size_t at = 0;
+	for (uint32_t i = 0; i < argc; i++) {
+		argv[i].ptr = lens[i] ? buf + at : NULL;
+		argv[i].len = lens[i];
+		at += lens[i];
+	}
+	lh_status st = lh_memory_service_call(svc, conn, now, argv, argc, out);
+	if (st == LH_OK) {
+		if (out->nvalues == 0) out->values = NULL;
+		if (out->data_len == 0) out->data = NULL;
+	}
+	return st;
+}
 */
 import "C"
 
@@ -68,31 +89,24 @@ var ErrInjected = errors.New("leasehold: injected transport fault")
 // Redis scripts: ownership by token, expiry, fencing tokens that never go
 // backwards, release notifications. It wraps the core's reference service
 // (lh_memory_service_*), so every binding tests against the same one; expiry
-// runs on the monotonic clock the LockClient feeds its core.
+// runs on the monotonic clock the LockClient feeds its core. A LockClient on
+// it is driven like on any backend: its core speaks the memory protocol and
+// its MemoryExecutor hands each request to the service, unread.
 type MemoryService struct {
 	mu sync.Mutex // the C handle is not thread-safe
 	p  *C.lh_memory_service
-	// watching holds the connections with watches (their notifications are
-	// polled after every release).
-	watching map[uint64]*memConn
+	// conns are the connections of live LockClients: a release on one queues
+	// notifications for others, taken after every call.
+	conns map[uint64]*memExec
 }
-
-// memConn is one connection's watches, kept apart from its MemoryExecutor
-// so that the server can deliver to it.
-type memConn struct {
-	id   uint64
-	subs map[string]map[*memSub]struct{} // guarded by MemoryService.mu
-}
-
-type memSub struct{ notify func(string) }
 
 // NewMemoryService returns an empty server.
 func NewMemoryService() *MemoryService {
 	var cfg C.lh_memory_config
 	C.lh_memory_config_default(&cfg)
-	// Transports have no Close (a collected one disconnects): never refuse one.
+	// Forgotten LockClients disconnect when collected: never refuse one.
 	cfg.max_connections = 1 << 24
-	s := &MemoryService{watching: map[uint64]*memConn{}}
+	s := &MemoryService{conns: map[uint64]*memExec{}}
 	if st := C.lh_memory_service_new(&cfg, &s.p); st != statusOK {
 		panic(fmt.Sprintf("leasehold: lh_memory_service_new: %s", statusName(uint32(st))))
 	}
@@ -106,19 +120,10 @@ func (s *MemoryService) err(op string, st C.lh_status) error {
 		C.GoString(C.lh_memory_service_last_error(s.p)))
 }
 
-// Executor returns a new connection to the server with its own fault
-// switches.
+// Executor returns a new executor on the server, with its own fault switches
+// (each LockClient on it gets a connection of its own).
 func (s *MemoryService) Executor() *MemoryExecutor {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var id C.uint64_t
-	if st := C.lh_memory_service_connect(s.p, &id); st != statusOK {
-		panic(s.err("connect", st))
-	}
-	t := &MemoryExecutor{s: s, conn: &memConn{id: uint64(id)}, changed: make(chan struct{})}
-	// Transports have no Close: a collected one's connection (and its watches) goes.
-	runtime.AddCleanup(t, s.disconnect, uint64(id))
-	return t
+	return &MemoryExecutor{s: s, changed: make(chan struct{}), execs: map[*memExec]struct{}{}}
 }
 
 // connections is how many connections are open (tests).
@@ -131,14 +136,6 @@ func (s *MemoryService) connections() uint64 {
 		return 0
 	}
 	return uint64(st.connections)
-}
-
-// disconnect drops connection id and its watches.
-func (s *MemoryService) disconnect(id uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.watching, id)
-	C.lh_memory_service_disconnect(s.p, C.uint64_t(id))
 }
 
 // status is the service's view of name; s.mu is held.
@@ -198,128 +195,149 @@ func (s *MemoryService) expiry(name string) time.Time {
 	return monoToTime(uint64(st.expires_at_ns))
 }
 
-type memOp int
-
-const (
-	memAcquire memOp = iota
-	memRenew
-	memRelease
-)
-
-// call runs one request on connection c and, after a release, delivers the
-// notifications it queued.
-func (s *MemoryService) call(op memOp, c *memConn, name, token string, ttl time.Duration) (C.lh_memory_result, error) {
-	var r C.lh_memory_result
-	r.struct_size = C.uint32_t(C.sizeof_lh_memory_result)
-	np, nn := strPtr(name)
-	tp, tn := strPtr(token)
-	ttlMs := C.uint64_t(max(1, (ttl+time.Millisecond-1)/time.Millisecond))
-	s.mu.Lock()
-	now := C.uint64_t(monoNow())
-	var st C.lh_status
-	switch op {
-	case memAcquire:
-		st = C.lh_memory_service_acquire(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, ttlMs, &r)
-	case memRenew:
-		st = C.lh_memory_service_renew(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, ttlMs, &r)
-	default:
-		st = C.lh_memory_service_release(s.p, C.uint64_t(c.id), now, np, nn, tp, tn, &r)
-	}
-	if st != statusOK {
-		err := s.err("request", st)
-		s.mu.Unlock()
-		return r, err
-	}
-	var deliver []func()
-	if r.outcome == C.LH_MEMORY_RELEASED {
-		deliver = s.pollReleased()
-	}
-	s.mu.Unlock()
-	for _, d := range deliver { // outside the lock: a notify may call back in
-		d()
-	}
-	if r.outcome == C.LH_MEMORY_DROPPED || r.outcome == C.LH_MEMORY_FULL {
-		return r, ErrInjected
-	}
-	return r, nil
+// memAnswer is a copy of one lh_memory_answer.
+type memAnswer struct {
+	dropped bool
+	vals    []lhValue
+	data    []byte
 }
 
-// pollReleased takes every queued notification; s.mu is held.
-func (s *MemoryService) pollReleased() []func() {
-	var out []func()
-	for _, c := range s.watching {
+// call runs one request of connection conn and takes the release notifications it
+// queued for every live connection; deliver hands them to their LockClients.
+func (s *MemoryService) call(conn uint64, argv []string) (a memAnswer, deliver func(), err error) {
+	var buf []byte
+	lens := make([]C.size_t, len(argv))
+	for i, arg := range argv {
+		buf = append(buf, arg...)
+		lens[i] = C.size_t(len(arg))
+	}
+	bp, _ := bytesPtr(buf)
+	var lp *C.size_t
+	if len(lens) > 0 {
+		lp = &lens[0]
+	}
+	var r C.lh_memory_answer
+	r.struct_size = C.uint32_t(C.sizeof_lh_memory_answer)
+	s.mu.Lock()
+	st := C.lhgo_memory_call(s.p, C.uint64_t(conn), C.uint64_t(monoNow()), bp, lp, C.uint32_t(len(argv)), &r)
+	runtime.KeepAlive(buf)
+	runtime.KeepAlive(lens)
+	if st != statusOK {
+		err = s.err("call", st)
+		s.mu.Unlock()
+		return a, func() {}, err
+	}
+	// The answer borrows the handle until its next call: copy it now.
+	a.dropped = r.dropped != 0
+	if r.values != nil {
+		a.vals = append([]lhValue(nil), unsafe.Slice(r.values, int(r.nvalues))...)
+	}
+	if r.data != nil {
+		a.data = C.GoBytes(unsafe.Pointer(r.data), C.int(r.data_len))
+	}
+	deliver = s.pollReleasedLocked()
+	s.mu.Unlock()
+	return a, deliver, nil
+}
+
+// pollReleasedLocked takes every queued notification (s.mu held) and returns what hands
+// them to their LockClients, to run once s.mu is released (an input may call back in).
+func (s *MemoryService) pollReleasedLocked() func() {
+	type note struct {
+		x    *memExec
+		name string
+	}
+	var notes []note
+	for id, x := range s.conns {
 		for {
 			var p *C.uint8_t
 			var n C.size_t
-			if C.lh_memory_service_poll_released(s.p, C.uint64_t(c.id), &p, &n) != statusOK || p == nil {
+			if C.lh_memory_service_poll_released(s.p, C.uint64_t(id), &p, &n) != statusOK || p == nil {
 				break
 			}
-			name := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))
-			for sub := range c.subs[name] {
-				out = append(out, func() { sub.notify(name) })
-			}
+			notes = append(notes, note{x, C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n))})
 		}
 	}
-	return out
+	return func() {
+		for _, m := range notes {
+			c := m.x.c
+			c.input(func(now uint64) error { return c.core.ioMessage(now, m.name, "") })
+		}
+	}
 }
 
-// MemoryExecutor is one connection to a MemoryService, with fault switches.
-// Its zero value is not usable: see NewMemoryExecutor and
-// MemoryService.Executor.
+// MemoryExecutor is the memory executor: the fault switches of a MemoryService's
+// clients. Each LockClient made on it gets a connection to the service of its
+// own (its watches and notifications), and its requests go to the service
+// through the executor's faults. Its zero value is not usable: see
+// NewMemoryExecutor and MemoryService.Executor.
 type MemoryExecutor struct {
-	s    *MemoryService
-	conn *memConn
+	s *MemoryService
 
-	mu       sync.Mutex
-	fault    Fault
-	delay    time.Duration
-	changed  chan struct{} // closed and replaced when the fault switches change
-	calls    int64
-	releases int64
+	mu      sync.Mutex
+	fault   Fault
+	delay   time.Duration
+	changed chan struct{} // closed and replaced when the fault switches change
+	calls   int64
+	execs   map[*memExec]struct{} // the connections of live LockClients
+	// releases sent by LockClients that closed (ReleaseCalls)
+	closedReleases uint64
+	// beforeCall, when set (tests), runs before each request reaches the service.
+	beforeCall func()
 }
 
-// NewMemoryExecutor returns a connection to a new MemoryService.
+// NewMemoryExecutor returns an executor on a new MemoryService.
 func NewMemoryExecutor() *MemoryExecutor { return NewMemoryService().Executor() }
 
-// Service returns the server this transport talks to.
+// Service returns the server this executor talks to.
 func (t *MemoryExecutor) Service() *MemoryService { return t.s }
 
-// SetFault switches the fault mode; hung calls re-evaluate it. FaultNone and
-// FaultHang are the host's own and work with any library; the others need one
-// built with the `testing` feature (else SetFault panics with
-// ErrNoTestingFeature).
-func (t *MemoryExecutor) SetFault(f Fault) {
-	var flags C.uint32_t
+// faultFlags are the service's switches for f (the host's own faults need none).
+func faultFlags(f Fault) C.uint32_t {
 	switch f {
 	case FaultReject:
-		flags = C.LH_MEMORY_REJECT_ALL
+		return C.LH_MEMORY_REJECT_ALL
 	case FaultDrop:
-		flags = C.LH_MEMORY_DROP_REQUESTS
+		return C.LH_MEMORY_DROP_REQUESTS
 	case FaultDropReply:
-		flags = C.LH_MEMORY_DROP_RESPONSES
+		return C.LH_MEMORY_DROP_RESPONSES
 	case FaultPartition: // hung here, and the service discards its notifications
-		flags = C.LH_MEMORY_PARTITIONED
+		return C.LH_MEMORY_PARTITIONED
 	}
-	hooks := C.lhgo_has_set_faults() != 0
-	if !hooks && flags != 0 {
-		panic(fmt.Errorf("leasehold: MemoryExecutor.SetFault: %w", ErrNoTestingFeature))
+	return 0
+}
+
+// setFaultsLocked sets the service's switches of one connection (t.mu and t.s.mu held).
+func (t *MemoryExecutor) setFaultsLocked(conn uint64, flags C.uint32_t) {
+	if C.lhgo_has_set_faults() == 0 {
+		return // without the test hooks no switch can be on: nothing to clear
 	}
 	faults := C.lh_memory_faults{struct_size: C.uint32_t(C.sizeof_lh_memory_faults), flags: flags}
-	t.mu.Lock()
-	var st C.lh_status = statusOK
-	if hooks { // without them no switch can be on: nothing to clear
-		t.s.mu.Lock()
-		st = C.lh_memory_service_set_faults(t.s.p, C.uint64_t(t.conn.id), &faults)
-		t.s.mu.Unlock()
-	}
-	if st != statusOK {
-		t.mu.Unlock()
+	if st := C.lh_memory_service_set_faults(t.s.p, C.uint64_t(conn), &faults); st != statusOK {
 		panic(fmt.Sprintf("leasehold: lh_memory_service_set_faults: %s", statusName(uint32(st))))
 	}
+}
+
+// SetFault switches the fault mode of every connection of the executor (and
+// of those of LockClients made later); hung calls re-evaluate it. FaultNone
+// and FaultHang are the host's own and work with any library; the others
+// need one built with the `testing` feature (else SetFault panics with
+// ErrNoTestingFeature).
+func (t *MemoryExecutor) SetFault(f Fault) {
+	flags := faultFlags(f)
+	if flags != 0 && C.lhgo_has_set_faults() == 0 {
+		panic(fmt.Errorf("leasehold: MemoryExecutor.SetFault: %w", ErrNoTestingFeature))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.s.mu.Lock()
+	for x := range t.execs {
+		t.setFaultsLocked(x.conn, flags)
+	}
+	t.s.mu.Unlock()
 	t.fault = f
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.mu.Unlock()
 }
 
 // Fault returns the current fault mode.
@@ -336,18 +354,41 @@ func (t *MemoryExecutor) SetDelay(d time.Duration) {
 	t.mu.Unlock()
 }
 
-// Calls returns how many requests were issued on this transport.
+// Calls returns how many requests the LockClients on this executor issued.
 func (t *MemoryExecutor) Calls() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.calls
 }
 
-// ReleaseCalls returns how many of those requests were releases.
+// ReleaseCalls returns how many releases the LockClients on this executor
+// sent (their Counters.ReleasesSent, cleanup releases included).
 func (t *MemoryExecutor) ReleaseCalls() int64 {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.releases
+	n := t.closedReleases
+	live := make([]*client, 0, len(t.execs))
+	for x := range t.execs {
+		live = append(live, x.c)
+	}
+	t.mu.Unlock()
+	for _, c := range live {
+		n += c.releasesSent()
+	}
+	return int64(n)
+}
+
+// releasesSent is the core's count of release requests (0 once it is gone).
+func (c *client) releasesSent() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return 0
+	}
+	k, err := c.core.counters()
+	if err != nil {
+		return 0
+	}
+	return k.ReleasesSent
 }
 
 // enter applies the host-level faults (delay, hang) before a request goes
@@ -355,8 +396,11 @@ func (t *MemoryExecutor) ReleaseCalls() int64 {
 func (t *MemoryExecutor) enter(ctx context.Context) error {
 	t.mu.Lock()
 	t.calls++
-	d := t.delay
+	d, hook := t.delay, t.beforeCall
 	t.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	if d > 0 {
 		tm := time.NewTimer(d)
 		select {
@@ -381,87 +425,83 @@ func (t *MemoryExecutor) enter(ctx context.Context) error {
 	}
 }
 
-// Acquire implements Executor.
-func (t *MemoryExecutor) Acquire(ctx context.Context, name, token string, ttl time.Duration) (AcquireReply, error) {
-	if err := t.enter(ctx); err != nil {
-		return AcquireReply{}, err
-	}
-	r, err := t.s.call(memAcquire, t.conn, name, token, ttl)
-	if err != nil {
-		return AcquireReply{}, err
-	}
-	if r.outcome == C.LH_MEMORY_GRANTED {
-		return AcquireReply{Granted: true, FencingToken: uint64(r.fencing_token), TTL: ttl}, nil
-	}
-	if r.retry_after_ms == C.LH_NO_RETRY_HINT {
-		return AcquireReply{RetryAfter: -1}, nil
-	}
-	return AcquireReply{RetryAfter: time.Duration(r.retry_after_ms) * time.Millisecond}, nil
-}
+func (t *MemoryExecutor) backend() backendOptions { return backendOptions{kind: backendMemory} }
 
-// Renew implements Executor.
-func (t *MemoryExecutor) Renew(ctx context.Context, name, token string, ttl time.Duration, _ []byte) (bool, error) {
-	if err := t.enter(ctx); err != nil {
-		return false, err
-	}
-	r, err := t.s.call(memRenew, t.conn, name, token, ttl)
-	return err == nil && r.outcome == C.LH_MEMORY_RENEWED, err
-}
-
-// Release implements Executor.
-func (t *MemoryExecutor) Release(ctx context.Context, name, token string, _ []byte) (bool, error) {
+// start connects one LockClient to the service, with the executor's faults.
+func (t *MemoryExecutor) start(c *client) (ioExec, error) {
 	t.mu.Lock()
-	t.releases++
-	t.mu.Unlock()
-	if err := t.enter(ctx); err != nil {
-		return false, err
-	}
-	r, err := t.s.call(memRelease, t.conn, name, token, 0)
-	return err == nil && r.outcome == C.LH_MEMORY_RELEASED, err
-}
-
-// Watch implements Executor. Notifications are delivered synchronously from
-// the goroutine that released the lock.
-func (t *MemoryExecutor) Watch(_ context.Context, name string, notify func(string)) (func(), error) {
-	s, c := t.s, t.conn
-	sub := &memSub{notify: notify}
-	p, n := strPtr(name)
+	defer t.mu.Unlock()
+	s := t.s
 	s.mu.Lock()
-	if len(c.subs[name]) == 0 {
-		if st := C.lh_memory_service_watch(s.p, C.uint64_t(c.id), p, n); st != statusOK {
-			err := s.err("watch", st)
-			s.mu.Unlock()
-			return nil, err
-		}
+	defer s.mu.Unlock()
+	var id C.uint64_t
+	if st := C.lh_memory_service_connect(s.p, &id); st != statusOK {
+		return nil, s.err("connect", st)
 	}
-	if c.subs == nil {
-		c.subs = map[string]map[*memSub]struct{}{}
+	x := &memExec{t: t, c: c, conn: uint64(id)}
+	if flags := faultFlags(t.fault); flags != 0 {
+		t.setFaultsLocked(x.conn, flags)
 	}
-	if c.subs[name] == nil {
-		c.subs[name] = map[*memSub]struct{}{}
-	}
-	c.subs[name][sub] = struct{}{}
-	s.watching[c.id] = c
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			delete(c.subs[name], sub)
-			if len(c.subs[name]) > 0 {
-				return
-			}
-			delete(c.subs, name)
-			p, n := strPtr(name)
-			C.lh_memory_service_unwatch(s.p, C.uint64_t(c.id), p, n)
-			if len(c.subs) == 0 {
-				delete(s.watching, c.id)
-			}
-		})
-	}, nil
+	s.conns[x.conn] = x
+	t.execs[x] = struct{}{}
+	return x, nil
 }
 
-// Close does nothing (the service lives as long as it is referenced). It makes
-// every executor an io.Closer.
+// memExec is one LockClient's connection to the service.
+type memExec struct {
+	t    *MemoryExecutor
+	c    *client
+	conn uint64
+}
+
+func (x *memExec) run(q *ioRequest) (*job, error) {
+	if q.kind != ioCommand {
+		return nil, errUnsupportedIO
+	}
+	return &job{id: q.id, timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.call(ctx, q) }}, nil
+}
+
+// call hands one request to the service through the executor's faults, its answer to
+// the core, then the release notifications it caused to their LockClients.
+func (x *memExec) call(ctx context.Context, q *ioRequest) {
+	c := x.c
+	if err := x.t.enter(ctx); err != nil {
+		c.input(func(now uint64) error { return c.core.ioFailed(now, q.id, failTransport, err.Error()) })
+		return
+	}
+	a, deliver, err := x.t.s.call(x.conn, q.argv)
+	c.input(func(now uint64) error {
+		switch {
+		case err != nil:
+			return c.core.ioFailed(now, q.id, failTransport, err.Error())
+		case a.dropped:
+			return c.core.ioFailed(now, q.id, failTransport, ErrInjected.Error())
+		}
+		err := c.core.ioReply(now, q.id, a.vals, a.data)
+		if isStatus(err, statusInvalidReply) {
+			return c.core.ioFailed(now, q.id, failTransport, err.Error())
+		}
+		return err
+	})
+	deliver()
+}
+
+// close disconnects the LockClient (its watches and queued notifications go; its
+// grants stay until they expire, as a dead client's would).
+func (x *memExec) close() {
+	sent := x.c.releasesSent()
+	t := x.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.execs, x)
+	t.closedReleases += sent
+	t.s.mu.Lock()
+	delete(t.s.conns, x.conn)
+	C.lh_memory_service_disconnect(t.s.p, C.uint64_t(x.conn))
+	t.s.mu.Unlock()
+}
+
+// Close does nothing (the service lives as long as it is referenced); each
+// LockClient closes its connection in LockClient.Close. It makes every
+// executor an io.Closer.
 func (t *MemoryExecutor) Close() error { return nil }

@@ -24,7 +24,6 @@ import (
 // LISTENs. Python and C++ clients contend correctly with it for the same
 // names.
 type PostgresExecutor struct {
-	drivenByCore
 	cfg   *pgx.ConnConfig
 	proto sqlProtocol
 	facts hostFacts
@@ -77,7 +76,7 @@ func NewPostgresExecutor(connString string, o *PostgresOptions) (*PostgresExecut
 }
 
 func newPostgresExecutor(cfg *pgx.ConnConfig, o PostgresOptions) *PostgresExecutor {
-	t := &PostgresExecutor{cfg: cfg.Copy(), proto: sqlProtocol{dialect: dialectPostgres}, facts: readHostFacts()}
+	t := &PostgresExecutor{cfg: cfg.Copy(), facts: readHostFacts()}
 	t.proto.asynchronousCommit = o.AsynchronousCommit
 	return t
 }
@@ -141,18 +140,18 @@ func misplacedAt(s string) bool {
 	return false
 }
 
-func (t *PostgresExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
-	return newCoreSQL(cfg, t.proto, seed)
+func (t *PostgresExecutor) backend() backendOptions {
+	return backendOptions{kind: backendPostgres, sql: t.proto}
 }
 
-func (t *PostgresExecutor) startExec(c *client) backendExec {
+func (t *PostgresExecutor) start(c *client) (ioExec, error) {
 	x := &pgExec{c: c, t: t, stop: make(chan struct{})}
-	x.cmd.q, x.lis.q = newReqQueue[*sqlRequest](), newReqQueue[*sqlRequest]()
-	x.cmd.which, x.lis.which = sqlConnCommands, sqlConnListener
+	x.cmd.q, x.lis.q = newReqQueue[*ioRequest](), newReqQueue[*ioRequest]()
+	x.cmd.which, x.lis.which = connCommands, connNotify
 	x.wg.Add(2)
 	go x.runCommands()
 	go x.runListener()
-	return x
+	return x, nil
 }
 
 type pgExec struct {
@@ -166,7 +165,7 @@ type pgExec struct {
 // pgConn is one connection, owned by its goroutine, and its queue.
 type pgConn struct {
 	which  uint32
-	q      *reqQueue[*sqlRequest]
+	q      *reqQueue[*ioRequest]
 	conn   *pgx.Conn
 	opened bool // a connection was opened before (a new one is a reset)
 
@@ -174,26 +173,24 @@ type pgConn struct {
 	wake context.CancelFunc // interrupts the listener's wait for a notification
 }
 
-func (x *pgExec) pollLocked() error {
-	for {
-		q, err := x.c.core.sqlPollRequest()
-		if err != nil || q == nil {
-			return err
-		}
-		if q.connection == sqlConnListener {
-			x.lis.q.push(q)
-			x.lis.mu.Lock()
-			if x.lis.wake != nil {
-				x.lis.wake()
-			}
-			x.lis.mu.Unlock()
-		} else {
-			x.cmd.q.push(q)
-		}
+// run queues an SQL request for its connection's goroutine (LISTEN / UNLISTEN go to the
+// listener, which it wakes from its wait for a notification).
+func (x *pgExec) run(q *ioRequest) (*job, error) {
+	if q.kind != ioSQL {
+		return nil, errUnsupportedIO
 	}
+	if q.connection != connNotify {
+		x.cmd.q.push(q)
+		return nil, nil
+	}
+	x.lis.q.push(q)
+	x.lis.mu.Lock()
+	if x.lis.wake != nil {
+		x.lis.wake()
+	}
+	x.lis.mu.Unlock()
+	return nil, nil
 }
-
-func (x *pgExec) lastErrorLocked() string { return x.c.core.sqlLastError() }
 
 func (x *pgExec) close() {
 	close(x.stop)
@@ -226,7 +223,7 @@ func (x *pgExec) connect(ctx context.Context, p *pgConn) error {
 	}
 	p.conn = conn
 	if p.opened {
-		x.c.input(func(now uint64) error { return x.c.core.sqlConnectionReset(now, p.which) })
+		x.c.input(func(now uint64) error { return x.c.core.ioConnection(now, p.which, connReopened, "") })
 	}
 	p.opened = true
 	return nil
@@ -315,7 +312,7 @@ func (x *pgExec) runListener() {
 		woken := ctx.Err() != nil
 		cancel()
 		if n != nil {
-			x.c.input(func(now uint64) error { return x.c.core.sqlNotification(now, n.Channel, n.Payload) })
+			x.c.input(func(now uint64) error { return x.c.core.ioMessage(now, n.Channel, n.Payload) })
 		}
 		if err != nil && !woken {
 			x.c.log.Debug("leasehold: postgres listener connection lost", "err", err)
@@ -324,19 +321,19 @@ func (x *pgExec) runListener() {
 	}
 }
 
-func (x *pgExec) exec(p *pgConn, q *sqlRequest) {
+func (x *pgExec) exec(p *pgConn, q *ioRequest) {
 	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
 	defer cancel()
 	if err := x.connect(ctx, p); err != nil {
-		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, sqlFailTransport, failMessage(err)) })
+		x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, failTransport, failMessage(err)) })
 		return
 	}
 	b, err := x.run1(ctx, p.conn, q)
 	if err != nil {
-		kind := uint32(sqlFailTransport)
+		kind := uint32(failTransport)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && !p.conn.IsClosed() {
-			kind = sqlFailDatabase
+			kind = failDatabase
 			if p.conn.PgConn().TxStatus() != 'I' {
 				rctx, rcancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
 				if _, rerr := p.conn.Exec(rctx, "ROLLBACK"); rerr != nil {
@@ -352,13 +349,13 @@ func (x *pgExec) exec(p *pgConn, q *sqlRequest) {
 		if pe != nil {
 			msg = pe.Message
 		}
-		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, kind, msg) })
+		x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, kind, msg) })
 		return
 	}
 	x.c.input(func(now uint64) error {
-		err := x.c.core.sqlResult(now, q.id, b.vals, b.data)
+		err := x.c.core.ioReply(now, q.id, b.vals, b.data)
 		if err != nil && isStatus(err, statusInvalidReply) {
-			return x.c.core.sqlFailed(now, q.id, sqlFailDatabase, err.Error())
+			return x.c.core.ioFailed(now, q.id, failDatabase, err.Error())
 		}
 		return err
 	})
@@ -378,7 +375,7 @@ const (
 	oidVarch  = 1043
 )
 
-func (x *pgExec) run1(ctx context.Context, conn *pgx.Conn, q *sqlRequest) (*rowsBuilder, error) {
+func (x *pgExec) run1(ctx context.Context, conn *pgx.Conn, q *ioRequest) (*rowsBuilder, error) {
 	f := x.t.facts.now()
 	b := &rowsBuilder{}
 	top := b.array()

@@ -1,7 +1,7 @@
 package leasehold
 
-// The Redis executor: it runs the requests of a core created with the Redis
-// protocol attached (lh_client_new_redis), verbatim, and hands back replies,
+// The Redis executor: it runs the requests of a core speaking the Redis protocol
+// (LH_BACKEND_REDIS), verbatim, and hands back replies,
 // pub/sub messages and subscription changes unread. It knows no key, script,
 // argument or reply: the core does (docs/redis-protocol.md). Beside it:
 // redis_config.go (RedisExecutor: the go-redis client and its options),
@@ -19,9 +19,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// redisExec runs one LockClient's Redis requests: commands on rdb, in goroutines of
+// their own or on a caller's; (un)subscriptions in order on the subscriber.
+type redisExec struct {
+	c   *client
+	rdb redis.UniversalClient
+	sub *subscriber
+}
+
+func (x *redisExec) run(q *ioRequest) (*job, error) {
+	if q.kind != ioCommand || len(q.argv) == 0 {
+		return nil, errUnsupportedIO
+	}
+	if q.connection == connNotify {
+		x.sub.push(q)
+		return nil, nil
+	}
+	return &job{id: q.id, timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.c.command(ctx, x.rdb, q) }}, nil
+}
+
+// close waits for the subscriber's goroutines (the driver's stop ended them).
+func (x *redisExec) close() { x.sub.wg.Wait() }
+
 // command runs one request of the commands connection and hands back its
 // reply, or a transport failure, with the request's id.
-func (c *client) command(ctx context.Context, rdb redis.UniversalClient, q *request) {
+func (c *client) command(ctx context.Context, rdb redis.UniversalClient, q *ioRequest) {
 	args := make([]any, len(q.argv))
 	for i, a := range q.argv {
 		args[i] = a
@@ -46,12 +68,12 @@ func (c *client) command(ctx context.Context, rdb redis.UniversalClient, q *requ
 	}
 	c.input(func(now uint64) error {
 		if err == nil {
-			if err = c.core.reply(now, q.id, vals, data); err == nil || !isStatus(err, statusInvalidReply) {
+			if err = c.core.ioReply(now, q.id, vals, data); err == nil || !isStatus(err, statusInvalidReply) {
 				return err
 			}
 		}
 		c.log.Debug("leasehold: redis request failed", "command", q.argv[0], "err", err)
-		return c.core.requestFailed(now, q.id)
+		return c.core.ioFailed(now, q.id, failTransport, failMessage(err))
 	})
 }
 
@@ -64,7 +86,7 @@ type subscriber struct {
 	c         *client
 	rdb       redis.UniversalClient
 	mu        sync.Mutex
-	queue     []*request
+	queue     []*ioRequest
 	kick      chan struct{}
 	ps        *redis.PubSub
 	channels  map[string]struct{} // (UN)SUBSCRIBE written on ps
@@ -82,6 +104,17 @@ type subscriber struct {
 // subHealthCheck: a pub/sub connection silent this long is pinged; silent
 // twice in a row, it is taken for dead.
 var subHealthCheck = 15 * time.Second
+
+// push queues one (UN)SUBSCRIBE for the subscriber's goroutine (c.mu held).
+func (s *subscriber) push(q *ioRequest) {
+	s.mu.Lock()
+	s.queue = append(s.queue, q)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
 
 func (s *subscriber) run(stop <-chan struct{}) {
 	defer s.wg.Done()
@@ -118,7 +151,7 @@ func (s *subscriber) run(stop <-chan struct{}) {
 }
 
 // exec writes one (UN)SUBSCRIBE on the pub/sub connection, opening it if needed.
-func (s *subscriber) exec(q *request) {
+func (s *subscriber) exec(q *ioRequest) {
 	if strings.EqualFold(q.argv[0], "SSUBSCRIBE") || strings.EqualFold(q.argv[0], "SUNSUBSCRIBE") {
 		s.execShard(q)
 		return
@@ -165,7 +198,7 @@ func (s *subscriber) exec(q *request) {
 	}
 	s.mu.Unlock()
 	if err != nil {
-		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
+		s.c.input(func(now uint64) error { return s.c.core.ioFailed(now, q.id, failTransport, failMessage(err)) })
 		s.lost(ps, err)
 	}
 }
@@ -173,7 +206,11 @@ func (s *subscriber) exec(q *request) {
 func (s *subscriber) receive(ps *redis.PubSub) {
 	s.pump(ps, func(err error) { s.lost(ps, err) }, func(m *redis.Subscription) bool {
 		if m.Kind == "subscribe" || m.Kind == "unsubscribe" {
-			s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, m.Kind == "subscribe") })
+			ev := uint32(connUnsubscribed)
+			if m.Kind == "subscribe" {
+				ev = connSubscribed
+			}
+			s.c.input(func(now uint64) error { return s.c.core.ioConnection(now, connNotify, ev, m.Channel) })
 		}
 		return true
 	})
@@ -201,7 +238,7 @@ func (s *subscriber) pump(ps *redis.PubSub, lost func(error), sub func(*redis.Su
 		pinged = false
 		switch m := m.(type) {
 		case *redis.Message:
-			s.c.input(func(now uint64) error { return s.c.core.pubsubMessage(now, m.Channel, m.Payload) })
+			s.c.input(func(now uint64) error { return s.c.core.ioMessage(now, m.Channel, m.Payload) })
 		case *redis.Subscription:
 			if !sub(m) {
 				return
@@ -223,6 +260,6 @@ func (s *subscriber) lost(ps *redis.PubSub, err error) {
 	_ = ps.Close()
 	s.c.log.Debug("leasehold: redis pub/sub connection lost", "err", err)
 	for ch := range chans {
-		s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
+		s.c.input(func(now uint64) error { return s.c.core.ioConnection(now, connNotify, connUnsubscribed, ch) })
 	}
 }

@@ -15,11 +15,13 @@ import (
 // execShard runs one SSUBSCRIBE / SUNSUBSCRIBE of a shard channel (Redis
 // Cluster): each channel gets a pub/sub connection of its own on the master
 // serving its slot. SUNSUBSCRIBE closes it; the core has forgotten the name.
-func (s *subscriber) execShard(q *request) {
+func (s *subscriber) execShard(q *ioRequest) {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	if len(q.argv) != 2 || !ok {
 		s.c.log.Debug("leasehold: shard channel request without a cluster client", "command", q.argv[0])
-		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
+		s.c.input(func(now uint64) error {
+			return s.c.core.ioFailed(now, q.id, failTransport, "a shard channel needs a cluster client")
+		})
 		return
 	}
 	ch := q.argv[1]
@@ -47,7 +49,7 @@ func (s *subscriber) execShard(q *request) {
 		s.shardStale = true
 		s.mu.Unlock()
 		s.c.log.Debug("leasehold: redis SSUBSCRIBE failed", "channel", ch, "err", err)
-		s.c.input(func(now uint64) error { return s.c.core.requestFailed(now, q.id) })
+		s.c.input(func(now uint64) error { return s.c.core.ioFailed(now, q.id, failTransport, failMessage(err)) })
 		return
 	}
 	s.mu.Lock()
@@ -64,7 +66,7 @@ func (s *subscriber) receiveShard(ch string, ps *redis.PubSub) {
 	s.pump(ps, func(err error) { s.lostShard(ch, ps, err) }, func(m *redis.Subscription) bool {
 		switch m.Kind {
 		case "ssubscribe":
-			s.c.input(func(now uint64) error { return s.c.core.subscription(now, m.Channel, true) })
+			s.c.input(func(now uint64) error { return s.c.core.ioConnection(now, connNotify, connSubscribed, m.Channel) })
 		case "sunsubscribe": // the slot left this node
 			s.lostShard(ch, ps, errors.New("sunsubscribe from the server"))
 			return false
@@ -86,5 +88,5 @@ func (s *subscriber) lostShard(ch string, ps *redis.PubSub, err error) {
 	s.mu.Unlock()
 	_ = ps.Close()
 	s.c.log.Debug("leasehold: redis shard channel lost", "channel", ch, "err", err)
-	s.c.input(func(now uint64) error { return s.c.core.subscription(now, ch, false) })
+	s.c.input(func(now uint64) error { return s.c.core.ioConnection(now, connNotify, connUnsubscribed, ch) })
 }

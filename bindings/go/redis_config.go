@@ -2,8 +2,6 @@ package leasehold
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -95,7 +93,8 @@ func newRedisExecutor(rdb redis.UniversalClient, o RedisOptions, owned bool) (*R
 }
 
 // Close closes the go-redis client if the executor owns it (RedisOptions.CloseClient,
-// or an executor opened from a URL). Each LockClient closes its own pub/sub connection in LockClient.Close.
+// or an executor opened from a URL). Each LockClient closes its own pub/sub connection in
+// LockClient.Close.
 func (t *RedisExecutor) Close() error {
 	if t.owned {
 		return t.rdb.Close()
@@ -111,34 +110,18 @@ func (t *RedisExecutor) SetLogger(*slog.Logger) {}
 // scripts itself.
 func (t *RedisExecutor) Load(context.Context) error { return nil }
 
-// errDrivenByCore answers the Executor methods of a RedisExecutor: a
-// LockClient runs the core's requests instead of calling them.
-var errDrivenByCore = fmt.Errorf("leasehold: a RedisExecutor is driven by a LockClient's core: %w", errors.ErrUnsupported)
-
-// Acquire, Renew, Release and Watch keep RedisExecutor an Executor (it is
-// passed to NewLockClient); a LockClient never calls them, and they fail.
-func (t *RedisExecutor) Acquire(context.Context, string, string, time.Duration) (AcquireReply, error) {
-	return AcquireReply{}, errDrivenByCore
+func (t *RedisExecutor) backend() backendOptions {
+	return backendOptions{kind: backendRedis, redis: t.proto}
 }
 
-// Renew: see Acquire.
-func (t *RedisExecutor) Renew(context.Context, string, string, time.Duration, []byte) (bool, error) {
-	return false, errDrivenByCore
-}
-
-// Release: see Acquire.
-func (t *RedisExecutor) Release(context.Context, string, string, []byte) (bool, error) {
-	return false, errDrivenByCore
-}
-
-// Watch: see Acquire.
-func (t *RedisExecutor) Watch(context.Context, string, func(string)) (func(), error) {
-	return nil, errDrivenByCore
-}
-
-// WatchWaiter: see Acquire.
-func (t *RedisExecutor) WatchWaiter(context.Context, string, func(string) bool) (func(), error) {
-	return nil, errDrivenByCore
+// start makes one LockClient's executor: commands run on rdb, (un)subscriptions on a
+// pub/sub connection of the LockClient's own.
+func (t *RedisExecutor) start(c *client) (ioExec, error) {
+	x := &redisExec{c: c, rdb: t.rdb,
+		sub: &subscriber{c: c, rdb: t.rdb, kick: make(chan struct{}, 1), health: subHealthCheck}}
+	x.sub.wg.Add(1)
+	go x.sub.run(c.stop)
+	return x, nil
 }
 
 // checkFailoverOptions refuses Sentinel options that could not reach the master.

@@ -1,6 +1,6 @@
 package leasehold
 
-// go-redis replies as the core's flat value tree (lh_reply), for the Redis
+// go-redis replies as the core's flat value tree (lh_io_reply), for the Redis
 // executor (redis.go): a type mapping only; what a reply means is the core's.
 
 import (
@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// flatten turns a go-redis reply into lh_reply's pre-order values and one
+// flatten turns a go-redis reply into lh_io_reply's pre-order values and one
 // data buffer. go-redis reads simple strings as strings: they go as bulk.
 func flatten(vals []lhValue, data []byte, v any) ([]lhValue, []byte, error) {
 	str := func(kind uint32, s string) {

@@ -717,26 +717,25 @@ func selfSigned(t *testing.T, dir string) (*tls.Config, string, string) {
 	return &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, certFile, keyFile
 }
 
-// TestRedisTransportMethodsAreNotCalled: RedisTransport keeps the Transport
-// method set for compatibility; the methods fail, and the Client never
-// calls them (it runs the core's requests).
-func TestRedisTransportMethodsAreNotCalled(t *testing.T) {
+// TestRedisTransportArguments: the earlier constructors refuse what is missing, the
+// kept methods are no-ops, the Redis counters belong to Redis clients, and a nil
+// executor is refused.
+func TestRedisTransportArguments(t *testing.T) {
 	tr, err := NewRedisTransport(newRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Acquire(context.Background(), "x", "t", time.Second); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("Acquire: %v", err)
+	if _, err := NewClient((*RedisExecutor)(nil), nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a nil executor: %v", err)
+	}
+	if _, err := NewLockClient(nil, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("no executor: %v", err)
 	}
 	if _, err := NewRedisTransport(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("nil client: %v", err)
 	}
 	if _, err := NewRedisTransportFromOptions(nil, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("nil options: %v", err)
-	}
-	var ww WaiterWatcher = tr // the method sets of the old transport stay
-	if _, err := ww.WatchWaiter(context.Background(), "x", nil); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("WatchWaiter: %v", err)
 	}
 	if tr.Load(context.Background()) != nil || tr.Close() != nil {
 		t.Fatal("Load and Close are no-ops")
@@ -1170,9 +1169,10 @@ func TestRedisLeaseLifecycle(t *testing.T) {
 
 // TestRedisFlattenAndReplyLimits: go-redis replies (RESP2 and RESP3 shapes,
 // nested errors) flatten to pre-order values over one data buffer, and the
-// core takes them through lh_reply: a shape a SUBSCRIBE cannot have is
+// core takes them through lh_io_reply: a shape a SUBSCRIBE cannot have is
 // counted as garbage, an oversized list is refused (the executor then
-// reports the request failed), nothing is a grant.
+// reports the request failed), an answer of another backend's kind is refused,
+// nothing is a grant.
 func TestRedisFlattenAndReplyLimits(t *testing.T) {
 	rdb := newRedis(t)
 	redisErr := rdb.Do(context.Background(), "NO-SUCH-COMMAND").Err()
@@ -1209,14 +1209,26 @@ func TestRedisFlattenAndReplyLimits(t *testing.T) {
 	}
 
 	seed := make([]byte, 32)
-	k, err := newCore(defaultCoreConfig(), &redisProtocol{}, seed)
+	k, err := newCore(defaultCoreConfig(), backendOptions{kind: backendRedis}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer k.free()
-	q, err := k.pollRequest()
-	if err != nil || q == nil || q.connection != connSubscriber || len(q.argv) != 2 || q.argv[0] != "SUBSCRIBE" {
+	q, err := k.ioPoll()
+	if err != nil || q == nil || q.kind != ioCommand || q.connection != connNotify || len(q.argv) != 2 || q.argv[0] != "SUBSCRIBE" {
 		t.Fatalf("first request %+v %v", q, err)
+	}
+	if err := k.ioHTTPReply(monoNow(), q.id, 200, []byte("{}")); !isStatus(err, statusWrongAnswer) {
+		t.Fatalf("an HTTP reply on a Redis handle: %v", err)
+	}
+	if err := k.ioStreamMessage(monoNow(), q.id, []byte("{}")); !isStatus(err, statusWrongAnswer) {
+		t.Fatalf("a stream message on a Redis handle: %v", err)
+	}
+	if err := k.ioConnection(monoNow(), connNotify, 99, "ch"); !isStatus(err, statusInvalidEnum) {
+		t.Fatalf("an unknown connection event: %v", err)
+	}
+	if err := k.ioFailed(monoNow(), q.id, 99, ""); !isStatus(err, statusInvalidEnum) {
+		t.Fatalf("an unknown failure kind: %v", err)
 	}
 	huge := make([]any, 5000)
 	for i := range huge {
@@ -1226,21 +1238,21 @@ func TestRedisFlattenAndReplyLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := k.reply(monoNow(), q.id, hv, hd); !isStatus(err, statusInvalidReply) {
+	if err := k.ioReply(monoNow(), q.id, hv, hd); !isStatus(err, statusInvalidReply) {
 		t.Fatalf("oversized reply: %v", err)
 	}
-	if err := k.reply(monoNow(), q.id, vals, data); err != nil {
+	if err := k.ioReply(monoNow(), q.id, vals, data); err != nil {
 		t.Fatalf("garbage reply: %v", err)
 	}
-	rc, err := k.redisCounters()
-	if err != nil || rc.GarbageReplies != 1 || rc.Subscribed {
+	kc, err := k.counters()
+	if rc := kc.redis(); err != nil || rc.GarbageReplies != 1 || rc.Subscribed {
 		t.Fatalf("counters %+v %v", rc, err)
 	}
-	if err := k.reply(monoNow(), 999, vals, data); err != nil {
+	if err := k.ioReply(monoNow(), 999, vals, data); err != nil {
 		t.Fatalf("reply to an unknown id: %v", err)
 	}
-	if rc, _ := k.redisCounters(); rc.StaleReplies != 1 {
-		t.Fatalf("stale replies %d", rc.StaleReplies)
+	if kc, _ := k.counters(); kc.BackendStaleReplies != 1 {
+		t.Fatalf("stale replies %d", kc.BackendStaleReplies)
 	}
 }
 

@@ -40,7 +40,6 @@ import (
 // refused rather than followed, and an existing file or directory that
 // another user owns or may write is reported on the LockClient's Logger (warn).
 type SQLiteExecutor struct {
-	drivenByCore
 	path  string
 	mkdir bool // the default file: its missing directory is created
 	proto sqlProtocol
@@ -91,7 +90,7 @@ func NewSQLiteExecutor(path string, o *SQLiteOptions) (*SQLiteExecutor, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 	}
-	t := &SQLiteExecutor{path: abs, proto: sqlProtocol{dialect: dialectSQLite}, facts: readHostFacts()}
+	t := &SQLiteExecutor{path: abs, facts: readHostFacts()}
 	if def, err := DefaultSQLitePath(); err == nil && def == abs {
 		t.mkdir = true
 	}
@@ -111,21 +110,21 @@ func (t *SQLiteExecutor) Path() string { return t.path }
 // retry at the holder's expiry or by backoff).
 func (t *SQLiteExecutor) Notifications() bool { return false }
 
-func (t *SQLiteExecutor) newCore(cfg coreConfig, seed []byte) (*core, error) {
-	return newCoreSQL(cfg, t.proto, seed)
+func (t *SQLiteExecutor) backend() backendOptions {
+	return backendOptions{kind: backendSQLite, sql: t.proto}
 }
 
-func (t *SQLiteExecutor) startExec(c *client) backendExec {
-	x := &sqliteExec{c: c, t: t, q: newReqQueue[*sqlRequest](), stop: make(chan struct{})}
+func (t *SQLiteExecutor) start(c *client) (ioExec, error) {
+	x := &sqliteExec{c: c, t: t, q: newReqQueue[*ioRequest](), stop: make(chan struct{})}
 	x.wg.Add(1)
-	go x.run()
-	return x
+	go x.loop()
+	return x, nil
 }
 
 type sqliteExec struct {
 	c    *client
 	t    *SQLiteExecutor
-	q    *reqQueue[*sqlRequest]
+	q    *reqQueue[*ioRequest]
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -136,24 +135,21 @@ type sqliteExec struct {
 	opened   bool // a connection was opened before (a new one is a reset)
 }
 
-func (x *sqliteExec) pollLocked() error {
-	for {
-		q, err := x.c.core.sqlPollRequest()
-		if err != nil || q == nil {
-			return err
-		}
-		x.q.push(q)
+// run queues an SQL request for the connection's goroutine (in order: one connection).
+func (x *sqliteExec) run(q *ioRequest) (*job, error) {
+	if q.kind != ioSQL {
+		return nil, errUnsupportedIO
 	}
+	x.q.push(q)
+	return nil, nil
 }
-
-func (x *sqliteExec) lastErrorLocked() string { return x.c.core.sqlLastError() }
 
 func (x *sqliteExec) close() {
 	close(x.stop)
 	x.wg.Wait()
 }
 
-func (x *sqliteExec) run() {
+func (x *sqliteExec) loop() {
 	defer x.wg.Done()
 	defer x.shut()
 	for {
@@ -341,7 +337,7 @@ func (x *sqliteExec) open(ctx context.Context) error {
 	return nil
 }
 
-func (x *sqliteExec) exec(q *sqlRequest) {
+func (x *sqliteExec) exec(q *ioRequest) {
 	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
 	defer cancel()
 	if x.conn != nil {
@@ -354,10 +350,10 @@ func (x *sqliteExec) exec(q *sqlRequest) {
 				if err != nil {
 					msg += ", and could not be opened again: " + err.Error()
 				}
-				if ferr := x.c.core.sqlFailed(now, q.id, sqlFailTransport, msg); ferr != nil || err != nil {
+				if ferr := x.c.core.ioFailed(now, q.id, failTransport, msg); ferr != nil || err != nil {
 					return ferr
 				}
-				return x.c.core.sqlConnectionReset(now, sqlConnCommands)
+				return x.c.core.ioConnection(now, connCommands, connReopened, "")
 			})
 			return
 		}
@@ -365,31 +361,31 @@ func (x *sqliteExec) exec(q *sqlRequest) {
 	if x.conn == nil {
 		if err := x.open(ctx); err != nil {
 			x.c.input(func(now uint64) error {
-				return x.c.core.sqlFailed(now, q.id, sqlFailTransport, "cannot open "+x.t.path+": "+err.Error())
+				return x.c.core.ioFailed(now, q.id, failTransport, "cannot open "+x.t.path+": "+err.Error())
 			})
 			return
 		}
 		if x.opened {
-			x.c.input(func(now uint64) error { return x.c.core.sqlConnectionReset(now, sqlConnCommands) })
+			x.c.input(func(now uint64) error { return x.c.core.ioConnection(now, connCommands, connReopened, "") })
 		}
 		x.opened = true
 	}
 	b, err := x.run1(ctx, q)
 	if err != nil {
-		kind := uint32(sqlFailDatabase)
+		kind := uint32(failDatabase)
 		if errors.Is(err, driverConnGone) {
-			kind = sqlFailTransport
+			kind = failTransport
 			x.shut()
 		} else {
 			x.rollback()
 		}
-		x.c.input(func(now uint64) error { return x.c.core.sqlFailed(now, q.id, kind, failMessage(err)) })
+		x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, kind, failMessage(err)) })
 		return
 	}
 	x.c.input(func(now uint64) error {
-		err := x.c.core.sqlResult(now, q.id, b.vals, b.data)
+		err := x.c.core.ioReply(now, q.id, b.vals, b.data)
 		if err != nil && isStatus(err, statusInvalidReply) {
-			return x.c.core.sqlFailed(now, q.id, sqlFailDatabase, err.Error())
+			return x.c.core.ioFailed(now, q.id, failDatabase, err.Error())
 		}
 		return err
 	})
@@ -399,7 +395,7 @@ func (x *sqliteExec) exec(q *sqlRequest) {
 var driverConnGone = errors.New("leasehold: sqlite connection gone")
 
 // run1 runs the statements of one request in order and collects their rows.
-func (x *sqliteExec) run1(ctx context.Context, q *sqlRequest) (*rowsBuilder, error) {
+func (x *sqliteExec) run1(ctx context.Context, q *ioRequest) (*rowsBuilder, error) {
 	f := x.t.facts.now()
 	b := &rowsBuilder{}
 	top := b.array()

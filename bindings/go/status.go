@@ -24,9 +24,10 @@ type LockStatus struct {
 	HeldFor time.Duration
 }
 
-// ErrStatusUnsupported: Status needs a LockClient whose core speaks the backend's
-// protocol (a Redis, SQLite, PostgreSQL or etcd transport), not the memory
-// transport or an Executor of the caller's own.
+// ErrStatusUnsupported was Status's error on an executor whose core did not
+// answer status queries.
+//
+// Deprecated: every executor answers them now (the memory service too).
 var ErrStatusUnsupported = errors.New("leasehold: status needs a Redis, SQL or etcd transport")
 
 // statusWait is one Status call waiting for its answer.
@@ -36,10 +37,9 @@ type statusWait struct {
 
 // Status asks the backend about name (a query the core writes, like
 // `leasehold status`): whether it is held, by which fence, for how long, and
-// (SQL, and Redis while the fence key lives) the last fence minted. On etcd
-// the fence is the owner key's create revision. A LockClient on another transport
-// gets ErrStatusUnsupported;
-// a query that fails returns the backend's error.
+// (SQL, memory, and Redis while the fence key lives) the last fence minted.
+// On etcd the fence is the owner key's create revision. A query that fails
+// returns the backend's error.
 func (cl *LockClient) Status(ctx context.Context, name string) (LockStatus, error) {
 	c := cl.c
 	if ctx == nil {
@@ -50,19 +50,12 @@ func (cl *LockClient) Status(ctx context.Context, name string) (LockStatus, erro
 		c.mu.Unlock()
 		return LockStatus{}, ErrClosed
 	}
-	if !c.answersStatusLocked() {
-		c.mu.Unlock()
-		return LockStatus{}, ErrStatusUnsupported
-	}
 	id, err := c.core.statusRequest(c.clock(), name)
 	if err != nil {
 		c.mu.Unlock()
 		return LockStatus{}, err
 	}
 	w := &statusWait{ch: make(chan statusAnswer, 1)}
-	if c.statusWaits == nil {
-		c.statusWaits = map[uint64]*statusWait{}
-	}
 	c.statusWaits[id] = w
 	c.drainLocked()
 	c.mu.Unlock()
@@ -82,23 +75,6 @@ func (cl *LockClient) Status(ctx context.Context, name string) (LockStatus, erro
 		return LockStatus{}, ErrClosed
 	}
 }
-
-// answersStatusLocked: the core speaks a backend protocol (Redis, SQL, etcd),
-// so it answers status queries; c.mu is held.
-func (c *client) answersStatusLocked() bool {
-	_, ok := c.exec.(statusExecutor)
-	return ok || c.sub != nil
-}
-
-// statusExecutor marks the executors whose core answers status queries.
-type statusExecutor interface {
-	backendExec
-	sqlStatus()
-}
-
-func (x *sqliteExec) sqlStatus() {}
-func (x *pgExec) sqlStatus()     {}
-func (x *etcdExec) sqlStatus()   {}
 
 // answerStatusesLocked hands the core's answered status queries to their callers.
 func (c *client) answerStatusesLocked() error {
