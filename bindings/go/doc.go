@@ -12,11 +12,13 @@
 // and an options struct.
 //
 // A LockClient owns one core handle behind a mutex and one driver goroutine
-// that feeds the core's timeouts. The core speaks the backend's protocol and
-// the LockClient only executes its requests, verbatim (on go-redis,
-// database/sql with go-sqlite3, pgx v5, net/http), off the driver (in their
-// own goroutines, or on the goroutine of an Acquire/Release call that waits
-// for that very call), so a hung backend never delays loss detection.
+// that feeds the core's timeouts. The core speaks the backend's protocol (the
+// in-process memory service's too) and asks for its IO through one seam; the
+// LockClient, the same for every backend, only executes the requests,
+// verbatim (on go-redis, database/sql with go-sqlite3, pgx v5, net/http, the
+// memory service), off the driver (in their own goroutines, or on the
+// goroutine of an Acquire/Release call that waits for that very call), so a
+// hung backend never delays loss detection.
 //
 //	client, _ := leasehold.Open("redis://127.0.0.1:6379/0", nil) // or sqlite://, postgresql://, etcd://…
 //	defer client.Close()
