@@ -42,7 +42,7 @@ from .fencing import FencingGate
 from .service import AsyncLockService, Granted, HeldByOther, LockService, to_async
 
 if TYPE_CHECKING:
-    from ._core import Config, Counters, EtcdOptions, RedisOptions, SqlOptions
+    from ._core import Config, Counters, EtcdOptions, MemoryOptions, RedisOptions, SqlOptions
     from ._ffi import VERSION as CORE_VERSION
     from ._ffi import library_path
     from ._lease import ReleaseOutcome
@@ -59,6 +59,7 @@ _LAZY = {
     "RedisOptions": ("._core", "RedisOptions"),
     "SqlOptions": ("._core", "SqlOptions"),
     "EtcdOptions": ("._core", "EtcdOptions"),
+    "MemoryOptions": ("._core", "MemoryOptions"),
     "ReleaseOutcome": ("._lease", "ReleaseOutcome"),
     "CORE_VERSION": ("._ffi", "VERSION"),
     "library_path": ("._ffi", "library_path"),
@@ -107,6 +108,7 @@ __all__ = [
     "RedisOptions",
     "SqlOptions",
     "EtcdOptions",
+    "MemoryOptions",
     "LockService",
     "AsyncLockService",
     "Granted",

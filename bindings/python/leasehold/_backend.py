@@ -1,27 +1,32 @@
-"""The request model, shared by ``LockClient`` and ``AsyncLockClient``.
+"""The request model, shared by ``LockClient`` and ``AsyncLockClient``: one driver for every
+backend.
 
-A client drives its core in one of two ways:
+A client's core speaks its backend's protocol itself (the memory service's calls, Redis,
+SQL or etcd) and asks for IO with one poll (:meth:`~leasehold._core.Core.poll_io`). Its
+*executor* runs each request unread, by the request's kind, and hands back the raw answer;
+it holds no key, script, statement or reply knowledge. An executor declares
+``backend_protocol`` (``"memory"``, ``"redis"``, ``"sql"`` or ``"etcd"``) and ``options``
+(the core's backend options: ``MemoryOptions``, ``RedisOptions``, ``SqlOptions``,
+``EtcdOptions``), has ``attach(sink)`` / ``detach()`` (one client at a time; ``sink`` takes
+what arrives on the executor's own: notifications, connection changes) and, by the kinds of
+request its protocol asks for (``async`` in the asyncio twins):
 
-* a **service** (:class:`~leasehold.service.LockService`, the memory and SQLite backends):
-  the core's commands (acquire, renew, release, watch) become service calls;
-* a **backend executor**: the core speaks the backend's protocol itself (Redis, SQL or
-  etcd), and the executor only runs the requests it polls, verbatim, handing back raw
-  results. An executor declares ``backend_protocol`` and ``options`` (the core's protocol
-  options: ``RedisOptions``, ``SqlOptions``, ``EtcdOptions``), and has ``attach()`` /
-  ``detach()`` (one client at a time) and, by protocol (``async`` in the asyncio twins):
+- ``LH_IO_COMMAND`` on the commands connection: ``command(argv)`` (the raw reply, or an
+  :class:`~leasehold._values.Answer` already flat; raises on a transport failure);
+  on the notify connection (the Redis subscriber): ``subscriber(argv, sink)``;
+- ``LH_IO_SQL``: ``execute(request, sink)`` (a :class:`~leasehold._values.SqlRequest`;
+  every statement's rows, or raises :class:`SqlFailure`) and ``take_resets()`` (the
+  connections opened anew since the last call);
+- ``LH_IO_HTTP``: ``post(request)`` (``(status, body)``; raises on a transport failure);
+  ``LH_IO_HTTP_WATCH``: ``watch(id, request, sink)`` (opens the stream and returns; each
+  message and the stream's end go to the sink); ``LH_IO_HTTP_CANCEL``: ``cancel_watch(id)``.
 
-  - ``"redis"``: ``command(argv)`` (the raw reply; raises on a transport failure) and
-    ``subscriber(argv, sink)``;
-  - ``"sql"``: ``execute(request, sink)`` (a :class:`~leasehold._core.SqlRequest`; every
-    statement's rows, or raises :class:`SqlFailure`; the PostgreSQL listener's
-    notifications and reconnections go to the sink) and ``take_resets()`` (the
-    connections opened anew since the last call);
-  - ``"etcd"``: ``post(request)`` (``(status, body)``; raises on a transport failure),
-    ``watch(id, request, sink)`` (opens the stream and returns; each message and the
-    stream's end go to the sink) and ``cancel_watch(id)``.
+An executor may declare ``call_timeout``: the longest one call can block, in seconds, or
+``None`` when a call can block without a bound (the memory executor's ``hang()``); the
+threaded client then runs its requests on its IO pool only, never on an application's thread.
 
-This module is the part of the request model both clients share: polling requests, turning
-an executor's result into the core input to feed, and the sink of asynchronous traffic.
+This module is the part both clients share: which executor method runs a request, the core
+input its result becomes, and the sink of asynchronous traffic.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from functools import partial
 from typing import Any, Callable
 
 from . import _ffi
-from ._core import Core, HostFact, HttpRequest, SqlRequest
+from ._core import Core, HostFact, HttpRequest, IoRequest, SqlRequest
 from ._urls import scrub
 
 __all__ = [
@@ -44,7 +49,7 @@ __all__ = [
     "ThreadedExecutor",
     "ThreadedSqlExecutor",
     "twin_name",
-    "run_requests",
+    "lane_of",
     "execute_request",
     "execute_request_async",
     "BackendSink",
@@ -52,20 +57,34 @@ __all__ = [
     "host_facts",
     "bind_params",
     "PROTOCOLS",
+    "SIDE",
     "backend_status",
     "sql_status",
+    "runs_inline",
 ]
 
 log = logging.getLogger("leasehold")
 
-PROTOCOLS = ("redis", "sql", "etcd")
-_SIDE = 2  # the lane of the Redis subscriber, the PostgreSQL listener and etcd watch streams
+PROTOCOLS = ("memory", "redis", "sql", "etcd")
+COMMANDS = _ffi.LH_CONNECTION_COMMANDS
+SIDE = _ffi.LH_CONNECTION_NOTIFY
+"""The lane of requests that run in order beside the others: the Redis subscriber's, the
+PostgreSQL listener's, etcd watch streams."""
+
+_COMMAND, _SQL, _HTTP, _WATCH, _CANCEL = (
+    _ffi.LH_IO_COMMAND,
+    _ffi.LH_IO_SQL,
+    _ffi.LH_IO_HTTP,
+    _ffi.LH_IO_HTTP_WATCH,
+    _ffi.LH_IO_HTTP_CANCEL,
+)
+_TRANSPORT = _ffi.LH_FAILURE_TRANSPORT
 
 
 class SqlFailure(Exception):
-    """An SQL request failed: ``kind`` is ``LH_SQL_FAILURE_DATABASE`` (the database refused
-    a statement; the transaction was rolled back) or ``LH_SQL_FAILURE_TRANSPORT`` (the
-    connection broke: the outcome is unknown)."""
+    """An SQL request failed: ``kind`` is ``LH_FAILURE_DATABASE`` (the database refused a
+    statement; the transaction was rolled back) or ``LH_FAILURE_TRANSPORT`` (the connection
+    broke: the outcome is unknown)."""
 
     def __init__(self, kind: int, message: str) -> None:
         super().__init__(message)
@@ -122,8 +141,7 @@ def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
         warnings.warn(
             f"{type(service).__name__} is a backend executor: the core runs the {protocol} protocol "
             f"and never calls its {'/'.join(ignored)}(); wrap its IO methods "
-            f"({', '.join(m for m in _IO_METHODS if hasattr(service, m))}) or implement a "
-            "leasehold.service.LockService instead",
+            f"({', '.join(m for m in _IO_METHODS if hasattr(service, m))}) instead",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -139,51 +157,33 @@ def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
     return service
 
 
-class _LoopSink:
-    """Passes traffic an executor's own threads produce (a Redis subscriber's reader, the
-    PostgreSQL listener, an etcd watch stream) to the client's sink on its event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Any) -> None:
-        self._loop = loop
-        self._sink = sink
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        fn = getattr(self._sink, name)
-
-        def call(*args: Any) -> None:
-            try:
-                self._loop.call_soon_threadsafe(fn, *args)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-
-        return call
+def runs_inline(executor: object) -> bool:
+    """Whether a request of ``executor`` may run on the thread that fed its cause (an
+    application's call, the answer before it): not when the executor declares that a call
+    can block without a bound (``call_timeout = None``)."""
+    if not hasattr(executor, "call_timeout"):
+        return True
+    v = getattr(executor, "call_timeout")
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v < float("inf")
 
 
 class ThreadedExecutor:
-    """A synchronous executor (SQL, Redis, Redis Cluster, etcd) for ``AsyncLockClient``: its
-    requests run in worker threads (``asyncio.to_thread``), so the event loop never waits for
-    IO, and what its own threads deliver reaches the sink on the loop."""
+    """A synchronous executor (memory, SQL, Redis, Redis Cluster, etcd) for
+    ``AsyncLockClient``: its requests run in worker threads (``asyncio.to_thread``), so the
+    event loop never waits for IO; the asyncio client's sink takes what the executor's own
+    threads deliver from any thread."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.backend_protocol = inner.backend_protocol
         self.options = inner.options
         self.notifications = bool(getattr(inner, "notifications", True))  # as client_config reads it
-        self._sinks: dict[int, _LoopSink] = {}
 
     def __getattr__(self, name: str) -> Any:  # url / conninfo (scrubbed from errors), status, ...
         return getattr(self.inner, name)
 
-    def _sink(self, sink: Any) -> Any:
-        if sink is None:
-            return None
-        s = self._sinks.get(id(sink))
-        if s is None or s._sink is not sink:
-            s = self._sinks[id(sink)] = _LoopSink(asyncio.get_running_loop(), sink)
-        return s
-
-    def attach(self) -> None:
-        self.inner.attach()
+    def attach(self, sink: Any = None) -> None:
+        self.inner.attach(sink)
 
     async def detach(self) -> None:
         await asyncio.to_thread(self.inner.detach)
@@ -198,20 +198,20 @@ class ThreadedExecutor:
         return list(self.inner.take_resets())
 
     async def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
-        return list(await asyncio.to_thread(self.inner.execute, request, self._sink(sink)))
+        return list(await asyncio.to_thread(self.inner.execute, request, sink))
 
     async def command(self, argv: list[bytes]) -> Any:
         return await asyncio.to_thread(self.inner.command, argv)
 
     async def subscriber(self, argv: list[bytes], sink: Any) -> None:
-        await asyncio.to_thread(self.inner.subscriber, argv, self._sink(sink))
+        await asyncio.to_thread(self.inner.subscriber, argv, sink)
 
     async def post(self, request: HttpRequest) -> tuple[int, bytes]:
         status, body = await asyncio.to_thread(self.inner.post, request)
         return status, body
 
     async def watch(self, rid: int, request: HttpRequest, sink: Any) -> None:
-        await asyncio.to_thread(self.inner.watch, rid, request, self._sink(sink))
+        await asyncio.to_thread(self.inner.watch, rid, request, sink)
 
     async def cancel_watch(self, rid: int) -> None:
         await asyncio.to_thread(self.inner.cancel_watch, rid)
@@ -220,10 +220,12 @@ class ThreadedExecutor:
 ThreadedSqlExecutor = ThreadedExecutor  # its first name (SQLite only)
 
 
-def run_requests(core: Core, submit: Callable[[int, int, Any], None]) -> None:
-    """Hand every pending request to ``submit(id, lane, payload)``."""
-    for rid, lane, payload in core.poll_requests():
-        submit(rid, lane, payload)
+def lane_of(req: IoRequest) -> int:
+    """Where a request runs: ``SIDE`` (in order, beside the others) for the notify
+    connection's requests and the etcd watch streams, else ``COMMANDS``."""
+    if req.connection == SIDE or req.kind == _WATCH or req.kind == _CANCEL:
+        return SIDE
+    return COMMANDS
 
 
 # -- host facts (SQL) ----------------------------------------------------------------------------
@@ -261,7 +263,7 @@ def _what(payload: Any) -> str:
         return payload.statements[0][0][:24] if payload.statements else "sql"
     if isinstance(payload, HttpRequest):
         return payload.path
-    return str(payload[0][:16].decode("ascii", "replace"))
+    return str(payload[0][:16].decode("ascii", "replace")) if payload else "command"
 
 
 def _url_of(executor: Any) -> str | None:
@@ -278,14 +280,10 @@ def _message(e: BaseException, executor: Any) -> str:
     return scrub(str(e) or type(e).__name__, _url_of(executor), escape=False)
 
 
-def _failed(core: Core, executor: Any, rid: int, payload: Any, e: BaseException) -> Callable[[], None]:
+def _failed(core: Core, executor: Any, req: IoRequest, e: BaseException) -> Callable[[], None]:
     msg = _message(e, executor)
-    log.warning("leasehold: backend request %s failed (transport error): %s", _what(payload), msg)
-    if isinstance(payload, SqlRequest):
-        return partial(core.sql_failed, rid, _ffi.LH_SQL_FAILURE_TRANSPORT, msg)
-    if isinstance(payload, HttpRequest):
-        return partial(core.http_failed, rid, msg)
-    return partial(core.request_failed, rid)
+    log.warning("leasehold: backend request %s failed (transport error): %s", _what(req.payload), msg)
+    return partial(core.failed, req.id, _TRANSPORT, msg)
 
 
 def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[], None]:
@@ -293,7 +291,7 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
     the executor opened anew meanwhile."""
     resets: list[int] = executor.take_resets()
     if isinstance(outcome, SqlFailure):
-        first: Callable[[], None] = partial(core.sql_failed, rid, outcome.kind, _message(outcome, executor))
+        first: Callable[[], None] = partial(core.failed, rid, outcome.kind, _message(outcome, executor))
     else:
         first = partial(core.sql_result, rid, outcome)
     if not resets:
@@ -302,47 +300,58 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
     def feed() -> None:
         first()
         for c in resets:
-            core.sql_connection_reset(c)
+            core.reopened(c)
 
     return feed
-
-
-def _plan(
-    core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
-) -> tuple[Callable[[], Any], Callable[[Any], Callable[[], None] | None], Callable[[Exception], Callable[[], None]]]:
-    """How to run one request, for both kinds of executor: ``call()`` does the IO (a sync
-    executor's result, or an async one's awaitable), ``done(result)`` is the input to feed
-    (``None`` when the answer comes through the sink: a subscriber's confirmation, a watch
-    stream), ``fail(exception)`` the input for a failure. The sync and asyncio clients share
-    it, so they cannot drift apart."""
-    if isinstance(payload, SqlRequest):
-
-        def sql_fail(e: Exception) -> Callable[[], None]:
-            if not isinstance(e, SqlFailure):
-                e = SqlFailure(_ffi.LH_SQL_FAILURE_TRANSPORT, _message(e, executor))
-            return _sql_done(core, executor, rid, e)
-
-        return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
-    fail = partial(_failed, core, executor, rid, payload)
-    if isinstance(payload, HttpRequest):
-        if payload.kind == _ffi.LH_HTTP_UNARY:
-            return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
-        if payload.kind == _ffi.LH_HTTP_WATCH:
-            return partial(executor.watch, rid, payload, sink), _nothing, fail
-        return partial(executor.cancel_watch, rid), _nothing, fail
-    if lane == _SIDE:
-        return partial(executor.subscriber, payload, sink), _nothing, fail
-    return partial(executor.command, payload), partial(partial, core.reply, rid), fail
 
 
 def _nothing(_: Any) -> None:
     return None
 
 
-def execute_request(core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any) -> Callable[[], None] | None:
+Plan = tuple[Callable[[], Any], Callable[[Any], "Callable[[], None] | None"], Callable[[Exception], Callable[[], None]]]
+
+
+def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Plan:
+    """How to run one request, by its kind, for both kinds of executor: ``call()`` does the
+    IO (a sync executor's result, or an async one's awaitable), ``done(result)`` is the
+    input to feed (``None`` when the answer comes through the sink: a subscriber's
+    confirmation, a watch stream), ``fail(exception)`` the input for a failure. The sync and
+    asyncio clients share it, so they cannot drift apart."""
+    rid, kind, payload = req.id, req.kind, req.payload
+    if kind == _SQL:
+
+        def sql_fail(e: Exception) -> Callable[[], None]:
+            if not isinstance(e, SqlFailure):
+                e = SqlFailure(_TRANSPORT, _message(e, executor))
+            return _sql_done(core, executor, rid, e)
+
+        return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
+    fail = partial(_failed, core, executor, req)
+    if kind == _COMMAND:
+        if req.connection == SIDE:
+            return partial(executor.subscriber, payload, sink), _nothing, fail
+        return partial(executor.command, payload), partial(partial, core.reply, rid), fail
+    if kind == _HTTP:
+        return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
+    if kind == _WATCH:
+        return partial(executor.watch, rid, payload, sink), _nothing, fail
+    if kind == _CANCEL:
+        return partial(executor.cancel_watch, rid), _nothing, fail
+
+    def unknown() -> None:
+        raise ValueError(f"a request of unknown kind {kind}")
+
+    return unknown, _nothing, fail
+
+
+def execute_request(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Callable[[], None] | None:
     """(IO thread) Run one request with a sync executor; the input to feed, ``None`` when the
     answer comes through the sink."""
-    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
+    try:
+        call, done, fail = _plan(core, executor, sink, req)
+    except Exception as e:  # the executor lacks the method for this kind of request
+        return _failed(core, executor, req, e)
     try:
         result = call()
     except Exception as e:
@@ -351,10 +360,13 @@ def execute_request(core: Core, executor: Any, sink: "BackendSink", rid: int, la
 
 
 async def execute_request_async(
-    core: Core, executor: Any, sink: "BackendSink", rid: int, lane: int, payload: Any
+    core: Core, executor: Any, sink: "BackendSink", req: IoRequest
 ) -> Callable[[], None] | None:
     """The asyncio twin of :func:`execute_request` (the same plan, awaited)."""
-    call, done, fail = _plan(core, executor, sink, rid, lane, payload)
+    try:
+        call, done, fail = _plan(core, executor, sink, req)
+    except Exception as e:  # the executor lacks the method for this kind of request
+        return _failed(core, executor, req, e)
     try:
         result = await call()
     except Exception as e:
@@ -364,31 +376,35 @@ async def execute_request_async(
 
 class BackendSink:
     """Passes a backend's asynchronous traffic to the core through ``feed(fn)`` (which
-    serializes it with the client's other core calls): Redis pub/sub messages and
-    subscription changes, PostgreSQL notifications and reconnections, etcd watch messages
-    and stream ends."""
+    serializes it with the client's other core calls): notifications (Redis pub/sub, a
+    PostgreSQL NOTIFY, a memory-service release), subscription changes and reconnections,
+    etcd watch messages and stream ends."""
 
     def __init__(self, core: Core, feed: Callable[[Callable[[], None]], None]) -> None:
         self._core = core
         self._feed = feed
 
-    def message(self, channel: bytes, payload: bytes) -> None:
-        self._feed(partial(self._core.pubsub_message, channel, payload))
+    def message(self, channel: bytes, payload: bytes = b"") -> None:
+        """A notification (channel, payload) on any connection."""
+        self._feed(partial(self._core.message, channel, payload))
 
     def subscription(self, channel: bytes, subscribed: bool) -> None:
+        """A subscription of ``channel`` took effect, or ended (or its connection broke)."""
         self._feed(partial(self._core.subscription, channel, subscribed))
 
     def notification(self, channel: str | bytes, payload: str | bytes) -> None:
-        self._feed(partial(self._core.sql_notification, channel, payload))
+        """A PostgreSQL NOTIFY (the same as :meth:`message`)."""
+        self._feed(partial(self._core.message, channel, payload))
 
     def connection_reset(self, connection: int) -> None:
-        self._feed(partial(self._core.sql_connection_reset, connection))
+        """``connection`` (``LH_CONNECTION_*``) was opened anew."""
+        self._feed(partial(self._core.reopened, connection))
 
     def stream_message(self, rid: int, message: bytes) -> None:
-        self._feed(partial(self._core.http_stream_message, rid, message))
+        self._feed(partial(self._core.stream_message, rid, message))
 
     def stream_ended(self, rid: int, message: str) -> None:
-        self._feed(partial(self._core.http_failed, rid, message))
+        self._feed(partial(self._core.failed, rid, _TRANSPORT, message))
 
 
 def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
@@ -400,15 +416,15 @@ def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
 
     core = Core(Config(), backend=executor.options)
     sink = BackendSink(core, lambda fn: None)  # a status query needs no notification
-    executor.attach()
+    executor.attach(sink)
     try:
         core.status_request(name)
         end = time.monotonic() + timeout
         while True:
             ran = False
-            for rid, lane, payload in core.poll_requests():
+            for req in core.poll_io():
                 ran = True
-                fn = execute_request(core, executor, sink, rid, lane, payload)
+                fn = execute_request(core, executor, sink, req)
                 if fn is not None:
                     fn()
             got = core.poll_status()

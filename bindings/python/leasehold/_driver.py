@@ -1,93 +1,35 @@
-"""The driver both clients share: what each core output means, and how a service's answer
-becomes the core's input.
+"""The driver both clients share: what each core event means for the application.
 
 :class:`Driver` is the part of :class:`~leasehold.client.LockClient` and
 :class:`~leasehold.aio.AsyncLockClient` that does not depend on how a caller waits (a thread
 on an event, a task on a future). The threads are :mod:`leasehold._threaded`, the event loop
-:mod:`leasehold.aio`; each provides the waiting: ``_submit_command(out)``
-runs an acquire/renew/release command with the service, ``_granted(h)`` wakes the acquire()
-caller of a handle just granted, ``_start_watch(name)`` / ``_stop_watch(name)`` run the
-service's watch calls, ``_input(fn, *args)`` feeds one input to the core, ``_serial()`` is
-the context that serializes core calls (the client mutex; nothing on the loop).
+:mod:`leasehold.aio`; each provides the waiting: ``_granted(h)`` wakes the acquire() caller of
+a handle just granted, ``_serial()`` is the context that serializes core calls (the client
+mutex; nothing on the loop). The IO the core asks for runs through the executor
+(:mod:`leasehold._backend`), the same way for every backend.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from functools import partial
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 from . import _ffi, errors
 from ._args import check_name, ttl_to_ms, wait_budget
-from ._core import Counters, Output
+from ._core import Counters, Event
 from ._lease import LeaseLifecycle
-from .service import Granted, HeldByOther
 
-__all__ = ["Driver", "service_call", "service_input", "transport_error_input", "IDLE_TICK_NS"]
+__all__ = ["Driver", "acquire_args", "IDLE_TICK_NS"]
 
 log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD = "acquiring", "held"
-_COMMANDS = (_ffi.LH_OUTPUT_ACQUIRE, _ffi.LH_OUTPUT_RENEW, _ffi.LH_OUTPUT_RELEASE)
-_KIND_NAMES = {_ffi.LH_OUTPUT_ACQUIRE: "acquire", _ffi.LH_OUTPUT_RENEW: "renew", _ffi.LH_OUTPUT_RELEASE: "release"}
 
 # The longest a driver sleeps without a deadline before it sleeps for ever: in a loop of
 # acquire/release cycles the core has no deadline between two cycles, and a driver asleep for
 # ever would have to be woken by the next cycle's first deadline.
 IDLE_TICK_NS = 500_000_000
-
-
-# -- a service's commands ------------------------------------------------------------------------
-def service_call(service: Any, out: Output) -> Any:
-    """Call the service for one command: its answer, or an awaitable of it (asyncio)."""
-    if out.kind == _ffi.LH_OUTPUT_ACQUIRE:
-        return service.acquire(out.name, out.token, out.ttl_ms)
-    if out.kind == _ffi.LH_OUTPUT_RENEW:
-        return service.renew(out.name, out.token, out.ttl_ms, out.backend_data)
-    return service.release(out.name, out.token, out.backend_data)
-
-
-def _grant(core: Any, req: int, r: Granted) -> None:
-    """(input) Feed a grant; one the core refuses counts as a transport error."""
-    try:
-        core.acquire_result(req, _ffi.LH_ACQUIRE_GRANTED, r.fencing_token, r.ttl_ms, None, bytes(r.backend_data))
-    except (errors.InvalidArgument, TypeError, ValueError) as e:
-        log.error("leasehold: the service returned an invalid grant %r (%s); treated as a transport error", r, e)
-        core.acquire_result(req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-
-
-def service_input(core: Any, out: Output, answer: Any) -> Callable[[], None]:
-    """The core input for a service's ``answer`` to ``out``; ``TypeError`` for an answer of
-    the wrong type (the caller treats it as a transport error)."""
-    k, req = out.kind, out.request_id
-    if k == _ffi.LH_OUTPUT_ACQUIRE:
-        if isinstance(answer, Granted):
-            return partial(_grant, core, req, answer)
-        if isinstance(answer, HeldByOther):
-            hint = answer.retry_after_ms
-            if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
-                hint = None
-            return partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=hint)
-        raise TypeError(f"acquire() returned {type(answer).__name__}, expected Granted or HeldByOther")
-    if not isinstance(answer, bool):
-        raise TypeError(f"{_KIND_NAMES.get(k, k)}() returned {type(answer).__name__}, expected bool")
-    if k == _ffi.LH_OUTPUT_RENEW:
-        return partial(core.renew_result, req, _ffi.LH_RENEW_RENEWED if answer else _ffi.LH_RENEW_REJECTED)
-    # An application release's caller is woken by the RELEASE_OUTCOME this may emit.
-    return partial(core.release_result, req, _ffi.LH_RELEASE_RELEASED if answer else _ffi.LH_RELEASE_NOT_OWNER)
-
-
-def transport_error_input(core: Any, out: Output, e: BaseException | None = None) -> Callable[[], None]:
-    """The core input for a command that failed in transport (logged when ``e`` is given)."""
-    k, req = out.kind, out.request_id
-    if e is not None:
-        log.warning("leasehold: %s %r failed (transport error): %s", _KIND_NAMES.get(k, k), out.name, e)
-    if k == _ffi.LH_OUTPUT_ACQUIRE:
-        return partial(core.acquire_result, req, _ffi.LH_ACQUIRE_TRANSPORT_ERROR)
-    if k == _ffi.LH_OUTPUT_RENEW:
-        return partial(core.renew_result, req, _ffi.LH_RENEW_TRANSPORT_ERROR)
-    return partial(core.release_result, req, _ffi.LH_RELEASE_TRANSPORT_ERROR)
 
 
 def acquire_args(name: str, ttl: Any, wait: Any, reentrant: Any, on_lost: Any, auto_renew: Any) -> tuple[int, float, int]:
@@ -105,103 +47,64 @@ def acquire_args(name: str, ttl: Any, wait: Any, reentrant: Any, on_lost: Any, a
 
 
 class Driver(LeaseLifecycle):
-    """Mixin: the dispatch of the core's outputs and the client queries, for both clients."""
+    """Mixin: the dispatch of the core's events and the client queries, for both clients."""
 
     _backend: Any
-    _requests: dict[int, tuple[int, int]]
-    _watch_refs: dict[str, int]
-    _core_watching: set[str]
-    _subscribers: dict[str, list[Callable[[str], Any]]]
     _fatal: BaseException | None = None
 
-    def _submit_command(self, out: Output) -> None: ...  # pragma: no cover - by the client
-
-    def _granted(self, h: Any) -> None: ...  # pragma: no cover
-
-    def _start_watch(self, name: str) -> None: ...  # pragma: no cover
-
-    def _stop_watch(self, name: str) -> None: ...  # pragma: no cover
-
-    def _input(self, fn: Callable[..., None], *args: Any) -> None: ...  # pragma: no cover
+    def _granted(self, h: Any) -> None: ...  # pragma: no cover - by the client
 
     def _serial(self) -> ContextManager[Any]:
         return contextlib.nullcontext()
 
-    # -- outputs ---------------------------------------------------------------------------------
-    def _dispatch(self, out: Output) -> None:
-        k = out.kind
-        if k in _COMMANDS:
-            self._requests[out.request_id] = (k, out.lease_id)
-            self._submit_command(out)
-        elif k == _ffi.LH_OUTPUT_WATCH:
-            if out.name not in self._core_watching:
-                self._core_watching.add(out.name)
-                self._watch_ref(out.name, +1)  # waiters share the release notifications
-        elif k == _ffi.LH_OUTPUT_UNWATCH:
-            if out.name in self._core_watching:
-                self._core_watching.discard(out.name)
-                self._watch_ref(out.name, -1)
-        elif k == _ffi.LH_OUTPUT_ACQUIRED:
-            for h in self._handles.get(out.lease_id, ()):
+    # -- events ----------------------------------------------------------------------------------
+    def _dispatch(self, ev: Event) -> None:
+        k = ev.kind
+        if k == _ffi.LH_EVENT_ACQUIRED:
+            for h in self._handles.get(ev.lease_id, ()):
                 if h._state == _ACQUIRING:
-                    h._fencing_token = out.fencing_token
-                    h._valid_until_ns = out.valid_until_ns
+                    h._fencing_token = ev.fencing_token
+                    h._valid_until_ns = ev.valid_until_ns
                     h._state = _HELD
                     self._granted(h)
-        elif k == _ffi.LH_OUTPUT_ACQUIRE_FAILED:
-            for h in self._handles.pop(out.lease_id, ()):
+        elif k == _ffi.LH_EVENT_ACQUIRE_FAILED:
+            for h in self._handles.pop(ev.lease_id, ()):
                 if h._state == _ACQUIRING:
-                    self._settle_error(h, self._acquire_error(h, out.reason))
-        elif not self._lease_event(out):
-            log.error("leasehold: unknown output kind %d", k)
-
-    def _watch_ref(self, name: str, delta: int) -> None:
-        """Reference-count watches (core waiters + on_release subscribers)."""
-        before = self._watch_refs.get(name, 0)
-        after = max(0, before + delta)
-        if after:
-            self._watch_refs[name] = after
-        else:
-            self._watch_refs.pop(name, None)
-        if before == 0 and after > 0:
-            self._start_watch(name)
-        elif before > 0 and after == 0:
-            self._stop_watch(name)
-
-    def _deliver_notification(self, name: str) -> None:
-        """A release notification of ``name``: wake one local waiter, run the subscribers."""
-        if name in self._core_watching:
-            self._input(self._core.released, name)
-        for cb in list(self._subscribers.get(name, ())):
-            self._callback(cb, name)
+                    self._settle_error(h, self._acquire_error(h, ev.reason))
+        elif not self._lease_event(ev):
+            log.error("leasehold: unknown event kind %d", k)
 
     def _check_subscribable(self, name: str, callback: Any) -> None:
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")
-        if self._backend is not None:
-            raise errors.LeaseholdError("on_release is not available on a backend executor")
+        self._check_open()
+        raise errors.LeaseholdError(
+            "on_release is not available: every backend's protocol delivers its release "
+            "notifications to the waiters of this client only"
+        )
 
     # -- queries -----------------------------------------------------------------------------------
     def counters(self) -> Counters:
-        """The core's counters (renewals sent/ok/failed, losses by reason, ...)."""
+        """The core's counters (renewals sent/ok/failed, losses by reason, the backend
+        protocol's requests and replies, ...)."""
         with self._serial():
             if self._closed:
                 raise errors.ClientClosed(f"the {self._kind} is closed")
             return self._core.counters()
 
     def backend_counters(self) -> dict[str, int]:
-        """What the core's backend protocol saw (Redis: requests, script calls, wake-ups,
-        standby takeovers, subscriber losses; etcd: requests, leases, watches...); empty for a
-        service."""
+        """What the core's backend protocol saw, by short name (requests, error and garbage
+        replies, wake-ups; Redis: script calls, standby takeovers, subscriber losses; SQL:
+        migrations, database errors; etcd: leases, watches...)."""
         with self._serial():
             if self._closed:
                 raise errors.ClientClosed(f"the {self._kind} is closed")
-            return self._core.backend_counters() if self._backend is not None else {}
+            return self._core.backend_counters()
 
     def backend_last_error(self) -> str:
         """The last database error, refused schema, error reply or transport failure the
-        core's backend protocol saw (SQL and etcd executors; empty otherwise)."""
+        core's backend protocol saw (empty when none)."""
         with self._serial():
             return "" if self._core.closed else self._core.backend_last_error()
 

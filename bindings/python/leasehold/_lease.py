@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 from . import _ffi, errors
-from ._core import Config, Core, Output
+from ._core import Config, Core, Event
 
 __all__ = ["ReleaseOutcome", "LeaseLifecycle", "LeaseBase", "client_config"]
 
@@ -63,7 +63,7 @@ class Slot(Protocol):
 
 
 def client_config(config: Config | None, service: object, fail_budget: int | None) -> Config:
-    """The core configuration of a client: ``notifications`` from the service unless set,
+    """The core configuration of a client: ``notifications`` from the executor unless set,
     ``fail_budget`` (0 = the time budget, N = N consecutive failures) when given."""
     cfg = config or Config()
     if not isinstance(cfg, Config):
@@ -104,11 +104,11 @@ class LeaseLifecycle:
     def _on_fatal(self, e: BaseException) -> None: ...  # pragma: no cover
 
     # -- events ------------------------------------------------------------------------------
-    def _lease_event(self, out: Output) -> bool:
+    def _lease_event(self, out: Event) -> bool:
         """Handle a lease's LOST, RELEASED, RENEWED or RELEASE_OUTCOME event; False for any
-        other output kind."""
+        other event kind."""
         k, lease = out.kind, out.lease_id
-        if k == _ffi.LH_OUTPUT_LOST:
+        if k == _ffi.LH_EVENT_LOST:
             hs = self._handles.pop(lease, ())
             for h in hs:
                 if h._state == _HELD:
@@ -118,7 +118,7 @@ class LeaseLifecycle:
             slot = self._release_waiters.pop(lease, None)
             if slot is not None:
                 slot.set(ReleaseOutcome.LOST)
-        elif k == _ffi.LH_OUTPUT_RELEASED:
+        elif k == _ffi.LH_EVENT_RELEASED:
             hs = self._handles.pop(lease, ())
             for h in hs:
                 if h._state == _HELD:
@@ -127,11 +127,11 @@ class LeaseLifecycle:
             if lease in self._renew_waiters:
                 name = hs[0].name if hs else "?"
                 self._end_renewals(lease, errors.LockNotHeld(f"lock {name!r} was released"))
-        elif k == _ffi.LH_OUTPUT_RENEWED:
+        elif k == _ffi.LH_EVENT_RENEWED:
             for h in self._handles.get(lease, ()):
                 h._valid_until_ns = out.valid_until_ns
             self._end_renewals(lease, out.valid_until_ns)
-        elif k == _ffi.LH_OUTPUT_RELEASE_OUTCOME:
+        elif k == _ffi.LH_EVENT_RELEASE_OUTCOME:
             slot = self._release_waiters.pop(lease, None)
             if slot is not None:
                 slot.set(_OUTCOME_BY_REASON.get(out.reason, ReleaseOutcome.RELEASED))
@@ -179,7 +179,7 @@ class LeaseLifecycle:
         """Give one holder of ``h``'s lease back to the core. Returns the outcome when it is
         known at once (another reentrant holder remains: released; the validity had run
         out: lost, with the LOST event queued), ``None`` when the service's answer decides
-        (RELEASED and a RELEASE command are queued) or ``h`` was still acquiring."""
+        (RELEASED is queued and the RELEASE goes out) or ``h`` was still acquiring."""
         lease = h.lease_id
         was = h._state
         if was == _ACQUIRING:
@@ -246,9 +246,6 @@ class LeaseLifecycle:
         if outcome is not None and self._release_waiters.get(h.lease_id) is slot:
             del self._release_waiters[h.lease_id]
         return outcome
-
-    def _release_sent(self, lease: int, requests: dict[int, tuple[int, int]]) -> bool:
-        return any(k == _ffi.LH_OUTPUT_RELEASE and ls == lease for k, ls in requests.values())
 
     def _release_end(self, h: Any, slot: Slot, value: Any) -> ReleaseOutcome:
         """The release is over (``value``: what ``slot`` received, ``None`` if nothing):

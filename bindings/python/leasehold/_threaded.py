@@ -1,11 +1,11 @@
 """How a thread waits: the threaded half of :class:`~leasehold.client.LockClient`.
 
 :class:`ThreadedDriver` runs the shared driver (:class:`leasehold._driver.Driver`) with
-threads: the driver thread's loop over the core's deadlines, the IO pool and the inline fast
-path for service commands, backend requests run on the thread that fed their cause, the
-watch and callback workers. Every method that touches the core runs under the client mutex
-(``_mu`` / ``_cond``), as its docstring says. The public API and the lifecycle (``__init__``,
-``acquire``, ``close``, fork) are in :mod:`leasehold.client`.
+threads: the driver thread's loop over the core's deadlines, the IO pool, requests run on
+the thread that fed their cause (the inline path), and the callback worker. Every method
+that touches the core runs under the client mutex (``_mu`` / ``_cond``), as its docstring
+says. The public API and the lifecycle (``__init__``, ``acquire``, ``close``, fork) are in
+:mod:`leasehold.client`.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import _ffi, errors
-from ._backend import execute_request, run_requests
-from ._core import Output, dispatch_all
-from ._driver import IDLE_TICK_NS, Driver, service_call, service_input, transport_error_input
+from . import errors
+from ._backend import SIDE, execute_request, lane_of
+from ._core import IoRequest, dispatch_all
+from ._driver import IDLE_TICK_NS, Driver
 
 if TYPE_CHECKING:
     from .client import Lease
-    from .service import LockService
 
 __all__ = ["ThreadedDriver"]
 
@@ -43,9 +42,8 @@ class ThreadedDriver(Driver):
     _mu: threading.RLock
     _cond: threading.Condition
     _pool: concurrent.futures.ThreadPoolExecutor | None
-    _watch_pool: "_SerialWorker | None"
+    _side_pool: "_SerialWorker | None"
     _cb_pool: concurrent.futures.ThreadPoolExecutor | None
-    _service: "LockService"
     _sink: Any
     _tl: "_Batches"
     _now_fn: Callable[[], int]
@@ -53,7 +51,6 @@ class ThreadedDriver(Driver):
     _real_clock: bool
     _io_workers: int
     _inline: bool
-    _abandoned: set[int]
     _inputs: deque[Callable[[], None]]
     _inflight: int
     _side_pending: int
@@ -62,9 +59,6 @@ class ThreadedDriver(Driver):
     _sleep_until: int | None
     _idle_waiters: int
     _wakeups: int
-    _capture: tuple[int, int] | None
-    _captured: Output | None
-    _parked: "dict[int, Lease]"
     _paused: bool
     _stop: bool
     _driver: threading.Thread | None
@@ -77,16 +71,13 @@ class ThreadedDriver(Driver):
     def _serial(self) -> threading.RLock:
         return self._mu
 
-    def _input(self, fn: Callable[..., None], *args: Any) -> None:
-        self._feed(fn, *args)
-
     # -- the driver thread -----------------------------------------------------------
     def _ensure_started(self) -> None:
         """(mutex held) Start the driver and pools; after a fork, in the child, restart them."""
         if self._driving or self._stop:
             return
         self._pool = concurrent.futures.ThreadPoolExecutor(self._io_workers, thread_name_prefix="leasehold-io")
-        self._watch_pool = _SerialWorker("leasehold-watch")
+        self._side_pool = _SerialWorker("leasehold-side")
         self._cb_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leasehold-callbacks")
         self._driver = threading.Thread(target=self._run_driver, name="leasehold-driver", daemon=True)
         self._driving = True  # before start(): the thread clears it when it ends
@@ -197,8 +188,8 @@ class ThreadedDriver(Driver):
         if self._fatal is not None:
             return
         try:
-            if self._backend is not None:
-                run_requests(self._core, self._submit_request)
+            for req in self._core.poll_io():
+                self._submit_request(req)
             outs, dl = self._core.drain()
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
@@ -215,33 +206,7 @@ class ThreadedDriver(Driver):
         ):
             self._cond.notify_all()
 
-    def _drain_capturing(self, kind: int, lease: int) -> Output | None:
-        """(mutex held) Drain; if the inline fast path is on, keep the first ``kind`` command of
-        ``lease`` for the calling thread (counted in flight) instead of submitting it."""
-        if not self._inline or self._paused:
-            self._drain()
-            return None
-        self._capture, self._captured = (kind, lease), None
-        try:
-            self._drain()
-            return self._captured
-        finally:
-            self._capture, self._captured = None, None
-
-    # -- commands and the acquire() caller that waits --------------------------------
-    def _submit_command(self, out: Output) -> None:
-        """(mutex held) Where an acquire/renew/release command runs."""
-        k = out.kind
-        if out.lease_id in self._abandoned:
-            self._answer_abandoned(out)
-        elif self._capture == (k, out.lease_id) and self._captured is None:
-            self._captured = out  # the calling thread runs it (see _run_inline)
-            self._inflight += 1
-        elif k == _ffi.LH_OUTPUT_ACQUIRE and self._parked and not self._paused and self._hand_over(out):
-            pass
-        else:
-            self._submit_io(out)
-
+    # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:
         if h._settled is not None:  # (no call on the fast path: nobody waits)
             self._wake_waiter(h)
@@ -251,19 +216,8 @@ class ThreadedDriver(Driver):
         h._state = _FAILED
         self._wake_waiter(h)
 
-    def _hand_over(self, out: Output) -> bool:
-        """(mutex held) Give an Acquire command to its lease's parked acquire() caller, which
-        runs it inline: a notification reaches the waiting thread in one hop, not via the pool."""
-        h = self._parked.pop(out.lease_id, None)
-        if h is None or h._settled is None:
-            return False
-        self._inflight += 1
-        h._cmd = out
-        self._wake_waiter(h)
-        return True
-
     def _wake_waiter(self, h: Lease) -> None:
-        """(mutex held) ``h`` settled or got a command: wake its waiting acquire() caller.
+        """(mutex held) ``h`` settled: wake its waiting acquire() caller.
 
         On the caller's own thread no Event work is needed: that thread looks at the handle
         under the mutex before it waits again (see _wait_settled).
@@ -273,46 +227,23 @@ class ThreadedDriver(Driver):
             ev.set()
 
     def _wait_settled(self, h: Lease, bound: float) -> bool:
-        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is.
-
-        In inline mode the thread parks itself as its lease's runner meanwhile: Acquire
-        commands for the lease (retries, wake-ups by a notification) are handed to it and run
-        here, one at a time, each bounded by the service's call bound.
-        """
+        """Wait (at most ``bound`` s) until ``h`` is granted or failed; True if it is."""
         end = time.monotonic() + bound
-        lease = h.lease_id
-        ev: threading.Event | None = None
-        try:
-            while True:
-                with self._mu:
-                    cmd, h._cmd = h._cmd, None
-                    if cmd is None:
-                        if h._state != _ACQUIRING:
-                            return True
-                        ev = h._settled
-                        if ev is None:
-                            ev = h._settled = threading.Event()
-                            h._waiter = threading.get_ident()
-                        else:
-                            ev.clear()  # every set() happens under the mutex: none is lost
-                        if self._inline and not self._paused and lease not in self._parked:
-                            self._parked[lease] = h
-                if cmd is not None:
-                    self._run_inline(cmd)
-                    continue
-                left = end - time.monotonic()
-                if ev is None or left <= 0:
-                    return h._state != _ACQUIRING
-                if not ev.wait(left):
-                    return h._state != _ACQUIRING
-        finally:
+        while True:
             with self._mu:
-                if self._parked.get(lease) is h:
-                    del self._parked[lease]
-                cmd, h._cmd = h._cmd, None
-                if cmd is not None:  # handed over while we were leaving: the pool runs it
-                    self._inflight -= 1
-                    self._submit_io(cmd)
+                if h._state != _ACQUIRING:
+                    return True
+                ev = h._settled
+                if ev is None:
+                    ev = h._settled = threading.Event()
+                    h._waiter = threading.get_ident()
+                else:
+                    ev.clear()  # every set() happens under the mutex: none is lost
+            left = end - time.monotonic()
+            if left <= 0:
+                return h._state != _ACQUIRING
+            if not ev.wait(left):
+                return h._state != _ACQUIRING
 
     def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         pool = self._cb_pool
@@ -320,50 +251,52 @@ class ThreadedDriver(Driver):
             return
         self._side_call(pool, f"callback {fn!r}", fn, *args)
 
-    # -- backend requests (a backend executor) ---------------------------------------
-    def _submit_request(self, rid: int, lane: int, payload: Any) -> None:
-        """(mutex held) Run one backend request: on this thread once it drops the mutex, when
-        it collects them (``_collecting``), else on the IO pool (subscriber requests in order
-        on the watch worker). Running a request where its cause was fed saves a thread hop."""
+    # -- requests -------------------------------------------------------------------
+    def _submit_request(self, req: IoRequest) -> None:
+        """(mutex held) Run one request: on this thread once it drops the mutex, when it
+        collects them (``_collecting``), else on the IO pool (the notify connection's
+        requests and watch streams in order on the side worker). Running a request where
+        its cause was fed saves a thread hop."""
         batch = self._tl.batch
         if batch is not None:
             self._inflight += 1
-            batch.append((rid, lane, payload))
+            batch.append(req)
             return
-        pool: Any = self._pool if lane == _ffi.LH_CONNECTION_COMMANDS else self._watch_pool
+        pool: Any = self._side_pool if lane_of(req) == SIDE else self._pool
         if pool is None:
             return
         self._inflight += 1
         try:
-            pool.submit(self._execute, rid, lane, payload)
+            pool.submit(self._execute, req)
         except RuntimeError:  # shut down
             self._inflight -= 1
 
-    def _execute(self, rid: int, lane: int, payload: Any) -> None:
-        self._run_here([(rid, lane, payload)])
+    def _execute(self, req: IoRequest) -> None:
+        self._run_here([req])
 
-    def _collecting(self) -> list[tuple[int, int, Any]] | None:
+    def _collecting(self) -> list[IoRequest] | None:
         """(mutex held) Collect the requests the next drains emit for this thread to run
-        (``_run_here`` after the mutex is dropped); ``None`` without a backend executor."""
-        if self._backend is None:
+        (``_run_here`` after the mutex is dropped); ``None`` when they go to the pool (the
+        executor's calls may block without a bound, or the driver is paused)."""
+        if not self._inline or self._paused:
             return None
-        batch: list[tuple[int, int, Any]] = []
+        batch: list[IoRequest] = []
         self._tl.batch = batch
         return batch
 
-    def _run_here(self, batch: list[tuple[int, int, Any]] | None) -> None:
+    def _run_here(self, batch: list[IoRequest] | None) -> None:
         """(mutex not held) Run collected requests on this thread, feeding each result; the
         requests those emit join the batch. On an interrupt the rest go to the pool."""
         if not batch:
             return
         try:
             while batch:
-                rid, lane, payload = batch.pop(0)
-                fn = execute_request(self._core, self._backend, self._sink, rid, lane, payload)
+                req = batch.pop(0)
+                fn = execute_request(self._core, self._backend, self._sink, req)
                 with self._mu:
                     self._inflight -= 1
                     if fn is not None and not self._closed and not self._stop:
-                        self._tl.batch = batch
+                        self._tl.batch = batch if not self._paused else None
                         try:
                             self._feed(fn)
                         finally:
@@ -375,11 +308,12 @@ class ThreadedDriver(Driver):
                 with self._mu:
                     for req in batch:
                         self._inflight -= 1
-                        self._submit_request(*req)
+                        self._submit_request(req)
 
     def _backend_input(self, fn: Callable[[], None]) -> None:
-        """(subscriber reader thread) A pub/sub message or subscription change; the requests
-        it causes (a woken waiter's attempt) run on this thread."""
+        """(any thread) What arrived on the executor's own: a notification, a subscription
+        change, a watch message. The requests it causes (a woken waiter's attempt) run on
+        this thread when the executor's calls are bounded."""
         with self._mu:
             if self._closed or self._stop:
                 return
@@ -390,73 +324,9 @@ class ThreadedDriver(Driver):
                 self._tl.batch = None
         self._run_here(batch)
 
-    # -- service IO ------------------------------------------------------------------
-    def _submit_io(self, out: Output) -> None:
-        """(mutex held) Run ``out`` on the IO pool."""
-        self._inflight += 1
-        pool = self._pool
-        if pool is None:
-            self._inflight -= 1
-            return
-        try:
-            pool.submit(self._do_io, out)
-        except RuntimeError:  # shut down
-            self._inflight -= 1
-
-    def _do_io(self, out: Output) -> None:
-        """(IO pool thread) Run one command against the service; feed its result."""
-        self._finish_io(out, self._call_service(out))
-
-    def _run_inline(self, out: Output) -> None:
-        """(application thread, mutex not held) The inline fast path: run this call's own
-        command with the service, then feed the result. An interrupt (KeyboardInterrupt)
-        counts as a transport error of the request and propagates."""
-        try:
-            fn = self._call_service(out)
-        except BaseException:
-            self._finish_io(out, transport_error_input(self._core, out))
-            raise
-        self._finish_io(out, fn)
-
-    def _finish_io(self, out: Output, fn: Callable[[], None]) -> None:
-        with self._mu:
-            self._inflight -= 1
-            self._requests.pop(out.request_id, None)
-            if not self._closed and not self._stop:
-                self._feed(fn)
-            elif self._idle_waiters or self._closing:
-                self._cond.notify_all()
-
-    def _call_service(self, out: Output) -> Callable[[], None]:
-        """(mutex not held) Run one command against the service; returns the input to feed."""
-        try:
-            return service_input(self._core, out, service_call(self._service, out))
-        except Exception as e:
-            return transport_error_input(self._core, out, e)
-
-    def _answer_abandoned(self, out: Output) -> None:
-        """(after fork, in the child) Commands for the parent's leases never reach the service:
-        they are answered locally so the child's core forgets them without touching the lock."""
-        core, req = self._core, out.request_id
-        self._requests.pop(req, None)
-        if out.kind == _ffi.LH_OUTPUT_ACQUIRE:
-            self._inputs.append(partial(core.acquire_result, req, _ffi.LH_ACQUIRE_HELD_BY_OTHER))
-        elif out.kind == _ffi.LH_OUTPUT_RENEW:
-            self._inputs.append(partial(core.renew_result, req, _ffi.LH_RENEW_REJECTED))
-        else:
-            self._inputs.append(partial(core.release_result, req, _ffi.LH_RELEASE_NOT_OWNER))
-
-    # -- watches and notifications ---------------------------------------------------
-    def _start_watch(self, name: str) -> None:
-        if self._watch_pool is not None:
-            self._side_call(self._watch_pool, "service.watch", self._watch_then_recheck, name, self._service.watch, self._notified)
-
-    def _stop_watch(self, name: str) -> None:
-        if self._watch_pool is not None:
-            self._side_call(self._watch_pool, "service.unwatch", self._service.unwatch, name)
-
-    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor | _SerialWorker, what: str, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn`` on ``pool`` (watch or callback thread), counted in ``_side_pending`` so
+    # -- callbacks ------------------------------------------------------------------
+    def _side_call(self, pool: concurrent.futures.ThreadPoolExecutor, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on ``pool`` (the callback thread), counted in ``_side_pending`` so
         close() can wait for it; an exception is logged as ``what`` and never propagates."""
         self._side_pending += 1
 
@@ -473,22 +343,6 @@ class ThreadedDriver(Driver):
         except RuntimeError:
             self._side_pending -= 1
 
-    def _watch_then_recheck(
-        self, name: str, subscribe: Callable[[str, Callable[[str], Any]], None], callback: Callable[[str], Any]
-    ) -> None:
-        """(watch thread) Subscribe, then wake one local waiter once.
-
-        A release that happened after a waiter's last attempt but before the subscription
-        took effect was never notified; without this re-check that waiter would sleep until
-        its retry hint (the holder's whole remaining TTL) although the lock is free.
-        """
-        subscribe(name, callback)
-        with self._cond:
-            if self._closed or self._stop or self._fatal is not None:
-                return
-            if name in self._core_watching:
-                self._feed(self._core.released, name)
-
     @staticmethod
     def _safe_call(what: str, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -496,20 +350,11 @@ class ThreadedDriver(Driver):
         except Exception:
             log.exception("leasehold: %s raised", what)
 
-    def _notified(self, name: str) -> None:
-        """(any thread) A release notification from the service."""
-        with self._mu:
-            if self._closed or self._stop or self._fatal is not None:
-                return
-            # Fed here, on the notifying thread, under the mutex: the woken waiter's
-            # Acquire goes to the pool at once, without a hop through the driver.
-            self._deliver_notification(name)
-
 
 class _Batches(threading.local):
-    """Per thread: the backend requests it collects to run itself (see _submit_request)."""
+    """Per thread: the requests it collects to run itself (see _submit_request)."""
 
-    batch: list[tuple[int, int, Any]] | None = None
+    batch: list[IoRequest] | None = None
 
 
 class _Slot:
@@ -533,8 +378,8 @@ class _Slot:
 
 class _SerialWorker:
     """One daemon thread that runs submitted calls in order: a ``ThreadPoolExecutor(1)``
-    without a ``Future`` per call. The last waiter's unwatch is submitted on the path of a
-    handoff, where ``ThreadPoolExecutor.submit`` cost tens of microseconds."""
+    without a ``Future`` per call (``ThreadPoolExecutor.submit`` costs tens of microseconds on
+    the path of a handoff)."""
 
     def __init__(self, name: str) -> None:
         self._name = name

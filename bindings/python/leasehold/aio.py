@@ -1,17 +1,17 @@
 """asyncio flavour: :class:`AsyncLockClient` drives the same core from an event loop.
 
 Everything runs on the loop the client is first used from (calling it from another loop
-raises ``RuntimeError``): a driver task runs the core's deadlines; backend calls run as their
-own tasks (a synchronous service is adapted with ``asyncio.to_thread``, see
-:func:`leasehold.service.to_async`), so a hung backend never delays loss detection. A finished
-backend call and a release notification feed the core directly from their task/callback (all
-on the loop, so no lock is needed); the driver is woken only when an input was queued for it
-(while paused), the client is closing, or the core's deadline moved earlier than the one it
-sleeps until.
+raises ``RuntimeError``): a driver task runs the core's deadlines; each request the core asks
+for runs as its own task on the executor (a synchronous executor's calls in worker threads,
+see :class:`leasehold._backend.ThreadedExecutor`), so a hung backend never delays loss
+detection. A finished request and a notification feed the core directly from their task or
+callback (all on the loop, so no lock is needed; what another thread delivers is passed to the
+loop first); the driver is woken only when an input was queued for it (while paused), the
+client is closing, or the core's deadline moved earlier than the one it sleeps until.
 
 ::
 
-    async with AsyncLockClient(service) as client:
+    async with AsyncLockClient(executor) as client:
         async with client.acquire("job", ttl=30, wait=5) as lock:
             await do_work(lock.fencing_token)
 
@@ -27,21 +27,20 @@ import asyncio
 import inspect
 import logging
 import os
+import threading
 import time
 import weakref
 from collections import deque
-from functools import partial
-from typing import Any, Awaitable, Callable, Coroutine, Generator, cast
+from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import errors
-from ._backend import BackendSink, backend_of, execute_request_async, run_requests
+from ._backend import BackendSink, backend_of, execute_request_async
 from ._args import seconds
 from ._clock import resolve_clock
-from ._core import Config, Core, Output, dispatch_all
-from ._driver import IDLE_TICK_NS, Driver, acquire_args, service_call, service_input, transport_error_input
+from ._core import Config, Core, IoRequest, dispatch_all
+from ._driver import IDLE_TICK_NS, Driver, acquire_args
 from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
-from .client import Subscription
-from .service import AsyncLockService, LockService, to_async
+from .client import Subscription, not_an_executor
 
 __all__ = ["AsyncLockClient", "AsyncLease", "AsyncLockHandle"]
 
@@ -124,14 +123,13 @@ class AsyncLockClient(Driver):
     """An asyncio lock client: one core driven by one task on one event loop.
 
     Parameters as for :class:`leasehold.LockClient` (``fail_budget`` included); ``service``
-    may be an :class:`~leasehold.service.AsyncLockService`, a synchronous ``LockService``
-    (run with ``asyncio.to_thread``), or any backend executor, asyncio or synchronous (whose
-    requests then run in worker threads).
+    is any backend executor, asyncio or synchronous (whose requests then run in worker
+    threads).
     """
 
     def __init__(
         self,
-        service: AsyncLockService | LockService,
+        service: Any,
         *,
         clock: Any = None,
         config: Config | None = None,
@@ -141,34 +139,28 @@ class AsyncLockClient(Driver):
         fail_budget: int | None = None,
     ) -> None:
         self._backend = backend_of(service, for_asyncio=True)
-        # (An executor is not a service; the service paths never run with one.)
-        self._service: AsyncLockService = (
-            cast(AsyncLockService, self._backend) if self._backend is not None else to_async(service)
-        )
+        if self._backend is None:
+            raise TypeError(not_an_executor(service))
+        self._service = service
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
-        cfg = client_config(config, self._service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
+        cfg = client_config(config, self._backend, fail_budget)
+        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._sink = BackendSink(self._core, self._backend_input)
-        if self._backend is not None:
-            self._backend.attach()
+        self._backend.attach(self._sink)
         self._owns_service = owns_service
         self._release_timeout = (
             seconds(release_timeout, "release_timeout") if release_timeout is not None
             else self._core.request_timeout_ns / 1e9
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._driver: asyncio.Task[None] | None = None
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[AsyncLease]] = {}
-        self._requests: dict[int, tuple[int, int]] = {}
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
-        self._watch_refs: dict[str, int] = {}
-        self._core_watching: set[str] = set()
-        self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._watch_tail: asyncio.Task[None] | None = None
         self._deadline: int | None = None
         self._sleeping = False  # the driver waits; until _sleep_until (None: no deadline)
         self._sleep_until: int | None = None
@@ -191,25 +183,10 @@ class AsyncLockClient(Driver):
         return _Acquire(lambda: self._acquire(name, ttl_ms, wait_s, wait_ns, reentrant, on_lost, auto_renew))
 
     def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
-        """Call ``callback(name)`` (a function or coroutine function) for every release
-        notification of ``name``; returns a :class:`~leasehold.client.Subscription` whose
-        ``cancel()`` stops it. Call from the loop."""
+        """Not available, as :meth:`leasehold.LockClient.on_release`: raises
+        :class:`~leasehold.errors.LeaseholdError`."""
         self._check_subscribable(name, callback)
-        self._ensure_loop()
-        self._check_open()
-        self._subscribers.setdefault(name, []).append(callback)
-        self._watch_ref(name, +1)
-
-        def cancel() -> None:
-            subs = self._subscribers.get(name)
-            if subs and callback in subs:
-                subs.remove(callback)
-                if not subs:
-                    del self._subscribers[name]
-                if not self._closed:
-                    self._watch_ref(name, -1)
-
-        return Subscription(cancel)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self, timeout: float = 5.0) -> None:
         """Release held locks, cancel pending acquires, wait (bounded) for cleanup, stop."""
@@ -228,14 +205,14 @@ class AsyncLockClient(Driver):
             while self._core.counters().pending_cleanups > 0 and time.monotonic() < end:
                 assert self._wake is not None
                 await asyncio.sleep(min(0.01, max(0.0, end - time.monotonic())))
-            if self._core.protocol == "etcd":
-                # The pooled etcd lease goes now, not a TTL later.
-                before = set(self._tasks)
-                self._core.etcd_close()
-                self._drain()
-                revokes = self._tasks - before
-                if revokes:
-                    await asyncio.wait(revokes, timeout=max(0.0, min(1.0, end - time.monotonic())))
+            # What the backend gives back on close (etcd: its pooled lease, now, not a TTL
+            # later) goes out now.
+            before = set(self._tasks)
+            self._core.close_backend()
+            self._drain()
+            revokes = self._tasks - before
+            if revokes:
+                await asyncio.wait(revokes, timeout=max(0.0, min(1.0, end - time.monotonic())))
             pending: list[asyncio.Task[Any]] = list(self._tasks)
             if self._driver is not None:
                 self._driver.cancel()
@@ -244,18 +221,10 @@ class AsyncLockClient(Driver):
                 t.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-            unwatches = [self._service.unwatch(n) for n, c in self._watch_refs.items() if c > 0]
-            for op in unwatches:
-                try:
-                    async with asyncio.timeout(1.0):
-                        await op
-                except Exception:
-                    log.exception("leasehold: service.unwatch failed")
         if self._unsub_clock is not None:
             self._unsub_clock()
         self._closed = True
-        if self._backend is not None:
-            await self._backend.detach()
+        await self._backend.detach()
         for hs in self._handles.values():
             for h in hs:
                 if h._state == _ACQUIRING:
@@ -265,9 +234,9 @@ class AsyncLockClient(Driver):
         self._core.close()
         if self._owns_service:
             try:
-                await self._service.close()
+                await self._backend.close()
             except Exception:
-                log.exception("leasehold: service.close() raised")
+                log.exception("leasehold: the executor's close() raised")
 
     async def __aenter__(self) -> "AsyncLockClient":
         self._ensure_loop()
@@ -292,17 +261,19 @@ class AsyncLockClient(Driver):
         if self._closing or self._closed:
             raise errors.ClientClosed("the AsyncLockClient is closed")
 
-    def _input(self, fn: Callable[..., None], *args: Any) -> None:
-        self._deliver_input(partial(fn, *args) if args else fn)
+    @property
+    def service(self) -> Any:
+        """The executor this client drives (as it was given)."""
+        return self._service
 
     def _ensure_loop(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
+            self._loop_thread = threading.get_ident()
             self._wake = asyncio.Event()
             self._driver = loop.create_task(self._run(), name="leasehold-driver")
-            if self._backend is not None:
-                self._drain()  # the wake channel's SUBSCRIBE goes out now
+            self._drain()  # the backend's set-up (a SUBSCRIBE, the schema check) goes out now
             if self._clock_sub is not None:
                 wake = self._wake
 
@@ -376,8 +347,9 @@ class AsyncLockClient(Driver):
     def _drain(self) -> None:
         if self._core.closed:
             return
-        if self._backend is not None and self._loop is not None:
-            run_requests(self._core, self._submit_request)
+        if self._loop is not None:
+            for req in self._core.poll_io():
+                self._spawn(self._execute(req))
         outs, dl = self._core.drain()
         self._deadline = dl
         dispatch_all(outs, self._dispatch)
@@ -396,27 +368,30 @@ class AsyncLockClient(Driver):
         else:
             self._feed(fn)
 
-    def _submit_request(self, rid: int, lane: int, payload: Any) -> None:
-        self._spawn(self._execute(rid, lane, payload))
-
-    async def _execute(self, rid: int, lane: int, payload: Any) -> None:
-        fn = await execute_request_async(self._core, self._backend, self._sink, rid, lane, payload)
+    async def _execute(self, req: IoRequest) -> None:
+        fn = await execute_request_async(self._core, self._backend, self._sink, req)
         if fn is not None and not self._closed:
             self._deliver_input(fn)
 
     def _backend_input(self, fn: Callable[[], None]) -> None:
-        """(on the loop) A pub/sub message or subscription change."""
-        if not self._closed:
+        """(any thread) What arrived on the executor's own: a notification, a subscription
+        change, a watch message; passed to the loop first when it comes from another thread."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        if threading.get_ident() == self._loop_thread:
             self._deliver_input(fn)
+            return
+        try:
+            loop.call_soon_threadsafe(self._backend_input, fn)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         assert self._loop is not None
         t: asyncio.Task[Any] = self._loop.create_task(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
-
-    def _submit_command(self, out: Output) -> None:
-        self._spawn(self._do_io(out))
 
     def _granted(self, h: AsyncLease) -> None:
         if not h._fut.done():
@@ -440,76 +415,6 @@ class AsyncLockClient(Driver):
                 log.exception("leasehold: callback %r raised", fn)
 
         self._spawn(run())
-
-    async def _do_io(self, out: Output) -> None:
-        fn: Callable[[], None]
-        try:
-            fn = service_input(self._core, out, await service_call(self._service, out))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            fn = transport_error_input(self._core, out, e)
-        self._requests.pop(out.request_id, None)
-        if not self._closed:
-            self._deliver_input(fn)
-
-    def _start_watch(self, name: str) -> None:
-        self._chain_watch(lambda: self._watch_then_recheck(name, self._service.watch, self._notified_threadsafe))
-
-    def _stop_watch(self, name: str) -> None:
-        self._chain_watch(lambda: self._service.unwatch(name))
-
-    async def _watch_then_recheck(
-        self,
-        name: str,
-        subscribe: Callable[[str, Callable[[str], Any]], Awaitable[None]],
-        callback: Callable[[str], Any],
-    ) -> None:
-        await subscribe(name, callback)
-        # Wake once: a release between the last attempts and the subscription taking effect
-        # was never notified (see LockClient).
-        self._wake_core(name)
-
-    def _chain_watch(self, op: Callable[[], Awaitable[None]]) -> None:
-        prev = self._watch_tail
-
-        async def run() -> None:
-            if prev is not None:
-                try:
-                    await prev
-                except BaseException:
-                    pass
-            try:
-                await op()
-            except Exception:
-                log.exception("leasehold: service watch/unwatch failed")
-
-        assert self._loop is not None
-        t = self._loop.create_task(run())
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
-        self._watch_tail = t
-
-    def _wake_core(self, name: str) -> bool:
-        """(loop) Wake one local waiter of ``name``; False if there is none."""
-        if self._closed or name not in self._core_watching:
-            return False
-        core = self._core
-        self._deliver_input(lambda: core.released(name))
-        return True
-
-    def _notified_threadsafe(self, name: str) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._notified, name)
-        except RuntimeError:  # loop closed meanwhile
-            pass
-
-    def _notified(self, name: str) -> None:
-        if not self._closed:
-            self._deliver_notification(name)
 
     async def _acquire(self, name: str, ttl_ms: int, wait_s: float, wait_ns: int, reentrant: bool,
                        on_lost: OnLost | None, auto_renew: bool = True) -> AsyncLease:
@@ -558,8 +463,6 @@ class AsyncLockClient(Driver):
         self._drain()
         if outcome is not None or slot.done():
             return self._release_end(h, slot, outcome if outcome is not None else slot.value())
-        if self._backend is None and not self._release_sent(h.lease_id, self._requests):
-            return self._release_end(h, slot, None)
         try:
             async with asyncio.timeout(wait_s):
                 await asyncio.shield(slot.fut)

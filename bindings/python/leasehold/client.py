@@ -4,41 +4,35 @@ Threads of one client:
 
 * **the driver** (``leasehold-driver``): runs the core's deadlines. It sleeps until the
   earliest deadline (or until an input is queued for it), calls the core's ``timeout`` and
-  drains every output. It never performs IO, so a hung backend cannot delay loss detection.
-* **the IO pool** (``leasehold-io``, a small ``ThreadPoolExecutor``): executes the core's
-  acquire/renew/release commands against the service; each result is fed to the core by the
-  pool thread itself, under the client mutex (a core call takes microseconds and never waits
-  for IO), so no hop through the driver is needed.
-* **the watch worker** (``leasehold-watch``): ``service.watch``/``unwatch``, in order.
-* **the callback worker** (``leasehold-callbacks``): runs ``on_lost`` and ``on_release``
-  callbacks, one at a time, off the application thread. An exception in a callback is logged
-  (logger ``leasehold``) and never reaches the driver.
+  drains every request and event. It never performs IO, so a hung backend cannot delay loss
+  detection.
+* **the IO pool** (``leasehold-io``, a small ``ThreadPoolExecutor``): runs the requests the
+  core asks for with the executor (acquire, renew, release on the wire: a memory-service
+  call, a Redis command, SQL statements, an HTTP request); each answer is fed to the core by
+  the thread that got it, under the client mutex (a core call takes microseconds and never
+  waits for IO), so no hop through the driver is needed.
+* **the side worker** (``leasehold-side``): the requests that run in order beside the others
+  (the Redis subscriber's, the PostgreSQL listener's, etcd watch streams).
+* **the callback worker** (``leasehold-callbacks``): runs ``on_lost`` callbacks, one at a
+  time, off the application thread. An exception in a callback is logged (logger
+  ``leasehold``) and never reaches the driver.
 
-Application calls (``acquire``, ``release``) and release notifications feed the core directly
-under the client's mutex (the mutex serializes every call on the core handle). The driver is
-woken only when it must act earlier than it planned: an input was queued for it (while it is
-paused, after a fork), the client is closing, or the core's next deadline moved earlier than
-the one it sleeps until. No application call blocks without a bound.
+Application calls (``acquire``, ``release``, ``renew``) and what arrives on the executor's
+own (notifications) feed the core directly under the client's mutex (the mutex serializes
+every call on the core handle). The driver is woken only when it must act earlier than it
+planned: an input was queued for it (while it is paused, after a fork), the client is
+closing, or the core's next deadline moved earlier than the one it sleeps until. No
+application call blocks without a bound.
 
-**Inline fast path.** When the service's calls are bounded, the command that an application
-call produces for itself — the first ``Acquire`` of ``acquire()``, the ``Release`` of
-``release()`` — is executed on the calling thread, after the mutex is dropped, and its result
-is fed back under the mutex. An uncontended acquire+release then costs exactly two service
-calls and no thread hand-off. While an ``acquire()`` caller waits, it is parked as its
-lease's runner: the lease's later Acquire commands (a retry after ``HeldByOther``, a wake-up by
-a release notification) are handed to that thread and run there, so a notification reaches the
-waiter in one hop (notifying thread → waiting thread), not through the pool. Everything else
-(renewals, cleanup releases, commands issued while the caller is busy) runs on the IO pool,
-and the driver keeps running every deadline meanwhile: if an inline call outlives the core's
-request timeout, the core retries on the pool and the late answer is counted as stale.
-
-The calling thread cannot be interrupted inside a service call, so the fast path is used only
-when a call is known to end: the service declares ``call_timeout`` (seconds, the longest one
-acquire/release call can block), or the application passes ``inline_io=True`` and vouches
-for it. A service that can hang without a
-bound (``MemoryLockService.hang()``, a driver without timeouts) runs everything on the pool,
-as before. With the fast path an ``acquire()`` waits at most ``call_timeout`` (the inline call)
-plus its usual bound (``wait`` + one request timeout + a safety margin).
+**Inline path.** A request runs on the thread that fed its cause: the first ``ACQUIRE`` of
+``acquire()`` and the ``RELEASE`` of ``release()`` on the calling thread, after the mutex is
+dropped, a woken waiter's retry on the thread that delivered the notification; so an
+uncontended acquire+release costs two round trips and no thread hand-off. Timer-driven
+requests (renewals, retries after a backoff) run on the IO pool. The calling thread cannot be
+interrupted inside a call, so this is used only when a call is known to end: an executor whose
+calls can block without a bound declares ``call_timeout = None`` (the memory executor, whose
+``hang()`` blocks until ``unhang()``) and then everything runs on the pool, unless the
+application passes ``inline_io=True`` and vouches for it.
 """
 
 from __future__ import annotations
@@ -52,15 +46,14 @@ import weakref
 from collections import deque
 from typing import Any, Callable
 
-from . import _ffi, errors
-from ._backend import BackendSink, backend_of
+from . import errors
+from ._backend import BackendSink, backend_of, runs_inline
 from ._args import seconds
 from ._clock import resolve_clock
-from ._core import Config, Core, Output
+from ._core import Config, Core
 from ._driver import acquire_args
 from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot
 from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
-from .service import LockService
 
 __all__ = ["LockClient", "Lease", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
 
@@ -109,9 +102,8 @@ class Lease(LeaseBase):
         super().__init__(client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
         self._lost: threading.Event | None = None  # created on first use (see ``lost``)
         # Created (under the client mutex) only when the acquiring thread has to wait; set when
-        # the handle settles or when a command is handed to the waiting thread (``_cmd``).
+        # the handle settles.
         self._settled: threading.Event | None = None
-        self._cmd: Output | None = None
         self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
         self._error: BaseException | None = None
 
@@ -193,24 +185,24 @@ class Subscription:
             c()
 
 
-def _not_a_service(service: object) -> str:
-    """Why ``service`` cannot drive a ``LockClient``, naming what can."""
-    from ._backend import twin_name
-    from .service import AsyncLockService
+def not_an_executor(service: object) -> str:
+    """Why ``service`` cannot drive a client, naming what can."""
+    from .service import AsyncLockService, LockService
 
     kind = type(service).__name__
-    if isinstance(service, AsyncLockService):
-        twin = twin_name(service)
-        return (f"{kind} is an asyncio service: give it to leasehold.aio.AsyncLockClient, or use "
-                + (twin if twin else "a synchronous leasehold.service.LockService") + " with LockClient")
-    return f"service must be a leasehold.service.LockService or a backend executor, not {kind}"
+    if isinstance(service, (LockService, AsyncLockService)):
+        return (
+            f"{kind} is a LockService of its own: a client drives an executor, whose backend's "
+            "protocol the core speaks itself (leasehold.backends.memory.MemoryExecutor, "
+            "SQLiteExecutor, PostgresExecutor, RedisExecutor, EtcdExecutor)"
+        )
+    return f"service must be a backend executor (MemoryExecutor, SQLiteExecutor, RedisExecutor, ...), not {kind}"
 
 
 def service_call_bound(service: object) -> float | None:
-    """The longest one acquire/release call of ``service`` can block (seconds), as the service
-    declares it in an optional ``call_timeout`` attribute (a positive number); ``None`` when
-    it declares none, i.e. a call may block without a bound. ``LockClient`` uses its inline
-    fast path by default only for services with a bound."""
+    """The longest one call of ``service`` can block (seconds), as the executor declares it
+    in an optional ``call_timeout`` attribute (a positive number); ``None`` when it declares
+    none or ``None``."""
     v = getattr(service, "call_timeout", None)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -222,23 +214,23 @@ _fork_locked: list["LockClient"] = []
 
 
 class LockClient(ThreadedDriver):
-    """A thread-safe lock client: one core, one driver thread, one service.
+    """A thread-safe lock client: one core, one driver thread, one executor.
 
-    :param service: the backend: a :class:`~leasehold.service.LockService`, or an executor of
-        the core's own protocol (``RedisExecutor``, ``SqliteExecutor``, ``PostgresExecutor``,
-        ``EtcdExecutor``)
+    :param service: the backend's executor, which runs the requests of the core's protocol
+        (``MemoryExecutor``, ``SQLiteExecutor``, ``PostgresExecutor``, ``RedisExecutor``,
+        ``RedisClusterExecutor``, ``EtcdExecutor``)
     :param clock: ``None`` for ``time.monotonic_ns``; or an object with ``monotonic_ns()``
         (``leasehold.testing.FakeClock``), or a callable returning nanoseconds
-    :param config: core configuration (``notifications`` defaults to the service's)
+    :param config: core configuration (``notifications`` defaults to the executor's)
     :param seed: core seed (≥16 bytes); ``os.urandom(32)`` by default — tests only
     :param io_workers: size of the IO pool that runs backend calls
-    :param owns_service: ``close()`` also closes the service
+    :param owns_service: ``close()`` also closes the executor
     :param release_timeout: default bound (seconds) ``Lease.release`` waits for the
         service's answer; default: the core's request timeout
-    :param inline_io: run the command of an application's own ``acquire()``/``release()`` on
-        the calling thread (the inline fast path, see the module doc). ``None`` (default):
-        only when the service declares a bounded ``call_timeout``; ``True``: always (the
-        application vouches that service calls end); ``False``: never
+    :param inline_io: run requests on the thread that fed their cause (the inline path, see
+        the module doc). ``None`` (default): unless the executor declares that a call can
+        block without a bound (``call_timeout = None``); ``True``: always (the application
+        vouches that calls end); ``False``: never
     :param fail_budget: the renewal failure budget (overrides ``config.fail_budget``): ``0``
         (the core's default) is a time budget — renewals failing in transport are retried
         with backoff while validity remains, and the lease is lost only on a rejection or
@@ -248,7 +240,7 @@ class LockClient(ThreadedDriver):
 
     def __init__(
         self,
-        service: LockService,
+        service: Any,
         *,
         clock: Any = None,
         config: Config | None = None,
@@ -260,20 +252,18 @@ class LockClient(ThreadedDriver):
         fail_budget: int | None = None,
     ) -> None:
         self._backend = backend_of(service)
-        if self._backend is None and not isinstance(service, LockService):
-            raise TypeError(_not_a_service(service))
+        if self._backend is None:
+            raise TypeError(not_an_executor(service))
         if isinstance(io_workers, bool) or not isinstance(io_workers, int) or io_workers < 1:
             raise ValueError("io_workers must be an int >= 1")
         if inline_io is not None and not isinstance(inline_io, bool):
             raise TypeError("inline_io must be a bool or None")
         self._call_bound = service_call_bound(service)
-        self._inline = self._call_bound is not None if inline_io is None else inline_io
-        if self._backend is not None:
-            self._inline = False  # the executor's requests all go through the IO pool
+        self._inline = runs_inline(service) if inline_io is None else inline_io
         self._service = service
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = self._cfg = client_config(config, service, fail_budget)
-        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options if self._backend else None)
+        self._core = Core(cfg, seed, self._now_fn, backend=self._backend.options)
         self._io_workers = io_workers
         self._owns_service = owns_service
         self._release_timeout = (
@@ -285,7 +275,6 @@ class LockClient(ThreadedDriver):
         self._mu = threading.RLock()
         self._cond = threading.Condition(self._mu)
         self._init_runtime_state()
-        self._abandoned: set[int] = set()
         self._closing = False
         self._closed = False
         self._fatal: BaseException | None = None
@@ -301,20 +290,15 @@ class LockClient(ThreadedDriver):
             self._unsub_clock = self._clock_sub.subscribe(_on_clock)
         _clients.add(self)
         with self._mu:
+            self._backend.attach(self._sink)  # first: an executor already in use starts nothing
             self._ensure_started()
-            if self._backend is not None:
-                self._backend.attach()
-                self._drain()  # the wake channel's SUBSCRIBE goes out now
+            self._drain()  # the backend's set-up (a SUBSCRIBE, the schema check) goes out now
 
     def _init_runtime_state(self) -> None:
         self._inputs: deque[Callable[[], None]] = deque()
         self._handles: dict[int, list[Lease]] = {}
-        self._requests: dict[int, tuple[int, int]] = {}
         self._release_waiters: dict[int, Slot] = {}  # release() callers, by lease
         self._renew_waiters: dict[int, list[Slot]] = {}  # renew() callers, by lease
-        self._watch_refs: dict[str, int] = {}
-        self._core_watching: set[str] = set()
-        self._subscribers: dict[str, list[Callable[[str], Any]]] = {}
         self._inflight = 0
         self._side_pending = 0
         self._deadline: int | None = None
@@ -324,19 +308,12 @@ class LockClient(ThreadedDriver):
         self._sleep_until: int | None = None
         self._idle_waiters = 0  # threads in wait_idle(): they want every state change
         self._wakeups = 0  # times the driver woke (diagnostics, tests)
-        # The inline fast path: while an application call drains, the first command of this
-        # kind for this lease is handed back to the caller instead of the pool.
-        self._capture: tuple[int, int] | None = None
-        self._captured: Output | None = None
-        # Leases whose acquire() caller is parked waiting (inline mode): their next Acquire
-        # command (a retry, or a wake-up by a release notification) is handed to that thread.
-        self._parked: dict[int, Lease] = {}
         self._paused = False
         self._stop = False
         self._driver: threading.Thread | None = None
         self._driving = False  # the driver thread runs (see _run_driver)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._watch_pool: _SerialWorker | None = None
+        self._side_pool: _SerialWorker | None = None
         self._cb_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
         self._sink = BackendSink(self._core, self._backend_input)
@@ -382,14 +359,12 @@ class LockClient(ThreadedDriver):
             self._handles.setdefault(lease, []).append(h)
             batch = self._collecting()
             try:
-                cmd = self._drain_capturing(_ffi.LH_OUTPUT_ACQUIRE, lease)
+                self._drain()
             finally:
                 self._tl.batch = None
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
-            self._run_here(batch)
-            if cmd is not None:
-                self._run_inline(cmd)  # bounded by the service's call_timeout
+            self._run_here(batch)  # this call's own ACQUIRE, inline
             # A settled handle never goes back to acquiring: no lock needed to look.
             settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
@@ -403,33 +378,17 @@ class LockClient(ThreadedDriver):
         return h
 
     def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
-        """Call ``callback(name)`` (on the callback thread) for every release notification of
-        ``name`` the service delivers. Returns a :class:`Subscription` to cancel it.
-
-        Only services with ``notifications = True`` deliver them.
-        """
-        self._check_subscribable(name, callback)
-        with self._cond:
-            self._check_open()
-            self._ensure_started()
-            self._subscribers.setdefault(name, []).append(callback)
-            self._watch_ref(name, +1)
-
-        def cancel() -> None:
-            with self._cond:
-                subs = self._subscribers.get(name)
-                if subs and callback in subs:
-                    subs.remove(callback)
-                    if not subs:
-                        del self._subscribers[name]
-                    if not self._closed:
-                        self._watch_ref(name, -1)
-
-        return Subscription(cancel)
+        """Not available: every backend's protocol delivers its release notifications to
+        the waiters of this client only. Raises :class:`~leasehold.errors.LeaseholdError`
+        (``ClientClosed`` on a closed client; ``TypeError``/``ValueError`` for bad
+        arguments first)."""
+        with self._mu:
+            self._check_subscribable(name, callback)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @property
-    def service(self) -> LockService:
-        """The service this client drives."""
+    def service(self) -> Any:
+        """The executor this client drives."""
         return self._service
 
     def close(self, timeout: float = 5.0) -> None:
@@ -462,10 +421,10 @@ class LockClient(ThreadedDriver):
                         )
                         break
                     self._cond.wait(min(left, 0.05))
-                if self._core.protocol == "etcd" and self._fatal is None:
-                    # The pooled etcd lease goes now, not a TTL later.
-                    self._core.etcd_close()
-                    self._drain()
+                if self._fatal is None:
+                    # What the backend gives back on close (etcd: its pooled lease, now, not a
+                    # TTL later) goes out now.
+                    self._feed(self._core.close_backend)
             self._stop = True
             self._cond.notify_all()
             # Let backend calls still in flight finish (bounded) before the service is closed.
@@ -473,19 +432,12 @@ class LockClient(ThreadedDriver):
             while self._inflight > 0 and time.monotonic() < end:
                 self._cond.wait(max(0.0, min(0.05, end - time.monotonic())))
             driver = self._driver
-            pools = (self._pool, self._watch_pool, self._cb_pool)
-            watching = [(self._service.unwatch, n) for n, c in self._watch_refs.items() if c > 0]
-            self._watch_refs.clear()
+            pools = (self._pool, self._side_pool, self._cb_pool)
         if driver is not None and driver is not threading.current_thread():
             driver.join(timeout=5.0)
-        pool, watch_pool, cb_pool = pools
-        if watch_pool is not None:
-            for unwatch, n in watching:
-                try:
-                    watch_pool.submit(self._safe_call, "service.unwatch", unwatch, n)
-                except RuntimeError:
-                    break
-            watch_pool.shutdown(wait=False)
+        pool, side_pool, cb_pool = pools
+        if side_pool is not None:
+            side_pool.shutdown(wait=False)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         if cb_pool is not None:
@@ -504,8 +456,7 @@ class LockClient(ThreadedDriver):
             self._handles.clear()
             self._fail_waiters(errors.ClientClosed("the client was closed"))
             self._core.close()
-        if self._backend is not None:
-            self._backend.detach()
+        self._backend.detach()
         if self._owns_service:
             try:
                 self._service.close()
@@ -555,7 +506,7 @@ class LockClient(ThreadedDriver):
     # -- internals: handle operations (the driver itself: leasehold._threaded) --------------------
     def _release_handle(self, h: Lease, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
-        # The inline call is bounded by the service's call_timeout, not by ``timeout``: an
+        # An inline call is bounded by the executor's call_timeout, not by ``timeout``: an
         # explicitly shorter wait takes the pooled path, which can stop waiting at any time.
         explicit = timeout is not None or self._release_timeout_set
         bound = self._call_bound
@@ -566,34 +517,19 @@ class LockClient(ThreadedDriver):
             early = self._release_early(h)
             if early is not None:
                 return early
-            lease = h.lease_id
-            cmd: Output | None = None
-            batch: list[tuple[int, int, Any]] | None = None
-            if inline and self._inline and not self._paused:
-                outcome = self._release_start(h, slot)
-                cmd = self._drain_capturing(_ffi.LH_OUTPUT_RELEASE, lease)
-            else:
-                outcome = self._release_start(h, slot)
-                batch = self._collecting()
-                try:
-                    self._drain()
-                finally:
-                    self._tl.batch = None
+            outcome = self._release_start(h, slot)
+            batch = self._collecting() if inline else None
+            try:
+                self._drain()
+            finally:
+                self._tl.batch = None
             if outcome is not None or slot.done:
-                if cmd is not None:  # a lost lease's cleanup release: nobody waits for it
+                for req in batch or ():  # a lost lease's cleanup release: nobody waits for it
                     self._inflight -= 1
-                    self._submit_io(cmd)
-                for req in batch or ():  # likewise
-                    self._inflight -= 1
-                    self._submit_request(*req)
+                    self._submit_request(req)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
-            # (A backend executor's requests are not commands: the RELEASE_OUTCOME decides.)
-            if cmd is None and self._backend is None and not self._release_sent(lease, self._requests):
-                return self._release_end(h, slot, None)
         try:
-            self._run_here(batch)
-            if cmd is not None:
-                self._run_inline(cmd)
+            self._run_here(batch)  # the RELEASE, inline
             slot.wait(max(0.0, end - time.monotonic()))
         finally:
             with self._mu:
@@ -636,45 +572,24 @@ class LockClient(ThreadedDriver):
     def _after_fork_in_child(self) -> None:
         self._mu = threading.RLock()
         self._cond = threading.Condition(self._mu)
-        handles, requests = self._handles, self._requests
-        core_watching = self._core_watching
+        handles = self._handles
         self._init_runtime_state()
         if self._closed or self._core.closed:
             self._stop = True
             return
-        if self._backend is not None:
-            # The parent's leases live on in the parent: the child starts a core of its own
-            # (a reseeded one would renew and release them) and drops inherited connections.
-            self._backend.after_fork()
-            self._core = Core(self._cfg, None, self._now_fn, backend=self._backend.options)
-            self._sink = BackendSink(self._core, self._backend_input)
-            for hs in handles.values():
-                for h in hs:
-                    if h._state == _ACQUIRING:
-                        self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
-                    elif h._state == _HELD:
-                        h.lost_reason = "forked"
-                        h._set_lost()
-            return
-        try:
-            self._core.reseed(os.urandom(32))
-        except errors.LeaseholdError as e:
-            self._fatal = e
-            return
-        # Everything in flight belongs to the parent: abandon those leases in the child.
-        for lease, hs in handles.items():
-            self._abandoned.add(lease)
+        # The parent's leases live on in the parent: the child starts a core of its own (a
+        # reseeded one would renew and release them) and drops inherited connections.
+        self._backend.after_fork()  # forgets the parent's connections and client
+        self._core = Core(self._cfg, None, self._now_fn, backend=self._backend.options)
+        self._sink = BackendSink(self._core, self._backend_input)
+        self._backend.attach(self._sink)
+        for hs in handles.values():
             for h in hs:
                 if h._state == _ACQUIRING:
                     self._settle_error(h, errors.AcquireCancelled("acquire interrupted by fork()"))
                 elif h._state == _HELD:
                     h.lost_reason = "forked"
                     h._set_lost()
-        for _k, lease in requests.values():
-            self._abandoned.add(lease)
-        # The core still tracks these waiters' watches; the child does not watch them (the
-        # parent's subscriptions live in the parent). on_release subscriptions are not inherited.
-        self._core_watching = core_watching
 
 
 def _before_fork() -> None:

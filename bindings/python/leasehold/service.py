@@ -1,18 +1,18 @@
-"""The backend interface: what a lock service must do for the core's commands.
+"""The lock-service types: what a lock service answers, and the service interface.
 
-A service maps the core's three commands (acquire, renew, release) and the watch onto a real
-store. It never decides timing: the core does. ``LockClient`` calls a :class:`LockService`
-from a small IO thread pool (so calls may block, and several may run concurrently);
-``AsyncLockClient`` awaits an :class:`AsyncLockService` on its event loop.
+``LockClient`` and ``AsyncLockClient`` drive an *executor* (``MemoryExecutor``,
+``SQLiteExecutor``, ``PostgresExecutor``, ``RedisExecutor``, ``EtcdExecutor``): the core
+speaks that backend's protocol itself and the executor only runs its requests. A
+:class:`LockService` of one's own is not driven by a client (it raises ``TypeError`` naming
+the executors): the core no longer emits acquire/renew/release commands for a host to
+answer. The types stay importable: :class:`LockStatus` is what ``status(name)`` returns, and
+:class:`Granted` / :class:`HeldByOther` describe a service's answer.
 
-**Any exception** raised by ``acquire``/``renew``/``release`` is a *transport error* for the
-core (it is logged and retried by the core's policy); it is never a grant.
-
-``token`` is the lease's ownership token (32 lowercase hex chars, unique per lease); the
-service must store it with the lock and compare it on renew/release. Acquire is idempotent
-for the same token (a retried acquire whose answer was lost finds its own grant and returns
-the same fencing token). Fencing tokens of successive grants of one name strictly increase
-and are never reset.
+``token`` is the lease's ownership token (32 lowercase hex chars, unique per lease); a
+service stores it with the lock and compares it on renew/release. Acquire is idempotent for
+the same token (a retried acquire whose answer was lost finds its own grant and returns the
+same fencing token). Fencing tokens of successive grants of one name strictly increase and
+are never reset.
 """
 
 from __future__ import annotations
@@ -65,14 +65,8 @@ class LockStatus:
 
 
 class LockService(abc.ABC):
-    """A synchronous lock service; called from the driver's IO pool, may block.
-
-    Release notifications (``watch``) wake the client's waiters and ``on_release``
-    subscribers alike. The client no longer calls ``wakes_one_waiter``, ``watch_waiter`` /
-    ``unwatch_waiter``, ``park`` / ``unpark`` / ``end_park``, ``send_acquire`` or
-    ``grants_on_release`` (the Redis tricks that moved into the core's protocol): a service
-    that defines them still works, they just go unused.
-    """
+    """The interface of a synchronous lock service (a client drives executors, not these:
+    see the module doc)."""
 
     notifications: bool = True
     """True when ``watch`` delivers release notifications (→ ``Config.notifications``)."""
@@ -100,7 +94,7 @@ class LockService(abc.ABC):
 
 
 class AsyncLockService(abc.ABC):
-    """The asyncio twin of :class:`LockService` (used by ``AsyncLockClient``)."""
+    """The asyncio twin of :class:`LockService`."""
 
     notifications: bool = True
 
@@ -150,7 +144,7 @@ class _SyncToAsync(AsyncLockService):
 
 
 def to_async(service: LockService | AsyncLockService) -> AsyncLockService:
-    """Adapt a synchronous service for ``AsyncLockClient`` (an async one is returned as is)."""
+    """Adapt a synchronous service to the asyncio interface (an async one is returned as is)."""
     if isinstance(service, AsyncLockService):
         return service
     if not isinstance(service, LockService):

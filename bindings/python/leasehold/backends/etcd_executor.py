@@ -6,7 +6,7 @@ meaning of every reply: ``docs/etcd-protocol.md``). This module only POSTs each 
 body to a member, failing over between the members it was given, hands back the status and
 the body unread, and keeps each watch stream open, passing its messages one by one. Any
 member serves any request; later requests start at the member that answered last. A body or
-watch message over ``LH_MAX_HTTP_BODY`` (1 MiB), or a body not complete within the timeout,
+watch message over ``LH_MAX_REPLY_DATA`` (1 MiB), or a body not complete within the timeout,
 closes the connection unread: the request fails as a transport error (the stream ends).
 
 Give it to ``LockClient`` in place of a service (one client at a time)::
@@ -37,7 +37,7 @@ __all__ = ["EtcdExecutor", "AsyncEtcdExecutor", "parse_endpoints", "DEFAULT_TIME
 DEFAULT_TIMEOUT = 2.0
 """Seconds one member may take to connect and answer before the next one is tried."""
 
-_MAX_BODY = _ffi.LH_MAX_HTTP_BODY
+_MAX_BODY = _ffi.LH_MAX_REPLY_DATA
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
@@ -142,7 +142,7 @@ class EtcdExecutor:
         self._attached = False
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         with self._mu:
             if self._attached:
@@ -165,6 +165,7 @@ class EtcdExecutor:
         self._mu = threading.Lock()
         self._local = threading.local()
         self._streams = {}
+        self._attached = False  # the child's client attaches anew
 
     # -- HTTP ------------------------------------------------------------------------------------
     def _connection(self, i: int, timeout: float | None) -> http.client.HTTPConnection:
@@ -346,7 +347,7 @@ class AsyncEtcdExecutor:
         self.options = self.sync.options
         self.endpoints = self.sync.endpoints
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         self.sync.attach()
 
     async def detach(self) -> None:

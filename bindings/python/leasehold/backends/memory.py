@@ -6,59 +6,62 @@ ones, ``MemoryStore`` and ``MemoryLockService``, are aliases.
 * :class:`MemoryService` is the "server": the core's reference service (``lh_memory_service_*``,
   the one every binding tests against) with locks, fencing counters and its own clock
   (``store.step_clock()`` jumps it forward, expiring leases on the server side only).
-* :class:`MemoryExecutor` (a :class:`~leasehold.service.LockService`) is one *connection* to
-  a store, with its own fault switches, so a test can partition one client while the others
-  keep working. Several clients contend for the same locks by each using their own
-  connection on one shared store::
+* :class:`MemoryExecutor` is one *connection* to a store, with its own fault switches, so a
+  test can partition one client while the others keep working. It is the executor of the
+  core's memory protocol: it hands each request the core polls to the service unread
+  (``lh_memory_service_call``) and the service's answer back, and passes the release
+  notifications queued for its connection on as messages. Several clients contend for the
+  same locks by each using their own connection on one shared store::
 
       store = MemoryService()
       a = LockClient(MemoryExecutor(store))
       b = LockClient(MemoryExecutor(store))
 
 Semantics match the other backends: acquire is idempotent for the same token (same fencing
-token, TTL refreshed) and returns the holder's remaining TTL otherwise; renew and release
-compare the token first; release notifies every connection watching the name.
+token, TTL refreshed); renew and release compare the token first; a release notifies every
+connection watching the name.
 
-Fault switches (attributes of a service, change them at any time):
+Fault switches (attributes of an executor, change them at any time):
 
-* ``partitioned`` – every call raises ``ConnectionError`` before reaching the store;
-* ``drop_requests`` – same, but counted separately (a lost request);
-* ``drop_responses`` – the call is applied, then ``ConnectionError`` (a lost answer);
+* ``partitioned`` – every call is lost before reaching the store (a transport error);
+* ``drop_requests`` – the same, counted separately (a lost request);
+* ``drop_responses`` – the call is applied, then its answer lost (a transport error);
   :meth:`MemoryExecutor.drop_next_responses` does that for the next *n* calls only;
-* ``reject_renewals`` – renew answers ``False`` (the service refuses: the lease is lost);
-* ``reject_acquires`` – acquire answers "held by another";
-* ``reject_releases`` – release answers ``False`` (the grant stays until it expires);
+* ``reject_renewals`` – renewals are refused (the lease is lost);
+* ``reject_acquires`` – acquires answer "held by another";
+* ``reject_releases`` – releases answer "not owner" (the grant stays until it expires);
 * ``delay`` – seconds every call takes, measured on the store's clock (with a
   :class:`~leasehold.testing.FakeClock` the call waits until the test advances it);
 * :meth:`MemoryExecutor.hang` / :meth:`MemoryExecutor.unhang` – calls block until
   ``unhang()`` (or ``close()``): a hung backend.
 
-The store applies the first six; delay, hang and the call counters belong to the host.
-Those six, ``step_clock`` and ``forget`` need a library built with the ``testing`` feature
-(the test suites build one); with a release library, turning one on raises
-:class:`~leasehold.errors.LibraryError` saying so, while ``heal()``, ``delay`` and ``hang()``
-still work.
+The store applies the first six; delay and hang belong to the host. Those six, ``step_clock``
+and ``forget`` need a library built with the ``testing`` feature (the test suites build one);
+with a release library, turning one on raises :class:`~leasehold.errors.LibraryError` saying
+so, while ``heal()``, ``delay`` and ``hang()`` still work.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import os
 import socket
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .. import _ffi, errors
 from .._clock import resolve_clock
-from ..service import Granted, HeldByOther, LockService, LockStatus
+from .._core import MemoryOptions
+from .._values import Answer
+from ..service import LockStatus
 
 __all__ = ["MemoryService", "MemoryExecutor", "MemoryStore", "MemoryLockService", "LockRecord"]
 
 _HOST = socket.gethostname()
 _lib = _ffi.lib
+_VALUE_SIZE = ctypes.sizeof(_ffi.lh_value)
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,11 @@ class MemoryService:
         self._h = h
         self._finalizer = weakref.finalize(self, _lib.lh_memory_service_free, h)
         self._finalizer.atexit = False  # daemon threads may still call in at exit
-        self._services: "weakref.WeakSet[MemoryExecutor]" = weakref.WeakSet()
-        self._fence_seen: dict[str, int] = {}
-        self.grants: list[tuple[str, str, int]] = []
-        """Every new grant, in order: (name, token, fencing_token)."""
+        self._executors: "weakref.WeakValueDictionary[int, MemoryExecutor]" = weakref.WeakValueDictionary()
+        self._answer = _ffi.lh_memory_answer()
+        self._stats = _ffi.lh_memory_stats()
+        self._stats.struct_size = ctypes.sizeof(self._stats)
+        self._notified = 0  # the service's notification count when the queues were last read
 
     # -- clock ----------------------------------------------------------------------------------
     def now_ns(self) -> int:
@@ -171,6 +175,16 @@ class MemoryService:
             held_for_ms=st.held_for_ns // 1_000_000,
         )
 
+    def stats(self) -> dict[str, int]:
+        """The service's counters (``lh_memory_stats``: names, connections, grants, releases,
+        renewals, watches, notifications...), by field name."""
+        st = _ffi.lh_memory_stats()
+        st.struct_size = ctypes.sizeof(st)
+        with self._lock:
+            _lib.lh_memory_service_stats_get(self._h, ctypes.byref(st))
+        names = [f[0] for f in _ffi.lh_memory_stats._fields_]
+        return {f: int(getattr(st, f)) for f in names if f not in ("struct_size", "_reserved")}
+
     def forget(self, name: str) -> None:
         """Drop the grant of ``name`` without a notification, as a failover that lost the key
         would: the holder's next renew is rejected. The fence is kept."""
@@ -178,31 +192,12 @@ class MemoryService:
         with self._lock:
             _ffi.hook("lh_memory_service_forget")(self._h, raw, len(raw))
 
-    # -- operations without fault switches (the store's own connection) ----------------------------
-    def _direct(self) -> int:
-        cid = self.__dict__.get("_direct_cid")
-        if cid is None:
-            c = ctypes.c_uint64()
-            with self._lock:
-                _lib.lh_memory_service_connect(self._h, ctypes.byref(c))
-            cid = self._direct_cid = c.value
-        return cid
-
-    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
-        return _acquire_reply(self._request("acquire", self._direct(), name, token, ttl_ms))
-
-    def renew(self, name: str, token: str, ttl_ms: int) -> bool:
-        return self._request("renew", self._direct(), name, token, ttl_ms).outcome == _ffi.LH_MEMORY_RENEWED
-
-    def release(self, name: str, token: str) -> bool:
-        return self._request("release", self._direct(), name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
-
-    # -- connections (called by services) --------------------------------------------------------
-    def _connect(self, service: "MemoryExecutor") -> int:
+    # -- connections (called by executors) ---------------------------------------------------------
+    def _connect(self, executor: "MemoryExecutor") -> int:
         cid = ctypes.c_uint64()
         with self._lock:
             _lib.lh_memory_service_connect(self._h, ctypes.byref(cid))
-        self._services.add(service)
+            self._executors[cid.value] = executor
         return cid.value
 
     def _disconnect(self, cid: int) -> None:
@@ -228,72 +223,51 @@ class MemoryService:
             f.flags = flags
             set_faults(self._h, cid, ctypes.byref(f))
 
-    def _watch(self, cid: int, name: str, on: bool) -> None:
-        raw = _name_bytes(name)
-        fn = _lib.lh_memory_service_watch if on else _lib.lh_memory_service_unwatch
+    def _call(self, cid: int, argv: list[bytes]) -> Answer | None:
+        """Run one request for connection ``cid``; its answer (copied: the service's buffers
+        are borrowed until its next call), ``None`` when the service dropped it. Release
+        notifications the call queued go to the connections they are for."""
+        n = len(argv)
+        arr = (_ffi.lh_bytes * max(n, 1))()
+        for i, arg in enumerate(argv):
+            arr[i].ptr = ctypes.cast(ctypes.c_char_p(arg), ctypes.c_void_p) if arg else None
+            arr[i].len = len(arg)
+        a = self._answer
+        a.struct_size = ctypes.sizeof(a)
         with self._lock:
-            fn(self._h, cid, raw, len(raw))
-
-    def _request(self, op: str, cid: int, name: str, token: str, ttl_ms: int) -> _ffi.lh_memory_result:
-        raw = _name_bytes(name)
-        tok = token.encode("utf-8", "surrogateescape")
-        r = _ffi.lh_memory_result()
-        r.struct_size = ctypes.sizeof(r)
-        notices: list[tuple[MemoryExecutor, str]] = []
-        with self._lock:
-            now = self._host_now()
-            if op == "acquire":
-                _lib.lh_memory_service_acquire(self._h, cid, now, raw, len(raw), tok, len(tok), ttl_ms, ctypes.byref(r))
-                self._note_grant(name, token, r)
-            elif op == "renew":
-                _lib.lh_memory_service_renew(self._h, cid, now, raw, len(raw), tok, len(tok), ttl_ms, ctypes.byref(r))
+            _lib.lh_memory_service_call(self._h, cid, self._host_now(), arr, n, ctypes.byref(a))
+            if a.dropped:
+                answer = None
             else:
-                _lib.lh_memory_service_release(self._h, cid, now, raw, len(raw), tok, len(tok), ctypes.byref(r))
-                if r.outcome in (_ffi.LH_MEMORY_RELEASED, _ffi.LH_MEMORY_DROPPED):
-                    notices = self._poll_released(name)  # queued even when the answer is lost
-        for s, n in notices:  # outside the lock: callbacks may call back in
-            s._deliver(n)
-        return r
+                values = ctypes.string_at(a.values, a.nvalues * _VALUE_SIZE) if a.nvalues else b""
+                answer = Answer(values, int(a.nvalues), ctypes.string_at(a.data, a.data_len) if a.data_len else b"")
+            notices = self._take_released()
+        for ex, name in notices:  # outside the lock: delivering feeds a client, which may call in
+            ex._deliver(name)
+        return answer
 
-    def _note_grant(self, name: str, token: str, r: _ffi.lh_memory_result) -> None:
-        # A new grant has a fence above every earlier one of the name; a refresh repeats it.
-        fence = r.fencing_token
-        if r.outcome == _ffi.LH_MEMORY_DROPPED:  # applied or not, the answer is lost: look
-            raw = _name_bytes(name)
-            st = _ffi.lh_memory_status()
-            st.struct_size = ctypes.sizeof(st)
-            _lib.lh_memory_service_status(self._h, self._host_now(), raw, len(raw), ctypes.byref(st))
-            if not st.held or bytes(st.holder_token[: st.holder_token_len]) != token.encode("utf-8", "surrogateescape"):
-                return
-            fence = st.fencing_token
-        elif r.outcome != _ffi.LH_MEMORY_GRANTED:
-            return
-        if fence > self._fence_seen.get(name, 0):
-            self._fence_seen[name] = fence
-            self.grants.append((name, token, int(fence)))
-
-    def _poll_released(self, name: str) -> list[tuple["MemoryExecutor", str]]:
-        # The store queued a notification for every connection watching the name (queues are
-        # drained here after every release, so only those can have one).
+    def _take_released(self) -> list[tuple["MemoryExecutor", bytes]]:
+        """(lock held) The notifications queued since the last look, for every connection
+        (a release queues one for each connection watching the name)."""
+        _lib.lh_memory_service_stats_get(self._h, ctypes.byref(self._stats))
+        if self._stats.notifications == self._notified:
+            return []
+        self._notified = self._stats.notifications
         out = []
-        p = ctypes.c_void_p()
-        n = ctypes.c_size_t()
-        for s in list(self._services):
-            if name not in s._watchers:
-                continue
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        for cid, ex in list(self._executors.items()):
             while True:
-                _lib.lh_memory_service_poll_released(self._h, s._cid, ctypes.byref(p), ctypes.byref(n))
+                try:
+                    _lib.lh_memory_service_poll_released(self._h, cid, ctypes.byref(p), ctypes.byref(n))
+                except errors.CoreError:
+                    break  # disconnected
                 if not p.value:
                     break
-                out.append((s, ctypes.string_at(p.value, n.value).decode("utf-8", "surrogatepass")))
+                out.append((ex, ctypes.string_at(p.value, n.value)))
         return out
 
-
-def _acquire_reply(r: _ffi.lh_memory_result) -> Granted | HeldByOther:
-    if r.outcome == _ffi.LH_MEMORY_GRANTED:
-        return Granted(r.fencing_token, r.ttl_ms)
-    hint = r.retry_after_ms
-    return HeldByOther(None if hint == _ffi.LH_NO_RETRY_HINT else hint)
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a forked child must not inherit it held by a thread it lacks
 
 
 _FLAGS = (
@@ -316,14 +290,21 @@ def _switch(attr: str) -> property:
     return property(get, set, doc=f"Fault switch ``{attr}`` (applied by the store).")
 
 
-class MemoryExecutor(LockService):
-    """One connection to a :class:`MemoryService`, with fault switches (see the module doc);
-    also named ``MemoryLockService``.
+class MemoryExecutor:
+    """One connection to a :class:`MemoryService`, with fault switches (see the module doc):
+    the executor of the core's memory protocol; also named ``MemoryLockService``.
 
     :param store: the shared store; a private one (with ``clock``) when omitted
     :param clock: the clock of the private store (ignored when ``store`` is given)
-    :param notifications: deliver release notifications to watchers
+    :param notifications: deliver release notifications to the client's waiters (without
+        them waiters retry with backoff)
     """
+
+    backend_protocol = "memory"
+    options = MemoryOptions()
+    call_timeout: float | None = None
+    """``hang()`` blocks a call until ``unhang()``: no bound, so a client runs this
+    executor's calls on its IO pool only (a subclass that never hangs may declare one)."""
 
     partitioned = _switch("partitioned")
     drop_requests = _switch("drop_requests")
@@ -340,14 +321,8 @@ class MemoryExecutor(LockService):
         self._open = threading.Event()
         self._open.set()
         self._closed = threading.Event()
-        self._wlock = threading.Lock()
-        self._watchers: dict[str, Callable[[str], None]] = {}
-        self.calls: collections.Counter[str] = collections.Counter()
-        """Calls that reached this service, by operation."""
-        self.called: collections.defaultdict[str, threading.Event] = collections.defaultdict(threading.Event)
-        """``called[op]`` is set once ``op`` was called (tests wait on it instead of sleeping)."""
-        self.tokens: list[str] = []
-        """Ownership tokens seen in acquire calls, in order."""
+        self._sink: Any = None
+        self._attached = False
         self._cid = self.store._connect(self)
         self._disconnect = weakref.finalize(self, self.store._disconnect, self._cid)
         self._disconnect.atexit = False
@@ -364,7 +339,7 @@ class MemoryExecutor(LockService):
         self._switches = switches
 
     def partition(self) -> None:
-        """Cut this connection off (every call fails with ``ConnectionError``)."""
+        """Cut this connection off (every call fails in transport)."""
         self.partitioned = True
 
     def heal(self) -> None:
@@ -374,7 +349,7 @@ class MemoryExecutor(LockService):
         self._push_faults({attr: False for attr, _ in _FLAGS}, 0)
 
     def drop_next_responses(self, n: int = 1) -> None:
-        """Apply the next ``n`` calls, then lose their answers (``ConnectionError``)."""
+        """Apply the next ``n`` calls, then lose their answers (transport errors)."""
         self._push_faults(drop_next=n)
 
     def hang(self) -> None:
@@ -388,10 +363,27 @@ class MemoryExecutor(LockService):
         """Jump the store's clock forward (see :meth:`MemoryService.step_clock`)."""
         self.store.step_clock(seconds)
 
-    # -- LockService -------------------------------------------------------------------------------
-    def _enter(self, op: str) -> None:
-        self.calls[op] += 1
-        self.called[op].set()
+    # -- the executor --------------------------------------------------------------------------------
+    def attach(self, sink: Any = None) -> None:
+        """A client starts driving this executor (only one at a time); ``sink`` takes the
+        release notifications for its connection."""
+        if self._attached:
+            raise ValueError("this MemoryExecutor already serves a client; make one per client")
+        self._attached = True
+        self._sink = sink
+
+    def detach(self) -> None:
+        """The client stopped (the connection stays: its locks expire as a dead client's)."""
+        self._attached = False
+        self._sink = None
+
+    def after_fork(self) -> None:
+        """(in a forked child) Forget the parent's client; the child's attaches anew."""
+        self.store._after_fork()
+        self._attached = False
+        self._sink = None
+
+    def _enter(self) -> None:
         if self._closed.is_set():
             raise ConnectionError("memory service closed")
         while not self._open.is_set():
@@ -403,64 +395,37 @@ class MemoryExecutor(LockService):
         if self.delay:
             self.store.wait(self.delay, self._closed)
 
-    def _call(self, op: str, name: str, token: str, ttl_ms: int) -> _ffi.lh_memory_result:
+    def command(self, argv: list[bytes]) -> Answer:
+        """Hand one request to the service, unread; its answer. Raises ``ConnectionError``
+        when the service dropped it (a fault switch) or the connection is closed."""
+        self._enter()
         try:
-            r = self.store._request(op, self._cid, name, token, ttl_ms)
+            answer = self.store._call(self._cid, argv)
         except errors.CoreError as e:
             if e.status == _ffi.LH_ERR_UNKNOWN_CONNECTION:
                 raise ConnectionError("memory service closed") from None
             raise
-        if r.outcome == _ffi.LH_MEMORY_DROPPED:
+        if answer is None:
             if self.partitioned:
-                raise ConnectionError(f"memory service partitioned ({op})")
+                raise ConnectionError("memory service partitioned")
             if self.drop_requests:
-                raise ConnectionError(f"request dropped ({op})")
-            raise ConnectionError(f"response dropped ({op})")
-        if r.outcome == _ffi.LH_MEMORY_FULL:
-            raise ConnectionError(f"memory store full ({op})")
-        return r
+                raise ConnectionError("request dropped")
+            raise ConnectionError("response dropped")
+        return answer
 
-    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
-        self._enter("acquire")
-        self.tokens.append(token)
-        return _acquire_reply(self._call("acquire", name, token, ttl_ms))
-
-    def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
-        self._enter("renew")
-        return self._call("renew", name, token, ttl_ms).outcome == _ffi.LH_MEMORY_RENEWED
-
-    def release(self, name: str, token: str, backend_data: bytes) -> bool:
-        self._enter("release")
-        return self._call("release", name, token, 1).outcome == _ffi.LH_MEMORY_RELEASED
+    def _deliver(self, name: bytes) -> None:
+        sink = self._sink
+        if sink is not None and self.notifications and not self._closed.is_set():
+            sink.message(name, b"")
 
     def status(self, name: str) -> LockStatus:
         """The store's view of ``name`` (see :meth:`MemoryService.status`); no fault switch applies."""
         return self.store.status(name)
 
-    def watch(self, name: str, on_released: Callable[[str], None]) -> None:
-        with self._wlock:
-            first = name not in self._watchers
-            self._watchers[name] = on_released
-            if first and self.notifications and not self._closed.is_set():
-                self.store._watch(self._cid, name, True)
-
-    def unwatch(self, name: str) -> None:
-        with self._wlock:
-            if self._watchers.pop(name, None) is not None and self.notifications and not self._closed.is_set():
-                self.store._watch(self._cid, name, False)
-
     def close(self) -> None:
         """Fail every later call and wake hung ones. Idempotent."""
         self._closed.set()
         self._open.set()
-
-    def _deliver(self, name: str) -> None:
-        if not self.notifications or self._closed.is_set():
-            return
-        with self._wlock:
-            cb = self._watchers.get(name)
-        if cb is not None:
-            cb(name)
 
 
 MemoryStore = MemoryService

@@ -132,7 +132,7 @@ class RedisClusterExecutor:
         self._stale = False  # a subscriber broke: refresh the slot map before routing again
         self._attached = False
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         with self._mu:
             if self._attached:
@@ -152,6 +152,7 @@ class RedisClusterExecutor:
         their sockets."""
         self._mu = threading.Lock()
         self._subs, self._where = {}, {}
+        self._attached = False  # the child's client attaches anew
 
     # -- commands ----------------------------------------------------------------------------
     def command(self, argv: list[bytes]) -> Any:

@@ -64,7 +64,7 @@ class AsyncRedisClusterExecutor:
         self._stale = False  # a subscriber broke: refresh the slot map before routing again
         self._attached = False
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         if self._attached:
             raise ValueError("this AsyncRedisClusterExecutor already serves a client; make one per client")

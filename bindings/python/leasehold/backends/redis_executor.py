@@ -125,7 +125,7 @@ class RedisExecutor:
         pool = sentinel_pool(sentinels, master_name, sentinel_kwargs=sentinel_kwargs, **redis_kwargs)
         return cls(pool, options=options, owns_pool=True)
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         with self._mu:
             if self._attached:
@@ -148,6 +148,7 @@ class RedisExecutor:
         sockets; the child opens its own."""
         self._mu = threading.Lock()
         self._sub, self._channels, self._idle = None, set(), []
+        self._attached = False  # the child's client attaches anew
 
     # -- commands ----------------------------------------------------------------------------
     def command(self, argv: list[bytes]) -> Any:

@@ -67,7 +67,7 @@ class AsyncRedisExecutor:
         self._attached = False
         self._idle: list[Any] = []  # command connections between calls
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         if self._attached:
             raise ValueError("this AsyncRedisExecutor already serves a client; make one per client")

@@ -49,10 +49,10 @@ _INHERITED: list[Any] = []
 
 log = logging.getLogger("leasehold")
 
-_DATABASE = _ffi.LH_SQL_FAILURE_DATABASE
-_TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
-_COMMANDS = _ffi.LH_SQL_CONNECTION_COMMANDS
-_LISTENER = _ffi.LH_SQL_CONNECTION_LISTENER
+_DATABASE = _ffi.LH_FAILURE_DATABASE
+_TRANSPORT = _ffi.LH_FAILURE_TRANSPORT
+_COMMANDS = _ffi.LH_CONNECTION_COMMANDS
+_LISTENER = _ffi.LH_CONNECTION_NOTIFY
 
 
 # -- the SQLite file: created 0600, never through a symbolic link ------------------------------
@@ -224,7 +224,7 @@ class SqliteExecutor:
         self._resets: list[int] = []
         self._attached = False
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         with self._mu:
             if self._attached:
@@ -249,6 +249,7 @@ class SqliteExecutor:
         if self._db is not None:
             _INHERITED.append(self._db)  # never closed here: closing may checkpoint the file
         self._db, self._ident, self._opened, self._resets = None, None, False, []
+        self._attached = False  # the child's client attaches anew
 
     def take_resets(self) -> list[int]:
         with self._mu:
@@ -448,7 +449,7 @@ class PostgresExecutor:
         self._watchdog = _Watchdog(self.request_timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         with self._mu:
             if self._attached:
@@ -486,6 +487,7 @@ class PostgresExecutor:
         self._cmd = self._listen = self._reader = None
         self._opened, self._resets, self._pending = set(), [], []
         self._stop = threading.Event()
+        self._attached = False  # the child's client attaches anew
 
     def take_resets(self) -> list[int]:
         with self._mu:

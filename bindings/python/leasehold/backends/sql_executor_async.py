@@ -17,9 +17,9 @@ from .sql_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, TCP_
 
 __all__ = ["AsyncPostgresExecutor"]
 
-_TRANSPORT = _ffi.LH_SQL_FAILURE_TRANSPORT
-_COMMANDS = _ffi.LH_SQL_CONNECTION_COMMANDS
-_LISTENER = _ffi.LH_SQL_CONNECTION_LISTENER
+_TRANSPORT = _ffi.LH_FAILURE_TRANSPORT
+_COMMANDS = _ffi.LH_CONNECTION_COMMANDS
+_LISTENER = _ffi.LH_CONNECTION_NOTIFY
 # How long the listener task waits for notifications before it lets a LISTEN through (both
 # need the listener connection; a release just before a LISTEN is caught by the core's check
 # when the LISTEN takes effect).
@@ -62,7 +62,7 @@ class AsyncPostgresExecutor:
         self._sink: Any = None
         self._attached = False
 
-    def attach(self) -> None:
+    def attach(self, sink: Any = None) -> None:
         """A client starts driving this executor (only one at a time)."""
         if self._attached:
             raise ValueError("this AsyncPostgresExecutor already serves a client; make one per client")

@@ -11,6 +11,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # core_helpers
 
+from core_helpers import Recording  # noqa: E402
+
 from leasehold import LockClient
 from leasehold.testing import FakeClock, MemoryLockService, MemoryStore
 
@@ -30,11 +32,12 @@ MakeClient = Callable[..., LockClient]
 
 @pytest.fixture
 def make_client(clock: FakeClock, store: MemoryStore) -> Iterator[MakeClient]:
-    """``make_client(**kwargs)`` → a LockClient on its own connection to ``store``."""
+    """``make_client(**kwargs)`` → a LockClient on its own connection to ``store`` (a
+    :class:`core_helpers.Recording` executor unless one is given)."""
     made: list[LockClient] = []
 
     def make(service: MemoryLockService | None = None, **kwargs: Any) -> LockClient:
-        svc = service if service is not None else MemoryLockService(store)
+        svc = service if service is not None else Recording(store)
         kwargs.setdefault("clock", clock)
         c = LockClient(svc, **kwargs)
         made.append(c)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from leasehold import AsyncLockClient, AsyncLockHandle, ClientClosed, LockNotHeld, LockTimeout
-from leasehold.service import AsyncLockService, Granted, HeldByOther
-from leasehold.testing import FakeClock, MemoryLockService, MemoryStore
+sys.path.insert(0, os.path.dirname(__file__))  # core_helpers
+from core_helpers import Recording  # noqa: E402
+
+from leasehold import AsyncLockClient, AsyncLockHandle, ClientClosed, LeaseholdError, LockNotHeld, LockTimeout  # noqa: E402
+from leasehold.service import AsyncLockService, Granted, HeldByOther  # noqa: E402
+from leasehold.testing import FakeClock, MemoryLockService, MemoryStore  # noqa: E402
 
 
 def run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -121,7 +126,7 @@ def test_async_cancellation_releases_late_grant() -> None:
     async def main() -> None:
         clock = FakeClock()
         store = MemoryStore(clock=clock)
-        svc = MemoryLockService(store)
+        svc = Recording(store)
         async with AsyncLockClient(svc, clock=clock) as c:
             svc.hang()
             t = asyncio.ensure_future(c.acquire("late", ttl=3, wait=30))
@@ -209,33 +214,21 @@ def test_async_close_stops_the_driver_and_cancels_an_awaiting_acquire() -> None:
 
 
 class NativeAsyncService(AsyncLockService):
-    """A minimal native-async service over a MemoryStore (no threads)."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
+    """A lock service of one's own: not an executor, so no client drives it."""
 
     async def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
-        return self.store.acquire(name, token, ttl_ms)
+        return Granted(1, ttl_ms)
 
     async def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
-        return self.store.renew(name, token, ttl_ms)
+        return True
 
     async def release(self, name: str, token: str, backend_data: bytes) -> bool:
-        return self.store.release(name, token)
+        return True
 
 
-def test_async_with_native_async_service() -> None:
-    async def main() -> None:
-        clock = FakeClock()
-        store = MemoryStore(clock=clock)
-        async with AsyncLockClient(NativeAsyncService(store), clock=clock) as c:
-            async with c.acquire("n", ttl=3) as h:
-                await asettle(clock, [c], seconds=9, step=0.25)
-                assert h.is_held()
-                assert store.holder("n") is not None
-            assert store.holder("n") is None
-
-    run(main)
+def test_async_client_refuses_a_lock_service_of_its_own_and_names_the_executors() -> None:
+    with pytest.raises(TypeError, match="NativeAsyncService is a LockService of its own.*MemoryExecutor"):
+        AsyncLockClient(NativeAsyncService())
 
 
 def test_async_client_is_bound_to_one_loop() -> None:
@@ -251,23 +244,15 @@ def test_async_client_is_bound_to_one_loop() -> None:
         asyncio.run(use())
 
 
-def test_async_on_release_subscription() -> None:
+def test_async_on_release_is_refused_clearly() -> None:
     async def main() -> None:
         clock = FakeClock()
-        store = MemoryStore(clock=clock)
-        got: asyncio.Queue[str] = asyncio.Queue()
-
-        async def cb(name: str) -> None:
-            await got.put(name)
-
-        async with AsyncLockClient(MemoryLockService(store), clock=clock) as a, AsyncLockClient(
-            MemoryLockService(store), clock=clock
-        ) as b:
-            sub = b.on_release("topic", cb)
-            assert await b.wait_idle()
-            h = await a.acquire("topic", ttl=3)
+        async with AsyncLockClient(MemoryLockService(clock=clock), clock=clock) as c:
+            with pytest.raises(TypeError, match="callback"):
+                c.on_release("topic", 42)  # type: ignore[arg-type]
+            with pytest.raises(LeaseholdError, match="on_release is not available"):
+                c.on_release("topic", lambda name: None)
+            h = await c.acquire("topic", ttl=3)  # the client is unchanged
             await h.release()
-            assert await asyncio.wait_for(got.get(), 10) == "topic"
-            sub.cancel()
 
     run(main)

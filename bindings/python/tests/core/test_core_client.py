@@ -8,10 +8,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from core_helpers import Result, svc
+from core_helpers import Recording, Result, svc
 
 from leasehold import (
     ClientClosed,
+    LeaseholdError,
     FencingGate,
     LockClient,
     LockHandle,
@@ -19,7 +20,7 @@ from leasehold import (
     LockTimeout,
     StaleFencingToken,
 )
-from leasehold.testing import FakeClock, MemoryLockService, MemoryStore, pause_driver, settle
+from leasehold.testing import FakeClock, MemoryStore, pause_driver, settle
 
 
 def test_acquire_hold_release(make_client, store: MemoryStore) -> None:
@@ -239,8 +240,8 @@ def test_waiter_wakes_on_release_notification(make_client, clock: FakeClock) -> 
 
 
 def test_waiter_without_notifications_gets_lock_after_holder_expires(clock: FakeClock, store: MemoryStore) -> None:
-    a = LockClient(MemoryLockService(store, notifications=False), clock=clock)
-    b = LockClient(MemoryLockService(store, notifications=False), clock=clock)
+    a = LockClient(Recording(store, notifications=False), clock=clock)
+    b = LockClient(Recording(store, notifications=False), clock=clock)
     try:
         ha = a.acquire("w", ttl=3)
         r = Result(lambda: b.acquire("w", ttl=3, wait=20))
@@ -330,23 +331,15 @@ def test_on_lost_exception_is_logged_and_driver_survives(
     assert k2.is_held() and hb.is_held()
 
 
-def test_on_release_subscription(make_client) -> None:
+def test_on_release_is_refused_clearly_and_changes_nothing(make_client) -> None:
+    """No backend's protocol hands release notifications to the application: the call says
+    so instead of subscribing to nothing."""
     a, b = make_client(), make_client()
-    got = threading.Event()
-    names: list[str] = []
-
-    def cb(name: str) -> None:
-        names.append(name)
-        got.set()
-
-    sub = b.on_release("topic", cb)
-    assert b.wait_idle()
+    with pytest.raises(LeaseholdError, match="on_release is not available"):
+        b.on_release("topic", lambda name: None)
     h = a.acquire("topic", ttl=3)
     h.release()
-    assert got.wait(5)
-    assert names == ["topic"]
-    sub.cancel()
-    sub.cancel()
+    assert b.acquire("topic", ttl=3).fencing_token == h.fencing_token + 1
 
 
 def test_with_on_lost_handle_raises_lock_not_held_on_enter(make_client, clock: FakeClock) -> None:
@@ -392,7 +385,8 @@ def test_lost_acquire_answer_is_retried_idempotently(make_client, clock: FakeClo
     h = r.get()
     assert s.calls["acquire"] >= 2
     assert h.fencing_token == 1  # the retry found its own grant: same token, not locked out
-    assert store.grants == [("idem", s.tokens[0], 1)]
+    rec = store.holder("idem")
+    assert store.stats()["grants"] == 1 and rec is not None and (rec.token, rec.fencing_token) == (s.tokens[0], 1)
 
 
 def test_failed_release_keeps_token_and_is_retried(make_client, clock: FakeClock, store: MemoryStore) -> None:

@@ -16,7 +16,7 @@ from either_client import in_both_clients  # noqa: E402
 from leasehold import AsyncLockClient, LockClient  # noqa: E402
 from leasehold.backends.memory import MemoryLockService, MemoryStore  # noqa: E402
 from leasehold.backends.sql_executor import SqliteExecutor  # noqa: E402
-from leasehold.service import AsyncLockService, Granted, HeldByOther  # noqa: E402
+from leasehold.service import AsyncLockService, Granted, HeldByOther, LockService  # noqa: E402
 
 
 def test_memory_service_in_both_clients() -> None:
@@ -35,19 +35,30 @@ class _AsyncOnly(AsyncLockService):
         return True
 
 
+class _OwnService(LockService):
+    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
+        return Granted(1, ttl_ms)
+
+    def renew(self, name: str, token: str, ttl_ms: int, backend_data: bytes) -> bool:
+        return True
+
+    def release(self, name: str, token: str, backend_data: bytes) -> bool:
+        return True
+
+
+_EXECUTORS = "MemoryExecutor, SQLiteExecutor"
+
+
+@pytest.mark.parametrize("client", [LockClient, AsyncLockClient])
 @pytest.mark.parametrize("thing, says", [
-    (_AsyncOnly(), "_AsyncOnly is an asyncio service: give it to leasehold.aio.AsyncLockClient"),
-    (object(), "service must be a leasehold.service.LockService or a backend executor, not object"),
+    (_AsyncOnly(), "_AsyncOnly is a LockService of its own: a client drives an executor"),
+    (_OwnService(), "_OwnService is a LockService of its own: a client drives an executor"),
+    (object(), "service must be a backend executor (MemoryExecutor, SQLiteExecutor, RedisExecutor, ...), not object"),
 ])
-def test_lock_client_refuses_what_it_cannot_drive_and_says_what_to_use(thing: Any, says: str) -> None:
+def test_either_client_refuses_what_it_cannot_drive_and_names_the_executors(client: Any, thing: Any, says: str) -> None:
     with pytest.raises(TypeError) as e:
-        LockClient(thing)
-    assert says in str(e.value)
-
-
-def test_async_lock_client_refuses_a_non_service() -> None:
-    with pytest.raises(TypeError, match="expected a LockService or AsyncLockService, not object"):
-        AsyncLockClient(object())  # type: ignore[arg-type]
+        client(thing)
+    assert says in str(e.value) and _EXECUTORS in str(e.value)
 
 
 class _Overriding(SqliteExecutor):

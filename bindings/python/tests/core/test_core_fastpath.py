@@ -1,67 +1,23 @@
-"""LockClient's inline fast path and driver wake-ups (memory service, fake clock).
+"""LockClient's inline path and driver wake-ups (memory service, fake clock).
 
-The fast path runs the command of an application's own acquire()/release() on the calling
-thread when the service declares a bounded ``call_timeout`` (or ``inline_io=True``); while an
-acquire() caller waits, its lease's later Acquire commands (retries, wake-ups by a
-notification) are handed to it; every other command (renewals, cleanup releases) stays on the
-IO pool.
+A request runs on the thread that fed its cause when the executor's calls are bounded (a
+declared ``call_timeout``, or ``inline_io=True``): the ACQUIRE of an application's own
+acquire() and the RELEASE of its release() on the calling thread, a woken waiter's retry on
+the thread that delivered the notification; timer-driven requests (renewals, retries after a
+backoff) on the IO pool, and everything on the pool for an executor whose calls may block
+without a bound (the memory executor's ``hang()``).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
+from core_helpers import Recording
 
 from leasehold import LockClient
 from leasehold.client import service_call_bound
-from leasehold.service import Granted, HeldByOther
 from leasehold.testing import FakeClock, MemoryLockService, MemoryStore, settle
-
-
-class Recording(MemoryLockService):
-    """Records which thread ran each acquire/release call."""
-
-    def __init__(self, store: MemoryStore, call_timeout: object = None) -> None:
-        super().__init__(store)
-        if call_timeout is not None:
-            self.call_timeout = call_timeout
-        self.log: list[tuple[str, str]] = []
-        self.log_cond = threading.Condition()
-
-    def _record(self, op: str) -> None:
-        with self.log_cond:
-            self.log.append((op, threading.current_thread().name))
-            self.log_cond.notify_all()
-
-    def wait_calls(self, n: int, timeout: float = 10.0) -> bool:
-        with self.log_cond:
-            return self.log_cond.wait_for(lambda: len(self.log) >= n, timeout)
-
-    def acquire(self, name: str, token: str, ttl_ms: int) -> Granted | HeldByOther:
-        self._record("acquire")
-        return super().acquire(name, token, ttl_ms)
-
-    def release(self, name: str, token: str, backend_data: bytes) -> bool:
-        self._record("release")
-        return super().release(name, token, backend_data)
-
-
-def threads_of(service: Recording, op: str) -> list[str]:
-    return [t for o, t in service.log if o == op]
-
-
-def wait_parked(c: LockClient, timeout: float = 10.0) -> bool:
-    """Wait until an acquire() caller of ``c`` is parked as its lease's runner (a command the
-    core issues before that, e.g. the subscription's re-check, may still run on the pool)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with c._mu:
-            if c._parked:
-                return True
-        time.sleep(0.001)
-    return False
 
 
 def test_service_call_bound_reads_a_positive_call_timeout() -> None:
@@ -94,8 +50,10 @@ def test_uncontended_cycle_is_two_calls_on_the_calling_thread(make_client, store
     assert c.counters().pending_cleanups == 0
 
 
-@pytest.mark.parametrize("call_timeout,inline_io,inline", [(None, None, False), (5.0, False, False), (None, True, True)])
-def test_the_fast_path_needs_a_call_bound_or_an_explicit_opt_in(
+@pytest.mark.parametrize(
+    "call_timeout,inline_io,inline", [(None, None, False), (5.0, None, True), (5.0, False, False), (None, True, True)]
+)
+def test_the_inline_path_needs_a_call_bound_or_an_explicit_opt_in(
     make_client, store: MemoryStore, call_timeout: float | None, inline_io: bool | None, inline: bool
 ) -> None:
     s = Recording(store, call_timeout=call_timeout)
@@ -128,29 +86,32 @@ def test_the_driver_is_not_woken_by_every_cycle(make_client, store: MemoryStore)
     assert c._wakeups - before <= 5, c._wakeups - before
 
 
-def test_a_woken_waiter_retries_on_its_own_thread(make_client, clock: FakeClock, store: MemoryStore) -> None:
-    holder = make_client()
+def test_a_woken_waiter_retries_on_the_thread_that_delivered_the_notification(
+    make_client, clock: FakeClock, store: MemoryStore
+) -> None:
+    holder = make_client(Recording(store, call_timeout=5.0))
     h1 = holder.acquire("x", ttl=10)
     s = Recording(store, call_timeout=5.0)
     c = make_client(s)
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10, wait=60)), name="app")
     t.start()
-    assert s.wait_calls(1)  # the first attempt (HeldByOther), on the application thread
-    assert c.wait_idle() and wait_parked(c) and c.wait_idle()
-    before = len(threads_of(s, "acquire"))
-    assert threads_of(s, "acquire")[0] == "app"
-    h1.release()  # the notification wakes the waiter: its retry is handed to the parked caller
+    assert s.wait_calls("acquire", 1)  # the first attempt (held by another), on the application thread
+    assert c.wait_idle()
+    before = len(s.threads_of("acquire"))
+    assert s.threads_of("acquire")[0] == "app"
+    h1.release()  # inline on this thread; the store's notification wakes the waiter here too
     t.join(10)
     assert not t.is_alive() and len(got) == 1
     h2 = got[0]
     assert getattr(h2, "state") == "held"
-    acq = threads_of(s, "acquire")[before:]
-    assert acq and set(acq) == {"app"}, acq
+    me = threading.current_thread().name
+    acq = s.threads_of("acquire")[before:]
+    assert acq and set(acq) == {me}, acq
     getattr(h2, "release")()
 
 
-def test_an_inline_transport_error_is_retried_by_the_waiting_caller(
+def test_an_inline_transport_error_is_retried_with_the_same_token(
     make_client, clock: FakeClock, store: MemoryStore
 ) -> None:
     s = Recording(store, call_timeout=5.0)
@@ -159,15 +120,16 @@ def test_an_inline_transport_error_is_retried_by_the_waiting_caller(
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10, wait=30)), name="app")
     t.start()
-    assert s.wait_calls(1) and wait_parked(c)
+    assert s.wait_calls("acquire", 1) and c.wait_idle()
     while t.is_alive():  # let the core's backoff pass (fake time)
         settle(clock, [c], seconds=0.05, step=0.01)
         t.join(0.01)
     assert len(got) == 1
     h = got[0]
     assert getattr(h, "state") == "held"
-    acq = threads_of(s, "acquire")
-    assert acq == ["app", "app"], acq
+    acq = s.threads_of("acquire")
+    assert len(acq) == 2 and acq[0] == "app" and acq[1].startswith("leasehold-io"), acq  # the retry is timer-driven
+    assert len(set(s.tokens)) == 1, "the retry carries the same ownership token"
     rec = store.holder("x")
     assert rec is not None and rec.fencing_token == getattr(h, "fencing_token"), "same token: idempotent retry"
     getattr(h, "release")()
@@ -181,10 +143,10 @@ def test_a_shorter_explicit_release_timeout_takes_the_pool(make_client, store: M
     h.release(timeout=0.0)  # may not wait for a 5 s call: the pool sends it
     assert c.wait_idle()
     assert store.holder("x") is None
-    assert threads_of(s, "release")[0].startswith("leasehold-io")
+    assert s.threads_of("release")[0].startswith("leasehold-io")
     h = c.acquire("x", ttl=10)
     h.release(timeout=6.0)  # long enough for the declared bound: inline
-    assert threads_of(s, "release")[1] == threading.current_thread().name
+    assert s.threads_of("release")[1] == threading.current_thread().name
 
 
 def test_reentrant_release_by_one_of_two_holders_sends_nothing(make_client, store: MemoryStore) -> None:
@@ -197,7 +159,7 @@ def test_reentrant_release_by_one_of_two_holders_sends_nothing(make_client, stor
     assert store.holder("r") is not None and b.is_held()
     b.release()
     assert store.holder("r") is None
-    assert [o for o, _ in s.log] == ["acquire", "release"]
+    assert s.ops() == ["acquire", "release"]
 
 
 def test_lost_event_first_looked_at_after_the_loss_is_set(make_client, clock: FakeClock) -> None:
@@ -222,10 +184,10 @@ def test_results_wait_for_a_paused_driver(make_client, store: MemoryStore, inlin
     with pause_driver(c):
         t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10)), name="app")
         t.start()
-        assert s.wait_calls(1)
+        assert s.wait_calls("acquire", 1)
         with c._cond:
             assert c._cond.wait_for(lambda: c._inflight == 0 and len(c._inputs) == 1, 10)
-        assert threads_of(s, "acquire")[0].startswith("leasehold-io"), "no inline call while paused"
+        assert s.threads_of("acquire")[0].startswith("leasehold-io"), "no inline call while paused"
         assert not got and store.holder("x") is not None  # granted by the store, not yet seen
     t.join(10)
     assert len(got) == 1 and getattr(got[0], "state") == "held"
@@ -243,12 +205,12 @@ def test_without_the_fast_path_a_woken_waiter_retries_on_the_pool(
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(c.acquire("x", ttl=10, wait=60)), name="app")
     t.start()
-    assert s.wait_calls(1)
+    assert s.wait_calls("acquire", 1)
     assert c.wait_idle()
     h1.release()
     t.join(10)
     assert not t.is_alive() and len(got) == 1 and getattr(got[0], "state") == "held"
-    acq = threads_of(s, "acquire")
+    acq = s.threads_of("acquire")
     assert len(acq) >= 2 and all(n.startswith("leasehold-io") for n in acq), acq
     getattr(got[0], "release")()
 

@@ -40,7 +40,8 @@ def test_fork_parent_and_child_tokens_differ() -> None:
         try:
             os.close(r)
             h = client.acquire("after-fork", ttl=30)
-            msg = f"{svc.tokens[-1]} {h.fencing_token} {inherited.lost.is_set()} {inherited.lost_reason}"
+            rec = store.holder("after-fork")  # the child's copy of the store
+            msg = f"{rec.token if rec else '-'} {h.fencing_token} {inherited.lost.is_set()} {inherited.lost_reason}"
             os.write(w, msg.encode())
             client.close(timeout=1)
         except BaseException as e:  # report to the parent
@@ -51,7 +52,9 @@ def test_fork_parent_and_child_tokens_differ() -> None:
     os.close(w)
     try:
         hp = client.acquire("after-fork", ttl=30)
-        parent_token = svc.tokens[-1]
+        rec = store.holder("after-fork")
+        assert rec is not None
+        parent_token = rec.token
         out = _read_all(r)
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, out

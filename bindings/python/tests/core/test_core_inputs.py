@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -21,9 +22,9 @@ from leasehold import (
     LockTimeout,
 )
 from leasehold import _ffi
-from leasehold._core import Core
+from leasehold._core import Answer, Core, EtcdOptions, IoRequest, RedisOptions, SqlOptions
 from leasehold.errors import CorePanic, CorePoisoned, LeaseEnded, NotGranted, UnknownLease
-from leasehold.testing import FakeClock, MemoryLockService
+from leasehold.testing import FakeClock, MemoryExecutor, MemoryLockService, MemoryService
 
 
 @pytest.mark.parametrize("name", [123, b"bytes", None, 1.5, ["x"]])
@@ -167,7 +168,7 @@ def test_closed_client(make_client) -> None:
 
 
 def test_bad_constructor_arguments(clock: FakeClock) -> None:
-    with pytest.raises(TypeError, match="LockService"):
+    with pytest.raises(TypeError, match="backend executor"):
         LockClient(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="io_workers"):
         LockClient(MemoryLockService(clock=clock), io_workers=0)
@@ -183,6 +184,12 @@ def test_bad_constructor_arguments(clock: FakeClock) -> None:
     with pytest.raises(InvalidArgument) as ei:
         LockClient(MemoryLockService(clock=clock), config=Config(backoff_base_ns=10, backoff_cap_ns=1))
     assert ei.value.status_name == "LH_ERR_INVALID_CONFIG"
+    shared = MemoryLockService(clock=clock)
+    with LockClient(shared, clock=clock, owns_service=False):
+        with pytest.raises(ValueError, match="already serves a client; make one per client"):
+            LockClient(shared, clock=clock)
+    with LockClient(shared, clock=clock) as again:  # free again once its client closed
+        again.acquire("n", ttl=3).release()
 
 
 def test_lock_timeout_is_the_one_way_to_report_not_acquired(make_client) -> None:
@@ -194,56 +201,133 @@ def test_lock_timeout_is_the_one_way_to_report_not_acquired(make_client) -> None
 
 
 # ---- the Core wrapper and the ctypes table --------------------------------------------------------
-def test_core_outputs_and_getters() -> None:
+def _answer(core: Core, ex: MemoryExecutor) -> list[IoRequest]:
+    """Hand every request the core polls to the memory service (as the executor does); the
+    requests, in order."""
+    done = []
+    while reqs := core.poll_io():
+        for r in reqs:
+            assert r.kind == _ffi.LH_IO_COMMAND and r.connection == _ffi.LH_CONNECTION_COMMANDS
+            core.reply(r.id, ex.command(r.payload))
+            done.append(r)
+    return done
+
+
+def test_core_requests_events_and_getters() -> None:
     clock = FakeClock()
+    ex = MemoryExecutor(MemoryService(clock=clock))
     core = Core(seed=bytes(range(32)), clock=clock.monotonic_ns)
-    assert core.poll_timeout() is None
-    assert core.poll_output() is None
+    assert core.protocol == "memory"
+    assert core.poll_timeout() is None and core.poll_event() is None and core.poll_io() == []
     lease = core.acquire("job", 3000)
-    out = core.poll_output()
-    assert out is not None and out.kind == _ffi.LH_OUTPUT_ACQUIRE
-    assert out.name == "job" and out.lease_id == lease and out.ttl_ms == 3000
-    assert len(out.token) == 32 and int(out.token, 16) >= 0
+    (req,) = core.poll_io()
+    assert req.id > 0 and isinstance(req.payload, list) and all(isinstance(a, bytes) for a in req.payload)
     with pytest.raises(NotGranted):
         core.fencing_token(lease)
     info = core.lease_info(lease)
     assert info.state_name == "acquiring" and info.fencing_token is None
     clock.advance(0.001)
-    core.acquire_result(out.request_id, _ffi.LH_ACQUIRE_GRANTED, 7, 3000)
-    ev = core.poll_output()
-    assert ev is not None and ev.kind == _ffi.LH_OUTPUT_ACQUIRED and ev.fencing_token == 7
-    assert core.fencing_token(lease) == 7
-    assert core.is_held(lease)
+    core.reply(req.id, ex.command(req.payload))
+    ev = core.poll_event()
+    assert ev is not None and ev.kind == _ffi.LH_EVENT_ACQUIRED and ev.lease_id == lease and ev.fencing_token == 1
+    with pytest.raises(AttributeError):
+        ev.kind = 0  # type: ignore[misc]  # an Event is immutable
+    assert core.fencing_token(lease) == 1 and core.is_held(lease)
     assert core.valid_until(lease) == ev.valid_until_ns
     assert core.lease_state(lease) == _ffi.LH_STATE_HELD
-    # a stale (unknown) request id is ignored and counted
-    core.renew_result(999_999, _ffi.LH_RENEW_REJECTED)
-    assert core.counters().stale_results == 1
-    assert core.is_held(lease)
+    # answers for unknown or already answered ids are counted and ignored
+    core.failed(999_999, _ffi.LH_FAILURE_TRANSPORT, "late")
+    core.reply(req.id, 1)
+    assert core.counters().backend_stale_replies == 2 and core.is_held(lease)
     with pytest.raises(UnknownLease):
         core.lease_state(lease + 12345)
-    with pytest.raises(InvalidArgument) as ei:
-        core.renew_result(1, 77)
-    assert ei.value.status_name == "LH_ERR_INVALID_ENUM"
     core.release(lease)
-    kinds = []
-    while (o := core.poll_output()) is not None:
-        kinds.append(o.kind)
-    assert kinds == [_ffi.LH_OUTPUT_RELEASED, _ffi.LH_OUTPUT_RELEASE]
+    (ev,) = core.drain()[0]
+    assert ev.kind == _ffi.LH_EVENT_RELEASED and ev.reason_name == "none"
+    assert len(_answer(core, ex)) == 1 and core.poll_event() is None  # no outcome asked for
     with pytest.raises(LeaseEnded):
         core.release(lease)
+    # a reported release: the outcome follows the service's answer
+    second = core.acquire("job", 3000)
+    _answer(core, ex)
+    assert core.poll_event() is not None
+    assert core.release(second, report=True) == _ffi.LH_RELEASING_PENDING
+    _answer(core, ex)
+    kinds = [(e.kind, e.reason_name) for e in core.drain()[0]]
+    assert kinds == [(_ffi.LH_EVENT_RELEASED, "none"), (_ffi.LH_EVENT_RELEASE_OUTCOME, "release_confirmed")]
+    assert core.counters().releases_confirmed == 2 and core.backend_counters()["requests"] == 4
     core.close()
     core.close()
     with pytest.raises(ClientClosed):
-        core.poll_output()
+        core.poll_event()
+
+
+def test_core_refuses_answers_of_the_wrong_kind_and_unknown_enums() -> None:
+    core = Core()  # the memory protocol: it takes values and messages, not HTTP replies
+    core.acquire("w", 3000)
+    (req,) = core.poll_io()
+    for wrong in (
+        lambda: core.http_reply(req.id, 200, b"{}"),
+        lambda: core.stream_message(req.id, b"{}"),
+        lambda: core.subscription(b"ch", True),
+    ):
+        with pytest.raises(InvalidArgument) as ei:
+            wrong()
+        assert ei.value.status_name == "LH_ERR_WRONG_ANSWER"
+    for bad in (lambda: core.failed(req.id, 77, "x"), lambda: core.connection_event(9, _ffi.LH_CONNECTION_REOPENED)):
+        with pytest.raises(InvalidArgument) as ei:
+            bad()
+        assert ei.value.status_name == "LH_ERR_INVALID_ENUM"
+    assert core.lease_state(core.acquire("w2", 3000)) == _ffi.LH_STATE_ACQUIRING  # nothing changed
+    core.close()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [Answer(b"\x00" * 5, 1, b""), Answer(b"", 3, b""), 2**70, [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]],
+    ids=["short-values", "count-past-the-list", "int-over-64-bits", "too-deep"],
+)
+def test_a_malformed_answer_becomes_a_transport_failure_of_its_request(garbage: object) -> None:
+    core = Core()
+    lease = core.acquire("m", 3000, wait_ns=10**10)
+    (req,) = core.poll_io()
+    core.reply(req.id, garbage)  # refused by the core (LH_ERR_INVALID_REPLY): reported failed
+    k = core.counters()
+    assert k.backend_transport_failures == 1 and core.lease_state(lease) == _ffi.LH_STATE_ACQUIRING
+    assert "unusable reply" in core.backend_last_error()
+    core.close()
+
+
+def test_core_decodes_every_kind_of_request() -> None:
+    """Each backend's first requests, copied out of the core: the Redis wake channel's
+    SUBSCRIBE on the notify connection, the SQL schema check's statements, an etcd POST."""
+    redis = Core(backend=RedisOptions())
+    (sub,) = redis.poll_io()
+    assert (sub.kind, sub.connection) == (_ffi.LH_IO_COMMAND, _ffi.LH_CONNECTION_NOTIFY)
+    assert sub.payload[0].upper() == b"SUBSCRIBE" and len(sub.payload) == 2
+    sql = Core(backend=SqlOptions("sqlite"))
+    sql.acquire("s", 3000)
+    reqs = sql.poll_io()
+    assert reqs and reqs[0].kind == _ffi.LH_IO_SQL and reqs[0].connection == _ffi.LH_CONNECTION_COMMANDS
+    statements = reqs[0].payload.statements
+    assert statements and all(isinstance(text, str) and text for text, _params in statements)
+    etcd = Core(backend=EtcdOptions())
+    etcd.acquire("e", 3000)
+    (post,) = etcd.poll_io()
+    assert post.kind == _ffi.LH_IO_HTTP and post.payload.method == "POST" and post.payload.path.startswith("/")
+    assert post.payload.body.startswith(b"{") and post.payload.authorization == ""
+    for c in (redis, sql, etcd):
+        c.close()
 
 
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
     def first_token(c: Core) -> str:
+        store = MemoryService()
         c.acquire("x", 3000)
-        o = c.poll_output()
-        assert o is not None
-        return o.token
+        _answer(c, MemoryExecutor(store))
+        rec = store.holder("x")
+        assert rec is not None
+        return rec.token
 
     a, b = Core(seed=b"s" * 32), Core(seed=b"s" * 32)
     assert first_token(a) == first_token(b)
@@ -307,32 +391,38 @@ def test_huge_wait_is_accepted_and_bounded(make_client) -> None:
 
 
 class _Odd(MemoryLockService):
-    """A service returning garbage: every answer must become a transport error, never a grant."""
+    """An executor handing back garbage instead of the service's answers: every one must
+    become a transport error, never a grant."""
 
     def __init__(self, clock: FakeClock, answer: object) -> None:
         super().__init__(clock=clock)
         self.answer = answer
+        self.calls = 0
+        self.called = threading.Event()
 
-    def acquire(self, name: str, token: str, ttl_ms: int):  # type: ignore[no-untyped-def]
-        self.calls["acquire"] += 1
-        self.called["acquire"].set()
+    def command(self, argv: list[bytes]):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        self.called.set()
+        if self.answer is None:
+            return super().command(argv)
         return self.answer
 
 
 @pytest.mark.parametrize(
     "answer",
     [
-        None,
-        "granted",
-        True,
-        leasehold.Granted(fencing_token=-1, ttl_ms=3000),
-        leasehold.Granted(fencing_token="7", ttl_ms=3000),  # type: ignore[arg-type]
-        leasehold.Granted(fencing_token=1, ttl_ms=3000, backend_data=b"x" * 5000),
-        leasehold.HeldByOther(retry_after_ms=-5),
+        b"granted",
+        7,
+        ["OK", 1, 2],
+        ValueError("ERR not today"),
+        Answer(b"\x00" * 40, 2, b""),
+        b"x" * (2 << 20),
+        2**70,
+        {"a": 1},
     ],
-    ids=["none", "str", "bool", "negative-token", "str-token", "huge-backend-data", "negative-hint"],
+    ids=["bulk", "int", "array", "error", "malformed-values", "huge", "int-over-64-bits", "dict"],
 )
-def test_misbehaving_service_never_grants_and_driver_survives(clock: FakeClock, answer: object) -> None:
+def test_misbehaving_executor_never_grants_and_driver_survives(clock: FakeClock, answer: object) -> None:
     from core_helpers import Result
 
     from leasehold.testing import settle
@@ -340,56 +430,15 @@ def test_misbehaving_service_never_grants_and_driver_survives(clock: FakeClock, 
     c = LockClient(_Odd(clock, answer), clock=clock)
     try:
         r = Result(lambda: c.acquire("odd", ttl=3, wait=1))
-        assert c.service.called["acquire"].wait(5)  # type: ignore[attr-defined]
+        assert c.service.called.wait(5)  # type: ignore[attr-defined]
         settle(clock, [c], seconds=4, step=0.1)
         with pytest.raises(LockTimeout):
             r.get()
-        assert c.service.calls["acquire"] >= 1  # type: ignore[attr-defined]
-        # The driver is alive: a well-behaved answer afterwards is granted.
-        c.service.answer = leasehold.Granted(fencing_token=9, ttl_ms=3000)  # type: ignore[attr-defined]
+        assert c.service.calls >= 1  # type: ignore[attr-defined]
+        assert c.counters().grants == 0
+        # The driver is alive: the service's own answers afterwards are granted.
+        c.service.answer = None  # type: ignore[attr-defined]
         h = c.acquire("odd", ttl=3, wait=1)
-        assert h.fencing_token == 9
+        assert h.fencing_token == 1
     finally:
         c.close(timeout=0.2)
-
-
-def test_core_output_fields_per_kind_and_backend_data_round_trip() -> None:
-    """Commands carry name/token (and backend data from the grant); events carry none; a
-    polled Output is immutable."""
-    clock = FakeClock()
-    core = Core(seed=bytes(range(32)), clock=clock.monotonic_ns)
-    lease = core.acquire("jöb", 3000)
-    cmd = core.poll_output()
-    assert cmd is not None and cmd.kind == _ffi.LH_OUTPUT_ACQUIRE
-    assert cmd.name == "jöb" and len(cmd.token) == 32 and cmd.backend_data == b""
-    with pytest.raises(AttributeError):
-        cmd.name = "other"  # type: ignore[misc]
-    core.acquire_result(cmd.request_id, _ffi.LH_ACQUIRE_GRANTED, 9, 3000, backend_data=b"\x00bd\x00")
-    ev = core.poll_output()
-    assert ev is not None and ev.kind == _ffi.LH_OUTPUT_ACQUIRED and ev.lease_id == lease
-    assert (ev.name, ev.token, ev.backend_data, ev.fencing_token) == ("", "", b"", 9)
-    assert ev.reason_name  # "none" or the number; never raises
-    core.release(lease)
-    outs = []
-    while (o := core.poll_output()) is not None:
-        outs.append(o)
-    released, rel = outs
-    assert released.kind == _ffi.LH_OUTPUT_RELEASED and released.name == "" and released.token == ""
-    assert rel.kind == _ffi.LH_OUTPUT_RELEASE and rel.name == "jöb" and rel.token == cmd.token
-    assert rel.backend_data == b"\x00bd\x00"
-    core.release_result(rel.request_id, _ffi.LH_RELEASE_RELEASED)
-    assert core.poll_output() is None
-    # a waiter's Watch carries only the name
-    other = Core(seed=bytes(range(1, 33)), clock=clock.monotonic_ns)
-    other.acquire("jöb", 3000, wait_ns=10**9)
-    acq = other.poll_output()
-    assert acq is not None and acq.kind == _ffi.LH_OUTPUT_ACQUIRE
-    other.acquire_result(acq.request_id, _ffi.LH_ACQUIRE_HELD_BY_OTHER, retry_after_ms=500)
-    kinds = {}
-    while (o := other.poll_output()) is not None:
-        kinds[o.kind] = o
-    watch = kinds.get(_ffi.LH_OUTPUT_WATCH)
-    assert watch is not None and watch.name == "jöb" and watch.token == "" and watch.request_id == 0
-    other.released("jöb")
-    core.close()
-    other.close()

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from core_helpers import Result, svc
+from core_helpers import Recording, Result, svc
 
 from leasehold import (
     AsyncLockClient,
@@ -317,7 +317,7 @@ def test_no_auto_renew_lease_lives_while_renewed_by_hand(clock: FakeClock, make_
 def test_async_manual_renew_and_no_auto_renew() -> None:
     async def main() -> None:
         clock = FakeClock()
-        service = MemoryLockService(MemoryStore(clock=clock))
+        service = Recording(MemoryStore(clock=clock))
         async with AsyncLockClient(service, clock=clock) as c:
             h = await c.acquire("a", ttl=3, auto_renew=False)
             before = h.valid_until

@@ -90,6 +90,7 @@ def test_fenced_writes_are_monotonic_and_never_lost(ops: list[tuple[str, float]]
                 Worker(LockClient(MemoryLockService(store), clock=clock, release_timeout=1.0), conn, FencingGate(conn))
             )
         acked: list[int] = []
+        granted: list[int] = []  # the fencing token of every grant, in grant order
         try:
             for kind, arg in ops:
                 if kind == "advance":
@@ -108,6 +109,7 @@ def test_fenced_writes_are_monotonic_and_never_lost(ops: list[tuple[str, float]]
                         if not w.paused and (w.handle is None or w.handle.state != "held"):
                             try:
                                 w.handle = w.client.acquire("counter", ttl=TTL)
+                                granted.append(w.handle.fencing_token)
                             except LockTimeout:
                                 pass
                         if w.handle is not None:
@@ -130,8 +132,8 @@ def test_fenced_writes_are_monotonic_and_never_lost(ops: list[tuple[str, float]]
             assert n == len(acked)
             assert logged == acked
             # Every grant of the name got a strictly larger fencing token (I4).
-            fences = [f for (_n, _t, f) in store.grants]
-            assert fences == sorted(set(fences))
+            assert granted == sorted(set(granted))
+            assert store.last_fence("counter") == (granted[-1] if granted else 0)
         finally:
             for x in workers:
                 x.client._set_paused(False)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from leasehold._core import HttpRequest
-from leasehold._ffi import LH_HTTP_UNARY
+from leasehold._ffi import LH_IO_HTTP
 from leasehold.backends.etcd_executor import EtcdExecutor
 
 
@@ -55,7 +55,7 @@ def test_each_request_is_sent_once_on_a_kept_alive_connection(member: str) -> No
     try:
         for i in range(20):
             body = b'{"key":"' + str(i).encode() + b'"}'
-            status, reply = ex.post(HttpRequest(LH_HTTP_UNARY, "POST", "/v3/kv/range", body, ""))
+            status, reply = ex.post(HttpRequest(LH_IO_HTTP, "POST", "/v3/kv/range", body, ""))
             assert status == 200
             assert reply.endswith(b'"n":' + str(i + 1).encode() + b"}"), reply
     finally:

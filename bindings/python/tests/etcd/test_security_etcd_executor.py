@@ -1,5 +1,5 @@
 """EtcdExecutor against a hostile member: a reply body or watch message over the core's limit
-(``LH_MAX_HTTP_BODY``) fails as a transport error and the connection is closed instead of
+(``LH_MAX_REPLY_DATA``) fails as a transport error and the connection is closed instead of
 read on, a body dripped byte by byte cannot hold a request, a body cut short is refused.
 
 The member is a raw HTTP server on 127.0.0.1 started by each test; it counts the bytes the
@@ -15,14 +15,14 @@ from collections.abc import Iterator
 import pytest
 
 from leasehold import LockClient, errors
-from leasehold._ffi import LH_HTTP_UNARY, LH_HTTP_WATCH, LH_MAX_HTTP_BODY
+from leasehold._ffi import LH_IO_HTTP, LH_IO_HTTP_WATCH, LH_MAX_REPLY_DATA
 from leasehold._core import HttpRequest
 from leasehold.backends.etcd_executor import EtcdExecutor
 
 HUGE = 64 << 20  # what the hostile member offers: the old executor read all of it
 PIECE = 1 << 16
 # Far below HUGE: what the kernel buffers hold plus what the client may read (the limit + 1).
-READ_BOUND = LH_MAX_HTTP_BODY + (12 << 20)
+READ_BOUND = LH_MAX_REPLY_DATA + (12 << 20)
 
 
 class HostileMember:
@@ -112,7 +112,7 @@ class HostileMember:
         elif self.mode == "short":  # promises 100 bytes, sends 10, closes
             yield b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b" " * 10
         elif self.mode.startswith("exact-"):  # exactly the limit: still a reply
-            body = b" " * LH_MAX_HTTP_BODY
+            body = b" " * LH_MAX_REPLY_DATA
             if self.mode == "exact-length":
                 yield f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
             else:
@@ -138,7 +138,7 @@ def member(request: pytest.FixtureRequest) -> Iterator[HostileMember]:
 
 
 def _unary() -> HttpRequest:
-    return HttpRequest(LH_HTTP_UNARY, "POST", "/v3/kv/range", b'{"key":"eA=="}', "")
+    return HttpRequest(LH_IO_HTTP, "POST", "/v3/kv/range", b'{"key":"eA=="}', "")
 
 
 def _wait_finished(m: HostileMember, bound: float = 10.0) -> None:
@@ -163,7 +163,7 @@ def test_an_oversized_reply_fails_at_once_and_the_connection_is_closed_unread(me
 def test_a_reply_of_exactly_the_limit_is_handed_back_whole(member: HostileMember) -> None:
     ex = EtcdExecutor([member.url], timeout=5)
     status, body = ex.post(_unary())
-    assert status == 200 and body == b" " * LH_MAX_HTTP_BODY
+    assert status == 200 and body == b" " * LH_MAX_REPLY_DATA
     ex.close()
 
 
@@ -204,7 +204,7 @@ class _Sink:
 def test_a_watch_message_over_the_limit_ends_the_stream_unread(member: HostileMember) -> None:
     ex = EtcdExecutor([member.url], timeout=5)
     sink = _Sink()
-    ex.watch(7, HttpRequest(LH_HTTP_WATCH, "POST", "/v3/watch", b"{}", ""), sink)
+    ex.watch(7, HttpRequest(LH_IO_HTTP_WATCH, "POST", "/v3/watch", b"{}", ""), sink)
     assert sink.done.wait(10), "the stream did not end"
     assert sink.messages == []
     assert len(sink.ended) == 1 and "over the limit" in sink.ended[0]

@@ -86,21 +86,22 @@ def test_cluster_executor_in_both_clients(redis_bin: str, tmp_path: Any) -> None
 
 
 def test_a_sync_executors_subscriber_traffic_is_fed_on_the_loop(redis_server: Any, monkeypatch: Any) -> None:
-    """The reader thread of ``RedisExecutor`` hands its messages to the loop: every sink call
-    (subscription confirmations, the wake-up of the handoff) runs on the loop's thread."""
+    """The reader thread of ``RedisExecutor`` hands its messages to the loop: every core input
+    they become (subscription confirmations, the wake-up of the handoff) is fed on the loop's
+    thread."""
     import threading
 
-    from leasehold import _backend
+    from leasehold import _core
 
     seen: list[tuple[str, str]] = []
     for kind in ("message", "subscription"):
-        real = getattr(_backend.BackendSink, kind)
+        real = getattr(_core.Core, kind)
 
         def record(self: Any, *args: Any, _real: Any = real, _kind: str = kind) -> None:
             seen.append((_kind, threading.current_thread().name))
             _real(self, *args)
 
-        monkeypatch.setattr(_backend.BackendSink, kind, record)
+        monkeypatch.setattr(_core.Core, kind, record)
     from either_client import handoff_async
 
     handoff_async(lambda: RedisExecutor(url=redis_server.url), "either-loop")

@@ -230,8 +230,8 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
     from leasehold._backend import SqlFailure
     from leasehold._core import SqlRequest
 
-    ask_pid = SqlRequest(_ffi.LH_SQL_CONNECTION_COMMANDS, [("SELECT pg_backend_pid()", [])])
-    ping = SqlRequest(_ffi.LH_SQL_CONNECTION_COMMANDS, [("SELECT $1::bigint + 1", [41])])
+    ask_pid = SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT pg_backend_pid()", [])])
+    ping = SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT $1::bigint + 1", [41])])
 
     def stopped(pid: int):  # the server process behind our connection, SIGSTOP'd
         os.kill(pid, signal.SIGSTOP)
@@ -248,12 +248,12 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         t0 = time.monotonic()
         with pytest.raises(SqlFailure) as e:
             ex.execute(ping)
-        assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+        assert e.value.kind == _ffi.LH_FAILURE_TRANSPORT, e.value
         assert time.monotonic() - t0 < 30, "the stopped server's request hung"
     finally:
         resume()
     assert ex.execute(ping) == [[(42,)]]  # on a new connection, reported as reopened
-    assert ex.take_resets() == [_ffi.LH_SQL_CONNECTION_COMMANDS]
+    assert ex.take_resets() == [_ffi.LH_CONNECTION_COMMANDS]
     ex.detach()
 
     async def main() -> None:
@@ -265,12 +265,12 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
             t0 = time.monotonic()
             with pytest.raises(SqlFailure) as e:
                 await ax.execute(ping)
-            assert e.value.kind == _ffi.LH_SQL_FAILURE_TRANSPORT, e.value
+            assert e.value.kind == _ffi.LH_FAILURE_TRANSPORT, e.value
             assert time.monotonic() - t0 < 30, "the stopped server's request hung"
         finally:
             resume()
         assert await ax.execute(ping) == [[(42,)]]
-        assert ax.take_resets() == [_ffi.LH_SQL_CONNECTION_COMMANDS]
+        assert ax.take_resets() == [_ffi.LH_CONNECTION_COMMANDS]
         await ax.detach()
 
     asyncio.run(asyncio.wait_for(main(), 30))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from leasehold import _ffi
-from leasehold._backend import SqlFailure, bind_params, host_facts
+from leasehold._backend import COMMANDS, SqlFailure, bind_params, host_facts, lane_of
 from leasehold._core import Config, Core, EtcdOptions, HostFact, HttpRequest, SqlOptions, SqlRequest
 from leasehold.backends.sql_executor import SqliteExecutor
 
@@ -18,16 +18,17 @@ def _failed(core: Core, lease: int) -> bool:
     """The lease's events so far end in ACQUIRE_FAILED, and none is ACQUIRED."""
     outs, _ = core.drain()
     kinds = [o.kind for o in outs if o.lease_id == lease]
-    return _ffi.LH_OUTPUT_ACQUIRED not in kinds and kinds[-1:] == [_ffi.LH_OUTPUT_ACQUIRE_FAILED]
+    return _ffi.LH_EVENT_ACQUIRED not in kinds and kinds[-1:] == [_ffi.LH_EVENT_ACQUIRE_FAILED]
 
 
 def test_sql_requests_are_copied_out_typed_and_bad_rows_are_a_failure() -> None:
     core = Core(Config(), backend=SqlOptions("postgresql"))
     lease = core.acquire("n", 5_000)
-    reqs = core.poll_requests()
+    reqs = core.poll_io()
     assert len(reqs) == 1
-    rid, lane, req = reqs[0]
-    assert lane == 1 and isinstance(req, SqlRequest) and req.connection == _ffi.LH_SQL_CONNECTION_COMMANDS
+    rid, kind, connection, req = reqs[0]
+    assert (kind, connection) == (_ffi.LH_IO_SQL, _ffi.LH_CONNECTION_COMMANDS) and lane_of(reqs[0]) == COMMANDS
+    assert isinstance(req, SqlRequest) and req.connection == _ffi.LH_CONNECTION_COMMANDS
     assert req.statements and all(isinstance(sql, str) and isinstance(p, list) for sql, p in req.statements)
     # Rows the core cannot take (an integer beyond 64 bits): the request fails, nothing raises.
     core.sql_result(rid, [[[2**70]] for _ in req.statements])
@@ -49,8 +50,9 @@ def test_host_facts_are_bound_once_per_request() -> None:
 def test_http_requests_are_copied_out_and_an_impossible_status_is_a_failure() -> None:
     core = Core(Config(), backend=EtcdOptions())
     lease = core.acquire("n", 5_000)
-    [(rid, lane, req)] = core.poll_requests()
-    assert lane == 1 and isinstance(req, HttpRequest) and req.kind == _ffi.LH_HTTP_UNARY
+    [io] = core.poll_io()
+    rid, req = io.id, io.payload
+    assert lane_of(io) == COMMANDS and isinstance(req, HttpRequest) and req.kind == io.kind == _ffi.LH_IO_HTTP
     assert req.method == "POST" and req.path.startswith("/v3/") and req.authorization == ""
     core.http_reply(rid, 999, b"{}")  # refused by the ABI: reported as the request's failure
     assert "/v3/lease/grant" in core.backend_last_error() and "999" in core.backend_last_error()
@@ -66,7 +68,7 @@ def test_a_database_error_rolls_back_and_is_reported_as_such(tmp_path: Path) -> 
     bad = SqlRequest(1, [("BEGIN IMMEDIATE", []), ("INSERT INTO t VALUES (?1)", [7]), ("INSERT INTO nowhere VALUES (1)", [])])
     with pytest.raises(SqlFailure) as e:
         ex.execute(bad)
-    assert e.value.kind == _ffi.LH_SQL_FAILURE_DATABASE and "nowhere" in str(e.value)
+    assert e.value.kind == _ffi.LH_FAILURE_DATABASE and "nowhere" in str(e.value)
     assert ex.execute(SqlRequest(1, [("SELECT count(*) FROM t", [])])) == [[(0,)]]  # rolled back
     assert ex.take_resets() == []
     ex.detach()

@@ -1,0 +1,240 @@
+"""What crosses the IO seam: requests copied out of the core, answers flattened for it.
+
+A polled ``lh_io_request`` becomes an :class:`IoRequest` whose ``payload`` the executor
+runs unread: the argument vector of a command (``list[bytes]``), a :class:`SqlRequest` or an
+:class:`HttpRequest`. Answers go back in the core's flat value format: a packed list of
+``lh_value`` (an array followed by its elements, in pre-order) plus one data buffer that
+string values point into. :func:`flatten_reply` builds it from what a Redis client returns,
+:func:`flatten_rows` from SQL rows; an :class:`Answer` is a list already flat (the memory
+service's, copied as it came).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import struct
+from typing import Any, NamedTuple
+
+from . import _ffi
+
+__all__ = [
+    "Answer",
+    "HostFact",
+    "HttpRequest",
+    "IoRequest",
+    "SqlRequest",
+    "decode_request",
+    "flatten_reply",
+    "flatten_rows",
+]
+
+
+class HostFact(enum.IntEnum):
+    """A parameter the executor binds from the host (read once per request): the SQL
+    protocol's ``LH_PARAM_HOST_*``."""
+
+    MONOTONIC_NS = _ffi.LH_PARAM_HOST_MONOTONIC_NS
+    WALL_US = _ffi.LH_PARAM_HOST_WALL_US
+    BOOT_ID = _ffi.LH_PARAM_HOST_BOOT_ID
+    PID = _ffi.LH_PARAM_HOST_PID
+    HOST_NAME = _ffi.LH_PARAM_HOST_NAME
+
+
+class SqlRequest(NamedTuple):
+    """One SQL request, copied out of the core: run ``statements`` (SQL text, parameters:
+    ``None``, ``int``, ``str``, ``bytes`` or a :class:`HostFact`) in order on ``connection``
+    (``LH_CONNECTION_COMMANDS`` or ``LH_CONNECTION_NOTIFY``, the listener), in autocommit
+    mode."""
+
+    connection: int
+    statements: list[tuple[str, list[Any]]]
+
+
+class HttpRequest(NamedTuple):
+    """One etcd gateway request, copied out of the core (``kind`` is ``LH_IO_HTTP``,
+    ``LH_IO_HTTP_WATCH`` or ``LH_IO_HTTP_CANCEL``)."""
+
+    kind: int
+    method: str
+    path: str
+    body: bytes
+    authorization: str
+
+
+class IoRequest(NamedTuple):
+    """One polled request: its ``id`` (answered with it), ``kind`` (``LH_IO_*``), the
+    ``connection`` it runs on (``LH_CONNECTION_*``) and what to run (see the module doc)."""
+
+    id: int
+    kind: int
+    connection: int
+    payload: Any
+
+
+class Answer(NamedTuple):
+    """An answer already in the flat format: ``values`` (``nvalues`` packed ``lh_value``)
+    and the ``data`` they point into."""
+
+    values: bytes
+    nvalues: int
+    data: bytes
+
+
+# lh_io_request read in one call (native alignment is the C layout of the flat struct):
+# u64 id, u32 kind, u32 connection, argv, u32 argc, u32 nstatements, statements, params,
+# size_t nparams, data, size_t data_len, method, path, authorization. Pointers are ints.
+REQUEST_LAYOUT = struct.Struct("@QIIPIIPPNPNPPP")
+if REQUEST_LAYOUT.size != ctypes.sizeof(_ffi.lh_io_request):  # pragma: no cover - exotic ABI
+    raise ImportError(
+        f"lh_io_request layout mismatch: struct {REQUEST_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_io_request)}"
+    )
+_BYTES = struct.Struct("@PN")  # lh_bytes
+# One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
+_VALUE = struct.Struct("@IIqQQ")
+_STATEMENT = struct.Struct("@QQII")  # lh_sql_statement
+_pack_value = _VALUE.pack
+_string_at = ctypes.string_at
+_V_NIL, _V_INT, _V_BULK, _V_ERROR, _V_ARRAY = (
+    _ffi.LH_VALUE_NIL,
+    _ffi.LH_VALUE_INT,
+    _ffi.LH_VALUE_BULK,
+    _ffi.LH_VALUE_ERROR,
+    _ffi.LH_VALUE_ARRAY,
+)
+_V_TEXT, _V_FLOAT = _ffi.LH_VALUE_TEXT, _ffi.LH_VALUE_FLOAT
+_HOST_FIRST, _HOST_LAST = _ffi.LH_PARAM_HOST_MONOTONIC_NS, _ffi.LH_PARAM_HOST_NAME
+_COMMAND, _SQL = _ffi.LH_IO_COMMAND, _ffi.LH_IO_SQL
+
+
+def _argv(ptr: int, argc: int) -> list[bytes]:
+    raw = _string_at(ptr, argc * _BYTES.size)
+    out = []
+    for p, n in _BYTES.iter_unpack(raw):
+        out.append(_string_at(p, n) if n else b"")
+    return out
+
+
+def _sql(fields: tuple[Any, ...]) -> SqlRequest:
+    (_id, _kind, conn, _a, _c, nst, st_p, par_p, npar, data_p, data_n, _m, _p, _auth) = fields
+    data = _string_at(data_p, data_n) if data_n else b""
+    params: list[Any] = []
+    if npar:
+        for k, _r, integer, off, n in _VALUE.iter_unpack(_string_at(par_p, npar * _VALUE.size)):
+            if k == _V_INT:
+                params.append(integer)
+            elif k == _V_TEXT:
+                params.append(data[off : off + n].decode("utf-8"))
+            elif k == _V_BULK:
+                params.append(data[off : off + n])
+            elif _HOST_FIRST <= k <= _HOST_LAST:
+                params.append(HostFact(k))
+            else:
+                params.append(None)
+    statements = []
+    if nst:
+        for off, n, first, count in _STATEMENT.iter_unpack(_string_at(st_p, nst * _STATEMENT.size)):
+            statements.append((data[off : off + n].decode("utf-8"), params[first : first + count]))
+    return SqlRequest(conn, statements)
+
+
+def _text(ptr: int) -> str:
+    return ctypes.string_at(ptr).decode("ascii", "replace") if ptr else ""
+
+
+def decode_request(buf: Any) -> IoRequest | None:
+    """The :class:`IoRequest` in a polled ``lh_io_request`` buffer (everything borrowed is
+    copied), ``None`` for ``LH_IO_NONE``."""
+    fields = REQUEST_LAYOUT.unpack_from(buf)
+    rid, kind, conn = fields[0], fields[1], fields[2]
+    if kind == _COMMAND:
+        return IoRequest(rid, kind, conn, _argv(fields[3], fields[4]))
+    if kind == _SQL:
+        return IoRequest(rid, kind, conn, _sql(fields))
+    if kind == _ffi.LH_IO_NONE:
+        return None
+    data_p, data_n = fields[9], fields[10]
+    body = _string_at(data_p, data_n) if data_n else b""
+    http = HttpRequest(kind, _text(fields[11]), _text(fields[12]), body, _text(fields[13]))
+    return IoRequest(rid, kind, conn, http)
+
+
+def flatten_reply(reply: Any) -> tuple[bytes, int, bytes]:
+    """A reply as ``lh_io_reply`` takes it: packed ``lh_value`` list, its length, the data
+    buffer. ``reply`` is what a Redis client library returns: ``int``, ``bytes`` / ``str``
+    (bulk or status), ``None``, a list, or an exception instance (an error reply, its
+    message with the error code); an :class:`Answer` passes as it is."""
+    if type(reply) is int:  # the common case: one integer, no data
+        return _pack_value(_V_INT, 0, reply, 0, 0), 1, b""
+    if type(reply) is Answer:
+        return reply.values, reply.nvalues, reply.data
+    values: list[bytes] = []
+    data: list[bytes] = []
+    used = [0]
+
+    def add(kind: int, raw: bytes) -> None:
+        values.append(_pack_value(kind, 0, 0, used[0], len(raw)))
+        data.append(raw)
+        used[0] += len(raw)
+
+    def walk(r: Any) -> None:
+        if isinstance(r, bool) or r is None:
+            values.append(_pack_value(_V_NIL, 0, 0, 0, 0) if r is None else _pack_value(_V_INT, 0, int(r), 0, 0))
+        elif isinstance(r, int):
+            values.append(_pack_value(_V_INT, 0, r, 0, 0))
+        elif isinstance(r, (bytes, bytearray, memoryview)):
+            add(_V_BULK, bytes(r))
+        elif isinstance(r, str):
+            add(_V_BULK, r.encode("utf-8"))
+        elif isinstance(r, (list, tuple)):
+            values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(r)))
+            for x in r:
+                walk(x)
+        elif isinstance(r, BaseException):
+            add(_V_ERROR, str(r).encode("utf-8", "replace"))
+        else:  # a type no RESP reply has (RESP3 maps, floats): the core refuses it as garbage
+            add(_V_BULK, repr(r).encode("utf-8", "replace"))
+
+    walk(reply)
+    return b"".join(values), len(values), b"".join(data)
+
+
+_pack_double = struct.Struct("@d").pack
+_unpack_i64 = struct.Struct("@q").unpack
+
+
+def flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
+    """Every statement's rows as ``lh_io_reply`` takes them: packed ``lh_value`` list (an
+    array per statement, of rows, each an array of columns), its length, the data buffer.
+    Columns: ``None``, ``bool`` / ``int`` (64-bit), ``float``, ``str`` (text), ``bytes``
+    (blob); any other type is passed as NULL (the protocol never reads one). An integer
+    outside 64 bits raises ``ValueError``."""
+    values: list[bytes] = [_pack_value(_V_ARRAY, 0, 0, 0, len(results))]
+    data: list[bytes] = []
+    used = 0
+    for rows in results:
+        values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(rows)))
+        for row in rows:
+            values.append(_pack_value(_V_ARRAY, 0, 0, 0, len(row)))
+            for v in row:
+                if v is None:
+                    values.append(_pack_value(_V_NIL, 0, 0, 0, 0))
+                elif isinstance(v, int):
+                    if not -(2**63) <= v < 2**63:
+                        raise ValueError(f"an integer column outside 64 bits: {v}")
+                    values.append(_pack_value(_V_INT, 0, int(v), 0, 0))
+                elif isinstance(v, float):
+                    values.append(_pack_value(_V_FLOAT, 0, _unpack_i64(_pack_double(v))[0], 0, 0))
+                elif isinstance(v, str):
+                    raw = v.encode("utf-8", "surrogateescape")
+                    values.append(_pack_value(_V_TEXT, 0, 0, used, len(raw)))
+                    data.append(raw)
+                    used += len(raw)
+                elif isinstance(v, (bytes, bytearray, memoryview)):
+                    raw = bytes(v)
+                    values.append(_pack_value(_V_BULK, 0, 0, used, len(raw)))
+                    data.append(raw)
+                    used += len(raw)
+                else:
+                    values.append(_pack_value(_V_NIL, 0, 0, 0, 0))
+    return b"".join(values), len(values), b"".join(data)
