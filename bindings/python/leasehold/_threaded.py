@@ -208,7 +208,7 @@ class ThreadedDriver(Driver):
 
     # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:
-        if h._settled is not None:  # (no call on the fast path: nobody waits)
+        if h._settled is not None:  # (granted on the caller's own thread: nobody waits)
             self._wake_waiter(h)
 
     def _settle_error(self, h: Lease, e: BaseException) -> None:

@@ -11,9 +11,9 @@ the earlier Redis service took, so code written for it keeps working::
         with client.acquire("reports", ttl=10, wait=5) as lock:
             write_report(fencing_token=lock.fencing_token)
 
-What it does not do any more: deliver ``on_release`` notifications (the protocol publishes
-only to queued waiters; ``LockClient.on_release`` raises ``LeaseholdError`` on it), and
-grant directly on release (a release wakes the next queued client, which then acquires).
+It delivers no ``on_release`` notifications (the protocol publishes only to queued waiters;
+``LockClient.on_release`` raises ``LeaseholdError``) and grants nothing directly on release (a
+release wakes the next queued client, which then acquires).
 """
 
 from __future__ import annotations
