@@ -1,11 +1,14 @@
 //! `ffi`: host operations through the `lh_*` C functions (called from Rust through
-//! `leasehold::ffi`), with arbitrary byte strings (invalid UTF-8, embedded NULs, oversized
-//! lengths), unknown enum values, odd `struct_size`s and NULL pointers.
+//! `leasehold::ffi`) on a memory-backend handle and the one seam, with arbitrary byte strings
+//! (invalid UTF-8, embedded NULs, oversized lengths), arbitrary answers (well-formed memory
+//! answers, garbage, malformed value lists), unknown enum values, odd `struct_size`s and NULL
+//! pointers; its requests are also run on a real `lh_memory_service`.
 //!
 //! Oracle: nothing crashes; every status is a documented code of that function (never
 //! `LH_ERR_PANIC`/`LH_ERR_POISONED`); out-params are untouched on error; and the handle is a
-//! faithful translation of the core: a shadow `leasehold::Client` with the same config and
-//! seed gets the same (valid) inputs, and every status, getter and polled output must match it
+//! faithful translation of the core: a shadow `leasehold::Client` with the memory protocol
+//! (`leasehold::backend::Protocol::Memory`), the same config and seed gets the same (valid)
+//! inputs, and every status, getter, polled request, event and status answer must match it
 //! field for field. Inputs refused at the C boundary must leave the handle unchanged (the
 //! shadow is not called, so any state change shows up as a divergence).
 
@@ -13,17 +16,21 @@ use std::ffi::CStr;
 use std::ptr;
 
 use arbitrary::Arbitrary;
+use leasehold::backend::memory::MemoryProtocol;
+use leasehold::backend::value::FlatValue;
+use leasehold::backend::{ConnectionEvent, FailureKind, Protocol};
 use leasehold::ffi::*;
 use leasehold::{
-    AcquireFailReason, AcquireOptions, AcquireResult, Client, Command, Config, Error, Event,
-    LeaseId, LeaseState, LostReason, MAX_BACKEND_DATA_LEN, MAX_NAME_LEN, MIN_SEED_LEN, Output,
-    ReleaseResult, RenewResult, RequestId,
+    AcquireFailReason, AcquireOptions, Client, Config, Error, Event, LeaseId, LeaseState,
+    LostReason, MAX_NAME_LEN,
 };
 
 use crate::{Seq, SmallBytes};
 
 const NAMES: [&str; 3] = ["a", "b", "lock/c"];
 const TIME_CAP: u64 = 1 << 62;
+/// Longest `BufChoice::Repeat` buffer (around the name and seed limits).
+const REPEAT_MAX: usize = 2056;
 
 #[derive(Arbitrary, Debug, Clone)]
 pub struct Input {
@@ -67,8 +74,8 @@ pub enum BufChoice {
     Repeat(u16, u8),
     /// NULL with a length.
     Null(u16),
-    /// A short buffer with a length far beyond every limit (the library must refuse the
-    /// length before reading).
+    /// A short buffer with a length beyond every limit (the library must refuse the length
+    /// before reading).
     Oversized(SmallBytes, u16),
 }
 
@@ -89,7 +96,7 @@ pub enum Lease {
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum Req {
-    /// The n-th request id seen in a polled command.
+    /// The n-th request id seen in a polled request.
     Seen(u8),
     Raw(u64),
 }
@@ -107,6 +114,9 @@ pub enum Nulls {
     Out,
 }
 
+/// One host operation. The variants keep their order (see fuzz/README.md); those named after
+/// the engine-result exports of ABI 2 now send the memory protocol's answers of that shape
+/// through `lh_io_reply` / `lh_io_failed`.
 #[derive(Arbitrary, Debug, Clone)]
 pub enum FOp {
     Acquire {
@@ -119,11 +129,14 @@ pub enum FOp {
         null_opts: bool,
         nulls: Nulls,
     },
+    /// `lh_release` without a report.
     Release {
         time: Time,
         lease: Lease,
         null_handle: bool,
     },
+    /// An acquire's answer: `[GRANTED fence]`, `[HELD retry|nil]`, a transport failure
+    /// (`data` is the host's message), or garbage (`[data-as-status ttl]`).
     AcquireResult {
         time: Time,
         req: Req,
@@ -133,16 +146,19 @@ pub enum FOp {
         retry_after_ms: u64,
         data: BufChoice,
     },
+    /// A renewal's answer: `[RENEWED]`, `[REJECTED]`, a transport failure, or garbage.
     RenewResult {
         time: Time,
         req: Req,
         outcome: Enum,
     },
+    /// A release's answer: `[RELEASED]`, `[NOT_OWNER]`, a transport failure, or garbage.
     ReleaseResult {
         time: Time,
         req: Req,
         outcome: Enum,
     },
+    /// A release notification (`lh_io_message` with the name as the channel).
     Released {
         time: Time,
         name: BufChoice,
@@ -158,7 +174,7 @@ pub enum FOp {
         lease: Lease,
         null_handle: bool,
     },
-    /// `lh_release_reported`.
+    /// `lh_release` with a report.
     ReleaseReported {
         time: Time,
         lease: Lease,
@@ -176,7 +192,7 @@ pub enum FOp {
     },
     StatusStr(u32),
     /// Ops of exports that were removed (`lh_redis_key`, `lh_redis_script`): decoded and
-    /// skipped, so that committed inputs keep their meaning.
+    /// skipped.
     RetiredKey {
         kind: Enum,
         name: BufChoice,
@@ -190,13 +206,65 @@ pub enum FOp {
     },
     /// Poll with a NULL out pointer / NULL handle.
     PollNull,
-    /// Answer every unanswered command the way a healthy service would.
+    /// Run every unanswered request on a real `lh_memory_service` (one connection) and hand
+    /// its answers and release notifications to the handle and the shadow.
     Serve {
+        time: Time,
+    },
+    /// `lh_io_reply` with a raw value list (kind, integer, offset, len) and data; NULL values
+    /// with a count when `null_values`.
+    Reply {
+        time: Time,
+        req: Req,
+        values: Vec<(u8, i64, u16, u16)>,
+        data: BufChoice,
+        null_values: bool,
+    },
+    /// `lh_io_failed` with any kind and message.
+    Failed {
+        time: Time,
+        req: Req,
+        kind: Enum,
+        message: BufChoice,
+    },
+    /// `lh_io_message` with any channel and payload.
+    Message {
+        time: Time,
+        channel: BufChoice,
+        payload: BufChoice,
+    },
+    /// `lh_io_connection` with any connection, event and channel.
+    Connection {
+        time: Time,
+        connection: Enum,
+        event: Enum,
+        channel: BufChoice,
+    },
+    /// An answer of another backend's kind: `lh_io_http_reply` or `lh_io_stream_message`.
+    WrongAnswer {
+        time: Time,
+        req: Req,
+        status: u16,
+        body: BufChoice,
+        stream: bool,
+    },
+    /// `lh_status_request`.
+    StatusRequest {
+        time: Time,
+        name: BufChoice,
+        nulls: Nulls,
+    },
+    /// `lh_poll_status` with a chosen `struct_size`.
+    PollStatus {
+        struct_size: SizeChoice,
+    },
+    /// `lh_io_close`.
+    Close {
         time: Time,
     },
 }
 
-/// An owned argument buffer; `ptr()`/`len()` are what the C caller passes.
+/// An owned argument buffer; `ptr()`/`len` are what the C caller passes.
 struct Arg {
     data: Vec<u8>,
     null: bool,
@@ -215,6 +283,26 @@ impl Arg {
     /// The bytes the library may read, when pointer and length are valid.
     fn bytes(&self) -> Option<&[u8]> {
         (!self.null && self.len <= self.data.len()).then(|| &self.data[..self.len])
+    }
+
+    /// The problems of an optional buffer (NULL allowed when empty) limited to `max` bytes.
+    fn optional_problems(&self, max: usize, too_long: u32) -> Vec<u32> {
+        if self.null && self.len == 0 {
+            vec![]
+        } else {
+            self.required_problems(max, too_long)
+        }
+    }
+
+    /// The problems of a required buffer limited to `max` bytes.
+    fn required_problems(&self, max: usize, too_long: u32) -> Vec<u32> {
+        if self.null {
+            vec![LH_ERR_NULL_ARGUMENT]
+        } else if self.len > max {
+            vec![too_long]
+        } else {
+            vec![]
+        }
     }
 }
 
@@ -235,7 +323,7 @@ fn arg_of(c: &BufChoice) -> Arg {
             len: b.0.len(),
         },
         BufChoice::Repeat(n, v) => {
-            let n = usize::from(*n) % (2 * MAX_BACKEND_DATA_LEN + 8);
+            let n = usize::from(*n) % REPEAT_MAX;
             Arg {
                 data: vec![*v; n],
                 null: false,
@@ -250,7 +338,12 @@ fn arg_of(c: &BufChoice) -> Arg {
         BufChoice::Oversized(b, k) => Arg {
             data: b.0.clone(),
             null: false,
-            len: [usize::MAX, isize::MAX as usize, 4096, 1 << 20][usize::from(*k) % 4],
+            len: [
+                usize::MAX,
+                isize::MAX as usize,
+                LH_MAX_REPLY_DATA + 1,
+                1 << 40,
+            ][usize::from(*k) % 4],
         },
     }
 }
@@ -301,180 +394,159 @@ fn expect_status(what: &str, got: u32, allowed: &[u32]) {
     );
 }
 
-/// One polled output in comparable form.
-#[derive(Debug, PartialEq, Eq)]
-struct Flat {
-    kind: u32,
-    reason: u32,
-    request_id: u64,
-    lease_id: u64,
-    name: Vec<u8>,
-    token: Vec<u8>,
-    backend_data: Vec<u8>,
-    ttl_ms: u64,
-    fencing_token: u64,
-    valid_until_ns: u64,
-}
-
-fn flat_of(o: Option<Output>) -> Flat {
-    let mut f = Flat {
-        kind: LH_OUTPUT_NONE,
-        reason: LH_REASON_NONE,
-        request_id: 0,
-        lease_id: 0,
-        name: Vec::new(),
-        token: Vec::new(),
-        backend_data: Vec::new(),
-        ttl_ms: 0,
-        fencing_token: 0,
-        valid_until_ns: 0,
-    };
-    let Some(o) = o else {
+fn event_of(e: Option<Event>) -> lh_event {
+    let mut f = lh_event::default();
+    let Some(e) = e else {
         return f;
     };
-    match o {
-        Output::Command(c) => match c {
-            Command::Acquire {
-                request,
-                lease,
-                name,
-                token,
-                ttl_ms,
-            } => {
-                f.kind = LH_OUTPUT_ACQUIRE;
-                f.request_id = request.0;
-                f.lease_id = lease.0;
-                f.name = name.as_bytes().to_vec();
-                f.token = token.to_hex().to_vec();
-                f.ttl_ms = ttl_ms;
-            }
-            Command::Renew {
-                request,
-                lease,
-                name,
-                token,
-                ttl_ms,
-                backend_data,
-            } => {
-                f.kind = LH_OUTPUT_RENEW;
-                f.request_id = request.0;
-                f.lease_id = lease.0;
-                f.name = name.as_bytes().to_vec();
-                f.token = token.to_hex().to_vec();
-                f.ttl_ms = ttl_ms;
-                f.backend_data = backend_data.map(|d| d.to_vec()).unwrap_or_default();
-            }
-            Command::Release {
-                request,
-                lease,
-                name,
-                token,
-                backend_data,
-            } => {
-                f.kind = LH_OUTPUT_RELEASE;
-                f.request_id = request.0;
-                f.lease_id = lease.0;
-                f.name = name.as_bytes().to_vec();
-                f.token = token.to_hex().to_vec();
-                f.backend_data = backend_data.map(|d| d.to_vec()).unwrap_or_default();
-            }
-            Command::Watch { name } => {
-                f.kind = LH_OUTPUT_WATCH;
-                f.name = name.as_bytes().to_vec();
-            }
-            Command::Unwatch { name } => {
-                f.kind = LH_OUTPUT_UNWATCH;
-                f.name = name.as_bytes().to_vec();
-            }
-        },
-        Output::Event(e) => match e {
-            Event::Acquired {
-                lease,
-                fencing_token,
-                valid_until,
-            } => {
-                f.kind = LH_OUTPUT_ACQUIRED;
-                f.lease_id = lease.0;
-                f.fencing_token = fencing_token;
-                f.valid_until_ns = valid_until;
-            }
-            Event::AcquireFailed { lease, reason } => {
-                f.kind = LH_OUTPUT_ACQUIRE_FAILED;
-                f.lease_id = lease.0;
-                f.reason = match reason {
-                    AcquireFailReason::WaitExhausted => LH_REASON_WAIT_EXHAUSTED,
-                    AcquireFailReason::Cancelled => LH_REASON_CANCELLED,
-                    AcquireFailReason::Unavailable => LH_REASON_UNAVAILABLE,
-                };
-            }
-            Event::Lost { lease, reason } => {
-                f.kind = LH_OUTPUT_LOST;
-                f.lease_id = lease.0;
-                f.reason = match reason {
-                    LostReason::Rejected => LH_REASON_REJECTED,
-                    LostReason::Expired => LH_REASON_EXPIRED,
-                    LostReason::FailBudget => LH_REASON_FAIL_BUDGET,
-                };
-            }
-            Event::Released { lease } => {
-                f.kind = LH_OUTPUT_RELEASED;
-                f.lease_id = lease.0;
-            }
-            Event::Renewed { lease, valid_until } => {
-                f.kind = LH_OUTPUT_RENEWED;
-                f.lease_id = lease.0;
-                f.valid_until_ns = valid_until;
-            }
-            Event::ReleaseOutcome { lease, outcome } => {
-                f.kind = LH_OUTPUT_RELEASE_OUTCOME;
-                f.lease_id = lease.0;
-                f.reason = outcome as u32;
-            }
-        },
+    match e {
+        Event::Acquired {
+            lease,
+            fencing_token,
+            valid_until,
+        } => {
+            f.kind = LH_EVENT_ACQUIRED;
+            f.lease_id = lease.0;
+            f.fencing_token = fencing_token;
+            f.valid_until_ns = valid_until;
+        }
+        Event::AcquireFailed { lease, reason } => {
+            f.kind = LH_EVENT_ACQUIRE_FAILED;
+            f.lease_id = lease.0;
+            f.reason = match reason {
+                AcquireFailReason::WaitExhausted => LH_REASON_WAIT_EXHAUSTED,
+                AcquireFailReason::Cancelled => LH_REASON_CANCELLED,
+                AcquireFailReason::Unavailable => LH_REASON_UNAVAILABLE,
+            };
+        }
+        Event::Lost { lease, reason } => {
+            f.kind = LH_EVENT_LOST;
+            f.lease_id = lease.0;
+            f.reason = match reason {
+                LostReason::Rejected => LH_REASON_REJECTED,
+                LostReason::Expired => LH_REASON_EXPIRED,
+                LostReason::FailBudget => LH_REASON_FAIL_BUDGET,
+            };
+        }
+        Event::Released { lease } => {
+            f.kind = LH_EVENT_RELEASED;
+            f.lease_id = lease.0;
+        }
+        Event::Renewed { lease, valid_until } => {
+            f.kind = LH_EVENT_RENEWED;
+            f.lease_id = lease.0;
+            f.valid_until_ns = valid_until;
+        }
+        Event::ReleaseOutcome { lease, outcome } => {
+            f.kind = LH_EVENT_RELEASE_OUTCOME;
+            f.lease_id = lease.0;
+            f.reason = outcome as u32;
+        }
     }
     f
 }
 
-/// Copies the borrowed bytes of a polled `lh_output` (checking pointer/length coherence).
-fn flat_of_c(o: &lh_output) -> Flat {
-    fn take(p: *const u8, len: usize, what: &str) -> Vec<u8> {
-        if len == 0 {
-            return Vec::new();
+/// Copies a borrowed buffer of the library (checking the NULL-when-empty convention).
+fn take<T: Clone>(p: *const T, len: usize, what: &str) -> Vec<T> {
+    if len == 0 {
+        assert!(p.is_null(), "ffi: {what} not NULL with length 0");
+        return Vec::new();
+    }
+    assert!(!p.is_null(), "ffi: {what} NULL with length {len}");
+    // SAFETY: the library promises `len` readable values until the next call on the handle.
+    unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+}
+
+/// An answer value, flattened by [`flat`] for both the handle and the shadow.
+enum V {
+    Nil,
+    Int(i64),
+    Status(Vec<u8>),
+    Arr(Vec<V>),
+}
+
+fn word(w: &str, rest: Vec<V>) -> V {
+    let mut v = vec![V::Status(w.as_bytes().to_vec())];
+    v.extend(rest);
+    V::Arr(v)
+}
+
+fn flat(v: &V, out: &mut Vec<lh_value>, data: &mut Vec<u8>) {
+    match v {
+        V::Nil => out.push(lh_value {
+            kind: LH_VALUE_NIL,
+            ..lh_value::default()
+        }),
+        V::Int(i) => out.push(lh_value {
+            kind: LH_VALUE_INT,
+            integer: *i,
+            ..lh_value::default()
+        }),
+        V::Status(s) => {
+            out.push(lh_value {
+                kind: LH_VALUE_STATUS,
+                offset: data.len() as u64,
+                len: s.len() as u64,
+                ..lh_value::default()
+            });
+            data.extend_from_slice(s);
         }
-        assert!(!p.is_null(), "ffi: lh_output.{what} NULL with length {len}");
-        // SAFETY: the library promises `len` readable bytes until the next call on the handle.
-        unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+        V::Arr(items) => {
+            out.push(lh_value {
+                kind: LH_VALUE_ARRAY,
+                len: items.len() as u64,
+                ..lh_value::default()
+            });
+            for i in items {
+                flat(i, out, data);
+            }
+        }
     }
-    Flat {
-        kind: o.kind,
-        reason: o.reason,
-        request_id: o.request_id,
-        lease_id: o.lease_id,
-        name: take(o.name, o.name_len, "name"),
-        token: take(o.token, o.token_len, "token"),
-        backend_data: take(o.backend_data, o.backend_data_len, "backend_data"),
-        ttl_ms: o.ttl_ms,
-        fencing_token: o.fencing_token,
-        valid_until_ns: o.valid_until_ns,
-    }
+}
+
+fn flat_values(values: &[lh_value]) -> Vec<FlatValue> {
+    values
+        .iter()
+        .map(|v| FlatValue {
+            kind: v.kind,
+            integer: v.integer,
+            offset: v.offset,
+            len: v.len,
+        })
+        .collect()
+}
+
+/// What an engine-result op sends: an answer, or a failure with the host's message.
+enum Answer {
+    Values(V),
+    Failed(BufChoice),
+}
+
+struct Shadow {
+    core: Client,
+    proto: Protocol,
 }
 
 struct Handle {
     h: *mut lh_client,
-    shadow: Client,
+    svc: *mut lh_memory_service,
+    conn: u64,
+    shadow: Shadow,
     now: u64,
     leases: Vec<u64>,
     requests: Vec<u64>,
-    /// Unanswered commands (request id, output kind) for `FOp::Serve`.
-    open: Vec<(u64, u32)>,
-    fence: u64,
+    /// Unanswered requests (id, arguments) for `FOp::Serve`.
+    open: Vec<(u64, Vec<Vec<u8>>)>,
     features: u64,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // SAFETY: the handle came from lh_client_new and is not used again.
-        unsafe { lh_client_free(self.h) };
+        // SAFETY: the handles came from their constructors and are not used again.
+        unsafe {
+            lh_client_free(self.h);
+            lh_memory_service_free(self.svc);
+        }
     }
 }
 
@@ -512,6 +584,18 @@ pub fn run(input: &Input) -> u64 {
         h.compare_drain();
     }
     h.features
+}
+
+fn memory_backend() -> lh_backend_options {
+    let mut b = std::mem::MaybeUninit::<lh_backend_options>::uninit();
+    // SAFETY: writes one lh_backend_options on LH_OK.
+    unsafe {
+        assert_eq!(
+            lh_backend_options_default(LH_BACKEND_MEMORY, b.as_mut_ptr()),
+            LH_OK
+        );
+        b.assume_init()
+    }
 }
 
 fn create(input: &Input) -> Option<Handle> {
@@ -564,6 +648,7 @@ fn create(input: &Input) -> Option<Handle> {
     // SAFETY: struct_size is the first u32 of the buffer.
     unsafe { *buf.as_mut_ptr().cast::<u32>() = sz };
     let seed = arg_of(&input.seed);
+    let backend = memory_backend();
     let mut out: *mut lh_client = ptr::null_mut();
     let cfg_ptr = if null_cfg {
         ptr::null()
@@ -572,7 +657,7 @@ fn create(input: &Input) -> Option<Handle> {
     };
     // SAFETY: pointers valid for their stated sizes (oversized seed lengths are refused
     // before reading).
-    let st = unsafe { lh_client_new(cfg_ptr, seed.ptr(), seed.len, &mut out) };
+    let st = unsafe { lh_client_new(cfg_ptr, &backend, seed.ptr(), seed.len, &mut out) };
     // Expected outcome.
     let mut problems = Vec::new();
     if null_cfg || seed.null {
@@ -606,7 +691,7 @@ fn create(input: &Input) -> Option<Handle> {
     }
     let seed_bytes = seed.bytes().expect("valid seed arg");
     match Client::new(config, seed_bytes) {
-        Ok(shadow) => {
+        Ok(core) => {
             expect_status("lh_client_new", st, &[LH_OK]);
             assert!(!out.is_null(), "ffi: lh_client_new OK with NULL handle");
             // SAFETY: live handle.
@@ -615,14 +700,26 @@ fn create(input: &Input) -> Option<Handle> {
                 msg.to_bytes().is_empty(),
                 "ffi: fresh handle has an error message"
             );
+            let mut mc = std::mem::MaybeUninit::<lh_memory_config>::uninit();
+            let (mut svc, mut conn) = (ptr::null_mut(), 0);
+            // SAFETY: valid out-pointers.
+            unsafe {
+                lh_memory_config_default(mc.as_mut_ptr());
+                assert_eq!(lh_memory_service_new(mc.as_ptr(), &mut svc), LH_OK);
+                assert_eq!(lh_memory_service_connect(svc, &mut conn), LH_OK);
+            }
             Some(Handle {
                 h: out,
-                shadow,
+                svc,
+                conn,
+                shadow: Shadow {
+                    core,
+                    proto: Protocol::Memory(Box::new(MemoryProtocol::new())),
+                },
                 now: 0,
                 leases: Vec::new(),
                 requests: Vec::new(),
                 open: Vec::new(),
-                fence: 0,
                 features: 0,
             })
         }
@@ -669,7 +766,7 @@ impl Handle {
     }
 
     fn note(&mut self, st: u32) {
-        self.features |= 1 << (st.min(20) + 20);
+        self.features |= 1 << (st.min(22) + 20);
         if st != LH_OK && st != LH_ERR_NOT_GRANTED {
             // The handle keeps a detail message for every error.
             // SAFETY: live handle; NUL-terminated per the contract.
@@ -687,18 +784,104 @@ impl Handle {
         what: &str,
         st: u32,
         problems: &[u32],
-        shadow: impl FnOnce(&mut Client) -> Result<(), Error>,
+        shadow: impl FnOnce(&mut Shadow) -> Result<(), u32>,
     ) {
         if problems.is_empty() {
             let expect = match shadow(&mut self.shadow) {
                 Ok(()) => LH_OK,
-                Err(e) => status_of(&e),
+                Err(code) => code,
             };
             expect_status(what, st, &[expect]);
         } else {
             expect_status(what, st, problems);
         }
         self.note(st);
+    }
+
+    /// `lh_io_reply` of `values`/`data` to `id`, checked against the shadow.
+    fn reply(&mut self, what: &str, now: u64, id: u64, values: &[lh_value], data: &[u8]) {
+        // SAFETY: live handle; slices valid for the call.
+        let st = unsafe {
+            lh_io_reply(
+                self.h,
+                now,
+                id,
+                values.as_ptr(),
+                values.len(),
+                data.as_ptr(),
+                data.len(),
+            )
+        };
+        let mut problems = Vec::new();
+        if values.len() > LH_MAX_REPLY_VALUES || data.len() > LH_MAX_REPLY_DATA {
+            problems.push(LH_ERR_INVALID_REPLY);
+        }
+        let fl = flat_values(values);
+        self.check(what, st, &problems, |s| {
+            s.proto
+                .handle_values(&mut s.core, now, id, &fl, data)
+                .map_err(|_| LH_ERR_INVALID_REPLY)
+        });
+    }
+
+    /// `lh_io_failed` of `id` with `kind` and `message`, checked against the shadow.
+    fn failed(&mut self, what: &str, now: u64, id: u64, kind: u32, message: &Arg) {
+        // SAFETY: live handle; the message is NULL or valid (oversized refused unread).
+        let st = unsafe { lh_io_failed(self.h, now, id, kind, message.ptr(), message.len) };
+        let mut problems = message.optional_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY);
+        let fk = FailureKind::from_u32(kind);
+        if fk.is_none() {
+            problems.push(LH_ERR_INVALID_ENUM);
+        }
+        let text = String::from_utf8_lossy(message.bytes().unwrap_or(&[])).into_owned();
+        self.check(what, st, &problems, |s| {
+            let fk = fk.expect("a known kind");
+            s.proto.handle_failed(&mut s.core, now, id, fk, &text);
+            Ok(())
+        });
+    }
+
+    /// An engine-result op: its answer through the seam.
+    fn answer(&mut self, what: &str, time: Time, req: Req, answer: Answer) {
+        let now = self.time(time);
+        let id = self.req(req);
+        match answer {
+            Answer::Values(v) => {
+                let (mut values, mut data) = (Vec::new(), Vec::new());
+                flat(&v, &mut values, &mut data);
+                self.reply(what, now, id, &values, &data);
+            }
+            Answer::Failed(msg) => {
+                let msg = arg_of(&msg);
+                self.failed(what, now, id, LH_FAILURE_TRANSPORT, &msg);
+            }
+        }
+    }
+
+    /// `lh_io_message` of `channel`/`payload`, checked against the shadow.
+    fn message(&mut self, what: &str, now: u64, channel: &Arg, payload: &Arg) {
+        // SAFETY: live handle; buffers NULL or valid (oversized refused unread).
+        let st = unsafe {
+            lh_io_message(
+                self.h,
+                now,
+                channel.ptr(),
+                channel.len,
+                payload.ptr(),
+                payload.len,
+            )
+        };
+        let mut problems = channel.required_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY);
+        problems.extend(payload.optional_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY));
+        let (ch, pl) = (
+            channel.bytes().unwrap_or(&[]).to_vec(),
+            payload.bytes().unwrap_or(&[]).to_vec(),
+        );
+        self.check(what, st, &problems, |s| {
+            s.proto
+                .handle_message(&mut s.core, now, &ch, &pl)
+                .map_err(|_| LH_ERR_WRONG_ANSWER)
+        });
     }
 
     fn apply(&mut self, op: &FOp) {
@@ -784,8 +967,11 @@ impl Handle {
                     reentrant: flags & LH_ACQUIRE_REENTRANT != 0,
                     auto_renew: flags & LH_ACQUIRE_NO_AUTO_RENEW == 0,
                 };
-                self.check("lh_acquire", st, &problems, |c| {
-                    let id = c.acquire(now, name_str.as_deref().unwrap_or(""), options)?;
+                self.check("lh_acquire", st, &problems, |s| {
+                    let id = s
+                        .core
+                        .acquire(now, name_str.as_deref().unwrap_or(""), options)
+                        .map_err(|e| status_of(&e))?;
                     got = Some(id.0);
                     Ok(())
                 });
@@ -808,13 +994,15 @@ impl Handle {
                 let id = self.lease(*lease);
                 if *null_handle {
                     // SAFETY: NULL handle is an error, not UB.
-                    let st = unsafe { lh_release(ptr::null_mut(), now, id) };
+                    let st = unsafe { lh_release(ptr::null_mut(), now, id, ptr::null_mut()) };
                     expect_status("lh_release(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
                     return;
                 }
                 // SAFETY: live handle.
-                let st = unsafe { lh_release(h, now, id) };
-                self.check("lh_release", st, &[], |c| c.release(now, LeaseId(id)));
+                let st = unsafe { lh_release(h, now, id, ptr::null_mut()) };
+                self.check("lh_release", st, &[], |s| {
+                    s.core.release(now, LeaseId(id)).map_err(|e| status_of(&e))
+                });
             }
             FOp::Renew {
                 time,
@@ -831,7 +1019,9 @@ impl Handle {
                 }
                 // SAFETY: live handle.
                 let st = unsafe { lh_renew(h, now, id) };
-                self.check("lh_renew", st, &[], |c| c.renew(now, LeaseId(id)));
+                self.check("lh_renew", st, &[], |s| {
+                    s.core.renew(now, LeaseId(id)).map_err(|e| status_of(&e))
+                });
             }
             FOp::ReleaseReported { time, lease, nulls } => {
                 let now = self.time(*time);
@@ -842,32 +1032,35 @@ impl Handle {
                 } else {
                     h
                 };
-                let outp: *mut u32 = if matches!(nulls, Nulls::Out) {
-                    ptr::null_mut()
-                } else {
-                    &mut out
-                };
-                // SAFETY: pointers NULL or valid.
-                let st = unsafe { lh_release_reported(hp, now, id, outp) };
-                if hp.is_null() {
-                    expect_status("lh_release_reported(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                if matches!(nulls, Nulls::Out) {
+                    // A NULL out-pointer is the plain release (no report).
+                    // SAFETY: live handle.
+                    let st = unsafe { lh_release(hp, now, id, ptr::null_mut()) };
+                    self.check("lh_release(no report)", st, &[], |s| {
+                        s.core.release(now, LeaseId(id)).map_err(|e| status_of(&e))
+                    });
                     return;
                 }
-                let problems: &[u32] = if outp.is_null() {
-                    &[LH_ERR_NULL_ARGUMENT]
-                } else {
-                    &[]
-                };
+                // SAFETY: pointers NULL or valid.
+                let st = unsafe { lh_release(hp, now, id, &mut out) };
+                if hp.is_null() {
+                    expect_status("lh_release(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                    return;
+                }
                 let mut shadow_out = None;
-                self.check("lh_release_reported", st, problems, |c| {
-                    shadow_out = Some(c.release_reported(now, LeaseId(id))? as u32);
+                self.check("lh_release(report)", st, &[], |s| {
+                    let r = s
+                        .core
+                        .release_reported(now, LeaseId(id))
+                        .map_err(|e| status_of(&e))?;
+                    shadow_out = Some(r as u32);
                     Ok(())
                 });
                 let expect = if st == LH_OK { shadow_out } else { None };
                 assert_eq!(
                     (st == LH_OK).then_some(out),
                     expect,
-                    "ffi: lh_release_reported disposition (written only on success)"
+                    "ffi: lh_release disposition (written only on success)"
                 );
                 if st != LH_OK {
                     assert_eq!(out, 0xDEAD, "ffi: out written on error");
@@ -882,116 +1075,55 @@ impl Handle {
                 retry_after_ms,
                 data,
             } => {
-                let now = self.time(*time);
-                let r = self.req(*req);
-                let outcome = enum_of(*outcome, 3);
-                let data = arg_of(data);
-                let ttl = u64::from(*ttl_ms % 200_000);
-                // SAFETY: live handle; data NULL or valid for len (oversized refused unread).
-                let st = unsafe {
-                    lh_acquire_result(
-                        h,
-                        now,
-                        r,
-                        outcome,
-                        *fencing_token,
-                        ttl,
-                        *retry_after_ms,
-                        data.ptr(),
-                        data.len,
-                    )
-                };
-                let mut problems = Vec::new();
-                let bytes: &[u8] = match outcome {
-                    LH_ACQUIRE_GRANTED => {
-                        if data.null && data.len != 0 {
-                            problems.push(LH_ERR_NULL_ARGUMENT);
-                        }
-                        if data.len > MAX_BACKEND_DATA_LEN {
-                            problems.push(LH_ERR_BACKEND_DATA_TOO_LONG);
-                        }
-                        data.bytes().unwrap_or(&[])
-                    }
-                    LH_ACQUIRE_HELD_BY_OTHER | LH_ACQUIRE_TRANSPORT_ERROR => &[],
+                let answer = match enum_of(*outcome, 3) {
+                    1 => Answer::Values(word("GRANTED", vec![V::Int(*fencing_token as i64)])),
+                    2 => Answer::Values(word(
+                        "HELD",
+                        vec![if *retry_after_ms == u64::MAX {
+                            V::Nil
+                        } else {
+                            V::Int(*retry_after_ms as i64)
+                        }],
+                    )),
+                    3 => Answer::Failed(data.clone()),
                     _ => {
-                        problems.push(LH_ERR_INVALID_ENUM);
-                        &[]
+                        let d = arg_of(data);
+                        let bytes = d.bytes().unwrap_or(b"GRANTED").to_vec();
+                        Answer::Values(V::Arr(vec![V::Status(bytes), V::Int(i64::from(*ttl_ms))]))
                     }
                 };
-                let result = match outcome {
-                    LH_ACQUIRE_GRANTED => AcquireResult::Granted {
-                        fencing_token: *fencing_token,
-                        ttl_ms: ttl,
-                        backend_data: bytes,
-                    },
-                    LH_ACQUIRE_HELD_BY_OTHER => AcquireResult::HeldByOther {
-                        retry_after_ms: (*retry_after_ms != LH_NO_RETRY_HINT)
-                            .then_some(*retry_after_ms),
-                    },
-                    _ => AcquireResult::TransportError,
-                };
-                self.check("lh_acquire_result", st, &problems, |c| {
-                    c.handle_acquire_result(now, RequestId(r), result)
-                });
+                self.answer("acquire answer", *time, *req, answer);
             }
             FOp::RenewResult { time, req, outcome } => {
-                let now = self.time(*time);
-                let r = self.req(*req);
-                let outcome = enum_of(*outcome, 3);
-                // SAFETY: live handle.
-                let st = unsafe { lh_renew_result(h, now, r, outcome) };
-                let (problems, res) = match outcome {
-                    LH_RENEW_RENEWED => (vec![], RenewResult::Renewed),
-                    LH_RENEW_REJECTED => (vec![], RenewResult::Rejected),
-                    LH_RENEW_TRANSPORT_ERROR => (vec![], RenewResult::TransportError),
-                    _ => (vec![LH_ERR_INVALID_ENUM], RenewResult::TransportError),
+                let answer = match enum_of(*outcome, 3) {
+                    1 => Answer::Values(word("RENEWED", vec![])),
+                    2 => Answer::Values(word("REJECTED", vec![])),
+                    3 => Answer::Failed(BufChoice::Null(0)),
+                    raw => Answer::Values(word("RENEWED", vec![V::Int(i64::from(raw))])),
                 };
-                self.check("lh_renew_result", st, &problems, |c| {
-                    c.handle_renew_result(now, RequestId(r), res)
-                });
+                self.answer("renew answer", *time, *req, answer);
             }
             FOp::ReleaseResult { time, req, outcome } => {
-                let now = self.time(*time);
-                let r = self.req(*req);
-                let outcome = enum_of(*outcome, 3);
-                // SAFETY: live handle.
-                let st = unsafe { lh_release_result(h, now, r, outcome) };
-                let (problems, res) = match outcome {
-                    LH_RELEASE_RELEASED => (vec![], ReleaseResult::Released),
-                    LH_RELEASE_NOT_OWNER => (vec![], ReleaseResult::NotOwner),
-                    LH_RELEASE_TRANSPORT_ERROR => (vec![], ReleaseResult::TransportError),
-                    _ => (vec![LH_ERR_INVALID_ENUM], ReleaseResult::TransportError),
+                let answer = match enum_of(*outcome, 3) {
+                    1 => Answer::Values(word("RELEASED", vec![])),
+                    2 => Answer::Values(word("NOT_OWNER", vec![])),
+                    3 => Answer::Failed(BufChoice::Null(0)),
+                    raw => Answer::Values(V::Int(i64::from(raw))),
                 };
-                self.check("lh_release_result", st, &problems, |c| {
-                    c.handle_release_result(now, RequestId(r), res)
-                });
+                self.answer("release answer", *time, *req, answer);
             }
             FOp::Released { time, name } => {
                 let now = self.time(*time);
                 let name = arg_of(name);
-                // SAFETY: live handle; name NULL or valid (oversized refused unread).
-                let st = unsafe { lh_released(h, now, name.ptr(), name.len) };
-                let mut problems = Vec::new();
-                let mut s = String::new();
-                if name.null {
-                    problems.push(LH_ERR_NULL_ARGUMENT);
-                } else {
-                    match name.bytes() {
-                        Some(b) if b.len() <= MAX_NAME_LEN => match std::str::from_utf8(b) {
-                            Ok(v) => s = v.to_owned(),
-                            Err(_) => problems.push(LH_ERR_INVALID_UTF8),
-                        },
-                        _ => problems.push(LH_ERR_NAME_TOO_LONG),
-                    }
-                }
-                self.check("lh_released", st, &problems, |c| c.handle_released(now, &s));
+                let none = arg_of(&BufChoice::Null(0));
+                self.message("lh_io_message(released)", now, &name, &none);
             }
             FOp::Timeout { time } => {
                 let now = self.time(*time);
                 // SAFETY: live handle.
                 let st = unsafe { lh_timeout(h, now) };
-                self.check("lh_timeout", st, &[], |c| {
-                    c.handle_timeout(now);
+                self.check("lh_timeout", st, &[], |s| {
+                    s.proto.handle_timeout(&mut s.core, now);
                     Ok(())
                 });
             }
@@ -1000,15 +1132,16 @@ impl Handle {
                 // SAFETY: live handle, valid out.
                 let st = unsafe { lh_poll_timeout(h, &mut d) };
                 expect_status("lh_poll_timeout", st, &[LH_OK]);
-                let want = self.shadow.poll_timeout().unwrap_or(LH_NO_DEADLINE);
+                let s = &mut self.shadow;
+                let want = s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE);
                 assert_eq!(d, want, "ffi: lh_poll_timeout differs from the core");
                 if d != LH_NO_DEADLINE {
                     let now = d.min(TIME_CAP).max(self.now);
                     self.now = now;
                     // SAFETY: live handle.
                     let st = unsafe { lh_timeout(h, now) };
-                    self.check("lh_timeout", st, &[], |c| {
-                        c.handle_timeout(now);
+                    self.check("lh_timeout", st, &[], |s| {
+                        s.proto.handle_timeout(&mut s.core, now);
                         Ok(())
                     });
                 }
@@ -1035,14 +1168,16 @@ impl Handle {
                     problems.push(LH_ERR_INVALID_CONFIG);
                 }
                 let bytes = seed.bytes().unwrap_or(&[]).to_vec();
-                self.check("lh_client_reseed", st, &problems, |c| c.reseed(&bytes));
+                self.check("lh_client_reseed", st, &problems, |s| {
+                    s.core.reseed(&bytes).map_err(|e| status_of(&e))
+                });
             }
             FOp::StatusStr(code) => {
                 let p = lh_status_str(*code);
                 assert!(!p.is_null(), "ffi: lh_status_str({code}) is NULL");
                 // SAFETY: static NUL-terminated string.
                 let s = unsafe { CStr::from_ptr(p) }.to_str().expect("ASCII");
-                let known = matches!(*code, 0..=21 | 900 | 901);
+                let known = matches!(*code, 0..=22 | 900 | 901);
                 assert_eq!(
                     s == "LH_UNKNOWN_STATUS",
                     !known,
@@ -1051,58 +1186,364 @@ impl Handle {
                 assert!(s.starts_with("LH_"), "ffi: lh_status_str({code}) = {s}");
             }
             FOp::RetiredKey { .. } | FOp::RetiredScript { .. } => {}
-            FOp::Serve { time } => {
-                let t = *time;
-                for (r, kind) in std::mem::take(&mut self.open) {
-                    let op = match kind {
-                        LH_OUTPUT_ACQUIRE => {
-                            self.fence += 1;
-                            FOp::AcquireResult {
-                                time: t,
-                                req: Req::Raw(r),
-                                outcome: Enum::Known(0),
-                                fencing_token: self.fence,
-                                ttl_ms: u32::MAX,
-                                retry_after_ms: LH_NO_RETRY_HINT,
-                                data: BufChoice::Bytes(SmallBytes(b"d".to_vec())),
-                            }
-                        }
-                        LH_OUTPUT_RENEW => FOp::RenewResult {
-                            time: t,
-                            req: Req::Raw(r),
-                            outcome: Enum::Known(0),
+            FOp::Serve { time } => self.serve(*time),
+            FOp::PollNull => self.poll_null(),
+            FOp::Reply {
+                time,
+                req,
+                values,
+                data,
+                null_values,
+            } => {
+                let now = self.time(*time);
+                let id = self.req(*req);
+                let data = arg_of(data);
+                let values: Vec<lh_value> = values
+                    .iter()
+                    .take(64)
+                    .map(|&(kind, integer, offset, len)| lh_value {
+                        kind: u32::from(kind % 10),
+                        _reserved: 0,
+                        integer,
+                        offset: u64::from(offset % 128),
+                        len: if kind & 0x80 != 0 {
+                            u64::from(len)
+                        } else {
+                            u64::from(len % 16)
                         },
-                        _ => FOp::ReleaseResult {
-                            time: t,
-                            req: Req::Raw(r),
-                            outcome: Enum::Known(0),
-                        },
+                    })
+                    .collect();
+                let data_problems = data.optional_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY);
+                if *null_values || !data_problems.is_empty() {
+                    // NULL values, or a data pointer the library must refuse unread.
+                    let vp = if *null_values {
+                        ptr::null()
+                    } else {
+                        values.as_ptr()
                     };
-                    self.apply(&op);
+                    // SAFETY: values NULL or valid; data NULL or refused before reading.
+                    let st =
+                        unsafe { lh_io_reply(h, now, id, vp, values.len(), data.ptr(), data.len) };
+                    let mut problems = data_problems;
+                    if *null_values {
+                        problems.push(LH_ERR_NULL_ARGUMENT);
+                    }
+                    expect_status("lh_io_reply(refused)", st, &problems);
+                    self.note(st);
+                    return;
+                }
+                let bytes = data.bytes().unwrap_or(&[]).to_vec();
+                self.reply("lh_io_reply", now, id, &values, &bytes);
+            }
+            FOp::Failed {
+                time,
+                req,
+                kind,
+                message,
+            } => {
+                let now = self.time(*time);
+                let id = self.req(*req);
+                let kind = enum_of(*kind, 2);
+                let message = arg_of(message);
+                self.failed("lh_io_failed", now, id, kind, &message);
+            }
+            FOp::Message {
+                time,
+                channel,
+                payload,
+            } => {
+                let now = self.time(*time);
+                let (channel, payload) = (arg_of(channel), arg_of(payload));
+                self.message("lh_io_message", now, &channel, &payload);
+            }
+            FOp::Connection {
+                time,
+                connection,
+                event,
+                channel,
+            } => {
+                let now = self.time(*time);
+                let (conn, ev) = (enum_of(*connection, 2), enum_of(*event, 3));
+                let channel = arg_of(channel);
+                // SAFETY: live handle; channel NULL or valid (oversized refused unread).
+                let st = unsafe { lh_io_connection(h, now, conn, ev, channel.ptr(), channel.len) };
+                let mut problems = Vec::new();
+                if !(LH_CONNECTION_COMMANDS..=LH_CONNECTION_NOTIFY).contains(&conn) {
+                    problems.push(LH_ERR_INVALID_ENUM);
+                }
+                let event = match ev {
+                    LH_CONNECTION_REOPENED => Some(ConnectionEvent::Reopened),
+                    LH_CONNECTION_SUBSCRIBED => Some(ConnectionEvent::Subscribed),
+                    LH_CONNECTION_UNSUBSCRIBED => Some(ConnectionEvent::Unsubscribed),
+                    _ => {
+                        problems.push(LH_ERR_INVALID_ENUM);
+                        None
+                    }
+                };
+                problems.extend(channel.optional_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY));
+                let ch = channel.bytes().unwrap_or(&[]).to_vec();
+                self.check("lh_io_connection", st, &problems, |s| {
+                    let event = event.expect("a known event");
+                    s.proto
+                        .handle_connection(&mut s.core, now, conn, event, &ch)
+                        .map_err(|_| LH_ERR_WRONG_ANSWER)
+                });
+            }
+            FOp::WrongAnswer {
+                time,
+                req,
+                status,
+                body,
+                stream,
+            } => {
+                let now = self.time(*time);
+                let id = self.req(*req);
+                let body = arg_of(body);
+                let mut problems = Vec::new();
+                // SAFETY: live handle; body NULL or valid (oversized refused unread).
+                let st = unsafe {
+                    if *stream {
+                        lh_io_stream_message(h, now, id, body.ptr(), body.len)
+                    } else {
+                        if !(100..=599).contains(status) {
+                            problems.push(LH_ERR_INVALID_REPLY);
+                        }
+                        lh_io_http_reply(h, now, id, u32::from(*status), body.ptr(), body.len)
+                    }
+                };
+                problems.extend(body.optional_problems(LH_MAX_REPLY_DATA, LH_ERR_INVALID_REPLY));
+                if problems.is_empty() {
+                    problems.push(LH_ERR_WRONG_ANSWER);
+                }
+                expect_status("lh_io_http_reply / stream_message", st, &problems);
+                self.note(st);
+            }
+            FOp::StatusRequest { time, name, nulls } => {
+                let now = self.time(*time);
+                let name = arg_of(name);
+                let mut out = 0xDEAD_u64;
+                let hp = if matches!(nulls, Nulls::Handle) {
+                    ptr::null_mut()
+                } else {
+                    h
+                };
+                let outp: *mut u64 = if matches!(nulls, Nulls::Out) {
+                    ptr::null_mut()
+                } else {
+                    &mut out
+                };
+                // SAFETY: pointers NULL or valid (oversized refused unread).
+                let st = unsafe { lh_status_request(hp, now, name.ptr(), name.len, outp) };
+                if hp.is_null() {
+                    expect_status("lh_status_request(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+                    return;
+                }
+                let mut problems = name.required_problems(MAX_NAME_LEN, LH_ERR_NAME_TOO_LONG);
+                if outp.is_null() {
+                    problems.push(LH_ERR_NULL_ARGUMENT);
+                }
+                let text = name
+                    .bytes()
+                    .map(|b| std::str::from_utf8(b).map(str::to_owned));
+                if let Some(Err(_)) = &text {
+                    problems.push(LH_ERR_INVALID_UTF8);
+                }
+                let mut got = None;
+                self.check("lh_status_request", st, &problems, |s| {
+                    let name = text.expect("a name").expect("UTF-8");
+                    let id = s
+                        .proto
+                        .request_status(&mut s.core, now, &name)
+                        .map_err(|e| status_of(&e))?;
+                    got = Some(id);
+                    Ok(())
+                });
+                match got {
+                    Some(id) if st == LH_OK => assert_eq!(out, id, "ffi: status request id"),
+                    _ => assert_eq!(out, 0xDEAD, "ffi: lh_status_request wrote out on error"),
                 }
             }
-            FOp::PollNull => {
-                // SAFETY: NULL pointers are documented errors.
-                let st = unsafe { lh_poll_output(h, ptr::null_mut()) };
-                expect_status("lh_poll_output(out NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
-                self.note(st);
-                let mut o = std::mem::MaybeUninit::<lh_output>::uninit();
-                // SAFETY: NULL handle is an error.
-                let st = unsafe { lh_poll_output(ptr::null_mut(), o.as_mut_ptr()) };
-                expect_status("lh_poll_output(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
-                // SAFETY: NULL handle is an error; free(NULL) is a no-op.
-                unsafe {
-                    let mut d = 0u64;
-                    let st = lh_poll_timeout(ptr::null_mut(), &mut d);
-                    expect_status("lh_poll_timeout(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
-                    let st = lh_timeout(ptr::null_mut(), 0);
-                    expect_status("lh_timeout(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
-                    lh_client_free(ptr::null_mut());
-                    let e = CStr::from_ptr(lh_client_last_error(ptr::null()));
-                    assert!(e.to_bytes().is_empty());
+            FOp::PollStatus { struct_size } => {
+                // SAFETY: plain data with NULL pointers; zeroed is valid.
+                let blank: lh_lock_status = unsafe { std::mem::zeroed() };
+                let (mut buf, sz) = sized_buf(blank, *struct_size);
+                // SAFETY: struct_size is the first u32 of the buffer.
+                unsafe { *buf.as_mut_ptr().cast::<u32>() = sz };
+                let p = buf.as_mut_ptr().cast::<lh_lock_status>();
+                // SAFETY: the buffer holds an lh_lock_status (or more).
+                let st = unsafe { lh_poll_status(h, p) };
+                if (sz as usize) < std::mem::size_of::<lh_lock_status>() {
+                    expect_status("lh_poll_status", st, &[LH_ERR_STRUCT_SIZE]);
+                    self.note(st);
+                    return;
                 }
+                expect_status("lh_poll_status", st, &[LH_OK]);
+                // SAFETY: written by the library.
+                let got = unsafe { ptr::read(p) };
+                let want = self.shadow.proto.poll_status();
+                let host = take(got.holder_host, got.holder_host_len, "holder_host");
+                let error = take(got.error, got.error_len, "error");
+                match want {
+                    None => assert_eq!(got.id, 0, "ffi: lh_poll_status answered nothing"),
+                    Some((id, Ok(ls))) => {
+                        assert_eq!(
+                            (got.id, got.ok, got.held),
+                            (id, 1, u32::from(ls.held)),
+                            "ffi: lh_poll_status"
+                        );
+                        assert_eq!(
+                            (
+                                got.fencing_token,
+                                got.remaining_ttl_ms,
+                                got.last_fencing_token,
+                                got.held_for_ms
+                            ),
+                            (
+                                ls.fencing_token.unwrap_or(0),
+                                ls.remaining_ttl_ms.unwrap_or(0),
+                                ls.last_fencing_token.unwrap_or(0),
+                                ls.held_for_ms.unwrap_or(0)
+                            ),
+                            "ffi: lh_poll_status"
+                        );
+                        assert!(host.is_empty() && error.is_empty());
+                        self.features |= 1 << 16;
+                    }
+                    Some((id, Err(e))) => {
+                        assert_eq!((got.id, got.ok), (id, 0), "ffi: lh_poll_status");
+                        assert_eq!(error, e.as_bytes(), "ffi: lh_poll_status error");
+                        self.features |= 1 << 17;
+                    }
+                }
+            }
+            FOp::Close { time } => {
+                let now = self.time(*time);
+                // SAFETY: live handle.
+                let st = unsafe { lh_io_close(h, now) };
+                self.check("lh_io_close", st, &[], |s| {
+                    s.proto.close(&mut s.core, now);
+                    Ok(())
+                });
             }
         }
+    }
+
+    /// Runs every open request on the memory service; its answers and notifications go to
+    /// the handle and the shadow alike.
+    fn serve(&mut self, time: Time) {
+        let now = self.time(time);
+        for (id, args) in std::mem::take(&mut self.open) {
+            let argv: Vec<lh_bytes> = args
+                .iter()
+                .map(|a| lh_bytes {
+                    ptr: a.as_ptr(),
+                    len: a.len(),
+                })
+                .collect();
+            let mut a = lh_memory_answer {
+                struct_size: std::mem::size_of::<lh_memory_answer>() as u32,
+                dropped: 0,
+                values: ptr::null(),
+                nvalues: 0,
+                data: ptr::null(),
+                data_len: 0,
+            };
+            // SAFETY: live service; argv valid for the call.
+            let st = unsafe {
+                lh_memory_service_call(
+                    self.svc,
+                    self.conn,
+                    now,
+                    argv.as_ptr(),
+                    argv.len() as u32,
+                    &mut a,
+                )
+            };
+            expect_status("lh_memory_service_call", st, &[LH_OK]);
+            if a.dropped != 0 {
+                let none = arg_of(&BufChoice::Null(0));
+                self.failed(
+                    "lh_io_failed(dropped)",
+                    now,
+                    id,
+                    LH_FAILURE_TRANSPORT,
+                    &none,
+                );
+            } else {
+                let values = take(a.values, a.nvalues, "answer values");
+                let data = take(a.data, a.data_len, "answer data");
+                self.reply("lh_io_reply(service)", now, id, &values, &data);
+                self.features |= 1 << 18;
+            }
+            self.notify(now);
+        }
+        self.notify(now);
+    }
+
+    /// Hands every release notification of the connection to the handle and the shadow.
+    fn notify(&mut self, now: u64) {
+        for _ in 0..1_000 {
+            let (mut p, mut n) = (ptr::null(), 0usize);
+            // SAFETY: live service; valid out-pointers.
+            let st =
+                unsafe { lh_memory_service_poll_released(self.svc, self.conn, &mut p, &mut n) };
+            expect_status("lh_memory_service_poll_released", st, &[LH_OK]);
+            if p.is_null() {
+                return;
+            }
+            let name = take(p, n, "released name");
+            let channel = Arg {
+                len: name.len(),
+                data: name,
+                null: false,
+            };
+            let none = arg_of(&BufChoice::Null(0));
+            self.message("lh_io_message(service)", now, &channel, &none);
+            self.features |= 1 << 19;
+        }
+        panic!("ffi: the service's notifications do not drain");
+    }
+
+    fn poll_null(&mut self) {
+        let h = self.h;
+        // SAFETY: NULL pointers are documented errors.
+        let st = unsafe { lh_poll_event(h, ptr::null_mut()) };
+        expect_status("lh_poll_event(out NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+        self.note(st);
+        // SAFETY: as above.
+        let st = unsafe { lh_io_poll(h, ptr::null_mut()) };
+        expect_status("lh_io_poll(out NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+        self.note(st);
+        let mut e = lh_event::default();
+        // SAFETY: NULL handle is an error.
+        let st = unsafe { lh_poll_event(ptr::null_mut(), &mut e) };
+        expect_status("lh_poll_event(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+        let mut r = std::mem::MaybeUninit::<lh_io_request>::uninit();
+        // SAFETY: NULL handle is an error.
+        let st = unsafe { lh_io_poll(ptr::null_mut(), r.as_mut_ptr()) };
+        expect_status("lh_io_poll(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+        // SAFETY: NULL handle is an error; free(NULL) is a no-op.
+        unsafe {
+            let mut d = 0u64;
+            let st = lh_poll_timeout(ptr::null_mut(), &mut d);
+            expect_status("lh_poll_timeout(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+            let st = lh_timeout(ptr::null_mut(), 0);
+            expect_status("lh_timeout(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+            let st = lh_io_close(ptr::null_mut(), 0);
+            expect_status("lh_io_close(NULL)", st, &[LH_ERR_NULL_ARGUMENT]);
+            lh_client_free(ptr::null_mut());
+            let e = CStr::from_ptr(lh_client_last_error(ptr::null()));
+            assert!(e.to_bytes().is_empty());
+            let e = CStr::from_ptr(lh_backend_last_error(ptr::null_mut()));
+            assert!(e.to_bytes().is_empty());
+        }
+        // The backend's last error is the shadow protocol's.
+        // SAFETY: live handle; NUL-terminated, copied at once.
+        let got = unsafe { CStr::from_ptr(lh_backend_last_error(h)) }
+            .to_bytes()
+            .to_vec();
+        let want = self.shadow.proto.last_error().replace('\0', "\\0");
+        assert_eq!(got, want.as_bytes(), "ffi: lh_backend_last_error");
     }
 
     fn getters(&mut self, lease: Lease, time: Time, nulls: Nulls, size: SizeChoice) {
@@ -1128,6 +1569,7 @@ impl Handle {
         } else {
             &[]
         };
+        let core = &self.shadow.core;
 
         // lh_lease_state
         let mut st_out = 0xAAu32;
@@ -1144,7 +1586,7 @@ impl Handle {
             )
         };
         if null_problem.is_empty() {
-            match self.shadow.lease_state(LeaseId(id)) {
+            match core.lease_state(LeaseId(id)) {
                 Ok(s) => {
                     expect_status("lh_lease_state", st, &[LH_OK]);
                     assert_eq!(st_out, state_of(s), "ffi: lh_lease_state");
@@ -1181,7 +1623,7 @@ impl Handle {
             let small = (sz as usize) < std::mem::size_of::<lh_lease_info>();
             // SAFETY: the buffer holds an lh_lease_info.
             let got = unsafe { ptr::read(buf.as_ptr().cast::<lh_lease_info>()) };
-            match self.shadow.lease_info(LeaseId(id)) {
+            match core.lease_info(LeaseId(id)) {
                 Ok(_) if small => {
                     expect_status("lh_lease_info_get", st, &[LH_ERR_STRUCT_SIZE]);
                 }
@@ -1233,9 +1675,9 @@ impl Handle {
                 continue;
             }
             let want = if which == 0 {
-                self.shadow.fencing_token(LeaseId(id))
+                core.fencing_token(LeaseId(id))
             } else {
-                self.shadow.valid_until(LeaseId(id))
+                core.valid_until(LeaseId(id))
             };
             match want {
                 Ok(Some(x)) => {
@@ -1259,7 +1701,7 @@ impl Handle {
         // SAFETY: pointers NULL or valid.
         let st = unsafe { lh_is_held(hp, id, now, outp) };
         if null_problem.is_empty() {
-            match self.shadow.is_held(LeaseId(id), now) {
+            match core.is_held(LeaseId(id), now) {
                 Ok(x) => {
                     expect_status("lh_is_held", st, &[LH_OK]);
                     assert_eq!(held, x, "ffi: lh_is_held");
@@ -1271,7 +1713,8 @@ impl Handle {
         }
 
         // lh_counters_get
-        let blank = [0xAAu64; 20];
+        const WORDS: usize = std::mem::size_of::<lh_counters>() / 8;
+        let blank = [0xAAu64; WORDS];
         let (mut buf, sz) = sized_buf(blank, size);
         // SAFETY: struct_size is the first u32 of the buffer.
         unsafe { *buf.as_mut_ptr().cast::<u32>() = sz };
@@ -1280,7 +1723,7 @@ impl Handle {
         } else {
             buf.as_mut_ptr().cast::<lh_counters>()
         };
-        // SAFETY: pointers NULL or valid for struct_size bytes (the buffer is 128 bytes or more).
+        // SAFETY: pointers NULL or valid for struct_size bytes (the buffer holds the struct).
         let st = unsafe { lh_counters_get(hp, cp) };
         if null_problem.is_empty() {
             if (sz as usize) < LH_COUNTERS_V1_SIZE {
@@ -1289,7 +1732,7 @@ impl Handle {
                 expect_status("lh_counters_get", st, &[LH_OK]);
                 // SAFETY: filled by the library (up to struct_size; the buffer holds it all).
                 let c = unsafe { ptr::read(buf.as_ptr().cast::<lh_counters>()) };
-                let k = self.shadow.counters();
+                let k = core.counters();
                 let full = std::mem::size_of::<lh_counters>();
                 assert_eq!(
                     c.struct_size as usize,
@@ -1297,13 +1740,44 @@ impl Handle {
                     "ffi: struct_size"
                 );
                 if (sz as usize) >= full {
+                    let Protocol::Memory(p) = &self.shadow.proto else {
+                        unreachable!("a memory protocol");
+                    };
+                    let b = p.counters();
                     assert_eq!(
                         [c.renewals_requested, c.releases_confirmed, c.releases_lost],
                         [k.renewals_requested, k.releases_confirmed, k.releases_lost],
                         "ffi: lh_counters_get (added fields)"
                     );
-                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, releases_lost) {
-                    assert_eq!(c.releases_lost, 0xAA, "ffi: wrote past struct_size");
+                    assert_eq!(
+                        [
+                            c.backend_requests,
+                            c.backend_error_replies,
+                            c.backend_garbage_replies,
+                            c.backend_stale_replies,
+                            c.backend_transport_failures,
+                            c.backend_wakeups,
+                            c.backend_ignored_messages,
+                            c.redis_script_calls,
+                            c.sql_migrations,
+                            c.etcd_txns,
+                        ],
+                        [
+                            b.requests,
+                            b.error_replies,
+                            b.garbage_replies,
+                            b.stale_replies,
+                            b.transport_failures,
+                            b.wakeups,
+                            b.ignored_messages,
+                            0,
+                            0,
+                            0,
+                        ],
+                        "ffi: lh_counters_get (backend fields)"
+                    );
+                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, etcd_waiters_expired) {
+                    assert_eq!(c.etcd_waiters_expired, 0xAA, "ffi: wrote past struct_size");
                 }
                 assert_eq!(
                     [
@@ -1331,48 +1805,75 @@ impl Handle {
         }
     }
 
-    /// Drains both the handle and the shadow and compares every output field by field.
+    /// Drains the handle's and the shadow's requests, then their events, comparing every
+    /// field.
     fn compare_drain(&mut self) {
         for n in 0.. {
-            assert!(n < 100_000, "ffi: output queue does not drain");
-            let mut o = std::mem::MaybeUninit::<lh_output>::uninit();
+            assert!(n < 100_000, "ffi: requests do not drain");
+            let mut r = std::mem::MaybeUninit::<lh_io_request>::uninit();
             // SAFETY: live handle, valid out.
-            let st = unsafe { lh_poll_output(self.h, o.as_mut_ptr()) };
-            expect_status("lh_poll_output", st, &[LH_OK]);
+            let st = unsafe { lh_io_poll(self.h, r.as_mut_ptr()) };
+            expect_status("lh_io_poll", st, &[LH_OK]);
             // SAFETY: written on LH_OK.
-            let o = unsafe { o.assume_init() };
-            let got = flat_of_c(&o);
-            let want = flat_of(self.shadow.poll_output());
-            assert_eq!(got, want, "ffi: polled output differs from the core's");
-            if got.kind == LH_OUTPUT_NONE {
+            let r = unsafe { r.assume_init() };
+            let argv = take(r.argv, r.argc as usize, "argv");
+            let args: Vec<Vec<u8>> = argv
+                .iter()
+                .map(|b| take(b.ptr, b.len, "argument"))
+                .collect();
+            let Protocol::Memory(p) = &mut self.shadow.proto else {
+                unreachable!("a memory protocol");
+            };
+            let want = p
+                .poll_request(&mut self.shadow.core)
+                .map(|q| (q.id, q.args.to_vec()));
+            let Some((id, want_args)) = want else {
+                assert_eq!(
+                    (r.kind, r.id, r.argc),
+                    (LH_IO_NONE, 0, 0),
+                    "ffi: a request the core does not have"
+                );
+                break;
+            };
+            assert_eq!(
+                (r.kind, r.connection, r.id),
+                (LH_IO_COMMAND, LH_CONNECTION_COMMANDS, id),
+                "ffi: polled request differs from the core's"
+            );
+            assert_eq!(args, want_args, "ffi: request arguments differ");
+            assert!(r.statements.is_null() && r.params.is_null() && r.data.is_null());
+            assert!(r.method.is_null() && r.path.is_null() && r.authorization.is_null());
+            self.features |= match args[0].as_slice() {
+                b"ACQUIRE" => 1 << 12,
+                b"RENEW" => 1 << 13,
+                b"RELEASE" => 1 << 14,
+                _ => 1 << 15,
+            };
+            self.requests.push(id);
+            if self.requests.len() > 64 {
+                self.requests.remove(0);
+            }
+            self.open.push((id, args));
+            if self.open.len() > 64 {
+                self.open.remove(0);
+            }
+        }
+        for n in 0.. {
+            assert!(n < 100_000, "ffi: events do not drain");
+            let mut e = lh_event {
+                kind: 0xAA,
+                ..lh_event::default()
+            };
+            // SAFETY: live handle, valid out.
+            let st = unsafe { lh_poll_event(self.h, &mut e) };
+            expect_status("lh_poll_event", st, &[LH_OK]);
+            let s = &mut self.shadow;
+            let want = event_of(s.proto.poll_event(&mut s.core));
+            assert_eq!(e, want, "ffi: polled event differs from the core's");
+            if e.kind == LH_EVENT_NONE {
                 break;
             }
-            self.features |= 1 << got.kind;
-            if matches!(
-                got.kind,
-                LH_OUTPUT_ACQUIRE | LH_OUTPUT_RENEW | LH_OUTPUT_RELEASE
-            ) {
-                assert_eq!(got.token.len(), 32);
-                assert!(
-                    got.token
-                        .iter()
-                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
-                    "ffi: token is not lowercase hex"
-                );
-                self.requests.push(got.request_id);
-                if self.requests.len() > 64 {
-                    self.requests.remove(0);
-                }
-                self.open.push((got.request_id, got.kind));
-                if self.open.len() > 64 {
-                    self.open.remove(0);
-                }
-            }
-            assert!(
-                std::str::from_utf8(&got.name).is_ok(),
-                "ffi: name not UTF-8"
-            );
+            self.features |= 1 << e.kind;
         }
-        let _ = MIN_SEED_LEN;
     }
 }

@@ -8,11 +8,12 @@
 //! terminal event per lease; no event for a lease that never existed; requests, events and
 //! the protocol's pending table stay bounded.
 //!
-//! The same kind of traffic also reaches a second handle through the C ABI
-//! (`lh_client_new_redis`, `lh_reply` with arbitrary `lh_value` lists and lengths, NULLs,
-//! `lh_pubsub_message`, `lh_subscription` with any flag): every status is one of the
-//! documented codes, never a panic, and `lh_reply` refuses a list exactly when the core's
-//! decoder does.
+//! The same kind of traffic also reaches a second handle through the C ABI's one seam
+//! (`lh_client_new` with `LH_BACKEND_REDIS`, `lh_io_reply` with arbitrary `lh_value` lists
+//! and lengths, NULLs, `lh_io_failed`, `lh_io_message`, `lh_io_connection` with any event):
+//! every status is one of the documented codes, never a panic, `lh_io_reply` refuses a list
+//! exactly when the core's decoder does, and every polled request is a command on one of the
+//! two connections.
 
 use std::collections::{HashMap, HashSet};
 
@@ -109,16 +110,17 @@ pub enum Op {
 pub enum AbiOp {
     /// `lh_acquire` of a known name.
     Acquire(u8),
-    /// `lh_poll_request` and `lh_poll_output` until empty.
+    /// `lh_io_poll` and `lh_poll_event` until empty.
     Drain,
-    /// `lh_reply` with raw values (kind, integer, offset, len), a value count that may lie
+    /// `lh_io_reply` with raw values (kind, integer, offset, len), a value count that may lie
     /// (NULL values when `null`), and data.
     Reply(Pick, Vec<(u32, i64, u64, u64)>, u16, bool, SmallBytes),
-    /// `lh_request_failed`.
+    /// `lh_io_failed` (transport).
     Fail(Pick),
-    /// `lh_pubsub_message` (NULL channel when the flag is set).
+    /// `lh_io_message` (NULL channel when the flag is set).
     Message(bool, SmallBytes, SmallBytes),
-    /// `lh_subscription` with any flag value.
+    /// `lh_io_connection` of the subscriber: 0 unsubscribed, 1 subscribed, any other value
+    /// as the raw event.
     Subscription(bool, u32),
     /// `lh_timeout`.
     Timeout(u16),
@@ -375,7 +377,7 @@ struct Abi {
 
 impl Drop for Abi {
     fn drop(&mut self) {
-        // SAFETY: the handle came from lh_client_new_redis and is not used after this.
+        // SAFETY: the handle came from lh_client_new and is not used after this.
         unsafe { lh_client_free(self.h) };
     }
 }
@@ -387,17 +389,32 @@ fn expect(what: &str, st: u32, allowed: &[u32]) {
     );
 }
 
+/// A borrowed buffer of the library (NULL when empty).
+fn borrowed<'a, T>(p: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        assert!(p.is_null(), "an empty borrowed buffer is NULL");
+        return &[];
+    }
+    // SAFETY: the library keeps `len` values readable until the next call on the handle.
+    unsafe { std::slice::from_raw_parts(p, len) }
+}
+
 impl Abi {
     fn new() -> Abi {
         let mut cfg = std::mem::MaybeUninit::<lh_config>::uninit();
+        let mut backend = std::mem::MaybeUninit::<lh_backend_options>::uninit();
         let mut h = std::ptr::null_mut();
         let seed = [0x24u8; 32];
         // SAFETY: valid out-pointers and a live seed buffer.
         let st = unsafe {
             lh_config_default(cfg.as_mut_ptr());
-            lh_client_new_redis(
+            assert_eq!(
+                lh_backend_options_default(LH_BACKEND_REDIS, backend.as_mut_ptr()),
+                LH_OK
+            );
+            lh_client_new(
                 cfg.as_ptr(),
-                std::ptr::null(),
+                backend.as_ptr(),
                 seed.as_ptr(),
                 seed.len(),
                 &mut h,
@@ -415,22 +432,28 @@ impl Abi {
 
     fn drain(&mut self) {
         for _ in 0..1_000 {
-            let mut r = std::mem::MaybeUninit::<lh_request>::uninit();
+            let mut r = std::mem::MaybeUninit::<lh_io_request>::uninit();
             // SAFETY: valid out-pointer; argv is read before the next call on the handle.
             let r = unsafe {
-                assert_eq!(lh_poll_request(self.h, r.as_mut_ptr()), LH_OK);
+                assert_eq!(lh_io_poll(self.h, r.as_mut_ptr()), LH_OK);
                 r.assume_init()
             };
-            if r.id == 0 {
+            if r.kind == LH_IO_NONE {
+                assert_eq!(r.id, 0);
                 break;
             }
-            // SAFETY: argc entries, each borrowing len bytes of the handle, until the next call.
-            let argv = unsafe { std::slice::from_raw_parts(r.argv, r.argc as usize) };
-            let first = unsafe { std::slice::from_raw_parts(argv[0].ptr, argv[0].len) };
+            assert_eq!(r.kind, LH_IO_COMMAND, "a Redis handle runs commands only");
+            assert!(
+                matches!(r.connection, LH_CONNECTION_COMMANDS | LH_CONNECTION_NOTIFY),
+                "connection {}",
+                r.connection
+            );
+            assert!(r.statements.is_null() && r.data.is_null() && r.method.is_null());
+            let argv = borrowed(r.argv, r.argc as usize);
+            assert!(!argv.is_empty(), "a command has a word");
+            let first = borrowed(argv[0].ptr, argv[0].len);
             if first == b"SUBSCRIBE" {
-                // SAFETY: as above.
-                self.wake =
-                    unsafe { std::slice::from_raw_parts(argv[1].ptr, argv[1].len) }.to_vec();
+                self.wake = borrowed(argv[1].ptr, argv[1].len).to_vec();
             }
             self.ids.push(r.id);
         }
@@ -438,25 +461,19 @@ impl Abi {
             self.ids.drain(..2_048);
         }
         for _ in 0..1_000 {
-            let mut o = std::mem::MaybeUninit::<lh_output>::uninit();
+            let mut e = lh_event::default();
             // SAFETY: valid out-pointer.
-            let o = unsafe {
-                assert_eq!(lh_poll_output(self.h, o.as_mut_ptr()), LH_OK);
-                o.assume_init()
-            };
-            if o.kind == LH_OUTPUT_NONE {
+            unsafe { assert_eq!(lh_poll_event(self.h, &mut e), LH_OK) };
+            if e.kind == LH_EVENT_NONE {
                 break;
             }
             assert!(
                 matches!(
-                    o.kind,
-                    LH_OUTPUT_ACQUIRED
-                        | LH_OUTPUT_ACQUIRE_FAILED
-                        | LH_OUTPUT_LOST
-                        | LH_OUTPUT_RELEASED
+                    e.kind,
+                    LH_EVENT_ACQUIRED | LH_EVENT_ACQUIRE_FAILED | LH_EVENT_LOST | LH_EVENT_RELEASED
                 ),
-                "a command came out of lh_poll_output on a Redis handle: {}",
-                o.kind
+                "an event nobody asked for on a Redis handle: {}",
+                e.kind
             );
         }
     }
@@ -511,10 +528,11 @@ impl Abi {
                     values.as_ptr()
                 };
                 // SAFETY: `count` values are readable at `ptr` (or it is NULL); data likewise.
-                let st =
-                    unsafe { lh_reply(self.h, now, id, ptr, count, data.0.as_ptr(), data.0.len()) };
+                let st = unsafe {
+                    lh_io_reply(self.h, now, id, ptr, count, data.0.as_ptr(), data.0.len())
+                };
                 if *null {
-                    assert_eq!(st, LH_ERR_NULL_ARGUMENT, "lh_reply with NULL values");
+                    assert_eq!(st, LH_ERR_NULL_ARGUMENT, "lh_io_reply with NULL values");
                 } else {
                     let flat: Vec<FlatValue> = values
                         .iter()
@@ -527,15 +545,17 @@ impl Abi {
                         .collect();
                     let decodes = decode(&flat, &data.0).is_ok();
                     let want = if decodes { LH_OK } else { LH_ERR_INVALID_REPLY };
-                    assert_eq!(st, want, "lh_reply vs decode: {values:?}");
+                    assert_eq!(st, want, "lh_io_reply vs decode: {values:?}");
                 }
             }
             AbiOp::Fail(p) => {
                 let id = self.pick(p);
-                // SAFETY: live handle.
+                // SAFETY: live handle; no message.
                 expect(
-                    "lh_request_failed",
-                    unsafe { lh_request_failed(self.h, now, id) },
+                    "lh_io_failed",
+                    unsafe {
+                        lh_io_failed(self.h, now, id, LH_FAILURE_TRANSPORT, std::ptr::null(), 0)
+                    },
                     &[],
                 );
             }
@@ -549,22 +569,36 @@ impl Abi {
                 };
                 // SAFETY: `cl` bytes at `cp` (or NULL), payload likewise.
                 let st = unsafe {
-                    lh_pubsub_message(self.h, now, cp, cl, payload.0.as_ptr(), payload.0.len())
+                    lh_io_message(self.h, now, cp, cl, payload.0.as_ptr(), payload.0.len())
                 };
                 if *null {
                     assert_eq!(st, LH_ERR_NULL_ARGUMENT);
                 } else {
-                    expect("lh_pubsub_message", st, &[]);
+                    expect("lh_io_message", st, &[]);
                 }
             }
             AbiOp::Subscription(own, flag) => {
                 let ch: &[u8] = if *own { &self.wake } else { b"elsewhere" };
+                let event = match *flag {
+                    0 => LH_CONNECTION_UNSUBSCRIBED,
+                    1 => LH_CONNECTION_SUBSCRIBED,
+                    raw => raw,
+                };
                 // SAFETY: a live buffer.
-                let st = unsafe { lh_subscription(self.h, now, ch.as_ptr(), ch.len(), *flag) };
-                if *flag > 1 {
-                    assert_eq!(st, LH_ERR_INVALID_ENUM);
+                let st = unsafe {
+                    lh_io_connection(
+                        self.h,
+                        now,
+                        LH_CONNECTION_NOTIFY,
+                        event,
+                        ch.as_ptr(),
+                        ch.len(),
+                    )
+                };
+                if (LH_CONNECTION_REOPENED..=LH_CONNECTION_UNSUBSCRIBED).contains(&event) {
+                    expect("lh_io_connection", st, &[]);
                 } else {
-                    expect("lh_subscription", st, &[]);
+                    assert_eq!(st, LH_ERR_INVALID_ENUM);
                 }
             }
             AbiOp::Timeout(ms) => {

@@ -26,7 +26,13 @@ fn gen_corpus() {
         }
         let mut kept = corpus::files(&dir).len();
         let mut rng = corpus::XorShift::new(0xC0FFEE ^ fnv(target.as_bytes()));
-        let tries = if target == "sim" { 600 } else { 4000 };
+        // Random bytes rarely make a valid acquire through the C ABI (a name, a TTL, flags,
+        // struct sizes and pointers all have to be right), so `ffi` tries longer.
+        let tries = match target {
+            "sim" => 600,
+            "ffi" => 200_000,
+            _ => 4000,
+        };
         for _ in 0..tries {
             if kept >= MAX_FILES {
                 break;
