@@ -361,13 +361,7 @@ impl Req {
             args,
             statements: statements.to_vec(),
             params: params.to_vec(),
-            // Every buffer but this one is checked strictly here; tests/ffi_io.rs checks the
-            // NULL-when-empty convention of `data` on every request kind by itself.
-            data: if r.data_len == 0 {
-                Vec::new()
-            } else {
-                copy(r.data, r.data_len)
-            },
+            data: copy(r.data, r.data_len),
             method: c_text(r.method),
             path: c_text(r.path),
             authorization: c_text(r.authorization),
