@@ -85,7 +85,7 @@ struct CoreLoop {
   redisContext* c;
   redisContext* sub;
   CoreLoop(int port, leasehold::RedisExecutor& factory)
-      : core(factory.make_core(leasehold::Config::defaults())),
+      : core(leasehold::Config::defaults(), factory.backend_options()),
         c(redisConnect("127.0.0.1", port)),
         sub(redisConnect("127.0.0.1", port)) {}
   ~CoreLoop() {
@@ -95,21 +95,24 @@ struct CoreLoop {
   bool ok() const { return c && !c->err && sub && !sub->err; }
   // Runs every queued request; false on a connection failure.
   bool run() {
-    while (auto q = core.poll_request()) {
+    while (auto q = core.io_poll()) {
       std::vector<const char*> argv;
       std::vector<std::size_t> lens;
       for (const auto& a : q->argv) argv.push_back(a.data()), lens.push_back(a.size());
-      redisContext* on = q->connection == LH_CONNECTION_SUBSCRIBER ? sub : c;
+      redisContext* on = q->connection == LH_CONNECTION_NOTIFY ? sub : c;
       auto* r = static_cast<redisReply*>(redisCommandArgv(on, int(argv.size()), argv.data(), lens.data()));
       if (!r) return false;
       if (on == sub) {  // the confirmation
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
-          core.subscription(leasehold::now_ns(), std::string_view(r->element[1]->str, r->element[1]->len),
-                            std::string_view(r->element[0]->str, r->element[0]->len) == "subscribe");
+          core.io_connection(leasehold::now_ns(), LH_CONNECTION_NOTIFY,
+                             std::string_view(r->element[0]->str, r->element[0]->len) == "subscribe"
+                                 ? LH_CONNECTION_SUBSCRIBED
+                                 : LH_CONNECTION_UNSUBSCRIBED,
+                             std::string_view(r->element[1]->str, r->element[1]->len));
       } else {
-        leasehold::BackendInput in;
+        leasehold::IoReply in{q->id, {}, {}};
         leasehold::detail::redis_flatten(r, in);
-        core.reply(leasehold::now_ns(), q->id, in.values, in.data);
+        core.answer(leasehold::now_ns(), in);
       }
       freeReplyObject(r);
     }
@@ -119,12 +122,12 @@ struct CoreLoop {
     const auto id = core.acquire(leasehold::now_ns(), "bench-core-" + std::to_string(i % 16), 10s);
     if (!run()) return false;
     bool held = false;
-    while (auto o = core.poll_output()) held = held || std::holds_alternative<leasehold::AcquiredEvent>(*o);
+    while (auto o = core.poll_event()) held = held || std::holds_alternative<leasehold::AcquiredEvent>(*o);
     if (!held) return false;
     core.release_reported(leasehold::now_ns(), id);
     if (!run()) return false;
     bool confirmed = false;
-    while (auto o = core.poll_output())
+    while (auto o = core.poll_event())
       if (auto* e = std::get_if<leasehold::ReleaseOutcomeEvent>(&*o)) confirmed = e->reply == leasehold::ReleaseReply::Confirmed;
     return confirmed;
   }

@@ -8,11 +8,11 @@
 //   leasehold/error.hpp        Status, leasehold::Error
 //   leasehold/types.hpp        Clock, lease states and reasons, LeaseInfo
 //   leasehold/config.hpp       Config, Counters
-//   leasehold/output.hpp       the core's outputs and the results fed back
-//   leasehold/request.hpp      backend requests (Redis commands, SQL, HTTP)
+//   leasehold/output.hpp       the core's events
+//   leasehold/request.hpp      the IO the core asks for (IoRequest) and its answers (IoAnswer)
 //   leasehold/lock_status.hpp  LockStatus (LockClient::status)
 //   leasehold/core.hpp         Core: RAII owner of one lh_client (sans-IO, not thread-safe)
-//   leasehold/executor.hpp     Executor (what a LockClient drives), Backend, BackendInput
+//   leasehold/executor.hpp     Executor: runs the core's IO for one backend (what a LockClient drives)
 //   leasehold/options.hpp      ClientOptions, AcquireOptions
 //   leasehold/lease.hpp        Lease
 //   leasehold/lock_client.hpp  LockClient: thread-safe, runs the host loop on a driver thread

@@ -1,11 +1,15 @@
-// Tests of leasehold::Core: the RAII wrapper over lh_client, typed outputs, every bad input.
+// Tests of leasehold::Core: the RAII wrapper over lh_client on a fake clock, its requests run
+// through a real MemoryService (the seam every backend shares), typed events, every bad input.
 #include <leasehold.hpp>
+#include <leasehold/memory_service.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <deque>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,11 +17,11 @@
 using namespace std::chrono_literals;
 using leasehold::Core;
 using leasehold::Error;
+using leasehold::MemoryService;
 
 namespace {
 
 constexpr std::size_t kMaxName = LH_MAX_NAME_LEN;
-constexpr std::size_t kMaxBackendData = LH_MAX_BACKEND_DATA_LEN;
 constexpr std::uint64_t kMs = 1'000'000;
 constexpr std::uint64_t kT0 = 1'000'000 * kMs;  // an arbitrary epoch
 
@@ -27,16 +31,16 @@ std::array<std::uint8_t, 32> seed(std::uint8_t v = 7) {
   return s;
 }
 
-Core make_core(leasehold::Config cfg = leasehold::Config::defaults()) { return Core(cfg, seed()); }
+Core make_core(leasehold::Config cfg = leasehold::Config::defaults(), std::uint8_t s = 7) { return Core(cfg, seed(s)); }
 
-std::vector<leasehold::Output> drain(Core& c) {
-  std::vector<leasehold::Output> out;
-  while (auto o = c.poll_output()) out.push_back(std::move(*o));
+std::vector<leasehold::Event> drain(Core& c) {
+  std::vector<leasehold::Event> out;
+  while (auto e = c.poll_event()) out.push_back(std::move(*e));
   return out;
 }
 
 template <class T>
-std::vector<T> only(const std::vector<leasehold::Output>& v) {
+std::vector<T> only(const std::vector<leasehold::Event>& v) {
   std::vector<T> r;
   for (const auto& o : v)
     if (auto* p = std::get_if<T>(&o)) r.push_back(*p);
@@ -54,27 +58,68 @@ Error catch_error(F&& f) {
   return Error(0, "none");
 }
 
-// Acquire `name` and answer the acquire command with a grant; returns the lease id.
-std::uint64_t grant(Core& c, std::uint64_t now, std::string_view name, std::uint64_t fence,
-                    std::chrono::milliseconds ttl = 3000ms) {
-  const auto id = c.acquire(now, name, ttl);
-  auto cmds = only<leasehold::AcquireCommand>(drain(c));
-  EXPECT_EQ(cmds.size(), 1u);
-  if (cmds.empty()) return id;
-  c.acquire_result(now + kMs, cmds[0].request,
-                   leasehold::Granted{fence, static_cast<std::uint64_t>(ttl.count()), {}});
-  auto ev = only<leasehold::AcquiredEvent>(drain(c));
-  EXPECT_EQ(ev.size(), 1u);
-  return id;
-}
+// One request the service answered, kept so a test can hand it back again.
+struct Answered {
+  std::uint64_t id = 0;
+  MemoryService::Answer answer;
+};
+
+// A host on a fake clock: one core, its connection to the shared service, and the release
+// notifications the service queued for it.
+struct Host {
+  Host(MemoryService& s, Core c) : svc(s), core(std::move(c)), released(std::make_shared<std::deque<std::string>>()) {
+    conn = svc.connect(std::make_shared<MemoryService::Callback>(
+        [q = released](std::string_view n) { q->emplace_back(n); }));
+  }
+  // Runs every request the core asks for through the service at `now` and answers it (a
+  // dropped one as failed), then hands the core the notifications that arrived meanwhile.
+  std::vector<Answered> run(std::uint64_t now) {
+    std::vector<Answered> out;
+    while (auto r = core.io_poll()) {
+      EXPECT_EQ(r->kind, static_cast<std::uint32_t>(LH_IO_COMMAND));
+      EXPECT_EQ(r->connection, static_cast<std::uint32_t>(LH_CONNECTION_COMMANDS));
+      svc.call(conn, now, r->argv, [&](MemoryService::Answer a) {
+        if (a.dropped) {
+          core.io_failed(now, r->id, LH_FAILURE_TRANSPORT, "dropped");
+        } else {
+          core.io_reply(now, r->id, a.values, a.data);
+        }
+        out.push_back({r->id, std::move(a)});
+      });
+    }
+    notify(now);
+    return out;
+  }
+  void notify(std::uint64_t now) {
+    while (!released->empty()) {
+      core.io_message(now, released->front());
+      released->pop_front();
+    }
+  }
+  // Acquires `name` and runs the acquire: the lease id, granted.
+  std::uint64_t grant(std::uint64_t now, std::string_view name, std::chrono::milliseconds ttl = 3000ms) {
+    const auto id = core.acquire(now, name, ttl);
+    EXPECT_EQ(run(now + kMs).size(), 1u);
+    auto ev = only<leasehold::AcquiredEvent>(drain(core));
+    EXPECT_EQ(ev.size(), 1u);
+    return id;
+  }
+
+  MemoryService& svc;
+  Core core;
+  std::shared_ptr<std::deque<std::string>> released;
+  std::uint64_t conn = 0;
+};
 
 }  // namespace
 
 TEST(Core, VersionAndAbi) {
   EXPECT_EQ(leasehold::library_abi_version(), static_cast<std::uint32_t>(LH_ABI_VERSION));
+  EXPECT_EQ(LH_ABI_VERSION, 3);
   EXPECT_FALSE(leasehold::library_version().empty());
   EXPECT_EQ(leasehold::status_name(LH_OK), "LH_OK");
   EXPECT_EQ(leasehold::status_name(LH_ERR_EMPTY_NAME), "LH_ERR_EMPTY_NAME");
+  EXPECT_EQ(leasehold::status_name(LH_ERR_WRONG_ANSWER), "LH_ERR_WRONG_ANSWER");
   EXPECT_EQ(leasehold::status_name(leasehold::status::closed), "LEASEHOLD_CLOSED");
 }
 
@@ -85,37 +130,34 @@ TEST(Core, DefaultConfigRoundTrips) {
   const auto c = d.to_c();
   EXPECT_EQ(c.struct_size, sizeof(lh_config));
   EXPECT_EQ(leasehold::Config::from_c(c).max_ttl_ms, d.max_ttl_ms);
-  Core os_seeded;  // seeded from the OS
+  Core os_seeded;  // seeded from the OS, on the memory protocol
   EXPECT_NE(os_seeded.handle(), nullptr);
 }
 
 TEST(Core, AcquireGrantRenewRelease) {
-  auto c = make_core();
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
   const auto id = c.acquire(kT0, "orders", 3000ms);
   EXPECT_EQ(c.lease_state(id), leasehold::LeaseState::Acquiring);
   EXPECT_EQ(c.fencing_token(id), std::nullopt);  // LH_ERR_NOT_GRANTED → nullopt
   EXPECT_EQ(c.valid_until(id), std::nullopt);
+  EXPECT_EQ(c.counters().acquires_sent, 1u);
 
-  auto out = drain(c);
-  auto acq = only<leasehold::AcquireCommand>(out);
-  ASSERT_EQ(acq.size(), 1u);
-  EXPECT_EQ(acq[0].lease, id);
-  EXPECT_EQ(acq[0].name, "orders");
-  EXPECT_EQ(acq[0].ttl_ms, 3000u);
-  ASSERT_EQ(acq[0].token.size(), 32u);
-  EXPECT_TRUE(std::all_of(acq[0].token.begin(), acq[0].token.end(),
-                          [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }));
-
-  c.acquire_result(kT0 + 5 * kMs, acq[0].request, leasehold::Granted{41, 3000, {}});
-  out = drain(c);
-  auto got = only<leasehold::AcquiredEvent>(out);
+  ASSERT_EQ(h.run(kT0 + 5 * kMs).size(), 1u);
+  auto got = only<leasehold::AcquiredEvent>(drain(c));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].lease, id);
-  EXPECT_EQ(got[0].fencing_token, 41u);
+  const auto holder = svc.holder("orders", kT0 + 5 * kMs);
+  ASSERT_TRUE(holder.has_value());
+  EXPECT_EQ(got[0].fencing_token, holder->fencing_token);
+  ASSERT_EQ(holder->token.size(), 32u);  // the core's ownership token, as the service keeps it
+  EXPECT_TRUE(std::all_of(holder->token.begin(), holder->token.end(),
+                          [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }));
   // Validity counts from when the request was sent, minus drift.
   EXPECT_LE(got[0].valid_until_ns, kT0 + 3000 * kMs);
   EXPECT_GT(got[0].valid_until_ns, kT0);
-  EXPECT_EQ(c.fencing_token(id), 41u);
+  EXPECT_EQ(c.fencing_token(id), got[0].fencing_token);
   EXPECT_EQ(c.valid_until(id), got[0].valid_until_ns);
   EXPECT_TRUE(c.is_held(id, kT0 + 6 * kMs));
   EXPECT_FALSE(c.is_held(id, got[0].valid_until_ns));
@@ -126,32 +168,31 @@ TEST(Core, AcquireGrantRenewRelease) {
   ASSERT_TRUE(deadline.has_value());
   EXPECT_LT(*deadline, got[0].valid_until_ns);
   c.timeout(*deadline);
-  auto renews = only<leasehold::RenewCommand>(drain(c));
-  ASSERT_EQ(renews.size(), 1u);
-  EXPECT_EQ(renews[0].lease, id);
-  EXPECT_EQ(renews[0].token, acq[0].token);
-  c.renew_result(*deadline + kMs, renews[0].request, leasehold::RenewResult::Renewed);
+  ASSERT_EQ(h.run(*deadline + kMs).size(), 1u);
   drain(c);
   EXPECT_GT(*c.valid_until(id), got[0].valid_until_ns);
   EXPECT_EQ(c.counters().renewals_ok, 1u);
+  EXPECT_EQ(svc.holder("orders", *deadline + kMs)->token, holder->token);
 
   c.release(*deadline + 2 * kMs, id);
-  out = drain(c);
-  EXPECT_EQ(only<leasehold::ReleasedEvent>(out).size(), 1u);
-  auto rel = only<leasehold::ReleaseCommand>(out);
-  ASSERT_EQ(rel.size(), 1u);
-  EXPECT_EQ(rel[0].token, acq[0].token);
+  EXPECT_EQ(only<leasehold::ReleasedEvent>(drain(c)).size(), 1u);
   EXPECT_EQ(c.counters().pending_cleanups, 1u);
-  c.release_result(*deadline + 3 * kMs, rel[0].request, leasehold::ReleaseResult::Released);
+  ASSERT_EQ(h.run(*deadline + 3 * kMs).size(), 1u);
   drain(c);
   EXPECT_EQ(c.counters().pending_cleanups, 0u);
+  EXPECT_FALSE(svc.holder("orders", *deadline + 3 * kMs).has_value());
+  const auto n = c.counters();
+  EXPECT_EQ(n.backend_requests, 3u);  // acquire, renew, release
+  EXPECT_EQ(n.backend_transport_failures, 0u);
   // The record is dropped once its cleanup is answered.
   EXPECT_EQ(catch_error([&] { (void)c.is_held(id, *deadline + 4 * kMs); }).code(), LH_ERR_LEASE_ENDED);
 }
 
 TEST(Core, ValidityElapsedIsLost) {
-  auto c = make_core();
-  const auto id = grant(c, kT0, "x", 1);
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto id = h.grant(kT0, "x");
   const auto vu = *c.valid_until(id);
   c.timeout(vu + kMs);  // renewals never answered: local loss detection
   auto lost = only<leasehold::LostEvent>(drain(c));
@@ -164,8 +205,10 @@ TEST(Core, ValidityElapsedIsLost) {
 // The paused-then-released case on a fake clock: the process slept past valid_until and its
 // first act on waking is release(); the lease ends Lost (with its LostEvent), not Released.
 TEST(Core, ReleaseAfterValidityRanOutIsLost) {
-  auto c = make_core();
-  const auto id = grant(c, kT0, "paused", 1);
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto id = h.grant(kT0, "paused");
   const auto vu = *c.valid_until(id);
   EXPECT_EQ(c.release_reported(vu + 10 * kMs, id), leasehold::Releasing::Lost);
   auto out = drain(c);
@@ -175,25 +218,25 @@ TEST(Core, ReleaseAfterValidityRanOutIsLost) {
   EXPECT_TRUE(only<leasehold::ReleasedEvent>(out).empty());
   EXPECT_TRUE(only<leasehold::ReleaseOutcomeEvent>(out).empty());
   EXPECT_EQ(c.counters().releases_lost, 1u);
-  // Terminal is sticky: a second release and a renew fail and send nothing.
+  // Terminal is sticky: a second release and a renew fail and send nothing new.
+  h.run(vu + 10 * kMs);  // the loss's best-effort cleanup
   EXPECT_EQ(catch_error([&] { (void)c.release_reported(vu + 11 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
   EXPECT_EQ(catch_error([&] { c.renew(vu + 11 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
-  EXPECT_TRUE(only<leasehold::RenewCommand>(drain(c)).empty());
+  EXPECT_FALSE(c.io_poll().has_value());
 }
 
 TEST(Core, ReleaseReportedTellsTheServiceAnswer) {
-  auto c = make_core();
-  const auto a = grant(c, kT0, "a", 1);
-  const auto b = grant(c, kT0, "b", 2);
-  for (auto [id, answer, reply] :
-       {std::tuple{a, leasehold::ReleaseResult::Released, leasehold::ReleaseReply::Confirmed},
-        std::tuple{b, leasehold::ReleaseResult::NotOwner, leasehold::ReleaseReply::NotOwner}}) {
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto a = h.grant(kT0, "a");
+  const auto b = h.grant(kT0, "b");
+  svc.drop_lock("b");  // the service forgot b (a failover): its release finds no grant
+  for (auto [id, reply] : {std::tuple{a, leasehold::ReleaseReply::Confirmed},
+                           std::tuple{b, leasehold::ReleaseReply::NotOwner}}) {
     EXPECT_EQ(c.release_reported(kT0 + 10 * kMs, id), leasehold::Releasing::Pending);
-    auto out = drain(c);
-    EXPECT_EQ(only<leasehold::ReleasedEvent>(out).size(), 1u);
-    auto rel = only<leasehold::ReleaseCommand>(out);
-    ASSERT_EQ(rel.size(), 1u);
-    c.release_result(kT0 + 11 * kMs, rel[0].request, answer);
+    EXPECT_EQ(only<leasehold::ReleasedEvent>(drain(c)).size(), 1u);
+    ASSERT_EQ(h.run(kT0 + 11 * kMs).size(), 1u);
     auto outcome = only<leasehold::ReleaseOutcomeEvent>(drain(c));
     ASSERT_EQ(outcome.size(), 1u);
     EXPECT_EQ(outcome[0].lease, id);
@@ -205,11 +248,11 @@ TEST(Core, ReleaseReportedTellsTheServiceAnswer) {
 }
 
 TEST(Core, ManualRenewAndNoAutoRenew) {
-  auto c = make_core();
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
   const auto id = c.acquire(kT0, "manual", 3000ms, 0ns, false, /*auto_renew=*/false);
-  auto acq = only<leasehold::AcquireCommand>(drain(c));
-  ASSERT_EQ(acq.size(), 1u);
-  c.acquire_result(kT0 + kMs, acq[0].request, leasehold::Granted{5, 3000, {}});
+  ASSERT_EQ(h.run(kT0 + kMs).size(), 1u);
   drain(c);
   const auto vu = *c.valid_until(id);
   // No automatic renewal: the next deadline is the end of validity, and there the lease is lost.
@@ -219,11 +262,12 @@ TEST(Core, ManualRenewAndNoAutoRenew) {
 
   const auto t = kT0 + 1000 * kMs;
   c.renew(t, id);
-  auto renews = only<leasehold::RenewCommand>(drain(c));
-  ASSERT_EQ(renews.size(), 1u);
+  auto renew = c.io_poll();
+  ASSERT_TRUE(renew.has_value());
   c.renew(t + kMs, id);  // joins the renewal in flight
-  EXPECT_TRUE(only<leasehold::RenewCommand>(drain(c)).empty());
-  c.renew_result(t + 2 * kMs, renews[0].request, leasehold::RenewResult::Renewed);
+  EXPECT_FALSE(c.io_poll().has_value());
+  svc.call(h.conn, t + 2 * kMs, renew->argv,
+           [&](MemoryService::Answer a) { c.io_reply(t + 2 * kMs, renew->id, a.values, a.data); });
   auto renewed = only<leasehold::RenewedEvent>(drain(c));
   ASSERT_GE(renewed.size(), 1u);
   EXPECT_EQ(renewed[0].lease, id);
@@ -233,48 +277,95 @@ TEST(Core, ManualRenewAndNoAutoRenew) {
   EXPECT_GE(c.counters().renewals_requested, 1u);
 
   c.timeout(renewed[0].valid_until_ns + kMs);
-  auto out = drain(c);
-  EXPECT_TRUE(only<leasehold::RenewCommand>(out).empty());
-  auto lost = only<leasehold::LostEvent>(out);
+  auto lost = only<leasehold::LostEvent>(drain(c));
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].reason, leasehold::LostReason::Expired);
+  EXPECT_EQ(c.counters().renewals_sent, 1u);  // only the manual one
 }
 
 TEST(Core, RejectedRenewIsLost) {
-  auto c = make_core();
-  const auto id = grant(c, kT0, "x", 1);
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto id = h.grant(kT0, "x");
   const auto d = *c.poll_timeout();
   EXPECT_TRUE(c.is_held(id, d));
+  svc.drop_lock("x");
   c.timeout(d);
-  auto renews = only<leasehold::RenewCommand>(drain(c));
-  ASSERT_EQ(renews.size(), 1u);
-  c.renew_result(d + kMs, renews[0].request, leasehold::RenewResult::Rejected);
+  auto answered = h.run(d + kMs);
+  ASSERT_EQ(answered.size(), 1u);
   auto lost = only<leasehold::LostEvent>(drain(c));
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].reason, leasehold::LostReason::Rejected);
   EXPECT_EQ(leasehold::to_string(lost[0].reason), "rejected");
-  // Stale results are ignored, not errors.
-  const auto stale_before = c.counters().stale_results;
-  c.renew_result(d + 2 * kMs, renews[0].request, leasehold::RenewResult::Renewed);
-  EXPECT_EQ(c.counters().stale_results, stale_before + 1);
+  // An answer handed back twice is stale, not an error.
+  const auto stale_before = c.counters().backend_stale_replies;
+  c.io_reply(d + 2 * kMs, answered[0].id, answered[0].answer.values, answered[0].answer.data);
+  EXPECT_EQ(c.counters().backend_stale_replies, stale_before + 1);
 }
 
 TEST(Core, HeldByOtherWithoutWaitFails) {
-  auto c = make_core();
-  const auto id = c.acquire(kT0, "busy", 1000ms);
-  auto acq = only<leasehold::AcquireCommand>(drain(c));
-  ASSERT_EQ(acq.size(), 1u);
-  c.acquire_result(kT0 + kMs, acq[0].request, leasehold::HeldByOther{500});
-  auto failed = only<leasehold::AcquireFailedEvent>(drain(c));
+  MemoryService svc;
+  Host a(svc, make_core(leasehold::Config::defaults(), 1)), b(svc, make_core(leasehold::Config::defaults(), 2));
+  a.grant(kT0, "busy", 10000ms);
+  const auto id = b.core.acquire(kT0 + kMs, "busy", 1000ms);
+  ASSERT_EQ(b.run(kT0 + 2 * kMs).size(), 1u);
+  auto failed = only<leasehold::AcquireFailedEvent>(drain(b.core));
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].lease, id);
   EXPECT_EQ(failed[0].reason, leasehold::AcquireFailReason::WaitExhausted);
 }
 
+// A waiter watches the name; the holder's release reaches it as a message, and it acquires.
+TEST(Core, ReleaseNotificationWakesTheWaiter) {
+  MemoryService svc;
+  Host a(svc, make_core(leasehold::Config::defaults(), 1)), b(svc, make_core(leasehold::Config::defaults(), 2));
+  const auto held = a.grant(kT0, "wake", 60000ms);
+  const auto old_fence = *a.core.fencing_token(held);
+  const auto id = b.core.acquire(kT0 + kMs, "wake", 60000ms, 30s);
+  b.run(kT0 + 2 * kMs);  // held: the waiter watches the name and waits
+  EXPECT_TRUE(drain(b.core).empty());
+  EXPECT_EQ(svc.subscriptions(), 1u);
+  a.core.release(kT0 + 3 * kMs, held);
+  a.run(kT0 + 3 * kMs);  // the service queues the release for b's connection
+  ASSERT_EQ(b.released->size(), 1u);
+  EXPECT_EQ(b.released->front(), "wake");
+  b.notify(kT0 + 4 * kMs);
+  EXPECT_EQ(b.core.counters().backend_wakeups, 1u);
+  b.run(kT0 + 4 * kMs);
+  auto got = only<leasehold::AcquiredEvent>(drain(b.core));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].lease, id);
+  EXPECT_GT(got[0].fencing_token, old_fence);
+  b.run(kT0 + 5 * kMs);  // the waiter stops watching
+  EXPECT_EQ(svc.subscriptions(), 0u);
+  // A message for a name nobody here waits for is counted and ignored.
+  b.core.io_message(kT0 + 6 * kMs, "other");
+  EXPECT_EQ(b.core.counters().backend_ignored_messages, 1u);
+}
+
+TEST(Core, StatusQueryThroughTheService) {
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto lease = h.grant(kT0, "st", 3000ms);
+  const auto q = c.status_request(kT0 + 2 * kMs, "st");
+  EXPECT_FALSE(c.poll_status().has_value());
+  h.run(kT0 + 2 * kMs);
+  auto st = c.poll_status();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->id, q);
+  EXPECT_TRUE(st->ok) << st->error;
+  EXPECT_TRUE(st->held);
+  EXPECT_EQ(st->fencing_token, *c.fencing_token(lease));
+  EXPECT_GT(st->remaining_ttl_ms, 0u);
+  EXPECT_LE(st->remaining_ttl_ms, 3000u);
+  EXPECT_EQ(catch_error([&] { (void)c.status_request(kT0, ""); }).code(), LH_ERR_EMPTY_NAME);
+}
+
 TEST(Core, ReleaseWhileAcquiringCancels) {
   auto c = make_core();
   const auto id = c.acquire(kT0, "c", 1000ms, 10s);
-  drain(c);
   c.release(kT0 + kMs, id);
   auto failed = only<leasehold::AcquireFailedEvent>(drain(c));
   ASSERT_EQ(failed.size(), 1u);
@@ -282,41 +373,82 @@ TEST(Core, ReleaseWhileAcquiringCancels) {
 }
 
 TEST(Core, ReentrantSharesTheLease) {
-  auto c = make_core();
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
   const auto id = c.acquire(kT0, "r", 2000ms, 0ns, true);
-  auto acq = only<leasehold::AcquireCommand>(drain(c));
-  ASSERT_EQ(acq.size(), 1u);
-  c.acquire_result(kT0 + kMs, acq[0].request, leasehold::Granted{9, 2000, {}});
+  ASSERT_EQ(h.run(kT0 + kMs).size(), 1u);
   drain(c);
   const auto id2 = c.acquire(kT0 + 2 * kMs, "r", 2000ms, 0ns, true);
   EXPECT_EQ(id2, id);
-  auto out = drain(c);
-  EXPECT_TRUE(only<leasehold::AcquireCommand>(out).empty());  // no network call
-  EXPECT_EQ(only<leasehold::AcquiredEvent>(out).size(), 1u);
+  EXPECT_FALSE(c.io_poll().has_value());  // no network call
+  EXPECT_EQ(only<leasehold::AcquiredEvent>(drain(c)).size(), 1u);
   EXPECT_EQ(c.lease_info(id).holders, 2u);
   c.release(kT0 + 3 * kMs, id);
   EXPECT_TRUE(drain(c).empty());  // only decremented
+  EXPECT_FALSE(c.io_poll().has_value());
   EXPECT_EQ(c.lease_state(id), leasehold::LeaseState::Held);
   const auto info = c.lease_info(id);
   EXPECT_EQ(info.holders, 1u);
-  EXPECT_EQ(info.fencing_token, 9u);
+  EXPECT_EQ(info.fencing_token, c.fencing_token(id));
   EXPECT_TRUE(info.valid_until_ns.has_value());
   c.release(kT0 + 4 * kMs, id);
   EXPECT_EQ(only<leasehold::ReleasedEvent>(drain(c)).size(), 1u);
 }
 
-TEST(Core, OutputsAreOwnedCopies) {
-  auto c = make_core();
-  c.acquire(kT0, "copy-me", 1000ms);
-  auto o = c.poll_output();
-  ASSERT_TRUE(o.has_value());
+TEST(Core, RequestsAreOwnedCopies) {
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto id = c.acquire(kT0, "copy-me", 1000ms);
+  auto r = c.io_poll();
+  ASSERT_TRUE(r.has_value());
   // More calls on the handle invalidate borrowed pointers; our copy must survive them.
   c.acquire(kT0, "other-name", 1000ms);
-  drain(c);
-  auto* cmd = std::get_if<leasehold::AcquireCommand>(&*o);
-  ASSERT_NE(cmd, nullptr);
-  EXPECT_EQ(cmd->name, "copy-me");
-  EXPECT_EQ(cmd->token.size(), 32u);
+  h.run(kT0 + kMs);
+  EXPECT_FALSE(svc.holder("copy-me", kT0 + kMs).has_value());
+  svc.call(h.conn, kT0 + 2 * kMs, r->argv,
+           [&](MemoryService::Answer a) { c.io_reply(kT0 + 2 * kMs, r->id, a.values, a.data); });
+  EXPECT_TRUE(svc.holder("copy-me", kT0 + 2 * kMs).has_value());
+  EXPECT_EQ(c.lease_state(id), leasehold::LeaseState::Held);
+}
+
+// Every backend's core speaks through the same seam: its first requests have the kinds its
+// executor runs, and answers of another kind are refused without a change.
+TEST(Core, EveryBackendAsksThroughTheSeam) {
+  const auto cfg = leasehold::Config::defaults();
+  Core redis(cfg, leasehold::backend_defaults(LH_BACKEND_REDIS), seed());
+  auto sub = redis.io_poll();  // the wake channel's SUBSCRIBE, on the subscriber
+  ASSERT_TRUE(sub.has_value());
+  EXPECT_EQ(sub->kind, static_cast<std::uint32_t>(LH_IO_COMMAND));
+  EXPECT_EQ(sub->connection, static_cast<std::uint32_t>(LH_CONNECTION_NOTIFY));
+  EXPECT_FALSE(sub->argv.empty());
+  EXPECT_EQ(catch_error([&] { redis.io_http_reply(kT0, sub->id, 200, "{}"); }).code(), LH_ERR_WRONG_ANSWER);
+
+  Core sqlite(cfg, leasehold::backend_defaults(LH_BACKEND_SQLITE), seed());
+  sqlite.acquire(kT0, "s", 1000ms);
+  auto sql = sqlite.io_poll();
+  ASSERT_TRUE(sql.has_value());
+  EXPECT_EQ(sql->kind, static_cast<std::uint32_t>(LH_IO_SQL));
+  EXPECT_FALSE(sql->statements.empty());
+  EXPECT_FALSE(sql->statements[0].sql.empty());
+
+  auto eo = leasehold::backend_defaults(LH_BACKEND_ETCD);
+  Core etcd(cfg, eo, seed());
+  etcd.acquire(kT0, "e", 3000ms);
+  auto http = etcd.io_poll();
+  ASSERT_TRUE(http.has_value());
+  EXPECT_EQ(http->kind, static_cast<std::uint32_t>(LH_IO_HTTP));
+  EXPECT_EQ(http->method, "POST");
+  EXPECT_FALSE(http->path.empty());
+  EXPECT_FALSE(http->body.empty());
+  EXPECT_EQ(catch_error([&] { etcd.io_reply(kT0, http->id, {}, {}); }).code(), LH_ERR_WRONG_ANSWER);
+  EXPECT_EQ(catch_error([&] { etcd.io_message(kT0, "ch", "p"); }).code(), LH_ERR_WRONG_ANSWER);
+  // Unchanged: the right kind is still taken.
+  EXPECT_NO_THROW(etcd.io_failed(kT0 + kMs, http->id, LH_FAILURE_TRANSPORT, "no member answered"));
+  EXPECT_EQ(etcd.counters().backend_transport_failures, 1u);
+  EXPECT_NE(etcd.backend_last_error().find("no member answered"), std::string::npos) << etcd.backend_last_error();
+  EXPECT_NO_THROW(etcd.io_close(kT0 + 2 * kMs));
 }
 
 TEST(Core, MovedFromCoreThrows) {
@@ -334,7 +466,6 @@ TEST(Core, MovedFromCoreThrows) {
 
 TEST(CoreBadInput, Names) {
   auto c = make_core();
-  const auto before = c.counters();
   auto e = catch_error([&] { c.acquire(kT0, "", 1000ms); });
   EXPECT_EQ(e.code(), LH_ERR_EMPTY_NAME);
   EXPECT_NE(std::string(e.what()).find("LH_ERR_EMPTY_NAME"), std::string::npos);
@@ -343,10 +474,10 @@ TEST(CoreBadInput, Names) {
             LH_ERR_NAME_TOO_LONG);
   EXPECT_EQ(catch_error([&] { c.acquire(kT0, std::string_view("a\0b", 3), 1000ms); }).code(), LH_ERR_NAME_HAS_NUL);
   EXPECT_EQ(catch_error([&] { c.acquire(kT0, "\xff\xfe", 1000ms); }).code(), LH_ERR_INVALID_UTF8);
-  EXPECT_EQ(catch_error([&] { c.released(kT0, ""); }).code(), LH_ERR_EMPTY_NAME);
+  EXPECT_EQ(c.counters().acquires_sent, 0u);
+  EXPECT_FALSE(c.io_poll().has_value());
   // The longest valid name works.
   EXPECT_NO_THROW(c.acquire(kT0, std::string(kMaxName, 'n'), 1000ms));
-  EXPECT_EQ(before.acquires_sent, 0u);
 }
 
 TEST(CoreBadInput, Ttls) {
@@ -365,7 +496,7 @@ TEST(CoreBadInput, Ttls) {
   EXPECT_EQ(c.counters().live_leases, 0u);
 }
 
-TEST(CoreBadInput, SeedAndConfig) {
+TEST(CoreBadInput, SeedConfigAndBackend) {
   std::array<std::uint8_t, 8> short_seed{};
   EXPECT_EQ(catch_error([&] { Core c(leasehold::Config::defaults(), short_seed); }).code(), LH_ERR_SEED_TOO_SHORT);
   EXPECT_EQ(catch_error([&] { Core c(leasehold::Config::defaults(), std::span<const std::uint8_t>()); }).code(),
@@ -379,23 +510,33 @@ TEST(CoreBadInput, SeedAndConfig) {
   cfg = leasehold::Config::defaults();
   cfg.request_timeout_ns = 0;
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
+  // An unknown backend kind, and credentials that are not UTF-8.
+  EXPECT_EQ(catch_error([] { (void)leasehold::backend_defaults(99); }).code(), LH_ERR_INVALID_ENUM);
+  auto bad = leasehold::backend_defaults(LH_BACKEND_MEMORY);
+  bad.kind = 99;
+  EXPECT_EQ(catch_error([&] { Core c(leasehold::Config::defaults(), bad, seed()); }).code(), LH_ERR_INVALID_ENUM);
+  auto etcd = leasehold::backend_defaults(LH_BACKEND_ETCD);
+  const std::uint8_t not_utf8[] = {0xff, 0xfe};
+  etcd.etcd_user = not_utf8;
+  etcd.etcd_user_len = sizeof not_utf8;
+  EXPECT_EQ(catch_error([&] { Core c(leasehold::Config::defaults(), etcd, seed()); }).code(), LH_ERR_INVALID_UTF8);
   auto c = make_core();
   EXPECT_EQ(catch_error([&] { c.reseed(short_seed); }).code(), LH_ERR_SEED_TOO_SHORT);
   EXPECT_NO_THROW(c.reseed());
 }
 
 TEST(CoreBadInput, LeaseIds) {
-  auto c = make_core();
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
   EXPECT_EQ(catch_error([&] { c.release(kT0, 12345); }).code(), LH_ERR_UNKNOWN_LEASE);
   EXPECT_EQ(catch_error([&] { (void)c.lease_state(12345); }).code(), LH_ERR_UNKNOWN_LEASE);
   EXPECT_EQ(catch_error([&] { (void)c.is_held(12345, kT0); }).code(), LH_ERR_UNKNOWN_LEASE);
   EXPECT_EQ(catch_error([&] { (void)c.fencing_token(12345); }).code(), LH_ERR_UNKNOWN_LEASE);
-  const auto id = grant(c, kT0, "ended", 3);
+  const auto id = h.grant(kT0, "ended");
   c.release(kT0 + 2 * kMs, id);
-  auto rel = only<leasehold::ReleaseCommand>(drain(c));
-  ASSERT_EQ(rel.size(), 1u);
   EXPECT_EQ(catch_error([&] { c.release(kT0 + 3 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
-  c.release_result(kT0 + 4 * kMs, rel[0].request, leasehold::ReleaseResult::Released);
+  h.run(kT0 + 4 * kMs);
   drain(c);
   EXPECT_EQ(catch_error([&] { c.release(kT0 + 5 * kMs, id); }).code(), LH_ERR_LEASE_ENDED);
 }
@@ -409,27 +550,56 @@ TEST(CoreBadInput, TooManyLeases) {
   EXPECT_EQ(catch_error([&] { c.acquire(kT0, "c", 1000ms); }).code(), LH_ERR_TOO_MANY_LEASES);
 }
 
-TEST(CoreBadInput, ResultsAndEnums) {
-  auto c = make_core();
-  c.acquire(kT0, "e", 1000ms);
-  auto acq = only<leasehold::AcquireCommand>(drain(c));
-  ASSERT_EQ(acq.size(), 1u);
-  // Unknown enum values (only reachable by casting) are rejected by the ABI.
-  EXPECT_EQ(catch_error([&] { c.renew_result(kT0, 1, static_cast<leasehold::RenewResult>(99)); }).code(),
-            LH_ERR_INVALID_ENUM);
-  EXPECT_EQ(catch_error([&] { c.release_result(kT0, 1, static_cast<leasehold::ReleaseResult>(0)); }).code(),
-            LH_ERR_INVALID_ENUM);
-  // Oversized backend data.
-  leasehold::Granted g{5, 1000, leasehold::Bytes(kMaxBackendData + 1, 0xab)};
-  EXPECT_EQ(catch_error([&] { c.acquire_result(kT0 + kMs, acq[0].request, g); }).code(),
-            LH_ERR_BACKEND_DATA_TOO_LONG);
-  // State unchanged: the real answer still works.
-  c.acquire_result(kT0 + kMs, acq[0].request, leasehold::Granted{5, 1000, leasehold::Bytes{1, 2, 3}});
+// Malformed, oversized and wrong-kind answers are refused and change nothing; the real answer
+// still works afterwards, and an answer for an unknown id is counted as stale.
+TEST(CoreBadInput, AnswersAndEnums) {
+  MemoryService svc;
+  Host h(svc, make_core());
+  auto& c = h.core;
+  const auto lease = c.acquire(kT0, "e", 1000ms);
+  auto r = c.io_poll();
+  ASSERT_TRUE(r.has_value());
+  lh_value array{};
+  array.kind = LH_VALUE_ARRAY;
+  array.len = 5;  // promises five elements, has none
+  EXPECT_EQ(catch_error([&] { c.io_reply(kT0 + kMs, r->id, std::span(&array, 1), {}); }).code(), LH_ERR_INVALID_REPLY);
+  lh_value bulk{};
+  bulk.kind = LH_VALUE_BULK;
+  bulk.offset = 2;
+  bulk.len = 10;  // past the data
+  EXPECT_EQ(catch_error([&] { c.io_reply(kT0 + kMs, r->id, std::span(&bulk, 1), "abc"); }).code(), LH_ERR_INVALID_REPLY);
+  lh_value odd{};
+  odd.kind = 77;
+  EXPECT_EQ(catch_error([&] { c.io_reply(kT0 + kMs, r->id, std::span(&odd, 1), {}); }).code(), LH_ERR_INVALID_REPLY);
+  const std::string huge(LH_MAX_REPLY_DATA + 1, 'x');
+  lh_value big{};
+  big.kind = LH_VALUE_BULK;
+  big.len = huge.size();
+  EXPECT_EQ(catch_error([&] { c.io_reply(kT0 + kMs, r->id, std::span(&big, 1), huge); }).code(), LH_ERR_INVALID_REPLY);
+  EXPECT_EQ(catch_error([&] { c.io_message(kT0 + kMs, huge); }).code(), LH_ERR_INVALID_REPLY);
+  // Answers of kinds a memory handle does not have.
+  EXPECT_EQ(catch_error([&] { c.io_http_reply(kT0 + kMs, r->id, 200, "{}"); }).code(), LH_ERR_WRONG_ANSWER);
+  EXPECT_EQ(catch_error([&] { c.answer(kT0 + kMs, leasehold::IoStreamMessage{r->id, "{}"}); }).code(),
+            LH_ERR_WRONG_ANSWER);
+  // Unknown enum values.
+  EXPECT_EQ(catch_error([&] { c.io_failed(kT0 + kMs, r->id, 99, "x"); }).code(), LH_ERR_INVALID_ENUM);
+  EXPECT_EQ(catch_error([&] { c.io_connection(kT0 + kMs, LH_CONNECTION_COMMANDS, 99); }).code(), LH_ERR_INVALID_ENUM);
+  EXPECT_EQ(catch_error([&] { c.io_connection(kT0 + kMs, 99, LH_CONNECTION_REOPENED); }).code(), LH_ERR_INVALID_ENUM);
+  EXPECT_EQ(c.lease_state(lease), leasehold::LeaseState::Acquiring);
+  EXPECT_EQ(c.counters().backend_transport_failures, 0u);
+  // State unchanged: the real answer, through the variant, still works.
+  svc.call(h.conn, kT0 + 2 * kMs, r->argv, [&](MemoryService::Answer a) {
+    c.answer(kT0 + 2 * kMs, leasehold::IoReply{r->id, std::move(a.values), std::move(a.data)});
+  });
   EXPECT_EQ(only<leasehold::AcquiredEvent>(drain(c)).size(), 1u);
   // Unknown request ids are stale, not errors.
-  const auto stale = c.counters().stale_results;
-  c.acquire_result(kT0 + 2 * kMs, 987654, leasehold::TransportError{});
-  EXPECT_EQ(c.counters().stale_results, stale + 1);
+  const auto stale = c.counters().backend_stale_replies;
+  c.io_failed(kT0 + 3 * kMs, 987654);
+  lh_value one{};
+  one.kind = LH_VALUE_INT;
+  c.io_reply(kT0 + 3 * kMs, 987655, std::span(&one, 1), {});
+  EXPECT_EQ(catch_error([&] { c.io_reply(kT0 + 3 * kMs, 987656, {}, {}); }).code(), LH_ERR_INVALID_REPLY);  // no value
+  EXPECT_EQ(c.counters().backend_stale_replies, stale + 2);
 }
 
 TEST(CoreBadInput, PanicPoisonsTheHandle) {
@@ -437,6 +607,8 @@ TEST(CoreBadInput, PanicPoisonsTheHandle) {
   auto e = catch_error([&] { c.debug_panic(); });
   EXPECT_EQ(e.code(), LH_ERR_PANIC);
   EXPECT_EQ(catch_error([&] { c.acquire(kT0, "x", 1000ms); }).code(), LH_ERR_POISONED);
-  EXPECT_EQ(catch_error([&] { (void)c.poll_output(); }).code(), LH_ERR_POISONED);
+  EXPECT_EQ(catch_error([&] { (void)c.poll_event(); }).code(), LH_ERR_POISONED);
+  EXPECT_EQ(catch_error([&] { (void)c.io_poll(); }).code(), LH_ERR_POISONED);
   EXPECT_EQ(catch_error([&] { (void)c.counters(); }).code(), LH_ERR_POISONED);
+  EXPECT_EQ(c.backend_last_error(), "");
 }

@@ -52,7 +52,12 @@ using namespace std::chrono_literals;
 
 // Each earlier name is an alias, not a second type: code written against either mixes freely.
 static_assert(std::is_same_v<leasehold::Transport, leasehold::Executor>);
-static_assert(std::is_same_v<leasehold::Transport::WakeCallback, leasehold::Executor::WakeCallback>);
+static_assert(std::is_same_v<leasehold::Backend, leasehold::Executor>);
+static_assert(std::is_same_v<leasehold::Transport::Sink, leasehold::Executor::Sink>);
+static_assert(std::is_same_v<leasehold::Request, leasehold::IoRequest>);
+static_assert(std::is_same_v<leasehold::SqlRequest, leasehold::IoRequest>);
+static_assert(std::is_same_v<leasehold::HttpRequest, leasehold::IoRequest>);
+static_assert(std::is_same_v<leasehold::Output, leasehold::Event>);
 static_assert(std::is_same_v<leasehold::MemoryTransport, leasehold::MemoryExecutor>);
 static_assert(std::is_same_v<leasehold::SqlStatus, leasehold::LockStatus>);
 static_assert(std::is_base_of_v<leasehold::Executor, leasehold::MemoryExecutor>);

@@ -243,8 +243,7 @@ class Redis : public ::testing::Test {
     RedisOptions o;
     o.port = g_server->port;
     if (standby_delay_ms != 0) {
-      lh_redis_options ro{};
-      lh_redis_options_default(&ro);
+      leasehold::RedisProtocolOptions ro;
       ro.standby_delay_ms = standby_delay_ms;
       o.protocol = ro;
     }

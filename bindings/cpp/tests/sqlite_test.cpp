@@ -136,16 +136,6 @@ TEST_F(Sqlite, LifecycleOnARealFile) {
   EXPECT_TRUE(b.last_backend_error().empty()) << b.last_backend_error();
 }
 
-TEST_F(Sqlite, StatusNeedsAnSqlTransport) {
-  LockClient m(std::make_shared<leasehold::MemoryExecutor>(std::make_shared<leasehold::MemoryService>()), quiet());
-  try {
-    (void)m.status("x");
-    ADD_FAILURE() << "status() answered on the memory service";
-  } catch (const leasehold::Error& e) {
-    EXPECT_EQ(e.code(), static_cast<leasehold::Status>(LH_ERR_NO_BACKEND));
-  }
-}
-
 // A waiter retries at the holder's expiry or by backoff (SQLite has no notifications) and
 // gets the lock once it is released.
 TEST_F(Sqlite, WaiterGetsTheLockAfterRelease) {

@@ -1,4 +1,5 @@
-// leasehold/config.hpp — the core's configuration (Config, from lh_config) and its counters.
+// leasehold/config.hpp — the core's configuration (Config, from lh_config) and its counters (Counters,
+// from lh_counters: the engine's and the backend protocol's).
 #pragma once
 
 #include <leasehold.h>
@@ -66,6 +67,43 @@ struct Counters {
   // Manual renewals (Lease::renew) and the outcomes of releases that reached the service.
   std::uint64_t renewals_requested = 0, releases_confirmed = 0, releases_not_owner = 0,
                 releases_unconfirmed = 0, releases_lost = 0;
+  // The backend protocol, every backend: requests emitted, error / garbage / stale answers,
+  // transport failures, notifications that woke a name and those ignored.
+  std::uint64_t backend_requests = 0, backend_error_replies = 0, backend_garbage_replies = 0,
+                backend_stale_replies = 0, backend_transport_failures = 0, backend_wakeups = 0,
+                backend_ignored_messages = 0;
+  // Redis (redis_subscribed is a gauge: 1 while the subscription is in effect).
+  std::uint64_t redis_script_calls = 0, redis_noscript_retries = 0, redis_local_refusals = 0,
+                redis_standby_takeovers = 0, redis_subscriptions = 0, redis_subscriber_losses = 0,
+                redis_subscribed = 0;
+  // SQL and etcd.
+  std::uint64_t sql_migrations = 0, sql_database_errors = 0;
+  std::uint64_t etcd_leases_granted = 0, etcd_txns = 0, etcd_watches = 0, etcd_waiting_keepalives = 0,
+                etcd_waiters_expired = 0;
+
+  static Counters from_c(const lh_counters& c) {
+    Counters r;
+    r.live_leases = c.live_leases, r.pending_cleanups = c.pending_cleanups, r.acquires_sent = c.acquires_sent;
+    r.grants = c.grants, r.acquire_failed = c.acquire_failed, r.renewals_sent = c.renewals_sent;
+    r.renewals_ok = c.renewals_ok, r.renewals_failed = c.renewals_failed, r.releases_sent = c.releases_sent;
+    r.lost_rejected = c.lost_rejected, r.lost_expired = c.lost_expired, r.lost_fail_budget = c.lost_fail_budget;
+    r.stale_results = c.stale_results, r.time_clamped = c.time_clamped;
+    r.renewals_requested = c.renewals_requested, r.releases_confirmed = c.releases_confirmed;
+    r.releases_not_owner = c.releases_not_owner, r.releases_unconfirmed = c.releases_unconfirmed;
+    r.releases_lost = c.releases_lost;
+    r.backend_requests = c.backend_requests, r.backend_error_replies = c.backend_error_replies;
+    r.backend_garbage_replies = c.backend_garbage_replies, r.backend_stale_replies = c.backend_stale_replies;
+    r.backend_transport_failures = c.backend_transport_failures, r.backend_wakeups = c.backend_wakeups;
+    r.backend_ignored_messages = c.backend_ignored_messages;
+    r.redis_script_calls = c.redis_script_calls, r.redis_noscript_retries = c.redis_noscript_retries;
+    r.redis_local_refusals = c.redis_local_refusals, r.redis_standby_takeovers = c.redis_standby_takeovers;
+    r.redis_subscriptions = c.redis_subscriptions, r.redis_subscriber_losses = c.redis_subscriber_losses;
+    r.redis_subscribed = c.redis_subscribed;
+    r.sql_migrations = c.sql_migrations, r.sql_database_errors = c.sql_database_errors;
+    r.etcd_leases_granted = c.etcd_leases_granted, r.etcd_txns = c.etcd_txns, r.etcd_watches = c.etcd_watches;
+    r.etcd_waiting_keepalives = c.etcd_waiting_keepalives, r.etcd_waiters_expired = c.etcd_waiters_expired;
+    return r;
+  }
 };
 
 }  // namespace leasehold

@@ -1,6 +1,7 @@
 // leasehold/core.hpp — leasehold::Core, a move-only RAII owner of one `lh_client` (the sans-IO
-// core): inputs in, typed outputs out, backend requests polled and answered; misuse throws
-// leasehold::Error. Not thread-safe (like the C handle). LockClient drives one for you.
+// core with its backend's protocol): application calls in, IO requests polled (io_poll) and
+// answered (answer / io_*), events out; misuse throws leasehold::Error. Not thread-safe (like
+// the C handle). LockClient drives one for you.
 #pragma once
 
 #include <leasehold.h>
@@ -22,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 extern "C" lh_status lh_client_debug_panic(struct lh_client* c) LEASEHOLD_TEST_HOOK;
@@ -37,6 +39,12 @@ struct ClientDeleter {
 inline const std::uint8_t* bytes_ptr(const void* p) noexcept {
   static const std::uint8_t empty = 0;
   return p != nullptr ? static_cast<const std::uint8_t*>(p) : &empty;
+}
+
+// The same for an empty list of values.
+inline const lh_value* values_ptr(std::span<const lh_value> v) noexcept {
+  static const lh_value none{};
+  return v.data() != nullptr ? v.data() : &none;
 }
 
 inline std::string copy_str(const std::uint8_t* p, std::size_t n) {
@@ -62,6 +70,14 @@ inline std::array<std::uint8_t, 32> os_seed() {
 }
 }  // namespace detail
 
+// The defaults of a backend (LH_BACKEND_*), to change fields of before making a Core.
+inline lh_backend_options backend_defaults(std::uint32_t kind) {
+  lh_backend_options o{};
+  if (const auto st = lh_backend_options_default(kind, &o); st != LH_OK)
+    throw Error(st, "lh_backend_options_default: unknown backend kind " + std::to_string(kind));
+  return o;
+}
+
 inline std::string_view library_version() noexcept { return lh_version(); }
 inline std::uint32_t library_abi_version() noexcept { return lh_abi_version(); }
 
@@ -70,21 +86,26 @@ class Core {
   using LeaseId = std::uint64_t;
   using RequestId = std::uint64_t;
 
-  // Takes ownership of a handle made elsewhere (e.g. lh_client_new_redis: a backend-attached
-  // core whose poll_output() yields events only and whose commands come from poll_request()).
+  // Takes ownership of a handle made elsewhere (lh_client_new).
   static Core adopt(lh_client* handle) {
     if (handle == nullptr) throw Error(LH_ERR_NULL_ARGUMENT, "Core::adopt: NULL handle");
-    Core c(handle);
-    return c;
+    return Core(handle);
   }
 
-  // Seeded from the OS.
-  explicit Core(const Config& config = Config::defaults()) {
-    const auto seed = detail::os_seed();
-    init(config, seed);
+  // On the memory service's protocol (LH_BACKEND_MEMORY), seeded from the OS.
+  explicit Core(const Config& config = Config::defaults()) : Core(config, backend_defaults(LH_BACKEND_MEMORY)) {}
+  // On the memory service's protocol, with a deterministic seed (tests, replays; at least 16 bytes).
+  Core(const Config& config, std::span<const std::uint8_t> seed) {
+    init(config, backend_defaults(LH_BACKEND_MEMORY), seed);
   }
-  // Deterministic seed (tests, replays); at least 16 bytes.
-  Core(const Config& config, std::span<const std::uint8_t> seed) { init(config, seed); }
+  // On `backend`'s protocol (backend_defaults(LH_BACKEND_*) with fields changed), seeded from the OS.
+  Core(const Config& config, const lh_backend_options& backend) {
+    const auto seed = detail::os_seed();
+    init(config, backend, seed);
+  }
+  Core(const Config& config, const lh_backend_options& backend, std::span<const std::uint8_t> seed) {
+    init(config, backend, seed);
+  }
 
   Core(Core&&) noexcept = default;
   Core& operator=(Core&&) noexcept = default;
@@ -102,6 +123,7 @@ class Core {
     reseed(seed);
   }
 
+  // --- the application's calls ---
   LeaseId acquire(std::uint64_t now, std::string_view name, std::chrono::milliseconds ttl,
                   std::chrono::nanoseconds wait = std::chrono::nanoseconds{0}, bool reentrant = false,
                   bool auto_renew = true) {
@@ -115,79 +137,34 @@ class Core {
     check(lh_acquire(h(), now, detail::bytes_ptr(name.data()), name.size(), &o, &id));
     return id;
   }
-  void release(std::uint64_t now, LeaseId lease) { check(lh_release(h(), now, lease)); }
+  void release(std::uint64_t now, LeaseId lease) { check(lh_release(h(), now, lease, nullptr)); }
   // A release that reports: Pending is followed by a ReleaseOutcomeEvent, Lost by a LostEvent.
   Releasing release_reported(std::uint64_t now, LeaseId lease) {
     std::uint32_t r = 0;
-    check(lh_release_reported(h(), now, lease, &r));
+    check(lh_release(h(), now, lease, &r));
     return static_cast<Releasing>(r);
   }
   // Renews now (or joins the renewal in flight); completes as a RenewedEvent or a LostEvent.
   // A lease whose validity already ran out gets its LostEvent queued and nothing is sent.
   void renew(std::uint64_t now, LeaseId lease) { check(lh_renew(h(), now, lease)); }
-
-  void acquire_result(std::uint64_t now, RequestId req, const AcquireResult& r) {
-    std::visit(overloaded{
-                   [&](const Granted& g) {
-                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_GRANTED, g.fencing_token,
-                                             g.ttl_ms, LH_NO_RETRY_HINT,
-                                             detail::bytes_ptr(g.backend_data.data()),
-                                             g.backend_data.size()));
-                   },
-                   [&](const HeldByOther& o) {
-                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_HELD_BY_OTHER, 0, 0,
-                                             o.retry_after_ms.value_or(LH_NO_RETRY_HINT),
-                                             detail::bytes_ptr(nullptr), 0));
-                   },
-                   [&](const TransportError&) {
-                     check(lh_acquire_result(h(), now, req, LH_ACQUIRE_TRANSPORT_ERROR, 0, 0,
-                                             LH_NO_RETRY_HINT, detail::bytes_ptr(nullptr), 0));
-                   },
-               },
-               r);
-  }
-  void renew_result(std::uint64_t now, RequestId req, RenewResult r) {
-    check(lh_renew_result(h(), now, req, static_cast<std::uint32_t>(r)));
-  }
-  void release_result(std::uint64_t now, RequestId req, ReleaseResult r) {
-    check(lh_release_result(h(), now, req, static_cast<std::uint32_t>(r)));
-  }
-  // A release notification for `name` (watch).
-  void released(std::uint64_t now, std::string_view name) {
-    check(lh_released(h(), now, detail::bytes_ptr(name.data()), name.size()));
-  }
   void timeout(std::uint64_t now) { check(lh_timeout(h(), now)); }
 
-  // Next output, or nullopt when drained.
-  std::optional<Output> poll_output() {
-    lh_output o{};
-    check(lh_poll_output(h(), &o));
-    switch (o.kind) {
-      case LH_OUTPUT_NONE: return std::nullopt;
-      case LH_OUTPUT_ACQUIRE:
-        return AcquireCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
-                              detail::copy_str(o.token, o.token_len), o.ttl_ms};
-      case LH_OUTPUT_RENEW:
-        return RenewCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
-                            detail::copy_str(o.token, o.token_len), o.ttl_ms,
-                            detail::copy_bytes(o.backend_data, o.backend_data_len)};
-      case LH_OUTPUT_RELEASE:
-        return ReleaseCommand{o.request_id, o.lease_id, detail::copy_str(o.name, o.name_len),
-                              detail::copy_str(o.token, o.token_len),
-                              detail::copy_bytes(o.backend_data, o.backend_data_len)};
-      case LH_OUTPUT_WATCH: return WatchCommand{detail::copy_str(o.name, o.name_len)};
-      case LH_OUTPUT_UNWATCH: return UnwatchCommand{detail::copy_str(o.name, o.name_len)};
-      case LH_OUTPUT_ACQUIRED: return AcquiredEvent{o.lease_id, o.fencing_token, o.valid_until_ns};
-      case LH_OUTPUT_ACQUIRE_FAILED:
-        return AcquireFailedEvent{o.lease_id, static_cast<AcquireFailReason>(o.reason)};
-      case LH_OUTPUT_LOST: return LostEvent{o.lease_id, static_cast<LostReason>(o.reason)};
-      case LH_OUTPUT_RELEASED: return ReleasedEvent{o.lease_id};
-      case LH_OUTPUT_RENEWED: return RenewedEvent{o.lease_id, o.valid_until_ns};
-      case LH_OUTPUT_RELEASE_OUTCOME: return ReleaseOutcomeEvent{o.lease_id, static_cast<ReleaseReply>(o.reason)};
-      default:
-        throw Error(LH_ERR_INVALID_ENUM, "unknown output kind " + std::to_string(o.kind));
+  // Next event, or nullopt when drained.
+  std::optional<Event> poll_event() {
+    lh_event e{};
+    check(lh_poll_event(h(), &e));
+    switch (e.kind) {
+      case LH_EVENT_NONE: return std::nullopt;
+      case LH_EVENT_ACQUIRED: return AcquiredEvent{e.lease_id, e.fencing_token, e.valid_until_ns};
+      case LH_EVENT_ACQUIRE_FAILED: return AcquireFailedEvent{e.lease_id, static_cast<AcquireFailReason>(e.reason)};
+      case LH_EVENT_LOST: return LostEvent{e.lease_id, static_cast<LostReason>(e.reason)};
+      case LH_EVENT_RELEASED: return ReleasedEvent{e.lease_id};
+      case LH_EVENT_RENEWED: return RenewedEvent{e.lease_id, e.valid_until_ns};
+      case LH_EVENT_RELEASE_OUTCOME: return ReleaseOutcomeEvent{e.lease_id, static_cast<ReleaseReply>(e.reason)};
+      default: throw Error(LH_ERR_INVALID_ENUM, "unknown event kind " + std::to_string(e.kind));
     }
   }
+  std::optional<Event> poll_output() { return poll_event(); }  // the earlier name
   // Deadline (monotonic ns) by which timeout() must be called; nullopt = none.
   [[nodiscard]] std::optional<std::uint64_t> poll_timeout() {
     std::uint64_t d = LH_NO_DEADLINE;
@@ -232,16 +209,14 @@ class Core {
     check(lh_is_held(h(), lease, now, &held));
     return held;
   }
+  // The engine's and the backend protocol's counters.
   [[nodiscard]] Counters counters() const {
     lh_counters c{};
     c.struct_size = sizeof(c);
     check(lh_counters_get(h(), &c));
-    return Counters{c.live_leases,   c.pending_cleanups, c.acquires_sent,   c.grants,
-                    c.acquire_failed, c.renewals_sent,   c.renewals_ok,     c.renewals_failed,
-                    c.releases_sent,  c.lost_rejected,   c.lost_expired,    c.lost_fail_budget,
-                    c.stale_results,  c.time_clamped,     c.renewals_requested, c.releases_confirmed,
-                    c.releases_not_owner, c.releases_unconfirmed, c.releases_lost};
+    return Counters::from_c(c);
   }
+  [[nodiscard]] Counters etcd_counters() const { return counters(); }  // the earlier name on etcd
 
   // Test hook: panics inside the C boundary; the handle is poisoned afterwards. Needs a library
   // built with the `testing` feature (else Error(status::no_testing_feature)).
@@ -250,73 +225,95 @@ class Core {
     check(lh_client_debug_panic(h()));
   }
 
-  // --- backend-attached handles (lh_client_new_redis) ---
-  // Next backend request, or nullopt when drained.
-  std::optional<Request> poll_request() {
-    lh_request r{};
-    check(lh_poll_request(h(), &r));
-    if (r.id == 0) return std::nullopt;
-    Request out{r.id, r.connection, {}};
-    out.argv.reserve(r.argc);
-    for (std::uint32_t i = 0; i < r.argc; ++i) out.argv.push_back(detail::copy_str(r.argv[i].ptr, r.argv[i].len));
-    return out;
-  }
-  // A flat reply (pre-order values, strings as offset/len into `data`).
-  void reply(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
-    check(lh_reply(h(), now, req, values.data(), values.size(), detail::bytes_ptr(data.data()), data.size()));
-  }
-  void request_failed(std::uint64_t now, RequestId req) { check(lh_request_failed(h(), now, req)); }
-  void pubsub_message(std::uint64_t now, std::string_view channel, std::string_view payload) {
-    check(lh_pubsub_message(h(), now, detail::bytes_ptr(channel.data()), channel.size(),
-                            detail::bytes_ptr(payload.data()), payload.size()));
-  }
-  void subscription(std::uint64_t now, std::string_view channel, bool subscribed) {
-    check(lh_subscription(h(), now, detail::bytes_ptr(channel.data()), channel.size(), subscribed ? 1u : 0u));
-  }
-
-  // --- SQL handles (lh_client_new_sql) ---
-  // Next SQL request, or nullopt when drained.
-  std::optional<SqlRequest> sql_poll_request() {
-    lh_sql_request r{};
-    check(lh_sql_poll_request(h(), &r));
-    if (r.id == 0) return std::nullopt;
-    SqlRequest out{r.id, r.connection, {}};
-    const auto* d = r.data;
+  // --- the seam: requests out, answers in (every backend) ---
+  // Next request, owned, or nullopt when drained.
+  std::optional<IoRequest> io_poll() {
+    lh_io_request r{};
+    check(lh_io_poll(h(), &r));
+    if (r.kind == LH_IO_NONE) return std::nullopt;
+    IoRequest out;
+    out.id = r.id;
+    out.kind = r.kind;
+    out.connection = r.connection;
     auto slice = [&](std::uint64_t off, std::uint64_t len) {
-      return (d == nullptr || off + len > r.data_len) ? std::string()
-                                                      : std::string(reinterpret_cast<const char*>(d) + off, len);
+      return (r.data == nullptr || off > r.data_len || len > r.data_len - off)
+                 ? std::string()
+                 : std::string(reinterpret_cast<const char*>(r.data) + off, len);
     };
-    out.statements.reserve(r.nstatements);
-    for (std::uint32_t i = 0; i < r.nstatements; ++i) {
-      const auto& st = r.statements[i];
-      SqlStatement s{slice(st.sql_offset, st.sql_len), {}};
-      for (std::uint32_t k = 0; k < st.nparams && st.first_param + k < r.nparams; ++k) {
-        const auto& v = r.params[st.first_param + k];
-        SqlParam p{v.kind, v.integer, {}};
-        if (v.kind == LH_VALUE_TEXT || v.kind == LH_VALUE_BULK) p.bytes = slice(v.offset, v.len);
-        s.params.push_back(std::move(p));
-      }
-      out.statements.push_back(std::move(s));
+    auto cstr = [](const char* p) { return p != nullptr ? std::string(p) : std::string(); };
+    switch (r.kind) {
+      case LH_IO_COMMAND:
+        out.argv.reserve(r.argc);
+        for (std::uint32_t i = 0; i < r.argc; ++i) out.argv.push_back(detail::copy_str(r.argv[i].ptr, r.argv[i].len));
+        break;
+      case LH_IO_SQL:
+        out.statements.reserve(r.nstatements);
+        for (std::uint32_t i = 0; i < r.nstatements; ++i) {
+          const auto& st = r.statements[i];
+          SqlStatement s{slice(st.sql_offset, st.sql_len), {}};
+          for (std::uint32_t k = 0; k < st.nparams && st.first_param + k < r.nparams; ++k) {
+            const auto& v = r.params[st.first_param + k];
+            SqlParam p{v.kind, v.integer, {}};
+            if (v.kind == LH_VALUE_TEXT || v.kind == LH_VALUE_BULK) p.bytes = slice(v.offset, v.len);
+            s.params.push_back(std::move(p));
+          }
+          out.statements.push_back(std::move(s));
+        }
+        break;
+      default:  // LH_IO_HTTP, _HTTP_WATCH, _HTTP_CANCEL
+        out.method = cstr(r.method);
+        out.path = cstr(r.path);
+        out.body = detail::copy_str(r.data, r.data_len);
+        out.authorization = cstr(r.authorization);
+        break;
     }
     return out;
   }
-  // Every statement's rows: one LH_VALUE_ARRAY per statement, of rows, each an array of columns.
-  void sql_result(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
-    check(lh_sql_result(h(), now, req, values.data(), values.size(), detail::bytes_ptr(data.data()), data.size()));
+  // Values answering a COMMAND or SQL request (pre-order, strings as offset/len into `data`).
+  void io_reply(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
+    check(lh_io_reply(h(), now, req, detail::values_ptr(values), values.size(), detail::bytes_ptr(data.data()),
+                      data.size()));
   }
-  // kind: LH_SQL_FAILURE_TRANSPORT or LH_SQL_FAILURE_DATABASE; the message is cut to fit.
-  void sql_failed(std::uint64_t now, RequestId req, std::uint32_t kind, std::string_view message) {
-    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_SQL_MESSAGE));
-    check(lh_sql_failed(h(), now, req, kind, detail::bytes_ptr(message.data()), message.size()));
+  void io_http_reply(std::uint64_t now, RequestId req, std::uint32_t status, std::string_view body) {
+    check(lh_io_http_reply(h(), now, req, status, detail::bytes_ptr(body.data()), body.size()));
   }
-  void sql_notification(std::uint64_t now, std::string_view channel, std::string_view payload) {
-    check(lh_sql_notification(h(), now, detail::bytes_ptr(channel.data()), channel.size(),
-                              detail::bytes_ptr(payload.data()), payload.size()));
+  void io_stream_message(std::uint64_t now, RequestId req, std::string_view message) {
+    check(lh_io_stream_message(h(), now, req, detail::bytes_ptr(message.data()), message.size()));
   }
-  void sql_connection_reset(std::uint64_t now, std::uint32_t connection) {
-    check(lh_sql_connection_reset(h(), now, connection));
+  // kind: LH_FAILURE_TRANSPORT or LH_FAILURE_DATABASE; the message is cut to fit.
+  void io_failed(std::uint64_t now, RequestId req, std::uint32_t kind = LH_FAILURE_TRANSPORT,
+                 std::string_view message = {}) {
+    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_REPLY_DATA));
+    check(lh_io_failed(h(), now, req, kind, detail::bytes_ptr(message.data()), message.size()));
   }
-  // Queues a status query (any backend protocol); its answer comes from poll_status() with this id.
+  void io_message(std::uint64_t now, std::string_view channel, std::string_view payload = {}) {
+    check(lh_io_message(h(), now, detail::bytes_ptr(channel.data()), channel.size(),
+                        detail::bytes_ptr(payload.data()), payload.size()));
+  }
+  void io_connection(std::uint64_t now, std::uint32_t connection, std::uint32_t event, std::string_view channel = {}) {
+    check(lh_io_connection(h(), now, connection, event, detail::bytes_ptr(channel.data()), channel.size()));
+  }
+  // The client is closing (etcd: revoke its pooled leases); run the requests it makes.
+  void io_close(std::uint64_t now) { check(lh_io_close(h(), now)); }
+  // Feeds one answer of any kind.
+  void answer(std::uint64_t now, const IoAnswer& a) {
+    std::visit(overloaded{
+                   [&](const IoReply& r) { io_reply(now, r.id, r.values, r.data); },
+                   [&](const IoHttpReply& r) { io_http_reply(now, r.id, r.status, r.body); },
+                   [&](const IoStreamMessage& m) { io_stream_message(now, m.id, m.message); },
+                   [&](const IoFailed& f) { io_failed(now, f.id, f.kind, f.message); },
+                   [&](const IoMessage& m) { io_message(now, m.channel, m.payload); },
+                   [&](const IoConnection& c) { io_connection(now, c.connection, c.event, c.channel); },
+               },
+               a);
+  }
+  // What the backend said last or the protocol found wrong in an answer; empty if nothing.
+  [[nodiscard]] std::string backend_last_error() const {
+    const char* m = lh_backend_last_error(h());
+    return m != nullptr ? std::string(m) : std::string();
+  }
+
+  // Queues a status query; its answer comes from poll_status() with this id.
   std::uint64_t status_request(std::uint64_t now, std::string_view name) {
     std::uint64_t id = 0;
     check(lh_status_request(h(), now, detail::bytes_ptr(name.data()), name.size(), &id));
@@ -328,65 +325,61 @@ class Core {
     check(lh_poll_status(h(), &s));
     if (s.id == 0) return std::nullopt;
     return LockStatus{s.id, s.ok != 0, s.held != 0, s.fencing_token, s.remaining_ttl_ms, s.last_fencing_token,
-                     s.held_for_ms, s.holder_pid, detail::copy_str(s.holder_host, s.holder_host_len),
-                     detail::copy_str(s.error, s.error_len)};
-  }
-  // status_request / poll_status under their SQL names.
-  std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) { return status_request(now, name); }
-  std::optional<LockStatus> sql_poll_status() { return poll_status(); }
-  // The last database error or refused schema (a foreign table of the same name…); empty if none.
-  [[nodiscard]] std::string sql_last_error() const {
-    const std::uint8_t* p = nullptr;
-    std::size_t n = 0;
-    check(lh_sql_last_error(h(), &p, &n));
-    return detail::copy_str(p, n);
+                      s.held_for_ms, s.holder_pid, detail::copy_str(s.holder_host, s.holder_host_len),
+                      detail::copy_str(s.error, s.error_len)};
   }
 
-  // --- etcd handles (lh_client_new_etcd) ---
-  std::optional<HttpRequest> http_poll_request() {
-    lh_http_request r{};
-    check(lh_http_poll_request(h(), &r));
-    if (r.id == 0) return std::nullopt;
-    auto cstr = [](const char* p) { return p != nullptr ? std::string(p) : std::string(); };
-    return HttpRequest{r.id, r.kind, cstr(r.method), cstr(r.path), detail::copy_str(r.body, r.body_len),
-                       cstr(r.authorization)};
+  // --- the earlier per-backend names of the seam's calls ---
+  std::optional<IoRequest> poll_request() { return io_poll(); }
+  std::optional<IoRequest> sql_poll_request() { return io_poll(); }
+  std::optional<IoRequest> http_poll_request() { return io_poll(); }
+  void reply(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
+    io_reply(now, req, values, data);
   }
+  void sql_result(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {
+    io_reply(now, req, values, data);
+  }
+  void request_failed(std::uint64_t now, RequestId req) { io_failed(now, req); }
+  void sql_failed(std::uint64_t now, RequestId req, std::uint32_t kind, std::string_view message) {
+    io_failed(now, req, kind, message);
+  }
+  void http_failed(std::uint64_t now, RequestId req, std::string_view message) { io_failed(now, req, LH_FAILURE_TRANSPORT, message); }
   void http_reply(std::uint64_t now, RequestId req, std::uint32_t status, std::string_view body) {
-    check(lh_http_reply(h(), now, req, status, detail::bytes_ptr(body.data()), body.size()));
+    io_http_reply(now, req, status, body);
   }
   void http_stream_message(std::uint64_t now, RequestId req, std::string_view message) {
-    check(lh_http_stream_message(h(), now, req, detail::bytes_ptr(message.data()), message.size()));
+    io_stream_message(now, req, message);
   }
-  void http_failed(std::uint64_t now, RequestId req, std::string_view message) {
-    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_HTTP_BODY));
-    check(lh_http_failed(h(), now, req, detail::bytes_ptr(message.data()), message.size()));
+  void pubsub_message(std::uint64_t now, std::string_view channel, std::string_view payload) {
+    io_message(now, channel, payload);
   }
-  [[nodiscard]] lh_etcd_counters etcd_counters() const {
-    lh_etcd_counters c{};
-    c.struct_size = sizeof c;
-    check(lh_etcd_counters_get(h(), &c));
-    return c;
+  void sql_notification(std::uint64_t now, std::string_view channel, std::string_view payload) {
+    io_message(now, channel, payload);
   }
-  // Queues the revoke of the client's pooled etcd leases (lh_etcd_close).
-  void etcd_close(std::uint64_t now) { check(lh_etcd_close(h(), now)); }
-  // The last error body, transport failure or malformed reply the etcd protocol saw.
-  [[nodiscard]] std::string etcd_last_error() const {
-    const std::uint8_t* p = nullptr;
-    std::size_t n = 0;
-    check(lh_etcd_last_error(h(), &p, &n));
-    return detail::copy_str(p, n);
+  void subscription(std::uint64_t now, std::string_view channel, bool subscribed) {
+    io_connection(now, LH_CONNECTION_NOTIFY, subscribed ? LH_CONNECTION_SUBSCRIBED : LH_CONNECTION_UNSUBSCRIBED, channel);
   }
+  void sql_connection_reset(std::uint64_t now, std::uint32_t connection) {
+    io_connection(now, connection, LH_CONNECTION_REOPENED);
+  }
+  void etcd_close(std::uint64_t now) { io_close(now); }
+  std::uint64_t sql_status_request(std::uint64_t now, std::string_view name) { return status_request(now, name); }
+  std::optional<LockStatus> sql_poll_status() { return poll_status(); }
+  [[nodiscard]] std::string sql_last_error() const { return backend_last_error(); }
+  [[nodiscard]] std::string etcd_last_error() const { return backend_last_error(); }
 
  private:
   explicit Core(lh_client* adopted) { h_.reset(adopted); }
-  void init(const Config& config, std::span<const std::uint8_t> seed) {
+  void init(const Config& config, const lh_backend_options& backend, std::span<const std::uint8_t> seed) {
     if (lh_abi_version() != LH_ABI_VERSION) {
       throw Error(status::abi_mismatch, "header LH_ABI_VERSION " + std::to_string(LH_ABI_VERSION) +
                                             " but library reports " + std::to_string(lh_abi_version()));
     }
     const lh_config c = config.to_c();
+    lh_backend_options b = backend;
+    b.struct_size = sizeof b;
     lh_client* raw = nullptr;
-    const auto st = lh_client_new(&c, detail::bytes_ptr(seed.data()), seed.size(), &raw);
+    const auto st = lh_client_new(&c, &b, detail::bytes_ptr(seed.data()), seed.size(), &raw);
     if (st != LH_OK) throw Error(st, "lh_client_new failed");
     h_.reset(raw);
   }

@@ -1,10 +1,10 @@
 // leasehold/etcd_executor.hpp — the etcd v3 executor on libcurl (link leasehold::etcd).
 //
-// The core speaks the etcd protocol itself (lh_client_new_etcd: keys, leases, transactions,
+// The core speaks the etcd protocol itself (LH_BACKEND_ETCD: keys, leases, transactions,
 // watches and the meaning of every reply; docs/etcd-protocol.md); the fencing token is the
 // owner key's create revision. This executor only POSTs the core's JSON bodies to a member's
 // JSON gateway and hands back what came: a unary reply whole (status and body), a watch stream
-// message by message (lh_http_stream_message), the end of a stream or a request no member
+// message by message (lh_io_stream_message), the end of a stream or a request no member
 // answered as a failure. It keeps the member list: a member that does not answer (refused,
 // reset, timed out) is skipped for the next one, and later requests start at the member that
 // answered last. One thread drives every transfer (curl multi); connections are reused.
@@ -56,9 +56,9 @@ struct EtcdOptions {
   }
 };
 
-class EtcdExecutor final : public Executor, public Backend {
+class EtcdExecutor final : public Executor {
   struct Transfer {
-    HttpRequest req;
+    IoRequest req;
     CURL* easy = nullptr;
     curl_slist* headers = nullptr;
     std::size_t member = 0;  // the member this attempt went to
@@ -99,58 +99,39 @@ class EtcdExecutor final : public Executor, public Backend {
     curl_multi_cleanup(multi_);
   }
 
-  // The LockClient runs the core's requests instead; a direct call is a transport error.
-  AcquireResult acquire(std::string_view, std::string_view, std::uint64_t) override {
-    return TransportError{"EtcdExecutor executes its LockClient's requests only"};
-  }
-  RenewResult renew(std::string_view, std::string_view, std::uint64_t, std::span<const std::uint8_t>) override {
-    return RenewResult::TransportError;
-  }
-  ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
-    return ReleaseResult::TransportError;
-  }
-  Backend* backend() override { return this; }
   // Watch streams open now.
   [[nodiscard]] std::size_t open_watches() const {
     std::lock_guard g(mu_);
     return watches_open_;
   }
 
-  Core make_core(const Config& config) override {
-    lh_etcd_options eo{};
-    lh_etcd_options_default(&eo);
+  [[nodiscard]] lh_backend_options backend_options() const override {
+    auto o = backend_defaults(LH_BACKEND_ETCD);
     if (!opts_.user.empty()) {
-      eo.user = reinterpret_cast<const std::uint8_t*>(opts_.user.data());
-      eo.user_len = opts_.user.size();
-      eo.password = detail::bytes_ptr(opts_.password.data());
-      eo.password_len = opts_.password.size();
+      o.etcd_user = detail::bytes_ptr(opts_.user.data());
+      o.etcd_user_len = opts_.user.size();
+      o.etcd_password = detail::bytes_ptr(opts_.password.data());
+      o.etcd_password_len = opts_.password.size();
     }
-    const lh_config c = config.to_c();
-    const auto seed = detail::os_seed();
-    lh_client* raw = nullptr;
-    const auto st = lh_client_new_etcd(&c, &eo, seed.data(), seed.size(), &raw);
-    if (st != LH_OK) throw Error(st, "lh_client_new_etcd failed");
-    return Core::adopt(raw);
+    return o;
   }
   void start(Sink sink) override {
     sink_ = std::move(sink);
     thread_ = std::thread([this] { loop(); });
   }
-  void drain(Core& core) override {
-    bool any = false;
-    while (auto r = core.http_poll_request()) {
-      std::lock_guard g(mu_);
-      if (closed_) continue;
-      if (r->kind == LH_HTTP_UNARY) ++unary_open_;
-      queue_.push_back(std::move(*r));
-      any = true;
+  void execute(IoRequest r) override {
+    if (r.kind != LH_IO_HTTP && r.kind != LH_IO_HTTP_WATCH && r.kind != LH_IO_HTTP_CANCEL) {
+      sink_(IoFailed{r.id, LH_FAILURE_TRANSPORT, "not an HTTP request"});  // never from the core
+      return;
     }
-    if (any) curl_multi_wakeup(multi_);
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      if (r.kind == LH_IO_HTTP) ++unary_open_;
+      queue_.push_back(std::move(r));
+    }
+    curl_multi_wakeup(multi_);
   }
-  [[nodiscard]] std::string last_error(const Core& core) const override { return core.etcd_last_error(); }
-  [[nodiscard]] bool answers_status() const override { return true; }
-  // Revokes the client's pooled etcd lease (lh_etcd_close); close() lets it go out.
-  void closing(Core& core, std::uint64_t now) override { core.etcd_close(now); }
   // Lets the requests already queued finish (at most a second: the revoke of the pooled
   // lease), then closes every transfer and joins the thread.
   void close() override {
@@ -171,8 +152,8 @@ class EtcdExecutor final : public Executor, public Backend {
     auto* t = static_cast<Transfer*>(user);
     const std::size_t len = size * n;
     t->body.append(p, len);
-    if (t->req.kind != LH_HTTP_WATCH) {
-      if (t->body.size() > LH_MAX_HTTP_BODY) return t->too_big = true, 0;  // aborts the transfer
+    if (t->req.kind != LH_IO_HTTP_WATCH) {
+      if (t->body.size() > LH_MAX_REPLY_DATA) return t->too_big = true, 0;  // aborts the transfer
       return len;
     }
     long code = 0;
@@ -187,23 +168,13 @@ class EtcdExecutor final : public Executor, public Backend {
       from = nl + 1;
     }
     t->body.erase(0, from);
-    if (t->body.size() > LH_MAX_HTTP_BODY) return t->too_big = true, 0;
+    if (t->body.size() > LH_MAX_REPLY_DATA) return t->too_big = true, 0;
     return len;
   }
 
-  void message(std::uint64_t id, std::string line) {
-    sink_(BackendInput::applying([id, l = std::move(line)](Core& core, std::uint64_t now) {
-      core.http_stream_message(now, id, l);
-    }));
-  }
-  void reply(std::uint64_t id, std::uint32_t status, std::string body) {
-    sink_(BackendInput::applying([id, status, b = std::move(body)](Core& core, std::uint64_t now) {
-      core.http_reply(now, id, status, b);
-    }));
-  }
-  void failed(std::uint64_t id, std::string why) {
-    sink_(BackendInput::applying([id, w = std::move(why)](Core& core, std::uint64_t now) { core.http_failed(now, id, w); }));
-  }
+  void message(std::uint64_t id, std::string line) { sink_(IoStreamMessage{id, std::move(line)}); }
+  void reply(std::uint64_t id, std::uint32_t status, std::string body) { sink_(IoHttpReply{id, status, std::move(body)}); }
+  void failed(std::uint64_t id, std::string why) { sink_(IoFailed{id, LH_FAILURE_TRANSPORT, std::move(why)}); }
 
   // Starts (or restarts, on the next member) a transfer.
   bool begin(Transfer& t) {
@@ -232,7 +203,7 @@ class EtcdExecutor final : public Executor, public Backend {
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts_.connect_timeout.count()));
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, t.req.kind == LH_HTTP_WATCH ? 0L : static_cast<long>(opts_.request_timeout.count()));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, t.req.kind == LH_IO_HTTP_WATCH ? 0L : static_cast<long>(opts_.request_timeout.count()));
     if (!opts_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, opts_.ca_file.c_str());
     if (!opts_.cert_file.empty()) curl_easy_setopt(e, CURLOPT_SSLCERT, opts_.cert_file.c_str());
     if (!opts_.key_file.empty()) curl_easy_setopt(e, CURLOPT_SSLKEY, opts_.key_file.c_str());
@@ -244,7 +215,7 @@ class EtcdExecutor final : public Executor, public Backend {
     auto it = transfers_.find(id);
     if (it == transfers_.end()) return;
     auto& t = *it->second;
-    if (t.req.kind == LH_HTTP_WATCH) {
+    if (t.req.kind == LH_IO_HTTP_WATCH) {
       std::lock_guard g(mu_);
       --watches_open_;
     } else {
@@ -257,8 +228,8 @@ class EtcdExecutor final : public Executor, public Backend {
     transfers_.erase(it);
   }
 
-  void start_request(HttpRequest r) {
-    if (r.kind == LH_HTTP_CANCEL_WATCH) {
+  void start_request(IoRequest r) {
+    if (r.kind == LH_IO_HTTP_CANCEL) {
       end(r.id);  // nothing answers a cancellation
       return;
     }
@@ -268,7 +239,7 @@ class EtcdExecutor final : public Executor, public Backend {
     t->member = preferred_ % opts_.endpoints.size();
     t->tried = 1;
     const auto id = t->req.id;
-    const bool watch = t->req.kind == LH_HTTP_WATCH;
+    const bool watch = t->req.kind == LH_IO_HTTP_WATCH;
     auto& slot = transfers_[id];
     slot = std::move(t);
     if (watch) {
@@ -289,16 +260,16 @@ class EtcdExecutor final : public Executor, public Backend {
     long code = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
     const std::string& member = opts_.endpoints[t->member];
-    if (rc == CURLE_OK && t->req.kind != LH_HTTP_WATCH) {
+    if (rc == CURLE_OK && t->req.kind != LH_IO_HTTP_WATCH) {
       preferred_ = t->member;
       reply(id, static_cast<std::uint32_t>(code), std::move(t->body));
       end(id);
       return;
     }
     std::string why = rc == CURLE_OK ? "watch stream ended"
-                      : t->too_big   ? "body over LH_MAX_HTTP_BODY"
+                      : t->too_big   ? "body over LH_MAX_REPLY_DATA"
                                      : std::string(curl_easy_strerror(rc));
-    if (t->req.kind == LH_HTTP_WATCH && code != 0 && code != 200)
+    if (t->req.kind == LH_IO_HTTP_WATCH && code != 0 && code != 200)
       why = "watch answered " + std::to_string(code) + ": " + t->body.substr(0, 512);
     // No answer from this member (a reply of any status is an answer): try the next one.
     const bool no_answer = rc != CURLE_OK && !t->too_big && code == 0 && !t->streamed;
@@ -317,7 +288,7 @@ class EtcdExecutor final : public Executor, public Backend {
   void loop() {
     detail::block_sigpipe_in_this_thread();
     for (;;) {
-      std::deque<HttpRequest> batch;
+      std::deque<IoRequest> batch;
       {
         std::lock_guard g(mu_);
         if (closed_) break;
@@ -338,7 +309,7 @@ class EtcdExecutor final : public Executor, public Backend {
   Sink sink_;
   CURLM* multi_ = nullptr;
   mutable std::mutex mu_;
-  std::deque<HttpRequest> queue_;  // guarded by mu_
+  std::deque<IoRequest> queue_;  // guarded by mu_
   bool closed_ = false;            // guarded by mu_
   std::size_t watches_open_ = 0;   // guarded by mu_
   std::size_t unary_open_ = 0;     // queued or running unary requests; guarded by mu_

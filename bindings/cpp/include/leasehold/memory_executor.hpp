@@ -1,6 +1,8 @@
 // leasehold/memory_executor.hpp — MemoryExecutor: one client's connection to a MemoryService
 // (memory_service.hpp), with fault switches (reject, drop, hang, partition). For tests, examples
-// and demos.
+// and demos. It is an executor like the others: its thread hands each request of the core's
+// memory protocol to the service (MemoryService::call) and the answer back to the core, and
+// passes the service's release notifications on.
 #pragma once
 
 #include <leasehold.hpp>
@@ -9,36 +11,47 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <thread>
 
 namespace leasehold {
 
 // One client's view of a MemoryService, with fault switches:
-//   reject    — the service refuses this client: renew → Rejected, acquire → HeldByOther
+//   reject    — the service refuses this client: renew → rejected, acquire → held by another
 //               (releases still go through, so nothing leaks);
-//   drop      — requests reach the service and are executed, the replies are lost;
-//   hang      — calls block (not executed) until the switch is cleared or the executor closes,
-//               then fail as transport errors; notifications are not delivered;
-//   partition — calls fail at once (not executed); notifications are not delivered.
+//   drop      — requests reach the service and are executed, the answers are lost;
+//   hang      — requests block (not executed) until the switch is cleared or the executor
+//               closes, then fail as transport errors; notifications are not delivered;
+//   partition — requests fail at once (not executed); notifications are not delivered.
+// With `notifications` false no release notification is delivered: the core's waiters poll.
 class MemoryExecutor final : public Executor {
  public:
   explicit MemoryExecutor(std::shared_ptr<MemoryService> service, bool notifications = true)
       : service_(std::move(service)), state_(std::make_shared<State>()), notifications_(notifications) {
     if (!service_) throw Error(LH_ERR_NULL_ARGUMENT, "MemoryExecutor needs a service");
-    // The sink holds the shared state only: the service may deliver after this executor is gone.
+    state_->notifications = notifications;
+    // The callback holds the shared state only: the service may deliver after this executor is gone.
     conn_ = service_->connect(std::make_shared<MemoryService::Callback>([s = state_](std::string_view n) {
-      ReleasedCallback cb;
+      Sink sink;
       {
         std::lock_guard g(s->mu);
-        if (s->hang || s->closed) return;
-        if (auto it = s->watches.find(std::string(n)); it != s->watches.end()) cb = it->second;
+        if (!s->notifications || s->hang || s->closed || !s->sink) return;
+        sink = s->sink;
+        ++s->delivering;
       }
-      if (cb) cb(n);
+      try {
+        sink(IoMessage{std::string(n), {}});
+      } catch (...) {
+      }
+      {
+        std::lock_guard g(s->mu);
+        --s->delivering;
+      }
+      s->cv.notify_all();
     }));
   }
   ~MemoryExecutor() override { close(); }
@@ -53,71 +66,47 @@ class MemoryExecutor final : public Executor {
     }
     state_->cv.notify_all();
   }
-  // Calls currently blocked by the hang switch.
+  // Requests currently blocked by the hang switch.
   [[nodiscard]] std::size_t hung() const {
     std::lock_guard g(state_->mu);
     return state_->hung;
   }
+  // Requests handed to this executor.
   [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
-  [[nodiscard]] std::uint64_t renew_calls() const { return renew_calls_.load(); }
-  [[nodiscard]] std::uint64_t release_calls() const { return release_calls_.load(); }
   [[nodiscard]] const std::shared_ptr<MemoryService>& service() const { return service_; }
 
-  AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) override {
-    ++calls_;
-    if (auto err = gate()) return TransportError{*err};
-    const auto r = service_->request(MemoryService::Op::Acquire, conn_, name, token, ttl_ms);
-    if (r.outcome == LH_MEMORY_DROPPED) return TransportError{dropped()};
-    return MemoryService::to_acquire_result(r);
-  }
-  RenewResult renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms,
-                    std::span<const std::uint8_t>) override {
-    ++calls_;
-    ++renew_calls_;
-    if (gate()) return RenewResult::TransportError;
-    return static_cast<RenewResult>(
-        service_->request(MemoryService::Op::Renew, conn_, name, token, ttl_ms).engine_outcome);
-  }
-  ReleaseResult release(std::string_view name, std::string_view token, std::span<const std::uint8_t>) override {
-    ++calls_;
-    ++release_calls_;
-    if (gate()) return ReleaseResult::TransportError;
-    return static_cast<ReleaseResult>(
-        service_->request(MemoryService::Op::Release, conn_, name, token, 1).engine_outcome);
-  }
-
-  void watch(std::string_view name, ReleasedCallback on_released) override {
-    std::lock_guard g(mu_);
-    if (!notifications_) return;
-    {
-      std::lock_guard sg(state_->mu);
-      if (state_->closed) return;
-      state_->watches[std::string(name)] = std::move(on_released);
-    }
-    service_->watch(conn_, name, true);
-  }
-  void unwatch(std::string_view name) override {
-    std::lock_guard g(mu_);
-    {
-      std::lock_guard sg(state_->mu);
-      if (state_->closed || state_->watches.erase(std::string(name)) == 0) return;
-    }
-    service_->watch(conn_, name, false);
-  }
+  [[nodiscard]] lh_backend_options backend_options() const override { return backend_defaults(LH_BACKEND_MEMORY); }
   [[nodiscard]] bool notifications() const override { return notifications_; }
-
-  void close() override {
+  void start(Sink sink) override {
     {
-      std::lock_guard g(mu_);
-      {
-        std::lock_guard sg(state_->mu);
-        if (state_->closed) return;
-        state_->closed = true;
-        state_->watches.clear();
-      }
-      service_->disconnect(conn_);  // its watches go; its locks stay until they expire
+      std::lock_guard g(state_->mu);
+      if (state_->closed || state_->sink) return;
+      state_->sink = std::move(sink);
+    }
+    worker_ = std::thread([this] { run(); });
+  }
+  void execute(IoRequest request) override {
+    ++calls_;
+    {
+      std::lock_guard g(state_->mu);
+      if (state_->closed) return;
+      queue_.push_back(std::move(request));
     }
     state_->cv.notify_all();
+  }
+  // The connection goes (its watches too; its locks stay until they expire, as a dead client's
+  // would); no answer or notification is delivered after this returns.
+  void close() override {
+    {
+      std::unique_lock g(state_->mu);
+      if (state_->closed) return;
+      state_->closed = true;
+      state_->cv.notify_all();
+      state_->cv.wait(g, [&] { return state_->delivering == 0; });
+    }
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard g(mu_);
+    service_->disconnect(conn_);
   }
 
  private:
@@ -125,9 +114,10 @@ class MemoryExecutor final : public Executor {
     std::atomic<bool> reject{false}, drop{false}, partition{false};
     mutable std::mutex mu;
     std::condition_variable cv;
-    bool hang = false, closed = false;
+    bool notifications = true, hang = false, closed = false;
     std::size_t hung = 0;
-    std::unordered_map<std::string, ReleasedCallback> watches;
+    int delivering = 0;  // notifications being handed to the sink
+    Sink sink;
   };
 
   // The switch changes only once the service took it (a release library refuses).
@@ -145,26 +135,53 @@ class MemoryExecutor final : public Executor {
     std::lock_guard g(state_->mu);
     return state_->closed;
   }
-  std::string dropped() const { return state_->partition ? "partitioned" : "reply dropped"; }
 
-  // nullopt: go ahead; otherwise the transport error to report.
-  std::optional<std::string> gate() {
-    std::unique_lock l(state_->mu);
-    if (state_->closed) return "transport closed";
-    if (state_->partition) return "partitioned";  // fails at once, even when hung
-    if (!state_->hang) return std::nullopt;
-    ++state_->hung;
-    state_->cv.wait(l, [&] { return !state_->hang || state_->closed; });
-    --state_->hung;
-    return std::string("hung request abandoned");
+  void run() {
+    State& s = *state_;
+    for (;;) {
+      IoRequest r;
+      {
+        std::unique_lock l(s.mu);
+        s.cv.wait(l, [&] { return s.closed || !queue_.empty(); });
+        if (s.closed) return;
+        r = std::move(queue_.front());
+        queue_.pop_front();
+        if (s.hang && !s.partition) {  // a partition fails at once, even when hung
+          ++s.hung;
+          s.cv.wait(l, [&] { return !s.hang || s.closed; });
+          --s.hung;
+          if (s.closed) return;
+          l.unlock();
+          s.sink(IoFailed{r.id, LH_FAILURE_TRANSPORT, "hung request abandoned"});
+          continue;
+        }
+      }
+      if (r.kind != LH_IO_COMMAND) {
+        s.sink(IoFailed{r.id, LH_FAILURE_TRANSPORT, "not a request of the memory protocol"});
+        continue;
+      }
+      try {
+        service_->call(conn_, now_ns(), r.argv, [&](MemoryService::Answer a) {
+          if (a.dropped) {
+            s.sink(IoFailed{r.id, LH_FAILURE_TRANSPORT, s.partition ? "partitioned" : "answer dropped"});
+          } else {
+            s.sink(IoReply{r.id, std::move(a.values), std::move(a.data)});
+          }
+        });
+      } catch (const std::exception& e) {  // a request the service refused as an argument error
+        s.sink(IoFailed{r.id, LH_FAILURE_TRANSPORT, e.what()});
+      }
+    }
   }
 
   std::shared_ptr<MemoryService> service_;
   std::shared_ptr<State> state_;
   bool notifications_;
   std::uint64_t conn_ = 0;
-  std::atomic<std::uint64_t> calls_{0}, renew_calls_{0}, release_calls_{0};
-  std::mutex mu_;  // orders watch / unwatch / close / fault changes
+  std::deque<IoRequest> queue_;  // guarded by state_->mu
+  std::atomic<std::uint64_t> calls_{0};
+  std::mutex mu_;  // orders fault changes and close
+  std::thread worker_;
 };
 
 // The earlier name of MemoryExecutor.

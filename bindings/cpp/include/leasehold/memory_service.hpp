@@ -2,12 +2,13 @@
 // demos; a client reaches it through a MemoryExecutor (memory_executor.hpp).
 //
 // MemoryService wraps the core's reference service (lh_memory_service_*, the one every binding
-// tests against): idempotent acquire for the same token (same fencing token, TTL refreshed),
-// remaining TTL as the retry hint, renew and release compare the token, release notifies the
+// tests against): a client's core speaks its protocol like any backend's, and the executor hands
+// each request to call() unread. Idempotent acquire for the same token, the holder's remaining
+// TTL as the retry hint, renew and release compare the token, a release notifies the names'
 // watchers, fencing tokens per name strictly increase. Expiry runs on steady_clock (now_ns()).
-// The service's faults (reject, drop, partition) are applied by the core; hang, call counting
-// and delivering notifications on the caller's thread stay in MemoryExecutor. Those faults and
-// drop_lock are test hooks: they need a library built with the `testing` feature, and throw
+// The service's faults (reject, drop, partition) are applied by the core's service; hang and
+// delivering notifications stay in MemoryExecutor. Those faults and drop_lock are test hooks:
+// they need a library built with the `testing` feature, and throw
 // Error(status::no_testing_feature) with a release library (hang and clearing work with either).
 #pragma once
 
@@ -19,9 +20,7 @@ extern "C" lh_status lh_memory_service_set_faults(struct lh_memory_service* svc,
 extern "C" lh_status lh_memory_service_forget(struct lh_memory_service* svc, const uint8_t* name,
                                               size_t name_len) LEASEHOLD_TEST_HOOK;
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,7 +29,6 @@ extern "C" lh_status lh_memory_service_forget(struct lh_memory_service* svc, con
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -43,41 +41,28 @@ class MemoryService {
     std::uint64_t fencing_token = 0;
     Clock::time_point expires;
   };
+  // Receives the names released while a connection watched them (any thread).
   using Callback = std::function<void(std::string_view)>;
+  // One call's answer, copied out of the service: the values for lh_io_reply, or dropped.
+  struct Answer {
+    bool dropped = false;
+    std::vector<lh_value> values;
+    std::string data;
+  };
 
   MemoryService() {
     lh_memory_config cfg;
     lh_memory_config_default(&cfg);
-    cfg.max_connections = 1u << 24;  // one per executor and per subscription
+    cfg.max_connections = 1u << 24;  // one per executor
     if (const auto st = lh_memory_service_new(&cfg, &p_); st != LH_OK) throw Error(st, "lh_memory_service_new");
   }
   ~MemoryService() { lh_memory_service_free(p_); }
   MemoryService(const MemoryService&) = delete;
   MemoryService& operator=(const MemoryService&) = delete;
 
-  // Requests on the service's own connection (no fault switches).
-  AcquireResult acquire(std::string_view name, std::string_view token, std::uint64_t ttl_ms) {
-    return to_acquire_result(request(Op::Acquire, direct(), name, token, ttl_ms));
-  }
-  bool renew(std::string_view name, std::string_view token, std::uint64_t ttl_ms) {
-    return request(Op::Renew, direct(), name, token, ttl_ms).outcome == LH_MEMORY_RENEWED;
-  }
-  bool release(std::string_view name, std::string_view token) {
-    return request(Op::Release, direct(), name, token, 1).outcome == LH_MEMORY_RELEASED;
-  }
-
-  // Calls cb (outside the service's lock) for every release of `name` until unsubscribe.
-  std::uint64_t subscribe(std::string_view name, Callback cb) {
-    const auto id = connect(std::make_shared<Callback>(std::move(cb)));
-    std::lock_guard g(mu_);
-    check(lh_memory_service_watch(p_, id, bytes(name), name.size()));
-    return id;
-  }
-  void unsubscribe(std::uint64_t id) { disconnect(id); }
-
-  // Inspection and manipulation for tests.
-  std::optional<Holder> holder(std::string_view name) const {
-    const auto st = status(name);
+  // Inspection and manipulation for tests (`now`: the host's monotonic ns, as the clients feed).
+  std::optional<Holder> holder(std::string_view name, std::uint64_t now = now_ns()) const {
+    const auto st = status(name, now);
     if (st.held == 0) return std::nullopt;
     return Holder{std::string(reinterpret_cast<const char*>(st.holder_token), st.holder_token_len),
                   st.fencing_token, Clock::time_point(std::chrono::nanoseconds(st.expires_at_ns))};
@@ -88,12 +73,19 @@ class MemoryService {
     std::lock_guard g(mu_);
     check(lh_memory_service_forget(p_, bytes(name), name.size()));
   }
-  std::uint64_t last_fence(std::string_view name) const { return status(name).last_fencing_token; }
+  std::uint64_t last_fence(std::string_view name) const { return status(name, now_ns()).last_fencing_token; }
   std::uint64_t grants() const { return stats().grants; }
+  // (connection, name) watches: one per name a client's waiters wait on.
   std::size_t subscriptions() const { return static_cast<std::size_t>(stats().watches); }
+  [[nodiscard]] lh_memory_stats stats() const {
+    lh_memory_stats s{};
+    s.struct_size = sizeof s;
+    std::lock_guard g(mu_);
+    check(lh_memory_service_stats_get(p_, &s));
+    return s;
+  }
 
   // ---- for MemoryExecutor ----
-  enum class Op : std::uint8_t { Acquire, Renew, Release };
   // A connection whose release notifications go to `sink` (null: none).
   std::uint64_t connect(std::shared_ptr<Callback> sink) {
     std::lock_guard g(mu_);
@@ -115,86 +107,53 @@ class MemoryService {
     std::lock_guard g(mu_);
     check(lh_memory_service_set_faults(p_, id, &f));
   }
-  void watch(std::uint64_t id, std::string_view name, bool on) {
-    std::lock_guard g(mu_);
-    check(on ? lh_memory_service_watch(p_, id, bytes(name), name.size())
-             : lh_memory_service_unwatch(p_, id, bytes(name), name.size()));
-  }
-  // One request; after a release, the notifications it queued are delivered on this thread.
-  lh_memory_result request(Op op, std::uint64_t id, std::string_view name, std::string_view token,
-                           std::uint64_t ttl_ms) {
-    lh_memory_result r{};
-    r.struct_size = sizeof r;
+  // Hands one request of connection `id` (its argument vector, unread) to the service at host
+  // time `now`; `on_answer` gets the answer, then every release notification the service
+  // queued goes to its connection's sink (both outside the service's lock).
+  void call(std::uint64_t id, std::uint64_t now, const std::vector<std::string>& argv,
+            const std::function<void(Answer)>& on_answer) {
+    Answer a;
     std::vector<std::pair<std::shared_ptr<Callback>, std::string>> notify;
     {
+      std::vector<lh_bytes> args;
+      args.reserve(argv.size());
+      for (const auto& s : argv) args.push_back(lh_bytes{bytes(s), s.size()});
+      lh_memory_answer r{};
+      r.struct_size = sizeof r;
       std::lock_guard g(mu_);
-      const auto now = now_ns();
-      const auto* n = bytes(name);
-      const auto* t = bytes(token);
-      switch (op) {
-        case Op::Acquire:
-          check(lh_memory_service_acquire(p_, id, now, n, name.size(), t, token.size(), ttl_ms, &r));
-          break;
-        case Op::Renew:
-          check(lh_memory_service_renew(p_, id, now, n, name.size(), t, token.size(), ttl_ms, &r));
-          break;
-        case Op::Release:
-          check(lh_memory_service_release(p_, id, now, n, name.size(), t, token.size(), &r));
-          // Queued even when the answer is then lost.
-          if (r.outcome == LH_MEMORY_RELEASED || r.outcome == LH_MEMORY_DROPPED) {
-            for (const auto& [conn, sink] : sinks_) {
-              const std::uint8_t* got = nullptr;
-              std::size_t len = 0;
-              while (lh_memory_service_poll_released(p_, conn, &got, &len) == LH_OK && got != nullptr)
-                notify.emplace_back(sink, std::string(reinterpret_cast<const char*>(got), len));
-            }
-          }
-          break;
+      check(lh_memory_service_call(p_, id, now, args.data(), static_cast<std::uint32_t>(args.size()), &r));
+      a.dropped = r.dropped != 0;
+      if (r.nvalues != 0) a.values.assign(r.values, r.values + r.nvalues);
+      if (r.data_len != 0) a.data.assign(reinterpret_cast<const char*>(r.data), r.data_len);
+      // The answer is copied: the service handle may be called again.
+      for (const auto& [conn, sink] : sinks_) {
+        const std::uint8_t* got = nullptr;
+        std::size_t len = 0;
+        while (lh_memory_service_poll_released(p_, conn, &got, &len) == LH_OK && got != nullptr)
+          notify.emplace_back(sink, std::string(reinterpret_cast<const char*>(got), len));
       }
     }
-    for (auto& [sink, n] : notify) (*sink)(n);  // outside the lock
-    return r;
-  }
-  static AcquireResult to_acquire_result(const lh_memory_result& r) {
-    switch (r.outcome) {
-      case LH_MEMORY_GRANTED: return Granted{r.fencing_token, r.ttl_ms, {}};
-      case LH_MEMORY_HELD_BY_OTHER:
-        return HeldByOther{r.retry_after_ms == LH_NO_RETRY_HINT ? std::nullopt
-                                                                : std::optional<std::uint64_t>(r.retry_after_ms)};
-      default: return TransportError{r.outcome == LH_MEMORY_FULL ? "service full" : "dropped"};
-    }
+    if (on_answer) on_answer(std::move(a));
+    for (auto& [sink, n] : notify) (*sink)(n);
   }
 
  private:
-  static const std::uint8_t* bytes(std::string_view s) { return reinterpret_cast<const std::uint8_t*>(s.data()); }
+  static const std::uint8_t* bytes(std::string_view s) { return detail::bytes_ptr(s.data()); }
   // mu_ is held.
   void check(lh_status st) const {
     if (st != LH_OK) throw Error(st, lh_memory_service_last_error(p_));
   }
-  std::uint64_t direct() {
-    std::call_once(direct_once_, [&] { direct_ = connect(nullptr); });
-    return direct_;
-  }
-  lh_memory_status status(std::string_view name) const {
+  lh_memory_status status(std::string_view name, std::uint64_t now) const {
     lh_memory_status st{};
     st.struct_size = sizeof st;
     std::lock_guard g(mu_);
-    check(lh_memory_service_status(p_, now_ns(), bytes(name), name.size(), &st));
+    check(lh_memory_service_status(p_, now, bytes(name), name.size(), &st));
     return st;
-  }
-  lh_memory_stats stats() const {
-    lh_memory_stats s{};
-    s.struct_size = sizeof s;
-    std::lock_guard g(mu_);
-    check(lh_memory_service_stats_get(p_, &s));
-    return s;
   }
 
   mutable std::mutex mu_;  // the handle is not thread-safe
   lh_memory_service* p_ = nullptr;
   std::map<std::uint64_t, std::shared_ptr<Callback>> sinks_;
-  std::once_flag direct_once_;
-  std::uint64_t direct_ = 0;
 };
 
 }  // namespace leasehold

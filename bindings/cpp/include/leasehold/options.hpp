@@ -17,7 +17,7 @@ using LogFn = std::function<void(std::string_view message)>;
 
 struct ClientOptions {
   Config config = Config::defaults();
-  std::size_t io_threads = 4;
+  std::size_t io_threads = 4;  // unused: each executor owns its threads (kept for source compatibility)
   // close() keeps driving releases for at most this long, then abandons them (the TTL frees them).
   std::chrono::milliseconds close_timeout{5000};
   // How long Lease::release() waits for the service's answer; nullopt = the request timeout.

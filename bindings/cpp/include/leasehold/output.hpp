@@ -1,13 +1,10 @@
-// leasehold/output.hpp — what the core asks for and reports (Output: commands and events, owned
-// copies of lh_output) and the results a host feeds back (AcquireResult, RenewResult,
-// ReleaseResult).
+// leasehold/output.hpp — what the core reports to the application: Event (owned copies of
+// lh_event: a lease acquired, failed, lost, released, renewed, or a release's outcome).
 #pragma once
 
 #include <leasehold/types.hpp>
 
 #include <cstdint>
-#include <optional>
-#include <string>
 #include <variant>
 #include <vector>
 
@@ -15,34 +12,6 @@ namespace leasehold {
 
 using Bytes = std::vector<std::uint8_t>;
 
-struct AcquireCommand {
-  std::uint64_t request = 0;
-  std::uint64_t lease = 0;
-  std::string name;
-  std::string token;  // 32 lowercase hex chars
-  std::uint64_t ttl_ms = 0;
-};
-struct RenewCommand {
-  std::uint64_t request = 0;
-  std::uint64_t lease = 0;
-  std::string name;
-  std::string token;
-  std::uint64_t ttl_ms = 0;
-  Bytes backend_data;
-};
-struct ReleaseCommand {
-  std::uint64_t request = 0;
-  std::uint64_t lease = 0;
-  std::string name;
-  std::string token;
-  Bytes backend_data;
-};
-struct WatchCommand {
-  std::string name;
-};
-struct UnwatchCommand {
-  std::string name;
-};
 struct AcquiredEvent {
   std::uint64_t lease = 0;
   std::uint64_t fencing_token = 0;
@@ -70,9 +39,10 @@ struct ReleaseOutcomeEvent {
   ReleaseReply reply = ReleaseReply::Confirmed;
 };
 
-using Output = std::variant<AcquireCommand, RenewCommand, ReleaseCommand, WatchCommand,
-                            UnwatchCommand, AcquiredEvent, AcquireFailedEvent, LostEvent,
-                            ReleasedEvent, RenewedEvent, ReleaseOutcomeEvent>;
+using Event = std::variant<AcquiredEvent, AcquireFailedEvent, LostEvent, ReleasedEvent, RenewedEvent,
+                           ReleaseOutcomeEvent>;
+// The earlier name of Event (Core::poll_output).
+using Output = Event;
 
 template <class... Fs>
 struct overloaded : Fs... {
@@ -80,29 +50,5 @@ struct overloaded : Fs... {
 };
 template <class... Fs>
 overloaded(Fs...) -> overloaded<Fs...>;
-
-// Results a host feeds back.
-struct Granted {
-  std::uint64_t fencing_token = 0;
-  std::uint64_t ttl_ms = 0;
-  Bytes backend_data;
-};
-struct HeldByOther {
-  std::optional<std::uint64_t> retry_after_ms;  // remaining TTL of the holder, if known
-};
-struct TransportError {
-  std::string message;
-};
-using AcquireResult = std::variant<Granted, HeldByOther, TransportError>;
-enum class RenewResult : std::uint32_t {
-  Renewed = LH_RENEW_RENEWED,
-  Rejected = LH_RENEW_REJECTED,
-  TransportError = LH_RENEW_TRANSPORT_ERROR,
-};
-enum class ReleaseResult : std::uint32_t {
-  Released = LH_RELEASE_RELEASED,
-  NotOwner = LH_RELEASE_NOT_OWNER,
-  TransportError = LH_RELEASE_TRANSPORT_ERROR,
-};
 
 }  // namespace leasehold

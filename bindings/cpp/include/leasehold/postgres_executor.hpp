@@ -1,6 +1,6 @@
 // leasehold/postgres_executor.hpp — the PostgreSQL executor on libpq (link leasehold::postgres).
 //
-// The core speaks the SQL protocol itself (lh_client_new_sql, PostgreSQL dialect: the schema,
+// The core speaks the SQL protocol itself (LH_BACKEND_POSTGRES: the schema,
 // its server-side functions, every statement, the meaning of every row, the LISTEN channels;
 // docs/sql-protocol.md). Expiry runs on the server's clock and fences come from a table that is
 // never reset. This executor owns two connections, each on its own thread:
@@ -11,7 +11,7 @@
 // A connection that breaks fails the request on it (a transport error for the engine: the
 // outcome is unknown) and is opened again — the commands connection for the next request, the
 // listener at once and then every half second until the server answers; each reopening is
-// reported (lh_sql_connection_reset) so the core checks the schema and LISTENs again. A database
+// reported (lh_io_connection, REOPENED) so the core checks the schema and LISTENs again. A database
 // error rolls back the open transaction. One PostgresExecutor per LockClient.
 // No log line or failure message quotes the connection string's password: a string that does
 // not parse, or whose '@' comes after its host part (an unescaped '/' in a password), is refused
@@ -81,7 +81,7 @@ inline PgConn pg_connect(const PostgresOptions& o, std::string& error) {
 
 // Why a statement failed: the database refused it, or the connection is gone.
 struct PgFailure {
-  std::uint32_t kind = LH_SQL_FAILURE_DATABASE;
+  std::uint32_t kind = LH_FAILURE_DATABASE;
   std::string message;
 };
 
@@ -89,11 +89,11 @@ struct PgFailure {
 inline std::optional<PgFailure> pg_wait(PGconn* c, Clock::time_point deadline) {
   while (PQisBusy(c) != 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return PgFailure{LH_SQL_FAILURE_TRANSPORT, "no answer within the command timeout"};
+    if (left <= 0) return PgFailure{LH_FAILURE_TRANSPORT, "no answer within the command timeout"};
     pollfd p{PQsocket(c), POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR)
-      return PgFailure{LH_SQL_FAILURE_TRANSPORT, "poll failed"};
-    if (PQconsumeInput(c) == 0) return PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
+      return PgFailure{LH_FAILURE_TRANSPORT, "poll failed"};
+    if (PQconsumeInput(c) == 0) return PgFailure{LH_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   }
   return std::nullopt;
 }
@@ -110,7 +110,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
   if (PQsendQueryParams(c, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0) == 0)
-    return PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
+    return PgFailure{LH_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   std::optional<PgFailure> failure;
   bool rows_done = false;
   for (;;) {
@@ -123,7 +123,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
       if (!failure) {
         const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
         const char* msg = PQresultErrorField(r.get(), PG_DIAG_MESSAGE_PRIMARY);
-        failure = PgFailure{static_cast<std::uint32_t>(pg_connection_fault(state) ? LH_SQL_FAILURE_TRANSPORT : LH_SQL_FAILURE_DATABASE),
+        failure = PgFailure{static_cast<std::uint32_t>(pg_connection_fault(state) ? LH_FAILURE_TRANSPORT : LH_FAILURE_DATABASE),
                             pg_text(msg != nullptr ? msg : PQresultErrorMessage(r.get()))};
       }
       continue;
@@ -158,7 +158,7 @@ inline std::optional<PgFailure> pg_run(PGconn* c, const std::string& sql, const 
       }
     }
   }
-  if (!failure && PQstatus(c) == CONNECTION_BAD) failure = PgFailure{LH_SQL_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
+  if (!failure && PQstatus(c) == CONNECTION_BAD) failure = PgFailure{LH_FAILURE_TRANSPORT, pg_text(PQerrorMessage(c))};
   if (!failure && out != nullptr && !rows_done) out->array(0);
   return failure;
 }
@@ -183,7 +183,7 @@ inline std::optional<std::string> pg_param(const SqlParam& p, const HostFacts& f
 }
 }  // namespace detail
 
-class PostgresExecutor final : public Executor, public detail::SqlBackend {
+class PostgresExecutor final : public detail::SqlExecutor {
  public:
   explicit PostgresExecutor(PostgresOptions options) : opts_(std::move(options)), facts_(detail::HostFacts::stable()) {
     if (opts_.url.empty()) throw Error(status::invalid_argument, "PostgresExecutor needs a connection string");
@@ -204,34 +204,16 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
     ::close(wake_fd_);
   }
 
-  // The LockClient runs the core's requests instead; a direct call is a transport error.
-  AcquireResult acquire(std::string_view, std::string_view, std::uint64_t) override {
-    return TransportError{"PostgresExecutor executes its LockClient's requests only"};
-  }
-  RenewResult renew(std::string_view, std::string_view, std::uint64_t, std::span<const std::uint8_t>) override {
-    return RenewResult::TransportError;
-  }
-  ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
-    return ReleaseResult::TransportError;
-  }
-  Backend* backend() override { return this; }
   // Notifications received on the listener connection (all of them, the core's or not).
   [[nodiscard]] std::uint64_t notifications_received() const noexcept { return notes_.load(); }
 
-  Core make_core(const Config& config) override {
-    lh_sql_options so{};
-    lh_sql_options_default(&so);
-    so.dialect = LH_DIALECT_POSTGRES;
-    so.asynchronous_commit = opts_.asynchronous_commit ? 1 : 0;
-    const lh_config c = config.to_c();
-    const auto seed = detail::os_seed();
-    lh_client* raw = nullptr;
-    const auto st = lh_client_new_sql(&c, &so, seed.data(), seed.size(), &raw);
-    if (st != LH_OK) throw Error(st, "lh_client_new_sql failed");
-    return Core::adopt(raw);
+  [[nodiscard]] lh_backend_options backend_options() const override {
+    auto o = backend_defaults(LH_BACKEND_POSTGRES);
+    o.postgres_asynchronous_commit = opts_.asynchronous_commit ? 1 : 0;
+    return o;
   }
   void start(Sink sink) override {
-    SqlBackend::start(std::move(sink));
+    SqlExecutor::start(std::move(sink));
     commands_ = std::thread([this] { command_loop(); });
     listener_ = std::thread([this] { listener_loop(); });
   }
@@ -252,8 +234,8 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
  private:
   using Clock = leasehold::Clock;
 
-  void submit(SqlRequest r) override {
-    const bool listener = r.connection == LH_SQL_CONNECTION_LISTENER;
+  void submit(IoRequest r) override {
+    const bool listener = r.connection == LH_CONNECTION_NOTIFY;
     {
       std::lock_guard g(mu_);
       if (closed_) return;
@@ -272,7 +254,7 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
 
   // Runs the request's statements; rows, or why it failed (a transaction left open is rolled
   // back after a database error; after a transport failure the connection is dropped).
-  std::optional<detail::PgFailure> execute(PGconn* c, const SqlRequest& r, detail::FlatRows& out) const {
+  std::optional<detail::PgFailure> run_statements(PGconn* c, const IoRequest& r, detail::FlatRows& out) const {
     const auto facts = facts_.now();
     const auto deadline = Clock::now() + opts_.command_timeout;
     out.array(r.statements.size());
@@ -281,9 +263,9 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
       params.reserve(s.params.size());
       for (const auto& p : s.params) params.push_back(detail::pg_param(p, facts));
       if (auto f = detail::pg_run(c, s.sql, params, deadline, &out)) {
-        if (f->kind == LH_SQL_FAILURE_DATABASE && PQtransactionStatus(c) != PQTRANS_IDLE)
+        if (f->kind == LH_FAILURE_DATABASE && PQtransactionStatus(c) != PQTRANS_IDLE)
           detail::pg_run(c, "ROLLBACK", {}, deadline, nullptr);
-        if (PQstatus(c) == CONNECTION_BAD) f->kind = LH_SQL_FAILURE_TRANSPORT;
+        if (PQstatus(c) == CONNECTION_BAD) f->kind = LH_FAILURE_TRANSPORT;
         return f;
       }
     }
@@ -295,7 +277,7 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
     detail::PgConn c;
     bool opened = false;
     for (;;) {
-      SqlRequest r;
+      IoRequest r;
       {
         std::unique_lock l(mu_);
         cv_.wait(l, [&] { return closed_ || !cmd_q_.empty(); });
@@ -308,16 +290,16 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
         c = detail::pg_connect(opts_, err);
         if (!c) {
           log("commands connection: " + err);
-          failed(r.id, LH_SQL_FAILURE_TRANSPORT, err);
+          failed(r.id, LH_FAILURE_TRANSPORT, err);
           continue;
         }
         set_cmd_fd(PQsocket(c.get()));
         // Reported before this request's answer: the core checks the schema again first.
-        if (std::exchange(opened, true)) reset(LH_SQL_CONNECTION_COMMANDS);
+        if (std::exchange(opened, true)) reset(LH_CONNECTION_COMMANDS);
       }
       detail::FlatRows rows;
-      if (auto f = execute(c.get(), r, rows)) {
-        if (f->kind == LH_SQL_FAILURE_TRANSPORT) {
+      if (auto f = run_statements(c.get(), r, rows)) {
+        if (f->kind == LH_FAILURE_TRANSPORT) {
           log("commands connection: " + f->message);
           set_cmd_fd(-1);
           c.reset();
@@ -353,7 +335,7 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
         return false;
       }
       retry_at = Clock::time_point::max();
-      if (std::exchange(opened, true)) reset(LH_SQL_CONNECTION_LISTENER);  // the core LISTENs again
+      if (std::exchange(opened, true)) reset(LH_CONNECTION_NOTIFY);  // the core LISTENs again
       return true;
     };
     auto broke = [&](const std::string& why) {
@@ -371,7 +353,7 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
       }
     };
     for (;;) {
-      std::deque<SqlRequest> batch;
+      std::deque<IoRequest> batch;
       {
         std::lock_guard g(mu_);
         if (closed_) return;
@@ -379,12 +361,12 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
       }
       for (auto& r : batch) {
         if (!c && !connect()) {
-          failed(r.id, LH_SQL_FAILURE_TRANSPORT, listen_error_);
+          failed(r.id, LH_FAILURE_TRANSPORT, listen_error_);
           continue;
         }
         detail::FlatRows rows;
-        if (auto f = execute(c.get(), r, rows)) {
-          if (f->kind == LH_SQL_FAILURE_TRANSPORT) broke(f->message);
+        if (auto f = run_statements(c.get(), r, rows)) {
+          if (f->kind == LH_FAILURE_TRANSPORT) broke(f->message);
           failed(r.id, f->kind, f->message);
         } else {
           answer(r.id, std::move(rows));
@@ -416,7 +398,7 @@ class PostgresExecutor final : public Executor, public detail::SqlBackend {
   int wake_fd_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<SqlRequest> cmd_q_, listen_q_;  // guarded by mu_
+  std::deque<IoRequest> cmd_q_, listen_q_;  // guarded by mu_
   int cmd_fd_ = -1;                          // guarded by mu_: shut down by close()
   bool closed_ = false;                      // guarded by mu_
   std::string listen_error_;                 // the listener thread's

@@ -1,10 +1,10 @@
 // leasehold/redis_executor.hpp — the Redis executor on hiredis.
 //
-// The core speaks the Redis protocol itself (lh_client_new_redis: keys, scripts, arguments, the
+// The core speaks the Redis protocol itself (LH_BACKEND_REDIS: keys, scripts, arguments, the
 // meaning of every reply, the wait queue, the wake channel; docs/redis-protocol.md). This
 // executor only runs the core's requests verbatim and hands back what Redis said, unread:
 //   commands connection   — one thread; the requests queued meanwhile go out as one pipeline,
-//                           each reply flattened into lh_value + one data buffer (lh_reply).
+//                           each reply flattened into lh_value + one data buffer (lh_io_reply).
 //                           An application thread that waits for its own request (acquire,
 //                           release) runs the pipeline itself when the connection is free:
 //                           two thread hops per request cost more than the round trip;
@@ -12,7 +12,7 @@
 //                           UNSUBSCRIBE are written there, every message and confirmation goes
 //                           to the core; a lost connection reports its channels unsubscribed
 //                           and is reopened when the core subscribes again.
-// A broken or timed-out connection fails the requests on it (lh_request_failed) and is
+// A broken or timed-out connection fails the requests on it (lh_io_failed) and is
 // reopened for the next one. One RedisExecutor per LockClient (LockClient::close() closes it).
 //
 // Redis Sentinel (RedisOptions::sentinels): hiredis has no Sentinel support, so every (re)connect
@@ -34,8 +34,8 @@
 
 namespace leasehold {
 
-// Counters of a RedisExecutor. The core counts the protocol (lh_redis_counters); here only the
-// pub/sub messages received (`wakeups`). The other fields stay 0 (kept for compatibility).
+// Counters of a RedisExecutor. The core counts the protocol (Counters::redis_*, backend_*); here
+// only the pub/sub messages received (`wakeups`). The other fields stay 0 (kept for compatibility).
 struct RedisStats {
   std::uint64_t acquires = 0;
   std::uint64_t queued_acquires = 0;
@@ -43,35 +43,16 @@ struct RedisStats {
   std::uint64_t passed_on = 0;
 };
 
-class RedisExecutor final : public Executor, public detail::RedisRunner {
+class RedisExecutor final : public detail::RedisRunner {
  public:
   explicit RedisExecutor(RedisOptions options = {}) : RedisRunner(std::move(options)) {}
   ~RedisExecutor() override { close(); }
 
-  // The LockClient runs the core's requests instead; a direct call is a transport error.
-  AcquireResult acquire(std::string_view, std::string_view, std::uint64_t) override {
-    return TransportError{"RedisExecutor executes its LockClient's requests only"};
-  }
-  RenewResult renew(std::string_view, std::string_view, std::uint64_t, std::span<const std::uint8_t>) override {
-    return RenewResult::TransportError;
-  }
-  ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
-    return ReleaseResult::TransportError;
-  }
-  Backend* backend() override { return this; }
-  [[nodiscard]] bool answers_status() const override { return true; }
   [[nodiscard]] RedisStats stats() const { return RedisStats{0, 0, messages_received(), 0}; }
-
-  Core make_core(const Config& config) override {
-    lh_redis_options ro{};
-    lh_redis_options_default(&ro);
-    if (const auto& p = connector().options().protocol) ro = *p, ro.struct_size = sizeof ro;
-    const lh_config c = config.to_c();
-    const auto seed = detail::os_seed();
-    lh_client* raw = nullptr;
-    const auto st = lh_client_new_redis(&c, &ro, seed.data(), seed.size(), &raw);
-    if (st != LH_OK) throw Error(st, "lh_client_new_redis failed");
-    return Core::adopt(raw);
+  [[nodiscard]] lh_backend_options backend_options() const override {
+    auto o = backend_defaults(LH_BACKEND_REDIS);
+    if (const auto& p = connector().options().protocol) p->apply(o);
+    return o;
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() override { RedisRunner::close(); }

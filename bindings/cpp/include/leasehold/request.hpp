@@ -1,25 +1,19 @@
-// leasehold/request.hpp — the requests a backend protocol in the core asks its executor to run,
-// owned: Redis commands (Request), SQL transactions (SqlRequest), HTTP calls (HttpRequest).
+// leasehold/request.hpp — the IO the core asks for and what an executor hands back: IoRequest,
+// an owned copy of one lh_io_request (a command, an SQL transaction or an HTTP call), and
+// IoAnswer, one answer of the seam's kinds (lh_io_reply, lh_io_http_reply, lh_io_stream_message,
+// lh_io_failed, lh_io_message, lh_io_connection). Both cross unread: their meaning is the core's.
 #pragma once
 
 #include <leasehold.h>
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace leasehold {
 
-// A backend request (lh_poll_request), owned: run argv verbatim on `connection`
-// (LH_CONNECTION_COMMANDS or LH_CONNECTION_SUBSCRIBER) and answer `id`.
-struct Request {
-  std::uint64_t id = 0;
-  std::uint32_t connection = 0;
-  std::vector<std::string> argv;
-};
-
-// An SQL request (lh_sql_poll_request), owned: run the statements in order on `connection`
-// (LH_SQL_CONNECTION_COMMANDS or LH_SQL_CONNECTION_LISTENER) and answer `id`.
+// One parameter of an SQL statement.
 struct SqlParam {
   std::uint32_t kind = LH_VALUE_NIL;  // LH_VALUE_NIL/INT/TEXT/BULK or LH_PARAM_HOST_*
   std::int64_t integer = 0;           // LH_VALUE_INT
@@ -29,17 +23,64 @@ struct SqlStatement {
   std::string sql;
   std::vector<SqlParam> params;  // ?1.. / $1.. in order
 };
-struct SqlRequest {
-  std::uint64_t id = 0;
-  std::uint32_t connection = 0;
-  std::vector<SqlStatement> statements;
-};
 
-// An HTTP request of the etcd protocol (lh_http_poll_request), owned.
-struct HttpRequest {
+// One request (lh_io_poll), owned; the fields of other kinds are empty. Run it on `connection`
+// and answer `id`:
+//   LH_IO_COMMAND    argv verbatim (Redis; the memory service's call)  → IoReply or IoFailed;
+//   LH_IO_SQL        the statements in order                           → IoReply or IoFailed;
+//   LH_IO_HTTP       POST body to a member's base URL + path           → IoHttpReply or IoFailed;
+//   LH_IO_HTTP_WATCH the same, the response kept open                  → IoStreamMessage…, IoFailed;
+//   LH_IO_HTTP_CANCEL close the watch stream `id` (no answer).
+struct IoRequest {
   std::uint64_t id = 0;
-  std::uint32_t kind = 0;  // LH_HTTP_UNARY, LH_HTTP_WATCH or LH_HTTP_CANCEL_WATCH
-  std::string method, path, body, authorization;
+  std::uint32_t kind = LH_IO_NONE;            // LH_IO_*
+  std::uint32_t connection = 0;               // LH_CONNECTION_* (COMMAND, SQL)
+  std::vector<std::string> argv;              // COMMAND
+  std::vector<SqlStatement> statements;       // SQL
+  std::string method, path, body, authorization;  // HTTP (authorization: send unless empty)
 };
+// The earlier per-backend names of a request: the same type.
+using Request = IoRequest;
+using SqlRequest = IoRequest;
+using HttpRequest = IoRequest;
+
+// The values answering a COMMAND or SQL request: lh_values in pre-order (an array is followed
+// by its elements), strings as offset/len into `data`.
+struct IoReply {
+  std::uint64_t id = 0;
+  std::vector<lh_value> values;
+  std::string data;
+};
+// The whole reply to an HTTP request (any status: the core judges it).
+struct IoHttpReply {
+  std::uint64_t id = 0;
+  std::uint32_t status = 0;
+  std::string body;
+};
+// One newline-delimited message of an HTTP watch stream, without the newline.
+struct IoStreamMessage {
+  std::uint64_t id = 0;
+  std::string message;
+};
+// No answer came (LH_FAILURE_TRANSPORT), or the database refused the request
+// (LH_FAILURE_DATABASE); a watch stream's end too.
+struct IoFailed {
+  std::uint64_t id = 0;
+  std::uint32_t kind = LH_FAILURE_TRANSPORT;
+  std::string message;
+};
+// A notification that arrived on a connection: a pub/sub message, a NOTIFY, a memory-service
+// release (channel = the name, no payload).
+struct IoMessage {
+  std::string channel, payload;
+};
+// Something happened to a connection: LH_CONNECTION_REOPENED, or a subscription of `channel`
+// taking effect or ending (LH_CONNECTION_SUBSCRIBED / _UNSUBSCRIBED).
+struct IoConnection {
+  std::uint32_t connection = LH_CONNECTION_COMMANDS;
+  std::uint32_t event = LH_CONNECTION_REOPENED;
+  std::string channel;
+};
+using IoAnswer = std::variant<IoReply, IoHttpReply, IoStreamMessage, IoFailed, IoMessage, IoConnection>;
 
 }  // namespace leasehold

@@ -1,6 +1,6 @@
 // leasehold/sqlite_executor.hpp — the SQLite executor on libsqlite3 (link leasehold::sqlite).
 //
-// The core speaks the SQL protocol itself (lh_client_new_sql, SQLite dialect: the schema and
+// The core speaks the SQL protocol itself (LH_BACKEND_SQLITE: the schema and
 // its migration, every statement, the meaning of every row; docs/sql-protocol.md). This
 // executor runs the core's statements verbatim on one connection to the file, on one thread,
 // binds the host facts (CLOCK_MONOTONIC, the wall clock, the boot id, the pid, the host name)
@@ -152,7 +152,7 @@ inline bool is_default_sqlite_path(const std::string& path) {
 
 }  // namespace detail
 
-class SQLiteExecutor final : public Executor, public detail::SqlBackend {
+class SQLiteExecutor final : public detail::SqlExecutor {
   struct DbClose {
     void operator()(sqlite3* db) const noexcept { sqlite3_close(db); }
   };
@@ -174,33 +174,15 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
   SQLiteExecutor& operator=(const SQLiteExecutor&) = delete;
   ~SQLiteExecutor() override { close(); }
 
-  // The LockClient runs the core's requests instead; a direct call is a transport error.
-  AcquireResult acquire(std::string_view, std::string_view, std::uint64_t) override {
-    return TransportError{"SQLiteExecutor executes its LockClient's requests only"};
-  }
-  RenewResult renew(std::string_view, std::string_view, std::uint64_t, std::span<const std::uint8_t>) override {
-    return RenewResult::TransportError;
-  }
-  ReleaseResult release(std::string_view, std::string_view, std::span<const std::uint8_t>) override {
-    return ReleaseResult::TransportError;
-  }
-  Backend* backend() override { return this; }
   [[nodiscard]] const std::string& path() const noexcept { return opts_.path; }
 
-  Core make_core(const Config& config) override {
-    lh_sql_options so{};
-    lh_sql_options_default(&so);
-    so.dialect = LH_DIALECT_SQLITE;
-    so.busy_timeout_ms = static_cast<std::uint64_t>(opts_.busy_timeout.count());
-    const lh_config c = config.to_c();
-    const auto seed = detail::os_seed();
-    lh_client* raw = nullptr;
-    const auto st = lh_client_new_sql(&c, &so, seed.data(), seed.size(), &raw);
-    if (st != LH_OK) throw Error(st, "lh_client_new_sql failed");
-    return Core::adopt(raw);
+  [[nodiscard]] lh_backend_options backend_options() const override {
+    auto o = backend_defaults(LH_BACKEND_SQLITE);
+    o.sqlite_busy_timeout_ms = static_cast<std::uint64_t>(opts_.busy_timeout.count());
+    return o;
   }
   void start(Sink sink) override {
-    SqlBackend::start(std::move(sink));
+    SqlExecutor::start(std::move(sink));
     worker_ = std::thread([this] { run(); });
   }
   void close() override {
@@ -214,7 +196,7 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
   }
 
  private:
-  void submit(SqlRequest r) override {
+  void submit(IoRequest r) override {
     {
       std::lock_guard g(mu_);
       if (closed_) return;
@@ -264,7 +246,7 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
 
   void run() {
     for (;;) {
-      SqlRequest r;
+      IoRequest r;
       {
         std::unique_lock l(mu_);
         cv_.wait(l, [&] { return closed_ || !queue_.empty(); });
@@ -277,20 +259,20 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
         // path. The request did not run; a reopened connection gets the schema checked again.
         const bool had = opened_;
         if (!open()) {
-          fail(r.id, LH_SQL_FAILURE_TRANSPORT, open_error_);
+          fail(r.id, LH_FAILURE_TRANSPORT, open_error_);
           continue;
         }
         opened_ = true;
         if (had) {
-          fail(r.id, LH_SQL_FAILURE_TRANSPORT, "the database file was replaced or could not be opened");
-          reset(LH_SQL_CONNECTION_COMMANDS);
+          fail(r.id, LH_FAILURE_TRANSPORT, "the database file was replaced or could not be opened");
+          reset(LH_CONNECTION_COMMANDS);
           continue;
         }
       }
       FlatRows rows;
-      if (auto err = execute(r, rows)) {
+      if (auto err = run_statements(r, rows)) {
         if (sqlite3_get_autocommit(db_.get()) == 0) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-        fail(r.id, LH_SQL_FAILURE_DATABASE, std::move(*err));
+        fail(r.id, LH_FAILURE_DATABASE, std::move(*err));
       } else {
         answer(r.id, std::move(rows));
       }
@@ -313,7 +295,7 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
   }
 
   // Runs every statement; the error message of the first that fails, else nullopt.
-  std::optional<std::string> execute(const SqlRequest& r, FlatRows& out) const {
+  std::optional<std::string> run_statements(const IoRequest& r, FlatRows& out) const {
     const auto facts = facts_.now();
     sqlite3* db = db_.get();
     out.array(r.statements.size());
@@ -359,7 +341,7 @@ class SQLiteExecutor final : public Executor, public detail::SqlBackend {
   detail::HostFacts facts_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<SqlRequest> queue_;  // guarded by mu_
+  std::deque<IoRequest> queue_;  // guarded by mu_
   bool closed_ = false;           // guarded by mu_
   // The worker thread's own:
   Db db_;

@@ -32,7 +32,7 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
-  if (backend_ != nullptr && !hold_driver_) {
+  if (!hold_driver_) {
     send_from_this_thread(lk);
   } else {
     poke_locked();
@@ -95,7 +95,7 @@ inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& r
   if (how == Releasing::Pending) awaiting_reply_[rec->id] = rec;
   const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
                                                            : request_timeout_);
-  if (how == Releasing::Pending && wait.count() > 0 && backend_ != nullptr && !hold_driver_) {
+  if (how == Releasing::Pending && wait.count() > 0 && !hold_driver_) {
     // This thread waits for the answer anyway: it sends the request itself (and this lease's
     // RELEASED or LOST event is dispatched now).
     send_from_this_thread(lk);

@@ -1,18 +1,17 @@
 // leasehold/detail/client_state.hpp — the state a LockClient and its Leases share: one Core under
-// one mutex, the lease records, the inputs queued for the driver and the worker threads.
+// one mutex, the lease records, the answers queued for the driver and the callback thread.
 //
 // Threads of a LockClient:
-//   driver     — owns every call into the core (under one mutex), waits for the earliest of
-//                the core's deadline / an executor result / an application call / a release
-//                notification. It never calls the executor, so a hung executor cannot delay
-//                loss detection (detail/driver.hpp).
-//   io pool    — runs Executor::acquire/renew/release (ClientOptions::io_threads threads).
-//   watcher    — runs Executor::watch_waiter/unwatch in order (one thread).
+//   driver     — feeds the core its deadlines and the answers queued for it, and hands the
+//                requests they cause to the executor (detail/driver.hpp). It never waits for the
+//                executor, so a hung executor cannot delay loss detection.
+//   executor   — the Executor's own threads run the requests and feed the answers back through
+//                the sink (feed): under the mutex, on the thread that received them, so an answer
+//                reaches the waiting application thread with one wake-up. An application thread
+//                waiting for its own request may run it itself (send_from_this_thread).
 //   callbacks  — runs on_lost callbacks and stops the lease's stop_token (one thread). A callback
 //                that throws is logged, never fatal. Callbacks never run on the application
 //                thread that called acquire()/release().
-// A Backend's replies are fed to the core on the thread that received them (feed_backend), and
-// an application thread waiting for its own request runs it itself (send_from_this_thread).
 #pragma once
 
 #include <leasehold/core.hpp>
@@ -68,23 +67,6 @@ struct LeaseRecord {
   std::vector<std::pair<std::uint64_t, std::function<void(LostReason)>>> on_lost;
 };
 
-struct InAcquire {
-  std::uint64_t request;
-  AcquireResult result;
-};
-struct InRenew {
-  std::uint64_t request;
-  RenewResult result;
-};
-struct InRelease {
-  std::uint64_t request;
-  ReleaseResult result;
-};
-struct InReleased {
-  std::string name;
-};
-using Input = std::variant<InAcquire, InRenew, InRelease, InReleased, BackendInput>;
-
 class ClientState : public std::enable_shared_from_this<ClientState> {
  public:
   ClientState(std::shared_ptr<Executor> executor, ClientOptions opts)
@@ -96,14 +78,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       };
     }
     Config cfg = opts_.config;
-    backend_ = executor_->backend();
-    executor_notifications_ = backend_ == nullptr && executor_->notifications();
-    if (backend_ != nullptr) {
-      core_.emplace(backend_->make_core(cfg));  // the protocol decides about waiting itself
-    } else {
-      cfg.notifications = cfg.notifications && executor_notifications_;
-      core_.emplace(cfg);  // throws on an invalid config; nothing started yet
-    }
+    cfg.notifications = cfg.notifications && executor_->notifications();
+    core_.emplace(cfg, executor_->backend_options());  // throws on an invalid config; nothing started yet
     request_timeout_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
         std::min<std::uint64_t>(cfg.request_timeout_ns, std::uint64_t{1} << 50)));
   }
@@ -112,10 +88,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   ~ClientState() = default;
 
   void start() {
-    io_ = std::make_unique<WorkQueue>(opts_.io_threads);
-    watcher_ = std::make_unique<WorkQueue>(1);
     callbacks_ = std::make_unique<WorkQueue>(1);
-    if (backend_ != nullptr) backend_->start([this](BackendInput in) { feed_backend(std::move(in)); });
+    executor_->start([this](IoAnswer in) { feed(std::move(in)); });
     driver_ = std::thread([this] { drive(); });
   }
 
@@ -144,15 +118,13 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
   std::string last_backend_error() const {
     std::lock_guard g(mu_);
-    if (!core_ || backend_ == nullptr) return {};
-    return backend_->last_error(*core_);
+    if (!core_ || broken_) return {};
+    return core_->backend_last_error();
   }
   LockStatus status(std::string_view name, std::chrono::nanoseconds timeout) {
     std::unique_lock lk(mu_);
     if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
     if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
-    if (backend_ == nullptr || !backend_->answers_status())
-      throw Error(LH_ERR_NO_BACKEND, "status() needs an executor with a protocol (SQL, Redis, etcd)");
     const auto id = core_->status_request(now_ns(), name);  // throws on a bad name
     try {
       drain_locked();
@@ -175,14 +147,6 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
   void close() noexcept;
 
-  // The callback LockClient registers with Executor::watch_waiter (tests call it directly).
-  Executor::WakeCallback waiter_callback() {
-    return [weak = weak_from_this()](std::string_view name) {
-      const auto s = weak.lock();
-      return s && s->woken(name);
-    };
-  }
-
  private:
   friend struct TestAccess;
   void log(std::string_view m) const noexcept {
@@ -191,29 +155,16 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     } catch (...) {
     }
   }
-  void push_input(Input in) {
-    {
-      std::lock_guard g(mu_);
-      if (stopping_) return;
-      inputs_.push_back(std::move(in));
-    }
-    driver_cv_.notify_one();
-  }
-  // (executor thread) A wake-up for `name`: fed to the core only if it waits for the name,
-  // else declined so the executor passes it on (the core would drop it: lost wake-up).
-  bool woken(std::string_view name) {
-    {
-      std::lock_guard g(mu_);
-      if (stopping_ || closing_ || broken_ || !core_ || !core_watching_.contains(name)) return false;
-      inputs_.push_back(InReleased{std::string(name)});
-    }
-    driver_cv_.notify_one();
-    return true;
-  }
-  // (executor thread) Fed at once under the mutex, not through the driver: a reply reaches the
+  // (executor thread) Fed at once under the mutex, not through the driver: an answer reaches the
   // waiting application thread with one wake-up. The driver is woken only when the core's
-  // deadline moved earlier (or it is held: then it queues as usual).
-  void feed_backend(BackendInput in) {
+  // deadline moved earlier (or it is held: then the answer queues for it).
+  void feed(IoAnswer in) {
+    if (executing_.load() == std::this_thread::get_id()) {
+      // From inside execute() on a thread that holds the mutex: the driver feeds it.
+      inputs_.push_back(std::move(in));
+      poke_locked();
+      return;
+    }
     {
       std::lock_guard g(mu_);
       if (stopping_ || broken_ || !core_) return;
@@ -222,8 +173,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
         return;
       }
       try {
-        Input i = std::move(in);
-        feed_locked(i);
+        feed_locked(in);
         drain_locked();
         if (closing_) waiters_cv_.notify_all();  // close() waits for the last cleanups' answers
         if (!driver_late_locked()) return;
@@ -256,7 +206,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       poke_locked();
     }
     lk.unlock();
-    backend_->run_pending();
+    executor_->run_pending();
     lk.lock();
   }
 
@@ -264,30 +214,25 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (driver_late_locked()) poke_locked();
   }
   void drive() noexcept;
-  void feed_locked(Input& in);
-  void feed_backend_locked(std::uint64_t now, BackendInput& in);
+  void feed_locked(IoAnswer& in);
   void drain_locked(bool for_caller = false);
-  void dispatch_locked(Output& out);
+  void dispatch_locked(Event& ev);
   void end_record_locked(LeaseRecord& rec, LeaseState st);
   void fail_all_locked(std::string_view why);
   void release_everything_locked();
 
   std::shared_ptr<Executor> executor_;
-  Backend* backend_ = nullptr;  // owned by executor_
   ClientOptions opts_;
   std::chrono::nanoseconds request_timeout_{0};
-  bool executor_notifications_ = false;
 
   mutable std::mutex mu_;
   std::condition_variable driver_cv_;   // driver waits here
   std::condition_variable waiters_cv_;  // acquirers and close() wait here
   std::optional<Core> core_;            // guarded by mu_; reset at close
-  std::deque<Input> inputs_;
+  std::deque<IoAnswer> inputs_;  // answers for the driver to feed
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> records_;
   // Released leases whose release() waits for the service's answer (ReleaseOutcomeEvent).
   std::unordered_map<std::uint64_t, std::shared_ptr<LeaseRecord>> awaiting_reply_;
-  // Names the core waits for, per its Watch/Unwatch outputs as dispatched (see woken()).
-  std::set<std::string, std::less<>> core_watching_;
   // Answered status queries (LockClient::status) until their caller takes them.
   std::unordered_map<std::uint64_t, LockStatus> statuses_;
   std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
@@ -302,8 +247,11 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // When the waiting driver wakes up by itself (ns, the core's clock); 0 while it runs.
   std::uint64_t driver_until_ = 0;
 
+  // The thread inside Executor::execute() (holding mu_), so feed() can tell an answer given there.
+  std::atomic<std::thread::id> executing_{};
+
   std::thread driver_;
-  std::unique_ptr<WorkQueue> io_, watcher_, callbacks_;
+  std::unique_ptr<WorkQueue> callbacks_;
   std::mutex close_mu_;  // serializes close()
 };
 

@@ -1,5 +1,5 @@
-// leasehold/detail/driver.hpp — the driver: the core's outputs dispatched (commands to the IO pool,
-// events to the lease records), inputs fed, the loop that waits for the core's deadline, and
+// leasehold/detail/driver.hpp — the driver: the core's requests handed to the executor, its events
+// dispatched to the lease records, answers fed, the loop that waits for the core's deadline, and
 // close() (definitions of ClientState's members).
 #pragma once
 
@@ -14,82 +14,20 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 #include <variant>
+#include <vector>
 
 namespace leasehold::detail {
 
-inline void ClientState::dispatch_locked(Output& out) {
+inline void ClientState::dispatch_locked(Event& ev) {
   auto find = [&](std::uint64_t id) -> std::shared_ptr<LeaseRecord> {
     auto it = records_.find(id);
     return it == records_.end() ? nullptr : it->second;
   };
   std::visit(
       overloaded{
-          [&](AcquireCommand& c) {
-            io_->post([this, c = std::move(c)] {
-              AcquireResult r = TransportError{};
-              try {
-                r = executor_->acquire(c.name, c.token, c.ttl_ms);
-              } catch (const std::exception& e) {
-                log(std::string("acquire ") + c.name + ": " + e.what());
-                r = TransportError{e.what()};
-              } catch (...) {
-                r = TransportError{"unknown exception"};
-              }
-              if (auto* te = std::get_if<TransportError>(&r); te && !te->message.empty())
-                log("acquire " + c.name + ": " + te->message);
-              push_input(InAcquire{c.request, std::move(r)});
-            });
-          },
-          [&](RenewCommand& c) {
-            io_->post([this, c = std::move(c)] {
-              RenewResult r = RenewResult::TransportError;
-              try {
-                r = executor_->renew(c.name, c.token, c.ttl_ms, c.backend_data);
-              } catch (const std::exception& e) {
-                log(std::string("renew ") + c.name + ": " + e.what());
-              } catch (...) {
-              }
-              push_input(InRenew{c.request, r});
-            });
-          },
-          [&](ReleaseCommand& c) {
-            io_->post([this, c = std::move(c)] {
-              ReleaseResult r = ReleaseResult::TransportError;
-              try {
-                r = executor_->release(c.name, c.token, c.backend_data);
-              } catch (const std::exception& e) {
-                log(std::string("release ") + c.name + ": " + e.what());
-              } catch (...) {
-              }
-              push_input(InRelease{c.request, r});
-            });
-          },
-          [&](WatchCommand& c) {
-            if (!executor_notifications_) return;  // nothing would be delivered
-            core_watching_.insert(c.name);
-            watcher_->post([this, on_wake = waiter_callback(), name = std::move(c.name)] {
-              try {
-                executor_->watch_waiter(name, on_wake);
-              } catch (const std::exception& e) {
-                log(std::string("watch ") + name + ": " + e.what());
-              } catch (...) {
-              }
-            });
-          },
-          [&](UnwatchCommand& c) {
-            if (!executor_notifications_) return;
-            // Now, not when the watcher gets to unwatch: wake-ups arriving meanwhile are declined.
-            core_watching_.erase(c.name);
-            watcher_->post([this, name = std::move(c.name)] {
-              try {
-                executor_->unwatch(name);
-              } catch (const std::exception& e) {
-                log(std::string("unwatch ") + name + ": " + e.what());
-              } catch (...) {
-              }
-            });
-          },
           [&](AcquiredEvent& e) {
             if (auto rec = find(e.lease)) {
               rec->state = LeaseState::Held;
@@ -143,60 +81,60 @@ inline void ClientState::dispatch_locked(Output& out) {
             }
           },
       },
-      out);
+      ev);
 }
 
 inline void ClientState::drain_locked(bool for_caller) {
-  if (backend_ != nullptr) for_caller ? backend_->drain_for_caller(*core_) : backend_->drain(*core_);
-  while (auto out = core_->poll_output()) dispatch_locked(*out);
-  if (backend_ != nullptr && backend_->answers_status()) {
-    bool any = false;
-    while (auto st = core_->poll_status()) {
-      if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
-    }
-    if (any) waiters_cv_.notify_all();
-  }
-}
-
-inline void ClientState::feed_backend_locked(std::uint64_t now, BackendInput& in) {
-  using K = BackendInput::Kind;
-  switch (in.kind) {
-    case K::Reply:
+  // Every request to the executor (an exception there fails the request, a transport error);
+  // then every event to the lease records and every status answer to its caller.
+  std::vector<std::pair<std::uint64_t, std::string>> failed;
+  {
+    executing_ = std::this_thread::get_id();
+    struct Done {
+      std::atomic<std::thread::id>& e;
+      ~Done() { e = std::thread::id(); }
+    } done{executing_};
+    while (auto r = core_->io_poll()) {
+      const auto id = r->id;
       try {
-        core_->reply(now, in.id, in.values, in.data);
-      } catch (const Error& e) {
-        if (e.code() != LH_ERR_INVALID_REPLY) throw;
-        core_->request_failed(now, in.id);  // a reply the core cannot read: a transport error
+        for_caller ? executor_->execute_for_caller(std::move(*r)) : executor_->execute(std::move(*r));
+      } catch (const std::exception& e) {
+        failed.emplace_back(id, e.what());
+      } catch (...) {
+        failed.emplace_back(id, "unknown exception");
       }
-      break;
-    case K::Failed: core_->request_failed(now, in.id); break;
-    case K::Message: core_->pubsub_message(now, in.channel, in.data); break;
-    case K::Subscription: core_->subscription(now, in.channel, in.subscribed); break;
-    case K::Apply:
-      if (in.apply) in.apply(*core_, now);
-      break;
+    }
   }
+  for (const auto& [id, why] : failed) {
+    log("request " + std::to_string(id) + " failed in the executor: " + why);
+    core_->io_failed(now_ns(), id, LH_FAILURE_TRANSPORT, why);
+  }
+  if (!failed.empty()) poke_locked();  // what those failures cause goes out on the driver's next drain
+  while (auto ev = core_->poll_event()) dispatch_locked(*ev);
+  bool any = false;
+  while (auto st = core_->poll_status()) {
+    if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
+  }
+  if (any) waiters_cv_.notify_all();
 }
 
-inline void ClientState::feed_locked(Input& in) {
+// An answer the core refuses (malformed, oversized, of the wrong kind) is logged and its request
+// failed in transport: it never counts as what the service said.
+inline void ClientState::feed_locked(IoAnswer& in) {
   const auto now = now_ns();
   try {
-    std::visit(overloaded{
-                   [&](InAcquire& i) { core_->acquire_result(now, i.request, i.result); },
-                   [&](InRenew& i) { core_->renew_result(now, i.request, i.result); },
-                   [&](InRelease& i) { core_->release_result(now, i.request, i.result); },
-                   [&](InReleased& i) { core_->released(now, i.name); },
-                   [&](BackendInput& i) { feed_backend_locked(now, i); },
-               },
-               in);
+    core_->answer(now, in);
   } catch (const Error& e) {
     if (e.code() == LH_ERR_PANIC || e.code() == LH_ERR_POISONED) throw;
-    // An executor answered something the core refuses (e.g. oversized backend data): log it
-    // and treat that answer as a transport error.
-    log(std::string("result refused by the core: ") + e.what());
-    if (auto* a = std::get_if<InAcquire>(&in)) {
-      core_->acquire_result(now, a->request, TransportError{});
-    }
+    log(std::string("answer refused by the core: ") + e.what());
+    const std::uint64_t id = std::visit(overloaded{
+                                            [](const IoReply& r) { return r.id; },
+                                            [](const IoHttpReply& r) { return r.id; },
+                                            [](const IoStreamMessage& m) { return m.id; },
+                                            [](const auto&) { return std::uint64_t{0}; },
+                                        },
+                                        in);
+    if (id != 0) core_->io_failed(now, id, LH_FAILURE_TRANSPORT, e.what());
   }
 }
 
@@ -239,7 +177,7 @@ inline void ClientState::drive() noexcept {
         continue;
       }
       while (!inputs_.empty()) {
-        Input in = std::move(inputs_.front());
+        IoAnswer in = std::move(inputs_.front());
         inputs_.pop_front();
         feed_locked(in);
         drain_locked();
@@ -306,9 +244,9 @@ inline void ClientState::close() noexcept {
         return true;
       }
     });
-    if (backend_ != nullptr && core_ && !broken_) {
+    if (core_ && !broken_) {
       try {
-        backend_->closing(*core_, now_ns());
+        core_->io_close(now_ns());  // etcd: revoke the pooled leases; the executor sends it
         drain_locked();
       } catch (...) {
       }
@@ -321,8 +259,6 @@ inline void ClientState::close() noexcept {
     executor_->close();
   } catch (...) {
   }
-  io_->shutdown(true);
-  watcher_->shutdown(true);
   {
     std::unique_lock lk(mu_);
     // Anything still open (the driver was stopped before its events arrived) ends now.

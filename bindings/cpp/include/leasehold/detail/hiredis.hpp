@@ -1,6 +1,6 @@
 // leasehold/detail/hiredis.hpp — hiredis glue for the Redis executor (redis_executor.hpp):
 // owned contexts and replies, an argument vector appended as it is, and a reply flattened into
-// the core's values (lh_value + one data buffer: lh_reply). A type mapping only; what a reply
+// the core's values (lh_value + one data buffer: lh_io_reply). A type mapping only; what a reply
 // means is the core's.
 #pragma once
 
@@ -24,7 +24,7 @@ inline int redis_append(redisContext* c, const std::vector<std::string>& args) {
 }
 
 // A reply as pre-order values over out.data.
-inline void redis_flatten(const redisReply* r, BackendInput& out) {
+inline void redis_flatten(const redisReply* r, IoReply& out) {
   lh_value v{};
   switch (r->type) {
     case REDIS_REPLY_INTEGER: v.kind = LH_VALUE_INT, v.integer = r->integer; break;

@@ -18,7 +18,7 @@
 
 namespace leasehold::detail {
 
-class RedisRunner : public Backend {
+class RedisRunner : public Executor {
   using Ctx = RedisCtx;
   using Reply = RedisReply;
 
@@ -31,32 +31,11 @@ class RedisRunner : public Backend {
     commands_ = std::thread([this] { command_loop(); });
     subscriber_ = std::thread([this] { subscriber_loop(); });
   }
-  void execute(Request r) override {
-    const bool sub = r.connection == LH_CONNECTION_SUBSCRIBER;
-    {
-      std::lock_guard g(mu_);
-      if (closed_) return;
-      (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
-      if (!sub && caller_runs_) return;  // run_pending() follows
-    }
-    sub ? wake() : cv_.notify_one();
-  }
-  void drain_for_caller(Core& core) override {
-    {
-      std::lock_guard g(mu_);
-      caller_runs_ = true;
-    }
-    struct Reset {
-      RedisRunner* t;
-      ~Reset() {
-        std::lock_guard g(t->mu_);
-        t->caller_runs_ = false;
-      }
-    } reset{this};
-    drain(core);
-  }
+  void execute(IoRequest r) override { queue(std::move(r), false); }
+  // A commands request waits for run_pending() on the caller's thread (no hop to ours).
+  void execute_for_caller(IoRequest r) override { queue(std::move(r), true); }
   void run_pending() noexcept override {
-    std::deque<Request> batch;
+    std::deque<IoRequest> batch;
     {
       std::unique_lock l(mu_);
       if (closed_ || cmd_q_.empty()) return;
@@ -108,12 +87,26 @@ class RedisRunner : public Backend {
   void log(const std::string& m) const noexcept { conn_.log(m); }
   bool sentinel() const noexcept { return conn_.sentinel(); }
 
-  void failed(std::uint64_t id) { sink_(BackendInput{BackendInput::Kind::Failed, id, {}, {}, {}, false, {}}); }
+  void failed(std::uint64_t id, std::string why) { sink_(IoFailed{id, LH_FAILURE_TRANSPORT, std::move(why)}); }
+  void queue(IoRequest r, bool caller_runs) {
+    if (r.kind != LH_IO_COMMAND) {
+      failed(r.id, "not a Redis command");  // never from the core's Redis protocol
+      return;
+    }
+    const bool sub = r.connection == LH_CONNECTION_NOTIFY;
+    {
+      std::lock_guard g(mu_);
+      if (closed_) return;
+      (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
+      if (!sub && caller_runs) return;  // run_pending() follows
+    }
+    sub ? wake() : cv_.notify_one();
+  }
 
   void command_loop() {
     block_sigpipe_in_this_thread();
     for (;;) {
-      std::deque<Request> batch;
+      std::deque<IoRequest> batch;
       {
         std::unique_lock l(mu_);
         cv_.wait(l, [&] { return closed_ || (!cmd_q_.empty() && !cmd_busy_); });
@@ -129,7 +122,7 @@ class RedisRunner : public Backend {
   }
   // Sends the batch as one pipeline on cmd_ and hands back the replies (the caller set
   // cmd_busy_: cmd_ is this thread's until it clears it).
-  void run_batch(std::deque<Request>& batch) {
+  void run_batch(std::deque<IoRequest>& batch) {
     Ctx& c = cmd_;
     if (!c) {
       std::string addr;
@@ -141,7 +134,7 @@ class RedisRunner : public Backend {
     for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
       Reply r(static_cast<redisReply*>(raw));
       demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
-      BackendInput in{BackendInput::Kind::Reply, batch[done].id, {}, {}, {}, false, {}};
+      IoReply in{batch[done].id, {}, {}};
       redis_flatten(r.get(), in);
       sink_(std::move(in));
     }
@@ -153,8 +146,9 @@ class RedisRunner : public Backend {
       return;
     }
     if (done == batch.size()) return;
-    if (c) log(std::string("commands connection: ") + (c->err ? c->errstr : "broken"));
-    for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id);
+    const std::string why = std::string("commands connection: ") + (c && c->err ? c->errstr : "broken");
+    if (c) log(why);
+    for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id, why);
     set_cmd_fd(-1);
     c.reset();
   }
@@ -172,11 +166,11 @@ class RedisRunner : public Backend {
     auto lose = [&] {
       if (s) log(std::string("subscriber connection: ") + (s->err ? s->errstr : "broken"));
       s.reset();
-      for (const auto& ch : channels) sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, ch, false, {}});
+      for (const auto& ch : channels) sink_(IoConnection{LH_CONNECTION_NOTIFY, LH_CONNECTION_UNSUBSCRIBED, ch});
       channels.clear();
     };
     for (;;) {
-      std::deque<Request> batch;
+      std::deque<IoRequest> batch;
       {
         std::lock_guard g(mu_);
         if (closed_) return;
@@ -188,7 +182,7 @@ class RedisRunner : public Backend {
         if (s && redis_append(s.get(), r.argv) == REDIS_OK)
           while (redisBufferWrite(s.get(), &written) == REDIS_OK && !written) {}
         if (!written) {
-          failed(r.id);
+          failed(r.id, "subscriber connection: broken");
           lose();
         } else if (r.argv.size() > 1 && strcasecmp(r.argv[0].c_str(), "SUBSCRIBE") == 0) {
           channels.insert(r.argv.begin() + 1, r.argv.end());
@@ -222,10 +216,11 @@ class RedisRunner : public Backend {
         const redisReply* p = r->element[2];
         if (kind == "message" && p->type == REDIS_REPLY_STRING) {
           ++messages_;
-          sink_(BackendInput{BackendInput::Kind::Message, 0, {}, std::string(p->str, p->len), std::move(ch), false, {}});
+          sink_(IoMessage{std::move(ch), std::string(p->str, p->len)});
         } else if (kind == "subscribe" || kind == "unsubscribe") {
           if (kind[0] == 'u') channels.erase(ch);
-          sink_(BackendInput{BackendInput::Kind::Subscription, 0, {}, {}, std::move(ch), kind[0] == 's', {}});
+          const std::uint32_t event = kind[0] == 's' ? LH_CONNECTION_SUBSCRIBED : LH_CONNECTION_UNSUBSCRIBED;
+          sink_(IoConnection{LH_CONNECTION_NOTIFY, event, std::move(ch)});
         }
       }
       if (s->err) lose();
@@ -237,10 +232,9 @@ class RedisRunner : public Backend {
   int wake_fd_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Request> cmd_q_, sub_q_;  // guarded by mu_
+  std::deque<IoRequest> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
   bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
-  bool caller_runs_ = false;           // guarded by mu_: in drain_for_caller()
   Ctx cmd_;                            // the commands connection: its thread's while cmd_busy_
   bool closed_ = false;                // guarded by mu_
   std::atomic<std::uint64_t> messages_{0};

@@ -1,6 +1,6 @@
 // leasehold/detail/sql_executor.hpp — what the SQLite and PostgreSQL executors share: the host
-// facts they bind, the flat row list they hand back, and the Backend plumbing of an SQL handle
-// (lh_client_new_sql). No SQL text and no row meaning here: the core owns both.
+// facts they bind, the flat row list they hand back, and the Executor plumbing of an SQL client
+// (LH_BACKEND_SQLITE / _POSTGRES). No SQL text and no row meaning here: the core owns both.
 #pragma once
 
 #include <leasehold.hpp>
@@ -44,7 +44,7 @@ struct HostFacts {
   }
 };
 
-// lh_sql_result's format: lh_values in pre-order, strings as offset/len into one buffer.
+// lh_io_reply's format: lh_values in pre-order, strings as offset/len into one buffer.
 struct FlatRows {
   std::vector<lh_value> values;
   std::string data;
@@ -76,44 +76,27 @@ struct FlatRows {
   }
 };
 
-// The Backend side of an SQL handle: requests out of the core into submit(), answers back
-// through the sink as inputs the driver feeds.
-class SqlBackend : public Backend {
+// The Executor side of an SQL client: requests queued by submit(), answers back through the sink.
+class SqlExecutor : public Executor {
  public:
   void start(Sink sink) override { sink_ = std::move(sink); }
-  void drain(Core& core) override {
-    while (auto r = core.sql_poll_request()) submit(std::move(*r));
+  void execute(IoRequest r) override {
+    if (r.kind != LH_IO_SQL) return fail(r.id, LH_FAILURE_TRANSPORT, "not an SQL request");  // never from the core
+    submit(std::move(r));
   }
-  [[nodiscard]] std::string last_error(const Core& core) const override { return core.sql_last_error(); }
-  [[nodiscard]] bool answers_status() const override { return true; }
 
  protected:
   // Queues one request for an executor thread; never blocks.
-  virtual void submit(SqlRequest request) = 0;
+  virtual void submit(IoRequest request) = 0;
 
-  void answer(std::uint64_t id, FlatRows rows) {
-    sink_(BackendInput::applying([id, rows = std::move(rows)](Core& core, std::uint64_t now) {
-      try {
-        core.sql_result(now, id, rows.values, rows.data);
-      } catch (const Error& e) {
-        if (e.code() != LH_ERR_INVALID_REPLY) throw;
-        core.sql_failed(now, id, LH_SQL_FAILURE_DATABASE, e.what());  // rows the core cannot read
-      }
-    }));
-  }
+  void answer(std::uint64_t id, FlatRows rows) { sink_(IoReply{id, std::move(rows.values), std::move(rows.data)}); }
   void fail(std::uint64_t id, std::uint32_t kind, std::string message) {
-    sink_(BackendInput::applying([id, kind, m = std::move(message)](Core& core, std::uint64_t now) {
-      core.sql_failed(now, id, kind, m);
-    }));
+    sink_(IoFailed{id, kind, std::move(message)});
   }
-  void reset(std::uint32_t connection) {
-    sink_(BackendInput::applying([connection](Core& core, std::uint64_t now) { core.sql_connection_reset(now, connection); }));
-  }
+  void reset(std::uint32_t connection) { sink_(IoConnection{connection, LH_CONNECTION_REOPENED, {}}); }
   void notification(std::string channel, std::string payload) {
-    if (channel.size() > LH_MAX_SQL_MESSAGE || payload.size() > LH_MAX_SQL_MESSAGE) return;  // never ours
-    sink_(BackendInput::applying([c = std::move(channel), p = std::move(payload)](Core& core, std::uint64_t now) {
-      core.sql_notification(now, c, p);
-    }));
+    if (channel.size() > LH_MAX_REPLY_DATA || payload.size() > LH_MAX_REPLY_DATA) return;  // never ours
+    sink_(IoMessage{std::move(channel), std::move(payload)});
   }
 
   Sink sink_;

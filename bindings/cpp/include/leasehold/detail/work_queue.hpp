@@ -1,5 +1,5 @@
-// leasehold/detail/work_queue.hpp — the LockClient's worker threads (IO pool, watcher, callbacks):
-// a queue of jobs run by N threads that block SIGPIPE.
+// leasehold/detail/work_queue.hpp — the LockClient's callback thread (a queue of jobs run by N
+// threads that block SIGPIPE), and the SIGPIPE blocking the executors' threads share.
 #pragma once
 
 #if defined(__unix__) || defined(__APPLE__)
