@@ -47,14 +47,13 @@ class LockClient {
   }
   [[nodiscard]] Counters counters() const { return state()->counters(); }
   // What the backend protocol last saw go wrong (SQL: a database error, a refused schema such
-  // as a foreign table of the same name, a failed connection; etcd: an error body or a
-  // transport failure). Empty when nothing did, or for executors without a protocol.
+  // as a foreign table of the same name, a failed connection; etcd: an error body; Redis: an
+  // error reply; any: a transport failure). Empty when nothing did.
   [[nodiscard]] std::string last_backend_error() const { return state()->last_backend_error(); }
-  // What the backend says about `name` now (SQL, Redis and etcd executors; advisory: it can
-  // change at once): held or not, the holder's fence and remaining TTL, the last fence ever
-  // minted (SQL, Redis), and on SQLite the holder's pid and host. A failed query is
-  // `ok == false` with `error`. Throws leasehold::Error: LH_ERR_NO_BACKEND for other
-  // executors (the memory service), a bad name as acquire() does,
+  // What the backend says about `name` now (every backend; advisory: it can change at once):
+  // held or not, the holder's fence and remaining TTL, the last fence ever minted (SQL, Redis,
+  // the memory service), and on SQLite the holder's pid and host. A failed query is
+  // `ok == false` with `error`. Throws leasehold::Error: a bad name as acquire() does,
   // status::timeout without an answer within `timeout`, status::closed.
   [[nodiscard]] LockStatus status(std::string_view name, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
     return state()->status(name, timeout);
