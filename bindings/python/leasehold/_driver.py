@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, ContextManager
+from typing import Any, ContextManager, NoReturn
 
 from . import _ffi, errors
 from ._args import check_name, ttl_to_ms, wait_budget
@@ -74,7 +74,8 @@ class Driver(LeaseLifecycle):
         elif not self._lease_event(ev):
             log.error("leasehold: unknown event kind %d", k)
 
-    def _check_subscribable(self, name: str, callback: Any) -> None:
+    def _refuse_subscription(self, name: str, callback: Any) -> NoReturn:
+        """``on_release``: bad arguments first, then a closed client, then why not."""
         check_name(name)
         if not callable(callback):
             raise TypeError("callback must be callable")

@@ -185,8 +185,7 @@ class AsyncLockClient(Driver):
     def on_release(self, name: str, callback: Callable[[str], Any]) -> Subscription:
         """Not available, as :meth:`leasehold.LockClient.on_release`: raises
         :class:`~leasehold.errors.LeaseholdError`."""
-        self._check_subscribable(name, callback)
-        raise AssertionError("unreachable")  # pragma: no cover
+        self._refuse_subscription(name, callback)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Release held locks, cancel pending acquires, wait (bounded) for cleanup, stop."""

@@ -383,8 +383,7 @@ class LockClient(ThreadedDriver):
         (``ClientClosed`` on a closed client; ``TypeError``/``ValueError`` for bad
         arguments first)."""
         with self._mu:
-            self._check_subscribable(name, callback)
-        raise AssertionError("unreachable")  # pragma: no cover
+            self._refuse_subscription(name, callback)
 
     @property
     def service(self) -> Any:
