@@ -287,8 +287,8 @@
 #define LH_ERR_INVALID_REPLY 17
 
 /**
- * The call needs a backend attached to the handle (`lh_client_attach`), or one was attached
- * already.
+ * The call needs a backend the handle does not have (kept for hosts built against older
+ * headers; `lh_client_new` always attaches one).
  */
 #define LH_ERR_NO_BACKEND 18
 

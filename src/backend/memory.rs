@@ -56,7 +56,7 @@ enum Op {
     Acquire { req: RequestId, ttl_ms: u64 },
     Renew { req: RequestId },
     Release { req: RequestId },
-    Watch,
+    Watch { name: LockName },
     Unwatch,
     Status { id: u64 },
 }
@@ -184,7 +184,13 @@ impl MemoryProtocol {
                 let _ = core.handle_release_result(now, req, r);
             }
             (Op::Status { id }, Some(Answer::Status(st))) => self.out.answer_status((id, Ok(st))),
-            (Op::Watch | Op::Unwatch, Some(Answer::Ok)) => {}
+            (Op::Watch { name }, Some(Answer::Ok)) => {
+                // A release between the "held" answer and this watch reached nobody: try once.
+                if self.watched.contains(&name) {
+                    let _ = core.handle_released(now, &name);
+                }
+            }
+            (Op::Unwatch, Some(Answer::Ok)) => {}
             (op, _) => {
                 self.counters.garbage_replies += 1;
                 let msg = format!("unexpected answer {reply:?} to {op:?}");
@@ -232,15 +238,16 @@ impl MemoryProtocol {
     }
 
     /// The host connected to the service anew: watches are asked for again, and each waiting
-    /// name is tried once (a release while disconnected reached nobody).
+    /// name is tried once when its watch took effect (a release while disconnected reached
+    /// nobody).
     pub fn handle_reconnect(&mut self, core: &mut Client, now: u64) {
         self.pump(core);
         core.handle_timeout(now);
         let now = core.now();
         let names: Vec<LockName> = self.watched.iter().cloned().collect();
         for name in names {
-            self.push(Op::Watch, word_args("WATCH", &name, &[]), now);
-            let _ = core.handle_released(now, &name);
+            let args = word_args("WATCH", &name, &[]);
+            self.push(Op::Watch { name }, args, now);
         }
         self.pump(core);
     }
@@ -303,8 +310,8 @@ impl MemoryProtocol {
             }
             Command::Watch { name } => {
                 let args = word_args("WATCH", &name, &[]);
-                self.watched.insert(name);
-                self.push(Op::Watch, args, now);
+                self.watched.insert(name.clone());
+                self.push(Op::Watch { name }, args, now);
             }
             Command::Unwatch { name } => {
                 let args = word_args("UNWATCH", &name, &[]);
@@ -334,7 +341,7 @@ impl MemoryProtocol {
             Op::Status { id } => self.out.answer_status((id, Err(detail.to_owned()))),
             // A lost watch is asked for again at the next reconnect; the engine's waiters
             // also retry by their own backoff meanwhile.
-            Op::Watch | Op::Unwatch => {}
+            Op::Watch { .. } | Op::Unwatch => {}
         }
     }
 }
@@ -357,8 +364,11 @@ fn int(v: &Value<'_>) -> Option<u64> {
 /// Reads one answer as the service writes it (`[word, numbers…]`); `None` for any other shape.
 fn read_answer(op: &Op, reply: &Value<'_>) -> Option<Answer> {
     let Value::Array(items) = reply else {
-        return matches!((op, reply), (Op::Watch | Op::Unwatch, Value::Status(b"OK")))
-            .then_some(Answer::Ok);
+        return matches!(
+            (op, reply),
+            (Op::Watch { .. } | Op::Unwatch, Value::Status(b"OK"))
+        )
+        .then_some(Answer::Ok);
     };
     let (Some(Value::Status(word)), rest) = (items.first(), items.get(1..).unwrap_or(&[])) else {
         return None;
@@ -484,6 +494,45 @@ mod tests {
         assert!(st.held);
         assert_eq!(st.fencing_token, Some(2));
         assert_eq!(st.last_fencing_token, Some(2));
+    }
+
+    #[test]
+    fn a_release_before_the_watch_took_effect_is_not_missed() {
+        let mut svc = MemoryService::new(Limits::default()).unwrap();
+        let (ca, cb) = (svc.connect().unwrap(), svc.connect().unwrap());
+        let mut a = Client::new(Config::default(), &[1; 32]).unwrap();
+        let mut b = Client::new(Config::default(), &[2; 32]).unwrap();
+        let (mut pa, mut pb) = (MemoryProtocol::new(), MemoryProtocol::new());
+        let la = a.acquire(0, "job", AcquireOptions::new(5_000)).unwrap();
+        drive(&mut pa, &mut a, &mut svc, ca, 0);
+        let mut wait = AcquireOptions::new(5_000);
+        wait.wait_ns = 10_000 * MS_NS;
+        let lb = b.acquire(MS_NS, "job", wait).unwrap();
+        // B's ACQUIRE is answered "held"; its WATCH is polled but not yet run.
+        let req = pb.poll_request(&mut b).unwrap();
+        let (id, args) = (req.id, req.args.to_vec());
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let ans = svc.call(cb, MS_NS, &refs).unwrap();
+        let v = crate::backend::value::decode(&ans.values, &ans.data).unwrap();
+        pb.handle_reply(&mut b, MS_NS, id, &v);
+        let watch = pb.poll_request(&mut b).unwrap();
+        let (wid, wargs) = (watch.id, watch.args.to_vec());
+        assert_eq!(wargs[0], b"WATCH");
+        // A releases: nobody watches yet, so no notification is queued for B.
+        a.release(2 * MS_NS, la).unwrap();
+        drive(&mut pa, &mut a, &mut svc, ca, 2 * MS_NS);
+        assert_eq!(svc.poll_released(cb).unwrap(), None);
+        // The watch takes effect: B tries at once, long before its backoff.
+        let refs: Vec<&[u8]> = wargs.iter().map(Vec::as_slice).collect();
+        let ans = svc.call(cb, 3 * MS_NS, &refs).unwrap();
+        let v = crate::backend::value::decode(&ans.values, &ans.data).unwrap();
+        pb.handle_reply(&mut b, 3 * MS_NS, wid, &v);
+        drive(&mut pb, &mut b, &mut svc, cb, 3 * MS_NS);
+        let got = events(&mut pb, &mut b);
+        assert!(
+            matches!(got[..], [Event::Acquired { lease, .. }] if lease == lb),
+            "{got:?}"
+        );
     }
 
     #[test]

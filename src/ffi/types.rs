@@ -52,8 +52,8 @@ pub const LH_ERR_STRUCT_SIZE: u32 = 16;
 /// outside the data, unknown kinds, an HTTP status outside 100..=599) or over the limits
 /// (`LH_MAX_REPLY_*`); nothing changed: report the request with `lh_io_failed`.
 pub const LH_ERR_INVALID_REPLY: u32 = 17;
-/// The call needs a backend attached to the handle (`lh_client_attach`), or one was attached
-/// already.
+/// The call needs a backend the handle does not have (kept for hosts built against older
+/// headers; `lh_client_new` always attaches one).
 pub const LH_ERR_NO_BACKEND: u32 = 18;
 /// An ownership token passed to the memory service was empty or longer than
 /// `LH_MEMORY_MAX_TOKEN_LEN` bytes.
