@@ -1261,7 +1261,8 @@ typedef struct lh_io_request {
    */
   size_t data_len;
   /**
-   * HTTP: the method (`POST`), NUL-terminated.
+   * HTTP, HTTP_WATCH: the method (`POST`), NUL-terminated (NULL for HTTP_CANCEL, like every
+   * field a kind does not use).
    */
   const char *method;
   /**

@@ -27,11 +27,14 @@ fn poll(h: &H) -> Option<(u64, u32, String, Value)> {
         matches!(r.kind, LH_IO_HTTP | LH_IO_HTTP_WATCH | LH_IO_HTTP_CANCEL),
         "{r:?}"
     );
-    if r.kind != LH_IO_HTTP_CANCEL {
+    if r.kind == LH_IO_HTTP_CANCEL {
+        // A cancellation names only its watch: every other field is NULL.
+        assert!(r.method.is_none() && r.path.is_none() && r.authorization.is_none());
+    } else {
         assert_eq!(r.method.as_deref(), Some("POST"));
     }
     assert!(r.args.is_empty() && r.statements.is_empty());
-    Some((r.id, r.kind, r.path.clone().unwrap(), r.json()))
+    Some((r.id, r.kind, r.path.clone().unwrap_or_default(), r.json()))
 }
 
 fn acquire(h: &H, name: &str) -> u64 {

@@ -483,6 +483,24 @@ fn lh_backend_last_error_on_each_backend() {
 }
 
 #[test]
+fn the_host_reason_of_a_failed_request_is_the_last_error_on_every_backend() {
+    for kind in BACKENDS {
+        let (h, _, r, _) = in_flight(kind);
+        ok(h.failed(
+            2 * MS,
+            r.id,
+            LH_FAILURE_TRANSPORT,
+            b"connection reset by peer",
+        ));
+        let text = h.backend_error();
+        assert!(
+            text.contains("connection reset by peer"),
+            "backend {kind}: {text:?}"
+        );
+    }
+}
+
+#[test]
 fn a_malformed_memory_request_is_a_counted_error_answer_and_a_transport_error() {
     let svc = Svc::new();
     let m = Mem::new(&svc, 1);

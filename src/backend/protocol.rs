@@ -192,7 +192,7 @@ impl Protocol {
     ) {
         match self {
             Protocol::Memory(p) => p.handle_failed(core, now, id, message),
-            Protocol::Redis(p) => p.handle_request_failed(core, now, id),
+            Protocol::Redis(p) => p.handle_request_failed_because(core, now, id, message),
             Protocol::Sql(p) => p.handle_failed(core, now, id, kind, message),
             Protocol::Etcd(p) => p.handle_failed(core, now, id, message),
         }

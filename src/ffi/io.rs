@@ -106,7 +106,8 @@ pub struct lh_io_request {
     pub data: *const u8,
     /// Length of `data`.
     pub data_len: usize,
-    /// HTTP: the method (`POST`), NUL-terminated.
+    /// HTTP, HTTP_WATCH: the method (`POST`), NUL-terminated (NULL for HTTP_CANCEL, like every
+    /// field a kind does not use).
     pub method: *const c_char,
     /// HTTP: the path, NUL-terminated, appended to a member's base URL; any member serves any
     /// request, so on a transport failure the host may try the next one before reporting.
@@ -250,10 +251,12 @@ impl ClientState {
                         crate::backend::etcd::RequestKind::CancelWatch => LH_IO_HTTP_CANCEL,
                     };
                     r.connection = LH_CONNECTION_COMMANDS;
-                    r.method = c_string(&mut flat.method, req.method.as_bytes());
-                    r.path = c_string(&mut flat.path, req.path.as_bytes());
-                    r.authorization =
-                        c_string(&mut flat.authorization, req.authorization.as_bytes());
+                    if r.kind != LH_IO_HTTP_CANCEL {
+                        r.method = c_string(&mut flat.method, req.method.as_bytes());
+                        r.path = c_string(&mut flat.path, req.path.as_bytes());
+                        r.authorization =
+                            c_string(&mut flat.authorization, req.authorization.as_bytes());
+                    }
                     if !req.body.is_empty() {
                         flat.data.extend_from_slice(req.body);
                         r.data_len = flat.data.len();

@@ -455,6 +455,17 @@ impl RedisProtocol {
     /// Request `id` failed in transport (the connection broke, a timeout): the engine sees a
     /// transport error and retries as it sees fit.
     pub fn handle_request_failed(&mut self, core: &mut Client, now: u64, id: u64) {
+        self.handle_request_failed_because(core, now, id, "");
+    }
+
+    /// [`Self::handle_request_failed`] with the host's reason, kept as the last error.
+    pub fn handle_request_failed_because(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        message: &str,
+    ) {
         core.handle_timeout(now);
         let now = core.now();
         let Some(p) = self.out.take(id) else {
@@ -463,6 +474,9 @@ impl RedisProtocol {
             return;
         };
         self.counters.transport_failures += 1;
+        if !message.is_empty() {
+            self.note_error("request failed", message.as_bytes());
+        }
         match p.op {
             Op::Acquire { req, .. } => {
                 let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
