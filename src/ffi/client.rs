@@ -695,26 +695,22 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
         etcd_waiting_keepalives: 0,
         etcd_waiters_expired: 0,
     };
-    match proto {
+    // requests, error, garbage and stale replies, transport failures, wake-ups, ignored
+    let common = match proto {
         Protocol::Memory(p) => {
             let b = p.counters();
-            c.backend_requests = b.requests;
-            c.backend_error_replies = b.error_replies;
-            c.backend_garbage_replies = b.garbage_replies;
-            c.backend_stale_replies = b.stale_replies;
-            c.backend_transport_failures = b.transport_failures;
-            c.backend_wakeups = b.wakeups;
-            c.backend_ignored_messages = b.ignored_messages;
+            [
+                b.requests,
+                b.error_replies,
+                b.garbage_replies,
+                b.stale_replies,
+                b.transport_failures,
+                b.wakeups,
+                b.ignored_messages,
+            ]
         }
         Protocol::Redis(p) => {
             let b = p.counters();
-            c.backend_requests = b.requests;
-            c.backend_error_replies = b.error_replies;
-            c.backend_garbage_replies = b.garbage_replies;
-            c.backend_stale_replies = b.stale_replies;
-            c.backend_transport_failures = b.transport_failures;
-            c.backend_wakeups = b.wakeups;
-            c.backend_ignored_messages = b.ignored_messages;
             c.redis_script_calls = b.script_calls;
             c.redis_noscript_retries = b.noscript_retries;
             c.redis_local_refusals = b.local_refusals;
@@ -722,33 +718,57 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
             c.redis_subscriptions = b.subscriptions;
             c.redis_subscriber_losses = b.subscriber_losses;
             c.redis_subscribed = u64::from(p.is_subscribed());
+            [
+                b.requests,
+                b.error_replies,
+                b.garbage_replies,
+                b.stale_replies,
+                b.transport_failures,
+                b.wakeups,
+                b.ignored_messages,
+            ]
         }
         Protocol::Sql(p) => {
             let b = p.counters();
-            c.backend_requests = b.requests;
-            c.backend_garbage_replies = b.garbage_results;
-            c.backend_stale_replies = b.stale_results;
-            c.backend_transport_failures = b.transport_failures;
-            c.backend_wakeups = b.wakeups;
-            c.backend_ignored_messages = b.ignored_notifications;
             c.sql_migrations = b.migrations;
             c.sql_database_errors = b.database_errors;
+            [
+                b.requests,
+                0,
+                b.garbage_results,
+                b.stale_results,
+                b.transport_failures,
+                b.wakeups,
+                b.ignored_notifications,
+            ]
         }
         Protocol::Etcd(p) => {
             let b = p.counters();
-            c.backend_requests = b.requests;
-            c.backend_error_replies = b.error_replies;
-            c.backend_garbage_replies = b.garbage_replies;
-            c.backend_stale_replies = b.stale_replies;
-            c.backend_transport_failures = b.transport_failures;
-            c.backend_wakeups = b.wakeups;
             c.etcd_leases_granted = b.leases_granted;
             c.etcd_txns = b.txns;
             c.etcd_watches = b.watches;
             c.etcd_waiting_keepalives = b.waiting_keepalives;
             c.etcd_waiters_expired = b.waiters_expired;
+            [
+                b.requests,
+                b.error_replies,
+                b.garbage_replies,
+                b.stale_replies,
+                b.transport_failures,
+                b.wakeups,
+                0,
+            ]
         }
-    }
+    };
+    [
+        c.backend_requests,
+        c.backend_error_replies,
+        c.backend_garbage_replies,
+        c.backend_stale_replies,
+        c.backend_transport_failures,
+        c.backend_wakeups,
+        c.backend_ignored_messages,
+    ] = common;
     c
 }
 

@@ -288,6 +288,28 @@ pub unsafe extern "C" fn lh_io_poll(c: *mut lh_client, out: *mut lh_io_request) 
     }
 }
 
+/// # Safety
+/// `ptr` points to `len` readable bytes (NULL allowed when `len` is 0).
+unsafe fn answer_bytes<'a>(
+    ptr: *const u8,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [u8], Failure> {
+    // SAFETY: forwarded contract.
+    unsafe { optional_bytes_arg(ptr, len, LH_MAX_REPLY_DATA, what, LH_ERR_INVALID_REPLY) }
+}
+
+/// # Safety
+/// `ptr` points to `len` readable bytes (never NULL).
+unsafe fn answer_bytes_required<'a>(
+    ptr: *const u8,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [u8], Failure> {
+    // SAFETY: forwarded contract.
+    unsafe { bytes_arg(ptr, len, LH_MAX_REPLY_DATA, what, LH_ERR_INVALID_REPLY) }
+}
+
 fn wrong(msg: String) -> Failure {
     Failure::new(LH_ERR_WRONG_ANSWER, msg)
 }
@@ -357,13 +379,7 @@ pub unsafe extern "C" fn lh_io_http_reply(
                         format!("HTTP status {status} is not in 100..=599"),
                     )
                 })?;
-            let body = optional_bytes_arg(
-                body,
-                body_len,
-                LH_MAX_REPLY_DATA,
-                "body",
-                LH_ERR_INVALID_REPLY,
-            )?;
+            let body = answer_bytes(body, body_len, "body")?;
             s.proto
                 .handle_http(&mut s.core, now, id, status, body)
                 .map_err(wrong)
@@ -387,13 +403,7 @@ pub unsafe extern "C" fn lh_io_stream_message(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            let message = optional_bytes_arg(
-                message,
-                message_len,
-                LH_MAX_REPLY_DATA,
-                "message",
-                LH_ERR_INVALID_REPLY,
-            )?;
+            let message = answer_bytes(message, message_len, "message")?;
             s.proto
                 .handle_stream_message(&mut s.core, now, id, message)
                 .map_err(wrong)
@@ -423,13 +433,7 @@ pub unsafe extern "C" fn lh_io_failed(
         guard_mut(c, |s| {
             let kind = FailureKind::from_u32(kind)
                 .ok_or_else(|| Failure::invalid_enum("failure kind", kind))?;
-            let msg = optional_bytes_arg(
-                message,
-                message_len,
-                LH_MAX_REPLY_DATA,
-                "message",
-                LH_ERR_INVALID_REPLY,
-            )?;
+            let msg = answer_bytes(message, message_len, "message")?;
             let msg = String::from_utf8_lossy(msg);
             s.proto.handle_failed(&mut s.core, now, id, kind, &msg);
             Ok(())
@@ -458,20 +462,8 @@ pub unsafe extern "C" fn lh_io_message(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            let channel = bytes_arg(
-                channel,
-                channel_len,
-                LH_MAX_REPLY_DATA,
-                "channel",
-                LH_ERR_INVALID_REPLY,
-            )?;
-            let payload = optional_bytes_arg(
-                payload,
-                payload_len,
-                LH_MAX_REPLY_DATA,
-                "payload",
-                LH_ERR_INVALID_REPLY,
-            )?;
+            let channel = answer_bytes_required(channel, channel_len, "channel")?;
+            let payload = answer_bytes(payload, payload_len, "payload")?;
             s.proto
                 .handle_message(&mut s.core, now, channel, payload)
                 .map_err(wrong)
@@ -508,13 +500,7 @@ pub unsafe extern "C" fn lh_io_connection(
                 LH_CONNECTION_UNSUBSCRIBED => ConnectionEvent::Unsubscribed,
                 other => return Err(Failure::invalid_enum("connection event", other)),
             };
-            let channel = optional_bytes_arg(
-                channel,
-                channel_len,
-                LH_MAX_REPLY_DATA,
-                "channel",
-                LH_ERR_INVALID_REPLY,
-            )?;
+            let channel = answer_bytes(channel, channel_len, "channel")?;
             s.proto
                 .handle_connection(&mut s.core, now, connection, event, channel)
                 .map_err(wrong)
