@@ -270,6 +270,21 @@ fn foreign_keys_of_the_wrong_type_are_errors_never_grants() {
         "{}",
         h.proto.last_error()
     );
+    // RENEW and RELEASE answer a string that is no lock with an error too.
+    use leasehold::backend::redis::scripts::{RELEASE_SCRIPT, RENEW_SCRIPT};
+    let renew = admin.call(&["EVAL", RENEW_SCRIPT, "1", "lh:{str}", "t", "1000"]);
+    assert!(renew.unwrap().text().starts_with("lh: "));
+    let release = admin.call(&[
+        "EVAL",
+        RELEASE_SCRIPT,
+        "2",
+        "lh:{str}",
+        "lh:{str}:queue",
+        "t",
+        "str",
+        "1000",
+    ]);
+    assert!(release.unwrap().text().starts_with("lh: "));
     // The foreign keys are untouched.
     assert_eq!(
         admin.call(&["GET", "lh:{str}"]).unwrap(),
@@ -917,6 +932,24 @@ fn a_lock_of_queue_protocol_6_is_held_until_it_expires() {
     admin.call(&["PEXPIRE", "lh:{old}", "800"]).unwrap();
     let mut h = Host::new(server.port, 97, RedisOptions::default());
     subscribed(&mut h);
+    let st = status(&mut h, "old").unwrap();
+    assert!(st.held && st.fencing_token == Some(5), "{st:?}");
+    // Never this client's: RENEW and RELEASE answer "not the owner" and change nothing.
+    use leasehold::backend::redis::scripts::{RELEASE_SCRIPT, RENEW_SCRIPT};
+    let renew = admin.call(&["EVAL", RENEW_SCRIPT, "1", "lh:{old}", "older", "60000"]);
+    assert_eq!(renew.unwrap().int(), 0);
+    let release = admin.call(&[
+        "EVAL",
+        RELEASE_SCRIPT,
+        "2",
+        "lh:{old}",
+        "lh:{old}:queue",
+        "older",
+        "old",
+        "1000",
+    ]);
+    assert_eq!(release.unwrap().int(), 0);
+    assert!(admin.call(&["PTTL", "lh:{old}"]).unwrap().int() <= 800);
     let lease = h.acquire("old", 5_000, 10_000);
     h.run_until(Duration::from_millis(300), |_| false);
     assert!(h.take_acquired(lease).is_none(), "granted over a held lock");
