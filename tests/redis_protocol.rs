@@ -153,6 +153,11 @@ fn acquire_is_one_evalsha_with_hash_tagged_keys_and_a_queue_entry() {
     assert_eq!(r.args[8], entry);
     assert_eq!(r.args[9], b"60000", "key_keep_ms");
     assert_eq!(r.args[10], b"jobs");
+    assert_eq!(
+        r.args[11], b"0",
+        "a first attempt cannot have queued the lease"
+    );
+    assert_eq!(r.args.len(), 12);
 }
 
 #[test]
@@ -1074,8 +1079,8 @@ fn sharded_wake_subscribes_nothing_until_a_lease_waits() {
     let lease = h.acquire("jobs", 0);
     let r = h.only_acquire();
     // The scripts get the name's shard channel as their last argument.
-    assert_eq!(r.args.len(), 12, "{r:?}");
-    assert_eq!(r.args[11], JOBS_CH);
+    assert_eq!(r.args.len(), 13, "{r:?}");
+    assert_eq!(r.args[12], JOBS_CH);
     h.reply(r.id, granted(3));
     assert_eq!(acquired(&h.events()), Some(3));
     assert!(h.reqs().is_empty(), "a free lock subscribes nothing");
@@ -1223,7 +1228,7 @@ fn sharded_wake_a_lost_channel_resubscribes_and_rechecks_only_its_name() {
     sharded_waiter(&mut h, 1);
     h.acquire("other", 60_000);
     let r = h.only_acquire();
-    assert_eq!(r.args[11], b"lh:{other}:wake");
+    assert_eq!(r.args[12], b"lh:{other}:wake");
     h.reply(r.id, queue_reply(1));
     let sub = h.reqs();
     assert_eq!(sub[0].args[1], b"lh:{other}:wake");
@@ -1399,7 +1404,7 @@ fn a_name_with_a_brace_sends_digest_tagged_keys_and_channel() {
         assert_eq!(r.args[3 + i], key(*kind, "}x").unwrap());
     }
     assert_eq!(r.args[10], b"}x");
-    assert_eq!(r.args[11], shard_channel("}x").unwrap());
+    assert_eq!(r.args[12], shard_channel("}x").unwrap());
     let id = r.id;
     h.reply(id, granted(77));
     assert!(matches!(

@@ -270,6 +270,21 @@ fn foreign_keys_of_the_wrong_type_are_errors_never_grants() {
         "{}",
         h.proto.last_error()
     );
+    // RENEW and RELEASE answer a string that is no lock with an error too.
+    use leasehold::backend::redis::scripts::{RELEASE_SCRIPT, RENEW_SCRIPT};
+    let renew = admin.call(&["EVAL", RENEW_SCRIPT, "1", "lh:{str}", "t", "1000"]);
+    assert!(renew.unwrap().text().starts_with("lh: "));
+    let release = admin.call(&[
+        "EVAL",
+        RELEASE_SCRIPT,
+        "2",
+        "lh:{str}",
+        "lh:{str}:queue",
+        "t",
+        "str",
+        "1000",
+    ]);
+    assert!(release.unwrap().text().starts_with("lh: "));
     // The foreign keys are untouched.
     assert_eq!(
         admin.call(&["GET", "lh:{str}"]).unwrap(),
@@ -823,4 +838,179 @@ fn a_waiter_that_gives_up_at_the_head_hands_the_holders_expiry_to_the_next() {
         "after the head gave up, the next waiter took over {after_ms} ms after the frozen holder's grant"
     );
     assert!((TTL - 50..TTL + 700).contains(&after_ms), "{after_ms} ms");
+}
+
+/// Every command the server ran since the last `CONFIG RESETSTAT` (a script's `redis.call`s
+/// included), per command, without the stats' own INFO and CONFIG RESETSTAT.
+fn commands_since_reset(admin: &mut support::resp::Resp) -> Vec<(String, u64)> {
+    let info = admin.call(&["INFO", "commandstats"]).unwrap().text();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (cmd, rest) = l.split_once(":calls=")?;
+            let n = rest.split(',').next()?.parse().ok()?;
+            Some((cmd.to_string(), n))
+        })
+        .filter(|(cmd, _)| cmd != "info" && cmd != "config|resetstat")
+        .collect()
+}
+
+#[test]
+fn an_uncontended_acquire_and_release_cost_at_most_8_server_commands() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let mut h = Host::new(server.port, 95, RedisOptions::default());
+    subscribed(&mut h);
+    // Load the scripts first: a NOSCRIPT'd EVALSHA and its EVAL are one-off costs.
+    let warm = h.acquire("warm-up", 10_000, 0);
+    assert!(h.run_until(LONG, |h| h.take_acquired(warm).is_some()));
+    h.release(warm);
+    assert!(h.run_until(LONG, |h| h.core.counters().pending_cleanups == 0));
+    let mut last = 0;
+    // The first round mints the name's fence key; the next ones find it (the steady state).
+    for case in ["no fence key yet", "fence key present", "fence key present"] {
+        assert_eq!(admin.call(&["CONFIG", "RESETSTAT"]).unwrap().text(), "OK");
+        let lease = h.acquire("uncontended", 10_000, 0);
+        let mut fence = None;
+        assert!(h.run_until(LONG, |h| {
+            fence = h.take_acquired(lease);
+            fence.is_some()
+        }));
+        let fence = fence.unwrap();
+        assert!(fence > last, "fences increase: {fence} after {last}");
+        last = fence;
+        h.release(lease);
+        assert!(h.run_until(LONG, |h| h.core.counters().pending_cleanups == 0));
+        let stats = commands_since_reset(&mut admin);
+        let total: u64 = stats.iter().map(|(_, n)| n).sum();
+        let breakdown: Vec<String> = stats.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        eprintln!(
+            "uncontended acquire + release, {case}: {total} server commands ({})",
+            breakdown.join(", ")
+        );
+        assert_eq!(
+            stats.iter().find(|(c, _)| c == "evalsha").map(|(_, n)| *n),
+            Some(2),
+            "two script calls: {breakdown:?}"
+        );
+        assert!(total <= 8, "{total} commands: {breakdown:?}");
+    }
+}
+
+#[test]
+fn a_fence_key_of_another_type_is_refused_and_nothing_is_written() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    admin.call(&["RPUSH", "lh:{fl}:fence", "x"]).unwrap();
+    let mut h = Host::new(server.port, 96, RedisOptions::default());
+    subscribed(&mut h);
+    assert_eq!(take(&mut h, "fl", 5_000, 0), None);
+    assert!(
+        h.proto.last_error().contains("fence key"),
+        "{}",
+        h.proto.last_error()
+    );
+    // The lock written before the fence's type showed was taken back; the list is as it was.
+    assert_eq!(admin.call(&["EXISTS", "lh:{fl}"]).unwrap().int(), 0);
+    assert_eq!(admin.call(&["LLEN", "lh:{fl}:fence"]).unwrap().int(), 1);
+}
+
+#[test]
+fn a_lock_of_queue_protocol_6_is_held_until_it_expires() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    // An older client's lock: a hash {token, fence} with the lease's expiry.
+    admin
+        .call(&["HSET", "lh:{old}", "token", "older", "fence", "5"])
+        .unwrap();
+    admin.call(&["PEXPIRE", "lh:{old}", "800"]).unwrap();
+    let mut h = Host::new(server.port, 97, RedisOptions::default());
+    subscribed(&mut h);
+    let st = status(&mut h, "old").unwrap();
+    assert!(st.held && st.fencing_token == Some(5), "{st:?}");
+    // Never this client's: RENEW and RELEASE answer "not the owner" and change nothing.
+    use leasehold::backend::redis::scripts::{RELEASE_SCRIPT, RENEW_SCRIPT};
+    let renew = admin.call(&["EVAL", RENEW_SCRIPT, "1", "lh:{old}", "older", "60000"]);
+    assert_eq!(renew.unwrap().int(), 0);
+    let release = admin.call(&[
+        "EVAL",
+        RELEASE_SCRIPT,
+        "2",
+        "lh:{old}",
+        "lh:{old}:queue",
+        "older",
+        "old",
+        "1000",
+    ]);
+    assert_eq!(release.unwrap().int(), 0);
+    assert!(admin.call(&["PTTL", "lh:{old}"]).unwrap().int() <= 800);
+    let lease = h.acquire("old", 5_000, 10_000);
+    h.run_until(Duration::from_millis(300), |_| false);
+    assert!(h.take_acquired(lease).is_none(), "granted over a held lock");
+    // Queued behind it, and the hash left as it was.
+    assert_eq!(admin.call(&["ZCARD", "lh:{old}:queue"]).unwrap().int(), 1);
+    assert_eq!(
+        admin.call(&["HGET", "lh:{old}", "token"]).unwrap().text(),
+        "older"
+    );
+    let mut fence = None;
+    assert!(h.run_until(LONG, |h| {
+        fence = h.take_acquired(lease);
+        fence.is_some()
+    }));
+    assert!(fence.unwrap() > 5);
+    assert_eq!(admin.call(&["ZCARD", "lh:{old}:queue"]).unwrap().int(), 0);
+}
+
+#[test]
+fn a_queueing_refusal_marks_the_lock_so_its_release_wakes_the_queue() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.conn();
+    let mut holder = Host::new(server.port, 98, RedisOptions::default());
+    let mut waiter = Host::new(server.port, 99, RedisOptions::default());
+    subscribed(&mut holder);
+    subscribed(&mut waiter);
+    let held = holder.acquire("mark", 10_000, 0);
+    let mut fence = None;
+    assert!(holder.run_until(LONG, |h| {
+        fence = h.take_acquired(held);
+        fence.is_some()
+    }));
+    let value = |admin: &mut support::resp::Resp| admin.call(&["GET", "lh:{mark}"]).unwrap().text();
+    let v = value(&mut admin);
+    let token = v.rsplit(' ').next().unwrap().to_string();
+    assert_eq!(
+        v,
+        format!("{} 0 {token}", fence.unwrap()),
+        "unmarked: nobody queued"
+    );
+    let lease = waiter.acquire("mark", 10_000, 30_000);
+    waiter.run_until(Duration::from_millis(100), |_| false);
+    assert_eq!(value(&mut admin), format!("{} 1 {token}", fence.unwrap()));
+    let pttl = admin.call(&["PTTL", "lh:{mark}"]).unwrap().int();
+    assert!(pttl > 9_000, "the mark keeps the lease's expiry: {pttl}");
+    let released = now();
+    holder.release(held);
+    assert!(holder.run_until(LONG, |h| h.core.counters().pending_cleanups == 0));
+    let mut got = None;
+    assert!(waiter.run_until(LONG, |h| {
+        got = h.take_acquired(lease);
+        got.is_some()
+    }));
+    let ms = (now() - released) / MS;
+    assert!(ms < 2_000, "woken by the release, not its retry: {ms} ms");
+    // The woken lease's grant (not a first attempt) is marked: a later waiter may be queued.
+    let v = value(&mut admin);
+    assert!(
+        v.starts_with(&format!("{} 1 ", got.unwrap())) && !v.ends_with(&token),
+        "{v}"
+    );
 }

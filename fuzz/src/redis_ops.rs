@@ -143,7 +143,7 @@ impl World {
         let mut n = 0;
         while let Some(r) = self.proto.poll_request(&mut self.core) {
             self.outstanding.push(r.id);
-            let acquire = r.args.len() == 11 && r.args[2].as_ref() == b"3";
+            let acquire = r.args.len() == 12 && r.args[2].as_ref() == b"3";
             if acquire && self.tokens.len() < 64 && !self.tokens.iter().any(|t| *t == *r.args[6]) {
                 self.tokens.push(r.args[6].to_vec());
             }

@@ -372,7 +372,8 @@ def total_calls(r: redis.Redis) -> dict[str, int]:
 
 LUA_INTERNAL = {
     "type", "hmget", "hget", "pttl", "pexpire", "time", "hset", "publish", "get", "set", "del",
-    "exists", "zpopmin", "zrange", "zrank", "zadd", "zremrangebyscore", "zscore", "zcard",
+    "exists", "zpopmin", "zrange", "zrank", "zadd", "zremrangebyscore", "zscore", "zcard", "mget",
+    "setrange",
 }
 
 

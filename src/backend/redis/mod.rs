@@ -40,6 +40,7 @@ mod queue;
 mod replies;
 mod requests;
 pub mod scripts;
+mod sha1;
 mod subscription;
 pub use super::value;
 

@@ -8,9 +8,9 @@
 //! subscriber and publishes `w TOKEN NAME` to it (wake up and try), and `s1 TOKEN NAME` /
 //! `s2 TOKEN NAME` to the two entries after it (stand by, with a rank); TOKEN is the entry's
 //! own, so the message reaches the lease whose entry it is ([`crate::Client::handle_wake`]),
-//! not whichever of this client's waiters of the name is first. A granted ACQUIRE removes its
-//! own entry and publishes `g TTL TOKEN NAME` (granted for TTL ms) to each of the first two
-//! entries left: a standby stands down, and that entry's lease looks again when the grant
+//! not whichever of this client's waiters of the name is first. A granted ACQUIRE of a lease
+//! that may have queued (any attempt after its first) removes its own entry and publishes
+//! `g TTL TOKEN NAME` (granted for TTL ms) to each of the first two entries left: a standby stands down, and that entry's lease looks again when the grant
 //! runs out, so a holder that freezes is taken over at its expiry even by a waiter whose
 //! refusal, from further back in the queue, told it to wait `idle_recheck_ms` (older
 //! scripts send `t NAME`, which only stands a standby down). A standby that

@@ -19,6 +19,9 @@ impl RedisProtocol {
                 token,
                 ttl_ms,
             } => {
+                // A lease's first attempt cannot have queued it: its grant leaves the queue
+                // alone (the uncontended path); any later one may have.
+                let retry = self.leases.contains_key(&lease);
                 let epoch = self.enter(lease, &name, token);
                 if let Some(q) = self.leases.get(&lease).and_then(|w| w.quiet) {
                     if self.live(&name) && q.epoch == epoch && q.until > now.saturating_add(MS) {
@@ -53,6 +56,7 @@ impl RedisProtocol {
                     Cow::Owned(entry),
                     Cow::Owned(self.opts.key_keep_ms.to_string().into_bytes()),
                     Cow::Owned(name.as_bytes().to_vec()),
+                    Cow::Borrowed(if retry { &b"1"[..] } else { &b"0"[..] }),
                 ];
                 if let Some(s) = self.shards.get(&name).filter(|_| self.opts.sharded_wake) {
                     args.push(Cow::Owned(s.channel.clone()));

@@ -11,7 +11,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Keys:
-    lock: str  # hash {token, fence} with the lease's expiry
+    lock: str  # "FENCE MARK TOKEN" with the lease's expiry (MARK 1: someone queued)
     fence: str  # the last fence, decimal text, expiring some time after the lease
     queue: str  # zset of waiting clients' entries
 
@@ -27,6 +27,16 @@ def plant_holder(r: Any, name: str, ttl_ms: int = 60_000) -> int:
     k = keys_for(name)
     fence = max(int(r.get(k.fence) or 0) + 1, time.time_ns() // 1000)
     r.set(k.fence, fence, px=ttl_ms + 60_000)
-    r.hset(k.lock, mapping={"token": uuid.uuid4().hex, "fence": fence})
-    r.pexpire(k.lock, ttl_ms)
+    r.set(k.lock, f"{fence} 0 {uuid.uuid4().hex}", px=ttl_ms)
     return fence
+
+
+def holder_of(r: Any, name: str) -> tuple[int, str] | None:
+    """The fence and token of ``name``'s holder, or None if it is free."""
+    v = r.get(keys_for(name).lock)
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        v = v.decode()
+    fence, _mark, token = v.split(" ", 2)
+    return int(fence), token

@@ -23,6 +23,7 @@ import redis
 from leasehold import AsyncLockClient, LockClient, errors
 from leasehold.backends.redis_executor import RedisExecutor
 from leasehold.backends.redis_executor_async import AsyncRedisExecutor
+from lh_keys import holder_of
 
 PKG = Path(__file__).resolve().parents[2]
 
@@ -391,7 +392,7 @@ def test_asyncio_executor_contention_handoff_and_outcomes(redis_server, r):  # t
 def test_a_forked_child_leaves_the_parents_lock_alone(r, clients):  # type: ignore[no-untyped-def]
     c = clients()
     h = c.acquire("parent", ttl=2)
-    token = r.hget("lh:{parent}", "token")
+    holder = holder_of(r, "parent")
     pid = os.fork()
     if pid == 0:  # the child: its own core and connections; the parent's lease is not its own
         code = 1
@@ -405,5 +406,5 @@ def test_a_forked_child_leaves_the_parents_lock_alone(r, clients):  # type: igno
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     time.sleep(2.5)  # past the TTL: the parent kept renewing it, the child released nothing
-    assert h.is_held() and r.hget("lh:{parent}", "token") == token
+    assert h.is_held() and holder_of(r, "parent") == holder
     assert h.release() == "released"

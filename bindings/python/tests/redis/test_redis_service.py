@@ -23,7 +23,7 @@ from leasehold.backends.redis import ProtocolError, RedisLockService
 from leasehold.backends.redis_async import AsyncRedisLockService
 from leasehold.backends.redis_executor import RedisExecutor
 from leasehold.backends.redis_executor_async import AsyncRedisExecutor
-from lh_keys import keys_for
+from lh_keys import holder_of, keys_for
 
 
 def service(url: str, **kw) -> RedisLockService:  # type: ignore[no-untyped-def]
@@ -80,7 +80,7 @@ def test_uncontended_acquire_release_and_renewal(redis_server, r):
     with LockClient(service(redis_server.url)) as c:
         with c.acquire("solo", ttl=1.0) as h:
             assert h.is_held()
-            assert int(r.hget(keys_for("solo").lock, "fence")) == h.fencing_token
+            assert holder_of(r, "solo")[0] == h.fencing_token  # type: ignore[index]
             wait_for(lambda: c.counters().renewals_ok >= 2, what="two renewals")
             assert h.is_held() and not h.lost.is_set()
         assert not r.exists(keys_for("solo").lock), "released on the server when release() returned"
