@@ -402,9 +402,9 @@ func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOpti
 	}
 	w := &acqWaiter{owner: cl, ch: make(chan acqResult, 1)}
 	rec.waiters[w] = struct{}{}
-	// The first attempt runs on this goroutine, which waits anyway: no
-	// goroutine handoff on the uncontended path. The driver is not involved,
-	// so loss detection for other leases is not delayed.
+	// The first attempt is started here, by the goroutine that waits for it
+	// anyway, and waited for within ctx and the request timeout. The driver is
+	// not involved, so loss detection for other leases is not delayed.
 	j := c.drainTake(true)
 	c.mu.Unlock()
 	if j != nil {

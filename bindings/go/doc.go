@@ -16,9 +16,10 @@
 // in-process memory service's too) and asks for its IO through one seam; the
 // LockClient, the same for every backend, only executes the requests,
 // verbatim (on go-redis, database/sql with go-sqlite3, pgx v5, net/http, the
-// memory service), off the driver (in their own goroutines, or on the
-// goroutine of an Acquire/Release call that waits for that very call), so a
-// hung backend never delays loss detection.
+// memory service), off the driver (in their own goroutines, started by the
+// driver or by the Acquire/Release call that waits for that very call and
+// returns by its own bound), so a hung backend never delays loss detection
+// nor holds a caller past its deadline.
 //
 //	client, _ := leasehold.Open("redis://127.0.0.1:6379/0", nil) // or sqlite://, postgresql://, etcd://…
 //	defer client.Close()

@@ -82,8 +82,7 @@ func (c *client) drainLocked() { _ = c.drainTake(false) }
 
 // drainTake is drainLocked, except that with take the first request the executor hands
 // back as a job is returned instead of started, for the caller, which waits for its
-// answer anyway, to run on its own goroutine (runInline) after unlocking: no goroutine
-// handoff on the uncontended path.
+// answer anyway, to start after unlocking (runInline): the driver is not involved.
 func (c *client) drainTake(take bool) *job {
 	var taken *job
 	for c.core != nil {
@@ -286,18 +285,29 @@ func (c *client) spawn(j *job) {
 	}()
 }
 
-// runInline runs a job on the calling goroutine; the request is abandoned
-// (a transport failure for the core) when the caller's ctx ends.
+// runInline runs a job for a caller that waits for its answer anyway, and
+// returns when it is done or when the caller's ctx or the job's timeout ends,
+// whichever is first: an executor's IO need not honour a context (go-redis
+// bounds a read by its ReadTimeout only), so the job runs on a goroutine of
+// its own and, past the caller's bound, continues there and answers the core
+// as usual (a late release is confirmed, a late grant released).
 func (c *client) runInline(caller context.Context, j *job) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
-	defer c.ioWG.Done()
-	defer c.inflight.Add(-1)
 	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
-	defer cancel()
-	stop := context.AfterFunc(caller, cancel)
-	defer stop()
-	c.runJob(ctx, j)
+	done := make(chan struct{})
+	go func() {
+		defer c.ioWG.Done()
+		defer c.inflight.Add(-1)
+		defer cancel()
+		defer close(done)
+		c.runJob(ctx, j)
+	}()
+	select {
+	case <-done:
+	case <-caller.Done():
+	case <-ctx.Done():
+	}
 }
 
 // runJob runs j; a panic in the executor's IO (a driver's bug) is the request's transport

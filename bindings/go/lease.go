@@ -196,7 +196,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	w, j := l.startRelease()
 	if j != nil {
-		// This goroutine waits anyway: it runs the release itself.
+		// This goroutine waits anyway: it starts the release itself.
 		l.owner.c.runInline(ctx, j)
 	}
 	select {

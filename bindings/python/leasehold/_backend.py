@@ -25,6 +25,11 @@ An executor may declare ``call_timeout``: the longest one call can block, in sec
 ``None`` when a call can block without a bound (the memory executor's ``hang()``); the
 threaded client then runs its requests on its IO pool only, never on an application's thread.
 
+An executor may also have ``command_within(argv, timeout)``: ``command(argv)`` that waits for
+the reply at most ``timeout`` seconds, then raises :class:`Deferred` with what finishes the
+call. The threaded client uses it on an application's thread, so the IO there ends by the
+caller's deadline and the rest continues on the IO pool.
+
 This module is the part both clients share: which executor method runs a request, the core
 input its result becomes, and the sink of asynchronous traffic.
 """
@@ -52,6 +57,8 @@ __all__ = [
     "lane_of",
     "execute_request",
     "execute_request_async",
+    "Deferred",
+    "bounded_calls",
     "BackendSink",
     "SqlFailure",
     "host_facts",
@@ -89,6 +96,30 @@ class SqlFailure(Exception):
     def __init__(self, kind: int, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class Deferred(Exception):
+    """A bounded call (``command_within``) ran out of its caller's time: ``finish()`` completes
+    it, blocking (its result, or it raises as the unbounded call would)."""
+
+    def __init__(self, finish: Callable[[], Any]) -> None:
+        super().__init__("deferred past the caller's deadline")
+        self.finish = finish
+
+
+def bounded_calls(executor: object) -> bool:
+    """Whether ``executor``'s commands can run within a caller's deadline (``command_within``):
+    not when a subclass or the instance replaces ``command`` alone (a wrapper of the IO
+    methods would be bypassed)."""
+    if not callable(getattr(executor, "command_within", None)):
+        return False
+    own = vars(executor) if hasattr(executor, "__dict__") else {}
+    if "command" in own or "command_within" in own:
+        return "command_within" in own
+    mro = type(executor).__mro__
+    by = next((i for i, c in enumerate(mro) if "command" in vars(c)), len(mro))
+    within = next(i for i, c in enumerate(mro) if "command_within" in vars(c))
+    return within <= by
 
 
 _IO_METHODS = ("command", "execute", "post")  # one of them runs every request of a protocol
@@ -312,9 +343,10 @@ def _nothing(_: Any) -> None:
 Plan = tuple[Callable[[], Any], Callable[[Any], "Callable[[], None] | None"], Callable[[Exception], Callable[[], None]]]
 
 
-def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Plan:
+def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeout: float | None = None) -> Plan:
     """How to run one request, by its kind, for both kinds of executor: ``call()`` does the
-    IO (a sync executor's result, or an async one's awaitable), ``done(result)`` is the
+    IO (a sync executor's result, or an async one's awaitable; within ``timeout`` seconds
+    where the executor can bound it), ``done(result)`` is the
     input to feed (``None`` when the answer comes through the sink: a subscriber's
     confirmation, a watch stream), ``fail(exception)`` the input for a failure. The sync and
     asyncio clients share it, so they cannot drift apart."""
@@ -331,7 +363,11 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Pla
     if kind == _COMMAND:
         if req.connection == SIDE:
             return partial(executor.subscriber, payload, sink), _nothing, fail
-        return partial(executor.command, payload), partial(partial, core.reply, rid), fail
+        if timeout is not None:  # given only for an executor with bounded_calls()
+            call = partial(executor.command_within, payload, timeout)
+        else:
+            call = partial(executor.command, payload)
+        return call, partial(partial, core.reply, rid), fail
     if kind == _HTTP:
         return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
     if kind == _WATCH:
@@ -345,15 +381,29 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Pla
     return unknown, _nothing, fail
 
 
-def execute_request(core: Core, executor: Any, sink: "BackendSink", req: IoRequest) -> Callable[[], None] | None:
-    """(IO thread) Run one request with a sync executor; the input to feed, ``None`` when the
-    answer comes through the sink."""
+def execute_request(
+    core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeout: float | None = None
+) -> Callable[[], None] | None:
+    """Run one request with a sync executor; the input to feed, ``None`` when the answer comes
+    through the sink. With ``timeout`` (an application's thread; only for an executor with
+    :func:`bounded_calls`) a command still unanswered past it raises :class:`Deferred`, whose
+    ``finish()`` completes the request (blocking) and returns the input."""
     try:
-        call, done, fail = _plan(core, executor, sink, req)
+        call, done, fail = _plan(core, executor, sink, req, timeout)
     except Exception as e:  # the executor lacks the method for this kind of request
         return _failed(core, executor, req, e)
     try:
         result = call()
+    except Deferred as d:
+        raise Deferred(partial(_finish, d.finish, done, fail)) from None
+    except Exception as e:
+        return fail(e)
+    return done(result)
+
+
+def _finish(finish: Callable[[], Any], done: Callable[[Any], Any], fail: Callable[[Exception], Any]) -> Any:
+    try:
+        result = finish()
     except Exception as e:
         return fail(e)
     return done(result)

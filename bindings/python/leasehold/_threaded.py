@@ -20,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
-from ._backend import SIDE, execute_request, lane_of
+from ._backend import SIDE, Deferred, execute_request, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -51,6 +51,7 @@ class ThreadedDriver(Driver):
     _real_clock: bool
     _io_workers: int
     _inline: bool
+    _bounded: bool
     _inputs: deque[Callable[[], None]]
     _inflight: int
     _side_pending: int
@@ -284,15 +285,31 @@ class ThreadedDriver(Driver):
         self._tl.batch = batch
         return batch
 
-    def _run_here(self, batch: list[IoRequest] | None) -> None:
+    def _run_here(self, batch: list[IoRequest] | None, end: float | None = None, first: Any = None) -> None:
         """(mutex not held) Run collected requests on this thread, feeding each result; the
-        requests those emit join the batch. On an interrupt the rest go to the pool."""
-        if not batch:
+        requests those emit join the batch. ``end`` (``time.monotonic()``): the caller's
+        deadline, which the IO here keeps when the executor can bound its calls; a request
+        unanswered by then finishes on the pool, and so do the rest, as on an interrupt.
+        ``first``: a deferred request's ``finish()``, run before the batch (on the pool)."""
+        if not batch and first is None:
             return
+        batch = batch if batch is not None else []
         try:
-            while batch:
-                req = batch.pop(0)
-                fn = execute_request(self._core, self._backend, self._sink, req)
+            while batch or first is not None:
+                if first is not None:
+                    fn, first = first(), None
+                else:
+                    left = None
+                    if end is not None and self._bounded:
+                        left = end - time.monotonic()
+                        if left <= 0:
+                            break
+                    req = batch.pop(0)
+                    try:
+                        fn = execute_request(self._core, self._backend, self._sink, req, left)
+                    except Deferred as d:
+                        self._defer(d.finish)
+                        continue
                 with self._mu:
                     self._inflight -= 1
                     if fn is not None and not self._closed and not self._stop:
@@ -309,6 +326,19 @@ class ThreadedDriver(Driver):
                     for req in batch:
                         self._inflight -= 1
                         self._submit_request(req)
+
+    def _defer(self, finish: Callable[[], Any]) -> None:
+        """A request ran out of its caller's time: ``finish()`` completes it on the IO pool
+        and its result is fed as usual (it stays counted in flight until then)."""
+        with self._mu:
+            pool = self._pool
+            try:
+                if pool is None:
+                    raise RuntimeError("no pool")
+                pool.submit(self._run_here, None, None, finish)
+            except RuntimeError:  # shut down: nobody reads the answer
+                self._inflight -= 1
+                self._cond.notify_all()
 
     def _backend_input(self, fn: Callable[[], None]) -> None:
         """(any thread) What arrived on the executor's own: a notification, a subscription

@@ -47,7 +47,7 @@ from collections import deque
 from typing import Any, Callable
 
 from . import errors
-from ._backend import BackendSink, backend_of, runs_inline
+from ._backend import BackendSink, backend_of, bounded_calls, runs_inline
 from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core
@@ -260,6 +260,7 @@ class LockClient(ThreadedDriver):
             raise TypeError("inline_io must be a bool or None")
         self._call_bound = service_call_bound(service)
         self._inline = runs_inline(service) if inline_io is None else inline_io
+        self._bounded = bounded_calls(self._backend)
         self._service = service
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = self._cfg = client_config(config, service, fail_budget)
@@ -348,6 +349,7 @@ class LockClient(ThreadedDriver):
         :raises TypeError, ValueError: bad arguments (``InvalidArgument`` from the core)
         """
         ttl_ms, wait_s, wait_ns = acquire_args(name, ttl, wait, reentrant, on_lost, auto_renew)
+        start = time.monotonic()
         with self._mu:  # the condition's lock, without Condition.__enter__'s Python frame
             if self._closing or self._closed or self._fatal is not None:
                 self._check_open()  # raises
@@ -364,7 +366,9 @@ class LockClient(ThreadedDriver):
                 self._tl.batch = None
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
-            self._run_here(batch)  # this call's own ACQUIRE, inline
+            # This call's own ACQUIRE, inline, by the core's deadline for it (the wait and one
+            # request timeout); unanswered by then, it finishes on the pool.
+            self._run_here(batch, start + min(wait_s + self._core.request_timeout_ns / 1e9, threading.TIMEOUT_MAX))
             # A settled handle never goes back to acquiring: no lock needed to look.
             settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
@@ -505,11 +509,12 @@ class LockClient(ThreadedDriver):
     # -- internals: handle operations (the driver itself: leasehold._threaded) --------------------
     def _release_handle(self, h: Lease, timeout: float | None) -> ReleaseOutcome:
         wait_s = self._release_timeout if timeout is None else seconds(timeout, "timeout")
-        # An inline call is bounded by the executor's call_timeout, not by ``timeout``: an
-        # explicitly shorter wait takes the pooled path, which can stop waiting at any time.
+        # An inline call keeps ``timeout`` when the executor can bound its calls; else it is
+        # bounded by the executor's call_timeout, and an explicitly shorter wait takes the
+        # pooled path, which can stop waiting at any time.
         explicit = timeout is not None or self._release_timeout_set
         bound = self._call_bound
-        inline = not explicit or (bound is not None and wait_s >= bound)
+        inline = self._bounded or not explicit or (bound is not None and wait_s >= bound)
         end = time.monotonic() + wait_s
         slot = _Slot()
         with self._mu:
@@ -528,7 +533,7 @@ class LockClient(ThreadedDriver):
                     self._submit_request(req)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
         try:
-            self._run_here(batch)  # the RELEASE, inline
+            self._run_here(batch, end)  # the RELEASE, inline
             slot.wait(max(0.0, end - time.monotonic()))
         finally:
             with self._mu:

@@ -19,8 +19,10 @@ replies; the executor owns the connections):
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).
 
 Only the memory backend is imported eagerly; the others load their dependencies on import.
+``Deferred`` is what an executor's ``command_within`` raises past an application's deadline.
 """
 
+from .._backend import Deferred
 from .memory import LockRecord, MemoryExecutor, MemoryLockService, MemoryService, MemoryStore
 
-__all__ = ["MemoryService", "MemoryExecutor", "MemoryStore", "MemoryLockService", "LockRecord"]
+__all__ = ["Deferred", "MemoryService", "MemoryExecutor", "MemoryStore", "MemoryLockService", "LockRecord"]

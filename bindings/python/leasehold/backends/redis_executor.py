@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import inspect
 import threading
+from functools import partial
 from typing import Any, Iterable, Protocol
 
 import redis
 from redis._parsers.base import BaseParser
 from redis.exceptions import ResponseError
 
+from .._backend import Deferred
 from .._core import RedisOptions
 from .redis_connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -154,26 +156,57 @@ class RedisExecutor:
     def command(self, argv: list[bytes]) -> Any:
         """Run ``argv`` on a pooled connection; the raw reply (an error reply is returned as
         a ``ResponseError``). Raises on a transport failure."""
-        try:
-            conn = self._idle.pop()  # kept out of the pool: no checks per call
-        except IndexError:
-            conn = self.pool.get_connection("_") if self._named else self.pool.get_connection()
-            sub = self._sub
-            if sub is not None and getattr(sub, "_sock", None) is not None and _address(sub) != _address(conn):
-                # (Sentinel) the master moved: the subscriber breaks, and is reported lost, so
-                # the core subscribes again on the new master.
-                sub.disconnect()
+        conn = self._checkout()
         try:
             conn.send_command(*argv, check_health=False)
+        except BaseException:
+            self._drop(conn)
+            raise
+        return self._reply(conn)
+
+    def command_within(self, argv: list[bytes], timeout: float) -> Any:
+        """:meth:`command`, waiting for the reply at most ``timeout`` seconds (an
+        application's deadline); past it raises :class:`~leasehold._backend.Deferred`, whose
+        ``finish()`` reads the reply (within the socket timeout) on another thread."""
+        conn = self._checkout()
+        try:
+            conn.send_command(*argv, check_health=False)
+            # can_read buffers what arrived and keeps the connection as it was on a timeout.
+            ready = conn.can_read(timeout=max(timeout, 0.001))
+        except BaseException:
+            self._drop(conn)
+            raise
+        if not ready:
+            raise Deferred(partial(self._reply, conn))
+        return self._reply(conn)
+
+    def _checkout(self) -> Any:
+        try:
+            return self._idle.pop()  # kept out of the pool: no checks per call
+        except IndexError:
+            pass
+        conn = self.pool.get_connection("_") if self._named else self.pool.get_connection()
+        sub = self._sub
+        if sub is not None and getattr(sub, "_sock", None) is not None and _address(sub) != _address(conn):
+            # (Sentinel) the master moved: the subscriber breaks, and is reported lost, so
+            # the core subscribes again on the new master.
+            sub.disconnect()
+        return conn
+
+    def _reply(self, conn: Any) -> Any:
+        try:
             reply = conn.read_response()
         except ResponseError as e:
             reply = error_value(e)
         except BaseException:
-            conn.disconnect()
-            self.pool.release(conn)
+            self._drop(conn)
             raise
         self._idle.append(conn)
         return reply
+
+    def _drop(self, conn: Any) -> None:
+        conn.disconnect()
+        self.pool.release(conn)
 
     # -- the subscriber ------------------------------------------------------------------------
     def subscriber(self, argv: list[bytes], sink: Sink) -> None:
