@@ -197,15 +197,16 @@ ok "LEASEHOLD_LIBRARY overrides the packaged library"
 # The fault switches need the hooks: a clear error, the switch left off, the service still serving.
 expect_output "wheel: a fault switch says the library lacks the testing feature" "^switch refused" \
     env -C "$work" "$work/venv-wheel/bin/python" -c '
-from leasehold import errors
-from leasehold.service import Granted
+from leasehold import LockClient, errors
 from leasehold.testing import MemoryLockService
 svc = MemoryLockService()
 try:
     svc.partition()
 except errors.LibraryError as e:
     assert "built without the `testing` feature" in str(e), e
-    assert not svc.partitioned and isinstance(svc.acquire("n", "t" * 32, 1000), Granted)
+    assert not svc.partitioned
+    with LockClient(svc) as client, client.acquire("n", 1.0) as lease:
+        assert lease.fencing_token >= 1
     print("switch refused:", e)
 '
 
@@ -281,24 +282,31 @@ expect_output "C++ example (pkg-config leasehold-static)" "fencing token [0-9]+"
 # A program that calls the test hooks links against the installed (release) library, statically
 # and shared, and gets a clear error from each (the headers' weak references).
 cat >"$work/cpp-hooks.cpp" <<'CPP'
+#include <leasehold.hpp>
 #include <leasehold/memory_transport.hpp>
+#include <chrono>
 #include <cstdio>
 int main() {
   auto svc = std::make_shared<leasehold::MemoryService>();
-  leasehold::MemoryTransport t(svc);
+  auto t = std::make_shared<leasehold::MemoryTransport>(svc);
   int refused = 0;
   for (auto call : {+[](leasehold::MemoryTransport& tr) { tr.set_partition(true); },
                     +[](leasehold::MemoryTransport& tr) { tr.service()->drop_lock("n"); },
                     +[](leasehold::MemoryTransport&) { leasehold::Core().debug_panic(); }}) {
     try {
-      call(t);
+      call(*t);
     } catch (const leasehold::Error& e) {
       if (e.code() == leasehold::status::no_testing_feature) ++refused;
       std::printf("%s\n", e.what());
     }
   }
-  t.set_partition(false);  // clearing needs no hook
-  const bool granted = std::holds_alternative<leasehold::Granted>(t.acquire("n", "0123456789abcdef0123456789abcdef", 1000));
+  t->set_partition(false);  // clearing needs no hook
+  bool granted = false;
+  {
+    leasehold::LockClient client(t);
+    auto lease = client.acquire("n", std::chrono::milliseconds(1000));
+    granted = lease.has_value() && lease->fencing_token() >= 1;
+  }
   std::printf("%d of 3 hooks refused, acquire %s\n", refused, granted ? "granted" : "refused");
   return refused == 3 && granted ? 0 : 1;
 }
