@@ -365,10 +365,15 @@ func main() {
 	errExpire := refused(func() { tr.Server().Expire("n") })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := tr.Acquire(ctx, "n", "0123456789abcdef0123456789abcdef", time.Second)
+	client, err := leasehold.NewLockClient(tr, nil)
+	var lease *leasehold.Lease
+	if err == nil {
+		defer client.Close()
+		lease, err = client.Acquire(ctx, "n", leasehold.AcquireOptions{TTL: time.Second})
+	}
 	if !errors.Is(errSwitch, leasehold.ErrNoTestingFeature) || !errors.Is(errExpire, leasehold.ErrNoTestingFeature) ||
-		tr.Fault() != leasehold.FaultNone || err != nil || !r.Granted {
-		fmt.Println("unexpected:", errSwitch, errExpire, tr.Fault(), r, err)
+		tr.Fault() != leasehold.FaultNone || err != nil || lease.FencingToken() < 1 {
+		fmt.Println("unexpected:", errSwitch, errExpire, tr.Fault(), err)
 		os.Exit(1)
 	}
 	fmt.Println("switch refused:", errSwitch)
