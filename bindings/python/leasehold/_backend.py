@@ -25,10 +25,11 @@ An executor may declare ``call_timeout``: the longest one call can block, in sec
 ``None`` when a call can block without a bound (the memory executor's ``hang()``); the
 threaded client then runs its requests on its IO pool only, never on an application's thread.
 
-An executor may also have ``command_within(argv, timeout)``: ``command(argv)`` that waits for
-the reply at most ``timeout`` seconds, then raises :class:`Deferred` with what finishes the
-call. The threaded client uses it on an application's thread, so the IO there ends by the
-caller's deadline and the rest continues on the IO pool.
+An executor may also have a bounded variant of its IO method: ``command_within(argv,
+timeout)``, ``execute_within(request, sink, timeout)`` or ``post_within(request, timeout)``,
+the call that waits for the answer at most ``timeout`` seconds, then raises :class:`Deferred`
+with what finishes it. The threaded client uses it on an application's thread, so the IO
+there ends by the caller's deadline and the rest continues on the IO pool.
 
 This module is the part both clients share: which executor method runs a request, the core
 input its result becomes, and the sink of asynchronous traffic.
@@ -99,27 +100,36 @@ class SqlFailure(Exception):
 
 
 class Deferred(Exception):
-    """A bounded call (``command_within``) ran out of its caller's time: ``finish()`` completes
-    it, blocking (its result, or it raises as the unbounded call would)."""
+    """A bounded call (``command_within``, ``execute_within``, ``post_within``) ran out of its
+    caller's time: ``finish()`` completes it, blocking (its result, or it raises as the
+    unbounded call would)."""
 
     def __init__(self, finish: Callable[[], Any]) -> None:
         super().__init__("deferred past the caller's deadline")
         self.finish = finish
 
 
+_WITHIN = {"command": "command_within", "execute": "execute_within", "post": "post_within"}
+
+
 def bounded_calls(executor: object) -> bool:
-    """Whether ``executor``'s commands can run within a caller's deadline (``command_within``):
-    not when a subclass or the instance replaces ``command`` alone (a wrapper of the IO
-    methods would be bypassed)."""
-    if not callable(getattr(executor, "command_within", None)):
+    """Whether ``executor``'s IO methods can run within a caller's deadline (each has its
+    ``*_within`` variant): not when a subclass or the instance replaces the method alone (a
+    wrapper of the IO methods would be bypassed)."""
+    io = [m for m in _WITHIN if callable(getattr(executor, m, None))]
+    return bool(io) and all(_bounded_method(executor, m, _WITHIN[m]) for m in io)
+
+
+def _bounded_method(executor: object, method: str, within: str) -> bool:
+    if not callable(getattr(executor, within, None)):
         return False
     own = vars(executor) if hasattr(executor, "__dict__") else {}
-    if "command" in own or "command_within" in own:
-        return "command_within" in own
+    if method in own or within in own:
+        return within in own
     mro = type(executor).__mro__
-    by = next((i for i, c in enumerate(mro) if "command" in vars(c)), len(mro))
-    within = next(i for i, c in enumerate(mro) if "command_within" in vars(c))
-    return within <= by
+    by = next((i for i, c in enumerate(mro) if method in vars(c)), len(mro))
+    at = next(i for i, c in enumerate(mro) if within in vars(c))
+    return at <= by
 
 
 _IO_METHODS = ("command", "execute", "post")  # one of them runs every request of a protocol
@@ -358,7 +368,11 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeou
                 e = SqlFailure(_TRANSPORT, _message(e, executor))
             return _sql_done(core, executor, rid, e)
 
-        return partial(executor.execute, payload, sink), partial(_sql_done, core, executor, rid), sql_fail
+        if timeout is not None:  # given only for an executor with bounded_calls()
+            run = partial(executor.execute_within, payload, sink, timeout)
+        else:
+            run = partial(executor.execute, payload, sink)
+        return run, partial(_sql_done, core, executor, rid), sql_fail
     fail = partial(_failed, core, executor, req)
     if kind == _COMMAND:
         if req.connection == SIDE:
@@ -369,7 +383,11 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeou
             call = partial(executor.command, payload)
         return call, partial(partial, core.reply, rid), fail
     if kind == _HTTP:
-        return partial(executor.post, payload), lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
+        if timeout is not None:
+            call = partial(executor.post_within, payload, timeout)
+        else:
+            call = partial(executor.post, payload)
+        return call, lambda r: partial(core.http_reply, rid, r[0], r[1]), fail
     if kind == _WATCH:
         return partial(executor.watch, rid, payload, sink), _nothing, fail
     if kind == _CANCEL:
@@ -386,7 +404,7 @@ def execute_request(
 ) -> Callable[[], None] | None:
     """Run one request with a sync executor; the input to feed, ``None`` when the answer comes
     through the sink. With ``timeout`` (an application's thread; only for an executor with
-    :func:`bounded_calls`) a command still unanswered past it raises :class:`Deferred`, whose
+    :func:`bounded_calls`) a request still unanswered past it raises :class:`Deferred`, whose
     ``finish()`` completes the request (blocking) and returns the input."""
     try:
         call, done, fail = _plan(core, executor, sink, req, timeout)

@@ -19,7 +19,8 @@ replies; the executor owns the connections):
 * :mod:`leasehold.backends.etcd_executor` – etcd v3 through its JSON gateway (``http.client``).
 
 Only the memory backend is imported eagerly; the others load their dependencies on import.
-``Deferred`` is what an executor's ``command_within`` raises past an application's deadline.
+``Deferred`` is what an executor's bounded call (``command_within``, ``execute_within``,
+``post_within``) raises past an application's deadline.
 """
 
 from .._backend import Deferred

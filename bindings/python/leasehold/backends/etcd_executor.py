@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import select
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from .. import _ffi
+from .._backend import Deferred
 from .._core import EtcdOptions, HttpRequest
 
 __all__ = ["EtcdExecutor", "AsyncEtcdExecutor", "parse_endpoints", "DEFAULT_TIMEOUT"]
@@ -68,6 +71,23 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
 
 class _Unusable(Exception):
     """A member that did not answer (the next one is tried)."""
+
+
+class _Stale(Exception):
+    """A kept-alive connection the server closed meanwhile (tried once more on a new one)."""
+
+
+def _readable(conn: http.client.HTTPConnection, timeout: float) -> bool:
+    """Whether the reply started to arrive within ``timeout`` seconds (buffered TLS data
+    counts)."""
+    sock = conn.sock
+    if sock is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+        return True
+    try:
+        ready, _, _ = select.select([sock], [], [], max(timeout, 0.001))
+    except (OSError, ValueError):
+        return True  # the read says what is wrong
+    return bool(ready)
 
 
 def _read_body(resp: http.client.HTTPResponse, timeout: float) -> bytes:
@@ -176,14 +196,20 @@ class EtcdExecutor:
         return http.client.HTTPConnection(u.hostname or "", u.port or 2379, timeout=timeout)
 
     @staticmethod
-    def _send(conn: http.client.HTTPConnection, req: HttpRequest) -> http.client.HTTPResponse:
+    def _request(conn: http.client.HTTPConnection, req: HttpRequest) -> None:
         headers = {"Content-Type": "application/json"}
         if req.authorization:
             headers["Authorization"] = req.authorization
         conn.request(req.method or "POST", req.path, body=req.body, headers=headers)
+
+    @classmethod
+    def _send(cls, conn: http.client.HTTPConnection, req: HttpRequest) -> http.client.HTTPResponse:
+        cls._request(conn, req)
         return conn.getresponse()
 
-    def _try(self, i: int, req: HttpRequest) -> tuple[int, bytes]:
+    def _try(self, i: int, req: HttpRequest, deadline: float | None = None) -> tuple[int, bytes]:
+        """One member's answer. With ``deadline`` (``time.monotonic()``) a reply not begun by
+        then raises :class:`~leasehold._backend.Deferred`, whose ``finish()`` reads it."""
         pool: dict[int, http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
         for fresh in (False, True):
             conn = pool.pop(i, None)
@@ -195,41 +221,90 @@ class EtcdExecutor:
                 conn.close()
                 conn = self._connection(i, self.timeout)
             try:
-                resp = self._send(conn, req)
-                body = _read_body(resp, self.timeout)
-            except _Unusable as e:
-                conn.close()  # the rest of the body is never read
-                raise _Unusable(f"{self.endpoints[i]}: {e}") from None
-            except (OSError, http.client.HTTPException) as e:
+                self._request(conn, req)
+                if deadline is not None and not _readable(conn, deadline - time.monotonic()):
+                    raise Deferred(partial(self._finish_try, pool, i, conn, fresh, req))
+                return self._reply(pool, i, conn, fresh)
+            except (OSError, http.client.HTTPException) as e:  # sending failed
                 conn.close()
-                # A kept-alive connection the server closed meanwhile: once more on a new one.
-                if not fresh and isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+                if not fresh and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                     continue
                 raise _Unusable(f"{self.endpoints[i]}: {e or type(e).__name__}") from None
-            if resp.will_close:
-                conn.close()
-            else:
-                pool[i] = conn
-            return resp.status, body
+            except _Stale:
+                continue
         raise _Unusable(f"{self.endpoints[i]}: no connection")  # pragma: no cover
+
+    def _reply(
+        self, pool: dict[int, http.client.HTTPConnection], i: int, conn: http.client.HTTPConnection, fresh: bool
+    ) -> tuple[int, bytes]:
+        """Read the reply of the request sent on ``conn``; the connection goes back to
+        ``pool`` (a thread's own: kept only when that thread has none for the member)."""
+        try:
+            resp = conn.getresponse()
+            body = _read_body(resp, self.timeout)
+        except _Unusable as e:
+            conn.close()  # the rest of the body is never read
+            raise _Unusable(f"{self.endpoints[i]}: {e}") from None
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            # A kept-alive connection the server closed meanwhile: once more on a new one.
+            if not fresh and isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+                raise _Stale() from None
+            raise _Unusable(f"{self.endpoints[i]}: {e or type(e).__name__}") from None
+        if resp.will_close or pool.setdefault(i, conn) is not conn:
+            conn.close()
+        return resp.status, body
+
+    def _finish_try(
+        self, pool: dict[int, http.client.HTTPConnection], i: int, conn: http.client.HTTPConnection, fresh: bool, req: HttpRequest
+    ) -> tuple[int, bytes]:
+        try:
+            return self._reply(pool, i, conn, fresh)
+        except _Stale:
+            return self._try(i, req)
 
     def post(self, req: HttpRequest) -> tuple[int, bytes]:
         """POST a unary request to a member, failing over to the next ones; ``(status,
         body)``. Raises ``ConnectionError`` when no member answered."""
+        return self._post(req, None)
+
+    def post_within(self, req: HttpRequest, timeout: float) -> tuple[int, bytes]:
+        """:meth:`post`, waiting for a reply at most ``timeout`` seconds (an application's
+        deadline); past it raises :class:`~leasehold._backend.Deferred`, whose ``finish()``
+        reads the reply (and fails over, as :meth:`post`) on another thread."""
+        return self._post(req, time.monotonic() + timeout)
+
+    def _post(
+        self, req: HttpRequest, deadline: float | None, k0: int = 0, start: int | None = None, errors: list[str] | None = None
+    ) -> tuple[int, bytes]:
         n = len(self.endpoints)
-        start = self._preferred
-        errors: list[str] = []
-        for k in range(n):
+        if start is None:
+            start = self._preferred
+        errors = [] if errors is None else errors
+        for k in range(k0, n):
             i = (start + k) % n
             try:
-                status, body = self._try(i, req)
+                status, body = self._try(i, req, deadline)
             except _Unusable as e:
                 errors.append(str(e))
                 continue
+            except Deferred as d:
+                raise Deferred(partial(self._post_rest, req, d.finish, i, k, start, errors)) from None
             self._preferred = i
             return status, body
         self._preferred = (start + 1) % n
         raise ConnectionError("no etcd member answered: " + "; ".join(errors))
+
+    def _post_rest(self, req: HttpRequest, finish: Any, i: int, k: int, start: int, errors: list[str]) -> tuple[int, bytes]:
+        """(past the caller's deadline) The rest of a :meth:`post`: member ``i``'s reply, or
+        the next members'."""
+        try:
+            status, body = finish()
+        except _Unusable as e:
+            errors.append(str(e))
+            return self._post(req, None, k + 1, start, errors)
+        self._preferred = i
+        return status, body
 
     # -- watch streams -------------------------------------------------------------------------
     def watch(self, rid: int, req: HttpRequest, sink: Any) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import select
 import socket
 import sqlite3
@@ -25,10 +26,11 @@ import stat
 import threading
 import time
 import urllib.parse
+from functools import partial
 from typing import Any
 
 from .. import _ffi
-from .._backend import SqlFailure, bind_params, host_facts
+from .._backend import Deferred, SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
 
 __all__ = ["SQLiteExecutor", "SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
@@ -382,6 +384,74 @@ class _Watchdog:
                 self._cv.wait(max(wait, 0.001))
 
 
+class _Job:
+    """One call run by a :class:`_Worker`; ``done`` is held until it finished."""
+
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as e:
+            self.error = e
+        self.done.release()
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def finish(self) -> Any:
+        """(blocking) Wait for the call to end; its result, or it raises."""
+        self.done.acquire()
+        return self.outcome()
+
+
+class _Worker:
+    """A thread that runs a connection's calls for a caller with a deadline: psycopg cannot
+    stop waiting in the middle of a transaction, so the caller waits for the whole call here
+    and, past its deadline, leaves it to end (committed or rolled back) on this thread."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._mu = threading.Lock()
+
+    def run_within(self, fn: Any, timeout: float) -> Any:
+        """``fn()`` on the worker, waited for at most ``timeout`` seconds; past it raises
+        :class:`~leasehold._backend.Deferred` (whose ``finish()`` waits for the rest)."""
+        job = _Job(fn)
+        with self._mu:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, args=(self._q,), name=self._name, daemon=True)
+                self._thread.start()
+            self._q.put(job)
+        if not job.done.acquire(timeout=max(timeout, 0.001)):
+            raise Deferred(job.finish)
+        return job.outcome()
+
+    def stop(self) -> None:
+        """The thread ends after the calls queued (none is dropped: each ends its transaction)."""
+        with self._mu:
+            if self._thread is not None:
+                self._q.put(None)
+                self._thread = None
+                self._q = queue.SimpleQueue()
+
+    @staticmethod
+    def _run(q: "queue.SimpleQueue[_Job | None]") -> None:
+        while (job := q.get()) is not None:
+            job.run()
+
+
 def pg_params(params: list[Any]) -> list[Any]:
     """Parameters as psycopg binds them: integers as ``bigint`` (the protocol's type)."""
     from psycopg.types.numeric import Int8
@@ -447,6 +517,7 @@ class PostgresExecutor:
         self._sink: Any = None
         self._pending: list[tuple[str, str]] = []  # notifications seen while a LISTEN ran
         self._watchdog = _Watchdog(self.request_timeout)
+        self._workers = (_Worker("leasehold-pg-commands"), _Worker("leasehold-pg-listen-calls"))
 
     # -- lifecycle -----------------------------------------------------------------------------
     def attach(self, sink: Any = None) -> None:
@@ -475,6 +546,8 @@ class PostgresExecutor:
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=2.0)
         self._watchdog.stop()
+        for w in self._workers:
+            w.stop()
         self._opened = set()
 
     def close(self) -> None:
@@ -483,6 +556,7 @@ class PostgresExecutor:
     def after_fork(self) -> None:
         """(in a forked child) Forget the parent's connections without using them."""
         self._watchdog = _Watchdog(self.request_timeout)
+        self._workers = (_Worker("leasehold-pg-commands"), _Worker("leasehold-pg-listen-calls"))
         self._mu, self._lmu = threading.Lock(), threading.Lock()
         self._cmd = self._listen = self._reader = None
         self._opened, self._resets, self._pending = set(), [], []
@@ -557,6 +631,15 @@ class PostgresExecutor:
                     except Exception:
                         pass
                 raise
+
+    def execute_within(self, request: SqlRequest, sink: Any, timeout: float) -> list[list[tuple[Any, ...]]]:
+        """:meth:`execute`, waited for at most ``timeout`` seconds (an application's
+        deadline): it runs on the connection's worker thread; past the deadline raises
+        :class:`~leasehold._backend.Deferred`, whose ``finish()`` waits for it to end there
+        (its transaction committed or rolled back, never left open)."""
+        worker = self._workers[1 if request.connection == _LISTENER else 0]
+        rows: list[list[tuple[Any, ...]]] = worker.run_within(partial(self.execute, request, sink), timeout)
+        return rows
 
     def _execute_listener(self, request: SqlRequest, sink: Any) -> list[list[tuple[Any, ...]]]:
         if sink is not None:
