@@ -99,6 +99,8 @@ void expect_exclusive(leasehold::LockClient& a, leasehold::LockClient& b, const 
   auto next = b.acquire(name, 10s);
   ASSERT_TRUE(next.has_value());
   EXPECT_GT(next->fencing_token(), lease->fencing_token());
+  // Released here, not by ~Lease (which does not wait): a status query after this sees it free.
+  EXPECT_EQ(next->release(), leasehold::ReleaseOutcome::Released);
 }
 
 }  // namespace
