@@ -1765,17 +1765,6 @@ lh_status lh_valid_until(const struct lh_client *c, uint64_t lease, uint64_t *ou
  */
 lh_status lh_is_held(const struct lh_client *c, uint64_t lease, uint64_t now, bool *out_held);
 
-/**
- * Fills `*out` with the client's counters, the engine's and its backend protocol's (`out->struct_size` must be set by the caller, at
- * least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
- * and sets `struct_size` to the bytes it wrote).
- *
- * # Safety
- * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.
- */
-lh_status lh_counters_get(const struct lh_client *c,
-                          struct lh_counters *out);
-
 #if defined(LH_TESTING)
 /**
  * Test hook: panics inside the panic boundary, so hosts can check that they handle
@@ -1786,6 +1775,17 @@ lh_status lh_counters_get(const struct lh_client *c,
  */
 lh_status lh_client_debug_panic(struct lh_client *c);
 #endif
+
+/**
+ * Fills `*out` with the client's counters, the engine's and its backend protocol's (`out->struct_size` must be set by the caller, at
+ * least `LH_COUNTERS_V1_SIZE`; the library fills the fields that fit, up to its own struct,
+ * and sets `struct_size` to the bytes it wrote).
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_counters`.
+ */
+lh_status lh_counters_get(const struct lh_client *c,
+                          struct lh_counters *out);
 
 /**
  * Takes the next request into `*out` (`out->kind == LH_IO_NONE`, `out->id == 0` when none is

@@ -10,6 +10,7 @@
 //! - `boundary`: the panic boundary, handle poisoning, the per-handle detail message and
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: the application's calls (acquire, release, renew, events, timers, getters);
+//! - [`counters`]: the engine's and the protocol's counters in one struct;
 //! - [`backend`]: a client's backend and its options (`lh_client_new`);
 //! - [`io`]: the seam — one tagged request poll and one answer function per kind, the same for
 //!   every backend;
@@ -27,6 +28,7 @@ pub mod types;
 pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
+pub mod counters;
 pub mod io;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
@@ -36,6 +38,7 @@ pub mod values;
 
 pub use backend::*;
 pub use client::*;
+pub use counters::*;
 pub use io::*;
 pub use memory::*;
 pub use status::*;
