@@ -24,20 +24,34 @@ suites=(
     scripts/test-packaging.sh
     fuzz/smoke.sh
 )
+# Each suite's output is also kept in target/test-logs, so that the summary can repeat what a
+# failing suite said where a reader of only the end of the output will see it.
+logs=target/test-logs
+mkdir -p "$logs"
 passed=0
 failed=0
 summary=()
+failures=()
 for suite in "${suites[@]}"; do
     echo
     echo "=================== $suite ==================="
     start=$(date +%s)
-    if bash "$suite"; then
+    log="$logs/$(echo "$suite" | tr '/' '_').log"
+    if bash "$suite" 2>&1 | tee "$log"; then
         passed=$((passed + 1))
         summary+=("PASS  $suite  ($(( $(date +%s) - start ))s)")
     else
         failed=$((failed + 1))
         summary+=("FAIL  $suite  ($(( $(date +%s) - start ))s)")
+        failures+=("$log")
     fi
+done
+for log in "${failures[@]}"; do
+    echo
+    echo "=================== failed: $log ==================="
+    grep -n -E "FAIL|panicked|error(\[|:)|Error|assert|Traceback|--- FAIL" "$log" | tail -40
+    echo "--- last lines ---"
+    tail -30 "$log"
 done
 echo
 echo "=================== summary ==================="
