@@ -29,8 +29,11 @@ lib="$repo/target/release/libleasehold.so"
 if [ "$(uname)" = "Darwin" ]; then lib="$repo/target/release/libleasehold.dylib"; fi
 export LEASEHOLD_LIBRARY="$lib"
 
-echo "== python: pytest"
 cd "$here"
+echo "== python: mypy --strict (pyproject.toml [tool.mypy])"
+.venv/bin/python -m mypy leasehold
+
+echo "== python: pytest"
 set +e
 .venv/bin/python -m pytest tests "$@"
 rc=$?

@@ -118,7 +118,8 @@ class RedisClusterExecutor:
         startup = cluster_startup(nodes, client, url, redis_kwargs, Retry(NoBackoff(), 1))
         if client is None:
             client = redis.cluster.RedisCluster(
-                startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in startup], **redis_kwargs
+                startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in startup],  # type: ignore[no-untyped-call]
+                **redis_kwargs,
             )
             self._owns = True
         else:
@@ -160,7 +161,7 @@ class RedisClusterExecutor:
         returned as a ``ResponseError``). Raises on a transport failure."""
         try:
             # redis-py routes by the command's name as text (its key positions, EVAL's numkeys).
-            return self.cluster.execute_command(argv[0].decode("ascii"), *argv[1:])
+            return self.cluster.execute_command(argv[0].decode("ascii"), *argv[1:])  # type: ignore[no-untyped-call]
         except ResponseError as e:
             return error_value(e)
 
@@ -175,7 +176,7 @@ class RedisClusterExecutor:
         if verb == b"SUNSUBSCRIBE":
             with self._mu:
                 where = self._where.pop(channel, None)
-                conn = self._subs.get(where) if where else None
+                conn: Any = self._subs.get(where) if where else None
             if conn is not None:
                 try:
                     conn.send_command(*argv, check_health=False)
@@ -187,7 +188,7 @@ class RedisClusterExecutor:
         if self._stale:
             self._stale = False
             self.cluster.nodes_manager.initialize()
-        node = self.cluster.nodes_manager.get_node_from_slot(self.cluster.keyslot(channel))
+        node = self.cluster.nodes_manager.get_node_from_slot(self.cluster.keyslot(channel))  # type: ignore[no-untyped-call]
         addr = (node.host, int(node.port))
         with self._mu:
             old = self._where.get(channel)
@@ -247,10 +248,14 @@ class RedisClusterExecutor:
             self._stale = True
             self._lost(addr, conn, sink)
 
+    def _holds(self, addr: Any, conn: Any) -> bool:
+        """Whether ``conn`` is still the subscriber connection to ``addr`` (not a replaced one)."""
+        return self._subs.get(addr) is conn
+
     def _lost(self, addr: tuple[str, int], conn: Any, sink: Sink) -> None:
         """A subscriber connection broke: every channel on it is gone."""
         with self._mu:
-            if self._subs.get(addr) is not conn:
+            if not self._holds(addr, conn):
                 return
             del self._subs[addr]
             gone = [ch for ch, a in self._where.items() if a == addr]

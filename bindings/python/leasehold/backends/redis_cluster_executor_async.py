@@ -97,7 +97,7 @@ class AsyncRedisClusterExecutor:
         verb, channel = argv[0].upper(), argv[1]
         if verb == b"SUNSUBSCRIBE":
             where = self._where.pop(channel, None)
-            conn = self._subs.get(where) if where else None
+            conn: Any = self._subs.get(where) if where else None
             if conn is not None:
                 try:
                     await conn.send_command(*argv, check_health=False)
@@ -164,9 +164,13 @@ class AsyncRedisClusterExecutor:
             self._stale = True
             await self._lost(addr, conn, sink)
 
+    def _holds(self, addr: Any, conn: Any) -> bool:
+        """Whether ``conn`` is still the subscriber connection to ``addr`` (not a replaced one)."""
+        return self._subs.get(addr) is conn
+
     async def _lost(self, addr: Address, conn: Any, sink: Sink) -> None:
         """A subscriber connection broke: every channel on it is gone."""
-        if self._subs.get(addr) is not conn:
+        if not self._holds(addr, conn):
             return
         del self._subs[addr]
         reader = self._readers.pop(addr, None)

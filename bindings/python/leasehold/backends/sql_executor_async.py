@@ -155,7 +155,9 @@ class AsyncPostgresExecutor:
         if request.connection == _LISTENER:
             if sink is not None:
                 self._sink = sink
-            async with self._lmu:  # one listener connection, even when LISTENs arrive together
+            lmu = self._lmu
+            assert lmu is not None  # made together with _mu above
+            async with lmu:  # one listener connection, even when LISTENs arrive together
                 conn = self._listen
                 if conn is None or conn.closed:
                     conn = self._listen = await self._connect(_LISTENER)
