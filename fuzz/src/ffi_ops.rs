@@ -820,7 +820,10 @@ impl Handle {
         self.check(what, st, &problems, |s| {
             s.proto
                 .handle_values(&mut s.core, now, id, &fl, data)
-                .map_err(|_| LH_ERR_INVALID_REPLY)
+                .map_err(|e| match e {
+                    leasehold::backend::AnswerError::WrongKind(_) => LH_ERR_WRONG_ANSWER,
+                    leasehold::backend::AnswerError::Invalid(_) => LH_ERR_INVALID_REPLY,
+                })
         });
     }
 

@@ -20,8 +20,8 @@ pub mod redis;
 pub mod sql;
 pub mod value;
 
+pub use protocol::{AnswerError, ConnectionEvent, FailureKind, Protocol};
 pub(crate) use protocol::{CONNECTION_COMMANDS, CONNECTION_NOTIFY};
-pub use protocol::{ConnectionEvent, FailureKind, Protocol};
 
 /// What the backend says about one name (`leasehold status`): advisory, it can change at once.
 /// Fields a backend does not record are `None`.

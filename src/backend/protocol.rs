@@ -12,6 +12,26 @@ use crate::{Client, Event};
 
 pub use super::sql::FailureKind;
 
+/// Why an answer was not taken; nothing changed either way. The two differ for the host: a
+/// wrong kind is a bug in its driver, an invalid answer may be a garbled reply from the
+/// backend (then the request is reported failed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerError {
+    /// This backend's requests are not answered with this kind of answer.
+    WrongKind(String),
+    /// The answer did not decode; the text says what.
+    Invalid(String),
+}
+
+impl std::fmt::Display for AnswerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnswerError::WrongKind(m) => f.write_str(m),
+            AnswerError::Invalid(m) => write!(f, "invalid answer: {m}"),
+        }
+    }
+}
+
 /// A protocol, one per client.
 #[derive(Debug)]
 pub enum Protocol {
@@ -127,21 +147,26 @@ impl Protocol {
         id: u64,
         values: &[super::value::FlatValue],
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AnswerError> {
+        let invalid = |e: &dyn std::fmt::Display| AnswerError::Invalid(e.to_string());
         match self {
             Protocol::Memory(p) => {
-                let v = super::value::decode(values, data).map_err(|e| e.to_string())?;
+                let v = super::value::decode(values, data).map_err(|e| invalid(&e))?;
                 p.handle_reply(core, now, id, &v);
             }
             Protocol::Redis(p) => {
-                let v: Value<'_> = redis::decode(values, data).map_err(|e| e.to_string())?;
+                let v: Value<'_> = redis::decode(values, data).map_err(|e| invalid(&e))?;
                 p.handle_reply(core, now, id, &v);
             }
             Protocol::Sql(p) => {
-                let rows = sql::decode(values, data).map_err(|e| e.to_string())?;
+                let rows = sql::decode(values, data).map_err(|e| invalid(&e))?;
                 p.handle_rows(core, now, id, &rows);
             }
-            Protocol::Etcd(_) => return Err("etcd answers are HTTP replies".to_owned()),
+            Protocol::Etcd(_) => {
+                return Err(AnswerError::WrongKind(
+                    "etcd requests are answered with lh_io_http_reply".to_owned(),
+                ));
+            }
         }
         Ok(())
     }
@@ -154,13 +179,15 @@ impl Protocol {
         id: u64,
         status: u16,
         body: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AnswerError> {
         match self {
             Protocol::Etcd(p) => {
                 p.handle_reply(core, now, id, status, body);
                 Ok(())
             }
-            _ => Err("only etcd requests are answered with an HTTP reply".to_owned()),
+            _ => Err(AnswerError::WrongKind(
+                "only etcd requests are answered with an HTTP reply".to_owned(),
+            )),
         }
     }
 
@@ -171,13 +198,15 @@ impl Protocol {
         now: u64,
         id: u64,
         message: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AnswerError> {
         match self {
             Protocol::Etcd(p) => {
                 p.handle_watch_message(core, now, id, message);
                 Ok(())
             }
-            _ => Err("only etcd watches stream messages".to_owned()),
+            _ => Err(AnswerError::WrongKind(
+                "only etcd watches stream messages".to_owned(),
+            )),
         }
     }
 
@@ -207,12 +236,16 @@ impl Protocol {
         now: u64,
         channel: &[u8],
         payload: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AnswerError> {
         match self {
             Protocol::Memory(p) => p.handle_message(core, now, channel),
             Protocol::Redis(p) => p.handle_message(core, now, channel, payload),
             Protocol::Sql(p) => p.handle_notification(core, now, channel, payload),
-            Protocol::Etcd(_) => return Err("etcd messages arrive on their watch".to_owned()),
+            Protocol::Etcd(_) => {
+                return Err(AnswerError::WrongKind(
+                    "etcd messages arrive on their watch".to_owned(),
+                ));
+            }
         }
         Ok(())
     }
@@ -225,12 +258,13 @@ impl Protocol {
         connection: u32,
         event: ConnectionEvent,
         channel: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), AnswerError> {
         match (self, event) {
             (Protocol::Memory(p), ConnectionEvent::Reopened) => p.handle_reconnect(core, now),
             (Protocol::Sql(p), ConnectionEvent::Reopened) => {
-                let c = sql::Connection::from_u32(connection)
-                    .ok_or_else(|| format!("unknown connection {connection}"))?;
+                let c = sql::Connection::from_u32(connection).ok_or_else(|| {
+                    AnswerError::WrongKind(format!("unknown connection {connection}"))
+                })?;
                 p.handle_connection_reset(core, now, c);
             }
             (Protocol::Redis(p), ConnectionEvent::Subscribed | ConnectionEvent::Unsubscribed) => {
@@ -241,7 +275,11 @@ impl Protocol {
             (Protocol::Redis(_) | Protocol::Etcd(_), ConnectionEvent::Reopened) => {
                 core.handle_timeout(now);
             }
-            (_, e) => return Err(format!("{e:?} does not apply to this backend")),
+            (_, e) => {
+                return Err(AnswerError::WrongKind(format!(
+                    "{e:?} does not apply to this backend"
+                )));
+            }
         }
         Ok(())
     }

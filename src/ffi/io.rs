@@ -19,7 +19,7 @@ use super::types::*;
 use super::values::*;
 use crate::backend::redis::Connection as RedisConnection;
 use crate::backend::sql::{Connection as SqlConnection, Param};
-use crate::backend::{ConnectionEvent, FailureKind, Protocol};
+use crate::backend::{AnswerError, ConnectionEvent, FailureKind, Protocol};
 
 /// `lh_io_request.kind`: nothing left to poll.
 pub const LH_IO_NONE: u32 = 0;
@@ -310,8 +310,13 @@ unsafe fn answer_bytes_required<'a>(
     unsafe { bytes_arg(ptr, len, LH_MAX_REPLY_DATA, what, LH_ERR_INVALID_REPLY) }
 }
 
-fn wrong(msg: String) -> Failure {
-    Failure::new(LH_ERR_WRONG_ANSWER, msg)
+/// The status an answer the protocol did not take is reported with.
+fn refused(e: AnswerError) -> Failure {
+    let code = match e {
+        AnswerError::WrongKind(_) => LH_ERR_WRONG_ANSWER,
+        AnswerError::Invalid(_) => LH_ERR_INVALID_REPLY,
+    };
+    Failure::new(code, e.to_string())
 }
 
 /// Hands back the values answering COMMAND or SQL request `id`: `nvalues` values in
@@ -340,14 +345,9 @@ pub unsafe extern "C" fn lh_io_reply(
     unsafe {
         guard_mut(c, |s| {
             let (flat, data) = flat_values_arg(values, nvalues, data, data_len)?;
-            if matches!(s.proto, Protocol::Etcd(_)) {
-                return Err(wrong(
-                    "etcd requests are answered with lh_io_http_reply".into(),
-                ));
-            }
             s.proto
                 .handle_values(&mut s.core, now, id, &flat, data)
-                .map_err(|e| Failure::new(LH_ERR_INVALID_REPLY, format!("invalid answer: {e}")))
+                .map_err(refused)
         })
     }
 }
@@ -382,7 +382,7 @@ pub unsafe extern "C" fn lh_io_http_reply(
             let body = answer_bytes(body, body_len, "body")?;
             s.proto
                 .handle_http(&mut s.core, now, id, status, body)
-                .map_err(wrong)
+                .map_err(refused)
         })
     }
 }
@@ -406,7 +406,7 @@ pub unsafe extern "C" fn lh_io_stream_message(
             let message = answer_bytes(message, message_len, "message")?;
             s.proto
                 .handle_stream_message(&mut s.core, now, id, message)
-                .map_err(wrong)
+                .map_err(refused)
         })
     }
 }
@@ -466,7 +466,7 @@ pub unsafe extern "C" fn lh_io_message(
             let payload = answer_bytes(payload, payload_len, "payload")?;
             s.proto
                 .handle_message(&mut s.core, now, channel, payload)
-                .map_err(wrong)
+                .map_err(refused)
         })
     }
 }
@@ -503,7 +503,7 @@ pub unsafe extern "C" fn lh_io_connection(
             let channel = answer_bytes(channel, channel_len, "channel")?;
             s.proto
                 .handle_connection(&mut s.core, now, connection, event, channel)
-                .map_err(wrong)
+                .map_err(refused)
         })
     }
 }
