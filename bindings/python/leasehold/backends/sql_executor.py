@@ -32,6 +32,7 @@ from typing import Any
 from .. import _ffi
 from .._backend import Deferred, SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
+from ._pg_call import Late, PgCall, PgSession
 
 __all__ = ["SQLiteExecutor", "SqliteExecutor", "PostgresExecutor", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "TCP_KEEPALIVE"]
 
@@ -333,57 +334,6 @@ SQLiteExecutor = SqliteExecutor
 """The name every binding gives the SQLite executor (Go's ``SQLiteExecutor``)."""
 
 
-class _Watchdog:
-    """Cuts the connection of a request that outlives its deadline. One thread per executor,
-    started on first use: a timer thread per request cost more than the request. Every
-    deadline is ``timeout`` after its request started, so the thread, sleeping at most
-    ``timeout`` at a time, wakes by each deadline without being told of new requests."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._cv = threading.Condition(threading.Lock())
-        self._armed: dict[int, tuple[float, Any, list[bool]]] = {}
-        self._next = 0
-        self._stopped = False
-        self._thread: threading.Thread | None = None
-
-    def arm(self, conn: Any, cut: list[bool]) -> int:
-        with self._cv:
-            self._next += 1
-            self._armed[self._next] = (time.monotonic() + self.timeout, conn, cut)
-            if self._thread is None:
-                self._stopped = False
-                self._thread = threading.Thread(target=self._run, name="leasehold-pg-watchdog", daemon=True)
-                self._thread.start()
-            return self._next
-
-    def disarm(self, token: int) -> None:
-        with self._cv:
-            self._armed.pop(token, None)
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._armed.clear()
-            thread, self._thread = self._thread, None
-            self._cv.notify()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
-
-    def _run(self) -> None:
-        with self._cv:
-            while not self._stopped:
-                now = time.monotonic()
-                due = [t for t, (at, _, _) in self._armed.items() if at <= now]
-                for t in due:
-                    _, conn, cut = self._armed.pop(t)
-                    # Marked before the cut: the failure it causes may surface at once.
-                    cut.append(True)
-                    _cut(conn)
-                wait = min((at for at, _, _ in self._armed.values()), default=now + self.timeout) - now
-                self._cv.wait(max(wait, 0.001))
-
-
 class _Job:
     """One call run by a :class:`_Worker`; ``done`` is held until it finished."""
 
@@ -415,9 +365,8 @@ class _Job:
 
 
 class _Worker:
-    """A thread that runs a connection's calls for a caller with a deadline: psycopg cannot
-    stop waiting in the middle of a transaction, so the caller waits for the whole call here
-    and, past its deadline, leaves it to end (committed or rolled back) on this thread."""
+    """A thread that runs calls a caller with a deadline does not wait for to the end: a
+    request that was late on the caller's thread, or one that waits for its connection."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -427,7 +376,8 @@ class _Worker:
 
     def run_within(self, fn: Any, timeout: float) -> Any:
         """``fn()`` on the worker, waited for at most ``timeout`` seconds; past it raises
-        :class:`~leasehold._backend.Deferred` (whose ``finish()`` waits for the rest)."""
+        :class:`~leasehold._backend.Deferred` (whose ``finish()`` waits for the rest). ``fn``
+        runs even if nobody calls ``finish()``."""
         job = _Job(fn)
         with self._mu:
             if self._thread is None:
@@ -450,6 +400,12 @@ class _Worker:
     def _run(q: "queue.SimpleQueue[_Job | None]") -> None:
         while (job := q.get()) is not None:
             job.run()
+
+
+def _workers() -> tuple[_Worker, _Worker, _Worker]:
+    """Requests waiting for the commands connection; the listener's requests; the rest of
+    requests late on their caller's thread (never waits for the connection: it holds it)."""
+    return (_Worker("leasehold-pg-commands"), _Worker("leasehold-pg-listen-calls"), _Worker("leasehold-pg-late"))
 
 
 def pg_params(params: list[Any]) -> list[Any]:
@@ -516,8 +472,8 @@ class PostgresExecutor:
         self._reader: threading.Thread | None = None
         self._sink: Any = None
         self._pending: list[tuple[str, str]] = []  # notifications seen while a LISTEN ran
-        self._watchdog = _Watchdog(self.request_timeout)
-        self._workers = (_Worker("leasehold-pg-commands"), _Worker("leasehold-pg-listen-calls"))
+        self._sessions: dict[int, PgSession] = {}  # by connection kind
+        self._workers = _workers()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def attach(self, sink: Any = None) -> None:
@@ -545,7 +501,6 @@ class PostgresExecutor:
         reader, self._reader = self._reader, None
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=2.0)
-        self._watchdog.stop()
         for w in self._workers:
             w.stop()
         self._opened = set()
@@ -555,8 +510,8 @@ class PostgresExecutor:
 
     def after_fork(self) -> None:
         """(in a forked child) Forget the parent's connections without using them."""
-        self._watchdog = _Watchdog(self.request_timeout)
-        self._workers = (_Worker("leasehold-pg-commands"), _Worker("leasehold-pg-listen-calls"))
+        self._workers = _workers()
+        self._sessions = {}
         self._mu, self._lmu = threading.Lock(), threading.Lock()
         self._cmd = self._listen = self._reader = None
         self._opened, self._resets, self._pending = set(), [], []
@@ -580,34 +535,44 @@ class PostgresExecutor:
             conn.add_notify_handler(lambda n: self._pending.append((n.channel, n.payload)))
         return conn, reopened
 
-    def _run(self, conn: Any, request: SqlRequest) -> list[list[tuple[Any, ...]]]:
-        facts = host_facts()
-        out: list[list[tuple[Any, ...]]] = []
-        cur = self._psycopg.RawCursor(conn)
-        cut: list[bool] = []
-        armed = self._watchdog.arm(conn, cut)
+    def _session(self, which: int, conn: Any) -> PgSession:
+        """The prepared statements of ``conn`` (forgotten with the connection it replaced)."""
+        session = self._sessions.get(which)
+        if session is None or session.conn is not conn:
+            session = self._sessions[which] = PgSession(conn)
+        return session
+
+    def _commands(self) -> PgSession:
+        """(``_mu`` held) The commands connection, opened if needed."""
+        conn = self._cmd
+        if conn is None or conn.closed:
+            conn, reopened = self._connect(_COMMANDS)
+            self._cmd = conn
+            if reopened:
+                self._resets.append(_COMMANDS)
+        return self._session(_COMMANDS, conn)
+
+    def _finish(self, call: PgCall, deadline: float | None) -> list[list[tuple[Any, ...]]]:
+        """(``_mu`` held) Run ``call`` on; a transport failure drops the connection."""
         try:
-            for sql, params in request.statements:
-                cur.execute(sql, pg_params(bind_params(params, facts)) or None)
-                out.append(cur.fetchall() if cur.description is not None else [])
-        except self._psycopg.Error as e:
-            if cut:
-                raise SqlFailure(_TRANSPORT, f"no answer within {self.request_timeout:g}s") from None
-            broken = conn.closed or conn.broken
-            if not broken:
+            return call.run(deadline)
+        except SqlFailure as f:
+            if f.kind == _TRANSPORT:
+                conn, self._cmd = self._cmd, None
                 try:
-                    if conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
-                        conn.execute("ROLLBACK")
-                except self._psycopg.Error:
-                    broken = True
-            raise pg_failure(e, broken) from None
+                    if conn is not None:
+                        conn.close()
+                except Exception:
+                    pass
+            raise
+
+    def _finish_late(self, call: PgCall) -> list[list[tuple[Any, ...]]]:
+        """(on the late worker, ``_mu`` held by the caller that handed ``call`` over) The rest
+        of a request past its caller's deadline; the connection is free after it."""
+        try:
+            return self._finish(call, None)
         finally:
-            self._watchdog.disarm(armed)
-            try:
-                cur.close()
-            except Exception:
-                pass
-        return out
+            self._mu.release()
 
     def execute(self, request: SqlRequest, sink: Any = None) -> list[list[tuple[Any, ...]]]:
         """Run ``request``'s statements on the connection it names; every statement's rows.
@@ -615,31 +580,34 @@ class PostgresExecutor:
         if request.connection == _LISTENER:
             return self._execute_listener(request, sink)
         with self._mu:
-            conn = self._cmd
-            if conn is None or conn.closed:
-                conn, reopened = self._connect(_COMMANDS)
-                self._cmd = conn
-                if reopened:
-                    self._resets.append(_COMMANDS)
-            try:
-                return self._run(conn, request)
-            except SqlFailure as f:
-                if f.kind == _TRANSPORT:
-                    self._cmd = None
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
-                raise
+            return self._finish(PgCall(self._psycopg, self._commands(), request, self.request_timeout), None)
 
     def execute_within(self, request: SqlRequest, sink: Any, timeout: float) -> list[list[tuple[Any, ...]]]:
         """:meth:`execute`, waited for at most ``timeout`` seconds (an application's
-        deadline): it runs on the connection's worker thread; past the deadline raises
-        :class:`~leasehold._backend.Deferred`, whose ``finish()`` waits for it to end there
-        (its transaction committed or rolled back, never left open)."""
-        worker = self._workers[1 if request.connection == _LISTENER else 0]
-        rows: list[list[tuple[Any, ...]]] = worker.run_within(partial(self.execute, request, sink), timeout)
-        return rows
+        deadline). It runs on the calling thread; past the deadline it raises
+        :class:`~leasehold._backend.Deferred` and the request goes on on a worker thread
+        (its transaction committed or rolled back, never left open), which ``finish()``
+        waits for. A request whose connection stays busy past the deadline waits its turn
+        on a worker too."""
+        if request.connection == _LISTENER:
+            rows: list[list[tuple[Any, ...]]] = self._workers[1].run_within(partial(self.execute, request, sink), timeout)
+            return rows
+        deadline = time.monotonic() + timeout
+        if not self._mu.acquire(timeout=max(timeout, 0.001)):
+            rows = self._workers[0].run_within(partial(self.execute, request, sink), 0.0)
+            return rows
+        handed = False
+        try:
+            call = PgCall(self._psycopg, self._commands(), request, self.request_timeout)
+            try:
+                return self._finish(call, deadline)
+            except Late:
+                handed = True
+                rows = self._workers[2].run_within(partial(self._finish_late, call), 0.0)
+                return rows
+        finally:
+            if not handed:
+                self._mu.release()
 
     def _execute_listener(self, request: SqlRequest, sink: Any) -> list[list[tuple[Any, ...]]]:
         if sink is not None:
@@ -655,7 +623,7 @@ class PostgresExecutor:
                             self._resets.append(_LISTENER)
                     self._start_reader()
                 try:
-                    return self._run(conn, request)
+                    return PgCall(self._psycopg, self._session(_LISTENER, conn), request, self.request_timeout).run()
                 except SqlFailure as f:
                     if f.kind == _TRANSPORT:
                         self._listen = None
@@ -665,6 +633,7 @@ class PostgresExecutor:
                             pass
                     raise
         finally:
+            self._collect()
             self._deliver()
 
     # -- the listener --------------------------------------------------------------------------
@@ -672,6 +641,16 @@ class PostgresExecutor:
         if self._reader is None or not self._reader.is_alive():
             self._reader = threading.Thread(target=self._read, name="leasehold-pg-listen", daemon=True)
             self._reader.start()
+
+    def _collect(self) -> None:
+        """Notifications libpq read while a statement ran on the listener (the reader's
+        ``select`` will not see them: they left the socket)."""
+        with self._lmu:
+            conn = self._listen
+            if conn is None or conn.closed:
+                return
+            while (n := conn.pgconn.notifies()) is not None:
+                self._pending.append((n.relname.decode("utf-8", "replace"), n.extra.decode("utf-8", "replace")))
 
     def _deliver(self) -> None:
         """Pass the notifications collected under the listener's lock (never call the sink

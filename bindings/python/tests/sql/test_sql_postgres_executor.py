@@ -237,9 +237,8 @@ def test_a_server_process_that_stops_answering_is_a_transport_failure_not_a_hang
         os.kill(pid, signal.SIGSTOP)
         return lambda: os.kill(pid, signal.SIGCONT)
 
-    # The failure's kind is the contract, not its text: the cut may surface as the
-    # watchdog's "no answer" or as the socket closing under the call. No hang: the 1 s
-    # request timeout ends it, far below the bound.
+    # The failure's kind is the contract, not its text. No hang: the 1 s request timeout
+    # ends it, far below the bound.
     ex = PostgresExecutor(pg_url, request_timeout=1.0)
     ex.attach()
     [[(pid,)]] = ex.execute(ask_pid)
