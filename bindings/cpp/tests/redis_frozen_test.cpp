@@ -207,15 +207,17 @@ TEST(RedisProcesses, AHolderFrozenAfterHandoffsIsTakenOverAtItsExpiry) {
   }
   std::size_t handoffs = 0;
   for (std::size_t i = 1; i < grants.size(); ++i) handoffs += grants[i].worker != grants[i - 1].worker;
-  // Wait well past the bound, so that a late takeover is measured too.
+  // Wait past the waiters' 10 s waits, so that a late takeover is measured too (a wait that runs
+  // out, "failed", is retried by its worker).
   std::optional<Event> taken;
-  const auto until = leasehold::Clock::now() + kTtl + 10s;
+  const auto until = leasehold::Clock::now() + kTtl + 15s;
   while (!taken) {
     auto e = next_event(kids, pending, until);
     ASSERT_TRUE(e.has_value()) << "nobody took over from frozen worker " << frozen->worker << " (fence "
-                               << frozen->fence << ") within TTL + 10 s";
+                               << frozen->fence << ") within TTL + 15 s";
     ASSERT_NE(e->worker, frozen->worker) << "the frozen worker said " << e->what;
-    ASSERT_TRUE(e->what == "held" || e->what == "releasing") << "worker " << e->worker << ": " << e->what;
+    ASSERT_TRUE(e->what == "held" || e->what == "releasing" || e->what == "failed")
+        << "worker " << e->worker << ": " << e->what;
     if (e->what == "held") taken = e;
   }
   ::kill(kids[frozen->worker].pid, SIGCONT);

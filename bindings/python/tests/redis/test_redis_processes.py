@@ -238,13 +238,13 @@ def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server
         procs.append(p)
         threading.Thread(target=forward, args=(i, p), daemon=True).start()
 
-    def next_event(until: float) -> tuple[int, list[str]] | None:
+    def next_event(until: float, timeouts: bool = False) -> tuple[int, list[str]] | None:
         try:
             i, line = events.get(timeout=max(0.0, until - time.monotonic()))
         except queue.Empty:
             return None
         parts = line.split()
-        assert parts[0] != "TIMEOUT", f"worker {i} waited 10 s in vain before any freeze: {line}"
+        assert timeouts or parts[0] != "TIMEOUT", f"worker {i}'s 10 s wait ran out before the freeze: {line}"
         return i, parts
 
     grants: list[tuple[int, int]] = []  # (worker, fence)
@@ -291,10 +291,12 @@ def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server
     handoffs = sum(1 for a, b in zip(grants, grants[1:]) if a[0] != b[0])
     try:
         taken = None
-        until = granted_at + ttl + 10.0  # report the delay even when it is far too long
+        # Past the waiters' 10 s waits: a late takeover is measured too (a wait that runs out
+        # is retried by its worker).
+        until = time.monotonic() + ttl + 15.0
         while taken is None:
-            ev = next_event(until)
-            assert ev is not None, f"nobody took over from frozen worker {fi} (fence {ffence}) within {ttl + 10} s"
+            ev = next_event(until, timeouts=True)
+            assert ev is not None, f"nobody took over from frozen worker {fi} (fence {ffence}) within {ttl + 15} s"
             j, parts = ev
             assert j != fi, f"the frozen worker said {parts}"
             if parts[0] == "ACQUIRED":
