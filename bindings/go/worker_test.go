@@ -308,6 +308,8 @@ func worker(mode string) error {
 			return err
 		}
 		return l.Release(ctx)
+	case "handoff":
+		return handoffWorker(ctx, c, names[0])
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }

@@ -17,6 +17,11 @@
 //                          file LOG on entering and "- FENCE PID" on leaving; with "gate"
 //                          (postgres) it also adds 1 to the row NAME of leasehold_test_counter
 //                          through the fencing gate (read, then write). "done ACQUIRED"
+//   handoff NAME TTL_MS WAIT_MS HOLD_MS
+//                        → until killed: acquire NAME (renewed automatically, waiting up to
+//                          WAIT_MS), "held FENCE MONO_NS" (CLOCK_MONOTONIC, one clock for every
+//                          process), hold HOLD_MS, "releasing FENCE", release, 20 ms for a
+//                          waiter to take it; a wait that runs out answers "failed"
 //   quit / EOF           → exit 0
 #include <leasehold.hpp>
 #include <leasehold/memory_executor.hpp>
@@ -35,6 +40,7 @@
 #endif
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -194,6 +200,26 @@ int main(int argc, char** argv) {
       for (auto& ch : error) ch = ch == '\n' ? ' ' : ch;
       if (!error.empty()) std::cout << "error " << error << std::endl;
       std::cout << "done " << got << std::endl;
+    } else if (cmd == "handoff") {
+      std::string name;
+      long long ttl = 0, wait_ms = 0, hold_ms = 0;
+      in >> name >> ttl >> wait_ms >> hold_ms;
+      while (true) {
+        leasehold::AcquireOptions o;
+        o.wait = std::chrono::milliseconds(wait_ms);
+        auto l = client.acquire(name, std::chrono::milliseconds(ttl), std::move(o));
+        if (!l) {
+          std::cout << "failed" << std::endl;
+          continue;
+        }
+        timespec now{};
+        ::clock_gettime(CLOCK_MONOTONIC, &now);
+        std::cout << "held " << l->fencing_token() << " " << (now.tv_sec * 1000000000LL + now.tv_nsec) << std::endl;
+        std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+        std::cout << "releasing " << l->fencing_token() << std::endl;
+        l->release();
+        std::this_thread::sleep_for(20ms);  // a release then an instant acquire would barge
+      }
     } else if (cmd == "quit") {
       break;
     } else {

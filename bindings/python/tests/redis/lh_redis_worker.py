@@ -26,6 +26,12 @@ Modes (all print one line per event, flushed, so the parent can follow):
 
 URL may be ``redis+sentinel://HOST:PORT,.../MASTER`` (then the clients use the executor).
 
+``handoff URL NAME TTL WAIT HOLD``
+    Until killed: acquire NAME (TTL seconds, renewed automatically; waiting up to WAIT), print
+    ``ACQUIRED <fence> <monotonic time>``, hold it HOLD seconds, print ``RELEASING <fence>``,
+    release, and let a waiter take it (20 ms) before asking again; a wait that runs out prints ``TIMEOUT <monotonic time>``. The parent SIGSTOPs
+    whichever worker holds the lock (its renewals stop with it).
+
 ``loop URL NAME SECONDS WORKDIR``
     Keep acquiring/releasing NAME (short waits, short TTL) until WORKDIR/stop exists (at most
     SECONDS) while Redis may be killed and restarted; every grant is written through the FencingGate on WORKDIR/gate.db and
@@ -199,6 +205,22 @@ def loop(url: str, name: str, seconds: float, workdir: str) -> None:
     say(f"DONE grants={grants} failures={failures} lost={lost} stale={stale}")
 
 
+def handoff(url: str, name: str, ttl: float, wait: float, hold: float) -> None:
+    with client_for(url) as client:
+        while True:
+            try:
+                lock = client.acquire(name, ttl=ttl, wait=wait)
+            except errors.LockTimeout:
+                say("TIMEOUT", time.monotonic())
+                continue
+            # CLOCK_MONOTONIC: one clock for every process on the machine.
+            say("ACQUIRED", lock.fencing_token, time.monotonic())
+            time.sleep(hold)
+            say("RELEASING", lock.fencing_token)
+            lock.release()
+            time.sleep(0.02)  # the woken waiter's turn (a release then an instant acquire barges)
+
+
 def main(argv: list[str]) -> None:
     mode = argv[1]
     if mode == "contend":
@@ -212,6 +234,8 @@ def main(argv: list[str]) -> None:
             asyncio.run(pause_release_async(argv[2], argv[3], float(argv[4]), int(argv[5])))
         else:
             pause_release(argv[2], argv[3], float(argv[4]), int(argv[5]))
+    elif mode == "handoff":
+        handoff(argv[2], argv[3], float(argv[4]), float(argv[5]), float(argv[6]))
     elif mode == "loop":
         loop(argv[2], argv[3], float(argv[4]), argv[5])
     else:

@@ -214,3 +214,103 @@ def test_redis_killed_and_restarted_mid_run(redis_factory, tmp_path, worker_env,
     assert any(x > floor for x in all_fences), "leases were re-acquired after the restart"
     rows = [t for (t,) in sqlite3.connect(str(tmp_path / "gate.db")).execute("SELECT token FROM writes ORDER BY rowid")]
     assert rows and all(b >= a for a, b in zip(rows, rows[1:])), "the gate accepted an older token"
+
+
+def _stopped(pid: int) -> bool:
+    """The process is in the stopped state (SIGSTOP took effect)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server, r, worker_env, procs):
+    """Four processes hand a 1 s lock round (wait 10 s, hold 30 ms, renewed automatically);
+    then whichever holds it is SIGSTOPped. Another one must get it once the frozen holder's
+    grant runs out (TTL + 1 s at most), not when its own 10 s wait ends."""
+    ttl, workers, warm_up = 1.0, 4, 12
+    events: queue.Queue[tuple[int, str]] = queue.Queue()
+
+    def forward(i: int, p: Proc) -> None:
+        while True:
+            events.put((i, p.lines.get()))
+
+    for i in range(workers):
+        p = Proc(["handoff", redis_server.url, "frozen-holder", str(ttl), "10", "0.03"], worker_env)
+        procs.append(p)
+        threading.Thread(target=forward, args=(i, p), daemon=True).start()
+
+    def next_event(until: float, timeouts: bool = False) -> tuple[int, list[str]] | None:
+        try:
+            i, line = events.get(timeout=max(0.0, until - time.monotonic()))
+        except queue.Empty:
+            return None
+        parts = line.split()
+        assert timeouts or parts[0] != "TIMEOUT", f"worker {i}'s 10 s wait ran out before the freeze: {line}"
+        return i, parts
+
+    grants: list[tuple[int, int]] = []  # (worker, fence)
+    frozen: tuple[int, int, float] | None = None  # (worker, fence, grant time)
+    end = time.monotonic() + 120
+    while frozen is None:
+        ev = next_event(end)
+        assert ev is not None, f"no freeze within 120 s; grants {grants}; stderr: {[''.join(p.err) for p in procs]}"
+        i, parts = ev
+        if parts[0] != "ACQUIRED":
+            continue
+        fence = int(parts[1])
+        assert not grants or fence > grants[-1][1], f"fences went backwards: {grants[-1]} then {fence}"
+        handed = bool(grants) and grants[-1][0] != i
+        grants.append((i, fence))
+        # Freeze a holder that got the lock through a handoff, once every worker had it.
+        if not handed or len(grants) < warm_up or len({w for w, _ in grants}) < workers:
+            continue
+        # Freeze it while it holds: if it printed RELEASING before the stop took effect, it
+        # was too late; resume it and try with a later grant.
+        pid = procs[i].p.pid
+        os.kill(pid, signal.SIGSTOP)
+        while not _stopped(pid):
+            time.sleep(0.001)
+        time.sleep(0.1)  # its last lines reach the pipe reader
+        missed = False
+        while True:
+            try:
+                j, line = events.get_nowait()
+            except queue.Empty:
+                break
+            p2 = line.split()
+            if j == i and p2[0] == "RELEASING":
+                missed = True
+            elif p2[0] == "ACQUIRED":
+                grants.append((j, int(p2[1])))
+        if missed:
+            os.kill(pid, signal.SIGCONT)
+            continue
+        assert grants[-1] == (i, fence), f"someone acquired while worker {i} holds {fence}: {grants[-3:]}"
+        frozen = (i, fence, float(parts[2]))
+
+    fi, ffence, granted_at = frozen
+    handoffs = sum(1 for a, b in zip(grants, grants[1:]) if a[0] != b[0])
+    try:
+        taken = None
+        # Past the waiters' 10 s waits: a late takeover is measured too (a wait that runs out
+        # is retried by its worker).
+        until = time.monotonic() + ttl + 15.0
+        while taken is None:
+            ev = next_event(until, timeouts=True)
+            assert ev is not None, f"nobody took over from frozen worker {fi} (fence {ffence}) within {ttl + 15} s"
+            j, parts = ev
+            assert j != fi, f"the frozen worker said {parts}"
+            if parts[0] == "ACQUIRED":
+                taken = (j, int(parts[1]), float(parts[2]))
+    finally:
+        os.kill(procs[fi].p.pid, signal.SIGCONT)
+    tj, tfence, taken_at = taken
+    delay = taken_at - granted_at
+    print(
+        f"\n{len(grants)} grants ({handoffs} handoffs between processes) before the freeze; worker {fi} "
+        f"frozen holding fence {ffence}; worker {tj} took over {delay * 1000:.0f} ms after that grant "
+        f"(fence {tfence})"
+    )
+    assert tfence > ffence
+    # Not before the frozen holder's grant ran out (its key's TTL starts a little before the
+    # worker's report), and soon after it.
+    assert ttl - 0.2 < delay < ttl + 1.0, f"taken over {delay:.3f} s after the frozen holder's grant"
