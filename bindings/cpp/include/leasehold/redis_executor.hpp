@@ -7,7 +7,8 @@
 //                           each reply flattened into lh_value + one data buffer (lh_io_reply).
 //                           An application thread that waits for its own request (acquire,
 //                           release) runs the pipeline itself when the connection is free:
-//                           two thread hops per request cost more than the round trip;
+//                           two thread hops per request cost more than the round trip; past
+//                           its call's bound, this thread reads the replies still due;
 //   subscriber connection — one thread polling its socket and an eventfd; SUBSCRIBE /
 //                           UNSUBSCRIBE are written there, every message and confirmation goes
 //                           to the core; a lost connection reports its channels unsubscribed
