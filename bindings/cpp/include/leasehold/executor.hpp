@@ -40,7 +40,7 @@ class Executor {
   // execute() for a thread that calls run_pending() as soon as it has unlocked the client and
   // then waits for the answer: the executor may leave the request to that thread (no hop).
   virtual void execute_for_caller(IoRequest request) { execute(std::move(request)); }
-  // Runs what execute_for_caller() left, on the calling thread when its connection is free, or
+  // Runs what execute_for_caller() left, on the calling thread once its connection is free, or
   // hands it to the executor's own thread. Called without the client's mutex.
   virtual void run_pending() noexcept {}
   // run_pending() for a caller whose wait ends at `deadline`: the IO on the calling thread ends

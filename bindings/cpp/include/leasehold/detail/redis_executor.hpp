@@ -39,14 +39,27 @@ class RedisRunner : public Executor {
   void execute_for_caller(IoRequest r) override { queue(std::move(r), true); }
   void run_pending() noexcept override { run_pending_until(Clock::time_point::max()); }
   // The pipeline runs on the calling thread until `deadline`; the replies still due then are
-  // read by the commands thread, which answers them as it answers its own.
+  // read by the commands thread, which answers them as it answers its own. While another
+  // thread's batch holds the connection, this thread waits for it (the answer cannot come
+  // sooner): the thread whose batch just ended may still be feeding the reply that led to this
+  // request. Only when the deadline passes first is the queue handed to the commands thread.
   void run_pending_until(Clock::time_point deadline) noexcept override {
     Pipeline p;
     {
       std::unique_lock l(mu_);
-      if (closed_ || cmd_q_.empty()) return;
-      if (cmd_busy_) return cv_.notify_one();  // the running batch's owner hands it on
+      const auto ready = [&] { return closed_ || cmd_q_.empty() || !cmd_busy_; };
+      if (deadline == Clock::time_point::max()) {
+        cv_.wait(l, ready);
+      } else {
+        cv_.wait_until(l, deadline, ready);
+      }
+      if (closed_ || cmd_q_.empty()) return;  // taken with another batch: answered there
+      if (cmd_busy_) {
+        cmd_wanted_ = true;  // the commands thread runs it after the running batch
+        return cv_.notify_all();
+      }
       cmd_busy_ = true;
+      cmd_wanted_ = false;
       p.batch.swap(cmd_q_);
     }
     bool finished = true;
@@ -62,7 +75,7 @@ class RedisRunner : public Executor {
         handoff_ = std::move(p);  // cmd_busy_ (cmd_) passes to the commands thread with it
       }
     }
-    cv_.notify_all();  // the commands thread (a handoff, more requests) or close() (the connection is free)
+    cv_.notify_all();  // the commands thread (a handoff, more requests), a caller or close() (cmd_ is free)
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() {
@@ -111,8 +124,9 @@ class RedisRunner : public Executor {
       if (closed_) return;
       (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
       if (!sub && caller_runs) return;  // run_pending() follows
+      if (!sub) cmd_wanted_ = true;
     }
-    sub ? wake() : cv_.notify_one();
+    sub ? wake() : cv_.notify_all();  // cv_: the commands thread and callers waiting for cmd_
   }
 
   void command_loop() {
@@ -121,20 +135,22 @@ class RedisRunner : public Executor {
       Pipeline p;
       {
         std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return closed_ || handoff_ || (!cmd_q_.empty() && !cmd_busy_); });
+        // Requests queued for a caller (execute_for_caller) are left to it: it runs them next.
+        cv_.wait(l, [&] { return closed_ || handoff_ || (cmd_wanted_ && !cmd_q_.empty() && !cmd_busy_); });
         if (closed_) return;
         if (handoff_) {
           p = std::move(*handoff_);  // sent by an application thread whose wait ended
           handoff_.reset();
         } else {
           cmd_busy_ = true;
+          cmd_wanted_ = false;
           p.batch.swap(cmd_q_);
         }
       }
       run_batch(p, std::nullopt);
       std::lock_guard g(mu_);
       cmd_busy_ = false;
-      cv_.notify_all();  // close() may wait for the connection
+      cv_.notify_all();  // close(), or a caller, may wait for the connection
     }
   }
   // A batch of commands requests and how far it went on cmd_.
@@ -303,6 +319,7 @@ class RedisRunner : public Executor {
   std::deque<IoRequest> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
   bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
+  bool cmd_wanted_ = false;            // guarded by mu_: cmd_q_ is the commands thread's to run
   std::optional<Pipeline> handoff_;    // guarded by mu_: a batch for the commands thread to finish
   Ctx cmd_;                            // the commands connection: its thread's while cmd_busy_
   bool closed_ = false;                // guarded by mu_
