@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.hpp"
+#include "stall_proxy.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +33,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -423,6 +426,145 @@ TEST_F(Redis, ManualRenewAndReleaseOutcomes) {
   EXPECT_TRUE(thief->is_held());
   EXPECT_EQ(client.counters().releases_not_owner, 1u);
   EXPECT_EQ(catch_renew(*stolen), LH_ERR_LEASE_ENDED);
+}
+
+// An application call keeps its bound when the server stalls: the IO run on the caller's thread
+// ends by the caller's deadline and the rest continues on the executor's thread. A proxy holds
+// back every reply of the server for kStall; the bounds asserted are those the calls document
+// plus kMargin for a loaded machine, never a speed.
+constexpr auto kStall = 1500ms;
+constexpr auto kMargin = 500ms;
+
+std::shared_ptr<RedisExecutor> through(const leasehold_test::StallProxy& p) {
+  RedisOptions o;
+  o.port = p.port();
+  o.command_timeout = 5000ms;  // longer than the stall: the late replies are read, not failed
+  return std::make_shared<RedisExecutor>(o);
+}
+
+TEST_F(Redis, ReleaseReturnsByItsBoundWhenTheServerStallsAndCompletesLater) {
+  leasehold_test::StallProxy proxy(g_server->port);
+  LockClient client(through(proxy), quiet());
+  auto lease = client.acquire("rel", 30s);
+  ASSERT_TRUE(lease.has_value());
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  const auto t0 = leasehold::Clock::now();
+  const auto out = lease->release(100ms);
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_EQ(out, leasehold::ReleaseOutcome::Released);
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_LT(took, 100ms + kMargin) << "release(100ms) took "
+                                   << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_EQ(client.counters().releases_confirmed, 0u) << "the reply came before the stall ended";
+  std::printf("release(100ms) with the replies held back %lld ms: returned in %lld ms\n",
+              static_cast<long long>(kStall.count()),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  proxy.delay_ms = 0;
+  // The core waits for the service's answer, which comes once the stall ends.
+  EXPECT_TRUE(eventually([&] { return client.counters().releases_confirmed == 1; }, 30s));
+  EXPECT_EQ(integer({"EXISTS", "lh:{rel}"}), 0);
+}
+
+TEST_F(Redis, AcquireFailsByItsBoundWhenTheServerStallsAndALateGrantIsReleased) {
+  leasehold_test::StallProxy proxy(g_server->port);
+  ClientOptions co = quiet();
+  co.config.request_timeout_ns = 300'000'000;  // an acquire's bound: its wait + 0.3 s
+  LockClient client(through(proxy), co);
+  auto warm = client.acquire("warm", 30s);  // the scripts are loaded: the stalled ACQUIRE grants
+  ASSERT_TRUE(warm.has_value());
+  ASSERT_EQ(warm->release(), leasehold::ReleaseOutcome::Released);
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  const auto t0 = leasehold::Clock::now();
+  const auto lease = client.acquire("acq", 30s, wait_for(100ms));
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_FALSE(lease.has_value());
+  EXPECT_LT(took, 100ms + 300ms + kMargin)
+      << "acquire(wait 100ms) took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_EQ(integer({"EXISTS", "lh:{acq}"}), 1) << "the server granted the stalled ACQUIRE";
+  std::printf("acquire(wait 100ms, request timeout 300ms) with the replies held back %lld ms: failed in %lld ms\n",
+              static_cast<long long>(kStall.count()),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  proxy.delay_ms = 0;
+  // The grant answered after the acquire failed is released: no lock leaks.
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{acq}"}) == 0; }, 30s)) << "the late grant leaked";
+  EXPECT_TRUE(eventually([&] { return client.counters().live_leases == 0; }, 30s));
+  LockClient other(transport(), quiet());
+  EXPECT_TRUE(other.acquire("acq", 5s).has_value());
+}
+
+// A LockClient closed while the commands thread reads the replies an application thread left
+// to it: close() keeps its own bound, and the late replies are never fed.
+TEST_F(Redis, CloseDuringAStallKeepsItsBound) {
+  leasehold_test::StallProxy proxy(g_server->port);
+  ClientOptions co = quiet();
+  co.close_timeout = 200ms;
+  LockClient client(through(proxy), co);
+  auto warm = client.acquire("warm", 30s);  // the scripts are loaded: the stalled RELEASE releases
+  ASSERT_TRUE(warm.has_value());
+  ASSERT_EQ(warm->release(), leasehold::ReleaseOutcome::Released);
+  auto lease = client.acquire("closing", 30s);
+  ASSERT_TRUE(lease.has_value());
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  EXPECT_EQ(lease->release(100ms), leasehold::ReleaseOutcome::Released);
+  const auto t0 = leasehold::Clock::now();
+  client.close();
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_LT(took, 200ms + kMargin) << "close() took "
+                                   << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  proxy.delay_ms = 0;
+  EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{closing}"}) == 0; }, 5s));  // the server ran it
+}
+
+// Forwards to a RedisExecutor and records the threads its replies were answered on.
+class ReplyThreads final : public leasehold::Executor {
+ public:
+  explicit ReplyThreads(std::shared_ptr<RedisExecutor> inner) : inner_(std::move(inner)) {}
+  [[nodiscard]] lh_backend_options backend_options() const override { return inner_->backend_options(); }
+  void start(Sink sink) override {
+    inner_->start([this, sink = std::move(sink)](leasehold::IoAnswer a) {
+      if (std::holds_alternative<leasehold::IoReply>(a)) {
+        std::lock_guard g(mu_);
+        threads_.push_back(std::this_thread::get_id());
+      }
+      sink(std::move(a));
+    });
+  }
+  void execute(leasehold::IoRequest r) override { inner_->execute(std::move(r)); }
+  void execute_for_caller(leasehold::IoRequest r) override { inner_->execute_for_caller(std::move(r)); }
+  void run_pending() noexcept override { inner_->run_pending(); }
+  void run_pending_until(leasehold::Clock::time_point d) noexcept override { inner_->run_pending_until(d); }
+  void close() override { inner_->close(); }
+  // The threads of the replies after the first `from`.
+  std::vector<std::thread::id> since(std::size_t from) {
+    std::lock_guard g(mu_);
+    return {threads_.begin() + static_cast<std::ptrdiff_t>(std::min(from, threads_.size())), threads_.end()};
+  }
+
+ private:
+  std::shared_ptr<RedisExecutor> inner_;
+  std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+};
+
+// An answer in time is read on the thread of the call that waits for it: no hop to the
+// commands thread and back.
+TEST_F(Redis, AnAnswerInTimeIsReadOnTheCallersThread) {
+  auto rec = std::make_shared<ReplyThreads>(transport());
+  LockClient client(rec, quiet());
+  const auto me = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    const auto before = rec->since(0).size();
+    auto lease = client.acquire("fast", 30s);
+    ASSERT_TRUE(lease.has_value());
+    const auto acquired = rec->since(before);
+    EXPECT_NE(std::find(acquired.begin(), acquired.end(), me), acquired.end())
+        << "acquire's reply came on another thread";
+    const auto held = rec->since(0).size();
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+    const auto released = rec->since(held);
+    EXPECT_NE(std::find(released.begin(), released.end(), me), released.end())
+        << "release's reply came on another thread";
+  }
 }
 
 TEST_F(Redis, ManyThreadsFencingStrictlyIncreases) {

@@ -6,6 +6,7 @@
 #include <leasehold.h>
 #include <leasehold/request.hpp>
 
+#include <chrono>
 #include <functional>
 
 namespace leasehold {
@@ -39,9 +40,16 @@ class Executor {
   // execute() for a thread that calls run_pending() as soon as it has unlocked the client and
   // then waits for the answer: the executor may leave the request to that thread (no hop).
   virtual void execute_for_caller(IoRequest request) { execute(std::move(request)); }
-  // Runs what execute_for_caller() left, on the calling thread when its connection is free, or
+  // Runs what execute_for_caller() left, on the calling thread once its connection is free, or
   // hands it to the executor's own thread. Called without the client's mutex.
   virtual void run_pending() noexcept {}
+  // run_pending() for a caller whose wait ends at `deadline`: the IO on the calling thread ends
+  // by then, and what is still unanswered continues on the executor's own thread (answered
+  // through the sink as usual). The default calls run_pending().
+  virtual void run_pending_until(std::chrono::steady_clock::time_point deadline) noexcept {
+    (void)deadline;
+    run_pending();
+  }
   // Called once by LockClient::close() after the driver stopped: make in-flight requests end
   // promptly (unanswered) and stop calling the sink.
   virtual void close() {}

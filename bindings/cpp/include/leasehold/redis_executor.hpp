@@ -6,8 +6,9 @@
 //   commands connection   — one thread; the requests queued meanwhile go out as one pipeline,
 //                           each reply flattened into lh_value + one data buffer (lh_io_reply).
 //                           An application thread that waits for its own request (acquire,
-//                           release) runs the pipeline itself when the connection is free:
-//                           two thread hops per request cost more than the round trip;
+//                           release) runs the pipeline itself, once a batch in flight ends:
+//                           two thread hops per request cost more than the round trip; past
+//                           its call's bound, the commands thread runs what is left;
 //   subscriber connection — one thread polling its socket and an eventfd; SUBSCRIBE /
 //                           UNSUBSCRIBE are written there, every message and confirmation goes
 //                           to the core; a lost connection reports its channels unsubscribed

@@ -32,15 +32,15 @@ inline std::optional<Lease> ClientState::acquire(std::string_view name, std::chr
   const std::uint64_t holder = ++next_holder_;
   if (opts.on_lost) rec->on_lost.emplace_back(holder, std::move(opts.on_lost));
   ++active_acquires_;
+  // I3: terminal by the wait deadline + one request timeout; the IO run on this thread ends
+  // then too. The extra slack of the wait only matters when the driver itself is starved; past
+  // it we cancel.
+  const auto budget = std::min<std::chrono::nanoseconds>(wait, std::chrono::hours(24 * 365));
   if (!hold_driver_) {
-    send_from_this_thread(lk);
+    send_from_this_thread(lk, Clock::now() + budget + request_timeout_);
   } else {
     poke_locked();
   }
-
-  // I3: terminal by the wait deadline + one request timeout. The extra slack only matters when
-  // the driver itself is starved; past it we cancel.
-  const auto budget = std::min<std::chrono::nanoseconds>(wait, std::chrono::hours(24 * 365));
   const auto bound = Clock::now() + budget + 2 * request_timeout_ + std::chrono::milliseconds(500);
   const bool settled = waiters_cv_.wait_until(lk, bound, [&] { return rec->state != LeaseState::Acquiring; });
   if (!settled && core_) {
@@ -93,12 +93,14 @@ inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& r
     return ended();
   }
   if (how == Releasing::Pending) awaiting_reply_[rec->id] = rec;
-  const auto wait = timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout)
-                                                           : request_timeout_);
+  const auto wait = std::clamp<std::chrono::nanoseconds>(
+      timeout.value_or(opts_.release_timeout ? std::chrono::nanoseconds(*opts_.release_timeout) : request_timeout_),
+      {}, std::chrono::hours(24));
+  const auto until = Clock::now() + wait;
   if (how == Releasing::Pending && wait.count() > 0 && !hold_driver_) {
-    // This thread waits for the answer anyway: it sends the request itself (and this lease's
-    // RELEASED or LOST event is dispatched now).
-    send_from_this_thread(lk);
+    // This thread waits for the answer anyway: it sends the request itself, within its wait
+    // (and this lease's RELEASED or LOST event is dispatched now).
+    send_from_this_thread(lk, until);
   } else {
     drain();  // this lease's RELEASED or LOST event, dispatched now
   }
@@ -107,8 +109,7 @@ inline ReleaseOutcome ClientState::release(const std::shared_ptr<LeaseRecord>& r
   if (how != Releasing::Pending) return ReleaseOutcome::Released;
 
   try {
-    waiters_cv_.wait_until(lk, Clock::now() + std::clamp<std::chrono::nanoseconds>(wait, {}, std::chrono::hours(24)),
-                           [&] { return rec->release_reply.has_value() || closing_ || broken_; });
+    waiters_cv_.wait_until(lk, until, [&] { return rec->release_reply.has_value() || closing_ || broken_; });
   } catch (...) {
   }
   awaiting_reply_.erase(rec->id);

@@ -8,7 +8,8 @@
 //   executor   — the Executor's own threads run the requests and feed the answers back through
 //                the sink (feed): under the mutex, on the thread that received them, so an answer
 //                reaches the waiting application thread with one wake-up. An application thread
-//                waiting for its own request may run it itself (send_from_this_thread).
+//                waiting for its own request may run it itself, within its own wait
+//                (send_from_this_thread).
 //   callbacks  — runs on_lost callbacks and stops the lease's stop_token (one thread). A callback
 //                that throws is logged, never fatal. Callbacks never run on the application
 //                thread that called acquire()/release().
@@ -196,8 +197,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     return d && *d < driver_until_;
   }
   // The calling thread waits for its own request's answer anyway: it drains the core (taking
-  // the request instead of handing it to the executor's thread) and runs it itself, unlocked.
-  void send_from_this_thread(std::unique_lock<std::mutex>& lk) {
+  // the request instead of handing it to the executor's thread) and runs it itself, unlocked,
+  // until `deadline`, where its own wait ends (the executor finishes what is left).
+  void send_from_this_thread(std::unique_lock<std::mutex>& lk, Clock::time_point deadline) {
     try {
       drain_locked(true);
       wake_driver_if_late_locked();
@@ -206,7 +208,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       poke_locked();
     }
     lk.unlock();
-    executor_->run_pending();
+    executor_->run_pending_until(deadline);
     lk.lock();
   }
 

@@ -16,6 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <optional>
+
 namespace leasehold::detail {
 
 class RedisRunner : public Executor {
@@ -34,24 +37,45 @@ class RedisRunner : public Executor {
   void execute(IoRequest r) override { queue(std::move(r), false); }
   // A commands request waits for run_pending() on the caller's thread (no hop to ours).
   void execute_for_caller(IoRequest r) override { queue(std::move(r), true); }
-  void run_pending() noexcept override {
-    std::deque<IoRequest> batch;
+  void run_pending() noexcept override { run_pending_until(Clock::time_point::max()); }
+  // The pipeline runs on the calling thread until `deadline`; the replies still due then are
+  // read by the commands thread, which answers them as it answers its own. While another
+  // thread's batch holds the connection, this thread waits for it (the answer cannot come
+  // sooner): the thread whose batch just ended may still be feeding the reply that led to this
+  // request. Only when the deadline passes first is the queue handed to the commands thread.
+  void run_pending_until(Clock::time_point deadline) noexcept override {
+    Pipeline p;
     {
       std::unique_lock l(mu_);
-      if (closed_ || cmd_q_.empty()) return;
-      if (cmd_busy_) return cv_.notify_one();  // the running batch's owner hands it on
+      const auto ready = [&] { return closed_ || cmd_q_.empty() || !cmd_busy_; };
+      if (deadline == Clock::time_point::max()) {
+        cv_.wait(l, ready);
+      } else {
+        cv_.wait_until(l, deadline, ready);
+      }
+      if (closed_ || cmd_q_.empty()) return;  // taken with another batch: answered there
+      if (cmd_busy_) {
+        cmd_wanted_ = true;  // the commands thread runs it after the running batch
+        return cv_.notify_all();
+      }
       cmd_busy_ = true;
-      batch.swap(cmd_q_);
+      cmd_wanted_ = false;
+      p.batch.swap(cmd_q_);
     }
+    bool finished = true;
     {
       const SigpipeScope quiet;
-      run_batch(batch);
+      finished = run_batch(p, deadline);
     }
     {
       std::lock_guard g(mu_);
-      cmd_busy_ = false;
+      if (finished || closed_) {
+        cmd_busy_ = false;
+      } else {
+        handoff_ = std::move(p);  // cmd_busy_ (cmd_) passes to the commands thread with it
+      }
     }
-    cv_.notify_all();  // the commands thread (more requests) or close() (the connection is free)
+    cv_.notify_all();  // the commands thread (a handoff, more requests), a caller or close() (cmd_ is free)
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() {
@@ -66,6 +90,7 @@ class RedisRunner : public Executor {
     if (commands_.joinable()) commands_.join();
     if (subscriber_.joinable()) subscriber_.join();
     std::unique_lock l(mu_);
+    if (handoff_) handoff_.reset(), cmd_busy_ = false;  // left unanswered, as in-flight requests are
     cv_.wait(l, [&] { return !cmd_busy_; });  // an application thread's batch (unblocked above)
     cmd_.reset();
   }
@@ -99,58 +124,117 @@ class RedisRunner : public Executor {
       if (closed_) return;
       (sub ? sub_q_ : cmd_q_).push_back(std::move(r));
       if (!sub && caller_runs) return;  // run_pending() follows
+      if (!sub) cmd_wanted_ = true;
     }
-    sub ? wake() : cv_.notify_one();
+    sub ? wake() : cv_.notify_all();  // cv_: the commands thread and callers waiting for cmd_
   }
 
   void command_loop() {
     block_sigpipe_in_this_thread();
     for (;;) {
-      std::deque<IoRequest> batch;
+      Pipeline p;
       {
         std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return closed_ || (!cmd_q_.empty() && !cmd_busy_); });
+        // Requests queued for a caller (execute_for_caller) are left to it: it runs them next.
+        cv_.wait(l, [&] { return closed_ || handoff_ || (cmd_wanted_ && !cmd_q_.empty() && !cmd_busy_); });
         if (closed_) return;
-        cmd_busy_ = true;
-        batch.swap(cmd_q_);
+        if (handoff_) {
+          p = std::move(*handoff_);  // sent by an application thread whose wait ended
+          handoff_.reset();
+        } else {
+          cmd_busy_ = true;
+          cmd_wanted_ = false;
+          p.batch.swap(cmd_q_);
+        }
       }
-      run_batch(batch);
+      run_batch(p, std::nullopt);
       std::lock_guard g(mu_);
       cmd_busy_ = false;
-      cv_.notify_all();  // close() may wait for the connection
+      cv_.notify_all();  // close(), or a caller, may wait for the connection
     }
   }
-  // Sends the batch as one pipeline on cmd_ and hands back the replies (the caller set
-  // cmd_busy_: cmd_ is this thread's until it clears it).
-  void run_batch(std::deque<IoRequest>& batch) {
+  // A batch of commands requests and how far it went on cmd_.
+  struct Pipeline {
+    std::deque<IoRequest> batch;
+    std::size_t sent = 0, done = 0;  // written / answered
+    bool demoted = false;            // a READONLY reply came
+  };
+  // Sends the batch as one pipeline on cmd_ (unless sent already) and hands back the replies
+  // (the caller set cmd_busy_: cmd_ is this thread's until it clears it). With a deadline (an
+  // application thread's), false when it passed with replies still due: p says how far it went,
+  // for the commands thread to finish.
+  bool run_batch(Pipeline& p, std::optional<Clock::time_point> deadline) {
     Ctx& c = cmd_;
-    if (!c) {
-      std::string addr;
-      if ((c = conn_.connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
+    std::string why;
+    if (p.sent == 0) {
+      if (!c) {
+        std::string addr;
+        if ((c = conn_.connect(&addr))) set_cmd_fd(c->fd), found_master(addr);
+      }
+      while (c && p.sent < p.batch.size() && redis_append(c.get(), p.batch[p.sent].argv) == REDIS_OK) ++p.sent;
+      if (c && deadline) {
+        // Written now: the replies are then waited for with poll().
+        int written = 0;
+        while (redisBufferWrite(c.get(), &written) == REDIS_OK && !written) {}
+        if (!written) p.sent = 0;
+      }
     }
-    std::size_t sent = 0, done = 0;
-    bool demoted = false;
-    while (c && sent < batch.size() && redis_append(c.get(), batch[sent].argv) == REDIS_OK) ++sent;
-    for (void* raw = nullptr; done < sent && redisGetReply(c.get(), &raw) == REDIS_OK && raw; ++done, raw = nullptr) {
+    while (c && p.done < p.sent) {
+      void* raw = nullptr;
+      if (deadline) {
+        const int got = read_reply(c.get(), *deadline, &raw, why);
+        if (got == 0) return false;
+        if (got < 0) break;
+      } else if (redisGetReply(c.get(), &raw) != REDIS_OK || raw == nullptr) {
+        break;
+      }
       Reply r(static_cast<redisReply*>(raw));
-      demoted = demoted || (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
-      IoReply in{batch[done].id, {}, {}};
+      p.demoted = p.demoted ||
+                  (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY"));
+      IoReply in{p.batch[p.done].id, {}, {}};
       redis_flatten(r.get(), in);
       sink_(std::move(in));
+      ++p.done;
     }
-    if (demoted && sentinel() && done == batch.size()) {
+    if (p.demoted && sentinel() && p.done == p.batch.size()) {
       // The master became a replica: ask the sentinels again on the next request.
       log("commands connection: the master was demoted");
       set_cmd_fd(-1);
       c.reset();
-      return;
+      return true;
     }
-    if (done == batch.size()) return;
-    const std::string why = std::string("commands connection: ") + (c && c->err ? c->errstr : "broken");
+    if (p.done == p.batch.size()) return true;
+    if (c && c->err) why = c->errstr;
+    why = "commands connection: " + (why.empty() ? std::string("broken") : why);
     if (c) log(why);
-    for (std::size_t i = done; i < batch.size(); ++i) failed(batch[i].id, why);
+    for (std::size_t i = p.done; i < p.batch.size(); ++i) failed(p.batch[i].id, why);
     set_cmd_fd(-1);
     c.reset();
+    return true;
+  }
+  // One reply from c, its socket polled until `deadline`, each wait at most command_timeout (as
+  // hiredis bounds a blocking read): 1 with *raw set, 0 when the deadline passed first, -1 when
+  // the connection failed or timed out (why, unless c->err says).
+  int read_reply(redisContext* c, Clock::time_point deadline, void** raw, std::string& why) const {
+    const auto limit = conn_.options().command_timeout;
+    for (;;) {
+      if (redisGetReplyFromReader(c, raw) != REDIS_OK) return -1;
+      if (*raw != nullptr) return 1;
+      const auto now = Clock::now();
+      if (now >= deadline) return 0;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::min(now, deadline));
+      const bool capped = limit.count() > 0 && left > limit;
+      const auto wait = capped ? limit : std::min<std::chrono::milliseconds>(left, std::chrono::hours(24));
+      pollfd fd{c->fd, POLLIN, 0};
+      const int n = ::poll(&fd, 1, static_cast<int>(wait.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return why = "poll failed", -1;
+      if (n == 0) {
+        if (capped) return why = "timed out", -1;
+        continue;  // the deadline, checked above
+      }
+      if (redisBufferRead(c) != REDIS_OK) return -1;
+    }
   }
   void set_cmd_fd(int fd) { std::lock_guard g(mu_); cmd_fd_ = fd; }
   // (Sentinel) A connection reached the master at addr; the subscriber leaves an older one.
@@ -235,6 +319,8 @@ class RedisRunner : public Executor {
   std::deque<IoRequest> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
   bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
+  bool cmd_wanted_ = false;            // guarded by mu_: cmd_q_ is the commands thread's to run
+  std::optional<Pipeline> handoff_;    // guarded by mu_: a batch for the commands thread to finish
   Ctx cmd_;                            // the commands connection: its thread's while cmd_busy_
   bool closed_ = false;                // guarded by mu_
   std::atomic<std::uint64_t> messages_{0};
