@@ -143,7 +143,10 @@ fn legacy_without_credentials_is_ready_at_once() {
 fn a_refused_handshake_fails_held_commands() {
     let mut c = Conn::new(opts(Protocol::Resp3), 0).unwrap();
     c.send(0, 7, &["GET", "k"]).unwrap();
-    c.feed(1, b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    c.feed(
+        1,
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+    );
     let ev = events(&mut c);
     assert_eq!(ev[0], ConnEvent::Failed { id: 7 });
     assert!(
@@ -163,10 +166,7 @@ fn a_refused_handshake_fails_held_commands() {
     // HELLO answered with a plain status: not a Redis server speaking HELLO.
     let mut c = Conn::new(opts(Protocol::Resp2), 0).unwrap();
     c.feed(1, b"+OK\r\n");
-    assert_eq!(
-        events(&mut c),
-        vec![ConnEvent::Closed(ConnError::BadHello)]
-    );
+    assert_eq!(events(&mut c), vec![ConnEvent::Closed(ConnError::BadHello)]);
 }
 
 fn ready(protocol: Protocol) -> Conn {
@@ -245,12 +245,12 @@ fn resp2_subscribe_mode_turns_pubsub_arrays_into_pushes() {
             }
         ]
     );
-    assert_eq!(
-        c.send(5, 4, &["UNSUBSCRIBE"]),
-        Err(SendError::NoChannels)
-    );
+    assert_eq!(c.send(5, 4, &["UNSUBSCRIBE"]), Err(SendError::NoChannels));
     c.send(5, 4, &["SUBSCRIBE", "denied"]).unwrap();
-    c.feed(6, b"-NOPERM this user has no permissions to access the 'denied' channel\r\n");
+    c.feed(
+        6,
+        b"-NOPERM this user has no permissions to access the 'denied' channel\r\n",
+    );
     assert!(matches!(
         events(&mut c).as_slice(),
         [ConnEvent::Error { id: 4, error }] if error.kind == ErrorKind::NoPerm
@@ -265,7 +265,11 @@ fn resp3_confirmations_are_pushes_and_answer_the_subscribe() {
     let ev = events(&mut c);
     assert!(matches!(
         &ev[0],
-        ConnEvent::Push(Push::Subscription { kind: SubscriptionKind::SSubscribe, count: 1, .. })
+        ConnEvent::Push(Push::Subscription {
+            kind: SubscriptionKind::SSubscribe,
+            count: 1,
+            ..
+        })
     ));
     assert_eq!(
         ev[1],
@@ -278,7 +282,10 @@ fn resp3_confirmations_are_pushes_and_answer_the_subscribe() {
     c.feed(2, b">3\r\n$12\r\nsunsubscribe\r\n$8\r\n{n}:wake\r\n:0\r\n");
     assert!(matches!(
         events(&mut c).as_slice(),
-        [ConnEvent::Push(Push::Subscription { kind: SubscriptionKind::SUnsubscribe, .. })]
+        [ConnEvent::Push(Push::Subscription {
+            kind: SubscriptionKind::SUnsubscribe,
+            ..
+        })]
     ));
 }
 

@@ -39,18 +39,32 @@ impl Scanner {
         buf: &[u8],
         limits: &Limits,
     ) -> Result<Option<Framed>, WireError> {
+        // Only the first `max_frame_bytes` are ever looked at, so every verdict depends on the
+        // same bytes whether they came at once or in pieces.
+        let truncated = buf.len() > limits.max_frame_bytes;
+        let buf = &buf[..buf.len().min(limits.max_frame_bytes)];
         loop {
-            let Some(line_end) = self.line_end(buf) else {
-                return self.incomplete(buf, limits);
+            let Some(&kind) = buf.get(self.pos) else {
+                return self.incomplete(buf, truncated, limits);
             };
-            let kind = buf[self.pos];
+            if !b"+-:_,#($!=*~>%|".contains(&kind) {
+                return Err(garbage(
+                    self.pos,
+                    if kind == b'?' || kind == b';' || kind == b'.' {
+                        "a streamed (chunked) RESP3 value, which Redis does not send"
+                    } else {
+                        "a byte that starts no RESP type"
+                    },
+                ));
+            }
+            let Some(line_end) = self.line_end(buf) else {
+                return self.incomplete(buf, truncated, limits);
+            };
             let body = &buf[self.pos + 1..line_end];
             let mut next = line_end + 2;
             // Children this element opens (0: a leaf).
             let mut children = 0u64;
             match kind {
-                b'+' | b'-' | b':' => {}
-                b'_' | b',' | b'#' | b'(' => self.resp3 = true,
                 b'$' | b'!' | b'=' => {
                     self.resp3 |= kind != b'$';
                     match length(body, kind == b'$', self.pos)? {
@@ -64,7 +78,7 @@ impl Scanner {
                                     limit: limits.max_frame_bytes,
                                 })?;
                             if buf.len() < end + 2 {
-                                return self.incomplete(buf, limits);
+                                return self.incomplete(buf, truncated, limits);
                             }
                             if &buf[end..end + 2] != b"\r\n" {
                                 return Err(garbage(end, "a string not followed by CRLF"));
@@ -84,16 +98,8 @@ impl Scanner {
                         };
                     }
                 }
-                other => {
-                    return Err(garbage(
-                        self.pos,
-                        if other == b'?' || other == b';' || other == b'.' {
-                            "a streamed (chunked) RESP3 value, which Redis does not send"
-                        } else {
-                            "a byte that starts no RESP type"
-                        },
-                    ));
-                }
+                // A line: simple string, error or integer (RESP2), or a RESP3 scalar.
+                _ => self.resp3 |= !matches!(kind, b'+' | b'-' | b':'),
             }
             if next > limits.max_frame_bytes {
                 return Err(WireError::FrameTooLarge {
@@ -169,18 +175,22 @@ impl Scanner {
         }
     }
 
-    fn incomplete(&self, buf: &[u8], limits: &Limits) -> Result<Option<Framed>, WireError> {
-        if buf.len() > limits.max_frame_bytes {
+    fn incomplete(
+        &self,
+        buf: &[u8],
+        truncated: bool,
+        limits: &Limits,
+    ) -> Result<Option<Framed>, WireError> {
+        // A length prefix cannot be this long (a simple string, error or number line can).
+        if self.line_checked > MAX_LEN_DIGITS
+            && buf.get(self.pos).is_some_and(|k| b"$!=*~>%|".contains(k))
+        {
+            return Err(garbage(self.pos, "a malformed length"));
+        }
+        if truncated {
             return Err(WireError::FrameTooLarge {
                 limit: limits.max_frame_bytes,
             });
-        }
-        if self.pos < buf.len() && self.line_checked > MAX_LEN_DIGITS {
-            // A header line this long can only be a simple string, error or number.
-            let kind = buf[self.pos];
-            if !matches!(kind, b'+' | b'-' | b':' | b',' | b'(' | b'#' | b'_') {
-                return Err(garbage(self.pos, "a malformed length"));
-            }
         }
         Ok(None)
     }
