@@ -1,7 +1,7 @@
 //! RESP2 and RESP3 through the `redis-protocol` crate: commands encoded as arrays of bulk
 //! strings, replies decoded from bytes split at any point into owned [`Reply`] values.
 //!
-//! [`Decoder`] buffers what the host read, finds where each frame ends ([`scan`](super::scan):
+//! [`Decoder`] buffers what the host read, finds where each frame ends (`scan.rs`:
 //! one pass, limits enforced before anything is allocated for the frame), and hands the
 //! crate only complete frames. Hostile input costs at most [`Limits`]: a frame, element
 //! count, nesting depth or buffer over them is a [`WireError`], never a panic or an
@@ -44,7 +44,7 @@ impl Default for Limits {
 
 /// Deepest nesting [`Limits::validate`] accepts: the decoding recursion stays far from any
 /// thread's stack size.
-pub const MAX_DEPTH_LIMIT: usize = 128;
+pub const MAX_DEPTH_LIMIT: usize = 64;
 
 impl Limits {
     /// Rejects limits that would refuse every reply or let the decoder recurse too deep.
@@ -56,7 +56,7 @@ impl Limits {
         }
         if self.max_depth == 0 || self.max_depth > MAX_DEPTH_LIMIT {
             return Err(crate::Error::InvalidConfig(
-                "wire max_depth must be in [1, 128]",
+                "wire max_depth must be in [1, 64]",
             ));
         }
         if self.max_buffered_bytes < self.max_frame_bytes {
@@ -221,10 +221,14 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder bounded by `limits` (not validated here: see [`Limits::validate`]).
+    /// A decoder bounded by `limits` (see [`Limits::validate`]; a depth over
+    /// [`MAX_DEPTH_LIMIT`] is lowered to it, so no input can exhaust the stack).
     pub fn new(limits: Limits) -> Decoder {
         Decoder {
-            limits,
+            limits: Limits {
+                max_depth: limits.max_depth.min(MAX_DEPTH_LIMIT),
+                ..limits
+            },
             buf: Vec::new(),
             start: 0,
             scanner: Scanner::default(),

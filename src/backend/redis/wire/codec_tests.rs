@@ -403,3 +403,36 @@ fn pushes_are_classified() {
     assert_eq!(Push::from_items(other.clone()), Push::Other(other));
     assert_eq!(Push::pubsub(&[bulk("message"), bulk("c")]), None);
 }
+
+#[test]
+fn the_deepest_accepted_nesting_decodes_and_deeper_limits_are_lowered() {
+    let mut wire = b"*1\r\n".repeat(super::codec::MAX_DEPTH_LIMIT);
+    wire.extend_from_slice(b":1\r\n");
+    let limits = Limits {
+        max_depth: 10_000,
+        ..Limits::default()
+    };
+    assert!(limits.validate().is_err());
+    let mut want = Reply::Int(1);
+    for _ in 0..super::codec::MAX_DEPTH_LIMIT {
+        want = Reply::Array(vec![want]);
+    }
+    assert_eq!(decode_split(&wire, &[], limits).unwrap(), vec![want]);
+    let deeper = [b"*1\r\n".as_slice(), &wire].concat();
+    assert_eq!(
+        decode_split(&deeper, &[], limits).unwrap_err(),
+        WireError::TooDeep {
+            limit: super::codec::MAX_DEPTH_LIMIT
+        }
+    );
+}
+
+#[test]
+fn debug_forms_hide_the_password() {
+    let opts = super::conn::ConnOptions {
+        password: Some(b"s3cret".to_vec()),
+        ..super::conn::ConnOptions::default()
+    };
+    let c = super::conn::Conn::new(opts.clone(), 0).unwrap();
+    assert!(!format!("{opts:?}{c:?}").contains("s3cret"));
+}

@@ -44,8 +44,8 @@ pub enum Protocol {
     Legacy,
 }
 
-/// What a connection is opened with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a connection is opened with. Its `Debug` form leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConnOptions {
     /// ACL user (`None`: the default user).
     pub username: Option<Vec<u8>>,
@@ -74,6 +74,26 @@ impl Default for ConnOptions {
             request_timeout_ns: 5_000_000_000,
             limits: Limits::default(),
         }
+    }
+}
+
+impl std::fmt::Debug for ConnOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnOptions")
+            .field(
+                "username",
+                &self.username.as_deref().map(String::from_utf8_lossy),
+            )
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .field(
+                "client_name",
+                &self.client_name.as_deref().map(String::from_utf8_lossy),
+            )
+            .field("protocol", &self.protocol)
+            .field("request_timeout_ns", &self.request_timeout_ns)
+            .field("limits", &self.limits)
+            .finish()
     }
 }
 
@@ -211,8 +231,8 @@ enum Phase {
     Closed,
 }
 
-/// One Redis connection's protocol state (see the module docs).
-#[derive(Debug)]
+/// One Redis connection's protocol state (see the module docs). Its `Debug` form shows the
+/// state, never the bytes (the handshake's carry the password).
 pub struct Conn {
     opts: ConnOptions,
     decoder: Decoder,
@@ -227,6 +247,20 @@ pub struct Conn {
     held: Vec<u8>,
     held_pending: VecDeque<Pending>,
     events: VecDeque<ConnEvent>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("opts", &self.opts)
+            .field("phase", &self.phase)
+            .field("resp3", &self.resp3)
+            .field("subscribe_mode", &self.subscribe_mode)
+            .field("output_bytes", &self.out.len())
+            .field("outstanding", &self.outstanding())
+            .field("events", &self.events.len())
+            .finish()
+    }
 }
 
 impl Conn {
