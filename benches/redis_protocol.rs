@@ -2,7 +2,10 @@
 //! requests: ACQUIRE, RELEASE) through `backend::redis::RedisProtocol` (argument vectors
 //! built, replies interpreted) beside the same cycle on the bare engine, and a renew cycle
 //! (one request) both ways. The difference divided by the requests is the layer's cost per
-//! encode + decode. Prints a markdown table; numbers belong in the README, never in tests.
+//! encode + decode. Then the wire's cost (`backend::redis::wire`): an acquire's EVALSHA argument
+//! vector encoded as RESP, its grant reply decoded from bytes, and both through a connection
+//! (send, take the bytes, feed the reply, poll the event). Prints markdown tables; numbers
+//! belong in the README, never in tests.
 //!
 //! Run: `cargo bench --bench redis_protocol` (`-- quick` for a shorter run).
 // A benchmark has to read the wall clock; the core itself never does (clippy.toml).
@@ -12,6 +15,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use leasehold::backend::redis::wire::{
+    Conn, ConnEvent, ConnOptions, Decoder, Limits, Protocol, encode_command,
+};
 use leasehold::backend::redis::{RedisOptions, RedisProtocol, Value};
 use leasehold::{
     AcquireOptions, AcquireResult, Client, Command, Config, Output, ReleaseResult, RenewResult,
@@ -174,4 +180,75 @@ fn main() {
         "| renew (1 request) | {renew_e:.0} | {renew_p:.0} | {:.0} |",
         renew_p - renew_e
     );
+    wire(rounds, n);
+}
+
+/// The RESP codec and a connection per request, on the protocol's own ACQUIRE.
+fn wire(rounds: u32, n: u64) {
+    let mut core = Client::new(Config::default(), &[5; 32]).unwrap();
+    let mut p = RedisProtocol::new(RedisOptions::default(), [5; 16]).unwrap();
+    let sub = p.poll_request(&mut core).unwrap();
+    let ch = sub.args[1].to_vec();
+    p.handle_subscription(&mut core, 0, &ch, true);
+    core.acquire(0, "jobs", AcquireOptions::new(30_000))
+        .unwrap();
+    let argv: Vec<Vec<u8>> = p
+        .poll_request(&mut core)
+        .unwrap()
+        .args
+        .iter()
+        .map(|a| a.to_vec())
+        .collect();
+    assert_eq!(argv[0], b"EVALSHA");
+    let reply = b"*3\r\n:1\r\n:1700000000000001\r\n:30000\r\n";
+
+    let mut out = Vec::with_capacity(512);
+    let encode = best_of(rounds, n, |k| {
+        for _ in 0..n {
+            out.clear();
+            encode_command(black_box(&argv), &mut out).unwrap();
+            black_box(&out);
+        }
+        k
+    });
+    let mut d = Decoder::new(Limits::default());
+    let decode = best_of(rounds, n, |k| {
+        for _ in 0..n {
+            d.feed(black_box(reply)).unwrap();
+            black_box(d.next().unwrap());
+        }
+        k
+    });
+    let opts = ConnOptions {
+        protocol: Protocol::Legacy,
+        ..ConnOptions::default()
+    };
+    let mut c = Conn::new(opts, 0).unwrap();
+    while c.poll_event().is_some() {}
+    let mut id = 0;
+    let conn = best_of(rounds, n, |k| {
+        for _ in 0..n {
+            id += 1;
+            c.send(id, id, &argv).unwrap();
+            black_box(c.take_output());
+            c.feed(id, black_box(reply));
+            let Some(ConnEvent::Reply { .. }) = c.poll_event() else {
+                panic!()
+            };
+        }
+        k
+    });
+    println!();
+    println!("| wire, per request | ns |");
+    println!("|---|---:|");
+    println!(
+        "| encode the ACQUIRE EVALSHA ({} args, {} bytes) | {encode:.0} |",
+        argv.len(),
+        out.len()
+    );
+    println!(
+        "| decode its grant reply ({} bytes) | {decode:.0} |",
+        reply.len()
+    );
+    println!("| both through a connection (send, output, feed, event) | {conn:.0} |");
 }

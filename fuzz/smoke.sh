@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${LEASEHOLD_FUZZ_SECONDS:-10}"
-targets=(client_ops ffi sim redis_protocol)
+targets=(client_ops ffi sim redis_protocol resp)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "smoke.sh: installing cargo-fuzz" >&2

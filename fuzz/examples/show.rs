@@ -12,6 +12,10 @@ fn main() {
             let i = leasehold_fuzz::decode::<leasehold_fuzz::ffi_ops::Input>(&data);
             println!("{i:#?}");
         }
+        "resp" => {
+            let i = leasehold_fuzz::decode::<leasehold_fuzz::resp_ops::Input>(&data);
+            println!("{i:#?}");
+        }
         _ => {
             let i = leasehold_fuzz::decode::<leasehold_fuzz::sim_ops::Input>(&data);
             println!("{i:#?}");

@@ -84,12 +84,13 @@ impl XorShift {
 
 /// Feature bits of one run of `target` on `data` (0 when it does not decode).
 pub fn features(target: &str, data: &[u8]) -> u64 {
-    use crate::{client_ops, decode, ffi_ops, redis_ops, sim_ops};
+    use crate::{client_ops, decode, ffi_ops, redis_ops, resp_ops, sim_ops};
     match target {
         "client_ops" => decode::<client_ops::Input>(data).map_or(0, |i| client_ops::run(&i)),
         "ffi" => decode::<ffi_ops::Input>(data).map_or(0, |i| ffi_ops::run(&i)),
         "sim" => decode::<sim_ops::Input>(data).map_or(0, |i| sim_ops::run(&i)),
         "redis_protocol" => decode::<redis_ops::Input>(data).map_or(0, |i| redis_ops::run(&i)),
+        "resp" => decode::<resp_ops::Input>(data).map_or(0, |i| resp_ops::run(&i)),
         other => panic!("unknown target {other}"),
     }
 }

@@ -9,6 +9,7 @@ pub mod client_ops;
 pub mod corpus;
 pub mod ffi_ops;
 pub mod redis_ops;
+pub mod resp_ops;
 pub mod sim_ops;
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -92,9 +93,12 @@ pub fn run_target(target: &str, data: &[u8]) -> bool {
         "redis_protocol" => decode::<redis_ops::Input>(data)
             .map(|i| redis_ops::run(&i))
             .is_some(),
+        "resp" => decode::<resp_ops::Input>(data)
+            .map(|i| resp_ops::run(&i))
+            .is_some(),
         other => panic!("unknown fuzz target {other}"),
     }
 }
 
 /// The fuzz targets, in the order smoke.sh runs them.
-pub const TARGETS: [&str; 4] = ["client_ops", "ffi", "sim", "redis_protocol"];
+pub const TARGETS: [&str; 5] = ["client_ops", "ffi", "sim", "redis_protocol", "resp"];

@@ -28,6 +28,12 @@ impl Server {
     /// Starts redis-server, or `None` (with a message) when it is not installed; under
     /// `CI=true` a missing server fails the test.
     pub fn start() -> Option<Server> {
+        Server::start_with(&[])
+    }
+
+    /// Like [`Server::start`], with extra `redis-server` arguments (ACL users, passwords,
+    /// renamed commands).
+    pub fn start_with(extra: &[&str]) -> Option<Server> {
         let found = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -48,6 +54,7 @@ impl Server {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -18,6 +18,8 @@
 //!   lease and puts the next two on standby, and idle waiters answer their own retries;
 //! - `subscription.rs`: the wake channel (or, for a cluster, one shard channel per name)
 //!   and what happens when it takes effect or is lost;
+//! - [`wire`]: RESP2/RESP3 and one connection's handshake, pipelining and pushes, for
+//!   hosts that only move bytes;
 //! - the shared outbox (`backend::outbox`): pending requests, their expiry, the event and
 //!   status queues and the last error, as every protocol keeps them.
 //!
@@ -42,6 +44,7 @@ mod requests;
 pub mod scripts;
 mod sha1;
 mod subscription;
+pub mod wire;
 pub use super::value;
 
 use std::borrow::Cow;
