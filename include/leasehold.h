@@ -299,7 +299,8 @@
 #define LH_ERR_INVALID_TOKEN 19
 
 /**
- * A memory-service connection id was never issued by that service, or was disconnected.
+ * A memory-service connection id was never issued by that service, or was disconnected; or
+ * a stream id this client never handed out in an `LH_IO_OPEN`.
  */
 #define LH_ERR_UNKNOWN_CONNECTION 20
 
@@ -539,6 +540,31 @@
 #define LH_BACKEND_ETCD 5
 
 /**
+ * `lh_backend_options.kind`: Redis with the connections in the core (the *stream* kind of
+ * the seam): the client asks for `LH_IO_OPEN` / `LH_IO_WRITE` / `LH_IO_SHUTDOWN` to the
+ * endpoint of `redis_url` and speaks RESP itself; the host only moves bytes. The `redis_*`
+ * tunables apply as for `LH_BACKEND_REDIS`.
+ */
+#define LH_BACKEND_REDIS_STREAM 6
+
+/**
+ * `lh_backend_options.redis_protocol`: `AUTH` + `SELECT` + `CLIENT SETNAME` only (servers
+ * before Redis 6).
+ */
+#define LH_REDIS_PROTOCOL_LEGACY 1
+
+/**
+ * `lh_backend_options.redis_protocol`: `HELLO 2`, falling back to the legacy handshake.
+ */
+#define LH_REDIS_PROTOCOL_RESP2 2
+
+/**
+ * `lh_backend_options.redis_protocol`: `HELLO 3`, falling back to `HELLO 2`, then to the
+ * legacy handshake (the default).
+ */
+#define LH_REDIS_PROTOCOL_RESP3 3
+
+/**
  * `lh_io_request.kind`: nothing left to poll.
  */
 #define LH_IO_NONE 0
@@ -573,6 +599,26 @@
  * Close the watch stream `id` (no answer).
  */
 #define LH_IO_HTTP_CANCEL 5
+
+/**
+ * Open stream `stream` (the core owns the wire: Redis on the stream path) to `host`:`port`
+ * over TCP, or to the Unix socket `unix_path`; with `tls` 1, wrap it in TLS and verify the
+ * server's certificate against `server_name`. Give up at `deadline` (ns, the clock of `now`).
+ * Answer with `lh_io_opened`, or `lh_io_closed` if it failed; then pass every byte read on
+ * it to `lh_io_received` and its end to `lh_io_closed`.
+ */
+#define LH_IO_OPEN 6
+
+/**
+ * Write `data`/`data_len` on `stream`, after the bytes of earlier writes (no answer; a
+ * write that fails is the stream's end: `lh_io_closed`).
+ */
+#define LH_IO_WRITE 7
+
+/**
+ * Close `stream` (no answer; bytes or a close still reported for it are ignored).
+ */
+#define LH_IO_SHUTDOWN 8
 
 /**
  * `lh_io_request.connection`: the ordinary connection.
@@ -825,6 +871,41 @@ typedef struct lh_backend_options {
    * Length of `etcd_password`.
    */
   size_t etcd_password_len;
+  /**
+   * Redis stream: `redis://[user:pass@]host[:port][/db]`, `rediss://…` (TLS, the server
+   * name is the host) or `unix:///path[?db=N]` (UTF-8, at most 4096 bytes, not
+   * NUL-terminated; percent-escapes in the user and password). Sentinel and Cluster URLs
+   * are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
+   * host built against an older header passes its smaller `struct_size` and gets their
+   * defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
+   */
+  const uint8_t *redis_url;
+  /**
+   * Length of `redis_url`.
+   */
+  size_t redis_url_len;
+  /**
+   * Redis stream: `CLIENT SETNAME` of both connections (printable ASCII, no spaces, at
+   * most 256 bytes), NULL for none.
+   */
+  const uint8_t *redis_client_name;
+  /**
+   * Length of `redis_client_name`.
+   */
+  size_t redis_client_name_len;
+  /**
+   * Redis stream: `LH_REDIS_PROTOCOL_*` the handshake asks for first (default RESP3).
+   */
+  uint32_t redis_protocol;
+  /**
+   * Redis stream: how long an `LH_IO_OPEN` may take (default 5000 ms).
+   */
+  uint32_t redis_connect_timeout_ms;
+  /**
+   * Redis stream: how long a command waits for its reply before the connection is
+   * dropped and reopened (default 5000 ms).
+   */
+  uint64_t redis_request_timeout_ms;
 } lh_backend_options;
 
 /**
@@ -1275,6 +1356,35 @@ typedef struct lh_io_request {
    * `Content-Type: application/json` too.
    */
   const char *authorization;
+  /**
+   * OPEN, WRITE, SHUTDOWN: the stream (never reused; `id` carries the same value).
+   */
+  uint64_t stream;
+  /**
+   * OPEN: when to give up connecting (ns, the clock of `now`).
+   */
+  uint64_t deadline;
+  /**
+   * OPEN over TCP: the host name or address, NUL-terminated (NULL for a Unix socket).
+   */
+  const char *host;
+  /**
+   * OPEN to a Unix socket: its path, NUL-terminated (NULL over TCP).
+   */
+  const char *unix_path;
+  /**
+   * OPEN with `tls` 1: the name to verify the certificate against (and send as SNI),
+   * NUL-terminated.
+   */
+  const char *server_name;
+  /**
+   * OPEN over TCP: the port.
+   */
+  uint32_t port;
+  /**
+   * OPEN: 1 to wrap the stream in TLS, else 0.
+   */
+  uint32_t tls;
 } lh_io_request;
 
 /**
@@ -2122,6 +2232,48 @@ lh_status lh_status_request(struct lh_client *c,
  * `c` is NULL or a live handle; `out` is valid for reading and writing an `lh_lock_status`.
  */
 lh_status lh_poll_status(struct lh_client *c, struct lh_lock_status *out);
+
+/**
+ * The host opened `stream` (of an `LH_IO_OPEN`, TLS handshake included): the core starts
+ * its own handshake on it. A stream closed since is ignored (`LH_OK`); an id never handed
+ * out is `LH_ERR_UNKNOWN_CONNECTION`; a handle whose backend opens no streams,
+ * `LH_ERR_WRONG_ANSWER`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle.
+ */
+lh_status lh_io_opened(struct lh_client *c, uint64_t now, uint64_t stream);
+
+/**
+ * `len` bytes read on `stream`, split anywhere (at most `LH_MAX_REPLY_DATA` per call: split longer reads); read
+ * during the call, never retained. Bytes for a stream closed since are ignored (`LH_OK`);
+ * bytes before `lh_io_opened` are `LH_ERR_WRONG_ANSWER`; an unknown id is
+ * `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `bytes` points to `len` readable bytes (NULL when 0).
+ */
+lh_status lh_io_received(struct lh_client *c,
+                         uint64_t now,
+                         uint64_t stream,
+                         const uint8_t *bytes,
+                         size_t len);
+
+/**
+ * `stream` ended (the peer closed it, a read or write failed) or never opened (refused,
+ * timed out, a TLS failure); `message` is the host's reason (UTF-8 not required, at most
+ * `LH_MAX_REPLY_DATA` bytes, NULL when empty), kept as the backend's last error. The core
+ * fails what was outstanding on it and opens a new stream after a backoff. A stream closed
+ * since is ignored; an unknown id is `LH_ERR_UNKNOWN_CONNECTION`.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `message` points to `message_len` readable bytes.
+ */
+lh_status lh_io_closed(struct lh_client *c,
+                       uint64_t now,
+                       uint64_t stream,
+                       const uint8_t *message,
+                       size_t message_len);
 
 #ifdef __cplusplus
 }  // extern "C"

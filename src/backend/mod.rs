@@ -20,7 +20,7 @@ pub mod redis;
 pub mod sql;
 pub mod value;
 
-pub use protocol::{AnswerError, ConnectionEvent, FailureKind, Protocol};
+pub use protocol::{AnswerError, ConnectionEvent, FailureKind, Protocol, StreamAnswerError};
 pub(crate) use protocol::{CONNECTION_COMMANDS, CONNECTION_NOTIFY};
 
 /// What the backend says about one name (`leasehold status`): advisory, it can change at once.

@@ -5,6 +5,7 @@
 use super::StatusAnswer;
 use super::etcd::EtcdProtocol;
 use super::memory::MemoryProtocol;
+use super::redis::stream::{RedisStream, StreamError, StreamRequest};
 use super::redis::{self, RedisProtocol};
 use super::sql::{self, SqlProtocol};
 use super::value::Value;
@@ -37,8 +38,10 @@ impl std::fmt::Display for AnswerError {
 pub enum Protocol {
     /// The in-process reference service (tests, examples).
     Memory(Box<MemoryProtocol>),
-    /// Redis: single server, Sentinel, Cluster.
+    /// Redis: single server, Sentinel, Cluster, on the host's own client.
     Redis(Box<RedisProtocol>),
+    /// Redis with its connections in the core: the host only moves bytes.
+    RedisStream(Box<RedisStream>),
     /// SQLite or PostgreSQL.
     Sql(Box<SqlProtocol>),
     /// etcd through its JSON gateway.
@@ -68,6 +71,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.poll_event(core),
             Protocol::Redis(p) => p.poll_event(core),
+            Protocol::RedisStream(p) => p.poll_event(core),
             Protocol::Sql(p) => p.poll_event(core),
             Protocol::Etcd(p) => p.poll_event(core),
         }
@@ -78,6 +82,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.poll_timeout(core),
             Protocol::Redis(p) => p.poll_timeout(core),
+            Protocol::RedisStream(p) => p.poll_timeout(core),
             Protocol::Sql(p) => p.poll_timeout(core),
             Protocol::Etcd(p) => p.poll_timeout(core),
         }
@@ -88,6 +93,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.handle_timeout(core, now),
             Protocol::Redis(p) => p.handle_timeout(core, now),
+            Protocol::RedisStream(p) => p.handle_timeout(core, now),
             Protocol::Sql(p) => p.handle_timeout(core, now),
             Protocol::Etcd(p) => p.handle_timeout(core, now),
         }
@@ -103,6 +109,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.request_status(core, now, name),
             Protocol::Redis(p) => p.request_status(now, name),
+            Protocol::RedisStream(p) => p.request_status(now, name),
             Protocol::Sql(p) => p.request_status(core, now, name),
             Protocol::Etcd(p) => p.request_status(now, name),
         }
@@ -113,6 +120,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.poll_status(),
             Protocol::Redis(p) => p.poll_status(),
+            Protocol::RedisStream(p) => p.poll_status(),
             Protocol::Sql(p) => p.poll_status(),
             Protocol::Etcd(p) => p.poll_status(),
         }
@@ -123,6 +131,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.last_error(),
             Protocol::Redis(p) => p.last_error(),
+            Protocol::RedisStream(p) => p.last_error(),
             Protocol::Sql(p) => p.last_error(),
             Protocol::Etcd(p) => p.last_error(),
         }
@@ -167,6 +176,7 @@ impl Protocol {
                     "etcd requests are answered with lh_io_http_reply".to_owned(),
                 ));
             }
+            Protocol::RedisStream(_) => return Err(stream_only()),
         }
         Ok(())
     }
@@ -218,13 +228,15 @@ impl Protocol {
         id: u64,
         kind: FailureKind,
         message: &str,
-    ) {
+    ) -> Result<(), AnswerError> {
         match self {
             Protocol::Memory(p) => p.handle_failed(core, now, id, message),
             Protocol::Redis(p) => p.handle_request_failed_because(core, now, id, message),
             Protocol::Sql(p) => p.handle_failed(core, now, id, kind, message),
             Protocol::Etcd(p) => p.handle_failed(core, now, id, message),
+            Protocol::RedisStream(_) => return Err(stream_only()),
         }
+        Ok(())
     }
 
     /// A notification that arrived on `connection`: a Redis pub/sub message, a PostgreSQL
@@ -246,6 +258,7 @@ impl Protocol {
                     "etcd messages arrive on their watch".to_owned(),
                 ));
             }
+            Protocol::RedisStream(_) => return Err(stream_only()),
         }
         Ok(())
     }
@@ -275,6 +288,7 @@ impl Protocol {
             (Protocol::Redis(_) | Protocol::Etcd(_), ConnectionEvent::Reopened) => {
                 core.handle_timeout(now);
             }
+            (Protocol::RedisStream(_), _) => return Err(stream_only()),
             (_, e) => {
                 return Err(AnswerError::WrongKind(format!(
                     "{e:?} does not apply to this backend"
@@ -282,5 +296,79 @@ impl Protocol {
             }
         }
         Ok(())
+    }
+}
+
+fn stream_only() -> AnswerError {
+    AnswerError::WrongKind(
+        "this client owns its connections: answer with lh_io_opened, lh_io_received and \
+         lh_io_closed"
+            .to_owned(),
+    )
+}
+
+/// Why a stream answer was not taken (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamAnswerError {
+    /// This backend has no streams.
+    WrongKind(String),
+    /// The stream id was never handed out, or the answer does not fit its state.
+    Stream(StreamError),
+}
+
+impl Protocol {
+    /// The next stream request (`None` for backends without streams, or nothing to do).
+    pub fn poll_stream_request(&mut self, core: &mut Client) -> Option<StreamRequest<'_>> {
+        match self {
+            Protocol::RedisStream(p) => p.poll_request(core),
+            _ => None,
+        }
+    }
+
+    fn stream(&mut self) -> Result<&mut RedisStream, StreamAnswerError> {
+        match self {
+            Protocol::RedisStream(p) => Ok(p),
+            _ => Err(StreamAnswerError::WrongKind(
+                "this backend opens no streams: its requests are calls".to_owned(),
+            )),
+        }
+    }
+
+    /// The host opened `stream`.
+    pub fn handle_opened(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+    ) -> Result<(), StreamAnswerError> {
+        self.stream()?
+            .handle_opened(core, now, stream)
+            .map_err(StreamAnswerError::Stream)
+    }
+
+    /// Bytes the host read on `stream`.
+    pub fn handle_received(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+        bytes: &[u8],
+    ) -> Result<(), StreamAnswerError> {
+        self.stream()?
+            .handle_received(core, now, stream, bytes)
+            .map_err(StreamAnswerError::Stream)
+    }
+
+    /// `stream` closed or failed to open.
+    pub fn handle_closed(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+        message: &str,
+    ) -> Result<(), StreamAnswerError> {
+        self.stream()?
+            .handle_closed(core, now, stream, message)
+            .map_err(StreamAnswerError::Stream)
     }
 }

@@ -4,13 +4,15 @@
 #![allow(non_camel_case_types)]
 
 use super::boundary::{
-    Diag, Failure, guard_static, optional_bytes_arg, read_sized, require_out, write_out,
+    Diag, Failure, bytes_arg, guard_static, optional_bytes_arg, read_sized, require_out, write_out,
 };
 use super::client::{ClientState, config_from_c, lh_client, seed_arg};
 use super::types::*;
 use crate::Client;
 use crate::backend::Protocol;
 use crate::backend::etcd::{EtcdProtocol, MAX_CREDENTIAL_LEN};
+use crate::backend::redis::stream::{RedisStream, StreamSettings};
+use crate::backend::redis::wire::Protocol as Resp;
 use crate::backend::redis::{self, RedisOptions, RedisProtocol};
 use crate::backend::sql::{Dialect, SqlOptions, SqlProtocol};
 
@@ -24,6 +26,20 @@ pub const LH_BACKEND_SQLITE: u32 = 3;
 pub const LH_BACKEND_POSTGRES: u32 = 4;
 /// `lh_backend_options.kind`: etcd v3 through its JSON gateway.
 pub const LH_BACKEND_ETCD: u32 = 5;
+/// `lh_backend_options.kind`: Redis with the connections in the core (the *stream* kind of
+/// the seam): the client asks for `LH_IO_OPEN` / `LH_IO_WRITE` / `LH_IO_SHUTDOWN` to the
+/// endpoint of `redis_url` and speaks RESP itself; the host only moves bytes. The `redis_*`
+/// tunables apply as for `LH_BACKEND_REDIS`.
+pub const LH_BACKEND_REDIS_STREAM: u32 = 6;
+
+/// `lh_backend_options.redis_protocol`: `AUTH` + `SELECT` + `CLIENT SETNAME` only (servers
+/// before Redis 6).
+pub const LH_REDIS_PROTOCOL_LEGACY: u32 = 1;
+/// `lh_backend_options.redis_protocol`: `HELLO 2`, falling back to the legacy handshake.
+pub const LH_REDIS_PROTOCOL_RESP2: u32 = 2;
+/// `lh_backend_options.redis_protocol`: `HELLO 3`, falling back to `HELLO 2`, then to the
+/// legacy handshake (the default).
+pub const LH_REDIS_PROTOCOL_RESP3: u32 = 3;
 
 /// The backend of a client and its options. Fill with `lh_backend_options_default`, then
 /// change fields; fields of other backends are ignored.
@@ -64,7 +80,31 @@ pub struct lh_backend_options {
     pub etcd_password: *const u8,
     /// Length of `etcd_password`.
     pub etcd_password_len: usize,
+    /// Redis stream: `redis://[user:pass@]host[:port][/db]`, `rediss://…` (TLS, the server
+    /// name is the host) or `unix:///path[?db=N]` (UTF-8, at most 4096 bytes, not
+    /// NUL-terminated; percent-escapes in the user and password). Sentinel and Cluster URLs
+    /// are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
+    /// host built against an older header passes its smaller `struct_size` and gets their
+    /// defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
+    pub redis_url: *const u8,
+    /// Length of `redis_url`.
+    pub redis_url_len: usize,
+    /// Redis stream: `CLIENT SETNAME` of both connections (printable ASCII, no spaces, at
+    /// most 256 bytes), NULL for none.
+    pub redis_client_name: *const u8,
+    /// Length of `redis_client_name`.
+    pub redis_client_name_len: usize,
+    /// Redis stream: `LH_REDIS_PROTOCOL_*` the handshake asks for first (default RESP3).
+    pub redis_protocol: u32,
+    /// Redis stream: how long an `LH_IO_OPEN` may take (default 5000 ms).
+    pub redis_connect_timeout_ms: u32,
+    /// Redis stream: how long a command waits for its reply before the connection is
+    /// dropped and reopened (default 5000 ms).
+    pub redis_request_timeout_ms: u64,
 }
+
+/// The size of `lh_backend_options` before the stream fields: the smallest a caller may pass.
+const BACKEND_OPTIONS_V1_SIZE: usize = std::mem::offset_of!(lh_backend_options, redis_url);
 
 fn defaults(kind: u32) -> lh_backend_options {
     let r = RedisOptions::default();
@@ -82,7 +122,48 @@ fn defaults(kind: u32) -> lh_backend_options {
         etcd_user_len: 0,
         etcd_password: std::ptr::null(),
         etcd_password_len: 0,
+        redis_url: std::ptr::null(),
+        redis_url_len: 0,
+        redis_client_name: std::ptr::null(),
+        redis_client_name_len: 0,
+        redis_protocol: LH_REDIS_PROTOCOL_RESP3,
+        redis_connect_timeout_ms: 5_000,
+        redis_request_timeout_ms: 5_000,
     }
+}
+
+/// Reads a caller's `lh_backend_options`: a struct from an older header (down to the fields
+/// before `redis_url`) gets the defaults of the newer fields.
+///
+/// # Safety
+/// `ptr` is NULL or points to a readable struct of its `struct_size` bytes.
+unsafe fn read_backend(ptr: *const lh_backend_options) -> Result<lh_backend_options, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::null("backend"));
+    }
+    // SAFETY: every sized struct of this ABI starts with `uint32_t struct_size`.
+    let size = unsafe { ptr.cast::<u32>().read() } as usize;
+    if size < BACKEND_OPTIONS_V1_SIZE {
+        return Err(Failure::struct_size(
+            "backend",
+            size as u32,
+            BACKEND_OPTIONS_V1_SIZE,
+        ));
+    }
+    let mut o = defaults(0);
+    let n = size.min(size_of::<lh_backend_options>());
+    // SAFETY: the caller claims `size` readable bytes; `o` has room for `n` of them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut o).cast::<u8>(), n);
+    }
+    if o.kind == LH_BACKEND_REDIS_STREAM && n < size_of::<lh_backend_options>() {
+        return Err(Failure::struct_size(
+            "backend",
+            size as u32,
+            size_of::<lh_backend_options>(),
+        ));
+    }
+    Ok(o)
 }
 
 /// Fills `*out` with the defaults of backend `kind` (and `struct_size`). An unknown kind is
@@ -97,7 +178,7 @@ pub unsafe extern "C" fn lh_backend_options_default(
 ) -> lh_status {
     guard_static(|| {
         require_out(out, "out")?;
-        if !(LH_BACKEND_MEMORY..=LH_BACKEND_ETCD).contains(&kind) {
+        if !(LH_BACKEND_MEMORY..=LH_BACKEND_REDIS_STREAM).contains(&kind) {
             return Err(Failure::invalid_enum("backend kind", kind));
         }
         // SAFETY: non-NULL; valid per the caller's contract.
@@ -126,12 +207,60 @@ fn flag(v: u32, what: &'static str) -> Result<bool, Failure> {
     }
 }
 
+/// The URL and connection settings of a Redis stream client.
+///
 /// # Safety
-/// The etcd strings of `o` are readable for their lengths.
+/// The URL and client name of `o` are readable for their lengths.
+unsafe fn stream_settings(o: &lh_backend_options) -> Result<(&str, StreamSettings), Failure> {
+    // SAFETY: per the caller's contract.
+    let url = unsafe {
+        bytes_arg(
+            o.redis_url,
+            o.redis_url_len,
+            4096,
+            "redis_url",
+            LH_ERR_INVALID_CONFIG,
+        )?
+    };
+    let url = std::str::from_utf8(url)
+        .map_err(|_| Failure::new(LH_ERR_INVALID_UTF8, "redis_url is not UTF-8"))?;
+    // SAFETY: per the caller's contract.
+    let name = unsafe {
+        optional_bytes_arg(
+            o.redis_client_name,
+            o.redis_client_name_len,
+            256,
+            "redis_client_name",
+            LH_ERR_INVALID_CONFIG,
+        )?
+    };
+    let protocol = match o.redis_protocol {
+        LH_REDIS_PROTOCOL_LEGACY => Resp::Legacy,
+        LH_REDIS_PROTOCOL_RESP2 => Resp::Resp2,
+        LH_REDIS_PROTOCOL_RESP3 => Resp::Resp3,
+        other => return Err(Failure::invalid_enum("redis_protocol", other)),
+    };
+    if o.redis_connect_timeout_ms == 0 || o.redis_request_timeout_ms == 0 {
+        return Err(Failure::new(
+            LH_ERR_INVALID_CONFIG,
+            "redis_connect_timeout_ms and redis_request_timeout_ms must be positive",
+        ));
+    }
+    let settings = StreamSettings {
+        client_name: (!name.is_empty()).then(|| name.to_vec()),
+        protocol,
+        connect_timeout_ns: u64::from(o.redis_connect_timeout_ms) * 1_000_000,
+        request_timeout_ns: o.redis_request_timeout_ms.saturating_mul(1_000_000),
+    };
+    Ok((url, settings))
+}
+
+/// # Safety
+/// The strings of `o` are readable for their lengths.
 unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Failure> {
     Ok(match o.kind {
         LH_BACKEND_MEMORY => Protocol::Memory(Box::default()),
-        LH_BACKEND_REDIS => {
+        LH_BACKEND_REDIS | LH_BACKEND_REDIS_STREAM => {
             let opts = RedisOptions {
                 standby_delay_ms: o.redis_standby_delay_ms,
                 key_keep_ms: o.redis_key_keep_ms,
@@ -139,7 +268,14 @@ unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Fail
                 idle_recheck_ms: o.redis_idle_recheck_ms,
                 sharded_wake: flag(o.redis_sharded_wake, "redis_sharded_wake")?,
             };
-            Protocol::Redis(Box::new(RedisProtocol::new(opts, wake_random(seed)?)?))
+            let proto = RedisProtocol::new(opts, wake_random(seed)?)?;
+            if o.kind == LH_BACKEND_REDIS {
+                Protocol::Redis(Box::new(proto))
+            } else {
+                // SAFETY: per the caller's contract.
+                let (url, settings) = unsafe { stream_settings(o)? };
+                Protocol::RedisStream(Box::new(RedisStream::new(proto, url, settings)?))
+            }
         }
         LH_BACKEND_SQLITE | LH_BACKEND_POSTGRES => {
             let dialect = if o.kind == LH_BACKEND_SQLITE {
@@ -208,7 +344,7 @@ pub unsafe extern "C" fn lh_client_new(
         // SAFETY: per the caller's contract.
         let cfg = unsafe { read_sized(cfg, "cfg")? };
         // SAFETY: per the caller's contract.
-        let o = unsafe { read_sized(backend, "backend")? };
+        let o = unsafe { read_backend(backend)? };
         // SAFETY: per the caller's contract.
         let seed = unsafe { seed_arg(seed, seed_len)? };
         let mut config = config_from_c(&cfg)?;

@@ -246,7 +246,12 @@ pub unsafe extern "C" fn lh_client_reseed(
         guard_mut(c, |s| {
             let seed = seed_arg(seed, seed_len)?;
             s.core.reseed(seed)?;
-            if let Protocol::Redis(p) = &mut s.proto {
+            let redis = match &mut s.proto {
+                Protocol::Redis(p) => Some(&mut **p),
+                Protocol::RedisStream(p) => Some(p.protocol_mut()),
+                _ => None,
+            };
+            if let Some(p) = redis {
                 let random = super::backend::wake_random(seed)?;
                 let now = s.core.now();
                 p.set_wake_random(now, random);

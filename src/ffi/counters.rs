@@ -65,25 +65,8 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
                 b.ignored_messages,
             ]
         }
-        Protocol::Redis(p) => {
-            let b = p.counters();
-            c.redis_script_calls = b.script_calls;
-            c.redis_noscript_retries = b.noscript_retries;
-            c.redis_local_refusals = b.local_refusals;
-            c.redis_standby_takeovers = b.standby_takeovers;
-            c.redis_subscriptions = b.subscriptions;
-            c.redis_subscriber_losses = b.subscriber_losses;
-            c.redis_subscribed = u64::from(p.is_subscribed());
-            [
-                b.requests,
-                b.error_replies,
-                b.garbage_replies,
-                b.stale_replies,
-                b.transport_failures,
-                b.wakeups,
-                b.ignored_messages,
-            ]
-        }
+        Protocol::Redis(p) => redis_counters(p, &mut c),
+        Protocol::RedisStream(p) => redis_counters(p.protocol(), &mut c),
         Protocol::Sql(p) => {
             let b = p.counters();
             c.sql_migrations = b.migrations;
@@ -126,6 +109,26 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
         c.backend_ignored_messages,
     ] = common;
     c
+}
+
+fn redis_counters(p: &crate::backend::redis::RedisProtocol, c: &mut lh_counters) -> [u64; 7] {
+    let b = p.counters();
+    c.redis_script_calls = b.script_calls;
+    c.redis_noscript_retries = b.noscript_retries;
+    c.redis_local_refusals = b.local_refusals;
+    c.redis_standby_takeovers = b.standby_takeovers;
+    c.redis_subscriptions = b.subscriptions;
+    c.redis_subscriber_losses = b.subscriber_losses;
+    c.redis_subscribed = u64::from(p.is_subscribed());
+    [
+        b.requests,
+        b.error_replies,
+        b.garbage_replies,
+        b.stale_replies,
+        b.transport_failures,
+        b.wakeups,
+        b.ignored_messages,
+    ]
 }
 
 /// Fills `*out` with the client's counters, the engine's and its backend protocol's (`out->struct_size` must be set by the caller, at

@@ -18,6 +18,8 @@ use super::client::{ClientState, lh_client};
 use super::types::*;
 use super::values::*;
 use crate::backend::redis::Connection as RedisConnection;
+use crate::backend::redis::stream::StreamRequest;
+use crate::backend::redis::url::Endpoint;
 use crate::backend::sql::{Connection as SqlConnection, Param};
 use crate::backend::{AnswerError, ConnectionEvent, FailureKind, Protocol};
 
@@ -39,6 +41,17 @@ pub const LH_IO_HTTP: u32 = 3;
 pub const LH_IO_HTTP_WATCH: u32 = 4;
 /// Close the watch stream `id` (no answer).
 pub const LH_IO_HTTP_CANCEL: u32 = 5;
+/// Open stream `stream` (the core owns the wire: Redis on the stream path) to `host`:`port`
+/// over TCP, or to the Unix socket `unix_path`; with `tls` 1, wrap it in TLS and verify the
+/// server's certificate against `server_name`. Give up at `deadline` (ns, the clock of `now`).
+/// Answer with `lh_io_opened`, or `lh_io_closed` if it failed; then pass every byte read on
+/// it to `lh_io_received` and its end to `lh_io_closed`.
+pub const LH_IO_OPEN: u32 = 6;
+/// Write `data`/`data_len` on `stream`, after the bytes of earlier writes (no answer; a
+/// write that fails is the stream's end: `lh_io_closed`).
+pub const LH_IO_WRITE: u32 = 7;
+/// Close `stream` (no answer; bytes or a close still reported for it are ignored).
+pub const LH_IO_SHUTDOWN: u32 = 8;
 
 /// `lh_io_request.connection`: the ordinary connection.
 pub const LH_CONNECTION_COMMANDS: u32 = 1;
@@ -115,6 +128,21 @@ pub struct lh_io_request {
     /// HTTP: NUL-terminated; when not empty, send it as the `Authorization` header. Send
     /// `Content-Type: application/json` too.
     pub authorization: *const c_char,
+    /// OPEN, WRITE, SHUTDOWN: the stream (never reused; `id` carries the same value).
+    pub stream: u64,
+    /// OPEN: when to give up connecting (ns, the clock of `now`).
+    pub deadline: u64,
+    /// OPEN over TCP: the host name or address, NUL-terminated (NULL for a Unix socket).
+    pub host: *const c_char,
+    /// OPEN to a Unix socket: its path, NUL-terminated (NULL over TCP).
+    pub unix_path: *const c_char,
+    /// OPEN with `tls` 1: the name to verify the certificate against (and send as SNI),
+    /// NUL-terminated.
+    pub server_name: *const c_char,
+    /// OPEN over TCP: the port.
+    pub port: u32,
+    /// OPEN: 1 to wrap the stream in TLS, else 0.
+    pub tls: u32,
 }
 
 const NO_REQUEST: lh_io_request = lh_io_request {
@@ -132,6 +160,13 @@ const NO_REQUEST: lh_io_request = lh_io_request {
     method: std::ptr::null(),
     path: std::ptr::null(),
     authorization: std::ptr::null(),
+    stream: 0,
+    deadline: 0,
+    host: std::ptr::null(),
+    unix_path: std::ptr::null(),
+    server_name: std::ptr::null(),
+    port: 0,
+    tls: 0,
 };
 
 /// The flat form of the last polled request; `lh_io_request` points into it.
@@ -197,6 +232,48 @@ impl ClientState {
                     (r.argv, r.argc) = argv(flat, req.args.iter().map(|a| a.as_ref()));
                 }
             }
+            Protocol::RedisStream(p) => match p.poll_request(&mut self.core) {
+                None => {}
+                Some(StreamRequest::Open {
+                    stream,
+                    endpoint,
+                    deadline,
+                }) => {
+                    r.kind = LH_IO_OPEN;
+                    r.deadline = deadline;
+                    match endpoint {
+                        Endpoint::Tcp {
+                            host,
+                            port,
+                            tls,
+                            server_name,
+                        } => {
+                            r.host = c_string(&mut flat.path, host.as_bytes());
+                            r.port = u32::from(*port);
+                            r.tls = u32::from(*tls);
+                            if *tls {
+                                r.server_name =
+                                    c_string(&mut flat.authorization, server_name.as_bytes());
+                            }
+                        }
+                        Endpoint::Unix { path } => {
+                            r.unix_path = c_string(&mut flat.path, path.as_bytes());
+                        }
+                    }
+                    (r.id, r.stream) = (stream, stream);
+                }
+                Some(StreamRequest::Write { stream, bytes }) => {
+                    r.kind = LH_IO_WRITE;
+                    flat.data.extend_from_slice(bytes);
+                    r.data = out_ptr(&flat.data);
+                    r.data_len = flat.data.len();
+                    (r.id, r.stream) = (stream, stream);
+                }
+                Some(StreamRequest::Shutdown { stream }) => {
+                    r.kind = LH_IO_SHUTDOWN;
+                    (r.id, r.stream) = (stream, stream);
+                }
+            },
             Protocol::Sql(p) => {
                 if let Some(req) = p.poll_request(&mut self.core) {
                     for st in req.statements {
@@ -435,8 +512,9 @@ pub unsafe extern "C" fn lh_io_failed(
                 .ok_or_else(|| Failure::invalid_enum("failure kind", kind))?;
             let msg = answer_bytes(message, message_len, "message")?;
             let msg = String::from_utf8_lossy(msg);
-            s.proto.handle_failed(&mut s.core, now, id, kind, &msg);
-            Ok(())
+            s.proto
+                .handle_failed(&mut s.core, now, id, kind, &msg)
+                .map_err(refused)
         })
     }
 }

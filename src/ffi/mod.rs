@@ -14,6 +14,7 @@
 //! - [`backend`]: a client's backend and its options (`lh_client_new`);
 //! - [`io`]: the seam — one tagged request poll and one answer function per kind, the same for
 //!   every backend;
+//! - [`stream`]: the answers of the stream kind (opened, bytes read, closed);
 //! - [`values`]: the flat value format of answers and SQL parameters;
 //! - [`status`]: status queries on the handle's backend;
 //! - [`memory`]: the in-memory reference lock service (`lh_memory_service_*`).
@@ -34,6 +35,7 @@ pub mod io;
 pub mod memory;
 /// Status queries on any backend protocol (`lh_status_request`, `lh_poll_status`).
 pub mod status;
+pub mod stream;
 pub mod values;
 
 pub use backend::*;
@@ -42,5 +44,6 @@ pub use counters::*;
 pub use io::*;
 pub use memory::*;
 pub use status::*;
+pub use stream::*;
 pub use types::*;
 pub use values::*;

@@ -58,7 +58,8 @@ pub const LH_ERR_NO_BACKEND: u32 = 18;
 /// An ownership token passed to the memory service was empty or longer than
 /// `LH_MEMORY_MAX_TOKEN_LEN` bytes.
 pub const LH_ERR_INVALID_TOKEN: u32 = 19;
-/// A memory-service connection id was never issued by that service, or was disconnected.
+/// A memory-service connection id was never issued by that service, or was disconnected; or
+/// a stream id this client never handed out in an `LH_IO_OPEN`.
 pub const LH_ERR_UNKNOWN_CONNECTION: u32 = 20;
 /// A memory-service limit was reached (connections, watches per connection).
 pub const LH_ERR_LIMIT_REACHED: u32 = 21;

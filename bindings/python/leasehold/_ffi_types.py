@@ -84,6 +84,10 @@ LH_BACKEND_REDIS = 2
 LH_BACKEND_SQLITE = 3
 LH_BACKEND_POSTGRES = 4
 LH_BACKEND_ETCD = 5
+LH_BACKEND_REDIS_STREAM = 6
+LH_REDIS_PROTOCOL_LEGACY = 1
+LH_REDIS_PROTOCOL_RESP2 = 2
+LH_REDIS_PROTOCOL_RESP3 = 3
 
 LH_IO_NONE = 0
 LH_IO_COMMAND = 1
@@ -91,6 +95,9 @@ LH_IO_SQL = 2
 LH_IO_HTTP = 3
 LH_IO_HTTP_WATCH = 4
 LH_IO_HTTP_CANCEL = 5
+LH_IO_OPEN = 6
+LH_IO_WRITE = 7
+LH_IO_SHUTDOWN = 8
 
 LH_CONNECTION_COMMANDS = 1
 LH_CONNECTION_NOTIFY = 2
@@ -179,6 +186,13 @@ class lh_backend_options(ctypes.Structure):
         ("etcd_user_len", ctypes.c_size_t),
         ("etcd_password", ctypes.c_char_p),
         ("etcd_password_len", ctypes.c_size_t),
+        ("redis_url", ctypes.c_char_p),
+        ("redis_url_len", ctypes.c_size_t),
+        ("redis_client_name", ctypes.c_char_p),
+        ("redis_client_name_len", ctypes.c_size_t),
+        ("redis_protocol", ctypes.c_uint32),
+        ("redis_connect_timeout_ms", ctypes.c_uint32),
+        ("redis_request_timeout_ms", ctypes.c_uint64),
     ]
 
 
@@ -329,6 +343,13 @@ class lh_io_request(ctypes.Structure):
         ("method", ctypes.c_char_p),
         ("path", ctypes.c_char_p),
         ("authorization", ctypes.c_char_p),
+        ("stream", ctypes.c_uint64),
+        ("deadline", ctypes.c_uint64),
+        ("host", ctypes.c_char_p),
+        ("unix_path", ctypes.c_char_p),
+        ("server_name", ctypes.c_char_p),
+        ("port", ctypes.c_uint32),
+        ("tls", ctypes.c_uint32),
     ]
 
 

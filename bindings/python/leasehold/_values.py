@@ -83,8 +83,9 @@ class Answer(NamedTuple):
 
 # lh_io_request read in one call (native alignment is the C layout of the flat struct):
 # u64 id, u32 kind, u32 connection, argv, u32 argc, u32 nstatements, statements, params,
-# size_t nparams, data, size_t data_len, method, path, authorization. Pointers are ints.
-REQUEST_LAYOUT = struct.Struct("@QIIPIIPPNPNPPP")
+# size_t nparams, data, size_t data_len, method, path, authorization, u64 stream, u64 deadline,
+# host, unix_path, server_name, u32 port, u32 tls. Pointers are ints.
+REQUEST_LAYOUT = struct.Struct("@QIIPIIPPNPNPPPQQPPPII")
 if REQUEST_LAYOUT.size != ctypes.sizeof(_ffi.lh_io_request):  # pragma: no cover - exotic ABI
     raise ImportError(
         f"lh_io_request layout mismatch: struct {REQUEST_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_io_request)}"

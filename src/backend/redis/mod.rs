@@ -20,6 +20,8 @@
 //!   and what happens when it takes effect or is lost;
 //! - [`wire`]: RESP2/RESP3 and one connection's handshake, pipelining and pushes, for
 //!   hosts that only move bytes;
+//! - [`stream`]: the protocol with its two connections in the core (the *stream* kind of
+//!   the seam), to an endpoint parsed from a URL ([`url`]);
 //! - the shared outbox (`backend::outbox`): pending requests, their expiry, the event and
 //!   status queues and the last error, as every protocol keeps them.
 //!
@@ -43,7 +45,9 @@ mod replies;
 mod requests;
 pub mod scripts;
 mod sha1;
+pub mod stream;
 mod subscription;
+pub mod url;
 pub mod wire;
 pub use super::value;
 

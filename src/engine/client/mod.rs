@@ -91,6 +91,12 @@ impl Client {
         self.now
     }
 
+    /// Uniform in `[0, bound]` from the core's seeded jitter stream: protocols draw their
+    /// backoff here, so a fixed seed gives identical runs.
+    pub fn random_up_to(&mut self, bound: u64) -> u64 {
+        self.rng.up_to(bound)
+    }
+
     // ---------------------------------------------------------------- application calls
 
     /// Starts acquiring `name`. The result arrives as an `Acquired` or `AcquireFailed` event

@@ -1,0 +1,610 @@
+//! The Redis protocol on the *stream* kind of the seam (docs/design.md §5): the core owns the
+//! two connections and the host only moves bytes.
+//!
+//! [`RedisStream`] wraps a [`RedisProtocol`] and one [`Conn`] per connection kind (commands,
+//! subscriber). Each argument vector of the protocol goes to its connection, opened first if
+//! it is closed (commands wait while it opens and handshakes). What the host sees are
+//! [`StreamRequest`]s: open stream `s` to the endpoint of the URL, write these bytes on `s`,
+//! shut `s` down. It answers with [`RedisStream::handle_opened`], the bytes it read
+//! ([`RedisStream::handle_received`], split anywhere) and [`RedisStream::handle_closed`].
+//!
+//! A connection's events become the protocol's inputs as a host's answers do on the command
+//! path: a reply or an error reply goes to `handle_reply` (so `NOSCRIPT` reloads and retries),
+//! a push to `handle_message` or `handle_subscription`, a close fails every outstanding
+//! request, reports the subscriber's live channels lost (the protocol subscribes them again)
+//! and reopens the connection after a jittered exponential backoff drawn from the core's RNG.
+//! Stream ids are never reused; answers for a stream that was closed since are ignored.
+
+use std::collections::{HashSet, VecDeque};
+
+use super::url::{Endpoint, RedisUrl, parse_url};
+use super::wire::{Conn, ConnEvent, ConnOptions, Protocol as Resp, Push, SubscriptionKind};
+use super::{Arg, Connection, RedisProtocol, Value, scripts};
+use crate::backend::outbox::{MS, NEVER};
+use crate::{Client, Error, Event};
+
+/// Longest a request waits for its connection to open; beyond, it fails at once.
+const MAX_WAITING: usize = 4096;
+/// First reopen delay (jittered down to half) and its cap.
+const BACKOFF_BASE: u64 = 25 * MS;
+const BACKOFF_CAP: u64 = 2_000 * MS;
+
+/// How the stream path connects, besides the URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// `CLIENT SETNAME` of both connections (`None`: unnamed).
+    pub client_name: Option<Vec<u8>>,
+    /// Which protocol the handshake asks for first.
+    pub protocol: Resp,
+    /// How long an open may take, from when it was asked for.
+    pub connect_timeout_ns: u64,
+    /// How long a command may wait for its reply, from when it was written.
+    pub request_timeout_ns: u64,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            client_name: None,
+            protocol: Resp::Resp3,
+            connect_timeout_ns: 5_000 * MS,
+            request_timeout_ns: 5_000 * MS,
+        }
+    }
+}
+
+/// A piece of IO for the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRequest<'a> {
+    /// Open stream `stream` to `endpoint`; give up at `deadline` (the host's clock) and
+    /// report it closed.
+    Open {
+        /// The new stream's id.
+        stream: u64,
+        /// Where to connect.
+        endpoint: &'a Endpoint,
+        /// When to give up.
+        deadline: u64,
+    },
+    /// Write `bytes` on `stream`, in order after the earlier writes.
+    Write {
+        /// The stream.
+        stream: u64,
+        /// What to write.
+        bytes: &'a [u8],
+    },
+    /// Close `stream` (no answer; later reads for it are ignored).
+    Shutdown {
+        /// The stream.
+        stream: u64,
+    },
+}
+
+/// Why an answer about a stream was refused (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// The id was never handed out by this object.
+    #[error("unknown stream {0}")]
+    Unknown(u64),
+    /// Bytes for a stream the host has not reported opened.
+    #[error("stream {0} is not open yet: report it opened before its bytes")]
+    NotOpen(u64),
+}
+
+/// What the stream path saw, for diagnostics and tests (monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamCounters {
+    /// Streams asked for.
+    pub opens: u64,
+    /// Streams that ended (closed by the host, by the server, or shut down by the core).
+    pub closes: u64,
+    /// Answers for streams already closed (ignored).
+    pub late_answers: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Io {
+    Open { stream: u64, deadline: u64 },
+    Write { stream: u64, bytes: Vec<u8> },
+    Shutdown { stream: u64 },
+}
+
+#[derive(Debug)]
+enum State {
+    /// No stream; the next one may be asked for at `reopen_at`.
+    Idle,
+    Opening {
+        deadline: u64,
+    },
+    Open(Box<Conn>),
+}
+
+#[derive(Debug)]
+struct Link {
+    which: Connection,
+    /// The current stream's id, 0 when idle.
+    stream: u64,
+    state: State,
+    /// Requests waiting for the connection to open.
+    waiting: VecDeque<(u64, Vec<Arg>)>,
+    /// Ids of (S)(UN)SUBSCRIBEs in flight: their confirmations arrive as pushes.
+    subs: HashSet<u64>,
+    /// Closes since the last handshake that succeeded.
+    failures: u32,
+    reopen_at: u64,
+}
+
+impl Link {
+    fn new(which: Connection) -> Link {
+        Link {
+            which,
+            stream: 0,
+            state: State::Idle,
+            waiting: VecDeque::new(),
+            subs: HashSet::new(),
+            failures: 0,
+            reopen_at: 0,
+        }
+    }
+}
+
+/// The Redis protocol with the connections in the core. See the module docs.
+#[derive(Debug)]
+pub struct RedisStream {
+    proto: RedisProtocol,
+    url: RedisUrl,
+    settings: StreamSettings,
+    conn_opts: ConnOptions,
+    links: [Link; 2],
+    next_stream: u64,
+    io: VecDeque<Io>,
+    /// The request last handed out by [`Self::poll_request`] (its bytes are borrowed).
+    current: Option<Io>,
+    counters: StreamCounters,
+    last_close: String,
+}
+
+impl RedisStream {
+    /// Wraps `proto` with connections to `url` (parsed here, once).
+    pub fn new(
+        proto: RedisProtocol,
+        url: &str,
+        settings: StreamSettings,
+    ) -> Result<RedisStream, Error> {
+        let url = parse_url(url)?;
+        if settings.connect_timeout_ns == 0 {
+            return Err(Error::InvalidConfig("connect_timeout_ns must be positive"));
+        }
+        let conn_opts = ConnOptions {
+            username: url.username.clone(),
+            password: url.password.clone(),
+            database: url.database,
+            client_name: settings.client_name.clone(),
+            protocol: settings.protocol,
+            request_timeout_ns: settings.request_timeout_ns,
+            ..ConnOptions::default()
+        };
+        conn_opts.validate()?;
+        Ok(RedisStream {
+            proto,
+            url,
+            settings,
+            conn_opts,
+            links: [
+                Link::new(Connection::Commands),
+                Link::new(Connection::Subscriber),
+            ],
+            next_stream: 1,
+            io: VecDeque::new(),
+            current: None,
+            counters: StreamCounters::default(),
+            last_close: String::new(),
+        })
+    }
+
+    /// The wrapped protocol (counters, subscription state, the wake channel).
+    pub fn protocol(&self) -> &RedisProtocol {
+        &self.proto
+    }
+
+    /// The wrapped protocol, to change it (a new wake channel after `fork()`).
+    pub fn protocol_mut(&mut self) -> &mut RedisProtocol {
+        &mut self.proto
+    }
+
+    /// The parsed URL.
+    pub fn url(&self) -> &RedisUrl {
+        &self.url
+    }
+
+    /// The connection settings.
+    pub fn settings(&self) -> &StreamSettings {
+        &self.settings
+    }
+
+    /// Counters of the stream path.
+    pub fn counters(&self) -> StreamCounters {
+        self.counters
+    }
+
+    /// The last error: the protocol's, or why a connection closed last if that is newer.
+    pub fn last_error(&self) -> &str {
+        match self.proto.last_error() {
+            "" => &self.last_close,
+            e => e,
+        }
+    }
+
+    /// Whether a connection is open and done with its handshake.
+    pub fn is_ready(&self, which: Connection) -> bool {
+        matches!(&self.link(which).state, State::Open(c) if c.is_ready())
+    }
+
+    // ------------------------------------------------------------------------ outputs
+
+    /// The next piece of IO for the host. A write's bytes borrow this object until its next
+    /// mutation.
+    pub fn poll_request(&mut self, core: &mut Client) -> Option<StreamRequest<'_>> {
+        self.route(core);
+        self.current = self.io.pop_front();
+        Some(match self.current.as_ref()? {
+            Io::Open { stream, deadline } => StreamRequest::Open {
+                stream: *stream,
+                endpoint: &self.url.endpoint,
+                deadline: *deadline,
+            },
+            Io::Write { stream, bytes } => StreamRequest::Write {
+                stream: *stream,
+                bytes,
+            },
+            Io::Shutdown { stream } => StreamRequest::Shutdown { stream: *stream },
+        })
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
+        self.proto.poll_event(core)
+    }
+
+    /// Queues a status query (see [`RedisProtocol::request_status`]).
+    pub fn request_status(&mut self, now: u64, name: &str) -> Result<u64, Error> {
+        self.proto.request_status(now, name)
+    }
+
+    /// The next answered status query.
+    pub fn poll_status(&mut self) -> Option<crate::backend::StatusAnswer> {
+        self.proto.poll_status()
+    }
+
+    /// When [`Self::handle_timeout`] must be called at the latest: the protocol's deadline,
+    /// an open's or a reply's deadline, a reopen that requests wait for.
+    pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
+        self.route(core);
+        let mut t = self.proto.poll_timeout(core).unwrap_or(NEVER);
+        for l in &self.links {
+            t = t.min(match &l.state {
+                State::Opening { deadline } => *deadline,
+                State::Open(c) => c.deadline().unwrap_or(NEVER),
+                State::Idle if !l.waiting.is_empty() => l.reopen_at,
+                State::Idle => NEVER,
+            });
+        }
+        (t != NEVER).then_some(t)
+    }
+
+    // ------------------------------------------------------------------------- inputs
+
+    /// Time passed: the protocol's timers, opens and replies overdue, reopens due.
+    pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        self.proto.handle_timeout(core, now);
+        let now = core.now();
+        for i in 0..2 {
+            let overdue = match &mut self.links[i].state {
+                State::Opening { deadline } => *deadline <= now,
+                State::Open(c) => {
+                    c.handle_timeout(now);
+                    false
+                }
+                State::Idle => false,
+            };
+            if overdue {
+                self.open_failed(core, now, i, "the connection did not open in time", true);
+            } else {
+                self.drain(core, now, i, None);
+            }
+        }
+        self.route(core);
+    }
+
+    /// The host opened `stream`: the handshake starts and the waiting requests follow it.
+    pub fn handle_opened(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+    ) -> Result<(), StreamError> {
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(i) = self.find(stream)? else {
+            return Ok(());
+        };
+        if !matches!(self.links[i].state, State::Opening { .. }) {
+            // Reported twice: the first report counts.
+            self.counters.late_answers += 1;
+            return Ok(());
+        }
+        let mut conn = match Conn::new(self.conn_opts.clone(), now) {
+            Ok(c) => Box::new(c),
+            Err(_) => {
+                // Unreachable: the options were validated at construction.
+                self.open_failed(core, now, i, "invalid connection options", true);
+                return Ok(());
+            }
+        };
+        let mut refused = Vec::new();
+        let link = &mut self.links[i];
+        for (id, args) in link.waiting.drain(..) {
+            match conn.send(now, id, &args) {
+                Ok(()) => note_subscription(&mut link.subs, id, &args),
+                Err(e) => refused.push((id, e.to_string())),
+            }
+        }
+        link.state = State::Open(conn);
+        for (id, why) in refused {
+            self.proto
+                .handle_request_failed_because(core, now, id, &why);
+        }
+        self.route(core);
+        Ok(())
+    }
+
+    /// Bytes the host read on `stream` (any split).
+    pub fn handle_received(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+        bytes: &[u8],
+    ) -> Result<(), StreamError> {
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(i) = self.find(stream)? else {
+            return Ok(());
+        };
+        let State::Open(conn) = &mut self.links[i].state else {
+            return Err(StreamError::NotOpen(stream));
+        };
+        conn.feed(now, bytes);
+        self.drain(core, now, i, None);
+        self.route(core);
+        Ok(())
+    }
+
+    /// `stream` closed, or failed to open; `message` is the host's reason.
+    pub fn handle_closed(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        stream: u64,
+        message: &str,
+    ) -> Result<(), StreamError> {
+        core.handle_timeout(now);
+        let now = core.now();
+        let Some(i) = self.find(stream)? else {
+            return Ok(());
+        };
+        let why = if message.is_empty() {
+            "the connection closed"
+        } else {
+            message
+        };
+        if let State::Open(conn) = &mut self.links[i].state {
+            conn.handle_closed();
+            self.drain(core, now, i, Some(why));
+        } else {
+            self.open_failed(core, now, i, why, false);
+        }
+        self.route(core);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------- internals
+
+    fn link(&self, which: Connection) -> &Link {
+        &self.links[index(which)]
+    }
+
+    /// The link `stream` is the current stream of; `None` for a stream closed since (the
+    /// answer is late and ignored).
+    fn find(&mut self, stream: u64) -> Result<Option<usize>, StreamError> {
+        if stream == 0 || stream >= self.next_stream {
+            return Err(StreamError::Unknown(stream));
+        }
+        let found = self.links.iter().position(|l| l.stream == stream);
+        if found.is_none() {
+            self.counters.late_answers += 1;
+        }
+        Ok(found)
+    }
+
+    /// Hands the protocol's requests to their connections, starts the opens they need and
+    /// queues the bytes to write.
+    fn route(&mut self, core: &mut Client) {
+        let now = core.now();
+        let mut refused: Vec<(u64, String)> = Vec::new();
+        while let Some(req) = self.proto.poll_request(core) {
+            let (id, args) = (req.id, req.args.to_vec());
+            let link = &mut self.links[index(req.connection)];
+            match &mut link.state {
+                State::Open(conn) => match conn.send(now, id, &args) {
+                    Ok(()) => note_subscription(&mut link.subs, id, &args),
+                    Err(e) => refused.push((id, e.to_string())),
+                },
+                _ if link.waiting.len() >= MAX_WAITING => refused.push((
+                    id,
+                    "too many requests wait for the Redis connection to open".to_owned(),
+                )),
+                _ => link.waiting.push_back((id, args)),
+            }
+        }
+        for (id, why) in refused {
+            self.proto
+                .handle_request_failed_because(core, now, id, &why);
+        }
+        for link in &mut self.links {
+            match &mut link.state {
+                State::Idle if !link.waiting.is_empty() && link.reopen_at <= now => {
+                    let stream = self.next_stream;
+                    self.next_stream += 1;
+                    self.counters.opens += 1;
+                    let deadline = now.saturating_add(self.settings.connect_timeout_ns);
+                    link.stream = stream;
+                    link.state = State::Opening { deadline };
+                    self.io.push_back(Io::Open { stream, deadline });
+                }
+                State::Open(conn) if conn.has_output() => {
+                    self.io.push_back(Io::Write {
+                        stream: link.stream,
+                        bytes: conn.take_output(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Turns connection `i`'s events into the protocol's inputs. `host_reason`: the host
+    /// reported the close (no shutdown to ask for).
+    fn drain(&mut self, core: &mut Client, now: u64, i: usize, host_reason: Option<&str>) {
+        let State::Open(conn) = &mut self.links[i].state else {
+            return;
+        };
+        let events: Vec<ConnEvent> = std::iter::from_fn(|| conn.poll_event()).collect();
+        let mut failed = Vec::new();
+        let mut closed = None;
+        for ev in events {
+            let subs = &mut self.links[i].subs;
+            match ev {
+                ConnEvent::Ready { .. } => self.links[i].failures = 0,
+                ConnEvent::Reply { id, reply } => {
+                    // A subscription's confirmation came as a push already.
+                    if !subs.remove(&id) {
+                        self.proto.handle_reply(core, now, id, &reply.as_value());
+                    }
+                }
+                ConnEvent::Error { id, error } => {
+                    subs.remove(&id);
+                    let reply = Value::Error(&error.message);
+                    self.proto.handle_reply(core, now, id, &reply);
+                }
+                ConnEvent::Push(push) => self.on_push(core, now, push),
+                ConnEvent::Failed { id } => {
+                    subs.remove(&id);
+                    failed.push(id);
+                }
+                ConnEvent::Closed(e) => closed = Some(e.to_string()),
+            }
+        }
+        let Some(own) = closed else {
+            return;
+        };
+        let why = host_reason.map_or(own, str::to_owned);
+        for id in failed {
+            self.proto
+                .handle_request_failed_because(core, now, id, &why);
+        }
+        self.down(core, now, i, &why, host_reason.is_none());
+    }
+
+    fn on_push(&mut self, core: &mut Client, now: u64, push: Push) {
+        match push {
+            Push::Message { channel, payload }
+            | Push::ShardMessage { channel, payload }
+            | Push::PatternMessage {
+                channel, payload, ..
+            } => self.proto.handle_message(core, now, &channel, &payload),
+            Push::Subscription {
+                kind,
+                channel: Some(channel),
+                ..
+            } if kind != SubscriptionKind::PSubscribe && kind != SubscriptionKind::PUnsubscribe => {
+                self.proto
+                    .handle_subscription(core, now, &channel, kind.is_subscribe());
+            }
+            Push::Subscription { .. } | Push::Other(_) => {}
+        }
+    }
+
+    /// An open that failed (the host's report, or its deadline passed): the requests that
+    /// waited for it fail, and the next open waits for the backoff.
+    fn open_failed(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
+        let waiting: Vec<u64> = self.links[i].waiting.drain(..).map(|(id, _)| id).collect();
+        for id in waiting {
+            self.proto.handle_request_failed_because(core, now, id, why);
+        }
+        self.down(core, now, i, why, shutdown);
+    }
+
+    /// Connection `i` is gone: back off, and tell the protocol its subscriptions are lost.
+    fn down(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
+        let link = &mut self.links[i];
+        if shutdown {
+            self.io.push_back(Io::Shutdown {
+                stream: link.stream,
+            });
+        }
+        self.counters.closes += 1;
+        self.last_close = format!("Redis connection closed: {why}");
+        link.stream = 0;
+        link.state = State::Idle;
+        link.subs.clear();
+        link.failures = link.failures.saturating_add(1);
+        let step = BACKOFF_BASE
+            .saturating_mul(1 << (link.failures - 1).min(10))
+            .min(BACKOFF_CAP);
+        link.reopen_at = now.saturating_add(step / 2 + core.random_up_to(step / 2));
+        if link.which == Connection::Subscriber {
+            self.subscriptions_lost(core, now);
+        }
+    }
+
+    /// The subscriber is gone: every live channel is reported lost, so the protocol
+    /// subscribes it again (on the reopened connection) and re-checks its waiters.
+    fn subscriptions_lost(&mut self, core: &mut Client, now: u64) {
+        let lost: Vec<Vec<u8>> = if self.proto.options().sharded_wake {
+            self.proto
+                .watched_names()
+                .filter(|(_, live)| *live)
+                .filter_map(|(name, _)| scripts::shard_channel(name).ok())
+                .collect()
+        } else if self.proto.is_subscribed() {
+            vec![self.proto.wake_channel().to_vec()]
+        } else {
+            Vec::new()
+        };
+        for channel in lost {
+            self.proto.handle_subscription(core, now, &channel, false);
+        }
+    }
+}
+
+fn index(which: Connection) -> usize {
+    match which {
+        Connection::Commands => 0,
+        Connection::Subscriber => 1,
+    }
+}
+
+fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
+    if args
+        .first()
+        .and_then(|n| SubscriptionKind::from_name(n))
+        .is_some()
+    {
+        subs.insert(id);
+    }
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

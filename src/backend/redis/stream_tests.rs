@@ -1,0 +1,418 @@
+//! `RedisStream` against a scripted server: the test reads the commands the core writes
+//! (decoded with the crate's own decoder) and answers with hand-written RESP bytes.
+
+use super::*;
+use crate::backend::redis::scripts::Script;
+use crate::backend::redis::wire::{Decoder, Limits, Reply};
+use crate::backend::redis::{RedisOptions, RedisProtocol};
+use crate::{AcquireOptions, Config};
+
+const HELLO_REPLY: &[u8] = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+const GRANTED: &[u8] = b"*3\r\n:1\r\n:42\r\n:3000\r\n";
+
+#[derive(Debug, Clone, PartialEq)]
+enum Got {
+    Open(u64, Endpoint, u64),
+    Write(u64, Vec<Vec<Vec<u8>>>),
+    Shutdown(u64),
+}
+
+struct T {
+    core: Client,
+    s: RedisStream,
+    now: u64,
+}
+
+fn commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut d = Decoder::new(Limits::default());
+    d.feed(bytes).unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = d.next().unwrap() {
+        let Reply::Array(items) = r else {
+            panic!("not a command: {r:?}")
+        };
+        out.push(items.iter().map(|i| i.bytes().unwrap().to_vec()).collect());
+    }
+    assert_eq!(d.buffered(), 0, "a write holds whole commands");
+    out
+}
+
+impl T {
+    fn new(url: &str) -> T {
+        let proto = RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
+        T {
+            core: Client::new(Config::default(), &[9; 32]).unwrap(),
+            s: RedisStream::new(proto, url, StreamSettings::default()).unwrap(),
+            now: MS,
+        }
+    }
+
+    fn io(&mut self) -> Vec<Got> {
+        let mut v = Vec::new();
+        while let Some(r) = self.s.poll_request(&mut self.core) {
+            v.push(match r {
+                StreamRequest::Open {
+                    stream,
+                    endpoint,
+                    deadline,
+                } => Got::Open(stream, endpoint.clone(), deadline),
+                StreamRequest::Write { stream, bytes } => Got::Write(stream, commands(bytes)),
+                StreamRequest::Shutdown { stream } => Got::Shutdown(stream),
+            });
+            assert!(v.len() < 100);
+        }
+        v
+    }
+
+    fn opens(&mut self) -> Vec<u64> {
+        let got = self.io();
+        got.iter()
+            .map(|g| match g {
+                Got::Open(s, _, _) => *s,
+                other => panic!("expected opens only: {got:?} ({other:?})"),
+            })
+            .collect()
+    }
+
+    /// The commands of the one write queued now, on `stream`.
+    fn write(&mut self, stream: u64) -> Vec<Vec<Vec<u8>>> {
+        let got = self.io();
+        match &got[..] {
+            [Got::Write(s, cmds)] if *s == stream => cmds.clone(),
+            _ => panic!("expected one write on {stream}: {got:?}"),
+        }
+    }
+
+    fn opened(&mut self, stream: u64) {
+        self.s
+            .handle_opened(&mut self.core, self.now, stream)
+            .unwrap();
+    }
+
+    fn recv(&mut self, stream: u64, bytes: &[u8]) {
+        self.s
+            .handle_received(&mut self.core, self.now, stream, bytes)
+            .unwrap();
+    }
+
+    fn closed(&mut self, stream: u64, why: &str) {
+        self.s
+            .handle_closed(&mut self.core, self.now, stream, why)
+            .unwrap();
+    }
+
+    fn acquire(&mut self, wait_ms: u64) -> crate::LeaseId {
+        let o = AcquireOptions::new(3_000).wait_ns(wait_ms * MS);
+        self.core.acquire(self.now, "a", o).unwrap()
+    }
+
+    /// Opens and handshakes the commands connection (streams: commands, subscriber).
+    fn ready_commands(&mut self) -> (u64, u64) {
+        let opens = self.opens();
+        assert_eq!(opens.len(), 2, "{opens:?}");
+        let (cmd, sub) = (opens[0], opens[1]);
+        self.opened(cmd);
+        assert_eq!(
+            self.write(cmd),
+            vec![vec![b"HELLO".to_vec(), b"3".to_vec()]]
+        );
+        self.recv(cmd, HELLO_REPLY);
+        (cmd, sub)
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.s.poll_event(&mut self.core)).collect()
+    }
+
+    fn fence(&mut self) -> Option<u64> {
+        self.events().iter().find_map(|e| match e {
+            Event::Acquired { fencing_token, .. } => Some(*fencing_token),
+            _ => None,
+        })
+    }
+
+    /// Advances to the next deadline (at most `limit` ns ahead); false if none.
+    fn tick(&mut self, limit: u64) -> bool {
+        match self.s.poll_timeout(&mut self.core) {
+            Some(t) if t <= self.now + limit => {
+                self.now = self.now.max(t);
+                self.s.handle_timeout(&mut self.core, self.now);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn is_acquire(cmd: &[Vec<u8>]) -> bool {
+    cmd[0] == b"EVALSHA" && cmd[1] == Script::Acquire.sha1_hex()
+}
+
+#[test]
+fn open_handshake_command_reply() {
+    let mut t = T::new("redis://cache.example:6380");
+    t.acquire(0);
+    let got = t.io();
+    let [
+        Got::Open(
+            cmd,
+            Endpoint::Tcp {
+                host, port, tls, ..
+            },
+            deadline,
+        ),
+        Got::Open(sub, ..),
+    ] = &got[..]
+    else {
+        panic!("{got:?}")
+    };
+    assert_eq!((host.as_str(), *port, *tls), ("cache.example", 6380, false));
+    assert_eq!(*deadline, t.now + 5_000 * MS);
+    let (cmd, sub) = (*cmd, *sub);
+    assert_ne!(cmd, sub);
+    t.opened(cmd);
+    // The acquire waits for the handshake.
+    assert_eq!(t.write(cmd), vec![vec![b"HELLO".to_vec(), b"3".to_vec()]]);
+    assert!(!t.s.is_ready(Connection::Commands));
+    t.recv(cmd, HELLO_REPLY);
+    assert!(t.s.is_ready(Connection::Commands));
+    let cmds = t.write(cmd);
+    assert!(cmds.len() == 1 && is_acquire(&cmds[0]), "{cmds:?}");
+    t.recv(cmd, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+}
+
+#[test]
+fn bytes_split_anywhere() {
+    let mut t = T::new("redis://h");
+    t.acquire(0);
+    let opens = t.opens();
+    t.opened(opens[0]);
+    t.io();
+    for b in HELLO_REPLY {
+        t.recv(opens[0], &[*b]);
+    }
+    assert!(is_acquire(&t.write(opens[0])[0]));
+    for b in GRANTED {
+        t.recv(opens[0], &[*b]);
+    }
+    assert_eq!(t.fence(), Some(42));
+}
+
+#[test]
+fn close_mid_reply_fails_the_request_and_reopens_after_a_backoff() {
+    let mut t = T::new("redis://h");
+    t.acquire(5_000);
+    let (cmd, _sub) = t.ready_commands();
+    assert!(is_acquire(&t.write(cmd)[0]));
+    t.recv(cmd, b"*3\r\n:1\r\n");
+    let closed_at = t.now;
+    t.closed(cmd, "connection reset by peer");
+    assert_eq!(t.s.protocol().counters().transport_failures, 1);
+    assert!(
+        t.s.last_error().contains("connection reset by peer"),
+        "{}",
+        t.s.last_error()
+    );
+    // Late bytes for the old stream are ignored.
+    t.recv(cmd, b":42\r\n:3000\r\n");
+    assert_eq!(t.s.counters().late_answers, 1);
+    assert_eq!(t.fence(), None);
+    // The engine retries; the new stream waits for the backoff.
+    let mut reopened = None;
+    while reopened.is_none() && t.tick(2_000 * MS) {
+        for g in t.io() {
+            if let Got::Open(s, ..) = g {
+                reopened = Some(s);
+            }
+        }
+    }
+    let stream = reopened.expect("reopened");
+    assert!(stream > cmd);
+    assert!(
+        t.now - closed_at >= 12 * MS,
+        "reopened after {} ns",
+        t.now - closed_at
+    );
+    t.opened(stream);
+    t.io();
+    t.recv(stream, HELLO_REPLY);
+    let cmds = t.write(stream);
+    assert!(is_acquire(&cmds[0]), "{cmds:?}");
+    t.recv(stream, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+}
+
+#[test]
+fn garbage_closes_the_stream_and_reopens() {
+    let mut t = T::new("redis://h");
+    t.acquire(5_000);
+    let (cmd, _) = t.ready_commands();
+    t.io();
+    t.recv(cmd, b"?garbage\r\n");
+    assert_eq!(t.io(), vec![Got::Shutdown(cmd)]);
+    assert_eq!(t.s.protocol().counters().transport_failures, 1);
+    assert_eq!(t.s.counters().closes, 1);
+    let mut reopened = false;
+    while !reopened && t.tick(2_000 * MS) {
+        reopened = t.io().iter().any(|g| matches!(g, Got::Open(..)));
+    }
+    assert!(reopened);
+}
+
+#[test]
+fn noscript_loads_and_retries() {
+    let mut t = T::new("redis://h");
+    t.acquire(0);
+    let (cmd, _) = t.ready_commands();
+    assert!(is_acquire(&t.write(cmd)[0]));
+    t.recv(cmd, b"-NOSCRIPT No matching script. Please use EVAL.\r\n");
+    let cmds = t.write(cmd);
+    assert_eq!(cmds[0][0], b"EVAL");
+    assert_eq!(cmds[0][1], Script::Acquire.text().as_bytes());
+    assert_eq!(t.s.protocol().counters().noscript_retries, 1);
+    t.recv(cmd, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+}
+
+#[test]
+fn subscriber_resubscribes_after_a_reopen() {
+    let mut t = T::new("unix:///run/redis.sock?db=3");
+    let opens = t.opens();
+    assert_eq!(opens.len(), 1, "only the subscriber opens at first");
+    let sub = opens[0];
+    t.opened(sub);
+    let hello = t.write(sub);
+    assert_eq!(hello[1], vec![b"SELECT".to_vec(), b"3".to_vec()]);
+    t.recv(sub, HELLO_REPLY);
+    t.recv(sub, b"+OK\r\n");
+    let cmds = t.write(sub);
+    assert_eq!(cmds[0][0], b"SUBSCRIBE");
+    let wake = cmds[0][1].clone();
+    let mut confirm = format!(">3\r\n$9\r\nsubscribe\r\n${}\r\n", wake.len()).into_bytes();
+    confirm.extend_from_slice(&wake);
+    confirm.extend_from_slice(b"\r\n:1\r\n");
+    t.recv(sub, &confirm);
+    assert!(t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().stale_replies, 0);
+
+    t.closed(sub, "");
+    assert!(!t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().subscriber_losses, 1);
+    let mut reopened = None;
+    while reopened.is_none() && t.tick(2_000 * MS) {
+        reopened = t.io().iter().find_map(|g| match g {
+            Got::Open(s, Endpoint::Unix { path }, _) if path == "/run/redis.sock" => Some(*s),
+            _ => None,
+        });
+    }
+    let sub2 = reopened.expect("the subscriber reopens");
+    t.opened(sub2);
+    t.io();
+    t.recv(sub2, HELLO_REPLY);
+    t.recv(sub2, b"+OK\r\n");
+    assert_eq!(
+        t.write(sub2),
+        vec![vec![b"SUBSCRIBE".to_vec(), wake.clone()]]
+    );
+    t.recv(sub2, &confirm);
+    assert!(t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().subscriptions, 2);
+}
+
+#[test]
+fn an_open_past_its_deadline_is_shut_down_and_retried() {
+    let mut t = T::new("redis://h");
+    t.acquire(20_000);
+    let opens = t.opens();
+    let start = t.now;
+    let mut got = Vec::new();
+    while t.now < start + 5_000 * MS && t.tick(6_000 * MS) {
+        got.extend(t.io());
+    }
+    assert!(got.contains(&Got::Shutdown(opens[0])), "{got:?}");
+    assert!(got.contains(&Got::Shutdown(opens[1])), "{got:?}");
+    assert!(
+        t.s.last_error().contains("did not open in time"),
+        "{}",
+        t.s.last_error()
+    );
+    // A refused open (the host's report) backs off too, longer each time.
+    let mut gaps = Vec::new();
+    let mut last = t.now;
+    for _ in 0..4 {
+        let mut next = None;
+        while next.is_none() && t.tick(10_000 * MS) {
+            next = t.io().iter().find_map(|g| match g {
+                Got::Open(s, ..) => Some(*s),
+                _ => None,
+            });
+        }
+        let s = next.expect("reopens");
+        gaps.push(t.now - last);
+        last = t.now;
+        t.closed(s, "connection refused");
+    }
+    assert!(gaps[3] > gaps[1], "backoff grows: {gaps:?}");
+}
+
+#[test]
+fn unknown_and_late_streams() {
+    let mut t = T::new("redis://h");
+    assert_eq!(
+        t.s.handle_opened(&mut t.core, t.now, 1),
+        Err(StreamError::Unknown(1))
+    );
+    let sub = t.opens()[0];
+    assert_eq!(
+        t.s.handle_received(&mut t.core, t.now, sub, b"+OK\r\n"),
+        Err(StreamError::NotOpen(sub))
+    );
+    for bad in [0, sub + 1, u64::MAX] {
+        assert_eq!(
+            t.s.handle_closed(&mut t.core, t.now, bad, ""),
+            Err(StreamError::Unknown(bad))
+        );
+    }
+    t.closed(sub, "refused");
+    // Everything about a closed stream is late, never an error.
+    t.opened(sub);
+    t.recv(sub, b"+OK\r\n");
+    t.closed(sub, "");
+    assert_eq!(t.s.counters().late_answers, 3);
+}
+
+#[test]
+fn time_running_backwards_is_clamped() {
+    let mut t = T::new("redis://h");
+    t.now = 10_000 * MS;
+    t.acquire(0);
+    let (cmd, _) = t.ready_commands();
+    t.io();
+    t.now = MS;
+    t.recv(cmd, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+    assert_eq!(t.core.now(), 10_000 * MS);
+    let deadline = t.s.poll_timeout(&mut t.core).unwrap();
+    assert!(deadline > 10_000 * MS);
+}
+
+#[test]
+fn bad_settings_are_refused() {
+    let p = || RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
+    let err = RedisStream::new(p(), "redis+sentinel://h/m", StreamSettings::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("not supported on the stream path"),
+        "{err}"
+    );
+    let settings = StreamSettings {
+        client_name: Some(b"has space".to_vec()),
+        ..StreamSettings::default()
+    };
+    assert!(RedisStream::new(p(), "redis://h", settings).is_err());
+    let settings = StreamSettings {
+        connect_timeout_ns: 0,
+        ..StreamSettings::default()
+    };
+    assert!(RedisStream::new(p(), "redis://h", settings).is_err());
+}
