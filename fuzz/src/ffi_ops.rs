@@ -839,8 +839,9 @@ impl Handle {
         let text = String::from_utf8_lossy(message.bytes().unwrap_or(&[])).into_owned();
         self.check(what, st, &problems, |s| {
             let fk = fk.expect("a known kind");
-            s.proto.handle_failed(&mut s.core, now, id, fk, &text);
-            Ok(())
+            s.proto
+                .handle_failed(&mut s.core, now, id, fk, &text)
+                .map_err(|_| LH_ERR_WRONG_ANSWER)
         });
     }
 

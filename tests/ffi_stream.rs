@@ -1,0 +1,579 @@
+//! The *stream* kind of the seam through the C ABI only: a client of kind
+//! `LH_BACKEND_REDIS_STREAM` asks for `LH_IO_OPEN` / `LH_IO_WRITE` / `LH_IO_SHUTDOWN`, and a
+//! Rust host that knows no command moves bytes between it and a real redis-server over
+//! `TcpStream` / `UnixStream` (`lh_io_opened`, `lh_io_received`, `lh_io_closed`). Covers a
+//! lock's life with its fencing token, a release waking a waiter through the subscriber, a
+//! server restart mid-session, an ACL user with a password and a database from the URL, a
+//! client name, a Unix socket, and the refusals of bad URLs and bad answers.
+#![allow(unsafe_code)]
+// A host reads its clock; only the core must not.
+#![allow(clippy::disallowed_methods)]
+
+#[path = "support/abi.rs"]
+mod abi;
+mod support;
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::ptr::null;
+use std::time::{Duration, Instant};
+
+use abi::*;
+use leasehold::backend::redis::{KeyKind, key};
+use leasehold::ffi::*;
+use support::resp::{Resp, Server, now};
+
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn c_text(p: *const std::ffi::c_char) -> Option<String> {
+    // SAFETY: NULL or a NUL-terminated string borrowed from the handle until its next call.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// A host that only moves bytes: one handle, its streams, the events it saw.
+struct Host {
+    h: H,
+    socks: HashMap<u64, Sock>,
+    events: Vec<lh_event>,
+    opens: u64,
+}
+
+impl Host {
+    fn new(url: &str, seed: u8, tweak: impl FnOnce(&mut lh_backend_options)) -> Host {
+        let mut o = backend(LH_BACKEND_REDIS_STREAM);
+        o.redis_url = url.as_ptr();
+        o.redis_url_len = url.len();
+        tweak(&mut o);
+        let h = try_client(&config(), &o, &[seed; 32]).expect("lh_client_new");
+        Host {
+            h,
+            socks: HashMap::new(),
+            events: Vec::new(),
+            opens: 0,
+        }
+    }
+
+    /// Runs every request queued now.
+    fn drain(&mut self) -> bool {
+        let mut worked = false;
+        loop {
+            let mut r = std::mem::MaybeUninit::<lh_io_request>::uninit();
+            // SAFETY: valid out-pointer, written on LH_OK.
+            ok(unsafe { lh_io_poll(self.h.0, r.as_mut_ptr()) });
+            // SAFETY: LH_OK wrote it; its pointers are used before the next call.
+            let r = unsafe { r.assume_init() };
+            match r.kind {
+                LH_IO_NONE => break,
+                LH_IO_OPEN => {
+                    assert_eq!(r.id, r.stream);
+                    self.opens += 1;
+                    let sock = match (c_text(r.host), c_text(r.unix_path)) {
+                        (Some(host), None) => {
+                            assert_eq!(r.tls, 0);
+                            TcpStream::connect((host.as_str(), r.port as u16)).map(|s| {
+                                s.set_nodelay(true).unwrap();
+                                s.set_nonblocking(true).unwrap();
+                                Sock::Tcp(s)
+                            })
+                        }
+                        (None, Some(path)) => UnixStream::connect(path).map(|s| {
+                            s.set_nonblocking(true).unwrap();
+                            Sock::Unix(s)
+                        }),
+                        other => panic!("an OPEN names a host or a path: {other:?}"),
+                    };
+                    let t = now();
+                    match sock {
+                        Ok(s) => {
+                            self.socks.insert(r.stream, s);
+                            // SAFETY: live handle.
+                            ok(unsafe { lh_io_opened(self.h.0, t, r.stream) });
+                        }
+                        Err(e) => self.closed(r.stream, &e.to_string()),
+                    }
+                }
+                LH_IO_WRITE => {
+                    // SAFETY: `data` is valid for `data_len` bytes until the next call.
+                    let bytes = unsafe { std::slice::from_raw_parts(r.data, r.data_len) }.to_vec();
+                    if let Err(e) = self.write(r.stream, &bytes) {
+                        self.socks.remove(&r.stream);
+                        self.closed(r.stream, &e.to_string());
+                    }
+                }
+                LH_IO_SHUTDOWN => {
+                    self.socks.remove(&r.stream);
+                }
+                other => panic!("a stream client asks only for streams, not kind {other}"),
+            }
+            worked = true;
+        }
+        worked
+    }
+
+    fn write(&mut self, stream: u64, mut bytes: &[u8]) -> std::io::Result<()> {
+        let Some(sock) = self.socks.get_mut(&stream) else {
+            return Err(std::io::Error::other("write on a stream that is not open"));
+        };
+        while !bytes.is_empty() {
+            match sock.write(bytes) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_micros(200))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self, stream: u64, why: &str) {
+        // SAFETY: live handle; the message is read during the call.
+        ok(unsafe { lh_io_closed(self.h.0, now(), stream, why.as_ptr(), why.len()) });
+    }
+
+    /// One turn of the loop: requests, reads, the deadline, events.
+    fn step(&mut self) {
+        let mut worked = self.drain();
+        let mut buf = [0u8; 4096];
+        let ids: Vec<u64> = self.socks.keys().copied().collect();
+        for id in ids {
+            while let Some(sock) = self.socks.get_mut(&id) {
+                match sock.read(&mut buf) {
+                    Ok(0) => {
+                        self.socks.remove(&id);
+                        self.closed(id, "end of stream");
+                    }
+                    Ok(n) => {
+                        // SAFETY: live handle; `buf` is read during the call.
+                        ok(unsafe { lh_io_received(self.h.0, now(), id, buf.as_ptr(), n) });
+                        worked = true;
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        self.socks.remove(&id);
+                        self.closed(id, &e.to_string());
+                    }
+                }
+                break;
+            }
+            worked |= self.drain();
+        }
+        let t = now();
+        if self.h.deadline() <= t {
+            ok(self.h.timeout(t));
+            worked = true;
+        }
+        worked |= self.drain();
+        self.events.extend(self.h.events());
+        if !worked {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    fn acquire(&mut self, name: &str, ttl_ms: u64, wait_ms: u64) -> u64 {
+        let mut o = opts(ttl_ms);
+        o.wait_ns = wait_ms * MS;
+        let lease = self.h.acquire(now(), name.as_bytes(), &o).unwrap();
+        self.drain();
+        lease
+    }
+
+    fn release(&mut self, lease: u64) {
+        ok(self.h.release(now(), lease));
+        self.drain();
+    }
+
+    fn event(&self, lease: u64, kind: u32) -> Option<lh_event> {
+        self.events
+            .iter()
+            .find(|e| e.lease_id == lease && e.kind == kind)
+            .copied()
+    }
+
+    /// Steps until `lease` has an event of `kind` (or a terminal one), for at most `limit`.
+    fn wait_for(&mut self, lease: u64, kind: u32, limit: Duration) -> Option<lh_event> {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            self.step();
+            if let Some(e) = self.event(lease, kind) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    fn step_for(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.step();
+        }
+    }
+}
+
+fn url_of(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+#[test]
+fn acquire_fence_release() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut host = Host::new(&url_of(server.port), 1, |_| {});
+    let lease = host.acquire("stream-job", 5_000, 0);
+    let got = host
+        .wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("acquired");
+    assert!(host.opens >= 2, "a commands and a subscriber stream");
+    // The fence is max(previous + 1, the server's clock in µs).
+    let mut admin = server.conn();
+    let server_us = {
+        let t = admin.call(&[&b"TIME"[..]]).unwrap();
+        let support::resp::Owned::Array(v) = t else {
+            panic!("{t:?}")
+        };
+        v[0].text().parse::<u64>().unwrap() * 1_000_000
+    };
+    assert!(
+        got.fencing_token > server_us - 60_000_000,
+        "fence {}",
+        got.fencing_token
+    );
+    assert_eq!(host.h.fence(lease), Ok(got.fencing_token));
+    let lock = key(KeyKind::Lock, "stream-job").unwrap();
+    assert_eq!(admin.call(&[&b"EXISTS"[..], &lock]).unwrap().int(), 1);
+
+    host.release(lease);
+    assert!(
+        host.wait_for(lease, LH_EVENT_RELEASED, Duration::from_secs(5))
+            .is_some()
+    );
+    // Released at once for the application; the server confirms the RELEASE after.
+    let until = Instant::now() + Duration::from_secs(5);
+    while host.h.counters().releases_confirmed == 0 && Instant::now() < until {
+        host.step();
+    }
+    assert_eq!(host.h.counters().releases_confirmed, 1);
+    assert_eq!(admin.call(&[&b"EXISTS"[..], &lock]).unwrap().int(), 0);
+    let k = host.h.counters();
+    assert!(
+        k.redis_subscribed == 1 && k.redis_subscriptions == 1,
+        "{k:?}"
+    );
+    assert_eq!(k.backend_transport_failures, 0);
+}
+
+#[test]
+fn a_release_wakes_the_waiter_through_the_subscriber() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut a = Host::new(&url_of(server.port), 1, |_| {});
+    let mut b = Host::new(&url_of(server.port), 2, |_| {});
+    let la = a.acquire("contended", 10_000, 0);
+    let fa = a
+        .wait_for(la, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("a holds")
+        .fencing_token;
+    let lb = b.acquire("contended", 10_000, 20_000);
+    // B is refused and queues; its subscription is live.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        a.step();
+        b.step();
+    }
+    assert!(b.event(lb, LH_EVENT_ACQUIRED).is_none());
+    assert_eq!(b.h.counters().redis_subscribed, 1);
+    a.release(la);
+    let released_at = Instant::now();
+    let mut fb = None;
+    while fb.is_none() && released_at.elapsed() < Duration::from_secs(5) {
+        a.step();
+        b.step();
+        fb = b.event(lb, LH_EVENT_ACQUIRED).map(|e| e.fencing_token);
+    }
+    let fb = fb.expect("b is woken");
+    // Woken, not polling: the idle recheck is 10 s away.
+    assert!(released_at.elapsed() < Duration::from_secs(2));
+    assert!(b.h.counters().backend_wakeups >= 1);
+    assert!(fb > fa, "fences increase: {fa} then {fb}");
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts redis-server on `port` (the one a stopped server had); stopped on drop.
+fn restart(port: u16) -> Killed {
+    let server = Killed(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server"),
+    );
+    for _ in 0..500 {
+        if let Ok(mut c) = Resp::connect(port) {
+            if c.call(&[b"PING"]).is_ok() {
+                return server;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("redis-server did not come back on {port}");
+}
+
+#[test]
+fn the_client_reconnects_after_a_server_restart() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let port = server.port;
+    let mut host = Host::new(&url_of(port), 3, |_| {});
+    let lease = host.acquire("restart", 3_000, 0);
+    host.wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("acquired");
+    let opens_before = host.opens;
+    drop(server);
+    // Down for a while: the streams close, reopens are refused and back off.
+    host.step_for(Duration::from_millis(400));
+    assert!(host.opens > opens_before, "the client tried to reopen");
+    let _server = restart(port);
+    // A new acquire succeeds over the reopened connections.
+    let second = host.acquire("restart-2", 3_000, 10_000);
+    let got = host
+        .wait_for(second, LH_EVENT_ACQUIRED, Duration::from_secs(10))
+        .expect("acquired after the restart");
+    assert!(got.fencing_token > 0);
+    // The subscriber came back too.
+    let until = Instant::now() + Duration::from_secs(5);
+    while host.h.counters().redis_subscribed != 1 && Instant::now() < until {
+        host.step();
+    }
+    let k = host.h.counters();
+    assert_eq!(k.redis_subscribed, 1, "{k:?}");
+    assert!(k.redis_subscriber_losses >= 1, "{k:?}");
+    // The first lease's key died with the server: its renewal is refused, it ends Lost.
+    assert!(
+        host.wait_for(lease, LH_EVENT_LOST, Duration::from_secs(5))
+            .is_some()
+    );
+    assert!(!host.h.backend_error().is_empty());
+}
+
+#[test]
+fn acl_user_password_database_and_client_name_from_the_url() {
+    let acl = [
+        "--requirepass",
+        "adminpw",
+        "--user",
+        "app",
+        "on",
+        ">p@ss word",
+        "~*",
+        "&*",
+        "+@all",
+    ];
+    let Some(server) = Server::start_with(&acl) else {
+        return;
+    };
+    let url = format!("redis://app:p%40ss%20word@127.0.0.1:{}/5", server.port);
+    let name = "lh-stream-test";
+    let mut host = Host::new(&url, 4, |o| {
+        o.redis_client_name = name.as_ptr();
+        o.redis_client_name_len = name.len();
+    });
+    let lease = host.acquire("acl", 5_000, 0);
+    host.wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("acquired as app");
+    let mut admin = server.conn();
+    admin.call(&[&b"AUTH"[..], b"adminpw"]).unwrap();
+    let lock = key(KeyKind::Lock, "acl").unwrap();
+    assert_eq!(admin.call(&[&b"EXISTS"[..], &lock]).unwrap().int(), 0);
+    admin.call(&[&b"SELECT"[..], b"5"]).unwrap();
+    assert_eq!(admin.call(&[&b"EXISTS"[..], &lock]).unwrap().int(), 1);
+    let list = admin.call(&[&b"CLIENT"[..], b"LIST"]).unwrap().text();
+    let ours: Vec<&str> = list.lines().filter(|l| l.contains("user=app")).collect();
+    assert_eq!(ours.len(), 2, "{list}");
+    assert!(
+        ours.iter()
+            .all(|l| l.contains(&format!("name={name}")) && l.contains("db=5"))
+    );
+
+    // A wrong password: the handshake fails, the acquire with it.
+    let bad = format!("redis://app:wrong@127.0.0.1:{}/5", server.port);
+    let mut host = Host::new(&bad, 5, |_| {});
+    let lease = host.acquire("acl", 5_000, 0);
+    host.wait_for(lease, LH_EVENT_ACQUIRE_FAILED, Duration::from_secs(5))
+        .expect("refused");
+    assert!(
+        host.h.backend_error().contains("WRONGPASS"),
+        "{}",
+        host.h.backend_error()
+    );
+}
+
+#[test]
+fn a_unix_socket() {
+    let dir = std::env::temp_dir().join(format!("lh-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("redis.sock");
+    let path_s = path.to_str().unwrap().to_owned();
+    let Some(server) = Server::start_with(&["--unixsocket", &path_s, "--unixsocketperm", "700"])
+    else {
+        return;
+    };
+    let mut host = Host::new(&format!("unix://{path_s}?db=2"), 6, |_| {});
+    let lease = host.acquire("unix", 5_000, 0);
+    host.wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("acquired over the socket");
+    let mut admin = server.conn();
+    admin.call(&[&b"SELECT"[..], b"2"]).unwrap();
+    let lock = key(KeyKind::Lock, "unix").unwrap();
+    assert_eq!(admin.call(&[&b"EXISTS"[..], &lock]).unwrap().int(), 1);
+    host.release(lease);
+    host.wait_for(lease, LH_EVENT_RELEASED, Duration::from_secs(5))
+        .expect("released");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_urls_and_bad_answers_are_refused() {
+    for url in [
+        "redis+sentinel://127.0.0.1:26379/mymaster",
+        "redis+cluster://127.0.0.1:7000",
+        "http://127.0.0.1",
+        "redis://127.0.0.1:0",
+        "",
+    ] {
+        let mut o = backend(LH_BACKEND_REDIS_STREAM);
+        o.redis_url = url.as_ptr();
+        o.redis_url_len = url.len();
+        let st = try_client(&config(), &o, &[1; 32]).err();
+        assert_eq!(st, Some(LH_ERR_INVALID_CONFIG), "{url}");
+    }
+    let mut o = backend(LH_BACKEND_REDIS_STREAM);
+    let url = "redis://h";
+    o.redis_url = url.as_ptr();
+    o.redis_url_len = url.len();
+    o.redis_protocol = 9;
+    assert_eq!(
+        try_client(&config(), &o, &[1; 32]).err(),
+        Some(LH_ERR_INVALID_ENUM)
+    );
+    // A caller built against the header before the stream fields keeps working for the
+    // other kinds, and cannot ask for a stream client.
+    let mut old = backend(LH_BACKEND_REDIS);
+    old.struct_size = std::mem::offset_of!(lh_backend_options, redis_url) as u32;
+    assert!(try_client(&config(), &old, &[1; 32]).is_ok());
+    old.kind = LH_BACKEND_REDIS_STREAM;
+    assert_eq!(
+        try_client(&config(), &old, &[1; 32]).err(),
+        Some(LH_ERR_STRUCT_SIZE)
+    );
+    old.struct_size -= 8;
+    old.kind = LH_BACKEND_REDIS;
+    assert_eq!(
+        try_client(&config(), &old, &[1; 32]).err(),
+        Some(LH_ERR_STRUCT_SIZE)
+    );
+
+    // Answers: unknown streams, bytes before the open, answers of other kinds.
+    let host = Host::new("redis://127.0.0.1:1", 7, |_| {});
+    let h = host.h.0;
+    // SAFETY: live handle, pointers to live locals or NULL with length 0.
+    unsafe {
+        expect(lh_io_opened(h, MS, 1), LH_ERR_UNKNOWN_CONNECTION);
+        expect(
+            lh_io_received(h, MS, 0, null(), 0),
+            LH_ERR_UNKNOWN_CONNECTION,
+        );
+        expect(
+            lh_io_closed(h, MS, u64::MAX, null(), 0),
+            LH_ERR_UNKNOWN_CONNECTION,
+        );
+        let mut r = std::mem::MaybeUninit::<lh_io_request>::uninit();
+        ok(lh_io_poll(h, r.as_mut_ptr()));
+        let r = r.assume_init();
+        assert_eq!(r.kind, LH_IO_OPEN);
+        assert_eq!(c_text(r.host).as_deref(), Some("127.0.0.1"));
+        assert_eq!((r.port, r.tls), (1, 0));
+        assert!(r.unix_path.is_null() && r.server_name.is_null());
+        assert_eq!(r.deadline, MS + 5_000 * MS);
+        expect(
+            lh_io_received(h, MS, r.stream, b"+OK\r\n".as_ptr(), 5),
+            LH_ERR_WRONG_ANSWER,
+        );
+        expect(
+            lh_io_received(h, MS, r.stream, null(), 5),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_received(h, MS, r.stream, b"x".as_ptr(), LH_MAX_REPLY_DATA + 1),
+            LH_ERR_INVALID_REPLY,
+        );
+        expect(
+            lh_io_failed(h, MS, r.stream, LH_FAILURE_TRANSPORT, null(), 0),
+            LH_ERR_WRONG_ANSWER,
+        );
+        expect(
+            lh_io_message(h, MS, b"c".as_ptr(), 1, null(), 0),
+            LH_ERR_WRONG_ANSWER,
+        );
+        ok(lh_io_closed(h, MS, r.stream, b"refused".as_ptr(), 7));
+        // Late: the stream is closed now.
+        ok(lh_io_opened(h, MS, r.stream));
+        ok(lh_io_received(h, MS, r.stream, b"+OK\r\n".as_ptr(), 5));
+        assert!(
+            host.h.backend_error().contains("refused"),
+            "{}",
+            host.h.backend_error()
+        );
+        // A handle of another kind has no streams.
+        let mem = client_of(LH_BACKEND_MEMORY, 1);
+        expect(lh_io_opened(mem.0, MS, 1), LH_ERR_WRONG_ANSWER);
+        expect(
+            lh_io_opened(std::ptr::null_mut(), MS, 1),
+            LH_ERR_NULL_ARGUMENT,
+        );
+    }
+}
