@@ -50,12 +50,15 @@
  * ONE SEAM FOR EVERY BACKEND
  *
  *   A client is created with its backend (lh_client_new with an lh_backend_options of kind
- *   LH_BACKEND_MEMORY, _REDIS, _SQLITE, _POSTGRES or _ETCD) and speaks that backend's
- *   protocol itself: keys, scripts, statements, HTTP bodies, the meaning of every answer,
- *   the wait queue and the notifications. The host asks for the next piece of IO with one
+ *   LH_BACKEND_MEMORY, _REDIS, _REDIS_STREAM, _SQLITE, _POSTGRES or _ETCD) and speaks that
+ *   backend's protocol itself: keys, scripts, statements, HTTP bodies, the meaning of every
+ *   answer, the wait queue and the notifications. The host asks for the next piece of IO with one
  *   poll (lh_io_poll) and gets a tagged request; it runs it on its own client, unread, and
  *   hands back the answer with the function of that answer's kind. The same functions serve
- *   every backend; bindings/c/ is the reference host.
+ *   every backend; bindings/c/ is the reference host. Two kinds of requests: *calls* (a
+ *   command, SQL statements, an HTTP request) the host's own client runs, and *streams*
+ *   (LH_BACKEND_REDIS_STREAM: the core owns the Redis wire, from the handshake to the
+ *   reconnects) on which the host only opens, writes, reads and closes sockets.
  *
  * THE RUN LOOP (one driver per handle)
  *
@@ -73,7 +76,9 @@
  *           lh_io_failed(c, now, id, LH_FAILURE_*, msg, len) |           // no answer
  *           lh_io_message(c, now, channel, len, payload, len) |          // notification
  *           lh_io_connection(c, now, LH_CONNECTION_*, LH_CONNECTION_REOPENED /
- *               _SUBSCRIBED / _UNSUBSCRIBED, channel, len);
+ *               _SUBSCRIBED / _UNSUBSCRIBED, channel, len) |
+ *           lh_io_opened(c, now, stream) | lh_io_received(c, now, stream, bytes, len) |
+ *           lh_io_closed(c, now, stream, reason, len);                   // streams
  *       do {                                         // drain requests completely
  *           lh_io_poll(c, &req);                     // req.kind == LH_IO_NONE: none left
  *           run it asynchronously (never block the loop on the network), answer req.id:
@@ -92,6 +97,12 @@
  *           LH_IO_HTTP_WATCH: the same, keeping the response open: each newline-delimited
  *               message -> lh_io_stream_message; its end or failure -> lh_io_failed;
  *           LH_IO_HTTP_CANCEL: close the stream of watch req.id (no answer);
+ *           LH_IO_OPEN: connect req.stream to req.host:req.port (TLS with req.server_name
+ *               when req.tls) or to req.unix_path, giving up at req.deadline ->
+ *               lh_io_opened, or lh_io_closed with the reason; then every read on it ->
+ *               lh_io_received (any split), its end or a failed read/write -> lh_io_closed;
+ *           LH_IO_WRITE: write data[0..data_len] on req.stream after earlier writes;
+ *           LH_IO_SHUTDOWN: close req.stream (no answer; later reads are ignored);
  *       } while (req.kind != LH_IO_NONE);
  *       do {                                         // then drain events completely
  *           lh_poll_event(c, &ev);
@@ -876,8 +887,8 @@ typedef struct lh_backend_options {
    * name is the host) or `unix:///path[?db=N]` (UTF-8, at most 4096 bytes, not
    * NUL-terminated; percent-escapes in the user and password). Sentinel and Cluster URLs
    * are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
-   * host built against an older header passes its smaller `struct_size` and gets their
-   * defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
+   * host built against the header before them passes that smaller `struct_size` and gets
+   * their defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
    */
   const uint8_t *redis_url;
   /**
@@ -1668,7 +1679,8 @@ lh_status lh_backend_options_default(uint32_t kind, struct lh_backend_options *o
  * set-up (Redis: the SUBSCRIBE of the client's wake channel; SQL: the schema check).
  *
  * Errors: NULL `cfg`/`backend`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `struct_size` →
- * `LH_ERR_STRUCT_SIZE`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
+ * `LH_ERR_STRUCT_SIZE` (for `backend`, the size before the stream fields is accepted for the
+ * other kinds); a bad `redis_url` → `LH_ERR_INVALID_CONFIG`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
  * `LH_ERR_INVALID_CONFIG` (credentials that are not UTF-8: `LH_ERR_INVALID_UTF8`); short
  * seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
  *

@@ -1141,13 +1141,19 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_value, integer), 8);
     assert_eq!(offset_of!(lh_value, len), 24);
     assert_eq!(size_of::<lh_sql_statement>(), 24);
-    assert_eq!(size_of::<lh_io_request>(), 96);
+    assert_eq!(size_of::<lh_io_request>(), 144);
     assert_eq!(offset_of!(lh_io_request, argv), 16);
     assert_eq!(offset_of!(lh_io_request, argc), 24);
     assert_eq!(offset_of!(lh_io_request, statements), 32);
     assert_eq!(offset_of!(lh_io_request, data), 56);
     assert_eq!(offset_of!(lh_io_request, authorization), 88);
-    assert_eq!(size_of::<lh_backend_options>(), 88);
+    // The stream fields, appended.
+    assert_eq!(offset_of!(lh_io_request, stream), 96);
+    assert_eq!(offset_of!(lh_io_request, host), 112);
+    assert_eq!(offset_of!(lh_io_request, port), 136);
+    assert_eq!(size_of::<lh_backend_options>(), 136);
+    assert_eq!(offset_of!(lh_backend_options, redis_url), 88);
+    assert_eq!(offset_of!(lh_backend_options, redis_protocol), 120);
     assert_eq!(offset_of!(lh_backend_options, redis_sharded_wake), 40);
     assert_eq!(offset_of!(lh_backend_options, sqlite_busy_timeout_ms), 48);
     assert_eq!(offset_of!(lh_backend_options, etcd_password_len), 80);

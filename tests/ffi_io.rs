@@ -398,7 +398,7 @@ fn backend_options_and_client_new_refuse_what_they_do_not_know() {
         kind: 7,
         ..backend(LH_BACKEND_MEMORY)
     };
-    for bad in [0, 6, 99, u32::MAX] {
+    for bad in [0, 7, 99, u32::MAX] {
         let mut o = sentinel;
         // SAFETY: valid out-pointer.
         expect(
@@ -429,7 +429,7 @@ fn backend_options_and_client_new_refuse_what_they_do_not_know() {
         LH_ERR_NULL_ARGUMENT,
     );
     assert_eq!(c, sentinel, "out written on error");
-    for bad in [0, 6, u32::MAX] {
+    for bad in [0, 7, u32::MAX] {
         let mut o = backend(LH_BACKEND_MEMORY);
         o.kind = bad;
         assert_eq!(try_client(&cfg, &o, &seed).err(), Some(LH_ERR_INVALID_ENUM));

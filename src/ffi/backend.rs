@@ -84,8 +84,8 @@ pub struct lh_backend_options {
     /// name is the host) or `unix:///path[?db=N]` (UTF-8, at most 4096 bytes, not
     /// NUL-terminated; percent-escapes in the user and password). Sentinel and Cluster URLs
     /// are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
-    /// host built against an older header passes its smaller `struct_size` and gets their
-    /// defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
+    /// host built against the header before them passes that smaller `struct_size` and gets
+    /// their defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
     pub redis_url: *const u8,
     /// Length of `redis_url`.
     pub redis_url_len: usize,
@@ -132,8 +132,9 @@ fn defaults(kind: u32) -> lh_backend_options {
     }
 }
 
-/// Reads a caller's `lh_backend_options`: a struct from an older header (down to the fields
-/// before `redis_url`) gets the defaults of the newer fields.
+/// Reads a caller's `lh_backend_options`: a struct from the header before the stream fields
+/// (exactly the fields before `redis_url`) gets the defaults of the newer fields; any other
+/// size below this library's is refused.
 ///
 /// # Safety
 /// `ptr` is NULL or points to a readable struct of its `struct_size` bytes.
@@ -143,11 +144,11 @@ unsafe fn read_backend(ptr: *const lh_backend_options) -> Result<lh_backend_opti
     }
     // SAFETY: every sized struct of this ABI starts with `uint32_t struct_size`.
     let size = unsafe { ptr.cast::<u32>().read() } as usize;
-    if size < BACKEND_OPTIONS_V1_SIZE {
+    if size != BACKEND_OPTIONS_V1_SIZE && size < size_of::<lh_backend_options>() {
         return Err(Failure::struct_size(
             "backend",
             size as u32,
-            BACKEND_OPTIONS_V1_SIZE,
+            size_of::<lh_backend_options>(),
         ));
     }
     let mut o = defaults(0);
@@ -323,7 +324,8 @@ unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Fail
 /// set-up (Redis: the SUBSCRIBE of the client's wake channel; SQL: the schema check).
 ///
 /// Errors: NULL `cfg`/`backend`/`seed`/`out` → `LH_ERR_NULL_ARGUMENT`; small `struct_size` →
-/// `LH_ERR_STRUCT_SIZE`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
+/// `LH_ERR_STRUCT_SIZE` (for `backend`, the size before the stream fields is accepted for the
+/// other kinds); a bad `redis_url` → `LH_ERR_INVALID_CONFIG`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
 /// `LH_ERR_INVALID_CONFIG` (credentials that are not UTF-8: `LH_ERR_INVALID_UTF8`); short
 /// seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
 ///

@@ -7,6 +7,9 @@
 //! values (`lh_io_reply`), an HTTP status and body (`lh_io_http_reply`), one message of a
 //! stream (`lh_io_stream_message`), no answer (`lh_io_failed`). Notifications that arrive on
 //! a connection go to `lh_io_message`, what happens to a connection to `lh_io_connection`.
+//! The *stream* kind (Redis with its connections in the core): open a stream, write bytes on
+//! it, shut it down; answered in `stream.rs` (`lh_io_opened`, `lh_io_received`,
+//! `lh_io_closed`).
 #![allow(non_camel_case_types)]
 
 use std::ffi::c_char;

@@ -135,7 +135,7 @@ static void defaults_fill_structs(void) {
     lh_backend_options b;
     memset(&b, 0x5a, sizeof b);
     EXPECT_ST(lh_backend_options_default(0, &b), LH_ERR_INVALID_ENUM);
-    EXPECT_ST(lh_backend_options_default(LH_BACKEND_ETCD + 1, &b), LH_ERR_INVALID_ENUM);
+    EXPECT_ST(lh_backend_options_default(LH_BACKEND_REDIS_STREAM + 1, &b), LH_ERR_INVALID_ENUM);
     EXPECT_ST(lh_backend_options_default(UINT32_MAX, &b), LH_ERR_INVALID_ENUM);
     EXPECT(b.struct_size == 0x5a5a5a5au); /* untouched */
     EXPECT_ST(lh_backend_options_default(LH_BACKEND_MEMORY, NULL), LH_ERR_NULL_ARGUMENT);
@@ -177,7 +177,7 @@ static void client_new_rejects_hostile_arguments(void) {
     /* The backend options: their size, their kind, their values. */
     b.struct_size = sizeof b - 8;
     EXPECT_ST(lh_client_new(&cfg, &b, SEED, sizeof SEED, &c), LH_ERR_STRUCT_SIZE);
-    const uint32_t bad_kinds[] = {0, LH_BACKEND_ETCD + 1, UINT32_MAX};
+    const uint32_t bad_kinds[] = {0, LH_BACKEND_REDIS_STREAM + 1, UINT32_MAX};
     for (size_t i = 0; i < 3; i++) {
         EXPECT_ST(lh_backend_options_default(LH_BACKEND_MEMORY, &b), LH_OK);
         b.kind = bad_kinds[i];
