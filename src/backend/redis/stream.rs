@@ -23,7 +23,7 @@ use super::{Arg, Connection, RedisProtocol, Value, scripts};
 use crate::backend::outbox::{MS, NEVER};
 use crate::{Client, Error, Event};
 
-/// Longest a request waits for its connection to open; beyond, it fails at once.
+/// Most requests waiting for a connection to open; more fail at once.
 const MAX_WAITING: usize = 4096;
 /// First reopen delay (jittered down to half) and its cap.
 const BACKOFF_BASE: u64 = 25 * MS;
@@ -162,6 +162,8 @@ pub struct RedisStream {
     current: Option<Io>,
     counters: StreamCounters,
     last_close: String,
+    /// An input carried the host's clock: an open's deadline can be dated.
+    clock_seen: bool,
 }
 
 impl RedisStream {
@@ -199,6 +201,7 @@ impl RedisStream {
             current: None,
             counters: StreamCounters::default(),
             last_close: String::new(),
+            clock_seen: false,
         })
     }
 
@@ -289,6 +292,10 @@ impl RedisStream {
                 State::Idle => NEVER,
             });
         }
+        if !self.dated(core) && self.links.iter().any(|l| !l.waiting.is_empty()) {
+            // An open waits for a clock to date its deadline: due at once.
+            t = t.min(core.now());
+        }
         (t != NEVER).then_some(t)
     }
 
@@ -297,6 +304,7 @@ impl RedisStream {
     /// Time passed: the protocol's timers, opens and replies overdue, reopens due.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
         self.proto.handle_timeout(core, now);
+        self.clock_seen = true;
         let now = core.now();
         for i in 0..2 {
             let overdue = match &mut self.links[i].state {
@@ -323,9 +331,11 @@ impl RedisStream {
         now: u64,
         stream: u64,
     ) -> Result<(), StreamError> {
+        let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();
-        let Some(i) = self.find(stream)? else {
+        self.clock_seen = true;
+        let Some(i) = found else {
             return Ok(());
         };
         if !matches!(self.links[i].state, State::Opening { .. }) {
@@ -366,13 +376,20 @@ impl RedisStream {
         stream: u64,
         bytes: &[u8],
     ) -> Result<(), StreamError> {
+        let found = self.find(stream)?;
+        if let Some(i) = found {
+            if !matches!(self.links[i].state, State::Open(_)) {
+                return Err(StreamError::NotOpen(stream));
+            }
+        }
         core.handle_timeout(now);
         let now = core.now();
-        let Some(i) = self.find(stream)? else {
+        self.clock_seen = true;
+        let Some(i) = found else {
             return Ok(());
         };
         let State::Open(conn) = &mut self.links[i].state else {
-            return Err(StreamError::NotOpen(stream));
+            return Ok(());
         };
         conn.feed(now, bytes);
         self.drain(core, now, i, None);
@@ -388,9 +405,11 @@ impl RedisStream {
         stream: u64,
         message: &str,
     ) -> Result<(), StreamError> {
+        let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();
-        let Some(i) = self.find(stream)? else {
+        self.clock_seen = true;
+        let Some(i) = found else {
             return Ok(());
         };
         let why = if message.is_empty() {
@@ -409,6 +428,12 @@ impl RedisStream {
     }
 
     // ---------------------------------------------------------------------- internals
+
+    /// Whether the core has seen the host's clock (a client polled before its first input
+    /// has only 0).
+    fn dated(&self, core: &Client) -> bool {
+        self.clock_seen || core.now() > 0
+    }
 
     fn link(&self, which: Connection) -> &Link {
         &self.links[index(which)]
@@ -451,9 +476,10 @@ impl RedisStream {
             self.proto
                 .handle_request_failed_because(core, now, id, &why);
         }
+        let dated = self.dated(core);
         for link in &mut self.links {
             match &mut link.state {
-                State::Idle if !link.waiting.is_empty() && link.reopen_at <= now => {
+                State::Idle if dated && !link.waiting.is_empty() && link.reopen_at <= now => {
                     let stream = self.next_stream;
                     self.next_stream += 1;
                     self.counters.opens += 1;

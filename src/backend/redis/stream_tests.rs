@@ -278,6 +278,7 @@ fn noscript_loads_and_retries() {
 #[test]
 fn subscriber_resubscribes_after_a_reopen() {
     let mut t = T::new("unix:///run/redis.sock?db=3");
+    t.s.handle_timeout(&mut t.core, t.now);
     let opens = t.opens();
     assert_eq!(opens.len(), 1, "only the subscriber opens at first");
     let sub = opens[0];
@@ -357,12 +358,28 @@ fn an_open_past_its_deadline_is_shut_down_and_retried() {
 }
 
 #[test]
+fn a_client_polled_before_any_input_opens_once_it_has_a_clock() {
+    let mut t = T::new("redis://h");
+    t.now = 7_000 * MS;
+    // The core has seen no time: no open yet, and a deadline due at once.
+    assert_eq!(t.io(), vec![]);
+    assert_eq!(t.s.poll_timeout(&mut t.core), Some(0));
+    t.s.handle_timeout(&mut t.core, t.now);
+    let got = t.io();
+    assert!(
+        matches!(&got[..], [Got::Open(_, _, deadline)] if *deadline == t.now + 5_000 * MS),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn unknown_and_late_streams() {
     let mut t = T::new("redis://h");
     assert_eq!(
         t.s.handle_opened(&mut t.core, t.now, 1),
         Err(StreamError::Unknown(1))
     );
+    t.s.handle_timeout(&mut t.core, t.now);
     let sub = t.opens()[0];
     assert_eq!(
         t.s.handle_received(&mut t.core, t.now, sub, b"+OK\r\n"),
