@@ -65,6 +65,7 @@ __all__ = [
     "host_facts",
     "bind_params",
     "PROTOCOLS",
+    "STREAM_KINDS",
     "SIDE",
     "backend_status",
     "sql_status",
@@ -73,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger("leasehold")
 
-PROTOCOLS = ("memory", "redis", "sql", "etcd")
+PROTOCOLS = ("memory", "redis", "sql", "etcd", "stream")
 COMMANDS = _ffi.LH_CONNECTION_COMMANDS
 SIDE = _ffi.LH_CONNECTION_NOTIFY
 """The lane of requests that run in order beside the others: the Redis subscriber's, the
@@ -87,6 +88,9 @@ _COMMAND, _SQL, _HTTP, _WATCH, _CANCEL = (
     _ffi.LH_IO_HTTP_CANCEL,
 )
 _TRANSPORT = _ffi.LH_FAILURE_TRANSPORT
+STREAM_KINDS = (_ffi.LH_IO_OPEN, _ffi.LH_IO_WRITE, _ffi.LH_IO_SHUTDOWN)
+"""The stream kinds (the core owns the wire): their executor calls never block, so they run
+where they are polled, in the order the core asked for them."""
 
 
 class SqlFailure(Exception):
@@ -393,6 +397,18 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeou
     if kind == _CANCEL:
         return partial(executor.cancel_watch, rid), _nothing, fail
 
+    if kind in STREAM_KINDS:
+        stream = payload.stream if kind == _ffi.LH_IO_OPEN else payload if kind == _ffi.LH_IO_SHUTDOWN else payload[0]
+
+        def closed(e: Exception) -> Callable[[], None]:
+            return partial(core.stream_closed, stream, _message(e, executor))
+
+        if kind == _ffi.LH_IO_OPEN:
+            return partial(executor.open, payload, sink), _nothing, closed
+        if kind == _ffi.LH_IO_WRITE:
+            return partial(executor.write, stream, payload[1]), _nothing, closed
+        return partial(executor.shutdown, stream), _nothing, closed
+
     def unknown() -> None:
         raise ValueError(f"a request of unknown kind {kind}")
 
@@ -467,6 +483,18 @@ class BackendSink:
     def connection_reset(self, connection: int) -> None:
         """``connection`` (``LH_CONNECTION_*``) was opened anew."""
         self._feed(partial(self._core.reopened, connection))
+
+    def opened(self, stream: int) -> None:
+        """Stream ``stream`` (an ``LH_IO_OPEN``) is connected."""
+        self._feed(partial(self._core.stream_opened, stream))
+
+    def received(self, stream: int, data: bytes) -> None:
+        """Bytes read on ``stream``."""
+        self._feed(partial(self._core.stream_received, stream, data))
+
+    def closed(self, stream: int, message: str) -> None:
+        """``stream`` ended or failed to open."""
+        self._feed(partial(self._core.stream_closed, stream, message))
 
     def stream_message(self, rid: int, message: bytes) -> None:
         self._feed(partial(self._core.stream_message, rid, message))

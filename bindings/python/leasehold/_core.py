@@ -218,6 +218,7 @@ _INVALID_REPLY = _ffi.LH_ERR_INVALID_REPLY
 _PROTOCOLS = {
     _ffi.LH_BACKEND_MEMORY: "memory",
     _ffi.LH_BACKEND_REDIS: "redis",
+    _ffi.LH_BACKEND_REDIS_STREAM: "redis",
     _ffi.LH_BACKEND_SQLITE: "sql",
     _ffi.LH_BACKEND_POSTGRES: "sql",
     _ffi.LH_BACKEND_ETCD: "etcd",
@@ -512,6 +513,20 @@ class Core:
         self.connection_event(connection, _ffi.LH_CONNECTION_REOPENED)
 
     sql_connection_reset = reopened
+
+    # -- the IO seam: streams (the core owns the wire) --------------------------------------------
+    def stream_opened(self, stream: int) -> None:
+        """Stream ``stream`` of an ``LH_IO_OPEN`` is connected."""
+        lib.lh_io_opened(self._p(), int(self._clock()), stream)
+
+    def stream_received(self, stream: int, data: bytes) -> None:
+        """Bytes read on ``stream`` (any split; at most ``LH_MAX_REPLY_DATA`` per call)."""
+        lib.lh_io_received(self._p(), int(self._clock()), stream, data, len(data))
+
+    def stream_closed(self, stream: int, message: str | bytes = b"") -> None:
+        """``stream`` ended or never opened; ``message`` says why."""
+        msg = _bounded(message)
+        lib.lh_io_closed(self._p(), int(self._clock()), stream, msg or None, len(msg))
 
     def close_backend(self) -> None:
         """The client is closing (etcd: queues the revoke of its pooled leases; the

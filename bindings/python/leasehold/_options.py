@@ -15,7 +15,15 @@ from typing import Any, Union
 from . import _ffi
 from ._ffi import lib
 
-__all__ = ["Config", "MemoryOptions", "RedisOptions", "SqlOptions", "EtcdOptions", "BackendOptions"]
+__all__ = [
+    "Config",
+    "MemoryOptions",
+    "RedisOptions",
+    "RedisStreamOptions",
+    "SqlOptions",
+    "EtcdOptions",
+    "BackendOptions",
+]
 
 
 def _u64(value: int, what: str) -> int:
@@ -168,13 +176,49 @@ class EtcdOptions:
         return c
 
 
-BackendOptions = Union[MemoryOptions, RedisOptions, SqlOptions, EtcdOptions]
+@dataclass(frozen=True)
+class RedisStreamOptions:
+    """Redis with the connections in the core (``LH_BACKEND_REDIS_STREAM``): the URL
+    (``redis://[user:pass@]host[:port][/db]``, ``rediss://``, ``unix:///path[?db=N]``,
+    parsed by the core), the connections' name, the handshake's first protocol (3, 2, or 1
+    for AUTH/SELECT only), timeouts in ms, and the Redis protocol's own options."""
+
+    url: str = field(repr=False)
+    client_name: str | None = None
+    resp: int | None = None
+    connect_timeout_ms: int | None = None
+    request_timeout_ms: int | None = None
+    redis: RedisOptions = field(default_factory=RedisOptions)
+
+    protocol = "stream"
+
+    def to_c(self) -> _ffi.lh_backend_options:
+        c = self.redis.to_c()
+        c.kind = _ffi.LH_BACKEND_REDIS_STREAM
+        d = _defaults(_ffi.LH_BACKEND_REDIS_STREAM)
+        c.redis_protocol, c.redis_connect_timeout_ms = d.redis_protocol, d.redis_connect_timeout_ms
+        c.redis_request_timeout_ms = d.redis_request_timeout_ms
+        url = self.url.encode("utf-8")
+        c.redis_url, c.redis_url_len = url, len(url)  # ctypes keeps the bytes alive
+        if self.client_name:
+            name = self.client_name.encode("utf-8")
+            c.redis_client_name, c.redis_client_name_len = name, len(name)
+        if self.resp is not None:
+            c.redis_protocol = _u64(self.resp, "RedisStreamOptions.resp") & 0xFFFFFFFF
+        if self.connect_timeout_ms is not None:
+            c.redis_connect_timeout_ms = min(_u64(self.connect_timeout_ms, "connect_timeout_ms"), 2**32 - 1)
+        if self.request_timeout_ms is not None:
+            c.redis_request_timeout_ms = _u64(self.request_timeout_ms, "request_timeout_ms")
+        return c
+
+
+BackendOptions = Union[MemoryOptions, RedisOptions, RedisStreamOptions, SqlOptions, EtcdOptions]
 
 
 def backend_options(options: Any) -> Any:
     """``options`` checked: one of the backend option classes (``None``: the memory service)."""
     if options is None:
         return MemoryOptions()
-    if not isinstance(options, (MemoryOptions, RedisOptions, SqlOptions, EtcdOptions)):
+    if not isinstance(options, (MemoryOptions, RedisOptions, RedisStreamOptions, SqlOptions, EtcdOptions)):
         raise TypeError(f"unknown backend options {type(options).__name__}")
     return options

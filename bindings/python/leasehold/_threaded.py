@@ -20,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
-from ._backend import SIDE, Deferred, execute_request, lane_of
+from ._backend import SIDE, STREAM_KINDS, Deferred, execute_request, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -257,7 +257,14 @@ class ThreadedDriver(Driver):
         """(mutex held) Run one request: on this thread once it drops the mutex, when it
         collects them (``_collecting``), else on the IO pool (the notify connection's
         requests and watch streams in order on the side worker). Running a request where
-        its cause was fed saves a thread hop."""
+        its cause was fed saves a thread hop. Stream requests never block: they run here, in
+        the order they were polled (a stream's writes must not overtake each other)."""
+        if req.kind in STREAM_KINDS:
+            fn = execute_request(self._core, self._backend, self._sink, req)
+            if fn is not None:
+                self._inputs.append(fn)
+                self._cond.notify_all()
+            return
         batch = self._tl.batch
         if batch is not None:
             self._inflight += 1

@@ -117,7 +117,7 @@ def _argv(ptr: int, argc: int) -> list[bytes]:
 
 
 def _sql(fields: tuple[Any, ...]) -> SqlRequest:
-    (_id, _kind, conn, _a, _c, nst, st_p, par_p, npar, data_p, data_n, _m, _p, _auth) = fields
+    (_id, _kind, conn, _a, _c, nst, st_p, par_p, npar, data_p, data_n, _m, _p, _auth) = fields[:14]
     data = _string_at(data_p, data_n) if data_n else b""
     params: list[Any] = []
     if npar:
@@ -143,6 +143,33 @@ def _text(ptr: int) -> str:
     return ctypes.string_at(ptr).decode("ascii", "replace") if ptr else ""
 
 
+class StreamOpen(NamedTuple):
+    """``LH_IO_OPEN``: connect ``stream`` to ``host``:``port`` (TLS with ``server_name``
+    when ``tls``) or to ``unix_path``; give up at ``deadline`` (the core's clock, ns)."""
+
+    stream: int
+    host: str
+    port: int
+    tls: bool
+    server_name: str
+    unix_path: str
+    deadline: int
+
+
+_OPEN, _WRITE, _SHUTDOWN = _ffi.LH_IO_OPEN, _ffi.LH_IO_WRITE, _ffi.LH_IO_SHUTDOWN
+
+
+def _stream_request(rid: int, kind: int, fields: tuple[Any, ...]) -> IoRequest:
+    stream = fields[14]
+    if kind == _OPEN:
+        path = ctypes.string_at(fields[17]).decode("utf-8", "surrogateescape") if fields[17] else ""
+        host, name = _text(fields[16]), _text(fields[18])
+        return IoRequest(rid, kind, 0, StreamOpen(stream, host, fields[19], bool(fields[20]), name, path, fields[15]))
+    if kind == _WRITE:
+        return IoRequest(rid, kind, 0, (stream, _string_at(fields[9], fields[10]) if fields[10] else b""))
+    return IoRequest(rid, kind, 0, stream)
+
+
 def decode_request(buf: Any) -> IoRequest | None:
     """The :class:`IoRequest` in a polled ``lh_io_request`` buffer (everything borrowed is
     copied), ``None`` for ``LH_IO_NONE``."""
@@ -154,6 +181,8 @@ def decode_request(buf: Any) -> IoRequest | None:
         return IoRequest(rid, kind, conn, _sql(fields))
     if kind == _ffi.LH_IO_NONE:
         return None
+    if _OPEN <= kind <= _SHUTDOWN:
+        return _stream_request(rid, kind, fields)
     data_p, data_n = fields[9], fields[10]
     body = _string_at(data_p, data_n) if data_n else b""
     http = HttpRequest(kind, _text(fields[11]), _text(fields[12]), body, _text(fields[13]))

@@ -10,6 +10,8 @@ replies; the executor owns the connections):
   :mod:`leasehold.backends.redis_async`), their connections (pools, URLs, Sentinel) made by
   :mod:`leasehold.backends.redis_connect`; :mod:`leasehold.backends.redis_cluster_executor` /
   :mod:`leasehold.backends.redis_cluster_executor_async` – Redis Cluster;
+* :mod:`leasehold.backends.redis_stream` – ``RedisStreamExecutor``: Redis with the connections
+  in the core, the executor only moving bytes (standard-library ``socket`` and ``ssl``);
 * :mod:`leasehold.backends.sqlite` – ``SQLiteLockService``, the embedded default for
   processes on one host: a ``SQLiteExecutor`` that checks and migrates the file when made,
   and answers ``status(name)``;

@@ -1,0 +1,77 @@
+"""``RedisStreamExecutor``: the core owns the Redis connections and the executor only moves
+bytes (standard-library sockets), against a real redis-server: a lock with its fencing token,
+a release waking a waiter of another client through the subscriber, a server restart, the
+client name and database from the options and the URL, and URLs the core refuses."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from leasehold import LockClient, errors
+from leasehold.backends.redis_stream import RedisStreamExecutor
+
+
+def _lock_key(r, name: str) -> bytes:
+    keys = [k for k in r.keys("lh:{" + name + "}*") if b"fence" not in k and b"queue" not in k]
+    assert len(keys) <= 1, keys
+    return keys[0] if keys else b""
+
+
+def test_acquire_fence_release(redis_server, r) -> None:
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    with LockClient(RedisStreamExecutor(url, client_name="lh-py-stream")) as client:
+        with client.acquire("py-stream", ttl=5, wait=5) as lock:
+            assert lock.fencing_token > int(r.time()[0]) * 1_000_000 - 60_000_000
+            assert _lock_key(r, "py-stream")
+            names = [c.get("name") for c in r.client_list()]
+            assert names.count("lh-py-stream") == 2  # the commands and the subscriber streams
+        deadline = time.monotonic() + 5
+        while _lock_key(r, "py-stream") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _lock_key(r, "py-stream")
+        assert client.backend_counters()["subscribed"] == 1
+
+
+def test_a_release_wakes_a_waiter_of_another_client(redis_server, r) -> None:
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    with LockClient(RedisStreamExecutor(url)) as a, LockClient(RedisStreamExecutor(url)) as b:
+        held = a.acquire("py-handoff", ttl=10)
+        got: list[float] = []
+
+        def wait() -> None:
+            with b.acquire("py-handoff", ttl=10, wait=8) as lock:
+                got.append(time.monotonic())
+                assert lock.fencing_token > held.fencing_token
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.5)
+        assert not got
+        released = time.monotonic()
+        held.release()
+        t.join(10)
+        assert got and got[0] - released < 2.0  # woken, not the 10 s idle recheck
+        assert b.backend_counters()["wakeups"] >= 1
+
+
+def test_the_client_reconnects_after_a_restart(redis_factory) -> None:
+    srv = redis_factory()
+    with LockClient(RedisStreamExecutor(f"redis://127.0.0.1:{srv.port}/3")) as client:
+        with client.acquire("py-restart-1", ttl=5):
+            pass
+        srv.restart()
+        with client.acquire("py-restart-2", ttl=5, wait=10) as lock:
+            assert lock.fencing_token > 0
+            assert srv.client(db=3).exists(*srv.client(db=3).keys("lh:{py-restart-2}*"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis+sentinel://127.0.0.1:26379/mymaster", "redis+cluster://127.0.0.1:7000", "http://x", "redis://h:0"],
+)
+def test_urls_the_core_refuses(url: str) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        LockClient(RedisStreamExecutor(url))
