@@ -1305,7 +1305,8 @@ typedef struct lh_value {
  */
 typedef struct lh_io_request {
   /**
-   * Request id (never reused), 0 when nothing is left.
+   * Request id (never reused), 0 when nothing is left. OPEN, WRITE, SHUTDOWN: the stream id
+   * (the same for every request on that stream; answers name the stream).
    */
   uint64_t id;
   /**

@@ -96,7 +96,8 @@ const _: () = {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct lh_io_request {
-    /// Request id (never reused), 0 when nothing is left.
+    /// Request id (never reused), 0 when nothing is left. OPEN, WRITE, SHUTDOWN: the stream id
+    /// (the same for every request on that stream; answers name the stream).
     pub id: u64,
     /// `LH_IO_*`.
     pub kind: u32,

@@ -33,10 +33,13 @@ _Static_assert(offsetof(lh_counters, backend_requests) == 160, "lh_counters layo
 _Static_assert(offsetof(lh_counters, etcd_waiters_expired) == 320, "lh_counters layout");
 /* lh_counters grows at the end only: hosts built against the first header pass this size. */
 _Static_assert(offsetof(lh_counters, renewals_requested) == LH_COUNTERS_V1_SIZE, "lh_counters layout");
-_Static_assert(sizeof(lh_backend_options) == 88, "lh_backend_options layout");
+_Static_assert(sizeof(lh_backend_options) == 136, "lh_backend_options layout");
+/* The stream fields were appended: hosts built against the header before them pass 88. */
+_Static_assert(offsetof(lh_backend_options, redis_url) == 88, "lh_backend_options layout");
 _Static_assert(offsetof(lh_backend_options, sqlite_busy_timeout_ms) == 48, "lh_backend_options layout");
 _Static_assert(offsetof(lh_backend_options, etcd_password_len) == 80, "lh_backend_options layout");
-_Static_assert(sizeof(lh_io_request) == 96, "lh_io_request layout");
+_Static_assert(sizeof(lh_io_request) == 144, "lh_io_request layout");
+_Static_assert(offsetof(lh_io_request, stream) == 96 && offsetof(lh_io_request, port) == 136, "lh_io_request layout");
 _Static_assert(offsetof(lh_io_request, argv) == 16, "lh_io_request layout");
 _Static_assert(offsetof(lh_io_request, nstatements) == 28, "lh_io_request layout");
 _Static_assert(offsetof(lh_io_request, data) == 56, "lh_io_request layout");
