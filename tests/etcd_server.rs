@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use leasehold::backend::etcd::EtcdProtocol;
 use support::etcd::{Cluster, Host};
 use support::resp::now;
+use support::rounds::{Grant, Rounds, assert_taken_over_at_expiry};
 
 const MS: u64 = 1_000_000;
 const LONG: Duration = Duration::from_secs(20);
@@ -446,23 +447,13 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
     };
     const HOSTS: u8 = 4;
     const TTL: u64 = 1_000;
-    const WARM_UP: usize = 12;
-    // Every grant: (fence, host, time). The first grant that came through a handoff after the
-    // warm-up freezes its host: it never runs again (no keep-alive, no release).
-    let log = Arc::new(Mutex::new(Vec::<(u64, u8, u64)>::new()));
-    let frozen = Arc::new(Mutex::new(None::<(u64, u8, u64)>));
-    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(Rounds::new(HOSTS, 12));
     let threads: Vec<_> = (0..HOSTS)
         .map(|i| {
-            let (urls, log, frozen, stop) = (
-                cluster.urls.clone(),
-                log.clone(),
-                frozen.clone(),
-                stop.clone(),
-            );
+            let (urls, rounds) = (cluster.urls.clone(), rounds.clone());
             std::thread::spawn(move || {
                 let mut h = Host::new(&urls, 70 + i, usize::from(i));
-                while !stop.load(Ordering::SeqCst) {
+                while !rounds.stopped() {
                     let lease = h.acquire("frozen", TTL, 10_000);
                     let mut fence = None;
                     h.run_until(LONG, |h| {
@@ -470,32 +461,15 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
                         fence.is_some() || h.failed(lease)
                     });
                     let Some(fence) = fence else {
-                        assert!(
-                            frozen.lock().unwrap().is_some(),
-                            "host {i}: a 10 s wait ran out before the freeze"
-                        );
+                        rounds.wait_ran_out(i);
                         continue;
                     };
-                    let at = now();
-                    let freeze = {
-                        let mut log = log.lock().unwrap();
-                        let mut frozen = frozen.lock().unwrap();
-                        let handed = log.last().is_some_and(|e| e.1 != i);
-                        let seen: std::collections::HashSet<u8> = log.iter().map(|e| e.1).collect();
-                        log.push((fence, i, at));
-                        let freeze = frozen.is_none()
-                            && handed
-                            && log.len() > WARM_UP
-                            && seen.len() == usize::from(HOSTS);
-                        if freeze {
-                            *frozen = Some((fence, i, at));
-                        }
-                        freeze
-                    };
-                    if freeze {
-                        while !stop.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
+                    let at_ns = now();
+                    if rounds.granted(Grant {
+                        fence,
+                        host: i,
+                        at_ns,
+                    }) {
                         return;
                     }
                     h.run_for(Duration::from_millis(30));
@@ -507,41 +481,10 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
             })
         })
         .collect();
-    let end = now() + 120_000 * MS;
-    let took_over = loop {
-        let log = log.lock().unwrap();
-        if let Some((fence, host, at)) = *frozen.lock().unwrap() {
-            if let Some(next) = log.iter().skip_while(|e| e.0 != fence).nth(1) {
-                break Some((fence, host, at, *next));
-            }
-            // Past the waiters' 10 s waits: a late takeover is measured too.
-            if now() > at + TTL * MS + 15_000 * MS {
-                break None;
-            }
-        }
-        assert!(now() < end, "no freeze within 2 minutes");
-        drop(log);
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    stop.store(true, Ordering::SeqCst);
+    let took_over = rounds.takeover(TTL, now);
     for t in threads {
         t.join().unwrap();
     }
-    let log = log.lock().unwrap();
-    assert_fences_increase(&log);
-    let Some((fence, host, at, next)) = took_over else {
-        panic!("nobody took over from a holder frozen after handoffs within TTL + 15 s");
-    };
-    let handoffs = log.windows(2).filter(|w| w[0].1 != w[1].1).count();
-    let after_ms = (next.2 - at) / MS;
-    eprintln!(
-        "etcd: host {host} frozen holding fence {fence} after {handoffs} handoffs; host {} took \
-         over {after_ms} ms after that grant (fence {})",
-        next.1, next.0
-    );
-    assert!(next.0 > fence);
-    assert!(
-        (TTL - 200..TTL + 1_000).contains(&after_ms),
-        "{after_ms} ms"
-    );
+    rounds.assert_fences_increase();
+    assert_taken_over_at_expiry("etcd", took_over, TTL);
 }

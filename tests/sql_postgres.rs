@@ -2,6 +2,8 @@
 //! (scripts/pg-test-server.sh: initdb in a temporary directory, a free loopback port, stopped
 //! by its pid). Without PostgreSQL the tests skip with a message, except under `CI=true`.
 
+#[path = "support/rounds.rs"]
+mod rounds;
 mod sql_host;
 
 use std::path::PathBuf;
@@ -16,6 +18,7 @@ use leasehold::backend::sql::{
 use leasehold::{AcquireFailReason, Event};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
+use rounds::{Grant, Rounds, assert_taken_over_at_expiry};
 use sql_host::{Executor, Host, Owned, OwnedRows, bind, facts};
 
 /// A throw-away cluster, stopped (by pid) when dropped.
@@ -626,48 +629,24 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
     let Some(s) = server("frozen") else { return };
     const HOSTS: u8 = 4;
     const TTL: u64 = 1_000;
-    const WARM_UP: usize = 12;
-    // Every grant: (fence, host, CLOCK_MONOTONIC ns). The first grant that came through a
-    // handoff after the warm-up freezes its host: it never runs again (no renewal, no
-    // release; its connections stay open).
-    let log = Arc::new(Mutex::new(Vec::<(u64, u8, i64)>::new()));
-    let frozen = Arc::new(Mutex::new(None::<(u64, u8, i64)>));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = Arc::new(Rounds::new(HOSTS, 12));
     let threads: Vec<_> = (0..HOSTS)
         .map(|i| {
-            let (url, log, frozen, stop) =
-                (s.url.clone(), log.clone(), frozen.clone(), stop.clone());
+            let (url, rounds) = (s.url.clone(), rounds.clone());
             std::thread::spawn(move || {
                 let mut h = host(&url, 70 + i);
-                while !stop.load(Ordering::SeqCst) {
+                while !rounds.stopped() {
                     let Ok((lease, fence)) = h.acquire("frozen", TTL, Duration::from_secs(10))
                     else {
-                        assert!(
-                            frozen.lock().unwrap().is_some(),
-                            "host {i}: a 10 s wait ran out before the freeze"
-                        );
+                        rounds.wait_ran_out(i);
                         continue;
                     };
-                    let at = sql_host::monotonic_ns();
-                    let freeze = {
-                        let mut log = log.lock().unwrap();
-                        let mut frozen = frozen.lock().unwrap();
-                        let handed = log.last().is_some_and(|e| e.1 != i);
-                        let seen: std::collections::HashSet<u8> = log.iter().map(|e| e.1).collect();
-                        log.push((fence, i, at));
-                        let freeze = frozen.is_none()
-                            && handed
-                            && log.len() > WARM_UP
-                            && seen.len() == usize::from(HOSTS);
-                        if freeze {
-                            *frozen = Some((fence, i, at));
-                        }
-                        freeze
-                    };
-                    if freeze {
-                        while !stop.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
+                    let at_ns = now_ns();
+                    if rounds.granted(Grant {
+                        fence,
+                        host: i,
+                        at_ns,
+                    }) {
                         return;
                     }
                     run_for(&mut h, Duration::from_millis(30));
@@ -678,42 +657,14 @@ fn a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry() {
             })
         })
         .collect();
-    let ms = 1_000_000i64;
-    let end = sql_host::monotonic_ns() + 120_000 * ms;
-    let took_over = loop {
-        let log = log.lock().unwrap();
-        if let Some((fence, host, at)) = *frozen.lock().unwrap() {
-            if let Some(next) = log.iter().skip_while(|e| e.0 != fence).nth(1) {
-                break Some((fence, host, at, *next));
-            }
-            // Past the waiters' 10 s waits: a late takeover is measured too.
-            if sql_host::monotonic_ns() > at + (TTL as i64 + 15_000) * ms {
-                break None;
-            }
-        }
-        assert!(sql_host::monotonic_ns() < end, "no freeze within 2 minutes");
-        drop(log);
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    stop.store(true, Ordering::SeqCst);
+    let took_over = rounds.takeover(TTL, now_ns);
     for t in threads {
         t.join().unwrap();
     }
-    let log = log.lock().unwrap();
-    assert!(log.windows(2).all(|w| w[0].0 < w[1].0), "{log:?}");
-    let Some((fence, host, at, next)) = took_over else {
-        panic!("nobody took over from a holder frozen after handoffs within TTL + 15 s");
-    };
-    let handoffs = log.windows(2).filter(|w| w[0].1 != w[1].1).count();
-    let after_ms = ((next.2 - at) / ms) as u64;
-    eprintln!(
-        "postgres: host {host} frozen holding fence {fence} after {handoffs} handoffs; host {} \
-         took over {after_ms} ms after that grant (fence {})",
-        next.1, next.0
-    );
-    assert!(next.0 > fence);
-    assert!(
-        (TTL - 200..TTL + 1_000).contains(&after_ms),
-        "{after_ms} ms"
-    );
+    rounds.assert_fences_increase();
+    assert_taken_over_at_expiry("postgres", took_over, TTL);
+}
+
+fn now_ns() -> u64 {
+    u64::try_from(sql_host::monotonic_ns()).unwrap_or(0)
 }

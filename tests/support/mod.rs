@@ -1,3 +1,4 @@
 //! Shared support for the integration tests that talk to real servers.
 pub mod etcd;
 pub mod resp;
+pub mod rounds;

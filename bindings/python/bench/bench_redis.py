@@ -9,7 +9,9 @@ Run (from bindings/python, after `cargo build --release` and ./setup-venv.sh)::
 It starts its own redis-server on a free loopback port (no persistence) and measures, for each
 library, in one run:
 
-1. uncontended acquire+release cycles per second (one thread, one name);
+1. uncontended acquire+release cycles per second (one thread, one name), beside the floor: the
+   requests leasehold's core sends for one cycle, recorded from a real client and replayed
+   pre-encoded on a plain socket (no library), and a bare ``SET NX PX`` / ``DEL`` loop;
 2. handoff latency (the releasing thread's ``release()`` call → the next holder's
    ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; each holder keeps the
    lock 10 ms so that the others are settled waiters when it releases, and only queues again
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +56,7 @@ from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
 
 clock = time.perf_counter
+FLOOR = "floor (core's requests, raw socket)"
 
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
@@ -110,6 +114,108 @@ class PRLLocker(Locker):
 
     def release(self, h: Any) -> None:
         h.release()
+
+
+class _Recorder(RedisLockService):
+    """Records the commands the core asks for (the documented ``command`` extension point)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(redis.Redis.from_url(url))
+        self.seen: list[list[bytes]] = []
+
+    def command(self, argv: list[bytes]) -> Any:
+        self.seen.append(list(argv))
+        return super().command(argv)
+
+
+def _resp(argv: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
+
+
+class _RawConn:
+    """A plain socket that reads whole RESP replies (what the floor needs: no parsing beyond
+    finding a reply's end)."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def call(self, payload: bytes) -> bytes:
+        self.sock.sendall(payload)
+        while True:
+            end = self._end(0)
+            if end is not None:
+                reply, self.buf = self.buf[:end], self.buf[end:]
+                return reply
+            self.buf += self.sock.recv(65536)
+
+    def _end(self, i: int) -> int | None:
+        nl = self.buf.find(b"\r\n", i)
+        if nl < 0:
+            return None
+        kind, n = self.buf[i : i + 1], int(self.buf[i + 1 : nl] or b"0") if self.buf[i : i + 1] in b"*$" else 0
+        if kind == b"$":
+            end = nl + 2 + max(n, -2) + 2 if n >= 0 else nl + 2
+            return end if len(self.buf) >= end else None
+        if kind == b"*":
+            j: int | None = nl + 2
+            for _ in range(max(n, 0)):
+                j = self._end(j) if j is not None else None
+            return j
+        return nl + 2
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class FloorLocker(Locker):
+    """The floor: the very requests leasehold's core sends for one uncontended acquire +
+    release (recorded once from a real client, so the same scripts, keys and arguments),
+    replayed pre-encoded on a plain socket with no library and no lock logic."""
+
+    def __init__(self, url: str) -> None:
+        rec = _Recorder(url)
+        client = LockClient(rec)
+        try:
+            for _ in range(3):  # past the script loading: the steady state
+                rec.seen.clear()
+                client.acquire("tp-floor", ttl=10.0, wait=0.0).release()
+        finally:
+            client.close()
+        self.requests = [_resp(argv) for argv in rec.seen]
+        self.conn = _RawConn(url)
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        for payload in self.requests:
+            self.conn.call(payload)
+
+    def release(self, h: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SetNxLocker(Locker):
+    """A bare ``SET key token NX PX`` / ``DEL`` loop on a plain socket: no fence, no check of
+    the owner on release, no queue (what the simplest lock does; reported, no target)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = _RawConn(url)
+
+    def acquire(self, name: str, ttl: float, wait: float) -> Any:
+        reply = self.conn.call(_resp([b"SET", name.encode(), b"tok", b"NX", b"PX", b"%d" % int(ttl * 1000)]))
+        if not reply.startswith(b"+OK"):
+            raise TimeoutError(name)
+        return name
+
+    def release(self, h: Any) -> None:
+        self.conn.call(_resp([b"DEL", h.encode()]))
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 class Impl:
@@ -190,12 +296,13 @@ def bench_throughput(
     finally:
         for locker in lockers.values():
             locker.close()
-    base = rates.get(ref)
+    base, floor = rates.get(ref), rates.get(FLOOR)
     return {
         label: {
             "median_ops_per_s": statistics.median(v),
             "best_ops_per_s": max(v),
             "paired_ratio_vs_ref": statistics.median(a / b for a, b in zip(v, base)) if base else None,
+            "paired_ratio_vs_floor": statistics.median(a / b for a, b in zip(v, floor)) if floor else None,
             "cpu_us_per_cycle_median": statistics.median(cpu[label]),
             "server_cpu_us_per_cycle_median": statistics.median(srv_cpu[label]) if srv_cpu[label] else None,
             "rounds": [round(x) for x in v],
@@ -529,7 +636,10 @@ def main() -> None:
         all_impls = impls(srv.url, r_peers, shared)
         try:
             if "throughput" in parts:
-                tp_impls = [i for i in all_impls if "shared" not in i.label]
+                tp_impls = [i for i in all_impls if "shared" not in i.label] + [
+                    Impl(FLOOR, lambda: FloorLocker(srv.url), ""),
+                    Impl("raw SET NX PX / DEL", lambda: SetNxLocker(srv.url), ""),
+                ]
                 results["throughput"] = tp = bench_throughput(
                     tp_impls, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds, r=r
                 )
@@ -537,6 +647,7 @@ def main() -> None:
                     print(
                         f"throughput  {label:30s} median {res['median_ops_per_s']:6.0f}  best {res['best_ops_per_s']:6.0f}"
                         f" acquire+release/s  paired ratio vs redis-py Lock {res['paired_ratio_vs_ref']:.2f}"
+                        f", vs the floor {res['paired_ratio_vs_floor']:.2f}"
                         f"  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle"
                         f" (redis-server {res['server_cpu_us_per_cycle_median']:4.0f})",
                         flush=True,
