@@ -517,7 +517,7 @@
  * ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
  * at load time.
  */
-#define LH_ABI_VERSION 3
+#define LH_ABI_VERSION 4
 
 /**
  * Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`

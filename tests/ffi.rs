@@ -141,9 +141,9 @@ fn version_macros_match_cargo_toml_and_library() {
     // SAFETY: static NUL-terminated string.
     let lib = unsafe { CStr::from_ptr(lh_version()) }.to_str().unwrap();
     assert_eq!(lib, cargo_version);
-    // ABI 3: the one seam.
-    assert_eq!(LH_ABI_VERSION, 3);
-    assert_eq!(header_define(&h, "LH_ABI_VERSION"), "3");
+    // ABI 4: the stream kind (the request and backend option structs grew).
+    assert_eq!(LH_ABI_VERSION, 4);
+    assert_eq!(header_define(&h, "LH_ABI_VERSION"), "4");
     assert_eq!(lh_abi_version(), LH_ABI_VERSION);
 }
 

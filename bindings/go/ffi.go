@@ -27,7 +27,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this package was written against.
-const ABIVersion = 3
+const ABIVersion = 4
 
 // C status codes (lh_status); the values are part of the stable ABI.
 const (

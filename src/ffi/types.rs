@@ -158,7 +158,7 @@ pub const LH_MAX_SEED_LEN: usize = 1024;
 
 /// ABI version; bumped on any incompatible change. Wrappers compare it with `lh_abi_version()`
 /// at load time.
-pub const LH_ABI_VERSION: u32 = 3;
+pub const LH_ABI_VERSION: u32 = 4;
 /// Library version (the crate version in Cargo.toml; a test keeps them equal). cbindgen cannot
 /// emit string constants, so the header gets `LH_VERSION` from `after_includes` in cbindgen.toml.
 ///

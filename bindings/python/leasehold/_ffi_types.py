@@ -1,4 +1,4 @@
-"""The C ABI's constants and structs as ctypes mirrors (include/leasehold.h, ABI 3).
+"""The C ABI's constants and structs as ctypes mirrors (include/leasehold.h, ABI 4).
 
 Pure declarations: nothing here loads the library (that is :mod:`leasehold._ffi`, which
 re-exports every name of this module). ``tests/core/test_core_abi_layout.py`` compiles the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # ---- status codes ------------------------------------------------------------------------
 LH_OK = 0
