@@ -82,7 +82,7 @@ static void answer_on_fresh_service(lh_client *c, const call *q, uint64_t lease)
 static void version_macros_match_library(void) {
     EXPECT(strcmp(lh_version(), LH_VERSION) == 0);
     EXPECT(lh_abi_version() == LH_ABI_VERSION);
-    EXPECT(LH_ABI_VERSION == 3);
+    EXPECT(LH_ABI_VERSION == 4);
 }
 
 static void status_str_names_every_code(void) {

@@ -115,7 +115,7 @@ struct Host {
 
 TEST(Core, VersionAndAbi) {
   EXPECT_EQ(leasehold::library_abi_version(), static_cast<std::uint32_t>(LH_ABI_VERSION));
-  EXPECT_EQ(LH_ABI_VERSION, 3);
+  EXPECT_EQ(LH_ABI_VERSION, 4);
   EXPECT_FALSE(leasehold::library_version().empty());
   EXPECT_EQ(leasehold::status_name(LH_OK), "LH_OK");
   EXPECT_EQ(leasehold::status_name(LH_ERR_EMPTY_NAME), "LH_ERR_EMPTY_NAME");
