@@ -26,8 +26,11 @@ def test_acquire_fence_release(redis_server, r) -> None:
         with client.acquire("py-stream", ttl=5, wait=5) as lock:
             assert lock.fencing_token > int(r.time()[0]) * 1_000_000 - 60_000_000
             assert _lock_key(r, "py-stream")
-            names = [c.get("name") for c in r.client_list()]
-            assert names.count("lh-py-stream") == 2  # the commands and the subscriber streams
+            # The commands and the subscriber streams (the subscriber opens beside the grant).
+            deadline = time.monotonic() + 5
+            while [c.get("name") for c in r.client_list()].count("lh-py-stream") < 2:
+                assert time.monotonic() < deadline, r.client_list()
+                time.sleep(0.01)
         deadline = time.monotonic() + 5
         while _lock_key(r, "py-stream") and time.monotonic() < deadline:
             time.sleep(0.01)
