@@ -54,6 +54,7 @@ from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
+from leasehold.backends.redis_stream import RedisStreamExecutor  # noqa: E402
 
 clock = time.perf_counter
 FLOOR = "floor (core's requests, raw socket)"
@@ -247,6 +248,7 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
     )
     return [
         Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
+        Impl("leasehold (byte path)", lambda: LeaseholdLocker(url, LockClient(RedisStreamExecutor(url)), True), lh_holder),
         Impl("leasehold (1 shared client)", lambda: LeaseholdLocker(url, shared_client), lh_holder),
         Impl("redis-py Lock", lambda: RedisPyLocker(r), rp_holder),
         Impl("python-redis-lock", lambda: PRLLocker(r), prl_holder),
