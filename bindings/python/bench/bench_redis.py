@@ -158,7 +158,7 @@ class _RawConn:
             return None
         kind, n = self.buf[i : i + 1], int(self.buf[i + 1 : nl] or b"0") if self.buf[i : i + 1] in b"*$" else 0
         if kind == b"$":
-            end = nl + 2 + max(n, -2) + 2 if n >= 0 else nl + 2
+            end = nl + 2 + n + 2 if n >= 0 else nl + 2  # $-1: nil, no body
             return end if len(self.buf) >= end else None
         if kind == b"*":
             j: int | None = nl + 2
