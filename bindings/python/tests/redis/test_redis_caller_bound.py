@@ -16,6 +16,7 @@ from leasehold import Config, LockClient, LockTimeout, ReleaseOutcome
 from leasehold.aio import AsyncLockClient
 from leasehold.backends.redis_executor import RedisExecutor
 from leasehold.backends.redis_executor_async import AsyncRedisExecutor
+import lh_caller_bound as bound
 from lh_keys import keys_for
 from lh_stall_proxy import StallProxy
 from polling import wait_until
@@ -36,33 +37,14 @@ def _executor(p: StallProxy) -> RedisExecutor:
     return RedisExecutor(url=p.url, socket_timeout=5.0)
 
 
-def test_release_with_a_timeout_returns_by_it_and_the_release_completes_later(proxy, r):  # type: ignore[no-untyped-def]
-    with LockClient(_executor(proxy)) as c:
-        h = c.acquire("rel", ttl=30)
-        proxy.delay = STALL
-        t0 = time.monotonic()
-        out = h.release(timeout=0.1)
-        took = time.monotonic() - t0
-        assert out is ReleaseOutcome.RELEASED and not h.is_held()
-        assert took < 0.1 + MARGIN, f"release(timeout=0.1) took {took:.3f}s"
-        proxy.delay = 0
-        # The core waits for the service's answer, which comes once the stall ends.
-        wait_until(lambda: c.counters().releases_confirmed == 1, bound=30, what="the release confirmed")
-        assert not r.exists(keys_for("rel").lock)
+def test_release_with_a_timeout_returns_by_it_and_the_release_completes_later(proxy, r, redis_server):  # type: ignore[no-untyped-def]
+    bound.release_returns_by_its_timeout(proxy, lambda: _executor(proxy), lambda: RedisExecutor(url=redis_server.url))
+    assert not r.exists(keys_for("rel").lock)
 
 
-def test_release_without_a_timeout_keeps_the_release_timeout(proxy, r):  # type: ignore[no-untyped-def]
-    with LockClient(_executor(proxy), config=REQUEST_TIMEOUT) as c:
-        h = c.acquire("reldef", ttl=30)
-        proxy.delay = STALL
-        t0 = time.monotonic()
-        out = h.release()  # waits at most the release timeout: the request timeout, 0.3 s
-        took = time.monotonic() - t0
-        assert out is ReleaseOutcome.RELEASED and not h.is_held()
-        assert took < 0.3 + MARGIN, f"release() took {took:.3f}s"
-        proxy.delay = 0
-        wait_until(lambda: c.counters().pending_cleanups == 0 and c.counters().live_leases == 0, bound=30)
-        wait_until(lambda: not r.exists(keys_for("reldef").lock), bound=30, what="the lock key gone")
+def test_release_without_a_timeout_keeps_the_release_timeout(proxy, r, redis_server):  # type: ignore[no-untyped-def]
+    bound.release_keeps_the_release_timeout(proxy, lambda: _executor(proxy), lambda: RedisExecutor(url=redis_server.url))
+    assert not r.exists(keys_for("reldef").lock)
 
 
 def test_acquire_fails_by_its_bound_and_a_late_grant_is_released(proxy, r, redis_server):  # type: ignore[no-untyped-def]
