@@ -22,6 +22,17 @@ _READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 _WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
 
 
+def pg_failure(e: Exception, broken: bool) -> SqlFailure:
+    """A psycopg error as the protocol reports it: the database's refusal (with its
+    message), or a transport failure when the connection is gone."""
+    diag = getattr(e, "diag", None)
+    text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(e) or type(e).__name__
+    if broken or getattr(e, "sqlstate", None) is None:
+        # The core says "connection failed: " itself.
+        return SqlFailure(_ffi.LH_FAILURE_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or text)
+    return SqlFailure(_ffi.LH_FAILURE_DATABASE, text)
+
+
 class Late(Exception):
     """The caller's deadline passed before the request ended; :meth:`PgCall.run` continues it."""
 
@@ -162,8 +173,6 @@ class PgCall:
         return rows
 
     def _failure(self, e: Exception) -> SqlFailure:
-        from .sql_executor import pg_failure
-
         conn = self._session.conn
         broken = conn.closed or conn.broken or self._pgconn.status != self._pg.pq.ConnStatus.OK
         if not broken:

@@ -415,17 +415,6 @@ def pg_params(params: list[Any]) -> list[Any]:
     return [Int8(p) if type(p) is int else p for p in params]
 
 
-def pg_failure(e: Exception, broken: bool) -> SqlFailure:
-    """A psycopg error as the protocol reports it: the database's refusal (with its
-    message), or a transport failure when the connection is gone."""
-    diag = getattr(e, "diag", None)
-    text = (getattr(diag, "message_primary", None) if diag is not None else None) or str(e) or type(e).__name__
-    if broken or getattr(e, "sqlstate", None) is None:
-        # The core says "connection failed: " itself.
-        return SqlFailure(_TRANSPORT, str(e).strip().removeprefix("connection failed: ") or text)
-    return SqlFailure(_DATABASE, text)
-
-
 class PostgresExecutor:
     """Runs a SQL-protocol core's requests on PostgreSQL with psycopg 3 (sync): a commands
     connection (one request at a time) and a listener connection whose notifications wake

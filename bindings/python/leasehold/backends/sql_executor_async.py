@@ -13,7 +13,8 @@ from typing import Any
 from .. import _ffi
 from .._backend import SqlFailure, bind_params, host_facts
 from .._core import SqlOptions, SqlRequest
-from .sql_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, TCP_KEEPALIVE, _cut, _psycopg, pg_failure, pg_params
+from ._pg_call import pg_failure
+from .sql_executor import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, TCP_KEEPALIVE, _cut, _psycopg, pg_params
 
 __all__ = ["AsyncPostgresExecutor"]
 
