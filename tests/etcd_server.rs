@@ -177,11 +177,12 @@ fn a_release_wakes_exactly_the_next_waiter_in_fifo_order() {
                 h.run_for(Duration::from_millis(5));
             }
         }
+        // The next waiter was woken (more than once if it read a member that lagged behind
+        // its own key and looked again); nobody behind it was.
         let wakes: Vec<u64> = hosts.iter().map(|h| h.proto.counters().wakeups).collect();
-        let total: u64 = wakes.iter().sum();
-        assert_eq!(
-            total,
-            turn as u64 + 1,
+        assert!(wakes[next] >= 1, "wakes per host: {wakes:?}");
+        assert!(
+            wakes[next + 1..].iter().all(|&w| w == 0),
             "wakes per host after {} releases: {wakes:?}",
             turn + 1
         );
@@ -227,7 +228,11 @@ fn a_dead_holders_lock_is_taken_over_within_ttl_plus_one_second() {
     let took = (now() - died) / MS;
     let f1 = waiter.acquired(lease).unwrap();
     assert!(f1 > f0);
-    assert_eq!(waiter.proto.counters().wakeups, 1, "woken by the watch");
+    // Woken by the watch, not by polling: one wake, or a few more when a loaded cluster cut
+    // the watch (a cancel or a leader change wakes the waiter to look again). Polling every
+    // 200 ms through a 2 s TTL would wake it about ten times.
+    let wakeups = waiter.proto.counters().wakeups;
+    assert!((1..=3).contains(&wakeups), "woken {wakeups} times");
     eprintln!("dead holder: taken over {took} ms after its last run (TTL {ttl_ms} ms)");
     assert!(took <= ttl_ms + 1_000, "took {took} ms");
     assert_eq!(
@@ -437,7 +442,9 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
     a.release(la);
     assert!(b.run_until(LONG, |h| h.acquired(lb).is_some()));
     assert!(b.acquired(lb).unwrap() > a.acquired(la).unwrap());
-    assert_eq!(b.proto.counters().wakeups, 1);
+    // Woken by the watch (a cut watch on a loaded cluster may wake it once or twice more).
+    let wakeups = b.proto.counters().wakeups;
+    assert!((1..=3).contains(&wakeups), "woken {wakeups} times");
 }
 
 #[test]
