@@ -33,6 +33,18 @@ def pg_failure(e: Exception, broken: bool) -> SqlFailure:
     return SqlFailure(_ffi.LH_FAILURE_DATABASE, text)
 
 
+_INT8: Any = None
+
+
+def _int8(psycopg: Any) -> Any:
+    global _INT8
+    if _INT8 is None:
+        from psycopg.types.numeric import Int8
+
+        _INT8 = Int8
+    return _INT8
+
+
 class Late(Exception):
     """The caller's deadline passed before the request ended; :meth:`PgCall.run` continues it."""
 
@@ -40,11 +52,14 @@ class Late(Exception):
 class PgSession:
     """A connection and the statements prepared on it (names live as long as the connection)."""
 
-    __slots__ = ("conn", "prepared")
+    __slots__ = ("conn", "prepared", "tx")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        # One Transformer per connection, as a cursor keeps one: its dumpers and loaders are
+        # looked up once, not per request (requests on a connection never overlap).
+        self.tx: Any = None
 
 
 class PgCall:
@@ -53,17 +68,18 @@ class PgCall:
     called again (on any thread) and picks up where it stopped."""
 
     def __init__(self, psycopg: Any, session: PgSession, request: SqlRequest, request_timeout: float) -> None:
-        from psycopg.types.numeric import Int8
-
         self._pg = psycopg
         self._session = session
         self._pgconn = session.conn.pgconn
-        self._tx = psycopg.adapt.Transformer(session.conn)
+        if session.tx is None:
+            session.tx = psycopg.adapt.Transformer(session.conn)
+        self._tx = session.tx
         self._auto = psycopg.adapt.PyFormat.AUTO
+        int8 = _int8(psycopg)
         facts = host_facts()
         # Integers bind as bigint, the protocol's type.
         self._todo = [
-            (sql.encode(), [Int8(p) if type(p) is int else p for p in bind_params(params, facts)])
+            (sql.encode(), [int8(p) if type(p) is int else p for p in bind_params(params, facts)])
             for sql, params in request.statements
         ]
         self._next = 0
