@@ -354,3 +354,28 @@ def test_asynchronous_commit_shares_locks_with_the_default(pg_url: str) -> None:
         got[0].release()
     fast.close()
     slow.close()
+
+
+def test_one_statement_with_parameters_of_other_types_is_prepared_again_not_misread(pg_url: str) -> None:
+    """Statements are prepared per text and parameter types: the same text with an integer,
+    a text, a NULL and a blob gets a statement for each (a text bound to the bigint one would
+    be refused), and every answer is its own."""
+    from leasehold import _ffi
+    from leasehold._core import SqlRequest
+
+    def ask(value: object) -> list[list[tuple[object, ...]]]:
+        return ex.execute(SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT $1::text", [value])]))
+
+    ex = PostgresExecutor(pg_url)
+    ex.attach()
+    try:
+        assert ask(7) == [[("7",)]]
+        assert ask("seven") == [[("seven",)]]
+        assert ask(8) == [[("8",)]]
+        assert ask(None) == [[(None,)]]
+        assert ask(b"\x00\x01") == [[("\\x0001",)]]
+        assert ask("eight") == [[("eight",)]]
+        # A statement of another text on the same connection is unaffected.
+        assert ex.execute(SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT $1::bigint * 2", [21])])) == [[(42,)]]
+    finally:
+        ex.detach()
