@@ -417,7 +417,7 @@ fn time_running_backwards_is_clamped() {
 #[test]
 fn bad_settings_are_refused() {
     let p = || RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
-    let err = RedisStream::new(p(), "redis+sentinel://h/m", StreamSettings::default()).unwrap_err();
+    let err = RedisStream::new(p(), "redis+cluster://h", StreamSettings::default()).unwrap_err();
     assert!(
         err.to_string().contains("not supported on the stream path"),
         "{err}"

@@ -1,0 +1,3 @@
+//! Sentinel discovery against scripted sentinels and servers.
+
+use super::*;
