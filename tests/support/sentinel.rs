@@ -3,6 +3,8 @@
 //! process stopped by pid on drop. Sentinels run as `redis-server --sentinel`, as in
 //! scripts/redis-sentinel-test.sh.
 #![allow(dead_code)]
+// A test host reads its clock; only the core must not.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -154,6 +154,8 @@ pub(super) struct Discovery {
     named: Option<Endpoint>,
     generation: u64,
     last_error: String,
+    /// `last_error` changed since the stream read it.
+    fresh_error: bool,
 }
 
 impl Discovery {
@@ -185,6 +187,7 @@ impl Discovery {
             named: None,
             generation: 0,
             last_error: String::new(),
+            fresh_error: false,
         })
     }
 
@@ -403,6 +406,7 @@ impl Discovery {
         }
         if let Endpoint::Tcp { host, port, .. } = &self.url.sentinels[self.next] {
             self.last_error = format!("sentinel {host}:{port}: {why}");
+            self.fresh_error = true;
         }
         self.stream = 0;
         self.phase = Phase::Idle;
@@ -469,6 +473,16 @@ impl RedisStream {
             State::Idle | State::Resolving { .. } => return,
         }
         self.down(core, now, i, why, true);
+    }
+
+    /// A sentinel's failure is the stream's last error (a request that times out waiting
+    /// for the master says why).
+    pub(super) fn sentinel_news(&mut self) {
+        if let Some(d) = &mut self.sentinel {
+            if std::mem::take(&mut d.fresh_error) {
+                self.last_close = format!("Redis Sentinel: {}", d.last_error);
+            }
+        }
     }
 
     /// A link to the master failed: the sentinels are asked again.

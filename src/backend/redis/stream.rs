@@ -510,6 +510,7 @@ impl RedisStream {
                 .handle_request_failed_because(core, now, id, &why);
         }
         self.follow_master(core, now);
+        self.sentinel_news();
         let dated = self.dated(core);
         let master = match &self.sentinel {
             None => Some(&self.url.endpoint),
