@@ -90,12 +90,16 @@ impl Topology {
             "no",
         ];
         let master = t.master.to_string();
-        t.spawn(t.master, &["--port", &master], &common);
+        // Its own directory: a replica writes the RDB it syncs from.
+        let dir = t.dir.to_str().unwrap().to_owned();
+        t.spawn(t.master, &["--port", &master, "--dir", &dir], &common);
         t.spawn(
             t.replica,
             &[
                 "--port",
                 &t.replica.to_string(),
+                "--dir",
+                &dir,
                 "--replicaof",
                 "127.0.0.1",
                 &master,

@@ -604,7 +604,7 @@ impl RedisStream {
                 ConnEvent::Closed(e) => closed = Some(e.to_string()),
             }
         }
-        if verified {
+        if verified && closed.is_none() {
             self.links[i].verified = true;
             for (id, why) in self.links[i].flush(now) {
                 self.proto
