@@ -4,7 +4,8 @@
 //! 3 sentinels on loopback): a name the sentinels do not know is a clear error; a sentinel
 //! that is down is skipped; a lock taken and released on the master is taken again on the
 //! promoted replica after the master is killed, with a higher fence; a lease held across
-//! the failover is renewed on the new master or reported lost, never kept unconfirmed.
+//! the failover is renewed on the new master or reported lost, never kept unconfirmed; a
+//! RESP2 client (its sentinel watch in subscribe mode) follows the failover too.
 #![allow(unsafe_code)]
 // A host reads its clock; only the core must not.
 #![allow(clippy::disallowed_methods)]
@@ -94,12 +95,28 @@ fn sentinel_discovery_and_failover() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // A second client speaks RESP2 (its sentinel watch is a connection in subscribe mode).
+    let mut resp2 = Host::new(&topo.url(&[], MASTER_NAME), 3, |o| {
+        o.redis_connect_timeout_ms = 1_000;
+        o.redis_protocol = LH_REDIS_PROTOCOL_RESP2;
+    });
+    let r1 = resp2.acquire("resp2", 3_000, 0);
+    let g1 = resp2
+        .wait_for(r1, LH_EVENT_ACQUIRED, Duration::from_secs(10))
+        .expect("acquired over RESP2")
+        .fencing_token;
+    resp2.release(r1);
+    resp2
+        .wait_for(r1, LH_EVENT_RELEASED, Duration::from_secs(5))
+        .expect("released");
+
     let old = topo.master;
     topo.kill(old);
     // The sentinels promote the replica within a few seconds; the client follows.
     let until = Instant::now() + Duration::from_secs(30);
     while topo.master_now() != Some(topo.replica) && Instant::now() < until {
-        host.step_for(Duration::from_millis(100));
+        host.step_for(Duration::from_millis(50));
+        resp2.step_for(Duration::from_millis(50));
     }
     assert_eq!(topo.master_now(), Some(topo.replica), "no failover");
     // (Sentinel closed the clients of the promoted replica: a new connection.)
@@ -111,6 +128,14 @@ fn sentinel_discovery_and_failover() {
         panic!("{role:?}")
     };
     assert_eq!(role[0].text(), "master");
+
+    let r2 = resp2.acquire("resp2", 3_000, 20_000);
+    let g2 = resp2
+        .wait_for(r2, LH_EVENT_ACQUIRED, Duration::from_secs(20))
+        .expect("the RESP2 client follows the failover")
+        .fencing_token;
+    assert!(g2 > g1, "{g1} then {g2}");
+    assert_eq!(exists(topo.replica, "resp2"), 1);
 
     host.events.clear();
     // Confirmed until then by the old master, or by the new one already.
