@@ -553,8 +553,9 @@
 /**
  * `lh_backend_options.kind`: Redis with the connections in the core (the *stream* kind of
  * the seam): the client asks for `LH_IO_OPEN` / `LH_IO_WRITE` / `LH_IO_SHUTDOWN` to the
- * endpoint of `redis_url` and speaks RESP itself; the host only moves bytes. The `redis_*`
- * tunables apply as for `LH_BACKEND_REDIS`.
+ * endpoint of `redis_url` (for a Sentinel URL: the sentinels, then the master they name)
+ * and speaks RESP itself; the host only moves bytes. The `redis_*` tunables apply as for
+ * `LH_BACKEND_REDIS`.
  */
 #define LH_BACKEND_REDIS_STREAM 6
 
@@ -884,8 +885,11 @@ typedef struct lh_backend_options {
   size_t etcd_password_len;
   /**
    * Redis stream: `redis://[user:pass@]host[:port][/db]`, `rediss://…` (TLS, the server
-   * name is the host) or `unix:///path[?db=N]` (UTF-8, at most 4096 bytes, not
-   * NUL-terminated; percent-escapes in the user and password). Sentinel and Cluster URLs
+   * name is the host), `unix:///path[?db=N]` or
+   * `redis+sentinel://[[user]:pass@]host:port[,host:port…]/MASTER[/db]` (the master the
+   * sentinels name, followed across failovers; the credentials and database are the
+   * Redis servers', the sentinels take none) (UTF-8, at most 4096 bytes, not
+   * NUL-terminated; percent-escapes in the user, password and master name). Cluster URLs
    * are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
    * host built against the header before them passes that smaller `struct_size` and gets
    * their defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).

@@ -2,3 +2,4 @@
 pub mod etcd;
 pub mod resp;
 pub mod rounds;
+pub mod sentinel;

@@ -14,14 +14,26 @@
 //! request, reports the subscriber's live channels lost (the protocol subscribes them again)
 //! and reopens the connection after a jittered exponential backoff drawn from the core's RNG.
 //! Stream ids are never reused; answers for a stream that was closed since are ignored.
+//!
+//! With a `redis+sentinel://` URL the endpoint is found, not given: [`sentinel`] asks the
+//! sentinels for the master, checks it with `ROLE` before a connection carries a request, and
+//! follows failovers (see its docs). A Cluster target would plug in at the same place: the
+//! endpoint each link opens to, chosen per slot.
 
 use std::collections::{HashSet, VecDeque};
 
-use super::url::{Endpoint, RedisUrl, parse_url};
-use super::wire::{Conn, ConnEvent, ConnOptions, Protocol as Resp, Push, SubscriptionKind};
+use super::url::{Endpoint, RedisUrl, Target, parse_target};
+use super::wire::{
+    Conn, ConnEvent, ConnOptions, ErrorKind, Protocol as Resp, Push, SubscriptionKind,
+};
 use super::{Arg, Connection, RedisProtocol, Value, scripts};
 use crate::backend::outbox::{MS, NEVER};
 use crate::{Client, Error, Event};
+
+#[path = "stream_types.rs"]
+mod types;
+use types::{Io, Streams};
+pub use types::{StreamCounters, StreamError, StreamRequest, StreamSettings};
 
 /// Most requests waiting for a connection to open; more fail at once.
 const MAX_WAITING: usize = 4096;
@@ -29,90 +41,14 @@ const MAX_WAITING: usize = 4096;
 const BACKOFF_BASE: u64 = 25 * MS;
 const BACKOFF_CAP: u64 = 2_000 * MS;
 
-/// How the stream path connects, besides the URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamSettings {
-    /// `CLIENT SETNAME` of both connections (`None`: unnamed).
-    pub client_name: Option<Vec<u8>>,
-    /// Which protocol the handshake asks for first.
-    pub protocol: Resp,
-    /// How long an open may take, from when it was asked for.
-    pub connect_timeout_ns: u64,
-    /// How long a command may wait for its reply, from when it was written.
-    pub request_timeout_ns: u64,
-}
-
-impl Default for StreamSettings {
-    fn default() -> Self {
-        StreamSettings {
-            client_name: None,
-            protocol: Resp::Resp3,
-            connect_timeout_ns: 5_000 * MS,
-            request_timeout_ns: 5_000 * MS,
-        }
-    }
-}
-
-/// A piece of IO for the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamRequest<'a> {
-    /// Open stream `stream` to `endpoint`; give up at `deadline` (the host's clock) and
-    /// report it closed.
-    Open {
-        /// The new stream's id.
-        stream: u64,
-        /// Where to connect.
-        endpoint: &'a Endpoint,
-        /// When to give up.
-        deadline: u64,
-    },
-    /// Write `bytes` on `stream`, in order after the earlier writes.
-    Write {
-        /// The stream.
-        stream: u64,
-        /// What to write.
-        bytes: &'a [u8],
-    },
-    /// Close `stream` (no answer; later reads for it are ignored).
-    Shutdown {
-        /// The stream.
-        stream: u64,
-    },
-}
-
-/// Why an answer about a stream was refused (nothing changed).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StreamError {
-    /// The id was never handed out by this object.
-    #[error("unknown stream {0}")]
-    Unknown(u64),
-    /// Bytes for a stream the host has not reported opened.
-    #[error("stream {0} is not open yet: report it opened before its bytes")]
-    NotOpen(u64),
-}
-
-/// What the stream path saw, for diagnostics and tests (monotonic).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamCounters {
-    /// Streams asked for.
-    pub opens: u64,
-    /// Streams that ended (closed by the host, by the server, or shut down by the core).
-    pub closes: u64,
-    /// Answers for streams already closed (ignored).
-    pub late_answers: u64,
-}
-
-#[derive(Debug, Clone)]
-enum Io {
-    Open { stream: u64, deadline: u64 },
-    Write { stream: u64, bytes: Vec<u8> },
-    Shutdown { stream: u64 },
-}
-
 #[derive(Debug)]
 enum State {
     /// No stream; the next one may be asked for at `reopen_at`.
     Idle,
+    /// Sentinel: waiting for the sentinels to name the master, until `deadline`.
+    Resolving {
+        deadline: u64,
+    },
     Opening {
         deadline: u64,
     },
@@ -132,6 +68,10 @@ struct Link {
     /// Closes since the last handshake that succeeded.
     failures: u32,
     reopen_at: u64,
+    /// Where the current stream goes.
+    endpoint: Option<Endpoint>,
+    /// Requests may go on the connection (Sentinel: `ROLE` said master).
+    verified: bool,
 }
 
 impl Link {
@@ -144,8 +84,34 @@ impl Link {
             subs: HashSet::new(),
             failures: 0,
             reopen_at: 0,
+            endpoint: None,
+            verified: false,
         }
     }
+}
+
+impl Link {
+    /// Sends the waiting requests on the open connection; the ones it refused.
+    fn flush(&mut self, now: u64) -> Vec<(u64, String)> {
+        let mut refused = Vec::new();
+        let State::Open(conn) = &mut self.state else {
+            return refused;
+        };
+        for (id, args) in self.waiting.drain(..) {
+            match conn.send(now, id, &args) {
+                Ok(()) => note_subscription(&mut self.subs, id, &args),
+                Err(e) => refused.push((id, e.to_string())),
+            }
+        }
+        refused
+    }
+}
+
+/// What a stream id belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Link(usize),
+    Sentinel,
 }
 
 /// The Redis protocol with the connections in the core. See the module docs.
@@ -153,30 +119,39 @@ impl Link {
 pub struct RedisStream {
     proto: RedisProtocol,
     url: RedisUrl,
+    /// Sentinel URLs: how the master is found.
+    sentinel: Option<Box<sentinel::Discovery>>,
+    /// The sentinel discovery's generation the links follow.
+    generation: u64,
     settings: StreamSettings,
     conn_opts: ConnOptions,
     links: [Link; 2],
-    next_stream: u64,
-    io: VecDeque<Io>,
+    streams: Streams,
     /// The request last handed out by [`Self::poll_request`] (its bytes are borrowed).
     current: Option<Io>,
-    counters: StreamCounters,
     last_close: String,
     /// An input carried the host's clock: an open's deadline can be dated.
     clock_seen: bool,
 }
 
 impl RedisStream {
-    /// Wraps `proto` with connections to `url` (parsed here, once).
+    /// Wraps `proto` with connections to `url` (parsed here, once): one server, or the
+    /// master of a Sentinel deployment.
     pub fn new(
         proto: RedisProtocol,
         url: &str,
         settings: StreamSettings,
     ) -> Result<RedisStream, Error> {
-        let url = parse_url(url)?;
         if settings.connect_timeout_ns == 0 {
             return Err(Error::InvalidConfig("connect_timeout_ns must be positive"));
         }
+        let (url, sentinel) = match parse_target(url)? {
+            Target::Direct(url) => (url, None),
+            Target::Sentinel(s) => {
+                let d = sentinel::Discovery::new(s, &settings)?;
+                (d.server_url(), Some(Box::new(d)))
+            }
+        };
         let conn_opts = ConnOptions {
             username: url.username.clone(),
             password: url.password.clone(),
@@ -190,16 +165,20 @@ impl RedisStream {
         Ok(RedisStream {
             proto,
             url,
+            sentinel,
+            generation: 0,
             settings,
             conn_opts,
             links: [
                 Link::new(Connection::Commands),
                 Link::new(Connection::Subscriber),
             ],
-            next_stream: 1,
-            io: VecDeque::new(),
+            streams: Streams {
+                next: 1,
+                io: VecDeque::new(),
+                counters: StreamCounters::default(),
+            },
             current: None,
-            counters: StreamCounters::default(),
             last_close: String::new(),
             clock_seen: false,
         })
@@ -215,7 +194,8 @@ impl RedisStream {
         &mut self.proto
     }
 
-    /// The parsed URL.
+    /// The parsed URL. For a Sentinel URL: the Redis servers' credentials and database,
+    /// and the first sentinel as the endpoint.
     pub fn url(&self) -> &RedisUrl {
         &self.url
     }
@@ -227,7 +207,7 @@ impl RedisStream {
 
     /// Counters of the stream path.
     pub fn counters(&self) -> StreamCounters {
-        self.counters
+        self.streams.counters
     }
 
     /// The last error: the protocol's, or why a connection closed last if that is newer.
@@ -240,7 +220,8 @@ impl RedisStream {
 
     /// Whether a connection is open and done with its handshake.
     pub fn is_ready(&self, which: Connection) -> bool {
-        matches!(&self.link(which).state, State::Open(c) if c.is_ready())
+        let link = self.link(which);
+        matches!(&link.state, State::Open(c) if c.is_ready() && link.verified)
     }
 
     // ------------------------------------------------------------------------ outputs
@@ -249,11 +230,15 @@ impl RedisStream {
     /// mutation.
     pub fn poll_request(&mut self, core: &mut Client) -> Option<StreamRequest<'_>> {
         self.route(core);
-        self.current = self.io.pop_front();
+        self.current = self.streams.io.pop_front();
         Some(match self.current.as_ref()? {
-            Io::Open { stream, deadline } => StreamRequest::Open {
+            Io::Open {
+                stream,
+                deadline,
+                endpoint,
+            } => StreamRequest::Open {
                 stream: *stream,
-                endpoint: &self.url.endpoint,
+                endpoint,
                 deadline: *deadline,
             },
             Io::Write { stream, bytes } => StreamRequest::Write {
@@ -280,17 +265,20 @@ impl RedisStream {
     }
 
     /// When [`Self::handle_timeout`] must be called at the latest: the protocol's deadline,
-    /// an open's or a reply's deadline, a reopen that requests wait for.
+    /// an open's or a reply's deadline, a reopen that requests wait for, the sentinels'.
     pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
         self.route(core);
         let mut t = self.proto.poll_timeout(core).unwrap_or(NEVER);
         for l in &self.links {
             t = t.min(match &l.state {
-                State::Opening { deadline } => *deadline,
+                State::Opening { deadline } | State::Resolving { deadline } => *deadline,
                 State::Open(c) => c.deadline().unwrap_or(NEVER),
                 State::Idle if !l.waiting.is_empty() => l.reopen_at,
                 State::Idle => NEVER,
             });
+        }
+        if let Some(d) = &self.sentinel {
+            t = t.min(d.deadline().unwrap_or(NEVER));
         }
         if !self.dated(core) && self.links.iter().any(|l| !l.waiting.is_empty()) {
             // An open waits for a clock to date its deadline: due at once.
@@ -306,25 +294,36 @@ impl RedisStream {
         self.proto.handle_timeout(core, now);
         self.clock_seen = true;
         let now = core.now();
+        if let Some(d) = &mut self.sentinel {
+            d.handle_timeout(now, &mut self.streams);
+        }
         for i in 0..2 {
+            // Some(resolving): the open (or the search for the master) is overdue.
             let overdue = match &mut self.links[i].state {
-                State::Opening { deadline } => *deadline <= now,
+                State::Opening { deadline } => (*deadline <= now).then_some(false),
+                State::Resolving { deadline } => (*deadline <= now).then_some(true),
                 State::Open(c) => {
                     c.handle_timeout(now);
-                    false
+                    None
                 }
-                State::Idle => false,
+                State::Idle => None,
             };
-            if overdue {
-                self.open_failed(core, now, i, "the connection did not open in time", true);
-            } else {
-                self.drain(core, now, i, None);
+            match (overdue, &self.sentinel) {
+                (Some(true), Some(d)) => {
+                    let why = d.unresolved();
+                    self.open_failed(core, now, i, &why, false);
+                }
+                (Some(_), _) => {
+                    self.open_failed(core, now, i, "the connection did not open in time", true);
+                }
+                (None, _) => self.drain(core, now, i, None),
             }
         }
         self.route(core);
     }
 
-    /// The host opened `stream`: the handshake starts and the waiting requests follow it.
+    /// The host opened `stream`: the handshake starts and the waiting requests follow it
+    /// (Sentinel: once `ROLE` says the server is the master).
     pub fn handle_opened(
         &mut self,
         core: &mut Client,
@@ -335,12 +334,20 @@ impl RedisStream {
         core.handle_timeout(now);
         let now = core.now();
         self.clock_seen = true;
-        let Some(i) = found else {
-            return Ok(());
+        let i = match found {
+            None => return Ok(()),
+            Some(Slot::Sentinel) => {
+                if let Some(d) = &mut self.sentinel {
+                    d.handle_opened(now, &mut self.streams);
+                }
+                self.route(core);
+                return Ok(());
+            }
+            Some(Slot::Link(i)) => i,
         };
         if !matches!(self.links[i].state, State::Opening { .. }) {
             // Reported twice: the first report counts.
-            self.counters.late_answers += 1;
+            self.streams.counters.late_answers += 1;
             return Ok(());
         }
         let mut conn = match Conn::new(self.conn_opts.clone(), now) {
@@ -351,15 +358,19 @@ impl RedisStream {
                 return Ok(());
             }
         };
-        let mut refused = Vec::new();
-        let link = &mut self.links[i];
-        for (id, args) in link.waiting.drain(..) {
-            match conn.send(now, id, &args) {
-                Ok(()) => note_subscription(&mut link.subs, id, &args),
-                Err(e) => refused.push((id, e.to_string())),
-            }
+        let verified = self.sentinel.is_none();
+        if !verified {
+            // Unreachable failure: a new connection takes any command.
+            let _ = conn.send(now, sentinel::ROLE_ID, &[&b"ROLE"[..]]);
         }
+        let link = &mut self.links[i];
         link.state = State::Open(conn);
+        link.verified = verified;
+        let refused = if verified {
+            link.flush(now)
+        } else {
+            Vec::new()
+        };
         for (id, why) in refused {
             self.proto
                 .handle_request_failed_because(core, now, id, &why);
@@ -377,22 +388,31 @@ impl RedisStream {
         bytes: &[u8],
     ) -> Result<(), StreamError> {
         let found = self.find(stream)?;
-        if let Some(i) = found {
-            if !matches!(self.links[i].state, State::Open(_)) {
-                return Err(StreamError::NotOpen(stream));
-            }
+        let open = match found {
+            Some(Slot::Link(i)) => matches!(self.links[i].state, State::Open(_)),
+            Some(Slot::Sentinel) => self.sentinel.as_ref().is_some_and(|d| d.is_open()),
+            None => true,
+        };
+        if !open {
+            return Err(StreamError::NotOpen(stream));
         }
         core.handle_timeout(now);
         let now = core.now();
         self.clock_seen = true;
-        let Some(i) = found else {
-            return Ok(());
-        };
-        let State::Open(conn) = &mut self.links[i].state else {
-            return Ok(());
-        };
-        conn.feed(now, bytes);
-        self.drain(core, now, i, None);
+        match found {
+            None => return Ok(()),
+            Some(Slot::Sentinel) => {
+                if let Some(d) = &mut self.sentinel {
+                    d.handle_received(now, bytes, &mut self.streams);
+                }
+            }
+            Some(Slot::Link(i)) => {
+                if let State::Open(conn) = &mut self.links[i].state {
+                    conn.feed(now, bytes);
+                    self.drain(core, now, i, None);
+                }
+            }
+        }
         self.route(core);
         Ok(())
     }
@@ -409,19 +429,26 @@ impl RedisStream {
         core.handle_timeout(now);
         let now = core.now();
         self.clock_seen = true;
-        let Some(i) = found else {
-            return Ok(());
-        };
         let why = if message.is_empty() {
             "the connection closed"
         } else {
             message
         };
-        if let State::Open(conn) = &mut self.links[i].state {
-            conn.handle_closed();
-            self.drain(core, now, i, Some(why));
-        } else {
-            self.open_failed(core, now, i, why, false);
+        match found {
+            None => return Ok(()),
+            Some(Slot::Sentinel) => {
+                if let Some(d) = &mut self.sentinel {
+                    d.handle_closed(now, why, &mut self.streams);
+                }
+            }
+            Some(Slot::Link(i)) => {
+                if let State::Open(conn) = &mut self.links[i].state {
+                    conn.handle_closed();
+                    self.drain(core, now, i, Some(why));
+                } else {
+                    self.open_failed(core, now, i, why, false);
+                }
+            }
         }
         self.route(core);
         Ok(())
@@ -439,15 +466,21 @@ impl RedisStream {
         &self.links[index(which)]
     }
 
-    /// The link `stream` is the current stream of; `None` for a stream closed since (the
+    /// What `stream` is the current stream of; `None` for a stream closed since (the
     /// answer is late and ignored).
-    fn find(&mut self, stream: u64) -> Result<Option<usize>, StreamError> {
-        if stream == 0 || stream >= self.next_stream {
+    fn find(&mut self, stream: u64) -> Result<Option<Slot>, StreamError> {
+        if stream == 0 || stream >= self.streams.next {
             return Err(StreamError::Unknown(stream));
         }
-        let found = self.links.iter().position(|l| l.stream == stream);
+        let found = match self.links.iter().position(|l| l.stream == stream) {
+            Some(i) => Some(Slot::Link(i)),
+            None if self.sentinel.as_ref().is_some_and(|d| d.stream() == stream) => {
+                Some(Slot::Sentinel)
+            }
+            None => None,
+        };
         if found.is_none() {
-            self.counters.late_answers += 1;
+            self.streams.counters.late_answers += 1;
         }
         Ok(found)
     }
@@ -461,7 +494,7 @@ impl RedisStream {
             let (id, args) = (req.id, req.args.to_vec());
             let link = &mut self.links[index(req.connection)];
             match &mut link.state {
-                State::Open(conn) => match conn.send(now, id, &args) {
+                State::Open(conn) if link.verified => match conn.send(now, id, &args) {
                     Ok(()) => note_subscription(&mut link.subs, id, &args),
                     Err(e) => refused.push((id, e.to_string())),
                 },
@@ -476,26 +509,41 @@ impl RedisStream {
             self.proto
                 .handle_request_failed_because(core, now, id, &why);
         }
+        self.follow_master(core, now);
+        self.sentinel_news();
         let dated = self.dated(core);
+        let master = match &self.sentinel {
+            None => Some(&self.url.endpoint),
+            Some(d) => d.master(),
+        };
+        let mut resolve = false;
         for link in &mut self.links {
-            match &mut link.state {
-                State::Idle if dated && !link.waiting.is_empty() && link.reopen_at <= now => {
-                    let stream = self.next_stream;
-                    self.next_stream += 1;
-                    self.counters.opens += 1;
-                    let deadline = now.saturating_add(self.settings.connect_timeout_ns);
-                    link.stream = stream;
-                    link.state = State::Opening { deadline };
-                    self.io.push_back(Io::Open { stream, deadline });
-                }
-                State::Open(conn) if conn.has_output() => {
-                    self.io.push_back(Io::Write {
+            let open_now = match &link.state {
+                State::Idle => dated && !link.waiting.is_empty() && link.reopen_at <= now,
+                State::Resolving { .. } => master.is_some(),
+                _ => false,
+            };
+            if let (true, Some(endpoint)) = (open_now, master) {
+                let deadline = now.saturating_add(self.settings.connect_timeout_ns);
+                link.stream = self.streams.open(endpoint, deadline);
+                link.endpoint = Some(endpoint.clone());
+                link.state = State::Opening { deadline };
+            } else if open_now && matches!(link.state, State::Idle) {
+                // Sentinel: no master known; the open waits for the sentinels' answer.
+                let deadline = now.saturating_add(self.settings.connect_timeout_ns);
+                link.state = State::Resolving { deadline };
+                resolve = true;
+            } else if let State::Open(conn) = &mut link.state {
+                if conn.has_output() {
+                    self.streams.io.push_back(Io::Write {
                         stream: link.stream,
                         bytes: conn.take_output(),
                     });
                 }
-                _ => {}
             }
+        }
+        if let (true, Some(d)) = (resolve, &mut self.sentinel) {
+            d.start(now, &mut self.streams);
         }
     }
 
@@ -508,10 +556,29 @@ impl RedisStream {
         let events: Vec<ConnEvent> = std::iter::from_fn(|| conn.poll_event()).collect();
         let mut failed = Vec::new();
         let mut closed = None;
+        // Sentinel: why the core ends this connection itself (not the master).
+        let mut drop_it = None;
+        let mut verified = false;
         for ev in events {
             let subs = &mut self.links[i].subs;
             match ev {
                 ConnEvent::Ready { .. } => self.links[i].failures = 0,
+                ConnEvent::Reply {
+                    id: sentinel::ROLE_ID,
+                    reply,
+                } => match sentinel::check_role(&reply) {
+                    Ok(()) => verified = true,
+                    Err(e) => drop_it = Some(e.to_string()),
+                },
+                ConnEvent::Error {
+                    id: sentinel::ROLE_ID,
+                    error,
+                } => {
+                    drop_it = Some(format!(
+                        "ROLE failed: {}",
+                        String::from_utf8_lossy(&error.message)
+                    ));
+                }
                 ConnEvent::Reply { id, reply } => {
                     // A subscription's confirmation came as a push already.
                     if !subs.remove(&id) {
@@ -520,18 +587,35 @@ impl RedisStream {
                 }
                 ConnEvent::Error { id, error } => {
                     subs.remove(&id);
+                    if error.kind == ErrorKind::ReadOnly && self.sentinel.is_some() {
+                        // A replica now: the master moved.
+                        drop_it = Some(String::from_utf8_lossy(&error.message).into_owned());
+                    }
                     let reply = Value::Error(&error.message);
                     self.proto.handle_reply(core, now, id, &reply);
                 }
                 ConnEvent::Push(push) => self.on_push(core, now, push),
                 ConnEvent::Failed { id } => {
                     subs.remove(&id);
-                    failed.push(id);
+                    if id != sentinel::ROLE_ID {
+                        failed.push(id);
+                    }
                 }
                 ConnEvent::Closed(e) => closed = Some(e.to_string()),
             }
         }
+        if verified && closed.is_none() {
+            self.links[i].verified = true;
+            for (id, why) in self.links[i].flush(now) {
+                self.proto
+                    .handle_request_failed_because(core, now, id, &why);
+            }
+        }
         let Some(own) = closed else {
+            if let Some(why) = drop_it {
+                self.drop_link(core, now, i, &why);
+                self.master_lost(now);
+            }
             return;
         };
         let why = host_reason.map_or(own, str::to_owned);
@@ -540,6 +624,7 @@ impl RedisStream {
                 .handle_request_failed_because(core, now, id, &why);
         }
         self.down(core, now, i, &why, host_reason.is_none());
+        self.master_lost(now);
     }
 
     fn on_push(&mut self, core: &mut Client, now: u64, push: Push) {
@@ -561,29 +646,33 @@ impl RedisStream {
         }
     }
 
-    /// An open that failed (the host's report, or its deadline passed): the requests that
-    /// waited for it fail, and the next open waits for the backoff.
+    /// An open that failed (the host's report, its deadline passed, or no master was named
+    /// in time): the requests that waited for it fail, and the next open waits for the
+    /// backoff.
     fn open_failed(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
         let waiting: Vec<u64> = self.links[i].waiting.drain(..).map(|(id, _)| id).collect();
         for id in waiting {
             self.proto.handle_request_failed_because(core, now, id, why);
         }
+        let had_stream = self.links[i].stream != 0;
         self.down(core, now, i, why, shutdown);
+        if had_stream {
+            self.master_lost(now);
+        }
     }
 
     /// Connection `i` is gone: back off, and tell the protocol its subscriptions are lost.
     fn down(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
         let link = &mut self.links[i];
-        if shutdown {
-            self.io.push_back(Io::Shutdown {
-                stream: link.stream,
-            });
+        if link.stream != 0 {
+            self.streams.closed(link.stream, shutdown);
         }
-        self.counters.closes += 1;
         self.last_close = format!("Redis connection closed: {why}");
         link.stream = 0;
         link.state = State::Idle;
         link.subs.clear();
+        link.endpoint = None;
+        link.verified = false;
         link.failures = link.failures.saturating_add(1);
         let step = BACKOFF_BASE
             .saturating_mul(1 << (link.failures - 1).min(10))
@@ -630,6 +719,9 @@ fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
         subs.insert(id);
     }
 }
+
+#[path = "sentinel_stream.rs"]
+mod sentinel;
 
 #[cfg(test)]
 #[path = "stream_tests.rs"]

@@ -7,23 +7,23 @@ use crate::backend::redis::wire::{Decoder, Limits, Reply};
 use crate::backend::redis::{RedisOptions, RedisProtocol};
 use crate::{AcquireOptions, Config};
 
-const HELLO_REPLY: &[u8] = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
-const GRANTED: &[u8] = b"*3\r\n:1\r\n:42\r\n:3000\r\n";
+pub(super) const HELLO_REPLY: &[u8] = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+pub(super) const GRANTED: &[u8] = b"*3\r\n:1\r\n:42\r\n:3000\r\n";
 
 #[derive(Debug, Clone, PartialEq)]
-enum Got {
+pub(super) enum Got {
     Open(u64, Endpoint, u64),
     Write(u64, Vec<Vec<Vec<u8>>>),
     Shutdown(u64),
 }
 
-struct T {
-    core: Client,
-    s: RedisStream,
-    now: u64,
+pub(super) struct T {
+    pub(super) core: Client,
+    pub(super) s: RedisStream,
+    pub(super) now: u64,
 }
 
-fn commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+pub(super) fn commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     let mut d = Decoder::new(Limits::default());
     d.feed(bytes).unwrap();
     let mut out = Vec::new();
@@ -38,7 +38,7 @@ fn commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
 }
 
 impl T {
-    fn new(url: &str) -> T {
+    pub(super) fn new(url: &str) -> T {
         let proto = RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
         T {
             core: Client::new(Config::default(), &[9; 32]).unwrap(),
@@ -47,7 +47,7 @@ impl T {
         }
     }
 
-    fn io(&mut self) -> Vec<Got> {
+    pub(super) fn io(&mut self) -> Vec<Got> {
         let mut v = Vec::new();
         while let Some(r) = self.s.poll_request(&mut self.core) {
             v.push(match r {
@@ -64,7 +64,7 @@ impl T {
         v
     }
 
-    fn opens(&mut self) -> Vec<u64> {
+    pub(super) fn opens(&mut self) -> Vec<u64> {
         let got = self.io();
         got.iter()
             .map(|g| match g {
@@ -75,7 +75,7 @@ impl T {
     }
 
     /// The commands of the one write queued now, on `stream`.
-    fn write(&mut self, stream: u64) -> Vec<Vec<Vec<u8>>> {
+    pub(super) fn write(&mut self, stream: u64) -> Vec<Vec<Vec<u8>>> {
         let got = self.io();
         match &got[..] {
             [Got::Write(s, cmds)] if *s == stream => cmds.clone(),
@@ -83,31 +83,31 @@ impl T {
         }
     }
 
-    fn opened(&mut self, stream: u64) {
+    pub(super) fn opened(&mut self, stream: u64) {
         self.s
             .handle_opened(&mut self.core, self.now, stream)
             .unwrap();
     }
 
-    fn recv(&mut self, stream: u64, bytes: &[u8]) {
+    pub(super) fn recv(&mut self, stream: u64, bytes: &[u8]) {
         self.s
             .handle_received(&mut self.core, self.now, stream, bytes)
             .unwrap();
     }
 
-    fn closed(&mut self, stream: u64, why: &str) {
+    pub(super) fn closed(&mut self, stream: u64, why: &str) {
         self.s
             .handle_closed(&mut self.core, self.now, stream, why)
             .unwrap();
     }
 
-    fn acquire(&mut self, wait_ms: u64) -> crate::LeaseId {
+    pub(super) fn acquire(&mut self, wait_ms: u64) -> crate::LeaseId {
         let o = AcquireOptions::new(3_000).wait_ns(wait_ms * MS);
         self.core.acquire(self.now, "a", o).unwrap()
     }
 
     /// Opens and handshakes the commands connection (streams: commands, subscriber).
-    fn ready_commands(&mut self) -> (u64, u64) {
+    pub(super) fn ready_commands(&mut self) -> (u64, u64) {
         let opens = self.opens();
         assert_eq!(opens.len(), 2, "{opens:?}");
         let (cmd, sub) = (opens[0], opens[1]);
@@ -120,11 +120,11 @@ impl T {
         (cmd, sub)
     }
 
-    fn events(&mut self) -> Vec<Event> {
+    pub(super) fn events(&mut self) -> Vec<Event> {
         std::iter::from_fn(|| self.s.poll_event(&mut self.core)).collect()
     }
 
-    fn fence(&mut self) -> Option<u64> {
+    pub(super) fn fence(&mut self) -> Option<u64> {
         self.events().iter().find_map(|e| match e {
             Event::Acquired { fencing_token, .. } => Some(*fencing_token),
             _ => None,
@@ -132,7 +132,7 @@ impl T {
     }
 
     /// Advances to the next deadline (at most `limit` ns ahead); false if none.
-    fn tick(&mut self, limit: u64) -> bool {
+    pub(super) fn tick(&mut self, limit: u64) -> bool {
         match self.s.poll_timeout(&mut self.core) {
             Some(t) if t <= self.now + limit => {
                 self.now = self.now.max(t);
@@ -144,7 +144,7 @@ impl T {
     }
 }
 
-fn is_acquire(cmd: &[Vec<u8>]) -> bool {
+pub(super) fn is_acquire(cmd: &[Vec<u8>]) -> bool {
     cmd[0] == b"EVALSHA" && cmd[1] == Script::Acquire.sha1_hex()
 }
 
@@ -417,7 +417,7 @@ fn time_running_backwards_is_clamped() {
 #[test]
 fn bad_settings_are_refused() {
     let p = || RedisProtocol::new(RedisOptions::default(), [7; 16]).unwrap();
-    let err = RedisStream::new(p(), "redis+sentinel://h/m", StreamSettings::default()).unwrap_err();
+    let err = RedisStream::new(p(), "redis+cluster://h", StreamSettings::default()).unwrap_err();
     assert!(
         err.to_string().contains("not supported on the stream path"),
         "{err}"

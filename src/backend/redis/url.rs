@@ -1,7 +1,9 @@
 //! Redis URLs, parsed once in the core for the stream path: where to connect and what the
 //! handshake sends. `redis://[user:pass@]host[:port][/db]`, `rediss://` (TLS, the server name
-//! is the host) and `unix:///path[?db=N]`; Sentinel and Cluster URLs are refused with an
-//! error that says so.
+//! is the host), `unix:///path[?db=N]` and
+//! `redis+sentinel://[[user]:pass@]host:port[,host:port…]/MASTER[/db]` (the bindings' form: the
+//! credentials and database are the Redis servers', the sentinels take none); Cluster URLs
+//! are refused with an error that says so.
 
 use crate::Error;
 
@@ -54,9 +56,64 @@ impl std::fmt::Debug for RedisUrl {
     }
 }
 
-const MAX_URL_LEN: usize = 4096;
+/// A `redis+sentinel://` URL: the sentinels to ask, the master's name, and what the
+/// handshake with the master sends. Its `Debug` form leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The sentinels, asked in this order (plain TCP).
+    pub sentinels: Vec<Endpoint>,
+    /// The name the sentinels monitor the master under.
+    pub master_name: String,
+    /// ACL user of the Redis servers (`None`: the default user).
+    pub username: Option<Vec<u8>>,
+    /// Password of the Redis servers (`None`: no `AUTH`).
+    pub password: Option<Vec<u8>>,
+    /// Database to `SELECT` on the master (0: left as is).
+    pub database: u32,
+}
 
-/// Parses a Redis URL for the stream path (see the module docs).
+impl std::fmt::Debug for SentinelUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("master_name", &self.master_name)
+            .field(
+                "username",
+                &self.username.as_deref().map(String::from_utf8_lossy),
+            )
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+/// What a stream-path URL names: one server, or a master found through sentinels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `redis://`, `rediss://`, `unix://`.
+    Direct(RedisUrl),
+    /// `redis+sentinel://`.
+    Sentinel(SentinelUrl),
+}
+
+const MAX_URL_LEN: usize = 4096;
+/// Most sentinels one URL may name.
+const MAX_SENTINELS: usize = 64;
+
+/// Parses any URL of the stream path: one server or a Sentinel deployment.
+pub fn parse_target(url: &str) -> Result<Target, Error> {
+    if url.len() <= MAX_URL_LEN {
+        if let Some((scheme, rest)) = url.split_once("://") {
+            if scheme.eq_ignore_ascii_case("redis+sentinel") {
+                return sentinel(rest).map(Target::Sentinel);
+            }
+        }
+    }
+    parse_url(url).map(Target::Direct)
+}
+
+/// Parses a URL of one server (see the module docs); a Sentinel URL is
+/// [`parse_target`]'s.
 pub fn parse_url(url: &str) -> Result<RedisUrl, Error> {
     if url.len() > MAX_URL_LEN {
         return Err(Error::InvalidConfig(
@@ -72,9 +129,14 @@ pub fn parse_url(url: &str) -> Result<RedisUrl, Error> {
         "redis" => tcp(rest, false),
         "rediss" => tcp(rest, true),
         "unix" | "redis+unix" => unix(rest),
-        "redis+sentinel" | "rediss+sentinel" | "sentinel" | "redis+cluster" | "rediss+cluster"
-        | "cluster" => Err(Error::InvalidConfig(
-            "Sentinel and Cluster URLs are not supported on the stream path yet",
+        "redis+sentinel" => Err(Error::InvalidConfig(
+            "a redis+sentinel:// URL names sentinels, not one server",
+        )),
+        "rediss+sentinel" | "sentinel" => Err(Error::InvalidConfig(
+            "a Sentinel URL on the stream path is redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB] (no TLS)",
+        )),
+        "redis+cluster" | "rediss+cluster" | "cluster" => Err(Error::InvalidConfig(
+            "Cluster URLs are not supported on the stream path yet",
         )),
         _ => Err(Error::InvalidConfig(
             "unsupported Redis URL scheme: use redis://, rediss:// or unix://",
@@ -97,6 +159,22 @@ fn tcp(rest: &str, tls: bool) -> Result<RedisUrl, Error> {
         None => (None, authority),
     };
     let (username, password) = credentials(userinfo)?;
+    let (host, port) = host_port(hostport, 6379)?;
+    Ok(RedisUrl {
+        endpoint: Endpoint::Tcp {
+            server_name: host.clone(),
+            host,
+            port,
+            tls,
+        },
+        username,
+        password,
+        database: database(path)?,
+    })
+}
+
+/// `host[:port]` or `[v6][:port]`.
+fn host_port(hostport: &str, default_port: u16) -> Result<(String, u16), Error> {
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
         let Some((host, after)) = v6.split_once(']') else {
             return Err(Error::InvalidConfig(
@@ -120,7 +198,7 @@ fn tcp(rest: &str, tls: bool) -> Result<RedisUrl, Error> {
         return Err(Error::InvalidConfig("a Redis URL needs a host"));
     }
     let port = match port {
-        None => 6379,
+        None => default_port,
         Some(p) => p
             .parse::<u16>()
             .ok()
@@ -129,16 +207,58 @@ fn tcp(rest: &str, tls: bool) -> Result<RedisUrl, Error> {
                 "the port of a Redis URL must be in 1..=65535",
             ))?,
     };
-    Ok(RedisUrl {
-        endpoint: Endpoint::Tcp {
-            host: host.to_owned(),
+    Ok((host.to_owned(), port))
+}
+
+fn sentinel(rest: &str) -> Result<SentinelUrl, Error> {
+    if rest.contains(['?', '#']) {
+        return Err(Error::InvalidConfig(
+            "a redis+sentinel:// URL takes no query or fragment (timeouts are backend options)",
+        ));
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+    let (username, password) = credentials(userinfo)?;
+    let mut sentinels = Vec::new();
+    for item in hosts.split(',') {
+        if sentinels.len() == MAX_SENTINELS {
+            return Err(Error::InvalidConfig(
+                "a redis+sentinel:// URL names at most 64 sentinels",
+            ));
+        }
+        let (host, port) = host_port(item, 26379)?;
+        sentinels.push(Endpoint::Tcp {
+            server_name: host.clone(),
+            host,
             port,
-            tls,
-            server_name: host.to_owned(),
-        },
+            tls: false,
+        });
+    }
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let (name, db) = match parts[..] {
+        [name] => (name, ""),
+        [name, db] => (name, db),
+        _ => {
+            return Err(Error::InvalidConfig(
+                "a redis+sentinel:// URL needs /MASTER_NAME[/DB] after the sentinels",
+            ));
+        }
+    };
+    let master_name = String::from_utf8(decode(name)?)
+        .ok()
+        .filter(|n| !n.contains(|c: char| c.is_whitespace() || c.is_control()))
+        .ok_or(Error::InvalidConfig(
+            "the master name of a redis+sentinel:// URL must be UTF-8 without spaces",
+        ))?;
+    Ok(SentinelUrl {
+        sentinels,
+        master_name,
         username,
         password,
-        database: database(path)?,
+        database: database(db)?,
     })
 }
 
@@ -284,10 +404,8 @@ mod tests {
     #[test]
     fn refused() {
         for (url, words) in [
-            (
-                "redis+sentinel://h:26379/mymaster",
-                "not supported on the stream path",
-            ),
+            ("redis+sentinel://h:26379/mymaster", "names sentinels"),
+            ("rediss+sentinel://h:26379/mymaster", "no TLS"),
             ("redis+cluster://h:7000", "not supported on the stream path"),
             ("http://h", "unsupported Redis URL scheme"),
             ("localhost:6379", "starts with"),
@@ -302,6 +420,60 @@ mod tests {
             ("redis://[::1", "]"),
         ] {
             match parse_url(url) {
+                Err(Error::InvalidConfig(m)) => assert!(m.contains(words), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let Ok(Target::Sentinel(u)) =
+            parse_target("redis+sentinel://:p%40ss@10.0.0.1:26380,[::1],h/my%2Dmaster/2")
+        else {
+            panic!("not a Sentinel URL")
+        };
+        let tcp = |host: &str, port| Endpoint::Tcp {
+            host: host.into(),
+            port,
+            tls: false,
+            server_name: host.into(),
+        };
+        assert_eq!(
+            u.sentinels,
+            vec![tcp("10.0.0.1", 26380), tcp("::1", 26379), tcp("h", 26379)]
+        );
+        assert_eq!(u.master_name, "my-master");
+        assert_eq!(
+            (&u.username, u.password.as_deref()),
+            (&None, Some(&b"p@ss"[..]))
+        );
+        assert_eq!(u.database, 2);
+        assert!(!format!("{u:?}").contains("p@ss"));
+        let Ok(Target::Sentinel(u)) = parse_target("REDIS+SENTINEL://app:pw@h:1/m") else {
+            panic!("not a Sentinel URL")
+        };
+        assert_eq!((u.username.as_deref(), u.database), (Some(&b"app"[..]), 0));
+        assert!(matches!(
+            parse_target("redis://h:1/3"),
+            Ok(Target::Direct(RedisUrl { database: 3, .. }))
+        ));
+        let many = format!("redis+sentinel://{}h:1/m", "h:1,".repeat(64));
+        for (url, words) in [
+            ("redis+sentinel://h:26379", "MASTER_NAME"),
+            ("redis+sentinel://h:26379/", "MASTER_NAME"),
+            ("redis+sentinel://h:26379/m/1/2", "MASTER_NAME"),
+            ("redis+sentinel://h:26379/m/x", "database"),
+            ("redis+sentinel://h:x/m", "port"),
+            ("redis+sentinel://h:1,,h:2/m", "host"),
+            ("redis+sentinel:///m", "host"),
+            ("redis+sentinel://h/m?sentinel_password=x", "no query"),
+            ("redis+sentinel://h/m%20x", "without spaces"),
+            ("redis+sentinel://h/%zz", "%-escape"),
+            ("redis+sentinel://u:@h/m", "needs a password"),
+            (many.as_str(), "at most 64"),
+        ] {
+            match parse_target(url) {
                 Err(Error::InvalidConfig(m)) => assert!(m.contains(words), "{url}: {m}"),
                 other => panic!("{url}: {other:?}"),
             }

@@ -1,0 +1,498 @@
+//! Redis Sentinel on the stream path: the core finds the master itself, so a host that
+//! only moves bytes follows failovers too.
+//!
+//! [`Discovery`] keeps one connection to a sentinel. It asks
+//! `SENTINEL GET-MASTER-ADDR-BY-NAME <name>` there, then subscribes to `+switch-master` on
+//! the same connection and keeps it as a watch. A sentinel that cannot be reached, times
+//! out, names no such master or answers garbage is left for the next one in the URL's order;
+//! after a whole round fails, the next round waits for a backoff (50 ms doubling, at most
+//! 2 s). The links of [`RedisStream`] open to the master it names and send `ROLE` first:
+//! no request goes on a connection before the server says it is the master (else the link
+//! is dropped and the master asked for again). A link that drops or meets `READONLY` makes
+//! the discovery ask again (on a fresh sentinel connection); a `+switch-master` or an
+//! answer naming another master drops the links still on the old one, and they reopen to
+//! the new one at once. Requests in flight on a dropped link fail as on any close, so the
+//! lock semantics are the single server's across a failover (docs/backends.md, Redis
+//! Sentinel): a lease whose key did not reach the promoted replica is rejected at its next
+//! renewal and ends Lost.
+
+use super::{ConnEvent, Endpoint, Io, Push, RedisStream, RedisUrl, State, StreamSettings};
+use crate::backend::outbox::MS;
+use crate::backend::redis::url::SentinelUrl;
+use crate::backend::redis::wire::{Conn, ConnOptions, Reply};
+use crate::{Client, Error};
+
+/// The id `ROLE` is sent with on a master link (the protocol's ids never reach it).
+pub(super) const ROLE_ID: u64 = u64::MAX;
+const ASK_ID: u64 = 1;
+const WATCH_ID: u64 = 2;
+const SWITCH_CHANNEL: &[u8] = b"+switch-master";
+/// First delay after every sentinel failed, and its cap.
+const ROUND_BACKOFF_BASE: u64 = 50 * MS;
+const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
+/// Longest host name a sentinel may name.
+const MAX_HOST_LEN: usize = 255;
+
+/// Why a sentinel's answer (or a master's `ROLE`) was not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SentinelError {
+    /// `GET-MASTER-ADDR-BY-NAME` answered nil.
+    #[error("the sentinel knows no master named {0:?}")]
+    UnknownMaster(String),
+    /// A reply without the shape the command has.
+    #[error("the sentinel's reply is malformed: {0}")]
+    Malformed(&'static str),
+    /// The server the sentinels named says it is something else.
+    #[error("the server the sentinels named is not the master (ROLE {0:?})")]
+    NotMaster(String),
+    /// `ROLE` answered something that is not a role.
+    #[error("the server's ROLE reply is malformed")]
+    BadRole,
+}
+
+fn text(r: &Reply) -> Option<&[u8]> {
+    match r {
+        Reply::Bulk(b) | Reply::Status(b) | Reply::Verbatim(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// A master's address as a sentinel gives it (host and port as text).
+fn endpoint(host: &[u8], port: &[u8]) -> Result<Endpoint, SentinelError> {
+    let host = std::str::from_utf8(host)
+        .ok()
+        .filter(|h| !h.is_empty() && h.len() <= MAX_HOST_LEN)
+        .filter(|h| !h.contains(|c: char| c.is_whitespace() || c.is_control()))
+        .ok_or(SentinelError::Malformed("the host is not a host name"))?;
+    let port = std::str::from_utf8(port)
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|&p| p != 0)
+        .ok_or(SentinelError::Malformed("the port is not in 1..=65535"))?;
+    Ok(Endpoint::Tcp {
+        host: host.to_owned(),
+        port,
+        tls: false,
+        server_name: host.to_owned(),
+    })
+}
+
+/// Reads `SENTINEL GET-MASTER-ADDR-BY-NAME`'s reply: `[host, port]`, or nil.
+pub fn master_addr(reply: &Reply, name: &str) -> Result<Endpoint, SentinelError> {
+    match reply {
+        Reply::Nil => Err(SentinelError::UnknownMaster(name.to_owned())),
+        Reply::Array(items) => match &items[..] {
+            [h, p] => endpoint(
+                text(h).ok_or(SentinelError::Malformed("the host is not a string"))?,
+                text(p).ok_or(SentinelError::Malformed("the port is not a string"))?,
+            ),
+            _ => Err(SentinelError::Malformed("not a host and a port")),
+        },
+        _ => Err(SentinelError::Malformed("not an array")),
+    }
+}
+
+/// Reads a `+switch-master` payload (`name old-ip old-port new-ip new-port`): the new
+/// master if it is `name`'s, `None` for another master's.
+pub fn switch_master(payload: &[u8], name: &str) -> Result<Option<Endpoint>, SentinelError> {
+    let parts: Vec<&[u8]> = payload
+        .split(|b| *b == b' ')
+        .filter(|p| !p.is_empty())
+        .collect();
+    match parts[..] {
+        [n, _, _, host, port] if n == name.as_bytes() => endpoint(host, port).map(Some),
+        [_, _, _, _, _] => Ok(None),
+        _ => Err(SentinelError::Malformed(
+            "a +switch-master message has five fields",
+        )),
+    }
+}
+
+/// Reads `ROLE`'s reply: `Ok` when the server is a master.
+pub fn check_role(reply: &Reply) -> Result<(), SentinelError> {
+    let Reply::Array(items) = reply else {
+        return Err(SentinelError::BadRole);
+    };
+    match items.first().and_then(text) {
+        Some(b"master") => Ok(()),
+        Some(role) => Err(SentinelError::NotMaster(
+            String::from_utf8_lossy(role).into_owned(),
+        )),
+        None => Err(SentinelError::BadRole),
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Opening { deadline: u64 },
+    Open(Box<Conn>),
+}
+
+/// Finds the master through the sentinels and watches for failovers (module docs).
+#[derive(Debug)]
+pub(super) struct Discovery {
+    url: SentinelUrl,
+    opts: ConnOptions,
+    connect_timeout_ns: u64,
+    /// Asked for at least once: keeps a sentinel connection from then on.
+    started: bool,
+    /// The sentinel asked now, or next.
+    next: usize,
+    /// Sentinels that failed since one answered.
+    tried: usize,
+    /// Rounds in a row in which every sentinel failed.
+    rounds: u32,
+    retry_at: u64,
+    stream: u64,
+    phase: Phase,
+    /// The connection has asked and is subscribed to `+switch-master`.
+    watching: bool,
+    /// The master to open to (`None`: being asked for again).
+    master: Option<Endpoint>,
+    /// The master named last, and how many times that changed.
+    named: Option<Endpoint>,
+    generation: u64,
+    last_error: String,
+    /// `last_error` changed since the stream read it.
+    fresh_error: bool,
+}
+
+impl Discovery {
+    pub(super) fn new(url: SentinelUrl, settings: &StreamSettings) -> Result<Discovery, Error> {
+        if url.sentinels.is_empty() {
+            return Err(Error::InvalidConfig("a Sentinel URL names no sentinel"));
+        }
+        // The URL's credentials and database are the Redis servers'; sentinels get none.
+        let opts = ConnOptions {
+            client_name: settings.client_name.clone(),
+            protocol: settings.protocol,
+            request_timeout_ns: settings.request_timeout_ns,
+            ..ConnOptions::default()
+        };
+        opts.validate()?;
+        Ok(Discovery {
+            url,
+            opts,
+            connect_timeout_ns: settings.connect_timeout_ns,
+            started: false,
+            next: 0,
+            tried: 0,
+            rounds: 0,
+            retry_at: 0,
+            stream: 0,
+            phase: Phase::Idle,
+            watching: false,
+            master: None,
+            named: None,
+            generation: 0,
+            last_error: String::new(),
+            fresh_error: false,
+        })
+    }
+
+    /// The masters' credentials and database, with the first sentinel as the endpoint.
+    pub(super) fn server_url(&self) -> RedisUrl {
+        RedisUrl {
+            endpoint: self.url.sentinels[0].clone(),
+            username: self.url.username.clone(),
+            password: self.url.password.clone(),
+            database: self.url.database,
+        }
+    }
+
+    pub(super) fn master(&self) -> Option<&Endpoint> {
+        self.master.as_ref()
+    }
+
+    pub(super) fn stream(&self) -> u64 {
+        self.stream
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open(_))
+    }
+
+    /// Why links waited for a master in vain.
+    pub(super) fn unresolved(&self) -> String {
+        let mut why = format!(
+            "no sentinel named the master {:?} in time",
+            self.url.master_name
+        );
+        if !self.last_error.is_empty() {
+            why.push_str(": ");
+            why.push_str(&self.last_error);
+        }
+        why
+    }
+
+    pub(super) fn deadline(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Opening { deadline } => Some(*deadline),
+            Phase::Open(c) => c.deadline(),
+            Phase::Idle if self.started => Some(self.retry_at),
+            Phase::Idle => None,
+        }
+    }
+
+    /// A link needs the master: connect to a sentinel if not connected.
+    pub(super) fn start(&mut self, now: u64, streams: &mut super::Streams) {
+        self.started = true;
+        self.poll(now, streams);
+    }
+
+    /// The master may have moved (a link dropped, `READONLY`, `ROLE` said otherwise): ask
+    /// again on a fresh connection, and open no link until the answer.
+    pub(super) fn invalidate(&mut self, now: u64, streams: &mut super::Streams) {
+        self.master = None;
+        if self.watching {
+            // Subscribed: a fresh connection to the same sentinel asks again.
+            streams.closed(self.stream, true);
+            self.stream = 0;
+            self.phase = Phase::Idle;
+            self.watching = false;
+        }
+        self.start(now, streams);
+    }
+
+    pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut super::Streams) {
+        match &mut self.phase {
+            Phase::Opening { deadline } if *deadline <= now => {
+                self.fail(now, "the connection did not open in time", true, streams);
+            }
+            Phase::Open(c) => {
+                c.handle_timeout(now);
+                self.drain(now, None, streams);
+            }
+            _ => self.poll(now, streams),
+        }
+    }
+
+    pub(super) fn handle_opened(&mut self, now: u64, streams: &mut super::Streams) {
+        if !matches!(self.phase, Phase::Opening { .. }) {
+            streams.counters.late_answers += 1;
+            return;
+        }
+        let Ok(mut conn) = Conn::new(self.opts.clone(), now) else {
+            // Unreachable: the options were validated at construction.
+            self.fail(now, "invalid connection options", true, streams);
+            return;
+        };
+        let ask: [&[u8]; 3] = [
+            b"SENTINEL",
+            b"GET-MASTER-ADDR-BY-NAME",
+            self.url.master_name.as_bytes(),
+        ];
+        // Unreachable failure: a new connection takes any command.
+        let _ = conn.send(now, ASK_ID, &ask);
+        self.phase = Phase::Open(Box::new(conn));
+        self.flush(streams);
+    }
+
+    pub(super) fn handle_received(&mut self, now: u64, bytes: &[u8], streams: &mut super::Streams) {
+        if let Phase::Open(c) = &mut self.phase {
+            c.feed(now, bytes);
+            self.drain(now, None, streams);
+        }
+    }
+
+    pub(super) fn handle_closed(&mut self, now: u64, why: &str, streams: &mut super::Streams) {
+        if let Phase::Open(c) = &mut self.phase {
+            c.handle_closed();
+            self.drain(now, Some(why), streams);
+        } else {
+            self.fail(now, why, false, streams);
+        }
+    }
+
+    /// Opens a connection to the next sentinel when one is wanted and due.
+    fn poll(&mut self, now: u64, streams: &mut super::Streams) {
+        if self.started && matches!(self.phase, Phase::Idle) && self.retry_at <= now {
+            let deadline = now.saturating_add(self.connect_timeout_ns);
+            self.stream = streams.open(&self.url.sentinels[self.next], deadline);
+            self.phase = Phase::Opening { deadline };
+        }
+    }
+
+    fn flush(&mut self, streams: &mut super::Streams) {
+        if let Phase::Open(c) = &mut self.phase {
+            if c.has_output() {
+                streams.io.push_back(Io::Write {
+                    stream: self.stream,
+                    bytes: c.take_output(),
+                });
+            }
+        }
+    }
+
+    fn drain(&mut self, now: u64, host_reason: Option<&str>, streams: &mut super::Streams) {
+        let Phase::Open(c) = &mut self.phase else {
+            return;
+        };
+        let events: Vec<ConnEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+        let mut failed: Option<String> = None;
+        let mut closed = None;
+        // The masters named, in order, and whether the first answer came.
+        let mut named = Vec::new();
+        let mut answered = false;
+        for ev in events {
+            match ev {
+                ConnEvent::Reply { id: ASK_ID, reply } => {
+                    match master_addr(&reply, &self.url.master_name) {
+                        Ok(master) => {
+                            named.push(master);
+                            answered = true;
+                        }
+                        Err(e) => failed = Some(e.to_string()),
+                    }
+                }
+                ConnEvent::Error { error, .. } => {
+                    failed = Some(String::from_utf8_lossy(&error.message).into_owned());
+                }
+                ConnEvent::Push(Push::Message { channel, payload })
+                    if channel == SWITCH_CHANNEL =>
+                {
+                    // A garbled notice changes nothing: the links' drops and ROLE catch a
+                    // move it would have announced.
+                    if let Ok(Some(master)) = switch_master(&payload, &self.url.master_name) {
+                        named.push(master);
+                    }
+                }
+                ConnEvent::Closed(e) => closed = Some(e.to_string()),
+                ConnEvent::Ready { .. }
+                | ConnEvent::Reply { .. }
+                | ConnEvent::Push(_)
+                | ConnEvent::Failed { .. } => {}
+            }
+        }
+        if answered && failed.is_none() && closed.is_none() {
+            self.tried = 0;
+            self.rounds = 0;
+            let watch: [&[u8]; 2] = [b"SUBSCRIBE", SWITCH_CHANNEL];
+            match c.send(now, WATCH_ID, &watch) {
+                Ok(()) => self.watching = true,
+                Err(e) => failed = Some(e.to_string()),
+            }
+        }
+        for master in named {
+            self.named_master(master);
+        }
+        if let Some(e) = closed {
+            let why = host_reason.map_or(e, str::to_owned);
+            self.fail(now, &why, host_reason.is_none(), streams);
+        } else if let Some(why) = failed {
+            if let Phase::Open(c) = &mut self.phase {
+                c.handle_closed();
+            }
+            self.fail(now, &why, true, streams);
+        } else {
+            self.flush(streams);
+        }
+    }
+
+    fn named_master(&mut self, master: Endpoint) {
+        if self.named.as_ref() != Some(&master) {
+            self.named = Some(master.clone());
+            self.generation += 1;
+        }
+        self.master = Some(master);
+    }
+
+    /// The sentinel asked failed: the next one is asked, at once or after a round's
+    /// backoff.
+    fn fail(&mut self, now: u64, why: &str, shutdown: bool, streams: &mut super::Streams) {
+        if self.stream != 0 {
+            streams.closed(self.stream, shutdown);
+        }
+        if let Endpoint::Tcp { host, port, .. } = &self.url.sentinels[self.next] {
+            self.last_error = format!("sentinel {host}:{port}: {why}");
+            self.fresh_error = true;
+        }
+        self.stream = 0;
+        self.phase = Phase::Idle;
+        self.watching = false;
+        self.next = (self.next + 1) % self.url.sentinels.len();
+        self.tried += 1;
+        if self.tried >= self.url.sentinels.len() {
+            self.tried = 0;
+            self.rounds = self.rounds.saturating_add(1);
+            let step = ROUND_BACKOFF_BASE
+                .saturating_mul(1 << (self.rounds - 1).min(10))
+                .min(ROUND_BACKOFF_CAP);
+            self.retry_at = now.saturating_add(step);
+        } else {
+            self.retry_at = now;
+        }
+        self.poll(now, streams);
+    }
+}
+
+impl RedisStream {
+    /// The sentinels named another master: the links still on the old one are dropped and
+    /// every link may open to the new one at once.
+    pub(super) fn follow_master(&mut self, core: &mut Client, now: u64) {
+        let Some(d) = &self.sentinel else {
+            return;
+        };
+        let Some(master) = d.master().cloned() else {
+            return;
+        };
+        if d.generation == self.generation {
+            return;
+        }
+        self.generation = d.generation;
+        for i in 0..2 {
+            let link = &self.links[i];
+            let stale = matches!(link.state, State::Opening { .. } | State::Open(_))
+                && link.endpoint.as_ref() != Some(&master);
+            if stale {
+                self.drop_link(core, now, i, "the sentinels name another master");
+            }
+            self.links[i].reopen_at = now;
+        }
+    }
+
+    /// Ends connection `i` from the core's side (not the master, or no longer): its
+    /// requests in flight fail, the waiting ones wait for the next connection.
+    pub(super) fn drop_link(&mut self, core: &mut Client, now: u64, i: usize, why: &str) {
+        match &mut self.links[i].state {
+            State::Open(conn) => {
+                conn.handle_closed();
+                let failed: Vec<u64> = std::iter::from_fn(|| conn.poll_event())
+                    .filter_map(|e| match e {
+                        ConnEvent::Failed { id } if id != ROLE_ID => Some(id),
+                        _ => None,
+                    })
+                    .collect();
+                for id in failed {
+                    self.links[i].subs.remove(&id);
+                    self.proto.handle_request_failed_because(core, now, id, why);
+                }
+            }
+            State::Opening { .. } => {}
+            State::Idle | State::Resolving { .. } => return,
+        }
+        self.down(core, now, i, why, true);
+    }
+
+    /// A sentinel's failure is the stream's last error (a request that times out waiting
+    /// for the master says why).
+    pub(super) fn sentinel_news(&mut self) {
+        if let Some(d) = &mut self.sentinel {
+            if std::mem::take(&mut d.fresh_error) {
+                self.last_close = format!("Redis Sentinel: {}", d.last_error);
+            }
+        }
+    }
+
+    /// A link to the master failed: the sentinels are asked again.
+    pub(super) fn master_lost(&mut self, now: u64) {
+        if let Some(d) = &mut self.sentinel {
+            d.invalidate(now, &mut self.streams);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "sentinel_stream_tests.rs"]
+mod tests;

@@ -1,0 +1,129 @@
+//! The stream path's vocabulary: its settings, what it asks of the host, what it refuses,
+//! its counters, and the queue of IO the links and the sentinel discovery share.
+
+use std::collections::VecDeque;
+
+use super::Endpoint;
+use super::Resp;
+use crate::backend::outbox::MS;
+
+/// How the stream path connects, besides the URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// `CLIENT SETNAME` of both connections (`None`: unnamed).
+    pub client_name: Option<Vec<u8>>,
+    /// Which protocol the handshake asks for first.
+    pub protocol: Resp,
+    /// How long an open may take, from when it was asked for.
+    pub connect_timeout_ns: u64,
+    /// How long a command may wait for its reply, from when it was written.
+    pub request_timeout_ns: u64,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            client_name: None,
+            protocol: Resp::Resp3,
+            connect_timeout_ns: 5_000 * MS,
+            request_timeout_ns: 5_000 * MS,
+        }
+    }
+}
+
+/// A piece of IO for the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRequest<'a> {
+    /// Open stream `stream` to `endpoint`; give up at `deadline` (the host's clock) and
+    /// report it closed.
+    Open {
+        /// The new stream's id.
+        stream: u64,
+        /// Where to connect.
+        endpoint: &'a Endpoint,
+        /// When to give up.
+        deadline: u64,
+    },
+    /// Write `bytes` on `stream`, in order after the earlier writes.
+    Write {
+        /// The stream.
+        stream: u64,
+        /// What to write.
+        bytes: &'a [u8],
+    },
+    /// Close `stream` (no answer; later reads for it are ignored).
+    Shutdown {
+        /// The stream.
+        stream: u64,
+    },
+}
+
+/// Why an answer about a stream was refused (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// The id was never handed out by this object.
+    #[error("unknown stream {0}")]
+    Unknown(u64),
+    /// Bytes for a stream the host has not reported opened.
+    #[error("stream {0} is not open yet: report it opened before its bytes")]
+    NotOpen(u64),
+}
+
+/// What the stream path saw, for diagnostics and tests (monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamCounters {
+    /// Streams asked for.
+    pub opens: u64,
+    /// Streams that ended (closed by the host, by the server, or shut down by the core).
+    pub closes: u64,
+    /// Answers for streams already closed (ignored).
+    pub late_answers: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Io {
+    Open {
+        stream: u64,
+        deadline: u64,
+        endpoint: Endpoint,
+    },
+    Write {
+        stream: u64,
+        bytes: Vec<u8>,
+    },
+    Shutdown {
+        stream: u64,
+    },
+}
+
+/// Stream ids, the IO queued for the host and the counters: shared by the links and the
+/// sentinel discovery.
+#[derive(Debug)]
+pub(super) struct Streams {
+    pub(super) next: u64,
+    pub(super) io: VecDeque<Io>,
+    pub(super) counters: StreamCounters,
+}
+
+impl Streams {
+    /// Asks for a new stream to `endpoint`; its id.
+    pub(super) fn open(&mut self, endpoint: &Endpoint, deadline: u64) -> u64 {
+        let stream = self.next;
+        self.next += 1;
+        self.counters.opens += 1;
+        self.io.push_back(Io::Open {
+            stream,
+            deadline,
+            endpoint: endpoint.clone(),
+        });
+        stream
+    }
+
+    /// A stream ended; `shutdown`: the core ends it (the host did not report it).
+    pub(super) fn closed(&mut self, stream: u64, shutdown: bool) {
+        if shutdown {
+            self.io.push_back(Io::Shutdown { stream });
+        }
+        self.counters.closes += 1;
+    }
+}
