@@ -261,3 +261,31 @@ def test_cli_run_on_sentinel_follows_a_failover(sentinel, worker_env):  # type: 
     assert bad.returncode == 64, bad
     gone = run_cli(["run", "jobs", "--backend", "redis+sentinel://:pw@127.0.0.1:1/x", "--", "true"], worker_env)
     assert gone.returncode == 69 and "pw" not in gone.stderr and "***" in gone.stderr, gone
+
+
+def test_the_byte_path_finds_the_master_and_follows_a_failover(sentinel) -> None:  # type: ignore[no-untyped-def]
+    """``RedisStreamExecutor`` on a ``redis+sentinel://`` URL: the core asks the sentinels,
+    checks ``ROLE`` and follows the promotion; the host only moves bytes."""
+    from leasehold.backends.redis_stream import RedisStreamExecutor
+
+    t = sentinel()
+    # A sentinel that is down comes first: the core goes on to the next.
+    dead = "127.0.0.1:1"
+    url = f"redis+sentinel://{dead},{t.sentinels}/{t.name}"
+    with LockClient(RedisStreamExecutor(url)) as client:
+        first = client.acquire("stream-failover", ttl=2)
+        assert t.node("master").exists(keys_for("stream-failover").lock) == 1
+        assert first.release() == "released"
+        held = client.acquire("stream-held", ttl=30)
+        assert t.node("master").execute_command("WAIT", 1, 5000) == 1
+        t.kill("master")
+        t.wait_promoted()
+        # The next grant is on the promoted replica, with a higher fence.
+        second = client.acquire("stream-failover", ttl=2, wait=30)
+        assert second.fencing_token > first.fencing_token
+        assert t.node("replica").exists(keys_for("stream-failover").lock) == 1
+        assert second.release() == "released"
+        held.renew()  # its key was replicated: still ours on the new master
+        assert held.release() == "released"
+    with pytest.raises(errors.InvalidArgument):
+        LockClient(RedisStreamExecutor(f"redis+sentinel://{t.sentinels}"))  # no master name
