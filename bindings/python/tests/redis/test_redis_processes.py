@@ -3,6 +3,7 @@ and Redis killed and restarted while they run."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import queue
 import signal
@@ -247,8 +248,19 @@ def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server
         assert timeouts or parts[0] != "TIMEOUT", f"worker {i}'s 10 s wait ran out before the freeze: {line}"
         return i, parts
 
-    grants: list[tuple[int, int]] = []  # (worker, fence)
+    # (grant time, worker, fence), in the order of the workers' CLOCK_MONOTONIC stamps: the
+    # lines of four pipes may reach this process in another order under load.
+    grants: list[tuple[float, int, int]] = []
     frozen: tuple[int, int, float] | None = None  # (worker, fence, grant time)
+
+    def record(worker: int, parts: list[str]) -> None:
+        g = (float(parts[2]), worker, int(parts[1]))
+        k = bisect.bisect(grants, g)
+        grants.insert(k, g)
+        before, after = grants[k - 1 : k], grants[k + 1 : k + 2]
+        assert all(b[2] < g[2] for b in before) and all(g[2] < a[2] for a in after), (
+            f"fences went backwards in grant order: {before} {g} {after}"
+        )
     end = time.monotonic() + 120
     while frozen is None:
         ev = next_event(end)
@@ -257,11 +269,10 @@ def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server
         if parts[0] != "ACQUIRED":
             continue
         fence = int(parts[1])
-        assert not grants or fence > grants[-1][1], f"fences went backwards: {grants[-1]} then {fence}"
-        handed = bool(grants) and grants[-1][0] != i
-        grants.append((i, fence))
+        record(i, parts)
+        handed = len(grants) > 1 and grants[-1][1:] == (i, fence) and grants[-2][1] != i
         # Freeze a holder that got the lock through a handoff, once every worker had it.
-        if not handed or len(grants) < warm_up or len({w for w, _ in grants}) < workers:
+        if not handed or len(grants) < warm_up or len({w for _, w, _ in grants}) < workers:
             continue
         # Freeze it while it holds: if it printed RELEASING before the stop took effect, it
         # was too late; resume it and try with a later grant.
@@ -280,15 +291,15 @@ def test_a_holder_frozen_after_handoffs_is_taken_over_at_its_expiry(redis_server
             if j == i and p2[0] == "RELEASING":
                 missed = True
             elif p2[0] == "ACQUIRED":
-                grants.append((j, int(p2[1])))
+                record(j, p2)
         if missed:
             os.kill(pid, signal.SIGCONT)
             continue
-        assert grants[-1] == (i, fence), f"someone acquired while worker {i} holds {fence}: {grants[-3:]}"
+        assert grants[-1][1:] == (i, fence), f"someone acquired while worker {i} holds {fence}: {grants[-3:]}"
         frozen = (i, fence, float(parts[2]))
 
     fi, ffence, granted_at = frozen
-    handoffs = sum(1 for a, b in zip(grants, grants[1:]) if a[0] != b[0])
+    handoffs = sum(1 for a, b in zip(grants, grants[1:]) if a[1] != b[1])
     try:
         taken = None
         # Past the waiters' 10 s waits: a late takeover is measured too (a wait that runs out
