@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections import deque
@@ -64,6 +66,9 @@ class ThreadedDriver(Driver):
     _stop: bool
     _driver: threading.Thread | None
     _driving: bool
+    # The executor reads replies on the thread that wrote their requests (``read_held``:
+    # RedisStreamExecutor); see _drain_holding and _pump.
+    _reads: bool = False
 
     # -- serialization ---------------------------------------------------------------
     def _now(self) -> int:
@@ -206,6 +211,56 @@ class ThreadedDriver(Driver):
             or (self._sleeping and dl is not None and (self._sleep_until is None or dl < self._sleep_until))
         ):
             self._cond.notify_all()
+
+    # -- reading on the caller's thread ------------------------------------------------------
+    def _drain_holding(self) -> list[Any] | None:
+        """(mutex held) ``_drain``; with an executor that reads on the caller's thread, the
+        streams the drained requests wrote on are held by this thread (the ones nobody else
+        reads now): it reads their replies itself (``_pump``) and lets them go."""
+        if not self._reads or self._paused:
+            self._drain()
+            return None
+        be = self._backend
+        be.hold_reads()
+        try:
+            self._drain()
+        finally:
+            claims: list[Any] = be.held_reads()
+        return claims
+
+    def _pump(self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker") -> None:
+        """(mutex not held) Read the streams this thread holds and feed what arrives until
+        ``done()`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
+        reads them from then on. ``waker`` is set when what this thread waits for settles
+        on another thread (it stops waiting at once)."""
+        be = self._backend
+        try:
+            while not done():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                got = be.read_held(claims, left, waker.fd)
+                if got is None:  # no held stream is open any more
+                    break
+                if not got:  # the deadline, or woken: look again
+                    waker.drain()
+                    continue
+                with self._mu:
+                    if self._closed or self._stop:
+                        break
+                    core = self._core
+                    be.hold_more(claims)  # what the replies cause is read here too
+                    try:
+                        for stream, data, why in got:
+                            if data:
+                                self._feed(core.stream_received, stream, data)
+                            else:
+                                self._feed(core.stream_closed, stream, why)
+                    finally:
+                        be.held_reads()
+        finally:
+            if claims:
+                be.release_reads(claims)
 
     # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:
@@ -395,22 +450,80 @@ class _Batches(threading.local):
 
 
 class _Slot:
-    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot)."""
+    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot); a caller
+    reading its streams (``_pump``) is woken through its ``waker`` when the value is set on
+    another thread."""
 
-    __slots__ = ("_ev", "value", "done")
+    __slots__ = ("_ev", "value", "done", "waker", "waiter")
 
     def __init__(self) -> None:
         self._ev = threading.Event()
         self.value: Any = None
         self.done = False
+        self.waker: _Waker | None = None
+        self.waiter = 0
 
     def set(self, value: Any) -> None:
         if not self.done:
             self.value, self.done = value, True
             self._ev.set()
+            w = self.waker
+            if w is not None and self.waiter != threading.get_ident():
+                w.set()
 
     def wait(self, timeout: float) -> bool:
         return self._ev.wait(timeout)
+
+
+class _Waker:
+    """Stops a thread's wait for its streams' bytes (``_pump``) from another thread: one byte
+    on a socket pair it polls beside them. It stands in for the handle's ``_settled`` event
+    while its caller reads, so a grant or failure fed elsewhere wakes that caller."""
+
+    __slots__ = ("_r", "_w", "fd", "poked", "pid")
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+        self.fd = self._r.fileno()
+        self.poked = False
+        self.pid = os.getpid()
+
+    def set(self) -> None:
+        if not self.poked:
+            self.poked = True
+            try:
+                self._w.send(b"x")
+            except OSError:  # full: a byte is there anyway
+                pass
+
+    def drain(self) -> None:
+        self.poked = False
+        try:
+            while self._r.recv(64):
+                pass
+        except OSError:
+            pass
+
+    def clear(self) -> None:
+        if self.poked:
+            self.drain()
+
+
+class _Wakers(threading.local):
+    w: _Waker | None = None
+
+
+_wakers = _Wakers()
+
+
+def waker() -> _Waker:
+    """This thread's waker (one per thread and process)."""
+    w = _wakers.w
+    if w is None or w.pid != os.getpid():
+        w = _wakers.w = _Waker()
+    return w
 
 
 class _SerialWorker:
