@@ -22,7 +22,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
-from ._backend import SIDE, STREAM_KINDS, Deferred, execute_request, lane_of
+from . import _ffi
+from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -35,6 +36,7 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
+_WRITE = _ffi.LH_IO_WRITE
 
 
 class ThreadedDriver(Driver):
@@ -314,7 +316,16 @@ class ThreadedDriver(Driver):
         requests and watch streams in order on the side worker). Running a request where
         its cause was fed saves a thread hop. Stream requests never block: they run here, in
         the order they were polled (a stream's writes must not overtake each other)."""
-        if req.kind in STREAM_KINDS:
+        kind = req.kind
+        if kind == _WRITE:  # the hot one, without execute_request's plan
+            stream, data = req.payload
+            try:
+                self._backend.write(stream, data)
+            except Exception as e:
+                self._inputs.append(partial(self._core.stream_closed, stream, _message(e, self._backend)))
+                self._cond.notify_all()
+            return
+        if kind in STREAM_KINDS:
             fn = execute_request(self._core, self._backend, self._sink, req)
             if fn is not None:
                 self._inputs.append(fn)
@@ -480,7 +491,7 @@ class _Waker:
     on a socket pair it polls beside them. It stands in for the handle's ``_settled`` event
     while its caller reads, so a grant or failure fed elsewhere wakes that caller."""
 
-    __slots__ = ("_r", "_w", "fd", "poked", "pid")
+    __slots__ = ("_r", "_w", "fd", "poked")
 
     def __init__(self) -> None:
         self._r, self._w = socket.socketpair()
@@ -488,7 +499,6 @@ class _Waker:
         self._w.setblocking(False)
         self.fd = self._r.fileno()
         self.poked = False
-        self.pid = os.getpid()
 
     def set(self) -> None:
         if not self.poked:
@@ -510,6 +520,10 @@ class _Waker:
         if self.poked:
             self.drain()
 
+    def __del__(self) -> None:  # its thread ended
+        self._r.close()
+        self._w.close()
+
 
 class _Wakers(threading.local):
     w: _Waker | None = None
@@ -521,9 +535,17 @@ _wakers = _Wakers()
 def waker() -> _Waker:
     """This thread's waker (one per thread and process)."""
     w = _wakers.w
-    if w is None or w.pid != os.getpid():
+    if w is None:
         w = _wakers.w = _Waker()
     return w
+
+
+def _forget_wakers() -> None:
+    global _wakers
+    _wakers = _Wakers()  # the parent's socket pairs are the parent's
+
+
+os.register_at_fork(after_in_child=_forget_wakers)
 
 
 class _SerialWorker:

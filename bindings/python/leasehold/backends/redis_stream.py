@@ -49,6 +49,7 @@ __all__ = ["RedisStreamExecutor"]
 _READ = 65536
 _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _EOF = "end of stream"
+_POLLIN = select.POLLIN
 
 
 def _why(e: BaseException) -> str:
@@ -229,19 +230,16 @@ class RedisStreamExecutor:
         what was read and ``(stream, b"", why)`` for a stream that ended (its reading is
         over; the caller tells the core); ``None`` when no held stream is open any more."""
         got: list[tuple[int, bytes, str]] = []
-        live = [st for st in claims if not st.closed]
+        live = claims if len(claims) == 1 and not claims[0].closed else [st for st in claims if not st.closed]
         if not live:
             return None
-        if not any(st.pending() for st in live):
+        if not any(st.io_lock is not None and st.pending() for st in live):
             p = select.poll()
             for st in live:
-                p.register(st.fd, select.POLLIN)
+                p.register(st.fd, _POLLIN)
             if wake >= 0:
-                p.register(wake, select.POLLIN)
-            try:
-                if not p.poll(max(0, int(timeout * 1000 + 0.999))):
-                    return got
-            except InterruptedError:
+                p.register(wake, _POLLIN)
+            if not p.poll(max(0, int(timeout * 1000 + 0.999))):
                 return got
         for st in live:
             try:
