@@ -468,7 +468,11 @@ class _Slot:
     __slots__ = ("_ev", "value", "done", "waker", "waiter")
 
     def __init__(self) -> None:
-        self._ev = threading.Event()
+        # Made by the first wait() that must block: a slot set on the caller's own thread
+        # (the inline path) never needs one. set() marks ``done`` before it looks for the
+        # event and wait() publishes the event before it looks at ``done``, so one of them
+        # sees the other.
+        self._ev: threading.Event | None = None
         self.value: Any = None
         self.done = False
         self.waker: _Waker | None = None
@@ -477,13 +481,22 @@ class _Slot:
     def set(self, value: Any) -> None:
         if not self.done:
             self.value, self.done = value, True
-            self._ev.set()
+            ev = self._ev
+            if ev is not None:
+                ev.set()
             w = self.waker
             if w is not None and self.waiter != threading.get_ident():
                 w.set()
 
     def wait(self, timeout: float) -> bool:
-        return self._ev.wait(timeout)
+        if self.done:
+            return True
+        ev = self._ev
+        if ev is None:
+            ev = self._ev = threading.Event()
+        if self.done:
+            return True
+        return ev.wait(timeout)
 
 
 class _Waker:
