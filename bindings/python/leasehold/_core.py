@@ -409,6 +409,8 @@ class Core:
             st = poll(p, ref)
             if st:
                 _check(st, p, "lh_io_poll")
+            if not buf.kind:  # LH_IO_NONE: the common last poll, without decoding
+                return reqs
             req = decode_request(buf)
             if req is None:
                 return reqs

@@ -205,7 +205,8 @@ class ThreadedDriver(Driver):
             self._on_fatal(e)
             return
         self._deadline = dl
-        dispatch_all(outs, self._dispatch)
+        if outs:
+            dispatch_all(outs, self._dispatch)
         if (
             self._inputs
             or self._closing
@@ -236,12 +237,13 @@ class ThreadedDriver(Driver):
         reads them from then on. ``waker`` is set when what this thread waits for settles
         on another thread (it stops waiting at once)."""
         be = self._backend
+        read, wake, now = be.read_held, waker.fd, time.monotonic
         try:
             while not done():
-                left = end - time.monotonic()
+                left = end - now()
                 if left <= 0:
                     break
-                got = be.read_held(claims, left, waker.fd)
+                got = read(claims, left, wake)
                 if got is None:  # no held stream is open any more
                     break
                 if not got:  # the deadline, or woken: look again
