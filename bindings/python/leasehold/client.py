@@ -32,7 +32,11 @@ requests (renewals, retries after a backoff) run on the IO pool. The calling thr
 interrupted inside a call, so this is used only when a call is known to end: an executor whose
 calls can block without a bound declares ``call_timeout = None`` (the memory executor, whose
 ``hang()`` blocks until ``unhang()``) and then everything runs on the pool, unless the
-application passes ``inline_io=True`` and vouches for it.
+application passes ``inline_io=True`` and vouches for it. With an executor that moves the
+bytes of connections the core owns (``RedisStreamExecutor``), the call also reads its reply
+itself: the streams its requests were written on are held by the calling thread, which reads
+and feeds them until its call is answered or its deadline passes (``_drain_holding``,
+``_pump``); the executor's poller thread reads them otherwise.
 """
 
 from __future__ import annotations
