@@ -174,3 +174,33 @@ def test_caller_bound_renew(stall, r) -> None:  # type: ignore[no-untyped-def]
         stall.delay = 0
         assert h.release(timeout=10) is ReleaseOutcome.RELEASED
     assert not _lock_keys(r, "inl-renew")
+
+
+def test_the_select_poller_where_there_is_no_epoll(redis_server, r, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Off Linux the poller is a select loop: a waiter of another client is still woken by the
+    release (a wake message read by the poller), and renewals' replies are still read."""
+    import select
+
+    monkeypatch.delattr(select, "epoll")
+    with LockClient(RedisStreamExecutor(redis_server.url)) as a, LockClient(RedisStreamExecutor(redis_server.url)) as b:
+        held = a.acquire("inl-select", ttl=1)
+        assert a.service._poller._ep is None  # the select loop
+        renewed = held.valid_until
+        wait_until(lambda: held.valid_until > renewed, bound=5, what="a renewal confirmed")  # timer thread, poller
+        got: list[float] = []
+
+        def wait() -> None:
+            with b.acquire("inl-select", ttl=10, wait=8) as lock:
+                got.append(time.monotonic())
+                assert lock.fencing_token > held.fencing_token
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_until(lambda: b.backend_counters()["subscribed"] >= 1, bound=5, what="the waiter subscribed")
+        time.sleep(0.2)
+        released = time.monotonic()
+        held.release()
+        t.join(10)
+        assert got and got[0] - released < 2.0  # woken, not the idle recheck
+        assert b.backend_counters()["wakeups"] >= 1
+    assert not _lock_keys(r, "inl-select")
