@@ -236,7 +236,29 @@ class RedisStreamExecutor:
         what was read and ``(stream, b"", why)`` for a stream that ended (its reading is
         over; the caller tells the core); ``None`` when no held stream is open any more."""
         got: list[tuple[int, bytes, str]] = []
-        live = claims if len(claims) == 1 and not claims[0].closed else [st for st in claims if not st.closed]
+        if len(claims) == 1 and not claims[0].closed:
+            live = claims
+            st = claims[0]
+            if st.io_lock is None:
+                # The reply is often there already (the server answered while this thread
+                # fed the core): one recv instead of a poll and a recv.
+                try:
+                    data: bytes | None = st.sock.recv(_READ)
+                except BlockingIOError:
+                    data = None
+                except OSError as e:
+                    data, why = b"", _why(e)
+                else:
+                    why = _EOF
+                if data:
+                    return [(st.id, data, "")]
+                if data is not None:  # the end
+                    if self._report(st):
+                        self._close(st)
+                        got.append((st.id, b"", why))
+                    return got
+        else:
+            live = [st for st in claims if not st.closed]
         if not live:
             return None
         if not any(st.io_lock is not None and st.pending() for st in live):
