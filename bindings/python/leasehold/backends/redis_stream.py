@@ -370,10 +370,13 @@ class RedisStreamExecutor:
             self._close(st)
             return
         poller = self._poller
-        if poller is None:  # detached meanwhile
+        try:
+            if poller is None:
+                raise ValueError("detached")
+            poller.add(st.fd, st)
+        except (OSError, ValueError):  # detached meanwhile: nobody wants the stream
             self._close(st)
             return
-        poller.add(st.fd, st)
         st.sink.opened(req.stream)
 
     def _ready(self, st: _Stream) -> None:
