@@ -379,13 +379,17 @@ class LockClient(ThreadedDriver):
             # This call's own ACQUIRE, inline, by the core's deadline for it (the wait and one
             # request timeout); unanswered by then, it finishes on the pool.
             end = start + min(wait_s + self._core.request_timeout_ns / 1e9, threading.TIMEOUT_MAX)
-            self._run_here(batch, end)
+            if batch:
+                self._run_here(batch, end)
             if claims:  # its reply, read here (the rest after the deadline: the poller)
                 try:
                     self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
                 finally:
-                    with self._mu:
+                    if h._state != _ACQUIRING:  # settled: nobody looks at it again
                         h._settled = None
+                    else:
+                        with self._mu:
+                            h._settled = None
             # A settled handle never goes back to acquiring: no lock needed to look.
             settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
@@ -555,7 +559,8 @@ class LockClient(ThreadedDriver):
                 slot.waker, slot.waiter = waker(), threading.get_ident()
                 slot.waker.clear()
         try:
-            self._run_here(batch, end)  # the RELEASE, inline
+            if batch:
+                self._run_here(batch, end)  # the RELEASE, inline
             if claims:  # its reply, read here by the caller's deadline
                 self._pump(claims, lambda: slot.done, end, slot.waker)  # type: ignore[arg-type]
             slot.wait(max(0.0, end - time.monotonic()))

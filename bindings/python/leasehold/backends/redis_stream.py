@@ -288,9 +288,13 @@ class RedisStreamExecutor:
     def release_reads(self, claims: list[_Stream]) -> None:
         """Let go of the held streams: the poller reads them again (bytes already there
         included)."""
+        poller = self._poller
         for st in claims:
             st.read_lock.release()
-            self._rearm(st)
+            if st.closed:
+                self._release_socket(st)
+            elif poller is not None:
+                poller.arm(st.fd, st)
         claims.clear()
 
     # -- internals -------------------------------------------------------------------------------
