@@ -19,7 +19,14 @@ request its protocol asks for (``async`` in the asyncio twins):
   connections opened anew since the last call);
 - ``LH_IO_HTTP``: ``post(request)`` (``(status, body)``; raises on a transport failure);
   ``LH_IO_HTTP_WATCH``: ``watch(id, request, sink)`` (opens the stream and returns; each
-  message and the stream's end go to the sink); ``LH_IO_HTTP_CANCEL``: ``cancel_watch(id)``.
+  message and the stream's end go to the sink); ``LH_IO_HTTP_CANCEL``: ``cancel_watch(id)``;
+- the stream kinds (the core owns the wire): ``LH_IO_OPEN``: ``open(request, sink)``,
+  ``LH_IO_WRITE``: ``write(stream, data)``, ``LH_IO_SHUTDOWN``: ``shutdown(stream)``, none of
+  which blocks (what is read goes to the sink). Such an executor may also let an application's
+  thread read the replies to what it wrote: ``hold_reads()`` / ``hold_more(held)`` /
+  ``held_reads()`` around a drain (the streams written on meanwhile are held by the thread),
+  ``read_held(held, timeout, wake_fd)`` and ``release_reads(held)`` (see
+  :mod:`leasehold.backends.redis_stream`).
 
 An executor may declare ``call_timeout``: the longest one call can block, in seconds, or
 ``None`` when a call can block without a bound (the memory executor's ``hang()``); the

@@ -283,6 +283,7 @@ class Core:
         self._c_acquire = _ffi.unchecked("lh_acquire")
         self._c_release = _ffi.unchecked("lh_release")
         self._c_reply = _ffi.unchecked("lh_io_reply")
+        self._c_received = _ffi.unchecked("lh_io_received")
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
         self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
@@ -408,6 +409,8 @@ class Core:
             st = poll(p, ref)
             if st:
                 _check(st, p, "lh_io_poll")
+            if not buf.kind:  # LH_IO_NONE: the common last poll, without decoding
+                return reqs
             req = decode_request(buf)
             if req is None:
                 return reqs
@@ -521,7 +524,10 @@ class Core:
 
     def stream_received(self, stream: int, data: bytes) -> None:
         """Bytes read on ``stream`` (any split; at most ``LH_MAX_REPLY_DATA`` per call)."""
-        lib.lh_io_received(self._p(), int(self._clock()), stream, data, len(data))
+        p = self._p()
+        st = self._c_received(p, int(self._clock()), stream, data, len(data))
+        if st:
+            _check(st, p, "lh_io_received")
 
     def stream_closed(self, stream: int, message: str | bytes = b"") -> None:
         """``stream`` ended or never opened; ``message`` says why."""

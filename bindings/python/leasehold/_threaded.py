@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections import deque
@@ -20,7 +22,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
-from ._backend import SIDE, STREAM_KINDS, Deferred, execute_request, lane_of
+from . import _ffi
+from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -33,6 +36,7 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
+_WRITE = _ffi.LH_IO_WRITE
 
 
 class ThreadedDriver(Driver):
@@ -64,6 +68,9 @@ class ThreadedDriver(Driver):
     _stop: bool
     _driver: threading.Thread | None
     _driving: bool
+    # The executor reads replies on the thread that wrote their requests (``read_held``:
+    # RedisStreamExecutor); see _drain_holding and _pump.
+    _reads: bool = False
 
     # -- serialization ---------------------------------------------------------------
     def _now(self) -> int:
@@ -198,7 +205,8 @@ class ThreadedDriver(Driver):
             self._on_fatal(e)
             return
         self._deadline = dl
-        dispatch_all(outs, self._dispatch)
+        if outs:
+            dispatch_all(outs, self._dispatch)
         if (
             self._inputs
             or self._closing
@@ -206,6 +214,57 @@ class ThreadedDriver(Driver):
             or (self._sleeping and dl is not None and (self._sleep_until is None or dl < self._sleep_until))
         ):
             self._cond.notify_all()
+
+    # -- reading on the caller's thread ------------------------------------------------------
+    def _drain_holding(self) -> list[Any] | None:
+        """(mutex held) ``_drain``; with an executor that reads on the caller's thread, the
+        streams the drained requests wrote on are held by this thread (the ones nobody else
+        reads now): it reads their replies itself (``_pump``) and lets them go."""
+        if not self._reads or self._paused:
+            self._drain()
+            return None
+        be = self._backend
+        be.hold_reads()
+        try:
+            self._drain()
+        finally:
+            claims: list[Any] = be.held_reads()
+        return claims
+
+    def _pump(self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker") -> None:
+        """(mutex not held) Read the streams this thread holds and feed what arrives until
+        ``done()`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
+        reads them from then on. ``waker`` is set when what this thread waits for settles
+        on another thread (it stops waiting at once)."""
+        be = self._backend
+        read, wake, now = be.read_held, waker.fd, time.monotonic
+        try:
+            while not done():
+                left = end - now()
+                if left <= 0:
+                    break
+                got = read(claims, left, wake)
+                if got is None:  # no held stream is open any more
+                    break
+                if not got:  # the deadline, or woken: look again
+                    waker.drain()
+                    continue
+                with self._mu:
+                    if self._closed or self._stop:
+                        break
+                    core = self._core
+                    be.hold_more(claims)  # what the replies cause is read here too
+                    try:
+                        for stream, data, why in got:
+                            if data:
+                                self._feed(core.stream_received, stream, data)
+                            else:
+                                self._feed(core.stream_closed, stream, why)
+                    finally:
+                        be.held_reads()
+        finally:
+            if claims:
+                be.release_reads(claims)
 
     # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:
@@ -259,7 +318,16 @@ class ThreadedDriver(Driver):
         requests and watch streams in order on the side worker). Running a request where
         its cause was fed saves a thread hop. Stream requests never block: they run here, in
         the order they were polled (a stream's writes must not overtake each other)."""
-        if req.kind in STREAM_KINDS:
+        kind = req.kind
+        if kind == _WRITE:  # the hot one, without execute_request's plan
+            stream, data = req.payload
+            try:
+                self._backend.write(stream, data)
+            except Exception as e:
+                self._inputs.append(partial(self._core.stream_closed, stream, _message(e, self._backend)))
+                self._cond.notify_all()
+            return
+        if kind in STREAM_KINDS:
             fn = execute_request(self._core, self._backend, self._sink, req)
             if fn is not None:
                 self._inputs.append(fn)
@@ -395,22 +463,104 @@ class _Batches(threading.local):
 
 
 class _Slot:
-    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot)."""
+    """Wakes one renew()/release() caller with a value (see leasehold._lease.Slot); a caller
+    reading its streams (``_pump``) is woken through its ``waker`` when the value is set on
+    another thread."""
 
-    __slots__ = ("_ev", "value", "done")
+    __slots__ = ("_ev", "value", "done", "waker", "waiter")
 
     def __init__(self) -> None:
-        self._ev = threading.Event()
+        # Made by the first wait() that must block: a slot set on the caller's own thread
+        # (the inline path) never needs one. set() marks ``done`` before it looks for the
+        # event and wait() publishes the event before it looks at ``done``, so one of them
+        # sees the other.
+        self._ev: threading.Event | None = None
         self.value: Any = None
         self.done = False
+        self.waker: _Waker | None = None
+        self.waiter = 0
 
     def set(self, value: Any) -> None:
         if not self.done:
             self.value, self.done = value, True
-            self._ev.set()
+            ev = self._ev
+            if ev is not None:
+                ev.set()
+            w = self.waker
+            if w is not None and self.waiter != threading.get_ident():
+                w.set()
 
     def wait(self, timeout: float) -> bool:
-        return self._ev.wait(timeout)
+        if self.done:
+            return True
+        ev = self._ev
+        if ev is None:
+            ev = self._ev = threading.Event()
+        if self.done:
+            return True
+        return ev.wait(timeout)
+
+
+class _Waker:
+    """Stops a thread's wait for its streams' bytes (``_pump``) from another thread: one byte
+    on a socket pair it polls beside them. It stands in for the handle's ``_settled`` event
+    while its caller reads, so a grant or failure fed elsewhere wakes that caller."""
+
+    __slots__ = ("_r", "_w", "fd", "poked")
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+        self.fd = self._r.fileno()
+        self.poked = False
+
+    def set(self) -> None:
+        if not self.poked:
+            self.poked = True
+            try:
+                self._w.send(b"x")
+            except OSError:  # full: a byte is there anyway
+                pass
+
+    def drain(self) -> None:
+        self.poked = False
+        try:
+            while self._r.recv(64):
+                pass
+        except OSError:
+            pass
+
+    def clear(self) -> None:
+        if self.poked:
+            self.drain()
+
+    def __del__(self) -> None:  # its thread ended
+        self._r.close()
+        self._w.close()
+
+
+class _Wakers(threading.local):
+    w: _Waker | None = None
+
+
+_wakers = _Wakers()
+
+
+def waker() -> _Waker:
+    """This thread's waker (one per thread and process)."""
+    w = _wakers.w
+    if w is None:
+        w = _wakers.w = _Waker()
+    return w
+
+
+def _forget_wakers() -> None:
+    global _wakers
+    _wakers = _Wakers()  # the parent's socket pairs are the parent's
+
+
+os.register_at_fork(after_in_child=_forget_wakers)
 
 
 class _SerialWorker:

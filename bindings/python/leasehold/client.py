@@ -32,7 +32,11 @@ requests (renewals, retries after a backoff) run on the IO pool. The calling thr
 interrupted inside a call, so this is used only when a call is known to end: an executor whose
 calls can block without a bound declares ``call_timeout = None`` (the memory executor, whose
 ``hang()`` blocks until ``unhang()``) and then everything runs on the pool, unless the
-application passes ``inline_io=True`` and vouches for it.
+application passes ``inline_io=True`` and vouches for it. With an executor that moves the
+bytes of connections the core owns (``RedisStreamExecutor``), the call also reads its reply
+itself: the streams its requests were written on are held by the calling thread, which reads
+and feeds them until its call is answered or its deadline passes (``_drain_holding``,
+``_pump``); the executor's poller thread reads them otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core
 from ._driver import acquire_args
-from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot
+from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot, waker
 from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
 
 __all__ = ["LockClient", "Lease", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
@@ -261,6 +265,7 @@ class LockClient(ThreadedDriver):
         self._call_bound = service_call_bound(service)
         self._inline = runs_inline(service) if inline_io is None else inline_io
         self._bounded = bounded_calls(self._backend)
+        self._reads = self._inline and callable(getattr(self._backend, "read_held", None))
         self._service = service
         self._now_fn, self._clock_sub, self._real_clock = resolve_clock(clock)
         cfg = self._cfg = client_config(config, service, fail_budget)
@@ -361,14 +366,30 @@ class LockClient(ThreadedDriver):
             self._handles.setdefault(lease, []).append(h)
             batch = self._collecting()
             try:
-                self._drain()
+                claims = self._drain_holding()
             finally:
                 self._tl.batch = None
+            if claims:
+                w = waker()
+                w.clear()
+                # While it reads, the waker stands in for the event (see _wake_waiter).
+                h._settled, h._waiter = w, threading.get_ident()  # type: ignore[assignment]
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
             # This call's own ACQUIRE, inline, by the core's deadline for it (the wait and one
             # request timeout); unanswered by then, it finishes on the pool.
-            self._run_here(batch, start + min(wait_s + self._core.request_timeout_ns / 1e9, threading.TIMEOUT_MAX))
+            end = start + min(wait_s + self._core.request_timeout_ns / 1e9, threading.TIMEOUT_MAX)
+            if batch:
+                self._run_here(batch, end)
+            if claims:  # its reply, read here (the rest after the deadline: the poller)
+                try:
+                    self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
+                finally:
+                    if h._state != _ACQUIRING:  # settled: nobody looks at it again
+                        h._settled = None
+                    else:
+                        with self._mu:
+                            h._settled = None
             # A settled handle never goes back to acquiring: no lock needed to look.
             settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant
@@ -524,16 +545,24 @@ class LockClient(ThreadedDriver):
             outcome = self._release_start(h, slot)
             batch = self._collecting() if inline else None
             try:
-                self._drain()
+                claims = self._drain_holding()
             finally:
                 self._tl.batch = None
             if outcome is not None or slot.done:
                 for req in batch or ():  # a lost lease's cleanup release: nobody waits for it
                     self._inflight -= 1
                     self._submit_request(req)
+                if claims:
+                    self._backend.release_reads(claims)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
+            if claims:
+                slot.waker, slot.waiter = waker(), threading.get_ident()
+                slot.waker.clear()
         try:
-            self._run_here(batch, end)  # the RELEASE, inline
+            if batch:
+                self._run_here(batch, end)  # the RELEASE, inline
+            if claims:  # its reply, read here by the caller's deadline
+                self._pump(claims, lambda: slot.done, end, slot.waker)  # type: ignore[arg-type]
             slot.wait(max(0.0, end - time.monotonic()))
         finally:
             with self._mu:
@@ -545,8 +574,13 @@ class LockClient(ThreadedDriver):
         slot = _Slot()
         with self._mu:
             self._renew_start(h, slot)
-            self._drain()
+            claims = self._drain_holding()
             wait_s = self._renew_bound(h) if given is None else given
+            if claims:
+                slot.waker, slot.waiter = waker(), threading.get_ident()
+                slot.waker.clear()
+        if claims:  # its reply, read here by the caller's deadline
+            self._pump(claims, lambda: slot.done, time.monotonic() + min(wait_s, threading.TIMEOUT_MAX), slot.waker)  # type: ignore[arg-type]
         if not slot.wait(min(wait_s, threading.TIMEOUT_MAX)):
             with self._mu:
                 if not slot.done:

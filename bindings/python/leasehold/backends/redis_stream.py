@@ -3,7 +3,7 @@ bytes (standard library ``socket`` and ``ssl``, no Redis client).
 
 The core parses the URL and runs the handshake, the scripts, the subscriber and the
 reconnects; it asks to open a stream (TCP or Unix socket, TLS with a server name), to write
-on it and to close it. Each stream has a reader and a writer thread::
+on it and to close it::
 
     from leasehold import LockClient
     from leasehold.backends.redis_stream import RedisStreamExecutor
@@ -12,30 +12,106 @@ on it and to close it. Each stream has a reader and a writer thread::
         with client.acquire("reports", ttl=10, wait=5) as lock:
             write_report(fencing_token=lock.fencing_token)
 
+**Who moves the bytes.** A write goes out at once on the thread the core asked on (a
+non-blocking send; what the socket cannot take now is flushed, in order, by a short-lived
+writer thread). The replies are read on the application's thread: ``LockClient`` marks the
+streams an ``acquire()``, ``release()`` or ``renew()`` wrote on as *held* by that thread, which
+then reads them itself until its call is answered or its deadline passes, so an uncontended
+call hands nothing to another thread. A stream nobody holds (the subscriber's wake messages,
+a renewal sent by the timer thread, a reply that came after its caller's deadline) is read by
+one background poller thread for all streams (:mod:`leasehold.backends._stream_poll`).
+
+Ownership rule: a stream's bytes are read only by the holder of its *read lock* (a caller
+that took it, or the poller thread), which feeds them to the core before letting go, so no
+byte is lost or fed out of order; a caller never waits for the lock while it holds the
+client mutex (it only tries it), and whoever lets go arms the poller again.
+
 ``LockClient`` drives it (not yet ``AsyncLockClient``); Sentinel and Cluster URLs are
 refused by the core on this path for now.
 """
 
 from __future__ import annotations
 
-import queue
+import select
 import socket
 import ssl
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from .._options import RedisOptions, RedisStreamOptions
 from .._values import StreamOpen
+from ._stream_poll import Poller
 
 __all__ = ["RedisStreamExecutor"]
 
+_READ = 65536
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_EOF = "end of stream"
+_POLLIN = select.POLLIN
+
+
+def _why(e: BaseException) -> str:
+    return str(e) or type(e).__name__
+
 
 class _Stream:
-    def __init__(self) -> None:
-        self.sock: socket.socket | None = None
-        self.out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self.closed = False
+    """One stream: its socket (non-blocking once connected), the bytes not sent yet, and its
+    read lock (see the module docs)."""
+
+    def __init__(self, stream: int, sink: Any) -> None:
+        self.id = stream
+        self.sink = sink
+        self.sock: Any = None
+        self.fd = -1
+        self.tls = False
+        self.read_lock = threading.Lock()
+        self.out: deque[bytes] = deque()  # not sent yet, in order (out_lock)
+        self.out_lock = threading.Lock()
+        self.io_lock: Any = None  # TLS: one SSL object is not read and written at once
+        self.writing = False  # a writer thread flushes ``out``
+        self.closed = False  # no more IO (shut down or failed)
+        self.reported = False  # the core was told it closed (or asked for it)
+        self.released = False  # the socket is closed and forgotten by the poller
+
+    def recv(self) -> bytes | None:
+        """Bytes read now (``b""`` at the end), ``None`` when none are there yet."""
+        sock = self.sock
+        try:
+            if self.io_lock is None:
+                data: bytes = sock.recv(_READ)
+            else:
+                with self.io_lock:
+                    data = sock.recv(_READ)
+        except _WOULD_BLOCK:
+            return None
+        return data
+
+    def send(self, data: bytes) -> int:
+        """How much of ``data`` the socket took now."""
+        try:
+            if self.io_lock is None:
+                n: int = self.sock.send(data)
+            else:
+                with self.io_lock:
+                    n = self.sock.send(data)
+        except _WOULD_BLOCK:
+            return 0
+        return n
+
+    def pending(self) -> bool:
+        """TLS bytes already decrypted and waiting (the socket may not be readable)."""
+        if self.io_lock is None:
+            return False
+        try:
+            return bool(self.sock.pending())
+        except (OSError, ValueError):
+            return False
+
+
+class _Held(threading.local):
+    claims: list[_Stream] | None = None
 
 
 class RedisStreamExecutor:
@@ -63,56 +139,204 @@ class RedisStreamExecutor:
         self._ssl = ssl_context
         self._mu = threading.Lock()
         self._streams: dict[int, _Stream] = {}
+        self._poller: Poller | None = None
+        self._held = _Held()
 
     def attach(self, sink: Any = None) -> None:
         """Nothing to set up: the core asks for its streams."""
 
+    # -- the core's requests (called under the client mutex: none blocks) --------------------
     def open(self, req: StreamOpen, sink: Any) -> None:
         """Connect in the background; ``sink.opened`` or ``sink.closed`` says how it went."""
-        st = _Stream()
+        st = _Stream(req.stream, sink)
         with self._mu:
             self._streams[req.stream] = st
-        threading.Thread(target=self._run, args=(req, st, sink), name=f"leasehold-stream-{req.stream}", daemon=True).start()
+            if self._poller is None:
+                self._poller = Poller(self._ready, "leasehold-streams")
+        threading.Thread(target=self._connect_run, args=(req, st), name=f"leasehold-stream-{req.stream}", daemon=True).start()
 
     def write(self, stream: int, data: bytes) -> None:
-        """Queue ``data`` for ``stream`` (never blocks)."""
-        with self._mu:
-            st = self._streams.get(stream)
-        if st is None:
+        """Send ``data`` on ``stream`` now, as far as the socket takes it without blocking; the
+        rest follows in order from a writer thread. On a thread that holds its reads (see
+        :meth:`hold_reads`) the stream's reading is taken over by that thread when free."""
+        st = self._streams.get(stream)
+        if st is None or st.closed:
             raise ConnectionError(f"stream {stream} is not open")
-        st.out.put(data)
+        claims = self._held.claims
+        if claims is not None and st.fd >= 0 and st not in claims and st.read_lock.acquire(False):
+            claims.append(st)
+            self._poller.disarm(st.fd)  # type: ignore[union-attr]
+        with st.out_lock:
+            if st.out or st.sock is None:
+                st.out.append(data)
+                self._start_writer(st)
+                return
+            try:
+                if st.io_lock is None:  # (plain socket: what st.send does, one frame less)
+                    try:
+                        n = st.sock.send(data)
+                    except BlockingIOError:
+                        n = 0
+                else:
+                    n = st.send(data)
+            except OSError as e:
+                st.reported = True  # the core learns it from this call's failure
+                self._close(st)
+                raise ConnectionError(_why(e)) from None
+            if n < len(data):
+                st.out.append(data[n:] if n else data)
+                self._start_writer(st)
 
     def shutdown(self, stream: int) -> None:
-        """Close ``stream`` (its threads end; what they report next is ignored by the core)."""
+        """Close ``stream`` (what its readers see next is not reported: the core asked)."""
         with self._mu:
             st = self._streams.pop(stream, None)
         if st is not None:
+            st.reported = True
             self._close(st)
 
     def detach(self) -> None:
-        """The client stopped: every stream closes."""
+        """The client stopped: every stream closes, the poller thread ends."""
         with self._mu:
             streams, self._streams = list(self._streams.values()), {}
+            poller, self._poller = self._poller, None
         for st in streams:
+            st.reported = True
             self._close(st)
+        if poller is not None:
+            poller.stop()
 
     close = detach
 
     def after_fork(self) -> None:
         """(in a forked child) Forget the parent's streams without touching their sockets."""
-        self._mu, self._streams = threading.Lock(), {}
+        if self._poller is not None:
+            self._poller.after_fork()
+        self._mu, self._streams, self._poller, self._held = threading.Lock(), {}, None, _Held()
 
-    @staticmethod
-    def _close(st: _Stream) -> None:
+    # -- reading on the caller's thread (LockClient) ------------------------------------------
+    def hold_reads(self) -> None:
+        """(client mutex held) The streams this thread writes on from now until
+        :meth:`held_reads` are read by this thread (those whose read lock is free)."""
+        self._held.claims = []
+
+    def held_reads(self) -> list[_Stream]:
+        """(client mutex held) The streams this thread took since :meth:`hold_reads`; it
+        reads them (:meth:`read_held`) and lets them go (:meth:`release_reads`)."""
+        claims, self._held.claims = self._held.claims, None
+        return claims or []
+
+    def hold_more(self, claims: list[_Stream]) -> None:
+        """(client mutex held) As :meth:`hold_reads`, adding to ``claims``."""
+        self._held.claims = claims
+
+    def read_held(self, claims: list[_Stream], timeout: float, wake: int = -1) -> list[tuple[int, bytes, str]] | None:
+        """Wait at most ``timeout`` seconds for bytes on the held streams (or for ``wake``, a
+        file descriptor made readable to stop waiting); returns ``(stream, bytes, "")`` for
+        what was read and ``(stream, b"", why)`` for a stream that ended (its reading is
+        over; the caller tells the core); ``None`` when no held stream is open any more."""
+        got: list[tuple[int, bytes, str]] = []
+        if len(claims) == 1 and not claims[0].closed:
+            live = claims
+            st = claims[0]
+            if st.io_lock is None:
+                # The reply is often there already (the server answered while this thread
+                # fed the core): one recv instead of a poll and a recv.
+                try:
+                    data: bytes | None = st.sock.recv(_READ)
+                except BlockingIOError:
+                    data = None
+                except OSError as e:
+                    data, why = b"", _why(e)
+                else:
+                    why = _EOF
+                if data:
+                    return [(st.id, data, "")]
+                if data is not None:  # the end
+                    if self._report(st):
+                        self._close(st)
+                        got.append((st.id, b"", why))
+                    return got
+        else:
+            live = [st for st in claims if not st.closed]
+        if not live:
+            return None
+        if not any(st.io_lock is not None and st.pending() for st in live):
+            p = select.poll()
+            for st in live:
+                p.register(st.fd, _POLLIN)
+            if wake >= 0:
+                p.register(wake, _POLLIN)
+            if not p.poll(max(0, int(timeout * 1000 + 0.999))):
+                return got
+        for st in live:
+            try:
+                data = st.recv()
+            except OSError as e:
+                data, why = b"", _why(e)
+            else:
+                why = _EOF
+            if data is None:
+                continue
+            if data:
+                got.append((st.id, data, ""))
+            elif self._report(st):
+                self._close(st)
+                got.append((st.id, b"", why))
+        return got
+
+    def release_reads(self, claims: list[_Stream]) -> None:
+        """Let go of the held streams: the poller reads them again (bytes already there
+        included)."""
+        poller = self._poller
+        for st in claims:
+            st.read_lock.release()
+            if st.closed:
+                self._release_socket(st)
+            elif poller is not None:
+                poller.arm(st.fd, st)
+        claims.clear()
+
+    # -- internals -------------------------------------------------------------------------------
+    def _rearm(self, st: _Stream) -> None:
+        if st.closed:
+            self._release_socket(st)
+        elif self._poller is not None:
+            self._poller.arm(st.fd, st)
+
+    def _report(self, st: _Stream) -> bool:
+        """Whether this thread reports ``st``'s end (once, and not after the core's shutdown)."""
+        with st.out_lock:
+            if st.reported:
+                return False
+            st.reported = True
+            return True
+
+    def _close(self, st: _Stream) -> None:
+        """No more IO on ``st``: wake whoever waits on its socket; the socket itself is closed
+        by the holder of the read lock (now, if nobody holds it)."""
         st.closed = True
-        st.out.put(None)
         sock = st.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            sock.close()
+        if st.read_lock.acquire(False):
+            try:
+                self._release_socket(st)
+            finally:
+                st.read_lock.release()
+
+    def _release_socket(self, st: _Stream) -> None:
+        with st.out_lock:
+            if st.released or st.sock is None:
+                return
+            st.released = True
+        poller = self._poller
+        if poller is not None and st.fd >= 0:
+            poller.remove(st.fd, st)
+        st.sock.close()
 
     def _connect(self, req: StreamOpen) -> socket.socket:
         timeout = min(max((req.deadline - time.monotonic_ns()) / 1e9, 0.05), 60.0)
@@ -130,34 +354,92 @@ class RedisStreamExecutor:
             if req.tls:
                 ctx = self._ssl or ssl.create_default_context()
                 sock = ctx.wrap_socket(sock, server_hostname=req.server_name)
-        sock.settimeout(None)
+        sock.setblocking(False)
         return sock
 
-    def _run(self, req: StreamOpen, st: _Stream, sink: Any) -> None:
+    def _connect_run(self, req: StreamOpen, st: _Stream) -> None:
         try:
-            st.sock = sock = self._connect(req)
+            sock = self._connect(req)
         except (OSError, ValueError) as e:
-            sink.closed(req.stream, str(e) or type(e).__name__)
+            if self._report(st):
+                st.sink.closed(req.stream, _why(e))
             return
+        with st.out_lock:
+            st.sock, st.fd = sock, sock.fileno()
+            if isinstance(sock, ssl.SSLSocket):
+                st.io_lock = threading.Lock()
+            if st.out:
+                self._start_writer(st)
         if st.closed:  # shut down while connecting
             self._close(st)
             return
-        threading.Thread(target=self._write_loop, args=(req.stream, st, sock, sink), daemon=True).start()
-        sink.opened(req.stream)
-        why = "end of stream"
+        poller = self._poller
         try:
-            while data := sock.recv(65536):
-                sink.received(req.stream, data)
-        except OSError as e:
-            why = str(e) or type(e).__name__
-        self._close(st)
-        sink.closed(req.stream, why)
+            if poller is None:
+                raise ValueError("detached")
+            poller.add(st.fd, st)
+        except (OSError, ValueError):  # detached meanwhile: nobody wants the stream
+            self._close(st)
+            return
+        st.sink.opened(req.stream)
 
-    def _write_loop(self, stream: int, st: _Stream, sock: socket.socket, sink: Any) -> None:
-        while (data := st.out.get()) is not None:
+    def _ready(self, st: _Stream) -> None:
+        """(the poller thread) Bytes arrived on ``st`` and nobody reads it: read and feed
+        them, then arm it again; a caller holding it reads them instead."""
+        if not st.read_lock.acquire(False):
+            return  # its holder arms it again when it lets go
+        try:
+            while not st.closed:
+                try:
+                    data = st.recv()
+                except OSError as e:
+                    data, why = b"", _why(e)
+                else:
+                    why = _EOF
+                if data is None:
+                    break
+                if not data:
+                    if self._report(st):
+                        self._close(st)
+                        st.sink.closed(st.id, why)
+                    else:
+                        self._close(st)
+                    break
+                st.sink.received(st.id, data)
+                if len(data) < _READ and not st.pending():
+                    break
+        finally:
+            st.read_lock.release()
+        self._rearm(st)
+
+    def _start_writer(self, st: _Stream) -> None:
+        """(``st.out_lock`` held) Flush ``st.out`` on a thread of its own, unless one does."""
+        if st.writing or st.sock is None:
+            return
+        st.writing = True
+        threading.Thread(target=self._flush, args=(st,), name=f"leasehold-stream-{st.id}-writer", daemon=True).start()
+
+    def _flush(self, st: _Stream) -> None:
+        while True:
+            with st.out_lock:
+                if not st.out or st.closed:
+                    st.writing = False
+                    return
+                data = st.out[0]
             try:
-                sock.sendall(data)
-            except OSError as e:
-                self._close(st)
-                sink.closed(stream, str(e) or type(e).__name__)
+                select.select([], [st.sock], [], 1.0)
+                n = st.send(data)
+            except (OSError, ValueError) as e:
+                with st.out_lock:
+                    st.writing = False
+                if self._report(st):
+                    self._close(st)
+                    st.sink.closed(st.id, _why(e))
+                else:
+                    self._close(st)
                 return
+            with st.out_lock:
+                if n >= len(data):
+                    st.out.popleft()
+                elif n:
+                    st.out[0] = data[n:]

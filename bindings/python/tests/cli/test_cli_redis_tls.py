@@ -205,3 +205,47 @@ def test_certificate_naming_the_ip_address_is_accepted(env, tls_redis) -> None:
     with pytest.raises(Exception) as info:
         _ping(f"rediss://127.0.0.1:{srv.port}/0")
     assert "certificate verify failed" in str(info.value).lower(), info.value
+
+
+def test_the_byte_path_over_tls(tls_redis) -> None:
+    """``RedisStreamExecutor`` on ``rediss://``: non-blocking TLS sockets, replies read on the
+    caller's thread and by the poller (a renewal), the certificate checked for the host."""
+    import threading
+
+    from leasehold import LockClient
+    from leasehold.backends.redis_stream import RedisStreamExecutor
+
+    srv = tls_redis("IP:127.0.0.1")
+    ctx = ssl.create_default_context(cafile=str(srv.ca))
+    ex = RedisStreamExecutor(f"rediss://127.0.0.1:{srv.port}/0", ssl_context=ctx)
+    reads: list[str] = []
+    inner = ex.read_held
+
+    def read_held(claims, timeout, wake=-1):  # type: ignore[no-untyped-def]
+        got = inner(claims, timeout, wake)
+        if got:
+            reads.append(threading.current_thread().name)
+        return got
+
+    ex.read_held = read_held  # type: ignore[method-assign]
+    with LockClient(ex) as c:
+        last = 0
+        for _ in range(20):
+            with c.acquire("tls-bytes", ttl=10) as lock:
+                assert lock.fencing_token > last
+                last = lock.fencing_token
+        assert reads and set(reads) == {threading.current_thread().name}
+        h = c.acquire("tls-renew", ttl=1)
+        before = h.valid_until
+        deadline = time.monotonic() + 5
+        while h.valid_until <= before:  # renewed by the timer thread, its reply read by the poller
+            assert time.monotonic() < deadline, "no renewal over TLS"
+            time.sleep(0.05)
+        h.release()
+    other = RedisStreamExecutor(f"rediss://127.0.0.1:{srv.port}/0")  # the system CAs: refused
+    with LockClient(other) as c:
+        from leasehold import errors
+
+        with pytest.raises(errors.LockTimeout):
+            c.acquire("tls-refused", ttl=10, wait=0.5)
+        assert "certificate" in c.backend_last_error().lower(), c.backend_last_error()

@@ -1,0 +1,206 @@
+"""``RedisStreamExecutor`` reads replies on the application's thread (the inline path), against
+a real redis-server: an uncontended call reads its own reply; many threads share one client;
+replies arrive in pieces; a connection cut in the middle of a reply; a stalled server with a
+caller's timeout. The bounds asserted are those the calls document (plus a margin for a loaded
+machine), never a speed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from leasehold import LockClient, ReleaseOutcome
+from leasehold.backends.redis_stream import RedisStreamExecutor
+import lh_caller_bound as bound
+from lh_chunk_proxy import ChunkProxy
+from lh_stall_proxy import StallProxy
+from polling import wait_until
+
+
+class Recording(RedisStreamExecutor):
+    """Counts the reads done on each thread, by who did them (the documented ``read_held``,
+    the caller's reads, and the poller's ``_ready``)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.caller_reads: dict[str, int] = {}
+        self.caller_streams: set[int] = set()
+        self.chunks = 0
+        self.poller_streams: list[int] = []
+
+    def read_held(self, claims: Any, timeout: float, wake: int = -1) -> Any:
+        got = super().read_held(claims, timeout, wake)
+        if got:
+            name = threading.current_thread().name
+            self.caller_reads[name] = self.caller_reads.get(name, 0) + 1
+            self.chunks += len(got)
+            self.caller_streams.update(stream for stream, _, _ in got)
+        return got
+
+    def _ready(self, st: Any) -> None:
+        self.poller_streams.append(st.id)
+        super()._ready(st)
+
+
+def _lock_keys(r: Any, name: str) -> list[bytes]:
+    return [k for k in r.keys("lh:{" + name + "}*") if b"fence" not in k and b"queue" not in k]
+
+
+def test_an_uncontended_call_reads_its_reply_on_the_callers_thread(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    ex = Recording(redis_server.url)
+    with LockClient(ex) as c:
+        c.acquire("inl-warm", ttl=10).release()  # the streams are open, the scripts loaded
+        ex.caller_reads.clear()
+        ex.caller_streams.clear()
+        polled = len(ex.poller_streams)
+        for _ in range(20):
+            with c.acquire("inl", ttl=10) as lock:
+                assert lock.fencing_token > 0
+        me = threading.current_thread().name
+        assert set(ex.caller_reads) == {me}
+        assert ex.caller_reads[me] >= 40  # one reply per acquire and per release
+        # (the poller may read the subscriber's stream meanwhile, never the commands')
+        assert not ex.caller_streams & set(ex.poller_streams[polled:]), "a reply went through the poller thread"
+    assert not _lock_keys(r, "inl")
+
+
+def test_many_threads_share_one_client(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    ex = Recording(redis_server.url)
+    errors: list[BaseException] = []
+    tokens: list[int] = []
+    mu = threading.Lock()
+    with LockClient(ex) as c:
+        start = threading.Barrier(12)
+
+        def work(i: int) -> None:
+            try:
+                start.wait(10)
+                for j in range(30):
+                    with c.acquire(f"inl-own-{i}", ttl=10, wait=5):
+                        pass
+                    with c.acquire("inl-shared", ttl=10, wait=10) as lock:
+                        with mu:
+                            tokens.append(lock.fencing_token)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,), name=f"w{i}") for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors
+        assert len(tokens) == 12 * 30 and len(set(tokens)) == len(tokens), "every grant has its own fencing token"
+        assert len(ex.caller_reads) > 1, "the application threads read replies themselves"
+    for name in ["inl-shared", *(f"inl-own-{i}" for i in range(12))]:
+        assert not _lock_keys(r, name), name
+
+
+def test_replies_split_across_reads(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    proxy = ChunkProxy("127.0.0.1", redis_server.port, chunk=3)
+    try:
+        ex = Recording(proxy.url)
+        with LockClient(ex) as c:
+            c.acquire("inl-split-warm", ttl=10).release()
+            ex.chunks = 0
+            last = 0
+            for _ in range(10):
+                with c.acquire("inl-split", ttl=10) as lock:
+                    assert lock.fencing_token > last
+                    last = lock.fencing_token
+            # Each reply (tens of bytes) came in 3-byte pieces: far more reads than replies.
+            assert ex.chunks > 4 * 20, ex.chunks
+        assert not _lock_keys(r, "inl-split")
+    finally:
+        proxy.close()
+
+
+def test_a_connection_cut_in_the_middle_of_a_reply(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    proxy = ChunkProxy("127.0.0.1", redis_server.port, chunk=65536, gap=0)
+    try:
+        with LockClient(RedisStreamExecutor(proxy.url)) as c:
+            c.acquire("inl-cut-warm", ttl=10).release()
+            proxy.cut_next()
+            t0 = time.monotonic()
+            # The first attempt's reply is cut: the core reconnects and the acquire goes on.
+            with c.acquire("inl-cut", ttl=10, wait=10) as lock:
+                assert lock.fencing_token > 0
+                assert _lock_keys(r, "inl-cut")
+            assert time.monotonic() - t0 < 10 + 2
+            assert proxy.cuts == 1
+            assert c.backend_last_error(), "the cut is the backend's last error"
+            # And the client goes on as before.
+            c.acquire("inl-cut-after", ttl=10).release()
+            wait_until(lambda: not _lock_keys(r, "inl-cut"), bound=30, what="the cut lock released")
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def stall(redis_server, r):  # type: ignore[no-untyped-def]
+    p = StallProxy("127.0.0.1", redis_server.port)
+    yield p
+    p.close()
+
+
+def test_caller_bound_release_with_a_timeout(stall, r, redis_server) -> None:  # type: ignore[no-untyped-def]
+    bound.release_returns_by_its_timeout(stall, lambda: RedisStreamExecutor(stall.url), lambda: RedisStreamExecutor(redis_server.url))
+    assert not _lock_keys(r, "rel")
+
+
+def test_caller_bound_release_keeps_the_release_timeout(stall, r, redis_server) -> None:  # type: ignore[no-untyped-def]
+    bound.release_keeps_the_release_timeout(stall, lambda: RedisStreamExecutor(stall.url), lambda: RedisStreamExecutor(redis_server.url))
+    assert not _lock_keys(r, "reldef")
+
+
+def test_caller_bound_acquire(stall, r, redis_server) -> None:  # type: ignore[no-untyped-def]
+    bound.acquire_fails_by_its_bound(stall, lambda: RedisStreamExecutor(stall.url), lambda: RedisStreamExecutor(redis_server.url))
+
+
+def test_caller_bound_renew(stall, r) -> None:  # type: ignore[no-untyped-def]
+    from leasehold import errors
+
+    with LockClient(RedisStreamExecutor(stall.url)) as c:
+        h = c.acquire("inl-renew", ttl=30)
+        stall.delay = bound.STALL
+        t0 = time.monotonic()
+        with pytest.raises(errors.RenewTimeout):
+            h.renew(timeout=0.1)
+        assert time.monotonic() - t0 < 0.1 + bound.MARGIN
+        stall.delay = 0
+        assert h.release(timeout=10) is ReleaseOutcome.RELEASED
+    assert not _lock_keys(r, "inl-renew")
+
+
+def test_the_select_poller_where_there_is_no_epoll(redis_server, r, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Off Linux the poller is a select loop: a waiter of another client is still woken by the
+    release (a wake message read by the poller), and renewals' replies are still read."""
+    import select
+
+    monkeypatch.delattr(select, "epoll")
+    with LockClient(RedisStreamExecutor(redis_server.url)) as a, LockClient(RedisStreamExecutor(redis_server.url)) as b:
+        held = a.acquire("inl-select", ttl=1)
+        assert a.service._poller._ep is None  # the select loop
+        renewed = held.valid_until
+        wait_until(lambda: held.valid_until > renewed, bound=5, what="a renewal confirmed")  # timer thread, poller
+        got: list[float] = []
+
+        def wait() -> None:
+            with b.acquire("inl-select", ttl=10, wait=8) as lock:
+                got.append(time.monotonic())
+                assert lock.fencing_token > held.fencing_token
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_until(lambda: b.backend_counters()["subscribed"] >= 1, bound=5, what="the waiter subscribed")
+        time.sleep(0.2)
+        released = time.monotonic()
+        held.release()
+        t.join(10)
+        assert got and got[0] - released < 2.0  # woken, not the idle recheck
+        assert b.backend_counters()["wakeups"] >= 1
+    assert not _lock_keys(r, "inl-select")
