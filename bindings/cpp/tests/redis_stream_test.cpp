@@ -201,7 +201,7 @@ TEST_F(RedisStream, ReconnectsAfterAServerRestart) {
 }
 
 TEST_F(RedisStream, UnixSocket) {
-  LockClient client(executor("unix://" + g_server->unix_path), quiet());
+  LockClient client(std::make_shared<RedisStreamExecutor>("unix://" + g_server->unix_path), quiet());
   auto lease = client.acquire("s-unix", 10s, wait_for(2s));
   ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
   EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-unix}"), ":1");

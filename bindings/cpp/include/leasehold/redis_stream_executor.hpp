@@ -71,7 +71,7 @@ struct RedisStreamStats {
 
 class RedisStreamExecutor final : public Executor {
  public:
-  explicit RedisStreamExecutor(std::string url) : RedisStreamExecutor(RedisStreamOptions{std::move(url)}) {}
+  explicit RedisStreamExecutor(std::string url) : RedisStreamExecutor(with_url(std::move(url))) {}
   explicit RedisStreamExecutor(RedisStreamOptions options = {}) : opts_(std::move(options)) {
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -169,6 +169,11 @@ class RedisStreamExecutor final : public Executor {
   }
 
  private:
+  static RedisStreamOptions with_url(std::string url) {
+    RedisStreamOptions o;
+    o.url = std::move(url);
+    return o;
+  }
   static constexpr std::size_t kBuf = 1 << 16;
   struct Stream {
     explicit Stream(std::uint64_t i) : id(i) {}
