@@ -29,6 +29,7 @@ command -v readelf >/dev/null || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v openssl >/dev/null || need+=(openssl)
 if ((${#need[@]})); then
     if [[ $EUID -ne 0 ]]; then
         echo "c: missing ${need[*]} and not root to apt-get them" >&2

@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE
 #include "lh_stream.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -198,7 +199,10 @@ static void *tls_for(lh_stream_host *h, const char *server_name) {
         h->tls_ctx = c;
     }
     SSL *ssl = SSL_new(h->tls_ctx);
-    if (ssl != NULL && (SSL_set_tlsext_host_name(ssl, server_name) != 1 || SSL_set1_host(ssl, server_name) != 1)) {
+    struct in6_addr ip;
+    int literal = inet_pton(AF_INET, server_name, &ip) == 1 || inet_pton(AF_INET6, server_name, &ip) == 1;
+    if (ssl != NULL && (literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name) != 1 /* no SNI */
+                                : SSL_set_tlsext_host_name(ssl, server_name) != 1 || SSL_set1_host(ssl, server_name) != 1)) {
         SSL_free(ssl);
         ssl = NULL;
     }

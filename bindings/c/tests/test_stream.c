@@ -3,8 +3,8 @@
  * a real redis-server this test starts on a free loopback port (and a Unix socket) and stops by
  * pid: acquire/release with strictly increasing fences, two clients contending where the waiter
  * is woken by the holder's release, a server killed and restarted under a client that
- * reconnects by itself, a Unix socket URL, and bad URLs / unreachable servers / TLS refused with
- * a clear reason. Without redis-server the test is skipped, except under CI=true.
+ * reconnects by itself, a Unix socket URL, bad URLs / unreachable servers / TLS refused with
+ * a clear reason, and (built with OpenSSL) a lock over rediss:// with the test's own CA. Without redis-server the test is skipped, except under CI=true.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -282,6 +282,70 @@ static void test_bad(int dead_port, int port) {
     host_free(&x);
 }
 
+#ifdef LH_STREAM_OPENSSL
+/* rediss:// on a TLS-only port with a certificate of the test's own CA: a lock with the CA
+ * file (by name and by address), and a handshake refused without it. */
+static void test_tls(const char *dir) {
+    char cmd[1024], crt[160], key[160], ca[160], p[16], url[64];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=lh-ca && "
+             "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost && "
+             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && "
+             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 "
+             "-extfile ext.cnf",
+             dir);
+    char quiet[1100];
+    snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
+    CHECK(system(quiet) == 0, "openssl could not make the test certificates");
+    snprintf(crt, sizeof crt, "%s/server.crt", dir);
+    snprintf(key, sizeof key, "%s/server.key", dir);
+    snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+    int port = free_port(), tls = free_port();
+    snprintf(p, sizeof p, "%d", tls);
+    char plain[16];
+    snprintf(plain, sizeof plain, "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *null = fopen("/dev/null", "w");
+        if (null != NULL) dup2(fileno(null), 1), dup2(fileno(null), 2);
+        execlp("redis-server", "redis-server", "--port", plain, "--tls-port", p, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--tls-cert-file", crt, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+               "--tls-auth-clients", "no", (char *)NULL);
+        _exit(127);
+    }
+    int up = 0;
+    for (int i = 0; i < 500 && !(up = server_up(port)); i++) usleep(10000);
+    CHECK(up, "redis-server with TLS did not start");
+    const char *names[] = {"localhost", "127.0.0.1"};
+    for (int i = 0; up && i < 2; i++) {
+        snprintf(url, sizeof url, "rediss://%s:%d", names[i], tls);
+        host x;
+        CHECK(host_new(&x, url, 8 + i) == LH_OK, "client");
+        x.h.ca_file = ca;
+        uint64_t lease = acquire(&x, "c-stream-tls-ok", 5000, 3000);
+        const lh_event *e = wait_ev(&x, NULL, lease, LH_EVENT_ACQUIRED, 5000);
+        CHECK(e != NULL, "%s: not acquired: %s", url, lh_backend_last_error(x.c));
+        if (e != NULL) CHECK(release_confirmed(&x, NULL, lease), "%s: release not confirmed", url);
+        host_free(&x);
+    }
+    if (up) {
+        snprintf(url, sizeof url, "rediss://localhost:%d", tls);
+        host x;
+        CHECK(host_new(&x, url, 10) == LH_OK, "client");
+        uint64_t lease = acquire(&x, "c-stream-tls-bad", 5000, 500); /* the system's CAs only */
+        CHECK(wait_ev(&x, NULL, lease, LH_EVENT_ACQUIRE_FAILED, 5000) != NULL, "granted without trusting the CA");
+        CHECK(strstr(lh_backend_last_error(x.c), "TLS handshake") != NULL, "reason: '%s'", lh_backend_last_error(x.c));
+        host_free(&x);
+    }
+    stop_server(pid);
+    const char *files[] = {"ca.key", "ca.crt", "ca.srl", "server.key", "server.csr", "server.crt", "ext.cnf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s", dir, files[i]);
+        unlink(cmd);
+    }
+}
+#endif
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const char *ci = getenv("CI");
@@ -307,6 +371,9 @@ int main(void) {
     test_restart(port, sock, &server);
     test_bad(dead, port);
     stop_server(server);
+#ifdef LH_STREAM_OPENSSL
+    test_tls(dir);
+#endif
     unlink(sock);
     rmdir(dir);
     printf("test_stream: %s (%d failed checks)\n", failures ? "FAILED" : "OK", failures);
