@@ -24,6 +24,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <map>
+#include <mutex>
+#include <vector>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -183,6 +186,46 @@ TEST_F(RedisStream, ContentionWakesTheWaiter) {
   EXPECT_LT(took, 2s) << "the waiter was not woken by the release";
   EXPECT_GT(b.counters().backend_wakeups, wakeups);
   EXPECT_EQ(got->release(), leasehold::ReleaseOutcome::Released);
+}
+
+// Application threads of one client read their replies concurrently on the shared stream (and
+// the reader thread takes what none of them waits for): every round gets its lock, one holder
+// per name at a time, fences strictly increasing per name.
+TEST_F(RedisStream, ThreadsShareOneClient) {
+  auto exec = executor(url());
+  LockClient client(exec, quiet());
+  std::mutex mu;
+  std::map<std::string, std::uint64_t> last;
+  std::map<std::string, int> holders;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        const std::string name = "s-threads-" + std::to_string((t + i) % 2);
+        auto lease = client.acquire(name, 10s, wait_for(10s));
+        if (!lease) {
+          ++failures;
+          continue;
+        }
+        {
+          std::lock_guard g(mu);
+          if (lease->fencing_token() <= last[name] || holders[name]++ != 0) ++failures;
+          last[name] = lease->fencing_token();
+        }
+        std::this_thread::sleep_for(1ms);
+        {
+          std::lock_guard g(mu);
+          --holders[name];
+        }
+        if (lease->release() != leasehold::ReleaseOutcome::Released) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0) << client.last_backend_error();
+  EXPECT_EQ(client.counters().releases_confirmed, 100u);
+  EXPECT_GT(exec->stats().caller_reads, 0u);
 }
 
 TEST_F(RedisStream, ReconnectsAfterAServerRestart) {
