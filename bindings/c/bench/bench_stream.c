@@ -5,7 +5,9 @@
  *              stream client, replayed pre-encoded on a plain blocking socket in a bare loop
  *              (each write, then a read until as many replies as it had commands);
  *   stream  -- an LH_BACKEND_REDIS_STREAM client run by redis/lh_stream.c (the byte path);
- *   hiredis -- an LH_BACKEND_REDIS client run by redis/lh_hiredis.c (the peer executor).
+ *   hiredis -- an LH_BACKEND_REDIS client run by redis/lh_hiredis.c (the peer executor);
+ *   floor with poll -- the floor again, each read preceded by poll(2) as in a host that
+ *              multiplexes its streams (what the stream host's syscalls cost at least).
  * Prints min and median ns per acquire+release of each, and floor/stream, floor/hiredis.
  *
  *   usage: bench_stream [cycles-per-batch [batches]]   (default 2000 x 11)
@@ -16,6 +18,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,18 +192,23 @@ static void cycle(client *k, const char *name) {
     wait_for(k, lease, LH_EVENT_RELEASE_OUTCOME);
 }
 
-static void floor_cycle(int fd, const recording *r) {
+/* With `polled`, each read waits in poll(2) first, as a host multiplexing its streams does. */
+static void floor_cycle_how(int fd, const recording *r, int polled) {
     static char buf[1 << 16];
     for (int i = 0; i < r->n; i++) {
         if (write(fd, r->bytes[i], (size_t)r->len[i]) != r->len[i]) die("floor write");
         long got = 0;
         while (count_values(buf, got) < r->replies[i]) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (polled && poll(&p, 1, 5000) != 1) die("floor poll");
             ssize_t n = read(fd, buf + got, sizeof buf - (size_t)got);
             if (n <= 0) die("floor read");
             got += n;
         }
     }
 }
+
+static void floor_cycle(int fd, const recording *r) { floor_cycle_how(fd, r, 0); }
 
 static int cmp(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -232,7 +240,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < rec.n; i++) nreplies += rec.replies[i];
     printf("recorded: %d writes, %d commands per acquire+release\n", rec.n, nreplies);
 
-    uint64_t t[3][101];
+    uint64_t t[4][101];
     for (int b = 0; b < batches; b++) {
         uint64_t t0 = now_ns();
         for (int i = 0; i < cycles; i++) floor_cycle(fd, &rec);
@@ -241,18 +249,22 @@ int main(int argc, char **argv) {
         uint64_t t2 = now_ns();
         for (int i = 0; i < cycles; i++) cycle(&hi, "bench-hiredis");
         uint64_t t3 = now_ns();
+        for (int i = 0; i < cycles; i++) floor_cycle_how(fd, &rec, 1);
+        uint64_t t4 = now_ns();
         t[0][b] = (t1 - t0) / (uint64_t)cycles, t[1][b] = (t2 - t1) / (uint64_t)cycles, t[2][b] = (t3 - t2) / (uint64_t)cycles;
+        t[3][b] = (t4 - t3) / (uint64_t)cycles;
     }
-    const char *label[3] = {"floor (raw socket, recorded requests)", "stream (lh_stream.c byte path)", "hiredis (lh_hiredis.c)"};
-    uint64_t mn[3];
-    for (int r = 0; r < 3; r++) {
+    const char *label[4] = {"floor (raw socket, recorded requests)", "stream (lh_stream.c byte path)", "hiredis (lh_hiredis.c)",
+                            "floor with poll(2) before each read"};
+    uint64_t mn[4];
+    for (int r = 0; r < 4; r++) {
         qsort(t[r], (size_t)batches, sizeof t[r][0], cmp);
         mn[r] = t[r][0];
         printf("%-40s min %7llu ns  median %7llu ns per acquire+release\n", label[r], (unsigned long long)t[r][0],
                (unsigned long long)t[r][batches / 2]);
     }
-    printf("floor/stream %.2fx   floor/hiredis %.2fx   (min over %d batches of %d)\n", (double)mn[0] / (double)mn[1],
-           (double)mn[0] / (double)mn[2], batches, cycles);
+    printf("floor/stream %.2fx   floor/hiredis %.2fx   floor-with-poll/stream %.2fx   (min over %d batches of %d)\n",
+           (double)mn[0] / (double)mn[1], (double)mn[0] / (double)mn[2], (double)mn[3] / (double)mn[1], batches, cycles);
     close(fd);
     for (int i = 0; i < rec.n; i++) free(rec.bytes[i]);
     lh_io_close(st.c, now_ns());
