@@ -86,7 +86,8 @@ std::string find_redis() {
 struct Server {
   leasehold_test::Child proc;
   int port = free_port();
-  std::string unix_path = leasehold_test::temp_dir("lh-stream") + "/redis.sock";
+  std::string dir = leasehold_test::temp_dir("lh-stream");
+  std::string unix_path = dir + "/redis.sock";
   bool launch() {
     const auto bin = find_redis();
     if (bin.empty() || port <= 0) return false;
@@ -99,7 +100,11 @@ struct Server {
     if (proc.pid > 0) ::kill(proc.pid, SIGKILL);
     proc.stop();
   }
-  ~Server() { proc.stop(); }
+  ~Server() {
+    proc.stop();
+    ::unlink(unix_path.c_str());
+    ::rmdir(dir.c_str());
+  }
 };
 
 Server* g_server = nullptr;
