@@ -9,7 +9,8 @@
 #    under valgrind --error-exitcode=1 --leak-check=full; then the Redis host (the hiredis
 #    executor in redis/) against a real redis-server, and the SQLite host (the libsqlite3
 #    executor in sqlite/) on a real file, under both; then both executors under a failing
-#    allocator (tests/test_alloc.c), under both;
+#    allocator (tests/test_alloc.c), under both; then the stream host (redis/lh_stream.c) against
+#    a real redis-server under both, and built without TLS;
 # 5. installs into a scratch prefix with scripts/install-lib.sh and links a program through
 #    `pkg-config --cflags --libs leasehold` (shared) and `leasehold-static` (static).
 # Installs missing tools with apt-get (as root). Prints "c: OK" at the end.
@@ -27,6 +28,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v readelf >/dev/null || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+[ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v openssl >/dev/null || need+=(openssl)
 if ((${#need[@]})); then
     if [[ $EUID -ne 0 ]]; then
         echo "c: missing ${need[*]} and not root to apt-get them" >&2
@@ -84,6 +87,14 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
     ./build/test_alloc_asan
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
     ./build/test_alloc_plain
+
+step "stream host (redis/lh_stream.c, LH_BACKEND_REDIS_STREAM) against a real redis-server, ASan+UBSan, valgrind, and built without TLS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./build/test_stream_asan
+valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+    ./build/test_stream_plain
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ./build/test_stream_notls
 
 step "install + pkg-config (shared and static)"
 PREFIX="$PWD/build/prefix"

@@ -1,17 +1,26 @@
 // Rough numbers for the README (not a test; no assertions on time anywhere in the suite).
 //   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port [iterations]]
+// With a port, also the byte path (LockClient + RedisStreamExecutor) against a raw-socket floor
+// replaying the core's recorded requests, beside the hiredis executor (stream_compare).
 // Measures, on one LockClient: uncontended acquire+release round trips (memory service and,
 // with a port, Redis beside a raw hiredis SET NX PX / DEL loop and the core's own requests run
 // by one thread, interleaved, with the ratios), and how late loss detection fires relative to
 // valid_until when the transport hangs.
 #include <leasehold.hpp>
 #include <leasehold/memory_executor.hpp>
+#include <leasehold/redis_stream_executor.hpp>
 #ifdef LEASEHOLD_BENCH_REDIS
 #include <leasehold/redis_executor.hpp>
 #endif
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -180,6 +189,169 @@ static void redis_compare(int port, int n) {
 }
 #endif
 
+// The byte path (RedisStreamExecutor) against a raw-socket floor: the requests the core sends for
+// one uncontended acquire+release, recorded once from a stream client, replayed pre-encoded on a
+// plain blocking socket in a bare loop (each write, then a read until as many replies as it had
+// commands). Interleaved blocks beside the hiredis executor when it is built in.
+class Recorder final : public leasehold::Executor {
+ public:
+  explicit Recorder(std::shared_ptr<leasehold::Executor> in) : in_(std::move(in)) {}
+  std::vector<std::string> writes;
+  std::atomic<bool> on{false};
+  lh_backend_options backend_options() const override { return in_->backend_options(); }
+  void start(Sink s) override { in_->start(std::move(s)); }
+  void execute(leasehold::IoRequest r) override { in_->execute(keep(std::move(r))); }
+  void execute_for_caller(leasehold::IoRequest r) override { in_->execute_for_caller(keep(std::move(r))); }
+  void run_pending() noexcept override { in_->run_pending(); }
+  void run_pending_until(Clock::time_point d) noexcept override { in_->run_pending_until(d); }
+  void close() override { in_->close(); }
+
+ private:
+  leasehold::IoRequest keep(leasehold::IoRequest r) {
+    if (on && r.kind == LH_IO_WRITE) writes.push_back(r.data);
+    return r;
+  }
+  std::shared_ptr<leasehold::Executor> in_;
+};
+
+// End of the RESP value at b[i..], or npos while incomplete (the floor's reply counter only).
+static std::size_t value_end(const std::string& b, std::size_t i) {
+  const auto nl = i < b.size() ? b.find('\n', i) : std::string::npos;
+  if (nl == std::string::npos) return nl;
+  const long len = std::atol(b.c_str() + i + 1);
+  const std::size_t line = nl + 1;
+  switch (b[i]) {
+    case '$': case '=': case '!':
+      return len < 0 ? line : line + std::size_t(len) + 2 <= b.size() ? line + std::size_t(len) + 2 : std::string::npos;
+    case '*': case '~': case '>': case '%': {
+      std::size_t j = line;
+      for (long k = b[i] == '%' ? 2 * len : len; k > 0 && j != std::string::npos; --k) j = value_end(b, j);
+      return j;
+    }
+    default:
+      return line;
+  }
+}
+static int count_values(const std::string& b) {
+  int c = 0;
+  for (std::size_t i = 0; i < b.size() && (i = value_end(b, i)) != std::string::npos; ++c) {
+  }
+  return c;
+}
+
+struct FloorLoop {
+  int fd = -1;
+  std::vector<std::pair<std::string, int>> writes;  // bytes, replies to wait for
+  std::string in;
+  explicit FloorLoop(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::close(fd), fd = -1;
+    if (fd >= 0) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~FloorLoop() {
+    if (fd >= 0) ::close(fd);
+  }
+  bool send(const std::string& w, int replies) {
+    if (::write(fd, w.data(), w.size()) != static_cast<ssize_t>(w.size())) return false;
+    in.clear();
+    char buf[4096];
+    while (count_values(in) < replies) {
+      const auto n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) return false;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  bool cycle() {
+    for (const auto& [w, r] : writes)
+      if (!send(w, r)) return false;
+    return true;
+  }
+};
+
+static void stream_compare(int port, int n) {
+  leasehold::ClientOptions o;
+  o.log = [](std::string_view) {};
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  auto rec = std::make_shared<Recorder>(std::make_shared<leasehold::RedisStreamExecutor>(url));
+  FloorLoop floor(port);
+  {
+    leasehold::LockClient recording(rec, o);
+    for (int i = 0; i < 20; ++i) {  // connected, subscribed, scripts loaded
+      auto l = recording.acquire("bench-floor", 10s);
+      if (!l) return void(std::printf("stream: acquire failed: %s\n", recording.last_backend_error().c_str()));
+      l->release();
+    }
+    rec->on = true;
+    auto l = recording.acquire("bench-floor", 10s);
+    if (l) l->release();
+    rec->on = false;
+  }
+  for (const auto& w : rec->writes) floor.writes.emplace_back(w, count_values(w));
+  if (floor.fd < 0 || floor.writes.empty() || !floor.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", 1))
+    return void(std::printf("floor: cannot connect or nothing recorded\n"));
+  auto exec = std::make_shared<leasehold::RedisStreamExecutor>(url);
+  leasehold::LockClient stream(exec, o);
+#ifdef LEASEHOLD_BENCH_REDIS
+  leasehold::RedisOptions ro;
+  ro.port = port;
+  leasehold::LockClient peer(std::make_shared<leasehold::RedisExecutor>(ro), o);
+#endif
+  auto lock_unlock = [](leasehold::LockClient& c, const char* name) {
+    auto l = c.acquire(name, 10s);
+    return l && l->release() == leasehold::ReleaseOutcome::Released;
+  };
+  for (int i = 0; i < 200; ++i) {  // warm: connections, scripts
+    floor.cycle();
+    lock_unlock(stream, "bench-stream");
+#ifdef LEASEHOLD_BENCH_REDIS
+    lock_unlock(peer, "bench-peer");
+#endif
+  }
+  const int block = 500;
+  std::vector<double> t_floor, t_stream, t_peer;
+  for (int done = 0; done < n; done += block) {
+    const int m = std::min(block, n - done);
+    auto t0 = Clock::now();
+    for (int i = 0; i < m; ++i)
+      if (!floor.cycle()) return void(std::printf("floor: failed\n"));
+    auto t1 = Clock::now();
+    for (int i = 0; i < m; ++i)
+      if (!lock_unlock(stream, "bench-stream")) return void(std::printf("stream: failed\n"));
+    auto t2 = Clock::now();
+#ifdef LEASEHOLD_BENCH_REDIS
+    for (int i = 0; i < m; ++i)
+      if (!lock_unlock(peer, "bench-peer")) return void(std::printf("hiredis: failed\n"));
+#endif
+    auto t3 = Clock::now();
+    t_floor.push_back(us(t1 - t0) / m);
+    t_stream.push_back(us(t2 - t1) / m);
+    t_peer.push_back(us(t3 - t2) / m);
+  }
+  for (auto* v : {&t_floor, &t_stream, &t_peer}) std::sort(v->begin(), v->end());
+  int commands = 0;
+  for (const auto& w : floor.writes) commands += w.second;
+  std::printf("redis stream, %d acquire+release each, interleaved blocks of %d (%zu writes, %d commands recorded):\n", n,
+              block, floor.writes.size(), commands);
+  std::printf("  floor: recorded requests, raw socket  min %6.1fus  median %6.1fus\n", t_floor.front(),
+              t_floor[t_floor.size() / 2]);
+  std::printf("  LockClient + RedisStreamExecutor     min %6.1fus  median %6.1fus  floor/stream %.2fx (min) %.2fx (median)\n",
+              t_stream.front(), t_stream[t_stream.size() / 2], t_floor.front() / t_stream.front(),
+              t_floor[t_floor.size() / 2] / t_stream[t_stream.size() / 2]);
+#ifdef LEASEHOLD_BENCH_REDIS
+  std::printf("  LockClient + RedisExecutor (hiredis) min %6.1fus  median %6.1fus  floor/hiredis %.2fx (min)\n",
+              t_peer.front(), t_peer[t_peer.size() / 2], t_floor.front() / t_peer.front());
+#endif
+  const auto st = exec->stats();
+  std::printf("  stream reads on the application's thread: %llu, on the reader thread: %llu\n",
+              static_cast<unsigned long long>(st.caller_reads), static_cast<unsigned long long>(st.reader_reads));
+}
+
 static void loss_lag() {
   auto service = std::make_shared<leasehold::MemoryService>();
   std::vector<double> lags;
@@ -205,16 +377,14 @@ static void loss_lag() {
 int main(int argc, char** argv) {
   round_trips("memory", std::make_shared<leasehold::MemoryExecutor>(std::make_shared<leasehold::MemoryService>()),
               20000);
-#ifdef LEASEHOLD_BENCH_REDIS
   if (argc > 1) {
     const int port = std::atoi(argv[1]);
     const int n = argc > 2 ? std::atoi(argv[2]) : 5000;
+#ifdef LEASEHOLD_BENCH_REDIS
     redis_compare(port, n);
-  }
-#else
-  (void)argc;
-  (void)argv;
 #endif
+    stream_compare(port, n);
+  }
   loss_lag();
   return 0;
 }

@@ -2,7 +2,8 @@
 // of the core binding (one per concept, under leasehold/). Each backend's executor has its own
 // header: leasehold/redis_executor.hpp, sqlite_executor.hpp, postgres_executor.hpp and
 // etcd_executor.hpp with their CMake targets (leasehold::redis, ::sqlite, ::postgres, ::etcd),
-// memory_executor.hpp (MemoryExecutor, MemoryService) with none; the PostgreSQL fencing gate is
+// memory_executor.hpp (MemoryExecutor, MemoryService) and redis_stream_executor.hpp
+// (RedisStreamExecutor: the core owns the Redis wire, POSIX sockets) with none; the PostgreSQL fencing gate is
 // leasehold/postgres_fencing.hpp.
 //
 //   leasehold/error.hpp        Status, leasehold::Error

@@ -16,6 +16,8 @@
 #include <leasehold/memory_transport.hpp>
 #include <leasehold/options.hpp>
 #include <leasehold/output.hpp>
+#include <leasehold/redis_protocol.hpp>
+#include <leasehold/redis_stream_executor.hpp>
 #include <leasehold/request.hpp>
 #include <leasehold/types.hpp>
 #ifdef LEASEHOLD_NAMES_REDIS

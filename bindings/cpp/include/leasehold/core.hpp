@@ -260,6 +260,18 @@ class Core {
           out.statements.push_back(std::move(s));
         }
         break;
+      case LH_IO_OPEN:
+      case LH_IO_WRITE:
+      case LH_IO_SHUTDOWN:
+        out.stream = r.stream;
+        out.deadline = r.deadline;
+        out.host = cstr(r.host);
+        out.unix_path = cstr(r.unix_path);
+        out.server_name = cstr(r.server_name);
+        out.port = r.port;
+        out.tls = r.tls != 0;
+        if (r.kind == LH_IO_WRITE) out.data = detail::copy_str(r.data, r.data_len);
+        break;
       default:  // LH_IO_HTTP, _HTTP_WATCH, _HTTP_CANCEL
         out.method = cstr(r.method);
         out.path = cstr(r.path);
@@ -293,6 +305,19 @@ class Core {
   void io_connection(std::uint64_t now, std::uint32_t connection, std::uint32_t event, std::string_view channel = {}) {
     check(lh_io_connection(h(), now, connection, event, detail::bytes_ptr(channel.data()), channel.size()));
   }
+  // Streams (LH_BACKEND_REDIS_STREAM): opened, bytes read (split to the ABI's limit), ended.
+  void io_opened(std::uint64_t now, std::uint64_t stream) { check(lh_io_opened(h(), now, stream)); }
+  void io_received(std::uint64_t now, std::uint64_t stream, std::string_view bytes) {
+    do {
+      const auto part = bytes.substr(0, std::min<std::size_t>(bytes.size(), LH_MAX_REPLY_DATA));
+      check(lh_io_received(h(), now, stream, detail::bytes_ptr(part.data()), part.size()));
+      bytes.remove_prefix(part.size());
+    } while (!bytes.empty());
+  }
+  void io_closed(std::uint64_t now, std::uint64_t stream, std::string_view message = {}) {
+    message = message.substr(0, std::min<std::size_t>(message.size(), LH_MAX_REPLY_DATA));
+    check(lh_io_closed(h(), now, stream, detail::bytes_ptr(message.data()), message.size()));
+  }
   // The client is closing (etcd: revoke its pooled leases); run the requests it makes.
   void io_close(std::uint64_t now) { check(lh_io_close(h(), now)); }
   // Feeds one answer of any kind.
@@ -304,6 +329,9 @@ class Core {
                    [&](const IoFailed& f) { io_failed(now, f.id, f.kind, f.message); },
                    [&](const IoMessage& m) { io_message(now, m.channel, m.payload); },
                    [&](const IoConnection& c) { io_connection(now, c.connection, c.event, c.channel); },
+                   [&](const IoOpened& o) { io_opened(now, o.stream); },
+                   [&](const IoReceived& r) { io_received(now, r.stream, r.bytes); },
+                   [&](const IoClosed& c) { io_closed(now, c.stream, c.message); },
                },
                a);
   }

@@ -30,7 +30,12 @@ struct SqlStatement {
 //   LH_IO_SQL        the statements in order                           → IoReply or IoFailed;
 //   LH_IO_HTTP       POST body to a member's base URL + path           → IoHttpReply or IoFailed;
 //   LH_IO_HTTP_WATCH the same, the response kept open                  → IoStreamMessage…, IoFailed;
-//   LH_IO_HTTP_CANCEL close the watch stream `id` (no answer).
+//   LH_IO_HTTP_CANCEL close the watch stream `id` (no answer);
+//   LH_IO_OPEN       connect `stream` to host:port (TLS with server_name when tls) or unix_path,
+//                    giving up at `deadline` → IoOpened, or IoClosed with the reason; then every
+//                    read → IoReceived, its end → IoClosed;
+//   LH_IO_WRITE      write `data` on `stream` after earlier writes (no answer; a failure: IoClosed);
+//   LH_IO_SHUTDOWN   close `stream` (no answer).
 struct IoRequest {
   std::uint64_t id = 0;
   std::uint32_t kind = LH_IO_NONE;            // LH_IO_*
@@ -38,6 +43,13 @@ struct IoRequest {
   std::vector<std::string> argv;              // COMMAND
   std::vector<SqlStatement> statements;       // SQL
   std::string method, path, body, authorization;  // HTTP (authorization: send unless empty)
+  // Streams (LH_BACKEND_REDIS_STREAM: the core owns the Redis wire, the host moves bytes).
+  std::uint64_t stream = 0;                   // OPEN, WRITE, SHUTDOWN (== id)
+  std::uint64_t deadline = 0;                 // OPEN: give up then (ns, the core's clock)
+  std::string host, unix_path, server_name;   // OPEN: TCP host, or a Unix socket's path; TLS name
+  std::uint32_t port = 0;                     // OPEN over TCP
+  bool tls = false;                           // OPEN: wrap the stream in TLS
+  std::string data;                           // WRITE: the bytes
 };
 // The earlier per-backend names of a request: the same type.
 using Request = IoRequest;
@@ -81,6 +93,21 @@ struct IoConnection {
   std::uint32_t event = LH_CONNECTION_REOPENED;
   std::string channel;
 };
-using IoAnswer = std::variant<IoReply, IoHttpReply, IoStreamMessage, IoFailed, IoMessage, IoConnection>;
+// A stream of an LH_IO_OPEN is open (TLS handshake included): lh_io_opened.
+struct IoOpened {
+  std::uint64_t stream = 0;
+};
+// Bytes read on a stream, split anywhere: lh_io_received.
+struct IoReceived {
+  std::uint64_t stream = 0;
+  std::string bytes;
+};
+// A stream ended or never opened, with the reason: lh_io_closed.
+struct IoClosed {
+  std::uint64_t stream = 0;
+  std::string message;
+};
+using IoAnswer = std::variant<IoReply, IoHttpReply, IoStreamMessage, IoFailed, IoMessage, IoConnection, IoOpened,
+                              IoReceived, IoClosed>;
 
 }  // namespace leasehold

@@ -1,0 +1,302 @@
+// RedisStreamExecutor (LH_BACKEND_REDIS_STREAM: the core owns the Redis wire, the executor moves
+// bytes) driven by LockClient against a real redis-server this test starts on a free loopback
+// port and a Unix socket: fences increase over acquire/release rounds, a release wakes a waiter
+// through the subscriber, a restarted server is reconnected to, a Unix socket URL works, a
+// release keeps its bound while the server's replies are held back, and bad URLs, TLS and an
+// unreachable server fail with their reason. Without redis-server the tests skip, except under
+// CI=true.
+#include <leasehold.hpp>
+#include <leasehold/redis_stream_executor.hpp>
+
+#include <gtest/gtest.h>
+
+#include "server_test_util.hpp"
+#include "stall_proxy.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <mutex>
+#include <vector>
+#include <sstream>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+using leasehold::AcquireOptions;
+using leasehold::ClientOptions;
+using leasehold::LockClient;
+using leasehold::RedisStreamExecutor;
+using leasehold_test::eventually;
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One inline command on a fresh connection; the first line of the answer ("" if none).
+std::string raw(int port, const std::string& command) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string line = command + "\r\n";
+    if (::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
+      char buf[256];
+      const auto n = ::read(fd, buf, sizeof buf);
+      if (n > 0) out.assign(buf, static_cast<std::size_t>(n));
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  return out.substr(0, out.find("\r\n"));
+}
+
+std::string find_redis() {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path != nullptr ? path : "/usr/bin");
+  for (std::string dir; std::getline(ss, dir, ':');)
+    if (!dir.empty() && ::access((dir + "/redis-server").c_str(), X_OK) == 0) return dir + "/redis-server";
+  return {};
+}
+
+struct Server {
+  leasehold_test::Child proc;
+  int port = free_port();
+  std::string dir = leasehold_test::temp_dir("lh-stream");
+  std::string unix_path = dir + "/redis.sock";
+  bool launch() {
+    const auto bin = find_redis();
+    if (bin.empty() || port <= 0) return false;
+    proc = leasehold_test::Child::spawn({bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                                         "--appendonly", "no", "--unixsocket", unix_path, "--unixsocketperm", "700"},
+                                        false, "/dev/null");
+    return proc.pid > 0 && eventually([&] { return raw(port, "PING") == "+PONG"; }, 20s);
+  }
+  void kill() {
+    if (proc.pid > 0) ::kill(proc.pid, SIGKILL);
+    proc.stop();
+  }
+  ~Server() {
+    proc.stop();
+    ::unlink(unix_path.c_str());
+    ::rmdir(dir.c_str());
+  }
+};
+
+Server* g_server = nullptr;
+
+class RedisStream : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::signal(SIGPIPE, SIG_IGN);
+    g_server = new Server();
+    if (!g_server->launch()) {
+      delete g_server;
+      g_server = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete g_server;
+    g_server = nullptr;
+  }
+  void SetUp() override {
+    if (g_server == nullptr) {
+      if (leasehold_test::ci()) FAIL() << "redis-server did not start (CI=true: a failure)";
+      GTEST_SKIP() << "no redis-server";
+    }
+  }
+  static std::string url() { return "redis://127.0.0.1:" + std::to_string(g_server->port); }
+  static ClientOptions quiet() {
+    ClientOptions o;
+    o.log = [](std::string_view) {};
+    o.close_timeout = 1s;  // an unreachable server keeps cleanups pending
+    return o;
+  }
+  static std::shared_ptr<RedisStreamExecutor> executor(const std::string& u) {
+    leasehold::RedisStreamOptions o;
+    o.url = u;
+    o.connect_timeout = 1000ms;
+    return std::make_shared<RedisStreamExecutor>(o);
+  }
+  static AcquireOptions wait_for(std::chrono::nanoseconds w) {
+    AcquireOptions o;
+    o.wait = w;
+    return o;
+  }
+};
+
+TEST_F(RedisStream, AcquireReleaseWithIncreasingFences) {
+  auto exec = executor(url());
+  LockClient client(exec, quiet());
+  std::uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto lease = client.acquire("s-fences", 10s, wait_for(2s));
+    ASSERT_TRUE(lease.has_value()) << "round " << i << ": " << client.last_backend_error();
+    EXPECT_GT(lease->fencing_token(), last);
+    last = lease->fencing_token();
+    EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-fences}"), ":1");
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  }
+  EXPECT_EQ(client.counters().releases_confirmed, 5u);
+  EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-fences}"), ":0");
+  // The application threads read their own replies (no hop through the reader thread).
+  EXPECT_GE(exec->stats().caller_reads, 5u) << "reader thread reads: " << exec->stats().reader_reads;
+}
+
+TEST_F(RedisStream, ContentionWakesTheWaiter) {
+  LockClient a(executor(url()), quiet());
+  LockClient b(executor(url()), quiet());
+  ASSERT_TRUE(eventually([&] { return b.counters().redis_subscribed > 0; }, 5s));
+  auto held = a.acquire("s-contend", 30s);
+  ASSERT_TRUE(held.has_value()) << a.last_backend_error();
+  std::atomic<bool> done{false};
+  auto waiter = std::async(std::launch::async, [&] {
+    auto l = b.acquire("s-contend", 30s, wait_for(20s));
+    done = true;
+    return l;
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(done.load()) << "b got the lock while a held it";
+  const auto wakeups = b.counters().backend_wakeups;
+  const auto t0 = leasehold::Clock::now();
+  EXPECT_EQ(held->release(), leasehold::ReleaseOutcome::Released);
+  auto got = waiter.get();
+  const auto took = leasehold::Clock::now() - t0;
+  ASSERT_TRUE(got.has_value()) << b.last_backend_error();
+  EXPECT_GT(got->fencing_token(), held->fencing_token());
+  EXPECT_LT(took, 2s) << "the waiter was not woken by the release";
+  EXPECT_GT(b.counters().backend_wakeups, wakeups);
+  EXPECT_EQ(got->release(), leasehold::ReleaseOutcome::Released);
+}
+
+// Application threads of one client read their replies concurrently on the shared stream (and
+// the reader thread takes what none of them waits for): every round gets its lock, one holder
+// per name at a time, fences strictly increasing per name.
+TEST_F(RedisStream, ThreadsShareOneClient) {
+  auto exec = executor(url());
+  LockClient client(exec, quiet());
+  std::mutex mu;
+  std::map<std::string, std::uint64_t> last;
+  std::map<std::string, int> holders;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        const std::string name = "s-threads-" + std::to_string((t + i) % 2);
+        auto lease = client.acquire(name, 10s, wait_for(10s));
+        if (!lease) {
+          ++failures;
+          continue;
+        }
+        {
+          std::lock_guard g(mu);
+          if (lease->fencing_token() <= last[name] || holders[name]++ != 0) ++failures;
+          last[name] = lease->fencing_token();
+        }
+        std::this_thread::sleep_for(1ms);
+        {
+          std::lock_guard g(mu);
+          --holders[name];
+        }
+        if (lease->release() != leasehold::ReleaseOutcome::Released) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0) << client.last_backend_error();
+  EXPECT_EQ(client.counters().releases_confirmed, 100u);
+  EXPECT_GT(exec->stats().caller_reads, 0u);
+}
+
+TEST_F(RedisStream, ReconnectsAfterAServerRestart) {
+  LockClient client(executor(url()), quiet());
+  auto lease = client.acquire("s-restart", 10s, wait_for(2s));
+  ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  g_server->kill();
+  EXPECT_TRUE(eventually([&] { return client.counters().redis_subscribed == 0; }, 5s));
+  EXPECT_FALSE(client.last_backend_error().empty());
+  ASSERT_TRUE(g_server->launch()) << "redis-server did not restart";
+  auto again = client.acquire("s-restart", 10s, wait_for(10s));
+  ASSERT_TRUE(again.has_value()) << client.last_backend_error();
+  EXPECT_TRUE(eventually([&] { return client.counters().redis_subscribed > 0; }, 5s));
+  EXPECT_EQ(again->release(), leasehold::ReleaseOutcome::Released);
+}
+
+TEST_F(RedisStream, UnixSocket) {
+  LockClient client(std::make_shared<RedisStreamExecutor>("unix://" + g_server->unix_path), quiet());
+  auto lease = client.acquire("s-unix", 10s, wait_for(2s));
+  ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
+  EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-unix}"), ":1");
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+}
+
+// The replies are held back longer than the release's bound: release(100ms) returns by then
+// (plus a margin for a loaded machine) and the confirmation still arrives afterwards.
+TEST_F(RedisStream, ReleaseKeepsItsBoundWhenTheServerStalls) {
+  leasehold_test::StallProxy proxy(g_server->port);
+  leasehold::RedisStreamOptions o;
+  o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  o.request_timeout = 5000ms;  // longer than the stall: the late reply is read, not a reconnect
+  LockClient client(std::make_shared<RedisStreamExecutor>(o), quiet());
+  auto lease = client.acquire("s-stall", 30s, wait_for(2s));
+  ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
+  proxy.delay_ms = 1500;
+  const auto t0 = leasehold::Clock::now();
+  EXPECT_EQ(lease->release(100ms), leasehold::ReleaseOutcome::Released);
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_LT(took, 600ms) << "release(100ms) took "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_EQ(client.counters().releases_confirmed, 0u) << "the reply came before the stall ended";
+  proxy.delay_ms = 0;
+  EXPECT_TRUE(eventually([&] { return client.counters().releases_confirmed == 1; }, 30s));
+  EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-stall}"), ":0");
+}
+
+TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
+  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+sentinel://127.0.0.1:26379/m", ""}) {
+    try {
+      LockClient c(executor(bad), quiet());
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const leasehold::Error& e) {
+      EXPECT_EQ(e.code(), LH_ERR_INVALID_CONFIG) << bad;
+    }
+  }
+  {
+    LockClient c(executor("redis://127.0.0.1:" + std::to_string(free_port())), quiet());
+    EXPECT_FALSE(c.acquire("s-nobody", 5s, wait_for(300ms)).has_value());
+    EXPECT_NE(c.last_backend_error().find("refused"), std::string::npos) << c.last_backend_error();
+  }
+  {
+    LockClient c(executor("rediss://127.0.0.1:" + std::to_string(g_server->port)), quiet());
+    EXPECT_FALSE(c.acquire("s-tls", 5s, wait_for(300ms)).has_value());
+    EXPECT_NE(c.last_backend_error().find("TLS is not supported"), std::string::npos) << c.last_backend_error();
+  }
+}
+
+}  // namespace
