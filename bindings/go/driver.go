@@ -74,6 +74,10 @@ type job struct {
 	id      uint64 // the request it answers
 	timeout time.Duration
 	run     func(ctx context.Context)
+	// own: run honours its ctx's deadline itself (handing what is left to a goroutine of
+	// its own past it), so runInline runs it on the caller's goroutine, within the
+	// caller's ctx.
+	own bool
 }
 
 // drainLocked drains the core: requests go to the executor, events to the application;
@@ -294,6 +298,12 @@ func (c *client) spawn(j *job) {
 func (c *client) runInline(caller context.Context, j *job) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
+	if j.own {
+		c.runJob(caller, j)
+		c.inflight.Add(-1)
+		c.ioWG.Done()
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
 	done := make(chan struct{})
 	go func() {
