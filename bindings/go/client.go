@@ -412,7 +412,7 @@ func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOpti
 	j := c.drainTake(true)
 	c.mu.Unlock()
 	if j != nil {
-		c.runInline(ctx, j)
+		c.runInline(ctx, j, func() bool { return len(w.ch) > 0 })
 	}
 
 	select {

@@ -181,6 +181,10 @@ var handlesFreed atomic.Int64
 // serialises every call with its mutex.
 type core struct {
 	p *C.lh_client
+	// Reused by the polls (the handle is used under its client's mutex): no allocation per call.
+	req       C.lh_io_request
+	ev        C.lh_event
+	statusOut int // status queries the core has yet to answer
 }
 
 // emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
@@ -299,9 +303,14 @@ func (c *core) reseed(seed []byte) error {
 	return c.err("lh_client_reseed", st)
 }
 
-func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
-	var o C.lh_acquire_options
+// acquireDefaults is lh_acquire_options_default's, read once.
+var acquireDefaults = func() (o C.lh_acquire_options) {
 	C.lh_acquire_options_default(&o)
+	return o
+}()
+
+func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
+	o := acquireDefaults
 	o.ttl_ms = C.uint64_t(ttlMs)
 	o.wait_ns = C.uint64_t(waitNs)
 	o.flags = C.uint32_t(flags)
@@ -357,8 +366,8 @@ type event struct {
 }
 
 func (c *core) pollEvent() (event, error) {
-	var e C.lh_event
-	st := uint32(C.lh_poll_event(c.p, &e))
+	e := &c.ev
+	st := uint32(C.lh_poll_event(c.p, e))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return event{}, c.err("lh_poll_event", st)

@@ -260,8 +260,8 @@ type ioRequest struct {
 
 // ioPoll takes the next request (nil when none is left).
 func (c *core) ioPoll() (*ioRequest, error) {
-	var r C.lh_io_request
-	st := uint32(C.lhgo_io_poll(c.p, &r))
+	r := &c.req
+	st := uint32(C.lhgo_io_poll(c.p, r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return nil, c.err("lh_io_poll", st)
@@ -482,6 +482,7 @@ func (c *core) statusRequest(now uint64, name string) (uint64, error) {
 	if st != statusOK {
 		return 0, c.err("lh_status_request", st)
 	}
+	c.statusOut++
 	return uint64(id), nil
 }
 
@@ -505,6 +506,7 @@ func (c *core) pollStatus() (statusAnswer, error) {
 	if a.id == 0 {
 		return a, nil
 	}
+	c.statusOut--
 	if s.ok == 0 {
 		a.err = "status query failed"
 		if s.error != nil && s.error_len > 0 {

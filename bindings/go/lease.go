@@ -197,7 +197,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	w, j := l.startRelease()
 	if j != nil {
 		// This goroutine waits anyway: it starts the release itself.
-		l.owner.c.runInline(ctx, j)
+		l.owner.c.runInline(ctx, j, w.finished)
 	}
 	select {
 	case <-w.done:
@@ -215,6 +215,16 @@ func (l *Lease) Release(ctx context.Context) error {
 // startRelease releases the lease in the core on its first call and
 // returns its result (shared by every call) and, on the first call only,
 // the release call for the caller to run (nil if there is none to run).
+// finished reports whether the release's outcome is known.
+func (w *releaseWait) finished() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (l *Lease) startRelease() (*releaseWait, *job) {
 	first := false
 	l.relOnce.Do(func() {

@@ -1,9 +1,14 @@
 package leasehold
 
-// The Redis stream executor: the core owns the Redis wire (LH_BACKEND_REDIS_STREAM), from
-// the handshake to the reconnects, and asks only to open a stream, to write on it and to
-// close it. This file moves those bytes on net and crypto/tls; it knows no Redis command.
-// The executor's public type and options are in redis_stream_config.go.
+// The Redis stream executor: the core owns the Redis wire (LH_BACKEND_REDIS_STREAM) and
+// asks only to open a stream, to write on it and to close it. This file moves those bytes
+// on net and crypto/tls; it knows no Redis command. The public type is in
+// redis_stream_config.go.
+//
+// Reads are fed in order by whoever holds the stream's token: a caller that waits for its
+// answer anyway (Acquire, Release) writes and reads on its own goroutine (drive); else the
+// stream's reader goroutine, which steps aside (a past read deadline) while callers drive
+// and comes back when they leave (at once if others' answers may be due, else when idle).
 
 import (
 	"context"
@@ -13,41 +18,63 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// streamExec moves the bytes of one LockClient's streams.
+// idleResume: the reader comes back this long after the last caller left a quiet stream
+// (back-to-back callers never wake it; a peer closing an idle stream is seen by then).
+const idleResume = 5 * time.Millisecond
+
+var kickTime = time.Unix(1, 0) // a read deadline in the past: a blocked Read returns
+
 type streamExec struct {
 	c       *client
-	tls     *tls.Config        // the user's, or nil: system roots
-	streams map[uint64]*stream // c.mu held
-	wg      sync.WaitGroup     // dialers/readers and background flushers
+	tls     *tls.Config // the user's, or nil: the system roots
+	streams map[uint64]*stream
+	drives  map[*drive]struct{} // callers reading for their answer (c.mu held)
+	wg      sync.WaitGroup
 }
 
-// stream is one connection the core asked for. Writes queue in out; one flusher at a time
-// (writing) drains it, on the caller's goroutine or a goroutine of its own.
+// stream is one connection the core asked for.
 type stream struct {
+	x          *streamExec
 	id         uint64
-	mu         sync.Mutex
-	conn       net.Conn // what bytes move on (a *tls.Conn over TLS)
-	raw        net.Conn // closed to end the stream
+	conn, raw  net.Conn // raw (under a *tls.Conn over TLS) is closed to end it
 	isTLS      bool
-	out, spare []byte
+	cancel     context.CancelFunc
+	tok        chan struct{} // held to read into buf and feed (the bytes reach the core in order)
+	buf        []byte
+	job        job           // the one flush in flight (writing)
+	resume     chan struct{} // wakes the reader
+	idle       *time.Timer
+	mu         sync.Mutex
+	out, spare []byte // queued writes; one flusher at a time (writing)
 	writing    bool
 	closed     bool  // shut down by the core, or ended and reported
-	werr       error // why a write failed, reported by the reader
-	cancel     context.CancelFunc
-	flushJob   job
-	wg         *sync.WaitGroup // the executor's
+	werr       error // why a write failed (the stream's end)
+	callers    int   // callers driving, or waiting to
+	readerIn   bool  // the reader is reading
+	other      bool  // written for others since the reader left: it must come back at once
+}
+
+// drive is one caller reading for its answer.
+type drive struct {
+	s      *stream
+	ready  func() bool
+	kick   chan struct{}
+	kicked atomic.Bool
 }
 
 func (x *streamExec) run(q *ioRequest) (*job, error) {
 	switch q.kind {
 	case ioOpen:
 		ctx, cancel := context.WithDeadline(x.c.ioCtx, x.c.toTime(q.deadline))
-		s := &stream{id: q.stream, isTLS: q.tls, cancel: cancel, wg: &x.wg}
-		// A write on a TLS connection that timed out breaks it: TLS writes are never cut short.
-		s.flushJob = job{id: s.id, timeout: x.c.reqTimeout, run: s.flush, own: !q.tls}
+		s := &stream{x: x, id: q.stream, isTLS: q.tls, cancel: cancel, tok: make(chan struct{}, 1), resume: make(chan struct{}, 1)}
+		s.tok <- struct{}{}
+		s.buf = make([]byte, 64<<10)
+		s.job = job{id: s.id, timeout: x.c.reqTimeout, run: s.flushFor, drive: s.drive}
+		s.idle = time.AfterFunc(time.Hour, s.wake)
 		x.streams[s.id] = s
 		x.wg.Add(1)
 		go x.dial(ctx, s, q)
@@ -61,33 +88,63 @@ func (x *streamExec) run(q *ioRequest) (*job, error) {
 		defer s.mu.Unlock()
 		s.out = append(s.out, q.body...)
 		if s.writing || s.conn == nil || s.closed {
+			s.other = true
 			return nil, nil
 		}
 		s.writing = true
-		return &s.flushJob, nil
+		return &s.job, nil
 	case ioShutdown:
 		if s := x.streams[q.stream]; s != nil {
 			delete(x.streams, q.stream)
-			s.end()
+			s.end(nil)
 		}
 		return nil, nil
 	}
 	return nil, errUnsupportedIO
 }
 
-// end closes s for good (nothing more is reported for it).
-func (s *stream) end() {
-	s.mu.Lock()
-	s.closed = true
-	raw := s.raw
-	s.mu.Unlock()
-	s.cancel()
-	if raw != nil {
-		_ = raw.Close()
+// drained stops the drives whose answer came (c.mu held).
+func (x *streamExec) drained() {
+	for d := range x.drives {
+		if d.ready() {
+			delete(x.drives, d)
+			d.wake()
+		}
 	}
 }
 
-// dial connects s, reports it opened, then reads it until it ends.
+func (s *stream) wake() {
+	select {
+	case s.resume <- struct{}{}:
+	default:
+	}
+}
+
+// end closes s; with err (not shut down by the core) it reports it, once.
+func (s *stream) end(err error) {
+	s.mu.Lock()
+	was := s.closed
+	s.closed = true
+	if s.werr != nil {
+		err = s.werr
+	}
+	raw := s.raw
+	s.mu.Unlock()
+	s.cancel()
+	s.idle.Stop()
+	s.wake()
+	if raw != nil {
+		_ = raw.Close()
+	}
+	if err != nil && !was {
+		s.x.c.input(func(now uint64) error {
+			delete(s.x.streams, s.id)
+			return s.x.c.core.ioClosed(now, s.id, err.Error())
+		})
+	}
+}
+
+// dial connects s, reports it opened, then reads it for the core while no caller does.
 func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 	defer x.wg.Done()
 	var d net.Dialer
@@ -108,63 +165,137 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 		tc := tls.Client(raw, cfg)
 		err, conn = tc.HandshakeContext(ctx), tc
 	}
-	s.cancel()
-	if err == nil {
-		s.mu.Lock()
-		if s.closed {
-			err = net.ErrClosed
-		} else {
-			s.conn, s.raw = conn, raw
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	if err == nil && s.closed {
+		err = net.ErrClosed
 	}
+	if err == nil {
+		s.conn, s.raw = conn, raw
+	} else if raw != nil {
+		_ = raw.Close()
+	}
+	s.mu.Unlock()
 	if err != nil {
-		if raw != nil {
-			_ = raw.Close()
-		}
-		x.closed(s, err)
+		s.end(err)
 		return
 	}
 	x.c.input(func(now uint64) error { return x.c.core.ioOpened(now, s.id) })
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := conn.Read(buf)
-		if n > 0 {
-			x.c.input(func(now uint64) error { return x.c.core.ioReceived(now, s.id, buf[:n]) })
-		}
-		if err != nil {
-			s.mu.Lock()
-			if s.werr != nil {
-				err = s.werr
-			}
+		s.mu.Lock()
+		for s.callers > 0 && !s.closed {
 			s.mu.Unlock()
-			_ = raw.Close()
-			x.closed(s, err)
+			<-s.resume
+			s.mu.Lock()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		s.readerIn, s.other = true, false
+		_ = conn.SetReadDeadline(time.Time{})
+		s.mu.Unlock()
+		<-s.tok
+		err := s.read()
+		s.mu.Lock()
+		s.readerIn = false
+		s.mu.Unlock()
+		s.tok <- struct{}{}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			s.end(err)
 			return
 		}
 	}
 }
 
-// closed reports s's end to the core, unless the core shut it down.
-func (x *streamExec) closed(s *stream, err error) {
-	s.mu.Lock()
-	was := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if was {
-		return
+// read reads once (token held) and feeds what came to the core.
+func (s *stream) read() error {
+	n, err := s.conn.Read(s.buf)
+	if n > 0 {
+		s.x.c.input(func(now uint64) error { return s.x.c.core.ioReceived(now, s.id, s.buf[:n]) })
 	}
-	x.c.input(func(now uint64) error {
-		delete(x.streams, s.id)
-		return x.c.core.ioClosed(now, s.id, err.Error())
-	})
+	return err
 }
 
-// flush writes what is queued on s, in order, until nothing is left. Past ctx's deadline
-// the rest is written by a goroutine of its own, so the caller returns in time.
-func (s *stream) flush(ctx context.Context) {
+// drive runs on a caller's goroutine: it writes what is queued, then reads and feeds until
+// ready or until ctx ends, leaving the rest to the reader.
+func (s *stream) drive(ctx context.Context, ready func() bool) {
+	if !s.flush(ctx) || ready() {
+		return
+	}
 	dl, bounded := ctx.Deadline()
-	bounded = bounded && !s.isTLS
+	d := &drive{s: s, ready: ready, kick: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.callers++
+	if s.readerIn {
+		_ = s.conn.SetReadDeadline(kickTime)
+	}
+	s.mu.Unlock()
+	s.x.c.mu.Lock()
+	s.x.drives[d] = struct{}{}
+	s.x.c.mu.Unlock()
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, d.wake)()
+	}
+	select {
+	case <-s.tok:
+		var err error
+		for _ = s.conn.SetReadDeadline(dl); err == nil && !d.kicked.Load() && !ready(); {
+			if err = s.read(); errors.Is(err, os.ErrDeadlineExceeded) {
+				if err = nil; bounded && !time.Now().Before(dl) {
+					break
+				}
+				_ = s.conn.SetReadDeadline(dl) // another drive's kick
+			}
+		}
+		s.tok <- struct{}{}
+		if err != nil {
+			s.end(err)
+		}
+	case <-d.kick:
+	case <-ctx.Done():
+	}
+	s.x.c.mu.Lock()
+	delete(s.x.drives, d)
+	s.x.c.mu.Unlock()
+	s.mu.Lock()
+	s.callers--
+	now := s.callers == 0 && s.other
+	if s.callers == 0 {
+		s.idle.Reset(idleResume)
+	}
+	s.mu.Unlock()
+	if now {
+		s.wake()
+	}
+}
+
+// wake stops the drive: its Read returns, its wait for the token ends.
+func (d *drive) wake() {
+	d.kicked.Store(true)
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+	_ = d.s.conn.SetReadDeadline(kickTime)
+}
+
+// flushFor is the job run off the caller: the answer is the reader's to read.
+func (s *stream) flushFor(ctx context.Context) {
+	s.mu.Lock()
+	s.other = true
+	idle := s.callers == 0
+	s.mu.Unlock()
+	if idle {
+		s.wake()
+	}
+	s.flush(ctx)
+}
+
+// flush writes what is queued on s, in order, until nothing is left; past ctx's deadline
+// the rest is written by a goroutine of its own (false: not all written here).
+func (s *stream) flush(ctx context.Context) bool {
+	dl, bounded := ctx.Deadline()
+	bounded = bounded && !s.isTLS // a TLS write cut short breaks the connection
 	if bounded {
 		_ = s.conn.SetWriteDeadline(dl)
 	}
@@ -185,14 +316,14 @@ func (s *stream) flush(ctx context.Context) {
 				s.out = append(buf[n:len(buf):len(buf)], s.out...)
 				s.mu.Unlock()
 				_ = s.conn.SetWriteDeadline(time.Time{})
-				s.wg.Add(1)
-				go func() { defer s.wg.Done(); s.flush(context.Background()) }()
-				return
+				s.x.wg.Add(1)
+				go func() { defer s.x.wg.Done(); s.flushFor(context.Background()) }()
+				return false
 			}
 			s.writing, s.werr = false, err
 			s.mu.Unlock()
 			_ = s.raw.Close() // the reader reports it
-			return
+			return false
 		}
 		s.spare = buf[:0]
 		s.mu.Unlock()
@@ -200,6 +331,7 @@ func (s *stream) flush(ctx context.Context) {
 	if bounded {
 		_ = s.conn.SetWriteDeadline(time.Time{})
 	}
+	return true
 }
 
 // close ends every stream and waits for their goroutines.
@@ -209,7 +341,7 @@ func (x *streamExec) close() {
 	x.streams = map[uint64]*stream{}
 	x.c.mu.Unlock()
 	for _, s := range streams {
-		s.end()
+		s.end(nil)
 	}
 	x.wg.Wait()
 }

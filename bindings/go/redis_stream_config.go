@@ -81,5 +81,5 @@ func (t *RedisStreamExecutor) Close() error { return nil }
 func (t *RedisStreamExecutor) backend() backendOptions { return t.proto }
 
 func (t *RedisStreamExecutor) start(c *client) (ioExec, error) {
-	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}}, nil
+	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}, drives: map[*drive]struct{}{}}, nil
 }
