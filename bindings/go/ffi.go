@@ -181,9 +181,10 @@ var handlesFreed atomic.Int64
 // serialises every call with its mutex.
 type core struct {
 	p *C.lh_client
-	// Reused by the polls (the handle is used under its client's mutex): no allocation per call.
-	req       C.lh_io_request
-	ev        C.lh_event
+	// Reused by the polls (the handle is used under its client's mutex), in C memory: no
+	// allocation and no cgo pointer check per call.
+	req       *C.lh_io_request
+	ev        *C.lh_event
 	statusOut int // status queries the core has yet to answer
 }
 
@@ -273,15 +274,23 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	if st != statusOK {
 		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
 	}
-	return &core{p: out}, nil
+	return &core{p: out, req: (*C.lh_io_request)(C.calloc(1, C.sizeof_lh_io_request)),
+		ev: (*C.lh_event)(C.calloc(1, C.sizeof_lh_event))}, nil
 }
 
 func (c *core) free() {
 	if c.p != nil {
-		C.lh_client_free(c.p)
-		c.p = nil
+		c.freeHandle()
 		handlesFreed.Add(1)
 	}
+}
+
+// freeHandle frees the handle and the poll buffers.
+func (c *core) freeHandle() {
+	C.lh_client_free(c.p)
+	C.free(unsafe.Pointer(c.req))
+	C.free(unsafe.Pointer(c.ev))
+	c.p, c.req, c.ev = nil, nil, nil
 }
 
 func (c *core) err(op string, st uint32) error {
@@ -366,7 +375,7 @@ type event struct {
 }
 
 func (c *core) pollEvent() (event, error) {
-	e := &c.ev
+	e := c.ev
 	st := uint32(C.lh_poll_event(c.p, e))
 	runtime.KeepAlive(c)
 	if st != statusOK {

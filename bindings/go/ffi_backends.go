@@ -260,7 +260,7 @@ type ioRequest struct {
 
 // ioPoll takes the next request (nil when none is left).
 func (c *core) ioPoll() (*ioRequest, error) {
-	r := &c.req
+	r := c.req
 	st := uint32(C.lhgo_io_poll(c.p, r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
@@ -537,7 +537,6 @@ func checkBackend(b backendOptions) error {
 	if err != nil {
 		return err
 	}
-	C.lh_client_free(k.p)
-	k.p = nil
+	k.freeHandle()
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 )
 
 // idleResume: the reader comes back this long after the last caller left a quiet stream
-// (back-to-back callers never wake it; a peer closing an idle stream is seen by then).
+// (back-to-back callers do not wake it; a peer closing an idle stream is seen by then).
 const idleResume = 5 * time.Millisecond
 
 var kickTime = time.Unix(1, 0) // a read deadline in the past: a blocked Read returns
@@ -47,15 +47,15 @@ type stream struct {
 	buf        []byte
 	job        job           // the one flush in flight (writing)
 	resume     chan struct{} // wakes the reader
-	idle       *time.Timer
 	mu         sync.Mutex
 	out, spare []byte // queued writes; one flusher at a time (writing)
 	writing    bool
-	closed     bool  // shut down by the core, or ended and reported
-	werr       error // why a write failed (the stream's end)
-	callers    int   // callers driving, or waiting to
-	readerIn   bool  // the reader is reading
-	other      bool  // written for others since the reader left: it must come back at once
+	closed     bool   // shut down by the core, or ended and reported
+	werr       error  // why a write failed (the stream's end)
+	callers    int    // callers driving, or waiting to
+	readerIn   bool   // the reader is reading
+	other      bool   // written for others since the reader left: it must come back at once
+	lastDrive  uint64 // when the last caller left (monoNow)
 }
 
 // drive is one caller reading for its answer.
@@ -74,7 +74,6 @@ func (x *streamExec) run(q *ioRequest) (*job, error) {
 		s.tok <- struct{}{}
 		s.buf = make([]byte, 64<<10)
 		s.job = job{id: s.id, timeout: x.c.reqTimeout, run: s.flushFor, drive: s.drive}
-		s.idle = time.AfterFunc(time.Hour, s.wake)
 		x.streams[s.id] = s
 		x.wg.Add(1)
 		go x.dial(ctx, s, q)
@@ -131,7 +130,6 @@ func (s *stream) end(err error) {
 	raw := s.raw
 	s.mu.Unlock()
 	s.cancel()
-	s.idle.Stop()
 	s.wake()
 	if raw != nil {
 		_ = raw.Close()
@@ -180,11 +178,17 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 		return
 	}
 	x.c.input(func(now uint64) error { return x.c.core.ioOpened(now, s.id) })
+	idle := time.NewTimer(idleResume)
+	defer idle.Stop()
 	for {
 		s.mu.Lock()
-		for s.callers > 0 && !s.closed {
+		for !s.closed && (s.callers > 0 || !s.other && monoNow()-s.lastDrive < uint64(idleResume)) {
 			s.mu.Unlock()
-			<-s.resume
+			idle.Reset(idleResume)
+			select {
+			case <-s.resume:
+			case <-idle.C:
+			}
 			s.mu.Lock()
 		}
 		if s.closed {
@@ -261,7 +265,7 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	s.callers--
 	now := s.callers == 0 && s.other
 	if s.callers == 0 {
-		s.idle.Reset(idleResume)
+		s.lastDrive = monoNow()
 	}
 	s.mu.Unlock()
 	if now {

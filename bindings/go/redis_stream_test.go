@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,5 +385,69 @@ func TestRedisStreamClose(t *testing.T) {
 		if err := x.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Callers whose ctx ends while they read hand the stream back mid-answer, many at once and
+// over and over: no byte is lost or fed twice (the core would see a broken reply and
+// reopen the stream), every grant is exclusive, and the client works on afterwards.
+func TestRedisStreamCallersGiveUpMidRead(t *testing.T) {
+	p := newStallProxy(t, needRedis(t))
+	p.delay.Store(int64(500 * time.Microsecond))
+	c := newStreamClient(t, "redis://"+p.addr(), nil, nil)
+	name := uniq(t, "giveup")
+	var wg sync.WaitGroup
+	var holders [2]atomic.Int32
+	var granted, gaveUp atomic.Int32
+	errs := make(chan error, 16)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%10)*500*time.Microsecond)
+				l, err := c.Acquire(ctx, fmt.Sprintf("%s-%d", name, g%2), AcquireOptions{TTL: 10 * time.Second})
+				if err == nil {
+					granted.Add(1)
+					if n := holders[g%2].Add(1); n != 1 {
+						errs <- fmt.Errorf("%d holders of one name", n)
+					}
+					holders[g%2].Add(-1)
+					_ = l.Release(ctx) // may end by ctx: the release goes on
+				} else if errors.Is(err, context.DeadlineExceeded) {
+					gaveUp.Add(1)
+				} else if !errors.Is(err, ErrNotAcquired) {
+					errs <- err
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d grants, %d acquires given up by ctx", granted.Load(), gaveUp.Load())
+	if granted.Load() == 0 || gaveUp.Load() == 0 {
+		t.Fatalf("want both grants and acquires given up mid-read: %d, %d", granted.Load(), gaveUp.Load())
+	}
+	p.delay.Store(0)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		l, err := c.Acquire(ctx, fmt.Sprintf("%s-%d", name, i), AcquireOptions{TTL: 10 * time.Second, Wait: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := c.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.BackendErrorReplies != 0 || k.BackendTransportFailures != 0 {
+		t.Fatalf("the stream broke: %d error replies, %d transport failures (%s)", k.BackendErrorReplies, k.BackendTransportFailures, c.BackendError())
 	}
 }
