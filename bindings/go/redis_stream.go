@@ -167,8 +167,9 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 	if err == nil && s.closed {
 		err = net.ErrClosed
 	}
+	early := err == nil && len(s.out) > 0 // written before it opened
 	if err == nil {
-		s.conn, s.raw = conn, raw
+		s.conn, s.raw, s.writing = conn, raw, early
 	} else if raw != nil {
 		_ = raw.Close()
 	}
@@ -176,6 +177,9 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 	if err != nil {
 		s.end(err)
 		return
+	}
+	if early {
+		s.flushFor(context.Background())
 	}
 	x.c.input(func(now uint64) error { return x.c.core.ioOpened(now, s.id) })
 	idle := time.NewTimer(idleResume)
@@ -261,8 +265,10 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	s.x.c.mu.Lock()
 	delete(s.x.drives, d)
 	s.x.c.mu.Unlock()
+	answered := d.kicked.Load() || ready()
 	s.mu.Lock()
 	s.callers--
+	s.other = s.other || !answered // the reader reads the answer it left
 	now := s.callers == 0 && s.other
 	if s.callers == 0 {
 		s.lastDrive = monoNow()
@@ -326,7 +332,7 @@ func (s *stream) flush(ctx context.Context) bool {
 			}
 			s.writing, s.werr = false, err
 			s.mu.Unlock()
-			_ = s.raw.Close() // the reader reports it
+			s.end(err)
 			return false
 		}
 		s.spare = buf[:0]

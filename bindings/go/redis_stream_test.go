@@ -451,3 +451,22 @@ func TestRedisStreamCallersGiveUpMidRead(t *testing.T) {
 		t.Fatalf("the stream broke: %d error replies, %d transport failures (%s)", k.BackendErrorReplies, k.BackendTransportFailures, c.BackendError())
 	}
 }
+
+// Open makes a RedisStreamExecutor when ExecutorOptions.RedisStream is set.
+func TestRedisStreamOpen(t *testing.T) {
+	c, err := Open("redis://"+needRedis(t), &OpenOptions{ExecutorOptions: ExecutorOptions{RedisStream: &RedisStreamOptions{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.c.exec.(*RedisStreamExecutor); !ok {
+		t.Fatalf("Open made a %T", c.c.exec)
+	}
+	l, err := c.Acquire(context.Background(), uniq(t, "open"), AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
