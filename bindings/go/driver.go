@@ -300,7 +300,9 @@ func (c *client) spawn(j *job) {
 // whichever is first: an executor's IO need not honour a context (go-redis
 // bounds a read by its ReadTimeout only), so the job runs on a goroutine of
 // its own and, past the caller's bound, continues there and answers the core
-// as usual (a late release is confirmed, a late grant released).
+// as usual (a late release is confirmed, a late grant released). A job with a
+// drive honours ctx itself and runs on the caller's goroutine, until ready
+// reports the caller's answer in.
 func (c *client) runInline(caller context.Context, j *job, ready func() bool) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)

@@ -274,8 +274,8 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	if st != statusOK {
 		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
 	}
-	return &core{p: out, req: (*C.lh_io_request)(C.calloc(1, C.sizeof_lh_io_request)),
-		ev: (*C.lh_event)(C.calloc(1, C.sizeof_lh_event))}, nil
+	return &core{p: out, req: (*C.lh_io_request)(C.malloc(C.sizeof_lh_io_request)),
+		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event))}, nil
 }
 
 func (c *core) free() {

@@ -212,9 +212,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 }
 
-// startRelease releases the lease in the core on its first call and
-// returns its result (shared by every call) and, on the first call only,
-// the release call for the caller to run (nil if there is none to run).
 // finished reports whether the release's outcome is known.
 func (w *releaseWait) finished() bool {
 	select {
@@ -225,6 +222,9 @@ func (w *releaseWait) finished() bool {
 	}
 }
 
+// startRelease releases the lease in the core on its first call and
+// returns its result (shared by every call) and, on the first call only,
+// the release call for the caller to run (nil if there is none to run).
 func (l *Lease) startRelease() (*releaseWait, *job) {
 	first := false
 	l.relOnce.Do(func() {
