@@ -114,6 +114,12 @@ func BenchmarkHandoff(b *testing.B) {
 		// A Client per goroutine, like a process per waiter.
 		handoff(b, func() lockFunc { return benchLeasehold(b, name) })
 	})
+	b.Run("stream", func(b *testing.B) {
+		name := uniq(b, "h")
+		handoff(b, func() lockFunc {
+			return benchBackendLock(newStreamClient(b, "redis://"+needRedis(b), &RedisStreamOptions{}, nil), name)
+		})
+	})
 	b.Run("redsync", func(b *testing.B) {
 		handoff(b, benchRedsync(b, uniq(b, "h")))
 	})

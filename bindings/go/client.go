@@ -282,10 +282,14 @@ func (cl *LockClient) Close() error {
 }
 
 // RedisCounters returns what the core's Redis protocol saw (a LockClient made
-// on a RedisExecutor; others get ErrInvalidArgument). Counters has the same
-// figures, for every backend.
+// on a RedisExecutor or a RedisStreamExecutor; others get ErrInvalidArgument).
+// Counters has the same figures, for every backend.
 func (cl *LockClient) RedisCounters() (RedisCounters, error) {
-	k, err := cl.backendCounters(backendRedis, "not a Redis client")
+	kind := uint32(backendRedis)
+	if cl.c.kind == backendRedisStream {
+		kind = backendRedisStream
+	}
+	k, err := cl.backendCounters(kind, "not a Redis client")
 	return k.redis(), err
 }
 
@@ -408,7 +412,7 @@ func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOpti
 	j := c.drainTake(true)
 	c.mu.Unlock()
 	if j != nil {
-		c.runInline(ctx, j)
+		c.runInline(ctx, j, func() bool { return len(w.ch) > 0 })
 	}
 
 	select {

@@ -14,16 +14,15 @@ import (
 	"time"
 )
 
-// armLocked points the driver's timer at the core's next deadline.
+// armLocked points the driver's timer at the core's next deadline when it comes before
+// the armed one. A later one keeps the timer: the driver wakes early, feeds a timeout with
+// nothing due and re-arms, so a request timeout pushed back at every answer costs no
+// timer change (and no wake-up of the runtime's poller).
 func (c *client) armLocked(dl uint64) {
-	if dl == c.armed {
+	if dl >= c.armed {
 		return
 	}
 	c.armed = dl
-	if dl == noDeadline {
-		c.timer.Stop()
-		return
-	}
 	now := c.clock()
 	d := time.Duration(dl - min(now, dl))
 	c.timer.Reset(max(d, 20*time.Microsecond))
@@ -74,7 +73,15 @@ type job struct {
 	id      uint64 // the request it answers
 	timeout time.Duration
 	run     func(ctx context.Context)
+	// drive, when set, runs the job on the caller's goroutine instead (runInline): its IO
+	// and the reading of answers until ready reports the caller's answer in, within ctx,
+	// handing what is left to goroutines of the executor's past it.
+	drive func(ctx context.Context, ready func() bool)
 }
+
+// drainer is an executor told after every drain (c.mu held), to wake callers whose answer
+// came while they were blocked in IO of their own.
+type drainer interface{ drained() }
 
 // drainLocked drains the core: requests go to the executor, events to the application;
 // then the driver's timer is re-armed.
@@ -131,6 +138,9 @@ func (c *client) drainTake(take bool) *job {
 		return taken
 	}
 	c.checkReleaseWaitsLocked()
+	if d, ok := c.x.(drainer); ok {
+		d.drained()
+	}
 	dl, err := c.core.pollTimeout()
 	if err != nil {
 		c.breakLocked(err)
@@ -290,10 +300,19 @@ func (c *client) spawn(j *job) {
 // whichever is first: an executor's IO need not honour a context (go-redis
 // bounds a read by its ReadTimeout only), so the job runs on a goroutine of
 // its own and, past the caller's bound, continues there and answers the core
-// as usual (a late release is confirmed, a late grant released).
-func (c *client) runInline(caller context.Context, j *job) {
+// as usual (a late release is confirmed, a late grant released). A job with a
+// drive honours ctx itself and runs on the caller's goroutine, until ready
+// reports the caller's answer in.
+func (c *client) runInline(caller context.Context, j *job, ready func() bool) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
+	if j.drive != nil {
+		defer c.ioWG.Done()
+		defer c.inflight.Add(-1)
+		defer c.recoverJob(j)
+		j.drive(caller, ready)
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
 	done := make(chan struct{})
 	go func() {
@@ -313,12 +332,14 @@ func (c *client) runInline(caller context.Context, j *job) {
 // runJob runs j; a panic in the executor's IO (a driver's bug) is the request's transport
 // failure, never a crash of the application.
 func (c *client) runJob(ctx context.Context, j *job) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.log.Warn("leasehold: executor panicked", "panic", p)
-			msg := fmt.Sprint("the executor panicked: ", p)
-			c.input(func(now uint64) error { return c.core.ioFailed(now, j.id, failTransport, msg) })
-		}
-	}()
+	defer c.recoverJob(j)
 	j.run(ctx)
+}
+
+func (c *client) recoverJob(j *job) {
+	if p := recover(); p != nil {
+		c.log.Warn("leasehold: executor panicked", "panic", p)
+		msg := fmt.Sprint("the executor panicked: ", p)
+		c.input(func(now uint64) error { return c.core.ioFailed(now, j.id, failTransport, msg) })
+	}
 }

@@ -181,6 +181,11 @@ var handlesFreed atomic.Int64
 // serialises every call with its mutex.
 type core struct {
 	p *C.lh_client
+	// Reused by the polls (the handle is used under its client's mutex), in C memory: no
+	// allocation and no cgo pointer check per call.
+	req       *C.lh_io_request
+	ev        *C.lh_event
+	statusOut int // status queries the core has yet to answer
 }
 
 // emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
@@ -269,15 +274,23 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	if st != statusOK {
 		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
 	}
-	return &core{p: out}, nil
+	return &core{p: out, req: (*C.lh_io_request)(C.malloc(C.sizeof_lh_io_request)),
+		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event))}, nil
 }
 
 func (c *core) free() {
 	if c.p != nil {
-		C.lh_client_free(c.p)
-		c.p = nil
+		c.freeHandle()
 		handlesFreed.Add(1)
 	}
+}
+
+// freeHandle frees the handle and the poll buffers.
+func (c *core) freeHandle() {
+	C.lh_client_free(c.p)
+	C.free(unsafe.Pointer(c.req))
+	C.free(unsafe.Pointer(c.ev))
+	c.p, c.req, c.ev = nil, nil, nil
 }
 
 func (c *core) err(op string, st uint32) error {
@@ -299,9 +312,14 @@ func (c *core) reseed(seed []byte) error {
 	return c.err("lh_client_reseed", st)
 }
 
-func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
-	var o C.lh_acquire_options
+// acquireDefaults is lh_acquire_options_default's, read once.
+var acquireDefaults = func() (o C.lh_acquire_options) {
 	C.lh_acquire_options_default(&o)
+	return o
+}()
+
+func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
+	o := acquireDefaults
 	o.ttl_ms = C.uint64_t(ttlMs)
 	o.wait_ns = C.uint64_t(waitNs)
 	o.flags = C.uint32_t(flags)
@@ -357,8 +375,8 @@ type event struct {
 }
 
 func (c *core) pollEvent() (event, error) {
-	var e C.lh_event
-	st := uint32(C.lh_poll_event(c.p, &e))
+	e := c.ev
+	st := uint32(C.lh_poll_event(c.p, e))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return event{}, c.err("lh_poll_event", st)

@@ -66,6 +66,8 @@ const (
 	backendSQLite   = 3
 	backendPostgres = 4
 	backendEtcd     = 5
+	// backendRedisStream: Redis with the connections in the core (RedisStreamExecutor).
+	backendRedisStream = 6
 
 	ioNone       = 0
 	ioCommand    = 1
@@ -73,6 +75,9 @@ const (
 	ioHTTP       = 3
 	ioHTTPWatch  = 4
 	ioHTTPCancel = 5
+	ioOpen       = 6
+	ioWrite      = 7
+	ioShutdown   = 8
 
 	connCommands = 1
 	connNotify   = 2
@@ -110,9 +115,10 @@ func init() {
 	pairs := [][2]uint64{
 		{C.LH_BACKEND_MEMORY, backendMemory}, {C.LH_BACKEND_REDIS, backendRedis},
 		{C.LH_BACKEND_SQLITE, backendSQLite}, {C.LH_BACKEND_POSTGRES, backendPostgres},
-		{C.LH_BACKEND_ETCD, backendEtcd},
+		{C.LH_BACKEND_ETCD, backendEtcd}, {C.LH_BACKEND_REDIS_STREAM, backendRedisStream},
 		{C.LH_IO_NONE, ioNone}, {C.LH_IO_COMMAND, ioCommand}, {C.LH_IO_SQL, ioSQL}, {C.LH_IO_HTTP, ioHTTP},
 		{C.LH_IO_HTTP_WATCH, ioHTTPWatch}, {C.LH_IO_HTTP_CANCEL, ioHTTPCancel},
+		{C.LH_IO_OPEN, ioOpen}, {C.LH_IO_WRITE, ioWrite}, {C.LH_IO_SHUTDOWN, ioShutdown},
 		{C.LH_CONNECTION_COMMANDS, connCommands}, {C.LH_CONNECTION_NOTIFY, connNotify},
 		{C.LH_FAILURE_TRANSPORT, failTransport}, {C.LH_FAILURE_DATABASE, failDatabase},
 		{C.LH_CONNECTION_REOPENED, connReopened}, {C.LH_CONNECTION_SUBSCRIBED, connSubscribed},
@@ -150,12 +156,21 @@ type etcdProtocol struct {
 	user, password string
 }
 
+// streamProtocol is what the core needs to own the Redis wire (LH_BACKEND_REDIS_STREAM);
+// zero numbers take the library's defaults.
+type streamProtocol struct {
+	url, clientName            string
+	protocol, connectTimeoutMs uint32
+	requestTimeoutMs           uint64
+}
+
 // backendOptions is an lh_backend_options: the backend a core speaks and its options.
 type backendOptions struct {
-	kind  uint32
-	redis redisProtocol
-	sql   sqlProtocol
-	etcd  etcdProtocol
+	kind   uint32
+	redis  redisProtocol
+	sql    sqlProtocol
+	etcd   etcdProtocol
+	stream streamProtocol
 }
 
 // c fills an lh_backend_options; free releases the C copies of the etcd credentials once
@@ -181,14 +196,34 @@ func (b backendOptions) c() (o C.lh_backend_options, free func(), err error) {
 	if b.sql.asynchronousCommit {
 		o.postgres_asynchronous_commit = 1
 	}
+	var copies []unsafe.Pointer
+	free = func() {
+		for _, p := range copies {
+			C.free(p)
+		}
+	}
+	cstr := func(dst **C.uint8_t, n *C.size_t, s string) {
+		if s != "" {
+			p := C.CBytes([]byte(s))
+			copies = append(copies, p)
+			*dst, *n = (*C.uint8_t)(p), C.size_t(len(s))
+		}
+	}
 	if b.etcd.user != "" {
-		user := C.CBytes([]byte(b.etcd.user))
-		o.etcd_user, o.etcd_user_len = (*C.uint8_t)(user), C.size_t(len(b.etcd.user))
-		free = func() { C.free(user) }
-		if b.etcd.password != "" {
-			pw := C.CBytes([]byte(b.etcd.password))
-			o.etcd_password, o.etcd_password_len = (*C.uint8_t)(pw), C.size_t(len(b.etcd.password))
-			free = func() { C.free(user); C.free(pw) }
+		cstr(&o.etcd_user, &o.etcd_user_len, b.etcd.user)
+		cstr(&o.etcd_password, &o.etcd_password_len, b.etcd.password)
+	}
+	if b.kind == backendRedisStream {
+		cstr(&o.redis_url, &o.redis_url_len, b.stream.url)
+		cstr(&o.redis_client_name, &o.redis_client_name_len, b.stream.clientName)
+		if b.stream.protocol > 0 {
+			o.redis_protocol = C.uint32_t(b.stream.protocol)
+		}
+		if b.stream.connectTimeoutMs > 0 {
+			o.redis_connect_timeout_ms = C.uint32_t(b.stream.connectTimeoutMs)
+		}
+		if b.stream.requestTimeoutMs > 0 {
+			o.redis_request_timeout_ms = C.uint64_t(b.stream.requestTimeoutMs)
 		}
 	}
 	return o, free, nil
@@ -215,13 +250,18 @@ type ioRequest struct {
 	statements []sqlStatement // SQL
 	// HTTP, HTTP_WATCH.
 	method, path, authorization string
-	body                        []byte
+	body                        []byte // HTTP: the JSON body; WRITE: the bytes to write
+	// OPEN, WRITE, SHUTDOWN (the stream kind).
+	stream, deadline           uint64
+	host, unixPath, serverName string
+	port                       int
+	tls                        bool
 }
 
 // ioPoll takes the next request (nil when none is left).
 func (c *core) ioPoll() (*ioRequest, error) {
-	var r C.lh_io_request
-	st := uint32(C.lhgo_io_poll(c.p, &r))
+	r := c.req
+	st := uint32(C.lhgo_io_poll(c.p, r))
 	if st != statusOK {
 		runtime.KeepAlive(c)
 		return nil, c.err("lh_io_poll", st)
@@ -270,9 +310,58 @@ func (c *core) ioPoll() (*ioRequest, error) {
 		if r.data != nil {
 			q.body = C.GoBytes(unsafe.Pointer(r.data), C.int(r.data_len))
 		}
+	case ioOpen, ioWrite, ioShutdown:
+		q.stream, q.deadline, q.port, q.tls = uint64(r.stream), uint64(r.deadline), int(r.port), r.tls != 0
+		for _, f := range []struct {
+			dst *string
+			src *C.char
+		}{{&q.host, r.host}, {&q.unixPath, r.unix_path}, {&q.serverName, r.server_name}} {
+			if f.src != nil {
+				*f.dst = C.GoString(f.src)
+			}
+		}
+		if r.data != nil {
+			q.body = C.GoBytes(unsafe.Pointer(r.data), C.int(r.data_len))
+		}
 	}
 	runtime.KeepAlive(c)
 	return q, nil
+}
+
+// ioOpened reports that stream is connected (lh_io_opened).
+func (c *core) ioOpened(now, stream uint64) error {
+	st := uint32(C.lh_io_opened(c.p, C.uint64_t(now), C.uint64_t(stream)))
+	runtime.KeepAlive(c)
+	return c.err("lh_io_opened", st)
+}
+
+// ioReceived hands the core bytes read on stream, split at the seam's bound.
+func (c *core) ioReceived(now, stream uint64, b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), maxReplyData)
+		bp, bn := bytesPtr(b[:n])
+		st := uint32(C.lh_io_received(c.p, C.uint64_t(now), C.uint64_t(stream), bp, bn))
+		runtime.KeepAlive(b)
+		if st != statusOK {
+			runtime.KeepAlive(c)
+			return c.err("lh_io_received", st)
+		}
+		b = b[n:]
+	}
+	runtime.KeepAlive(c)
+	return nil
+}
+
+// ioClosed reports that stream ended or never opened, and why.
+func (c *core) ioClosed(now, stream uint64, why string) error {
+	if len(why) > maxReplyData {
+		why = why[:maxReplyData]
+	}
+	mp, mn := strPtr(why)
+	st := uint32(C.lh_io_closed(c.p, C.uint64_t(now), C.uint64_t(stream), mp, mn))
+	runtime.KeepAlive(why)
+	runtime.KeepAlive(c)
+	return c.err("lh_io_closed", st)
 }
 
 // copyArgs copies a COMMAND's arguments out of the handle.
@@ -393,6 +482,7 @@ func (c *core) statusRequest(now uint64, name string) (uint64, error) {
 	if st != statusOK {
 		return 0, c.err("lh_status_request", st)
 	}
+	c.statusOut++
 	return uint64(id), nil
 }
 
@@ -416,6 +506,7 @@ func (c *core) pollStatus() (statusAnswer, error) {
 	if a.id == 0 {
 		return a, nil
 	}
+	c.statusOut--
 	if s.ok == 0 {
 		a.err = "status query failed"
 		if s.error != nil && s.error_len > 0 {
@@ -437,4 +528,15 @@ func (c *core) pollStatus() (statusAnswer, error) {
 	}
 	runtime.KeepAlive(c)
 	return a, nil
+}
+
+// checkBackend creates and frees a handle with b, to refuse bad options at construction
+// (lh_client_new has no handle to say more than its status).
+func checkBackend(b backendOptions) error {
+	k, err := newCore(defaultCoreConfig(), b, make([]byte, 32))
+	if err != nil {
+		return err
+	}
+	k.freeHandle()
+	return nil
 }

@@ -197,7 +197,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	w, j := l.startRelease()
 	if j != nil {
 		// This goroutine waits anyway: it starts the release itself.
-		l.owner.c.runInline(ctx, j)
+		l.owner.c.runInline(ctx, j, w.finished)
 	}
 	select {
 	case <-w.done:
@@ -209,6 +209,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// finished reports whether the release's outcome is known.
+func (w *releaseWait) finished() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -21,9 +21,12 @@ import (
 // ExecutorOptions are the backends' options for NewExecutor; only those of the
 // URL's backend are read. Nil fields take the defaults.
 type ExecutorOptions struct {
-	Redis    *RedisOptions
-	SQLite   *SQLiteOptions
-	Postgres *PostgresOptions
+	Redis *RedisOptions
+	// RedisStream, when set, makes redis://, rediss:// and unix:// URLs a
+	// RedisStreamExecutor (the core on the wire) instead of a go-redis client.
+	RedisStream *RedisStreamOptions
+	SQLite      *SQLiteOptions
+	Postgres    *PostgresOptions
 	// Etcd: TLS and TryTimeout; a user name and password in the URL take the
 	// place of Username and Password.
 	Etcd *EtcdOptions
@@ -107,6 +110,9 @@ func NewExecutor(rawURL string, o *ExecutorOptions) (Executor, error) {
 		}
 		return NewMemoryExecutor(), nil
 	case "redis", "rediss", "unix":
+		if eo.RedisStream != nil {
+			return NewRedisStreamExecutor(rawURL, eo.RedisStream)
+		}
 		return openRedis(rawURL, eo.Redis)
 	case "redis+sentinel":
 		return openSentinel(rawURL, eo.Redis)

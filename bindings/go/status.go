@@ -78,7 +78,7 @@ func (cl *LockClient) Status(ctx context.Context, name string) (LockStatus, erro
 
 // answerStatusesLocked hands the core's answered status queries to their callers.
 func (c *client) answerStatusesLocked() error {
-	for {
+	for c.core.statusOut > 0 {
 		a, err := c.core.pollStatus()
 		if err != nil || a.id == 0 {
 			return err
@@ -88,4 +88,5 @@ func (c *client) answerStatusesLocked() error {
 			w.ch <- a
 		}
 	}
+	return nil
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Go binding suite: builds the Rust static library (with the test hooks), then gofmt, go vet and
-# `go test -race` (which starts its own redis-server, a throw-away PostgreSQL
+# `go test -race` of every test, RedisStreamExecutor's included (it starts its own
+# redis-servers, a throw-away PostgreSQL
 # cluster and a 3-member etcd cluster, and, for the interop tests, runs Python
 # workers from bindings/python/.venv). Installs what it needs; under CI=true a
 # missing server or Python package is a failure.

@@ -1,0 +1,357 @@
+package leasehold
+
+// The Redis stream executor: the core owns the Redis wire (LH_BACKEND_REDIS_STREAM) and
+// asks only to open a stream, to write on it and to close it. This file moves those bytes
+// on net and crypto/tls; it knows no Redis command. The public type is in
+// redis_stream_config.go.
+//
+// Reads are fed in order by whoever holds the stream's token: a caller that waits for its
+// answer anyway (Acquire, Release) writes and reads on its own goroutine (drive); else the
+// stream's reader goroutine, which steps aside (a past read deadline) while callers drive
+// and comes back when they leave (at once if others' answers may be due, else when idle).
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// idleResume: the reader comes back this long after the last caller left a quiet stream
+// (back-to-back callers do not wake it; a peer closing an idle stream is seen by then).
+const idleResume = 5 * time.Millisecond
+
+var kickTime = time.Unix(1, 0) // a read deadline in the past: a blocked Read returns
+
+type streamExec struct {
+	c       *client
+	tls     *tls.Config // the user's, or nil: the system roots
+	streams map[uint64]*stream
+	drives  map[*drive]struct{} // callers reading for their answer (c.mu held)
+	wg      sync.WaitGroup
+}
+
+// stream is one connection the core asked for.
+type stream struct {
+	x          *streamExec
+	id         uint64
+	conn, raw  net.Conn // raw (under a *tls.Conn over TLS) is closed to end it
+	isTLS      bool
+	cancel     context.CancelFunc
+	tok        chan struct{} // held to read into buf and feed (the bytes reach the core in order)
+	buf        []byte
+	job        job           // the one flush in flight (writing)
+	resume     chan struct{} // wakes the reader
+	mu         sync.Mutex
+	out, spare []byte // queued writes; one flusher at a time (writing)
+	writing    bool
+	closed     bool   // shut down by the core, or ended and reported
+	werr       error  // why a write failed (the stream's end)
+	callers    int    // callers driving, or waiting to
+	readerIn   bool   // the reader is reading
+	other      bool   // written for others since the reader left: it must come back at once
+	lastDrive  uint64 // when the last caller left (monoNow)
+}
+
+// drive is one caller reading for its answer.
+type drive struct {
+	s      *stream
+	ready  func() bool
+	kick   chan struct{}
+	kicked atomic.Bool
+}
+
+func (x *streamExec) run(q *ioRequest) (*job, error) {
+	switch q.kind {
+	case ioOpen:
+		ctx, cancel := context.WithDeadline(x.c.ioCtx, x.c.toTime(q.deadline))
+		s := &stream{x: x, id: q.stream, isTLS: q.tls, cancel: cancel, tok: make(chan struct{}, 1), resume: make(chan struct{}, 1)}
+		s.tok <- struct{}{}
+		s.buf = make([]byte, 64<<10)
+		s.job = job{id: s.id, timeout: x.c.reqTimeout, run: s.flushFor, drive: s.drive}
+		x.streams[s.id] = s
+		x.wg.Add(1)
+		go x.dial(ctx, s, q)
+		return nil, nil
+	case ioWrite:
+		s := x.streams[q.stream]
+		if s == nil {
+			return nil, nil // shut down since: the core ignores it
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.out = append(s.out, q.body...)
+		if s.writing || s.conn == nil || s.closed {
+			s.other = true
+			return nil, nil
+		}
+		s.writing = true
+		return &s.job, nil
+	case ioShutdown:
+		if s := x.streams[q.stream]; s != nil {
+			delete(x.streams, q.stream)
+			s.end(nil)
+		}
+		return nil, nil
+	}
+	return nil, errUnsupportedIO
+}
+
+// drained stops the drives whose answer came (c.mu held).
+func (x *streamExec) drained() {
+	for d := range x.drives {
+		if d.ready() {
+			delete(x.drives, d)
+			d.wake()
+		}
+	}
+}
+
+func (s *stream) wake() {
+	select {
+	case s.resume <- struct{}{}:
+	default:
+	}
+}
+
+// end closes s; with err (not shut down by the core) it reports it, once.
+func (s *stream) end(err error) {
+	s.mu.Lock()
+	was := s.closed
+	s.closed = true
+	if s.werr != nil {
+		err = s.werr
+	}
+	raw := s.raw
+	s.mu.Unlock()
+	s.cancel()
+	s.wake()
+	if raw != nil {
+		_ = raw.Close()
+	}
+	if err != nil && !was {
+		s.x.c.input(func(now uint64) error {
+			delete(s.x.streams, s.id)
+			return s.x.c.core.ioClosed(now, s.id, err.Error())
+		})
+	}
+}
+
+// dial connects s, reports it opened, then reads it for the core while no caller does.
+func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
+	defer x.wg.Done()
+	var d net.Dialer
+	network, addr := "tcp", net.JoinHostPort(q.host, strconv.Itoa(q.port))
+	if q.unixPath != "" {
+		network, addr = "unix", q.unixPath
+	}
+	raw, err := d.DialContext(ctx, network, addr)
+	conn := raw
+	if err == nil && q.tls {
+		cfg := &tls.Config{}
+		if x.tls != nil {
+			cfg = x.tls.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = q.serverName
+		}
+		tc := tls.Client(raw, cfg)
+		err, conn = tc.HandshakeContext(ctx), tc
+	}
+	s.mu.Lock()
+	if err == nil && s.closed {
+		err = net.ErrClosed
+	}
+	early := err == nil && len(s.out) > 0 // written before it opened
+	if err == nil {
+		s.conn, s.raw, s.writing = conn, raw, early
+	} else if raw != nil {
+		_ = raw.Close()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.end(err)
+		return
+	}
+	if early {
+		s.flushFor(context.Background())
+	}
+	x.c.input(func(now uint64) error { return x.c.core.ioOpened(now, s.id) })
+	idle := time.NewTimer(idleResume)
+	defer idle.Stop()
+	for {
+		s.mu.Lock()
+		for !s.closed && (s.callers > 0 || !s.other && monoNow()-s.lastDrive < uint64(idleResume)) {
+			s.mu.Unlock()
+			idle.Reset(idleResume)
+			select {
+			case <-s.resume:
+			case <-idle.C:
+			}
+			s.mu.Lock()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		s.readerIn, s.other = true, false
+		_ = conn.SetReadDeadline(time.Time{})
+		s.mu.Unlock()
+		<-s.tok
+		err := s.read()
+		s.mu.Lock()
+		s.readerIn = false
+		s.mu.Unlock()
+		s.tok <- struct{}{}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			s.end(err)
+			return
+		}
+	}
+}
+
+// read reads once (token held) and feeds what came to the core.
+func (s *stream) read() error {
+	n, err := s.conn.Read(s.buf)
+	if n > 0 {
+		s.x.c.input(func(now uint64) error { return s.x.c.core.ioReceived(now, s.id, s.buf[:n]) })
+	}
+	return err
+}
+
+// drive runs on a caller's goroutine: it writes what is queued, then reads and feeds until
+// ready or until ctx ends, leaving the rest to the reader.
+func (s *stream) drive(ctx context.Context, ready func() bool) {
+	if !s.flush(ctx) || ready() {
+		return
+	}
+	dl, bounded := ctx.Deadline()
+	d := &drive{s: s, ready: ready, kick: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.callers++
+	if s.readerIn {
+		_ = s.conn.SetReadDeadline(kickTime)
+	}
+	s.mu.Unlock()
+	s.x.c.mu.Lock()
+	s.x.drives[d] = struct{}{}
+	s.x.c.mu.Unlock()
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, d.wake)()
+	}
+	select {
+	case <-s.tok:
+		var err error
+		for _ = s.conn.SetReadDeadline(dl); err == nil && !d.kicked.Load() && !ready(); {
+			if err = s.read(); errors.Is(err, os.ErrDeadlineExceeded) {
+				if err = nil; bounded && !time.Now().Before(dl) {
+					break
+				}
+				_ = s.conn.SetReadDeadline(dl) // another drive's kick
+			}
+		}
+		s.tok <- struct{}{}
+		if err != nil {
+			s.end(err)
+		}
+	case <-d.kick:
+	case <-ctx.Done():
+	}
+	s.x.c.mu.Lock()
+	delete(s.x.drives, d)
+	s.x.c.mu.Unlock()
+	answered := d.kicked.Load() || ready()
+	s.mu.Lock()
+	s.callers--
+	s.other = s.other || !answered // the reader reads the answer it left
+	now := s.callers == 0 && s.other
+	if s.callers == 0 {
+		s.lastDrive = monoNow()
+	}
+	s.mu.Unlock()
+	if now {
+		s.wake()
+	}
+}
+
+// wake stops the drive: its Read returns, its wait for the token ends.
+func (d *drive) wake() {
+	d.kicked.Store(true)
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+	_ = d.s.conn.SetReadDeadline(kickTime)
+}
+
+// flushFor is the job run off the caller: the answer is the reader's to read.
+func (s *stream) flushFor(ctx context.Context) {
+	s.mu.Lock()
+	s.other = true
+	idle := s.callers == 0
+	s.mu.Unlock()
+	if idle {
+		s.wake()
+	}
+	s.flush(ctx)
+}
+
+// flush writes what is queued on s, in order, until nothing is left; past ctx's deadline
+// the rest is written by a goroutine of its own (false: not all written here).
+func (s *stream) flush(ctx context.Context) bool {
+	dl, bounded := ctx.Deadline()
+	bounded = bounded && !s.isTLS // a TLS write cut short breaks the connection
+	if bounded {
+		_ = s.conn.SetWriteDeadline(dl)
+	}
+	for {
+		s.mu.Lock()
+		if len(s.out) == 0 || s.closed {
+			s.writing = false
+			s.mu.Unlock()
+			break
+		}
+		buf := s.out
+		s.out = s.spare[:0]
+		s.mu.Unlock()
+		n, err := s.conn.Write(buf)
+		s.mu.Lock()
+		if err != nil {
+			if bounded && errors.Is(err, os.ErrDeadlineExceeded) && !s.closed {
+				s.out = append(buf[n:len(buf):len(buf)], s.out...)
+				s.mu.Unlock()
+				_ = s.conn.SetWriteDeadline(time.Time{})
+				s.x.wg.Add(1)
+				go func() { defer s.x.wg.Done(); s.flushFor(context.Background()) }()
+				return false
+			}
+			s.writing, s.werr = false, err
+			s.mu.Unlock()
+			s.end(err)
+			return false
+		}
+		s.spare = buf[:0]
+		s.mu.Unlock()
+	}
+	if bounded {
+		_ = s.conn.SetWriteDeadline(time.Time{})
+	}
+	return true
+}
+
+// close ends every stream and waits for their goroutines.
+func (x *streamExec) close() {
+	x.c.mu.Lock()
+	streams := x.streams
+	x.streams = map[uint64]*stream{}
+	x.c.mu.Unlock()
+	for _, s := range streams {
+		s.end(nil)
+	}
+	x.wg.Wait()
+}

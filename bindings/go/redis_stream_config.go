@@ -1,0 +1,85 @@
+package leasehold
+
+import (
+	"crypto/tls"
+	"strings"
+	"time"
+)
+
+// RedisStreamExecutor is the Redis executor with the connections in the core: the
+// LockClient's core speaks RESP itself (handshake, scripts, the wait queue, the subscriber,
+// reconnects) and the executor only moves its bytes, on net and crypto/tls. It needs no
+// Redis client; it contends correctly with RedisExecutor and the other bindings for the
+// same names. An acquire or release whose IO can run at once writes on the caller's
+// goroutine, within the caller's ctx.
+type RedisStreamExecutor struct {
+	url   string
+	tls   *tls.Config
+	proto backendOptions
+}
+
+// RedisStreamOptions configures a RedisStreamExecutor; zero fields take the defaults.
+type RedisStreamOptions struct {
+	// TLSConfig is used for rediss:// (cloned; an empty ServerName becomes the URL's
+	// host). Default: the system roots, the URL's host as ServerName.
+	TLSConfig *tls.Config
+	// ClientName is the CLIENT SETNAME of the connections (printable ASCII, no spaces,
+	// at most 256 bytes); empty for none.
+	ClientName string
+	// Protocol is the RESP version the handshake asks for first: 3 (the default, falling
+	// back to 2, then to AUTH/SELECT only), 2, or 1 (AUTH/SELECT only, before Redis 6).
+	Protocol int
+	// ConnectTimeout bounds opening a connection (TCP, TLS). Default 5s.
+	ConnectTimeout time.Duration
+	// CommandTimeout is how long a command waits for its reply before its connection is
+	// dropped and opened anew. Default 5s.
+	CommandTimeout time.Duration
+	// Redis tunes the core's Redis protocol (StandbyDelay, KeyKeep, QueueMaxAge,
+	// IdleRecheck); ShardedWake and CloseClient do not apply.
+	Redis RedisOptions
+}
+
+// NewRedisStreamExecutor returns the executor for url: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB],
+// rediss://… (TLS) or unix:///PATH[?db=N] (no credentials), parsed by the core. Sentinel and Cluster URLs
+// are refused (use NewRedisExecutor for them), as is a URL the core cannot read
+// (ErrInvalidArgument). o may be nil.
+func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExecutor, error) {
+	var opt RedisStreamOptions
+	if o != nil {
+		opt = *o
+	}
+	scheme, _, _ := strings.Cut(url, ":")
+	if s := strings.ToLower(scheme); s == "redis+sentinel" || s == "redis+cluster" {
+		return nil, invalidArg("Redis stream URL %s: Sentinel and Cluster are not served on this path (use NewRedisExecutor)", redactURL(url))
+	}
+	if opt.Protocol < 0 || opt.Protocol > 3 || opt.ConnectTimeout < 0 || opt.CommandTimeout < 0 {
+		return nil, invalidArg("RedisStreamOptions: Protocol is 1 to 3 (0: the default), timeouts are not negative")
+	}
+	if opt.Redis.ShardedWake {
+		return nil, invalidArg("RedisStreamOptions.Redis.ShardedWake: Redis Cluster is not served on this path")
+	}
+	b := backendOptions{kind: backendRedisStream, stream: streamProtocol{url: url}}
+	if err := checkBackend(b); err != nil {
+		return nil, invalidArg("bad Redis stream URL %s: want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://… or unix:///PATH[?db=N] without credentials (%v)",
+			redactURL(url), err)
+	}
+	ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
+	b.redis = redisProtocol{standbyDelayMs: ms(opt.Redis.StandbyDelay), keyKeepMs: ms(opt.Redis.KeyKeep),
+		queueMaxAgeMs: ms(opt.Redis.QueueMaxAge), idleRecheckMs: ms(opt.Redis.IdleRecheck)}
+	b.stream.clientName, b.stream.protocol = opt.ClientName, uint32(opt.Protocol)
+	b.stream.connectTimeoutMs = uint32(min(ms(opt.ConnectTimeout), 1<<32-1))
+	b.stream.requestTimeoutMs = ms(opt.CommandTimeout)
+	if err := checkBackend(b); err != nil {
+		return nil, invalidArg("RedisStreamOptions refused (ClientName: printable ASCII without spaces, at most 256 bytes): %v", err)
+	}
+	return &RedisStreamExecutor{url: url, tls: opt.TLSConfig, proto: b}, nil
+}
+
+// Close does nothing: each LockClient closes its own connections in LockClient.Close.
+func (t *RedisStreamExecutor) Close() error { return nil }
+
+func (t *RedisStreamExecutor) backend() backendOptions { return t.proto }
+
+func (t *RedisStreamExecutor) start(c *client) (ioExec, error) {
+	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}, drives: map[*drive]struct{}{}}, nil
+}
