@@ -436,3 +436,22 @@ fn debug_forms_hide_the_password() {
     let c = super::conn::Conn::new(opts.clone(), 0).unwrap();
     assert!(!format!("{opts:?}{c:?}").contains("s3cret"));
 }
+
+proptest::proptest! {
+    /// The hand-written encoder writes exactly what the codec crate's encoder writes.
+    #[test]
+    fn commands_encode_as_the_codec_crate_does(
+        argv in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 1..12),
+    ) {
+        use redis_protocol::resp2::{encode::encode_borrowed, types::BorrowedFrame};
+        let mut ours = Vec::new();
+        encode_command(&argv, &mut ours).unwrap();
+        let items: Vec<BorrowedFrame<'_>> =
+            argv.iter().map(|a| BorrowedFrame::BulkString(a)).collect();
+        let frame = BorrowedFrame::Array(&items);
+        let mut theirs = vec![0; frame.encode_len(false)];
+        let n = encode_borrowed(&mut theirs, &frame, false).unwrap();
+        theirs.truncate(n);
+        proptest::prop_assert_eq!(ours, theirs);
+    }
+}
