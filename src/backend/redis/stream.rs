@@ -498,6 +498,16 @@ impl RedisStream {
                     Ok(()) => note_subscription(&mut link.subs, id, &args),
                     Err(e) => refused.push((id, e.to_string())),
                 },
+                // The commands connection failed and waits out its backoff: fail at once,
+                // as a refused connect would, so the engine's own retries and its callers'
+                // bounds run on time rather than behind the reopen.
+                State::Idle
+                    if link.which == Connection::Commands
+                        && link.failures > 0
+                        && link.reopen_at > now =>
+                {
+                    refused.push((id, self.last_close.clone()))
+                }
                 _ if link.waiting.len() >= MAX_WAITING => refused.push((
                     id,
                     "too many requests wait for the Redis connection to open".to_owned(),

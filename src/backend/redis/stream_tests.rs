@@ -244,6 +244,50 @@ fn close_mid_reply_fails_the_request_and_reopens_after_a_backoff() {
 }
 
 #[test]
+fn while_the_commands_connection_backs_off_requests_fail_at_once_and_waits_end_on_time() {
+    let mut t = T::new("redis://h");
+    t.acquire(5_000);
+    let opens = t.opens();
+    t.closed(opens[0], "connection refused");
+    let failures = t.s.protocol().counters().transport_failures;
+    assert_eq!(failures, 1);
+    // Another acquire during the backoff: its request fails now (no open, no wait behind
+    // the reopen), with the connection's reason.
+    let b = t
+        .core
+        .acquire(t.now, "b", AcquireOptions::new(3_000).wait_ns(300 * MS))
+        .unwrap();
+    let started = t.now;
+    assert!(!t.io().iter().any(|g| matches!(g, Got::Open(..))));
+    assert_eq!(t.s.protocol().counters().transport_failures, failures + 1);
+    assert!(
+        t.s.last_error().contains("connection refused"),
+        "{}",
+        t.s.last_error()
+    );
+    // Its wait ends at its deadline although no connection opened.
+    let mut failed_at = None;
+    while failed_at.is_none() && t.tick(1_000 * MS) {
+        for g in t.io() {
+            if let Got::Open(s, ..) = g {
+                t.closed(s, "connection refused");
+            }
+        }
+        for e in t.events() {
+            if matches!(e, Event::AcquireFailed { lease, .. } if lease == b) {
+                failed_at = Some(t.now);
+            }
+        }
+    }
+    let took = failed_at.expect("the acquire failed") - started;
+    assert!(
+        took <= 300 * MS + 5 * MS,
+        "ended {} ms after it started",
+        took / MS
+    );
+}
+
+#[test]
 fn garbage_closes_the_stream_and_reopens() {
     let mut t = T::new("redis://h");
     t.acquire(5_000);
