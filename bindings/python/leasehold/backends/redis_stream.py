@@ -181,11 +181,15 @@ class RedisStreamExecutor:
                     n = st.send(data)
             except OSError as e:
                 st.reported = True  # the core learns it from this call's failure
-                self._close(st)
-                raise ConnectionError(_why(e)) from None
-            if n < len(data):
-                st.out.append(data[n:] if n else data)
-                self._start_writer(st)
+                failed: OSError | None = e
+            else:
+                failed = None
+                if n < len(data):
+                    st.out.append(data[n:] if n else data)
+                    self._start_writer(st)
+        if failed is not None:
+            self._close(st)  # (takes out_lock itself: never under it)
+            raise ConnectionError(_why(failed)) from None
 
     def shutdown(self, stream: int) -> None:
         """Close ``stream`` (what its readers see next is not reported: the core asked)."""

@@ -1,0 +1,117 @@
+"""``RedisStreamExecutor`` over TLS (``rediss://``) against a real redis-server that requires
+client certificates, with a certificate authority the test makes (openssl): the server's
+certificate is verified against that CA for the host name the core asks for, the client
+presents its own certificate from the ``ssl_context``, and a handshake that fails (no client
+certificate, a server certificate from another CA) grants nothing and says why."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from leasehold import LockClient, errors
+from leasehold.backends.redis_stream import RedisStreamExecutor
+from lh_redis_server import RedisServer, _in_ci, free_port
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _ca(d: Path, name: str) -> None:
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+             "-days", "2", "-subj", f"/CN={name}", cwd=d)
+
+
+def _cert(d: Path, name: str, ca: str, san: str) -> None:
+    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", f"/CN={name}", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+
+
+class TlsRedis(RedisServer):
+    """A redis-server with a plain port (readiness, inspection) and a TLS port that requires a
+    client certificate signed by the test's CA."""
+
+    def __init__(self, binary: str, workdir: Path, certs: Path) -> None:
+        super().__init__(binary, workdir)
+        self.certs = certs
+        self.tls_port = free_port()
+
+    def args(self) -> list[str]:
+        c = self.certs
+        return super().args() + [
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(c / "server.crt"),
+            "--tls-key-file", str(c / "server.key"),
+            "--tls-ca-cert-file", str(c / "ca.crt"),
+            "--tls-auth-clients", "yes",
+        ]
+
+
+@pytest.fixture(scope="module")
+def tls(redis_bin: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    if shutil.which("openssl") is None:
+        if _in_ci():
+            pytest.fail("openssl is required for the TLS tests under CI")
+        pytest.skip("no openssl to make the test's certificates")
+    tmp_path = tmp_path_factory.mktemp("tls")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    _ca(certs, "ca")
+    _ca(certs, "other-ca")
+    _cert(certs, "server", "ca", "DNS:localhost,IP:127.0.0.1")
+    _cert(certs, "client", "ca", "DNS:client")
+    _cert(certs, "stranger", "other-ca", "DNS:localhost,IP:127.0.0.1")
+    srv = TlsRedis(redis_bin, tmp_path / "redis", certs).start()
+    yield srv
+    srv.stop()
+
+
+def _context(certs: Path, *, ca: str = "ca", client: bool = True) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(certs / f"{ca}.crt"))
+    if client:
+        ctx.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+    return ctx
+
+
+def test_a_lock_over_tls_with_a_client_certificate(tls: TlsRedis) -> None:
+    url = f"rediss://localhost:{tls.tls_port}/0"
+    with LockClient(RedisStreamExecutor(url, ssl_context=_context(tls.certs))) as client:
+        first = client.acquire("tls-lock", ttl=5, wait=5)
+        assert tls.client().exists(*tls.client().keys("lh:{tls-lock}*")) >= 1
+        assert first.release() == "released"
+        second = client.acquire("tls-lock", ttl=5, wait=5)
+        assert second.fencing_token > first.fencing_token
+        assert second.release() == "released"
+
+
+def test_a_failed_handshake_grants_nothing_and_says_why(tls: TlsRedis) -> None:
+    url = f"rediss://localhost:{tls.tls_port}/0"
+    # The server's certificate is not from the CA the client trusts.
+    client = LockClient(RedisStreamExecutor(url, ssl_context=_context(tls.certs, ca="other-ca")))
+    try:
+        with pytest.raises(errors.LockTimeout):
+            client.acquire("tls-refused", ttl=5, wait=1.0)
+        assert "certificate verify failed" in client.backend_last_error(), client.backend_last_error()
+    finally:
+        # The acquire's token may still have a release pending (the core cannot know the
+        # request never left): no need to wait for it here.
+        client.close(timeout=0.1)
+    # No client certificate: the server ends the handshake.
+    client = LockClient(RedisStreamExecutor(url, ssl_context=_context(tls.certs, client=False)))
+    try:
+        with pytest.raises(errors.LockTimeout):
+            client.acquire("tls-refused", ttl=5, wait=1.0)
+        # TLS 1.3: the server's refusal arrives as an alert or as the end of the TLS stream.
+        why = client.backend_last_error()
+        assert any(w in why for w in ("certificate required", "EOF", "closed")), why
+    finally:
+        client.close(timeout=0.1)
+    assert tls.client().keys("lh:{tls-refused}*") == []
