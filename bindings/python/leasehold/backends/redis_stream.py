@@ -26,8 +26,9 @@ that took it, or the poller thread), which feeds them to the core before letting
 byte is lost or fed out of order; a caller never waits for the lock while it holds the
 client mutex (it only tries it), and whoever lets go arms the poller again.
 
-``LockClient`` drives it (not yet ``AsyncLockClient``); Sentinel and Cluster URLs are
-refused by the core on this path for now.
+``LockClient`` drives it (not yet ``AsyncLockClient``). ``redis+sentinel://`` URLs work too
+(the core asks the sentinels and follows failovers); Cluster URLs are refused by the core on
+this path for now.
 """
 
 from __future__ import annotations
