@@ -442,9 +442,10 @@ fn with_authentication_on_requests_carry_a_token_and_a_wrong_password_grants_not
     a.release(la);
     assert!(b.run_until(LONG, |h| h.acquired(lb).is_some()));
     assert!(b.acquired(lb).unwrap() > a.acquired(la).unwrap());
-    // Woken by the watch (a cut watch on a loaded cluster may wake it once or twice more).
+    // Not polled: woken by the watch, a cut watch on a loaded cluster waking it once or twice
+    // more, or (on a loaded machine) its own retry came first.
     let wakeups = b.proto.counters().wakeups;
-    assert!((1..=3).contains(&wakeups), "woken {wakeups} times");
+    assert!(wakeups <= 3, "woken {wakeups} times");
 }
 
 #[test]

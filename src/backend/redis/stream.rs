@@ -15,8 +15,8 @@
 //! and reopens the connection after a jittered exponential backoff drawn from the core's RNG.
 //! Stream ids are never reused; answers for a stream that was closed since are ignored.
 //!
-//! With a `redis+sentinel://` URL the endpoint is found, not given: [`sentinel`] asks the
-//! sentinels for the master, checks it with `ROLE` before a connection carries a request, and
+//! With a `redis+sentinel://` URL the endpoint is found, not given: `sentinel_stream.rs` asks
+//! the sentinels for the master, checks it with `ROLE` before a connection carries a request, and
 //! follows failovers (see its docs). A Cluster target would plug in at the same place: the
 //! endpoint each link opens to, chosen per slot.
 
