@@ -1237,6 +1237,23 @@ typedef struct lh_counters {
    * etcd: waiters whose etcd lease was gone (they rejoined the queue).
    */
   uint64_t etcd_waiters_expired;
+  /**
+   * Redis stream: connections asked for (`LH_IO_OPEN`), to the servers and the sentinels.
+   */
+  uint64_t stream_opens;
+  /**
+   * Redis stream: connections that ended (closed by the host or the server, or shut down
+   * by the core).
+   */
+  uint64_t stream_closes;
+  /**
+   * Redis stream: host reports about connections already ended (ignored).
+   */
+  uint64_t stream_late_answers;
+  /**
+   * Redis stream: master lookups sent to a sentinel (a `redis+sentinel://` URL only).
+   */
+  uint64_t sentinel_lookups;
 } lh_counters;
 
 /**

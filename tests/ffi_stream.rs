@@ -76,6 +76,10 @@ fn acquire_fence_release() {
         "{k:?}"
     );
     assert_eq!(k.backend_transport_failures, 0);
+    // One open per connection, none closed, and the Redis stream fields say so.
+    assert_eq!((k.stream_opens, host.opens), (2, 2), "{k:?}");
+    assert_eq!((k.stream_closes, k.stream_late_answers), (0, 0), "{k:?}");
+    assert_eq!(k.sentinel_lookups, 0, "not a Sentinel URL");
 }
 
 #[test]
@@ -159,10 +163,22 @@ fn the_client_reconnects_after_a_server_restart() {
     host.wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
         .expect("acquired");
     let opens_before = host.opens;
+    let k = host.h.counters();
+    assert_eq!(
+        (k.stream_opens, k.stream_closes),
+        (opens_before, 0),
+        "{k:?}"
+    );
     drop(server);
     // Down for a while: the streams close, reopens are refused and back off.
     host.step_for(Duration::from_millis(400));
     assert!(host.opens > opens_before, "the client tried to reopen");
+    // Every open the host saw is counted, and each ended (the server went away, the
+    // reopens were refused): a close per stream, whoever ended it.
+    let k = host.h.counters();
+    assert_eq!(k.stream_opens, host.opens, "{k:?}");
+    assert_eq!(k.stream_closes, host.closes + host.shutdowns, "{k:?}");
+    assert!(k.stream_closes >= 2, "both connections closed: {k:?}");
     let _server = restart(port);
     // A new acquire succeeds over the reopened connections.
     let second = host.acquire("restart-2", 3_000, 10_000);
@@ -184,6 +200,10 @@ fn the_client_reconnects_after_a_server_restart() {
             .is_some()
     );
     assert!(!host.h.backend_error().is_empty());
+    // Back up: two streams live, every other one ended.
+    let k = host.h.counters();
+    assert_eq!(k.stream_opens, host.opens, "{k:?}");
+    assert_eq!(k.stream_closes, k.stream_opens - 2, "{k:?}");
 }
 
 #[test]

@@ -1765,6 +1765,10 @@ impl Handle {
                             c.redis_script_calls,
                             c.sql_migrations,
                             c.etcd_txns,
+                            c.stream_opens,
+                            c.stream_closes,
+                            c.stream_late_answers,
+                            c.sentinel_lookups,
                         ],
                         [
                             b.requests,
@@ -1777,11 +1781,15 @@ impl Handle {
                             0,
                             0,
                             0,
+                            0,
+                            0,
+                            0,
+                            0,
                         ],
                         "ffi: lh_counters_get (backend fields)"
                     );
-                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, etcd_waiters_expired) {
-                    assert_eq!(c.etcd_waiters_expired, 0xAA, "ffi: wrote past struct_size");
+                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, sentinel_lookups) {
+                    assert_eq!(c.sentinel_lookups, 0xAA, "ffi: wrote past struct_size");
                 }
                 assert_eq!(
                     [
