@@ -13,7 +13,10 @@
  *   Errors are caller misuse only and leave the client unchanged; service and network faults
  *   are never errors: they are inputs (outcomes) that become events.
  *   A detail message of the last error is kept per handle (never thread-local):
- *   lh_client_last_error(c), valid until the next call on that handle.
+ *   lh_client_last_error(c), valid until the next call on that handle. lh_client_new() has
+ *   no handle yet to hold one: lh_client_new_check() on the same arguments returns the same
+ *   status and copies the reason (a unix:// URL without an absolute path, a notifications
+ *   value that is not 0 or 1, ...) into the caller's buffer, cut like snprintf.
  *
  * Arguments. NULL pointers, invalid UTF-8, oversized lengths, unknown enum values and flag
  *   bits (taken in as uint32_t), too-small struct_size fields and unknown lease ids are
@@ -21,7 +24,8 @@
  *   (no NUL terminator needed; an embedded NUL is an error). Answers for unknown or already
  *   answered request ids are not errors: they are counted (backend_stale_replies) and
  *   ignored.
- *   Out-parameters are written only when LH_OK is returned. Non-NULL pointers must point to
+ *   Out-parameters are written only when LH_OK is returned (lh_client_new_check's reason
+ *   excepted: its status is the verdict). Non-NULL pointers must point to
  *   valid, suitably aligned memory of the documented size (the library cannot check that).
  *
  * Ownership and lifetimes. The library allocates and frees every handle: lh_client_new()
@@ -1237,6 +1241,23 @@ typedef struct lh_counters {
    * etcd: waiters whose etcd lease was gone (they rejoined the queue).
    */
   uint64_t etcd_waiters_expired;
+  /**
+   * Redis stream: connections asked for (`LH_IO_OPEN`), to the servers and the sentinels.
+   */
+  uint64_t stream_opens;
+  /**
+   * Redis stream: connections that ended (closed by the host or the server, or shut down
+   * by the core).
+   */
+  uint64_t stream_closes;
+  /**
+   * Redis stream: host reports about connections already ended (ignored).
+   */
+  uint64_t stream_late_answers;
+  /**
+   * Redis stream: master lookups sent to a sentinel (a `redis+sentinel://` URL only).
+   */
+  uint64_t sentinel_lookups;
 } lh_counters;
 
 /**
@@ -1687,7 +1708,8 @@ lh_status lh_backend_options_default(uint32_t kind, struct lh_backend_options *o
  * `LH_ERR_STRUCT_SIZE` (for `backend`, the size before the stream fields is accepted for the
  * other kinds); a bad `redis_url` → `LH_ERR_INVALID_CONFIG`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
  * `LH_ERR_INVALID_CONFIG` (credentials that are not UTF-8: `LH_ERR_INVALID_UTF8`); short
- * seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
+ * seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet to hold a detail message:
+ * `lh_client_new_check` on the same arguments says why.
  *
  * # Safety
  * `cfg` and `backend` point to readable structs of their `struct_size` bytes (the etcd
@@ -1699,6 +1721,29 @@ lh_status lh_client_new(const struct lh_config *cfg,
                         const uint8_t *seed,
                         size_t seed_len,
                         struct lh_client **out);
+
+/**
+ * Why `lh_client_new` refuses these arguments: runs its checks on `cfg`, `backend` and the
+ * seed (creating nothing it keeps) and returns the status `lh_client_new` returns for them,
+ * `LH_OK` when it would create a client.
+ *
+ * The reason ("" for `LH_OK`), UTF-8, is copied into `buf` like `snprintf` does: at most
+ * `buf_len - 1` bytes (cut at a character boundary) and a NUL; nothing when `buf` is NULL
+ * or `buf_len` is 0. `*out_len`, when `out_len` is not NULL, receives the reason's whole
+ * length without the NUL, so a reason was cut short when `*out_len >= buf_len`. Unlike
+ * other out-parameters these are written whatever the status: the status is the verdict.
+ *
+ * # Safety
+ * As for `lh_client_new` (without `out`); `buf` is NULL or valid for writing `buf_len`
+ * bytes; `out_len` is NULL or valid for writing a `size_t`.
+ */
+lh_status lh_client_new_check(const struct lh_config *cfg,
+                              const struct lh_backend_options *backend,
+                              const uint8_t *seed,
+                              size_t seed_len,
+                              char *buf,
+                              size_t buf_len,
+                              size_t *out_len);
 
 /**
  * Library version as a static NUL-terminated string (equal to `LH_VERSION` of the header the

@@ -1169,7 +1169,9 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_counters, releases_lost), 152);
     assert_eq!(offset_of!(lh_counters, backend_requests), 160);
     assert_eq!(offset_of!(lh_counters, etcd_waiters_expired), 320);
-    assert_eq!(size_of::<lh_counters>(), 328);
+    assert_eq!(offset_of!(lh_counters, stream_opens), 328);
+    assert_eq!(offset_of!(lh_counters, sentinel_lookups), 352);
+    assert_eq!(size_of::<lh_counters>(), 360);
 }
 
 #[test]
@@ -1405,6 +1407,34 @@ fn counters_written_to_an_older_struct_size_stop_at_it() {
         assert_eq!(
             k.backend_requests, 0xdead,
             "written past the caller's struct"
+        );
+        // A host built against the struct before the Redis stream fields gets none of them.
+        let before_stream = std::mem::offset_of!(lh_counters, stream_opens);
+        k = std::mem::zeroed();
+        k.struct_size = before_stream as u32;
+        k.stream_opens = 0xdead;
+        k.sentinel_lookups = 0xdead;
+        expect(lh_counters_get(h.0, &mut k), LH_OK);
+        assert_eq!(k.struct_size as usize, before_stream);
+        assert_eq!((k.grants, k.backend_requests), (1, 1));
+        assert_eq!(
+            (k.stream_opens, k.sentinel_lookups),
+            (0xdead, 0xdead),
+            "written past the caller's struct"
+        );
+        // A bigger struct than the library's (a newer header) gets the library's size back.
+        const WORDS: usize = size_of::<lh_counters>() / 8;
+        let mut big = [u64::MAX; WORDS + 2];
+        let bp = big.as_mut_ptr().cast::<lh_counters>();
+        (*bp).struct_size = (size_of::<u64>() * big.len()) as u32;
+        expect(lh_counters_get(h.0, bp), LH_OK);
+        let got = bp.read();
+        assert_eq!(got.struct_size as usize, size_of::<lh_counters>());
+        assert_eq!((got.grants, got.stream_opens), (1, 0));
+        assert_eq!(
+            big[WORDS..],
+            [u64::MAX; 2],
+            "written past the library's struct"
         );
         k.struct_size = LH_COUNTERS_V1_SIZE as u32 - 8;
         expect(lh_counters_get(h.0, &mut k), LH_ERR_STRUCT_SIZE);

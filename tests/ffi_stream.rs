@@ -76,6 +76,10 @@ fn acquire_fence_release() {
         "{k:?}"
     );
     assert_eq!(k.backend_transport_failures, 0);
+    // One open per connection, none closed, and the Redis stream fields say so.
+    assert_eq!((k.stream_opens, host.opens), (2, 2), "{k:?}");
+    assert_eq!((k.stream_closes, k.stream_late_answers), (0, 0), "{k:?}");
+    assert_eq!(k.sentinel_lookups, 0, "not a Sentinel URL");
 }
 
 #[test]
@@ -159,10 +163,22 @@ fn the_client_reconnects_after_a_server_restart() {
     host.wait_for(lease, LH_EVENT_ACQUIRED, Duration::from_secs(5))
         .expect("acquired");
     let opens_before = host.opens;
+    let k = host.h.counters();
+    assert_eq!(
+        (k.stream_opens, k.stream_closes),
+        (opens_before, 0),
+        "{k:?}"
+    );
     drop(server);
     // Down for a while: the streams close, reopens are refused and back off.
     host.step_for(Duration::from_millis(400));
     assert!(host.opens > opens_before, "the client tried to reopen");
+    // Every open the host saw is counted, and each ended (the server went away, the
+    // reopens were refused): a close per stream, whoever ended it.
+    let k = host.h.counters();
+    assert_eq!(k.stream_opens, host.opens, "{k:?}");
+    assert_eq!(k.stream_closes, host.closes + host.shutdowns, "{k:?}");
+    assert!(k.stream_closes >= 2, "both connections closed: {k:?}");
     let _server = restart(port);
     // A new acquire succeeds over the reopened connections.
     let second = host.acquire("restart-2", 3_000, 10_000);
@@ -184,6 +200,10 @@ fn the_client_reconnects_after_a_server_restart() {
             .is_some()
     );
     assert!(!host.h.backend_error().is_empty());
+    // Back up: two streams live, every other one ended.
+    let k = host.h.counters();
+    assert_eq!(k.stream_opens, host.opens, "{k:?}");
+    assert_eq!(k.stream_closes, k.stream_opens - 2, "{k:?}");
 }
 
 #[test]
@@ -369,4 +389,153 @@ fn bad_urls_and_bad_answers_are_refused() {
             LH_ERR_NULL_ARGUMENT,
         );
     }
+}
+
+/// `lh_client_new_check` on the arguments of `lh_client_new`: its status and the reason.
+fn check(cfg: *const lh_config, o: *const lh_backend_options, seed: &[u8]) -> (lh_status, String) {
+    let mut buf = [0xFFu8; 512];
+    let mut len = usize::MAX;
+    // SAFETY: pointers NULL or to live locals; `buf` holds `buf.len()` bytes.
+    let st = unsafe {
+        lh_client_new_check(
+            cfg,
+            o,
+            seed.as_ptr(),
+            seed.len(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut len,
+        )
+    };
+    assert!(len < buf.len(), "the reason fits: {len}");
+    assert_eq!(buf[len], 0, "NUL-terminated");
+    (st, String::from_utf8(buf[..len].to_vec()).expect("UTF-8"))
+}
+
+fn stream_options(url: &[u8]) -> lh_backend_options {
+    let mut o = backend(LH_BACKEND_REDIS_STREAM);
+    o.redis_url = url.as_ptr();
+    o.redis_url_len = url.len();
+    o
+}
+
+#[test]
+fn a_refused_configuration_says_why() {
+    let cfg = config();
+    let seed = [1u8; 32];
+    // The verdict is lh_client_new's, with its reason.
+    for (url, status, words) in [
+        (
+            &b"unix://redis.sock"[..],
+            LH_ERR_INVALID_CONFIG,
+            "absolute socket path",
+        ),
+        (b"http://127.0.0.1", LH_ERR_INVALID_CONFIG, "redis://"),
+        (b"redis://127.0.0.1:0", LH_ERR_INVALID_CONFIG, "port"),
+        (
+            b"redis://h\xff",
+            LH_ERR_INVALID_UTF8,
+            "redis_url is not UTF-8",
+        ),
+    ] {
+        let o = stream_options(url);
+        let (st, why) = check(&cfg, &o, &seed);
+        let shown = String::from_utf8_lossy(url);
+        assert_eq!(st, status, "{shown}: {why}");
+        assert!(why.contains(words), "{shown}: {why}");
+        assert_eq!(try_client(&cfg, &o, &seed).err(), Some(st), "{shown}");
+    }
+    let mut o = stream_options(b"redis://h");
+    o.redis_protocol = 9;
+    let (st, why) = check(&cfg, &o, &seed);
+    assert_eq!(st, LH_ERR_INVALID_ENUM);
+    assert!(why.contains("redis_protocol"), "{why}");
+    // A good configuration: LH_OK and no reason; lh_client_new agrees.
+    let good = stream_options(b"redis://127.0.0.1:6379/2");
+    assert_eq!(check(&cfg, &good, &seed), (LH_OK, String::new()));
+    assert!(try_client(&cfg, &good, &seed).is_ok());
+    assert_eq!(
+        check(&cfg, &backend(LH_BACKEND_ETCD), &seed),
+        (LH_OK, String::new())
+    );
+    // The configuration's own faults and the seed's are reported too.
+    let mut bad_cfg = config();
+    bad_cfg.notifications = 7;
+    let (st, why) = check(&bad_cfg, &good, &seed);
+    assert_eq!(st, LH_ERR_INVALID_CONFIG);
+    assert!(why.contains("notifications"), "{why}");
+    let (st, why) = check(&cfg, &good, &[1; 4]);
+    assert_eq!(st, LH_ERR_SEED_TOO_SHORT);
+    assert!(why.contains("seed"), "{why}");
+
+    // NULL arguments are the verdict's NULL_ARGUMENT, named.
+    let (st, why) = check(null(), &good, &seed);
+    assert_eq!(st, LH_ERR_NULL_ARGUMENT);
+    assert!(why.contains("cfg"), "{why}");
+    let (st, why) = check(&cfg, null(), &seed);
+    assert_eq!(st, LH_ERR_NULL_ARGUMENT);
+    assert!(why.contains("backend"), "{why}");
+    let mut len = 0;
+    // SAFETY: NULL seed with a length (refused before any read), valid `len`.
+    let st =
+        unsafe { lh_client_new_check(&cfg, &good, null(), 32, std::ptr::null_mut(), 0, &mut len) };
+    assert_eq!(st, LH_ERR_NULL_ARGUMENT);
+    assert!(
+        len > 0,
+        "the length of the reason is reported without a buffer"
+    );
+    let bad = stream_options(b"unix://redis.sock");
+    // SAFETY: NULL buffer and NULL length: only the status.
+    let st = unsafe {
+        lh_client_new_check(
+            &cfg,
+            &bad,
+            seed.as_ptr(),
+            seed.len(),
+            std::ptr::null_mut(),
+            64,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(st, LH_ERR_INVALID_CONFIG);
+
+    // A buffer too small: cut like snprintf, NUL-terminated, the whole length reported.
+    let (_, whole) = check(&cfg, &bad, &seed);
+    let mut small = [0xFFu8; 9];
+    let mut len = 0;
+    // SAFETY: `small` holds 8 bytes plus the guard byte after them.
+    let st = unsafe {
+        lh_client_new_check(
+            &cfg,
+            &bad,
+            seed.as_ptr(),
+            seed.len(),
+            small.as_mut_ptr().cast(),
+            8,
+            &mut len,
+        )
+    };
+    assert_eq!(st, LH_ERR_INVALID_CONFIG);
+    assert_eq!(len, whole.len());
+    assert_eq!(&small[..7], &whole.as_bytes()[..7]);
+    assert_eq!(
+        (small[7], small[8]),
+        (0, 0xFF),
+        "cut at buf_len, not past it"
+    );
+    // A one-byte buffer gets the empty string.
+    let mut one = [0xFFu8; 1];
+    // SAFETY: `one` holds 1 byte.
+    let st = unsafe {
+        lh_client_new_check(
+            &cfg,
+            &bad,
+            seed.as_ptr(),
+            seed.len(),
+            one.as_mut_ptr().cast(),
+            1,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!((st, one[0]), (LH_ERR_INVALID_CONFIG, 0));
 }

@@ -176,6 +176,9 @@ fn sentinel_discovery_and_failover() {
     }
     let k = host.h.counters();
     assert!(k.redis_subscribed == 1, "{k:?}");
+    // Asked at the start and again after the failover; every open the host saw is counted.
+    assert!(k.sentinel_lookups >= 2, "{k:?}");
+    assert_eq!(k.stream_opens, host.opens, "{k:?}");
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "{:?}",

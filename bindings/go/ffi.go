@@ -269,13 +269,30 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	sp, sn := bytesPtr(seed)
 	var out *C.lh_client
 	st := uint32(C.lh_client_new(&c, &o, sp, sn, &out))
+	if st != statusOK {
+		why := clientNewReason(&c, &o, sp, sn)
+		runtime.KeepAlive(seed)
+		runtime.KeepAlive(b)
+		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new", Detail: why}
+	}
 	runtime.KeepAlive(seed)
 	runtime.KeepAlive(b)
-	if st != statusOK {
-		return nil, &StatusError{Status: st, Name: statusName(st), Op: "lh_client_new"}
-	}
 	return &core{p: out, req: (*C.lh_io_request)(C.malloc(C.sizeof_lh_io_request)),
 		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event))}, nil
+}
+
+// clientNewReason asks the core why lh_client_new refused these arguments
+// (lh_client_new_check): there is no handle yet to hold the detail.
+func clientNewReason(c *C.lh_config, o *C.lh_backend_options, sp *C.uint8_t, sn C.size_t) string {
+	buf := make([]byte, 256)
+	for {
+		var n C.size_t
+		C.lh_client_new_check(c, o, sp, sn, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n)
+		if int(n) < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, int(n)+1)
+	}
 }
 
 func (c *core) free() {
@@ -496,6 +513,16 @@ type Counters struct {
 	EtcdWatches           uint64
 	EtcdWaitingKeepalives uint64
 	EtcdWaitersExpired    uint64
+	// Redis stream kind (NewRedisStreamExecutor): connections asked for (to
+	// the servers and the sentinels), connections that ended (closed by the
+	// host or the server, or shut down by the core), reports about
+	// connections already ended (ignored), and master lookups sent to a
+	// sentinel. Zero for the other kinds, and with a library older than
+	// these fields.
+	StreamOpens       uint64
+	StreamCloses      uint64
+	StreamLateAnswers uint64
+	SentinelLookups   uint64
 }
 
 func (c *core) counters() (Counters, error) {
@@ -528,6 +555,8 @@ func (c *core) counters() (Counters, error) {
 		SQLMigrations:   u(k.sql_migrations), SQLDatabaseErrors: u(k.sql_database_errors),
 		EtcdLeasesGranted: u(k.etcd_leases_granted), EtcdTxns: u(k.etcd_txns), EtcdWatches: u(k.etcd_watches),
 		EtcdWaitingKeepalives: u(k.etcd_waiting_keepalives), EtcdWaitersExpired: u(k.etcd_waiters_expired),
+		StreamOpens: u(k.stream_opens), StreamCloses: u(k.stream_closes),
+		StreamLateAnswers: u(k.stream_late_answers), SentinelLookups: u(k.sentinel_lookups),
 	}, nil
 }
 
@@ -547,6 +576,11 @@ type RedisCounters struct {
 	IgnoredMessages   uint64
 	Subscriptions     uint64 // times the subscription took effect
 	SubscriberLosses  uint64
+	// The stream kind's connections (see Counters.StreamOpens).
+	StreamOpens       uint64
+	StreamCloses      uint64
+	StreamLateAnswers uint64
+	SentinelLookups   uint64
 }
 
 func (k Counters) redis() RedisCounters {
@@ -558,6 +592,8 @@ func (k Counters) redis() RedisCounters {
 		Wakeups: k.BackendWakeups, StandbyTakeovers: k.RedisStandbyTakeovers,
 		IgnoredMessages: k.BackendIgnoredMessages, Subscriptions: k.RedisSubscriptions,
 		SubscriberLosses: k.RedisSubscriberLosses,
+		StreamOpens:      k.StreamOpens, StreamCloses: k.StreamCloses,
+		StreamLateAnswers: k.StreamLateAnswers, SentinelLookups: k.SentinelLookups,
 	}
 }
 

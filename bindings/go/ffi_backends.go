@@ -531,7 +531,7 @@ func (c *core) pollStatus() (statusAnswer, error) {
 }
 
 // checkBackend creates and frees a handle with b, to refuse bad options at construction
-// (lh_client_new has no handle to say more than its status).
+// (the error's Detail is the core's reason, from lh_client_new_check).
 func checkBackend(b backendOptions) error {
 	k, err := newCore(defaultCoreConfig(), b, make([]byte, 32))
 	if err != nil {

@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"crypto/tls"
+	"errors"
 	"strings"
 	"time"
 )
@@ -60,8 +61,8 @@ func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExec
 	}
 	b := backendOptions{kind: backendRedisStream, stream: streamProtocol{url: url}}
 	if err := checkBackend(b); err != nil {
-		return nil, invalidArg("bad Redis stream URL %s: want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://… or unix:///PATH[?db=N] without credentials (%v)",
-			redactURL(url), err)
+		return nil, invalidArg("bad Redis stream URL %s: %s; want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://… or unix:///PATH[?db=N] without credentials",
+			redactURL(url), refusal(err))
 	}
 	ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
 	b.redis = redisProtocol{standbyDelayMs: ms(opt.Redis.StandbyDelay), keyKeepMs: ms(opt.Redis.KeyKeep),
@@ -70,7 +71,7 @@ func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExec
 	b.stream.connectTimeoutMs = uint32(min(ms(opt.ConnectTimeout), 1<<32-1))
 	b.stream.requestTimeoutMs = ms(opt.CommandTimeout)
 	if err := checkBackend(b); err != nil {
-		return nil, invalidArg("RedisStreamOptions refused (ClientName: printable ASCII without spaces, at most 256 bytes): %v", err)
+		return nil, invalidArg("RedisStreamOptions refused: %s (ClientName: printable ASCII without spaces, at most 256 bytes)", refusal(err))
 	}
 	return &RedisStreamExecutor{url: url, tls: opt.TLSConfig, proto: b}, nil
 }
@@ -82,4 +83,13 @@ func (t *RedisStreamExecutor) backend() backendOptions { return t.proto }
 
 func (t *RedisStreamExecutor) start(c *client) (ioExec, error) {
 	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}, drives: map[*drive]struct{}{}}, nil
+}
+
+// refusal is the core's reason for refusing a configuration (the whole error without one).
+func refusal(err error) string {
+	var se *StatusError
+	if errors.As(err, &se) && se.Detail != "" {
+		return se.Detail
+	}
+	return err.Error()
 }

@@ -78,6 +78,10 @@ func TestRedisStreamAcquireRelease(t *testing.T) {
 	if k.ScriptCalls == 0 || !k.Subscribed {
 		t.Fatalf("counters: %+v", k)
 	}
+	// One open per connection (commands, subscriber), none ended.
+	if k.StreamOpens != 2 || k.StreamCloses != 0 || k.StreamLateAnswers != 0 || k.SentinelLookups != 0 {
+		t.Fatalf("stream counters: %+v", k)
+	}
 }
 
 // Two stream clients contend: the waiter parks, is woken once by the release and gets the
@@ -204,6 +208,14 @@ func TestRedisStreamRestart(t *testing.T) {
 		t.Fatalf("fence %d not above %d", lb.FencingToken(), l2.FencingToken())
 	}
 	_ = lb.Release(ctx)
+	// The connections a client had ended with the server and were opened again: a held
+	// both, b only its subscriber (its commands connection opened after the restart).
+	for i, want := range []struct{ opens, closes uint64 }{{4, 2}, {3, 1}} {
+		k := redisCounters(t, []*LockClient{a, b}[i])
+		if k.StreamCloses < want.closes || k.StreamOpens < want.opens || k.StreamOpens-k.StreamCloses > 2 {
+			t.Fatalf("client %d: stream counters after the restart: %+v", i, k)
+		}
+	}
 }
 
 // A unix socket URL with DB 3, redis:// with an ACL user and password, and rediss:// with
@@ -319,6 +331,22 @@ func TestRedisStreamBadURL(t *testing.T) {
 			t.Fatalf("%q: the error does not say what is wanted: %v", url, err)
 		}
 		t.Logf("%q: %v", url, err)
+	}
+	// The core's reason is in the error (lh_client_new_check), not only the accepted forms.
+	for url, reason := range map[string]string{
+		"unix://redis.sock":                 "absolute socket path",
+		"redis://:hunter2@127.0.0.1:6379/x": "database",
+		"redis://127.0.0.1:0":               "port",
+		"redis://u:@127.0.0.1:6379":         "needs a password",
+	} {
+		_, err := NewRedisStreamExecutor(url, nil)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), reason) {
+			t.Fatalf("%q: want the reason %q: %v", url, reason, err)
+		}
+	}
+	if _, err := NewRedisStreamExecutor("redis://127.0.0.1:6379", &RedisStreamOptions{ClientName: "has space"}); err == nil ||
+		!strings.Contains(err.Error(), "redis_client_name") && !strings.Contains(err.Error(), "client name") {
+		t.Fatalf("the client name's reason: %v", err)
 	}
 	for _, o := range []*RedisStreamOptions{{Protocol: 4}, {ClientName: "has space"}, {ConnectTimeout: -1},
 		{Redis: RedisOptions{ShardedWake: true}}} {

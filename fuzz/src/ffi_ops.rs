@@ -658,6 +658,34 @@ fn create(input: &Input) -> Option<Handle> {
     // SAFETY: pointers valid for their stated sizes (oversized seed lengths are refused
     // before reading).
     let st = unsafe { lh_client_new(cfg_ptr, &backend, seed.ptr(), seed.len, &mut out) };
+    // lh_client_new_check gives the same verdict, and a reason exactly when it refuses.
+    let mut why = [0xAAu8; 64];
+    let mut why_len = usize::MAX;
+    // SAFETY: as above; `why` holds its length in bytes.
+    let checked = unsafe {
+        lh_client_new_check(
+            cfg_ptr,
+            &backend,
+            seed.ptr(),
+            seed.len,
+            why.as_mut_ptr().cast(),
+            why.len(),
+            &mut why_len,
+        )
+    };
+    assert_eq!(
+        checked, st,
+        "ffi: lh_client_new_check disagrees with lh_client_new"
+    );
+    assert_eq!(
+        why_len == 0,
+        st == LH_OK,
+        "ffi: lh_client_new_check's reason"
+    );
+    assert!(
+        why.contains(&0),
+        "ffi: lh_client_new_check's reason is not NUL-terminated"
+    );
     // Expected outcome.
     let mut problems = Vec::new();
     if null_cfg || seed.null {
@@ -1765,6 +1793,10 @@ impl Handle {
                             c.redis_script_calls,
                             c.sql_migrations,
                             c.etcd_txns,
+                            c.stream_opens,
+                            c.stream_closes,
+                            c.stream_late_answers,
+                            c.sentinel_lookups,
                         ],
                         [
                             b.requests,
@@ -1777,11 +1809,15 @@ impl Handle {
                             0,
                             0,
                             0,
+                            0,
+                            0,
+                            0,
+                            0,
                         ],
                         "ffi: lh_counters_get (backend fields)"
                     );
-                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, etcd_waiters_expired) {
-                    assert_eq!(c.etcd_waiters_expired, 0xAA, "ffi: wrote past struct_size");
+                } else if (sz as usize) <= std::mem::offset_of!(lh_counters, sentinel_lookups) {
+                    assert_eq!(c.sentinel_lookups, 0xAA, "ffi: wrote past struct_size");
                 }
                 assert_eq!(
                     [

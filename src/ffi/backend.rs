@@ -3,6 +3,8 @@
 //! backend (fields that do not apply to `kind` are ignored), so a host has one constructor.
 #![allow(non_camel_case_types)]
 
+use std::ffi::c_char;
+
 use super::boundary::{
     Diag, Failure, bytes_arg, guard_static, optional_bytes_arg, read_sized, require_out, write_out,
 };
@@ -318,6 +320,36 @@ unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Fail
     })
 }
 
+/// Builds the handle `lh_client_new` hands out, or says why not: one path for creation and
+/// for `lh_client_new_check`, so the two never disagree.
+///
+/// # Safety
+/// As for `lh_client_new` (without `out`).
+unsafe fn build_client(
+    cfg: *const lh_config,
+    backend: *const lh_backend_options,
+    seed: *const u8,
+    seed_len: usize,
+) -> Result<Box<lh_client>, Failure> {
+    // SAFETY: per the caller's contract.
+    let cfg = unsafe { read_sized(cfg, "cfg")? };
+    // SAFETY: per the caller's contract.
+    let o = unsafe { read_backend(backend)? };
+    // SAFETY: per the caller's contract.
+    let seed = unsafe { seed_arg(seed, seed_len)? };
+    let mut config = config_from_c(&cfg)?;
+    if o.kind == LH_BACKEND_SQLITE {
+        config.notifications = false;
+    }
+    // SAFETY: per the caller's contract.
+    let proto = unsafe { protocol(&o, seed)? };
+    let core = Client::new(config, seed)?;
+    Ok(Box::new(lh_client {
+        state: ClientState::new(core, proto),
+        diag: Diag::new(),
+    }))
+}
+
 /// Creates a client with its backend's protocol attached (see the header's run loop). The
 /// seed (at least `LH_MIN_SEED_LEN`, at most `LH_MAX_SEED_LEN` bytes; hosts pass 32 bytes of
 /// OS entropy, tests a fixed seed) drives tokens and jitter; it is copied, not retained. On
@@ -331,7 +363,8 @@ unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Fail
 /// `LH_ERR_STRUCT_SIZE` (for `backend`, the size before the stream fields is accepted for the
 /// other kinds); a bad `redis_url` → `LH_ERR_INVALID_CONFIG`; an unknown backend kind → `LH_ERR_INVALID_ENUM`; bad values →
 /// `LH_ERR_INVALID_CONFIG` (credentials that are not UTF-8: `LH_ERR_INVALID_UTF8`); short
-/// seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet, so no detail message.
+/// seed → `LH_ERR_SEED_TOO_SHORT`. There is no handle yet to hold a detail message:
+/// `lh_client_new_check` on the same arguments says why.
 ///
 /// # Safety
 /// `cfg` and `backend` point to readable structs of their `struct_size` bytes (the etcd
@@ -348,24 +381,104 @@ pub unsafe extern "C" fn lh_client_new(
     guard_static(|| {
         require_out(out, "out")?;
         // SAFETY: per the caller's contract.
-        let cfg = unsafe { read_sized(cfg, "cfg")? };
-        // SAFETY: per the caller's contract.
-        let o = unsafe { read_backend(backend)? };
-        // SAFETY: per the caller's contract.
-        let seed = unsafe { seed_arg(seed, seed_len)? };
-        let mut config = config_from_c(&cfg)?;
-        if o.kind == LH_BACKEND_SQLITE {
-            config.notifications = false;
-        }
-        // SAFETY: per the caller's contract.
-        let proto = unsafe { protocol(&o, seed)? };
-        let core = Client::new(config, seed)?;
-        let handle = Box::new(lh_client {
-            state: ClientState::new(core, proto),
-            diag: Diag::new(),
-        });
+        let handle = unsafe { build_client(cfg, backend, seed, seed_len)? };
         // SAFETY: checked non-NULL above; valid per the caller's contract.
         unsafe { write_out(out, Box::into_raw(handle)) };
         Ok(())
     })
+}
+
+/// Why `lh_client_new` refuses these arguments: runs its checks on `cfg`, `backend` and the
+/// seed (creating nothing it keeps) and returns the status `lh_client_new` returns for them,
+/// `LH_OK` when it would create a client.
+///
+/// The reason ("" for `LH_OK`), UTF-8, is copied into `buf` like `snprintf` does: at most
+/// `buf_len - 1` bytes (cut at a character boundary) and a NUL; nothing when `buf` is NULL
+/// or `buf_len` is 0. `*out_len`, when `out_len` is not NULL, receives the reason's whole
+/// length without the NUL, so a reason was cut short when `*out_len >= buf_len`. Unlike
+/// other out-parameters these are written whatever the status: the status is the verdict.
+///
+/// # Safety
+/// As for `lh_client_new` (without `out`); `buf` is NULL or valid for writing `buf_len`
+/// bytes; `out_len` is NULL or valid for writing a `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_client_new_check(
+    cfg: *const lh_config,
+    backend: *const lh_backend_options,
+    seed: *const u8,
+    seed_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> lh_status {
+    let mut status = LH_ERR_PANIC;
+    let _ = guard_static(|| {
+        // SAFETY: per the caller's contract.
+        let verdict = unsafe { build_client(cfg, backend, seed, seed_len) };
+        let reason: std::borrow::Cow<'static, str> = match verdict {
+            Ok(_) => {
+                status = LH_OK;
+                "".into()
+            }
+            Err(f) => {
+                status = f.status;
+                f.detail
+            }
+        };
+        // SAFETY: per the caller's contract.
+        unsafe { copy_reason(&reason, buf, buf_len, out_len) };
+        Ok(())
+    });
+    status
+}
+
+/// Copies `text` into `buf` the way `snprintf` does (cut at a character boundary, NUL
+/// ended) and its whole length into `*out_len`.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `buf_len` bytes; `out_len` is NULL or valid for
+/// writing a `usize`.
+unsafe fn copy_reason(text: &str, buf: *mut c_char, buf_len: usize, out_len: *mut usize) {
+    // The text crosses as a C string: a NUL inside would end it early.
+    let text = text.replace('\0', "\\0");
+    if !buf.is_null() && buf_len > 0 {
+        let mut n = text.len().min(buf_len - 1);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        // SAFETY: `buf` has room for `buf_len > n` bytes (caller's contract); no overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    if !out_len.is_null() {
+        // SAFETY: valid for writing per the caller's contract.
+        unsafe { write_out(out_len, text.len()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_reason;
+
+    fn copied(text: &str, buf_len: usize) -> (Vec<u8>, usize) {
+        let mut buf = vec![0xFFu8; buf_len + 1];
+        let mut len = usize::MAX;
+        // SAFETY: `buf` holds `buf_len` bytes and a guard byte.
+        unsafe { copy_reason(text, buf.as_mut_ptr().cast(), buf_len, &mut len) };
+        assert_eq!(buf[buf_len], 0xFF, "written past buf_len");
+        (buf, len)
+    }
+
+    #[test]
+    fn a_reason_is_cut_at_a_character_boundary() {
+        // "é" is two bytes: a cut inside it drops the whole character.
+        let (buf, len) = copied("abé", 4);
+        assert_eq!((&buf[..3], len), (&b"ab\0"[..], 4));
+        let (buf, _) = copied("abé", 5);
+        assert_eq!(&buf[..5], "abé\0".as_bytes());
+        let (buf, len) = copied("a\0b", 8);
+        assert_eq!((&buf[..5], len), (&b"a\\0b\0"[..], 4));
+    }
 }

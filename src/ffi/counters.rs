@@ -50,6 +50,10 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
         etcd_watches: 0,
         etcd_waiting_keepalives: 0,
         etcd_waiters_expired: 0,
+        stream_opens: 0,
+        stream_closes: 0,
+        stream_late_answers: 0,
+        sentinel_lookups: 0,
     };
     // requests, error, garbage and stale replies, transport failures, wake-ups, ignored
     let common = match proto {
@@ -66,7 +70,14 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
             ]
         }
         Protocol::Redis(p) => redis_counters(p, &mut c),
-        Protocol::RedisStream(p) => redis_counters(p.protocol(), &mut c),
+        Protocol::RedisStream(p) => {
+            let s = p.counters();
+            c.stream_opens = s.opens;
+            c.stream_closes = s.closes;
+            c.stream_late_answers = s.late_answers;
+            c.sentinel_lookups = s.sentinel_lookups;
+            redis_counters(p.protocol(), &mut c)
+        }
         Protocol::Sql(p) => {
             let b = p.counters();
             c.sql_migrations = b.migrations;

@@ -365,6 +365,15 @@ pub struct lh_counters {
     pub etcd_waiting_keepalives: u64,
     /// etcd: waiters whose etcd lease was gone (they rejoined the queue).
     pub etcd_waiters_expired: u64,
+    /// Redis stream: connections asked for (`LH_IO_OPEN`), to the servers and the sentinels.
+    pub stream_opens: u64,
+    /// Redis stream: connections that ended (closed by the host or the server, or shut down
+    /// by the core).
+    pub stream_closes: u64,
+    /// Redis stream: host reports about connections already ended (ignored).
+    pub stream_late_answers: u64,
+    /// Redis stream: master lookups sent to a sentinel (a `redis+sentinel://` URL only).
+    pub sentinel_lookups: u64,
 }
 
 /// Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`

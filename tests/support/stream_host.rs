@@ -52,6 +52,10 @@ pub struct Host {
     socks: HashMap<u64, Sock>,
     pub events: Vec<lh_event>,
     pub opens: u64,
+    /// Closes reported to the core (`lh_io_closed`).
+    pub closes: u64,
+    /// `LH_IO_SHUTDOWN`s the core asked for.
+    pub shutdowns: u64,
     /// Where each stream was opened to (`host:port` or the socket path).
     pub opened_to: Vec<String>,
 }
@@ -68,6 +72,8 @@ impl Host {
             socks: HashMap::new(),
             events: Vec::new(),
             opens: 0,
+            closes: 0,
+            shutdowns: 0,
             opened_to: Vec::new(),
         }
     }
@@ -125,6 +131,7 @@ impl Host {
                     }
                 }
                 LH_IO_SHUTDOWN => {
+                    self.shutdowns += 1;
                     self.socks.remove(&r.stream);
                 }
                 other => panic!("a stream client asks only for streams, not kind {other}"),
@@ -152,6 +159,7 @@ impl Host {
     }
 
     fn closed(&mut self, stream: u64, why: &str) {
+        self.closes += 1;
         // SAFETY: live handle; the message is read during the call.
         ok(unsafe { lh_io_closed(self.h.0, now(), stream, why.as_ptr(), why.len()) });
     }

@@ -509,7 +509,10 @@ TEST(CoreBadInput, SeedConfigAndBackend) {
   EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
   cfg = leasehold::Config::defaults();
   cfg.request_timeout_ns = 0;
-  EXPECT_EQ(catch_error([&] { Core c(cfg, seed()); }).code(), LH_ERR_INVALID_CONFIG);
+  const auto refused = catch_error([&] { Core c(cfg, seed()); });
+  EXPECT_EQ(refused.code(), LH_ERR_INVALID_CONFIG);
+  // The core's reason (lh_client_new_check), not only the status.
+  EXPECT_NE(refused.detail().find("request_timeout"), std::string::npos) << refused.detail();
   // An unknown backend kind, and credentials that are not UTF-8.
   EXPECT_EQ(catch_error([] { (void)leasehold::backend_defaults(99); }).code(), LH_ERR_INVALID_ENUM);
   auto bad = leasehold::backend_defaults(LH_BACKEND_MEMORY);

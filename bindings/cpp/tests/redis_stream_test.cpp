@@ -163,6 +163,11 @@ TEST_F(RedisStream, AcquireReleaseWithIncreasingFences) {
   }
   EXPECT_EQ(client.counters().releases_confirmed, 5u);
   EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-fences}"), ":0");
+  // One open per connection (commands, subscriber), none ended.
+  const auto k = client.counters();
+  EXPECT_EQ(k.stream_opens, 2u);
+  EXPECT_EQ(k.stream_closes, 0u);
+  EXPECT_EQ(k.stream_late_answers, 0u);
   // The application threads read their own replies (no hop through the reader thread).
   EXPECT_GE(exec->stats().caller_reads, 5u) << "reader thread reads: " << exec->stats().reader_reads;
 }
@@ -246,6 +251,11 @@ TEST_F(RedisStream, ReconnectsAfterAServerRestart) {
   ASSERT_TRUE(again.has_value()) << client.last_backend_error();
   EXPECT_TRUE(eventually([&] { return client.counters().redis_subscribed > 0; }, 5s));
   EXPECT_EQ(again->release(), leasehold::ReleaseOutcome::Released);
+  // Both connections ended with the server and were opened again.
+  const auto k = client.counters();
+  EXPECT_GE(k.stream_closes, 2u);
+  EXPECT_GE(k.stream_opens, 4u);
+  EXPECT_LE(k.stream_opens - k.stream_closes, 2u);
 }
 
 TEST_F(RedisStream, UnixSocket) {
@@ -279,13 +289,19 @@ TEST_F(RedisStream, ReleaseKeepsItsBoundWhenTheServerStalls) {
 }
 
 TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
-  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+sentinel://127.0.0.1:26379/m", ""}) {
+  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+cluster://127.0.0.1:7000", ""}) {
     try {
       LockClient c(executor(bad), quiet());
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const leasehold::Error& e) {
       EXPECT_EQ(e.code(), LH_ERR_INVALID_CONFIG) << bad;
     }
+  }
+  try {
+    LockClient c(executor("unix://redis.sock"), quiet());
+    ADD_FAILURE() << "accepted a relative socket path";
+  } catch (const leasehold::Error& e) {
+    EXPECT_NE(e.detail().find("absolute socket path"), std::string::npos) << e.what();
   }
   {
     LockClient c(executor("redis://127.0.0.1:" + std::to_string(free_port())), quiet());

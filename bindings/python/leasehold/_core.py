@@ -138,6 +138,10 @@ class Counters:
     ``releases_*`` fields count how application releases ended: confirmed by the service,
     refused by it (``not_owner``), unconfirmed (no answer before the grant's TTL had
     certainly run out), or lost (the validity had run out before the release was processed).
+
+    ``stream_*`` and ``sentinel_lookups`` count the connections of the Redis stream kind
+    (``RedisStreamExecutor``): opens asked for, connections ended, host reports about ended
+    ones, and master lookups sent to a sentinel.
     """
 
     live_leases: int = 0
@@ -180,6 +184,10 @@ class Counters:
     etcd_watches: int = 0
     etcd_waiting_keepalives: int = 0
     etcd_waiters_expired: int = 0
+    stream_opens: int = 0
+    stream_closes: int = 0
+    stream_late_answers: int = 0
+    sentinel_lookups: int = 0
 
     def backend(self, protocol: str) -> dict[str, int]:
         """The backend protocol's counters by their short names (``requests``,
@@ -265,7 +273,14 @@ class Core:
             raise TypeError("seed must be bytes")
         seed = bytes(seed)
         out = _ffi.lh_client_p()
-        lib.lh_client_new(ctypes.byref(cfg), ctypes.byref(bopts), _as_u8p(seed), len(seed), ctypes.byref(out))
+        try:
+            lib.lh_client_new(ctypes.byref(cfg), ctypes.byref(bopts), _as_u8p(seed), len(seed), ctypes.byref(out))
+        except errors.CoreError as e:
+            # No handle holds a detail yet: the core says why on the same arguments.
+            why = _ffi.client_new_reason(cfg, bopts, _as_u8p(seed), len(seed))
+            if not why:
+                raise
+            raise _ffi.make_error(e.status, why, "lh_client_new") from None
         self.protocol: str = _PROTOCOLS[int(bopts.kind)]
         self._h = _Handle(out)
         # Reused out-params (the handle is not thread-safe anyway): no allocation per poll.

@@ -252,6 +252,12 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
         _u32,
         True,
     ),
+    # Unchecked: its status is the verdict on the arguments (see client_new_reason).
+    "lh_client_new_check": (
+        [_P(lh_config), _P(lh_backend_options), _u8p, _sz, ctypes.c_char_p, _sz, _P(_sz)],
+        _u32,
+        False,
+    ),
     "lh_client_free": ([lh_client_p], None, False),
     "lh_client_reseed": ([lh_client_p, _u8p, _sz], _u32, True),
     "lh_acquire": ([lh_client_p, _u64, _cp, _sz, _P(lh_acquire_options), _P(_u64)], _u32, True),
@@ -309,6 +315,26 @@ _MEMORY_SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
 }
 
 
+# Exports added without an ABI change (a library of ABI_VERSION may predate them).
+_ADDED_EXPORTS = frozenset({"lh_client_new_check"})
+
+
+def client_new_reason(cfg: lh_config, bopts: lh_backend_options, seed: Any, seed_len: int) -> str:
+    """Why ``lh_client_new`` refuses these arguments (``lh_client_new_check``), ``""`` when it
+    would not or the library predates the function."""
+    fn = getattr(lib, "lh_client_new_check", None)
+    if fn is None:
+        return ""
+    size = 256
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = ctypes.c_size_t()
+        fn(ctypes.byref(cfg), ctypes.byref(bopts), seed, seed_len, buf, size, ctypes.byref(n))
+        if n.value < size:
+            return buf.value.decode("utf-8", "replace")
+        size = n.value + 1
+
+
 def _declare() -> None:
     for table, check_fn in ((_SIGNATURES, _errcheck), (_MEMORY_SIGNATURES, _memory_errcheck)):
         for name, (argtypes, restype, checked) in table.items():
@@ -316,6 +342,8 @@ def _declare() -> None:
             if fn is None:
                 if name in TESTING_HOOKS:
                     continue  # hook() says why when one is called
+                if name in _ADDED_EXPORTS:
+                    continue  # a library of the same ABI from before them: used when present
                 raise errors.LibraryError(f"{library_path} does not export {name}; is it a leasehold build?")
             fn.argtypes = argtypes
             fn.restype = restype

@@ -294,7 +294,15 @@ BACKEND_COUNTER_FIELDS = (
     "etcd_waiters_expired",
 )
 
-ALL_COUNTER_FIELDS = COUNTER_FIELDS + COUNTER_FIELDS_ADDED + BACKEND_COUNTER_FIELDS
+# The Redis stream kind's connections (LH_BACKEND_REDIS_STREAM; 0 for the other kinds).
+STREAM_COUNTER_FIELDS = (
+    "stream_opens",
+    "stream_closes",
+    "stream_late_answers",
+    "sentinel_lookups",
+)
+
+ALL_COUNTER_FIELDS = COUNTER_FIELDS + COUNTER_FIELDS_ADDED + BACKEND_COUNTER_FIELDS + STREAM_COUNTER_FIELDS
 
 
 class lh_counters(ctypes.Structure):

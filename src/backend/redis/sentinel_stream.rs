@@ -285,6 +285,7 @@ impl Discovery {
         ];
         // Unreachable failure: a new connection takes any command.
         let _ = conn.send(now, ASK_ID, &ask);
+        streams.counters.sentinel_lookups += 1;
         self.phase = Phase::Open(Box::new(conn));
         self.flush(streams);
     }

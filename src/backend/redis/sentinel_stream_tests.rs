@@ -250,7 +250,9 @@ fn a_replica_is_dropped_and_the_sentinels_are_asked_again() {
             .iter()
             .any(|(_, a)| a[0].as_ref() == b"EVALSHA")
     );
+    assert_eq!(t.s.counters().sentinel_lookups, 1);
     sentinel_answers(&mut t, again, b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6381\r\n");
+    assert_eq!(t.s.counters().sentinel_lookups, 2, "asked again");
     let got = t.io();
     let to_new = got
         .iter()

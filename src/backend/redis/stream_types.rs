@@ -78,6 +78,8 @@ pub struct StreamCounters {
     pub closes: u64,
     /// Answers for streams already closed (ignored).
     pub late_answers: u64,
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` questions sent (a Sentinel URL only).
+    pub sentinel_lookups: u64,
 }
 
 #[derive(Debug, Clone)]

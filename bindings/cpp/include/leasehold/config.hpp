@@ -80,6 +80,9 @@ struct Counters {
   std::uint64_t sql_migrations = 0, sql_database_errors = 0;
   std::uint64_t etcd_leases_granted = 0, etcd_txns = 0, etcd_watches = 0, etcd_waiting_keepalives = 0,
                 etcd_waiters_expired = 0;
+  // Redis stream kind (LH_BACKEND_REDIS_STREAM): connections asked for, connections ended,
+  // reports about ended ones (ignored), master lookups sent to a sentinel.
+  std::uint64_t stream_opens = 0, stream_closes = 0, stream_late_answers = 0, sentinel_lookups = 0;
 
   static Counters from_c(const lh_counters& c) {
     Counters r;
@@ -102,6 +105,8 @@ struct Counters {
     r.sql_migrations = c.sql_migrations, r.sql_database_errors = c.sql_database_errors;
     r.etcd_leases_granted = c.etcd_leases_granted, r.etcd_txns = c.etcd_txns, r.etcd_watches = c.etcd_watches;
     r.etcd_waiting_keepalives = c.etcd_waiting_keepalives, r.etcd_waiters_expired = c.etcd_waiters_expired;
+    r.stream_opens = c.stream_opens, r.stream_closes = c.stream_closes;
+    r.stream_late_answers = c.stream_late_answers, r.sentinel_lookups = c.sentinel_lookups;
     return r;
   }
 };

@@ -408,7 +408,18 @@ class Core {
     b.struct_size = sizeof b;
     lh_client* raw = nullptr;
     const auto st = lh_client_new(&c, &b, detail::bytes_ptr(seed.data()), seed.size(), &raw);
-    if (st != LH_OK) throw Error(st, "lh_client_new failed");
+    if (st != LH_OK) {
+      // No handle holds a detail yet: the core says why on the same arguments.
+      std::string why(256, '\0');
+      std::size_t n = 0;
+      lh_client_new_check(&c, &b, detail::bytes_ptr(seed.data()), seed.size(), why.data(), why.size(), &n);
+      if (n >= why.size()) {
+        why.assign(n + 1, '\0');
+        lh_client_new_check(&c, &b, detail::bytes_ptr(seed.data()), seed.size(), why.data(), why.size(), &n);
+      }
+      why.resize(std::min(n, why.size() - 1));
+      throw Error(st, why.empty() ? std::string("lh_client_new failed") : "lh_client_new: " + why);
+    }
     h_.reset(raw);
   }
   lh_client* h() const {

@@ -36,6 +36,9 @@ def test_acquire_fence_release(redis_server, r) -> None:
             time.sleep(0.01)
         assert not _lock_key(r, "py-stream")
         assert client.backend_counters()["subscribed"] == 1
+        # One open per connection, none ended.
+        k = client.counters()
+        assert (k.stream_opens, k.stream_closes, k.stream_late_answers, k.sentinel_lookups) == (2, 0, 0, 0), k
 
 
 def test_a_release_wakes_a_waiter_of_another_client(redis_server, r) -> None:
@@ -69,6 +72,11 @@ def test_the_client_reconnects_after_a_restart(redis_factory) -> None:
         with client.acquire("py-restart-2", ttl=5, wait=10) as lock:
             assert lock.fencing_token > 0
             assert srv.client(db=3).exists(*srv.client(db=3).keys("lh:{py-restart-2}*"))
+        # Both connections ended with the server; the commands one was opened again (the
+        # subscriber's reopen may still be on its way).
+        k = client.counters()
+        assert k.stream_closes >= 2 and k.stream_opens >= 3, k
+        assert 1 <= k.stream_opens - k.stream_closes <= 2, k
 
 
 @pytest.mark.parametrize(
@@ -78,3 +86,21 @@ def test_the_client_reconnects_after_a_restart(redis_factory) -> None:
 def test_urls_the_core_refuses(url: str) -> None:
     with pytest.raises(errors.InvalidArgument):
         LockClient(RedisStreamExecutor(url))
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("unix://redis.sock", "absolute socket path"),
+        ("http://127.0.0.1", "redis://"),
+        ("redis://:hunter2@127.0.0.1:6379/x", "database"),
+    ],
+)
+def test_a_refused_url_says_why(url: str, reason: str) -> None:
+    # lh_client_new has no handle to hold a detail: the core's reason comes from
+    # lh_client_new_check, never showing the password.
+    with pytest.raises(errors.InvalidArgument) as e:
+        LockClient(RedisStreamExecutor(url))
+    assert e.value.status_name == "LH_ERR_INVALID_CONFIG", e.value
+    assert reason in str(e.value), e.value
+    assert "hunter2" not in str(e.value), e.value
