@@ -77,6 +77,10 @@ type job struct {
 	// and the reading of answers until ready reports the caller's answer in, within ctx,
 	// handing what is left to goroutines of the executor's past it.
 	drive func(ctx context.Context, ready func() bool)
+	// deadlined: run ends by its ctx's deadline by itself (a go-redis client with
+	// ContextTimeoutEnabled bounds its socket IO by it), so a caller whose ctx cannot be
+	// cancelled runs it on its own goroutine (runInline).
+	deadlined bool
 }
 
 // drainer is an executor told after every drain (c.mu held), to wake callers whose answer
@@ -297,12 +301,15 @@ func (c *client) spawn(j *job) {
 
 // runInline runs a job for a caller that waits for its answer anyway, and
 // returns when it is done or when the caller's ctx or the job's timeout ends,
-// whichever is first: an executor's IO need not honour a context (go-redis
-// bounds a read by its ReadTimeout only), so the job runs on a goroutine of
-// its own and, past the caller's bound, continues there and answers the core
-// as usual (a late release is confirmed, a late grant released). A job with a
-// drive honours ctx itself and runs on the caller's goroutine, until ready
-// reports the caller's answer in.
+// whichever is first. A job with a drive honours ctx itself and runs on the
+// caller's goroutine, until ready reports the caller's answer in. So does a
+// deadlined job when the caller's ctx cannot be cancelled (no Done channel):
+// its bound is then the job's timeout, which the job keeps. Otherwise the
+// executor's IO may not honour the caller's ctx (go-redis never watches a
+// cancellation, and bounds a read by its ReadTimeout alone unless
+// ContextTimeoutEnabled), so the job runs on a goroutine of its own and, past
+// the caller's bound, continues there and answers the core as usual (a late
+// release is confirmed, a late grant released).
 func (c *client) runInline(caller context.Context, j *job, ready func() bool) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
@@ -311,6 +318,14 @@ func (c *client) runInline(caller context.Context, j *job, ready func() bool) {
 		defer c.inflight.Add(-1)
 		defer c.recoverJob(j)
 		j.drive(caller, ready)
+		return
+	}
+	if j.deadlined && caller.Done() == nil {
+		defer c.ioWG.Done()
+		defer c.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)
+		defer cancel()
+		c.runJob(ctx, j)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ioCtx, j.timeout)

@@ -2,7 +2,8 @@ package leasehold
 
 // Opening a backend from a URL, in the forms the leasehold CLI and the other bindings
 // accept. The URL becomes the options of the host's own driver (go-redis, pgx,
-// go-sqlite3, net/http); nothing of a backend's protocol is read here. A URL may hold a
+// go-sqlite3, net/http), or, for Redis on the byte path, goes to the core
+// (open_stream.go); nothing of a backend's protocol is read here. A URL may hold a
 // password: no error shows it (redactURL, scrubSecrets).
 
 import (
@@ -21,12 +22,16 @@ import (
 // ExecutorOptions are the backends' options for NewExecutor; only those of the
 // URL's backend are read. Nil fields take the defaults.
 type ExecutorOptions struct {
+	// Redis tunes the core's Redis protocol, on either path.
 	Redis *RedisOptions
-	// RedisStream, when set, makes redis://, rediss:// and unix:// URLs a
-	// RedisStreamExecutor (the core on the wire) instead of a go-redis client.
+	// RedisStream configures the RedisStreamExecutor (the core on the wire) that
+	// redis://, rediss://, unix:// and redis+sentinel:// URLs open by default.
 	RedisStream *RedisStreamOptions
-	SQLite      *SQLiteOptions
-	Postgres    *PostgresOptions
+	// GoRedis opens those URLs with go-redis instead (a RedisExecutor on a client of its
+	// own, go-redis's URL forms and query options). redis+cluster:// URLs always are.
+	GoRedis  bool
+	SQLite   *SQLiteOptions
+	Postgres *PostgresOptions
 	// Etcd: TLS and TryTimeout; a user name and password in the URL take the
 	// place of Username and Password.
 	Etcd *EtcdOptions
@@ -69,24 +74,29 @@ func Open(rawURL string, o *OpenOptions) (*LockClient, error) {
 // NewExecutor returns the executor for a backend URL:
 //
 //	sqlite:///ABS/PATH, sqlite:REL/PATH, sqlite://      a SQLite file (sqlite:// is DefaultSQLitePath)
-//	redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]           Redis (go-redis's ParseURL: its query options too);
-//	rediss://…, unix://[[USER]:PASSWORD@]/PATH[?db=N]    over TLS, or a unix socket
+//	redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]           Redis, a RedisStreamExecutor;
+//	rediss://…, unix:///PATH[?db=N]                      over TLS, or a unix socket
 //	redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTER[/DB]
 //	                                                    the master the sentinels name MASTER (the
 //	                                                    credentials and DB are the Redis servers')
 //	redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]
-//	                                                    Redis Cluster (7+), any of its nodes
+//	                                                    Redis Cluster (7+), any of its nodes (go-redis)
 //	postgresql://…, postgres://…                        PostgreSQL (pgx's connection strings)
 //	etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…][?insecure_auth=1]
 //	etcds://…                                           an etcd v3 cluster over http or https
 //	memory://                                           a new in-process MemoryService
 //
-// The Redis URLs take go-redis's query options (dial_timeout=3s, …). etcd:// with a
+// redis://, rediss://, unix:// and redis+sentinel:// open on the byte path (the core on
+// the wire, RedisStreamExecutor), which maps the go-redis query options client_name,
+// protocol, dial_timeout, read_timeout, db and skip_verify (rediss://) to
+// RedisStreamOptions and refuses any other; with o.GoRedis they open on go-redis
+// (RedisExecutor: go-redis's URL forms, a password on unix://, all its query options),
+// as redis+cluster:// always does. etcd:// with a
 // user name or password is refused unless the URL ends in ?insecure_auth=1 (they would
 // cross the network in clear text). A '/', '?', '#' or '@' in a user name or password
 // must be percent-encoded. No error shows the password.
 //
-// Every executor it returns has a Close method (io.Closer); the Redis client it makes
+// Every executor it returns has a Close method (io.Closer); a go-redis client it makes
 // is the executor's own. o may be nil.
 func NewExecutor(rawURL string, o *ExecutorOptions) (Executor, error) {
 	var eo ExecutorOptions
@@ -109,15 +119,21 @@ func NewExecutor(rawURL string, o *ExecutorOptions) (Executor, error) {
 			return nil, invalidArg("memory URLs take no host or path: %s", redactURL(rawURL))
 		}
 		return NewMemoryExecutor(), nil
-	case "redis", "rediss", "unix":
-		if eo.RedisStream != nil {
-			return NewRedisStreamExecutor(rawURL, eo.RedisStream)
+	case "redis", "rediss", "unix", "redis+sentinel", "redis+cluster":
+		s := strings.ToLower(scheme)
+		if streamSchemes[s] && !eo.GoRedis {
+			return openRedisStream(rawURL, s, &eo)
+		}
+		if streamSchemes[s] && eo.RedisStream != nil {
+			return nil, invalidArg("ExecutorOptions: GoRedis and RedisStream both set for %s (RedisStream configures the byte path)", redactURL(rawURL))
+		}
+		switch s {
+		case "redis+sentinel":
+			return openSentinel(rawURL, eo.Redis)
+		case "redis+cluster":
+			return openCluster(rawURL, eo.Redis)
 		}
 		return openRedis(rawURL, eo.Redis)
-	case "redis+sentinel":
-		return openSentinel(rawURL, eo.Redis)
-	case "redis+cluster":
-		return openCluster(rawURL, eo.Redis)
 	case "postgresql", "postgres":
 		return NewPostgresExecutor(rawURL, eo.Postgres)
 	case "etcd", "etcds":
@@ -166,6 +182,7 @@ func openRedis(rawURL string, o *RedisOptions) (Executor, error) {
 	if err != nil {
 		return nil, invalidArg("bad Redis URL %s: %s", redactURL(rawURL), parseReason(err, urlSecrets(rawURL)))
 	}
+	opt.ContextTimeoutEnabled = true // see newOwnedRedis
 	return newOwnedRedis(redis.NewClient(opt), o, false)
 }
 
@@ -197,6 +214,9 @@ func openSentinel(rawURL string, o *RedisOptions) (Executor, error) {
 		return nil, invalidArg("bad Redis Sentinel URL %s: %s", redactURL(rawURL), parseReason(err, urlSecrets(rawURL)))
 	}
 	opt.Username, opt.Password = p.user, p.password
+	if !p.query.Has("context_timeout_enabled") {
+		opt.ContextTimeoutEnabled = true // see newOwnedRedis
+	}
 	if err := checkFailoverOptions(opt); err != nil {
 		return nil, err
 	}
@@ -218,13 +238,17 @@ func openCluster(rawURL string, o *RedisOptions) (Executor, error) {
 		return nil, invalidArg("bad Redis Cluster URL %s: %s", redactURL(rawURL), parseReason(err, urlSecrets(rawURL)))
 	}
 	opt.Username, opt.Password = p.user, p.password
+	opt.ContextTimeoutEnabled = true // see newOwnedRedis
 	if opt.ReadOnly || opt.RouteByLatency || opt.RouteRandomly {
 		return nil, invalidArg("Redis Cluster URL %s: locks are taken on the masters only", redactURL(rawURL))
 	}
 	return newOwnedRedis(redis.NewClusterClient(opt), o, true)
 }
 
-// newOwnedRedis is the executor on a go-redis client made here: Close closes it.
+// newOwnedRedis is the executor on a go-redis client made here: Close closes it. The
+// client honours its commands' ctx deadlines (ContextTimeoutEnabled), so a command ends
+// by the core's request timeout and a caller that cannot cancel runs it on its own
+// goroutine (runInline).
 func newOwnedRedis(rdb redis.UniversalClient, o *RedisOptions, cluster bool) (Executor, error) {
 	var opt RedisOptions
 	if o != nil {

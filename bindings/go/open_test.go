@@ -28,7 +28,17 @@ func openOptions() *OpenOptions {
 // openOn opens rawURL and closes the client at the end of the test.
 func openOn(t *testing.T, rawURL string) *LockClient {
 	t.Helper()
-	c, err := Open(rawURL, openOptions())
+	return openOnWith(t, rawURL, nil)
+}
+
+// openOnWith is openOn with executor options (nil: the defaults).
+func openOnWith(t *testing.T, rawURL string, eo *ExecutorOptions) *LockClient {
+	t.Helper()
+	o := openOptions()
+	if eo != nil {
+		o.ExecutorOptions = *eo
+	}
+	c, err := Open(rawURL, o)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", redactURL(rawURL), err)
 	}
@@ -39,10 +49,14 @@ func openOn(t *testing.T, rawURL string) *LockClient {
 // openContend: two LockClients opened from one URL share the backend: the second is
 // refused while the first holds the name, then takes it with a higher fence. Closing
 // a client closes the go-redis client Open made for it.
-func openContend(t *testing.T, rawURL string) {
+func openContend(t *testing.T, rawURL string) { t.Helper(); openContendWith(t, rawURL, nil) }
+
+// openContendWith is openContend with executor options (nil: the defaults); it returns
+// the first client's executor and its counters before Close.
+func openContendWith(t *testing.T, rawURL string, eo *ExecutorOptions) opened {
 	t.Helper()
 	ctx := context.Background()
-	a, b := openOn(t, rawURL), openOn(t, rawURL)
+	a, b := openOnWith(t, rawURL, eo), openOnWith(t, rawURL, eo)
 	name := fmt.Sprintf("open-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 	la, err := a.Acquire(ctx, name, AcquireOptions{TTL: 5 * time.Second, Wait: 10 * time.Second})
 	if err != nil {
@@ -64,6 +78,10 @@ func openContend(t *testing.T, rawURL string) {
 	if err := lb.Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
+	k, err := a.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	re, isRedis := a.c.owned.(*RedisExecutor)
 	if err := a.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -72,6 +90,31 @@ func openContend(t *testing.T, rawURL string) {
 		if err := re.rdb.Ping(ctx).Err(); !errors.Is(err, redis.ErrClosed) {
 			t.Errorf("the go-redis client Open made answers %v after Close, want redis.ErrClosed", err)
 		}
+	}
+	return opened{a.c.exec, k}
+}
+
+// opened is what openContendWith opened: the executor and the first client's counters.
+type opened struct {
+	e Executor
+	k Counters
+}
+
+// onStream fails t unless e is the byte path's executor and its client opened streams.
+func onStream(t *testing.T, o opened) {
+	t.Helper()
+	e, k := o.e, o.k
+	if _, ok := e.(*RedisStreamExecutor); !ok || k.StreamOpens == 0 {
+		t.Errorf("Open made a %T, %d streams opened; want the byte path", e, k.StreamOpens)
+	}
+}
+
+// onGoRedis fails t unless e is go-redis's executor and no stream was opened.
+func onGoRedis(t *testing.T, o opened) {
+	t.Helper()
+	e, k := o.e, o.k
+	if _, ok := e.(*RedisExecutor); !ok || k.StreamOpens != 0 {
+		t.Errorf("Open made a %T, %d streams opened; want go-redis", e, k.StreamOpens)
 	}
 }
 
@@ -152,7 +195,10 @@ func TestOpenRedis(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	t.Run("tcp", func(t *testing.T) {
-		openContend(t, "redis://:"+url.QueryEscape(pw)+"@"+addr+"/2")
+		onStream(t, openContendWith(t, "redis://:"+url.QueryEscape(pw)+"@"+addr+"/2", nil))
+		// The same on go-redis, its database in the query (go-redis's form, mapped on the byte path).
+		onGoRedis(t, openContendWith(t, "redis://:"+url.QueryEscape(pw)+"@"+addr+"?db=2", &ExecutorOptions{GoRedis: true}))
+		onStream(t, openContendWith(t, "redis://:"+url.QueryEscape(pw)+"@"+addr+"?db=2", nil))
 		ctx := context.Background()
 		for db, want := range map[int]bool{0: false, 2: true} {
 			rdb := redis.NewClient(&redis.Options{Addr: addr, Password: pw, DB: db})
@@ -167,17 +213,33 @@ func TestOpenRedis(t *testing.T) {
 		}
 	})
 	t.Run("unix", func(t *testing.T) {
-		openContend(t, "unix://:"+url.QueryEscape(pw)+"@"+sock+"?db=3")
+		// A password on unix:// is go-redis's form: the byte path refuses it, saying so.
+		u := "unix://:" + url.QueryEscape(pw) + "@" + sock + "?db=3"
+		if _, err := NewExecutor(u, nil); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "GoRedis") {
+			t.Fatalf("unix:// with a password on the byte path: %v", err)
+		}
+		onGoRedis(t, openContendWith(t, u, &ExecutorOptions{GoRedis: true}))
 	})
 	t.Run("options", func(t *testing.T) {
-		// RedisOptions reach the executor; the go-redis client is the executor's own.
-		e, err := NewExecutor("redis://:"+url.QueryEscape(pw)+"@"+addr, &ExecutorOptions{Redis: &RedisOptions{StandbyDelay: 321 * time.Millisecond}})
+		// RedisOptions reach the executor on either path; the go-redis client is the
+		// executor's own and bounds its commands by their ctx's deadline.
+		u := "redis://:" + url.QueryEscape(pw) + "@" + addr
+		redisOpts := &RedisOptions{StandbyDelay: 321 * time.Millisecond}
+		e, err := NewExecutor(u, &ExecutorOptions{Redis: redisOpts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := e.(*RedisStreamExecutor)
+		if se.proto.redis.standbyDelayMs != 321 || se.proto.kind != backendRedisStream {
+			t.Errorf("stream executor %+v", se.proto.redis)
+		}
+		e, err = NewExecutor(u, &ExecutorOptions{Redis: redisOpts, GoRedis: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		re := e.(*RedisExecutor)
-		if re.proto.standbyDelayMs != 321 || !re.owned || re.proto.shardedWake {
-			t.Errorf("executor %+v", re.proto)
+		if re.proto.standbyDelayMs != 321 || !re.owned || re.proto.shardedWake || !ctxDeadlines(re.rdb) {
+			t.Errorf("executor %+v (ContextTimeoutEnabled %v)", re.proto, ctxDeadlines(re.rdb))
 		}
 		_ = re.Close()
 	})
@@ -187,11 +249,22 @@ func TestOpenRedis(t *testing.T) {
 // sentinels name.
 func TestOpenRedisSentinel(t *testing.T) {
 	s := startSentinel(t)
-	openContend(t, "redis+sentinel://"+strings.Join(s.sentinels, ",")+"/"+s.name+"/1?dial_timeout=1s")
+	u := "redis+sentinel://" + strings.Join(s.sentinels, ",") + "/" + s.name + "/1?dial_timeout=1s"
 	rdb := redis.NewClient(&redis.Options{Addr: s.master, DB: 1})
 	defer rdb.Close()
-	if n, err := rdb.DBSize(context.Background()).Result(); err != nil || n == 0 {
-		t.Errorf("database 1 of the master holds %d keys (%v)", n, err)
+	for _, goRedis := range []bool{false, true} {
+		if err := rdb.FlushDB(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		o := openContendWith(t, u, &ExecutorOptions{GoRedis: goRedis})
+		if goRedis {
+			onGoRedis(t, o)
+		} else if onStream(t, o); o.k.SentinelLookups == 0 {
+			t.Errorf("the byte path reached the master without asking a sentinel: %+v", o.k)
+		}
+		if n, err := rdb.DBSize(context.Background()).Result(); err != nil || n == 0 {
+			t.Errorf("GoRedis %t: database 1 of the master holds %d keys (%v)", goRedis, n, err)
+		}
 	}
 }
 
@@ -207,7 +280,7 @@ func TestOpenRedisCluster(t *testing.T) {
 		t.Errorf("cluster executor %+v owned=%t", re.proto, re.owned)
 	}
 	_ = e.(*RedisExecutor).Close()
-	openContend(t, "redis+cluster://"+strings.Join(s.nodes, ","))
+	onGoRedis(t, openContendWith(t, "redis+cluster://"+strings.Join(s.nodes, ","), nil))
 }
 
 // TestOpenPostgres: postgresql:// and postgres:// on the shared cluster.
@@ -250,8 +323,8 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 		"sqlite:///x.db?mode=ro":          "no query",
 		"memory://somewhere":              "no host or path",
 		"redis+sentinel://h:26379":        "MASTER_NAME",
-		"redis+sentinel://h:26379/m/x":    "database number",
-		"redis+sentinel://h:x/m":          "bad address",
+		"redis+sentinel://h:26379/m/x":    "database of a Redis URL must be a number",
+		"redis+sentinel://h:x/m":          "port of a Redis URL",
 		"redis+cluster://h:7000/0":        "no path",
 		"redis+cluster://h?read_only=1":   "masters only",
 		"redis://h:6379/0?no_such=1":      "no_such",

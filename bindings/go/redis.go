@@ -22,9 +22,10 @@ import (
 // redisExec runs one LockClient's Redis requests: commands on rdb, in goroutines of
 // their own or on a caller's; (un)subscriptions in order on the subscriber.
 type redisExec struct {
-	c   *client
-	rdb redis.UniversalClient
-	sub *subscriber
+	c         *client
+	rdb       redis.UniversalClient
+	sub       *subscriber
+	deadlined bool // rdb bounds its commands by their ctx's deadline
 }
 
 func (x *redisExec) run(q *ioRequest) (*job, error) {
@@ -35,7 +36,20 @@ func (x *redisExec) run(q *ioRequest) (*job, error) {
 		x.sub.push(q)
 		return nil, nil
 	}
-	return &job{id: q.id, timeout: x.c.reqTimeout, run: func(ctx context.Context) { x.c.command(ctx, x.rdb, q) }}, nil
+	return &job{id: q.id, timeout: x.c.reqTimeout, deadlined: x.deadlined,
+		run: func(ctx context.Context) { x.c.command(ctx, x.rdb, q) }}, nil
+}
+
+// ctxDeadlines reports a go-redis client that bounds its commands' IO by their ctx's
+// deadline (ContextTimeoutEnabled; without it a read waits out ReadTimeout).
+func ctxDeadlines(rdb redis.UniversalClient) bool {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // close waits for the subscriber's goroutines (the driver's stop ended them).

@@ -117,7 +117,7 @@ func (t *RedisExecutor) backend() backendOptions {
 // start makes one LockClient's executor: commands run on rdb, (un)subscriptions on a
 // pub/sub connection of the LockClient's own.
 func (t *RedisExecutor) start(c *client) (ioExec, error) {
-	x := &redisExec{c: c, rdb: t.rdb,
+	x := &redisExec{c: c, rdb: t.rdb, deadlined: ctxDeadlines(t.rdb),
 		sub: &subscriber{c: c, rdb: t.rdb, kick: make(chan struct{}, 1), health: subHealthCheck}}
 	x.sub.wg.Add(1)
 	go x.sub.run(c.stop)

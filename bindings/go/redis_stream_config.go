@@ -3,7 +3,7 @@ package leasehold
 import (
 	"crypto/tls"
 	"errors"
-	"strings"
+	"fmt"
 	"time"
 )
 
@@ -41,17 +41,15 @@ type RedisStreamOptions struct {
 }
 
 // NewRedisStreamExecutor returns the executor for url: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB],
-// rediss://… (TLS) or unix:///PATH[?db=N] (no credentials), parsed by the core. Sentinel and Cluster URLs
-// are refused (use NewRedisExecutor for them), as is a URL the core cannot read
-// (ErrInvalidArgument). o may be nil.
+// rediss://… (TLS), unix:///PATH[?db=N] (no credentials) or
+// redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTER[/DB] (the master the
+// sentinels name, followed across failovers), parsed by the core; no query options (NewExecutor
+// maps go-redis's). A URL the core cannot read or does not serve on this path (Cluster) is
+// refused with its reason (ErrInvalidArgument). o may be nil.
 func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExecutor, error) {
 	var opt RedisStreamOptions
 	if o != nil {
 		opt = *o
-	}
-	scheme, _, _ := strings.Cut(url, ":")
-	if s := strings.ToLower(scheme); s == "redis+sentinel" || s == "redis+cluster" {
-		return nil, invalidArg("Redis stream URL %s: Sentinel and Cluster are not served on this path (use NewRedisExecutor)", redactURL(url))
 	}
 	if opt.Protocol < 0 || opt.Protocol > 3 || opt.ConnectTimeout < 0 || opt.CommandTimeout < 0 {
 		return nil, invalidArg("RedisStreamOptions: Protocol is 1 to 3 (0: the default), timeouts are not negative")
@@ -61,7 +59,8 @@ func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExec
 	}
 	b := backendOptions{kind: backendRedisStream, stream: streamProtocol{url: url}}
 	if err := checkBackend(b); err != nil {
-		return nil, invalidArg("bad Redis stream URL %s: %s; want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://… or unix:///PATH[?db=N] without credentials",
+		return nil, invalidArg("bad Redis stream URL %s: %s; want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://…, "+
+			"unix:///PATH[?db=N] without credentials or redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTER[/DB]",
 			redactURL(url), refusal(err))
 	}
 	ms := func(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
@@ -74,6 +73,11 @@ func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExec
 		return nil, invalidArg("RedisStreamOptions refused: %s (ClientName: printable ASCII without spaces, at most 256 bytes)", refusal(err))
 	}
 	return &RedisStreamExecutor{url: url, tls: opt.TLSConfig, proto: b}, nil
+}
+
+// Format prints the executor without its URL's password.
+func (t *RedisStreamExecutor) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprintf(f, "RedisStreamExecutor(%s)", redactURL(t.url))
 }
 
 // Close does nothing: each LockClient closes its own connections in LockClient.Close.

@@ -620,6 +620,9 @@ func TestNoPasswordInOpenErrors(t *testing.T) {
 		"rediss://u:S3CRET@h:6379/0?skip_verify=maybe",  // bad option value
 		"unix://u:S3CRET@/tmp/redis.sock?db=x",          // bad database
 		"unix://u:S3/CRET@/tmp/redis.sock",              // unescaped '/'
+		"unix://u:S3CRET@/tmp/redis.sock",               // a password on unix:// (go-redis's form only)
+		"redis://u:S3CRET@h/0?pool_size=3",              // a go-redis-only option on the byte path
+		"redis://u:S3CRET@h/0?read_timeout=-1",          // no unbounded timeout on the byte path
 		"redis+sentinel://u:S3CRET@h1:26379,h2:x/m",     // bad sentinel port
 		"redis+sentinel://u:S3CRET@h1:26379",            // no master name
 		"redis+sentinel://u:S3CRET@h1/m/x",              // bad database
@@ -664,11 +667,14 @@ func TestNoPasswordInOpenErrors(t *testing.T) {
 		t.Logf("%q -> %v", strings.ReplaceAll(s, secret, "…"), err)
 	}
 	// Accepted URLs with a password print without it.
-	for _, s := range []string{"redis://u:S3CRET@127.0.0.1:1/0", "rediss://:S3CRET@127.0.0.1:1",
-		"unix://u:S3CRET@/tmp/none.sock", "redis+sentinel://u:S3CRET@127.0.0.1:1/m",
-		"redis+cluster://u:S3CRET@127.0.0.1:1", "etcds://u:S3CRET@127.0.0.1:1",
-		"postgresql://u:S3CRET@127.0.0.1:1/db"} {
-		e, err := NewExecutor(s, nil)
+	goRedis := &ExecutorOptions{GoRedis: true}
+	for s, o := range map[string]*ExecutorOptions{"redis://u:S3CRET@127.0.0.1:1/0": nil, "rediss://:S3CRET@127.0.0.1:1": nil,
+		"redis://u:S3CRET@127.0.0.1:1/0?pool_size=3": goRedis, "rediss://:S3CRET@127.0.0.1:1?skip_verify=true": nil,
+		"unix://u:S3CRET@/tmp/none.sock": goRedis, "redis+sentinel://u:S3CRET@127.0.0.1:1/m": nil,
+		"redis+sentinel://u:S3CRET@127.0.0.1:1/m?pool_size=3": goRedis,
+		"redis+cluster://u:S3CRET@127.0.0.1:1":                nil, "etcds://u:S3CRET@127.0.0.1:1": nil,
+		"postgresql://u:S3CRET@127.0.0.1:1/db": nil} {
+		e, err := NewExecutor(s, o)
 		if err != nil {
 			t.Errorf("%q: %v", strings.ReplaceAll(s, secret, "…"), err)
 			continue
