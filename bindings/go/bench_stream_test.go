@@ -8,8 +8,11 @@ package leasehold
 // of a shared machine weighs on all alike: RedisStreamExecutor (the core owns the wire),
 // the floor (the requests the core sends for one acquire + release, recorded once through
 // the executor, replayed pre-encoded on a plain net.Conn in a bare loop, each reply read
-// whole), RedisExecutor (go-redis) and redsync. Each reports ops/s and this process's CPU
-// time per lock + unlock; stream/floor and stream/go-redis are ratios of ops/s.
+// whole), RedisExecutor (go-redis: on a client of the caller's, each request on a goroutine
+// of its own; go-redis-open: Open with GoRedis, whose client honours ctx deadlines, so a
+// caller with context.Background runs it on its own goroutine) and redsync. Each reports
+// ops/s and this process's CPU time per lock + unlock; stream/floor, stream/go-redis and
+// stream/go-redis-open are ratios of ops/s.
 
 import (
 	"bufio"
@@ -224,6 +227,12 @@ func BenchmarkRedisStreamVsFloor(b *testing.B) {
 		}
 	}
 	stream := newStreamClient(b, "redis://"+needRedis(b), &RedisStreamOptions{}, nil)
+	opened, err := Open("redis://"+needRedis(b), &OpenOptions{ExecutorOptions: ExecutorOptions{GoRedis: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = opened.Close() })
+	subscribed(b, opened)
 	variants := []struct {
 		name string
 		run  func() error
@@ -234,6 +243,7 @@ func BenchmarkRedisStreamVsFloor(b *testing.B) {
 		{"floor", floor, 0, 0},
 		{"go-redis", cycle(benchLeasehold(b, uniq(b, "g"))), 0, 0},
 		{"redsync", cycle(benchRedsync(b, uniq(b, "r"))()), 0, 0},
+		{"go-redis-open", cycle(benchBackendLock(opened, uniq(b, "o"))), 0, 0},
 	}
 	for i := range variants { // warm up
 		for j := 0; j < 100; j++ {
@@ -264,6 +274,7 @@ func BenchmarkRedisStreamVsFloor(b *testing.B) {
 	}
 	b.ReportMetric(variants[1].took.Seconds()/variants[0].took.Seconds(), "stream/floor")
 	b.ReportMetric(variants[2].took.Seconds()/variants[0].took.Seconds(), "stream/go-redis")
+	b.ReportMetric(variants[4].took.Seconds()/variants[0].took.Seconds(), "stream/go-redis-open")
 	b.ReportMetric(0, "ns/op")
 }
 
