@@ -41,11 +41,12 @@ func openRedisStream(rawURL, scheme string, eo *ExecutorOptions) (Executor, erro
 		so = *eo.RedisStream
 	}
 	if eo.Redis != nil {
-		if so.Redis != (RedisOptions{}) && so.Redis != *eo.Redis {
+		r := *eo.Redis
+		r.CloseClient = false // a go-redis client's; the stream executor owns its connections
+		if so.Redis != (RedisOptions{}) && so.Redis != r {
 			return nil, invalidArg("ExecutorOptions: Redis and RedisStream.Redis differ; give the Redis protocol options once")
 		}
-		so.Redis = *eo.Redis
-		so.Redis.CloseClient = false // the executor owns its connections
+		so.Redis = r
 	}
 	coreURL, err := mapStreamQuery(rawURL, scheme, &so)
 	if err != nil {
