@@ -5,21 +5,23 @@
 // linked).
 //
 // The names are those of every leasehold binding: a LockClient runs on one
-// Executor per backend (RedisExecutor, SQLiteExecutor, PostgresExecutor,
-// EtcdExecutor, MemoryExecutor), Acquire returns a Lease, and FencingGate
-// checks fencing tokens at the resource. Open makes a LockClient from a
-// backend URL; each New…Executor takes the backend's own client or address
-// and an options struct.
+// Executor per backend (RedisExecutor or RedisStreamExecutor, SQLiteExecutor,
+// PostgresExecutor, EtcdExecutor, MemoryExecutor), Acquire returns a Lease, and
+// FencingGate checks fencing tokens at the resource. Open makes a LockClient from a
+// backend URL (a Redis URL, Cluster aside, on RedisStreamExecutor, where the core
+// owns the wire; ExecutorOptions.GoRedis for go-redis); each New…Executor takes the
+// backend's own client or address and an options struct.
 //
 // A LockClient owns one core handle behind a mutex and one driver goroutine
 // that feeds the core's timeouts. The core speaks the backend's protocol (the
 // in-process memory service's too) and asks for its IO through one seam; the
 // LockClient, the same for every backend, only executes the requests,
 // verbatim (on go-redis, database/sql with go-sqlite3, pgx v5, net/http, the
-// memory service), off the driver (in their own goroutines, started by the
-// driver or by the Acquire/Release call that waits for that very call and
-// returns by its own bound), so a hung backend never delays loss detection
-// nor holds a caller past its deadline.
+// memory service; RedisStreamExecutor moves the core's bytes on net), off the
+// driver (in their own goroutines, started by the driver, or on the
+// Acquire/Release call that waits for that very call, which returns by its own
+// bound), so a hung backend never delays loss detection nor holds a caller past
+// its deadline.
 //
 //	client, _ := leasehold.Open("redis://127.0.0.1:6379/0", nil) // or sqlite://, postgresql://, etcd://…
 //	defer client.Close()
