@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,4 +244,55 @@ func TestCallerBoundAcquireInlineWithAStalledServer(t *testing.T) {
 	}
 	p.delay.Store(0)
 	waitFor(t, "no lock left", func() bool { return direct.Exists(context.Background(), lockKey(name)).Val() == 0 })
+}
+
+// TestOpenRedisSentinelByteFailover: Open's default path follows a Sentinel failover: the
+// master killed (SIGKILL), the client asks the sentinels again and grants on the promoted
+// replica, the fence above the one granted before.
+func TestOpenRedisSentinelByteFailover(t *testing.T) {
+	s := startSentinel(t)
+	ctx := context.Background()
+	o := openOptions()
+	o.RequestTimeout = 500 * time.Millisecond
+	c, err := Open("redis+sentinel://"+strings.Join(s.sentinels, ",")+"/"+s.name+"?dial_timeout=500ms", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.c.exec.(*RedisStreamExecutor); !ok {
+		t.Fatalf("Open made a %T", c.c.exec)
+	}
+	before, err := c.Acquire(ctx, "failover", AcquireOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := before.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.node(t, "master").Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d %v", n, err)
+	}
+	k0, _ := c.Counters()
+	s.signal(t, "master", syscall.SIGKILL)
+	killed := time.Now()
+	s.waitPromoted(t)
+	after, err := c.Acquire(ctx, "failover", AcquireOptions{TTL: 5 * time.Second, Wait: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("no grant after the failover: %v (%s)", err, c.BackendError())
+	}
+	k1, _ := c.Counters()
+	t.Logf("byte path: granted %v after the kill; sentinel lookups %d -> %d, streams opened %d -> %d",
+		time.Since(killed).Round(time.Millisecond), k0.SentinelLookups, k1.SentinelLookups, k0.StreamOpens, k1.StreamOpens)
+	if after.FencingToken() <= before.FencingToken() {
+		t.Errorf("fence %d after the failover, %d before", after.FencingToken(), before.FencingToken())
+	}
+	if k1.SentinelLookups <= k0.SentinelLookups {
+		t.Errorf("no sentinel asked again after the kill: %d -> %d", k0.SentinelLookups, k1.SentinelLookups)
+	}
+	if s.node(t, "replica").Exists(ctx, lockKey("failover")).Val() != 1 {
+		t.Error("the grant is not on the promoted replica")
+	}
+	if err := after.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
