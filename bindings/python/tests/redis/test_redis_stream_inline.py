@@ -1,7 +1,7 @@
 """``RedisStreamExecutor`` reads replies on the application's thread (the inline path), against
 a real redis-server: an uncontended call reads its own reply; many threads share one client;
 replies arrive in pieces; a connection cut in the middle of a reply; a stalled server with a
-caller's timeout. The bounds asserted are those the calls document (plus a margin for a loaded
+caller's timeout; an acquire that waits reads its own wake-up and grant. The bounds asserted are those the calls document (plus a margin for a loaded
 machine), never a speed."""
 
 from __future__ import annotations
@@ -65,6 +65,27 @@ def test_an_uncontended_call_reads_its_reply_on_the_callers_thread(redis_server,
         # (the poller may read the subscriber's stream meanwhile, never the commands')
         assert not ex.caller_streams & set(ex.poller_streams[polled:]), "a reply went through the poller thread"
     assert not _lock_keys(r, "inl")
+
+
+def test_a_waiting_acquire_reads_its_wake_up_and_grant_on_its_thread(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    ex = Recording(redis_server.url)
+    with LockClient(RedisStreamExecutor(redis_server.url)) as holder, LockClient(ex) as waiter:
+        waiter.acquire("inl-wait-warm", ttl=10).release()  # both streams open, scripts loaded
+        h = holder.acquire("inl-wait", ttl=10)
+        polled = len(ex.poller_streams)
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.append(waiter.acquire("inl-wait", ttl=10, wait=10)), name="lh-waiter")
+        t.start()
+        wait_until(lambda: r.zcard("lh:{inl-wait}:queue") == 1, 5.0, "the waiter queued")
+        assert h.release() == ReleaseOutcome.RELEASED
+        t.join(10)
+        assert got and got[0].fencing_token > h.fencing_token
+        # The wake-up came on the subscriber's stream and the grant on the commands' one; the
+        # waiting thread read both, the poller thread neither.
+        assert len(ex.caller_streams) == 2, ex.caller_streams
+        assert ex.poller_streams[polled:] == [], "the wait went through the poller thread"
+        assert ex.caller_reads.get("lh-waiter", 0) >= 2
+        got[0].release()
 
 
 def test_many_threads_share_one_client(redis_server, r) -> None:  # type: ignore[no-untyped-def]
