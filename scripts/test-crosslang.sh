@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-language suite: Python, Go and C++ worker processes contend for one lock name on a real
 # backend each run starts itself (Redis, PostgreSQL, a 3-member etcd cluster), and a checker
-# reads their shared log (tests/crosslang/README.md).
+# reads their shared log (tests/crosslang/README.md). On Redis they run twice more on the byte
+# executors, with a C worker too: on one server, and on a Sentinel set.
 # Builds the Rust library and the Go and C++ workers; installs what it needs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,9 +33,12 @@ mkdir -p "$out"
 g++ -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -Ibindings/cpp/include \
     $(pkg-config --cflags $libs) tests/crosslang/worker.cpp target/release/libleasehold.a \
     $(pkg-config --libs $libs) -lpthread -ldl -lm -o "$out/cpp-worker"
+gcc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -Ibindings/c/redis tests/crosslang/worker.c \
+    bindings/c/redis/lh_stream.c target/release/libleasehold.a -lpthread -ldl -lm -o "$out/c-worker"
 
-for backend in redis postgres etcd; do
+for backend in redis redis-bytes redis-sentinel postgres etcd; do
     bindings/python/.venv/bin/python tests/crosslang/run.py --backend "$backend" \
-        --go "$out/go-worker" --cpp "$out/cpp-worker" --rounds "${LEASEHOLD_CROSSLANG_ROUNDS:-100}"
+        --go "$out/go-worker" --cpp "$out/cpp-worker" --c "$out/c-worker" \
+        --rounds "${LEASEHOLD_CROSSLANG_ROUNDS:-100}"
 done
 echo "test-crosslang: passed"

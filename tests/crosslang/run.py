@@ -1,11 +1,14 @@
-"""Cross-language contention: Python, Go and C++ processes take turns on one lock name.
+"""Cross-language contention: Python, Go, C++ (and C) processes take turns on one lock name.
 
-    run.py --go GO_WORKER --cpp CPP_WORKER [--rounds N] [--backend redis|postgres|etcd]
+    run.py --go GO_WORKER --cpp CPP_WORKER [--c C_WORKER] [--rounds N] [--backend BACKEND]
 
-Starts the backend itself (redis-server, a PostgreSQL cluster or a 3-member etcd cluster on
-free loopback ports, stopped by pid), runs one worker per language, and checks the shared log
-they append to: no two holders overlap, fences strictly increase, at least 200 handoffs, every
-direction between the languages. See README.md.
+BACKEND is redis, postgres or etcd (each binding's executor of the core's protocol), or
+redis-bytes or redis-sentinel (the byte executors: the core owns the Redis wire; the C worker
+joins, given --c). Starts the backend itself (redis-server, a Sentinel set of a master, a
+replica and 3 sentinels, a PostgreSQL cluster or a 3-member etcd cluster on free loopback
+ports, stopped by pid), runs one worker per language, and checks the shared log they append to:
+no two holders overlap, fences strictly increase, at least 200 handoffs, every direction
+between the languages. See README.md.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from itertools import permutations
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MIN_HANDOFFS = 200
+#: Backends whose workers take the byte executors.
+BYTE_BACKENDS = ("redis-bytes", "redis-sentinel")
 
 
 class LogError(AssertionError):
@@ -148,6 +153,13 @@ def start_backend(backend: str, tmp: str) -> tuple[object, str]:
                 proc.wait(timeout=30)
 
         return Redis(), url
+    if backend == "redis-bytes":
+        return start_backend("redis", tmp)
+    if backend == "redis-sentinel":
+        sentinel = Scripted("redis-sentinel-test.sh", tmp)
+        with open(os.path.join(sentinel.dir, "addresses"), encoding="ascii") as f:
+            addrs = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+        return sentinel, f"redis+sentinel://{addrs['sentinels']}/{addrs['name']}"
     if backend == "postgres":
         pg = Scripted("pg-test-server.sh", tmp)
         return pg, pg.url
@@ -162,8 +174,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--go", required=True)
     ap.add_argument("--cpp", required=True)
+    ap.add_argument("--c", help="the C worker (byte backends only)")
     ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--backend", default="redis", choices=["redis", "postgres", "etcd"])
+    ap.add_argument("--backend", default="redis", choices=["redis", "postgres", "etcd", *BYTE_BACKENDS])
     args = ap.parse_args()
     self_test()
     with tempfile.TemporaryDirectory(prefix="lh-crosslang-") as tmp:
@@ -172,15 +185,20 @@ def main() -> int:
         try:
             log = os.path.join(tmp, "log")
             open(log, "w").close()
-            tags = ["py", "go", "cpp"]
             cmds = {
                 "py": [sys.executable, os.path.join(HERE, "worker.py")],
                 "go": [args.go],
                 "cpp": [args.cpp],
             }
+            path = []
+            if args.backend in BYTE_BACKENDS:
+                path = ["bytes"]
+                if args.c:
+                    cmds["c"] = [args.c]
+            tags = list(cmds)
             started = time.monotonic()
             procs = {
-                t: subprocess.Popen(cmds[t] + [url, "crosslang", str(args.rounds), log, t, str(len(tags))])
+                t: subprocess.Popen(cmds[t] + [url, "crosslang", str(args.rounds), log, t, str(len(tags)), *path])
                 for t in tags
             }
             failed = []

@@ -1,9 +1,13 @@
 // Cross-language contention worker (C++): see tests/crosslang/README.md.
 //
-//   crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS
+//   crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS [bytes]
+//
+// With `bytes` a Redis URL goes to RedisStreamExecutor (the core owns the wire); without it,
+// to the hiredis transport.
 #include <leasehold.hpp>
 #include <leasehold/etcd_transport.hpp>
 #include <leasehold/postgres_transport.hpp>
+#include <leasehold/redis_stream_executor.hpp>
 #include <leasehold/redis_transport.hpp>
 
 #include <fcntl.h>
@@ -81,8 +85,8 @@ bool others_had_it(const std::string& log, const std::string& tag, int workers, 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc != 7) {
-    std::cerr << "usage: crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS\n";
+  if (argc != 7 && argc != 8) {
+    std::cerr << "usage: crosslang_worker BACKEND NAME ROUNDS LOG TAG WORKERS [bytes]\n";
     return 2;
   }
   const std::string backend = argv[1], name = argv[2], log = argv[4], tag = argv[5];
@@ -91,7 +95,9 @@ int main(int argc, char** argv) try {
   if (fd < 0) throw std::runtime_error("cannot open " + log);
   const auto pid = std::to_string(::getpid());
   {
-    leasehold::LockClient client(transport(backend));
+    const bool bytes = argc == 8 && std::string(argv[7]) == "bytes";
+    leasehold::LockClient client = bytes ? leasehold::LockClient(std::make_shared<leasehold::RedisStreamExecutor>(backend))
+                                         : leasehold::LockClient(transport(backend));
     leasehold::AcquireOptions opts;
     opts.wait = 60s;
     std::mt19937 rng(std::random_device{}());

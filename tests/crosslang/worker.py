@@ -1,6 +1,9 @@
 """Cross-language contention worker (Python): see tests/crosslang/README.md.
 
-    worker.py BACKEND NAME ROUNDS LOG TAG WORKERS
+    worker.py BACKEND NAME ROUNDS LOG TAG WORKERS [bytes]
+
+With ``bytes`` a Redis URL (``redis://``, ``redis+sentinel://``, ``redis+cluster://``) goes to
+the byte executor (the core owns the wire); without it, to redis-py.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import time
 from leasehold import LockClient
 
 
-def executor(backend: str) -> object:
+def executor(backend: str, path: str) -> object:
+    if path == "bytes":
+        from leasehold.backends.redis_stream import RedisStreamExecutor
+
+        return RedisStreamExecutor(backend)
     if backend.startswith("redis://"):
         from leasehold.backends.redis_executor import RedisExecutor
 
@@ -50,9 +57,10 @@ def others_had_it(log: str, tag: str, workers: int, turns: int) -> bool:
 
 def main() -> int:
     backend, name, rounds, log, tag, workers = sys.argv[1:7]
+    path = sys.argv[7] if len(sys.argv) > 7 else ""
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     pid = os.getpid()
-    with LockClient(executor(backend)) as client:
+    with LockClient(executor(backend, path)) as client:
         append(fd, f"ready {tag} {pid}\n")
         deadline = time.monotonic() + 60
         while count(log, "ready") < int(workers) and time.monotonic() < deadline:

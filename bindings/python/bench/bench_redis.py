@@ -16,8 +16,10 @@ library, in one run:
    ``acquire()`` returning) p50/p99 with 8 and with 32 waiters (threads; each holder keeps the
    lock 10 ms so that the others are settled waiters when it releases, and only queues again
    once somebody else got the lock, so every handoff goes to another waiter);
-   leasehold twice: one LockClient per waiter and one shared client; then leasehold and
-   python-redis-lock once more with every waiter in its own OS process;
+   leasehold twice: one LockClient per waiter and one shared client; then leasehold,
+   python-redis-lock and the handoff floor (``handoff_floor.py``: the protocol's release
+   script, wake-up message and acquire script on plain sockets) once more with every waiter
+   in its own OS process;
 3. Redis commands per second caused by 8 idle waiters while the lock is held (INFO
    commandstats delta over a window; the benchmark's own INFO calls and the holder's renewals
    are subtracted);
@@ -50,6 +52,7 @@ sys.path.insert(0, str(HERE))
 
 import redis  # noqa: E402
 import redis_lock  # noqa: E402
+from handoff_floor import FloorHandoffLocker, recorded_scripts  # noqa: E402
 from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
@@ -383,9 +386,16 @@ def bench_handoff(impl: Impl, waiters: int, handoffs: int, timeout: float, hold:
 # Handoff across processes: one waiter per OS process, as separate services would run. The
 # thread version above keeps every client in one interpreter, so a release that wakes all
 # clients also queues them all on one GIL; here each client has its own.
-def _make_locker(kind: str, url: str) -> Locker:
+HANDOFF_FLOOR = "floor (protocol steps, raw sockets)"
+
+
+def _make_locker(kind: str, url: str, scripts: Any = None) -> Locker:
     if kind == "leasehold":
         return LeaseholdLocker(url)
+    if kind == "leasehold (byte path)":
+        return LeaseholdLocker(url, LockClient(RedisStreamExecutor(url)), True)
+    if kind == HANDOFF_FLOOR:
+        return FloorHandoffLocker(url, *scripts)  # type: ignore[return-value]
     if kind == "python-redis-lock":
         return PRLLocker(redis.Redis.from_url(url))
     if kind == "redis-py Lock":
@@ -393,8 +403,8 @@ def _make_locker(kind: str, url: str) -> Locker:
     raise ValueError(kind)
 
 
-def _handoff_process(kind: str, url: str, name: str, hold: float, sh: dict[str, Any]) -> None:
-    locker = _make_locker(kind, url)
+def _handoff_process(kind: str, url: str, name: str, hold: float, sh: dict[str, Any], scripts: Any) -> None:
+    locker = _make_locker(kind, url, scripts)
     sh["ready"].wait()
     try:
         while not sh["stop"].value:
@@ -443,8 +453,17 @@ def bench_handoff_processes(
         "lat": ctx.Array("d", handoffs, lock=False),
     }
     name = f"hp-{waiters}-{kind}"
+    scripts = None
+    if kind == HANDOFF_FLOOR:  # the scripts and keys the core sends for this name
+        rec = _Recorder(url)
+        client = LockClient(rec)
+        try:
+            client.acquire(name, ttl=10.0, wait=1.0).release()
+        finally:
+            client.close()
+        scripts = recorded_scripts(rec.seen)
     procs = [
-        ctx.Process(target=_handoff_process, args=(kind, url, name, hold, sh), daemon=True)
+        ctx.Process(target=_handoff_process, args=(kind, url, name, hold, sh, scripts), daemon=True)
         for _ in range(waiters + 1)
     ]
     for p in procs:
@@ -663,7 +682,7 @@ def main() -> None:
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
                         report_handoff(results, impl.label, waiters, res)
-                    for kind in ("leasehold", "python-redis-lock"):
+                    for kind in ("leasehold", "leasehold (byte path)", HANDOFF_FLOOR, "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
                         report_handoff(results, f"{kind} (process per waiter)", waiters, res)

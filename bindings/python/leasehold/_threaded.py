@@ -231,11 +231,15 @@ class ThreadedDriver(Driver):
             claims: list[Any] = be.held_reads()
         return claims
 
-    def _pump(self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker") -> None:
+    def _pump(
+        self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker", widen: bool = False
+    ) -> None:
         """(mutex not held) Read the streams this thread holds and feed what arrives until
         ``done()`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
         reads them from then on. ``waker`` is set when what this thread waits for settles
-        on another thread (it stops waiting at once)."""
+        on another thread (it stops waiting at once). ``widen``: when the first replies did
+        not settle it (an acquire that queued), also take the streams nobody reads, so the
+        wake-up comes to this thread too."""
         be = self._backend
         read, wake, now = be.read_held, waker.fd, time.monotonic
         try:
@@ -262,9 +266,31 @@ class ThreadedDriver(Driver):
                                 self._feed(core.stream_closed, stream, why)
                     finally:
                         be.held_reads()
+                    if widen and not done():
+                        widen = False
+                        claims.extend(be.hold_idle())
         finally:
             if claims:
                 be.release_reads(claims)
+
+    def _wait_reading(self, h: Lease, end: float) -> None:
+        """(mutex not held) An acquire() that waits reads the streams nobody reads until ``h``
+        settles or ``end``: its wake-up and its grant come to this thread, with no hop
+        through the executor's poller thread and no event to wake it."""
+        with self._mu:
+            if h._state != _ACQUIRING or self._closed or self._stop or self._paused:
+                return
+            claims = self._backend.hold_idle()
+            if not claims:
+                return
+            w = waker()
+            w.clear()
+            h._settled, h._waiter = w, threading.get_ident()  # type: ignore[assignment]
+        try:
+            self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
+        finally:
+            with self._mu:
+                h._settled = None
 
     # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:

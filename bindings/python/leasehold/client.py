@@ -383,13 +383,15 @@ class LockClient(ThreadedDriver):
                 self._run_here(batch, end)
             if claims:  # its reply, read here (the rest after the deadline: the poller)
                 try:
-                    self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
+                    self._pump(claims, lambda: h._state != _ACQUIRING, end, w, wait_s > 0)
                 finally:
                     if h._state != _ACQUIRING:  # settled: nobody looks at it again
                         h._settled = None
                     else:
                         with self._mu:
                             h._settled = None
+            if h._state == _ACQUIRING and self._reads and wait_s > 0:
+                self._wait_reading(h, end)
             # A settled handle never goes back to acquiring: no lock needed to look.
             settled = h._state != _ACQUIRING or self._wait_settled(h, bound)
         except BaseException:  # KeyboardInterrupt and friends: cancel, never leak a grant

@@ -1,7 +1,9 @@
 // Command crosslangworker is the Go worker of the cross-language contention
 // test (tests/crosslang/README.md):
 //
-//	crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS
+//	crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS [bytes]
+//
+// With bytes a Redis URL goes to the byte executor (the core owns the wire).
 package main
 
 import (
@@ -16,7 +18,10 @@ import (
 	"github.com/leasehold/leasehold/bindings/go"
 )
 
-func transport(backend string) (leasehold.Executor, error) {
+func transport(backend, path string) (leasehold.Executor, error) {
+	if path == "bytes" {
+		return leasehold.NewRedisStreamExecutor(backend, nil)
+	}
 	return leasehold.NewExecutor(backend, nil) // redis://, postgresql://, etcd://… as the other workers take them
 }
 
@@ -55,8 +60,12 @@ func othersHadIt(log, tag string, workers, turns int) bool {
 }
 
 func run() error {
-	if len(os.Args) != 7 {
-		return fmt.Errorf("usage: crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS")
+	if len(os.Args) != 7 && len(os.Args) != 8 {
+		return fmt.Errorf("usage: crosslangworker BACKEND NAME ROUNDS LOG TAG WORKERS [bytes]")
+	}
+	path := ""
+	if len(os.Args) == 8 {
+		path = os.Args[7]
 	}
 	backend, name, log, tag := os.Args[1], os.Args[2], os.Args[4], os.Args[5]
 	rounds, err := strconv.Atoi(os.Args[3])
@@ -72,7 +81,7 @@ func run() error {
 		return err
 	}
 	defer f.Close()
-	tr, err := transport(backend)
+	tr, err := transport(backend, path)
 	if err != nil {
 		return err
 	}

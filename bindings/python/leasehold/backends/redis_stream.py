@@ -231,6 +231,20 @@ class RedisStreamExecutor:
         claims, self._held.claims = self._held.claims, None
         return claims or []
 
+    def hold_idle(self) -> list[_Stream]:
+        """(client mutex held) Take the reading of every open stream nobody reads now, for a
+        caller that waits (an acquire with a wait reads its own wake-up and grant); it lets
+        them go with :meth:`release_reads`."""
+        with self._mu:
+            streams = list(self._streams.values())
+        poller, claims = self._poller, []
+        for st in streams:
+            if st.fd >= 0 and not st.closed and st.read_lock.acquire(False):
+                claims.append(st)
+                if poller is not None:
+                    poller.disarm(st.fd)
+        return claims
+
     def hold_more(self, claims: list[_Stream]) -> None:
         """(client mutex held) As :meth:`hold_reads`, adding to ``claims``."""
         self._held.claims = claims

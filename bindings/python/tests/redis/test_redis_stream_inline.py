@@ -1,7 +1,7 @@
 """``RedisStreamExecutor`` reads replies on the application's thread (the inline path), against
 a real redis-server: an uncontended call reads its own reply; many threads share one client;
 replies arrive in pieces; a connection cut in the middle of a reply; a stalled server with a
-caller's timeout. The bounds asserted are those the calls document (plus a margin for a loaded
+caller's timeout; an acquire that waits reads its own wake-up and grant. The bounds asserted are those the calls document (plus a margin for a loaded
 machine), never a speed."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Recording(RedisStreamExecutor):
         self.caller_streams: set[int] = set()
         self.chunks = 0
         self.poller_streams: list[int] = []
+        self.poller_fed: list[int] = []
+        self.widened = threading.Event()
 
     def read_held(self, claims: Any, timeout: float, wake: int = -1) -> Any:
         got = super().read_held(claims, timeout, wake)
@@ -43,6 +45,29 @@ class Recording(RedisStreamExecutor):
     def _ready(self, st: Any) -> None:
         self.poller_streams.append(st.id)
         super()._ready(st)
+
+    def open(self, req: Any, sink: Any) -> None:
+        super().open(req, _CountingSink(sink, self.poller_fed))
+
+    def hold_idle(self) -> Any:
+        claims = super().hold_idle()
+        self.widened.set()
+        return claims
+
+
+class _CountingSink:
+    """The sink of a stream, noting which stream the poller thread fed bytes of (the caller's
+    reads go to the core directly; ``_ready``'s attempts on a stream a caller holds read nothing)."""
+
+    def __init__(self, sink: Any, fed: list[int]) -> None:
+        self._sink, self._fed = sink, fed
+
+    def received(self, stream: int, data: bytes) -> None:
+        self._fed.append(stream)
+        self._sink.received(stream, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sink, name)
 
 
 def _lock_keys(r: Any, name: str) -> list[bytes]:
@@ -65,6 +90,30 @@ def test_an_uncontended_call_reads_its_reply_on_the_callers_thread(redis_server,
         # (the poller may read the subscriber's stream meanwhile, never the commands')
         assert not ex.caller_streams & set(ex.poller_streams[polled:]), "a reply went through the poller thread"
     assert not _lock_keys(r, "inl")
+
+
+def test_a_waiting_acquire_reads_its_wake_up_and_grant_on_its_thread(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    ex = Recording(redis_server.url)
+    with LockClient(RedisStreamExecutor(redis_server.url)) as holder, LockClient(ex) as waiter:
+        waiter.acquire("inl-wait-warm", ttl=10).release()  # both streams open, scripts loaded
+        h = holder.acquire("inl-wait", ttl=10)
+        fed = len(ex.poller_fed)
+        ex.caller_streams.clear()
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.append(waiter.acquire("inl-wait", ttl=10, wait=10)), name="lh-waiter")
+        t.start()
+        # Queued, and its refusal read: the waiting thread has taken the idle streams.
+        assert ex.widened.wait(10)
+        assert r.zcard("lh:{inl-wait}:queue") == 1
+        assert h.release() == ReleaseOutcome.RELEASED
+        t.join(10)
+        assert got and got[0].fencing_token > h.fencing_token
+        # The wake-up came on the subscriber's stream and the grant on the commands' one; the
+        # waiting thread read both, the poller thread neither.
+        assert len(ex.caller_streams) == 2, (ex.caller_streams, ex.poller_fed[fed:])
+        assert ex.poller_fed[fed:] == [], "the wait went through the poller thread"
+        assert ex.caller_reads.get("lh-waiter", 0) >= 2
+        got[0].release()
 
 
 def test_many_threads_share_one_client(redis_server, r) -> None:  # type: ignore[no-untyped-def]
