@@ -40,10 +40,18 @@ def test_rediss_url_keywords_require_the_certificate_and_the_host_name() -> None
     assert pool.connection_class.__name__ == "SSLConnection"
     assert pool.connection_kwargs["ssl_check_hostname"] is True
     assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
+    # from_url is on the byte path: the standard library's verifying context, also when the
+    # URL has TLS settings (redis-py's ssl_* query parameters are read for those only).
     svc = RedisLockService.from_url("rediss://127.0.0.1:6380/0")
     try:
-        assert svc.pool.connection_kwargs["ssl_check_hostname"] is True
-        assert svc.pool.connection_kwargs["ssl_cert_reqs"] == "required"
+        assert svc.settings()["ssl_context"] is None  # ssl.create_default_context() on connect
+    finally:
+        svc.close()
+    svc = RedisLockService.from_url("rediss://127.0.0.1:6380/0?ssl_cert_reqs=required")
+    try:
+        ctx = svc.settings()["ssl_context"]
+        assert ctx.check_hostname is True and ctx.verify_mode == ssl.CERT_REQUIRED
+        assert "?" not in svc.url  # the core gets the URL without them
     finally:
         svc.close()
     apool = async_connection_pool(url="rediss://127.0.0.1:6380/0")
