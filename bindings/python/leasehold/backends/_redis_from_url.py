@@ -19,7 +19,15 @@ from .._urls import check_url, redact, scrub
 
 __all__ = ["StreamSettings", "stream_settings"]
 
-_TLS_KEYS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname", "ssl_cert_reqs")
+_TLS_KEYS = (
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+    "ssl_check_hostname",
+    "ssl_cert_reqs",
+)
 _CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 _FALSE = ("0", "false", "no", "off", "f", "n")
 # redis-py keywords with a meaning on the byte path (the rest raise TypeError).
@@ -103,6 +111,11 @@ def stream_settings(
             "connection, pass your own client: RedisLockService(redis.Redis.from_url(url, ...))"
         )
     check_url(url)
+    if url.lower().startswith(("redis+cluster:", "rediss+cluster:")):
+        raise ValueError(
+            f"{redact(url)}: a Redis Cluster runs on redis-py: "
+            "leasehold.backends.redis_cluster_executor.RedisClusterExecutor(url=...)"
+        )
     core_url, tls = _split_tls(url)
     tls.update({k: kwargs[k] for k in _TLS_KEYS if k in kwargs})
     ctx = kwargs.get("ssl_context")

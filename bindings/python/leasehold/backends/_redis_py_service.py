@@ -23,7 +23,7 @@ from .redis_async import AsyncRedisLockService
 from .redis_executor import RedisExecutor
 from .redis_executor_async import AsyncRedisExecutor
 
-__all__ = ["_RedisPyLockService", "_AsyncRedisPyLockService"]
+__all__ = ["_RedisPyLockService", "_AsyncRedisPyLockService", "redis_py_class"]
 
 
 class _RedisPyLockService(RedisLockService, RedisExecutor):  # type: ignore[misc]  # from_sentinel: the service's
@@ -98,3 +98,22 @@ class _AsyncRedisPyLockService(AsyncRedisLockService, AsyncRedisExecutor):
         return True
 
     close = AsyncRedisExecutor.close
+
+
+_made: dict[type, type] = {}
+
+
+def redis_py_class(cls: type) -> type:
+    """The class a ``RedisLockService`` (``AsyncRedisLockService``) or a subclass of one's own
+    is made as on redis-py: the subclass first (its overrides of ``command``... wrap the
+    executor's), then the executor with the service's API."""
+    if cls is RedisLockService:
+        return _RedisPyLockService
+    if cls is AsyncRedisLockService:
+        return _AsyncRedisPyLockService
+    made = _made.get(cls)
+    if made is None:
+        base = _AsyncRedisPyLockService if issubclass(cls, AsyncRedisLockService) else _RedisPyLockService
+        made = type(cls.__name__, (cls, base), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        _made[cls] = made
+    return made

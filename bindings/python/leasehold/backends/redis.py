@@ -101,7 +101,8 @@ class RedisLockService:
     owns_client=False, direct_grants=True, options=None)``: the core's commands run on
     ``client``, a ``redis.Redis`` or ``ConnectionPool`` with its own options (a
     :class:`~leasehold.backends.redis_executor.RedisExecutor`; ``owns_client``: ``close()``
-    also disconnects its pool). :meth:`from_url` takes the byte path instead.
+    also disconnects its pool). :meth:`from_url` takes the byte path instead. A subclass of
+    one's own runs on redis-py (it is a ``RedisExecutor``, whose IO methods it may wrap).
 
     ``pubsub_ping_interval``, ``pubsub_linger`` and ``direct_grants`` are accepted and ignored:
     they tuned the earlier protocol's subscriber and its direct grants (a release wakes one
@@ -109,12 +110,12 @@ class RedisLockService:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RedisLockService:
-        if cls is RedisLockService:  # a redis-py client of the application's
+        if not hasattr(cls, "backend_protocol"):  # a redis-py client of the application's
             try:
-                from ._redis_py_service import _RedisPyLockService
+                from ._redis_py_service import redis_py_class
             except ImportError as e:
-                raise redis_py_missing("RedisLockService(client)") from e
-            cls = _RedisPyLockService
+                raise redis_py_missing(f"{cls.__name__}(client)") from e
+            cls = redis_py_class(cls)
         return object.__new__(cls)  # then its own __init__ runs
 
     options: Any
@@ -144,8 +145,21 @@ class RedisLockService:
         ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``, ``ssl_cert_reqs``; also as
         ``rediss://`` query parameters), or ``ssl_context``; any other raises ``TypeError``:
         for those, pass a client, ``RedisLockService(redis.Redis(...))``. A malformed URL
-        raises ``ValueError``."""
+        raises ``ValueError``.
+
+        A subclass of one's own (one that wraps the redis-py executor's ``command``) keeps
+        the redis-py path, ``from_url`` included: its URL and keywords build a redis-py pool."""
         check_ignored(pubsub_ping_interval, pubsub_linger)
+        if cls is not RedisLockService:
+            redis_kwargs.setdefault("socket_keepalive", True)
+            return cls(
+                None,
+                url=url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                options=options,
+                **redis_kwargs,
+            )
         settings = stream_settings(
             url,
             socket_timeout=socket_timeout,

@@ -41,12 +41,12 @@ class AsyncRedisLockService:
     as for :class:`~leasehold.backends.redis.RedisLockService`."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AsyncRedisLockService:
-        if cls is AsyncRedisLockService:  # a redis.asyncio client of the application's
+        if not hasattr(cls, "backend_protocol"):  # a redis.asyncio client of the application's
             try:
-                from ._redis_py_service import _AsyncRedisPyLockService
+                from ._redis_py_service import redis_py_class
             except ImportError as e:
-                raise redis_py_missing("AsyncRedisLockService(client)") from e
-            cls = _AsyncRedisPyLockService
+                raise redis_py_missing(f"{cls.__name__}(client)") from e
+            cls = redis_py_class(cls)
         return object.__new__(cls)  # then its own __init__ runs
 
     options: Any
@@ -65,8 +65,18 @@ class AsyncRedisLockService:
         **redis_kwargs: Any,
     ) -> AsyncRedisLockService:
         """As :meth:`leasehold.backends.redis.RedisLockService.from_url` (the same arguments;
-        no IO until used), on the event loop."""
+        no IO until used), on the event loop; a subclass of one's own keeps ``redis.asyncio``."""
         check_ignored(pubsub_ping_interval, pubsub_linger)
+        if cls is not AsyncRedisLockService:
+            redis_kwargs.setdefault("socket_keepalive", True)
+            return cls(
+                None,
+                url=url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                options=options,
+                **redis_kwargs,
+            )
         settings = stream_settings(
             url,
             socket_timeout=socket_timeout,

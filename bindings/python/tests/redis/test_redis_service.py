@@ -138,6 +138,27 @@ def test_the_redis_py_adapter_takes_a_client_of_ones_own(redis_server, r):
             RedisLockService(redis.Redis.from_url(redis_server.url), **bad)
 
 
+class Recording(RedisLockService):
+    """A subclass of one's own wrapping the documented ``command`` extension point."""
+
+    def __init__(self, client=None, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(client, **kw)
+        self.seen: list[bytes] = []
+
+    def command(self, argv):  # type: ignore[no-untyped-def]
+        self.seen.append(bytes(argv[0]))
+        return super().command(argv)
+
+
+def test_a_subclass_of_ones_own_keeps_the_redis_py_path(redis_server, r):
+    for s in (Recording(redis.Redis.from_url(redis_server.url), owns_client=True), Recording.from_url(redis_server.url)):
+        assert isinstance(s, Recording) and isinstance(s, RedisLockService) and isinstance(s, RedisExecutor)
+        assert s.backend_protocol == "redis" and s.ping() is True
+        with LockClient(s) as c:
+            c.acquire("sub", ttl=5).release()
+        assert b"EVALSHA" in s.seen or b"EVAL" in s.seen, s.seen  # the core's requests went through it
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_uncontended_acquire_release_and_renewal(redis_server, r, path):
     with LockClient(PATHS[path](redis_server.url)) as c:

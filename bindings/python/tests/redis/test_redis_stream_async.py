@@ -176,3 +176,22 @@ def test_a_stalled_server_bounds_every_call_and_never_blocks_the_loop(stall, red
         assert not r.exists(keys_for(name).lock), f"{name} leaked on the server"
     with LockClient(RedisStreamExecutor(redis_server.url)) as other:  # free for another client at once
         other.acquire("rel", ttl=5, wait=0).release()
+
+
+def test_the_module_docstring_example_takes_a_lock(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    import textwrap
+
+    from docstring_examples import examples, run_example
+
+    (code,) = examples("leasehold.backends.redis_stream_async")
+    assert "redis://127.0.0.1:6379/0" in code
+    tokens: list[int] = []
+
+    async def write_report(fencing_token: int) -> None:
+        tokens.append(fencing_token)
+
+    body = textwrap.indent(code.replace("redis://127.0.0.1:6379/0", redis_server.url), "    ")
+    ns = run_example(f"async def example():\n{body}\n", {"write_report": write_report})
+    asyncio.run(asyncio.wait_for(ns["example"](), 60))
+    assert len(tokens) == 1 and tokens[0] == int(r.get(keys_for("reports").fence))
+    assert not r.exists(keys_for("reports").lock)
