@@ -27,6 +27,7 @@ from .._core import RedisOptions
 from ..service import LockStatus
 from ._redis_from_url import stream_settings
 from .redis_stream import RedisStreamExecutor
+from .redis_stream_async import AsyncRedisStreamExecutor
 
 __all__ = ["RedisLockService", "ProtocolError", "lock_status", "PING_NAME"]
 
@@ -257,3 +258,20 @@ class _RedisStreamLockService(RedisLockService, RedisStreamExecutor):
         if client is not None:
             client.close()
             client.connection_pool.disconnect()
+
+    def for_asyncio(self) -> Any:
+        """The asyncio twin ``AsyncLockClient`` runs; its ``close()`` closes this service too
+        (a redis-py client made by :attr:`client`)."""
+        return _AsyncTwin(self)
+
+
+class _AsyncTwin(AsyncRedisStreamExecutor):
+    """A ``from_url`` service's asyncio twin, closing the service with it."""
+
+    def __init__(self, origin: _RedisStreamLockService) -> None:
+        super().__init__(**origin.settings())
+        self._origin = origin
+
+    async def close(self) -> None:
+        await self.detach()
+        self._origin.close()

@@ -195,3 +195,23 @@ def test_the_module_docstring_example_takes_a_lock(redis_server, r) -> None:  # 
     asyncio.run(asyncio.wait_for(ns["example"](), 60))
     assert len(tokens) == 1 and tokens[0] == int(r.get(keys_for("reports").fence))
     assert not r.exists(keys_for("reports").lock)
+
+
+def test_closing_the_async_client_closes_the_from_url_service(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    """``AsyncLockClient`` (owning the service) closes the twin's streams and the redis-py
+    client the sync service made for the application (``.client``)."""
+    from polling import wait_until
+
+    svc = RedisLockService.from_url(redis_server.url, client_name="lh-twin")
+    assert svc.client.ping()  # the application's own redis-py connection, named too
+
+    def named() -> int:
+        return [c.get("name") for c in r.client_list()].count("lh-twin")
+
+    async def main() -> None:
+        async with AsyncLockClient(svc) as c:
+            async with c.acquire("py-twin", ttl=5):
+                assert named() >= 2  # the redis-py connection and the core's commands stream
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    wait_until(lambda: named() == 0, bound=10, what="every lh-twin connection closed")
