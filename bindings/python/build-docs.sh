@@ -47,6 +47,8 @@ modules = [
     "leasehold.backends.redis_connect",
     "leasehold.backends.redis_executor",
     "leasehold.backends.redis_executor_async",
+    "leasehold.backends.redis_stream",
+    "leasehold.backends.redis_stream_async",
     "leasehold.backends.sql_executor",
     "leasehold.backends.sql_executor_async",
     "leasehold.backends.etcd_executor",

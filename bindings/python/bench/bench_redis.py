@@ -65,9 +65,10 @@ FLOOR = "floor (core's requests, raw socket)"
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
 def lh_client(url: str) -> LockClient:
-    """leasehold's LockClient on ``RedisLockService.from_url`` (the Redis executor: the core
-    speaks the protocol, redis-py runs its requests; 2 s socket and connect timeouts)."""
-    return LockClient(RedisLockService.from_url(url))
+    """leasehold's LockClient on ``RedisLockService(redis-py client)`` (the Redis executor: the
+    core speaks the protocol, redis-py runs its requests; 2 s socket and connect timeouts)."""
+    own = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0, socket_keepalive=True)
+    return LockClient(RedisLockService(own, owns_client=True))
 
 
 class Locker:

@@ -49,7 +49,10 @@ import inspect
 import logging
 import os
 import socket
+import threading
 import time
+from collections import deque
+from dataclasses import replace
 from functools import partial
 from typing import Any, Callable
 
@@ -148,7 +151,7 @@ _LEASE_METHODS = ("acquire", "renew", "release")
 
 
 def _is_async_executor(executor: object) -> bool:
-    return any(inspect.iscoroutinefunction(getattr(executor, m, None)) for m in _IO_METHODS)
+    return any(inspect.iscoroutinefunction(getattr(executor, m, None)) for m in (*_IO_METHODS, "open"))
 
 
 def twin_name(obj: object) -> str | None:
@@ -178,7 +181,8 @@ def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
     """``service`` when it is a backend executor, else ``None``.
 
     Every executor works in either client where it can: for the asyncio client
-    (``for_asyncio``) a synchronous executor is wrapped in :class:`ThreadedExecutor`; an
+    (``for_asyncio``) a synchronous executor is wrapped in :class:`ThreadedExecutor`, or
+    replaced by its asyncio twin when it makes one (``for_asyncio()``: the byte path); an
     asyncio executor given to the threaded client raises ``TypeError`` naming its
     synchronous twin. An executor subclass that defines ``acquire``/``renew``/``release``
     gets a ``RuntimeWarning``: the core runs the protocol, so those methods are never
@@ -199,7 +203,8 @@ def backend_of(service: object, *, for_asyncio: bool = False) -> Any:
         )
     is_async = _is_async_executor(service)
     if for_asyncio and not is_async:
-        return ThreadedExecutor(service)
+        twin = getattr(service, "for_asyncio", None)  # a byte-path executor's loop-native twin
+        return twin() if callable(twin) else ThreadedExecutor(service)
     if not for_asyncio and is_async:
         twin = twin_name(service)
         raise TypeError(
@@ -512,19 +517,33 @@ class BackendSink:
 
 def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
     """What the backend says about ``name`` (a :class:`~leasehold._core.StatusAnswer`), read
-    with a sync executor (SQL, Redis or etcd) on a core of its own: the core writes the
+    with a sync executor (SQL, Redis, Redis on bytes or etcd) on a core of its own: the core writes the
     query (and, for SQL, the migration before it), the executor runs it. Raises
     ``TimeoutError`` when no answer came within ``timeout`` seconds."""
     from ._core import Config
 
     core = Core(Config(), backend=executor.options)
-    sink = BackendSink(core, lambda fn: None)  # a status query needs no notification
+    # A status query needs no notification; on the byte path what the executor's threads
+    # read (a stream opened, bytes, its end) is fed here, on this thread, in order.
+    inbox: deque[Callable[[], None]] = deque()
+    arrived = threading.Event()
+    streams = getattr(executor, "backend_protocol", None) == "stream"
+
+    def feed(fn: Callable[[], None]) -> None:
+        if streams:
+            inbox.append(fn)
+            arrived.set()
+
+    sink = BackendSink(core, feed)
     executor.attach(sink)
     try:
         core.status_request(name)
         end = time.monotonic() + timeout
         while True:
-            ran = False
+            arrived.clear()
+            ran = bool(inbox)
+            while inbox:
+                inbox.popleft()()
             for req in core.poll_io():
                 ran = True
                 fn = execute_request(core, executor, sink, req)
@@ -532,11 +551,15 @@ def backend_status(executor: Any, name: str, timeout: float = 10.0) -> Any:
                     fn()
             got = core.poll_status()
             if got is not None:
-                return got[1]
+                answer = got[1]
+                why = core.backend_last_error() if streams and not answer.ok else ""
+                if why and why not in answer.error:  # the stream's own reason (refused, TLS...)
+                    answer = replace(answer, error=f"{answer.error}: {why}")
+                return answer
             if time.monotonic() > end:
                 raise TimeoutError(f"no status of {name!r} within {timeout:g}s: {core.backend_last_error()}")
             if not ran:  # an answer may have queued the next request (the migration's query)
-                time.sleep(0.01)
+                arrived.wait(0.01)
             core.timeout()
     finally:
         executor.detach()

@@ -154,29 +154,8 @@ def open_backend(url: str) -> Any:
         from .backends.memory import MemoryLockService
 
         return MemoryLockService()
-    if scheme in ("redis", "rediss", "unix"):
-        _check(url, "Redis")
-        try:
-            from .backends.redis import RedisLockService
-        except ImportError as e:
-            raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
-        try:
-            # The Redis executor (the core's protocol) under its first name, for its status().
-            svc = RedisLockService.from_url(url)
-        except ValueError as e:
-            raise UsageError(f"bad Redis URL {redact(url)}: {scrub(e, url)}") from None
-        except Exception as e:
-            raise BackendError(f"cannot connect to {redact(url)}: {scrub(e, url)}") from None
-        ping = getattr(svc, "ping", None)
-        if callable(ping):
-            try:
-                ping()
-            except Exception as e:
-                svc.close()
-                raise BackendError(f"cannot reach {redact(url)}: {scrub(e, url)}") from None
-        return svc
-    if scheme == "redis+sentinel":
-        return _open_sentinel(url)
+    if scheme in ("redis", "rediss", "unix", "redis+sentinel"):
+        return _open_redis(url, scheme)
     if scheme == "redis+cluster":
         return _open_cluster(url)
     if scheme in ("postgresql", "postgres"):
@@ -219,26 +198,27 @@ def _open_cluster(url: str) -> Any:
         raise BackendError(f"cannot reach the cluster through {redact(url)}: {scrub(e, url)}") from None
 
 
-def _open_sentinel(url: str) -> Any:
-    """The Redis executor on the master the sentinels of ``url`` name (it asks them again on
-    every reconnect, so a run follows a failover)."""
-    _check(url, "Redis Sentinel")
+def _open_redis(url: str, scheme: str) -> Any:
+    """Redis on the byte path (the core owns the connections; no redis-py): one server, or
+    the master the sentinels of a ``redis+sentinel://`` URL name (asked again on every
+    reconnect, so a run follows a failover). Checked with a status query before use."""
+    sentinel = scheme == "redis+sentinel"
+    what = "Redis Sentinel" if sentinel else "Redis"
+    _check(url, what)
+    from .backends.redis import RedisLockService
+
     try:
-        from .backends.redis_executor import RedisExecutor, parse_sentinel_url
-    except ImportError as e:
-        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
+        svc = RedisLockService.from_url(url)
+    except (TypeError, ValueError) as e:
+        why = scrub(e, url)
+        raise UsageError(why if why.startswith("bad ") else f"bad {what} URL {redact(url)}: {why}") from None
     try:
-        parse_sentinel_url(url)
-    except ValueError as e:
-        raise UsageError(f"bad Redis Sentinel URL: {scrub(e, url)}") from None
-    executor = RedisExecutor(url=url)
-    try:
-        executor.command([b"PING"])  # the sentinels answer and name a reachable master
+        svc.ping()
     except Exception as e:
-        executor.close()
-        why = str(e).split(" : ")[0]  # redis-py appends every sentinel's repr
-        raise BackendError(f"cannot reach the master through {redact(url)}: {scrub(why, url)}") from None
-    return executor
+        svc.close()
+        where = "the master through " if sentinel else ""
+        raise BackendError(f"cannot reach {where}{redact(url)}: {scrub(e, url)}") from None
+    return svc
 
 
 def etcd_url(url: str) -> tuple[str | None, str | None, list[str]]:

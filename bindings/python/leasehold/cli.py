@@ -120,8 +120,9 @@ visible to other local users in ps: prefer the file, mode 600, or the variable):
   sqlite:REL/PATH      the same, relative to the working directory
   sqlite://            the default file: $XDG_CACHE_HOME/leasehold/locks.sqlite3
                        (~/.cache/leasehold/locks.sqlite3 when XDG_CACHE_HOME is unset)
-  redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://..., unix:///PATH.sock
-                       a Redis server (needs redis-py: pip install 'redis>=5')
+  redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://..., unix:///PATH.sock[?db=N]
+                       a Redis server (rediss:// takes ?ssl_ca_certs=PEM and redis-py's
+                       other ssl_* settings)
   redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]
                        the master that these Redis Sentinels name MASTER, followed across
                        failovers (PASSWORD and DB are the Redis servers')
@@ -132,7 +133,8 @@ visible to other local users in ps: prefer the file, mode 600, or the variable):
                        password needs ?insecure_auth=1 (they would cross in clear text)
   redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]
                        a Redis Cluster (7+), from any of these nodes: commands routed by
-                       slot, wake-ups on sharded pub/sub, failovers followed
+                       slot, wake-ups on sharded pub/sub, failovers followed (needs
+                       redis-py: pip install 'leasehold[redis]')
   memory://            in-process only: no other process sees the lock (for tests)
 """
 

@@ -1,8 +1,11 @@
-"""``RedisLockService``: the Redis executor under its first name, with its first constructor.
+"""``RedisLockService``: Redis under its first name, with its first constructors.
 
-The core speaks the Redis protocol itself (``docs/redis-protocol.md``); this class is a
-:class:`~leasehold.backends.redis_executor.RedisExecutor` that also accepts the arguments
-the earlier Redis service took, so code written for it keeps working::
+``RedisLockService.from_url(url)`` takes the byte path: the core owns the connections and the
+wire, a :class:`~leasehold.backends.redis_stream.RedisStreamExecutor` moves the bytes with the
+standard library, and redis-py is not needed. ``RedisLockService(client)`` runs the core's
+commands on a redis-py client of the application's (a
+:class:`~leasehold.backends.redis_executor.RedisExecutor`; that path needs
+``leasehold[redis]``). Both are ``RedisLockService`` instances with the same API::
 
     from leasehold import LockClient
     from leasehold.backends.redis import RedisLockService
@@ -20,32 +23,52 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 from .._core import RedisOptions
 from ..service import LockStatus
-from .redis_executor import RedisExecutor
+from ._redis_from_url import stream_settings
+from .redis_stream import RedisStreamExecutor
+from .redis_stream_async import AsyncRedisStreamExecutor
 
-__all__ = ["RedisLockService", "ProtocolError", "lock_status"]
+__all__ = ["RedisLockService", "ProtocolError", "lock_status", "PING_NAME"]
 
 #: Defaults used by :meth:`RedisLockService.from_url` (seconds).
 DEFAULT_SOCKET_TIMEOUT = 2.0
 DEFAULT_CONNECT_TIMEOUT = 2.0
 DEFAULT_PUBSUB_PING_INTERVAL = 30.0
 DEFAULT_PUBSUB_LINGER = 10.0
+#: The name ``ping()`` asks the status of on the byte path (read-only: nothing is written).
+PING_NAME = "leasehold-ping"
+
+_NEEDS_REDIS_PY = "needs redis-py: pip install 'leasehold[redis]'"
 
 
 class ProtocolError(Exception):
     """Redis answered with something leasehold did not write (garbage under a lock's keys)."""
 
 
-def lock_status(executor: Any, name: str) -> LockStatus:
-    """What the server says about ``name``, read through the core's own status query on a
-    sibling of ``executor`` (same pool, its own attachment: the executor may be serving a
-    client meanwhile). Raises :class:`ProtocolError` when the core refused the reply."""
+def _status_answer(executor: Any, name: str) -> Any:
+    """The core's status answer for ``name`` through a sibling of ``executor`` (its own
+    connections, or its own attachment to the same pool: ``executor`` may be serving a client
+    meanwhile)."""
     from .._backend import backend_status
 
-    st = backend_status(RedisExecutor(executor.pool, options=executor.options, owns_pool=False), name)
+    if getattr(executor, "backend_protocol", None) == "stream":
+        sibling: Any = RedisStreamExecutor(**executor.settings())
+    else:
+        from .redis_executor import RedisExecutor
+
+        sibling = RedisExecutor(executor.pool, options=executor.options, owns_pool=False)
+    try:
+        return backend_status(sibling, name)
+    finally:
+        sibling.close()
+
+
+def lock_status(executor: Any, name: str) -> LockStatus:
+    """What the server says about ``name``, read through the core's own status query on a
+    sibling of ``executor`` (a ``RedisExecutor`` or a ``RedisStreamExecutor``). Raises
+    :class:`ProtocolError` when the core refused the reply."""
+    st = _status_answer(executor, name)
     if not st.ok:
         raise ProtocolError(st.error)
     held = bool(st.held)
@@ -59,86 +82,134 @@ def lock_status(executor: Any, name: str) -> LockStatus:
     )
 
 
-class RedisLockService(RedisExecutor):
-    """A :class:`~leasehold.backends.redis_executor.RedisExecutor` taking the earlier Redis
-    service's arguments.
+def check_ignored(pubsub_ping_interval: float, pubsub_linger: float) -> None:
+    """The earlier service's tuning arguments are ignored, but still checked."""
+    if pubsub_ping_interval <= 0:
+        raise ValueError("pubsub_ping_interval must be positive")
+    if pubsub_linger < 0:
+        raise ValueError("pubsub_linger must be >= 0")
 
-    :param client: a ``redis.Redis`` (or ``ConnectionPool``); used with its own options
-    :param owns_client: ``close()`` also disconnects its pool
-    :param options: the core's Redis protocol options (:class:`leasehold.RedisOptions`)
+
+def redis_py_missing(what: str) -> ImportError:
+    return ImportError(f"{what} {_NEEDS_REDIS_PY}")
+
+
+class RedisLockService:
+    """A Redis backend executor under the earlier service's name; give it to ``LockClient``
+    (or ``AsyncLockClient``).
+
+    ``RedisLockService(client, *, pubsub_ping_interval=30, pubsub_linger=10,
+    owns_client=False, direct_grants=True, options=None)``: the core's commands run on
+    ``client``, a ``redis.Redis`` or ``ConnectionPool`` with its own options (a
+    :class:`~leasehold.backends.redis_executor.RedisExecutor`; ``owns_client``: ``close()``
+    also disconnects its pool). :meth:`from_url` takes the byte path instead. A subclass of
+    one's own runs on redis-py (it is a ``RedisExecutor``, whose IO methods it may wrap).
 
     ``pubsub_ping_interval``, ``pubsub_linger`` and ``direct_grants`` are accepted and ignored:
-    they tuned the earlier protocol's subscriber and its direct grants (the subscriber now
-    has no read timeout and TCP keepalive; a release wakes one queued client).
+    they tuned the earlier protocol's subscriber and its direct grants (a release wakes one
+    queued client).
     """
 
-    def __init__(
-        self,
-        client: redis.Redis | redis.ConnectionPool | None = None,
-        *,
-        pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
-        pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
-        owns_client: bool = False,
-        direct_grants: bool = True,
-        options: RedisOptions | None = None,
-        **executor_kwargs: Any,
-    ) -> None:
-        if pubsub_ping_interval <= 0:
-            raise ValueError("pubsub_ping_interval must be positive")
-        if pubsub_linger < 0:
-            raise ValueError("pubsub_linger must be >= 0")
-        executor_kwargs.setdefault("owns_pool", owns_client if client is not None else None)
-        super().__init__(client, options=options, **executor_kwargs)
-        self._client = client if isinstance(client, redis.Redis) else None
+    def __new__(cls, *args: Any, **kwargs: Any) -> RedisLockService:
+        if not hasattr(cls, "backend_protocol"):  # a redis-py client of the application's
+            try:
+                from ._redis_py_service import redis_py_class
+            except ImportError as e:
+                raise redis_py_missing(f"{cls.__name__}(client)") from e
+            cls = redis_py_class(cls)
+        return object.__new__(cls)  # then its own __init__ runs
+
+    options: Any
 
     @classmethod
     def from_url(
         cls,
         url: str,
         *,
-        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
-        socket_connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
+        socket_connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         pubsub_ping_interval: float = DEFAULT_PUBSUB_PING_INTERVAL,
         pubsub_linger: float = DEFAULT_PUBSUB_LINGER,
         direct_grants: bool = True,
         options: RedisOptions | None = None,
         **redis_kwargs: Any,
     ) -> RedisLockService:
-        """Connect to ``redis://[[user]:password@]host:port/db`` (or ``rediss://``, ``unix://``).
+        """Connect to ``redis://[[user]:password@]host[:port][/db]``, ``rediss://…``,
+        ``unix:///path[?db=N]`` or ``redis+sentinel://…/MASTER[/db]`` on the byte path (the
+        core owns the connections; no redis-py). No IO until the first request.
 
-        Socket timeouts bound every call (a hung server becomes a transport error, which the
-        core retries by its own rules). No IO until the first request."""
-        redis_kwargs.setdefault("socket_keepalive", True)
-        return cls(
-            None,
-            url=url,
-            pubsub_ping_interval=pubsub_ping_interval,
-            pubsub_linger=pubsub_linger,
-            direct_grants=direct_grants,
-            options=options,
+        ``socket_connect_timeout`` bounds each connect, ``socket_timeout`` each request (a hung
+        server becomes a transport error, which the core retries by its own rules);
+        ``None`` is the core's default. Of redis-py's keywords it takes ``client_name``,
+        ``socket_keepalive`` (on by default), ``protocol`` (2 or 3: the handshake's first
+        choice) and the TLS ones (``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
+        ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``, ``ssl_cert_reqs``; also as
+        ``rediss://`` query parameters), or ``ssl_context``; any other raises ``TypeError``:
+        for those, pass a client, ``RedisLockService(redis.Redis(...))``. A malformed URL
+        raises ``ValueError``.
+
+        A subclass of one's own (one that wraps the redis-py executor's ``command``) keeps
+        the redis-py path, ``from_url`` included: its URL and keywords build a redis-py pool."""
+        check_ignored(pubsub_ping_interval, pubsub_linger)
+        if cls is not RedisLockService:
+            redis_kwargs.setdefault("socket_keepalive", True)
+            return cls(
+                None,
+                url=url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                options=options,
+                **redis_kwargs,
+            )
+        settings = stream_settings(
+            url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
-            **redis_kwargs,
+            options=options,
+            kwargs=redis_kwargs,
         )
+        return _RedisStreamLockService(settings)
 
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: Any,
+        master_name: str,
+        *,
+        options: RedisOptions | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
+        **redis_kwargs: Any,
+    ) -> RedisLockService:
+        """The redis-py path on a Sentinel deployment's master (as
+        :meth:`leasehold.backends.redis_executor.RedisExecutor.from_sentinel`); the byte path
+        takes ``from_url("redis+sentinel://…")``."""
+        try:
+            from .redis_connect import sentinel_pool
+        except ImportError as e:
+            raise redis_py_missing("RedisLockService.from_sentinel()") from e
+        pool = sentinel_pool(sentinels, master_name, sentinel_kwargs=sentinel_kwargs, **redis_kwargs)
+        return RedisLockService(pool, options=options, owns_client=True)
+
+    # -- what both paths have ----------------------------------------------------------------------
     @property
-    def client(self) -> redis.Redis:
-        """A redis-py client on this service's connection pool."""
-        if self._client is None:
-            self._client = redis.Redis(connection_pool=self.pool)
-        return self._client
+    def client(self) -> Any:
+        """A redis-py ``redis.Redis`` on the same server (raises ``ImportError`` without
+        redis-py)."""
+        raise NotImplementedError  # pragma: no cover - by the subclasses
 
     def ping(self) -> bool:
-        """``True`` when the server answers PING (raises on a transport failure)."""
-        reply = self.command([b"PING"])
-        if isinstance(reply, Exception):
-            raise reply
-        return True
+        """``True`` when the server answers (raises on a transport failure)."""
+        raise NotImplementedError  # pragma: no cover - by the subclasses
+
+    def close(self) -> None:
+        """Close the connections (and a redis-py client this service made)."""
+        raise NotImplementedError  # pragma: no cover - by the subclasses
 
     def status(self, name: str) -> LockStatus:
         """What Redis says about ``name`` right now (read-only, advisory), read with the
-        core's status query. The holder's pid, host and holding time are ``None``: the keys
-        do not record them. Garbage under the name's keys raises :class:`ProtocolError`."""
+        core's status query on connections of its own. The holder's pid, host and holding time
+        are ``None``: the keys do not record them. Garbage under the name's keys raises
+        :class:`ProtocolError`."""
         return lock_status(self, name)
 
     def __enter__(self) -> RedisLockService:
@@ -146,3 +217,61 @@ class RedisLockService(RedisExecutor):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _RedisStreamLockService(RedisLockService, RedisStreamExecutor):
+    """:meth:`RedisLockService.from_url`'s service: a
+    :class:`~leasehold.backends.redis_stream.RedisStreamExecutor` with the service's API."""
+
+    def __init__(self, settings: Any) -> None:
+        RedisStreamExecutor.__init__(self, **settings.executor)
+        self._from_url = settings
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """A ``redis.Redis`` made from the same URL and keywords on first use, for the
+        application's own commands (the locks do not use it)."""
+        if self._client is None:
+            try:
+                import redis
+
+                from .redis_connect import connection_pool
+            except ImportError as e:
+                raise redis_py_missing("RedisLockService.client") from e
+            s = self._from_url
+            self._client = redis.Redis(connection_pool=connection_pool(url=s.redis_py_url, **s.redis_py))
+        return self._client
+
+    def ping(self) -> bool:
+        """``True`` when the server answers the core's status query (of :data:`PING_NAME`, on
+        connections of its own: handshake, credentials and database included); raises
+        ``ConnectionError`` with the core's reason otherwise."""
+        st = _status_answer(self, PING_NAME)
+        if not st.ok:
+            raise ConnectionError(st.error)
+        return True
+
+    def close(self) -> None:
+        RedisStreamExecutor.detach(self)
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+            client.connection_pool.disconnect()
+
+    def for_asyncio(self) -> Any:
+        """The asyncio twin ``AsyncLockClient`` runs; its ``close()`` closes this service too
+        (a redis-py client made by :attr:`client`)."""
+        return _AsyncTwin(self)
+
+
+class _AsyncTwin(AsyncRedisStreamExecutor):
+    """A ``from_url`` service's asyncio twin, closing the service with it."""
+
+    def __init__(self, origin: _RedisStreamLockService) -> None:
+        super().__init__(**origin.settings())
+        self._origin = origin
+
+    async def close(self) -> None:
+        await self.detach()
+        self._origin.close()

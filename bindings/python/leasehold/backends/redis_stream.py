@@ -26,9 +26,10 @@ that took it, or the poller thread), which feeds them to the core before letting
 byte is lost or fed out of order; a caller never waits for the lock while it holds the
 client mutex (it only tries it), and whoever lets go arms the poller again.
 
-``LockClient`` drives it (not yet ``AsyncLockClient``). ``redis+sentinel://`` URLs work too
-(the core asks the sentinels and follows failovers); Cluster URLs are refused by the core on
-this path for now.
+``LockClient`` drives it; ``AsyncLockClient`` drives its asyncio twin
+(:mod:`leasehold.backends.redis_stream_async`, made from this one by :meth:`for_asyncio`).
+``redis+sentinel://`` URLs work too (the core asks the sentinels and follows failovers);
+Cluster URLs are refused by the core on this path for now.
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ class RedisStreamExecutor:
     :param client_name: ``CLIENT SETNAME`` of the connections
     :param options: the core's Redis protocol options (standby delay, key keep time...)
     :param ssl_context: for ``rediss://`` (default: ``ssl.create_default_context()``)
+    :param keepalive: TCP keepalive on the connections (a dead peer of an idle subscriber is
+        found by the kernel)
+    :param stream_options: the core's options whole (:class:`leasehold.RedisStreamOptions`:
+        timeouts, the handshake's protocol), in place of ``client_name`` and ``options``; its
+        URL is ``url``
     """
 
     backend_protocol = "stream"
@@ -134,10 +140,13 @@ class RedisStreamExecutor:
         client_name: str | None = None,
         options: RedisOptions | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        keepalive: bool = False,
+        stream_options: RedisStreamOptions | None = None,
     ) -> None:
         self.url = url
-        self.options = RedisStreamOptions(url, client_name=client_name, redis=options or RedisOptions())
+        self.options = stream_options or RedisStreamOptions(url, client_name=client_name, redis=options or RedisOptions())
         self._ssl = ssl_context
+        self._keepalive = keepalive
         self._mu = threading.Lock()
         self._streams: dict[int, _Stream] = {}
         self._poller: Poller | None = None
@@ -145,6 +154,23 @@ class RedisStreamExecutor:
 
     def attach(self, sink: Any = None) -> None:
         """Nothing to set up: the core asks for its streams."""
+
+    def settings(self) -> dict[str, Any]:
+        """The arguments that make another executor on the same server, the same way (its
+        own streams): ``RedisStreamExecutor(**ex.settings())``."""
+        return {
+            "url": self.url,
+            "stream_options": self.options,
+            "ssl_context": self._ssl,
+            "keepalive": self._keepalive,
+        }
+
+    def for_asyncio(self) -> Any:
+        """This executor's asyncio twin (same URL, options and TLS), for ``AsyncLockClient``,
+        which makes it when given this one."""
+        from .redis_stream_async import AsyncRedisStreamExecutor
+
+        return AsyncRedisStreamExecutor(**self.settings())
 
     # -- the core's requests (called under the client mutex: none blocks) --------------------
     def open(self, req: StreamOpen, sink: Any) -> None:
@@ -370,6 +396,8 @@ class RedisStreamExecutor:
         else:
             sock = socket.create_connection((req.host, req.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._keepalive:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if req.tls:
                 ctx = self._ssl or ssl.create_default_context()
                 sock = ctx.wrap_socket(sock, server_hostname=req.server_name)

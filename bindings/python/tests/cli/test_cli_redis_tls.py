@@ -40,10 +40,18 @@ def test_rediss_url_keywords_require_the_certificate_and_the_host_name() -> None
     assert pool.connection_class.__name__ == "SSLConnection"
     assert pool.connection_kwargs["ssl_check_hostname"] is True
     assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
+    # from_url is on the byte path: the standard library's verifying context, also when the
+    # URL has TLS settings (redis-py's ssl_* query parameters are read for those only).
     svc = RedisLockService.from_url("rediss://127.0.0.1:6380/0")
     try:
-        assert svc.pool.connection_kwargs["ssl_check_hostname"] is True
-        assert svc.pool.connection_kwargs["ssl_cert_reqs"] == "required"
+        assert svc.settings()["ssl_context"] is None  # ssl.create_default_context() on connect
+    finally:
+        svc.close()
+    svc = RedisLockService.from_url("rediss://127.0.0.1:6380/0?ssl_cert_reqs=required")
+    try:
+        ctx = svc.settings()["ssl_context"]
+        assert ctx.check_hostname is True and ctx.verify_mode == ssl.CERT_REQUIRED
+        assert "?" not in svc.url  # the core gets the URL without them
     finally:
         svc.close()
     apool = async_connection_pool(url="rediss://127.0.0.1:6380/0")
@@ -249,3 +257,31 @@ def test_the_byte_path_over_tls(tls_redis) -> None:
         with pytest.raises(errors.LockTimeout):
             c.acquire("tls-refused", ttl=10, wait=0.5)
         assert "certificate" in c.backend_last_error().lower(), c.backend_last_error()
+
+
+def test_the_byte_path_on_the_event_loop_over_tls(tls_redis) -> None:
+    """``AsyncRedisLockService.from_url`` on ``rediss://`` with the CA as redis-py's query
+    parameter: the loop's TLS transports check the certificate and the host name."""
+    import asyncio
+
+    from leasehold import AsyncLockClient, errors
+    from leasehold.backends.redis_async import AsyncRedisLockService
+
+    good = tls_redis("IP:127.0.0.1")
+    wrong_host = tls_redis("DNS:not-this-host.example")
+
+    async def main() -> None:
+        async with AsyncLockClient(AsyncRedisLockService.from_url(_url(good))) as c:
+            last = 0
+            for _ in range(5):
+                async with c.acquire("tls-loop", ttl=10) as lock:
+                    assert lock.fencing_token > last
+                    last = lock.fencing_token
+            assert c.counters().stream_opens >= 1
+        async with AsyncLockClient(AsyncRedisLockService.from_url(_url(wrong_host))) as c:
+            with pytest.raises(errors.LockTimeout):
+                await c.acquire("tls-loop-refused", ttl=10, wait=0.5)
+            why = c.backend_last_error().lower()
+            assert "mismatch" in why or "certificate" in why, why
+
+    asyncio.run(asyncio.wait_for(main(), 60))

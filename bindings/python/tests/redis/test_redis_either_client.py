@@ -72,6 +72,18 @@ def test_sentinel_executor_in_both_clients(redis_bin: str, tmp_path: Any) -> Non
         t.stop()
 
 
+def test_sentinel_byte_path_in_both_clients(redis_bin: str, tmp_path: Any) -> None:
+    """``from_url("redis+sentinel://…")``: the core asks the sentinels, in both clients (the
+    asyncio one on the loop's transports)."""
+    from lh_sentinel import SentinelTopology
+
+    t = SentinelTopology(tmp_path / "sentinel").start()
+    try:
+        in_both_clients(lambda: RedisLockService.from_url(t.url), "either-sentinel-bytes")
+    finally:
+        t.stop()
+
+
 def test_cluster_executor_in_both_clients(redis_bin: str, tmp_path: Any) -> None:
     from lh_cluster import ClusterTopology
 

@@ -1,5 +1,7 @@
 """RedisLockService / AsyncRedisLockService: the executors under their first names, with their
-first constructors, driving LockClient / AsyncLockClient on a real redis-server.
+first constructors, driving LockClient / AsyncLockClient on a real redis-server: ``from_url``
+on the byte path (the core's own connections), ``RedisLockService(client)`` on the redis-py
+adapter.
 
 What the protocol does (handoff cost, frozen waiters, garbage keys, killed subscribers) is
 tested on the executor (test_redis_executor.py); here: that code written for the services
@@ -23,6 +25,8 @@ from leasehold.backends.redis import ProtocolError, RedisLockService
 from leasehold.backends.redis_async import AsyncRedisLockService
 from leasehold.backends.redis_executor import RedisExecutor
 from leasehold.backends.redis_executor_async import AsyncRedisExecutor
+from leasehold.backends.redis_stream import RedisStreamExecutor
+from leasehold.backends.redis_stream_async import AsyncRedisStreamExecutor
 from lh_keys import holder_of, keys_for
 
 
@@ -53,31 +57,111 @@ class Acquirer(threading.Thread):
             self.error = e
 
 
-def test_the_services_are_the_executors_and_take_their_first_arguments(redis_server, r):
-    assert issubclass(RedisLockService, RedisExecutor)
-    assert issubclass(AsyncRedisLockService, AsyncRedisExecutor)
+def redis_py_service(url: str, **kw) -> RedisLockService:  # type: ignore[no-untyped-def]
+    """The redis-py adapter: a client of the application's own (socket timeouts as ``service``)."""
+    kw.setdefault("socket_timeout", 1.0)
+    kw.setdefault("socket_connect_timeout", 1.0)
+    return RedisLockService(redis.Redis.from_url(url, **kw), owns_client=True)
+
+
+PATHS = {"bytes": service, "redis-py": redis_py_service}
+
+
+def test_from_url_takes_the_byte_path_with_the_services_api(redis_server, r):
     # Protocol-3 and subscriber tuning arguments are accepted (and ignored).
     s = RedisLockService.from_url(redis_server.url, direct_grants=False, pubsub_linger=0.2, pubsub_ping_interval=5)
     try:
-        assert s.backend_protocol == "redis" and s.ping() is True
-        assert s.client.ping()  # a redis-py client on the service's pool
+        assert isinstance(s, RedisLockService) and isinstance(s, RedisStreamExecutor)
+        assert not isinstance(s, RedisExecutor)
+        assert s.backend_protocol == "stream" and s.ping() is True
+        assert s.client.ping()  # a redis-py client made from the same URL
+        assert s.client is s.client
+        with LockClient(s, owns_service=False) as c:
+            with c.acquire("bytes", ttl=5) as h:
+                assert holder_of(r, "bytes")[0] == h.fencing_token  # type: ignore[index]
+            k = c.counters()
+            assert k.stream_opens >= 1, k  # the core opened its own connections
     finally:
         s.close()
-    own = redis.Redis.from_url(redis_server.url)
-    s = RedisLockService(own, direct_grants=True)
-    assert s.client is own and s.pool is own.connection_pool
-    s.close()
-    assert own.ping(), "a client given without owns_client stays usable"
-    own.close()
-    for bad in ({"pubsub_ping_interval": 0}, {"pubsub_linger": -1}):
+    a = AsyncRedisLockService.from_url(redis_server.url)
+    assert isinstance(a, AsyncRedisLockService) and isinstance(a, AsyncRedisStreamExecutor)
+    assert a.backend_protocol == "stream"
+    for bad in ({"pubsub_ping_interval": 0}, {"pubsub_linger": -1}, {"socket_timeout": -1}):
         with pytest.raises(ValueError):
             RedisLockService.from_url(redis_server.url, **bad)
         with pytest.raises(ValueError):
             AsyncRedisLockService.from_url(redis_server.url, **bad)
 
 
-def test_uncontended_acquire_release_and_renewal(redis_server, r):
-    with LockClient(service(redis_server.url)) as c:
+def test_from_url_maps_the_keywords_with_a_meaning_and_refuses_the_others(redis_server, r):
+    s = RedisLockService.from_url(
+        redis_server.url, socket_timeout=0.7, socket_connect_timeout=0.4, client_name="lh-kw", protocol=2
+    )
+    try:
+        o = s.options
+        assert (o.request_timeout_ms, o.connect_timeout_ms, o.client_name, o.resp) == (700, 400, "lh-kw", 2)
+        with LockClient(s, owns_service=False) as c:
+            c.acquire("kw", ttl=5).release()
+            names = [cl.get("name") for cl in r.client_list()]
+            assert "lh-kw" in names, names
+    finally:
+        s.close()
+    with pytest.raises(TypeError) as e:
+        RedisLockService.from_url(redis_server.url, retry_on_timeout=True, max_connections=3)
+    assert "max_connections, retry_on_timeout" in str(e.value) and "RedisLockService(redis.Redis" in str(e.value)
+    with pytest.raises(TypeError):
+        AsyncRedisLockService.from_url(redis_server.url, health_check_interval=5)
+    with pytest.raises(ValueError, match="rediss://"):
+        RedisLockService.from_url(redis_server.url, ssl_ca_certs="/nonexistent.pem")
+    with pytest.raises(ValueError, match="query"):
+        RedisLockService.from_url(redis_server.url + "?db=2")  # the database is the path
+
+
+def test_the_redis_py_adapter_takes_a_client_of_ones_own(redis_server, r):
+    own = redis.Redis.from_url(redis_server.url)
+    s = RedisLockService(own, direct_grants=True)
+    assert isinstance(s, RedisLockService) and isinstance(s, RedisExecutor)
+    assert s.backend_protocol == "redis" and s.ping() is True
+    assert s.client is own and s.pool is own.connection_pool
+    with LockClient(s, owns_service=False) as c:
+        with c.acquire("adapter", ttl=5) as h:
+            assert s.status("adapter").fencing_token == h.fencing_token
+        assert c.counters().stream_opens == 0  # redis-py's connections, not the core's
+    s.close()
+    assert own.ping(), "a client given without owns_client stays usable"
+    own.close()
+    a = AsyncRedisLockService(aioredis.Redis.from_url(redis_server.url), owns_client=True)
+    assert isinstance(a, AsyncRedisLockService) and isinstance(a, AsyncRedisExecutor)
+    asyncio.run(a.close())
+    for bad in ({"pubsub_ping_interval": 0}, {"pubsub_linger": -1}):
+        with pytest.raises(ValueError):
+            RedisLockService(redis.Redis.from_url(redis_server.url), **bad)
+
+
+class Recording(RedisLockService):
+    """A subclass of one's own wrapping the documented ``command`` extension point."""
+
+    def __init__(self, client=None, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(client, **kw)
+        self.seen: list[bytes] = []
+
+    def command(self, argv):  # type: ignore[no-untyped-def]
+        self.seen.append(bytes(argv[0]))
+        return super().command(argv)
+
+
+def test_a_subclass_of_ones_own_keeps_the_redis_py_path(redis_server, r):
+    for s in (Recording(redis.Redis.from_url(redis_server.url), owns_client=True), Recording.from_url(redis_server.url)):
+        assert isinstance(s, Recording) and isinstance(s, RedisLockService) and isinstance(s, RedisExecutor)
+        assert s.backend_protocol == "redis" and s.ping() is True
+        with LockClient(s) as c:
+            c.acquire("sub", ttl=5).release()
+        assert b"EVALSHA" in s.seen or b"EVAL" in s.seen, s.seen  # the core's requests went through it
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_uncontended_acquire_release_and_renewal(redis_server, r, path):
+    with LockClient(PATHS[path](redis_server.url)) as c:
         with c.acquire("solo", ttl=1.0) as h:
             assert h.is_held()
             assert holder_of(r, "solo")[0] == h.fencing_token  # type: ignore[index]
@@ -117,8 +201,9 @@ def test_many_waiters_in_one_client_queue_and_each_release_hands_over(redis_serv
         wait_for(lambda: r.zcard(keys_for("q").queue) == 0, what="an empty queue")
 
 
-def test_status_reports_holder_ttl_and_last_fence_and_refuses_garbage(redis_server, r):
-    with LockClient(service(redis_server.url)) as c:
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_status_reports_holder_ttl_and_last_fence_and_refuses_garbage(redis_server, r, path):
+    with LockClient(PATHS[path](redis_server.url)) as c:
         svc = c.service
         st = svc.status("jobs")  # while the service drives a client: a sibling reads it
         assert (st.held, st.fencing_token, st.remaining_ttl_ms, st.last_fencing_token) == (False, None, None, None)
