@@ -7,9 +7,11 @@
 // redis-server with a TLS port and certificates of a CA the test makes: a lock with a client
 // certificate, and a server certificate from another CA, for another name or without the client's
 // certificate refused with the reason; built without OpenSSL, rediss:// is refused at
-// construction. Without redis-server (or openssl to make the certificates) the tests skip, except
+// construction. make_executor/open_client: a URL gives its executor (SQLite where built in), an
+// unknown scheme or a backend not built in is refused with its reason. Without redis-server (or openssl to make the certificates) the tests skip, except
 // under CI=true.
 #include <leasehold.hpp>
+#include <leasehold/open.hpp>
 #include <leasehold/redis_stream_executor.hpp>
 
 #include <gtest/gtest.h>
@@ -59,8 +61,9 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// One inline command on a fresh connection; the first line of the answer ("" if none).
-std::string raw(int port, const std::string& command) {
+// One inline command on a fresh connection; the first line of the answer ("" if none), or all
+// of its first read.
+std::string raw(int port, const std::string& command, bool all = false) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -70,13 +73,13 @@ std::string raw(int port, const std::string& command) {
   if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     const std::string line = command + "\r\n";
     if (::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
-      char buf[256];
+      char buf[8192];
       const auto n = ::read(fd, buf, sizeof buf);
       if (n > 0) out.assign(buf, static_cast<std::size_t>(n));
     }
   }
   if (fd >= 0) ::close(fd);
-  return out.substr(0, out.find("\r\n"));
+  return all ? out : out.substr(0, out.find("\r\n"));
 }
 
 std::string find_redis() {
@@ -332,6 +335,74 @@ TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
 #endif
 }
 
+// make_executor()/open_client(): the executor a URL names, locking for real.
+TEST_F(RedisStream, OpenByUrl) {
+  const auto lock_once = [](LockClient& c, const std::string& name) {
+    auto lease = c.acquire(name, 10s, wait_for(2s));
+    EXPECT_TRUE(lease.has_value()) << name << ": " << c.last_backend_error();
+    if (lease) {
+      EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+    }
+  };
+  auto exec = leasehold::make_executor(url() + "/0");
+  EXPECT_NE(std::dynamic_pointer_cast<RedisStreamExecutor>(exec), nullptr);
+  {
+    LockClient c(exec, quiet());
+    auto lease = c.acquire("s-open", 10s, wait_for(2s));
+    ASSERT_TRUE(lease.has_value()) << c.last_backend_error();
+    EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-open}"), ":1");
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  }
+  leasehold::ExecutorOptions eo;
+  eo.redis.client_name = "lh-open-test";
+  auto c = leasehold::open_client("unix://" + g_server->unix_path, quiet(), eo);
+  lock_once(c, "s-open-unix");
+  EXPECT_NE(raw(g_server->port, "CLIENT LIST", true).find("name=lh-open-test"), std::string::npos);
+  auto m = leasehold::open_client("memory://", quiet());
+  lock_once(m, "s-open-memory");
+#if defined(LEASEHOLD_HAVE_SQLITE)
+  const auto dir = leasehold_test::temp_dir("lh-open");
+  auto sq = leasehold::open_client("sqlite://" + dir + "/locks.db", quiet());
+  lock_once(sq, "s-open-sqlite");
+  sq.close();
+  EXPECT_EQ(::access((dir + "/locks.db").c_str(), F_OK), 0);
+  leasehold_test::sh("rm -rf " + dir);
+  for (const char* bad : {"sqlite://host/x.db", "sqlite:///x.db?mode=ro", "sqlite:///x%zz.db"}) {
+    try {
+      leasehold::make_executor(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const leasehold::Error& e) {
+      EXPECT_EQ(e.code(), leasehold::status::invalid_argument) << e.what();
+      EXPECT_NE(e.detail().find("SQLite URL"), std::string::npos) << e.what();
+    }
+  }
+#else
+  const char* sqlite_refusal = "sqlite: URLs need SQLiteExecutor, not built into this program";
+#endif
+  const std::pair<std::string, std::string> refused[] = {
+      {"ftp://user:secret@host/x", "unknown backend URL scheme 'ftp'"},
+      {"no-scheme", "without a scheme"},
+      {"redis+cluster://user:secret@127.0.0.1:7000", "Redis Cluster is not served"},
+      {"memory://somewhere", "memory URLs take no host or path"},
+#if !defined(LEASEHOLD_HAVE_SQLITE)
+      {"sqlite:///tmp/x.db", sqlite_refusal},
+#endif
+#if !defined(LEASEHOLD_HAVE_POSTGRES)
+      {"postgresql://user:secret@127.0.0.1/db", "need PostgresExecutor, not built into this program"},
+#endif
+  };
+  for (const auto& [u, why] : refused) {
+    try {
+      leasehold::make_executor(u);
+      ADD_FAILURE() << "accepted '" << u << "'";
+    } catch (const leasehold::Error& e) {
+      EXPECT_EQ(e.code(), leasehold::status::invalid_argument) << e.what();
+      EXPECT_NE(e.detail().find(why), std::string::npos) << e.what();
+      EXPECT_EQ(e.detail().find("secret"), std::string::npos) << "the password shows: " << e.what();
+    }
+  }
+}
+
 #if defined(LEASEHOLD_OPENSSL)
 // A redis-server with a TLS port that requires a client certificate; the certificates come from
 // CAs this suite makes (openssl). The server's certificate names localhost only.
@@ -479,6 +550,15 @@ TEST_F(RedisStreamTls, FilesThatDoNotLoadAreRefusedAtConstruction) {
   o.tls.cert_file = g_certs + "/client.crt";
   o.tls.key_file = g_certs + "/server.key";  // not the certificate's key
   EXPECT_THROW(RedisStreamExecutor{o}, leasehold::Error);
+}
+
+TEST_F(RedisStreamTls, OpenByUrl) {
+  leasehold::ExecutorOptions eo;
+  eo.redis.tls = {g_certs + "/ca.crt", g_certs + "/client.crt", g_certs + "/client.key"};
+  auto c = leasehold::open_client("rediss://localhost:" + std::to_string(g_tls_port), quiet(), eo);
+  auto lease = c.acquire("s-tls-open", 10s, wait_for(3s));
+  ASSERT_TRUE(lease.has_value()) << c.last_backend_error();
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
 }
 #endif
 
