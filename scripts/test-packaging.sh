@@ -256,6 +256,46 @@ done
 readelf -d "$work/cpp-build-OFF/lock" | grep -q "NEEDED.*\[libleasehold.so.$abi\]" || fail "shared C++ example does not need libleasehold.so.$abi"
 if readelf -d "$work/cpp-build-ON/lock" | grep -q 'NEEDED.*libleasehold'; then fail "static C++ example needs libleasehold.so"; fi
 ok "C++ example links libleasehold.a (default) or libleasehold.so.$abi (LEASEHOLD_STATIC=OFF)"
+# RedisStreamExecutor needs no Redis client library: a project that leaves hiredis and OpenSSL
+# out still has leasehold::redis_stream (and open.hpp), and rediss:// is refused with the reason.
+mkdir -p "$work/cpp-stream"
+cat >"$work/cpp-stream/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.21)
+project(stream LANGUAGES C CXX)
+find_package(leasehold 0.1 CONFIG REQUIRED)
+if(TARGET leasehold::redis)
+  message(FATAL_ERROR "leasehold::redis is defined with hiredis left out")
+endif()
+add_executable(stream stream.cpp)
+target_compile_options(stream PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(stream PRIVATE leasehold::redis_stream)
+CMAKE
+cat >"$work/cpp-stream/stream.cpp" <<'CPP'
+#include <leasehold/open.hpp>
+#include <chrono>
+#include <cstdio>
+int main() {
+  auto e = leasehold::make_executor("redis://127.0.0.1:6379/0");
+  auto c = leasehold::open_client("memory://");
+  auto lease = c.acquire("stream", std::chrono::seconds(5));
+  try {
+    leasehold::make_executor("rediss://127.0.0.1:6380");
+  } catch (const leasehold::Error& x) {
+    if (dynamic_cast<leasehold::RedisStreamExecutor*>(e.get()) != nullptr && lease)
+      std::printf("stream executor, fencing token %llu; rediss refused: %s\n",
+                  static_cast<unsigned long long>(lease->fencing_token()), x.what());
+  }
+}
+CPP
+cmake -S "$work/cpp-stream" -B "$work/cpp-stream/build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_DISABLE_FIND_PACKAGE_hiredis=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON >/dev/null
+cmake --build "$work/cpp-stream/build" >/dev/null
+expect_output "C++ RedisStreamExecutor without hiredis or OpenSSL (find_package)" \
+    "^stream executor, fencing token [0-9]+; rediss refused: .*TLS \(rediss://\) is not built in" "$work/cpp-stream/build/stream"
+if readelf -d "$work/cpp-stream/build/stream" | grep -Eq 'NEEDED.*(hiredis|libssl)'; then
+    fail "the C++ stream program needs hiredis or libssl"
+fi
+ok "the C++ stream program needs neither hiredis nor libssl"
 mkdir -p "$work/cpp-wrong"
 printf 'cmake_minimum_required(VERSION 3.21)\nproject(wrong LANGUAGES C CXX)\nfind_package(leasehold 0.%s CONFIG REQUIRED)\n' \
     "$(( $(echo "$version" | cut -d. -f2) + 1 ))" >"$work/cpp-wrong/CMakeLists.txt"

@@ -2,10 +2,12 @@
 # Build and test the C++ binding: the Rust library (with the test hooks, --features testing), then
 # two builds of the GoogleTest suite — -fsanitize=address,undefined and -fsanitize=thread (both
 # optimised, RelWithDebInfo) — each run with ctest (the suite includes the Redis tests, which start
-# their own servers, and the C++/Python contention test, which uses bindings/python/.venv; the
-# SQLite, PostgreSQL and etcd tests run in the asan build and in the opt-in plain one). Every
-# variant must pass. Then the example is linked against the shared library and run (its SONAME
-# must resolve).
+# their own servers — rediss:// too, with certificates made by openssl — and the C++/Python
+# contention test, which uses bindings/python/.venv; the SQLite, PostgreSQL and etcd tests run in
+# the asan build and in the opt-in plain one). Every variant must pass. Then the example is linked
+# against the shared library and run (its SONAME must resolve), and RedisStreamExecutor's tests are
+# built and run with hiredis, OpenSSL and SQLite left out (CMAKE_DISABLE_FIND_PACKAGE_*): Redis
+# needs none of them, and rediss:// / sqlite: URLs are refused with the reason.
 #
 #   bindings/cpp/test.sh                 # asan and tsan (the test command's default)
 #   VARIANTS="plain" bindings/cpp/test.sh # no sanitizer: the quickest loop while editing
@@ -30,6 +32,9 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v readelf >/dev/null 2>&1 || need+=(binutils)
 [ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# rediss:// on RedisStreamExecutor, and the test's certificates.
+[ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The SQLite, PostgreSQL and etcd executors (their tests fail under CI=true without them).
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
@@ -105,8 +110,22 @@ elif ! "$sdir/leasehold_example" >/dev/null; then
     failed+=(shared)
 fi
 
+# --- Redis without hiredis or OpenSSL (and SQLite, for open.hpp's refusal): the stream tests --
+ndir="$here/build/nodeps"
+log "[nodeps] configure + build the stream tests without hiredis, OpenSSL and SQLite"
+cmake -S "$here" -B "$ndir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLEASEHOLD_ROOT="$root" \
+    -DCMAKE_DISABLE_FIND_PACKAGE_hiredis=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON \
+    -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=ON >/dev/null
+cmake --build "$ndir" --target leasehold_redis_stream_tests leasehold_names_tests -j "$JOBS"
+if readelf -d "$ndir/leasehold_redis_stream_tests" | grep -Eq 'NEEDED.*(hiredis|libssl|sqlite)'; then
+    echo "cpp: the nodeps stream tests link hiredis, libssl or sqlite" >&2
+    failed+=(nodeps)
+elif ! "$ndir/leasehold_redis_stream_tests" || ! "$ndir/leasehold_names_tests"; then
+    failed+=(nodeps)
+fi
+
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "cpp: FAILED variants: ${failed[*]}" >&2
     exit 1
 fi
-log "all variants passed: $VARIANTS, and the example linked against the shared library"
+log "all variants passed: $VARIANTS, the example linked against the shared library, and nodeps"

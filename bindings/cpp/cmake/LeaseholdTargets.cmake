@@ -1,10 +1,15 @@
 # Defines the imported targets of the leasehold C++ binding:
 #   leasehold::leasehold  — leasehold.hpp, leasehold/*.hpp (+ memory_executor.hpp) and the Rust library
+#   leasehold::redis_stream — leasehold/redis_stream_executor.hpp (RedisStreamExecutor: no Redis
+#                           client library), with TLS (rediss://) through OpenSSL when it is found
+#                           (it defines LEASEHOLD_OPENSSL); always defined
 #   leasehold::redis      — leasehold/redis_executor.hpp + hiredis (only when hiredis is found)
 #   leasehold::sqlite     — leasehold/sqlite_executor.hpp + libsqlite3 (when found)
 #   leasehold::postgres   — leasehold/postgres_executor.hpp, postgres_fencing.hpp + libpq (when found)
 #   leasehold::etcd       — leasehold/etcd_executor.hpp + libcurl (when found)
-# Each executor's library is optional: without libpq the rest still builds.
+# Each executor's library is optional: without libpq the rest still builds. The usual
+# CMAKE_DISABLE_FIND_PACKAGE_<name>=ON (hiredis, OpenSSL, SQLite3, PostgreSQL, CURL) leaves one out
+# on purpose.
 #
 # The Rust library is looked up, in order:
 #   1. LEASEHOLD_LIBRARY / LEASEHOLD_INCLUDE_DIR if set by the user;
@@ -93,7 +98,22 @@ if(NOT TARGET leasehold::leasehold)
     INTERFACE_LINK_LIBRARIES "leasehold::leasehold_c;Threads::Threads")
 endif()
 
-if(NOT TARGET leasehold::redis AND PkgConfig_FOUND)
+if(NOT TARGET leasehold::redis_stream)
+  add_library(leasehold::redis_stream INTERFACE IMPORTED GLOBAL)
+  set_property(TARGET leasehold::redis_stream PROPERTY INTERFACE_LINK_LIBRARIES leasehold::leasehold)
+  find_package(OpenSSL QUIET COMPONENTS SSL)
+  if(TARGET OpenSSL::SSL)
+    get_target_property(_lh_global OpenSSL::SSL IMPORTED_GLOBAL)
+    if(NOT _lh_global)  # seen by a parent project too (add_subdirectory)
+      set_target_properties(OpenSSL::SSL OpenSSL::Crypto PROPERTIES IMPORTED_GLOBAL TRUE)
+    endif()
+    set_property(TARGET leasehold::redis_stream APPEND PROPERTY INTERFACE_LINK_LIBRARIES OpenSSL::SSL)
+    set_property(TARGET leasehold::redis_stream PROPERTY INTERFACE_COMPILE_DEFINITIONS LEASEHOLD_OPENSSL=1)
+  endif()
+endif()
+
+# pkg-config does not read CMAKE_DISABLE_FIND_PACKAGE_hiredis: checked here.
+if(NOT TARGET leasehold::redis AND PkgConfig_FOUND AND NOT CMAKE_DISABLE_FIND_PACKAGE_hiredis)
   pkg_check_modules(HIREDIS QUIET IMPORTED_TARGET GLOBAL hiredis)
   if(HIREDIS_FOUND)
     add_library(leasehold::redis INTERFACE IMPORTED GLOBAL)
@@ -109,6 +129,9 @@ function(_leasehold_executor target pc pkg imported)
     return()
   endif()
   set(_dep "")
+  if(CMAKE_DISABLE_FIND_PACKAGE_${pkg})
+    return()
+  endif()
   if(PkgConfig_FOUND)
     pkg_check_modules(LEASEHOLD_DEP_${target} QUIET IMPORTED_TARGET GLOBAL ${pc})
     if(LEASEHOLD_DEP_${target}_FOUND)
@@ -124,6 +147,9 @@ function(_leasehold_executor target pc pkg imported)
   if(_dep)
     add_library(leasehold::${target} INTERFACE IMPORTED GLOBAL)
     set_property(TARGET leasehold::${target} PROPERTY INTERFACE_LINK_LIBRARIES "leasehold::leasehold;${_dep}")
+    # leasehold/open.hpp serves the backend's URLs where this is defined.
+    string(TOUPPER ${target} _up)
+    set_property(TARGET leasehold::${target} PROPERTY INTERFACE_COMPILE_DEFINITIONS LEASEHOLD_HAVE_${_up}=1)
   endif()
 endfunction()
 _leasehold_executor(sqlite sqlite3 SQLite3 SQLite::SQLite3)

@@ -3,8 +3,9 @@
 // header: leasehold/redis_executor.hpp, sqlite_executor.hpp, postgres_executor.hpp and
 // etcd_executor.hpp with their CMake targets (leasehold::redis, ::sqlite, ::postgres, ::etcd),
 // memory_executor.hpp (MemoryExecutor, MemoryService) and redis_stream_executor.hpp
-// (RedisStreamExecutor: the core owns the Redis wire, POSIX sockets) with none; the PostgreSQL fencing gate is
-// leasehold/postgres_fencing.hpp.
+// (RedisStreamExecutor: the core owns the Redis wire, POSIX sockets; leasehold::redis_stream adds
+// TLS through OpenSSL) with none; leasehold/open.hpp makes the executor a URL names
+// (make_executor, open_client); the PostgreSQL fencing gate is leasehold/postgres_fencing.hpp.
 //
 //   leasehold/error.hpp        Status, leasehold::Error
 //   leasehold/types.hpp        Clock, lease states and reasons, LeaseInfo

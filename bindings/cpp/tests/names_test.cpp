@@ -14,6 +14,7 @@
 #include <leasehold/memory_executor.hpp>
 #include <leasehold/memory_service.hpp>
 #include <leasehold/memory_transport.hpp>
+#include <leasehold/open.hpp>
 #include <leasehold/options.hpp>
 #include <leasehold/output.hpp>
 #include <leasehold/redis_protocol.hpp>

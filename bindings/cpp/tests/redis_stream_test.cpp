@@ -3,9 +3,15 @@
 // port and a Unix socket: fences increase over acquire/release rounds, a release wakes a waiter
 // through the subscriber, a restarted server is reconnected to, a Unix socket URL works, a
 // release keeps its bound while the server's replies are held back, and bad URLs, TLS and an
-// unreachable server fail with their reason. Without redis-server the tests skip, except under
-// CI=true.
+// unreachable server fail with their reason. rediss:// (built with OpenSSL) against a
+// redis-server with a TLS port and certificates of a CA the test makes: a lock with a client
+// certificate, and a server certificate from another CA, for another name or without the client's
+// certificate refused with the reason; built without OpenSSL, rediss:// is refused at
+// construction. make_executor/open_client: a URL gives its executor (SQLite where built in), an
+// unknown scheme or a backend not built in is refused with its reason. Without redis-server (or openssl to make the certificates) the tests skip, except
+// under CI=true.
 #include <leasehold.hpp>
+#include <leasehold/open.hpp>
 #include <leasehold/redis_stream_executor.hpp>
 
 #include <gtest/gtest.h>
@@ -55,8 +61,9 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// One inline command on a fresh connection; the first line of the answer ("" if none).
-std::string raw(int port, const std::string& command) {
+// One inline command on a fresh connection; the first line of the answer ("" if none), or all
+// of its first read.
+std::string raw(int port, const std::string& command, bool all = false) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -66,13 +73,13 @@ std::string raw(int port, const std::string& command) {
   if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     const std::string line = command + "\r\n";
     if (::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
-      char buf[256];
+      char buf[8192];
       const auto n = ::read(fd, buf, sizeof buf);
       if (n > 0) out.assign(buf, static_cast<std::size_t>(n));
     }
   }
   if (fd >= 0) ::close(fd);
-  return out.substr(0, out.find("\r\n"));
+  return all ? out : out.substr(0, out.find("\r\n"));
 }
 
 std::string find_redis() {
@@ -88,12 +95,14 @@ struct Server {
   int port = free_port();
   std::string dir = leasehold_test::temp_dir("lh-stream");
   std::string unix_path = dir + "/redis.sock";
+  std::vector<std::string> extra;  // more arguments (the TLS port)
   bool launch() {
     const auto bin = find_redis();
     if (bin.empty() || port <= 0) return false;
-    proc = leasehold_test::Child::spawn({bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
-                                         "--appendonly", "no", "--unixsocket", unix_path, "--unixsocketperm", "700"},
-                                        false, "/dev/null");
+    std::vector<std::string> argv{bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--unixsocket", unix_path, "--unixsocketperm", "700"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc = leasehold_test::Child::spawn(argv, false, "/dev/null");
     return proc.pid > 0 && eventually([&] { return raw(port, "PING") == "+PONG"; }, 20s);
   }
   void kill() {
@@ -308,11 +317,249 @@ TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
     EXPECT_FALSE(c.acquire("s-nobody", 5s, wait_for(300ms)).has_value());
     EXPECT_NE(c.last_backend_error().find("refused"), std::string::npos) << c.last_backend_error();
   }
-  {
+#if defined(LEASEHOLD_OPENSSL)
+  {  // TLS to a plain port: the handshake never ends, nothing is granted
     LockClient c(executor("rediss://127.0.0.1:" + std::to_string(g_server->port)), quiet());
     EXPECT_FALSE(c.acquire("s-tls", 5s, wait_for(300ms)).has_value());
-    EXPECT_NE(c.last_backend_error().find("TLS is not supported"), std::string::npos) << c.last_backend_error();
+    EXPECT_TRUE(eventually([&] { return c.last_backend_error().find("did not open in time") != std::string::npos; }, 5s))
+        << c.last_backend_error();
+  }
+#else
+  try {
+    executor("rediss://127.0.0.1:" + std::to_string(g_server->port));
+    ADD_FAILURE() << "rediss:// accepted without OpenSSL";
+  } catch (const leasehold::Error& e) {
+    EXPECT_EQ(e.code(), leasehold::status::invalid_argument);
+    EXPECT_NE(e.detail().find("TLS (rediss://) is not built in"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+// make_executor()/open_client(): the executor a URL names, locking for real.
+TEST_F(RedisStream, OpenByUrl) {
+  const auto lock_once = [](LockClient& c, const std::string& name) {
+    auto lease = c.acquire(name, 10s, wait_for(2s));
+    EXPECT_TRUE(lease.has_value()) << name << ": " << c.last_backend_error();
+    if (lease) {
+      EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+    }
+  };
+  auto exec = leasehold::make_executor(url() + "/0");
+  EXPECT_NE(std::dynamic_pointer_cast<RedisStreamExecutor>(exec), nullptr);
+  {
+    LockClient c(exec, quiet());
+    auto lease = c.acquire("s-open", 10s, wait_for(2s));
+    ASSERT_TRUE(lease.has_value()) << c.last_backend_error();
+    EXPECT_EQ(raw(g_server->port, "EXISTS lh:{s-open}"), ":1");
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  }
+  leasehold::ExecutorOptions eo;
+  eo.redis.client_name = "lh-open-test";
+  auto c = leasehold::open_client("unix://" + g_server->unix_path, quiet(), eo);
+  lock_once(c, "s-open-unix");
+  EXPECT_NE(raw(g_server->port, "CLIENT LIST", true).find("name=lh-open-test"), std::string::npos);
+  auto m = leasehold::open_client("memory://", quiet());
+  lock_once(m, "s-open-memory");
+#if defined(LEASEHOLD_HAVE_SQLITE)
+  const auto dir = leasehold_test::temp_dir("lh-open");
+  auto sq = leasehold::open_client("sqlite://" + dir + "/locks.db", quiet());
+  lock_once(sq, "s-open-sqlite");
+  sq.close();
+  EXPECT_EQ(::access((dir + "/locks.db").c_str(), F_OK), 0);
+  leasehold_test::sh("rm -rf " + dir);
+  for (const char* bad : {"sqlite://host/x.db", "sqlite:///x.db?mode=ro", "sqlite:///x%zz.db"}) {
+    try {
+      leasehold::make_executor(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const leasehold::Error& e) {
+      EXPECT_EQ(e.code(), leasehold::status::invalid_argument) << e.what();
+      EXPECT_NE(e.detail().find("SQLite URL"), std::string::npos) << e.what();
+    }
+  }
+#else
+  const char* sqlite_refusal = "sqlite: URLs need SQLiteExecutor, not built into this program";
+#endif
+  const std::pair<std::string, std::string> refused[] = {
+      {"ftp://user:secret@host/x", "unknown backend URL scheme 'ftp'"},
+      {"no-scheme", "without a scheme"},
+      {"redis+cluster://user:secret@127.0.0.1:7000", "Redis Cluster is not served"},
+      {"memory://somewhere", "memory URLs take no host or path"},
+#if !defined(LEASEHOLD_HAVE_SQLITE)
+      {"sqlite:///tmp/x.db", sqlite_refusal},
+#endif
+#if !defined(LEASEHOLD_HAVE_POSTGRES)
+      {"postgresql://user:secret@127.0.0.1/db", "need PostgresExecutor, not built into this program"},
+#endif
+  };
+  for (const auto& [u, why] : refused) {
+    try {
+      leasehold::make_executor(u);
+      ADD_FAILURE() << "accepted '" << u << "'";
+    } catch (const leasehold::Error& e) {
+      EXPECT_EQ(e.code(), leasehold::status::invalid_argument) << e.what();
+      EXPECT_NE(e.detail().find(why), std::string::npos) << e.what();
+      EXPECT_EQ(e.detail().find("secret"), std::string::npos) << "the password shows: " << e.what();
+    }
   }
 }
+
+#if defined(LEASEHOLD_OPENSSL)
+// A redis-server with a TLS port that requires a client certificate; the certificates come from
+// CAs this suite makes (openssl). The server's certificate names localhost only.
+std::string g_certs;
+Server* g_tls = nullptr;
+int g_tls_port = 0;
+
+class RedisStreamTls : public RedisStream {
+ protected:
+  static void SetUpTestSuite() {
+    ::signal(SIGPIPE, SIG_IGN);
+    g_certs = leasehold_test::temp_dir("lh-tls");
+    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const auto ca = [&](const std::string& n) {
+      return "openssl req -x509" + ec + " -keyout " + n + ".key -out " + n + ".crt -days 2 -subj /CN=" + n;
+    };
+    const auto cert = [&](const std::string& n, const std::string& by, const std::string& san) {
+      return "printf 'subjectAltName=" + san + "\\n' > " + n + ".ext && openssl req" + ec + " -keyout " + n +
+             ".key -out " + n + ".csr -subj /CN=" + n + " && openssl x509 -req -in " + n + ".csr -CA " + by +
+             ".crt -CAkey " + by + ".key -CAcreateserial -out " + n + ".crt -days 2 -extfile " + n + ".ext";
+    };
+    const auto made = leasehold_test::sh("cd " + g_certs + " && (" + ca("ca") + " && " + ca("other") + " && " +
+                                         cert("server", "ca", "DNS:localhost") + " && " + cert("client", "ca", "DNS:client") +
+                                         " && " + cert("stranger", "other", "DNS:localhost") + ") >/dev/null 2>&1");
+    if (made.first != 0) return;
+    g_tls = new Server();
+    g_tls_port = free_port();
+    g_tls->extra = {"--tls-port", std::to_string(g_tls_port), "--tls-cert-file", g_certs + "/server.crt",
+                    "--tls-key-file", g_certs + "/server.key", "--tls-ca-cert-file", g_certs + "/ca.crt",
+                    "--tls-auth-clients", "yes"};
+    if (!g_tls->launch()) {
+      delete g_tls;
+      g_tls = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete g_tls;
+    g_tls = nullptr;
+    if (!g_certs.empty()) leasehold_test::sh("rm -rf " + g_certs);
+  }
+  void SetUp() override {
+    if (g_tls == nullptr) {
+      if (leasehold_test::ci()) FAIL() << "no TLS redis-server (openssl, redis-server with TLS; CI=true: a failure)";
+      GTEST_SKIP() << "no openssl or no redis-server with TLS";
+    }
+  }
+  static std::shared_ptr<RedisStreamExecutor> tls_executor(const std::string& host, const std::string& ca,
+                                                           bool client_cert = true) {
+    leasehold::RedisStreamOptions o;
+    o.url = "rediss://" + host + ":" + std::to_string(g_tls_port) + "/0";
+    o.connect_timeout = 1000ms;
+    o.tls.ca_file = g_certs + "/" + ca + ".crt";
+    if (client_cert) {
+      o.tls.cert_file = g_certs + "/client.crt";
+      o.tls.key_file = g_certs + "/client.key";
+    }
+    return std::make_shared<RedisStreamExecutor>(o);
+  }
+};
+
+TEST_F(RedisStreamTls, ALockWithAClientCertificate) {
+  auto exec = tls_executor("localhost", "ca");
+  LockClient client(exec, quiet());
+  std::uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto lease = client.acquire("s-tls-lock", 10s, wait_for(3s));
+    ASSERT_TRUE(lease.has_value()) << "round " << i << ": " << client.last_backend_error();
+    EXPECT_GT(lease->fencing_token(), last);
+    last = lease->fencing_token();
+    EXPECT_EQ(raw(g_tls->port, "EXISTS lh:{s-tls-lock}"), ":1");
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+  }
+  EXPECT_EQ(raw(g_tls->port, "EXISTS lh:{s-tls-lock}"), ":0");
+  EXPECT_EQ(client.counters().stream_closes, 0u);
+  // A waiter is woken through the subscriber, over TLS too.
+  LockClient other(tls_executor("localhost", "ca"), quiet());
+  ASSERT_TRUE(eventually([&] { return other.counters().redis_subscribed > 0; }, 5s)) << other.last_backend_error();
+  auto held = client.acquire("s-tls-wake", 30s);
+  ASSERT_TRUE(held.has_value()) << client.last_backend_error();
+  auto waiter = std::async(std::launch::async, [&] { return other.acquire("s-tls-wake", 30s, wait_for(20s)); });
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = leasehold::Clock::now();
+  EXPECT_EQ(held->release(), leasehold::ReleaseOutcome::Released);
+  auto got = waiter.get();
+  ASSERT_TRUE(got.has_value()) << other.last_backend_error();
+  EXPECT_LT(leasehold::Clock::now() - t0, 2s) << "the waiter was not woken by the release";
+  EXPECT_EQ(got->release(), leasehold::ReleaseOutcome::Released);
+}
+
+// Application threads write and read one TLS stream concurrently (one SSL object: its calls are
+// serialised), with the reader thread taking what none of them waits for.
+TEST_F(RedisStreamTls, ThreadsShareOneClient) {
+  auto exec = tls_executor("localhost", "ca");
+  LockClient client(exec, quiet());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 15; ++i) {
+        auto lease = client.acquire("s-tls-threads-" + std::to_string((t + i) % 2), 10s, wait_for(10s));
+        if (!lease || lease->release() != leasehold::ReleaseOutcome::Released) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0) << client.last_backend_error();
+  EXPECT_EQ(client.counters().releases_confirmed, 60u);
+  EXPECT_EQ(client.counters().stream_closes, 0u);
+  EXPECT_GT(exec->stats().caller_reads, 0u);
+}
+
+// Each refusal grants nothing and says why; the server never sees the lock's keys.
+TEST_F(RedisStreamTls, RefusedHandshakesSayWhy) {
+  const struct {
+    std::shared_ptr<RedisStreamExecutor> exec;
+    std::vector<std::string> why;  // one of these in last_backend_error()
+  } cases[] = {
+      {tls_executor("localhost", "other"), {"certificate verify failed"}},           // another CA
+      {tls_executor("127.0.0.1", "ca"), {"certificate verify failed"}},             // not the certificate's name
+      {tls_executor("localhost", "ca", false), {"certificate required", "TLS read: ", "TLS write: "}},
+  };
+  for (const auto& c : cases) {
+    LockClient client(c.exec, quiet());
+    EXPECT_FALSE(client.acquire("s-tls-refused", 5s, wait_for(500ms)).has_value());
+    const auto why = client.last_backend_error();
+    bool found = false;
+    for (const auto& w : c.why) found = found || why.find(w) != std::string::npos;
+    EXPECT_TRUE(found) << why;
+  }
+  EXPECT_EQ(raw(g_tls->port, "KEYS lh:{s-tls-refused}*"), "*0");
+}
+
+TEST_F(RedisStreamTls, FilesThatDoNotLoadAreRefusedAtConstruction) {
+  leasehold::RedisStreamOptions o;
+  o.url = "rediss://localhost:" + std::to_string(g_tls_port);
+  o.tls.ca_file = g_certs + "/missing.crt";
+  try {
+    RedisStreamExecutor e(o);
+    ADD_FAILURE() << "a missing CA file was accepted";
+  } catch (const leasehold::Error& e) {
+    EXPECT_EQ(e.code(), leasehold::status::invalid_argument);
+    EXPECT_NE(e.detail().find("missing.crt"), std::string::npos) << e.what();
+  }
+  o.tls.ca_file = g_certs + "/ca.crt";
+  o.tls.cert_file = g_certs + "/client.crt";
+  o.tls.key_file = g_certs + "/server.key";  // not the certificate's key
+  EXPECT_THROW(RedisStreamExecutor{o}, leasehold::Error);
+}
+
+TEST_F(RedisStreamTls, OpenByUrl) {
+  leasehold::ExecutorOptions eo;
+  eo.redis.tls = {g_certs + "/ca.crt", g_certs + "/client.crt", g_certs + "/client.key"};
+  auto c = leasehold::open_client("rediss://localhost:" + std::to_string(g_tls_port), quiet(), eo);
+  auto lease = c.acquire("s-tls-open", 10s, wait_for(3s));
+  ASSERT_TRUE(lease.has_value()) << c.last_backend_error();
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+}
+#endif
 
 }  // namespace

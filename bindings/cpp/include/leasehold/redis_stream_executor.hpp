@@ -2,8 +2,8 @@
 // core (LH_BACKEND_REDIS_STREAM); this executor only moves bytes on POSIX sockets and knows no
 // Redis command.
 //
-// The core parses the URL (redis://, unix://; Sentinel and Cluster are refused on this path) and
-// runs the handshake, the scripts, the subscriber and the reconnects. It asks to open a stream
+// The core parses the URL (redis://, rediss://, unix://, redis+sentinel://; Cluster is refused on
+// this path) and runs the handshake, the scripts, the subscriber and the reconnects. It asks to open a stream
 // (a nonblocking connect with TCP_NODELAY, or a Unix socket, given up at its deadline), to write
 // on it and to close it; everything read goes back to it, split anywhere.
 //   writes — on the thread that hands the request over (a nonblocking send under the client's
@@ -16,12 +16,15 @@
 //   auto client = leasehold::LockClient(std::make_shared<leasehold::RedisStreamExecutor>(
 //       "redis://127.0.0.1:6379/0"));
 //
-// TLS (rediss://) is not built in: such a stream is refused with lh_io_closed and the reason,
-// and the core retries with backoff (use a Unix socket or a local TLS proxy). Header-only, no
-// dependency beyond the core (CMake: leasehold::leasehold). One executor per LockClient.
+// TLS (rediss://: the server's certificate verified for the URL's host, RedisStreamOptions::tls
+// for the CAs and a client certificate) is on OpenSSL, built in where LEASEHOLD_OPENSSL is
+// defined (detail/tls_stream.hpp); without it a rediss:// URL is refused at construction.
+// Header-only; CMake: leasehold::redis_stream (OpenSSL where found), or leasehold::leasehold
+// (no TLS). One executor per LockClient.
 #pragma once
 
 #include <leasehold.hpp>
+#include <leasehold/detail/tls_stream.hpp>
 #include <leasehold/redis_protocol.hpp>
 
 #include <fcntl.h>
@@ -29,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -54,8 +58,10 @@
 namespace leasehold {
 
 struct RedisStreamOptions {
-  // redis://[user:pass@]host[:port][/db], rediss://… (refused: no TLS here), unix:///path[?db=N].
+  // redis://[user:pass@]host[:port][/db], rediss://… (TLS), unix:///path[?db=N],
+  // redis+sentinel://[user:pass@]host:port[,host:port…]/master[/db].
   std::string url = "redis://127.0.0.1:6379";
+  TlsOptions tls;                               // rediss://: CAs and client certificate
   std::string client_name;                      // CLIENT SETNAME of both connections; empty: none
   std::uint32_t protocol = 0;                   // LH_REDIS_PROTOCOL_*; 0: the core's default (RESP3)
   std::chrono::milliseconds connect_timeout{0};  // how long an OPEN may take; 0: the core's default
@@ -72,7 +78,12 @@ struct RedisStreamStats {
 class RedisStreamExecutor final : public Executor {
  public:
   explicit RedisStreamExecutor(std::string url) : RedisStreamExecutor(with_url(std::move(url))) {}
+  // Throws Error(status::invalid_argument) when TLS is asked for (rediss://, tls options) and
+  // cannot be set up: no OpenSSL, a file that does not load.
   explicit RedisStreamExecutor(RedisStreamOptions options = {}) : opts_(std::move(options)) {
+    const auto scheme = opts_.url.substr(0, opts_.url.find(':'));
+    if (!opts_.tls.empty() || (scheme.size() == 6 && ::strncasecmp(scheme.c_str(), "rediss", 6) == 0))
+      tls_ = std::make_shared<detail::TlsContext>(opts_.tls);
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (ep_ < 0 || wake_ < 0) {
@@ -184,13 +195,16 @@ class RedisStreamExecutor final : public Executor {
     }
     const std::uint64_t id;
     int fd = -1;
-    bool open = false;           // connected (else connecting)
+    bool open = false;           // connected (else connecting, or in the TLS handshake when tls)
     bool closed = false;         // shut down or reported ended: nothing more goes to the core
     std::uint64_t deadline = 0;  // connecting: give up then
     std::vector<sockaddr_storage> addrs;
     std::vector<socklen_t> lens;
     std::size_t next = 0;        // the address to try next
     std::string out;             // written but not yet taken by the socket
+    bool wants_tls = false;      // OPEN asked for TLS, verifying server_name
+    std::string server_name;
+    std::unique_ptr<detail::TlsSession> tls;  // set (reader thread) before `open`
     int borrowed = 0;            // application threads reading it now: the reader thread does not
     std::uint64_t reads = 0;     // reads fed so far, so a borrower sees one it did not do
     std::mutex rd;               // held while reading and feeding: bytes reach the core in order
@@ -210,7 +224,8 @@ class RedisStreamExecutor final : public Executor {
   void arm(Stream& s, bool force = false) {
     if (s.closed || s.fd < 0 || (s.open && s.borrowed > 0 && s.out.empty() && !force)) return;
     epoll_event e{};
-    e.events = EPOLLONESHOT | (s.open ? ((s.borrowed == 0 ? EPOLLIN : 0u) | (s.out.empty() ? 0u : EPOLLOUT)) : EPOLLOUT);
+    const std::uint32_t opening = s.open || !s.tls || s.tls->want_write() ? EPOLLOUT : EPOLLIN;  // connect, handshake
+    e.events = EPOLLONESHOT | (s.open ? ((s.borrowed == 0 ? EPOLLIN : 0u) | (s.out.empty() ? 0u : EPOLLOUT)) : opening);
     e.data.u64 = s.id;
     ::epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &e);
   }
@@ -233,6 +248,21 @@ class RedisStreamExecutor final : public Executor {
     emit(IoClosed{s.id, std::move(why)});
   }
   static std::string err(const char* what, int e) { return std::string(what) + ": " + std::strerror(e); }
+  // Bytes moved on `s` (TLS or not): > 0, 0 at the end, -1 when it would block, -2 failed (`why`).
+  static ssize_t send_some(Stream& s, const char* p, std::size_t n, std::string& why) {
+    if (s.tls) return s.tls->write(p, n, why);
+    return plain(::send(s.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT), "write", why);
+  }
+  static ssize_t recv_some(Stream& s, char* p, std::size_t n, std::string& why) {
+    if (s.tls) return s.tls->read(p, n, why);
+    return plain(::recv(s.fd, p, n, MSG_DONTWAIT), "read", why);
+  }
+  static ssize_t plain(ssize_t r, const char* what, std::string& why) {
+    if (r >= 0) return r;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return -1;
+    why = err(what, errno);
+    return -2;
+  }
 
   void run(IoRequest r, bool caller) {
     if (r.kind == LH_IO_OPEN) {
@@ -260,10 +290,10 @@ class RedisStreamExecutor final : public Executor {
       if (r.kind == LH_IO_SHUTDOWN) return end_locked(*s);
       if (!s->open || !s->out.empty()) {
         s->out += r.data;
-      } else {
-        const auto n = ::send(s->fd, r.data.data(), r.data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          why = err("write", errno);
+      } else if (!r.data.empty()) {
+        const auto n = send_some(*s, r.data.data(), r.data.size(), why);
+        if (n == -2 || n == 0) {
+          if (why.empty()) why = "write: end of stream";
           end_locked(*s);
         } else if (static_cast<std::size_t>(std::max<ssize_t>(n, 0)) < r.data.size()) {
           s->out.append(r.data, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
@@ -282,10 +312,11 @@ class RedisStreamExecutor final : public Executor {
   bool read_some(Stream& s, std::atomic<std::uint64_t>& count) {
     char* buf = s.buf.get();
     for (bool got = false;;) {
-      const auto n = ::recv(s.fd, buf, kBuf, MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return got;
+      std::string why;
+      const auto n = recv_some(s, buf, kBuf, why);
+      if (n == -1) return got;
       if (n <= 0) {
-        fail(s, n == 0 ? std::string("end of stream") : err("read", errno));
+        fail(s, n == 0 ? std::string("end of stream") : why);
         return true;
       }
       {
@@ -296,13 +327,21 @@ class RedisStreamExecutor final : public Executor {
       emit(IoReceived{s.id, std::string(buf, static_cast<std::size_t>(n))});
       ++count;
       got = true;
-      if (static_cast<std::size_t>(n) < kBuf) return true;
+      if (!s.tls && static_cast<std::size_t>(n) < kBuf) return true;  // TLS may hold more than the socket shows
     }
   }
 
   // (reader thread) Resolves and starts connecting; the result comes as EPOLLOUT.
   void start_open(const std::shared_ptr<Stream>& s, const IoRequest& r) {
-    if (r.tls) return fail(*s, "TLS is not supported by RedisStreamExecutor (a rediss:// URL): use a Unix socket or a local TLS proxy");
+    if (r.tls && !tls_) {  // asked for by the core alone (a Sentinel's answer): the default settings
+      try {
+        tls_ = std::make_shared<detail::TlsContext>(opts_.tls);
+      } catch (const Error& e) {
+        return fail(*s, e.detail());
+      }
+    }
+    s->wants_tls = r.tls;
+    s->server_name = r.server_name;
     if (!r.unix_path.empty()) {
       sockaddr_un a{};
       a.sun_family = AF_UNIX;
@@ -363,6 +402,30 @@ class RedisStreamExecutor final : public Executor {
     socklen_t len = sizeof e;
     if (::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
     if (e != 0) return try_next(s, e);
+    if (s.wants_tls) {
+      std::string why;
+      auto t = tls_->session(s.fd, s.server_name, why);
+      if (!t) return fail(s, why);
+      {
+        std::lock_guard g(mu_);
+        s.tls = std::move(t);
+      }
+      return handshake(s);
+    }
+    opened(s);
+  }
+  // (reader thread) One step of the TLS handshake: open, failed, or waiting for the socket.
+  void handshake(Stream& s) {
+    std::string why;
+    const int r = s.tls->handshake(why);
+    if (r < 0) return fail(s, why);
+    if (r == 0) {
+      std::lock_guard g(mu_);
+      return arm(s);
+    }
+    opened(s);
+  }
+  void opened(Stream& s) {
     {
       std::lock_guard g(mu_);
       if (s.closed) return;
@@ -393,7 +456,7 @@ class RedisStreamExecutor final : public Executor {
           }
         }
       }
-      for (auto& s : expired) fail(*s, "connect timed out");
+      for (auto& s : expired) fail(*s, s->tls ? "TLS handshake timed out" : "connect timed out");
       for (auto& [s, r] : opens) start_open(s, r);
       if (!opens.empty() || !expired.empty()) continue;
       const int n = ::epoll_wait(ep_, evs, 16, timeout);
@@ -410,17 +473,17 @@ class RedisStreamExecutor final : public Executor {
           auto it = streams_.find(evs[i].data.u64);
           if (it == streams_.end()) continue;
           s = it->second;
-          if (s->open && (evs[i].events & EPOLLOUT) && !flush_locked(*s)) {
+          if (std::string why; s->open && (evs[i].events & EPOLLOUT) && !(why = flush_locked(*s)).empty()) {
             end_locked(*s);
             mu_.unlock();
-            emit(IoClosed{s->id, err("write", errno)});
+            emit(IoClosed{s->id, std::move(why)});
             mu_.lock();
             continue;
           }
           reading = s->open && s->borrowed == 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR));
         }
         if (!s->open) {
-          connected(*s);
+          s->tls ? handshake(*s) : connected(*s);
           continue;
         }
         if (reading) {
@@ -432,17 +495,20 @@ class RedisStreamExecutor final : public Executor {
       }
     }
   }
-  // (mu_) Sends what waits; false when the stream broke (errno says why).
-  bool flush_locked(Stream& s) {
+  // (mu_) Sends what waits; why the stream broke, or "".
+  std::string flush_locked(Stream& s) {
+    std::string why;
     while (!s.out.empty()) {
-      const auto n = ::send(s.fd, s.out.data(), s.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      const auto n = send_some(s, s.out.data(), s.out.size(), why);
+      if (n == -1) break;
+      if (n <= 0) return why.empty() ? "write: end of stream" : why;
       s.out.erase(0, static_cast<std::size_t>(n));
     }
-    return true;
+    return {};
   }
 
   RedisStreamOptions opts_;
+  std::shared_ptr<detail::TlsContext> tls_;  // made here, or by the reader thread on a first TLS OPEN
   Sink sink_;
   int ep_ = -1, wake_ = -1;
   std::atomic<bool> closed_{false};
