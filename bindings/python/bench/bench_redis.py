@@ -57,7 +57,6 @@ from lh_redis_server import RedisServer, ensure_redis_server  # noqa: E402
 
 from leasehold import LockClient  # noqa: E402
 from leasehold.backends.redis import RedisLockService  # noqa: E402
-from leasehold.backends.redis_stream import RedisStreamExecutor  # noqa: E402
 
 clock = time.perf_counter
 FLOOR = "floor (core's requests, raw socket)"
@@ -65,8 +64,14 @@ FLOOR = "floor (core's requests, raw socket)"
 
 # ---- adapters: one "locker" per waiter ---------------------------------------------------------
 def lh_client(url: str) -> LockClient:
-    """leasehold's LockClient on ``RedisLockService(redis-py client)`` (the Redis executor: the
-    core speaks the protocol, redis-py runs its requests; 2 s socket and connect timeouts)."""
+    """leasehold's LockClient on ``RedisLockService.from_url`` (the byte path: the core owns the
+    wire, the executor moves bytes; 2 s request and connect timeouts)."""
+    return LockClient(RedisLockService.from_url(url))
+
+
+def lh_redis_py_client(url: str) -> LockClient:
+    """leasehold's LockClient on ``RedisLockService(redis-py client)`` (the core speaks the
+    protocol, redis-py runs its requests; 2 s socket and connect timeouts)."""
     own = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0, socket_keepalive=True)
     return LockClient(RedisLockService(own, owns_client=True))
 
@@ -252,7 +257,7 @@ def impls(url: str, r: redis.Redis, shared_client: LockClient) -> list[Impl]:
     )
     return [
         Impl("leasehold", lambda: LeaseholdLocker(url), lh_holder),
-        Impl("leasehold (byte path)", lambda: LeaseholdLocker(url, LockClient(RedisStreamExecutor(url)), True), lh_holder),
+        Impl("leasehold (redis-py)", lambda: LeaseholdLocker(url, lh_redis_py_client(url), True), lh_holder),
         Impl("leasehold (1 shared client)", lambda: LeaseholdLocker(url, shared_client), lh_holder),
         Impl("redis-py Lock", lambda: RedisPyLocker(r), rp_holder),
         Impl("python-redis-lock", lambda: PRLLocker(r), prl_holder),
@@ -393,8 +398,8 @@ HANDOFF_FLOOR = "floor (protocol steps, raw sockets)"
 def _make_locker(kind: str, url: str, scripts: Any = None) -> Locker:
     if kind == "leasehold":
         return LeaseholdLocker(url)
-    if kind == "leasehold (byte path)":
-        return LeaseholdLocker(url, LockClient(RedisStreamExecutor(url)), True)
+    if kind == "leasehold (redis-py)":
+        return LeaseholdLocker(url, lh_redis_py_client(url), True)
     if kind == HANDOFF_FLOOR:
         return FloorHandoffLocker(url, *scripts)  # type: ignore[return-value]
     if kind == "python-redis-lock":
@@ -683,7 +688,7 @@ def main() -> None:
                         r.flushall()
                         res = bench_handoff(impl, waiters, n, timeout=120.0)
                         report_handoff(results, impl.label, waiters, res)
-                    for kind in ("leasehold", "leasehold (byte path)", HANDOFF_FLOOR, "python-redis-lock"):
+                    for kind in ("leasehold", "leasehold (redis-py)", HANDOFF_FLOOR, "python-redis-lock"):
                         r.flushall()
                         res = bench_handoff_processes(kind, srv.url, waiters, 30 if q else 150, timeout=120.0)
                         report_handoff(results, f"{kind} (process per waiter)", waiters, res)
