@@ -254,7 +254,7 @@ static void test_restart(int port, const char *unix_path, pid_t *server) {
 static void test_bad(int dead_port, int port) {
     host x;
     const char *bad[] = {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis-sentinel://127.0.0.1:26379/m",
-                         "redis+cluster://127.0.0.1:7000", "redis+sentinel://127.0.0.1:26379", ""};
+                         "redis+cluster://127.0.0.1:7000/3", "redis+sentinel://127.0.0.1:26379", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint32_t st = host_new(&x, bad[i], 5);
         CHECK(st == LH_ERR_INVALID_CONFIG, "url '%s': %s", bad[i], lh_status_str(st));

@@ -289,7 +289,7 @@ TEST_F(RedisStream, ReleaseKeepsItsBoundWhenTheServerStalls) {
 }
 
 TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
-  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+cluster://127.0.0.1:7000", ""}) {
+  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+cluster://127.0.0.1:7000/3", ""}) {
     try {
       LockClient c(executor(bad), quiet());
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -2,7 +2,7 @@
 // core (LH_BACKEND_REDIS_STREAM); this executor only moves bytes on POSIX sockets and knows no
 // Redis command.
 //
-// The core parses the URL (redis://, unix://; Sentinel and Cluster are refused on this path) and
+// The core parses the URL (redis://, unix://, redis+sentinel://, redis+cluster://) and
 // runs the handshake, the scripts, the subscriber and the reconnects. It asks to open a stream
 // (a nonblocking connect with TCP_NODELAY, or a Unix socket, given up at its deadline), to write
 // on it and to close it; everything read goes back to it, split anywhere.

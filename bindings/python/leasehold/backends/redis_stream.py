@@ -27,8 +27,8 @@ byte is lost or fed out of order; a caller never waits for the lock while it hol
 client mutex (it only tries it), and whoever lets go arms the poller again.
 
 ``LockClient`` drives it (not yet ``AsyncLockClient``). ``redis+sentinel://`` URLs work too
-(the core asks the sentinels and follows failovers); Cluster URLs are refused by the core on
-this path for now.
+(the core asks the sentinels and follows failovers), and so do ``redis+cluster://`` URLs (the
+core learns the slot table and routes each name to its master).
 """
 
 from __future__ import annotations
