@@ -44,6 +44,8 @@ const SLOTS_ID: u64 = 2;
 const MAX_REDIRECTS: u8 = 5;
 const REFRESH_GAP: u64 = 100 * MS;
 const REFRESH_WHILE_DOWN: u64 = 300 * MS;
+/// How long after a link's last failure (and its backoff) it still counts as failing.
+const DOWN_WINDOW: u64 = 5_000 * MS;
 const ROUND_BACKOFF_BASE: u64 = 50 * MS;
 const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
 const RETRY_BASE: u64 = 10 * MS;
@@ -237,16 +239,28 @@ impl Cluster {
                 continue;
             };
             let asked = f.ask.take();
+            // An unsubscribe goes where the subscription was confirmed.
+            let confirmed_on = match &f.args[..] {
+                [cmd, channel] if cmd.eq_ignore_ascii_case(b"SUNSUBSCRIBE") => {
+                    self.channels.get(&channel[..]).copied()
+                }
+                _ => None,
+            };
             let node = asked.or_else(|| {
                 let slot = request_slot(&f.args).unwrap_or(0);
                 Some(self.slots[usize::from(slot)]).filter(|&n| n != NO_NODE)
             });
-            let Some(node) = node else {
-                self.unrouted.push_back(id);
-                self.want(now, streams);
-                continue;
+            let link = match (confirmed_on, node) {
+                (Some(link), _) => link,
+                (None, Some(node)) => {
+                    2 * usize::from(node) + usize::from(f.which == Connection::Subscriber)
+                }
+                (None, None) => {
+                    self.unrouted.push_back(id);
+                    self.want(now, streams);
+                    continue;
+                }
             };
-            let link = 2 * usize::from(node) + usize::from(f.which == Connection::Subscriber);
             if asked.is_some() {
                 out.push((link, ASKING_ID, vec![Arg::Borrowed(&b"ASKING"[..])]));
             }
@@ -362,7 +376,7 @@ impl Cluster {
 
     /// Every 300 ms while a serving node's link keeps failing.
     pub(super) fn want_soon(&mut self, now: u64, streams: &mut super::Streams) {
-        if !self.wanted {
+        if !self.wanted && matches!(self.phase, Phase::Idle) {
             self.wanted = true;
             self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_WHILE_DOWN));
         }
@@ -520,7 +534,7 @@ impl Cluster {
                 streams.closed(self.stream, true);
                 self.stream = 0;
                 self.phase = Phase::Idle;
-                self.refresh_at = now.saturating_add(REFRESH_GAP);
+                self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_GAP));
             }
             (Some(Err(why)), _) => {
                 if let Phase::Open(c) = &mut self.phase {
@@ -664,11 +678,9 @@ impl RedisStream {
                 }
             }
         }
-        let degraded = self
-            .links
-            .iter()
-            .enumerate()
-            .any(|(i, l)| l.failures > 0 && c.serves(i));
+        let degraded = self.links.iter().enumerate().any(|(i, l)| {
+            l.failures > 0 && c.serves(i) && now < l.reopen_at.saturating_add(DOWN_WINDOW)
+        });
         if degraded {
             c.want_soon(now, &mut self.streams);
         }
@@ -733,7 +745,11 @@ impl RedisStream {
             return false;
         };
         let from = self.links[i].endpoint.as_ref();
-        c.redirected(core, now, id, error, from, &mut self.streams)
+        let followed = c.redirected(core, now, id, error, from, &mut self.streams);
+        if !followed {
+            c.done(id);
+        }
+        followed
     }
 
     /// A link closed: the topology may have changed.

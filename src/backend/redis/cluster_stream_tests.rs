@@ -332,8 +332,12 @@ fn routed() -> (T, u64) {
 }
 
 fn routed_with(settings: StreamSettings) -> (T, u64) {
+    routed_waiting(settings, 0)
+}
+
+fn routed_waiting(settings: StreamSettings, wait_ms: u64) -> (T, u64) {
     let mut t = cluster_with(settings);
-    t.acquire(0);
+    t.acquire(wait_ms);
     let topo = open_to(&mut t, &tcp("s1", 7000));
     asked(&mut t, topo, "SHARDS");
     t.recv(topo, b"-ERR unknown subcommand 'SHARDS'\r\n");
@@ -501,4 +505,72 @@ fn a_cluster_url_needs_sharded_wake() {
     let err =
         RedisStream::new(proto, "redis+cluster://h:1", StreamSettings::default()).unwrap_err();
     assert!(err.to_string().contains("sharded"), "{err}");
+}
+
+#[test]
+fn a_shard_channel_lives_on_its_masters_subscriber_link() {
+    let (mut t, cmd) = routed_waiting(StreamSettings::default(), 5_000);
+    // Held: the lease waits, and the name's channel is subscribed on 7001's subscriber link.
+    t.recv(cmd, b"*2\r\n:0\r\n:2000\r\n");
+    let (sub, cmds) = link_ready(&mut t, &tcp("127.0.0.1", 7001));
+    assert_eq!(sub, t.s.links[1].stream);
+    assert_eq!(cmds, vec![words(&["SSUBSCRIBE", "lh:{a}:wake"])]);
+    let confirmed = b">3\r\n$10\r\nssubscribe\r\n$11\r\nlh:{a}:wake\r\n:1\r\n";
+    t.recv(sub, confirmed);
+    assert!(t.s.protocol().is_subscribed());
+    // Subscribed: the name is checked once.
+    let again = t.write(cmd);
+    assert!(again.len() == 1 && is_acquire(&again[0]), "{again:?}");
+    // The subscriber link closes: its channel is lost and subscribed again there.
+    t.closed(sub, "reset by peer");
+    assert!(!t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().subscriber_losses, 1);
+    let mut resubscribed = false;
+    for _ in 0..20 {
+        if resubscribed || !t.tick(500 * MS) {
+            break;
+        }
+        for g in t.io() {
+            match g {
+                Got::Open(s, to, _) if s == t.s.links[1].stream => {
+                    assert_eq!(to, tcp("127.0.0.1", 7001));
+                    let cmds = handshake(&mut t, s);
+                    assert_eq!(cmds, vec![words(&["SSUBSCRIBE", "lh:{a}:wake"])]);
+                    resubscribed = true;
+                }
+                // The topology asked again after the close: the same table.
+                Got::Open(topo, ..) => {
+                    asked(&mut t, topo, "SLOTS");
+                    t.recv(topo, &table());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(resubscribed);
+}
+
+#[test]
+fn a_failing_link_has_the_topology_asked_every_300_ms_not_more() {
+    let (mut t, s) = routed();
+    t.recv(s, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+    t.closed(s, "reset by peer");
+    let start = t.now;
+    let mut questions = 0;
+    while t.tick(1_000 * MS) && t.now < start + 10_000 * MS {
+        for g in t.io() {
+            match g {
+                // The link's own reopens fail at once.
+                Got::Open(l, ..) if l == t.s.links[0].stream => t.closed(l, "refused"),
+                Got::Open(topo, ..) => {
+                    asked(&mut t, topo, "SLOTS");
+                    t.recv(topo, &table());
+                    questions += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!((5..=40).contains(&questions), "{questions}");
 }
