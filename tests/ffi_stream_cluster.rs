@@ -241,7 +241,35 @@ fn cluster_routing_sharded_wake_and_failover() {
     }
 
     // Contention: the waiter is woken by the release's sharded notice, not by its recheck
-    // (10 s by default).
+    // (10 s by default). A RESP2 waiter too (its subscriber link in subscribe mode).
+    let mut resp2 = Host::new(&url, 3, |o| {
+        o.redis_connect_timeout_ms = 1_000;
+        o.redis_protocol = LH_REDIS_PROTOCOL_RESP2;
+    });
+    let (other, _) = names[2].clone();
+    let held = a.acquire(&other, 10_000, 0);
+    a.wait_for(held, LH_EVENT_ACQUIRED, Duration::from_secs(5))
+        .expect("held");
+    let waiter = resp2.acquire(&other, 10_000, 20_000);
+    both_until(&mut a, &mut resp2, Duration::from_millis(500), |_, _| false);
+    assert!(resp2.event(waiter, LH_EVENT_ACQUIRED).is_none());
+    let released_at = Instant::now();
+    a.release(held);
+    assert!(
+        both_until(&mut a, &mut resp2, Duration::from_secs(5), |_, b| b
+            .event(waiter, LH_EVENT_ACQUIRED)
+            .is_some()),
+        "the RESP2 waiter was not woken: {}",
+        resp2.h.backend_error()
+    );
+    assert!(released_at.elapsed() < Duration::from_secs(3));
+    resp2.release(waiter);
+    resp2
+        .wait_for(waiter, LH_EVENT_RELEASED, Duration::from_secs(5))
+        .expect("released");
+    drop(resp2);
+    a.events.clear();
+
     let mut b = host(&url, 2);
     let (contended, _) = names[0].clone();
     let held = a.acquire(&contended, 10_000, 0);
