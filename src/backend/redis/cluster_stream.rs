@@ -11,10 +11,9 @@
 //! `CLUSTER SHARDS` (`CLUSTER SLOTS` after an error reply, for servers before Redis 7), on a
 //! connection of its own that it closes once answered; requests wait for the table, or fail
 //! with the reason once every seed failed in a round (the next round waits 50 ms doubling to
-//! 2 s). Later it asks again — any node it knows, then the seeds — when a link closes, a
-//! `MOVED` or `CLUSTERDOWN` arrives, a watched channel is unsubscribed by the server, and every
-//! 300 ms while a serving node's link keeps failing (a failover in progress); at most one
-//! question per 100 ms. A new table moves the requests still waiting on a link to their new
+//! 2 s). Later it asks again — the nodes it knows, then the seeds, nodes whose links fail last —
+//! when a link closes, a `MOVED` or `CLUSTERDOWN` arrives, and every 300 ms for a while after
+//! a serving node's link failed (a failover in progress); at most one question per 100 ms. A new table moves the requests still waiting on a link to their new
 //! node. Each request's argument vector is kept until its answer: `MOVED` updates the slot
 //! and sends it to the named node, `ASK` sends `ASKING` and the request there once, and
 //! `TRYAGAIN` / `CLUSTERDOWN` send it again after a jittered backoff (10 ms doubling to
@@ -83,6 +82,8 @@ pub(super) struct Cluster {
     nodes: Vec<Endpoint>,
     /// Whether node `n` serves slots in the current table.
     serving: Vec<bool>,
+    /// Whether a link of node `n` failed since its last handshake: asked last.
+    failing: Vec<bool>,
     /// Slot → node; empty until the first table.
     slots: Vec<u16>,
     /// Every node of the last answer, asked first at a refresh.
@@ -132,6 +133,7 @@ impl Cluster {
             request_timeout_ns: settings.request_timeout_ns,
             nodes: Vec::new(),
             serving: Vec::new(),
+            failing: Vec::new(),
             slots: Vec::new(),
             known: Vec::new(),
             flights: HashMap::new(),
@@ -383,10 +385,16 @@ impl Cluster {
         self.poll(now, streams);
     }
 
-    /// Whom to ask: the nodes of the last answer, then the seeds.
+    /// Whom to ask: the nodes of the last answer, then the seeds; nodes whose links fail
+    /// last (a host that swallows connections would hold the question up).
     fn candidates(&self) -> Vec<&Endpoint> {
+        let failing = |e: &&Endpoint| {
+            let n = self.nodes.iter().position(|x| x == *e);
+            n.is_some_and(|n| self.failing.get(n).copied().unwrap_or(false))
+        };
+        let all = || self.known.iter().chain(&self.url.seeds);
         let mut c: Vec<&Endpoint> = Vec::new();
-        for e in self.known.iter().chain(&self.url.seeds) {
+        for e in all().filter(|e| !failing(e)).chain(all().filter(failing)) {
             if !c.contains(&e) {
                 c.push(e);
             }
@@ -605,6 +613,14 @@ impl Cluster {
     }
 }
 
+/// Per node: a link of it failed since its last handshake.
+fn failing_nodes(links: &[super::Link]) -> Vec<bool> {
+    links
+        .chunks(2)
+        .map(|pair| pair.iter().any(|l| l.failures > 0))
+        .collect()
+}
+
 /// The URL a cluster's links handshake with (the first seed as the endpoint). A cluster
 /// needs sharded wake-ups: a client channel would be broadcast to every node.
 pub(super) fn server_url(
@@ -678,6 +694,7 @@ impl RedisStream {
                 }
             }
         }
+        c.failing = failing_nodes(&self.links);
         let degraded = self.links.iter().enumerate().any(|(i, l)| {
             l.failures > 0 && c.serves(i) && now < l.reopen_at.saturating_add(DOWN_WINDOW)
         });
@@ -755,6 +772,7 @@ impl RedisStream {
     /// A link closed: the topology may have changed.
     pub(super) fn cluster_link_lost(&mut self, now: u64) {
         if let Some(c) = &mut self.cluster {
+            c.failing = failing_nodes(&self.links);
             c.want(now, &mut self.streams);
         }
     }

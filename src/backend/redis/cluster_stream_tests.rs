@@ -494,9 +494,25 @@ fn a_closed_link_asks_for_the_topology_again() {
     assert_eq!(t.fence(), Some(42));
     t.closed(s, "reset by peer");
     assert!(t.tick(200 * MS));
-    // A node of the last answer is asked first.
-    let topo = open_to(&mut t, &tcp("127.0.0.1", 7001));
+    // Another node of the last answer is asked (7001's link just failed).
+    let topo = open_to(&mut t, &tcp("127.0.0.1", 7000));
     asked(&mut t, topo, "SLOTS");
+}
+
+#[test]
+fn redirections_end_after_five() {
+    let (mut t, s) = routed();
+    let moved = format!("-MOVED {} 127.0.0.1:7001\r\n", slot_a());
+    for _ in 0..5 {
+        t.recv(s, moved.as_bytes());
+        let cmds = t.write(s);
+        assert!(cmds.len() == 1 && is_acquire(&cmds[0]), "{cmds:?}");
+    }
+    assert_eq!(t.s.protocol().counters().error_replies, 0);
+    t.recv(s, moved.as_bytes());
+    assert_eq!(t.s.protocol().counters().error_replies, 1);
+    assert_eq!(t.s.counters().cluster_redirects, 5);
+    assert!(t.s.last_error().contains("MOVED"), "{}", t.s.last_error());
 }
 
 #[test]
