@@ -7,7 +7,7 @@
 //! name is one slot, `scripts.rs`); wake-ups are sharded (`lh:{NAME}:wake`, SSUBSCRIBE on the
 //! owner's subscriber link, SPUBLISH from the scripts).
 //!
-//! [`Cluster`] holds the table. At the first request it connects to a seed of the URL and asks
+//! `Cluster` holds the table. At the first request it connects to a seed of the URL and asks
 //! `CLUSTER SHARDS` (`CLUSTER SLOTS` after an error reply, for servers before Redis 7), on a
 //! connection of its own that it closes once answered; requests wait for the table, or fail
 //! with the reason once every seed failed in a round (the next round waits 50 ms doubling to
@@ -192,7 +192,7 @@ impl Cluster {
         t
     }
 
-    /// A request of the protocol, placed at the next [`RedisStream::cluster_placements`].
+    /// A request of the protocol, placed at the next `RedisStream::cluster_placements`.
     pub(super) fn admit(&mut self, now: u64, id: u64, which: Connection, args: Vec<Arg>) {
         let deadline = now.saturating_add(self.request_timeout_ns);
         self.flights.insert(
