@@ -736,8 +736,8 @@ impl RedisStream {
         };
         c.handle_timeout(now, &mut self.streams);
         let expired = c.expired(now);
-        let out = &mut self.proto.out;
-        c.flights.retain(|id, _| out.get_mut(*id).is_some());
+        let out = &self.proto.out;
+        c.flights.retain(|id, _| out.get(*id).is_some());
         let why = if c.last_error.is_empty() {
             "no node of the cluster serves the slot yet".to_owned()
         } else {

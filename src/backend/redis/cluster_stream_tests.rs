@@ -590,3 +590,30 @@ fn a_failing_link_has_the_topology_asked_every_300_ms_not_more() {
     }
     assert!((5..=40).contains(&questions), "{questions}");
 }
+
+#[test]
+fn a_moved_subscription_follows_to_the_new_owner() {
+    let (mut t, cmd) = routed_waiting(StreamSettings::default(), 5_000);
+    t.recv(cmd, b"*2\r\n:0\r\n:2000\r\n");
+    let (sub, cmds) = link_ready(&mut t, &tcp("127.0.0.1", 7001));
+    assert_eq!(cmds, vec![words(&["SSUBSCRIBE", "lh:{a}:wake"])]);
+    let moved = format!("-MOVED {} 127.0.0.1:7000\r\n", slot_a());
+    t.recv(sub, moved.as_bytes());
+    // 7000's subscriber link (node 1: link 3).
+    let (sub2, cmds) = link_ready(&mut t, &tcp("127.0.0.1", 7000));
+    assert_eq!(sub2, t.s.links[3].stream);
+    assert_eq!(cmds, vec![words(&["SSUBSCRIBE", "lh:{a}:wake"])]);
+    t.recv(
+        sub2,
+        b">3\r\n$10\r\nssubscribe\r\n$11\r\nlh:{a}:wake\r\n:1\r\n",
+    );
+    assert!(t.s.protocol().is_subscribed());
+    // The old owner's subscriber link closing loses nothing.
+    t.closed(sub, "reset by peer");
+    assert!(t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().subscriber_losses, 0);
+    // The new one's does.
+    t.closed(sub2, "reset by peer");
+    assert!(!t.s.protocol().is_subscribed());
+    assert_eq!(t.s.protocol().counters().subscriber_losses, 1);
+}
