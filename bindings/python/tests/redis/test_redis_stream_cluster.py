@@ -45,6 +45,19 @@ def names_on_masters(t: ClusterTopology, prefix: str) -> dict[str, str]:
     raise AssertionError("names did not spread over three masters")
 
 
+def _replica_of(t: ClusterTopology, master: str) -> str:
+    """The node that replicates ``master`` (by its ``ROLE``)."""
+    port = int(master.rpartition(":")[2])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for addr in t.nodes:
+            role = t.node(addr).execute_command("ROLE")
+            if role[0] == b"slave" and int(role[2]) == port:
+                return addr
+        time.sleep(0.1)
+    raise AssertionError(f"no replica of {master}")
+
+
 def test_names_on_every_master_and_a_sharded_wake(cluster: ClusterTopology) -> None:
     names = names_on_masters(cluster, "py-sc-")
     with LockClient(RedisStreamExecutor(cluster.url)) as a, LockClient(RedisStreamExecutor(cluster.url)) as b:
@@ -76,7 +89,7 @@ def test_names_on_every_master_and_a_sharded_wake(cluster: ClusterTopology) -> N
 def test_a_waiter_follows_a_master_kill(cluster: ClusterTopology) -> None:
     names = names_on_masters(cluster, "py-sk-")
     doomed, name = next(iter(names.items()))
-    _, replicas = cluster.shard_of(_lock_key(name))
+    replica = _replica_of(cluster, doomed)
     with LockClient(RedisStreamExecutor(cluster.url)) as a, LockClient(RedisStreamExecutor(cluster.url)) as b:
         held = a.acquire(name, ttl=3)
         got: list[int] = []
@@ -89,7 +102,7 @@ def test_a_waiter_follows_a_master_kill(cluster: ClusterTopology) -> None:
         t.start()
         time.sleep(0.3)
         cluster.kill(doomed)
-        promoted_in = cluster.wait_promoted(replicas[0], timeout=30)
+        promoted_in = cluster.wait_promoted(replica, timeout=30)
         # The holder lets go (its lease may be lost already).
         try:
             held.release()
