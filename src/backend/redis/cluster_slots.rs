@@ -7,9 +7,9 @@ use crate::backend::redis::url::Endpoint;
 use crate::backend::redis::wire::Reply;
 
 /// Slots of a Redis Cluster.
-pub const SLOTS: usize = 16384;
+pub(crate) const SLOTS: usize = 16384;
 /// Most nodes one topology reply may name.
-pub const MAX_NODES: usize = 1000;
+pub(crate) const MAX_NODES: usize = 1000;
 const MAX_HOST_LEN: usize = 255;
 
 /// Why a topology reply was not usable.
