@@ -13,9 +13,10 @@
 //! with the reason once every seed failed in a round (the next round waits 50 ms doubling to
 //! 2 s). Later it asks again — the nodes it knows, then the seeds, nodes whose links fail last —
 //! when a link closes, a `MOVED` or `CLUSTERDOWN` arrives, and every 300 ms for a while after
-//! a serving node's link failed (a failover in progress); at most one question per 100 ms. A new table moves the requests still waiting on a link to their new
-//! node. Each request's argument vector is kept until its answer: `MOVED` updates the slot
-//! and sends it to the named node, `ASK` sends `ASKING` and the request there once, and
+//! a serving node's link failed (a failover in progress); at most one question per 100 ms. A
+//! new table moves the requests still waiting on a link to their new node. Each request's
+//! argument vector is kept until its answer: `MOVED` updates the slot and sends it to the
+//! named node, `ASK` sends `ASKING` and the request there once, and
 //! `TRYAGAIN` / `CLUSTERDOWN` send it again after a jittered backoff (10 ms doubling to
 //! 500 ms) while its deadline (the request timeout from its first send) allows; after five
 //! redirections, or past the deadline, the error reply is the request's answer. A subscriber
