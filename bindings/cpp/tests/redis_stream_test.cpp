@@ -325,7 +325,7 @@ TEST_F(RedisStream, ClusterRoutesNamesAndWakesOnShardChannels) {
   struct Stop {
     std::string cmd;
     ~Stop() { leasehold_test::sh(cmd); }
-  } stop{cluster + " stop " + dir + " >/dev/null 2>&1"};
+  } stop{cluster + " stop " + dir + " >/dev/null 2>&1; rm -rf " + dir};
   const auto [rc, out] = leasehold_test::sh(cluster + " start " + dir + " 2>&1");
   ASSERT_EQ(rc, 0) << out;
   const auto at = out.find("nodes ");
