@@ -893,8 +893,10 @@ typedef struct lh_backend_options {
    * `redis+sentinel://[[user]:pass@]host:port[,host:port…]/MASTER[/db]` (the master the
    * sentinels name, followed across failovers; the credentials and database are the
    * Redis servers', the sentinels take none) (UTF-8, at most 4096 bytes, not
-   * NUL-terminated; percent-escapes in the user, password and master name). Cluster URLs
-   * are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
+   * NUL-terminated; percent-escapes in the user, password and master name), or
+   * `redis+cluster://[[user]:pass@]host:port[,host:port…]` / `rediss+cluster://…` (seed
+   * nodes of a Redis Cluster: requests go to the master serving their slot, wake-ups are
+   * sharded whatever `redis_sharded_wake` says). The fields from here on are new: a
    * host built against the header before them passes that smaller `struct_size` and gets
    * their defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
    */

@@ -287,7 +287,7 @@ fn a_unix_socket() {
 fn bad_urls_and_bad_answers_are_refused() {
     for url in [
         "redis+sentinel://127.0.0.1:26379",
-        "redis+cluster://127.0.0.1:7000",
+        "redis+cluster://127.0.0.1:7000/3",
         "http://127.0.0.1",
         "redis://127.0.0.1:0",
         "",

@@ -88,8 +88,10 @@ pub struct lh_backend_options {
     /// `redis+sentinel://[[user]:pass@]host:port[,host:port…]/MASTER[/db]` (the master the
     /// sentinels name, followed across failovers; the credentials and database are the
     /// Redis servers', the sentinels take none) (UTF-8, at most 4096 bytes, not
-    /// NUL-terminated; percent-escapes in the user, password and master name). Cluster URLs
-    /// are `LH_ERR_INVALID_CONFIG` on this path for now. The fields from here on are new: a
+    /// NUL-terminated; percent-escapes in the user, password and master name), or
+    /// `redis+cluster://[[user]:pass@]host:port[,host:port…]` / `rediss+cluster://…` (seed
+    /// nodes of a Redis Cluster: requests go to the master serving their slot, wake-ups are
+    /// sharded whatever `redis_sharded_wake` says). The fields from here on are new: a
     /// host built against the header before them passes that smaller `struct_size` and gets
     /// their defaults (it cannot ask for `LH_BACKEND_REDIS_STREAM`).
     pub redis_url: *const u8,
@@ -268,20 +270,29 @@ unsafe fn protocol(o: &lh_backend_options, seed: &[u8]) -> Result<Protocol, Fail
     Ok(match o.kind {
         LH_BACKEND_MEMORY => Protocol::Memory(Box::default()),
         LH_BACKEND_REDIS | LH_BACKEND_REDIS_STREAM => {
+            let stream = if o.kind == LH_BACKEND_REDIS_STREAM {
+                // SAFETY: per the caller's contract.
+                Some(unsafe { stream_settings(o)? })
+            } else {
+                None
+            };
+            // A cluster on the stream path always wakes through shard channels.
+            let cluster = stream
+                .as_ref()
+                .is_some_and(|(url, _)| redis::url::is_cluster_url(url));
             let opts = RedisOptions {
                 standby_delay_ms: o.redis_standby_delay_ms,
                 key_keep_ms: o.redis_key_keep_ms,
                 queue_max_age_ms: o.redis_queue_max_age_ms,
                 idle_recheck_ms: o.redis_idle_recheck_ms,
-                sharded_wake: flag(o.redis_sharded_wake, "redis_sharded_wake")?,
+                sharded_wake: flag(o.redis_sharded_wake, "redis_sharded_wake")? || cluster,
             };
             let proto = RedisProtocol::new(opts, wake_random(seed)?)?;
-            if o.kind == LH_BACKEND_REDIS {
-                Protocol::Redis(Box::new(proto))
-            } else {
-                // SAFETY: per the caller's contract.
-                let (url, settings) = unsafe { stream_settings(o)? };
-                Protocol::RedisStream(Box::new(RedisStream::new(proto, url, settings)?))
+            match stream {
+                None => Protocol::Redis(Box::new(proto)),
+                Some((url, settings)) => {
+                    Protocol::RedisStream(Box::new(RedisStream::new(proto, url, settings)?))
+                }
             }
         }
         LH_BACKEND_SQLITE | LH_BACKEND_POSTGRES => {

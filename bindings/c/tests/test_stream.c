@@ -4,7 +4,11 @@
  * pid: acquire/release with strictly increasing fences, two clients contending where the waiter
  * is woken by the holder's release, a server killed and restarted under a client that
  * reconnects by itself, a Unix socket URL, bad URLs / unreachable servers / TLS refused with
- * a clear reason, and (built with OpenSSL) a lock over rediss:// with the test's own CA. Without redis-server the test is skipped, except under CI=true.
+ * a clear reason, and (built with OpenSSL) a lock over rediss:// with the test's own CA; then a
+ * Redis Cluster (scripts/redis-cluster-test.sh: 3 masters, 3 replicas, run from bindings/c)
+ * through a redis+cluster:// URL: names on every master, and a waiter woken by the holder's
+ * release on the name's shard channel. Without redis-server the test is skipped, except under
+ * CI=true.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -254,7 +258,7 @@ static void test_restart(int port, const char *unix_path, pid_t *server) {
 static void test_bad(int dead_port, int port) {
     host x;
     const char *bad[] = {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis-sentinel://127.0.0.1:26379/m",
-                         "redis+cluster://127.0.0.1:7000", "redis+sentinel://127.0.0.1:26379", ""};
+                         "redis+cluster://127.0.0.1:7000/3", "redis+sentinel://127.0.0.1:26379", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint32_t st = host_new(&x, bad[i], 5);
         CHECK(st == LH_ERR_INVALID_CONFIG, "url '%s': %s", bad[i], lh_status_str(st));
@@ -280,6 +284,48 @@ static void test_bad(int dead_port, int port) {
 #endif
     CHECK(strstr(lh_backend_last_error(x.c), want) != NULL, "reason: '%s'", lh_backend_last_error(x.c));
     host_free(&x);
+}
+
+/* A Redis Cluster through redis+cluster://: the core learns the slot table from the seeds and
+ * opens a pair of streams per master; the host moves their bytes like any other. */
+static void test_cluster(void) {
+    char dir[] = "/tmp/lh-stream-cluster-XXXXXX", cmd[512], url[512], line[400];
+    const char *script = "../../scripts/redis-cluster-test.sh";
+    if (mkdtemp(dir) == NULL) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "bash %s start %s >/dev/null 2>&1", script, dir);
+    int started = system(cmd) == 0;
+    CHECK(started, "%s start failed (run from bindings/c)", script);
+    snprintf(cmd, sizeof cmd, "%s/addresses", dir);
+    FILE *f = started ? fopen(cmd, "r") : NULL;
+    int have = f != NULL && fgets(line, sizeof line, f) != NULL && strncmp(line, "nodes ", 6) == 0;
+    if (f != NULL) fclose(f);
+    CHECK(!started || have, "no addresses from %s", script);
+    if (have) {
+        line[strcspn(line, "\r\n")] = 0;
+        snprintf(url, sizeof url, "redis+cluster://%s", line + 6);
+        host a;
+        CHECK(host_new(&a, url, 11) == LH_OK, "client for %s", url);
+        /* Thirty names: every master serves some (the cluster's slot ranges are fixed). */
+        for (int i = 0; i < 30; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "c-cluster-%d", i);
+            uint64_t lease = acquire(&a, name, 5000, 3000);
+            const lh_event *e = wait_ev(&a, NULL, lease, LH_EVENT_ACQUIRED, 5000);
+            CHECK(e != NULL, "%s not acquired: %s", name, lh_backend_last_error(a.c));
+            if (e == NULL) break;
+            CHECK(release_confirmed(&a, NULL, lease), "%s: release not confirmed", name);
+        }
+        /* The topology stream and one commands stream per master, at least. */
+        CHECK(counters(&a).stream_opens >= 4, "%llu streams opened", (unsigned long long)counters(&a).stream_opens);
+        CHECK(a.h.last_status == LH_OK, "library status %s", lh_status_str(a.h.last_status));
+        host_free(&a);
+        test_contend(url);
+    }
+    snprintf(cmd, sizeof cmd, "bash %s stop %s >/dev/null 2>&1; rm -rf %s", script, dir, dir);
+    CHECK(system(cmd) == 0, "%s stop", script);
 }
 
 #ifdef LH_STREAM_OPENSSL
@@ -374,6 +420,7 @@ int main(void) {
 #ifdef LH_STREAM_OPENSSL
     test_tls(dir);
 #endif
+    test_cluster();
     unlink(sock);
     rmdir(dir);
     printf("test_stream: %s (%d failed checks)\n", failures ? "FAILED" : "OK", failures);

@@ -7,7 +7,8 @@
 // redis-server with a TLS port and certificates of a CA the test makes: a lock with a client
 // certificate, and a server certificate from another CA, for another name or without the client's
 // certificate refused with the reason; built without OpenSSL, rediss:// is refused at
-// construction. make_executor/open_client: a URL gives its executor (SQLite where built in), an
+// construction. A Redis Cluster (scripts/redis-cluster-test.sh) is reached through a
+// redis+cluster:// URL. make_executor/open_client: a URL gives its executor (SQLite where built in), an
 // unknown scheme or a backend not built in is refused with its reason. Without redis-server (or openssl to make the certificates) the tests skip, except
 // under CI=true.
 #include <leasehold.hpp>
@@ -298,7 +299,7 @@ TEST_F(RedisStream, ReleaseKeepsItsBoundWhenTheServerStalls) {
 }
 
 TEST_F(RedisStream, BadUrlsAndUnreachableServersFailWithTheirReason) {
-  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+cluster://127.0.0.1:7000", ""}) {
+  for (const char* bad : {"http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis+cluster://127.0.0.1:7000/3", ""}) {
     try {
       LockClient c(executor(bad), quiet());
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -561,5 +562,53 @@ TEST_F(RedisStreamTls, OpenByUrl) {
   EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
 }
 #endif
+
+// A Redis Cluster (3 masters, 3 replicas) through redis+cluster://: the core learns the slot
+// table and routes each name to its master's streams; a release wakes a waiter through the
+// name's shard channel.
+TEST_F(RedisStream, ClusterRoutesNamesAndWakesOnShardChannels) {
+  const auto dir = leasehold_test::temp_dir("stream-cluster");
+  const auto cluster = "bash " + leasehold_test::script("redis-cluster-test.sh");
+  struct Stop {
+    std::string cmd;
+    ~Stop() { leasehold_test::sh(cmd); }
+  } stop{cluster + " stop " + dir + " >/dev/null 2>&1; rm -rf " + dir};
+  const auto [rc, out] = leasehold_test::sh(cluster + " start " + dir + " 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto at = out.find("nodes ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto nodes = out.substr(at + 6, out.find('\n', at) - at - 6);
+  const auto cluster_url = "redis+cluster://" + nodes;
+  LockClient a(executor(cluster_url), quiet());
+  // Thirty names: every master serves some (the cluster's slot ranges are fixed).
+  for (int i = 0; i < 30; ++i) {
+    const auto name = "s-cluster-" + std::to_string(i);
+    auto lease = a.acquire(name, 10s, wait_for(3s));
+    ASSERT_TRUE(lease.has_value()) << name << ": " << a.last_backend_error();
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released) << name;
+  }
+  // The topology stream and a commands stream per master, at least.
+  EXPECT_GE(a.counters().stream_opens, 4u);
+  LockClient b(executor(cluster_url), quiet());
+  auto held = a.acquire("s-cluster-contend", 30s);
+  ASSERT_TRUE(held.has_value()) << a.last_backend_error();
+  std::atomic<bool> done{false};
+  auto waiter = std::async(std::launch::async, [&] {
+    auto l = b.acquire("s-cluster-contend", 30s, wait_for(20s));
+    done = true;
+    return l;
+  });
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(done.load()) << "b got the lock while a held it";
+  const auto t0 = leasehold::Clock::now();
+  EXPECT_EQ(held->release(), leasehold::ReleaseOutcome::Released);
+  auto got = waiter.get();
+  const auto took = leasehold::Clock::now() - t0;
+  ASSERT_TRUE(got.has_value()) << b.last_backend_error();
+  EXPECT_GT(got->fencing_token(), held->fencing_token());
+  EXPECT_LT(took, 2s) << "the waiter was not woken by the release";
+  EXPECT_GE(b.counters().backend_wakeups, 1u);
+  EXPECT_EQ(got->release(), leasehold::ReleaseOutcome::Released);
+}
 
 }  // namespace

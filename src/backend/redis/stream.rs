@@ -17,8 +17,9 @@
 //!
 //! With a `redis+sentinel://` URL the endpoint is found, not given: `sentinel_stream.rs` asks
 //! the sentinels for the master, checks it with `ROLE` before a connection carries a request, and
-//! follows failovers (see its docs). A Cluster target would plug in at the same place: the
-//! endpoint each link opens to, chosen per slot.
+//! follows failovers (see its docs). With a `redis+cluster://` URL there is one pair of links
+//! per master node and each request goes to the node serving its slot: `cluster_stream.rs`
+//! learns the slot table and follows redirections and failovers (see its docs).
 
 use std::collections::{HashSet, VecDeque};
 
@@ -112,6 +113,7 @@ impl Link {
 enum Slot {
     Link(usize),
     Sentinel,
+    Cluster,
 }
 
 /// The Redis protocol with the connections in the core. See the module docs.
@@ -121,11 +123,13 @@ pub struct RedisStream {
     url: RedisUrl,
     /// Sentinel URLs: how the master is found.
     sentinel: Option<Box<sentinel::Discovery>>,
+    /// Cluster URLs: the slot table; links `2n`, `2n + 1` go to node `n`.
+    cluster: Option<Box<cluster::Cluster>>,
     /// The sentinel discovery's generation the links follow.
     generation: u64,
     settings: StreamSettings,
     conn_opts: ConnOptions,
-    links: [Link; 2],
+    links: Vec<Link>,
     streams: Streams,
     /// The request last handed out by [`Self::poll_request`] (its bytes are borrowed).
     current: Option<Io>,
@@ -135,8 +139,8 @@ pub struct RedisStream {
 }
 
 impl RedisStream {
-    /// Wraps `proto` with connections to `url` (parsed here, once): one server, or the
-    /// master of a Sentinel deployment.
+    /// Wraps `proto` with connections to `url` (parsed here, once): one server, the master
+    /// of a Sentinel deployment, or the masters of a cluster (which needs `sharded_wake`).
     pub fn new(
         proto: RedisProtocol,
         url: &str,
@@ -145,12 +149,13 @@ impl RedisStream {
         if settings.connect_timeout_ns == 0 {
             return Err(Error::InvalidConfig("connect_timeout_ns must be positive"));
         }
-        let (url, sentinel) = match parse_target(url)? {
-            Target::Direct(url) => (url, None),
+        let (url, sentinel, cluster_url) = match parse_target(url)? {
+            Target::Direct(url) => (url, None, None),
             Target::Sentinel(s) => {
                 let d = sentinel::Discovery::new(s, &settings)?;
-                (d.server_url(), Some(Box::new(d)))
+                (d.server_url(), Some(Box::new(d)), None)
             }
+            Target::Cluster(c) => (cluster::server_url(&c, &proto)?, None, Some(c)),
         };
         let conn_opts = ConnOptions {
             username: url.username.clone(),
@@ -162,14 +167,18 @@ impl RedisStream {
             ..ConnOptions::default()
         };
         conn_opts.validate()?;
+        let cluster = cluster_url
+            .map(|c| cluster::Cluster::new(c, &settings, conn_opts.clone()).map(Box::new))
+            .transpose()?;
         Ok(RedisStream {
             proto,
             url,
             sentinel,
+            cluster,
             generation: 0,
             settings,
             conn_opts,
-            links: [
+            links: vec![
                 Link::new(Connection::Commands),
                 Link::new(Connection::Subscriber),
             ],
@@ -195,7 +204,7 @@ impl RedisStream {
     }
 
     /// The parsed URL. For a Sentinel URL: the Redis servers' credentials and database,
-    /// and the first sentinel as the endpoint.
+    /// and the first sentinel as the endpoint; for a Cluster URL: the first seed node.
     pub fn url(&self) -> &RedisUrl {
         &self.url
     }
@@ -218,7 +227,8 @@ impl RedisStream {
         }
     }
 
-    /// Whether a connection is open and done with its handshake.
+    /// Whether a connection is open and done with its handshake (a cluster: the first
+    /// node's).
     pub fn is_ready(&self, which: Connection) -> bool {
         let link = self.link(which);
         matches!(&link.state, State::Open(c) if c.is_ready() && link.verified)
@@ -280,6 +290,9 @@ impl RedisStream {
         if let Some(d) = &self.sentinel {
             t = t.min(d.deadline().unwrap_or(NEVER));
         }
+        if let Some(c) = &self.cluster {
+            t = t.min(c.deadline());
+        }
         if !self.dated(core) && self.links.iter().any(|l| !l.waiting.is_empty()) {
             // An open waits for a clock to date its deadline: due at once.
             t = t.min(core.now());
@@ -297,7 +310,8 @@ impl RedisStream {
         if let Some(d) = &mut self.sentinel {
             d.handle_timeout(now, &mut self.streams);
         }
-        for i in 0..2 {
+        self.cluster_timeout(core, now);
+        for i in 0..self.links.len() {
             // Some(resolving): the open (or the search for the master) is overdue.
             let overdue = match &mut self.links[i].state {
                 State::Opening { deadline } => (*deadline <= now).then_some(false),
@@ -343,6 +357,11 @@ impl RedisStream {
                 self.route(core);
                 return Ok(());
             }
+            Some(Slot::Cluster) => {
+                self.with_cluster(|c, s| c.handle_opened(now, s));
+                self.route(core);
+                return Ok(());
+            }
             Some(Slot::Link(i)) => i,
         };
         if !matches!(self.links[i].state, State::Opening { .. }) {
@@ -372,8 +391,7 @@ impl RedisStream {
             Vec::new()
         };
         for (id, why) in refused {
-            self.proto
-                .handle_request_failed_because(core, now, id, &why);
+            self.cluster_fail(core, now, id, &why);
         }
         self.route(core);
         Ok(())
@@ -391,6 +409,7 @@ impl RedisStream {
         let open = match found {
             Some(Slot::Link(i)) => matches!(self.links[i].state, State::Open(_)),
             Some(Slot::Sentinel) => self.sentinel.as_ref().is_some_and(|d| d.is_open()),
+            Some(Slot::Cluster) => self.cluster.as_ref().is_some_and(|c| c.is_open()),
             None => true,
         };
         if !open {
@@ -406,6 +425,7 @@ impl RedisStream {
                     d.handle_received(now, bytes, &mut self.streams);
                 }
             }
+            Some(Slot::Cluster) => self.with_cluster(|c, s| c.handle_received(now, bytes, s)),
             Some(Slot::Link(i)) => {
                 if let State::Open(conn) = &mut self.links[i].state {
                     conn.feed(now, bytes);
@@ -441,6 +461,7 @@ impl RedisStream {
                     d.handle_closed(now, why, &mut self.streams);
                 }
             }
+            Some(Slot::Cluster) => self.with_cluster(|c, s| c.handle_closed(now, why, s)),
             Some(Slot::Link(i)) => {
                 if let State::Open(conn) = &mut self.links[i].state {
                     conn.handle_closed();
@@ -477,6 +498,9 @@ impl RedisStream {
             None if self.sentinel.as_ref().is_some_and(|d| d.stream() == stream) => {
                 Some(Slot::Sentinel)
             }
+            None if self.cluster.as_ref().is_some_and(|c| c.stream() == stream) => {
+                Some(Slot::Cluster)
+            }
             None => None,
         };
         if found.is_none() {
@@ -490,9 +514,19 @@ impl RedisStream {
     fn route(&mut self, core: &mut Client) {
         let now = core.now();
         let mut refused: Vec<(u64, String)> = Vec::new();
+        let mut placed = Vec::new();
         while let Some(req) = self.proto.poll_request(core) {
             let (id, args) = (req.id, req.args.to_vec());
-            let link = &mut self.links[index(req.connection)];
+            match &mut self.cluster {
+                Some(c) => c.admit(now, id, req.connection, args),
+                None => placed.push((index(req.connection), id, args)),
+            }
+        }
+        if self.cluster.is_some() {
+            placed = self.cluster_placements(core, now);
+        }
+        for (i, id, args) in placed {
+            let link = &mut self.links[i];
             match &mut link.state {
                 State::Open(conn) if link.verified => match conn.send(now, id, &args) {
                     Ok(()) => note_subscription(&mut link.subs, id, &args),
@@ -516,18 +550,18 @@ impl RedisStream {
             }
         }
         for (id, why) in refused {
-            self.proto
-                .handle_request_failed_because(core, now, id, &why);
+            self.cluster_fail(core, now, id, &why);
         }
         self.follow_master(core, now);
         self.sentinel_news();
         let dated = self.dated(core);
-        let master = match &self.sentinel {
-            None => Some(&self.url.endpoint),
-            Some(d) => d.master(),
-        };
         let mut resolve = false;
-        for link in &mut self.links {
+        for (i, link) in self.links.iter_mut().enumerate() {
+            let master = match (&self.sentinel, &self.cluster) {
+                (Some(d), _) => d.master(),
+                (None, Some(c)) => c.node(i / 2),
+                (None, None) => Some(&self.url.endpoint),
+            };
             let open_now = match &link.state {
                 State::Idle => dated && !link.waiting.is_empty() && link.reopen_at <= now,
                 State::Resolving { .. } => master.is_some(),
@@ -573,6 +607,10 @@ impl RedisStream {
             let subs = &mut self.links[i].subs;
             match ev {
                 ConnEvent::Ready { .. } => self.links[i].failures = 0,
+                ConnEvent::Reply { id, .. }
+                | ConnEvent::Error { id, .. }
+                | ConnEvent::Failed { id }
+                    if id == cluster::ASKING_ID => {}
                 ConnEvent::Reply {
                     id: sentinel::ROLE_ID,
                     reply,
@@ -590,6 +628,9 @@ impl RedisStream {
                     ));
                 }
                 ConnEvent::Reply { id, reply } => {
+                    if let Some(c) = &mut self.cluster {
+                        c.done(id);
+                    }
                     // A subscription's confirmation came as a push already.
                     if !subs.remove(&id) {
                         self.proto.handle_reply(core, now, id, &reply.as_value());
@@ -597,6 +638,9 @@ impl RedisStream {
                 }
                 ConnEvent::Error { id, error } => {
                     subs.remove(&id);
+                    if self.cluster_redirect(core, now, i, id, &error) {
+                        continue;
+                    }
                     if error.kind == ErrorKind::ReadOnly && self.sentinel.is_some() {
                         // A replica now: the master moved.
                         drop_it = Some(String::from_utf8_lossy(&error.message).into_owned());
@@ -604,7 +648,7 @@ impl RedisStream {
                     let reply = Value::Error(&error.message);
                     self.proto.handle_reply(core, now, id, &reply);
                 }
-                ConnEvent::Push(push) => self.on_push(core, now, push),
+                ConnEvent::Push(push) => self.on_push(core, now, i, push),
                 ConnEvent::Failed { id } => {
                     subs.remove(&id);
                     if id != sentinel::ROLE_ID {
@@ -617,8 +661,7 @@ impl RedisStream {
         if verified && closed.is_none() {
             self.links[i].verified = true;
             for (id, why) in self.links[i].flush(now) {
-                self.proto
-                    .handle_request_failed_because(core, now, id, &why);
+                self.cluster_fail(core, now, id, &why);
             }
         }
         let Some(own) = closed else {
@@ -630,14 +673,14 @@ impl RedisStream {
         };
         let why = host_reason.map_or(own, str::to_owned);
         for id in failed {
-            self.proto
-                .handle_request_failed_because(core, now, id, &why);
+            self.cluster_fail(core, now, id, &why);
         }
         self.down(core, now, i, &why, host_reason.is_none());
         self.master_lost(now);
     }
 
-    fn on_push(&mut self, core: &mut Client, now: u64, push: Push) {
+    fn on_push(&mut self, core: &mut Client, now: u64, i: usize, push: Push) {
+        self.cluster_note_push(i, &push);
         match push {
             Push::Message { channel, payload }
             | Push::ShardMessage { channel, payload }
@@ -662,7 +705,7 @@ impl RedisStream {
     fn open_failed(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
         let waiting: Vec<u64> = self.links[i].waiting.drain(..).map(|(id, _)| id).collect();
         for id in waiting {
-            self.proto.handle_request_failed_because(core, now, id, why);
+            self.cluster_fail(core, now, id, why);
         }
         let had_stream = self.links[i].stream != 0;
         self.down(core, now, i, why, shutdown);
@@ -689,14 +732,17 @@ impl RedisStream {
             .min(BACKOFF_CAP);
         link.reopen_at = now.saturating_add(step / 2 + core.random_up_to(step / 2));
         if link.which == Connection::Subscriber {
-            self.subscriptions_lost(core, now);
+            self.subscriptions_lost(core, now, i);
         }
+        self.cluster_link_lost(now);
     }
 
     /// The subscriber is gone: every live channel is reported lost, so the protocol
     /// subscribes it again (on the reopened connection) and re-checks its waiters.
-    fn subscriptions_lost(&mut self, core: &mut Client, now: u64) {
-        let lost: Vec<Vec<u8>> = if self.proto.options().sharded_wake {
+    fn subscriptions_lost(&mut self, core: &mut Client, now: u64, i: usize) {
+        let lost: Vec<Vec<u8>> = if let Some(c) = &mut self.cluster {
+            c.channels_on(i)
+        } else if self.proto.options().sharded_wake {
             self.proto
                 .watched_names()
                 .filter(|(_, live)| *live)
@@ -732,6 +778,9 @@ fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
 
 #[path = "sentinel_stream.rs"]
 mod sentinel;
+
+#[path = "cluster_stream.rs"]
+pub mod cluster;
 
 #[cfg(test)]
 #[path = "stream_tests.rs"]

@@ -80,6 +80,10 @@ pub struct StreamCounters {
     pub late_answers: u64,
     /// `SENTINEL GET-MASTER-ADDR-BY-NAME` questions sent (a Sentinel URL only).
     pub sentinel_lookups: u64,
+    /// `CLUSTER SHARDS` / `CLUSTER SLOTS` questions sent (a Cluster URL only).
+    pub cluster_refreshes: u64,
+    /// `MOVED` and `ASK` redirections followed (a Cluster URL only).
+    pub cluster_redirects: u64,
 }
 
 #[derive(Debug, Clone)]

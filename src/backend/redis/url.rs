@@ -2,8 +2,9 @@
 //! handshake sends. `redis://[user:pass@]host[:port][/db]`, `rediss://` (TLS, the server name
 //! is the host), `unix:///path[?db=N]` and
 //! `redis+sentinel://[[user]:pass@]host:port[,host:port…]/MASTER[/db]` (the bindings' form: the
-//! credentials and database are the Redis servers', the sentinels take none); Cluster URLs
-//! are refused with an error that says so.
+//! credentials and database are the Redis servers', the sentinels take none) and
+//! `redis+cluster://[[user]:pass@]host:port[,host:port…][/]` / `rediss+cluster://` (seed nodes of
+//! a Redis Cluster; database 0 only, as a cluster has no other).
 
 use crate::Error;
 
@@ -87,29 +88,75 @@ impl std::fmt::Debug for SentinelUrl {
     }
 }
 
-/// What a stream-path URL names: one server, or a master found through sentinels.
+/// A `redis+cluster://` URL: the seed nodes the topology is first asked of, and what every
+/// node's handshake sends. Its `Debug` form leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// Seed nodes, asked in this order (TLS for `rediss+cluster://`).
+    pub seeds: Vec<Endpoint>,
+    /// Every node is reached over TLS (its certificate checked against its host).
+    pub tls: bool,
+    /// ACL user (`None`: the default user).
+    pub username: Option<Vec<u8>>,
+    /// Password (`None`: no `AUTH`).
+    pub password: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ClusterUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterUrl")
+            .field("seeds", &self.seeds)
+            .field("tls", &self.tls)
+            .field(
+                "username",
+                &self.username.as_deref().map(String::from_utf8_lossy),
+            )
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// What a stream-path URL names: one server, a master found through sentinels, or a
+/// cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// `redis://`, `rediss://`, `unix://`.
     Direct(RedisUrl),
     /// `redis+sentinel://`.
     Sentinel(SentinelUrl),
+    /// `redis+cluster://`, `rediss+cluster://`.
+    Cluster(ClusterUrl),
 }
 
 const MAX_URL_LEN: usize = 4096;
 /// Most sentinels one URL may name.
 const MAX_SENTINELS: usize = 64;
 
-/// Parses any URL of the stream path: one server or a Sentinel deployment.
+/// Parses any URL of the stream path: one server, a Sentinel deployment or a cluster.
 pub fn parse_target(url: &str) -> Result<Target, Error> {
     if url.len() <= MAX_URL_LEN {
         if let Some((scheme, rest)) = url.split_once("://") {
             if scheme.eq_ignore_ascii_case("redis+sentinel") {
                 return sentinel(rest).map(Target::Sentinel);
             }
+            if scheme.eq_ignore_ascii_case("redis+cluster") {
+                return cluster(rest, false).map(Target::Cluster);
+            }
+            if scheme.eq_ignore_ascii_case("rediss+cluster") {
+                return cluster(rest, true).map(Target::Cluster);
+            }
         }
     }
     parse_url(url).map(Target::Direct)
+}
+
+/// Whether `url` is a Cluster URL by its scheme (it may still be malformed): a cluster needs
+/// sharded wake-ups, chosen before the URL is parsed.
+pub fn is_cluster_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis+cluster")
+            || scheme.eq_ignore_ascii_case("rediss+cluster")
+    })
 }
 
 /// Parses a URL of one server (see the module docs); a Sentinel URL is
@@ -135,8 +182,11 @@ pub fn parse_url(url: &str) -> Result<RedisUrl, Error> {
         "rediss+sentinel" | "sentinel" => Err(Error::InvalidConfig(
             "a Sentinel URL on the stream path is redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB] (no TLS)",
         )),
-        "redis+cluster" | "rediss+cluster" | "cluster" => Err(Error::InvalidConfig(
-            "Cluster URLs are not supported on the stream path yet",
+        "redis+cluster" | "rediss+cluster" => Err(Error::InvalidConfig(
+            "a redis+cluster:// URL names seed nodes of a cluster, not one server",
+        )),
+        "cluster" => Err(Error::InvalidConfig(
+            "a Cluster URL is redis+cluster://HOST:PORT[,HOST:PORT] or rediss+cluster://…",
         )),
         _ => Err(Error::InvalidConfig(
             "unsupported Redis URL scheme: use redis://, rediss:// or unix://",
@@ -259,6 +309,46 @@ fn sentinel(rest: &str) -> Result<SentinelUrl, Error> {
         username,
         password,
         database: database(db)?,
+    })
+}
+
+fn cluster(rest: &str, tls: bool) -> Result<ClusterUrl, Error> {
+    if rest.contains(['?', '#']) {
+        return Err(Error::InvalidConfig(
+            "a redis+cluster:// URL takes no query or fragment (timeouts are backend options)",
+        ));
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if !matches!(path, "" | "0") {
+        return Err(Error::InvalidConfig(
+            "a redis+cluster:// URL takes no database: a cluster has only database 0",
+        ));
+    }
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+    let (username, password) = credentials(userinfo)?;
+    let mut seeds = Vec::new();
+    for item in hosts.split(',') {
+        if seeds.len() == MAX_SENTINELS {
+            return Err(Error::InvalidConfig(
+                "a redis+cluster:// URL names at most 64 seed nodes",
+            ));
+        }
+        let (host, port) = host_port(item, 6379)?;
+        seeds.push(Endpoint::Tcp {
+            server_name: host.clone(),
+            host,
+            port,
+            tls,
+        });
+    }
+    Ok(ClusterUrl {
+        seeds,
+        tls,
+        username,
+        password,
     })
 }
 
@@ -406,7 +496,8 @@ mod tests {
         for (url, words) in [
             ("redis+sentinel://h:26379/mymaster", "names sentinels"),
             ("rediss+sentinel://h:26379/mymaster", "no TLS"),
-            ("redis+cluster://h:7000", "not supported on the stream path"),
+            ("redis+cluster://h:7000", "names seed nodes"),
+            ("cluster://h:7000", "redis+cluster://HOST:PORT"),
             ("http://h", "unsupported Redis URL scheme"),
             ("localhost:6379", "starts with"),
             ("redis://h:0", "port"),
@@ -471,6 +562,54 @@ mod tests {
             ("redis+sentinel://h/m%20x", "without spaces"),
             ("redis+sentinel://h/%zz", "%-escape"),
             ("redis+sentinel://u:@h/m", "needs a password"),
+            (many.as_str(), "at most 64"),
+        ] {
+            match parse_target(url) {
+                Err(Error::InvalidConfig(m)) => assert!(m.contains(words), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let Ok(Target::Cluster(u)) =
+            parse_target("redis+cluster://app:p%40ss@10.0.0.1:7000,[::1]:7001,h")
+        else {
+            panic!("not a Cluster URL")
+        };
+        let tcp = |host: &str, port, tls| Endpoint::Tcp {
+            host: host.into(),
+            port,
+            tls,
+            server_name: host.into(),
+        };
+        assert_eq!(
+            u.seeds,
+            vec![
+                tcp("10.0.0.1", 7000, false),
+                tcp("::1", 7001, false),
+                tcp("h", 6379, false)
+            ]
+        );
+        assert_eq!(u.username.as_deref(), Some(&b"app"[..]));
+        assert_eq!(u.password.as_deref(), Some(&b"p@ss"[..]));
+        assert!(!u.tls);
+        assert!(!format!("{u:?}").contains("p@ss"));
+        let Ok(Target::Cluster(u)) = parse_target("REDISS+CLUSTER://h:7000/0") else {
+            panic!("not a Cluster URL")
+        };
+        assert_eq!((u.seeds, u.tls), (vec![tcp("h", 7000, true)], true));
+        assert!(is_cluster_url("rediss+cluster://h") && !is_cluster_url("redis://h"));
+        let many = format!("redis+cluster://{}h:1", "h:1,".repeat(64));
+        for (url, words) in [
+            ("redis+cluster://h:7000/3", "only database 0"),
+            ("redis+cluster://h:7000/x", "only database 0"),
+            ("redis+cluster://h:x", "port"),
+            ("redis+cluster://h:1,,h:2", "host"),
+            ("redis+cluster://", "host"),
+            ("redis+cluster://h?x=1", "no query"),
+            ("redis+cluster://u:@h", "needs a password"),
             (many.as_str(), "at most 64"),
         ] {
             match parse_target(url) {

@@ -2,8 +2,8 @@
 // core (LH_BACKEND_REDIS_STREAM); this executor only moves bytes on POSIX sockets and knows no
 // Redis command.
 //
-// The core parses the URL (redis://, rediss://, unix://, redis+sentinel://; Cluster is refused on
-// this path) and runs the handshake, the scripts, the subscriber and the reconnects. It asks to open a stream
+// The core parses the URL (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://)
+// and runs the handshake, the scripts, the subscriber and the reconnects. It asks to open a stream
 // (a nonblocking connect with TCP_NODELAY, or a Unix socket, given up at its deadline), to write
 // on it and to close it; everything read goes back to it, split anywhere.
 //   writes — on the thread that hands the request over (a nonblocking send under the client's

@@ -28,8 +28,9 @@ client mutex (it only tries it), and whoever lets go arms the poller again.
 
 ``LockClient`` drives it; ``AsyncLockClient`` drives its asyncio twin
 (:mod:`leasehold.backends.redis_stream_async`, made from this one by :meth:`for_asyncio`).
-``redis+sentinel://`` URLs work too (the core asks the sentinels and follows failovers);
-Cluster URLs are refused by the core on this path for now.
+``redis+sentinel://`` URLs work too (the core asks the sentinels and follows failovers), and so
+do ``redis+cluster://`` URLs (the core learns the slot table and routes each name to its
+master).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def test_the_client_reconnects_after_a_restart(redis_factory) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["redis+sentinel://127.0.0.1:26379", "redis+cluster://127.0.0.1:7000", "http://x", "redis://h:0"],
+    ["redis+sentinel://127.0.0.1:26379", "redis+cluster://127.0.0.1:7000/3", "http://x", "redis://h:0"],
 )
 def test_urls_the_core_refuses(url: str) -> None:
     with pytest.raises(errors.InvalidArgument):
