@@ -2,7 +2,8 @@
 // NewExecutor/Open, Python's from_url):
 //
 //   redis://[[user]:pass@]host[:port][/db], rediss://… (TLS), unix:///path[?db=N],
-//   redis+sentinel://[[user]:pass@]host:port[,host:port…]/master[/db]
+//   redis+sentinel://[[user]:pass@]host:port[,host:port…]/master[/db],
+//   redis+cluster://[[user]:pass@]host:port[,host:port…], rediss+cluster://…
 //                                  RedisStreamExecutor: the core on the wire, no client library
 //   memory://                      a MemoryExecutor on a new MemoryService (this process only)
 //   sqlite:///abs/path, sqlite:rel/path, sqlite://
@@ -88,7 +89,7 @@ inline namespace LEASEHOLD_OPEN_NS {
 // The options of the executor make_executor() makes; only those of the URL's backend are read,
 // and the URL (or path) in them is replaced by the one given.
 struct ExecutorOptions {
-  RedisStreamOptions redis;  // redis://, rediss://, unix://, redis+sentinel://
+  RedisStreamOptions redis;  // redis://, rediss://, unix://, redis+sentinel://, redis+cluster://
 #if defined(LEASEHOLD_HAVE_SQLITE)
   SqliteOptions sqlite;
 #endif
@@ -100,7 +101,8 @@ struct ExecutorOptions {
 // The executor for a backend URL (see the top of this file).
 inline std::shared_ptr<Executor> make_executor(std::string_view url, ExecutorOptions options = {}) {
   const auto scheme = detail::lower_scheme(url);
-  if (scheme == "redis" || scheme == "rediss" || scheme == "unix" || scheme == "redis+sentinel") {
+  if (scheme == "redis" || scheme == "rediss" || scheme == "unix" || scheme == "redis+sentinel" ||
+      scheme == "redis+cluster" || scheme == "rediss+cluster") {
     options.redis.url = std::string(url);
     return std::make_shared<RedisStreamExecutor>(std::move(options.redis));
   }
@@ -128,11 +130,10 @@ inline std::shared_ptr<Executor> make_executor(std::string_view url, ExecutorOpt
                                                    "the CMake target leasehold::postgres, which defines LEASEHOLD_HAVE_POSTGRES)");
 #endif
   }
-  if (scheme == "redis+cluster")
-    throw Error(status::invalid_argument, "redis+cluster: Redis Cluster is not served by the C++ binding's executors");
   throw Error(status::invalid_argument,
               (scheme.empty() ? std::string("a backend URL without a scheme") : "unknown backend URL scheme '" + scheme + "'") +
-                  " (use redis://, rediss://, unix://, redis+sentinel://, sqlite://, postgresql:// or memory://)");
+                  " (use redis://, rediss://, unix://, redis+sentinel://, redis+cluster://, sqlite://, postgresql:// or "
+                                                                         "memory://)");
 }
 
 // A LockClient on make_executor(url); it owns the executor.
