@@ -25,10 +25,10 @@ type ExecutorOptions struct {
 	// Redis tunes the core's Redis protocol, on either path.
 	Redis *RedisOptions
 	// RedisStream configures the RedisStreamExecutor (the core on the wire) that
-	// redis://, rediss://, unix:// and redis+sentinel:// URLs open by default.
+	// redis://, rediss://, unix://, redis+sentinel:// and redis+cluster:// URLs open by default.
 	RedisStream *RedisStreamOptions
 	// GoRedis opens those URLs with go-redis instead (a RedisExecutor on a client of its
-	// own, go-redis's URL forms and query options). redis+cluster:// URLs always are.
+	// own, go-redis's URL forms and query options).
 	GoRedis  bool
 	SQLite   *SQLiteOptions
 	Postgres *PostgresOptions
@@ -80,18 +80,18 @@ func Open(rawURL string, o *OpenOptions) (*LockClient, error) {
 //	                                                    the master the sentinels name MASTER (the
 //	                                                    credentials and DB are the Redis servers')
 //	redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]
-//	                                                    Redis Cluster (7+), any of its nodes (go-redis)
+//	                                                    Redis Cluster (7+), any of its nodes
 //	postgresql://…, postgres://…                        PostgreSQL (pgx's connection strings)
 //	etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…][?insecure_auth=1]
 //	etcds://…                                           an etcd v3 cluster over http or https
 //	memory://                                           a new in-process MemoryService
 //
-// redis://, rediss://, unix:// and redis+sentinel:// open on the byte path (the core on
-// the wire, RedisStreamExecutor), which maps the go-redis query options client_name,
-// protocol, dial_timeout, read_timeout, db and skip_verify (rediss://) to
+// redis://, rediss://, unix://, redis+sentinel:// and redis+cluster:// open on the byte
+// path (the core on the wire, RedisStreamExecutor), which maps the go-redis query options
+// client_name, protocol, dial_timeout, read_timeout, db and skip_verify (rediss://) to
 // RedisStreamOptions and refuses any other; with o.GoRedis they open on go-redis
-// (RedisExecutor: go-redis's URL forms, a password on unix://, all its query options),
-// as redis+cluster:// always does. etcd:// with a
+// (RedisExecutor: go-redis's URL forms, a password on unix://, all its query options).
+// etcd:// with a
 // user name or password is refused unless the URL ends in ?insecure_auth=1 (they would
 // cross the network in clear text). A '/', '?', '#' or '@' in a user name or password
 // must be percent-encoded. No error shows the password.

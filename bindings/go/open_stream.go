@@ -17,9 +17,8 @@ import (
 )
 
 // streamSchemes are the Redis URL schemes NewExecutor opens on the byte path unless
-// ExecutorOptions.GoRedis is set; the other Redis scheme (redis+cluster) goes to go-redis
-// until the core serves it here, when it joins this set.
-var streamSchemes = map[string]bool{"redis": true, "rediss": true, "unix": true, "redis+sentinel": true}
+// ExecutorOptions.GoRedis is set.
+var streamSchemes = map[string]bool{"redis": true, "rediss": true, "unix": true, "redis+sentinel": true, "redis+cluster": true}
 
 // streamQueryKeys are the go-redis query options the byte path maps.
 const streamQueryKeys = "client_name, protocol, dial_timeout, read_timeout, db (redis://, rediss://, unix://), skip_verify (rediss://)"
@@ -27,7 +26,7 @@ const streamQueryKeys = "client_name, protocol, dial_timeout, read_timeout, db (
 // goRedisHint ends a refusal of a URL that go-redis would have opened.
 const goRedisHint = "; ExecutorOptions.GoRedis opens Redis URLs with go-redis (its URL forms and query options)"
 
-// openRedisStream opens a redis://, rediss://, unix:// or redis+sentinel:// URL on the
+// openRedisStream opens a redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL on the
 // byte path, with eo.RedisStream's options, eo.Redis's protocol options and the URL's
 // mapped query options.
 func openRedisStream(rawURL, scheme string, eo *ExecutorOptions) (Executor, error) {

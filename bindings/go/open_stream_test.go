@@ -100,7 +100,7 @@ func TestOpenRedisSchemesPaths(t *testing.T) {
 				t.Fatalf("%s (GoRedis %t): %v", u, goRedis, err)
 			}
 			_, stream := e.(*RedisStreamExecutor)
-			if want := !goRedis && !strings.HasPrefix(u, "redis+cluster"); stream != want {
+			if want := !goRedis; stream != want {
 				t.Errorf("%s (GoRedis %t): a %T", u, goRedis, e)
 			}
 			_ = e.Close()
@@ -135,7 +135,8 @@ func TestOpenRedisByteQueryRefused(t *testing.T) {
 		{"redis://127.0.0.1:6379", &ExecutorOptions{GoRedis: true, RedisStream: &RedisStreamOptions{}}, []string{"GoRedis and RedisStream"}},
 		{"redis://127.0.0.1:6379", &ExecutorOptions{Redis: &RedisOptions{KeyKeep: time.Minute},
 			RedisStream: &RedisStreamOptions{Redis: RedisOptions{KeyKeep: time.Hour}}}, []string{"give the Redis protocol options once"}},
-		{"redis+cluster://127.0.0.1:7000?context_timeout_enabled=true", nil, []string{"bad Redis Cluster URL"}},
+		{"redis+cluster://127.0.0.1:7000?context_timeout_enabled=true", nil, []string{"context_timeout_enabled", "GoRedis"}},
+		{"redis+cluster://127.0.0.1:7000?context_timeout_enabled=true", &ExecutorOptions{GoRedis: true}, []string{"bad Redis Cluster URL"}},
 	}
 	for _, tc := range cases {
 		e, err := NewExecutor(tc.url, tc.o)

@@ -269,10 +269,11 @@ func TestOpenRedisSentinel(t *testing.T) {
 }
 
 // TestOpenRedisCluster: redis+cluster://NODES runs the cluster protocol (sharded
-// wake-ups) on a real cluster.
+// wake-ups) on a real cluster: on the byte path (the core routes by slot), and on
+// go-redis's ClusterClient with GoRedis.
 func TestOpenRedisCluster(t *testing.T) {
 	s := startCluster(t)
-	e, err := NewExecutor("redis+cluster://"+strings.Join(s.nodes[:2], ",")+"?dial_timeout=1s", nil)
+	e, err := NewExecutor("redis+cluster://"+strings.Join(s.nodes[:2], ",")+"?dial_timeout=1s", &ExecutorOptions{GoRedis: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,13 @@ func TestOpenRedisCluster(t *testing.T) {
 		t.Errorf("cluster executor %+v owned=%t", re.proto, re.owned)
 	}
 	_ = e.(*RedisExecutor).Close()
-	onGoRedis(t, openContendWith(t, "redis+cluster://"+strings.Join(s.nodes, ","), nil))
+	u := "redis+cluster://" + strings.Join(s.nodes, ",")
+	onGoRedis(t, openContendWith(t, u, &ExecutorOptions{GoRedis: true}))
+	o := openContendWith(t, u+"?dial_timeout=1s", nil)
+	onStream(t, o)
+	if o.k.StreamOpens < 2 { // the topology's, and the name's master's
+		t.Errorf("the byte path opened %d streams on a cluster", o.k.StreamOpens)
+	}
 }
 
 // TestOpenPostgres: postgresql:// and postgres:// on the shared cluster.
@@ -325,8 +332,8 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 		"redis+sentinel://h:26379":        "MASTER_NAME",
 		"redis+sentinel://h:26379/m/x":    "database of a Redis URL must be a number",
 		"redis+sentinel://h:x/m":          "port of a Redis URL",
-		"redis+cluster://h:7000/0":        "no path",
-		"redis+cluster://h?read_only=1":   "masters only",
+		"redis+cluster://h:7000/3":        "database",
+		"redis+cluster://h?read_only=1":   "read_only",
 		"redis://h:6379/0?no_such=1":      "no_such",
 		"etcd://h:2379?tls=1":             "insecure_auth",
 		"etcd://h:2379/v3":                "nothing else",
@@ -340,6 +347,15 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 		}
 		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want ErrInvalidArgument saying %q", u, err, want)
+		}
+	}
+	// go-redis's cluster URL rules hold with GoRedis.
+	for u, want := range map[string]string{"redis+cluster://h:7000/0": "no path", "redis+cluster://h?read_only=1": "masters only"} {
+		e, err := NewExecutor(u, &ExecutorOptions{GoRedis: true})
+		if err == nil {
+			t.Errorf("%q with GoRedis: accepted (%v)", u, e)
+		} else if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q with GoRedis: %v, want ErrInvalidArgument saying %q", u, err, want)
 		}
 	}
 	// Over etcd:// the credentials go in clear text only when the URL says so.

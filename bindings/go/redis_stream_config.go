@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -54,8 +55,8 @@ func NewRedisStreamExecutor(url string, o *RedisStreamOptions) (*RedisStreamExec
 	if opt.Protocol < 0 || opt.Protocol > 3 || opt.ConnectTimeout < 0 || opt.CommandTimeout < 0 {
 		return nil, invalidArg("RedisStreamOptions: Protocol is 1 to 3 (0: the default), timeouts are not negative")
 	}
-	if opt.Redis.ShardedWake {
-		return nil, invalidArg("RedisStreamOptions.Redis.ShardedWake: Redis Cluster is not served on this path")
+	if opt.Redis.ShardedWake && !isClusterURL(url) {
+		return nil, invalidArg("RedisStreamOptions.Redis.ShardedWake: only for redis+cluster:// URLs (which turn it on themselves)")
 	}
 	b := backendOptions{kind: backendRedisStream, stream: streamProtocol{url: url}}
 	if err := checkBackend(b); err != nil {
@@ -96,4 +97,11 @@ func refusal(err error) string {
 		return se.Detail
 	}
 	return err.Error()
+}
+
+// isClusterURL: a redis+cluster:// or rediss+cluster:// URL (the core turns sharded wake-ups on).
+func isClusterURL(url string) bool {
+	scheme, _, _ := strings.Cut(url, "://")
+	s := strings.ToLower(scheme)
+	return s == "redis+cluster" || s == "rediss+cluster"
 }

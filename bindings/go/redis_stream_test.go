@@ -318,7 +318,7 @@ func streamHandoff(t *testing.T, url string, o *RedisStreamOptions) {
 func TestRedisStreamBadURL(t *testing.T) {
 	for _, url := range []string{
 		"", "http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis://:hunter2@127.0.0.1:6379/x",
-		"redis+sentinel://:hunter2@127.0.0.1:26379", "redis+cluster://127.0.0.1:7000", "redis://:hunter2@127.0.0.1/0?dial_timeout=1s",
+		"redis+sentinel://:hunter2@127.0.0.1:26379", "redis+cluster://:hunter2@127.0.0.1:7000/3", "redis://:hunter2@127.0.0.1/0?dial_timeout=1s",
 	} {
 		_, err := NewRedisStreamExecutor(url, nil)
 		if !errors.Is(err, ErrInvalidArgument) {
