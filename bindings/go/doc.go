@@ -8,7 +8,7 @@
 // Executor per backend (RedisExecutor or RedisStreamExecutor, SQLiteExecutor,
 // PostgresExecutor, EtcdExecutor, MemoryExecutor), Acquire returns a Lease, and
 // FencingGate checks fencing tokens at the resource. Open makes a LockClient from a
-// backend URL (a Redis URL, Cluster aside, on RedisStreamExecutor, where the core
+// backend URL (a Redis URL, Cluster included, on RedisStreamExecutor, where the core
 // owns the wire; ExecutorOptions.GoRedis for go-redis); each New…Executor takes the
 // backend's own client or address and an options struct.
 //
