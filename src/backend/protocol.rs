@@ -109,7 +109,7 @@ impl Protocol {
         match self {
             Protocol::Memory(p) => p.request_status(core, now, name),
             Protocol::Redis(p) => p.request_status(now, name),
-            Protocol::RedisStream(p) => p.request_status(now, name),
+            Protocol::RedisStream(p) => p.request_status(core, now, name),
             Protocol::Sql(p) => p.request_status(core, now, name),
             Protocol::Etcd(p) => p.request_status(now, name),
         }

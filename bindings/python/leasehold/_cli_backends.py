@@ -154,10 +154,8 @@ def open_backend(url: str) -> Any:
         from .backends.memory import MemoryLockService
 
         return MemoryLockService()
-    if scheme in ("redis", "rediss", "unix", "redis+sentinel"):
+    if scheme in ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster"):
         return _open_redis(url, scheme)
-    if scheme == "redis+cluster":
-        return _open_cluster(url)
     if scheme in ("postgresql", "postgres"):
         _check(url, "PostgreSQL")
         try:
@@ -180,30 +178,13 @@ def open_backend(url: str) -> Any:
     )
 
 
-def _open_cluster(url: str) -> Any:
-    """The Redis Cluster executor on the cluster any node of ``url`` belongs to."""
-    _check(url, "Redis Cluster")
-    try:
-        from .backends.redis_cluster_executor import RedisClusterExecutor, parse_cluster_url
-    except ImportError as e:
-        raise BackendError(f"the Redis backend needs redis-py (pip install 'redis>=5'): {e}") from None
-    try:
-        parse_cluster_url(url)
-    except ValueError as e:
-        raise UsageError(f"bad Redis Cluster URL: {scrub(e, url)}") from None
-    try:
-        # redis-py reads the slot map from the first node that answers.
-        return RedisClusterExecutor(url=url)
-    except Exception as e:
-        raise BackendError(f"cannot reach the cluster through {redact(url)}: {scrub(e, url)}") from None
-
-
 def _open_redis(url: str, scheme: str) -> Any:
-    """Redis on the byte path (the core owns the connections; no redis-py): one server, or
-    the master the sentinels of a ``redis+sentinel://`` URL name (asked again on every
-    reconnect, so a run follows a failover). Checked with a status query before use."""
+    """Redis on the byte path (the core owns the connections; no redis-py): one server, the
+    master the sentinels of a ``redis+sentinel://`` URL name (asked again on every reconnect,
+    so a run follows a failover), or a Redis Cluster (the core routes each name to its slot's
+    master). Checked with a status query before use."""
     sentinel = scheme == "redis+sentinel"
-    what = "Redis Sentinel" if sentinel else "Redis"
+    what = "Redis Sentinel" if sentinel else "Redis Cluster" if scheme.endswith("cluster") else "Redis"
     _check(url, what)
     from .backends.redis import RedisLockService
 

@@ -133,8 +133,7 @@ visible to other local users in ps: prefer the file, mode 600, or the variable):
                        password needs ?insecure_auth=1 (they would cross in clear text)
   redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]
                        a Redis Cluster (7+), from any of these nodes: commands routed by
-                       slot, wake-ups on sharded pub/sub, failovers followed (needs
-                       redis-py: pip install 'leasehold[redis]')
+                       slot, wake-ups on sharded pub/sub, failovers followed
   memory://            in-process only: no other process sees the lock (for tests)
 """
 

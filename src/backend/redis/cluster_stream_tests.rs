@@ -617,3 +617,23 @@ fn a_moved_subscription_follows_to_the_new_owner() {
     assert!(!t.s.protocol().is_subscribed());
     assert_eq!(t.s.protocol().counters().subscriber_losses, 1);
 }
+
+#[test]
+fn a_status_query_on_a_fresh_client_dates_the_topology_open_from_its_clock() {
+    // A status query may be a core's first input (`leasehold status`, `ping()`): the open it
+    // causes must give up at its own clock plus the connect timeout, not at the timeout after 0.
+    let mut t = cluster_t();
+    let now = 1_000_000 * MS;
+    t.s.request_status(&mut t.core, now, "a").unwrap();
+    let got = t.io();
+    match &got[..] {
+        [Got::Open(_, e, deadline)] => {
+            assert_eq!(e, &tcp("s1", 7000));
+            assert!(
+                *deadline > now,
+                "the open gives up at {deadline}, before the query was made ({now})"
+            );
+        }
+        _ => panic!("expected one open to the first seed: {got:?}"),
+    }
+}

@@ -265,7 +265,15 @@ impl RedisStream {
     }
 
     /// Queues a status query (see [`RedisProtocol::request_status`]).
-    pub fn request_status(&mut self, now: u64, name: &str) -> Result<u64, Error> {
+    pub fn request_status(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        name: &str,
+    ) -> Result<u64, Error> {
+        // The query carries the host's clock: the connections it opens (a cluster's topology
+        // first) are dated from it, not from a core that has seen no input yet.
+        self.handle_timeout(core, now);
         self.proto.request_status(now, name)
     }
 

@@ -111,15 +111,10 @@ def stream_settings(
             "connection, pass your own client: RedisLockService(redis.Redis.from_url(url, ...))"
         )
     check_url(url)
-    if url.lower().startswith(("redis+cluster:", "rediss+cluster:")):
-        raise ValueError(
-            f"{redact(url)}: a Redis Cluster runs on redis-py: "
-            "leasehold.backends.redis_cluster_executor.RedisClusterExecutor(url=...)"
-        )
     core_url, tls = _split_tls(url)
     tls.update({k: kwargs[k] for k in _TLS_KEYS if k in kwargs})
     ctx = kwargs.get("ssl_context")
-    secure = core_url.lower().startswith("rediss:")
+    secure = core_url.lower().startswith(("rediss:", "rediss+cluster:"))
     if (tls or ctx is not None) and not secure:
         raise ValueError(f"bad Redis URL {redact(url)}: TLS settings (ssl_*) need a rediss:// URL")
     if tls:

@@ -240,6 +240,11 @@ class _RedisStreamLockService(RedisLockService, RedisStreamExecutor):
             except ImportError as e:
                 raise redis_py_missing("RedisLockService.client") from e
             s = self._from_url
+            if s.redis_py_url.lower().startswith(("redis+cluster:", "rediss+cluster:")):
+                raise ValueError(
+                    "a Redis Cluster URL has no redis.Redis client: make a redis.cluster.RedisCluster "
+                    "for the application's own commands"
+                )
             self._client = redis.Redis(connection_pool=connection_pool(url=s.redis_py_url, **s.redis_py))
         return self._client
 

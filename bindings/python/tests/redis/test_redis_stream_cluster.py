@@ -14,6 +14,7 @@ import time
 import pytest
 
 from leasehold import LockClient
+from leasehold.backends.redis import RedisLockService
 from leasehold.backends.redis_stream import RedisStreamExecutor
 
 from lh_cluster import ClusterTopology
@@ -116,3 +117,22 @@ def test_a_waiter_follows_a_master_kill(cluster: ClusterTopology) -> None:
             if master != doomed:
                 with a.acquire(other, ttl=5, wait=10) as lock:
                     assert lock.fencing_token > 0
+
+
+def test_from_url_takes_the_byte_path_on_a_cluster(cluster: ClusterTopology) -> None:
+    """``RedisLockService.from_url("redis+cluster://…")``: a service on the byte path (streams
+    opened by the core, no redis-py in the way) that locks names on every master, answers
+    ``status`` and ``ping`` through the core's query, and refuses ``.client``."""
+    names = names_on_masters(cluster, "py-su-")
+    svc = RedisLockService.from_url(cluster.url)
+    assert isinstance(svc, RedisLockService) and isinstance(svc, RedisStreamExecutor)
+    assert svc.ping()
+    with LockClient(svc) as c:
+        for master, name in names.items():
+            with c.acquire(name, ttl=5, wait=5) as lock:
+                assert cluster.node(master).exists(_lock_key(name)) == 1
+                st = svc.status(name)
+                assert st.held and st.fencing_token == lock.fencing_token
+        assert c.counters().stream_opens >= 4  # the topology's, and a stream per master at least
+        with pytest.raises(ValueError, match="RedisCluster"):
+            svc.client
