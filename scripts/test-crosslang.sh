@@ -2,7 +2,7 @@
 # Cross-language suite: Python, Go and C++ worker processes contend for one lock name on a real
 # backend each run starts itself (Redis, PostgreSQL, a 3-member etcd cluster), and a checker
 # reads their shared log (tests/crosslang/README.md). On Redis they run twice more on the byte
-# executors, with a C worker too: on one server, and on a Sentinel set.
+# executors, with a C worker too: on one server, on a Sentinel set and on a Cluster.
 # Builds the Rust library and the Go and C++ workers; installs what it needs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +36,7 @@ g++ -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -Ibindings/cpp/include \
 gcc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -Ibindings/c/redis tests/crosslang/worker.c \
     bindings/c/redis/lh_stream.c target/release/libleasehold.a -lpthread -ldl -lm -o "$out/c-worker"
 
-for backend in redis redis-bytes redis-sentinel postgres etcd; do
+for backend in redis redis-bytes redis-sentinel redis-cluster postgres etcd; do
     bindings/python/.venv/bin/python tests/crosslang/run.py --backend "$backend" \
         --go "$out/go-worker" --cpp "$out/cpp-worker" --c "$out/c-worker" \
         --rounds "${LEASEHOLD_CROSSLANG_ROUNDS:-100}"

@@ -3,10 +3,10 @@
     run.py --go GO_WORKER --cpp CPP_WORKER [--c C_WORKER] [--rounds N] [--backend BACKEND]
 
 BACKEND is redis, postgres or etcd (each binding's executor of the core's protocol), or
-redis-bytes or redis-sentinel (the byte executors: the core owns the Redis wire; the C worker
-joins, given --c). Starts the backend itself (redis-server, a Sentinel set of a master, a
-replica and 3 sentinels, a PostgreSQL cluster or a 3-member etcd cluster on free loopback
-ports, stopped by pid), runs one worker per language, and checks the shared log they append to:
+redis-bytes, redis-sentinel or redis-cluster (the byte executors: the core owns the Redis wire;
+the C worker joins, given --c). Starts the backend itself (redis-server, a Sentinel set of a
+master, a replica and 3 sentinels, a Redis Cluster of 3 masters and 3 replicas, a PostgreSQL
+cluster or a 3-member etcd cluster on free loopback ports, stopped by pid), runs one worker per language, and checks the shared log they append to:
 no two holders overlap, fences strictly increase, at least 200 handoffs, every direction
 between the languages. See README.md.
 """
@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MIN_HANDOFFS = 200
 #: Backends whose workers take the byte executors.
-BYTE_BACKENDS = ("redis-bytes", "redis-sentinel")
+BYTE_BACKENDS = ("redis-bytes", "redis-sentinel", "redis-cluster")
 
 
 class LogError(AssertionError):
@@ -160,6 +160,9 @@ def start_backend(backend: str, tmp: str) -> tuple[object, str]:
         with open(os.path.join(sentinel.dir, "addresses"), encoding="ascii") as f:
             addrs = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
         return sentinel, f"redis+sentinel://{addrs['sentinels']}/{addrs['name']}"
+    if backend == "redis-cluster":
+        cluster = Scripted("redis-cluster-test.sh", tmp)
+        return cluster, "redis+cluster://" + cluster.url.removeprefix("nodes ")
     if backend == "postgres":
         pg = Scripted("pg-test-server.sh", tmp)
         return pg, pg.url
