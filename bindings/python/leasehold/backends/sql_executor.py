@@ -508,6 +508,8 @@ class PostgresExecutor:
         self._attached = False  # the child's client attaches anew
 
     def take_resets(self) -> list[int]:
+        if not self._resets:  # the common case, without the lock: an append made under it
+            return []  # before this request's end is seen (its release ordered it)
         with self._mu:
             resets, self._resets = self._resets, []
         return resets
