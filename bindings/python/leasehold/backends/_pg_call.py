@@ -230,10 +230,11 @@ class PgCall:
 
     def _rows(self, results: list[Any]) -> list[tuple[Any, ...]]:
         # The first result's rows, as ``cursor.fetchall()`` after a text of several statements.
-        self._check(results)
+        if len(results) != 1 or results[0].status != self._names.tuples_ok:
+            self._check(results)  # raises on an error
+            if results[0].status != self._names.tuples_ok:
+                return []
         res = results[0]
-        if res.status != self._names.tuples_ok:
-            return []
         self._tx.set_pgresult(res)
         rows: list[tuple[Any, ...]] = self._tx.load_rows(0, res.ntuples, tuple)
         return rows
