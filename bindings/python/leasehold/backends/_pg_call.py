@@ -57,7 +57,7 @@ class _Psycopg:
 _PSYCOPG: _Psycopg | None = None
 
 
-def _names(psycopg: Any) -> _Psycopg:
+def _psycopg_names(psycopg: Any) -> _Psycopg:
     global _PSYCOPG
     if _PSYCOPG is None:
         _PSYCOPG = _Psycopg(psycopg)
@@ -112,7 +112,7 @@ class PgCall:
 
     def __init__(self, psycopg: Any, session: PgSession, request: SqlRequest, request_timeout: float) -> None:
         self._pg = psycopg
-        names = self._names = _PSYCOPG if _PSYCOPG is not None else _names(psycopg)
+        names = self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
         self._session = session
         self._pgconn = session.pgconn
         tx = session.tx
