@@ -19,7 +19,9 @@ flush, as in production) and stops it at the end. The variants, each on its own 
 
 Each round runs every variant for ``--seconds`` in a rotated order; each variant's median
 round is printed with its ratio to advisory, so the machine's load weighs on all alike, and
-with this process's CPU time per cycle (the host's share).
+with this process's CPU time per cycle (the host's share). Last, leasehold's ratio to its
+driver floor (the same statements on bare psycopg), the median over rounds of the two in one
+round.
 """
 
 from __future__ import annotations
@@ -145,6 +147,14 @@ def run(url: str, rounds: int, seconds: float) -> None:
             print(
                 f"{name:18} {m:9.0f} ops/s  {m / base:6.3f}x advisory  ({min(rs):.0f}-{max(rs):.0f})"
                 f"  {statistics.median(cs):6.0f} µs CPU/op here"
+            )
+        names = [name for name, _ in vs]
+        for lh, floor in (("leasehold", "statements"), ("leasehold-async", "statements-async")):
+            a, b = rates[names.index(lh)], rates[names.index(floor)]
+            paired = [x / y for x, y in zip(a, b)]
+            print(
+                f"{lh} ÷ {floor} (its driver floor), paired by round: {statistics.median(paired):.3f}x"
+                f" ({min(paired):.3f}-{max(paired):.3f})"
             )
     finally:
         for close in reversed(closers):

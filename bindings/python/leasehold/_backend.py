@@ -73,6 +73,7 @@ __all__ = [
     "BackendSink",
     "SqlFailure",
     "host_facts",
+    "host_fact_values",
     "bind_params",
     "PROTOCOLS",
     "STREAM_KINDS",
@@ -298,15 +299,21 @@ _BOOT_ID = _boot_id()
 _HOST = socket.gethostname()
 
 
+def host_fact_values() -> tuple[Any, ...]:
+    """The host facts, read now, in :class:`HostFact` order (``values[fact -
+    HostFact.MONOTONIC_NS]``): :func:`host_facts` without the dictionary, whose enum keys
+    hash in Python code."""
+    return (time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns() // 1000, _BOOT_ID, os.getpid(), _HOST)
+
+
+_FACTS_ORDER = (HostFact.MONOTONIC_NS, HostFact.WALL_US, HostFact.BOOT_ID, HostFact.PID, HostFact.HOST_NAME)
+if [int(f) - HostFact.MONOTONIC_NS for f in _FACTS_ORDER] != list(range(len(_FACTS_ORDER))):  # pragma: no cover
+    raise ImportError("the host facts are not numbered in a row")
+
+
 def host_facts() -> dict[HostFact, Any]:
     """The host facts, read now (once per request, as the protocol asks)."""
-    return {
-        HostFact.MONOTONIC_NS: time.clock_gettime_ns(time.CLOCK_MONOTONIC),
-        HostFact.WALL_US: time.time_ns() // 1000,
-        HostFact.BOOT_ID: _BOOT_ID,
-        HostFact.PID: os.getpid(),
-        HostFact.HOST_NAME: _HOST,
-    }
+    return dict(zip(_FACTS_ORDER, host_fact_values()))
 
 
 def bind_params(params: list[Any], facts: dict[HostFact, Any]) -> list[Any]:
@@ -362,6 +369,12 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
     return feed
 
 
+def _sql_fail(core: Core, executor: Any, rid: int, e: Exception) -> Callable[[], None]:
+    if not isinstance(e, SqlFailure):
+        e = SqlFailure(_TRANSPORT, _message(e, executor))
+    return _sql_done(core, executor, rid, e)
+
+
 def _nothing(_: Any) -> None:
     return None
 
@@ -378,17 +391,11 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeou
     asyncio clients share it, so they cannot drift apart."""
     rid, kind, payload = req.id, req.kind, req.payload
     if kind == _SQL:
-
-        def sql_fail(e: Exception) -> Callable[[], None]:
-            if not isinstance(e, SqlFailure):
-                e = SqlFailure(_TRANSPORT, _message(e, executor))
-            return _sql_done(core, executor, rid, e)
-
         if timeout is not None:  # given only for an executor with bounded_calls()
             run = partial(executor.execute_within, payload, sink, timeout)
         else:
             run = partial(executor.execute, payload, sink)
-        return run, partial(_sql_done, core, executor, rid), sql_fail
+        return run, partial(_sql_done, core, executor, rid), partial(_sql_fail, core, executor, rid)
     fail = partial(_failed, core, executor, req)
     if kind == _COMMAND:
         if req.connection == SIDE:
@@ -434,6 +441,8 @@ def execute_request(
     through the sink. With ``timeout`` (an application's thread; only for an executor with
     :func:`bounded_calls`) a request still unanswered past it raises :class:`Deferred`, whose
     ``finish()`` completes the request (blocking) and returns the input."""
+    if req.kind == _SQL:
+        return _execute_sql(core, executor, sink, req, timeout)
     try:
         call, done, fail = _plan(core, executor, sink, req, timeout)
     except Exception as e:  # the executor lacks the method for this kind of request
@@ -445,6 +454,26 @@ def execute_request(
     except Exception as e:
         return fail(e)
     return done(result)
+
+
+def _execute_sql(
+    core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeout: float | None
+) -> Callable[[], None] | None:
+    """:func:`execute_request` of an SQL request, the plan spelled out (no partials made for
+    the common outcome: it runs once per lock operation)."""
+    try:
+        run = executor.execute if timeout is None else executor.execute_within
+    except Exception as e:  # the executor lacks the method
+        return _failed(core, executor, req, e)
+    rid = req.id
+    try:
+        rows = run(req.payload, sink) if timeout is None else run(req.payload, sink, timeout)
+    except Deferred as d:
+        done, fail = partial(_sql_done, core, executor, rid), partial(_sql_fail, core, executor, rid)
+        raise Deferred(partial(_finish, d.finish, done, fail)) from None
+    except Exception as e:
+        return _sql_fail(core, executor, rid, e)
+    return _sql_done(core, executor, rid, rows)
 
 
 def _finish(finish: Callable[[], Any], done: Callable[[Any], Any], fail: Callable[[Exception], Any]) -> Any:

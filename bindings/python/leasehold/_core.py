@@ -456,12 +456,12 @@ class Core:
         except (ValueError, struct.error, OverflowError) as e:
             self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {e}")
             return
-        try:
-            lib.lh_io_reply(p, now, request_id, values, n, data, len(data))
-        except errors.InvalidArgument as e:
-            if e.status != _INVALID_REPLY:
-                raise
-            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {e}")
+        st = self._c_reply(p, now, request_id, values, n, data, len(data))
+        if st == _INVALID_REPLY:
+            why = _ffi.make_error(st, _last_error(p), "lh_io_reply")
+            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {why}")
+        elif st:
+            _check(st, p, "lh_io_reply")
 
     def http_reply(self, request_id: int, status: int, body: bytes) -> None:
         """A unary HTTP reply; a status or body the core cannot take is a failure of the

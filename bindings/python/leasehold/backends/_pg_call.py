@@ -6,6 +6,10 @@ leave the same request to finish on another thread with the connection still in 
 Parameters are dumped and rows loaded by psycopg's own :class:`~psycopg.adapt.Transformer`
 (what ``RawCursor`` does); statements are prepared on first use per connection (what psycopg's
 ``prepare_threshold`` does after a few uses). Nothing here reads a statement or a row.
+
+This runs once per lock operation, so it does the least per request: what psycopg and the
+connection give once (the Transformer, a poller on the socket, the statements prepared) lives
+in the :class:`PgSession`, and a request binds its parameters in one pass.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import time
 from typing import Any
 
 from .. import _ffi
-from .._backend import SqlFailure, bind_params, host_facts
-from .._core import SqlRequest
+from .._backend import SqlFailure, host_fact_values
+from .._core import HostFact, SqlRequest
 
 _READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 _WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
+_monotonic = time.monotonic
 
 
 def pg_failure(e: Exception, broken: bool) -> SqlFailure:
@@ -33,16 +38,33 @@ def pg_failure(e: Exception, broken: bool) -> SqlFailure:
     return SqlFailure(_ffi.LH_FAILURE_DATABASE, text)
 
 
-_INT8: Any = None
+class _Psycopg:
+    """What this module takes from psycopg (imported lazily by the executor), looked up once."""
 
-
-def _int8(psycopg: Any) -> Any:
-    global _INT8
-    if _INT8 is None:
+    def __init__(self, psycopg: Any) -> None:
         from psycopg.types.numeric import Int8
 
-        _INT8 = Int8
-    return _INT8
+        pq = psycopg.pq
+        self.Int8 = Int8  # integers bind as bigint, the protocol's type
+        self.transformer = psycopg.adapt.Transformer
+        auto = psycopg.adapt.PyFormat.AUTO
+        self.auto = [[auto] * n for n in range(9)]  # the dump formats of n parameters
+        self.tuples_ok = int(pq.ExecStatus.TUPLES_OK)
+        self.ok = frozenset(int(s) for s in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK, pq.ExecStatus.EMPTY_QUERY))
+        self.auto_format = auto
+
+
+_PSYCOPG: _Psycopg | None = None
+
+
+def _psycopg_names(psycopg: Any) -> _Psycopg:
+    global _PSYCOPG
+    if _PSYCOPG is None:
+        _PSYCOPG = _Psycopg(psycopg)
+    return _PSYCOPG
+
+
+_FIRST_FACT = int(HostFact.MONOTONIC_NS)
 
 
 class Late(Exception):
@@ -50,16 +72,19 @@ class Late(Exception):
 
 
 class PgSession:
-    """A connection and the statements prepared on it (names live as long as the connection)."""
+    """A connection and what a request on it reuses: the statements prepared on it (names
+    live as long as the connection), psycopg's Transformer (its dumpers and loaders looked up
+    once, as a cursor keeps one: requests on a connection never overlap) and a poller
+    registered on its socket."""
 
-    __slots__ = ("conn", "prepared", "tx")
+    __slots__ = ("conn", "pgconn", "prepared", "tx", "poller")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
-        # One Transformer per connection, as a cursor keeps one: its dumpers and loaders are
-        # looked up once, not per request (requests on a connection never overlap).
+        self.pgconn = conn.pgconn
+        self.prepared: dict[tuple[str, tuple[int, ...]], bytes] = {}
         self.tx: Any = None
+        self.poller: Any = None  # select.poll for reading, made at the first wait
 
 
 class PgCall:
@@ -67,29 +92,42 @@ class PgCall:
     waits for its result, within a deadline or to the end; after :class:`Late` it can be
     called again (on any thread) and picks up where it stopped."""
 
+    __slots__ = (
+        "_pg",
+        "_names",
+        "_session",
+        "_pgconn",
+        "_tx",
+        "_todo",
+        "_next",
+        "_phase",
+        "_key",
+        "_values",
+        "_formats",
+        "_prepared_name",
+        "_out",
+        "_give_up_at",
+        "_request_timeout",
+    )
+
     def __init__(self, psycopg: Any, session: PgSession, request: SqlRequest, request_timeout: float) -> None:
         self._pg = psycopg
+        names = self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
         self._session = session
-        self._pgconn = session.conn.pgconn
-        if session.tx is None:
-            session.tx = psycopg.adapt.Transformer(session.conn)
-        self._tx = session.tx
-        self._auto = psycopg.adapt.PyFormat.AUTO
-        int8 = _int8(psycopg)
-        facts = host_facts()
-        # Integers bind as bigint, the protocol's type.
-        self._todo = [
-            (sql.encode(), [int8(p) if type(p) is int else p for p in bind_params(params, facts)])
-            for sql, params in request.statements
-        ]
+        self._pgconn = session.pgconn
+        tx = session.tx
+        if tx is None:
+            tx = session.tx = names.transformer(session.conn)
+        self._tx = tx
+        self._todo = request.statements
+        for _sql, params in self._todo:
+            if params:
+                self._todo = _bound(request.statements, names.Int8)
+                break
         self._next = 0
         self._phase = 0  # 0: nothing in flight; 1: PREPARE sent; 2: the statement sent
-        self._key: tuple[bytes, tuple[int, ...]] = (b"", ())
-        self._values: Any = None
-        self._formats: Any = None
-        self._prepared_name = b""
         self._out: list[list[tuple[Any, ...]]] = []
-        self._give_up_at = time.monotonic() + request_timeout
+        self._give_up_at = _monotonic() + request_timeout
         self._request_timeout = request_timeout
 
     def run(self, deadline: float | None = None) -> list[list[tuple[Any, ...]]]:
@@ -102,12 +140,12 @@ class PgCall:
                 if self._phase == 0:
                     self._send()
                 results = self._results(deadline)
-                self._check(results)
                 if self._phase == 1:
+                    self._check(results)
                     self._session.prepared[self._key] = self._prepared_name
                     self._send_prepared(self._prepared_name)
                     continue
-                self._out.append(self._rows(results[0]))
+                self._out.append(self._rows(results))
                 self._phase = 0
                 self._next += 1
         except (Late, SqlFailure):
@@ -122,19 +160,24 @@ class PgCall:
         if not params:
             # The simple protocol, as psycopg runs a statement without parameters: a text
             # may hold several statements (the schema's migration does).
-            self._pgconn.send_query(sql)
+            self._pgconn.send_query(sql.encode())
             self._phase = 2
             return
         tx = self._tx
-        self._values = tx.dump_sequence(params, [self._auto] * len(params))
+        n = len(params)
+        auto = self._names.auto
+        self._values = tx.dump_sequence(params, auto[n] if n < len(auto) else [self._names.auto_format] * n)
         self._formats = tx.formats
-        self._key = (sql, tuple(tx.types or ()))
-        name = self._session.prepared.get(self._key)
+        types = tx.types
+        key = (sql, types if type(types) is tuple else tuple(types or ()))
+        name = self._session.prepared.get(key)
         if name is not None:
-            self._send_prepared(name)
+            self._pgconn.send_query_prepared(name, self._values, param_formats=self._formats)
+            self._phase = 2
             return
+        self._key = key
         self._prepared_name = b"lh_%d" % len(self._session.prepared)
-        self._pgconn.send_prepare(self._prepared_name, sql, param_types=self._key[1])
+        self._pgconn.send_prepare(self._prepared_name, sql.encode(), param_types=key[1])
         self._phase = 1
 
     def _send_prepared(self, name: bytes) -> None:
@@ -157,11 +200,17 @@ class PgCall:
             results.append(res)
 
     def _wait(self, events: int, deadline: float | None) -> None:
-        limit = self._give_up_at if deadline is None else min(deadline, self._give_up_at)
-        left = limit - time.monotonic()
+        limit = self._give_up_at if deadline is None or deadline > self._give_up_at else deadline
+        left = limit - _monotonic()
         if left > 0:
-            poller = select.poll()
-            poller.register(self._pgconn.socket, events)
+            if events == _READ:
+                poller = self._session.poller
+                if poller is None:
+                    poller = self._session.poller = select.poll()
+                    poller.register(self._pgconn.socket, _READ)
+            else:
+                poller = select.poll()
+                poller.register(self._pgconn.socket, events)
             if poller.poll(left * 1000.0):
                 return
         if deadline is not None and deadline < self._give_up_at:
@@ -172,18 +221,20 @@ class PgCall:
 
     # -- results -------------------------------------------------------------------------------
     def _check(self, results: list[Any]) -> None:
-        pq = self._pg.pq
-        ok = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK, pq.ExecStatus.EMPTY_QUERY)
         if not results:
             raise self._pg.InternalError("got no result from the query")
+        ok = self._names.ok
         for res in results:
             if res.status not in ok:
                 raise self._pg.errors.error_from_result(res, encoding=self._session.conn.info.encoding)
 
-    def _rows(self, res: Any) -> list[tuple[Any, ...]]:
+    def _rows(self, results: list[Any]) -> list[tuple[Any, ...]]:
         # The first result's rows, as ``cursor.fetchall()`` after a text of several statements.
-        if res.status != self._pg.pq.ExecStatus.TUPLES_OK:
-            return []
+        if len(results) != 1 or results[0].status != self._names.tuples_ok:
+            self._check(results)  # raises on an error
+            if results[0].status != self._names.tuples_ok:
+                return []
+        res = results[0]
         self._tx.set_pgresult(res)
         rows: list[tuple[Any, ...]] = self._tx.load_rows(0, res.ntuples, tuple)
         return rows
@@ -199,3 +250,24 @@ class PgCall:
                 broken = True
         return pg_failure(e, broken)
 
+
+def _bound(statements: list[tuple[str, list[Any]]], int8: Any) -> list[tuple[str, list[Any]]]:
+    """``statements`` with the host facts bound (read once for the request) and integers as
+    ``bigint`` (the protocol's type)."""
+    facts: tuple[Any, ...] | None = None
+    out = []
+    for sql, params in statements:
+        bound = []
+        for p in params:
+            t = type(p)
+            if t is int:
+                p = int8(p)
+            elif t is HostFact:
+                if facts is None:
+                    facts = host_fact_values()
+                p = facts[p - _FIRST_FACT]
+                if type(p) is int:
+                    p = int8(p)
+            bound.append(p)
+        out.append((sql, bound))
+    return out

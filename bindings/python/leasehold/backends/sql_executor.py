@@ -443,6 +443,7 @@ class PostgresExecutor:
         **connect_kwargs: Any,
     ) -> None:
         self._psycopg = _psycopg()
+        self._conn_ok = int(self._psycopg.pq.ConnStatus.OK)
         self.conninfo = conninfo
         self.request_timeout = float(request_timeout)
         connect_kwargs.setdefault("connect_timeout", int(DEFAULT_CONNECT_TIMEOUT))
@@ -508,6 +509,8 @@ class PostgresExecutor:
         self._attached = False  # the child's client attaches anew
 
     def take_resets(self) -> list[int]:
+        if not self._resets:  # the common case, without the lock: an append made under it
+            return []  # before this request's end is seen (its release ordered it)
         with self._mu:
             resets, self._resets = self._resets, []
         return resets
@@ -534,6 +537,10 @@ class PostgresExecutor:
     def _commands(self) -> PgSession:
         """(``_mu`` held) The commands connection, opened if needed."""
         conn = self._cmd
+        if conn is not None:
+            session = self._sessions.get(_COMMANDS)
+            if session is not None and session.conn is conn and session.pgconn.status == self._conn_ok:
+                return session  # the common case, without psycopg's ``closed`` property
         if conn is None or conn.closed:
             conn, reopened = self._connect(_COMMANDS)
             self._cmd = conn

@@ -379,3 +379,38 @@ def test_one_statement_with_parameters_of_other_types_is_prepared_again_not_misr
         assert ex.execute(SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT $1::bigint * 2", [21])])) == [[(42,)]]
     finally:
         ex.detach()
+
+
+def test_a_requests_host_facts_are_read_once_and_bound_with_the_protocols_types(pg_url: str) -> None:
+    """Every host fact of a request is read once, as it starts (the same monotonic time in each
+    of its statements), bound as the protocol's types, and read anew for the next request."""
+    import socket
+
+    from leasehold import _ffi
+    from leasehold._core import HostFact, SqlRequest
+
+    facts = [HostFact.MONOTONIC_NS, HostFact.WALL_US, HostFact.BOOT_ID, HostFact.PID, HostFact.HOST_NAME]
+    ex = PostgresExecutor(pg_url)
+    ex.attach()
+    try:
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        rows = ex.execute(
+            SqlRequest(
+                _ffi.LH_CONNECTION_COMMANDS,
+                [
+                    ("SELECT $1::bigint, $2::bigint, $3::text, $4::bigint, $5::text", list(facts)),
+                    ("SELECT $1::bigint, $2::text, $3::bigint", [HostFact.MONOTONIC_NS, "x", 5]),
+                ],
+            )
+        )
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        [(mono, wall, boot, pid, host)] = rows[0]
+        assert before <= mono <= after
+        assert rows[1] == [(mono, "x", 5)]
+        assert (pid, host) == (os.getpid(), socket.gethostname())
+        assert boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        assert abs(wall - time.time_ns() // 1000) < 60 * 10**6
+        [[(again,)]] = ex.execute(SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT $1::bigint", [HostFact.MONOTONIC_NS])]))
+        assert again > mono
+    finally:
+        ex.detach()

@@ -40,6 +40,47 @@ def test_sql_requests_are_copied_out_typed_and_bad_rows_are_a_failure() -> None:
     core.close()
 
 
+@pytest.mark.parametrize("slice_path", [True, False])
+def test_an_sql_request_is_copied_out_whole_through_either_read_of_borrowed_memory(
+    slice_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decode_request copies the borrowed buffers by slicing an array over the address space,
+    or with ``string_at`` where a span lies past it: both give every statement and typed
+    parameter."""
+    import ctypes
+
+    from leasehold import _values
+
+    if not slice_path:
+        monkeypatch.setattr(_values, "_MEM_END", -1)
+    first, second = "SELECT $1, $2, $3", "SELECT $1, $2, $3"
+    data = first.encode() + "nämé".encode() + b"\x00\xffblob" + second.encode()
+    v, st = _values._VALUE, _values._STATEMENT
+    n1, blob = len("nämé".encode()), len(first.encode()) + len("nämé".encode())
+    params = b"".join(
+        [
+            v.pack(_ffi.LH_VALUE_TEXT, 0, 0, len(first.encode()), n1),
+            v.pack(_ffi.LH_VALUE_INT, 0, -(2**63), 0, 0),
+            v.pack(_ffi.LH_VALUE_BULK, 0, 0, blob, 6),
+            v.pack(_ffi.LH_PARAM_HOST_PID, 0, 0, 0, 0),
+            v.pack(_ffi.LH_VALUE_NIL, 0, 0, 0, 0),
+            v.pack(_ffi.LH_PARAM_HOST_NAME, 0, 0, 0, 0),
+        ]
+    )
+    stmts = st.pack(0, len(first), 0, 3) + st.pack(blob + 6, len(second), 3, 3)
+    keep = [ctypes.create_string_buffer(b, len(b)) for b in (data, params, stmts)]
+    req = _ffi.lh_io_request()
+    a = [ctypes.addressof(b) for b in keep]
+    raw = _values.REQUEST_LAYOUT.pack(9, _ffi.LH_IO_SQL, 1, 0, 0, 2, a[2], a[1], 6, a[0], len(data), *[0] * 8, 0, 0)
+    ctypes.memmove(ctypes.addressof(req), raw, len(raw))
+    got = _values.decode_request(req)
+    assert got is not None and got.id == 9 and got.kind == _ffi.LH_IO_SQL and got.connection == 1
+    assert got.payload == SqlRequest(
+        1, [(first, ["nämé", -(2**63), b"\x00\xffblob"]), (second, [HostFact.PID, None, HostFact.HOST_NAME])]
+    )
+    assert type(got.payload) is SqlRequest and type(got.payload.statements[1][1][0]) is HostFact
+
+
 def test_host_facts_are_bound_once_per_request() -> None:
     facts = host_facts()
     params = bind_params([HostFact.MONOTONIC_NS, "x", HostFact.PID, None, HostFact.MONOTONIC_NS], facts)
