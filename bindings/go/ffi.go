@@ -185,7 +185,8 @@ type core struct {
 	// allocation and no cgo pointer check per call.
 	req       *C.lh_io_request
 	ev        *C.lh_event
-	statusOut int // status queries the core has yet to answer
+	statusOut int       // status queries the core has yet to answer
+	write     ioRequest // the polled WRITE (see request)
 }
 
 // emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
@@ -392,14 +393,19 @@ type event struct {
 }
 
 func (c *core) pollEvent() (event, error) {
-	e := c.ev
-	st := uint32(C.lh_poll_event(c.p, e))
+	st := uint32(C.lh_poll_event(c.p, c.ev))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return event{}, c.err("lh_poll_event", st)
 	}
+	return c.event(), nil
+}
+
+// event copies the polled event.
+func (c *core) event() event {
+	e := c.ev
 	return event{kind: uint32(e.kind), reason: uint32(e.reason), lease: uint64(e.lease_id),
-		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}, nil
+		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}
 }
 
 func (c *core) pollTimeout() (uint64, error) {

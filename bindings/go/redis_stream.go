@@ -219,7 +219,7 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 func (s *stream) read() error {
 	n, err := s.conn.Read(s.buf)
 	if n > 0 {
-		s.x.c.input(func(now uint64) error { return s.x.c.core.ioReceived(now, s.id, s.buf[:n]) })
+		s.x.c.received(s.id, s.buf[:n])
 	}
 	return err
 }
@@ -231,7 +231,8 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 		return
 	}
 	dl, bounded := ctx.Deadline()
-	d := &drive{s: s, ready: ready, kick: make(chan struct{}, 1)}
+	d := drives.Get().(*drive)
+	d.s, d.ready = s, ready
 	s.mu.Lock()
 	s.callers++
 	if s.readerIn {
@@ -242,7 +243,14 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	s.x.drives[d] = struct{}{}
 	s.x.c.mu.Unlock()
 	if ctx.Done() != nil {
-		defer context.AfterFunc(ctx, d.wake)()
+		stop := context.AfterFunc(ctx, d.wake)
+		defer func() {
+			if stop() { // else d.wake may still run: d is not reused
+				d.recycle()
+			}
+		}()
+	} else {
+		defer d.recycle()
 	}
 	select {
 	case <-s.tok:
@@ -277,6 +285,20 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	if now {
 		s.wake()
 	}
+}
+
+// drives are reused: a drive per call was a good part of a cycle's garbage.
+var drives = sync.Pool{New: func() any { return &drive{kick: make(chan struct{}, 1)} }}
+
+// recycle returns d to drives once nothing can wake it (out of x.drives, no AfterFunc).
+func (d *drive) recycle() {
+	d.s, d.ready = nil, nil
+	d.kicked.Store(false)
+	select {
+	case <-d.kick:
+	default:
+	}
+	drives.Put(d)
 }
 
 // wake stops the drive: its Read returns, its wait for the token ends.
