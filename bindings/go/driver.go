@@ -172,6 +172,8 @@ func (c *client) received(stream uint64, b []byte) {
 	if c.core == nil {
 		return
 	}
+	c.feeding, c.feedingStream = true, stream
+	defer func() { c.feeding = false }()
 	s, ok := c.core.receivedStep(c.clock(), stream, b, c.core.statusOut == 0)
 	if !ok {
 		if errors.Is(s.err, ErrBroken) {

@@ -316,26 +316,23 @@ var stepOps = [...]string{"lh_io_received", "lh_io_poll", "lh_poll_event", "lh_p
 // step takes the next request (unless events: the requests were drained), else the next
 // event, else, with deadline, the next deadline, in one crossing.
 func (c *core) step(events, deadline bool) drainStep {
-	var dl C.uint64_t
-	var what C.int
-	st := uint32(C.lhgo_drain_step(c.p, cBool(events), cBool(deadline), c.req, c.ev, &dl, &what))
-	return c.stepResult(st, what, deadline, dl)
+	st := uint32(C.lhgo_drain_step(c.p, cBool(events), cBool(deadline), c.req, c.ev, c.u64, c.what))
+	return c.stepResult(st, deadline)
 }
 
 // receivedStep is ioReceived of at most maxReplyData bytes, then step(false, deadline), in
 // one crossing; received is false when lh_io_received itself failed (err).
 func (c *core) receivedStep(now, stream uint64, b []byte, deadline bool) (s drainStep, received bool) {
-	var dl C.uint64_t
-	var what C.int
 	bp, bn := bytesPtr(b)
 	st := uint32(C.lhgo_received_step(c.p, C.uint64_t(now), C.uint64_t(stream), bp, bn, cBool(deadline),
-		c.req, c.ev, &dl, &what))
+		c.req, c.ev, c.u64, c.what))
 	runtime.KeepAlive(b)
-	return c.stepResult(st, what, deadline, dl), st == statusOK || what != 0
+	return c.stepResult(st, deadline), st == statusOK || *c.what != 0
 }
 
-func (c *core) stepResult(st uint32, what C.int, deadline bool, dl C.uint64_t) drainStep {
+func (c *core) stepResult(st uint32, deadline bool) drainStep {
 	defer runtime.KeepAlive(c)
+	what, dl := *c.what, *c.u64
 	switch {
 	case st != statusOK:
 		return drainStep{err: c.err(stepOps[what], st), polling: what == 1}
