@@ -44,8 +44,14 @@ static void lhgo_args_copy(const lh_bytes *argv, uint32_t argc, uint8_t *buf, si
 // One step of a drain in one crossing (a cgo call costs more than these calls' work): the
 // next request (unless events is set), else the next event, else, with deadline, the next
 // deadline. *what: 1 a request, 2 an event, 3 neither; on a failure, the call that failed.
-static lh_status lhgo_drain_step(lh_client *c, int events, int deadline, lh_io_request *req,
-                                 lh_event *ev, uint64_t *dl, int *what) {
+// The pointers (all to C memory) cross as integers: cgo checks no pointer argument then.
+static lh_status lhgo_drain_step(uintptr_t cp, int events, int deadline, uintptr_t reqp, uintptr_t evp,
+                                 uintptr_t dlp, uintptr_t whatp) {
+	lh_client *c = (lh_client *)cp;
+	lh_io_request *req = (lh_io_request *)reqp;
+	lh_event *ev = (lh_event *)evp;
+	uint64_t *dl = (uint64_t *)dlp;
+	int *what = (int *)whatp;
 	lh_status st;
 	if (!events) {
 		*what = 1;
@@ -60,13 +66,13 @@ static lh_status lhgo_drain_step(lh_client *c, int events, int deadline, lh_io_r
 }
 
 // lh_io_received, then the first step of the drain it calls for (*what 0: received failed).
-static lh_status lhgo_received_step(lh_client *c, uint64_t now, uint64_t stream, const uint8_t *b,
-                                    size_t n, int deadline, lh_io_request *req, lh_event *ev,
-                                    uint64_t *dl, int *what) {
-	*what = 0;
-	lh_status st = lh_io_received(c, now, stream, b, n);
+static lh_status lhgo_received_step(uintptr_t cp, uint64_t now, uint64_t stream, const uint8_t *b,
+                                    size_t n, int deadline, uintptr_t reqp, uintptr_t evp,
+                                    uintptr_t dlp, uintptr_t whatp) {
+	*(int *)whatp = 0;
+	lh_status st = lh_io_received((lh_client *)cp, now, stream, b, n);
 	if (st != LH_OK) return st;
-	return lhgo_drain_step(c, 0, deadline, req, ev, dl, what);
+	return lhgo_drain_step(cp, 0, deadline, reqp, evp, dlp, whatp);
 }
 
 static lh_status lhgo_poll_status(lh_client *c, lh_lock_status *out) {
@@ -316,7 +322,8 @@ var stepOps = [...]string{"lh_io_received", "lh_io_poll", "lh_poll_event", "lh_p
 // step takes the next request (unless events: the requests were drained), else the next
 // event, else, with deadline, the next deadline, in one crossing.
 func (c *core) step(events, deadline bool) drainStep {
-	st := uint32(C.lhgo_drain_step(c.p, cBool(events), cBool(deadline), c.req, c.ev, c.u64, c.what))
+	st := uint32(C.lhgo_drain_step(cAddr(unsafe.Pointer(c.p)), cBool(events), cBool(deadline), cAddr(unsafe.Pointer(c.req)),
+		cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)), cAddr(unsafe.Pointer(c.what))))
 	return c.stepResult(st, deadline)
 }
 
@@ -324,8 +331,9 @@ func (c *core) step(events, deadline bool) drainStep {
 // one crossing; received is false when lh_io_received itself failed (err).
 func (c *core) receivedStep(now, stream uint64, b []byte, deadline bool) (s drainStep, received bool) {
 	bp, bn := bytesPtr(b)
-	st := uint32(C.lhgo_received_step(c.p, C.uint64_t(now), C.uint64_t(stream), bp, bn, cBool(deadline),
-		c.req, c.ev, c.u64, c.what))
+	st := uint32(C.lhgo_received_step(cAddr(unsafe.Pointer(c.p)), C.uint64_t(now), C.uint64_t(stream), bp, bn,
+		cBool(deadline), cAddr(unsafe.Pointer(c.req)), cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)),
+		cAddr(unsafe.Pointer(c.what))))
 	runtime.KeepAlive(b)
 	return c.stepResult(st, deadline), st == statusOK || *c.what != 0
 }
@@ -343,6 +351,9 @@ func (c *core) stepResult(st uint32, deadline bool) drainStep {
 	}
 	return drainStep{dl: uint64(dl), hasDeadline: deadline}
 }
+
+// cAddr is the address of C memory, for the shims above.
+func cAddr(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
 
 func cBool(b bool) C.int {
 	if b {
