@@ -97,6 +97,10 @@ type client struct {
 	driverDone chan struct{}
 	timer      *time.Timer // fires at the core's next deadline (armed under mu)
 	armed      uint64
+	// feeding: bytes read on stream feedingStream are being fed (received); its reader
+	// is out of Read.
+	feeding       bool
+	feedingStream uint64
 
 	recs       map[uint64]*leaseRec
 	relWaits   map[uint64][]*releaseWait                // releases awaiting their outcome

@@ -95,47 +95,50 @@ func (c *client) drainLocked() { _ = c.drainTake(false) }
 // back as a job is returned instead of started, for the caller, which waits for its
 // answer anyway, to start after unlocking (runInline): the driver is not involved.
 func (c *client) drainTake(take bool) *job {
-	var taken *job
-	for c.core != nil {
-		q, err := c.core.ioPoll()
-		if err != nil {
-			c.breakLocked(err)
-			return nil
-		}
-		if q == nil {
-			break
-		}
-		j, err := c.x.run(q)
-		if err != nil {
-			c.log.Warn("leasehold: request not run", "kind", q.kind, "err", err)
-			if err := c.core.ioFailed(c.clock(), q.id, failTransport, err.Error()); err != nil {
-				c.breakLocked(err)
-				return nil
-			}
-			continue
-		}
-		if j == nil {
-			continue
-		}
-		if take && taken == nil {
-			taken = j
-		} else {
-			c.spawn(j)
-		}
+	if c.core == nil {
+		return nil
 	}
-	for c.core != nil {
-		e, err := c.core.pollEvent()
-		if err != nil {
-			c.breakLocked(err)
+	return c.drainFrom(take, c.core.step(false, c.core.statusOut == 0))
+}
+
+// drainFrom is drainTake from its first step s, taken already. The deadline comes in the
+// last step when no status answer is to be polled before it (nothing else in between
+// changes the core).
+func (c *client) drainFrom(take bool, s drainStep) *job {
+	var taken *job
+	for events := false; ; {
+		if s.err != nil {
+			c.breakLocked(s.err)
+			if s.polling {
+				return nil // as a request that failed to run: the caller has none to drive
+			}
 			return taken
 		}
-		if e.kind == evNone {
+		if s.q != nil {
+			j, err := c.x.run(s.q)
+			if err != nil {
+				c.log.Warn("leasehold: request not run", "kind", s.q.kind, "err", err)
+				if err := c.core.ioFailed(c.clock(), s.q.id, failTransport, err.Error()); err != nil {
+					c.breakLocked(err)
+					return nil
+				}
+			} else if j != nil {
+				if take && taken == nil {
+					taken = j
+				} else {
+					c.spawn(j)
+				}
+			}
+		} else if s.e.kind != evNone {
+			events = true
+			c.eventLocked(s.e)
+		} else {
 			break
 		}
-		c.eventLocked(e)
-	}
-	if c.core == nil {
-		return taken
+		if c.core == nil {
+			return taken
+		}
+		s = c.core.step(events, c.core.statusOut == 0)
 	}
 	if err := c.answerStatusesLocked(); err != nil {
 		c.breakLocked(err)
@@ -145,13 +148,43 @@ func (c *client) drainTake(take bool) *job {
 	if d, ok := c.x.(drainer); ok {
 		d.drained()
 	}
-	dl, err := c.core.pollTimeout()
-	if err != nil {
-		c.breakLocked(err)
-		return taken
+	dl := s.dl
+	if !s.hasDeadline {
+		var err error
+		if dl, err = c.core.pollTimeout(); err != nil {
+			c.breakLocked(err)
+			return taken
+		}
 	}
 	c.armLocked(dl)
 	return taken
+}
+
+// received feeds bytes read on stream to the core and drains it, like input, with the
+// first step of the drain in the same crossing.
+func (c *client) received(stream uint64, b []byte) {
+	if len(b) > maxReplyData {
+		c.input(func(now uint64) error { return c.core.ioReceived(now, stream, b) })
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.core == nil {
+		return
+	}
+	c.feeding, c.feedingStream = true, stream
+	defer func() { c.feeding = false }()
+	s, ok := c.core.receivedStep(c.clock(), stream, b, c.core.statusOut == 0)
+	if !ok {
+		if errors.Is(s.err, ErrBroken) {
+			c.breakLocked(s.err)
+			return
+		}
+		c.log.Warn("leasehold: core refused an input", "err", s.err)
+		c.drainLocked()
+		return
+	}
+	c.drainFrom(false, s)
 }
 
 // eventLocked delivers one event of the core to the application.

@@ -15,6 +15,15 @@ extern lh_status lh_client_debug_panic(struct lh_client *c) __attribute__((weak)
 extern lh_status lh_client_debug_panic(struct lh_client *c);
 #endif
 static int lhgo_has_debug_panic(void) { return lh_client_debug_panic != NULL; }
+
+// The out-parameters of the hot calls, in C memory: a Go variable whose address goes to C
+// escapes to the heap, an allocation per call.
+typedef struct lhgo_outs {
+	lh_acquire_options acq;
+	uint64_t u64;
+	uint32_t u32;
+	int what;
+} lhgo_outs;
 */
 import "C"
 
@@ -185,7 +194,11 @@ type core struct {
 	// allocation and no cgo pointer check per call.
 	req       *C.lh_io_request
 	ev        *C.lh_event
-	statusOut int // status queries the core has yet to answer
+	outs      *C.lhgo_outs
+	u64       *C.uint64_t // &outs.u64, for the other files' calls
+	what      *C.int      // &outs.what
+	statusOut int         // status queries the core has yet to answer
+	write     ioRequest   // the polled WRITE (see request)
 }
 
 // emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
@@ -277,8 +290,9 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	}
 	runtime.KeepAlive(seed)
 	runtime.KeepAlive(b)
+	outs := (*C.lhgo_outs)(C.calloc(1, C.sizeof_lhgo_outs))
 	return &core{p: out, req: (*C.lh_io_request)(C.malloc(C.sizeof_lh_io_request)),
-		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event))}, nil
+		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event)), outs: outs, u64: &outs.u64, what: &outs.what}, nil
 }
 
 // clientNewReason asks the core why lh_client_new refused these arguments
@@ -307,7 +321,8 @@ func (c *core) freeHandle() {
 	C.lh_client_free(c.p)
 	C.free(unsafe.Pointer(c.req))
 	C.free(unsafe.Pointer(c.ev))
-	c.p, c.req, c.ev = nil, nil, nil
+	C.free(unsafe.Pointer(c.outs))
+	c.p, c.req, c.ev, c.outs, c.u64, c.what = nil, nil, nil, nil, nil, nil
 }
 
 func (c *core) err(op string, st uint32) error {
@@ -336,19 +351,19 @@ var acquireDefaults = func() (o C.lh_acquire_options) {
 }()
 
 func (c *core) acquire(now uint64, name string, ttlMs, waitNs uint64, flags uint32) (uint64, error) {
-	o := acquireDefaults
+	o := &c.outs.acq
+	*o = acquireDefaults
 	o.ttl_ms = C.uint64_t(ttlMs)
 	o.wait_ns = C.uint64_t(waitNs)
 	o.flags = C.uint32_t(flags)
 	np, nn := strPtr(name)
-	var lease C.uint64_t
-	st := uint32(C.lh_acquire(c.p, C.uint64_t(now), np, nn, &o, &lease))
+	st := uint32(C.lh_acquire(c.p, C.uint64_t(now), np, nn, o, c.u64))
 	runtime.KeepAlive(name)
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return 0, c.err("lh_acquire", st)
 	}
-	return uint64(lease), nil
+	return uint64(*c.u64), nil
 }
 
 // release releases a lease without asking for its outcome.
@@ -361,13 +376,13 @@ func (c *core) release(now, lease uint64) error {
 // releaseReported is release that also tells what it did (an LH_RELEASING_* value) and
 // asks for the service's answer (an LH_EVENT_RELEASE_OUTCOME event).
 func (c *core) releaseReported(now, lease uint64) (uint32, error) {
-	var r C.uint32_t
-	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease), &r))
+	r := &c.outs.u32
+	st := uint32(C.lh_release(c.p, C.uint64_t(now), C.uint64_t(lease), r))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return 0, c.err("lh_release", st)
 	}
-	return uint32(r), nil
+	return uint32(*r), nil
 }
 
 func (c *core) renew(now, lease uint64) error {
@@ -392,34 +407,38 @@ type event struct {
 }
 
 func (c *core) pollEvent() (event, error) {
-	e := c.ev
-	st := uint32(C.lh_poll_event(c.p, e))
+	st := uint32(C.lh_poll_event(c.p, c.ev))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return event{}, c.err("lh_poll_event", st)
 	}
+	return c.event(), nil
+}
+
+// event copies the polled event.
+func (c *core) event() event {
+	e := c.ev
 	return event{kind: uint32(e.kind), reason: uint32(e.reason), lease: uint64(e.lease_id),
-		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}, nil
+		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}
 }
 
 func (c *core) pollTimeout() (uint64, error) {
-	var d C.uint64_t
-	st := uint32(C.lh_poll_timeout(c.p, &d))
+	st := uint32(C.lh_poll_timeout(c.p, c.u64))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return noDeadline, c.err("lh_poll_timeout", st)
 	}
-	return uint64(d), nil
+	return uint64(*c.u64), nil
 }
 
 func (c *core) leaseState(lease uint64) (uint32, error) {
-	var s C.uint32_t
-	st := uint32(C.lh_lease_state(c.p, C.uint64_t(lease), &s))
+	s := &c.outs.u32
+	st := uint32(C.lh_lease_state(c.p, C.uint64_t(lease), s))
 	runtime.KeepAlive(c)
 	if st != statusOK {
 		return 0, c.err("lh_lease_state", st)
 	}
-	return uint32(s), nil
+	return uint32(*s), nil
 }
 
 func (c *core) fencingToken(lease uint64) (uint64, error) {

@@ -41,6 +41,40 @@ static void lhgo_args_copy(const lh_bytes *argv, uint32_t argc, uint8_t *buf, si
 	}
 }
 
+// One step of a drain in one crossing (a cgo call costs more than these calls' work): the
+// next request (unless events is set), else the next event, else, with deadline, the next
+// deadline. *what: 1 a request, 2 an event, 3 neither; on a failure, the call that failed.
+// The pointers (all to C memory) cross as integers: cgo checks no pointer argument then.
+static lh_status lhgo_drain_step(uintptr_t cp, int events, int deadline, uintptr_t reqp, uintptr_t evp,
+                                 uintptr_t dlp, uintptr_t whatp) {
+	lh_client *c = (lh_client *)cp;
+	lh_io_request *req = (lh_io_request *)reqp;
+	lh_event *ev = (lh_event *)evp;
+	uint64_t *dl = (uint64_t *)dlp;
+	int *what = (int *)whatp;
+	lh_status st;
+	if (!events) {
+		*what = 1;
+		st = lhgo_io_poll(c, req);
+		if (st != LH_OK || req->kind != LH_IO_NONE) return st;
+	}
+	*what = 2;
+	st = lh_poll_event(c, ev);
+	if (st != LH_OK || ev->kind != LH_EVENT_NONE) return st;
+	*what = 3;
+	return deadline ? lh_poll_timeout(c, dl) : LH_OK;
+}
+
+// lh_io_received, then the first step of the drain it calls for (*what 0: received failed).
+static lh_status lhgo_received_step(uintptr_t cp, uint64_t now, uint64_t stream, const uint8_t *b,
+                                    size_t n, int deadline, uintptr_t reqp, uintptr_t evp,
+                                    uintptr_t dlp, uintptr_t whatp) {
+	*(int *)whatp = 0;
+	lh_status st = lh_io_received((lh_client *)cp, now, stream, b, n);
+	if (st != LH_OK) return st;
+	return lhgo_drain_step(cp, 0, deadline, reqp, evp, dlp, whatp);
+}
+
 static lh_status lhgo_poll_status(lh_client *c, lh_lock_status *out) {
 	lh_status st = lh_poll_status(c, out);
 	if (st == LH_OK) {
@@ -250,7 +284,7 @@ type ioRequest struct {
 	statements []sqlStatement // SQL
 	// HTTP, HTTP_WATCH.
 	method, path, authorization string
-	body                        []byte // HTTP: the JSON body; WRITE: the bytes to write
+	body                        []byte // HTTP: the JSON body; WRITE: the bytes to write (borrowed: see request)
 	// OPEN, WRITE, SHUTDOWN (the stream kind).
 	stream, deadline           uint64
 	host, unixPath, serverName string
@@ -268,6 +302,79 @@ func (c *core) ioPoll() (*ioRequest, error) {
 	}
 	if r.kind == ioNone {
 		return nil, nil
+	}
+	return c.request(), nil
+}
+
+// drainStep is one step of a drain: a request, an event, or neither (then the next
+// deadline, when it was asked for: hasDeadline).
+type drainStep struct {
+	q           *ioRequest
+	e           event
+	dl          uint64
+	hasDeadline bool
+	err         error
+	polling     bool // err came from lh_io_poll
+}
+
+var stepOps = [...]string{"lh_io_received", "lh_io_poll", "lh_poll_event", "lh_poll_timeout"}
+
+// step takes the next request (unless events: the requests were drained), else the next
+// event, else, with deadline, the next deadline, in one crossing.
+func (c *core) step(events, deadline bool) drainStep {
+	st := uint32(C.lhgo_drain_step(cAddr(unsafe.Pointer(c.p)), cBool(events), cBool(deadline), cAddr(unsafe.Pointer(c.req)),
+		cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)), cAddr(unsafe.Pointer(c.what))))
+	return c.stepResult(st, deadline)
+}
+
+// receivedStep is ioReceived of at most maxReplyData bytes, then step(false, deadline), in
+// one crossing; received is false when lh_io_received itself failed (err).
+func (c *core) receivedStep(now, stream uint64, b []byte, deadline bool) (s drainStep, received bool) {
+	bp, bn := bytesPtr(b)
+	st := uint32(C.lhgo_received_step(cAddr(unsafe.Pointer(c.p)), C.uint64_t(now), C.uint64_t(stream), bp, bn,
+		cBool(deadline), cAddr(unsafe.Pointer(c.req)), cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)),
+		cAddr(unsafe.Pointer(c.what))))
+	runtime.KeepAlive(b)
+	return c.stepResult(st, deadline), st == statusOK || *c.what != 0
+}
+
+func (c *core) stepResult(st uint32, deadline bool) drainStep {
+	defer runtime.KeepAlive(c)
+	what, dl := *c.what, *c.u64
+	switch {
+	case st != statusOK:
+		return drainStep{err: c.err(stepOps[what], st), polling: what == 1}
+	case what == 1:
+		return drainStep{q: c.request()}
+	case what == 2:
+		return drainStep{e: c.event()}
+	}
+	return drainStep{dl: uint64(dl), hasDeadline: deadline}
+}
+
+// cAddr is the address of C memory, for the shims above.
+func cAddr(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// request copies the polled request out of the handle. A WRITE's bytes are borrowed
+// (q.body points into the handle until its next call) and its ioRequest is reused: the
+// executor copies them at once, under the client's mutex, and keeps neither.
+func (c *core) request() *ioRequest {
+	r := c.req
+	if r.kind == ioWrite {
+		q := &c.write
+		*q = ioRequest{id: uint64(r.id), kind: ioWrite, connection: uint32(r.connection), stream: uint64(r.stream),
+			deadline: uint64(r.deadline)}
+		if r.data != nil {
+			q.body = unsafe.Slice((*byte)(unsafe.Pointer(r.data)), int(r.data_len))
+		}
+		return q
 	}
 	q := &ioRequest{id: uint64(r.id), kind: uint32(r.kind), connection: uint32(r.connection)}
 	switch q.kind {
@@ -324,8 +431,7 @@ func (c *core) ioPoll() (*ioRequest, error) {
 			q.body = C.GoBytes(unsafe.Pointer(r.data), C.int(r.data_len))
 		}
 	}
-	runtime.KeepAlive(c)
-	return q, nil
+	return q
 }
 
 // ioOpened reports that stream is connected (lh_io_opened).

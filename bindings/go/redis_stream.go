@@ -32,7 +32,7 @@ type streamExec struct {
 	c       *client
 	tls     *tls.Config // the user's, or nil: the system roots
 	streams map[uint64]*stream
-	drives  map[*drive]struct{} // callers reading for their answer (c.mu held)
+	drives  []*drive // callers reading for their answer (c.mu held)
 	wg      sync.WaitGroup
 }
 
@@ -102,14 +102,19 @@ func (x *streamExec) run(q *ioRequest) (*job, error) {
 	return nil, errUnsupportedIO
 }
 
-// drained stops the drives whose answer came (c.mu held).
+// drained stops the drives whose answer came (c.mu held). Bytes of a drive's own stream
+// being fed means nobody is in that stream's Read: its drives need no read deadline kick.
 func (x *streamExec) drained() {
-	for d := range x.drives {
+	kept := x.drives[:0]
+	for _, d := range x.drives {
 		if d.ready() {
-			delete(x.drives, d)
-			d.wake()
+			d.stop(!x.c.feeding || x.c.feedingStream != d.s.id)
+		} else {
+			kept = append(kept, d)
 		}
 	}
+	clear(x.drives[len(kept):])
+	x.drives = kept
 }
 
 func (s *stream) wake() {
@@ -219,7 +224,7 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 func (s *stream) read() error {
 	n, err := s.conn.Read(s.buf)
 	if n > 0 {
-		s.x.c.input(func(now uint64) error { return s.x.c.core.ioReceived(now, s.id, s.buf[:n]) })
+		s.x.c.received(s.id, s.buf[:n])
 	}
 	return err
 }
@@ -231,7 +236,8 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 		return
 	}
 	dl, bounded := ctx.Deadline()
-	d := &drive{s: s, ready: ready, kick: make(chan struct{}, 1)}
+	d := drives.Get().(*drive)
+	d.s, d.ready = s, ready
 	s.mu.Lock()
 	s.callers++
 	if s.readerIn {
@@ -239,10 +245,17 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	}
 	s.mu.Unlock()
 	s.x.c.mu.Lock()
-	s.x.drives[d] = struct{}{}
+	s.x.drives = append(s.x.drives, d)
 	s.x.c.mu.Unlock()
 	if ctx.Done() != nil {
-		defer context.AfterFunc(ctx, d.wake)()
+		stop := context.AfterFunc(ctx, d.wake)
+		defer func() {
+			if stop() { // else d.wake may still run: d is not reused
+				d.recycle()
+			}
+		}()
+	} else {
+		defer d.recycle()
 	}
 	select {
 	case <-s.tok:
@@ -263,7 +276,7 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	case <-ctx.Done():
 	}
 	s.x.c.mu.Lock()
-	delete(s.x.drives, d)
+	s.x.forget(d)
 	s.x.c.mu.Unlock()
 	answered := d.kicked.Load() || ready()
 	s.mu.Lock()
@@ -279,14 +292,45 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	}
 }
 
+// drives are reused: a drive per call was a good part of a cycle's garbage.
+var drives = sync.Pool{New: func() any { return &drive{kick: make(chan struct{}, 1)} }}
+
+// recycle returns d to drives once nothing can wake it (out of x.drives, no AfterFunc).
+func (d *drive) recycle() {
+	d.s, d.ready = nil, nil
+	d.kicked.Store(false)
+	select {
+	case <-d.kick:
+	default:
+	}
+	drives.Put(d)
+}
+
+// forget takes d out of drives (c.mu held).
+func (x *streamExec) forget(d *drive) {
+	for i, e := range x.drives {
+		if e == d {
+			last := len(x.drives) - 1
+			x.drives[i], x.drives[last] = x.drives[last], nil
+			x.drives = x.drives[:last]
+			return
+		}
+	}
+}
+
 // wake stops the drive: its Read returns, its wait for the token ends.
-func (d *drive) wake() {
+func (d *drive) wake() { d.stop(true) }
+
+// stop is wake; without read, only when d cannot be in its stream's Read.
+func (d *drive) stop(read bool) {
 	d.kicked.Store(true)
 	select {
 	case d.kick <- struct{}{}:
 	default:
 	}
-	_ = d.s.conn.SetReadDeadline(kickTime)
+	if read {
+		_ = d.s.conn.SetReadDeadline(kickTime)
+	}
 }
 
 // flushFor is the job run off the caller: the answer is the reader's to read.

@@ -87,7 +87,7 @@ func (t *RedisStreamExecutor) Close() error { return nil }
 func (t *RedisStreamExecutor) backend() backendOptions { return t.proto }
 
 func (t *RedisStreamExecutor) start(c *client) (ioExec, error) {
-	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}, drives: map[*drive]struct{}{}}, nil
+	return &streamExec{c: c, tls: t.tls, streams: map[uint64]*stream{}}, nil
 }
 
 // refusal is the core's reason for refusing a configuration (the whole error without one).

@@ -387,6 +387,31 @@ func TestRedisStreamCallerBoundRelease(t *testing.T) {
 	waitFor(t, "the lock key gone", func() bool { return direct.Exists(context.Background(), lockKey(name)).Val() == 0 })
 }
 
+// An Acquire without a ctx bound, reading for its own answer while the lock is held
+// elsewhere, returns when its wait ends.
+func TestRedisStreamAcquireWaitEndsWhileReading(t *testing.T) {
+	url := "redis://" + needRedis(t)
+	holder := newStreamClient(t, url, nil, nil)
+	c := newStreamClient(t, url, nil, nil)
+	name := uniq(t, "wait-ends")
+	held, err := holder.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	const wait = 300 * time.Millisecond
+	t0 := time.Now()
+	l, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second, Wait: wait})
+	took := time.Since(t0)
+	t.Logf("Acquire of a held lock with Wait %v: %v (%v)", wait, took, err)
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire of a held lock: %v, %v", l, err)
+	}
+	if took > wait+boundMargin {
+		t.Fatalf("Acquire with Wait %v took %v", wait, took)
+	}
+}
+
 // Close ends the streams and their goroutines; a LockClient made after it works.
 func TestRedisStreamClose(t *testing.T) {
 	url := "redis://" + needRedis(t)
