@@ -4,8 +4,11 @@
 //! (one request) both ways. The difference divided by the requests is the layer's cost per
 //! encode + decode. Then the wire's cost (`backend::redis::wire`): an acquire's EVALSHA argument
 //! vector encoded as RESP, its grant reply decoded from bytes, and both through a connection
-//! (send, take the bytes, feed the reply, poll the event). Prints markdown tables; numbers
-//! belong in the README, never in tests.
+//! (send, take the bytes, feed the reply, poll the event). Last, the byte path whole
+//! (`backend::redis::stream::RedisStream`, what `LH_BACKEND_REDIS_STREAM` runs): an acquire →
+//! grant → release cycle from the application's call to the bytes to write, and from the
+//! bytes read to the event, with the engine, protocol, connection and codec in it. Prints
+//! markdown tables; numbers belong in the README, never in tests.
 //!
 //! Run: `cargo bench --bench redis_protocol` (`-- quick` for a shorter run).
 // A benchmark has to read the wall clock; the core itself never does (clippy.toml).
@@ -15,8 +18,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use leasehold::backend::redis::stream::{RedisStream, StreamRequest, StreamSettings};
 use leasehold::backend::redis::wire::{
-    Conn, ConnEvent, ConnOptions, Decoder, Limits, Protocol, encode_command,
+    Conn, ConnEvent, ConnOptions, Decoder, Limits, Protocol, Reply, encode_command,
 };
 use leasehold::backend::redis::{RedisOptions, RedisProtocol, Value};
 use leasehold::{
@@ -181,6 +185,95 @@ fn main() {
         renew_p - renew_e
     );
     wire(rounds, n);
+    stream(rounds, n);
+}
+
+/// Every request the stream has for the host: its opens, and the bytes of its writes.
+fn stream_io(s: &mut RedisStream, core: &mut Client) -> (Vec<u64>, Vec<(u64, Vec<u8>)>) {
+    let (mut opens, mut writes) = (Vec::new(), Vec::new());
+    while let Some(r) = s.poll_request(core) {
+        match r {
+            StreamRequest::Open { stream, .. } => opens.push(stream),
+            StreamRequest::Write { stream, bytes } => writes.push((stream, bytes.to_vec())),
+            StreamRequest::Shutdown { .. } => panic!("the bench's stream was shut"),
+        }
+    }
+    (opens, writes)
+}
+
+/// The byte path whole: acquire → the ACQUIRE's bytes → its grant's bytes → the event →
+/// release → the RELEASE's bytes → its reply's bytes → the outcome.
+fn stream(rounds: u32, n: u64) {
+    let mut core = Client::new(Config::default(), &[6; 32]).unwrap();
+    let proto = RedisProtocol::new(RedisOptions::default(), [6; 16]).unwrap();
+    let mut s = RedisStream::new(proto, "redis://bench:6379", StreamSettings::default()).unwrap();
+    let mut now = MS;
+    core.acquire(now, "warm", AcquireOptions::new(30_000))
+        .unwrap();
+    let (opens, _) = stream_io(&mut s, &mut core);
+    for &st in &opens {
+        s.handle_opened(&mut core, now, st).unwrap();
+    }
+    let (_, handshakes) = stream_io(&mut s, &mut core);
+    assert_eq!(handshakes.len(), opens.len(), "a HELLO on each connection");
+    let hello = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+    for &st in &opens {
+        s.handle_received(&mut core, now, st, hello).unwrap();
+    }
+    // The subscriber's SUBSCRIBE confirmed, the warm-up granted and released.
+    let mut cmd = 0;
+    for (st, bytes) in stream_io(&mut s, &mut core).1 {
+        let mut d = Decoder::new(Limits::default());
+        d.feed(&bytes).unwrap();
+        let Some(Reply::Array(argv)) = d.next().unwrap() else {
+            panic!("not a command")
+        };
+        let word = |i: usize| argv[i].bytes().unwrap().to_vec();
+        if word(0).eq_ignore_ascii_case(b"SUBSCRIBE") {
+            let ch = word(1);
+            let mut push = format!(">3\r\n$9\r\nsubscribe\r\n${}\r\n", ch.len()).into_bytes();
+            push.extend(&ch);
+            push.extend(b"\r\n:1\r\n");
+            s.handle_received(&mut core, now, st, &push).unwrap();
+        } else {
+            cmd = st;
+            s.handle_received(&mut core, now, st, b"*3\r\n:1\r\n:1\r\n:30000\r\n")
+                .unwrap();
+        }
+    }
+    let mut fence = 1u64;
+    let mut cycle = |k: u64| {
+        for _ in 0..n {
+            now += 1_000;
+            fence += 1;
+            let lease = core
+                .acquire(now, "jobs", AcquireOptions::new(30_000))
+                .unwrap();
+            let (_, w) = stream_io(&mut s, &mut core);
+            assert_eq!(w.len(), 1, "one ACQUIRE");
+            black_box(&w);
+            let grant = format!("*3\r\n:1\r\n:{fence}\r\n:30000\r\n");
+            s.handle_received(&mut core, now, cmd, grant.as_bytes())
+                .unwrap();
+            while let Some(e) = s.poll_event(&mut core) {
+                black_box(e);
+            }
+            core.release(now, lease).unwrap();
+            let (_, w) = stream_io(&mut s, &mut core);
+            assert_eq!(w.len(), 1, "one RELEASE");
+            black_box(&w);
+            s.handle_received(&mut core, now, cmd, b":1\r\n").unwrap();
+            while let Some(e) = s.poll_event(&mut core) {
+                black_box(e);
+            }
+        }
+        k
+    };
+    let whole = best_of(rounds, n, &mut cycle);
+    println!();
+    println!("| the byte path whole (engine, protocol, connection, codec) | ns |");
+    println!("|---|---:|");
+    println!("| acquire → grant → release, bytes out and in (2 requests) | {whole:.0} |");
 }
 
 /// The RESP codec and a connection per request, on the protocol's own ACQUIRE.
