@@ -1,7 +1,9 @@
 // Rough numbers for the README (not a test; no assertions on time anywhere in the suite).
-//   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port [iterations]]
+//   cmake -DLEASEHOLD_BUILD_BENCH=ON … && ./leasehold_bench [redis-port [iterations [handoffs]]]
 // With a port, also the byte path (LockClient + RedisStreamExecutor) against a raw-socket floor
-// replaying the core's recorded requests, beside the hiredis executor (stream_compare).
+// replaying the core's recorded requests, beside the hiredis executor (stream_compare), and the
+// handoff latency with 8 waiters beside the protocol's own steps on plain sockets
+// (handoff_compare; 400 handoffs each unless given).
 // Measures, on one LockClient: uncontended acquire+release round trips (memory service and,
 // with a port, Redis beside a raw hiredis SET NX PX / DEL loop and the core's own requests run
 // by one thread, interleaved, with the ratios), and how late loss detection fires relative to
@@ -15,15 +17,21 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -352,6 +360,243 @@ static void stream_compare(int port, int n) {
               static_cast<unsigned long long>(st.caller_reads), static_cast<unsigned long long>(st.reader_reads));
 }
 
+// Handoff latency on one name: a holder's release() call → the next waiter's acquire()
+// returning, with 9 threads (so 8 wait at every handoff), each holding 10 ms and queueing again
+// only once another has held the lock. Two kinds, in alternating rounds: a LockClient +
+// RedisStreamExecutor per thread, and the floor — the protocol's own steps on plain sockets,
+// per thread a commands socket and a subscriber socket on a wake channel of its own: the ACQUIRE
+// and RELEASE script calls recorded once from a real client for the name (the core's bytes,
+// through Recorder), each thread putting in its own token and entry (docs/redis-protocol.md:
+// ARGV of ACQUIRE [token, ttl_ms, entry, keep_ms, name, queued], of RELEASE [token, name,
+// max_age_ms]). A refused floor waiter waits for its "w TOKEN NAME" message, or the holder's
+// pttl, then asks again with queued = 1.
+struct Locker {
+  virtual ~Locker() = default;
+  virtual bool lock() = 0;  // blocks until granted; false on a failure
+  virtual bool unlock() = 0;
+};
+
+struct ClientLocker final : Locker {
+  leasehold::LockClient client;
+  std::string name;
+  std::optional<leasehold::Lease> lease;
+  ClientLocker(const std::string& url, std::string n, const leasehold::ClientOptions& o)
+      : client(std::make_shared<leasehold::RedisStreamExecutor>(url), o), name(std::move(n)) {}
+  bool lock() override {
+    leasehold::AcquireOptions o;
+    o.wait = 30s;
+    lease = client.acquire(name, 10s, std::move(o));
+    if (!lease) std::printf("handoff: acquire failed: %s\n", client.last_backend_error().c_str());
+    return lease.has_value();
+  }
+  bool unlock() override {
+    const bool ok = lease && lease->release() == leasehold::ReleaseOutcome::Released;
+    lease.reset();
+    return ok;
+  }
+};
+
+// The commands one recorded write holds (RESP arrays of bulk strings).
+static std::vector<std::vector<std::string>> commands_of(const std::string& w) {
+  std::vector<std::vector<std::string>> out;
+  std::size_t i = 0;
+  while (i < w.size() && w[i] == '*') {
+    std::size_t nl = w.find("\r\n", i);
+    const long n = std::atol(w.c_str() + i + 1);
+    std::vector<std::string> argv;
+    for (long k = 0; k < n && nl != std::string::npos && w[nl + 2] == '$'; ++k) {
+      const auto len = static_cast<std::size_t>(std::atol(w.c_str() + nl + 3));
+      const auto at = w.find("\r\n", nl + 2) + 2;
+      argv.push_back(w.substr(at, len));
+      nl = at + len;
+    }
+    if (argv.size() != static_cast<std::size_t>(n)) break;
+    out.push_back(std::move(argv));
+    i = nl + 2;
+  }
+  return out;
+}
+
+static std::string resp(const std::vector<std::string>& argv) {
+  std::string out = "*" + std::to_string(argv.size()) + "\r\n";
+  for (const auto& a : argv) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  return out;
+}
+
+static std::string hex32(std::mt19937_64& rng) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+struct FloorLocker final : Locker {
+  FloorLoop cmd, sub;  // plain blocking sockets (RESP2)
+  std::string first, again, release_call, wake, pending;
+  long long pttl_ms = 0;
+  FloorLocker(int port, std::vector<std::string> acquire, std::vector<std::string> release, std::mt19937_64& rng)
+      : cmd(port), sub(port) {
+    const auto token = hex32(rng), channel = "lh:wake:" + hex32(rng);
+    acquire[6] = token;
+    acquire[8] = channel + "#" + token;
+    acquire[11] = "0";
+    first = resp(acquire);
+    acquire[11] = "1";
+    again = resp(acquire);
+    release[5] = token;
+    release_call = resp(release);
+    wake = "w " + token + " ";
+    if (!sub.send(resp({"SUBSCRIBE", channel}), 1)) sub.fd = -1;  // its confirmation
+  }
+  bool ok() const { return cmd.fd >= 0 && sub.fd >= 0; }
+  // The integers of a reply (an integer or an array of them); empty on an error reply.
+  std::vector<long long> call(const std::string& payload) {
+    std::vector<long long> v;
+    if (!cmd.send(payload, 1)) return v;
+    if (cmd.in[0] == '-') {
+      std::printf("floor: %s", cmd.in.c_str());
+      return v;
+    }
+    for (std::size_t i = 0; (i = cmd.in.find(':', i)) != std::string::npos; ++i) v.push_back(std::atoll(cmd.in.c_str() + i + 1));
+    return v;
+  }
+  // Its wake-up message, or false once `ms` pass without one.
+  bool woken(long long ms) {
+    const auto end = Clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+      for (std::size_t e; !pending.empty() && (e = value_end(pending, 0)) != std::string::npos;) {
+        const bool mine = pending.substr(0, e).find(wake) != std::string::npos;
+        pending.erase(0, e);
+        if (mine) return true;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{sub.fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      const auto n = ::read(sub.fd, buf, sizeof buf);
+      if (n <= 0) return false;
+      pending.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  bool lock() override {
+    const std::string* payload = &first;
+    for (;;) {
+      const auto r = call(*payload);
+      if (r.size() != 3) return false;
+      if (r[0] == 1) return true;
+      payload = &again;
+      woken(std::max(r[1], 1LL));
+    }
+  }
+  bool unlock() override {
+    const auto r = call(release_call);
+    if (r.size() != 1 || r[0] != 1) return std::printf("floor: RELEASE found another owner\n"), false;
+    return true;
+  }
+};
+
+// One round: `handoffs` samples (µs) appended; false on a failure.
+static bool handoff_round(std::vector<std::unique_ptr<Locker>>& lockers, int handoffs, std::vector<double>& samples) {
+  std::mutex mu;
+  std::condition_variable cv;
+  long gen = 0;
+  int taken = 0;
+  bool done = false, failed = false;
+  std::optional<Clock::time_point> last_release;
+  std::vector<std::thread> threads;
+  for (auto& l : lockers) {
+    threads.emplace_back([&, lk = l.get()] {
+      const auto fail = [&] {
+        std::lock_guard g(mu);
+        failed = done = true;
+        cv.notify_all();
+      };
+      for (;;) {
+        if (!lk->lock()) return fail();
+        const auto now = Clock::now();
+        long my;
+        bool stop;
+        {
+          std::lock_guard g(mu);
+          my = ++gen;
+          cv.notify_all();
+          if (last_release && !done) {
+            samples.push_back(us(now - *last_release));
+            done = ++taken >= handoffs;
+          }
+          stop = done;
+        }
+        std::this_thread::sleep_for(10ms);  // the previous holder queues again meanwhile
+        {
+          std::lock_guard g(mu);
+          last_release = Clock::now();
+        }
+        if (!lk->unlock()) return fail();
+        if (stop) return;
+        std::unique_lock g(mu);  // queue again only once another has held it
+        cv.wait(g, [&] { return gen != my || done; });
+        if (done) return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return !failed;
+}
+
+static void handoff_compare(int port, int handoffs) {
+  constexpr int kThreads = 9, kRound = 100;
+  leasehold::ClientOptions o;
+  o.log = [](std::string_view) {};
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  const std::string floor_name = "bench-handoff-floor", client_name = "bench-handoff";
+  std::vector<std::string> acquire, release;
+  {
+    auto rec = std::make_shared<Recorder>(std::make_shared<leasehold::RedisStreamExecutor>(url));
+    leasehold::LockClient recording(rec, o);
+    leasehold::AcquireOptions w;
+    w.wait = 1s;
+    for (int i = 0; i < 3; ++i) {  // connected, subscribed, scripts loaded; the last one recorded
+      rec->on = i == 2;
+      auto l = recording.acquire(floor_name, 10s, w);
+      if (!l) return void(std::printf("handoff: recording failed: %s\n", recording.last_backend_error().c_str()));
+      l->release();
+    }
+    rec->on = false;
+    for (const auto& w : rec->writes)
+      for (auto& c : commands_of(w)) {
+        if (c.size() == 12 && c[0] == "EVALSHA" && c[2] == "3") acquire = c;
+        if (c.size() == 8 && c[0] == "EVALSHA" && c[2] == "2") release = c;
+      }
+  }
+  if (acquire.empty() || release.empty())
+    return void(std::printf("handoff: no ACQUIRE (EVALSHA, 3 keys, 12 arguments) or RELEASE (2 keys, 8) recorded\n"));
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<std::unique_ptr<Locker>> floor, clients;
+  for (int i = 0; i < kThreads; ++i) {
+    auto f = std::make_unique<FloorLocker>(port, acquire, release, rng);
+    if (!f->ok()) return void(std::printf("handoff: floor cannot connect\n"));
+    floor.push_back(std::move(f));
+    clients.push_back(std::make_unique<ClientLocker>(url, client_name, o));
+  }
+  std::vector<double> t_floor, t_client;
+  for (int done = 0; done < handoffs; done += kRound) {
+    const int m = std::min(kRound, handoffs - done);
+    if (!handoff_round(floor, m, t_floor)) return void(std::printf("handoff: floor failed\n"));
+    if (!handoff_round(clients, m, t_client)) return void(std::printf("handoff: LockClient failed\n"));
+  }
+  std::sort(t_floor.begin(), t_floor.end());
+  std::sort(t_client.begin(), t_client.end());
+  const auto pct = [](const std::vector<double>& v, double p) { return v[static_cast<std::size_t>(p * double(v.size() - 1))] / 1000; };
+  std::printf("redis handoff, %d waiters (%d threads, hold 10 ms), %d handoffs each in alternating rounds of %d:\n",
+              kThreads - 1, kThreads, handoffs, kRound);
+  std::printf("  floor: the protocol's steps on plain sockets  p50 %.2f ms  p99 %.2f ms\n", pct(t_floor, 0.5),
+              pct(t_floor, 0.99));
+  std::printf("  LockClient + RedisStreamExecutor             p50 %.2f ms  p99 %.2f ms  (%.2fx / %.2fx the floor)\n",
+              pct(t_client, 0.5), pct(t_client, 0.99), pct(t_client, 0.5) / pct(t_floor, 0.5),
+              pct(t_client, 0.99) / pct(t_floor, 0.99));
+}
+
 static void loss_lag() {
   auto service = std::make_shared<leasehold::MemoryService>();
   std::vector<double> lags;
@@ -384,6 +629,7 @@ int main(int argc, char** argv) {
     redis_compare(port, n);
 #endif
     stream_compare(port, n);
+    handoff_compare(port, argc > 3 ? std::atoi(argv[3]) : 400);
   }
   loss_lag();
   return 0;

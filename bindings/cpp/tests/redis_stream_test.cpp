@@ -8,7 +8,8 @@
 // certificate, and a server certificate from another CA, for another name or without the client's
 // certificate refused with the reason; built without OpenSSL, rediss:// is refused at
 // construction. A Redis Cluster (scripts/redis-cluster-test.sh) is reached through a
-// redis+cluster:// URL. make_executor/open_client: a URL gives its executor (SQLite where built in), an
+// redis+cluster:// URL, and a Sentinel failover (scripts/redis-sentinel-test.sh) is followed
+// through a redis+sentinel:// URL. make_executor/open_client: a URL gives its executor (SQLite where built in), an
 // unknown scheme or a backend not built in is refused with its reason. Without redis-server (or openssl to make the certificates) the tests skip, except
 // under CI=true.
 #include <leasehold.hpp>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -561,6 +563,129 @@ TEST_F(RedisStreamTls, OpenByUrl) {
   EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
 }
 #endif
+
+// Redis Sentinel on the byte path (scripts/redis-sentinel-test.sh: a master, a replica, three
+// sentinels) through a redis+sentinel:// URL. Two clients contend on a name; the master is
+// SIGKILLed while one holds it and the other waits. Both follow the promotion (the core asks the
+// sentinels again): the held lease is renewed on the promoted replica, the waiter is woken there
+// by its release, a later acquire is granted there, and the fences granted, in order, only go up.
+long long info_number(int port, const std::string& field) {
+  const auto info = raw(port, "INFO replication", true);
+  const auto at = info.find("\r\n" + field + ":");
+  return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + field.size() + 3);
+}
+
+int port_of(const std::string& addr) { return std::atoi(addr.c_str() + addr.rfind(':') + 1); }
+
+TEST(RedisStreamSentinel, ContendersFollowTheFailoverAndFencesNeverGoDown) {
+  ::signal(SIGPIPE, SIG_IGN);
+  if (find_redis().empty()) {
+    if (leasehold_test::ci()) FAIL() << "no redis-server (CI=true: a failure)";
+    GTEST_SKIP() << "no redis-server";
+  }
+  const auto dir = leasehold_test::temp_dir("stream-sentinel");
+  const auto topology = "bash " + leasehold_test::script("redis-sentinel-test.sh");
+  struct Stop {
+    std::string cmd;
+    ~Stop() { leasehold_test::sh(cmd); }
+  } stop{topology + " stop " + dir + " >/dev/null 2>&1; rm -rf " + dir};
+  const auto [rc, out] = leasehold_test::sh(topology + " start " + dir + " 2>&1");
+  if (rc != 0) {
+    if (leasehold_test::ci()) FAIL() << "no Sentinel topology (CI=true: a failure): " << out;
+    GTEST_SKIP() << "no Sentinel topology: " << out;
+  }
+  std::map<std::string, std::string> top;
+  std::istringstream lines(out);
+  for (std::string key, value; lines >> key >> value;) top[key] = value;
+  ASSERT_FALSE(top["name"].empty() || top["master"].empty() || top["replica"].empty() || top["sentinels"].empty())
+      << out;
+  const int master = port_of(top["master"]), replica = port_of(top["replica"]);
+  const auto executor = [&] {
+    leasehold::RedisStreamOptions o;
+    o.url = "redis+sentinel://" + top["sentinels"] + "/" + top["name"];
+    o.connect_timeout = 500ms;
+    o.request_timeout = 500ms;
+    return std::make_shared<RedisStreamExecutor>(o);
+  };
+  ClientOptions quiet;
+  quiet.log = [](std::string_view) {};
+  quiet.close_timeout = 2s;
+  LockClient holder(executor(), quiet);
+  LockClient waiter(executor(), quiet);
+  std::mutex mu;
+  std::vector<std::uint64_t> fences;  // every grant for the name, in order
+  const auto granted = [&](const std::optional<leasehold::Lease>& l) {
+    std::lock_guard g(mu);
+    if (l) fences.push_back(l->fencing_token());
+  };
+  const auto holds = [&](int port, std::uint64_t fence) {  // the lock key there names this fence
+    return raw(port, "GET lh:{failover}", true).find("\r\n" + std::to_string(fence) + " ") != std::string::npos;
+  };
+
+  auto held = holder.acquire("failover", 10s);
+  ASSERT_TRUE(held.has_value()) << holder.last_backend_error();
+  granted(held);
+  EXPECT_TRUE(holds(master, held->fencing_token())) << "the sentinels named the master";
+  auto waiting = std::async(std::launch::async, [&] {
+    AcquireOptions o;
+    o.wait = 25s;
+    auto l = waiter.acquire("failover", 10s, std::move(o));
+    granted(l);
+    return l;
+  });
+  ASSERT_TRUE(eventually([&] { return raw(master, "ZCARD lh:{failover}:queue") == ":1"; }, 10s)) << "nobody queued";
+  // The held lease and the queue entry are on the replica before the kill (written before the
+  // master's offset read here).
+  const auto offset = info_number(master, "master_repl_offset");
+  ASSERT_GT(offset, 0);
+  ASSERT_TRUE(eventually([&] { return info_number(replica, "slave_repl_offset") >= offset; }, 10s));
+  const auto lookups = holder.counters().sentinel_lookups + waiter.counters().sentinel_lookups;
+  const auto [pid_rc, pid] = leasehold_test::sh(topology + " pid " + dir + " master");
+  ASSERT_EQ(pid_rc, 0) << pid;
+  ASSERT_EQ(::kill(static_cast<pid_t>(std::stol(pid)), SIGKILL), 0);
+  const auto killed = leasehold::Clock::now();
+
+  // The sentinels name the replica (asked through the script), and it says it is a master.
+  bool promoted = false;
+  for (const auto end = killed + 30s; !promoted && leasehold::Clock::now() < end; std::this_thread::sleep_for(100ms))
+    promoted = leasehold_test::sh(topology + " master " + dir + " 2>/dev/null").second == top["replica"] &&
+               raw(replica, "ROLE", true).rfind("*3\r\n$6\r\nmaster\r\n", 0) == 0;
+  ASSERT_TRUE(promoted) << "no promotion";
+  const auto promotion = leasehold::Clock::now() - killed;
+  EXPECT_NO_THROW((void)held->renew()) << holder.last_backend_error();
+  EXPECT_TRUE(held->is_held());
+  EXPECT_TRUE(holds(replica, held->fencing_token()));
+  EXPECT_TRUE(eventually([&] { return raw(replica, "PUBSUB CHANNELS lh:wake:*", true).rfind("*2\r\n", 0) == 0; }, 15s))
+      << "the subscribers did not follow";
+  EXPECT_NE(waiting.wait_for(0s), std::future_status::ready) << "the waiter was granted while the lease was held";
+  const auto released = leasehold::Clock::now();
+  EXPECT_EQ(held->release(), leasehold::ReleaseOutcome::Released);
+  auto next = waiting.get();
+  ASSERT_TRUE(next.has_value()) << waiter.last_backend_error();
+  const auto handoff = leasehold::Clock::now() - released;
+  EXPECT_LT(handoff, 2s) << "the waiter was not woken by the release";
+  EXPECT_TRUE(holds(replica, next->fencing_token()));
+  EXPECT_EQ(next->release(), leasehold::ReleaseOutcome::Released);
+  AcquireOptions o;
+  o.wait = 5s;
+  auto later = holder.acquire("failover", 10s, std::move(o));
+  ASSERT_TRUE(later.has_value()) << holder.last_backend_error();
+  granted(later);
+  EXPECT_TRUE(holds(replica, later->fencing_token())) << "the later grant is not on the promoted replica";
+  EXPECT_EQ(later->release(), leasehold::ReleaseOutcome::Released);
+  EXPECT_GT(holder.counters().sentinel_lookups + waiter.counters().sentinel_lookups, lookups)
+      << "no sentinel asked again after the kill";
+
+  std::lock_guard g(mu);
+  ASSERT_EQ(fences.size(), 3u);
+  for (std::size_t i = 1; i < fences.size(); ++i)
+    EXPECT_GT(fences[i], fences[i - 1]) << "grant " << i << " has a lower fence than the one before";
+  const auto ms = [](auto d) { return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()); };
+  std::printf("sentinel failover on the byte path: promoted %lld ms after the kill; handoff after it %lld ms; "
+              "fences %llu < %llu < %llu\n",
+              ms(promotion), ms(handoff), static_cast<unsigned long long>(fences[0]),
+              static_cast<unsigned long long>(fences[1]), static_cast<unsigned long long>(fences[2]));
+}
 
 // A Redis Cluster (3 masters, 3 replicas) through redis+cluster://: the core learns the slot
 // table and routes each name to its master's streams; a release wakes a waiter through the
