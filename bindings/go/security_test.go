@@ -629,7 +629,7 @@ func TestNoPasswordInOpenErrors(t *testing.T) {
 		"redis+sentinel://u:S3CRET@h1/m?bogus=1",        // unknown option
 		"redis+sentinel://u:S3?CRET@h1/m",               // unescaped '?'
 		"redis+sentinel://u:S3%zCRET@h1/m",              // bad escape
-		"redis+cluster://u:S3CRET@h1,h2/0",              // a path
+		"redis+cluster://u:S3CRET@h1,h2/3",              // a database (Cluster has one)
 		"redis+cluster://u:S3CRET@h1?read_only=true",    // replica reads
 		"redis+cluster://u:S3CRET@h1?dial_timeout=soon", // bad option value
 		"redis+cluster://u:S3CRET@h1#f",                 // a fragment
