@@ -129,6 +129,14 @@ func TestCallerBoundReleaseWithAStalledServer(t *testing.T) {
 // and a grant answered after it failed is released: no lock leaks.
 func TestCallerBoundAcquireWithAStalledServer(t *testing.T) {
 	c, p, direct := stalledRedisClient(t, &Options{RequestTimeout: 300 * time.Millisecond})
+	acquireBoundedWhileStalled(t, c, p, direct, "bound-acq")
+}
+
+// acquireBoundedWhileStalled: after a warm-up cycle, an Acquire with Wait 100ms through a
+// stalled server fails within Wait plus c's 300ms request timeout, and no lock is left once
+// the server answers again.
+func acquireBoundedWhileStalled(t *testing.T, c *LockClient, p *stallProxy, direct *redis.Client, base string) {
+	t.Helper()
 	warm, err := c.Acquire(context.Background(), uniq(t, "warm"), AcquireOptions{TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +144,7 @@ func TestCallerBoundAcquireWithAStalledServer(t *testing.T) {
 	if err := warm.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	name := uniq(t, "bound-acq")
+	name := uniq(t, base)
 	p.delay.Store(int64(stall))
 	t0 := time.Now()
 	l, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second, Wait: 100 * time.Millisecond})

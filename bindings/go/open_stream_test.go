@@ -224,27 +224,7 @@ func TestCallerBoundAcquireInlineWithAStalledServer(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.addr(), ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := clientOn(t, rdb, &Options{RequestTimeout: 300 * time.Millisecond})
-	warm, err := c.Acquire(context.Background(), uniq(t, "warm"), AcquireOptions{TTL: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	name := uniq(t, "bound-inline")
-	p.delay.Store(int64(stall))
-	t0 := time.Now()
-	l, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second, Wait: 100 * time.Millisecond})
-	took := time.Since(t0)
-	t.Logf("inline Acquire with Wait 100ms, the server stalled %v: %v (%v)", stall, took, err)
-	if err == nil {
-		t.Fatalf("Acquire granted %v through a stalled server", l)
-	}
-	if took > 400*time.Millisecond+boundMargin {
-		t.Fatalf("Acquire with Wait 100ms and a 300ms request timeout took %v (%v)", took, err)
-	}
-	p.delay.Store(0)
-	waitFor(t, "no lock left", func() bool { return direct.Exists(context.Background(), lockKey(name)).Val() == 0 })
+	acquireBoundedWhileStalled(t, c, p, direct, "bound-inline")
 }
 
 // TestOpenRedisSentinelByteFailover: Open's default path follows a Sentinel failover: the
