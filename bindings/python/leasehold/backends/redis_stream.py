@@ -68,7 +68,6 @@ class _Stream:
         self.sink = sink
         self.sock: Any = None
         self.fd = -1
-        self.tls = False
         self.read_lock = threading.Lock()
         self.out: deque[bytes] = deque()  # not sent yet, in order (out_lock)
         self.out_lock = threading.Lock()
@@ -85,10 +84,14 @@ class _Stream:
             if self.io_lock is None:
                 data: bytes = sock.recv(_READ)
             else:
+                # read(), never recv(): an SSL socket whose SSL object is gone (shut down)
+                # recv()s the raw TLS records underneath and would feed them to the core.
                 with self.io_lock:
-                    data = sock.recv(_READ)
+                    data = sock.read(_READ)
         except _WOULD_BLOCK:
             return None
+        except ValueError:  # the SSL object is gone: the stream is over
+            return b""
         return data
 
     def send(self, data: bytes) -> int:
@@ -98,10 +101,22 @@ class _Stream:
                 n: int = self.sock.send(data)
             else:
                 with self.io_lock:
-                    n = self.sock.send(data)
+                    n = self.sock.write(data)  # (never the raw socket: see recv)
         except _WOULD_BLOCK:
             return 0
+        except ValueError:
+            raise ConnectionError("the TLS stream is closed") from None
         return n
+
+    def shutdown(self) -> None:
+        """Wake whoever waits on the socket. On TLS the socket's own shutdown() would drop its
+        SSL object under a concurrent reader, so the descriptor is shut down beneath it."""
+        if self.sock is None:
+            return
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def pending(self) -> bool:
         """TLS bytes already decrypted and waiting (the socket may not be readable)."""
@@ -362,12 +377,7 @@ class RedisStreamExecutor:
         """No more IO on ``st``: wake whoever waits on its socket; the socket itself is closed
         by the holder of the read lock (now, if nobody holds it)."""
         st.closed = True
-        sock = st.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        st.shutdown()
         if st.read_lock.acquire(False):
             try:
                 self._release_socket(st)
@@ -413,9 +423,10 @@ class RedisStreamExecutor:
                 st.sink.closed(req.stream, _why(e))
             return
         with st.out_lock:
-            st.sock, st.fd = sock, sock.fileno()
+            # (before the socket is published: a reader that sees no io_lock reads unlocked)
             if isinstance(sock, ssl.SSLSocket):
                 st.io_lock = threading.Lock()
+            st.sock, st.fd = sock, sock.fileno()
             if st.out:
                 self._start_writer(st)
         if st.closed:  # shut down while connecting

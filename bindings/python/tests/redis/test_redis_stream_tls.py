@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,28 @@ def test_a_failed_handshake_grants_nothing_and_says_why(tls: TlsRedis) -> None:
     finally:
         client.close(timeout=0.1)
     assert tls.client().keys("lh:{tls-refused}*") == []
+
+
+def test_a_shut_down_tls_stream_never_yields_raw_tls_records(tls: TlsRedis) -> None:
+    """A stream shut down (by a writer that failed, or by close) while its reply waits unread:
+    what the reader gets next is that reply decrypted or the end, never the TLS records
+    beneath (an SSL socket's own shutdown() drops its SSL object, and its recv() then reads
+    the raw socket: the core saw ``0x17 0x03 0x03`` as a reply)."""
+    import select
+    import socket
+
+    from leasehold.backends.redis_stream import _Stream
+
+    raw = socket.create_connection(("localhost", tls.tls_port), timeout=5)
+    st = _Stream(1, None)
+    st.io_lock = threading.Lock()
+    st.sock = _context(tls.certs).wrap_socket(raw, server_hostname="localhost")
+    try:
+        st.sock.setblocking(False)
+        assert st.send(b"*1\r\n$4\r\nPING\r\n") == 14
+        assert select.select([st.sock], [], [], 5)[0], "no reply"
+        st.shutdown()
+        got = st.recv()
+        assert got in (b"+PONG\r\n", b"", None), got
+    finally:
+        st.sock.close()
