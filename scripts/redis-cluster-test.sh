@@ -11,7 +11,9 @@
 #   nodes 127.0.0.1:PORT,127.0.0.1:PORT,... (all six)
 # DIR/PORT/{pid,log,nodes.conf} hold each node's files. cluster-node-timeout is 2000 ms
 # (override with LH_CLUSTER_NODE_TIMEOUT_MS), so a killed master's replica takes over within a
-# few seconds. A missing redis-server or redis-cli is installed with apt-get as root.
+# few seconds. With LH_CLUSTER_TLS=CERTDIR (holding ca.crt, server.crt, server.key) every node
+# serves TLS only, its cluster bus and replication included (clients need no certificate).
+# A missing redis-server or redis-cli is installed with apt-get as root.
 set -euo pipefail
 cmd="${1:-}"
 dir="${2:-}"
@@ -29,7 +31,14 @@ for _ in range(int(sys.argv[1])):
 print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}" 2>/dev/null; }
+tls_dir="${LH_CLUSTER_TLS:-}"
+tls_cli=()
+if [ -n "$tls_dir" ]; then
+    tls_dir="$(cd "$tls_dir" && pwd)"
+    tls_cli=(--tls --cacert "$tls_dir/ca.crt")
+fi
+
+cli() { redis-cli "${tls_cli[@]}" -h 127.0.0.1 -p "$1" "${@:2}" 2>/dev/null; }
 
 # A zombie counts as dead: the shell that started the node is gone, its adopter reaps it.
 alive() {
@@ -60,7 +69,13 @@ start)
         n="$dir/$port"
         mkdir -p "$n"
         : > "$n/log"
-        redis-server --port "$port" --bind 127.0.0.1 --protected-mode no --daemonize no \
+        listen=(--port "$port")
+        if [ -n "$tls_dir" ]; then
+            listen=(--port 0 --tls-port "$port" --tls-cluster yes --tls-replication yes
+                --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key"
+                --tls-ca-cert-file "$tls_dir/ca.crt" --tls-auth-clients no)
+        fi
+        redis-server "${listen[@]}" --bind 127.0.0.1 --protected-mode no --daemonize no \
             --dir "$n" --save "" --appendonly no --cluster-enabled yes \
             --cluster-config-file "$n/nodes.conf" --cluster-node-timeout "$node_timeout" \
             >>"$n/log" 2>&1 &
@@ -70,7 +85,7 @@ start)
     for port in "${ports[@]}"; do
         for _ in $(seq 100); do cli "$port" PING | grep -q PONG && break; sleep 0.1; done
     done
-    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
+    redis-cli "${tls_cli[@]}" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
         cat "$dir/create.log" >&2
         exit 1
     }

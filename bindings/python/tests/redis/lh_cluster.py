@@ -23,13 +23,20 @@ def key_slot(key: bytes) -> int:
 
 
 class ClusterTopology:
-    def __init__(self, workdir: Path) -> None:
+    """``tls``: a directory with ``ca.crt``, ``server.crt`` and ``server.key``; every node then
+    serves TLS only (see the script)."""
+
+    def __init__(self, workdir: Path, tls: Path | None = None) -> None:
         self.dir = workdir
+        self.tls = tls
         self.nodes: list[str] = []
         self.started = False
 
     def start(self) -> ClusterTopology:
-        out = subprocess.run(["bash", str(SCRIPT), "start", str(self.dir)], capture_output=True, text=True, timeout=180)
+        env = dict(os.environ)
+        if self.tls is not None:
+            env["LH_CLUSTER_TLS"] = str(self.tls)
+        out = subprocess.run(["bash", str(SCRIPT), "start", str(self.dir)], capture_output=True, text=True, timeout=180, env=env)
         self.started = True
         if out.returncode != 0:
             raise RuntimeError(f"redis-cluster-test.sh start failed:\n{out.stdout}\n{out.stderr}")
@@ -51,7 +58,8 @@ class ClusterTopology:
 
     def node(self, addr: str) -> redis.Redis:
         host, _, port = addr.rpartition(":")
-        return redis.Redis(host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1, retry=None)
+        tls = {} if self.tls is None else {"ssl": True, "ssl_ca_certs": str(self.tls / "ca.crt")}
+        return redis.Redis(host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1, retry=None, **tls)
 
     def slots(self) -> list[tuple[int, int, str, list[str]]]:
         """(first slot, last slot, master, replicas) per range, from the first live node

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import ssl
-import subprocess
 import threading
 from pathlib import Path
 
@@ -16,24 +15,8 @@ import pytest
 
 from leasehold import LockClient, errors
 from leasehold.backends.redis_stream import RedisStreamExecutor
+from lh_certs import make_ca, make_cert
 from lh_redis_server import RedisServer, _in_ci, free_port
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _ca(d: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
-             "-days", "2", "-subj", f"/CN={name}", cwd=d)
-
-
-def _cert(d: Path, name: str, ca: str, san: str) -> None:
-    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-             "-subj", f"/CN={name}", cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
 
 
 class TlsRedis(RedisServer):
@@ -65,11 +48,11 @@ def tls(redis_bin: str, tmp_path_factory: pytest.TempPathFactory):  # type: igno
     tmp_path = tmp_path_factory.mktemp("tls")
     certs = tmp_path / "certs"
     certs.mkdir()
-    _ca(certs, "ca")
-    _ca(certs, "other-ca")
-    _cert(certs, "server", "ca", "DNS:localhost,IP:127.0.0.1")
-    _cert(certs, "client", "ca", "DNS:client")
-    _cert(certs, "stranger", "other-ca", "DNS:localhost,IP:127.0.0.1")
+    make_ca(certs, "ca")
+    make_ca(certs, "other-ca")
+    make_cert(certs, "server", "ca", "DNS:localhost,IP:127.0.0.1")
+    make_cert(certs, "client", "ca", "DNS:client")
+    make_cert(certs, "stranger", "other-ca", "DNS:localhost,IP:127.0.0.1")
     srv = TlsRedis(redis_bin, tmp_path / "redis", certs).start()
     yield srv
     srv.stop()
