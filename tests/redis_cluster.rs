@@ -5,77 +5,12 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use leasehold::backend::redis::{
     Connection, KeyKind, RedisOptions, RedisProtocol, Script, key, shard_channel,
 };
 use leasehold::{AcquireOptions, Client, Config, Event};
+use support::cluster::Cluster;
 use support::resp::{Owned, Resp};
-
-/// A throw-away cluster, stopped when dropped.
-struct Cluster {
-    dir: PathBuf,
-    ports: Vec<u16>,
-}
-
-impl Cluster {
-    fn start() -> Option<Cluster> {
-        let root = env!("CARGO_MANIFEST_DIR");
-        let found = Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_ok();
-        if !found {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("redis-server is missing (scripts/ensure-redis.sh installs it)");
-            }
-            eprintln!("SKIP: redis-server not installed (scripts/ensure-redis.sh installs it)");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("lh-rcluster-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut c = Cluster {
-            dir,
-            ports: Vec::new(),
-        };
-        let out = Command::new("bash")
-            .arg(format!("{root}/scripts/redis-cluster-test.sh"))
-            .arg("start")
-            .arg(&c.dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cluster start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let nodes = text
-            .lines()
-            .find_map(|l| l.strip_prefix("nodes "))
-            .expect("addresses");
-        c.ports = nodes
-            .split(',')
-            .map(|a| a.rsplit(':').next().unwrap().parse().unwrap())
-            .collect();
-        Some(c)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let root = env!("CARGO_MANIFEST_DIR");
-        let _ = Command::new("bash")
-            .arg(format!("{root}/scripts/redis-cluster-test.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Runs `args` on the node owning its keys: sent to `port`, following one MOVED.
 fn call_routed(port: u16, args: &[Vec<u8>]) -> Owned {
@@ -92,7 +27,7 @@ fn call_routed(port: u16, args: &[Vec<u8>]) -> Owned {
 
 #[test]
 fn names_with_braces_keep_every_key_in_one_slot_and_their_scripts_run() {
-    let Some(cluster) = Cluster::start() else {
+    let Some(cluster) = Cluster::start("rcluster") else {
         return;
     };
     let port = cluster.ports[0];

@@ -1,4 +1,5 @@
 //! Shared support for the integration tests that talk to real servers.
+pub mod cluster;
 pub mod etcd;
 pub mod resp;
 pub mod rounds;
