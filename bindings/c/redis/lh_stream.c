@@ -32,7 +32,26 @@ static void note(lh_stream_host *h, uint32_t st) {
 void lh_stream_init(lh_stream_host *h, lh_client *client) {
     memset(h, 0, sizeof *h);
     h->client = client;
-    for (size_t i = 0; i < LH_STREAM_MAX; i++) h->conns[i].fd = -1;
+}
+
+/* Doubles the slots (LH_STREAM_MAX at first): 0 done, -1 out of memory (nothing changed). */
+static int grow(lh_stream_host *h) {
+    size_t n = h->conns_len ? 2 * h->conns_len : LH_STREAM_MAX;
+    lh_stream_conn **conns = realloc(h->conns, n * sizeof *conns);
+    if (conns == NULL) return -1;
+    h->conns = conns;
+    struct pollfd *polls = realloc(h->polls, n * sizeof *polls);
+    if (polls == NULL) return -1;
+    h->polls = polls;
+    lh_stream_conn **polled = realloc(h->polled, n * sizeof *polled);
+    if (polled == NULL) return -1;
+    h->polled = polled;
+    for (size_t i = h->conns_len; i < n; i++) {
+        if ((conns[i] = calloc(1, sizeof **conns)) == NULL) return -1;
+        conns[i]->fd = -1;
+        h->conns_len = i + 1;
+    }
+    return 0;
 }
 
 /* Forgets a stream without reporting it (a SHUTDOWN, or before lh_io_closed). */
@@ -212,9 +231,13 @@ static void *tls_for(lh_stream_host *h, const char *server_name) {
 
 static void open_stream(lh_stream_host *h, const lh_io_request *q, uint64_t now) {
     lh_stream_conn *s = NULL;
-    for (size_t i = 0; i < LH_STREAM_MAX && s == NULL; i++)
-        if (h->conns[i].id == 0) s = &h->conns[i];
-    if (s == NULL) { closed(h, q->stream, now, "too many streams"); return; }
+    for (size_t i = 0; i < h->conns_len && s == NULL; i++)
+        if (h->conns[i]->id == 0) s = h->conns[i];
+    if (s == NULL) {
+        size_t first = h->conns_len;
+        if (grow(h) != 0 || h->conns_len == first) { closed(h, q->stream, now, "out of memory for a stream"); return; }
+        s = h->conns[first];
+    }
     char msg[200];
     drop(s);
     s->id = q->stream;
@@ -259,8 +282,8 @@ static void open_stream(lh_stream_host *h, const lh_io_request *q, uint64_t now)
 }
 
 static lh_stream_conn *find(lh_stream_host *h, uint64_t id) {
-    for (size_t i = 0; i < LH_STREAM_MAX; i++)
-        if (id != 0 && h->conns[i].id == id) return &h->conns[i];
+    for (size_t i = 0; i < h->conns_len; i++)
+        if (id != 0 && h->conns[i]->id == id) return h->conns[i];
     return NULL;
 }
 
@@ -289,11 +312,12 @@ void lh_stream_step(lh_stream_host *h, int timeout_ms, uint64_t (*now)(void)) {
     lh_stream_run_requests(h, now);
     uint64_t t = now(), deadline = LH_NO_DEADLINE;
     note(h, lh_poll_timeout(h->client, &deadline));
-    struct pollfd p[LH_STREAM_MAX];
-    lh_stream_conn *who[LH_STREAM_MAX];
+    /* (no request runs until the loop below is done: the slots and these arrays stay put) */
+    struct pollfd *p = h->polls;
+    lh_stream_conn **who = h->polled;
     nfds_t n = 0;
-    for (size_t i = 0; i < LH_STREAM_MAX; i++) {
-        lh_stream_conn *s = &h->conns[i];
+    for (size_t i = 0; i < h->conns_len; i++) {
+        lh_stream_conn *s = h->conns[i];
         if (s->id == 0) continue;
         short ev = s->state == CONNECTING ? POLLOUT : (short)(POLLIN | (s->out_len > 0 ? POLLOUT : 0));
 #ifdef LH_STREAM_OPENSSL
@@ -321,8 +345,8 @@ void lh_stream_step(lh_stream_host *h, int timeout_ms, uint64_t (*now)(void)) {
             if (s->id != 0 && (p[i].revents & (POLLIN | POLLHUP | POLLERR))) read_stream(h, s, t);
         }
     }
-    for (size_t i = 0; i < LH_STREAM_MAX; i++) {
-        lh_stream_conn *s = &h->conns[i];
+    for (size_t i = 0; i < h->conns_len; i++) {
+        lh_stream_conn *s = h->conns[i];
         if (s->id != 0 && s->state != OPEN && s->deadline <= t)
             fail(h, s, t, s->state == HANDSHAKE ? "TLS handshake timed out" : "connect timed out");
     }
@@ -333,7 +357,16 @@ void lh_stream_step(lh_stream_host *h, int timeout_ms, uint64_t (*now)(void)) {
 }
 
 void lh_stream_close(lh_stream_host *h) {
-    for (size_t i = 0; i < LH_STREAM_MAX; i++) drop(&h->conns[i]);
+    for (size_t i = 0; i < h->conns_len; i++) {
+        drop(h->conns[i]);
+        free(h->conns[i]);
+    }
+    free(h->conns);
+    free(h->polls);
+    free(h->polled);
+    h->conns = h->polled = NULL;
+    h->polls = NULL;
+    h->conns_len = 0;
 #ifdef LH_STREAM_OPENSSL
     SSL_CTX_free(h->tls_ctx);
 #endif

@@ -26,8 +26,10 @@
 
 #include "leasehold.h"
 
-/* Streams open at once (the core uses two: commands and subscriber; more while reconnecting). */
-#define LH_STREAM_MAX 8
+/* The stream slots made at first: a single server's commands and subscriber. Their number
+ * doubles when the core opens more at once (a reconnect; Sentinel: a query per sentinel; a
+ * Cluster: two per master and a topology query). */
+#define LH_STREAM_MAX 2
 
 typedef struct lh_stream_conn {
     uint64_t id;        /* the core's stream id, 0 when the slot is free */
@@ -42,14 +44,17 @@ typedef struct lh_stream_conn {
 
 typedef struct lh_stream_host {
     lh_client *client;
-    lh_stream_conn conns[LH_STREAM_MAX];
+    lh_stream_conn **conns; /* the slots, each its own allocation (a slot never moves) */
+    size_t conns_len;
+    void *polls;            /* struct pollfd[conns_len], and the slot of each below */
+    lh_stream_conn **polled;
     const char *ca_file;  /* TLS: extra CA file (PEM) to trust, NULL for the system's */
     void *tls_ctx;        /* SSL_CTX *, made on the first TLS stream */
     uint32_t last_status; /* first non-LH_OK status from the library, 0 if none */
     char last_error[256]; /* the last stream failure ("" if none), for diagnostics */
 } lh_stream_host;
 
-/* Fills `h` for `client` (nothing else to free until lh_stream_close). */
+/* Fills `h` for `client` (what it allocates is freed by lh_stream_close). */
 void lh_stream_init(lh_stream_host *h, lh_client *client);
 
 /* Runs one request polled from the handle (lh_io_poll). A request of another kind than a
