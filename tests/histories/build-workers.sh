@@ -4,19 +4,19 @@
 # --features testing, as the bindings' suites build it (one build shared with them; the workers
 # call no test hook, but the bindings' sources declare them, under LH_TESTING).
 # LEASEHOLD_SKIP_CARGO_BUILD=1 uses the library as it is.
-# Needs go, g++ and the -dev packages of hiredis, libpq, libcurl and sqlite3 (installed with
-# apt-get when run as root).
+# Needs go, g++ and the -dev packages of libpq, libcurl and sqlite3 (installed with apt-get
+# when run as root).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
-libs="hiredis libpq libcurl sqlite3"
+libs="libpq libcurl sqlite3"
 command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $libs || {
     if [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            libhiredis-dev libpq-dev libcurl4-openssl-dev libsqlite3-dev pkg-config >/dev/null
+            libpq-dev libcurl4-openssl-dev libsqlite3-dev pkg-config >/dev/null
     else
-        echo "build-workers: hiredis, libpq, libcurl and sqlite3 (-dev packages) are required" >&2
+        echo "build-workers: libpq, libcurl and sqlite3 (-dev packages) are required" >&2
         exit 1
     fi
 }

@@ -7,14 +7,17 @@
 //          [--ttl-ms N] [--wait-ms N] [--hold-ms N] [--duration-ms N] [--ops N] [--seed N]
 //          [--write-hold-ms N] [--clock-step-at-ms N --clock-step-ms N]
 //
+// Redis URLs open what they open for a user (leasehold::open_client: the core on the wire,
+// RedisStreamExecutor moving its bytes).
+//
 // Exit status: 0 done (also after SIGTERM), 1 runtime error, 2 bad usage, 3 unsupported:
-// redis+cluster:// (the C++ binding has no Cluster executor), a sqlite:// gate (no SQLite
-// gate in C++), a clock step (ClientOptions has no injectable clock).
+// a sqlite:// gate (no SQLite gate in C++), a clock step (ClientOptions has no injectable
+// clock).
 #include <leasehold.hpp>
 #include <leasehold/etcd_transport.hpp>
+#include <leasehold/open.hpp>
 #include <leasehold/postgres_fencing.hpp>
 #include <leasehold/postgres_transport.hpp>
-#include <leasehold/redis_transport.hpp>
 #include <leasehold/sqlite_transport.hpp>
 
 #include <fcntl.h>
@@ -149,6 +152,7 @@ constexpr const char* kUsage =
     "         [--ttl-ms N] [--wait-ms N] [--hold-ms N] [--duration-ms N] [--ops N] [--seed N]\n"
     "         [--write-hold-ms N] [--clock-step-at-ms N --clock-step-ms N (unsupported: exit 3)]\n"
     "backends: sqlite:///path, redis://host:port, redis+sentinel://host:port[,...]/MASTER,\n"
+    "          redis+cluster://host:port[,...],\n"
     "          postgresql://..., etcd://host:port[,...]; gate: postgresql://...\n";
 
 Config parse(int argc, char** argv) {
@@ -206,61 +210,10 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// "h:p,h:p" -> pairs.
-std::vector<std::pair<std::string, int>> host_ports(const std::string& list) {
-  std::vector<std::pair<std::string, int>> out;
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const auto comma = std::min(list.find(',', at), list.size());
-    const std::string one = list.substr(at, comma - at);
-    at = comma + 1;
-    if (one.empty()) continue;
-    const auto colon = one.rfind(':');
-    if (colon == std::string::npos) throw std::invalid_argument("host:port expected, not " + one);
-    out.emplace_back(one.substr(0, colon), std::stoi(one.substr(colon + 1)));
-  }
-  return out;
-}
-
 bool starts(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 std::shared_ptr<leasehold::Transport> transport(const std::string& url) {
   if (starts(url, "sqlite://")) return std::make_shared<leasehold::SqliteTransport>(url.substr(9));
-  if (starts(url, "redis://")) {
-    // redis://[[user]:password@]host:port[/db]
-    std::string rest = url.substr(8);
-    leasehold::RedisOptions ro;
-    if (const auto at = rest.rfind('@'); at != std::string::npos) {
-      const std::string auth = rest.substr(0, at);
-      rest = rest.substr(at + 1);
-      const auto colon = auth.find(':');
-      if (colon == std::string::npos) {
-        ro.password = auth;
-      } else {
-        ro.username = auth.substr(0, colon), ro.password = auth.substr(colon + 1);
-      }
-    }
-    if (const auto slash = rest.find('/'); slash != std::string::npos) {
-      const std::string db = rest.substr(slash + 1);
-      rest = rest.substr(0, slash);
-      if (!db.empty()) ro.db = std::stoi(db);
-    }
-    const auto hp = host_ports(rest);
-    if (hp.size() != 1) throw std::invalid_argument("redis://host:port expected");
-    ro.host = hp[0].first, ro.port = hp[0].second;
-    return std::make_shared<leasehold::RedisTransport>(ro);
-  }
-  if (starts(url, "redis+sentinel://")) {
-    // redis+sentinel://host:port[,host:port]/MASTER
-    const std::string rest = url.substr(17);
-    const auto slash = rest.find('/');
-    if (slash == std::string::npos || slash + 1 == rest.size())
-      throw std::invalid_argument("redis+sentinel://host:port[,host:port]/MASTER expected");
-    leasehold::RedisOptions ro;
-    for (const auto& [h, p] : host_ports(rest.substr(0, slash))) ro.sentinels.push_back({h, p});
-    ro.sentinel_master = rest.substr(slash + 1);
-    return std::make_shared<leasehold::RedisTransport>(ro);
-  }
   if (starts(url, "postgresql://") || starts(url, "postgres://"))
     return std::make_shared<leasehold::PostgresTransport>(url);
   if (starts(url, "etcd://")) {
@@ -269,6 +222,12 @@ std::shared_ptr<leasehold::Transport> transport(const std::string& url) {
     return std::make_shared<leasehold::EtcdTransport>(eo);
   }
   die(3, "unsupported backend " + url);
+}
+
+leasehold::LockClient client_for(const std::string& url) {
+  if (starts(url, "redis://") || starts(url, "redis+sentinel://") || starts(url, "redis+cluster://"))
+    return leasehold::open_client(url);
+  return leasehold::LockClient(transport(url));
 }
 
 // The fenced resource on PostgreSQL: a set of values per resource, written by a
@@ -433,7 +392,7 @@ int main(int argc, char** argv) try {
     if (!starts(c.gate, "postgresql://") && !starts(c.gate, "postgres://")) die(3, "unsupported gate " + c.gate);
     store = std::make_unique<PgStore>(c.gate, c.unfenced, 10'000 + c.ttl_ms + c.write_hold_ms, c.write_hold_ms);
   }
-  auto tr = transport(c.backend);
+  std::optional<leasehold::LockClient> owned(client_for(c.backend));  // (exit 3 before a history exists)
   History h(c.history, c.process, c.name);
   std::int64_t counter = last_counter(c.history, c.index);
   std::seed_seq seq{std::uint64_t(c.seed), std::uint64_t(c.index)};
@@ -442,7 +401,7 @@ int main(int argc, char** argv) try {
     if (c.hold_ms > 0) sleep_ms(std::uniform_int_distribution<std::int64_t>(0, c.hold_ms)(rng));
   };
   {
-    leasehold::LockClient client(tr);
+    leasehold::LockClient& client = *owned;
     h.rec({"info", "start", {}, {}, {}, {}, {}, {}});
     const auto start = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; c.ops == 0 || i < c.ops; ++i) {
@@ -526,7 +485,8 @@ int main(int argc, char** argv) try {
       if (out == leasehold::ReleaseOutcome::Lost) slot->cv.wait_for(lk, 2s, [&] { return slot->fired; });
       slot->lease = nullptr;
     }
-  }  // ~LockClient: closes the transport, joins its threads
+  }
+  owned.reset();  // ~LockClient: closes the executor, joins its threads
   h.rec({"info", "stop", {}, {}, {}, {}, {}, {}});
   return 0;
 } catch (const std::exception& e) {

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	leasehold "github.com/leasehold/leasehold/bindings/go"
-	"github.com/redis/go-redis/v9"
 )
 
 // valueBase spaces the values of processes: process index * valueBase + counter.
@@ -58,28 +57,10 @@ func transport(url string) (leasehold.Transport, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite://"):
 		return leasehold.NewSQLiteTransport(strings.TrimPrefix(url, "sqlite://"), nil)
-	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, err
-		}
-		return leasehold.NewRedisTransportFromOptions(opt, nil)
-	case strings.HasPrefix(url, "redis+sentinel://"):
-		// redis+sentinel://host:port[,host:port]/MASTER
-		rest := strings.TrimPrefix(url, "redis+sentinel://")
-		addrs, master, ok := strings.Cut(rest, "/")
-		if !ok || master == "" || len(hostPorts(addrs)) == 0 {
-			return nil, fmt.Errorf("bad sentinel URL %q: redis+sentinel://host:port[,host:port]/MASTER", url)
-		}
-		return leasehold.NewRedisTransportFromFailoverOptions(&redis.FailoverOptions{
-			MasterName: master, SentinelAddrs: hostPorts(addrs),
-		}, nil)
-	case strings.HasPrefix(url, "redis+cluster://"):
-		addrs := hostPorts(strings.TrimSuffix(strings.TrimPrefix(url, "redis+cluster://"), "/"))
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("bad cluster URL %q: redis+cluster://host:port[,host:port]", url)
-		}
-		return leasehold.NewRedisTransportFromClusterOptions(&redis.ClusterOptions{Addrs: addrs}, nil)
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"),
+		strings.HasPrefix(url, "redis+sentinel://"), strings.HasPrefix(url, "redis+cluster://"):
+		// What a Redis URL opens for a user: the core on the wire, net moving its bytes.
+		return leasehold.NewExecutor(url, nil)
 	case strings.HasPrefix(url, "postgresql://"), strings.HasPrefix(url, "postgres://"):
 		return leasehold.NewPostgresTransport(url)
 	case strings.HasPrefix(url, "etcd://"):
