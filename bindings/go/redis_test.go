@@ -661,6 +661,9 @@ func handoffOn(t *testing.T, opt *redis.Options) {
 		}
 		t.Cleanup(func() { _ = tr.Close() })
 		cs[i] = newTestClient(t, tr, nil)
+		// Refusals before the wake channel is live do not quiet the waiter: its quick
+		// attempts spent, it sleeps out the holder's TTL and parked would not hold.
+		subscribed(t, cs[i])
 	}
 	l, err := cs[0].Acquire(ctx, "opts", AcquireOptions{TTL: time.Minute})
 	if err != nil {
