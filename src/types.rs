@@ -222,6 +222,10 @@ pub enum AcquireResult<'a> {
     },
     /// The request may or may not have reached the service.
     TransportError,
+    /// The request certainly did not take effect (it was never written to a connection):
+    /// a failure like `TransportError`, but with no grant that could need a cleanup release,
+    /// so a client whose service is down has nothing left to clean up when it closes.
+    NotApplied,
 }
 
 /// What the service answered to a `Renew` command.

@@ -2264,3 +2264,80 @@ fn a_late_grant_released_after_the_applications_release_reports_no_second_outcom
     assert_eq!(counters.releases_confirmed, 1);
     assert_eq!(counters.pending_cleanups, 0);
 }
+
+// ------------------------------------------------------------------ not applied
+
+/// Drives `lease` (wait 50 ms) to its end, answering each attempt with `answers` in turn (the
+/// last one repeated); whether a cleanup release went out and what `pending_cleanups` says.
+fn end_with(answers: &[AcquireResult<'static>]) -> (bool, u64) {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "n", AcquireOptions::new(3_000).wait_ns(50 * MS))
+        .unwrap();
+    let mut out = drain(&mut c);
+    let mut now = 0;
+    let mut i = 0;
+    loop {
+        if release_req(&out).is_some() {
+            return (true, c.counters().pending_cleanups);
+        }
+        if events(&out)
+            .iter()
+            .any(|e| matches!(e, Event::AcquireFailed { lease: l, .. } if *l == lease))
+        {
+            return (false, c.counters().pending_cleanups);
+        }
+        if let Some((r, _)) = commands(&out).iter().find_map(|cmd| match cmd {
+            Command::Acquire { request, token, .. } => Some((*request, *token)),
+            _ => None,
+        }) {
+            now += MS;
+            let answer = answers[i.min(answers.len() - 1)];
+            i += 1;
+            c.handle_acquire_result(now, r, answer).unwrap();
+            out = drain(&mut c);
+            continue;
+        }
+        let (next, at) = run_until_output(&mut c, now + 10_000 * MS);
+        assert!(!next.is_empty(), "stuck at {at}");
+        now = at;
+        out = next;
+    }
+}
+
+#[test]
+fn an_attempt_that_was_not_applied_leaves_nothing_to_clean_up() {
+    // Every attempt never took effect: the wait ends with no release owed.
+    assert_eq!(end_with(&[AcquireResult::NotApplied]), (false, 0));
+    // One attempt whose outcome is unknown is enough for a cleanup, whatever follows.
+    let (released, _) = end_with(&[AcquireResult::TransportError, AcquireResult::NotApplied]);
+    assert!(released, "the uncertain attempt's grant must be released");
+    let (released, _) = end_with(&[AcquireResult::NotApplied, AcquireResult::TransportError]);
+    assert!(released);
+}
+
+#[test]
+fn a_withdrawn_attempt_that_was_not_applied_ends_without_a_release() {
+    let mut c = client();
+    let lease = c
+        .acquire(0, "w", AcquireOptions::new(3_000).wait_ns(60_000 * MS))
+        .unwrap();
+    let (r, _) = acquire_req(&drain(&mut c));
+    // Unsent, it is worth sending until its request timeout (sent at 0), whatever its wait.
+    let timeout = Config::default().request_timeout_ns;
+    assert_eq!(c.acquire_send_deadline(r), Some(timeout));
+    assert!(!c.acquire_abandoned(r, 5 * MS), "its caller still waits");
+    assert!(c.acquire_abandoned(r, timeout));
+    // The caller gives up while the attempt is in flight: a grant would be released.
+    c.release(5 * MS, lease).unwrap();
+    assert!(c.acquire_abandoned(r, 5 * MS));
+    assert_eq!(c.acquire_send_deadline(r), None);
+    c.handle_acquire_result(6 * MS, r, AcquireResult::NotApplied)
+        .unwrap();
+    let out = drain(&mut c);
+    assert!(release_req(&out).is_none(), "{out:?}");
+    assert_eq!(c.counters().pending_cleanups, 0);
+    assert_eq!(c.counters().live_leases, 0, "the withdrawn lease is over");
+    // A request the core never made, or made long ago, is nobody's any more.
+    assert!(c.acquire_abandoned(RequestId(u64::MAX), 6 * MS));
+}

@@ -65,7 +65,7 @@ impl Client {
         }
     }
 
-    fn request_timeout(&self, l: &Lease) -> u64 {
+    pub(super) fn request_timeout(&self, l: &Lease) -> u64 {
         match l.phase {
             Phase::Renewing { .. } => self
                 .config
@@ -127,7 +127,7 @@ impl Client {
             Phase::Asking { .. } => {
                 if timed_out {
                     self.supersede_inflight(slot);
-                    self.on_acquire_uncertain(slot);
+                    self.on_acquire_failed(slot, true);
                 }
             }
             Phase::Waiting {
@@ -406,8 +406,10 @@ impl Client {
         self.enqueue(slot);
     }
 
-    /// The attempt in flight failed in transport or timed out: its outcome is unknown.
-    pub(super) fn on_acquire_uncertain(&mut self, slot: u32) {
+    /// The attempt in flight failed: retried while the wait lasts. `uncertain`: it failed in
+    /// transport or timed out, so it may have been granted (a cleanup is owed at the end);
+    /// else it certainly never took effect.
+    pub(super) fn on_acquire_failed(&mut self, slot: u32, uncertain: bool) {
         let l = self.table.lease_mut(slot);
         let Phase::Asking { wait_until, .. } = l.phase else {
             return;
@@ -415,7 +417,7 @@ impl Client {
         let Some(tries) = l.phase.tries_mut() else {
             return;
         };
-        tries.uncertain = true;
+        tries.uncertain |= uncertain;
         tries.last_failed = true;
         let attempts = tries.attempts;
         self.attempt_failed(slot, wait_until, attempts, AcquireFailReason::Unavailable);

@@ -290,6 +290,30 @@ impl Client {
         Ok(())
     }
 
+    /// Until when acquire attempt `req`, if not sent yet, is worth sending: its request
+    /// timeout (not its wait: a try-acquire on a new client waits for the connection);
+    /// `None` once its lease ended while it was in flight, a newer attempt superseded it, or
+    /// it is unknown. A backend holding it unsent (a connection still opening) should drop
+    /// it then and answer [`AcquireResult::NotApplied`] before feeding that time: the
+    /// attempt is not taken for one that may have been granted, and no cleanup waits on a
+    /// request that never left.
+    pub fn acquire_send_deadline(&self, req: RequestId) -> Option<u64> {
+        let Some((slot, true)) = self.find_request(req.0, ReqKind::Acquire) else {
+            return None;
+        };
+        let l = self.table.get(slot)?;
+        match l.phase {
+            Phase::Asking { sent, .. } => Some(sent.saturating_add(self.request_timeout(l))),
+            _ => None,
+        }
+    }
+
+    /// Whether unsent acquire attempt `req` is past [`Self::acquire_send_deadline`] at `now`.
+    pub fn acquire_abandoned(&self, req: RequestId, now: u64) -> bool {
+        self.acquire_send_deadline(req)
+            .is_none_or(|d| now.max(self.now) >= d)
+    }
+
     // ------------------------------------------------------------------------- inputs
 
     /// Feeds the service's answer to an `Acquire` command.
@@ -313,7 +337,10 @@ impl Client {
         };
         let live_fence = self.table.fence(slot);
         let l = self.table.lease_mut(slot);
-        let refused = matches!(result, AcquireResult::HeldByOther { .. });
+        let refused = matches!(
+            result,
+            AcquireResult::HeldByOther { .. } | AcquireResult::NotApplied
+        );
         if !current {
             // A superseded attempt: never changes a live lease (rule 5), but a grant for a
             // lease that already ended must be released (rule 6).
@@ -345,7 +372,8 @@ impl Client {
                 AcquireResult::HeldByOther { retry_after_ms } => {
                     self.on_held_by_other(slot, retry_after_ms)
                 }
-                AcquireResult::TransportError => self.on_acquire_uncertain(slot),
+                AcquireResult::TransportError => self.on_acquire_failed(slot, true),
+                AcquireResult::NotApplied => self.on_acquire_failed(slot, false),
             },
             Phase::Withdrawing { .. } => {
                 // The lease ended while this attempt was in flight.
