@@ -474,6 +474,33 @@ impl RedisProtocol {
         id: u64,
         message: &str,
     ) {
+        self.request_failed(core, now, id, message, AcquireResult::TransportError);
+    }
+
+    /// Until when request `id` is worth sending: an acquire's
+    /// [`Client::acquire_send_deadline`] (`Some(0)`: no more), `None` for any other request.
+    pub(crate) fn send_deadline(&self, core: &Client, id: u64) -> Option<u64> {
+        match self.out.get(id)?.op {
+            Op::Acquire { req, .. } => Some(core.acquire_send_deadline(req).unwrap_or(0)),
+            _ => None,
+        }
+    }
+
+    /// Request `id` was never written to a connection (it waited for one that did not open):
+    /// as [`Self::handle_request_failed_because`], but an acquire that never left leaves no
+    /// grant behind, so no cleanup release is owed for it.
+    pub fn handle_request_not_sent(&mut self, core: &mut Client, now: u64, id: u64, message: &str) {
+        self.request_failed(core, now, id, message, AcquireResult::NotApplied);
+    }
+
+    fn request_failed(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        id: u64,
+        message: &str,
+        acquire: AcquireResult<'_>,
+    ) {
         core.handle_timeout(now);
         let now = core.now();
         let Some(p) = self.out.take(id) else {
@@ -487,7 +514,7 @@ impl RedisProtocol {
         }
         match p.op {
             Op::Acquire { req, .. } => {
-                let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                let _ = core.handle_acquire_result(now, req, acquire);
             }
             Op::Renew { req } => {
                 let _ = core.handle_renew_result(now, req, RenewResult::TransportError);

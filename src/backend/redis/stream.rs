@@ -294,6 +294,12 @@ impl RedisStream {
                 State::Idle if !l.waiting.is_empty() => l.reopen_at,
                 State::Idle => NEVER,
             });
+            if !(matches!(l.state, State::Open(_)) && l.verified) {
+                // (see drop_abandoned)
+                for (id, _) in &l.waiting {
+                    t = t.min(self.proto.send_deadline(core, *id).unwrap_or(NEVER));
+                }
+            }
         }
         if let Some(d) = &self.sentinel {
             t = t.min(d.deadline().unwrap_or(NEVER));
@@ -312,6 +318,7 @@ impl RedisStream {
 
     /// Time passed: the protocol's timers, opens and replies overdue, reopens due.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        self.drop_abandoned(core, now);
         self.proto.handle_timeout(core, now);
         self.clock_seen = true;
         let now = core.now();
@@ -399,7 +406,7 @@ impl RedisStream {
             Vec::new()
         };
         for (id, why) in refused {
-            self.cluster_fail(core, now, id, &why);
+            self.not_sent(core, now, id, &why);
         }
         self.route(core);
         Ok(())
@@ -521,6 +528,7 @@ impl RedisStream {
     /// queues the bytes to write.
     fn route(&mut self, core: &mut Client) {
         let now = core.now();
+        self.drop_abandoned(core, now);
         let mut refused: Vec<(u64, String)> = Vec::new();
         let mut placed = Vec::new();
         while let Some(req) = self.proto.poll_request(core) {
@@ -558,7 +566,7 @@ impl RedisStream {
             }
         }
         for (id, why) in refused {
-            self.cluster_fail(core, now, id, &why);
+            self.not_sent(core, now, id, &why);
         }
         self.follow_master(core, now);
         self.sentinel_news();
@@ -669,7 +677,7 @@ impl RedisStream {
         if verified && closed.is_none() {
             self.links[i].verified = true;
             for (id, why) in self.links[i].flush(now) {
-                self.cluster_fail(core, now, id, &why);
+                self.not_sent(core, now, id, &why);
             }
         }
         let Some(own) = closed else {
@@ -713,13 +721,57 @@ impl RedisStream {
     fn open_failed(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
         let waiting: Vec<u64> = self.links[i].waiting.drain(..).map(|(id, _)| id).collect();
         for id in waiting {
-            self.cluster_fail(core, now, id, why);
+            self.not_sent(core, now, id, why);
         }
         let had_stream = self.links[i].stream != 0;
         self.down(core, now, i, why, shutdown);
         if had_stream {
             self.master_lost(now);
         }
+    }
+
+    /// Acquires waiting for a connection that nobody waits for at `now` (a caller that gave
+    /// up, a closing client, a request timeout over) are dropped, answered at the core's
+    /// current time, before `now` is fed: never sent, they are not taken for attempts that
+    /// may have been granted, they owe no cleanup, and a server that is down does not hold
+    /// them, and `close`, until the connect deadline.
+    fn drop_abandoned(&mut self, core: &mut Client, now: u64) {
+        let at = core.now();
+        for i in 0..self.links.len() {
+            let link = &self.links[i];
+            if link.waiting.is_empty() || matches!(link.state, State::Open(_)) && link.verified {
+                continue;
+            }
+            let proto = &self.proto;
+            let (gone, kept): (VecDeque<_>, _) = std::mem::take(&mut self.links[i].waiting)
+                .into_iter()
+                .partition(|(id, _)| proto.send_deadline(core, *id).is_some_and(|d| now >= d));
+            self.links[i].waiting = kept;
+            if gone.is_empty() {
+                continue;
+            }
+            // The most telling reason: what the sentinels said, else the last close.
+            let why = match (&self.links[i].state, &self.sentinel) {
+                (State::Resolving { .. }, Some(d)) => d.unresolved(),
+                _ if !self.last_close.is_empty() => self.last_close.clone(),
+                _ => "no connection opened while the acquire waited".to_owned(),
+            };
+            for (id, _) in gone {
+                self.not_sent(core, at, id, &why);
+            }
+        }
+    }
+
+    /// Fails request `id`, which never reached a connection: an acquire that never left
+    /// owes no cleanup release.
+    fn not_sent(&mut self, core: &mut Client, now: u64, id: u64, why: &str) {
+        if id == cluster::ASKING_ID {
+            return;
+        }
+        if let Some(c) = &mut self.cluster {
+            c.done(id);
+        }
+        self.proto.handle_request_not_sent(core, now, id, why);
     }
 
     /// Connection `i` is gone: back off, and tell the protocol its subscriptions are lost.

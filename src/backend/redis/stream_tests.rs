@@ -474,3 +474,70 @@ fn bad_settings_are_refused() {
     };
     assert!(RedisStream::new(p(), "redis://h", settings).is_err());
 }
+
+/// Ticks until `lease` fails (at most `limit` ns of deadlines), answering every open with
+/// `refuse`'s reason when given; the time it failed.
+fn until_failed(t: &mut T, lease: crate::LeaseId, limit: u64, refuse: Option<&str>) -> u64 {
+    loop {
+        for g in t.io() {
+            if let (Got::Open(s, ..), Some(why)) = (g, refuse) {
+                t.closed(s, why);
+            }
+        }
+        if t.events()
+            .iter()
+            .any(|e| matches!(e, Event::AcquireFailed { lease: l, .. } if *l == lease))
+        {
+            return t.now;
+        }
+        assert!(t.tick(limit), "no deadline left and {lease:?} did not fail");
+    }
+}
+
+#[test]
+fn an_acquire_that_never_left_owes_no_cleanup() {
+    // Every open refused: no acquire was ever written, so nothing can be granted and no
+    // cleanup release is owed (a client closing now has nothing to wait for).
+    let mut t = T::new("redis://h");
+    let a = t.acquire(300);
+    until_failed(&mut t, a, 1_000 * MS, Some("connection refused"));
+    assert_eq!(t.core.counters().pending_cleanups, 0);
+    // The contrast: an acquire that was written and got no answer may have been granted.
+    let mut t = T::new("redis://h");
+    let b = t.acquire(300);
+    let (cmd, _) = t.ready_commands();
+    assert!(t.write(cmd).iter().any(|c| is_acquire(c)));
+    t.closed(cmd, "connection reset");
+    until_failed(&mut t, b, 1_000 * MS, Some("connection refused"));
+    assert_eq!(t.core.counters().pending_cleanups, 1);
+}
+
+#[test]
+fn an_acquire_whose_caller_gave_up_is_dropped_before_the_connection_opens() {
+    // The open hangs (5 s connect deadline) past the caller's 100 ms bound, and the caller
+    // gives the lease back (what a binding's acquire does at its deadline): the acquire
+    // waiting for the connection is dropped, so no cleanup waits for the connect, and the
+    // connection that opens later never sends it.
+    let mut t = T::new("redis://h");
+    let a = t.acquire(100);
+    let opens = t.opens();
+    t.now += 100 * MS;
+    t.core.release(t.now, a).unwrap();
+    let failed = until_failed(&mut t, a, 1_000 * MS, None);
+    assert_eq!(failed, t.now);
+    // Past the request timeout: an attempt still queued would now be uncertain and owe a
+    // cleanup release (which would hold a closing client until its bound).
+    let end = t.now + 4_000 * MS;
+    while t.now < end && t.tick(end - t.now) {
+        assert!(t.io().is_empty());
+    }
+    assert_eq!(t.core.counters().pending_cleanups, 0);
+    assert!(
+        t.s.last_error().contains("no connection opened"),
+        "{}",
+        t.s.last_error()
+    );
+    t.opened(opens[0]);
+    let sent = t.write(opens[0]);
+    assert!(!sent.iter().any(|c| is_acquire(c)), "{sent:?}");
+}

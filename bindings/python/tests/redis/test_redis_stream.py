@@ -1,10 +1,12 @@
 """``RedisStreamExecutor``: the core owns the Redis connections and the executor only moves
 bytes (standard-library sockets), against a real redis-server: a lock with its fencing token,
 a release waking a waiter of another client through the subscriber, a server restart, the
-client name and database from the options and the URL, and URLs the core refuses."""
+client name and database from the options and the URL, URLs the core refuses, and an acquire
+that never left (no connection opened) leaving nothing for close."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -12,6 +14,8 @@ import pytest
 
 from leasehold import LockClient, errors
 from leasehold.backends.redis_stream import RedisStreamExecutor
+
+from lh_redis_server import free_port
 
 
 def _lock_key(r, name: str) -> bytes:
@@ -104,3 +108,45 @@ def test_a_refused_url_says_why(url: str, reason: str) -> None:
     assert e.value.status_name == "LH_ERR_INVALID_CONFIG", e.value
     assert reason in str(e.value), e.value
     assert "hunter2" not in str(e.value), e.value
+
+
+def _hanging_port() -> tuple[socket.socket, list[socket.socket]]:
+    """A loopback port whose connects hang: a listener with a full backlog that never
+    accepts (the kernel drops the next handshakes)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    fill = []
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(srv.getsockname())
+        except BlockingIOError:
+            pass
+        fill.append(s)
+    return srv, fill
+
+
+@pytest.mark.parametrize("down", ["refused", "hanging"])
+def test_an_acquire_that_never_left_leaves_nothing_for_close(down: str, caplog: pytest.LogCaptureFixture) -> None:
+    """No connection opens (refused, or a connect that hangs past the request timeout): the
+    acquire fails, and since its request was never written, no cleanup release is owed, so
+    close() has nothing to wait for (it would wait out its timeout and warn)."""
+    if down == "refused":
+        port, held = free_port(), None
+    else:
+        held = _hanging_port()
+        port = held[0].getsockname()[1]
+    client = LockClient(RedisStreamExecutor(f"redis://127.0.0.1:{port}/0"))
+    try:
+        with pytest.raises(errors.LockTimeout):
+            client.acquire("never-left", ttl=5, wait=0.2)
+        assert "request failed" in client.backend_last_error(), client.backend_last_error()
+        assert client.counters().pending_cleanups == 0
+    finally:
+        client.close()
+        if held is not None:
+            for s in [held[0], *held[1]]:
+                s.close()
+    assert not [r for r in caplog.records if "gave up" in r.getMessage()], caplog.text
