@@ -26,7 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::{
-    Answers, Arg, ConnEvent, Connection, Endpoint, RedisStream, SideConn, SideOwner,
+    Answers, Arg, ConnEvent, Connection, Endpoint, RedisStream, Rounds, SideConn, SideOwner,
     StreamSettings, Streams,
 };
 use crate::backend::outbox::{MS, NEVER};
@@ -49,8 +49,6 @@ const REFRESH_GAP: u64 = 100 * MS;
 const REFRESH_WHILE_DOWN: u64 = 300 * MS;
 /// How long after a link's last failure (and its backoff) it still counts as failing.
 const DOWN_WINDOW: u64 = 5_000 * MS;
-const ROUND_BACKOFF_BASE: u64 = 50 * MS;
-const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
 const RETRY_BASE: u64 = 10 * MS;
 const RETRY_CAP: u64 = 500 * MS;
 const NO_NODE: u16 = u16::MAX;
@@ -99,8 +97,8 @@ pub(super) struct Cluster {
     /// The node the topology connection asks.
     asked: Option<Endpoint>,
     next: usize,
-    tried: usize,
-    rounds: u32,
+    /// Candidates that failed since one answered.
+    rounds: Rounds,
     /// A node answered `CLUSTER SHARDS` with an error: ask `CLUSTER SLOTS` from then on.
     use_slots: bool,
     /// A new table: requests waiting on links move to their node.
@@ -139,8 +137,7 @@ impl Cluster {
             side: SideConn::new(opts, settings.connect_timeout_ns),
             asked: None,
             next: 0,
-            tried: 0,
-            rounds: 0,
+            rounds: Rounds::default(),
             use_slots: false,
             changed: false,
             round_failed: None,
@@ -504,8 +501,7 @@ impl SideOwner for Cluster {
         let answer = answer.map(|a| a.and_then(|t| self.apply(t).map_err(|e| e.to_string())));
         match (answer, answers.ended) {
             (Some(Ok(())), _) => {
-                self.tried = 0;
-                self.rounds = 0;
+                self.rounds.answered();
                 self.side.close(true, streams);
                 self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_GAP));
             }
@@ -524,20 +520,13 @@ impl SideOwner for Cluster {
         }
         self.wanted = true;
         self.next = self.next.wrapping_add(1);
-        self.tried += 1;
-        if self.tried >= self.candidates().len() {
-            self.tried = 0;
-            self.rounds = self.rounds.saturating_add(1);
-            let step = ROUND_BACKOFF_BASE
-                .saturating_mul(1 << (self.rounds - 1).min(10))
-                .min(ROUND_BACKOFF_CAP);
-            self.refresh_at = now.saturating_add(step);
+        let round_over;
+        (self.refresh_at, round_over) = self.rounds.failed(now, self.candidates().len());
+        if round_over {
             self.round_failed = Some(format!(
                 "no node of the cluster answered CLUSTER SHARDS: {}",
                 self.last_error
             ));
-        } else {
-            self.refresh_at = now;
         }
         self.poll(now, streams);
     }

@@ -17,10 +17,9 @@
 //! renewal and ends Lost.
 
 use super::{
-    Answers, ConnEvent, Endpoint, Push, RedisStream, RedisUrl, SideConn, SideOwner, State,
+    Answers, ConnEvent, Endpoint, Push, RedisStream, RedisUrl, Rounds, SideConn, SideOwner, State,
     StreamSettings, Streams,
 };
-use crate::backend::outbox::MS;
 use crate::backend::redis::url::SentinelUrl;
 use crate::backend::redis::wire::{ConnOptions, Reply};
 use crate::{Client, Error};
@@ -30,9 +29,6 @@ pub(super) const ROLE_ID: u64 = u64::MAX;
 const ASK_ID: u64 = 1;
 const WATCH_ID: u64 = 2;
 const SWITCH_CHANNEL: &[u8] = b"+switch-master";
-/// First delay after every sentinel failed, and its cap.
-const ROUND_BACKOFF_BASE: u64 = 50 * MS;
-const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
 /// Longest host name a sentinel may name.
 const MAX_HOST_LEN: usize = 255;
 
@@ -136,9 +132,7 @@ pub(super) struct Discovery {
     /// The sentinel asked now, or next.
     next: usize,
     /// Sentinels that failed since one answered.
-    tried: usize,
-    /// Rounds in a row in which every sentinel failed.
-    rounds: u32,
+    rounds: Rounds,
     retry_at: u64,
     /// The connection has asked and is subscribed to `+switch-master`.
     watching: bool,
@@ -170,8 +164,7 @@ impl Discovery {
             side: SideConn::new(opts, settings.connect_timeout_ns),
             started: false,
             next: 0,
-            tried: 0,
-            rounds: 0,
+            rounds: Rounds::default(),
             retry_at: 0,
             watching: false,
             master: None,
@@ -316,8 +309,7 @@ impl SideOwner for Discovery {
             }
         }
         if answered && failed.is_none() && answers.ended.is_none() {
-            self.tried = 0;
-            self.rounds = 0;
+            self.rounds.answered();
             let watch: [&[u8]; 2] = [b"SUBSCRIBE", SWITCH_CHANNEL];
             match self.side.send(now, WATCH_ID, &watch) {
                 Ok(()) => self.watching = true,
@@ -346,17 +338,7 @@ impl SideOwner for Discovery {
         }
         self.watching = false;
         self.next = (self.next + 1) % self.url.sentinels.len();
-        self.tried += 1;
-        if self.tried >= self.url.sentinels.len() {
-            self.tried = 0;
-            self.rounds = self.rounds.saturating_add(1);
-            let step = ROUND_BACKOFF_BASE
-                .saturating_mul(1 << (self.rounds - 1).min(10))
-                .min(ROUND_BACKOFF_CAP);
-            self.retry_at = now.saturating_add(step);
-        } else {
-            self.retry_at = now;
-        }
+        (self.retry_at, _) = self.rounds.failed(now, self.url.sentinels.len());
         self.poll(now, streams);
     }
 }

@@ -5,11 +5,49 @@
 //! deadline, the connection on it (handshake, bytes in and out, reply deadlines) and the
 //! stream's end. Its owner, a [`SideOwner`], says what to ask once the stream is open, what the
 //! connection's events mean and where to ask after a failure; the inputs of the stream go
-//! through the owner's provided methods, which hand it those moments.
+//! through the owner's provided methods, which hand it those moments. [`Rounds`] is their
+//! shared patience: after every candidate failed once, the next question waits for a backoff.
 
 use super::{Io, Streams};
+use crate::backend::outbox::MS;
 use crate::backend::redis::url::Endpoint;
 use crate::backend::redis::wire::{Conn, ConnEvent, ConnOptions, SendError};
+
+/// First delay after every candidate failed, and its cap.
+pub(in super::super) const ROUND_BACKOFF_BASE: u64 = 50 * MS;
+pub(in super::super) const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
+
+/// Failed questions since one was answered, counted in rounds over the candidates: after a
+/// whole round failed the next question waits, 50 ms doubling to 2 s.
+#[derive(Debug, Default)]
+pub(in super::super) struct Rounds {
+    /// Candidates that failed in the current round.
+    tried: usize,
+    /// Whole rounds that failed in a row.
+    rounds: u32,
+}
+
+impl Rounds {
+    /// A question was answered: the next failure starts afresh.
+    pub(in super::super) fn answered(&mut self) {
+        *self = Rounds::default();
+    }
+
+    /// A question to one of `candidates` failed: when the next may be asked, and whether
+    /// this failure ended a round.
+    pub(in super::super) fn failed(&mut self, now: u64, candidates: usize) -> (u64, bool) {
+        self.tried += 1;
+        if self.tried < candidates {
+            return (now, false);
+        }
+        self.tried = 0;
+        self.rounds = self.rounds.saturating_add(1);
+        let step = ROUND_BACKOFF_BASE
+            .saturating_mul(1 << (self.rounds - 1).min(10))
+            .min(ROUND_BACKOFF_CAP);
+        (now.saturating_add(step), true)
+    }
+}
 
 /// What a side connection said since the last input.
 #[derive(Debug)]

@@ -33,7 +33,7 @@ use crate::{Client, Error, Event};
 
 #[path = "stream_types.rs"]
 mod types;
-use types::{Answers, Io, SideConn, SideOwner, Streams};
+use types::{Answers, Io, Rounds, SideConn, SideOwner, Streams};
 pub use types::{StreamCounters, StreamError, StreamRequest, StreamSettings};
 
 /// Most requests waiting for a connection to open; more fail at once.

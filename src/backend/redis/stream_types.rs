@@ -10,7 +10,9 @@ use crate::backend::outbox::MS;
 
 #[path = "side_stream.rs"]
 mod side;
-pub(super) use side::{Answers, SideConn, SideOwner};
+pub(super) use side::{Answers, Rounds, SideConn, SideOwner};
+#[cfg(test)]
+pub(super) use side::{ROUND_BACKOFF_BASE, ROUND_BACKOFF_CAP};
 
 /// How the stream path connects, besides the URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
