@@ -586,6 +586,18 @@ impl RedisStream {
         }
     }
 
+    /// Cluster, before the core has seen a clock: whether requests wait in the protocol. They
+    /// are not admitted yet, as admitting one dates its deadline and the topology's open from
+    /// the clock (the links' opens wait alike).
+    pub(super) fn cluster_holds_requests(&mut self, core: &mut Client) -> bool {
+        if self.cluster.is_none() || self.dated(core) {
+            return false;
+        }
+        // The engine's commands become the protocol's requests.
+        self.proto.pump(core);
+        !self.proto.out.queue_is_empty()
+    }
+
     /// Cluster: the requests to put on links now, after the topology's news (a new table, a
     /// round of failed questions); the links grow to one pair per node.
     pub(super) fn cluster_placements(

@@ -621,19 +621,47 @@ fn a_moved_subscription_follows_to_the_new_owner() {
 #[test]
 fn a_status_query_on_a_fresh_client_dates_the_topology_open_from_its_clock() {
     // A status query may be a core's first input (`leasehold status`, `ping()`): the open it
-    // causes must give up at its own clock plus the connect timeout, not at the timeout after 0.
+    // causes must give up at the host's clock plus the connect timeout, not at the timeout
+    // after 0, and the query must not expire before the topology is asked.
     let mut t = cluster_t();
-    let now = 1_000_000 * MS;
-    t.s.request_status(&mut t.core, now, "a").unwrap();
+    t.now = 1_000_000 * MS;
+    t.s.request_status(&mut t.core, t.now, "a").unwrap();
+    // As a link's open does, the question waits for a clock: due at once.
+    assert_eq!(t.io(), vec![], "an open before the core has a clock");
+    assert_eq!(t.s.poll_timeout(&mut t.core), Some(0));
+    t.s.handle_timeout(&mut t.core, t.now);
     let got = t.io();
-    match &got[..] {
-        [Got::Open(_, e, deadline)] => {
+    let s = match &got[..] {
+        [Got::Open(s, e, deadline)] => {
             assert_eq!(e, &tcp("s1", 7000));
-            assert!(
-                *deadline > now,
-                "the open gives up at {deadline}, before the query was made ({now})"
+            let connect = StreamSettings::default().connect_timeout_ns;
+            assert_eq!(
+                *deadline,
+                t.now + connect,
+                "the open gives up at {deadline}, not {} after the query ({})",
+                connect,
+                t.now
             );
+            *s
         }
         _ => panic!("expected one open to the first seed: {got:?}"),
-    }
+    };
+    // The query waits for the table, then goes to its slot's node.
+    t.s.handle_timeout(&mut t.core, t.now);
+    assert!(
+        t.s.poll_status().is_none(),
+        "the query failed before the topology came"
+    );
+    asked(&mut t, s, "SHARDS");
+    t.recv(s, b"-ERR unknown subcommand 'SHARDS'\r\n");
+    assert_eq!(t.write(s), vec![words(&["CLUSTER", "SLOTS"])]);
+    t.recv(s, &table());
+    let got = t.io();
+    let [Got::Shutdown(done), Got::Open(node, to, _)] = &got[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!((*done, to), (s, &tcp("127.0.0.1", 7001)));
+    let node = *node;
+    let cmds = handshake(&mut t, node);
+    assert!(cmds.len() == 1 && cmds[0][0] == b"EVAL", "{cmds:?}");
 }

@@ -264,16 +264,14 @@ impl RedisStream {
         self.proto.poll_event(core)
     }
 
-    /// Queues a status query (see [`RedisProtocol::request_status`]).
+    /// Queues a status query (see [`RedisProtocol::request_status`]). The opens it causes
+    /// wait for the core's clock like any open (a fresh core asks for a timeout at once).
     pub fn request_status(
         &mut self,
-        core: &mut Client,
+        _core: &mut Client,
         now: u64,
         name: &str,
     ) -> Result<u64, Error> {
-        // The query carries the host's clock: the connections it opens (a cluster's topology
-        // first) are dated from it, not from a core that has seen no input yet.
-        self.handle_timeout(core, now);
         self.proto.request_status(now, name)
     }
 
@@ -301,8 +299,9 @@ impl RedisStream {
         if let Some(c) = &self.cluster {
             t = t.min(c.deadline());
         }
-        if !self.dated(core) && self.links.iter().any(|l| !l.waiting.is_empty()) {
-            // An open waits for a clock to date its deadline: due at once.
+        let waiting = self.links.iter().any(|l| !l.waiting.is_empty());
+        if (!self.dated(core) && waiting) || self.cluster_holds_requests(core) {
+            // An open (a cluster: an admission) waits for a clock to date it: due at once.
             t = t.min(core.now());
         }
         (t != NEVER).then_some(t)
@@ -523,11 +522,13 @@ impl RedisStream {
         let now = core.now();
         let mut refused: Vec<(u64, String)> = Vec::new();
         let mut placed = Vec::new();
-        while let Some(req) = self.proto.poll_request(core) {
-            let (id, args) = (req.id, req.args.to_vec());
-            match &mut self.cluster {
-                Some(c) => c.admit(now, id, req.connection, args),
-                None => placed.push((index(req.connection), id, args)),
+        if !self.cluster_holds_requests(core) {
+            while let Some(req) = self.proto.poll_request(core) {
+                let (id, args) = (req.id, req.args.to_vec());
+                match &mut self.cluster {
+                    Some(c) => c.admit(now, id, req.connection, args),
+                    None => placed.push((index(req.connection), id, args)),
+                }
             }
         }
         if self.cluster.is_some() {
