@@ -325,6 +325,23 @@ fn link_ready(t: &mut T, to: &Endpoint) -> (u64, Vec<Vec<Vec<u8>>>) {
     (s, handshake(t, s))
 }
 
+/// Topology stream `topo` opens, is asked `CLUSTER SHARDS`, refuses it and answers `CLUSTER
+/// SLOTS` with [`table`]: it is shut down, and the request for "a" opens 7001's commands
+/// link. That link's stream and what it writes after its handshake.
+fn routed_to_7001(t: &mut T, topo: u64) -> (u64, Vec<Vec<Vec<u8>>>) {
+    asked(t, topo, "SHARDS");
+    t.recv(topo, b"-ERR unknown subcommand 'SHARDS'\r\n");
+    assert_eq!(t.write(topo), vec![words(&["CLUSTER", "SLOTS"])]);
+    t.recv(topo, &table());
+    let got = t.io();
+    let [Got::Shutdown(done), Got::Open(s, to, _)] = &got[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!((*done, to), (topo, &tcp("127.0.0.1", 7001)));
+    let s = *s;
+    (s, handshake(t, s))
+}
+
 /// A client whose acquire of "a" is written on 7001's commands link (after `CLUSTER SHARDS`
 /// failed and `CLUSTER SLOTS` answered). Returns that link's stream.
 fn routed() -> (T, u64) {
@@ -339,17 +356,7 @@ fn routed_waiting(settings: StreamSettings, wait_ms: u64) -> (T, u64) {
     let mut t = cluster_with(settings);
     t.acquire(wait_ms);
     let topo = open_to(&mut t, &tcp("s1", 7000));
-    asked(&mut t, topo, "SHARDS");
-    t.recv(topo, b"-ERR unknown subcommand 'SHARDS'\r\n");
-    assert_eq!(t.write(topo), vec![words(&["CLUSTER", "SLOTS"])]);
-    t.recv(topo, &table());
-    let got = t.io();
-    let [Got::Shutdown(done), Got::Open(s, to, _)] = &got[..] else {
-        panic!("{got:?}")
-    };
-    assert_eq!((*done, to), (topo, &tcp("127.0.0.1", 7001)));
-    let s = *s;
-    let cmds = handshake(&mut t, s);
+    let (s, cmds) = routed_to_7001(&mut t, topo);
     assert!(cmds.len() == 1 && is_acquire(&cmds[0]), "{cmds:?}");
     assert_eq!(t.s.counters().cluster_refreshes, 2);
     (t, s)
@@ -652,16 +659,6 @@ fn a_status_query_on_a_fresh_client_dates_the_topology_open_from_its_clock() {
         t.s.poll_status().is_none(),
         "the query failed before the topology came"
     );
-    asked(&mut t, s, "SHARDS");
-    t.recv(s, b"-ERR unknown subcommand 'SHARDS'\r\n");
-    assert_eq!(t.write(s), vec![words(&["CLUSTER", "SLOTS"])]);
-    t.recv(s, &table());
-    let got = t.io();
-    let [Got::Shutdown(done), Got::Open(node, to, _)] = &got[..] else {
-        panic!("{got:?}")
-    };
-    assert_eq!((*done, to), (s, &tcp("127.0.0.1", 7001)));
-    let node = *node;
-    let cmds = handshake(&mut t, node);
+    let (_, cmds) = routed_to_7001(&mut t, s);
     assert!(cmds.len() == 1 && cmds[0][0] == b"EVAL", "{cmds:?}");
 }
