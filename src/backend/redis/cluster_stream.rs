@@ -25,10 +25,13 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{Arg, ConnEvent, Connection, Endpoint, Io, RedisStream, StreamSettings};
+use super::{
+    Answers, Arg, ConnEvent, Connection, Endpoint, RedisStream, Rounds, SideConn, SideOwner,
+    StreamSettings, Streams,
+};
 use crate::backend::outbox::{MS, NEVER};
 use crate::backend::redis::url::ClusterUrl;
-use crate::backend::redis::wire::{Conn, ConnOptions, ErrorKind, ServerError};
+use crate::backend::redis::wire::{ConnOptions, ErrorKind, ServerError};
 use crate::{Client, Error};
 
 #[path = "cluster_slots.rs"]
@@ -46,8 +49,6 @@ const REFRESH_GAP: u64 = 100 * MS;
 const REFRESH_WHILE_DOWN: u64 = 300 * MS;
 /// How long after a link's last failure (and its backoff) it still counts as failing.
 const DOWN_WINDOW: u64 = 5_000 * MS;
-const ROUND_BACKOFF_BASE: u64 = 50 * MS;
-const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
 const RETRY_BASE: u64 = 10 * MS;
 const RETRY_CAP: u64 = 500 * MS;
 const NO_NODE: u16 = u16::MAX;
@@ -65,19 +66,10 @@ struct Flight {
     tries: u32,
 }
 
-#[derive(Debug)]
-enum Phase {
-    Idle,
-    Opening { deadline: u64 },
-    Open(Box<Conn>),
-}
-
 /// The slot table, the requests' argument vectors and the topology connection (module docs).
 #[derive(Debug)]
 pub(super) struct Cluster {
     url: ClusterUrl,
-    opts: ConnOptions,
-    connect_timeout_ns: u64,
     request_timeout_ns: u64,
     /// Node `n` has the links `2n` (commands) and `2n + 1` (subscriber).
     nodes: Vec<Endpoint>,
@@ -100,13 +92,13 @@ pub(super) struct Cluster {
     channels: HashMap<Vec<u8>, usize>,
     wanted: bool,
     refresh_at: u64,
-    phase: Phase,
-    stream: u64,
+    /// The topology connection.
+    side: SideConn,
     /// The node the topology connection asks.
     asked: Option<Endpoint>,
     next: usize,
-    tried: usize,
-    rounds: u32,
+    /// Candidates that failed since one answered.
+    rounds: Rounds,
     /// A node answered `CLUSTER SHARDS` with an error: ask `CLUSTER SLOTS` from then on.
     use_slots: bool,
     /// A new table: requests waiting on links move to their node.
@@ -129,8 +121,6 @@ impl Cluster {
         opts.validate()?;
         Ok(Cluster {
             url,
-            opts,
-            connect_timeout_ns: settings.connect_timeout_ns,
             request_timeout_ns: settings.request_timeout_ns,
             nodes: Vec::new(),
             serving: Vec::new(),
@@ -144,12 +134,10 @@ impl Cluster {
             channels: HashMap::new(),
             wanted: false,
             refresh_at: 0,
-            phase: Phase::Idle,
-            stream: 0,
+            side: SideConn::new(opts, settings.connect_timeout_ns),
             asked: None,
             next: 0,
-            tried: 0,
-            rounds: 0,
+            rounds: Rounds::default(),
             use_slots: false,
             changed: false,
             round_failed: None,
@@ -163,11 +151,11 @@ impl Cluster {
     }
 
     pub(super) fn stream(&self) -> u64 {
-        self.stream
+        self.side.stream()
     }
 
     pub(super) fn is_open(&self) -> bool {
-        matches!(self.phase, Phase::Open(_))
+        self.side.is_open()
     }
 
     /// Links a node list this long needs.
@@ -176,11 +164,12 @@ impl Cluster {
     }
 
     pub(super) fn deadline(&self) -> u64 {
-        let mut t = match &self.phase {
-            Phase::Opening { deadline } => *deadline,
-            Phase::Open(c) => c.deadline().unwrap_or(NEVER),
-            Phase::Idle if self.wanted => self.refresh_at,
-            Phase::Idle => NEVER,
+        let mut t = if !self.side.is_idle() {
+            self.side.deadline().unwrap_or(NEVER)
+        } else if self.wanted {
+            self.refresh_at
+        } else {
+            NEVER
         };
         for (at, _) in &self.retries {
             t = t.min(*at);
@@ -228,7 +217,7 @@ impl Cluster {
     }
 
     /// `(link, id, args)` for every request that can go now, `ASKING` before an asked one.
-    fn place(&mut self, now: u64, streams: &mut super::Streams) -> Vec<(usize, u64, Vec<Arg>)> {
+    fn place(&mut self, now: u64, streams: &mut Streams) -> Vec<(usize, u64, Vec<Arg>)> {
         let mut out = Vec::new();
         if self.slots.is_empty() {
             self.unrouted.extend(self.ready.drain(..));
@@ -281,7 +270,7 @@ impl Cluster {
         id: u64,
         error: &ServerError,
         from: Option<&Endpoint>,
-        streams: &mut super::Streams,
+        streams: &mut Streams,
     ) -> bool {
         let tls = self.url.tls;
         let Some(f) = self.flights.get_mut(&id) else {
@@ -372,14 +361,14 @@ impl Cluster {
     }
 
     /// Asks for the topology (again) as soon as the last question is 100 ms old.
-    pub(super) fn want(&mut self, now: u64, streams: &mut super::Streams) {
+    pub(super) fn want(&mut self, now: u64, streams: &mut Streams) {
         self.wanted = true;
         self.poll(now, streams);
     }
 
     /// Every 300 ms while a serving node's link keeps failing.
-    pub(super) fn want_soon(&mut self, now: u64, streams: &mut super::Streams) {
-        if !self.wanted && matches!(self.phase, Phase::Idle) {
+    pub(super) fn want_soon(&mut self, now: u64, streams: &mut Streams) {
+        if !self.wanted && self.side.is_idle() {
             self.wanted = true;
             self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_WHILE_DOWN));
         }
@@ -403,29 +392,18 @@ impl Cluster {
         c
     }
 
-    fn poll(&mut self, now: u64, streams: &mut super::Streams) {
-        if self.wanted && matches!(self.phase, Phase::Idle) && self.refresh_at <= now {
+    fn poll(&mut self, now: u64, streams: &mut Streams) {
+        if self.wanted && self.side.is_idle() && self.refresh_at <= now {
             let candidates = self.candidates();
             let target = candidates[self.next % candidates.len()].clone();
-            let deadline = now.saturating_add(self.connect_timeout_ns);
-            self.stream = streams.open(&target, deadline);
+            self.side.open(now, &target, streams);
             self.asked = Some(target);
-            self.phase = Phase::Opening { deadline };
             self.wanted = false;
         }
     }
 
-    pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut super::Streams) {
-        match &mut self.phase {
-            Phase::Opening { deadline } if *deadline <= now => {
-                self.fail(now, "the connection did not open in time", true, streams);
-            }
-            Phase::Open(c) => {
-                c.handle_timeout(now);
-                self.drain(now, None, streams);
-            }
-            _ => {}
-        }
+    pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut Streams) {
+        self.side_timeout(now, streams);
         let mut due = Vec::new();
         self.retries.retain(|&(at, id)| {
             let now_due = at <= now;
@@ -449,147 +427,6 @@ impl Cluster {
         gone
     }
 
-    pub(super) fn handle_opened(&mut self, now: u64, streams: &mut super::Streams) {
-        if !matches!(self.phase, Phase::Opening { .. }) {
-            streams.counters.late_answers += 1;
-            return;
-        }
-        let Ok(mut conn) = Conn::new(self.opts.clone(), now) else {
-            // Unreachable: the options were validated at construction.
-            self.fail(now, "invalid connection options", true, streams);
-            return;
-        };
-        let (id, what): (u64, &[u8]) = if self.use_slots {
-            (SLOTS_ID, b"SLOTS")
-        } else {
-            (SHARDS_ID, b"SHARDS")
-        };
-        // Unreachable failure: a new connection takes any command.
-        let _ = conn.send(now, id, &[&b"CLUSTER"[..], what]);
-        streams.counters.cluster_refreshes += 1;
-        self.phase = Phase::Open(Box::new(conn));
-        self.flush(streams);
-    }
-
-    pub(super) fn handle_received(&mut self, now: u64, bytes: &[u8], streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            c.feed(now, bytes);
-            self.drain(now, None, streams);
-        }
-    }
-
-    pub(super) fn handle_closed(&mut self, now: u64, why: &str, streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            c.handle_closed();
-            self.drain(now, Some(why), streams);
-        } else {
-            self.fail(now, why, false, streams);
-        }
-    }
-
-    fn flush(&mut self, streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            if c.has_output() {
-                streams.io.push_back(Io::Write {
-                    stream: self.stream,
-                    bytes: c.take_output(),
-                });
-            }
-        }
-    }
-
-    fn drain(&mut self, now: u64, host_reason: Option<&str>, streams: &mut super::Streams) {
-        let Phase::Open(c) = &mut self.phase else {
-            return;
-        };
-        let events: Vec<ConnEvent> = std::iter::from_fn(|| c.poll_event()).collect();
-        let asked = self
-            .asked
-            .clone()
-            .unwrap_or_else(|| self.url.seeds[0].clone());
-        let mut answer: Option<Result<Topology, String>> = None;
-        let mut closed = None;
-        for ev in events {
-            match ev {
-                ConnEvent::Reply { id, reply } => {
-                    let parsed = if id == SLOTS_ID {
-                        parse_slots(&reply, &asked, self.url.tls)
-                    } else {
-                        parse_shards(&reply, &asked, self.url.tls)
-                    };
-                    answer = Some(parsed.map_err(|e| e.to_string()));
-                }
-                ConnEvent::Error { id: SHARDS_ID, .. } if !self.use_slots => {
-                    // Before Redis 7: the same question in its older form.
-                    self.use_slots = true;
-                    let _ = c.send(now, SLOTS_ID, &[&b"CLUSTER"[..], b"SLOTS"]);
-                    streams.counters.cluster_refreshes += 1;
-                }
-                ConnEvent::Error { error, .. } => {
-                    answer = Some(Err(format!("CLUSTER SLOTS failed: {error}")));
-                }
-                ConnEvent::Closed(e) => closed = Some(e.to_string()),
-                ConnEvent::Ready { .. } | ConnEvent::Push(_) | ConnEvent::Failed { .. } => {}
-            }
-        }
-        let answer = answer.map(|a| a.and_then(|t| self.apply(t).map_err(|e| e.to_string())));
-        match (answer, closed) {
-            (Some(Ok(())), _) => {
-                self.tried = 0;
-                self.rounds = 0;
-                if let Phase::Open(c) = &mut self.phase {
-                    c.handle_closed();
-                }
-                streams.closed(self.stream, true);
-                self.stream = 0;
-                self.phase = Phase::Idle;
-                self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_GAP));
-            }
-            (Some(Err(why)), _) => {
-                if let Phase::Open(c) = &mut self.phase {
-                    c.handle_closed();
-                }
-                self.fail(now, &why, true, streams);
-            }
-            (None, Some(e)) => {
-                let why = host_reason.map_or(e, str::to_owned);
-                self.fail(now, &why, host_reason.is_none(), streams);
-            }
-            (None, None) => self.flush(streams),
-        }
-    }
-
-    /// The node asked failed: the next candidate is asked, at once or after a round's backoff.
-    fn fail(&mut self, now: u64, why: &str, shutdown: bool, streams: &mut super::Streams) {
-        if self.stream != 0 {
-            streams.closed(self.stream, shutdown);
-        }
-        if let Some(Endpoint::Tcp { host, port, .. }) = &self.asked {
-            self.last_error = format!("node {host}:{port}: {why}");
-            self.fresh_error = true;
-        }
-        self.stream = 0;
-        self.phase = Phase::Idle;
-        self.wanted = true;
-        self.next = self.next.wrapping_add(1);
-        self.tried += 1;
-        if self.tried >= self.candidates().len() {
-            self.tried = 0;
-            self.rounds = self.rounds.saturating_add(1);
-            let step = ROUND_BACKOFF_BASE
-                .saturating_mul(1 << (self.rounds - 1).min(10))
-                .min(ROUND_BACKOFF_CAP);
-            self.refresh_at = now.saturating_add(step);
-            self.round_failed = Some(format!(
-                "no node of the cluster answered CLUSTER SHARDS: {}",
-                self.last_error
-            ));
-        } else {
-            self.refresh_at = now;
-        }
-        self.poll(now, streams);
-    }
-
     /// Notes a shard channel's subscription confirmed (or ended) on link `i`.
     pub(super) fn note_channel(&mut self, i: usize, channel: &[u8], on: bool) {
         if on {
@@ -611,6 +448,87 @@ impl Cluster {
             self.channels.remove(c);
         }
         lost
+    }
+}
+
+impl SideOwner for Cluster {
+    fn side(&mut self) -> &mut SideConn {
+        &mut self.side
+    }
+
+    fn ask(&mut self, now: u64, streams: &mut Streams) {
+        let (id, what): (u64, &[u8]) = if self.use_slots {
+            (SLOTS_ID, b"SLOTS")
+        } else {
+            (SHARDS_ID, b"SHARDS")
+        };
+        // Unreachable failure: a new connection takes any command.
+        let _ = self.side.send(now, id, &[&b"CLUSTER"[..], what]);
+        streams.counters.cluster_refreshes += 1;
+    }
+
+    fn answered(&mut self, now: u64, answers: Answers, streams: &mut Streams) {
+        let asked = self
+            .asked
+            .clone()
+            .unwrap_or_else(|| self.url.seeds[0].clone());
+        let mut answer: Option<Result<Topology, String>> = None;
+        for ev in answers.events {
+            match ev {
+                ConnEvent::Reply { id, reply } => {
+                    let parsed = if id == SLOTS_ID {
+                        parse_slots(&reply, &asked, self.url.tls)
+                    } else {
+                        parse_shards(&reply, &asked, self.url.tls)
+                    };
+                    answer = Some(parsed.map_err(|e| e.to_string()));
+                }
+                ConnEvent::Error { id: SHARDS_ID, .. } if !self.use_slots => {
+                    // Before Redis 7: the same question in its older form.
+                    self.use_slots = true;
+                    let _ = self.side.send(now, SLOTS_ID, &[&b"CLUSTER"[..], b"SLOTS"]);
+                    streams.counters.cluster_refreshes += 1;
+                }
+                ConnEvent::Error { error, .. } => {
+                    answer = Some(Err(format!("CLUSTER SLOTS failed: {error}")));
+                }
+                ConnEvent::Ready { .. }
+                | ConnEvent::Push(_)
+                | ConnEvent::Failed { .. }
+                | ConnEvent::Closed(_) => {}
+            }
+        }
+        let answer = answer.map(|a| a.and_then(|t| self.apply(t).map_err(|e| e.to_string())));
+        match (answer, answers.ended) {
+            (Some(Ok(())), _) => {
+                self.rounds.answered();
+                self.side.close(true, streams);
+                self.refresh_at = self.refresh_at.max(now.saturating_add(REFRESH_GAP));
+            }
+            (Some(Err(why)), _) => self.failed(now, &why, true, streams),
+            (None, Some((why, shutdown))) => self.failed(now, &why, shutdown, streams),
+            (None, None) => self.side.flush(streams),
+        }
+    }
+
+    /// The node asked failed: the next candidate is asked, at once or after a round's backoff.
+    fn failed(&mut self, now: u64, why: &str, shutdown: bool, streams: &mut Streams) {
+        self.side.close(shutdown, streams);
+        if let Some(Endpoint::Tcp { host, port, .. }) = &self.asked {
+            self.last_error = format!("node {host}:{port}: {why}");
+            self.fresh_error = true;
+        }
+        self.wanted = true;
+        self.next = self.next.wrapping_add(1);
+        let round_over;
+        (self.refresh_at, round_over) = self.rounds.failed(now, self.candidates().len());
+        if round_over {
+            self.round_failed = Some(format!(
+                "no node of the cluster answered CLUSTER SHARDS: {}",
+                self.last_error
+            ));
+        }
+        self.poll(now, streams);
     }
 }
 
@@ -666,6 +584,18 @@ impl RedisStream {
         {
             c.note_channel(i, ch, kind.is_subscribe());
         }
+    }
+
+    /// Cluster, before the core has seen a clock: whether requests wait in the protocol. They
+    /// are not admitted yet, as admitting one dates its deadline and the topology's open from
+    /// the clock (the links' opens wait alike).
+    pub(super) fn cluster_holds_requests(&mut self, core: &mut Client) -> bool {
+        if self.cluster.is_none() || self.dated(core) {
+            return false;
+        }
+        // The engine's commands become the protocol's requests.
+        self.proto.pump(core);
+        !self.proto.out.queue_is_empty()
     }
 
     /// Cluster: the requests to put on links now, after the topology's news (a new table, a

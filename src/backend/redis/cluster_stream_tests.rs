@@ -325,6 +325,23 @@ fn link_ready(t: &mut T, to: &Endpoint) -> (u64, Vec<Vec<Vec<u8>>>) {
     (s, handshake(t, s))
 }
 
+/// Topology stream `topo` opens, is asked `CLUSTER SHARDS`, refuses it and answers `CLUSTER
+/// SLOTS` with [`table`]: it is shut down, and the request for "a" opens 7001's commands
+/// link. That link's stream and what it writes after its handshake.
+fn routed_to_7001(t: &mut T, topo: u64) -> (u64, Vec<Vec<Vec<u8>>>) {
+    asked(t, topo, "SHARDS");
+    t.recv(topo, b"-ERR unknown subcommand 'SHARDS'\r\n");
+    assert_eq!(t.write(topo), vec![words(&["CLUSTER", "SLOTS"])]);
+    t.recv(topo, &table());
+    let got = t.io();
+    let [Got::Shutdown(done), Got::Open(s, to, _)] = &got[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!((*done, to), (topo, &tcp("127.0.0.1", 7001)));
+    let s = *s;
+    (s, handshake(t, s))
+}
+
 /// A client whose acquire of "a" is written on 7001's commands link (after `CLUSTER SHARDS`
 /// failed and `CLUSTER SLOTS` answered). Returns that link's stream.
 fn routed() -> (T, u64) {
@@ -339,17 +356,7 @@ fn routed_waiting(settings: StreamSettings, wait_ms: u64) -> (T, u64) {
     let mut t = cluster_with(settings);
     t.acquire(wait_ms);
     let topo = open_to(&mut t, &tcp("s1", 7000));
-    asked(&mut t, topo, "SHARDS");
-    t.recv(topo, b"-ERR unknown subcommand 'SHARDS'\r\n");
-    assert_eq!(t.write(topo), vec![words(&["CLUSTER", "SLOTS"])]);
-    t.recv(topo, &table());
-    let got = t.io();
-    let [Got::Shutdown(done), Got::Open(s, to, _)] = &got[..] else {
-        panic!("{got:?}")
-    };
-    assert_eq!((*done, to), (topo, &tcp("127.0.0.1", 7001)));
-    let s = *s;
-    let cmds = handshake(&mut t, s);
+    let (s, cmds) = routed_to_7001(&mut t, topo);
     assert!(cmds.len() == 1 && is_acquire(&cmds[0]), "{cmds:?}");
     assert_eq!(t.s.counters().cluster_refreshes, 2);
     (t, s)
@@ -621,19 +628,37 @@ fn a_moved_subscription_follows_to_the_new_owner() {
 #[test]
 fn a_status_query_on_a_fresh_client_dates_the_topology_open_from_its_clock() {
     // A status query may be a core's first input (`leasehold status`, `ping()`): the open it
-    // causes must give up at its own clock plus the connect timeout, not at the timeout after 0.
+    // causes must give up at the host's clock plus the connect timeout, not at the timeout
+    // after 0, and the query must not expire before the topology is asked.
     let mut t = cluster_t();
-    let now = 1_000_000 * MS;
-    t.s.request_status(&mut t.core, now, "a").unwrap();
+    t.now = 1_000_000 * MS;
+    t.s.request_status(&mut t.core, t.now, "a").unwrap();
+    // As a link's open does, the question waits for a clock: due at once.
+    assert_eq!(t.io(), vec![], "an open before the core has a clock");
+    assert_eq!(t.s.poll_timeout(&mut t.core), Some(0));
+    t.s.handle_timeout(&mut t.core, t.now);
     let got = t.io();
-    match &got[..] {
-        [Got::Open(_, e, deadline)] => {
+    let s = match &got[..] {
+        [Got::Open(s, e, deadline)] => {
             assert_eq!(e, &tcp("s1", 7000));
-            assert!(
-                *deadline > now,
-                "the open gives up at {deadline}, before the query was made ({now})"
+            let connect = StreamSettings::default().connect_timeout_ns;
+            assert_eq!(
+                *deadline,
+                t.now + connect,
+                "the open gives up at {deadline}, not {} after the query ({})",
+                connect,
+                t.now
             );
+            *s
         }
         _ => panic!("expected one open to the first seed: {got:?}"),
-    }
+    };
+    // The query waits for the table, then goes to its slot's node.
+    t.s.handle_timeout(&mut t.core, t.now);
+    assert!(
+        t.s.poll_status().is_none(),
+        "the query failed before the topology came"
+    );
+    let (_, cmds) = routed_to_7001(&mut t, s);
+    assert!(cmds.len() == 1 && cmds[0][0] == b"EVAL", "{cmds:?}");
 }

@@ -16,10 +16,12 @@
 //! Sentinel): a lease whose key did not reach the promoted replica is rejected at its next
 //! renewal and ends Lost.
 
-use super::{ConnEvent, Endpoint, Io, Push, RedisStream, RedisUrl, State, StreamSettings};
-use crate::backend::outbox::MS;
+use super::{
+    Answers, ConnEvent, Endpoint, Push, RedisStream, RedisUrl, Rounds, SideConn, SideOwner, State,
+    StreamSettings, Streams,
+};
 use crate::backend::redis::url::SentinelUrl;
-use crate::backend::redis::wire::{Conn, ConnOptions, Reply};
+use crate::backend::redis::wire::{ConnOptions, Reply};
 use crate::{Client, Error};
 
 /// The id `ROLE` is sent with on a master link (the protocol's ids never reach it).
@@ -27,9 +29,6 @@ pub(super) const ROLE_ID: u64 = u64::MAX;
 const ASK_ID: u64 = 1;
 const WATCH_ID: u64 = 2;
 const SWITCH_CHANNEL: &[u8] = b"+switch-master";
-/// First delay after every sentinel failed, and its cap.
-const ROUND_BACKOFF_BASE: u64 = 50 * MS;
-const ROUND_BACKOFF_CAP: u64 = 2_000 * MS;
 /// Longest host name a sentinel may name.
 const MAX_HOST_LEN: usize = 255;
 
@@ -122,30 +121,19 @@ pub fn check_role(reply: &Reply) -> Result<(), SentinelError> {
     }
 }
 
-#[derive(Debug)]
-enum Phase {
-    Idle,
-    Opening { deadline: u64 },
-    Open(Box<Conn>),
-}
-
 /// Finds the master through the sentinels and watches for failovers (module docs).
 #[derive(Debug)]
 pub(super) struct Discovery {
     url: SentinelUrl,
-    opts: ConnOptions,
-    connect_timeout_ns: u64,
+    /// The connection to the sentinel asked.
+    side: SideConn,
     /// Asked for at least once: keeps a sentinel connection from then on.
     started: bool,
     /// The sentinel asked now, or next.
     next: usize,
     /// Sentinels that failed since one answered.
-    tried: usize,
-    /// Rounds in a row in which every sentinel failed.
-    rounds: u32,
+    rounds: Rounds,
     retry_at: u64,
-    stream: u64,
-    phase: Phase,
     /// The connection has asked and is subscribed to `+switch-master`.
     watching: bool,
     /// The master to open to (`None`: being asked for again).
@@ -173,15 +161,11 @@ impl Discovery {
         opts.validate()?;
         Ok(Discovery {
             url,
-            opts,
-            connect_timeout_ns: settings.connect_timeout_ns,
+            side: SideConn::new(opts, settings.connect_timeout_ns),
             started: false,
             next: 0,
-            tried: 0,
-            rounds: 0,
+            rounds: Rounds::default(),
             retry_at: 0,
-            stream: 0,
-            phase: Phase::Idle,
             watching: false,
             master: None,
             named: None,
@@ -206,11 +190,11 @@ impl Discovery {
     }
 
     pub(super) fn stream(&self) -> u64 {
-        self.stream
+        self.side.stream()
     }
 
     pub(super) fn is_open(&self) -> bool {
-        matches!(self.phase, Phase::Open(_))
+        self.side.is_open()
     }
 
     /// Why links waited for a master in vain.
@@ -227,116 +211,74 @@ impl Discovery {
     }
 
     pub(super) fn deadline(&self) -> Option<u64> {
-        match &self.phase {
-            Phase::Opening { deadline } => Some(*deadline),
-            Phase::Open(c) => c.deadline(),
-            Phase::Idle if self.started => Some(self.retry_at),
-            Phase::Idle => None,
+        if self.side.is_idle() {
+            self.started.then_some(self.retry_at)
+        } else {
+            self.side.deadline()
         }
     }
 
     /// A link needs the master: connect to a sentinel if not connected.
-    pub(super) fn start(&mut self, now: u64, streams: &mut super::Streams) {
+    pub(super) fn start(&mut self, now: u64, streams: &mut Streams) {
         self.started = true;
         self.poll(now, streams);
     }
 
     /// The master may have moved (a link dropped, `READONLY`, `ROLE` said otherwise): ask
     /// again on a fresh connection, and open no link until the answer.
-    pub(super) fn invalidate(&mut self, now: u64, streams: &mut super::Streams) {
+    pub(super) fn invalidate(&mut self, now: u64, streams: &mut Streams) {
         self.master = None;
         if self.watching {
             // Subscribed: a fresh connection to the same sentinel asks again.
-            streams.closed(self.stream, true);
-            self.stream = 0;
-            self.phase = Phase::Idle;
+            self.side.close(true, streams);
             self.watching = false;
         }
         self.start(now, streams);
     }
 
-    pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut super::Streams) {
-        match &mut self.phase {
-            Phase::Opening { deadline } if *deadline <= now => {
-                self.fail(now, "the connection did not open in time", true, streams);
-            }
-            Phase::Open(c) => {
-                c.handle_timeout(now);
-                self.drain(now, None, streams);
-            }
-            _ => self.poll(now, streams),
+    pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut Streams) {
+        self.side_timeout(now, streams);
+        self.poll(now, streams);
+    }
+
+    /// Opens a connection to the next sentinel when one is wanted and due.
+    fn poll(&mut self, now: u64, streams: &mut Streams) {
+        if self.started && self.side.is_idle() && self.retry_at <= now {
+            self.side.open(now, &self.url.sentinels[self.next], streams);
         }
     }
 
-    pub(super) fn handle_opened(&mut self, now: u64, streams: &mut super::Streams) {
-        if !matches!(self.phase, Phase::Opening { .. }) {
-            streams.counters.late_answers += 1;
-            return;
+    fn named_master(&mut self, master: Endpoint) {
+        if self.named.as_ref() != Some(&master) {
+            self.named = Some(master.clone());
+            self.generation += 1;
         }
-        let Ok(mut conn) = Conn::new(self.opts.clone(), now) else {
-            // Unreachable: the options were validated at construction.
-            self.fail(now, "invalid connection options", true, streams);
-            return;
-        };
+        self.master = Some(master);
+    }
+}
+
+impl SideOwner for Discovery {
+    fn side(&mut self) -> &mut SideConn {
+        &mut self.side
+    }
+
+    fn ask(&mut self, now: u64, streams: &mut Streams) {
         let ask: [&[u8]; 3] = [
             b"SENTINEL",
             b"GET-MASTER-ADDR-BY-NAME",
             self.url.master_name.as_bytes(),
         ];
         // Unreachable failure: a new connection takes any command.
-        let _ = conn.send(now, ASK_ID, &ask);
+        let _ = self.side.send(now, ASK_ID, &ask);
         streams.counters.sentinel_lookups += 1;
-        self.phase = Phase::Open(Box::new(conn));
-        self.flush(streams);
     }
 
-    pub(super) fn handle_received(&mut self, now: u64, bytes: &[u8], streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            c.feed(now, bytes);
-            self.drain(now, None, streams);
-        }
-    }
-
-    pub(super) fn handle_closed(&mut self, now: u64, why: &str, streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            c.handle_closed();
-            self.drain(now, Some(why), streams);
-        } else {
-            self.fail(now, why, false, streams);
-        }
-    }
-
-    /// Opens a connection to the next sentinel when one is wanted and due.
-    fn poll(&mut self, now: u64, streams: &mut super::Streams) {
-        if self.started && matches!(self.phase, Phase::Idle) && self.retry_at <= now {
-            let deadline = now.saturating_add(self.connect_timeout_ns);
-            self.stream = streams.open(&self.url.sentinels[self.next], deadline);
-            self.phase = Phase::Opening { deadline };
-        }
-    }
-
-    fn flush(&mut self, streams: &mut super::Streams) {
-        if let Phase::Open(c) = &mut self.phase {
-            if c.has_output() {
-                streams.io.push_back(Io::Write {
-                    stream: self.stream,
-                    bytes: c.take_output(),
-                });
-            }
-        }
-    }
-
-    fn drain(&mut self, now: u64, host_reason: Option<&str>, streams: &mut super::Streams) {
-        let Phase::Open(c) = &mut self.phase else {
-            return;
-        };
-        let events: Vec<ConnEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+    fn answered(&mut self, now: u64, answers: Answers, streams: &mut Streams) {
         let mut failed: Option<String> = None;
-        let mut closed = None;
         // The masters named, in order, and whether the first answer came.
         let mut named = Vec::new();
         let mut answered = false;
-        for ev in events {
+        for ev in answers.events {
             match ev {
                 ConnEvent::Reply { id: ASK_ID, reply } => {
                     match master_addr(&reply, &self.url.master_name) {
@@ -359,18 +301,17 @@ impl Discovery {
                         named.push(master);
                     }
                 }
-                ConnEvent::Closed(e) => closed = Some(e.to_string()),
                 ConnEvent::Ready { .. }
                 | ConnEvent::Reply { .. }
                 | ConnEvent::Push(_)
-                | ConnEvent::Failed { .. } => {}
+                | ConnEvent::Failed { .. }
+                | ConnEvent::Closed(_) => {}
             }
         }
-        if answered && failed.is_none() && closed.is_none() {
-            self.tried = 0;
-            self.rounds = 0;
+        if answered && failed.is_none() && answers.ended.is_none() {
+            self.rounds.answered();
             let watch: [&[u8]; 2] = [b"SUBSCRIBE", SWITCH_CHANNEL];
-            match c.send(now, WATCH_ID, &watch) {
+            match self.side.send(now, WATCH_ID, &watch) {
                 Ok(()) => self.watching = true,
                 Err(e) => failed = Some(e.to_string()),
             }
@@ -378,52 +319,26 @@ impl Discovery {
         for master in named {
             self.named_master(master);
         }
-        if let Some(e) = closed {
-            let why = host_reason.map_or(e, str::to_owned);
-            self.fail(now, &why, host_reason.is_none(), streams);
+        if let Some((why, shutdown)) = answers.ended {
+            self.failed(now, &why, shutdown, streams);
         } else if let Some(why) = failed {
-            if let Phase::Open(c) = &mut self.phase {
-                c.handle_closed();
-            }
-            self.fail(now, &why, true, streams);
+            self.failed(now, &why, true, streams);
         } else {
-            self.flush(streams);
+            self.side.flush(streams);
         }
-    }
-
-    fn named_master(&mut self, master: Endpoint) {
-        if self.named.as_ref() != Some(&master) {
-            self.named = Some(master.clone());
-            self.generation += 1;
-        }
-        self.master = Some(master);
     }
 
     /// The sentinel asked failed: the next one is asked, at once or after a round's
     /// backoff.
-    fn fail(&mut self, now: u64, why: &str, shutdown: bool, streams: &mut super::Streams) {
-        if self.stream != 0 {
-            streams.closed(self.stream, shutdown);
-        }
+    fn failed(&mut self, now: u64, why: &str, shutdown: bool, streams: &mut Streams) {
+        self.side.close(shutdown, streams);
         if let Endpoint::Tcp { host, port, .. } = &self.url.sentinels[self.next] {
             self.last_error = format!("sentinel {host}:{port}: {why}");
             self.fresh_error = true;
         }
-        self.stream = 0;
-        self.phase = Phase::Idle;
         self.watching = false;
         self.next = (self.next + 1) % self.url.sentinels.len();
-        self.tried += 1;
-        if self.tried >= self.url.sentinels.len() {
-            self.tried = 0;
-            self.rounds = self.rounds.saturating_add(1);
-            let step = ROUND_BACKOFF_BASE
-                .saturating_mul(1 << (self.rounds - 1).min(10))
-                .min(ROUND_BACKOFF_CAP);
-            self.retry_at = now.saturating_add(step);
-        } else {
-            self.retry_at = now;
-        }
+        (self.retry_at, _) = self.rounds.failed(now, self.url.sentinels.len());
         self.poll(now, streams);
     }
 }

@@ -2,8 +2,10 @@
 //! writes and answers with hand-written RESP bytes (the harness of `stream_tests.rs`).
 
 use super::super::tests::{GRANTED, Got, HELLO_REPLY, T, is_acquire};
+use super::super::types::{ROUND_BACKOFF_BASE, ROUND_BACKOFF_CAP};
 use super::*;
 use crate::Event;
+use crate::backend::outbox::MS;
 use crate::backend::redis::Connection;
 use crate::backend::redis::stream::StreamError;
 

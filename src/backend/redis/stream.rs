@@ -33,7 +33,7 @@ use crate::{Client, Error, Event};
 
 #[path = "stream_types.rs"]
 mod types;
-use types::{Io, Streams};
+use types::{Answers, Io, Rounds, SideConn, SideOwner, Streams};
 pub use types::{StreamCounters, StreamError, StreamRequest, StreamSettings};
 
 /// Most requests waiting for a connection to open; more fail at once.
@@ -264,16 +264,14 @@ impl RedisStream {
         self.proto.poll_event(core)
     }
 
-    /// Queues a status query (see [`RedisProtocol::request_status`]).
+    /// Queues a status query (see [`RedisProtocol::request_status`]). The opens it causes
+    /// wait for the core's clock like any open (a fresh core asks for a timeout at once).
     pub fn request_status(
         &mut self,
-        core: &mut Client,
+        _core: &mut Client,
         now: u64,
         name: &str,
     ) -> Result<u64, Error> {
-        // The query carries the host's clock: the connections it opens (a cluster's topology
-        // first) are dated from it, not from a core that has seen no input yet.
-        self.handle_timeout(core, now);
         self.proto.request_status(now, name)
     }
 
@@ -307,8 +305,9 @@ impl RedisStream {
         if let Some(c) = &self.cluster {
             t = t.min(c.deadline());
         }
-        if !self.dated(core) && self.links.iter().any(|l| !l.waiting.is_empty()) {
-            // An open waits for a clock to date its deadline: due at once.
+        let waiting = self.links.iter().any(|l| !l.waiting.is_empty());
+        if (!self.dated(core) && waiting) || self.cluster_holds_requests(core) {
+            // An open (a cluster: an admission) waits for a clock to date it: due at once.
             t = t.min(core.now());
         }
         (t != NEVER).then_some(t)
@@ -531,11 +530,13 @@ impl RedisStream {
         self.drop_abandoned(core, now);
         let mut refused: Vec<(u64, String)> = Vec::new();
         let mut placed = Vec::new();
-        while let Some(req) = self.proto.poll_request(core) {
-            let (id, args) = (req.id, req.args.to_vec());
-            match &mut self.cluster {
-                Some(c) => c.admit(now, id, req.connection, args),
-                None => placed.push((index(req.connection), id, args)),
+        if !self.cluster_holds_requests(core) {
+            while let Some(req) = self.proto.poll_request(core) {
+                let (id, args) = (req.id, req.args.to_vec());
+                match &mut self.cluster {
+                    Some(c) => c.admit(now, id, req.connection, args),
+                    None => placed.push((index(req.connection), id, args)),
+                }
             }
         }
         if self.cluster.is_some() {

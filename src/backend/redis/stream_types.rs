@@ -1,11 +1,18 @@
 //! The stream path's vocabulary: its settings, what it asks of the host, what it refuses,
-//! its counters, and the queue of IO the links and the sentinel discovery share.
+//! its counters, the queue of IO the links and the side connections share, and the side
+//! connections themselves (`side_stream.rs`).
 
 use std::collections::VecDeque;
 
 use super::Endpoint;
 use super::Resp;
 use crate::backend::outbox::MS;
+
+#[path = "side_stream.rs"]
+mod side;
+pub(super) use side::{Answers, Rounds, SideConn, SideOwner};
+#[cfg(test)]
+pub(super) use side::{ROUND_BACKOFF_BASE, ROUND_BACKOFF_CAP};
 
 /// How the stream path connects, besides the URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +110,7 @@ pub(super) enum Io {
 }
 
 /// Stream ids, the IO queued for the host and the counters: shared by the links and the
-/// sentinel discovery.
+/// side connections.
 #[derive(Debug)]
 pub(super) struct Streams {
     pub(super) next: u64,
