@@ -643,20 +643,9 @@ impl RedisStream {
             self.links.push(super::Link::new(which));
         }
         for (id, why) in failed {
-            self.cluster_fail(core, now, id, &why);
+            self.fail_request(core, now, id, &why, false);
         }
         placed
-    }
-
-    /// Fails request `id` (forgetting its argument vector).
-    pub(super) fn cluster_fail(&mut self, core: &mut Client, now: u64, id: u64, why: &str) {
-        if id == ASKING_ID {
-            return;
-        }
-        if let Some(c) = &mut self.cluster {
-            c.done(id);
-        }
-        self.proto.handle_request_failed_because(core, now, id, why);
     }
 
     /// Time passed: the topology connection's deadlines, retries due, unrouted requests
@@ -675,7 +664,7 @@ impl RedisStream {
             format!("Redis Cluster: {}", c.last_error)
         };
         for id in expired {
-            self.cluster_fail(core, now, id, &why);
+            self.fail_request(core, now, id, &why, false);
         }
     }
 

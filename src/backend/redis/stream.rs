@@ -405,7 +405,7 @@ impl RedisStream {
             Vec::new()
         };
         for (id, why) in refused {
-            self.not_sent(core, now, id, &why);
+            self.fail_request(core, now, id, &why, false);
         }
         self.route(core);
         Ok(())
@@ -567,7 +567,7 @@ impl RedisStream {
             }
         }
         for (id, why) in refused {
-            self.not_sent(core, now, id, &why);
+            self.fail_request(core, now, id, &why, false);
         }
         self.follow_master(core, now);
         self.sentinel_news();
@@ -678,7 +678,7 @@ impl RedisStream {
         if verified && closed.is_none() {
             self.links[i].verified = true;
             for (id, why) in self.links[i].flush(now) {
-                self.not_sent(core, now, id, &why);
+                self.fail_request(core, now, id, &why, false);
             }
         }
         let Some(own) = closed else {
@@ -690,7 +690,7 @@ impl RedisStream {
         };
         let why = host_reason.map_or(own, str::to_owned);
         for id in failed {
-            self.cluster_fail(core, now, id, &why);
+            self.fail_request(core, now, id, &why, true);
         }
         self.down(core, now, i, &why, host_reason.is_none());
         self.master_lost(now);
@@ -716,67 +716,15 @@ impl RedisStream {
         }
     }
 
-    /// An open that failed (the host's report, its deadline passed, or no master was named
-    /// in time): the requests that waited for it fail, and the next open waits for the
-    /// backoff.
-    fn open_failed(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
-        let waiting: Vec<u64> = self.links[i].waiting.drain(..).map(|(id, _)| id).collect();
-        for id in waiting {
-            self.not_sent(core, now, id, why);
-        }
-        let had_stream = self.links[i].stream != 0;
-        self.down(core, now, i, why, shutdown);
-        if had_stream {
-            self.master_lost(now);
-        }
-    }
-
-    /// Acquires waiting for a connection that nobody waits for at `now` (a caller that gave
-    /// up, a closing client, a request timeout over) are dropped, answered at the core's
-    /// current time, before `now` is fed: never sent, they are not taken for attempts that
-    /// may have been granted, they owe no cleanup, and a server that is down does not hold
-    /// them, and `close`, until the connect deadline.
-    fn drop_abandoned(&mut self, core: &mut Client, now: u64) {
-        let at = core.now();
-        for i in 0..self.links.len() {
-            let link = &self.links[i];
-            if link.waiting.is_empty() || matches!(link.state, State::Open(_)) && link.verified {
-                continue;
-            }
-            let proto = &self.proto;
-            let (gone, kept): (VecDeque<_>, _) = std::mem::take(&mut self.links[i].waiting)
-                .into_iter()
-                .partition(|(id, _)| proto.send_deadline(core, *id).is_some_and(|d| now >= d));
-            self.links[i].waiting = kept;
-            if gone.is_empty() {
-                continue;
-            }
-            // The most telling reason: what the sentinels said, else the last close.
-            let why = match (&self.links[i].state, &self.sentinel) {
-                (State::Resolving { .. }, Some(d)) => d.unresolved(),
-                _ if !self.last_close.is_empty() => self.last_close.clone(),
-                _ => "no connection opened while the acquire waited".to_owned(),
-            };
-            for (id, _) in gone {
-                self.not_sent(core, at, id, &why);
-            }
-        }
-    }
-
-    /// Fails request `id`, which never reached a connection: an acquire that never left
-    /// owes no cleanup release.
-    fn not_sent(&mut self, core: &mut Client, now: u64, id: u64, why: &str) {
-        if id == cluster::ASKING_ID {
-            return;
-        }
-        if let Some(c) = &mut self.cluster {
-            c.done(id);
-        }
-        self.proto.handle_request_not_sent(core, now, id, why);
-    }
-
     /// Connection `i` is gone: back off, and tell the protocol its subscriptions are lost.
-    fn down(&mut self, core: &mut Client, now: u64, i: usize, why: &str, shutdown: bool) {
+    pub(super) fn down(
+        &mut self,
+        core: &mut Client,
+        now: u64,
+        i: usize,
+        why: &str,
+        shutdown: bool,
+    ) {
         let link = &mut self.links[i];
         if link.stream != 0 {
             self.streams.closed(link.stream, shutdown);
@@ -839,6 +787,9 @@ fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
 
 #[path = "sentinel_stream.rs"]
 mod sentinel;
+
+#[path = "stream_failures.rs"]
+mod failures;
 
 #[path = "cluster_stream.rs"]
 pub mod cluster;
