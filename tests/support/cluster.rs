@@ -27,15 +27,7 @@ impl Cluster {
     /// Starts one (`tag` names its directory); `None` (a skip, said on stderr) without
     /// redis-server, except under `CI=true`, where that is a failure.
     pub fn start(tag: &str) -> Option<Cluster> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("redis-server is missing (scripts/ensure-redis.sh installs it)");
-            }
-            eprintln!("SKIP: redis-server not installed (scripts/ensure-redis.sh installs it)");
+        if !super::have_server("redis-server", "scripts/ensure-redis.sh") {
             return None;
         }
         let dir = std::env::temp_dir().join(format!("lh-{tag}-{}", std::process::id()));

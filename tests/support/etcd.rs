@@ -38,15 +38,7 @@ impl Cluster {
     /// Starts `n` members, or `None` (with a message) when etcd is not installed; under
     /// `CI=true` a missing etcd fails the test.
     pub fn start(tag: &str, n: usize) -> Option<Cluster> {
-        let found = Command::new("etcd")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("etcd is missing (scripts/ensure-etcd.sh installs it)");
-            }
-            eprintln!("SKIP: etcd not installed (scripts/ensure-etcd.sh installs it)");
+        if !super::have_server("etcd", "scripts/ensure-etcd.sh") {
             return None;
         }
         let dir = std::env::temp_dir().join(format!("lh-etcd-{tag}-{}", std::process::id()));
