@@ -3,8 +3,21 @@ certificates it signs."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
+
+from lh_redis_server import _in_ci
+
+
+def require_openssl() -> None:
+    """Skip without openssl (a failure under CI)."""
+    if shutil.which("openssl") is None:
+        if _in_ci():
+            pytest.fail("openssl is required for the TLS tests under CI")
+        pytest.skip("no openssl to make the test's certificates")
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -6,7 +6,6 @@ that does not trust the cluster's CA is granted nothing and says why."""
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import threading
 import time
@@ -18,18 +17,14 @@ import pytest
 from leasehold import LockClient, errors
 from leasehold.backends.redis_stream import RedisStreamExecutor
 
-from lh_certs import make_ca, make_cert
+from lh_certs import make_ca, make_cert, require_openssl
 from lh_cluster import ClusterTopology
-from lh_redis_server import _in_ci
 from test_redis_stream_cluster import _lock_key, names_on_masters
 
 
 @pytest.fixture(scope="module")
 def tls_cluster(redis_bin: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    if shutil.which("openssl") is None:
-        if _in_ci():
-            pytest.fail("openssl is required for the TLS tests under CI")
-        pytest.skip("no openssl to make the test's certificates")
+    require_openssl()
     certs = tmp_path_factory.mktemp("cluster-certs")
     make_ca(certs, "ca")
     make_ca(certs, "other-ca")

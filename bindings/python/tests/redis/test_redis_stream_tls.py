@@ -6,7 +6,6 @@ certificate, a server certificate from another CA) grants nothing and says why."
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import threading
 from pathlib import Path
@@ -15,8 +14,8 @@ import pytest
 
 from leasehold import LockClient, errors
 from leasehold.backends.redis_stream import RedisStreamExecutor
-from lh_certs import make_ca, make_cert
-from lh_redis_server import RedisServer, _in_ci, free_port
+from lh_certs import make_ca, make_cert, require_openssl
+from lh_redis_server import RedisServer, free_port
 
 
 class TlsRedis(RedisServer):
@@ -41,10 +40,7 @@ class TlsRedis(RedisServer):
 
 @pytest.fixture(scope="module")
 def tls(redis_bin: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    if shutil.which("openssl") is None:
-        if _in_ci():
-            pytest.fail("openssl is required for the TLS tests under CI")
-        pytest.skip("no openssl to make the test's certificates")
+    require_openssl()
     tmp_path = tmp_path_factory.mktemp("tls")
     certs = tmp_path / "certs"
     certs.mkdir()
