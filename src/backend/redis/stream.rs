@@ -89,9 +89,12 @@ impl Link {
             verified: false,
         }
     }
-}
 
-impl Link {
+    /// Open and verified: what it is given is written now, not held unsent in `waiting`.
+    fn sends(&self) -> bool {
+        matches!(self.state, State::Open(_)) && self.verified
+    }
+
     /// Sends the waiting requests on the open connection; the ones it refused.
     fn flush(&mut self, now: u64) -> Vec<(u64, String)> {
         let mut refused = Vec::new();
@@ -292,8 +295,8 @@ impl RedisStream {
                 State::Idle if !l.waiting.is_empty() => l.reopen_at,
                 State::Idle => NEVER,
             });
-            if !(matches!(l.state, State::Open(_)) && l.verified) {
-                // (see drop_abandoned)
+            if !l.sends() {
+                // An unsent acquire is dropped at its deadline (drop_abandoned).
                 for (id, _) in &l.waiting {
                     t = t.min(self.proto.send_deadline(core, *id).unwrap_or(NEVER));
                 }

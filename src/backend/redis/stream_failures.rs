@@ -40,7 +40,7 @@ impl RedisStream {
         let at = core.now();
         for i in 0..self.links.len() {
             let link = &self.links[i];
-            if link.waiting.is_empty() || matches!(link.state, State::Open(_)) && link.verified {
+            if link.waiting.is_empty() || link.sends() {
                 continue;
             }
             let proto = &self.proto;
