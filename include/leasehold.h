@@ -116,6 +116,10 @@
  *       } while (ev.kind != LH_EVENT_NONE);
  *   }
  *
+ *   lh_drain(c, &req, events, cap, &out) is the same drain in one call where crossings cost
+ *   (ctypes, cgo): the next request, up to cap events and the next deadline; repeat while
+ *   out.request or out.more_events, and keep the last call's out.deadline_ns.
+ *
  *   Values (answers to COMMAND and SQL) cross as a flat list of lh_value in pre-order (an
  *   LH_VALUE_ARRAY of len n is followed by its n elements, recursively) plus ONE data
  *   buffer: string values are offset/len into it. There are no pointers inside lh_value, so
@@ -1427,6 +1431,35 @@ typedef struct lh_io_request {
 } lh_io_request;
 
 /**
+ * What one `lh_drain` call took out. Fill `struct_size`; the rest is written.
+ */
+typedef struct lh_drained {
+  /**
+   * `sizeof(lh_drained)` as compiled by the caller.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 when `*request` holds a request (run it, then call again: more may be queued), 0
+   * when none is left (`request->kind == LH_IO_NONE`) or `request` was NULL.
+   */
+  uint32_t request;
+  /**
+   * Events written to `events`, in order.
+   */
+  uint32_t nevents;
+  /**
+   * 1 when `events` was filled to its capacity (more may be pending: call again).
+   */
+  uint32_t more_events;
+  /**
+   * The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it after this
+   * call's outputs. Keep the one of the last call, the one with `request` and
+   * `more_events` both 0.
+   */
+  uint64_t deadline_ns;
+} lh_drained;
+
+/**
  * Limits of a memory service. Fill with `lh_memory_config_default`, then change fields;
  * every field is 1 to 2^24 (else `LH_ERR_INVALID_CONFIG`).
  */
@@ -1960,6 +1993,24 @@ lh_status lh_client_debug_panic(struct lh_client *c);
  */
 lh_status lh_counters_get(const struct lh_client *c,
                           struct lh_counters *out);
+
+/**
+ * The host's drain after an input, in one call: takes the next IO request into `*request`
+ * (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
+ * `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then the next deadline.
+ * Call it again while `out->request` or `out->more_events` is 1. What `*request` points to
+ * is valid until the next poll of either kind. It mixes freely with the single polls.
+ *
+ * # Safety
+ * `c` is NULL or a live handle; `request` is NULL or valid for writing one `lh_io_request`;
+ * `events` is valid for writing `events_cap` `lh_event`s (NULL allowed when `events_cap`
+ * is 0); `out` is valid for writing one `lh_drained` whose `struct_size` is set.
+ */
+lh_status lh_drain(struct lh_client *c,
+                   struct lh_io_request *request,
+                   struct lh_event *events,
+                   size_t events_cap,
+                   struct lh_drained *out);
 
 /**
  * Takes the next request into `*out` (`out->kind == LH_IO_NONE`, `out->id == 0` when none is

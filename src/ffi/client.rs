@@ -438,7 +438,7 @@ impl ClientState {
     }
 }
 
-fn event_to_c(ev: Option<Event>) -> lh_event {
+pub(crate) fn event_to_c(ev: Option<Event>) -> lh_event {
     let mut o = lh_event::default();
     let Some(ev) = ev else {
         return o;

@@ -212,7 +212,7 @@ fn argv<'a>(flat: &mut Flat, args: impl Iterator<Item = &'a [u8]>) -> (*const lh
 
 impl ClientState {
     /// The next request of the handle's protocol, flattened into `self.flat`.
-    fn poll_request(&mut self) -> lh_io_request {
+    pub(crate) fn poll_request(&mut self) -> lh_io_request {
         let flat = &mut self.flat;
         flat.argv.clear();
         flat.statements.clear();

@@ -11,6 +11,7 @@
 //!   checked conversion of C pointers into Rust slices and strings;
 //! - [`client`]: the application's calls (acquire, release, renew, events, timers, getters);
 //! - [`counters`]: the engine's and the protocol's counters in one struct;
+//! - [`drain`]: the host's drain after an input (request, events, deadline) in one call;
 //! - [`backend`]: a client's backend and its options (`lh_client_new`);
 //! - [`io`]: the seam — one tagged request poll and one answer function per kind, the same for
 //!   every backend;
@@ -30,6 +31,7 @@ pub mod backend;
 pub(crate) mod boundary;
 pub mod client;
 pub mod counters;
+pub mod drain;
 pub mod io;
 /// The in-memory reference lock service for tests and examples (`lh_memory_service_*`).
 pub mod memory;
@@ -41,6 +43,7 @@ pub mod values;
 pub use backend::*;
 pub use client::*;
 pub use counters::*;
+pub use drain::*;
 pub use io::*;
 pub use memory::*;
 pub use status::*;

@@ -113,6 +113,12 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
 _new_event = tuple.__new__
+_EVENT_SIZE = _EVENT_LAYOUT.size
+_DRAINED_LAYOUT = struct.Struct("@IIIIQ")
+if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover - exotic ABI
+    raise errors.LibraryError("lh_drained layout mismatch")
+# Events one lh_drain call takes (a drain holds one or two; more take another call).
+_STEP_EVENTS = 8
 _string_at = ctypes.string_at
 _check = _ffi.check
 
@@ -295,6 +301,13 @@ class Core:
         self._poll_event = _ffi.unchecked("lh_poll_event", pointers_only=True)
         self._poll_io = _ffi.unchecked("lh_io_poll", pointers_only=True)
         self._poll_timeout = _ffi.unchecked("lh_poll_timeout", pointers_only=True)
+        # lh_drain: the drain after an input in one crossing (None: a library from before it).
+        self._c_drain = _ffi.unchecked("lh_drain", ctypes_args=True) if hasattr(lib, "lh_drain") else None
+        self._evs = (_ffi.lh_event * _STEP_EVENTS)()
+        self._evs_ref = ctypes.byref(self._evs)
+        self._evs_cap = ctypes.c_size_t(_STEP_EVENTS)
+        self._drained = _ffi.lh_drained(struct_size=ctypes.sizeof(_ffi.lh_drained))
+        self._drained_ref = ctypes.byref(self._drained)
         self._c_acquire = _ffi.unchecked("lh_acquire")
         self._c_release = _ffi.unchecked("lh_release")
         self._c_reply = _ffi.unchecked("lh_io_reply")
@@ -605,6 +618,34 @@ class Core:
             _check(st, p, "lh_poll_timeout")
         v: int = self._deadline.value
         return events, None if v == _NO_DEADLINE else v
+
+    def step(self) -> tuple[list[IoRequest], list[Event], int | None]:
+        """The whole drain after an input: every pending request, every event and the next
+        deadline (``poll_io`` then ``drain``), in one crossing of the ABI when the library
+        has ``lh_drain``."""
+        fn = self._c_drain
+        if fn is None:
+            reqs = self.poll_io()
+            events, dl = self.drain()
+            return reqs, events, dl
+        p = self._p()
+        args = (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
+        buf, evs, unpack, unpack_ev = self._req, self._evs, _DRAINED_LAYOUT.unpack_from, self._unpack_ev
+        reqs: list[IoRequest] = []
+        events: list[Event] = []
+        while True:
+            st = fn(*args)
+            if st:
+                _check(st, p, "lh_drain")
+            _, took, n, more, dl = unpack(self._drained)
+            if took:
+                req = decode_request(buf)
+                if req is not None:
+                    reqs.append(req)
+            for i in range(n):
+                events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
+            if not took and not more:
+                return reqs, events, None if dl == _NO_DEADLINE else dl
 
     # -- getters -------------------------------------------------------------------------------------------
     def lease_state(self, lease: int) -> int:

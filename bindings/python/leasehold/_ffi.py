@@ -62,6 +62,7 @@ from ._ffi_types import (
     lh_client_p,
     lh_config,
     lh_counters,
+    lh_drained,
     lh_event,
     lh_io_request,
     lh_lease_info,
@@ -275,6 +276,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     "lh_client_debug_panic": ([lh_client_p], _u32, True),
     # the IO seam
     "lh_io_poll": ([lh_client_p, _P(lh_io_request)], _u32, True),
+    "lh_drain": ([lh_client_p, _P(lh_io_request), _P(lh_event), _sz, _P(lh_drained)], _u32, True),
     # values: a packed lh_value list passed as bytes (see leasehold._values.flatten_reply)
     "lh_io_reply": ([lh_client_p, _u64, _u64, _cp, _sz, _cp, _sz], _u32, True),
     "lh_io_http_reply": ([lh_client_p, _u64, _u64, _u32, _cp, _sz], _u32, True),
@@ -316,7 +318,7 @@ _MEMORY_SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
 
 
 # Exports added without an ABI change (a library of ABI_VERSION may predate them).
-_ADDED_EXPORTS = frozenset({"lh_client_new_check"})
+_ADDED_EXPORTS = frozenset({"lh_client_new_check", "lh_drain"})
 
 
 def client_new_reason(cfg: lh_config, bopts: lh_backend_options, seed: Any, seed_len: int) -> str:
@@ -351,17 +353,20 @@ def _declare() -> None:
                 fn.errcheck = check_fn
 
 
-def unchecked(name: str, *, pointers_only: bool = False) -> Any:
+def unchecked(name: str, *, pointers_only: bool = False, ctypes_args: bool = False) -> Any:
     """A second function object for ``name`` without ``errcheck``: hot paths test the status
     themselves with :func:`check` (one Python frame less per call).
 
     ``pointers_only``: the caller passes nothing but ctypes pointer objects (the handle, a
     ``byref``), which ctypes passes as pointers as they are, so no ``argtypes`` conversion is
-    needed (it costs more than the call into the core itself).
+    needed (it costs more than the call into the core itself). ``ctypes_args``: the same for
+    a caller that passes a ctypes object of the right type for every argument.
     """
     argtypes, restype, _ = _SIGNATURES[name]
     fn = lib[name]  # indexing builds a new function object; ``lib.name`` is the checked one
-    if not pointers_only:
+    if ctypes_args:
+        pass
+    elif not pointers_only:
         fn.argtypes = argtypes
     elif not all(issubclass(t, ctypes._Pointer) for t in argtypes):  # pragma: no cover - misuse
         raise TypeError(f"{name} takes non-pointer arguments")

@@ -361,6 +361,16 @@ class lh_io_request(ctypes.Structure):
     ]
 
 
+class lh_drained(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("request", ctypes.c_uint32),
+        ("nevents", ctypes.c_uint32),
+        ("more_events", ctypes.c_uint32),
+        ("deadline_ns", ctypes.c_uint64),
+    ]
+
+
 class lh_lock_status(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),

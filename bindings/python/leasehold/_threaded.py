@@ -196,9 +196,9 @@ class ThreadedDriver(Driver):
         if self._fatal is not None:
             return
         try:
-            for req in self._core.poll_io():
+            reqs, outs, dl = self._core.step()
+            for req in reqs:
                 self._submit_request(req)
-            outs, dl = self._core.drain()
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
         except (errors.CorePanic, errors.CorePoisoned) as e:

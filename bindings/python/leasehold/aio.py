@@ -347,9 +347,11 @@ class AsyncLockClient(Driver):
         if self._core.closed:
             return
         if self._loop is not None:
-            for req in self._core.poll_io():
+            reqs, outs, dl = self._core.step()
+            for req in reqs:
                 self._spawn(self._execute(req))
-        outs, dl = self._core.drain()
+        else:
+            outs, dl = self._core.drain()
         self._deadline = dl
         dispatch_all(outs, self._dispatch)
         if (

@@ -24,6 +24,7 @@ STRUCTS = {
     "lh_config": _ffi.lh_config,
     "lh_acquire_options": _ffi.lh_acquire_options,
     "lh_event": _ffi.lh_event,
+    "lh_drained": _ffi.lh_drained,
     "lh_lease_info": _ffi.lh_lease_info,
     "lh_counters": _ffi.lh_counters,
     "lh_bytes": _ffi.lh_bytes,

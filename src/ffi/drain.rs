@@ -1,0 +1,79 @@
+//! The host's drain in one call (`lh_drain`): the next request, every pending event and the
+//! next deadline. A host whose crossings cost (ctypes, cgo) drains after each input with one
+//! call where the run loop's `lh_io_poll` / `lh_poll_event` / `lh_poll_timeout` take four.
+#![allow(non_camel_case_types)]
+
+use super::boundary::{Failure, check_sized_out, guard_mut, write_out};
+use super::client::{event_to_c, lh_client};
+use super::io::lh_io_request;
+use super::types::{LH_EVENT_NONE, LH_NO_DEADLINE, lh_event, lh_status};
+
+/// What one `lh_drain` call took out. Fill `struct_size`; the rest is written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct lh_drained {
+    /// `sizeof(lh_drained)` as compiled by the caller.
+    pub struct_size: u32,
+    /// 1 when `*request` holds a request (run it, then call again: more may be queued), 0
+    /// when none is left (`request->kind == LH_IO_NONE`) or `request` was NULL.
+    pub request: u32,
+    /// Events written to `events`, in order.
+    pub nevents: u32,
+    /// 1 when `events` was filled to its capacity (more may be pending: call again).
+    pub more_events: u32,
+    /// The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it after this
+    /// call's outputs. Keep the one of the last call, the one with `request` and
+    /// `more_events` both 0.
+    pub deadline_ns: u64,
+}
+
+/// The host's drain after an input, in one call: takes the next IO request into `*request`
+/// (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
+/// `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then the next deadline.
+/// Call it again while `out->request` or `out->more_events` is 1. What `*request` points to
+/// is valid until the next poll of either kind. It mixes freely with the single polls.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `request` is NULL or valid for writing one `lh_io_request`;
+/// `events` is valid for writing `events_cap` `lh_event`s (NULL allowed when `events_cap`
+/// is 0); `out` is valid for writing one `lh_drained` whose `struct_size` is set.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lh_drain(
+    c: *mut lh_client,
+    request: *mut lh_io_request,
+    events: *mut lh_event,
+    events_cap: usize,
+    out: *mut lh_drained,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            check_sized_out(out, "out")?;
+            if events.is_null() && events_cap > 0 {
+                return Err(Failure::null("events"));
+            }
+            let mut d = lh_drained {
+                struct_size: size_of::<lh_drained>() as u32,
+                ..lh_drained::default()
+            };
+            if !request.is_null() {
+                let r = s.poll_request();
+                d.request = u32::from(r.kind != super::io::LH_IO_NONE);
+                write_out(request, r);
+            }
+            let cap = events_cap.min(u32::MAX as usize);
+            while (d.nevents as usize) < cap {
+                let ev = event_to_c(s.proto.poll_event(&mut s.core));
+                if ev.kind == LH_EVENT_NONE {
+                    break;
+                }
+                write_out(events.add(d.nevents as usize), ev);
+                d.nevents += 1;
+            }
+            d.more_events = u32::from(cap > 0 && d.nevents as usize == cap);
+            d.deadline_ns = s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE);
+            write_out(out, d);
+            Ok(())
+        })
+    }
+}
