@@ -114,9 +114,6 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
     )
 _new_event = tuple.__new__
 _EVENT_SIZE = _EVENT_LAYOUT.size
-_DRAINED_LAYOUT = struct.Struct("@IIIIQ")
-if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover - exotic ABI
-    raise errors.LibraryError("lh_drained layout mismatch")
 # Events one lh_drain call takes (a drain holds one or two; more take another call).
 _STEP_EVENTS = 8
 _string_at = ctypes.string_at
@@ -629,22 +626,27 @@ class Core:
             events, dl = self.drain()
             return reqs, events, dl
         p = self._p()
-        args = (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
-        buf, evs, unpack, unpack_ev = self._req, self._evs, _DRAINED_LAYOUT.unpack_from, self._unpack_ev
+        d, args = self._drained, (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
         reqs: list[IoRequest] = []
         events: list[Event] = []
         while True:
             st = fn(*args)
             if st:
                 _check(st, p, "lh_drain")
-            _, took, n, more, dl = unpack(self._drained)
+            took = d.request
             if took:
-                req = decode_request(buf)
+                req = decode_request(self._req)
                 if req is not None:
                     reqs.append(req)
-            for i in range(n):
-                events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
-            if not took and not more:
+            n = d.nevents
+            if n:
+                evs, unpack_ev = self._evs, self._unpack_ev
+                for i in range(n):
+                    events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
+                if d.more_events:
+                    continue
+            if not took:
+                dl: int = d.deadline_ns
                 return reqs, events, None if dl == _NO_DEADLINE else dl
 
     # -- getters -------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -318,6 +319,42 @@ def test_core_decodes_every_kind_of_request() -> None:
     assert post.payload.body.startswith(b"{") and post.payload.authorization == ""
     for c in (redis, sql, etcd):
         c.close()
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["lh_drain", "single-polls"])
+def test_step_drains_what_poll_io_and_drain_drain(one_call: bool) -> None:
+    """``Core.step`` (one ``lh_drain`` crossing, or the single polls on a library without
+    it) takes the same requests, events and deadline as ``poll_io`` + ``drain``, more
+    events than its buffer holds included."""
+    clock = FakeClock()
+    ex = MemoryExecutor(MemoryService(clock=clock))
+    a, b = (Core(seed=b"d" * 32, clock=clock.monotonic_ns) for _ in range(2))
+    if not one_call:
+        b._c_drain = None
+    assert b.step() == ([], [], None)
+
+    def both(fn: Any) -> None:
+        fn(a)
+        fn(b)
+
+    names = [f"n{i}" for i in range(11)]  # more grants than one lh_drain call takes
+    both(lambda c: [c.acquire(n, 3000) for n in names])
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    assert b.step() == (reqs, events, dl) and len(reqs) == len(names) and dl is not None
+    clock.advance(0.001)
+    answers = [ex.command(r.payload) for r in reqs]
+    both(lambda c: [c.reply(r.id, ans) for r, ans in zip(reqs, answers)])
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    got = b.step()
+    assert got == (reqs, events, dl)
+    assert [e.kind for e in got[1]] == [_ffi.LH_EVENT_ACQUIRED] * len(names)
+    # A closed core says so through step() as through the single polls.
+    b.close()
+    with pytest.raises(ClientClosed):
+        b.step()
+    a.close()
 
 
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
