@@ -891,12 +891,84 @@ static void memory_service_rejects_hostile_arguments(void) {
     lh_memory_service_free(NULL);
 }
 
+/* lh_drain takes, in one call, what lh_io_poll, lh_poll_event and lh_poll_timeout take: two
+ * clients on one seed, fed alike, one drained each way; a full events array says so; bad
+ * arguments are refused before anything is taken. */
+static void drain_in_one_call_takes_what_the_single_polls_take(void) {
+    lh_client *a = mk(), *b = mk();
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t la = 0, lb = 0, now = MS;
+    const uint8_t other[4] = "jobs";
+    for (int i = 0; i < 2; i++) {
+        EXPECT_ST(lh_acquire(a, now, i ? other : NAME, i ? 4 : NAME_LEN, &o, &la), LH_OK);
+        EXPECT_ST(lh_acquire(b, now, i ? other : NAME, i ? 4 : NAME_LEN, &o, &lb), LH_OK);
+        EXPECT(la == lb);
+    }
+    call qa[4];
+    size_t na = 0, nb = 0;
+    while (na < 4 && poll_call(a, &qa[na])) na++;
+    lh_io_request r;
+    lh_event evs[1];
+    lh_drained d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    /* Refused before anything is taken: NULL out, NULL events with room, a short struct. */
+    EXPECT_ST(lh_drain(b, &r, evs, 1, NULL), LH_ERR_NULL_ARGUMENT);
+    EXPECT_ST(lh_drain(b, &r, NULL, 1, &d), LH_ERR_NULL_ARGUMENT);
+    d.struct_size = 8;
+    EXPECT_ST(lh_drain(b, &r, evs, 1, &d), LH_ERR_STRUCT_SIZE);
+    d.struct_size = sizeof d;
+    EXPECT_ST(lh_drain(NULL, &r, evs, 1, &d), LH_ERR_NULL_ARGUMENT);
+    for (;;) {
+        EXPECT_ST(lh_drain(b, &r, evs, 1, &d), LH_OK);
+        EXPECT(d.nevents == 0 && d.more_events == 0);
+        if (!d.request) break;
+        EXPECT(nb < 4 && r.id == qa[nb].id && r.kind == qa[nb].kind && r.argc == qa[nb].argc);
+        for (uint32_t i = 0; nb < 4 && i < r.argc && i < qa[nb].argc; i++)
+            EXPECT(r.argv[i].len == qa[nb].argv[i].len &&
+                   memcmp(r.argv[i].ptr, qa[nb].argv[i].ptr, r.argv[i].len) == 0);
+        nb++;
+    }
+    EXPECT(na == 2 && nb == 2);
+    uint64_t dl = 0;
+    EXPECT_ST(lh_poll_timeout(a, &dl), LH_OK);
+    EXPECT(d.deadline_ns == dl && dl != LH_NO_DEADLINE);
+    /* Both acquires fail: two events, taken one per call (the array holds one). */
+    for (size_t i = 0; i < na; i++) {
+        EXPECT_ST(lh_io_failed(a, 2 * MS, qa[i].id, LH_FAILURE_TRANSPORT, NULL, 0), LH_OK);
+        EXPECT_ST(lh_io_failed(b, 2 * MS, qa[i].id, LH_FAILURE_TRANSPORT, NULL, 0), LH_OK);
+    }
+    while (poll_call(a, &qa[0])) {
+    }
+    lh_event ea[4];
+    size_t nea = 0, neb = 0, calls = 0;
+    for (;;) {
+        EXPECT_ST(lh_poll_event(a, &ea[nea]), LH_OK);
+        if (ea[nea].kind == LH_EVENT_NONE || ++nea == 4) break;
+    }
+    for (; calls < 16; calls++) {
+        EXPECT_ST(lh_drain(b, &r, evs, 1, &d), LH_OK);
+        EXPECT(d.more_events == d.nevents); /* full after one */
+        if (d.nevents) {
+            EXPECT(neb < nea && memcmp(&evs[0], &ea[neb], sizeof evs[0]) == 0);
+            neb++;
+        }
+        if (!d.request && !d.more_events) break;
+    }
+    EXPECT(nea == 2 && neb == 2 && ea[0].kind == LH_EVENT_ACQUIRE_FAILED);
+    EXPECT_ST(lh_poll_timeout(a, &dl), LH_OK);
+    EXPECT(d.deadline_ns == dl);
+    lh_client_free(a);
+    lh_client_free(b);
+}
+
 void abi_tests(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
     RUN(defaults_fill_structs);
     RUN(client_new_rejects_hostile_arguments);
     RUN(every_backend_speaks_through_lh_io_poll);
+    RUN(drain_in_one_call_takes_what_the_single_polls_take);
     RUN(null_handle_is_an_error_everywhere);
     RUN(null_out_params_are_errors_and_change_nothing);
     RUN(acquire_rejects_hostile_names_and_options);
