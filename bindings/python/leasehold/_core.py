@@ -113,6 +113,7 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
 _new_event = tuple.__new__
+_WRITE = _ffi.LH_IO_WRITE
 _EVENT_SIZE = _EVENT_LAYOUT.size
 # Events one lh_drain call takes (a drain holds one or two; more take another call).
 _STEP_EVENTS = 8
@@ -362,7 +363,9 @@ class Core:
         opts.flags = (_REENTRANT if reentrant else 0) | (0 if auto_renew else _NO_AUTO_RENEW)
         opts.ttl_ms = ttl_ms if type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX else _u64(ttl_ms, "ttl_ms")
         opts.wait_ns = wait_ns if type(wait_ns) is int and 0 <= wait_ns <= _U64_MAX else _u64(wait_ns, "wait_ns")
-        p = self._p()
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
         st = self._c_acquire(p, int(self._clock()), raw, len(raw), self._opts_ref, self._lease_ref)
         if st:
             _check(st, p, "lh_acquire")
@@ -372,7 +375,9 @@ class Core:
     def release(self, lease: int, report: bool = False) -> int | None:
         """Release ``lease``. With ``report``, return what happened (an ``LH_RELEASING_*``
         value; after ``LH_RELEASING_PENDING`` a RELEASE_OUTCOME event follows)."""
-        p = self._p()
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
         if not (type(lease) is int and 0 <= lease <= _U64_MAX):
             _u64(lease, "lease")
         st = self._c_release(p, int(self._clock()), lease, self._releasing_ref if report else None)
@@ -549,7 +554,9 @@ class Core:
 
     def stream_received(self, stream: int, data: bytes) -> None:
         """Bytes read on ``stream`` (any split; at most ``LH_MAX_REPLY_DATA`` per call)."""
-        p = self._p()
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
         st = self._c_received(p, int(self._clock()), stream, data, len(data))
         if st:
             _check(st, p, "lh_io_received")
@@ -625,8 +632,10 @@ class Core:
             reqs = self.poll_io()
             events, dl = self.drain()
             return reqs, events, dl
-        p = self._p()
-        d, args = self._drained, (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
+        d, r, args = self._drained, self._req, (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
         reqs: list[IoRequest] = []
         events: list[Event] = []
         while True:
@@ -635,9 +644,13 @@ class Core:
                 _check(st, p, "lh_drain")
             took = d.request
             if took:
-                req = decode_request(self._req)
-                if req is not None:
-                    reqs.append(req)
+                if r.kind == _WRITE:  # the byte path's hot request, without the whole layout
+                    n = r.data_len
+                    reqs.append(_new_event(IoRequest, (r.id, _WRITE, 0, (r.stream, _string_at(r.data, n) if n else b""))))
+                else:
+                    req = decode_request(r)
+                    if req is not None:
+                        reqs.append(req)
             n = d.nevents
             if n:
                 evs, unpack_ev = self._evs, self._unpack_ev

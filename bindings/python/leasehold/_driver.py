@@ -34,9 +34,15 @@ IDLE_TICK_NS = 500_000_000
 
 def acquire_args(name: str, ttl: Any, wait: Any, reentrant: Any, on_lost: Any, auto_renew: Any) -> tuple[int, float, int]:
     """Check ``acquire()``'s arguments before the core is called: ``(ttl_ms, wait_s, wait_ns)``."""
-    check_name(name)
-    ttl_ms = ttl_to_ms(ttl)
-    wait_s, wait_ns = wait_budget(wait)
+    if type(name) is not str or not name:
+        check_name(name)  # raises
+    t = type(ttl)
+    # The usual TTL in one test (else ttl_to_ms says what is wrong); 1e15 s is far inside u64 ms.
+    ttl_ms = round(ttl * 1000) if (t is float or t is int) and 0.001 <= ttl < 1e15 else ttl_to_ms(ttl)
+    if type(wait) is float and 0.0 <= wait < 1e9:
+        wait_s, wait_ns = wait, round(wait * 1e9)
+    else:
+        wait_s, wait_ns = wait_budget(wait)
     if not isinstance(reentrant, bool):
         raise TypeError("reentrant must be a bool")
     if on_lost is not None and not callable(on_lost):

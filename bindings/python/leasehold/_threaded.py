@@ -206,7 +206,13 @@ class ThreadedDriver(Driver):
             return
         self._deadline = dl
         if outs:
-            dispatch_all(outs, self._dispatch)
+            if len(outs) == 1:  # (dispatch_all's loop, one frame less in the common case)
+                try:
+                    self._dispatch(outs[0])
+                except Exception:
+                    log.exception("leasehold: failed to dispatch %r", outs[0])
+            else:
+                dispatch_all(outs, self._dispatch)
         if (
             self._inputs
             or self._closing
@@ -260,10 +266,19 @@ class ThreadedDriver(Driver):
                     be.hold_more(claims)  # what the replies cause is read here too
                     try:
                         for stream, data, why in got:
-                            if data:
-                                self._feed(core.stream_received, stream, data)
-                            else:
+                            if not data:
                                 self._feed(core.stream_closed, stream, why)
+                            elif self._paused or self._fatal is not None:
+                                self._feed(core.stream_received, stream, data)
+                            else:  # (_feed's common case, one frame less per reply)
+                                try:
+                                    core.stream_received(stream, data)
+                                except (errors.CorePanic, errors.CorePoisoned) as e:
+                                    self._on_fatal(e)
+                                    continue
+                                except Exception:
+                                    log.exception("leasehold: the core refused an input")
+                                self._drain()
                     finally:
                         be.held_reads()
                     if widen and not done():

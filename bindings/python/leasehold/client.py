@@ -364,11 +364,13 @@ class LockClient(ThreadedDriver):
             h = Lease(self, lease, name, ttl_ms, reentrant, on_lost, auto_renew)
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
-            batch = self._collecting()
+            # A reading executor's requests are stream requests, which never wait in a batch.
+            batch = None if self._reads else self._collecting()
             try:
                 claims = self._drain_holding()
             finally:
-                self._tl.batch = None
+                if batch is not None:
+                    self._tl.batch = None
             if claims:
                 w = waker()
                 w.clear()
@@ -545,11 +547,12 @@ class LockClient(ThreadedDriver):
             if early is not None:
                 return early
             outcome = self._release_start(h, slot)
-            batch = self._collecting() if inline else None
+            batch = self._collecting() if inline and not self._reads else None
             try:
                 claims = self._drain_holding()
             finally:
-                self._tl.batch = None
+                if batch is not None:
+                    self._tl.batch = None
             if outcome is not None or slot.done:
                 for req in batch or ():  # a lost lease's cleanup release: nobody waits for it
                     self._inflight -= 1
