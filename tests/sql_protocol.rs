@@ -271,8 +271,12 @@ fn a_foreign_table_fails_the_migration_with_a_clear_error_and_the_next_attempt_c
         "{}",
         p.last_error()
     );
-    // The cleanup release of the uncertain attempt waits for a schema check again: nothing
-    // runs on the foreign table.
+    // The acquire waited behind the migration, never sent: no cleanup release is owed, and
+    // nothing runs on the foreign table.
+    assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(core.counters().pending_cleanups, 0);
+    // The next acquire checks the schema again.
+    acquire(&mut core, "jobs", 0);
     inspected_sqlite(&mut core, &mut p, Vec::new());
     let (id, _, sql, _) = next(&mut core, &mut p).unwrap();
     assert!(
@@ -310,7 +314,7 @@ fn a_corrupt_file_and_a_wrong_journal_mode_are_clear_errors() {
 }
 
 #[test]
-fn a_database_error_is_a_transport_error_and_the_schema_is_checked_again() {
+fn a_database_error_fails_the_acquire_owes_no_cleanup_and_the_schema_is_checked_again() {
     let (mut core, mut p) = setup(Dialect::Sqlite);
     let lease = acquire(&mut core, "jobs", 0);
     migrated_sqlite(&mut core, &mut p);
@@ -331,12 +335,58 @@ fn a_database_error_is_a_transport_error_and_the_schema_is_checked_again() {
     );
     assert_eq!(p.last_error(), "database error: database is locked");
     assert_eq!(p.counters().database_errors, 1);
+    // Refused and rolled back: nothing took effect, so no cleanup release is owed.
+    assert_eq!(core.counters().pending_cleanups, 0);
+    assert!(next(&mut core, &mut p).is_none(), "nothing to send");
     // Stale: the same id again is counted and ignored.
     p.handle_failed(&mut core, MS, id, FailureKind::Database, "again");
     assert_eq!(p.counters().stale_results, 1);
     acquire(&mut core, "jobs", 0);
     let (_, _, sql, _) = next(&mut core, &mut p).unwrap();
     assert!(sql[0].starts_with("PRAGMA busy_timeout"));
+}
+
+#[test]
+fn an_acquire_whose_connection_broke_owes_a_cleanup_release() {
+    let (mut core, mut p) = setup(Dialect::Sqlite);
+    let lease = acquire(&mut core, "jobs", 0);
+    migrated_sqlite(&mut core, &mut p);
+    let (id, ..) = next(&mut core, &mut p).unwrap();
+    p.handle_failed(
+        &mut core,
+        MS,
+        id,
+        FailureKind::Transport,
+        "connection reset",
+    );
+    assert_eq!(
+        events(&mut core, &mut p),
+        vec![Event::AcquireFailed {
+            lease,
+            reason: AcquireFailReason::Unavailable
+        }]
+    );
+    // The outcome is unknown: the grant may exist, so a release goes out for it.
+    assert_eq!(core.counters().pending_cleanups, 1);
+}
+
+#[test]
+fn acquires_parked_behind_a_refused_schema_owe_no_cleanup() {
+    let (mut core, mut p) = setup(Dialect::Sqlite);
+    acquire(&mut core, "jobs", 0);
+    acquire(&mut core, "other", 0);
+    let (id, ..) = next(&mut core, &mut p).unwrap(); // the schema inspection
+    p.handle_failed(
+        &mut core,
+        MS,
+        id,
+        FailureKind::Transport,
+        "connection reset",
+    );
+    let failed = events(&mut core, &mut p);
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    // Never sent: nothing to clean up, whatever happened to the inspection.
+    assert_eq!(core.counters().pending_cleanups, 0);
 }
 
 #[test]
@@ -696,9 +746,14 @@ fn a_sqlite_file_of_another_application_is_refused_before_anything_is_created() 
         err.contains("belongs to something else") && err.contains("table \"users\""),
         "{err}"
     );
-    // The cleanup release of the uncertain attempt inspects again, and is refused again.
+    // The acquire waited behind the inspection, never sent: no cleanup release is owed.
+    assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(core.counters().pending_cleanups, 0);
+    // The next acquire inspects again, and is refused again.
+    acquire(&mut core, "jobs", 0);
     inspected_sqlite(&mut core, &mut p, foreign);
     assert!(next(&mut core, &mut p).is_none());
+    assert_eq!(events(&mut core, &mut p).len(), 1);
     assert_eq!(p.counters().migrations, 0);
     // Once the file holds nothing foreign, the migration follows the inspection.
     acquire(&mut core, "jobs", 0);

@@ -15,7 +15,9 @@
 //! transaction and reports the failure ([`SqlProtocol::handle_failed`]): a
 //! [`FailureKind::Database`] (the database refused: busy, read-only, corrupt, missing table)
 //! or a [`FailureKind::Transport`] (the connection broke: the outcome is unknown). Both are
-//! transport errors for the engine, never grants; after either, the schema is checked again
+//! retried failures for the engine, never grants; a refused acquire took no effect (it ends
+//! as not applied: no cleanup release is owed), one whose connection broke may have, so
+//! its cleanup release follows. After either, the schema is checked again
 //! before the next operation (a deleted file or a dropped table is re-created, and fences
 //! still do not regress, see below).
 //!
@@ -308,7 +310,7 @@ impl SqlProtocol {
                 p.statements.len()
             );
             self.garbage(&msg);
-            self.fail_op(core, p.op, now, &msg);
+            self.fail_op(core, p.op, now, &msg, false);
             self.pump(core);
             return;
         }
@@ -429,7 +431,8 @@ impl SqlProtocol {
             self.schema = Schema::Unchecked;
         }
         let detail = self.out.last_error().to_owned();
-        self.fail_op(core, p.op, now, &detail);
+        // The database refused and the host rolled back: nothing took effect.
+        self.fail_op(core, p.op, now, &detail, kind == FailureKind::Database);
         self.pump(core);
     }
 
@@ -635,16 +638,24 @@ impl SqlProtocol {
     }
 
     /// Tells whoever waits for `op` that it failed.
-    fn fail_op(&mut self, core: &mut Client, op: Op, now: u64, detail: &str) {
+    /// `op` got no usable answer. `not_applied`: it certainly took no effect (refused and
+    /// rolled back, or never sent), so a failed acquire owes no cleanup release.
+    fn fail_op(&mut self, core: &mut Client, op: Op, now: u64, detail: &str, not_applied: bool) {
         match op {
             Op::Inspect | Op::Migrate => {
                 self.schema = Schema::Unchecked;
+                // The parked operations were never sent.
                 for op in std::mem::take(&mut self.parked) {
-                    self.fail_op(core, op, now, detail);
+                    self.fail_op(core, op, now, detail, true);
                 }
             }
             Op::Acquire { req, .. } => {
-                let _ = core.handle_acquire_result(now, req, AcquireResult::TransportError);
+                let result = if not_applied {
+                    AcquireResult::NotApplied
+                } else {
+                    AcquireResult::TransportError
+                };
+                let _ = core.handle_acquire_result(now, req, result);
             }
             Op::Renew { req, .. } => {
                 let _ = core.handle_renew_result(now, req, RenewResult::TransportError);
@@ -681,7 +692,13 @@ impl SqlProtocol {
                 p.op,
                 Op::Inspect | Op::Migrate | Op::Status { .. } | Op::Listen { .. }
             ) {
-                self.fail_op(core, p.op, now, "the host never answered the request");
+                self.fail_op(
+                    core,
+                    p.op,
+                    now,
+                    "the host never answered the request",
+                    false,
+                );
             }
         }
     }

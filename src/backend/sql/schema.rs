@@ -77,7 +77,7 @@ impl SqlProtocol {
         self.schema = Schema::Unchecked;
         let detail = self.out.last_error().to_owned();
         for op in std::mem::take(&mut self.parked) {
-            self.fail_op(core, op, now, &detail);
+            self.fail_op(core, op, now, &detail, true); // never sent
         }
     }
 }
