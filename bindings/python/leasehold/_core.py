@@ -629,9 +629,7 @@ class Core:
         has ``lh_drain``."""
         fn = self._c_drain
         if fn is None:
-            reqs = self.poll_io()
-            events, dl = self.drain()
-            return reqs, events, dl
+            return self._step_polls()
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
@@ -661,6 +659,12 @@ class Core:
             if not took:
                 dl: int = d.deadline_ns
                 return reqs, events, None if dl == _NO_DEADLINE else dl
+
+    def _step_polls(self) -> tuple[list[IoRequest], list[Event], int | None]:
+        """:meth:`step` on a library without ``lh_drain``."""
+        reqs = self.poll_io()
+        events, dl = self.drain()
+        return reqs, events, dl
 
     # -- getters -------------------------------------------------------------------------------------------
     def lease_state(self, lease: int) -> int:
