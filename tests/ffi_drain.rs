@@ -12,14 +12,6 @@ use std::ptr::{NonNull, null_mut};
 use abi::*;
 use leasehold::ffi::*;
 
-const BACKENDS: [u32; 5] = [
-    LH_BACKEND_MEMORY,
-    LH_BACKEND_REDIS,
-    LH_BACKEND_SQLITE,
-    LH_BACKEND_POSTGRES,
-    LH_BACKEND_ETCD,
-];
-
 fn drained() -> lh_drained {
     lh_drained {
         struct_size: size_of::<lh_drained>() as u32,

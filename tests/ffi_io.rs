@@ -18,14 +18,6 @@ use abi::*;
 use base64::Engine as _;
 use leasehold::ffi::*;
 
-const BACKENDS: [u32; 5] = [
-    LH_BACKEND_MEMORY,
-    LH_BACKEND_REDIS,
-    LH_BACKEND_SQLITE,
-    LH_BACKEND_POSTGRES,
-    LH_BACKEND_ETCD,
-];
-
 fn waiting(ttl_ms: u64) -> lh_acquire_options {
     let mut o = opts(ttl_ms);
     o.wait_ns = 600_000 * MS;

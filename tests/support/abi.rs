@@ -15,6 +15,15 @@ use leasehold::ffi::*;
 
 pub const MS: u64 = 1_000_000;
 
+/// Every backend kind whose protocol a client speaks through the seam with calls.
+pub const BACKENDS: [u32; 5] = [
+    LH_BACKEND_MEMORY,
+    LH_BACKEND_REDIS,
+    LH_BACKEND_SQLITE,
+    LH_BACKEND_POSTGRES,
+    LH_BACKEND_ETCD,
+];
+
 pub fn name_of(st: lh_status) -> String {
     // SAFETY: lh_status_str returns a static NUL-terminated string.
     unsafe { CStr::from_ptr(lh_status_str(st)) }
