@@ -5,7 +5,6 @@ library builds, and a real redis-server speaking TLS with certificates made here
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from cli_helpers import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "redis"))
+from lh_certs import make_ca, make_cert, require_openssl  # noqa: E402
 from lh_redis_server import _in_ci, ensure_redis_server, free_port  # noqa: E402
 
 redis = pytest.importorskip("redis")
@@ -83,25 +83,12 @@ def test_an_explicit_choice_still_wins() -> None:
 # ------------------------------------------------------------------ a real TLS server
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 def _certificates(d: Path, san: str) -> tuple[Path, Path, Path]:
     """(CA certificate, server certificate for ``san``, its key), made in ``d``."""
     d.mkdir(parents=True, exist_ok=True)
-    _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=leasehold test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d,
-    )
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=server", cwd=d)
-    (d / "ext.cnf").write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    _openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d,
-    )
-    return d / "ca.pem", d / "server.pem", d / "server.key"
+    make_ca(d, "ca")
+    make_cert(d, "server", "ca", san)
+    return d / "ca.crt", d / "server.crt", d / "server.key"
 
 
 class TlsRedis:
@@ -154,8 +141,7 @@ def tls_redis(tmp_path: Path):
     binary = ensure_redis_server()
     if binary is None:
         _missing("redis-server is not installed")
-    if shutil.which("openssl") is None:
-        _missing("openssl is not installed")
+    require_openssl()
     servers: list[TlsRedis] = []
 
     def start(san: str) -> TlsRedis:
