@@ -127,18 +127,19 @@ static void flush(lh_stream_host *h, lh_stream_conn *s, uint64_t now) {
     }
 }
 
-static void write_stream(lh_stream_host *h, lh_stream_conn *s, const uint8_t *p, size_t n, uint64_t now) {
+/* (the clock is read only when a failure is reported) */
+static void write_stream(lh_stream_host *h, lh_stream_conn *s, const uint8_t *p, size_t n, uint64_t (*now)(void)) {
     if (s->out_len == 0 && s->state == OPEN && n > 0) {  /* the common case: the socket takes it all */
         const char *why = "write failed";
         ssize_t w = xfer(s, (void *)p, n, 1, &why);
-        if (w == -2 || w == 0) { fail(h, s, now, why); return; }
+        if (w == -2 || w == 0) { fail(h, s, now(), why); return; }
         if (w > 0) p += w, n -= (size_t)w;
     }
     if (n == 0) return;
     if (s->out_len + n > s->out_cap) {
         size_t cap = (s->out_len + n) * 2;
         uint8_t *o = realloc(s->out, cap);
-        if (o == NULL) { fail(h, s, now, "out of memory"); return; }
+        if (o == NULL) { fail(h, s, now(), "out of memory"); return; }
         s->out = o, s->out_cap = cap;
     }
     memcpy(s->out + s->out_len, p, n);
@@ -292,7 +293,7 @@ void lh_stream_execute(lh_stream_host *h, const lh_io_request *q, uint64_t (*now
     if (q->kind == LH_IO_OPEN) {
         open_stream(h, q, now());
     } else if (q->kind == LH_IO_WRITE) {
-        if (s != NULL) write_stream(h, s, q->data, q->data_len, now()); /* else: reported closed already */
+        if (s != NULL) write_stream(h, s, q->data, q->data_len, now); /* else: reported closed already */
     } else if (q->kind == LH_IO_SHUTDOWN) {
         if (s != NULL) drop(s);
     } else if (q->kind != LH_IO_NONE) {
@@ -310,8 +311,9 @@ void lh_stream_run_requests(lh_stream_host *h, uint64_t (*now)(void)) {
 
 void lh_stream_step(lh_stream_host *h, int timeout_ms, uint64_t (*now)(void)) {
     lh_stream_run_requests(h, now);
-    uint64_t t = now(), deadline = LH_NO_DEADLINE;
-    note(h, lh_poll_timeout(h->client, &deadline));
+    uint64_t t = now(), due = LH_NO_DEADLINE;
+    note(h, lh_poll_timeout(h->client, &due));
+    uint64_t deadline = due;
     /* (no request runs until the loop below is done: the slots and these arrays stay put) */
     struct pollfd *p = h->polls;
     lh_stream_conn **who = h->polled;
@@ -350,9 +352,9 @@ void lh_stream_step(lh_stream_host *h, int timeout_ms, uint64_t (*now)(void)) {
         if (s->id != 0 && s->state != OPEN && s->deadline <= t)
             fail(h, s, t, s->state == HANDSHAKE ? "TLS handshake timed out" : "connect timed out");
     }
-    deadline = LH_NO_DEADLINE;
-    note(h, lh_poll_timeout(h->client, &deadline));
-    if (deadline <= t) note(h, lh_timeout(h->client, t));
+    /* The handle's deadline as it was before the wait: one that what came brought forward is
+     * due at the next step, whose wait it shortens (one call less on the way to the next write). */
+    if (due <= t) note(h, lh_timeout(h->client, t));
     lh_stream_run_requests(h, now);
 }
 
