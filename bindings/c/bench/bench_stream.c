@@ -116,9 +116,12 @@ static void wait_for(client *k, uint64_t lease, uint32_t kind) {
             if (ev.kind == LH_EVENT_ACQUIRE_FAILED || ev.kind == LH_EVENT_LOST) die(lh_backend_last_error(k->c));
         }
         if (now_ns() > until) die("no answer in 5 s");
-        if (k->kind == LH_BACKEND_REDIS) lh_hiredis_step(&k->x, 100, now_ns);
-        else lh_stream_step(&k->h, 100, now_ns);
-        run_requests(k);
+        if (k->kind == LH_BACKEND_REDIS) {
+            lh_hiredis_step(&k->x, 100, now_ns);
+            run_requests(k);
+        } else {
+            lh_stream_step(&k->h, 100, now_ns);  /* (it ends by running the requests) */
+        }
     }
 }
 
