@@ -121,24 +121,45 @@ class RedisStreamExecutor final : public Executor {
     sink_ = std::move(sink);
     reader_ = std::thread([this] { reader_loop(); });
   }
-  void execute(IoRequest r) override { run(std::move(r), false); }
+  void execute(IoRequest r) override { run(r, false); }
   // A WRITE is sent at once; the calling thread then reads the answer in run_pending_until().
-  void execute_for_caller(IoRequest r) override { run(std::move(r), true); }
+  void execute_for_caller(IoRequest r) override { run(r, true); }
   void run_pending() noexcept override { run_pending_until(Clock::time_point::max()); }
   // Reads the streams this thread wrote on until something came or `deadline`; the reader
   // thread takes them back then (and whatever else arrives later).
   void run_pending_until(Clock::time_point deadline) noexcept override {
-    std::vector<Borrow> mine;
+    // The thread's own vectors, kept between calls (no allocation per request); a call nested
+    // in one (a sink that runs IO) has fresh ones.
+    thread_local Scratch reused;
+    thread_local bool in_use = false;
+    Scratch fresh;
+    Scratch& sc = in_use ? fresh : reused;
+    struct Use {
+      bool& flag;
+      bool was;
+      Scratch& sc;
+      ~Use() {
+        sc.clear();  // the streams are not kept alive by a thread between calls
+        flag = was;
+      }
+    } use{in_use, in_use, sc};
+    in_use = true;
+    auto& [mine, held, fds, polled] = sc;
     {
       std::lock_guard g(mu_);
-      auto it = borrows_.find(std::this_thread::get_id());
-      if (it == borrows_.end()) return;
-      mine = std::move(it->second);
-      borrows_.erase(it);
+      const auto me = std::this_thread::get_id();
+      auto keep = borrows_.begin();
+      for (auto& b : borrows_) {
+        if (b.thread == me) {
+          mine.push_back(std::move(b));
+        } else {
+          if (&*keep != &b) *keep = std::move(b);
+          ++keep;
+        }
+      }
+      borrows_.erase(keep, borrows_.end());
     }
-    std::vector<std::unique_lock<std::mutex>> held;
-    std::vector<pollfd> fds;
-    std::vector<Stream*> polled;
+    if (mine.empty()) return;
     for (auto& b : mine) {
       if (std::find(polled.begin(), polled.end(), b.s.get()) != polled.end()) continue;
       std::unique_lock rd(b.s->rd, std::try_to_lock);
@@ -213,6 +234,19 @@ class RedisStreamExecutor final : public Executor {
   struct Borrow {
     std::shared_ptr<Stream> s;
     std::uint64_t reads;
+    std::thread::id thread;  // the thread that reads it (run_pending_until)
+  };
+  struct Scratch {  // run_pending_until's
+    std::vector<Borrow> mine;
+    std::vector<std::unique_lock<std::mutex>> held;
+    std::vector<pollfd> fds;
+    std::vector<Stream*> polled;
+    void clear() noexcept {
+      held.clear();
+      mine.clear();
+      fds.clear();
+      polled.clear();
+    }
   };
 
   void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_, "\1\0\0\0\0\0\0\0", 8); }
@@ -264,7 +298,7 @@ class RedisStreamExecutor final : public Executor {
     return -2;
   }
 
-  void run(IoRequest r, bool caller) {
+  void run(IoRequest& r, bool caller) {
     if (r.kind == LH_IO_OPEN) {
       auto s = std::make_shared<Stream>(r.stream);
       s->deadline = r.deadline;
@@ -301,7 +335,7 @@ class RedisStreamExecutor final : public Executor {
         }
       }
       if (why.empty() && caller && s->open) {
-        borrows_[std::this_thread::get_id()].push_back({s, s->reads});
+        borrows_.push_back({s, s->reads, std::this_thread::get_id()});
         if (s->borrowed++ == 0) arm(*s, true);
       }
     }
@@ -516,7 +550,7 @@ class RedisStreamExecutor final : public Executor {
   std::mutex mu_;  // streams_, opens_, borrows_ and every Stream's fields but rd
   std::unordered_map<std::uint64_t, std::shared_ptr<Stream>> streams_;
   std::deque<std::pair<std::shared_ptr<Stream>, IoRequest>> opens_;
-  std::unordered_map<std::thread::id, std::vector<Borrow>> borrows_;
+  std::vector<Borrow> borrows_;  // the writes application threads read the answers of
   std::thread reader_;
 };
 
