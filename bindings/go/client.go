@@ -127,6 +127,8 @@ type acqWaiter struct {
 	ch    chan acqResult
 }
 
+func (w *acqWaiter) answered() bool { return len(w.ch) > 0 }
+
 type acqResult struct {
 	lease *Lease
 	err   error
@@ -416,7 +418,7 @@ func (cl *LockClient) Acquire(ctx context.Context, name string, opts AcquireOpti
 	j := c.drainTake(true)
 	c.mu.Unlock()
 	if j != nil {
-		c.runInline(ctx, j, func() bool { return len(w.ch) > 0 })
+		c.runInline(ctx, j, w)
 	}
 
 	select {

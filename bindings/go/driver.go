@@ -76,12 +76,16 @@ type job struct {
 	// drive, when set, runs the job on the caller's goroutine instead (runInline): its IO
 	// and the reading of answers until ready reports the caller's answer in, within ctx,
 	// handing what is left to goroutines of the executor's past it.
-	drive func(ctx context.Context, ready func() bool)
+	drive func(ctx context.Context, ready answered)
 	// deadlined: run ends by its ctx's deadline by itself (a go-redis client with
 	// ContextTimeoutEnabled bounds its socket IO by it), so a caller whose ctx cannot be
 	// cancelled runs it on its own goroutine (runInline).
 	deadlined bool
 }
+
+// answered reports whether a caller's answer came (a drive reads until it did); an
+// interface so that the caller's waiter is passed without a closure to allocate.
+type answered interface{ answered() bool }
 
 // drainer is an executor told after every drain (c.mu held), to wake callers whose answer
 // came while they were blocked in IO of their own.
@@ -343,7 +347,7 @@ func (c *client) spawn(j *job) {
 // ContextTimeoutEnabled), so the job runs on a goroutine of its own and, past
 // the caller's bound, continues there and answers the core as usual (a late
 // release is confirmed, a late grant released).
-func (c *client) runInline(caller context.Context, j *job, ready func() bool) {
+func (c *client) runInline(caller context.Context, j *job, ready answered) {
 	c.ioWG.Add(1)
 	c.inflight.Add(1)
 	if j.drive != nil {

@@ -195,10 +195,13 @@ type core struct {
 	req       *C.lh_io_request
 	ev        *C.lh_event
 	outs      *C.lhgo_outs
-	u64       *C.uint64_t // &outs.u64, for the other files' calls
-	what      *C.int      // &outs.what
-	statusOut int         // status queries the core has yet to answer
-	write     ioRequest   // the polled WRITE (see request)
+	u64       *C.uint64_t    // &outs.u64, for the other files' calls
+	what      *C.int         // &outs.what
+	statusOut int            // status queries the core has yet to answer
+	write     ioRequest      // the polled WRITE (see request)
+	peek      unsafe.Pointer // the step after an event, taken with it (ffi_backends.go)
+	next      drainStep      // that step, when peeked: the next step's answer
+	peeked    bool
 }
 
 // emptyByte gives an empty Go string or slice a non-NULL pointer of length zero.
@@ -292,7 +295,7 @@ func newCore(cfg coreConfig, b backendOptions, seed []byte) (*core, error) {
 	runtime.KeepAlive(b)
 	outs := (*C.lhgo_outs)(C.calloc(1, C.sizeof_lhgo_outs))
 	return &core{p: out, req: (*C.lh_io_request)(C.malloc(C.sizeof_lh_io_request)),
-		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event)), outs: outs, u64: &outs.u64, what: &outs.what}, nil
+		ev: (*C.lh_event)(C.malloc(C.sizeof_lh_event)), outs: outs, u64: &outs.u64, what: &outs.what, peek: newPeek()}, nil
 }
 
 // clientNewReason asks the core why lh_client_new refused these arguments
@@ -322,7 +325,8 @@ func (c *core) freeHandle() {
 	C.free(unsafe.Pointer(c.req))
 	C.free(unsafe.Pointer(c.ev))
 	C.free(unsafe.Pointer(c.outs))
-	c.p, c.req, c.ev, c.outs, c.u64, c.what = nil, nil, nil, nil, nil, nil
+	C.free(c.peek)
+	c.p, c.req, c.ev, c.outs, c.u64, c.what, c.peek = nil, nil, nil, nil, nil, nil, nil
 }
 
 func (c *core) err(op string, st uint32) error {
@@ -416,8 +420,9 @@ func (c *core) pollEvent() (event, error) {
 }
 
 // event copies the polled event.
-func (c *core) event() event {
-	e := c.ev
+func (c *core) event() event { return cEvent(c.ev) }
+
+func cEvent(e *C.lh_event) event {
 	return event{kind: uint32(e.kind), reason: uint32(e.reason), lease: uint64(e.lease_id),
 		fencingToken: uint64(e.fencing_token), validUntil: uint64(e.valid_until_ns)}
 }

@@ -41,38 +41,57 @@ static void lhgo_args_copy(const lh_bytes *argv, uint32_t argc, uint8_t *buf, si
 	}
 }
 
-// One step of a drain in one crossing (a cgo call costs more than these calls' work): the
-// next request (unless events is set), else the next event, else, with deadline, the next
-// deadline. *what: 1 a request, 2 an event, 3 neither; on a failure, the call that failed.
-// The pointers (all to C memory) cross as integers: cgo checks no pointer argument then.
-static lh_status lhgo_drain_step(uintptr_t cp, int events, int deadline, uintptr_t reqp, uintptr_t evp,
-                                 uintptr_t dlp, uintptr_t whatp) {
-	lh_client *c = (lh_client *)cp;
-	lh_io_request *req = (lh_io_request *)reqp;
-	lh_event *ev = (lh_event *)evp;
-	uint64_t *dl = (uint64_t *)dlp;
-	int *what = (int *)whatp;
+// The step after an event, taken in the same crossing (handling an event asks nothing of
+// the core): the next event, else, with deadline, the next deadline.
+typedef struct lhgo_peek {
+	lh_event ev;
+	uint64_t dl;
+	int what; // 2 an event, 3 neither; on a failure, the call that failed
 	lh_status st;
-	if (!events) {
-		*what = 1;
-		st = lhgo_io_poll(c, req);
-		if (st != LH_OK || req->kind != LH_IO_NONE) return st;
-	}
+} lhgo_peek;
+
+static lh_status lhgo_events_step(lh_client *c, int deadline, lh_event *ev, uint64_t *dl, int *what) {
 	*what = 2;
-	st = lh_poll_event(c, ev);
+	lh_status st = lh_poll_event(c, ev);
 	if (st != LH_OK || ev->kind != LH_EVENT_NONE) return st;
 	*what = 3;
 	return deadline ? lh_poll_timeout(c, dl) : LH_OK;
 }
 
+// One step of a drain in one crossing (a cgo call costs more than these calls' work): the
+// next request (unless events is set), else the next event, else, with deadline, the next
+// deadline. *what: 1 a request, 2 an event, 3 neither; on a failure, the call that failed.
+// After an event, the step that follows it goes into *peek. The pointers (all to C memory)
+// cross as integers: cgo checks no pointer argument then.
+static lh_status lhgo_drain_step(uintptr_t cp, int events, int deadline, uintptr_t reqp, uintptr_t evp,
+                                 uintptr_t dlp, uintptr_t whatp, uintptr_t peekp) {
+	lh_client *c = (lh_client *)cp;
+	lh_io_request *req = (lh_io_request *)reqp;
+	int *what = (int *)whatp;
+	lhgo_peek *peek = (lhgo_peek *)peekp;
+	lh_status st;
+	peek->what = 0;
+	if (!events) {
+		*what = 1;
+		st = lhgo_io_poll(c, req);
+		if (st != LH_OK || req->kind != LH_IO_NONE) return st;
+	}
+	st = lhgo_events_step(c, deadline, (lh_event *)evp, (uint64_t *)dlp, what);
+	if (st == LH_OK && *what == 2) {
+		peek->st = lhgo_events_step(c, deadline, &peek->ev, &peek->dl, &peek->what);
+	}
+	return st;
+}
+
 // lh_io_received, then the first step of the drain it calls for (*what 0: received failed).
 static lh_status lhgo_received_step(uintptr_t cp, uint64_t now, uint64_t stream, const uint8_t *b,
                                     size_t n, int deadline, uintptr_t reqp, uintptr_t evp,
-                                    uintptr_t dlp, uintptr_t whatp) {
+                                    uintptr_t dlp, uintptr_t whatp, uintptr_t peekp) {
 	*(int *)whatp = 0;
+	((lhgo_peek *)peekp)->what = 0;
 	lh_status st = lh_io_received((lh_client *)cp, now, stream, b, n);
 	if (st != LH_OK) return st;
-	return lhgo_drain_step(cp, 0, deadline, reqp, evp, dlp, whatp);
+	return lhgo_drain_step(cp, 0, deadline, reqp, evp, dlp, whatp, peekp);
 }
 
 static lh_status lhgo_poll_status(lh_client *c, lh_lock_status *out) {
@@ -320,20 +339,29 @@ type drainStep struct {
 var stepOps = [...]string{"lh_io_received", "lh_io_poll", "lh_poll_event", "lh_poll_timeout"}
 
 // step takes the next request (unless events: the requests were drained), else the next
-// event, else, with deadline, the next deadline, in one crossing.
+// event, else, with deadline, the next deadline, in one crossing. The step after an event
+// came with it (peeked): it is the next one, step(true, deadline) straight after handling it.
 func (c *core) step(events, deadline bool) drainStep {
+	if c.peeked {
+		c.peeked = false
+		return c.next
+	}
 	st := uint32(C.lhgo_drain_step(cAddr(unsafe.Pointer(c.p)), cBool(events), cBool(deadline), cAddr(unsafe.Pointer(c.req)),
-		cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)), cAddr(unsafe.Pointer(c.what))))
+		cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)), cAddr(unsafe.Pointer(c.what)), cAddr(c.peek)))
 	return c.stepResult(st, deadline)
 }
+
+// newPeek allocates the step a drain step takes after an event (C memory).
+func newPeek() unsafe.Pointer { return C.calloc(1, C.sizeof_lhgo_peek) }
 
 // receivedStep is ioReceived of at most maxReplyData bytes, then step(false, deadline), in
 // one crossing; received is false when lh_io_received itself failed (err).
 func (c *core) receivedStep(now, stream uint64, b []byte, deadline bool) (s drainStep, received bool) {
 	bp, bn := bytesPtr(b)
+	c.peeked = false
 	st := uint32(C.lhgo_received_step(cAddr(unsafe.Pointer(c.p)), C.uint64_t(now), C.uint64_t(stream), bp, bn,
 		cBool(deadline), cAddr(unsafe.Pointer(c.req)), cAddr(unsafe.Pointer(c.ev)), cAddr(unsafe.Pointer(c.u64)),
-		cAddr(unsafe.Pointer(c.what))))
+		cAddr(unsafe.Pointer(c.what)), cAddr(c.peek)))
 	runtime.KeepAlive(b)
 	return c.stepResult(st, deadline), st == statusOK || *c.what != 0
 }
@@ -347,9 +375,23 @@ func (c *core) stepResult(st uint32, deadline bool) drainStep {
 	case what == 1:
 		return drainStep{q: c.request()}
 	case what == 2:
+		if p := (*C.lhgo_peek)(c.peek); p.what != 0 {
+			c.next, c.peeked = c.peekResult(p, deadline), true
+		}
 		return drainStep{e: c.event()}
 	}
 	return drainStep{dl: uint64(dl), hasDeadline: deadline}
+}
+
+// peekResult is stepResult of the peeked step.
+func (c *core) peekResult(p *C.lhgo_peek, deadline bool) drainStep {
+	switch {
+	case p.st != statusOK:
+		return drainStep{err: c.err(stepOps[p.what], uint32(p.st))}
+	case p.what == 2:
+		return drainStep{e: cEvent(&p.ev)}
+	}
+	return drainStep{dl: uint64(p.dl), hasDeadline: deadline}
 }
 
 // cAddr is the address of C memory, for the shims above.

@@ -197,7 +197,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	w, j := l.startRelease()
 	if j != nil {
 		// This goroutine waits anyway: it starts the release itself.
-		l.owner.c.runInline(ctx, j, w.finished)
+		l.owner.c.runInline(ctx, j, w)
 	}
 	select {
 	case <-w.done:
@@ -212,8 +212,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 }
 
-// finished reports whether the release's outcome is known.
-func (w *releaseWait) finished() bool {
+// answered reports whether the release's outcome is known.
+func (w *releaseWait) answered() bool {
 	select {
 	case <-w.done:
 		return true

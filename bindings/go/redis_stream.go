@@ -9,6 +9,9 @@ package leasehold
 // answer anyway (Acquire, Release) writes and reads on its own goroutine (drive); else the
 // stream's reader goroutine, which steps aside (a past read deadline) while callers drive
 // and comes back when they leave (at once if others' answers may be due, else when idle).
+// A write starts when the core asks for it, without waiting (tryWrite), so that a request
+// is on its way while the rest of the drain and the caller's set-up run; a flusher writes
+// what is left.
 
 import (
 	"context"
@@ -19,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -56,12 +60,24 @@ type stream struct {
 	readerIn   bool   // the reader is reading
 	other      bool   // written for others since the reader left: it must come back at once
 	lastDrive  uint64 // when the last caller left (monoNow)
+	// rdl is the read deadline a drive set last (token held); rdlSet, that it is still the
+	// connection's: every other setter clears it first, so a drive whose deadline did not
+	// change sets none (a kick landing after the check ends a Read early, as any kick).
+	rdl    time.Time
+	rdlSet atomic.Bool
+	wdl    time.Time // the write deadline (the flusher's: writing)
+	// rc writes without waiting (nil over TLS): the request leaves while the core is still
+	// drained (tryWrite). tryFn is rc's callback, bound once; tryN and tryErr its result.
+	rc     syscall.RawConn
+	tryFn  func(fd uintptr) bool
+	tryN   int
+	tryErr error
 }
 
 // drive is one caller reading for its answer.
 type drive struct {
 	s      *stream
-	ready  func() bool
+	ready  answered
 	kick   chan struct{}
 	kicked atomic.Bool
 }
@@ -91,6 +107,7 @@ func (x *streamExec) run(q *ioRequest) (*job, error) {
 			return nil, nil
 		}
 		s.writing = true
+		s.tryWrite()
 		return &s.job, nil
 	case ioShutdown:
 		if s := x.streams[q.stream]; s != nil {
@@ -107,7 +124,7 @@ func (x *streamExec) run(q *ioRequest) (*job, error) {
 func (x *streamExec) drained() {
 	kept := x.drives[:0]
 	for _, d := range x.drives {
-		if d.ready() {
+		if d.ready.answered() {
 			d.stop(!x.c.feeding || x.c.feedingStream != d.s.id)
 		} else {
 			kept = append(kept, d)
@@ -175,6 +192,10 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 	early := err == nil && len(s.out) > 0 // written before it opened
 	if err == nil {
 		s.conn, s.raw, s.writing = conn, raw, early
+		if sc, ok := conn.(syscall.Conn); ok {
+			s.rc, _ = sc.SyscallConn()
+			s.tryFn = s.tryWriteFD
+		}
 	} else if raw != nil {
 		_ = raw.Close()
 	}
@@ -205,7 +226,7 @@ func (x *streamExec) dial(ctx context.Context, s *stream, q *ioRequest) {
 			return
 		}
 		s.readerIn, s.other = true, false
-		_ = conn.SetReadDeadline(time.Time{})
+		s.setReadDeadline(time.Time{})
 		s.mu.Unlock()
 		<-s.tok
 		err := s.read()
@@ -231,8 +252,8 @@ func (s *stream) read() error {
 
 // drive runs on a caller's goroutine: it writes what is queued, then reads and feeds until
 // ready or until ctx ends, leaving the rest to the reader.
-func (s *stream) drive(ctx context.Context, ready func() bool) {
-	if !s.flush(ctx) || ready() {
+func (s *stream) drive(ctx context.Context, ready answered) {
+	if !s.flush(ctx) || ready.answered() {
 		return
 	}
 	dl, bounded := ctx.Deadline()
@@ -241,7 +262,7 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	s.mu.Lock()
 	s.callers++
 	if s.readerIn {
-		_ = s.conn.SetReadDeadline(kickTime)
+		s.setReadDeadline(kickTime)
 	}
 	s.mu.Unlock()
 	s.x.c.mu.Lock()
@@ -260,12 +281,12 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	select {
 	case <-s.tok:
 		var err error
-		for _ = s.conn.SetReadDeadline(dl); err == nil && !d.kicked.Load() && !ready(); {
+		for s.driveDeadline(dl, false); err == nil && !d.kicked.Load() && !ready.answered(); {
 			if err = s.read(); errors.Is(err, os.ErrDeadlineExceeded) {
 				if err = nil; bounded && !time.Now().Before(dl) {
 					break
 				}
-				_ = s.conn.SetReadDeadline(dl) // another drive's kick
+				s.driveDeadline(dl, true) // another drive's kick
 			}
 		}
 		s.tok <- struct{}{}
@@ -278,10 +299,10 @@ func (s *stream) drive(ctx context.Context, ready func() bool) {
 	s.x.c.mu.Lock()
 	s.x.forget(d)
 	s.x.c.mu.Unlock()
-	answered := d.kicked.Load() || ready()
+	done := d.kicked.Load() || ready.answered()
 	s.mu.Lock()
 	s.callers--
-	s.other = s.other || !answered // the reader reads the answer it left
+	s.other = s.other || !done // the reader reads the answer it left
 	now := s.callers == 0 && s.other
 	if s.callers == 0 {
 		s.lastDrive = monoNow()
@@ -329,8 +350,44 @@ func (d *drive) stop(read bool) {
 	default:
 	}
 	if read {
-		_ = d.s.conn.SetReadDeadline(kickTime)
+		d.s.setReadDeadline(kickTime)
 	}
+}
+
+// setReadDeadline sets the read deadline for anyone but a drive reading (see rdl).
+func (s *stream) setReadDeadline(t time.Time) {
+	s.rdlSet.Store(false)
+	_ = s.conn.SetReadDeadline(t)
+}
+
+// driveDeadline sets the read deadline of a drive (token held), unless it is set already.
+func (s *stream) driveDeadline(dl time.Time, force bool) {
+	if !force && s.rdlSet.Load() && s.rdl.Equal(dl) {
+		return
+	}
+	s.rdl = dl
+	s.rdlSet.Store(true)
+	_ = s.conn.SetReadDeadline(dl)
+}
+
+// tryWrite writes what it can of s.out at once, never waiting (s.mu held, writing): the
+// caller's request leaves before the core's drain ends. What is left, and any error, is
+// flush's.
+func (s *stream) tryWrite() {
+	if s.rc == nil || len(s.out) == 0 {
+		return
+	}
+	s.tryN, s.tryErr = 0, nil
+	if s.rc.Write(s.tryFn) != nil || s.tryErr != nil || s.tryN <= 0 {
+		return
+	}
+	s.out = s.out[:copy(s.out, s.out[s.tryN:])]
+}
+
+// tryWriteFD is tryWrite's one write(2), done whatever it returns.
+func (s *stream) tryWriteFD(fd uintptr) bool {
+	s.tryN, s.tryErr = syscall.Write(int(fd), s.out)
+	return true
 }
 
 // flushFor is the job run off the caller: the answer is the reader's to read.
@@ -350,9 +407,10 @@ func (s *stream) flushFor(ctx context.Context) {
 func (s *stream) flush(ctx context.Context) bool {
 	dl, bounded := ctx.Deadline()
 	bounded = bounded && !s.isTLS // a TLS write cut short breaks the connection
-	if bounded {
-		_ = s.conn.SetWriteDeadline(dl)
+	if !bounded {
+		dl = time.Time{}
 	}
+	s.writeDeadline(dl)
 	for {
 		s.mu.Lock()
 		if len(s.out) == 0 || s.closed {
@@ -369,7 +427,7 @@ func (s *stream) flush(ctx context.Context) bool {
 			if bounded && errors.Is(err, os.ErrDeadlineExceeded) && !s.closed {
 				s.out = append(buf[n:len(buf):len(buf)], s.out...)
 				s.mu.Unlock()
-				_ = s.conn.SetWriteDeadline(time.Time{})
+				s.writeDeadline(time.Time{})
 				s.x.wg.Add(1)
 				go func() { defer s.x.wg.Done(); s.flushFor(context.Background()) }()
 				return false
@@ -382,10 +440,15 @@ func (s *stream) flush(ctx context.Context) bool {
 		s.spare = buf[:0]
 		s.mu.Unlock()
 	}
-	if bounded {
-		_ = s.conn.SetWriteDeadline(time.Time{})
-	}
 	return true
+}
+
+// writeDeadline sets the write deadline unless it is set already (the flusher's).
+func (s *stream) writeDeadline(dl time.Time) {
+	if !s.wdl.Equal(dl) {
+		s.wdl = dl
+		_ = s.conn.SetWriteDeadline(dl)
+	}
 }
 
 // close ends every stream and waits for their goroutines.
