@@ -163,7 +163,7 @@ fn conn_events(input: &Input, stream: &[u8], cuts: &[usize], limits: Limits) -> 
         match e {
             ConnEvent::Reply { id, .. }
             | ConnEvent::Error { id, .. }
-            | ConnEvent::Failed { id } => {
+            | ConnEvent::Failed { id, .. } => {
                 *answers.entry(*id).or_default() += 1;
             }
             ConnEvent::Closed(_) => assert_eq!(

@@ -374,15 +374,15 @@ impl RedisStream {
         match &mut self.links[i].state {
             State::Open(conn) => {
                 conn.handle_closed();
-                let failed: Vec<u64> = std::iter::from_fn(|| conn.poll_event())
+                let failed: Vec<(u64, bool)> = std::iter::from_fn(|| conn.poll_event())
                     .filter_map(|e| match e {
-                        ConnEvent::Failed { id } if id != ROLE_ID => Some(id),
+                        ConnEvent::Failed { id, sent } if id != ROLE_ID => Some((id, sent)),
                         _ => None,
                     })
                     .collect();
-                for id in failed {
+                for (id, sent) in failed {
                     self.links[i].subs.remove(&id);
-                    self.proto.handle_request_failed_because(core, now, id, why);
+                    self.fail_request(core, now, id, why, sent);
                 }
             }
             State::Opening { .. } => {}

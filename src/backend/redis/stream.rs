@@ -629,7 +629,7 @@ impl RedisStream {
                 ConnEvent::Ready { .. } => self.links[i].failures = 0,
                 ConnEvent::Reply { id, .. }
                 | ConnEvent::Error { id, .. }
-                | ConnEvent::Failed { id }
+                | ConnEvent::Failed { id, .. }
                     if id == cluster::ASKING_ID => {}
                 ConnEvent::Reply {
                     id: sentinel::ROLE_ID,
@@ -669,10 +669,10 @@ impl RedisStream {
                     self.proto.handle_reply(core, now, id, &reply);
                 }
                 ConnEvent::Push(push) => self.on_push(core, now, i, push),
-                ConnEvent::Failed { id } => {
+                ConnEvent::Failed { id, sent } => {
                     subs.remove(&id);
                     if id != sentinel::ROLE_ID {
-                        failed.push(id);
+                        failed.push((id, sent));
                     }
                 }
                 ConnEvent::Closed(e) => closed = Some(e.to_string()),
@@ -692,8 +692,8 @@ impl RedisStream {
             return;
         };
         let why = host_reason.map_or(own, str::to_owned);
-        for id in failed {
-            self.fail_request(core, now, id, &why, true);
+        for (id, sent) in failed {
+            self.fail_request(core, now, id, &why, sent);
         }
         self.down(core, now, i, &why, host_reason.is_none());
         self.master_lost(now);

@@ -513,6 +513,22 @@ fn an_acquire_that_never_left_owes_no_cleanup() {
 }
 
 #[test]
+fn an_acquire_held_behind_the_handshake_owes_no_cleanup() {
+    // The connection opens and HELLO goes out, but the server ends it before answering (a
+    // TLS 1.3 server refusing the client's certificate does so after the TLS handshake):
+    // the acquire queued behind HELLO was never written, so no cleanup release is owed.
+    let mut t = T::new("redis://h");
+    let a = t.acquire(300);
+    let opens = t.opens();
+    let cmd = opens[0];
+    t.opened(cmd);
+    assert_eq!(t.write(cmd), vec![vec![b"HELLO".to_vec(), b"3".to_vec()]]);
+    t.closed(cmd, "certificate required");
+    until_failed(&mut t, a, 1_000 * MS, Some("connection refused"));
+    assert_eq!(t.core.counters().pending_cleanups, 0);
+}
+
+#[test]
 fn an_acquire_whose_caller_gave_up_is_dropped_before_the_connection_opens() {
     // The open hangs (5 s connect deadline) past the caller's 100 ms bound, and the caller
     // gives the lease back (what a binding's acquire does at its deadline): the acquire

@@ -186,10 +186,14 @@ pub enum ConnEvent {
     },
     /// A push message or subscription change.
     Push(Push),
-    /// The connection ended before this command's reply (it may or may not have run).
+    /// The connection ended before this command's reply.
     Failed {
         /// The id it was sent with.
         id: u64,
+        /// Its bytes were handed over to be written, so it may have run; `false`: they
+        /// never left the connection (queued behind the handshake or not yet taken), so it
+        /// certainly did not.
+        sent: bool,
     },
     /// The connection is unusable; the host closes it. Always the last event.
     Closed(ConnError),
@@ -243,6 +247,9 @@ pub struct Conn {
     out: Vec<u8>,
     /// Written commands waiting for replies, oldest first.
     pending: VecDeque<Pending>,
+    /// How many of `pending`, from the front, had their bytes handed over by
+    /// [`Conn::take_output`] (the rest are still in `out`: certainly not sent).
+    handed: usize,
     /// Commands sent during the handshake, written once it is done.
     held: Vec<u8>,
     held_pending: VecDeque<Pending>,
@@ -276,6 +283,7 @@ impl Conn {
             subscribe_mode: false,
             out: Vec::new(),
             pending: VecDeque::new(),
+            handed: 0,
             held: Vec::new(),
             held_pending: VecDeque::new(),
             events: VecDeque::new(),
@@ -329,6 +337,7 @@ impl Conn {
 
     /// The bytes to write, in order (the buffer is handed over and emptied).
     pub fn take_output(&mut self) -> Vec<u8> {
+        self.handed = self.pending.len();
         std::mem::take(&mut self.out)
     }
 
@@ -465,6 +474,7 @@ impl Conn {
             }
             other => other,
         };
+        self.handed = self.handed.saturating_sub(1);
         let Some(head) = self.pending.pop_front() else {
             return self.fail(ConnError::UnexpectedReply);
         };
@@ -516,6 +526,7 @@ impl Conn {
             self.events.push_back(ConnEvent::Push(push.clone()));
             if let Some(id) = done {
                 self.pending.pop_front();
+                self.handed = self.handed.saturating_sub(1);
                 self.events.push_back(ConnEvent::Reply {
                     id,
                     reply: Reply::Int(*count),
@@ -570,9 +581,13 @@ impl Conn {
         self.phase = Phase::Closed;
         self.out.clear();
         self.held.clear();
-        for p in self.pending.drain(..).chain(self.held_pending.drain(..)) {
+        let handed = self.handed;
+        self.handed = 0;
+        let pending = self.pending.drain(..).chain(self.held_pending.drain(..));
+        for (at, p) in pending.enumerate() {
             if let Waiter::Command { id } | Waiter::Subscription { id, .. } = p.waiter {
-                self.events.push_back(ConnEvent::Failed { id });
+                let sent = at < handed;
+                self.events.push_back(ConnEvent::Failed { id, sent });
             }
         }
         self.events.push_back(ConnEvent::Closed(error));

@@ -148,7 +148,8 @@ fn a_refused_handshake_fails_held_commands() {
         b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
     );
     let ev = events(&mut c);
-    assert_eq!(ev[0], ConnEvent::Failed { id: 7 });
+    // Held behind the handshake, never written: it certainly did not run.
+    assert_eq!(ev[0], ConnEvent::Failed { id: 7, sent: false });
     assert!(
         matches!(&ev[1], ConnEvent::Closed(ConnError::Handshake(e)) if e.kind == ErrorKind::WrongPass),
         "{ev:?}"
@@ -294,6 +295,7 @@ fn deadlines_and_timeouts() {
     let mut c = ready(Protocol::Resp2);
     c.send(10, 1, &["GET", "a"]).unwrap();
     c.send(20, 2, &["GET", "b"]).unwrap();
+    c.take_output();
     assert_eq!(c.deadline(), Some(10 + S));
     c.handle_timeout(10 + S - 1);
     assert!(events(&mut c).is_empty());
@@ -303,7 +305,7 @@ fn deadlines_and_timeouts() {
     assert_eq!(
         events(&mut c)[1..],
         [
-            ConnEvent::Failed { id: 2 },
+            ConnEvent::Failed { id: 2, sent: true },
             ConnEvent::Closed(ConnError::TimedOut)
         ]
     );
@@ -314,12 +316,15 @@ fn deadlines_and_timeouts() {
 fn closes_garbage_and_unexpected_replies_end_the_connection() {
     let mut c = ready(Protocol::Resp3);
     c.send(0, 1, &["GET", "a"]).unwrap();
+    c.take_output();
+    c.send(0, 2, &["GET", "b"]).unwrap(); // never taken to be written
     c.feed(1, b"$10\r\nabc");
     c.handle_closed();
     assert_eq!(
         events(&mut c),
         vec![
-            ConnEvent::Failed { id: 1 },
+            ConnEvent::Failed { id: 1, sent: true },
+            ConnEvent::Failed { id: 2, sent: false },
             ConnEvent::Closed(ConnError::Closed { mid_reply: true })
         ]
     );
