@@ -234,7 +234,7 @@ struct Pending {
 pub struct RedisProtocol {
     opts: RedisOptions,
     wake: Vec<u8>,
-    shas: [[u8; 40]; 4],
+    shas: &'static [[u8; 40]; 4],
     out: Outbox<Pending>,
     subscribed: bool,
     subscribe_pending: bool,
@@ -267,7 +267,7 @@ impl RedisProtocol {
         let mut p = Self {
             opts,
             wake: Vec::new(),
-            shas: Script::ALL.map(Script::sha1_hex),
+            shas: Script::all_sha1_hex(),
             out: Outbox::default(),
             subscribed: false,
             subscribe_pending: false,

@@ -400,7 +400,7 @@ impl RedisProtocol {
         entry.extend_from_slice(&token.to_hex());
         let mut args = vec![
             Cow::Borrowed(&b"EVALSHA"[..]),
-            Cow::Owned(self.shas[3].to_vec()),
+            Cow::Borrowed(&self.shas[3][..]),
             Cow::Borrowed(&b"2"[..]),
             Cow::Owned(lock),
             Cow::Owned(queue),

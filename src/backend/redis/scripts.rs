@@ -627,6 +627,12 @@ impl Script {
         }
     }
 
+    /// The SHA-1s of [`Script::ALL`], computed once per process: every EVALSHA borrows them.
+    pub(super) fn all_sha1_hex() -> &'static [[u8; 40]; 4] {
+        static SHAS: std::sync::OnceLock<[[u8; 40]; 4]> = std::sync::OnceLock::new();
+        SHAS.get_or_init(|| Script::ALL.map(Script::sha1_hex))
+    }
+
     /// The SHA-1 of the text in lowercase hex, as EVALSHA wants it.
     pub fn sha1_hex(self) -> [u8; 40] {
         let mut out = [0u8; 40];

@@ -2,10 +2,10 @@
 //! its counters, the queue of IO the links and the side connections share, and the side
 //! connections themselves (`side_stream.rs`).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use super::Endpoint;
-use super::Resp;
+use super::{Arg, Connection, Resp, SubscriptionKind};
 use crate::backend::outbox::MS;
 
 #[path = "side_stream.rs"]
@@ -138,5 +138,28 @@ impl Streams {
             self.io.push_back(Io::Shutdown { stream });
         }
         self.counters.closes += 1;
+    }
+}
+
+/// Forgets `id` as a subscription in flight; whether it was one (no hashing when none is).
+pub(super) fn unsub(subs: &mut HashSet<u64>, id: u64) -> bool {
+    !subs.is_empty() && subs.remove(&id)
+}
+
+pub(super) fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
+    if args
+        .first()
+        .and_then(|n| SubscriptionKind::from_name(n))
+        .is_some()
+    {
+        subs.insert(id);
+    }
+}
+
+/// A connection kind's link in `RedisStream::links`.
+pub(super) fn index(which: Connection) -> usize {
+    match which {
+        Connection::Commands => 0,
+        Connection::Subscriber => 1,
     }
 }

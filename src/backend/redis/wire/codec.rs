@@ -284,7 +284,7 @@ impl Decoder {
         let decoded = if framed.resp3 {
             decode3(bytes)
         } else {
-            decode2(bytes)
+            fast2(bytes).map_or_else(|| decode2(bytes), Ok)
         };
         match decoded {
             Ok(reply) => {
@@ -318,8 +318,61 @@ impl Decoder {
     }
 }
 
+/// Deepest array [`fast2`] reads itself (script replies are flat).
+const FAST_DEPTH: usize = 2;
+
+/// One complete RESP2 frame of the shapes replies mostly have (integers, strings, nils and
+/// shallow arrays of them), read here without the crate's parser. `None` for anything it
+/// does not read exactly as the crate would (the crate then decodes it, and words its
+/// errors): every value it returns is the one [`decode2`] gives.
+pub(super) fn fast2(bytes: &[u8]) -> Option<Reply> {
+    let mut pos = 0;
+    let reply = fast2_at(bytes, &mut pos, FAST_DEPTH)?;
+    (pos == bytes.len()).then_some(reply)
+}
+
+fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize) -> Option<Reply> {
+    let kind = *bytes.get(*pos)?;
+    let rest = bytes.get(*pos + 1..)?;
+    let line = rest.windows(2).position(|w| w == b"\r\n")?;
+    let body = &rest[..line];
+    *pos += line + 3;
+    match kind {
+        // The crate's own integer reading.
+        b':' => std::str::from_utf8(body).ok()?.parse().ok().map(Reply::Int),
+        b'+' => Some(Reply::Status(body.to_vec())),
+        b'-' => Some(Reply::Error(body.to_vec())),
+        b'$' | b'*' if body == b"-1" => Some(Reply::Nil),
+        b'$' => {
+            let end = pos.checked_add(count(body)?)?;
+            let data = bytes.get(*pos..end)?;
+            (bytes.get(end..end.checked_add(2)?)? == b"\r\n").then_some(())?;
+            *pos = end + 2;
+            Some(Reply::Bulk(data.to_vec()))
+        }
+        b'*' if depth > 0 => {
+            let n = count(body)?;
+            // Each element takes at least 3 bytes of the (complete) frame.
+            let mut items = Vec::with_capacity(n.min(bytes.len() / 3));
+            for _ in 0..n {
+                items.push(fast2_at(bytes, pos, depth - 1)?);
+            }
+            Some(Reply::Array(items))
+        }
+        _ => None,
+    }
+}
+
+/// A length prefix of digits only (the scanner refused any other).
+fn count(body: &[u8]) -> Option<usize> {
+    if body.is_empty() || body.len() > 18 || !body.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(body.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')))
+}
+
 /// Decodes one complete RESP2 frame (the scanner found its end and checked its limits).
-fn decode2(bytes: &[u8]) -> Result<Reply, WireError> {
+pub(super) fn decode2(bytes: &[u8]) -> Result<Reply, WireError> {
     match resp2_decode::decode_range(bytes) {
         Ok(Some((frame, n))) if n == bytes.len() => from2(bytes, &frame),
         Ok(_) => Err(WireError::Invalid(

@@ -302,6 +302,53 @@ fn pseudo_random_streams_decode_the_same_however_split() {
 }
 
 #[test]
+fn the_fast_resp2_reading_agrees_with_the_codec_crate() {
+    use super::codec::{decode2, fast2};
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut frames: Vec<Vec<u8>> = samples().into_iter().map(|(w, _)| w).collect();
+    for edge in [
+        &b":+5\r\n"[..],
+        b":9223372036854775807\r\n",
+        b":9223372036854775808\r\n",
+        b":-9223372036854775808\r\n",
+        b":\r\n",
+        b":1 \r\n",
+        b"$007\r\nabcdefg\r\n",
+        b"$3\r\nabcd\r\n",
+        b"*2\r\n:1\r\n",
+        b"*1\r\n*1\r\n*1\r\n:1\r\n",
+        b"*3\r\n:1\r\n:1700000000000001\r\n:30000\r\n",
+        b"*2\r\n$-1\r\n*-1\r\n",
+        b"+\r\n",
+        b"-\r\n",
+    ] {
+        frames.push(edge.to_vec());
+    }
+    let mut checked = 0;
+    for round in 0..4000 {
+        let mut f = frames[round % frames.len()].clone();
+        if round >= frames.len() && !f.is_empty() {
+            // A byte or two changed: valid and broken frames alike.
+            for _ in 0..=(rnd() % 2) {
+                let at = (rnd() % f.len() as u64) as usize;
+                f[at] = b"0123456789:+-$*\r\n-x"[(rnd() % 19) as usize];
+            }
+        }
+        if let Some(fast) = fast2(&f) {
+            assert_eq!(decode2(&f), Ok(fast), "{:?}", String::from_utf8_lossy(&f));
+            checked += 1;
+        }
+    }
+    assert!(checked > 500, "only {checked} frames read fast");
+}
+
+#[test]
 fn commands_encode_as_arrays_of_bulk_strings() {
     let mut out = b"prefix".to_vec();
     encode_command(&[&b"EVALSHA"[..], b"abc", b"", b"x\r\ny"], &mut out).unwrap();
