@@ -13,7 +13,7 @@ use redis_protocol::resp2::types::RangeFrame as Range2;
 use redis_protocol::resp3::decode::complete as resp3_decode;
 use redis_protocol::resp3::types::RangeFrame as Range3;
 
-use super::scan::Scanner;
+use super::scan::{Scanner, crlf};
 use crate::backend::value::Value;
 
 /// How much one connection's decoder may hold. The defaults fit every reply the protocol
@@ -191,32 +191,32 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut Vec<u8>) -> Result<(
     }
     let body: usize = argv.iter().map(|a| a.as_ref().len() + 16).sum();
     out.reserve(body + 16);
-    out.push(b'*');
-    push_decimal(out, argv.len());
-    out.extend_from_slice(b"\r\n");
+    push_header(out, b'*', argv.len());
     for a in argv {
         let a = a.as_ref();
-        out.push(b'$');
-        push_decimal(out, a.len());
-        out.extend_from_slice(b"\r\n");
+        push_header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
     Ok(())
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
+/// Appends `kind`, `n` in decimal and CRLF, in one copy.
+fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+    let mut line = [0u8; 24];
+    let mut i = line.len() - 2;
+    line[i..].copy_from_slice(b"\r\n");
     loop {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
+        line[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    i -= 1;
+    line[i] = kind;
+    out.extend_from_slice(&line[i..]);
 }
 
 /// A streaming reply decoder: [`Decoder::feed`] what was read, then call [`Decoder::next`]
@@ -334,12 +334,11 @@ pub(super) fn fast2(bytes: &[u8]) -> Option<Reply> {
 fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize) -> Option<Reply> {
     let kind = *bytes.get(*pos)?;
     let rest = bytes.get(*pos + 1..)?;
-    let line = rest.windows(2).position(|w| w == b"\r\n")?;
+    let line = crlf(rest)?;
     let body = &rest[..line];
     *pos += line + 3;
     match kind {
-        // The crate's own integer reading.
-        b':' => std::str::from_utf8(body).ok()?.parse().ok().map(Reply::Int),
+        b':' => Some(Reply::Int(int(body)?)),
         b'+' => Some(Reply::Status(body.to_vec())),
         b'-' => Some(Reply::Error(body.to_vec())),
         b'$' | b'*' if body == b"-1" => Some(Reply::Nil),
@@ -361,6 +360,19 @@ fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize) -> Option<Reply> {
         }
         _ => None,
     }
+}
+
+/// An integer line as the crate reads it (`str::parse::<i64>`): short plain ones here, the
+/// rest (a sign `+`, 19 digits, garbage) through that very function.
+fn int(body: &[u8]) -> Option<i64> {
+    let digits = body.strip_prefix(b"-").unwrap_or(body);
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return std::str::from_utf8(body).ok()?.parse().ok();
+    }
+    let n = digits
+        .iter()
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    Some(if digits.len() < body.len() { -n } else { n })
 }
 
 /// A length prefix of digits only (the scanner refused any other).
