@@ -58,10 +58,11 @@ impl RedisProtocol {
                     Cow::Owned(name.as_bytes().to_vec()),
                     Cow::Borrowed(if retry { &b"1"[..] } else { &b"0"[..] }),
                 ];
-                if let Some(s) = self.shards.get(&name).filter(|_| self.opts.sharded_wake) {
-                    args.push(Cow::Owned(s.channel.clone()));
-                } else if self.opts.sharded_wake {
-                    args.extend(shard_channel(&name).ok().map(Cow::Owned));
+                if self.opts.sharded_wake {
+                    match self.shards.get(&name) {
+                        Some(s) => args.push(Cow::Owned(s.channel.clone())),
+                        None => args.extend(shard_channel(&name).ok().map(Cow::Owned)),
+                    }
                 }
                 let wakes = self.leases.get(&lease).map_or(0, |w| w.wakes);
                 let covered = self.live(&name);
