@@ -201,8 +201,15 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
-/// Appends `kind`, `n` in decimal and CRLF, in one copy.
+/// Appends `kind`, `n` in decimal and CRLF, in one copy (of a fixed size for the short
+/// lengths most arguments have).
 fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+    let digit = |d: usize| b'0' + (d % 10) as u8;
+    match n {
+        0..10 => return out.extend_from_slice(&[kind, digit(n), b'\r', b'\n']),
+        10..100 => return out.extend_from_slice(&[kind, digit(n / 10), digit(n), b'\r', b'\n']),
+        _ => {}
+    }
     let mut line = [0u8; 24];
     let mut i = line.len() - 2;
     line[i..].copy_from_slice(b"\r\n");
