@@ -235,6 +235,8 @@ pub struct Decoder {
     /// Start of the frame being scanned in `buf` (bytes before it are decoded).
     start: usize,
     scanner: Scanner,
+    /// The frame at `start` has not been tried whole (see `next`).
+    fresh: bool,
     failed: Option<WireError>,
 }
 
@@ -250,6 +252,7 @@ impl Decoder {
             buf: Vec::new(),
             start: 0,
             scanner: Scanner::default(),
+            fresh: true,
             failed: None,
         }
     }
@@ -282,21 +285,38 @@ impl Decoder {
             return Err(e.clone());
         }
         let frame = &self.buf[self.start..];
-        let framed = match self.scanner.scan(frame, &self.limits) {
-            Ok(Some(f)) => f,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(self.fail(e)),
-        };
-        let bytes = &frame[..framed.len];
-        let decoded = if framed.resp3 {
-            decode3(bytes)
-        } else {
-            fast2(bytes).map_or_else(|| decode2(bytes), Ok)
+        if frame.is_empty() {
+            return Ok(None);
+        }
+        // A plain frame that came whole: read in one pass, no scan. Tried once per frame, so
+        // a frame arriving in pieces is scanned on as usual.
+        let fast = self
+            .fresh
+            .then(|| fast2_whole(frame, &self.limits))
+            .flatten();
+        self.fresh = false;
+        let (decoded, len) = match fast {
+            Some((reply, len)) => (Ok(reply), len),
+            None => {
+                let framed = match self.scanner.scan(frame, &self.limits) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return Ok(None),
+                    Err(e) => return Err(self.fail(e)),
+                };
+                let bytes = &frame[..framed.len];
+                let decoded = if framed.resp3 {
+                    decode3(bytes)
+                } else {
+                    fast2(bytes).map_or_else(|| decode2(bytes), Ok)
+                };
+                (decoded, framed.len)
+            }
         };
         match decoded {
             Ok(reply) => {
-                self.start += framed.len;
+                self.start += len;
                 self.scanner.reset();
+                self.fresh = true;
                 if self.start == self.buf.len() {
                     self.buf.clear();
                     self.start = 0;
@@ -334,11 +354,24 @@ const FAST_DEPTH: usize = 2;
 /// errors): every value it returns is the one [`decode2`] gives.
 pub(super) fn fast2(bytes: &[u8]) -> Option<Reply> {
     let mut pos = 0;
-    let reply = fast2_at(bytes, &mut pos, FAST_DEPTH)?;
+    let reply = fast2_at(bytes, &mut pos, FAST_DEPTH, &mut 0)?;
     (pos == bytes.len()).then_some(reply)
 }
 
-fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize) -> Option<Reply> {
+/// [`fast2`] on the frame at the start of `buf`, unscanned: the reply and its length if the
+/// frame is complete and within every limit the scanner enforces (it would have passed it).
+pub(super) fn fast2_whole(buf: &[u8], limits: &Limits) -> Option<(Reply, usize)> {
+    if limits.max_depth < FAST_DEPTH {
+        return None;
+    }
+    let buf = &buf[..buf.len().min(limits.max_frame_bytes)];
+    let (mut pos, mut elements) = (0, 0);
+    let reply = fast2_at(buf, &mut pos, FAST_DEPTH, &mut elements)?;
+    (elements <= limits.max_elements).then_some((reply, pos))
+}
+
+fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize, elements: &mut usize) -> Option<Reply> {
+    *elements += 1;
     let kind = *bytes.get(*pos)?;
     let rest = bytes.get(*pos + 1..)?;
     let line = crlf(rest)?;
@@ -361,7 +394,7 @@ fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize) -> Option<Reply> {
             // Each element takes at least 3 bytes of the (complete) frame.
             let mut items = Vec::with_capacity(n.min(bytes.len() / 3));
             for _ in 0..n {
-                items.push(fast2_at(bytes, pos, depth - 1)?);
+                items.push(fast2_at(bytes, pos, depth - 1, elements)?);
             }
             Some(Reply::Array(items))
         }

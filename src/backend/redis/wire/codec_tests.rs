@@ -208,6 +208,27 @@ fn oversize_frames_are_errors_before_they_arrive() {
         WireError::TooDeep { limit: 4 }
     );
     assert!(decode_split(b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", &[], l).is_ok());
+    // Frames read whole without a scan keep the scanner's limits.
+    let whole_but_large = [&b"+"[..], &[b'a'; 1030], b"\r\n"].concat();
+    assert_eq!(first_error(&whole_but_large, l), too_large);
+    let flat = Limits { max_depth: 1, ..l };
+    assert_eq!(
+        first_error(b"*1\r\n*1\r\n:1\r\n", flat),
+        WireError::TooDeep { limit: 1 }
+    );
+    assert!(decode_split(b"*2\r\n:1\r\n:2\r\n", &[], flat).is_ok());
+    let exact = Limits {
+        max_elements: 16,
+        max_frame_bytes: 80,
+        ..l
+    };
+    let sixteen = [&b"*15\r\n"[..], &b":1\r\n".repeat(15)].concat();
+    assert!(decode_split(&sixteen, &[], exact).is_ok());
+    let seventeen = [&b"*16\r\n"[..], &b":1\r\n".repeat(16)].concat();
+    assert_eq!(
+        first_error(&seventeen, exact),
+        WireError::TooManyElements { limit: 16 }
+    );
     // A hostile nesting far beyond the default depth: an error, not a stack overflow.
     let deep = b"*1\r\n".repeat(100_000);
     assert_eq!(
