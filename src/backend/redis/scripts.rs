@@ -98,7 +98,8 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// (`}x` gave the empty tag `lh:{}`, its keys in different slots); brace-free names keep
 /// their keys, and a digest tag ends before the name, which no brace-free name can match.
 pub fn hash_tag(name: &str) -> Cow<'_, str> {
-    if name.contains(['{', '}']) {
+    // Bytewise: a brace is one byte in UTF-8, never part of another character.
+    if name.bytes().any(|b| b == b'{' || b == b'}') {
         Cow::Owned(format!("#{:016x}", fnv1a64(name.as_bytes())))
     } else {
         Cow::Borrowed(name)
