@@ -200,6 +200,7 @@ impl RedisStream {
                 next: 1,
                 io: VecDeque::new(),
                 counters: StreamCounters::default(),
+                spare: Vec::new(),
             },
             current: None,
             last_close: String::new(),
@@ -254,6 +255,7 @@ impl RedisStream {
     /// The next piece of IO for the host. A write's bytes borrow this object until its next
     /// mutation.
     pub fn poll_request(&mut self, core: &mut Client) -> Option<StreamRequest<'_>> {
+        self.streams.reclaim(self.current.take());
         self.route(core);
         self.current = self.streams.io.pop_front();
         Some(match self.current.as_ref()? {
@@ -614,12 +616,7 @@ impl RedisStream {
                 link.state = State::Resolving { deadline };
                 resolve = true;
             } else if let State::Open(conn) = &mut link.state {
-                if conn.has_output() {
-                    self.streams.io.push_back(Io::Write {
-                        stream: link.stream,
-                        bytes: conn.take_output(),
-                    });
-                }
+                self.streams.write(link.stream, conn);
             }
         }
         if let (true, Some(d)) = (resolve, &mut self.sentinel) {
