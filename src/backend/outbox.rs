@@ -23,6 +23,15 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use super::StatusAnswer;
 use crate::Event;
 
+/// The hasher of tables keyed by values this process chose (request ids, lease ids, random
+/// tokens): a fast mix, since no outsider picks the keys that go in.
+pub(crate) type IdHash = crate::engine::hash::KeyedState;
+
+/// An [`IdHash`] (its key is fixed: the keys' values are ours, not an adversary's).
+pub(crate) fn id_hash() -> IdHash {
+    IdHash::new(0x243f_6a88_85a3_08d3)
+}
+
 /// A time that never comes (no expiry, no deadline).
 pub(crate) const NEVER: u64 = u64::MAX;
 /// One millisecond in nanoseconds.
@@ -33,7 +42,7 @@ pub(crate) const MS: u64 = 1_000_000;
 #[derive(Debug)]
 pub(crate) struct Outbox<P> {
     next_id: u64,
-    pending: HashMap<u64, P>,
+    pending: HashMap<u64, P, IdHash>,
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     queue: VecDeque<u64>,
     events: VecDeque<Event>,
@@ -45,7 +54,7 @@ impl<P> Default for Outbox<P> {
     fn default() -> Self {
         Self {
             next_id: 0,
-            pending: HashMap::new(),
+            pending: HashMap::with_hasher(id_hash()),
             expiry: BinaryHeap::new(),
             queue: VecDeque::new(),
             events: VecDeque::new(),

@@ -59,7 +59,7 @@ pub use scripts::{
 };
 pub use value::{DecodeError, FlatValue, Value, decode, encode};
 
-use super::outbox::{MS, NEVER, Outbox};
+use super::outbox::{IdHash, MS, NEVER, Outbox, id_hash};
 use crate::{
     AcquireResult, Client, Event, LeaseId, LockName, Output, ReleaseResult, RenewResult, RequestId,
     Token,
@@ -234,7 +234,7 @@ struct Pending {
 pub struct RedisProtocol {
     opts: RedisOptions,
     wake: Vec<u8>,
-    shas: [[u8; 40]; 4],
+    shas: &'static [[u8; 40]; 4],
     out: Outbox<Pending>,
     subscribed: bool,
     subscribe_pending: bool,
@@ -242,12 +242,12 @@ pub struct RedisProtocol {
     sub_failures: u32,
     epochs: u64,
     names: HashMap<LockName, NameState>,
-    leases: HashMap<LeaseId, Waiting>,
+    leases: HashMap<LeaseId, Waiting, IdHash>,
     /// Leases by token, from their first acquire until their terminal event, to find the
     /// lease a wake-channel message names (and whether it already holds the lock).
-    tokens: HashMap<Token, (LeaseId, LockName)>,
+    tokens: HashMap<Token, (LeaseId, LockName), IdHash>,
     /// The tokens of leases that hold their lock, to forget them at their terminal event.
-    held: HashMap<LeaseId, Token>,
+    held: HashMap<LeaseId, Token, IdHash>,
     /// Sharded wake: the names whose channel is wanted (the engine's Watch .. Unwatch).
     shards: HashMap<LockName, Shard>,
     standbys: usize,
@@ -267,7 +267,7 @@ impl RedisProtocol {
         let mut p = Self {
             opts,
             wake: Vec::new(),
-            shas: Script::ALL.map(Script::sha1_hex),
+            shas: Script::all_sha1_hex(),
             out: Outbox::default(),
             subscribed: false,
             subscribe_pending: false,
@@ -275,9 +275,9 @@ impl RedisProtocol {
             sub_failures: 0,
             epochs: 0,
             names: HashMap::new(),
-            leases: HashMap::new(),
-            tokens: HashMap::new(),
-            held: HashMap::new(),
+            leases: HashMap::with_hasher(id_hash()),
+            tokens: HashMap::with_hasher(id_hash()),
+            held: HashMap::with_hasher(id_hash()),
             shards: HashMap::new(),
             standbys: 0,
             rechecks: 0,

@@ -299,19 +299,21 @@ impl RedisProtocol {
                 self.epochs = fresh;
             }
             s.leases += 1;
+            return s.epoch;
         }
         self.names.get(&**name).map_or(0, |s| s.epoch)
     }
 
     pub(super) fn leave(&mut self, lease: LeaseId) -> Option<Waiting> {
         let w = self.leases.remove(&lease)?;
-        if let Some(s) = self.names.get_mut(&*w.name) {
+        let last = self.names.get_mut(&*w.name).is_some_and(|s| {
             s.leases = s.leases.saturating_sub(1);
-            if s.leases == 0 {
-                self.disarm(&w.name);
-                self.clear_recheck(&w.name);
-                self.names.remove(&*w.name);
-            }
+            s.leases == 0
+        });
+        // The name goes, and its standby and recheck with it (as `disarm`, `clear_recheck`).
+        if let Some(s) = last.then(|| self.names.remove(&*w.name)).flatten() {
+            self.standbys -= usize::from(s.standby_until != NEVER);
+            self.rechecks -= usize::from(s.recheck_at != NEVER);
         }
         Some(w)
     }
@@ -400,7 +402,7 @@ impl RedisProtocol {
         entry.extend_from_slice(&token.to_hex());
         let mut args = vec![
             Cow::Borrowed(&b"EVALSHA"[..]),
-            Cow::Owned(self.shas[3].to_vec()),
+            Cow::Borrowed(&self.shas[3][..]),
             Cow::Borrowed(&b"2"[..]),
             Cow::Owned(lock),
             Cow::Owned(queue),

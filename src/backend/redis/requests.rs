@@ -46,22 +46,23 @@ impl RedisProtocol {
                 let [lock, fence, queue] = keys;
                 let mut args = vec![
                     Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Owned(self.shas[0].to_vec()),
+                    Cow::Borrowed(&self.shas[0][..]),
                     Cow::Borrowed(&b"3"[..]),
                     Cow::Owned(lock),
                     Cow::Owned(fence),
                     Cow::Owned(queue),
                     Cow::Owned(hex.to_vec()),
-                    Cow::Owned(ttl_ms.to_string().into_bytes()),
+                    Cow::Owned(decimal(ttl_ms)),
                     Cow::Owned(entry),
-                    Cow::Owned(self.opts.key_keep_ms.to_string().into_bytes()),
+                    Cow::Owned(decimal(self.opts.key_keep_ms)),
                     Cow::Owned(name.as_bytes().to_vec()),
                     Cow::Borrowed(if retry { &b"1"[..] } else { &b"0"[..] }),
                 ];
-                if let Some(s) = self.shards.get(&name).filter(|_| self.opts.sharded_wake) {
-                    args.push(Cow::Owned(s.channel.clone()));
-                } else if self.opts.sharded_wake {
-                    args.extend(shard_channel(&name).ok().map(Cow::Owned));
+                if self.opts.sharded_wake {
+                    match self.shards.get(&name) {
+                        Some(s) => args.push(Cow::Owned(s.channel.clone())),
+                        None => args.extend(shard_channel(&name).ok().map(Cow::Owned)),
+                    }
                 }
                 let wakes = self.leases.get(&lease).map_or(0, |w| w.wakes);
                 let covered = self.live(&name);
@@ -94,16 +95,16 @@ impl RedisProtocol {
                 ttl_ms,
                 ..
             } => {
-                let Ok([lock, _, _]) = name_keys(&name) else {
+                let Ok(lock) = key(KeyKind::Lock, &name) else {
                     return;
                 };
                 let args = vec![
                     Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Owned(self.shas[1].to_vec()),
+                    Cow::Borrowed(&self.shas[1][..]),
                     Cow::Borrowed(&b"1"[..]),
                     Cow::Owned(lock),
                     Cow::Owned(token.to_hex().to_vec()),
-                    Cow::Owned(ttl_ms.to_string().into_bytes()),
+                    Cow::Owned(decimal(ttl_ms)),
                 ];
                 let op = Op::Renew { req: request };
                 let expires =
@@ -123,18 +124,19 @@ impl RedisProtocol {
                 token,
                 ..
             } => {
-                let Ok([lock, _, queue]) = name_keys(&name) else {
+                let (Ok(lock), Ok(queue)) = (key(KeyKind::Lock, &name), key(KeyKind::Queue, &name))
+                else {
                     return;
                 };
                 let mut args = vec![
                     Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Owned(self.shas[2].to_vec()),
+                    Cow::Borrowed(&self.shas[2][..]),
                     Cow::Borrowed(&b"2"[..]),
                     Cow::Owned(lock),
                     Cow::Owned(queue),
                     Cow::Owned(token.to_hex().to_vec()),
                     Cow::Owned(name.as_bytes().to_vec()),
-                    Cow::Owned(self.opts.queue_max_age_ms.to_string().into_bytes()),
+                    Cow::Owned(decimal(self.opts.queue_max_age_ms)),
                 ];
                 if self.opts.sharded_wake {
                     args.extend(shard_channel(&name).ok().map(Cow::Owned));
@@ -167,4 +169,27 @@ fn name_keys(name: &str) -> Result<[Vec<u8>; 3], crate::Error> {
         key(KeyKind::Fence, name)?,
         key(KeyKind::Queue, name)?,
     ])
+}
+
+/// `n` in decimal, as a script argument (no formatter on the hot path).
+fn decimal(mut n: u64) -> Vec<u8> {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[i..].to_vec()
+}
+
+#[cfg(test)]
+#[test]
+fn decimal_writes_what_to_string_writes() {
+    for n in [0, 7, 10, 30_000, 60_000, 1_700_000_000_000_001, u64::MAX] {
+        assert_eq!(decimal(n), n.to_string().into_bytes());
+    }
 }

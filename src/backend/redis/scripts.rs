@@ -98,7 +98,8 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// (`}x` gave the empty tag `lh:{}`, its keys in different slots); brace-free names keep
 /// their keys, and a digest tag ends before the name, which no brace-free name can match.
 pub fn hash_tag(name: &str) -> Cow<'_, str> {
-    if name.contains(['{', '}']) {
+    // Bytewise: a brace is one byte in UTF-8, never part of another character.
+    if name.bytes().any(|b| b == b'{' || b == b'}') {
         Cow::Owned(format!("#{:016x}", fnv1a64(name.as_bytes())))
     } else {
         Cow::Borrowed(name)
@@ -625,6 +626,12 @@ impl Script {
             Script::Release => RELEASE_SCRIPT,
             Script::Leave => LEAVE_SCRIPT,
         }
+    }
+
+    /// The SHA-1s of [`Script::ALL`], computed once per process: every EVALSHA borrows them.
+    pub(super) fn all_sha1_hex() -> &'static [[u8; 40]; 4] {
+        static SHAS: std::sync::OnceLock<[[u8; 40]; 4]> = std::sync::OnceLock::new();
+        SHAS.get_or_init(|| Script::ALL.map(Script::sha1_hex))
     }
 
     /// The SHA-1 of the text in lowercase hex, as EVALSHA wants it.

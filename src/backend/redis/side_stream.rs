@@ -8,7 +8,7 @@
 //! through the owner's provided methods, which hand it those moments. [`Rounds`] is their
 //! shared patience: after every candidate failed once, the next question waits for a backoff.
 
-use super::{Io, Streams};
+use super::Streams;
 use crate::backend::outbox::MS;
 use crate::backend::redis::url::Endpoint;
 use crate::backend::redis::wire::{Conn, ConnEvent, ConnOptions, SendError};
@@ -134,12 +134,7 @@ impl SideConn {
     /// Queues the connection's pending bytes for the host.
     pub(in super::super) fn flush(&mut self, streams: &mut Streams) {
         if let Phase::Open(c) = &mut self.phase {
-            if c.has_output() {
-                streams.io.push_back(Io::Write {
-                    stream: self.stream,
-                    bytes: c.take_output(),
-                });
-            }
+            streams.write(self.stream, c);
         }
     }
 

@@ -33,7 +33,7 @@ use crate::{Client, Error, Event};
 
 #[path = "stream_types.rs"]
 mod types;
-use types::{Answers, Io, Rounds, SideConn, SideOwner, Streams};
+use types::{Answers, Io, Rounds, SideConn, SideOwner, Streams, index, note_subscription, unsub};
 pub use types::{StreamCounters, StreamError, StreamRequest, StreamSettings};
 
 /// Most requests waiting for a connection to open; more fail at once.
@@ -95,19 +95,28 @@ impl Link {
         matches!(self.state, State::Open(_)) && self.verified
     }
 
-    /// Sends the waiting requests on the open connection; the ones it refused.
-    fn flush(&mut self, now: u64) -> Vec<(u64, String)> {
-        let mut refused = Vec::new();
+    /// Writes a request now if the link [`Self::sends`] (`Some`: whether it was refused).
+    fn send_now(&mut self, now: u64, id: u64, args: &[Arg]) -> Option<Result<(), String>> {
         let State::Open(conn) = &mut self.state else {
-            return refused;
+            return None;
         };
-        for (id, args) in self.waiting.drain(..) {
-            match conn.send(now, id, &args) {
-                Ok(()) => note_subscription(&mut self.subs, id, &args),
-                Err(e) => refused.push((id, e.to_string())),
-            }
+        let sent = self.verified.then(|| conn.send(now, id, args))?;
+        let subs = &mut self.subs;
+        Some(
+            sent.map(|()| note_subscription(subs, id, args))
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    /// Sends the waiting requests on the open, verified connection; the ones it refused.
+    fn flush(&mut self, now: u64) -> Vec<(u64, String)> {
+        if !self.sends() {
+            return Vec::new();
         }
-        refused
+        let waiting = std::mem::take(&mut self.waiting);
+        (waiting.into_iter())
+            .filter_map(|(id, args)| Some((id, self.send_now(now, id, &args)?.err()?)))
+            .collect()
     }
 }
 
@@ -139,6 +148,8 @@ pub struct RedisStream {
     last_close: String,
     /// An input carried the host's clock: an open's deadline can be dated.
     clock_seen: bool,
+    /// `drain`'s buffer, kept so a reply's events need no allocation.
+    events: Vec<ConnEvent>,
 }
 
 impl RedisStream {
@@ -189,10 +200,12 @@ impl RedisStream {
                 next: 1,
                 io: VecDeque::new(),
                 counters: StreamCounters::default(),
+                spare: Vec::new(),
             },
             current: None,
             last_close: String::new(),
             clock_seen: false,
+            events: Vec::new(),
         })
     }
 
@@ -242,6 +255,7 @@ impl RedisStream {
     /// The next piece of IO for the host. A write's bytes borrow this object until its next
     /// mutation.
     pub fn poll_request(&mut self, core: &mut Client) -> Option<StreamRequest<'_>> {
+        self.streams.reclaim(self.current.take());
         self.route(core);
         self.current = self.streams.io.pop_front();
         Some(match self.current.as_ref()? {
@@ -535,10 +549,14 @@ impl RedisStream {
         let mut placed = Vec::new();
         if !self.cluster_holds_requests(core) {
             while let Some(req) = self.proto.poll_request(core) {
-                let (id, args) = (req.id, req.args.to_vec());
+                let (id, i) = (req.id, index(req.connection));
                 match &mut self.cluster {
-                    Some(c) => c.admit(now, id, req.connection, args),
-                    None => placed.push((index(req.connection), id, args)),
+                    Some(c) => c.admit(now, id, req.connection, req.args.to_vec()),
+                    // The common case: encoded from the protocol's own arguments, not a copy.
+                    None => match self.links[i].send_now(now, id, req.args) {
+                        Some(r) => refused.extend(r.err().map(|e| (id, e))),
+                        None => placed.push((i, id, req.args.to_vec())),
+                    },
                 }
             }
         }
@@ -547,11 +565,11 @@ impl RedisStream {
         }
         for (i, id, args) in placed {
             let link = &mut self.links[i];
-            match &mut link.state {
-                State::Open(conn) if link.verified => match conn.send(now, id, &args) {
-                    Ok(()) => note_subscription(&mut link.subs, id, &args),
-                    Err(e) => refused.push((id, e.to_string())),
-                },
+            if let Some(r) = link.send_now(now, id, &args) {
+                refused.extend(r.err().map(|e| (id, e)));
+                continue;
+            }
+            match &link.state {
                 // The commands connection failed and waits out its backoff: fail at once,
                 // as a refused connect would, so the engine's own retries and its callers'
                 // bounds run on time rather than behind the reopen.
@@ -598,12 +616,7 @@ impl RedisStream {
                 link.state = State::Resolving { deadline };
                 resolve = true;
             } else if let State::Open(conn) = &mut link.state {
-                if conn.has_output() {
-                    self.streams.io.push_back(Io::Write {
-                        stream: link.stream,
-                        bytes: conn.take_output(),
-                    });
-                }
+                self.streams.write(link.stream, conn);
             }
         }
         if let (true, Some(d)) = (resolve, &mut self.sentinel) {
@@ -617,13 +630,14 @@ impl RedisStream {
         let State::Open(conn) = &mut self.links[i].state else {
             return;
         };
-        let events: Vec<ConnEvent> = std::iter::from_fn(|| conn.poll_event()).collect();
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(std::iter::from_fn(|| conn.poll_event()));
         let mut failed = Vec::new();
         let mut closed = None;
         // Sentinel: why the core ends this connection itself (not the master).
         let mut drop_it = None;
         let mut verified = false;
-        for ev in events {
+        for ev in events.drain(..) {
             let subs = &mut self.links[i].subs;
             match ev {
                 ConnEvent::Ready { .. } => self.links[i].failures = 0,
@@ -652,12 +666,12 @@ impl RedisStream {
                         c.done(id);
                     }
                     // A subscription's confirmation came as a push already.
-                    if !subs.remove(&id) {
+                    if !unsub(subs, id) {
                         self.proto.handle_reply(core, now, id, &reply.as_value());
                     }
                 }
                 ConnEvent::Error { id, error } => {
-                    subs.remove(&id);
+                    unsub(subs, id);
                     if self.cluster_redirect(core, now, i, id, &error) {
                         continue;
                     }
@@ -670,7 +684,7 @@ impl RedisStream {
                 }
                 ConnEvent::Push(push) => self.on_push(core, now, i, push),
                 ConnEvent::Failed { id, sent } => {
-                    subs.remove(&id);
+                    unsub(subs, id);
                     if id != sentinel::ROLE_ID {
                         failed.push((id, sent));
                     }
@@ -678,6 +692,7 @@ impl RedisStream {
                 ConnEvent::Closed(e) => closed = Some(e.to_string()),
             }
         }
+        self.events = events;
         if verified && closed.is_none() {
             self.links[i].verified = true;
             for (id, why) in self.links[i].flush(now) {
@@ -768,23 +783,6 @@ impl RedisStream {
         for channel in lost {
             self.proto.handle_subscription(core, now, &channel, false);
         }
-    }
-}
-
-fn index(which: Connection) -> usize {
-    match which {
-        Connection::Commands => 0,
-        Connection::Subscriber => 1,
-    }
-}
-
-fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
-    if args
-        .first()
-        .and_then(|n| SubscriptionKind::from_name(n))
-        .is_some()
-    {
-        subs.insert(id);
     }
 }
 

@@ -2,10 +2,10 @@
 //! its counters, the queue of IO the links and the side connections share, and the side
 //! connections themselves (`side_stream.rs`).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use super::Endpoint;
-use super::Resp;
+use super::{Arg, Conn, Connection, Resp, SubscriptionKind};
 use crate::backend::outbox::MS;
 
 #[path = "side_stream.rs"]
@@ -116,9 +116,32 @@ pub(super) struct Streams {
     pub(super) next: u64,
     pub(super) io: VecDeque<Io>,
     pub(super) counters: StreamCounters,
+    /// A written buffer the host is done with, for the next write (see [`Streams::reclaim`]).
+    pub(super) spare: Vec<u8>,
 }
 
+/// Largest written buffer kept for reuse.
+const MAX_SPARE: usize = 16 << 10;
+
 impl Streams {
+    /// Queues what `conn` has to write on `stream`, if anything; it encodes on into the spare
+    /// buffer.
+    pub(super) fn write(&mut self, stream: u64, conn: &mut Conn) {
+        if conn.has_output() {
+            let bytes = conn.take_output_into(std::mem::take(&mut self.spare));
+            self.io.push_back(Io::Write { stream, bytes });
+        }
+    }
+
+    /// The host is done with `io`, the request handed out last: a write's buffer is kept.
+    pub(super) fn reclaim(&mut self, io: Option<Io>) {
+        if let Some(Io::Write { bytes, .. }) = io {
+            if bytes.capacity() <= MAX_SPARE && bytes.capacity() > self.spare.capacity() {
+                self.spare = bytes;
+            }
+        }
+    }
+
     /// Asks for a new stream to `endpoint`; its id.
     pub(super) fn open(&mut self, endpoint: &Endpoint, deadline: u64) -> u64 {
         let stream = self.next;
@@ -138,5 +161,28 @@ impl Streams {
             self.io.push_back(Io::Shutdown { stream });
         }
         self.counters.closes += 1;
+    }
+}
+
+/// Forgets `id` as a subscription in flight; whether it was one (no hashing when none is).
+pub(super) fn unsub(subs: &mut HashSet<u64>, id: u64) -> bool {
+    !subs.is_empty() && subs.remove(&id)
+}
+
+pub(super) fn note_subscription(subs: &mut HashSet<u64>, id: u64, args: &[Arg]) {
+    if args
+        .first()
+        .and_then(|n| SubscriptionKind::from_name(n))
+        .is_some()
+    {
+        subs.insert(id);
+    }
+}
+
+/// A connection kind's link in `RedisStream::links`.
+pub(super) fn index(which: Connection) -> usize {
+    match which {
+        Connection::Commands => 0,
+        Connection::Subscriber => 1,
     }
 }

@@ -13,7 +13,7 @@ use redis_protocol::resp2::types::RangeFrame as Range2;
 use redis_protocol::resp3::decode::complete as resp3_decode;
 use redis_protocol::resp3::types::RangeFrame as Range3;
 
-use super::scan::Scanner;
+use super::scan::{Scanner, crlf};
 use crate::backend::value::Value;
 
 /// How much one connection's decoder may hold. The defaults fit every reply the protocol
@@ -191,32 +191,39 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut Vec<u8>) -> Result<(
     }
     let body: usize = argv.iter().map(|a| a.as_ref().len() + 16).sum();
     out.reserve(body + 16);
-    out.push(b'*');
-    push_decimal(out, argv.len());
-    out.extend_from_slice(b"\r\n");
+    push_header(out, b'*', argv.len());
     for a in argv {
         let a = a.as_ref();
-        out.push(b'$');
-        push_decimal(out, a.len());
-        out.extend_from_slice(b"\r\n");
+        push_header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
     Ok(())
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
+/// Appends `kind`, `n` in decimal and CRLF, in one copy (of a fixed size for the short
+/// lengths most arguments have).
+fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+    let digit = |d: usize| b'0' + (d % 10) as u8;
+    match n {
+        0..10 => return out.extend_from_slice(&[kind, digit(n), b'\r', b'\n']),
+        10..100 => return out.extend_from_slice(&[kind, digit(n / 10), digit(n), b'\r', b'\n']),
+        _ => {}
+    }
+    let mut line = [0u8; 24];
+    let mut i = line.len() - 2;
+    line[i..].copy_from_slice(b"\r\n");
     loop {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
+        line[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    i -= 1;
+    line[i] = kind;
+    out.extend_from_slice(&line[i..]);
 }
 
 /// A streaming reply decoder: [`Decoder::feed`] what was read, then call [`Decoder::next`]
@@ -228,6 +235,8 @@ pub struct Decoder {
     /// Start of the frame being scanned in `buf` (bytes before it are decoded).
     start: usize,
     scanner: Scanner,
+    /// The frame at `start` has not been tried whole (see `next`).
+    fresh: bool,
     failed: Option<WireError>,
 }
 
@@ -243,6 +252,7 @@ impl Decoder {
             buf: Vec::new(),
             start: 0,
             scanner: Scanner::default(),
+            fresh: true,
             failed: None,
         }
     }
@@ -275,21 +285,38 @@ impl Decoder {
             return Err(e.clone());
         }
         let frame = &self.buf[self.start..];
-        let framed = match self.scanner.scan(frame, &self.limits) {
-            Ok(Some(f)) => f,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(self.fail(e)),
-        };
-        let bytes = &frame[..framed.len];
-        let decoded = if framed.resp3 {
-            decode3(bytes)
-        } else {
-            decode2(bytes)
+        if frame.is_empty() {
+            return Ok(None);
+        }
+        // A plain frame that came whole: read in one pass, no scan. Tried once per frame, so
+        // a frame arriving in pieces is scanned on as usual.
+        let fast = self
+            .fresh
+            .then(|| fast2_whole(frame, &self.limits))
+            .flatten();
+        self.fresh = false;
+        let (decoded, len) = match fast {
+            Some((reply, len)) => (Ok(reply), len),
+            None => {
+                let framed = match self.scanner.scan(frame, &self.limits) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return Ok(None),
+                    Err(e) => return Err(self.fail(e)),
+                };
+                let bytes = &frame[..framed.len];
+                let decoded = if framed.resp3 {
+                    decode3(bytes)
+                } else {
+                    fast2(bytes).map_or_else(|| decode2(bytes), Ok)
+                };
+                (decoded, framed.len)
+            }
         };
         match decoded {
             Ok(reply) => {
-                self.start += framed.len;
+                self.start += len;
                 self.scanner.reset();
+                self.fresh = true;
                 if self.start == self.buf.len() {
                     self.buf.clear();
                     self.start = 0;
@@ -318,8 +345,86 @@ impl Decoder {
     }
 }
 
+/// Deepest array [`fast2`] reads itself (script replies are flat).
+const FAST_DEPTH: usize = 2;
+
+/// One complete RESP2 frame of the shapes replies mostly have (integers, strings, nils and
+/// shallow arrays of them), read here without the crate's parser. `None` for anything it
+/// does not read exactly as the crate would (the crate then decodes it, and words its
+/// errors): every value it returns is the one [`decode2`] gives.
+pub(super) fn fast2(bytes: &[u8]) -> Option<Reply> {
+    let mut pos = 0;
+    let reply = fast2_at(bytes, &mut pos, FAST_DEPTH, &mut 0)?;
+    (pos == bytes.len()).then_some(reply)
+}
+
+/// [`fast2`] on the frame at the start of `buf`, unscanned: the reply and its length if the
+/// frame is complete and within every limit the scanner enforces (it would have passed it).
+pub(super) fn fast2_whole(buf: &[u8], limits: &Limits) -> Option<(Reply, usize)> {
+    if limits.max_depth < FAST_DEPTH {
+        return None;
+    }
+    let buf = &buf[..buf.len().min(limits.max_frame_bytes)];
+    let (mut pos, mut elements) = (0, 0);
+    let reply = fast2_at(buf, &mut pos, FAST_DEPTH, &mut elements)?;
+    (elements <= limits.max_elements).then_some((reply, pos))
+}
+
+fn fast2_at(bytes: &[u8], pos: &mut usize, depth: usize, elements: &mut usize) -> Option<Reply> {
+    *elements += 1;
+    let kind = *bytes.get(*pos)?;
+    let rest = bytes.get(*pos + 1..)?;
+    let line = crlf(rest)?;
+    let body = &rest[..line];
+    *pos += line + 3;
+    match kind {
+        b':' => Some(Reply::Int(int(body)?)),
+        b'+' => Some(Reply::Status(body.to_vec())),
+        b'-' => Some(Reply::Error(body.to_vec())),
+        b'$' | b'*' if body == b"-1" => Some(Reply::Nil),
+        b'$' => {
+            let end = pos.checked_add(count(body)?)?;
+            let data = bytes.get(*pos..end)?;
+            (bytes.get(end..end.checked_add(2)?)? == b"\r\n").then_some(())?;
+            *pos = end + 2;
+            Some(Reply::Bulk(data.to_vec()))
+        }
+        b'*' if depth > 0 => {
+            let n = count(body)?;
+            // Each element takes at least 3 bytes of the (complete) frame.
+            let mut items = Vec::with_capacity(n.min(bytes.len() / 3));
+            for _ in 0..n {
+                items.push(fast2_at(bytes, pos, depth - 1, elements)?);
+            }
+            Some(Reply::Array(items))
+        }
+        _ => None,
+    }
+}
+
+/// An integer line as the crate reads it (`str::parse::<i64>`): short plain ones here, the
+/// rest (a sign `+`, 19 digits, garbage) through that very function.
+fn int(body: &[u8]) -> Option<i64> {
+    let digits = body.strip_prefix(b"-").unwrap_or(body);
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return std::str::from_utf8(body).ok()?.parse().ok();
+    }
+    let n = digits
+        .iter()
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    Some(if digits.len() < body.len() { -n } else { n })
+}
+
+/// A length prefix of digits only (the scanner refused any other).
+fn count(body: &[u8]) -> Option<usize> {
+    if body.is_empty() || body.len() > 18 || !body.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(body.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')))
+}
+
 /// Decodes one complete RESP2 frame (the scanner found its end and checked its limits).
-fn decode2(bytes: &[u8]) -> Result<Reply, WireError> {
+pub(super) fn decode2(bytes: &[u8]) -> Result<Reply, WireError> {
     match resp2_decode::decode_range(bytes) {
         Ok(Some((frame, n))) if n == bytes.len() => from2(bytes, &frame),
         Ok(_) => Err(WireError::Invalid(

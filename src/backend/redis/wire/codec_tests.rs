@@ -208,6 +208,27 @@ fn oversize_frames_are_errors_before_they_arrive() {
         WireError::TooDeep { limit: 4 }
     );
     assert!(decode_split(b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", &[], l).is_ok());
+    // Frames read whole without a scan keep the scanner's limits.
+    let whole_but_large = [&b"+"[..], &[b'a'; 1030], b"\r\n"].concat();
+    assert_eq!(first_error(&whole_but_large, l), too_large);
+    let flat = Limits { max_depth: 1, ..l };
+    assert_eq!(
+        first_error(b"*1\r\n*1\r\n:1\r\n", flat),
+        WireError::TooDeep { limit: 1 }
+    );
+    assert!(decode_split(b"*2\r\n:1\r\n:2\r\n", &[], flat).is_ok());
+    let exact = Limits {
+        max_elements: 16,
+        max_frame_bytes: 80,
+        ..l
+    };
+    let sixteen = [&b"*15\r\n"[..], &b":1\r\n".repeat(15)].concat();
+    assert!(decode_split(&sixteen, &[], exact).is_ok());
+    let seventeen = [&b"*16\r\n"[..], &b":1\r\n".repeat(16)].concat();
+    assert_eq!(
+        first_error(&seventeen, exact),
+        WireError::TooManyElements { limit: 16 }
+    );
     // A hostile nesting far beyond the default depth: an error, not a stack overflow.
     let deep = b"*1\r\n".repeat(100_000);
     assert_eq!(
@@ -299,6 +320,60 @@ fn pseudo_random_streams_decode_the_same_however_split() {
             _ => panic!("{whole:?} vs {split:?} for {stream:?} cut at {cuts:?}"),
         }
     }
+}
+
+#[test]
+fn the_fast_resp2_reading_agrees_with_the_codec_crate() {
+    use super::codec::{decode2, fast2};
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut frames: Vec<Vec<u8>> = samples().into_iter().map(|(w, _)| w).collect();
+    for edge in [
+        &b":+5\r\n"[..],
+        b":9223372036854775807\r\n",
+        b":9223372036854775808\r\n",
+        b":-9223372036854775808\r\n",
+        b":\r\n",
+        b":-\r\n",
+        b":-0\r\n",
+        b":--1\r\n",
+        b":000000000000000000\r\n",
+        b":-999999999999999999\r\n",
+        b":9999999999999999999\r\n",
+        b"+a\rb\r\n",
+        b":1 \r\n",
+        b"$007\r\nabcdefg\r\n",
+        b"$3\r\nabcd\r\n",
+        b"*2\r\n:1\r\n",
+        b"*1\r\n*1\r\n*1\r\n:1\r\n",
+        b"*3\r\n:1\r\n:1700000000000001\r\n:30000\r\n",
+        b"*2\r\n$-1\r\n*-1\r\n",
+        b"+\r\n",
+        b"-\r\n",
+    ] {
+        frames.push(edge.to_vec());
+    }
+    let mut checked = 0;
+    for round in 0..4000 {
+        let mut f = frames[round % frames.len()].clone();
+        if round >= frames.len() && !f.is_empty() {
+            // A byte or two changed: valid and broken frames alike.
+            for _ in 0..=(rnd() % 2) {
+                let at = (rnd() % f.len() as u64) as usize;
+                f[at] = b"0123456789:+-$*\r\n-x"[(rnd() % 19) as usize];
+            }
+        }
+        if let Some(fast) = fast2(&f) {
+            assert_eq!(decode2(&f), Ok(fast), "{:?}", String::from_utf8_lossy(&f));
+            checked += 1;
+        }
+    }
+    assert!(checked > 500, "only {checked} frames read fast");
 }
 
 #[test]

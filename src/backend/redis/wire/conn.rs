@@ -341,6 +341,14 @@ impl Conn {
         std::mem::take(&mut self.out)
     }
 
+    /// [`Conn::take_output`], leaving `spare` (emptied) to encode the next commands into: a
+    /// caller that hands back written buffers allocates none per command.
+    pub fn take_output_into(&mut self, mut spare: Vec<u8>) -> Vec<u8> {
+        spare.clear();
+        self.handed = self.pending.len();
+        std::mem::replace(&mut self.out, spare)
+    }
+
     /// Whether there are bytes to write.
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()

@@ -383,3 +383,23 @@ fn options_are_validated() {
         assert!(Conn::new(o, 0).is_err());
     }
 }
+
+#[test]
+fn a_buffer_handed_back_carries_only_the_next_commands() {
+    let mut c = ready(Protocol::Legacy);
+    c.send(1, 1, &["GET", "a"]).unwrap();
+    let first = c.take_output_into(b"stale bytes".to_vec());
+    assert_eq!(first, cmd(&["GET", "a"]));
+    c.send(1, 2, &["GET", "b"]).unwrap();
+    assert_eq!(c.take_output_into(first), cmd(&["GET", "b"]));
+    assert!(!c.has_output());
+    // Both were handed over: they may have run.
+    c.handle_closed();
+    assert_eq!(
+        events(&mut c)[..2],
+        [
+            ConnEvent::Failed { id: 1, sent: true },
+            ConnEvent::Failed { id: 2, sent: true }
+        ]
+    );
+}

@@ -165,7 +165,7 @@ impl Scanner {
     fn line_end(&mut self, buf: &[u8]) -> Option<usize> {
         let from = self.pos + 1 + self.line_checked;
         let rest = buf.get(from..)?;
-        match rest.windows(2).position(|w| w == b"\r\n") {
+        match crlf(rest) {
             Some(i) => Some(from + i),
             None => {
                 // The last byte may be the CR of a CRLF still to come.
@@ -210,11 +210,25 @@ fn length(body: &[u8], nil_ok: bool, at: usize) -> Result<Option<u64>, WireError
     if body.is_empty() || body.len() > MAX_LEN_DIGITS || !body.iter().all(u8::is_ascii_digit) {
         return Err(garbage(at, "a malformed length"));
     }
-    std::str::from_utf8(body)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
+    // Digits only: a decimal overflow is the one way to fail.
+    body.iter()
+        .try_fold(0u64, |n, d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
         .map(Some)
         .ok_or_else(|| garbage(at, "a malformed length"))
+}
+
+/// Where the first CRLF of `bytes` starts.
+pub(super) fn crlf(bytes: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    loop {
+        let cr = from + bytes.get(from..)?.iter().position(|&b| b == b'\r')?;
+        if bytes.get(cr + 1) == Some(&b'\n') {
+            return Some(cr);
+        }
+        from = cr + 1;
+    }
 }
 
 fn garbage(offset: usize, what: &'static str) -> WireError {
