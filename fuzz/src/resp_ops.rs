@@ -186,7 +186,15 @@ fn conn_events(input: &Input, stream: &[u8], cuts: &[usize], limits: Limits) -> 
         "invariant no-unknown-answer violated: {answers:?}"
     );
     assert!(matches!(events.last(), Some(ConnEvent::Closed(_))));
+    // Whether a failed command was handed over depends on when the host took the output
+    // (here: after each piece), not only on the bytes; the rest must not depend on the split.
     events
+        .into_iter()
+        .map(|e| match e {
+            ConnEvent::Failed { id, .. } => ConnEvent::Failed { id, sent: false },
+            other => other,
+        })
+        .collect()
 }
 
 fn features(decoded: &Decoded, events: &[ConnEvent]) -> u64 {
