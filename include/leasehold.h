@@ -1452,9 +1452,10 @@ typedef struct lh_drained {
    */
   uint32_t more_events;
   /**
-   * The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it after this
-   * call's outputs. Keep the one of the last call, the one with `request` and
-   * `more_events` both 0.
+   * The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it, on the
+   * last call of a drain (`request` and `more_events` both 0). A call that sets either
+   * leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: the request it
+   * took, or the events still pending, can move it.
    */
   uint64_t deadline_ns;
 } lh_drained;
@@ -1997,9 +1998,10 @@ lh_status lh_counters_get(const struct lh_client *c,
 /**
  * The host's drain after an input, in one call: takes the next IO request into `*request`
  * (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
- * `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then the next deadline.
- * Call it again while `out->request` or `out->more_events` is 1. What `*request` points to
- * is valid until the next poll of either kind. It mixes freely with the single polls.
+ * `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then, when neither is
+ * left, the next deadline. Call it again while `out->request` or `out->more_events` is 1.
+ * What `*request` points to is valid until the next poll of either kind. It mixes freely
+ * with the single polls.
  *
  * # Safety
  * `c` is NULL or a live handle; `request` is NULL or valid for writing one `lh_io_request`;

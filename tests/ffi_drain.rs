@@ -34,6 +34,12 @@ fn drain_once(h: &H, cap: usize) -> (Option<Req>, Vec<lh_event>, lh_drained) {
     // SAFETY: LH_OK wrote the request; its pointers are read before the next call.
     let req = unsafe { Req::copy(&r.assume_init()) };
     assert_eq!(d.request == 1, req.is_some(), "{d:?}");
+    if d.request == 1 || d.more_events == 1 {
+        assert_eq!(
+            d.deadline_ns, LH_NO_DEADLINE,
+            "only a drain's last call has a deadline"
+        );
+    }
     evs.truncate(d.nevents as usize);
     (req, evs, d)
 }

@@ -21,17 +21,19 @@ pub struct lh_drained {
     pub nevents: u32,
     /// 1 when `events` was filled to its capacity (more may be pending: call again).
     pub more_events: u32,
-    /// The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it after this
-    /// call's outputs. Keep the one of the last call, the one with `request` and
-    /// `more_events` both 0.
+    /// The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it, on the
+    /// last call of a drain (`request` and `more_events` both 0). A call that sets either
+    /// leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: the request it
+    /// took, or the events still pending, can move it.
     pub deadline_ns: u64,
 }
 
 /// The host's drain after an input, in one call: takes the next IO request into `*request`
 /// (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
-/// `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then the next deadline.
-/// Call it again while `out->request` or `out->more_events` is 1. What `*request` points to
-/// is valid until the next poll of either kind. It mixes freely with the single polls.
+/// `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then, when neither is
+/// left, the next deadline. Call it again while `out->request` or `out->more_events` is 1.
+/// What `*request` points to is valid until the next poll of either kind. It mixes freely
+/// with the single polls.
 ///
 /// # Safety
 /// `c` is NULL or a live handle; `request` is NULL or valid for writing one `lh_io_request`;
@@ -71,7 +73,12 @@ pub unsafe extern "C" fn lh_drain(
                 d.nevents += 1;
             }
             d.more_events = u32::from(cap > 0 && d.nevents as usize == cap);
-            d.deadline_ns = s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE);
+            // Only the last call's deadline is kept, so only it pays for one.
+            d.deadline_ns = if d.request == 0 && d.more_events == 0 {
+                s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE)
+            } else {
+                LH_NO_DEADLINE
+            };
             write_out(out, d);
             Ok(())
         })

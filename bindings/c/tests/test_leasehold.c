@@ -923,6 +923,7 @@ static void drain_in_one_call_takes_what_the_single_polls_take(void) {
         EXPECT_ST(lh_drain(b, &r, evs, 1, &d), LH_OK);
         EXPECT(d.nevents == 0 && d.more_events == 0);
         if (!d.request) break;
+        EXPECT(d.deadline_ns == LH_NO_DEADLINE); /* only a drain's last call has one */
         EXPECT(nb < 4 && r.id == qa[nb].id && r.kind == qa[nb].kind && r.argc == qa[nb].argc);
         for (uint32_t i = 0; nb < 4 && i < r.argc && i < qa[nb].argc; i++)
             EXPECT(r.argv[i].len == qa[nb].argv[i].len &&
@@ -954,6 +955,7 @@ static void drain_in_one_call_takes_what_the_single_polls_take(void) {
             neb++;
         }
         if (!d.request && !d.more_events) break;
+        EXPECT(d.deadline_ns == LH_NO_DEADLINE);
     }
     EXPECT(nea == 2 && neb == 2 && ea[0].kind == LH_EVENT_ACQUIRE_FAILED);
     EXPECT_ST(lh_poll_timeout(a, &dl), LH_OK);

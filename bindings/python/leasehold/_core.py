@@ -44,6 +44,7 @@ from ._values import (
     decode_request,
     flatten_reply,
     flatten_rows,
+    write_request,
 )
 
 __all__ = [
@@ -327,6 +328,8 @@ class Core:
         return self._h.ptr is None
 
     def _p(self) -> Any:
+        # The hot inputs test ``self._h.ptr`` inline and call this only to raise: a frame per
+        # crossing is a measurable part of a Python lock cycle.
         p = self._h.ptr
         if p is None:
             raise errors.ClientClosed("the core handle was freed")
@@ -642,9 +645,8 @@ class Core:
                 _check(st, p, "lh_drain")
             took = d.request
             if took:
-                if r.kind == _WRITE:  # the byte path's hot request, without the whole layout
-                    n = r.data_len
-                    reqs.append(_new_event(IoRequest, (r.id, _WRITE, 0, (r.stream, _string_at(r.data, n) if n else b""))))
+                if r.kind == _WRITE:  # read from the struct, not unpacked whole
+                    reqs.append(write_request(r.id, r.stream, r.data, r.data_len))
                 else:
                     req = decode_request(r)
                     if req is not None:

@@ -187,8 +187,14 @@ def _stream_request(rid: int, kind: int, fields: tuple[Any, ...]) -> IoRequest:
         host, name = _text(fields[16]), _text(fields[18])
         return IoRequest(rid, kind, 0, StreamOpen(stream, host, fields[19], bool(fields[20]), name, path, fields[15]))
     if kind == _WRITE:
-        return IoRequest(rid, kind, 0, (stream, _string_at(fields[9], fields[10]) if fields[10] else b""))
+        return write_request(rid, stream, fields[9], fields[10])
     return IoRequest(rid, kind, 0, stream)
+
+
+def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
+    """``LH_IO_WRITE``: the ``n`` bytes at ``data`` (copied) for ``stream``; the byte path's
+    hot request, so built without the rest of the layout."""
+    return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, _string_at(data, n) if n else b"")))
 
 
 def decode_request(buf: Any) -> IoRequest | None:
