@@ -6,7 +6,8 @@
 //! never more than its buffer limit; **differential**: the replies and the first error (and a
 //! connection's events) are the same whether the stream arrives whole, in the input's pieces
 //! or byte by byte; a connection answers every command it accepted exactly once (a reply, an
-//! error or a failure) by the time it is closed, and reports `Closed` once, last.
+//! error or a failure) by the time it is closed, and reports `Closed` once, last; a failed
+//! command is `sent` exactly when its bytes were handed to the host.
 
 use std::collections::HashMap;
 
@@ -150,13 +151,41 @@ fn conn_events(input: &Input, stream: &[u8], cuts: &[usize], limits: Limits) -> 
         }
     }
     let mut events = Vec::new();
+    // How many of `accepted` the host was handed, in order, read back from the output bytes.
+    let mut out = Decoder::new(Limits::default());
+    let mut handed = 0;
+    let check_sent = |polled: &[ConnEvent], before: usize, after: usize| {
+        for e in polled {
+            if let ConnEvent::Failed { id, sent } = e {
+                let at = accepted.iter().position(|a| a == id).unwrap_or(usize::MAX);
+                assert!(
+                    if *sent { at < after } else { at >= before },
+                    "invariant sent-means-handed violated for {id} (sent {sent}, handed {before}..{after} of {accepted:?})"
+                );
+            }
+        }
+    };
     for (i, (a, b)) in pieces(stream, cuts).into_iter().enumerate() {
         c.feed(i as u64, &stream[a..b]);
-        c.take_output();
+        let before = handed;
+        out.feed(&c.take_output())
+            .expect("the connection's own output decodes");
+        while let Ok(Some(Reply::Array(argv))) = out.next() {
+            if argvs
+                .iter()
+                .any(|cmd| matches!(argv.first(), Some(Reply::Bulk(n)) if n[..] == *cmd[0]))
+            {
+                handed += 1;
+            }
+        }
+        let at = events.len();
         events.extend(std::iter::from_fn(|| c.poll_event()));
+        check_sent(&events[at..], before, handed);
     }
     c.handle_closed();
+    let at = events.len();
     events.extend(std::iter::from_fn(|| c.poll_event()));
+    check_sent(&events[at..], handed, handed);
     // Every accepted command answered exactly once; one Closed, last.
     let mut answers: HashMap<u64, usize> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
