@@ -169,10 +169,12 @@ impl PartialEq<&str> for LockName {
     }
 }
 
-/// Hashes exactly as the `str` does, as `Borrow<str>` requires.
+/// Hashes exactly as the `str` does (its bytes, then `0xff`), as `Borrow<str>` requires, without
+/// re-checking the bytes as UTF-8 on every lookup.
 impl std::hash::Hash for LockName {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
+        state.write(self.as_bytes());
+        state.write_u8(0xff);
     }
 }
 
@@ -561,8 +563,10 @@ mod tests {
         assert!(a1 < b1 && zz > long_a && long_a > a1);
         // `Borrow<str>` demands the same hash as the `str`, or lookups by `&str` would miss.
         let state = std::collections::hash_map::RandomState::new();
-        for text in ["orders:42", &"long/".repeat(20)] {
+        let keyed = crate::engine::hash::KeyedState::new(0x5eed);
+        for text in ["orders:42", &"long/".repeat(20), "", "ö"] {
             assert_eq!(state.hash_one(LockName::from(text)), state.hash_one(text));
+            assert_eq!(keyed.hash_one(LockName::from(text)), keyed.hash_one(text));
         }
         let mut map = HashMap::new();
         map.insert(LockName::from("short"), 1);

@@ -254,7 +254,7 @@ impl Cluster {
                 }
             };
             if asked.is_some() {
-                out.push((link, ASKING_ID, vec![Arg::Borrowed(&b"ASKING"[..])]));
+                out.push((link, ASKING_ID, vec![Arg::Static(b"ASKING")]));
             }
             out.push((link, id, f.args.clone()));
         }

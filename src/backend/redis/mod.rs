@@ -40,6 +40,7 @@
 //! `NOSCRIPT` re-sends the same call as EVAL once (which loads the script for later EVALSHAs).
 //! Replies to unknown or already answered ids are counted and ignored.
 
+mod arg;
 mod queue;
 mod replies;
 mod requests;
@@ -51,9 +52,9 @@ pub mod url;
 pub mod wire;
 pub use super::value;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
+pub use arg::{Arg, INLINE_ARG_LEN};
 pub use scripts::{
     KeyKind, Script, WakeMessage, key, parse_message, shard_channel, shard_channel_name,
 };
@@ -140,9 +141,6 @@ pub enum Connection {
     /// The pub/sub connection (SUBSCRIBE).
     Subscriber = 2,
 }
-
-/// One argument of a request.
-pub type Arg = Cow<'static, [u8]>;
 
 /// A request for the host: run `args` on `connection` and answer `id` with the reply
 /// ([`RedisProtocol::handle_reply`]) or a transport failure
@@ -332,11 +330,11 @@ impl RedisProtocol {
         let lock = key(KeyKind::Lock, name)?;
         let fence = key(KeyKind::Fence, name)?;
         let args = vec![
-            Cow::Borrowed(&b"EVAL"[..]),
-            Cow::Borrowed(scripts::STATUS_SCRIPT.as_bytes()),
-            Cow::Borrowed(&b"2"[..]),
-            Cow::Owned(lock),
-            Cow::Owned(fence),
+            Arg::Static(b"EVAL"),
+            Arg::Static(scripts::STATUS_SCRIPT.as_bytes()),
+            Arg::Static(b"2"),
+            Arg::from(lock),
+            Arg::from(fence),
         ];
         let expires = now.saturating_add(60_000 * MS);
         Ok(self.push(Op::Status, Connection::Commands, None, args, now, expires))
@@ -388,8 +386,8 @@ impl RedisProtocol {
             if msg.starts_with(b"NOSCRIPT") {
                 self.counters.noscript_retries += 1;
                 let mut args = p.args;
-                args[0] = Cow::Borrowed(b"EVAL");
-                args[1] = Cow::Borrowed(script.text().as_bytes());
+                args[0] = Arg::Static(b"EVAL");
+                args[1] = Arg::Static(script.text().as_bytes());
                 let expires = self.expiry_of(&p.op, now);
                 let new = self.push(p.op, p.connection, Some(script), args, now, expires);
                 if let Some(n) = self.out.get_mut(new) {

@@ -33,11 +33,9 @@
 //! `idle_recheck_ms` (10 s): only then does the lease ask Redis again. Each name keeps an
 //! epoch, bumped by everything after which a queued refusal may be out of date.
 
-use std::borrow::Cow;
-
 use super::replies::Acquired;
 use super::scripts::{self, KeyKind, Script, key, parse_message, shard_channel_name};
-use super::{Connection, MS, NEVER, Op, RedisProtocol};
+use super::{Arg, Connection, MS, NEVER, Op, RedisProtocol};
 use crate::{AcquireResult, Client, Event, LeaseId, LockName, Token};
 
 /// A name with acquiring leases here.
@@ -301,17 +299,17 @@ impl RedisProtocol {
             s.leases += 1;
             return s.epoch;
         }
-        self.names.get(&**name).map_or(0, |s| s.epoch)
+        self.names.get(name).map_or(0, |s| s.epoch)
     }
 
     pub(super) fn leave(&mut self, lease: LeaseId) -> Option<Waiting> {
         let w = self.leases.remove(&lease)?;
-        let last = self.names.get_mut(&*w.name).is_some_and(|s| {
+        let last = self.names.get_mut(&w.name).is_some_and(|s| {
             s.leases = s.leases.saturating_sub(1);
             s.leases == 0
         });
         // The name goes, and its standby and recheck with it (as `disarm`, `clear_recheck`).
-        if let Some(s) = last.then(|| self.names.remove(&*w.name)).flatten() {
+        if let Some(s) = last.then(|| self.names.remove(&w.name)).flatten() {
             self.standbys -= usize::from(s.standby_until != NEVER);
             self.rechecks -= usize::from(s.recheck_at != NEVER);
         }
@@ -401,16 +399,16 @@ impl RedisProtocol {
         entry.push(b'#');
         entry.extend_from_slice(&token.to_hex());
         let mut args = vec![
-            Cow::Borrowed(&b"EVALSHA"[..]),
-            Cow::Borrowed(&self.shas[3][..]),
-            Cow::Borrowed(&b"2"[..]),
-            Cow::Owned(lock),
-            Cow::Owned(queue),
-            Cow::Owned(entry),
-            Cow::Owned(name.as_bytes().to_vec()),
+            Arg::Static(b"EVALSHA"),
+            Arg::Static(&self.shas[3]),
+            Arg::Static(b"2"),
+            Arg::from(lock),
+            Arg::from(queue),
+            Arg::from(entry),
+            Arg::copy(name.as_bytes()),
         ];
         if self.opts.sharded_wake {
-            args.extend(scripts::shard_channel(name).ok().map(Cow::Owned));
+            args.extend(scripts::shard_channel(name).ok().map(Arg::from));
         }
         self.push(
             Op::Leave,

@@ -2,10 +2,8 @@
 //! a host runs verbatim on the commands connection, or nothing at all when a queued lease's
 //! retry can be answered here (`queue.rs`).
 
-use std::borrow::Cow;
-
-use super::scripts::{KeyKind, Script, key, shard_channel};
-use super::{Connection, MS, Op, RedisProtocol};
+use super::scripts::{KeyKind, Script, key_arg, key_args, shard_channel_arg};
+use super::{Arg, Connection, MS, Op, RedisProtocol};
 use crate::{AcquireResult, Client, Command};
 
 impl RedisProtocol {
@@ -37,31 +35,28 @@ impl RedisProtocol {
                         return;
                     }
                 }
-                let Ok(keys) = name_keys(&name) else { return };
+                let Ok([lock, fence, queue]) = key_args(name.as_str()) else {
+                    return;
+                };
                 let hex = token.to_hex();
-                let mut entry = Vec::with_capacity(self.wake.len() + 1 + hex.len());
-                entry.extend_from_slice(&self.wake);
-                entry.push(b'#');
-                entry.extend_from_slice(&hex);
-                let [lock, fence, queue] = keys;
                 let mut args = vec![
-                    Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Borrowed(&self.shas[0][..]),
-                    Cow::Borrowed(&b"3"[..]),
-                    Cow::Owned(lock),
-                    Cow::Owned(fence),
-                    Cow::Owned(queue),
-                    Cow::Owned(hex.to_vec()),
-                    Cow::Owned(decimal(ttl_ms)),
-                    Cow::Owned(entry),
-                    Cow::Owned(decimal(self.opts.key_keep_ms)),
-                    Cow::Owned(name.as_bytes().to_vec()),
-                    Cow::Borrowed(if retry { &b"1"[..] } else { &b"0"[..] }),
+                    Arg::Static(b"EVALSHA"),
+                    Arg::Static(&self.shas[0]),
+                    Arg::Static(b"3"),
+                    lock,
+                    fence,
+                    queue,
+                    Arg::copy(&hex),
+                    Arg::decimal(ttl_ms),
+                    Arg::concat(&[&self.wake, b"#", &hex]),
+                    Arg::decimal(self.opts.key_keep_ms),
+                    Arg::copy(name.as_bytes()),
+                    Arg::Static(if retry { b"1" } else { b"0" }),
                 ];
                 if self.opts.sharded_wake {
                     match self.shards.get(&name) {
-                        Some(s) => args.push(Cow::Owned(s.channel.clone())),
-                        None => args.extend(shard_channel(&name).ok().map(Cow::Owned)),
+                        Some(s) => args.push(Arg::copy(&s.channel)),
+                        None => args.extend(shard_channel_arg(&name).ok()),
                     }
                 }
                 let wakes = self.leases.get(&lease).map_or(0, |w| w.wakes);
@@ -95,16 +90,16 @@ impl RedisProtocol {
                 ttl_ms,
                 ..
             } => {
-                let Ok(lock) = key(KeyKind::Lock, &name) else {
+                let Ok(lock) = key_arg(KeyKind::Lock, &name) else {
                     return;
                 };
                 let args = vec![
-                    Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Borrowed(&self.shas[1][..]),
-                    Cow::Borrowed(&b"1"[..]),
-                    Cow::Owned(lock),
-                    Cow::Owned(token.to_hex().to_vec()),
-                    Cow::Owned(decimal(ttl_ms)),
+                    Arg::Static(b"EVALSHA"),
+                    Arg::Static(&self.shas[1]),
+                    Arg::Static(b"1"),
+                    lock,
+                    Arg::copy(&token.to_hex()),
+                    Arg::decimal(ttl_ms),
                 ];
                 let op = Op::Renew { req: request };
                 let expires =
@@ -124,22 +119,21 @@ impl RedisProtocol {
                 token,
                 ..
             } => {
-                let (Ok(lock), Ok(queue)) = (key(KeyKind::Lock, &name), key(KeyKind::Queue, &name))
-                else {
+                let Ok([lock, _, queue]) = key_args(name.as_str()) else {
                     return;
                 };
                 let mut args = vec![
-                    Cow::Borrowed(&b"EVALSHA"[..]),
-                    Cow::Borrowed(&self.shas[2][..]),
-                    Cow::Borrowed(&b"2"[..]),
-                    Cow::Owned(lock),
-                    Cow::Owned(queue),
-                    Cow::Owned(token.to_hex().to_vec()),
-                    Cow::Owned(name.as_bytes().to_vec()),
-                    Cow::Owned(decimal(self.opts.queue_max_age_ms)),
+                    Arg::Static(b"EVALSHA"),
+                    Arg::Static(&self.shas[2]),
+                    Arg::Static(b"2"),
+                    lock,
+                    queue,
+                    Arg::copy(&token.to_hex()),
+                    Arg::copy(name.as_bytes()),
+                    Arg::decimal(self.opts.queue_max_age_ms),
                 ];
                 if self.opts.sharded_wake {
-                    args.extend(shard_channel(&name).ok().map(Cow::Owned));
+                    args.extend(shard_channel_arg(&name).ok());
                 }
                 let op = Op::Release { req: request };
                 let expires =
@@ -160,36 +154,5 @@ impl RedisProtocol {
             // not through a subscription per name.
             Command::Watch { .. } | Command::Unwatch { .. } => {}
         }
-    }
-}
-
-fn name_keys(name: &str) -> Result<[Vec<u8>; 3], crate::Error> {
-    Ok([
-        key(KeyKind::Lock, name)?,
-        key(KeyKind::Fence, name)?,
-        key(KeyKind::Queue, name)?,
-    ])
-}
-
-/// `n` in decimal, as a script argument (no formatter on the hot path).
-fn decimal(mut n: u64) -> Vec<u8> {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    digits[i..].to_vec()
-}
-
-#[cfg(test)]
-#[test]
-fn decimal_writes_what_to_string_writes() {
-    for n in [0, 7, 10, 30_000, 60_000, 1_700_000_000_000_001, u64::MAX] {
-        assert_eq!(decimal(n), n.to_string().into_bytes());
     }
 }

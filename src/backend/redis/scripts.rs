@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::Arg;
 pub use super::sha1::sha1;
 use crate::{Error, Token, validate_name};
 
@@ -107,30 +108,46 @@ pub fn hash_tag(name: &str) -> Cow<'_, str> {
 }
 
 /// `lh:{` + tag, then (digest tags) `}` + name, then `suffix`.
-fn tagged(name: &str, suffix: &str) -> Vec<u8> {
-    let tag = hash_tag(name);
-    let mut k = Vec::with_capacity(KEY_PREFIX.len() + tag.len() + 1 + name.len() + suffix.len());
-    k.extend_from_slice(KEY_PREFIX.as_bytes());
-    if let Cow::Owned(t) = &tag {
-        k.extend_from_slice(t.as_bytes());
-        k.push(b'}');
+/// `lh:{NAME}SUFFIX`, or `lh:{TAG}NAME}SUFFIX` when `tag`, the name's [`hash_tag`], is a
+/// digest (a name that holds no brace is its own tag).
+fn tagged(tag: &str, name: &str, suffix: &str) -> Arg {
+    let (p, n, s) = (KEY_PREFIX.as_bytes(), name.as_bytes(), suffix.as_bytes());
+    if tag == name {
+        Arg::concat(&[p, n, s])
+    } else {
+        Arg::concat(&[p, tag.as_bytes(), b"}", n, s])
     }
-    k.extend_from_slice(name.as_bytes());
-    k.extend_from_slice(suffix.as_bytes());
-    k
 }
 
 /// The key of `kind` for `name`, e.g. `lh:{jobs}:queue` (see [`hash_tag`] for names with a
 /// brace).
 pub fn key(kind: KeyKind, name: &str) -> Result<Vec<u8>, Error> {
+    key_arg(kind, name).map(|k| k.to_vec())
+}
+
+/// [`key`] as a request argument.
+pub fn key_arg(kind: KeyKind, name: &str) -> Result<Arg, Error> {
     validate_name(name)?;
-    Ok(tagged(name, kind.suffix()))
+    Ok(tagged(&hash_tag(name), name, kind.suffix()))
+}
+
+/// The lock, fence and queue keys of `name` as request arguments, with the name checked and
+/// its tag computed once (an acquire sends all three).
+pub fn key_args(name: &str) -> Result<[Arg; 3], Error> {
+    validate_name(name)?;
+    let tag = hash_tag(name);
+    Ok(KeyKind::ALL.map(|kind| tagged(&tag, name, kind.suffix())))
 }
 
 /// The shard wake channel of `name`, `lh:{NAME}:wake`, in the slot of the name's keys.
 pub fn shard_channel(name: &str) -> Result<Vec<u8>, Error> {
+    shard_channel_arg(name).map(|c| c.to_vec())
+}
+
+/// [`shard_channel`] as a request argument.
+pub fn shard_channel_arg(name: &str) -> Result<Arg, Error> {
     validate_name(name)?;
-    Ok(tagged(name, SHARD_CHANNEL_SUFFIX))
+    Ok(tagged(&hash_tag(name), name, SHARD_CHANNEL_SUFFIX))
 }
 
 /// The name whose shard wake channel `channel` is, if it is exactly the one

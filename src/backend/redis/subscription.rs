@@ -15,10 +15,8 @@
 //! and re-checks once the subscription takes effect. Every waiting client hears every notice;
 //! only one naming a lease of this object acts, so a release still wakes one lease.
 
-use std::borrow::Cow;
-
 use super::scripts::{self, shard_channel, shard_channel_name};
-use super::{Connection, MS, NEVER, Op, RedisProtocol, Value, describe};
+use super::{Arg, Connection, MS, NEVER, Op, RedisProtocol, Value, describe};
 use crate::{Client, LockName};
 
 /// A name whose shard channel this client wants (sharded wake): it has leases waiting on it.
@@ -54,7 +52,7 @@ impl RedisProtocol {
             Op::Leave,
             Connection::Subscriber,
             None,
-            vec![Cow::Borrowed(b"UNSUBSCRIBE"), Cow::Owned(old)],
+            vec![Arg::Static(b"UNSUBSCRIBE"), Arg::from(old)],
             now,
             now.saturating_add(60_000 * MS),
         );
@@ -220,7 +218,7 @@ impl RedisProtocol {
                 Op::Leave,
                 Connection::Subscriber,
                 None,
-                vec![Cow::Borrowed(b"SUNSUBSCRIBE"), Cow::Owned(s.channel)],
+                vec![Arg::Static(b"SUNSUBSCRIBE"), Arg::from(s.channel)],
                 now,
                 now.saturating_add(60_000 * MS),
             );
@@ -330,7 +328,7 @@ impl RedisProtocol {
             Op::ShardSubscribe { name: name.clone() },
             Connection::Subscriber,
             None,
-            vec![Cow::Borrowed(b"SSUBSCRIBE"), Cow::Owned(channel)],
+            vec![Arg::Static(b"SSUBSCRIBE"), Arg::from(channel)],
             now,
             NEVER,
         );
@@ -362,10 +360,7 @@ impl RedisProtocol {
             self.out.take(id);
         }
         self.subscribe_pending = true;
-        let args = vec![
-            Cow::Borrowed(&b"SUBSCRIBE"[..]),
-            Cow::Owned(self.wake.clone()),
-        ];
+        let args = vec![Arg::Static(b"SUBSCRIBE"), Arg::copy(&self.wake)];
         self.push(
             Op::Subscribe,
             Connection::Subscriber,
