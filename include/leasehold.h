@@ -1264,6 +1264,16 @@ typedef struct lh_counters {
    * Redis stream: master lookups sent to a sentinel (a `redis+sentinel://` URL only).
    */
   uint64_t sentinel_lookups;
+  /**
+   * Redis stream: slot map questions (`CLUSTER SHARDS` / `CLUSTER SLOTS`) sent (a
+   * `redis+cluster://` URL only): each follows a start, a redirect or a node that failed.
+   */
+  uint64_t cluster_refreshes;
+  /**
+   * Redis stream: `MOVED` and `ASK` redirections followed (a `redis+cluster://` URL only); a
+   * steady count means the slot map is current.
+   */
+  uint64_t cluster_redirects;
 } lh_counters;
 
 /**

@@ -1171,7 +1171,9 @@ fn struct_layouts_match_what_bindings_mirror() {
     assert_eq!(offset_of!(lh_counters, etcd_waiters_expired), 320);
     assert_eq!(offset_of!(lh_counters, stream_opens), 328);
     assert_eq!(offset_of!(lh_counters, sentinel_lookups), 352);
-    assert_eq!(size_of::<lh_counters>(), 360);
+    assert_eq!(offset_of!(lh_counters, cluster_refreshes), 360);
+    assert_eq!(offset_of!(lh_counters, cluster_redirects), 368);
+    assert_eq!(size_of::<lh_counters>(), 376);
 }
 
 #[test]
@@ -1419,6 +1421,20 @@ fn counters_written_to_an_older_struct_size_stop_at_it() {
         assert_eq!((k.grants, k.backend_requests), (1, 1));
         assert_eq!(
             (k.stream_opens, k.sentinel_lookups),
+            (0xdead, 0xdead),
+            "written past the caller's struct"
+        );
+        // Nor before the Cluster fields.
+        let before_cluster = std::mem::offset_of!(lh_counters, cluster_refreshes);
+        k = std::mem::zeroed();
+        k.struct_size = before_cluster as u32;
+        k.cluster_refreshes = 0xdead;
+        k.cluster_redirects = 0xdead;
+        expect(lh_counters_get(h.0, &mut k), LH_OK);
+        assert_eq!(k.struct_size as usize, before_cluster);
+        assert_eq!(k.sentinel_lookups, 0);
+        assert_eq!(
+            (k.cluster_refreshes, k.cluster_redirects),
             (0xdead, 0xdead),
             "written past the caller's struct"
         );

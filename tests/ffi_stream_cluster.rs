@@ -102,6 +102,12 @@ fn cluster_routing_sharded_wake_and_failover() {
             .unwrap_or_else(|| panic!("{name} acquired: {}", a.h.backend_error()));
         assert_eq!(exists(*owner, name), 1, "{name} on {owner}");
     }
+    let k = a.h.counters();
+    assert!(
+        k.cluster_refreshes >= 1,
+        "the slot map was asked for: {k:?}"
+    );
+    assert_eq!((k.sentinel_lookups, k.stream_late_answers), (0, 0), "{k:?}");
     for m in &masters {
         assert!(
             a.opened_to.contains(&format!("127.0.0.1:{m}")),
@@ -204,6 +210,7 @@ fn cluster_routing_sharded_wake_and_failover() {
         .fencing_token;
     let waiter = b.acquire(&name, 5_000, 40_000);
     both_until(&mut a, &mut b, Duration::from_millis(300), |_, _| false);
+    let kb = b.h.counters();
     cluster.kill(doomed);
     let killed_at = Instant::now();
     let mut promoted = None;
@@ -224,6 +231,11 @@ fn cluster_routing_sharded_wake_and_failover() {
         b.h.backend_error()
     );
     let g2 = b.event(waiter, LH_EVENT_ACQUIRED).unwrap().fencing_token;
+    let kb2 = b.h.counters();
+    assert!(
+        kb2.cluster_refreshes + kb2.cluster_redirects > kb.cluster_refreshes + kb.cluster_redirects,
+        "the waiter learnt the new owner from the cluster: {kb:?} then {kb2:?}"
+    );
     assert!(
         g2 > g1,
         "fences increase across the failover: {g1} then {g2}"

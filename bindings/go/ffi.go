@@ -547,6 +547,11 @@ type Counters struct {
 	StreamCloses      uint64
 	StreamLateAnswers uint64
 	SentinelLookups   uint64
+	// With a redis+cluster:// URL: slot map questions (CLUSTER SHARDS /
+	// SLOTS) sent, and MOVED / ASK redirections followed (a steady count
+	// means the slot map is current).
+	ClusterRefreshes uint64
+	ClusterRedirects uint64
 }
 
 func (c *core) counters() (Counters, error) {
@@ -581,6 +586,7 @@ func (c *core) counters() (Counters, error) {
 		EtcdWaitingKeepalives: u(k.etcd_waiting_keepalives), EtcdWaitersExpired: u(k.etcd_waiters_expired),
 		StreamOpens: u(k.stream_opens), StreamCloses: u(k.stream_closes),
 		StreamLateAnswers: u(k.stream_late_answers), SentinelLookups: u(k.sentinel_lookups),
+		ClusterRefreshes: u(k.cluster_refreshes), ClusterRedirects: u(k.cluster_redirects),
 	}, nil
 }
 
@@ -605,6 +611,8 @@ type RedisCounters struct {
 	StreamCloses      uint64
 	StreamLateAnswers uint64
 	SentinelLookups   uint64
+	ClusterRefreshes  uint64
+	ClusterRedirects  uint64
 }
 
 func (k Counters) redis() RedisCounters {
@@ -618,6 +626,7 @@ func (k Counters) redis() RedisCounters {
 		SubscriberLosses: k.RedisSubscriberLosses,
 		StreamOpens:      k.StreamOpens, StreamCloses: k.StreamCloses,
 		StreamLateAnswers: k.StreamLateAnswers, SentinelLookups: k.SentinelLookups,
+		ClusterRefreshes: k.ClusterRefreshes, ClusterRedirects: k.ClusterRedirects,
 	}
 }
 

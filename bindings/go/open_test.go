@@ -288,6 +288,9 @@ func TestOpenRedisCluster(t *testing.T) {
 	if o.k.StreamOpens < 2 { // the topology's, and the name's master's
 		t.Errorf("the byte path opened %d streams on a cluster", o.k.StreamOpens)
 	}
+	if o.k.ClusterRefreshes < 1 || o.k.SentinelLookups != 0 {
+		t.Errorf("the slot map was not asked for: %+v", o.k)
+	}
 }
 
 // TestOpenPostgres: postgresql:// and postgres:// on the shared cluster.

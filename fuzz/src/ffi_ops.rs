@@ -1797,6 +1797,8 @@ impl Handle {
                             c.stream_closes,
                             c.stream_late_answers,
                             c.sentinel_lookups,
+                            c.cluster_refreshes,
+                            c.cluster_redirects,
                         ],
                         [
                             b.requests,
@@ -1806,6 +1808,8 @@ impl Handle {
                             b.transport_failures,
                             b.wakeups,
                             b.ignored_messages,
+                            0,
+                            0,
                             0,
                             0,
                             0,

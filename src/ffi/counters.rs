@@ -54,6 +54,8 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
         stream_closes: 0,
         stream_late_answers: 0,
         sentinel_lookups: 0,
+        cluster_refreshes: 0,
+        cluster_redirects: 0,
     };
     // requests, error, garbage and stale replies, transport failures, wake-ups, ignored
     let common = match proto {
@@ -76,6 +78,8 @@ fn counters_to_c(k: &Counters, proto: &Protocol) -> lh_counters {
             c.stream_closes = s.closes;
             c.stream_late_answers = s.late_answers;
             c.sentinel_lookups = s.sentinel_lookups;
+            c.cluster_refreshes = s.cluster_refreshes;
+            c.cluster_redirects = s.cluster_redirects;
             redis_counters(p.protocol(), &mut c)
         }
         Protocol::Sql(p) => {

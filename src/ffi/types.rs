@@ -374,6 +374,12 @@ pub struct lh_counters {
     pub stream_late_answers: u64,
     /// Redis stream: master lookups sent to a sentinel (a `redis+sentinel://` URL only).
     pub sentinel_lookups: u64,
+    /// Redis stream: slot map questions (`CLUSTER SHARDS` / `CLUSTER SLOTS`) sent (a
+    /// `redis+cluster://` URL only): each follows a start, a redirect or a node that failed.
+    pub cluster_refreshes: u64,
+    /// Redis stream: `MOVED` and `ASK` redirections followed (a `redis+cluster://` URL only); a
+    /// steady count means the slot map is current.
+    pub cluster_redirects: u64,
 }
 
 /// Size of the first `lh_counters` (up to `time_clamped`): the smallest `struct_size`

@@ -713,6 +713,7 @@ TEST_F(RedisStream, ClusterRoutesNamesAndWakesOnShardChannels) {
   }
   // The topology stream and a commands stream per master, at least.
   EXPECT_GE(a.counters().stream_opens, 4u);
+  EXPECT_GE(a.counters().cluster_refreshes, 1u) << "the slot map was asked for";
   LockClient b(executor(cluster_url), quiet());
   auto held = a.acquire("s-cluster-contend", 30s);
   ASSERT_TRUE(held.has_value()) << a.last_backend_error();

@@ -146,7 +146,9 @@ class Counters:
 
     ``stream_*`` and ``sentinel_lookups`` count the connections of the Redis stream kind
     (``RedisStreamExecutor``): opens asked for, connections ended, host reports about ended
-    ones, and master lookups sent to a sentinel.
+    ones, and master lookups sent to a sentinel; with a ``redis+cluster://`` URL,
+    ``cluster_refreshes`` counts slot map questions and ``cluster_redirects`` the ``MOVED`` /
+    ``ASK`` redirections followed (a steady count means the slot map is current).
     """
 
     live_leases: int = 0
@@ -193,6 +195,8 @@ class Counters:
     stream_closes: int = 0
     stream_late_answers: int = 0
     sentinel_lookups: int = 0
+    cluster_refreshes: int = 0
+    cluster_redirects: int = 0
 
     def backend(self, protocol: str) -> dict[str, int]:
         """The backend protocol's counters by their short names (``requests``,

@@ -300,6 +300,8 @@ STREAM_COUNTER_FIELDS = (
     "stream_closes",
     "stream_late_answers",
     "sentinel_lookups",
+    "cluster_refreshes",
+    "cluster_redirects",
 )
 
 ALL_COUNTER_FIELDS = COUNTER_FIELDS + COUNTER_FIELDS_ADDED + BACKEND_COUNTER_FIELDS + STREAM_COUNTER_FIELDS

@@ -81,8 +81,10 @@ struct Counters {
   std::uint64_t etcd_leases_granted = 0, etcd_txns = 0, etcd_watches = 0, etcd_waiting_keepalives = 0,
                 etcd_waiters_expired = 0;
   // Redis stream kind (LH_BACKEND_REDIS_STREAM): connections asked for, connections ended,
-  // reports about ended ones (ignored), master lookups sent to a sentinel.
+  // reports about ended ones (ignored), master lookups sent to a sentinel; with a
+  // redis+cluster:// URL, slot map questions and MOVED / ASK redirections followed.
   std::uint64_t stream_opens = 0, stream_closes = 0, stream_late_answers = 0, sentinel_lookups = 0;
+  std::uint64_t cluster_refreshes = 0, cluster_redirects = 0;
 
   static Counters from_c(const lh_counters& c) {
     Counters r;
@@ -107,6 +109,7 @@ struct Counters {
     r.etcd_waiting_keepalives = c.etcd_waiting_keepalives, r.etcd_waiters_expired = c.etcd_waiters_expired;
     r.stream_opens = c.stream_opens, r.stream_closes = c.stream_closes;
     r.stream_late_answers = c.stream_late_answers, r.sentinel_lookups = c.sentinel_lookups;
+    r.cluster_refreshes = c.cluster_refreshes, r.cluster_redirects = c.cluster_redirects;
     return r;
   }
 };

@@ -133,6 +133,8 @@ def test_from_url_takes_the_byte_path_on_a_cluster(cluster: ClusterTopology) -> 
                 assert cluster.node(master).exists(_lock_key(name)) == 1
                 st = svc.status(name)
                 assert st.held and st.fencing_token == lock.fencing_token
-        assert c.counters().stream_opens >= 4  # the topology's, and a stream per master at least
+        k = c.counters()
+        assert k.stream_opens >= 4  # the topology's, and a stream per master at least
+        assert k.cluster_refreshes >= 1 and k.sentinel_lookups == 0, k  # the slot map was asked for
         with pytest.raises(ValueError, match="RedisCluster"):
             svc.client
