@@ -609,6 +609,27 @@ TEST(LockClient, StatusOnTheMemoryService) {
   EXPECT_EQ(catch_error([&] { (void)a.status(""); }).code(), LH_ERR_EMPTY_NAME);
 }
 
+// A status query whose caller gave up is answered later and dropped; the queries after it get
+// their own answers.
+TEST(LockClient, StatusAnsweredAfterItsCallerGaveUp) {
+  World w;
+  auto t = w.transport();
+  LockClient a(t, quiet());
+  auto lease = a.acquire("st-late", 30s);
+  ASSERT_TRUE(lease.has_value());
+  t->set_hang(true);
+  EXPECT_EQ(catch_error([&] { (void)a.status("st-late", 50ms); }).code(), leasehold::status::timeout);
+  EXPECT_TRUE(eventually([&] { return t->hung() >= 1; }));
+  t->set_hang(false);  // the hung query fails now, with nobody waiting for it
+  for (int i = 0; i < 3; ++i) {
+    const auto st = a.status("st-late");
+    EXPECT_TRUE(st.ok) << st.error;
+    EXPECT_TRUE(st.held);
+    EXPECT_EQ(st.fencing_token, lease->fencing_token());
+  }
+  EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+}
+
 // ---- every bad input ----------------------------------------------------------------------
 
 // --- renew, auto_renew, release outcomes, the failure budget -----------------------------------

@@ -184,6 +184,25 @@ TEST_F(RedisStream, AcquireReleaseWithIncreasingFences) {
   EXPECT_GE(exec->stats().caller_reads, 5u) << "reader thread reads: " << exec->stats().reader_reads;
 }
 
+// An application thread's own replies never wake the reader thread: its interest in the stream
+// is taken back before the request goes out, and given back after the reply was read.
+TEST_F(RedisStream, ACallersRepliesLeaveTheReaderThreadAsleep) {
+  auto exec = executor(url());
+  LockClient client(exec, quiet());
+  ASSERT_TRUE(eventually([&] { return client.counters().redis_subscribed > 0; }, 5s));
+  auto cycle = [&] {
+    auto lease = client.acquire("s-asleep", 10s, wait_for(2s));
+    return lease.has_value() && lease->release() == leasehold::ReleaseOutcome::Released;
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cycle());  // connected, scripts loaded
+  const auto before = exec->stats();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(cycle()) << "round " << i << ": " << client.last_backend_error();
+  const auto after = exec->stats();
+  EXPECT_EQ(after.reader_wakeups, before.reader_wakeups);
+  EXPECT_EQ(after.reader_reads, before.reader_reads);
+  EXPECT_GE(after.caller_reads - before.caller_reads, 100u);  // two round trips a cycle
+}
+
 TEST_F(RedisStream, ContentionWakesTheWaiter) {
   LockClient a(executor(url()), quiet());
   LockClient b(executor(url()), quiet());

@@ -153,6 +153,10 @@ class Core {
   std::optional<Event> poll_event() {
     lh_event e{};
     check(lh_poll_event(h(), &e));
+    return to_event(e);
+  }
+  // An lh_event as an Event; nullopt for LH_EVENT_NONE.
+  static std::optional<Event> to_event(const lh_event& e) {
     switch (e.kind) {
       case LH_EVENT_NONE: return std::nullopt;
       case LH_EVENT_ACQUIRED: return AcquiredEvent{e.lease_id, e.fencing_token, e.valid_until_ns};
@@ -231,7 +235,28 @@ class Core {
     lh_io_request r{};
     check(lh_io_poll(h(), &r));
     if (r.kind == LH_IO_NONE) return std::nullopt;
+    return to_request(r);
+  }
+  // The drain after an input in one call (lh_drain): the next request into `request` (nullopt
+  // when none is left), then up to events.size() events into `events` (`nevents` of them), then,
+  // when neither is left, the next deadline. Call again while `request` or `more_events` is 1;
+  // only the last call's `deadline_ns` counts.
+  lh_drained drain(std::optional<IoRequest>& request, std::span<lh_event> events) {
+    lh_io_request r;  // (written by lh_drain)
+    lh_drained d{};
+    d.struct_size = sizeof d;
+    check(lh_drain(h(), &r, events.empty() ? nullptr : events.data(), events.size(), &d));
+    if (d.request != 0) to_request(r, request.emplace());
+    return d;
+  }
+  // An lh_io_request (its pointers valid until the next poll) as an owned IoRequest.
+  static IoRequest to_request(const lh_io_request& r) {
     IoRequest out;
+    to_request(r, out);
+    return out;
+  }
+  // The same into a fresh `out`.
+  static void to_request(const lh_io_request& r, IoRequest& out) {
     out.id = r.id;
     out.kind = r.kind;
     out.connection = r.connection;
@@ -279,7 +304,6 @@ class Core {
         out.authorization = cstr(r.authorization);
         break;
     }
-    return out;
   }
   // Values answering a COMMAND or SQL request (pre-order, strings as offset/len into `data`).
   void io_reply(std::uint64_t now, RequestId req, std::span<const lh_value> values, std::string_view data) {

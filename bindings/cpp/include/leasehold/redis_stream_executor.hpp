@@ -73,6 +73,7 @@ struct RedisStreamOptions {
 struct RedisStreamStats {
   std::uint64_t caller_reads = 0;  // by an application thread waiting for its own request
   std::uint64_t reader_reads = 0;  // by the executor's reader thread
+  std::uint64_t reader_wakeups = 0;  // stream events the reader thread handled (connect, read, flush)
 };
 
 class RedisStreamExecutor final : public Executor {
@@ -116,7 +117,9 @@ class RedisStreamExecutor final : public Executor {
     if (opts_.request_timeout.count() > 0) o.redis_request_timeout_ms = static_cast<std::uint64_t>(opts_.request_timeout.count());
     return o;
   }
-  [[nodiscard]] RedisStreamStats stats() const noexcept { return {caller_reads_.load(), reader_reads_.load()}; }
+  [[nodiscard]] RedisStreamStats stats() const noexcept {
+    return {caller_reads_.load(), reader_reads_.load(), reader_wakeups_.load()};
+  }
   void start(Sink sink) override {
     sink_ = std::move(sink);
     reader_ = std::thread([this] { reader_loop(); });
@@ -146,30 +149,31 @@ class RedisStreamExecutor final : public Executor {
     in_use = true;
     auto& [mine, held, fds, polled] = sc;
     {
+      // One pass under the lock: this thread's borrows out, and the streams it can read taken
+      // (try_lock: the reader thread, which takes rd before mu_, may hold one).
       std::lock_guard g(mu_);
       const auto me = std::this_thread::get_id();
       auto keep = borrows_.begin();
       for (auto& b : borrows_) {
-        if (b.thread == me) {
-          mine.push_back(std::move(b));
-        } else {
+        if (b.thread != me) {
           if (&*keep != &b) *keep = std::move(b);
           ++keep;
+          continue;
         }
+        Stream* s = b.s.get();
+        if (!s->closed && s->reads == b.reads && std::find(polled.begin(), polled.end(), s) == polled.end()) {
+          // else ended, or read since this write: the answer went through the reader thread
+          if (std::unique_lock rd(s->rd, std::try_to_lock); rd.owns_lock()) {
+            fds.push_back(pollfd{s->fd, POLLIN, 0});
+            polled.push_back(s);
+            held.push_back(std::move(rd));
+          }
+        }
+        mine.push_back(std::move(b));
       }
       borrows_.erase(keep, borrows_.end());
     }
     if (mine.empty()) return;
-    for (auto& b : mine) {
-      if (std::find(polled.begin(), polled.end(), b.s.get()) != polled.end()) continue;
-      std::unique_lock rd(b.s->rd, std::try_to_lock);
-      if (!rd.owns_lock()) continue;  // another reader has it: the answer goes through there
-      std::lock_guard g(mu_);
-      if (b.s->closed || b.s->reads != b.reads) continue;  // ended, or read since this write
-      fds.push_back(pollfd{b.s->fd, POLLIN, 0});
-      polled.push_back(b.s.get());
-      held.push_back(std::move(rd));
-    }
     while (!fds.empty()) {
       const auto left = deadline == Clock::time_point::max()
                             ? std::chrono::nanoseconds(std::chrono::hours(1))
@@ -217,7 +221,8 @@ class RedisStreamExecutor final : public Executor {
     const std::uint64_t id;
     int fd = -1;
     bool open = false;           // connected (else connecting, or in the TLS handshake when tls)
-    bool closed = false;         // shut down or reported ended: nothing more goes to the core
+    std::atomic<bool> closed{false};  // shut down or reported ended: nothing more goes to the core
+                                      // (set under mu_; read_some reads it without)
     std::uint64_t deadline = 0;  // connecting: give up then
     std::vector<sockaddr_storage> addrs;
     std::vector<socklen_t> lens;
@@ -227,7 +232,8 @@ class RedisStreamExecutor final : public Executor {
     std::string server_name;
     std::unique_ptr<detail::TlsSession> tls;  // set (reader thread) before `open`
     int borrowed = 0;            // application threads reading it now: the reader thread does not
-    std::uint64_t reads = 0;     // reads fed so far, so a borrower sees one it did not do
+    std::uint32_t armed = 0;     // the interest last set (0: none, or the reader thread took it)
+    std::atomic<std::uint64_t> reads{0};  // reads fed so far, so a borrower sees one it did not do
     std::mutex rd;               // held while reading and feeding: bytes reach the core in order
     std::unique_ptr<char[]> buf{new char[kBuf]};  // (rd) what one read takes
   };
@@ -250,18 +256,24 @@ class RedisStreamExecutor final : public Executor {
   };
 
   void wake() const noexcept { [[maybe_unused]] auto n = ::write(wake_, "\1\0\0\0\0\0\0\0", 8); }
-  void emit(IoAnswer a) {
+  void emit(IoAnswer&& a) {
     if (!closed_.load()) sink_(std::move(a));
   }
   // (mu_) The reader thread's interest in `s`: reads unless borrowed, writes while bytes wait.
-  // A borrowed stream with nothing to send stays disarmed (`force`: disarm it now).
+  // A borrowed stream with nothing to send stays disarmed (`force`: disarm it now). An interest
+  // already set is not set again; one the reader thread took (EPOLLONESHOT) counts as none from
+  // the moment it handles the event, and it re-arms after every event, so skipping never loses one.
   void arm(Stream& s, bool force = false) {
     if (s.closed || s.fd < 0 || (s.open && s.borrowed > 0 && s.out.empty() && !force)) return;
-    epoll_event e{};
     const std::uint32_t opening = s.open || !s.tls || s.tls->want_write() ? EPOLLOUT : EPOLLIN;  // connect, handshake
-    e.events = EPOLLONESHOT | (s.open ? ((s.borrowed == 0 ? EPOLLIN : 0u) | (s.out.empty() ? 0u : EPOLLOUT)) : opening);
+    const std::uint32_t want =
+        s.open ? ((s.borrowed == 0 ? EPOLLIN : 0u) | (s.out.empty() ? 0u : EPOLLOUT)) : opening;
+    if (want == s.armed) return;
+    epoll_event e{};
+    e.events = EPOLLONESHOT | want;
     e.data.u64 = s.id;
     ::epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &e);
+    s.armed = want;
   }
   // (mu_) Forgets `s`; its fd closes with the last reference (a borrower may still poll it).
   void end_locked(Stream& s) {
@@ -322,6 +334,14 @@ class RedisStreamExecutor final : public Executor {
       if (it == streams_.end()) return;  // reported ended already
       s = it->second;
       if (r.kind == LH_IO_SHUTDOWN) return end_locked(*s);
+      // A reader here: the reader thread's interest goes before the bytes do, so the answer
+      // never wakes it, and the count of reads is taken before too, so a read that may hold the
+      // answer shows (the reader thread counts without mu_). An ended stream's borrow is only
+      // given back: run_pending_until skips it.
+      if (caller && s->open) {
+        borrows_.push_back({s, s->reads, std::this_thread::get_id()});
+        if (s->borrowed++ == 0) arm(*s, true);
+      }
       if (!s->open || !s->out.empty()) {
         s->out += r.data;
       } else if (!r.data.empty()) {
@@ -333,10 +353,6 @@ class RedisStreamExecutor final : public Executor {
           s->out.append(r.data, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
           arm(*s);
         }
-      }
-      if (why.empty() && caller && s->open) {
-        borrows_.push_back({s, s->reads, std::this_thread::get_id()});
-        if (s->borrowed++ == 0) arm(*s, true);
       }
     }
     if (!why.empty()) emit(IoClosed{s->id, std::move(why)});
@@ -353,11 +369,8 @@ class RedisStreamExecutor final : public Executor {
         fail(s, n == 0 ? std::string("end of stream") : why);
         return true;
       }
-      {
-        std::lock_guard g(mu_);
-        if (s.closed) return true;
-        ++s.reads;
-      }
+      if (s.closed) return true;
+      ++s.reads;
       emit(IoReceived{s.id, std::string(buf, static_cast<std::size_t>(n))});
       ++count;
       got = true;
@@ -422,6 +435,7 @@ class RedisStreamExecutor final : public Executor {
       e.events = EPOLLOUT | EPOLLONESHOT;
       e.data.u64 = s.id;
       ::epoll_ctl(ep_, EPOLL_CTL_ADD, s.fd, &e);
+      s.armed = EPOLLOUT;
       return;
     }
     if (s.closed) return;
@@ -507,6 +521,8 @@ class RedisStreamExecutor final : public Executor {
           auto it = streams_.find(evs[i].data.u64);
           if (it == streams_.end()) continue;
           s = it->second;
+          s->armed = 0;  // EPOLLONESHOT: taken by this event
+          ++reader_wakeups_;
           if (std::string why; s->open && (evs[i].events & EPOLLOUT) && !(why = flush_locked(*s)).empty()) {
             end_locked(*s);
             mu_.unlock();
@@ -546,7 +562,7 @@ class RedisStreamExecutor final : public Executor {
   Sink sink_;
   int ep_ = -1, wake_ = -1;
   std::atomic<bool> closed_{false};
-  std::atomic<std::uint64_t> caller_reads_{0}, reader_reads_{0};
+  std::atomic<std::uint64_t> caller_reads_{0}, reader_reads_{0}, reader_wakeups_{0};
   std::mutex mu_;  // streams_, opens_, borrows_ and every Stream's fields but rd
   std::unordered_map<std::uint64_t, std::shared_ptr<Stream>> streams_;
   std::deque<std::pair<std::shared_ptr<Stream>, IoRequest>> opens_;

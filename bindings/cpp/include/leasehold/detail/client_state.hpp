@@ -90,7 +90,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 
   void start() {
     callbacks_ = std::make_unique<WorkQueue>(1);
-    executor_->start([this](IoAnswer in) { feed(std::move(in)); });
+    executor_->start([this](IoAnswer&& in) { feed(in); });  // (the sink's argument, not a copy)
     driver_ = std::thread([this] { drive(); });
   }
 
@@ -127,6 +127,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     if (closing_ || !core_) throw Error(status::closed, "LockClient is closed");
     if (broken_) throw Error(LH_ERR_POISONED, "the core handle failed earlier");
     const auto id = core_->status_request(now_ns(), name);  // throws on a bad name
+    ++statuses_asked_;
     try {
       drain_locked();
     } catch (const std::exception& e) {
@@ -159,7 +160,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // (executor thread) Fed at once under the mutex, not through the driver: an answer reaches the
   // waiting application thread with one wake-up. The driver is woken only when the core's
   // deadline moved earlier (or it is held: then the answer queues for it).
-  void feed(IoAnswer in) {
+  void feed(IoAnswer& in) {
     if (executing_.load() == std::this_thread::get_id()) {
       // From inside execute() on a thread that holds the mutex: the driver feeds it.
       inputs_.push_back(std::move(in));
@@ -175,9 +176,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
       }
       try {
         feed_locked(in);
-        drain_locked();
+        const auto deadline = drain_locked();
         if (closing_) waiters_cv_.notify_all();  // close() waits for the last cleanups' answers
-        if (!driver_late_locked()) return;
+        if (!driver_late_locked(deadline)) return;
       } catch (const std::exception& e) {
         fail_all_locked(e.what());
       }
@@ -189,20 +190,18 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     dirty_ = true;
     driver_cv_.notify_one();
   }
-  // After a drain on this thread: whether the core's deadline is now earlier than the driver
-  // will wake up (the driver drains and re-arms whenever it runs; waking it for nothing costs a
-  // context switch per request).
-  bool driver_late_locked() {
-    const auto d = core_->poll_timeout();
-    return d && *d < driver_until_;
+  // After a drain on this thread (`deadline`, the core's next one, as it returned it): whether
+  // the driver will wake up later than that (the driver drains and re-arms whenever it runs;
+  // waking it for nothing costs a context switch per request).
+  bool driver_late_locked(std::uint64_t deadline) const {
+    return deadline != LH_NO_DEADLINE && deadline < driver_until_;
   }
   // The calling thread waits for its own request's answer anyway: it drains the core (taking
   // the request instead of handing it to the executor's thread) and runs it itself, unlocked,
   // until `deadline`, where its own wait ends (the executor finishes what is left).
   void send_from_this_thread(std::unique_lock<std::mutex>& lk, Clock::time_point deadline) {
     try {
-      drain_locked(true);
-      wake_driver_if_late_locked();
+      if (driver_late_locked(drain_locked(true))) poke_locked();
     } catch (const std::exception& e) {
       fail_all_locked(e.what());
       poke_locked();
@@ -212,12 +211,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     lk.lock();
   }
 
-  void wake_driver_if_late_locked() {
-    if (driver_late_locked()) poke_locked();
-  }
   void drive() noexcept;
   void feed_locked(IoAnswer& in);
-  void drain_locked(bool for_caller = false);
+  std::uint64_t drain_locked(bool for_caller = false);
   void dispatch_locked(Event& ev);
   void end_record_locked(LeaseRecord& rec, LeaseState st);
   void fail_all_locked(std::string_view why);
@@ -238,6 +234,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // Answered status queries (LockClient::status) until their caller takes them.
   std::unordered_map<std::uint64_t, LockStatus> statuses_;
   std::set<std::uint64_t> abandoned_statuses_;  // their callers gave up waiting
+  std::size_t statuses_asked_ = 0;  // status queries the core has not answered yet
   std::uint64_t next_holder_ = 0;
   std::size_t active_acquires_ = 0;
   bool dirty_ = false;

@@ -6,12 +6,14 @@
 #include <leasehold/detail/client_state.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -84,24 +86,37 @@ inline void ClientState::dispatch_locked(Event& ev) {
       ev);
 }
 
-inline void ClientState::drain_locked(bool for_caller) {
-  // Every request to the executor (an exception there fails the request, a transport error);
-  // then every event to the lease records and every status answer to its caller.
+inline std::uint64_t ClientState::drain_locked(bool for_caller) {
+  // Every request to the executor (an exception there fails the request, a transport error)
+  // and every event to the lease records, in one lh_drain per request; then every status answer
+  // to its caller. Returns the core's next deadline (LH_NO_DEADLINE: none).
   std::vector<std::pair<std::uint64_t, std::string>> failed;
+  std::uint64_t deadline = LH_NO_DEADLINE;
   {
     executing_ = std::this_thread::get_id();
     struct Done {
       std::atomic<std::thread::id>& e;
       ~Done() { e = std::thread::id(); }
     } done{executing_};
-    while (auto r = core_->io_poll()) {
-      const auto id = r->id;
-      try {
-        for_caller ? executor_->execute_for_caller(std::move(*r)) : executor_->execute(std::move(*r));
-      } catch (const std::exception& e) {
-        failed.emplace_back(id, e.what());
-      } catch (...) {
-        failed.emplace_back(id, "unknown exception");
+    std::array<lh_event, 8> events;
+    for (;;) {
+      std::optional<IoRequest> r;
+      const lh_drained d = core_->drain(r, events);
+      if (r) {
+        const auto id = r->id;
+        try {
+          for_caller ? executor_->execute_for_caller(std::move(*r)) : executor_->execute(std::move(*r));
+        } catch (const std::exception& e) {
+          failed.emplace_back(id, e.what());
+        } catch (...) {
+          failed.emplace_back(id, "unknown exception");
+        }
+      }
+      for (std::uint32_t i = 0; i < d.nevents; ++i)
+        if (auto ev = Core::to_event(events[i])) dispatch_locked(*ev);
+      if (d.request == 0 && d.more_events == 0) {
+        deadline = d.deadline_ns;
+        break;
       }
     }
   }
@@ -109,13 +124,20 @@ inline void ClientState::drain_locked(bool for_caller) {
     log("request " + std::to_string(id) + " failed in the executor: " + why);
     core_->io_failed(now_ns(), id, LH_FAILURE_TRANSPORT, why);
   }
-  if (!failed.empty()) poke_locked();  // what those failures cause goes out on the driver's next drain
-  while (auto ev = core_->poll_event()) dispatch_locked(*ev);
-  bool any = false;
-  while (auto st = core_->poll_status()) {
-    if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
+  if (!failed.empty()) {
+    poke_locked();  // what those failures cause goes out on the driver's next drain
+    while (auto ev = core_->poll_event()) dispatch_locked(*ev);
+    deadline = core_->poll_timeout().value_or(LH_NO_DEADLINE);
   }
-  if (any) waiters_cv_.notify_all();
+  if (statuses_asked_ > 0) {  // (no status query outstanding: nothing to poll)
+    bool any = false;
+    while (auto st = core_->poll_status()) {
+      --statuses_asked_;
+      if (abandoned_statuses_.erase(st->id) == 0) statuses_[st->id] = std::move(*st), any = true;
+    }
+    if (any) waiters_cv_.notify_all();
+  }
+  return deadline;
 }
 
 // An answer the core refuses (malformed, oversized, of the wrong kind) is logged and its request
