@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
 from . import _ffi
-from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, lane_of
+from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, execute_sql, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -36,7 +36,7 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
-_WRITE = _ffi.LH_IO_WRITE
+_WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 
 
 class ThreadedDriver(Driver):
@@ -422,7 +422,8 @@ class ThreadedDriver(Driver):
                             break
                     req = batch.pop(0)
                     try:
-                        fn = execute_request(self._core, self._backend, self._sink, req, left)
+                        run = execute_sql if req.kind == _SQL else execute_request
+                        fn = run(self._core, self._backend, self._sink, req, left)
                     except Deferred as d:
                         self._defer(d.finish)
                         continue

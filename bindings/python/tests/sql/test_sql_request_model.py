@@ -113,3 +113,15 @@ def test_a_database_error_rolls_back_and_is_reported_as_such(tmp_path: Path) -> 
     assert ex.execute(SqlRequest(1, [("SELECT count(*) FROM t", [])])) == [[(0,)]]  # rolled back
     assert ex.take_resets() == []
     ex.detach()
+
+
+def test_flattened_rows_take_every_64_bit_integer_and_refuse_one_beyond() -> None:
+    """flatten_rows packs both ends of the 64-bit range (booleans as 0/1) and raises
+    ValueError, naming the value, for an integer column past either end."""
+    from leasehold._values import flatten_rows
+
+    values, n, data = flatten_rows([[(True, 2**63 - 1, -(2**63), None)], []])
+    assert (n, data) == (8, b"")
+    for bad in (2**63, -(2**63) - 1, 2**70):
+        with pytest.raises(ValueError, match=str(bad)):
+            flatten_rows([[(1, bad)]])
