@@ -37,6 +37,7 @@ log = logging.getLogger("leasehold")
 _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
 _WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
+_monotonic = time.monotonic
 
 
 class ThreadedDriver(Driver):
@@ -417,7 +418,7 @@ class ThreadedDriver(Driver):
                 else:
                     left = None
                     if end is not None and self._bounded:
-                        left = end - time.monotonic()
+                        left = end - _monotonic()
                         if left <= 0:
                             break
                     req = batch.pop(0)

@@ -91,6 +91,8 @@ if REQUEST_LAYOUT.size != ctypes.sizeof(_ffi.lh_io_request):  # pragma: no cover
     raise ImportError(
         f"lh_io_request layout mismatch: struct {REQUEST_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_io_request)}"
     )
+# Its first fields, up to data_len: all an SQL request or a command reads.
+_REQUEST_HEAD = struct.Struct("@QIIPIIPPNPN")
 _BYTES = struct.Struct("@PN")  # lh_bytes
 # One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
 _VALUE = struct.Struct("@IIqQQ")
@@ -207,14 +209,15 @@ def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
 def decode_request(buf: Any) -> IoRequest | None:
     """The :class:`IoRequest` in a polled ``lh_io_request`` buffer (everything borrowed is
     copied), ``None`` for ``LH_IO_NONE``."""
-    fields = REQUEST_LAYOUT.unpack_from(buf)
-    rid, kind, conn = fields[0], fields[1], fields[2]
-    if kind == _COMMAND:
-        return IoRequest(rid, kind, conn, _argv(fields[3], fields[4]))
+    head = _REQUEST_HEAD.unpack_from(buf)  # an SQL request's fields, without the rest
+    rid, kind, conn = head[0], head[1], head[2]
     if kind == _SQL:
-        return _new_tuple(IoRequest, (rid, kind, conn, _sql(fields)))
+        return _new_tuple(IoRequest, (rid, kind, conn, _sql(head)))
+    if kind == _COMMAND:
+        return IoRequest(rid, kind, conn, _argv(head[3], head[4]))
     if kind == _ffi.LH_IO_NONE:
         return None
+    fields = REQUEST_LAYOUT.unpack_from(buf)
     if _OPEN <= kind <= _SHUTDOWN:
         return _stream_request(rid, kind, fields)
     data_p, data_n = fields[9], fields[10]

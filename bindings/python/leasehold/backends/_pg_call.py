@@ -44,7 +44,6 @@ class _Psycopg:
 
     def __init__(self, psycopg: Any) -> None:
         pq = psycopg.pq
-        self.transformer = psycopg.adapt.Transformer
         auto = psycopg.adapt.PyFormat.AUTO
         self.auto = [[auto] * n for n in range(9)]  # the dump formats of n parameters
         self.tuples_ok = int(pq.ExecStatus.TUPLES_OK)
@@ -85,11 +84,12 @@ class PgSession:
         self.conn = conn
         self.pgconn = conn.pgconn
         self.prepared: dict[tuple[str, tuple[int, ...]], bytes] = {}
-        self.tx: Any = None
         self.poller: Any = None  # select.poll for reading, made at the first wait
+        from psycopg.adapt import Transformer
         from psycopg.types.numeric import Int8BinaryDumper
 
         conn.adapters.register_dumper(int, Int8BinaryDumper)
+        self.tx: Any = Transformer(conn)
 
 
 class PgCall:
@@ -101,8 +101,6 @@ class PgCall:
         "_pg",
         "_names",
         "_session",
-        "_pgconn",
-        "_tx",
         "_todo",
         "_next",
         "_phase",
@@ -117,13 +115,8 @@ class PgCall:
 
     def __init__(self, psycopg: Any, session: PgSession, request: SqlRequest, request_timeout: float) -> None:
         self._pg = psycopg
-        names = self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
+        self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
         self._session = session
-        self._pgconn = session.pgconn
-        tx = session.tx
-        if tx is None:
-            tx = session.tx = names.transformer(session.conn)
-        self._tx = tx
         todo = request.statements
         for _sql, params in todo:
             if HostFact in map(type, params):  # exact types, in C: no frame per parameter
@@ -143,7 +136,8 @@ class PgCall:
         leaves the connection closed)."""
         # One frame for the common request (a prepared statement, one result): sending,
         # waiting and loading are spelled out here; the rest is in the methods below.
-        pg, tx, todo = self._pgconn, self._tx, self._todo
+        session, todo = self._session, self._todo
+        pg, tx = session.pgconn, session.tx
         tuples_ok = self._names.tuples_ok
         limit = self._give_up_at if deadline is None or deadline > self._give_up_at else deadline
         try:
@@ -156,7 +150,7 @@ class PgCall:
                         values = tx.dump_sequence(params, auto[n] if n < len(auto) else [self._names.auto_format] * n)
                         types = tx.types
                         key = (sql, types if type(types) is tuple else tuple(types or ()))
-                        name = self._session.prepared.get(key)
+                        name = session.prepared.get(key)
                         if name is not None:
                             pg.send_query_prepared(name, values, param_formats=tx.formats)
                             self._phase = 2
@@ -173,7 +167,7 @@ class PgCall:
                 results: list[Any] = []
                 while True:
                     while pg.is_busy():
-                        poller = self._session.poller
+                        poller = session.poller
                         left = limit - _monotonic()
                         if poller is None or left <= 0 or not poller.poll(left * 1000.0):
                             self._wait(_READ, deadline)  # the first wait, or the time is up
@@ -184,7 +178,7 @@ class PgCall:
                     results.append(res)
                 if self._phase == 1:
                     self._check(results)
-                    self._session.prepared[self._key] = self._prepared_name
+                    session.prepared[self._key] = self._prepared_name
                     pg.send_query_prepared(self._prepared_name, self._values, param_formats=self._formats)
                     self._phase = 2
                     continue
@@ -208,7 +202,7 @@ class PgCall:
         the dumped parameters wait in ``_values`` for the execution that follows."""
         self._key = key
         self._prepared_name = b"lh_%d" % len(self._session.prepared)
-        self._pgconn.send_prepare(self._prepared_name, key[0].encode(), param_types=key[1])
+        self._session.pgconn.send_prepare(self._prepared_name, key[0].encode(), param_types=key[1])
         self._phase = 1
 
     # -- waiting -------------------------------------------------------------------------------
@@ -220,10 +214,10 @@ class PgCall:
                 poller = self._session.poller
                 if poller is None:
                     poller = self._session.poller = select.poll()
-                    poller.register(self._pgconn.socket, _READ)
+                    poller.register(self._session.pgconn.socket, _READ)
             else:
                 poller = select.poll()
-                poller.register(self._pgconn.socket, events)
+                poller.register(self._session.pgconn.socket, events)
             if poller.poll(left * 1000.0):
                 return
         if deadline is not None and deadline < self._give_up_at:
@@ -248,13 +242,14 @@ class PgCall:
             if results[0].status != self._names.tuples_ok:
                 return []
         res = results[0]
-        self._tx.set_pgresult(res)
-        rows: list[tuple[Any, ...]] = self._tx.load_rows(0, res.ntuples, tuple)
+        tx = self._session.tx
+        tx.set_pgresult(res)
+        rows: list[tuple[Any, ...]] = tx.load_rows(0, res.ntuples, tuple)
         return rows
 
     def _failure(self, e: Exception) -> SqlFailure:
         conn = self._session.conn
-        broken = conn.closed or conn.broken or self._pgconn.status != self._pg.pq.ConnStatus.OK
+        broken = conn.closed or conn.broken or self._session.pgconn.status != self._pg.pq.ConnStatus.OK
         if not broken:
             try:
                 if conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
