@@ -43,7 +43,10 @@ from ._values import (
     SqlRequest,
     decode_request,
     flatten_reply,
+    _flatten_rows,
     flatten_rows,
+    rows_error,
+    sql_request,
     write_request,
 )
 
@@ -114,7 +117,7 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
 _new_event = tuple.__new__
-_WRITE = _ffi.LH_IO_WRITE
+_WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _EVENT_SIZE = _EVENT_LAYOUT.size
 _DRAINED_LAYOUT = struct.Struct("@IIIIQ")  # lh_drained
 if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover - exotic ABI
@@ -372,7 +375,7 @@ class Core:
         self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False, auto_renew: bool = True
     ) -> int:
         """Start acquiring ``name``; returns the new (or, reentrant, the existing) lease id."""
-        raw = _encode_name(name)
+        raw = name.encode() if type(name) is str and name.isascii() else _encode_name(name)
         opts = self._opts  # reused: the core never retains input buffers
         opts.flags = (_REENTRANT if reentrant else 0) | (0 if auto_renew else _NO_AUTO_RENEW)
         opts.ttl_ms = ttl_ms if type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX else _u64(ttl_ms, "ttl_ms")
@@ -404,8 +407,18 @@ class Core:
         return int(self._releasing.value) if report else None
 
     def release_reported(self, lease: int) -> int:
-        """``release(lease, report=True)``."""
-        return self.release(lease, report=True)  # type: ignore[return-value]
+        """``release(lease, report=True)`` (spelled out: one frame less per release)."""
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
+        if not (type(lease) is int and 0 <= lease <= _U64_MAX):
+            lease = _u64(lease, "lease")
+        now, arg = self._arg_now, self._arg_id
+        now.value, arg.value = int(self._clock()), lease
+        st = self._c_release(p, now, arg, self._releasing_ref)
+        if st:
+            _check(st, p, "lh_release")
+        return int(self._releasing.value)
 
     def renew(self, lease: int) -> None:
         """Renew ``lease`` now (or join the renewal in flight); RENEWED or LOST follows."""
@@ -495,9 +508,9 @@ class Core:
             self._p()  # raises ClientClosed
         now = int(self._clock())
         try:
-            values, n, data = flatten_rows(results)
+            values, n, data = _flatten_rows(results)  # flatten_rows without its frame
         except (ValueError, struct.error, OverflowError) as e:
-            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {e}")
+            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {rows_error(results, e)}")
             return
         a_now, a_id, a_n, a_len = self._arg_now, self._arg_id, self._arg_n, self._arg_len
         a_now.value, a_id.value, a_n.value, a_len.value = now, request_id, n, len(data)
@@ -675,7 +688,10 @@ class Core:
                 _check(st, p, "lh_drain")
             _size, took, n, more, dl = _unpack_drained(d)  # one read of the struct, not four
             if took:
-                if r.kind == _WRITE:  # read from the struct, not unpacked whole
+                kind = r.kind
+                if kind == _SQL:  # decode_request's SQL case, one frame less
+                    reqs.append(sql_request(r))
+                elif kind == _WRITE:  # read from the struct, not unpacked whole
                     reqs.append(write_request(r.id, r.stream, r.data, r.data_len))
                 else:
                     req = decode_request(r)

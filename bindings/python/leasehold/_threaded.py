@@ -361,7 +361,13 @@ class ThreadedDriver(Driver):
         its cause was fed saves a thread hop. Stream requests never block: they run here, in
         the order they were polled (a stream's writes must not overtake each other)."""
         kind = req.kind
-        if kind == _WRITE:  # the hot one, without execute_request's plan
+        if kind == _SQL:
+            batch = self._tl.batch
+            if batch is not None:  # the inline path's common request
+                self._inflight += 1
+                batch.append(req)
+                return
+        elif kind == _WRITE:  # the hot one, without execute_request's plan
             stream, data = req.payload
             try:
                 self._backend.write(stream, data)
@@ -431,11 +437,23 @@ class ThreadedDriver(Driver):
                 with self._mu:
                     self._inflight -= 1
                     if fn is not None and not self._closed and not self._stop:
-                        self._tl.batch = batch if not self._paused else None
+                        tl = self._tl
+                        tl.batch = batch if not self._paused else None
                         try:
-                            self._feed(fn)
+                            if self._paused or self._fatal is not None:
+                                self._feed(fn)  # queued for the driver
+                            else:  # (_feed's common case, one frame less per request)
+                                try:
+                                    fn()
+                                except (errors.CorePanic, errors.CorePoisoned) as e:
+                                    self._on_fatal(e)
+                                except Exception:
+                                    log.exception("leasehold: the core refused an input")
+                                    self._drain()
+                                else:
+                                    self._drain()
                         finally:
-                            self._tl.batch = None
+                            tl.batch = None
                     elif self._idle_waiters or self._closing:
                         self._cond.notify_all()
         finally:

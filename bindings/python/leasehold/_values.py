@@ -132,6 +132,12 @@ _MEM: Any = (ctypes.c_char * _MEM_END).from_address(0) if _MEM_END > 0 else None
 _HOST_FACTS = {int(f): f for f in HostFact}
 
 
+# The texts of one-statement requests, decoded once: the core sends a few texts again and
+# again, and the same str object hashes once as the executor's key for its statement.
+_TEXTS: dict[bytes, str] = {}
+_MAX_TEXTS = 256
+
+
 def _sql(fields: tuple[Any, ...]) -> SqlRequest:
     conn, _argv, _argc, nst, st_p, par_p, npar, data_p, data_n = fields[2:11]
     mem, end = _MEM, _MEM_END
@@ -159,7 +165,13 @@ def _sql(fields: tuple[Any, ...]) -> SqlRequest:
         raw = mem[st_p : st_p + _STATEMENT_SIZE] if st_p + _STATEMENT_SIZE <= end else _string_at(st_p, _STATEMENT_SIZE)
         off, n, first, count = _unpack_statement(raw)
         mine = params if first == 0 and count == npar else params[first : first + count]
-        return _new_tuple(SqlRequest, (conn, [(data[off : off + n].decode(), mine)]))
+        text = data[off : off + n]
+        sql = _TEXTS.get(text)
+        if sql is None:
+            sql = text.decode()
+            if len(_TEXTS) < _MAX_TEXTS:
+                _TEXTS[text] = sql
+        return _new_tuple(SqlRequest, (conn, [(sql, mine)]))
     statements = []
     if nst:
         size = nst * _STATEMENT_SIZE
@@ -204,6 +216,12 @@ def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
     """``LH_IO_WRITE``: the ``n`` bytes at ``data`` (copied) for ``stream``; the byte path's
     hot request, so built without the rest of the layout."""
     return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, _string_at(data, n) if n else b"")))
+
+
+def sql_request(buf: Any) -> IoRequest:
+    """:func:`decode_request` of a buffer holding an ``LH_IO_SQL`` request."""
+    head = _REQUEST_HEAD.unpack_from(buf)
+    return _new_tuple(IoRequest, (head[0], head[1], head[2], _sql(head)))
 
 
 def decode_request(buf: Any) -> IoRequest | None:
@@ -285,6 +303,16 @@ def flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
     except struct.error:  # an exact int outside 64 bits (struct checks the range)
         _check_ints(results)
         raise
+
+
+def rows_error(results: list[list[Any]], e: Exception) -> Exception:
+    """What :func:`flatten_rows` raises for ``results``, given what ``_flatten_rows`` raised."""
+    if isinstance(e, struct.error):
+        try:
+            _check_ints(results)
+        except ValueError as v:
+            return v
+    return e
 
 
 def _check_ints(results: list[list[Any]]) -> None:

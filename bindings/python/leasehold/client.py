@@ -367,7 +367,11 @@ class LockClient(ThreadedDriver):
             # A reading executor's requests are stream requests, which never wait in a batch.
             batch = None if self._reads else self._collecting()
             try:
-                claims = self._drain_holding()
+                if self._reads:
+                    claims = self._drain_holding()
+                else:  # (_drain_holding's common case, one frame less)
+                    self._drain()
+                    claims = None
             finally:
                 if batch is not None:
                     self._tl.batch = None
@@ -549,7 +553,11 @@ class LockClient(ThreadedDriver):
             outcome = self._release_start(h, slot)
             batch = self._collecting() if inline and not self._reads else None
             try:
-                claims = self._drain_holding()
+                if self._reads:
+                    claims = self._drain_holding()
+                else:  # (_drain_holding's common case, one frame less)
+                    self._drain()
+                    claims = None
             finally:
                 if batch is not None:
                     self._tl.batch = None
