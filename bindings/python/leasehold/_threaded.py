@@ -199,7 +199,11 @@ class ThreadedDriver(Driver):
         try:
             reqs, outs, dl = self._core.step()
             for req in reqs:
-                self._submit_request(req)
+                if req.kind == _SQL and self._tl.batch is not None:  # (_submit_request's common case)
+                    self._inflight += 1
+                    self._tl.batch.append(req)
+                else:
+                    self._submit_request(req)
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
         except (errors.CorePanic, errors.CorePoisoned) as e:

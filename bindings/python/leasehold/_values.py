@@ -138,8 +138,9 @@ _TEXTS: dict[bytes, str] = {}
 _MAX_TEXTS = 256
 
 
-def _sql(fields: tuple[Any, ...]) -> SqlRequest:
-    conn, _argv, _argc, nst, st_p, par_p, npar, data_p, data_n = fields[2:11]
+def sql_request(buf: Any) -> IoRequest:
+    """:func:`decode_request` of a buffer holding an ``LH_IO_SQL`` request."""
+    rid, kind, conn, _argv, _argc, nst, st_p, par_p, npar, data_p, data_n = _REQUEST_HEAD.unpack_from(buf)
     mem, end = _MEM, _MEM_END
     if not data_n:
         data = b""
@@ -171,14 +172,15 @@ def _sql(fields: tuple[Any, ...]) -> SqlRequest:
             sql = text.decode()
             if len(_TEXTS) < _MAX_TEXTS:
                 _TEXTS[text] = sql
-        return _new_tuple(SqlRequest, (conn, [(sql, mine)]))
+        return _new_tuple(IoRequest, (rid, kind, conn, _new_tuple(SqlRequest, (conn, [(sql, mine)]))))
     statements = []
     if nst:
         size = nst * _STATEMENT_SIZE
         raw = mem[st_p : st_p + size] if st_p + size <= end else _string_at(st_p, size)
         for off, n, first, count in _iter_statements(raw):
             statements.append((data[off : off + n].decode(), params[first : first + count]))
-    return _new_tuple(SqlRequest, (conn, statements))  # SqlRequest(...) without its Python __new__
+    # IoRequest(...) and SqlRequest(...) without their Python __new__
+    return _new_tuple(IoRequest, (rid, kind, conn, _new_tuple(SqlRequest, (conn, statements))))
 
 
 def _text(ptr: int) -> str:
@@ -218,19 +220,15 @@ def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
     return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, _string_at(data, n) if n else b"")))
 
 
-def sql_request(buf: Any) -> IoRequest:
-    """:func:`decode_request` of a buffer holding an ``LH_IO_SQL`` request."""
-    head = _REQUEST_HEAD.unpack_from(buf)
-    return _new_tuple(IoRequest, (head[0], head[1], head[2], _sql(head)))
 
 
 def decode_request(buf: Any) -> IoRequest | None:
     """The :class:`IoRequest` in a polled ``lh_io_request`` buffer (everything borrowed is
     copied), ``None`` for ``LH_IO_NONE``."""
-    head = _REQUEST_HEAD.unpack_from(buf)  # an SQL request's fields, without the rest
+    head = _REQUEST_HEAD.unpack_from(buf)  # a command's fields, without the rest
     rid, kind, conn = head[0], head[1], head[2]
     if kind == _SQL:
-        return _new_tuple(IoRequest, (rid, kind, conn, _sql(head)))
+        return sql_request(buf)
     if kind == _COMMAND:
         return IoRequest(rid, kind, conn, _argv(head[3], head[4]))
     if kind == _ffi.LH_IO_NONE:
