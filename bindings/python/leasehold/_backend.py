@@ -67,6 +67,7 @@ __all__ = [
     "twin_name",
     "lane_of",
     "execute_request",
+    "execute_sql",
     "execute_request_async",
     "Deferred",
     "bounded_calls",
@@ -360,6 +361,11 @@ def _sql_done(core: Core, executor: Any, rid: int, outcome: Any) -> Callable[[],
         first = partial(core.sql_result, rid, outcome)
     if not resets:
         return first
+    return _then_reopened(core, first, resets)
+
+
+def _then_reopened(core: Core, first: Callable[[], None], resets: list[int]) -> Callable[[], None]:
+    """``first``, then the reports of the connections opened anew."""
 
     def feed() -> None:
         first()
@@ -442,7 +448,7 @@ def execute_request(
     :func:`bounded_calls`) a request still unanswered past it raises :class:`Deferred`, whose
     ``finish()`` completes the request (blocking) and returns the input."""
     if req.kind == _SQL:
-        return _execute_sql(core, executor, sink, req, timeout)
+        return execute_sql(core, executor, sink, req, timeout)
     try:
         call, done, fail = _plan(core, executor, sink, req, timeout)
     except Exception as e:  # the executor lacks the method for this kind of request
@@ -456,8 +462,8 @@ def execute_request(
     return done(result)
 
 
-def _execute_sql(
-    core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeout: float | None
+def execute_sql(
+    core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeout: float | None = None
 ) -> Callable[[], None] | None:
     """:func:`execute_request` of an SQL request, the plan spelled out (no partials made for
     the common outcome: it runs once per lock operation)."""
@@ -473,7 +479,12 @@ def _execute_sql(
         raise Deferred(partial(_finish, d.finish, done, fail)) from None
     except Exception as e:
         return _sql_fail(core, executor, rid, e)
-    return _sql_done(core, executor, rid, rows)
+    if type(rows) is not list:
+        return _sql_done(core, executor, rid, rows)
+    # _sql_done's common case inline.
+    resets: list[int] = executor.take_resets()
+    first = partial(core.sql_result, rid, rows)
+    return _then_reopened(core, first, resets) if resets else first
 
 
 def _finish(finish: Callable[[], Any], done: Callable[[Any], Any], fail: Callable[[Exception], Any]) -> Any:

@@ -43,7 +43,10 @@ from ._values import (
     SqlRequest,
     decode_request,
     flatten_reply,
+    _flatten_rows,
     flatten_rows,
+    rows_error,
+    sql_request,
     write_request,
 )
 
@@ -114,8 +117,14 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
 _new_event = tuple.__new__
-_WRITE = _ffi.LH_IO_WRITE
+_WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _EVENT_SIZE = _EVENT_LAYOUT.size
+_DRAINED_LAYOUT = struct.Struct("@IIIIQ")  # lh_drained
+if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover - exotic ABI
+    raise errors.LibraryError(
+        f"lh_drained layout mismatch: struct {_DRAINED_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_drained)}"
+    )
+_unpack_drained = _DRAINED_LAYOUT.unpack_from
 # Events one lh_drain call takes (a drain holds one or two; more take another call).
 _STEP_EVENTS = 8
 _string_at = ctypes.string_at
@@ -311,9 +320,14 @@ class Core:
         self._evs_cap = ctypes.c_size_t(_STEP_EVENTS)
         self._drained = _ffi.lh_drained(struct_size=ctypes.sizeof(_ffi.lh_drained))
         self._drained_ref = ctypes.byref(self._drained)
-        self._c_acquire = _ffi.unchecked("lh_acquire")
-        self._c_release = _ffi.unchecked("lh_release")
-        self._c_reply = _ffi.unchecked("lh_io_reply")
+        self._drain_args: tuple[Any, ...] = (None,)  # lh_drain's arguments, made at the first step()
+        # The hottest inputs take ctypes objects reused for their integer arguments: ctypes
+        # converts an argument through ``argtypes`` at several times the cost of the call.
+        self._c_acquire = _ffi.unchecked("lh_acquire", ctypes_args=True)
+        self._c_release = _ffi.unchecked("lh_release", ctypes_args=True)
+        self._c_reply = _ffi.unchecked("lh_io_reply", ctypes_args=True)
+        self._arg_now, self._arg_id = ctypes.c_uint64(), ctypes.c_uint64()
+        self._arg_n, self._arg_len = ctypes.c_size_t(), ctypes.c_size_t()
         self._c_received = _ffi.unchecked("lh_io_received")
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
@@ -365,7 +379,7 @@ class Core:
         self, name: str, ttl_ms: int, wait_ns: int = 0, reentrant: bool = False, auto_renew: bool = True
     ) -> int:
         """Start acquiring ``name``; returns the new (or, reentrant, the existing) lease id."""
-        raw = _encode_name(name)
+        raw = name.encode() if type(name) is str and name.isascii() else _encode_name(name)
         opts = self._opts  # reused: the core never retains input buffers
         opts.flags = (_REENTRANT if reentrant else 0) | (0 if auto_renew else _NO_AUTO_RENEW)
         opts.ttl_ms = ttl_ms if type(ttl_ms) is int and 0 <= ttl_ms <= _U64_MAX else _u64(ttl_ms, "ttl_ms")
@@ -373,7 +387,9 @@ class Core:
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
-        st = self._c_acquire(p, int(self._clock()), raw, len(raw), self._opts_ref, self._lease_ref)
+        now, size = self._arg_now, self._arg_len
+        now.value, size.value = int(self._clock()), len(raw)
+        st = self._c_acquire(p, now, raw, size, self._opts_ref, self._lease_ref)
         if st:
             _check(st, p, "lh_acquire")
         lease: int = self._lease.value
@@ -386,15 +402,27 @@ class Core:
         if p is None:
             self._p()  # raises ClientClosed
         if not (type(lease) is int and 0 <= lease <= _U64_MAX):
-            _u64(lease, "lease")
-        st = self._c_release(p, int(self._clock()), lease, self._releasing_ref if report else None)
+            lease = _u64(lease, "lease")
+        now, arg = self._arg_now, self._arg_id
+        now.value, arg.value = int(self._clock()), lease
+        st = self._c_release(p, now, arg, self._releasing_ref if report else None)
         if st:
             _check(st, p, "lh_release")
         return int(self._releasing.value) if report else None
 
     def release_reported(self, lease: int) -> int:
-        """``release(lease, report=True)``."""
-        return self.release(lease, report=True)  # type: ignore[return-value]
+        """``release(lease, report=True)`` (spelled out: one frame less per release)."""
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
+        if not (type(lease) is int and 0 <= lease <= _U64_MAX):
+            lease = _u64(lease, "lease")
+        now, arg = self._arg_now, self._arg_id
+        now.value, arg.value = int(self._clock()), lease
+        st = self._c_release(p, now, arg, self._releasing_ref)
+        if st:
+            _check(st, p, "lh_release")
+        return int(self._releasing.value)
 
     def renew(self, lease: int) -> None:
         """Renew ``lease`` now (or join the renewal in flight); RENEWED or LOST follows."""
@@ -463,22 +491,34 @@ class Core:
         except (struct.error, OverflowError) as e:  # an integer outside 64 bits
             self._failed(p, now, request_id, _TRANSPORT, f"unusable reply: {e}")
             return
-        st = self._c_reply(p, now, request_id, values, n, data, len(data))
+        st = self._reply(p, now, request_id, values, n, data)
         if st == _INVALID_REPLY:
             self._failed(p, now, request_id, _TRANSPORT, f"unusable reply: {_ffi.make_error(st, _last_error(p))}")
         elif st:
             _check(st, p, "lh_io_reply")
 
+    def _reply(self, p: Any, now: int, request_id: int, values: bytes, n: int, data: bytes) -> int:
+        """``lh_io_reply`` with the reused argument objects; its status."""
+        a_now, a_id, a_n, a_len = self._arg_now, self._arg_id, self._arg_n, self._arg_len
+        a_now.value, a_id.value, a_n.value, a_len.value = now, request_id, n, len(data)
+        st: int = self._c_reply(p, a_now, a_id, values, a_n, data, a_len)
+        return st
+
     def sql_result(self, request_id: int, results: list[list[Any]]) -> None:
         """Every statement's rows (see :func:`~leasehold._values.flatten_rows`); rows the
         core refuses as malformed are reported as a transport failure of the request."""
-        p, now = self._p(), int(self._clock())
+        p = self._h.ptr
+        if p is None:
+            self._p()  # raises ClientClosed
+        now = int(self._clock())
         try:
-            values, n, data = flatten_rows(results)
+            values, n, data = _flatten_rows(results)  # flatten_rows without its frame
         except (ValueError, struct.error, OverflowError) as e:
-            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {e}")
+            self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {rows_error(results, e)}")
             return
-        st = self._c_reply(p, now, request_id, values, n, data, len(data))
+        a_now, a_id, a_n, a_len = self._arg_now, self._arg_id, self._arg_n, self._arg_len
+        a_now.value, a_id.value, a_n.value, a_len.value = now, request_id, n, len(data)
+        st = self._c_reply(p, a_now, a_id, values, a_n, data, a_len)
         if st == _INVALID_REPLY:
             why = _ffi.make_error(st, _last_error(p), "lh_io_reply")
             self._failed(p, now, request_id, _TRANSPORT, f"malformed rows: {why}")
@@ -640,30 +680,37 @@ class Core:
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
-        d, r, args = self._drained, self._req, (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
+        d, r = self._drained, self._req
+        args = self._drain_args
+        if args[0] is not p:
+            args = self._drain_args = (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
         reqs: list[IoRequest] = []
         events: list[Event] = []
         while True:
             st = fn(*args)
             if st:
                 _check(st, p, "lh_drain")
-            took = d.request
+            _size, took, n, more, dl = _unpack_drained(d)  # one read of the struct, not four
             if took:
-                if r.kind == _WRITE:  # read from the struct, not unpacked whole
+                kind = r.kind
+                if kind == _SQL:  # decode_request's SQL case, one frame less
+                    reqs.append(sql_request(r))
+                elif kind == _WRITE:  # read from the struct, not unpacked whole
                     reqs.append(write_request(r.id, r.stream, r.data, r.data_len))
                 else:
                     req = decode_request(r)
                     if req is not None:
                         reqs.append(req)
-            n = d.nevents
             if n:
                 evs, unpack_ev = self._evs, self._unpack_ev
-                for i in range(n):
-                    events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
-                if d.more_events:
+                if n == 1:
+                    events.append(_new_event(Event, unpack_ev(evs)))
+                else:
+                    for i in range(n):
+                        events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
+                if more:
                     continue
             if not took:
-                dl: int = d.deadline_ns
                 return reqs, events, None if dl == _NO_DEADLINE else dl
 
     def _step_polls(self) -> tuple[list[IoRequest], list[Event], int | None]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
 from . import _ffi
-from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, lane_of
+from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, execute_sql, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -36,7 +36,8 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
-_WRITE = _ffi.LH_IO_WRITE
+_WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
+_monotonic = time.monotonic
 
 
 class ThreadedDriver(Driver):
@@ -198,7 +199,11 @@ class ThreadedDriver(Driver):
         try:
             reqs, outs, dl = self._core.step()
             for req in reqs:
-                self._submit_request(req)
+                if req.kind == _SQL and self._tl.batch is not None:  # (_submit_request's common case)
+                    self._inflight += 1
+                    self._tl.batch.append(req)
+                else:
+                    self._submit_request(req)
         except errors.ClientClosed:  # the core handle is freed (close()): nothing to drain
             return
         except (errors.CorePanic, errors.CorePoisoned) as e:
@@ -360,7 +365,13 @@ class ThreadedDriver(Driver):
         its cause was fed saves a thread hop. Stream requests never block: they run here, in
         the order they were polled (a stream's writes must not overtake each other)."""
         kind = req.kind
-        if kind == _WRITE:  # the hot one, without execute_request's plan
+        if kind == _SQL:
+            batch = self._tl.batch
+            if batch is not None:  # the inline path's common request
+                self._inflight += 1
+                batch.append(req)
+                return
+        elif kind == _WRITE:  # the hot one, without execute_request's plan
             stream, data = req.payload
             try:
                 self._backend.write(stream, data)
@@ -417,23 +428,36 @@ class ThreadedDriver(Driver):
                 else:
                     left = None
                     if end is not None and self._bounded:
-                        left = end - time.monotonic()
+                        left = end - _monotonic()
                         if left <= 0:
                             break
                     req = batch.pop(0)
                     try:
-                        fn = execute_request(self._core, self._backend, self._sink, req, left)
+                        run = execute_sql if req.kind == _SQL else execute_request
+                        fn = run(self._core, self._backend, self._sink, req, left)
                     except Deferred as d:
                         self._defer(d.finish)
                         continue
                 with self._mu:
                     self._inflight -= 1
                     if fn is not None and not self._closed and not self._stop:
-                        self._tl.batch = batch if not self._paused else None
+                        tl = self._tl
+                        tl.batch = batch if not self._paused else None
                         try:
-                            self._feed(fn)
+                            if self._paused or self._fatal is not None:
+                                self._feed(fn)  # queued for the driver
+                            else:  # (_feed's common case, one frame less per request)
+                                try:
+                                    fn()
+                                except (errors.CorePanic, errors.CorePoisoned) as e:
+                                    self._on_fatal(e)
+                                except Exception:
+                                    log.exception("leasehold: the core refused an input")
+                                    self._drain()
+                                else:
+                                    self._drain()
                         finally:
-                            self._tl.batch = None
+                            tl.batch = None
                     elif self._idle_waiters or self._closing:
                         self._cond.notify_all()
         finally:

@@ -91,6 +91,8 @@ if REQUEST_LAYOUT.size != ctypes.sizeof(_ffi.lh_io_request):  # pragma: no cover
     raise ImportError(
         f"lh_io_request layout mismatch: struct {REQUEST_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_io_request)}"
     )
+# Its first fields, up to data_len: all an SQL request or a command reads.
+_REQUEST_HEAD = struct.Struct("@QIIPIIPPNPN")
 _BYTES = struct.Struct("@PN")  # lh_bytes
 # One lh_value: u32 kind, u32 reserved, i64 integer, u64 offset, u64 len.
 _VALUE = struct.Struct("@IIqQQ")
@@ -99,6 +101,7 @@ _pack_value = _VALUE.pack
 _new_tuple = tuple.__new__
 _VALUE_SIZE, _STATEMENT_SIZE = _VALUE.size, _STATEMENT.size
 _iter_values, _iter_statements = _VALUE.iter_unpack, _STATEMENT.iter_unpack
+_unpack_statement = _STATEMENT.unpack
 _string_at = ctypes.string_at
 _V_NIL, _V_INT, _V_BULK, _V_ERROR, _V_ARRAY = (
     _ffi.LH_VALUE_NIL,
@@ -129,8 +132,15 @@ _MEM: Any = (ctypes.c_char * _MEM_END).from_address(0) if _MEM_END > 0 else None
 _HOST_FACTS = {int(f): f for f in HostFact}
 
 
-def _sql(fields: tuple[Any, ...]) -> SqlRequest:
-    conn, nst, st_p, par_p, npar, data_p, data_n = fields[2], fields[5], fields[6], fields[7], fields[8], fields[9], fields[10]
+# The texts of one-statement requests, decoded once: the core sends a few texts again and
+# again, and the same str object hashes once as the executor's key for its statement.
+_TEXTS: dict[bytes, str] = {}
+_MAX_TEXTS = 256
+
+
+def sql_request(buf: Any) -> IoRequest:
+    """:func:`decode_request` of a buffer holding an ``LH_IO_SQL`` request."""
+    rid, kind, conn, _argv, _argc, nst, st_p, par_p, npar, data_p, data_n = _REQUEST_HEAD.unpack_from(buf)
     mem, end = _MEM, _MEM_END
     if not data_n:
         data = b""
@@ -140,24 +150,37 @@ def _sql(fields: tuple[Any, ...]) -> SqlRequest:
     if npar:
         size = npar * _VALUE_SIZE
         raw = mem[par_p : par_p + size] if par_p + size <= end else _string_at(par_p, size)
+        add = params.append
         for k, _r, integer, off, n in _iter_values(raw):
             if k == _V_TEXT:
-                params.append(data[off : off + n].decode("utf-8"))
+                add(data[off : off + n].decode())  # UTF-8
             elif k == _V_INT:
-                params.append(integer)
+                add(integer)
             elif k == _V_BULK:
-                params.append(data[off : off + n])
+                add(data[off : off + n])
             elif _HOST_FIRST <= k <= _HOST_LAST:
-                params.append(_HOST_FACTS[k])
+                add(_HOST_FACTS[k])
             else:
-                params.append(None)
+                add(None)
+    if nst == 1:  # the common request: one statement, its parameters all of the request's
+        raw = mem[st_p : st_p + _STATEMENT_SIZE] if st_p + _STATEMENT_SIZE <= end else _string_at(st_p, _STATEMENT_SIZE)
+        off, n, first, count = _unpack_statement(raw)
+        mine = params if first == 0 and count == npar else params[first : first + count]
+        text = data[off : off + n]
+        sql = _TEXTS.get(text)
+        if sql is None:
+            sql = text.decode()
+            if len(_TEXTS) < _MAX_TEXTS:
+                _TEXTS[text] = sql
+        return _new_tuple(IoRequest, (rid, kind, conn, _new_tuple(SqlRequest, (conn, [(sql, mine)]))))
     statements = []
     if nst:
         size = nst * _STATEMENT_SIZE
         raw = mem[st_p : st_p + size] if st_p + size <= end else _string_at(st_p, size)
         for off, n, first, count in _iter_statements(raw):
-            statements.append((data[off : off + n].decode("utf-8"), params[first : first + count]))
-    return _new_tuple(SqlRequest, (conn, statements))  # SqlRequest(...) without its Python __new__
+            statements.append((data[off : off + n].decode(), params[first : first + count]))
+    # IoRequest(...) and SqlRequest(...) without their Python __new__
+    return _new_tuple(IoRequest, (rid, kind, conn, _new_tuple(SqlRequest, (conn, statements))))
 
 
 def _text(ptr: int) -> str:
@@ -197,17 +220,20 @@ def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
     return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, _string_at(data, n) if n else b"")))
 
 
+
+
 def decode_request(buf: Any) -> IoRequest | None:
     """The :class:`IoRequest` in a polled ``lh_io_request`` buffer (everything borrowed is
     copied), ``None`` for ``LH_IO_NONE``."""
-    fields = REQUEST_LAYOUT.unpack_from(buf)
-    rid, kind, conn = fields[0], fields[1], fields[2]
-    if kind == _COMMAND:
-        return IoRequest(rid, kind, conn, _argv(fields[3], fields[4]))
+    head = _REQUEST_HEAD.unpack_from(buf)  # a command's fields, without the rest
+    rid, kind, conn = head[0], head[1], head[2]
     if kind == _SQL:
-        return _new_tuple(IoRequest, (rid, kind, conn, _sql(fields)))
+        return sql_request(buf)
+    if kind == _COMMAND:
+        return IoRequest(rid, kind, conn, _argv(head[3], head[4]))
     if kind == _ffi.LH_IO_NONE:
         return None
+    fields = REQUEST_LAYOUT.unpack_from(buf)
     if _OPEN <= kind <= _SHUTDOWN:
         return _stream_request(rid, kind, fields)
     data_p, data_n = fields[9], fields[10]
@@ -270,40 +296,65 @@ def flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
     Columns: ``None``, ``bool`` / ``int`` (64-bit), ``float``, ``str`` (text), ``bytes``
     (blob); any other type is passed as NULL (the protocol never reads one). An integer
     outside 64 bits raises ``ValueError``."""
-    arrays = _ARRAYS
-    values: list[bytes] = [arrays[len(results)] if len(results) < _NARRAYS else _pack_value(_V_ARRAY, 0, 0, 0, len(results))]
+    try:
+        return _flatten_rows(results)
+    except struct.error:  # an exact int outside 64 bits (struct checks the range)
+        _check_ints(results)
+        raise
+
+
+def rows_error(results: list[list[Any]], e: Exception) -> Exception:
+    """What :func:`flatten_rows` raises for ``results``, given what ``_flatten_rows`` raised."""
+    if isinstance(e, struct.error):
+        try:
+            _check_ints(results)
+        except ValueError as v:
+            return v
+    return e
+
+
+def _check_ints(results: list[list[Any]]) -> None:
+    for rows in results:
+        for row in rows:
+            for v in row:
+                if isinstance(v, int) and not -(2**63) <= v < 2**63:
+                    raise ValueError(f"an integer column outside 64 bits: {v}")
+
+
+def _flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
+    arrays, pack = _ARRAYS, _pack_value
+    values: list[bytes] = [arrays[len(results)] if len(results) < _NARRAYS else pack(_V_ARRAY, 0, 0, 0, len(results))]
+    add = values.append
     data: list[bytes] = []
     used = 0
     for rows in results:
-        values.append(arrays[len(rows)] if len(rows) < _NARRAYS else _pack_value(_V_ARRAY, 0, 0, 0, len(rows)))
+        add(arrays[len(rows)] if len(rows) < _NARRAYS else pack(_V_ARRAY, 0, 0, 0, len(rows)))
         for row in rows:
-            values.append(arrays[len(row)] if len(row) < _NARRAYS else _pack_value(_V_ARRAY, 0, 0, 0, len(row)))
+            add(arrays[len(row)] if len(row) < _NARRAYS else pack(_V_ARRAY, 0, 0, 0, len(row)))
             for v in row:
                 t = type(v)
                 if t is int:  # the common columns first, by exact type
-                    if not -(2**63) <= v < 2**63:
-                        raise ValueError(f"an integer column outside 64 bits: {v}")
-                    values.append(_pack_value(_V_INT, 0, v, 0, 0))
+                    add(pack(_V_INT, 0, v, 0, 0))
                 elif t is bool:
-                    values.append(_TRUE if v else _FALSE)
+                    add(_TRUE if v else _FALSE)
                 elif v is None:
-                    values.append(_NIL)
+                    add(_NIL)
                 elif isinstance(v, int):
                     if not -(2**63) <= v < 2**63:
                         raise ValueError(f"an integer column outside 64 bits: {v}")
-                    values.append(_pack_value(_V_INT, 0, int(v), 0, 0))
+                    add(pack(_V_INT, 0, int(v), 0, 0))
                 elif isinstance(v, float):
-                    values.append(_pack_value(_V_FLOAT, 0, _unpack_i64(_pack_double(v))[0], 0, 0))
+                    add(pack(_V_FLOAT, 0, _unpack_i64(_pack_double(v))[0], 0, 0))
                 elif isinstance(v, str):
                     raw = v.encode("utf-8", "surrogateescape")
-                    values.append(_pack_value(_V_TEXT, 0, 0, used, len(raw)))
+                    add(pack(_V_TEXT, 0, 0, used, len(raw)))
                     data.append(raw)
                     used += len(raw)
                 elif isinstance(v, (bytes, bytearray, memoryview)):
                     raw = bytes(v)
-                    values.append(_pack_value(_V_BULK, 0, 0, used, len(raw)))
+                    add(pack(_V_BULK, 0, 0, used, len(raw)))
                     data.append(raw)
                     used += len(raw)
                 else:
-                    values.append(_NIL)
+                    add(_NIL)
     return b"".join(values), len(values), b"".join(data)

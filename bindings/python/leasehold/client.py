@@ -54,7 +54,7 @@ from . import errors
 from ._backend import BackendSink, backend_of, bounded_calls, runs_inline
 from ._args import seconds
 from ._clock import resolve_clock
-from ._core import Config, Core
+from ._core import Config, Core, IoRequest
 from ._driver import acquire_args
 from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot, waker
 from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
@@ -103,7 +103,7 @@ class Lease(LeaseBase):
         on_lost: Callable[["Lease"], Any] | None,
         auto_renew: bool = True,
     ) -> None:
-        super().__init__(client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
+        LeaseBase.__init__(self, client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
         self._lost: threading.Event | None = None  # created on first use (see ``lost``)
         # Created (under the client mutex) only when the acquiring thread has to wait; set when
         # the handle settles.
@@ -365,9 +365,16 @@ class LockClient(ThreadedDriver):
             h._wait_s = wait_s
             self._handles.setdefault(lease, []).append(h)
             # A reading executor's requests are stream requests, which never wait in a batch.
-            batch = None if self._reads else self._collecting()
+            # (_collecting() inline, one frame less)
+            batch: list[IoRequest] | None = None
+            if not (self._reads or not self._inline or self._paused):
+                batch = self._tl.batch = []
             try:
-                claims = self._drain_holding()
+                if self._reads:
+                    claims = self._drain_holding()
+                else:  # (_drain_holding's common case, one frame less)
+                    self._drain()
+                    claims = None
             finally:
                 if batch is not None:
                     self._tl.batch = None
@@ -543,13 +550,21 @@ class LockClient(ThreadedDriver):
         end = time.monotonic() + wait_s
         slot = _Slot()
         with self._mu:
-            early = self._release_early(h)
-            if early is not None:
-                return early
+            # _release_early's common case (a held handle, an open client) without its frame.
+            if h._release_outcome is not None or h._state != _HELD or self._closed or self._closing or self._fatal is not None:
+                early = self._release_early(h)
+                if early is not None:
+                    return early
             outcome = self._release_start(h, slot)
-            batch = self._collecting() if inline and not self._reads else None
+            batch: list[IoRequest] | None = None  # (_collecting() inline, one frame less)
+            if inline and not (self._reads or not self._inline or self._paused):
+                batch = self._tl.batch = []
             try:
-                claims = self._drain_holding()
+                if self._reads:
+                    claims = self._drain_holding()
+                else:  # (_drain_holding's common case, one frame less)
+                    self._drain()
+                    claims = None
             finally:
                 if batch is not None:
                     self._tl.batch = None
@@ -568,7 +583,8 @@ class LockClient(ThreadedDriver):
                 self._run_here(batch, end)  # the RELEASE, inline
             if claims:  # its reply, read here by the caller's deadline
                 self._pump(claims, lambda: slot.done, end, slot.waker)  # type: ignore[arg-type]
-            slot.wait(max(0.0, end - time.monotonic()))
+            if not slot.done:  # (answered inline: no wait)
+                slot.wait(max(0.0, end - time.monotonic()))
         finally:
             with self._mu:
                 outcome = self._release_end(h, slot, slot.value if slot.done else None)

@@ -8,8 +8,9 @@ Parameters are dumped and rows loaded by psycopg's own :class:`~psycopg.adapt.Tr
 ``prepare_threshold`` does after a few uses). Nothing here reads a statement or a row.
 
 This runs once per lock operation, so it does the least per request: what psycopg and the
-connection give once (the Transformer, a poller on the socket, the statements prepared) lives
-in the :class:`PgSession`, and a request binds its parameters in one pass.
+connection give once (the Transformer, a poller on the socket, the statements prepared, an
+``int`` dumped as ``bigint``) lives in the :class:`PgSession`; parameters go to psycopg as
+the core gave them unless a host fact is among them.
 """
 
 from __future__ import annotations
@@ -42,11 +43,7 @@ class _Psycopg:
     """What this module takes from psycopg (imported lazily by the executor), looked up once."""
 
     def __init__(self, psycopg: Any) -> None:
-        from psycopg.types.numeric import Int8
-
         pq = psycopg.pq
-        self.Int8 = Int8  # integers bind as bigint, the protocol's type
-        self.transformer = psycopg.adapt.Transformer
         auto = psycopg.adapt.PyFormat.AUTO
         self.auto = [[auto] * n for n in range(9)]  # the dump formats of n parameters
         self.tuples_ok = int(pq.ExecStatus.TUPLES_OK)
@@ -75,7 +72,11 @@ class PgSession:
     """A connection and what a request on it reuses: the statements prepared on it (names
     live as long as the connection), psycopg's Transformer (its dumpers and loaders looked up
     once, as a cursor keeps one: requests on a connection never overlap) and a poller
-    registered on its socket."""
+    registered on its socket.
+
+    The connection dumps a Python ``int`` as ``bigint`` (the protocol's type; psycopg picks
+    the smallest type that holds the value): parameters go to psycopg as the core gave them,
+    without a wrapper object per integer."""
 
     __slots__ = ("conn", "pgconn", "prepared", "tx", "poller")
 
@@ -83,8 +84,12 @@ class PgSession:
         self.conn = conn
         self.pgconn = conn.pgconn
         self.prepared: dict[tuple[str, tuple[int, ...]], bytes] = {}
-        self.tx: Any = None
         self.poller: Any = None  # select.poll for reading, made at the first wait
+        from psycopg.adapt import Transformer
+        from psycopg.types.numeric import Int8BinaryDumper
+
+        conn.adapters.register_dumper(int, Int8BinaryDumper)
+        self.tx: Any = Transformer(conn)
 
 
 class PgCall:
@@ -96,8 +101,6 @@ class PgCall:
         "_pg",
         "_names",
         "_session",
-        "_pgconn",
-        "_tx",
         "_todo",
         "_next",
         "_phase",
@@ -112,18 +115,14 @@ class PgCall:
 
     def __init__(self, psycopg: Any, session: PgSession, request: SqlRequest, request_timeout: float) -> None:
         self._pg = psycopg
-        names = self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
+        self._names = _PSYCOPG if _PSYCOPG is not None else _psycopg_names(psycopg)
         self._session = session
-        self._pgconn = session.pgconn
-        tx = session.tx
-        if tx is None:
-            tx = session.tx = names.transformer(session.conn)
-        self._tx = tx
-        self._todo = request.statements
-        for _sql, params in self._todo:
-            if params:
-                self._todo = _bound(request.statements, names.Int8)
+        todo = request.statements
+        for _sql, params in todo:
+            if HostFact in map(type, params):  # exact types, in C: no frame per parameter
+                todo = _bound(todo)
                 break
+        self._todo = todo
         self._next = 0
         self._phase = 0  # 0: nothing in flight; 1: PREPARE sent; 2: the statement sent
         self._out: list[list[tuple[Any, ...]]] = []
@@ -135,17 +134,60 @@ class PgCall:
         :class:`~leasehold._backend.SqlFailure` on an error (a database error leaves no
         transaction open; a transport failure, or no answer within the request timeout,
         leaves the connection closed)."""
+        # One frame for the common request (a prepared statement, one result): sending,
+        # waiting and loading are spelled out here; the rest is in the methods below.
+        session, todo = self._session, self._todo
+        pg, tx = session.pgconn, session.tx
+        tuples_ok = self._names.tuples_ok
+        limit = self._give_up_at if deadline is None or deadline > self._give_up_at else deadline
         try:
-            while self._next < len(self._todo):
+            while self._next < len(todo):
                 if self._phase == 0:
-                    self._send()
-                results = self._results(deadline)
+                    sql, params = todo[self._next]
+                    if params:
+                        n = len(params)
+                        auto = self._names.auto
+                        values = tx.dump_sequence(params, auto[n] if n < len(auto) else [self._names.auto_format] * n)
+                        types = tx.types
+                        key = (sql, types if type(types) is tuple else tuple(types or ()))
+                        name = session.prepared.get(key)
+                        if name is not None:
+                            pg.send_query_prepared(name, values, param_formats=tx.formats)
+                            self._phase = 2
+                        else:
+                            self._values, self._formats = values, tx.formats
+                            self._prepare(key)
+                    else:
+                        # The simple protocol, as psycopg runs a statement without parameters:
+                        # a text may hold several statements (the schema's migration does).
+                        pg.send_query(sql.encode())
+                        self._phase = 2
+                while pg.flush() != 0:
+                    self._wait(_WRITE, deadline)
+                results: list[Any] = []
+                while True:
+                    while pg.is_busy():
+                        poller = session.poller
+                        left = limit - _monotonic()
+                        if poller is None or left <= 0 or not poller.poll(left * 1000.0):
+                            self._wait(_READ, deadline)  # the first wait, or the time is up
+                        pg.consume_input()
+                    res = pg.get_result()
+                    if res is None:
+                        break
+                    results.append(res)
                 if self._phase == 1:
                     self._check(results)
-                    self._session.prepared[self._key] = self._prepared_name
-                    self._send_prepared(self._prepared_name)
+                    session.prepared[self._key] = self._prepared_name
+                    pg.send_query_prepared(self._prepared_name, self._values, param_formats=self._formats)
+                    self._phase = 2
                     continue
-                self._out.append(self._rows(results))
+                if len(results) == 1 and results[0].status == tuples_ok:
+                    res = results[0]
+                    tx.set_pgresult(res)
+                    self._out.append(tx.load_rows(0, res.ntuples, tuple))
+                else:
+                    self._out.append(self._rows(results))
                 self._phase = 0
                 self._next += 1
         except (Late, SqlFailure):
@@ -155,50 +197,15 @@ class PgCall:
         return self._out
 
     # -- sending -------------------------------------------------------------------------------
-    def _send(self) -> None:
-        sql, params = self._todo[self._next]
-        if not params:
-            # The simple protocol, as psycopg runs a statement without parameters: a text
-            # may hold several statements (the schema's migration does).
-            self._pgconn.send_query(sql.encode())
-            self._phase = 2
-            return
-        tx = self._tx
-        n = len(params)
-        auto = self._names.auto
-        self._values = tx.dump_sequence(params, auto[n] if n < len(auto) else [self._names.auto_format] * n)
-        self._formats = tx.formats
-        types = tx.types
-        key = (sql, types if type(types) is tuple else tuple(types or ()))
-        name = self._session.prepared.get(key)
-        if name is not None:
-            self._pgconn.send_query_prepared(name, self._values, param_formats=self._formats)
-            self._phase = 2
-            return
+    def _prepare(self, key: tuple[str, tuple[int, ...]]) -> None:
+        """Prepare the statement of ``key`` (its text and parameter types) on the connection;
+        the dumped parameters wait in ``_values`` for the execution that follows."""
         self._key = key
         self._prepared_name = b"lh_%d" % len(self._session.prepared)
-        self._pgconn.send_prepare(self._prepared_name, sql.encode(), param_types=key[1])
+        self._session.pgconn.send_prepare(self._prepared_name, key[0].encode(), param_types=key[1])
         self._phase = 1
 
-    def _send_prepared(self, name: bytes) -> None:
-        self._pgconn.send_query_prepared(name, self._values, param_formats=self._formats)
-        self._phase = 2
-
     # -- waiting -------------------------------------------------------------------------------
-    def _results(self, deadline: float | None) -> list[Any]:
-        pg = self._pgconn
-        while pg.flush() != 0:
-            self._wait(_WRITE, deadline)
-        results: list[Any] = []
-        while True:
-            while pg.is_busy():
-                self._wait(_READ, deadline)
-                pg.consume_input()
-            res = pg.get_result()
-            if res is None:
-                return results
-            results.append(res)
-
     def _wait(self, events: int, deadline: float | None) -> None:
         limit = self._give_up_at if deadline is None or deadline > self._give_up_at else deadline
         left = limit - _monotonic()
@@ -207,10 +214,10 @@ class PgCall:
                 poller = self._session.poller
                 if poller is None:
                     poller = self._session.poller = select.poll()
-                    poller.register(self._pgconn.socket, _READ)
+                    poller.register(self._session.pgconn.socket, _READ)
             else:
                 poller = select.poll()
-                poller.register(self._pgconn.socket, events)
+                poller.register(self._session.pgconn.socket, events)
             if poller.poll(left * 1000.0):
                 return
         if deadline is not None and deadline < self._give_up_at:
@@ -235,13 +242,14 @@ class PgCall:
             if results[0].status != self._names.tuples_ok:
                 return []
         res = results[0]
-        self._tx.set_pgresult(res)
-        rows: list[tuple[Any, ...]] = self._tx.load_rows(0, res.ntuples, tuple)
+        tx = self._session.tx
+        tx.set_pgresult(res)
+        rows: list[tuple[Any, ...]] = tx.load_rows(0, res.ntuples, tuple)
         return rows
 
     def _failure(self, e: Exception) -> SqlFailure:
         conn = self._session.conn
-        broken = conn.closed or conn.broken or self._pgconn.status != self._pg.pq.ConnStatus.OK
+        broken = conn.closed or conn.broken or self._session.pgconn.status != self._pg.pq.ConnStatus.OK
         if not broken:
             try:
                 if conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
@@ -251,23 +259,7 @@ class PgCall:
         return pg_failure(e, broken)
 
 
-def _bound(statements: list[tuple[str, list[Any]]], int8: Any) -> list[tuple[str, list[Any]]]:
-    """``statements`` with the host facts bound (read once for the request) and integers as
-    ``bigint`` (the protocol's type)."""
-    facts: tuple[Any, ...] | None = None
-    out = []
-    for sql, params in statements:
-        bound = []
-        for p in params:
-            t = type(p)
-            if t is int:
-                p = int8(p)
-            elif t is HostFact:
-                if facts is None:
-                    facts = host_fact_values()
-                p = facts[p - _FIRST_FACT]
-                if type(p) is int:
-                    p = int8(p)
-            bound.append(p)
-        out.append((sql, bound))
-    return out
+def _bound(statements: list[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:
+    """``statements`` with the host facts bound (read once for the request)."""
+    facts = host_fact_values()
+    return [(sql, [facts[p - _FIRST_FACT] if type(p) is HostFact else p for p in params]) for sql, params in statements]

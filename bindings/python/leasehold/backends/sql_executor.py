@@ -52,6 +52,7 @@ _INHERITED: list[Any] = []
 
 log = logging.getLogger("leasehold")
 
+_monotonic = time.monotonic
 _DATABASE = _ffi.LH_FAILURE_DATABASE
 _TRANSPORT = _ffi.LH_FAILURE_TRANSPORT
 _COMMANDS = _ffi.LH_CONNECTION_COMMANDS
@@ -553,14 +554,19 @@ class PostgresExecutor:
         try:
             return call.run(deadline)
         except SqlFailure as f:
-            if f.kind == _TRANSPORT:
-                conn, self._cmd = self._cmd, None
-                try:
-                    if conn is not None:
-                        conn.close()
-                except Exception:
-                    pass
+            self._failed(f)
             raise
+
+    def _failed(self, f: SqlFailure) -> None:
+        """(``_mu`` held) A request on the commands connection failed: a transport failure
+        drops the connection."""
+        if f.kind == _TRANSPORT:
+            conn, self._cmd = self._cmd, None
+            try:
+                if conn is not None:
+                    conn.close()
+            except Exception:
+                pass
 
     def _finish_late(self, call: PgCall) -> list[list[tuple[Any, ...]]]:
         """(on the late worker, ``_mu`` held by the caller that handed ``call`` over) The rest
@@ -588,22 +594,30 @@ class PostgresExecutor:
         if request.connection == _LISTENER:
             rows: list[list[tuple[Any, ...]]] = self._workers[1].run_within(partial(self.execute, request, sink), timeout)
             return rows
-        deadline = time.monotonic() + timeout
-        if not self._mu.acquire(timeout=max(timeout, 0.001)):
+        deadline = _monotonic() + timeout
+        mu = self._mu
+        if not mu.acquire(False) and not mu.acquire(timeout=max(timeout, 0.001)):
             rows = self._workers[0].run_within(partial(self.execute, request, sink), 0.0)
             return rows
         handed = False
         try:
-            call = PgCall(self._psycopg, self._commands(), request, self.request_timeout)
+            # _commands()'s common case inline: the connection open, its session current.
+            session = self._sessions.get(_COMMANDS)
+            if session is None or session.conn is not self._cmd or session.pgconn.status != self._conn_ok:
+                session = self._commands()
+            call = PgCall(self._psycopg, session, request, self.request_timeout)
             try:
-                return self._finish(call, deadline)
+                return call.run(deadline)
             except Late:
                 handed = True
                 rows = self._workers[2].run_within(partial(self._finish_late, call), 0.0)
                 return rows
+            except SqlFailure as f:
+                self._failed(f)
+                raise
         finally:
             if not handed:
-                self._mu.release()
+                mu.release()
 
     def _execute_listener(self, request: SqlRequest, sink: Any) -> list[list[tuple[Any, ...]]]:
         if sink is not None:

@@ -381,6 +381,31 @@ def test_one_statement_with_parameters_of_other_types_is_prepared_again_not_misr
         ex.detach()
 
 
+def test_integers_bind_as_bigint_as_given_and_a_host_fact_in_a_later_statement_is_bound(pg_url: str) -> None:
+    """A plain integer parameter binds as ``bigint`` whatever its size (the protocol's type,
+    with no wrapper per value), and a request whose host fact is only in its second statement
+    still has it bound."""
+    from leasehold import _ffi
+    from leasehold._core import HostFact, SqlRequest
+
+    ex = PostgresExecutor(pg_url)
+    ex.attach()
+    try:
+        for v in (0, 5, -(2**31) - 1, 2**40, 2**63 - 1, -(2**63)):
+            assert ex.execute(SqlRequest(_ffi.LH_CONNECTION_COMMANDS, [("SELECT pg_typeof($1)::text, $1", [v])])) == [
+                [("bigint", v)]
+            ]
+        rows = ex.execute(
+            SqlRequest(
+                _ffi.LH_CONNECTION_COMMANDS,
+                [("SELECT $1::bigint + 1", [1]), ("SELECT pg_typeof($1)::text, $1 = $2", [HostFact.PID, os.getpid()])],
+            )
+        )
+        assert rows == [[(2,)], [("bigint", True)]]
+    finally:
+        ex.detach()
+
+
 def test_a_requests_host_facts_are_read_once_and_bound_with_the_protocols_types(pg_url: str) -> None:
     """Every host fact of a request is read once, as it starts (the same monotonic time in each
     of its statements), bound as the protocol's types, and read anew for the next request."""

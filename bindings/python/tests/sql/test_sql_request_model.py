@@ -32,7 +32,7 @@ def test_sql_requests_are_copied_out_typed_and_bad_rows_are_a_failure() -> None:
     assert req.statements and all(isinstance(sql, str) and isinstance(p, list) for sql, p in req.statements)
     # Rows the core cannot take (an integer beyond 64 bits): the request fails, nothing raises.
     core.sql_result(rid, [[[2**70]] for _ in req.statements])
-    assert "malformed rows" in core.backend_last_error()
+    assert "malformed rows: an integer column outside 64 bits: 1180591620717411303424" in core.backend_last_error()
     core.sql_result(rid, [])  # an answer for an id already answered: ignored
     assert _failed(core, lease)  # one attempt (wait 0), no grant
     with pytest.raises(ValueError):
@@ -113,3 +113,15 @@ def test_a_database_error_rolls_back_and_is_reported_as_such(tmp_path: Path) -> 
     assert ex.execute(SqlRequest(1, [("SELECT count(*) FROM t", [])])) == [[(0,)]]  # rolled back
     assert ex.take_resets() == []
     ex.detach()
+
+
+def test_flattened_rows_take_every_64_bit_integer_and_refuse_one_beyond() -> None:
+    """flatten_rows packs both ends of the 64-bit range (booleans as 0/1) and raises
+    ValueError, naming the value, for an integer column past either end."""
+    from leasehold._values import flatten_rows
+
+    values, n, data = flatten_rows([[(True, 2**63 - 1, -(2**63), None)], []])
+    assert (n, data) == (8, b"")
+    for bad in (2**63, -(2**63) - 1, 2**70):
+        with pytest.raises(ValueError, match=str(bad)):
+            flatten_rows([[(1, bad)]])
