@@ -118,7 +118,7 @@
  *
  *   lh_drain(c, &req, events, cap, &out) is the same drain in one call where crossings cost
  *   (ctypes, cgo): the next request, up to cap events and the next deadline; repeat while
- *   out.request or out.more_events, and keep the last call's out.deadline_ns.
+ *   out.more_requests or out.more_events, and keep the last call's out.deadline_ns.
  *
  *   Values (answers to COMMAND and SQL) cross as a flat list of lh_value in pre-order (an
  *   LH_VALUE_ARRAY of len n is followed by its n elements, recursively) plus ONE data
@@ -583,6 +583,12 @@
  * legacy handshake (the default).
  */
 #define LH_REDIS_PROTOCOL_RESP3 3
+
+/**
+ * Size of the first `lh_drained` (up to `deadline_ns`): the smallest `struct_size`
+ * `lh_drain` accepts.
+ */
+#define LH_DRAINED_V1_SIZE 24
 
 /**
  * `lh_io_request.kind`: nothing left to poll.
@@ -1441,16 +1447,18 @@ typedef struct lh_io_request {
 } lh_io_request;
 
 /**
- * What one `lh_drain` call took out. Fill `struct_size`; the rest is written.
+ * What one `lh_drain` call took out. Fill `struct_size`; the rest is written (up to
+ * `struct_size`: a host built against the first struct, which ends at `deadline_ns`, gets
+ * that much and calls again while `request` is 1).
  */
 typedef struct lh_drained {
   /**
-   * `sizeof(lh_drained)` as compiled by the caller.
+   * `sizeof(lh_drained)` as compiled by the caller; written back as the size written.
    */
   uint32_t struct_size;
   /**
-   * 1 when `*request` holds a request (run it, then call again: more may be queued), 0
-   * when none is left (`request->kind == LH_IO_NONE`) or `request` was NULL.
+   * 1 when `*request` holds a request, 0 when none is left (`request->kind ==
+   * LH_IO_NONE`) or `request` was NULL.
    */
   uint32_t request;
   /**
@@ -1463,11 +1471,21 @@ typedef struct lh_drained {
   uint32_t more_events;
   /**
    * The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it, on the
-   * last call of a drain (`request` and `more_events` both 0). A call that sets either
-   * leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: the request it
-   * took, or the events still pending, can move it.
+   * call that ends a drain (`more_requests` and `more_events` both 0). A call that sets
+   * either leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: what is
+   * still to take can move it.
    */
   uint64_t deadline_ns;
+  /**
+   * 1 when another request may be pending: run this one, then call again. 0 when none
+   * is: the drain ends with this call (given `more_events` is 0). Exact for the Redis
+   * stream kind; the other kinds say 1 whenever this call took a request.
+   */
+  uint32_t more_requests;
+  /**
+   * Zero.
+   */
+  uint32_t _reserved;
 } lh_drained;
 
 /**
@@ -2009,7 +2027,8 @@ lh_status lh_counters_get(const struct lh_client *c,
  * The host's drain after an input, in one call: takes the next IO request into `*request`
  * (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
  * `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then, when neither is
- * left, the next deadline. Call it again while `out->request` or `out->more_events` is 1.
+ * left, the next deadline. Call it again while `out->more_requests` or `out->more_events`
+ * is 1 (with the first, shorter `lh_drained`: while `out->request` or `out->more_events`).
  * What `*request` points to is valid until the next poll of either kind. It mixes freely
  * with the single polls.
  *

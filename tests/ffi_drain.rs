@@ -34,7 +34,7 @@ fn drain_once(h: &H, cap: usize) -> (Option<Req>, Vec<lh_event>, lh_drained) {
     // SAFETY: LH_OK wrote the request; its pointers are read before the next call.
     let req = unsafe { Req::copy(&r.assume_init()) };
     assert_eq!(d.request == 1, req.is_some(), "{d:?}");
-    if d.request == 1 || d.more_events == 1 {
+    if d.more_requests == 1 || d.more_events == 1 {
         assert_eq!(
             d.deadline_ns, LH_NO_DEADLINE,
             "only a drain's last call has a deadline"
@@ -46,13 +46,23 @@ fn drain_once(h: &H, cap: usize) -> (Option<Req>, Vec<lh_event>, lh_drained) {
 
 /// The whole drain with `lh_drain`: requests, events, and the last call's deadline.
 fn drain_all(h: &H, cap: usize) -> (Vec<Req>, Vec<lh_event>, u64) {
+    let (reqs, evs, dl, _) = drain_counted(h, cap);
+    (reqs, evs, dl)
+}
+
+/// [`drain_all`], and how many calls it took.
+fn drain_counted(h: &H, cap: usize) -> (Vec<Req>, Vec<lh_event>, u64, usize) {
     let (mut reqs, mut evs) = (Vec::new(), Vec::new());
-    for _ in 0..10_000 {
+    for calls in 1..10_000 {
         let (r, e, d) = drain_once(h, cap);
+        assert!(
+            d.more_requests == 0 || r.is_some(),
+            "more only after a request: {d:?}"
+        );
         reqs.extend(r);
         evs.extend(e);
-        if d.request == 0 && d.more_events == 0 {
-            return (reqs, evs, d.deadline_ns);
+        if d.more_requests == 0 && d.more_events == 0 {
+            return (reqs, evs, d.deadline_ns, calls);
         }
     }
     panic!("lh_drain does not end");
@@ -115,6 +125,62 @@ fn one_call_takes_what_the_single_polls_take() {
             assert_eq!(poll_all(&a), drain_all(&b, cap), "backend {kind}: timeout");
         }
     }
+}
+
+/// The stream kind knows whether another request is pending: a drain ends with the call that
+/// took its last request, and takes what the single polls take.
+#[test]
+fn the_stream_kind_ends_a_drain_with_the_call_that_took_its_last_request() {
+    let url = b"redis://127.0.0.1:1/0";
+    let stream_client = || {
+        let mut o = backend(LH_BACKEND_REDIS_STREAM);
+        o.redis_url = url.as_ptr();
+        o.redis_url_len = url.len();
+        try_client(&config(), &o, &[9; 32]).expect("lh_client_new")
+    };
+    let (a, b) = (stream_client(), stream_client());
+    let mut most = 0;
+    let mut compare = |what: &str| {
+        let polled = poll_all(&a);
+        let (reqs, evs, dl, calls) = drain_counted(&b, 4);
+        assert_eq!(polled, (reqs.clone(), evs.clone(), dl), "{what}");
+        if evs.is_empty() {
+            assert_eq!(calls, reqs.len().max(1), "{what}: one call per request");
+        }
+        most = most.max(reqs.len());
+    };
+    compare("set-up");
+    for h in [&a, &b] {
+        ok(h.timeout(MS));
+        h.acquire(2 * MS, b"one", &opts(3_000)).unwrap();
+        h.acquire(2 * MS, b"two", &opts(3_000)).unwrap();
+    }
+    compare("acquires");
+    for h in [&a, &b] {
+        ok(h.timeout(10_000 * MS));
+    }
+    compare("their connections time out");
+    assert!(most >= 2, "some drain took two requests at once ({most})");
+}
+
+#[test]
+fn a_host_with_the_first_struct_gets_it_and_calls_again_while_it_takes_requests() {
+    let h = client_of(LH_BACKEND_MEMORY, 4);
+    drain_all(&h, 2);
+    h.acquire(MS, b"one", &opts(3_000)).unwrap();
+    let mut r = MaybeUninit::<lh_io_request>::uninit();
+    let mut ev = [lh_event::default(); 2];
+    let mut d = drained();
+    d.struct_size = LH_DRAINED_V1_SIZE as u32;
+    d.more_requests = 0xdead;
+    // SAFETY: valid out-pointers; the struct is read and written up to its struct_size.
+    ok(unsafe { lh_drain(h.0, r.as_mut_ptr(), ev.as_mut_ptr(), 2, &mut d) });
+    assert_eq!((d.struct_size as usize, d.request), (LH_DRAINED_V1_SIZE, 1));
+    assert_eq!(d.more_requests, 0xdead, "written past the caller's struct");
+    // SAFETY: as above.
+    ok(unsafe { lh_drain(h.0, r.as_mut_ptr(), ev.as_mut_ptr(), 2, &mut d) });
+    assert_eq!(d.request, 0, "the second call finds the drain done");
+    assert_eq!(d.deadline_ns, h.deadline());
 }
 
 #[test]

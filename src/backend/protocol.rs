@@ -77,6 +77,16 @@ impl Protocol {
         }
     }
 
+    /// Whether the next request poll may find a request, without taking one (so what the
+    /// last poll handed out stays valid). Exact for the Redis stream kind; `true` for the
+    /// others, whose polls find out.
+    pub fn may_have_request(&mut self, core: &mut Client) -> bool {
+        match self {
+            Protocol::RedisStream(p) => p.has_request(core),
+            Protocol::Memory(_) | Protocol::Redis(_) | Protocol::Sql(_) | Protocol::Etcd(_) => true,
+        }
+    }
+
     /// When `handle_timeout` must be called at the latest.
     pub fn poll_timeout(&mut self, core: &mut Client) -> Option<u64> {
         match self {

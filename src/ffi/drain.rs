@@ -3,35 +3,50 @@
 //! call where the run loop's `lh_io_poll` / `lh_poll_event` / `lh_poll_timeout` take four.
 #![allow(non_camel_case_types)]
 
-use super::boundary::{Failure, check_sized_out, guard_mut, write_out};
+use super::boundary::{Failure, check_growing_out, guard_mut, write_out, write_prefix};
 use super::client::{event_to_c, lh_client};
 use super::io::lh_io_request;
 use super::types::{LH_EVENT_NONE, LH_NO_DEADLINE, lh_event, lh_status};
 
-/// What one `lh_drain` call took out. Fill `struct_size`; the rest is written.
+/// What one `lh_drain` call took out. Fill `struct_size`; the rest is written (up to
+/// `struct_size`: a host built against the first struct, which ends at `deadline_ns`, gets
+/// that much and calls again while `request` is 1).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct lh_drained {
-    /// `sizeof(lh_drained)` as compiled by the caller.
+    /// `sizeof(lh_drained)` as compiled by the caller; written back as the size written.
     pub struct_size: u32,
-    /// 1 when `*request` holds a request (run it, then call again: more may be queued), 0
-    /// when none is left (`request->kind == LH_IO_NONE`) or `request` was NULL.
+    /// 1 when `*request` holds a request, 0 when none is left (`request->kind ==
+    /// LH_IO_NONE`) or `request` was NULL.
     pub request: u32,
     /// Events written to `events`, in order.
     pub nevents: u32,
     /// 1 when `events` was filled to its capacity (more may be pending: call again).
     pub more_events: u32,
     /// The next deadline (`LH_NO_DEADLINE`: none), as `lh_poll_timeout` gives it, on the
-    /// last call of a drain (`request` and `more_events` both 0). A call that sets either
-    /// leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: the request it
-    /// took, or the events still pending, can move it.
+    /// call that ends a drain (`more_requests` and `more_events` both 0). A call that sets
+    /// either leaves the deadline to the next call and writes `LH_NO_DEADLINE` here: what is
+    /// still to take can move it.
     pub deadline_ns: u64,
+    /// 1 when another request may be pending: run this one, then call again. 0 when none
+    /// is: the drain ends with this call (given `more_events` is 0). Exact for the Redis
+    /// stream kind; the other kinds say 1 whenever this call took a request.
+    pub more_requests: u32,
+    /// Zero.
+    pub _reserved: u32,
 }
+
+/// Size of the first `lh_drained` (up to `deadline_ns`): the smallest `struct_size`
+/// `lh_drain` accepts.
+pub const LH_DRAINED_V1_SIZE: usize = 24;
+
+const _: () = assert!(std::mem::offset_of!(lh_drained, more_requests) == LH_DRAINED_V1_SIZE);
 
 /// The host's drain after an input, in one call: takes the next IO request into `*request`
 /// (as `lh_io_poll`; skipped when `request` is NULL), then up to `events_cap` events into
 /// `events` (as `lh_poll_event`; skipped when `events_cap` is 0), then, when neither is
-/// left, the next deadline. Call it again while `out->request` or `out->more_events` is 1.
+/// left, the next deadline. Call it again while `out->more_requests` or `out->more_events`
+/// is 1 (with the first, shorter `lh_drained`: while `out->request` or `out->more_events`).
 /// What `*request` points to is valid until the next poll of either kind. It mixes freely
 /// with the single polls.
 ///
@@ -50,7 +65,7 @@ pub unsafe extern "C" fn lh_drain(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            check_sized_out(out, "out")?;
+            let size = check_growing_out(out, "out", LH_DRAINED_V1_SIZE)?;
             if events.is_null() && events_cap > 0 {
                 return Err(Failure::null("events"));
             }
@@ -73,13 +88,16 @@ pub unsafe extern "C" fn lh_drain(
                 d.nevents += 1;
             }
             d.more_events = u32::from(cap > 0 && d.nevents as usize == cap);
+            // Whether the next call would find a request (what `*request` points to stays
+            // valid: looking ahead takes nothing).
+            d.more_requests = u32::from(d.request == 1 && s.proto.may_have_request(&mut s.core));
             // Only the last call's deadline is kept, so only it pays for one.
-            d.deadline_ns = if d.request == 0 && d.more_events == 0 {
+            d.deadline_ns = if d.more_requests == 0 && d.more_events == 0 {
                 s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE)
             } else {
                 LH_NO_DEADLINE
             };
-            write_out(out, d);
+            write_prefix(out, d, size);
             Ok(())
         })
     }

@@ -119,7 +119,8 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
 _new_event = tuple.__new__
 _WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _EVENT_SIZE = _EVENT_LAYOUT.size
-_DRAINED_LAYOUT = struct.Struct("@IIIIQ")  # lh_drained
+_DRAINED_LAYOUT = struct.Struct("@IIIIQII")  # lh_drained
+_DRAINED_V1_SIZE = _ffi.LH_DRAINED_V1_SIZE  # (a library whose lh_drained ends at deadline_ns)
 if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover - exotic ABI
     raise errors.LibraryError(
         f"lh_drained layout mismatch: struct {_DRAINED_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_drained)}"
@@ -690,7 +691,7 @@ class Core:
             st = fn(*args)
             if st:
                 _check(st, p, "lh_drain")
-            _size, took, n, more, dl = _unpack_drained(d)  # one read of the struct, not four
+            size, took, n, more, dl, more_reqs, _ = _unpack_drained(d)  # one read of the struct
             if took:
                 kind = r.kind
                 if kind == _SQL:  # decode_request's SQL case, one frame less
@@ -710,7 +711,7 @@ class Core:
                         events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
                 if more:
                     continue
-            if not took:
+            if not (more_reqs if size > _DRAINED_V1_SIZE else took):
                 return reqs, events, None if dl == _NO_DEADLINE else dl
 
     def _step_polls(self) -> tuple[list[IoRequest], list[Event], int | None]:

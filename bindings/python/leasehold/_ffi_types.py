@@ -77,6 +77,7 @@ LH_MAX_NAME_LEN = 512
 LH_MIN_SEED_LEN = 16
 LH_MAX_SEED_LEN = 1024
 LH_COUNTERS_V1_SIZE = 120
+LH_DRAINED_V1_SIZE = 24
 
 # ---- backends and the IO seam --------------------------------------------------------------
 LH_BACKEND_MEMORY = 1
@@ -370,6 +371,8 @@ class lh_drained(ctypes.Structure):
         ("nevents", ctypes.c_uint32),
         ("more_events", ctypes.c_uint32),
         ("deadline_ns", ctypes.c_uint64),
+        ("more_requests", ctypes.c_uint32),
+        ("_reserved", ctypes.c_uint32),
     ]
 
 

@@ -276,6 +276,13 @@ impl RedisStream {
         })
     }
 
+    /// Whether [`Self::poll_request`] would return a request now. It routes what the
+    /// protocol has but takes nothing: the request last returned stays valid.
+    pub fn has_request(&mut self, core: &mut Client) -> bool {
+        self.route(core);
+        !self.streams.io.is_empty()
+    }
+
     /// The next event for the application.
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.proto.poll_event(core)

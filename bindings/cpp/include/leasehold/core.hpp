@@ -239,8 +239,8 @@ class Core {
   }
   // The drain after an input in one call (lh_drain): the next request into `request` (nullopt
   // when none is left), then up to events.size() events into `events` (`nevents` of them), then,
-  // when neither is left, the next deadline. Call again while `request` or `more_events` is 1;
-  // only the last call's `deadline_ns` counts.
+  // when neither is left, the next deadline. Call again while `more_requests` or `more_events`
+  // is 1; only the last call's `deadline_ns` counts.
   lh_drained drain(std::optional<IoRequest>& request, std::span<lh_event> events) {
     lh_io_request r;  // (written by lh_drain)
     lh_drained d{};

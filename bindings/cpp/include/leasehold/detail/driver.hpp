@@ -114,7 +114,7 @@ inline std::uint64_t ClientState::drain_locked(bool for_caller) {
       }
       for (std::uint32_t i = 0; i < d.nevents; ++i)
         if (auto ev = Core::to_event(events[i])) dispatch_locked(*ev);
-      if (d.request == 0 && d.more_events == 0) {
+      if (d.more_requests == 0 && d.more_events == 0) {
         deadline = d.deadline_ns;
         break;
       }
