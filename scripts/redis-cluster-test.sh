@@ -47,6 +47,53 @@ alive() {
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
+# A client port whose cluster bus port (+10000) is free too.
+pick_port() {
+    local p
+    while :; do
+        for p in $(free_ports 4); do
+            [ "$p" -lt 55535 ] || continue
+            [ -e "$dir/$p" ] && continue
+            python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$((p + 10000))" 2>/dev/null || continue
+            echo "$p"
+            return
+        done
+    done
+}
+
+# Start a node on $1 and wait until it answers PING; stop it and fail if it does not.
+start_node() {
+    local port="$1" n="$dir/$1" pid
+    mkdir -p "$n"
+    : > "$n/log"
+    local listen=(--port "$port")
+    if [ -n "$tls_dir" ]; then
+        listen=(--port 0 --tls-port "$port" --tls-cluster yes --tls-replication yes
+            --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key"
+            --tls-ca-cert-file "$tls_dir/ca.crt" --tls-auth-clients no)
+    fi
+    redis-server "${listen[@]}" --bind 127.0.0.1 --protected-mode no --daemonize no \
+        --dir "$n" --save "" --appendonly no --cluster-enabled yes \
+        --cluster-config-file "$n/nodes.conf" --cluster-node-timeout "$node_timeout" \
+        >>"$n/log" 2>&1 &
+    pid=$!
+    echo "$pid" > "$n/pid"
+    # Our own process must have bound the port: another server may answer PING on it.
+    for _ in $(seq 200); do
+        alive "$pid" || break
+        if grep -q "Ready to accept connections" "$n/log" && cli "$port" PING | grep -q PONG; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    echo "redis-cluster-test: node on $port did not come up:" >&2
+    tail -3 "$n/log" >&2 || true
+    rm -f "$n/pid"
+    mv "$n" "$n.failed"
+    return 1
+}
+
 case "$cmd" in
 start)
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
@@ -55,35 +102,19 @@ start)
     command -v redis-cli >/dev/null 2>&1 || { echo "redis-cluster-test: redis-cli missing (apt-get install redis-tools)" >&2; exit 1; }
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
-    # A cluster bus port is the client port + 10000: pick ports whose bus ports are free too.
+    # A port chosen free can be taken before the node binds it (another test picks ports the
+    # same way): a node that dies or never answers PING is started again on another port.
+    addrs=()
     ports=()
     while [ "${#ports[@]}" -lt 6 ]; do
-        for p in $(free_ports 12); do
-            [ "$p" -lt 55535 ] || continue
-            python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$((p + 10000))" 2>/dev/null || continue
-            [ "${#ports[@]}" -lt 6 ] && ports+=("$p")
-        done
-    done
-    addrs=()
-    for port in "${ports[@]}"; do
-        n="$dir/$port"
-        mkdir -p "$n"
-        : > "$n/log"
-        listen=(--port "$port")
-        if [ -n "$tls_dir" ]; then
-            listen=(--port 0 --tls-port "$port" --tls-cluster yes --tls-replication yes
-                --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key"
-                --tls-ca-cert-file "$tls_dir/ca.crt" --tls-auth-clients no)
+        port="$(pick_port)"
+        if start_node "$port"; then
+            ports+=("$port")
+            addrs+=("127.0.0.1:$port")
+            continue
         fi
-        redis-server "${listen[@]}" --bind 127.0.0.1 --protected-mode no --daemonize no \
-            --dir "$n" --save "" --appendonly no --cluster-enabled yes \
-            --cluster-config-file "$n/nodes.conf" --cluster-node-timeout "$node_timeout" \
-            >>"$n/log" 2>&1 &
-        echo $! > "$n/pid"
-        addrs+=("127.0.0.1:$port")
-    done
-    for port in "${ports[@]}"; do
-        for _ in $(seq 100); do cli "$port" PING | grep -q PONG && break; sleep 0.1; done
+        attempts=$(( ${attempts:-0} + 1 ))
+        [ "$attempts" -lt 5 ] || exit 1
     done
     redis-cli "${tls_cli[@]}" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
         cat "$dir/create.log" >&2
