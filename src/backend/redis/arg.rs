@@ -6,6 +6,8 @@
 use std::fmt;
 use std::ops::Deref;
 
+use super::wire::codec::write_decimal;
+
 /// Bytes an [`Arg`] keeps inline: a key of a name up to about 35 bytes, a token in hex, any
 /// integer.
 pub const INLINE_ARG_LEN: usize = 46;
@@ -53,18 +55,10 @@ impl Arg {
     }
 
     /// `n` in decimal, with no formatter and no allocation.
-    pub fn decimal(mut n: u64) -> Arg {
+    pub fn decimal(n: u64) -> Arg {
         let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Arg::copy(&digits[i..])
+        let at = write_decimal(&mut digits, n);
+        Arg::copy(&digits[at..])
     }
 
     /// The argument's bytes.

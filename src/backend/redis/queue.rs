@@ -34,7 +34,7 @@
 //! epoch, bumped by everything after which a queued refusal may be out of date.
 
 use super::replies::Acquired;
-use super::scripts::{self, KeyKind, Script, key, parse_message, shard_channel_name};
+use super::scripts::{self, KeyKind, Script, parse_message, shard_channel_name};
 use super::{Arg, Connection, MS, NEVER, Op, RedisProtocol};
 use crate::{AcquireResult, Client, Event, LeaseId, LockName, Token};
 
@@ -392,23 +392,21 @@ impl RedisProtocol {
     }
 
     fn send_leave(&mut self, name: &LockName, token: Token, now: u64) {
-        let (Ok(lock), Ok(queue)) = (key(KeyKind::Lock, name), key(KeyKind::Queue, name)) else {
+        let Ok([lock, queue]) = scripts::keys_of(name.as_str(), [KeyKind::Lock, KeyKind::Queue])
+        else {
             return;
         };
-        let mut entry = self.wake.clone();
-        entry.push(b'#');
-        entry.extend_from_slice(&token.to_hex());
         let mut args = vec![
             Arg::Static(b"EVALSHA"),
             Arg::Static(&self.shas[3]),
             Arg::Static(b"2"),
-            Arg::from(lock),
-            Arg::from(queue),
-            Arg::from(entry),
+            lock,
+            queue,
+            Arg::concat(&[&self.wake, b"#", &token.to_hex()]),
             Arg::copy(name.as_bytes()),
         ];
         if self.opts.sharded_wake {
-            args.extend(scripts::shard_channel(name).ok().map(Arg::from));
+            args.extend(scripts::shard_channel_arg(name).ok());
         }
         self.push(
             Op::Leave,

@@ -2,7 +2,7 @@
 //! a host runs verbatim on the commands connection, or nothing at all when a queued lease's
 //! retry can be answered here (`queue.rs`).
 
-use super::scripts::{KeyKind, Script, key_arg, key_args, shard_channel_arg};
+use super::scripts::{KeyKind, Script, key_arg, key_args, keys_of, shard_channel_arg};
 use super::{Arg, Connection, MS, Op, RedisProtocol};
 use crate::{AcquireResult, Client, Command};
 
@@ -119,7 +119,8 @@ impl RedisProtocol {
                 token,
                 ..
             } => {
-                let Ok([lock, _, queue]) = key_args(name.as_str()) else {
+                let Ok([lock, queue]) = keys_of(name.as_str(), [KeyKind::Lock, KeyKind::Queue])
+                else {
                     return;
                 };
                 let mut args = vec![

@@ -131,12 +131,18 @@ pub fn key_arg(kind: KeyKind, name: &str) -> Result<Arg, Error> {
     Ok(tagged(&hash_tag(name), name, kind.suffix()))
 }
 
-/// The lock, fence and queue keys of `name` as request arguments, with the name checked and
-/// its tag computed once (an acquire sends all three).
+/// The lock, fence and queue keys of `name` as request arguments (an acquire sends all
+/// three); see [`keys_of`].
 pub fn key_args(name: &str) -> Result<[Arg; 3], Error> {
+    keys_of(name, KeyKind::ALL)
+}
+
+/// The keys of `kinds` for `name` as request arguments, with the name checked and its tag
+/// computed once for all of them.
+pub fn keys_of<const N: usize>(name: &str, kinds: [KeyKind; N]) -> Result<[Arg; N], Error> {
     validate_name(name)?;
     let tag = hash_tag(name);
-    Ok(KeyKind::ALL.map(|kind| tagged(&tag, name, kind.suffix())))
+    Ok(kinds.map(|kind| tagged(&tag, name, kind.suffix())))
 }
 
 /// The shard wake channel of `name`, `lh:{NAME}:wake`, in the slot of the name's keys.

@@ -203,7 +203,7 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut Vec<u8>) -> Result<(
 
 /// Appends `kind`, `n` in decimal and CRLF, in one copy (of a fixed size for the short
 /// lengths most arguments have).
-fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+fn push_header(out: &mut Vec<u8>, kind: u8, n: usize) {
     let digit = |d: usize| b'0' + (d % 10) as u8;
     match n {
         0..10 => return out.extend_from_slice(&[kind, digit(n), b'\r', b'\n']),
@@ -211,19 +211,24 @@ fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
         _ => {}
     }
     let mut line = [0u8; 24];
-    let mut i = line.len() - 2;
-    line[i..].copy_from_slice(b"\r\n");
-    loop {
-        i -= 1;
-        line[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    i -= 1;
+    line[22..].copy_from_slice(b"\r\n");
+    let i = write_decimal(&mut line[..22], n as u64) - 1;
     line[i] = kind;
     out.extend_from_slice(&line[i..]);
+}
+
+/// Writes `n` in decimal at the end of `buf` (20 bytes hold any `u64`) and returns where the
+/// digits start: no formatter and no allocation on the request path.
+pub(crate) fn write_decimal(buf: &mut [u8], mut n: u64) -> usize {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return i;
+        }
+    }
 }
 
 /// A streaming reply decoder: [`Decoder::feed`] what was read, then call [`Decoder::next`]
