@@ -45,10 +45,25 @@ urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v3/kv/range", data
     return 1
 }
 
-case "$cmd" in
-start)
-    n="${3:-3}"
-    mkdir -p "$dir"
+stop_all() {
+    for m in "$dir"/m*/; do
+        [ -f "$m/pid" ] || continue
+        pid="$(cat "$m/pid")"
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for m in "$dir"/m*/; do
+        [ -f "$m/pid" ] || continue
+        pid="$(cat "$m/pid")"
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# One attempt at N members on freshly chosen ports. A port chosen free can be taken before
+# its member binds it (another test picks ports the same way), so `start` tries again.
+start_once() {
+    local n="$1"
     read -r -a ports <<<"$(free_ports $((2 * n)))"
     cluster="" urls=""
     for i in $(seq "$n"); do
@@ -67,23 +82,26 @@ start)
     done
     echo "$urls" > "$dir/endpoints"
     for i in $(seq "$n"); do
-        wait_ready "$(cat "$dir/m$i/url")" || { echo "etcd-test-cluster: member $i did not start" >&2; tail -20 "$dir/m$i/log" >&2; exit 1; }
+        wait_ready "$(cat "$dir/m$i/url")" || { echo "etcd-test-cluster: member $i did not start" >&2; tail -20 "$dir/m$i/log" >&2; return 1; }
     done
-    echo "$urls"
+}
+
+case "$cmd" in
+start)
+    mkdir -p "$dir"
+    for attempt in 1 2 3; do
+        if start_once "${3:-3}"; then
+            cat "$dir/endpoints"
+            exit 0
+        fi
+        stop_all
+        rm -rf "$dir"/m*/
+        echo "etcd-test-cluster: attempt $attempt failed; trying other ports" >&2
+    done
+    exit 1
     ;;
 stop)
-    for m in "$dir"/m*/; do
-        [ -f "$m/pid" ] || continue
-        pid="$(cat "$m/pid")"
-        kill -CONT "$pid" 2>/dev/null || true
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for m in "$dir"/m*/; do
-        [ -f "$m/pid" ] || continue
-        pid="$(cat "$m/pid")"
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
+    stop_all
     ;;
 kill)
     pid="$(cat "$dir/m$3/pid")"

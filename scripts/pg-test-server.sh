@@ -40,16 +40,26 @@ start)
     fi
     port="${3:-}"
     [ -z "$port" ] && [ -f "$dir/port" ] && port="$(cat "$dir/port")"
-    if [ -z "$port" ]; then
-        port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    fi
-    echo "$port" > "$dir/port"
+    # A port chosen here can be taken before the server binds it (another test picks ports
+    # the same way): then another is chosen. A given or kept port is tried once.
+    tries=1
+    [ -z "$port" ] && tries=3
     durability="-c fsync=off -c full_page_writes=off -c synchronous_commit=off"
     [ "${PG_TEST_DURABLE:-0}" = 1 ] && durability=""
-    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \
-        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability" \
-        >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
-    echo "postgresql://postgres:leasehold@127.0.0.1:$port/postgres"
+    for attempt in $(seq "$tries"); do
+        if [ "$tries" -gt 1 ]; then
+            port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+        fi
+        echo "$port" > "$dir/port"
+        if as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \
+            -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability" >/dev/null; then
+            echo "postgresql://postgres:leasehold@127.0.0.1:$port/postgres"
+            exit 0
+        fi
+        cat "$dir/server.log" >&2
+        echo "pg-test-server: start on port $port failed (attempt $attempt of $tries)" >&2
+    done
+    exit 1
     ;;
 stop)
     pidfile="$dir/data/postmaster.pid"

@@ -66,14 +66,24 @@ start_node() {
     echo $! > "$n/pid"
 }
 
-case "$cmd" in
-start)
-    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-        bash "$here/ensure-redis.sh"
-    fi
-    command -v redis-cli >/dev/null 2>&1 || { echo "redis-sentinel-test: redis-cli missing (apt-get install redis-tools)" >&2; exit 1; }
-    mkdir -p "$dir"
-    dir="$(cd "$dir" && pwd)"
+stop_all() {
+    for n in "$dir"/master "$dir"/replica "$dir"/s1 "$dir"/s2 "$dir"/s3; do
+        [ -f "$n/pid" ] || continue
+        pid="$(cat "$n/pid")"
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for n in "$dir"/master "$dir"/replica "$dir"/s1 "$dir"/s2 "$dir"/s3; do
+        [ -f "$n/pid" ] || continue
+        pid="$(cat "$n/pid")"
+        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# One attempt at the whole set on freshly chosen ports. A port chosen free can be taken
+# before its server binds it (another test picks ports the same way), so `start` tries again.
+start_once() {
     read -r -a ports <<<"$(free_ports 5)"
     mport="${ports[0]}" rport="${ports[1]}"
     for node in master replica s1 s2 s3; do mkdir -p "$dir/$node"; : > "$dir/$node/log"; done
@@ -101,14 +111,18 @@ EOF
         start_node "s$i" "$s/conf" --sentinel
         sentinels="${sentinels:+$sentinels,}127.0.0.1:$port"
     done
-    wait_for "master start" "$mport" PONG PING
-    wait_for "replication" "$rport" "master_link_status:up" INFO replication
+    wait_for "master start" "$mport" PONG PING || return 1
+    wait_for "replication" "$rport" "master_link_status:up" INFO replication || return 1
     # A failover needs every sentinel to know the replica and the other two (hello messages
     # on the master, every 2 s).
     for i in 1 2 3; do
         port="$(cat "$dir/s$i/port")"
-        wait_for "sentinel s$i seeing the replica" "$port" "slaves=1" INFO sentinel
-        wait_for "sentinel s$i seeing the others" "$port" "sentinels=3" INFO sentinel
+        wait_for "sentinel s$i seeing the replica" "$port" "slaves=1" INFO sentinel || return 1
+        wait_for "sentinel s$i seeing the others" "$port" "sentinels=3" INFO sentinel || return 1
+    done
+    # Each answer came from our own processes only if they are all still running.
+    for node in master replica s1 s2 s3; do
+        alive "$(cat "$dir/$node/pid")" || { echo "redis-sentinel-test: $node exited" >&2; tail -3 "$dir/$node/log" >&2; return 1; }
     done
     {
         echo "name $name"
@@ -116,21 +130,29 @@ EOF
         echo "replica 127.0.0.1:$rport"
         echo "sentinels $sentinels"
     } > "$dir/addresses"
-    cat "$dir/addresses"
+}
+
+case "$cmd" in
+start)
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        bash "$here/ensure-redis.sh"
+    fi
+    command -v redis-cli >/dev/null 2>&1 || { echo "redis-sentinel-test: redis-cli missing (apt-get install redis-tools)" >&2; exit 1; }
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    for attempt in 1 2 3; do
+        if start_once; then
+            cat "$dir/addresses"
+            exit 0
+        fi
+        stop_all
+        for node in master replica s1 s2 s3; do rm -f "$dir/$node/pid"; done
+        echo "redis-sentinel-test: attempt $attempt failed; trying other ports" >&2
+    done
+    exit 1
     ;;
 stop)
-    for n in "$dir"/master "$dir"/replica "$dir"/s1 "$dir"/s2 "$dir"/s3; do
-        [ -f "$n/pid" ] || continue
-        pid="$(cat "$n/pid")"
-        kill -CONT "$pid" 2>/dev/null || true
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for n in "$dir"/master "$dir"/replica "$dir"/s1 "$dir"/s2 "$dir"/s3; do
-        [ -f "$n/pid" ] || continue
-        pid="$(cat "$n/pid")"
-        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
+    stop_all
     ;;
 pid)
     case "${3:-}" in master|replica|s1|s2|s3) cat "$dir/$3/pid" ;; *) usage ;; esac
