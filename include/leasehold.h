@@ -1478,8 +1478,8 @@ typedef struct lh_drained {
   uint64_t deadline_ns;
   /**
    * 1 when another request may be pending: run this one, then call again. 0 when none
-   * is: the drain ends with this call (given `more_events` is 0). Exact for the Redis
-   * stream kind; the other kinds say 1 whenever this call took a request.
+   * is: the drain ends with this call (given `more_events` is 0). It may say 1 and the
+   * next call find none (what the engine still has to say can but need not make one).
    */
   uint32_t more_requests;
   /**

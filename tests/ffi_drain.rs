@@ -127,8 +127,48 @@ fn one_call_takes_what_the_single_polls_take() {
     }
 }
 
-/// The stream kind knows whether another request is pending: a drain ends with the call that
-/// took its last request, and takes what the single polls take.
+/// Every kind knows whether another request is pending: a drain with nothing left for the
+/// engine to say ends with the call that took its last request.
+#[test]
+fn a_drain_ends_with_the_call_that_took_its_last_request() {
+    let mut mosts = Vec::new();
+    for kind in BACKENDS {
+        let (a, b) = (client_of(kind, 5), client_of(kind, 5));
+        let mut most = 0;
+        let mut compare = |what: &str| {
+            let polled = poll_all(&a);
+            let (reqs, evs, dl, calls) = drain_counted(&b, 4);
+            assert_eq!(polled, (reqs.clone(), evs.clone(), dl), "{kind} {what}");
+            if evs.is_empty() {
+                assert_eq!(
+                    calls,
+                    reqs.len().max(1),
+                    "{kind} {what}: one call per request"
+                );
+            }
+            most = most.max(reqs.len());
+        };
+        compare("set-up");
+        for h in [&a, &b] {
+            h.acquire(MS, b"one", &opts(3_000)).unwrap();
+            h.acquire(MS, b"two", &opts(3_000)).unwrap();
+        }
+        compare("acquires");
+        for h in [&a, &b] {
+            ok(h.timeout(60_000 * MS));
+        }
+        compare("time passes");
+        // SQL runs one request per connection at a time; the others send both at once.
+        assert!(most >= 1, "{kind}: no request drained");
+        mosts.push(most);
+    }
+    assert!(
+        mosts.iter().any(|&m| m >= 2),
+        "no drain took two requests at once: {mosts:?}"
+    );
+}
+
+/// The stream kind as well: its connections' requests and the lock requests they carry.
 #[test]
 fn the_stream_kind_ends_a_drain_with_the_call_that_took_its_last_request() {
     let url = b"redis://127.0.0.1:1/0";

@@ -142,6 +142,11 @@ impl<P> Outbox<P> {
         None
     }
 
+    /// Whether [`Self::next_ready`] would give a request, taking nothing.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.queue.iter().any(|id| self.pending.contains_key(id))
+    }
+
     /// Whether nothing is queued for the host (ids of dropped requests count as queued).
     pub(crate) fn queue_is_empty(&self) -> bool {
         self.queue.is_empty()

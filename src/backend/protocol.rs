@@ -77,13 +77,15 @@ impl Protocol {
         }
     }
 
-    /// Whether the next request poll may find a request, without taking one (so what the
-    /// last poll handed out stays valid). Exact for the Redis stream kind; `true` for the
-    /// others, whose polls find out.
+    /// Whether the next request poll may find a request, without taking or moving anything
+    /// (so what the last poll handed out stays valid). `false` means it finds none.
     pub fn may_have_request(&mut self, core: &mut Client) -> bool {
         match self {
             Protocol::RedisStream(p) => p.has_request(core),
-            Protocol::Memory(_) | Protocol::Redis(_) | Protocol::Sql(_) | Protocol::Etcd(_) => true,
+            Protocol::Memory(p) => p.has_request(core),
+            Protocol::Redis(p) => p.has_request(core),
+            Protocol::Sql(p) => p.has_request(core),
+            Protocol::Etcd(p) => p.has_request(core),
         }
     }
 

@@ -317,6 +317,11 @@ impl RedisProtocol {
         })
     }
 
+    /// Whether [`Self::poll_request`] may give a request, taking and moving nothing.
+    pub fn has_request(&self, core: &Client) -> bool {
+        core.has_output() || self.out.has_ready()
+    }
+
     /// The next event for the application.
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.pump(core);

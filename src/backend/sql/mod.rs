@@ -240,6 +240,13 @@ impl SqlProtocol {
         })
     }
 
+    /// Whether [`Self::poll_request`] may give a request, taking and moving nothing (the last
+    /// request handed out stays valid): one is queued, or the engine has output that may
+    /// make one.
+    pub fn has_request(&self, core: &Client) -> bool {
+        core.has_output() || self.out.has_ready()
+    }
+
     /// The next event for the application.
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.pump(core);

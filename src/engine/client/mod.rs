@@ -570,6 +570,12 @@ impl Client {
 
     // ------------------------------------------------------------------------ outputs
 
+    /// Whether [`Self::poll_output`] has something: lets a backend say whether a request may
+    /// follow without taking anything.
+    pub fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     /// Next command or event, in the order they arose; `None` once drained.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
