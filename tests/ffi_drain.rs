@@ -75,6 +75,18 @@ fn poll_all(h: &H) -> (Vec<Req>, Vec<lh_event>, u64) {
     (reqs, evs, h.deadline())
 }
 
+/// Polls `a` and drains `b` (the same client twice): they must take the same, and a drain
+/// with no events must take one call per request. Returns how many requests it took.
+fn one_call_per_request(a: &H, b: &H, what: &str) -> usize {
+    let polled = poll_all(a);
+    let (reqs, evs, dl, calls) = drain_counted(b, 4);
+    assert_eq!(polled, (reqs.clone(), evs.clone(), dl), "{what}");
+    if evs.is_empty() {
+        assert_eq!(calls, reqs.len().max(1), "{what}: one call per request");
+    }
+    reqs.len()
+}
+
 #[test]
 fn one_call_takes_what_the_single_polls_take() {
     for kind in BACKENDS {
@@ -135,19 +147,8 @@ fn a_drain_ends_with_the_call_that_took_its_last_request() {
     for kind in BACKENDS {
         let (a, b) = (client_of(kind, 5), client_of(kind, 5));
         let mut most = 0;
-        let mut compare = |what: &str| {
-            let polled = poll_all(&a);
-            let (reqs, evs, dl, calls) = drain_counted(&b, 4);
-            assert_eq!(polled, (reqs.clone(), evs.clone(), dl), "{kind} {what}");
-            if evs.is_empty() {
-                assert_eq!(
-                    calls,
-                    reqs.len().max(1),
-                    "{kind} {what}: one call per request"
-                );
-            }
-            most = most.max(reqs.len());
-        };
+        let mut compare =
+            |what: &str| most = most.max(one_call_per_request(&a, &b, &format!("{kind} {what}")));
         compare("set-up");
         for h in [&a, &b] {
             h.acquire(MS, b"one", &opts(3_000)).unwrap();
@@ -180,15 +181,7 @@ fn the_stream_kind_ends_a_drain_with_the_call_that_took_its_last_request() {
     };
     let (a, b) = (stream_client(), stream_client());
     let mut most = 0;
-    let mut compare = |what: &str| {
-        let polled = poll_all(&a);
-        let (reqs, evs, dl, calls) = drain_counted(&b, 4);
-        assert_eq!(polled, (reqs.clone(), evs.clone(), dl), "{what}");
-        if evs.is_empty() {
-            assert_eq!(calls, reqs.len().max(1), "{what}: one call per request");
-        }
-        most = most.max(reqs.len());
-    };
+    let mut compare = |what: &str| most = most.max(one_call_per_request(&a, &b, what));
     compare("set-up");
     for h in [&a, &b] {
         ok(h.timeout(MS));
