@@ -148,6 +148,10 @@ pub struct RedisStream {
     clock_seen: bool,
     /// `drain`'s buffer, kept so a reply's events need no allocation.
     events: Vec<ConnEvent>,
+    /// An input came, or the last route did something: the next route runs in full.
+    unrouted: bool,
+    /// The core's clock at the last route.
+    routed_at: u64,
 }
 
 impl RedisStream {
@@ -204,6 +208,8 @@ impl RedisStream {
             last_close: String::new(),
             clock_seen: false,
             events: Vec::new(),
+            unrouted: true,
+            routed_at: 0,
         })
     }
 
@@ -214,6 +220,7 @@ impl RedisStream {
 
     /// The wrapped protocol, to change it (a new wake channel after `fork()`).
     pub fn protocol_mut(&mut self) -> &mut RedisProtocol {
+        self.unrouted = true;
         &mut self.proto
     }
 
@@ -287,6 +294,7 @@ impl RedisStream {
         now: u64,
         name: &str,
     ) -> Result<u64, Error> {
+        self.unrouted = true;
         self.proto.request_status(now, name)
     }
 
@@ -332,6 +340,7 @@ impl RedisStream {
 
     /// Time passed: the protocol's timers, opens and replies overdue, reopens due.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        self.unrouted = true;
         self.drop_abandoned(core, now);
         self.proto.handle_timeout(core, now);
         self.clock_seen = true;
@@ -373,6 +382,7 @@ impl RedisStream {
         now: u64,
         stream: u64,
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();
@@ -434,6 +444,7 @@ impl RedisStream {
         stream: u64,
         bytes: &[u8],
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         let open = match found {
             Some(Slot::Link(i)) => matches!(self.links[i].state, State::Open(_)),
@@ -474,6 +485,7 @@ impl RedisStream {
         stream: u64,
         message: &str,
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();

@@ -20,13 +20,42 @@ impl RedisStream {
 
     /// Hands the protocol's requests to their connections, starts the opens they need and
     /// queues the bytes to write.
+    ///
+    /// A host polls several times per input and most polls find nothing new, so a route
+    /// returns at once while nothing it reads has changed since a route that did nothing:
+    /// no input (inputs set `unrouted`), the same clock, no request waiting for a connection
+    /// (whether one is still worth sending follows the engine's leases) and none queued by
+    /// the protocol (the engine's commands are pumped into it first).
     pub(super) fn route(&mut self, core: &mut Client) {
         let now = core.now();
-        self.drop_abandoned(core, now);
+        if !self.unrouted
+            && now == self.routed_at
+            && self.links.iter().all(|l| l.waiting.is_empty())
+        {
+            self.proto.pump(core);
+            if self.proto.out.queue_is_empty() {
+                return;
+            }
+        }
+        let io = (self.streams.next, self.streams.io.len());
+        let busy = self.route_all(core, now);
+        self.routed_at = now;
+        // A route that did more than write the requests it took to open connections may
+        // have left something for the next one: that one runs in full too.
+        let topology = self.sentinel.is_some() || self.cluster.is_some();
+        self.unrouted =
+            busy || self.streams.next != io.0 || (topology && io.1 != self.streams.io.len());
+    }
+
+    /// [`Self::route`] in full; whether it did more than write what it took to open
+    /// connections (dropped, admitted to a cluster, held, refused or resolved anything).
+    fn route_all(&mut self, core: &mut Client, now: u64) -> bool {
+        let mut busy = self.drop_abandoned(core, now);
         let mut refused: Vec<(u64, String)> = Vec::new();
         let mut placed = Vec::new();
         if !self.cluster_holds_requests(core) {
             while let Some(req) = self.proto.poll_request(core) {
+                busy |= self.cluster.is_some();
                 let (id, i) = (req.id, index(req.connection));
                 match &mut self.cluster {
                     Some(c) => c.admit(now, id, req.connection, req.args.to_vec()),
@@ -41,6 +70,7 @@ impl RedisStream {
         if self.cluster.is_some() {
             placed = self.cluster_placements(core, now);
         }
+        busy |= !placed.is_empty();
         for (i, id, args) in placed {
             let link = &mut self.links[i];
             if let Some(r) = link.send_now(now, id, &args) {
@@ -65,6 +95,7 @@ impl RedisStream {
                 _ => link.waiting.push_back((id, args)),
             }
         }
+        busy |= !refused.is_empty();
         for (id, why) in refused {
             self.fail_request(core, now, id, &why, false);
         }
@@ -100,5 +131,6 @@ impl RedisStream {
         if let (true, Some(d)) = (resolve, &mut self.sentinel) {
             d.start(now, &mut self.streams);
         }
+        busy || resolve
     }
 }
