@@ -50,7 +50,9 @@ impl RedisStream {
     /// [`Self::route`] in full; whether it did more than write what it took to open
     /// connections (dropped, admitted to a cluster, held, refused or resolved anything).
     fn route_all(&mut self, core: &mut Client, now: u64) -> bool {
-        let mut busy = self.drop_abandoned(core, now);
+        // Nothing to drop in the common case: no call.
+        let waiting = self.links.iter().any(|l| !l.waiting.is_empty());
+        let mut busy = waiting && self.drop_abandoned(core, now);
         let mut refused: Vec<(u64, String)> = Vec::new();
         let mut placed = Vec::new();
         if !self.cluster_holds_requests(core) {
