@@ -36,8 +36,6 @@ mod types;
 use types::{Answers, Io, Rounds, SideConn, SideOwner, Streams, index, note_subscription, unsub};
 pub use types::{StreamCounters, StreamError, StreamRequest, StreamSettings};
 
-/// Most requests waiting for a connection to open; more fail at once.
-const MAX_WAITING: usize = 4096;
 /// First reopen delay (jittered down to half) and its cap.
 const BACKOFF_BASE: u64 = 25 * MS;
 const BACKOFF_CAP: u64 = 2_000 * MS;
@@ -150,6 +148,10 @@ pub struct RedisStream {
     clock_seen: bool,
     /// `drain`'s buffer, kept so a reply's events need no allocation.
     events: Vec<ConnEvent>,
+    /// An input came, or the last route did something: the next route runs in full.
+    unrouted: bool,
+    /// The core's clock at the last route.
+    routed_at: u64,
 }
 
 impl RedisStream {
@@ -206,6 +208,8 @@ impl RedisStream {
             last_close: String::new(),
             clock_seen: false,
             events: Vec::new(),
+            unrouted: true,
+            routed_at: 0,
         })
     }
 
@@ -216,6 +220,7 @@ impl RedisStream {
 
     /// The wrapped protocol, to change it (a new wake channel after `fork()`).
     pub fn protocol_mut(&mut self) -> &mut RedisProtocol {
+        self.unrouted = true;
         &mut self.proto
     }
 
@@ -276,13 +281,6 @@ impl RedisStream {
         })
     }
 
-    /// Whether [`Self::poll_request`] would return a request now. It routes what the
-    /// protocol has but takes nothing: the request last returned stays valid.
-    pub fn has_request(&mut self, core: &mut Client) -> bool {
-        self.route(core);
-        !self.streams.io.is_empty()
-    }
-
     /// The next event for the application.
     pub fn poll_event(&mut self, core: &mut Client) -> Option<Event> {
         self.proto.poll_event(core)
@@ -296,6 +294,7 @@ impl RedisStream {
         now: u64,
         name: &str,
     ) -> Result<u64, Error> {
+        self.unrouted = true;
         self.proto.request_status(now, name)
     }
 
@@ -341,6 +340,7 @@ impl RedisStream {
 
     /// Time passed: the protocol's timers, opens and replies overdue, reopens due.
     pub fn handle_timeout(&mut self, core: &mut Client, now: u64) {
+        self.unrouted = true;
         self.drop_abandoned(core, now);
         self.proto.handle_timeout(core, now);
         self.clock_seen = true;
@@ -382,6 +382,7 @@ impl RedisStream {
         now: u64,
         stream: u64,
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();
@@ -443,6 +444,7 @@ impl RedisStream {
         stream: u64,
         bytes: &[u8],
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         let open = match found {
             Some(Slot::Link(i)) => matches!(self.links[i].state, State::Open(_)),
@@ -483,6 +485,7 @@ impl RedisStream {
         stream: u64,
         message: &str,
     ) -> Result<(), StreamError> {
+        self.unrouted = true;
         let found = self.find(stream)?;
         core.handle_timeout(now);
         let now = core.now();
@@ -545,90 +548,6 @@ impl RedisStream {
             self.streams.counters.late_answers += 1;
         }
         Ok(found)
-    }
-
-    /// Hands the protocol's requests to their connections, starts the opens they need and
-    /// queues the bytes to write.
-    fn route(&mut self, core: &mut Client) {
-        let now = core.now();
-        self.drop_abandoned(core, now);
-        let mut refused: Vec<(u64, String)> = Vec::new();
-        let mut placed = Vec::new();
-        if !self.cluster_holds_requests(core) {
-            while let Some(req) = self.proto.poll_request(core) {
-                let (id, i) = (req.id, index(req.connection));
-                match &mut self.cluster {
-                    Some(c) => c.admit(now, id, req.connection, req.args.to_vec()),
-                    // The common case: encoded from the protocol's own arguments, not a copy.
-                    None => match self.links[i].send_now(now, id, req.args) {
-                        Some(r) => refused.extend(r.err().map(|e| (id, e))),
-                        None => placed.push((i, id, req.args.to_vec())),
-                    },
-                }
-            }
-        }
-        if self.cluster.is_some() {
-            placed = self.cluster_placements(core, now);
-        }
-        for (i, id, args) in placed {
-            let link = &mut self.links[i];
-            if let Some(r) = link.send_now(now, id, &args) {
-                refused.extend(r.err().map(|e| (id, e)));
-                continue;
-            }
-            match &link.state {
-                // The commands connection failed and waits out its backoff: fail at once,
-                // as a refused connect would, so the engine's own retries and its callers'
-                // bounds run on time rather than behind the reopen.
-                State::Idle
-                    if link.which == Connection::Commands
-                        && link.failures > 0
-                        && link.reopen_at > now =>
-                {
-                    refused.push((id, self.last_close.clone()))
-                }
-                _ if link.waiting.len() >= MAX_WAITING => refused.push((
-                    id,
-                    "too many requests wait for the Redis connection to open".to_owned(),
-                )),
-                _ => link.waiting.push_back((id, args)),
-            }
-        }
-        for (id, why) in refused {
-            self.fail_request(core, now, id, &why, false);
-        }
-        self.follow_master(core, now);
-        self.sentinel_news();
-        let dated = self.dated(core);
-        let mut resolve = false;
-        for (i, link) in self.links.iter_mut().enumerate() {
-            let master = match (&self.sentinel, &self.cluster) {
-                (Some(d), _) => d.master(),
-                (None, Some(c)) => c.node(i / 2),
-                (None, None) => Some(&self.url.endpoint),
-            };
-            let open_now = match &link.state {
-                State::Idle => dated && !link.waiting.is_empty() && link.reopen_at <= now,
-                State::Resolving { .. } => master.is_some(),
-                _ => false,
-            };
-            if let (true, Some(endpoint)) = (open_now, master) {
-                let deadline = now.saturating_add(self.settings.connect_timeout_ns);
-                link.stream = self.streams.open(endpoint, deadline);
-                link.endpoint = Some(endpoint.clone());
-                link.state = State::Opening { deadline };
-            } else if open_now && matches!(link.state, State::Idle) {
-                // Sentinel: no master known; the open waits for the sentinels' answer.
-                let deadline = now.saturating_add(self.settings.connect_timeout_ns);
-                link.state = State::Resolving { deadline };
-                resolve = true;
-            } else if let State::Open(conn) = &mut link.state {
-                self.streams.write(link.stream, conn);
-            }
-        }
-        if let (true, Some(d)) = (resolve, &mut self.sentinel) {
-            d.start(now, &mut self.streams);
-        }
     }
 
     /// Turns connection `i`'s events into the protocol's inputs. `host_reason`: the host
@@ -798,6 +717,9 @@ mod sentinel;
 
 #[path = "stream_failures.rs"]
 mod failures;
+
+#[path = "stream_route.rs"]
+mod route;
 
 #[path = "cluster_stream.rs"]
 pub mod cluster;

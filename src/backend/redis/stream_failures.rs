@@ -36,8 +36,10 @@ impl RedisStream {
     /// are dropped, answered at the core's current time, before `now` is fed: never sent,
     /// they are not taken for attempts that may have been granted, they owe no cleanup, and
     /// a server that is down does not hold them, and `close`, until the connect deadline.
-    pub(super) fn drop_abandoned(&mut self, core: &mut Client, now: u64) {
+    /// Whether it dropped any.
+    pub(super) fn drop_abandoned(&mut self, core: &mut Client, now: u64) -> bool {
         let at = core.now();
+        let mut dropped = false;
         for i in 0..self.links.len() {
             let link = &self.links[i];
             if link.waiting.is_empty() || link.sends() {
@@ -60,7 +62,9 @@ impl RedisStream {
             for (id, _) in gone {
                 self.fail_request(core, at, id, &why, false);
             }
+            dropped = true;
         }
+        dropped
     }
 
     /// An open that failed (the host's report, its deadline passed, or no master was named

@@ -557,3 +557,108 @@ fn an_acquire_whose_caller_gave_up_is_dropped_before_the_connection_opens() {
     let sent = t.write(opens[0]);
     assert!(!sent.iter().any(|c| is_acquire(c)), "{sent:?}");
 }
+
+/// Polls as a host makes them between inputs: they find nothing (and so skip the routing).
+fn idle_polls(t: &mut T) {
+    for _ in 0..3 {
+        assert!(!t.s.has_request(&mut t.core));
+        assert_eq!(t.io(), vec![]);
+        t.s.poll_timeout(&mut t.core);
+    }
+    // The routes skipped: no input since a route that did nothing, no request waiting.
+    assert!(!t.s.unrouted);
+    assert!(t.s.links.iter().all(|l| l.waiting.is_empty()));
+}
+
+/// Opens and handshakes the subscriber `sub`, subscribed to the wake channel.
+fn ready_subscriber(t: &mut T, sub: u64) {
+    t.opened(sub);
+    assert_eq!(t.write(sub), vec![vec![b"HELLO".to_vec(), b"3".to_vec()]]);
+    t.recv(sub, HELLO_REPLY);
+    let cmds = t.write(sub);
+    assert_eq!(cmds[0][0], b"SUBSCRIBE");
+    let wake = &cmds[0][1];
+    let mut confirm = format!(">3\r\n$9\r\nsubscribe\r\n${}\r\n", wake.len()).into_bytes();
+    confirm.extend_from_slice(wake);
+    confirm.extend_from_slice(b"\r\n:1\r\n");
+    t.recv(sub, &confirm);
+    assert!(t.s.protocol().is_subscribed());
+}
+
+/// A client with both connections ready and a lease granted, polled idle; the commands
+/// stream.
+fn granted_then_idle(t: &mut T) -> (crate::LeaseId, u64) {
+    let lease = t.acquire(0);
+    let (cmd, sub) = t.ready_commands();
+    assert!(is_acquire(&t.write(cmd)[0]));
+    ready_subscriber(t, sub);
+    t.recv(cmd, GRANTED);
+    assert_eq!(t.fence(), Some(42));
+    idle_polls(t);
+    (lease, cmd)
+}
+
+#[test]
+fn a_command_the_engine_queues_after_idle_polls_is_routed_at_the_same_clock() {
+    let mut t = T::new("redis://h");
+    let (lease, cmd) = granted_then_idle(&mut t);
+    t.core.release(t.now, lease).unwrap();
+    assert!(t.s.has_request(&mut t.core));
+    let cmds = t.write(cmd);
+    assert!(
+        cmds.len() == 1 && cmds[0][1] == Script::Release.sha1_hex(),
+        "{cmds:?}"
+    );
+    t.events();
+    idle_polls(&mut t);
+    // Another lease, taken from the engine by an event poll before any route.
+    t.core
+        .acquire(t.now, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    t.events();
+    let cmds = t.write(cmd);
+    assert!(cmds.len() == 1 && is_acquire(&cmds[0]), "{cmds:?}");
+}
+
+#[test]
+fn a_reply_after_idle_polls_unblocks_what_it_queues() {
+    let mut t = T::new("redis://h");
+    let (_, cmd) = granted_then_idle(&mut t);
+    t.core
+        .acquire(t.now, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    assert!(is_acquire(&t.write(cmd)[0]));
+    idle_polls(&mut t);
+    t.recv(cmd, b"-NOSCRIPT No matching script. Please use EVAL.\r\n");
+    let cmds = t.write(cmd);
+    assert_eq!(cmds[0][0], b"EVAL");
+    // The handshake's reply, too, sends what waited for it.
+    let mut t = T::new("redis://h");
+    t.acquire(0);
+    let cmd = t.opens()[0];
+    t.opened(cmd);
+    assert_eq!(t.write(cmd), vec![vec![b"HELLO".to_vec(), b"3".to_vec()]]);
+    for _ in 0..3 {
+        assert!(!t.s.has_request(&mut t.core));
+    }
+    t.recv(cmd, HELLO_REPLY);
+    assert!(is_acquire(&t.write(cmd)[0]));
+}
+
+#[test]
+fn a_close_after_idle_polls_is_noticed_at_the_same_clock() {
+    let mut t = T::new("redis://h");
+    let (_, cmd) = granted_then_idle(&mut t);
+    t.closed(cmd, "connection reset by peer");
+    assert!(!t.s.is_ready(Connection::Commands));
+    // Nothing goes to the closed stream: a new acquire fails during the backoff.
+    let failures = t.s.protocol().counters().transport_failures;
+    t.core
+        .acquire(t.now, "b", AcquireOptions::new(3_000))
+        .unwrap();
+    assert_eq!(t.io(), vec![]);
+    assert_eq!(t.s.protocol().counters().transport_failures, failures + 1);
+    // The reopen is due after the backoff, without another input.
+    let due = t.s.poll_timeout(&mut t.core).expect("a reopen is due");
+    assert!(due > t.now, "{due}");
+}
