@@ -10,7 +10,9 @@
  *              multiplexes its streams (what the stream host's syscalls cost at least).
  * Prints min and median ns per acquire+release of each, and floor/stream, floor/hiredis.
  *
- *   usage: bench_stream [cycles-per-batch [batches]]   (default 2000 x 11)
+ *   usage: bench_stream [cycles-per-batch [batches [stream]]]   (default 2000 x 11)
+ * With `stream`, only the stream loop runs in the batches: for counting its instructions
+ * (valgrind --tool=callgrind at two cycle counts, differenced).
  * Starts its own redis-server on a free loopback port (redis-server must be on PATH).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -166,7 +168,9 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     int cycles = argc > 1 ? atoi(argv[1]) : 2000, batches = argc > 2 ? atoi(argv[2]) : 11;
-    if (cycles <= 0 || batches <= 0 || batches > 101) die("usage: bench_stream [cycles-per-batch [batches]]");
+    int only_stream = argc > 3 && strcmp(argv[3], "stream") == 0;
+    if (cycles <= 0 || batches <= 0 || batches > 101 || (argc > 3 && !only_stream))
+        die("usage: bench_stream [cycles-per-batch [batches [stream]]]");
     int port = 0;
     pid_t server = start_server(&port);
     if (server < 0) die("redis-server did not start");
@@ -189,7 +193,12 @@ int main(int argc, char **argv) {
     printf("recorded: %d writes, %d commands per acquire+release\n", rec.n, nreplies);
 
     uint64_t t[4][101];
-    for (int b = 0; b < batches; b++) {
+    for (int b = 0; only_stream && b < batches; b++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < cycles; i++) cycle(&st, "bench-stream");
+        t[1][b] = (now_ns() - t0) / (uint64_t)cycles;
+    }
+    for (int b = 0; !only_stream && b < batches; b++) {
         uint64_t t0 = now_ns();
         for (int i = 0; i < cycles; i++) floor_cycle(fd, &rec);
         uint64_t t1 = now_ns();
@@ -205,13 +214,14 @@ int main(int argc, char **argv) {
     const char *label[4] = {"floor (raw socket, recorded requests)", "stream (lh_stream.c byte path)", "hiredis (lh_hiredis.c)",
                             "floor with poll(2) before each read"};
     uint64_t mn[4];
-    for (int r = 0; r < 4; r++) {
+    for (int r = only_stream; r < (only_stream ? 2 : 4); r++) {
         qsort(t[r], (size_t)batches, sizeof t[r][0], cmp);
         mn[r] = t[r][0];
         printf("%-40s min %7llu ns  median %7llu ns per acquire+release\n", label[r], (unsigned long long)t[r][0],
                (unsigned long long)t[r][batches / 2]);
     }
-    printf("floor/stream %.2fx   floor/hiredis %.2fx   floor-with-poll/stream %.2fx   (min over %d batches of %d)\n",
+    if (!only_stream)
+        printf("floor/stream %.2fx   floor/hiredis %.2fx   floor-with-poll/stream %.2fx   (min over %d batches of %d)\n",
            (double)mn[0] / (double)mn[1], (double)mn[0] / (double)mn[2], (double)mn[3] / (double)mn[1], batches, cycles);
     close(fd);
     for (int i = 0; i < rec.n; i++) free(rec.bytes[i]);
