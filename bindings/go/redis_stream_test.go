@@ -449,6 +449,15 @@ func TestRedisStreamCallersGiveUpMidRead(t *testing.T) {
 	p.delay.Store(int64(500 * time.Microsecond))
 	c := newStreamClient(t, "redis://"+p.addr(), nil, nil)
 	name := uniq(t, "giveup")
+	// The commands connection opens first: a caller that gives up while it opens is a request
+	// never sent (counted as a transport failure), not a reply left mid-read.
+	warm, err := c.Acquire(context.Background(), name+"-warm", AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	var holders [2]atomic.Int32
 	var granted, gaveUp atomic.Int32
