@@ -425,6 +425,31 @@ def test_step_on_a_library_with_the_first_lh_drained_stream_kind() -> None:
     b.close()
 
 
+def test_stream_received_takes_bytes_like_data_and_refuses_text() -> None:
+    """``stream_received`` passes its bytes without ctypes' argument checks: a bytes-like
+    object reads as its bytes, a ``str`` or an ``int`` raises ``TypeError`` (never reaching
+    the core as a pointer)."""
+    clock = FakeClock()
+    opts = RedisStreamOptions("redis://127.0.0.1:1")
+    cores = [Core(seed=b"r" * 32, clock=clock.monotonic_ns, backend=opts) for _ in range(3)]
+    for c in cores:
+        c.acquire("s", 3000)
+        for r in c.step()[0]:
+            c.stream_opened(r.payload.stream)
+        c.step()
+        for bad in ("+OK\r\n", 5):
+            with pytest.raises(TypeError):
+                c.stream_received(1, bad)  # type: ignore[arg-type]
+    reply = b"-ERR no\r\n"
+    for c, data in zip(cores, (reply, bytearray(reply), memoryview(reply))):
+        c.stream_received(1, data)  # type: ignore[arg-type]
+    first = cores[0].step()
+    assert first[0] or first[1]  # the reply did something
+    assert all(c.step() == first for c in cores[1:])
+    for c in cores:
+        c.close()
+
+
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
     def first_token(c: Core) -> str:
         store = MemoryService()
