@@ -250,15 +250,21 @@ class ThreadedDriver(Driver):
             claims: list[Any] = be.held_reads()
         return claims
 
-    def _pump(
-        self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker", widen: bool = False
-    ) -> None:
+    def _pump(self, claims: list[Any], done: Any, end: float, waker: "_Waker", widen: bool = False) -> None:
         """(mutex not held) Read the streams this thread holds and feed what arrives until
-        ``done()`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
-        reads them from then on. ``waker`` is set when what this thread waits for settles
-        on another thread (it stops waiting at once). ``widen``: when the first replies did
-        not settle it (an acquire that queued), also take the streams nobody reads, so the
-        wake-up comes to this thread too."""
+        ``done`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
+        reads them from then on. ``done``: the :class:`_Slot` this thread waits on (done once
+        set), the handle it acquires (done once no longer acquiring), or a callable saying
+        whether it is done (the first two are looked at without a call). ``waker`` is set when
+        what this thread waits for settles on another thread (it stops waiting at once).
+        ``widen``: when the first replies did not settle it (an acquire that queued), also
+        take the streams nobody reads, so the wake-up comes to this thread too."""
+        if callable(done):
+            slot, h = None, None
+        elif type(done) is _Slot:
+            slot, h = done, None
+        else:
+            slot, h = None, done
         be = self._backend
         read, wake, now = be.read_held, waker.fd, time.monotonic
         # What the replies cause is read here too: the streams this thread writes on while it
@@ -266,7 +272,7 @@ class ThreadedDriver(Driver):
         # the whole call rather than once per reply).
         be.hold_more(claims)
         try:
-            while not done():
+            while not (slot.done if slot is not None else h._state != _ACQUIRING if h is not None else done()):
                 left = end - now()
                 if left <= 0:
                     break
@@ -294,7 +300,7 @@ class ThreadedDriver(Driver):
                             except Exception:
                                 log.exception("leasehold: the core refused an input")
                             self._drain()
-                    if widen and not done():
+                    if widen and not (slot.done if slot is not None else h._state != _ACQUIRING if h is not None else done()):
                         widen = False
                         claims.extend(be.hold_idle())
         finally:
@@ -316,7 +322,7 @@ class ThreadedDriver(Driver):
             w.clear()
             h._settled, h._waiter = w, threading.get_ident()  # type: ignore[assignment]
         try:
-            self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
+            self._pump(claims, h, end, w)
         finally:
             with self._mu:
                 h._settled = None

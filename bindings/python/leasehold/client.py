@@ -388,7 +388,7 @@ class LockClient(ThreadedDriver):
                 self._run_here(batch, end)
             if claims:  # its reply, read here (the rest after the deadline: the poller)
                 try:
-                    self._pump(claims, lambda: h._state != _ACQUIRING, end, w, wait_s > 0)
+                    self._pump(claims, h, end, w, wait_s > 0)
                 finally:
                     if h._state != _ACQUIRING:  # settled: nobody looks at it again
                         h._settled = None
@@ -591,7 +591,7 @@ class LockClient(ThreadedDriver):
             if batch:
                 self._run_here(batch, end)  # the RELEASE, inline
             if claims:  # its reply, read here by the caller's deadline
-                self._pump(claims, lambda: slot.done, end, slot.waker)  # type: ignore[arg-type]
+                self._pump(claims, slot, end, slot.waker)  # type: ignore[arg-type]
             if not slot.done:  # (answered inline: no wait)
                 slot.wait(max(0.0, end - time.monotonic()))
         finally:
@@ -610,7 +610,7 @@ class LockClient(ThreadedDriver):
                 slot.waker, slot.waiter = waker(), threading.get_ident()
                 slot.waker.clear()
         if claims:  # its reply, read here by the caller's deadline
-            self._pump(claims, lambda: slot.done, time.monotonic() + min(wait_s, threading.TIMEOUT_MAX), slot.waker)  # type: ignore[arg-type]
+            self._pump(claims, slot, time.monotonic() + min(wait_s, threading.TIMEOUT_MAX), slot.waker)  # type: ignore[arg-type]
         if not slot.wait(min(wait_s, threading.TIMEOUT_MAX)):
             with self._mu:
                 if not slot.done:
