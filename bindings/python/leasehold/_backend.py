@@ -24,7 +24,8 @@ request its protocol asks for (``async`` in the asyncio twins):
   ``LH_IO_WRITE``: ``write(stream, data)``, ``LH_IO_SHUTDOWN``: ``shutdown(stream)``, none of
   which blocks (what is read goes to the sink). Such an executor may also let an application's
   thread read the replies to what it wrote: ``hold_reads()`` / ``hold_more(held)`` /
-  ``held_reads()`` around a drain (the streams written on meanwhile are held by the thread),
+  ``held_reads()`` around that thread's drains (a thread-local setting: the streams written
+  on meanwhile are held by the thread),
   ``read_held(held, timeout, wake_fd)`` and ``release_reads(held)`` (see
   :mod:`leasehold.backends.redis_stream`).
 

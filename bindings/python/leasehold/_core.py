@@ -36,6 +36,9 @@ from ._options import (
     backend_options,
 )
 from ._values import (
+    _MEM,
+    _MEM_END,
+    REQUEST_HOT,
     Answer,
     HostFact,
     HttpRequest,
@@ -47,7 +50,6 @@ from ._values import (
     flatten_rows,
     rows_error,
     sql_request,
-    write_request,
 )
 
 __all__ = [
@@ -116,7 +118,7 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
     raise errors.LibraryError(
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
-_new_event = tuple.__new__
+_new_event = _new_tuple = tuple.__new__
 _WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _EVENT_SIZE = _EVENT_LAYOUT.size
 _DRAINED_LAYOUT = struct.Struct("@IIIIQII")  # lh_drained
@@ -126,6 +128,7 @@ if _DRAINED_LAYOUT.size != ctypes.sizeof(_ffi.lh_drained):  # pragma: no cover -
         f"lh_drained layout mismatch: struct {_DRAINED_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_drained)}"
     )
 _unpack_drained = _DRAINED_LAYOUT.unpack_from
+_unpack_hot = REQUEST_HOT.unpack_from
 # Events one lh_drain call takes (a drain holds one or two; more take another call).
 _STEP_EVENTS = 8
 _string_at = ctypes.string_at
@@ -329,7 +332,8 @@ class Core:
         self._c_reply = _ffi.unchecked("lh_io_reply", ctypes_args=True)
         self._arg_now, self._arg_id = ctypes.c_uint64(), ctypes.c_uint64()
         self._arg_n, self._arg_len = ctypes.c_size_t(), ctypes.c_size_t()
-        self._c_received = _ffi.unchecked("lh_io_received")
+        self._c_received = _ffi.unchecked("lh_io_received", ctypes_args=True)
+        self._arg_stream = ctypes.c_uint64()
         self._opts = _ffi.lh_acquire_options()
         lib.lh_acquire_options_default(ctypes.byref(self._opts))
         self._opts.struct_size = ctypes.sizeof(_ffi.lh_acquire_options)
@@ -605,7 +609,11 @@ class Core:
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
-        st = self._c_received(p, int(self._clock()), stream, data, len(data))
+        if type(data) is not bytes:  # (no argtypes check it: a str would pass as wchar_t*)
+            data = memoryview(data).tobytes()
+        now, arg, size = self._arg_now, self._arg_stream, self._arg_len
+        now.value, arg.value, size.value = int(self._clock()), stream, len(data)
+        st = self._c_received(p, now, arg, data, size)
         if st:
             _check(st, p, "lh_io_received")
 
@@ -693,11 +701,17 @@ class Core:
                 _check(st, p, "lh_drain")
             size, took, n, more, dl, more_reqs, _ = _unpack_drained(d)  # one read of the struct
             if took:
-                kind = r.kind
-                if kind == _SQL:  # decode_request's SQL case, one frame less
+                rid, kind, data, n_data, stream = _unpack_hot(r)  # one read of the struct
+                if kind == _WRITE:  # write_request inline: the byte path's request
+                    if not n_data:
+                        raw = b""
+                    elif data + n_data <= _MEM_END:  # a slice, not a foreign call
+                        raw = _MEM[data : data + n_data]
+                    else:
+                        raw = _string_at(data, n_data)
+                    reqs.append(_new_tuple(IoRequest, (rid, _WRITE, 0, (stream, raw))))
+                elif kind == _SQL:  # decode_request's SQL case, one frame less
                     reqs.append(sql_request(r))
-                elif kind == _WRITE:  # read from the struct, not unpacked whole
-                    reqs.append(write_request(r.id, r.stream, r.data, r.data_len))
                 else:
                     req = decode_request(r)
                     if req is not None:

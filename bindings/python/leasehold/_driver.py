@@ -18,13 +18,15 @@ from typing import Any, ContextManager, NoReturn
 from . import _ffi, errors
 from ._args import check_name, ttl_to_ms, wait_budget
 from ._core import Counters, Event
-from ._lease import LeaseLifecycle
+from ._lease import _OUTCOME_BY_REASON, LeaseLifecycle, ReleaseOutcome
 
 __all__ = ["Driver", "acquire_args", "IDLE_TICK_NS"]
 
 log = logging.getLogger("leasehold")
 
-_ACQUIRING, _HELD = "acquiring", "held"
+_ACQUIRING, _HELD, _RELEASED = "acquiring", "held", "released"
+_EV_ACQUIRED, _EV_RELEASED = _ffi.LH_EVENT_ACQUIRED, _ffi.LH_EVENT_RELEASED
+_EV_OUTCOME = _ffi.LH_EVENT_RELEASE_OUTCOME
 
 # The longest a driver sleeps without a deadline before it sleeps for ever: in a loop of
 # acquire/release cycles the core has no deadline between two cycles, and a driver asleep for
@@ -39,8 +41,11 @@ def acquire_args(name: str, ttl: Any, wait: Any, reentrant: Any, on_lost: Any, a
     t = type(ttl)
     # The usual TTL in one test (else ttl_to_ms says what is wrong); 1e15 s is far inside u64 ms.
     ttl_ms = round(ttl * 1000) if (t is float or t is int) and 0.001 <= ttl < 1e15 else ttl_to_ms(ttl)
-    if type(wait) is float and 0.0 <= wait < 1e9:
+    t = type(wait)
+    if t is float and 0.0 <= wait < 1e9:
         wait_s, wait_ns = wait, round(wait * 1e9)
+    elif t is int and 0 <= wait < 1_000_000_000:  # (what wait_budget gives, exact here)
+        wait_s, wait_ns = float(wait), wait * 1_000_000_000
     else:
         wait_s, wait_ns = wait_budget(wait)
     if not isinstance(reentrant, bool):
@@ -66,13 +71,26 @@ class Driver(LeaseLifecycle):
     # -- events ----------------------------------------------------------------------------------
     def _dispatch(self, ev: Event) -> None:
         k = ev.kind
-        if k == _ffi.LH_EVENT_ACQUIRED:
+        if k == _EV_ACQUIRED:
             for h in self._handles.get(ev.lease_id, ()):
                 if h._state == _ACQUIRING:
                     h._fencing_token = ev.fencing_token
                     h._valid_until_ns = ev.valid_until_ns
                     h._state = _HELD
                     self._granted(h)
+        elif k == _EV_RELEASED:  # (the events of every release without _lease_event's frame)
+            lease = ev.lease_id
+            if lease in self._renew_waiters:
+                self._lease_released(lease)
+            else:  # (its common case inline)
+                for h in self._handles.pop(lease, ()):
+                    if h._state == _HELD:
+                        h._state = _RELEASED
+                        h._valid_until_ns = None
+        elif k == _EV_OUTCOME:
+            slot = self._release_waiters.pop(ev.lease_id, None)
+            if slot is not None:
+                slot.set(_OUTCOME_BY_REASON.get(ev.reason, ReleaseOutcome.RELEASED))
         elif k == _ffi.LH_EVENT_ACQUIRE_FAILED:
             for h in self._handles.pop(ev.lease_id, ()):
                 if h._state == _ACQUIRING:

@@ -106,7 +106,8 @@ class LeaseLifecycle:
     # -- events ------------------------------------------------------------------------------
     def _lease_event(self, out: Event) -> bool:
         """Handle a lease's LOST, RELEASED, RENEWED or RELEASE_OUTCOME event; False for any
-        other event kind."""
+        other event kind. (``Driver._dispatch`` handles RELEASED and RELEASE_OUTCOME, the
+        ones of every release, itself: one frame less each.)"""
         k, lease = out.kind, out.lease_id
         if k == _ffi.LH_EVENT_LOST:
             hs = self._handles.pop(lease, ())
@@ -119,14 +120,7 @@ class LeaseLifecycle:
             if slot is not None:
                 slot.set(ReleaseOutcome.LOST)
         elif k == _ffi.LH_EVENT_RELEASED:
-            hs = self._handles.pop(lease, ())
-            for h in hs:
-                if h._state == _HELD:
-                    h._state = _RELEASED
-                    h._valid_until_ns = None
-            if lease in self._renew_waiters:
-                name = hs[0].name if hs else "?"
-                self._end_renewals(lease, errors.LockNotHeld(f"lock {name!r} was released"))
+            self._lease_released(lease)
         elif k == _ffi.LH_EVENT_RENEWED:
             for h in self._handles.get(lease, ()):
                 h._valid_until_ns = out.valid_until_ns
@@ -138,6 +132,17 @@ class LeaseLifecycle:
         else:
             return False
         return True
+
+    def _lease_released(self, lease: int) -> None:
+        """RELEASED: the lease's handles are released; a renew() waiting on it fails."""
+        hs = self._handles.pop(lease, ())
+        for h in hs:
+            if h._state == _HELD:
+                h._state = _RELEASED
+                h._valid_until_ns = None
+        if lease in self._renew_waiters:
+            name = hs[0].name if hs else "?"
+            self._end_renewals(lease, errors.LockNotHeld(f"lock {name!r} was released"))
 
     def _end_renewals(self, lease: int, value: Any) -> None:
         for slot in self._renew_waiters.pop(lease, ()):
@@ -321,7 +326,7 @@ class LeaseBase:
     _client: Any
 
     def __init__(self, client: Any, lease_id: int, name: str, ttl_ms: int, reentrant: bool,
-                 on_lost: Callable[..., Any] | None, auto_renew: bool) -> None:
+                 on_lost: Callable[..., Any] | None, auto_renew: bool = True) -> None:
         self._client = client
         self.lease_id = lease_id
         self.name = name

@@ -38,6 +38,7 @@ _ACQUIRING, _HELD, _FAILED = "acquiring", "held", "failed"
 _IDLE_TICK_NS = IDLE_TICK_NS
 _WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _monotonic = time.monotonic
+_get_ident = threading.get_ident
 
 
 class ThreadedDriver(Driver):
@@ -199,7 +200,14 @@ class ThreadedDriver(Driver):
         try:
             reqs, outs, dl = self._core.step()
             for req in reqs:
-                if req.kind == _SQL and self._tl.batch is not None:  # (_submit_request's common case)
+                kind = req.kind
+                if kind == _WRITE:  # (_submit_request's stream write, one frame less)
+                    stream, data = req.payload
+                    try:
+                        self._backend.write(stream, data)
+                    except Exception as e:
+                        self._write_failed(stream, e)
+                elif kind == _SQL and self._tl.batch is not None:  # (_submit_request's common case)
                     self._inflight += 1
                     self._tl.batch.append(req)
                 else:
@@ -242,19 +250,29 @@ class ThreadedDriver(Driver):
             claims: list[Any] = be.held_reads()
         return claims
 
-    def _pump(
-        self, claims: list[Any], done: Callable[[], bool], end: float, waker: "_Waker", widen: bool = False
-    ) -> None:
+    def _pump(self, claims: list[Any], done: Any, end: float, waker: "_Waker", widen: bool = False) -> None:
         """(mutex not held) Read the streams this thread holds and feed what arrives until
-        ``done()`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
-        reads them from then on. ``waker`` is set when what this thread waits for settles
-        on another thread (it stops waiting at once). ``widen``: when the first replies did
-        not settle it (an acquire that queued), also take the streams nobody reads, so the
-        wake-up comes to this thread too."""
+        ``done`` or ``end`` (``time.monotonic()``), then let them go: the executor's poller
+        reads them from then on. ``done``: the :class:`_Slot` this thread waits on (done once
+        set), the handle it acquires (done once no longer acquiring), or a callable saying
+        whether it is done (the first two are looked at without a call). ``waker`` is set when
+        what this thread waits for settles on another thread (it stops waiting at once).
+        ``widen``: when the first replies did not settle it (an acquire that queued), also
+        take the streams nobody reads, so the wake-up comes to this thread too."""
+        if callable(done):
+            slot, h = None, None
+        elif type(done) is _Slot:
+            slot, h = done, None
+        else:
+            slot, h = None, done
         be = self._backend
         read, wake, now = be.read_held, waker.fd, time.monotonic
+        # What the replies cause is read here too: the streams this thread writes on while it
+        # feeds join ``claims`` (it writes only then, under the mutex, so they are held for
+        # the whole call rather than once per reply).
+        be.hold_more(claims)
         try:
-            while not done():
+            while not (slot.done if slot is not None else h._state != _ACQUIRING if h is not None else done()):
                 left = end - now()
                 if left <= 0:
                     break
@@ -268,28 +286,25 @@ class ThreadedDriver(Driver):
                     if self._closed or self._stop:
                         break
                     core = self._core
-                    be.hold_more(claims)  # what the replies cause is read here too
-                    try:
-                        for stream, data, why in got:
-                            if not data:
-                                self._feed(core.stream_closed, stream, why)
-                            elif self._paused or self._fatal is not None:
-                                self._feed(core.stream_received, stream, data)
-                            else:  # (_feed's common case, one frame less per reply)
-                                try:
-                                    core.stream_received(stream, data)
-                                except (errors.CorePanic, errors.CorePoisoned) as e:
-                                    self._on_fatal(e)
-                                    continue
-                                except Exception:
-                                    log.exception("leasehold: the core refused an input")
-                                self._drain()
-                    finally:
-                        be.held_reads()
-                    if widen and not done():
+                    for stream, data, why in got:
+                        if not data:
+                            self._feed(core.stream_closed, stream, why)
+                        elif self._paused or self._fatal is not None:
+                            self._feed(core.stream_received, stream, data)
+                        else:  # (_feed's common case, one frame less per reply)
+                            try:
+                                core.stream_received(stream, data)
+                            except (errors.CorePanic, errors.CorePoisoned) as e:
+                                self._on_fatal(e)
+                                continue
+                            except Exception:
+                                log.exception("leasehold: the core refused an input")
+                            self._drain()
+                    if widen and not (slot.done if slot is not None else h._state != _ACQUIRING if h is not None else done()):
                         widen = False
                         claims.extend(be.hold_idle())
         finally:
+            be.held_reads()
             if claims:
                 be.release_reads(claims)
 
@@ -307,15 +322,16 @@ class ThreadedDriver(Driver):
             w.clear()
             h._settled, h._waiter = w, threading.get_ident()  # type: ignore[assignment]
         try:
-            self._pump(claims, lambda: h._state != _ACQUIRING, end, w)
+            self._pump(claims, h, end, w)
         finally:
             with self._mu:
                 h._settled = None
 
     # -- the acquire() caller that waits ------------------------------------------------
     def _granted(self, h: Lease) -> None:
-        if h._settled is not None:  # (granted on the caller's own thread: nobody waits)
-            self._wake_waiter(h)
+        ev = h._settled  # (None: granted on the caller's own thread, nobody waits)
+        if ev is not None and h._waiter != _get_ident():  # (_wake_waiter, one frame less)
+            ev.set()
 
     def _settle_error(self, h: Lease, e: BaseException) -> None:
         h._error = e
@@ -376,8 +392,7 @@ class ThreadedDriver(Driver):
             try:
                 self._backend.write(stream, data)
             except Exception as e:
-                self._inputs.append(partial(self._core.stream_closed, stream, _message(e, self._backend)))
-                self._cond.notify_all()
+                self._write_failed(stream, e)
             return
         if kind in STREAM_KINDS:
             fn = execute_request(self._core, self._backend, self._sink, req)
@@ -398,6 +413,11 @@ class ThreadedDriver(Driver):
             pool.submit(self._execute, req)
         except RuntimeError:  # shut down
             self._inflight -= 1
+
+    def _write_failed(self, stream: int, e: Exception) -> None:
+        """(mutex held) A write on ``stream`` failed: the driver tells the core it closed."""
+        self._inputs.append(partial(self._core.stream_closed, stream, _message(e, self._backend)))
+        self._cond.notify_all()
 
     def _execute(self, req: IoRequest) -> None:
         self._run_here([req])
@@ -532,18 +552,16 @@ class _Slot:
     reading its streams (``_pump``) is woken through its ``waker`` when the value is set on
     another thread."""
 
-    __slots__ = ("_ev", "value", "done", "waker", "waiter")
-
-    def __init__(self) -> None:
-        # Made by the first wait() that must block: a slot set on the caller's own thread
-        # (the inline path) never needs one. set() marks ``done`` before it looks for the
-        # event and wait() publishes the event before it looks at ``done``, so one of them
-        # sees the other.
-        self._ev: threading.Event | None = None
-        self.value: Any = None
-        self.done = False
-        self.waker: _Waker | None = None
-        self.waiter = 0
+    # Class defaults, no __init__: one slot per release() is made without a Python frame.
+    # ``_ev`` is made by the first wait() that must block: a slot set on the caller's own
+    # thread (the inline path) never needs one. set() marks ``done`` before it looks for the
+    # event and wait() publishes the event before it looks at ``done``, so one of them sees
+    # the other.
+    _ev: threading.Event | None = None
+    value: Any = None
+    done = False
+    waker: "_Waker | None" = None
+    waiter = 0
 
     def set(self, value: Any) -> None:
         if not self.done:

@@ -217,7 +217,27 @@ def _stream_request(rid: int, kind: int, fields: tuple[Any, ...]) -> IoRequest:
 def write_request(rid: int, stream: int, data: int, n: int) -> IoRequest:
     """``LH_IO_WRITE``: the ``n`` bytes at ``data`` (copied) for ``stream``; the byte path's
     hot request, so built without the rest of the layout."""
-    return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, _string_at(data, n) if n else b"")))
+    if not n:
+        return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, b"")))
+    raw = _MEM[data : data + n] if data + n <= _MEM_END else _string_at(data, n)
+    return _new_tuple(IoRequest, (rid, _WRITE, 0, (stream, raw)))
+
+
+def _hot_layout() -> struct.Struct:
+    """``id``, ``kind``, ``data``, ``data_len`` and ``stream`` of an ``lh_io_request`` in one
+    read (what a WRITE needs; the fields between are skipped)."""
+    t = _ffi.lh_io_request
+    data, data_len, stream = t.data.offset, t.data_len.offset, t.stream.offset
+    gap = stream - (data_len + ctypes.sizeof(ctypes.c_size_t))
+    layout = struct.Struct(f"@QI{data - 12}xPN{gap}xQ")
+    probe = t(id=1, kind=2, data=3, data_len=4, stream=5)
+    if layout.size != stream + 8 or layout.unpack_from(probe) != (1, 2, 3, 4, 5):  # pragma: no cover
+        raise ImportError("lh_io_request layout mismatch (id, kind, data, data_len, stream)")
+    return layout
+
+
+# (id, kind, data, data_len, stream) of a polled request: Core.step reads a WRITE with it.
+REQUEST_HOT = _hot_layout()
 
 
 

@@ -56,7 +56,7 @@ from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core, IoRequest
 from ._driver import acquire_args
-from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot, waker
+from ._threaded import ThreadedDriver, _Batches, _SerialWorker, _Slot, _wakers, waker
 from ._lease import LeaseBase, ReleaseOutcome, Slot, client_config, renew_value
 
 __all__ = ["LockClient", "Lease", "LockHandle", "ReleaseOutcome", "Subscription", "service_call_bound"]
@@ -73,6 +73,7 @@ _FAILED = "failed"
 # timeout). The core guarantees a terminal event by then; this only guards against a stuck
 # driver (for example one paused by leasehold.testing.pause_driver).
 _ACQUIRE_SAFETY_S = 30.0
+_get_ident = threading.get_ident
 
 
 class Lease(LeaseBase):
@@ -92,24 +93,13 @@ class Lease(LeaseBase):
     """
 
     _client: "LockClient"
-
-    def __init__(
-        self,
-        client: "LockClient",
-        lease_id: int,
-        name: str,
-        ttl_ms: int,
-        reentrant: bool,
-        on_lost: Callable[["Lease"], Any] | None,
-        auto_renew: bool = True,
-    ) -> None:
-        LeaseBase.__init__(self, client, lease_id, name, ttl_ms, reentrant, on_lost, auto_renew)
-        self._lost: threading.Event | None = None  # created on first use (see ``lost``)
-        # Created (under the client mutex) only when the acquiring thread has to wait; set when
-        # the handle settles.
-        self._settled: threading.Event | None = None
-        self._waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
-        self._error: BaseException | None = None
+    # Class defaults (LeaseBase.__init__ is the constructor: one Python frame per acquire).
+    _lost: threading.Event | None = None  # created on first use (see ``lost``)
+    # Created (under the client mutex) only when the acquiring thread has to wait; set when
+    # the handle settles.
+    _settled: threading.Event | None = None
+    _waiter = 0  # the thread ident of the acquire() caller, once it waits (_settled)
+    _error: BaseException | None = None
 
     @property
     def lost(self) -> threading.Event:
@@ -370,19 +360,25 @@ class LockClient(ThreadedDriver):
             if not (self._reads or not self._inline or self._paused):
                 batch = self._tl.batch = []
             try:
-                if self._reads:
-                    claims = self._drain_holding()
-                else:  # (_drain_holding's common case, one frame less)
+                if self._reads and not self._paused:  # (_drain_holding inline)
+                    be = self._backend
+                    be.hold_reads()
+                    try:
+                        self._drain()
+                    finally:
+                        claims = be.held_reads()
+                else:
                     self._drain()
                     claims = None
             finally:
                 if batch is not None:
                     self._tl.batch = None
             if claims:
-                w = waker()
-                w.clear()
+                w = _wakers.w or waker()
+                if w.poked:  # (w.clear() inline)
+                    w.drain()
                 # While it reads, the waker stands in for the event (see _wake_waiter).
-                h._settled, h._waiter = w, threading.get_ident()  # type: ignore[assignment]
+                h._settled, h._waiter = w, _get_ident()  # type: ignore[assignment]
         bound = min(wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S, threading.TIMEOUT_MAX)
         try:
             # This call's own ACQUIRE, inline, by the core's deadline for it (the wait and one
@@ -392,7 +388,7 @@ class LockClient(ThreadedDriver):
                 self._run_here(batch, end)
             if claims:  # its reply, read here (the rest after the deadline: the poller)
                 try:
-                    self._pump(claims, lambda: h._state != _ACQUIRING, end, w, wait_s > 0)
+                    self._pump(claims, h, end, w, wait_s > 0)
                 finally:
                     if h._state != _ACQUIRING:  # settled: nobody looks at it again
                         h._settled = None
@@ -555,14 +551,25 @@ class LockClient(ThreadedDriver):
                 early = self._release_early(h)
                 if early is not None:
                     return early
-            outcome = self._release_start(h, slot)
+            # (_release_start inline, one frame less)
+            lease = h.lease_id
+            h._releasing = True
+            self._release_waiters[lease] = slot
+            outcome = self._release_in_core(h)
+            if outcome is not None and self._release_waiters.get(lease) is slot:
+                del self._release_waiters[lease]
             batch: list[IoRequest] | None = None  # (_collecting() inline, one frame less)
             if inline and not (self._reads or not self._inline or self._paused):
                 batch = self._tl.batch = []
             try:
-                if self._reads:
-                    claims = self._drain_holding()
-                else:  # (_drain_holding's common case, one frame less)
+                if self._reads and not self._paused:  # (_drain_holding inline)
+                    be = self._backend
+                    be.hold_reads()
+                    try:
+                        self._drain()
+                    finally:
+                        claims = be.held_reads()
+                else:
                     self._drain()
                     claims = None
             finally:
@@ -576,13 +583,15 @@ class LockClient(ThreadedDriver):
                     self._backend.release_reads(claims)
                 return self._release_end(h, slot, outcome if outcome is not None else slot.value)
             if claims:
-                slot.waker, slot.waiter = waker(), threading.get_ident()
-                slot.waker.clear()
+                w = _wakers.w or waker()
+                if w.poked:  # (w.clear() inline)
+                    w.drain()
+                slot.waker, slot.waiter = w, _get_ident()
         try:
             if batch:
                 self._run_here(batch, end)  # the RELEASE, inline
             if claims:  # its reply, read here by the caller's deadline
-                self._pump(claims, lambda: slot.done, end, slot.waker)  # type: ignore[arg-type]
+                self._pump(claims, slot, end, slot.waker)  # type: ignore[arg-type]
             if not slot.done:  # (answered inline: no wait)
                 slot.wait(max(0.0, end - time.monotonic()))
         finally:
@@ -601,7 +610,7 @@ class LockClient(ThreadedDriver):
                 slot.waker, slot.waiter = waker(), threading.get_ident()
                 slot.waker.clear()
         if claims:  # its reply, read here by the caller's deadline
-            self._pump(claims, lambda: slot.done, time.monotonic() + min(wait_s, threading.TIMEOUT_MAX), slot.waker)  # type: ignore[arg-type]
+            self._pump(claims, slot, time.monotonic() + min(wait_s, threading.TIMEOUT_MAX), slot.waker)  # type: ignore[arg-type]
         if not slot.wait(min(wait_s, threading.TIMEOUT_MAX)):
             with self._mu:
                 if not slot.done:

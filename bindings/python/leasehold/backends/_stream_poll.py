@@ -33,10 +33,15 @@ class Poller:
         self._wake_w.setblocking(False)
         self._mu = threading.Lock()
         self._ep: Any = getattr(select, "epoll", None)
+        self._arm_mask = 0
         if self._ep is not None:
             self._ep = self._ep()
             self._ep.register(self._wake_r.fileno(), select.EPOLLIN)
             self._arm_mask = select.EPOLLIN | select.EPOLLONESHOT
+        # With epoll, arm() and disarm() are ``epoll.modify(fd, arm_mask or 0)`` (ignoring
+        # OSError and ValueError), which a hot caller may call itself, one frame less.
+        self.epoll: Any = self._ep
+        self.arm_mask: int = self._arm_mask
         self._armed: set[Any] = set()  # the select fallback's set
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

@@ -208,7 +208,15 @@ class RedisStreamExecutor:
         claims = self._held.claims
         if claims is not None and st.fd >= 0 and st not in claims and st.read_lock.acquire(False):
             claims.append(st)
-            self._poller.disarm(st.fd)  # type: ignore[union-attr]
+            poller: Any = self._poller
+            ep = poller.epoll
+            if ep is None:
+                poller.disarm(st.fd)
+            else:  # (poller.disarm inline)
+                try:
+                    ep.modify(st.fd, 0)
+                except (OSError, ValueError):
+                    pass
         with st.out_lock:
             if st.out or st.sock is None:
                 st.out.append(data)
@@ -288,7 +296,8 @@ class RedisStreamExecutor:
         return claims
 
     def hold_more(self, claims: list[_Stream]) -> None:
-        """(client mutex held) As :meth:`hold_reads`, adding to ``claims``."""
+        """As :meth:`hold_reads`, adding to ``claims`` (a thread-local setting: the client mutex
+        need not be held, only the writes it claims are made under it)."""
         self._held.claims = claims
 
     def read_held(self, claims: list[_Stream], timeout: float, wake: int = -1) -> list[tuple[int, bytes, str]] | None:
@@ -350,10 +359,16 @@ class RedisStreamExecutor:
         """Let go of the held streams: the poller reads them again (bytes already there
         included)."""
         poller = self._poller
+        ep = poller.epoll if poller is not None else None
         for st in claims:
             st.read_lock.release()
             if st.closed:
                 self._release_socket(st)
+            elif ep is not None:  # (poller.arm inline)
+                try:
+                    ep.modify(st.fd, poller.arm_mask)  # type: ignore[union-attr]
+                except (OSError, ValueError):  # removed meanwhile
+                    pass
             elif poller is not None:
                 poller.arm(st.fd, st)
         claims.clear()

@@ -24,6 +24,7 @@ from leasehold import (
 )
 from leasehold import _ffi
 from leasehold._core import Answer, Core, EtcdOptions, IoRequest, RedisOptions, SqlOptions
+from leasehold._options import RedisStreamOptions
 from leasehold.errors import CorePanic, CorePoisoned, LeaseEnded, NotGranted, UnknownLease
 from leasehold.testing import FakeClock, MemoryExecutor, MemoryLockService, MemoryService
 
@@ -355,6 +356,98 @@ def test_step_drains_what_poll_io_and_drain_drain(one_call: bool) -> None:
     with pytest.raises(ClientClosed):
         b.step()
     a.close()
+
+
+def test_step_on_a_library_with_the_first_lh_drained() -> None:
+    """A library whose ``lh_drained`` ends at ``deadline_ns`` (``LH_DRAINED_V1_SIZE``) writes
+    that much back and no ``more_requests``: ``Core.step`` then calls again while a call took
+    a request, and still takes every request, event and deadline ``poll_io`` + ``drain`` take."""
+    clock = FakeClock()
+    ex = MemoryExecutor(MemoryService(clock=clock))
+    a, b = (Core(seed=b"v" * 32, clock=clock.monotonic_ns) for _ in range(2))
+    # What a library built before ``more_requests`` sees: the first, shorter struct.
+    b._drained.struct_size = _ffi.LH_DRAINED_V1_SIZE
+    b._drained.more_requests = 0  # never written by such a library
+    names = [f"v{i}" for i in range(11)]  # more requests and grants than one call takes
+    leases = {c: [c.acquire(n, 3000) for n in names] for c in (a, b)}
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    assert b.step() == (reqs, events, dl) and len(reqs) == len(names) and dl is not None
+    # The seam is real: the library wrote the first struct back, and nothing after it.
+    assert (b._drained.struct_size, b._drained.more_requests) == (_ffi.LH_DRAINED_V1_SIZE, 0)
+    clock.advance(0.001)
+    answers = [ex.command(r.payload) for r in reqs]
+    for c in (a, b):
+        for r, ans in zip(reqs, answers):
+            c.reply(r.id, ans)
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    got = b.step()
+    assert got == (reqs, events, dl)
+    assert [e.kind for e in got[1]] == [_ffi.LH_EVENT_ACQUIRED] * len(names)
+    # Releases: a request each, all taken, then nothing is left.
+    for c in (a, b):
+        for lease in leases[c]:
+            c.release(lease)
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    got = b.step()
+    assert got == (reqs, events, dl) and len(got[0]) == len(names)
+    assert b.poll_io() == [] and b.step()[0] == []
+    a.close()
+    b.close()
+
+
+def test_step_on_a_library_with_the_first_lh_drained_stream_kind() -> None:
+    """The same on the Redis stream kind, whose ``more_requests`` is exact (a library with the
+    first struct takes one call more there): a drain of two requests, the streams' opens, then
+    their handshakes, takes both."""
+    clock = FakeClock()
+    opts = RedisStreamOptions("redis://127.0.0.1:1")
+    a, b = (Core(seed=b"w" * 32, clock=clock.monotonic_ns, backend=opts) for _ in range(2))
+    b._drained.struct_size = _ffi.LH_DRAINED_V1_SIZE
+    b._drained.more_requests = 0
+    for c in (a, b):
+        c.acquire("s", 3000)
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    assert b.step() == (reqs, events, dl)
+    assert [r.kind for r in reqs] == [_ffi.LH_IO_OPEN] * 2
+    for c in (a, b):
+        for r in reqs:
+            c.stream_opened(r.payload.stream)
+    reqs = a.poll_io()
+    events, dl = a.drain()
+    assert b.step() == (reqs, events, dl)
+    assert [r.kind for r in reqs] == [_ffi.LH_IO_WRITE] * 2
+    assert (b._drained.struct_size, b._drained.more_requests) == (_ffi.LH_DRAINED_V1_SIZE, 0)
+    a.close()
+    b.close()
+
+
+def test_stream_received_takes_bytes_like_data_and_refuses_text() -> None:
+    """``stream_received`` passes its bytes without ctypes' argument checks: a bytes-like
+    object reads as its bytes, a ``str`` or an ``int`` raises ``TypeError`` (never reaching
+    the core as a pointer)."""
+    clock = FakeClock()
+    opts = RedisStreamOptions("redis://127.0.0.1:1")
+    cores = [Core(seed=b"r" * 32, clock=clock.monotonic_ns, backend=opts) for _ in range(3)]
+    for c in cores:
+        c.acquire("s", 3000)
+        for r in c.step()[0]:
+            c.stream_opened(r.payload.stream)
+        c.step()
+        for bad in ("+OK\r\n", 5):
+            with pytest.raises(TypeError):
+                c.stream_received(1, bad)  # type: ignore[arg-type]
+    reply = b"-ERR no\r\n"
+    for c, data in zip(cores, (reply, bytearray(reply), memoryview(reply))):
+        c.stream_received(1, data)  # type: ignore[arg-type]
+    first = cores[0].step()
+    assert first[0] or first[1]  # the reply did something
+    assert all(c.step() == first for c in cores[1:])
+    for c in cores:
+        c.close()
 
 
 def test_core_same_seed_same_tokens_reseed_differs() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leasehold import LockClient, ReleaseOutcome
+from leasehold import LockClient, ReleaseOutcome, _ffi
 from leasehold.backends.redis_stream import RedisStreamExecutor
 import lh_caller_bound as bound
 from lh_chunk_proxy import ChunkProxy
@@ -90,6 +90,42 @@ def test_an_uncontended_call_reads_its_reply_on_the_callers_thread(redis_server,
         # (the poller may read the subscriber's stream meanwhile, never the commands')
         assert not ex.caller_streams & set(ex.poller_streams[polled:]), "a reply went through the poller thread"
     assert not _lock_keys(r, "inl")
+
+
+def _first_lh_drained(c: LockClient) -> LockClient:
+    """``c`` as on a library whose ``lh_drained`` ends at ``deadline_ns``: it writes that
+    much back (``struct_size`` included) and no ``more_requests``."""
+    c._core._drained.struct_size = _ffi.LH_DRAINED_V1_SIZE
+    c._core._drained.more_requests = 0
+    return c
+
+
+def test_the_byte_path_on_a_library_with_the_first_lh_drained(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    """There ``Core.step`` calls ``lh_drain`` again while a call took a request: the whole
+    cycle still runs (the streams' opens and handshakes, each acquire and release, a waiter's
+    wake-up and grant). The drains of several requests are checked in test_core_inputs."""
+    with _first_lh_drained(LockClient(RedisStreamExecutor(redis_server.url))) as holder, _first_lh_drained(
+        LockClient(RedisStreamExecutor(redis_server.url))
+    ) as waiter:
+        tokens = []
+        for i in range(5):
+            with holder.acquire("v1", ttl=10, wait=5) as lock:
+                tokens.append(lock.fencing_token)
+            with holder.acquire(f"v1-{i}", ttl=10) as lock:
+                assert lock.fencing_token > 0
+        assert tokens == sorted(set(tokens))
+        h = holder.acquire("v1", ttl=10)
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.append(waiter.acquire("v1", ttl=10, wait=10)))
+        t.start()
+        wait_until(lambda: r.zcard("lh:{v1}:queue") == 1, what="the waiter queued")
+        assert h.release() == ReleaseOutcome.RELEASED
+        t.join(15)
+        assert got and got[0].fencing_token > h.fencing_token
+        assert got[0].release() == ReleaseOutcome.RELEASED
+        for c in (holder, waiter):
+            assert c._core._drained.struct_size == _ffi.LH_DRAINED_V1_SIZE  # (the seam held)
+    assert not _lock_keys(r, "v1")
 
 
 def test_a_waiting_acquire_reads_its_wake_up_and_grant_on_its_thread(redis_server, r) -> None:  # type: ignore[no-untyped-def]
