@@ -105,9 +105,9 @@ class LeaseLifecycle:
 
     # -- events ------------------------------------------------------------------------------
     def _lease_event(self, out: Event) -> bool:
-        """Handle a lease's LOST, RELEASED, RENEWED or RELEASE_OUTCOME event; False for any
-        other event kind. (``Driver._dispatch`` handles RELEASED and RELEASE_OUTCOME, the
-        ones of every release, itself: one frame less each.)"""
+        """Handle a lease's LOST or RENEWED event; False for any other event kind.
+        (``Driver._dispatch`` handles RELEASED and RELEASE_OUTCOME, the events of every
+        release, itself: one frame less each.)"""
         k, lease = out.kind, out.lease_id
         if k == _ffi.LH_EVENT_LOST:
             hs = self._handles.pop(lease, ())
@@ -119,16 +119,10 @@ class LeaseLifecycle:
             slot = self._release_waiters.pop(lease, None)
             if slot is not None:
                 slot.set(ReleaseOutcome.LOST)
-        elif k == _ffi.LH_EVENT_RELEASED:
-            self._lease_released(lease)
         elif k == _ffi.LH_EVENT_RENEWED:
             for h in self._handles.get(lease, ()):
                 h._valid_until_ns = out.valid_until_ns
             self._end_renewals(lease, out.valid_until_ns)
-        elif k == _ffi.LH_EVENT_RELEASE_OUTCOME:
-            slot = self._release_waiters.pop(lease, None)
-            if slot is not None:
-                slot.set(_OUTCOME_BY_REASON.get(out.reason, ReleaseOutcome.RELEASED))
         else:
             return False
         return True
