@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -99,6 +100,17 @@ struct Server {
   std::string dir = leasehold_test::temp_dir("lh-stream");
   std::string unix_path = dir + "/redis.sock";
   std::vector<std::string> extra;  // more arguments (the TLS port)
+  // A port chosen free can be taken before the server binds it: then other ports are tried.
+  // `pick` chooses the ports of `extra` again for each try.
+  bool start(const std::function<void()>& pick = {}) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      if (attempt > 0) port = free_port();
+      if (pick) pick();
+      if (launch()) return true;
+      proc.stop();
+    }
+    return false;
+  }
   bool launch() {
     const auto bin = find_redis();
     if (bin.empty() || port <= 0) return false;
@@ -106,7 +118,10 @@ struct Server {
                                   "--appendonly", "no", "--unixsocket", unix_path, "--unixsocketperm", "700"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = leasehold_test::Child::spawn(argv, false, "/dev/null");
-    return proc.pid > 0 && eventually([&] { return raw(port, "PING") == "+PONG"; }, 20s);
+    if (proc.pid <= 0) return false;
+    // Our own process answers only if it still runs (another server may hold the port).
+    const bool answered = eventually([&] { return !proc.running() || raw(port, "PING") == "+PONG"; }, 20s);
+    return answered && proc.running();
   }
   void kill() {
     if (proc.pid > 0) ::kill(proc.pid, SIGKILL);
@@ -126,7 +141,7 @@ class RedisStream : public ::testing::Test {
   static void SetUpTestSuite() {
     ::signal(SIGPIPE, SIG_IGN);
     g_server = new Server();
-    if (!g_server->launch()) {
+    if (!g_server->start()) {
       delete g_server;
       g_server = nullptr;
     }
@@ -450,11 +465,13 @@ class RedisStreamTls : public RedisStream {
                                          " && " + cert("stranger", "other", "DNS:localhost") + ") >/dev/null 2>&1");
     if (made.first != 0) return;
     g_tls = new Server();
-    g_tls_port = free_port();
-    g_tls->extra = {"--tls-port", std::to_string(g_tls_port), "--tls-cert-file", g_certs + "/server.crt",
-                    "--tls-key-file", g_certs + "/server.key", "--tls-ca-cert-file", g_certs + "/ca.crt",
-                    "--tls-auth-clients", "yes"};
-    if (!g_tls->launch()) {
+    const bool up = g_tls->start([] {
+      g_tls_port = free_port();
+      g_tls->extra = {"--tls-port", std::to_string(g_tls_port), "--tls-cert-file", g_certs + "/server.crt",
+                      "--tls-key-file", g_certs + "/server.key", "--tls-ca-cert-file", g_certs + "/ca.crt",
+                      "--tls-auth-clients", "yes"};
+    });
+    if (!up) {
       delete g_tls;
       g_tls = nullptr;
     }
