@@ -16,8 +16,9 @@ on it and to close it::
 non-blocking send; what the socket cannot take now is flushed, in order, by a short-lived
 writer thread). The replies are read on the application's thread: ``LockClient`` marks the
 streams an ``acquire()``, ``release()`` or ``renew()`` wrote on as *held* by that thread, which
-then reads them itself until its call is answered or its deadline passes, so an uncontended
-call hands nothing to another thread. A stream nobody holds (the subscriber's wake messages,
+then reads them itself until its call is answered or its deadline passes (on a plain socket
+in blocking recv() calls of a few milliseconds each), so an uncontended call hands nothing
+to another thread. A stream nobody holds (the subscriber's wake messages,
 a renewal sent by the timer thread, a reply that came after its caller's deadline) is read by
 one background poller thread for all streams (:mod:`leasehold.backends._stream_poll`).
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections import deque
@@ -53,6 +55,13 @@ _READ = 65536
 _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _EOF = "end of stream"
 _POLLIN = select.POLLIN
+# A plain socket stays in blocking mode with a receive timeout of one slice: the caller that
+# holds it waits in recv() itself (one system call per reply, where poll() and a
+# non-blocking recv() take two), and every other read and write passes MSG_DONTWAIT. The
+# slice bounds how late that caller sees its call settled on another thread (a timer).
+_DONTWAIT: int = getattr(socket, "MSG_DONTWAIT", 0)
+_SLICE = 0.005
+_SLICE_TIMEVAL = struct.pack("@ll", 0, int(_SLICE * 1e6))
 
 
 def _why(e: BaseException) -> str:
@@ -72,6 +81,7 @@ class _Stream:
         self.out: deque[bytes] = deque()  # not sent yet, in order (out_lock)
         self.out_lock = threading.Lock()
         self.io_lock: Any = None  # TLS: one SSL object is not read and written at once
+        self.blocking = False  # a blocking socket with a receive timeout (see _DONTWAIT)
         self.writing = False  # a writer thread flushes ``out``
         self.closed = False  # no more IO (shut down or failed)
         self.reported = False  # the core was told it closed (or asked for it)
@@ -82,7 +92,7 @@ class _Stream:
         sock = self.sock
         try:
             if self.io_lock is None:
-                data: bytes = sock.recv(_READ)
+                data: bytes = sock.recv(_READ, _DONTWAIT)
             else:
                 # read(), never recv(): an SSL socket whose SSL object is gone (shut down)
                 # recv()s the raw TLS records underneath and would feed them to the core.
@@ -98,7 +108,7 @@ class _Stream:
         """How much of ``data`` the socket took now."""
         try:
             if self.io_lock is None:
-                n: int = self.sock.send(data)
+                n: int = self.sock.send(data, _DONTWAIT)
             else:
                 with self.io_lock:
                     n = self.sock.write(data)  # (never the raw socket: see recv)
@@ -225,7 +235,7 @@ class RedisStreamExecutor:
             try:
                 if st.io_lock is None:  # (plain socket: what st.send does, one frame less)
                     try:
-                        n = st.sock.send(data)
+                        n = st.sock.send(data, _DONTWAIT)
                     except BlockingIOError:
                         n = 0
                 else:
@@ -309,24 +319,23 @@ class RedisStreamExecutor:
         if len(claims) == 1 and not claims[0].closed:
             live = claims
             st = claims[0]
-            if st.io_lock is None:
-                # The reply is often there already (the server answered while this thread
-                # fed the core): one recv instead of a poll and a recv.
+            if st.blocking and timeout >= _SLICE:
+                # One blocking recv, at most a slice (see _DONTWAIT); the caller's loop looks
+                # at its call and its deadline between slices, as after a poll.
                 try:
-                    data: bytes | None = st.sock.recv(_READ)
-                except BlockingIOError:
-                    data = None
+                    data: bytes = st.sock.recv(_READ)
+                except BlockingIOError:  # the slice passed
+                    return got
                 except OSError as e:
                     data, why = b"", _why(e)
                 else:
                     why = _EOF
                 if data:
                     return [(st.id, data, "")]
-                if data is not None:  # the end
-                    if self._report(st):
-                        self._close(st)
-                        got.append((st.id, b"", why))
-                    return got
+                if self._report(st):
+                    self._close(st)
+                    got.append((st.id, b"", why))
+                return got
         else:
             live = [st for st in claims if not st.closed]
         if not live:
@@ -427,7 +436,11 @@ class RedisStreamExecutor:
             if req.tls:
                 ctx = self._ssl or ssl.create_default_context()
                 sock = ctx.wrap_socket(sock, server_hostname=req.server_name)
-        sock.setblocking(False)
+        if _DONTWAIT and not req.tls:
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _SLICE_TIMEVAL)
+        else:
+            sock.setblocking(False)
         return sock
 
     def _connect_run(self, req: StreamOpen, st: _Stream) -> None:
@@ -441,6 +454,8 @@ class RedisStreamExecutor:
             # (before the socket is published: a reader that sees no io_lock reads unlocked)
             if isinstance(sock, ssl.SSLSocket):
                 st.io_lock = threading.Lock()
+            else:
+                st.blocking = bool(_DONTWAIT)
             st.sock, st.fd = sock, sock.fileno()
             if st.out:
                 self._start_writer(st)

@@ -289,3 +289,47 @@ def test_the_select_poller_where_there_is_no_epoll(redis_server, r, monkeypatch)
         assert got and got[0] - released < 2.0  # woken, not the idle recheck
         assert b.backend_counters()["wakeups"] >= 1
     assert not _lock_keys(r, "inl-select")
+
+
+def test_a_plain_stream_waits_in_recv_and_never_blocks_a_write(redis_server) -> None:  # type: ignore[no-untyped-def]
+    """A plain socket stays blocking with a receive timeout of one slice, so the caller that
+    holds it waits in one recv(); every other read and every write must not block on it: a
+    write the socket cannot take goes to the writer thread, a read with nothing there says
+    so, and a held read with nothing there returns after its slice, not its whole timeout."""
+    import socket
+    import struct
+
+    from leasehold.backends import redis_stream as rs
+
+    ex = RedisStreamExecutor(redis_server.url)
+    with LockClient(ex) as c:
+        c.acquire("inl-blocking", ttl=10).release()
+        (st,) = [s for s in ex._streams.values() if not s.closed][:1]
+        assert st.blocking and st.sock.gettimeout() is None
+        raw = st.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, len(rs._SLICE_TIMEVAL))
+        sec, usec = struct.unpack("@ll", raw)
+        assert sec == 0 and 0 < usec <= 2 * rs._SLICE * 1e6  # (the kernel rounds it to its tick)
+
+    a, b = socket.socketpair()
+    try:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, rs._SLICE_TIMEVAL)
+        st = rs._Stream(7, None)
+        st.sock, st.fd, st.blocking = a, a.fileno(), True
+        ex = RedisStreamExecutor(redis_server.url)
+        ex._streams[7] = st
+        assert st.recv() is None  # nothing there: no wait
+        big = b"x" * (8 << 20)  # more than the socket takes while its peer reads nothing
+        w = threading.Thread(target=ex.write, args=(7, big), daemon=True)
+        w.start()
+        w.join(2.0)
+        assert not w.is_alive(), "a write blocked on a full socket"
+        assert st.out or st.writing  # the rest waits for the writer thread
+        t0 = time.monotonic()
+        assert ex.read_held([st], 30.0) == []  # nothing came: back after a slice
+        assert time.monotonic() - t0 < 5.0, "a held read waited its whole timeout, not a slice"
+        b.sendall(b"+OK\r\n")
+        assert ex.read_held([st], 30.0) == [(7, b"+OK\r\n", "")]
+        st.closed = True  # the writer thread stops at its next look
+    finally:
+        a.close()
+        b.close()
