@@ -107,7 +107,7 @@ impl MemoryProtocol {
 
     /// Whether [`Self::poll_request`] may give a request, taking and moving nothing.
     pub fn has_request(&self, core: &Client) -> bool {
-        core.has_output() || self.out.has_ready()
+        self.out.has_request(core)
     }
 
     /// The next event for the application.

@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::StatusAnswer;
-use crate::Event;
+use crate::{Client, Event};
 
 /// The hasher of tables keyed by values this process chose (request ids, lease ids, random
 /// tokens): a fast mix, since no outsider picks the keys that go in.
@@ -145,6 +145,13 @@ impl<P> Outbox<P> {
     /// Whether [`Self::next_ready`] would give a request, taking nothing.
     pub(crate) fn has_ready(&self) -> bool {
         self.queue.iter().any(|id| self.pending.contains_key(id))
+    }
+
+    /// Whether the protocol that owns this outbox has a request for the host, taking and
+    /// moving nothing: the engine has output to pump into one, or one is queued. (`lh_drain`
+    /// ends a drain on it; a protocol with requests of its own adds them.)
+    pub(crate) fn has_request(&self, core: &Client) -> bool {
+        core.has_output() || self.has_ready()
     }
 
     /// Whether nothing is queued for the host (ids of dropped requests count as queued).

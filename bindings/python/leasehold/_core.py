@@ -36,8 +36,6 @@ from ._options import (
     backend_options,
 )
 from ._values import (
-    _MEM,
-    _MEM_END,
     REQUEST_HOT,
     Answer,
     HostFact,
@@ -50,6 +48,7 @@ from ._values import (
     flatten_rows,
     rows_error,
     sql_request,
+    write_request,
 )
 
 __all__ = [
@@ -118,7 +117,7 @@ if _EVENT_LAYOUT.size != ctypes.sizeof(_ffi.lh_event):  # pragma: no cover - exo
     raise errors.LibraryError(
         f"lh_event layout mismatch: struct {_EVENT_LAYOUT.size} bytes, ctypes {ctypes.sizeof(_ffi.lh_event)}"
     )
-_new_event = _new_tuple = tuple.__new__
+_new_event = tuple.__new__
 _WRITE, _SQL = _ffi.LH_IO_WRITE, _ffi.LH_IO_SQL
 _EVENT_SIZE = _EVENT_LAYOUT.size
 _DRAINED_LAYOUT = struct.Struct("@IIIIQII")  # lh_drained
@@ -702,14 +701,8 @@ class Core:
             size, took, n, more, dl, more_reqs, _ = _unpack_drained(d)  # one read of the struct
             if took:
                 rid, kind, data, n_data, stream = _unpack_hot(r)  # one read of the struct
-                if kind == _WRITE:  # write_request inline: the byte path's request
-                    if not n_data:
-                        raw = b""
-                    elif data + n_data <= _MEM_END:  # a slice, not a foreign call
-                        raw = _MEM[data : data + n_data]
-                    else:
-                        raw = _string_at(data, n_data)
-                    reqs.append(_new_tuple(IoRequest, (rid, _WRITE, 0, (stream, raw))))
+                if kind == _WRITE:  # the byte path's request, from the fields read above
+                    reqs.append(write_request(rid, stream, data, n_data))
                 elif kind == _SQL:  # decode_request's SQL case, one frame less
                     reqs.append(sql_request(r))
                 else:

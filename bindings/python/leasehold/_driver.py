@@ -78,15 +78,8 @@ class Driver(LeaseLifecycle):
                     h._valid_until_ns = ev.valid_until_ns
                     h._state = _HELD
                     self._granted(h)
-        elif k == _EV_RELEASED:  # (the events of every release without _lease_event's frame)
-            lease = ev.lease_id
-            if lease in self._renew_waiters:
-                self._lease_released(lease)
-            else:  # (its common case inline)
-                for h in self._handles.pop(lease, ()):
-                    if h._state == _HELD:
-                        h._state = _RELEASED
-                        h._valid_until_ns = None
+        elif k == _EV_RELEASED:  # (every release's event, without _lease_event's frame)
+            self._lease_released(ev.lease_id)
         elif k == _EV_OUTCOME:
             slot = self._release_waiters.pop(ev.lease_id, None)
             if slot is not None:

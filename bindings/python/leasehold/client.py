@@ -360,16 +360,7 @@ class LockClient(ThreadedDriver):
             if not (self._reads or not self._inline or self._paused):
                 batch = self._tl.batch = []
             try:
-                if self._reads and not self._paused:  # (_drain_holding inline)
-                    be = self._backend
-                    be.hold_reads()
-                    try:
-                        self._drain()
-                    finally:
-                        claims = be.held_reads()
-                else:
-                    self._drain()
-                    claims = None
+                claims = self._drain_holding()
             finally:
                 if batch is not None:
                     self._tl.batch = None
@@ -562,16 +553,7 @@ class LockClient(ThreadedDriver):
             if inline and not (self._reads or not self._inline or self._paused):
                 batch = self._tl.batch = []
             try:
-                if self._reads and not self._paused:  # (_drain_holding inline)
-                    be = self._backend
-                    be.hold_reads()
-                    try:
-                        self._drain()
-                    finally:
-                        claims = be.held_reads()
-                else:
-                    self._drain()
-                    claims = None
+                claims = self._drain_holding()
             finally:
                 if batch is not None:
                     self._tl.batch = None

@@ -315,10 +315,9 @@ impl EtcdProtocol {
     /// Whether [`Self::poll_request`] may give a request, taking and moving nothing: a watch
     /// to cancel, an authentication due, one queued, or engine output that may make one.
     pub fn has_request(&self, core: &Client) -> bool {
-        core.has_output()
+        self.out.has_request(core)
             || !self.cancels.is_empty()
             || self.auth.as_ref().is_some_and(|a| a.token.is_empty())
-            || self.out.has_ready()
     }
 
     /// The next event for the application.

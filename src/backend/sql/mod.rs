@@ -244,7 +244,7 @@ impl SqlProtocol {
     /// request handed out stays valid): one is queued, or the engine has output that may
     /// make one.
     pub fn has_request(&self, core: &Client) -> bool {
-        core.has_output() || self.out.has_ready()
+        self.out.has_request(core)
     }
 
     /// The next event for the application.

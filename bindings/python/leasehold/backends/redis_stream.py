@@ -323,7 +323,7 @@ class RedisStreamExecutor:
                 # One blocking recv, at most a slice (see _DONTWAIT); the caller's loop looks
                 # at its call and its deadline between slices, as after a poll.
                 try:
-                    data: bytes = st.sock.recv(_READ)
+                    data: bytes | None = st.sock.recv(_READ)
                 except BlockingIOError:  # the slice passed
                     return got
                 except OSError as e:
