@@ -119,6 +119,8 @@
  *   lh_drain(c, &req, events, cap, &out) is the same drain in one call where crossings cost
  *   (ctypes, cgo): the next request, up to cap events and the next deadline; repeat while
  *   out.more_requests or out.more_events, and keep the last call's out.deadline_ns.
+ *   lh_io_received_drain(c, now, s, bytes, len, &req, events, cap, &out) feeds bytes read
+ *   and makes that drain's first call in one crossing (refused bytes drain nothing).
  *
  *   Values (answers to COMMAND and SQL) cross as a flat list of lh_value in pre-order (an
  *   LH_VALUE_ARRAY of len n is followed by its n elements, recursively) plus ONE data
@@ -2042,6 +2044,28 @@ lh_status lh_drain(struct lh_client *c,
                    struct lh_event *events,
                    size_t events_cap,
                    struct lh_drained *out);
+
+/**
+ * `lh_io_received` and then the first `lh_drain`, in one call: what the bytes caused comes
+ * back with them, so a host whose crossings cost (ctypes, cgo) feeds a read and takes what
+ * it caused in one. Continue with `lh_drain` while `out` says more is left, as after any
+ * `lh_drain` call. The drain's arguments are checked first and refused bytes drain nothing
+ * (`out` untouched): on any status but `LH_OK` the bytes were not taken, and the host
+ * drains as after any refused input.
+ *
+ * # Safety
+ * As `lh_io_received` for `c`, `bytes` and `len`; as `lh_drain` for `request`, `events`,
+ * `events_cap` and `out`.
+ */
+lh_status lh_io_received_drain(struct lh_client *c,
+                               uint64_t now,
+                               uint64_t stream,
+                               const uint8_t *bytes,
+                               size_t len,
+                               struct lh_io_request *request,
+                               struct lh_event *events,
+                               size_t events_cap,
+                               struct lh_drained *out);
 
 /**
  * Takes the next request into `*out` (`out->kind == LH_IO_NONE`, `out->id == 0` when none is

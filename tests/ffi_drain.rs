@@ -289,3 +289,236 @@ fn bad_arguments_are_refused_and_take_nothing() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(NonNull::new(h.0).is_some());
 }
+
+/// `lh_io_received_drain` into fresh out-values with room for `cap` events.
+fn received_drain(
+    h: &H,
+    now: u64,
+    stream: u64,
+    bytes: &[u8],
+    cap: usize,
+) -> (lh_status, Option<Req>, Vec<lh_event>, lh_drained) {
+    let mut r = MaybeUninit::<lh_io_request>::zeroed();
+    let mut evs = vec![lh_event::default(); cap];
+    let mut d = drained();
+    // SAFETY: valid out-pointers of the sizes given; `bytes` is readable.
+    let st = unsafe {
+        lh_io_received_drain(
+            h.0,
+            now,
+            stream,
+            bytes.as_ptr(),
+            bytes.len(),
+            r.as_mut_ptr(),
+            evs.as_mut_ptr(),
+            cap,
+            &mut d,
+        )
+    };
+    if st != LH_OK {
+        return (st, None, Vec::new(), d);
+    }
+    // SAFETY: LH_OK wrote the request; its pointers are read before the next call.
+    let req = unsafe { Req::copy(&r.assume_init()) };
+    evs.truncate(d.nevents as usize);
+    (st, req, evs, d)
+}
+
+/// Feeds `bytes` to `a` with `lh_io_received` and the whole drain, and to `b` with
+/// `lh_io_received_drain` and the rest of its drain: they must take the same.
+fn feed_both(a: &H, b: &H, now: u64, stream: u64, bytes: &[u8], what: &str) -> Vec<Req> {
+    // SAFETY: `bytes` is readable for its length.
+    ok(unsafe { lh_io_received(a.0, now, stream, bytes.as_ptr(), bytes.len()) });
+    let want = drain_all(a, 4);
+    let (st, r, e, d) = received_drain(b, now, stream, bytes, 4);
+    ok(st);
+    let (mut reqs, mut evs, mut dl) = (Vec::from_iter(r), e, d.deadline_ns);
+    if d.more_requests == 1 || d.more_events == 1 {
+        let (r, e, rest_dl) = drain_all(b, 4);
+        reqs.extend(r);
+        evs.extend(e);
+        dl = rest_dl;
+    }
+    assert_eq!(want, (reqs.clone(), evs, dl), "{what}");
+    reqs
+}
+
+/// The RESP3 confirmation of the SUBSCRIBE among `reqs`.
+fn subscribed(reqs: &[Req]) -> Vec<u8> {
+    let sub = reqs
+        .iter()
+        .find(|r| r.data.windows(9).any(|w| w == b"SUBSCRIBE"))
+        .expect("a SUBSCRIBE");
+    let parts: Vec<&[u8]> = sub.data.split(|&c| c == b'\n').collect();
+    let channel = parts[4].strip_suffix(b"\r").expect("a channel");
+    let mut confirm = format!(">3\r\n$9\r\nsubscribe\r\n${}\r\n", channel.len()).into_bytes();
+    confirm.extend_from_slice(channel);
+    confirm.extend_from_slice(b"\r\n:1\r\n");
+    confirm
+}
+
+#[test]
+fn received_and_drained_in_one_call_is_the_two_calls() {
+    let url = b"redis://127.0.0.1:1/0";
+    let stream_client = || {
+        let mut o = backend(LH_BACKEND_REDIS_STREAM);
+        o.redis_url = url.as_ptr();
+        o.redis_url_len = url.len();
+        try_client(&config(), &o, &[9; 32]).expect("lh_client_new")
+    };
+    let (a, b) = (stream_client(), stream_client());
+    for h in [&a, &b] {
+        ok(h.timeout(MS));
+        h.acquire(2 * MS, b"one", &opts(3_000)).unwrap();
+    }
+    let (opens, _, _) = drain_all(&a, 4);
+    assert_eq!(drain_all(&b, 4).0, opens);
+    // Every stream opens and answers its handshake; the subscriber's SUBSCRIBE is confirmed.
+    let hello = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+    let (mut cmd, mut sent) = (0, Vec::new());
+    for open in opens.iter().filter(|r| r.kind == LH_IO_OPEN) {
+        for h in [&a, &b] {
+            // SAFETY: a live handle.
+            ok(unsafe { lh_io_opened(h.0, 3 * MS, open.id) });
+            let sent = h.requests();
+            assert!(
+                sent.iter()
+                    .any(|r| r.data.starts_with(b"*2\r\n$5\r\nHELLO")),
+                "{sent:?}"
+            );
+        }
+        let reqs = feed_both(&a, &b, 4 * MS, open.id, hello, "handshake");
+        if reqs
+            .iter()
+            .any(|r| r.data.windows(9).any(|w| w == b"SUBSCRIBE"))
+        {
+            feed_both(&a, &b, 4 * MS, open.id, &subscribed(&reqs), "subscribed");
+        } else {
+            (cmd, sent) = (open.id, reqs);
+        }
+    }
+    assert_ne!(cmd, 0, "a commands stream among {opens:?}");
+    // The commands handshake's reply sent the acquire that waited for it.
+    assert!(
+        sent.iter()
+            .any(|r| r.data.windows(7).any(|w| w == b"EVALSHA")),
+        "{sent:?}"
+    );
+    // A reply split anywhere: the first piece causes nothing, the second the retry.
+    let noscript = b"-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    assert!(feed_both(&a, &b, 5 * MS, cmd, &noscript[..9], "half a reply").is_empty());
+    let reqs = feed_both(&a, &b, 5 * MS, cmd, &noscript[9..], "the rest");
+    assert!(
+        reqs.iter().any(|r| r.data.windows(4).any(|w| w == b"EVAL")),
+        "{reqs:?}"
+    );
+    // The grant comes out of the same call as its event.
+    let (st, r, evs, d) = received_drain(&b, 6 * MS, cmd, b"*3\r\n:1\r\n:42\r\n:3000\r\n", 4);
+    ok(st);
+    assert!(r.is_none() && d.more_requests == 0, "{r:?} {d:?}");
+    assert_eq!(
+        evs.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [LH_EVENT_ACQUIRED],
+        "{evs:?}"
+    );
+    assert_ne!(d.deadline_ns, LH_NO_DEADLINE, "the renewal is due");
+}
+
+#[test]
+fn refused_bytes_and_bad_drain_arguments_take_nothing() {
+    let url = b"redis://127.0.0.1:1/0";
+    let mut o = backend(LH_BACKEND_REDIS_STREAM);
+    o.redis_url = url.as_ptr();
+    o.redis_url_len = url.len();
+    let h = try_client(&config(), &o, &[3; 32]).expect("lh_client_new");
+    ok(h.timeout(MS));
+    h.acquire(2 * MS, b"one", &opts(3_000)).unwrap();
+    let cmd = h
+        .requests()
+        .iter()
+        .find(|r| r.kind == LH_IO_OPEN)
+        .expect("an open")
+        .id;
+    // Bytes before the stream opened, and on a stream never handed out: refused, nothing drained.
+    let (st, _, _, d) = received_drain(&h, 2 * MS, cmd, b"+OK\r\n", 4);
+    expect(st, LH_ERR_WRONG_ANSWER);
+    assert_eq!(
+        (d.request, d.nevents, d.deadline_ns),
+        (0, 0, 0),
+        "out written: {d:?}"
+    );
+    let (st, _, _, _) = received_drain(&h, 2 * MS, 999, b"+OK\r\n", 4);
+    expect(st, LH_ERR_UNKNOWN_CONNECTION);
+    // SAFETY: a live handle.
+    ok(unsafe { lh_io_opened(h.0, 3 * MS, cmd) });
+    assert!(!h.requests().is_empty(), "the handshake");
+    let hello = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+    let mut r = MaybeUninit::<lh_io_request>::uninit();
+    let mut ev = [lh_event::default(); 2];
+    // SAFETY: each call passes one bad drain argument and valid others; `hello` is readable.
+    unsafe {
+        expect(
+            lh_io_received_drain(
+                h.0,
+                4 * MS,
+                cmd,
+                hello.as_ptr(),
+                hello.len(),
+                r.as_mut_ptr(),
+                ev.as_mut_ptr(),
+                2,
+                null_mut(),
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        let mut d = drained();
+        expect(
+            lh_io_received_drain(
+                h.0,
+                4 * MS,
+                cmd,
+                hello.as_ptr(),
+                hello.len(),
+                r.as_mut_ptr(),
+                null_mut(),
+                1,
+                &mut d,
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_received_drain(
+                h.0,
+                4 * MS,
+                cmd,
+                null_mut(),
+                3,
+                r.as_mut_ptr(),
+                ev.as_mut_ptr(),
+                2,
+                &mut d,
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+        expect(
+            lh_io_received_drain(
+                null_mut(),
+                4 * MS,
+                cmd,
+                hello.as_ptr(),
+                hello.len(),
+                r.as_mut_ptr(),
+                ev.as_mut_ptr(),
+                2,
+                &mut d,
+            ),
+            LH_ERR_NULL_ARGUMENT,
+        );
+    }
+    // None of them took the reply: the handshake still waits, and what follows it.
+    assert!(h.requests().is_empty(), "nothing went out");
+    let (st, r, _, _) = received_drain(&h, 5 * MS, cmd, hello, 4);
+    ok(st);
+    let r = r.expect("the subscription, sent once the handshake is answered");
+    assert!(r.data.windows(9).any(|w| w == b"SUBSCRIBE"), "{r:?}");
+}

@@ -4,7 +4,7 @@
 #![allow(non_camel_case_types)]
 
 use super::boundary::{Failure, check_growing_out, guard_mut, write_out, write_prefix};
-use super::client::{event_to_c, lh_client};
+use super::client::{ClientState, event_to_c, lh_client};
 use super::io::lh_io_request;
 use super::types::{LH_EVENT_NONE, LH_NO_DEADLINE, lh_event, lh_status};
 
@@ -65,40 +65,104 @@ pub unsafe extern "C" fn lh_drain(
     // SAFETY: per the caller's contract.
     unsafe {
         guard_mut(c, |s| {
-            let size = check_growing_out(out, "out", LH_DRAINED_V1_SIZE)?;
-            if events.is_null() && events_cap > 0 {
-                return Err(Failure::null("events"));
-            }
-            let mut d = lh_drained {
-                struct_size: size_of::<lh_drained>() as u32,
-                ..lh_drained::default()
-            };
-            if !request.is_null() {
-                let r = s.poll_request();
-                d.request = u32::from(r.kind != super::io::LH_IO_NONE);
-                write_out(request, r);
-            }
-            let cap = events_cap.min(u32::MAX as usize);
-            while (d.nevents as usize) < cap {
-                let ev = event_to_c(s.proto.poll_event(&mut s.core));
-                if ev.kind == LH_EVENT_NONE {
-                    break;
-                }
-                write_out(events.add(d.nevents as usize), ev);
-                d.nevents += 1;
-            }
-            d.more_events = u32::from(cap > 0 && d.nevents as usize == cap);
-            // Whether the next call would find a request (what `*request` points to stays
-            // valid: looking ahead takes nothing).
-            d.more_requests = u32::from(d.request == 1 && s.proto.may_have_request(&mut s.core));
-            // Only the last call's deadline is kept, so only it pays for one.
-            d.deadline_ns = if d.more_requests == 0 && d.more_events == 0 {
-                s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE)
-            } else {
-                LH_NO_DEADLINE
-            };
-            write_prefix(out, d, size);
+            let size = check_drain_args(events, events_cap, out)?;
+            drain_into(s, request, events, events_cap, out, size);
             Ok(())
         })
     }
+}
+
+/// `lh_io_received` and then the first `lh_drain`, in one call: what the bytes caused comes
+/// back with them, so a host whose crossings cost (ctypes, cgo) feeds a read and takes what
+/// it caused in one. Continue with `lh_drain` while `out` says more is left, as after any
+/// `lh_drain` call. The drain's arguments are checked first and refused bytes drain nothing
+/// (`out` untouched): on any status but `LH_OK` the bytes were not taken, and the host
+/// drains as after any refused input.
+///
+/// # Safety
+/// As `lh_io_received` for `c`, `bytes` and `len`; as `lh_drain` for `request`, `events`,
+/// `events_cap` and `out`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // (the two calls' arguments, in their order)
+pub unsafe extern "C" fn lh_io_received_drain(
+    c: *mut lh_client,
+    now: u64,
+    stream: u64,
+    bytes: *const u8,
+    len: usize,
+    request: *mut lh_io_request,
+    events: *mut lh_event,
+    events_cap: usize,
+    out: *mut lh_drained,
+) -> lh_status {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        guard_mut(c, |s| {
+            let size = check_drain_args(events, events_cap, out)?;
+            super::stream::received(s, now, stream, bytes, len)?;
+            drain_into(s, request, events, events_cap, out, size);
+            Ok(())
+        })
+    }
+}
+
+/// The size of `out` to write, or why the drain's arguments are refused.
+///
+/// # Safety
+/// `out` is NULL or valid for reading its leading `struct_size`.
+unsafe fn check_drain_args(
+    events: *mut lh_event,
+    events_cap: usize,
+    out: *mut lh_drained,
+) -> Result<usize, Failure> {
+    // SAFETY: per the caller's contract.
+    let size = unsafe { check_growing_out(out, "out", LH_DRAINED_V1_SIZE) }?;
+    if events.is_null() && events_cap > 0 {
+        return Err(Failure::null("events"));
+    }
+    Ok(size)
+}
+
+/// One drain call into checked arguments (see `lh_drain`).
+///
+/// # Safety
+/// As `lh_drain`, with `out` checked and `size` from `check_drain_args`.
+unsafe fn drain_into(
+    s: &mut ClientState,
+    request: *mut lh_io_request,
+    events: *mut lh_event,
+    events_cap: usize,
+    out: *mut lh_drained,
+    size: usize,
+) {
+    let mut d = lh_drained {
+        struct_size: size_of::<lh_drained>() as u32,
+        ..lh_drained::default()
+    };
+    // SAFETY (the writes below): per the caller's contract.
+    if !request.is_null() {
+        let r = s.poll_request();
+        d.request = u32::from(r.kind != super::io::LH_IO_NONE);
+        unsafe { write_out(request, r) };
+    }
+    let cap = events_cap.min(u32::MAX as usize);
+    while (d.nevents as usize) < cap {
+        let ev = event_to_c(s.proto.poll_event(&mut s.core));
+        if ev.kind == LH_EVENT_NONE {
+            break;
+        }
+        unsafe { write_out(events.add(d.nevents as usize), ev) };
+        d.nevents += 1;
+    }
+    d.more_events = u32::from(cap > 0 && d.nevents as usize == cap);
+    // Whether the next call would find a request (what `*request` points to stays valid:
+    // looking ahead takes nothing).
+    d.more_requests = u32::from(d.request == 1 && s.proto.may_have_request(&mut s.core));
+    // Only the last call's deadline is kept, so only it pays for one.
+    d.deadline_ns = if d.more_requests == 0 && d.more_events == 0 {
+        s.proto.poll_timeout(&mut s.core).unwrap_or(LH_NO_DEADLINE)
+    } else {
+        LH_NO_DEADLINE
+    };
+    unsafe { write_prefix(out, d, size) };
 }

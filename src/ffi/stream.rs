@@ -3,7 +3,7 @@
 //! owns what the bytes mean (Redis on the stream path: `LH_BACKEND_REDIS_STREAM`).
 
 use super::boundary::{Failure, guard_mut, optional_bytes_arg};
-use super::client::lh_client;
+use super::client::{ClientState, lh_client};
 use super::types::*;
 use super::values::LH_MAX_REPLY_DATA;
 use crate::backend::StreamAnswerError;
@@ -56,15 +56,27 @@ pub unsafe extern "C" fn lh_io_received(
     len: usize,
 ) -> lh_status {
     // SAFETY: per the caller's contract.
-    unsafe {
-        guard_mut(c, |s| {
-            let bytes =
-                optional_bytes_arg(bytes, len, LH_MAX_REPLY_DATA, "bytes", LH_ERR_INVALID_REPLY)?;
-            s.proto
-                .handle_received(&mut s.core, now, stream, bytes)
-                .map_err(refused)
-        })
-    }
+    unsafe { guard_mut(c, |s| received(s, now, stream, bytes, len)) }
+}
+
+/// `lh_io_received`'s work, shared with `lh_io_received_drain`.
+///
+/// # Safety
+/// `bytes` points to `len` readable bytes (NULL when 0).
+pub(super) unsafe fn received(
+    s: &mut ClientState,
+    now: u64,
+    stream: u64,
+    bytes: *const u8,
+    len: usize,
+) -> Result<(), Failure> {
+    // SAFETY: per the caller's contract.
+    let bytes = unsafe {
+        optional_bytes_arg(bytes, len, LH_MAX_REPLY_DATA, "bytes", LH_ERR_INVALID_REPLY)
+    }?;
+    s.proto
+        .handle_received(&mut s.core, now, stream, bytes)
+        .map_err(refused)
 }
 
 /// `stream` ended (the peer closed it, a read or write failed) or never opened (refused,

@@ -318,6 +318,13 @@ class Core:
         self._poll_timeout = _ffi.unchecked("lh_poll_timeout", pointers_only=True)
         # lh_drain: the drain after an input in one crossing (None: a library from before it).
         self._c_drain = _ffi.unchecked("lh_drain", ctypes_args=True) if hasattr(lib, "lh_drain") else None
+        # lh_io_received_drain: bytes read and the first drain call in one crossing (None: a
+        # library from before it).
+        self._c_received_drain: Any = (
+            _ffi.unchecked("lh_io_received_drain", ctypes_args=True)
+            if self._c_drain is not None and hasattr(lib, "lh_io_received_drain")
+            else None
+        )
         self._evs = (_ffi.lh_event * _STEP_EVENTS)()
         self._evs_ref = ctypes.byref(self._evs)
         self._evs_cap = ctypes.c_size_t(_STEP_EVENTS)
@@ -678,13 +685,17 @@ class Core:
         v: int = self._deadline.value
         return events, None if v == _NO_DEADLINE else v
 
-    def step(self) -> tuple[list[IoRequest], list[Event], int | None]:
+    def step(self, stream: int = 0, data: bytes | None = None) -> tuple[list[IoRequest], list[Event], int | None]:
         """The whole drain after an input: every pending request, every event and the next
         deadline (``poll_io`` then ``drain``), in one crossing of the ABI when the library
-        has ``lh_drain``."""
+        has ``lh_drain``. With ``data``, the input is those bytes read on ``stream``
+        (:meth:`stream_received`), fed in the drain's first crossing when the library has
+        ``lh_io_received_drain``; bytes the core refuses raise before anything is drained."""
         fn = self._c_drain
-        if fn is None:
-            return self._step_polls()
+        if fn is None or (data is not None and self._c_received_drain is None):
+            if data is not None:
+                self.stream_received(stream, data)
+            return self._step_polls() if fn is None else self.step()
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
@@ -694,15 +705,24 @@ class Core:
             args = self._drain_args = (p, self._req_ref, self._evs_ref, self._evs_cap, self._drained_ref)
         reqs: list[IoRequest] = []
         events: list[Event] = []
-        while True:
+        if data is None:
             st = fn(*args)
             if st:
                 _check(st, p, "lh_drain")
+        else:
+            if type(data) is not bytes:  # (as stream_received)
+                data = memoryview(data).tobytes()
+            now, arg, size = self._arg_now, self._arg_stream, self._arg_len
+            now.value, arg.value, size.value = int(self._clock()), stream, len(data)
+            st = self._c_received_drain(p, now, arg, data, size, *args[1:])
+            if st:
+                _check(st, p, "lh_io_received_drain")
+        while True:
             size, took, n, more, dl, more_reqs, _ = _unpack_drained(d)  # one read of the struct
             if took:
-                rid, kind, data, n_data, stream = _unpack_hot(r)  # one read of the struct
+                rid, kind, at, n_data, to = _unpack_hot(r)  # one read of the struct
                 if kind == _WRITE:  # the byte path's request, from the fields read above
-                    reqs.append(write_request(rid, stream, data, n_data))
+                    reqs.append(write_request(rid, to, at, n_data))
                 elif kind == _SQL:  # decode_request's SQL case, one frame less
                     reqs.append(sql_request(r))
                 else:
@@ -716,10 +736,11 @@ class Core:
                 else:
                     for i in range(n):
                         events.append(_new_event(Event, unpack_ev(evs, i * _EVENT_SIZE)))
-                if more:
-                    continue
-            if not (more_reqs if size > _DRAINED_V1_SIZE else took):
+            if not (more or (more_reqs if size > _DRAINED_V1_SIZE else took)):
                 return reqs, events, None if dl == _NO_DEADLINE else dl
+            st = fn(*args)
+            if st:
+                _check(st, p, "lh_drain")
 
     def _step_polls(self) -> tuple[list[IoRequest], list[Event], int | None]:
         """:meth:`step` on a library without ``lh_drain``."""

@@ -277,6 +277,11 @@ _SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
     # the IO seam
     "lh_io_poll": ([lh_client_p, _P(lh_io_request)], _u32, True),
     "lh_drain": ([lh_client_p, _P(lh_io_request), _P(lh_event), _sz, _P(lh_drained)], _u32, True),
+    "lh_io_received_drain": (
+        [lh_client_p, _u64, _u64, _cp, _sz, _P(lh_io_request), _P(lh_event), _sz, _P(lh_drained)],
+        _u32,
+        True,
+    ),
     # values: a packed lh_value list passed as bytes (see leasehold._values.flatten_reply)
     "lh_io_reply": ([lh_client_p, _u64, _u64, _cp, _sz, _cp, _sz], _u32, True),
     "lh_io_http_reply": ([lh_client_p, _u64, _u64, _u32, _cp, _sz], _u32, True),
@@ -318,7 +323,7 @@ _MEMORY_SIGNATURES: dict[str, tuple[list[Any], Any, bool]] = {
 
 
 # Exports added without an ABI change (a library of ABI_VERSION may predate them).
-_ADDED_EXPORTS = frozenset({"lh_client_new_check", "lh_drain"})
+_ADDED_EXPORTS = frozenset({"lh_client_new_check", "lh_drain", "lh_io_received_drain"})
 
 
 def client_new_reason(cfg: lh_config, bopts: lh_backend_options, seed: Any, seed_len: int) -> str:

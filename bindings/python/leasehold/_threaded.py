@@ -192,13 +192,23 @@ class ThreadedDriver(Driver):
         self._fail_waiters(errors.ClientClosed(f"the client stopped after a core failure: {e}"))
         self._cond.notify_all()
 
-    def _drain(self) -> None:
+    def _drain(self, stream: int = 0, data: bytes | None = None) -> None:
         """(mutex held) Drain every output, refresh the deadline, and wake the driver if it
-        must act earlier than it planned (or anyone waits for a state change)."""
+        must act earlier than it planned (or anyone waits for a state change). With
+        ``data``, feed those bytes read on ``stream`` first (in the drain's first crossing)."""
         if self._fatal is not None:
             return
         try:
-            reqs, outs, dl = self._core.step()
+            if data is None:
+                reqs, outs, dl = self._core.step()
+            else:
+                try:
+                    reqs, outs, dl = self._core.step(stream, data)
+                except (errors.ClientClosed, errors.CorePanic, errors.CorePoisoned):
+                    raise
+                except Exception:  # refused bytes (taken back whole): drain as after any input
+                    log.exception("leasehold: the core refused an input")
+                    reqs, outs, dl = self._core.step()
             for req in reqs:
                 kind = req.kind
                 if kind == _WRITE:  # (_submit_request's stream write, one frame less)
@@ -291,15 +301,8 @@ class ThreadedDriver(Driver):
                             self._feed(core.stream_closed, stream, why)
                         elif self._paused or self._fatal is not None:
                             self._feed(core.stream_received, stream, data)
-                        else:  # (_feed's common case, one frame less per reply)
-                            try:
-                                core.stream_received(stream, data)
-                            except (errors.CorePanic, errors.CorePoisoned) as e:
-                                self._on_fatal(e)
-                                continue
-                            except Exception:
-                                log.exception("leasehold: the core refused an input")
-                            self._drain()
+                        else:  # (_feed's common case: fed and drained in one crossing)
+                            self._drain(stream, data)
                     if widen and not (slot.done if slot is not None else h._state != _ACQUIRING if h is not None else done()):
                         widen = False
                         claims.extend(be.hold_idle())

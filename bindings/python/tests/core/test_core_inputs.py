@@ -450,6 +450,40 @@ def test_stream_received_takes_bytes_like_data_and_refuses_text() -> None:
         c.close()
 
 
+@pytest.mark.parametrize("one_call", [True, False])
+def test_step_with_bytes_feeds_and_drains_as_the_two_calls(one_call: bool) -> None:
+    """``step(stream, data)`` feeds the bytes and drains in one crossing
+    (``lh_io_received_drain``; without it, ``stream_received`` then ``step``): the same
+    requests, events and deadline as the two calls on a twin core, for a reply split
+    anywhere. Bytes the core refuses raise and are not taken: nothing is drained."""
+    clock = FakeClock()
+    opts = RedisStreamOptions("redis://127.0.0.1:1")
+    a, b = (Core(seed=b"v" * 32, clock=clock.monotonic_ns, backend=opts) for _ in range(2))
+    if not one_call:
+        b._c_received_drain = None  # a library from before it
+    for c in (a, b):
+        c.acquire("s", 3000)
+    opens = a.step()[0]
+    assert b.step()[0] == opens and [r.kind for r in opens] == [_ffi.LH_IO_OPEN] * 2
+    stream = opens[0].payload.stream
+    with pytest.raises(CoreError):
+        b.step(stream, b"+OK\r\n")  # before the stream opened: refused
+    assert b.step() == a.step()  # and nothing was taken or drained
+    for c in (a, b):
+        c.stream_opened(stream)
+    assert b.step() == a.step()  # the handshake
+    hello = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n"
+    for piece in (hello[:7], hello[7:]):
+        a.stream_received(stream, piece)
+        want = a.step()
+        assert b.step(stream, piece) == want
+    assert want[0], "the handshake's reply sent what waited for it"
+    with pytest.raises(TypeError):
+        b.step(stream, "+OK\r\n")  # type: ignore[arg-type]
+    a.close()
+    b.close()
+
+
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
     def first_token(c: Core) -> str:
         store = MemoryService()

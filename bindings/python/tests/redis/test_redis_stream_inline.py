@@ -329,7 +329,8 @@ def test_a_plain_stream_waits_in_recv_and_never_blocks_a_write(redis_server) -> 
         assert time.monotonic() - t0 < 5.0, "a held read waited its whole timeout, not a slice"
         b.sendall(b"+OK\r\n")
         assert ex.read_held([st], 30.0) == [(7, b"+OK\r\n", "")]
-        st.closed = True  # the writer thread stops at its next look
     finally:
+        st.closed = True  # the writer thread stops at its next look
+        wait_until(lambda: not st.writing, bound=10, what="the writer thread ended")
         a.close()
         b.close()
