@@ -967,6 +967,65 @@ static void drain_in_one_call_takes_what_the_single_polls_take(void) {
     lh_client_free(b);
 }
 
+/* lh_io_received_drain feeds bytes read and makes the first drain call in one: a stream-kind
+ * client with no server, its handshake answered by hand. Refused bytes and bad drain arguments
+ * take nothing and write nothing. */
+static void received_and_drained_in_one_call(void) {
+    const char *url = "redis://127.0.0.1:1/0";
+    lh_config cfg;
+    lh_config_default(&cfg);
+    lh_backend_options b;
+    lh_backend_options_default(LH_BACKEND_REDIS_STREAM, &b);
+    b.redis_url = (const uint8_t *)url;
+    b.redis_url_len = strlen(url);
+    uint8_t seed[32] = {7};
+    lh_client *c = NULL;
+    EXPECT_ST(lh_client_new(&cfg, &b, seed, sizeof seed, &c), LH_OK);
+    if (c == NULL) return;
+    lh_acquire_options o = opts_ttl(3000);
+    uint64_t lease = 0;
+    EXPECT_ST(lh_acquire(c, MS, NAME, NAME_LEN, &o, &lease), LH_OK);
+    lh_io_request r;
+    uint64_t opens[2] = {0, 0};
+    size_t nopens = 0;
+    while (lh_io_poll(c, &r) == LH_OK && r.kind != LH_IO_NONE)
+        if (r.kind == LH_IO_OPEN && nopens < 2) opens[nopens++] = r.stream;
+    EXPECT(nopens >= 1);
+    lh_event evs[2];
+    lh_drained d;
+    memset(&d, 0xab, sizeof d);
+    d.struct_size = sizeof d;
+    const uint8_t ok[] = "+OK\r\n";
+    /* Before the stream opened, and on a stream never handed out: refused, `d` untouched. */
+    EXPECT_ST(lh_io_received_drain(c, 2 * MS, opens[0], ok, 5, &r, evs, 2, &d), LH_ERR_WRONG_ANSWER);
+    EXPECT_ST(lh_io_received_drain(c, 2 * MS, 999, ok, 5, &r, evs, 2, &d), LH_ERR_UNKNOWN_CONNECTION);
+    EXPECT(d.nevents == 0xabababab && d.deadline_ns == 0xababababababababull);
+    const uint8_t hello[] = "%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+    const size_t hello_len = sizeof hello - 1;
+    int sent_more = 0;
+    for (size_t i = 0; i < nopens; i++) {
+        EXPECT_ST(lh_io_opened(c, 3 * MS, opens[i]), LH_OK);
+        while (lh_io_poll(c, &r) == LH_OK && r.kind != LH_IO_NONE) EXPECT(r.kind == LH_IO_WRITE);
+        /* Bad drain arguments: refused before the bytes are taken. */
+        EXPECT_ST(lh_io_received_drain(c, 4 * MS, opens[i], hello, hello_len, &r, evs, 2, NULL), LH_ERR_NULL_ARGUMENT);
+        EXPECT_ST(lh_io_received_drain(c, 4 * MS, opens[i], hello, hello_len, &r, NULL, 2, &d), LH_ERR_NULL_ARGUMENT);
+        EXPECT_ST(lh_io_received_drain(c, 4 * MS, opens[i], NULL, 3, &r, evs, 2, &d), LH_ERR_NULL_ARGUMENT);
+        EXPECT_ST(lh_io_received_drain(NULL, 4 * MS, opens[i], hello, hello_len, &r, evs, 2, &d), LH_ERR_NULL_ARGUMENT);
+        EXPECT_ST(lh_io_poll(c, &r), LH_OK);
+        EXPECT(r.kind == LH_IO_NONE); /* the handshake still waits for its reply */
+        /* The reply, fed and drained at once: what waited for the handshake comes out. */
+        EXPECT_ST(lh_io_received_drain(c, 4 * MS, opens[i], hello, hello_len, &r, evs, 2, &d), LH_OK);
+        EXPECT(d.struct_size == sizeof d && d.nevents == 0);
+        if (d.request) {
+            EXPECT(r.kind == LH_IO_WRITE && r.stream == opens[i] && r.data_len > 0);
+            sent_more++;
+        }
+        while (d.more_requests) EXPECT_ST(lh_drain(c, &r, evs, 2, &d), LH_OK);
+    }
+    EXPECT(sent_more >= 1);
+    lh_client_free(c);
+}
+
 void abi_tests(void) {
     RUN(version_macros_match_library);
     RUN(status_str_names_every_code);
@@ -974,6 +1033,7 @@ void abi_tests(void) {
     RUN(client_new_rejects_hostile_arguments);
     RUN(every_backend_speaks_through_lh_io_poll);
     RUN(drain_in_one_call_takes_what_the_single_polls_take);
+    RUN(received_and_drained_in_one_call);
     RUN(null_handle_is_an_error_everywhere);
     RUN(null_out_params_are_errors_and_change_nothing);
     RUN(acquire_rejects_hostile_names_and_options);
