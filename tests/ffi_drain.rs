@@ -169,17 +169,19 @@ fn a_drain_ends_with_the_call_that_took_its_last_request() {
     );
 }
 
+/// A client of the stream kind whose server is never reached (the test answers for it).
+fn stream_client(seed: u8) -> H {
+    let url = b"redis://127.0.0.1:1/0";
+    let mut o = backend(LH_BACKEND_REDIS_STREAM);
+    o.redis_url = url.as_ptr();
+    o.redis_url_len = url.len();
+    try_client(&config(), &o, &[seed; 32]).expect("lh_client_new")
+}
+
 /// The stream kind as well: its connections' requests and the lock requests they carry.
 #[test]
 fn the_stream_kind_ends_a_drain_with_the_call_that_took_its_last_request() {
-    let url = b"redis://127.0.0.1:1/0";
-    let stream_client = || {
-        let mut o = backend(LH_BACKEND_REDIS_STREAM);
-        o.redis_url = url.as_ptr();
-        o.redis_url_len = url.len();
-        try_client(&config(), &o, &[9; 32]).expect("lh_client_new")
-    };
-    let (a, b) = (stream_client(), stream_client());
+    let (a, b) = (stream_client(9), stream_client(9));
     let mut most = 0;
     let mut compare = |what: &str| most = most.max(one_call_per_request(&a, &b, what));
     compare("set-up");
@@ -359,14 +361,7 @@ fn subscribed(reqs: &[Req]) -> Vec<u8> {
 
 #[test]
 fn received_and_drained_in_one_call_is_the_two_calls() {
-    let url = b"redis://127.0.0.1:1/0";
-    let stream_client = || {
-        let mut o = backend(LH_BACKEND_REDIS_STREAM);
-        o.redis_url = url.as_ptr();
-        o.redis_url_len = url.len();
-        try_client(&config(), &o, &[9; 32]).expect("lh_client_new")
-    };
-    let (a, b) = (stream_client(), stream_client());
+    let (a, b) = (stream_client(9), stream_client(9));
     for h in [&a, &b] {
         ok(h.timeout(MS));
         h.acquire(2 * MS, b"one", &opts(3_000)).unwrap();
@@ -426,11 +421,7 @@ fn received_and_drained_in_one_call_is_the_two_calls() {
 
 #[test]
 fn refused_bytes_and_bad_drain_arguments_take_nothing() {
-    let url = b"redis://127.0.0.1:1/0";
-    let mut o = backend(LH_BACKEND_REDIS_STREAM);
-    o.redis_url = url.as_ptr();
-    o.redis_url_len = url.len();
-    let h = try_client(&config(), &o, &[3; 32]).expect("lh_client_new");
+    let h = stream_client(3);
     ok(h.timeout(MS));
     h.acquire(2 * MS, b"one", &opts(3_000)).unwrap();
     let cmd = h
