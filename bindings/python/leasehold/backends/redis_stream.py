@@ -69,8 +69,8 @@ def _why(e: BaseException) -> str:
 
 
 class _Stream:
-    """One stream: its socket (non-blocking once connected), the bytes not sent yet, and its
-    read lock (see the module docs)."""
+    """One stream: its socket (once connected, only its read lock's holder ever waits on it:
+    see ``_DONTWAIT``), the bytes not sent yet, and its read lock (see the module docs)."""
 
     def __init__(self, stream: int, sink: Any) -> None:
         self.id = stream
