@@ -1,6 +1,8 @@
 //! `lh_drain`, the host's drain in one call, through the C ABI: on every backend it takes the
 //! same requests, events and deadline as the single polls, in the same order; a full events
 //! array says so and the rest follows; bad arguments are refused before anything is taken.
+//! `lh_io_received_drain` feeds bytes and drains as the two calls do, and refuses what they
+//! refuse without taking anything.
 #![allow(unsafe_code)]
 
 #[path = "support/abi.rs"]

@@ -1,6 +1,8 @@
 //! The host's drain in one call (`lh_drain`): the next request, every pending event and the
 //! next deadline. A host whose crossings cost (ctypes, cgo) drains after each input with one
 //! call where the run loop's `lh_io_poll` / `lh_poll_event` / `lh_poll_timeout` take four.
+//! `lh_io_received_drain` also feeds the input, when it is bytes read on a stream: a reply
+//! and what it caused cross once.
 #![allow(non_camel_case_types)]
 
 use super::boundary::{Failure, check_growing_out, guard_mut, write_out, write_prefix};
