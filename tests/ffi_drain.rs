@@ -446,67 +446,55 @@ fn refused_bytes_and_bad_drain_arguments_take_nothing() {
     ok(unsafe { lh_io_opened(h.0, 3 * MS, cmd) });
     assert!(!h.requests().is_empty(), "the handshake");
     let hello = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+    let big = vec![b'+'; LH_MAX_REPLY_DATA + 1];
     let mut r = MaybeUninit::<lh_io_request>::uninit();
     let mut ev = [lh_event::default(); 2];
-    // SAFETY: each call passes one bad drain argument and valid others; `hello` is readable.
-    unsafe {
-        expect(
-            lh_io_received_drain(
-                h.0,
-                4 * MS,
-                cmd,
-                hello.as_ptr(),
-                hello.len(),
-                r.as_mut_ptr(),
-                ev.as_mut_ptr(),
-                2,
-                null_mut(),
-            ),
+    let mut d = drained();
+    let (req, evs, out) = (r.as_mut_ptr(), ev.as_mut_ptr(), &raw mut d);
+    // Each case has one bad argument, the others valid: (handle, bytes, length, events, out,
+    // status).
+    type Case = (
+        *mut lh_client,
+        *const u8,
+        usize,
+        *mut lh_event,
+        *mut lh_drained,
+        lh_status,
+    );
+    let cases: [Case; 5] = [
+        (
+            h.0,
+            hello.as_ptr(),
+            hello.len(),
+            evs,
+            null_mut(),
             LH_ERR_NULL_ARGUMENT,
-        );
-        let mut d = drained();
-        expect(
-            lh_io_received_drain(
-                h.0,
-                4 * MS,
-                cmd,
-                hello.as_ptr(),
-                hello.len(),
-                r.as_mut_ptr(),
-                null_mut(),
-                1,
-                &mut d,
-            ),
+        ),
+        (
+            h.0,
+            hello.as_ptr(),
+            hello.len(),
+            null_mut(),
+            out,
             LH_ERR_NULL_ARGUMENT,
-        );
-        expect(
-            lh_io_received_drain(
-                h.0,
-                4 * MS,
-                cmd,
-                null_mut(),
-                3,
-                r.as_mut_ptr(),
-                ev.as_mut_ptr(),
-                2,
-                &mut d,
-            ),
+        ),
+        (h.0, std::ptr::null(), 3, evs, out, LH_ERR_NULL_ARGUMENT),
+        (h.0, big.as_ptr(), big.len(), evs, out, LH_ERR_INVALID_REPLY),
+        (
+            null_mut(),
+            hello.as_ptr(),
+            hello.len(),
+            evs,
+            out,
             LH_ERR_NULL_ARGUMENT,
-        );
-        expect(
-            lh_io_received_drain(
-                null_mut(),
-                4 * MS,
-                cmd,
-                hello.as_ptr(),
-                hello.len(),
-                r.as_mut_ptr(),
-                ev.as_mut_ptr(),
-                2,
-                &mut d,
-            ),
-            LH_ERR_NULL_ARGUMENT,
-        );
+        ),
+    ];
+    for (i, (c, bytes, len, events, out, want)) in cases.into_iter().enumerate() {
+        d.nevents = 0xdead;
+        // SAFETY: every pointer is NULL or valid for its length; `req` and `events` have room.
+        let st = unsafe { lh_io_received_drain(c, 4 * MS, cmd, bytes, len, req, events, 2, out) };
+        expect(st, want);
+        assert_eq!(d.nevents, 0xdead, "case {i}: out written");
     }
     // None of them took the reply: the handshake still waits, and what follows it.
     assert!(h.requests().is_empty(), "nothing went out");

@@ -38,6 +38,10 @@ from ._options import (
 from ._values import (
     REQUEST_HOT,
     Answer,
+    Counters,
+    LeaseInfo,
+    SqlStatus,
+    StatusAnswer,
     HostFact,
     HttpRequest,
     IoRequest,
@@ -79,24 +83,6 @@ ClockFn = Callable[[], int]
 """A monotonic clock in integer nanoseconds."""
 
 
-@dataclass(frozen=True)
-class StatusAnswer:
-    """What the backend said about one name (``lh_poll_status``); advisory."""
-
-    ok: bool
-    held: bool
-    fencing_token: int
-    remaining_ttl_ms: int
-    last_fencing_token: int
-    holder_pid: int
-    held_for_ms: int
-    holder_host: str
-    error: str
-
-
-SqlStatus = StatusAnswer  # its first name, from when only SQL answered status queries
-
-
 class Event(NamedTuple):
     """One polled event for the application (``lh_event``; immutable, cheap to build).
     Fields that do not apply to the kind are 0."""
@@ -132,92 +118,6 @@ _unpack_hot = REQUEST_HOT.unpack_from
 _STEP_EVENTS = 8
 _string_at = ctypes.string_at
 _check = _ffi.check
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    state: int
-    holders: int
-    fencing_token: int | None
-    valid_until_ns: int | None
-
-    @property
-    def state_name(self) -> str:
-        return _ffi.STATE_NAMES.get(self.state, str(self.state))
-
-
-@dataclass(frozen=True)
-class Counters:
-    """The core's counters (``lh_counters``), read by ``client.counters()``: the engine's,
-    then its backend protocol's (``backend_*`` for every backend, then per backend).
-
-    ``renewals_requested`` counts manual ``renew()`` calls the core accepted; the
-    ``releases_*`` fields count how application releases ended: confirmed by the service,
-    refused by it (``not_owner``), unconfirmed (no answer before the grant's TTL had
-    certainly run out), or lost (the validity had run out before the release was processed).
-
-    ``stream_*`` and ``sentinel_lookups`` count the connections of the Redis stream kind
-    (``RedisStreamExecutor``): opens asked for, connections ended, host reports about ended
-    ones, and master lookups sent to a sentinel; with a ``redis+cluster://`` URL,
-    ``cluster_refreshes`` counts slot map questions and ``cluster_redirects`` the ``MOVED`` /
-    ``ASK`` redirections followed (a steady count means the slot map is current).
-    """
-
-    live_leases: int = 0
-    pending_cleanups: int = 0
-    acquires_sent: int = 0
-    grants: int = 0
-    acquire_failed: int = 0
-    renewals_sent: int = 0
-    renewals_ok: int = 0
-    renewals_failed: int = 0
-    releases_sent: int = 0
-    lost_rejected: int = 0
-    lost_expired: int = 0
-    lost_fail_budget: int = 0
-    stale_results: int = 0
-    time_clamped: int = 0
-    renewals_requested: int = 0
-    releases_confirmed: int = 0
-    releases_not_owner: int = 0
-    releases_unconfirmed: int = 0
-    releases_lost: int = 0
-    backend_requests: int = 0
-    backend_error_replies: int = 0
-    backend_garbage_replies: int = 0
-    backend_stale_replies: int = 0
-    backend_transport_failures: int = 0
-    backend_wakeups: int = 0
-    backend_ignored_messages: int = 0
-    redis_script_calls: int = 0
-    redis_noscript_retries: int = 0
-    redis_local_refusals: int = 0
-    redis_standby_takeovers: int = 0
-    redis_subscriptions: int = 0
-    redis_subscriber_losses: int = 0
-    redis_subscribed: int = 0
-    sql_migrations: int = 0
-    sql_database_errors: int = 0
-    etcd_leases_granted: int = 0
-    etcd_txns: int = 0
-    etcd_watches: int = 0
-    etcd_waiting_keepalives: int = 0
-    etcd_waiters_expired: int = 0
-    stream_opens: int = 0
-    stream_closes: int = 0
-    stream_late_answers: int = 0
-    sentinel_lookups: int = 0
-    cluster_refreshes: int = 0
-    cluster_redirects: int = 0
-
-    def backend(self, protocol: str) -> dict[str, int]:
-        """The backend protocol's counters by their short names (``requests``,
-        ``wakeups``, ...; Redis adds ``script_calls`` ... ``subscribed``, SQL ``migrations``
-        and ``database_errors``, etcd ``leases_granted`` ...)."""
-        out = {f[len("backend_") :]: getattr(self, f) for f in _ffi.BACKEND_COUNTER_FIELDS if f.startswith("backend_")}
-        prefix = protocol + "_"
-        out.update({f[len(prefix) :]: getattr(self, f) for f in _ffi.BACKEND_COUNTER_FIELDS if f.startswith(prefix)})
-        return out
 
 
 def _as_u8p(data: bytes) -> "ctypes._Pointer[ctypes.c_uint8]":
@@ -615,13 +515,18 @@ class Core:
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
-        if type(data) is not bytes:  # (no argtypes check it: a str would pass as wchar_t*)
+        st = self._c_received(p, *self._received_args(stream, data))
+        if st:
+            _check(st, p, "lh_io_received")
+
+    def _received_args(self, stream: int, data: bytes) -> tuple[Any, Any, bytes, Any]:
+        """``lh_io_received``'s arguments after the handle, in the reused ctypes values (no
+        argtypes check ``data``: a ``str`` would pass as ``wchar_t*``, so it is refused here)."""
+        if type(data) is not bytes:
             data = memoryview(data).tobytes()
         now, arg, size = self._arg_now, self._arg_stream, self._arg_len
         now.value, arg.value, size.value = int(self._clock()), stream, len(data)
-        st = self._c_received(p, now, arg, data, size)
-        if st:
-            _check(st, p, "lh_io_received")
+        return now, arg, data, size
 
     def stream_closed(self, stream: int, message: str | bytes = b"") -> None:
         """``stream`` ended or never opened; ``message`` says why."""
@@ -691,11 +596,12 @@ class Core:
         has ``lh_drain``. With ``data``, the input is those bytes read on ``stream``
         (:meth:`stream_received`), fed in the drain's first crossing when the library has
         ``lh_io_received_drain``; bytes the core refuses raise before anything is drained."""
+        if data is not None and self._c_received_drain is None:  # (a library from before it)
+            self.stream_received(stream, data)
+            data = None
         fn = self._c_drain
-        if fn is None or (data is not None and self._c_received_drain is None):
-            if data is not None:
-                self.stream_received(stream, data)
-            return self._step_polls() if fn is None else self.step()
+        if fn is None:
+            return self._step_polls()
         p = self._h.ptr
         if p is None:
             self._p()  # raises ClientClosed
@@ -710,11 +616,7 @@ class Core:
             if st:
                 _check(st, p, "lh_drain")
         else:
-            if type(data) is not bytes:  # (as stream_received)
-                data = memoryview(data).tobytes()
-            now, arg, size = self._arg_now, self._arg_stream, self._arg_len
-            now.value, arg.value, size.value = int(self._clock()), stream, len(data)
-            st = self._c_received_drain(p, now, arg, data, size, *args[1:])
+            st = self._c_received_drain(p, *self._received_args(stream, data), *args[1:])
             if st:
                 _check(st, p, "lh_io_received_drain")
         while True:

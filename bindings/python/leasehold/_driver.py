@@ -24,7 +24,7 @@ __all__ = ["Driver", "acquire_args", "IDLE_TICK_NS"]
 
 log = logging.getLogger("leasehold")
 
-_ACQUIRING, _HELD, _RELEASED = "acquiring", "held", "released"
+_ACQUIRING, _HELD = "acquiring", "held"
 _EV_ACQUIRED, _EV_RELEASED = _ffi.LH_EVENT_ACQUIRED, _ffi.LH_EVENT_RELEASED
 _EV_OUTCOME = _ffi.LH_EVENT_RELEASE_OUTCOME
 

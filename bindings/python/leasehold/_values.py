@@ -6,7 +6,8 @@ runs unread: the argument vector of a command (``list[bytes]``), a :class:`SqlRe
 ``lh_value`` (an array followed by its elements, in pre-order) plus one data buffer that
 string values point into. :func:`flatten_reply` builds it from what a Redis client returns,
 :func:`flatten_rows` from SQL rows; an :class:`Answer` is a list already flat (the memory
-service's, copied as it came).
+service's, copied as it came). The values the core hands out besides its events live here
+too: :class:`StatusAnswer`, :class:`LeaseInfo` and :class:`Counters`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ctypes
 import enum
 import struct
 import sys
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from . import _ffi
@@ -378,3 +380,107 @@ def _flatten_rows(results: list[list[Any]]) -> tuple[bytes, int, bytes]:
                 else:
                     add(_NIL)
     return b"".join(values), len(values), b"".join(data)
+
+
+@dataclass(frozen=True)
+class StatusAnswer:
+    """What the backend said about one name (``lh_poll_status``); advisory."""
+
+    ok: bool
+    held: bool
+    fencing_token: int
+    remaining_ttl_ms: int
+    last_fencing_token: int
+    holder_pid: int
+    held_for_ms: int
+    holder_host: str
+    error: str
+
+
+SqlStatus = StatusAnswer  # its first name, from when only SQL answered status queries
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    state: int
+    holders: int
+    fencing_token: int | None
+    valid_until_ns: int | None
+
+    @property
+    def state_name(self) -> str:
+        return _ffi.STATE_NAMES.get(self.state, str(self.state))
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The core's counters (``lh_counters``), read by ``client.counters()``: the engine's,
+    then its backend protocol's (``backend_*`` for every backend, then per backend).
+
+    ``renewals_requested`` counts manual ``renew()`` calls the core accepted; the
+    ``releases_*`` fields count how application releases ended: confirmed by the service,
+    refused by it (``not_owner``), unconfirmed (no answer before the grant's TTL had
+    certainly run out), or lost (the validity had run out before the release was processed).
+
+    ``stream_*`` and ``sentinel_lookups`` count the connections of the Redis stream kind
+    (``RedisStreamExecutor``): opens asked for, connections ended, host reports about ended
+    ones, and master lookups sent to a sentinel; with a ``redis+cluster://`` URL,
+    ``cluster_refreshes`` counts slot map questions and ``cluster_redirects`` the ``MOVED`` /
+    ``ASK`` redirections followed (a steady count means the slot map is current).
+    """
+
+    live_leases: int = 0
+    pending_cleanups: int = 0
+    acquires_sent: int = 0
+    grants: int = 0
+    acquire_failed: int = 0
+    renewals_sent: int = 0
+    renewals_ok: int = 0
+    renewals_failed: int = 0
+    releases_sent: int = 0
+    lost_rejected: int = 0
+    lost_expired: int = 0
+    lost_fail_budget: int = 0
+    stale_results: int = 0
+    time_clamped: int = 0
+    renewals_requested: int = 0
+    releases_confirmed: int = 0
+    releases_not_owner: int = 0
+    releases_unconfirmed: int = 0
+    releases_lost: int = 0
+    backend_requests: int = 0
+    backend_error_replies: int = 0
+    backend_garbage_replies: int = 0
+    backend_stale_replies: int = 0
+    backend_transport_failures: int = 0
+    backend_wakeups: int = 0
+    backend_ignored_messages: int = 0
+    redis_script_calls: int = 0
+    redis_noscript_retries: int = 0
+    redis_local_refusals: int = 0
+    redis_standby_takeovers: int = 0
+    redis_subscriptions: int = 0
+    redis_subscriber_losses: int = 0
+    redis_subscribed: int = 0
+    sql_migrations: int = 0
+    sql_database_errors: int = 0
+    etcd_leases_granted: int = 0
+    etcd_txns: int = 0
+    etcd_watches: int = 0
+    etcd_waiting_keepalives: int = 0
+    etcd_waiters_expired: int = 0
+    stream_opens: int = 0
+    stream_closes: int = 0
+    stream_late_answers: int = 0
+    sentinel_lookups: int = 0
+    cluster_refreshes: int = 0
+    cluster_redirects: int = 0
+
+    def backend(self, protocol: str) -> dict[str, int]:
+        """The backend protocol's counters by their short names (``requests``,
+        ``wakeups``, ...; Redis adds ``script_calls`` ... ``subscribed``, SQL ``migrations``
+        and ``database_errors``, etcd ``leases_granted`` ...)."""
+        out = {f[len("backend_") :]: getattr(self, f) for f in _ffi.BACKEND_COUNTER_FIELDS if f.startswith("backend_")}
+        prefix = protocol + "_"
+        out.update({f[len(prefix) :]: getattr(self, f) for f in _ffi.BACKEND_COUNTER_FIELDS if f.startswith(prefix)})
+        return out

@@ -482,6 +482,8 @@ def test_step_with_bytes_feeds_and_drains_as_the_two_calls(one_call: bool) -> No
         b.step(stream, "+OK\r\n")  # type: ignore[arg-type]
     a.close()
     b.close()
+    with pytest.raises(ClientClosed):
+        b.step(stream, b"+OK\r\n")
 
 
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
