@@ -46,12 +46,15 @@ for suite in "${suites[@]}"; do
         failures+=("$log")
     fi
 done
+# The lines that say what failed come last, just above the summary: a reader of only the end
+# of the output sees them.
 for log in "${failures[@]}"; do
     echo
     echo "=================== failed: $log ==================="
-    grep -n -E "FAIL|panicked|error(\[|:)|Error|assert|Traceback|--- FAIL" "$log" | tail -40
     echo "--- last lines ---"
-    tail -30 "$log"
+    tail -10 "$log"
+    echo "--- what failed ---"
+    grep -n -E "FAIL|panicked|error(\[|:)|Error|assert|Traceback|--- FAIL" "$log" | tail -15
 done
 echo
 echo "=================== summary ==================="

@@ -92,7 +92,8 @@ for v in $VARIANTS; do
     cmake --build "$bdir" -j "$JOBS"
     log "[$v] ctest"
     if ! ctest --test-dir "$bdir" --output-on-failure --timeout 300; then
-        failed+=("$v")
+        # Named again at the end: the variants after this one push ctest's own list far up.
+        failed+=("$v (FAILED tests: $(tr '\n' ' ' 2>/dev/null < "$bdir/Testing/Temporary/LastTestsFailed.log" || true))")
     fi
 done
 

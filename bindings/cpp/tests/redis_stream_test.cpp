@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <chrono>
@@ -40,6 +41,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <variant>
 
 using namespace std::chrono_literals;
 using leasehold::AcquireOptions;
@@ -612,6 +614,99 @@ long long info_number(int port, const std::string& field) {
 }
 
 int port_of(const std::string& addr) { return std::atoi(addr.c_str() + addr.rfind(':') + 1); }
+
+// The executor alone, on a loopback peer that reads nothing: writes never block, the caller's
+// or the reader thread's, however much the peer leaves unread; a caller waiting for its
+// stream's bytes keeps its bound, and reads what comes on its own thread.
+TEST(RedisStreamExecutorAlone, ACallerKeepsItsBoundAndWritesNeverBlock) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  const int port = ntohs(a.sin_port);
+
+  std::mutex mu;
+  std::vector<leasehold::IoAnswer> answers;
+  auto count = [&](auto pred) {
+    std::lock_guard g(mu);
+    return std::count_if(answers.begin(), answers.end(), pred);
+  };
+  auto opened = [&](std::uint64_t id) {
+    return count([id](const auto& x) { return std::holds_alternative<leasehold::IoOpened>(x) && std::get<leasehold::IoOpened>(x).stream == id; }) == 1;
+  };
+  auto exec = std::make_shared<RedisStreamExecutor>("redis://127.0.0.1:" + std::to_string(port));
+  exec->start([&](leasehold::IoAnswer x) {
+    std::lock_guard g(mu);
+    answers.push_back(std::move(x));
+  });
+  auto open = [&](std::uint64_t id) {
+    leasehold::IoRequest r;
+    r.id = r.stream = id;
+    r.kind = LH_IO_OPEN;
+    r.host = "127.0.0.1";
+    r.port = static_cast<std::uint32_t>(port);
+    r.deadline = leasehold::now_ns() + 5'000'000'000ull;
+    exec->execute(std::move(r));
+  };
+  auto write = [&](std::uint64_t id, std::string data) {
+    leasehold::IoRequest r;
+    r.id = 100 + id;
+    r.stream = id;
+    r.kind = LH_IO_WRITE;
+    r.data = std::move(data);
+    exec->execute_for_caller(std::move(r));
+  };
+  open(1);
+  const int peer = ::accept(lfd, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  ASSERT_TRUE(eventually([&] { return opened(1); }, 5s));
+
+  // 8 MiB the peer never reads: the caller's write returns, and so does the reader thread's
+  // flush of the rest (a second stream still opens meanwhile).
+  auto wrote = std::async(std::launch::async, [&] {
+    write(1, std::string(8u << 20, 'x'));
+    exec->run_pending_until(leasehold::Clock::now());  // the borrow back, nothing read
+  });
+  ASSERT_EQ(wrote.wait_for(5s), std::future_status::ready) << "a write blocked the caller";
+  open(2);
+  const int peer2 = ::accept(lfd, nullptr, nullptr);
+  ASSERT_GE(peer2, 0);
+  EXPECT_TRUE(eventually([&] { return opened(2); }, 5s)) << "the reader thread is stuck in a write";
+
+  // Nothing comes: the wait ends at its bound, not before (nor seconds after).
+  write(1, "");
+  auto t0 = leasehold::Clock::now();
+  exec->run_pending_until(t0 + 60ms);
+  auto took = leasehold::Clock::now() - t0;
+  EXPECT_GE(took, 60ms);
+  EXPECT_LT(took, 2s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+
+  // Bytes sent 80 ms into a long wait end it, read on the caller's thread.
+  write(1, "");
+  const auto before = exec->stats();
+  std::thread later([&] {
+    std::this_thread::sleep_for(80ms);
+    [[maybe_unused]] auto n = ::send(peer, "+OK\r\n", 5, MSG_NOSIGNAL);
+  });
+  t0 = leasehold::Clock::now();
+  exec->run_pending_until(t0 + 10s);
+  took = leasehold::Clock::now() - t0;
+  later.join();
+  EXPECT_LT(took, 5s);
+  const auto after = exec->stats();
+  EXPECT_EQ(after.caller_reads - before.caller_reads, 1u);
+  EXPECT_EQ(after.reader_reads, before.reader_reads);
+  EXPECT_EQ(count([](const auto& x) { return std::holds_alternative<leasehold::IoReceived>(x) && std::get<leasehold::IoReceived>(x).bytes == "+OK\r\n"; }), 1);
+  exec->close();
+  ::close(peer);
+  ::close(peer2);
+  ::close(lfd);
+}
 
 TEST(RedisStreamSentinel, ContendersFollowTheFailoverAndFencesNeverGoDown) {
   ::signal(SIGPIPE, SIG_IGN);
