@@ -511,6 +511,22 @@ async def execute_request_async(
     return done(result)
 
 
+class Received:
+    """Bytes read on a stream, as an input to feed: called, it feeds them
+    (``Core.stream_received``); a client that is free to drain hands them to the core with
+    its drain instead (``Core.step(stream, data)``: one crossing)."""
+
+    __slots__ = ("core", "stream", "data")
+
+    def __init__(self, core: Core, stream: int, data: bytes) -> None:
+        self.core = core
+        self.stream = stream
+        self.data = data
+
+    def __call__(self) -> None:
+        self.core.stream_received(self.stream, self.data)
+
+
 class BackendSink:
     """Passes a backend's asynchronous traffic to the core through ``feed(fn)`` (which
     serializes it with the client's other core calls): notifications (Redis pub/sub, a
@@ -543,7 +559,7 @@ class BackendSink:
 
     def received(self, stream: int, data: bytes) -> None:
         """Bytes read on ``stream``."""
-        self._feed(partial(self._core.stream_received, stream, data))
+        self._feed(Received(self._core, stream, data))
 
     def closed(self, stream: int, message: str) -> None:
         """``stream`` ended or failed to open."""

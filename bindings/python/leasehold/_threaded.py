@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
 from . import _ffi
-from ._backend import SIDE, STREAM_KINDS, Deferred, _message, execute_request, execute_sql, lane_of
+from ._backend import SIDE, STREAM_KINDS, Deferred, Received, _message, execute_request, execute_sql, lane_of
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -512,7 +512,10 @@ class ThreadedDriver(Driver):
                 return
             batch = self._collecting()
             try:
-                self._feed(fn)
+                if type(fn) is Received and not self._paused and self._fatal is None:
+                    self._drain(fn.stream, fn.data)  # (_feed's, fed and drained in one crossing)
+                else:
+                    self._feed(fn)
             finally:
                 self._tl.batch = None
         self._run_here(batch)

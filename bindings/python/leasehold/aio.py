@@ -34,7 +34,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import errors
-from ._backend import BackendSink, backend_of, execute_request_async
+from ._backend import BackendSink, Received, backend_of, execute_request_async
 from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core, IoRequest, dispatch_all
@@ -337,17 +337,31 @@ class AsyncLockClient(Driver):
                 self._sleeping = False
 
     def _feed(self, fn: Callable[[], None]) -> None:
+        if type(fn) is Received and self._loop is not None:
+            self._drain(fn.stream, fn.data)  # fed and drained in one crossing
+            return
         try:
             fn()
         except Exception:  # never let a bad input kill the driver
             log.exception("leasehold: the core refused an input")
         self._drain()
 
-    def _drain(self) -> None:
+    def _drain(self, stream: int = 0, data: bytes | None = None) -> None:
+        """Drain every output and refresh the deadline; with ``data``, feed those bytes read
+        on ``stream`` first (in the drain's first crossing)."""
         if self._core.closed:
             return
         if self._loop is not None:
-            reqs, outs, dl = self._core.step()
+            if data is None:
+                reqs, outs, dl = self._core.step()
+            else:
+                try:
+                    reqs, outs, dl = self._core.step(stream, data)
+                except (errors.ClientClosed, errors.CorePanic, errors.CorePoisoned):
+                    raise
+                except Exception:  # refused bytes (taken back whole): drain as after any input
+                    log.exception("leasehold: the core refused an input")
+                    reqs, outs, dl = self._core.step()
             for req in reqs:
                 self._spawn(self._execute(req))
         else:

@@ -15,6 +15,7 @@ import pytest
 from leasehold import LockClient, errors
 from leasehold.backends.redis_stream import RedisStreamExecutor
 
+from lh_feeds import count_feeds
 from lh_redis_server import free_port
 
 
@@ -48,6 +49,9 @@ def test_acquire_fence_release(redis_server, r) -> None:
 def test_a_release_wakes_a_waiter_of_another_client(redis_server, r) -> None:
     url = f"redis://127.0.0.1:{redis_server.port}/0"
     with LockClient(RedisStreamExecutor(url)) as a, LockClient(RedisStreamExecutor(url)) as b:
+        # Every read, the poller thread's (the wake-up) and the caller's, reaches the core in
+        # one crossing with its drain.
+        alone, drained = count_feeds(b._core)
         held = a.acquire("py-handoff", ttl=10)
         got: list[float] = []
 
@@ -65,6 +69,7 @@ def test_a_release_wakes_a_waiter_of_another_client(redis_server, r) -> None:
         t.join(10)
         assert got and got[0] - released < 2.0  # woken, not the 10 s idle recheck
         assert b.backend_counters()["wakeups"] >= 1
+        assert not alone and len(drained) >= 3, (alone, drained)  # connected, subscribed, woken
 
 
 def test_the_client_reconnects_after_a_restart(redis_factory) -> None:

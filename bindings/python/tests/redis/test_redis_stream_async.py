@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from either_client import refused_by_lock_client  # noqa: E402
 from lh_caller_bound import MARGIN, REQUEST_TIMEOUT, STALL  # noqa: E402
+from lh_feeds import count_feeds  # noqa: E402
 from lh_keys import keys_for  # noqa: E402
 from lh_stall_proxy import StallProxy  # noqa: E402
 
@@ -112,6 +113,22 @@ def test_the_byte_path_executors_run_on_the_loop(redis_server, r, how: str) -> N
             return lock.fencing_token
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) == int(r.get(keys_for("py-async-twin").fence))
+
+
+def test_every_read_reaches_the_core_with_its_drain(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    """Bytes the loop reads go to the core in one crossing with the drain they cause
+    (``Core.step(stream, data)``), never fed alone first."""
+    async def main() -> tuple[list[int], list[int]]:
+        async with AsyncLockClient(AsyncRedisStreamExecutor(redis_server.url)) as c:
+            alone, drained = count_feeds(c._core)
+            for _ in range(3):
+                async with c.acquire("py-async-drain", ttl=5):
+                    pass
+            return alone, drained
+
+    alone, drained = asyncio.run(asyncio.wait_for(main(), 60))
+    assert not alone and len(drained) >= 6, (alone, drained)  # two replies a cycle at least
+    assert not r.exists(keys_for("py-async-drain").lock)
 
 
 def test_the_async_executor_is_refused_by_lock_client(redis_server) -> None:  # type: ignore[no-untyped-def]
