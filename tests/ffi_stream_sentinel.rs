@@ -179,6 +179,30 @@ fn sentinel_discovery_and_failover() {
     // Asked at the start and again after the failover; every open the host saw is counted.
     assert!(k.sentinel_lookups >= 2, "{k:?}");
     assert_eq!(k.stream_opens, host.opens, "{k:?}");
+
+    // Idle, each watch is checked with a PING a second and stays (RESP3, and RESP2 in
+    // subscribe mode): the sentinels see the PINGs, and none is asked again.
+    let pings = |h: &Host| -> usize {
+        topo.sentinels
+            .iter()
+            .filter_map(|p| h.written_to.get(&format!("127.0.0.1:{p}")))
+            .map(|w| w.windows(6).filter(|x| x == b"PING\r\n").count())
+            .sum()
+    };
+    let before = [&host, &resp2].map(|h| (pings(h), h.h.counters().sentinel_lookups));
+    let until = Instant::now() + Duration::from_millis(2_600);
+    while Instant::now() < until {
+        host.step_for(Duration::from_millis(50));
+        resp2.step_for(Duration::from_millis(50));
+    }
+    for (h, (p, asked)) in [&host, &resp2].into_iter().zip(before) {
+        assert!(pings(h) >= p + 2, "{} PINGs, {p} before", pings(h));
+        assert_eq!(
+            h.h.counters().sentinel_lookups,
+            asked,
+            "a watch was replaced"
+        );
+    }
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "{:?}",

@@ -58,6 +58,9 @@ pub struct Host {
     pub shutdowns: u64,
     /// Where each stream was opened to (`host:port` or the socket path).
     pub opened_to: Vec<String>,
+    /// Every byte written, by where its stream was opened to.
+    pub written_to: HashMap<String, Vec<u8>>,
+    dest: HashMap<u64, String>,
 }
 
 impl Host {
@@ -75,6 +78,8 @@ impl Host {
             closes: 0,
             shutdowns: 0,
             opened_to: Vec::new(),
+            written_to: HashMap::new(),
+            dest: HashMap::new(),
         }
     }
 
@@ -95,6 +100,7 @@ impl Host {
                     let sock = match (c_text(r.host), c_text(r.unix_path)) {
                         (Some(host), None) => {
                             self.opened_to.push(format!("{host}:{}", r.port));
+                            self.dest.insert(r.stream, format!("{host}:{}", r.port));
                             assert_eq!(r.tls, 0);
                             TcpStream::connect((host.as_str(), r.port as u16)).map(|s| {
                                 s.set_nodelay(true).unwrap();
@@ -125,6 +131,12 @@ impl Host {
                 LH_IO_WRITE => {
                     // SAFETY: `data` is valid for `data_len` bytes until the next call.
                     let bytes = unsafe { std::slice::from_raw_parts(r.data, r.data_len) }.to_vec();
+                    if let Some(d) = self.dest.get(&r.stream) {
+                        self.written_to
+                            .entry(d.clone())
+                            .or_default()
+                            .extend_from_slice(&bytes);
+                    }
                     if let Err(e) = self.write(r.stream, &bytes) {
                         self.socks.remove(&r.stream);
                         self.closed(r.stream, &e.to_string());

@@ -11,7 +11,10 @@
 //! is dropped and the master asked for again). A link that drops or meets `READONLY` makes
 //! the discovery ask again (on a fresh sentinel connection); a `+switch-master` or an
 //! answer naming another master drops the links still on the old one, and they reopen to
-//! the new one at once. Requests in flight on a dropped link fail as on any close, so the
+//! the new one at once. The watch is checked with a `PING` after every second it sits
+//! idle: a sentinel gone silent without a close (a dead peer, a dropped route) would hide
+//! every later `+switch-master`, so a `PING` unanswered within the request timeout ends the
+//! connection and the next sentinel is asked. Requests in flight on a dropped link fail as on any close, so the
 //! lock semantics are the single server's across a failover (docs/backends.md, Redis
 //! Sentinel): a lease whose key did not reach the promoted replica is rejected at its next
 //! renewal and ends Lost.
@@ -20,6 +23,7 @@ use super::{
     Answers, ConnEvent, Endpoint, Push, RedisStream, RedisUrl, Rounds, SideConn, SideOwner, State,
     StreamSettings, Streams,
 };
+use crate::backend::outbox::MS;
 use crate::backend::redis::url::SentinelUrl;
 use crate::backend::redis::wire::{ConnOptions, Reply};
 use crate::{Client, Error};
@@ -28,6 +32,9 @@ use crate::{Client, Error};
 pub(super) const ROLE_ID: u64 = u64::MAX;
 const ASK_ID: u64 = 1;
 const WATCH_ID: u64 = 2;
+const PING_ID: u64 = 3;
+/// How long the watch may sit idle before a `PING` checks it (module docs).
+pub(super) const WATCH_PING_NS: u64 = 1_000 * MS;
 const SWITCH_CHANNEL: &[u8] = b"+switch-master";
 /// Longest host name a sentinel may name.
 const MAX_HOST_LEN: usize = 255;
@@ -136,6 +143,8 @@ pub(super) struct Discovery {
     retry_at: u64,
     /// The connection has asked and is subscribed to `+switch-master`.
     watching: bool,
+    /// Watching: when the next `PING` goes, if nothing is in flight by then.
+    ping_at: u64,
     /// The master to open to (`None`: being asked for again).
     master: Option<Endpoint>,
     /// The master named last, and how many times that changed.
@@ -167,6 +176,7 @@ impl Discovery {
             rounds: Rounds::default(),
             retry_at: 0,
             watching: false,
+            ping_at: 0,
             master: None,
             named: None,
             generation: 0,
@@ -213,6 +223,9 @@ impl Discovery {
     pub(super) fn deadline(&self) -> Option<u64> {
         if self.side.is_idle() {
             self.started.then_some(self.retry_at)
+        } else if self.watching {
+            // A reply in flight has its own deadline; with none, the next PING is due.
+            Some(self.side.deadline().unwrap_or(self.ping_at))
         } else {
             self.side.deadline()
         }
@@ -238,6 +251,13 @@ impl Discovery {
 
     pub(super) fn handle_timeout(&mut self, now: u64, streams: &mut Streams) {
         self.side_timeout(now, streams);
+        if self.watching && self.side.deadline().is_none() && self.ping_at <= now {
+            self.ping_at = now.saturating_add(WATCH_PING_NS);
+            match self.side.send(now, PING_ID, &[b"PING"]) {
+                Ok(()) => self.side.flush(streams),
+                Err(e) => self.failed(now, &e.to_string(), true, streams),
+            }
+        }
         self.poll(now, streams);
     }
 
@@ -289,6 +309,8 @@ impl SideOwner for Discovery {
                         Err(e) => failed = Some(e.to_string()),
                     }
                 }
+                // Any answer to a PING shows the connection alive.
+                ConnEvent::Error { id: PING_ID, .. } => {}
                 ConnEvent::Error { error, .. } => {
                     failed = Some(String::from_utf8_lossy(&error.message).into_owned());
                 }
@@ -312,7 +334,10 @@ impl SideOwner for Discovery {
             self.rounds.answered();
             let watch: [&[u8]; 2] = [b"SUBSCRIBE", SWITCH_CHANNEL];
             match self.side.send(now, WATCH_ID, &watch) {
-                Ok(()) => self.watching = true,
+                Ok(()) => {
+                    self.watching = true;
+                    self.ping_at = now.saturating_add(WATCH_PING_NS);
+                }
                 Err(e) => failed = Some(e.to_string()),
             }
         }

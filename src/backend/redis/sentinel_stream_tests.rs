@@ -300,6 +300,86 @@ fn switch_master_moves_the_links() {
     assert_eq!(discovery(&t).master(), Some(&new));
 }
 
+/// Ticks until the core asks for IO, within `limit` ns; what it asked (empty: nothing).
+fn next_io(t: &mut T, limit: u64) -> Vec<Got> {
+    let end = t.now + limit;
+    loop {
+        let got = t.io();
+        if !got.is_empty() || !t.tick(end.saturating_sub(t.now)) {
+            return got;
+        }
+    }
+}
+
+#[test]
+fn an_idle_watch_is_pinged_and_a_silent_sentinel_is_left() {
+    let (mut t, s, cmd, sub) = established();
+    // Held elsewhere, no wait: the waiter leaves the queue, and then nothing more goes on
+    // the links (no lease).
+    t.recv(cmd, b"*2\r\n:0\r\n:1000\r\n");
+    let leave = t.write(cmd);
+    assert!(leave.len() == 1 && leave[0][0] == b"EVALSHA", "{leave:?}");
+    t.recv(cmd, b":1\r\n");
+    t.opened(sub);
+    assert_eq!(t.write(sub), vec![words(&["HELLO", "3"])]);
+    t.recv(sub, HELLO_REPLY);
+    assert_eq!(t.write(sub), vec![words(&["ROLE"])]);
+    t.recv(sub, ROLE_MASTER);
+    let subscribe = t.write(sub);
+    assert_eq!(subscribe.len(), 1);
+    assert_eq!(subscribe[0][0], b"SUBSCRIBE");
+    let channel = String::from_utf8(subscribe[0][1].clone()).unwrap();
+    let confirmed = format!(
+        ">3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
+        channel.len()
+    );
+    t.recv(sub, confirmed.as_bytes());
+    assert_eq!(t.io(), vec![]);
+    // Answered PINGs: one a second, and the watch stays.
+    for _ in 0..3 {
+        let before = t.now;
+        assert_eq!(
+            next_io(&mut t, 10_000 * MS),
+            vec![Got::Write(s, vec![words(&["PING"])])]
+        );
+        assert!(t.now - before <= WATCH_PING_NS, "{} ns", t.now - before);
+        t.recv(s, b"+PONG\r\n");
+        assert_eq!(t.io(), vec![]);
+    }
+    // An error reply shows the connection alive too.
+    assert_eq!(
+        next_io(&mut t, 10_000 * MS),
+        vec![Got::Write(s, vec![words(&["PING"])])]
+    );
+    t.recv(
+        s,
+        b"-NOPERM this user has no permissions to run the 'ping' command\r\n",
+    );
+    assert_eq!(t.io(), vec![]);
+    assert!(discovery(&t).watching);
+    // A PING left unanswered: at the request timeout the watch ends and the next sentinel
+    // is asked (the links stay on the master meanwhile).
+    assert_eq!(
+        next_io(&mut t, 10_000 * MS),
+        vec![Got::Write(s, vec![words(&["PING"])])]
+    );
+    let sent = t.now;
+    let got = next_io(&mut t, 10_000 * MS);
+    assert_eq!(t.now - sent, StreamSettings::default().request_timeout_ns);
+    assert!(got.contains(&Got::Shutdown(s)), "{got:?}");
+    assert!(
+        matches!(got.last(), Some(Got::Open(_, e, _)) if *e == tcp("s2", 2)),
+        "{got:?}"
+    );
+    assert!(!got.contains(&Got::Shutdown(cmd)) && !got.contains(&Got::Shutdown(sub)));
+    assert!(!discovery(&t).watching);
+    assert!(
+        discovery(&t).last_error.contains("sentinel s1:1"),
+        "{}",
+        discovery(&t).last_error
+    );
+}
+
 #[test]
 fn readonly_drops_the_link_and_asks_again() {
     let (mut t, s, cmd, _) = established();
