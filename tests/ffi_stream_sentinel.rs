@@ -174,6 +174,11 @@ fn sentinel_discovery_and_failover() {
         assert!(lost, "the held lease was neither renewed nor lost");
         assert!(!host.h.backend_error().is_empty());
     }
+    // The subscriber is subscribed again on the new master (after its reconnect's backoff).
+    let until = Instant::now() + Duration::from_secs(10);
+    while host.h.counters().redis_subscribed != 1 && Instant::now() < until {
+        host.step_for(Duration::from_millis(50));
+    }
     let k = host.h.counters();
     assert!(k.redis_subscribed == 1, "{k:?}");
     // Asked at the start and again after the failover; every open the host saw is counted.
