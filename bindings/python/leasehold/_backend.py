@@ -57,8 +57,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Callable
 
-from . import _ffi
-from ._core import Core, HostFact, HttpRequest, IoRequest, SqlRequest
+from . import _ffi, errors
+from ._core import Core, Event, HostFact, HttpRequest, IoRequest, SqlRequest
 from ._urls import scrub
 
 __all__ = [
@@ -525,6 +525,18 @@ class Received:
 
     def __call__(self) -> None:
         self.core.stream_received(self.stream, self.data)
+
+
+def step_received(core: Core, stream: int, data: bytes) -> tuple[list[IoRequest], list[Event], int | None]:
+    """``core.step(stream, data)``: bytes read, fed and drained in one crossing. Bytes the
+    core refuses (taken back whole) are logged, and the drain goes on as after any input."""
+    try:
+        return core.step(stream, data)
+    except (errors.ClientClosed, errors.CorePanic, errors.CorePoisoned):
+        raise
+    except Exception:
+        log.exception("leasehold: the core refused an input")
+        return core.step()
 
 
 class BackendSink:

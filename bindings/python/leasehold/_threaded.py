@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import errors
 from . import _ffi
-from ._backend import SIDE, STREAM_KINDS, Deferred, Received, _message, execute_request, execute_sql, lane_of
+from ._backend import (
+    SIDE,
+    STREAM_KINDS,
+    Deferred,
+    Received,
+    _message,
+    execute_request,
+    execute_sql,
+    lane_of,
+    step_received,
+)
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
 
@@ -199,16 +209,7 @@ class ThreadedDriver(Driver):
         if self._fatal is not None:
             return
         try:
-            if data is None:
-                reqs, outs, dl = self._core.step()
-            else:
-                try:
-                    reqs, outs, dl = self._core.step(stream, data)
-                except (errors.ClientClosed, errors.CorePanic, errors.CorePoisoned):
-                    raise
-                except Exception:  # refused bytes (taken back whole): drain as after any input
-                    log.exception("leasehold: the core refused an input")
-                    reqs, outs, dl = self._core.step()
+            reqs, outs, dl = self._core.step() if data is None else step_received(self._core, stream, data)
             for req in reqs:
                 kind = req.kind
                 if kind == _WRITE:  # (_submit_request's stream write, one frame less)

@@ -34,7 +34,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import errors
-from ._backend import BackendSink, Received, backend_of, execute_request_async
+from ._backend import BackendSink, Received, backend_of, execute_request_async, step_received
 from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core, IoRequest, dispatch_all
@@ -352,16 +352,7 @@ class AsyncLockClient(Driver):
         if self._core.closed:
             return
         if self._loop is not None:
-            if data is None:
-                reqs, outs, dl = self._core.step()
-            else:
-                try:
-                    reqs, outs, dl = self._core.step(stream, data)
-                except (errors.ClientClosed, errors.CorePanic, errors.CorePoisoned):
-                    raise
-                except Exception:  # refused bytes (taken back whole): drain as after any input
-                    log.exception("leasehold: the core refused an input")
-                    reqs, outs, dl = self._core.step()
+            reqs, outs, dl = self._core.step() if data is None else step_received(self._core, stream, data)
             for req in reqs:
                 self._spawn(self._execute(req))
         else:

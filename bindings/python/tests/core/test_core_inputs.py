@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import subprocess
@@ -23,6 +24,7 @@ from leasehold import (
     LockTimeout,
 )
 from leasehold import _ffi
+from leasehold._backend import step_received
 from leasehold._core import Answer, Core, EtcdOptions, IoRequest, RedisOptions, SqlOptions
 from leasehold._options import RedisStreamOptions
 from leasehold.errors import CorePanic, CorePoisoned, LeaseEnded, NotGranted, UnknownLease
@@ -484,6 +486,26 @@ def test_step_with_bytes_feeds_and_drains_as_the_two_calls(one_call: bool) -> No
     b.close()
     with pytest.raises(ClientClosed):
         b.step(stream, b"+OK\r\n")
+
+
+def test_step_received_logs_refused_bytes_and_drains_all_the_same(caplog: pytest.LogCaptureFixture) -> None:
+    """The clients' ``step_received``: bytes the core refuses are logged and the drain goes
+    on (what the input caused before, or a timer, is not held back); a closed core raises."""
+    clock = FakeClock()
+    opts = RedisStreamOptions("redis://127.0.0.1:1")
+    a, b = (Core(seed=b"q" * 32, clock=clock.monotonic_ns, backend=opts) for _ in range(2))
+    for c in (a, b):
+        c.acquire("s", 3000)
+    opens = a.step()[0]
+    stream = opens[0].payload.stream
+    with caplog.at_level(logging.ERROR, logger="leasehold"):
+        got = step_received(b, stream, b"+OK\r\n")  # before the stream opened: refused
+    assert got == (opens, [], a.step()[2])  # the drain ran, as on the twin that took nothing
+    assert [r.message for r in caplog.records] == ["leasehold: the core refused an input"]
+    a.close()
+    b.close()
+    with pytest.raises(ClientClosed):
+        step_received(b, stream, b"+OK\r\n")
 
 
 def test_core_same_seed_same_tokens_reseed_differs() -> None:
