@@ -340,14 +340,9 @@ TEST_F(Etcd, NoMemberReachableIsAClearErrorNeverAGrant) {
 // A server that answers every request with 200 and a body that is not etcd's: the core reads
 // it as garbage, never a grant.
 TEST_F(Etcd, GarbageRepliesAreAClearErrorNeverAGrant) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 16), 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto listener = leasehold_test::listen_loopback();
+  const int fd = listener.first, port = listener.second;
+  ASSERT_GE(fd, 0);
   std::atomic<bool> stop{false};
   std::atomic<int> served{0};
   std::thread server([&] {
@@ -371,7 +366,7 @@ TEST_F(Etcd, GarbageRepliesAreAClearErrorNeverAGrant) {
     }
   });
   {
-    LockClient c(transport({"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port))}), quiet(true));
+    LockClient c(transport({"http://127.0.0.1:" + std::to_string(port)}), quiet(true));
     EXPECT_FALSE(c.acquire("n", 5s).has_value());
     EXPECT_NE(c.last_backend_error().find("malformed reply"), std::string::npos) << c.last_backend_error();
     EXPECT_EQ(c.counters().grants, 0u);

@@ -619,16 +619,9 @@ int port_of(const std::string& addr) { return std::atoi(addr.c_str() + addr.rfin
 // or the reader thread's, however much the peer leaves unread; a caller waiting for its
 // stream's bytes keeps its bound, and reads what comes on its own thread.
 TEST(RedisStreamExecutorAlone, ACallerKeepsItsBoundAndWritesNeverBlock) {
-  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const auto listener = leasehold_test::listen_loopback();
+  const int lfd = listener.first, port = listener.second;
   ASSERT_GE(lfd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
-  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
-  const int port = ntohs(a.sin_port);
 
   std::mutex mu;
   std::vector<leasehold::IoAnswer> answers;
