@@ -14,10 +14,10 @@
 //! the new one at once. The watch is checked with a `PING` after every second it sits
 //! idle: a sentinel gone silent without a close (a dead peer, a dropped route) would hide
 //! every later `+switch-master`, so a `PING` unanswered within the request timeout ends the
-//! connection and the next sentinel is asked. Requests in flight on a dropped link fail as on any close, so the
-//! lock semantics are the single server's across a failover (docs/backends.md, Redis
-//! Sentinel): a lease whose key did not reach the promoted replica is rejected at its next
-//! renewal and ends Lost.
+//! connection and the next sentinel is asked. Requests in flight on a dropped link fail as
+//! on any close, so the lock semantics are the single server's across a failover
+//! (docs/backends.md, Redis Sentinel): a lease whose key did not reach the promoted replica
+//! is rejected at its next renewal and ends Lost.
 
 use super::{
     Answers, ConnEvent, Endpoint, Push, RedisStream, RedisUrl, Rounds, SideConn, SideOwner, State,
