@@ -10,8 +10,10 @@
 // construction. A Redis Cluster (scripts/redis-cluster-test.sh) is reached through a
 // redis+cluster:// URL, and a Sentinel failover (scripts/redis-sentinel-test.sh) is followed
 // through a redis+sentinel:// URL. make_executor/open_client: a URL gives its executor (SQLite where built in), an
-// unknown scheme or a backend not built in is refused with its reason. Without redis-server (or openssl to make the certificates) the tests skip, except
-// under CI=true.
+// unknown scheme or a backend not built in is refused with its reason. The executor alone, on a
+// peer that reads nothing (no server): writes never block, a caller's wait keeps its bound.
+// Without redis-server (or openssl to make the certificates) the tests skip, except under
+// CI=true.
 #include <leasehold.hpp>
 #include <leasehold/open.hpp>
 #include <leasehold/redis_stream_executor.hpp>

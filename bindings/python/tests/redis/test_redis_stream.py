@@ -1,6 +1,7 @@
 """``RedisStreamExecutor``: the core owns the Redis connections and the executor only moves
 bytes (standard-library sockets), against a real redis-server: a lock with its fencing token,
-a release waking a waiter of another client through the subscriber, a server restart, the
+a release waking a waiter of another client through the subscriber (every read fed with its
+drain, in one crossing), a server restart, the
 client name and database from the options and the URL, URLs the core refuses, and an acquire
 that never left (no connection opened) leaving nothing for close."""
 

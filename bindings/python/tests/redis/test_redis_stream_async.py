@@ -3,7 +3,8 @@ the event loop moves the bytes), against a real redis-server: concurrent tasks o
 contending for one name, the synchronous executor and ``from_url`` in ``AsyncLockClient``
 (run on the loop, no stream thread), a server restart, and a stalled server (through
 :class:`~lh_stall_proxy.StallProxy`): every call ends by its bound while the loop keeps
-running. Bounds asserted are those the calls document plus a margin, never a speed."""
+running. Every read reaches the core with its drain, in one crossing. Bounds asserted are
+those the calls document plus a margin, never a speed."""
 
 from __future__ import annotations
 
