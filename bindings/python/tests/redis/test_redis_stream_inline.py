@@ -87,9 +87,9 @@ def test_an_uncontended_call_reads_its_reply_on_the_callers_thread(redis_server,
         me = threading.current_thread().name
         assert set(ex.caller_reads) == {me}
         assert ex.caller_reads[me] >= 40  # one reply per acquire and per release
-        # The poller may read the subscriber's stream meanwhile, never the commands'. (It may
-        # be woken for the commands' stream, by a reply that came before the caller took the
-        # stream from it, and then read nothing: the caller holds the stream's read lock.)
+        # The poller may read the subscriber's stream meanwhile, never the commands'. (A wake-up
+        # of the poller for the commands' stream while the caller holds it reads nothing: the
+        # caller holds the stream's read lock.)
         assert not ex.caller_streams & set(ex.poller_fed[fed:]), (
             f"a reply went through the poller thread (woken for {ex.poller_streams[polled:]})"
         )
