@@ -180,6 +180,9 @@ class ThreadedDriver(Driver):
             self._inputs.append(partial(fn, *args))
             self._cond.notify_all()
             return
+        if type(fn) is Received:  # bytes read: fed and drained in one crossing
+            self._drain(fn.stream, fn.data)
+            return
         try:
             fn(*args)
         except (errors.CorePanic, errors.CorePoisoned) as e:
@@ -513,10 +516,7 @@ class ThreadedDriver(Driver):
                 return
             batch = self._collecting()
             try:
-                if type(fn) is Received and not self._paused and self._fatal is None:
-                    self._drain(fn.stream, fn.data)  # (_feed's, fed and drained in one crossing)
-                else:
-                    self._feed(fn)
+                self._feed(fn)
             finally:
                 self._tl.batch = None
         self._run_here(batch)
