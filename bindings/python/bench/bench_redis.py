@@ -26,7 +26,9 @@ library, in one run:
 4. takeover time after the holder process is SIGKILLed at an arbitrary moment while it keeps
    renewing (leasehold automatically, python-redis-lock with auto_renewal, redis-py with a
    reacquire() loop): from the moment its TTL runs out in Redis (PTTL read right after the
-   kill) to the waiter's ``acquire()`` returning.
+   kill) to the waiter's ``acquire()`` returning;
+5. only with ``--only gap``: one ``acquire()`` and one ``release()`` of leasehold after an idle
+   gap (none, 1, 10, 60 ms), beside the floor's same script call after the same gap.
 """
 
 from __future__ import annotations
@@ -569,6 +571,51 @@ def bench_idle(
     }
 
 
+# ---- 5. one call after an idle gap ------------------------------------------------------------------
+def bench_gap(url: str, gaps: tuple[float, ...], samples: int) -> dict[str, Any]:
+    """How long one acquire() and one release() take on a thread that was idle for ``gap``
+    seconds before each, beside the floor's same request (the recorded script call on a plain
+    socket) after the same gap. A handoff is made of such calls: the holder's release and the
+    waiter's reaction come after the holding time, so they run on cold caches and a woken CPU.
+    Samples of the two alternate, so a change of the machine's state weighs on both."""
+    lk = LeaseholdLocker(url)
+    floor = FloorLocker(url)
+    acquire_req, release_req = floor.requests[0], floor.requests[-1]
+    out: dict[str, Any] = {}
+    try:
+        for _ in range(20):  # past the connection and the script loading
+            lk.release(lk.acquire("gap", 10.0, 0.0))
+        for gap in gaps:
+            t: dict[str, list[float]] = {"acquire": [], "release": [], "floor acquire": [], "floor release": []}
+            for _ in range(samples):
+                if gap:
+                    time.sleep(gap)
+                t0 = clock()
+                h = lk.acquire("gap", 10.0, 0.0)
+                t["acquire"].append(clock() - t0)
+                if gap:
+                    time.sleep(gap)
+                t0 = clock()
+                lk.release(h)
+                t["release"].append(clock() - t0)
+                for key, payload in (("floor acquire", acquire_req), ("floor release", release_req)):
+                    if gap:
+                        time.sleep(gap)
+                    t0 = clock()
+                    floor.conn.call(payload)
+                    t[key].append(clock() - t0)
+            p50 = {k: statistics.median(v) * 1e6 for k, v in t.items()}
+            out[f"{gap * 1000:g} ms"] = {
+                "p50_us": p50,
+                "acquire_vs_floor": p50["acquire"] / p50["floor acquire"],
+                "release_vs_floor": p50["release"] / p50["floor release"],
+            }
+    finally:
+        lk.close()
+        floor.close()
+    return out
+
+
 # ---- 4. takeover after SIGKILL -------------------------------------------------------------------------
 def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) -> dict[str, Any]:
     import random
@@ -643,7 +690,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover")
+    ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover,gap (gap: not in the default set)")
     ap.add_argument("--tp-rounds", type=int, help="interleaved throughput rounds (default 7, quick 3)")
     ap.add_argument("--tp-seconds", type=float, default=0.7, help="length of one throughput round (default 0.7 s)")
     args = ap.parse_args()
@@ -701,6 +748,16 @@ def main() -> None:
                     print(
                         f"idle        {impl.label:30s} 8 waiters  {res['cmds_per_s_total']:7.2f} cmd/s"
                         f"  ({res['cmds_per_s_per_waiter']:.3f} per waiter)  {res['breakdown']}",
+                        flush=True,
+                    )
+            if "gap" in parts:
+                results["gap"] = gp = bench_gap(srv.url, (0.0, 0.001, 0.01, 0.06), 15 if q else 60)
+                for gap, res in gp.items():
+                    us = res["p50_us"]
+                    print(
+                        f"gap         {gap:>6s}  acquire {us['acquire']:6.0f} us (floor {us['floor acquire']:5.0f},"
+                        f" {res['acquire_vs_floor']:.2f}x)  release {us['release']:6.0f} us"
+                        f" (floor {us['floor release']:5.0f}, {res['release_vs_floor']:.2f}x)",
                         flush=True,
                     )
             if "takeover" in parts:
