@@ -27,7 +27,9 @@ library, in one run:
    renewing (leasehold automatically, python-redis-lock with auto_renewal, redis-py with a
    reacquire() loop): from the moment its TTL runs out in Redis (PTTL read right after the
    kill) to the waiter's ``acquire()`` returning;
-5. only with ``--only gap``: one ``acquire()`` and one ``release()`` of leasehold after an idle
+5. the uncontended cycles of 1. on an event loop: ``AsyncLockClient``, ``redis.asyncio``'s
+   ``Lock`` and the floor on an asyncio stream;
+6. only with ``--only gap``: one ``acquire()`` and one ``release()`` of leasehold after an idle
    gap (none, 1, 10, 60 ms), beside the floor's same script call after the same gap.
 """
 
@@ -571,6 +573,86 @@ def bench_idle(
     }
 
 
+# ---- 6. uncontended acquire + release on an event loop -------------------------------------------
+def bench_asyncio(url: str, rounds: int, seconds: float) -> dict[str, Any]:
+    """The throughput rows on one event loop: leasehold's ``AsyncLockClient`` on
+    ``RedisLockService.from_url`` (the byte path on the loop), redis-py's ``redis.asyncio``
+    ``Lock``, and the floor: the core's requests for one cycle (recorded as for the threaded
+    floor) on an asyncio stream, each reply read whole. Interleaved rounds and paired ratios,
+    as in :func:`bench_throughput`."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from leasehold import AsyncLockClient
+
+    requests = FloorLocker(url)
+    payloads = requests.requests
+    requests.close()
+    host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
+
+    async def main() -> dict[str, Any]:
+        lh = AsyncLockClient(RedisLockService.from_url(url))
+        ar = aredis.Redis.from_url(url)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw = _RawConn.__new__(_RawConn)  # only its reply scanner (_end) on a buffer
+
+        async def floor_cycle(name: str) -> None:
+            for payload in payloads:
+                writer.write(payload)
+                raw.buf = b""
+                while True:
+                    raw.buf += await reader.read(65536)
+                    if raw._end(0) is not None:
+                        break
+
+        async def lh_cycle(name: str) -> None:
+            h = await lh.acquire(name, ttl=10.0)
+            await h.release()
+
+        async def ar_cycle(name: str) -> None:
+            lock = ar.lock(name, timeout=10.0)
+            if not await lock.acquire(blocking=False):
+                raise TimeoutError(name)
+            await lock.release()
+
+        cycles = {"leasehold (AsyncLockClient)": lh_cycle, "redis.asyncio Lock": ar_cycle, FLOOR: floor_cycle}
+        rates: dict[str, list[float]] = {k: [] for k in cycles}
+        cpu: dict[str, list[float]] = {k: [] for k in cycles}
+        try:
+            for label, cycle in cycles.items():
+                for _ in range(50):
+                    await cycle(f"aio-{label}")
+            for _ in range(rounds):
+                for label, cycle in cycles.items():
+                    n, start, cpu0 = 0, clock(), time.process_time()
+                    while clock() < start + seconds:
+                        for _ in range(10):
+                            await cycle(f"aio-{label}")
+                        n += 10
+                    cpu[label].append((time.process_time() - cpu0) / n * 1e6)
+                    rates[label].append(n / (clock() - start))
+        finally:
+            await lh.close()
+            await ar.aclose()
+            writer.close()
+        ref, floor = rates["redis.asyncio Lock"], rates[FLOOR]
+        return {
+            label: {
+                "median_ops_per_s": statistics.median(v),
+                "paired_ratio_vs_redis_asyncio_lock": statistics.median(a / b for a, b in zip(v, ref)),
+                "paired_ratio_vs_floor": statistics.median(a / b for a, b in zip(v, floor)),
+                "cpu_us_per_cycle_median": statistics.median(cpu[label]),
+                "rounds": [round(x) for x in v],
+            }
+            for label, v in rates.items()
+        }
+
+    return asyncio.run(main())
+
+
 # ---- 5. one call after an idle gap ------------------------------------------------------------------
 def bench_gap(url: str, gaps: tuple[float, ...], samples: int) -> dict[str, Any]:
     """How long one acquire() and one release() take on a thread that was idle for ``gap``
@@ -690,12 +772,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover,gap (gap: not in the default set)")
+    ap.add_argument("--only", help="comma-separated subset: throughput,handoff,idle,takeover,asyncio,gap (gap: not in the default set)")
     ap.add_argument("--tp-rounds", type=int, help="interleaved throughput rounds (default 7, quick 3)")
     ap.add_argument("--tp-seconds", type=float, default=0.7, help="length of one throughput round (default 0.7 s)")
     args = ap.parse_args()
     q = args.quick
-    parts = set((args.only or "throughput,handoff,idle,takeover").split(","))
+    parts = set((args.only or "throughput,asyncio,handoff,idle,takeover").split(","))
     binary = ensure_redis_server()
     if binary is None:
         sys.exit("redis-server not found (apt-get install redis-server)")
@@ -724,6 +806,15 @@ def main() -> None:
                         f", vs the floor {res['paired_ratio_vs_floor']:.2f}"
                         f"  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle"
                         f" (redis-server {res['server_cpu_us_per_cycle_median']:4.0f})",
+                        flush=True,
+                    )
+            if "asyncio" in parts:
+                results["asyncio"] = aio = bench_asyncio(srv.url, rounds=args.tp_rounds or (3 if q else 7), seconds=args.tp_seconds)
+                for label, res in aio.items():
+                    print(
+                        f"asyncio     {label:30s} median {res['median_ops_per_s']:6.0f} acquire+release/s"
+                        f"  paired ratio vs redis.asyncio Lock {res['paired_ratio_vs_redis_asyncio_lock']:.2f}"
+                        f", vs the floor {res['paired_ratio_vs_floor']:.2f}  cpu {res['cpu_us_per_cycle_median']:5.0f} us/cycle",
                         flush=True,
                     )
             if "handoff" in parts:

@@ -31,10 +31,11 @@ import threading
 import time
 import weakref
 from collections import deque
+from functools import partial
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
-from . import errors
-from ._backend import BackendSink, Received, backend_of, execute_request_async, step_received
+from . import _ffi, errors
+from ._backend import BackendSink, Received, _message, backend_of, execute_request_async, step_received
 from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core, IoRequest, dispatch_all
@@ -48,6 +49,8 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _RELEASED, _LOST, _FAILED = "acquiring", "held", "released", "lost", "failed"
 _ACQUIRE_SAFETY_S = 30.0
+_MAX_WAIT_S = 86400.0 * 365  # a bound past any real wait (the loop's timers take floats)
+_WRITE = _ffi.LH_IO_WRITE
 
 OnLost = Callable[["AsyncLease"], Any]
 
@@ -149,6 +152,7 @@ class AsyncLockClient(Driver):
         self._loop_thread = 0
         self._sink = BackendSink(self._core, self._backend_input)
         self._backend.attach(self._sink)
+        self._write_now = _write_now(self._backend)
         self._owns_service = owns_service
         self._release_timeout = (
             seconds(release_timeout, "release_timeout") if release_timeout is not None
@@ -353,7 +357,17 @@ class AsyncLockClient(Driver):
             return
         if self._loop is not None:
             reqs, outs, dl = self._core.step() if data is None else step_received(self._core, stream, data)
+            write_now = self._write_now
             for req in reqs:
+                # A write on an open stream goes out now, with no task of its own.
+                if write_now is not None and req.kind == _WRITE:
+                    on, payload = req.payload
+                    try:
+                        if write_now(on, payload):
+                            continue
+                    except Exception as e:
+                        self._inputs.append(partial(self._core.stream_closed, on, _message(e, self._backend)))
+                        continue
                 self._spawn(self._execute(req))
         else:
             outs, dl = self._core.drain()
@@ -432,16 +446,13 @@ class AsyncLockClient(Driver):
         self._drain()
         bound = wait_s + self._core.request_timeout_ns / 1e9 + _ACQUIRE_SAFETY_S
         try:
-            async with asyncio.timeout(bound):
-                await asyncio.shield(h._fut)
-        except TimeoutError:
-            if h._fut.done() and not h._fut.cancelled() and h._fut.exception() is not None:
-                raise
-            self._cancel(h)
-            raise errors.LockTimeout(name, wait_s, f"lock {name!r}: the driver did not answer within {bound:g}s")
+            settled = await _bounded(h._fut, bound)
         except asyncio.CancelledError:
             self._cancel(h)
             raise
+        if not settled:
+            self._cancel(h)
+            raise errors.LockTimeout(name, wait_s, f"lock {name!r}: the driver did not answer within {bound:g}s")
         return h
 
     def _cancel(self, h: AsyncLease) -> None:
@@ -470,12 +481,9 @@ class AsyncLockClient(Driver):
         if outcome is not None or slot.done():
             return self._release_end(h, slot, outcome if outcome is not None else slot.value())
         try:
-            async with asyncio.timeout(wait_s):
-                await asyncio.shield(slot.fut)
-        except TimeoutError:
-            pass
+            await _bounded(slot.fut, wait_s)
         finally:
-            outcome = self._release_end(h, slot, slot.value() if slot.done() else None)
+            outcome = self._release_end(h, slot, slot.value() if slot.answered() else None)
         return outcome
 
     async def _renew_handle(self, h: AsyncLease, timeout: float | None) -> float:
@@ -487,15 +495,13 @@ class AsyncLockClient(Driver):
         self._drain()
         wait_s = self._renew_bound(h) if given is None else given
         try:
-            async with asyncio.timeout(wait_s):
-                await asyncio.shield(slot.fut)
-        except TimeoutError:
-            if not slot.done():
-                self._renew_forget(h.lease_id, slot)
-                raise errors.RenewTimeout(h.name, wait_s) from None
+            answered = await _bounded(slot.fut, wait_s)
         except asyncio.CancelledError:
             self._renew_forget(h.lease_id, slot)
             raise
+        if not answered:
+            self._renew_forget(h.lease_id, slot)
+            raise errors.RenewTimeout(h.name, wait_s)
         return renew_value(slot.value())
 
     def _set_paused(self, paused: bool) -> None:
@@ -518,8 +524,53 @@ class _Slot:
     def done(self) -> bool:
         return self.fut.done()
 
+    def answered(self) -> bool:
+        """Set with a value (not given up by a bounded wait, see :func:`_bounded`)."""
+        return self.fut.done() and not self.fut.cancelled()
+
     def value(self) -> Any:
         return self.fut.result()
+
+
+async def _bounded(fut: asyncio.Future[Any], seconds: float) -> bool:
+    """Await ``fut`` at most ``seconds``: True once it is done, False when the time ran out
+    first (``fut`` is then cancelled: its waiter gave up). A cancellation of the caller
+    propagates. The caller waits on ``fut`` itself, so its answer wakes it in one turn of the
+    loop (``asyncio.timeout`` around ``asyncio.shield`` takes three, and more objects)."""
+    if fut.done():
+        fut.result()  # its exception, as awaiting it would raise
+        return True
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not fut.done():
+            expired = True
+            fut.cancel()
+
+    loop = fut.get_loop()
+    timer = loop.call_at(loop.time() + min(seconds, _MAX_WAIT_S), expire)
+    try:
+        await fut
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not expired or (task is not None and task.cancelling()):
+            raise
+        return False
+    finally:
+        timer.cancel()
+    return True
+
+
+def _write_now(executor: Any) -> Callable[[int, bytes], bool] | None:
+    """The executor's ``write_now`` (a write handed over without a task; False when it must
+    go through ``write``), unless a subclass overrides ``write`` without it: the user's
+    ``write`` then sees every write."""
+    for cls in type(executor).__mro__:
+        own = vars(cls)
+        if "write" in own or "write_now" in own:
+            return executor.write_now if "write" in own and "write_now" in own else None
+    return None
 
 
 def _after_fork_child() -> None:

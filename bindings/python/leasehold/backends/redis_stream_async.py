@@ -142,13 +142,24 @@ class AsyncRedisStreamExecutor:
     async def write(self, stream: int, data: bytes) -> None:
         """Hand ``data`` to the stream's transport now (it keeps what the socket cannot take
         yet, in order)."""
-        conn = self._streams.get(stream)
-        if conn is None or conn.closed:
+        if not self.write_now(stream, data):
             raise ConnectionError(f"stream {stream} is not open")
-        if conn.transport is None:
+
+    def write_now(self, stream: int, data: bytes) -> bool:
+        """:meth:`write` without a task (the client calls it from its drain): False when the
+        stream is unknown (its ``open`` has not started, or it ended), and :meth:`write` must
+        run; raises on a stream that closed. Bytes written before the connection is made
+        wait, in order, until it is."""
+        conn = self._streams.get(stream)
+        if conn is None:
+            return False
+        if conn.closed:
+            raise ConnectionError(f"stream {stream} is not open")
+        if conn.transport is None or conn.early:
             conn.early.append(data)
         else:
             conn.transport.write(data)
+        return True
 
     async def shutdown(self, stream: int) -> None:
         """Close ``stream`` (the core asked: its end is not reported)."""

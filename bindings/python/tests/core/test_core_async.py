@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # core_helpers
 from core_helpers import Recording  # noqa: E402
 
-from leasehold import AsyncLockClient, AsyncLockHandle, ClientClosed, LeaseholdError, LockNotHeld, LockTimeout  # noqa: E402
+from leasehold import AsyncLockClient, AsyncLockHandle, ClientClosed, LeaseholdError, LockNotHeld, LockTimeout, RenewTimeout  # noqa: E402
 from leasehold.service import AsyncLockService, Granted, HeldByOther  # noqa: E402
 from leasehold.testing import FakeClock, MemoryLockService, MemoryStore  # noqa: E402
 
@@ -139,6 +139,96 @@ def test_async_cancellation_releases_late_grant() -> None:
             assert store.holder("late") is None
             h = await c.acquire("late", ttl=3)
             assert h.is_held()
+
+    run(main)
+
+
+def test_async_calls_on_a_hung_service_end_by_their_bounds_and_cancels_propagate() -> None:
+    """renew(timeout) raises RenewTimeout and release(timeout) returns by its bound while the
+    service hangs; a task cancelled while it awaits release() or renew() gets CancelledError,
+    the client goes on, and the release completes once the service answers."""
+
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryStore(clock=clock)
+        svc = Recording(store)
+        async with AsyncLockClient(svc, clock=clock) as c:
+            h = await c.acquire("bound", ttl=30)
+            g = await c.acquire("bound-2", ttl=30)
+            svc.hang()
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(RenewTimeout):
+                await h.renew(timeout=0.2)
+            assert 0.15 < loop.time() - t0 < 2.0
+            renewing = asyncio.ensure_future(g.renew(timeout=30))
+            releasing = asyncio.ensure_future(h.release(timeout=30))
+            await asyncio.sleep(0.05)
+            for t in (renewing, releasing):
+                t.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+            t0 = loop.time()
+            await g.release(timeout=0.2)
+            assert 0.15 < loop.time() - t0 < 2.0
+            svc.unhang()
+            await asettle(clock, [c], seconds=1, step=0.1)
+            assert store.holder("bound") is None and store.holder("bound-2") is None
+            assert (await c.acquire("bound", ttl=3)).is_held()
+
+    run(main)
+
+
+def test_async_bounded_wait() -> None:
+    """The wait under every acquire(), release() and renew() (``aio._bounded``): a result or an
+    exception already there, one that comes, a bound that runs out first (the future is then
+    cancelled: nobody waits for it), and a cancellation of the caller, also one that comes as
+    the bound runs out, which is never swallowed."""
+    from leasehold.aio import _bounded
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        done.set_result(1)
+        assert await _bounded(done, 0)
+        failed = loop.create_future()
+        failed.set_exception(LockTimeout("n", 0.0))
+        with pytest.raises(LockTimeout):
+            await _bounded(failed, 10)
+        later = loop.create_future()
+        loop.call_later(0.02, later.set_result, 2)
+        assert await _bounded(later, 10) and later.result() == 2
+        never = loop.create_future()
+        t0 = loop.time()
+        assert not await _bounded(never, 0.05)
+        assert loop.time() - t0 >= 0.04 and never.cancelled()
+        waited = loop.create_future()
+        task = asyncio.ensure_future(_bounded(waited, 10))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The caller is cancelled after the bound ran out but before it resumed.
+        both = loop.create_future()
+        task = asyncio.ensure_future(_bounded(both, 0.02))
+        both.add_done_callback(lambda _: task.cancel())  # runs before the task resumes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert both.cancelled()
+
+    run(main)
+
+
+def test_async_reentrant_acquire_of_a_held_name_returns_at_once() -> None:
+    async def main() -> None:
+        async with AsyncLockClient(MemoryLockService(MemoryStore())) as c:
+            h = await c.acquire("twice", ttl=30, reentrant=True)
+            h2 = await c.acquire("twice", ttl=30, reentrant=True)
+            assert h2.fencing_token == h.fencing_token
+            await h2.release()
+            assert h.is_held()
+            with pytest.raises(LockTimeout):
+                await c.acquire("twice", ttl=30, reentrant=False)
 
     run(main)
 

@@ -3,8 +3,9 @@ the event loop moves the bytes), against a real redis-server: concurrent tasks o
 contending for one name, the synchronous executor and ``from_url`` in ``AsyncLockClient``
 (run on the loop, no stream thread), a server restart, and a stalled server (through
 :class:`~lh_stall_proxy.StallProxy`): every call ends by its bound while the loop keeps
-running. Every read reaches the core with its drain, in one crossing. Bounds asserted are
-those the calls document plus a margin, never a speed."""
+running. Every read reaches the core with its drain, in one crossing, and every write on an
+open stream leaves from the drain that asks for it (a subclass's ``write`` still sees each).
+Bounds asserted are those the calls document plus a margin, never a speed."""
 
 from __future__ import annotations
 
@@ -130,6 +131,51 @@ def test_every_read_reaches_the_core_with_its_drain(redis_server, r) -> None:  #
     alone, drained = asyncio.run(asyncio.wait_for(main(), 60))
     assert not alone and len(drained) >= 6, (alone, drained)  # two replies a cycle at least
     assert not r.exists(keys_for("py-async-drain").lock)
+
+
+def test_an_uncontended_cycle_writes_from_the_drain_and_starts_no_task(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    """A write on an open stream leaves in the drain that asks for it (``write_now``): an
+    uncontended acquire + release starts no task."""
+    async def main() -> list[str]:
+        async with AsyncLockClient(AsyncRedisStreamExecutor(redis_server.url)) as c:
+            await (await c.acquire("py-async-notask", ttl=5)).release()  # connections open
+            spawned: list[str] = []
+            spawn = c._spawn
+
+            def counting(coro: Any) -> None:
+                spawned.append(coro.__qualname__)
+                spawn(coro)
+
+            c._spawn = counting  # type: ignore[method-assign]
+            for _ in range(3):
+                async with c.acquire("py-async-notask", ttl=5) as lock:
+                    assert int(r.get(keys_for("py-async-notask").fence)) == lock.fencing_token
+            return spawned
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == []
+    assert not r.exists(keys_for("py-async-notask").lock)
+
+
+def test_a_subclass_that_overrides_write_sees_every_write(redis_server, r) -> None:  # type: ignore[no-untyped-def]
+    """``write`` is an extension point: a subclass that overrides it gets every write (the
+    drain's ``write_now`` is not used for it)."""
+    seen: list[bytes] = []
+
+    class Watching(AsyncRedisStreamExecutor):
+        async def write(self, stream: int, data: bytes) -> None:
+            seen.append(data)
+            await super().write(stream, data)
+
+    async def main() -> None:
+        async with AsyncLockClient(Watching(redis_server.url)) as c:
+            for _ in range(3):
+                async with c.acquire("py-async-watched", ttl=5):
+                    pass
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    scripts = [d for d in seen if b"EVALSHA" in d or b"EVAL" in d]
+    assert len(scripts) >= 6, [d[:40] for d in seen]  # an ACQUIRE and a RELEASE a cycle
+    assert not r.exists(keys_for("py-async-watched").lock)
 
 
 def test_the_async_executor_is_refused_by_lock_client(redis_server) -> None:  # type: ignore[no-untyped-def]
