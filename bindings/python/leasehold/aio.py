@@ -4,7 +4,8 @@ Everything runs on the loop the client is first used from (calling it from anoth
 raises ``RuntimeError``): a driver task runs the core's deadlines; each request the core asks
 for runs as its own task on the executor (a synchronous executor's calls in worker threads,
 see :class:`leasehold._backend.ThreadedExecutor`), so a hung backend never delays loss
-detection. A finished request and a notification feed the core directly from their task or
+detection; a write on a byte stream, which never waits, is handed to the stream's transport
+from the drain that asks for it (``write_now``), with no task. A finished request and a notification feed the core directly from their task or
 callback (all on the loop, so no lock is needed; what another thread delivers is passed to the
 loop first); the driver is woken only when an input was queued for it (while paused), the
 client is closing, or the core's deadline moved earlier than the one it sleeps until.
