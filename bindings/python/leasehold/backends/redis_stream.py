@@ -346,8 +346,12 @@ class RedisStreamExecutor:
                 p.register(st.fd, _POLLIN)
             if wake >= 0:
                 p.register(wake, _POLLIN)
-            if not p.poll(max(0, int(timeout * 1000 + 0.999))):
+            events = p.poll(max(0, int(timeout * 1000 + 0.999)))
+            if not events:
                 return got
+            if len(live) > 1:  # only those that fired (a waiter holds its subscriber and its commands)
+                fired = {fd for fd, _ in events}
+                live = [st for st in live if st.fd in fired]
         for st in live:
             try:
                 data = st.recv()
