@@ -573,131 +573,6 @@ def bench_idle(
     }
 
 
-# ---- 6. uncontended acquire + release on an event loop -------------------------------------------
-def bench_asyncio(url: str, rounds: int, seconds: float) -> dict[str, Any]:
-    """The throughput rows on one event loop: leasehold's ``AsyncLockClient`` on
-    ``RedisLockService.from_url`` (the byte path on the loop), redis-py's ``redis.asyncio``
-    ``Lock``, and the floor: the core's requests for one cycle (recorded as for the threaded
-    floor) on an asyncio stream, each reply read whole. Interleaved rounds and paired ratios,
-    as in :func:`bench_throughput`."""
-    import asyncio
-
-    import redis.asyncio as aredis
-
-    from leasehold import AsyncLockClient
-
-    requests = FloorLocker(url)
-    payloads = requests.requests
-    requests.close()
-    host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
-
-    async def main() -> dict[str, Any]:
-        lh = AsyncLockClient(RedisLockService.from_url(url))
-        ar = aredis.Redis.from_url(url)
-        reader, writer = await asyncio.open_connection(host, int(port))
-        sock = writer.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        raw = _RawConn.__new__(_RawConn)  # only its reply scanner (_end) on a buffer
-
-        async def floor_cycle(name: str) -> None:
-            for payload in payloads:
-                writer.write(payload)
-                raw.buf = b""
-                while True:
-                    raw.buf += await reader.read(65536)
-                    if raw._end(0) is not None:
-                        break
-
-        async def lh_cycle(name: str) -> None:
-            h = await lh.acquire(name, ttl=10.0)
-            await h.release()
-
-        async def ar_cycle(name: str) -> None:
-            lock = ar.lock(name, timeout=10.0)
-            if not await lock.acquire(blocking=False):
-                raise TimeoutError(name)
-            await lock.release()
-
-        cycles = {"leasehold (AsyncLockClient)": lh_cycle, "redis.asyncio Lock": ar_cycle, FLOOR: floor_cycle}
-        rates: dict[str, list[float]] = {k: [] for k in cycles}
-        cpu: dict[str, list[float]] = {k: [] for k in cycles}
-        try:
-            for label, cycle in cycles.items():
-                for _ in range(50):
-                    await cycle(f"aio-{label}")
-            for _ in range(rounds):
-                for label, cycle in cycles.items():
-                    n, start, cpu0 = 0, clock(), time.process_time()
-                    while clock() < start + seconds:
-                        for _ in range(10):
-                            await cycle(f"aio-{label}")
-                        n += 10
-                    cpu[label].append((time.process_time() - cpu0) / n * 1e6)
-                    rates[label].append(n / (clock() - start))
-        finally:
-            await lh.close()
-            await ar.aclose()
-            writer.close()
-        ref, floor = rates["redis.asyncio Lock"], rates[FLOOR]
-        return {
-            label: {
-                "median_ops_per_s": statistics.median(v),
-                "paired_ratio_vs_redis_asyncio_lock": statistics.median(a / b for a, b in zip(v, ref)),
-                "paired_ratio_vs_floor": statistics.median(a / b for a, b in zip(v, floor)),
-                "cpu_us_per_cycle_median": statistics.median(cpu[label]),
-                "rounds": [round(x) for x in v],
-            }
-            for label, v in rates.items()
-        }
-
-    return asyncio.run(main())
-
-
-# ---- 5. one call after an idle gap ------------------------------------------------------------------
-def bench_gap(url: str, gaps: tuple[float, ...], samples: int) -> dict[str, Any]:
-    """How long one acquire() and one release() take on a thread that was idle for ``gap``
-    seconds before each, beside the floor's same request (the recorded script call on a plain
-    socket) after the same gap. A handoff is made of such calls: the holder's release and the
-    waiter's reaction come after the holding time, so they run on cold caches and a woken CPU.
-    Samples of the two alternate, so a change of the machine's state weighs on both."""
-    lk = LeaseholdLocker(url)
-    floor = FloorLocker(url)
-    acquire_req, release_req = floor.requests[0], floor.requests[-1]
-    out: dict[str, Any] = {}
-    try:
-        for _ in range(20):  # past the connection and the script loading
-            lk.release(lk.acquire("gap", 10.0, 0.0))
-        for gap in gaps:
-            t: dict[str, list[float]] = {"acquire": [], "release": [], "floor acquire": [], "floor release": []}
-            for _ in range(samples):
-                if gap:
-                    time.sleep(gap)
-                t0 = clock()
-                h = lk.acquire("gap", 10.0, 0.0)
-                t["acquire"].append(clock() - t0)
-                if gap:
-                    time.sleep(gap)
-                t0 = clock()
-                lk.release(h)
-                t["release"].append(clock() - t0)
-                for key, payload in (("floor acquire", acquire_req), ("floor release", release_req)):
-                    if gap:
-                        time.sleep(gap)
-                    t0 = clock()
-                    floor.conn.call(payload)
-                    t[key].append(clock() - t0)
-            p50 = {k: statistics.median(v) * 1e6 for k, v in t.items()}
-            out[f"{gap * 1000:g} ms"] = {
-                "p50_us": p50,
-                "acquire_vs_floor": p50["acquire"] / p50["floor acquire"],
-                "release_vs_floor": p50["release"] / p50["floor release"],
-            }
-    finally:
-        lk.close()
-        floor.close()
-    return out
-
-
 # ---- 4. takeover after SIGKILL -------------------------------------------------------------------------
 def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) -> dict[str, Any]:
     import random
@@ -746,6 +621,134 @@ def bench_takeover(impl: Impl, r: redis.Redis, url: str, runs: int, ttl: float) 
                 p.kill()
                 p.wait()
     return {"runs_ms": [round(x * 1000, 1) for x in out], "median_ms": statistics.median(out) * 1000}
+
+
+# ---- 5. uncontended acquire + release on an event loop -------------------------------------------
+def bench_asyncio(url: str, rounds: int, seconds: float) -> dict[str, Any]:
+    """The throughput rows on one event loop: leasehold's ``AsyncLockClient`` on
+    ``RedisLockService.from_url`` (the byte path on the loop), redis-py's ``redis.asyncio``
+    ``Lock``, and the floor: the core's requests for one cycle (recorded as for the threaded
+    floor) on an asyncio stream, each reply read whole. Interleaved rounds and paired ratios,
+    as in :func:`bench_throughput`."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from leasehold import AsyncLockClient
+
+    requests = FloorLocker(url)
+    payloads = requests.requests
+    requests.close()
+    host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
+
+    async def main() -> dict[str, Any]:
+        lh = AsyncLockClient(RedisLockService.from_url(url))
+        ar = aredis.Redis.from_url(url)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw = _RawConn.__new__(_RawConn)  # only its reply scanner (_end) on a buffer
+
+        async def floor_cycle(name: str) -> None:
+            for payload in payloads:
+                writer.write(payload)
+                raw.buf = b""
+                while True:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        raise ConnectionError("redis-server closed the floor's connection")
+                    raw.buf += chunk
+                    if raw._end(0) is not None:
+                        break
+
+        async def lh_cycle(name: str) -> None:
+            h = await lh.acquire(name, ttl=10.0)
+            await h.release()
+
+        async def ar_cycle(name: str) -> None:
+            lock = ar.lock(name, timeout=10.0)
+            if not await lock.acquire(blocking=False):
+                raise TimeoutError(name)
+            await lock.release()
+
+        cycles = {"leasehold (AsyncLockClient)": lh_cycle, "redis.asyncio Lock": ar_cycle, FLOOR: floor_cycle}
+        rates: dict[str, list[float]] = {k: [] for k in cycles}
+        cpu: dict[str, list[float]] = {k: [] for k in cycles}
+        try:
+            for label, cycle in cycles.items():
+                for _ in range(50):
+                    await cycle(f"aio-{label}")
+            for _ in range(rounds):
+                for label, cycle in cycles.items():
+                    n, start, cpu0 = 0, clock(), time.process_time()
+                    while clock() < start + seconds:
+                        for _ in range(10):
+                            await cycle(f"aio-{label}")
+                        n += 10
+                    cpu[label].append((time.process_time() - cpu0) / n * 1e6)
+                    rates[label].append(n / (clock() - start))
+        finally:
+            await lh.close()
+            await ar.aclose()
+            writer.close()
+        ref, floor = rates["redis.asyncio Lock"], rates[FLOOR]
+        return {
+            label: {
+                "median_ops_per_s": statistics.median(v),
+                "paired_ratio_vs_redis_asyncio_lock": statistics.median(a / b for a, b in zip(v, ref)),
+                "paired_ratio_vs_floor": statistics.median(a / b for a, b in zip(v, floor)),
+                "cpu_us_per_cycle_median": statistics.median(cpu[label]),
+                "rounds": [round(x) for x in v],
+            }
+            for label, v in rates.items()
+        }
+
+    return asyncio.run(main())
+
+
+# ---- 6. one call after an idle gap ------------------------------------------------------------------
+def bench_gap(url: str, gaps: tuple[float, ...], samples: int) -> dict[str, Any]:
+    """How long one acquire() and one release() take on a thread that was idle for ``gap``
+    seconds before each, beside the floor's same request (the recorded script call on a plain
+    socket) after the same gap. A handoff is made of such calls: the holder's release and the
+    waiter's reaction come after the holding time, so they run on cold caches.
+    Samples of the two alternate, so a change of the machine's state weighs on both."""
+    lk = LeaseholdLocker(url)
+    floor = FloorLocker(url)
+    acquire_req, release_req = floor.requests[0], floor.requests[-1]
+    out: dict[str, Any] = {}
+    try:
+        for _ in range(20):  # past the connection and the script loading
+            lk.release(lk.acquire("gap", 10.0, 0.0))
+        for gap in gaps:
+            t: dict[str, list[float]] = {"acquire": [], "release": [], "floor acquire": [], "floor release": []}
+            for _ in range(samples):
+                if gap:
+                    time.sleep(gap)
+                t0 = clock()
+                h = lk.acquire("gap", 10.0, 0.0)
+                t["acquire"].append(clock() - t0)
+                if gap:
+                    time.sleep(gap)
+                t0 = clock()
+                lk.release(h)
+                t["release"].append(clock() - t0)
+                for key, payload in (("floor acquire", acquire_req), ("floor release", release_req)):
+                    if gap:
+                        time.sleep(gap)
+                    t0 = clock()
+                    floor.conn.call(payload)
+                    t[key].append(clock() - t0)
+            p50 = {k: statistics.median(v) * 1e6 for k, v in t.items()}
+            out[f"{gap * 1000:g} ms"] = {
+                "p50_us": p50,
+                "acquire_vs_floor": p50["acquire"] / p50["floor acquire"],
+                "release_vs_floor": p50["release"] / p50["floor release"],
+            }
+    finally:
+        lk.close()
+        floor.close()
+    return out
 
 
 def _lock_key(impl: Impl, name: str) -> str:
