@@ -5,10 +5,11 @@ raises ``RuntimeError``): a driver task runs the core's deadlines; each request 
 for runs as its own task on the executor (a synchronous executor's calls in worker threads,
 see :class:`leasehold._backend.ThreadedExecutor`), so a hung backend never delays loss
 detection; a write on a byte stream, which never waits, is handed to the stream's transport
-from the drain that asks for it (``write_now``), with no task. A finished request and a notification feed the core directly from their task or
-callback (all on the loop, so no lock is needed; what another thread delivers is passed to the
-loop first); the driver is woken only when an input was queued for it (while paused), the
-client is closing, or the core's deadline moved earlier than the one it sleeps until.
+from the drain that asks for it (``write_now``), with no task. A finished request and a
+notification feed the core directly from their task or callback (all on the loop, so no lock
+is needed; what another thread delivers is passed to the loop first); the driver is woken
+only when an input was queued for it (while paused), the client is closing, or the core's
+deadline moved earlier than the one it sleeps until.
 
 ::
 
@@ -50,7 +51,6 @@ log = logging.getLogger("leasehold")
 
 _ACQUIRING, _HELD, _RELEASED, _LOST, _FAILED = "acquiring", "held", "released", "lost", "failed"
 _ACQUIRE_SAFETY_S = 30.0
-_MAX_WAIT_S = 86400.0 * 365  # a bound past any real wait (the loop's timers take floats)
 _WRITE = _ffi.LH_IO_WRITE
 
 OnLost = Callable[["AsyncLease"], Any]
@@ -360,7 +360,8 @@ class AsyncLockClient(Driver):
             reqs, outs, dl = self._core.step() if data is None else step_received(self._core, stream, data)
             write_now = self._write_now
             for req in reqs:
-                # A write on an open stream goes out now, with no task of its own.
+                # A write on a stream the executor knows goes out now (or waits for its
+                # connection, in order), with no task of its own.
                 if write_now is not None and req.kind == _WRITE:
                     on, payload = req.payload
                     try:
@@ -550,7 +551,7 @@ async def _bounded(fut: asyncio.Future[Any], seconds: float) -> bool:
             fut.cancel()
 
     loop = fut.get_loop()
-    timer = loop.call_at(loop.time() + min(seconds, _MAX_WAIT_S), expire)
+    timer = loop.call_at(loop.time() + seconds, expire)
     try:
         await fut
     except asyncio.CancelledError:
