@@ -67,7 +67,14 @@ func TestRedisFrozenHolderAfterHandoffsTakenOverAtExpiry(t *testing.T) {
 	const workers, warmUp = 4, 12
 	const ttl = time.Second
 	name := uniq(t, "frozen-holder")
+	// Every worker opens a fencing store, unused here; made before they start, so that four
+	// processes do not race to create one file (its WAL switch can fail with "database is locked").
 	db := filepath.Join(t.TempDir(), "unused.db")
+	store, _, err := setupDB(context.Background(), db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
 	events := make(chan handoffEvent, 1024)
 	var procs []*workerProc
 	for i := 0; i < workers; i++ {
