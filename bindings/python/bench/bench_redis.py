@@ -146,6 +146,24 @@ def _resp(argv: list[bytes]) -> bytes:
     return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
 
 
+def _reply_end(buf: bytes, i: int = 0) -> int | None:
+    """Where the RESP reply that starts at ``buf[i]`` ends (None while it is incomplete): all
+    the floor parses, to know a reply is whole."""
+    nl = buf.find(b"\r\n", i)
+    if nl < 0:
+        return None
+    kind, n = buf[i : i + 1], int(buf[i + 1 : nl] or b"0") if buf[i : i + 1] in b"*$" else 0
+    if kind == b"$":
+        end = nl + 2 + n + 2 if n >= 0 else nl + 2  # $-1: nil, no body
+        return end if len(buf) >= end else None
+    if kind == b"*":
+        j: int | None = nl + 2
+        for _ in range(max(n, 0)):
+            j = _reply_end(buf, j) if j is not None else None
+        return j
+    return nl + 2
+
+
 class _RawConn:
     """A plain socket that reads whole RESP replies (what the floor needs: no parsing beyond
     finding a reply's end)."""
@@ -159,26 +177,11 @@ class _RawConn:
     def call(self, payload: bytes) -> bytes:
         self.sock.sendall(payload)
         while True:
-            end = self._end(0)
+            end = _reply_end(self.buf)
             if end is not None:
                 reply, self.buf = self.buf[:end], self.buf[end:]
                 return reply
             self.buf += self.sock.recv(65536)
-
-    def _end(self, i: int) -> int | None:
-        nl = self.buf.find(b"\r\n", i)
-        if nl < 0:
-            return None
-        kind, n = self.buf[i : i + 1], int(self.buf[i + 1 : nl] or b"0") if self.buf[i : i + 1] in b"*$" else 0
-        if kind == b"$":
-            end = nl + 2 + n + 2 if n >= 0 else nl + 2  # $-1: nil, no body
-            return end if len(self.buf) >= end else None
-        if kind == b"*":
-            j: int | None = nl + 2
-            for _ in range(max(n, 0)):
-                j = self._end(j) if j is not None else None
-            return j
-        return nl + 2
 
     def close(self) -> None:
         self.sock.close()
@@ -647,18 +650,17 @@ def bench_asyncio(url: str, rounds: int, seconds: float) -> dict[str, Any]:
         reader, writer = await asyncio.open_connection(host, int(port))
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        raw = _RawConn.__new__(_RawConn)  # only its reply scanner (_end) on a buffer
 
         async def floor_cycle(name: str) -> None:
             for payload in payloads:
                 writer.write(payload)
-                raw.buf = b""
+                buf = b""
                 while True:
                     chunk = await reader.read(65536)
                     if not chunk:
                         raise ConnectionError("redis-server closed the floor's connection")
-                    raw.buf += chunk
-                    if raw._end(0) is not None:
+                    buf += chunk
+                    if _reply_end(buf) is not None:
                         break
 
         async def lh_cycle(name: str) -> None:

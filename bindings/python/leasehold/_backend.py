@@ -346,6 +346,12 @@ def _message(e: BaseException, executor: Any) -> str:
     return scrub(str(e) or type(e).__name__, _url_of(executor), escape=False)
 
 
+def stream_failed(core: Core, executor: Any, stream: int, e: BaseException) -> Callable[[], None]:
+    """The input that tells the core ``stream`` closed because a call on it raised ``e``: one
+    place for every driver, so each says it with the same scrubbed message."""
+    return partial(core.stream_closed, stream, _message(e, executor))
+
+
 def _failed(core: Core, executor: Any, req: IoRequest, e: BaseException) -> Callable[[], None]:
     msg = _message(e, executor)
     log.warning("leasehold: backend request %s failed (transport error): %s", _what(req.payload), msg)
@@ -427,7 +433,7 @@ def _plan(core: Core, executor: Any, sink: "BackendSink", req: IoRequest, timeou
         stream = payload.stream if kind == _ffi.LH_IO_OPEN else payload if kind == _ffi.LH_IO_SHUTDOWN else payload[0]
 
         def closed(e: Exception) -> Callable[[], None]:
-            return partial(core.stream_closed, stream, _message(e, executor))
+            return stream_failed(core, executor, stream, e)
 
         if kind == _ffi.LH_IO_OPEN:
             return partial(executor.open, payload, sink), _nothing, closed

@@ -28,11 +28,11 @@ from ._backend import (
     STREAM_KINDS,
     Deferred,
     Received,
-    _message,
     execute_request,
     execute_sql,
     lane_of,
     step_received,
+    stream_failed,
 )
 from ._core import IoRequest, dispatch_all
 from ._driver import IDLE_TICK_NS, Driver
@@ -423,7 +423,7 @@ class ThreadedDriver(Driver):
 
     def _write_failed(self, stream: int, e: Exception) -> None:
         """(mutex held) A write on ``stream`` failed: the driver tells the core it closed."""
-        self._inputs.append(partial(self._core.stream_closed, stream, _message(e, self._backend)))
+        self._inputs.append(stream_failed(self._core, self._backend, stream, e))
         self._cond.notify_all()
 
     def _execute(self, req: IoRequest) -> None:

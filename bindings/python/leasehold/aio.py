@@ -33,11 +33,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from functools import partial
 from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from . import _ffi, errors
-from ._backend import BackendSink, Received, _message, backend_of, execute_request_async, step_received
+from ._backend import BackendSink, Received, backend_of, execute_request_async, step_received, stream_failed
 from ._args import seconds
 from ._clock import resolve_clock
 from ._core import Config, Core, IoRequest, dispatch_all
@@ -368,7 +367,7 @@ class AsyncLockClient(Driver):
                         if write_now(on, payload):
                             continue
                     except Exception as e:
-                        self._inputs.append(partial(self._core.stream_closed, on, _message(e, self._backend)))
+                        self._inputs.append(stream_failed(self._core, self._backend, on, e))
                         continue
                 self._spawn(self._execute(req))
         else:

@@ -338,3 +338,45 @@ def test_a_plain_stream_waits_in_recv_and_never_blocks_a_write(redis_server) -> 
         wait_until(lambda: not st.writing, bound=10, what="the writer thread ended")
         a.close()
         b.close()
+
+
+def test_a_held_read_of_several_streams_reads_only_those_that_are_ready(redis_server) -> None:  # type: ignore[no-untyped-def]
+    """A waiter holds several streams (its subscriber and its commands): after the poll it
+    reads only the ones the poll reported, never a ``recv`` that would find nothing; a stream
+    that ended is reported once."""
+    import socket
+
+    from leasehold.backends import redis_stream as rs
+
+    ex = RedisStreamExecutor(redis_server.url)
+    pairs = [socket.socketpair() for _ in range(3)]
+    streams: list[Any] = []
+    recvs: dict[int, int] = {}
+    try:
+        for i, (a, _) in enumerate(pairs):
+            a.setblocking(False)
+            st = rs._Stream(10 + i, None)
+            st.sock, st.fd = a, a.fileno()
+            plain = st.recv
+
+            def counted(plain: Any = plain, sid: int = st.id) -> Any:
+                recvs[sid] = recvs.get(sid, 0) + 1
+                return plain()
+
+            st.recv = counted  # type: ignore[method-assign]
+            ex._streams[st.id] = st
+            streams.append(st)
+        assert ex.read_held(streams, 0.05) == []  # nothing there: nothing read
+        assert recvs == {}
+        pairs[1][1].sendall(b"+OK\r\n")
+        assert ex.read_held(streams, 5.0) == [(11, b"+OK\r\n", "")]
+        assert recvs == {11: 1}, recvs
+        pairs[2][1].close()  # its peer ends
+        assert ex.read_held(streams, 5.0) == [(12, b"", rs._EOF)]
+        assert recvs == {11: 1, 12: 1}, recvs
+        assert ex.read_held(streams, 0.05) == []  # reported once; the rest has nothing
+        assert recvs == {11: 1, 12: 1}, recvs
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
