@@ -697,7 +697,18 @@ TEST(RedisStreamExecutorAlone, ACallerKeepsItsBoundAndWritesNeverBlock) {
   EXPECT_EQ(after.caller_reads - before.caller_reads, 1u);
   EXPECT_EQ(after.reader_reads, before.reader_reads);
   EXPECT_EQ(count([](const auto& x) { return std::holds_alternative<leasehold::IoReceived>(x) && std::get<leasehold::IoReceived>(x).bytes == "+OK\r\n"; }), 1);
+
+  // A caller waiting in its read (a blocking recv on a plain stream) is woken by close().
+  write(1, "");
+  auto waited = std::async(std::launch::async, [&] {
+    const auto start = leasehold::Clock::now();
+    exec->run_pending_until(start + 30s);
+    return leasehold::Clock::now() - start;
+  });
+  std::this_thread::sleep_for(50ms);
   exec->close();
+  ASSERT_EQ(waited.wait_for(5s), std::future_status::ready) << "close() left a caller waiting in its read";
+  EXPECT_LT(waited.get(), 5s);
   ::close(peer);
   ::close(peer2);
   ::close(lfd);

@@ -36,6 +36,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -178,6 +179,11 @@ class RedisStreamExecutor final : public Executor {
       const auto left = deadline == Clock::time_point::max()
                             ? std::chrono::nanoseconds(std::chrono::hours(1))
                             : std::max(std::chrono::nanoseconds(0), deadline - Clock::now());
+      if (fds.size() == 1 && polled[0]->blocking && left >= kSlice) {
+        // One recv that waits at most a slice; the deadline is looked at between slices.
+        if (read_some(*polled[0], caller_reads_, true) || Clock::now() >= deadline || closed_.load()) break;
+        continue;
+      }
       const auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
       const timespec ts{static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
       const int n = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
@@ -211,6 +217,10 @@ class RedisStreamExecutor final : public Executor {
     return o;
   }
   static constexpr std::size_t kBuf = 1 << 16;
+  // A plain socket is blocking with a receive timeout of one slice: the caller that reads its
+  // own reply waits in recv() itself (one system call per reply, where ppoll() and a
+  // nonblocking recv() take two). Every other read and every write passes MSG_DONTWAIT.
+  static constexpr std::chrono::microseconds kSlice{5000};
   struct Stream {
     explicit Stream(std::uint64_t i) : id(i) {}
     Stream(const Stream&) = delete;
@@ -233,6 +243,7 @@ class RedisStreamExecutor final : public Executor {
     std::unique_ptr<detail::TlsSession> tls;  // set (reader thread) before `open`
     int borrowed = 0;            // application threads reading it now: the reader thread does not
     std::uint32_t armed = 0;     // the interest last set (0: none, or the reader thread took it)
+    bool blocking = false;       // a blocking socket with a receive timeout of kSlice (set before open)
     std::atomic<std::uint64_t> reads{0};  // reads fed so far, so a borrower sees one it did not do
     std::mutex rd;               // held while reading and feeding: bytes reach the core in order
     std::unique_ptr<char[]> buf{new char[kBuf]};  // (rd) what one read takes
@@ -359,11 +370,13 @@ class RedisStreamExecutor final : public Executor {
   }
 
   // (s.rd held) Reads what is there and feeds it; true when something came (or the end).
-  bool read_some(Stream& s, std::atomic<std::uint64_t>& count) {
+  // `wait`: the first recv may wait a slice (a blocking stream only).
+  bool read_some(Stream& s, std::atomic<std::uint64_t>& count, bool wait = false) {
     char* buf = s.buf.get();
     for (bool got = false;;) {
       std::string why;
-      const auto n = recv_some(s, buf, kBuf, why);
+      const auto n = wait ? plain(::recv(s.fd, buf, kBuf, 0), "read", why) : recv_some(s, buf, kBuf, why);
+      wait = false;
       if (n == -1) return got;
       if (n <= 0) {
         fail(s, n == 0 ? std::string("end of stream") : why);
@@ -477,6 +490,12 @@ class RedisStreamExecutor final : public Executor {
     {
       std::lock_guard g(mu_);
       if (s.closed) return;
+      if (!s.tls) {  // see kSlice
+        const timeval slice{0, static_cast<suseconds_t>(kSlice.count())};
+        const int flags = ::fcntl(s.fd, F_GETFL);
+        s.blocking = flags >= 0 && ::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof slice) == 0 &&
+                     ::fcntl(s.fd, F_SETFL, flags & ~O_NONBLOCK) == 0;
+      }
       s.open = true;
     }
     emit(IoOpened{s.id});  // the handshake's writes go out from here, inline
