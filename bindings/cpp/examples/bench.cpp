@@ -3,7 +3,7 @@
 // With a port, also the byte path (LockClient + RedisStreamExecutor) against a raw-socket floor
 // replaying the core's recorded requests, beside the hiredis executor (stream_compare), and the
 // handoff latency with 8 waiters beside the protocol's own steps on plain sockets
-// (handoff_compare; 400 handoffs each unless given).
+// (handoff_compare; 400 handoffs each unless given, 0 skips them).
 // Measures, on one LockClient: uncontended acquire+release round trips (memory service and,
 // with a port, Redis beside a raw hiredis SET NX PX / DEL loop and the core's own requests run
 // by one thread, interleaved, with the ratios), and how late loss detection fires relative to
@@ -625,11 +625,16 @@ int main(int argc, char** argv) {
   if (argc > 1) {
     const int port = std::atoi(argv[1]);
     const int n = argc > 2 ? std::atoi(argv[2]) : 5000;
+    const int handoffs = argc > 3 ? std::atoi(argv[3]) : 400;
+    if (port <= 0 || port > 65535 || n <= 0 || handoffs < 0) {
+      std::fprintf(stderr, "usage: leasehold_bench [redis-port [iterations (> 0) [handoffs (0 skips them)]]]\n");
+      return 2;
+    }
 #ifdef LEASEHOLD_BENCH_REDIS
     redis_compare(port, n);
 #endif
     stream_compare(port, n);
-    handoff_compare(port, argc > 3 ? std::atoi(argv[3]) : 400);
+    if (handoffs > 0) handoff_compare(port, handoffs);
   }
   loss_lag();
   return 0;
