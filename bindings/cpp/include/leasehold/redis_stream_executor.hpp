@@ -310,9 +310,10 @@ class RedisStreamExecutor final : public Executor {
     if (s.tls) return s.tls->write(p, n, why);
     return plain(::send(s.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT), "write", why);
   }
-  static ssize_t recv_some(Stream& s, char* p, std::size_t n, std::string& why) {
+  // `flags` 0: a blocking plain stream waits up to a slice (kSlice).
+  static ssize_t recv_some(Stream& s, char* p, std::size_t n, std::string& why, int flags = MSG_DONTWAIT) {
     if (s.tls) return s.tls->read(p, n, why);
-    return plain(::recv(s.fd, p, n, MSG_DONTWAIT), "read", why);
+    return plain(::recv(s.fd, p, n, flags), "read", why);
   }
   static ssize_t plain(ssize_t r, const char* what, std::string& why) {
     if (r >= 0) return r;
@@ -375,7 +376,7 @@ class RedisStreamExecutor final : public Executor {
     char* buf = s.buf.get();
     for (bool got = false;;) {
       std::string why;
-      const auto n = wait ? plain(::recv(s.fd, buf, kBuf, 0), "read", why) : recv_some(s, buf, kBuf, why);
+      const auto n = recv_some(s, buf, kBuf, why, wait ? 0 : MSG_DONTWAIT);
       wait = false;
       if (n == -1) return got;
       if (n <= 0) {

@@ -188,6 +188,8 @@ def test_a_write_that_fails_in_the_drain_closes_its_stream_and_the_acquire_goes_
         armed = False
         broke = 0
 
+        # write beside write_now: the drain uses a write_now only from the class whose write
+        # it stands for.
         async def write(self, stream: int, data: bytes) -> None:
             await super().write(stream, data)
 
