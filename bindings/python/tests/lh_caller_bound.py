@@ -28,7 +28,7 @@ def _free_for_another(direct: Callable[[], Any], name: str) -> None:
 def release_returns_by_its_timeout(proxy: StallProxy, stalled: Callable[[], Any], direct: Callable[[], Any]) -> None:
     """``release(timeout=0.1)`` returns RELEASED by its bound; the release completes later."""
     with LockClient(stalled()) as c:
-        h = c.acquire("rel", ttl=30)
+        h = c.acquire("rel", ttl=30, wait=30)  # (wait: a slow first connect is retried)
         proxy.delay = STALL
         t0 = time.monotonic()
         out = h.release(timeout=0.1)
@@ -43,7 +43,7 @@ def release_returns_by_its_timeout(proxy: StallProxy, stalled: Callable[[], Any]
 def release_keeps_the_release_timeout(proxy: StallProxy, stalled: Callable[[], Any], direct: Callable[[], Any]) -> None:
     """``release()`` waits at most the release timeout (the request timeout, 0.3 s)."""
     with LockClient(stalled(), config=REQUEST_TIMEOUT) as c:
-        h = c.acquire("reldef", ttl=30)
+        h = c.acquire("reldef", ttl=30, wait=30)  # (wait: a slow first connect is retried)
         proxy.delay = STALL
         t0 = time.monotonic()
         out = h.release()
@@ -59,7 +59,9 @@ def acquire_fails_by_its_bound(proxy: StallProxy, stalled: Callable[[], Any], di
     """``acquire(wait=0.1)`` fails by the wait plus one request timeout; whatever the stalled
     requests did on the server is undone: no lock leaks."""
     with LockClient(stalled(), config=REQUEST_TIMEOUT) as c:
-        c.acquire("warm", ttl=30).release()  # connections and schema ready: the stall is the IO's
+        # Connections and schema ready, so the stall is the IO's. The wait retries a first
+        # connect or migration slower than the 0.3 s request timeout (a loaded machine).
+        c.acquire("warm", ttl=30, wait=30).release()
         proxy.delay = STALL
         t0 = time.monotonic()
         with pytest.raises(LockTimeout):
