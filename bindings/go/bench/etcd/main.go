@@ -25,24 +25,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	leasehold "github.com/leasehold/leasehold/bindings/go"
+	"github.com/leasehold/leasehold/bindings/go/bench/peer"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
-
-// lib is one lock implementation: newLocker returns a lock function for one process-like
-// participant (its own connection), and close releases what it opened.
-type lib struct {
-	name      string
-	newLocker func(name string) (lockFunc, func(), error)
-}
-
-type lockFunc func(ctx context.Context) (unlock func(context.Context) error, err error)
 
 const ttl = 10 * time.Second
 
@@ -75,24 +65,34 @@ func main() {
 	}
 	ctx := context.Background()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
-	check(err)
+	peer.Check(err)
 	defer cli.Close()
 
-	libs := []lib{leaseholdGo(urls), mutexShared(urls), mutexPerLock(urls), floorGRPC(urls), floorGateway(urls)}
-	fmt.Printf("etcd cluster %s; %d CPUs; load average %s\n", *members, runtime.NumCPU(), loadavg())
+	libs := []peer.Lib{leaseholdGo(urls), mutexShared(urls), mutexPerLock(urls), floorGRPC(urls), floorGateway(urls)}
+	fmt.Printf("etcd cluster %s; %d CPUs; load average %s\n", *members, runtime.NumCPU(), peer.Loadavg())
 	if *only == "" || *only == "throughput" {
 		throughput(ctx, libs)
 		raftEntries(ctx, cli, libs)
 	}
 	if *only == "" || *only == "handoff" {
-		handoffAll(ctx, libs[:2]) // the floors do not wait
+		var py *peer.External
+		if *python != "" {
+			py = &peer.External{Name: "leasehold-python (EtcdExecutor, a thread per waiter)", Run: func(n int) []float64 {
+				var out struct {
+					Samples []float64 `json:"samples_ms"`
+				}
+				pyJSON(&out, "handoff", "--handoffs", fmt.Sprint(n), "--hold", fmt.Sprint(holdFor.Seconds()))
+				return out.Samples
+			}}
+		}
+		peer.HandoffAll(ctx, libs[:2], *handoffs, *holdFor, 0, py) // the floors do not wait
 		commitWatch(ctx, urls)
 	}
-	fmt.Printf("load average at the end %s\n", loadavg())
+	fmt.Printf("load average at the end %s\n", peer.Loadavg())
 }
 
-func leaseholdGo(urls []string) lib {
-	return lib{"leasehold-go (EtcdExecutor)", func(name string) (lockFunc, func(), error) {
+func leaseholdGo(urls []string) peer.Lib {
+	return peer.Lib{Name: "leasehold-go (EtcdExecutor)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
 		tr, err := leasehold.NewEtcdExecutor(urls, nil)
 		if err != nil {
 			return nil, nil, err
@@ -114,8 +114,8 @@ func leaseholdGo(urls []string) lib {
 
 // mutexShared is concurrency.Mutex as its documentation shows it: one session (one lease,
 // kept alive) per process, a Mutex per lock.
-func mutexShared(urls []string) lib {
-	return lib{"concurrency.Mutex (a session per process)", func(name string) (lockFunc, func(), error) {
+func mutexShared(urls []string) peer.Lib {
+	return peer.Lib{Name: "concurrency.Mutex (a session per process)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, nil, err
@@ -137,8 +137,8 @@ func mutexShared(urls []string) lib {
 
 // mutexPerLock gives each lock its own session (lease): a lease granted and revoked around
 // every lock, the Mutex's protocol.
-func mutexPerLock(urls []string) lib {
-	return lib{"concurrency.Mutex (a session per lock)", func(name string) (lockFunc, func(), error) {
+func mutexPerLock(urls []string) peer.Lib {
+	return peer.Lib{Name: "concurrency.Mutex (a session per lock)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, nil, err
@@ -168,8 +168,8 @@ func mutexPerLock(urls []string) lib {
 // floorGRPC sends leasehold's two requests per lock+unlock (a put-if-absent transaction
 // bound to a lease granted once, that also reads the queue's first key; a delete of the key)
 // on clientv3's gRPC connection, with no lock library: what those two Raft commits cost.
-func floorGRPC(urls []string) lib {
-	return lib{"floor: leasehold's 2 requests on clientv3 (gRPC)", func(name string) (lockFunc, func(), error) {
+func floorGRPC(urls []string) peer.Lib {
+	return peer.Lib{Name: "floor: leasehold's 2 requests on clientv3 (gRPC)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, nil, err
@@ -197,8 +197,8 @@ func floorGRPC(urls []string) lib {
 
 // floorGateway sends the same two requests as JSON over etcd's HTTP gateway with
 // net/http, as leasehold's EtcdTransport does, without the core.
-func floorGateway(urls []string) lib {
-	return lib{"floor: the same 2 requests on the JSON gateway (net/http)", func(name string) (lockFunc, func(), error) {
+func floorGateway(urls []string) peer.Lib {
+	return peer.Lib{Name: "floor: the same 2 requests on the JSON gateway (net/http)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 64
 		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
@@ -257,70 +257,31 @@ func floorGateway(urls []string) lib {
 	}}
 }
 
-// cycles runs lock+unlock for d and returns the count.
-func cycles(ctx context.Context, lock lockFunc, d time.Duration) int {
-	n := 0
-	for end := time.Now().Add(d); time.Now().Before(end); n++ {
-		unlock, err := lock(ctx)
-		check(err)
-		check(unlock(ctx))
-	}
-	return n
-}
-
-func throughput(ctx context.Context, libs []lib) {
-	type runner struct {
-		name  string
-		round func() float64
-	}
-	var rs []runner
-	for i, l := range libs {
-		lock, closeFn, err := l.newLocker(fmt.Sprintf("tp-%d-%d", i, time.Now().UnixNano()))
-		check(err)
-		defer closeFn()
-		cycles(ctx, lock, 300*time.Millisecond) // warm-up: connections, the first lease
-		rs = append(rs, runner{l.name, func() float64 {
-			t0 := time.Now()
-			n := cycles(ctx, lock, *roundTime)
-			return float64(n) / time.Since(t0).Seconds()
-		}})
-	}
+// throughput runs the libraries (and Python's EtcdExecutor with -python) in interleaved
+// rounds; the reference is concurrency.Mutex with a session per process.
+func throughput(ctx context.Context, libs []peer.Lib) {
+	rs, closeAll := peer.Runners(ctx, libs, "tp")
+	defer closeAll()
 	if *python != "" {
-		rs = append(rs, runner{"leasehold-python (EtcdExecutor)", func() float64 {
+		rs = append(rs, peer.Runner{Name: "leasehold-python (EtcdExecutor)", External: true, Round: func(d time.Duration) (int, time.Duration) {
 			var out struct {
 				OpsPerSec float64 `json:"ops_per_s"`
 			}
-			pyJSON(&out, "throughput", "--seconds", fmt.Sprint(roundTime.Seconds()))
-			return out.OpsPerSec
+			pyJSON(&out, "throughput", "--seconds", fmt.Sprint(d.Seconds()))
+			return int(math.Round(out.OpsPerSec * d.Seconds())), d
 		}})
 	}
-	res := make([][]float64, len(rs))
-	for r := 0; r < *rounds; r++ {
-		for i, x := range rs {
-			res[i] = append(res[i], x.round())
-		}
-		fmt.Fprintf(os.Stderr, "round %d/%d done\n", r+1, *rounds)
-	}
-	ref := 1 // concurrency.Mutex with a session per process
-	fmt.Printf("\nuncontended lock+unlock, %d interleaved rounds of %s (ops/s)\n", *rounds, *roundTime)
-	fmt.Printf("| library | median | min–max | paired ratio to %s |\n|---|---:|---:|---:|\n", rs[ref].name)
-	for i, x := range rs {
-		ratios := make([]float64, *rounds)
-		for r := range ratios {
-			ratios[r] = res[i][r] / res[ref][r]
-		}
-		fmt.Printf("| %s | %.0f | %.0f–%.0f | %.2f× |\n", x.name, median(res[i]), minOf(res[i]), maxOf(res[i]), median(ratios))
-	}
+	peer.Throughput(rs, *rounds, *roundTime, 1)
 }
 
 // raftEntries counts the Raft log entries one lock+unlock appends: the leader's raft index
 // before and after n cycles, with nothing else writing.
-func raftEntries(ctx context.Context, cli *clientv3.Client, libs []lib) {
+func raftEntries(ctx context.Context, cli *clientv3.Client, libs []peer.Lib) {
 	index := func() uint64 {
 		var hi uint64
 		for _, ep := range cli.Endpoints() {
 			st, err := cli.Status(ctx, ep)
-			check(err)
+			peer.Check(err)
 			if st.RaftIndex > hi {
 				hi = st.RaftIndex
 			}
@@ -330,19 +291,19 @@ func raftEntries(ctx context.Context, cli *clientv3.Client, libs []lib) {
 	fmt.Printf("\nRaft log entries per lock+unlock (raft index delta over %d cycles; nothing else writing)\n", *commitsOps)
 	fmt.Println("| library | entries per cycle |\n|---|---:|")
 	for i, l := range libs {
-		lock, closeFn, err := l.newLocker(fmt.Sprintf("raft-%d-%d", i, time.Now().UnixNano()))
-		check(err)
-		cycles(ctx, lock, 100*time.Millisecond)
+		lock, closeFn, err := l.NewLocker(fmt.Sprintf("raft-%d-%d", i, time.Now().UnixNano()))
+		peer.Check(err)
+		peer.Cycles(ctx, lock, 100*time.Millisecond)
 		time.Sleep(200 * time.Millisecond)
 		before := index()
 		for k := 0; k < *commitsOps; k++ {
 			unlock, err := lock(ctx)
-			check(err)
-			check(unlock(ctx))
+			peer.Check(err)
+			peer.Check(unlock(ctx))
 		}
 		after := index()
 		closeFn()
-		fmt.Printf("| %s | %.2f |\n", l.name, float64(after-before)/float64(*commitsOps))
+		fmt.Printf("| %s | %.2f |\n", l.Name, float64(after-before)/float64(*commitsOps))
 	}
 	if *python != "" {
 		var out struct {
@@ -353,53 +314,15 @@ func raftEntries(ctx context.Context, cli *clientv3.Client, libs []lib) {
 	}
 }
 
-// handoffAll measures every library in two interleaved halves.
-func handoffAll(ctx context.Context, libs []lib) {
-	samples := make([][]time.Duration, len(libs))
-	releases := make([][]time.Duration, len(libs))
-	var pySamples []float64
-	half := *handoffs / 2
-	for h := 0; h < 2; h++ {
-		for i, l := range libs {
-			s, r := handoff(ctx, l, half)
-			samples[i] = append(samples[i], s...)
-			releases[i] = append(releases[i], r...)
-		}
-		if *python != "" {
-			var out struct {
-				Samples []float64 `json:"samples_ms"`
-			}
-			pyJSON(&out, "handoff", "--handoffs", fmt.Sprint(half), "--hold", fmt.Sprint(holdFor.Seconds()))
-			pySamples = append(pySamples, out.Samples...)
-		}
-	}
-	fmt.Printf("\nhandoff latency, 1 holder + 8 waiters each with its own connection, holder keeps the lock %s (release call → next holder's lock returning)\n", *holdFor)
-	fmt.Println("| library | handoffs | p50 ms | p99 ms | the release call alone, p50 ms |\n|---|---:|---:|---:|---:|")
-	toMS := func(ds []time.Duration) []float64 {
-		ms := make([]float64, len(ds))
-		for k, d := range ds {
-			ms[k] = float64(d.Microseconds()) / 1000
-		}
-		return ms
-	}
-	for i, l := range libs {
-		ms := toMS(samples[i])
-		fmt.Printf("| %s | %d | %.2f | %.2f | %.2f |\n", l.name, len(ms), pct(ms, 50), pct(ms, 99), pct(toMS(releases[i]), 50))
-	}
-	if *python != "" {
-		fmt.Printf("| leasehold-python (EtcdExecutor, a thread per waiter) | %d | %.2f | %.2f | |\n", len(pySamples), pct(pySamples, 50), pct(pySamples, 99))
-	}
-}
-
 // commitWatch times the budget the issue sets for a handoff: one commit and one watch event.
 // A key is deleted on one connection while another watches it; timed from the start of the
 // delete to the watcher receiving the event, with the same idle pause as a handoff.
 func commitWatch(ctx context.Context, urls []string) {
 	w, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
-	check(err)
+	peer.Check(err)
 	defer w.Close()
 	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
-	check(err)
+	peer.Check(err)
 	defer c.Close()
 	key := fmt.Sprintf("/bench-watch/%d", time.Now().UnixNano())
 	wctx, cancel := context.WithCancel(ctx)
@@ -408,67 +331,16 @@ func commitWatch(ctx context.Context, urls []string) {
 	ms := make([]float64, 0, *handoffs)
 	for len(ms) < *handoffs {
 		_, err := c.Put(ctx, key, "x")
-		check(err)
+		peer.Check(err)
 		<-events // the put
 		time.Sleep(*holdFor)
 		t0 := time.Now()
 		_, err = c.Delete(ctx, key)
-		check(err)
+		peer.Check(err)
 		<-events
 		ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
 	}
-	fmt.Printf("| floor: one commit + its watch event (a delete on one connection → the event on another, clientv3) | %d | %.2f | %.2f | |\n", len(ms), pct(ms, 50), pct(ms, 99))
-}
-
-// handoff runs 9 participants (a holder and 8 waiters) on one name until n handoffs were
-// timed: from the start of a holder's unlock to the next holder's lock returning.
-func handoff(ctx context.Context, l lib, n int) (samples, releases []time.Duration) {
-	const participants = 9
-	name := fmt.Sprintf("h-%d", time.Now().UnixNano())
-	var (
-		mu          sync.Mutex
-		lastRelease time.Time
-		done        bool
-		wg          sync.WaitGroup
-	)
-	for g := 0; g < participants; g++ {
-		lock, closeFn, err := l.newLocker(name)
-		check(err)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer closeFn()
-			for {
-				unlock, err := lock(ctx)
-				now := time.Now()
-				check(err)
-				mu.Lock()
-				if !lastRelease.IsZero() && !done {
-					samples = append(samples, now.Sub(lastRelease))
-					done = len(samples) >= n
-				}
-				stop := done
-				mu.Unlock()
-				// Long enough for the previous holder to queue again: 8 wait.
-				time.Sleep(*holdFor)
-				mu.Lock()
-				lastRelease = time.Now()
-				t0 := lastRelease
-				mu.Unlock()
-				check(unlock(ctx))
-				mu.Lock()
-				if !stop {
-					releases = append(releases, time.Since(t0))
-				}
-				mu.Unlock()
-				if stop {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return samples, releases
+	fmt.Printf("| floor: one commit + its watch event (a delete on one connection → the event on another, clientv3) | %d | %.2f | %.2f | |\n", len(ms), peer.Pct(ms, 50), peer.Pct(ms, 99))
 }
 
 // pyJSON runs one measurement of bench_etcd.py and decodes its last output line.
@@ -476,7 +348,7 @@ func pyJSON(v any, mode string, args ...string) {
 	cmd := exec.Command(*python, append([]string{*pyScript, "--members", *members, "--json", mode}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
-	check(err)
+	peer.Check(err)
 	var last string
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
@@ -484,41 +356,5 @@ func pyJSON(v any, mode string, args ...string) {
 			last = t
 		}
 	}
-	check(json.Unmarshal([]byte(last), v))
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
-}
-
-func median(xs []float64) float64 { return pct(xs, 50) }
-
-// pct is the nearest-rank percentile.
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	k := int(math.Ceil(p/100*float64(len(s)))) - 1
-	if k < 0 {
-		k = 0
-	}
-	return s[k]
-}
-
-func minOf(xs []float64) float64 { return pct(xs, 0) }
-
-func maxOf(xs []float64) float64 { return pct(xs, 100) }
-
-func check(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	peer.Check(json.Unmarshal([]byte(last), v))
 }

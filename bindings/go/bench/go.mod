@@ -1,8 +1,10 @@
-module github.com/leasehold/leasehold/bindings/go/bench/etcd
+module github.com/leasehold/leasehold/bindings/go/bench
 
 go 1.26.0
 
 require (
+	cirello.io/pglock v1.16.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leasehold/leasehold/bindings/go v0.0.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 )
@@ -15,7 +17,8 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/lib/pq v1.10.9 // indirect
 	github.com/mattn/go-sqlite3 v1.14.53 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
@@ -24,6 +27,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
@@ -32,4 +36,4 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-replace github.com/leasehold/leasehold/bindings/go => ../..
+replace github.com/leasehold/leasehold/bindings/go => ..
