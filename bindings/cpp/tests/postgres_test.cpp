@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include "reply_threads.hpp"
 #include "server_test_util.hpp"
+#include "stall_proxy.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -481,6 +483,115 @@ TEST_F(Postgres, AsynchronousCommitAndAReadOnlyDatabase) {
   EXPECT_EQ(ro.counters().grants, 0u);
   Admin admin(url());
   EXPECT_EQ(admin.q("SELECT token FROM leasehold_locks WHERE name = 'async'"), "");
+}
+
+// An application call keeps its bound when the server stalls: the statement run on the
+// caller's thread ends by the caller's deadline and goes on on the commands thread. A proxy
+// holds back every byte the server sends for kStall; the bounds asserted are those the calls
+// document plus kMargin for a loaded machine, never a speed.
+constexpr auto kStall = 1500ms;
+constexpr auto kMargin = 500ms;
+
+// The test server's URL with the proxy's port instead of the server's.
+std::string through(const leasehold_test::StallProxy& p, const std::string& url) {
+  const auto at = url.rfind(':');
+  const auto slash = url.find('/', at);
+  return url.substr(0, at + 1) + std::to_string(p.port()) + (slash == std::string::npos ? "" : url.substr(slash));
+}
+
+long long ms(leasehold::Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+TEST_F(Postgres, ReleaseReturnsByItsBoundWhenTheServerStallsAndCompletesLater) {
+  leasehold_test::StallProxy proxy(std::stoi(url().substr(url().rfind(':') + 1)));
+  LockClient client(transport(through(proxy, url())), quiet());  // command_timeout 5 s: longer than the stall
+  auto lease = client.acquire("pg-rel", 30s);
+  ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  const auto t0 = leasehold::Clock::now();
+  const auto out = lease->release(100ms);
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_EQ(out, leasehold::ReleaseOutcome::Released);
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_LT(took, 100ms + kMargin) << "release(100ms) took " << ms(took) << " ms";
+  EXPECT_EQ(client.counters().releases_confirmed, 0u) << "the answer came before the stall ended";
+  std::printf("release(100ms) with the answers held back %lld ms: returned in %lld ms\n",
+              static_cast<long long>(kStall.count()), ms(took));
+  proxy.delay_ms = 0;
+  // The commands thread reads the answer once the stall ends; the core waits for it.
+  EXPECT_TRUE(eventually([&] { return client.counters().releases_confirmed == 1; }, 30s));
+  Admin admin(url());
+  EXPECT_EQ(admin.q("SELECT token <> '' FROM leasehold_locks WHERE name = 'pg-rel'"), "f");
+}
+
+TEST_F(Postgres, AcquireFailsByItsBoundWhenTheServerStallsAndALateGrantIsReleased) {
+  leasehold_test::StallProxy proxy(std::stoi(url().substr(url().rfind(':') + 1)));
+  ClientOptions co = quiet();
+  co.config.request_timeout_ns = 300'000'000;  // an acquire's bound: its wait + 0.3 s
+  LockClient client(transport(through(proxy, url())), co);
+  auto warm = client.acquire("pg-warm", 30s);  // connected and migrated: the stalled acquire grants
+  ASSERT_TRUE(warm.has_value()) << client.last_backend_error();
+  ASSERT_EQ(warm->release(), leasehold::ReleaseOutcome::Released);
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  leasehold::AcquireOptions o;
+  o.wait = 100ms;
+  const auto t0 = leasehold::Clock::now();
+  const auto lease = client.acquire("pg-acq", 30s, std::move(o));
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_FALSE(lease.has_value());
+  EXPECT_LT(took, 100ms + 300ms + kMargin) << "acquire(wait 100ms) took " << ms(took) << " ms";
+  Admin admin(url());
+  EXPECT_EQ(admin.q("SELECT token <> '' FROM leasehold_locks WHERE name = 'pg-acq'"), "t")
+      << "the server granted the stalled acquire";
+  std::printf("acquire(wait 100ms, request timeout 300ms) with the answers held back %lld ms: failed in %lld ms\n",
+              static_cast<long long>(kStall.count()), ms(took));
+  proxy.delay_ms = 0;
+  // The grant answered after the acquire failed is released: no lock leaks.
+  EXPECT_TRUE(eventually([&] { return admin.q("SELECT token <> '' FROM leasehold_locks WHERE name = 'pg-acq'") == "f"; }, 30s))
+      << "the late grant leaked";
+  EXPECT_TRUE(eventually([&] { return client.counters().live_leases == 0; }, 30s));
+  LockClient other(transport(url()), quiet());
+  EXPECT_TRUE(other.acquire("pg-acq", 5s).has_value());
+}
+
+// A LockClient closed while the commands thread reads on a statement an application thread
+// left to it: close() keeps its own bound.
+TEST_F(Postgres, CloseDuringAStallKeepsItsBound) {
+  leasehold_test::StallProxy proxy(std::stoi(url().substr(url().rfind(':') + 1)));
+  ClientOptions co = quiet();
+  co.close_timeout = 200ms;
+  LockClient client(transport(through(proxy, url())), co);
+  auto lease = client.acquire("pg-closing", 30s);
+  ASSERT_TRUE(lease.has_value()) << client.last_backend_error();
+  proxy.delay_ms = static_cast<int>(kStall.count());
+  EXPECT_EQ(lease->release(100ms), leasehold::ReleaseOutcome::Released);
+  const auto t0 = leasehold::Clock::now();
+  client.close();
+  const auto took = leasehold::Clock::now() - t0;
+  EXPECT_LT(took, 200ms + kMargin) << "close() took " << ms(took) << " ms";
+  proxy.delay_ms = 0;
+  Admin admin(url());
+  EXPECT_TRUE(eventually([&] { return admin.q("SELECT token <> '' FROM leasehold_locks WHERE name = 'pg-closing'") == "f"; }, 5s))
+      << "the server ran the release";
+}
+
+// An answer in time is read on the thread of the call that waits for it: no hop to the
+// commands thread and back.
+TEST_F(Postgres, AnAnswerInTimeIsReadOnTheCallersThread) {
+  auto rec = std::make_shared<leasehold_test::ReplyThreads>(transport(url()));
+  LockClient client(rec, quiet());
+  ASSERT_TRUE(client.acquire("pg-first", 30s).has_value()) << client.last_backend_error();  // connected (on the commands thread)
+  const auto me = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    const auto before = rec->since(0).size();
+    auto lease = client.acquire("pg-fast", 30s);
+    ASSERT_TRUE(lease.has_value());
+    const auto acquired = rec->since(before);
+    EXPECT_NE(std::find(acquired.begin(), acquired.end(), me), acquired.end()) << "acquire's answer came on another thread";
+    const auto held = rec->since(0).size();
+    EXPECT_EQ(lease->release(), leasehold::ReleaseOutcome::Released);
+    const auto released = rec->since(held);
+    EXPECT_NE(std::find(released.begin(), released.end(), me), released.end()) << "release's answer came on another thread";
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.hpp"
+#include "reply_threads.hpp"
 #include "stall_proxy.hpp"
 
 #include <arpa/inet.h>
@@ -515,41 +516,10 @@ TEST_F(Redis, CloseDuringAStallKeepsItsBound) {
   EXPECT_TRUE(eventually([&] { return integer({"EXISTS", "lh:{closing}"}) == 0; }, 5s));  // the server ran it
 }
 
-// Forwards to a RedisExecutor and records the threads its replies were answered on.
-class ReplyThreads final : public leasehold::Executor {
- public:
-  explicit ReplyThreads(std::shared_ptr<RedisExecutor> inner) : inner_(std::move(inner)) {}
-  [[nodiscard]] lh_backend_options backend_options() const override { return inner_->backend_options(); }
-  void start(Sink sink) override {
-    inner_->start([this, sink = std::move(sink)](leasehold::IoAnswer a) {
-      if (std::holds_alternative<leasehold::IoReply>(a)) {
-        std::lock_guard g(mu_);
-        threads_.push_back(std::this_thread::get_id());
-      }
-      sink(std::move(a));
-    });
-  }
-  void execute(leasehold::IoRequest r) override { inner_->execute(std::move(r)); }
-  void execute_for_caller(leasehold::IoRequest r) override { inner_->execute_for_caller(std::move(r)); }
-  void run_pending() noexcept override { inner_->run_pending(); }
-  void run_pending_until(leasehold::Clock::time_point d) noexcept override { inner_->run_pending_until(d); }
-  void close() override { inner_->close(); }
-  // The threads of the replies after the first `from`.
-  std::vector<std::thread::id> since(std::size_t from) {
-    std::lock_guard g(mu_);
-    return {threads_.begin() + static_cast<std::ptrdiff_t>(std::min(from, threads_.size())), threads_.end()};
-  }
-
- private:
-  std::shared_ptr<RedisExecutor> inner_;
-  std::mutex mu_;
-  std::vector<std::thread::id> threads_;
-};
-
 // An answer in time is read on the thread of the call that waits for it: no hop to the
 // commands thread and back.
 TEST_F(Redis, AnAnswerInTimeIsReadOnTheCallersThread) {
-  auto rec = std::make_shared<ReplyThreads>(transport());
+  auto rec = std::make_shared<leasehold_test::ReplyThreads>(transport());
   LockClient client(rec, quiet());
   const auto me = std::this_thread::get_id();
   for (int i = 0; i < 3; ++i) {
