@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +41,14 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 static double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// How often this process's threads blocked so far (voluntary context switches): a thread hop
+// per request shows as two more per request.
+static long blocked() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw;
+}
 
 // acquire + release (waiting for the service's answer), sequential; returns ops/s.
 static double round_trips(const char* label, std::shared_ptr<leasehold::Executor> t, int n) {
@@ -323,20 +332,26 @@ static void stream_compare(int port, int n) {
   }
   const int block = 500;
   std::vector<double> t_floor, t_stream, t_peer;
+  long b_floor = 0, b_stream = 0, b_peer = 0;
   for (int done = 0; done < n; done += block) {
     const int m = std::min(block, n - done);
     auto t0 = Clock::now();
+    long b0 = blocked();
     for (int i = 0; i < m; ++i)
       if (!floor.cycle()) return void(std::printf("floor: failed\n"));
     auto t1 = Clock::now();
+    long b1 = blocked();
     for (int i = 0; i < m; ++i)
       if (!lock_unlock(stream, "bench-stream")) return void(std::printf("stream: failed\n"));
     auto t2 = Clock::now();
+    long b2 = blocked();
 #ifdef LEASEHOLD_BENCH_REDIS
     for (int i = 0; i < m; ++i)
       if (!lock_unlock(peer, "bench-peer")) return void(std::printf("hiredis: failed\n"));
 #endif
     auto t3 = Clock::now();
+    long b3 = blocked();
+    b_floor += b1 - b0, b_stream += b2 - b1, b_peer += b3 - b2;
     t_floor.push_back(us(t1 - t0) / m);
     t_stream.push_back(us(t2 - t1) / m);
     t_peer.push_back(us(t3 - t2) / m);
@@ -346,14 +361,16 @@ static void stream_compare(int port, int n) {
   for (const auto& w : floor.writes) commands += w.second;
   std::printf("redis stream, %d acquire+release each, interleaved blocks of %d (%zu writes, %d commands recorded):\n", n,
               block, floor.writes.size(), commands);
-  std::printf("  floor: recorded requests, raw socket  min %6.1fus  median %6.1fus\n", t_floor.front(),
-              t_floor[t_floor.size() / 2]);
-  std::printf("  LockClient + RedisStreamExecutor     min %6.1fus  median %6.1fus  floor/stream %.2fx (min) %.2fx (median)\n",
+  std::printf("  floor: recorded requests, raw socket  min %6.1fus  median %6.1fus  blocking waits per cycle %.1f\n",
+              t_floor.front(), t_floor[t_floor.size() / 2], static_cast<double>(b_floor) / n);
+  std::printf("  LockClient + RedisStreamExecutor     min %6.1fus  median %6.1fus  floor/stream %.2fx (min) %.2fx (median)"
+              "  blocking waits per cycle %.1f\n",
               t_stream.front(), t_stream[t_stream.size() / 2], t_floor.front() / t_stream.front(),
-              t_floor[t_floor.size() / 2] / t_stream[t_stream.size() / 2]);
+              t_floor[t_floor.size() / 2] / t_stream[t_stream.size() / 2], static_cast<double>(b_stream) / n);
 #ifdef LEASEHOLD_BENCH_REDIS
-  std::printf("  LockClient + RedisExecutor (hiredis) min %6.1fus  median %6.1fus  floor/hiredis %.2fx (min)\n",
-              t_peer.front(), t_peer[t_peer.size() / 2], t_floor.front() / t_peer.front());
+  std::printf("  LockClient + RedisExecutor (hiredis) min %6.1fus  median %6.1fus  floor/hiredis %.2fx (min)"
+              "  blocking waits per cycle %.1f\n",
+              t_peer.front(), t_peer[t_peer.size() / 2], t_floor.front() / t_peer.front(), static_cast<double>(b_peer) / n);
 #endif
   const auto st = exec->stats();
   std::printf("  stream reads on the application's thread: %llu, on the reader thread: %llu\n",

@@ -49,24 +49,26 @@ class RedisRunner : public Executor {
       std::unique_lock l(mu_);
       const auto ready = [&] { return closed_ || cmd_q_.empty() || !cmd_busy_; };
       if (deadline == Clock::time_point::max()) {
-        cv_.wait(l, ready);
+        free_cv_.wait(l, ready);
       } else {
-        cv_.wait_until(l, deadline, ready);
+        free_cv_.wait_until(l, deadline, ready);
       }
       if (closed_ || cmd_q_.empty()) return;  // taken with another batch: answered there
       if (cmd_busy_) {
         cmd_wanted_ = true;  // the commands thread runs it after the running batch
-        return cv_.notify_all();
+        return work_cv_.notify_one();
       }
       cmd_busy_ = true;
       cmd_wanted_ = false;
       p.batch.swap(cmd_q_);
     }
+    free_cv_.notify_all();  // other callers whose requests this batch took
     bool finished = true;
     {
       const SigpipeScope quiet;
       finished = run_batch(p, deadline);
     }
+    bool work = false;
     {
       std::lock_guard g(mu_);
       if (finished || closed_) {
@@ -74,8 +76,11 @@ class RedisRunner : public Executor {
       } else {
         handoff_ = std::move(p);  // cmd_busy_ (cmd_) passes to the commands thread with it
       }
+      work = handoff_ || (cmd_wanted_ && !cmd_q_.empty());
     }
-    cv_.notify_all();  // the commands thread (a handoff, more requests), a caller or close() (cmd_ is free)
+    // Only when it has work: waking the commands thread for nothing costs two context switches.
+    if (work) work_cv_.notify_one();
+    free_cv_.notify_all();  // a caller or close() may wait for cmd_
   }
   // Unblocks an in-flight command (shutdown of its socket) and joins both threads.
   void close() {
@@ -85,13 +90,14 @@ class RedisRunner : public Executor {
       closed_ = true;
       if (cmd_fd_ >= 0) ::shutdown(cmd_fd_, SHUT_RDWR);
     }
-    cv_.notify_all();
+    work_cv_.notify_all();
+    free_cv_.notify_all();
     wake();
     if (commands_.joinable()) commands_.join();
     if (subscriber_.joinable()) subscriber_.join();
     std::unique_lock l(mu_);
     if (handoff_) handoff_.reset(), cmd_busy_ = false;  // left unanswered, as in-flight requests are
-    cv_.wait(l, [&] { return !cmd_busy_; });  // an application thread's batch (unblocked above)
+    free_cv_.wait(l, [&] { return !cmd_busy_; });  // an application thread's batch (unblocked above)
     cmd_.reset();
   }
 
@@ -126,7 +132,7 @@ class RedisRunner : public Executor {
       if (!sub && caller_runs) return;  // run_pending() follows
       if (!sub) cmd_wanted_ = true;
     }
-    sub ? wake() : cv_.notify_all();  // cv_: the commands thread and callers waiting for cmd_
+    sub ? wake() : work_cv_.notify_one();
   }
 
   void command_loop() {
@@ -136,7 +142,7 @@ class RedisRunner : public Executor {
       {
         std::unique_lock l(mu_);
         // Requests queued for a caller (execute_for_caller) are left to it: it runs them next.
-        cv_.wait(l, [&] { return closed_ || handoff_ || (cmd_wanted_ && !cmd_q_.empty() && !cmd_busy_); });
+        work_cv_.wait(l, [&] { return closed_ || handoff_ || (cmd_wanted_ && !cmd_q_.empty() && !cmd_busy_); });
         if (closed_) return;
         if (handoff_) {
           p = std::move(*handoff_);  // sent by an application thread whose wait ended
@@ -147,10 +153,11 @@ class RedisRunner : public Executor {
           p.batch.swap(cmd_q_);
         }
       }
+      free_cv_.notify_all();  // callers whose requests it took stop waiting for cmd_
       run_batch(p, std::nullopt);
       std::lock_guard g(mu_);
       cmd_busy_ = false;
-      cv_.notify_all();  // close(), or a caller, may wait for the connection
+      free_cv_.notify_all();  // close(), or a caller, may wait for the connection
     }
   }
   // A batch of commands requests and how far it went on cmd_.
@@ -315,7 +322,8 @@ class RedisRunner : public Executor {
   Sink sink_;
   int wake_fd_ = -1;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_;  // the commands thread waits here for requests or a handoff
+  std::condition_variable free_cv_;  // callers and close() wait here for cmd_
   std::deque<IoRequest> cmd_q_, sub_q_;  // guarded by mu_
   int cmd_fd_ = -1;                    // guarded by mu_: shut down by close()
   bool cmd_busy_ = false;              // guarded by mu_: a thread is running a batch on cmd_
