@@ -92,24 +92,9 @@ func main() {
 }
 
 func leaseholdGo(urls []string) peer.Lib {
-	return peer.Lib{Name: "leasehold-go (EtcdExecutor)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
-		tr, err := leasehold.NewEtcdExecutor(urls, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := leasehold.NewLockClient(tr, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		lock := func(ctx context.Context) (func(context.Context) error, error) {
-			l, err := c.Acquire(ctx, name, leasehold.AcquireOptions{TTL: ttl, Wait: time.Minute})
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		}
-		return lock, func() { _ = c.Close(); _ = tr.Close() }, nil
-	}}
+	return peer.Leasehold("leasehold-go (EtcdExecutor)", ttl, func() (leasehold.Executor, error) {
+		return leasehold.NewEtcdExecutor(urls, nil)
+	})
 }
 
 // mutexShared is concurrency.Mutex as its documentation shows it: one session (one lease,

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	leasehold "github.com/leasehold/leasehold/bindings/go"
 )
 
 // LockFunc takes the lock and returns what releases it.
@@ -33,6 +35,30 @@ type Runner struct {
 	Name     string
 	Round    func(d time.Duration) (cycles int, took time.Duration)
 	External bool
+}
+
+// Leasehold is leasehold's row: a LockClient per participant on the executor that open
+// makes (Acquire with a minute's wait, then Release).
+func Leasehold(name string, ttl time.Duration, open func() (leasehold.Executor, error)) Lib {
+	return Lib{Name: name, NewLocker: func(lockName string) (LockFunc, func(), error) {
+		tr, err := open()
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := leasehold.NewLockClient(tr, nil)
+		if err != nil {
+			_ = tr.Close()
+			return nil, nil, err
+		}
+		lock := func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := c.Acquire(ctx, lockName, leasehold.AcquireOptions{TTL: ttl, Wait: time.Minute})
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		}
+		return lock, func() { _ = c.Close(); _ = tr.Close() }, nil
+	}}
 }
 
 // Cycles runs lock+unlock for d and returns the count.

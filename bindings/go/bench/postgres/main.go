@@ -70,25 +70,9 @@ func main() {
 }
 
 func leaseholdGo(ttl time.Duration) peer.Lib {
-	return peer.Lib{Name: "leasehold-go (PostgresExecutor)", NewLocker: func(name string) (peer.LockFunc, func(), error) {
-		tr, err := leasehold.NewPostgresExecutor(*dsn, &leasehold.PostgresOptions{AsynchronousCommit: *async})
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := leasehold.NewLockClient(tr, nil)
-		if err != nil {
-			_ = tr.Close()
-			return nil, nil, err
-		}
-		lock := func(ctx context.Context) (func(context.Context) error, error) {
-			l, err := c.Acquire(ctx, name, leasehold.AcquireOptions{TTL: ttl, Wait: time.Minute})
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		}
-		return lock, func() { _ = c.Close(); _ = tr.Close() }, nil
-	}}
+	return peer.Leasehold("leasehold-go (PostgresExecutor)", ttl, func() (leasehold.Executor, error) {
+		return leasehold.NewPostgresExecutor(*dsn, &leasehold.PostgresOptions{AsynchronousCommit: *async})
+	})
 }
 
 // floor sends the protocol's two statements (leasehold_acquire, leasehold_release: what the
