@@ -3,8 +3,9 @@
 // protocol's two statements on pgx with no library, on one server in one run (from this
 // directory, after `cargo build --release` at the root):
 //
-//	go run . -dsn "$(cat /tmp/lh-pg/url)"            # durable commits, as in production
-//	go run . -dsn "$(cat /tmp/lh-pg/url)" -async     # every row with synchronous_commit off
+//	PG_TEST_DURABLE=1 ../../../../scripts/pg-test-server.sh start /tmp/lh-pg   # prints the URL
+//	go run . -dsn URL            # durable commits, as in production
+//	go run . -dsn URL -async     # every row with synchronous_commit off
 //
 // It prints uncontended acquire+release ops/s (interleaved rounds, median, range, the
 // paired ratios to the floor and to pglock, this process's CPU time per cycle) and handoff
