@@ -50,7 +50,8 @@ double median(std::vector<double> v) {
   std::exit(1);
 }
 
-// One statement with text parameters; its single value, or a failure that ends the run.
+// One statement with text parameters; the first value of its one row, or a failure that ends
+// the run.
 std::string one(PGconn* c, const char* sql, std::vector<const char*> params) {
   PGresult* r = PQexecParams(c, sql, static_cast<int>(params.size()), nullptr, params.data(), nullptr, nullptr, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
@@ -116,16 +117,17 @@ int main(int argc, char** argv) {
 
   PGconn* floor_conn = connect(url);
   PGconn* adv_conn = connect(url);
-  const char* acquire = async ? "SELECT a.lh_granted FROM set_config('synchronous_commit', 'off', true) s, "
-                                "leasehold_acquire($1, $2, $3) a"
-                              : "SELECT lh_granted FROM leasehold_acquire($1, $2, $3)";
+  // The core's statements, word for word (src/backend/sql/postgres.rs).
+  const char* acquire = async ? "SELECT a.lh_granted, a.lh_fence, a.lh_remaining_ms "
+                                "FROM set_config('synchronous_commit', 'off', true) s, leasehold_acquire($1, $2, $3) a"
+                              : "SELECT lh_granted, lh_fence, lh_remaining_ms FROM leasehold_acquire($1, $2, $3)";
   const char* release = async ? "SELECT leasehold_release($1, $2, $3) FROM set_config('synchronous_commit', 'off', true) s"
                               : "SELECT leasehold_release($1, $2, $3)";
   std::vector<Row> rows;
   rows.push_back({"LockClient + PostgresExecutor", [&] {
                     auto lease = client.acquire("bench-pg-client", 10s);
                     if (!lease) fail("LockClient: acquire refused");
-                    lease->release();
+                    if (lease->release() != leasehold::ReleaseOutcome::Released) fail("LockClient: not released");
                   }, {}, {}, {}});
   rows.push_back({"floor: the protocol's 2 statements on libpq", [&] {
                     const char* token = "00112233445566778899aabbccddeeff";
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
   }
   std::printf("PostgreSQL, %s; %ld interleaved rounds of %lld ms\n", async ? "synchronous_commit off" : "durable commits",
               rounds, static_cast<long long>(round.count()));
-  std::printf("| acquire + release | ops/s, median | paired ratio to the floor | CPU here per cycle (µs) | threads blocking per cycle |\n"
+  std::printf("| acquire + release | ops/s, median | paired ratio to the floor | CPU here per cycle (µs) | blocking waits per cycle |\n"
               "|---|---:|---:|---:|---:|\n");
   for (const auto& r : rows) {
     std::vector<double> ratio;
