@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -158,4 +160,102 @@ func acquireBoundedWhileStalled(t *testing.T, c *LockClient, p *stallProxy, dire
 	}
 	p.delay.Store(0)
 	waitFor(t, "no lock left", func() bool { return direct.Exists(context.Background(), lockKey(name)).Val() == 0 })
+}
+
+// stalledPostgresClient is a client whose PostgreSQL connections go through a stall proxy,
+// and a direct connection for looking at the locks table.
+func stalledPostgresClient(t *testing.T, opts *Options) (*LockClient, *stallProxy, *pgx.Conn) {
+	t.Helper()
+	raw := needPostgres(t)
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newStallProxy(t, u.Host)
+	u.Host = p.addr()
+	direct, err := pgx.Connect(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close(context.Background()) })
+	return newPostgresClient(t, u.String(), opts), p, direct
+}
+
+// pgHeld reports whether the locks table has name held (by any token).
+func pgHeld(t *testing.T, direct *pgx.Conn, name string) bool {
+	t.Helper()
+	var held bool
+	err := direct.QueryRow(context.Background(), "SELECT coalesce(bool_or(token <> ''), false) FROM leasehold_locks WHERE name = $1", name).Scan(&held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// The same bounds on PostgreSQL, whose commands requests run on the caller's goroutine when
+// its ctx cannot end sooner than the request timeout, and on a goroutine of their own when it
+// can: a Release bounded by ctx returns by ctx's deadline and the release completes later.
+func TestCallerBoundPostgresReleaseWithAStalledServer(t *testing.T) {
+	c, p, direct := stalledPostgresClient(t, nil)
+	name := uniq(t, "pg-bound-rel")
+	l, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(stall))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(t0)
+	t.Logf("Release with a 100ms ctx, the server stalled %v: %v (%v)", stall, took, err)
+	if took > 100*time.Millisecond+boundMargin {
+		t.Fatalf("Release with a 100ms ctx took %v", took)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release: %v", err)
+	}
+	if l.IsHeld() {
+		t.Fatal("a released lease is still held")
+	}
+	p.delay.Store(0)
+	waitFor(t, "the lock free", func() bool { return !pgHeld(t, direct, name) })
+	waitFor(t, "the release confirmed", func() bool {
+		k, err := c.Counters()
+		return err == nil && k.ReleasesConfirmed == 1
+	})
+}
+
+// An Acquire with a background ctx runs its request on its own goroutine within the request
+// timeout: it fails by Wait plus one request timeout while the server stalls, and a grant the
+// server made meanwhile is released once it answers again.
+func TestCallerBoundPostgresAcquireWithAStalledServer(t *testing.T) {
+	c, p, direct := stalledPostgresClient(t, &Options{RequestTimeout: 300 * time.Millisecond})
+	warm, err := c.Acquire(context.Background(), uniq(t, "pg-warm"), AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	name := uniq(t, "pg-bound-acq")
+	p.delay.Store(int64(stall))
+	t0 := time.Now()
+	l, err := c.Acquire(context.Background(), name, AcquireOptions{TTL: 30 * time.Second, Wait: 100 * time.Millisecond})
+	took := time.Since(t0)
+	t.Logf("Acquire with Wait 100ms, the server stalled %v: %v (%v)", stall, took, err)
+	if err == nil {
+		t.Fatalf("Acquire granted %v through a stalled server", l)
+	}
+	if took > 400*time.Millisecond+boundMargin {
+		t.Fatalf("Acquire with Wait 100ms and a 300ms request timeout took %v (%v)", took, err)
+	}
+	p.delay.Store(0)
+	waitFor(t, "no lock left", func() bool { return !pgHeld(t, direct, name) })
+	other := newPostgresClient(t, needPostgres(t), nil)
+	l2, err := other.Acquire(context.Background(), name, AcquireOptions{TTL: 5 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("the name stayed taken after the stall: %v", err)
+	}
+	_ = l2.Release(context.Background())
 }

@@ -146,23 +146,26 @@ func (t *PostgresExecutor) backend() backendOptions {
 
 func (t *PostgresExecutor) start(c *client) (ioExec, error) {
 	x := &pgExec{c: c, t: t, stop: make(chan struct{})}
-	x.cmd.q, x.lis.q = newReqQueue[*ioRequest](), newReqQueue[*ioRequest]()
+	x.lis.q = newReqQueue[*ioRequest]()
 	x.cmd.which, x.lis.which = connCommands, connNotify
-	x.wg.Add(2)
-	go x.runCommands()
+	x.wg.Add(1)
 	go x.runListener()
 	return x, nil
 }
 
 type pgExec struct {
-	c        *client
-	t        *PostgresExecutor
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	c    *client
+	t    *PostgresExecutor
+	stop chan struct{}
+	wg   sync.WaitGroup
+	// cmdMu: one request at a time on the commands connection, on whichever goroutine runs
+	// its job (an application call's own, when it can wait for the answer).
+	cmdMu    sync.Mutex
 	cmd, lis pgConn
 }
 
-// pgConn is one connection, owned by its goroutine, and its queue.
+// pgConn is one connection and its state: the listener's is its goroutine's (with a queue),
+// the commands connection is cmdMu's.
 type pgConn struct {
 	which  uint32
 	q      *reqQueue[*ioRequest]
@@ -173,15 +176,17 @@ type pgConn struct {
 	wake context.CancelFunc // interrupts the listener's wait for a notification
 }
 
-// run queues an SQL request for its connection's goroutine (LISTEN / UNLISTEN go to the
-// listener, which it wakes from its wait for a notification).
+// run hands back a commands request as a job: an application call that waits for its
+// answer runs it on its own goroutine (runInline), with no hop to a goroutine of the
+// executor's; the driver starts the others. LISTEN / UNLISTEN go to the listener, which it
+// wakes from its wait for a notification.
 func (x *pgExec) run(q *ioRequest) (*job, error) {
 	if q.kind != ioSQL {
 		return nil, errUnsupportedIO
 	}
 	if q.connection != connNotify {
-		x.cmd.q.push(q)
-		return nil, nil
+		// deadlined: pgx ends the query at its ctx's deadline by itself.
+		return &job{id: q.id, timeout: x.c.reqTimeout, deadlined: true, run: func(ctx context.Context) { x.command(ctx, q) }}, nil
 	}
 	x.lis.q.push(q)
 	x.lis.mu.Lock()
@@ -200,6 +205,20 @@ func (x *pgExec) close() {
 	}
 	x.lis.mu.Unlock()
 	x.wg.Wait()
+	// A job still running ends with the client's IO context, cancelled by now.
+	x.cmdMu.Lock()
+	x.drop(&x.cmd)
+	x.cmdMu.Unlock()
+}
+
+// command runs one request on the commands connection, after the ones before it.
+func (x *pgExec) command(ctx context.Context, q *ioRequest) {
+	x.cmdMu.Lock()
+	defer x.cmdMu.Unlock()
+	if x.stopped() {
+		return // unanswered, as a request in flight at close is
+	}
+	x.exec(ctx, &x.cmd, q)
 }
 
 func (x *pgExec) stopped() bool {
@@ -238,25 +257,6 @@ func (x *pgExec) drop(p *pgConn) {
 	}
 }
 
-func (x *pgExec) runCommands() {
-	defer x.wg.Done()
-	defer x.drop(&x.cmd)
-	for {
-		select {
-		case <-x.cmd.q.kick:
-		case <-x.stop:
-			return
-		}
-		for !x.stopped() {
-			q, ok := x.cmd.q.pop()
-			if !ok {
-				break
-			}
-			x.exec(&x.cmd, q)
-		}
-	}
-}
-
 // runListener runs LISTEN / UNLISTEN requests in order and, between them, waits for
 // notifications. A broken listener is reopened at once (with a pause when the server
 // is down), and reported, so the core LISTENs again.
@@ -270,7 +270,9 @@ func (x *pgExec) runListener() {
 			if !ok {
 				break
 			}
-			x.exec(&x.lis, q)
+			ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
+			x.exec(ctx, &x.lis, q)
+			cancel()
 		}
 		if x.lis.conn == nil || x.lis.conn.IsClosed() {
 			if !x.lis.opened {
@@ -321,9 +323,8 @@ func (x *pgExec) runListener() {
 	}
 }
 
-func (x *pgExec) exec(p *pgConn, q *ioRequest) {
-	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
-	defer cancel()
+// exec runs q on p within ctx (the request timeout) and answers the core.
+func (x *pgExec) exec(ctx context.Context, p *pgConn, q *ioRequest) {
 	if err := x.connect(ctx, p); err != nil {
 		x.c.input(func(now uint64) error { return x.c.core.ioFailed(now, q.id, failTransport, failMessage(err)) })
 		return
