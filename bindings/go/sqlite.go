@@ -115,57 +115,57 @@ func (t *SQLiteExecutor) backend() backendOptions {
 }
 
 func (t *SQLiteExecutor) start(c *client) (ioExec, error) {
-	x := &sqliteExec{c: c, t: t, q: newReqQueue[*ioRequest](), stop: make(chan struct{})}
-	x.wg.Add(1)
-	go x.loop()
-	return x, nil
+	return &sqliteExec{c: c, t: t, stop: make(chan struct{})}, nil
 }
 
 type sqliteExec struct {
 	c    *client
 	t    *SQLiteExecutor
-	q    *reqQueue[*ioRequest]
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// mu: one request at a time on the connection, on whichever goroutine runs its job (an
+	// application call's own, when it waits for the answer).
+	mu sync.Mutex
 
-	// Owned by run's goroutine.
+	// mu's.
 	db       *sql.DB
 	conn     *sql.Conn
 	dev, ino uint64
 	opened   bool // a connection was opened before (a new one is a reset)
 }
 
-// run queues an SQL request for the connection's goroutine (in order: one connection).
+// run hands a request back as a job: an application call that waits for its answer runs
+// it on its own goroutine (runInline), with no hop; the driver starts the others.
 func (x *sqliteExec) run(q *ioRequest) (*job, error) {
 	if q.kind != ioSQL {
 		return nil, errUnsupportedIO
 	}
-	x.q.push(q)
-	return nil, nil
+	// deadlined: the driver ends a statement at its ctx's deadline (sqlite3_interrupt).
+	return &job{id: q.id, timeout: x.c.reqTimeout, deadlined: true, run: func(ctx context.Context) {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.stopped() {
+			return // unanswered, as a request in flight at close is
+		}
+		x.exec(ctx, q)
+	}}, nil
 }
 
+func (x *sqliteExec) stopped() bool {
+	select {
+	case <-x.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends the connection once a job still running (its ctx, the client's IO context, is
+// cancelled by now) let it go.
 func (x *sqliteExec) close() {
 	close(x.stop)
-	x.wg.Wait()
-}
-
-func (x *sqliteExec) loop() {
-	defer x.wg.Done()
-	defer x.shut()
-	for {
-		select {
-		case <-x.q.kick:
-		case <-x.stop:
-			return
-		}
-		for {
-			q, ok := x.q.pop()
-			if !ok {
-				break
-			}
-			x.exec(q)
-		}
-	}
+	x.mu.Lock()
+	x.shut()
+	x.mu.Unlock()
 }
 
 func (x *sqliteExec) shut() {
@@ -337,9 +337,8 @@ func (x *sqliteExec) open(ctx context.Context) error {
 	return nil
 }
 
-func (x *sqliteExec) exec(q *ioRequest) {
-	ctx, cancel := context.WithTimeout(x.c.ioCtx, x.c.reqTimeout)
-	defer cancel()
+// exec runs q within ctx (the request timeout) and answers the core.
+func (x *sqliteExec) exec(ctx context.Context, q *ioRequest) {
 	if x.conn != nil {
 		if dev, ino, ok := fileID(x.t.path); !ok || dev != x.dev || ino != x.ino {
 			// Follow the path instead of locking alone on the old file: the request did
