@@ -4,6 +4,7 @@ package leasehold
 // the FIFO a connection's goroutine runs its requests from.
 
 import (
+	"context"
 	"math"
 	"os"
 	"strings"
@@ -110,6 +111,32 @@ func (b *rowsBuilder) column(v any) {
 		str(valueBulk, x)
 	default:
 		b.vals = append(b.vals, newValue(valueNil, 0, 0, 0))
+	}
+}
+
+// missedTurn fails a request that never got its connection within its timeout (it did not
+// run), unless stop closed (the client is closing: it is left unanswered).
+func missedTurn(c *client, q *ioRequest, stop <-chan struct{}) {
+	select {
+	case <-stop:
+		return
+	default:
+	}
+	c.input(func(now uint64) error {
+		return c.core.ioFailed(now, q.id, failTransport, "the connection stayed busy past the request timeout")
+	})
+}
+
+// takeTurn waits for turn (a channel of capacity 1 that the holder of a connection fills)
+// until ctx ends or stop closes; false when it did not get it.
+func takeTurn(ctx context.Context, turn chan struct{}, stop <-chan struct{}) bool {
+	select {
+	case turn <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
 	}
 }
 

@@ -145,7 +145,7 @@ func (t *PostgresExecutor) backend() backendOptions {
 }
 
 func (t *PostgresExecutor) start(c *client) (ioExec, error) {
-	x := &pgExec{c: c, t: t, stop: make(chan struct{})}
+	x := &pgExec{c: c, t: t, stop: make(chan struct{}), cmdTurn: make(chan struct{}, 1)}
 	x.lis.q = newReqQueue[*ioRequest]()
 	x.cmd.which, x.lis.which = connCommands, connNotify
 	x.wg.Add(1)
@@ -158,14 +158,15 @@ type pgExec struct {
 	t    *PostgresExecutor
 	stop chan struct{}
 	wg   sync.WaitGroup
-	// cmdMu: one request at a time on the commands connection, on whichever goroutine runs
-	// its job (an application call's own, when it can wait for the answer).
-	cmdMu    sync.Mutex
+	// cmdTurn: one request at a time on the commands connection, on whichever goroutine runs
+	// its job (an application call's own, when it can wait for the answer); a channel, so
+	// that waiting for the connection counts against the request's timeout.
+	cmdTurn  chan struct{}
 	cmd, lis pgConn
 }
 
 // pgConn is one connection and its state: the listener's is its goroutine's (with a queue),
-// the commands connection is cmdMu's.
+// the commands connection is the holder's of cmdTurn.
 type pgConn struct {
 	which  uint32
 	q      *reqQueue[*ioRequest]
@@ -206,15 +207,19 @@ func (x *pgExec) close() {
 	x.lis.mu.Unlock()
 	x.wg.Wait()
 	// A job still running ends with the client's IO context, cancelled by now.
-	x.cmdMu.Lock()
+	x.cmdTurn <- struct{}{}
 	x.drop(&x.cmd)
-	x.cmdMu.Unlock()
+	<-x.cmdTurn
 }
 
-// command runs one request on the commands connection, after the ones before it.
+// command runs one request on the commands connection once no other runs there, all
+// within ctx (the request timeout).
 func (x *pgExec) command(ctx context.Context, q *ioRequest) {
-	x.cmdMu.Lock()
-	defer x.cmdMu.Unlock()
+	if !takeTurn(ctx, x.cmdTurn, x.stop) {
+		missedTurn(x.c, q, x.stop)
+		return
+	}
+	defer func() { <-x.cmdTurn }()
 	if x.stopped() {
 		return // unanswered, as a request in flight at close is
 	}

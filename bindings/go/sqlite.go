@@ -115,18 +115,19 @@ func (t *SQLiteExecutor) backend() backendOptions {
 }
 
 func (t *SQLiteExecutor) start(c *client) (ioExec, error) {
-	return &sqliteExec{c: c, t: t, stop: make(chan struct{})}, nil
+	return &sqliteExec{c: c, t: t, stop: make(chan struct{}), turn: make(chan struct{}, 1)}, nil
 }
 
 type sqliteExec struct {
 	c    *client
 	t    *SQLiteExecutor
 	stop chan struct{}
-	// mu: one request at a time on the connection, on whichever goroutine runs its job (an
-	// application call's own, when it waits for the answer).
-	mu sync.Mutex
+	// turn: one request at a time on the connection, on whichever goroutine runs its job
+	// (an application call's own, when it waits for the answer); a channel, so that waiting
+	// for the connection counts against the request's timeout.
+	turn chan struct{}
 
-	// mu's.
+	// The holder's of turn.
 	db       *sql.DB
 	conn     *sql.Conn
 	dev, ino uint64
@@ -141,8 +142,11 @@ func (x *sqliteExec) run(q *ioRequest) (*job, error) {
 	}
 	// deadlined: the driver ends a statement at its ctx's deadline (sqlite3_interrupt).
 	return &job{id: q.id, timeout: x.c.reqTimeout, deadlined: true, run: func(ctx context.Context) {
-		x.mu.Lock()
-		defer x.mu.Unlock()
+		if !takeTurn(ctx, x.turn, x.stop) {
+			missedTurn(x.c, q, x.stop)
+			return
+		}
+		defer func() { <-x.turn }()
 		if x.stopped() {
 			return // unanswered, as a request in flight at close is
 		}
@@ -163,9 +167,9 @@ func (x *sqliteExec) stopped() bool {
 // cancelled by now) let it go.
 func (x *sqliteExec) close() {
 	close(x.stop)
-	x.mu.Lock()
+	x.turn <- struct{}{}
 	x.shut()
-	x.mu.Unlock()
+	<-x.turn
 }
 
 func (x *sqliteExec) shut() {
