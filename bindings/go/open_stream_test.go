@@ -224,7 +224,7 @@ func TestCallerBoundAcquireInlineWithAStalledServer(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.addr(), ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := clientOn(t, rdb, &Options{RequestTimeout: 300 * time.Millisecond})
-	acquireBoundedWhileStalled(t, c, p, direct, "bound-inline")
+	acquireBoundedWhileStalled(t, c, p, "bound-inline", redisHeld(direct))
 }
 
 // TestOpenRedisSentinelByteFailover: Open's default path follows a Sentinel failover: the
